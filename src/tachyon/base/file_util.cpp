@@ -1,0 +1,36 @@
+#include "tachyon/base/file_util.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "tachyon/base/check.h"
+
+namespace tachyon {
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  TACHYON_CHECK(in.good()) << "cannot open " << path.string();
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  TACHYON_CHECK(!in.bad()) << "cannot read " << path.string();
+  return bytes.str();
+}
+
+nlohmann::json read_json_file(const std::filesystem::path& path) {
+  std::string text = read_file(path);
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    TACHYON_FAIL() << "bad JSON in " << path.string() << ": " << e.what();
+  }
+}
+
+void write_file(const std::filesystem::path& path, const std::string& bytes) {
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  TACHYON_CHECK(out.good()) << "cannot create " << path.string();
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  TACHYON_CHECK(out.good()) << "cannot write " << path.string();
+}
+
+}  // namespace tachyon

@@ -1,0 +1,11 @@
+// Each subcommand registers itself on the app; its callback runs inside app.parse().
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace tachyon::cli {
+
+void add_make_model_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
+
+}  // namespace tachyon::cli

@@ -1,0 +1,28 @@
+// tachyon command line: one subcommand per file (make_model_command.cpp, generate_command.cpp ...).
+// Errors from the library arrive as tachyon::Error and leave as one line on stderr and exit code 1.
+#include <cstdio>
+#include <exception>
+
+#include <CLI/CLI.hpp>
+
+#include "tachyon/base/check.h"
+#include "tachyon/cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"tachyon: LLM inference engine"};
+  app.require_subcommand(1);
+  tachyon::cli::add_make_model_command(app);
+  tachyon::cli::add_generate_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const tachyon::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
