@@ -1,0 +1,44 @@
+#include "tachyon/kernels/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace tachyon::kernels::cpu {
+
+void attention(float* out, const float* q, const float* k_cache, const float* v_cache, const AttentionShape& s) {
+  const int64_t group = s.num_heads / s.num_kv_heads;
+  const int64_t kv_stride = s.num_kv_heads * s.head_dim;
+#pragma omp parallel for collapse(2) if (s.num_queries * s.num_heads > 1)
+  for (int64_t i = 0; i < s.num_queries; ++i) {
+    for (int64_t h = 0; h < s.num_heads; ++h) {
+      const int64_t position = s.first_position + i;
+      const int64_t first_key = s.sliding_window > 0 ? std::max<int64_t>(0, position - s.sliding_window + 1) : 0;
+      const int64_t kv_head = h / group;
+      const float* qv = q + (i * s.num_heads + h) * s.head_dim;
+      std::vector<float> scores(position - first_key + 1);
+      float max_score = -INFINITY;
+      for (int64_t j = first_key; j <= position; ++j) {
+        const float* kv = k_cache + j * kv_stride + kv_head * s.head_dim;
+        float dot = 0.0f;
+        for (int64_t d = 0; d < s.head_dim; ++d) dot += qv[d] * kv[d];
+        scores[j - first_key] = dot * s.scale;
+        max_score = std::max(max_score, scores[j - first_key]);
+      }
+      float denominator = 0.0f;
+      for (float& score : scores) {
+        score = std::exp(score - max_score);
+        denominator += score;
+      }
+      float* o = out + (i * s.num_heads + h) * s.head_dim;
+      std::fill(o, o + s.head_dim, 0.0f);
+      for (int64_t j = first_key; j <= position; ++j) {
+        const float weight = scores[j - first_key] / denominator;
+        const float* vv = v_cache + j * kv_stride + kv_head * s.head_dim;
+        for (int64_t d = 0; d < s.head_dim; ++d) o[d] += weight * vv[d];
+      }
+    }
+  }
+}
+
+}  // namespace tachyon::kernels::cpu

@@ -1,0 +1,159 @@
+#include "tachyon/model/dense_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "tachyon/base/check.h"
+#include "tachyon/kernels/attention.h"
+#include "tachyon/kernels/linear.h"
+#include "tachyon/kernels/rms_norm.h"
+#include "tachyon/kernels/rope.h"
+#include "tachyon/model/rope.h"
+
+namespace tachyon::model {
+
+namespace cpu = kernels::cpu;
+
+SequenceKvCache::SequenceKvCache(const ModelConfig& config, int64_t capacity_tokens) : capacity(capacity_tokens) {
+  const size_t per_layer = static_cast<size_t>(capacity_tokens * config.kv_size());
+  keys.assign(static_cast<size_t>(config.num_hidden_layers), std::vector<float>(per_layer));
+  values.assign(static_cast<size_t>(config.num_hidden_layers), std::vector<float>(per_layer));
+}
+
+DenseModel::DenseModel(ModelWeights weights) : weights_(std::move(weights)), inv_freq_(rope_inv_freq(weights_.config)) {}
+
+DenseModel DenseModel::load(const std::filesystem::path& model_dir) {
+  ModelConfig config = ModelConfig::from_dir(model_dir);
+  SafetensorsCheckpoint checkpoint(model_dir);
+  return DenseModel(load_weights(config, checkpoint));
+}
+
+std::vector<float> DenseModel::forward(std::span<const int32_t> tokens, SequenceKvCache& cache, bool all_logits,
+                                       const ForwardHook& hook) const {
+  const ModelConfig& c = config();
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  TACHYON_CHECK(n > 0) << "forward needs at least one token";
+  TACHYON_CHECK(cache.length + n <= cache.capacity)
+      << "sequence of " << cache.length + n << " tokens exceeds the KV cache capacity " << cache.capacity;
+  auto emit = [&](std::string_view name, int64_t layer, const std::vector<float>& v) {
+    if (hook) hook(name, layer, v);
+  };
+
+  std::vector<float> hidden(static_cast<size_t>(n * c.hidden_size));  // [n, hidden]
+  cpu::embedding(hidden.data(), tokens.data(), weights_.embed_tokens.data(), n, c.vocab_size, c.hidden_size);
+  emit("embed", -1, hidden);
+
+  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
+    attention_block(layer, hidden, n, cache, hook);
+    mlp_block(layer, hidden, n, hook);
+  }
+  cache.length += n;
+
+  // Only the rows whose logits are wanted go through the final norm and the LM head.
+  const int64_t first_row = all_logits ? 0 : n - 1;
+  const int64_t rows = n - first_row;
+  std::vector<float> normed(static_cast<size_t>(rows * c.hidden_size));
+  cpu::rms_norm(normed.data(), hidden.data() + first_row * c.hidden_size, weights_.final_norm.data(), rows,
+                c.hidden_size, static_cast<float>(c.rms_norm_eps));
+  emit("final_norm", -1, normed);
+  std::vector<float> logits(static_cast<size_t>(rows * c.vocab_size));
+  cpu::linear(logits.data(), normed.data(), weights_.output_embedding().data(), nullptr, rows, c.hidden_size,
+              c.vocab_size);
+  return logits;
+}
+
+// hidden += o_proj(attention(rope(q), rope(k), v)) of rms_norm(hidden).
+void DenseModel::attention_block(int64_t layer, std::vector<float>& hidden, int64_t n, SequenceKvCache& cache,
+                                 const ForwardHook& hook) const {
+  const ModelConfig& c = config();
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const int64_t qkv_width = c.q_size() + 2 * c.kv_size();
+
+  std::vector<float> normed(hidden.size());  // [n, hidden]
+  cpu::rms_norm(normed.data(), hidden.data(), w.input_norm.data(), n, c.hidden_size, eps);
+  std::vector<float> qkv(static_cast<size_t>(n * qkv_width));  // [n, q_size + 2 * kv_size]
+  cpu::linear(qkv.data(), normed.data(), w.qkv.data(), w.qkv_bias.empty() ? nullptr : w.qkv_bias.data(), n,
+              c.hidden_size, qkv_width);
+
+  // Split into q [n, heads, head_dim] and k, v [n, kv_heads, head_dim].
+  std::vector<float> q(static_cast<size_t>(n * c.q_size())), k(static_cast<size_t>(n * c.kv_size())),
+      v(static_cast<size_t>(n * c.kv_size()));
+  for (int64_t t = 0; t < n; ++t) {
+    const float* row = qkv.data() + t * qkv_width;
+    std::copy_n(row, c.q_size(), q.data() + t * c.q_size());
+    std::copy_n(row + c.q_size(), c.kv_size(), k.data() + t * c.kv_size());
+    std::copy_n(row + c.q_size() + c.kv_size(), c.kv_size(), v.data() + t * c.kv_size());
+  }
+  if (c.qk_norm) {  // Qwen3: per-head RMSNorm over head_dim, before RoPE
+    cpu::rms_norm(q.data(), q.data(), w.q_norm.data(), n * c.num_attention_heads, c.head_dim, eps);
+    cpu::rms_norm(k.data(), k.data(), w.k_norm.data(), n * c.num_key_value_heads, c.head_dim, eps);
+  }
+  std::vector<int64_t> positions(static_cast<size_t>(n));
+  std::iota(positions.begin(), positions.end(), cache.length);
+  cpu::apply_rope(q.data(), positions.data(), inv_freq_.data(), n, c.num_attention_heads, c.head_dim);
+  cpu::apply_rope(k.data(), positions.data(), inv_freq_.data(), n, c.num_key_value_heads, c.head_dim);
+  if (hook) {
+    hook("q", layer, q);
+    hook("k", layer, k);
+  }
+
+  auto& key_cache = cache.keys[static_cast<size_t>(layer)];
+  auto& value_cache = cache.values[static_cast<size_t>(layer)];
+  std::copy(k.begin(), k.end(), key_cache.begin() + cache.length * c.kv_size());
+  std::copy(v.begin(), v.end(), value_cache.begin() + cache.length * c.kv_size());
+
+  kernels::cpu::AttentionShape shape;
+  shape.num_queries = n;
+  shape.first_position = cache.length;
+  shape.num_heads = c.num_attention_heads;
+  shape.num_kv_heads = c.num_key_value_heads;
+  shape.head_dim = c.head_dim;
+  shape.sliding_window = c.sliding_window.value_or(0);
+  shape.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  std::vector<float> attended(q.size());  // [n, heads, head_dim]
+  cpu::attention(attended.data(), q.data(), key_cache.data(), value_cache.data(), shape);
+
+  std::vector<float> projected(hidden.size());  // [n, hidden]
+  cpu::linear(projected.data(), attended.data(), w.o_proj.data(), w.o_proj_bias.empty() ? nullptr : w.o_proj_bias.data(),
+              n, c.q_size(), c.hidden_size);
+  if (hook) hook("attn_out", layer, projected);
+  cpu::add_inplace(hidden.data(), projected.data(), static_cast<int64_t>(hidden.size()));
+}
+
+// hidden += down(silu(gate(x)) * up(x)) with x = rms_norm(hidden).
+void DenseModel::mlp_block(int64_t layer, std::vector<float>& hidden, int64_t n, const ForwardHook& hook) const {
+  const ModelConfig& c = config();
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+  std::vector<float> normed(hidden.size());
+  cpu::rms_norm(normed.data(), hidden.data(), w.post_attention_norm.data(), n, c.hidden_size,
+                static_cast<float>(c.rms_norm_eps));
+  std::vector<float> gate_up(static_cast<size_t>(n * 2 * c.intermediate_size));
+  cpu::linear(gate_up.data(), normed.data(), w.gate_up.data(), w.gate_up_bias.empty() ? nullptr : w.gate_up_bias.data(),
+              n, c.hidden_size, 2 * c.intermediate_size);
+  std::vector<float> activated(static_cast<size_t>(n * c.intermediate_size));
+  cpu::silu_and_mul(activated.data(), gate_up.data(), n, c.intermediate_size);
+  std::vector<float> down(hidden.size());
+  cpu::linear(down.data(), activated.data(), w.down.data(), w.down_bias.empty() ? nullptr : w.down_bias.data(), n,
+              c.intermediate_size, c.hidden_size);
+  if (hook) hook("mlp_out", layer, down);
+  cpu::add_inplace(hidden.data(), down.data(), static_cast<int64_t>(hidden.size()));
+}
+
+std::vector<int32_t> greedy_generate(const DenseModel& model, std::span<const int32_t> prompt, int64_t max_new_tokens,
+                                     int32_t stop_token) {
+  TACHYON_CHECK(!prompt.empty()) << "greedy_generate needs a non-empty prompt";
+  SequenceKvCache cache(model.config(), static_cast<int64_t>(prompt.size()) + max_new_tokens);
+  std::vector<int32_t> generated;
+  std::vector<float> logits = model.forward(prompt, cache);
+  while (static_cast<int64_t>(generated.size()) < max_new_tokens) {
+    int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    generated.push_back(next);
+    if (next == stop_token || static_cast<int64_t>(generated.size()) == max_new_tokens) break;
+    logits = model.forward(std::span<const int32_t>(&next, 1), cache);
+  }
+  return generated;
+}
+
+}  // namespace tachyon::model

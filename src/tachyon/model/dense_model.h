@@ -1,0 +1,59 @@
+// The dense decoder of the Llama family, the CPU reference forward. Llama, Mistral, Qwen2 and
+// Qwen3 differ only in ModelConfig fields (biases, q/k norm, sliding window), so they share this
+// file; the forward reads top to bottom like the papers. Weights are held in f32 whatever the
+// checkpoint's dtype, which is what makes this the numerical reference the CUDA kernels match.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "tachyon/model/model_config.h"
+#include "tachyon/model/model_weights.h"
+
+namespace tachyon::model {
+
+// Contiguous K/V of one sequence: per layer [capacity, num_kv_heads, head_dim] f32.
+// The engine's paged cache replaces it; this one serves the reference forward and tests.
+struct SequenceKvCache {
+  SequenceKvCache(const ModelConfig& config, int64_t capacity);
+  int64_t capacity = 0;
+  int64_t length = 0;  // tokens whose K/V are written
+  std::vector<std::vector<float>> keys;
+  std::vector<std::vector<float>> values;
+};
+
+// Called with named intermediates ("attn_norm", "q", "attn_out", "mlp_out", "final_norm" ...)
+// so a debug run can dump and diff them against transformers. layer is -1 outside layers.
+using ForwardHook = std::function<void(std::string_view name, int64_t layer, std::span<const float> values)>;
+
+class DenseModel {
+ public:
+  explicit DenseModel(ModelWeights weights);
+  static DenseModel load(const std::filesystem::path& model_dir);
+
+  const ModelConfig& config() const { return weights_.config; }
+
+  // Runs `tokens` after the cache's current contents, appends their K/V, and returns logits
+  // [tokens.size(), vocab_size] (all_logits) or [1, vocab_size] for the last token only.
+  std::vector<float> forward(std::span<const int32_t> tokens, SequenceKvCache& cache, bool all_logits = false,
+                             const ForwardHook& hook = nullptr) const;
+
+ private:
+  void attention_block(int64_t layer, std::vector<float>& hidden, int64_t tokens, SequenceKvCache& cache,
+                       const ForwardHook& hook) const;
+  void mlp_block(int64_t layer, std::vector<float>& hidden, int64_t tokens, const ForwardHook& hook) const;
+
+  ModelWeights weights_;
+  std::vector<float> inv_freq_;  // [head_dim / 2]
+};
+
+// Greedy decoding with the reference forward: `max_new_tokens` argmax tokens after `prompt`,
+// stopping early only at `stop_token` when it is >= 0.
+std::vector<int32_t> greedy_generate(const DenseModel& model, std::span<const int32_t> prompt, int64_t max_new_tokens,
+                                     int32_t stop_token = -1);
+
+}  // namespace tachyon::model

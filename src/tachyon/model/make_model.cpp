@@ -1,0 +1,191 @@
+#include "tachyon/model/make_model.h"
+
+#include <xxhash.h>
+
+#include <cmath>
+#include <map>
+#include <numbers>
+
+#include "tachyon/base/check.h"
+#include "tachyon/base/file_util.h"
+#include "tachyon/model/model_weights.h"
+#include "tachyon/model/safetensors.h"
+
+namespace tachyon::model {
+namespace {
+
+constexpr int64_t kChunk = 1 << 16;  // elements drawn from one seeded stream
+
+// splitmix64: tiny, fast and the same everywhere, which is all a weight generator needs.
+struct SplitMix64 {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return (static_cast<double>(next() >> 11) + 0.5) * 0x1.0p-53; }  // (0, 1)
+};
+
+// How each tensor is drawn: mean + std * N(0, 1). Standard deviations are chosen so that a
+// tiny random model has well-separated logits (greedy argmax is then stable under rounding).
+struct Distribution {
+  float mean = 0.0f;
+  float std = 1.0f;
+};
+
+Distribution distribution_for(const std::string& name, const std::vector<int64_t>& shape) {
+  if (name.ends_with("norm.weight")) return {1.0f, 0.1f};
+  if (name.ends_with(".bias")) return {0.0f, 0.1f};
+  // Small next to the layer outputs, so that a tied LM head does not just echo the last token.
+  if (name == "model.embed_tokens.weight") return {0.0f, 0.25f};
+  return {0.0f, 1.0f / std::sqrt(static_cast<float>(shape.back()))};  // [out, in]: unit-variance outputs
+}
+
+// Fills `count` values; value i depends only on (seed, name, i), not on threads or order.
+void fill_random(float* out, int64_t count, uint64_t seed, const std::string& name, Distribution dist) {
+  const uint64_t tensor_seed = XXH64(name.data(), name.size(), seed);
+#pragma omp parallel for schedule(static)
+  for (int64_t chunk = 0; chunk < (count + kChunk - 1) / kChunk; ++chunk) {
+    SplitMix64 rng{tensor_seed ^ (static_cast<uint64_t>(chunk) * 0xd1b54a32d192ed03ull)};
+    const int64_t end = std::min(count, (chunk + 1) * kChunk);
+    for (int64_t i = chunk * kChunk; i < end; i += 2) {  // Box-Muller gives two normals per draw
+      double radius = std::sqrt(-2.0 * std::log(rng.uniform()));
+      double angle = 2.0 * std::numbers::pi * rng.uniform();
+      out[i] = dist.mean + dist.std * static_cast<float>(radius * std::cos(angle));
+      if (i + 1 < end) out[i + 1] = dist.mean + dist.std * static_cast<float>(radius * std::sin(angle));
+    }
+  }
+}
+
+std::string resolve_arch(const std::string& arch) {
+  static const std::map<std::string, std::string> kNames = {
+      {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"},
+      {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"}};
+  for (const auto& [short_name, architecture] : kNames) {
+    if (arch == short_name || arch == architecture) return architecture;
+  }
+  TACHYON_FAIL() << "unknown --arch '" << arch << "' (supported: llama, mistral, qwen2, qwen3)";
+}
+
+const ModelPreset& find_preset(const std::string& name) {
+  std::string names;
+  for (const auto& preset : model_presets()) {
+    if (preset.name == name) return preset;
+    names += (names.empty() ? "" : ", ") + preset.name;
+  }
+  TACHYON_FAIL() << "unknown --preset '" << name << "' (available: " << names << ")";
+}
+
+std::string token_text(const nlohmann::json& value) {
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_object() && value.contains("content")) return value["content"].get<std::string>();
+  return "";
+}
+
+struct TokenizerFacts {
+  int64_t vocab_size = 0;  // max id + 1 over the model vocab and added tokens
+  std::optional<int64_t> bos_id, eos_id;
+};
+
+// Reads just what config.json needs from tokenizer.json and tokenizer_config.json.
+TokenizerFacts read_tokenizer_facts(const std::filesystem::path& dir) {
+  nlohmann::json tokenizer = read_json_file(dir / "tokenizer.json");
+  std::map<std::string, int64_t> ids;
+  TokenizerFacts facts;
+  if (tokenizer.contains("model") && tokenizer["model"].contains("vocab")) {
+    for (const auto& [token, id] : tokenizer["model"]["vocab"].items()) ids[token] = id.get<int64_t>();
+  }
+  if (tokenizer.contains("added_tokens")) {
+    for (const auto& added : tokenizer["added_tokens"]) ids[added["content"].get<std::string>()] = added["id"].get<int64_t>();
+  }
+  for (const auto& [token, id] : ids) facts.vocab_size = std::max(facts.vocab_size, id + 1);
+  TACHYON_CHECK(facts.vocab_size > 0) << (dir / "tokenizer.json").string() << ": no vocabulary found";
+  if (std::filesystem::exists(dir / "tokenizer_config.json")) {
+    nlohmann::json config = read_json_file(dir / "tokenizer_config.json");
+    auto lookup = [&](const char* key) -> std::optional<int64_t> {
+      if (!config.contains(key)) return std::nullopt;
+      auto it = ids.find(token_text(config[key]));
+      return it == ids.end() ? std::nullopt : std::optional<int64_t>(it->second);
+    };
+    facts.bos_id = lookup("bos_token");
+    facts.eos_id = lookup("eos_token");
+  }
+  return facts;
+}
+
+}  // namespace
+
+ModelConfig make_model_config(const MakeModelOptions& options) {
+  const ModelPreset& preset = find_preset(options.preset);
+  ModelConfig c = preset.shape;
+  c.architecture = resolve_arch(options.arch);
+  c.model_type = model_type_for(c.architecture);
+  if (!preset.only_arch.empty()) {
+    TACHYON_CHECK(c.model_type == preset.only_arch)
+        << "preset '" << preset.name << "' is for --arch " << preset.only_arch << ", not " << options.arch;
+  }
+  // The architecture decides what the checkpoint holds; the preset cannot contradict it.
+  if (c.model_type == "qwen2") {
+    c.qkv_bias = true;
+    c.o_proj_bias = false;
+  }
+  c.qk_norm = c.model_type == "qwen3";
+  c.torch_dtype = options.dtype.value_or(preset.dtype) == DType::kF32   ? "float32"
+                  : options.dtype.value_or(preset.dtype) == DType::kF16 ? "float16"
+                                                                        : "bfloat16";
+  if (options.tokenizer_dir) {
+    TokenizerFacts facts = read_tokenizer_facts(*options.tokenizer_dir);
+    // Tiny presets take the tokenizer's vocabulary; real ones keep their (padded) size if larger.
+    c.vocab_size = preset.only_arch.empty() ? facts.vocab_size : std::max(c.vocab_size, facts.vocab_size);
+    if (facts.bos_id) c.bos_token_id = facts.bos_id;
+    if (facts.eos_id) c.eos_token_id = facts.eos_id;
+  }
+  // Round-trip through JSON so that what we write is exactly what a loader reads back.
+  return ModelConfig::from_json(c.to_json(), "make-model config");
+}
+
+ModelConfig make_model(const MakeModelOptions& options) {
+  TACHYON_CHECK(!options.out_dir.empty()) << "make-model needs --out";
+  const ModelPreset& preset = find_preset(options.preset);
+  ModelConfig config = make_model_config(options);
+  const DType dtype = options.dtype.value_or(preset.dtype);
+  std::filesystem::create_directories(options.out_dir);
+  write_file(options.out_dir / "config.json", config.to_json().dump(2) + "\n");
+
+  std::map<std::string, TensorSource> tensors;
+  for (auto& [name, shape] : expected_tensors(config)) {
+    TensorSource source;
+    source.dtype = dtype;
+    source.shape = shape;
+    source.fill = [name = name, shape = shape, dtype, seed = options.seed](std::byte* out) {
+      int64_t count = 1;
+      for (int64_t d : shape) count *= d;
+      std::vector<float> values(static_cast<size_t>(count));
+      fill_random(values.data(), count, seed, name, distribution_for(name, shape));
+      convert_from_f32(values.data(), values.size(), dtype, out);
+    };
+    tensors.emplace(name, std::move(source));
+  }
+  const size_t shard_bytes = options.shard_bytes ? options.shard_bytes : preset.shard_bytes;
+  std::filesystem::remove(options.out_dir / "model.safetensors");
+  std::filesystem::remove(options.out_dir / "model.safetensors.index.json");
+  if (shard_bytes == 0) {
+    write_safetensors(options.out_dir / "model.safetensors", tensors);
+  } else {
+    write_safetensors_sharded(options.out_dir, tensors, shard_bytes);
+  }
+
+  if (options.tokenizer_dir) {
+    for (const char* file : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}) {
+      auto source = *options.tokenizer_dir / file;
+      if (std::filesystem::exists(source)) {
+        std::filesystem::copy_file(source, options.out_dir / file, std::filesystem::copy_options::overwrite_existing);
+      }
+    }
+  }
+  return config;
+}
+
+}  // namespace tachyon::model

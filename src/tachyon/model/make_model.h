@@ -1,0 +1,45 @@
+// Random-weight HF model directories (config.json, safetensors, tokenizer files), written
+// deterministically from (arch, preset, seed): the same inputs give the same bytes on every
+// machine, so tests can regenerate what the goldens were computed from instead of storing it.
+// Tiny presets serve tests; real-shape presets serve performance work.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tachyon/model/model_config.h"
+#include "tachyon/tensor/dtype.h"
+
+namespace tachyon::model {
+
+struct MakeModelOptions {
+  std::string arch;     // "llama", "mistral", "qwen2", "qwen3" (or the HF architecture name)
+  std::string preset;   // see model_presets()
+  uint64_t seed = 0;
+  std::optional<DType> dtype;                   // default: the preset's
+  std::optional<std::filesystem::path> tokenizer_dir;  // copies tokenizer.json (+ config); sets vocab and bos/eos
+  std::filesystem::path out_dir;
+  size_t shard_bytes = 0;                       // 0: the preset's default (0 there: one file)
+};
+
+struct ModelPreset {
+  std::string name;
+  std::string description;
+  std::string only_arch;  // "" for shape presets that fit every arch
+  ModelConfig shape;      // architecture fields are filled from the arch at make time
+  DType dtype = DType::kF32;
+  size_t shard_bytes = 0;
+};
+
+const std::vector<ModelPreset>& model_presets();
+
+// The config make_model would write, without writing anything.
+ModelConfig make_model_config(const MakeModelOptions& options);
+
+// Writes the directory; returns its config. Throws Error on unknown arch/preset or I/O failure.
+ModelConfig make_model(const MakeModelOptions& options);
+
+}  // namespace tachyon::model

@@ -1,0 +1,226 @@
+#include "tachyon/model/model_config.h"
+
+#include <array>
+
+#include "tachyon/base/check.h"
+#include "tachyon/base/file_util.h"
+
+namespace tachyon::model {
+namespace {
+
+struct ArchitectureInfo {
+  const char* architecture;
+  const char* model_type;
+};
+
+constexpr std::array<ArchitectureInfo, 4> kArchitectures = {{
+    {"LlamaForCausalLM", "llama"},
+    {"MistralForCausalLM", "mistral"},
+    {"Qwen2ForCausalLM", "qwen2"},
+    {"Qwen3ForCausalLM", "qwen3"},
+}};
+
+std::string supported_list() {
+  std::string out;
+  for (const auto& info : kArchitectures) {
+    if (!out.empty()) out += ", ";
+    out += info.architecture;
+  }
+  return out;
+}
+
+// A required positive integer field, with an error naming the file and the field.
+int64_t required_int(const nlohmann::json& json, const char* key, const std::string& source) {
+  TACHYON_CHECK(json.contains(key) && json[key].is_number_integer())
+      << source << ": field '" << key << "' is missing or not an integer";
+  int64_t value = json[key].get<int64_t>();
+  TACHYON_CHECK(value > 0) << source << ": field '" << key << "' must be positive, got " << value;
+  return value;
+}
+
+template <typename T>
+T optional_value(const nlohmann::json& json, const char* key, T fallback) {
+  if (!json.contains(key) || json[key].is_null()) return fallback;
+  return json[key].get<T>();
+}
+
+std::optional<int64_t> optional_token_id(const nlohmann::json& json, const char* key) {
+  if (!json.contains(key) || json[key].is_null()) return std::nullopt;
+  const auto& value = json[key];
+  if (value.is_array()) {  // some configs list several eos ids; the first is the canonical one
+    if (value.empty()) return std::nullopt;
+    return value[0].get<int64_t>();
+  }
+  return value.get<int64_t>();
+}
+
+// Checkpoints written by transformers 5 carry "rope_parameters" (type and theta together);
+// older ones carry "rope_scaling" beside "rope_theta". Both spell the fields the same way.
+const nlohmann::json* rope_parameters(const nlohmann::json& json) {
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    if (json.contains(key) && json[key].is_object()) return &json[key];
+  }
+  return nullptr;
+}
+
+RopeScaling parse_rope_scaling(const nlohmann::json& json, const std::string& source) {
+  RopeScaling scaling;
+  const nlohmann::json* parameters = rope_parameters(json);
+  if (parameters == nullptr) return scaling;
+  const auto& rs = *parameters;
+  std::string type = rs.contains("rope_type") ? rs["rope_type"].get<std::string>()
+                     : rs.contains("type")    ? rs["type"].get<std::string>()
+                                              : "default";
+  if (type == "default") return scaling;
+  TACHYON_CHECK(rs.contains("factor")) << source << ": rope_scaling '" << type << "' needs 'factor'";
+  scaling.factor = rs["factor"].get<double>();
+  if (type == "linear") {
+    scaling.type = RopeScalingType::kLinear;
+  } else if (type == "llama3") {
+    scaling.type = RopeScalingType::kLlama3;
+    scaling.low_freq_factor = optional_value<double>(rs, "low_freq_factor", 1.0);
+    scaling.high_freq_factor = optional_value<double>(rs, "high_freq_factor", 4.0);
+    scaling.original_max_position_embeddings =
+        optional_value<int64_t>(rs, "original_max_position_embeddings", 8192);
+    TACHYON_CHECK(scaling.high_freq_factor > scaling.low_freq_factor)
+        << source << ": llama3 rope_scaling needs high_freq_factor > low_freq_factor";
+  } else {
+    TACHYON_FAIL() << source << ": unsupported rope_scaling type '" << type
+                   << "' (supported: default, linear, llama3)";
+  }
+  return scaling;
+}
+
+}  // namespace
+
+bool is_supported_architecture(const std::string& architecture) {
+  for (const auto& info : kArchitectures) {
+    if (architecture == info.architecture) return true;
+  }
+  return false;
+}
+
+std::string model_type_for(const std::string& architecture) {
+  for (const auto& info : kArchitectures) {
+    if (architecture == info.architecture) return info.model_type;
+  }
+  TACHYON_FAIL() << "unknown architecture '" << architecture << "' (supported: " << supported_list() << ")";
+}
+
+ModelConfig ModelConfig::from_json(const nlohmann::json& json, const std::string& source) {
+  TACHYON_CHECK(json.is_object()) << source << ": expected a JSON object";
+  ModelConfig c;
+  TACHYON_CHECK(json.contains("architectures") && json["architectures"].is_array() &&
+                !json["architectures"].empty())
+      << source << ": field 'architectures' is missing";
+  c.architecture = json["architectures"][0].get<std::string>();
+  TACHYON_CHECK(is_supported_architecture(c.architecture))
+      << source << ": unknown architecture '" << c.architecture << "' (supported: " << supported_list()
+      << ")";
+  c.model_type = model_type_for(c.architecture);
+
+  c.vocab_size = required_int(json, "vocab_size", source);
+  c.hidden_size = required_int(json, "hidden_size", source);
+  c.intermediate_size = required_int(json, "intermediate_size", source);
+  c.num_hidden_layers = required_int(json, "num_hidden_layers", source);
+  c.num_attention_heads = required_int(json, "num_attention_heads", source);
+  c.num_key_value_heads = json.contains("num_key_value_heads") && !json["num_key_value_heads"].is_null()
+                              ? required_int(json, "num_key_value_heads", source)
+                              : c.num_attention_heads;
+  TACHYON_CHECK(c.num_attention_heads % c.num_key_value_heads == 0)
+      << source << ": num_attention_heads (" << c.num_attention_heads
+      << ") must be a multiple of num_key_value_heads (" << c.num_key_value_heads << ")";
+  if (json.contains("head_dim") && !json["head_dim"].is_null()) {
+    c.head_dim = required_int(json, "head_dim", source);
+  } else {
+    TACHYON_CHECK(c.hidden_size % c.num_attention_heads == 0)
+        << source << ": hidden_size (" << c.hidden_size << ") is not divisible by num_attention_heads ("
+        << c.num_attention_heads << ") and no head_dim is given";
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  TACHYON_CHECK(c.head_dim % 2 == 0) << source << ": head_dim must be even for RoPE, got " << c.head_dim;
+  c.max_position_embeddings = optional_value<int64_t>(json, "max_position_embeddings", 4096);
+  c.rms_norm_eps = optional_value<double>(json, "rms_norm_eps", 1e-6);
+  c.rope_theta = optional_value<double>(json, "rope_theta", 10000.0);
+  if (const nlohmann::json* parameters = rope_parameters(json); parameters && parameters->contains("rope_theta")) {
+    c.rope_theta = (*parameters)["rope_theta"].get<double>();
+  }
+  c.rope_scaling = parse_rope_scaling(json, source);
+  c.tie_word_embeddings = optional_value<bool>(json, "tie_word_embeddings", false);
+  c.torch_dtype = optional_value<std::string>(json, "torch_dtype", optional_value<std::string>(json, "dtype", ""));
+  c.bos_token_id = optional_token_id(json, "bos_token_id");
+  c.eos_token_id = optional_token_id(json, "eos_token_id");
+
+  bool attention_bias = optional_value<bool>(json, "attention_bias", false);
+  if (c.model_type == "qwen2") {
+    c.qkv_bias = true;  // Qwen2 has q/k/v biases by construction, o_proj none
+    TACHYON_CHECK(!optional_value<bool>(json, "use_sliding_window", false))
+        << source << ": Qwen2 use_sliding_window=true is not supported yet";
+  } else {
+    c.qkv_bias = attention_bias;
+    c.o_proj_bias = attention_bias;
+  }
+  c.mlp_bias = c.model_type == "llama" && optional_value<bool>(json, "mlp_bias", false);
+  c.qk_norm = c.model_type == "qwen3";
+  if (c.model_type == "mistral" && json.contains("sliding_window") && !json["sliding_window"].is_null()) {
+    c.sliding_window = required_int(json, "sliding_window", source);
+  }
+  if (json.contains("hidden_act")) {
+    std::string act = json["hidden_act"].get<std::string>();
+    TACHYON_CHECK(act == "silu") << source << ": hidden_act '" << act << "' is not supported (only silu)";
+  }
+  return c;
+}
+
+ModelConfig ModelConfig::from_dir(const std::filesystem::path& model_dir) {
+  auto path = model_dir / "config.json";
+  TACHYON_CHECK(std::filesystem::exists(path)) << "no config.json in " << model_dir.string();
+  return from_json(read_json_file(path), path.string());
+}
+
+nlohmann::json ModelConfig::to_json() const {
+  nlohmann::json j;
+  j["architectures"] = {architecture};
+  j["model_type"] = model_type;
+  j["vocab_size"] = vocab_size;
+  j["hidden_size"] = hidden_size;
+  j["intermediate_size"] = intermediate_size;
+  j["num_hidden_layers"] = num_hidden_layers;
+  j["num_attention_heads"] = num_attention_heads;
+  j["num_key_value_heads"] = num_key_value_heads;
+  j["head_dim"] = head_dim;
+  j["max_position_embeddings"] = max_position_embeddings;
+  j["rms_norm_eps"] = rms_norm_eps;
+  j["rope_theta"] = rope_theta;
+  j["hidden_act"] = "silu";
+  j["tie_word_embeddings"] = tie_word_embeddings;
+  j["torch_dtype"] = torch_dtype.empty() ? "float32" : torch_dtype;
+  if (bos_token_id) j["bos_token_id"] = *bos_token_id;
+  if (eos_token_id) j["eos_token_id"] = *eos_token_id;
+  switch (rope_scaling.type) {
+    case RopeScalingType::kNone: j["rope_scaling"] = nullptr; break;
+    case RopeScalingType::kLinear:
+      j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", rope_scaling.factor}};
+      break;
+    case RopeScalingType::kLlama3:
+      j["rope_scaling"] = {{"rope_type", "llama3"},
+                           {"factor", rope_scaling.factor},
+                           {"low_freq_factor", rope_scaling.low_freq_factor},
+                           {"high_freq_factor", rope_scaling.high_freq_factor},
+                           {"original_max_position_embeddings", rope_scaling.original_max_position_embeddings}};
+      break;
+  }
+  if (model_type == "qwen2") {
+    j["use_sliding_window"] = false;
+    j["sliding_window"] = nullptr;
+  } else {
+    j["attention_bias"] = qkv_bias;
+  }
+  if (model_type == "llama") j["mlp_bias"] = mlp_bias;
+  if (model_type == "mistral") {
+    j["sliding_window"] = sliding_window ? nlohmann::json(*sliding_window) : nlohmann::json(nullptr);
+  }
+  return j;
+}
+
+}  // namespace tachyon::model

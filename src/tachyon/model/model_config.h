@@ -1,0 +1,67 @@
+// ModelConfig: the typed form of a Hugging Face config.json for the dense decoder families
+// (Llama, Mistral, Qwen2, Qwen3). Parsed and validated once; immutable afterwards. The
+// architectures differ only in fields here (biases, q/k norm, sliding window), so one forward
+// serves them all; see dense_model.h.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace tachyon::model {
+
+enum class RopeScalingType { kNone, kLinear, kLlama3 };
+
+struct RopeScaling {
+  RopeScalingType type = RopeScalingType::kNone;
+  double factor = 1.0;
+  // llama3 only: frequencies with wavelengths between original_max_position / high_freq_factor
+  // and original_max_position / low_freq_factor are interpolated smoothly.
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
+
+struct ModelConfig {
+  std::string architecture;  // as in config.json "architectures"[0], e.g. "Qwen3ForCausalLM"
+  std::string model_type;    // "llama", "mistral", "qwen2", "qwen3"
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  int64_t head_dim = 0;  // config "head_dim" when given, else hidden_size / num_attention_heads
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  bool qkv_bias = false;       // Qwen2 always; Llama/Qwen3 when attention_bias is true
+  bool o_proj_bias = false;    // Llama/Qwen3 attention_bias covers o_proj too; Qwen2 never
+  bool mlp_bias = false;       // Llama's mlp_bias
+  bool qk_norm = false;        // Qwen3: RMSNorm over head_dim on q and k before RoPE
+  std::optional<int64_t> sliding_window;  // Mistral: a query sees the last `sliding_window` keys
+  std::string torch_dtype;     // informative: the dtype the checkpoint was saved in
+  std::optional<int64_t> bos_token_id;
+  std::optional<int64_t> eos_token_id;
+
+  int64_t q_size() const { return num_attention_heads * head_dim; }
+  int64_t kv_size() const { return num_key_value_heads * head_dim; }
+
+  // Parses config.json content; `source` names the file in error messages.
+  static ModelConfig from_json(const nlohmann::json& json, const std::string& source = "config.json");
+  static ModelConfig from_dir(const std::filesystem::path& model_dir);
+  // The config.json a HF model directory would carry for this config (inverse of from_json).
+  nlohmann::json to_json() const;
+};
+
+// True for the architectures this build can load (the config.json "architectures" names).
+bool is_supported_architecture(const std::string& architecture);
+// "llama" for LlamaForCausalLM etc.; throws Error listing the supported ones otherwise.
+std::string model_type_for(const std::string& architecture);
+
+}  // namespace tachyon::model

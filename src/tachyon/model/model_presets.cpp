@@ -1,0 +1,107 @@
+// The preset table of make-model. Tiny presets are a few MB and each one exercises one
+// variant (GQA ratio, tied embeddings, rope scaling, sliding window, biases, head_dim override)
+// that the goldens cover; real presets copy the shapes of published checkpoints.
+#include "tachyon/model/make_model.h"
+
+namespace tachyon::model {
+namespace {
+
+ModelConfig tiny_shape() {
+  ModelConfig c;
+  c.vocab_size = 512;
+  c.hidden_size = 64;
+  c.intermediate_size = 160;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 16;
+  c.max_position_embeddings = 2048;
+  c.rms_norm_eps = 1e-6;
+  c.rope_theta = 10000.0;
+  return c;
+}
+
+ModelPreset tiny(std::string name, std::string description, ModelConfig shape, std::string only_arch = "") {
+  return ModelPreset{std::move(name), std::move(description), std::move(only_arch), std::move(shape), DType::kF32, 0};
+}
+
+std::vector<ModelPreset> build_presets() {
+  std::vector<ModelPreset> presets;
+  ModelConfig c = tiny_shape();
+  presets.push_back(tiny("tiny", "2 layers, hidden 64, 4 heads / 2 kv heads (GQA 2)", c));
+
+  c = tiny_shape();
+  c.num_key_value_heads = 4;
+  c.tie_word_embeddings = true;
+  presets.push_back(tiny("tiny-tied", "MHA with tied input/output embeddings", c));
+
+  c = tiny_shape();
+  c.num_attention_heads = 8;
+  c.num_key_value_heads = 1;
+  c.head_dim = 8;
+  presets.push_back(tiny("tiny-mqa", "8 heads sharing 1 kv head (GQA 8)", c));
+
+  c = tiny_shape();
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 32;  // q_size 128 != hidden 64: the head_dim override path
+  presets.push_back(tiny("tiny-head-dim", "head_dim 32 overriding hidden/heads = 16", c));
+
+  c = tiny_shape();
+  c.rope_theta = 500000.0;
+  c.rope_scaling.type = RopeScalingType::kLlama3;
+  c.rope_scaling.factor = 8.0;
+  c.rope_scaling.low_freq_factor = 1.0;
+  c.rope_scaling.high_freq_factor = 4.0;
+  c.rope_scaling.original_max_position_embeddings = 256;  // small so every band is exercised
+  presets.push_back(tiny("tiny-rope-llama3", "llama3 rope scaling with all three frequency bands", c));
+
+  c = tiny_shape();
+  c.rope_scaling.type = RopeScalingType::kLinear;
+  c.rope_scaling.factor = 4.0;
+  presets.push_back(tiny("tiny-rope-linear", "linear rope scaling, factor 4", c));
+
+  c = tiny_shape();
+  c.sliding_window = 8;
+  presets.push_back(tiny("tiny-window", "sliding window of 8 tokens", c, "mistral"));
+
+  c = tiny_shape();
+  c.qkv_bias = true;
+  c.o_proj_bias = true;
+  c.mlp_bias = true;
+  presets.push_back(tiny("tiny-bias", "attention_bias and mlp_bias on", c, "llama"));
+
+  // Real shapes, from the published config.json files.
+  c = ModelConfig{};
+  c.vocab_size = 128256; c.hidden_size = 2048; c.intermediate_size = 8192; c.num_hidden_layers = 16;
+  c.num_attention_heads = 32; c.num_key_value_heads = 8; c.head_dim = 64; c.max_position_embeddings = 131072;
+  c.rms_norm_eps = 1e-5; c.rope_theta = 500000.0; c.tie_word_embeddings = true;
+  c.rope_scaling = {RopeScalingType::kLlama3, 32.0, 1.0, 4.0, 8192};
+  c.bos_token_id = 128000; c.eos_token_id = 128001;
+  presets.push_back({"llama-3.2-1b", "Llama-3.2-1B shapes", "llama", c, DType::kBF16, 2ull << 30});
+
+  c.hidden_size = 4096; c.intermediate_size = 14336; c.num_hidden_layers = 32; c.head_dim = 128;
+  c.tie_word_embeddings = false; c.rope_scaling.factor = 8.0;
+  presets.push_back({"llama-3.1-8b", "Llama-3.1-8B shapes", "llama", c, DType::kBF16, 4ull << 30});
+
+  c = ModelConfig{};
+  c.vocab_size = 151936; c.hidden_size = 1024; c.intermediate_size = 3072; c.num_hidden_layers = 28;
+  c.num_attention_heads = 16; c.num_key_value_heads = 8; c.head_dim = 128; c.max_position_embeddings = 40960;
+  c.rms_norm_eps = 1e-6; c.rope_theta = 1000000.0; c.tie_word_embeddings = true;
+  c.bos_token_id = 151643; c.eos_token_id = 151645;
+  presets.push_back({"qwen3-0.6b", "Qwen3-0.6B shapes", "qwen3", c, DType::kBF16, 2ull << 30});
+
+  c.hidden_size = 4096; c.intermediate_size = 12288; c.num_hidden_layers = 36; c.num_attention_heads = 32;
+  c.tie_word_embeddings = false;
+  presets.push_back({"qwen3-8b", "Qwen3-8B shapes", "qwen3", c, DType::kBF16, 4ull << 30});
+  return presets;
+}
+
+}  // namespace
+
+const std::vector<ModelPreset>& model_presets() {
+  static const std::vector<ModelPreset> presets = build_presets();
+  return presets;
+}
+
+}  // namespace tachyon::model

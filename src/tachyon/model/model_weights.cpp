@@ -1,0 +1,138 @@
+#include "tachyon/model/model_weights.h"
+
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "tachyon/base/check.h"
+
+namespace tachyon::model {
+namespace {
+
+using Shape = std::vector<int64_t>;
+
+std::string layer_name(int64_t layer, const char* suffix) { return fmt::format("model.layers.{}.{}", layer, suffix); }
+
+std::string shape_string(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+
+// Tensors some checkpoints carry that the forward recomputes or ignores.
+bool is_ignorable(const std::string& name) { return name.ends_with("rotary_emb.inv_freq"); }
+
+class WeightReader {
+ public:
+  WeightReader(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint) : checkpoint_(checkpoint) {
+    for (auto& [name, shape] : expected_tensors(config)) expected_.emplace(name, shape);
+  }
+
+  // Reads one expected tensor as f32, appending to `out` (so fused weights are concatenations).
+  void read_into(const std::string& name, std::vector<float>& out) {
+    auto expected = expected_.find(name);
+    TACHYON_CHECK(expected != expected_.end()) << "internal: tensor '" << name << "' is not in the expected set";
+    TACHYON_CHECK(checkpoint_.contains(name)) << "missing tensor '" << name << "' " << shape_string(expected->second)
+                                              << " in the checkpoint";
+    const TensorView& view = checkpoint_.at(name);
+    TACHYON_CHECK(view.shape == expected->second)
+        << view.file << ": tensor '" << name << "' has shape " << shape_string(view.shape) << " but the config needs "
+        << shape_string(expected->second);
+    size_t offset = out.size();
+    out.resize(offset + static_cast<size_t>(view.numel()));
+    convert_to_f32(view.data, view.dtype, static_cast<size_t>(view.numel()), out.data() + offset);
+    read_.insert(name);
+  }
+
+  std::vector<float> read(const std::string& name) {
+    std::vector<float> out;
+    read_into(name, out);
+    return out;
+  }
+
+  // Every checkpoint tensor must have been read, or be one the config allows to be ignored.
+  void check_no_unexpected(const ModelConfig& config) const {
+    for (const auto& [name, view] : checkpoint_.tensors()) {
+      if (read_.count(name) || is_ignorable(name)) continue;
+      if (name == "lm_head.weight" && config.tie_word_embeddings) continue;  // tied: duplicate of embed_tokens
+      TACHYON_FAIL() << view.file << ": unexpected tensor '" << name << "' for " << config.architecture
+                     << " with this config.json (is the config from the same checkpoint?)";
+    }
+  }
+
+ private:
+  const SafetensorsCheckpoint& checkpoint_;
+  std::map<std::string, Shape> expected_;
+  std::set<std::string> read_;
+};
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> expected_tensors(const ModelConfig& c) {
+  std::vector<std::pair<std::string, Shape>> out;
+  const int64_t h = c.hidden_size, inter = c.intermediate_size;
+  out.push_back({"model.embed_tokens.weight", {c.vocab_size, h}});
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    out.push_back({layer_name(l, "input_layernorm.weight"), {h}});
+    out.push_back({layer_name(l, "self_attn.q_proj.weight"), {c.q_size(), h}});
+    out.push_back({layer_name(l, "self_attn.k_proj.weight"), {c.kv_size(), h}});
+    out.push_back({layer_name(l, "self_attn.v_proj.weight"), {c.kv_size(), h}});
+    if (c.qkv_bias) {
+      out.push_back({layer_name(l, "self_attn.q_proj.bias"), {c.q_size()}});
+      out.push_back({layer_name(l, "self_attn.k_proj.bias"), {c.kv_size()}});
+      out.push_back({layer_name(l, "self_attn.v_proj.bias"), {c.kv_size()}});
+    }
+    if (c.qk_norm) {
+      out.push_back({layer_name(l, "self_attn.q_norm.weight"), {c.head_dim}});
+      out.push_back({layer_name(l, "self_attn.k_norm.weight"), {c.head_dim}});
+    }
+    out.push_back({layer_name(l, "self_attn.o_proj.weight"), {h, c.q_size()}});
+    if (c.o_proj_bias) out.push_back({layer_name(l, "self_attn.o_proj.bias"), {h}});
+    out.push_back({layer_name(l, "post_attention_layernorm.weight"), {h}});
+    out.push_back({layer_name(l, "mlp.gate_proj.weight"), {inter, h}});
+    out.push_back({layer_name(l, "mlp.up_proj.weight"), {inter, h}});
+    out.push_back({layer_name(l, "mlp.down_proj.weight"), {h, inter}});
+    if (c.mlp_bias) {
+      out.push_back({layer_name(l, "mlp.gate_proj.bias"), {inter}});
+      out.push_back({layer_name(l, "mlp.up_proj.bias"), {inter}});
+      out.push_back({layer_name(l, "mlp.down_proj.bias"), {h}});
+    }
+  }
+  out.push_back({"model.norm.weight", {h}});
+  if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, h}});
+  return out;
+}
+
+ModelWeights load_weights(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint) {
+  WeightReader reader(config, checkpoint);
+  ModelWeights w;
+  w.config = config;
+  w.embed_tokens = reader.read("model.embed_tokens.weight");
+  w.layers.resize(static_cast<size_t>(config.num_hidden_layers));
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+    LayerWeights& lw = w.layers[static_cast<size_t>(l)];
+    lw.input_norm = reader.read(layer_name(l, "input_layernorm.weight"));
+    for (const char* proj : {"q_proj", "k_proj", "v_proj"}) {
+      reader.read_into(layer_name(l, fmt::format("self_attn.{}.weight", proj).c_str()), lw.qkv);
+      if (config.qkv_bias) reader.read_into(layer_name(l, fmt::format("self_attn.{}.bias", proj).c_str()), lw.qkv_bias);
+    }
+    if (config.qk_norm) {
+      lw.q_norm = reader.read(layer_name(l, "self_attn.q_norm.weight"));
+      lw.k_norm = reader.read(layer_name(l, "self_attn.k_norm.weight"));
+    }
+    lw.o_proj = reader.read(layer_name(l, "self_attn.o_proj.weight"));
+    if (config.o_proj_bias) lw.o_proj_bias = reader.read(layer_name(l, "self_attn.o_proj.bias"));
+    lw.post_attention_norm = reader.read(layer_name(l, "post_attention_layernorm.weight"));
+    reader.read_into(layer_name(l, "mlp.gate_proj.weight"), lw.gate_up);
+    reader.read_into(layer_name(l, "mlp.up_proj.weight"), lw.gate_up);
+    lw.down = reader.read(layer_name(l, "mlp.down_proj.weight"));
+    if (config.mlp_bias) {
+      reader.read_into(layer_name(l, "mlp.gate_proj.bias"), lw.gate_up_bias);
+      reader.read_into(layer_name(l, "mlp.up_proj.bias"), lw.gate_up_bias);
+      lw.down_bias = reader.read(layer_name(l, "mlp.down_proj.bias"));
+    }
+  }
+  w.final_norm = reader.read("model.norm.weight");
+  if (!config.tie_word_embeddings) w.lm_head = reader.read("lm_head.weight");
+  reader.check_no_unexpected(config);
+  return w;
+}
+
+}  // namespace tachyon::model

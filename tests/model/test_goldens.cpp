@@ -1,0 +1,105 @@
+// The CPU reference forward against HF transformers. For every variant of
+// tests/data/goldens/manifest.json: regenerate the tiny model with make_model (deterministic),
+// run the prompt, and compare every position's logits (1e-4 relative to the logit scale) and
+// the 32-token greedy continuation (identical) with what transformers wrote on the GPU machine
+// (tools/make_goldens.py).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "tachyon/base/file_util.h"
+#include "tachyon/model/dense_model.h"
+#include "tachyon/model/make_model.h"
+
+namespace tachyon::model {
+namespace {
+
+const std::filesystem::path kGoldens = std::filesystem::path(TACHYON_TEST_DATA) / "goldens";
+
+std::vector<float> decode_base64_f32(const std::string& text) {
+  static const std::string kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string bytes;
+  uint32_t buffer = 0;
+  int bits = 0;
+  for (char ch : text) {
+    if (ch == '=') break;
+    auto pos = kAlphabet.find(ch);
+    if (pos == std::string::npos) continue;
+    buffer = (buffer << 6) | static_cast<uint32_t>(pos);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      bytes.push_back(static_cast<char>((buffer >> bits) & 0xff));
+    }
+  }
+  std::vector<float> out(bytes.size() / 4);
+  std::memcpy(out.data(), bytes.data(), out.size() * 4);
+  return out;
+}
+
+struct Variant {
+  nlohmann::json manifest_entry;
+  std::string name() const { return manifest_entry["name"].get<std::string>(); }
+};
+
+void PrintTo(const Variant& variant, std::ostream* os) { *os << variant.name(); }
+
+std::vector<Variant> load_variants() {
+  nlohmann::json manifest = read_json_file(kGoldens / "manifest.json");
+  std::vector<Variant> out;
+  for (const auto& entry : manifest["variants"]) out.push_back({entry});
+  return out;
+}
+
+class GoldenTest : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(GoldenTest, LogitsAndGreedyMatchTransformers) {
+  const nlohmann::json& v = GetParam().manifest_entry;
+  const std::string name = v["name"];
+  auto golden_path = kGoldens / (name + ".json");
+  ASSERT_TRUE(std::filesystem::exists(golden_path)) << "no golden " << golden_path << "; run tools/make_goldens.py";
+  nlohmann::json golden = read_json_file(golden_path);
+
+  MakeModelOptions options;
+  options.arch = v["arch"];
+  options.preset = v["preset"];
+  options.seed = v["seed"];
+  options.dtype = v["dtype"] == "f32" ? DType::kF32 : v["dtype"] == "f16" ? DType::kF16 : DType::kBF16;
+  options.shard_bytes = v["shard_size"];
+  options.out_dir = std::filesystem::temp_directory_path() / ("tachyon-golden-" + name + "-" + std::to_string(::getpid()));
+  make_model(options);
+  DenseModel model = DenseModel::load(options.out_dir);
+  std::filesystem::remove_all(options.out_dir);
+
+  std::vector<int32_t> prompt = golden["prompt"].get<std::vector<int32_t>>();
+  ASSERT_EQ(prompt, v["prompt"].get<std::vector<int32_t>>());
+  SequenceKvCache cache(model.config(), static_cast<int64_t>(prompt.size()));
+  std::vector<float> logits = model.forward(prompt, cache, /*all_logits=*/true);
+  std::vector<float> expected = decode_base64_f32(golden["logits_f32_base64"]);
+  ASSERT_EQ(logits.size(), expected.size());
+
+  // Relative to the largest expected logit magnitude: single logits near zero have no
+  // meaningful relative error, the scale of the row does.
+  float scale = 0.0f, worst = 0.0f;
+  for (float e : expected) scale = std::max(scale, std::abs(e));
+  for (size_t i = 0; i < logits.size(); ++i) worst = std::max(worst, std::abs(logits[i] - expected[i]));
+  const float relative = worst / scale;
+  std::printf("[golden] %-18s max |diff| %.3g, scale %.3g, relative %.3g\n", name.c_str(), worst, scale, relative);
+  EXPECT_LT(relative, 1e-4f) << name;
+
+  std::vector<int32_t> greedy = greedy_generate(model, prompt, golden["greedy"].size());
+  EXPECT_EQ(greedy, golden["greedy"].get<std::vector<int32_t>>()) << name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Transformers, GoldenTest, ::testing::ValuesIn(load_variants()),
+                         [](const auto& info) {
+                           std::string n = info.param.name();
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace tachyon::model
