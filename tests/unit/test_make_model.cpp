@@ -1,0 +1,87 @@
+// make-model: deterministic bytes, real presets with the published parameter counts, and the
+// tokenizer's vocabulary and special ids carried into config.json.
+#include "tachyon/model/make_model.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "tachyon/base/check.h"
+#include "tachyon/base/file_util.h"
+#include "tachyon/model/model_weights.h"
+
+namespace tachyon::model {
+namespace {
+
+std::filesystem::path temp_dir(const std::string& tag) {
+  auto dir = std::filesystem::temp_directory_path() / ("tachyon-mm-" + std::to_string(::getpid()) + "-" + tag);
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+int64_t parameter_count(const ModelConfig& config) {
+  int64_t total = 0;
+  for (const auto& [name, shape] : expected_tensors(config)) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    total += n;
+  }
+  return total;
+}
+
+TEST(MakeModel, SameSeedSameBytesOtherSeedOtherBytes) {
+  auto a = temp_dir("a"), b = temp_dir("b"), c = temp_dir("c");
+  make_model({.arch = "qwen3", .preset = "tiny", .seed = 5, .out_dir = a});
+  make_model({.arch = "qwen3", .preset = "tiny", .seed = 5, .out_dir = b});
+  make_model({.arch = "qwen3", .preset = "tiny", .seed = 6, .out_dir = c});
+  EXPECT_EQ(read_file(a / "model.safetensors"), read_file(b / "model.safetensors"));
+  EXPECT_NE(read_file(a / "model.safetensors"), read_file(c / "model.safetensors"));
+  EXPECT_EQ(read_file(a / "config.json"), read_file(c / "config.json"));
+  for (const auto& d : {a, b, c}) std::filesystem::remove_all(d);
+}
+
+TEST(MakeModel, RealPresetsHavePublishedSizes) {
+  struct Case {
+    const char* arch;
+    const char* preset;
+    double billions;
+  };
+  // Parameter counts of the published checkpoints (tied embeddings counted once).
+  for (const Case& c : {Case{"llama", "llama-3.2-1b", 1.236}, Case{"llama", "llama-3.1-8b", 8.030},
+                        Case{"qwen3", "qwen3-0.6b", 0.596}, Case{"qwen3", "qwen3-8b", 8.191}}) {
+    ModelConfig config = make_model_config({.arch = c.arch, .preset = c.preset});
+    EXPECT_NEAR(parameter_count(config) / 1e9, c.billions, 0.001) << c.preset;
+    EXPECT_EQ(config.torch_dtype, "bfloat16");
+  }
+}
+
+TEST(MakeModel, UnknownNamesListTheChoices) {
+  try {
+    make_model_config({.arch = "gpt2", .preset = "tiny"});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("supported: llama, mistral, qwen2, qwen3"), std::string::npos);
+  }
+  try {
+    make_model_config({.arch = "llama", .preset = "huge"});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tiny-tied"), std::string::npos);
+  }
+  EXPECT_THROW(make_model_config({.arch = "qwen3", .preset = "llama-3.2-1b"}), Error);
+  EXPECT_THROW(make_model_config({.arch = "llama", .preset = "tiny-window"}), Error);
+}
+
+TEST(MakeModel, TokenizerSetsVocabAndSpecialIds) {
+  const std::filesystem::path tokenizer = std::filesystem::path(TACHYON_TOKENIZERS) / "qwen3";
+  auto out = temp_dir("tok");
+  ModelConfig config = make_model({.arch = "qwen3", .preset = "tiny", .tokenizer_dir = tokenizer, .out_dir = out});
+  EXPECT_EQ(config.vocab_size, 151669);  // 151643 BPE ids + 26 added tokens
+  EXPECT_EQ(config.eos_token_id, 151645);  // <|im_end|>
+  EXPECT_TRUE(std::filesystem::exists(out / "tokenizer.json"));
+  EXPECT_TRUE(std::filesystem::exists(out / "tokenizer_config.json"));
+  EXPECT_EQ(ModelConfig::from_dir(out).vocab_size, 151669);
+  std::filesystem::remove_all(out);
+}
+
+}  // namespace
+}  // namespace tachyon::model
