@@ -2,7 +2,9 @@
 # Installs what tachyon needs on Debian 12 (when run as root and something is missing), fetches
 # the real tokenizer files the tests use, and builds into build/.
 #   scripts/setup.sh            deps + tokenizers + build
-#   BUILD_DIR=... JOBS=... scripts/setup.sh
+#   BUILD_DIR=... JOBS=... CMAKE_ARGS=... scripts/setup.sh
+#   TACHYON_OFFLINE=1 scripts/setup.sh   build only: no apt, no npm (the GPU machine, which has
+#                                        no registry; see scripts/gpu-machine-deps.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +16,7 @@ DEBIAN_PACKAGES=(
   libopenblas-dev libgtest-dev libgmock-dev
 )
 
+OFFLINE=${TACHYON_OFFLINE:-0}
 missing=()
 for pkg in "${DEBIAN_PACKAGES[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
@@ -23,7 +26,7 @@ done
 command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 python3 -c 'import jinja2' >/dev/null 2>&1 || missing+=(python3-jinja2)
-if ((${#missing[@]})); then
+if ((${#missing[@]})) && [ "$OFFLINE" != 1 ]; then
   echo "setup: installing ${missing[*]}"
   SUDO=""
   if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
@@ -33,7 +36,7 @@ fi
 
 # Real tokenizer.json / tokenizer_config.json files, and the JS reference tokenizer, pinned.
 TOKENIZERS_DIR=third_party/tokenizers
-if [ ! -f "$TOKENIZERS_DIR/.installed-v1" ]; then
+if [ ! -f "$TOKENIZERS_DIR/.installed-v1" ] && [ "$OFFLINE" != 1 ]; then
   mkdir -p "$TOKENIZERS_DIR"
   cp tools/tokenizers-package.json "$TOKENIZERS_DIR/package.json"
   (cd "$TOKENIZERS_DIR" && npm install --no-audit --no-fund --loglevel=error)

@@ -142,7 +142,7 @@ void DenseModel::mlp_block(int64_t layer, std::vector<float>& hidden, int64_t n,
 }
 
 std::vector<int32_t> greedy_generate(const DenseModel& model, std::span<const int32_t> prompt, int64_t max_new_tokens,
-                                     int32_t stop_token) {
+                                     int32_t stop_token, const std::function<void(int32_t)>& on_token) {
   TACHYON_CHECK(!prompt.empty()) << "greedy_generate needs a non-empty prompt";
   SequenceKvCache cache(model.config(), static_cast<int64_t>(prompt.size()) + max_new_tokens);
   std::vector<int32_t> generated;
@@ -150,6 +150,7 @@ std::vector<int32_t> greedy_generate(const DenseModel& model, std::span<const in
   while (static_cast<int64_t>(generated.size()) < max_new_tokens) {
     int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     generated.push_back(next);
+    if (on_token) on_token(next);
     if (next == stop_token || static_cast<int64_t>(generated.size()) == max_new_tokens) break;
     logits = model.forward(std::span<const int32_t>(&next, 1), cache);
   }

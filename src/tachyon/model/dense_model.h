@@ -52,8 +52,10 @@ class DenseModel {
 };
 
 // Greedy decoding with the reference forward: `max_new_tokens` argmax tokens after `prompt`,
-// stopping early only at `stop_token` when it is >= 0.
+// stopping early only at `stop_token` when it is >= 0. `on_token` sees each token as it is
+// chosen (for streaming). The engine's scheduler replaces this loop for serving.
 std::vector<int32_t> greedy_generate(const DenseModel& model, std::span<const int32_t> prompt, int64_t max_new_tokens,
-                                     int32_t stop_token = -1);
+                                     int32_t stop_token = -1,
+                                     const std::function<void(int32_t)>& on_token = nullptr);
 
 }  // namespace tachyon::model
