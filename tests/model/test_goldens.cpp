@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -17,7 +18,10 @@
 namespace tachyon::model {
 namespace {
 
-const std::filesystem::path kGoldens = std::filesystem::path(TACHYON_TEST_DATA) / "goldens";
+// TACHYON_GOLDENS_DIR points the test at freshly generated goldens (scripts/gpu-test.sh).
+const std::filesystem::path kGoldens = std::getenv("TACHYON_GOLDENS_DIR")
+                                           ? std::filesystem::path(std::getenv("TACHYON_GOLDENS_DIR"))
+                                           : std::filesystem::path(TACHYON_TEST_DATA) / "goldens";
 
 std::vector<float> decode_base64_f32(const std::string& text) {
   static const std::string kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

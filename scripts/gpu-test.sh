@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (Ubuntu 24.04, CUDA 13, Python with torch/transformers/tokenizers),
+# from a checkout carrying .deps/ (scripts/gpu-machine-deps.sh fetch) and
+# third_party/tokenizers/models/. It
+#   1. builds everything there with the CUDA part on, and runs the whole ctest suite;
+#   2. regenerates the model goldens with the machine's transformers and runs the golden test
+#      against those fresh ones too, so a transformers change that moves the reference shows.
+# CUDA kernel tests join step 1 as they land (tests/gpu/).
+#   scripts/gpu-test.sh [OUT_DIR]     OUT_DIR receives logs (default: out/gpu-test)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT_DIR=${1:-out/gpu-test}
+mkdir -p "$OUT_DIR"
+BUILD_DIR=build-gpu
+
+scripts/gpu-machine-deps.sh install
+TACHYON_OFFLINE=1 BUILD_DIR=$BUILD_DIR JOBS=$(nproc) CMAKE_ARGS="-DTACHYON_CUDA=ON" scripts/setup.sh \
+  > "$OUT_DIR/build.log" 2>&1 || { tail -50 "$OUT_DIR/build.log"; exit 1; }
+echo "== build: ok ($(grep -c 'Building' "$OUT_DIR/build.log") objects)"
+
+set +e
+ctest --test-dir $BUILD_DIR -j "$(nproc)" --timeout 600 > "$OUT_DIR/ctest.log" 2>&1
+ctest_rc=$?
+set -e
+grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" "$OUT_DIR/ctest.log" | tail -20
+
+fresh=$(mktemp -d)
+TACHYON=$BUILD_DIR/bin/tachyon tools/make_golden_models.sh "$fresh/models" > /dev/null
+python3 tools/make_goldens.py --manifest tests/data/goldens/manifest.json --models "$fresh/models" \
+  --out "$fresh/goldens" > "$OUT_DIR/goldens.log" 2>&1
+cp tests/data/goldens/manifest.json "$fresh/goldens/"
+TACHYON_GOLDENS_DIR="$fresh/goldens" $BUILD_DIR/tests/model_goldens > "$OUT_DIR/fresh-goldens.log" 2>&1 \
+  && echo "== goldens from this machine's transformers: pass" \
+  || { echo "== goldens from this machine's transformers: FAIL"; grep -E "golden\]|FAILED" "$OUT_DIR/fresh-goldens.log"; exit 1; }
+grep "golden\]" "$OUT_DIR/fresh-goldens.log"
+exit $ctest_rc
