@@ -1,0 +1,38 @@
+// SamplingParams: how one request turns logits into tokens and when it stops. Plain data,
+// validated once at the door (validate()) so the engine thread never sees a bad value.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tachyon::engine {
+
+struct SamplingParams {
+  // temperature 0 means greedy (argmax); then top_k/top_p/min_p and the seed do not matter.
+  float temperature = 1.0f;
+  int32_t top_k = 0;        // 0: off; else keep the k most likely tokens
+  float top_p = 1.0f;       // keep the smallest set whose probability reaches top_p
+  float min_p = 0.0f;       // drop tokens below min_p * p(most likely)
+  float presence_penalty = 0.0f;    // OpenAI: subtract once for every token already generated
+  float frequency_penalty = 0.0f;   // OpenAI: subtract per occurrence in the generated tokens
+  float repetition_penalty = 1.0f;  // HF/CTRL: divide positive (multiply negative) logits of tokens seen in prompt or output
+  std::optional<uint64_t> seed;     // same seed, same tokens, whatever else is in the batch
+  int32_t max_tokens = 16;
+  int32_t min_tokens = 0;           // EOS and stop_token_ids are masked until this many are generated
+  bool ignore_eos = false;
+  std::vector<int32_t> stop_token_ids;
+  std::vector<std::string> stop;    // stop strings, matched on detokenized text by the consumer
+  bool include_stop_str_in_output = false;
+  int32_t logprobs = -1;            // -1: none; N >= 0: the sampled token's logprob and the top N
+  int32_t n = 1;                    // completions per prompt; they share the prompt's KV blocks
+  int32_t priority = 0;             // lower runs first when the scheduler uses priorities
+
+  bool greedy() const { return temperature == 0.0f; }
+
+  // Throws tachyon::Error naming the field and the allowed range.
+  void validate(int64_t vocab_size) const;
+};
+
+}  // namespace tachyon::engine
