@@ -5,7 +5,6 @@
 #include <numeric>
 
 #include "tachyon/base/check.h"
-#include "tachyon/kernels/attention.h"
 #include "tachyon/kernels/linear.h"
 #include "tachyon/kernels/rms_norm.h"
 #include "tachyon/kernels/rope.h"
@@ -15,12 +14,6 @@ namespace tachyon::model {
 
 namespace cpu = kernels::cpu;
 
-SequenceKvCache::SequenceKvCache(const ModelConfig& config, int64_t capacity_tokens) : capacity(capacity_tokens) {
-  const size_t per_layer = static_cast<size_t>(capacity_tokens * config.kv_size());
-  keys.assign(static_cast<size_t>(config.num_hidden_layers), std::vector<float>(per_layer));
-  values.assign(static_cast<size_t>(config.num_hidden_layers), std::vector<float>(per_layer));
-}
-
 DenseModel::DenseModel(ModelWeights weights) : weights_(std::move(weights)), inv_freq_(rope_inv_freq(weights_.config)) {}
 
 DenseModel DenseModel::load(const std::filesystem::path& model_dir) {
@@ -29,46 +22,62 @@ DenseModel DenseModel::load(const std::filesystem::path& model_dir) {
   return DenseModel(load_weights(config, checkpoint));
 }
 
-std::vector<float> DenseModel::forward(std::span<const int32_t> tokens, SequenceKvCache& cache, bool all_logits,
+std::vector<float> DenseModel::forward(const ForwardBatch& batch, AttentionBackend& attention,
                                        const ForwardHook& hook) const {
   const ModelConfig& c = config();
-  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t n = static_cast<int64_t>(batch.token_ids.size());
   TACHYON_CHECK(n > 0) << "forward needs at least one token";
-  TACHYON_CHECK(cache.length + n <= cache.capacity)
-      << "sequence of " << cache.length + n << " tokens exceeds the KV cache capacity " << cache.capacity;
-  auto emit = [&](std::string_view name, int64_t layer, const std::vector<float>& v) {
-    if (hook) hook(name, layer, v);
-  };
+  TACHYON_CHECK(batch.positions.size() == batch.token_ids.size())
+      << "forward: " << batch.positions.size() << " positions for " << n << " tokens";
 
   std::vector<float> hidden(static_cast<size_t>(n * c.hidden_size));  // [n, hidden]
-  cpu::embedding(hidden.data(), tokens.data(), weights_.embed_tokens.data(), n, c.vocab_size, c.hidden_size);
-  emit("embed", -1, hidden);
+  cpu::embedding(hidden.data(), batch.token_ids.data(), weights_.embed_tokens.data(), n, c.vocab_size, c.hidden_size);
+  if (hook) hook("embed", -1, hidden);
 
   for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
-    attention_block(layer, hidden, n, cache, hook);
+    attention_block(layer, hidden, batch.positions, attention, hook);
     mlp_block(layer, hidden, n, hook);
   }
-  cache.length += n;
 
   // Only the rows whose logits are wanted go through the final norm and the LM head.
-  const int64_t first_row = all_logits ? 0 : n - 1;
-  const int64_t rows = n - first_row;
-  std::vector<float> normed(static_cast<size_t>(rows * c.hidden_size));
-  cpu::rms_norm(normed.data(), hidden.data() + first_row * c.hidden_size, weights_.final_norm.data(), rows,
-                c.hidden_size, static_cast<float>(c.rms_norm_eps));
-  emit("final_norm", -1, normed);
-  std::vector<float> logits(static_cast<size_t>(rows * c.vocab_size));
-  cpu::linear(logits.data(), normed.data(), weights_.output_embedding().data(), nullptr, rows, c.hidden_size,
-              c.vocab_size);
+  const int64_t rows = static_cast<int64_t>(batch.logits_rows.size());
+  std::vector<float> selected(static_cast<size_t>(rows * c.hidden_size));  // [rows, hidden]
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t row = batch.logits_rows[static_cast<size_t>(r)];
+    TACHYON_CHECK(row >= 0 && row < n) << "logits row " << row << " outside the batch of " << n;
+    std::copy_n(hidden.data() + row * c.hidden_size, c.hidden_size, selected.data() + r * c.hidden_size);
+  }
+  cpu::rms_norm(selected.data(), selected.data(), weights_.final_norm.data(), rows, c.hidden_size,
+                static_cast<float>(c.rms_norm_eps));
+  if (hook) hook("final_norm", -1, selected);
+  std::vector<float> logits(static_cast<size_t>(rows * c.vocab_size));  // [rows, vocab]
+  if (rows > 0) {
+    cpu::linear(logits.data(), selected.data(), weights_.output_embedding().data(), nullptr, rows, c.hidden_size,
+                c.vocab_size);
+  }
+  return logits;
+}
+
+std::vector<float> DenseModel::forward(std::span<const int32_t> tokens, SequenceKvCache& cache, bool all_logits,
+                                       const ForwardHook& hook) const {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  std::vector<int64_t> positions(static_cast<size_t>(n));
+  std::iota(positions.begin(), positions.end(), cache.length);
+  std::vector<int64_t> rows;
+  for (int64_t r = all_logits ? 0 : n - 1; r < n; ++r) rows.push_back(r);
+  SequenceAttention attention(config(), cache, n);
+  std::vector<float> logits = forward(ForwardBatch{tokens, positions, rows}, attention, hook);
+  cache.length += n;
   return logits;
 }
 
 // hidden += o_proj(attention(rope(q), rope(k), v)) of rms_norm(hidden).
-void DenseModel::attention_block(int64_t layer, std::vector<float>& hidden, int64_t n, SequenceKvCache& cache,
-                                 const ForwardHook& hook) const {
+void DenseModel::attention_block(int64_t layer, std::vector<float>& hidden, std::span<const int64_t> positions,
+                                 AttentionBackend& attention, const ForwardHook& hook) const {
   const ModelConfig& c = config();
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
   const float eps = static_cast<float>(c.rms_norm_eps);
+  const int64_t n = static_cast<int64_t>(positions.size());
   const int64_t qkv_width = c.q_size() + 2 * c.kv_size();
 
   std::vector<float> normed(hidden.size());  // [n, hidden]
@@ -90,8 +99,6 @@ void DenseModel::attention_block(int64_t layer, std::vector<float>& hidden, int6
     cpu::rms_norm(q.data(), q.data(), w.q_norm.data(), n * c.num_attention_heads, c.head_dim, eps);
     cpu::rms_norm(k.data(), k.data(), w.k_norm.data(), n * c.num_key_value_heads, c.head_dim, eps);
   }
-  std::vector<int64_t> positions(static_cast<size_t>(n));
-  std::iota(positions.begin(), positions.end(), cache.length);
   cpu::apply_rope(q.data(), positions.data(), inv_freq_.data(), n, c.num_attention_heads, c.head_dim);
   cpu::apply_rope(k.data(), positions.data(), inv_freq_.data(), n, c.num_key_value_heads, c.head_dim);
   if (hook) {
@@ -99,21 +106,9 @@ void DenseModel::attention_block(int64_t layer, std::vector<float>& hidden, int6
     hook("k", layer, k);
   }
 
-  auto& key_cache = cache.keys[static_cast<size_t>(layer)];
-  auto& value_cache = cache.values[static_cast<size_t>(layer)];
-  std::copy(k.begin(), k.end(), key_cache.begin() + cache.length * c.kv_size());
-  std::copy(v.begin(), v.end(), value_cache.begin() + cache.length * c.kv_size());
-
-  kernels::cpu::AttentionShape shape;
-  shape.num_queries = n;
-  shape.first_position = cache.length;
-  shape.num_heads = c.num_attention_heads;
-  shape.num_kv_heads = c.num_key_value_heads;
-  shape.head_dim = c.head_dim;
-  shape.sliding_window = c.sliding_window.value_or(0);
-  shape.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  attention.store_kv(layer, k, v);
   std::vector<float> attended(q.size());  // [n, heads, head_dim]
-  cpu::attention(attended.data(), q.data(), key_cache.data(), value_cache.data(), shape);
+  attention.attend(layer, q, attended);
 
   std::vector<float> projected(hidden.size());  // [n, hidden]
   cpu::linear(projected.data(), attended.data(), w.o_proj.data(), w.o_proj_bias.empty() ? nullptr : w.o_proj_bias.data(),

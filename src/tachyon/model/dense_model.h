@@ -11,19 +11,18 @@
 #include <string_view>
 #include <vector>
 
+#include "tachyon/model/attention_backend.h"
 #include "tachyon/model/model_config.h"
 #include "tachyon/model/model_weights.h"
 
 namespace tachyon::model {
 
-// Contiguous K/V of one sequence: per layer [capacity, num_kv_heads, head_dim] f32.
-// The engine's paged cache replaces it; this one serves the reference forward and tests.
-struct SequenceKvCache {
-  SequenceKvCache(const ModelConfig& config, int64_t capacity);
-  int64_t capacity = 0;
-  int64_t length = 0;  // tokens whose K/V are written
-  std::vector<std::vector<float>> keys;
-  std::vector<std::vector<float>> values;
+// The tokens of one forward pass: a ragged batch of any number of sequences, flattened. Which
+// token belongs to which sequence only the AttentionBackend knows.
+struct ForwardBatch {
+  std::span<const int32_t> token_ids;    // [num_tokens]
+  std::span<const int64_t> positions;    // [num_tokens]
+  std::span<const int64_t> logits_rows;  // indices into token_ids whose logits are returned, in order
 };
 
 // Called with named intermediates ("attn_norm", "q", "attn_out", "mlp_out", "final_norm" ...)
@@ -37,14 +36,18 @@ class DenseModel {
 
   const ModelConfig& config() const { return weights_.config; }
 
-  // Runs `tokens` after the cache's current contents, appends their K/V, and returns logits
-  // [tokens.size(), vocab_size] (all_logits) or [1, vocab_size] for the last token only.
+  // Runs the batch; returns logits [batch.logits_rows.size(), vocab_size].
+  std::vector<float> forward(const ForwardBatch& batch, AttentionBackend& attention,
+                             const ForwardHook& hook = nullptr) const;
+
+  // One sequence: runs `tokens` after the cache's current contents, appends their K/V, and
+  // returns logits [tokens.size(), vocab_size] (all_logits) or [1, vocab_size] for the last.
   std::vector<float> forward(std::span<const int32_t> tokens, SequenceKvCache& cache, bool all_logits = false,
                              const ForwardHook& hook = nullptr) const;
 
  private:
-  void attention_block(int64_t layer, std::vector<float>& hidden, int64_t tokens, SequenceKvCache& cache,
-                       const ForwardHook& hook) const;
+  void attention_block(int64_t layer, std::vector<float>& hidden, std::span<const int64_t> positions,
+                       AttentionBackend& attention, const ForwardHook& hook) const;
   void mlp_block(int64_t layer, std::vector<float>& hidden, int64_t tokens, const ForwardHook& hook) const;
 
   ModelWeights weights_;

@@ -1,0 +1,42 @@
+#include "tachyon/model/attention_backend.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "tachyon/base/check.h"
+#include "tachyon/kernels/attention.h"
+
+namespace tachyon::model {
+
+SequenceKvCache::SequenceKvCache(const ModelConfig& config, int64_t capacity_tokens) : capacity(capacity_tokens) {
+  const size_t per_layer = static_cast<size_t>(capacity_tokens * config.kv_size());
+  keys.assign(static_cast<size_t>(config.num_hidden_layers), std::vector<float>(per_layer));
+  values.assign(static_cast<size_t>(config.num_hidden_layers), std::vector<float>(per_layer));
+}
+
+SequenceAttention::SequenceAttention(const ModelConfig& config, SequenceKvCache& cache, int64_t num_new)
+    : config_(config), cache_(cache), num_new_(num_new) {
+  TACHYON_CHECK(cache.length + num_new <= cache.capacity)
+      << "sequence of " << cache.length + num_new << " tokens exceeds the KV cache capacity " << cache.capacity;
+}
+
+void SequenceAttention::store_kv(int64_t layer, std::span<const float> k, std::span<const float> v) {
+  const size_t offset = static_cast<size_t>(cache_.length * config_.kv_size());
+  std::copy(k.begin(), k.end(), cache_.keys[static_cast<size_t>(layer)].begin() + static_cast<long>(offset));
+  std::copy(v.begin(), v.end(), cache_.values[static_cast<size_t>(layer)].begin() + static_cast<long>(offset));
+}
+
+void SequenceAttention::attend(int64_t layer, std::span<const float> q, std::span<float> out) {
+  kernels::cpu::AttentionShape shape;
+  shape.num_queries = num_new_;
+  shape.first_position = cache_.length;
+  shape.num_heads = config_.num_attention_heads;
+  shape.num_kv_heads = config_.num_key_value_heads;
+  shape.head_dim = config_.head_dim;
+  shape.sliding_window = config_.sliding_window.value_or(0);
+  shape.scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
+  kernels::cpu::attention(out.data(), q.data(), cache_.keys[static_cast<size_t>(layer)].data(),
+                          cache_.values[static_cast<size_t>(layer)].data(), shape);
+}
+
+}  // namespace tachyon::model
