@@ -3,7 +3,9 @@
 
 Runs on the dev machine (needs only `jinja2`). For each model folder with a chat_template in its
 tokenizer_config.json, renders every conversation of --conversations and writes
-<out>/expected_jinja2_<name>.json. A conversation the template refuses (raise_exception, a type
+<out>/expected_jinja2_<name>.json. With --cases, also renders the small feature templates of
+tests/data/chat/jinja_cases.json ({name, template, vars}) into <out>/expected_jinja2_cases.json,
+which tests/unit/test_jinja_conformance.cpp checks the interpreter against. A conversation the template refuses (raise_exception, a type
 error) is recorded as {"error": "..."}; tachyon's renderer must raise for it too.
 
 The environment mirrors transformers' chat_template_utils._compile_jinja_template:
@@ -11,7 +13,8 @@ ImmutableSandboxedEnvironment(trim_blocks, lstrip_blocks, loopcontrols), tojson 
 ensure_ascii=False (key order kept), raise_exception and strftime_now as globals.
 
   python3 tools/chat_reference_jinja2.py --conversations tests/data/chat/conversations.json \
-      --models third_party/tokenizers/models --out tests/data/chat
+      --models third_party/tokenizers/models --out tests/data/chat \\
+      --cases tests/data/chat/jinja_cases.json
 """
 import argparse
 import copy
@@ -73,16 +76,38 @@ def render_all(env, config, conversations):
     return results
 
 
+def render_cases(env, cases):
+    results = []
+    for case in cases:
+        entry = {"name": case["name"]}
+        try:
+            entry["rendered"] = env.from_string(case["template"]).render(**copy.deepcopy(case["vars"]))
+        except Exception as e:
+            entry["error"] = f"{type(e).__name__}: {e}"
+        results.append(entry)
+    return results
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--conversations", required=True)
     parser.add_argument("--models", required=True)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--cases", help="feature cases: [{name, template, vars}]")
     args = parser.parse_args()
     with open(args.conversations, encoding="utf-8") as f:
         conversations = json.load(f)
     env = make_environment()
     os.makedirs(args.out, exist_ok=True)
+    if args.cases:
+        with open(args.cases, encoding="utf-8") as f:
+            results = render_cases(env, json.load(f))
+        path = os.path.join(args.out, "expected_jinja2_cases.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"reference": f"jinja2 {jinja2.__version__}", "results": results}, f,
+                      ensure_ascii=False, indent=1)
+            f.write("\n")
+        print(f"cases: {len(results)} -> {path}")
     for name in sorted(os.listdir(args.models)):
         config_path = os.path.join(args.models, name, "tokenizer_config.json")
         if not os.path.isfile(config_path):

@@ -319,7 +319,12 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& args
   if (name == "select" || name == "reject") return select(v, args, false, name == "select");
   if (name == "selectattr" || name == "rejectattr") return select(v, args, true, name == "selectattr");
   if (name == "indent") return indent(v, args);
-  if (name == "attr") return get_attribute(v, to_str(args.positional.at(0)));
+  if (name == "attr") {
+    // jinja2's attr looks up attributes only, never dict keys: {'a': 1}|attr('a') is undefined.
+    TACHYON_CHECK(!args.positional.empty()) << "attr needs an attribute name";
+    if (v.kind == Kind::kDict) return Value::undefined("'dict object' has no attribute '" + to_str(args.positional[0]) + "'");
+    return get_attribute(v, to_str(args.positional[0]));
+  }
   if (name == "wordcount") return Value::from_int(static_cast<int64_t>(py_split(to_str(v), std::nullopt, -1, false).size()));
   TACHYON_FAIL() << "no filter named '" << name << "'";
   return v;
