@@ -1,7 +1,9 @@
 // Python operator semantics for template values; see operators.h.
 #include "tachyon/tokenizer/jinja/operators.h"
 
+#include <cctype>
 #include <cmath>
+#include <cstdio>
 
 #include "tachyon/base/check.h"
 #include "tachyon/tokenizer/jinja/py_string.h"
@@ -32,6 +34,56 @@ Value repeat(const Value& seq, int64_t times) {
   ValueList out;
   for (int64_t i = 0; i < times; ++i) out.insert(out.end(), seq.list->begin(), seq.list->end());
   return Value::from_list(std::move(out), seq.is_tuple);
+}
+
+// Python's printf-style `'fmt' % args` for the conversions templates use: %s %r %d %i %f %%,
+// with an optional precision for %f ("%.2f").
+Value percent_format(const std::string& fmt, const Value& args) {
+  ValueList values = args.kind == Kind::kList && args.is_tuple ? *args.list : ValueList{args};
+  size_t next = 0;
+  std::string out;
+  for (size_t i = 0; i < fmt.size(); ++i) {
+    if (fmt[i] != '%') {
+      out += fmt[i];
+      continue;
+    }
+    TACHYON_CHECK(i + 1 < fmt.size()) << "incomplete format in '" << fmt << "'";
+    if (fmt[i + 1] == '%') {
+      out += '%';
+      ++i;
+      continue;
+    }
+    int precision = -1;
+    size_t j = i + 1;
+    if (fmt[j] == '.') {
+      precision = 0;
+      for (++j; j < fmt.size() && std::isdigit(static_cast<unsigned char>(fmt[j])); ++j) {
+        precision = precision * 10 + (fmt[j] - '0');
+      }
+    }
+    TACHYON_CHECK(j < fmt.size()) << "incomplete format in '" << fmt << "'";
+    TACHYON_CHECK(next < values.size()) << "not enough arguments for format string '" << fmt << "'";
+    const Value& v = values[next++];
+    char conversion = fmt[j];
+    if (conversion == 's') {
+      out += to_str(v);
+    } else if (conversion == 'r') {
+      out += repr(v);
+    } else if (conversion == 'd' || conversion == 'i') {
+      TACHYON_CHECK(v.is_number()) << "%" << conversion << " format: a real number is required, not " << type_name(v);
+      out += std::to_string(v.kind == Kind::kFloat ? static_cast<int64_t>(v.number) : v.as_int());
+    } else if (conversion == 'f') {
+      TACHYON_CHECK(v.is_number()) << "%f format: a real number is required, not " << type_name(v);
+      char buf[64];
+      std::snprintf(buf, sizeof(buf), "%.*f", precision < 0 ? 6 : precision, v.as_double());
+      out += buf;
+    } else {
+      TACHYON_FAIL() << "unsupported format character '" << conversion << "' in '" << fmt << "'";
+    }
+    i = j;
+  }
+  TACHYON_CHECK(next == values.size()) << "not all arguments converted during string formatting";
+  return Value::from_string(std::move(out));
 }
 
 Value arithmetic(const std::string& op, const Value& a, const Value& b) {
@@ -105,9 +157,7 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     if (a_seq && b.is_integral()) return repeat(a, b.as_int());
     if (b_seq && a.is_integral()) return repeat(b, a.as_int());
   }
-  if (op == "%" && a.is_string()) {
-    TACHYON_FAIL() << "printf-style string formatting ('%' on a string) is not supported";
-  }
+  if (op == "%" && a.is_string()) return percent_format(a.text, b);
   return arithmetic(op, a, b);
 }
 
