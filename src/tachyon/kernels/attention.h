@@ -21,4 +21,15 @@ struct AttentionShape {
 // 0 .. first_position + num_queries - 1 already written.
 void attention(float* out, const float* q, const float* k_cache, const float* v_cache, const AttentionShape& shape);
 
+// The same for one sequence of a paged cache: k_cache, v_cache: [num_blocks, block_size,
+// num_kv_heads, head_dim]; key j lives at row block_table[j / block_size] * block_size +
+// j % block_size. block_table: [ceil((first_position + num_queries) / block_size)].
+void paged_attention(float* out, const float* q, const float* k_cache, const float* v_cache, const int32_t* block_table,
+                     int32_t block_size, const AttentionShape& shape);
+
+// Writes K/V rows into a paged cache: k, v: [num_tokens, kv_size]; slot_mapping: [num_tokens]
+// (row of each token); k_cache, v_cache: [num_slots, kv_size].
+void store_kv_paged(float* k_cache, float* v_cache, const float* k, const float* v, const int64_t* slot_mapping,
+                    int64_t num_tokens, int64_t kv_size);
+
 }  // namespace tachyon::kernels::cpu

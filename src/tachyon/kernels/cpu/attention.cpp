@@ -2,11 +2,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 namespace tachyon::kernels::cpu {
+namespace {
 
-void attention(float* out, const float* q, const float* k_cache, const float* v_cache, const AttentionShape& s) {
+// The one attention loop; `key_row(j)` says where key/value j lives, which is all that differs
+// between a contiguous and a paged cache.
+template <typename KeyRow>
+void attention_impl(float* out, const float* q, const float* k_cache, const float* v_cache, const AttentionShape& s,
+                    KeyRow key_row) {
   const int64_t group = s.num_heads / s.num_kv_heads;
   const int64_t kv_stride = s.num_kv_heads * s.head_dim;
 #pragma omp parallel for collapse(2) if (s.num_queries * s.num_heads > 1)
@@ -16,14 +22,14 @@ void attention(float* out, const float* q, const float* k_cache, const float* v_
       const int64_t first_key = s.sliding_window > 0 ? std::max<int64_t>(0, position - s.sliding_window + 1) : 0;
       const int64_t kv_head = h / group;
       const float* qv = q + (i * s.num_heads + h) * s.head_dim;
-      std::vector<float> scores(position - first_key + 1);
+      std::vector<float> scores(static_cast<size_t>(position - first_key + 1));
       float max_score = -INFINITY;
       for (int64_t j = first_key; j <= position; ++j) {
-        const float* kv = k_cache + j * kv_stride + kv_head * s.head_dim;
+        const float* kv = k_cache + key_row(j) * kv_stride + kv_head * s.head_dim;
         float dot = 0.0f;
         for (int64_t d = 0; d < s.head_dim; ++d) dot += qv[d] * kv[d];
-        scores[j - first_key] = dot * s.scale;
-        max_score = std::max(max_score, scores[j - first_key]);
+        scores[static_cast<size_t>(j - first_key)] = dot * s.scale;
+        max_score = std::max(max_score, scores[static_cast<size_t>(j - first_key)]);
       }
       float denominator = 0.0f;
       for (float& score : scores) {
@@ -33,11 +39,32 @@ void attention(float* out, const float* q, const float* k_cache, const float* v_
       float* o = out + (i * s.num_heads + h) * s.head_dim;
       std::fill(o, o + s.head_dim, 0.0f);
       for (int64_t j = first_key; j <= position; ++j) {
-        const float weight = scores[j - first_key] / denominator;
-        const float* vv = v_cache + j * kv_stride + kv_head * s.head_dim;
+        const float weight = scores[static_cast<size_t>(j - first_key)] / denominator;
+        const float* vv = v_cache + key_row(j) * kv_stride + kv_head * s.head_dim;
         for (int64_t d = 0; d < s.head_dim; ++d) o[d] += weight * vv[d];
       }
     }
+  }
+}
+
+}  // namespace
+
+void attention(float* out, const float* q, const float* k_cache, const float* v_cache, const AttentionShape& s) {
+  attention_impl(out, q, k_cache, v_cache, s, [](int64_t j) { return j; });
+}
+
+void paged_attention(float* out, const float* q, const float* k_cache, const float* v_cache, const int32_t* block_table,
+                     int32_t block_size, const AttentionShape& s) {
+  attention_impl(out, q, k_cache, v_cache, s, [block_table, block_size](int64_t j) {
+    return static_cast<int64_t>(block_table[j / block_size]) * block_size + j % block_size;
+  });
+}
+
+void store_kv_paged(float* k_cache, float* v_cache, const float* k, const float* v, const int64_t* slot_mapping,
+                    int64_t num_tokens, int64_t kv_size) {
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    std::memcpy(k_cache + slot_mapping[t] * kv_size, k + t * kv_size, sizeof(float) * static_cast<size_t>(kv_size));
+    std::memcpy(v_cache + slot_mapping[t] * kv_size, v + t * kv_size, sizeof(float) * static_cast<size_t>(kv_size));
   }
 }
 

@@ -1,0 +1,265 @@
+#include "tachyon/engine/engine_core.h"
+
+#include <algorithm>
+
+namespace tachyon::engine {
+namespace {
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+EngineCore::EngineCore(const EngineConfig& config, std::unique_ptr<runner::ModelRunner> runner)
+    : config_(config),
+      runner_(std::move(runner)),
+      kv_(config.num_blocks, config.block_size, config.enable_prefix_caching),
+      scheduler_(config.scheduler, kv_) {
+  TACHYON_CHECK(runner_ != nullptr) << "EngineCore needs a runner";
+  publish_stats();
+}
+
+EngineCore::~EngineCore() { stop(); }
+
+int64_t EngineCore::submit(std::vector<int32_t> prompt, const SamplingParams& params,
+                           const std::shared_ptr<OutputChannel>& channel) {
+  TACHYON_CHECK(channel != nullptr) << "submit needs an output channel";
+  TACHYON_CHECK(!prompt.empty()) << "the prompt is empty";
+  const int64_t vocab = runner_->vocab_size();
+  params.validate(vocab);
+  for (int32_t id : prompt) {
+    TACHYON_CHECK(id >= 0 && id < vocab) << "prompt token id " << id << " is outside the vocabulary [0, " << vocab << ")";
+  }
+  const int64_t max_len = config_.scheduler.max_model_len;
+  TACHYON_CHECK(static_cast<int64_t>(prompt.size()) < max_len)
+      << "the prompt has " << prompt.size() << " tokens; this model's context is " << max_len << " tokens";
+  const int64_t id = next_request_id_.fetch_add(1);
+  {
+    std::lock_guard lock(inbox_mutex_);
+    if (static_cast<int64_t>(inbox_.size()) + waiting_snapshot_.load() >= config_.max_queued_requests) {
+      throw QueueFullError("the engine's waiting queue is full (" + std::to_string(config_.max_queued_requests) +
+                           " requests); retry later");
+    }
+    inbox_.push_back({id, std::move(prompt), std::make_shared<const SamplingParams>(params), channel});
+  }
+  inbox_ready_.notify_one();
+  return id;
+}
+
+void EngineCore::abort(int64_t request_id) {
+  {
+    std::lock_guard lock(inbox_mutex_);
+    abort_inbox_.push_back(request_id);
+  }
+  inbox_ready_.notify_one();
+}
+
+void EngineCore::drain_inbox() {
+  std::vector<Submission> submissions;
+  std::vector<int64_t> aborts;
+  {
+    std::lock_guard lock(inbox_mutex_);
+    submissions.swap(inbox_);
+    aborts.swap(abort_inbox_);
+  }
+  for (Submission& s : submissions) admit(std::move(s));
+  for (int64_t id : aborts) abort_request(id);
+}
+
+// A request becomes n sequences; the first runs its prompt, the others wait for it so that
+// they start from its cached blocks.
+void EngineCore::admit(Submission&& submission) {
+  ActiveRequest request;
+  request.channel = std::move(submission.channel);
+  request.logprobs = submission.params->logprobs >= 0;
+  const uint64_t base_seed = submission.params->seed ? *submission.params->seed : splitmix64(seed_state_);
+  const int64_t arrival = next_arrival_++;
+  for (int32_t index = 0; index < submission.params->n; ++index) {
+    auto sequence = std::make_unique<Sequence>();
+    sequence->id = next_sequence_id_++;
+    sequence->request_id = submission.request_id;
+    sequence->index = index;
+    sequence->arrival = arrival;
+    sequence->params = submission.params;
+    sequence->seed = base_seed + static_cast<uint64_t>(index);
+    sequence->tokens = submission.prompt;
+    sequence->num_prompt_tokens = static_cast<int64_t>(submission.prompt.size());
+    sequences_[sequence->id] = sequence.get();
+    request.sequences.push_back(std::move(sequence));
+  }
+  request.num_unfinished = submission.params->n;
+  Sequence* first = request.sequences.front().get();
+  for (size_t i = 1; i < request.sequences.size(); ++i) first->pending_forks.push_back(request.sequences[i].get());
+  scheduler_.add(first);
+  active_.emplace(submission.request_id, std::move(request));
+}
+
+void EngineCore::abort_request(int64_t request_id) {
+  auto it = active_.find(request_id);
+  if (it == active_.end()) return;
+  RequestOutput out;
+  out.request_id = request_id;
+  out.finished = true;
+  for (auto& sequence : it->second.sequences) {
+    if (sequence->finished()) continue;
+    scheduler_.abort(sequence.get());
+    CompletionDelta delta;
+    delta.index = sequence->index;
+    delta.finish_reason = FinishReason::kAbort;
+    out.completions.push_back(std::move(delta));
+  }
+  if (auto channel = it->second.channel.lock()) channel->push(std::move(out));
+  {
+    std::lock_guard lock(stats_mutex_);
+    ++stats_.requests_aborted;
+  }
+  finish_request(request_id);
+}
+
+// DESIGN rule 1: a consumer that went away takes its request with it.
+void EngineCore::reap_abandoned() {
+  std::vector<int64_t> abandoned;
+  for (const auto& [id, request] : active_) {
+    if (request.channel.expired()) abandoned.push_back(id);
+  }
+  for (int64_t id : abandoned) abort_request(id);
+}
+
+void EngineCore::finish_request(int64_t request_id) {
+  auto it = active_.find(request_id);
+  if (it == active_.end()) return;
+  for (auto& sequence : it->second.sequences) sequences_.erase(sequence->id);
+  active_.erase(it);
+}
+
+bool EngineCore::step() {
+  drain_inbox();
+  reap_abandoned();
+  StepPlan plan = scheduler_.schedule();
+  waiting_snapshot_ = scheduler_.num_waiting();
+  if (plan.empty()) {
+    publish_stats();
+    return false;
+  }
+  std::vector<SampledToken> sampled = runner_->execute(plan);
+  std::vector<int32_t> tokens(sampled.size());
+  std::transform(sampled.begin(), sampled.end(), tokens.begin(), [](const SampledToken& s) { return s.token; });
+  scheduler_.update(plan, tokens);
+  deliver(plan, sampled);
+  {
+    std::lock_guard lock(stats_mutex_);
+    ++stats_.steps;
+    stats_.preemptions += static_cast<int64_t>(plan.preempted.size());
+    for (const ScheduledSequence& s : plan.sequences) {
+      // Tokens before the prompt's end are prompt work; the one decode token is not.
+      auto it = sequences_.find(s.sequence_id);
+      if (it != sequences_.end()) {
+        const int64_t prompt_end = it->second->num_prompt_tokens;
+        stats_.prompt_tokens_computed += std::max<int64_t>(0, std::min(prompt_end, s.num_computed + s.num_tokens) - s.num_computed);
+      }
+    }
+    stats_.generated_tokens += static_cast<int64_t>(sampled.size());
+  }
+  waiting_snapshot_ = scheduler_.num_waiting();
+  publish_stats();
+  return true;
+}
+
+// Copies the engine-thread gauges into the snapshot that stats() hands to other threads.
+void EngineCore::publish_stats() {
+  std::lock_guard lock(stats_mutex_);
+  stats_.num_running = scheduler_.num_running();
+  stats_.num_waiting = scheduler_.num_waiting();
+  stats_.num_active_requests = static_cast<int64_t>(active_.size());
+  stats_.kv_blocks_free = kv_.num_free_blocks();
+  stats_.kv_blocks_total = kv_.num_blocks();
+  stats_.kv = kv_.stats();
+}
+
+// One delta per request that changed this step, merged over its sequences.
+void EngineCore::deliver(const StepPlan& plan, const std::vector<SampledToken>& sampled) {
+  std::unordered_map<int64_t, RequestOutput> outputs;
+  std::vector<int64_t> order;  // requests in plan order, so delivery is deterministic
+  size_t next = 0;
+  for (const ScheduledSequence& entry : plan.sequences) {
+    if (!entry.sample) continue;
+    const SampledToken& token = sampled[next++];
+    auto it = sequences_.find(entry.sequence_id);
+    if (it == sequences_.end()) continue;
+    Sequence& sequence = *it->second;
+    auto request_it = active_.find(sequence.request_id);
+    if (request_it == active_.end()) continue;
+    auto [out_it, inserted] = outputs.try_emplace(sequence.request_id);
+    RequestOutput& out = out_it->second;
+    if (inserted) {
+      order.push_back(sequence.request_id);
+      out.request_id = sequence.request_id;
+      out.num_prompt_tokens = sequence.num_prompt_tokens;
+      out.num_prefix_hit_tokens = sequence.num_prefix_hit_tokens;
+    }
+    CompletionDelta delta;
+    delta.index = sequence.index;
+    delta.token_ids.push_back(token.token);
+    if (request_it->second.logprobs) delta.logprobs.push_back(token);
+    if (sequence.finished()) {
+      delta.finish_reason = sequence.finish_reason;
+      delta.stop_token = sequence.stop_token;
+      --request_it->second.num_unfinished;
+    }
+    out.completions.push_back(std::move(delta));
+  }
+  for (int64_t request_id : order) {
+    ActiveRequest& request = active_.at(request_id);
+    RequestOutput& out = outputs.at(request_id);
+    out.finished = request.num_unfinished == 0;
+    if (auto channel = request.channel.lock()) channel->push(std::move(out));
+    if (request.num_unfinished == 0) {
+      {
+        std::lock_guard lock(stats_mutex_);
+        ++stats_.requests_finished;
+      }
+      finish_request(request_id);
+    }
+  }
+}
+
+bool EngineCore::has_work() {
+  {
+    std::lock_guard lock(inbox_mutex_);
+    if (!inbox_.empty() || !abort_inbox_.empty()) return true;
+  }
+  return scheduler_.has_work();
+}
+
+void EngineCore::loop() {
+  while (!stopping_) {
+    if (step()) continue;
+    std::unique_lock lock(inbox_mutex_);
+    inbox_ready_.wait_for(lock, std::chrono::milliseconds(50),
+                          [&] { return stopping_ || !inbox_.empty() || !abort_inbox_.empty(); });
+  }
+}
+
+void EngineCore::start() {
+  TACHYON_CHECK(!thread_.joinable()) << "engine already started";
+  stopping_ = false;
+  thread_ = std::thread([this] { loop(); });
+}
+
+void EngineCore::stop() {
+  if (!thread_.joinable()) return;
+  stopping_ = true;
+  inbox_ready_.notify_all();
+  thread_.join();
+}
+
+EngineStats EngineCore::stats() {
+  std::lock_guard lock(stats_mutex_);
+  return stats_;
+}
+
+}  // namespace tachyon::engine

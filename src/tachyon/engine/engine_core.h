@@ -1,0 +1,125 @@
+// EngineCore: the step loop. Any thread may submit() or abort(); one engine thread (start())
+// or the caller (step(), for tests) runs
+//     drain submits and aborts -> reap abandoned requests -> schedule -> execute -> update -> deliver
+// Requests exist in the engine only while they run: a finished request leaves no entry in
+// any container, so nothing grows with the number of requests served.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "tachyon/base/check.h"
+#include "tachyon/engine/kv_cache_manager.h"
+#include "tachyon/engine/output_channel.h"
+#include "tachyon/engine/scheduler.h"
+#include "tachyon/runner/model_runner.h"
+
+namespace tachyon::engine {
+
+struct EngineConfig {
+  SchedulerConfig scheduler;
+  int32_t block_size = 16;
+  int32_t num_blocks = 1024;
+  bool enable_prefix_caching = true;
+  int64_t max_queued_requests = 4096;  // waiting requests beyond this are refused at submit
+};
+
+// The waiting queue is full: the caller should retry later (HTTP 503).
+class QueueFullError : public Error {
+ public:
+  using Error::Error;
+};
+
+struct EngineStats {
+  int64_t num_running = 0;
+  int64_t num_waiting = 0;
+  int64_t num_active_requests = 0;
+  int32_t kv_blocks_free = 0;
+  int32_t kv_blocks_total = 0;
+  int64_t steps = 0;
+  int64_t prompt_tokens_computed = 0;   // prompt tokens the model actually ran (prefix hits excluded)
+  int64_t generated_tokens = 0;
+  int64_t preemptions = 0;
+  int64_t requests_finished = 0;
+  int64_t requests_aborted = 0;
+  KvCacheStats kv;
+};
+
+class EngineCore {
+ public:
+  EngineCore(const EngineConfig& config, std::unique_ptr<runner::ModelRunner> runner);
+  ~EngineCore();
+  EngineCore(const EngineCore&) = delete;
+  EngineCore& operator=(const EngineCore&) = delete;
+
+  // Thread-safe. Validates the prompt and params (throws Error with a message for the user, or
+  // QueueFullError) and queues the request; outputs go to `channel`, which the caller owns.
+  int64_t submit(std::vector<int32_t> prompt, const SamplingParams& params, const std::shared_ptr<OutputChannel>& channel);
+  // Thread-safe. Unknown or finished ids are ignored.
+  void abort(int64_t request_id);
+
+  void start();  // runs the loop on an engine thread until stop()
+  void stop();
+  // One iteration on the calling thread (only when start() was not called); false when there
+  // was nothing to do.
+  bool step();
+  bool has_work();      // same thread as step()
+  EngineStats stats();  // the snapshot published after the last step, safe from any thread
+
+ private:
+  struct Submission {
+    int64_t request_id;
+    std::vector<int32_t> prompt;
+    std::shared_ptr<const SamplingParams> params;
+    std::weak_ptr<OutputChannel> channel;
+  };
+  struct ActiveRequest {
+    std::weak_ptr<OutputChannel> channel;
+    std::vector<std::unique_ptr<Sequence>> sequences;
+    int64_t num_unfinished = 0;
+    bool logprobs = false;
+  };
+
+  void drain_inbox();
+  void admit(Submission&& submission);
+  void abort_request(int64_t request_id);
+  void reap_abandoned();
+  void deliver(const StepPlan& plan, const std::vector<SampledToken>& sampled);
+  void finish_request(int64_t request_id);
+  void loop();
+  void publish_stats();
+
+  EngineConfig config_;
+  std::unique_ptr<runner::ModelRunner> runner_;
+  KvCacheManager kv_;
+  Scheduler scheduler_;
+
+  // Engine-thread state.
+  std::unordered_map<int64_t, ActiveRequest> active_;
+  std::unordered_map<int64_t, Sequence*> sequences_;  // live sequences by id
+  int64_t next_sequence_id_ = 0;
+  int64_t next_arrival_ = 0;
+  uint64_t seed_state_ = 0x853c49e6748fea9bull;
+
+  // Shared with submitting threads.
+  std::mutex inbox_mutex_;
+  std::condition_variable inbox_ready_;
+  std::vector<Submission> inbox_;
+  std::vector<int64_t> abort_inbox_;
+  std::atomic<int64_t> next_request_id_{1};
+  std::atomic<int64_t> waiting_snapshot_{0};  // the scheduler's waiting count after the last step
+
+  std::mutex stats_mutex_;
+  EngineStats stats_;
+
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+};
+
+}  // namespace tachyon::engine

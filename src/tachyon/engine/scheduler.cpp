@@ -1,0 +1,227 @@
+#include "tachyon/engine/scheduler.h"
+
+#include <algorithm>
+
+#include "tachyon/base/check.h"
+
+namespace tachyon::engine {
+
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kAbort: return "abort";
+    case FinishReason::kNone: return "";
+  }
+  return "";
+}
+
+bool Scheduler::WaitingOrder::operator()(const Sequence* a, const Sequence* b) const {
+  if (by_priority && a->params->priority != b->params->priority) return a->params->priority < b->params->priority;
+  if (a->arrival != b->arrival) return a->arrival < b->arrival;
+  return a->id < b->id;
+}
+
+Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv_cache)
+    : config_(config), kv_(kv_cache), waiting_(WaitingOrder{config.priority_scheduling}) {
+  TACHYON_CHECK(config.max_num_batched_tokens > 0 && config.max_num_seqs > 0)
+      << "max_num_batched_tokens and max_num_seqs must be positive";
+  TACHYON_CHECK(config.enable_chunked_prefill || config.max_num_batched_tokens >= config.max_model_len)
+      << "without chunked prefill, max_num_batched_tokens (" << config.max_num_batched_tokens
+      << ") must be >= max_model_len (" << config.max_model_len << ") or long prompts could never run";
+}
+
+void Scheduler::add(Sequence* sequence) {
+  sequence->status = SequenceStatus::kWaiting;
+  waiting_.insert(sequence);
+}
+
+void Scheduler::abort(Sequence* sequence) {
+  if (sequence->finished()) return;
+  waiting_.erase(sequence);
+  running_.erase(std::remove(running_.begin(), running_.end(), sequence), running_.end());
+  finish(*sequence, FinishReason::kAbort);
+}
+
+// Tokens this sequence would compute now: what it lacks, within the budget. Without chunked
+// prefill a prompt runs whole or not at all.
+int64_t Scheduler::tokens_to_schedule(const Sequence& sequence, int64_t budget) const {
+  const int64_t remaining = sequence.num_tokens() - sequence.num_computed_tokens;
+  if (remaining <= budget) return remaining;
+  return config_.enable_chunked_prefill ? budget : 0;
+}
+
+StepPlan Scheduler::schedule() {
+  StepPlan plan;
+  plan.block_size = kv_.block_size();
+  int64_t budget = config_.max_num_batched_tokens;
+
+  // Decodes first, then chunked prefills still under way, both in arrival order.
+  std::vector<Sequence*> order = running_;
+  std::stable_partition(order.begin(), order.end(),
+                        [](const Sequence* s) { return s->num_tokens() - s->num_computed_tokens == 1; });
+  for (Sequence* sequence : order) {
+    if (sequence->status != SequenceStatus::kRunning) continue;  // preempted earlier in this loop
+    const int64_t num_new = tokens_to_schedule(*sequence, budget);
+    if (num_new == 0) continue;
+    if (!allocate_or_preempt(*sequence, num_new, plan)) continue;
+    append_to_plan(*sequence, num_new, plan);
+    budget -= num_new;
+  }
+
+  // Waiting sequences only when nothing had to be preempted: admitting new work while evicting
+  // running work would thrash.
+  if (plan.preempted.empty()) {
+    while (!waiting_.empty() && budget > 0 && num_running() < config_.max_num_seqs) {
+      Sequence* next = *waiting_.begin();
+      if (!admit(*next, budget, plan)) break;  // FCFS: later arrivals do not overtake
+    }
+  }
+  return plan;
+}
+
+// Takes the prefix-cache hits, allocates the rest, and moves the sequence to running.
+bool Scheduler::admit(Sequence& sequence, int64_t& budget, StepPlan& plan) {
+  extend_block_hashes(sequence.block_hashes, sequence.tokens, kv_.block_size());
+  std::vector<int32_t> hits = kv_.find_cached_prefix(sequence.block_hashes, sequence.num_tokens());
+  const int64_t hit_tokens = static_cast<int64_t>(hits.size()) * kv_.block_size();
+  const int64_t remaining = sequence.num_tokens() - hit_tokens;
+  const int64_t num_new = remaining <= budget ? remaining : (config_.enable_chunked_prefill ? budget : 0);
+  if (num_new == 0) return false;
+  if (!kv_.allocate(sequence.block_table, hits, hit_tokens + num_new)) return false;
+  waiting_.erase(&sequence);
+  sequence.num_computed_tokens = hit_tokens;
+  sequence.num_cached_blocks = hits.size();
+  sequence.num_prefix_hit_tokens = hit_tokens;
+  sequence.status = SequenceStatus::kRunning;
+  running_.push_back(&sequence);
+  append_to_plan(sequence, num_new, plan);
+  budget -= num_new;
+  return true;
+}
+
+// Makes room for num_new more tokens, preempting victims until it fits. False when the
+// sequence itself had to be preempted.
+bool Scheduler::allocate_or_preempt(Sequence& sequence, int64_t num_new, StepPlan& plan) {
+  while (!kv_.allocate(sequence.block_table, {}, sequence.num_computed_tokens + num_new)) {
+    Sequence* victim = pick_victim(sequence, plan);
+    preempt(*victim, plan);
+    if (victim == &sequence) return false;
+  }
+  return true;
+}
+
+// The running sequence that matters least (lowest priority, then latest arrival) among those
+// not yet planned this step; the asking sequence itself when no other is left.
+Sequence* Scheduler::pick_victim(Sequence& asking, const StepPlan& plan) const {
+  Sequence* victim = &asking;
+  const WaitingOrder later{config_.priority_scheduling};
+  for (Sequence* candidate : running_) {
+    bool planned = std::any_of(plan.sequences.begin(), plan.sequences.end(),
+                               [&](const ScheduledSequence& e) { return e.sequence_id == candidate->id; });
+    if (!planned && later(victim, candidate)) victim = candidate;
+  }
+  return victim;
+}
+
+// Preemption by recompute: blocks go back (full ones stay in the prefix cache), tokens stay.
+void Scheduler::preempt(Sequence& sequence, StepPlan& plan) {
+  running_.erase(std::remove(running_.begin(), running_.end(), &sequence), running_.end());
+  kv_.free(sequence.block_table);
+  sequence.num_computed_tokens = 0;
+  sequence.num_cached_blocks = 0;
+  ++sequence.num_preemptions;
+  plan.preempted.push_back(sequence.id);
+  add(&sequence);
+}
+
+void Scheduler::append_to_plan(Sequence& sequence, int64_t num_new, StepPlan& plan) const {
+  ScheduledSequence entry;
+  entry.sequence_id = sequence.id;
+  entry.first_token = plan.num_tokens();
+  entry.num_tokens = num_new;
+  entry.num_computed = sequence.num_computed_tokens;
+  entry.block_table = sequence.block_table;
+  entry.sample = sequence.num_computed_tokens + num_new == sequence.num_tokens();
+  const int32_t block_size = kv_.block_size();
+  for (int64_t i = 0; i < num_new; ++i) {
+    const int64_t position = sequence.num_computed_tokens + i;
+    plan.token_ids.push_back(sequence.tokens[static_cast<size_t>(position)]);
+    plan.positions.push_back(position);
+    plan.slot_mapping.push_back(static_cast<int64_t>(sequence.block_table[static_cast<size_t>(position / block_size)]) *
+                                    block_size +
+                                position % block_size);
+  }
+  if (entry.sample) {
+    plan.logits_rows.push_back(plan.num_tokens() - 1);
+    entry.params = sequence.params.get();
+    entry.seed = sequence.seed;
+    std::span<const int32_t> all(sequence.tokens);
+    entry.prompt_tokens = all.first(static_cast<size_t>(sequence.num_prompt_tokens));
+    entry.output_tokens = all.subspan(static_cast<size_t>(sequence.num_prompt_tokens));
+    entry.eos_token_id = config_.eos_token_id;
+  }
+  plan.sequences.push_back(std::move(entry));
+}
+
+std::vector<Sequence*> Scheduler::update(const StepPlan& plan, std::span<const int32_t> sampled) {
+  std::vector<Sequence*> touched;
+  size_t next_sample = 0;
+  for (const ScheduledSequence& entry : plan.sequences) {
+    auto it = std::find_if(running_.begin(), running_.end(), [&](const Sequence* s) { return s->id == entry.sequence_id; });
+    if (it == running_.end()) {  // aborted between schedule and update
+      next_sample += entry.sample;
+      continue;
+    }
+    Sequence& sequence = **it;
+    sequence.num_computed_tokens += entry.num_tokens;
+    // Blocks whose every token now has K/V computed become reusable by other sequences.
+    extend_block_hashes(sequence.block_hashes, std::span(sequence.tokens).first(static_cast<size_t>(sequence.num_computed_tokens)),
+                        kv_.block_size());
+    const size_t computed_blocks = static_cast<size_t>(sequence.num_computed_tokens / kv_.block_size());
+    kv_.cache_full_blocks(sequence.block_table, std::span(sequence.block_hashes).first(computed_blocks),
+                          sequence.num_cached_blocks);
+    sequence.num_cached_blocks = std::max(sequence.num_cached_blocks, computed_blocks);
+    if (sequence.num_computed_tokens >= sequence.num_prompt_tokens) release_forks(sequence);
+    if (!entry.sample) continue;
+    TACHYON_CHECK(next_sample < sampled.size()) << "runner returned " << sampled.size() << " tokens for more samples";
+    sequence.tokens.push_back(sampled[next_sample++]);
+    check_stop(sequence);
+    touched.push_back(&sequence);
+  }
+  return touched;
+}
+
+void Scheduler::check_stop(Sequence& sequence) {
+  const SamplingParams& p = *sequence.params;
+  const int32_t token = sequence.tokens.back();
+  const bool may_stop = sequence.num_output_tokens() >= p.min_tokens;
+  if (may_stop && !p.ignore_eos && config_.eos_token_id && token == *config_.eos_token_id) {
+    sequence.stop_token = token;
+    finish(sequence, FinishReason::kStop);
+  } else if (may_stop && std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end()) {
+    sequence.stop_token = token;
+    finish(sequence, FinishReason::kStop);
+  } else if (sequence.num_output_tokens() >= p.max_tokens || sequence.num_tokens() >= config_.max_model_len) {
+    finish(sequence, FinishReason::kLength);
+  }
+}
+
+void Scheduler::finish(Sequence& sequence, FinishReason reason) {
+  running_.erase(std::remove(running_.begin(), running_.end(), &sequence), running_.end());
+  kv_.free(sequence.block_table);
+  sequence.status = SequenceStatus::kFinished;
+  sequence.finish_reason = reason;
+  release_forks(sequence);
+}
+
+// Siblings of an n > 1 request wait for the first one's prompt so they find it in the prefix
+// cache instead of computing it n times.
+void Scheduler::release_forks(Sequence& sequence) {
+  for (Sequence* fork : sequence.pending_forks) {
+    if (!fork->finished()) add(fork);
+  }
+  sequence.pending_forks.clear();
+}
+
+}  // namespace tachyon::engine

@@ -1,0 +1,47 @@
+// Sequence: the engine's state of one completion. A request with n > 1 becomes n sequences.
+// The scheduler's one idea (after vLLM v1): num_computed_tokens catches up with tokens.size();
+// prefill, chunked prefill, a prefix-cache hit, decode and recompute after preemption are all
+// the same subtraction, with no phases to track.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tachyon/engine/kv_cache_manager.h"
+#include "tachyon/engine/sampling_params.h"
+
+namespace tachyon::engine {
+
+enum class SequenceStatus { kWaiting, kRunning, kFinished };
+enum class FinishReason { kNone, kStop, kLength, kAbort };
+
+const char* finish_reason_name(FinishReason reason);  // "stop", "length", "abort", ""
+
+struct Sequence {
+  int64_t id = 0;                 // unique per engine, never reused
+  int64_t request_id = 0;         // the request it belongs to (shared by its n sequences)
+  int32_t index = 0;              // which of the request's n completions
+  int64_t arrival = 0;            // submission order, for FCFS
+  std::shared_ptr<const SamplingParams> params;
+  uint64_t seed = 0;              // the user's seed (+ index), or one the engine drew
+  std::vector<int32_t> tokens;    // prompt, then generated tokens
+  int64_t num_prompt_tokens = 0;
+  int64_t num_computed_tokens = 0;  // tokens whose K/V are in the cache
+  std::vector<int32_t> block_table;
+  std::vector<BlockHash> block_hashes;  // chained hashes of the full blocks of `tokens`
+  size_t num_cached_blocks = 0;         // blocks already named in the prefix cache
+  SequenceStatus status = SequenceStatus::kWaiting;
+  FinishReason finish_reason = FinishReason::kNone;
+  int32_t stop_token = -1;              // the token that stopped it, when one did
+  std::vector<Sequence*> pending_forks;  // siblings (n > 1) admitted once this prompt is computed
+  int64_t num_prefix_hit_tokens = 0;    // prompt tokens served from the prefix cache (last admission)
+  int64_t num_preemptions = 0;
+
+  int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  int64_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
+  bool finished() const { return status == SequenceStatus::kFinished; }
+};
+
+}  // namespace tachyon::engine

@@ -1,0 +1,23 @@
+// CpuModelRunner: the reference runner. Runs the dense model's forward over the plan's ragged
+// batch with the paged KV cache, then samples each `sample` row with the CPU sampler.
+#pragma once
+
+#include "tachyon/model/dense_model.h"
+#include "tachyon/runner/model_runner.h"
+#include "tachyon/runner/paged_attention_backend.h"
+
+namespace tachyon::runner {
+
+class CpuModelRunner : public ModelRunner {
+ public:
+  // `model` must outlive the runner.
+  CpuModelRunner(const model::DenseModel& model, int32_t num_blocks, int32_t block_size);
+  std::vector<engine::SampledToken> execute(const engine::StepPlan& plan) override;
+  int64_t vocab_size() const override { return model_.config().vocab_size; }
+
+ private:
+  const model::DenseModel& model_;
+  PagedKvCache cache_;
+};
+
+}  // namespace tachyon::runner

@@ -1,0 +1,52 @@
+#include "tachyon/runner/paged_attention_backend.h"
+
+#include <cmath>
+
+#include "tachyon/base/check.h"
+#include "tachyon/kernels/attention.h"
+
+namespace tachyon::runner {
+
+PagedKvCache::PagedKvCache(const model::ModelConfig& config, int32_t blocks, int32_t tokens_per_block)
+    : num_blocks(blocks), block_size(tokens_per_block), kv_size(config.kv_size()) {
+  const size_t per_layer = static_cast<size_t>(blocks) * static_cast<size_t>(tokens_per_block) * static_cast<size_t>(kv_size);
+  keys.assign(static_cast<size_t>(config.num_hidden_layers), std::vector<float>(per_layer));
+  values.assign(static_cast<size_t>(config.num_hidden_layers), std::vector<float>(per_layer));
+}
+
+PagedAttentionBackend::PagedAttentionBackend(const model::ModelConfig& config, PagedKvCache& cache,
+                                             const engine::StepPlan& plan)
+    : config_(config), cache_(cache), plan_(plan) {
+  TACHYON_CHECK(plan.block_size == cache.block_size)
+      << "plan block size " << plan.block_size << " != cache block size " << cache.block_size;
+  for (int64_t slot : plan.slot_mapping) {
+    TACHYON_CHECK(slot >= 0 && slot < static_cast<int64_t>(cache.num_blocks) * cache.block_size)
+        << "slot " << slot << " outside the KV cache";
+  }
+}
+
+void PagedAttentionBackend::store_kv(int64_t layer, std::span<const float> k, std::span<const float> v) {
+  kernels::cpu::store_kv_paged(cache_.keys[static_cast<size_t>(layer)].data(),
+                               cache_.values[static_cast<size_t>(layer)].data(), k.data(), v.data(),
+                               plan_.slot_mapping.data(), plan_.num_tokens(), cache_.kv_size);
+}
+
+void PagedAttentionBackend::attend(int64_t layer, std::span<const float> q, std::span<float> out) {
+  const int64_t q_stride = config_.q_size();
+  for (const engine::ScheduledSequence& sequence : plan_.sequences) {
+    kernels::cpu::AttentionShape shape;
+    shape.num_queries = sequence.num_tokens;
+    shape.first_position = sequence.num_computed;
+    shape.num_heads = config_.num_attention_heads;
+    shape.num_kv_heads = config_.num_key_value_heads;
+    shape.head_dim = config_.head_dim;
+    shape.sliding_window = config_.sliding_window.value_or(0);
+    shape.scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
+    kernels::cpu::paged_attention(out.data() + sequence.first_token * q_stride, q.data() + sequence.first_token * q_stride,
+                                  cache_.keys[static_cast<size_t>(layer)].data(),
+                                  cache_.values[static_cast<size_t>(layer)].data(), sequence.block_table.data(),
+                                  cache_.block_size, shape);
+  }
+}
+
+}  // namespace tachyon::runner
