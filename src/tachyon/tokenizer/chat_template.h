@@ -42,7 +42,8 @@ class ChatTemplate {
   static ChatTemplate from_tokenizer_config(const nlohmann::json& config);
 
   // Throws tachyon::Error on raise_exception in the template or on runtime type errors
-  // (e.g. a message without the field the template needs).
+  // (e.g. a message without the field the template needs). Const and free of shared mutable
+  // state, so HTTP threads may render through one ChatTemplate at the same time.
   std::string render(const ChatTemplateInputs& inputs) const;
 
   const std::string& source() const { return source_; }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "tachyon/base/check.h"
 #include "tachyon/tokenizer/jinja/json_dump.h"
@@ -224,7 +225,10 @@ Value attribute_path(const Value& value, const std::string& path) {
   return cur;
 }
 
-Value apply_filter(const std::string& name, const Value& v, const CallArgs& args) {
+namespace {
+
+// Filters on text and on any value as text: tojson, trim, default, case, replace, ...
+std::optional<Value> text_filter(const std::string& name, const Value& v, const CallArgs& args) {
   if (name == "tojson") return tojson(v, args);
   if (name == "length" || name == "count") return Value::from_int(length(v));
   if (name == "default" || name == "d") {
@@ -252,6 +256,11 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& args
     return Value::from_string(py_replace(to_str(v), to_str(args.positional[0]), to_str(args.positional[1]),
                                          count && !count->is_none() ? count->as_int() : -1));
   }
+  return std::nullopt;
+}
+
+// Filters on sequences and mappings: first, join, sort, items, unique, min, sum, ...
+std::optional<Value> sequence_filter(const std::string& name, const Value& v, const CallArgs& args) {
   if (name == "first") {
     ValueList items = iterate(v);
     return items.empty() ? Value::undefined("No first item, sequence was empty.") : items.front();
@@ -307,6 +316,14 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& args
     }
     return total;
   }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Value apply_filter(const std::string& name, const Value& v, const CallArgs& args) {
+  if (auto out = text_filter(name, v, args)) return *out;
+  if (auto out = sequence_filter(name, v, args)) return *out;
   if (name == "abs") {
     TACHYON_CHECK(v.is_number()) << "bad operand type for abs(): '" << type_name(v) << "'";
     if (v.kind == Kind::kFloat) return Value::from_float(std::fabs(v.number));
