@@ -1,0 +1,69 @@
+// The BPE model of tokenizer.json ("model": {"type": "BPE"}): vocabulary, ranked merges and the
+// per-piece merge loop, with HF's options ignore_merges, byte_fallback, unk_token + fuse_unk and
+// continuing_subword_prefix / end_of_word_suffix.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace tachyon::tokenizer {
+
+// Hash that lets unordered_map<std::string, ...> be searched with a string_view (no copy).
+struct StringHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using TokenMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
+
+class BpeModel {
+ public:
+  // Reads vocab and merges (either "a b" strings or ["a", "b"] pairs) from the "model" object.
+  // Throws tachyon::Error naming `source` when a merge refers to a token not in the vocabulary.
+  static BpeModel from_json(const nlohmann::json& model, const std::string& source);
+
+  // Ids of one pre-tokenized piece (already byte-mapped for byte-level vocabularies).
+  std::vector<int32_t> tokenize(std::string_view piece) const;
+
+  std::optional<int32_t> token_to_id(std::string_view token) const;
+  // nullptr when the id has no token.
+  const std::string* id_to_token(int32_t id) const;
+  int32_t max_id() const { return static_cast<int32_t>(id_to_token_.size()) - 1; }
+
+ private:
+  struct Merge {
+    int32_t rank;
+    int32_t new_id;
+  };
+  static uint64_t pair_key(int32_t left, int32_t right) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+  }
+
+  struct Symbol {
+    int32_t id;
+    int32_t prev;  // index of the previous live symbol, -1 at the start
+    int32_t next;  // index of the next live symbol, -1 at the end
+    int32_t len;   // bytes of the piece it covers; 0 once merged into its left neighbour
+  };
+  std::vector<Symbol> initial_symbols(std::string_view piece) const;
+  void merge_all(std::vector<Symbol>& symbols) const;
+
+  TokenMap vocab_;
+  std::vector<std::string> id_to_token_;
+  std::unordered_map<uint64_t, Merge> merges_;
+  std::optional<int32_t> unk_id_;
+  bool fuse_unk_ = false;
+  bool byte_fallback_ = false;
+  bool ignore_merges_ = false;
+  std::string continuing_subword_prefix_;
+  std::string end_of_word_suffix_;
+  int32_t byte_ids_[256];  // id of "<0xXX>" per byte, -1 when absent (byte_fallback)
+};
+
+}  // namespace tachyon::tokenizer
