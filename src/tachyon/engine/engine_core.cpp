@@ -20,6 +20,11 @@ EngineCore::EngineCore(const EngineConfig& config, std::unique_ptr<runner::Model
       kv_(config.num_blocks, config.block_size, config.enable_prefix_caching),
       scheduler_(config.scheduler, kv_) {
   TACHYON_CHECK(runner_ != nullptr) << "EngineCore needs a runner";
+  // A sequence of max_model_len tokens must fit the cache on its own, or it could wait forever.
+  TACHYON_CHECK(static_cast<int64_t>(config.num_blocks) * config.block_size >= config.scheduler.max_model_len)
+      << "the KV cache holds " << static_cast<int64_t>(config.num_blocks) * config.block_size
+      << " tokens, less than max_model_len " << config.scheduler.max_model_len
+      << ": give it more blocks or lower max_model_len";
   publish_stats();
 }
 
