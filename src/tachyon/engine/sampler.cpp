@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <numeric>
 
@@ -28,13 +29,14 @@ struct MoreLikely {
   }
 };
 
-// logits: [vocab]. Returns the ids of the tokens not dropped, ascending.
-std::vector<int32_t> kept_ids(std::span<const float> logits) {
-  std::vector<int32_t> ids;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    if (is_kept(logits[i])) ids.push_back(static_cast<int32_t>(i));
+// logits: [vocab]. Returns [num_kept] the logits of the tokens not dropped, in id order.
+std::vector<float> kept_values(std::span<const float> logits) {
+  std::vector<float> values;
+  values.reserve(logits.size());
+  for (float l : logits) {
+    if (is_kept(l)) values.push_back(l);
   }
-  return ids;
+  return values;
 }
 
 // logits: [vocab]. The largest logit, -inf when none is kept.
@@ -62,7 +64,7 @@ void check_token(int32_t token, size_t vocab, const char* what) {
 void fill_logprobs(SampledToken& result, std::span<const float> raw, int32_t num_top) {
   const float max = max_logit(raw);
   double sum = 0.0;
-  for (float l : raw) sum += std::exp(static_cast<double>(l) - max);
+  for (float l : raw) sum += std::exp(l - max);
   const double log_normalizer = max + std::log(sum);
   result.logprob = static_cast<float>(raw[result.token] - log_normalizer);
   if (num_top <= 0) return;
@@ -153,35 +155,62 @@ void apply_temperature(std::span<float> logits, float temperature) {
 
 void apply_top_k(std::span<float> logits, int32_t top_k) {
   if (top_k <= 0) return;
-  std::vector<int32_t> ids = kept_ids(logits);
-  if (static_cast<size_t>(top_k) >= ids.size()) return;
-  // O(vocab) selection, no sort: ids[0, top_k) become the top_k most likely.
-  std::nth_element(ids.begin(), ids.begin() + top_k, ids.end(), MoreLikely{logits});
-  for (size_t j = static_cast<size_t>(top_k); j < ids.size(); ++j) logits[ids[j]] = kNegInf;
+  std::vector<float> values = kept_values(logits);
+  if (static_cast<size_t>(top_k) >= values.size()) return;
+  // The k-th largest value by an O(vocab) selection over contiguous floats (no sort).
+  std::nth_element(values.begin(), values.begin() + (top_k - 1), values.end(), std::greater<float>());
+  const float kth = values[top_k - 1];
+  // Keep everything above it and, of the tokens equal to it, the lowest ids up to k in all.
+  int64_t ties_left = top_k;
+  for (float l : logits) ties_left -= l > kth;
+  for (float& l : logits) {
+    if (l > kth) continue;
+    if (l == kth && ties_left > 0) {
+      --ties_left;
+      continue;
+    }
+    l = kNegInf;
+  }
 }
 
 void apply_top_p(std::span<float> logits, float top_p) {
   if (top_p >= 1.0f) return;
-  std::vector<int32_t> ids = kept_ids(logits);
-  if (ids.size() <= 1) return;
+  std::vector<float> values = kept_values(logits);
+  if (values.size() <= 1) return;
   const float max = max_logit(logits);
   double total = 0.0;
-  for (int32_t id : ids) total += std::exp(static_cast<double>(logits[id]) - max);
+  for (float v : values) total += std::exp(v - max);
   const double target = static_cast<double>(top_p) * total;
 
-  // The nucleus is usually a few tokens: sort only a growing prefix (partial_sort, O(n log m))
-  // until its mass reaches top_p, instead of sorting the whole vocabulary.
-  size_t keep = ids.size();  // if rounding leaves the whole mass short of top_p, keep everything
-  for (size_t sorted = std::min<size_t>(ids.size(), 64);; sorted = std::min(ids.size(), sorted * 8)) {
-    std::partial_sort(ids.begin(), ids.begin() + sorted, ids.end(), MoreLikely{logits});
+  // The nucleus is usually a small part of the vocabulary. Grow m until the m largest values
+  // (an O(vocab) selection, no sort) hold top_p of the mass; then only the tokens at or above
+  // the m-th value are candidates, and only they are sorted.
+  float threshold = kNegInf;
+  for (size_t m = std::min<size_t>(values.size(), 64);; m = std::min(values.size(), m * 8)) {
+    std::nth_element(values.begin(), values.begin() + (m - 1), values.end(), std::greater<float>());
+    threshold = values[m - 1];
     double mass = 0.0;
-    for (size_t j = 0; j < sorted && keep == ids.size(); ++j) {
-      mass += std::exp(static_cast<double>(logits[ids[j]]) - max);
-      if (mass >= target) keep = j + 1;
-    }
-    if (keep < ids.size() || sorted == ids.size()) break;
+    for (size_t j = 0; j < m; ++j) mass += std::exp(values[j] - max);
+    if (mass >= target || m == values.size()) break;
   }
-  for (size_t j = keep; j < ids.size(); ++j) logits[ids[j]] = kNegInf;
+  std::vector<int32_t> candidates;  // ids at or above the threshold, then most likely first
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (is_kept(logits[i]) && logits[i] >= threshold) candidates.push_back(static_cast<int32_t>(i));
+  }
+  std::sort(candidates.begin(), candidates.end(), MoreLikely{logits});
+
+  // Keep the shortest most-likely prefix whose mass reaches top_p (all candidates if rounding
+  // leaves them just short).
+  size_t keep = candidates.size();
+  double mass = 0.0;
+  for (size_t j = 0; j < candidates.size() && keep == candidates.size(); ++j) {
+    mass += std::exp(logits[candidates[j]] - max);
+    if (mass >= target) keep = j + 1;
+  }
+  for (float& l : logits) {
+    if (l < threshold) l = kNegInf;
+  }
+  for (size_t j = keep; j < candidates.size(); ++j) logits[candidates[j]] = kNegInf;
 }
 
 void apply_min_p(std::span<float> logits, float min_p) {

@@ -13,7 +13,7 @@
 //      others multiplied), then frequency (minus penalty * count in output), then presence
 //      (minus penalty once for each token present in output).
 //   4. greedy (temperature 0): argmax, ties to the lowest id. Done.
-//   5. temperature: logits / temperature.
+//   5. temperature: logits / temperature (after subtracting the max, which softmax ignores).
 //   6. top-k: keep the k largest logits (ties to the lower id, so top_k=1 is exactly greedy).
 //   7. top-p: keep the smallest most-likely set whose probability (renormalized over what
 //      top-k kept) reaches top_p.
@@ -65,7 +65,8 @@ struct SamplingContext {
 SampledToken sample_token(std::span<float> logits, const SamplingParams& params, const SamplingContext& context);
 
 // --- The steps, one function each (exposed for tests and for the device sampler to mirror). ---
-// In all of them, logits: [vocab] f32 and a dropped token is one whose logit is -inf.
+// In all of them, logits: [vocab] f32 without NaN or +inf (sample_token sanitizes first), and a
+// dropped token is one whose logit is -inf.
 
 // The uniform number in [0, 1) (53 random bits) of the draw at `step` of a request with `seed`.
 double uniform_for_step(uint64_t seed, uint64_t step);
@@ -80,7 +81,8 @@ void apply_penalties(std::span<float> logits, const SamplingParams& params, std:
 // Step 4: index of the largest logit, ties to the lowest id; -1 when none is finite.
 int32_t argmax_token(std::span<const float> logits);
 
-// Step 5: divides every finite logit by temperature (> 0), clamped to the finite float range.
+// Step 5: (logit - max logit) / temperature for every kept token, clamped at -FLT_MAX. The shift
+// leaves the softmax unchanged and keeps a tiny temperature from overflowing (its limit is greedy).
 void apply_temperature(std::span<float> logits, float temperature);
 
 // Step 6: keeps the top_k largest (ties to the lower id); no-op when top_k is 0 or >= kept count.
