@@ -154,24 +154,26 @@ bool EngineCore::step() {
   std::vector<int32_t> tokens(sampled.size());
   std::transform(sampled.begin(), sampled.end(), tokens.begin(), [](const SampledToken& s) { return s.token; });
   scheduler_.update(plan, tokens);
+  count_step(plan, sampled.size());
   deliver(plan, sampled);
-  {
-    std::lock_guard lock(stats_mutex_);
-    ++stats_.steps;
-    stats_.preemptions += static_cast<int64_t>(plan.preempted.size());
-    for (const ScheduledSequence& s : plan.sequences) {
-      // Tokens before the prompt's end are prompt work; the one decode token is not.
-      auto it = sequences_.find(s.sequence_id);
-      if (it != sequences_.end()) {
-        const int64_t prompt_end = it->second->num_prompt_tokens;
-        stats_.prompt_tokens_computed += std::max<int64_t>(0, std::min(prompt_end, s.num_computed + s.num_tokens) - s.num_computed);
-      }
-    }
-    stats_.generated_tokens += static_cast<int64_t>(sampled.size());
-  }
   waiting_snapshot_ = scheduler_.num_waiting();
   publish_stats();
   return true;
+}
+
+// Counts the step's work before deliver() forgets finished requests.
+void EngineCore::count_step(const StepPlan& plan, size_t num_sampled) {
+  std::lock_guard lock(stats_mutex_);
+  ++stats_.steps;
+  stats_.preemptions += static_cast<int64_t>(plan.preempted.size());
+  stats_.generated_tokens += static_cast<int64_t>(num_sampled);
+  for (const ScheduledSequence& s : plan.sequences) {
+    auto it = sequences_.find(s.sequence_id);
+    if (it == sequences_.end()) continue;
+    // Tokens before the prompt's end are prompt work (prefix hits never reach the plan).
+    const int64_t prompt_end = it->second->num_prompt_tokens;
+    stats_.prompt_tokens_computed += std::max<int64_t>(0, std::min(prompt_end, s.num_computed + s.num_tokens) - s.num_computed);
+  }
 }
 
 // Copies the engine-thread gauges into the snapshot that stats() hands to other threads.

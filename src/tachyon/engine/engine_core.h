@@ -94,6 +94,7 @@ class EngineCore {
   void finish_request(int64_t request_id);
   void loop();
   void publish_stats();
+  void count_step(const StepPlan& plan, size_t num_sampled);
 
   EngineConfig config_;
   std::unique_ptr<runner::ModelRunner> runner_;

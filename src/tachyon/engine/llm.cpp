@@ -1,0 +1,44 @@
+#include "tachyon/engine/llm.h"
+
+#include "tachyon/runner/cpu_model_runner.h"
+
+namespace tachyon::engine {
+
+LLM::LLM(const std::filesystem::path& model_dir, EngineConfig engine)
+    : model_(std::make_unique<model::DenseModel>(model::DenseModel::load(model_dir))) {
+  if (!engine.scheduler.eos_token_id && model_->config().eos_token_id) {
+    engine.scheduler.eos_token_id = static_cast<int32_t>(*model_->config().eos_token_id);
+  }
+  auto runner = std::make_unique<runner::CpuModelRunner>(*model_, engine.num_blocks, engine.block_size);
+  engine_ = std::make_unique<EngineCore>(engine, std::move(runner));
+  engine_->start();
+}
+
+LLM::~LLM() { engine_->stop(); }
+
+std::vector<GenerateOutput> LLM::generate(const std::vector<std::vector<int32_t>>& prompts, const SamplingParams& params) {
+  std::vector<GenerateOutput> results(prompts.size());
+  std::vector<std::shared_ptr<OutputChannel>> channels(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    channels[i] = std::make_shared<OutputChannel>();
+    results[i].prompt_token_ids = prompts[i];
+    results[i].outputs.resize(static_cast<size_t>(params.n));
+    for (int32_t index = 0; index < params.n; ++index) results[i].outputs[static_cast<size_t>(index)].index = index;
+    results[i].request_id = engine_->submit(prompts[i], params, channels[i]);
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    while (auto delta = channels[i]->take()) {
+      results[i].num_prefix_hit_tokens = delta->num_prefix_hit_tokens;
+      for (CompletionDelta& d : delta->completions) {
+        CompletionOutput& out = results[i].outputs[static_cast<size_t>(d.index)];
+        out.token_ids.insert(out.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
+        out.logprobs.insert(out.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+        if (d.finish_reason != FinishReason::kNone) out.finish_reason = d.finish_reason;
+      }
+      if (delta->finished) break;
+    }
+  }
+  return results;
+}
+
+}  // namespace tachyon::engine

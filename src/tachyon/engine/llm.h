@@ -1,0 +1,46 @@
+// LLM: the offline API. Loads a HF model directory, runs an EngineCore on its own thread, and
+// generate() submits prompts and collects their outputs through ordinary OutputChannels: it is
+// a consumer like any other (DESIGN rule 1), not a side door into the engine.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "tachyon/engine/engine_core.h"
+#include "tachyon/model/dense_model.h"
+
+namespace tachyon::engine {
+
+struct CompletionOutput {
+  int32_t index = 0;
+  std::vector<int32_t> token_ids;
+  std::vector<SampledToken> logprobs;  // parallel to token_ids when requested
+  FinishReason finish_reason = FinishReason::kNone;
+};
+
+struct GenerateOutput {
+  int64_t request_id = 0;
+  std::vector<int32_t> prompt_token_ids;
+  std::vector<CompletionOutput> outputs;  // [n], by index
+  int64_t num_prefix_hit_tokens = 0;
+};
+
+class LLM {
+ public:
+  // Loads the model; engine.scheduler.eos_token_id defaults to the model's eos_token_id.
+  LLM(const std::filesystem::path& model_dir, EngineConfig engine);
+  ~LLM();
+
+  // Submits every prompt (all with the same params), waits for all, returns them in order.
+  std::vector<GenerateOutput> generate(const std::vector<std::vector<int32_t>>& prompts, const SamplingParams& params);
+
+  EngineCore& engine() { return *engine_; }
+  const model::DenseModel& model() const { return *model_; }
+
+ private:
+  std::unique_ptr<model::DenseModel> model_;
+  std::unique_ptr<EngineCore> engine_;
+};
+
+}  // namespace tachyon::engine
