@@ -1,6 +1,8 @@
 // Tokenizer API on the real tokenizers: tokenizer_config.json fields, id lookups, special ids,
 // invalid UTF-8 input, speed on long inputs, and the errors for broken or unsupported files.
 #include <chrono>
+#include <cstdio>
+#include <thread>
 #include <map>
 #include <string>
 #include <vector>
@@ -121,10 +123,30 @@ TEST(TokenizerApi, LongInputsEncodeFast) {
       const auto t0 = std::chrono::steady_clock::now();
       const Ids ids = tok.encode(*text);
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::printf("[speed] %s: %zu bytes -> %zu ids in %.3f s\n", name, text->size(), ids.size(), seconds);
       EXPECT_LT(seconds, 1.0) << name;
       EXPECT_EQ(tok.decode(ids, true), *text) << name;
     }
   }
+}
+
+// One Tokenizer serves many threads: concurrent encodes give the serial results.
+TEST(TokenizerApi, ConcurrentEncodeMatchesSerial) {
+  const Tokenizer& tok = real("qwen3");
+  std::vector<std::string> texts;
+  for (int i = 0; i < 200; ++i) texts.push_back("item " + std::to_string(i * 7919) + " \xE4\xBD\xA0\xE5\xA5\xBD it's <|im_end|>");
+  std::vector<Ids> serial;
+  for (const auto& t : texts) serial.push_back(tok.encode(t));
+  std::vector<Ids> results[2];
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 2; ++w) {
+    threads.emplace_back([&, w] {
+      for (const auto& t : texts) results[w].push_back(tok.encode(t));
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(results[0], serial);
+  EXPECT_EQ(results[1], serial);
 }
 
 TEST(TokenizerApi, MissingFilesNameThePath) {
