@@ -53,9 +53,9 @@ std::optional<std::string> byte_level_decode(std::string_view token) {
   out.reserve(token.size());
   for (std::size_t i = 0; i < token.size();) {
     const std::size_t n = utf8_char_len(token, i);
-    const auto b = byte_level_byte(n == 1 && static_cast<unsigned char>(token[i]) >= 0x80
-                                       ? char32_t{0xFFFFFFFF}
-                                       : utf8_decode_at(token, i));
+    // A stray byte (not possible in tokens read from JSON) is not a table character.
+    const bool stray = n == 1 && static_cast<unsigned char>(token[i]) >= 0x80;
+    const auto b = stray ? std::nullopt : byte_level_byte(utf8_decode_at(token, i));
     if (!b) return std::nullopt;
     out.push_back(static_cast<char>(*b));
     i += n;

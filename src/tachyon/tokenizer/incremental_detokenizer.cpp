@@ -29,7 +29,6 @@ std::string IncrementalDetokenizer::push(int32_t id) {
   std::string delta = text.substr(context_text_.size());
   window_.erase(window_.begin(), window_.begin() + static_cast<std::ptrdiff_t>(context_len_));
   context_len_ = window_.size();
-  context_text_ = std::move(text);
   // The context text must be the decode of the context tokens alone (a leading-space strip may
   // apply to them now that earlier tokens are gone).
   context_text_ = tokenizer_->decode(window_, skip_special_tokens_);

@@ -9,7 +9,7 @@ namespace {
 
 class TemplatePostProcessor : public PostProcessor {
  public:
-  // Each piece is either a list of special ids or (empty optional-like flag) the sequence itself.
+  // One element of the template: the encoded sequence itself, or the ids of a special token.
   struct Piece {
     bool is_sequence = false;
     std::vector<int32_t> ids;

@@ -83,20 +83,6 @@ std::string utf8_lossy(std::string_view bytes) {
   return out;
 }
 
-std::size_t utf8_complete_prefix(std::string_view bytes) {
-  std::size_t i = 0;
-  while (i < bytes.size()) {
-    bool valid = false;
-    const std::size_t n = scan_sequence(bytes, i, &valid);
-    // An invalid sequence that runs into the end may still be completed by later bytes.
-    if (!valid && i + n == bytes.size() && lead_info(static_cast<unsigned char>(bytes[i])).needed > 0) {
-      return i;
-    }
-    i += n;
-  }
-  return i;
-}
-
 std::size_t utf8_char_len(std::string_view text, std::size_t pos) {
   bool valid = false;
   return scan_sequence(text, pos, &valid);

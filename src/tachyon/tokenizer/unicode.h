@@ -16,10 +16,6 @@ bool is_valid_utf8(std::string_view text);
 // subparts", what from_utf8_lossy does). Valid input comes back unchanged.
 std::string utf8_lossy(std::string_view bytes);
 
-// Length of the longest prefix of `bytes` that ends on a complete code point (a trailing lead byte
-// with too few continuation bytes is left out; invalid bytes in the middle are counted).
-std::size_t utf8_complete_prefix(std::string_view bytes);
-
 // Byte length of the code point that starts at text[pos] in valid UTF-8 (1 for a stray byte).
 std::size_t utf8_char_len(std::string_view text, std::size_t pos);
 
