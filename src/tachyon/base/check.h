@@ -1,7 +1,8 @@
-// Checks that carry context. TACHYON_CHECK(cond) << "values" throws tachyon::Error with the
-// file, line, the failed condition and whatever was streamed, once the full expression ends.
-// Use it for broken invariants and for input errors alike; the message is what the user reads,
-// so stream the values they need to act (file name, tensor name, expected vs got).
+// Checks that carry context. TACHYON_CHECK(cond) << "values" throws tachyon::Error once the full
+// expression ends, with the message "<what was streamed> (check `cond` failed at file.cpp:42)".
+// Use it for broken invariants and for input errors alike; the message comes first because it
+// is what the user reads, so stream the values they need to act (file name, tensor name,
+// expected vs got). The location follows for whoever debugs.
 #pragma once
 
 #include <sstream>
@@ -22,13 +23,19 @@ namespace detail {
 // Collects a message and throws from its destructor once the whole `<<` chain has run.
 class CheckFailure {
  public:
-  CheckFailure(const char* file, int line, const char* condition) {
-    stream_ << file << ":" << line << ": ";
-    if (condition != nullptr) stream_ << "check failed: " << condition << ": ";
-  }
+  CheckFailure(const char* file, int line, const char* condition)
+      : file_(file), line_(line), condition_(condition) {}
   CheckFailure(const CheckFailure&) = delete;
   CheckFailure& operator=(const CheckFailure&) = delete;
-  [[noreturn]] ~CheckFailure() noexcept(false) { throw Error(stream_.str()); }
+  [[noreturn]] ~CheckFailure() noexcept(false) {
+    std::string message = stream_.str();
+    std::string base = file_;
+    base = base.substr(base.find_last_of('/') + 1);
+    std::ostringstream where;
+    if (condition_ != nullptr) where << "check `" << condition_ << "` failed at ";
+    where << base << ":" << line_;
+    throw Error(message.empty() ? where.str() : message + " (" + where.str() + ")");
+  }
 
   template <typename T>
   CheckFailure& operator<<(const T& value) {
@@ -37,6 +44,9 @@ class CheckFailure {
   }
 
  private:
+  const char* file_;
+  int line_;
+  const char* condition_;
   std::ostringstream stream_;
 };
 

@@ -182,6 +182,7 @@ void EngineCore::publish_stats() {
   stats_.num_running = scheduler_.num_running();
   stats_.num_waiting = scheduler_.num_waiting();
   stats_.num_active_requests = static_cast<int64_t>(active_.size());
+  stats_.num_live_sequences = static_cast<int64_t>(sequences_.size());
   stats_.kv_blocks_free = kv_.num_free_blocks();
   stats_.kv_blocks_total = kv_.num_blocks();
   stats_.kv = kv_.stats();

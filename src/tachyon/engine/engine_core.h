@@ -39,7 +39,8 @@ class QueueFullError : public Error {
 struct EngineStats {
   int64_t num_running = 0;
   int64_t num_waiting = 0;
-  int64_t num_active_requests = 0;
+  int64_t num_active_requests = 0;    // requests with an entry in the engine (live ones only)
+  int64_t num_live_sequences = 0;
   int32_t kv_blocks_free = 0;
   int32_t kv_blocks_total = 0;
   int64_t steps = 0;

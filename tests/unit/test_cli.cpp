@@ -1,0 +1,107 @@
+// The tachyon binary as a user runs it: make-model then generate, exit codes, and the one-line
+// errors a user sees for bad input.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "tachyon/model/dense_model.h"
+
+namespace tachyon {
+namespace {
+
+struct CliRun {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+CliRun run(const std::string& args) {
+  std::string command = std::string(TACHYON_CLI) + " " + args + " 2>&1";
+  CliRun result;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  std::array<char, 4096> buffer{};
+  size_t n;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
+  int status = ::pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("tachyon-cli-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path dir_;
+};
+
+TEST_F(CliTest, ListsPresets) {
+  CliRun r = run("make-model --list");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.output.find("qwen3-8b"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("tiny-rope-llama3"), std::string::npos) << r.output;
+}
+
+TEST_F(CliTest, MakeModelNeedsItsOptions) {
+  CliRun r = run("make-model --preset tiny --out " + dir_.string());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--arch, --preset and --out are required"), std::string::npos) << r.output;
+  r = run("make-model --arch gpt2 --preset tiny --out " + dir_.string());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.output.rfind("error: unknown --arch 'gpt2'", 0), 0u) << r.output;
+}
+
+TEST_F(CliTest, GenerateFromIdsMatchesTheLibrary) {
+  ASSERT_EQ(run("make-model --arch llama --preset tiny --seed 3 --out " + dir_.string()).exit_code, 0);
+  CliRun r = run("generate " + dir_.string() + " --prompt-ids 5,6,7,8 --max-tokens 10");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  model::DenseModel model = model::DenseModel::load(dir_);
+  std::vector<int32_t> prompt = {5, 6, 7, 8};
+  std::ostringstream expected;
+  for (int32_t id : model::greedy_generate(model, prompt, 10)) expected << id << " ";
+  EXPECT_EQ(r.output.substr(0, expected.str().size()), expected.str()) << r.output;
+  EXPECT_NE(r.output.find("generated 10 tokens"), std::string::npos) << r.output;
+}
+
+TEST_F(CliTest, GenerateWithTokenizerAndChatTemplate) {
+  std::string tokenizer = std::string(TACHYON_TOKENIZERS) + "/qwen3";
+  ASSERT_EQ(run("make-model --arch qwen3 --preset tiny --seed 1 --tokenizer " + tokenizer + " --out " + dir_.string())
+                .exit_code,
+            0);
+  CliRun plain = run("generate " + dir_.string() + " --prompt 'Hello there' --max-tokens 8 --ignore-eos");
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_EQ(plain.output.rfind("Hello there", 0), 0u) << plain.output;
+  EXPECT_NE(plain.output.find("generated 8 tokens"), std::string::npos) << plain.output;
+  CliRun chat = run("generate " + dir_.string() + " --prompt 'Hello there' --max-tokens 4 --chat --ignore-eos");
+  ASSERT_EQ(chat.exit_code, 0) << chat.output;
+  EXPECT_NE(chat.output.find("generated 4 tokens"), std::string::npos) << chat.output;
+}
+
+TEST_F(CliTest, GenerateErrorsAreOneActionableLine) {
+  CliRun missing = run("generate " + dir_.string() + " --prompt-ids 1");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.output.find("no config.json in"), std::string::npos) << missing.output;
+  ASSERT_EQ(run("make-model --arch llama --preset tiny --out " + dir_.string()).exit_code, 0);
+  CliRun no_tokenizer = run("generate " + dir_.string() + " --prompt hi");
+  EXPECT_EQ(no_tokenizer.exit_code, 1);
+  EXPECT_NE(no_tokenizer.output.find("pass --prompt-ids"), std::string::npos) << no_tokenizer.output;
+  CliRun out_of_vocab = run("generate " + dir_.string() + " --prompt-ids 1,99999");
+  EXPECT_EQ(out_of_vocab.exit_code, 1);
+  EXPECT_NE(out_of_vocab.output.find("token id 99999 is outside the vocabulary"), std::string::npos)
+      << out_of_vocab.output;
+  CliRun bad_ids = run("generate " + dir_.string() + " --prompt-ids 1,x");
+  EXPECT_EQ(bad_ids.exit_code, 1);
+  EXPECT_NE(bad_ids.output.find("'x' is not an integer"), std::string::npos) << bad_ids.output;
+}
+
+}  // namespace
+}  // namespace tachyon
