@@ -68,7 +68,8 @@ void run_generate(const GenerateOptions& options) {
   if (!options.ignore_eos && model.config().eos_token_id) stop = static_cast<int32_t>(*model.config().eos_token_id);
   std::optional<tokenizer::IncrementalDetokenizer> detokenizer;
   if (tok) detokenizer.emplace(*tok, /*skip_special_tokens=*/true);
-  if (tok && options.prompt_ids.empty()) std::fputs(options.prompt.c_str(), stdout);
+  // Echo the prompt so the continuation reads in context; a chat reply starts on its own line.
+  if (tok && options.prompt_ids.empty()) std::printf("%s%s", options.prompt.c_str(), options.chat ? "\n" : "");
 
   auto start = std::chrono::steady_clock::now();
   std::vector<int32_t> generated = model::greedy_generate(model, prompt, options.max_tokens, stop, [&](int32_t id) {
