@@ -19,7 +19,7 @@ TACHYON_OFFLINE=1 BUILD_DIR=$BUILD_DIR JOBS=$(nproc) CMAKE_ARGS="-DTACHYON_CUDA=
 echo "== build: ok ($(grep -c 'Building' "$OUT_DIR/build.log") objects)"
 
 set +e
-ctest --test-dir $BUILD_DIR -j "$(nproc)" --timeout 600 > "$OUT_DIR/ctest.log" 2>&1
+ctest --test-dir $BUILD_DIR -j "$(nproc)" --timeout 600 --output-on-failure > "$OUT_DIR/ctest.log" 2>&1
 ctest_rc=$?
 set -e
 grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" "$OUT_DIR/ctest.log" | tail -20

@@ -21,14 +21,19 @@ from transformers import AutoModelForCausalLM
 
 
 def greedy(model, prompt, steps):
+    """Argmax continuation, and the smallest gap between the best and second-best logit on the
+    way: a near-tie there would make the golden flip with any change of summation order."""
     ids = torch.tensor([prompt], dtype=torch.long)
     out = []
+    min_margin = float("inf")
     for _ in range(steps):
         logits = model(ids).logits[0, -1]
+        top2 = torch.topk(logits, 2).values
+        min_margin = min(min_margin, float(top2[0] - top2[1]))
         token = int(torch.argmax(logits))
         out.append(token)
         ids = torch.cat([ids, torch.tensor([[token]])], dim=1)
-    return out
+    return out, min_margin
 
 
 def main():
@@ -48,7 +53,7 @@ def main():
         with torch.no_grad():
             prompt = variant["prompt"]
             logits = model(torch.tensor([prompt])).logits[0].float().numpy()
-            continuation = greedy(model, prompt, manifest["greedy_tokens"])
+            continuation, min_margin = greedy(model, prompt, manifest["greedy_tokens"])
         golden = {
             "name": variant["name"],
             "transformers": transformers.__version__,
@@ -58,10 +63,11 @@ def main():
             # little-endian float32, row-major [prompt_length, vocab_size]
             "logits_f32_base64": base64.b64encode(logits.astype("<f4").tobytes()).decode(),
             "greedy": continuation,
+            "greedy_min_margin": min_margin,
         }
         with open(os.path.join(args.out, variant["name"] + ".json"), "w") as f:
             json.dump(golden, f)
-        print(variant["name"], logits.shape, continuation[:8], flush=True)
+        print(variant["name"], logits.shape, continuation[:8], "min margin %.3g" % min_margin, flush=True)
 
 
 if __name__ == "__main__":
