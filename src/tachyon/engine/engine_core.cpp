@@ -55,24 +55,24 @@ int64_t EngineCore::submit(std::vector<int32_t> prompt, const SamplingParams& pa
   return id;
 }
 
-void EngineCore::abort(int64_t request_id) {
+void EngineCore::abort(int64_t request_id, std::optional<int32_t> index) {
   {
     std::lock_guard lock(inbox_mutex_);
-    abort_inbox_.push_back(request_id);
+    abort_inbox_.emplace_back(request_id, index);
   }
   inbox_ready_.notify_one();
 }
 
 void EngineCore::drain_inbox() {
   std::vector<Submission> submissions;
-  std::vector<int64_t> aborts;
+  std::vector<std::pair<int64_t, std::optional<int32_t>>> aborts;
   {
     std::lock_guard lock(inbox_mutex_);
     submissions.swap(inbox_);
     aborts.swap(abort_inbox_);
   }
   for (Submission& s : submissions) admit(std::move(s));
-  for (int64_t id : aborts) abort_request(id);
+  for (const auto& [id, index] : aborts) abort_request(id, index);
 }
 
 // A request becomes n sequences; the first runs its prompt, the others wait for it so that
@@ -103,21 +103,24 @@ void EngineCore::admit(Submission&& submission) {
   active_.emplace(submission.request_id, std::move(request));
 }
 
-void EngineCore::abort_request(int64_t request_id) {
+void EngineCore::abort_request(int64_t request_id, std::optional<int32_t> index) {
   auto it = active_.find(request_id);
   if (it == active_.end()) return;
+  ActiveRequest& request = it->second;
   RequestOutput out;
   out.request_id = request_id;
-  out.finished = true;
-  for (auto& sequence : it->second.sequences) {
-    if (sequence->finished()) continue;
+  for (auto& sequence : request.sequences) {
+    if (sequence->finished() || (index && sequence->index != *index)) continue;
     scheduler_.abort(sequence.get());
+    --request.num_unfinished;
     CompletionDelta delta;
     delta.index = sequence->index;
     delta.finish_reason = FinishReason::kAbort;
     out.completions.push_back(std::move(delta));
   }
-  if (auto channel = it->second.channel.lock()) channel->push(std::move(out));
+  out.finished = request.num_unfinished == 0;
+  if (auto channel = request.channel.lock()) channel->push(std::move(out));
+  if (request.num_unfinished > 0) return;
   {
     std::lock_guard lock(stats_mutex_);
     ++stats_.requests_aborted;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -62,8 +63,9 @@ class EngineCore {
   // Thread-safe. Validates the prompt and params (throws Error with a message for the user, or
   // QueueFullError) and queues the request; outputs go to `channel`, which the caller owns.
   int64_t submit(std::vector<int32_t> prompt, const SamplingParams& params, const std::shared_ptr<OutputChannel>& channel);
-  // Thread-safe. Unknown or finished ids are ignored.
-  void abort(int64_t request_id);
+  // Thread-safe. Aborts the whole request, or only its completion `index` (a consumer that saw
+  // a stop string in that completion). Unknown or finished ids are ignored.
+  void abort(int64_t request_id, std::optional<int32_t> index = std::nullopt);
 
   void start();  // runs the loop on an engine thread until stop()
   void stop();
@@ -89,7 +91,7 @@ class EngineCore {
 
   void drain_inbox();
   void admit(Submission&& submission);
-  void abort_request(int64_t request_id);
+  void abort_request(int64_t request_id, std::optional<int32_t> index = std::nullopt);
   void reap_abandoned();
   void deliver(const StepPlan& plan, const std::vector<SampledToken>& sampled);
   void finish_request(int64_t request_id);
@@ -113,7 +115,7 @@ class EngineCore {
   std::mutex inbox_mutex_;
   std::condition_variable inbox_ready_;
   std::vector<Submission> inbox_;
-  std::vector<int64_t> abort_inbox_;
+  std::vector<std::pair<int64_t, std::optional<int32_t>>> abort_inbox_;
   std::atomic<int64_t> next_request_id_{1};
   std::atomic<int64_t> waiting_snapshot_{0};  // the scheduler's waiting count after the last step
 

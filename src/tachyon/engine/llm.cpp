@@ -1,11 +1,15 @@
 #include "tachyon/engine/llm.h"
 
+#include "tachyon/engine/text_stream.h"
 #include "tachyon/runner/cpu_model_runner.h"
 
 namespace tachyon::engine {
 
 LLM::LLM(const std::filesystem::path& model_dir, EngineConfig engine)
     : model_(std::make_unique<model::DenseModel>(model::DenseModel::load(model_dir))) {
+  if (std::filesystem::exists(model_dir / "tokenizer.json")) {
+    tokenizer_ = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_dir(model_dir));
+  }
   if (!engine.scheduler.eos_token_id && model_->config().eos_token_id) {
     engine.scheduler.eos_token_id = static_cast<int32_t>(*model_->config().eos_token_id);
   }
@@ -17,6 +21,20 @@ LLM::LLM(const std::filesystem::path& model_dir, EngineConfig engine)
 LLM::~LLM() { engine_->stop(); }
 
 std::vector<GenerateOutput> LLM::generate(const std::vector<std::vector<int32_t>>& prompts, const SamplingParams& params) {
+  return run(prompts, params, /*text=*/false);
+}
+
+std::vector<GenerateOutput> LLM::generate(const std::vector<std::string>& prompts, const SamplingParams& params) {
+  TACHYON_CHECK(tokenizer_ != nullptr) << "text prompts need a tokenizer.json in the model directory";
+  std::vector<std::vector<int32_t>> ids;
+  for (const std::string& prompt : prompts) ids.push_back(tokenizer_->encode(prompt, /*add_special_tokens=*/true));
+  return run(ids, params, /*text=*/true);
+}
+
+// Submits everything, then drains each channel in turn; the engine keeps running meanwhile and
+// the deltas of requests not yet being read coalesce in their channels.
+std::vector<GenerateOutput> LLM::run(const std::vector<std::vector<int32_t>>& prompts, const SamplingParams& params,
+                                     bool text) {
   std::vector<GenerateOutput> results(prompts.size());
   std::vector<std::shared_ptr<OutputChannel>> channels(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -27,13 +45,29 @@ std::vector<GenerateOutput> LLM::generate(const std::vector<std::vector<int32_t>
     results[i].request_id = engine_->submit(prompts[i], params, channels[i]);
   }
   for (size_t i = 0; i < prompts.size(); ++i) {
+    std::vector<TextStream> streams;
+    if (text) {
+      for (int32_t index = 0; index < params.n; ++index) {
+        streams.emplace_back(*tokenizer_, params.stop, params.include_stop_str_in_output);
+      }
+    }
     while (auto delta = channels[i]->take()) {
       results[i].num_prefix_hit_tokens = delta->num_prefix_hit_tokens;
       for (CompletionDelta& d : delta->completions) {
         CompletionOutput& out = results[i].outputs[static_cast<size_t>(d.index)];
+        if (text && streams[static_cast<size_t>(d.index)].stopped()) continue;  // already ended by a stop string
         out.token_ids.insert(out.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
         out.logprobs.insert(out.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
         if (d.finish_reason != FinishReason::kNone) out.finish_reason = d.finish_reason;
+        if (!text) continue;
+        TextStream& stream = streams[static_cast<size_t>(d.index)];
+        out.text += stream.push(d.token_ids);
+        if (stream.stopped()) {
+          out.finish_reason = FinishReason::kStop;
+          if (d.finish_reason == FinishReason::kNone) engine_->abort(results[i].request_id, d.index);
+        } else if (d.finish_reason != FinishReason::kNone) {
+          out.text += stream.finish();
+        }
       }
       if (delta->finished) break;
     }

@@ -5,15 +5,18 @@
 
 #include <filesystem>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tachyon/engine/engine_core.h"
 #include "tachyon/model/dense_model.h"
+#include "tachyon/tokenizer/tokenizer.h"
 
 namespace tachyon::engine {
 
 struct CompletionOutput {
   int32_t index = 0;
+  std::string text;  // text prompts only: detokenized, cut at the first stop string
   std::vector<int32_t> token_ids;
   std::vector<SampledToken> logprobs;  // parallel to token_ids when requested
   FinishReason finish_reason = FinishReason::kNone;
@@ -34,12 +37,19 @@ class LLM {
 
   // Submits every prompt (all with the same params), waits for all, returns them in order.
   std::vector<GenerateOutput> generate(const std::vector<std::vector<int32_t>>& prompts, const SamplingParams& params);
+  // Text prompts, tokenized with the model's tokenizer.json; outputs carry text, and
+  // params.stop strings end a completion (trimmed, finish reason stop).
+  std::vector<GenerateOutput> generate(const std::vector<std::string>& prompts, const SamplingParams& params);
 
   EngineCore& engine() { return *engine_; }
   const model::DenseModel& model() const { return *model_; }
 
  private:
+  std::vector<GenerateOutput> run(const std::vector<std::vector<int32_t>>& prompts, const SamplingParams& params,
+                                  bool text);
+
   std::unique_ptr<model::DenseModel> model_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;  // when the directory has tokenizer.json
   std::unique_ptr<EngineCore> engine_;
 };
 

@@ -1,0 +1,61 @@
+#include "tachyon/engine/text_stream.h"
+
+#include <algorithm>
+
+namespace tachyon::engine {
+
+size_t stop_prefix_overlap(const std::string& text, const std::vector<std::string>& stops) {
+  size_t longest = 0;
+  for (const std::string& stop : stops) {
+    for (size_t k = std::min(stop.size() - 1, text.size()); k > longest; --k) {
+      if (text.compare(text.size() - k, k, stop, 0, k) == 0) {
+        longest = k;
+        break;
+      }
+    }
+  }
+  return longest;
+}
+
+TextStream::TextStream(const tokenizer::Tokenizer& tokenizer, std::vector<std::string> stop, bool include_stop_str,
+                       bool skip_special_tokens)
+    : detokenizer_(tokenizer, skip_special_tokens), stop_(std::move(stop)), include_stop_str_(include_stop_str) {}
+
+std::string TextStream::push(std::span<const int32_t> token_ids) {
+  if (stopped_) return "";
+  for (int32_t id : token_ids) held_ += detokenizer_.push(id);
+  // The earliest stop string wins, wherever it starts in the held text.
+  size_t best = std::string::npos;
+  for (const std::string& stop : stop_) {
+    size_t at = held_.find(stop);
+    if (at != std::string::npos && (best == std::string::npos || at < best)) {
+      best = at;
+      matched_stop_ = stop;
+    }
+  }
+  if (best != std::string::npos) {
+    stopped_ = true;
+    std::string out = held_.substr(0, best) + (include_stop_str_ ? matched_stop_ : "");
+    held_.clear();
+    return release(std::move(out));
+  }
+  const size_t keep = stop_prefix_overlap(held_, stop_);
+  std::string out = held_.substr(0, held_.size() - keep);
+  held_.erase(0, held_.size() - keep);
+  return release(std::move(out));
+}
+
+std::string TextStream::finish() {
+  if (stopped_) return "";
+  held_ += detokenizer_.flush();
+  std::string out = std::move(held_);
+  held_.clear();
+  return release(std::move(out));
+}
+
+std::string TextStream::release(std::string text) {
+  emitted_ += text;
+  return text;
+}
+
+}  // namespace tachyon::engine
