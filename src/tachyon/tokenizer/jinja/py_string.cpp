@@ -2,6 +2,7 @@
 #include "tachyon/tokenizer/jinja/py_string.h"
 
 #include "tachyon/base/check.h"
+#include "tachyon/tokenizer/unicode.h"
 
 namespace tachyon::tokenizer::jinja {
 
@@ -36,23 +37,8 @@ std::u32string decode_utf8(std::string_view text) {
   return out;
 }
 
-void append_utf8(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
+// One UTF-8 encoder for the whole tokenizer module (unicode.h).
+void append_utf8(std::string& out, char32_t cp) { utf8_append(out, cp); }
 
 std::string encode_utf8(std::u32string_view text) {
   std::string out;
