@@ -1,0 +1,180 @@
+// POST /v1/chat/completions body -> ChatRequest. Messages are checked role by role and their
+// content normalized to one string (text parts joined with "\n", as vLLM does) so the chat
+// template sees one shape; sampling fields are shared with completions (openai_request_fields.h).
+#include <limits>
+
+#include "tachyon/server/openai_protocol.h"
+#include "tachyon/server/openai_request_fields.h"
+
+namespace tachyon::server {
+
+namespace {
+
+using fields::Json;
+
+bool known_role(const std::string& role) {
+  return role == "system" || role == "user" || role == "assistant" || role == "tool" || role == "developer";
+}
+
+// content as a list of {"type":"text","text":...} parts -> the texts joined with "\n".
+std::string join_text_parts(const Json& parts, const std::string& path) {
+  std::string joined;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const Json& part = parts[i];
+    std::string part_path = path + "[" + std::to_string(i) + "]";
+    if (!part.is_object()) {
+      fields::fail(part_path, "Invalid type for '" + part_path + "': expected an object like {\"type\": \"text\", "
+                              "\"text\": \"...\"}, but got " + fields::type_name(part) + ".");
+    }
+    std::optional<std::string> type = fields::read_string(part, "type", part_path + ".type");
+    if (!type) fields::fail(part_path + ".type", "'" + part_path + ".type' is required.");
+    if (*type != "text") {
+      fields::fail(part_path + ".type", "Content part type '" + *type + "' is not supported by this server; only "
+                                        "'text' parts are.");
+    }
+    std::optional<std::string> text = fields::read_string(part, "text", part_path + ".text");
+    if (!text) fields::fail(part_path + ".text", "'" + part_path + ".text' is required.");
+    if (i > 0) joined += "\n";
+    joined += *text;
+  }
+  return joined;
+}
+
+void check_tool_calls(Json& tool_calls, const std::string& path) {
+  if (!tool_calls.is_array()) {
+    fields::fail(path, "Invalid type for '" + path + "': expected an array, but got " + fields::type_name(tool_calls) + ".");
+  }
+  for (size_t i = 0; i < tool_calls.size(); ++i) {
+    Json& call = tool_calls[i];
+    std::string call_path = path + "[" + std::to_string(i) + "]";
+    const Json* function = call.is_object() ? fields::find(call, "function") : nullptr;
+    if (function == nullptr || !function->is_object()) {
+      fields::fail(call_path, "'" + call_path + "' must be an object with a 'function' object.");
+    }
+    if (!fields::read_string(*function, "name", call_path + ".function.name")) {
+      fields::fail(call_path + ".function.name", "'" + call_path + ".function.name' is required.");
+    }
+    Json& arguments = call["function"]["arguments"];
+    if (arguments.is_string()) {  // templates read arguments as a mapping (vLLM parses them too)
+      Json parsed = Json::parse(arguments.get<std::string>(), nullptr, false);
+      if (parsed.is_discarded()) {
+        fields::fail(call_path + ".function.arguments",
+                     "'" + call_path + ".function.arguments' must be a JSON-encoded string, but it is not valid JSON.");
+      }
+      arguments = std::move(parsed);
+    } else if (arguments.is_null()) {
+      arguments = Json::object();
+    }
+  }
+}
+
+void check_message(Json& message, size_t index) {
+  std::string path = "messages[" + std::to_string(index) + "]";
+  if (!message.is_object()) {
+    fields::fail(path, "Invalid type for '" + path + "': expected an object, but got " + fields::type_name(message) + ".");
+  }
+  std::optional<std::string> role = fields::read_string(message, "role", path + ".role");
+  if (!role) fields::fail(path + ".role", "'" + path + ".role' is required.");
+  if (!known_role(*role)) {
+    fields::fail(path + ".role", "Invalid role '" + *role + "' in '" + path +
+                                     ".role': expected one of system, user, assistant, tool, developer.");
+  }
+  bool has_tool_calls = false;
+  if (message.contains("tool_calls") && !message["tool_calls"].is_null()) {
+    if (*role != "assistant") fields::fail(path + ".tool_calls", "Only assistant messages may have 'tool_calls'.");
+    check_tool_calls(message["tool_calls"], path + ".tool_calls");
+    has_tool_calls = !message["tool_calls"].empty();
+  }
+  fields::read_string(message, "name", path + ".name");
+  fields::read_string(message, "tool_call_id", path + ".tool_call_id");
+  std::string content_path = path + ".content";
+  const Json* content = fields::find(message, "content");
+  if (content == nullptr) {
+    if (*role == "assistant" && has_tool_calls) {
+      message["content"] = nullptr;
+      return;
+    }
+    fields::fail(content_path, "'" + content_path + "' is required (it may be null only for an assistant message "
+                               "with tool_calls).");
+  }
+  if (content->is_string()) return;
+  if (!content->is_array()) {
+    fields::fail(content_path, "Invalid type for '" + content_path + "': expected a string or an array of text parts, "
+                               "but got " + fields::type_name(*content) + ".");
+  }
+  message["content"] = join_text_parts(*content, content_path);
+}
+
+void read_messages(Json& body, ChatRequest& request) {
+  auto it = body.find("messages");
+  if (it == body.end() || it->is_null()) fields::fail("messages", "'messages' is required: a non-empty array of messages.");
+  if (!it->is_array()) {
+    fields::fail("messages", "Invalid type for 'messages': expected an array, but got " + fields::type_name(*it) + ".");
+  }
+  if (it->empty()) fields::fail("messages", "'messages' must contain at least one message.");
+  for (size_t i = 0; i < it->size(); ++i) check_message((*it)[i], i);
+  request.messages = std::move(*it);
+}
+
+void read_tools(const Json& body, ChatRequest& request) {
+  const Json* tools = fields::find(body, "tools");
+  if (tools == nullptr) return;
+  if (!tools->is_array()) fields::fail("tools", "Invalid type for 'tools': expected an array, but got " + fields::type_name(*tools) + ".");
+  for (size_t i = 0; i < tools->size(); ++i) {
+    const Json& tool = (*tools)[i];
+    std::string path = "tools[" + std::to_string(i) + "]";
+    const Json* function = tool.is_object() ? fields::find(tool, "function") : nullptr;
+    std::optional<std::string> type = tool.is_object() ? fields::read_string(tool, "type", path + ".type") : std::nullopt;
+    if (function == nullptr || !function->is_object() || type.value_or("function") != "function") {
+      fields::fail(path, "'" + path + "' must be {\"type\": \"function\", \"function\": {\"name\": ...}}.");
+    }
+    if (!fields::read_string(*function, "name", path + ".function.name")) {
+      fields::fail(path + ".function.name", "'" + path + ".function.name' is required.");
+    }
+    if (const Json* parameters = fields::find(*function, "parameters"); parameters && !parameters->is_object()) {
+      fields::fail(path + ".function.parameters", "Invalid type for '" + path + ".function.parameters': expected an "
+                                                  "object (a JSON schema), but got " + fields::type_name(*parameters) + ".");
+    }
+  }
+  request.tools = *tools;
+}
+
+void read_logprobs(const Json& body, const ServerLimits& limits, ChatRequest& request) {
+  bool logprobs = fields::read_bool(body, "logprobs", "logprobs").value_or(false);
+  std::optional<int64_t> top = fields::read_int(body, "top_logprobs", "top_logprobs", 0, limits.max_logprobs);
+  if (top && *top > 0 && !logprobs) {
+    fields::fail("top_logprobs", "'top_logprobs' requires 'logprobs' to be true.");
+  }
+  request.params.logprobs = logprobs ? static_cast<int32_t>(top.value_or(0)) : -1;
+}
+
+}  // namespace
+
+ChatRequest parse_chat_request(std::string_view body_text, const ServerLimits& limits) {
+  Json body = fields::parse_body(body_text);
+  fields::check_model(body, limits);
+  ChatRequest request;
+  read_messages(body, request);
+  read_tools(body, request);
+  if (const Json* kwargs = fields::find(body, "chat_template_kwargs")) {
+    if (!kwargs->is_object()) {
+      fields::fail("chat_template_kwargs", "Invalid type for 'chat_template_kwargs': expected an object, but got " +
+                                               fields::type_name(*kwargs) + ".");
+    }
+    request.chat_template_kwargs = *kwargs;
+  }
+  request.add_generation_prompt = fields::read_bool(body, "add_generation_prompt", "add_generation_prompt").value_or(true);
+  constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+  std::optional<int64_t> max_tokens = fields::read_int(body, "max_completion_tokens", "max_completion_tokens", 1, kInt32Max);
+  std::optional<int64_t> legacy_max = fields::read_int(body, "max_tokens", "max_tokens", 1, kInt32Max);
+  if (!max_tokens) max_tokens = legacy_max;
+  if (max_tokens) request.max_tokens = static_cast<int32_t>(*max_tokens);
+  request.params.max_tokens = static_cast<int32_t>(max_tokens.value_or(std::min<int64_t>(limits.max_model_len, kInt32Max)));
+  fields::read_sampling_fields(body, limits, request.params);
+  read_logprobs(body, limits, request);
+  fields::read_stream_fields(body, request.stream, request.include_usage);
+  fields::validate_params(request.params, limits);
+  return request;
+}
+
+}  // namespace tachyon::server

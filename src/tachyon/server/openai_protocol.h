@@ -1,0 +1,89 @@
+// The OpenAI protocol layer: request bodies in, validated native structs out; native results in,
+// OpenAI JSON / SSE frames out (openai_responses.h). Pure functions: no sockets, no engine.
+//
+// Every bad input throws ApiException with an OpenAI-style error (openai_errors.h): 400 with
+// `param` naming the field (nested fields as "messages[1].content"), 404 for an unknown model.
+// No bad input crashes or yields a 500.
+//
+// Decisions (the brief left them open):
+//  - JSON null means "absent" for every optional field (some clients send nulls).
+//  - Integer fields accept integral floats (16.0), as pydantic does; 16.5 is a 400.
+//  - Unknown fields are ignored. Fields that would silently change results if ignored are
+//    rejected with a 400 saying they are unsupported: suffix, logit_bias (non-empty), best_of
+//    (!= n), response_format other than {"type":"text"}, echo together with logprobs (prompt
+//    logprobs are not computed), non-text content parts.
+//  - top_k -1 and 0 both mean "off" (stored as 0); < -1 is a 400.
+//  - Stop strings must be non-empty; at most max_stop of them.
+//  - ServerLimits::vocab_size <= 0 means "unknown": token ids are then not range-checked.
+//  - ServerLimits::model_name empty: any model name is accepted.
+//  - max_tokens: completions default to 16 when absent (OpenAI's documented default), so
+//    CompletionRequest::max_tokens is always set. Chat leaves it nullopt when absent and the server
+//    fills max_model_len - prompt_len (resolve_max_tokens). params.max_tokens holds the value
+//    given, or max_model_len while unknown (an upper bound used only for validation).
+//  - Chat content given as text parts is joined with "\n" (vLLM); messages are stored with that
+//    string as content, other keys kept as sent (templates may read name, tool_calls,
+//    reasoning_content). tool_calls[].function.arguments given as a JSON string is parsed into an
+//    object (vLLM does this for chat templates); invalid JSON there is a 400.
+//
+// Tests: tests/unit/test_openai_protocol_requests.cpp (ctest -R openai).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tachyon/engine/sampling_params.h"
+#include "tachyon/server/openai_errors.h"
+#include "tachyon/server/openai_responses.h"
+
+namespace tachyon::server {
+
+// Fixed at server start.
+struct ServerLimits {
+  std::string model_name;        // the served name; a request naming another model -> 404
+  int64_t max_model_len = 4096;  // prompt + completion tokens
+  int64_t vocab_size = 0;        // token ids must be in [0, vocab_size); <= 0: unchecked
+  int32_t max_n = 16;
+  int32_t max_stop = 16;
+  int32_t max_logprobs = 20;
+};
+
+struct CompletionRequest {
+  // Exactly one of these is non-empty: the prompt as text(s) or as token ids.
+  std::vector<std::string> prompt_texts;          // [num_prompts] each non-empty
+  std::vector<std::vector<int32_t>> prompt_ids;   // [num_prompts][prompt_len] each non-empty
+  std::optional<int32_t> max_tokens;              // always set: the request's value, else 16
+  engine::SamplingParams params;                  // validated; params.max_tokens == *max_tokens
+  bool echo = false;                              // prepend the prompt to each choice's text
+  bool stream = false;
+  bool include_usage = false;                     // stream_options.include_usage
+};
+
+struct ChatRequest {
+  nlohmann::ordered_json messages;   // validated array; every content is a string (or null for an
+                                     // assistant turn that has tool_calls)
+  nlohmann::ordered_json tools = nullptr;   // null or a validated array of {"type":"function",...}
+  nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
+  bool add_generation_prompt = true;
+  std::optional<int32_t> max_tokens;  // max_completion_tokens, else max_tokens; nullopt: fill later
+  engine::SamplingParams params;      // validated; logprobs = top_logprobs when "logprobs": true, else -1
+  bool stream = false;
+  bool include_usage = false;
+};
+
+// Both throw ApiException.
+CompletionRequest parse_completion_request(std::string_view body, const ServerLimits& limits);
+ChatRequest parse_chat_request(std::string_view body, const ServerLimits& limits);
+
+// After tokenizing: throws a 400 (code "context_length_exceeded") when the prompt leaves no room
+// for a token, or prompt + max_tokens exceeds max_model_len (vLLM's message).
+void check_context(int64_t prompt_tokens, std::optional<int32_t> max_tokens, const ServerLimits& limits);
+
+// check_context, then the completion budget: max_tokens when given, else max_model_len - prompt.
+int32_t resolve_max_tokens(int64_t prompt_tokens, std::optional<int32_t> max_tokens, const ServerLimits& limits);
+
+}  // namespace tachyon::server

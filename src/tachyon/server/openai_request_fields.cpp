@@ -1,0 +1,243 @@
+#include "tachyon/server/openai_request_fields.h"
+
+#include <cmath>
+#include <limits>
+
+#include "tachyon/base/check.h"
+
+namespace tachyon::server::fields {
+
+namespace {
+
+std::string quoted(std::string_view path) { return "'" + std::string(path) + "'"; }
+
+[[noreturn]] void wrong_type(std::string_view path, const char* expected, const Json& got) {
+  fail(std::string(path), "Invalid type for " + quoted(path) + ": expected " + expected + ", but got " + type_name(got) + ".");
+}
+
+std::string format_number(double value) {
+  Json j = value;
+  return j.dump();
+}
+
+}  // namespace
+
+void fail(std::string param, std::string message) { throw ApiException(bad_request(std::move(param), std::move(message))); }
+
+std::string type_name(const Json& value) {
+  switch (value.type()) {
+    case Json::value_t::null: return "null";
+    case Json::value_t::object: return "an object";
+    case Json::value_t::array: return "an array";
+    case Json::value_t::string: return "a string";
+    case Json::value_t::boolean: return "a boolean";
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned: return "an integer";
+    case Json::value_t::number_float: return "a number";
+    default: return "an unsupported value";
+  }
+}
+
+Json parse_body(std::string_view body) {
+  Json parsed;
+  try {
+    parsed = Json::parse(body);
+  } catch (const Json::parse_error& e) {
+    // e.what() may quote the offending bytes; error_body makes them valid UTF-8.
+    std::string what = e.what();
+    if (what.find("UTF-8") != std::string::npos) {
+      fail("", "The request body is not valid UTF-8: " + what);
+    }
+    fail("", "The request body is not valid JSON: " + what);
+  }
+  if (!parsed.is_object()) fail("", "The request body must be a JSON object, but got " + type_name(parsed) + ".");
+  return parsed;
+}
+
+const Json* find(const Json& object, std::string_view name) {
+  auto it = object.find(name);
+  if (it == object.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+int64_t as_int(const Json& value, std::string_view path, int64_t lo, int64_t hi) {
+  int64_t result = 0;
+  if (value.is_number_unsigned()) {
+    uint64_t u = value.get<uint64_t>();
+    result = u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ? std::numeric_limits<int64_t>::max()
+                                                                            : static_cast<int64_t>(u);
+  } else if (value.is_number_integer()) {
+    result = value.get<int64_t>();
+  } else if (value.is_number_float()) {
+    double d = value.get<double>();
+    if (std::floor(d) != d) wrong_type(path, "an integer", value);
+    if (d >= 9.2e18) result = std::numeric_limits<int64_t>::max();
+    else if (d <= -9.2e18) result = std::numeric_limits<int64_t>::min();
+    else result = static_cast<int64_t>(d);
+  } else {
+    wrong_type(path, "an integer", value);
+  }
+  if (result < lo || result > hi) {
+    std::string range = hi == std::numeric_limits<int64_t>::max() ? ">= " + std::to_string(lo)
+                        : lo == std::numeric_limits<int64_t>::min() ? "<= " + std::to_string(hi)
+                        : "between " + std::to_string(lo) + " and " + std::to_string(hi);
+    fail(std::string(path), quoted(path) + " must be " + range + ", but got " + value.dump() + ".");
+  }
+  return result;
+}
+
+std::optional<int64_t> read_int(const Json& object, std::string_view name, std::string_view path, int64_t lo,
+                                int64_t hi) {
+  const Json* value = find(object, name);
+  if (value == nullptr) return std::nullopt;
+  return as_int(*value, path, lo, hi);
+}
+
+std::optional<double> read_number(const Json& object, std::string_view name, std::string_view path) {
+  const Json* value = find(object, name);
+  if (value == nullptr) return std::nullopt;
+  if (!value->is_number()) wrong_type(path, "a number", *value);
+  return value->get<double>();
+}
+
+std::optional<bool> read_bool(const Json& object, std::string_view name, std::string_view path) {
+  const Json* value = find(object, name);
+  if (value == nullptr) return std::nullopt;
+  if (!value->is_boolean()) wrong_type(path, "a boolean", *value);
+  return value->get<bool>();
+}
+
+std::optional<std::string> read_string(const Json& object, std::string_view name, std::string_view path) {
+  const Json* value = find(object, name);
+  if (value == nullptr) return std::nullopt;
+  if (!value->is_string()) wrong_type(path, "a string", *value);
+  return value->get<std::string>();
+}
+
+void check_model(const Json& body, const ServerLimits& limits) {
+  std::optional<std::string> model = read_string(body, "model", "model");
+  if (!model || model->empty() || limits.model_name.empty() || *model == limits.model_name) return;
+  throw ApiException(model_not_found(*model, limits.model_name));
+}
+
+namespace {
+
+// A number in [lo, hi] (open ends when lo_open / hi_open), stored as float.
+std::optional<float> read_ranged(const Json& body, const char* name, double lo, bool lo_open, double hi, bool hi_open,
+                                 const char* range_text) {
+  std::optional<double> value = read_number(body, name, name);
+  if (!value) return std::nullopt;
+  bool ok = (lo_open ? *value > lo : *value >= lo) && (hi_open ? *value < hi : *value <= hi);
+  if (!ok) fail(name, quoted(name) + " must be " + range_text + ", but got " + format_number(*value) + ".");
+  return static_cast<float>(*value);
+}
+
+void read_stop(const Json& body, const ServerLimits& limits, engine::SamplingParams& params) {
+  const Json* stop = find(body, "stop");
+  if (stop == nullptr) return;
+  if (stop->is_string()) {
+    params.stop = {stop->get<std::string>()};
+  } else if (stop->is_array()) {
+    for (size_t i = 0; i < stop->size(); ++i) {
+      const Json& s = (*stop)[i];
+      if (!s.is_string()) wrong_type("stop[" + std::to_string(i) + "]", "a string", s);
+      params.stop.push_back(s.get<std::string>());
+    }
+  } else {
+    wrong_type("stop", "a string or an array of strings", *stop);
+  }
+  if (static_cast<int64_t>(params.stop.size()) > limits.max_stop) {
+    fail("stop", "'stop' has " + std::to_string(params.stop.size()) + " strings; at most " +
+                     std::to_string(limits.max_stop) + " are allowed.");
+  }
+  for (const std::string& s : params.stop) {
+    if (s.empty()) fail("stop", "'stop' strings must not be empty.");
+  }
+}
+
+void read_unsupported(const Json& body, const engine::SamplingParams& params) {
+  if (const Json* bias = find(body, "logit_bias")) {
+    if (!bias->is_object()) wrong_type("logit_bias", "an object", *bias);
+    if (!bias->empty()) fail("logit_bias", "'logit_bias' is not supported by this server; remove it.");
+  }
+  if (std::optional<int64_t> best_of = read_int(body, "best_of", "best_of", 1, std::numeric_limits<int32_t>::max())) {
+    if (*best_of != params.n) fail("best_of", "'best_of' is not supported by this server; remove it or set it equal to 'n'.");
+  }
+  if (const Json* format = find(body, "response_format")) {
+    if (!format->is_object()) wrong_type("response_format", "an object", *format);
+    const Json* type = find(*format, "type");
+    if (type == nullptr || !type->is_string()) {
+      fail("response_format", "'response_format' must be an object with a string 'type', e.g. {\"type\": \"text\"}.");
+    }
+    if (type->get<std::string>() != "text") {
+      fail("response_format", "'response_format' of type '" + type->get<std::string>() +
+                                  "' is not supported by this server; only {\"type\": \"text\"} is.");
+    }
+  }
+}
+
+}  // namespace
+
+void read_sampling_fields(const Json& body, const ServerLimits& limits, engine::SamplingParams& params) {
+  constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+  constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
+  if (auto v = read_ranged(body, "temperature", 0.0, false, std::numeric_limits<double>::max(), false, ">= 0")) {
+    params.temperature = *v;
+  }
+  if (auto v = read_ranged(body, "top_p", 0.0, true, 1.0, false, "in (0, 1]")) params.top_p = *v;
+  if (auto v = read_int(body, "top_k", "top_k", -1, kInt32Max)) params.top_k = *v == -1 ? 0 : static_cast<int32_t>(*v);
+  if (auto v = read_ranged(body, "min_p", 0.0, false, 1.0, false, "in [0, 1]")) params.min_p = *v;
+  if (auto v = read_ranged(body, "presence_penalty", -2.0, false, 2.0, false, "in [-2, 2]")) params.presence_penalty = *v;
+  if (auto v = read_ranged(body, "frequency_penalty", -2.0, false, 2.0, false, "in [-2, 2]")) params.frequency_penalty = *v;
+  if (auto v = read_ranged(body, "repetition_penalty", 0.0, true, std::numeric_limits<double>::max(), false, "> 0")) {
+    params.repetition_penalty = *v;
+  }
+  if (const Json* seed = find(body, "seed")) {
+    if (seed->is_number_unsigned()) {
+      params.seed = seed->get<uint64_t>();
+    } else {  // negative seeds are accepted (OpenAI's seed is int64) and used bit for bit
+      params.seed = static_cast<uint64_t>(as_int(*seed, "seed", std::numeric_limits<int64_t>::min(),
+                                                 std::numeric_limits<int64_t>::max()));
+    }
+  }
+  if (auto v = read_int(body, "n", "n", 1, limits.max_n)) params.n = static_cast<int32_t>(*v);
+  read_stop(body, limits, params);
+  if (const Json* ids = find(body, "stop_token_ids")) {
+    if (!ids->is_array()) wrong_type("stop_token_ids", "an array of integers", *ids);
+    int64_t hi = limits.vocab_size > 0 ? limits.vocab_size - 1 : kInt32Max;
+    for (size_t i = 0; i < ids->size(); ++i) {
+      params.stop_token_ids.push_back(static_cast<int32_t>(as_int((*ids)[i], "stop_token_ids", 0, hi)));
+    }
+  }
+  if (auto v = read_bool(body, "ignore_eos", "ignore_eos")) params.ignore_eos = *v;
+  if (auto v = read_int(body, "min_tokens", "min_tokens", 0, kInt32Max)) params.min_tokens = static_cast<int32_t>(*v);
+  if (auto v = read_bool(body, "include_stop_str_in_output", "include_stop_str_in_output")) {
+    params.include_stop_str_in_output = *v;
+  }
+  if (auto v = read_int(body, "priority", "priority", kInt32Min, kInt32Max)) params.priority = static_cast<int32_t>(*v);
+  read_unsupported(body, params);
+}
+
+void read_stream_fields(const Json& body, bool& stream, bool& include_usage) {
+  stream = read_bool(body, "stream", "stream").value_or(false);
+  const Json* options = find(body, "stream_options");
+  if (options == nullptr) return;
+  if (!options->is_object()) wrong_type("stream_options", "an object", *options);
+  if (!stream) fail("stream_options", "'stream_options' is only allowed when 'stream' is true.");
+  include_usage = read_bool(*options, "include_usage", "stream_options.include_usage").value_or(false);
+}
+
+void validate_params(const engine::SamplingParams& params, const ServerLimits& limits) {
+  try {
+    params.validate(limits.vocab_size > 0 ? limits.vocab_size : std::numeric_limits<int32_t>::max());
+  } catch (const tachyon::Error& e) {
+    std::string message = e.what();
+    size_t where = message.find(" (check `");
+    if (where != std::string::npos) message.resize(where);
+    // The message starts with the field name ("min_tokens must be ..."): report it as param.
+    std::string param = message.substr(0, message.find_first_of(" :"));
+    fail(param, message + ".");
+  }
+}
+
+}  // namespace tachyon::server::fields
