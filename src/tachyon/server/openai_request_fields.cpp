@@ -78,9 +78,10 @@ int64_t as_int(const Json& value, std::string_view path, int64_t lo, int64_t hi)
     wrong_type(path, "an integer", value);
   }
   if (result < lo || result > hi) {
-    std::string range = hi == std::numeric_limits<int64_t>::max() ? ">= " + std::to_string(lo)
-                        : lo == std::numeric_limits<int64_t>::min() ? "<= " + std::to_string(hi)
-                        : "between " + std::to_string(lo) + " and " + std::to_string(hi);
+    // Below the minimum of an otherwise unbounded field: just say ">= lo".
+    bool open_top = hi >= std::numeric_limits<int32_t>::max();
+    std::string range = result < lo && open_top ? ">= " + std::to_string(lo)
+                                                : "between " + std::to_string(lo) + " and " + std::to_string(hi);
     fail(std::string(path), quoted(path) + " must be " + range + ", but got " + value.dump() + ".");
   }
   return result;
@@ -185,7 +186,10 @@ void read_sampling_fields(const Json& body, const ServerLimits& limits, engine::
     params.temperature = *v;
   }
   if (auto v = read_ranged(body, "top_p", 0.0, true, 1.0, false, "in (0, 1]")) params.top_p = *v;
-  if (auto v = read_int(body, "top_k", "top_k", -1, kInt32Max)) params.top_k = *v == -1 ? 0 : static_cast<int32_t>(*v);
+  if (auto v = read_int(body, "top_k", "top_k", kInt32Min, kInt32Max)) {
+    if (*v < -1) fail("top_k", "'top_k' must be >= -1 (-1 or 0 disables it), but got " + std::to_string(*v) + ".");
+    params.top_k = *v == -1 ? 0 : static_cast<int32_t>(*v);
+  }
   if (auto v = read_ranged(body, "min_p", 0.0, false, 1.0, false, "in [0, 1]")) params.min_p = *v;
   if (auto v = read_ranged(body, "presence_penalty", -2.0, false, 2.0, false, "in [-2, 2]")) params.presence_penalty = *v;
   if (auto v = read_ranged(body, "frequency_penalty", -2.0, false, 2.0, false, "in [-2, 2]")) params.frequency_penalty = *v;

@@ -1,0 +1,418 @@
+// OpenAI request parsing: every bad input -> the right status, param and a message naming the
+// fix; every good shape -> the expected native struct. Runs in milliseconds.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tachyon/server/openai_protocol.h"
+
+namespace tachyon::server {
+namespace {
+
+ServerLimits limits() {
+  ServerLimits l;
+  l.model_name = "tiny";
+  l.max_model_len = 100;
+  l.vocab_size = 1000;
+  l.max_n = 4;
+  l.max_stop = 2;
+  l.max_logprobs = 5;
+  return l;
+}
+
+ApiError completion_error(const std::string& body) {
+  try {
+    parse_completion_request(body, limits());
+  } catch (const ApiException& e) {
+    return e.error();
+  }
+  ADD_FAILURE() << "no error for " << body;
+  return {};
+}
+
+ApiError chat_error(const std::string& body) {
+  try {
+    parse_chat_request(body, limits());
+  } catch (const ApiException& e) {
+    return e.error();
+  }
+  ADD_FAILURE() << "no error for " << body;
+  return {};
+}
+
+// Expects a 400 on `param` whose message contains `fragment`, from both endpoints when the field
+// is shared (the chat body gets a valid messages list instead of the prompt).
+void expect_400(const std::string& fields, const std::string& param, const std::string& fragment) {
+  ApiError c = completion_error(R"({"prompt":"hi",)" + fields + "}");
+  EXPECT_EQ(c.status, 400) << fields;
+  EXPECT_EQ(c.type, "invalid_request_error") << fields;
+  EXPECT_EQ(c.param, param) << fields;
+  EXPECT_NE(c.message.find(fragment), std::string::npos) << fields << " -> " << c.message;
+  ApiError h = chat_error(R"({"messages":[{"role":"user","content":"hi"}],)" + fields + "}");
+  EXPECT_EQ(h.status, 400) << fields;
+  EXPECT_EQ(h.param, param) << fields;
+  EXPECT_NE(h.message.find(fragment), std::string::npos) << fields << " -> " << h.message;
+}
+
+TEST(OpenaiRequest, InvalidBodies) {
+  for (const std::string& body : {std::string("{"), std::string(""), std::string("{\"prompt\": hi}")}) {
+    ApiError e = completion_error(body);
+    EXPECT_EQ(e.status, 400);
+    EXPECT_NE(e.message.find("not valid JSON"), std::string::npos) << e.message;
+  }
+  ApiError array = completion_error("[1,2]");
+  EXPECT_EQ(array.status, 400);
+  EXPECT_NE(array.message.find("must be a JSON object, but got an array"), std::string::npos);
+  ApiError utf8 = chat_error("{\"messages\":[{\"role\":\"user\",\"content\":\"a\xff\xfe\"}]}");
+  EXPECT_EQ(utf8.status, 400);
+  EXPECT_NE(utf8.message.find("UTF-8"), std::string::npos) << utf8.message;
+  // The error body stays valid JSON even though the parser quoted the bad bytes.
+  EXPECT_TRUE(nlohmann::json::accept(error_body(utf8)));
+  // Deep nesting is refused cleanly, not by a crash.
+  std::string deep = R"({"prompt":"hi","x":)" + std::string(20000, '[') + std::string(20000, ']') + "}";
+  EXPECT_NO_THROW(parse_completion_request(deep, limits()));
+}
+
+TEST(OpenaiRequest, ModelMustMatch) {
+  ApiError e = completion_error(R"({"model":"other","prompt":"hi"})");
+  EXPECT_EQ(e.status, 404);
+  EXPECT_EQ(e.code, "model_not_found");
+  EXPECT_EQ(e.type, "NotFoundError");
+  EXPECT_EQ(e.param, "model");
+  EXPECT_NE(e.message.find("`other` does not exist"), std::string::npos);
+  EXPECT_EQ(chat_error(R"({"model":"other","messages":[{"role":"user","content":"x"}]})").status, 404);
+  EXPECT_NO_THROW(parse_completion_request(R"({"model":"tiny","prompt":"hi"})", limits()));
+  EXPECT_NO_THROW(parse_completion_request(R"({"model":"","prompt":"hi"})", limits()));
+  EXPECT_NO_THROW(parse_completion_request(R"({"model":null,"prompt":"hi"})", limits()));
+  expect_400(R"("model":3)", "model", "expected a string, but got an integer");
+}
+
+TEST(OpenaiRequest, PromptShapes) {
+  CompletionRequest r = parse_completion_request(R"({"prompt":"hello"})", limits());
+  EXPECT_EQ(r.prompt_texts, std::vector<std::string>{"hello"});
+  EXPECT_TRUE(r.prompt_ids.empty());
+  r = parse_completion_request(R"({"prompt":["a","b"]})", limits());
+  EXPECT_EQ(r.prompt_texts, (std::vector<std::string>{"a", "b"}));
+  r = parse_completion_request(R"({"prompt":[1,2,999]})", limits());
+  EXPECT_EQ(r.prompt_ids, (std::vector<std::vector<int32_t>>{{1, 2, 999}}));
+  EXPECT_TRUE(r.prompt_texts.empty());
+  r = parse_completion_request(R"({"prompt":[[1],[0,2]]})", limits());
+  EXPECT_EQ(r.prompt_ids, (std::vector<std::vector<int32_t>>{{1}, {0, 2}}));
+}
+
+TEST(OpenaiRequest, BadPrompts) {
+  struct Case { std::string body, param, fragment; };
+  std::vector<Case> cases = {
+      {R"({})", "prompt", "'prompt' is required"},
+      {R"({"prompt":null})", "prompt", "'prompt' is required"},
+      {R"({"prompt":""})", "prompt", "must not be empty"},
+      {R"({"prompt":[]})", "prompt", "must not be empty"},
+      {R"({"prompt":[[]]})", "prompt", "'prompt[0]' must not be empty"},
+      {R"({"prompt":["a",""]})", "prompt", "'prompt[1]' must not be empty"},
+      {R"({"prompt":3})", "prompt", "expected a string, a list of strings, token ids"},
+      {R"({"prompt":{"a":1}})", "prompt", "but got an object"},
+      {R"({"prompt":["a",1]})", "prompt", "only strings or only token-id lists"},
+      {R"({"prompt":[1,"a"]})", "prompt", "must contain only integers, but got a string"},
+      {R"({"prompt":[1,2.5]})", "prompt", "expected an integer, but got a number"},
+      {R"({"prompt":[1000]})", "prompt", "between 0 and 999, but got 1000"},
+      {R"({"prompt":[-1]})", "prompt", "between 0 and 999, but got -1"},
+      {R"({"prompt":[[1],[5000]]})", "prompt[1]", "between 0 and 999"},
+      {R"({"prompt":[true]})", "prompt", "only strings or only token-id lists, but got a boolean"},
+      {R"({"prompt":"hi","suffix":"x"})", "suffix", "not supported"},
+      {R"({"prompt":"hi","echo":"yes"})", "echo", "expected a boolean"},
+      {R"({"prompt":"hi","echo":true,"logprobs":1})", "echo", "drop one of them"},
+      {R"({"prompt":"hi","logprobs":6})", "logprobs", "between 0 and 5, but got 6"},
+      {R"({"prompt":"hi","logprobs":-1})", "logprobs", "between 0 and 5"},
+      {R"({"prompt":"hi","logprobs":true})", "logprobs", "expected an integer, but got a boolean"},
+  };
+  for (const Case& c : cases) {
+    ApiError e = completion_error(c.body);
+    EXPECT_EQ(e.status, 400) << c.body;
+    EXPECT_EQ(e.param, c.param) << c.body;
+    EXPECT_NE(e.message.find(c.fragment), std::string::npos) << c.body << " -> " << e.message;
+  }
+}
+
+TEST(OpenaiRequest, CompletionDefaults) {
+  CompletionRequest r = parse_completion_request(R"({"prompt":"hi","unknown_field":{"x":[1]},"user":"u"})", limits());
+  ASSERT_TRUE(r.max_tokens.has_value());
+  EXPECT_EQ(*r.max_tokens, 16);
+  EXPECT_EQ(r.params.max_tokens, 16);
+  EXPECT_EQ(r.params.temperature, 1.0f);
+  EXPECT_EQ(r.params.logprobs, -1);
+  EXPECT_EQ(r.params.n, 1);
+  EXPECT_FALSE(r.echo);
+  EXPECT_FALSE(r.stream);
+  EXPECT_FALSE(r.include_usage);
+}
+
+TEST(OpenaiRequest, EveryCompletionField) {
+  CompletionRequest r = parse_completion_request(R"({
+    "model":"tiny","prompt":"hi","max_tokens":20.0,"temperature":0,"top_p":0.5,"top_k":-1,"min_p":0.1,
+    "presence_penalty":-2,"frequency_penalty":1.5,"repetition_penalty":1.2,"seed":-1,"n":3,"best_of":3,
+    "stop":"\n","stop_token_ids":[7,8],"ignore_eos":true,"min_tokens":2,"logprobs":5,
+    "include_stop_str_in_output":true,"priority":-3,"echo":false,"stream":true,
+    "stream_options":{"include_usage":true},"response_format":{"type":"text"},"logit_bias":{}})",
+                                                 limits());
+  EXPECT_EQ(*r.max_tokens, 20);
+  EXPECT_EQ(r.params.max_tokens, 20);
+  EXPECT_EQ(r.params.temperature, 0.0f);
+  EXPECT_EQ(r.params.top_p, 0.5f);
+  EXPECT_EQ(r.params.top_k, 0);
+  EXPECT_EQ(r.params.min_p, 0.1f);
+  EXPECT_EQ(r.params.presence_penalty, -2.0f);
+  EXPECT_EQ(r.params.frequency_penalty, 1.5f);
+  EXPECT_EQ(r.params.repetition_penalty, 1.2f);
+  EXPECT_EQ(r.params.seed, UINT64_MAX);
+  EXPECT_EQ(r.params.n, 3);
+  EXPECT_EQ(r.params.stop, std::vector<std::string>{"\n"});
+  EXPECT_EQ(r.params.stop_token_ids, (std::vector<int32_t>{7, 8}));
+  EXPECT_TRUE(r.params.ignore_eos);
+  EXPECT_EQ(r.params.min_tokens, 2);
+  EXPECT_EQ(r.params.logprobs, 5);
+  EXPECT_TRUE(r.params.include_stop_str_in_output);
+  EXPECT_EQ(r.params.priority, -3);
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  r = parse_completion_request(R"({"prompt":"hi","top_k":5,"seed":42,"stop":["a","b"],"logprobs":0})",
+                               limits());
+  EXPECT_EQ(r.params.top_k, 5);
+  EXPECT_EQ(r.params.seed, 42u);
+  EXPECT_EQ(r.params.stop, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(r.params.logprobs, 0);
+  EXPECT_TRUE(parse_completion_request(R"({"prompt":"hi","echo":true})", limits()).echo);
+  r = parse_completion_request(R"({"prompt":"hi","seed":18446744073709551615,"stream":false,"stream_options":null})",
+                               limits());
+  EXPECT_EQ(r.params.seed, UINT64_MAX);
+  EXPECT_FALSE(r.include_usage);
+}
+
+TEST(OpenaiRequest, SharedFieldErrors) {
+  expect_400(R"("max_tokens":0)", "max_tokens", "'max_tokens' must be >= 1, but got 0.");
+  expect_400(R"("max_tokens":-5)", "max_tokens", "but got -5");
+  expect_400(R"("max_tokens":"10")", "max_tokens", "expected an integer, but got a string");
+  expect_400(R"("max_tokens":1.5)", "max_tokens", "expected an integer");
+  expect_400(R"("max_tokens":1e12)", "max_tokens", "must be between 1 and 2147483647");
+  expect_400(R"("temperature":-0.1)", "temperature", "'temperature' must be >= 0, but got -0.1");
+  expect_400(R"("temperature":"hot")", "temperature", "expected a number, but got a string");
+  expect_400(R"("top_p":0)", "top_p", "in (0, 1]");
+  expect_400(R"("top_p":1.01)", "top_p", "in (0, 1]");
+  expect_400(R"("top_k":-2)", "top_k", "'top_k' must be >= -1 (-1 or 0 disables it), but got -2.");
+  expect_400(R"("top_k":0.5)", "top_k", "expected an integer");
+  expect_400(R"("min_p":1.5)", "min_p", "in [0, 1]");
+  expect_400(R"("presence_penalty":2.5)", "presence_penalty", "in [-2, 2]");
+  expect_400(R"("frequency_penalty":-3)", "frequency_penalty", "in [-2, 2]");
+  expect_400(R"("repetition_penalty":0)", "repetition_penalty", "> 0");
+  expect_400(R"("seed":"1")", "seed", "expected an integer");
+  expect_400(R"("seed":1.5)", "seed", "expected an integer");
+  expect_400(R"("n":0)", "n", "'n' must be between 1 and 4, but got 0");
+  expect_400(R"("n":5)", "n", "between 1 and 4");
+  expect_400(R"("n":2,"best_of":3)", "best_of", "not supported");
+  expect_400(R"("stop":["a","b","c"])", "stop", "at most 2 are allowed");
+  expect_400(R"("stop":"")", "stop", "must not be empty");
+  expect_400(R"("stop":5)", "stop", "expected a string or an array of strings");
+  expect_400(R"("stop":["a",5])", "stop[1]", "expected a string, but got an integer");
+  expect_400(R"("stop_token_ids":[1000])", "stop_token_ids", "between 0 and 999");
+  expect_400(R"("stop_token_ids":5)", "stop_token_ids", "expected an array of integers");
+  expect_400(R"("ignore_eos":1)", "ignore_eos", "expected a boolean, but got an integer");
+  expect_400(R"("min_tokens":-1)", "min_tokens", ">= 0");
+  expect_400(R"("max_tokens":4,"min_tokens":5)", "min_tokens", "min_tokens must be in [0, max_tokens]");
+  expect_400(R"("include_stop_str_in_output":"no")", "include_stop_str_in_output", "expected a boolean");
+  expect_400(R"("priority":"high")", "priority", "expected an integer");
+  expect_400(R"("stream":"true")", "stream", "expected a boolean, but got a string");
+  expect_400(R"("stream_options":{"include_usage":true})", "stream_options", "only allowed when 'stream' is true");
+  expect_400(R"("stream":true,"stream_options":true)", "stream_options", "expected an object");
+  expect_400(R"("stream":true,"stream_options":{"include_usage":1})", "stream_options.include_usage",
+             "expected a boolean");
+  expect_400(R"("response_format":{"type":"json_object"})", "response_format", "'json_object' is not supported");
+  expect_400(R"("response_format":{"type":"json_schema","json_schema":{}})", "response_format", "not supported");
+  expect_400(R"("response_format":"text")", "response_format", "expected an object");
+  expect_400(R"("response_format":{})", "response_format", "string 'type'");
+  expect_400(R"("logit_bias":{"5":10})", "logit_bias", "not supported");
+  expect_400(R"("logit_bias":[1])", "logit_bias", "expected an object");
+}
+
+TEST(OpenaiRequest, ChatMessages) {
+  ChatRequest r = parse_chat_request(R"({"model":"tiny","messages":[
+      {"role":"system","content":"be brief"},
+      {"role":"developer","content":""},
+      {"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}],"name":"bob"},
+      {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function",
+          "function":{"name":"f","arguments":"{\"x\":1}"}}]},
+      {"role":"tool","content":"42","tool_call_id":"c1"},
+      {"role":"assistant","content":"ok","reasoning_content":"hmm"}]})",
+                                     limits());
+  nlohmann::ordered_json expected = nlohmann::ordered_json::parse(R"([
+      {"role":"system","content":"be brief"},
+      {"role":"developer","content":""},
+      {"role":"user","content":"a\nb","name":"bob"},
+      {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function",
+          "function":{"name":"f","arguments":{"x":1}}}]},
+      {"role":"tool","content":"42","tool_call_id":"c1"},
+      {"role":"assistant","content":"ok","reasoning_content":"hmm"}])");
+  EXPECT_EQ(r.messages.dump(), expected.dump());
+  EXPECT_TRUE(r.tools.is_null());
+  EXPECT_EQ(r.chat_template_kwargs.dump(), "{}");
+  EXPECT_TRUE(r.add_generation_prompt);
+  EXPECT_FALSE(r.max_tokens.has_value());
+  EXPECT_EQ(r.params.max_tokens, 100);  // max_model_len while unknown
+  EXPECT_EQ(r.params.logprobs, -1);
+  // An assistant turn with tool_calls may omit content.
+  r = parse_chat_request(R"({"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f",
+      "arguments":{"y":2}}}]}]})", limits());
+  EXPECT_EQ(r.messages[0]["content"].dump(), "null");
+  EXPECT_EQ(r.messages[0]["tool_calls"][0]["function"]["arguments"].dump(), R"({"y":2})");
+}
+
+TEST(OpenaiRequest, BadChatMessages) {
+  struct Case { std::string body, param, fragment; };
+  std::vector<Case> cases = {
+      {R"({})", "messages", "'messages' is required"},
+      {R"({"messages":null})", "messages", "'messages' is required"},
+      {R"({"messages":[]})", "messages", "at least one message"},
+      {R"({"messages":"hi"})", "messages", "expected an array, but got a string"},
+      {R"({"messages":["hi"]})", "messages[0]", "expected an object, but got a string"},
+      {R"({"messages":[{"content":"hi"}]})", "messages[0].role", "'messages[0].role' is required"},
+      {R"({"messages":[{"role":"robot","content":"hi"}]})", "messages[0].role", "Invalid role 'robot'"},
+      {R"({"messages":[{"role":5,"content":"hi"}]})", "messages[0].role", "expected a string"},
+      {R"({"messages":[{"role":"user"}]})", "messages[0].content", "is required"},
+      {R"({"messages":[{"role":"user","content":null}]})", "messages[0].content", "is required"},
+      {R"({"messages":[{"role":"assistant","content":null}]})", "messages[0].content", "only for an assistant"},
+      {R"({"messages":[{"role":"user","content":5}]})", "messages[0].content",
+       "expected a string or an array of text parts, but got an integer"},
+      {R"({"messages":[{"role":"user","content":{"type":"text"}}]})", "messages[0].content", "but got an object"},
+      {R"({"messages":[{"role":"user","content":"a"},{"role":"user","content":[{"type":"image_url",
+          "image_url":{"url":"x"}}]}]})", "messages[1].content[0].type", "'image_url' is not supported"},
+      {R"({"messages":[{"role":"user","content":["a"]}]})", "messages[0].content[0]", "expected an object"},
+      {R"({"messages":[{"role":"user","content":[{"text":"a"}]}]})", "messages[0].content[0].type", "is required"},
+      {R"({"messages":[{"role":"user","content":[{"type":"text"}]}]})", "messages[0].content[0].text", "is required"},
+      {R"({"messages":[{"role":"user","content":[{"type":"text","text":3}]}]})", "messages[0].content[0].text",
+       "expected a string"},
+      {R"({"messages":[{"role":"user","content":"a","name":3}]})", "messages[0].name", "expected a string"},
+      {R"({"messages":[{"role":"user","content":"a","tool_calls":[]}]})", "messages[0].tool_calls",
+       "Only assistant messages"},
+      {R"({"messages":[{"role":"assistant","tool_calls":{}}]})", "messages[0].tool_calls", "expected an array"},
+      {R"({"messages":[{"role":"assistant","tool_calls":[{"id":"x"}]}]})", "messages[0].tool_calls[0]",
+       "'function' object"},
+      {R"({"messages":[{"role":"assistant","tool_calls":[{"function":{"arguments":"{}"}}]}]})",
+       "messages[0].tool_calls[0].function.name", "is required"},
+      {R"({"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"{oops"}}]}]})",
+       "messages[0].tool_calls[0].function.arguments", "not valid JSON"},
+      {R"({"messages":[{"role":"tool","content":"a","tool_call_id":7}]})", "messages[0].tool_call_id",
+       "expected a string"},
+  };
+  for (const Case& c : cases) {
+    ApiError e = chat_error(c.body);
+    EXPECT_EQ(e.status, 400) << c.body;
+    EXPECT_EQ(e.param, c.param) << c.body;
+    EXPECT_NE(e.message.find(c.fragment), std::string::npos) << c.body << " -> " << e.message;
+  }
+}
+
+TEST(OpenaiRequest, EveryChatField) {
+  const std::string messages = R"("messages":[{"role":"user","content":"hi"}])";
+  ChatRequest r = parse_chat_request("{" + messages + R"(,"max_completion_tokens":7,"max_tokens":9,"logprobs":true,
+      "top_logprobs":3,"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],
+      "tool_choice":"auto","chat_template_kwargs":{"enable_thinking":false},"add_generation_prompt":false,
+      "stream":true,"stream_options":{"include_usage":false},"temperature":0.7,"n":2,"stop":["x"]})",
+                                     limits());
+  EXPECT_EQ(*r.max_tokens, 7);
+  EXPECT_EQ(r.params.max_tokens, 7);
+  EXPECT_EQ(r.params.logprobs, 3);
+  EXPECT_EQ(r.tools.dump(), R"([{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}])");
+  EXPECT_EQ(r.chat_template_kwargs.dump(), R"({"enable_thinking":false})");
+  EXPECT_FALSE(r.add_generation_prompt);
+  EXPECT_TRUE(r.stream);
+  EXPECT_FALSE(r.include_usage);
+  EXPECT_EQ(r.params.temperature, 0.7f);
+  EXPECT_EQ(r.params.n, 2);
+  EXPECT_EQ(r.params.stop, std::vector<std::string>{"x"});
+  r = parse_chat_request("{" + messages + R"(,"max_tokens":9,"logprobs":true})", limits());
+  EXPECT_EQ(*r.max_tokens, 9);
+  EXPECT_EQ(r.params.logprobs, 0);
+  r = parse_chat_request("{" + messages + R"(,"logprobs":false,"top_logprobs":0})", limits());
+  EXPECT_EQ(r.params.logprobs, -1);
+}
+
+TEST(OpenaiRequest, BadChatFields) {
+  const std::string m = R"({"messages":[{"role":"user","content":"hi"}],)";
+  struct Case { std::string fields, param, fragment; };
+  std::vector<Case> cases = {
+      {R"("max_completion_tokens":0)", "max_completion_tokens", "'max_completion_tokens' must be >= 1, but got 0."},
+      {R"("logprobs":1)", "logprobs", "expected a boolean, but got an integer"},
+      {R"("logprobs":true,"top_logprobs":6)", "top_logprobs", "between 0 and 5"},
+      {R"("top_logprobs":2)", "top_logprobs", "requires 'logprobs' to be true"},
+      {R"("tools":{})", "tools", "expected an array"},
+      {R"("tools":[{"type":"function"}])", "tools[0]", "\"type\": \"function\""},
+      {R"("tools":[{"type":"retrieval","function":{"name":"f"}}])", "tools[0]", "\"type\": \"function\""},
+      {R"("tools":[{"type":"function","function":{}}])", "tools[0].function.name", "is required"},
+      {R"("tools":[{"type":"function","function":{"name":"f","parameters":"x"}}])", "tools[0].function.parameters",
+       "a JSON schema"},
+      {R"("chat_template_kwargs":[])", "chat_template_kwargs", "expected an object"},
+      {R"("add_generation_prompt":"yes")", "add_generation_prompt", "expected a boolean"},
+  };
+  for (const Case& c : cases) {
+    ApiError e = chat_error(m + c.fields + "}");
+    EXPECT_EQ(e.status, 400) << c.fields;
+    EXPECT_EQ(e.param, c.param) << c.fields;
+    EXPECT_NE(e.message.find(c.fragment), std::string::npos) << c.fields << " -> " << e.message;
+  }
+}
+
+TEST(OpenaiRequest, UnknownVocabularySkipsIdChecks) {
+  ServerLimits l = limits();
+  l.vocab_size = 0;
+  CompletionRequest r = parse_completion_request(R"({"prompt":[123456],"stop_token_ids":[99999]})", l);
+  EXPECT_EQ(r.prompt_ids[0][0], 123456);
+  l.model_name = "";
+  EXPECT_NO_THROW(parse_completion_request(R"({"model":"anything","prompt":"x"})", l));
+}
+
+TEST(OpenaiRequest, ContextLength) {
+  ServerLimits l = limits();  // max_model_len 100
+  EXPECT_NO_THROW(check_context(90, 10, l));
+  EXPECT_NO_THROW(check_context(99, std::nullopt, l));
+  EXPECT_EQ(resolve_max_tokens(90, std::nullopt, l), 10);
+  EXPECT_EQ(resolve_max_tokens(90, 4, l), 4);
+  try {
+    check_context(95, 10, l);
+    FAIL();
+  } catch (const ApiException& e) {
+    EXPECT_EQ(e.error().status, 400);
+    EXPECT_EQ(e.error().code, "context_length_exceeded");
+    EXPECT_EQ(e.error().message,
+              "This model's maximum context length is 100 tokens. However, you requested 105 tokens (95 in the "
+              "messages, 10 in the completion). Please reduce the length of the messages or completion.");
+  }
+  try {
+    check_context(100, std::nullopt, l);
+    FAIL();
+  } catch (const ApiException& e) {
+    EXPECT_EQ(e.error().status, 400);
+    EXPECT_NE(e.error().message.find("your request has 100 input tokens"), std::string::npos);
+  }
+}
+
+TEST(OpenaiErrors, Body) {
+  EXPECT_EQ(error_body(bad_request("n", "'n' must be between 1 and 4, but got 0.")),
+            R"({"error":{"message":"'n' must be between 1 and 4, but got 0.","type":"invalid_request_error","param":"n","code":null}})");
+  EXPECT_EQ(error_body(ApiError{.status = 500, .message = "boom", .type = "server_error"}),
+            R"({"error":{"message":"boom","type":"server_error","param":null,"code":null}})");
+  EXPECT_EQ(error_body(model_not_found("x", "tiny")),
+            R"({"error":{"message":"The model `x` does not exist. This server serves `tiny`.","type":"NotFoundError","param":"model","code":"model_not_found"}})");
+  EXPECT_EQ(error_body(bad_request("", "bad \xff byte")),
+            "{\"error\":{\"message\":\"bad \xEF\xBF\xBD byte\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":null}}");
+  ApiException e(bad_request("p", "msg"));
+  EXPECT_STREQ(e.what(), "msg");
+}
+
+TEST(OpenaiErrors, ValidUtf8) {
+  EXPECT_EQ(to_valid_utf8("h\xC3\xA9llo \xE2\x82\xAC \xF0\x9F\x98\x80"), "h\xC3\xA9llo \xE2\x82\xAC \xF0\x9F\x98\x80");
+  EXPECT_EQ(to_valid_utf8("a\xE2\x82"), "a\xEF\xBF\xBD");               // truncated 3-byte sequence: one U+FFFD
+  EXPECT_EQ(to_valid_utf8("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");     // overlong: each byte replaced
+  EXPECT_EQ(to_valid_utf8("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate
+  EXPECT_EQ(to_valid_utf8("\xF0\x9F\x98"), "\xEF\xBF\xBD");
+}
+
+}  // namespace
+}  // namespace tachyon::server
