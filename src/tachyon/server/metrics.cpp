@@ -79,9 +79,9 @@ std::string ServerMetrics::render(const engine::EngineStats& engine) const {
 
 void ServerMetrics::render_counters(std::string& out, const engine::EngineStats& engine) const {
   const std::string& m = model_label_;
-  append_family(out, "tachyon:num_requests_running", "gauge", "Requests running in the engine (scheduled this step).");
+  append_family(out, "tachyon:num_requests_running", "gauge", "Sequences running in the engine (a request with n > 1 counts n).");
   append_sample(out, "tachyon:num_requests_running", m, engine.num_running);
-  append_family(out, "tachyon:num_requests_waiting", "gauge", "Requests waiting to be scheduled.");
+  append_family(out, "tachyon:num_requests_waiting", "gauge", "Sequences waiting to be scheduled (a request with n > 1 counts n).");
   append_sample(out, "tachyon:num_requests_waiting", m, engine.num_waiting);
   double usage = engine.kv_blocks_total > 0
                      ? 1.0 - static_cast<double>(engine.kv_blocks_free) / static_cast<double>(engine.kv_blocks_total)
@@ -96,9 +96,9 @@ void ServerMetrics::render_counters(std::string& out, const engine::EngineStats&
   append_family(out, "tachyon:num_preemptions_total", "counter", "Sequences preempted (recomputed later) for lack of KV blocks.");
   append_sample(out, "tachyon:num_preemptions_total", m, engine.preemptions);
 
-  append_family(out, "tachyon:prompt_tokens_total", "counter", "Prompt tokens of finished requests.");
+  append_family(out, "tachyon:prompt_tokens_total", "counter", "Prompt tokens of requests served.");
   append_sample(out, "tachyon:prompt_tokens_total", m, prompt_tokens_.load(std::memory_order_relaxed));
-  append_family(out, "tachyon:generation_tokens_total", "counter", "Generated tokens.");
+  append_family(out, "tachyon:generation_tokens_total", "counter", "Generated (output) tokens of requests served.");
   append_sample(out, "tachyon:generation_tokens_total", m, generation_tokens_.load(std::memory_order_relaxed));
 
   append_family(out, "tachyon:request_success_total", "counter", "Finished requests by finish reason.");
