@@ -69,7 +69,7 @@ TEST(OpenaiRequest, InvalidBodies) {
   // The error body stays valid JSON even though the parser quoted the bad bytes.
   EXPECT_TRUE(nlohmann::json::accept(error_body(utf8)));
   // Deep nesting is refused cleanly, not by a crash.
-  std::string deep = R"({"prompt":"hi","x":)" + std::string(20000, '[') + std::string(20000, ']') + "}";
+  std::string deep = R"({"prompt":"hi","x":)" + std::string(300000, '[') + std::string(300000, ']') + "}";
   EXPECT_NO_THROW(parse_completion_request(deep, limits()));
 }
 
@@ -101,7 +101,9 @@ TEST(OpenaiRequest, PromptShapes) {
 }
 
 TEST(OpenaiRequest, BadPrompts) {
-  struct Case { std::string body, param, fragment; };
+  struct Case {
+    std::string body, param, fragment;
+  };
   std::vector<Case> cases = {
       {R"({})", "prompt", "'prompt' is required"},
       {R"({"prompt":null})", "prompt", "'prompt' is required"},
@@ -174,8 +176,7 @@ TEST(OpenaiRequest, EveryCompletionField) {
   EXPECT_EQ(r.params.priority, -3);
   EXPECT_TRUE(r.stream);
   EXPECT_TRUE(r.include_usage);
-  r = parse_completion_request(R"({"prompt":"hi","top_k":5,"seed":42,"stop":["a","b"],"logprobs":0})",
-                               limits());
+  r = parse_completion_request(R"({"prompt":"hi","top_k":5,"seed":42,"stop":["a","b"],"logprobs":0})", limits());
   EXPECT_EQ(r.params.top_k, 5);
   EXPECT_EQ(r.params.seed, 42u);
   EXPECT_EQ(r.params.stop, (std::vector<std::string>{"a", "b"}));
@@ -259,13 +260,16 @@ TEST(OpenaiRequest, ChatMessages) {
   EXPECT_EQ(r.params.logprobs, -1);
   // An assistant turn with tool_calls may omit content.
   r = parse_chat_request(R"({"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f",
-      "arguments":{"y":2}}}]}]})", limits());
+      "arguments":{"y":2}}}]}]})",
+                         limits());
   EXPECT_EQ(r.messages[0]["content"].dump(), "null");
   EXPECT_EQ(r.messages[0]["tool_calls"][0]["function"]["arguments"].dump(), R"({"y":2})");
 }
 
 TEST(OpenaiRequest, BadChatMessages) {
-  struct Case { std::string body, param, fragment; };
+  struct Case {
+    std::string body, param, fragment;
+  };
   std::vector<Case> cases = {
       {R"({})", "messages", "'messages' is required"},
       {R"({"messages":null})", "messages", "'messages' is required"},
@@ -282,7 +286,8 @@ TEST(OpenaiRequest, BadChatMessages) {
        "expected a string or an array of text parts, but got an integer"},
       {R"({"messages":[{"role":"user","content":{"type":"text"}}]})", "messages[0].content", "but got an object"},
       {R"({"messages":[{"role":"user","content":"a"},{"role":"user","content":[{"type":"image_url",
-          "image_url":{"url":"x"}}]}]})", "messages[1].content[0].type", "'image_url' is not supported"},
+          "image_url":{"url":"x"}}]}]})",
+       "messages[1].content[0].type", "'image_url' is not supported"},
       {R"({"messages":[{"role":"user","content":["a"]}]})", "messages[0].content[0]", "expected an object"},
       {R"({"messages":[{"role":"user","content":[{"text":"a"}]}]})", "messages[0].content[0].type", "is required"},
       {R"({"messages":[{"role":"user","content":[{"type":"text"}]}]})", "messages[0].content[0].text", "is required"},
@@ -336,7 +341,9 @@ TEST(OpenaiRequest, EveryChatField) {
 
 TEST(OpenaiRequest, BadChatFields) {
   const std::string m = R"({"messages":[{"role":"user","content":"hi"}],)";
-  struct Case { std::string fields, param, fragment; };
+  struct Case {
+    std::string fields, param, fragment;
+  };
   std::vector<Case> cases = {
       {R"("max_completion_tokens":0)", "max_completion_tokens", "'max_completion_tokens' must be >= 1, but got 0."},
       {R"("logprobs":1)", "logprobs", "expected a boolean, but got an integer"},
@@ -394,22 +401,25 @@ TEST(OpenaiRequest, ContextLength) {
 }
 
 TEST(OpenaiErrors, Body) {
-  EXPECT_EQ(error_body(bad_request("n", "'n' must be between 1 and 4, but got 0.")),
-            R"({"error":{"message":"'n' must be between 1 and 4, but got 0.","type":"invalid_request_error","param":"n","code":null}})");
+  EXPECT_EQ(
+      error_body(bad_request("n", "'n' must be between 1 and 4, but got 0.")),
+      R"({"error":{"message":"'n' must be between 1 and 4, but got 0.","type":"invalid_request_error","param":"n","code":null}})");
   EXPECT_EQ(error_body(ApiError{.status = 500, .message = "boom", .type = "server_error"}),
             R"({"error":{"message":"boom","type":"server_error","param":null,"code":null}})");
-  EXPECT_EQ(error_body(model_not_found("x", "tiny")),
-            R"({"error":{"message":"The model `x` does not exist. This server serves `tiny`.","type":"NotFoundError","param":"model","code":"model_not_found"}})");
+  EXPECT_EQ(
+      error_body(model_not_found("x", "tiny")),
+      R"({"error":{"message":"The model `x` does not exist. This server serves `tiny`.","type":"NotFoundError","param":"model","code":"model_not_found"}})");
   EXPECT_EQ(error_body(bad_request("", "bad \xff byte")),
-            "{\"error\":{\"message\":\"bad \xEF\xBF\xBD byte\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":null}}");
+            "{\"error\":{\"message\":\"bad \xEF\xBF\xBD "
+            "byte\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":null}}");
   ApiException e(bad_request("p", "msg"));
   EXPECT_STREQ(e.what(), "msg");
 }
 
 TEST(OpenaiErrors, ValidUtf8) {
   EXPECT_EQ(to_valid_utf8("h\xC3\xA9llo \xE2\x82\xAC \xF0\x9F\x98\x80"), "h\xC3\xA9llo \xE2\x82\xAC \xF0\x9F\x98\x80");
-  EXPECT_EQ(to_valid_utf8("a\xE2\x82"), "a\xEF\xBF\xBD");               // truncated 3-byte sequence: one U+FFFD
-  EXPECT_EQ(to_valid_utf8("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");     // overlong: each byte replaced
+  EXPECT_EQ(to_valid_utf8("a\xE2\x82"), "a\xEF\xBF\xBD");            // truncated 3-byte sequence: one U+FFFD
+  EXPECT_EQ(to_valid_utf8("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");  // overlong: each byte replaced
   EXPECT_EQ(to_valid_utf8("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate
   EXPECT_EQ(to_valid_utf8("\xF0\x9F\x98"), "\xEF\xBF\xBD");
 }

@@ -16,12 +16,18 @@ std::string dump(const nlohmann::ordered_json& j) { return j.dump(); }
 // Token texts of a toy vocabulary for the top-logprob alternatives.
 std::string toy_text(int32_t id) {
   switch (id) {
-    case 1: return "Hello";
-    case 2: return " world";
-    case 3: return "!";
-    case 4: return "\xC3\xA9";  // é
-    case 5: return "\xE2\x82";  // half of €: ill-formed alone
-    default: return "?";
+    case 1:
+      return "Hello";
+    case 2:
+      return " world";
+    case 3:
+      return "!";
+    case 4:
+      return "\xC3\xA9";  // é
+    case 5:
+      return "\xE2\x82";  // half of €: ill-formed alone
+    default:
+      return "?";
   }
 }
 
@@ -41,7 +47,10 @@ TEST(OpenaiResponse, CompletionWithoutLogprobs) {
 }
 
 TEST(OpenaiResponse, CompletionLogprobs) {
-  CompletionChoiceResult choice{.index = 0, .text = "Hello\xC3\xA9", .token_ids = {1, 4}, .token_texts = {"Hello", "\xC3\xA9"},
+  CompletionChoiceResult choice{.index = 0,
+                                .text = "Hello\xC3\xA9",
+                                .token_ids = {1, 4},
+                                .token_texts = {"Hello", "\xC3\xA9"},
                                 .finish_reason = "length"};
   choice.logprobs = std::vector<engine::SampledToken>{
       sampled(1, -0.1f, {{1, -0.1f}, {2, -2.5f}}),
@@ -59,9 +68,10 @@ TEST(OpenaiResponse, CompletionLogprobs) {
 TEST(OpenaiResponse, CompletionLogprobsZeroAndEdgeValues) {
   // logprobs=0: only the sampled token; -inf becomes -9999.0; a half character becomes U+FFFD;
   // no token_text function: alternatives are spelled token_id:<id>.
-  LogprobsDelta delta{.tokens = {sampled(5, -std::numeric_limits<float>::infinity(), {}), sampled(1, -1.5f, {{7, -0.25f}})},
-                      .texts = {"\xE2\x82", "Hello"},
-                      .text_offset = 10};
+  LogprobsDelta delta{
+      .tokens = {sampled(5, -std::numeric_limits<float>::infinity(), {}), sampled(1, -1.5f, {{7, -0.25f}})},
+      .texts = {"\xE2\x82", "Hello"},
+      .text_offset = 10};
   EXPECT_EQ(dump(completion_logprobs(delta, {})),
             "{\"tokens\":[\"\xEF\xBF\xBD\",\"Hello\"],\"token_logprobs\":[-9999.0,-1.5],"
             "\"top_logprobs\":[{\"\xEF\xBF\xBD\":-9999.0},{\"token_id:7\":-0.25,\"Hello\":-1.5}],"
@@ -70,15 +80,18 @@ TEST(OpenaiResponse, CompletionLogprobsZeroAndEdgeValues) {
 
 TEST(OpenaiResponse, ChatWithoutLogprobs) {
   std::vector<CompletionChoiceResult> choices = {{.index = 0, .text = "Hi there", .finish_reason = "stop"}};
-  EXPECT_EQ(dump(chat_response("chatcmpl-1", 1700000000, "tiny", choices, Usage{9, 2})),
-            R"({"id":"chatcmpl-1","object":"chat.completion","created":1700000000,"model":"tiny","choices":[)"
-            R"({"index":0,"message":{"role":"assistant","content":"Hi there"},"logprobs":null,"finish_reason":"stop"}],)"
-            R"("usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}})");
+  EXPECT_EQ(
+      dump(chat_response("chatcmpl-1", 1700000000, "tiny", choices, Usage{9, 2})),
+      R"({"id":"chatcmpl-1","object":"chat.completion","created":1700000000,"model":"tiny","choices":[)"
+      R"({"index":0,"message":{"role":"assistant","content":"Hi there"},"logprobs":null,"finish_reason":"stop"}],)"
+      R"("usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}})");
 }
 
 TEST(OpenaiResponse, ChatLogprobs) {
-  CompletionChoiceResult choice{.index = 0, .text = "Hi\xC3\xA9", .token_texts = {"Hi", "\xC3\xA9"}, .finish_reason = "abort"};
-  choice.logprobs = std::vector<engine::SampledToken>{sampled(9, -0.5f, {{9, -0.5f}, {3, -1.0f}}), sampled(4, -0.75f, {})};
+  CompletionChoiceResult choice{
+      .index = 0, .text = "Hi\xC3\xA9", .token_texts = {"Hi", "\xC3\xA9"}, .finish_reason = "abort"};
+  choice.logprobs =
+      std::vector<engine::SampledToken>{sampled(9, -0.5f, {{9, -0.5f}, {3, -1.0f}}), sampled(4, -0.75f, {})};
   EXPECT_EQ(dump(chat_response("chatcmpl-2", 2, "tiny", {choice}, Usage{1, 2}, toy_text)),
             R"({"id":"chatcmpl-2","object":"chat.completion","created":2,"model":"tiny","choices":[{"index":0,)"
             "\"message\":{\"role\":\"assistant\",\"content\":\"Hi\xC3\xA9\"},"

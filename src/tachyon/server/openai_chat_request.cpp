@@ -23,14 +23,17 @@ std::string join_text_parts(const Json& parts, const std::string& path) {
     const Json& part = parts[i];
     std::string part_path = path + "[" + std::to_string(i) + "]";
     if (!part.is_object()) {
-      fields::fail(part_path, "Invalid type for '" + part_path + "': expected an object like {\"type\": \"text\", "
-                              "\"text\": \"...\"}, but got " + fields::type_name(part) + ".");
+      fields::fail(part_path, "Invalid type for '" + part_path +
+                                  "': expected an object like {\"type\": \"text\", "
+                                  "\"text\": \"...\"}, but got " +
+                                  fields::type_name(part) + ".");
     }
     std::optional<std::string> type = fields::read_string(part, "type", part_path + ".type");
     if (!type) fields::fail(part_path + ".type", "'" + part_path + ".type' is required.");
     if (*type != "text") {
-      fields::fail(part_path + ".type", "Content part type '" + *type + "' is not supported by this server; only "
-                                        "'text' parts are.");
+      fields::fail(part_path + ".type", "Content part type '" + *type +
+                                            "' is not supported by this server; only "
+                                            "'text' parts are.");
     }
     std::optional<std::string> text = fields::read_string(part, "text", part_path + ".text");
     if (!text) fields::fail(part_path + ".text", "'" + part_path + ".text' is required.");
@@ -42,7 +45,8 @@ std::string join_text_parts(const Json& parts, const std::string& path) {
 
 void check_tool_calls(Json& tool_calls, const std::string& path) {
   if (!tool_calls.is_array()) {
-    fields::fail(path, "Invalid type for '" + path + "': expected an array, but got " + fields::type_name(tool_calls) + ".");
+    fields::fail(path,
+                 "Invalid type for '" + path + "': expected an array, but got " + fields::type_name(tool_calls) + ".");
   }
   for (size_t i = 0; i < tool_calls.size(); ++i) {
     Json& call = tool_calls[i];
@@ -71,7 +75,8 @@ void check_tool_calls(Json& tool_calls, const std::string& path) {
 void check_message(Json& message, size_t index) {
   std::string path = "messages[" + std::to_string(index) + "]";
   if (!message.is_object()) {
-    fields::fail(path, "Invalid type for '" + path + "': expected an object, but got " + fields::type_name(message) + ".");
+    fields::fail(path,
+                 "Invalid type for '" + path + "': expected an object, but got " + fields::type_name(message) + ".");
   }
   std::optional<std::string> role = fields::read_string(message, "role", path + ".role");
   if (!role) fields::fail(path + ".role", "'" + path + ".role' is required.");
@@ -94,20 +99,24 @@ void check_message(Json& message, size_t index) {
       message["content"] = nullptr;
       return;
     }
-    fields::fail(content_path, "'" + content_path + "' is required (it may be null only for an assistant message "
-                               "with tool_calls).");
+    fields::fail(content_path, "'" + content_path +
+                                   "' is required (it may be null only for an assistant message "
+                                   "with tool_calls).");
   }
   if (content->is_string()) return;
   if (!content->is_array()) {
-    fields::fail(content_path, "Invalid type for '" + content_path + "': expected a string or an array of text parts, "
-                               "but got " + fields::type_name(*content) + ".");
+    fields::fail(content_path, "Invalid type for '" + content_path +
+                                   "': expected a string or an array of text parts, "
+                                   "but got " +
+                                   fields::type_name(*content) + ".");
   }
   message["content"] = join_text_parts(*content, content_path);
 }
 
 void read_messages(Json& body, ChatRequest& request) {
   auto it = body.find("messages");
-  if (it == body.end() || it->is_null()) fields::fail("messages", "'messages' is required: a non-empty array of messages.");
+  if (it == body.end() || it->is_null())
+    fields::fail("messages", "'messages' is required: a non-empty array of messages.");
   if (!it->is_array()) {
     fields::fail("messages", "Invalid type for 'messages': expected an array, but got " + fields::type_name(*it) + ".");
   }
@@ -119,12 +128,14 @@ void read_messages(Json& body, ChatRequest& request) {
 void read_tools(const Json& body, ChatRequest& request) {
   const Json* tools = fields::find(body, "tools");
   if (tools == nullptr) return;
-  if (!tools->is_array()) fields::fail("tools", "Invalid type for 'tools': expected an array, but got " + fields::type_name(*tools) + ".");
+  if (!tools->is_array())
+    fields::fail("tools", "Invalid type for 'tools': expected an array, but got " + fields::type_name(*tools) + ".");
   for (size_t i = 0; i < tools->size(); ++i) {
     const Json& tool = (*tools)[i];
     std::string path = "tools[" + std::to_string(i) + "]";
     const Json* function = tool.is_object() ? fields::find(tool, "function") : nullptr;
-    std::optional<std::string> type = tool.is_object() ? fields::read_string(tool, "type", path + ".type") : std::nullopt;
+    std::optional<std::string> type =
+        tool.is_object() ? fields::read_string(tool, "type", path + ".type") : std::nullopt;
     if (function == nullptr || !function->is_object() || type.value_or("function") != "function") {
       fields::fail(path, "'" + path + "' must be {\"type\": \"function\", \"function\": {\"name\": ...}}.");
     }
@@ -132,8 +143,10 @@ void read_tools(const Json& body, ChatRequest& request) {
       fields::fail(path + ".function.name", "'" + path + ".function.name' is required.");
     }
     if (const Json* parameters = fields::find(*function, "parameters"); parameters && !parameters->is_object()) {
-      fields::fail(path + ".function.parameters", "Invalid type for '" + path + ".function.parameters': expected an "
-                                                  "object (a JSON schema), but got " + fields::type_name(*parameters) + ".");
+      fields::fail(path + ".function.parameters", "Invalid type for '" + path +
+                                                      ".function.parameters': expected an "
+                                                      "object (a JSON schema), but got " +
+                                                      fields::type_name(*parameters) + ".");
     }
   }
   request.tools = *tools;
@@ -163,13 +176,16 @@ ChatRequest parse_chat_request(std::string_view body_text, const ServerLimits& l
     }
     request.chat_template_kwargs = *kwargs;
   }
-  request.add_generation_prompt = fields::read_bool(body, "add_generation_prompt", "add_generation_prompt").value_or(true);
+  request.add_generation_prompt =
+      fields::read_bool(body, "add_generation_prompt", "add_generation_prompt").value_or(true);
   constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
-  std::optional<int64_t> max_tokens = fields::read_int(body, "max_completion_tokens", "max_completion_tokens", 1, kInt32Max);
+  std::optional<int64_t> max_tokens =
+      fields::read_int(body, "max_completion_tokens", "max_completion_tokens", 1, kInt32Max);
   std::optional<int64_t> legacy_max = fields::read_int(body, "max_tokens", "max_tokens", 1, kInt32Max);
   if (!max_tokens) max_tokens = legacy_max;
   if (max_tokens) request.max_tokens = static_cast<int32_t>(*max_tokens);
-  request.params.max_tokens = static_cast<int32_t>(max_tokens.value_or(std::min<int64_t>(limits.max_model_len, kInt32Max)));
+  request.params.max_tokens =
+      static_cast<int32_t>(max_tokens.value_or(std::min<int64_t>(limits.max_model_len, kInt32Max)));
   fields::read_sampling_fields(body, limits, request.params);
   read_logprobs(body, limits, request);
   fields::read_stream_fields(body, request.stream, request.include_usage);

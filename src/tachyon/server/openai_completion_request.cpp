@@ -22,7 +22,8 @@ std::vector<int32_t> read_ids(const Json& ids, const std::string& path, const Se
     const Json& id = ids[i];
     if (!id.is_number()) {
       fields::fail(path, "Invalid type for '" + path + "[" + std::to_string(i) +
-                             "]': a token-id prompt must contain only integers, but got " + fields::type_name(id) + ".");
+                             "]': a token-id prompt must contain only integers, but got " + fields::type_name(id) +
+                             ".");
     }
     out.push_back(static_cast<int32_t>(fields::as_int(id, path, 0, hi)));
   }
@@ -39,8 +40,10 @@ void read_prompt(const Json& body, const ServerLimits& limits, CompletionRequest
     return;
   }
   if (!prompt->is_array()) {
-    fields::fail("prompt", "Invalid type for 'prompt': expected a string, a list of strings, token ids or a list of "
-                           "token-id lists, but got " + fields::type_name(*prompt) + ".");
+    fields::fail("prompt",
+                 "Invalid type for 'prompt': expected a string, a list of strings, token ids or a list of "
+                 "token-id lists, but got " +
+                     fields::type_name(*prompt) + ".");
   }
   if (prompt->empty()) fields::fail("prompt", empty);
   const Json& first = prompt->front();
@@ -58,8 +61,10 @@ void read_prompt(const Json& body, const ServerLimits& limits, CompletionRequest
       if (item.empty()) fields::fail("prompt", "'" + path + "' must not be empty.");
       request.prompt_ids.push_back(read_ids(item, path, limits));
     } else {
-      fields::fail("prompt", "Invalid type for '" + path + "': a list prompt must hold only strings or only "
-                             "token-id lists, but got " + fields::type_name(item) + ".");
+      fields::fail("prompt", "Invalid type for '" + path +
+                                 "': a list prompt must hold only strings or only "
+                                 "token-id lists, but got " +
+                                 fields::type_name(item) + ".");
     }
   }
 }
@@ -74,9 +79,9 @@ CompletionRequest parse_completion_request(std::string_view body_text, const Ser
   if (fields::find(body, "suffix") != nullptr) {
     fields::fail("suffix", "'suffix' is not supported by this server; remove it.");
   }
-  int32_t max_tokens = static_cast<int32_t>(
-      fields::read_int(body, "max_tokens", "max_tokens", 1, std::numeric_limits<int32_t>::max())
-          .value_or(kDefaultCompletionMaxTokens));
+  int32_t max_tokens =
+      static_cast<int32_t>(fields::read_int(body, "max_tokens", "max_tokens", 1, std::numeric_limits<int32_t>::max())
+                               .value_or(kDefaultCompletionMaxTokens));
   request.max_tokens = max_tokens;
   request.params.max_tokens = max_tokens;
   fields::read_sampling_fields(body, limits, request.params);
@@ -85,45 +90,13 @@ CompletionRequest parse_completion_request(std::string_view body_text, const Ser
   }
   request.echo = fields::read_bool(body, "echo", "echo").value_or(false);
   if (request.echo && request.params.logprobs >= 0) {
-    fields::fail("echo", "'echo' together with 'logprobs' is not supported (prompt logprobs are not computed); "
-                         "drop one of them.");
+    fields::fail("echo",
+                 "'echo' together with 'logprobs' is not supported (prompt logprobs are not computed); "
+                 "drop one of them.");
   }
   fields::read_stream_fields(body, request.stream, request.include_usage);
   fields::validate_params(request.params, limits);
   return request;
-}
-
-namespace {
-
-ApiError context_error(std::string message) {
-  ApiError error = bad_request("messages", std::move(message));
-  error.code = "context_length_exceeded";
-  return error;
-}
-
-}  // namespace
-
-void check_context(int64_t prompt_tokens, std::optional<int32_t> max_tokens, const ServerLimits& limits) {
-  std::string head = "This model's maximum context length is " + std::to_string(limits.max_model_len) + " tokens. ";
-  if (max_tokens) {
-    if (prompt_tokens + *max_tokens > limits.max_model_len) {
-      throw ApiException(context_error(
-          head + "However, you requested " + std::to_string(prompt_tokens + *max_tokens) + " tokens (" +
-          std::to_string(prompt_tokens) + " in the messages, " + std::to_string(*max_tokens) +
-          " in the completion). Please reduce the length of the messages or completion."));
-    }
-  } else if (prompt_tokens >= limits.max_model_len) {
-    throw ApiException(context_error(head + "However, your request has " + std::to_string(prompt_tokens) +
-                                     " input tokens, which leaves no room for the completion. Please reduce the "
-                                     "length of the input messages."));
-  }
-}
-
-int32_t resolve_max_tokens(int64_t prompt_tokens, std::optional<int32_t> max_tokens, const ServerLimits& limits) {
-  check_context(prompt_tokens, max_tokens, limits);
-  if (max_tokens) return *max_tokens;
-  int64_t room = limits.max_model_len - prompt_tokens;
-  return static_cast<int32_t>(std::min<int64_t>(room, std::numeric_limits<int32_t>::max()));
 }
 
 }  // namespace tachyon::server

@@ -44,8 +44,7 @@ size_t ill_formed_length(std::string_view text, size_t i) {
     unsigned char b = static_cast<unsigned char>(text[k]);
     if (b < 0x80 || b > 0xBF) break;
     if (k == i + 1) {
-      if ((b0 == 0xE0 && b < 0xA0) || (b0 == 0xED && b > 0x9F) || (b0 == 0xF0 && b < 0x90) ||
-          (b0 == 0xF4 && b > 0x8F))
+      if ((b0 == 0xE0 && b < 0xA0) || (b0 == 0xED && b > 0x9F) || (b0 == 0xF0 && b < 0x90) || (b0 == 0xF4 && b > 0x8F))
         break;
     }
     ++k;
@@ -76,8 +75,10 @@ std::string error_body(const ApiError& error) {
   nlohmann::ordered_json inner;
   inner["message"] = to_valid_utf8(error.message);
   inner["type"] = to_valid_utf8(error.type);
-  inner["param"] = error.param.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(to_valid_utf8(error.param));
-  inner["code"] = error.code.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(to_valid_utf8(error.code));
+  inner["param"] =
+      error.param.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(to_valid_utf8(error.param));
+  inner["code"] =
+      error.code.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(to_valid_utf8(error.code));
   nlohmann::ordered_json body;
   body["error"] = std::move(inner);
   return body.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);

@@ -16,11 +16,11 @@
 namespace tachyon::server {
 
 struct ApiError {
-  int status = 400;                              // HTTP status
-  std::string message;                           // what the user reads; says what to change
-  std::string type = "invalid_request_error";    // OpenAI error type
-  std::string param;                             // the offending field ("messages[2].role"); "" -> null
-  std::string code;                              // machine-readable ("model_not_found"); "" -> null
+  int status = 400;                            // HTTP status
+  std::string message;                         // what the user reads; says what to change
+  std::string type = "invalid_request_error";  // OpenAI error type
+  std::string param;                           // the offending field ("messages[2].role"); "" -> null
+  std::string code;                            // machine-readable ("model_not_found"); "" -> null
 };
 
 class ApiException : public std::exception {

@@ -29,12 +29,11 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tachyon/engine/sampling_params.h"
 #include "tachyon/server/openai_errors.h"
@@ -54,19 +53,19 @@ struct ServerLimits {
 
 struct CompletionRequest {
   // Exactly one of these is non-empty: the prompt as text(s) or as token ids.
-  std::vector<std::string> prompt_texts;          // [num_prompts] each non-empty
-  std::vector<std::vector<int32_t>> prompt_ids;   // [num_prompts][prompt_len] each non-empty
-  std::optional<int32_t> max_tokens;              // always set: the request's value, else 16
-  engine::SamplingParams params;                  // validated; params.max_tokens == *max_tokens
-  bool echo = false;                              // prepend the prompt to each choice's text
+  std::vector<std::string> prompt_texts;         // [num_prompts] each non-empty
+  std::vector<std::vector<int32_t>> prompt_ids;  // [num_prompts][prompt_len] each non-empty
+  std::optional<int32_t> max_tokens;             // always set: the request's value, else 16
+  engine::SamplingParams params;                 // validated; params.max_tokens == *max_tokens
+  bool echo = false;                             // prepend the prompt to each choice's text
   bool stream = false;
-  bool include_usage = false;                     // stream_options.include_usage
+  bool include_usage = false;  // stream_options.include_usage
 };
 
 struct ChatRequest {
-  nlohmann::ordered_json messages;   // validated array; every content is a string (or null for an
-                                     // assistant turn that has tool_calls)
-  nlohmann::ordered_json tools = nullptr;   // null or a validated array of {"type":"function",...}
+  nlohmann::ordered_json messages;         // validated array; every content is a string (or null for an
+                                           // assistant turn that has tool_calls)
+  nlohmann::ordered_json tools = nullptr;  // null or a validated array of {"type":"function",...}
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   bool add_generation_prompt = true;
   std::optional<int32_t> max_tokens;  // max_completion_tokens, else max_tokens; nullopt: fill later

@@ -12,7 +12,8 @@ namespace {
 std::string quoted(std::string_view path) { return "'" + std::string(path) + "'"; }
 
 [[noreturn]] void wrong_type(std::string_view path, const char* expected, const Json& got) {
-  fail(std::string(path), "Invalid type for " + quoted(path) + ": expected " + expected + ", but got " + type_name(got) + ".");
+  fail(std::string(path),
+       "Invalid type for " + quoted(path) + ": expected " + expected + ", but got " + type_name(got) + ".");
 }
 
 std::string format_number(double value) {
@@ -22,19 +23,29 @@ std::string format_number(double value) {
 
 }  // namespace
 
-void fail(std::string param, std::string message) { throw ApiException(bad_request(std::move(param), std::move(message))); }
+void fail(std::string param, std::string message) {
+  throw ApiException(bad_request(std::move(param), std::move(message)));
+}
 
 std::string type_name(const Json& value) {
   switch (value.type()) {
-    case Json::value_t::null: return "null";
-    case Json::value_t::object: return "an object";
-    case Json::value_t::array: return "an array";
-    case Json::value_t::string: return "a string";
-    case Json::value_t::boolean: return "a boolean";
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::object:
+      return "an object";
+    case Json::value_t::array:
+      return "an array";
+    case Json::value_t::string:
+      return "a string";
+    case Json::value_t::boolean:
+      return "a boolean";
     case Json::value_t::number_integer:
-    case Json::value_t::number_unsigned: return "an integer";
-    case Json::value_t::number_float: return "a number";
-    default: return "an unsupported value";
+    case Json::value_t::number_unsigned:
+      return "an integer";
+    case Json::value_t::number_float:
+      return "a number";
+    default:
+      return "an unsupported value";
   }
 }
 
@@ -71,9 +82,12 @@ int64_t as_int(const Json& value, std::string_view path, int64_t lo, int64_t hi)
   } else if (value.is_number_float()) {
     double d = value.get<double>();
     if (std::floor(d) != d) wrong_type(path, "an integer", value);
-    if (d >= 9.2e18) result = std::numeric_limits<int64_t>::max();
-    else if (d <= -9.2e18) result = std::numeric_limits<int64_t>::min();
-    else result = static_cast<int64_t>(d);
+    if (d >= 9.2e18)
+      result = std::numeric_limits<int64_t>::max();
+    else if (d <= -9.2e18)
+      result = std::numeric_limits<int64_t>::min();
+    else
+      result = static_cast<int64_t>(d);
   } else {
     wrong_type(path, "an integer", value);
   }
@@ -162,7 +176,8 @@ void read_unsupported(const Json& body, const engine::SamplingParams& params) {
     if (!bias->empty()) fail("logit_bias", "'logit_bias' is not supported by this server; remove it.");
   }
   if (std::optional<int64_t> best_of = read_int(body, "best_of", "best_of", 1, std::numeric_limits<int32_t>::max())) {
-    if (*best_of != params.n) fail("best_of", "'best_of' is not supported by this server; remove it or set it equal to 'n'.");
+    if (*best_of != params.n)
+      fail("best_of", "'best_of' is not supported by this server; remove it or set it equal to 'n'.");
   }
   if (const Json* format = find(body, "response_format")) {
     if (!format->is_object()) wrong_type("response_format", "an object", *format);
@@ -191,8 +206,10 @@ void read_sampling_fields(const Json& body, const ServerLimits& limits, engine::
     params.top_k = *v == -1 ? 0 : static_cast<int32_t>(*v);
   }
   if (auto v = read_ranged(body, "min_p", 0.0, false, 1.0, false, "in [0, 1]")) params.min_p = *v;
-  if (auto v = read_ranged(body, "presence_penalty", -2.0, false, 2.0, false, "in [-2, 2]")) params.presence_penalty = *v;
-  if (auto v = read_ranged(body, "frequency_penalty", -2.0, false, 2.0, false, "in [-2, 2]")) params.frequency_penalty = *v;
+  if (auto v = read_ranged(body, "presence_penalty", -2.0, false, 2.0, false, "in [-2, 2]"))
+    params.presence_penalty = *v;
+  if (auto v = read_ranged(body, "frequency_penalty", -2.0, false, 2.0, false, "in [-2, 2]"))
+    params.frequency_penalty = *v;
   if (auto v = read_ranged(body, "repetition_penalty", 0.0, true, std::numeric_limits<double>::max(), false, "> 0")) {
     params.repetition_penalty = *v;
   }
@@ -200,8 +217,8 @@ void read_sampling_fields(const Json& body, const ServerLimits& limits, engine::
     if (seed->is_number_unsigned()) {
       params.seed = seed->get<uint64_t>();
     } else {  // negative seeds are accepted (OpenAI's seed is int64) and used bit for bit
-      params.seed = static_cast<uint64_t>(as_int(*seed, "seed", std::numeric_limits<int64_t>::min(),
-                                                 std::numeric_limits<int64_t>::max()));
+      params.seed = static_cast<uint64_t>(
+          as_int(*seed, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
     }
   }
   if (auto v = read_int(body, "n", "n", 1, limits.max_n)) params.n = static_cast<int32_t>(*v);

@@ -5,11 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "tachyon/engine/sampling_params.h"
 #include "tachyon/server/openai_protocol.h"
@@ -30,7 +29,8 @@ Json parse_body(std::string_view body);
 const Json* find(const Json& object, std::string_view name);
 
 // `path` is the param reported in errors; for top-level fields it is the name.
-std::optional<int64_t> read_int(const Json& object, std::string_view name, std::string_view path, int64_t lo, int64_t hi);
+std::optional<int64_t> read_int(const Json& object, std::string_view name, std::string_view path, int64_t lo,
+                                int64_t hi);
 std::optional<double> read_number(const Json& object, std::string_view name, std::string_view path);
 std::optional<bool> read_bool(const Json& object, std::string_view name, std::string_view path);
 std::optional<std::string> read_string(const Json& object, std::string_view name, std::string_view path);

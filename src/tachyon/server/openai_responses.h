@@ -24,12 +24,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tachyon/engine/sampler.h"
 
@@ -40,11 +39,11 @@ using TokenTextFn = std::function<std::string(int32_t token)>;
 
 struct CompletionChoiceResult {
   int32_t index = 0;
-  std::string text;                  // the whole completion (with the prompt in front when echo)
-  std::vector<int32_t> token_ids;    // [num_tokens] generated ids; not serialized (caller's bookkeeping)
-  std::vector<std::string> token_texts;   // [num_tokens] text of each sampled token, parallel to logprobs
-  std::optional<std::vector<engine::SampledToken>> logprobs;   // [num_tokens]; nullopt: not requested -> null
-  std::string finish_reason;         // "stop" | "length" | "abort"
+  std::string text;                      // the whole completion (with the prompt in front when echo)
+  std::vector<int32_t> token_ids;        // [num_tokens] generated ids; not serialized (caller's bookkeeping)
+  std::vector<std::string> token_texts;  // [num_tokens] text of each sampled token, parallel to logprobs
+  std::optional<std::vector<engine::SampledToken>> logprobs;  // [num_tokens]; nullopt: not requested -> null
+  std::string finish_reason;                                  // "stop" | "length" | "abort"
 };
 
 struct Usage {
@@ -54,9 +53,9 @@ struct Usage {
 
 // Logprobs of the tokens one stream chunk carries.
 struct LogprobsDelta {
-  std::vector<engine::SampledToken> tokens;   // [num_tokens]
-  std::vector<std::string> texts;             // [num_tokens] text of each sampled token
-  int64_t text_offset = 0;                    // completions: code points of the choice's text before this chunk
+  std::vector<engine::SampledToken> tokens;  // [num_tokens]
+  std::vector<std::string> texts;            // [num_tokens] text of each sampled token
+  int64_t text_offset = 0;                   // completions: code points of the choice's text before this chunk
 };
 
 // {"prompt_tokens","completion_tokens","total_tokens"}
