@@ -73,6 +73,26 @@ TEST(OpenaiRequest, InvalidBodies) {
   EXPECT_NO_THROW(parse_completion_request(deep, limits()));
 }
 
+TEST(OpenaiRequest, WrongTypeOfEveryField) {
+  for (const char* field :
+       {"temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty"}) {
+    expect_400("\"" + std::string(field) + "\":\"1\"", field, "expected a number, but got a string");
+  }
+  for (const char* field : {"max_tokens", "top_k", "seed", "n", "best_of", "min_tokens", "priority"}) {
+    expect_400("\"" + std::string(field) + "\":[1]", field, "expected an integer, but got an array");
+  }
+  for (const char* field : {"ignore_eos", "include_stop_str_in_output", "stream"}) {
+    expect_400("\"" + std::string(field) + "\":\"true\"", field, "expected a boolean, but got a string");
+  }
+  expect_400(R"("stop_token_ids":["7"])", "stop_token_ids", "expected an integer, but got a string");
+  expect_400(R"("model":{})", "model", "expected a string, but got an object");
+  // A number JSON cannot hold in a double is a 400 too (the parser reports it as out of range).
+  ApiError e = completion_error(R"({"prompt":"hi","temperature":1e400})");
+  EXPECT_EQ(e.status, 400);
+  EXPECT_NE(e.message.find("not valid JSON"), std::string::npos) << e.message;
+  expect_400(R"("temperature":1e300)", "temperature", "temperature must be >= 0, got inf");
+}
+
 TEST(OpenaiRequest, ModelMustMatch) {
   ApiError e = completion_error(R"({"model":"other","prompt":"hi"})");
   EXPECT_EQ(e.status, 404);

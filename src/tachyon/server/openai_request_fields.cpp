@@ -53,7 +53,7 @@ Json parse_body(std::string_view body) {
   Json parsed;
   try {
     parsed = Json::parse(body);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, and out_of_range for numbers like 1e400
     // e.what() may quote the offending bytes; error_body makes them valid UTF-8.
     std::string what = e.what();
     if (what.find("UTF-8") != std::string::npos) {
