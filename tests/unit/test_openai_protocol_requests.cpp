@@ -446,3 +446,54 @@ TEST(OpenaiErrors, ValidUtf8) {
 
 }  // namespace
 }  // namespace tachyon::server
+
+namespace tachyon::server {
+namespace {
+
+// Byte-level mutations of valid bodies: the parsers must answer with a request or an ApiException,
+// never another exception or a crash.
+TEST(OpenaiRequest, MutatedBodiesOnlyThrowApiErrors) {
+  const std::vector<std::string> seeds = {
+      R"({"model":"tiny","prompt":[[1,2],[3]],"max_tokens":5,"stop":["a"],"logprobs":2,"stream":true,"stream_options":{"include_usage":true}})",
+      R"({"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]},{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"{\"a\":1e5}"}}]}],"tools":[{"type":"function","function":{"name":"f"}}],"top_logprobs":1,"logprobs":true})",
+  };
+  const std::string alphabet = "{}[]\",:0123456789-.eE truefalsnul\\\xff\xc3";
+  uint64_t state = 12345;
+  auto next = [&state]() {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<size_t>(state >> 33);
+  };
+  for (int iteration = 0; iteration < 3000; ++iteration) {
+    std::string body = seeds[iteration % seeds.size()];
+    for (int edits = 1 + next() % 3; edits > 0; --edits) {
+      size_t at = next() % body.size();
+      switch (next() % 3) {
+        case 0:
+          body[at] = alphabet[next() % alphabet.size()];
+          break;
+        case 1:
+          body.erase(at, 1 + next() % 4);
+          break;
+        default:
+          body.insert(at, 1, alphabet[next() % alphabet.size()]);
+          break;
+      }
+      if (body.empty()) body = "{";
+    }
+    try {
+      if (iteration % 2 == 0) {
+        (void)parse_completion_request(body, limits());
+      } else {
+        (void)parse_chat_request(body, limits());
+      }
+    } catch (const ApiException& e) {
+      EXPECT_TRUE(e.error().status == 400 || e.error().status == 404) << body;
+      EXPECT_TRUE(nlohmann::json::accept(error_body(e.error()))) << body;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "non-API exception for " << body << ": " << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tachyon::server
