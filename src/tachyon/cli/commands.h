@@ -7,5 +7,8 @@ namespace tachyon::cli {
 
 void add_make_model_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
+#ifdef TACHYON_HAVE_HTTP
+void add_serve_command(CLI::App& app);
+#endif
 
 }  // namespace tachyon::cli

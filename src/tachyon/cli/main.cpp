@@ -13,6 +13,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   tachyon::cli::add_make_model_command(app);
   tachyon::cli::add_generate_command(app);
+#ifdef TACHYON_HAVE_HTTP
+  tachyon::cli::add_serve_command(app);
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

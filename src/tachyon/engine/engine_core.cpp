@@ -63,6 +63,11 @@ void EngineCore::abort(int64_t request_id, std::optional<int32_t> index) {
   inbox_ready_.notify_one();
 }
 
+void EngineCore::abort_all() {
+  abort_all_ = true;
+  inbox_ready_.notify_one();
+}
+
 void EngineCore::drain_inbox() {
   std::vector<Submission> submissions;
   std::vector<std::pair<int64_t, std::optional<int32_t>>> aborts;
@@ -73,6 +78,11 @@ void EngineCore::drain_inbox() {
   }
   for (Submission& s : submissions) admit(std::move(s));
   for (const auto& [id, index] : aborts) abort_request(id, index);
+  if (abort_all_.exchange(false)) {
+    std::vector<int64_t> all;
+    for (const auto& [id, request] : active_) all.push_back(id);
+    for (int64_t id : all) abort_request(id);
+  }
 }
 
 // A request becomes n sequences; the first runs its prompt, the others wait for it so that
@@ -251,7 +261,7 @@ void EngineCore::loop() {
     if (step()) continue;
     std::unique_lock lock(inbox_mutex_);
     inbox_ready_.wait_for(lock, std::chrono::milliseconds(50),
-                          [&] { return stopping_ || !inbox_.empty() || !abort_inbox_.empty(); });
+                          [&] { return stopping_ || abort_all_ || !inbox_.empty() || !abort_inbox_.empty(); });
   }
 }
 

@@ -67,6 +67,9 @@ class EngineCore {
   // a stop string in that completion). Unknown or finished ids are ignored.
   void abort(int64_t request_id, std::optional<int32_t> index = std::nullopt);
 
+  // Thread-safe. Aborts every request in the engine at its next step (server shutdown).
+  void abort_all();
+
   void start();  // runs the loop on an engine thread until stop()
   void stop();
   // One iteration on the calling thread (only when start() was not called); false when there
@@ -117,6 +120,7 @@ class EngineCore {
   std::vector<Submission> inbox_;
   std::vector<std::pair<int64_t, std::optional<int32_t>>> abort_inbox_;
   std::atomic<int64_t> next_request_id_{1};
+  std::atomic<bool> abort_all_{false};
   std::atomic<int64_t> waiting_snapshot_{0};  // the scheduler's waiting count after the last step
 
   std::mutex stats_mutex_;

@@ -1,0 +1,77 @@
+// tachyon serve: the OpenAI-compatible server. SIGTERM / SIGINT start a graceful shutdown
+// (503 for new requests, in-flight ones finish within --shutdown-timeout, the rest are aborted),
+// then the process exits 0.
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include "tachyon/cli/commands.h"
+#include "tachyon/server/http/http_server.h"
+
+namespace tachyon::cli {
+namespace {
+
+struct ServeOptions {
+  server::ServingOptions serving;
+  server::HttpOptions http;
+  int shutdown_timeout_s = 30;
+};
+
+std::atomic<int> g_signal{0};
+
+// Any thread may take the signal (libraries start threads before main), so the handler only
+// records it; a watcher thread does the work.
+void on_signal(int number) { g_signal = number; }
+
+void run_serve(ServeOptions& options) {
+  struct sigaction action {};
+  action.sa_handler = on_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server
+
+  options.http.shutdown_timeout = std::chrono::seconds(options.shutdown_timeout_s);
+  std::fprintf(stderr, "[tachyon] loading %s\n", options.serving.model_dir.c_str());
+  server::ServingContext context(options.serving);
+  server::HttpServer http(context, options.http);
+  http.bind();
+  std::fprintf(stderr, "[tachyon] serving %s on http://%s:%d\n", context.limits().model_name.c_str(),
+               options.http.host.c_str(), http.bound_port());
+  std::thread waiter([&] {
+    while (g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::fprintf(stderr, "[tachyon] signal %d: draining\n", g_signal.load());
+    http.shutdown();
+  });
+  http.serve();
+  waiter.join();
+  std::fprintf(stderr, "[tachyon] stopped\n");
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto options = std::make_shared<ServeOptions>();
+  CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
+  cmd->add_option("model", options->serving.model_dir, "HF model directory (config.json, safetensors, tokenizer.json)")
+      ->required();
+  cmd->add_option("--host", options->http.host, "address to listen on")->default_val("127.0.0.1");
+  cmd->add_option("--port", options->http.port, "port (0: any free port)")->default_val(8000);
+  cmd->add_option("--served-model-name", options->serving.served_model_name, "model name clients use (default: directory name)");
+  cmd->add_option("--api-key", options->http.api_key, "require 'Authorization: Bearer KEY' on /v1/*");
+  cmd->add_option("--max-model-len", options->serving.engine.scheduler.max_model_len, "prompt + output tokens")->default_val(4096);
+  cmd->add_option("--max-num-seqs", options->serving.engine.scheduler.max_num_seqs, "sequences per step")->default_val(256);
+  cmd->add_option("--max-num-batched-tokens", options->serving.engine.scheduler.max_num_batched_tokens, "tokens per step")
+      ->default_val(2048);
+  cmd->add_option("--num-blocks", options->serving.engine.num_blocks, "KV cache blocks")->default_val(1024);
+  cmd->add_option("--block-size", options->serving.engine.block_size, "tokens per KV block")->default_val(16);
+  cmd->add_option("--max-queued-requests", options->serving.engine.max_queued_requests, "waiting requests before 503")
+      ->default_val(4096);
+  cmd->add_option("--shutdown-timeout", options->shutdown_timeout_s, "seconds in-flight requests get on SIGTERM")->default_val(30);
+  cmd->callback([options] { run_serve(*options); });
+}
+
+}  // namespace tachyon::cli

@@ -1,0 +1,131 @@
+#include "tachyon/server/http/generation_run.h"
+
+namespace tachyon::server {
+namespace {
+
+const char* finish_name(engine::FinishReason reason) { return engine::finish_reason_name(reason); }
+
+double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+}  // namespace
+
+GenerationRun::GenerationRun(ServingContext& context, const std::vector<std::vector<int32_t>>& prompts,
+                             const engine::SamplingParams& params)
+    : context_(context), n_(params.n), shared_(std::make_shared<Shared>()), start_(std::chrono::steady_clock::now()) {
+  if (context.draining()) throw ApiException({503, "the server is shutting down", "service_unavailable", "", ""});
+  const size_t num_choices = prompts.size() * static_cast<size_t>(params.n);
+  shared_->pending.resize(num_choices);
+  choices_.resize(num_choices);
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    const int32_t base = static_cast<int32_t>(p) * params.n;
+    auto shared = shared_;
+    auto channel = std::make_shared<engine::OutputChannel>([shared, base](engine::RequestOutput&& out) {
+      {
+        std::lock_guard lock(shared->mutex);
+        for (engine::CompletionDelta& d : out.completions) {
+          Pending& pending = shared->pending[static_cast<size_t>(base + d.index)];
+          pending.token_ids.insert(pending.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
+          pending.logprobs.insert(pending.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+          if (d.finish_reason != engine::FinishReason::kNone) pending.finish_reason = d.finish_reason;
+        }
+        shared->dirty = true;
+      }
+      shared->ready.notify_all();
+    });
+    int64_t id = 0;
+    try {
+      id = context.engine().submit(prompts[p], params, channel);
+    } catch (const engine::QueueFullError& e) {
+      throw ApiException({503, e.what(), "service_unavailable", "", ""});
+    } catch (const Error& e) {
+      throw ApiException({400, e.what(), "invalid_request_error", "", ""});
+    }
+    channels_.push_back(channel);
+    request_ids_.push_back(id);
+    prompt_tokens_ += static_cast<int64_t>(prompts[p].size());
+    for (int32_t c = 0; c < params.n; ++c) {
+      Choice& choice = choices_[static_cast<size_t>(base + c)];
+      choice.request_id = id;
+      choice.completion = c;
+      choice.text = std::make_unique<engine::TextStream>(context.tokenizer(), params.stop,
+                                                         params.include_stop_str_in_output);
+    }
+  }
+  context.metrics().on_prompt_tokens(prompt_tokens_);
+}
+
+GenerationRun::~GenerationRun() {
+  // Channels go with the run: the engine aborts what is unfinished at its next step.
+  channels_.clear();
+}
+
+void GenerationRun::abort() {
+  for (int64_t id : request_ids_) context_.engine().abort(id);
+}
+
+std::vector<ChoiceEvent> GenerationRun::poll(std::chrono::milliseconds timeout) {
+  std::vector<Pending> drained;
+  {
+    std::unique_lock lock(shared_->mutex);
+    shared_->ready.wait_for(lock, timeout, [&] { return shared_->dirty; });
+    if (!shared_->dirty) return {};
+    shared_->dirty = false;
+    drained.resize(shared_->pending.size());
+    for (size_t i = 0; i < drained.size(); ++i) std::swap(drained[i], shared_->pending[i]);
+  }
+  std::vector<ChoiceEvent> events;
+  for (size_t i = 0; i < drained.size(); ++i) {
+    if (choices_[i].finished) continue;
+    if (drained[i].token_ids.empty() && drained[i].finish_reason == engine::FinishReason::kNone) continue;
+    events.push_back(drain_choice(static_cast<int32_t>(i), drained[i]));
+  }
+  return events;
+}
+
+ChoiceEvent GenerationRun::drain_choice(int32_t index, Pending& pending) {
+  Choice& choice = choices_[static_cast<size_t>(index)];
+  ChoiceEvent event;
+  event.index = index;
+  const auto now = std::chrono::steady_clock::now();
+  if (!pending.token_ids.empty()) {
+    if (choice.tokens == 0) {
+      context_.metrics().observe_ttft(seconds_between(start_, now));
+    } else {
+      context_.metrics().observe_inter_token_latency(seconds_between(choice.last_token, now) /
+                                                      static_cast<double>(pending.token_ids.size()));
+    }
+    choice.last_token = now;
+    choice.tokens += static_cast<int64_t>(pending.token_ids.size());
+    completion_tokens_ += static_cast<int64_t>(pending.token_ids.size());
+    context_.metrics().on_generation_tokens(static_cast<int64_t>(pending.token_ids.size()));
+  }
+  event.token_ids = std::move(pending.token_ids);
+  event.logprobs = std::move(pending.logprobs);
+  event.text = choice.text->push(event.token_ids);
+  engine::FinishReason reason = pending.finish_reason;
+  if (choice.text->stopped()) {
+    if (reason == engine::FinishReason::kNone) context_.engine().abort(choice.request_id, choice.completion);
+    reason = engine::FinishReason::kStop;
+  } else if (reason != engine::FinishReason::kNone) {
+    event.text += choice.text->finish();
+  }
+  if (reason != engine::FinishReason::kNone) {
+    choice.finished = true;
+    ++num_finished_;
+    event.finish_reason = finish_name(reason);
+    record_finish(choice, reason);
+  }
+  return event;
+}
+
+void GenerationRun::record_finish(const Choice& choice, engine::FinishReason reason) {
+  ServerMetrics& metrics = context_.metrics();
+  metrics.on_request_finished(reason);
+  const double e2e = seconds_between(start_, std::chrono::steady_clock::now());
+  metrics.observe_e2e_latency(e2e);
+  if (choice.tokens > 1) metrics.observe_time_per_output_token(e2e / static_cast<double>(choice.tokens));
+}
+
+}  // namespace tachyon::server

@@ -1,0 +1,83 @@
+// GenerationRun: the server's consumer of one HTTP request's generations (several prompts, n
+// choices each). It submits them with one callback channel per prompt; the engine thread's
+// callbacks merge deltas into per-choice pending state (a slow client costs only its own
+// tokens), and the HTTP thread polls events: text cut by stop strings (TextStream), token ids,
+// logprobs, and exactly one finish reason per choice. Destroying the run drops its channels, so
+// the engine aborts whatever is unfinished at its next step (DESIGN rule 1).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tachyon/engine/output_channel.h"
+#include "tachyon/engine/text_stream.h"
+#include "tachyon/server/http/serving_context.h"
+
+namespace tachyon::server {
+
+struct ChoiceEvent {
+  int32_t index = 0;  // prompt_index * n + completion index
+  std::string text;
+  std::vector<int32_t> token_ids;
+  std::vector<engine::SampledToken> logprobs;
+  std::optional<std::string> finish_reason;  // "stop", "length" or "abort", once
+};
+
+class GenerationRun {
+ public:
+  // Submits every prompt; throws ApiException (503) when the queue is full or the server drains.
+  GenerationRun(ServingContext& context, const std::vector<std::vector<int32_t>>& prompts,
+                const engine::SamplingParams& params);
+  ~GenerationRun();
+  GenerationRun(const GenerationRun&) = delete;
+  GenerationRun& operator=(const GenerationRun&) = delete;
+
+  // New output since the last poll, waiting up to `timeout` for some; empty on timeout.
+  std::vector<ChoiceEvent> poll(std::chrono::milliseconds timeout);
+  bool finished() const { return num_finished_ == static_cast<int>(choices_.size()); }
+  int64_t prompt_tokens() const { return prompt_tokens_; }
+  int64_t completion_tokens() const { return completion_tokens_; }
+  void abort();  // every unfinished choice ends with "abort" at the engine's next step
+
+ private:
+  struct Pending {  // filled by the engine thread, drained by poll()
+    std::vector<int32_t> token_ids;
+    std::vector<engine::SampledToken> logprobs;
+    engine::FinishReason finish_reason = engine::FinishReason::kNone;
+  };
+  struct Shared {
+    std::mutex mutex;
+    std::condition_variable ready;
+    std::vector<Pending> pending;  // [num_choices]
+    bool dirty = false;
+  };
+  struct Choice {
+    int64_t request_id = 0;
+    int32_t completion = 0;
+    std::unique_ptr<engine::TextStream> text;
+    bool finished = false;
+    std::chrono::steady_clock::time_point last_token;
+    int64_t tokens = 0;
+  };
+
+  ChoiceEvent drain_choice(int32_t index, Pending& pending);
+  void record_finish(const Choice& choice, engine::FinishReason reason);
+
+  ServingContext& context_;
+  int32_t n_ = 1;
+  std::shared_ptr<Shared> shared_;
+  std::vector<std::shared_ptr<engine::OutputChannel>> channels_;
+  std::vector<int64_t> request_ids_;
+  std::vector<Choice> choices_;
+  int num_finished_ = 0;
+  int64_t prompt_tokens_ = 0;
+  int64_t completion_tokens_ = 0;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace tachyon::server

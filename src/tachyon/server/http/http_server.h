@@ -1,0 +1,53 @@
+// HttpServer: the OpenAI-compatible HTTP front of a ServingContext, on cpp-httplib (thread per
+// connection from a fixed pool; SSE through chunked content providers). Routes live in
+// routes_generation.cpp (/v1/completions, /v1/chat/completions) and routes_info.cpp (models,
+// health, version, metrics, tokenize, detokenize). JSON, templates and (de)tokenization happen
+// here, on HTTP threads; the engine sees token ids only.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "tachyon/server/http/serving_context.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace tachyon::server {
+
+struct HttpOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;                  // 0: any free port (see bound_port())
+  std::string api_key;              // when set, /v1/* needs "Authorization: Bearer <key>"
+  size_t max_body_bytes = 8 << 20;  // larger bodies get 413
+  int threads = 256;                // concurrent connections served
+  std::chrono::seconds shutdown_timeout{30};
+};
+
+class HttpServer {
+ public:
+  HttpServer(ServingContext& context, HttpOptions options);
+  ~HttpServer();
+
+  // Binds (throws Error naming host:port on failure); then serve() blocks until shutdown().
+  void bind();
+  int bound_port() const { return bound_port_; }
+  void serve();
+  // Graceful: refuse new requests (503), let in-flight ones finish for up to shutdown_timeout,
+  // abort the rest (finish_reason "abort"), then stop serving. Safe from any thread.
+  void shutdown();
+
+ private:
+  void add_routes();
+  void add_generation_routes();
+  void add_info_routes();
+
+  ServingContext& context_;
+  HttpOptions options_;
+  std::unique_ptr<httplib::Server> http_;
+  int bound_port_ = 0;
+};
+
+}  // namespace tachyon::server

@@ -1,0 +1,59 @@
+// ServingContext: everything a served model needs, built once at start-up and shared by the
+// HTTP threads: the model and its engine (on its own thread), tokenizer, chat template, limits
+// and metrics. Immutable after construction except the engine (thread-safe by design), the
+// metrics (atomics) and the lifecycle flags.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "tachyon/engine/engine_core.h"
+#include "tachyon/model/dense_model.h"
+#include "tachyon/server/metrics.h"
+#include "tachyon/server/openai_protocol.h"
+#include "tachyon/tokenizer/chat_template.h"
+#include "tachyon/tokenizer/tokenizer.h"
+
+namespace tachyon::server {
+
+struct ServingOptions {
+  std::filesystem::path model_dir;
+  std::string served_model_name;  // default: the directory's name
+  engine::EngineConfig engine;
+  int32_t max_n = 16;
+  int32_t max_stop = 16;
+  int32_t max_logprobs = 20;
+};
+
+class ServingContext {
+ public:
+  explicit ServingContext(const ServingOptions& options);
+  ~ServingContext();
+
+  const ServerLimits& limits() const { return limits_; }
+  const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
+  const tokenizer::ChatTemplate* chat_template() const { return chat_template_.get(); }
+  engine::EngineCore& engine() { return *engine_; }
+  ServerMetrics& metrics() { return *metrics_; }
+  int64_t created() const { return created_; }
+
+  // Lifecycle: serving until draining starts (SIGTERM); then new requests get 503.
+  bool draining() const { return draining_; }
+  void start_draining() { draining_ = true; }
+
+ private:
+  std::unique_ptr<model::DenseModel> model_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::unique_ptr<tokenizer::ChatTemplate> chat_template_;
+  std::unique_ptr<engine::EngineCore> engine_;
+  std::unique_ptr<ServerMetrics> metrics_;
+  ServerLimits limits_;
+  int64_t created_ = 0;
+  std::atomic<bool> draining_{false};
+};
+
+}  // namespace tachyon::server
