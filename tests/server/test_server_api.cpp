@@ -1,0 +1,188 @@
+// Every endpoint over real HTTP, streamed and not, and every bad input of the issue: each gets
+// a clear 4xx with an OpenAI error object, and a normal request right after still succeeds.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "server_fixture.h"
+
+namespace tachyon::server::testing {
+namespace {
+
+using nlohmann::json;
+
+class ServerApi : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = new ServerUnderTest(); }
+  static void TearDownTestSuite() { delete server_; }
+  static httplib::Result post(const std::string& path, const std::string& body) {
+    return server_->client().Post(path, body, "application/json");
+  }
+  static void expect_good_request_works() {
+    auto r = post("/v1/completions", R"({"prompt":"Hello","max_tokens":3,"temperature":0})");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+  }
+  static ServerUnderTest* server_;
+};
+ServerUnderTest* ServerApi::server_ = nullptr;
+
+TEST_F(ServerApi, CompletionStreamedEqualsWhole) {
+  auto whole = post("/v1/completions", R"({"prompt":"The capital of France","max_tokens":12,"temperature":0,"ignore_eos":true})");
+  ASSERT_EQ(whole->status, 200) << whole->body;
+  json body = json::parse(whole->body);
+  EXPECT_EQ(body["object"], "text_completion");
+  EXPECT_EQ(body["model"], "tiny");
+  EXPECT_EQ(body["usage"]["completion_tokens"], 12);
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "length");
+  auto streamed = post("/v1/completions",
+                       R"({"prompt":"The capital of France","max_tokens":12,"temperature":0,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}})");
+  ASSERT_EQ(streamed->status, 200);
+  EXPECT_NE(streamed->get_header_value("Content-Type").find("text/event-stream"), std::string::npos);
+  auto frames = sse_payloads(streamed->body);
+  ASSERT_GE(frames.size(), 3u);
+  EXPECT_EQ(frames.back(), "[DONE]");
+  std::string text;
+  int finish_reasons = 0;
+  for (size_t i = 0; i + 1 < frames.size(); ++i) {
+    json chunk = json::parse(frames[i]);
+    if (chunk["choices"].empty()) {  // the usage chunk, last before [DONE]
+      EXPECT_EQ(i, frames.size() - 2);
+      EXPECT_EQ(chunk["usage"]["completion_tokens"], 12);
+      continue;
+    }
+    text += chunk["choices"][0]["text"].get<std::string>();
+    finish_reasons += !chunk["choices"][0]["finish_reason"].is_null();
+  }
+  EXPECT_EQ(finish_reasons, 1);
+  EXPECT_EQ(text, body["choices"][0]["text"].get<std::string>());
+}
+
+TEST_F(ServerApi, ChatStreamedEqualsWholeAndStartsWithTheRole) {
+  const std::string request = R"({"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"Hi"}]}],"max_completion_tokens":10,"temperature":0)";
+  auto whole = post("/v1/chat/completions", request + "}");
+  ASSERT_EQ(whole->status, 200) << whole->body;
+  json body = json::parse(whole->body);
+  EXPECT_EQ(body["object"], "chat.completion");
+  EXPECT_EQ(body["choices"][0]["message"]["role"], "assistant");
+  auto streamed = post("/v1/chat/completions", request + R"(,"stream":true})");
+  auto frames = sse_payloads(streamed->body);
+  ASSERT_GE(frames.size(), 2u);
+  EXPECT_EQ(json::parse(frames[0])["choices"][0]["delta"]["role"], "assistant");
+  std::string text;
+  for (size_t i = 0; i + 1 < frames.size(); ++i) {
+    const json chunk = json::parse(frames[i]);
+    const json& delta = chunk["choices"][0]["delta"];
+    if (delta.contains("content") && delta["content"].is_string()) text += delta["content"].get<std::string>();
+  }
+  EXPECT_EQ(text, body["choices"][0]["message"]["content"].get<std::string>());
+}
+
+TEST_F(ServerApi, PromptShapesNAndLogprobs) {
+  auto r = post("/v1/completions", R"({"prompt":[[1,2,3],[4,5]],"max_tokens":2,"n":2,"logprobs":3,"seed":7})");
+  ASSERT_EQ(r->status, 200) << r->body;
+  json body = json::parse(r->body);
+  ASSERT_EQ(body["choices"].size(), 4u);
+  for (const json& c : body["choices"]) EXPECT_EQ(c["logprobs"]["tokens"].size(), 2u);
+  auto chat = post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"max_tokens":2,"logprobs":true,"top_logprobs":2})");
+  ASSERT_EQ(chat->status, 200) << chat->body;
+  EXPECT_EQ(json::parse(chat->body)["choices"][0]["logprobs"]["content"][0]["top_logprobs"].size(), 2u);
+}
+
+TEST_F(ServerApi, InfoEndpoints) {
+  auto c = server_->client();
+  auto models = c.Get("/v1/models");
+  ASSERT_EQ(models->status, 200);
+  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "tiny");
+  EXPECT_EQ(c.Get("/health")->status, 200);
+  EXPECT_EQ(json::parse(c.Get("/version")->body).contains("version"), true);
+  auto tokenized = post("/tokenize", R"({"prompt":"Hello world"})");
+  ASSERT_EQ(tokenized->status, 200) << tokenized->body;
+  json t = json::parse(tokenized->body);
+  EXPECT_EQ(t["count"], t["tokens"].size());
+  auto detokenized = post("/detokenize", json{{"tokens", t["tokens"]}}.dump());
+  EXPECT_EQ(json::parse(detokenized->body)["prompt"], "Hello world");
+  auto metrics = c.Get("/metrics");
+  ASSERT_EQ(metrics->status, 200);
+  EXPECT_NE(metrics->body.find("tachyon:num_requests_running"), std::string::npos);
+}
+
+struct BadInput {
+  const char* path;
+  const char* body;
+  int status;
+  const char* message_part;  // part of the error message the user reads
+};
+
+TEST_F(ServerApi, BadInputsGetClearErrorsAndTheServerKeepsServing) {
+  const BadInput cases[] = {
+      {"/v1/completions", "{not json", 400, "not valid JSON"},
+      {"/v1/completions", "[1,2]", 400, "object"},
+      {"/v1/completions", R"({"max_tokens":3})", 400, "prompt"},
+      {"/v1/completions", R"({"prompt":""})", 400, "prompt"},
+      {"/v1/completions", R"({"prompt":42})", 400, "prompt"},
+      {"/v1/completions", R"({"prompt":"x","max_tokens":0})", 400, "max_tokens"},
+      {"/v1/completions", R"({"prompt":"x","max_tokens":-5})", 400, "max_tokens"},
+      {"/v1/completions", R"({"prompt":"x","max_tokens":100000})", 400, "context length"},
+      {"/v1/completions", R"({"prompt":"x","max_tokens":"ten"})", 400, "max_tokens"},
+      {"/v1/completions", R"({"prompt":"x","temperature":-1})", 400, "temperature"},
+      {"/v1/completions", R"({"prompt":"x","top_p":0})", 400, "top_p"},
+      {"/v1/completions", R"({"prompt":"x","top_p":1.5})", 400, "top_p"},
+      {"/v1/completions", R"({"prompt":"x","top_k":-2})", 400, "top_k"},
+      {"/v1/completions", R"({"prompt":"x","n":0})", 400, "n"},
+      {"/v1/completions", R"({"prompt":"x","n":1000})", 400, "n"},
+      {"/v1/completions", R"({"prompt":"x","stop":["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]})", 400, "stop"},
+      {"/v1/completions", R"({"prompt":"x","logprobs":50})", 400, "logprobs"},
+      {"/v1/completions", R"({"prompt":[1,999999]})", 400, "between 0 and"},
+      {"/v1/completions", R"({"prompt":"x","stream_options":{"include_usage":true}})", 400, "stream"},
+      {"/v1/completions", R"({"prompt":"x","model":"other-model"})", 404, "other-model"},
+      {"/v1/chat/completions", R"({"messages":[]})", 400, "messages"},
+      {"/v1/chat/completions", R"({"max_tokens":2})", 400, "messages"},
+      {"/v1/chat/completions", R"({"messages":[{"role":"wizard","content":"x"}]})", 400, "role"},
+      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})", 400, "response_format"},
+      {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}", 400, "UTF-8"},
+  };
+  for (const BadInput& c : cases) {
+    auto r = post(c.path, c.body);
+    ASSERT_TRUE(r) << c.body;
+    EXPECT_EQ(r->status, c.status) << c.body << " -> " << r->body;
+    json error = json::parse(r->body, nullptr, false);
+    ASSERT_TRUE(error.is_object() && error.contains("error")) << r->body;
+    EXPECT_TRUE(error["error"].contains("type") && error["error"].contains("param") && error["error"].contains("code"));
+    std::string message = error["error"]["message"].get<std::string>();
+    std::string lower = message;
+    for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    std::string want = c.message_part;
+    for (char& ch : want) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    EXPECT_NE(lower.find(want), std::string::npos) << c.body << " -> " << message;
+    expect_good_request_works();
+  }
+  // A prompt longer than the context, in tokens.
+  std::string long_prompt(4000, 'a');
+  for (size_t i = 0; i < long_prompt.size(); i += 2) long_prompt[i] = ' ';
+  auto r = post("/v1/completions", json{{"prompt", long_prompt}, {"max_tokens", 1}}.dump());
+  EXPECT_EQ(r->status, 400) << r->body;
+  expect_good_request_works();
+  EXPECT_TRUE(server_->wait_idle());
+}
+
+TEST(ServerLimits, BodyTooLargeAndApiKey) {
+  HttpOptions http;
+  http.max_body_bytes = 4096;
+  http.api_key = "sekret";
+  ServerUnderTest server(ServerUnderTest::default_engine(), http);
+  auto c = server.client();
+  httplib::Headers auth = {{"Authorization", "Bearer sekret"}};
+  auto no_key = c.Post("/v1/completions", R"({"prompt":"x","max_tokens":1})", "application/json");
+  EXPECT_EQ(no_key->status, 401);
+  EXPECT_NE(no_key->body.find("API key"), std::string::npos);
+  auto big = c.Post("/v1/completions", auth, std::string(10000, ' ') + "{}", "application/json");
+  EXPECT_EQ(big->status, 413);
+  EXPECT_NE(big->body.find("too large"), std::string::npos);
+  auto ok = c.Post("/v1/completions", auth, R"({"prompt":"x","max_tokens":1})", "application/json");
+  EXPECT_EQ(ok->status, 200) << ok->body;
+  EXPECT_EQ(c.Get("/health")->status, 200);  // probes need no key
+}
+
+}  // namespace
+}  // namespace tachyon::server::testing
