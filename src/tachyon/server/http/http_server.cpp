@@ -3,6 +3,8 @@
 #include <atomic>
 #include <thread>
 
+#include <sys/socket.h>
+
 #include "tachyon/base/check.h"
 #include "tachyon/server/http/http_util.h"
 
@@ -22,6 +24,12 @@ HttpServer::HttpServer(ServingContext& context, HttpOptions options)
   const int threads = options_.threads;
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   http_->set_payload_max_length(options_.max_body_bytes);
+  // cpp-httplib 0.11 listens with a backlog of 5, which refuses bursts of clients; remember the
+  // listening socket so bind() can raise it.
+  http_->set_socket_options([this](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_socket_ = static_cast<int>(sock);
+  });
   http_->set_read_timeout(std::chrono::seconds(30));
   http_->set_write_timeout(std::chrono::seconds(30));
   add_routes();
@@ -73,6 +81,7 @@ void HttpServer::bind() {
         << "cannot bind to " << options_.host << ":" << options_.port << " (in use, or not an address of this host)";
     bound_port_ = options_.port;
   }
+  if (listen_socket_ >= 0) ::listen(listen_socket_, 4096);  // on Linux a second listen() updates the backlog
 }
 
 void HttpServer::serve() { http_->listen_after_bind(); }

@@ -23,7 +23,7 @@ struct HttpOptions {
   std::string api_key;              // when set, /v1/* needs "Authorization: Bearer <key>"
   size_t max_body_bytes = 8 << 20;  // larger bodies get 413
   int threads = 256;                // concurrent connections served
-  std::chrono::seconds shutdown_timeout{30};
+  std::chrono::milliseconds shutdown_timeout{30000};
 };
 
 class HttpServer {
@@ -48,6 +48,7 @@ class HttpServer {
   HttpOptions options_;
   std::unique_ptr<httplib::Server> http_;
   int bound_port_ = 0;
+  int listen_socket_ = -1;
 };
 
 }  // namespace tachyon::server
