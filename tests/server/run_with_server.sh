@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Starts `tachyon serve` on a tiny model with the real Qwen3 tokenizer on a free port, runs the
+# given client command with the base URL and model name appended, then stops the server with
+# SIGTERM and requires a clean exit. Used by ctest for the openai npm client and curl tests.
+#   run_with_server.sh TACHYON TOKENIZERS_DIR -- command args...
+set -euo pipefail
+TACHYON=$1
+TOKENIZERS=$2
+shift 3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+"$TACHYON" make-model --arch qwen3 --preset tiny --seed 3 --tokenizer "$TOKENIZERS/qwen3" --out "$work/model" > /dev/null
+"$TACHYON" serve "$work/model" --port 0 --served-model-name tiny --max-model-len 512 --num-blocks 128 > "$work/log" 2>&1 &
+server=$!
+for _ in $(seq 1 200); do
+  port=$(sed -n 's/.*serving tiny on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$work/log")
+  [ -n "$port" ] && break
+  sleep 0.05
+done
+if [ -z "${port:-}" ]; then cat "$work/log"; kill $server; exit 1; fi
+status=0
+"$@" "http://127.0.0.1:$port/v1" tiny || status=$?
+kill -TERM $server
+wait $server || { echo "server exited with $?"; cat "$work/log"; exit 1; }
+exit $status
