@@ -4,6 +4,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
+#include <cstdlib>
+
 #include "server_fixture.h"
 
 namespace tachyon::server::testing {
@@ -105,6 +108,44 @@ TEST_F(ServerApi, InfoEndpoints) {
   auto metrics = c.Get("/metrics");
   ASSERT_EQ(metrics->status, 200);
   EXPECT_NE(metrics->body.find("tachyon:num_requests_running"), std::string::npos);
+  // The tests above ran requests: every latency histogram and the step histogram were fed.
+  for (const char* series : {"time_to_first_token_seconds", "request_queue_time_seconds", "request_prefill_time_seconds",
+                             "request_decode_time_seconds", "e2e_request_latency_seconds", "iteration_tokens",
+                             "inter_token_latency_seconds", "request_time_per_output_token_seconds"}) {
+    std::string count_line = std::string("tachyon:") + series + "_count{model_name=\"tiny\"} ";
+    size_t at = metrics->body.find(count_line);
+    ASSERT_NE(at, std::string::npos) << series;
+    EXPECT_GT(std::stod(metrics->body.substr(at + count_line.size())), 0) << series;
+  }
+  EXPECT_NE(metrics->body.find("finished_reason=\"length\"} "), std::string::npos);
+}
+
+TEST(ServerMetricsPerRequest, SeriesLiveOnlyWhileTheRequestRuns) {
+  ::setenv("TACHYON_METRICS_PER_REQUEST", "1", 1);
+  ServerUnderTest server;
+  ::unsetenv("TACHYON_METRICS_PER_REQUEST");
+  std::atomic<bool> seen{false};
+  std::thread stream([&] {
+    auto c = server.client();
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = R"({"prompt":"x","max_tokens":200,"ignore_eos":true,"stream":true})";
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+      if (!seen && server.client().Get("/metrics")->body.find("tachyon:request_context_tokens{") != std::string::npos) {
+        seen = true;
+      }
+      return true;
+    };
+    httplib::Response res;
+    httplib::Error error;
+    c.send(req, res, error);
+  });
+  stream.join();
+  EXPECT_TRUE(seen);
+  ASSERT_TRUE(server.wait_idle());
+  EXPECT_EQ(server.client().Get("/metrics")->body.find("tachyon:request_context_tokens{"), std::string::npos);
 }
 
 struct BadInput {

@@ -168,6 +168,7 @@ bool EngineCore::step() {
   std::transform(sampled.begin(), sampled.end(), tokens.begin(), [](const SampledToken& s) { return s.token; });
   scheduler_.update(plan, tokens);
   count_step(plan, sampled.size());
+  if (step_observer_) step_observer_(plan.num_tokens());
   deliver(plan, sampled);
   waiting_snapshot_ = scheduler_.num_waiting();
   publish_stats();
@@ -221,6 +222,7 @@ void EngineCore::deliver(const StepPlan& plan, const std::vector<SampledToken>& 
       out.request_id = sequence.request_id;
       out.num_prompt_tokens = sequence.num_prompt_tokens;
       out.num_prefix_hit_tokens = sequence.num_prefix_hit_tokens;
+      out.first_scheduled = sequence.first_scheduled;
     }
     CompletionDelta delta;
     delta.index = sequence.index;

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -67,6 +68,10 @@ class EngineCore {
   // a stop string in that completion). Unknown or finished ids are ignored.
   void abort(int64_t request_id, std::optional<int32_t> index = std::nullopt);
 
+  // Called on the engine thread after every step that ran, with the tokens it computed (for the
+  // tokens-per-step histogram). Set before start(); must be quick.
+  void set_step_observer(std::function<void(int64_t num_tokens)> observer) { step_observer_ = std::move(observer); }
+
   // Thread-safe. Aborts every request in the engine at its next step (server shutdown).
   void abort_all();
 
@@ -121,6 +126,7 @@ class EngineCore {
   std::vector<std::pair<int64_t, std::optional<int32_t>>> abort_inbox_;
   std::atomic<int64_t> next_request_id_{1};
   std::atomic<bool> abort_all_{false};
+  std::function<void(int64_t)> step_observer_;
   std::atomic<int64_t> waiting_snapshot_{0};  // the scheduler's waiting count after the last step
 
   std::mutex stats_mutex_;

@@ -34,6 +34,7 @@ void OutputChannel::merge(RequestOutput& into, RequestOutput&& delta) {
   into.finished = delta.finished;
   into.num_prompt_tokens = delta.num_prompt_tokens;
   into.num_prefix_hit_tokens = delta.num_prefix_hit_tokens;
+  if (!into.first_scheduled) into.first_scheduled = delta.first_scheduled;
   for (CompletionDelta& d : delta.completions) {
     auto it = std::find_if(into.completions.begin(), into.completions.end(),
                            [&](const CompletionDelta& c) { return c.index == d.index; });

@@ -36,6 +36,8 @@ struct RequestOutput {
   bool finished = false;                     // every completion has finished
   int64_t num_prompt_tokens = 0;
   int64_t num_prefix_hit_tokens = 0;         // prompt tokens served from the prefix cache
+  // When the request's first sequence was first scheduled (queue time ends); unset before.
+  std::optional<std::chrono::steady_clock::time_point> first_scheduled;
 };
 
 class OutputChannel {

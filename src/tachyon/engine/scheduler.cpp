@@ -94,6 +94,7 @@ bool Scheduler::admit(Sequence& sequence, int64_t& budget, StepPlan& plan) {
   sequence.num_cached_blocks = hits.size();
   sequence.num_prefix_hit_tokens = hit_tokens;
   sequence.status = SequenceStatus::kRunning;
+  if (!sequence.first_scheduled) sequence.first_scheduled = std::chrono::steady_clock::now();
   running_.push_back(&sequence);
   append_to_plan(sequence, num_new, plan);
   budget -= num_new;

@@ -4,7 +4,9 @@
 // the same subtraction, with no phases to track.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,6 +40,8 @@ struct Sequence {
   std::vector<Sequence*> pending_forks;  // siblings (n > 1) admitted once this prompt is computed
   int64_t num_prefix_hit_tokens = 0;    // prompt tokens served from the prefix cache (last admission)
   int64_t num_preemptions = 0;
+  // When the scheduler first gave it KV blocks: queue time ends, prefill begins (metrics).
+  std::optional<std::chrono::steady_clock::time_point> first_scheduled;
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }

@@ -30,6 +30,7 @@ GenerationRun::GenerationRun(ServingContext& context, const std::vector<std::vec
           pending.logprobs.insert(pending.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
           if (d.finish_reason != engine::FinishReason::kNone) pending.finish_reason = d.finish_reason;
         }
+        if (!shared->first_scheduled) shared->first_scheduled = out.first_scheduled;
         shared->dirty = true;
       }
       shared->ready.notify_all();
@@ -44,7 +45,9 @@ GenerationRun::GenerationRun(ServingContext& context, const std::vector<std::vec
     }
     channels_.push_back(channel);
     request_ids_.push_back(id);
+    if (context.metrics().per_request_enabled()) context.metrics().request_started(std::to_string(id));
     prompt_tokens_ += static_cast<int64_t>(prompts[p].size());
+    prompt_lengths_.push_back(static_cast<int64_t>(prompts[p].size()));
     for (int32_t c = 0; c < params.n; ++c) {
       Choice& choice = choices_[static_cast<size_t>(base + c)];
       choice.request_id = id;
@@ -59,6 +62,9 @@ GenerationRun::GenerationRun(ServingContext& context, const std::vector<std::vec
 GenerationRun::~GenerationRun() {
   // Channels go with the run: the engine aborts what is unfinished at its next step.
   channels_.clear();
+  if (context_.metrics().per_request_enabled()) {
+    for (int64_t id : request_ids_) context_.metrics().request_ended(std::to_string(id));
+  }
 }
 
 void GenerationRun::abort() {
@@ -91,13 +97,28 @@ ChoiceEvent GenerationRun::drain_choice(int32_t index, Pending& pending) {
   const auto now = std::chrono::steady_clock::now();
   if (!pending.token_ids.empty()) {
     if (choice.tokens == 0) {
+      choice.first_token = now;
       context_.metrics().observe_ttft(seconds_between(start_, now));
+      std::optional<std::chrono::steady_clock::time_point> scheduled;
+      {
+        std::lock_guard lock(shared_->mutex);
+        scheduled = shared_->first_scheduled;
+      }
+      if (scheduled && index % n_ == 0) {  // once per prompt
+        context_.metrics().observe_queue_time(seconds_between(start_, *scheduled));
+        context_.metrics().observe_prefill_time(seconds_between(*scheduled, now));
+      }
     } else {
       context_.metrics().observe_inter_token_latency(seconds_between(choice.last_token, now) /
                                                       static_cast<double>(pending.token_ids.size()));
     }
     choice.last_token = now;
     choice.tokens += static_cast<int64_t>(pending.token_ids.size());
+    if (context_.metrics().per_request_enabled()) {
+      const size_t prompt = static_cast<size_t>(index / n_);
+      context_.metrics().request_context_tokens(std::to_string(choice.request_id),
+                                                prompt_lengths_[prompt] + choice.tokens);
+    }
     completion_tokens_ += static_cast<int64_t>(pending.token_ids.size());
     context_.metrics().on_generation_tokens(static_cast<int64_t>(pending.token_ids.size()));
   }
@@ -125,7 +146,11 @@ void GenerationRun::record_finish(const Choice& choice, engine::FinishReason rea
   metrics.on_request_finished(reason);
   const double e2e = seconds_between(start_, std::chrono::steady_clock::now());
   metrics.observe_e2e_latency(e2e);
-  if (choice.tokens > 1) metrics.observe_time_per_output_token(e2e / static_cast<double>(choice.tokens));
+  if (choice.tokens > 1) {
+    const double decode = seconds_between(choice.first_token, std::chrono::steady_clock::now());
+    metrics.observe_decode_time(decode);
+    metrics.observe_time_per_output_token(decode / static_cast<double>(choice.tokens - 1));
+  }
 }
 
 }  // namespace tachyon::server

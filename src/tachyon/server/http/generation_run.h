@@ -55,6 +55,7 @@ class GenerationRun {
     std::condition_variable ready;
     std::vector<Pending> pending;  // [num_choices]
     bool dirty = false;
+    std::optional<std::chrono::steady_clock::time_point> first_scheduled;
   };
   struct Choice {
     int64_t request_id = 0;
@@ -62,6 +63,7 @@ class GenerationRun {
     std::unique_ptr<engine::TextStream> text;
     bool finished = false;
     std::chrono::steady_clock::time_point last_token;
+    std::chrono::steady_clock::time_point first_token;
     int64_t tokens = 0;
   };
 
@@ -73,6 +75,7 @@ class GenerationRun {
   std::shared_ptr<Shared> shared_;
   std::vector<std::shared_ptr<engine::OutputChannel>> channels_;
   std::vector<int64_t> request_ids_;
+  std::vector<int64_t> prompt_lengths_;  // per prompt
   std::vector<Choice> choices_;
   int num_finished_ = 0;
   int64_t prompt_tokens_ = 0;

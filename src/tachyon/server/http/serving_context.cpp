@@ -34,6 +34,7 @@ ServingContext::ServingContext(const ServingOptions& options)
   engine_ = std::make_unique<engine::EngineCore>(engine_config, std::move(runner));
   metrics_ = std::make_unique<ServerMetrics>(limits_.model_name);
   created_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  engine_->set_step_observer([metrics = metrics_.get()](int64_t tokens) { metrics->observe_tokens_per_step(static_cast<double>(tokens)); });
   engine_->start();
 }
 
