@@ -9,8 +9,12 @@ TOKENIZERS=$2
 shift 3
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$TACHYON" make-model --arch qwen3 --preset tiny --seed 3 --tokenizer "$TOKENIZERS/qwen3" --out "$work/model" > /dev/null
-"$TACHYON" serve "$work/model" --port 0 --served-model-name tiny --max-model-len 512 --num-blocks 128 > "$work/log" 2>&1 &
+if [ "${DEFAULT_MODEL:-0}" = 1 ]; then  # the built-in default model, cached under XDG_CACHE_HOME
+  XDG_CACHE_HOME="$work/cache" "$TACHYON" serve --port 0 --served-model-name tiny > "$work/log" 2>&1 &
+else
+  "$TACHYON" make-model --arch qwen3 --preset tiny --seed 3 --tokenizer "$TOKENIZERS/qwen3" --out "$work/model" > /dev/null
+  "$TACHYON" serve "$work/model" --port 0 --served-model-name tiny --max-model-len 512 --num-blocks 128 > "$work/log" 2>&1 &
+fi
 server=$!
 for _ in $(seq 1 200); do
   port=$(sed -n 's/.*serving tiny on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$work/log")
