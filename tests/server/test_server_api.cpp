@@ -105,10 +105,14 @@ TEST_F(ServerApi, InfoEndpoints) {
   EXPECT_EQ(t["count"], t["tokens"].size());
   auto detokenized = post("/detokenize", json{{"tokens", t["tokens"]}}.dump());
   EXPECT_EQ(json::parse(detokenized->body)["prompt"], "Hello world");
+  // Requests of its own (ctest runs each case in a fresh process), then every latency
+  // histogram and the step histogram must have been fed.
+  post("/v1/completions", R"({"prompt":"count","max_tokens":6,"ignore_eos":true})");
+  post("/v1/completions", R"({"prompt":"count","max_tokens":6,"ignore_eos":true,"stream":true})");
+  ASSERT_TRUE(server_->wait_idle());
   auto metrics = c.Get("/metrics");
   ASSERT_EQ(metrics->status, 200);
   EXPECT_NE(metrics->body.find("tachyon:num_requests_running"), std::string::npos);
-  // The tests above ran requests: every latency histogram and the step histogram were fed.
   for (const char* series : {"time_to_first_token_seconds", "request_queue_time_seconds", "request_prefill_time_seconds",
                              "request_decode_time_seconds", "e2e_request_latency_seconds", "iteration_tokens",
                              "inter_token_latency_seconds", "request_time_per_output_token_seconds"}) {
