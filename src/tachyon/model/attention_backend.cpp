@@ -26,15 +26,20 @@ void SequenceAttention::store_kv(int64_t layer, std::span<const float> k, std::s
   std::copy(v.begin(), v.end(), cache_.values[static_cast<size_t>(layer)].begin() + static_cast<long>(offset));
 }
 
-void SequenceAttention::attend(int64_t layer, std::span<const float> q, std::span<float> out) {
+kernels::cpu::AttentionShape attention_shape(const ModelConfig& config, int64_t num_queries, int64_t first_position) {
   kernels::cpu::AttentionShape shape;
-  shape.num_queries = num_new_;
-  shape.first_position = cache_.length;
-  shape.num_heads = config_.num_attention_heads;
-  shape.num_kv_heads = config_.num_key_value_heads;
-  shape.head_dim = config_.head_dim;
-  shape.sliding_window = config_.sliding_window.value_or(0);
-  shape.scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
+  shape.num_queries = num_queries;
+  shape.first_position = first_position;
+  shape.num_heads = config.num_attention_heads;
+  shape.num_kv_heads = config.num_key_value_heads;
+  shape.head_dim = config.head_dim;
+  shape.sliding_window = config.sliding_window.value_or(0);
+  shape.scale = 1.0f / std::sqrt(static_cast<float>(config.head_dim));
+  return shape;
+}
+
+void SequenceAttention::attend(int64_t layer, std::span<const float> q, std::span<float> out) {
+  const kernels::cpu::AttentionShape shape = attention_shape(config_, num_new_, cache_.length);
   kernels::cpu::attention(out.data(), q.data(), cache_.keys[static_cast<size_t>(layer)].data(),
                           cache_.values[static_cast<size_t>(layer)].data(), shape);
 }

@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "tachyon/kernels/attention.h"
 #include "tachyon/model/model_config.h"
 
 namespace tachyon::model {
@@ -22,6 +23,9 @@ class AttentionBackend {
   // and including its own position (store_kv of this layer has run).
   virtual void attend(int64_t layer, std::span<const float> q, std::span<float> out) = 0;
 };
+
+// The attention kernel's shape for `num_queries` new tokens after `first_position` cached ones.
+kernels::cpu::AttentionShape attention_shape(const ModelConfig& config, int64_t num_queries, int64_t first_position);
 
 // Contiguous K/V of one sequence: per layer [capacity, num_kv_heads, head_dim] f32. Serves the
 // reference forward, greedy_generate and tests; the engine uses the paged cache.

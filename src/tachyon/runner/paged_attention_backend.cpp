@@ -34,14 +34,8 @@ void PagedAttentionBackend::store_kv(int64_t layer, std::span<const float> k, st
 void PagedAttentionBackend::attend(int64_t layer, std::span<const float> q, std::span<float> out) {
   const int64_t q_stride = config_.q_size();
   for (const engine::ScheduledSequence& sequence : plan_.sequences) {
-    kernels::cpu::AttentionShape shape;
-    shape.num_queries = sequence.num_tokens;
-    shape.first_position = sequence.num_computed;
-    shape.num_heads = config_.num_attention_heads;
-    shape.num_kv_heads = config_.num_key_value_heads;
-    shape.head_dim = config_.head_dim;
-    shape.sliding_window = config_.sliding_window.value_or(0);
-    shape.scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
+    const kernels::cpu::AttentionShape shape =
+        model::attention_shape(config_, sequence.num_tokens, sequence.num_computed);
     kernels::cpu::paged_attention(out.data() + sequence.first_token * q_stride, q.data() + sequence.first_token * q_stride,
                                   cache_.keys[static_cast<size_t>(layer)].data(),
                                   cache_.values[static_cast<size_t>(layer)].data(), sequence.block_table.data(),
