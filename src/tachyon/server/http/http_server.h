@@ -22,7 +22,7 @@ struct HttpOptions {
   int port = 8000;                  // 0: any free port (see bound_port())
   std::string api_key;              // when set, /v1/* needs "Authorization: Bearer <key>"
   size_t max_body_bytes = 8 << 20;  // larger bodies get 413
-  int threads = 256;                // concurrent connections served
+  int threads = 1024;               // concurrent connections served (a thread each)
   std::chrono::milliseconds shutdown_timeout{30000};
 };
 

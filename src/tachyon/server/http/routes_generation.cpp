@@ -112,6 +112,9 @@ void respond_whole(ServingContext& context, const Generation& g, httplib::Respon
   send_json(res, 200, body.dump());
 }
 
+bool stream_step(ServingContext& context, const Generation& g, GenerationRun& run, std::vector<bool>& sent_role,
+                 std::vector<int64_t>& text_offsets, bool& done, httplib::DataSink& sink);
+
 // Streamed: SSE frames as tokens arrive; the provider runs on this connection's thread.
 void respond_stream(ServingContext& context, const Generation& g, httplib::Response& res) {
   auto run = std::make_shared<GenerationRun>(context, g.prompts, g.params);  // may throw: before any byte
@@ -119,46 +122,63 @@ void respond_stream(ServingContext& context, const Generation& g, httplib::Respo
   auto text_offsets = std::make_shared<std::vector<int64_t>>(sent_role->size(), 0);
   auto done = std::make_shared<bool>(false);
   res.set_chunked_content_provider("text/event-stream", [&context, g, run, sent_role, text_offsets, done](
-                                                            size_t, httplib::DataSink& sink) {
+                                                            size_t offset, httplib::DataSink& sink) {
     if (*done) return false;
-    auto write = [&](const std::string& frame) { return sink.write(frame.data(), frame.size()); };
-    if (g.chat) {  // the role goes first, in a chunk of its own, for every choice
-      for (size_t i = 0; i < sent_role->size(); ++i) {
-        if ((*sent_role)[i]) continue;
-        (*sent_role)[i] = true;
-        if (!write(sse_data(chat_chunk(g.id, g.created, g.model, static_cast<int32_t>(i), "assistant", "", nullptr,
-                                       std::nullopt)))) {
-          return false;
-        }
-      }
+    try {
+      return stream_step(context, g, *run, *sent_role, *text_offsets, *done, sink);
+    } catch (const std::exception& e) {
+      // Headers are gone already: the failure travels as an error frame, and the stream still
+      // ends the way clients expect.
+      ApiError error{500, std::string("internal error while streaming: ") + e.what(), "internal_server_error", "", ""};
+      const std::string frame = "data: " + error_body(error) + "\n\n" + std::string(kSseDone);
+      sink.write(frame.data(), frame.size());
+      *done = true;
+      sink.done();
+      return true;
     }
-    for (ChoiceEvent& e : run->poll(kPollInterval)) {
-      LogprobsDelta logprobs;
-      const bool with_logprobs = g.params.logprobs >= 0 && !e.logprobs.empty();
-      if (with_logprobs) {
-        logprobs.tokens = e.logprobs;
-        for (int32_t id : e.token_ids) logprobs.texts.push_back(context.tokenizer().decode(std::span<const int32_t>(&id, 1)));
-        logprobs.text_offset = (*text_offsets)[static_cast<size_t>(e.index)];
-      }
-      // Offsets count code points, as OpenAI's text_offset does.
-      (*text_offsets)[static_cast<size_t>(e.index)] += std::count_if(
-          e.text.begin(), e.text.end(), [](char ch) { return (static_cast<unsigned char>(ch) & 0xC0) != 0x80; });
-      auto chunk = g.chat ? chat_chunk(g.id, g.created, g.model, e.index, std::nullopt, e.text,
-                                       with_logprobs ? &logprobs : nullptr, e.finish_reason, token_text_fn(context))
-                          : completion_chunk(g.id, g.created, g.model, e.index, e.text,
-                                             with_logprobs ? &logprobs : nullptr, e.finish_reason, token_text_fn(context));
-      if (!write(sse_data(chunk))) return false;  // the client left: dropping `run` aborts the rest
-    }
-    if (!run->finished()) return true;  // called again
-    if (g.include_usage && !write(sse_data(usage_chunk(g.id, g.created, g.model, g.chat,
-                                                       {run->prompt_tokens(), run->completion_tokens()})))) {
-      return false;
-    }
-    write(std::string(kSseDone));
-    *done = true;
-    sink.done();
-    return true;
   });
+}
+
+// One turn of the SSE provider: the role chunks, then whatever the run has, then the end.
+bool stream_step(ServingContext& context, const Generation& g, GenerationRun& run, std::vector<bool>& sent_role,
+                 std::vector<int64_t>& text_offsets, bool& done, httplib::DataSink& sink) {
+  auto write = [&](const std::string& frame) { return sink.write(frame.data(), frame.size()); };
+  if (g.chat) {  // the role goes first, in a chunk of its own, for every choice
+    for (size_t i = 0; i < sent_role.size(); ++i) {
+      if (sent_role[i]) continue;
+      sent_role[i] = true;
+      if (!write(sse_data(chat_chunk(g.id, g.created, g.model, static_cast<int32_t>(i), "assistant", "", nullptr,
+                                     std::nullopt)))) {
+        return false;
+      }
+    }
+  }
+  for (ChoiceEvent& e : run.poll(kPollInterval)) {
+    LogprobsDelta logprobs;
+    const bool with_logprobs = g.params.logprobs >= 0 && !e.logprobs.empty();
+    if (with_logprobs) {
+      logprobs.tokens = e.logprobs;
+      for (int32_t id : e.token_ids) logprobs.texts.push_back(context.tokenizer().decode(std::span<const int32_t>(&id, 1)));
+      logprobs.text_offset = text_offsets[static_cast<size_t>(e.index)];
+    }
+    // Offsets count code points, as OpenAI's text_offset does.
+    text_offsets[static_cast<size_t>(e.index)] += std::count_if(
+        e.text.begin(), e.text.end(), [](char ch) { return (static_cast<unsigned char>(ch) & 0xC0) != 0x80; });
+    auto chunk = g.chat ? chat_chunk(g.id, g.created, g.model, e.index, std::nullopt, e.text,
+                                     with_logprobs ? &logprobs : nullptr, e.finish_reason, token_text_fn(context))
+                        : completion_chunk(g.id, g.created, g.model, e.index, e.text,
+                                           with_logprobs ? &logprobs : nullptr, e.finish_reason, token_text_fn(context));
+    if (!write(sse_data(chunk))) return false;  // the client left: dropping `run` aborts the rest
+  }
+  if (!run.finished()) return true;  // called again
+  if (g.include_usage && !write(sse_data(usage_chunk(g.id, g.created, g.model, g.chat,
+                                                     {run.prompt_tokens(), run.completion_tokens()})))) {
+    return false;
+  }
+  write(std::string(kSseDone));
+  done = true;
+  sink.done();
+  return true;
 }
 
 void handle_generation(ServingContext& context, const httplib::Request& req, httplib::Response& res, bool chat) {
