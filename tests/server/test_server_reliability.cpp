@@ -51,6 +51,24 @@ TEST(ServerReliability, DisconnectFloodLeavesNothingBehind) {
   EXPECT_NE(metrics.find("tachyon:num_requests_waiting{model_name=\"tiny\"} 0"), std::string::npos);
 }
 
+TEST(ServerReliability, NonStreamedRequestIsAbortedWhenTheClientLeaves) {
+  engine::EngineConfig engine = ServerUnderTest::default_engine();
+  engine.scheduler.max_model_len = 16384;  // long enough to outlast the client by far
+  engine.num_blocks = 1100;
+  ServerUnderTest server(engine);
+  {
+    auto client = server.client();
+    client.set_read_timeout(std::chrono::milliseconds(300));  // the client gives up
+    auto r = client.Post("/v1/completions", R"({"prompt":"x","max_tokens":16000,"ignore_eos":true})", "application/json");
+    EXPECT_FALSE(r && r->status == 200 && !r->body.empty() && r->body.find("choices") != std::string::npos);
+  }
+  // Aborted after the next keep-alive write fails, long before 16,000 tokens.
+  EXPECT_TRUE(server.wait_idle(std::chrono::seconds(8)));
+  auto stats = server.context->engine().stats();
+  EXPECT_EQ(stats.requests_aborted, 1);
+  EXPECT_LT(stats.generated_tokens, 16000);
+}
+
 TEST(ServerReliability, FullQueueIsRefusedAtOnce) {
   engine::EngineConfig engine = ServerUnderTest::default_engine();
   engine.scheduler.max_num_seqs = 1;

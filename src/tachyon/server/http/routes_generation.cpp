@@ -86,30 +86,57 @@ Generation chat_generation(ServingContext& context, const std::string& body) {
   return g;
 }
 
-// Non-streamed: wait for every choice, then one JSON body.
+// The whole answer of a non-streamed request, built up as events arrive.
+struct WholeAnswer {
+  std::vector<CompletionChoiceResult> choices;
+  std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
+  bool done = false;
+};
+
+void accumulate(const ServingContext& context, std::vector<ChoiceEvent>&& events, std::vector<CompletionChoiceResult>& choices) {
+  for (ChoiceEvent& e : events) {
+    CompletionChoiceResult& c = choices[static_cast<size_t>(e.index)];
+    c.text += e.text;
+    for (int32_t id : e.token_ids) c.token_texts.push_back(context.tokenizer().decode(std::span<const int32_t>(&id, 1)));
+    c.token_ids.insert(c.token_ids.end(), e.token_ids.begin(), e.token_ids.end());
+    if (c.logprobs) c.logprobs->insert(c.logprobs->end(), e.logprobs.begin(), e.logprobs.end());
+    if (e.finish_reason) c.finish_reason = *e.finish_reason;
+  }
+}
+
+// Non-streamed: one JSON body once every choice has finished. It is sent chunked, with a space
+// (JSON ignores leading whitespace) every second while generating: cpp-httplib learns that a
+// client has gone only when a write fails, and a request whose client has gone must be aborted,
+// not run to max_tokens.
 void respond_whole(ServingContext& context, const Generation& g, httplib::Response& res) {
-  GenerationRun run(context, g.prompts, g.params);
+  auto run = std::make_shared<GenerationRun>(context, g.prompts, g.params);  // may throw: before any byte
+  auto answer = std::make_shared<WholeAnswer>();
   const size_t num_choices = g.prompts.size() * static_cast<size_t>(g.params.n);
-  std::vector<CompletionChoiceResult> choices(num_choices);
+  answer->choices.resize(num_choices);
   for (size_t i = 0; i < num_choices; ++i) {
-    choices[i].index = static_cast<int32_t>(i);
-    if (!g.echo_texts.empty()) choices[i].text = g.echo_texts[i / static_cast<size_t>(g.params.n)];
-    if (g.params.logprobs >= 0) choices[i].logprobs.emplace();
+    answer->choices[i].index = static_cast<int32_t>(i);
+    if (!g.echo_texts.empty()) answer->choices[i].text = g.echo_texts[i / static_cast<size_t>(g.params.n)];
+    if (g.params.logprobs >= 0) answer->choices[i].logprobs.emplace();
   }
-  while (!run.finished()) {
-    for (ChoiceEvent& e : run.poll(kPollInterval)) {
-      CompletionChoiceResult& c = choices[static_cast<size_t>(e.index)];
-      c.text += e.text;
-      for (int32_t id : e.token_ids) c.token_texts.push_back(context.tokenizer().decode(std::span<const int32_t>(&id, 1)));
-      c.token_ids.insert(c.token_ids.end(), e.token_ids.begin(), e.token_ids.end());
-      if (c.logprobs) c.logprobs->insert(c.logprobs->end(), e.logprobs.begin(), e.logprobs.end());
-      if (e.finish_reason) c.finish_reason = *e.finish_reason;
+  res.set_chunked_content_provider("application/json", [&context, g, run, answer](size_t, httplib::DataSink& sink) {
+    if (answer->done) return false;
+    accumulate(context, run->poll(kPollInterval), answer->choices);
+    const auto now = std::chrono::steady_clock::now();
+    if (!run->finished()) {
+      if (now - answer->last_write < std::chrono::seconds(1)) return true;
+      answer->last_write = now;
+      return sink.write(" ", 1);  // false: the client left, and dropping `run` aborts it
     }
-  }
-  Usage usage{run.prompt_tokens(), run.completion_tokens()};
-  auto body = g.chat ? chat_response(g.id, g.created, g.model, choices, usage, token_text_fn(context))
-                     : completion_response(g.id, g.created, g.model, choices, usage, token_text_fn(context));
-  send_json(res, 200, body.dump());
+    Usage usage{run->prompt_tokens(), run->completion_tokens()};
+    const std::string body =
+        (g.chat ? chat_response(g.id, g.created, g.model, answer->choices, usage, token_text_fn(context))
+                : completion_response(g.id, g.created, g.model, answer->choices, usage, token_text_fn(context)))
+            .dump();
+    sink.write(body.data(), body.size());
+    answer->done = true;
+    sink.done();
+    return true;
+  });
 }
 
 bool stream_step(ServingContext& context, const Generation& g, GenerationRun& run, std::vector<bool>& sent_role,
