@@ -69,6 +69,27 @@ TEST(ServerReliability, NonStreamedRequestIsAbortedWhenTheClientLeaves) {
   EXPECT_LT(stats.generated_tokens, 16000);
 }
 
+TEST(ServerReliability, HealthSays503WhileTheModelLoads) {
+  HttpOptions http;
+  http.port = 0;
+  HttpServer loading(http);  // listening, no model yet
+  loading.bind();
+  std::thread serving([&] { loading.serve(); });
+  httplib::Client client("127.0.0.1", loading.bound_port());
+  auto health = client.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503);
+  EXPECT_NE(health->body.find("loading"), std::string::npos);
+  auto generation = client.Post("/v1/completions", R"({"prompt":"x"})", "application/json");
+  EXPECT_EQ(generation->status, 503);
+  ServerUnderTest loaded;  // a model, handed to the listening server once it is ready
+  loading.set_context(*loaded.context);
+  EXPECT_EQ(client.Get("/health")->status, 200);
+  EXPECT_EQ(client.Post("/v1/completions", R"({"prompt":"x","max_tokens":2})", "application/json")->status, 200);
+  loading.shutdown();
+  serving.join();
+}
+
 TEST(ServerReliability, FullQueueIsRefusedAtOnce) {
   engine::EngineConfig engine = ServerUnderTest::default_engine();
   engine.scheduler.max_num_seqs = 1;

@@ -62,18 +62,29 @@ void run_serve(ServeOptions& options) {
     options.serving.model_dir = default_model_dir();
     if (options.serving.served_model_name.empty()) options.serving.served_model_name = "tachyon-default-tiny";
   }
-  std::fprintf(stderr, "[tachyon] loading %s\n", options.serving.model_dir.c_str());
-  server::ServingContext context(options.serving);
-  server::HttpServer http(context, options.http);
+  // Listen first, so /health answers 503 while the model loads instead of refusing connections.
+  server::HttpServer http(options.http);
   http.bind();
-  std::fprintf(stderr, "[tachyon] serving %s on http://%s:%d\n", context.limits().model_name.c_str(),
+  std::thread listener([&] { http.serve(); });
+  std::fprintf(stderr, "[tachyon] loading %s (listening on http://%s:%d)\n", options.serving.model_dir.c_str(),
+               options.http.host.c_str(), http.bound_port());
+  std::unique_ptr<server::ServingContext> context;
+  try {
+    context = std::make_unique<server::ServingContext>(options.serving);
+  } catch (...) {
+    http.shutdown();
+    listener.join();
+    throw;
+  }
+  http.set_context(*context);
+  std::fprintf(stderr, "[tachyon] serving %s on http://%s:%d\n", context->limits().model_name.c_str(),
                options.http.host.c_str(), http.bound_port());
   std::thread waiter([&] {
     while (g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     std::fprintf(stderr, "[tachyon] signal %d: draining\n", g_signal.load());
     http.shutdown();
   });
-  http.serve();
+  listener.join();
   waiter.join();
   std::fprintf(stderr, "[tachyon] stopped\n");
 }

@@ -19,8 +19,11 @@ std::string make_request_id(const char* prefix) {
   return buffer;
 }
 
-HttpServer::HttpServer(ServingContext& context, HttpOptions options)
-    : context_(context), options_(std::move(options)), http_(std::make_unique<httplib::Server>()) {
+HttpServer::HttpServer(ServingContext& context, HttpOptions options) : HttpServer(std::move(options)) {
+  context_ = &context;
+}
+
+HttpServer::HttpServer(HttpOptions options) : options_(std::move(options)), http_(std::make_unique<httplib::Server>()) {
   const int threads = options_.threads;
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   http_->set_payload_max_length(options_.max_body_bytes);
@@ -36,6 +39,12 @@ HttpServer::HttpServer(ServingContext& context, HttpOptions options)
 }
 
 HttpServer::~HttpServer() = default;
+
+ServingContext& HttpServer::context() const {
+  ServingContext* context = context_.load();
+  if (context == nullptr) throw ApiException({503, "the model is still loading", "service_unavailable", "", ""});
+  return *context;
+}
 
 void HttpServer::add_routes() {
   // Bearer key on the OpenAI routes; health and metrics stay open for probes and scrapers.
@@ -87,14 +96,19 @@ void HttpServer::bind() {
 void HttpServer::serve() { http_->listen_after_bind(); }
 
 void HttpServer::shutdown() {
-  context_.start_draining();
+  if (context_.load() == nullptr) {  // still loading: nothing in flight
+    http_->stop();
+    return;
+  }
+  ServingContext& serving = context();
+  serving.start_draining();
   const auto deadline = std::chrono::steady_clock::now() + options_.shutdown_timeout;
-  while (std::chrono::steady_clock::now() < deadline && context_.engine().stats().num_active_requests > 0) {
+  while (std::chrono::steady_clock::now() < deadline && serving.engine().stats().num_active_requests > 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  context_.engine().abort_all();
+  serving.engine().abort_all();
   // Let the aborted streams send their last frames before the listener closes.
-  for (int i = 0; i < 100 && context_.engine().stats().num_active_requests > 0; ++i) {
+  for (int i = 0; i < 100 && serving.engine().stats().num_active_requests > 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -5,6 +5,7 @@
 // here, on HTTP threads; the engine sees token ids only.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -29,6 +30,9 @@ struct HttpOptions {
 class HttpServer {
  public:
   HttpServer(ServingContext& context, HttpOptions options);
+  // Without a model yet: it can bind and answer /health with 503 while set_context() waits for
+  // the model to load; every other route answers 503 too until then.
+  explicit HttpServer(HttpOptions options);
   ~HttpServer();
 
   // Binds (throws Error naming host:port on failure); then serve() blocks until shutdown().
@@ -38,13 +42,16 @@ class HttpServer {
   // Graceful: refuse new requests (503), let in-flight ones finish for up to shutdown_timeout,
   // abort the rest (finish_reason "abort"), then stop serving. Safe from any thread.
   void shutdown();
+  void set_context(ServingContext& context) { context_ = &context; }
 
  private:
   void add_routes();
   void add_generation_routes();
   void add_info_routes();
 
-  ServingContext& context_;
+  // The model being served; null while it loads.
+  ServingContext& context() const;
+  std::atomic<ServingContext*> context_{nullptr};
   HttpOptions options_;
   std::unique_ptr<httplib::Server> http_;
   int bound_port_ = 0;

@@ -224,10 +224,10 @@ void handle_generation(ServingContext& context, const httplib::Request& req, htt
 
 void HttpServer::add_generation_routes() {
   http_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_generation(context_, req, res, /*chat=*/false);
+    handle_generation(context(), req, res, /*chat=*/false);
   });
   http_->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_generation(context_, req, res, /*chat=*/true);
+    handle_generation(context(), req, res, /*chat=*/true);
   });
 }
 
