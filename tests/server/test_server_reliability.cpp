@@ -90,6 +90,42 @@ TEST(ServerReliability, HealthSays503WhileTheModelLoads) {
   serving.join();
 }
 
+TEST(ServerReliability, AThousandConcurrentStreams) {
+  engine::EngineConfig engine = ServerUnderTest::default_engine();
+  engine.num_blocks = 2048;
+  ServerUnderTest server(engine);
+  constexpr int kStreams = 1000;
+  std::atomic<int> completed{0}, opened{0};
+  std::atomic<int> peak_running{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kStreams; ++i) {
+    clients.emplace_back([&] {
+      httplib::Client client("127.0.0.1", server.server->bound_port());
+      client.set_read_timeout(std::chrono::seconds(120));
+      client.set_connection_timeout(std::chrono::seconds(60));
+      auto r = client.Post("/v1/completions", R"({"prompt":"hello","max_tokens":24,"ignore_eos":true,"stream":true})",
+                           "application/json");
+      if (r && r->status == 200 && r->body.find("data: [DONE]") != std::string::npos) ++completed;
+    });
+    ++opened;
+  }
+  // Sample how many requests the engine holds at once while the streams run.
+  std::thread sampler([&] {
+    while (completed < kStreams && opened == kStreams) {
+      auto s = server.context->engine().stats();
+      peak_running = std::max<int>(peak_running, static_cast<int>(s.num_active_requests));
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      static int guard = 0;
+      if (++guard > 20000) break;
+    }
+  });
+  for (auto& c : clients) c.join();
+  sampler.join();
+  std::printf("[1000 streams] completed %d, peak requests in the engine at once %d\n", completed.load(), peak_running.load());
+  EXPECT_EQ(completed, kStreams);
+  EXPECT_TRUE(server.wait_idle());
+}
+
 TEST(ServerReliability, FullQueueIsRefusedAtOnce) {
   engine::EngineConfig engine = ServerUnderTest::default_engine();
   engine.scheduler.max_num_seqs = 1;
