@@ -1,6 +1,7 @@
 #include "tachyon/engine/scheduler.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "tachyon/base/check.h"
 
@@ -167,14 +168,17 @@ void Scheduler::append_to_plan(Sequence& sequence, int64_t num_new, StepPlan& pl
 
 std::vector<Sequence*> Scheduler::update(const StepPlan& plan, std::span<const int32_t> sampled) {
   std::vector<Sequence*> touched;
+  std::unordered_map<int64_t, Sequence*> by_id;  // one lookup per planned sequence, not a scan
+  by_id.reserve(running_.size());
+  for (Sequence* s : running_) by_id.emplace(s->id, s);
   size_t next_sample = 0;
   for (const ScheduledSequence& entry : plan.sequences) {
-    auto it = std::find_if(running_.begin(), running_.end(), [&](const Sequence* s) { return s->id == entry.sequence_id; });
-    if (it == running_.end()) {  // aborted between schedule and update
+    auto it = by_id.find(entry.sequence_id);
+    if (it == by_id.end()) {  // aborted between schedule and update
       next_sample += entry.sample;
       continue;
     }
-    Sequence& sequence = **it;
+    Sequence& sequence = *it->second;
     sequence.num_computed_tokens += entry.num_tokens;
     // Blocks whose every token now has K/V computed become reusable by other sequences.
     extend_block_hashes(sequence.block_hashes, std::span(sequence.tokens).first(static_cast<size_t>(sequence.num_computed_tokens)),
