@@ -25,6 +25,9 @@ struct HttpOptions {
   size_t max_body_bytes = 8 << 20;  // larger bodies get 413
   int threads = 1024;               // concurrent connections served (a thread each)
   std::chrono::milliseconds shutdown_timeout{30000};
+  // A non-streamed answer writes a space this often while generating, so that a client that
+  // left is noticed (the write fails) and its request aborted.
+  std::chrono::milliseconds keepalive_interval{1000};
 };
 
 class HttpServer {

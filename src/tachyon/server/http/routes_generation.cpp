@@ -108,7 +108,8 @@ void accumulate(const ServingContext& context, std::vector<ChoiceEvent>&& events
 // (JSON ignores leading whitespace) every second while generating: cpp-httplib learns that a
 // client has gone only when a write fails, and a request whose client has gone must be aborted,
 // not run to max_tokens.
-void respond_whole(ServingContext& context, const Generation& g, httplib::Response& res) {
+void respond_whole(ServingContext& context, const Generation& g, std::chrono::milliseconds keepalive,
+                   httplib::Response& res) {
   auto run = std::make_shared<GenerationRun>(context, g.prompts, g.params);  // may throw: before any byte
   auto answer = std::make_shared<WholeAnswer>();
   const size_t num_choices = g.prompts.size() * static_cast<size_t>(g.params.n);
@@ -118,12 +119,13 @@ void respond_whole(ServingContext& context, const Generation& g, httplib::Respon
     if (!g.echo_texts.empty()) answer->choices[i].text = g.echo_texts[i / static_cast<size_t>(g.params.n)];
     if (g.params.logprobs >= 0) answer->choices[i].logprobs.emplace();
   }
-  res.set_chunked_content_provider("application/json", [&context, g, run, answer](size_t, httplib::DataSink& sink) {
+  res.set_chunked_content_provider("application/json", [&context, g, run, answer, keepalive](size_t,
+                                                                                              httplib::DataSink& sink) {
     if (answer->done) return false;
     accumulate(context, run->poll(kPollInterval), answer->choices);
     const auto now = std::chrono::steady_clock::now();
     if (!run->finished()) {
-      if (now - answer->last_write < std::chrono::seconds(1)) return true;
+      if (now - answer->last_write < keepalive) return true;
       answer->last_write = now;
       return sink.write(" ", 1);  // false: the client left, and dropping `run` aborts it
     }
@@ -208,7 +210,8 @@ bool stream_step(ServingContext& context, const Generation& g, GenerationRun& ru
   return true;
 }
 
-void handle_generation(ServingContext& context, const httplib::Request& req, httplib::Response& res, bool chat) {
+void handle_generation(ServingContext& context, const httplib::Request& req, httplib::Response& res, bool chat,
+                       std::chrono::milliseconds keepalive) {
   if (context.draining()) throw ApiException({503, "the server is shutting down", "service_unavailable", "", ""});
   Generation g = chat ? chat_generation(context, req.body) : completion_generation(context, req.body);
   g.model = context.limits().model_name;
@@ -216,7 +219,7 @@ void handle_generation(ServingContext& context, const httplib::Request& req, htt
   if (g.stream) {
     respond_stream(context, g, res);
   } else {
-    respond_whole(context, g, res);
+    respond_whole(context, g, keepalive, res);
   }
 }
 
@@ -224,10 +227,10 @@ void handle_generation(ServingContext& context, const httplib::Request& req, htt
 
 void HttpServer::add_generation_routes() {
   http_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_generation(context(), req, res, /*chat=*/false);
+    handle_generation(context(), req, res, /*chat=*/false, options_.keepalive_interval);
   });
   http_->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_generation(context(), req, res, /*chat=*/true);
+    handle_generation(context(), req, res, /*chat=*/true, options_.keepalive_interval);
   });
 }
 
