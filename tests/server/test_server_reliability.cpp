@@ -46,6 +46,7 @@ TEST(ServerReliability, DisconnectFloodLeavesNothingBehind) {
   auto fresh = server.client().Post("/v1/completions", R"({"prompt":"hi","max_tokens":4})", "application/json");
   ASSERT_TRUE(fresh);
   EXPECT_EQ(fresh->status, 200);
+  ASSERT_TRUE(server.wait_idle());  // the engine publishes its gauges after the step that answered
   std::string metrics = server.client().Get("/metrics")->body;
   EXPECT_NE(metrics.find("tachyon:num_requests_running{model_name=\"tiny\"} 0"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("tachyon:num_requests_waiting{model_name=\"tiny\"} 0"), std::string::npos);
