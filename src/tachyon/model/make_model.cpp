@@ -60,13 +60,9 @@ void fill_random(float* out, int64_t count, uint64_t seed, const std::string& na
 }
 
 std::string resolve_arch(const std::string& arch) {
-  static const std::map<std::string, std::string> kNames = {
-      {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"},
-      {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"}};
-  for (const auto& [short_name, architecture] : kNames) {
-    if (arch == short_name || arch == architecture) return architecture;
-  }
-  TACHYON_FAIL() << "unknown --arch '" << arch << "' (supported: llama, mistral, qwen2, qwen3)";
+  std::optional<std::string> architecture = architecture_named(arch);
+  TACHYON_CHECK(architecture) << "unknown --arch '" << arch << "' (supported: " << supported_model_types() << ")";
+  return *architecture;
 }
 
 const ModelPreset& find_preset(const std::string& name) {

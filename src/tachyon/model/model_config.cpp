@@ -100,6 +100,19 @@ bool is_supported_architecture(const std::string& architecture) {
   return false;
 }
 
+std::optional<std::string> architecture_named(const std::string& name) {
+  for (const auto& info : kArchitectures) {
+    if (name == info.architecture || name == info.model_type) return std::string(info.architecture);
+  }
+  return std::nullopt;
+}
+
+std::string supported_model_types() {
+  std::string out;
+  for (const auto& info : kArchitectures) out += std::string(out.empty() ? "" : ", ") + info.model_type;
+  return out;
+}
+
 std::string model_type_for(const std::string& architecture) {
   for (const auto& info : kArchitectures) {
     if (architecture == info.architecture) return info.model_type;

@@ -63,5 +63,10 @@ struct ModelConfig {
 bool is_supported_architecture(const std::string& architecture);
 // "llama" for LlamaForCausalLM etc.; throws Error listing the supported ones otherwise.
 std::string model_type_for(const std::string& architecture);
+// The architecture a name stands for: a model_type ("qwen3") or an architecture name
+// ("Qwen3ForCausalLM"); nullopt when unsupported.
+std::optional<std::string> architecture_named(const std::string& name);
+// "llama, mistral, qwen2, qwen3": the model types, for messages.
+std::string supported_model_types();
 
 }  // namespace tachyon::model
