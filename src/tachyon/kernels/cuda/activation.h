@@ -1,0 +1,14 @@
+// SwiGLU gate on the GPU; CPU twin: kernels/linear.h `silu_and_mul`.
+#pragma once
+
+#include <cstdint>
+
+#include "tachyon/kernels/cuda/cuda_check.h"
+
+namespace tachyon::kernels::cuda {
+
+// out: [rows, dim] bf16 = silu(gate_up[:, :dim]) * gate_up[:, dim:]; gate_up: [rows, 2 * dim] bf16.
+// Math in f32, one rounding at the end.
+void silu_and_mul(bf16* out, const bf16* gate_up, int64_t rows, int64_t dim, cudaStream_t stream);
+
+}  // namespace tachyon::kernels::cuda

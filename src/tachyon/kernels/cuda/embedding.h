@@ -1,0 +1,14 @@
+// Token embedding lookup on the GPU; the CPU twin is kernels/linear.h `embedding`.
+#pragma once
+
+#include <cstdint>
+
+#include "tachyon/kernels/cuda/cuda_check.h"
+
+namespace tachyon::kernels::cuda {
+
+// out: [rows, dim] bf16 = table[ids[r]]; table: [vocab, dim] bf16; ids: [rows] int32, each in
+// [0, vocab) (the engine validates prompts; sampled ids are in range by construction).
+void embedding(bf16* out, const int32_t* ids, const bf16* table, int64_t rows, int64_t dim, cudaStream_t stream);
+
+}  // namespace tachyon::kernels::cuda

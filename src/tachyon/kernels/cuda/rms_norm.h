@@ -1,0 +1,21 @@
+// RMSNorm on the GPU, plain and fused with the residual add that precedes every norm of a
+// decoder layer after the first. CPU twin: kernels/rms_norm.h. Math in f32; like HF, the
+// normalized value is rounded to bf16 before it is multiplied by the (bf16) weight.
+#pragma once
+
+#include <cstdint>
+
+#include "tachyon/kernels/cuda/cuda_check.h"
+
+namespace tachyon::kernels::cuda {
+
+// out, in: [rows, dim] bf16 (may alias); weight: [dim] bf16.
+void rms_norm(bf16* out, const bf16* in, const bf16* weight, int64_t rows, int64_t dim, float eps,
+              cudaStream_t stream);
+
+// residual += in (rounded to bf16, as HF adds bf16 hidden states); out = rms_norm(residual) * weight.
+// out, residual, in: [rows, dim] bf16 (out must not alias residual or in); weight: [dim] bf16.
+void add_rms_norm(bf16* out, bf16* residual, const bf16* in, const bf16* weight, int64_t rows, int64_t dim,
+                  float eps, cudaStream_t stream);
+
+}  // namespace tachyon::kernels::cuda
