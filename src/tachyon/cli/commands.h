@@ -1,12 +1,21 @@
 // Each subcommand registers itself on the app; its callback runs inside app.parse().
 #pragma once
 
+#include <string>
+
 #include <CLI/CLI.hpp>
+
+#include "tachyon/engine/engine_config.h"
 
 namespace tachyon::cli {
 
+// --device, --gpu-memory-utilization, --enforce-eager: shared by serve, generate and bench.
+void add_device_options(CLI::App& cmd, engine::DeviceConfig& device);
+
 void add_make_model_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
+// `bench latency` under the `bench` subcommand; command_line is recorded in the JSON result.
+void add_bench_latency_command(CLI::App& bench, const std::string& command_line);
 #ifdef TACHYON_HAVE_HTTP
 void add_serve_command(CLI::App& app);
 #endif

@@ -1,6 +1,7 @@
-// tachyon generate: greedy generation with the CPU reference forward, streamed to stdout.
-// The prompt is tokenized with the model directory's tokenizer.json (optionally through its
-// chat template); --prompt-ids bypasses the tokenizer for models that have none.
+// tachyon generate: greedy generation of one prompt through the engine (the same scheduler and
+// runner as `serve`, on --device), streamed to stdout. The prompt is tokenized with the model
+// directory's tokenizer.json (optionally through its chat template); --prompt-ids bypasses the
+// tokenizer for models that have none.
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -8,7 +9,8 @@
 
 #include "tachyon/base/check.h"
 #include "tachyon/cli/commands.h"
-#include "tachyon/model/dense_model.h"
+#include "tachyon/engine/engine_core.h"
+#include "tachyon/runner/runner_factory.h"
 #include "tachyon/tokenizer/chat_template.h"
 #include "tachyon/tokenizer/incremental_detokenizer.h"
 #include "tachyon/tokenizer/tokenizer.h"
@@ -23,6 +25,7 @@ struct GenerateOptions {
   bool chat = false;
   bool ignore_eos = false;
   int64_t max_tokens = 32;
+  engine::DeviceConfig device;
 };
 
 std::vector<int32_t> parse_ids(const std::string& text) {
@@ -44,7 +47,10 @@ void run_generate(const GenerateOptions& options) {
   const bool has_tokenizer = std::filesystem::exists(dir / "tokenizer.json");
   TACHYON_CHECK(has_tokenizer || !options.prompt_ids.empty())
       << dir.string() << " has no tokenizer.json: pass --prompt-ids instead of --prompt";
-  model::DenseModel model = model::DenseModel::load(dir);
+  engine::EngineConfig config;
+  config.device = options.device;
+  config.scheduler.max_num_seqs = 1;
+  runner::LoadedRunner loaded = runner::load_runner(dir, config);
   std::optional<tokenizer::Tokenizer> tok;
   if (has_tokenizer) tok = tokenizer::Tokenizer::from_dir(dir);
 
@@ -64,40 +70,55 @@ void run_generate(const GenerateOptions& options) {
   }
   TACHYON_CHECK(!prompt.empty()) << "the prompt is empty";
 
-  int32_t stop = -1;
-  if (!options.ignore_eos && model.config().eos_token_id) stop = static_cast<int32_t>(*model.config().eos_token_id);
+  if (loaded.model_config.eos_token_id) config.scheduler.eos_token_id = static_cast<int32_t>(*loaded.model_config.eos_token_id);
+  config.scheduler.max_model_len = static_cast<int64_t>(prompt.size()) + options.max_tokens;
   std::optional<tokenizer::IncrementalDetokenizer> detokenizer;
   if (tok) detokenizer.emplace(*tok, /*skip_special_tokens=*/true);
   // Echo the prompt so the continuation reads in context; a chat reply starts on its own line.
   if (tok && options.prompt_ids.empty()) std::printf("%s%s", options.prompt.c_str(), options.chat ? "\n" : "");
 
-  auto start = std::chrono::steady_clock::now();
-  std::vector<int32_t> generated = model::greedy_generate(model, prompt, options.max_tokens, stop, [&](int32_t id) {
-    if (detokenizer) {
-      std::fputs(detokenizer->push(id).c_str(), stdout);
-    } else {
-      std::printf("%d ", id);
+  engine::EngineCore engine(config, std::move(loaded.runner));
+  engine::SamplingParams params;
+  params.temperature = 0.0f;
+  params.max_tokens = static_cast<int32_t>(options.max_tokens);
+  params.ignore_eos = options.ignore_eos;
+  size_t generated = 0;
+  auto channel = std::make_shared<engine::OutputChannel>([&](engine::RequestOutput&& output) {
+    for (const engine::CompletionDelta& delta : output.completions) {
+      for (int32_t id : delta.token_ids) {
+        ++generated;
+        if (detokenizer) {
+          std::fputs(detokenizer->push(id).c_str(), stdout);
+        } else {
+          std::printf("%d ", id);
+        }
+      }
     }
     std::fflush(stdout);
   });
+  auto start = std::chrono::steady_clock::now();
+  engine.submit(prompt, params, channel);
+  while (engine.step()) {
+  }
   if (detokenizer) std::fputs(detokenizer->flush().c_str(), stdout);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("\n");
-  std::fprintf(stderr, "[tachyon] prompt %zu tokens, generated %zu tokens in %.2f s (%.1f tokens/s)\n", prompt.size(),
-               generated.size(), seconds, generated.size() / std::max(seconds, 1e-9));
+  std::fprintf(stderr, "[tachyon] %s: prompt %zu tokens, generated %zu tokens in %.2f s (%.1f tokens/s)\n",
+               config.device.kind.c_str(), prompt.size(), generated, seconds, generated / std::max(seconds, 1e-9));
 }
 
 }  // namespace
 
 void add_generate_command(CLI::App& app) {
   auto options = std::make_shared<GenerateOptions>();
-  CLI::App* cmd = app.add_subcommand("generate", "greedy generation with the CPU reference forward");
+  CLI::App* cmd = app.add_subcommand("generate", "greedy generation of one prompt, streamed");
   cmd->add_option("model", options->model_dir, "HF model directory")->required();
   cmd->add_option("--prompt", options->prompt, "prompt text");
   cmd->add_option("--prompt-ids", options->prompt_ids, "comma-separated token ids instead of --prompt");
   cmd->add_flag("--chat", options->chat, "wrap the prompt as a user message with the chat template");
   cmd->add_flag("--ignore-eos", options->ignore_eos, "keep generating past the end-of-sequence token");
   cmd->add_option("--max-tokens", options->max_tokens, "tokens to generate")->default_val(32)->check(CLI::Range(1, 1 << 20));
+  add_device_options(*cmd, options->device);
   cmd->callback([options] { run_generate(*options); });
 }
 

@@ -2,6 +2,7 @@
 // Errors from the library arrive as tachyon::Error and leave as one line on stderr and exit code 1.
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
@@ -13,6 +14,11 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   tachyon::cli::add_make_model_command(app);
   tachyon::cli::add_generate_command(app);
+  std::string command_line;
+  for (int i = 0; i < argc; ++i) command_line += (i ? " " : "") + std::string(argv[i]);
+  CLI::App* bench = app.add_subcommand("bench", "benchmarks: latency (in-process)");
+  bench->require_subcommand(1);
+  tachyon::cli::add_bench_latency_command(*bench, command_line);
 #ifdef TACHYON_HAVE_HTTP
   tachyon::cli::add_serve_command(app);
 #endif

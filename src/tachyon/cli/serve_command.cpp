@@ -108,6 +108,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--block-size", options->serving.engine.block_size, "tokens per KV block")->default_val(16);
   cmd->add_option("--max-queued-requests", options->serving.engine.max_queued_requests, "waiting requests before 503")
       ->default_val(4096);
+  add_device_options(*cmd, options->serving.engine.device);
   cmd->add_option("--shutdown-timeout", options->shutdown_timeout_s, "seconds in-flight requests get on SIGTERM")->default_val(30);
   cmd->callback([options] { run_serve(*options); });
 }

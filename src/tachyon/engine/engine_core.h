@@ -17,20 +17,13 @@
 #include <vector>
 
 #include "tachyon/base/check.h"
+#include "tachyon/engine/engine_config.h"
 #include "tachyon/engine/kv_cache_manager.h"
 #include "tachyon/engine/output_channel.h"
 #include "tachyon/engine/scheduler.h"
 #include "tachyon/runner/model_runner.h"
 
 namespace tachyon::engine {
-
-struct EngineConfig {
-  SchedulerConfig scheduler;
-  int32_t block_size = 16;
-  int32_t num_blocks = 1024;
-  bool enable_prefix_caching = true;
-  int64_t max_queued_requests = 4096;  // waiting requests beyond this are refused at submit
-};
 
 // The waiting queue is full: the caller should retry later (HTTP 503).
 class QueueFullError : public Error {

@@ -1,20 +1,20 @@
 #include "tachyon/engine/llm.h"
 
 #include "tachyon/engine/text_stream.h"
-#include "tachyon/runner/cpu_model_runner.h"
+#include "tachyon/runner/runner_factory.h"
 
 namespace tachyon::engine {
 
-LLM::LLM(const std::filesystem::path& model_dir, EngineConfig engine)
-    : model_(std::make_unique<model::DenseModel>(model::DenseModel::load(model_dir))) {
+LLM::LLM(const std::filesystem::path& model_dir, EngineConfig engine) {
   if (std::filesystem::exists(model_dir / "tokenizer.json")) {
     tokenizer_ = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_dir(model_dir));
   }
-  if (!engine.scheduler.eos_token_id && model_->config().eos_token_id) {
-    engine.scheduler.eos_token_id = static_cast<int32_t>(*model_->config().eos_token_id);
+  runner::LoadedRunner loaded = runner::load_runner(model_dir, engine);
+  model_config_ = loaded.model_config;
+  if (!engine.scheduler.eos_token_id && model_config_.eos_token_id) {
+    engine.scheduler.eos_token_id = static_cast<int32_t>(*model_config_.eos_token_id);
   }
-  auto runner = std::make_unique<runner::CpuModelRunner>(*model_, engine.num_blocks, engine.block_size);
-  engine_ = std::make_unique<EngineCore>(engine, std::move(runner));
+  engine_ = std::make_unique<EngineCore>(engine, std::move(loaded.runner));
   engine_->start();
 }
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "tachyon/engine/engine_core.h"
-#include "tachyon/model/dense_model.h"
+#include "tachyon/model/model_config.h"
 #include "tachyon/tokenizer/tokenizer.h"
 
 namespace tachyon::engine {
@@ -31,7 +31,8 @@ struct GenerateOutput {
 
 class LLM {
  public:
-  // Loads the model; engine.scheduler.eos_token_id defaults to the model's eos_token_id.
+  // Loads the model on engine.device.kind (auto: the GPU when there is one); the
+  // scheduler's eos_token_id defaults to the model's.
   LLM(const std::filesystem::path& model_dir, EngineConfig engine);
   ~LLM();
 
@@ -42,13 +43,13 @@ class LLM {
   std::vector<GenerateOutput> generate(const std::vector<std::string>& prompts, const SamplingParams& params);
 
   EngineCore& engine() { return *engine_; }
-  const model::DenseModel& model() const { return *model_; }
+  const model::ModelConfig& model_config() const { return model_config_; }
 
  private:
   std::vector<GenerateOutput> run(const std::vector<std::vector<int32_t>>& prompts, const SamplingParams& params,
                                   bool text);
 
-  std::unique_ptr<model::DenseModel> model_;
+  model::ModelConfig model_config_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;  // when the directory has tokenizer.json
   std::unique_ptr<EngineCore> engine_;
 };

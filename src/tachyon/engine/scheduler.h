@@ -14,19 +14,11 @@
 #include <vector>
 
 #include "tachyon/engine/kv_cache_manager.h"
+#include "tachyon/engine/scheduler_config.h"
 #include "tachyon/engine/sequence.h"
 #include "tachyon/engine/step_plan.h"
 
 namespace tachyon::engine {
-
-struct SchedulerConfig {
-  int64_t max_num_batched_tokens = 2048;  // tokens computed per step, all sequences together
-  int64_t max_num_seqs = 256;             // sequences running at once
-  int64_t max_model_len = 4096;           // prompt + output tokens of one sequence
-  bool enable_chunked_prefill = true;     // a prompt may be split across steps
-  bool priority_scheduling = false;       // order waiting by (priority, arrival) instead of arrival
-  std::optional<int32_t> eos_token_id;
-};
 
 class Scheduler {
  public:

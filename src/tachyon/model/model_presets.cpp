@@ -71,6 +71,32 @@ std::vector<ModelPreset> build_presets() {
   c.mlp_bias = true;
   presets.push_back(tiny("tiny-bias", "attention_bias and mlp_bias on", c, "llama"));
 
+  // The tiny shape the GPU kernels serve (head_dim 64/128, widths multiples of 8): the CUDA
+  // runner is tested against the CPU reference on these.
+  c = tiny_shape();
+  c.hidden_size = 256;
+  c.intermediate_size = 512;
+  c.head_dim = 64;
+  presets.push_back(tiny("tiny-gpu", "hidden 256, 4 heads / 2 kv heads of 64: the GPU kernels' tiny shape", c));
+
+  c.num_attention_heads = 8;
+  c.num_key_value_heads = 1;
+  c.head_dim = 128;
+  presets.push_back(tiny("tiny-gpu-mqa", "8 heads of 128 sharing 1 kv head (GQA 8), on the GPU", c));
+
+  c = tiny_shape();
+  c.hidden_size = 256;
+  c.intermediate_size = 512;
+  c.head_dim = 64;
+  c.sliding_window = 24;
+  presets.push_back(tiny("tiny-gpu-window", "sliding window of 24 tokens, on the GPU", c, "mistral"));
+
+  c.sliding_window.reset();
+  c.qkv_bias = true;
+  c.o_proj_bias = true;
+  c.mlp_bias = true;
+  presets.push_back(tiny("tiny-gpu-bias", "attention and mlp biases, on the GPU", c, "llama"));
+
   // Real shapes, from the published config.json files.
   c = ModelConfig{};
   c.vocab_size = 128256; c.hidden_size = 2048; c.intermediate_size = 8192; c.num_hidden_layers = 16;

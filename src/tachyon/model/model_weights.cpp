@@ -1,6 +1,8 @@
 #include "tachyon/model/model_weights.h"
 
+#include <cstring>
 #include <map>
+#include <type_traits>
 #include <set>
 
 #include <fmt/format.h>
@@ -25,8 +27,10 @@ class WeightReader {
     for (auto& [name, shape] : expected_tensors(config)) expected_.emplace(name, shape);
   }
 
-  // Reads one expected tensor as f32, appending to `out` (so fused weights are concatenations).
-  void read_into(const std::string& name, std::vector<float>& out) {
+  // Reads one expected tensor as f32 or bf16 bits, appending to `out` (so fused weights are
+  // concatenations).
+  template <typename T>
+  void read_into(const std::string& name, std::vector<T>& out) {
     auto expected = expected_.find(name);
     TACHYON_CHECK(expected != expected_.end()) << "internal: tensor '" << name << "' is not in the expected set";
     TACHYON_CHECK(checkpoint_.contains(name)) << "missing tensor '" << name << "' " << shape_string(expected->second)
@@ -37,12 +41,22 @@ class WeightReader {
         << shape_string(expected->second);
     size_t offset = out.size();
     out.resize(offset + static_cast<size_t>(view.numel()));
-    convert_to_f32(view.data, view.dtype, static_cast<size_t>(view.numel()), out.data() + offset);
+    const size_t count = static_cast<size_t>(view.numel());
+    if constexpr (std::is_same_v<T, float>) {
+      convert_to_f32(view.data, view.dtype, count, out.data() + offset);
+    } else if (view.dtype == DType::kBF16) {
+      std::memcpy(out.data() + offset, view.data, count * sizeof(uint16_t));
+    } else {
+      std::vector<float> f32(count);
+      convert_to_f32(view.data, view.dtype, count, f32.data());
+      convert_from_f32(f32.data(), count, DType::kBF16, out.data() + offset);
+    }
     read_.insert(name);
   }
 
-  std::vector<float> read(const std::string& name) {
-    std::vector<float> out;
+  template <typename T>
+  std::vector<T> read(const std::string& name) {
+    std::vector<T> out;
     read_into(name, out);
     return out;
   }
@@ -100,39 +114,52 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> expected_tensors(const
   return out;
 }
 
-ModelWeights load_weights(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint) {
+namespace {
+
+template <typename T>
+BasicModelWeights<T> load_weights_as(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint) {
   WeightReader reader(config, checkpoint);
-  ModelWeights w;
+  BasicModelWeights<T> w;
   w.config = config;
-  w.embed_tokens = reader.read("model.embed_tokens.weight");
+  w.embed_tokens = reader.template read<T>("model.embed_tokens.weight");
   w.layers.resize(static_cast<size_t>(config.num_hidden_layers));
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
-    LayerWeights& lw = w.layers[static_cast<size_t>(l)];
-    lw.input_norm = reader.read(layer_name(l, "input_layernorm.weight"));
+    BasicLayerWeights<T>& lw = w.layers[static_cast<size_t>(l)];
+    lw.input_norm = reader.template read<T>(layer_name(l, "input_layernorm.weight"));
     for (const char* proj : {"q_proj", "k_proj", "v_proj"}) {
       reader.read_into(layer_name(l, fmt::format("self_attn.{}.weight", proj).c_str()), lw.qkv);
       if (config.qkv_bias) reader.read_into(layer_name(l, fmt::format("self_attn.{}.bias", proj).c_str()), lw.qkv_bias);
     }
     if (config.qk_norm) {
-      lw.q_norm = reader.read(layer_name(l, "self_attn.q_norm.weight"));
-      lw.k_norm = reader.read(layer_name(l, "self_attn.k_norm.weight"));
+      lw.q_norm = reader.template read<T>(layer_name(l, "self_attn.q_norm.weight"));
+      lw.k_norm = reader.template read<T>(layer_name(l, "self_attn.k_norm.weight"));
     }
-    lw.o_proj = reader.read(layer_name(l, "self_attn.o_proj.weight"));
-    if (config.o_proj_bias) lw.o_proj_bias = reader.read(layer_name(l, "self_attn.o_proj.bias"));
-    lw.post_attention_norm = reader.read(layer_name(l, "post_attention_layernorm.weight"));
+    lw.o_proj = reader.template read<T>(layer_name(l, "self_attn.o_proj.weight"));
+    if (config.o_proj_bias) lw.o_proj_bias = reader.template read<T>(layer_name(l, "self_attn.o_proj.bias"));
+    lw.post_attention_norm = reader.template read<T>(layer_name(l, "post_attention_layernorm.weight"));
     reader.read_into(layer_name(l, "mlp.gate_proj.weight"), lw.gate_up);
     reader.read_into(layer_name(l, "mlp.up_proj.weight"), lw.gate_up);
-    lw.down = reader.read(layer_name(l, "mlp.down_proj.weight"));
+    lw.down = reader.template read<T>(layer_name(l, "mlp.down_proj.weight"));
     if (config.mlp_bias) {
       reader.read_into(layer_name(l, "mlp.gate_proj.bias"), lw.gate_up_bias);
       reader.read_into(layer_name(l, "mlp.up_proj.bias"), lw.gate_up_bias);
-      lw.down_bias = reader.read(layer_name(l, "mlp.down_proj.bias"));
+      lw.down_bias = reader.template read<T>(layer_name(l, "mlp.down_proj.bias"));
     }
   }
-  w.final_norm = reader.read("model.norm.weight");
-  if (!config.tie_word_embeddings) w.lm_head = reader.read("lm_head.weight");
+  w.final_norm = reader.template read<T>("model.norm.weight");
+  if (!config.tie_word_embeddings) w.lm_head = reader.template read<T>("lm_head.weight");
   reader.check_no_unexpected(config);
   return w;
+}
+
+}  // namespace
+
+ModelWeights load_weights(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint) {
+  return load_weights_as<float>(config, checkpoint);
+}
+
+Bf16ModelWeights load_weights_bf16(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint) {
+  return load_weights_as<uint16_t>(config, checkpoint);
 }
 
 }  // namespace tachyon::model

@@ -1,8 +1,10 @@
-// The weights of a dense decoder in f32, loaded from a HF safetensors checkpoint with every
+// The weights of a dense decoder in f32 (the CPU reference) or as bf16 bit patterns (what the
+// GPU runs on), loaded from a HF safetensors checkpoint with every
 // tensor's name, shape and presence checked against the config. q/k/v and gate/up are fused
 // at load ([q; k; v] and [gate; up] rows) so each block runs one matrix product.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <vector>
 
@@ -11,30 +13,36 @@
 
 namespace tachyon::model {
 
-struct LayerWeights {
-  std::vector<float> input_norm;          // [hidden]
-  std::vector<float> qkv;                 // [q_size + 2 * kv_size, hidden]
-  std::vector<float> qkv_bias;            // [q_size + 2 * kv_size] or empty
-  std::vector<float> q_norm;              // [head_dim] or empty (Qwen3)
-  std::vector<float> k_norm;              // [head_dim] or empty (Qwen3)
-  std::vector<float> o_proj;              // [hidden, q_size]
-  std::vector<float> o_proj_bias;         // [hidden] or empty
-  std::vector<float> post_attention_norm; // [hidden]
-  std::vector<float> gate_up;             // [2 * intermediate, hidden]
-  std::vector<float> gate_up_bias;        // [2 * intermediate] or empty
-  std::vector<float> down;                // [hidden, intermediate]
-  std::vector<float> down_bias;           // [hidden] or empty
+template <typename T>
+struct BasicLayerWeights {
+  std::vector<T> input_norm;          // [hidden]
+  std::vector<T> qkv;                 // [q_size + 2 * kv_size, hidden]
+  std::vector<T> qkv_bias;            // [q_size + 2 * kv_size] or empty
+  std::vector<T> q_norm;              // [head_dim] or empty (Qwen3)
+  std::vector<T> k_norm;              // [head_dim] or empty (Qwen3)
+  std::vector<T> o_proj;              // [hidden, q_size]
+  std::vector<T> o_proj_bias;         // [hidden] or empty
+  std::vector<T> post_attention_norm; // [hidden]
+  std::vector<T> gate_up;             // [2 * intermediate, hidden]
+  std::vector<T> gate_up_bias;        // [2 * intermediate] or empty
+  std::vector<T> down;                // [hidden, intermediate]
+  std::vector<T> down_bias;           // [hidden] or empty
 };
 
-struct ModelWeights {
+template <typename T>
+struct BasicModelWeights {
   ModelConfig config;
-  std::vector<float> embed_tokens;  // [vocab, hidden]
-  std::vector<LayerWeights> layers;
-  std::vector<float> final_norm;    // [hidden]
-  std::vector<float> lm_head;       // [vocab, hidden]; empty when tied to embed_tokens
+  std::vector<T> embed_tokens;  // [vocab, hidden]
+  std::vector<BasicLayerWeights<T>> layers;
+  std::vector<T> final_norm;    // [hidden]
+  std::vector<T> lm_head;       // [vocab, hidden]; empty when tied to embed_tokens
 
-  const std::vector<float>& output_embedding() const { return lm_head.empty() ? embed_tokens : lm_head; }
+  const std::vector<T>& output_embedding() const { return lm_head.empty() ? embed_tokens : lm_head; }
 };
+
+using LayerWeights = BasicLayerWeights<float>;
+using ModelWeights = BasicModelWeights<float>;
+using Bf16ModelWeights = BasicModelWeights<uint16_t>;  // bf16 bit patterns (round to nearest even)
 
 // Every tensor a checkpoint of this config must hold, with its shape, in HF naming.
 std::vector<std::pair<std::string, std::vector<int64_t>>> expected_tensors(const ModelConfig& config);
@@ -42,5 +50,7 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> expected_tensors(const
 // Checks the checkpoint against expected_tensors (missing, unexpected, wrong shape) and
 // converts to f32. Errors name the tensor and the file it came from.
 ModelWeights load_weights(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint);
+// The same checks, converting to bf16 (a bf16 checkpoint is copied as is).
+Bf16ModelWeights load_weights_bf16(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint);
 
 }  // namespace tachyon::model

@@ -7,6 +7,9 @@ namespace tachyon::runner {
 CpuModelRunner::CpuModelRunner(const model::DenseModel& model, int32_t num_blocks, int32_t block_size)
     : model_(model), cache_(model.config(), num_blocks, block_size) {}
 
+CpuModelRunner::CpuModelRunner(std::unique_ptr<model::DenseModel> model, int32_t num_blocks, int32_t block_size)
+    : owned_(std::move(model)), model_(*owned_), cache_(model_.config(), num_blocks, block_size) {}
+
 std::vector<engine::SampledToken> CpuModelRunner::execute(const engine::StepPlan& plan) {
   if (plan.empty()) return {};
   PagedAttentionBackend attention(model_.config(), cache_, plan);

@@ -2,6 +2,8 @@
 // batch with the paged KV cache, then samples each `sample` row with the CPU sampler.
 #pragma once
 
+#include <memory>
+
 #include "tachyon/model/dense_model.h"
 #include "tachyon/runner/model_runner.h"
 #include "tachyon/runner/paged_attention_backend.h"
@@ -12,10 +14,13 @@ class CpuModelRunner : public ModelRunner {
  public:
   // `model` must outlive the runner.
   CpuModelRunner(const model::DenseModel& model, int32_t num_blocks, int32_t block_size);
+  // The same, owning the model.
+  CpuModelRunner(std::unique_ptr<model::DenseModel> model, int32_t num_blocks, int32_t block_size);
   std::vector<engine::SampledToken> execute(const engine::StepPlan& plan) override;
   int64_t vocab_size() const override { return model_.config().vocab_size; }
 
  private:
+  std::unique_ptr<model::DenseModel> owned_;  // set by the owning constructor
   const model::DenseModel& model_;
   PagedKvCache cache_;
 };

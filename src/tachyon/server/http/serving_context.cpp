@@ -2,12 +2,11 @@
 
 #include "tachyon/base/check.h"
 #include "tachyon/base/file_util.h"
-#include "tachyon/runner/cpu_model_runner.h"
+#include "tachyon/runner/runner_factory.h"
 
 namespace tachyon::server {
 
-ServingContext::ServingContext(const ServingOptions& options)
-    : model_(std::make_unique<model::DenseModel>(model::DenseModel::load(options.model_dir))) {
+ServingContext::ServingContext(const ServingOptions& options) {
   TACHYON_CHECK(std::filesystem::exists(options.model_dir / "tokenizer.json"))
       << options.model_dir.string() << " has no tokenizer.json; the server needs one";
   tokenizer_ = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_dir(options.model_dir));
@@ -16,9 +15,11 @@ ServingContext::ServingContext(const ServingOptions& options)
                                                                tokenizer_->eos_token());
   }
   engine::EngineConfig engine_config = options.engine;
+  runner::LoadedRunner loaded = runner::load_runner(options.model_dir, engine_config);
+  const model::ModelConfig& model_config = loaded.model_config;
   if (!engine_config.scheduler.eos_token_id) {
-    if (model_->config().eos_token_id) {
-      engine_config.scheduler.eos_token_id = static_cast<int32_t>(*model_->config().eos_token_id);
+    if (model_config.eos_token_id) {
+      engine_config.scheduler.eos_token_id = static_cast<int32_t>(*model_config.eos_token_id);
     } else if (tokenizer_->eos_id()) {
       engine_config.scheduler.eos_token_id = *tokenizer_->eos_id();
     }
@@ -26,12 +27,11 @@ ServingContext::ServingContext(const ServingOptions& options)
   limits_.model_name = options.served_model_name.empty() ? std::filesystem::path(options.model_dir).filename().string()
                                                          : options.served_model_name;
   limits_.max_model_len = engine_config.scheduler.max_model_len;
-  limits_.vocab_size = model_->config().vocab_size;
+  limits_.vocab_size = model_config.vocab_size;
   limits_.max_n = options.max_n;
   limits_.max_stop = options.max_stop;
   limits_.max_logprobs = options.max_logprobs;
-  auto runner = std::make_unique<runner::CpuModelRunner>(*model_, engine_config.num_blocks, engine_config.block_size);
-  engine_ = std::make_unique<engine::EngineCore>(engine_config, std::move(runner));
+  engine_ = std::make_unique<engine::EngineCore>(engine_config, std::move(loaded.runner));
   metrics_ = std::make_unique<ServerMetrics>(limits_.model_name);
   created_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   engine_->set_step_observer([metrics = metrics_.get()](int64_t tokens) { metrics->observe_tokens_per_step(static_cast<double>(tokens)); });

@@ -12,7 +12,6 @@
 #include <string>
 
 #include "tachyon/engine/engine_core.h"
-#include "tachyon/model/dense_model.h"
 #include "tachyon/server/metrics.h"
 #include "tachyon/server/openai_protocol.h"
 #include "tachyon/tokenizer/chat_template.h"
@@ -46,7 +45,6 @@ class ServingContext {
   void start_draining() { draining_ = true; }
 
  private:
-  std::unique_ptr<model::DenseModel> model_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<tokenizer::ChatTemplate> chat_template_;
   std::unique_ptr<engine::EngineCore> engine_;

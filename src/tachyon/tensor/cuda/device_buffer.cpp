@@ -1,6 +1,8 @@
 #include "tachyon/tensor/cuda/device_buffer.h"
 
+#include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "tachyon/kernels/cuda/cuda_check.h"
 
@@ -67,6 +69,36 @@ bool cuda_device_available() {
     return false;
   }
   return count > 0;
+}
+
+double measure_copy_bandwidth(size_t bytes, int repeats) {
+  DeviceBuffer src(bytes), dst(bytes);
+  TACHYON_CUDA_CHECK(cudaMemset(src.data(), 0x3C, bytes));  // not zeros: see the measuring method
+  cudaEvent_t start, stop;
+  TACHYON_CUDA_CHECK(cudaEventCreate(&start));
+  TACHYON_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> ms;
+  for (int i = -2; i < repeats; ++i) {  // two warm-ups
+    TACHYON_CUDA_CHECK(cudaEventRecord(start));
+    TACHYON_CUDA_CHECK(cudaMemcpy(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice));
+    TACHYON_CUDA_CHECK(cudaEventRecord(stop));
+    TACHYON_CUDA_CHECK(cudaEventSynchronize(stop));
+    float elapsed = 0;
+    TACHYON_CUDA_CHECK(cudaEventElapsedTime(&elapsed, start, stop));
+    if (i >= 0) ms.push_back(elapsed);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(ms.begin(), ms.end());
+  return 2.0 * static_cast<double>(bytes) / (ms[ms.size() / 2] * 1e-3);
+}
+
+std::string current_device_name() {
+  int device = 0;
+  TACHYON_CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp props{};
+  TACHYON_CUDA_CHECK(cudaGetDeviceProperties(&props, device));
+  return std::string(props.name) + " sm_" + std::to_string(props.major) + std::to_string(props.minor);
 }
 
 }  // namespace tachyon::cuda

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace tachyon::cuda {
 
@@ -58,5 +59,12 @@ DeviceMemoryInfo device_memory_info();
 
 // True when a CUDA device is present and usable (the CLI's default device choice).
 bool cuda_device_available();
+
+// Device-to-device copy bandwidth in bytes/s (bytes read + bytes written), the median of
+// `repeats` timed copies of `bytes` after a warm-up: the memory-bound floor's denominator.
+double measure_copy_bandwidth(size_t bytes = size_t{1} << 30, int repeats = 10);
+
+// "NVIDIA H200 sm_90": the current device's name and compute capability (cache keys, reports).
+std::string current_device_name();
 
 }  // namespace tachyon::cuda

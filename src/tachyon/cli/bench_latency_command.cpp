@@ -1,0 +1,183 @@
+// tachyon bench latency: one batch of random prompts through the engine in-process, timed per
+// step on the host (each step ends with the sampled tokens on the host, so a step's wall time is
+// what a user waits). Reports the prefill time, the decode step (median of every decode step of
+// every timed iteration) and the end-to-end latency, next to the memory-bound floor of a decode
+// step (bytes of weights + KV read per step / measured device copy bandwidth). JSON as vLLM's
+// `bench latency` writes it, plus our fields. Performance figures come from the GPU machine only.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "tachyon/cli/commands.h"
+#include "tachyon/engine/engine_core.h"
+#include "tachyon/runner/runner_factory.h"
+#ifdef TACHYON_HAVE_CUDA
+#include "tachyon/tensor/cuda/device_buffer.h"
+#endif
+
+namespace tachyon::cli {
+namespace {
+
+struct LatencyOptions {
+  std::string model_dir;
+  int32_t batch_size = 1;
+  int32_t input_len = 128;
+  int32_t output_len = 256;
+  int32_t num_iters = 5;
+  int32_t num_iters_warmup = 2;
+  int64_t max_num_batched_tokens = 8192;
+  std::string output_json;
+  std::string command_line;
+  engine::DeviceConfig device;
+};
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+double percentile(std::vector<double> values, double p) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  return values[std::min(values.size() - 1, static_cast<size_t>(p / 100.0 * static_cast<double>(values.size())))];
+}
+
+// Bytes one decode step must read at least: every weight matrix once (the embedding table only
+// for the looked-up rows, so it is left out unless tied to the LM head), plus the K/V of every
+// sequence's context.
+double decode_floor_bytes(const model::ModelConfig& c, int64_t batch, int64_t context) {
+  const double h = c.hidden_size, per_layer = h * (c.q_size() + 2.0 * c.kv_size()) + c.q_size() * h +
+                                              3.0 * h * c.intermediate_size + 2.0 * h;
+  const double weights = c.num_hidden_layers * per_layer + static_cast<double>(c.vocab_size) * h + h;
+  const double kv = 2.0 * c.num_hidden_layers * static_cast<double>(c.kv_size()) * context * batch;
+  return 2.0 * (weights + kv);  // bf16
+}
+
+struct Iteration {
+  double prefill_ms = 0;              // steps until every prompt has been computed
+  std::vector<double> decode_ms;      // each pure decode step
+  double total_ms = 0;
+};
+
+Iteration run_iteration(engine::EngineCore& engine, const LatencyOptions& options, int64_t vocab, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(vocab - 1));
+  engine::SamplingParams params;
+  params.temperature = 0.0f;
+  params.max_tokens = options.output_len;
+  params.ignore_eos = true;
+  std::vector<std::shared_ptr<engine::OutputChannel>> channels;
+  for (int32_t b = 0; b < options.batch_size; ++b) {
+    std::vector<int32_t> prompt(static_cast<size_t>(options.input_len));
+    for (int32_t& t : prompt) t = token(gen);
+    channels.push_back(std::make_shared<engine::OutputChannel>([](engine::RequestOutput&&) {}));
+    engine.submit(std::move(prompt), params, channels.back());
+  }
+  Iteration it;
+  const int64_t prompt_tokens = int64_t{options.batch_size} * options.input_len;
+  const int64_t computed_before = engine.stats().prompt_tokens_computed;
+  const auto begin = std::chrono::steady_clock::now();
+  auto last = begin;
+  bool prefilled = false;
+  while (engine.step()) {
+    const auto now = std::chrono::steady_clock::now();
+    const double ms = std::chrono::duration<double, std::milli>(now - last).count();
+    last = now;
+    if (prefilled) {
+      it.decode_ms.push_back(ms);
+    } else {
+      it.prefill_ms += ms;
+      prefilled = engine.stats().prompt_tokens_computed - computed_before >= prompt_tokens;
+    }
+  }
+  it.total_ms = std::chrono::duration<double, std::milli>(last - begin).count();
+  return it;
+}
+
+void run_latency(const LatencyOptions& options) {
+  engine::EngineConfig config;
+  config.device = options.device;
+  config.scheduler.max_num_seqs = options.batch_size;
+  config.scheduler.max_model_len = options.input_len + options.output_len;
+  config.scheduler.max_num_batched_tokens = std::max<int64_t>(options.max_num_batched_tokens, options.batch_size);
+  config.device.cuda_graph_batch_sizes = {options.batch_size};
+  config.enable_prefix_caching = false;  // random prompts share nothing; keep the count honest
+  runner::LoadedRunner loaded = runner::load_runner(options.model_dir, config);
+  const model::ModelConfig model_config = loaded.model_config;
+  engine::EngineCore engine(config, std::move(loaded.runner));
+
+  std::vector<Iteration> timed;
+  for (int32_t i = 0; i < options.num_iters_warmup + options.num_iters; ++i) {
+    Iteration it = run_iteration(engine, options, model_config.vocab_size, 1000 + static_cast<uint64_t>(i));
+    if (i >= options.num_iters_warmup) timed.push_back(std::move(it));
+  }
+  std::vector<double> prefill, decode, total;
+  for (const Iteration& it : timed) {
+    prefill.push_back(it.prefill_ms);
+    total.push_back(it.total_ms);
+    decode.insert(decode.end(), it.decode_ms.begin(), it.decode_ms.end());
+  }
+  nlohmann::ordered_json result = {
+      {"command", options.command_line},
+      {"model", options.model_dir},
+      {"architecture", model_config.architecture},
+      {"device", config.device.kind},
+      {"gpu", config.device.gpu_name},
+      {"cuda_graphs", config.device.kind == "cuda" && !config.device.enforce_eager},
+      {"batch_size", options.batch_size},
+      {"input_len", options.input_len},
+      {"output_len", options.output_len},
+      {"num_iters", options.num_iters},
+      {"avg_latency", [&] { double s = 0; for (double t : total) s += t; return s / total.size() / 1e3; }()},
+      {"latencies", nlohmann::json(total) /* ms */},
+      {"percentiles", {{"50", percentile(total, 50) / 1e3}, {"90", percentile(total, 90) / 1e3}, {"99", percentile(total, 99) / 1e3}}},
+      {"prefill_ms_median", median(prefill)},
+      {"decode_step_ms_median", median(decode)},
+      {"decode_step_ms_p90", percentile(decode, 90)},
+      {"decode_tokens_per_s", options.batch_size / (median(decode) / 1e3)},
+  };
+#ifdef TACHYON_HAVE_CUDA
+  if (config.device.kind == "cuda") {
+    // The floor at the mean context of the decode steps.
+    const double bandwidth = cuda::measure_copy_bandwidth();
+    const double bytes = decode_floor_bytes(model_config, options.batch_size, options.input_len + options.output_len / 2);
+    const double floor_ms = bytes / bandwidth * 1e3;
+    result["floor"] = {{"decode_bytes_per_step", bytes},
+                       {"copy_bandwidth_bytes_per_s", bandwidth},
+                       {"decode_step_floor_ms", floor_ms},
+                       {"decode_step_ratio_to_floor", median(decode) / floor_ms}};
+  }
+#endif
+  std::printf("%s\n", result.dump(2).c_str());
+  if (!options.output_json.empty()) {
+    std::ofstream out(options.output_json);
+    TACHYON_CHECK(out.good()) << "cannot write " << options.output_json;
+    out << result.dump(2) << "\n";
+  }
+}
+
+}  // namespace
+
+void add_bench_latency_command(CLI::App& bench, const std::string& command_line) {
+  auto options = std::make_shared<LatencyOptions>();
+  options->command_line = command_line;
+  CLI::App* cmd = bench.add_subcommand("latency", "time one batch end to end in-process: prefill, decode step, total");
+  cmd->add_option("model", options->model_dir, "HF model directory")->required();
+  cmd->add_option("--batch-size", options->batch_size, "prompts in the batch")->default_val(1)->check(CLI::Range(1, 4096));
+  cmd->add_option("--input-len", options->input_len, "prompt tokens (random ids)")->default_val(128)->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--output-len", options->output_len, "generated tokens per prompt")->default_val(256)->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--num-iters", options->num_iters, "timed iterations")->default_val(5)->check(CLI::Range(1, 1000));
+  cmd->add_option("--num-iters-warmup", options->num_iters_warmup, "untimed iterations first")->default_val(2)->check(CLI::Range(0, 1000));
+  cmd->add_option("--max-num-batched-tokens", options->max_num_batched_tokens, "tokens per step (prefill chunk)")->default_val(8192);
+  cmd->add_option("--output-json", options->output_json, "write the result here too");
+  add_device_options(*cmd, options->device);
+  cmd->callback([options] { run_latency(*options); });
+}
+
+}  // namespace tachyon::cli

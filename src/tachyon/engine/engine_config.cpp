@@ -1,0 +1,57 @@
+#include "tachyon/engine/engine_config.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+#include <xxhash.h>
+
+#include "tachyon/base/check.h"
+
+namespace tachyon::engine {
+
+std::string EngineConfig::plan_hash() const {
+  // A canonical JSON of the plan-changing fields; adding a field here without a flip in the
+  // test, or a plan-changing field without adding it here, is what the test catches.
+  const nlohmann::ordered_json fields = {
+      {"max_num_batched_tokens", scheduler.max_num_batched_tokens},
+      {"max_num_seqs", scheduler.max_num_seqs},
+      {"max_model_len", scheduler.max_model_len},
+      {"block_size", block_size},
+      {"kind", device.kind},
+      {"enforce_eager", device.enforce_eager},
+      {"cuda_graph_batch_sizes", cuda_graph_batch_sizes(*this)},
+      {"dtype", device.dtype},
+      {"kv_cache_dtype", device.kv_cache_dtype},
+      {"tensor_parallel_size", device.tensor_parallel_size},
+      {"gpu_name", device.gpu_name},
+      {"model_identity", device.model_identity},
+  };
+  const std::string text = fields.dump();
+  const XXH128_hash_t h = XXH3_128bits(text.data(), text.size());
+  char hex[33];
+  std::snprintf(hex, sizeof(hex), "%016llx%016llx", static_cast<unsigned long long>(h.high64),
+                static_cast<unsigned long long>(h.low64));
+  return hex;
+}
+
+std::vector<int32_t> cuda_graph_batch_sizes(const EngineConfig& config) {
+  const int32_t max_seqs = static_cast<int32_t>(config.scheduler.max_num_seqs);
+  std::vector<int32_t> sizes = config.device.cuda_graph_batch_sizes;
+  if (sizes.empty()) {
+    for (int32_t b : {1, 2, 4, 8}) {
+      if (b <= max_seqs) sizes.push_back(b);
+    }
+    for (int32_t b = 16; b <= max_seqs; b += 8) sizes.push_back(b);
+    if (sizes.empty() || sizes.back() != max_seqs) sizes.push_back(max_seqs);
+  }
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  for (int32_t b : sizes) {
+    TACHYON_CHECK(b >= 1 && b <= max_seqs) << "CUDA graph batch size " << b << " is outside [1, max_num_seqs = "
+                                           << max_seqs << "]";
+  }
+  return sizes;
+}
+
+}  // namespace tachyon::engine

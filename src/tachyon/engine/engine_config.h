@@ -1,0 +1,46 @@
+// EngineConfig: the one typed tree of engine settings, validated at start-up and immutable
+// afterwards. plan_hash() keys every cached artifact (tuned GEMM algorithms, and later captured
+// graphs saved to disk): DESIGN.md rule 6, every field that changes a plan is in the hash, and
+// tests/unit/test_engine_config.cpp flips each one and checks that the hash moves.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tachyon/engine/scheduler_config.h"
+
+namespace tachyon::engine {
+
+// Where and how the model runs.
+struct DeviceConfig {
+  std::string kind = "auto";             // "cpu", "cuda", or "auto" (cuda when a GPU is present)
+  double gpu_memory_utilization = 0.90;  // share of GPU memory for weights + workspace + KV cache
+  bool enforce_eager = false;            // no CUDA graphs (debugging, or to compare with graphs)
+  std::vector<int32_t> cuda_graph_batch_sizes;  // decode buckets; empty: 1, 2, 4, 8, 16, 24, 32, ... max_num_seqs
+  std::string dtype = "bfloat16";        // weights and activations on the GPU
+  std::string kv_cache_dtype = "bfloat16";
+  int32_t tensor_parallel_size = 1;
+  // Filled at start-up by the runner factory, so cached artifacts never cross machines or models.
+  std::string gpu_name;        // e.g. "NVIDIA H200 sm_90"
+  std::string model_identity;  // architecture + hash of config.json
+};
+
+struct EngineConfig {
+  SchedulerConfig scheduler;
+  int32_t block_size = 16;
+  int32_t num_blocks = 1024;  // KV cache blocks; the CUDA runner sizes it from free memory
+  bool enable_prefix_caching = true;
+  int64_t max_queued_requests = 4096;  // waiting requests beyond this are refused at submit
+  DeviceConfig device;
+
+  // 128-bit hash (hex) of every field that changes a captured graph, a tuned kernel choice or a
+  // cached artifact. num_blocks, prefix caching and queue limits change none and are left out.
+  std::string plan_hash() const;
+};
+
+// The decode batch sizes that get a CUDA graph: config.device.cuda_graph_batch_sizes when
+// given (sorted, each in [1, max_num_seqs]), else 1, 2, 4, 8 then steps of 8 up to max_num_seqs.
+std::vector<int32_t> cuda_graph_batch_sizes(const EngineConfig& config);
+
+}  // namespace tachyon::engine

@@ -1,0 +1,334 @@
+#include "tachyon/runner/cuda/cuda_model_runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "tachyon/kernels/cuda/activation.h"
+#include "tachyon/kernels/cuda/attention.h"
+#include "tachyon/kernels/cuda/embedding.h"
+#include "tachyon/kernels/cuda/rms_norm.h"
+#include "tachyon/kernels/cuda/rope_store_kv.h"
+#include "tachyon/kernels/cuda/sampling.h"
+#include "tachyon/model/rope.h"
+#include "tachyon/runner/cuda/sampling_inputs.h"
+
+namespace tachyon::runner {
+
+namespace kc = kernels::cuda;
+
+namespace {
+
+// $XDG_CACHE_HOME/tachyon/gemm (or ~/.cache/...): tuned GEMM algorithms, one file per plan hash.
+std::filesystem::path gemm_cache_dir() {
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME")) return std::filesystem::path(xdg) / "tachyon" / "gemm";
+  if (const char* home = std::getenv("HOME")) return std::filesystem::path(home) / ".cache" / "tachyon" / "gemm";
+  return std::filesystem::temp_directory_path() / "tachyon" / "gemm";
+}
+
+constexpr size_t kAlign = 256;
+size_t align_up(size_t value) { return (value + kAlign - 1) / kAlign * kAlign; }
+
+}  // namespace
+
+// Activation buffers for up to limits_.max_tokens rows; shapes in [rows, features].
+struct CudaModelRunner::Workspace {
+  bf16* residual = nullptr;   // [T, hidden] the residual stream
+  bf16* normed = nullptr;     // [T, hidden] input of the next projection
+  bf16* qkv = nullptr;        // [T, q_size + 2 * kv_size]
+  bf16* q = nullptr;          // [T, q_size] normed + rotated q
+  bf16* attn = nullptr;       // [T, q_size] attention output
+  bf16* proj = nullptr;       // [T, hidden] o_proj / down_proj output
+  bf16* gate_up = nullptr;    // [T, 2 * intermediate]
+  bf16* act = nullptr;        // [T, intermediate]
+  bf16* selected = nullptr;   // [S, hidden] final-normed rows whose logits are computed
+  float* logits = nullptr;    // [S, vocab] f32
+  void* decode_scratch = nullptr;
+  size_t decode_scratch_bytes = 0;
+  void* sampler_scratch = nullptr;
+  size_t sampler_scratch_bytes = 0;
+  kc::SampledRow* sampled = nullptr;  // [S]
+};
+
+CudaModelRunner::CudaModelRunner(const model::Bf16ModelWeights& weights, const engine::EngineConfig& config)
+    : config_(config), weights_(weights, model::rope_inv_freq(weights.config)) {
+  TACHYON_CHECK(config.device.dtype == "bfloat16" && config.device.kv_cache_dtype == "bfloat16")
+      << "the CUDA runner supports dtype and kv_cache_dtype bfloat16, got " << config.device.dtype << " and "
+      << config.device.kv_cache_dtype;
+  const model::ModelConfig& c = weights_.config();
+  TACHYON_CHECK(c.head_dim == 64 || c.head_dim == 128 || c.head_dim == 256)
+      << "the CUDA attention kernels need head_dim 64, 128 or 256; this model has " << c.head_dim;
+  TACHYON_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  plan_workspace(config);
+  tune_gemms(config);
+  allocate_kv_cache(config);
+  if (!config.device.enforce_eager) capture_graphs();
+}
+
+CudaModelRunner::~CudaModelRunner() {
+  for (auto& [batch, graph] : graphs_) cudaGraphExecDestroy(graph);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+void CudaModelRunner::plan_workspace(const engine::EngineConfig& config) {
+  const model::ModelConfig& c = weights_.config();
+  const engine::SchedulerConfig& s = config.scheduler;
+  limits_.max_seqs = static_cast<int32_t>(s.max_num_seqs);
+  limits_.max_tokens = static_cast<int32_t>(std::max(s.max_num_batched_tokens, s.max_num_seqs));
+  limits_.max_blocks_per_seq = static_cast<int32_t>((s.max_model_len + config.block_size - 1) / config.block_size);
+  limits_.sampling_row_bytes = sizeof(kc::SamplingRow);
+  layout_ = StepInputLayout::make(limits_);
+  // The variable tail holds the token histories of rows with penalties: at most every token of
+  // every sequence.
+  staging_bytes_ = layout_.variable + static_cast<size_t>(s.max_num_seqs) * static_cast<size_t>(s.max_model_len) * sizeof(int32_t);
+  staging_host_ = cuda::PinnedBuffer(staging_bytes_);
+  staging_device_ = cuda::DeviceBuffer(staging_bytes_);
+  sampled_host_ = cuda::PinnedBuffer(static_cast<size_t>(limits_.max_seqs) * sizeof(kc::SampledRow));
+
+  const size_t T = static_cast<size_t>(limits_.max_tokens), S = static_cast<size_t>(limits_.max_seqs);
+  const size_t hidden = static_cast<size_t>(c.hidden_size), inter = static_cast<size_t>(c.intermediate_size);
+  const size_t q = static_cast<size_t>(c.q_size()), kv = static_cast<size_t>(c.kv_size());
+  ws_ = std::make_unique<Workspace>();
+  ws_->decode_scratch_bytes = kc::paged_decode_workspace_bytes(limits_.max_seqs, static_cast<int32_t>(c.num_attention_heads),
+                                                               static_cast<int32_t>(c.head_dim),
+                                                               static_cast<int32_t>(s.max_model_len));
+  ws_->sampler_scratch_bytes = kc::sampling_workspace_bytes(limits_.max_seqs, static_cast<int32_t>(c.vocab_size));
+  size_t offset = 0;
+  std::vector<std::pair<void**, size_t>> carve = {
+      {reinterpret_cast<void**>(&ws_->residual), T * hidden * 2},
+      {reinterpret_cast<void**>(&ws_->normed), T * hidden * 2},
+      {reinterpret_cast<void**>(&ws_->qkv), T * (q + 2 * kv) * 2},
+      {reinterpret_cast<void**>(&ws_->q), T * q * 2},
+      {reinterpret_cast<void**>(&ws_->attn), T * q * 2},
+      {reinterpret_cast<void**>(&ws_->proj), T * hidden * 2},
+      {reinterpret_cast<void**>(&ws_->gate_up), T * 2 * inter * 2},
+      {reinterpret_cast<void**>(&ws_->act), T * inter * 2},
+      {reinterpret_cast<void**>(&ws_->selected), S * hidden * 2},
+      {reinterpret_cast<void**>(&ws_->logits), S * static_cast<size_t>(c.vocab_size) * 4},
+      {&ws_->decode_scratch, ws_->decode_scratch_bytes},
+      {&ws_->sampler_scratch, ws_->sampler_scratch_bytes},
+      {reinterpret_cast<void**>(&ws_->sampled), S * sizeof(kc::SampledRow)},
+  };
+  std::vector<size_t> offsets;
+  for (auto& [ptr, bytes] : carve) {
+    offsets.push_back(offset);
+    offset = align_up(offset + bytes);
+  }
+  workspace_buffer_ = cuda::DeviceBuffer(offset);
+  for (size_t i = 0; i < carve.size(); ++i) {
+    *carve[i].first = static_cast<std::byte*>(workspace_buffer_.data()) + offsets[i];
+  }
+
+}
+
+void CudaModelRunner::allocate_kv_cache(const engine::EngineConfig& config) {
+  // The KV cache takes what gpu_memory_utilization leaves after weights, workspace, staging
+  // and the GEMM workspace (all allocated by now), minus a margin for graphs and cuBLASLt.
+  const model::ModelConfig& c = weights_.config();
+  const size_t kv = static_cast<size_t>(c.kv_size());
+  const cuda::DeviceMemoryInfo memory = cuda::device_memory_info();
+  const double budget = config.device.gpu_memory_utilization * static_cast<double>(memory.total);
+  const double used = static_cast<double>(memory.total - memory.free);
+  const double margin = 512.0 * (1 << 20);
+  kv_layer_bytes_ = 0;
+  const size_t block_bytes_per_layer = static_cast<size_t>(config.block_size) * kv * 2;  // K or V, bf16
+  const size_t block_bytes = block_bytes_per_layer * 2 * static_cast<size_t>(c.num_hidden_layers);
+  const double available = budget - used - margin;
+  TACHYON_CHECK(available > static_cast<double>(block_bytes) * limits_.max_blocks_per_seq)
+      << "not enough GPU memory for the KV cache of one max_model_len sequence: " << memory.free / (1 << 20)
+      << " MiB free of " << memory.total / (1 << 20) << " MiB after loading " << weights_.bytes() / (1 << 20)
+      << " MiB of weights; raise --gpu-memory-utilization or lower --max-num-batched-tokens / --max-model-len";
+  num_blocks_ = static_cast<int32_t>(std::min(available / static_cast<double>(block_bytes), 2.0e9));
+  kv_layer_bytes_ = static_cast<size_t>(num_blocks_) * block_bytes_per_layer;
+  kv_buffer_ = cuda::DeviceBuffer(kv_layer_bytes_ * 2 * static_cast<size_t>(c.num_hidden_layers));
+}
+
+void CudaModelRunner::tune_gemms(const engine::EngineConfig& config) {
+  // The shapes the step loop issues most: every decode bucket and a full prefill step. Tuned
+  // choices are cached on disk under the plan hash, so a restart skips the timing.
+  const model::ModelConfig& c = weights_.config();
+  std::vector<int64_t> rows;
+  for (int32_t b : cuda_graph_batch_sizes(config)) rows.push_back(b);
+  rows.push_back(limits_.max_tokens);
+  std::vector<kc::GemmProblem> problems;
+  for (int64_t m : rows) {
+    problems.push_back({m, c.q_size() + 2 * c.kv_size(), c.hidden_size, kc::GemmOutputType::kBF16, c.qkv_bias});
+    problems.push_back({m, c.hidden_size, c.q_size(), kc::GemmOutputType::kBF16, c.o_proj_bias});
+    problems.push_back({m, 2 * c.intermediate_size, c.hidden_size, kc::GemmOutputType::kBF16, c.mlp_bias});
+    problems.push_back({m, c.hidden_size, c.intermediate_size, kc::GemmOutputType::kBF16, c.mlp_bias});
+    if (m <= limits_.max_seqs) problems.push_back({m, c.vocab_size, c.hidden_size, kc::GemmOutputType::kF32, false});
+  }
+  const std::filesystem::path cache = gemm_cache_dir() / (config.plan_hash() + ".json");
+  if (gemm_.load_cache(cache.string(), config.plan_hash())) return;
+  gemm_.tune(problems, stream_);
+  std::error_code ignored;
+  std::filesystem::create_directories(cache.parent_path(), ignored);
+  try {
+    gemm_.save_cache(cache.string(), config.plan_hash());
+  } catch (const Error& e) {
+    std::fprintf(stderr, "[tachyon] warning: GEMM choices not cached (%s)\n", e.what());
+  }
+}
+
+void CudaModelRunner::forward(const ForwardShape& shape) {
+  const model::ModelConfig& c = weights_.config();
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const int64_t T = shape.num_tokens, H = c.hidden_size, I = c.intermediate_size;
+  const int64_t q_size = c.q_size(), qkv_width = c.q_size() + 2 * c.kv_size();
+  std::byte* staging = static_cast<std::byte*>(staging_device_.data());
+  const auto* token_ids = reinterpret_cast<const int32_t*>(staging + layout_.token_ids);
+  const auto* positions = reinterpret_cast<const int32_t*>(staging + layout_.positions);
+  const auto* slots = reinterpret_cast<const int32_t*>(staging + layout_.slot_mapping);
+  const auto* logits_rows = reinterpret_cast<const int32_t*>(staging + layout_.logits_rows);
+  const auto* context_lens = reinterpret_cast<const int32_t*>(staging + layout_.context_lens);
+  const auto* query_starts = reinterpret_cast<const int32_t*>(staging + layout_.query_starts);
+  const auto* block_tables = reinterpret_cast<const int32_t*>(staging + layout_.block_tables);
+  const auto out_bf16 = kc::GemmOutputType::kBF16;
+
+  kc::RopeStoreKvShape rope_shape{.num_tokens = T,
+                                  .num_heads = static_cast<int32_t>(c.num_attention_heads),
+                                  .num_kv_heads = static_cast<int32_t>(c.num_key_value_heads),
+                                  .head_dim = static_cast<int32_t>(c.head_dim),
+                                  .eps = eps};
+  kc::AttentionParams attention{.num_heads = static_cast<int32_t>(c.num_attention_heads),
+                                .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
+                                .sliding_window = static_cast<int32_t>(c.sliding_window.value_or(0))};
+
+  kc::embedding(ws_->residual, token_ids, weights_.embed_tokens(), T, H, stream_);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const CudaLayerWeights& w = weights_.layers()[static_cast<size_t>(l)];
+    // Attention block: the previous MLP's output joins the residual inside the norm.
+    if (l == 0) {
+      kc::rms_norm(ws_->normed, ws_->residual, w.input_norm, T, H, eps, stream_);
+    } else {
+      kc::add_rms_norm(ws_->normed, ws_->residual, ws_->proj, w.input_norm, T, H, eps, stream_);
+    }
+    gemm_.linear(ws_->qkv, out_bf16, ws_->normed, w.qkv, w.qkv_bias, T, qkv_width, H, stream_);
+    auto* k_cache = reinterpret_cast<bf16*>(static_cast<std::byte*>(kv_buffer_.data()) + (2 * l) * kv_layer_bytes_);
+    auto* v_cache = reinterpret_cast<bf16*>(static_cast<std::byte*>(kv_buffer_.data()) + (2 * l + 1) * kv_layer_bytes_);
+    kc::rope_store_kv(ws_->q, k_cache, v_cache, ws_->qkv, w.q_norm, w.k_norm, weights_.inv_freq(), positions, slots,
+                      rope_shape, stream_);
+    kc::PagedKvView kv{.k_cache = k_cache,
+                       .v_cache = v_cache,
+                       .block_tables = block_tables,
+                       .block_table_stride = layout_.block_table_stride,
+                       .block_size = config_.block_size,
+                       .num_kv_heads = static_cast<int32_t>(c.num_key_value_heads),
+                       .head_dim = static_cast<int32_t>(c.head_dim)};
+    if (shape.decode) {
+      kc::paged_decode_attention(ws_->attn, ws_->q, kv, context_lens, shape.num_seqs, shape.max_context_len, attention,
+                                 ws_->decode_scratch, ws_->decode_scratch_bytes, stream_);
+    } else {
+      kc::paged_prefill_attention(ws_->attn, ws_->q, kv, query_starts, context_lens, shape.num_seqs,
+                                  static_cast<int32_t>(T), shape.max_query_len, attention, stream_);
+    }
+    gemm_.linear(ws_->proj, out_bf16, ws_->attn, w.o_proj, w.o_proj_bias, T, H, q_size, stream_);
+    // MLP block.
+    kc::add_rms_norm(ws_->normed, ws_->residual, ws_->proj, w.post_attention_norm, T, H, eps, stream_);
+    gemm_.linear(ws_->gate_up, out_bf16, ws_->normed, w.gate_up, w.gate_up_bias, T, 2 * I, H, stream_);
+    kc::silu_and_mul(ws_->act, ws_->gate_up, T, I, stream_);
+    gemm_.linear(ws_->proj, out_bf16, ws_->act, w.down, w.down_bias, T, H, I, stream_);
+  }
+  // Final norm on every row (cheap), then only the rows whose logits are wanted go through the
+  // LM head: gathered by the embedding kernel, a row lookup by index.
+  kc::add_rms_norm(ws_->normed, ws_->residual, ws_->proj, weights_.final_norm(), T, H, eps, stream_);
+  kc::embedding(ws_->selected, logits_rows, ws_->normed, shape.num_logits_rows, H, stream_);
+  gemm_.linear(ws_->logits, kc::GemmOutputType::kF32, ws_->selected, weights_.lm_head(), nullptr,
+               shape.num_logits_rows, c.vocab_size, H, stream_);
+}
+
+std::vector<float> CudaModelRunner::last_logits(int32_t rows) const {
+  std::vector<float> logits(static_cast<size_t>(rows) * static_cast<size_t>(weights_.config().vocab_size));
+  TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  TACHYON_CUDA_CHECK(cudaMemcpy(logits.data(), ws_->logits, logits.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  return logits;
+}
+
+void CudaModelRunner::capture_graphs() {
+  // One graph per decode bucket, captured with the bucket's batch and the model's maximum
+  // context (which fixes the decode kernel's split count), replayed for any decode step whose
+  // batch fits: the padding rows compute on token 0 and write nothing (slot -1, context 0).
+  graph_batch_sizes_ = cuda_graph_batch_sizes(config_);
+  const int32_t max_context = static_cast<int32_t>(config_.scheduler.max_model_len);
+  for (int32_t batch : graph_batch_sizes_) {
+    const StepInputSummary summary = fill_step_inputs(engine::StepPlan{}, layout_, limits_,
+                                                      static_cast<std::byte*>(staging_host_.data()), batch);
+    TACHYON_CUDA_CHECK(cudaMemcpyAsync(staging_device_.data(), staging_host_.data(), summary.bytes_used,
+                                       cudaMemcpyHostToDevice, stream_));
+    const ForwardShape shape{batch, batch, batch, 1, max_context, true};
+    forward(shape);  // eager first: cuBLASLt loads its kernels outside the capture
+    TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    cudaGraph_t graph = nullptr;
+    TACHYON_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    forward(shape);
+    TACHYON_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    cudaGraphExec_t exec = nullptr;
+    TACHYON_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    TACHYON_CUDA_CHECK(cudaGraphDestroy(graph));
+    graphs_[batch] = exec;
+  }
+  TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+std::vector<engine::SampledToken> CudaModelRunner::execute(const engine::StepPlan& plan) {
+  if (plan.empty()) return {};
+  std::byte* staging = static_cast<std::byte*>(staging_host_.data());
+  // A decode step whose batch fits a captured bucket replays that graph; the rest run eagerly.
+  cudaGraphExec_t graph = nullptr;
+  int32_t padded = 0;
+  if (!graphs_.empty() && is_decode_only(plan)) {
+    auto bucket = graphs_.lower_bound(static_cast<int32_t>(plan.sequences.size()));
+    if (bucket != graphs_.end()) {
+      padded = bucket->first;
+      graph = bucket->second;
+    }
+  }
+  const StepInputSummary summary = fill_step_inputs(plan, layout_, limits_, staging, padded);
+
+  // Sampling rows at their fixed offset; token histories (penalties only) in the variable tail.
+  const SamplingInputs sampling = build_sampling_inputs(plan);
+  TACHYON_CHECK(static_cast<int32_t>(sampling.rows.size()) == summary.num_sampled)
+      << "internal: " << sampling.rows.size() << " sampling rows for " << summary.num_sampled << " sampled sequences";
+  std::copy(sampling.rows.begin(), sampling.rows.end(), reinterpret_cast<kc::SamplingRow*>(staging + layout_.sampling_rows));
+  size_t upload = summary.bytes_used;
+  if (!sampling.tokens.empty()) {
+    const size_t token_bytes = sampling.tokens.size() * sizeof(int32_t);
+    TACHYON_CHECK(layout_.variable + token_bytes <= staging_bytes_) << "internal: sampling histories overflow staging";
+    std::copy(sampling.tokens.begin(), sampling.tokens.end(), reinterpret_cast<int32_t*>(staging + layout_.variable));
+    upload = layout_.variable + token_bytes;
+  }
+  TACHYON_CUDA_CHECK(cudaMemcpyAsync(staging_device_.data(), staging, upload, cudaMemcpyHostToDevice, stream_));
+
+  if (graph != nullptr) {
+    TACHYON_CUDA_CHECK(cudaGraphLaunch(graph, stream_));
+    ++graph_replays_;
+  } else {
+    const ForwardShape shape{summary.num_tokens,    summary.num_seqs,        summary.num_logits_rows,
+                             summary.max_query_len, summary.max_context_len, summary.decode_only};
+    forward(shape);
+  }
+
+  std::byte* device_staging = static_cast<std::byte*>(staging_device_.data());
+  kc::sample(ws_->sampled, ws_->logits, reinterpret_cast<const kc::SamplingRow*>(device_staging + layout_.sampling_rows),
+             reinterpret_cast<const int32_t*>(device_staging + layout_.variable), summary.num_sampled,
+             static_cast<int32_t>(weights_.config().vocab_size), ws_->sampler_scratch, ws_->sampler_scratch_bytes,
+             stream_);
+  const size_t sampled_bytes = static_cast<size_t>(summary.num_sampled) * sizeof(kc::SampledRow);
+  TACHYON_CUDA_CHECK(cudaMemcpyAsync(sampled_host_.data(), ws_->sampled, sampled_bytes, cudaMemcpyDeviceToHost, stream_));
+  // The staging buffer is rewritten by the next step only after this sync: the H2D copy that
+  // reads it is ordered before the D2H on the same stream.
+  TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream_));
+
+  std::vector<engine::SampledToken> sampled;
+  sampled.reserve(static_cast<size_t>(summary.num_sampled));
+  const auto* rows = sampled_host_.as<kc::SampledRow>();
+  for (int32_t r = 0; r < summary.num_sampled; ++r) {
+    TACHYON_CHECK(rows[r].token >= 0) << "the model produced no finite logit for a sequence (NaN or -inf everywhere)";
+    sampled.push_back(to_sampled_token(rows[r], sampling.rows[static_cast<size_t>(r)]));
+  }
+  return sampled;
+}
+
+}  // namespace tachyon::runner

@@ -1,0 +1,82 @@
+// CudaModelRunner: the dense model on one GPU. Consumes the engine's StepPlan:
+//   1. the plan's metadata and sampling rows are written into a pinned staging buffer
+//      (runner/step_inputs.h) and copied with ONE H2D;
+//   2. the forward runs eagerly (prefill and mixed steps) or replays a CUDA graph captured at
+//      start-up for the decode batch bucket >= the step's batch (padding rows write nothing);
+//   3. the GPU sampler draws every sampled row; the tokens come back with ONE D2H.
+// All memory is planned up front (weights, activation workspace for max_num_batched_tokens,
+// staging, then the KV cache from what --gpu-memory-utilization leaves); the step loop never
+// allocates. Nothing in the forward reads device memory back: sizes that shape launches come
+// from the plan on the host. GPU tests: tests/gpu/test_cuda_model_runner.cpp.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "tachyon/engine/engine_config.h"
+#include "tachyon/kernels/cuda/gemm.h"
+#include "tachyon/runner/cuda/cuda_weights.h"
+#include "tachyon/runner/model_runner.h"
+#include "tachyon/runner/step_inputs.h"
+#include "tachyon/tensor/cuda/device_buffer.h"
+
+namespace tachyon::runner {
+
+class CudaModelRunner : public ModelRunner {
+ public:
+  // Uploads the weights, plans memory and sizes the KV cache; config.num_blocks is ignored and
+  // num_blocks() says what fitted. Captures the decode graphs unless config.device.enforce_eager.
+  CudaModelRunner(const model::Bf16ModelWeights& weights, const engine::EngineConfig& config);
+  ~CudaModelRunner() override;
+
+  std::vector<engine::SampledToken> execute(const engine::StepPlan& plan) override;
+  int64_t vocab_size() const override { return weights_.config().vocab_size; }
+
+  int32_t num_blocks() const { return num_blocks_; }
+  size_t weight_bytes() const { return weights_.bytes(); }
+  int64_t graph_replays() const { return graph_replays_; }  // decode steps served by a graph
+  const std::vector<int32_t>& graph_batch_sizes() const { return graph_batch_sizes_; }
+  // Tests and debugging only: the f32 logits [rows, vocab] of the last step's first `rows`
+  // sampled rows (a D2H copy outside the step path).
+  std::vector<float> last_logits(int32_t rows) const;
+
+ private:
+  struct Workspace;  // the activation buffers, carved from one allocation
+  struct ForwardShape {
+    int32_t num_tokens = 0;
+    int32_t num_seqs = 0;
+    int32_t num_logits_rows = 0;
+    int32_t max_query_len = 0;
+    int32_t max_context_len = 0;
+    bool decode = false;  // one query per sequence: the split-KV decode kernel
+  };
+
+  void plan_workspace(const engine::EngineConfig& config);
+  void allocate_kv_cache(const engine::EngineConfig& config);
+  void forward(const ForwardShape& shape);
+  void capture_graphs();
+  void tune_gemms(const engine::EngineConfig& config);
+
+  engine::EngineConfig config_;
+  CudaDenseWeights weights_;
+  cudaStream_t stream_ = nullptr;
+  kernels::cuda::GemmRunner gemm_;
+  StepInputLimits limits_;
+  StepInputLayout layout_;
+  size_t staging_bytes_ = 0;
+  cuda::PinnedBuffer staging_host_;
+  cuda::DeviceBuffer staging_device_;
+  cuda::DeviceBuffer workspace_buffer_;
+  std::unique_ptr<Workspace> ws_;
+  cuda::DeviceBuffer kv_buffer_;
+  int32_t num_blocks_ = 0;
+  size_t kv_layer_bytes_ = 0;  // one layer's K (or V) cache
+  cuda::PinnedBuffer sampled_host_;
+  std::vector<int32_t> graph_batch_sizes_;
+  std::map<int32_t, cudaGraphExec_t> graphs_;  // decode batch size -> instantiated graph
+  int64_t graph_replays_ = 0;
+};
+
+}  // namespace tachyon::runner

@@ -1,0 +1,55 @@
+// The dense model's weights on the GPU: bf16, fused as the CPU reference fuses them ([q; k; v],
+// [gate; up]), in ONE device allocation carved into tensors, so loading is one cudaMalloc and
+// the forward reads plain pointers. Also holds the RoPE inverse frequencies (f32).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tachyon/kernels/cuda/cuda_check.h"
+#include "tachyon/model/model_weights.h"
+#include "tachyon/tensor/cuda/device_buffer.h"
+
+namespace tachyon::runner {
+
+using kernels::cuda::bf16;
+
+struct CudaLayerWeights {
+  const bf16* input_norm = nullptr;          // [hidden]
+  const bf16* qkv = nullptr;                 // [q_size + 2 * kv_size, hidden]
+  const bf16* qkv_bias = nullptr;            // [q_size + 2 * kv_size] or nullptr
+  const bf16* q_norm = nullptr;              // [head_dim] or nullptr (Qwen3)
+  const bf16* k_norm = nullptr;              // [head_dim] or nullptr
+  const bf16* o_proj = nullptr;              // [hidden, q_size]
+  const bf16* o_proj_bias = nullptr;         // [hidden] or nullptr
+  const bf16* post_attention_norm = nullptr; // [hidden]
+  const bf16* gate_up = nullptr;             // [2 * intermediate, hidden]
+  const bf16* gate_up_bias = nullptr;        // [2 * intermediate] or nullptr
+  const bf16* down = nullptr;                // [hidden, intermediate]
+  const bf16* down_bias = nullptr;           // [hidden] or nullptr
+};
+
+class CudaDenseWeights {
+ public:
+  // Uploads `weights` (bf16 bit patterns) and `inv_freq` ([head_dim / 2] f32).
+  CudaDenseWeights(const model::Bf16ModelWeights& weights, const std::vector<float>& inv_freq);
+
+  const model::ModelConfig& config() const { return config_; }
+  const std::vector<CudaLayerWeights>& layers() const { return layers_; }
+  const bf16* embed_tokens() const { return embed_tokens_; }  // [vocab, hidden]
+  const bf16* final_norm() const { return final_norm_; }      // [hidden]
+  const bf16* lm_head() const { return lm_head_; }            // [vocab, hidden] (embed_tokens when tied)
+  const float* inv_freq() const { return inv_freq_; }         // [head_dim / 2]
+  size_t bytes() const { return storage_.bytes(); }
+
+ private:
+  model::ModelConfig config_;
+  cuda::DeviceBuffer storage_;
+  std::vector<CudaLayerWeights> layers_;
+  const bf16* embed_tokens_ = nullptr;
+  const bf16* final_norm_ = nullptr;
+  const bf16* lm_head_ = nullptr;
+  const float* inv_freq_ = nullptr;
+};
+
+}  // namespace tachyon::runner

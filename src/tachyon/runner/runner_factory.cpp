@@ -1,0 +1,67 @@
+#include "tachyon/runner/runner_factory.h"
+
+#include <cstdio>
+
+#include <xxhash.h>
+
+#include "tachyon/base/check.h"
+#include "tachyon/base/file_util.h"
+#include "tachyon/model/dense_model.h"
+#include "tachyon/runner/cpu_model_runner.h"
+#ifdef TACHYON_HAVE_CUDA
+#include "tachyon/runner/cuda/cuda_model_runner.h"
+#include "tachyon/tensor/cuda/device_buffer.h"
+#endif
+
+namespace tachyon::runner {
+
+std::string model_identity(const std::filesystem::path& model_dir, const model::ModelConfig& config) {
+  const std::string text = read_file(model_dir / "config.json");
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(XXH3_64bits(text.data(), text.size())));
+  return config.architecture + ":" + hex;
+}
+
+std::string cuda_unsupported_reason(const model::ModelConfig& config) {
+  if (config.head_dim != 64 && config.head_dim != 128 && config.head_dim != 256) {
+    return "head_dim " + std::to_string(config.head_dim) + " (the CUDA attention kernels serve 64, 128 and 256)";
+  }
+  if (config.hidden_size % 8 != 0 || config.intermediate_size % 8 != 0 || config.vocab_size % 8 != 0) {
+    return "hidden, intermediate and vocab sizes must be multiples of 8 for the GPU's 16-byte loads";
+  }
+  return "";
+}
+
+LoadedRunner load_runner(const std::filesystem::path& model_dir, engine::EngineConfig& config) {
+  const model::ModelConfig model_config = model::ModelConfig::from_dir(model_dir);
+  std::string& kind = config.device.kind;
+  TACHYON_CHECK(kind == "auto" || kind == "cpu" || kind == "cuda") << "--device must be auto, cpu or cuda, got '" << kind << "'";
+  config.device.model_identity = model_identity(model_dir, model_config);
+#ifdef TACHYON_HAVE_CUDA
+  if (kind == "auto") {
+    const std::string why = cuda_unsupported_reason(model_config);
+    kind = cuda::cuda_device_available() && why.empty() ? "cuda" : "cpu";
+    if (cuda::cuda_device_available() && !why.empty()) {
+      std::fprintf(stderr, "[tachyon] running on the CPU: the GPU path does not serve %s\n", why.c_str());
+    }
+  }
+  if (kind == "cuda") {
+    TACHYON_CHECK(cuda::cuda_device_available()) << "--device cuda: no CUDA GPU is visible to this process";
+    const std::string why = cuda_unsupported_reason(model_config);
+    TACHYON_CHECK(why.empty()) << "--device cuda cannot serve " << model_dir.string() << ": " << why;
+    config.device.gpu_name = cuda::current_device_name();
+    model::SafetensorsCheckpoint checkpoint(model_dir);
+    auto runner = std::make_unique<CudaModelRunner>(model::load_weights_bf16(model_config, checkpoint), config);
+    config.num_blocks = runner->num_blocks();
+    return {std::move(runner), model_config};
+  }
+#else
+  if (kind == "auto") kind = "cpu";
+  TACHYON_CHECK(kind == "cpu") << "--device cuda: this build of tachyon has no CUDA support (configure with nvcc "
+                                  "on the PATH, or -DTACHYON_CUDA=ON)";
+#endif
+  auto model = std::make_unique<model::DenseModel>(model::DenseModel::load(model_dir));
+  return {std::make_unique<CpuModelRunner>(std::move(model), config.num_blocks, config.block_size), model_config};
+}
+
+}  // namespace tachyon::runner

@@ -1,0 +1,33 @@
+// The one place that turns a model directory and an EngineConfig into a ModelRunner: resolves
+// --device (auto: CUDA when this build has it, a GPU is present and the model's shapes are ones
+// the CUDA kernels serve; else the CPU reference), loads the weights in the runner's dtype, and
+// fills the start-up fields of the config (device.kind, gpu_name, model_identity, and
+// num_blocks when the CUDA runner sizes the KV cache from free memory).
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "tachyon/engine/engine_config.h"
+#include "tachyon/model/model_config.h"
+#include "tachyon/runner/model_runner.h"
+
+namespace tachyon::runner {
+
+struct LoadedRunner {
+  std::unique_ptr<ModelRunner> runner;
+  model::ModelConfig model_config;
+};
+
+// config.device.kind: "cpu", "cuda" or "auto". Throws Error with a message the user can act
+// on (no CUDA in this build, no GPU, unsupported head_dim on the GPU, out of memory).
+LoadedRunner load_runner(const std::filesystem::path& model_dir, engine::EngineConfig& config);
+
+// "Qwen3ForCausalLM:<hash of config.json>": what a cached artifact of this model is keyed by.
+std::string model_identity(const std::filesystem::path& model_dir, const model::ModelConfig& config);
+
+// Why the CUDA runner cannot serve this model ("" when it can).
+std::string cuda_unsupported_reason(const model::ModelConfig& config);
+
+}  // namespace tachyon::runner

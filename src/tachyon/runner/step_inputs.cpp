@@ -1,0 +1,110 @@
+#include "tachyon/runner/step_inputs.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "tachyon/base/check.h"
+
+namespace tachyon::runner {
+namespace {
+
+constexpr size_t kAlign = 256;  // every array starts on its own 256-byte line (vector loads, cache lines)
+
+size_t align_up(size_t value) { return (value + kAlign - 1) / kAlign * kAlign; }
+
+int32_t* int32_at(std::byte* base, size_t offset) { return reinterpret_cast<int32_t*>(base + offset); }
+
+}  // namespace
+
+StepInputLayout StepInputLayout::make(const StepInputLimits& limits) {
+  TACHYON_CHECK(limits.max_tokens >= limits.max_seqs && limits.max_seqs > 0 && limits.max_blocks_per_seq > 0)
+      << "step input limits: max_tokens " << limits.max_tokens << ", max_seqs " << limits.max_seqs
+      << ", max_blocks_per_seq " << limits.max_blocks_per_seq;
+  StepInputLayout layout;
+  size_t offset = 0;
+  auto take = [&](size_t bytes) {
+    const size_t at = offset;
+    offset = align_up(offset + bytes);
+    return at;
+  };
+  const size_t tokens = static_cast<size_t>(limits.max_tokens) * sizeof(int32_t);
+  const size_t seqs = static_cast<size_t>(limits.max_seqs) * sizeof(int32_t);
+  layout.token_ids = take(tokens);
+  layout.positions = take(tokens);
+  layout.slot_mapping = take(tokens);
+  layout.logits_rows = take(seqs);
+  layout.context_lens = take(seqs);
+  layout.query_starts = take(seqs + sizeof(int32_t));
+  layout.sampling_rows = take(static_cast<size_t>(limits.max_seqs) * limits.sampling_row_bytes);
+  layout.block_tables = take(seqs * static_cast<size_t>(limits.max_blocks_per_seq));
+  layout.variable = offset;
+  layout.block_table_stride = limits.max_blocks_per_seq;
+  return layout;
+}
+
+bool is_decode_only(const engine::StepPlan& plan) {
+  return !plan.empty() && std::all_of(plan.sequences.begin(), plan.sequences.end(), [](const auto& s) {
+    return s.num_tokens == 1 && s.sample;
+  });
+}
+
+StepInputSummary fill_step_inputs(const engine::StepPlan& plan, const StepInputLayout& layout,
+                                  const StepInputLimits& limits, std::byte* staging, int32_t padded_seqs) {
+  const int32_t num_tokens = static_cast<int32_t>(plan.num_tokens());
+  const int32_t num_seqs = static_cast<int32_t>(plan.sequences.size());
+  const int32_t padding = std::max(0, padded_seqs - num_seqs);
+  TACHYON_CHECK(padding == 0 || plan.empty() || is_decode_only(plan)) << "internal: only decode steps are padded";
+  TACHYON_CHECK(num_tokens + padding <= limits.max_tokens)
+      << "step of " << num_tokens + padding << " tokens exceeds max_num_batched_tokens " << limits.max_tokens;
+  TACHYON_CHECK(num_seqs + padding <= limits.max_seqs)
+      << "step of " << num_seqs + padding << " sequences exceeds max_num_seqs " << limits.max_seqs;
+
+  StepInputSummary summary;
+  summary.num_tokens = num_tokens + padding;
+  summary.num_seqs = num_seqs + padding;
+  summary.num_sampled = static_cast<int32_t>(plan.logits_rows.size());
+  summary.num_logits_rows = summary.num_sampled + padding;
+  summary.decode_only = is_decode_only(plan);
+
+  int32_t* token_ids = int32_at(staging, layout.token_ids);
+  int32_t* positions = int32_at(staging, layout.positions);
+  int32_t* slots = int32_at(staging, layout.slot_mapping);
+  for (int32_t t = 0; t < num_tokens; ++t) {
+    token_ids[t] = plan.token_ids[static_cast<size_t>(t)];
+    positions[t] = static_cast<int32_t>(plan.positions[static_cast<size_t>(t)]);
+    slots[t] = static_cast<int32_t>(plan.slot_mapping[static_cast<size_t>(t)]);
+  }
+  int32_t* logits_rows = int32_at(staging, layout.logits_rows);
+  for (int32_t r = 0; r < summary.num_sampled; ++r) logits_rows[r] = static_cast<int32_t>(plan.logits_rows[static_cast<size_t>(r)]);
+
+  int32_t* context_lens = int32_at(staging, layout.context_lens);
+  int32_t* query_starts = int32_at(staging, layout.query_starts);
+  int32_t* block_tables = int32_at(staging, layout.block_tables);
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    const engine::ScheduledSequence& seq = plan.sequences[static_cast<size_t>(s)];
+    const int64_t context = seq.num_computed + seq.num_tokens;
+    TACHYON_CHECK(static_cast<int64_t>(seq.block_table.size()) <= layout.block_table_stride)
+        << "sequence of " << context << " tokens needs " << seq.block_table.size() << " KV blocks, more than the "
+        << layout.block_table_stride << " that max_model_len allows";
+    context_lens[s] = static_cast<int32_t>(context);
+    query_starts[s] = static_cast<int32_t>(seq.first_token);
+    std::copy(seq.block_table.begin(), seq.block_table.end(), block_tables + static_cast<size_t>(s) * layout.block_table_stride);
+    summary.max_query_len = std::max(summary.max_query_len, static_cast<int32_t>(seq.num_tokens));
+    summary.max_context_len = std::max(summary.max_context_len, static_cast<int32_t>(context));
+  }
+  for (int32_t p = 0; p < padding; ++p) {
+    const int32_t row = num_tokens + p;
+    token_ids[row] = 0;
+    positions[row] = 0;
+    slots[row] = -1;
+    logits_rows[summary.num_sampled + p] = row;
+    context_lens[num_seqs + p] = 0;
+    query_starts[num_seqs + p] = row;
+  }
+  query_starts[summary.num_seqs] = summary.num_tokens;
+  summary.bytes_used = layout.block_tables + static_cast<size_t>(summary.num_seqs) *
+                                                 static_cast<size_t>(layout.block_table_stride) * sizeof(int32_t);
+  return summary;
+}
+
+}  // namespace tachyon::runner

@@ -1,0 +1,60 @@
+// StepInputs: the per-step metadata of a GPU forward laid out in one staging buffer (DESIGN.md
+// rule 3: built on the host, one H2D copy per step, nothing read back). Every array sits at an
+// offset fixed at start-up from the limits, so a CUDA graph captured once reads each step's
+// values from the same device addresses. The layout puts the variable-length parts last, so a
+// step copies only the prefix it uses. Host-only code: tested on the CPU
+// (tests/unit/test_step_inputs.cpp); runner/cuda/ does the copy.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "tachyon/engine/step_plan.h"
+
+namespace tachyon::runner {
+
+struct StepInputLimits {
+  int32_t max_tokens = 0;          // tokens per step (max_num_batched_tokens, and >= max_seqs)
+  int32_t max_seqs = 0;            // sequences per step
+  int32_t max_blocks_per_seq = 0;  // ceil(max_model_len / block_size): the block-table stride
+  size_t sampling_row_bytes = 0;   // size of one sampling row (kernels/cuda/sampling.h)
+};
+
+// Byte offsets of each array in the staging buffer; all int32 unless said otherwise.
+struct StepInputLayout {
+  size_t token_ids = 0;      // [max_tokens]
+  size_t positions = 0;      // [max_tokens]
+  size_t slot_mapping = 0;   // [max_tokens]; -1 for padding rows (no K/V write)
+  size_t logits_rows = 0;    // [max_seqs] rows of the batch whose logits are computed
+  size_t context_lens = 0;   // [max_seqs] cached + new tokens of each sequence
+  size_t query_starts = 0;   // [max_seqs + 1] prefix offsets of each sequence's rows
+  size_t sampling_rows = 0;  // [max_seqs] sampling rows (opaque here)
+  size_t block_tables = 0;   // [max_seqs, max_blocks_per_seq]
+  size_t variable = 0;       // start of the variable-length tail (sampling token histories)
+  int32_t block_table_stride = 0;
+
+  static StepInputLayout make(const StepInputLimits& limits);
+};
+
+struct StepInputSummary {
+  int32_t num_tokens = 0;       // rows of the forward, padding included
+  int32_t num_seqs = 0;         // sequences, padding included
+  int32_t num_logits_rows = 0;  // rows of the LM head (padding included for graphs)
+  int32_t num_sampled = 0;      // real sampled rows (the first num_sampled logits rows)
+  int32_t max_query_len = 0;
+  int32_t max_context_len = 0;
+  bool decode_only = false;     // every sequence runs one token and samples it
+  size_t bytes_used = 0;        // prefix of the staging buffer to copy (before the variable tail)
+};
+
+// True when the plan is a pure decode step: one token per sequence, each sampled.
+bool is_decode_only(const engine::StepPlan& plan);
+
+// Writes the plan's arrays at the layout's offsets in `staging`. padded_seqs > plan size (decode
+// steps replayed from a graph of that batch size) appends padding sequences: token 0 at
+// position 0, slot -1, context length 0, logits row = its own row. Checks every capacity and
+// throws Error naming the limit when the plan exceeds one.
+StepInputSummary fill_step_inputs(const engine::StepPlan& plan, const StepInputLayout& layout,
+                                  const StepInputLimits& limits, std::byte* staging, int32_t padded_seqs = 0);
+
+}  // namespace tachyon::runner

@@ -1,0 +1,66 @@
+// EngineConfig::plan_hash must change when any plan-changing field changes (DESIGN.md rule 6),
+// and stay put for the fields that change no plan.
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tachyon/base/check.h"
+#include "tachyon/engine/engine_config.h"
+
+namespace tachyon::engine {
+namespace {
+
+TEST(EngineConfig, PlanHashMovesWithEveryPlanField) {
+  const EngineConfig base;
+  const std::vector<std::pair<std::string, std::function<void(EngineConfig&)>>> flips = {
+      {"max_num_batched_tokens", [](EngineConfig& c) { c.scheduler.max_num_batched_tokens += 1; }},
+      {"max_num_seqs", [](EngineConfig& c) { c.scheduler.max_num_seqs += 1; }},
+      {"max_model_len", [](EngineConfig& c) { c.scheduler.max_model_len += 1; }},
+      {"block_size", [](EngineConfig& c) { c.block_size *= 2; }},
+      {"kind", [](EngineConfig& c) { c.device.kind = "cuda"; }},
+      {"enforce_eager", [](EngineConfig& c) { c.device.enforce_eager = true; }},
+      {"cuda_graph_batch_sizes", [](EngineConfig& c) { c.device.cuda_graph_batch_sizes = {1, 3}; }},
+      {"dtype", [](EngineConfig& c) { c.device.dtype = "float16"; }},
+      {"kv_cache_dtype", [](EngineConfig& c) { c.device.kv_cache_dtype = "fp8_e4m3"; }},
+      {"tensor_parallel_size", [](EngineConfig& c) { c.device.tensor_parallel_size = 2; }},
+      {"gpu_name", [](EngineConfig& c) { c.device.gpu_name = "NVIDIA H200 sm_90"; }},
+      {"model_identity", [](EngineConfig& c) { c.device.model_identity = "Qwen3ForCausalLM:abc"; }},
+  };
+  std::set<std::string> seen = {base.plan_hash()};
+  for (const auto& [field, flip] : flips) {
+    EngineConfig changed = base;
+    flip(changed);
+    EXPECT_TRUE(seen.insert(changed.plan_hash()).second) << "plan_hash ignores " << field;
+  }
+}
+
+TEST(EngineConfig, PlanHashIgnoresFieldsThatChangeNoPlan) {
+  const EngineConfig base;
+  EngineConfig changed = base;
+  changed.num_blocks += 7;
+  changed.enable_prefix_caching = !changed.enable_prefix_caching;
+  changed.max_queued_requests += 1;
+  changed.device.gpu_memory_utilization = 0.5;
+  EXPECT_EQ(base.plan_hash(), changed.plan_hash());
+  EXPECT_EQ(base.plan_hash().size(), 32u);
+}
+
+TEST(EngineConfig, DefaultGraphBucketsCoverEveryBatchUpToMaxSeqs) {
+  EngineConfig c;
+  c.scheduler.max_num_seqs = 20;
+  EXPECT_EQ(cuda_graph_batch_sizes(c), (std::vector<int32_t>{1, 2, 4, 8, 16, 20}));
+  c.scheduler.max_num_seqs = 256;
+  std::vector<int32_t> sizes = cuda_graph_batch_sizes(c);
+  EXPECT_EQ(sizes.front(), 1);
+  EXPECT_EQ(sizes.back(), 256);
+  c.device.cuda_graph_batch_sizes = {8, 1, 8};
+  EXPECT_EQ(cuda_graph_batch_sizes(c), (std::vector<int32_t>{1, 8}));
+  c.device.cuda_graph_batch_sizes = {300};
+  EXPECT_THROW(cuda_graph_batch_sizes(c), Error);
+}
+
+}  // namespace
+}  // namespace tachyon::engine

@@ -1,0 +1,126 @@
+// StepInputs: the staging layout of the GPU runner, built on the host. Fixed offsets that do not
+// overlap, every array filled from the plan, graph padding rows that write nothing, and clear
+// errors when a plan exceeds a limit.
+#include <cstring>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tachyon/base/check.h"
+#include "tachyon/runner/step_inputs.h"
+
+namespace tachyon::runner {
+namespace {
+
+StepInputLimits limits() { return {.max_tokens = 64, .max_seqs = 8, .max_blocks_per_seq = 4, .sampling_row_bytes = 72}; }
+
+const int32_t* at(const std::vector<std::byte>& staging, size_t offset) {
+  return reinterpret_cast<const int32_t*>(staging.data() + offset);
+}
+
+// Two sequences: one decoding at position 20 (2 blocks of 16), one prefilling 3 tokens.
+engine::StepPlan two_sequence_plan() {
+  engine::StepPlan plan;
+  plan.block_size = 16;
+  plan.token_ids = {7, 1, 2, 3};
+  plan.positions = {20, 0, 1, 2};
+  plan.slot_mapping = {5 * 16 + 4, 9 * 16, 9 * 16 + 1, 9 * 16 + 2};
+  plan.logits_rows = {0, 3};
+  engine::ScheduledSequence a{.sequence_id = 1, .first_token = 0, .num_tokens = 1, .num_computed = 20,
+                              .block_table = {3, 5}, .sample = true};
+  engine::ScheduledSequence b{.sequence_id = 2, .first_token = 1, .num_tokens = 3, .num_computed = 0,
+                              .block_table = {9}, .sample = true};
+  plan.sequences = {a, b};
+  return plan;
+}
+
+TEST(StepInputs, LayoutArraysAreAlignedAndDisjoint) {
+  const StepInputLimits l = limits();
+  const StepInputLayout layout = StepInputLayout::make(l);
+  const std::vector<std::pair<size_t, size_t>> arrays = {
+      {layout.token_ids, 64 * 4},     {layout.positions, 64 * 4},   {layout.slot_mapping, 64 * 4},
+      {layout.logits_rows, 8 * 4},    {layout.context_lens, 8 * 4}, {layout.query_starts, 9 * 4},
+      {layout.sampling_rows, 8 * 72}, {layout.block_tables, 8 * 4 * 4}};
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    EXPECT_EQ(arrays[i].first % 256, 0u) << "array " << i;
+    const size_t end = arrays[i].first + arrays[i].second;
+    const size_t next = i + 1 < arrays.size() ? arrays[i + 1].first : layout.variable;
+    EXPECT_LE(end, next) << "array " << i << " overlaps the next";
+  }
+  EXPECT_EQ(layout.block_table_stride, 4);
+}
+
+TEST(StepInputs, FillsEveryArrayFromThePlan) {
+  const StepInputLimits l = limits();
+  const StepInputLayout layout = StepInputLayout::make(l);
+  std::vector<std::byte> staging(layout.variable, std::byte{0xAB});
+  const StepInputSummary s = fill_step_inputs(two_sequence_plan(), layout, l, staging.data());
+  EXPECT_EQ(s.num_tokens, 4);
+  EXPECT_EQ(s.num_seqs, 2);
+  EXPECT_EQ(s.num_sampled, 2);
+  EXPECT_EQ(s.num_logits_rows, 2);
+  EXPECT_EQ(s.max_query_len, 3);
+  EXPECT_EQ(s.max_context_len, 21);
+  EXPECT_FALSE(s.decode_only);
+  EXPECT_EQ(std::vector<int32_t>(at(staging, layout.token_ids), at(staging, layout.token_ids) + 4),
+            (std::vector<int32_t>{7, 1, 2, 3}));
+  EXPECT_EQ(std::vector<int32_t>(at(staging, layout.positions), at(staging, layout.positions) + 4),
+            (std::vector<int32_t>{20, 0, 1, 2}));
+  EXPECT_EQ(at(staging, layout.slot_mapping)[0], 84);
+  EXPECT_EQ(at(staging, layout.logits_rows)[1], 3);
+  EXPECT_EQ(at(staging, layout.context_lens)[0], 21);
+  EXPECT_EQ(at(staging, layout.context_lens)[1], 3);
+  EXPECT_EQ(std::vector<int32_t>(at(staging, layout.query_starts), at(staging, layout.query_starts) + 3),
+            (std::vector<int32_t>{0, 1, 4}));
+  EXPECT_EQ(at(staging, layout.block_tables)[0], 3);
+  EXPECT_EQ(at(staging, layout.block_tables)[1], 5);
+  EXPECT_EQ(at(staging, layout.block_tables)[4], 9);  // row 1 starts at the stride
+  EXPECT_EQ(s.bytes_used, layout.block_tables + 2 * 4 * sizeof(int32_t));
+}
+
+TEST(StepInputs, DecodeStepsPadToTheGraphBatchWithRowsThatWriteNothing) {
+  const StepInputLimits l = limits();
+  const StepInputLayout layout = StepInputLayout::make(l);
+  engine::StepPlan plan = two_sequence_plan();
+  plan.token_ids = {7, 8};
+  plan.positions = {20, 3};
+  plan.slot_mapping = {84, 147};
+  plan.logits_rows = {0, 1};
+  plan.sequences[1].first_token = 1;
+  plan.sequences[1].num_tokens = 1;
+  plan.sequences[1].num_computed = 3;
+  ASSERT_TRUE(is_decode_only(plan));
+  std::vector<std::byte> staging(layout.variable);
+  const StepInputSummary s = fill_step_inputs(plan, layout, l, staging.data(), /*padded_seqs=*/4);
+  EXPECT_TRUE(s.decode_only);
+  EXPECT_EQ(s.num_tokens, 4);
+  EXPECT_EQ(s.num_seqs, 4);
+  EXPECT_EQ(s.num_sampled, 2);
+  EXPECT_EQ(s.num_logits_rows, 4);
+  for (int r = 2; r < 4; ++r) {
+    EXPECT_EQ(at(staging, layout.slot_mapping)[r], -1) << "padding row " << r << " must not write K/V";
+    EXPECT_EQ(at(staging, layout.context_lens)[r], 0);
+    EXPECT_EQ(at(staging, layout.logits_rows)[r], r);
+  }
+  EXPECT_EQ(at(staging, layout.query_starts)[4], 4);
+}
+
+TEST(StepInputs, PlansBeyondTheLimitsFailWithTheLimitNamed) {
+  const StepInputLimits l = limits();
+  const StepInputLayout layout = StepInputLayout::make(l);
+  std::vector<std::byte> staging(layout.variable);
+  engine::StepPlan plan = two_sequence_plan();
+  plan.sequences[0].block_table = {1, 2, 3, 4, 5};
+  try {
+    fill_step_inputs(plan, layout, l, staging.data());
+    FAIL() << "a block table longer than the stride must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("max_model_len"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(fill_step_inputs(two_sequence_plan(), layout, l, staging.data(), /*padded_seqs=*/9), Error);
+  EXPECT_FALSE(is_decode_only(two_sequence_plan()));
+  EXPECT_FALSE(is_decode_only(engine::StepPlan{}));
+}
+
+}  // namespace
+}  // namespace tachyon::runner
