@@ -1,0 +1,43 @@
+// Token embedding lookup: a gather of whole rows, so the kernel is a 16-byte vector copy.
+// One thread copies 8 bf16 (one uint4); the grid is (rows, chunks of 128 vectors of a row), so
+// a decode step with one token still spreads a 4096-wide row over several SMs' warps and a
+// prefill of thousands of tokens is one block per chunk with no loop. No math: the output is
+// bit-identical to the table row. Test: tests/gpu/test_elementwise_kernels.cpp (Embedding.*).
+#include "tachyon/kernels/cuda/embedding.h"
+
+#include <cstdint>
+
+namespace tachyon::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kVecElems = 8;  // bf16 per uint4
+
+// out: [rows, dim] bf16; ids: [rows] int32; table: [vocab, dim] bf16; vecs_per_row = dim / 8.
+__global__ void embedding_kernel(bf16* __restrict__ out, const int32_t* __restrict__ ids,
+                                 const bf16* __restrict__ table, int64_t vecs_per_row) {
+  const int64_t row = blockIdx.x;
+  const int64_t vec = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;
+  if (vec >= vecs_per_row) return;
+  const int64_t id = ids[row];
+  const uint4* src = reinterpret_cast<const uint4*>(table) + id * vecs_per_row;
+  uint4* dst = reinterpret_cast<uint4*>(out) + row * vecs_per_row;
+  dst[vec] = src[vec];
+}
+
+}  // namespace
+
+void embedding(bf16* out, const int32_t* ids, const bf16* table, int64_t rows, int64_t dim, cudaStream_t stream) {
+  TACHYON_CHECK(rows >= 0 && rows <= INT32_MAX) << "embedding: rows " << rows << " out of range";
+  TACHYON_CHECK(dim > 0 && dim % kVecElems == 0) << "embedding: dim " << dim << " must be a positive multiple of 8";
+  TACHYON_CHECK(reinterpret_cast<uintptr_t>(out) % 16 == 0 && reinterpret_cast<uintptr_t>(table) % 16 == 0)
+      << "embedding: out and table must be 16-byte aligned";
+  const int64_t vecs_per_row = dim / kVecElems;
+  TACHYON_CHECK((vecs_per_row + kThreads - 1) / kThreads <= 65535) << "embedding: dim " << dim << " too large";
+  if (rows == 0) return;
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>((vecs_per_row + kThreads - 1) / kThreads));
+  embedding_kernel<<<grid, kThreads, 0, stream>>>(out, ids, table, vecs_per_row);
+  TACHYON_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tachyon::kernels::cuda
