@@ -9,12 +9,15 @@
 
 namespace tachyon::kernels::cuda {
 
+// Both: dim % 8 == 0 and dim <= 32768, every pointer 16-byte aligned (rows are loaded as 8-bf16
+// vectors into registers), checked on the host; rows == 0 launches nothing.
+
 // out, in: [rows, dim] bf16 (may alias); weight: [dim] bf16.
 void rms_norm(bf16* out, const bf16* in, const bf16* weight, int64_t rows, int64_t dim, float eps,
               cudaStream_t stream);
 
 // residual += in (rounded to bf16, as HF adds bf16 hidden states); out = rms_norm(residual) * weight.
-// out, residual, in: [rows, dim] bf16 (out must not alias residual or in); weight: [dim] bf16.
+// out, residual, in: [rows, dim] bf16, pairwise distinct (no aliasing); weight: [dim] bf16.
 void add_rms_norm(bf16* out, bf16* residual, const bf16* in, const bf16* weight, int64_t rows, int64_t dim,
                   float eps, cudaStream_t stream);
 

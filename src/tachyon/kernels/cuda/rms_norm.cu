@@ -1,0 +1,201 @@
+// RMSNorm and the fused residual-add + RMSNorm, one block per row. Each thread loads its share
+// of the row as 16-byte vectors (8 bf16) into registers, the block sums the squares (warp
+// shuffles, then one shared-memory step across warps), and the thread scales the values it
+// still holds: the row is read from memory once and written once. The host picks kVecs, the
+// vectors per thread (1, 2, 4 or 8; a template so they stay in registers), as the fewest that
+// fit a 512-thread block, so dims up to 4096 hold one vector per thread and few registers, and
+// dims up to 512 * 8 * 8 = 32768 are served.
+//
+// Rounding follows HF's bf16 RMSNorm: f32 math, the normalized value rounded to bf16, then
+// multiplied by the bf16 weight and rounded again. add_rms_norm first rounds residual + in to
+// bf16 (what HF's bf16 `residual + hidden_states` produces), stores it, and normalizes that.
+// Test: tests/gpu/test_elementwise_kernels.cpp (RmsNorm.*, AddRmsNorm.*).
+#include "tachyon/kernels/cuda/rms_norm.h"
+
+#include <algorithm>
+#include <cstdint>
+
+namespace tachyon::kernels::cuda {
+namespace {
+
+constexpr int kVecElems = 8;     // bf16 per uint4
+constexpr int kMaxVecs = 8;      // uint4 registers per thread at most
+constexpr int kMaxThreads = 512;
+
+// 8 bf16 in a uint4 <-> 8 floats. Element 2i is the low half of word i; a bf16 is the top half
+// of an f32. Reading the words (not a bf16 view) keeps the loads 16 bytes wide.
+__device__ inline void unpack8(const uint4& bits, float (&v)[kVecElems]) {
+  const uint32_t words[4] = {bits.x, bits.y, bits.z, bits.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[2 * i] = __uint_as_float(words[i] << 16);
+    v[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+  }
+}
+
+__device__ inline uint4 pack8(const float (&v)[kVecElems]) {
+  uint32_t words[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);  // round to nearest even
+    words[i] = *reinterpret_cast<const uint32_t*>(&pair);
+  }
+  return make_uint4(words[0], words[1], words[2], words[3]);
+}
+
+// Sum of `value` over the block, returned to every thread. blockDim.x is a multiple of 32.
+__device__ inline float block_sum(float value) {
+  __shared__ float warp_sums[32];
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) warp_sums[warp] = value;
+  __syncthreads();
+  const int num_warps = blockDim.x / 32;
+  value = lane < num_warps ? warp_sums[lane] : 0.0f;
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  return value;  // every warp reduced the same partials, so no second barrier is needed
+}
+
+// Writes y = bf16(w * bf16(x * inv_rms)) for the vectors this thread holds.
+template <int kVecs>
+__device__ inline void scale_and_store(bf16* out_row, const bf16* weight, const uint4 (&x)[kVecs], int vecs,
+                                       float inv_rms) {
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    const int vec = threadIdx.x + k * blockDim.x;
+    if (vec < vecs) {
+      float v[kVecElems], w[kVecElems];
+      unpack8(x[k], v);
+      unpack8(reinterpret_cast<const uint4*>(weight)[vec], w);
+#pragma unroll
+      for (int i = 0; i < kVecElems; ++i) v[i] = w[i] * __bfloat162float(__float2bfloat16_rn(v[i] * inv_rms));
+      reinterpret_cast<uint4*>(out_row)[vec] = pack8(v);
+    }
+  }
+}
+
+// out, in: [rows, dim] bf16 (may alias: each thread rewrites only what it read); weight: [dim] bf16.
+template <int kVecs>
+__global__ void rms_norm_kernel(bf16* out, const bf16* in, const bf16* __restrict__ weight, int vecs, float eps) {
+  const int64_t row = blockIdx.x;
+  const uint4* in_row = reinterpret_cast<const uint4*>(in) + row * vecs;
+  uint4 x[kVecs];
+  float sum_squares = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    const int vec = threadIdx.x + k * blockDim.x;
+    if (vec < vecs) {
+      x[k] = in_row[vec];
+      float v[kVecElems];
+      unpack8(x[k], v);
+#pragma unroll
+      for (int i = 0; i < kVecElems; ++i) sum_squares += v[i] * v[i];
+    }
+  }
+  const float inv_rms = rsqrtf(block_sum(sum_squares) / static_cast<float>(vecs * kVecElems) + eps);
+  scale_and_store(out + row * vecs * kVecElems, weight, x, vecs, inv_rms);
+}
+
+// residual <- bf16(residual + in); out = rms_norm(residual) * weight.
+// out, residual, in: [rows, dim] bf16, pairwise distinct; weight: [dim] bf16.
+template <int kVecs>
+__global__ void add_rms_norm_kernel(bf16* __restrict__ out, bf16* __restrict__ residual, const bf16* __restrict__ in,
+                                    const bf16* __restrict__ weight, int vecs, float eps) {
+  const int64_t row = blockIdx.x;
+  uint4* residual_row = reinterpret_cast<uint4*>(residual) + row * vecs;
+  const uint4* in_row = reinterpret_cast<const uint4*>(in) + row * vecs;
+  uint4 x[kVecs], addend[kVecs];
+  // All loads first: a store to residual between them would keep the compiler from batching them.
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    const int vec = threadIdx.x + k * blockDim.x;
+    if (vec < vecs) {
+      x[k] = residual_row[vec];
+      addend[k] = in_row[vec];
+    }
+  }
+  float sum_squares = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    const int vec = threadIdx.x + k * blockDim.x;
+    if (vec < vecs) {
+      float r[kVecElems], a[kVecElems];
+      unpack8(x[k], r);
+      unpack8(addend[k], a);
+#pragma unroll
+      for (int i = 0; i < kVecElems; ++i) r[i] += a[i];
+      x[k] = pack8(r);  // the bf16 sum: stored, and the value that is normalized
+      residual_row[vec] = x[k];
+      unpack8(x[k], r);
+#pragma unroll
+      for (int i = 0; i < kVecElems; ++i) sum_squares += r[i] * r[i];
+    }
+  }
+  const float inv_rms = rsqrtf(block_sum(sum_squares) / static_cast<float>(vecs * kVecElems) + eps);
+  scale_and_store(out + row * vecs * kVecElems, weight, x, vecs, inv_rms);
+}
+
+// The launch shape of a row of `vecs` vectors: kVecs, the fewest vectors per thread (a power
+// of two) that fit kMaxThreads threads, and the threads that then cover the row.
+struct RowLaunch {
+  int vecs_per_thread;
+  int threads;
+};
+
+RowLaunch row_launch(int vecs) {
+  int per_thread = 1;
+  while (per_thread * kMaxThreads < vecs) per_thread *= 2;
+  const int threads = (vecs + per_thread - 1) / per_thread;
+  return {per_thread, std::max(32, (threads + 31) / 32 * 32)};
+}
+
+void check_shape(const char* op, int64_t rows, int64_t dim, const void* a, const void* b, const void* c) {
+  TACHYON_CHECK(rows >= 0 && rows <= INT32_MAX) << op << ": rows " << rows << " out of range";
+  TACHYON_CHECK(dim > 0 && dim % kVecElems == 0 && dim <= int64_t{kMaxThreads} * kMaxVecs * kVecElems)
+      << op << ": dim " << dim << " must be a multiple of 8 in [8, 32768]";
+  for (const void* p : {a, b, c}) {
+    TACHYON_CHECK(reinterpret_cast<uintptr_t>(p) % 16 == 0) << op << ": pointers must be 16-byte aligned";
+  }
+}
+
+}  // namespace
+
+void rms_norm(bf16* out, const bf16* in, const bf16* weight, int64_t rows, int64_t dim, float eps,
+              cudaStream_t stream) {
+  check_shape("rms_norm", rows, dim, out, in, weight);
+  if (rows == 0) return;
+  const int vecs = static_cast<int>(dim / kVecElems);
+  const RowLaunch launch = row_launch(vecs);
+  const auto grid = static_cast<unsigned>(rows);
+  switch (launch.vecs_per_thread) {
+    case 1: rms_norm_kernel<1><<<grid, launch.threads, 0, stream>>>(out, in, weight, vecs, eps); break;
+    case 2: rms_norm_kernel<2><<<grid, launch.threads, 0, stream>>>(out, in, weight, vecs, eps); break;
+    case 4: rms_norm_kernel<4><<<grid, launch.threads, 0, stream>>>(out, in, weight, vecs, eps); break;
+    default: rms_norm_kernel<kMaxVecs><<<grid, launch.threads, 0, stream>>>(out, in, weight, vecs, eps); break;
+  }
+  TACHYON_CUDA_CHECK_LAUNCH();
+}
+
+void add_rms_norm(bf16* out, bf16* residual, const bf16* in, const bf16* weight, int64_t rows, int64_t dim,
+                  float eps, cudaStream_t stream) {
+  check_shape("add_rms_norm", rows, dim, out, residual, in);
+  check_shape("add_rms_norm", rows, dim, weight, weight, weight);
+  TACHYON_CHECK(rows == 0 || (out != residual && out != in && residual != static_cast<const bf16*>(in)))
+      << "add_rms_norm: out, residual and in must be distinct";
+  if (rows == 0) return;
+  const int vecs = static_cast<int>(dim / kVecElems);
+  const RowLaunch launch = row_launch(vecs);
+  const auto grid = static_cast<unsigned>(rows);
+  const int threads = launch.threads;
+  switch (launch.vecs_per_thread) {
+    case 1: add_rms_norm_kernel<1><<<grid, threads, 0, stream>>>(out, residual, in, weight, vecs, eps); break;
+    case 2: add_rms_norm_kernel<2><<<grid, threads, 0, stream>>>(out, residual, in, weight, vecs, eps); break;
+    case 4: add_rms_norm_kernel<4><<<grid, threads, 0, stream>>>(out, residual, in, weight, vecs, eps); break;
+    default: add_rms_norm_kernel<kMaxVecs><<<grid, threads, 0, stream>>>(out, residual, in, weight, vecs, eps); break;
+  }
+  TACHYON_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tachyon::kernels::cuda
