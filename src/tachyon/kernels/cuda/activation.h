@@ -9,7 +9,7 @@ namespace tachyon::kernels::cuda {
 
 // out: [rows, dim] bf16 = silu(gate_up[:, :dim]) * gate_up[:, dim:]; gate_up: [rows, 2 * dim] bf16.
 // Math in f32, one rounding at the end. dim % 8 == 0 and out, gate_up 16-byte aligned (8-bf16
-// vector loads), checked on the host; rows == 0 launches nothing.
+// vector loads), checked on the host; out must not overlap gate_up; rows == 0 launches nothing.
 void silu_and_mul(bf16* out, const bf16* gate_up, int64_t rows, int64_t dim, cudaStream_t stream);
 
 }  // namespace tachyon::kernels::cuda

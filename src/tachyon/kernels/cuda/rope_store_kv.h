@@ -27,9 +27,10 @@ struct RopeStoreKvShape {
 // q_norm, k_norm: [head_dim] bf16, or both nullptr (no q/k norm).
 // inv_freq: [head_dim / 2] f32 (model/rope.h; angle of pair i at position p is p * inv_freq[i]).
 // positions, slot_mapping: [num_tokens] int32.
-// Every bf16 pointer 16-byte aligned (8-bf16 vector loads), checked on the host with the shape;
-// num_tokens == 0 launches nothing. Rounding: q/k norms round like HF's RMSNorm (normalized
-// value to bf16, times the weight, to bf16); the rotation is f32 and rounds once; v is copied.
+// q_out, k_cache and v_cache do not overlap qkv. Every bf16 pointer 16-byte aligned (8-bf16
+// vector loads), checked on the host with the shape; num_tokens == 0 launches nothing.
+// Rounding: q/k norms round like HF's RMSNorm (normalized value to bf16, times the weight, to
+// bf16); the rotation is f32 and rounds once; v is copied bit for bit.
 void rope_store_kv(bf16* q_out, bf16* k_cache, bf16* v_cache, const bf16* qkv, const bf16* q_norm,
                    const bf16* k_norm, const float* inv_freq, const int32_t* positions,
                    const int32_t* slot_mapping, const RopeStoreKvShape& shape, cudaStream_t stream);
