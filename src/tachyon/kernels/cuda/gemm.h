@@ -1,0 +1,95 @@
+// The dense layers on the GPU: out = in @ weight^T (+ bias), HF nn.Linear layout, through
+// cuBLASLt. CPU twin: kernels/linear.h `linear`. Test: tests/gpu/test_gemm.cpp (gpu_gemm).
+//
+// The non-obvious part is when work happens. Everything cuBLASLt needs for a shape (matmul
+// descriptor, three matrix layouts, the chosen algorithm) is built the first time the shape is
+// seen and kept in a map, so a steady-state linear() is a host map lookup and one
+// cublasLtMatmul: no allocation, no synchronization, safe inside CUDA graph capture. The
+// algorithm is cuBLASLt's first heuristic guess unless tune() timed the top candidates on this
+// GPU; tuned choices persist in a small JSON file keyed by the caller's plan hash.
+//
+// Requirements (checked, with the shape in the message): k and n multiples of 8, and every
+// pointer 16-byte aligned, so that each row of in, weight and out starts on a 16-byte boundary
+// (the Hopper kernels load tiles with TMA, which needs it; the heuristic is told to assume 16).
+//
+// One runner per device and per thread: it is not thread-safe, and its one cuBLASLt workspace
+// must not be used by two streams at once (issue all calls of a runner on one stream, or order
+// the streams). Run each shape once outside graph capture before capturing it, so that
+// cuBLASLt's lazily loaded kernels are loaded by then.
+#pragma once
+
+#include <compare>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "tachyon/kernels/cuda/cuda_check.h"
+
+namespace tachyon::kernels::cuda {
+
+enum class GemmOutputType { kBF16, kF32 };  // bf16 for hidden states, f32 for the LM head's logits
+
+// One matrix product as the model issues it: [m, k] @ [n, k]^T -> [m, n].
+struct GemmProblem {
+  int64_t m = 0;  // rows of in and out (tokens)
+  int64_t n = 0;  // output features (rows of weight)
+  int64_t k = 0;  // input features
+  GemmOutputType out_type = GemmOutputType::kBF16;
+  bool has_bias = false;
+
+  auto operator<=>(const GemmProblem&) const = default;
+};
+
+// "m=17 n=4096 k=4096 out=bf16 bias=no": the shape as every message and report names it.
+std::string to_string(const GemmProblem& problem);
+
+struct GemmTuneOptions {
+  int candidates = 8;  // heuristic results timed per problem
+  int warmup = 3;      // untimed runs per candidate
+  int repeats = 9;     // timed samples per candidate; the median decides
+};
+
+class GemmRunner {
+ public:
+  static constexpr size_t kDefaultWorkspaceBytes = size_t{32} << 20;
+
+  // Creates the cuBLASLt handle on the current device and allocates the workspace once.
+  explicit GemmRunner(size_t workspace_bytes = kDefaultWorkspaceBytes);
+  ~GemmRunner();
+  GemmRunner(const GemmRunner&) = delete;
+  GemmRunner& operator=(const GemmRunner&) = delete;
+
+  // out[m, n] = in[m, k] @ weight[n, k]^T (+ bias[n]), all row-major; f32 accumulation.
+  // out: [m, n] bf16 or f32 (out_type); in: [m, k] bf16; weight: [n, k] bf16;
+  // bias: [n] bf16 or nullptr. out must not alias in, weight or bias. m == 0 does nothing.
+  void linear(void* out, GemmOutputType out_type, const bf16* in, const bf16* weight, const bf16* bias, int64_t m,
+              int64_t n, int64_t k, cudaStream_t stream);
+
+  // Times the top heuristic candidates of each problem on `stream` with CUDA events (on random
+  // data in temporary device buffers sized for the largest problem: call it before the KV
+  // cache takes the free memory) and keeps the fastest. Synchronizes; not during capture.
+  void tune(std::span<const GemmProblem> problems, cudaStream_t stream, const GemmTuneOptions& options = {});
+
+  // The tuned choices, as JSON at `path` (written to a temporary file, then renamed). `key` is
+  // the caller's hash of everything that changes a choice (GPU, model shapes, ...); the file
+  // also records the cuBLASLt version and the workspace size.
+  void save_cache(const std::string& path, const std::string& key) const;
+  // Adopts a file written by save_cache when its key and cuBLASLt version match and cuBLASLt
+  // accepts every stored algorithm for this runner's workspace. Otherwise (also: no file, bad
+  // JSON) returns false and changes nothing: the caller tunes again.
+  bool load_cache(const std::string& path, const std::string& key);
+
+  // One line per known shape: the algorithm's configuration (id, tile, stages, split-k, ...)
+  // and, when tuned, its time and the heuristic's first choice's time. For reports.
+  std::string algo_summary() const;
+
+  size_t workspace_bytes() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tachyon::kernels::cuda
