@@ -1,0 +1,405 @@
+// Decode attention over the paged KV cache: one query token per sequence, split-KV
+// flash-decoding. Test: tests/gpu/test_attention_kernels.cpp (build/tests/gpu_attention_kernels).
+//
+// Decode is a stream over K/V bytes, so the design is about reading each K/V row once with
+// enough bytes in flight:
+// - GQA: one CTA serves every query head of one kv head (up to 16; larger groups take more
+//   CTAs per kv head). Those heads are the 16 rows of one tensor-core m16 tile, so the K/V
+//   tile read from HBM is used by all of them, and the math (mma.sync m16n8k16) is free next
+//   to the bytes; rows past the group are zero queries whose results are dropped.
+// - Split-KV: the sequence's visible key range is cut into up to `num_splits` contiguous
+//   pieces of >= kSplitTokens keys (grid z); each writes a partial (normalized output, log2-sum-
+//   exp) and a second kernel merges them. num_splits is host-known (max_context_len, the batch
+//   size, the SM count), capped at kMaxSplits, so a graph captured with a large bound launches
+//   a bounded grid; each sequence then divides its own length evenly over the splits it uses,
+//   and splits past that exit at once. A sequence that uses one split writes `out` directly.
+// - Inside a CTA each of the 4 warps streams its own 16-key tiles (tiles w, w+4, ...) through
+//   a private cp.async pipeline of kStages stages (16-byte copies, no block barriers in the
+//   loop) with its own online softmax; the 4 partial states are merged in shared memory.
+#include <algorithm>
+#include <cmath>
+
+#include "tachyon/kernels/cuda/attention.h"
+#include "tachyon/kernels/cuda/attention_common.cuh"
+
+namespace tachyon::kernels::cuda {
+namespace {
+
+using namespace attention_detail;
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kTileTokens = 16;     // keys per warp tile: two n8 mma tiles, one k16 step of P V
+constexpr int kSplitTokens = 256;   // fewest keys worth a split of their own
+constexpr int kMaxSplits = 64;      // bounds the grid and the workspace for any max_context_len
+constexpr int kCtasPerSmTarget = 4; // splits are added until the grid has this many CTAs per SM
+
+template <int kHeadDim>
+struct DecodeTraits {
+  static constexpr int kStages = kHeadDim == 64 ? 4 : 3;
+  static constexpr int kStageElems = 2 * kTileTokens * kHeadDim;  // K tile then V tile
+  static constexpr bool kQInRegisters = kHeadDim <= 128;          // 256 reloads Q from smem
+  static constexpr int kOStride = kHeadDim + 8;                   // f32 row of the merge buffer
+  static constexpr size_t kSmemBytes = (16 * kHeadDim + kWarps * kStages * kStageElems) * sizeof(bf16);
+  static_assert(kWarps * 16 * kOStride * sizeof(float) <= kWarps * kStages * kStageElems * sizeof(bf16),
+                "the cross-warp merge buffer reuses the pipeline stages");
+};
+
+struct DecodeArgs {
+  bf16* out;                   // [num_seqs, num_heads, head_dim] bf16
+  const bf16* q;               // [num_seqs, num_heads, head_dim] bf16
+  PagedKvView kv;
+  const int32_t* context_lens; // [num_seqs] int32
+  float* part_out;             // [num_seqs, num_heads, num_splits, head_dim] f32, normalized
+  float* part_lse;             // [num_seqs, num_heads, num_splits] f32, log2(sum exp2) of each split
+  int32_t num_heads;
+  int32_t group;               // query heads per kv head
+  int32_t m_tiles;             // CTAs per kv head: ceil(group / 16)
+  int32_t num_splits;
+  int32_t window;
+  float scale_log2;            // scale * log2(e)
+};
+
+// How one sequence's keys are split: tiles of kTileTokens keys start at `base` (key_lo rounded
+// down, so tiles align to 16 absolute positions), split z covers tiles
+// [z * tiles_per_split, (z + 1) * tiles_per_split) of n_tiles, for z < n_active.
+struct DecodeSplit {
+  int key_lo = 0;  // first visible key (sliding window), keys [key_lo, ctx) are attended
+  int base = 0;
+  int n_tiles = 0;
+  int tiles_per_split = 1;
+  int n_active = 0;  // 0 for an empty sequence
+};
+
+__device__ __forceinline__ DecodeSplit decode_split(int ctx, int window, int num_splits) {
+  DecodeSplit sp;
+  if (ctx <= 0) return sp;
+  sp.key_lo = window > 0 ? max(0, ctx - window) : 0;
+  sp.base = sp.key_lo & ~(kTileTokens - 1);
+  sp.n_tiles = ceil_div(ctx - sp.base, kTileTokens);
+  const int wanted = min(num_splits, ceil_div(ctx - sp.key_lo, kSplitTokens));
+  sp.tiles_per_split = ceil_div(sp.n_tiles, wanted);
+  sp.n_active = ceil_div(sp.n_tiles, sp.tiles_per_split);
+  return sp;
+}
+
+// grid (num_kv_heads * m_tiles, num_seqs, num_splits), kThreads threads, DecodeTraits::kSmemBytes.
+template <int kHeadDim>
+__global__ void __launch_bounds__(kThreads) paged_decode_kernel(const DecodeArgs a) {
+  using T = DecodeTraits<kHeadDim>;
+  constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
+  constexpr int kKSteps = kHeadDim / 16;
+  constexpr int kNTiles = kHeadDim / 8;  // n8 tiles of the output
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  bf16* s_q = reinterpret_cast<bf16*>(smem_raw);  // [16][kHeadDim] swizzled
+  bf16* s_pipe = s_q + 16 * kHeadDim;             // [kWarps][kStages][K, V][16][kHeadDim] swizzled
+  __shared__ float s_m[kWarps][16], s_l[kWarps][16];
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int kv_head = blockIdx.x / a.m_tiles, m_tile = blockIdx.x % a.m_tiles;
+  const int seq = blockIdx.y, split = blockIdx.z;
+  const int ctx = a.context_lens[seq];
+  const int head0 = kv_head * a.group + m_tile * 16;
+  const int rows = min(16, a.group - m_tile * 16);
+  const DecodeSplit sp = decode_split(ctx, a.window, a.num_splits);
+  if (ctx <= 0) {  // graph padding: zeros, written once
+    if (split == 0) {
+      bf16* dst = a.out + (static_cast<size_t>(seq) * a.num_heads + head0) * kHeadDim;
+      for (int i = threadIdx.x; i < rows * kHeadDim; i += kThreads) dst[i] = __float2bfloat16(0.0f);
+    }
+    return;
+  }
+  if (split >= sp.n_active) return;
+  const int tile_begin = split * sp.tiles_per_split;
+  const int tile_end = min(sp.n_tiles, tile_begin + sp.tiles_per_split);
+
+  // Q rows of this CTA's heads (rows past the group are zero).
+  const bf16* q_src = a.q + (static_cast<size_t>(seq) * a.num_heads + head0) * kHeadDim;
+  for (int i = threadIdx.x; i < 16 * kChunks; i += kThreads) {
+    const int r = i / kChunks, c = i % kChunks;
+    cp_async_16(smem_u32(s_q + swizzled<kHeadDim>(r, c)), q_src + (r < rows ? r : 0) * kHeadDim + c * 8, r < rows);
+  }
+  cp_async_commit();
+
+  // This warp's tiles: tile_begin + warp + i * kWarps for i < my_tiles. Lane l copies key
+  // (l % 16) of a tile, chunks (l / 16) + 2j: per instruction 16 rows x 32 contiguous bytes.
+  bf16* w_pipe = s_pipe + warp * T::kStages * T::kStageElems;
+  const int my_tiles = max(0, ceil_div(tile_end - tile_begin - warp, kWarps));
+  const int32_t* table = a.kv.block_tables + static_cast<size_t>(seq) * a.kv.block_table_stride;
+  const size_t row_stride = static_cast<size_t>(a.kv.num_kv_heads) * kHeadDim;
+  auto issue = [&](int i) {
+    const int token = sp.base + (tile_begin + warp + i * kWarps) * kTileTokens + (lane & 15);
+    const bool valid = token < ctx;
+    size_t offset = static_cast<size_t>(kv_head) * kHeadDim;
+    if (valid) {
+      const int64_t slot = static_cast<int64_t>(__ldg(table + token / a.kv.block_size)) * a.kv.block_size +
+                           token % a.kv.block_size;
+      offset += static_cast<size_t>(slot) * row_stride;
+    }
+    bf16* s_k = w_pipe + (i % T::kStages) * T::kStageElems;
+    bf16* s_v = s_k + kTileTokens * kHeadDim;
+#pragma unroll
+    for (int j = 0; j < kChunks / 2; ++j) {
+      const int c = (lane >> 4) + 2 * j;
+      const int at = swizzled<kHeadDim>(lane & 15, c);
+      cp_async_16(smem_u32(s_k + at), a.kv.k_cache + offset + c * 8, valid);
+      cp_async_16(smem_u32(s_v + at), a.kv.v_cache + offset + c * 8, valid);
+    }
+  };
+#pragma unroll
+  for (int i = 0; i < T::kStages - 1; ++i) {
+    if (i < my_tiles) issue(i);
+    cp_async_commit();
+  }
+  cp_async_wait<T::kStages - 1>();  // the Q group, committed first, has landed
+  __syncthreads();
+
+  // ldmatrix lane roles: A (Q) reads rows (m&1)*8 + r8 at chunk 2k + (m>>1); B (K) reads keys
+  // (m>>1)*8 + r8 at chunk 2k + (m&1); B^T (V, .trans) reads keys (m&1)*8 + r8 at chunk 2k + (m>>1).
+  const int mat = lane >> 3, r8 = lane & 7;
+  uint32_t q_frag[T::kQInRegisters ? kKSteps : 1][4];
+  if constexpr (T::kQInRegisters) {
+#pragma unroll
+    for (int k = 0; k < kKSteps; ++k)
+      ldmatrix_x4(q_frag[k], smem_u32(s_q + swizzled<kHeadDim>((mat & 1) * 8 + r8, 2 * k + (mat >> 1))));
+  }
+
+  float o[kNTiles][4];
+#pragma unroll
+  for (int n = 0; n < kNTiles; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};  // rows g and g + 8
+
+  for (int i = 0; i < my_tiles; ++i) {
+    __syncwarp();  // every lane is done with the stage refilled next (read in iteration i - 1)
+    if (i + T::kStages - 1 < my_tiles) issue(i + T::kStages - 1);
+    cp_async_commit();
+    cp_async_wait<T::kStages - 1>();
+    __syncwarp();
+    const bf16* s_k = w_pipe + (i % T::kStages) * T::kStageElems;
+    const bf16* s_v = s_k + kTileTokens * kHeadDim;
+
+    // S = Q K^T for 16 heads x 16 keys.
+    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+    for (int k = 0; k < kKSteps; ++k) {
+      uint32_t qa[4];
+      if constexpr (T::kQInRegisters) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) qa[e] = q_frag[k][e];
+      } else {
+        ldmatrix_x4(qa, smem_u32(s_q + swizzled<kHeadDim>((mat & 1) * 8 + r8, 2 * k + (mat >> 1))));
+      }
+      uint32_t b[4];
+      ldmatrix_x4(b, smem_u32(s_k + swizzled<kHeadDim>((mat >> 1) * 8 + r8, 2 * k + (mat & 1))));
+      mma_bf16_16816(s[0], qa, b[0], b[1]);
+      mma_bf16_16816(s[1], qa, b[2], b[3]);
+    }
+
+    // Keys outside [key_lo, ctx) (window start, tail past the context) are masked.
+    const int key0 = sp.base + (tile_begin + warp + i * kWarps) * kTileTokens + 2 * (lane & 3);
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + n * 8 + (e & 1);
+        if (key < sp.key_lo || key >= ctx) s[n][e] = -INFINITY;
+      }
+    }
+
+    // Online softmax; every tile holds at least one visible key, so the max is finite.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m_run[h], mx * a.scale_log2);
+      const float alpha = fast_exp2(m_run[h] - m_new);
+      m_run[h] = m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+#pragma unroll
+        for (int e = 2 * h; e < 2 * h + 2; ++e) {
+          s[n][e] = fast_exp2(fmaf(s[n][e], a.scale_log2, -m_new));
+          sum += s[n][e];
+        }
+      }
+      l_run[h] = l_run[h] * alpha + sum;
+#pragma unroll
+      for (int n = 0; n < kNTiles; ++n) {
+        o[n][2 * h] *= alpha;
+        o[n][2 * h + 1] *= alpha;
+      }
+    }
+
+    // O += P V, P straight from the S registers.
+    const uint32_t pa[4] = {pack_bf16(s[0][0], s[0][1]), pack_bf16(s[0][2], s[0][3]), pack_bf16(s[1][0], s[1][1]),
+                            pack_bf16(s[1][2], s[1][3])};
+#pragma unroll
+    for (int d = 0; d < kHeadDim / 16; ++d) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, smem_u32(s_v + swizzled<kHeadDim>((mat & 1) * 8 + r8, 2 * d + (mat >> 1))));
+      mma_bf16_16816(o[2 * d], pa, b[0], b[1]);
+      mma_bf16_16816(o[2 * d + 1], pa, b[2], b[3]);
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+  }
+
+  // Merge the 4 warps' states in shared memory (the pipeline stages are free now).
+  cp_async_wait<0>();
+  __syncthreads();
+  float* s_o = reinterpret_cast<float*>(s_pipe);  // [kWarps][16][kOStride] f32, unnormalized
+  const int g = lane >> 2, c2 = 2 * (lane & 3);
+  float* w_o = s_o + warp * 16 * T::kOStride;
+#pragma unroll
+  for (int n = 0; n < kNTiles; ++n) {
+    *reinterpret_cast<float2*>(w_o + g * T::kOStride + n * 8 + c2) = make_float2(o[n][0], o[n][1]);
+    *reinterpret_cast<float2*>(w_o + (g + 8) * T::kOStride + n * 8 + c2) = make_float2(o[n][2], o[n][3]);
+  }
+  if ((lane & 3) == 0) {
+    s_m[warp][g] = m_run[0];
+    s_m[warp][g + 8] = m_run[1];
+    s_l[warp][g] = l_run[0];
+    s_l[warp][g + 8] = l_run[1];
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < rows * (kHeadDim / 4); idx += kThreads) {
+    const int r = idx / (kHeadDim / 4), d = (idx % (kHeadDim / 4)) * 4;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, s_m[w][r]);
+    float sum = 0.0f;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float weight = fast_exp2(s_m[w][r] - mx);  // 0 for a warp that had no tile
+      const float4 part = *reinterpret_cast<const float4*>(s_o + (w * 16 + r) * T::kOStride + d);
+      sum += weight * s_l[w][r];
+      acc.x += weight * part.x;
+      acc.y += weight * part.y;
+      acc.z += weight * part.z;
+      acc.w += weight * part.w;
+    }
+    const float inv = 1.0f / sum;
+    const size_t head_row = static_cast<size_t>(seq) * a.num_heads + head0 + r;
+    if (sp.n_active == 1) {
+      __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(a.out + head_row * kHeadDim + d);
+      dst[0] = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
+      dst[1] = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
+    } else {
+      const size_t part_row = head_row * a.num_splits + split;
+      *reinterpret_cast<float4*>(a.part_out + part_row * kHeadDim + d) =
+          make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+      if (d == 0) a.part_lse[part_row] = mx + log2f(sum);
+    }
+  }
+}
+
+// Combines the splits of each (sequence, head): out = sum_z 2^(lse_z - max) o_z / sum_z 2^(lse_z - max).
+// grid (num_heads, num_seqs), kHeadDim / 4 threads, each owning 4 dims. Sequences that used
+// one split (or none) were written by the split kernel.
+template <int kHeadDim>
+__global__ void __launch_bounds__(kHeadDim / 4) merge_splits_kernel(const DecodeArgs a) {
+  const int head = blockIdx.x, seq = blockIdx.y;
+  const DecodeSplit sp = decode_split(a.context_lens[seq], a.window, a.num_splits);
+  if (sp.n_active <= 1) return;
+  const size_t head_row = static_cast<size_t>(seq) * a.num_heads + head;
+  const float* lse = a.part_lse + head_row * a.num_splits;
+  float mx = -INFINITY;
+  for (int z = 0; z < sp.n_active; ++z) mx = fmaxf(mx, lse[z]);
+  float sum = 0.0f;
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  const int d = threadIdx.x * 4;
+  for (int z = 0; z < sp.n_active; ++z) {
+    const float weight = fast_exp2(lse[z] - mx);
+    const float4 part = *reinterpret_cast<const float4*>(a.part_out + (head_row * a.num_splits + z) * kHeadDim + d);
+    sum += weight;
+    acc.x += weight * part.x;
+    acc.y += weight * part.y;
+    acc.z += weight * part.z;
+    acc.w += weight * part.w;
+  }
+  const float inv = 1.0f / sum;
+  __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(a.out + head_row * kHeadDim + d);
+  dst[0] = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
+  dst[1] = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
+}
+
+// Splits allowed by the longest visible range, before the occupancy rule.
+int splits_for_length(int32_t max_context_len, int32_t window) {
+  const int visible = window > 0 ? std::min(max_context_len, window) : max_context_len;
+  return std::clamp(ceil_div(std::max(visible, 1), kSplitTokens), 1, kMaxSplits);
+}
+
+int multiprocessor_count() {
+  int device = 0, count = 0;
+  TACHYON_CUDA_CHECK(cudaGetDevice(&device));
+  TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return count;
+}
+
+template <int kHeadDim>
+void launch_decode(const DecodeArgs& a, int num_seqs, cudaStream_t stream) {
+  const size_t smem = DecodeTraits<kHeadDim>::kSmemBytes;
+  TACHYON_CUDA_CHECK(
+      cudaFuncSetAttribute(paged_decode_kernel<kHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const dim3 grid(a.kv.num_kv_heads * a.m_tiles, num_seqs, a.num_splits);
+  paged_decode_kernel<kHeadDim><<<grid, kThreads, smem, stream>>>(a);
+  TACHYON_CUDA_CHECK_LAUNCH();
+  if (a.num_splits > 1) {
+    merge_splits_kernel<kHeadDim><<<dim3(a.num_heads, num_seqs), kHeadDim / 4, 0, stream>>>(a);
+    TACHYON_CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace
+
+size_t paged_decode_workspace_bytes(int32_t max_seqs, int32_t num_heads, int32_t head_dim, int32_t max_context_len) {
+  const int splits = splits_for_length(max_context_len, 0);
+  if (splits <= 1) return 0;
+  return static_cast<size_t>(max_seqs) * num_heads * splits * (head_dim + 1) * sizeof(float);
+}
+
+void paged_decode_attention(bf16* out, const bf16* q, const PagedKvView& kv, const int32_t* context_lens,
+                            int32_t num_seqs, int32_t max_context_len, const AttentionParams& params,
+                            void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  TACHYON_CHECK(kv.head_dim == 64 || kv.head_dim == 128 || kv.head_dim == 256)
+      << "decode attention supports head_dim 64, 128 and 256, not " << kv.head_dim;
+  TACHYON_CHECK(kv.num_kv_heads > 0 && params.num_heads % kv.num_kv_heads == 0)
+      << params.num_heads << " query heads over " << kv.num_kv_heads << " kv heads";
+  TACHYON_CHECK(kv.block_size > 0 && max_context_len >= 0 && num_seqs >= 0)
+      << "block_size " << kv.block_size << " max_context_len " << max_context_len << " num_seqs " << num_seqs;
+  if (num_seqs == 0) return;
+  DecodeArgs a{};
+  a.out = out;
+  a.q = q;
+  a.kv = kv;
+  a.context_lens = context_lens;
+  a.num_heads = params.num_heads;
+  a.group = params.num_heads / kv.num_kv_heads;
+  a.m_tiles = ceil_div(a.group, 16);
+  a.window = params.sliding_window;
+  a.scale_log2 = params.scale * kLog2e;
+  const int ctas_per_split = kv.num_kv_heads * a.m_tiles * num_seqs;
+  const int by_occupancy = ceil_div(kCtasPerSmTarget * multiprocessor_count(), ctas_per_split);
+  a.num_splits = std::max(1, std::min(splits_for_length(max_context_len, params.sliding_window), by_occupancy));
+  if (a.num_splits > 1) {
+    const size_t part_rows = static_cast<size_t>(num_seqs) * params.num_heads * a.num_splits;
+    const size_t needed = part_rows * (kv.head_dim + 1) * sizeof(float);
+    TACHYON_CHECK(workspace != nullptr && workspace_bytes >= needed)
+        << "decode workspace of " << workspace_bytes << " bytes, " << needed << " needed";
+    a.part_out = static_cast<float*>(workspace);
+    a.part_lse = a.part_out + part_rows * kv.head_dim;
+  }
+  switch (kv.head_dim) {
+    case 64: launch_decode<64>(a, num_seqs, stream); break;
+    case 128: launch_decode<128>(a, num_seqs, stream); break;
+    default: launch_decode<256>(a, num_seqs, stream); break;
+  }
+}
+
+}  // namespace tachyon::kernels::cuda
