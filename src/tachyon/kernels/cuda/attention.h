@@ -34,7 +34,9 @@ struct AttentionParams {
 
 // --- decode: one query token per sequence, at position context_lens[s] - 1 ---
 // Scratch bytes the decode kernel needs for up to `max_seqs` sequences of up to
-// `max_context_len` tokens (partial results of the KV splits).
+// `max_context_len` tokens (partial results of the KV splits): f32 [seqs, heads, splits,
+// head_dim + 1] with at most 64 splits of >= 256 keys; 0 when max_context_len <= 256 (one split,
+// nothing to merge, the workspace may then be null).
 size_t paged_decode_workspace_bytes(int32_t max_seqs, int32_t num_heads, int32_t head_dim, int32_t max_context_len);
 
 // out, q: [num_seqs, num_heads, head_dim] bf16; context_lens: [num_seqs] int32, tokens in the
@@ -42,6 +44,7 @@ size_t paged_decode_workspace_bytes(int32_t max_seqs, int32_t num_heads, int32_t
 // (host-known; it fixes the number of KV splits, so a graph captured with the model's maximum
 // replays for any shorter one). A sequence with context_lens[s] == 0 (graph padding) writes
 // zeros. workspace: paged_decode_workspace_bytes(num_seqs, ...) bytes or more.
+// Any block_size works (the kernels gather key by key); head_dim 64, 128 or 256.
 void paged_decode_attention(bf16* out, const bf16* q, const PagedKvView& kv, const int32_t* context_lens,
                             int32_t num_seqs, int32_t max_context_len, const AttentionParams& params,
                             void* workspace, size_t workspace_bytes, cudaStream_t stream);

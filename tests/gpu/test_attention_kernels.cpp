@@ -1,0 +1,407 @@
+// The paged decode and prefill attention kernels against the CPU paged_attention (the spec),
+// fed the same bf16-rounded q/k/v. Caches are built the hard way: shuffled block tables, block
+// sizes 16 and 32, unused blocks full of large garbage (wrong indexing shows as a large
+// error) and the slots past each sequence's last key full of NaN (a kernel that lets them into
+// the math shows as an infinite error). Outputs must be within kBf16Tolerance overall and per
+// sequence. The *Speed tests print time, the floor and their ratio for Llama-3-8B shapes.
+// Run on the GPU machine: build/tests/gpu_attention_kernels (TACHYON_TEST_SEED replays a run).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <optional>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "tachyon/kernels/attention.h"
+#include "tachyon/kernels/cuda/attention.h"
+
+namespace tachyon::gpu_test {
+namespace {
+
+namespace cpu = kernels::cpu;
+namespace gpu = kernels::cuda;
+
+struct HeadShape {
+  int32_t num_heads = 32;
+  int32_t num_kv_heads = 8;
+  int32_t head_dim = 128;
+  int32_t block_size = 16;
+  int32_t window = 0;
+};
+
+// K/V of several sequences in one paged cache, host f32 (for the reference) and device bf16.
+class PagedCache {
+ public:
+  // contexts[s]: keys of sequence s. Its block table row lists ceil(contexts[s] / block_size)
+  // blocks drawn from a shuffled pool, then garbage blocks up to the row stride.
+  PagedCache(std::mt19937_64& gen, const std::vector<int32_t>& contexts, const HeadShape& shape)
+      : shape_(shape) {
+    const int32_t bs = shape.block_size;
+    int32_t needed = 0, longest = 0;
+    for (int32_t ctx : contexts) {
+      needed += (ctx + bs - 1) / bs;
+      longest = std::max(longest, (ctx + bs - 1) / bs);
+    }
+    stride_ = longest + 2;
+    const int32_t garbage = needed / 2 + 3;
+    num_blocks_ = needed + garbage;
+    std::vector<int32_t> pool(num_blocks_);
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), gen);
+    const size_t row = static_cast<size_t>(shape.num_kv_heads) * shape.head_dim;
+    const size_t block_elems = bs * row;
+    // Every block starts as large garbage; owned slots get real values, owned slots past the
+    // context get NaN.
+    k_ = random_bf16_values(gen, num_blocks_ * block_elems, 50.0f);
+    v_ = random_bf16_values(gen, num_blocks_ * block_elems, 50.0f);
+    tables_.assign(contexts.size() * stride_, 0);
+    size_t next = 0;
+    for (size_t s = 0; s < contexts.size(); ++s) {
+      const int32_t blocks = (contexts[s] + bs - 1) / bs;
+      for (int32_t b = 0; b < stride_; ++b) {
+        tables_[s * stride_ + b] = b < blocks ? pool[next++] : pool[needed + (s + b) % garbage];
+      }
+      for (int32_t b = 0; b < blocks; ++b) {
+        const std::vector<float> k = random_bf16_values(gen, block_elems), v = random_bf16_values(gen, block_elems);
+        const size_t at = static_cast<size_t>(tables_[s * stride_ + b]) * block_elems;
+        for (size_t i = 0; i < block_elems; ++i) {
+          const bool owned = b * bs + static_cast<int32_t>(i / row) < contexts[s];
+          k_[at + i] = owned ? k[i] : NAN;
+          v_[at + i] = owned ? v[i] : NAN;
+        }
+      }
+    }
+    k_d_.emplace(upload_bf16(k_));
+    v_d_.emplace(upload_bf16(v_));
+    tables_d_.emplace(upload(tables_));
+  }
+
+  gpu::PagedKvView view() const {
+    return gpu::PagedKvView{k_d_->data(), v_d_->data(), tables_d_->data(), stride_,
+                            shape_.block_size, shape_.num_kv_heads, shape_.head_dim};
+  }
+
+  // out, q: [n, num_heads, head_dim] f32: the CPU kernel for sequence s's last n positions of ctx.
+  void reference(float* out, const float* q, size_t s, int32_t ctx, int32_t n, float scale) const {
+    const cpu::AttentionShape shape{n, ctx - n, shape_.num_heads, shape_.num_kv_heads, shape_.head_dim,
+                                    shape_.window, scale};
+    cpu::paged_attention(out, q, k_.data(), v_.data(), tables_.data() + s * stride_, shape_.block_size, shape);
+  }
+
+  const std::vector<int32_t>& tables() const { return tables_; }
+  int32_t stride() const { return stride_; }
+
+ private:
+  HeadShape shape_;
+  int32_t stride_ = 0, num_blocks_ = 0;
+  std::vector<float> k_, v_;        // [num_blocks, block_size, num_kv_heads, head_dim]
+  std::vector<int32_t> tables_;     // [num_seqs, stride_]
+  std::optional<DeviceArray<bf16>> k_d_, v_d_;
+  std::optional<DeviceArray<int32_t>> tables_d_;
+};
+
+gpu::AttentionParams params_of(const HeadShape& shape) {
+  return gpu::AttentionParams{shape.num_heads, 1.0f / std::sqrt(static_cast<float>(shape.head_dim)), shape.window};
+}
+
+std::vector<float> slice(const std::vector<float>& values, size_t begin, size_t count) {
+  return std::vector<float>(values.begin() + begin, values.begin() + begin + count);
+}
+
+// --- decode ---
+
+struct DecodeRun {
+  std::vector<float> out;  // [num_seqs, num_heads, head_dim]
+  std::vector<float> ref;
+};
+
+// One decode step over `contexts` (max_context_len = `bound`, or the longest when 0).
+DecodeRun run_decode(std::mt19937_64& gen, const std::vector<int32_t>& contexts, const HeadShape& shape,
+                     int32_t bound = 0) {
+  const PagedCache cache(gen, contexts, shape);
+  const int32_t num_seqs = static_cast<int32_t>(contexts.size());
+  const size_t head_elems = static_cast<size_t>(shape.num_heads) * shape.head_dim;
+  const std::vector<float> q = random_bf16_values(gen, num_seqs * head_elems, 1.5f);
+  const gpu::AttentionParams params = params_of(shape);
+  DecodeRun run;
+  run.ref.assign(num_seqs * head_elems, 0.0f);
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    if (contexts[s] > 0) cache.reference(run.ref.data() + s * head_elems, q.data() + s * head_elems, s, contexts[s], 1, params.scale);
+  }
+  const int32_t max_context_len = bound > 0 ? bound : *std::max_element(contexts.begin(), contexts.end());
+  const size_t workspace_bytes =
+      gpu::paged_decode_workspace_bytes(num_seqs, shape.num_heads, shape.head_dim, max_context_len);
+  DeviceArray<uint8_t> workspace(std::max<size_t>(workspace_bytes, 1));
+  DeviceArray<bf16> q_d = upload_bf16(q), out_d(num_seqs * head_elems);
+  DeviceArray<int32_t> contexts_d = upload(contexts);
+  gpu::paged_decode_attention(out_d.data(), q_d.data(), cache.view(), contexts_d.data(), num_seqs, max_context_len,
+                              params, workspace.data(), workspace_bytes, nullptr);
+  run.out = download_f32(out_d);
+  return run;
+}
+
+void expect_decode_close(const std::vector<int32_t>& contexts, const HeadShape& shape, const DecodeRun& run) {
+  const size_t head_elems = static_cast<size_t>(shape.num_heads) * shape.head_dim;
+  EXPECT_LT(relative_error(run.out, run.ref), kBf16Tolerance);
+  for (size_t s = 0; s < contexts.size(); ++s) {
+    SCOPED_TRACE(testing::Message() << "sequence " << s << " context " << contexts[s]);
+    const std::vector<float> out = slice(run.out, s * head_elems, head_elems);
+    if (contexts[s] == 0) {
+      EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) { return x == 0.0f; }));
+    } else {
+      EXPECT_LT(relative_error(out, slice(run.ref, s * head_elems, head_elems)), kBf16Tolerance);
+    }
+  }
+}
+
+void check_decode(std::mt19937_64& gen, const std::vector<int32_t>& contexts, const HeadShape& shape,
+                  int32_t bound = 0) {
+  SCOPED_TRACE(testing::Message() << "heads " << shape.num_heads << "/" << shape.num_kv_heads << " head_dim "
+                                  << shape.head_dim << " block " << shape.block_size << " window " << shape.window
+                                  << " batch " << contexts.size() << " bound " << bound);
+  expect_decode_close(contexts, shape, run_decode(gen, contexts, shape, bound));
+}
+
+const std::vector<int32_t> kDecodeContexts = {1, 2, 15, 16, 17, 100, 1000, 5000};
+
+// Batch 1 at every length (one split up to 256 keys, many splits at 5000), then all the
+// lengths in one batch, for each head_dim and both block sizes.
+TEST(PagedDecodeAttention, EveryContextLengthAndHeadDim) {
+  auto gen = rng(101);
+  for (int32_t head_dim : {64, 128, 256}) {
+    for (int32_t block_size : {16, 32}) {
+      const HeadShape shape{32, 8, head_dim, block_size, 0};
+      for (int32_t ctx : kDecodeContexts) check_decode(gen, {ctx}, shape);
+      check_decode(gen, kDecodeContexts, shape);
+    }
+  }
+}
+
+// GQA ratios 1, 4, 7, 8 and 20 (more heads than one 16-row tile), mixed lengths up to 3000 in
+// batches up to 70, with a zero-length padding sequence in each batch.
+TEST(PagedDecodeAttention, MixedBatchesAndGqaRatios) {
+  auto gen = rng(102);
+  const HeadShape shapes[] = {{8, 8, 128, 16, 0}, {32, 8, 128, 32, 0}, {28, 4, 128, 16, 0},
+                              {28, 4, 64, 32, 0}, {40, 2, 128, 16, 0}, {16, 2, 256, 16, 0}};
+  for (const HeadShape& shape : shapes) {
+    for (int32_t batch : {2, 9, 70}) {
+      std::uniform_int_distribution<int32_t> length(1, batch > 10 ? 1500 : 3000);
+      std::vector<int32_t> contexts(batch);
+      for (int32_t& ctx : contexts) ctx = length(gen);
+      contexts[batch / 2] = 0;
+      check_decode(gen, contexts, shape);
+    }
+  }
+}
+
+// Windows shorter than, around and longer than the context; window 1 sees only the query's own key.
+TEST(PagedDecodeAttention, SlidingWindow) {
+  auto gen = rng(103);
+  for (int32_t head_dim : {64, 128}) {
+    for (int32_t window : {1, 100, 256, 1000, 4096}) {
+      const HeadShape shape{28, 4, head_dim, window % 2 == 0 ? 16 : 32, window};
+      check_decode(gen, {1, 17, 100, 999, 1000, 1001, 5000, 0}, shape);
+    }
+  }
+}
+
+// A graph captured with a large max_context_len replays with short contexts: the grid has
+// splits no sequence uses, and bounds past kMaxSplits * 256 keys still work.
+TEST(PagedDecodeAttention, MaxContextLenLargerThanContexts) {
+  auto gen = rng(104);
+  const HeadShape shape{32, 8, 128, 16, 0};
+  check_decode(gen, {5, 0, 300}, shape, 32768);
+  check_decode(gen, {5000, 1, 4097}, shape, 1 << 20);
+  check_decode(gen, {0}, shape, 8192);
+  check_decode(gen, std::vector<int32_t>(64, 17), shape, 131072);
+}
+
+// Times `launch` (already warmed up) over `iterations` runs; returns microseconds per run.
+template <typename Launch>
+double time_us(Launch launch, int iterations = 50) {
+  cudaEvent_t start, stop;
+  TACHYON_CUDA_CHECK(cudaEventCreate(&start));
+  TACHYON_CUDA_CHECK(cudaEventCreate(&stop));
+  launch();
+  TACHYON_CUDA_CHECK(cudaEventRecord(start));
+  for (int i = 0; i < iterations; ++i) launch();
+  TACHYON_CUDA_CHECK(cudaEventRecord(stop));
+  TACHYON_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0.0f;
+  TACHYON_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  TACHYON_CUDA_CHECK(cudaEventDestroy(start));
+  TACHYON_CUDA_CHECK(cudaEventDestroy(stop));
+  return 1000.0 * ms / iterations;
+}
+
+// Llama-3-8B decode: the K/V bytes over the measured copy bandwidth is the floor.
+TEST(PagedDecodeAttention, Llama3DecodeSpeed) {
+  auto gen = rng(105);
+  const HeadShape shape{32, 8, 128, 16, 0};
+  const double bandwidth = cuda::measure_copy_bandwidth();
+  std::printf("[decode] copy bandwidth %.2f TB/s\n", bandwidth / 1e12);
+  for (auto [batch, ctx] : {std::pair{64, 1024}, std::pair{1, 100}, std::pair{1, 5000}, std::pair{16, 4096}}) {
+    const std::vector<int32_t> contexts(batch, ctx);
+    const PagedCache cache(gen, contexts, shape);
+    const size_t head_elems = static_cast<size_t>(shape.num_heads) * shape.head_dim;
+    const std::vector<float> q = random_bf16_values(gen, batch * head_elems);
+    const size_t workspace_bytes = gpu::paged_decode_workspace_bytes(batch, shape.num_heads, shape.head_dim, ctx);
+    DeviceArray<uint8_t> workspace(std::max<size_t>(workspace_bytes, 1));
+    DeviceArray<bf16> q_d = upload_bf16(q), out_d(batch * head_elems);
+    DeviceArray<int32_t> contexts_d = upload(contexts);
+    const gpu::AttentionParams params = params_of(shape);
+    const double us = time_us([&] {
+      gpu::paged_decode_attention(out_d.data(), q_d.data(), cache.view(), contexts_d.data(), batch, ctx, params,
+                                  workspace.data(), workspace_bytes, nullptr);
+    });
+    const double bytes = 2.0 * batch * ctx * shape.num_kv_heads * shape.head_dim * sizeof(bf16);
+    std::printf("[decode] batch %d context %d: %.2f us, %.2f TB/s of K/V, floor %.2f us, %.0f%% of copy bandwidth\n",
+                batch, ctx, us, bytes / us / 1e6, bytes / bandwidth * 1e6, 100.0 * bytes / us / 1e6 / (bandwidth / 1e12));
+    std::vector<float> ref(batch * head_elems);
+    const size_t s = batch - 1;  // spot-check the last sequence
+    cache.reference(ref.data(), q.data() + s * head_elems, s, ctx, 1, params.scale);
+    EXPECT_LT(relative_error(slice(download_f32(out_d), s * head_elems, head_elems), slice(ref, 0, head_elems)),
+              kBf16Tolerance);
+  }
+}
+
+// --- prefill ---
+
+struct PrefillSeq {
+  int32_t cached = 0;  // keys already in the cache before this step's rows
+  int32_t rows = 0;    // query rows this step; the context is cached + rows
+};
+
+struct PrefillRun {
+  std::vector<float> q;    // [num_query_tokens, num_heads, head_dim]
+  std::vector<float> out;
+};
+
+// Runs the prefill kernel over `seqs` (their rows contiguous in q, in order) on `cache`, whose
+// block table rows are `table_rows` (one per sequence).
+std::vector<float> prefill_on_device(const PagedCache& cache, const std::vector<size_t>& table_rows,
+                                     const std::vector<PrefillSeq>& seqs, const std::vector<float>& q,
+                                     const HeadShape& shape) {
+  std::vector<int32_t> starts = {0}, contexts, tables;
+  int32_t max_rows = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    starts.push_back(starts.back() + seqs[i].rows);
+    contexts.push_back(seqs[i].cached + seqs[i].rows);
+    max_rows = std::max(max_rows, seqs[i].rows);
+    const int32_t* row = cache.tables().data() + table_rows[i] * cache.stride();
+    tables.insert(tables.end(), row, row + cache.stride());
+  }
+  const int32_t tokens = starts.back();
+  gpu::PagedKvView view = cache.view();
+  DeviceArray<int32_t> tables_d = upload(tables), starts_d = upload(starts), contexts_d = upload(contexts);
+  view.block_tables = tables_d.data();
+  DeviceArray<bf16> q_d = upload_bf16(q), out_d(std::max<size_t>(q.size(), 1));
+  gpu::paged_prefill_attention(out_d.data(), q_d.data(), view, starts_d.data(), contexts_d.data(),
+                               static_cast<int32_t>(seqs.size()), tokens, max_rows, params_of(shape), nullptr);
+  std::vector<float> out = download_f32(out_d);
+  out.resize(q.size());
+  return out;
+}
+
+std::vector<int32_t> contexts_of(const std::vector<PrefillSeq>& seqs) {
+  std::vector<int32_t> contexts;
+  for (const PrefillSeq& seq : seqs) contexts.push_back(seq.cached + seq.rows);
+  return contexts;
+}
+
+// The batch against the CPU per sequence, and each sequence run alone against the batch (bit
+// for bit: a CTA's result must not depend on its neighbours).
+void check_prefill(std::mt19937_64& gen, const std::vector<PrefillSeq>& seqs, const HeadShape& shape) {
+  SCOPED_TRACE(testing::Message() << "heads " << shape.num_heads << "/" << shape.num_kv_heads << " head_dim "
+                                  << shape.head_dim << " block " << shape.block_size << " window " << shape.window);
+  const PagedCache cache(gen, contexts_of(seqs), shape);
+  const size_t row_elems = static_cast<size_t>(shape.num_heads) * shape.head_dim;
+  int32_t tokens = 0;
+  for (const PrefillSeq& seq : seqs) tokens += seq.rows;
+  const std::vector<float> q = random_bf16_values(gen, tokens * row_elems, 1.5f);
+  std::vector<size_t> table_rows(seqs.size());
+  std::iota(table_rows.begin(), table_rows.end(), 0);
+  const std::vector<float> out = prefill_on_device(cache, table_rows, seqs, q, shape);
+
+  std::vector<float> ref(q.size());
+  size_t begin = 0;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const size_t count = seqs[s].rows * row_elems;
+    if (count == 0) continue;
+    SCOPED_TRACE(testing::Message() << "sequence " << s << " cached " << seqs[s].cached << " rows " << seqs[s].rows);
+    cache.reference(ref.data() + begin, q.data() + begin, s, seqs[s].cached + seqs[s].rows, seqs[s].rows,
+                    params_of(shape).scale);
+    const std::vector<float> seq_out = slice(out, begin, count);
+    EXPECT_LT(relative_error(seq_out, slice(ref, begin, count)), kBf16Tolerance);
+    const std::vector<float> alone = prefill_on_device(cache, {s}, {seqs[s]}, slice(q, begin, count), shape);
+    EXPECT_TRUE(alone == seq_out) << "batched and alone differ";
+    begin += count;
+  }
+  EXPECT_LT(relative_error(out, ref), kBf16Tolerance);
+}
+
+// (cached prefix, new rows): whole prompts, a prompt behind prefix-cached blocks, chunked
+// prefill continuing at odd offsets, a decode-like single row, a sequence with no rows.
+const std::vector<PrefillSeq> kPrefillBatch = {{0, 1},    {0, 17},  {0, 200},  {37, 64},  {100, 3},
+                                               {512, 300}, {50, 0}, {2200, 300}, {0, 129}, {1, 128}};
+
+TEST(PagedPrefillAttention, RaggedBatchEveryHeadDim) {
+  auto gen = rng(201);
+  check_prefill(gen, kPrefillBatch, HeadShape{32, 8, 128, 16, 0});
+  check_prefill(gen, kPrefillBatch, HeadShape{28, 4, 128, 32, 0});
+  check_prefill(gen, kPrefillBatch, HeadShape{8, 8, 64, 16, 0});
+  check_prefill(gen, kPrefillBatch, HeadShape{28, 4, 64, 32, 0});
+  check_prefill(gen, kPrefillBatch, HeadShape{16, 8, 256, 16, 0});
+}
+
+TEST(PagedPrefillAttention, SlidingWindow) {
+  auto gen = rng(202);
+  for (int32_t window : {1, 64, 100, 1000}) {
+    check_prefill(gen, kPrefillBatch, HeadShape{8, 2, 128, 16, window});
+    check_prefill(gen, kPrefillBatch, HeadShape{4, 1, 64, 32, window});
+  }
+  check_prefill(gen, kPrefillBatch, HeadShape{16, 8, 256, 32, 200});
+}
+
+// Llama-3-8B: one 2048-token causal prompt, 32 heads / 8 kv heads of 128. Spot-checks three
+// slices of rows against the CPU (the whole prompt would take the CPU too long).
+TEST(PagedPrefillAttention, Llama3PrefillSpeed) {
+  auto gen = rng(203);
+  const HeadShape shape{32, 8, 128, 16, 0};
+  const int32_t n = 2048;
+  const PagedCache cache(gen, {n}, shape);
+  const size_t row_elems = static_cast<size_t>(shape.num_heads) * shape.head_dim;
+  const std::vector<float> q = random_bf16_values(gen, n * row_elems);
+  const std::vector<int32_t> starts = {0, n}, contexts = {n};
+  DeviceArray<int32_t> starts_d = upload(starts), contexts_d = upload(contexts);
+  DeviceArray<bf16> q_d = upload_bf16(q), out_d(n * row_elems);
+  const gpu::AttentionParams params = params_of(shape);
+  const double us = time_us(
+      [&] {
+        gpu::paged_prefill_attention(out_d.data(), q_d.data(), cache.view(), starts_d.data(), contexts_d.data(), 1, n,
+                                     n, params, nullptr);
+      },
+      20);
+  const double flops = 4.0 * shape.head_dim * shape.num_heads * (double(n) * (n + 1) / 2);
+  std::printf("[prefill] %d tokens causal: %.1f us, %.1f TFLOP/s (goal > 250)\n", n, us, flops / us / 1e6);
+  const std::vector<float> out = download_f32(out_d);
+  for (int32_t first : {0, 1000, n - 70}) {
+    const int32_t rows = 70;
+    std::vector<float> ref(rows * row_elems);  // rows [first, first + rows) see keys up to first + rows
+    cache.reference(ref.data(), q.data() + first * row_elems, 0, first + rows, rows, params.scale);
+    EXPECT_LT(relative_error(slice(out, first * row_elems, rows * row_elems), ref), kBf16Tolerance)
+        << "rows from " << first;
+  }
+}
+
+TEST(PagedAttention, EmptyBatchesLaunchNothing) {
+  const gpu::PagedKvView view{nullptr, nullptr, nullptr, 1, 16, 8, 128};
+  const gpu::AttentionParams params{32, 0.1f, 0};
+  gpu::paged_decode_attention(nullptr, nullptr, view, nullptr, 0, 4096, params, nullptr, 0, nullptr);
+  gpu::paged_prefill_attention(nullptr, nullptr, view, nullptr, nullptr, 0, 0, 0, params, nullptr);
+  TACHYON_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+}  // namespace
+}  // namespace tachyon::gpu_test
