@@ -12,9 +12,12 @@
 // fragment of P for the P V product (flash-attention 2 keeps P in registers this way).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include <cuda_bf16.h>
+
+#include "tachyon/kernels/cuda/cuda_check.h"
 
 namespace tachyon::kernels::cuda::attention_detail {
 
@@ -80,6 +83,18 @@ __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
+}
+
+// Raises `kernel`'s dynamic shared-memory limit to `bytes` once per device (a driver call per
+// launch would show in eager decode steps). `done`: one bit per device ordinal, owned by the caller.
+template <typename Kernel>
+void raise_smem_limit_once(Kernel kernel, size_t bytes, std::atomic<uint64_t>& done) {
+  int device = 0;
+  TACHYON_CUDA_CHECK(cudaGetDevice(&device));
+  const uint64_t bit = uint64_t{1} << (device & 63);
+  if (done.load(std::memory_order_acquire) & bit) return;
+  TACHYON_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  done.fetch_or(bit, std::memory_order_release);
 }
 
 }  // namespace tachyon::kernels::cuda::attention_detail

@@ -345,8 +345,8 @@ int multiprocessor_count() {
 template <int kHeadDim>
 void launch_decode(const DecodeArgs& a, int num_seqs, cudaStream_t stream) {
   const size_t smem = DecodeTraits<kHeadDim>::kSmemBytes;
-  TACHYON_CUDA_CHECK(
-      cudaFuncSetAttribute(paged_decode_kernel<kHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  static std::atomic<uint64_t> smem_raised{0};
+  raise_smem_limit_once(paged_decode_kernel<kHeadDim>, smem, smem_raised);
   const dim3 grid(a.kv.num_kv_heads * a.m_tiles, num_seqs, a.num_splits);
   paged_decode_kernel<kHeadDim><<<grid, kThreads, smem, stream>>>(a);
   TACHYON_CUDA_CHECK_LAUNCH();

@@ -278,8 +278,8 @@ __global__ void __launch_bounds__(kThreads, 2) paged_prefill_kernel(const Prefil
 template <int kHeadDim>
 void launch_prefill(const PrefillArgs& a, int num_seqs, int max_query_len, cudaStream_t stream) {
   using T = PrefillTraits<kHeadDim>;
-  TACHYON_CUDA_CHECK(cudaFuncSetAttribute(paged_prefill_kernel<kHeadDim>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
+  static std::atomic<uint64_t> smem_raised{0};
+  raise_smem_limit_once(paged_prefill_kernel<kHeadDim>, T::kSmemBytes, smem_raised);
   const dim3 grid(ceil_div(max_query_len, T::kBlockM), a.num_heads, num_seqs);
   paged_prefill_kernel<kHeadDim><<<grid, kThreads, T::kSmemBytes, stream>>>(a);
   TACHYON_CUDA_CHECK_LAUNCH();
