@@ -80,8 +80,11 @@ StepInputSummary fill_step_inputs(const engine::StepPlan& plan, const StepInputL
   int32_t* context_lens = int32_at(staging, layout.context_lens);
   int32_t* query_starts = int32_at(staging, layout.query_starts);
   int32_t* block_tables = int32_at(staging, layout.block_tables);
+  bool leading = true;
   for (int32_t s = 0; s < num_seqs; ++s) {
     const engine::ScheduledSequence& seq = plan.sequences[static_cast<size_t>(s)];
+    leading = leading && seq.num_tokens == 1;
+    if (leading) summary.num_decode_seqs = s + 1;
     const int64_t context = seq.num_computed + seq.num_tokens;
     TACHYON_CHECK(static_cast<int64_t>(seq.block_table.size()) <= layout.block_table_stride)
         << "sequence of " << context << " tokens needs " << seq.block_table.size() << " KV blocks, more than the "
@@ -102,6 +105,7 @@ StepInputSummary fill_step_inputs(const engine::StepPlan& plan, const StepInputL
     query_starts[num_seqs + p] = row;
   }
   query_starts[summary.num_seqs] = summary.num_tokens;
+  if (summary.num_decode_seqs == num_seqs) summary.num_decode_seqs = summary.num_seqs;  // padding decodes too
   summary.bytes_used = layout.block_tables + static_cast<size_t>(summary.num_seqs) *
                                                  static_cast<size_t>(layout.block_table_stride) * sizeof(int32_t);
   return summary;

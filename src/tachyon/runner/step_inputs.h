@@ -43,6 +43,7 @@ struct StepInputSummary {
   int32_t num_sampled = 0;      // real sampled rows (the first num_sampled logits rows)
   int32_t max_query_len = 0;
   int32_t max_context_len = 0;
+  int32_t num_decode_seqs = 0;  // leading sequences that run one token (the scheduler puts decodes first)
   bool decode_only = false;     // every sequence runs one token and samples it
   size_t bytes_used = 0;        // prefix of the staging buffer to copy (before the variable tail)
 };

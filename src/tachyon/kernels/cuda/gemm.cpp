@@ -45,6 +45,7 @@ const void* const kBiasAlignmentProbe = reinterpret_cast<const void*>(uintptr_t{
 constexpr const char* kCacheFormat = "tachyon-gemm-algos";
 constexpr int kCacheFormatVersion = 1;
 constexpr float kTuneSampleUs = 200.0f;  // a timed sample repeats the launch to last about this long
+constexpr size_t kWeightPoolBytes = size_t{512} << 20;  // weights tuned from a pool ~10x the H200 L2
 
 const char* type_name(GemmOutputType type) { return type == GemmOutputType::kF32 ? "f32" : "bf16"; }
 size_t type_bytes(GemmOutputType type) { return type == GemmOutputType::kF32 ? 4 : 2; }
@@ -226,17 +227,22 @@ struct GemmRunner::Impl {
   }
 
   // Median microseconds of one launch of `algo`; NAN when cuBLASLt refuses to run it.
-  float time_algo(const Plan& plan, const cublasLtMatmulAlgo_t& algo, void* out, const bf16* in, const bf16* weight,
-                  const GemmTuneOptions& options, cudaStream_t stream) {
+  // Launch i reads weight copy i % copies: together the copies are several times the L2, so a
+  // decode-sized product is timed reading cold weights, as the forward does.
+  float time_algo(const Plan& plan, const cublasLtMatmulAlgo_t& algo, void* out, const bf16* in, const bf16* weights,
+                  int64_t copies, int64_t copy_elems, const GemmTuneOptions& options, cudaStream_t stream) {
+    int64_t next = 0;
+    auto weight_at = [&]() { return weights + (next++ % copies) * copy_elems; };
+    const bf16* weight = weights;
     if (run(plan, algo, out, in, weight, stream) != CUBLAS_STATUS_SUCCESS) {
       cudaGetLastError();  // a refused launch must not be blamed on the next call
       return NAN;
     }
-    for (int i = 0; i < options.warmup; ++i) TACHYON_CUBLAS_CHECK(run(plan, algo, out, in, weight, stream), "tuning");
+    for (int i = 0; i < options.warmup; ++i) TACHYON_CUBLAS_CHECK(run(plan, algo, out, in, weight_at(), stream), "tuning");
     Event start, stop;
     auto sample_us = [&](int launches) {
       TACHYON_CUDA_CHECK(cudaEventRecord(start.event, stream));
-      for (int i = 0; i < launches; ++i) TACHYON_CUBLAS_CHECK(run(plan, algo, out, in, weight, stream), "tuning");
+      for (int i = 0; i < launches; ++i) TACHYON_CUBLAS_CHECK(run(plan, algo, out, in, weight_at(), stream), "tuning");
       TACHYON_CUDA_CHECK(cudaEventRecord(stop.event, stream));
       TACHYON_CUDA_CHECK(cudaEventSynchronize(stop.event));
       float ms = 0.0f;
@@ -253,8 +259,10 @@ struct GemmRunner::Impl {
     return samples[samples.size() / 2];
   }
 
-  void tune_one(const GemmProblem& p, void* out, const bf16* in, const bf16* weight, const bf16* bias,
-                const GemmTuneOptions& options, cudaStream_t stream) {
+  void tune_one(const GemmProblem& p, void* out, const bf16* in, const bf16* weight, size_t weight_pool_bytes,
+                const bf16* bias, const GemmTuneOptions& options, cudaStream_t stream) {
+    const int64_t copy_elems = p.n * p.k;
+    const int64_t copies = std::max<int64_t>(1, static_cast<int64_t>(weight_pool_bytes / (copy_elems * 2)));
     Plan& plan = plan_for(p);
     std::vector<cublasLtMatmulHeuristicResult_t> results(options.candidates);
     const int returned = heuristics(plan, p, results.data(), options.candidates);
@@ -263,7 +271,7 @@ struct GemmRunner::Impl {
     float best_us = INFINITY, first_us = NAN;
     for (int i = 0; i < returned; ++i) {
       if (results[i].state != CUBLAS_STATUS_SUCCESS || results[i].workspaceSize > workspace.bytes()) continue;
-      const float us = time_algo(plan, results[i].algo, out, in, weight, options, stream);
+      const float us = time_algo(plan, results[i].algo, out, in, weight, copies, copy_elems, options, stream);
       if (i == 0) first_us = us;
       if (us < best_us) best_us = us, best = i;  // false for NAN
     }
@@ -323,13 +331,14 @@ void GemmRunner::tune(std::span<const GemmProblem> problems, cudaStream_t stream
     bias_bytes = std::max<size_t>(bias_bytes, p.n * 2);
     out_bytes = std::max<size_t>(out_bytes, p.m * p.n * type_bytes(p.out_type));
   }
+  weight_bytes = std::max(weight_bytes, kWeightPoolBytes);  // several L2s: see time_algo
   tachyon::cuda::DeviceBuffer in(in_bytes), weight(weight_bytes), bias(bias_bytes), out(out_bytes);
   fill_random_bf16(in.data(), in_bytes, 1);
   fill_random_bf16(weight.data(), weight_bytes, 2);
   fill_random_bf16(bias.data(), bias_bytes, 3);
   TACHYON_CUDA_CHECK(cudaDeviceSynchronize());  // pageable copies may still be in flight; `stream` may not wait
   for (const GemmProblem& p : problems) {
-    impl_->tune_one(p, out.data(), in.as<bf16>(), weight.as<bf16>(), bias.as<bf16>(), options, stream);
+    impl_->tune_one(p, out.data(), in.as<bf16>(), weight.as<bf16>(), weight_bytes, bias.as<bf16>(), options, stream);
   }
   TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream));  // the buffers die here
 }

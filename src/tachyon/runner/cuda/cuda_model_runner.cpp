@@ -217,12 +217,19 @@ void CudaModelRunner::forward(const ForwardShape& shape) {
                        .block_size = config_.block_size,
                        .num_kv_heads = static_cast<int32_t>(c.num_key_value_heads),
                        .head_dim = static_cast<int32_t>(c.head_dim)};
-    if (shape.decode) {
-      kc::paged_decode_attention(ws_->attn, ws_->q, kv, context_lens, shape.num_seqs, shape.max_context_len, attention,
+    // Decodes come first in a plan: the decode kernel serves them (row s is sequence s), the
+    // prefill kernel the rest, through views of the metadata that start at the first prefill.
+    const int32_t decodes = shape.num_decode_seqs;
+    if (decodes > 0) {
+      kc::paged_decode_attention(ws_->attn, ws_->q, kv, context_lens, decodes, shape.max_context_len, attention,
                                  ws_->decode_scratch, ws_->decode_scratch_bytes, stream_);
-    } else {
-      kc::paged_prefill_attention(ws_->attn, ws_->q, kv, query_starts, context_lens, shape.num_seqs,
-                                  static_cast<int32_t>(T), shape.max_query_len, attention, stream_);
+    }
+    if (decodes < shape.num_seqs) {
+      kc::PagedKvView prefill_kv = kv;
+      prefill_kv.block_tables = block_tables + static_cast<size_t>(decodes) * layout_.block_table_stride;
+      kc::paged_prefill_attention(ws_->attn, ws_->q, prefill_kv, query_starts + decodes, context_lens + decodes,
+                                  shape.num_seqs - decodes, static_cast<int32_t>(T), shape.max_query_len,
+                                  attention, stream_);
     }
     gemm_.linear(ws_->proj, out_bf16, ws_->attn, w.o_proj, w.o_proj_bias, T, H, q_size, stream_);
     // MLP block.
@@ -257,7 +264,7 @@ void CudaModelRunner::capture_graphs() {
                                                       static_cast<std::byte*>(staging_host_.data()), batch);
     TACHYON_CUDA_CHECK(cudaMemcpyAsync(staging_device_.data(), staging_host_.data(), summary.bytes_used,
                                        cudaMemcpyHostToDevice, stream_));
-    const ForwardShape shape{batch, batch, batch, 1, max_context, true};
+    const ForwardShape shape{batch, batch, batch, 1, max_context, batch};
     forward(shape);  // eager first: cuBLASLt loads its kernels outside the capture
     TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream_));
     cudaGraph_t graph = nullptr;
@@ -306,7 +313,7 @@ std::vector<engine::SampledToken> CudaModelRunner::execute(const engine::StepPla
     ++graph_replays_;
   } else {
     const ForwardShape shape{summary.num_tokens,    summary.num_seqs,        summary.num_logits_rows,
-                             summary.max_query_len, summary.max_context_len, summary.decode_only};
+                             summary.max_query_len, summary.max_context_len, summary.num_decode_seqs};
     forward(shape);
   }
 

@@ -50,7 +50,7 @@ class CudaModelRunner : public ModelRunner {
     int32_t num_logits_rows = 0;
     int32_t max_query_len = 0;
     int32_t max_context_len = 0;
-    bool decode = false;  // one query per sequence: the split-KV decode kernel
+    int32_t num_decode_seqs = 0;  // leading one-token sequences: the split-KV decode kernel; the rest: prefill
   };
 
   void plan_workspace(const engine::EngineConfig& config);

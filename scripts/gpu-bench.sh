@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine after scripts/gpu-test.sh has built build-gpu/. Makes random-weight
+# models at real shapes and times the issue's goal configurations with `tachyon bench latency`,
+# then HF transformers on the same directories (tools/hf_baseline.py), writing one JSON per run
+# into OUT_DIR and a table at the end.
+#   scripts/gpu-bench.sh OUT_DIR [tachyon] [hf]     (default: both)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT_DIR=${1:?usage: scripts/gpu-bench.sh OUT_DIR [tachyon] [hf]}
+shift
+SUITES=${*:-tachyon hf}
+TACHYON=${TACHYON:-build-gpu/bin/tachyon}
+MODELS=${MODELS:-/tmp/tachyon-bench-models}
+mkdir -p "$OUT_DIR" "$MODELS"
+export XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/tachyon-cache}
+
+make_model() {  # name arch preset
+  [ -f "$MODELS/$1/config.json" ] || "$TACHYON" make-model --arch "$2" --preset "$3" --seed 0 --out "$MODELS/$1" > /dev/null
+}
+make_model llama-1b llama llama-3.2-1b
+make_model llama-8b llama llama-3.1-8b
+
+# name model batch input output
+RUNS=(
+  "8b-b1-decode llama-8b 1 128 256"
+  "1b-b1-decode llama-1b 1 128 256"
+  "8b-prefill-2048 llama-8b 1 2048 2"
+  "8b-b64-ctx1k llama-8b 64 1024 64"
+)
+for run in "${RUNS[@]}"; do
+  read -r name model batch input output <<< "$run"
+  if [[ " $SUITES " == *" tachyon "* ]]; then
+    "$TACHYON" bench latency "$MODELS/$model" --device cuda --batch-size "$batch" --input-len "$input" \
+      --output-len "$output" --num-iters 3 --num-iters-warmup 1 --output-json "$OUT_DIR/tachyon-$name.json" \
+      > "$OUT_DIR/tachyon-$name.log" 2>&1 || { echo "tachyon $name failed:"; tail -5 "$OUT_DIR/tachyon-$name.log"; }
+  fi
+  if [[ " $SUITES " == *" hf "* ]]; then
+    python3 tools/hf_baseline.py --model "$MODELS/$model" --batch-size "$batch" --input-len "$input" \
+      --output-len "$output" --repeats 3 --warmup 1 --out "$OUT_DIR/hf-$name.json" \
+      > "$OUT_DIR/hf-$name.log" 2>&1 || { echo "hf $name failed:"; tail -5 "$OUT_DIR/hf-$name.log"; }
+  fi
+done
+
+python3 - "$OUT_DIR" <<'PY'
+import glob, json, os, sys
+out = sys.argv[1]
+print(f"{'run':<18} {'prefill ms':>10} {'decode ms':>10} {'floor ms':>9} {'ratio':>6} {'tok/s':>9} | {'hf prefill':>10} {'hf decode':>10}")
+for path in sorted(glob.glob(f"{out}/tachyon-*.json")):
+    name = os.path.basename(path)[len("tachyon-"):-5]
+    t = json.load(open(path))
+    hf_path = f"{out}/hf-{name}.json"
+    hf = json.load(open(hf_path)) if os.path.exists(hf_path) else {}
+    floor = t.get("floor", {})
+    print(f"{name:<18} {t['prefill_ms_median']:>10.2f} {t['decode_step_ms_median']:>10.3f} "
+          f"{floor.get('decode_step_floor_ms', 0):>9.3f} {floor.get('decode_step_ratio_to_floor', 0):>6.2f} "
+          f"{t['decode_tokens_per_s']:>9.0f} | {hf.get('prefill_ms_median', 0):>10.2f} {hf.get('decode_step_ms_median', 0):>10.3f}")
+PY

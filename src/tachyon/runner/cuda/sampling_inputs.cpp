@@ -1,0 +1,91 @@
+// SamplingInputs: SamplingParams + ScheduledSequence -> kernel rows, and kernel results back.
+// See sampling_inputs.h for where each field comes from.
+#include "tachyon/runner/cuda/sampling_inputs.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "tachyon/base/check.h"
+
+namespace tachyon::runner {
+
+namespace kc = kernels::cuda;
+
+namespace {
+
+// Appends ids to tokens and returns where they start.
+int32_t append(std::vector<int32_t>& tokens, std::span<const int32_t> ids) {
+  const size_t begin = tokens.size();
+  TACHYON_CHECK(begin + ids.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max()))
+      << "sampling inputs: more than 2^31 history ids in one step";
+  tokens.insert(tokens.end(), ids.begin(), ids.end());
+  return static_cast<int32_t>(begin);
+}
+
+kc::SamplingRow make_row(const engine::ScheduledSequence& sequence, std::vector<int32_t>& tokens) {
+  TACHYON_CHECK(sequence.params != nullptr) << "sequence " << sequence.sequence_id << " is sampled but has no params";
+  const engine::SamplingParams& p = *sequence.params;
+  TACHYON_CHECK(p.logprobs >= -1 && p.logprobs <= kc::kMaxSampledLogprobs)
+      << "sequence " << sequence.sequence_id << ": logprobs " << p.logprobs << " outside [-1, 20]";
+  kc::SamplingRow row;
+  row.temperature = p.temperature;
+  row.top_p = p.top_p;
+  row.min_p = p.min_p;
+  row.repetition_penalty = p.repetition_penalty;
+  row.frequency_penalty = p.frequency_penalty;
+  row.presence_penalty = p.presence_penalty;
+  row.top_k = std::max(p.top_k, 0);
+  row.num_logprobs = p.logprobs;
+  row.seed = sequence.seed;
+  row.step = sequence.output_tokens.size();
+
+  // Histories: the prompt counts only for the repetition penalty; outputs for all three.
+  const bool repetition = p.repetition_penalty != 1.0f;
+  const bool any_penalty = repetition || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
+  if (any_penalty) {
+    const std::span<const int32_t> prompt = repetition ? sequence.prompt_tokens : std::span<const int32_t>{};
+    row.history_begin = append(tokens, prompt);
+    append(tokens, sequence.output_tokens);
+    row.num_prompt_tokens = static_cast<int32_t>(prompt.size());
+    row.num_output_tokens = static_cast<int32_t>(sequence.output_tokens.size());
+  }
+
+  // min_tokens: stop ids and (unless ignore_eos, when EOS does not stop) EOS are masked.
+  if (sequence.output_tokens.size() < static_cast<size_t>(std::max(p.min_tokens, 0))) {
+    row.masked_begin = append(tokens, p.stop_token_ids);
+    if (sequence.eos_token_id && !p.ignore_eos) tokens.push_back(*sequence.eos_token_id);
+    row.num_masked = static_cast<int32_t>(tokens.size()) - row.masked_begin;
+  }
+  return row;
+}
+
+const char* describe(int32_t error) {
+  switch (error) {
+    case kc::kSamplingNoFiniteLogit: return "no token with a finite logit is left (NaN or -inf everywhere)";
+    case kc::kSamplingBadTokenId: return "a history, stop or EOS token id is outside the vocabulary";
+    default: return "unknown sampling error";
+  }
+}
+
+}  // namespace
+
+SamplingInputs build_sampling_inputs(const engine::StepPlan& plan) {
+  SamplingInputs inputs;
+  for (const engine::ScheduledSequence& sequence : plan.sequences) {
+    if (sequence.sample) inputs.rows.push_back(make_row(sequence, inputs.tokens));
+  }
+  return inputs;
+}
+
+engine::SampledToken to_sampled_token(const kc::SampledRow& sampled, const kc::SamplingRow& row) {
+  TACHYON_CHECK(sampled.error == kc::kSamplingOk && sampled.token >= 0)
+      << "sampling failed: " << describe(sampled.error) << " (error " << sampled.error << ", step " << row.step << ")";
+  engine::SampledToken token;
+  token.token = sampled.token;
+  if (row.num_logprobs >= 0) token.logprob = sampled.logprob;
+  const int32_t num_top = std::clamp(sampled.num_top, 0, kc::kMaxSampledLogprobs);
+  for (int32_t i = 0; i < num_top; ++i) token.top.push_back({sampled.top_ids[i], sampled.top_logprobs[i]});
+  return token;
+}
+
+}  // namespace tachyon::runner
