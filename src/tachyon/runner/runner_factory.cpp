@@ -40,10 +40,8 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, engine::EngineC
 #ifdef TACHYON_HAVE_CUDA
   if (kind == "auto") {
     const std::string why = cuda_unsupported_reason(model_config);
+    // Silent on purpose: the CLI reports the device it ran on; --device cuda says why not.
     kind = cuda::cuda_device_available() && why.empty() ? "cuda" : "cpu";
-    if (cuda::cuda_device_available() && !why.empty()) {
-      std::fprintf(stderr, "[tachyon] running on the CPU: the GPU path does not serve %s\n", why.c_str());
-    }
   }
   if (kind == "cuda") {
     TACHYON_CHECK(cuda::cuda_device_available()) << "--device cuda: no CUDA GPU is visible to this process";

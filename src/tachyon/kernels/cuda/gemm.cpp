@@ -309,6 +309,8 @@ void GemmRunner::linear(void* out, GemmOutputType out_type, const bf16* in, cons
   const GemmProblem p{.m = m, .n = n, .k = k, .out_type = out_type, .has_bias = bias != nullptr};
   TACHYON_CHECK(m >= 0) << "gemm " << to_string(p) << ": negative m";
   if (m == 0) return;
+  TACHYON_CHECK(bias == nullptr || out_type == GemmOutputType::kBF16)
+      << "gemm " << to_string(p) << ": a bias needs bf16 output (cuBLASLt takes the bias in the output type)";
   check_shape(p);
   check_aligned(out, "out", p);
   check_aligned(in, "in", p);
