@@ -62,10 +62,12 @@ double decode_floor_bytes(const model::ModelConfig& c, int64_t batch, int64_t co
 struct Iteration {
   double prefill_ms = 0;              // steps until every prompt has been computed
   std::vector<double> decode_ms;      // each pure decode step
+  std::vector<double> decode_device_ms;  // the same steps' device time (0 on the CPU)
   double total_ms = 0;
 };
 
-Iteration run_iteration(engine::EngineCore& engine, const LatencyOptions& options, int64_t vocab, uint64_t seed) {
+Iteration run_iteration(engine::EngineCore& engine, const runner::ModelRunner& runner, const LatencyOptions& options,
+                        int64_t vocab, uint64_t seed) {
   std::mt19937_64 gen(seed);
   std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(vocab - 1));
   engine::SamplingParams params;
@@ -91,6 +93,7 @@ Iteration run_iteration(engine::EngineCore& engine, const LatencyOptions& option
     last = now;
     if (prefilled) {
       it.decode_ms.push_back(ms);
+      it.decode_device_ms.push_back(runner.last_step_device_ms());
     } else {
       it.prefill_ms += ms;
       prefilled = engine.stats().prompt_tokens_computed - computed_before >= prompt_tokens;
@@ -110,18 +113,20 @@ void run_latency(const LatencyOptions& options) {
   config.enable_prefix_caching = false;  // random prompts share nothing; keep the count honest
   runner::LoadedRunner loaded = runner::load_runner(options.model_dir, config);
   const model::ModelConfig model_config = loaded.model_config;
+  const runner::ModelRunner& runner = *loaded.runner;  // owned by the engine below
   engine::EngineCore engine(config, std::move(loaded.runner));
 
   std::vector<Iteration> timed;
   for (int32_t i = 0; i < options.num_iters_warmup + options.num_iters; ++i) {
-    Iteration it = run_iteration(engine, options, model_config.vocab_size, 1000 + static_cast<uint64_t>(i));
+    Iteration it = run_iteration(engine, runner, options, model_config.vocab_size, 1000 + static_cast<uint64_t>(i));
     if (i >= options.num_iters_warmup) timed.push_back(std::move(it));
   }
-  std::vector<double> prefill, decode, total;
+  std::vector<double> prefill, decode, decode_device, total;
   for (const Iteration& it : timed) {
     prefill.push_back(it.prefill_ms);
     total.push_back(it.total_ms);
     decode.insert(decode.end(), it.decode_ms.begin(), it.decode_ms.end());
+    decode_device.insert(decode_device.end(), it.decode_device_ms.begin(), it.decode_device_ms.end());
   }
   nlohmann::ordered_json result = {
       {"command", options.command_line},
@@ -140,6 +145,9 @@ void run_latency(const LatencyOptions& options) {
       {"prefill_ms_median", median(prefill)},
       {"decode_step_ms_median", median(decode)},
       {"decode_step_ms_p90", percentile(decode, 90)},
+      // From the upload to the download of a decode step on the device; the rest of the wall
+      // time is the host's (scheduling, staging, delivery) while the GPU idles.
+      {"decode_step_device_ms_median", median(decode_device)},
       {"decode_tokens_per_s", options.batch_size / (median(decode) / 1e3)},
   };
 #ifdef TACHYON_HAVE_CUDA

@@ -17,6 +17,10 @@ class ModelRunner {
   virtual std::vector<engine::SampledToken> execute(const engine::StepPlan& plan) = 0;
   // Tokens the model has rows for; the engine validates prompts against it.
   virtual int64_t vocab_size() const = 0;
+  // Device time of the last execute() from its upload to its download, in ms; 0 where the
+  // runner has no device clock (the CPU). Benchmarks compare it with the step's wall time to
+  // show the host's share.
+  virtual double last_step_device_ms() const { return 0.0; }
 };
 
 }  // namespace tachyon::runner

@@ -33,6 +33,7 @@ class CudaModelRunner : public ModelRunner {
 
   std::vector<engine::SampledToken> execute(const engine::StepPlan& plan) override;
   int64_t vocab_size() const override { return weights_.config().vocab_size; }
+  double last_step_device_ms() const override { return last_step_device_ms_; }
 
   int32_t num_blocks() const { return num_blocks_; }
   size_t weight_bytes() const { return weights_.bytes(); }
@@ -77,6 +78,8 @@ class CudaModelRunner : public ModelRunner {
   std::vector<int32_t> graph_batch_sizes_;
   std::map<int32_t, cudaGraphExec_t> graphs_;  // decode batch size -> instantiated graph
   int64_t graph_replays_ = 0;
+  cudaEvent_t step_begin_ = nullptr, step_end_ = nullptr;  // around each step's device work
+  double last_step_device_ms_ = 0.0;
 };
 
 }  // namespace tachyon::runner
