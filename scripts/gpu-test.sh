@@ -18,13 +18,22 @@ TACHYON_OFFLINE=1 BUILD_DIR=$BUILD_DIR JOBS=$(nproc) CMAKE_ARGS="-DTACHYON_CUDA=
   > "$OUT_DIR/build.log" 2>&1 || { tail -50 "$OUT_DIR/build.log"; exit 1; }
 echo "== build: ok ($(grep -c 'Building' "$OUT_DIR/build.log") objects)"
 
+fresh=$(mktemp -d)
+export TACHYON_GPU_GOLDEN_MODELS="$fresh/gpu-models" TACHYON_GPU_GOLDENS="$fresh/gpu-goldens"
+TACHYON=$BUILD_DIR/bin/tachyon tools/make_golden_models.sh "$TACHYON_GPU_GOLDEN_MODELS" \
+  tests/data/goldens/gpu_manifest.json > /dev/null
+python3 tools/make_goldens.py --manifest tests/data/goldens/gpu_manifest.json --models "$TACHYON_GPU_GOLDEN_MODELS" \
+  --out "$TACHYON_GPU_GOLDENS" --dtype bfloat16 --device cuda > "$OUT_DIR/gpu-goldens.log" 2>&1 \
+  || { tail -20 "$OUT_DIR/gpu-goldens.log"; exit 1; }
+cp tests/data/goldens/gpu_manifest.json "$TACHYON_GPU_GOLDENS/"
+
 set +e
 ctest --test-dir $BUILD_DIR -j "$(nproc)" --timeout 600 --output-on-failure > "$OUT_DIR/ctest.log" 2>&1
 ctest_rc=$?
 set -e
 grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" "$OUT_DIR/ctest.log" | tail -20
+"$BUILD_DIR/tests/gpu_hf_goldens" 2>&1 | grep "gpu golden\]"
 
-fresh=$(mktemp -d)
 TACHYON=$BUILD_DIR/bin/tachyon tools/make_golden_models.sh "$fresh/models" > /dev/null
 python3 tools/make_goldens.py --manifest tests/data/goldens/manifest.json --models "$fresh/models" \
   --out "$fresh/goldens" > "$OUT_DIR/goldens.log" 2>&1

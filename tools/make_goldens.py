@@ -8,6 +8,10 @@ continuation of greedy_tokens tokens (argmax over a full recompute each step).
 
     python3 tools/make_goldens.py --manifest tests/data/goldens/manifest.json \
         --models out/golden-models --out tests/data/goldens
+
+The GPU path is compared with transformers in bfloat16 on the GPU (sdpa attention):
+    python3 tools/make_goldens.py --manifest tests/data/goldens/gpu_manifest.json \
+        --models M --out O --dtype bfloat16 --device cuda
 """
 import argparse
 import base64
@@ -20,20 +24,20 @@ import transformers
 from transformers import AutoModelForCausalLM
 
 
-def greedy(model, prompt, steps):
+def greedy(model, prompt, steps, device):
     """Argmax continuation, and the smallest gap between the best and second-best logit on the
     way: a near-tie there would make the golden flip with any change of summation order."""
-    ids = torch.tensor([prompt], dtype=torch.long)
+    ids = torch.tensor([prompt], dtype=torch.long, device=device)
     out = []
-    min_margin = float("inf")
+    margins = []
     for _ in range(steps):
-        logits = model(ids).logits[0, -1]
+        logits = model(ids).logits[0, -1].float()
         top2 = torch.topk(logits, 2).values
-        min_margin = min(min_margin, float(top2[0] - top2[1]))
+        margins.append(float(top2[0] - top2[1]))
         token = int(torch.argmax(logits))
         out.append(token)
-        ids = torch.cat([ids, torch.tensor([[token]])], dim=1)
-    return out, min_margin
+        ids = torch.cat([ids, torch.tensor([[token]], device=device)], dim=1)
+    return out, margins
 
 
 def main():
@@ -41,33 +45,40 @@ def main():
     parser.add_argument("--manifest", required=True)
     parser.add_argument("--models", required=True)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
+    dtype = getattr(torch, args.dtype)
+    attn = "eager" if args.device == "cpu" else "sdpa"
     torch.manual_seed(0)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     manifest = json.load(open(args.manifest))
     os.makedirs(args.out, exist_ok=True)
     for variant in manifest["variants"]:
         path = os.path.join(args.models, variant["name"])
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn).to(args.device)
         model.eval()
         with torch.no_grad():
             prompt = variant["prompt"]
-            logits = model(torch.tensor([prompt])).logits[0].float().numpy()
-            continuation, min_margin = greedy(model, prompt, manifest["greedy_tokens"])
+            logits = model(torch.tensor([prompt], device=args.device)).logits[0].float().cpu().numpy()
+            continuation, margins = greedy(model, prompt, manifest["greedy_tokens"], args.device)
         golden = {
             "name": variant["name"],
             "transformers": transformers.__version__,
             "torch": torch.__version__,
+            "dtype": args.dtype,
+            "device": args.device,
             "prompt": prompt,
             "logits_shape": list(logits.shape),
             # little-endian float32, row-major [prompt_length, vocab_size]
             "logits_f32_base64": base64.b64encode(logits.astype("<f4").tobytes()).decode(),
             "greedy": continuation,
-            "greedy_min_margin": min_margin,
+            "greedy_min_margin": min(margins),
+            "greedy_margins": margins,  # top-1 minus top-2 logit at each greedy step
         }
         with open(os.path.join(args.out, variant["name"] + ".json"), "w") as f:
             json.dump(golden, f)
-        print(variant["name"], logits.shape, continuation[:8], "min margin %.3g" % min_margin, flush=True)
+        print(variant["name"], logits.shape, continuation[:8], "min margin %.3g" % min(margins), flush=True)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "../golden_data.h"
 #include "tachyon/base/file_util.h"
 #include "tachyon/model/dense_model.h"
 #include "tachyon/model/make_model.h"
@@ -22,27 +23,6 @@ namespace {
 const std::filesystem::path kGoldens = std::getenv("TACHYON_GOLDENS_DIR")
                                            ? std::filesystem::path(std::getenv("TACHYON_GOLDENS_DIR"))
                                            : std::filesystem::path(TACHYON_TEST_DATA) / "goldens";
-
-std::vector<float> decode_base64_f32(const std::string& text) {
-  static const std::string kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string bytes;
-  uint32_t buffer = 0;
-  int bits = 0;
-  for (char ch : text) {
-    if (ch == '=') break;
-    auto pos = kAlphabet.find(ch);
-    if (pos == std::string::npos) continue;
-    buffer = (buffer << 6) | static_cast<uint32_t>(pos);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      bytes.push_back(static_cast<char>((buffer >> bits) & 0xff));
-    }
-  }
-  std::vector<float> out(bytes.size() / 4);
-  std::memcpy(out.data(), bytes.data(), out.size() * 4);
-  return out;
-}
 
 struct Variant {
   nlohmann::json manifest_entry;
