@@ -1,0 +1,208 @@
+// Small-batch GEMV (m <= 8): one weight stream at HBM bandwidth, see gemv.h for the design.
+// The numbers that matter: a block is 4 warps; a warp owns R weight rows (2 for m <= 3, 4 for
+// m >= 4, so the m input chunks each lane reads are reused R times) and keeps R * U = 8 16-byte
+// streaming loads in flight per lane (ld.global.nc.L1::no_allocate: weights are read once and
+// must not evict the input from L1). `split` warps of a block share rows and take interleaved
+// 512-byte slices of k; it is chosen on the host so that the grid holds ~16 warps per SM.
+// Test: tests/gpu/test_gemv.cpp (gpu_gemv).
+#include "tachyon/kernels/cuda/gemv.h"
+
+#include <algorithm>
+#include <cstdint>
+
+namespace tachyon::kernels::cuda {
+namespace {
+
+constexpr int kWarps = 4;  // per block
+constexpr int kThreads = kWarps * 32;
+constexpr int kChunk = 8;               // bf16 per 16-byte load
+constexpr int kTargetWarpsPerSm = 16;   // below this, split k across the warps of a block
+
+template <int M>
+constexpr int rows_per_warp() {
+  return M <= 3 ? 2 : 4;
+}
+template <int M>
+constexpr int unroll() {  // 16-byte chunks per row and lane per loop trip
+  return M <= 3 ? 4 : 2;
+}
+
+// A weight chunk read once: no L1 allocation, L2 fetches 256 bytes (the warp's neighbours).
+__device__ __forceinline__ uint4 load_stream(const uint4* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+// 8 bf16 in a uint4 -> 8 f32 (bf16 is the top half of an f32: a shift or a mask each).
+__device__ __forceinline__ void to_floats(const uint4& bits, float (&f)[kChunk]) {
+  const uint32_t words[4] = {bits.x, bits.y, bits.z, bits.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(words[i] << 16);
+    f[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+  }
+}
+
+// acc[m][r] += dot(in row m, weight row r) over chunk c; w: the R rows' chunk c.
+template <int M, int R>
+__device__ __forceinline__ void accumulate(float (&acc)[M][R], const uint4 (&w)[R], const uint4* x, int k8, int c) {
+  float wf[R][kChunk];
+#pragma unroll
+  for (int r = 0; r < R; ++r) to_floats(w[r], wf[r]);
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    float xf[kChunk];
+    to_floats(__ldg(x + m * k8 + c), xf);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int i = 0; i < kChunk; ++i) acc[m][r] = fmaf(xf[i], wf[r][i], acc[m][r]);
+    }
+  }
+}
+
+__device__ __forceinline__ void store(bf16* out, float v) { *out = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void store(float* out, float v) { *out = v; }
+
+// out: [M, n] OutT; in: [M, k] bf16; weight: [n, k] bf16; bias: [n] bf16 or nullptr;
+// k8 = k / 8 (16-byte chunks per row); split in {1, 2, 4} warps share R rows.
+template <int M, typename OutT>
+__global__ void __launch_bounds__(kThreads) gemv_kernel(OutT* __restrict__ out, const bf16* __restrict__ in,
+                                                        const bf16* __restrict__ weight,
+                                                        const bf16* __restrict__ bias, int n, int k8, int split) {
+  constexpr int R = rows_per_warp<M>();
+  constexpr int U = unroll<M>();
+  __shared__ float partial[kWarps][M * R];
+
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int slice = warp % split;
+  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * (kWarps / split) + warp / split) * R;
+
+  // Rows past n (the last warp of an awkward n) re-read row n - 1 and are not written.
+  const uint4* w_rows[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    w_rows[r] = reinterpret_cast<const uint4*>(weight) + std::min<int64_t>(row0 + r, n - 1) * k8;
+  }
+  const uint4* x = reinterpret_cast<const uint4*>(in);
+
+  float acc[M][R];
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[m][r] = 0.0f;
+  }
+
+  const int stride = 32 * split;  // chunks between one lane's consecutive chunks
+  int base = slice * 32 + lane;
+  for (; base + (U - 1) * stride < k8; base += stride * U) {
+    // All R * U weight loads first, so they are in flight together.
+    uint4 w[U][R];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) w[u][r] = load_stream(w_rows[r] + base + u * stride);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) accumulate<M, R>(acc, w[u], x, k8, base + u * stride);
+  }
+  for (; base < k8; base += stride) {  // the lane's last < U chunks
+    uint4 w[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) w[r] = load_stream(w_rows[r] + base);
+    accumulate<M, R>(acc, w, x, k8, base);
+  }
+
+  // Warp sums, then the split warps' sums through shared memory; lane m * R + r writes.
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2) acc[m][r] += __shfl_xor_sync(0xffffffffu, acc[m][r], offset);
+    }
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) partial[warp][m * R + r] = acc[m][r];
+    }
+  }
+  __syncthreads();
+  if (slice != 0 || lane >= M * R) return;
+  const int m = lane / R;
+  const int64_t row = row0 + lane % R;
+  if (row >= n) return;
+  float sum = 0.0f;
+  for (int s = 0; s < split; ++s) sum += partial[warp + s][lane];
+  if (bias != nullptr) sum += __bfloat162float(bias[row]);
+  store(out + m * static_cast<int64_t>(n) + row, sum);
+}
+
+int multiprocessor_count() {
+  int device = 0;
+  int count = 0;
+  TACHYON_CUDA_CHECK(cudaGetDevice(&device));
+  TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return count;
+}
+
+template <int M>
+void launch(void* out, GemmOutputType out_type, const bf16* in, const bf16* weight, const bf16* bias, int64_t n,
+            int64_t k, cudaStream_t stream) {
+  constexpr int R = rows_per_warp<M>();
+  constexpr int U = unroll<M>();
+  const int64_t k8 = k / kChunk;
+  const int64_t warps = (n + R - 1) / R;
+  const int64_t target = static_cast<int64_t>(multiprocessor_count()) * kTargetWarpsPerSm;
+  int split = 1;  // while the grid is thin and every lane keeps U chunks per row, split k wider
+  while (split < kWarps && warps * split < target && k8 >= int64_t{32} * U * split * 2) split *= 2;
+  const int64_t rows_per_block = int64_t{R} * (kWarps / split);
+  const unsigned blocks = static_cast<unsigned>((n + rows_per_block - 1) / rows_per_block);
+  if (out_type == GemmOutputType::kBF16) {
+    gemv_kernel<M, bf16><<<blocks, kThreads, 0, stream>>>(static_cast<bf16*>(out), in, weight, bias,
+                                                          static_cast<int>(n), static_cast<int>(k8), split);
+  } else {
+    gemv_kernel<M, float><<<blocks, kThreads, 0, stream>>>(static_cast<float*>(out), in, weight, bias,
+                                                           static_cast<int>(n), static_cast<int>(k8), split);
+  }
+  TACHYON_CUDA_CHECK_LAUNCH();
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+bool gemv_supports(int64_t m, int64_t n, int64_t k) {
+  // The limits keep the kernel's int chunk indices (m * k / 8) and the grid size inside range.
+  return m >= 1 && m <= 8 && n >= 1 && n <= (int64_t{1} << 28) && k >= kChunk && k % kChunk == 0 &&
+         k <= (int64_t{1} << 24);
+}
+
+void gemv(void* out, GemmOutputType out_type, const bf16* in, const bf16* weight, const bf16* bias, int64_t m,
+          int64_t n, int64_t k, cudaStream_t stream) {
+  if (m == 0) return;
+  TACHYON_CHECK(gemv_supports(m, n, k)) << "gemv: unsupported shape m=" << m << " n=" << n << " k=" << k
+                                        << " (needs 1 <= m <= 8, k a positive multiple of 8)";
+  TACHYON_CHECK(bias == nullptr || out_type == GemmOutputType::kBF16)
+      << "gemv: a bias needs bf16 output (m=" << m << " n=" << n << " k=" << k << ")";
+  TACHYON_CHECK(aligned16(in)) << "gemv: in (" << in << ") must be 16-byte aligned";
+  TACHYON_CHECK(aligned16(weight)) << "gemv: weight (" << weight << ") must be 16-byte aligned";
+  switch (m) {
+    case 1: return launch<1>(out, out_type, in, weight, bias, n, k, stream);
+    case 2: return launch<2>(out, out_type, in, weight, bias, n, k, stream);
+    case 3: return launch<3>(out, out_type, in, weight, bias, n, k, stream);
+    case 4: return launch<4>(out, out_type, in, weight, bias, n, k, stream);
+    case 5: return launch<5>(out, out_type, in, weight, bias, n, k, stream);
+    case 6: return launch<6>(out, out_type, in, weight, bias, n, k, stream);
+    case 7: return launch<7>(out, out_type, in, weight, bias, n, k, stream);
+    default: return launch<8>(out, out_type, in, weight, bias, n, k, stream);
+  }
+}
+
+}  // namespace tachyon::kernels::cuda

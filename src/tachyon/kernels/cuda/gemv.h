@@ -1,0 +1,34 @@
+// Small-batch dense layers on the GPU: out = in @ weight^T (+ bias) for m <= 8 rows (decode),
+// the same product as GemmRunner::linear (kernels/cuda/gemm.h), CPU twin kernels/linear.h
+// `linear`. Test and speed comparison: tests/gpu/test_gemv.cpp (gpu_gemv).
+//
+// Why a hand-written kernel: at m <= 8 the product is a pure weight stream (every weight byte
+// is used m times, the input is a few KB), so the only thing that matters is reading the weight
+// once at HBM bandwidth. Each warp owns a few weight rows and its lanes walk k in 16-byte
+// chunks, several independent streaming loads in flight per lane; the m input rows are read
+// through L1 (tiny and shared by every warp of an SM). When n alone gives too few warps to keep
+// HBM busy, up to 4 warps of a block split k of the same rows and add their partial sums in
+// shared memory: no second pass, no workspace, so a launch is graph-capture safe.
+#pragma once
+
+#include <cstdint>
+
+#include "tachyon/kernels/cuda/cuda_check.h"
+#include "tachyon/kernels/cuda/gemm.h"
+
+namespace tachyon::kernels::cuda {
+
+// Shapes gemv handles: 1 <= m <= 8, n >= 1, k a positive multiple of 8 (16-byte rows). The
+// caller picks gemv or GemmRunner::linear with it; pointer alignment is checked by gemv itself.
+bool gemv_supports(int64_t m, int64_t n, int64_t k);
+
+// out[m, n] = in[m, k] @ weight[n, k]^T (+ bias[n]), all row-major; f32 accumulation, one
+// rounding at the end for bf16 output.
+// out: [m, n] bf16 or f32 (out_type); in: [m, k] bf16; weight: [n, k] bf16; bias: [n] bf16 or
+// nullptr, only with bf16 output (as GemmRunner refuses f32 output with a bias).
+// in and weight 16-byte aligned; out must not alias in, weight or bias. m == 0 does nothing.
+// Checked on the host with the shape in the message. No allocation, no synchronization.
+void gemv(void* out, GemmOutputType out_type, const bf16* in, const bf16* weight, const bf16* bias, int64_t m,
+          int64_t n, int64_t k, cudaStream_t stream);
+
+}  // namespace tachyon::kernels::cuda

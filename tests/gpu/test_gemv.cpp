@@ -1,0 +1,253 @@
+// gemv (kernels/cuda/gemv.h) against its CPU twin kernels::cpu::linear for every m in 1..8 on
+// model-sized and awkward shapes, both output types, with and without bias, outputs poisoned
+// with a guard after them; its checks, graph capture; and a speed report (prints, never
+// asserts) of gemv beside GemmRunner::linear on the Llama-3-8B decode shapes with weights cold
+// in HBM. Run: build-*/tests/gpu_gemv (GPU machine); TACHYON_TEST_SEED=<seed> replays a failure.
+#include "tachyon/kernels/cuda/gemv.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "tachyon/kernels/cuda/gemm.h"
+#include "tachyon/kernels/linear.h"
+
+namespace tachyon::kernels::cuda {
+namespace {
+
+using gpu_test::DeviceArray;
+using gpu_test::kBf16Tolerance;
+
+constexpr double kF32Tolerance = 1e-4;  // bf16 operands are exact in f32: only the sum order differs
+constexpr size_t kGuard = 64;           // poisoned elements after each output that must stay poisoned
+constexpr int64_t kMaxRows = 8;
+
+// A blocking stream: it waits for the legacy-stream memsets that poison DeviceArrays.
+struct Stream {
+  cudaStream_t stream = nullptr;
+  Stream() { TACHYON_CUDA_CHECK(cudaStreamCreate(&stream)); }
+  ~Stream() { cudaStreamDestroy(stream); }
+};
+
+// One weight with 8 input rows; a product with m rows uses the first m (bf16-representable f32
+// on the host, bf16 on the device).
+struct Operands {
+  int64_t n, k;
+  std::vector<float> in, weight, bias;  // [8, k], [n, k], [n]
+  DeviceArray<bf16> in_device, weight_device, bias_device;
+
+  Operands(int64_t n_, int64_t k_, uint64_t salt) : Operands(n_, k_, gpu_test::rng(salt)) {}
+  Operands(int64_t n_, int64_t k_, std::mt19937_64 gen)
+      : n(n_), k(k_),
+        in(gpu_test::random_bf16_values(gen, kMaxRows * k)),
+        weight(gpu_test::random_bf16_values(gen, n * k, 0.05f)),
+        bias(gpu_test::random_bf16_values(gen, n)),
+        in_device(gpu_test::upload_bf16(in)),
+        weight_device(gpu_test::upload_bf16(weight)),
+        bias_device(gpu_test::upload_bf16(bias)) {}
+
+  // out[m, n] = in[:m] @ weight^T (+ bias), the CPU reference.
+  std::vector<float> reference(int64_t m, bool with_bias) const {
+    std::vector<float> out(m * n);
+    cpu::linear(out.data(), in.data(), weight.data(), with_bias ? bias.data() : nullptr, m, k, n);
+    return out;
+  }
+};
+
+// gemv into a poisoned output, returned as f32; checks that the guard after it stays poisoned.
+std::vector<float> run_gemv(const Operands& ops, int64_t m, GemmOutputType out_type, bool with_bias,
+                            cudaStream_t stream) {
+  const size_t count = m * ops.n;
+  const bf16* bias = with_bias ? ops.bias_device.data() : nullptr;
+  std::vector<float> all;
+  if (out_type == GemmOutputType::kBF16) {
+    DeviceArray<bf16> out(count + kGuard);
+    gemv(out.data(), out_type, ops.in_device.data(), ops.weight_device.data(), bias, m, ops.n, ops.k, stream);
+    all = gpu_test::download_f32(out);
+  } else {
+    DeviceArray<float> out(count + kGuard);
+    gemv(out.data(), out_type, ops.in_device.data(), ops.weight_device.data(), bias, m, ops.n, ops.k, stream);
+    all = out.download();
+  }
+  for (size_t i = count; i < all.size(); ++i) EXPECT_TRUE(std::isnan(all[i])) << "guard element " << i - count;
+  all.resize(count);
+  return all;
+}
+
+struct Variant {
+  GemmOutputType out_type;
+  bool with_bias;
+};
+const std::vector<Variant> kAllVariants = {
+    {GemmOutputType::kBF16, false}, {GemmOutputType::kBF16, true}, {GemmOutputType::kF32, false}};
+
+void expect_matches_cpu(const Operands& ops, const std::vector<Variant>& variants, cudaStream_t stream) {
+  for (int64_t m = 1; m <= kMaxRows; ++m) {
+    const std::vector<float> plain = ops.reference(m, false);
+    std::vector<float> biased = plain;
+    for (size_t i = 0; i < biased.size(); ++i) biased[i] += ops.bias[i % ops.n];
+    for (const Variant& v : variants) {
+      const double tolerance = v.out_type == GemmOutputType::kF32 ? kF32Tolerance : kBf16Tolerance;
+      const double error =
+          gpu_test::relative_error(run_gemv(ops, m, v.out_type, v.with_bias, stream), v.with_bias ? biased : plain);
+      EXPECT_LT(error, tolerance) << "m=" << m << " n=" << ops.n << " k=" << ops.k
+                                  << " out=" << (v.out_type == GemmOutputType::kF32 ? "f32" : "bf16")
+                                  << " bias=" << (v.with_bias ? "yes" : "no");
+    }
+  }
+}
+
+// Llama-3-8B's qkv, o_proj and down projections, then awkward ones: n not a multiple of the
+// rows a warp owns, k not a multiple of a warp's 32 chunks, a single chunk per lane or less.
+const std::vector<std::pair<int64_t, int64_t>> kShapes = {{4096, 4096}, {6144, 4096}, {4096, 14336}, {2048, 2048},
+                                                          {136, 200},   {97, 1000},   {8, 16},      {3, 8}};
+
+TEST(Gemv, MatchesCpuLinearForEveryRowCount) {
+  Stream stream;
+  uint64_t salt = 0;
+  for (auto [n, k] : kShapes) expect_matches_cpu(Operands(n, k, ++salt), kAllVariants, stream.stream);
+}
+
+TEST(Gemv, LmHeadWithF32Logits) {
+  Stream stream;
+  expect_matches_cpu(Operands(32000, 2048, 100), {{GemmOutputType::kF32, false}}, stream.stream);
+}
+
+std::string error_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(Gemv, SupportsAndRejectsWithClearMessages) {
+  EXPECT_TRUE(gemv_supports(1, 4096, 4096));
+  EXPECT_TRUE(gemv_supports(8, 97, 8));
+  EXPECT_FALSE(gemv_supports(0, 4096, 4096));
+  EXPECT_FALSE(gemv_supports(9, 4096, 4096));
+  EXPECT_FALSE(gemv_supports(1, 4096, 4092));
+  EXPECT_FALSE(gemv_supports(1, 0, 4096));
+
+  Operands ops(136, 200, 200);
+  DeviceArray<bf16> out(8 * 136);
+  DeviceArray<float> out_f32(8 * 136);
+  const bf16* in = ops.in_device.data();
+  const bf16* w = ops.weight_device.data();
+  auto call = [&](int64_t m, const bf16* in_, const bf16* w_, const bf16* b, GemmOutputType type, int64_t k) {
+    void* o = type == GemmOutputType::kBF16 ? static_cast<void*>(out.data()) : static_cast<void*>(out_f32.data());
+    return error_of([&] { gemv(o, type, in_, w_, b, m, 136, k, nullptr); });
+  };
+  EXPECT_NE(call(9, in, w, nullptr, GemmOutputType::kBF16, 200).find("m=9"), std::string::npos);
+  EXPECT_NE(call(1, in, w, nullptr, GemmOutputType::kBF16, 196).find("k=196"), std::string::npos);
+  EXPECT_NE(call(1, in + 1, w, nullptr, GemmOutputType::kBF16, 200).find("in ("), std::string::npos);
+  EXPECT_NE(call(1, in, w + 4, nullptr, GemmOutputType::kBF16, 200).find("weight ("), std::string::npos);
+  EXPECT_NE(call(1, in, w, ops.bias_device.data(), GemmOutputType::kF32, 200).find("bias"), std::string::npos);
+  EXPECT_EQ(call(1, in, w, ops.bias_device.data(), GemmOutputType::kBF16, 200), "");
+  out.poison();  // m == 0 writes nothing
+  gemv(out.data(), GemmOutputType::kBF16, in, w, nullptr, 0, 136, 200, nullptr);
+  for (float v : gpu_test::download_f32(out)) ASSERT_TRUE(std::isnan(v));
+}
+
+// No allocation, no synchronization: global capture mode fails on any unsafe call.
+TEST(Gemv, RunsInsideCudaGraphCapture) {
+  Stream stream;
+  Operands ops(6144, 4096, 300);
+  const int64_t m = 3;
+  DeviceArray<bf16> out(m * ops.n);
+  cudaGraph_t graph = nullptr;
+  TACHYON_CUDA_CHECK(cudaStreamBeginCapture(stream.stream, cudaStreamCaptureModeGlobal));
+  gemv(out.data(), GemmOutputType::kBF16, ops.in_device.data(), ops.weight_device.data(), ops.bias_device.data(), m,
+       ops.n, ops.k, stream.stream);
+  TACHYON_CUDA_CHECK(cudaStreamEndCapture(stream.stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  TACHYON_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 2; ++replay) {
+    out.poison();
+    TACHYON_CUDA_CHECK(cudaGraphLaunch(exec, stream.stream));
+    TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream.stream));
+    EXPECT_LT(gpu_test::relative_error(gpu_test::download_f32(out), ops.reference(m, true)), kBf16Tolerance);
+  }
+  TACHYON_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  TACHYON_CUDA_CHECK(cudaGraphDestroy(graph));
+}
+
+// Median of `timed` launches, each between its own pair of events, all queued back to back so
+// the GPU never waits for the host; launch(i) must read weight copy i % copies.
+double median_us(const std::function<void(int)>& launch, cudaStream_t stream) {
+  constexpr int kWarmup = 5, kTimed = 50;
+  for (int i = 0; i < kWarmup; ++i) launch(i);
+  std::vector<cudaEvent_t> events(2 * kTimed);
+  for (cudaEvent_t& e : events) TACHYON_CUDA_CHECK(cudaEventCreate(&e));
+  for (int i = 0; i < kTimed; ++i) {
+    TACHYON_CUDA_CHECK(cudaEventRecord(events[2 * i], stream));
+    launch(kWarmup + i);
+    TACHYON_CUDA_CHECK(cudaEventRecord(events[2 * i + 1], stream));
+  }
+  TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<float> ms(kTimed);
+  for (int i = 0; i < kTimed; ++i) TACHYON_CUDA_CHECK(cudaEventElapsedTime(&ms[i], events[2 * i], events[2 * i + 1]));
+  for (cudaEvent_t& e : events) TACHYON_CUDA_CHECK(cudaEventDestroy(e));
+  std::nth_element(ms.begin(), ms.begin() + kTimed / 2, ms.end());
+  return ms[kTimed / 2] * 1e3;
+}
+
+struct SpeedShape {
+  const char* name;
+  int64_t n, k;
+  GemmOutputType out_type;
+};
+
+// Prints, never asserts: the numbers are for the reader (and the choice between the two paths).
+TEST(GemvSpeed, Llama8bDecodeShapesAgainstCublasLt) {
+  const std::vector<SpeedShape> shapes = {{"qkv", 6144, 4096, GemmOutputType::kBF16},
+                                          {"o_proj", 4096, 4096, GemmOutputType::kBF16},
+                                          {"gate_up", 28672, 4096, GemmOutputType::kBF16},
+                                          {"down", 4096, 14336, GemmOutputType::kBF16},
+                                          {"lm_head", 128256, 4096, GemmOutputType::kF32}};
+  Stream stream;
+  GemmRunner runner;
+  const double copy_bandwidth = tachyon::cuda::measure_copy_bandwidth();  // bytes/s
+  int device = 0, l2_bytes = 0;
+  TACHYON_CUDA_CHECK(cudaGetDevice(&device));
+  TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
+  std::printf("copy bandwidth %.2f TB/s, L2 %d MB; weights rotate over copies totalling > 4x L2\n",
+              copy_bandwidth / 1e12, l2_bytes >> 20);
+  for (const SpeedShape& s : shapes) {
+    const size_t weight_bytes = s.n * s.k * sizeof(bf16);
+    const int copies = static_cast<int>(std::max<size_t>(2, (size_t{4} * l2_bytes) / weight_bytes + 1));
+    tachyon::cuda::DeviceBuffer weights(copies * weight_bytes);
+    TACHYON_CUDA_CHECK(cudaMemset(weights.data(), 0x3C, weights.bytes()));  // every bf16 0x3C3C, about 0.011
+    Operands small(8, s.k, 400);                                            // just its input rows
+    tachyon::cuda::DeviceBuffer out(kMaxRows * s.n * sizeof(float));
+    for (int64_t m : {int64_t{1}, int64_t{4}}) {
+      auto weight = [&](int i) { return weights.as<bf16>() + (i % copies) * s.n * s.k; };
+      const double gemv_us = median_us(
+          [&](int i) {
+            gemv(out.data(), s.out_type, small.in_device.data(), weight(i), nullptr, m, s.n, s.k, stream.stream);
+          },
+          stream.stream);
+      const double gemm_us = median_us(
+          [&](int i) {
+            runner.linear(out.data(), s.out_type, small.in_device.data(), weight(i), nullptr, m, s.n, s.k,
+                          stream.stream);
+          },
+          stream.stream);
+      auto report = [&](double us) {
+        const double bytes_per_s = weight_bytes / (us * 1e-6);
+        return std::to_string(us).substr(0, 6) + " us " + std::to_string(bytes_per_s / 1e12).substr(0, 4) + " TB/s " +
+               std::to_string(static_cast<int>(100 * bytes_per_s / copy_bandwidth)) + "%";
+      };
+      std::printf("%-8s m=%lld n=%6lld k=%5lld (x%d copies)  gemv %s  |  cublasLt %s%s\n", s.name,
+                  static_cast<long long>(m), static_cast<long long>(s.n), static_cast<long long>(s.k), copies,
+                  report(gemv_us).c_str(), report(gemm_us).c_str(), gemv_us < gemm_us ? "  gemv wins" : "");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tachyon::kernels::cuda
