@@ -11,6 +11,7 @@
 #include "tachyon/kernels/cuda/activation.h"
 #include "tachyon/kernels/cuda/attention.h"
 #include "tachyon/kernels/cuda/embedding.h"
+#include "tachyon/kernels/cuda/gemv.h"
 #include "tachyon/kernels/cuda/rms_norm.h"
 #include "tachyon/kernels/cuda/rope_store_kv.h"
 #include "tachyon/kernels/cuda/sampling.h"
@@ -68,6 +69,7 @@ CudaModelRunner::CudaModelRunner(const model::Bf16ModelWeights& weights, const e
   plan_workspace(config);
   tune_gemms(config);
   allocate_kv_cache(config);
+  choose_gemv();
   if (!config.device.enforce_eager) capture_graphs();
 }
 
@@ -178,11 +180,110 @@ void CudaModelRunner::tune_gemms(const engine::EngineConfig& config) {
   }
 }
 
+bool CudaModelRunner::use_gemv(Role role, int64_t m) const {
+  auto it = gemv_choice_.find({role, m});
+  return it != gemv_choice_.end() && it->second;
+}
+
+// One dense product of the forward, by role, on the workspace buffers it always uses.
+void CudaModelRunner::run_role(Role role, int64_t layer, int64_t m) {
+  const model::ModelConfig& c = weights_.config();
+  const int64_t H = c.hidden_size, I = c.intermediate_size;
+  const CudaLayerWeights* w = layer >= 0 ? &weights_.layers()[static_cast<size_t>(layer)] : nullptr;
+  const bool gemv = use_gemv(role, m);
+  const auto bf = kc::GemmOutputType::kBF16;
+  auto linear = [&](void* out, kc::GemmOutputType type, const bf16* in, const bf16* weight, const bf16* bias,
+                    int64_t n, int64_t k) {
+    if (gemv) {
+      kc::gemv(out, type, in, weight, bias, m, n, k, stream_);
+    } else {
+      gemm_.linear(out, type, in, weight, bias, m, n, k, stream_);
+    }
+  };
+  switch (role) {
+    case Role::kQkv:
+      linear(ws_->qkv, bf, ws_->normed, w->qkv, w->qkv_bias, c.q_size() + 2 * c.kv_size(), H);
+      break;
+    case Role::kO:
+      linear(ws_->proj, bf, ws_->attn, w->o_proj, w->o_proj_bias, H, c.q_size());
+      break;
+    case Role::kGateUp:
+      linear(ws_->gate_up, bf, ws_->normed, w->gate_up, w->gate_up_bias, 2 * I, H);
+      break;
+    case Role::kDownWithSilu:
+      if (gemv) {
+        kc::gemv_silu(ws_->proj, bf, ws_->gate_up, w->down, w->down_bias, m, H, I, stream_);
+      } else {
+        kc::silu_and_mul(ws_->act, ws_->gate_up, m, I, stream_);
+        gemm_.linear(ws_->proj, bf, ws_->act, w->down, w->down_bias, m, H, I, stream_);
+      }
+      break;
+    case Role::kLmHead:
+      linear(ws_->logits, kc::GemmOutputType::kF32, ws_->selected, weights_.lm_head(), nullptr, c.vocab_size, H);
+      break;
+  }
+}
+
+// Median ms of one pass of `role` over every layer (so each layer's weights come from HBM, as
+// in a real step), with cuBLASLt or with our GEMV.
+float CudaModelRunner::time_role(Role role, int32_t m, bool gemv) {
+  gemv_choice_[{role, m}] = gemv;
+  const int64_t layers = role == Role::kLmHead ? 1 : weights_.config().num_hidden_layers;
+  auto pass = [&] {
+    for (int64_t l = 0; l < layers; ++l) run_role(role, role == Role::kLmHead ? -1 : l, m);
+  };
+  cudaEvent_t start, stop;
+  TACHYON_CUDA_CHECK(cudaEventCreate(&start));
+  TACHYON_CUDA_CHECK(cudaEventCreate(&stop));
+  pass();
+  std::vector<float> ms;
+  for (int r = 0; r < 5; ++r) {
+    TACHYON_CUDA_CHECK(cudaEventRecord(start, stream_));
+    pass();
+    TACHYON_CUDA_CHECK(cudaEventRecord(stop, stream_));
+    TACHYON_CUDA_CHECK(cudaEventSynchronize(stop));
+    float elapsed = 0;
+    TACHYON_CUDA_CHECK(cudaEventElapsedTime(&elapsed, start, stop));
+    ms.push_back(elapsed);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+void CudaModelRunner::choose_gemv() {
+  const model::ModelConfig& c = weights_.config();
+  // Inputs with a finite, nonzero pattern (bf16 0x3C3C ~ 0.0115): timing on NaN or zeros misleads.
+  const size_t T = static_cast<size_t>(limits_.max_tokens);
+  for (auto [buffer, width] : {std::pair<bf16*, int64_t>{ws_->normed, c.hidden_size}, {ws_->attn, c.q_size()},
+                               {ws_->gate_up, 2 * c.intermediate_size}, {ws_->selected, c.hidden_size}}) {
+    const size_t rows = buffer == ws_->selected ? static_cast<size_t>(limits_.max_seqs) : T;
+    TACHYON_CUDA_CHECK(cudaMemsetAsync(buffer, 0x3C, rows * static_cast<size_t>(width) * 2, stream_));
+  }
+  const int64_t n_of[] = {c.q_size() + 2 * c.kv_size(), c.hidden_size, 2 * c.intermediate_size, c.hidden_size,
+                          c.vocab_size};
+  const int64_t k_of[] = {c.hidden_size, c.q_size(), c.hidden_size, c.intermediate_size, c.hidden_size};
+  for (int32_t m : cuda_graph_batch_sizes(config_)) {
+    if (m > 8) break;
+    for (Role role : {Role::kQkv, Role::kO, Role::kGateUp, Role::kDownWithSilu, Role::kLmHead}) {
+      const int r = static_cast<int>(role);
+      if (!kc::gemv_supports(m, n_of[r], k_of[r])) continue;
+      const float cublas_ms = time_role(role, m, false);
+      const float gemv_ms = time_role(role, m, true);
+      gemv_choice_[{role, m}] = gemv_ms < cublas_ms;
+      static const char* kNames[] = {"qkv", "o_proj", "gate_up", "silu+down", "lm_head"};
+      std::fprintf(stderr, "[tachyon] m=%d %-9s all layers: cuBLASLt %.3f ms, GEMV %.3f ms -> %s\n", m, kNames[r],
+                   cublas_ms, gemv_ms, gemv_ms < cublas_ms ? "GEMV" : "cuBLASLt");
+    }
+  }
+  TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
 void CudaModelRunner::forward(const ForwardShape& shape) {
   const model::ModelConfig& c = weights_.config();
   const float eps = static_cast<float>(c.rms_norm_eps);
-  const int64_t T = shape.num_tokens, H = c.hidden_size, I = c.intermediate_size;
-  const int64_t q_size = c.q_size(), qkv_width = c.q_size() + 2 * c.kv_size();
+  const int64_t T = shape.num_tokens, H = c.hidden_size;
   std::byte* staging = static_cast<std::byte*>(staging_device_.data());
   const auto* token_ids = reinterpret_cast<const int32_t*>(staging + layout_.token_ids);
   const auto* positions = reinterpret_cast<const int32_t*>(staging + layout_.positions);
@@ -191,7 +292,6 @@ void CudaModelRunner::forward(const ForwardShape& shape) {
   const auto* context_lens = reinterpret_cast<const int32_t*>(staging + layout_.context_lens);
   const auto* query_starts = reinterpret_cast<const int32_t*>(staging + layout_.query_starts);
   const auto* block_tables = reinterpret_cast<const int32_t*>(staging + layout_.block_tables);
-  const auto out_bf16 = kc::GemmOutputType::kBF16;
 
   kc::RopeStoreKvShape rope_shape{.num_tokens = T,
                                   .num_heads = static_cast<int32_t>(c.num_attention_heads),
@@ -211,7 +311,7 @@ void CudaModelRunner::forward(const ForwardShape& shape) {
     } else {
       kc::add_rms_norm(ws_->normed, ws_->residual, ws_->proj, w.input_norm, T, H, eps, stream_);
     }
-    gemm_.linear(ws_->qkv, out_bf16, ws_->normed, w.qkv, w.qkv_bias, T, qkv_width, H, stream_);
+    run_role(Role::kQkv, l, T);
     auto* k_cache = reinterpret_cast<bf16*>(static_cast<std::byte*>(kv_buffer_.data()) + (2 * l) * kv_layer_bytes_);
     auto* v_cache = reinterpret_cast<bf16*>(static_cast<std::byte*>(kv_buffer_.data()) + (2 * l + 1) * kv_layer_bytes_);
     kc::rope_store_kv(ws_->q, k_cache, v_cache, ws_->qkv, w.q_norm, w.k_norm, weights_.inv_freq(), positions, slots,
@@ -237,19 +337,17 @@ void CudaModelRunner::forward(const ForwardShape& shape) {
                                   shape.num_seqs - decodes, static_cast<int32_t>(T), shape.max_query_len,
                                   attention, stream_);
     }
-    gemm_.linear(ws_->proj, out_bf16, ws_->attn, w.o_proj, w.o_proj_bias, T, H, q_size, stream_);
+    run_role(Role::kO, l, T);
     // MLP block.
     kc::add_rms_norm(ws_->normed, ws_->residual, ws_->proj, w.post_attention_norm, T, H, eps, stream_);
-    gemm_.linear(ws_->gate_up, out_bf16, ws_->normed, w.gate_up, w.gate_up_bias, T, 2 * I, H, stream_);
-    kc::silu_and_mul(ws_->act, ws_->gate_up, T, I, stream_);
-    gemm_.linear(ws_->proj, out_bf16, ws_->act, w.down, w.down_bias, T, H, I, stream_);
+    run_role(Role::kGateUp, l, T);
+    run_role(Role::kDownWithSilu, l, T);
   }
   // Final norm on every row (cheap), then only the rows whose logits are wanted go through the
   // LM head: gathered by the embedding kernel, a row lookup by index.
   kc::add_rms_norm(ws_->normed, ws_->residual, ws_->proj, weights_.final_norm(), T, H, eps, stream_);
   kc::embedding(ws_->selected, logits_rows, ws_->normed, shape.num_logits_rows, H, stream_);
-  gemm_.linear(ws_->logits, kc::GemmOutputType::kF32, ws_->selected, weights_.lm_head(), nullptr,
-               shape.num_logits_rows, c.vocab_size, H, stream_);
+  run_role(Role::kLmHead, -1, shape.num_logits_rows);
 }
 
 std::vector<float> CudaModelRunner::last_logits(int32_t rows) const {

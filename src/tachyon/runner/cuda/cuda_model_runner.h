@@ -59,6 +59,13 @@ class CudaModelRunner : public ModelRunner {
   void forward(const ForwardShape& shape);
   void capture_graphs();
   void tune_gemms(const engine::EngineConfig& config);
+  // Decode-sized products (m <= 8) can go to our GEMV instead of cuBLASLt: each (m, role) is
+  // timed both ways on the loaded weights at start-up and the faster one is kept.
+  enum class Role { kQkv, kO, kGateUp, kDownWithSilu, kLmHead };
+  void choose_gemv();
+  float time_role(Role role, int32_t m, bool gemv);
+  void run_role(Role role, int64_t layer, int64_t m);
+  bool use_gemv(Role role, int64_t m) const;
 
   engine::EngineConfig config_;
   CudaDenseWeights weights_;
@@ -78,6 +85,7 @@ class CudaModelRunner : public ModelRunner {
   std::vector<int32_t> graph_batch_sizes_;
   std::map<int32_t, cudaGraphExec_t> graphs_;  // decode batch size -> instantiated graph
   int64_t graph_replays_ = 0;
+  std::map<std::pair<Role, int64_t>, bool> gemv_choice_;  // (role, m) -> our GEMV is faster
   cudaEvent_t step_begin_ = nullptr, step_end_ = nullptr;  // around each step's device work
   double last_step_device_ms_ = 0.0;
 };
