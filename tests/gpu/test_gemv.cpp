@@ -1,8 +1,8 @@
 // gemv (kernels/cuda/gemv.h) against its CPU twin kernels::cpu::linear for every m in 1..8 on
 // model-sized and awkward shapes, both output types, with and without bias, outputs poisoned
-// with a guard after them; its checks, graph capture; and a speed report (prints, never
-// asserts) of gemv beside GemmRunner::linear on the Llama-3-8B decode shapes with weights cold
-// in HBM. Run: build-*/tests/gpu_gemv (GPU machine); TACHYON_TEST_SEED=<seed> replays a failure.
+// with a guard after them; gemv_silu bit for bit against silu_and_mul + gemv; the checks, graph
+// capture; and a speed report (prints, never asserts) of gemv beside GemmRunner::linear on the
+// Llama-3-8B decode shapes with weights cold in HBM. Run: build-*/tests/gpu_gemv (GPU machine); TACHYON_TEST_SEED=<seed> replays a failure.
 #include "tachyon/kernels/cuda/gemv.h"
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "tachyon/kernels/cuda/activation.h"
 #include "tachyon/kernels/cuda/gemm.h"
 #include "tachyon/kernels/linear.h"
 
@@ -101,9 +102,11 @@ void expect_matches_cpu(const Operands& ops, const std::vector<Variant>& variant
 }
 
 // Llama-3-8B's qkv, o_proj and down projections, then awkward ones: n not a multiple of the
-// rows a warp owns, k not a multiple of a warp's 32 chunks, a single chunk per lane or less.
-const std::vector<std::pair<int64_t, int64_t>> kShapes = {{4096, 4096}, {6144, 4096}, {4096, 14336}, {2048, 2048},
-                                                          {136, 200},   {97, 1000},   {8, 16},      {3, 8}};
+// rows a warp owns, k not a multiple of a warp's 32 chunks, a single chunk per lane or less,
+// and (200, 4104): few rows, so 2-4 warps split k, whose 513 chunks leave ragged slices.
+const std::vector<std::pair<int64_t, int64_t>> kShapes = {{4096, 4096}, {6144, 4096}, {4096, 14336},
+                                                          {2048, 2048}, {136, 200},   {97, 1000},
+                                                          {200, 4104},  {8, 16},      {3, 8}};
 
 TEST(Gemv, MatchesCpuLinearForEveryRowCount) {
   Stream stream;
@@ -114,6 +117,41 @@ TEST(Gemv, MatchesCpuLinearForEveryRowCount) {
 TEST(Gemv, LmHeadWithF32Logits) {
   Stream stream;
   expect_matches_cpu(Operands(32000, 2048, 100), {{GemmOutputType::kF32, false}}, stream.stream);
+}
+
+// gemv_silu equals silu_and_mul followed by gemv exactly (same rounding, same sum order), and
+// the CPU's silu_and_mul + linear within bf16 tolerance.
+TEST(Gemv, SiluFusedEqualsSiluAndMulThenGemv) {
+  Stream stream;
+  uint64_t salt = 500;
+  for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{{512, 14336}, {136, 200}, {97, 1000}, {3, 8}}) {
+    std::mt19937_64 gen = gpu_test::rng(++salt);
+    const std::vector<float> gate_up = gpu_test::random_bf16_values(gen, kMaxRows * 2 * k);  // [8, 2k]
+    Operands ops(n, k, gen);  // its weight and bias; its input is replaced by the gate's output
+    DeviceArray<bf16> gate_up_device = gpu_test::upload_bf16(gate_up);
+    DeviceArray<bf16> act(kMaxRows * k);
+    silu_and_mul(act.data(), gate_up_device.data(), kMaxRows, k, stream.stream);
+    std::vector<float> act_cpu(kMaxRows * k);
+    cpu::silu_and_mul(act_cpu.data(), gate_up.data(), kMaxRows, k);
+    act_cpu = gpu_test::round_to_bf16(act_cpu);
+    for (int64_t m = 1; m <= kMaxRows; ++m) {
+      for (bool with_bias : {false, true}) {
+        const bf16* bias = with_bias ? ops.bias_device.data() : nullptr;
+        DeviceArray<bf16> fused(m * n + kGuard), unfused(m * n);
+        gemv_silu(fused.data(), GemmOutputType::kBF16, gate_up_device.data(), ops.weight_device.data(), bias, m, n,
+                  k, stream.stream);
+        gemv(unfused.data(), GemmOutputType::kBF16, act.data(), ops.weight_device.data(), bias, m, n, k,
+             stream.stream);
+        std::vector<float> got = gpu_test::download_f32(fused);
+        for (size_t i = m * n; i < got.size(); ++i) EXPECT_TRUE(std::isnan(got[i])) << "guard element " << i - m * n;
+        got.resize(m * n);
+        EXPECT_EQ(got, gpu_test::download_f32(unfused)) << "m=" << m << " n=" << n << " k=" << k;
+        std::vector<float> ref(m * n);
+        cpu::linear(ref.data(), act_cpu.data(), ops.weight.data(), with_bias ? ops.bias.data() : nullptr, m, k, n);
+        EXPECT_LT(gpu_test::relative_error(got, ref), kBf16Tolerance) << "m=" << m << " n=" << n << " k=" << k;
+      }
+    }
+  }
 }
 
 std::string error_of(const std::function<void()>& call) {
@@ -196,56 +234,108 @@ double median_us(const std::function<void(int)>& launch, cudaStream_t stream) {
   return ms[kTimed / 2] * 1e3;
 }
 
+// Copies of one [n, k] weight totalling more than 4x the L2, read round robin, so every timed
+// launch streams its weight from HBM.
+struct ColdWeights {
+  int copies;
+  size_t elements;
+  tachyon::cuda::DeviceBuffer buffer;
+
+  ColdWeights(int64_t n, int64_t k) : copies(count(n * k * sizeof(bf16))), elements(n * k) {
+    buffer = tachyon::cuda::DeviceBuffer(copies * elements * sizeof(bf16));
+    TACHYON_CUDA_CHECK(cudaMemset(buffer.data(), 0x3C, buffer.bytes()));  // every bf16 0x3C3C, about 0.011
+  }
+  const bf16* operator()(int i) const { return buffer.as<bf16>() + (i % copies) * elements; }
+
+  static int count(size_t bytes) {
+    int device = 0, l2_bytes = 0;
+    TACHYON_CUDA_CHECK(cudaGetDevice(&device));
+    TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
+    return static_cast<int>(std::max<size_t>(2, size_t{4} * l2_bytes / bytes + 1));
+  }
+};
+
+// "12.3 us 3.95 TB/s 94%": time, weight bytes per second, share of the copy bandwidth.
+std::string speed(double us, size_t weight_bytes, double copy_bandwidth) {
+  const double bytes_per_s = weight_bytes / (us * 1e-6);
+  char text[64];
+  std::snprintf(text, sizeof(text), "%7.1f us %4.2f TB/s %3.0f%%", us, bytes_per_s / 1e12,
+                100 * bytes_per_s / copy_bandwidth);
+  return text;
+}
+
 struct SpeedShape {
   const char* name;
   int64_t n, k;
   GemmOutputType out_type;
 };
 
-// Prints, never asserts: the numbers are for the reader (and the choice between the two paths).
-TEST(GemvSpeed, Llama8bDecodeShapesAgainstCublasLt) {
+// Llama-3-8B's decode shapes, then Llama-3.2-1B's. Prints, never asserts: the numbers are for
+// the reader (and the choice between the two paths).
+TEST(GemvSpeed, LlamaDecodeShapesAgainstCublasLt) {
   const std::vector<SpeedShape> shapes = {{"qkv", 6144, 4096, GemmOutputType::kBF16},
                                           {"o_proj", 4096, 4096, GemmOutputType::kBF16},
                                           {"gate_up", 28672, 4096, GemmOutputType::kBF16},
                                           {"down", 4096, 14336, GemmOutputType::kBF16},
-                                          {"lm_head", 128256, 4096, GemmOutputType::kF32}};
+                                          {"lm_head", 128256, 4096, GemmOutputType::kF32},
+                                          {"1b qkv", 3072, 2048, GemmOutputType::kBF16},
+                                          {"1b o", 2048, 2048, GemmOutputType::kBF16},
+                                          {"1b gu", 16384, 2048, GemmOutputType::kBF16},
+                                          {"1b down", 2048, 8192, GemmOutputType::kBF16},
+                                          {"1b head", 128256, 2048, GemmOutputType::kF32}};
   Stream stream;
   GemmRunner runner;
   const double copy_bandwidth = tachyon::cuda::measure_copy_bandwidth();  // bytes/s
-  int device = 0, l2_bytes = 0;
-  TACHYON_CUDA_CHECK(cudaGetDevice(&device));
-  TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
-  std::printf("copy bandwidth %.2f TB/s, L2 %d MB; weights rotate over copies totalling > 4x L2\n",
-              copy_bandwidth / 1e12, l2_bytes >> 20);
+  std::printf("copy bandwidth %.2f TB/s; weights rotate over copies totalling > 4x L2\n", copy_bandwidth / 1e12);
   for (const SpeedShape& s : shapes) {
     const size_t weight_bytes = s.n * s.k * sizeof(bf16);
-    const int copies = static_cast<int>(std::max<size_t>(2, (size_t{4} * l2_bytes) / weight_bytes + 1));
-    tachyon::cuda::DeviceBuffer weights(copies * weight_bytes);
-    TACHYON_CUDA_CHECK(cudaMemset(weights.data(), 0x3C, weights.bytes()));  // every bf16 0x3C3C, about 0.011
-    Operands small(8, s.k, 400);                                            // just its input rows
+    const ColdWeights weights(s.n, s.k);
+    Operands small(8, s.k, 400);  // just its input rows
     tachyon::cuda::DeviceBuffer out(kMaxRows * s.n * sizeof(float));
     for (int64_t m : {int64_t{1}, int64_t{4}}) {
-      auto weight = [&](int i) { return weights.as<bf16>() + (i % copies) * s.n * s.k; };
       const double gemv_us = median_us(
           [&](int i) {
-            gemv(out.data(), s.out_type, small.in_device.data(), weight(i), nullptr, m, s.n, s.k, stream.stream);
+            gemv(out.data(), s.out_type, small.in_device.data(), weights(i), nullptr, m, s.n, s.k, stream.stream);
           },
           stream.stream);
       const double gemm_us = median_us(
           [&](int i) {
-            runner.linear(out.data(), s.out_type, small.in_device.data(), weight(i), nullptr, m, s.n, s.k,
+            runner.linear(out.data(), s.out_type, small.in_device.data(), weights(i), nullptr, m, s.n, s.k,
                           stream.stream);
           },
           stream.stream);
-      auto report = [&](double us) {
-        const double bytes_per_s = weight_bytes / (us * 1e-6);
-        return std::to_string(us).substr(0, 6) + " us " + std::to_string(bytes_per_s / 1e12).substr(0, 4) + " TB/s " +
-               std::to_string(static_cast<int>(100 * bytes_per_s / copy_bandwidth)) + "%";
-      };
-      std::printf("%-8s m=%lld n=%6lld k=%5lld (x%d copies)  gemv %s  |  cublasLt %s%s\n", s.name,
-                  static_cast<long long>(m), static_cast<long long>(s.n), static_cast<long long>(s.k), copies,
-                  report(gemv_us).c_str(), report(gemm_us).c_str(), gemv_us < gemm_us ? "  gemv wins" : "");
+      std::printf("%-9s m=%lld n=%6lld k=%5lld x%d  gemv %s  |  cublasLt %s%s\n", s.name, static_cast<long long>(m),
+                  static_cast<long long>(s.n), static_cast<long long>(s.k), weights.copies,
+                  speed(gemv_us, weight_bytes, copy_bandwidth).c_str(),
+                  speed(gemm_us, weight_bytes, copy_bandwidth).c_str(), gemv_us < gemm_us ? "  gemv wins" : "");
     }
+  }
+}
+
+// The down projection with its gate fused (gemv_silu) against silu_and_mul + gemv.
+TEST(GemvSpeed, FusedSiluDownAgainstTwoKernels) {
+  constexpr int64_t n = 4096, k = 14336;
+  Stream stream;
+  const double copy_bandwidth = tachyon::cuda::measure_copy_bandwidth();
+  const ColdWeights weights(n, k);
+  std::mt19937_64 gen = gpu_test::rng(600);
+  DeviceArray<bf16> gate_up = gpu_test::upload_bf16(gpu_test::random_bf16_values(gen, kMaxRows * 2 * k));
+  DeviceArray<bf16> act(kMaxRows * k), out(kMaxRows * n);
+  for (int64_t m : {int64_t{1}, int64_t{4}}) {
+    const double fused_us = median_us(
+        [&](int i) {
+          gemv_silu(out.data(), GemmOutputType::kBF16, gate_up.data(), weights(i), nullptr, m, n, k, stream.stream);
+        },
+        stream.stream);
+    const double two_us = median_us(
+        [&](int i) {
+          silu_and_mul(act.data(), gate_up.data(), m, k, stream.stream);
+          gemv(out.data(), GemmOutputType::kBF16, act.data(), weights(i), nullptr, m, n, k, stream.stream);
+        },
+        stream.stream);
+    std::printf("down+silu m=%lld  gemv_silu %s  |  silu_and_mul + gemv %s\n", static_cast<long long>(m),
+                speed(fused_us, n * k * sizeof(bf16), copy_bandwidth).c_str(),
+                speed(two_us, n * k * sizeof(bf16), copy_bandwidth).c_str());
   }
 }
 

@@ -46,8 +46,26 @@ __device__ __forceinline__ void to_floats(const uint4& bits, float (&f)[kChunk])
   }
 }
 
-// acc[m][r] += dot(in row m, weight row r) over chunk c; w: the R rows' chunk c.
-template <int M, int R>
+// Chunk c of input row m as 8 f32. Plain: in[m, 8c : 8c + 8] of in [M, k]. kSilu: x is gate_up
+// [M, 2k] and the chunk is silu(gate) * up in f32, rounded to bf16 exactly as silu_and_mul
+// (kernels/cuda/activation.cu) rounds it, so the fused product equals the two-kernel one.
+template <bool kSilu>
+__device__ __forceinline__ void load_input(const uint4* x, int k8, int m, int c, float (&xf)[kChunk]) {
+  if constexpr (!kSilu) {
+    to_floats(__ldg(x + m * k8 + c), xf);
+  } else {
+    float gate[kChunk], up[kChunk];
+    to_floats(__ldg(x + 2 * m * k8 + c), gate);
+    to_floats(__ldg(x + 2 * m * k8 + k8 + c), up);
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) {
+      xf[i] = __bfloat162float(__float2bfloat16_rn(gate[i] / (1.0f + __expf(-gate[i])) * up[i]));
+    }
+  }
+}
+
+// acc[m][r] += dot(input row m, weight row r) over chunk c; w: the R rows' chunk c.
+template <int M, int R, bool kSilu>
 __device__ __forceinline__ void accumulate(float (&acc)[M][R], const uint4 (&w)[R], const uint4* x, int k8, int c) {
   float wf[R][kChunk];
 #pragma unroll
@@ -55,7 +73,7 @@ __device__ __forceinline__ void accumulate(float (&acc)[M][R], const uint4 (&w)[
 #pragma unroll
   for (int m = 0; m < M; ++m) {
     float xf[kChunk];
-    to_floats(__ldg(x + m * k8 + c), xf);
+    load_input<kSilu>(x, k8, m, c, xf);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
 #pragma unroll
@@ -67,9 +85,9 @@ __device__ __forceinline__ void accumulate(float (&acc)[M][R], const uint4 (&w)[
 __device__ __forceinline__ void store(bf16* out, float v) { *out = __float2bfloat16_rn(v); }
 __device__ __forceinline__ void store(float* out, float v) { *out = v; }
 
-// out: [M, n] OutT; in: [M, k] bf16; weight: [n, k] bf16; bias: [n] bf16 or nullptr;
-// k8 = k / 8 (16-byte chunks per row); split in {1, 2, 4} warps share R rows.
-template <int M, typename OutT>
+// out: [M, n] OutT; in: [M, k] bf16 (kSilu: gate_up [M, 2k] bf16); weight: [n, k] bf16;
+// bias: [n] bf16 or nullptr; k8 = k / 8 (16-byte chunks per row); split in {1, 2, 4} warps share R rows.
+template <int M, typename OutT, bool kSilu>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(OutT* __restrict__ out, const bf16* __restrict__ in,
                                                         const bf16* __restrict__ weight,
                                                         const bf16* __restrict__ bias, int n, int k8, int split) {
@@ -108,13 +126,13 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(OutT* __restrict__ out, 
       for (int r = 0; r < R; ++r) w[u][r] = load_stream(w_rows[r] + base + u * stride);
     }
 #pragma unroll
-    for (int u = 0; u < U; ++u) accumulate<M, R>(acc, w[u], x, k8, base + u * stride);
+    for (int u = 0; u < U; ++u) accumulate<M, R, kSilu>(acc, w[u], x, k8, base + u * stride);
   }
   for (; base < k8; base += stride) {  // the lane's last < U chunks
     uint4 w[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) w[r] = load_stream(w_rows[r] + base);
-    accumulate<M, R>(acc, w, x, k8, base);
+    accumulate<M, R, kSilu>(acc, w, x, k8, base);
   }
 
   // Warp sums, then the split warps' sums through shared memory; lane m * R + r writes.
@@ -152,7 +170,7 @@ int multiprocessor_count() {
   return count;
 }
 
-template <int M>
+template <int M, bool kSilu>
 void launch(void* out, GemmOutputType out_type, const bf16* in, const bf16* weight, const bf16* bias, int64_t n,
             int64_t k, cudaStream_t stream) {
   constexpr int R = rows_per_warp<M>();
@@ -165,10 +183,10 @@ void launch(void* out, GemmOutputType out_type, const bf16* in, const bf16* weig
   const int64_t rows_per_block = int64_t{R} * (kWarps / split);
   const unsigned blocks = static_cast<unsigned>((n + rows_per_block - 1) / rows_per_block);
   if (out_type == GemmOutputType::kBF16) {
-    gemv_kernel<M, bf16><<<blocks, kThreads, 0, stream>>>(static_cast<bf16*>(out), in, weight, bias,
+    gemv_kernel<M, bf16, kSilu><<<blocks, kThreads, 0, stream>>>(static_cast<bf16*>(out), in, weight, bias,
                                                           static_cast<int>(n), static_cast<int>(k8), split);
   } else {
-    gemv_kernel<M, float><<<blocks, kThreads, 0, stream>>>(static_cast<float*>(out), in, weight, bias,
+    gemv_kernel<M, float, kSilu><<<blocks, kThreads, 0, stream>>>(static_cast<float*>(out), in, weight, bias,
                                                            static_cast<int>(n), static_cast<int>(k8), split);
   }
   TACHYON_CUDA_CHECK_LAUNCH();
@@ -176,33 +194,46 @@ void launch(void* out, GemmOutputType out_type, const bf16* in, const bf16* weig
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// The checks and the m dispatch of gemv and gemv_silu; in: [m, k] or gate_up [m, 2k] bf16.
+template <bool kSilu>
+void run(const char* name, void* out, GemmOutputType out_type, const bf16* in, const bf16* weight, const bf16* bias,
+         int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
+  if (m == 0) return;
+  TACHYON_CHECK(gemv_supports(m, n, k)) << name << ": unsupported shape m=" << m << " n=" << n << " k=" << k
+                                        << " (needs 1 <= m <= 8, k a positive multiple of 8)";
+  TACHYON_CHECK(bias == nullptr || out_type == GemmOutputType::kBF16)
+      << name << ": a bias needs bf16 output (m=" << m << " n=" << n << " k=" << k << ")";
+  TACHYON_CHECK(aligned16(in)) << name << ": " << (kSilu ? "gate_up" : "in") << " (" << in
+                               << ") must be 16-byte aligned";
+  TACHYON_CHECK(aligned16(weight)) << name << ": weight (" << weight << ") must be 16-byte aligned";
+  switch (m) {
+    case 1: return launch<1, kSilu>(out, out_type, in, weight, bias, n, k, stream);
+    case 2: return launch<2, kSilu>(out, out_type, in, weight, bias, n, k, stream);
+    case 3: return launch<3, kSilu>(out, out_type, in, weight, bias, n, k, stream);
+    case 4: return launch<4, kSilu>(out, out_type, in, weight, bias, n, k, stream);
+    case 5: return launch<5, kSilu>(out, out_type, in, weight, bias, n, k, stream);
+    case 6: return launch<6, kSilu>(out, out_type, in, weight, bias, n, k, stream);
+    case 7: return launch<7, kSilu>(out, out_type, in, weight, bias, n, k, stream);
+    default: return launch<8, kSilu>(out, out_type, in, weight, bias, n, k, stream);
+  }
+}
+
 }  // namespace
 
 bool gemv_supports(int64_t m, int64_t n, int64_t k) {
-  // The limits keep the kernel's int chunk indices (m * k / 8) and the grid size inside range.
+  // The limits keep the kernel's int chunk indices (2 * m * k / 8) and the grid inside range.
   return m >= 1 && m <= 8 && n >= 1 && n <= (int64_t{1} << 28) && k >= kChunk && k % kChunk == 0 &&
          k <= (int64_t{1} << 24);
 }
 
 void gemv(void* out, GemmOutputType out_type, const bf16* in, const bf16* weight, const bf16* bias, int64_t m,
           int64_t n, int64_t k, cudaStream_t stream) {
-  if (m == 0) return;
-  TACHYON_CHECK(gemv_supports(m, n, k)) << "gemv: unsupported shape m=" << m << " n=" << n << " k=" << k
-                                        << " (needs 1 <= m <= 8, k a positive multiple of 8)";
-  TACHYON_CHECK(bias == nullptr || out_type == GemmOutputType::kBF16)
-      << "gemv: a bias needs bf16 output (m=" << m << " n=" << n << " k=" << k << ")";
-  TACHYON_CHECK(aligned16(in)) << "gemv: in (" << in << ") must be 16-byte aligned";
-  TACHYON_CHECK(aligned16(weight)) << "gemv: weight (" << weight << ") must be 16-byte aligned";
-  switch (m) {
-    case 1: return launch<1>(out, out_type, in, weight, bias, n, k, stream);
-    case 2: return launch<2>(out, out_type, in, weight, bias, n, k, stream);
-    case 3: return launch<3>(out, out_type, in, weight, bias, n, k, stream);
-    case 4: return launch<4>(out, out_type, in, weight, bias, n, k, stream);
-    case 5: return launch<5>(out, out_type, in, weight, bias, n, k, stream);
-    case 6: return launch<6>(out, out_type, in, weight, bias, n, k, stream);
-    case 7: return launch<7>(out, out_type, in, weight, bias, n, k, stream);
-    default: return launch<8>(out, out_type, in, weight, bias, n, k, stream);
-  }
+  run<false>("gemv", out, out_type, in, weight, bias, m, n, k, stream);
+}
+
+void gemv_silu(void* out, GemmOutputType out_type, const bf16* gate_up, const bf16* weight, const bf16* bias,
+               int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
+  run<true>("gemv_silu", out, out_type, gate_up, weight, bias, m, n, k, stream);
 }
 
 }  // namespace tachyon::kernels::cuda

@@ -31,4 +31,13 @@ bool gemv_supports(int64_t m, int64_t n, int64_t k);
 void gemv(void* out, GemmOutputType out_type, const bf16* in, const bf16* weight, const bf16* bias, int64_t m,
           int64_t n, int64_t k, cudaStream_t stream);
 
+// The down projection fused with its SwiGLU gate: gemv on in = silu(gate) * up, computed per
+// chunk as it is read (f32, rounded to bf16 like silu_and_mul in kernels/cuda/activation.h, so
+// the result equals silu_and_mul + gemv bit for bit) and never written to memory.
+// gate_up: [m, 2k] bf16, one row [gate | up], 16-byte aligned; weight: [n, k] bf16; the rest as
+// gemv. Every warp recomputes the gate for its chunks (cheap next to the weight stream at small
+// m; the speed test compares it with the two kernels).
+void gemv_silu(void* out, GemmOutputType out_type, const bf16* gate_up, const bf16* weight, const bf16* bias,
+               int64_t m, int64_t n, int64_t k, cudaStream_t stream);
+
 }  // namespace tachyon::kernels::cuda
