@@ -249,6 +249,16 @@ TEST(GpuSampling, TiesGoToLowerIds) {
   flat[2] = flat[0], flat[2].params = params(1.0f, 7, 0.2f), flat[2].params.logprobs = 5;
   flat[3] = flat[0], flat[3].params = params(2.0f, 0, 0.01f);
   expect_same_as_cpu(flat, "all equal");
+  // 32000 equal logits: top-k and top-N ties overflow the shared list and take the vocab-wide path.
+  std::vector<Case> wide = make_batch(gen, 32000, 5, 1, 1.0f, false, params(0.0f));
+  for (Case& c : wide) c.logits.assign(32000, 0.5f);
+  for (size_t i = 0; i < 32000; i += 3) wide[4].logits[i] = 0.25f;
+  wide[0].params.logprobs = 20;
+  wide[1].params = params(1.0f, 7, 0.2f), wide[1].params.logprobs = 5;
+  wide[2].params = params(1.0f, 3000), wide[2].params.logprobs = 1;
+  wide[3].params = params(2.0f, 0, 0.01f);
+  wide[4].params = params(1.0f, 100, 0.5f), wide[4].params.logprobs = 20;
+  expect_same_as_cpu(wide, "all equal, vocab 32000");
 }
 
 TEST(GpuSampling, PenaltiesMatchCpu) {

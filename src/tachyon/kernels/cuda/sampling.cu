@@ -3,14 +3,19 @@
 // "source" yields (value, id) items on the fly (the processed logits, the raw logits, or a short
 // list in shared memory), and each filter only narrows a Cut: keep values above a key, and of the
 // values equal to it the ids up to id_limit (CPU ties go to the lower id).
-//   top-k / top-N logprobs: radix_search on exact counts (float histograms hold them exactly).
+//   top-k / top-N logprobs: radix_search on exact counts (float histograms hold them exactly);
+//          for k <= kListCapacity one histogram round finds the k-th value's 11-bit bin, the items
+//          at or above it move to shared memory, and the rest runs there.
 //   top-p: radix_search on float masses to get close, then key_mass re-derives the threshold
 //          from exact double sums, so the cut never rests on a float histogram's rounding.
-//   draw: double total, then find_crossing: the first id whose running sum exceeds u * total.
+//   draw:  double total, then find_crossing: the first id whose running sum exceeds u * total.
 // Every block reduction and scan has a fixed order: a row's result is deterministic and does not
 // depend on other rows. Penalties touch few ids: a shared bitmap marks them and an int32 per id
-// in the workspace holds their flags and output counts. A row with top_k <= kListCapacity moves
-// its top-k into shared memory and runs top-p, min-p and the draw there.
+// in the workspace holds their flags and output counts.
+// Passes over the vocabulary: greedy 1 (+2 for top-N logprobs); temperature / min-p 2.5;
+// top-k (+ top-p, min-p) 3; top-p without top-k about 7 (its exact threshold needs the masses).
+// Longer than our usual .cu (~600 lines) because the device exp must be glibc's, and the spec's
+// tie and rounding rules each need their pass; splitting it would scatter one algorithm.
 #include "tachyon/kernels/cuda/sampling.h"
 
 #include <cfloat>
@@ -28,6 +33,10 @@ constexpr int kBins = 2048;          // radix rounds of 11, 11 and 10 bits of th
 constexpr int kListCapacity = 2048;  // top-k sets up to this size move to shared memory
 constexpr uint32_t kMaskedBit = 1u << 31, kSeenBit = 1u << 30, kCountMask = kSeenBit - 1;
 
+// A pass over a source is a real call: it gets a fresh register allocation under the 64-register
+// cap of a 1024-thread CTA (inlined into one kernel body, the sampling paths spilled).
+#define TACHYON_PASS __device__ __noinline__
+
 // --- glibc's expf, x86-64 FMA variant (sysdeps/ieee754/flt-32/e_expf.c), bit for bit. ---
 #define TACHYON_EXP2F_TABLE                                                                        \
   {0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51, 0x3fef72b83c7d517b, \
@@ -38,7 +47,9 @@ constexpr uint32_t kMaskedBit = 1u << 31, kSeenBit = 1u << 30, kCountMask = kSee
    0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069, 0x3fef5818dcfba487, 0x3fef7c97337b9b5f, \
    0x3fefa4afa2a490da, 0x3fefd0765b6e4540}
 __device__ const uint64_t kExp2TableDevice[32] = TACHYON_EXP2F_TABLE;  // 2^(i/32) - (i << 47), as bits
+#ifndef __CUDA_ARCH__
 constexpr uint64_t kExp2TableHost[32] = TACHYON_EXP2F_TABLE;
+#endif
 
 __host__ __device__ inline double mul_rn(double a, double b) {  // never contracted into an fma
 #ifdef __CUDA_ARCH__
@@ -101,8 +112,16 @@ struct Cut {
 };
 __device__ inline Cut finite_values() { return Cut{order_key(-FLT_MAX), INT32_MAX}; }  // -inf's key is below
 
+// The CTA's shared state: the row's parameters and the scratch of every pass. One object at
+// namespace scope (its address is a constant), so the sources below need no parameters.
 struct Shared {  // trivially constructible, as __shared__ needs
   alignas(8) unsigned char row_bytes[sizeof(SamplingRow)];  // the row's SamplingRow
+  const float* raw;       // [vocab] f32: the row's logits
+  const uint32_t* state;  // [vocab] workspace: kMaskedBit | kSeenBit | output count, touched ids only
+  int32_t vocab;
+  bool any_touched;       // the row masks or penalizes ids (then `touched` is valid)
+  float max;              // the largest processed logit (the temperature's shift)
+  double log_normalizer;  // log-sum-exp of the raw logits (when logprobs are asked for)
   int32_t error;
   int32_t found;
   double above, at;
@@ -110,8 +129,12 @@ struct Shared {  // trivially constructible, as __shared__ needs
   float hist[kBins];
   int32_t list_id[kListCapacity];
   float list_value[kListCapacity];
+  int32_t top_id[kMaxSampledLogprobs];  // the top-N logprobs, collected in any order
+  float top_value[kMaxSampledLogprobs];
   __device__ SamplingRow& row() { return *reinterpret_cast<SamplingRow*>(row_bytes); }
 };
+__shared__ Shared sh;
+extern __shared__ uint32_t touched[];  // [ceil(vocab / 32)] dynamic: a bit per masked or penalized id
 
 // --- Deterministic block primitives: fixed combination order, result in every thread. ---
 template <class T>
@@ -125,7 +148,7 @@ __device__ T shfl_xor(T v, int mask) {
 }
 
 template <class T, class Op>  // op: associative and commutative (bitwise, as + and max are)
-__device__ T block_reduce(T v, Op op, Shared& sh) {
+__device__ T block_reduce(T v, Op op) {
   static_assert(sizeof(T) <= 32);
   T* slots = reinterpret_cast<T*>(sh.slots);
   for (int m = 16; m > 0; m >>= 1) v = op(v, shfl_xor(v, m));
@@ -138,7 +161,7 @@ __device__ T block_reduce(T v, Op op, Shared& sh) {
 }
 
 template <class T>  // double or int32_t; *total: the block's sum
-__device__ T block_exclusive_sum(T v, T* total, Shared& sh) {
+__device__ T block_exclusive_sum(T v, T* total) {
   T* slots = reinterpret_cast<T*>(sh.slots);
   const int lane = tid() & 31, warp = tid() / 32;
   T inclusive = v;
@@ -161,59 +184,45 @@ __device__ T block_exclusive_sum(T v, T* total, Shared& sh) {
 }
 
 // --- Sources: size(), id(j), value(j). ---
-struct RowLogits {  // one row's logits after sanitize, min_tokens and penalties (CPU steps 0, 2, 3)
-  const float* raw;          // [vocab] f32
-  const uint32_t* touched;   // [ceil(vocab / 32)] shared: a bit per masked or penalized id
-  const uint32_t* state;     // [vocab] workspace: kMaskedBit | kSeenBit | output count, touched ids only
-  const SamplingRow* row;    // shared
-  bool any_touched;
-
-  __device__ float processed(float x, int32_t i) const {  // x: sanitize(raw[i])
-    if (!any_touched || !((touched[i >> 5] >> (i & 31)) & 1u)) return x;
-    const uint32_t st = __ldcg(state + i);  // written with atomics in L2 by other threads
-    if (st & kMaskedBit) return -INFINITY;  // masked first; -inf survives every penalty
-    if (row->repetition_penalty != 1.0f) {  // a touched id that is not masked was seen
-      x = x > 0.0f ? __fdiv_rn(x, row->repetition_penalty) : __fmul_rn(x, row->repetition_penalty);
-    }
-    const uint32_t count = st & kCountMask;
-    if (count > 0 && (row->frequency_penalty != 0.0f || row->presence_penalty != 0.0f)) {
-      x = __fsub_rn(x, __fmul_rn(row->frequency_penalty, static_cast<float>(count)));
-      x = __fsub_rn(x, row->presence_penalty);
-    }
-    return x;
+// CPU steps 0, 2 and 3: sanitize, then min_tokens and penalties on the touched ids.
+__device__ inline float processed(float x, int32_t i) {  // x: sanitize(raw[i])
+  if (!sh.any_touched || !((touched[i >> 5] >> (i & 31)) & 1u)) return x;
+  const SamplingRow& row = sh.row();
+  const uint32_t st = __ldcg(sh.state + i);  // written with atomics (in L2) by other threads
+  if (st & kMaskedBit) return -INFINITY;     // masked first; -inf survives every penalty
+  if (row.repetition_penalty != 1.0f) {      // a touched id that is not masked was seen
+    x = x > 0.0f ? __fdiv_rn(x, row.repetition_penalty) : __fmul_rn(x, row.repetition_penalty);
   }
-  __device__ float operator()(int32_t i) const { return processed(sanitize(raw[i]), i); }
-};
+  const uint32_t count = st & kCountMask;
+  if (count > 0 && (row.frequency_penalty != 0.0f || row.presence_penalty != 0.0f)) {
+    x = __fsub_rn(x, __fmul_rn(row.frequency_penalty, static_cast<float>(count)));
+    x = __fsub_rn(x, row.presence_penalty);
+  }
+  return x;
+}
 
 struct ScaledSource {  // CPU step 5: (l - max) / temperature, clamped at -FLT_MAX; -inf stays
-  RowLogits logits;
-  float max, temperature;
-  int32_t n;
-  __device__ int32_t size() const { return n; }
+  __device__ int32_t size() const { return sh.vocab; }
   __device__ int32_t id(int32_t j) const { return j; }
   __device__ float value(int32_t j) const {
-    const float l = logits(j);
+    const float l = processed(sanitize(sh.raw[j]), j);
     if (!(l > -INFINITY)) return -INFINITY;
-    const float t = fmaxf(__fdiv_rn(__fsub_rn(l, max), temperature), -FLT_MAX);
+    const float t = fmaxf(__fdiv_rn(__fsub_rn(l, sh.max), sh.row().temperature), -FLT_MAX);
     return t == 0.0f ? 0.0f : t;  // one zero: the largest value is exactly +0
   }
 };
 
 struct RawSource {  // the sanitized logits, for the top-N logprobs
-  const float* raw;
-  int32_t n;
-  __device__ int32_t size() const { return n; }
+  __device__ int32_t size() const { return sh.vocab; }
   __device__ int32_t id(int32_t j) const { return j; }
-  __device__ float value(int32_t j) const { return sanitize(raw[j]); }
+  __device__ float value(int32_t j) const { return sanitize(sh.raw[j]); }
 };
 
-struct ListSource {  // a gathered set in shared memory, in id order
-  const int32_t* ids;
-  const float* values;
+struct ListSource {  // the first n items of the shared list, in id order
   int32_t n;
   __device__ int32_t size() const { return n; }
-  __device__ int32_t id(int32_t j) const { return ids[j]; }
-  __device__ float value(int32_t j) const { return values[j]; }
+  __device__ int32_t id(int32_t j) const { return sh.list_id[j]; }
+  __device__ float value(int32_t j) const { return sh.list_value[j]; }
 };
 
 // --- Passes. ---
@@ -233,12 +242,13 @@ struct Threshold {
   uint32_t key = 0;
   double above = 0.0, at = 0.0;  // weight above K and at K
 };
+// rounds < 3 stops early: key is then the top 11 (or 22) bits of K.
 template <class Source, class Weight>
-__device__ Threshold radix_search(const Source& src, Weight weight, double target, Shared& sh) {
+TACHYON_PASS Threshold radix_search(const Source& src, Weight weight, double target, int rounds = 3) {
   Threshold th;
   uint32_t prefix = 0;
   int shift = 32;
-  for (int round = 0; round < 3; ++round) {
+  for (int round = 0; round < rounds; ++round) {
     const int bits = round < 2 ? 11 : 10;
     const int low = shift - bits;
     const int bins = 1 << bits;
@@ -258,7 +268,7 @@ __device__ Threshold radix_search(const Source& src, Weight weight, double targe
     const int hi = bins - 1 - 2 * tid();
     const double w_hi = hi >= 0 ? sh.hist[hi] : 0.0, w_lo = hi >= 1 ? sh.hist[hi - 1] : 0.0;
     double unused;
-    const double before = th.above + block_exclusive_sum(w_hi + w_lo, &unused, sh);
+    const double before = th.above + block_exclusive_sum(w_hi + w_lo, &unused);
     // Non-empty bins with less than target above them form a run from the top; take its last.
     if (w_hi > 0.0 && before < target) atomicMin(&sh.found, hi);
     if (w_lo > 0.0 && before + w_hi < target) atomicMin(&sh.found, hi - 1);
@@ -280,7 +290,7 @@ __device__ Threshold radix_search(const Source& src, Weight weight, double targe
 // The first item j (source order) where the running sum of weight exceeds target; -1 if never.
 // Chunks of kThreads * kItems items, kItems contiguous per thread, so the sum runs in id order.
 template <class Source, class Weight>
-__device__ int32_t find_crossing(const Source& src, Weight weight, double target, Shared& sh) {
+TACHYON_PASS int32_t find_crossing(const Source& src, Weight weight, double target) {
   __syncthreads();
   if (tid() == 0) sh.found = INT32_MAX;  // ordered before the atomics by the scan's barriers
   double running = 0.0;
@@ -289,7 +299,7 @@ __device__ int32_t find_crossing(const Source& src, Weight weight, double target
     double local = 0.0;
     for (int32_t j = first; j < end; ++j) local += weight(src.value(j), src.id(j));
     double chunk;
-    double sum = running + block_exclusive_sum(local, &chunk, sh);
+    double sum = running + block_exclusive_sum(local, &chunk);
     if (sum <= target && sum + local > target) {  // (rounding may let two threads claim: min wins)
       for (int32_t j = first; j < end; ++j) {
         sum += weight(src.value(j), src.id(j));
@@ -309,14 +319,14 @@ __device__ int32_t find_crossing(const Source& src, Weight weight, double target
 // Copies the items that keep() accepts into the shared list, in source order; returns how many
 // (callers guarantee at most kListCapacity).
 template <class Source, class Keep>
-__device__ int32_t gather(const Source& src, Keep keep, Shared& sh) {
+TACHYON_PASS int32_t gather(const Source& src, Keep keep) {
   int32_t count = 0;
   for (int32_t base = 0; base < src.size(); base += kThreads * kItems) {
     const int32_t first = base + tid() * kItems, end = min(first + kItems, src.size());
     int32_t local = 0;
     for (int32_t j = first; j < end; ++j) local += keep(src.value(j), src.id(j)) ? 1 : 0;
     int32_t chunk;
-    int32_t at = count + block_exclusive_sum(local, &chunk, sh);
+    int32_t at = count + block_exclusive_sum(local, &chunk);
     for (int32_t j = first; j < end && local > 0; ++j) {
       const float v = src.value(j);
       if (!keep(v, src.id(j))) continue;
@@ -331,20 +341,51 @@ __device__ int32_t gather(const Source& src, Keep keep, Shared& sh) {
 
 // The id of the n-th (1-based, id order) item at `key` that `cut` keeps.
 template <class Source>
-__device__ int32_t nth_tie(const Source& src, uint32_t key, int32_t n, Cut cut, Shared& sh) {
+__device__ int32_t nth_tie(const Source& src, uint32_t key, int32_t n, Cut cut) {
   auto is_tie = [=](float v, int32_t id) { return order_key(v) == key && cut.keeps(v, id) ? 1.0 : 0.0; };
-  return src.id(find_crossing(src, is_tie, n - 0.5, sh));
+  return src.id(find_crossing(src, is_tie, n - 0.5));
 }
 
 // CPU step 6 (and the top-N logprobs): the k largest values that `cut` keeps, ties to lower ids.
 template <class Source>
-__device__ Cut top_count_cut(const Source& src, Cut cut, int32_t k, Shared& sh) {
+__device__ Cut top_count_cut(const Source& src, Cut cut, int32_t k) {
   auto count = [=](float v, int32_t id) { return cut.keeps(v, id) ? 1.0f : 0.0f; };
-  const Threshold th = radix_search(src, count, k, sh);
+  const Threshold th = radix_search(src, count, k);
   Cut out{th.key, th.key == cut.key ? cut.id_limit : INT32_MAX};
   const int32_t ties = k - static_cast<int32_t>(th.above);
-  if (ties < static_cast<int32_t>(th.at)) out.id_limit = nth_tie(src, th.key, ties, cut, sh);
+  if (ties < static_cast<int32_t>(th.at)) out.id_limit = nth_tie(src, th.key, ties, cut);
   return out;
+}
+
+// top_count_cut for small k, mostly in shared memory: one histogram round over the source finds
+// the 11-bit bin of the k-th value; when that bin and the ones above hold at most kListCapacity
+// items they move to the shared list (id order) and the exact search runs there. Returns the
+// list's size (cut narrowed to the k largest), or -1 with cut unchanged when they do not fit.
+template <class Source>
+__device__ int32_t top_count_listed(const Source& src, Cut& cut, int32_t k) {
+  const Cut prior = cut;
+  auto count = [=](float v, int32_t id) { return prior.keeps(v, id) ? 1.0f : 0.0f; };
+  const Threshold coarse = radix_search(src, count, k, 1);
+  if (coarse.above + coarse.at > kListCapacity) return -1;
+  auto near_top = [=](float v, int32_t id) { return (order_key(v) >> 21) >= coarse.key && prior.keeps(v, id); };
+  const int32_t n = gather(src, near_top);
+  cut = top_count_cut(ListSource{n}, prior, k);
+  return n;
+}
+
+// The items `cut` keeps (at most kMaxSampledLogprobs), in any order, into sh.top_*.
+template <class Source>
+__device__ void collect_top(const Source& src, Cut cut) {
+  __syncthreads();
+  if (tid() == 0) sh.found = 0;
+  __syncthreads();
+  for (int32_t j = tid(); j < src.size(); j += kThreads) {
+    const float v = src.value(j);
+    if (!cut.keeps(v, src.id(j))) continue;
+    const int32_t slot = atomicAdd(&sh.found, 1);
+    if (slot < kMaxSampledLogprobs) sh.top_id[slot] = src.id(j), sh.top_value[slot] = v;
+  }
+  __syncthreads();
 }
 
 // Exact double masses above and at a key, and the nearest keys with mass on either side.
@@ -359,29 +400,33 @@ struct KeyMassOp {
     return {a.above + b.above, a.at + b.at, a.count_at + b.count_at, max(a.below, b.below), max(a.not_above, b.not_above)};
   }
 };
+template <class Source, class Weight>
+TACHYON_PASS KeyMass key_mass(const Source& src, Weight mass, uint32_t key) {
+  KeyMass m{0.0, 0.0, 0, 0u, 0u};
+  for (int32_t j = tid(); j < src.size(); j += kThreads) {
+    const float v = src.value(j);
+    const float w = mass(v, src.id(j));
+    if (w <= 0.0f) continue;
+    const uint32_t k = order_key(v);
+    if (k > key) m.above += w, m.not_above = max(m.not_above, ~k);
+    if (k == key) m.at += w, ++m.count_at;
+    if (k < key) m.below = max(m.below, k);
+  }
+  return block_reduce(m, KeyMassOp{});
+}
 
 // CPU step 7: the smallest most-likely set (of what `cut` keeps) whose mass reaches top_p.
 template <class Source>
-__device__ Cut top_p_cut(const Source& src, Cut cut, float top_p, Shared& sh) {
+__device__ Cut top_p_cut(const Source& src, Cut cut, float top_p) {
   // exp(t - max) with the largest kept t = +0 (the max logit scaled), as on the CPU.
   auto mass = [=](float t, int32_t id) { return cut.keeps(t, id) ? expf_glibc(t) : 0.0f; };
   double total = 0.0;
   for (int32_t j = tid(); j < src.size(); j += kThreads) total += mass(src.value(j), src.id(j));
-  const double target = static_cast<double>(top_p) * block_reduce(total, Sum{}, sh);
-  uint32_t key = radix_search(src, mass, target, sh).key;
+  const double target = static_cast<double>(top_p) * block_reduce(total, Sum{});
+  uint32_t key = radix_search(src, mass, target).key;
   KeyMass m;
   for (int step = 0;; ++step) {  // one step but when a float histogram misled the search
-    m = KeyMass{0.0, 0.0, 0, 0u, 0u};
-    for (int32_t j = tid(); j < src.size(); j += kThreads) {
-      const float v = src.value(j);
-      const float w = mass(v, src.id(j));
-      if (w <= 0.0f) continue;
-      const uint32_t k = order_key(v);
-      if (k > key) m.above += w, m.not_above = max(m.not_above, ~k);
-      if (k == key) m.at += w, ++m.count_at;
-      if (k < key) m.below = max(m.below, k);
-    }
-    m = block_reduce(m, KeyMassOp{}, sh);
+    m = key_mass(src, mass, key);
     uint32_t next = key;
     if (m.above >= target && m.not_above != 0) next = ~m.not_above;
     if (m.above + m.at < target && m.below != 0) next = m.below;
@@ -395,13 +440,13 @@ __device__ Cut top_p_cut(const Source& src, Cut cut, float top_p, Shared& sh) {
   while (n > 1 && m.above + (n - 1) * p >= target) --n;
   while (n < m.count_at && m.above + n * p < target) ++n;
   Cut out{key, key == cut.key ? cut.id_limit : INT32_MAX};
-  if (n < m.count_at) out.id_limit = nth_tie(src, key, n, cut, sh);
+  if (n < m.count_at) out.id_limit = nth_tie(src, key, n, cut);
   return out;
 }
 
 // CPU steps 8 and 9: min-p, then the first id whose running probability exceeds uniform * total.
 template <class Source>
-__device__ int32_t draw(const Source& src, Cut cut, float min_p, double uniform, Shared& sh) {
+TACHYON_PASS int32_t draw(const Source& src, Cut cut, float min_p, double uniform) {
   auto prob = [=](float t, int32_t id) -> double {
     if (!cut.keeps(t, id)) return 0.0;
     const float p = expf_glibc(t);  // the largest kept t is +0 here too
@@ -414,36 +459,34 @@ __device__ int32_t draw(const Source& src, Cut cut, float min_p, double uniform,
     total += p;
     if (p > 0.0) last = max(last, src.id(j));
   }
-  total = block_reduce(total, Sum{}, sh);
-  last = block_reduce(last, Max{}, sh);
-  const int32_t j = find_crossing(src, prob, uniform * total, sh);
+  total = block_reduce(total, Sum{});
+  last = block_reduce(last, Max{});
+  const int32_t j = find_crossing(src, prob, uniform * total);
   return j >= 0 ? src.id(j) : last;
 }
 
 template <class Source>
-__device__ int32_t filter_and_draw(const Source& src, Cut cut, const SamplingRow& row, Shared& sh) {
-  if (row.top_p < 1.0f) cut = top_p_cut(src, cut, row.top_p, sh);
-  return draw(src, cut, row.min_p, sampling_uniform(row.seed, row.step), sh);
+__device__ int32_t filter_and_draw(const Source& src, Cut cut, const SamplingRow& row) {
+  if (row.top_p < 1.0f) cut = top_p_cut(src, cut, row.top_p);
+  return draw(src, cut, row.min_p, sampling_uniform(row.seed, row.step));
 }
 
-__device__ int32_t sample_row(const ScaledSource& src, const SamplingRow& row, int32_t num_kept, Shared& sh) {
+__device__ int32_t sample_row(const ScaledSource& src, const SamplingRow& row, int32_t num_kept) {
   Cut cut = finite_values();
   if (row.top_k > 0 && row.top_k < num_kept) {
-    cut = top_count_cut(src, cut, row.top_k, sh);
-    if (row.top_k <= kListCapacity) {
-      const int32_t n = gather(src, [=](float v, int32_t id) { return cut.keeps(v, id); }, sh);
-      return filter_and_draw(ListSource{sh.list_id, sh.list_value, n}, cut, row, sh);
-    }
+    const int32_t n = row.top_k <= kListCapacity ? top_count_listed(src, cut, row.top_k) : -1;
+    if (n >= 0) return filter_and_draw(ListSource{n}, cut, row);
+    cut = top_count_cut(src, cut, row.top_k);
   }
-  return filter_and_draw(src, cut, row, sh);
+  return filter_and_draw(src, cut, row);
 }
 
 // Marks the row's masked and penalized ids in `touched` and gathers their state; resets each
 // such id's state first, so the workspace needs no initialization. False when there are none.
-__device__ bool prepare_touched(Shared& sh, const int32_t* tokens, int32_t vocab, uint32_t* touched, uint32_t* state) {
+__device__ bool prepare_touched(const int32_t* tokens, uint32_t* state) {
   const SamplingRow& row = sh.row();
   const int32_t num_history = row.num_prompt_tokens + row.num_output_tokens;
-  const int32_t total = num_history + row.num_masked;
+  const int32_t total = num_history + row.num_masked, vocab = sh.vocab;
   if (total == 0) return false;
   auto id_at = [&](int32_t j) {
     return j < num_history ? tokens[row.history_begin + j] : tokens[row.masked_begin + (j - num_history)];
@@ -471,76 +514,95 @@ __device__ bool prepare_touched(Shared& sh, const int32_t* tokens, int32_t vocab
   return true;
 }
 
-struct Stats {                  // pass 1 over the row
-  float best;                   // the largest processed logit...
-  int32_t best_id;              // ...at the lowest id (INT32_MAX: none is finite)
-  int32_t kept;                 // processed logits > -inf
-  float raw_max;                // raw log-sum-exp, only when logprobs are asked for:
-  double raw_sum;               // sum of exp(raw - raw_max)
+struct Stats {     // pass 1 over the row
+  float best;      // the largest processed logit...
+  int32_t best_id; // ...at the lowest id (INT32_MAX: none is finite)
+  int32_t kept;    // processed logits > -inf
+  float raw_max;   // raw log-sum-exp, only when logprobs are asked for:
+  double raw_sum;  // sum of exp(raw - raw_max)
+
+  __device__ void add(float raw, int32_t i, bool want_logprobs) {  // ids ascend per thread
+    const float x = sanitize(raw);
+    const float l = processed(x, i);
+    kept += l > -INFINITY;
+    if (l > best) best = l, best_id = i;  // strict: the first (lowest id) max stays
+    if (want_logprobs && x > -INFINITY) {  // online; __expf is plenty for a 1e-4 logprob
+      if (x > raw_max) raw_sum *= __expf(raw_max - x), raw_max = x;
+      raw_sum += __expf(x - raw_max);
+    }
+  }
 };
 struct StatsOp {
   __device__ Stats operator()(const Stats& a, const Stats& b) const {
     const bool a_first = a.best > b.best || (a.best == b.best && a.best_id < b.best_id);
     const float m = fmaxf(a.raw_max, b.raw_max);
-    const double sum = m == -INFINITY ? 0.0 : a.raw_sum * exp(double(a.raw_max) - m) + b.raw_sum * exp(double(b.raw_max) - m);
+    auto rescaled = [m](const Stats& x) { return x.raw_max == m ? x.raw_sum : x.raw_sum * exp(double(x.raw_max) - m); };
+    const double sum = m == -INFINITY ? 0.0 : rescaled(a) + rescaled(b);
     return {a_first ? a.best : b.best, a_first ? a.best_id : b.best_id, a.kept + b.kept, m, sum};
   }
 };
 
-// One CTA per row. touched: dynamic shared memory, [ceil(vocab / 32)] u32.
+// One CTA per row: out[r] from logits[r] ([vocab] f32) and rows[r]; workspace: [rows, vocab] u32.
 __global__ void __launch_bounds__(kThreads, 1)
     sampling_kernel(SampledRow* out, const float* logits, const SamplingRow* rows, const int32_t* tokens, int32_t vocab,
                     uint32_t* workspace) {
-  extern __shared__ uint32_t touched[];
-  __shared__ Shared sh;
   const float* raw = logits + static_cast<int64_t>(blockIdx.x) * vocab;
   uint32_t* state = workspace + static_cast<int64_t>(blockIdx.x) * vocab;
-  if (tid() == 0) sh.row() = rows[blockIdx.x], sh.error = kSamplingOk;
+  if (tid() == 0) {
+    sh.row() = rows[blockIdx.x];
+    sh.raw = raw, sh.state = state, sh.vocab = vocab, sh.error = kSamplingOk, sh.any_touched = false;
+  }
   __syncthreads();
   const SamplingRow& row = sh.row();
-  const RowLogits processed{raw, touched, state, &row, prepare_touched(sh, tokens, vocab, touched, state)};
+  const bool any_touched = prepare_touched(tokens, state);
+  if (tid() == 0) sh.any_touched = any_touched;
+  __syncthreads();
   const bool want_logprobs = row.num_logprobs >= 0;
 
   Stats s{-INFINITY, INT32_MAX, 0, -INFINITY, 0.0};
-  for (int32_t i = tid(); i < vocab; i += kThreads) {
-    const float x = sanitize(raw[i]);
-    const float l = processed.processed(x, i);
-    if (l > -INFINITY) ++s.kept;
-    if (l > s.best) s.best = l, s.best_id = i;  // ids ascend per thread: the first max stays
-    if (want_logprobs && x > -INFINITY) {
-      if (x > s.raw_max) s.raw_sum = s.raw_sum * __expf(s.raw_max - x), s.raw_max = x;
-      s.raw_sum += __expf(x - s.raw_max);
+  if (vocab % 4 == 0 && reinterpret_cast<uintptr_t>(raw) % 16 == 0) {  // greedy is one pass: 16-byte loads
+    for (int32_t q = tid(); q < vocab / 4; q += kThreads) {
+      const float4 v = reinterpret_cast<const float4*>(raw)[q];
+      s.add(v.x, 4 * q, want_logprobs), s.add(v.y, 4 * q + 1, want_logprobs);
+      s.add(v.z, 4 * q + 2, want_logprobs), s.add(v.w, 4 * q + 3, want_logprobs);
     }
+  } else {
+    for (int32_t i = tid(); i < vocab; i += kThreads) s.add(raw[i], i, want_logprobs);
   }
-  s = block_reduce(s, StatsOp{}, sh);
+  s = block_reduce(s, StatsOp{});
   int32_t error = sh.error, token = -1;
   if (error == kSamplingOk && s.best_id == INT32_MAX) error = kSamplingNoFiniteLogit;
-  if (error == kSamplingOk) {
-    token = row.temperature == 0.0f ? s.best_id
-                                    : sample_row(ScaledSource{processed, s.best, row.temperature, vocab}, row, s.kept, sh);
-  }
-  const double log_normalizer = double(s.raw_max) + log(s.raw_sum);
+  if (tid() == 0) sh.max = s.best, sh.log_normalizer = double(s.raw_max) + log(s.raw_sum);  // kept in
+  __syncthreads();                                                                      // shared: fewer live registers
+  if (error == kSamplingOk) token = row.temperature == 0.0f ? s.best_id : sample_row(ScaledSource{}, row, s.kept);
   int32_t num_top = 0;
-  if (token >= 0 && row.num_logprobs > 0) {  // the top N raw logits, gathered in id order
+  if (token >= 0 && row.num_logprobs > 0) {  // the top N raw logits
     num_top = min(row.num_logprobs, vocab);
-    const RawSource source{raw, vocab};
-    const Cut cut = top_count_cut(source, Cut{}, num_top, sh);
-    gather(source, [=](float v, int32_t id) { return cut.keeps(v, id); }, sh);
+    Cut cut;
+    const int32_t n = top_count_listed(RawSource{}, cut, num_top);
+    if (n >= 0) collect_top(ListSource{n}, cut);
+    else collect_top(RawSource{}, top_count_cut(RawSource{}, cut, num_top));
   }
   if (tid() != 0) return;
   SampledRow& o = out[blockIdx.x];
   o.token = token;
   o.error = error;
-  o.logprob = token >= 0 && want_logprobs ? static_cast<float>(sanitize(raw[token]) - log_normalizer) : 0.0f;
+  const double log_normalizer = sh.log_normalizer;
+  o.logprob = token >= 0 && row.num_logprobs >= 0 ? static_cast<float>(sanitize(sh.raw[token]) - log_normalizer) : 0.0f;
   o.num_top = num_top;
-  for (int32_t a = 0; a < num_top; ++a) {  // stable insertion sort by value, descending
+  for (int32_t a = 1; a < num_top; ++a) {  // insertion sort: value descending, then id ascending
+    const int32_t id = sh.top_id[a];
+    const float v = sh.top_value[a];
     int32_t b = a;
-    const int32_t id = sh.list_id[a];
-    const float v = sh.list_value[a];
-    for (; b > 0 && o.top_logprobs[b - 1] < v; --b) o.top_ids[b] = o.top_ids[b - 1], o.top_logprobs[b] = o.top_logprobs[b - 1];
-    o.top_ids[b] = id, o.top_logprobs[b] = v;
+    for (; b > 0 && (sh.top_value[b - 1] < v || (sh.top_value[b - 1] == v && sh.top_id[b - 1] > id)); --b) {
+      sh.top_id[b] = sh.top_id[b - 1], sh.top_value[b] = sh.top_value[b - 1];
+    }
+    sh.top_id[b] = id, sh.top_value[b] = v;
   }
-  for (int32_t a = 0; a < num_top; ++a) o.top_logprobs[a] = static_cast<float>(o.top_logprobs[a] - log_normalizer);
+  for (int32_t a = 0; a < num_top; ++a) {
+    o.top_ids[a] = sh.top_id[a];
+    o.top_logprobs[a] = static_cast<float>(sh.top_value[a] - log_normalizer);
+  }
 }
 
 __global__ void expf_kernel(float* out, const float* in, int64_t n) {
