@@ -5,6 +5,7 @@
 // (rows, chunks of 128 vectors of a row) so neither a single decode row nor a long prefill needs
 // a loop. Test: tests/gpu/test_elementwise_kernels.cpp (SiluAndMul.*).
 #include "tachyon/kernels/cuda/activation.h"
+#include "tachyon/kernels/cuda/pdl.cuh"
 
 #include <cstdint>
 
@@ -16,6 +17,8 @@ constexpr int kVecElems = 8;  // bf16 per uint4
 
 // out: [rows, dim] bf16; gate_up: [rows, 2 * dim] bf16; vecs_per_row = dim / 8.
 __global__ void silu_and_mul_kernel(bf16* __restrict__ out, const bf16* __restrict__ gate_up, int64_t vecs_per_row) {
+  pdl_wait();  // launched with launch_pdl: nothing of the previous kernel is touched before this
+  pdl_launch_dependents();
   const int64_t row = blockIdx.x;
   const int64_t vec = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;
   if (vec >= vecs_per_row) return;
@@ -49,7 +52,7 @@ void silu_and_mul(bf16* out, const bf16* gate_up, int64_t rows, int64_t dim, cud
   TACHYON_CHECK((vecs_per_row + kThreads - 1) / kThreads <= 65535) << "silu_and_mul: dim " << dim << " too large";
   if (rows == 0) return;
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>((vecs_per_row + kThreads - 1) / kThreads));
-  silu_and_mul_kernel<<<grid, kThreads, 0, stream>>>(out, gate_up, vecs_per_row);
+  launch_pdl(silu_and_mul_kernel, grid, dim3(kThreads), 0, stream, out, gate_up, vecs_per_row);
   TACHYON_CUDA_CHECK_LAUNCH();
 }
 

@@ -20,6 +20,7 @@
 #include <cmath>
 
 #include "tachyon/kernels/cuda/attention.h"
+#include "tachyon/kernels/cuda/pdl.cuh"
 #include "tachyon/kernels/cuda/attention_common.cuh"
 
 namespace tachyon::kernels::cuda {
@@ -86,6 +87,8 @@ __device__ __forceinline__ DecodeSplit decode_split(int ctx, int window, int num
 // grid (num_kv_heads * m_tiles, num_seqs, num_splits), kThreads threads, DecodeTraits::kSmemBytes.
 template <int kHeadDim>
 __global__ void __launch_bounds__(kThreads) paged_decode_kernel(const DecodeArgs a) {
+  pdl_wait();  // launched with launch_pdl: nothing of the previous kernel is touched before this
+  pdl_launch_dependents();
   using T = DecodeTraits<kHeadDim>;
   constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
   constexpr int kKSteps = kHeadDim / 16;
@@ -304,6 +307,8 @@ __global__ void __launch_bounds__(kThreads) paged_decode_kernel(const DecodeArgs
 // one split (or none) were written by the split kernel.
 template <int kHeadDim>
 __global__ void __launch_bounds__(kHeadDim / 4) merge_splits_kernel(const DecodeArgs a) {
+  pdl_wait();  // launched with launch_pdl: nothing of the previous kernel is touched before this
+  pdl_launch_dependents();
   const int head = blockIdx.x, seq = blockIdx.y;
   const DecodeSplit sp = decode_split(a.context_lens[seq], a.window, a.num_splits);
   if (sp.n_active <= 1) return;
@@ -348,10 +353,10 @@ void launch_decode(const DecodeArgs& a, int num_seqs, cudaStream_t stream) {
   static std::atomic<uint64_t> smem_raised{0};
   raise_smem_limit_once(paged_decode_kernel<kHeadDim>, smem, smem_raised);
   const dim3 grid(a.kv.num_kv_heads * a.m_tiles, num_seqs, a.num_splits);
-  paged_decode_kernel<kHeadDim><<<grid, kThreads, smem, stream>>>(a);
+  launch_pdl(paged_decode_kernel<kHeadDim>, grid, dim3(kThreads), smem, stream, a);
   TACHYON_CUDA_CHECK_LAUNCH();
   if (a.num_splits > 1) {
-    merge_splits_kernel<kHeadDim><<<dim3(a.num_heads, num_seqs), kHeadDim / 4, 0, stream>>>(a);
+    launch_pdl(merge_splits_kernel<kHeadDim>, dim3(a.num_heads, num_seqs), dim3(kHeadDim / 4), 0, stream, a);
     TACHYON_CUDA_CHECK_LAUNCH();
   }
 }

@@ -4,6 +4,7 @@
 // prefill of thousands of tokens is one block per chunk with no loop. No math: the output is
 // bit-identical to the table row. Test: tests/gpu/test_elementwise_kernels.cpp (Embedding.*).
 #include "tachyon/kernels/cuda/embedding.h"
+#include "tachyon/kernels/cuda/pdl.cuh"
 
 #include <cstdint>
 
@@ -16,6 +17,8 @@ constexpr int kVecElems = 8;  // bf16 per uint4
 // out: [rows, dim] bf16; ids: [rows] int32; table: [vocab, dim] bf16; vecs_per_row = dim / 8.
 __global__ void embedding_kernel(bf16* __restrict__ out, const int32_t* __restrict__ ids,
                                  const bf16* __restrict__ table, int64_t vecs_per_row) {
+  pdl_wait();  // launched with launch_pdl: nothing of the previous kernel is touched before this
+  pdl_launch_dependents();
   const int64_t row = blockIdx.x;
   const int64_t vec = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;
   if (vec >= vecs_per_row) return;
@@ -36,7 +39,7 @@ void embedding(bf16* out, const int32_t* ids, const bf16* table, int64_t rows, i
   TACHYON_CHECK((vecs_per_row + kThreads - 1) / kThreads <= 65535) << "embedding: dim " << dim << " too large";
   if (rows == 0) return;
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>((vecs_per_row + kThreads - 1) / kThreads));
-  embedding_kernel<<<grid, kThreads, 0, stream>>>(out, ids, table, vecs_per_row);
+  launch_pdl(embedding_kernel, grid, dim3(kThreads), 0, stream, out, ids, table, vecs_per_row);
   TACHYON_CUDA_CHECK_LAUNCH();
 }
 

@@ -7,6 +7,8 @@
 // Test: tests/gpu/test_gemv.cpp (gpu_gemv).
 #include "tachyon/kernels/cuda/gemv.h"
 
+#include "tachyon/kernels/cuda/pdl.cuh"
+
 #include <algorithm>
 #include <cstdint>
 
@@ -117,14 +119,29 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(OutT* __restrict__ out, 
 
   const int stride = 32 * split;  // chunks between one lane's consecutive chunks
   int base = slice * 32 + lane;
-  for (; base + (U - 1) * stride < k8; base += stride * U) {
-    // All R * U weight loads first, so they are in flight together.
-    uint4 w[U][R];
+  // The first trip's weight loads are issued before waiting for the previous kernel (weights
+  // are never written by one): under programmatic dependent launch (pdl.cuh) they overlap its tail.
+  uint4 w[U][R];
+  bool prefetched = base + (U - 1) * stride < k8;
+  if (prefetched) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
 #pragma unroll
       for (int r = 0; r < R; ++r) w[u][r] = load_stream(w_rows[r] + base + u * stride);
     }
+  }
+  pdl_wait();
+  pdl_launch_dependents();
+  for (; base + (U - 1) * stride < k8; base += stride * U) {
+    // All R * U weight loads first, so they are in flight together.
+    if (!prefetched) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) w[u][r] = load_stream(w_rows[r] + base + u * stride);
+      }
+    }
+    prefetched = false;
 #pragma unroll
     for (int u = 0; u < U; ++u) accumulate<M, R, kSilu>(acc, w[u], x, k8, base + u * stride);
   }
@@ -183,11 +200,11 @@ void launch(void* out, GemmOutputType out_type, const bf16* in, const bf16* weig
   const int64_t rows_per_block = int64_t{R} * (kWarps / split);
   const unsigned blocks = static_cast<unsigned>((n + rows_per_block - 1) / rows_per_block);
   if (out_type == GemmOutputType::kBF16) {
-    gemv_kernel<M, bf16, kSilu><<<blocks, kThreads, 0, stream>>>(static_cast<bf16*>(out), in, weight, bias,
-                                                          static_cast<int>(n), static_cast<int>(k8), split);
+    launch_pdl(gemv_kernel<M, bf16, kSilu>, dim3(blocks), dim3(kThreads), 0, stream, static_cast<bf16*>(out), in, weight,
+               bias, static_cast<int>(n), static_cast<int>(k8), split);
   } else {
-    gemv_kernel<M, float, kSilu><<<blocks, kThreads, 0, stream>>>(static_cast<float*>(out), in, weight, bias,
-                                                           static_cast<int>(n), static_cast<int>(k8), split);
+    launch_pdl(gemv_kernel<M, float, kSilu>, dim3(blocks), dim3(kThreads), 0, stream, static_cast<float*>(out), in,
+               weight, bias, static_cast<int>(n), static_cast<int>(k8), split);
   }
   TACHYON_CUDA_CHECK_LAUNCH();
 }

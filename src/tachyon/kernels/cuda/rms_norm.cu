@@ -11,6 +11,7 @@
 // bf16 (what HF's bf16 `residual + hidden_states` produces), stores it, and normalizes that.
 // Test: tests/gpu/test_elementwise_kernels.cpp (RmsNorm.*, AddRmsNorm.*).
 #include "tachyon/kernels/cuda/rms_norm.h"
+#include "tachyon/kernels/cuda/pdl.cuh"
 
 #include <algorithm>
 #include <cstdint>
@@ -79,6 +80,8 @@ __device__ inline void scale_and_store(bf16* out_row, const bf16* weight, const 
 // out, in: [rows, dim] bf16 (may alias: each thread rewrites only what it read); weight: [dim] bf16.
 template <int kVecs>
 __global__ void rms_norm_kernel(bf16* out, const bf16* in, const bf16* __restrict__ weight, int vecs, float eps) {
+  pdl_wait();  // launched with launch_pdl: nothing of the previous kernel is touched before this
+  pdl_launch_dependents();
   const int64_t row = blockIdx.x;
   const uint4* in_row = reinterpret_cast<const uint4*>(in) + row * vecs;
   uint4 x[kVecs];
@@ -103,6 +106,8 @@ __global__ void rms_norm_kernel(bf16* out, const bf16* in, const bf16* __restric
 template <int kVecs>
 __global__ void add_rms_norm_kernel(bf16* __restrict__ out, bf16* __restrict__ residual, const bf16* __restrict__ in,
                                     const bf16* __restrict__ weight, int vecs, float eps) {
+  pdl_wait();  // launched with launch_pdl: nothing of the previous kernel is touched before this
+  pdl_launch_dependents();
   const int64_t row = blockIdx.x;
   uint4* residual_row = reinterpret_cast<uint4*>(residual) + row * vecs;
   const uint4* in_row = reinterpret_cast<const uint4*>(in) + row * vecs;
@@ -170,10 +175,10 @@ void rms_norm(bf16* out, const bf16* in, const bf16* weight, int64_t rows, int64
   const RowLaunch launch = row_launch(vecs);
   const auto grid = static_cast<unsigned>(rows);
   switch (launch.vecs_per_thread) {
-    case 1: rms_norm_kernel<1><<<grid, launch.threads, 0, stream>>>(out, in, weight, vecs, eps); break;
-    case 2: rms_norm_kernel<2><<<grid, launch.threads, 0, stream>>>(out, in, weight, vecs, eps); break;
-    case 4: rms_norm_kernel<4><<<grid, launch.threads, 0, stream>>>(out, in, weight, vecs, eps); break;
-    default: rms_norm_kernel<kMaxVecs><<<grid, launch.threads, 0, stream>>>(out, in, weight, vecs, eps); break;
+    case 1: launch_pdl(rms_norm_kernel<1>, grid, dim3(launch.threads), 0, stream, out, in, weight, vecs, eps); break;
+    case 2: launch_pdl(rms_norm_kernel<2>, grid, dim3(launch.threads), 0, stream, out, in, weight, vecs, eps); break;
+    case 4: launch_pdl(rms_norm_kernel<4>, grid, dim3(launch.threads), 0, stream, out, in, weight, vecs, eps); break;
+    default: launch_pdl(rms_norm_kernel<kMaxVecs>, grid, dim3(launch.threads), 0, stream, out, in, weight, vecs, eps); break;
   }
   TACHYON_CUDA_CHECK_LAUNCH();
 }
@@ -190,10 +195,10 @@ void add_rms_norm(bf16* out, bf16* residual, const bf16* in, const bf16* weight,
   const auto grid = static_cast<unsigned>(rows);
   const int threads = launch.threads;
   switch (launch.vecs_per_thread) {
-    case 1: add_rms_norm_kernel<1><<<grid, threads, 0, stream>>>(out, residual, in, weight, vecs, eps); break;
-    case 2: add_rms_norm_kernel<2><<<grid, threads, 0, stream>>>(out, residual, in, weight, vecs, eps); break;
-    case 4: add_rms_norm_kernel<4><<<grid, threads, 0, stream>>>(out, residual, in, weight, vecs, eps); break;
-    default: add_rms_norm_kernel<kMaxVecs><<<grid, threads, 0, stream>>>(out, residual, in, weight, vecs, eps); break;
+    case 1: launch_pdl(add_rms_norm_kernel<1>, grid, dim3(threads), 0, stream, out, residual, in, weight, vecs, eps); break;
+    case 2: launch_pdl(add_rms_norm_kernel<2>, grid, dim3(threads), 0, stream, out, residual, in, weight, vecs, eps); break;
+    case 4: launch_pdl(add_rms_norm_kernel<4>, grid, dim3(threads), 0, stream, out, residual, in, weight, vecs, eps); break;
+    default: launch_pdl(add_rms_norm_kernel<kMaxVecs>, grid, dim3(threads), 0, stream, out, residual, in, weight, vecs, eps); break;
   }
   TACHYON_CUDA_CHECK_LAUNCH();
 }

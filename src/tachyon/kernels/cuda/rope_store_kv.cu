@@ -14,6 +14,7 @@
 // bf16 weight, rounded again); the rotation is f32 on those values and rounds once on the
 // write. v is copied bit for bit. Test: tests/gpu/test_elementwise_kernels.cpp (RopeStoreKv.*).
 #include "tachyon/kernels/cuda/rope_store_kv.h"
+#include "tachyon/kernels/cuda/pdl.cuh"
 
 #include <algorithm>
 #include <cstdint>
@@ -63,6 +64,8 @@ __global__ void rope_store_kv_kernel(bf16* __restrict__ q_out, bf16* __restrict_
                                      const bf16* __restrict__ k_norm, const float* __restrict__ inv_freq,
                                      const int32_t* __restrict__ positions, const int32_t* __restrict__ slot_mapping,
                                      int num_heads, int num_kv_heads, float eps) {
+  pdl_wait();  // launched with launch_pdl: nothing of the previous kernel is touched before this
+  pdl_launch_dependents();
   constexpr int kHalf = kHeadDim / 2;
   constexpr int kLanes = kHalf / kVecElems;  // lanes per head, a power of two dividing 32
   __shared__ float cos_table[kHalf], sin_table[kHalf];
@@ -162,16 +165,16 @@ void rope_store_kv(bf16* q_out, bf16* k_cache, bf16* v_cache, const bf16* qkv, c
   const int h = shape.num_heads, kv = shape.num_kv_heads;
   switch (head_dim) {
     case 64:
-      rope_store_kv_kernel<64><<<grid, threads, 0, stream>>>(q_out, k_cache, v_cache, qkv, q_norm, k_norm, inv_freq,
-                                                              positions, slot_mapping, h, kv, shape.eps);
+      launch_pdl(rope_store_kv_kernel<64>, dim3(grid), dim3(threads), 0, stream, q_out, k_cache, v_cache, qkv, q_norm, k_norm,
+                 inv_freq, positions, slot_mapping, h, kv, shape.eps);
       break;
     case 128:
-      rope_store_kv_kernel<128><<<grid, threads, 0, stream>>>(q_out, k_cache, v_cache, qkv, q_norm, k_norm, inv_freq,
-                                                               positions, slot_mapping, h, kv, shape.eps);
+      launch_pdl(rope_store_kv_kernel<128>, dim3(grid), dim3(threads), 0, stream, q_out, k_cache, v_cache, qkv, q_norm, k_norm,
+                 inv_freq, positions, slot_mapping, h, kv, shape.eps);
       break;
     default:
-      rope_store_kv_kernel<256><<<grid, threads, 0, stream>>>(q_out, k_cache, v_cache, qkv, q_norm, k_norm, inv_freq,
-                                                               positions, slot_mapping, h, kv, shape.eps);
+      launch_pdl(rope_store_kv_kernel<256>, dim3(grid), dim3(threads), 0, stream, q_out, k_cache, v_cache, qkv, q_norm, k_norm,
+                 inv_freq, positions, slot_mapping, h, kv, shape.eps);
       break;
   }
   TACHYON_CUDA_CHECK_LAUNCH();

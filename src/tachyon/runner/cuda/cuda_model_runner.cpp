@@ -66,6 +66,7 @@ CudaModelRunner::CudaModelRunner(const model::Bf16ModelWeights& weights, const e
   TACHYON_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   TACHYON_CUDA_CHECK(cudaEventCreate(&step_begin_));
   TACHYON_CUDA_CHECK(cudaEventCreate(&step_end_));
+  graph_batch_sizes_ = cuda_graph_batch_sizes(config);
   plan_workspace(config);
   tune_gemms(config);
   allocate_kv_cache(config);
@@ -361,7 +362,6 @@ void CudaModelRunner::capture_graphs() {
   // One graph per decode bucket, captured with the bucket's batch and the model's maximum
   // context (which fixes the decode kernel's split count), replayed for any decode step whose
   // batch fits: the padding rows compute on token 0 and write nothing (slot -1, context 0).
-  graph_batch_sizes_ = cuda_graph_batch_sizes(config_);
   const int32_t max_context = static_cast<int32_t>(config_.scheduler.max_model_len);
   for (int32_t batch : graph_batch_sizes_) {
     const StepInputSummary summary = fill_step_inputs(engine::StepPlan{}, layout_, limits_,
@@ -388,14 +388,18 @@ std::vector<engine::SampledToken> CudaModelRunner::execute(const engine::StepPla
   // A named range per step, so a profiler (ncu --nvtx-include "tachyon_step/") sees only steps.
   nvtx3::scoped_range range("tachyon_step");
   std::byte* staging = static_cast<std::byte*>(staging_host_.data());
-  // A decode step whose batch fits a captured bucket replays that graph; the rest run eagerly.
+  // A decode step is padded to its batch bucket and replays that bucket's graph. With
+  // --enforce-eager it is padded the same way and runs eagerly, so graphs and eager run the
+  // same kernels on the same shapes and give the same tokens. The rest run eagerly as planned.
   cudaGraphExec_t graph = nullptr;
   int32_t padded = 0;
-  if (!graphs_.empty() && is_decode_only(plan)) {
-    auto bucket = graphs_.lower_bound(static_cast<int32_t>(plan.sequences.size()));
-    if (bucket != graphs_.end()) {
-      padded = bucket->first;
-      graph = bucket->second;
+  if (is_decode_only(plan)) {
+    auto bucket = std::lower_bound(graph_batch_sizes_.begin(), graph_batch_sizes_.end(),
+                                   static_cast<int32_t>(plan.sequences.size()));
+    if (bucket != graph_batch_sizes_.end()) {
+      padded = *bucket;
+      auto captured = graphs_.find(padded);
+      if (captured != graphs_.end()) graph = captured->second;
     }
   }
   const StepInputSummary summary = fill_step_inputs(plan, layout_, limits_, staging, padded);

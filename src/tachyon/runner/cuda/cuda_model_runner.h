@@ -2,7 +2,8 @@
 //   1. the plan's metadata and sampling rows are written into a pinned staging buffer
 //      (runner/step_inputs.h) and copied with ONE H2D;
 //   2. the forward runs eagerly (prefill and mixed steps) or replays a CUDA graph captured at
-//      start-up for the decode batch bucket >= the step's batch (padding rows write nothing);
+//      start-up for the decode batch bucket >= the step's batch (padding rows write nothing;
+//      --enforce-eager pads decodes the same way, so both modes compute the same numbers);
 //   3. the GPU sampler draws every sampled row; the tokens come back with ONE D2H.
 // All memory is planned up front (weights, activation workspace for max_num_batched_tokens,
 // staging, then the KV cache from what --gpu-memory-utilization leaves); the step loop never
