@@ -4,6 +4,7 @@
 # then HF transformers on the same directories (tools/hf_baseline.py), writing one JSON per run
 # into OUT_DIR and a table at the end.
 #   scripts/gpu-bench.sh OUT_DIR [tachyon] [hf]     (default: both)
+#   ONLY="8b-b1-decode 1b-b1-decode" scripts/gpu-bench.sh ...   runs a subset
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${1:?usage: scripts/gpu-bench.sh OUT_DIR [tachyon] [hf]}
@@ -29,6 +30,7 @@ RUNS=(
 )
 for run in "${RUNS[@]}"; do
   read -r name model batch input output <<< "$run"
+  if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then continue; fi
   if [[ " $SUITES " == *" tachyon "* ]]; then
     "$TACHYON" bench latency "$MODELS/$model" --device cuda --batch-size "$batch" --input-len "$input" \
       --output-len "$output" --num-iters 3 --num-iters-warmup 1 --output-json "$OUT_DIR/tachyon-$name.json" \
@@ -36,7 +38,7 @@ for run in "${RUNS[@]}"; do
   fi
   if [[ " $SUITES " == *" hf "* ]]; then
     python3 tools/hf_baseline.py --model "$MODELS/$model" --batch-size "$batch" --input-len "$input" \
-      --output-len "$output" --repeats 3 --warmup 1 --out "$OUT_DIR/hf-$name.json" \
+      --output-len "$output" --repeats 2 --warmup 1 --no-manual --out "$OUT_DIR/hf-$name.json" \
       > "$OUT_DIR/hf-$name.log" 2>&1 || { echo "hf $name failed:"; tail -5 "$OUT_DIR/hf-$name.log"; }
   fi
 done
@@ -45,9 +47,10 @@ python3 - "$OUT_DIR" <<'PY'
 import glob, json, os, sys
 out = sys.argv[1]
 print(f"{'run':<18} {'prefill ms':>10} {'decode ms':>10} {'floor ms':>9} {'ratio':>6} {'tok/s':>9} | {'hf prefill':>10} {'hf decode':>10}")
-for path in sorted(glob.glob(f"{out}/tachyon-*.json")):
-    name = os.path.basename(path)[len("tachyon-"):-5]
-    t = json.load(open(path))
+names = sorted({os.path.basename(p).split("-", 1)[1][:-5] for p in glob.glob(f"{out}/*-*.json")})
+for name in names:
+    path = f"{out}/tachyon-{name}.json"
+    t = json.load(open(path)) if os.path.exists(path) else {"prefill_ms_median": 0, "decode_step_ms_median": 0, "decode_tokens_per_s": 0}
     hf_path = f"{out}/hf-{name}.json"
     hf = json.load(open(hf_path)) if os.path.exists(hf_path) else {}
     floor = t.get("floor", {})
