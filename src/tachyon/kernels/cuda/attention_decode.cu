@@ -21,6 +21,7 @@
 
 #include "tachyon/kernels/cuda/attention.h"
 #include "tachyon/kernels/cuda/pdl.cuh"
+#include "tachyon/tensor/cuda/device_buffer.h"
 #include "tachyon/kernels/cuda/attention_common.cuh"
 
 namespace tachyon::kernels::cuda {
@@ -340,13 +341,6 @@ int splits_for_length(int32_t max_context_len, int32_t window) {
   return std::clamp(ceil_div(std::max(visible, 1), kSplitTokens), 1, kMaxSplits);
 }
 
-int multiprocessor_count() {
-  int device = 0, count = 0;
-  TACHYON_CUDA_CHECK(cudaGetDevice(&device));
-  TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-  return count;
-}
-
 template <int kHeadDim>
 void launch_decode(const DecodeArgs& a, int num_seqs, cudaStream_t stream) {
   const size_t smem = DecodeTraits<kHeadDim>::kSmemBytes;
@@ -390,7 +384,7 @@ void paged_decode_attention(bf16* out, const bf16* q, const PagedKvView& kv, con
   a.window = params.sliding_window;
   a.scale_log2 = params.scale * kLog2e;
   const int ctas_per_split = kv.num_kv_heads * a.m_tiles * num_seqs;
-  const int by_occupancy = ceil_div(kCtasPerSmTarget * multiprocessor_count(), ctas_per_split);
+  const int by_occupancy = ceil_div(kCtasPerSmTarget * tachyon::cuda::multiprocessor_count(), ctas_per_split);
   a.num_splits = std::max(1, std::min(splits_for_length(max_context_len, params.sliding_window), by_occupancy));
   if (a.num_splits > 1) {
     const size_t part_rows = static_cast<size_t>(num_seqs) * params.num_heads * a.num_splits;

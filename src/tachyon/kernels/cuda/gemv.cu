@@ -7,7 +7,9 @@
 // Test: tests/gpu/test_gemv.cpp (gpu_gemv).
 #include "tachyon/kernels/cuda/gemv.h"
 
+#include "tachyon/kernels/cuda/bf16_vec.cuh"
 #include "tachyon/kernels/cuda/pdl.cuh"
+#include "tachyon/tensor/cuda/device_buffer.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -17,7 +19,7 @@ namespace {
 
 constexpr int kWarps = 4;  // per block
 constexpr int kThreads = kWarps * 32;
-constexpr int kChunk = 8;               // bf16 per 16-byte load
+constexpr int kChunk = kBf16PerVec;     // bf16 per 16-byte load
 constexpr int kTargetWarpsPerSm = 16;   // below this, split k across the warps of a block
 
 template <int M>
@@ -38,27 +40,17 @@ __device__ __forceinline__ uint4 load_stream(const uint4* p) {
   return v;
 }
 
-// 8 bf16 in a uint4 -> 8 f32 (bf16 is the top half of an f32: a shift or a mask each).
-__device__ __forceinline__ void to_floats(const uint4& bits, float (&f)[kChunk]) {
-  const uint32_t words[4] = {bits.x, bits.y, bits.z, bits.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(words[i] << 16);
-    f[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
-  }
-}
-
 // Chunk c of input row m as 8 f32. Plain: in[m, 8c : 8c + 8] of in [M, k]. kSilu: x is gate_up
 // [M, 2k] and the chunk is silu(gate) * up in f32, rounded to bf16 exactly as silu_and_mul
 // (kernels/cuda/activation.cu) rounds it, so the fused product equals the two-kernel one.
 template <bool kSilu>
 __device__ __forceinline__ void load_input(const uint4* x, int k8, int m, int c, float (&xf)[kChunk]) {
   if constexpr (!kSilu) {
-    to_floats(__ldg(x + m * k8 + c), xf);
+    unpack8(__ldg(x + m * k8 + c), xf);
   } else {
     float gate[kChunk], up[kChunk];
-    to_floats(__ldg(x + 2 * m * k8 + c), gate);
-    to_floats(__ldg(x + 2 * m * k8 + k8 + c), up);
+    unpack8(__ldg(x + 2 * m * k8 + c), gate);
+    unpack8(__ldg(x + 2 * m * k8 + k8 + c), up);
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) {
       xf[i] = __bfloat162float(__float2bfloat16_rn(gate[i] / (1.0f + __expf(-gate[i])) * up[i]));
@@ -71,7 +63,7 @@ template <int M, int R, bool kSilu>
 __device__ __forceinline__ void accumulate(float (&acc)[M][R], const uint4 (&w)[R], const uint4* x, int k8, int c) {
   float wf[R][kChunk];
 #pragma unroll
-  for (int r = 0; r < R; ++r) to_floats(w[r], wf[r]);
+  for (int r = 0; r < R; ++r) unpack8(w[r], wf[r]);
 #pragma unroll
   for (int m = 0; m < M; ++m) {
     float xf[kChunk];
@@ -179,14 +171,6 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(OutT* __restrict__ out, 
   store(out + m * static_cast<int64_t>(n) + row, sum);
 }
 
-int multiprocessor_count() {
-  int device = 0;
-  int count = 0;
-  TACHYON_CUDA_CHECK(cudaGetDevice(&device));
-  TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-  return count;
-}
-
 template <int M, bool kSilu>
 void launch(void* out, GemmOutputType out_type, const bf16* in, const bf16* weight, const bf16* bias, int64_t n,
             int64_t k, cudaStream_t stream) {
@@ -194,7 +178,7 @@ void launch(void* out, GemmOutputType out_type, const bf16* in, const bf16* weig
   constexpr int U = unroll<M>();
   const int64_t k8 = k / kChunk;
   const int64_t warps = (n + R - 1) / R;
-  const int64_t target = static_cast<int64_t>(multiprocessor_count()) * kTargetWarpsPerSm;
+  const int64_t target = static_cast<int64_t>(tachyon::cuda::multiprocessor_count()) * kTargetWarpsPerSm;
   int split = 1;  // while the grid is thin and every lane keeps U chunks per row, split k wider
   while (split < kWarps && warps * split < target && k8 >= int64_t{32} * U * split * 2) split *= 2;
   const int64_t rows_per_block = int64_t{R} * (kWarps / split);

@@ -11,6 +11,7 @@
 // bf16 (what HF's bf16 `residual + hidden_states` produces), stores it, and normalizes that.
 // Test: tests/gpu/test_elementwise_kernels.cpp (RmsNorm.*, AddRmsNorm.*).
 #include "tachyon/kernels/cuda/rms_norm.h"
+#include "tachyon/kernels/cuda/bf16_vec.cuh"
 #include "tachyon/kernels/cuda/pdl.cuh"
 
 #include <algorithm>
@@ -19,30 +20,10 @@
 namespace tachyon::kernels::cuda {
 namespace {
 
-constexpr int kVecElems = 8;     // bf16 per uint4
+constexpr int kVecElems = kBf16PerVec;
 constexpr int kMaxVecs = 8;      // uint4 registers per thread at most
 constexpr int kMaxThreads = 512;
 
-// 8 bf16 in a uint4 <-> 8 floats. Element 2i is the low half of word i; a bf16 is the top half
-// of an f32. Reading the words (not a bf16 view) keeps the loads 16 bytes wide.
-__device__ inline void unpack8(const uint4& bits, float (&v)[kVecElems]) {
-  const uint32_t words[4] = {bits.x, bits.y, bits.z, bits.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    v[2 * i] = __uint_as_float(words[i] << 16);
-    v[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
-  }
-}
-
-__device__ inline uint4 pack8(const float (&v)[kVecElems]) {
-  uint32_t words[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);  // round to nearest even
-    words[i] = *reinterpret_cast<const uint32_t*>(&pair);
-  }
-  return make_uint4(words[0], words[1], words[2], words[3]);
-}
 
 // Sum of `value` over the block, returned to every thread. blockDim.x is a multiple of 32.
 __device__ inline float block_sum(float value) {

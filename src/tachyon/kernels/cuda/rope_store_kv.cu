@@ -14,6 +14,7 @@
 // bf16 weight, rounded again); the rotation is f32 on those values and rounds once on the
 // write. v is copied bit for bit. Test: tests/gpu/test_elementwise_kernels.cpp (RopeStoreKv.*).
 #include "tachyon/kernels/cuda/rope_store_kv.h"
+#include "tachyon/kernels/cuda/bf16_vec.cuh"
 #include "tachyon/kernels/cuda/pdl.cuh"
 
 #include <algorithm>
@@ -22,29 +23,9 @@
 namespace tachyon::kernels::cuda {
 namespace {
 
-constexpr int kVecElems = 8;  // bf16 per uint4
+constexpr int kVecElems = kBf16PerVec;
 constexpr int kMaxThreads = 1024;
 
-// 8 bf16 in a uint4 <-> 8 floats. Element 2i is the low half of word i; a bf16 is the top half
-// of an f32. Reading the words (not a bf16 view) keeps the loads 16 bytes wide.
-__device__ inline void unpack8(const uint4& bits, float (&v)[kVecElems]) {
-  const uint32_t words[4] = {bits.x, bits.y, bits.z, bits.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    v[2 * i] = __uint_as_float(words[i] << 16);
-    v[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
-  }
-}
-
-__device__ inline uint4 pack8(const float (&v)[kVecElems]) {
-  uint32_t words[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);  // round to nearest even
-    words[i] = *reinterpret_cast<const uint32_t*>(&pair);
-  }
-  return make_uint4(words[0], words[1], words[2], words[3]);
-}
 
 __device__ inline float round_bf16(float value) { return __bfloat162float(__float2bfloat16_rn(value)); }
 

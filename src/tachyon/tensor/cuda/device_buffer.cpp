@@ -93,6 +93,13 @@ double measure_copy_bandwidth(size_t bytes, int repeats) {
   return 2.0 * static_cast<double>(bytes) / (ms[ms.size() / 2] * 1e-3);
 }
 
+int multiprocessor_count() {
+  int device = 0, count = 0;
+  TACHYON_CUDA_CHECK(cudaGetDevice(&device));
+  TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return count;
+}
+
 std::string current_device_name() {
   int device = 0;
   TACHYON_CUDA_CHECK(cudaGetDevice(&device));
