@@ -18,6 +18,10 @@ void add_generate_command(CLI::App& app);
 void add_bench_latency_command(CLI::App& bench, const std::string& command_line);
 #ifdef TACHYON_HAVE_HTTP
 void add_serve_command(CLI::App& app);
+// `bench serve`: a load generator for any OpenAI-compatible server (bench_serve_command.cpp).
+void add_bench_serve_command(CLI::App& bench, const std::string& command_line);
+// `eval`: few-shot exact-match accuracy through the completions endpoint (eval_command.cpp).
+void add_eval_command(CLI::App& app, const std::string& command_line);
 #endif
 
 }  // namespace tachyon::cli
