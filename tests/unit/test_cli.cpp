@@ -124,6 +124,19 @@ TEST_F(CliTest, BenchLatencyWritesVllmStyleJson) {
   EXPECT_NE(result["command"].get<std::string>().find("bench latency"), std::string::npos);
 }
 
+TEST_F(CliTest, BenchThroughputCountsEveryToken) {
+  ASSERT_EQ(run("make-model --arch llama --preset tiny --seed 3 --out " + dir_.string()).exit_code, 0);
+  const std::string json_path = (dir_ / "throughput.json").string();
+  CliRun r = run("bench throughput " + dir_.string() +
+                 " --device cpu --num-prompts 6 --input-len 12 --output-len 4 --max-num-seqs 4 --output-json " + json_path);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json result = nlohmann::json::parse(std::ifstream(json_path));
+  EXPECT_EQ(result["num_requests"], 6);
+  EXPECT_EQ(result["total_num_tokens"], 6 * (12 + 4));
+  EXPECT_GT(result["requests_per_second"].get<double>(), 0.0);
+  EXPECT_GT(result["tokens_per_second"].get<double>(), result["output_tokens_per_second"].get<double>());
+}
+
 TEST_F(CliTest, DeviceFlagIsCheckedAndCudaNeedsACudaBuildOrAServableModel) {
   ASSERT_EQ(run("make-model --arch llama --preset tiny --seed 3 --out " + dir_.string()).exit_code, 0);
   CliRun r = run("generate " + dir_.string() + " --prompt-ids 1,2,3 --max-tokens 2 --device tpu");

@@ -13,9 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tachyon/cli/bench_engine.h"
 #include "tachyon/cli/commands.h"
-#include "tachyon/engine/engine_core.h"
-#include "tachyon/runner/runner_factory.h"
 #ifdef TACHYON_HAVE_CUDA
 #include "tachyon/tensor/cuda/device_buffer.h"
 #endif
@@ -69,17 +68,11 @@ struct Iteration {
 Iteration run_iteration(engine::EngineCore& engine, const runner::ModelRunner& runner, const LatencyOptions& options,
                         int64_t vocab, uint64_t seed) {
   std::mt19937_64 gen(seed);
-  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(vocab - 1));
-  engine::SamplingParams params;
-  params.temperature = 0.0f;
-  params.max_tokens = options.output_len;
-  params.ignore_eos = true;
+  const engine::SamplingParams params = fixed_length_params(options.output_len);
   std::vector<std::shared_ptr<engine::OutputChannel>> channels;
   for (int32_t b = 0; b < options.batch_size; ++b) {
-    std::vector<int32_t> prompt(static_cast<size_t>(options.input_len));
-    for (int32_t& t : prompt) t = token(gen);
     channels.push_back(std::make_shared<engine::OutputChannel>([](engine::RequestOutput&&) {}));
-    engine.submit(std::move(prompt), params, channels.back());
+    engine.submit(random_prompt(gen, options.input_len, vocab), params, channels.back());
   }
   Iteration it;
   const int64_t prompt_tokens = int64_t{options.batch_size} * options.input_len;
@@ -104,17 +97,14 @@ Iteration run_iteration(engine::EngineCore& engine, const runner::ModelRunner& r
 }
 
 void run_latency(const LatencyOptions& options) {
-  engine::EngineConfig config;
-  config.device = options.device;
-  config.scheduler.max_num_seqs = options.batch_size;
-  config.scheduler.max_model_len = options.input_len + options.output_len;
-  config.scheduler.max_num_batched_tokens = std::max<int64_t>(options.max_num_batched_tokens, options.batch_size);
-  config.device.cuda_graph_batch_sizes = {options.batch_size};
-  config.enable_prefix_caching = false;  // random prompts share nothing; keep the count honest
-  runner::LoadedRunner loaded = runner::load_runner(options.model_dir, config);
-  const model::ModelConfig model_config = loaded.model_config;
-  const runner::ModelRunner& runner = *loaded.runner;  // owned by the engine below
-  engine::EngineCore engine(config, std::move(loaded.runner));
+  engine::DeviceConfig device = options.device;
+  device.cuda_graph_batch_sizes = {options.batch_size};
+  BenchEngine bench = make_bench_engine(options.model_dir, device, options.batch_size,
+                                        options.input_len + options.output_len, options.max_num_batched_tokens);
+  const engine::EngineConfig& config = bench.config;
+  const model::ModelConfig& model_config = bench.model_config;
+  const runner::ModelRunner& runner = *bench.runner;
+  engine::EngineCore& engine = *bench.engine;
 
   std::vector<Iteration> timed;
   for (int32_t i = 0; i < options.num_iters_warmup + options.num_iters; ++i) {

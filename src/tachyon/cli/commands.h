@@ -16,6 +16,8 @@ void add_make_model_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 // `bench latency` under the `bench` subcommand; command_line is recorded in the JSON result.
 void add_bench_latency_command(CLI::App& bench, const std::string& command_line);
+// `bench throughput`: N random prompts at once, in-process.
+void add_bench_throughput_command(CLI::App& bench, const std::string& command_line);
 #ifdef TACHYON_HAVE_HTTP
 void add_serve_command(CLI::App& app);
 // `bench serve`: a load generator for any OpenAI-compatible server (bench_serve_command.cpp).

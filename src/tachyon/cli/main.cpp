@@ -16,9 +16,10 @@ int main(int argc, char** argv) {
   tachyon::cli::add_generate_command(app);
   std::string command_line;
   for (int i = 0; i < argc; ++i) command_line += (i ? " " : "") + std::string(argv[i]);
-  CLI::App* bench = app.add_subcommand("bench", "benchmarks: latency (in-process)");
+  CLI::App* bench = app.add_subcommand("bench", "benchmarks: latency and throughput (in-process), serve (any OpenAI-compatible server)");
   bench->require_subcommand(1);
   tachyon::cli::add_bench_latency_command(*bench, command_line);
+  tachyon::cli::add_bench_throughput_command(*bench, command_line);
 #ifdef TACHYON_HAVE_HTTP
   tachyon::cli::add_serve_command(app);
   tachyon::cli::add_bench_serve_command(*bench, command_line);
