@@ -103,6 +103,7 @@ void run_generate(const GenerateOptions& options) {
   if (detokenizer) std::fputs(detokenizer->flush().c_str(), stdout);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("\n");
+  std::fflush(stdout);  // the summary on stderr comes after the text
   std::fprintf(stderr, "[tachyon] %s: prompt %zu tokens, generated %zu tokens in %.2f s (%.1f tokens/s)\n",
                config.device.kind.c_str(), prompt.size(), generated, seconds, generated / std::max(seconds, 1e-9));
 }
