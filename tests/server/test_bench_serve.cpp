@@ -1,0 +1,274 @@
+// `tachyon bench serve`: the random dataset, the arrival process, the percentiles, SSE parsing
+// and stream timing as pure unit tests, then the real binary against an in-process server on a
+// tiny model. The bench_serve_* sources belong to the tachyon executable, not to a library, so
+// the pure parts are compiled into this test directly.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "server_fixture.h"
+#include "tachyon/cli/bench_serve_client.cpp"
+#include "tachyon/cli/bench_serve_dataset.cpp"
+#include "tachyon/cli/bench_serve_metrics.cpp"
+
+namespace tachyon::cli {
+namespace {
+
+TEST(BenchServeDataset, LengthsStayInsideTheRangeRatio) {
+  EXPECT_EQ(length_range(100, 0.25), std::make_pair(75, 125));
+  EXPECT_EQ(length_range(10, 0.0), std::make_pair(10, 10));
+  EXPECT_EQ(length_range(1, 0.9), std::make_pair(1, 2));  // never 0
+  RandomDatasetOptions o{.num_prompts = 500, .input_len = 100, .output_len = 20, .prefix_len = 7, .range_ratio = 0.25,
+                         .vocab_size = 1000};
+  std::vector<BenchRequest> requests = make_random_requests(o);
+  ASSERT_EQ(requests.size(), 500u);
+  int32_t input_min = 1 << 30, input_max = 0;
+  for (const BenchRequest& r : requests) {
+    ASSERT_EQ(r.prompt_len, static_cast<int32_t>(r.prompt_ids.size()));
+    input_min = std::min(input_min, r.prompt_len - 7);
+    input_max = std::max(input_max, r.prompt_len - 7);
+    EXPECT_GE(r.output_len, 15);
+    EXPECT_LE(r.output_len, 25);
+    for (int32_t id : r.prompt_ids) ASSERT_TRUE(id >= 0 && id < 1000) << id;
+    EXPECT_TRUE(std::equal(r.prompt_ids.begin(), r.prompt_ids.begin() + 7, requests[0].prompt_ids.begin()));
+  }
+  EXPECT_EQ(input_min, 75);  // 500 draws from 51 values reach both ends
+  EXPECT_EQ(input_max, 125);
+  o.range_ratio = 0.0;
+  for (const BenchRequest& r : make_random_requests(o)) EXPECT_EQ(r.prompt_len, 107);
+}
+
+TEST(BenchServeDataset, DeterministicBySeed) {
+  RandomDatasetOptions o{.num_prompts = 20, .input_len = 30, .output_len = 5, .range_ratio = 0.5, .seed = 3};
+  std::vector<BenchRequest> a = make_random_requests(o), b = make_random_requests(o);
+  o.seed = 4;
+  std::vector<BenchRequest> c = make_random_requests(o);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].prompt_ids, b[i].prompt_ids);
+    EXPECT_EQ(a[i].output_len, b[i].output_len);
+  }
+  EXPECT_NE(a[0].prompt_ids, c[0].prompt_ids);
+}
+
+TEST(BenchServeDataset, TextPromptsHaveTheDrawnNumberOfWords) {
+  RandomDatasetOptions o{.num_prompts = 10, .input_len = 12, .prefix_len = 3, .range_ratio = 0.5, .as_text = true};
+  for (const BenchRequest& r : make_random_requests(o)) {
+    EXPECT_TRUE(r.prompt_ids.empty());
+    EXPECT_EQ(std::count(r.prompt_text.begin(), r.prompt_text.end(), ' ') + 1, r.prompt_len) << r.prompt_text;
+  }
+}
+
+// Mean and coefficient of variation of the gaps between arrivals.
+std::pair<double, double> gap_stats(const std::vector<double>& times) {
+  std::vector<double> gaps;
+  for (size_t i = 1; i < times.size(); ++i) gaps.push_back(times[i] - times[i - 1]);
+  double mean = 0, var = 0;
+  for (double g : gaps) mean += g / gaps.size();
+  for (double g : gaps) var += (g - mean) * (g - mean) / gaps.size();
+  return {mean, std::sqrt(var) / mean};
+}
+
+TEST(BenchServeArrivals, MeanGapIsOneOverRateAndBurstinessShapesTheSpread) {
+  for (double burstiness : {0.25, 1.0, 4.0}) {
+    std::vector<double> times = arrival_times(20000, 10.0, burstiness, 1);
+    EXPECT_EQ(times[0], 0.0);
+    EXPECT_TRUE(std::is_sorted(times.begin(), times.end()));
+    auto [mean, cv] = gap_stats(times);
+    EXPECT_NEAR(mean, 0.1, 0.1 * 0.05) << burstiness;
+    EXPECT_NEAR(cv, 1.0 / std::sqrt(burstiness), 0.1 / std::sqrt(burstiness)) << burstiness;  // gamma: cv = 1/sqrt(shape)
+  }
+  EXPECT_EQ(arrival_times(50, 10.0, 1.0, 7), arrival_times(50, 10.0, 1.0, 7));
+  EXPECT_NE(arrival_times(50, 10.0, 1.0, 7), arrival_times(50, 10.0, 1.0, 8));
+  for (double t : arrival_times(5, INFINITY, 1.0, 0)) EXPECT_EQ(t, 0.0);
+}
+
+TEST(BenchServeMetrics, PercentilesInterpolateAsNumpy) {
+  std::vector<double> v = {4, 1, 3, 2};  // sorted 1 2 3 4, rank = p/100 * 3
+  EXPECT_DOUBLE_EQ(percentile(v, 50), 2.5);
+  EXPECT_DOUBLE_EQ(percentile(v, 25), 1.75);
+  EXPECT_DOUBLE_EQ(percentile(v, 99), 3.97);
+  EXPECT_DOUBLE_EQ(percentile({5}, 99), 5.0);
+  EXPECT_DOUBLE_EQ(percentile({}, 99), 0.0);
+  MetricStats m = metric_stats("ttft", {0.001, 0.003}, {50, 90});
+  EXPECT_DOUBLE_EQ(m.mean_ms, 2.0);
+  EXPECT_DOUBLE_EQ(m.std_ms, 1.0);  // population std
+  EXPECT_DOUBLE_EQ(m.percentiles_ms[1].second, 2.8);
+  EXPECT_EQ(percentile_word(99), "99");
+  EXPECT_EQ(percentile_word(99.9), "99.9");
+}
+
+TEST(BenchServeMetrics, SummaryCountsOnlySuccessesAndTpotNeedsTwoTokens) {
+  RequestOutcome a{.success = true, .ttft = 0.1, .latency = 0.5, .itl = {0.2, 0.2}, .prompt_tokens = 10, .output_tokens = 3};
+  RequestOutcome b{.success = true, .ttft = 0.2, .latency = 0.2, .prompt_tokens = 10, .output_tokens = 1};
+  RequestOutcome c{.success = false, .error = "HTTP 503: busy"};
+  BenchRun run{.model_id = "m", .num_prompts = 3, .request_rate = INFINITY, .duration = 2.0,
+               .percentile_metrics = {"ttft", "tpot", "itl", "e2el"}, .metric_percentiles = {99}};
+  BenchSummary s = summarize(run, {a, b, c});
+  EXPECT_EQ(s.completed, 2);
+  EXPECT_EQ(s.failed, 1);
+  EXPECT_EQ(s.total_input, 20);
+  EXPECT_EQ(s.total_output, 4);
+  EXPECT_DOUBLE_EQ(s.request_throughput, 1.0);
+  EXPECT_DOUBLE_EQ(s.total_token_throughput, 12.0);
+  EXPECT_NEAR(s.metrics[1].mean_ms, 200.0, 1e-9);  // (0.5 - 0.1) / 2 from a only
+  nlohmann::ordered_json j = result_json(run, s, {a, b, c});
+  EXPECT_EQ(j["errors"][2], "HTTP 503: busy");
+  EXPECT_EQ(j["output_lens"][2], 0);
+  EXPECT_EQ(j["request_rate"], "inf");
+  EXPECT_TRUE(j.contains("p99_itl_ms"));
+  const std::string table = format_table(run, s);
+  EXPECT_NE(table.find("============ Serving Benchmark Result ============"), std::string::npos) << table;
+  EXPECT_NE(table.find("P99 TPOT (ms):"), std::string::npos) << table;
+}
+
+TEST(BenchServeSse, EventsSurviveAnySplit) {
+  const std::string body = ": comment\r\ndata: {\"a\":1}\r\n\r\ndata: {\"b\":2}\n\nevent: x\ndata: line1\ndata: line2\n\ndata: [DONE]\n\n";
+  const std::vector<std::string> expected = {"{\"a\":1}", "{\"b\":2}", "line1\nline2", "[DONE]"};
+  for (size_t split = 0; split <= body.size(); ++split) {
+    SseParser parser;
+    std::vector<std::string> got = parser.feed(std::string_view(body).substr(0, split));
+    for (std::string& e : parser.feed(std::string_view(body).substr(split))) got.push_back(std::move(e));
+    EXPECT_EQ(got, expected) << "split at " << split;
+  }
+  SseParser bytewise;
+  std::vector<std::string> got;
+  for (char c : body) {
+    for (std::string& e : bytewise.feed(std::string_view(&c, 1))) got.push_back(std::move(e));
+  }
+  EXPECT_EQ(got, expected);
+  EXPECT_TRUE(SseParser().feed("data: unfinished\n").empty());
+}
+
+TEST(BenchServeStream, TimesChunksAndTakesTokensFromUsage) {
+  RequestOutcome o;
+  StreamTimer timer(o);
+  EXPECT_TRUE(timer.on_payload(R"({"choices":[{"text":"a","finish_reason":null}]})", 0.5));
+  EXPECT_TRUE(timer.on_payload(R"({"choices":[{"text":"b","finish_reason":null}]})", 0.7));
+  EXPECT_TRUE(timer.on_payload(R"({"choices":[{"text":"","finish_reason":"length"}]})", 1.0));
+  EXPECT_TRUE(timer.on_payload(R"({"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":4}})", 1.1));
+  EXPECT_FALSE(timer.on_payload("[DONE]", 1.2));
+  timer.finish(16);
+  EXPECT_TRUE(o.success);
+  EXPECT_DOUBLE_EQ(o.ttft, 0.5);
+  EXPECT_DOUBLE_EQ(o.latency, 1.0);
+  ASSERT_EQ(o.itl.size(), 2u);
+  EXPECT_NEAR(o.itl[0], 0.2, 1e-12);
+  EXPECT_NEAR(o.itl[1], 0.3, 1e-12);
+  EXPECT_EQ(o.prompt_tokens, 9);
+  EXPECT_EQ(o.output_tokens, 4);
+
+  RequestOutcome chat;  // no usage: count chunks; the role-only delta is no token
+  StreamTimer chat_timer(chat);
+  chat_timer.on_payload(R"({"choices":[{"delta":{"role":"assistant","content":""}}]})", 0.1);
+  chat_timer.on_payload(R"({"choices":[{"delta":{"content":"hi"}}]})", 0.3);
+  chat_timer.on_payload(R"({"choices":[{"delta":{"content":"!"},"finish_reason":"stop"}]})", 0.4);
+  chat_timer.finish(16);
+  EXPECT_TRUE(chat.success);
+  EXPECT_DOUBLE_EQ(chat.ttft, 0.3);
+  EXPECT_EQ(chat.output_tokens, 2);
+  EXPECT_EQ(chat.prompt_tokens, 16);
+
+  RequestOutcome failed;
+  StreamTimer failed_timer(failed);
+  EXPECT_FALSE(failed_timer.on_payload(R"({"error":{"message":"boom"}})", 0.1));
+  failed_timer.finish(16);
+  EXPECT_FALSE(failed.success);
+  EXPECT_NE(failed.error.find("boom"), std::string::npos);
+}
+
+TEST(BenchServeStream, RequestBodyAsVllmSendsIt) {
+  ServerTarget target{.model = "m"};
+  BenchRequest r{.prompt_ids = {1, 2, 3}, .prompt_len = 3, .output_len = 8};
+  nlohmann::json body = nlohmann::json::parse(request_body(target, r, true));
+  EXPECT_EQ(body["prompt"], nlohmann::json({1, 2, 3}));
+  EXPECT_EQ(body["max_tokens"], 8);
+  EXPECT_EQ(body["min_tokens"], 8);
+  EXPECT_EQ(body["ignore_eos"], true);
+  EXPECT_EQ(body["stream"], true);
+  EXPECT_EQ(body["stream_options"]["include_usage"], true);
+  EXPECT_EQ(body["temperature"], 0.0);
+  EXPECT_FALSE(nlohmann::json::parse(request_body(target, r, false)).contains("min_tokens"));
+}
+
+// The real binary against an in-process server.
+std::pair<int, std::string> run_cli(const std::string& args) {
+  std::string command = std::string(TACHYON_CLI) + " " + args + " 2>&1";
+  std::string output;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return {-1, ""};
+  std::array<char, 4096> buffer{};
+  size_t n;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
+  int status = ::pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+class BenchServeEndToEnd : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = new server::testing::ServerUnderTest(); }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  std::string base_url() const { return "http://127.0.0.1:" + std::to_string(server_->server->bound_port()); }
+  static server::testing::ServerUnderTest* server_;
+};
+server::testing::ServerUnderTest* BenchServeEndToEnd::server_ = nullptr;
+
+TEST_F(BenchServeEndToEnd, ConcurrencyLimitedRunCompletesEveryRequest) {
+  const std::string result = (server_->dir.parent_path() / ("bench-serve-" + std::to_string(::getpid()) + ".json")).string();
+  auto [code, output] = run_cli("bench serve --base-url " + base_url() +
+                                " --num-prompts 8 --max-concurrency 4 --random-input-len 16 --random-output-len 8"
+                                " --ignore-eos --save-result --result-filename " + result);
+  ASSERT_EQ(code, 0) << output;
+  EXPECT_NE(output.find("============ Serving Benchmark Result ============"), std::string::npos) << output;
+  EXPECT_NE(output.find("Maximum request concurrency:             4"), std::string::npos) << output;
+  std::ifstream in(result);
+  ASSERT_TRUE(in.good()) << result;
+  nlohmann::json j = nlohmann::json::parse(in);
+  std::filesystem::remove(result);
+  EXPECT_EQ(j["model_id"], "tiny");  // from GET /v1/models
+  EXPECT_EQ(j["completed"], 8);
+  EXPECT_EQ(j["failed"], 0);
+  EXPECT_EQ(j["total_input_tokens"], 8 * 16);
+  EXPECT_EQ(j["total_output_tokens"], 64);
+  EXPECT_EQ(j["max_concurrency"], 4);
+  ASSERT_EQ(j["ttfts"].size(), 8u);
+  for (const auto& t : j["ttfts"]) EXPECT_GT(t.get<double>(), 0.0);
+  for (const auto& itl : j["itls"]) {
+    EXPECT_FALSE(itl.empty());
+    for (const auto& t : itl) EXPECT_GT(t.get<double>(), 0.0);
+  }
+  for (const char* key : {"mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "mean_itl_ms", "p99_itl_ms", "mean_tpot_ms",
+                          "mean_e2el_ms", "p99_e2el_ms", "std_e2el_ms"}) {
+    ASSERT_TRUE(j.contains(key)) << key;
+    EXPECT_GT(j[key].get<double>(), 0.0) << key;
+  }
+  EXPECT_NE(j["command"].get<std::string>().find("bench serve"), std::string::npos);
+  EXPECT_TRUE(server_->wait_idle());
+}
+
+TEST_F(BenchServeEndToEnd, PoissonArrivalsFinish) {
+  auto [code, output] = run_cli("bench serve --base-url " + base_url() +
+                                " --model tiny --num-prompts 10 --request-rate 50 --random-input-len 16 --random-output-len 4"
+                                " --random-range-ratio 0.5 --metric-percentiles 50,90");
+  ASSERT_EQ(code, 0) << output;
+  EXPECT_NE(output.find("Successful requests:                     10"), std::string::npos) << output;
+  EXPECT_NE(output.find("Request rate configured (RPS):           50.00"), std::string::npos) << output;
+  EXPECT_NE(output.find("P90 ITL (ms):"), std::string::npos) << output;
+}
+
+TEST_F(BenchServeEndToEnd, AMisconfiguredRunFailsFastWithTheServersMessage) {
+  auto [code, output] = run_cli("bench serve --base-url " + base_url() + " --model nope --num-prompts 4 --random-input-len 8");
+  EXPECT_EQ(code, 1) << output;
+  EXPECT_NE(output.find("initial test request failed"), std::string::npos) << output;
+  EXPECT_NE(output.find("HTTP 404"), std::string::npos) << output;
+}
+
+}  // namespace
+}  // namespace tachyon::cli
