@@ -7,6 +7,7 @@
 // canary run in CI cannot pass on a half-broken server. Docs: docs/eval.md.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -260,7 +261,8 @@ void run_eval(EvalOptions options) {
     for (const EvalSample& s : samples) records.push_back(sample_json(s));
     std::ofstream out(options.output_json);
     TACHYON_CHECK(out.good()) << "cannot write " << options.output_json;
-    out << result.dump(2) << "\n";
+    // A completion is whatever the server sent; never let a stray invalid byte lose the report.
+    out << result.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   }
   TACHYON_CHECK(summary.failures == 0) << summary.failures << " of " << summary.samples
                                        << " requests failed; the first: " << [&] {

@@ -1,6 +1,7 @@
 // Prompt building, extraction and scoring for `tachyon eval`; see eval_scoring.h.
 #include "tachyon/cli/eval_scoring.h"
 
+#include <algorithm>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
