@@ -170,15 +170,18 @@ std::vector<EvalSample> run_requests(const EvalOptions& options, const Endpoint&
   const size_t threads = std::min<size_t>(static_cast<size_t>(options.concurrency), samples.size());
   std::vector<std::unique_ptr<httplib::Client>> clients;  // made here: a worker must not throw
   for (size_t t = 0; t < threads; ++t) clients.push_back(make_client(options, endpoint));
+  // Every field but the prompt, dumped once here so that a bad byte in --stop fails before any thread.
+  const nlohmann::json request = {{"model", model},
+                                  {"max_tokens", options.max_tokens},
+                                  {"temperature", options.temperature},
+                                  {"stop", options.stop}};
+  (void)request.dump();
   std::atomic<size_t> next{0};
   auto worker = [&](httplib::Client* client) {
     for (size_t i = next++; i < samples.size(); i = next++) {
       const EvalRecord& record = dataset[static_cast<size_t>(split.scored[i])];
-      nlohmann::json body = {{"model", model},
-                             {"prompt", build_prompt(split.shots, record.question)},
-                             {"max_tokens", options.max_tokens},
-                             {"temperature", options.temperature},
-                             {"stop", options.stop}};
+      nlohmann::json body = request;
+      body["prompt"] = build_prompt(split.shots, record.question);
       Completion c = complete(*client, endpoint, body.dump());
       EvalSample& s = samples[i];
       s = score_completion(split.scored[i], gold_answer(record.answer), c.text);
