@@ -188,7 +188,7 @@ std::string first_model_id(const ServerTarget& target) {
   httplib::Client client(host);
   client.set_connection_timeout(std::chrono::seconds(10));
   httplib::Result res = client.Get(prefix + "/v1/models", headers(target));
-  TACHYON_CHECK(res) << "cannot reach " << target.base_url << "/v1/models: " << httplib::to_string(res.error())
+  TACHYON_CHECK(res) << "cannot reach " << target.base_url << "/v1/models (" << httplib::to_string(res.error()) << " error)"
                      << " (is the server up? pass --model to skip this)";
   TACHYON_CHECK(res->status == 200) << "GET " << target.base_url << "/v1/models answered " << res->status << ": "
                                     << res->body.substr(0, 300);

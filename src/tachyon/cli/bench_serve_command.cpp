@@ -5,6 +5,7 @@
 // on a misconfigured run, warm-ups, the timed run (bench_serve_load.cpp), the report
 // (bench_serve_metrics.cpp). Prompts go as token ids by default: exact lengths, no tokenizer
 // on the client. Tested end to end in tests/server/test_bench_serve.cpp.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -114,6 +115,15 @@ void print_errors(const std::vector<RequestOutcome>& outcomes) {
   }
 }
 
+// One socket per in-flight request: 1000 prompts at rate inf would hit the usual soft limit of
+// 1024 open files, so take the hard limit, as far as the system allows.
+void raise_open_file_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  limit.rlim_cur = limit.rlim_max;
+  ::setrlimit(RLIMIT_NOFILE, &limit);
+}
+
 void run_serve_bench(ServeBenchOptions& options) {
   TACHYON_CHECK(options.dataset_name == "random") << "--dataset-name: only 'random' is supported, got '" << options.dataset_name << "'";
   TACHYON_CHECK(options.prompt_format == "ids" || options.prompt_format == "text")
@@ -145,6 +155,7 @@ void run_serve_bench(ServeBenchOptions& options) {
   TACHYON_CHECK(test.success) << "the initial test request failed, check the options: " << test.error;
   warm_up(options.target, requests, options.num_warmups, load);
 
+  raise_open_file_limit();
   LoadResult result = run_load(options.target, requests, arrivals, load);
   run.duration = result.duration;
   print_errors(result.outcomes);
