@@ -1,7 +1,6 @@
 // `tachyon bench serve`: the random dataset, the arrival process, the percentiles, SSE parsing
 // and stream timing as pure unit tests, then the real binary against an in-process server on a
-// tiny model. The bench_serve_* sources belong to the tachyon executable, not to a library, so
-// the pure parts are compiled into this test directly.
+// tiny model. The pure parts come from the command line's library (tachyon_cli_lib).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,9 +11,9 @@
 #include <fstream>
 
 #include "server_fixture.h"
-#include "tachyon/cli/bench_serve_client.cpp"
-#include "tachyon/cli/bench_serve_dataset.cpp"
-#include "tachyon/cli/bench_serve_metrics.cpp"
+#include "tachyon/cli/bench_serve_client.h"
+#include "tachyon/cli/bench_serve_dataset.h"
+#include "tachyon/cli/bench_serve_metrics.h"
 
 namespace tachyon::cli {
 namespace {

@@ -8,11 +8,10 @@
 #include <filesystem>
 #include <fstream>
 
-// The CLI's sources are linked into the tachyon binary, not the tachyon library that test
-// executables link, so the one pure source file under test is compiled in here.
-#include "tachyon/cli/eval_scoring.cpp"
+#include "tachyon/base/check.h"
+#include "tachyon/eval/eval_scoring.h"
 
-namespace tachyon::cli {
+namespace tachyon::eval {
 namespace {
 
 TEST(EvalScoring, PromptMatchesLmEvalGsm8k) {
@@ -81,7 +80,7 @@ TEST(EvalScoring, GoldIsTheNumberAfterTheLastMarker) {
   EXPECT_EQ(gold_answer("Mia buys 3 * 4 = 12 apples.\n#### 19"), "19");
   EXPECT_EQ(gold_answer("#### 1,000\n"), "1000");
   EXPECT_EQ(gold_answer("#### 3\n#### 4"), "4");
-  EXPECT_THROW(gold_answer("19"), Error);
+  EXPECT_THROW(gold_answer("19"), tachyon::Error);
 }
 
 TEST(EvalScoring, ScoresStrictAndFlexibleSeparately) {
@@ -133,8 +132,8 @@ TEST(EvalScoring, SplitsShotsFromScoredRecords) {
   EvalSplit separate = split_eval_records(data, &shot_file, 2, 0);
   EXPECT_EQ(separate.shots[0].question, "s");
   EXPECT_EQ(separate.scored.size(), 10u);
-  EXPECT_THROW(split_eval_records(data, &shot_file, 3, 0), Error);
-  EXPECT_THROW(split_eval_records(data, nullptr, 10, 0), Error);  // nothing left to score
+  EXPECT_THROW(split_eval_records(data, &shot_file, 3, 0), tachyon::Error);
+  EXPECT_THROW(split_eval_records(data, nullptr, 10, 0), tachyon::Error);  // nothing left to score
   EXPECT_EQ(split_eval_records(data, nullptr, 0, 0).scored.size(), 10u);
 }
 
@@ -161,4 +160,4 @@ TEST(EvalScoring, BadJsonlNamesTheLine) {
 }
 
 }  // namespace
-}  // namespace tachyon::cli
+}  // namespace tachyon::eval

@@ -21,9 +21,11 @@
 
 #include "tachyon/base/check.h"
 #include "tachyon/cli/commands.h"
-#include "tachyon/cli/eval_scoring.h"
+#include "tachyon/eval/eval_scoring.h"
 
 namespace tachyon::cli {
+using namespace eval;  // the scoring logic lives in src/tachyon/eval/
+
 namespace {
 
 struct EvalOptions {

@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-namespace tachyon::cli {
+namespace tachyon::eval {
 
 // One line of the dataset: {"question": ..., "answer": worked solution ending "#### N"}.
 struct EvalRecord {
@@ -75,4 +75,4 @@ struct EvalSummary {
 };
 EvalSummary summarize_eval(const std::vector<EvalSample>& samples);
 
-}  // namespace tachyon::cli
+}  // namespace tachyon::eval

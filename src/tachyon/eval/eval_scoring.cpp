@@ -1,5 +1,5 @@
 // Prompt building, extraction and scoring for `tachyon eval`; see eval_scoring.h.
-#include "tachyon/cli/eval_scoring.h"
+#include "tachyon/eval/eval_scoring.h"
 
 #include <algorithm>
 #include <fstream>
@@ -8,7 +8,7 @@
 
 #include "tachyon/base/check.h"
 
-namespace tachyon::cli {
+namespace tachyon::eval {
 namespace {
 
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
@@ -171,4 +171,4 @@ EvalSummary summarize_eval(const std::vector<EvalSample>& samples) {
   return summary;
 }
 
-}  // namespace tachyon::cli
+}  // namespace tachyon::eval
