@@ -1,0 +1,120 @@
+// CpuCommunicator: the Communicator for ranks that are threads of one process sharing memory.
+// It is the reference the NCCL backend is tested against and what CPU runs and tests use.
+//
+// A CpuWorld is created once per group instance (N ranks); each of the N threads then builds a
+// CpuCommunicator(world, rank). A collective is one round on the world:
+//   publish (this rank's pointers + arguments) -> barrier -> check that all ranks agree
+//   -> read the peers' buffers directly (copy, or sum in rank order 0..N-1) -> barrier.
+// Reductions sum into a per-rank scratch buffer and write recv only after the second barrier,
+// so in-place calls are safe while peers still read this rank's send buffer.
+// The one non-obvious decision: argument errors (bad root, sizes that differ between ranks,
+// bad aliasing) are published instead of thrown at once, and every rank decides from the same
+// published table after the first barrier; so all ranks throw the same tachyon::Error together
+// instead of one throwing while the others wait forever, and the world stays usable.
+// Point to point goes through per-destination mailboxes; send copies its bytes into the peer's
+// mailbox and returns (eager), so no pairing of sends and recvs can deadlock.
+// Tests: tests/unit/test_cpu_communicator.cpp.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tachyon/dist/communicator.h"
+
+namespace tachyon::dist {
+
+// A reusable barrier for a fixed number of threads (mutex + condition variable + generation).
+// The mutex makes every write before arrive_and_wait() visible to every thread after it.
+class ThreadBarrier {
+ public:
+  explicit ThreadBarrier(int count) : count_(count) {}
+  void arrive_and_wait();
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int count_;
+  int arrived_ = 0;
+  uint64_t generation_ = 0;
+};
+
+// The state the N ranks of one group share. Create it before the rank threads start and keep it
+// alive until they are done; it is neither copyable nor movable.
+class CpuWorld {
+ public:
+  explicit CpuWorld(int size);
+  CpuWorld(const CpuWorld&) = delete;
+  CpuWorld& operator=(const CpuWorld&) = delete;
+
+  int size() const { return size_; }
+
+ private:
+  friend class CpuCommunicator;
+
+  enum class Op { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kAllGatherv, kBarrier };
+
+  // What one rank publishes for the collective in flight.
+  struct Slot {
+    Op op = Op::kBarrier;
+    const void* send = nullptr;  // all_reduce, all_gather, reduce_scatter; broadcast: data
+    size_t count = 0;            // elements (reductions) or bytes (all_gather, broadcast)
+    ReduceType type = ReduceType::kF32;
+    int root = 0;
+    std::span<const GatherItem> items;  // all_gatherv
+    std::string error;                  // this rank's own argument error, empty if none
+  };
+
+  // Messages to one rank, one FIFO per sender.
+  struct Mailbox {
+    std::mutex mutex;
+    std::condition_variable cv;
+    std::vector<std::deque<std::vector<std::byte>>> from;  // [size] sender -> queued messages
+  };
+
+  int size_;
+  ThreadBarrier barrier_;
+  std::vector<Slot> slots_;                          // [size]
+  std::vector<std::unique_ptr<Mailbox>> mailboxes_;  // [size] by receiver
+};
+
+class CpuCommunicator final : public Communicator {
+ public:
+  // `world` must outlive the communicator; exactly one communicator per rank.
+  CpuCommunicator(CpuWorld& world, int rank);
+
+  int rank() const override { return rank_; }
+  int size() const override { return world_.size(); }
+
+  void all_reduce(const void* send, void* recv, size_t count, ReduceType type, void* stream) override;
+  void all_gather(const void* send, void* recv, size_t bytes, void* stream) override;
+  void reduce_scatter(const void* send, void* recv, size_t count, ReduceType type, void* stream) override;
+  void broadcast(void* data, size_t bytes, int root, void* stream) override;
+  void all_gatherv(std::span<const GatherItem> items, void* stream) override;
+  void send(const void* data, size_t bytes, int peer, void* stream) override;
+  void recv(void* data, size_t bytes, int peer, void* stream) override;
+  void send_recv(const void* send_data, size_t send_bytes, int dst, void* recv_data, size_t recv_bytes, int src,
+                 void* stream) override;
+  void barrier() override;
+
+ private:
+  using Slot = CpuWorld::Slot;
+  // Publishes `slot`, waits for every rank, and throws (on every rank alike, after a second
+  // barrier) if any rank's arguments are bad or differ from rank 0's.
+  void begin(Slot slot);
+  void end() { world_.barrier_.arrive_and_wait(); }
+  std::string disagreement() const;
+  // out[i] = sum over ranks of (elements at slot.send + element_offset), in rank order.
+  void sum_ranks(size_t element_offset, size_t count, ReduceType type, std::byte* out) const;
+
+  CpuWorld& world_;
+  int rank_;
+  std::vector<std::byte> scratch_;  // reduction results until the closing barrier
+};
+
+}  // namespace tachyon::dist
