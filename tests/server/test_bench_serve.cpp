@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "../cli_run.h"
 #include "server_fixture.h"
 #include "tachyon/cli/bench_serve_client.h"
 #include "tachyon/cli/bench_serve_dataset.h"
@@ -17,6 +18,8 @@
 
 namespace tachyon::cli {
 namespace {
+
+using tachyon::testing::run_cli;
 
 TEST(BenchServeDataset, LengthsStayInsideTheRangeRatio) {
   EXPECT_EQ(length_range(100, 0.25), std::make_pair(75, 125));
@@ -192,19 +195,6 @@ TEST(BenchServeStream, RequestBodyAsVllmSendsIt) {
   EXPECT_EQ(body["stream_options"]["include_usage"], true);
   EXPECT_EQ(body["temperature"], 0.0);
   EXPECT_FALSE(nlohmann::json::parse(request_body(target, r, false)).contains("min_tokens"));
-}
-
-// The real binary against an in-process server.
-std::pair<int, std::string> run_cli(const std::string& args) {
-  std::string command = std::string(TACHYON_CLI) + " " + args + " 2>&1";
-  std::string output;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return {-1, ""};
-  std::array<char, 4096> buffer{};
-  size_t n;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
-  int status = ::pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
 }
 
 class BenchServeEndToEnd : public ::testing::Test {

@@ -12,28 +12,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../cli_run.h"
 #include "server_fixture.h"
 
 namespace tachyon::server::testing {
 namespace {
 
-struct CliRun {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-CliRun run_cli(const std::string& args) {
-  std::string command = std::string(TACHYON_CLI) + " " + args + " 2>&1";
-  CliRun result;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  std::array<char, 4096> buffer{};
-  size_t n;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
-  int status = ::pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
+using tachyon::testing::CliRun;
+using tachyon::testing::run_cli;
 
 const std::string kSample = std::string(TACHYON_TEST_DATA) + "/canary/test_sample.jsonl";
 
