@@ -1,3 +1,6 @@
+// The dense forward, written once. DenseModel runs it on every weight; TpDenseModel runs it on a
+// tensor-parallel shard (tp_shard.h), and the TensorParallelSeams below are where the ranks talk:
+// unsharded they are no-ops, so this file still reads as the single-device reference.
 #include "tachyon/model/dense_model.h"
 
 #include <algorithm>
@@ -8,74 +11,73 @@
 #include "tachyon/kernels/linear.h"
 #include "tachyon/kernels/rms_norm.h"
 #include "tachyon/kernels/rope.h"
+#include "tachyon/model/dense_forward.h"
 #include "tachyon/model/rope.h"
 
 namespace tachyon::model {
 
 namespace cpu = kernels::cpu;
+using detail::TensorParallelSeams;
 
-DenseModel::DenseModel(ModelWeights weights) : weights_(std::move(weights)), inv_freq_(rope_inv_freq(weights_.config)) {}
+namespace {
 
-DenseModel DenseModel::load(const std::filesystem::path& model_dir) {
-  ModelConfig config = ModelConfig::from_dir(model_dir);
-  SafetensorsCheckpoint checkpoint(model_dir);
-  return DenseModel(load_weights(config, checkpoint));
+// values: [count] f32 partial sums of this rank -> their sum over the TP group, on every rank.
+void all_reduce(const TensorParallelSeams& tp, std::vector<float>& values) {
+  if (tp.group == nullptr) return;
+  tp.group->all_reduce(values.data(), values.data(), values.size(), dist::ReduceType::kF32, nullptr);
 }
 
-std::vector<float> DenseModel::forward(const ForwardBatch& batch, AttentionBackend& attention,
-                                       const ForwardHook& hook) const {
-  const ModelConfig& c = config();
-  const int64_t n = static_cast<int64_t>(batch.token_ids.size());
-  TACHYON_CHECK(n > 0) << "forward needs at least one token";
-  TACHYON_CHECK(batch.positions.size() == batch.token_ids.size())
-      << "forward: " << batch.positions.size() << " positions for " << n << " tokens";
+// out: [rows, dim] += bias [dim] on every row (a row-parallel layer's bias, added once after the sum).
+void add_bias(std::vector<float>& out, const std::vector<float>& bias, int64_t rows, int64_t dim) {
+  if (bias.empty()) return;
+  for (int64_t r = 0; r < rows; ++r) cpu::add_inplace(out.data() + r * dim, bias.data(), dim);
+}
 
-  std::vector<float> hidden(static_cast<size_t>(n * c.hidden_size));  // [n, hidden]
-  cpu::embedding(hidden.data(), batch.token_ids.data(), weights_.embed_tokens.data(), n, c.vocab_size, c.hidden_size);
-  if (hook) hook("embed", -1, hidden);
-
-  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
-    attention_block(layer, hidden, batch.positions, attention, hook);
-    mlp_block(layer, hidden, n, hook);
+// Vocab-parallel embedding: ids: [n] full-vocab ids; table: [tp.vocab_rows, hidden], the rows of
+// ids [tp.vocab_begin, tp.vocab_begin + tp.vocab_rows). Ids outside this rank's rows embed as
+// zeros; the all-reduce then leaves every rank with the full embedding [n, hidden] (x + 0 = x,
+// so it is exact).
+std::vector<float> embed(const TensorParallelSeams& tp, std::span<const int32_t> ids, const std::vector<float>& table,
+                         int64_t vocab, int64_t hidden) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  std::vector<float> out(static_cast<size_t>(n * hidden), 0.0f);  // [n, hidden]
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t id = ids[static_cast<size_t>(t)];
+    TACHYON_CHECK(id >= 0 && id < vocab) << "token id " << id << " is outside the vocabulary [0, " << vocab << ")";
+    const int64_t row = id - tp.vocab_begin;
+    if (row >= 0 && row < tp.vocab_rows) std::copy_n(table.data() + row * hidden, hidden, out.data() + t * hidden);
   }
+  all_reduce(tp, out);
+  return out;
+}
 
-  // Only the rows whose logits are wanted go through the final norm and the LM head.
-  const int64_t rows = static_cast<int64_t>(batch.logits_rows.size());
-  std::vector<float> selected(static_cast<size_t>(rows * c.hidden_size));  // [rows, hidden]
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t row = batch.logits_rows[static_cast<size_t>(r)];
-    TACHYON_CHECK(row >= 0 && row < n) << "logits row " << row << " outside the batch of " << n;
-    std::copy_n(hidden.data() + row * c.hidden_size, c.hidden_size, selected.data() + r * c.hidden_size);
-  }
-  cpu::rms_norm(selected.data(), selected.data(), weights_.final_norm.data(), rows, c.hidden_size,
-                static_cast<float>(c.rms_norm_eps));
-  if (hook) hook("final_norm", -1, selected);
-  std::vector<float> logits(static_cast<size_t>(rows * c.vocab_size));  // [rows, vocab]
-  if (rows > 0) {
-    cpu::linear(logits.data(), selected.data(), weights_.output_embedding().data(), nullptr, rows, c.hidden_size,
-                c.vocab_size);
+// Vocab-parallel LM head: x: [rows, hidden]; table: [tp.vocab_rows, hidden]. Each rank computes
+// its vocab slice [rows, vocab_rows]; the all_gather stacks the slices [tp][rows][vocab_rows],
+// which are interleaved into logits [rows, vocab] (the slices are in rank = vocab order).
+std::vector<float> lm_head(const TensorParallelSeams& tp, const std::vector<float>& x, const std::vector<float>& table,
+                           int64_t rows, int64_t hidden, int64_t vocab) {
+  std::vector<float> slice(static_cast<size_t>(rows * tp.vocab_rows));  // [rows, vocab_rows]
+  if (rows == 0) return slice;
+  cpu::linear(slice.data(), x.data(), table.data(), nullptr, rows, hidden, tp.vocab_rows);
+  if (tp.group == nullptr) return slice;
+  std::vector<float> stacked(static_cast<size_t>(rows * vocab));  // [tp][rows][vocab_rows]
+  tp.group->all_gather(slice.data(), stacked.data(), slice.size() * sizeof(float), nullptr);
+  std::vector<float> logits(static_cast<size_t>(rows * vocab));  // [rows, vocab]
+  for (int rank = 0; rank < tp.group->size(); ++rank) {
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy_n(stacked.data() + (rank * rows + r) * tp.vocab_rows, tp.vocab_rows,
+                  logits.data() + r * vocab + rank * tp.vocab_rows);
+    }
   }
   return logits;
 }
 
-std::vector<float> DenseModel::forward(std::span<const int32_t> tokens, SequenceKvCache& cache, bool all_logits,
-                                       const ForwardHook& hook) const {
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  std::vector<int64_t> positions(static_cast<size_t>(n));
-  std::iota(positions.begin(), positions.end(), cache.length);
-  std::vector<int64_t> rows;
-  for (int64_t r = all_logits ? 0 : n - 1; r < n; ++r) rows.push_back(r);
-  SequenceAttention attention(config(), cache, n);
-  std::vector<float> logits = forward(ForwardBatch{tokens, positions, rows}, attention, hook);
-  cache.length += n;
-  return logits;
-}
-
-// hidden += o_proj(attention(rope(q), rope(k), v)) of rms_norm(hidden).
-void DenseModel::attention_block(int64_t layer, std::vector<float>& hidden, std::span<const int64_t> positions,
-                                 AttentionBackend& attention, const ForwardHook& hook) const {
-  const ModelConfig& c = config();
-  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+// hidden += o_proj(attention(rope(q), rope(k), v)) of rms_norm(hidden). Under TP q/k/v hold this
+// rank's heads (column-parallel) and o_proj their input columns (row-parallel): its products are
+// partial sums, all-reduced before the bias.
+void attention_block(const ModelConfig& c, const LayerWeights& w, std::span<const float> inv_freq,
+                     const TensorParallelSeams& tp, int64_t layer, std::vector<float>& hidden,
+                     std::span<const int64_t> positions, AttentionBackend& attention, const ForwardHook& hook) {
   const float eps = static_cast<float>(c.rms_norm_eps);
   const int64_t n = static_cast<int64_t>(positions.size());
   const int64_t qkv_width = c.q_size() + 2 * c.kv_size();
@@ -99,8 +101,8 @@ void DenseModel::attention_block(int64_t layer, std::vector<float>& hidden, std:
     cpu::rms_norm(q.data(), q.data(), w.q_norm.data(), n * c.num_attention_heads, c.head_dim, eps);
     cpu::rms_norm(k.data(), k.data(), w.k_norm.data(), n * c.num_key_value_heads, c.head_dim, eps);
   }
-  cpu::apply_rope(q.data(), positions.data(), inv_freq_.data(), n, c.num_attention_heads, c.head_dim);
-  cpu::apply_rope(k.data(), positions.data(), inv_freq_.data(), n, c.num_key_value_heads, c.head_dim);
+  cpu::apply_rope(q.data(), positions.data(), inv_freq.data(), n, c.num_attention_heads, c.head_dim);
+  cpu::apply_rope(k.data(), positions.data(), inv_freq.data(), n, c.num_key_value_heads, c.head_dim);
   if (hook) {
     hook("q", layer, q);
     hook("k", layer, k);
@@ -111,16 +113,17 @@ void DenseModel::attention_block(int64_t layer, std::vector<float>& hidden, std:
   attention.attend(layer, q, attended);
 
   std::vector<float> projected(hidden.size());  // [n, hidden]
-  cpu::linear(projected.data(), attended.data(), w.o_proj.data(), w.o_proj_bias.empty() ? nullptr : w.o_proj_bias.data(),
-              n, c.q_size(), c.hidden_size);
+  cpu::linear(projected.data(), attended.data(), w.o_proj.data(), nullptr, n, c.q_size(), c.hidden_size);
+  all_reduce(tp, projected);
+  add_bias(projected, w.o_proj_bias, n, c.hidden_size);
   if (hook) hook("attn_out", layer, projected);
   cpu::add_inplace(hidden.data(), projected.data(), static_cast<int64_t>(hidden.size()));
 }
 
-// hidden += down(silu(gate(x)) * up(x)) with x = rms_norm(hidden).
-void DenseModel::mlp_block(int64_t layer, std::vector<float>& hidden, int64_t n, const ForwardHook& hook) const {
-  const ModelConfig& c = config();
-  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+// hidden += down(silu(gate(x)) * up(x)) with x = rms_norm(hidden). Under TP gate/up hold this
+// rank's intermediate slice (column-parallel) and down its input columns (row-parallel).
+void mlp_block(const ModelConfig& c, const LayerWeights& w, const TensorParallelSeams& tp, int64_t layer,
+               std::vector<float>& hidden, int64_t n, const ForwardHook& hook) {
   std::vector<float> normed(hidden.size());
   cpu::rms_norm(normed.data(), hidden.data(), w.post_attention_norm.data(), n, c.hidden_size,
                 static_cast<float>(c.rms_norm_eps));
@@ -130,10 +133,84 @@ void DenseModel::mlp_block(int64_t layer, std::vector<float>& hidden, int64_t n,
   std::vector<float> activated(static_cast<size_t>(n * c.intermediate_size));
   cpu::silu_and_mul(activated.data(), gate_up.data(), n, c.intermediate_size);
   std::vector<float> down(hidden.size());
-  cpu::linear(down.data(), activated.data(), w.down.data(), w.down_bias.empty() ? nullptr : w.down_bias.data(), n,
-              c.intermediate_size, c.hidden_size);
+  cpu::linear(down.data(), activated.data(), w.down.data(), nullptr, n, c.intermediate_size, c.hidden_size);
+  all_reduce(tp, down);
+  add_bias(down, w.down_bias, n, c.hidden_size);
   if (hook) hook("mlp_out", layer, down);
   cpu::add_inplace(hidden.data(), down.data(), static_cast<int64_t>(hidden.size()));
+}
+
+}  // namespace
+
+namespace detail {
+
+std::vector<float> dense_forward(const ModelWeights& weights, std::span<const float> inv_freq,
+                                 const TensorParallelSeams& tp, const ForwardBatch& batch, AttentionBackend& attention,
+                                 const ForwardHook& hook) {
+  const ModelConfig& c = weights.config;
+  const int64_t n = static_cast<int64_t>(batch.token_ids.size());
+  TACHYON_CHECK(n > 0) << "forward needs at least one token";
+  TACHYON_CHECK(batch.positions.size() == batch.token_ids.size())
+      << "forward: " << batch.positions.size() << " positions for " << n << " tokens";
+
+  std::vector<float> hidden = embed(tp, batch.token_ids, weights.embed_tokens, c.vocab_size, c.hidden_size);
+  if (hook) hook("embed", -1, hidden);
+
+  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
+    const LayerWeights& w = weights.layers[static_cast<size_t>(layer)];
+    attention_block(c, w, inv_freq, tp, layer, hidden, batch.positions, attention, hook);
+    mlp_block(c, w, tp, layer, hidden, n, hook);
+  }
+
+  // Only the rows whose logits are wanted go through the final norm and the LM head.
+  const int64_t rows = static_cast<int64_t>(batch.logits_rows.size());
+  std::vector<float> selected(static_cast<size_t>(rows * c.hidden_size));  // [rows, hidden]
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t row = batch.logits_rows[static_cast<size_t>(r)];
+    TACHYON_CHECK(row >= 0 && row < n) << "logits row " << row << " outside the batch of " << n;
+    std::copy_n(hidden.data() + row * c.hidden_size, c.hidden_size, selected.data() + r * c.hidden_size);
+  }
+  cpu::rms_norm(selected.data(), selected.data(), weights.final_norm.data(), rows, c.hidden_size,
+                static_cast<float>(c.rms_norm_eps));
+  if (hook) hook("final_norm", -1, selected);
+  return lm_head(tp, selected, weights.output_embedding(), rows, c.hidden_size, c.vocab_size);  // [rows, vocab]
+}
+
+std::vector<float> sequence_forward(const ModelConfig& config, std::span<const int32_t> tokens, SequenceKvCache& cache,
+                                    bool all_logits, const BatchForward& forward) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  std::vector<int64_t> positions(static_cast<size_t>(n));
+  std::iota(positions.begin(), positions.end(), cache.length);
+  std::vector<int64_t> rows;
+  for (int64_t r = all_logits ? 0 : n - 1; r < n; ++r) rows.push_back(r);
+  SequenceAttention attention(config, cache, n);
+  std::vector<float> logits = forward(ForwardBatch{tokens, positions, rows}, attention);
+  cache.length += n;
+  return logits;
+}
+
+}  // namespace detail
+
+DenseModel::DenseModel(ModelWeights weights) : weights_(std::move(weights)), inv_freq_(rope_inv_freq(weights_.config)) {}
+
+DenseModel DenseModel::load(const std::filesystem::path& model_dir) {
+  ModelConfig config = ModelConfig::from_dir(model_dir);
+  SafetensorsCheckpoint checkpoint(model_dir);
+  return DenseModel(load_weights(config, checkpoint));
+}
+
+std::vector<float> DenseModel::forward(const ForwardBatch& batch, AttentionBackend& attention,
+                                       const ForwardHook& hook) const {
+  const TensorParallelSeams unsharded{.group = nullptr, .vocab_begin = 0, .vocab_rows = config().vocab_size};
+  return detail::dense_forward(weights_, inv_freq_, unsharded, batch, attention, hook);
+}
+
+std::vector<float> DenseModel::forward(std::span<const int32_t> tokens, SequenceKvCache& cache, bool all_logits,
+                                       const ForwardHook& hook) const {
+  return detail::sequence_forward(config(), tokens, cache, all_logits,
+                                  [&](const ForwardBatch& batch, AttentionBackend& attention) {
+                                    return forward(batch, attention, hook);
+                                  });
 }
 
 std::vector<int32_t> greedy_generate(const DenseModel& model, std::span<const int32_t> prompt, int64_t max_new_tokens,

@@ -2,6 +2,8 @@
 // Qwen3 differ only in ModelConfig fields (biases, q/k norm, sliding window), so they share this
 // file; the forward reads top to bottom like the papers. Weights are held in f32 whatever the
 // checkpoint's dtype, which is what makes this the numerical reference the CUDA kernels match.
+// The forward itself (dense_model.cpp, via dense_forward.h) also serves TpDenseModel, one rank of
+// a tensor-parallel group (tp_dense_model.h).
 #pragma once
 
 #include <cstdint>
@@ -46,10 +48,6 @@ class DenseModel {
                              const ForwardHook& hook = nullptr) const;
 
  private:
-  void attention_block(int64_t layer, std::vector<float>& hidden, std::span<const int64_t> positions,
-                       AttentionBackend& attention, const ForwardHook& hook) const;
-  void mlp_block(int64_t layer, std::vector<float>& hidden, int64_t tokens, const ForwardHook& hook) const;
-
   ModelWeights weights_;
   std::vector<float> inv_freq_;  // [head_dim / 2]
 };

@@ -1,0 +1,41 @@
+// Internal to model/: the dense forward with its tensor-parallel seams, shared by DenseModel
+// (one rank holding every weight) and TpDenseModel (one rank of a TP group holding a shard,
+// tp_shard.h). The architecture is written once, in dense_model.cpp; parallelism enters only at
+// four named points: the vocab-parallel embedding (all-reduce), the row-parallel o_proj and down
+// (all-reduce of partial products, bias added after), and the vocab-parallel LM head (all_gather).
+// Unsharded (group == nullptr) every seam is a no-op and the forward is exactly the reference's.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "tachyon/dist/communicator.h"
+#include "tachyon/model/attention_backend.h"
+#include "tachyon/model/dense_model.h"
+#include "tachyon/model/model_weights.h"
+
+namespace tachyon::model::detail {
+
+// Which part of the vocabulary this rank's embed_tokens / lm_head rows are, and its TP group.
+struct TensorParallelSeams {
+  dist::Communicator* group = nullptr;  // the TP group; nullptr: unsharded, no communication
+  int64_t vocab_begin = 0;              // full-vocab id of this rank's first embedding row
+  int64_t vocab_rows = 0;               // rows of embed_tokens / lm_head this rank holds
+};
+
+// The forward of dense_model.h for `weights` (the full model or a shard whose config has the
+// per-rank heads and intermediate size; config.vocab_size is always the full vocabulary).
+// inv_freq: [head_dim / 2]. Returns logits [batch.logits_rows.size(), vocab_size] on every rank.
+std::vector<float> dense_forward(const ModelWeights& weights, std::span<const float> inv_freq,
+                                 const TensorParallelSeams& tp, const ForwardBatch& batch, AttentionBackend& attention,
+                                 const ForwardHook& hook);
+
+// One sequence after the cache's contents: builds positions and logits rows, runs `forward` with
+// a SequenceAttention over `cache` (built from `config`, the rank's), then advances the cache.
+using BatchForward = std::function<std::vector<float>(const ForwardBatch&, AttentionBackend&)>;
+std::vector<float> sequence_forward(const ModelConfig& config, std::span<const int32_t> tokens, SequenceKvCache& cache,
+                                    bool all_logits, const BatchForward& forward);
+
+}  // namespace tachyon::model::detail

@@ -1,0 +1,34 @@
+#include "tachyon/model/tp_dense_model.h"
+
+#include "tachyon/base/check.h"
+#include "tachyon/model/dense_forward.h"
+#include "tachyon/model/rope.h"
+
+namespace tachyon::model {
+
+TpDenseModel::TpDenseModel(TpShard shard, dist::Communicator& group)
+    : shard_(std::move(shard)), group_(group), inv_freq_(rope_inv_freq(shard_.weights.config)) {
+  TACHYON_CHECK(shard_.tp_rank == group.rank() && shard_.tp_size == group.size())
+      << "shard of rank " << shard_.tp_rank << " of " << shard_.tp_size << " given to rank " << group.rank() << " of a "
+      << group.size() << "-rank TP group";
+}
+
+TpDenseModel::TpDenseModel(const ModelWeights& full, dist::Communicator& group)
+    : TpDenseModel(shard_weights(full, group.rank(), group.size()), group) {}
+
+std::vector<float> TpDenseModel::forward(const ForwardBatch& batch, AttentionBackend& attention,
+                                         const ForwardHook& hook) const {
+  const detail::TensorParallelSeams seams{
+      .group = &group_, .vocab_begin = shard_.vocab_begin, .vocab_rows = shard_.vocab_rows};
+  return detail::dense_forward(shard_.weights, inv_freq_, seams, batch, attention, hook);
+}
+
+std::vector<float> TpDenseModel::forward(std::span<const int32_t> tokens, SequenceKvCache& cache, bool all_logits,
+                                         const ForwardHook& hook) const {
+  return detail::sequence_forward(config(), tokens, cache, all_logits,
+                                  [&](const ForwardBatch& batch, AttentionBackend& attention) {
+                                    return forward(batch, attention, hook);
+                                  });
+}
+
+}  // namespace tachyon::model

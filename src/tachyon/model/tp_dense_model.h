@@ -1,0 +1,50 @@
+// TpDenseModel: one rank of a tensor-parallel dense model, the CPU reference of TP. It holds the
+// rank's shard (tp_shard.h: heads, intermediate and vocab split as Megatron-LM does) and runs the
+// very forward of DenseModel (dense_forward.h) with its TP group at the four seams: all-reduce
+// after the vocab-parallel embedding, after o_proj and after down, and all_gather of the LM head's
+// vocab slices. Every rank returns the full logits [rows, vocab], identical on all ranks, equal
+// to the unsharded model's within f32 rounding (the partial sums add in another order).
+// Every rank of the group must call forward together with the same batch; the attention backend
+// is the rank's own, built from config() (its heads only: a SequenceKvCache of this config holds
+// [capacity, num_kv_heads / tp (at least 1), head_dim] per layer).
+// Not built yet: NCCL, the runner's worker threads and a --tp flag (docs/parallelism.md).
+// Tests: tests/unit/test_tensor_parallel.cpp.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "tachyon/dist/communicator.h"
+#include "tachyon/model/dense_model.h"
+#include "tachyon/model/tp_shard.h"
+
+namespace tachyon::model {
+
+class TpDenseModel {
+ public:
+  // `group` is the TP group and must outlive the model; shard.tp_rank / tp_size must be its
+  // rank and size.
+  TpDenseModel(TpShard shard, dist::Communicator& group);
+  // Shards `full` for group.rank() of group.size().
+  TpDenseModel(const ModelWeights& full, dist::Communicator& group);
+
+  // The rank's config: per-rank heads, kv heads and intermediate size; the full vocab_size.
+  const ModelConfig& config() const { return shard_.weights.config; }
+  const TpShard& shard() const { return shard_; }
+
+  // Runs the batch; returns the full logits [batch.logits_rows.size(), vocab_size].
+  std::vector<float> forward(const ForwardBatch& batch, AttentionBackend& attention,
+                             const ForwardHook& hook = nullptr) const;
+
+  // One sequence, as DenseModel's: `cache` must be built from config() (this rank's kv heads).
+  std::vector<float> forward(std::span<const int32_t> tokens, SequenceKvCache& cache, bool all_logits = false,
+                             const ForwardHook& hook = nullptr) const;
+
+ private:
+  TpShard shard_;
+  dist::Communicator& group_;
+  std::vector<float> inv_freq_;  // [head_dim / 2]
+};
+
+}  // namespace tachyon::model

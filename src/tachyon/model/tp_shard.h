@@ -1,0 +1,51 @@
+// Tensor-parallel sharding of the dense decoder's weights, as Megatron-LM splits them. One rank
+// of a TP group of tp_size ranks keeps:
+//   q/k/v    column-parallel by heads: query heads [r*H/tp, (r+1)*H/tp) and their kv heads;
+//   o_proj   row-parallel: the input columns of this rank's query heads (partial sums, all-reduced);
+//   gate/up  column-parallel: rows [r*I/tp, (r+1)*I/tp) of gate AND the same rows of up, so the
+//            fused [gate; up] layout of ModelWeights holds again within the shard;
+//   down     row-parallel: the input columns of this rank's intermediate slice;
+//   embed    vocab-parallel: rows [r*V/tp, (r+1)*V/tp); a token outside them embeds as zeros, and
+//            the all-reduce over the group leaves every rank with the full embedding;
+//   lm_head  vocab-parallel: the same vocab rows (the embedding's when tied); all_gather along vocab.
+// Norms (input, post-attention, final, q/k) and the o_proj and down biases stay whole on every
+// rank: those biases are added once, after the all-reduce of the partial products.
+// The non-obvious decision: when tp > num_key_value_heads, kv heads are REPLICATED, not split:
+// rank r keeps kv head r * KV / tp, the one its query heads read (tp must then be a multiple of
+// KV, so that each rank's query heads share one kv head). The rank's config says
+// num_key_value_heads = max(KV / tp, 1), so its KV cache and attention see only its heads.
+// No padding: heads, intermediate and vocab must divide by tp, or sharding fails naming the field
+// (real vocabularies, 128256 and 151936, divide by 8).
+// Tests: tests/unit/test_tensor_parallel.cpp.
+#pragma once
+
+#include <cstdint>
+
+#include "tachyon/model/model_config.h"
+#include "tachyon/model/model_weights.h"
+
+namespace tachyon::model {
+
+// One rank's shard. weights.config is the rank's config: num_attention_heads,
+// num_key_value_heads and intermediate_size are per rank; vocab_size stays the full vocabulary
+// (the width of the logits every rank returns). embed_tokens and lm_head hold only
+// [vocab_rows, hidden]: full-vocab rows [vocab_begin, vocab_begin + vocab_rows).
+struct TpShard {
+  ModelWeights weights;
+  int tp_rank = 0;
+  int tp_size = 1;
+  int64_t vocab_begin = 0;
+  int64_t vocab_rows = 0;
+  int64_t kv_head_begin = 0;  // the first full-model kv head this rank keeps
+};
+
+// Throws Error naming the field when `config` cannot be split over tp_size ranks.
+void check_tp_size(const ModelConfig& config, int tp_size);
+
+// The per-rank config: heads, kv heads (>= 1, replicated when tp > KV) and intermediate divided.
+ModelConfig tp_rank_config(const ModelConfig& config, int tp_size);
+
+// Copies rank tp_rank's part of `full` (checked with check_tp_size first).
+TpShard shard_weights(const ModelWeights& full, int tp_rank, int tp_size);
+
+}  // namespace tachyon::model
