@@ -1,8 +1,8 @@
 // Communicator: the collectives of one process group (a TP group, a DP group, ...), on raw bytes.
 // Gathers, broadcasts and point-to-point move bytes and never look at element types; only
 // reductions take a ReduceType, and the only reduction is a sum. Two implementations share this
-// interface: CpuCommunicator (ranks are threads of one process, tests and CPU runs) and, later,
-// an NCCL one. Nothing here names a CUDA type: every data call takes an opaque `stream`
+// interface: CpuCommunicator (ranks are threads of one process, tests and CPU runs) and
+// NcclCommunicator (dist/nccl/, one per GPU thread). Nothing here names a CUDA type: every data call takes an opaque `stream`
 // (a cudaStream_t on GPU backends, ignored by the CPU backend) and is ordered on it there.
 //
 // Contract, for every collective: each rank of the group makes the same sequence of calls with
