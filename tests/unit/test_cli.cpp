@@ -138,5 +138,23 @@ TEST_F(CliTest, DeviceFlagIsCheckedAndCudaNeedsACudaBuildOrAServableModel) {
   EXPECT_NE(r.output.find("[tachyon] cpu:"), std::string::npos) << r.output;
 }
 
+TEST_F(CliTest, TensorParallelOnCpuThreadRanksMatchesTp1) {
+  ASSERT_EQ(run("make-model --arch llama --preset tiny --seed 3 --out " + dir_.string()).exit_code, 0);
+  const std::string args = "generate " + dir_.string() + " --prompt-ids 1,2,3 --max-tokens 5 --device cpu";
+  CliRun tp1 = run(args + " --tp 1");
+  CliRun tp2 = run(args + " --tp 2");
+  ASSERT_EQ(tp1.exit_code, 0) << tp1.output;
+  ASSERT_EQ(tp2.exit_code, 0) << tp2.output;
+  const auto ids = [](const std::string& output) { return output.substr(0, output.find('\n')); };
+  EXPECT_FALSE(ids(tp1.output).empty()) << tp1.output;
+  EXPECT_EQ(ids(tp2.output), ids(tp1.output)) << tp2.output;
+  // 4 heads do not split over 3 ranks: exit 1 and one line naming the field.
+  CliRun tp3 = run(args + " --tp 3");
+  EXPECT_EQ(tp3.exit_code, 1) << tp3.output;
+  EXPECT_EQ(tp3.output.rfind("error: tensor parallel size 3 does not divide num_attention_heads 4", 0), 0u)
+      << tp3.output;
+  EXPECT_EQ(tp3.output.find('\n'), tp3.output.size() - 1) << tp3.output;
+}
+
 }  // namespace
 }  // namespace tachyon

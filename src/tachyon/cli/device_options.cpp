@@ -11,6 +11,11 @@ void add_device_options(CLI::App& cmd, engine::DeviceConfig& device) {
                  "share of GPU memory for weights, activations and the KV cache")
       ->default_val(0.9)
       ->check(CLI::Range(0.05, 0.99));
+  cmd.add_option("--tp", device.tensor_parallel_size,
+                 "tensor parallel size: ranks the model's heads, MLP and vocab are split over (CPU thread ranks "
+                 "only in this build)")
+      ->default_val(1)
+      ->check(CLI::Range(1, 64));
   cmd.add_flag("--enforce-eager", device.enforce_eager, "no CUDA graphs for decode steps");
 }
 

@@ -10,12 +10,8 @@ CpuModelRunner::CpuModelRunner(const model::DenseModel& model, int32_t num_block
 CpuModelRunner::CpuModelRunner(std::unique_ptr<model::DenseModel> model, int32_t num_blocks, int32_t block_size)
     : owned_(std::move(model)), model_(*owned_), cache_(model_.config(), num_blocks, block_size) {}
 
-std::vector<engine::SampledToken> CpuModelRunner::execute(const engine::StepPlan& plan) {
-  if (plan.empty()) return {};
-  PagedAttentionBackend attention(model_.config(), cache_, plan);
-  std::vector<float> logits =
-      model_.forward(model::ForwardBatch{plan.token_ids, plan.positions, plan.logits_rows}, attention);
-  const int64_t vocab = model_.config().vocab_size;
+std::vector<engine::SampledToken> sample_plan_rows(const engine::StepPlan& plan, std::span<float> logits,
+                                                   int64_t vocab) {
   std::vector<engine::SampledToken> sampled;
   size_t row = 0;
   for (const engine::ScheduledSequence& sequence : plan.sequences) {
@@ -27,6 +23,14 @@ std::vector<engine::SampledToken> CpuModelRunner::execute(const engine::StepPlan
   }
   TACHYON_CHECK(sampled.size() == plan.logits_rows.size()) << "internal: sampled rows disagree with the plan";
   return sampled;
+}
+
+std::vector<engine::SampledToken> CpuModelRunner::execute(const engine::StepPlan& plan) {
+  if (plan.empty()) return {};
+  PagedAttentionBackend attention(model_.config(), cache_, plan);
+  std::vector<float> logits =
+      model_.forward(model::ForwardBatch{plan.token_ids, plan.positions, plan.logits_rows}, attention);
+  return sample_plan_rows(plan, logits, model_.config().vocab_size);
 }
 
 }  // namespace tachyon::runner

@@ -10,6 +10,11 @@
 
 namespace tachyon::runner {
 
+// Samples each `sample` sequence of `plan` from its row of `logits` ([plan.logits_rows.size(),
+// vocab], in plan order) with the CPU sampler. Shared by the CPU and the CPU tensor-parallel runner.
+std::vector<engine::SampledToken> sample_plan_rows(const engine::StepPlan& plan, std::span<float> logits,
+                                                   int64_t vocab);
+
 class CpuModelRunner : public ModelRunner {
  public:
   // `model` must outlive the runner.

@@ -7,7 +7,9 @@
 #include "tachyon/base/check.h"
 #include "tachyon/base/file_util.h"
 #include "tachyon/model/dense_model.h"
+#include "tachyon/model/tp_shard.h"
 #include "tachyon/runner/cpu_model_runner.h"
+#include "tachyon/runner/tp_cpu_model_runner.h"
 #ifdef TACHYON_HAVE_CUDA
 #include "tachyon/runner/cuda/cuda_model_runner.h"
 #include "tachyon/tensor/cuda/device_buffer.h"
@@ -37,6 +39,20 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, engine::EngineC
   std::string& kind = config.device.kind;
   TACHYON_CHECK(kind == "auto" || kind == "cpu" || kind == "cuda") << "--device must be auto, cpu or cuda, got '" << kind << "'";
   config.device.model_identity = model_identity(model_dir, model_config);
+  const int tp = config.device.tensor_parallel_size;
+  TACHYON_CHECK(tp >= 1) << "--tp must be at least 1, got " << tp;
+  if (tp > 1) {
+    // Checked before any weight is read: "tensor parallel size 3 does not divide num_attention_heads 4".
+    model::check_tp_size(model_config, tp);
+    // Tensor parallelism runs on CPU thread ranks only; auto falls back to the CPU.
+    TACHYON_CHECK(kind != "cuda")
+        << "--tp > 1 runs on the CPU only in this build; GPU tensor parallelism is not built yet";
+    kind = "cpu";
+    model::SafetensorsCheckpoint checkpoint(model_dir);
+    auto runner = std::make_unique<TpCpuModelRunner>(model::load_weights(model_config, checkpoint), tp,
+                                                     config.num_blocks, config.block_size);
+    return {std::move(runner), model_config};
+  }
 #ifdef TACHYON_HAVE_CUDA
   if (kind == "auto") {
     const std::string why = cuda_unsupported_reason(model_config);
