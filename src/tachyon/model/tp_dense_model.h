@@ -7,7 +7,8 @@
 // Every rank of the group must call forward together with the same batch; the attention backend
 // is the rank's own, built from config() (its heads only: a SequenceKvCache of this config holds
 // [capacity, num_kv_heads / tp (at least 1), head_dim] per layer).
-// Not built yet: NCCL, the runner's worker threads and a --tp flag (docs/parallelism.md).
+// The engine runs it through runner/tp_cpu_model_runner.h (--tp N on the CPU); GPU TP is not
+// built yet (docs/parallelism.md).
 // Tests: tests/unit/test_tensor_parallel.cpp.
 #pragma once
 
