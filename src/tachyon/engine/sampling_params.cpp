@@ -20,6 +20,8 @@ void SamplingParams::validate(int64_t vocab_size) const {
   TACHYON_CHECK(max_tokens >= 1) << "max_tokens must be >= 1, got " << max_tokens;
   TACHYON_CHECK(min_tokens >= 0 && min_tokens <= max_tokens)
       << "min_tokens must be in [0, max_tokens], got " << min_tokens;
+  TACHYON_CHECK(stop_token_ids.size() <= kMaxStopTokenIds)
+      << "stop_token_ids: at most " << kMaxStopTokenIds << " ids, got " << stop_token_ids.size();
   for (int32_t id : stop_token_ids) {
     TACHYON_CHECK(id >= 0 && id < vocab_size) << "stop_token_ids: " << id << " is outside the vocabulary [0, "
                                               << vocab_size << ")";

@@ -2,12 +2,17 @@
 // validated once at the door (validate()) so the engine thread never sees a bad value.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace tachyon::engine {
+
+// At most this many stop_token_ids per request: the GPU sampler stages the ids masked by
+// min_tokens per row in a buffer sized up front (runner/cuda), so the count is bounded at the door.
+inline constexpr size_t kMaxStopTokenIds = 1024;
 
 struct SamplingParams {
   // temperature 0 means greedy (argmax); then top_k/top_p/min_p and the seed do not matter.

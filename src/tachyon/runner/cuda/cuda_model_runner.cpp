@@ -89,9 +89,11 @@ void CudaModelRunner::plan_workspace(const engine::EngineConfig& config) {
   limits_.max_blocks_per_seq = static_cast<int32_t>((s.max_model_len + config.block_size - 1) / config.block_size);
   limits_.sampling_row_bytes = sizeof(kc::SamplingRow);
   layout_ = StepInputLayout::make(limits_);
-  // The variable tail holds the token histories of rows with penalties: at most every token of
-  // every sequence.
-  staging_bytes_ = layout_.variable + static_cast<size_t>(s.max_num_seqs) * static_cast<size_t>(s.max_model_len) * sizeof(int32_t);
+  // The variable tail holds the token histories of rows with penalties (at most every token of
+  // every sequence) and the ids min_tokens masks (stop_token_ids, bounded at the door, + EOS).
+  staging_bytes_ = layout_.variable + static_cast<size_t>(s.max_num_seqs) *
+                                          (static_cast<size_t>(s.max_model_len) + engine::kMaxStopTokenIds + 1) *
+                                          sizeof(int32_t);
   staging_host_ = cuda::PinnedBuffer(staging_bytes_);
   staging_device_ = cuda::DeviceBuffer(staging_bytes_);
   sampled_host_ = cuda::PinnedBuffer(static_cast<size_t>(limits_.max_seqs) * sizeof(kc::SampledRow));
