@@ -14,19 +14,9 @@ CpuProcessGroups::CpuProcessGroups(const ParallelConfig& config) : layout_(confi
 }
 
 ProcessGroups CpuProcessGroups::make(int rank) {
-  ProcessGroups groups{.rank = rank, .coord = layout_.coord(rank)};
-  auto build = [&](GroupKind kind) -> std::unique_ptr<Communicator> {
-    std::vector<int> members = layout_.group(kind, rank);
-    int group_rank = static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin());
-    CpuWorld& world = *worlds_[static_cast<int>(kind)][layout_.group_index(kind, rank)];
-    return std::make_unique<CpuCommunicator>(world, group_rank);
-  };
-  groups.tp = build(GroupKind::kTp);
-  groups.dp = build(GroupKind::kDp);
-  groups.pcp = build(GroupKind::kPcp);
-  groups.dcp = build(GroupKind::kDcp);
-  groups.ep = build(GroupKind::kEp);
-  return groups;
+  return make_process_groups(layout_, rank, [&](const GroupMembership& m) -> std::unique_ptr<Communicator> {
+    return std::make_unique<CpuCommunicator>(*worlds_[static_cast<int>(m.kind)][m.group_index], m.rank);
+  });
 }
 
 }  // namespace tachyon::dist

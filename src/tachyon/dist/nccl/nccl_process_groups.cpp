@@ -15,20 +15,12 @@ NcclProcessGroups::NcclProcessGroups(const ParallelConfig& config) : layout_(con
 }
 
 ProcessGroups NcclProcessGroups::make(int rank) const {
-  ProcessGroups groups{.rank = rank, .coord = layout_.coord(rank)};
-  auto build = [&](GroupKind kind) -> std::unique_ptr<Communicator> {
-    std::vector<int> members = layout_.group(kind, rank);
-    int group_rank = static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin());
-    const ncclUniqueId& id = ids_[static_cast<int>(kind)][layout_.group_index(kind, rank)];
-    return std::make_unique<NcclCommunicator>(id, static_cast<int>(members.size()), group_rank);
-  };
-  // GroupKind order on every rank: see the header for why this cannot deadlock.
-  groups.tp = build(GroupKind::kTp);
-  groups.dp = build(GroupKind::kDp);
-  groups.pcp = build(GroupKind::kPcp);
-  groups.dcp = build(GroupKind::kDcp);
-  groups.ep = build(GroupKind::kEp);
-  return groups;
+  // Joins block until every member arrives; the shared GroupKind order keeps them from deadlocking
+  // (see the header).
+  return make_process_groups(layout_, rank, [&](const GroupMembership& m) -> std::unique_ptr<Communicator> {
+    const ncclUniqueId& id = ids_[static_cast<int>(m.kind)][m.group_index];
+    return std::make_unique<NcclCommunicator>(id, m.size, m.rank);
+  });
 }
 
 }  // namespace tachyon::dist
