@@ -2,6 +2,7 @@
 // single-sequence reference forward (alone, in a busy batch, with chunked prefill, with
 // preemption, with a prefix-cache hit), prefix-cache savings, aborts of every kind, consumers
 // that go away or lag, seeded sampling, n > 1, the queue bound and validation at the door.
+#include "../engine_run.h"
 #include "tachyon/engine/engine_core.h"
 
 #include <gtest/gtest.h>
@@ -55,16 +56,7 @@ class EngineTest : public ::testing::Test {
   }
   // Drives the engine on this thread until idle; returns each channel's tokens (completion 0).
   static std::vector<std::vector<int32_t>> run_all(EngineCore& e, std::vector<std::shared_ptr<OutputChannel>>& channels) {
-    for (int guard = 0; e.has_work() && guard < 100000; ++guard) e.step();
-    std::vector<std::vector<int32_t>> out;
-    for (auto& ch : channels) {
-      std::vector<int32_t> tokens;
-      while (auto d = ch->take(std::chrono::milliseconds(0))) {
-        for (auto& c : d->completions) tokens.insert(tokens.end(), c.token_ids.begin(), c.token_ids.end());
-      }
-      out.push_back(tokens);
-    }
-    return out;
+    return testing::run_engine_to_idle(e, channels);
   }
 
   static std::filesystem::path* dir_;

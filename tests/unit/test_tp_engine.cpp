@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "../engine_run.h"
 #include "tachyon/base/check.h"
 #include "tachyon/engine/engine_core.h"
 #include "tachyon/model/dense_model.h"
@@ -56,16 +57,7 @@ std::vector<std::vector<int32_t>> run_engine(std::unique_ptr<runner::ModelRunner
     channels.push_back(std::make_shared<OutputChannel>());
     engine.submit(prompt, params, channels.back());
   }
-  for (int guard = 0; engine.has_work() && guard < 10000; ++guard) engine.step();
-  std::vector<std::vector<int32_t>> out;
-  for (auto& ch : channels) {
-    std::vector<int32_t> tokens;
-    while (auto d = ch->take(std::chrono::milliseconds(0))) {
-      for (auto& c : d->completions) tokens.insert(tokens.end(), c.token_ids.begin(), c.token_ids.end());
-    }
-    out.push_back(tokens);
-  }
-  return out;
+  return testing::run_engine_to_idle(engine, channels, 10000);
 }
 
 void expect_tp_matches(const std::string& arch, const std::string& preset) {
