@@ -1,6 +1,8 @@
 #include "tachyon/tensor/cuda/device_buffer.h"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <utility>
 #include <vector>
 
@@ -94,9 +96,17 @@ double measure_copy_bandwidth(size_t bytes, int repeats) {
 }
 
 int multiprocessor_count() {
-  int device = 0, count = 0;
+  // Asked at every GEMV and decode-attention launch: read from the driver once per device.
+  constexpr int kMaxDevices = 64;
+  static std::array<std::atomic<int>, kMaxDevices> cached{};
+  int device = 0;
   TACHYON_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < kMaxDevices) {
+    if (const int known = cached[static_cast<size_t>(device)].load(std::memory_order_relaxed); known > 0) return known;
+  }
+  int count = 0;
   TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  if (device < kMaxDevices) cached[static_cast<size_t>(device)].store(count, std::memory_order_relaxed);
   return count;
 }
 

@@ -64,7 +64,7 @@ bool cuda_device_available();
 // `repeats` timed copies of `bytes` after a warm-up: the memory-bound floor's denominator.
 double measure_copy_bandwidth(size_t bytes = size_t{1} << 30, int repeats = 10);
 
-// Streaming multiprocessors of the current device (launch sizing of the kernels).
+// Streaming multiprocessors of the current device (launch sizing of the kernels); cached per device.
 int multiprocessor_count();
 
 // "NVIDIA H200 sm_90": the current device's name and compute capability (cache keys, reports).
