@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# The GPU machine (Ubuntu 24.04) has no package registry and lacks three of our -dev packages.
+# The GPU machine (Ubuntu 24.04) has no package registry and lacks four of our -dev packages
+# (pcre2, utf8proc, xxhash, cpp-httplib with the headers its pkg-config file asks for).
 # On the dev machine, `scripts/gpu-machine-deps.sh fetch` downloads Debian's .debs into .deps/
 # (ignored by git, carried to the GPU machine); there, `scripts/gpu-machine-deps.sh install`
-# unpacks them. The runtime libraries they need (libpcre2-8 10.42, libxxhash 0.8) are already
-# on that machine; utf8proc's runtime travels with them.
+# unpacks them, never over a file that machine already has (its own libssl/zlib headers and
+# symlinks win). The runtime libraries they need (libpcre2-8 10.42, libxxhash 0.8, libssl3,
+# zlib, brotli) are already on that machine; utf8proc's and cpp-httplib's travel with them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PACKAGES=(libpcre2-dev libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libutf8proc-dev libutf8proc2 libxxhash-dev)
+PACKAGES=(libpcre2-dev libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libutf8proc-dev libutf8proc2 libxxhash-dev
+          libcpp-httplib-dev libcpp-httplib0.11 libssl-dev zlib1g-dev libbrotli-dev)
 
 case "${1:-}" in
   fetch)
@@ -15,7 +18,16 @@ case "${1:-}" in
     ls .deps
     ;;
   install)
-    for deb in .deps/*.deb; do dpkg -x "$deb" /; done
+    staging=$(mktemp -d)
+    for deb in .deps/*.deb; do dpkg -x "$deb" "$staging"; done
+    (cd "$staging" && find . -type f -o -type l) | while read -r path; do
+      target=/${path#./}
+      if [ ! -e "$target" ] && [ ! -L "$target" ]; then
+        mkdir -p "$(dirname "$target")"
+        cp -P "$staging/$path" "$target"
+      fi
+    done
+    rm -rf "$staging"
     ldconfig
     ;;
   *)

@@ -4,7 +4,8 @@
 # third_party/tokenizers/models/. It
 #   1. builds everything there with the CUDA part on, and runs the whole ctest suite;
 #   2. regenerates the model goldens with the machine's transformers and runs the golden test
-#      against those fresh ones too, so a transformers change that moves the reference shows.
+#      against those fresh ones too, so a transformers change that moves the reference shows;
+#   3. scores the canary model through the server on the GPU.
 # CUDA kernel tests join step 1 as they land (tests/gpu/).
 #   scripts/gpu-test.sh [OUT_DIR]     OUT_DIR receives logs (default: out/gpu-test)
 set -euo pipefail
@@ -42,4 +43,16 @@ TACHYON_GOLDENS_DIR="$fresh/goldens" $BUILD_DIR/tests/model_goldens > "$OUT_DIR/
   && echo "== goldens from this machine's transformers: pass" \
   || { echo "== goldens from this machine's transformers: FAIL"; grep -E "golden\]|FAILED" "$OUT_DIR/fresh-goldens.log"; exit 1; }
 grep "golden\]" "$OUT_DIR/fresh-goldens.log"
+
+# 3. The accuracy canary through `tachyon serve --device cuda` + `tachyon eval`, as ctest's
+#    server.canary_accuracy runs it on the CPU (the server is built where cpp-httplib is found).
+canary_rc=0
+if "$BUILD_DIR/bin/tachyon" serve --help > /dev/null 2>&1; then
+  echo "== canary on the GPU:"
+  XDG_CACHE_HOME="$fresh/cache" MIN_ACCURACY=0.97 scripts/canary-eval.sh "$BUILD_DIR/bin/tachyon" - \
+    "$OUT_DIR/canary" 200 --device cuda || canary_rc=1
+else
+  echo "== canary on the GPU: not run (no server in this build: cpp-httplib missing)"
+fi
+[ $ctest_rc = 0 ] && exit $canary_rc
 exit $ctest_rc

@@ -87,33 +87,40 @@ def make_model(vocab_size, eos_id, args):
     return Qwen3ForCausalLM(config)
 
 
-def lr_at(step, args):
-    """Linear warmup, then cosine decay to 10% of --lr."""
+def progress_at(step, elapsed, args):
+    """Fraction of training done: by steps, or by wall time when --time-budget runs out first
+    (so a run on a slower machine still finishes its schedule instead of stopping mid-decay)."""
+    by_steps = step / args.steps
+    return max(by_steps, elapsed / args.time_budget) if args.time_budget else by_steps
+
+
+def lr_at(step, progress, args):
+    """Linear warmup, then cosine decay to 10% of --lr over the remaining progress."""
     if step < args.warmup:
         return args.lr * (step + 1) / args.warmup
-    progress = (step - args.warmup) / max(1, args.steps - args.warmup)
-    return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+    warm = args.warmup / args.steps
+    decay = min(1.0, max(0.0, (progress - warm) / max(1e-9, 1 - warm)))
+    return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * decay)))
 
 
 @torch.no_grad()
-def accuracy(model, tok, records, shots, eos_id, device):
-    """Greedy exact match of the first "#### N" in each completion. Prompts of equal token length
-    are generated together, so no padding (and no position-id question) arises."""
+def accuracy(model, tok, records, shots, eos_id, device, batch=256):
+    """Greedy exact match of the first "#### N" in each completion (cut at the first blank line,
+    as `tachyon eval` stops there). Prompts are left-padded with an attention mask; transformers
+    derives position ids from the mask, so padding does not shift positions."""
     prefix = "".join(f"Question: {s['question']}\nAnswer: {s['answer']}\n\n" for s in shots)
-    by_length = {}
-    for i, r in enumerate(records):
-        ids = tok.encode(prefix + prompt(r)).ids
-        by_length.setdefault(len(ids), []).append((i, ids))
-    completions = [""] * len(records)
+    encoded = [tok.encode(prefix + prompt(r)).ids for r in records]
+    completions = []
     model.eval()
-    for length, group in sorted(by_length.items()):
-        for start in range(0, len(group), 256):
-            part = group[start:start + 256]
-            input_ids = torch.tensor([ids for _, ids in part], device=device)
-            out = model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
-                                 max_new_tokens=128, do_sample=False, eos_token_id=eos_id, pad_token_id=eos_id)
-            for (i, _), row in zip(part, out[:, length:].tolist()):
-                completions[i] = tok.decode(row, skip_special_tokens=True).split("\n\n")[0]
+    for start in range(0, len(encoded), batch):
+        part = encoded[start:start + batch]
+        width = max(map(len, part))
+        input_ids = torch.tensor([[eos_id] * (width - len(ids)) + ids for ids in part], device=device)
+        mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in part], device=device)
+        out = model.generate(input_ids=input_ids, attention_mask=mask, max_new_tokens=128,
+                             do_sample=False, eos_token_id=eos_id, pad_token_id=eos_id)
+        for row in out[:, width:].tolist():
+            completions.append(tok.decode(row, skip_special_tokens=True).split("\n\n")[0])
     correct = 0
     for r, completion in zip(records, completions):
         match = re.search(r"#### (\-?[0-9\.\,]+)", completion)
@@ -133,6 +140,8 @@ def main():
     parser.add_argument("--block", type=int, default=1024, help="tokens per block")
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--time-budget", type=float, default=0,
+                        help="seconds of training; the schedule ends when steps or this run out (0: steps only)")
     parser.add_argument("--weight-decay", type=float, default=0.1)
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=6)
@@ -172,7 +181,11 @@ def main():
     input_ids, labels = make_blocks(problems, sep, eos_id, args.block, rng)
     model.train()
     t_train = time.time()
-    for step in range(args.steps):
+    step = 0
+    while True:
+        progress = progress_at(step, time.time() - t_train, args)
+        if progress >= 1:
+            break
         if cursor + args.batch > len(input_ids):  # next epoch: a new shuffle and packing
             input_ids, labels = make_blocks(problems, sep, eos_id, args.block, rng)
             epoch, cursor = epoch + 1, 0
@@ -180,18 +193,20 @@ def main():
         y = labels[cursor:cursor + args.batch].to(device, non_blocking=True)
         cursor += args.batch
         for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, args)
+            group["lr"] = lr_at(step, progress, args)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = model(input_ids=x, labels=y).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-        if step % 100 == 0 or step == args.steps - 1:
+        if step % 100 == 0:
             value = loss.item()
-            losses.append({"step": step, "loss": value, "lr": lr_at(step, args), "epoch": epoch})
-            print(f"step {step:5d}  loss {value:.4f}  lr {lr_at(step, args):.2e}  epoch {epoch}  "
+            lr = lr_at(step, progress, args)
+            losses.append({"step": step, "loss": value, "lr": lr, "epoch": epoch})
+            print(f"step {step:5d}  loss {value:.4f}  lr {lr:.2e}  epoch {epoch}  "
                   f"{time.time() - t_train:.0f} s", flush=True)
+        step += 1
     train_seconds = time.time() - t_train
 
     os.makedirs(args.out, exist_ok=True)
@@ -210,7 +225,7 @@ def main():
     print(f"accuracy on {len(scored)} test problems: 0-shot {acc0:.3f}, 3-shot {acc3:.3f}")
     for r, c in list(zip(scored, completions))[:3]:
         print(f"--- {prompt(r)}\n{c!r}  (gold {gold(r)})")
-    log = {"args": vars(args), "parameters": params, "vocab_size": vocab_size, "losses": losses,
+    log = {"args": vars(args), "steps_run": step, "parameters": params, "vocab_size": vocab_size, "losses": losses,
            "accuracy_0shot": acc0, "accuracy_3shot": acc3, "eval_problems": len(scored),
            "train_seconds": train_seconds, "total_seconds": time.time() - t_start,
            "torch": torch.__version__, "device": torch.cuda.get_device_name()}

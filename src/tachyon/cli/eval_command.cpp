@@ -21,6 +21,7 @@
 
 #include "tachyon/base/check.h"
 #include "tachyon/cli/commands.h"
+#include "tachyon/cli/unescape.h"
 #include "tachyon/eval/eval_scoring.h"
 
 namespace tachyon::cli {
@@ -74,20 +75,6 @@ std::unique_ptr<httplib::Client> make_client(const EvalOptions& options, const E
   client->set_write_timeout(kReadTimeoutS);
   if (!options.api_key.empty()) client->set_bearer_token_auth(options.api_key);
   return client;
-}
-
-// "\n", "\t" and "\\" typed on a command line become the characters.
-std::string unescape(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\\' && i + 1 < s.size() && (s[i + 1] == 'n' || s[i + 1] == 't' || s[i + 1] == '\\')) {
-      out += s[i + 1] == 'n' ? '\n' : s[i + 1] == 't' ? '\t' : '\\';
-      ++i;
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
 }
 
 std::string first_model_id(httplib::Client& client, const Endpoint& endpoint, const std::string& base_url) {

@@ -9,10 +9,12 @@
 
 #include "tachyon/base/check.h"
 #include "tachyon/cli/commands.h"
+#include "tachyon/cli/default_model.h"
+#include "tachyon/cli/unescape.h"
 #include "tachyon/engine/engine_core.h"
+#include "tachyon/engine/text_stream.h"
 #include "tachyon/runner/runner_factory.h"
 #include "tachyon/tokenizer/chat_template.h"
-#include "tachyon/tokenizer/incremental_detokenizer.h"
 #include "tachyon/tokenizer/tokenizer.h"
 
 namespace tachyon::cli {
@@ -24,6 +26,7 @@ struct GenerateOptions {
   std::string prompt_ids;
   bool chat = false;
   bool ignore_eos = false;
+  std::vector<std::string> stop;
   int64_t max_tokens = 32;
   engine::DeviceConfig device;
 };
@@ -43,7 +46,7 @@ std::vector<int32_t> parse_ids(const std::string& text) {
 }
 
 void run_generate(const GenerateOptions& options) {
-  const std::filesystem::path dir = options.model_dir;
+  const std::filesystem::path dir = options.model_dir.empty() ? default_model_dir() : std::filesystem::path(options.model_dir);
   const bool has_tokenizer = std::filesystem::exists(dir / "tokenizer.json");
   TACHYON_CHECK(has_tokenizer || !options.prompt_ids.empty())
       << dir.string() << " has no tokenizer.json: pass --prompt-ids instead of --prompt";
@@ -72,8 +75,10 @@ void run_generate(const GenerateOptions& options) {
 
   if (loaded.model_config.eos_token_id) config.scheduler.eos_token_id = static_cast<int32_t>(*loaded.model_config.eos_token_id);
   config.scheduler.max_model_len = static_cast<int64_t>(prompt.size()) + options.max_tokens;
-  std::optional<tokenizer::IncrementalDetokenizer> detokenizer;
-  if (tok) detokenizer.emplace(*tok, /*skip_special_tokens=*/true);
+  std::vector<std::string> stop;
+  for (const std::string& s : options.stop) stop.push_back(unescape(s));
+  std::optional<engine::TextStream> text;
+  if (tok) text.emplace(*tok, stop, /*include_stop_str=*/false);
   // Echo the prompt so the continuation reads in context; a chat reply starts on its own line.
   if (tok && options.prompt_ids.empty()) std::printf("%s%s", options.prompt.c_str(), options.chat ? "\n" : "");
 
@@ -87,8 +92,8 @@ void run_generate(const GenerateOptions& options) {
     for (const engine::CompletionDelta& delta : output.completions) {
       for (int32_t id : delta.token_ids) {
         ++generated;
-        if (detokenizer) {
-          std::fputs(detokenizer->push(id).c_str(), stdout);
+        if (text) {
+          std::fputs(text->push({&id, 1}).c_str(), stdout);
         } else {
           std::printf("%d ", id);
         }
@@ -98,9 +103,10 @@ void run_generate(const GenerateOptions& options) {
   });
   auto start = std::chrono::steady_clock::now();
   engine.submit(prompt, params, channel);
-  while (engine.step()) {
+  // A stop string ends the run: this process owns the engine, so it just stops stepping.
+  while (!(text && text->stopped()) && engine.step()) {
   }
-  if (detokenizer) std::fputs(detokenizer->flush().c_str(), stdout);
+  if (text && !text->stopped()) std::fputs(text->finish().c_str(), stdout);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("\n");
   std::fflush(stdout);  // the summary on stderr comes after the text
@@ -113,10 +119,11 @@ void run_generate(const GenerateOptions& options) {
 void add_generate_command(CLI::App& app) {
   auto options = std::make_shared<GenerateOptions>();
   CLI::App* cmd = app.add_subcommand("generate", "greedy generation of one prompt, streamed");
-  cmd->add_option("model", options->model_dir, "HF model directory")->required();
+  cmd->add_option("model", options->model_dir, "HF model directory; none: the built-in canary model");
   cmd->add_option("--prompt", options->prompt, "prompt text");
   cmd->add_option("--prompt-ids", options->prompt_ids, "comma-separated token ids instead of --prompt");
   cmd->add_flag("--chat", options->chat, "wrap the prompt as a user message with the chat template");
+  cmd->add_option("--stop", options->stop, "stop strings, not printed; \\n and \\t are unescaped (repeatable)");
   cmd->add_flag("--ignore-eos", options->ignore_eos, "keep generating past the end-of-sequence token");
   cmd->add_option("--max-tokens", options->max_tokens, "tokens to generate")->default_val(32)->check(CLI::Range(1, 1 << 20));
   add_device_options(*cmd, options->device);

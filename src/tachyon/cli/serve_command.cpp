@@ -4,17 +4,14 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
-#include <cstdlib>
 #include <filesystem>
-#include <unistd.h>
 #include <cstdio>
 #include <memory>
 #include <thread>
 
 #include "tachyon/cli/commands.h"
-#include "tachyon/model/make_model.h"
+#include "tachyon/cli/default_model.h"
 #include "tachyon/server/http/http_server.h"
-#include "tachyon/tokenizer/builtin_tokenizer.h"
 
 namespace tachyon::cli {
 namespace {
@@ -31,24 +28,6 @@ std::atomic<int> g_signal{0};
 // records it; a watcher thread does the work.
 void on_signal(int number) { g_signal = number; }
 
-// `tachyon serve` with no model: a tiny random Qwen3 with the built-in byte-level tokenizer,
-// written once into the user's cache directory (deterministic, so every machine serves the same).
-std::filesystem::path default_model_dir() {
-  std::filesystem::path cache = std::getenv("XDG_CACHE_HOME") ? std::filesystem::path(std::getenv("XDG_CACHE_HOME"))
-                                : std::getenv("HOME")          ? std::filesystem::path(std::getenv("HOME")) / ".cache"
-                                                               : std::filesystem::temp_directory_path();
-  const std::filesystem::path dir = cache / "tachyon" / "default-qwen3-tiny-v1";
-  if (std::filesystem::exists(dir / "config.json")) return dir;
-  const std::filesystem::path staging = dir.string() + ".tmp-" + std::to_string(::getpid());
-  tokenizer::write_builtin_tokenizer(staging / "tokenizer");
-  model::make_model({.arch = "qwen3", .preset = "tiny", .seed = 0, .tokenizer_dir = staging / "tokenizer", .out_dir = staging});
-  std::filesystem::remove_all(staging / "tokenizer");
-  std::error_code ignored;
-  std::filesystem::rename(staging, dir, ignored);  // another process may have won the race
-  std::filesystem::remove_all(staging, ignored);
-  return dir;
-}
-
 void run_serve(ServeOptions& options) {
   struct sigaction action {};
   action.sa_handler = on_signal;
@@ -60,7 +39,7 @@ void run_serve(ServeOptions& options) {
   options.http.shutdown_timeout = std::chrono::seconds(options.shutdown_timeout_s);
   if (options.serving.model_dir.empty()) {
     options.serving.model_dir = default_model_dir();
-    if (options.serving.served_model_name.empty()) options.serving.served_model_name = "tachyon-default-tiny";
+    if (options.serving.served_model_name.empty()) options.serving.served_model_name = kDefaultModelName;
   }
   // Listen first, so /health answers 503 while the model loads instead of refusing connections.
   server::HttpServer http(options.http);
@@ -95,7 +74,7 @@ void add_serve_command(CLI::App& app) {
   auto options = std::make_shared<ServeOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
   cmd->add_option("model", options->serving.model_dir,
-                  "HF model directory (config.json, safetensors, tokenizer.json); none: the built-in tiny model");
+                  "HF model directory (config.json, safetensors, tokenizer.json); none: the built-in canary model");
   cmd->add_option("--host", options->http.host, "address to listen on")->default_val("127.0.0.1");
   cmd->add_option("--port", options->http.port, "port (0: any free port)")->default_val(8000);
   cmd->add_option("--served-model-name", options->serving.served_model_name, "model name clients use (default: directory name)");
