@@ -59,6 +59,39 @@ TEST(Embedding, CopiesTableRowsBitForBit) {
   }
 }
 
+// The vocab-parallel shard: rows [begin, begin + shard) of the full table; ids outside give zeros,
+// so the shards' outputs summed over ranks equal the full lookup.
+TEST(Embedding, ShardWritesItsRowsAndZerosElsewhere) {
+  auto gen = rng(11);
+  const int64_t vocab = 1024, dim = 136, rows = 37, ranks = 4, shard = vocab / ranks;
+  const std::vector<float> table = random_bf16_values(gen, vocab * dim);
+  std::vector<int32_t> ids(rows);
+  std::uniform_int_distribution<int32_t> pick(0, vocab - 1);
+  for (int32_t& id : ids) id = pick(gen);
+  ids[0] = 0, ids[1] = shard - 1, ids[2] = shard, ids[3] = vocab - 1;  // both edges of a shard
+  DeviceArray<int32_t> ids_d = upload(ids);
+  std::vector<float> sum(rows * dim, 0.0f);
+  for (int64_t r = 0; r < ranks; ++r) {
+    SCOPED_TRACE(testing::Message() << "rank " << r);
+    const std::vector<float> part(table.begin() + r * shard * dim, table.begin() + (r + 1) * shard * dim);
+    DeviceArray<bf16> part_d = upload_bf16(part);
+    DeviceArray<bf16> out(rows * dim);
+    gpu::embedding_shard(out.data(), ids_d.data(), part_d.data(), rows, dim, r * shard, shard, nullptr);
+    const std::vector<float> got = download_f32(out);
+    for (int64_t i = 0; i < rows; ++i) {
+      const bool mine = ids[i] >= r * shard && ids[i] < (r + 1) * shard;
+      for (int64_t d = 0; d < dim; ++d) {
+        const float want = mine ? table[ids[i] * dim + d] : 0.0f;
+        ASSERT_EQ(got[i * dim + d], want) << "row " << i << " id " << ids[i] << " col " << d;
+        sum[i * dim + d] += got[i * dim + d];
+      }
+    }
+  }
+  std::vector<float> full(rows * dim);
+  cpu::embedding(full.data(), ids.data(), table.data(), rows, vocab, dim);
+  EXPECT_TRUE(sum == full);
+}
+
 // rms_norm, out of place and in place, over kDims and the dims that need 2, 4 and 8 vectors
 // per thread (8200, 16392, 32768).
 TEST(RmsNorm, MatchesCpuOutOfPlaceAndInPlace) {

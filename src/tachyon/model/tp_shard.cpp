@@ -8,20 +8,23 @@ namespace tachyon::model {
 namespace {
 
 // Appends rows [begin, begin + count) of a row-major [*, width] matrix (or vector when width 1).
-void append_rows(std::vector<float>& out, const std::vector<float>& in, int64_t begin, int64_t count, int64_t width) {
+template <typename T>
+void append_rows(std::vector<T>& out, const std::vector<T>& in, int64_t begin, int64_t count, int64_t width) {
   if (in.empty()) return;  // an absent bias stays absent
   out.insert(out.end(), in.begin() + begin * width, in.begin() + (begin + count) * width);
 }
 
-std::vector<float> rows_of(const std::vector<float>& in, int64_t begin, int64_t count, int64_t width) {
-  std::vector<float> out;
+template <typename T>
+std::vector<T> rows_of(const std::vector<T>& in, int64_t begin, int64_t count, int64_t width) {
+  std::vector<T> out;
   append_rows(out, in, begin, count, width);
   return out;
 }
 
 // Columns [begin, begin + count) of a row-major [rows, width] matrix: [rows, count].
-std::vector<float> columns_of(const std::vector<float>& in, int64_t rows, int64_t width, int64_t begin, int64_t count) {
-  std::vector<float> out(static_cast<size_t>(rows * count));
+template <typename T>
+std::vector<T> columns_of(const std::vector<T>& in, int64_t rows, int64_t width, int64_t begin, int64_t count) {
+  std::vector<T> out(static_cast<size_t>(rows * count));
   for (int64_t r = 0; r < rows; ++r) {
     std::copy_n(in.begin() + r * width + begin, count, out.begin() + r * count);
   }
@@ -56,10 +59,11 @@ ModelConfig tp_rank_config(const ModelConfig& config, int tp) {
   return c;
 }
 
-TpShard shard_weights(const ModelWeights& full, int tp_rank, int tp_size) {
+template <typename T>
+BasicTpShard<T> shard_weights(const BasicModelWeights<T>& full, int tp_rank, int tp_size) {
   const ModelConfig& c = full.config;
   TACHYON_CHECK(tp_rank >= 0 && tp_rank < tp_size) << "tensor parallel rank " << tp_rank << " outside [0, " << tp_size << ")";
-  TpShard shard;
+  BasicTpShard<T> shard;
   shard.tp_rank = tp_rank;
   shard.tp_size = tp_size;
   shard.weights.config = tp_rank_config(c, tp_size);
@@ -78,23 +82,23 @@ TpShard shard_weights(const ModelWeights& full, int tp_rank, int tp_size) {
 
   // Rows of the fused [q; k; v] that this rank's heads own, in the same [q; k; v] layout
   // (width = hidden for the weight, 1 for the bias).
-  auto qkv_rows = [&](const std::vector<float>& in, int64_t width) {
-    std::vector<float> out;
+  auto qkv_rows = [&](const std::vector<T>& in, int64_t width) {
+    std::vector<T> out;
     append_rows(out, in, q_begin, rc.q_size(), width);
     append_rows(out, in, c.q_size() + kv_begin, rc.kv_size(), width);
     append_rows(out, in, c.q_size() + c.kv_size() + kv_begin, rc.kv_size(), width);
     return out;
   };
   // Rows of the fused [gate; up]: this rank's slice of gate, then the same slice of up.
-  auto gate_up_rows = [&](const std::vector<float>& in, int64_t width) {
-    std::vector<float> out;
+  auto gate_up_rows = [&](const std::vector<T>& in, int64_t width) {
+    std::vector<T> out;
     append_rows(out, in, i_begin, rc.intermediate_size, width);
     append_rows(out, in, inter + i_begin, rc.intermediate_size, width);
     return out;
   };
 
-  for (const LayerWeights& w : full.layers) {
-    LayerWeights s;
+  for (const BasicLayerWeights<T>& w : full.layers) {
+    BasicLayerWeights<T> s;
     s.input_norm = w.input_norm;
     s.post_attention_norm = w.post_attention_norm;
     s.q_norm = w.q_norm;
@@ -111,5 +115,8 @@ TpShard shard_weights(const ModelWeights& full, int tp_rank, int tp_size) {
   }
   return shard;
 }
+
+template TpShard shard_weights(const ModelWeights&, int, int);
+template Bf16TpShard shard_weights(const Bf16ModelWeights&, int, int);
 
 }  // namespace tachyon::model

@@ -30,14 +30,17 @@ namespace tachyon::model {
 // num_key_value_heads and intermediate_size are per rank; vocab_size stays the full vocabulary
 // (the width of the logits every rank returns). embed_tokens and lm_head hold only
 // [vocab_rows, hidden]: full-vocab rows [vocab_begin, vocab_begin + vocab_rows).
-struct TpShard {
-  ModelWeights weights;
+template <typename T>
+struct BasicTpShard {
+  BasicModelWeights<T> weights;
   int tp_rank = 0;
   int tp_size = 1;
   int64_t vocab_begin = 0;
   int64_t vocab_rows = 0;
   int64_t kv_head_begin = 0;  // the first full-model kv head this rank keeps
 };
+using TpShard = BasicTpShard<float>;          // the CPU ranks
+using Bf16TpShard = BasicTpShard<uint16_t>;   // the GPU ranks
 
 // Throws Error naming the field when `config` cannot be split over tp_size ranks.
 void check_tp_size(const ModelConfig& config, int tp_size);
@@ -45,7 +48,8 @@ void check_tp_size(const ModelConfig& config, int tp_size);
 // The per-rank config: heads, kv heads (>= 1, replicated when tp > KV) and intermediate divided.
 ModelConfig tp_rank_config(const ModelConfig& config, int tp_size);
 
-// Copies rank tp_rank's part of `full` (checked with check_tp_size first).
-TpShard shard_weights(const ModelWeights& full, int tp_rank, int tp_size);
+// Copies rank tp_rank's part of `full` (checked with check_tp_size first); f32 or bf16.
+template <typename T>
+BasicTpShard<T> shard_weights(const BasicModelWeights<T>& full, int tp_rank, int tp_size);
 
 }  // namespace tachyon::model

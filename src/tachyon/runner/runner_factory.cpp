@@ -12,6 +12,7 @@
 #include "tachyon/runner/tp_cpu_model_runner.h"
 #ifdef TACHYON_HAVE_CUDA
 #include "tachyon/runner/cuda/cuda_model_runner.h"
+#include "tachyon/runner/cuda/tp_cuda_model_runner.h"
 #include "tachyon/tensor/cuda/device_buffer.h"
 #endif
 
@@ -44,10 +45,28 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, engine::EngineC
   if (tp > 1) {
     // Checked before any weight is read: "tensor parallel size 3 does not divide num_attention_heads 4".
     model::check_tp_size(model_config, tp);
-    // Tensor parallelism runs on CPU thread ranks only; auto falls back to the CPU.
-    TACHYON_CHECK(kind != "cuda")
-        << "--tp > 1 runs on the CPU only in this build; GPU tensor parallelism is not built yet";
-    kind = "cpu";
+#ifdef TACHYON_HAVE_CUDA
+    // One GPU per rank; auto takes the GPUs when there are enough and the model's shapes fit.
+    const int gpus = cuda::cuda_device_count();
+    if (kind == "auto") kind = gpus >= tp && cuda_unsupported_reason(model_config).empty() ? "cuda" : "cpu";
+    if (kind == "cuda") {
+      TACHYON_CHECK(gpus >= tp) << "--tp " << tp << " --device cuda needs " << tp << " GPUs, this process sees " << gpus;
+      const std::string why = cuda_unsupported_reason(model_config);
+      TACHYON_CHECK(why.empty()) << "--device cuda cannot serve " << model_dir.string() << ": " << why;
+      config.device.gpu_name = cuda::current_device_name();
+      std::vector<int> devices(static_cast<size_t>(tp));
+      for (int r = 0; r < tp; ++r) devices[static_cast<size_t>(r)] = r;
+      model::SafetensorsCheckpoint checkpoint(model_dir);
+      auto runner = std::make_unique<TpCudaModelRunner>(model::load_weights_bf16(model_config, checkpoint), config,
+                                                        devices, default_tp_comm_factory(devices));
+      config.num_blocks = runner->num_blocks();
+      return {std::move(runner), model_config};
+    }
+#else
+    if (kind == "auto") kind = "cpu";
+    TACHYON_CHECK(kind == "cpu") << "--device cuda: this build of tachyon has no CUDA support (configure with nvcc "
+                                    "on the PATH, or -DTACHYON_CUDA=ON)";
+#endif
     model::SafetensorsCheckpoint checkpoint(model_dir);
     auto runner = std::make_unique<TpCpuModelRunner>(model::load_weights(model_config, checkpoint), tp,
                                                      config.num_blocks, config.block_size);

@@ -12,65 +12,24 @@ TpCpuModelRunner::Rank::Rank(dist::CpuWorld& world, int rank, model::TpShard sha
 
 TpCpuModelRunner::TpCpuModelRunner(const model::ModelWeights& full, int tp_size, int32_t num_blocks,
                                    int32_t block_size)
-    : vocab_size_(full.config.vocab_size), world_((model::check_tp_size(full.config, tp_size), tp_size)) {
+    : vocab_size_(full.config.vocab_size),
+      world_((model::check_tp_size(full.config, tp_size), tp_size)),
+      workers_(tp_size) {
   TACHYON_CHECK(tp_size >= 2) << "TpCpuModelRunner needs tp_size >= 2, got " << tp_size;
   for (int r = 0; r < tp_size; ++r) {
     ranks_.push_back(std::make_unique<Rank>(world_, r, model::shard_weights(full, r, tp_size), num_blocks, block_size));
   }
-  threads_.reserve(static_cast<size_t>(tp_size));
-  for (int r = 0; r < tp_size; ++r) threads_.emplace_back([this, r] { worker(r); });
 }
 
-TpCpuModelRunner::~TpCpuModelRunner() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
-  }
-  work_cv_.notify_all();
-  for (std::thread& t : threads_) t.join();
-}
-
-void TpCpuModelRunner::worker(int rank) {
-  Rank& me = *ranks_[static_cast<size_t>(rank)];
-  uint64_t seen = 0;
-  for (;;) {
-    const engine::StepPlan* plan = nullptr;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      plan = plan_;
-    }
-    me.error = nullptr;
-    try {
-      PagedAttentionBackend attention(me.model.config(), me.cache, *plan);
-      me.logits = me.model.forward(model::ForwardBatch{plan->token_ids, plan->positions, plan->logits_rows}, attention);
-    } catch (...) {
-      me.error = std::current_exception();
-    }
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      ++done_;
-    }
-    done_cv_.notify_one();
-  }
-}
+TpCpuModelRunner::~TpCpuModelRunner() = default;
 
 std::vector<engine::SampledToken> TpCpuModelRunner::execute(const engine::StepPlan& plan) {
   if (plan.empty()) return {};
-  {
-    std::unique_lock<std::mutex> lock(mutex_);
-    plan_ = &plan;
-    done_ = 0;
-    ++generation_;
-    work_cv_.notify_all();
-    done_cv_.wait(lock, [&] { return done_ == static_cast<int>(ranks_.size()); });
-    plan_ = nullptr;
-  }
-  for (const auto& rank : ranks_) {
-    if (rank->error) std::rethrow_exception(rank->error);
-  }
+  workers_.run([&](int rank) {
+    Rank& me = *ranks_[static_cast<size_t>(rank)];
+    PagedAttentionBackend attention(me.model.config(), me.cache, plan);
+    me.logits = me.model.forward(model::ForwardBatch{plan.token_ids, plan.positions, plan.logits_rows}, attention);
+  });
   return sample_plan_rows(plan, ranks_[0]->logits, vocab_size_);
 }
 

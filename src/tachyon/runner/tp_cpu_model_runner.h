@@ -1,27 +1,22 @@
 // TpCpuModelRunner: tensor parallelism on CPU thread ranks (--tp N --device cpu). It owns a
 // dist::CpuWorld(N) and N worker threads; rank r holds a TpDenseModel of its shard, its own
 // PagedKvCache built from the rank's config (its kv heads only) and a CpuCommunicator.
-// execute(plan) hands the same StepPlan to every worker (generation counter + condition
-// variable), each runs its forward through a PagedAttentionBackend over its cache, and every
-// rank ends with the full logits; rank 0's are sampled on the calling (engine) thread with the
-// CPU runner's sampling (sample_plan_rows), so tokens match CpuModelRunner's up to f32 rounding.
-// A worker's exception is captured and rethrown on the engine thread. Caveat: an error raised on
-// one rank outside a collective leaves the others waiting inside the next collective; the
-// CpuCommunicator's own argument errors are raised on all ranks together and are safe.
+// execute(plan) hands the same StepPlan to every worker (RankWorkers), each runs its forward
+// through a PagedAttentionBackend over its cache, and every rank ends with the full logits;
+// rank 0's are sampled on the calling (engine) thread with the CPU runner's sampling
+// (sample_plan_rows), so tokens match CpuModelRunner's up to f32 rounding. A worker's exception
+// is rethrown on the engine thread (see RankWorkers for the caveat).
 // Tests: tests/unit/test_tp_engine.cpp.
 #pragma once
 
-#include <condition_variable>
-#include <exception>
 #include <memory>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #include "tachyon/dist/cpu_communicator.h"
 #include "tachyon/model/tp_dense_model.h"
 #include "tachyon/runner/model_runner.h"
 #include "tachyon/runner/paged_attention_backend.h"
+#include "tachyon/runner/rank_workers.h"
 
 namespace tachyon::runner {
 
@@ -44,22 +39,12 @@ class TpCpuModelRunner : public ModelRunner {
     model::TpDenseModel model;
     PagedKvCache cache;
     std::vector<float> logits;  // the last step's full logits
-    std::exception_ptr error;   // the last step's exception, if any
   };
-  void worker(int rank);
 
   int64_t vocab_size_;
   dist::CpuWorld world_;
   std::vector<std::unique_ptr<Rank>> ranks_;
-  std::vector<std::thread> threads_;
-
-  std::mutex mutex_;
-  std::condition_variable work_cv_;  // engine -> workers: a new generation or stop
-  std::condition_variable done_cv_;  // workers -> engine: one more rank finished
-  const engine::StepPlan* plan_ = nullptr;
-  uint64_t generation_ = 0;
-  int done_ = 0;
-  bool stop_ = false;
+  RankWorkers workers_;  // last: its threads stop before the ranks they use are destroyed
 };
 
 }  // namespace tachyon::runner

@@ -13,4 +13,10 @@ namespace tachyon::kernels::cuda {
 // 8 bf16 per load), checked on the host. rows == 0 launches nothing. Exact: a bit copy.
 void embedding(bf16* out, const int32_t* ids, const bf16* table, int64_t rows, int64_t dim, cudaStream_t stream);
 
+// The vocab-parallel form (tensor parallelism): table holds only full-vocab rows
+// [vocab_begin, vocab_begin + table_rows); an id outside them gives a row of zeros, so summing
+// the ranks' outputs (the TP all-reduce) yields the full embedding exactly.
+void embedding_shard(bf16* out, const int32_t* ids, const bf16* table, int64_t rows, int64_t dim,
+                     int64_t vocab_begin, int64_t table_rows, cudaStream_t stream);
+
 }  // namespace tachyon::kernels::cuda

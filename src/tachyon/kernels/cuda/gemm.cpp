@@ -15,8 +15,12 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -356,7 +360,9 @@ void GemmRunner::save_cache(const std::string& path, const std::string& key) con
   const nlohmann::json file = {{"format", kCacheFormat},       {"format_version", kCacheFormatVersion},
                                {"key", key},                   {"cublaslt_version", cublasLtGetVersion()},
                                {"workspace_bytes", impl_->workspace.bytes()}, {"entries", entries}};
-  const std::string temporary = path + ".tmp";
+  // A private temporary per writer: tensor-parallel ranks of one process save the same file.
+  const std::string temporary =
+      path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()));
   {
     std::ofstream stream(temporary);
     stream << file.dump(1) << "\n";

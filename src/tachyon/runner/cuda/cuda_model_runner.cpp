@@ -8,6 +8,7 @@
 
 #include <nvtx3/nvtx3.hpp>
 
+#include "tachyon/dist/communicator.h"
 #include "tachyon/kernels/cuda/activation.h"
 #include "tachyon/kernels/cuda/attention.h"
 #include "tachyon/kernels/cuda/embedding.h"
@@ -48,6 +49,8 @@ struct CudaModelRunner::Workspace {
   bf16* act = nullptr;        // [T, intermediate]
   bf16* selected = nullptr;   // [S, hidden] final-normed rows whose logits are computed
   float* logits = nullptr;    // [S, vocab] f32
+  float* local_logits = nullptr;     // TP: [S, vocab_rows] f32, this rank's vocab slice
+  float* gathered_logits = nullptr;  // TP: [tp, S, vocab_rows] f32, every rank's slice
   void* decode_scratch = nullptr;
   size_t decode_scratch_bytes = 0;
   void* sampler_scratch = nullptr;
@@ -55,8 +58,15 @@ struct CudaModelRunner::Workspace {
   kc::SampledRow* sampled = nullptr;  // [S]
 };
 
-CudaModelRunner::CudaModelRunner(const model::Bf16ModelWeights& weights, const engine::EngineConfig& config)
-    : config_(config), weights_(weights, model::rope_inv_freq(weights.config)) {
+CudaModelRunner::CudaModelRunner(const model::Bf16ModelWeights& weights, const engine::EngineConfig& config,
+                                 CudaTpRank tp)
+    : config_(config),
+      tp_(tp),
+      vocab_rows_(tp.vocab_rows > 0 ? tp.vocab_rows : weights.config.vocab_size),
+      weights_(weights, model::rope_inv_freq(weights.config)) {
+  TACHYON_CHECK(weights.embed_tokens.size() == static_cast<size_t>(vocab_rows_ * weights.config.hidden_size))
+      << "internal: embed_tokens holds " << weights.embed_tokens.size() / weights.config.hidden_size
+      << " rows, the TP rank expects " << vocab_rows_;
   TACHYON_CHECK(config.device.dtype == "bfloat16" && config.device.kv_cache_dtype == "bfloat16")
       << "the CUDA runner supports dtype and kv_cache_dtype bfloat16, got " << config.device.dtype << " and "
       << config.device.kv_cache_dtype;
@@ -79,6 +89,14 @@ CudaModelRunner::~CudaModelRunner() {
   if (step_begin_ != nullptr) cudaEventDestroy(step_begin_);
   if (step_end_ != nullptr) cudaEventDestroy(step_end_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+bool CudaModelRunner::tensor_parallel() const { return tp_.comm != nullptr; }
+
+void CudaModelRunner::all_reduce_hidden(bf16* data, int64_t rows) {
+  if (!tensor_parallel() || rows == 0) return;
+  tp_.comm->all_reduce(data, data, static_cast<size_t>(rows * weights_.config().hidden_size), dist::ReduceType::kBF16,
+                       stream_);
 }
 
 void CudaModelRunner::plan_workspace(const engine::EngineConfig& config) {
@@ -118,6 +136,9 @@ void CudaModelRunner::plan_workspace(const engine::EngineConfig& config) {
       {reinterpret_cast<void**>(&ws_->act), T * inter * 2},
       {reinterpret_cast<void**>(&ws_->selected), S * hidden * 2},
       {reinterpret_cast<void**>(&ws_->logits), S * static_cast<size_t>(c.vocab_size) * 4},
+      {reinterpret_cast<void**>(&ws_->local_logits), tensor_parallel() ? S * static_cast<size_t>(vocab_rows_) * 4 : 0},
+      {reinterpret_cast<void**>(&ws_->gathered_logits),
+       tensor_parallel() ? static_cast<size_t>(tp_.comm->size()) * S * static_cast<size_t>(vocab_rows_) * 4 : 0},
       {&ws_->decode_scratch, ws_->decode_scratch_bytes},
       {&ws_->sampler_scratch, ws_->sampler_scratch_bytes},
       {reinterpret_cast<void**>(&ws_->sampled), S * sizeof(kc::SampledRow)},
@@ -147,6 +168,14 @@ void CudaModelRunner::allocate_kv_cache(const engine::EngineConfig& config) {
   const size_t block_bytes_per_layer = static_cast<size_t>(config.block_size) * kv * 2;  // K or V, bf16
   const size_t block_bytes = block_bytes_per_layer * 2 * static_cast<size_t>(c.num_hidden_layers);
   const double available = budget - used - margin;
+  if (tp_.num_blocks > 0) {
+    TACHYON_CHECK(tp_.num_blocks >= limits_.max_blocks_per_seq)
+        << "internal: " << tp_.num_blocks << " KV blocks cannot hold one max_model_len sequence";
+    num_blocks_ = tp_.num_blocks;
+    kv_layer_bytes_ = static_cast<size_t>(num_blocks_) * block_bytes_per_layer;
+    kv_buffer_ = cuda::DeviceBuffer(kv_layer_bytes_ * 2 * static_cast<size_t>(c.num_hidden_layers));
+    return;
+  }
   TACHYON_CHECK(available > static_cast<double>(block_bytes) * limits_.max_blocks_per_seq)
       << "not enough GPU memory for the KV cache of one max_model_len sequence: " << memory.free / (1 << 20)
       << " MiB free of " << memory.total / (1 << 20) << " MiB after loading " << weights_.bytes() / (1 << 20)
@@ -169,7 +198,7 @@ void CudaModelRunner::tune_gemms(const engine::EngineConfig& config) {
     problems.push_back({m, c.hidden_size, c.q_size(), kc::GemmOutputType::kBF16, c.o_proj_bias});
     problems.push_back({m, 2 * c.intermediate_size, c.hidden_size, kc::GemmOutputType::kBF16, c.mlp_bias});
     problems.push_back({m, c.hidden_size, c.intermediate_size, kc::GemmOutputType::kBF16, c.mlp_bias});
-    if (m <= limits_.max_seqs) problems.push_back({m, c.vocab_size, c.hidden_size, kc::GemmOutputType::kF32, false});
+    if (m <= limits_.max_seqs) problems.push_back({m, vocab_rows_, c.hidden_size, kc::GemmOutputType::kF32, false});
   }
   const std::filesystem::path cache = gemm_cache_dir() / (config.plan_hash() + ".json");
   if (gemm_.load_cache(cache.string(), config.plan_hash())) return;
@@ -195,6 +224,8 @@ void CudaModelRunner::run_role(Role role, int64_t layer, int64_t m) {
   const CudaLayerWeights* w = layer >= 0 ? &weights_.layers()[static_cast<size_t>(layer)] : nullptr;
   const bool gemv = use_gemv(role, m);
   const auto bf = kc::GemmOutputType::kBF16;
+  // Row-parallel products (o_proj, down) are summed over the TP group: their bias joins once.
+  const bool row_bias = !tensor_parallel() || tp_.comm->rank() == 0;
   auto linear = [&](void* out, kc::GemmOutputType type, const bf16* in, const bf16* weight, const bf16* bias,
                     int64_t n, int64_t k) {
     if (gemv) {
@@ -208,21 +239,22 @@ void CudaModelRunner::run_role(Role role, int64_t layer, int64_t m) {
       linear(ws_->qkv, bf, ws_->normed, w->qkv, w->qkv_bias, c.q_size() + 2 * c.kv_size(), H);
       break;
     case Role::kO:
-      linear(ws_->proj, bf, ws_->attn, w->o_proj, w->o_proj_bias, H, c.q_size());
+      linear(ws_->proj, bf, ws_->attn, w->o_proj, row_bias ? w->o_proj_bias : nullptr, H, c.q_size());
       break;
     case Role::kGateUp:
       linear(ws_->gate_up, bf, ws_->normed, w->gate_up, w->gate_up_bias, 2 * I, H);
       break;
     case Role::kDownWithSilu:
       if (gemv) {
-        kc::gemv_silu(ws_->proj, bf, ws_->gate_up, w->down, w->down_bias, m, H, I, stream_);
+        kc::gemv_silu(ws_->proj, bf, ws_->gate_up, w->down, row_bias ? w->down_bias : nullptr, m, H, I, stream_);
       } else {
         kc::silu_and_mul(ws_->act, ws_->gate_up, m, I, stream_);
-        gemm_.linear(ws_->proj, bf, ws_->act, w->down, w->down_bias, m, H, I, stream_);
+        gemm_.linear(ws_->proj, bf, ws_->act, w->down, row_bias ? w->down_bias : nullptr, m, H, I, stream_);
       }
       break;
     case Role::kLmHead:
-      linear(ws_->logits, kc::GemmOutputType::kF32, ws_->selected, weights_.lm_head(), nullptr, c.vocab_size, H);
+      linear(tensor_parallel() ? ws_->local_logits : ws_->logits, kc::GemmOutputType::kF32, ws_->selected,
+             weights_.lm_head(), nullptr, vocab_rows_, H);
       break;
   }
 }
@@ -265,7 +297,7 @@ void CudaModelRunner::choose_gemv() {
     TACHYON_CUDA_CHECK(cudaMemsetAsync(buffer, 0x3C, rows * static_cast<size_t>(width) * 2, stream_));
   }
   const int64_t n_of[] = {c.q_size() + 2 * c.kv_size(), c.hidden_size, 2 * c.intermediate_size, c.hidden_size,
-                          c.vocab_size};
+                          vocab_rows_};
   const int64_t k_of[] = {c.hidden_size, c.q_size(), c.hidden_size, c.intermediate_size, c.hidden_size};
   for (int32_t m : cuda_graph_batch_sizes(config_)) {
     if (m > 8) break;
@@ -305,7 +337,8 @@ void CudaModelRunner::forward(const ForwardShape& shape) {
                                 .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
                                 .sliding_window = static_cast<int32_t>(c.sliding_window.value_or(0))};
 
-  kc::embedding(ws_->residual, token_ids, weights_.embed_tokens(), T, H, stream_);
+  kc::embedding_shard(ws_->residual, token_ids, weights_.embed_tokens(), T, H, tp_.vocab_begin, vocab_rows_, stream_);
+  all_reduce_hidden(ws_->residual, T);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const CudaLayerWeights& w = weights_.layers()[static_cast<size_t>(l)];
     // Attention block: the previous MLP's output joins the residual inside the norm.
@@ -341,16 +374,35 @@ void CudaModelRunner::forward(const ForwardShape& shape) {
                                   attention, stream_);
     }
     run_role(Role::kO, l, T);
+    all_reduce_hidden(ws_->proj, T);
     // MLP block.
     kc::add_rms_norm(ws_->normed, ws_->residual, ws_->proj, w.post_attention_norm, T, H, eps, stream_);
     run_role(Role::kGateUp, l, T);
     run_role(Role::kDownWithSilu, l, T);
+    all_reduce_hidden(ws_->proj, T);
   }
   // Final norm on every row (cheap), then only the rows whose logits are wanted go through the
   // LM head: gathered by the embedding kernel, a row lookup by index.
   kc::add_rms_norm(ws_->normed, ws_->residual, ws_->proj, weights_.final_norm(), T, H, eps, stream_);
   kc::embedding(ws_->selected, logits_rows, ws_->normed, shape.num_logits_rows, H, stream_);
   run_role(Role::kLmHead, -1, shape.num_logits_rows);
+  if (tensor_parallel()) gather_logits(shape.num_logits_rows);
+}
+
+// Every rank's [rows, vocab_rows] slice is gathered ([tp][rows][vocab_rows], rank-major) and
+// copied into its columns of the [rows, vocab] logits, so every rank samples the full row.
+void CudaModelRunner::gather_logits(int32_t rows) {
+  if (rows == 0) return;
+  const size_t slice_bytes = static_cast<size_t>(rows) * static_cast<size_t>(vocab_rows_) * sizeof(float);
+  tp_.comm->all_gather(ws_->local_logits, ws_->gathered_logits, slice_bytes, stream_);
+  const size_t row_bytes = static_cast<size_t>(vocab_rows_) * sizeof(float);
+  for (int r = 0; r < tp_.comm->size(); ++r) {
+    TACHYON_CUDA_CHECK(cudaMemcpy2DAsync(ws_->logits + static_cast<size_t>(r) * vocab_rows_,
+                                         static_cast<size_t>(weights_.config().vocab_size) * sizeof(float),
+                                         reinterpret_cast<std::byte*>(ws_->gathered_logits) + r * slice_bytes,
+                                         row_bytes, row_bytes, static_cast<size_t>(rows), cudaMemcpyDeviceToDevice,
+                                         stream_));
+  }
 }
 
 std::vector<float> CudaModelRunner::last_logits(int32_t rows) const {

@@ -8,7 +8,13 @@
 // All memory is planned up front (weights, activation workspace for max_num_batched_tokens,
 // staging, then the KV cache from what --gpu-memory-utilization leaves); the step loop never
 // allocates. Nothing in the forward reads device memory back: sizes that shape launches come
-// from the plan on the host. GPU tests: tests/gpu/test_cuda_model_runner.cpp.
+// from the plan on the host.
+// Tensor parallelism: given a CudaTpRank, the runner is one rank of a TP group over its shard
+// (model/tp_shard.h): vocab-parallel embedding + all-reduce, all-reduce after o_proj and after
+// down (their biases added on rank 0 only, so the sum holds them once), and a vocab-parallel LM
+// head whose logits are all-gathered, so every rank samples the same full logits. Collectives
+// run on this runner's stream, inside the decode graphs too. TpCudaModelRunner drives the ranks.
+// GPU tests: tests/gpu/test_cuda_model_runner.cpp, tests/gpu/test_tp_cuda_runner.cpp.
 #pragma once
 
 #include <cstdint>
@@ -23,13 +29,27 @@
 #include "tachyon/runner/step_inputs.h"
 #include "tachyon/tensor/cuda/device_buffer.h"
 
+namespace tachyon::dist {
+class Communicator;
+}
+
 namespace tachyon::runner {
+
+// One tensor-parallel rank's part of a CudaModelRunner; the default is the whole model.
+struct CudaTpRank {
+  dist::Communicator* comm = nullptr;  // the TP group (used on the runner's stream); null: no TP
+  int64_t vocab_begin = 0;             // the full-vocab rows this rank's embed / lm_head hold
+  int64_t vocab_rows = 0;              // 0: the whole vocabulary
+  int32_t num_blocks = 0;              // > 0: exactly this many KV blocks (ranks sharing one GPU)
+};
 
 class CudaModelRunner : public ModelRunner {
  public:
-  // Uploads the weights, plans memory and sizes the KV cache; config.num_blocks is ignored and
-  // num_blocks() says what fitted. Captures the decode graphs unless config.device.enforce_eager.
-  CudaModelRunner(const model::Bf16ModelWeights& weights, const engine::EngineConfig& config);
+  // Uploads the weights (a TP shard when tp.comm is set), plans memory and sizes the KV cache
+  // from free memory (or tp.num_blocks); config.num_blocks is ignored and num_blocks() says
+  // what fitted. Captures the decode graphs unless config.device.enforce_eager. Uses the
+  // calling thread's current CUDA device.
+  CudaModelRunner(const model::Bf16ModelWeights& weights, const engine::EngineConfig& config, CudaTpRank tp = {});
   ~CudaModelRunner() override;
 
   std::vector<engine::SampledToken> execute(const engine::StepPlan& plan) override;
@@ -55,6 +75,9 @@ class CudaModelRunner : public ModelRunner {
     int32_t num_decode_seqs = 0;  // leading one-token sequences: the split-KV decode kernel; the rest: prefill
   };
 
+  bool tensor_parallel() const;
+  void all_reduce_hidden(bf16* data, int64_t rows);  // sum over the TP group, in place
+  void gather_logits(int32_t rows);
   void plan_workspace(const engine::EngineConfig& config);
   void allocate_kv_cache(const engine::EngineConfig& config);
   void forward(const ForwardShape& shape);
@@ -69,6 +92,8 @@ class CudaModelRunner : public ModelRunner {
   bool use_gemv(Role role, int64_t m) const;
 
   engine::EngineConfig config_;
+  CudaTpRank tp_;
+  int64_t vocab_rows_ = 0;  // rows of this rank's LM head (the whole vocabulary without TP)
   CudaDenseWeights weights_;
   cudaStream_t stream_ = nullptr;
   kernels::cuda::GemmRunner gemm_;

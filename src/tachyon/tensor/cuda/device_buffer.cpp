@@ -63,15 +63,16 @@ DeviceMemoryInfo device_memory_info() {
   return info;
 }
 
-bool cuda_device_available() {
+int cuda_device_count() {
   int count = 0;
-  const cudaError_t status = cudaGetDeviceCount(&count);
-  if (status != cudaSuccess) {
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
     cudaGetLastError();
-    return false;
+    return 0;
   }
-  return count > 0;
+  return count;
 }
+
+bool cuda_device_available() { return cuda_device_count() > 0; }
 
 double measure_copy_bandwidth(size_t bytes, int repeats) {
   DeviceBuffer src(bytes), dst(bytes);

@@ -57,6 +57,8 @@ struct DeviceMemoryInfo {
 };
 DeviceMemoryInfo device_memory_info();
 
+// CUDA devices visible to this process (0 when there is no driver or no GPU).
+int cuda_device_count();
 // True when a CUDA device is present and usable (the CLI's default device choice).
 bool cuda_device_available();
 

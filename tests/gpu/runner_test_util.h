@@ -1,0 +1,162 @@
+// Shared helpers of the CUDA runner tests (test_cuda_model_runner.cpp, test_tp_cuda_runner.cpp):
+// tiny random models on disk, the f32 reference over the same bf16-rounded weights, a small
+// engine config, hand-made StepPlans over a bump block allocator, and greedy generation through
+// an engine.
+#pragma once
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "tachyon/engine/engine_core.h"
+#include "tachyon/model/dense_model.h"
+#include "tachyon/model/make_model.h"
+#include "tachyon/runner/cuda/cuda_model_runner.h"
+#include "tachyon/runner/paged_attention_backend.h"
+
+namespace tachyon::runner {
+
+namespace fs = std::filesystem;
+
+struct Variant {
+  std::string arch;
+  std::string preset;
+};
+
+inline fs::path make_tiny(const Variant& v) {
+  const fs::path dir = fs::temp_directory_path() / ("tachyon-gpu-" + v.arch + "-" + v.preset);
+  if (!fs::exists(dir / "config.json")) model::make_model({.arch = v.arch, .preset = v.preset, .seed = 7, .out_dir = dir});
+  return dir;
+}
+
+// The f32 reference on the same bf16-rounded weights the GPU holds.
+inline model::DenseModel reference_model(const fs::path& dir) {
+  model::ModelConfig config = model::ModelConfig::from_dir(dir);
+  model::SafetensorsCheckpoint checkpoint(dir);
+  model::ModelWeights w = model::load_weights(config, checkpoint);
+  auto round = [](std::vector<float>& v) { v = gpu_test::round_to_bf16(std::move(v)); };
+  round(w.embed_tokens);
+  round(w.final_norm);
+  round(w.lm_head);
+  for (auto& l : w.layers) {
+    for (auto* t : {&l.input_norm, &l.qkv, &l.qkv_bias, &l.q_norm, &l.k_norm, &l.o_proj, &l.o_proj_bias,
+                    &l.post_attention_norm, &l.gate_up, &l.gate_up_bias, &l.down, &l.down_bias}) {
+      round(*t);
+    }
+  }
+  return model::DenseModel(std::move(w));
+}
+
+inline engine::EngineConfig small_config(bool eager) {
+  engine::EngineConfig c;
+  c.device.kind = "cuda";
+  c.device.enforce_eager = eager;
+  c.device.gpu_memory_utilization = 0.3;
+  c.scheduler.max_num_seqs = 8;
+  c.scheduler.max_model_len = 256;
+  c.scheduler.max_num_batched_tokens = 128;
+  c.block_size = 16;
+  return c;
+}
+
+// Sequences of a hand-made plan: each has a prompt and a block table from a bump allocator.
+struct PlanSequence {
+  std::vector<int32_t> tokens;
+  int64_t computed = 0;
+  std::vector<int32_t> blocks;
+};
+
+inline engine::StepPlan make_plan(std::vector<PlanSequence>& seqs, const std::vector<int64_t>& run, int32_t block_size,
+                           int32_t& next_block, const engine::SamplingParams& greedy) {
+  engine::StepPlan plan;
+  plan.block_size = block_size;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    PlanSequence& s = seqs[i];
+    const int64_t n = run[i];
+    if (n == 0) continue;
+    while (static_cast<int64_t>(s.blocks.size()) * block_size < s.computed + n) s.blocks.push_back(next_block++);
+    engine::ScheduledSequence scheduled;
+    scheduled.sequence_id = static_cast<int64_t>(i);
+    scheduled.first_token = plan.num_tokens();
+    scheduled.num_tokens = n;
+    scheduled.num_computed = s.computed;
+    scheduled.block_table = s.blocks;
+    scheduled.sample = s.computed + n == static_cast<int64_t>(s.tokens.size());
+    scheduled.params = &greedy;
+    scheduled.output_tokens = {};
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t pos = s.computed + t;
+      plan.token_ids.push_back(s.tokens[static_cast<size_t>(pos)]);
+      plan.positions.push_back(pos);
+      plan.slot_mapping.push_back(int64_t{s.blocks[static_cast<size_t>(pos / block_size)]} * block_size + pos % block_size);
+    }
+    if (scheduled.sample) plan.logits_rows.push_back(plan.num_tokens() - 1);
+    plan.sequences.push_back(std::move(scheduled));
+    s.computed += n;
+  }
+  return plan;
+}
+
+inline std::vector<std::vector<int32_t>> generate(engine::EngineCore& engine, const std::vector<std::vector<int32_t>>& prompts,
+                                           int32_t max_tokens) {
+  engine::SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  greedy.max_tokens = max_tokens;
+  greedy.ignore_eos = true;
+  std::vector<std::vector<int32_t>> outputs(prompts.size());
+  std::vector<std::shared_ptr<engine::OutputChannel>> channels;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    channels.push_back(std::make_shared<engine::OutputChannel>([&outputs, i](engine::RequestOutput&& out) {
+      for (auto& d : out.completions) outputs[i].insert(outputs[i].end(), d.token_ids.begin(), d.token_ids.end());
+    }));
+    engine.submit(prompts[i], greedy, channels.back());
+  }
+  while (engine.step()) {
+  }
+  return outputs;
+}
+
+// A mixed schedule through `gpu` and the f32 reference over the same bf16 weights:
+//   step 1: all of seq 0, a chunk of 33 of seq 1, a chunk of 20 of seq 2 (mixed, not sampled);
+//   step 2: the rest of seqs 1 and 2 (their earlier chunks are read back from the cache);
+//   steps 3..14: decodes of all three (graph replays: batch 3 pads to the bucket of 4).
+// Every sampled step's logits (last_logits(rows)) must be within 2e-2 relative of the reference.
+inline void expect_logits_match_reference(const fs::path& dir, int32_t block_size, ModelRunner& gpu,
+                                          const std::function<std::vector<float>(int32_t rows)>& last_logits) {
+  const model::DenseModel reference = reference_model(dir);
+  const model::ModelConfig& mc = reference.config();
+  PagedKvCache cpu_cache(mc, 64, block_size);
+  auto gen = gpu_test::rng(11);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(mc.vocab_size - 1));
+  std::vector<PlanSequence> seqs(3);
+  const std::vector<int64_t> prompt_lengths = {5, 40, 70};
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    seqs[i].tokens.resize(static_cast<size_t>(prompt_lengths[i]));
+    for (int32_t& t : seqs[i].tokens) t = token(gen);
+  }
+  engine::SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  int32_t next_block = 0;
+  std::vector<std::vector<int64_t>> schedule = {{5, 33, 20}, {0, 7, 50}};
+  for (int step = 0; step < 12; ++step) schedule.push_back({1, 1, 1});
+  for (size_t step = 0; step < schedule.size(); ++step) {
+    if (step >= 2) {
+      for (PlanSequence& s : seqs) s.tokens.push_back(token(gen));  // the "sampled" token: any id
+    }
+    engine::StepPlan plan = make_plan(seqs, schedule[step], block_size, next_block, greedy);
+    gpu.execute(plan);
+    PagedAttentionBackend attention(mc, cpu_cache, plan);
+    std::vector<float> expected =
+        reference.forward(model::ForwardBatch{plan.token_ids, plan.positions, plan.logits_rows}, attention);
+    if (plan.logits_rows.empty()) continue;
+    const std::vector<float> got = last_logits(static_cast<int32_t>(plan.logits_rows.size()));
+    EXPECT_LT(gpu_test::relative_error(got, expected), 2e-2) << "step " << step << " of " << dir.filename().string();
+  }
+}
+
+}  // namespace tachyon::runner
