@@ -1,0 +1,68 @@
+// Mixture-of-experts on the GPU: routing, grouping the (token, expert) pairs by expert, one
+// grouped GEMM launch over every expert, and the weighted combine. No host round trip: the
+// grid of the grouped GEMM is sized from an upper bound the host knows (every expert's rows
+// padded to a whole block), and blocks past the real end exit at once, so a step can be
+// captured in a CUDA graph.
+//
+// A block of an MoE layer on the GPU, for T tokens and top-k experts (rows = T * k pairs,
+// pair p = token p / k, its (p % k)-th expert):
+//   router_logits = linear(hidden, gate)                  [T, E] f32 (the dense GEMM)
+//   moe_topk_softmax(ids, weights, router_logits)         [T, k] each
+//   moe_align(sorted_rows, block_expert, ids)             pairs grouped by expert
+//   moe_grouped_gemm(gate_up, hidden, w_gate_up, ..., a_row_divisor = k)   [rows, 2 * I]
+//   silu_and_mul(act, gate_up)                            [rows, I]
+//   moe_grouped_gemm(down, act, w_down, ..., a_row_divisor = 1)            [rows, hidden]
+//   moe_combine(out, down, weights)                       [T, hidden]
+// CPU twin: model/moe.h. Tests: tests/gpu/test_moe_kernels.cpp.
+#pragma once
+
+#include <cstdint>
+
+#include "tachyon/kernels/cuda/cuda_check.h"
+
+namespace tachyon::kernels::cuda {
+
+// Rows of one grouped-GEMM tile: each expert's pairs are padded to a multiple of it.
+inline constexpr int32_t kMoeBlockM = 64;
+// Most experts moe_topk_softmax and moe_align take (DeepSeek-V3 and Qwen3-MoE have 256 / 128).
+inline constexpr int32_t kMoeMaxExperts = 256;
+
+// Length of sorted_rows for `rows` pairs over `num_experts`: every expert may waste up to
+// kMoeBlockM - 1 padding rows; a multiple of kMoeBlockM. block_expert has capacity / kMoeBlockM.
+int64_t moe_sorted_capacity(int64_t rows, int32_t num_experts);
+
+// Softmax over each token's experts (f32), then its top_k experts by probability, the highest
+// first (equal probabilities: the lower expert id first, as torch.topk on CUDA and our CPU
+// router order them); with `renormalize` (norm_topk_prob) the k weights are divided by their
+// sum. router_logits: [tokens, num_experts] f32; topk_ids: [tokens, top_k] int32;
+// topk_weights: [tokens, top_k] f32. 1 <= top_k <= min(num_experts, 16), num_experts <= 256.
+void moe_topk_softmax(int32_t* topk_ids, float* topk_weights, const float* router_logits, int64_t tokens,
+                      int32_t num_experts, int32_t top_k, bool renormalize, cudaStream_t stream);
+
+// Groups the `rows` pairs (topk_ids flattened: pair p has expert topk_ids[p]) by expert:
+//   sorted_rows: [capacity] int32: for each expert in id order, its pairs' indices, then -1 up to
+//                the next multiple of kMoeBlockM; -1 after the last expert's block too;
+//   block_expert: [capacity / kMoeBlockM] int32: the expert of each block of sorted_rows, -1 for
+//                blocks past the end.
+// The order of an expert's pairs within its blocks is not fixed (atomics); the results of
+// moe_grouped_gemm and moe_combine do not depend on it. One CTA; rows <= 2^24.
+void moe_align(int32_t* sorted_rows, int32_t* block_expert, const int32_t* topk_ids, int64_t rows,
+               int32_t num_experts, int64_t capacity, cudaStream_t stream);
+
+// For every pair p in sorted_rows: out[p] = a[p / a_row_divisor] @ w[e]^T, e = its block's expert.
+//   out: [rows, n] bf16 (rows that sorted_rows does not list are not written);
+//   a: [rows / a_row_divisor, k] bf16 (a_row_divisor = top_k gathers each token's hidden row for
+//      its k pairs; 1 reads row p);  w: [num_experts, n, k] bf16 (each expert's weight row-major,
+//      as a dense linear's); f32 accumulation, one rounding.
+// n % 8 == 0, k % 8 == 0, pointers 16-byte aligned (checked). capacity as passed to moe_align.
+void moe_grouped_gemm(bf16* out, const bf16* a, const bf16* w, const int32_t* sorted_rows,
+                      const int32_t* block_expert, int64_t capacity, int64_t a_row_divisor, int64_t n, int64_t k,
+                      cudaStream_t stream);
+
+// out[t] = sum over j < top_k, in order, of topk_weights[t, j] * expert_out[t * top_k + j], in
+// f32, one rounding. out: [tokens, hidden] bf16; expert_out: [tokens * top_k, hidden] bf16.
+// hidden % 8 == 0.
+void moe_combine(bf16* out, const bf16* expert_out, const float* topk_weights, int64_t tokens, int32_t top_k,
+                 int64_t hidden, cudaStream_t stream);
+
+}  // namespace tachyon::kernels::cuda
