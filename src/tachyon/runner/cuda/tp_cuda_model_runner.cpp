@@ -4,6 +4,7 @@
 #include <set>
 
 #include "tachyon/base/check.h"
+#include "tachyon/dist/cuda/peer_communicator.h"
 #include "tachyon/kernels/cuda/cuda_check.h"
 #include "tachyon/model/tp_shard.h"
 #ifdef TACHYON_HAVE_NCCL
@@ -20,7 +21,15 @@ TpCommFactory default_tp_comm_factory(const std::vector<int>& devices) {
   parallel.tp = static_cast<int>(devices.size());
   // The unique ids are generated here, on the constructing thread, before the ranks join.
   auto groups = std::make_shared<dist::NcclProcessGroups>(parallel);
-  return [groups](int rank) { return std::move(groups->make(rank).tp); };
+  if (devices.size() == 1 || !dist::PeerWorld::supported(devices)) {
+    return [groups](int rank) { return std::move(groups->make(rank).tp); };
+  }
+  // GPUs that reach each other's memory: small all-reduces and gathers (every decode step's)
+  // go over peer memory in one kernel, the rest to NCCL.
+  auto world = std::make_shared<dist::PeerWorld>(devices);
+  return [groups, world](int rank) -> std::unique_ptr<dist::Communicator> {
+    return std::make_unique<dist::PeerCommunicator>(*world, rank, std::move(groups->make(rank).tp));
+  };
 #else
   TACHYON_FAIL() << "tensor parallelism on GPUs needs NCCL, and this build has none (set NCCL_ROOT and reconfigure)";
   return {};

@@ -4,8 +4,10 @@
 // a CudaModelRunner over its shard (model::shard_weights) with that communicator; the engine
 // thread hands every step's StepPlan to all workers, and rank 0's sampled tokens are the step's
 // (every rank samples the same gathered logits with the same seeds, so they agree).
-// The communicator: NCCL on distinct GPUs (default_tp_comm_factory), which also runs a group of
-// one (tp 1 through this same path on a one-GPU machine). Ranks may share a GPU when the
+// The communicator (default_tp_comm_factory): on distinct GPUs with peer access, the peer-access
+// communicator (dist/cuda/peer_communicator.h) for small all-reduces and gathers over NCCL for
+// the rest; NCCL alone otherwise, which also runs a group of one (tp 1 through this same path
+// on a one-GPU machine). Ranks may share a GPU when the
 // communicator allows it (the peer-access one does; NCCL does not): the tests run TP = 2 and 4
 // that way on one GPU, and give the KV cache an explicit size then (shared memory cannot be
 // split by measuring free memory).
@@ -29,7 +31,8 @@ namespace tachyon::runner {
 // by all ranks at once (NCCL's join blocks until the whole group has arrived).
 using TpCommFactory = std::function<std::unique_ptr<dist::Communicator>(int rank)>;
 
-// NCCL over `devices` (distinct GPUs of this node); throws when this build has no NCCL.
+// NCCL over `devices` (distinct GPUs of this node), fronted by the peer-access communicator when
+// every pair of them has peer access; throws when this build has no NCCL.
 TpCommFactory default_tp_comm_factory(const std::vector<int>& devices);
 
 class TpCudaModelRunner : public ModelRunner {
