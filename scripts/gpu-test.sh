@@ -5,7 +5,7 @@
 #   1. builds everything there with the CUDA part on, and runs the whole ctest suite;
 #   2. regenerates the model goldens with the machine's transformers and runs the golden test
 #      against those fresh ones too, so a transformers change that moves the reference shows;
-#   3. scores the canary model through the server on the GPU.
+#   3. scores the canary model through the server on the GPU (before step 2's goldens).
 # CUDA kernel tests join step 1 as they land (tests/gpu/).
 #   scripts/gpu-test.sh [OUT_DIR]     OUT_DIR receives logs (default: out/gpu-test)
 set -euo pipefail
@@ -35,17 +35,8 @@ set -e
 grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" "$OUT_DIR/ctest.log" | tail -20
 "$BUILD_DIR/tests/gpu_hf_goldens" 2>&1 | grep "gpu golden\]"
 
-TACHYON=$BUILD_DIR/bin/tachyon tools/make_golden_models.sh "$fresh/models" > /dev/null
-python3 tools/make_goldens.py --manifest tests/data/goldens/manifest.json --models "$fresh/models" \
-  --out "$fresh/goldens" > "$OUT_DIR/goldens.log" 2>&1
-cp tests/data/goldens/manifest.json "$fresh/goldens/"
-TACHYON_GOLDENS_DIR="$fresh/goldens" $BUILD_DIR/tests/model_goldens > "$OUT_DIR/fresh-goldens.log" 2>&1 \
-  && echo "== goldens from this machine's transformers: pass" \
-  || { echo "== goldens from this machine's transformers: FAIL"; grep -E "golden\]|FAILED" "$OUT_DIR/fresh-goldens.log"; exit 1; }
-grep "golden\]" "$OUT_DIR/fresh-goldens.log"
-
-# 3. The accuracy canary through `tachyon serve --device cuda` + `tachyon eval`, as ctest's
-#    server.canary_accuracy runs it on the CPU (the server is built where cpp-httplib is found).
+# The accuracy canary through `tachyon serve --device cuda` + `tachyon eval`, as ctest's
+# server.canary_accuracy runs it on the CPU (the server is built where cpp-httplib is found).
 canary_rc=0
 if "$BUILD_DIR/bin/tachyon" serve --help > /dev/null 2>&1; then
   echo "== canary on the GPU:"
@@ -54,5 +45,24 @@ if "$BUILD_DIR/bin/tachyon" serve --help > /dev/null 2>&1; then
 else
   echo "== canary on the GPU: not run (no server in this build: cpp-httplib missing)"
 fi
+TACHYON=$BUILD_DIR/bin/tachyon tools/make_golden_models.sh "$fresh/models" > /dev/null
+python3 tools/make_goldens.py --manifest tests/data/goldens/manifest.json --models "$fresh/models" \
+  --out "$fresh/goldens" > "$OUT_DIR/goldens.log" 2>&1
+cp tests/data/goldens/manifest.json "$fresh/goldens/"
+# The MoE variants too (required here): their fresh files land in OUT_DIR/moe-goldens, the ones
+# to commit under tests/data/goldens/ when they are new or transformers moved them.
+TACHYON=$BUILD_DIR/bin/tachyon tools/make_golden_models.sh "$fresh/models" tests/data/goldens/moe_manifest.json > /dev/null
+python3 tools/make_goldens.py --manifest tests/data/goldens/moe_manifest.json --models "$fresh/models" \
+  --out "$fresh/goldens" >> "$OUT_DIR/goldens.log" 2>&1 || tail -20 "$OUT_DIR/goldens.log"
+cp tests/data/goldens/moe_manifest.json "$fresh/goldens/"
+mkdir -p "$OUT_DIR/moe-goldens"
+python3 -c 'import json,sys; [print(v["name"]) for v in json.load(open(sys.argv[1]))["variants"]]' \
+  tests/data/goldens/moe_manifest.json | while read -r name; do cp "$fresh/goldens/$name.json" "$OUT_DIR/moe-goldens/" || true; done
+TACHYON_REQUIRE_MOE_GOLDENS=1 TACHYON_GOLDENS_DIR="$fresh/goldens" $BUILD_DIR/tests/model_goldens \
+  > "$OUT_DIR/fresh-goldens.log" 2>&1 \
+  && echo "== goldens from this machine's transformers: pass" \
+  || { echo "== goldens from this machine's transformers: FAIL"; grep -E "golden\]|FAILED|rror" "$OUT_DIR/fresh-goldens.log"; exit 1; }
+grep "golden\]" "$OUT_DIR/fresh-goldens.log"
+
 [ $ctest_rc = 0 ] && exit $canary_rc
 exit $ctest_rc

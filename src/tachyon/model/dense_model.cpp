@@ -1,6 +1,8 @@
 // The dense forward, written once. DenseModel runs it on every weight; TpDenseModel runs it on a
 // tensor-parallel shard (tp_shard.h), and the TensorParallelSeams below are where the ranks talk:
 // unsharded they are no-ops, so this file still reads as the single-device reference.
+// Qwen3-MoE's sparse layers swap the MLP block for the mixture of experts of moe.h; everything
+// else is this same decoder.
 #include "tachyon/model/dense_model.h"
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 #include "tachyon/kernels/rms_norm.h"
 #include "tachyon/kernels/rope.h"
 #include "tachyon/model/dense_forward.h"
+#include "tachyon/model/moe.h"
 #include "tachyon/model/rope.h"
 
 namespace tachyon::model {
@@ -140,6 +143,23 @@ void mlp_block(const ModelConfig& c, const LayerWeights& w, const TensorParallel
   cpu::add_inplace(hidden.data(), down.data(), static_cast<int64_t>(hidden.size()));
 }
 
+// hidden += moe(x) with x = rms_norm(hidden): the layer's k-of-E experts per token (moe.h).
+// Unsharded only: check_tp_size refuses tensor parallelism for MoE configs.
+void moe_block(const ModelConfig& c, const LayerWeights& w, const TensorParallelSeams& tp, int64_t layer,
+               std::vector<float>& hidden, int64_t n, const ForwardHook& hook) {
+  TACHYON_CHECK(tp.group == nullptr) << "internal: layer " << layer << " is MoE but the forward is tensor-parallel";
+  std::vector<float> normed(hidden.size());  // [n, hidden]
+  cpu::rms_norm(normed.data(), hidden.data(), w.post_attention_norm.data(), n, c.hidden_size,
+                static_cast<float>(c.rms_norm_eps));
+  std::vector<float> router_logits;  // [n, num_experts], filled only for the hook
+  std::vector<float> out = moe_mlp(c, w, normed, n, hook ? &router_logits : nullptr);  // [n, hidden]
+  if (hook) {
+    hook("router_logits", layer, router_logits);
+    hook("moe_out", layer, out);
+  }
+  cpu::add_inplace(hidden.data(), out.data(), static_cast<int64_t>(hidden.size()));
+}
+
 }  // namespace
 
 namespace detail {
@@ -159,7 +179,11 @@ std::vector<float> dense_forward(const ModelWeights& weights, std::span<const fl
   for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
     const LayerWeights& w = weights.layers[static_cast<size_t>(layer)];
     attention_block(c, w, inv_freq, tp, layer, hidden, batch.positions, attention, hook);
-    mlp_block(c, w, tp, layer, hidden, n, hook);
+    if (c.is_moe_layer(layer)) {
+      moe_block(c, w, tp, layer, hidden, n, hook);
+    } else {
+      mlp_block(c, w, tp, layer, hidden, n, hook);
+    }
   }
 
   // Only the rows whose logits are wanted go through the final norm and the LM head.

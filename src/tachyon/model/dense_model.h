@@ -1,6 +1,7 @@
 // The dense decoder of the Llama family, the CPU reference forward. Llama, Mistral, Qwen2 and
 // Qwen3 differ only in ModelConfig fields (biases, q/k norm, sliding window), so they share this
-// file; the forward reads top to bottom like the papers. Weights are held in f32 whatever the
+// file; the forward reads top to bottom like the papers. Qwen3-MoE is the same decoder with a
+// mixture of experts (moe.h) in place of the MLP in its sparse layers, so it runs here too. Weights are held in f32 whatever the
 // checkpoint's dtype, which is what makes this the numerical reference the CUDA kernels match.
 // The forward itself (dense_model.cpp, via dense_forward.h) also serves TpDenseModel, one rank of
 // a tensor-parallel group (tp_dense_model.h).
@@ -27,8 +28,9 @@ struct ForwardBatch {
   std::span<const int64_t> logits_rows;  // indices into token_ids whose logits are returned, in order
 };
 
-// Called with named intermediates ("attn_norm", "q", "attn_out", "mlp_out", "final_norm" ...)
-// so a debug run can dump and diff them against transformers. layer is -1 outside layers.
+// Called with named intermediates ("embed", "q", "k", "attn_out", "mlp_out", "final_norm"; in a
+// MoE layer "router_logits" [n, num_experts] and "moe_out" [n, hidden] instead of "mlp_out") so a
+// debug run can dump and diff them against transformers. layer is -1 outside layers.
 using ForwardHook = std::function<void(std::string_view name, int64_t layer, std::span<const float> values)>;
 
 class DenseModel {

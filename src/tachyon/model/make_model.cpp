@@ -127,7 +127,10 @@ ModelConfig make_model_config(const MakeModelOptions& options) {
     c.qkv_bias = true;
     c.o_proj_bias = false;
   }
-  c.qk_norm = c.model_type == "qwen3";
+  c.qk_norm = c.model_type == "qwen3" || c.model_type == "qwen3_moe";
+  TACHYON_CHECK(c.model_type != "qwen3_moe" || c.is_moe())
+      << "preset '" << preset.name << "' has no experts; --arch qwen3_moe needs a mixture-of-experts preset "
+      << "(tiny-moe, tiny-moe-nonorm, qwen3-30b-a3b)";
   c.torch_dtype = options.dtype.value_or(preset.dtype) == DType::kF32   ? "float32"
                   : options.dtype.value_or(preset.dtype) == DType::kF16 ? "float16"
                                                                         : "bfloat16";

@@ -1,5 +1,6 @@
 #include "tachyon/model/model_config.h"
 
+#include <algorithm>
 #include <array>
 
 #include "tachyon/base/check.h"
@@ -13,11 +14,12 @@ struct ArchitectureInfo {
   const char* model_type;
 };
 
-constexpr std::array<ArchitectureInfo, 4> kArchitectures = {{
+constexpr std::array<ArchitectureInfo, 5> kArchitectures = {{
     {"LlamaForCausalLM", "llama"},
     {"MistralForCausalLM", "mistral"},
     {"Qwen2ForCausalLM", "qwen2"},
     {"Qwen3ForCausalLM", "qwen3"},
+    {"Qwen3MoeForCausalLM", "qwen3_moe"},
 }};
 
 std::string supported_list() {
@@ -42,6 +44,48 @@ template <typename T>
 T optional_value(const nlohmann::json& json, const char* key, T fallback) {
   if (!json.contains(key) || json[key].is_null()) return fallback;
   return json[key].get<T>();
+}
+
+// An optional integer field of at least `minimum`, `fallback` when absent or null.
+int64_t optional_int(const nlohmann::json& json, const char* key, int64_t fallback, int64_t minimum,
+                     const std::string& source) {
+  if (!json.contains(key) || json[key].is_null()) return fallback;
+  TACHYON_CHECK(json[key].is_number_integer()) << source << ": field '" << key << "' must be an integer";
+  const int64_t value = json[key].get<int64_t>();
+  TACHYON_CHECK(value >= minimum) << source << ": field '" << key << "' must be at least " << minimum << ", got "
+                                  << value;
+  return value;
+}
+
+// Qwen3-MoE's expert fields. Absent ones take Qwen3MoeConfig's defaults (128 experts, top-8,
+// 768 wide, no renormalization, every layer sparse), so we read a config as transformers does.
+void parse_moe(const nlohmann::json& json, const std::string& source, ModelConfig& c) {
+  c.num_experts = optional_int(json, "num_experts", 128, 0, source);
+  c.num_experts_per_tok = optional_int(json, "num_experts_per_tok", 8, 1, source);
+  c.moe_intermediate_size = optional_int(json, "moe_intermediate_size", 768, 1, source);
+  c.decoder_sparse_step = optional_int(json, "decoder_sparse_step", 1, 1, source);
+  if (json.contains("norm_topk_prob") && !json["norm_topk_prob"].is_null()) {
+    TACHYON_CHECK(json["norm_topk_prob"].is_boolean()) << source << ": field 'norm_topk_prob' must be true or false";
+    c.norm_topk_prob = json["norm_topk_prob"].get<bool>();
+  }
+  if (json.contains("mlp_only_layers") && !json["mlp_only_layers"].is_null()) {
+    TACHYON_CHECK(json["mlp_only_layers"].is_array())
+        << source << ": field 'mlp_only_layers' must be a list of layer indices";
+    for (const auto& layer : json["mlp_only_layers"]) {
+      TACHYON_CHECK(layer.is_number_integer() && layer.get<int64_t>() >= 0 &&
+                    layer.get<int64_t>() < c.num_hidden_layers)
+          << source << ": mlp_only_layers entry " << layer.dump() << " is not a layer index in [0, "
+          << c.num_hidden_layers << ")";
+      c.mlp_only_layers.push_back(layer.get<int64_t>());
+    }
+  }
+  if (c.num_experts > 0) {
+    TACHYON_CHECK(c.num_experts_per_tok <= c.num_experts)
+        << source << ": num_experts_per_tok (" << c.num_experts_per_tok << ") exceeds num_experts (" << c.num_experts
+        << ")";
+  }
+  TACHYON_CHECK(!optional_value<bool>(json, "use_sliding_window", false))
+      << source << ": Qwen3-MoE use_sliding_window=true is not supported yet";
 }
 
 std::optional<int64_t> optional_token_id(const nlohmann::json& json, const char* key) {
@@ -174,7 +218,8 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& json, const std::string
     c.o_proj_bias = attention_bias;
   }
   c.mlp_bias = c.model_type == "llama" && optional_value<bool>(json, "mlp_bias", false);
-  c.qk_norm = c.model_type == "qwen3";
+  c.qk_norm = c.model_type == "qwen3" || c.model_type == "qwen3_moe";
+  if (c.model_type == "qwen3_moe") parse_moe(json, source, c);
   if (c.model_type == "mistral" && json.contains("sliding_window") && !json["sliding_window"].is_null()) {
     c.sliding_window = required_int(json, "sliding_window", source);
   }
@@ -183,6 +228,18 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& json, const std::string
     TACHYON_CHECK(act == "silu") << source << ": hidden_act '" << act << "' is not supported (only silu)";
   }
   return c;
+}
+
+bool ModelConfig::is_moe_layer(int64_t layer) const {
+  const bool dense_only = std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end();
+  return num_experts > 0 && (layer + 1) % decoder_sparse_step == 0 && !dense_only;
+}
+
+bool ModelConfig::is_moe() const {
+  for (int64_t layer = 0; layer < num_hidden_layers; ++layer) {
+    if (is_moe_layer(layer)) return true;
+  }
+  return false;
 }
 
 ModelConfig ModelConfig::from_dir(const std::filesystem::path& model_dir) {
@@ -232,6 +289,18 @@ nlohmann::json ModelConfig::to_json() const {
   if (model_type == "llama") j["mlp_bias"] = mlp_bias;
   if (model_type == "mistral") {
     j["sliding_window"] = sliding_window ? nlohmann::json(*sliding_window) : nlohmann::json(nullptr);
+  }
+  if (model_type == "qwen3_moe") {  // every field Qwen3MoeConfig reads, so no default of its decides
+    j["num_experts"] = num_experts;
+    j["num_experts_per_tok"] = num_experts_per_tok;
+    j["moe_intermediate_size"] = moe_intermediate_size;
+    j["norm_topk_prob"] = norm_topk_prob;
+    j["decoder_sparse_step"] = decoder_sparse_step;
+    j["mlp_only_layers"] = mlp_only_layers;
+    j["output_router_logits"] = false;
+    j["router_aux_loss_coef"] = 0.001;  // training only; written so the file reads like a real one
+    j["use_sliding_window"] = false;
+    j["sliding_window"] = nullptr;
   }
   return j;
 }

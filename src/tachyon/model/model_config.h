@@ -1,13 +1,14 @@
-// ModelConfig: the typed form of a Hugging Face config.json for the dense decoder families
-// (Llama, Mistral, Qwen2, Qwen3). Parsed and validated once; immutable afterwards. The
-// architectures differ only in fields here (biases, q/k norm, sliding window), so one forward
-// serves them all; see dense_model.h.
+// ModelConfig: the typed form of a Hugging Face config.json for the decoder families
+// (Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE). Parsed and validated once; immutable afterwards. The
+// architectures differ only in fields here (biases, q/k norm, sliding window, experts), so one
+// forward serves them all; see dense_model.h.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -27,7 +28,7 @@ struct RopeScaling {
 
 struct ModelConfig {
   std::string architecture;  // as in config.json "architectures"[0], e.g. "Qwen3ForCausalLM"
-  std::string model_type;    // "llama", "mistral", "qwen2", "qwen3"
+  std::string model_type;    // "llama", "mistral", "qwen2", "qwen3", "qwen3_moe"
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -49,8 +50,23 @@ struct ModelConfig {
   std::optional<int64_t> bos_token_id;
   std::optional<int64_t> eos_token_id;
 
+  // Mixture of experts (Qwen3-MoE; moe.h). num_experts == 0: every layer is dense. Missing
+  // fields take Qwen3MoeConfig's defaults, as transformers does.
+  int64_t num_experts = 0;            // routed experts per MoE layer (no shared expert)
+  int64_t num_experts_per_tok = 0;    // k: experts each token runs
+  int64_t moe_intermediate_size = 0;  // one expert's intermediate width
+  bool norm_topk_prob = false;        // divide the k routing weights by their sum
+  int64_t decoder_sparse_step = 1;    // every decoder_sparse_step-th layer is MoE ...
+  std::vector<int64_t> mlp_only_layers;  // ... except these, which keep the dense MLP (intermediate_size)
+
   int64_t q_size() const { return num_attention_heads * head_dim; }
   int64_t kv_size() const { return num_key_value_heads * head_dim; }
+  // Layer `layer` runs the mixture of experts instead of the dense MLP (transformers'
+  // Qwen3MoeDecoderLayer rule: experts exist, (layer + 1) % decoder_sparse_step == 0, and the
+  // layer is not in mlp_only_layers).
+  bool is_moe_layer(int64_t layer) const;
+  // At least one layer is MoE.
+  bool is_moe() const;
 
   // Parses config.json content; `source` names the file in error messages.
   static ModelConfig from_json(const nlohmann::json& json, const std::string& source = "config.json");
@@ -66,7 +82,7 @@ std::string model_type_for(const std::string& architecture);
 // The architecture a name stands for: a model_type ("qwen3") or an architecture name
 // ("Qwen3ForCausalLM"); nullopt when unsupported.
 std::optional<std::string> architecture_named(const std::string& name);
-// "llama, mistral, qwen2, qwen3": the model types, for messages.
+// "llama, mistral, qwen2, qwen3, qwen3_moe": the model types, for messages.
 std::string supported_model_types();
 
 }  // namespace tachyon::model

@@ -1,6 +1,6 @@
 // The preset table of make-model. Tiny presets are a few MB and each one exercises one
-// variant (GQA ratio, tied embeddings, rope scaling, sliding window, biases, head_dim override)
-// that the goldens cover; real presets copy the shapes of published checkpoints.
+// variant (GQA ratio, tied embeddings, rope scaling, sliding window, biases, head_dim override,
+// experts) that the goldens cover; real presets copy the shapes of published checkpoints.
 #include "tachyon/model/make_model.h"
 
 namespace tachyon::model {
@@ -97,6 +97,27 @@ std::vector<ModelPreset> build_presets() {
   c.mlp_bias = true;
   presets.push_back(tiny("tiny-gpu-bias", "attention and mlp biases, on the GPU", c, "llama"));
 
+  // Mixture of experts (qwen3_moe only). tiny-moe: 8 experts, top-2 renormalized, every layer
+  // sparse but layer 0, which mlp_only_layers keeps dense. tiny-moe-nonorm: top-3 without
+  // renormalization, and decoder_sparse_step 2 makes layers 1 and 3 sparse, 0 and 2 dense.
+  c = tiny_shape();
+  c.intermediate_size = 128;
+  c.num_hidden_layers = 4;
+  c.num_experts = 8;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 32;
+  c.norm_topk_prob = true;
+  c.decoder_sparse_step = 1;
+  c.mlp_only_layers = {0};
+  presets.push_back(tiny("tiny-moe", "4 layers, 8 experts top-2 renormalized; layer 0 dense (mlp_only_layers)", c,
+                         "qwen3_moe"));
+
+  c.num_experts_per_tok = 3;
+  c.norm_topk_prob = false;
+  c.decoder_sparse_step = 2;
+  c.mlp_only_layers = {};
+  presets.push_back(tiny("tiny-moe-nonorm", "8 experts top-3 not renormalized; decoder_sparse_step 2", c, "qwen3_moe"));
+
   // Real shapes, from the published config.json files.
   c = ModelConfig{};
   c.vocab_size = 128256; c.hidden_size = 2048; c.intermediate_size = 8192; c.num_hidden_layers = 16;
@@ -120,6 +141,16 @@ std::vector<ModelPreset> build_presets() {
   c.hidden_size = 4096; c.intermediate_size = 12288; c.num_hidden_layers = 36; c.num_attention_heads = 32;
   c.tie_word_embeddings = false;
   presets.push_back({"qwen3-8b", "Qwen3-8B shapes", "qwen3", c, DType::kBF16, 4ull << 30});
+
+  c = ModelConfig{};
+  c.vocab_size = 151936; c.hidden_size = 2048; c.intermediate_size = 6144; c.num_hidden_layers = 48;
+  c.num_attention_heads = 32; c.num_key_value_heads = 4; c.head_dim = 128; c.max_position_embeddings = 40960;
+  c.rms_norm_eps = 1e-6; c.rope_theta = 1000000.0; c.tie_word_embeddings = false;
+  c.num_experts = 128; c.num_experts_per_tok = 8; c.moe_intermediate_size = 768; c.norm_topk_prob = true;
+  c.decoder_sparse_step = 1;
+  c.bos_token_id = 151643; c.eos_token_id = 151645;
+  presets.push_back({"qwen3-30b-a3b", "Qwen3-30B-A3B shapes (128 experts, top-8)", "qwen3_moe", c, DType::kBF16,
+                     4ull << 30});
   return presets;
 }
 

@@ -15,6 +15,12 @@ namespace {
 using Shape = std::vector<int64_t>;
 
 std::string layer_name(int64_t layer, const char* suffix) { return fmt::format("model.layers.{}.{}", layer, suffix); }
+std::string layer_name(int64_t layer, const std::string& suffix) { return layer_name(layer, suffix.c_str()); }
+
+// "mlp.experts.{e}.{proj}.weight", as Qwen3-MoE checkpoints name one expert's projections.
+std::string expert_name(int64_t expert, const char* proj) {
+  return fmt::format("mlp.experts.{}.{}.weight", expert, proj);
+}
 
 std::string shape_string(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
@@ -52,6 +58,13 @@ class WeightReader {
       convert_from_f32(f32.data(), count, DType::kBF16, out.data() + offset);
     }
     read_.insert(name);
+  }
+
+  // Reserves room for `count` more elements before a series of read_into calls, so that a large
+  // fused array (a layer's experts) is allocated once instead of growing by copies.
+  template <typename T>
+  static void reserve_more(std::vector<T>& out, int64_t count) {
+    out.reserve(out.size() + static_cast<size_t>(count));
   }
 
   template <typename T>
@@ -100,6 +113,16 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> expected_tensors(const
     out.push_back({layer_name(l, "self_attn.o_proj.weight"), {h, c.q_size()}});
     if (c.o_proj_bias) out.push_back({layer_name(l, "self_attn.o_proj.bias"), {h}});
     out.push_back({layer_name(l, "post_attention_layernorm.weight"), {h}});
+    if (c.is_moe_layer(l)) {
+      const int64_t moe_inter = c.moe_intermediate_size;
+      out.push_back({layer_name(l, "mlp.gate.weight"), {c.num_experts, h}});
+      for (int64_t e = 0; e < c.num_experts; ++e) {
+        out.push_back({layer_name(l, expert_name(e, "gate_proj")), {moe_inter, h}});
+        out.push_back({layer_name(l, expert_name(e, "up_proj")), {moe_inter, h}});
+        out.push_back({layer_name(l, expert_name(e, "down_proj")), {h, moe_inter}});
+      }
+      continue;  // no dense MLP in this layer
+    }
     out.push_back({layer_name(l, "mlp.gate_proj.weight"), {inter, h}});
     out.push_back({layer_name(l, "mlp.up_proj.weight"), {inter, h}});
     out.push_back({layer_name(l, "mlp.down_proj.weight"), {h, inter}});
@@ -115,6 +138,21 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> expected_tensors(const
 }
 
 namespace {
+
+// A MoE layer's router and experts: expert e's gate and up rows appended in turn make
+// [E, 2 * I_moe, hidden], its down appended makes [E, hidden, I_moe].
+template <typename T>
+void read_experts(WeightReader& reader, const ModelConfig& c, int64_t l, BasicLayerWeights<T>& lw) {
+  const int64_t h = c.hidden_size, moe_inter = c.moe_intermediate_size, experts = c.num_experts;
+  lw.router = reader.template read<T>(layer_name(l, "mlp.gate.weight"));
+  WeightReader::reserve_more(lw.experts_gate_up, experts * 2 * moe_inter * h);
+  WeightReader::reserve_more(lw.experts_down, experts * h * moe_inter);
+  for (int64_t e = 0; e < experts; ++e) {
+    reader.read_into(layer_name(l, expert_name(e, "gate_proj")), lw.experts_gate_up);
+    reader.read_into(layer_name(l, expert_name(e, "up_proj")), lw.experts_gate_up);
+    reader.read_into(layer_name(l, expert_name(e, "down_proj")), lw.experts_down);
+  }
+}
 
 template <typename T>
 BasicModelWeights<T> load_weights_as(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint) {
@@ -137,6 +175,10 @@ BasicModelWeights<T> load_weights_as(const ModelConfig& config, const Safetensor
     lw.o_proj = reader.template read<T>(layer_name(l, "self_attn.o_proj.weight"));
     if (config.o_proj_bias) lw.o_proj_bias = reader.template read<T>(layer_name(l, "self_attn.o_proj.bias"));
     lw.post_attention_norm = reader.template read<T>(layer_name(l, "post_attention_layernorm.weight"));
+    if (config.is_moe_layer(l)) {
+      read_experts(reader, config, l, lw);
+      continue;
+    }
     reader.read_into(layer_name(l, "mlp.gate_proj.weight"), lw.gate_up);
     reader.read_into(layer_name(l, "mlp.up_proj.weight"), lw.gate_up);
     lw.down = reader.template read<T>(layer_name(l, "mlp.down_proj.weight"));

@@ -1,7 +1,11 @@
-// The weights of a dense decoder in f32 (the CPU reference) or as bf16 bit patterns (what the
+// The weights of a decoder in f32 (the CPU reference) or as bf16 bit patterns (what the
 // GPU runs on), loaded from a HF safetensors checkpoint with every
 // tensor's name, shape and presence checked against the config. q/k/v and gate/up are fused
 // at load ([q; k; v] and [gate; up] rows) so each block runs one matrix product.
+// A mixture-of-experts layer (ModelConfig::is_moe_layer) holds its experts the same way, fused
+// per expert and stacked in one contiguous array per layer ([E, 2 * I_moe, hidden] and
+// [E, hidden, I_moe], transformers 5's own Qwen3MoeExperts layout), so that a grouped GEMM can
+// address expert e at a fixed stride; its dense MLP fields are then empty.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +31,10 @@ struct BasicLayerWeights {
   std::vector<T> gate_up_bias;        // [2 * intermediate] or empty
   std::vector<T> down;                // [hidden, intermediate]
   std::vector<T> down_bias;           // [hidden] or empty
+  // Mixture of experts; all empty when the layer is dense (and the dense MLP above empty when not).
+  std::vector<T> router;              // [num_experts, hidden] (mlp.gate.weight)
+  std::vector<T> experts_gate_up;     // [num_experts, 2 * moe_intermediate, hidden]: expert e's [gate; up]
+  std::vector<T> experts_down;        // [num_experts, hidden, moe_intermediate]
 };
 
 template <typename T>
