@@ -168,14 +168,6 @@ void CudaModelRunner::allocate_kv_cache(const engine::EngineConfig& config) {
   const size_t block_bytes_per_layer = static_cast<size_t>(config.block_size) * kv * 2;  // K or V, bf16
   const size_t block_bytes = block_bytes_per_layer * 2 * static_cast<size_t>(c.num_hidden_layers);
   const double available = budget - used - margin;
-  if (tp_.num_blocks > 0) {
-    TACHYON_CHECK(tp_.num_blocks >= limits_.max_blocks_per_seq)
-        << "internal: " << tp_.num_blocks << " KV blocks cannot hold one max_model_len sequence";
-    num_blocks_ = tp_.num_blocks;
-    kv_layer_bytes_ = static_cast<size_t>(num_blocks_) * block_bytes_per_layer;
-    kv_buffer_ = cuda::DeviceBuffer(kv_layer_bytes_ * 2 * static_cast<size_t>(c.num_hidden_layers));
-    return;
-  }
   TACHYON_CHECK(available > static_cast<double>(block_bytes) * limits_.max_blocks_per_seq)
       << "not enough GPU memory for the KV cache of one max_model_len sequence: " << memory.free / (1 << 20)
       << " MiB free of " << memory.total / (1 << 20) << " MiB after loading " << weights_.bytes() / (1 << 20)

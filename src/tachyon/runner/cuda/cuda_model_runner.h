@@ -40,13 +40,12 @@ struct CudaTpRank {
   dist::Communicator* comm = nullptr;  // the TP group (used on the runner's stream); null: no TP
   int64_t vocab_begin = 0;             // the full-vocab rows this rank's embed / lm_head hold
   int64_t vocab_rows = 0;              // 0: the whole vocabulary
-  int32_t num_blocks = 0;              // > 0: exactly this many KV blocks (ranks sharing one GPU)
 };
 
 class CudaModelRunner : public ModelRunner {
  public:
   // Uploads the weights (a TP shard when tp.comm is set), plans memory and sizes the KV cache
-  // from free memory (or tp.num_blocks); config.num_blocks is ignored and num_blocks() says
+  // from free memory; config.num_blocks is ignored and num_blocks() says
   // what fitted. Captures the decode graphs unless config.device.enforce_eager. Uses the
   // calling thread's current CUDA device.
   CudaModelRunner(const model::Bf16ModelWeights& weights, const engine::EngineConfig& config, CudaTpRank tp = {});

@@ -45,16 +45,17 @@ TpCudaModelRunner::TpCudaModelRunner(const model::Bf16ModelWeights& full, const 
       workers_(static_cast<int>(devices_.size())) {
   const int tp = static_cast<int>(devices_.size());
   model::check_tp_size(full.config, tp);
-  const bool shared_gpu = std::set<int>(devices_.begin(), devices_.end()).size() < devices_.size();
-  TACHYON_CHECK(!shared_gpu || config.num_blocks > 0)
-      << "internal: ranks sharing a GPU need an explicit KV cache size (config.num_blocks)";
+  // One GPU per rank: a peer collective waiting for a rank whose kernel queues behind it on the
+  // same GPU would never finish, and NCCL refuses such groups anyway.
+  TACHYON_CHECK(std::set<int>(devices_.begin(), devices_.end()).size() == devices_.size())
+      << "tensor parallelism needs one GPU per rank";
   workers_.run([&](int r) {
     TACHYON_CUDA_CHECK(cudaSetDevice(devices_[static_cast<size_t>(r)]));
     Rank& rank = ranks_[static_cast<size_t>(r)];
     rank.comm = make_comm_(r);
     TACHYON_CHECK(rank.comm->size() == tp && rank.comm->rank() == r)
         << "internal: rank " << r << " joined a group as rank " << rank.comm->rank() << " of " << rank.comm->size();
-    CudaTpRank part{.comm = rank.comm.get(), .num_blocks = shared_gpu ? static_cast<int32_t>(config.num_blocks) : 0};
+    CudaTpRank part{.comm = rank.comm.get()};
     if (tp == 1) {  // the whole model: no copy
       rank.runner = std::make_unique<CudaModelRunner>(full, config, part);
       return;

@@ -7,10 +7,7 @@
 // The communicator (default_tp_comm_factory): on distinct GPUs with peer access, the peer-access
 // communicator (dist/cuda/peer_communicator.h) for small all-reduces and gathers over NCCL for
 // the rest; NCCL alone otherwise, which also runs a group of one (tp 1 through this same path
-// on a one-GPU machine). Ranks may share a GPU when the
-// communicator allows it (the peer-access one does; NCCL does not): the tests run TP = 2 and 4
-// that way on one GPU, and give the KV cache an explicit size then (shared memory cannot be
-// split by measuring free memory).
+// on a one-GPU machine). One GPU per rank: ranks sharing a GPU could deadlock a peer collective.
 // Tests: tests/gpu/test_tp_cuda_runner.cpp. Docs: docs/parallelism.md.
 #pragma once
 
@@ -37,9 +34,9 @@ TpCommFactory default_tp_comm_factory(const std::vector<int>& devices);
 
 class TpCudaModelRunner : public ModelRunner {
  public:
-  // devices[r]: rank r's GPU; tp = devices.size() (checked with model::check_tp_size). When a GPU
-  // is shared by several ranks, config.num_blocks KV blocks are allocated per rank; otherwise
-  // each rank sizes its cache from its GPU's memory and num_blocks() is the smallest.
+  // devices[r]: rank r's GPU, all distinct; tp = devices.size() (checked with
+  // model::check_tp_size). Each rank sizes its KV cache from its GPU's memory; num_blocks() is
+  // the smallest.
   // make_comm is kept for the runner's life (state it captures, such as a PeerWorld, with it).
   TpCudaModelRunner(const model::Bf16ModelWeights& full, const engine::EngineConfig& config, std::vector<int> devices,
                     TpCommFactory make_comm);
