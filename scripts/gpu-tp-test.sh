@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# On a GPU machine with several GPUs: builds the parallel runtime's targets, runs the NCCL, peer
+# and tensor-parallel GPU tests (each under a time limit, so a hung collective cannot eat the
+# run), then times the batch-1 decode step of a real shape at TP = 1 and TP = N with
+# `tachyon bench latency`, writing OUT_DIR/tp<N>.json.
+#   scripts/gpu-tp-test.sh OUT_DIR [TP (default: every GPU)] [PRESET (default llama-3.1-8b)]
+# Needs .deps/ carried (scripts/gpu-machine-deps.sh fetch). Multicast stays off (docs/parallelism.md).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT_DIR=${1:?usage: scripts/gpu-tp-test.sh OUT_DIR [TP] [PRESET]}
+TP=${2:-$(nvidia-smi -L | wc -l)}
+PRESET=${3:-llama-3.1-8b}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/tachyon-cache}
+mkdir -p "$OUT_DIR"
+scripts/gpu-machine-deps.sh install > /dev/null
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTACHYON_CUDA=ON > "$OUT_DIR/configure.log" 2>&1
+cmake --build build-gpu -j "$(nproc)" --target tachyon_cli gpu_nccl_communicator gpu_peer_communicator \
+  gpu_tp_cuda_runner > "$OUT_DIR/build.log" 2>&1 || { tail -30 "$OUT_DIR/build.log"; exit 1; }
+echo "== build: ok, $(nvidia-smi -L | wc -l) GPUs"
+
+status=0
+for test in nccl_communicator peer_communicator tp_cuda_runner; do
+  timeout 240 "build-gpu/tests/gpu_$test" > "$OUT_DIR/$test.log" 2>&1
+  rc=$?
+  [ $rc = 0 ] || status=1
+  echo "== gpu.$test: rc $rc, $(grep -c '^\[       OK \]' "$OUT_DIR/$test.log") ok," \
+    "$(grep -c '^\[  FAILED  \]' "$OUT_DIR/$test.log") failed, $(grep -c '^\[  SKIPPED \]' "$OUT_DIR/$test.log") skipped"
+  grep -E "^\[  FAILED  \]|peer collective|Failure" "$OUT_DIR/$test.log" | head -10
+done
+
+model=/tmp/tachyon-tp-models/$PRESET
+[ -f "$model/config.json" ] || build-gpu/bin/tachyon make-model --arch llama --preset "$PRESET" --seed 0 --out "$model" > /dev/null
+for tp in 1 "$TP"; do
+  timeout 200 build-gpu/bin/tachyon bench latency "$model" --device cuda --tp "$tp" --batch-size 1 --input-len 128 \
+    --output-len 128 --num-iters 3 --num-iters-warmup 1 --output-json "$OUT_DIR/tp$tp.json" > "$OUT_DIR/bench-tp$tp.log" 2>&1 \
+    || { echo "bench --tp $tp failed:"; tail -5 "$OUT_DIR/bench-tp$tp.log"; status=1; }
+  grep -iE "decode step|avg latency" "$OUT_DIR/bench-tp$tp.log" | head -3
+done
+exit $status
