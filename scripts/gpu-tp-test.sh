@@ -35,6 +35,6 @@ for tp in 1 "$TP"; do
   timeout 200 build-gpu/bin/tachyon bench latency "$model" --device cuda --tp "$tp" --batch-size 1 --input-len 128 \
     --output-len 128 --num-iters 3 --num-iters-warmup 1 --output-json "$OUT_DIR/tp$tp.json" > "$OUT_DIR/bench-tp$tp.log" 2>&1 \
     || { echo "bench --tp $tp failed:"; tail -5 "$OUT_DIR/bench-tp$tp.log"; status=1; }
-  grep -iE "decode step|avg latency" "$OUT_DIR/bench-tp$tp.log" | head -3
+  echo "-- tp $tp:"; grep -E '"(decode_step_ms_median|decode_step_device_ms_median|decode_step_floor_ms|prefill_ms_median)"' "$OUT_DIR/bench-tp$tp.log"
 done
 exit $status
