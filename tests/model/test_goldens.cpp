@@ -3,11 +3,8 @@
 // run the prompt, and compare every position's logits (1e-4 relative to the logit scale) and
 // the 32-token greedy continuation (identical) with what transformers wrote on the GPU machine
 // (tools/make_goldens.py). A variant without its golden file fails.
-// moe_manifest.json holds the Qwen3-MoE variants, whose goldens are written on the GPU machine
-// after the code that needs them landed. They are checked the same way when their golden exists;
-// a missing one is SKIPPED with its name (ctest lists it as skipped) until the goldens are
-// committed, and FAILS when TACHYON_REQUIRE_MOE_GOLDENS=1. The test list itself never depends
-// on which files exist, so ctest's discovery at build time sees every variant.
+// moe_manifest.json holds the Qwen3-MoE variants, checked the same way (its own file so that
+// tools/make_goldens.py can regenerate them alone).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -31,40 +28,30 @@ const std::filesystem::path kGoldens = std::getenv("TACHYON_GOLDENS_DIR")
 
 struct Variant {
   nlohmann::json manifest_entry;
-  bool golden_may_be_missing = false;  // a moe_manifest.json variant while the goldens are pending
   std::string name() const { return manifest_entry["name"].get<std::string>(); }
 };
 
 void PrintTo(const Variant& variant, std::ostream* os) { *os << variant.name(); }
 
-bool moe_goldens_required() {
-  const char* value = std::getenv("TACHYON_REQUIRE_MOE_GOLDENS");
-  return value != nullptr && std::string(value) == "1";
-}
-
-// A fresh goldens dir (scripts/gpu-test.sh) may hold manifest.json only: an absent
-// moe_manifest.json has no variants, unless the MoE goldens are required.
-std::vector<Variant> manifest_variants(const std::filesystem::path& path, bool golden_may_be_missing) {
+// An absent manifest lists no variants; ManifestsPresent fails for it instead.
+std::vector<Variant> manifest_variants(const std::filesystem::path& path) {
   std::vector<Variant> out;
   if (!std::filesystem::exists(path)) return out;
   nlohmann::json manifest = read_json_file(path);
-  for (const auto& entry : manifest["variants"]) out.push_back({entry, golden_may_be_missing});
+  for (const auto& entry : manifest["variants"]) out.push_back({entry});
   return out;
 }
 
 std::vector<Variant> load_variants() {
-  std::vector<Variant> out = manifest_variants(kGoldens / "manifest.json", false);
-  for (Variant& variant : manifest_variants(kGoldens / "moe_manifest.json", !moe_goldens_required())) {
-    out.push_back(std::move(variant));
-  }
+  std::vector<Variant> out = manifest_variants(kGoldens / "manifest.json");
+  for (Variant& variant : manifest_variants(kGoldens / "moe_manifest.json")) out.push_back(std::move(variant));
   return out;
 }
 
-// Required MoE goldens cannot pass by having no manifest to list them (a TACHYON_GOLDENS_DIR
-// holding manifest.json only).
-TEST(MoeGoldens, ManifestPresentWhenRequired) {
-  if (!moe_goldens_required()) return;  // nothing is required of the MoE variants yet
-  EXPECT_TRUE(std::filesystem::exists(kGoldens / "moe_manifest.json")) << "no moe_manifest.json in " << kGoldens;
+TEST(Goldens, ManifestsPresent) {
+  for (const char* name : {"manifest.json", "moe_manifest.json"}) {
+    EXPECT_TRUE(std::filesystem::exists(kGoldens / name)) << "no " << name << " in " << kGoldens;
+  }
 }
 
 class GoldenTest : public ::testing::TestWithParam<Variant> {};
@@ -73,11 +60,6 @@ TEST_P(GoldenTest, LogitsAndGreedyMatchTransformers) {
   const nlohmann::json& v = GetParam().manifest_entry;
   const std::string name = v["name"];
   auto golden_path = kGoldens / (name + ".json");
-  if (!std::filesystem::exists(golden_path) && GetParam().golden_may_be_missing) {
-    GTEST_SKIP() << "no golden " << golden_path << " yet: generate it with tools/make_goldens.py --manifest "
-                 << (kGoldens / "moe_manifest.json").string()
-                 << " (TACHYON_REQUIRE_MOE_GOLDENS=1 makes this a failure)";
-  }
   ASSERT_TRUE(std::filesystem::exists(golden_path)) << "no golden " << golden_path << "; run tools/make_goldens.py";
   nlohmann::json golden = read_json_file(golden_path);
 

@@ -125,6 +125,7 @@ void run_latency(const LatencyOptions& options) {
       {"device", config.device.kind},
       {"gpu", config.device.gpu_name},
       {"cuda_graphs", config.device.kind == "cuda" && !config.device.enforce_eager},
+      {"tensor_parallel_size", config.device.tensor_parallel_size},
       {"batch_size", options.batch_size},
       {"input_len", options.input_len},
       {"output_len", options.output_len},
@@ -142,11 +143,14 @@ void run_latency(const LatencyOptions& options) {
   };
 #ifdef TACHYON_HAVE_CUDA
   if (config.device.kind == "cuda") {
-    // The floor at the mean context of the decode steps.
+    // The floor at the mean context of the decode steps. With tensor parallelism every GPU reads
+    // its 1/tp of the bytes at once (kv heads replicated past tp > KV are ignored: a few %).
     const double bandwidth = cuda::measure_copy_bandwidth();
+    const int tp = config.device.tensor_parallel_size;
     const double bytes = decode_floor_bytes(model_config, options.batch_size, options.input_len + options.output_len / 2);
-    const double floor_ms = bytes / bandwidth * 1e3;
+    const double floor_ms = bytes / tp / bandwidth * 1e3;
     result["floor"] = {{"decode_bytes_per_step", bytes},
+                       {"tensor_parallel_size", tp},
                        {"copy_bandwidth_bytes_per_s", bandwidth},
                        {"decode_step_floor_ms", floor_ms},
                        {"decode_step_ratio_to_floor", median(decode) / floor_ms}};
