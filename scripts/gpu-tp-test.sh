@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # On a GPU machine with several GPUs: builds the parallel runtime's targets, runs the NCCL, peer
 # and tensor-parallel GPU tests (each under a time limit, so a hung collective cannot eat the
-# run), then times the batch-1 decode step of a real shape at TP = 1 and TP = N with
+# run), then emulates two nodes with two processes of one GPU each (--nnodes 2, NCCL over
+# sockets only, as between hosts) and checks that the canary's greedy answer equals TP = 1's,
+# then times the batch-1 decode step of a real shape at TP = 1 and TP = N with
 # `tachyon bench latency`, writing OUT_DIR/tp<N>.json.
 #   scripts/gpu-tp-test.sh OUT_DIR [TP (default: every GPU)] [PRESET (default llama-3.1-8b)]
 # Needs .deps/ carried (scripts/gpu-machine-deps.sh fetch). Multicast stays off (docs/parallelism.md).
@@ -28,6 +30,26 @@ for test in nccl_communicator peer_communicator tp_cuda_runner; do
     "$(grep -c '^\[  FAILED  \]' "$OUT_DIR/$test.log") failed, $(grep -c '^\[  SKIPPED \]' "$OUT_DIR/$test.log") skipped"
   grep -E "^\[  FAILED  \]|peer collective|Failure" "$OUT_DIR/$test.log" | head -10
 done
+
+# Two "nodes" on this host: node 1 (GPU 1) follows node 0 (GPU 0), which runs generate.
+prompt="Zoe has 40 cookies. She gives away 12 cookies. The number of cookies she has doubles. How many cookies does Zoe have now?"
+run_generate() { build-gpu/bin/tachyon generate --device cuda --chat --stop '\n\n' --max-tokens 64 --prompt "$prompt" "$@"; }
+run_generate --tp 1 > "$OUT_DIR/generate-tp1.txt" 2> "$OUT_DIR/generate-tp1.log"
+nodes=(--tp 2 --nnodes 2 --master-addr 127.0.0.1 --master-port 29611)
+(export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo
+ CUDA_VISIBLE_DEVICES=1 timeout 120 bash -c "$(declare -f run_generate); prompt='$prompt'; run_generate ${nodes[*]} --node-rank 1" \
+   > "$OUT_DIR/node1.txt" 2> "$OUT_DIR/node1.log" &
+ follower=$!
+ CUDA_VISIBLE_DEVICES=0 timeout 120 bash -c "$(declare -f run_generate); prompt='$prompt'; run_generate ${nodes[*]} --node-rank 0" \
+   > "$OUT_DIR/generate-nodes2.txt" 2> "$OUT_DIR/node0.log"
+ echo "node 0 rc $?"; wait $follower; echo "node 1 rc $?")
+if cmp -s "$OUT_DIR/generate-tp1.txt" "$OUT_DIR/generate-nodes2.txt" && [ -s "$OUT_DIR/generate-tp1.txt" ]; then
+  echo "== two nodes (TP = 2): the same answer as TP = 1"
+else
+  echo "== two nodes (TP = 2): DIFFERENT from TP = 1"; status=1
+  tail -5 "$OUT_DIR/node0.log" "$OUT_DIR/node1.log"
+fi
+cat "$OUT_DIR/generate-nodes2.txt"
 
 model=/tmp/tachyon-tp-models/$PRESET
 [ -f "$model/config.json" ] || build-gpu/bin/tachyon make-model --arch llama --preset "$PRESET" --seed 0 --out "$model" > /dev/null

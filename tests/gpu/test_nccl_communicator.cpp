@@ -8,7 +8,7 @@
 // larger (and 2 when there are more than 2 GPUs).
 // Multicast: NCCL_NVLS_ENABLE is forced to "0" before any NCCL call (a static initializer below,
 // and nccl_unique_id() again): NVLink multicast can take the shared machine's GPUs out of
-// service (/work/.library/device/KINDS.md), so an outer setting must not turn it back on.
+// service, so an outer setting must not turn it back on.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -48,8 +48,8 @@ TEST_P(TpCudaRunner, LogitsMatchTheReferenceAndEveryRankHoldsTheSame) {
   const engine::EngineConfig config = tp_config(c.tp, /*eager=*/false);
   model::SafetensorsCheckpoint checkpoint(dir);
   const std::vector<int> devices = tp_devices(c.tp);
-  TpCudaModelRunner gpu(model::load_weights_bf16(model::ModelConfig::from_dir(dir), checkpoint), config, devices,
-                        default_tp_comm_factory(devices));
+  TpCudaModelRunner gpu(model::load_weights_bf16(model::ModelConfig::from_dir(dir), checkpoint), config,
+                        TpCudaLayout{.devices = devices}, default_tp_comm_factory(devices));
   ASSERT_EQ(gpu.tp_size(), c.tp);
   expect_logits_match_reference(dir, config.block_size, gpu, [&](int32_t rows) {
     const std::vector<float> rank0 = gpu.rank_runner(0).last_logits(rows);
@@ -80,7 +80,8 @@ TEST_P(TpCudaRunner, TheEngineGeneratesTheSameTokensWithGraphsAndEager) {
   auto run = [&](bool eager) {
     engine::EngineConfig config = tp_config(c.tp, eager);
     const std::vector<int> devices = tp_devices(c.tp);
-    auto runner = std::make_unique<TpCudaModelRunner>(weights, config, devices, default_tp_comm_factory(devices));
+    auto runner = std::make_unique<TpCudaModelRunner>(weights, config, TpCudaLayout{.devices = devices},
+                                                      default_tp_comm_factory(devices));
     config.num_blocks = runner->num_blocks();
     engine::EngineCore engine(config, std::move(runner));
     return generate(engine, prompts, 16);

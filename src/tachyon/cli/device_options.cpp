@@ -12,10 +12,21 @@ void add_device_options(CLI::App& cmd, engine::DeviceConfig& device) {
       ->default_val(0.9)
       ->check(CLI::Range(0.05, 0.99));
   cmd.add_option("--tp", device.tensor_parallel_size,
-                 "tensor parallel size: ranks the model's heads, MLP and vocab are split over (CPU thread ranks "
-                 "only in this build)")
+                 "tensor parallel size: ranks the model's heads, MLP and vocab are split over (one GPU each, or "
+                 "CPU thread ranks with --device cpu)")
       ->default_val(1)
       ->check(CLI::Range(1, 64));
+  cmd.add_option("--nnodes", device.nnodes, "nodes the --tp ranks span (--tp / --nnodes GPUs on each)")
+      ->default_val(1)
+      ->check(CLI::Range(1, 64));
+  cmd.add_option("--node-rank", device.node_rank, "this node's index; node 0 serves, the others follow it")
+      ->default_val(0)
+      ->check(CLI::Range(0, 63));
+  cmd.add_option("--master-addr", device.master_addr, "address of node 0 (NCCL's bootstrap root listens there)")
+      ->default_val("127.0.0.1");
+  cmd.add_option("--master-port", device.master_port, "port of NCCL's bootstrap root on node 0")
+      ->default_val(29500)
+      ->check(CLI::Range(1, 65535));
   cmd.add_flag("--enforce-eager", device.enforce_eager, "no CUDA graphs for decode steps");
 }
 

@@ -53,6 +53,13 @@ void run_generate(const GenerateOptions& options) {
   engine::EngineConfig config;
   config.device = options.device;
   config.scheduler.max_num_seqs = 1;
+  if (config.device.node_rank > 0) {  // another node of a multi-node TP group: follow node 0
+    std::fprintf(stderr, "[tachyon] node %d of %d: following node 0 at %s:%d\n", config.device.node_rank,
+                 config.device.nnodes, config.device.master_addr.c_str(), config.device.master_port);
+    runner::run_follower_node(dir, config);
+    std::fprintf(stderr, "[tachyon] node %d: node 0 stopped\n", config.device.node_rank);
+    return;
+  }
   runner::LoadedRunner loaded = runner::load_runner(dir, config);
   std::optional<tokenizer::Tokenizer> tok;
   if (has_tokenizer) tok = tokenizer::Tokenizer::from_dir(dir);

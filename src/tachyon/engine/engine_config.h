@@ -21,6 +21,14 @@ struct DeviceConfig {
   std::string dtype = "bfloat16";        // weights and activations on the GPU
   std::string kv_cache_dtype = "bfloat16";
   int32_t tensor_parallel_size = 1;
+  // Tensor parallelism over several nodes (nnodes > 1): tensor_parallel_size / nnodes GPUs on each
+  // node; node 0 runs the engine and its rank 0 listens at master_addr:master_port for NCCL's
+  // bootstrap; the other nodes follow it (docs/parallelism.md). Not in plan_hash: a node's index
+  // changes nothing it plans, and the nodes compare plan hashes to catch other options.
+  int32_t nnodes = 1;
+  int32_t node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int32_t master_port = 29500;
   // Filled at start-up by the runner factory, so cached artifacts never cross machines or models.
   std::string gpu_name;        // e.g. "NVIDIA H200 sm_90"
   std::string model_identity;  // architecture + hash of config.json

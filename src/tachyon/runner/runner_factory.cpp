@@ -43,27 +43,44 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, engine::EngineC
   config.device.model_identity = model_identity(model_dir, model_config);
   const int tp = config.device.tensor_parallel_size;
   TACHYON_CHECK(tp >= 1) << "--tp must be at least 1, got " << tp;
-  if (tp > 1) {
+  const int nnodes = config.device.nnodes;
+  TACHYON_CHECK(nnodes >= 1 && config.device.node_rank >= 0 && config.device.node_rank < nnodes)
+      << "--node-rank " << config.device.node_rank << " must be in [0, --nnodes " << nnodes << ")";
+  if (tp > 1 || nnodes > 1) {
     // Checked before any weight is read: "tensor parallel size 3 does not divide num_attention_heads 4".
     model::check_tp_size(model_config, tp);
+    TACHYON_CHECK(tp % nnodes == 0) << "--tp " << tp << " must be a multiple of --nnodes " << nnodes
+                                    << " (the same number of GPUs on every node)";
 #ifdef TACHYON_HAVE_CUDA
     // One GPU per rank; auto takes the GPUs when there are enough and the model's shapes fit.
+    const int local = tp / nnodes;
     const int gpus = cuda::cuda_device_count();
-    if (kind == "auto") kind = gpus >= tp && cuda_unsupported_reason(model_config).empty() ? "cuda" : "cpu";
+    if (nnodes > 1) {
+      TACHYON_CHECK(kind != "cpu") << "--nnodes > 1 runs on GPUs only";
+      kind = "cuda";
+    }
+    if (kind == "auto") kind = gpus >= local && cuda_unsupported_reason(model_config).empty() ? "cuda" : "cpu";
     if (kind == "cuda") {
-      TACHYON_CHECK(gpus >= tp) << "--tp " << tp << " --device cuda needs " << tp << " GPUs, this process sees " << gpus;
+      TACHYON_CHECK(gpus >= local) << "--tp " << tp << " over " << nnodes << " node(s) needs " << local
+                                   << " GPUs on this node, this process sees " << gpus;
       const std::string why = cuda_unsupported_reason(model_config);
       TACHYON_CHECK(why.empty()) << "--device cuda cannot serve " << model_dir.string() << ": " << why;
       config.device.gpu_name = cuda::current_device_name();
-      std::vector<int> devices(static_cast<size_t>(tp));
-      for (int r = 0; r < tp; ++r) devices[static_cast<size_t>(r)] = r;
+      TpCudaLayout layout{.devices = std::vector<int>(static_cast<size_t>(local)),
+                          .first_rank = config.device.node_rank * local,
+                          .tp_size = tp};
+      for (int r = 0; r < local; ++r) layout.devices[static_cast<size_t>(r)] = r;
+      TpCommFactory comms = nnodes > 1 ? multi_node_tp_comm_factory(config.device.master_addr,
+                                                                   config.device.master_port, tp)
+                                       : default_tp_comm_factory(layout.devices);
       model::SafetensorsCheckpoint checkpoint(model_dir);
       auto runner = std::make_unique<TpCudaModelRunner>(model::load_weights_bf16(model_config, checkpoint), config,
-                                                        devices, default_tp_comm_factory(devices));
+                                                        std::move(layout), std::move(comms));
       config.num_blocks = runner->num_blocks();
       return {std::move(runner), model_config};
     }
 #else
+    TACHYON_CHECK(nnodes == 1) << "--nnodes > 1 needs a CUDA build of tachyon";
     if (kind == "auto") kind = "cpu";
     TACHYON_CHECK(kind == "cpu") << "--device cuda: this build of tachyon has no CUDA support (configure with nvcc "
                                     "on the PATH, or -DTACHYON_CUDA=ON)";
@@ -96,6 +113,19 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, engine::EngineC
 #endif
   auto model = std::make_unique<model::DenseModel>(model::DenseModel::load(model_dir));
   return {std::make_unique<CpuModelRunner>(std::move(model), config.num_blocks, config.block_size), model_config};
+}
+
+void run_follower_node(const std::filesystem::path& model_dir, engine::EngineConfig& config) {
+  TACHYON_CHECK(config.device.nnodes > 1 && config.device.node_rank > 0)
+      << "internal: run_follower_node on node " << config.device.node_rank << " of " << config.device.nnodes;
+#ifdef TACHYON_HAVE_CUDA
+  LoadedRunner loaded = load_runner(model_dir, config);
+  auto* tp = dynamic_cast<TpCudaModelRunner*>(loaded.runner.get());
+  TACHYON_CHECK(tp != nullptr) << "internal: a follower node without a TP runner";
+  tp->follow();
+#else
+  TACHYON_FAIL() << "--nnodes > 1 needs a CUDA build of tachyon";
+#endif
 }
 
 }  // namespace tachyon::runner

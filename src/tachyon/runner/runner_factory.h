@@ -27,6 +27,11 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, engine::EngineC
 // "Qwen3ForCausalLM:<hash of config.json>": what a cached artifact of this model is keyed by.
 std::string model_identity(const std::filesystem::path& model_dir, const model::ModelConfig& config);
 
+// Node node_rank > 0 of a multi-node TP group (--nnodes): loads this node's ranks, joins the
+// group and runs the leader's steps until the leader's engine stops. Start it with the same
+// model and options as node 0 (checked at start-up through the plan hash).
+void run_follower_node(const std::filesystem::path& model_dir, engine::EngineConfig& config);
+
 // Why the CUDA runner cannot serve this model ("" when it can).
 std::string cuda_unsupported_reason(const model::ModelConfig& config);
 

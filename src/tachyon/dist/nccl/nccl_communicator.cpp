@@ -50,6 +50,19 @@ ncclUniqueId nccl_unique_id() {
   return id;
 }
 
+ncclUniqueId nccl_unique_id_at(const std::string& addr, int port) {
+  TACHYON_CHECK(!addr.empty() && port > 0 && port < 65536)
+      << "the NCCL bootstrap address needs a host and a port in 1..65535, got '" << addr << "':" << port;
+  const std::string where = addr + ":" + std::to_string(port);
+  setenv("NCCL_COMM_ID", where.c_str(), 1);
+  nccl_disable_multicast();
+  ncclUniqueId id;
+  const ncclResult_t status = ncclGetUniqueId(&id);
+  TACHYON_CHECK(status == ncclSuccess) << "NCCL cannot use the bootstrap address " << where << ": "
+                                       << ncclGetErrorString(status) << " (use <ipv4>:<port> or <hostname>:<port>)";
+  return id;
+}
+
 ncclDataType_t nccl_data_type(ReduceType type) {
   switch (type) {
     case ReduceType::kF32:

@@ -35,8 +35,8 @@
 //     recv in the same group, which is what send_recv(..., rank(), ..., rank()) does.
 //   - A lone send may wait until the peer posts its recv (see communicator.h).
 //
-// Multicast: NVLink SHARP (NVLS) multicast must stay off on the shared H200 machines
-// (/work/.library/device/KINDS.md): nccl_unique_id() forces NCCL_NVLS_ENABLE=0 in the
+// Multicast: NVLink SHARP (NVLS) multicast must stay off on the shared GPU machines (it can put
+// their GPUs out of service): nccl_unique_id() forces NCCL_NVLS_ENABLE=0 in the
 // environment before NCCL first reads it, and nothing here calls cuMulticastCreate.
 //
 // Lifetime: the constructor blocks until every rank of the group has joined (ncclCommInitRank),
@@ -44,13 +44,15 @@
 // communicator from its own thread (ncclCommDestroy may wait for its peers), after the streams
 // that used it are done.
 //
-// Bootstrap in scope: GPUs of one node in one process (nccl_unique_id() handed to N threads, or
-// make_local_nccl_communicators() for a single thread over N devices). Multi-node bootstrap
-// (shipping the ncclUniqueId over --master-addr/--master-port) is not built yet.
+// Bootstrap: GPUs of one node in one process (nccl_unique_id() handed to N threads, or
+// make_local_nccl_communicators() for a single thread over N devices); across nodes,
+// nccl_unique_id_at(addr, port), NCCL's own bootstrap at a known address (NCCL_COMM_ID).
 // Docs: docs/parallelism.md ("NCCL backend").
 #pragma once
 
 #include <nccl.h>
+
+#include <string>
 
 #include <memory>
 #include <span>
@@ -77,6 +79,12 @@ void nccl_disable_multicast();
 // A fresh id for one communicator (one group instance): generate it once, before the rank
 // threads start, and hand the same id to every rank of that group. Disables multicast first.
 ncclUniqueId nccl_unique_id();
+// The id of a group spanning processes or nodes, the same in every process without shipping it:
+// sets NCCL_COMM_ID=addr:port (process-wide, kept set: NCCL reads it again when rank 0 joins and
+// starts its bootstrap root listening there) and returns NCCL's id for that address. Rank 0 of
+// the group must run on the host `addr` names. One such group per process: every later NCCL
+// communicator of the process would also find NCCL_COMM_ID set.
+ncclUniqueId nccl_unique_id_at(const std::string& addr, int port);
 
 ncclDataType_t nccl_data_type(ReduceType type);
 

@@ -1,13 +1,16 @@
 #include "tachyon/runner/cuda/tp_cuda_model_runner.h"
 
 #include <algorithm>
+#include <cstring>
 #include <set>
 
 #include "tachyon/base/check.h"
 #include "tachyon/dist/cuda/peer_communicator.h"
 #include "tachyon/kernels/cuda/cuda_check.h"
 #include "tachyon/model/tp_shard.h"
+#include "tachyon/runner/plan_wire.h"
 #ifdef TACHYON_HAVE_NCCL
+#include "tachyon/dist/nccl/nccl_communicator.h"
 #include "tachyon/dist/nccl/nccl_process_groups.h"
 #endif
 
@@ -36,59 +39,184 @@ TpCommFactory default_tp_comm_factory(const std::vector<int>& devices) {
 #endif
 }
 
+TpCommFactory multi_node_tp_comm_factory(const std::string& addr, int port, int tp_size) {
+#ifdef TACHYON_HAVE_NCCL
+  const ncclUniqueId id = dist::nccl_unique_id_at(addr, port);
+  return [id, tp_size](int rank) { return std::make_unique<dist::NcclCommunicator>(id, tp_size, rank); };
+#else
+  TACHYON_FAIL() << "tensor parallelism over nodes needs NCCL, and this build has none (set NCCL_ROOT and reconfigure)";
+  return {};
+#endif
+}
+
+namespace {
+
+// What every rank tells the others at start-up (multi-node): the options it plans with and the
+// KV blocks its GPU holds.
+struct StartUpInfo {
+  char plan_hash[32];
+  int32_t num_blocks;
+  int32_t pad;
+};
+
+}  // namespace
+
 TpCudaModelRunner::TpCudaModelRunner(const model::Bf16ModelWeights& full, const engine::EngineConfig& config,
-                                     std::vector<int> devices, TpCommFactory make_comm)
+                                     TpCudaLayout layout, TpCommFactory make_comm)
     : vocab_size_(full.config.vocab_size),
-      devices_(std::move(devices)),
+      layout_(std::move(layout)),
+      tp_size_(layout_.tp_size > 0 ? layout_.tp_size : static_cast<int>(layout_.devices.size())),
       make_comm_(std::move(make_comm)),
-      ranks_(devices_.size()),
-      workers_(static_cast<int>(devices_.size())) {
-  const int tp = static_cast<int>(devices_.size());
-  model::check_tp_size(full.config, tp);
+      ranks_(layout_.devices.size()),
+      workers_(static_cast<int>(layout_.devices.size())) {
+  const std::vector<int>& devices = layout_.devices;
+  TACHYON_CHECK(!devices.empty()) << "tensor parallelism needs at least one GPU on this node";
+  model::check_tp_size(full.config, tp_size_);
   // One GPU per rank: a peer collective waiting for a rank whose kernel queues behind it on the
   // same GPU would never finish, and NCCL refuses such groups anyway.
-  TACHYON_CHECK(std::set<int>(devices_.begin(), devices_.end()).size() == devices_.size())
+  TACHYON_CHECK(std::set<int>(devices.begin(), devices.end()).size() == devices.size())
       << "tensor parallelism needs one GPU per rank";
+  TACHYON_CHECK(layout_.first_rank >= 0 && layout_.first_rank + static_cast<int>(devices.size()) <= tp_size_)
+      << "internal: local ranks [" << layout_.first_rank << ", " << layout_.first_rank + devices.size()
+      << ") outside a group of " << tp_size_;
+  const int64_t max_blocks_per_seq = (config.scheduler.max_model_len + config.block_size - 1) / config.block_size;
+  plan_capacity_ = std::max<size_t>(
+      8 + max_encoded_plan_bytes(std::max(config.scheduler.max_num_batched_tokens, config.scheduler.max_num_seqs),
+                                 config.scheduler.max_num_seqs, max_blocks_per_seq),
+      static_cast<size_t>(tp_size_ + 1) * sizeof(StartUpInfo));
   workers_.run([&](int r) {
-    TACHYON_CUDA_CHECK(cudaSetDevice(devices_[static_cast<size_t>(r)]));
+    TACHYON_CUDA_CHECK(cudaSetDevice(devices[static_cast<size_t>(r)]));
     Rank& rank = ranks_[static_cast<size_t>(r)];
-    rank.comm = make_comm_(r);
-    TACHYON_CHECK(rank.comm->size() == tp && rank.comm->rank() == r)
-        << "internal: rank " << r << " joined a group as rank " << rank.comm->rank() << " of " << rank.comm->size();
+    const int global = layout_.first_rank + r;
+    rank.comm = make_comm_(global);
+    TACHYON_CHECK(rank.comm->size() == tp_size_ && rank.comm->rank() == global)
+        << "internal: rank " << global << " joined a group as rank " << rank.comm->rank() << " of " << rank.comm->size();
+    if (multi_node()) {
+      TACHYON_CUDA_CHECK(cudaStreamCreateWithFlags(&rank.stream, cudaStreamNonBlocking));
+      rank.plan_device = cuda::DeviceBuffer(plan_capacity_);
+      rank.plan_host = cuda::PinnedBuffer(plan_capacity_);
+    }
     CudaTpRank part{.comm = rank.comm.get()};
-    if (tp == 1) {  // the whole model: no copy
+    if (tp_size_ == 1) {  // the whole model: no copy
       rank.runner = std::make_unique<CudaModelRunner>(full, config, part);
       return;
     }
-    model::Bf16TpShard shard = model::shard_weights(full, r, tp);
+    model::Bf16TpShard shard = model::shard_weights(full, global, tp_size_);
     part.vocab_begin = shard.vocab_begin;
     part.vocab_rows = shard.vocab_rows;
     rank.runner = std::make_unique<CudaModelRunner>(shard.weights, config, part);
   });
   num_blocks_ = ranks_[0].runner->num_blocks();
   for (const Rank& rank : ranks_) num_blocks_ = std::min(num_blocks_, rank.runner->num_blocks());
+  if (multi_node()) agree_on_start_up(config);
+}
+
+void TpCudaModelRunner::agree_on_start_up(const engine::EngineConfig& config) {
+  const std::string hash = config.plan_hash();
+  TACHYON_CHECK(hash.size() == sizeof(StartUpInfo::plan_hash)) << "internal: plan hash of " << hash.size() << " chars";
+  std::vector<StartUpInfo> everyone(static_cast<size_t>(tp_size_));
+  workers_.run([&](int r) {
+    Rank& rank = ranks_[static_cast<size_t>(r)];
+    StartUpInfo mine{};
+    std::memcpy(mine.plan_hash, hash.data(), sizeof(mine.plan_hash));
+    mine.num_blocks = rank.runner->num_blocks();
+    auto* device = static_cast<std::byte*>(rank.plan_device.data());
+    TACHYON_CUDA_CHECK(cudaMemcpyAsync(device, &mine, sizeof(mine), cudaMemcpyHostToDevice, rank.stream));
+    rank.comm->all_gather(device, device + sizeof(mine), sizeof(mine), rank.stream);
+    if (r == 0) {
+      TACHYON_CUDA_CHECK(cudaMemcpyAsync(everyone.data(), device + sizeof(mine), everyone.size() * sizeof(mine),
+                                         cudaMemcpyDeviceToHost, rank.stream));
+    }
+    TACHYON_CUDA_CHECK(cudaStreamSynchronize(rank.stream));
+  });
+  for (int g = 0; g < tp_size_; ++g) {
+    const StartUpInfo& info = everyone[static_cast<size_t>(g)];
+    TACHYON_CHECK(std::memcmp(info.plan_hash, hash.data(), sizeof(info.plan_hash)) == 0)
+        << "TP rank " << g << " was started with other engine options than rank " << layout_.first_rank
+        << " (plan hash " << std::string(info.plan_hash, sizeof(info.plan_hash)) << " vs " << hash
+        << "): start every node with the same model and options, apart from --node-rank";
+    num_blocks_ = std::min(num_blocks_, info.num_blocks);
+  }
 }
 
 TpCudaModelRunner::~TpCudaModelRunner() {
+  try {
+    if (multi_node() && is_leader()) broadcast_plan(nullptr);  // the followers' follow() returns
+  } catch (...) {
+    // A follower that is gone cannot be told; nothing is left for this process to do about it.
+  }
   // On their own threads: a CUDA runner and an NCCL communicator end where they were made.
   try {
     workers_.run([&](int r) {
       Rank& rank = ranks_[static_cast<size_t>(r)];
       rank.runner.reset();
       rank.comm.reset();
+      if (rank.stream != nullptr) cudaStreamDestroy(rank.stream);
+      rank.stream = nullptr;
     });
   } catch (...) {
     // A destructor must not throw; a failing teardown leaves nothing for the caller to do.
   }
 }
 
+std::optional<engine::StepPlan> TpCudaModelRunner::broadcast_plan(const engine::StepPlan* plan) {
+  std::vector<std::byte> bytes;
+  if (plan != nullptr) bytes = encode_plan(*plan);
+  TACHYON_CHECK(8 + bytes.size() <= plan_capacity_)
+      << "internal: a plan of " << bytes.size() << " bytes exceeds the " << plan_capacity_ << "-byte buffer";
+  workers_.run([&](int r) {
+    Rank& rank = ranks_[static_cast<size_t>(r)];
+    const bool root = layout_.first_rank + r == 0;
+    auto* host = rank.plan_host.as<std::byte>();
+    auto* device = static_cast<std::byte*>(rank.plan_device.data());
+    if (root) {
+      const int64_t length = static_cast<int64_t>(bytes.size());
+      std::memcpy(host, &length, sizeof(length));
+      if (!bytes.empty()) std::memcpy(host + 8, bytes.data(), bytes.size());
+      TACHYON_CUDA_CHECK(cudaMemcpyAsync(device, host, 8 + bytes.size(), cudaMemcpyHostToDevice, rank.stream));
+    }
+    rank.comm->broadcast(device, 8, /*root=*/0, rank.stream);
+    if (!root) TACHYON_CUDA_CHECK(cudaMemcpyAsync(host, device, 8, cudaMemcpyDeviceToHost, rank.stream));
+    TACHYON_CUDA_CHECK(cudaStreamSynchronize(rank.stream));
+    int64_t length = 0;
+    std::memcpy(&length, host, sizeof(length));
+    TACHYON_CHECK(length >= 0 && static_cast<size_t>(length) + 8 <= plan_capacity_)
+        << "a plan of " << length << " bytes from the leader does not fit this node's " << plan_capacity_
+        << "-byte buffer: start every node with the same options";
+    if (length == 0) return;
+    rank.comm->broadcast(device + 8, static_cast<size_t>(length), /*root=*/0, rank.stream);
+    if (!is_leader()) {
+      TACHYON_CUDA_CHECK(cudaMemcpyAsync(host + 8, device + 8, static_cast<size_t>(length), cudaMemcpyDeviceToHost,
+                                         rank.stream));
+    }
+    TACHYON_CUDA_CHECK(cudaStreamSynchronize(rank.stream));
+  });
+  if (is_leader()) return std::nullopt;
+  const auto* host = ranks_[0].plan_host.as<std::byte>();
+  int64_t length = 0;
+  std::memcpy(&length, host, sizeof(length));
+  if (length == 0) return std::nullopt;
+  return decode_plan(std::span<const std::byte>(host + 8, static_cast<size_t>(length)));
+}
+
 std::vector<engine::SampledToken> TpCudaModelRunner::execute(const engine::StepPlan& plan) {
   if (plan.empty()) return {};
+  TACHYON_CHECK(is_leader()) << "internal: execute() on a follower node; it runs follow()";
+  if (multi_node()) broadcast_plan(&plan);
   workers_.run([&](int r) {
     Rank& rank = ranks_[static_cast<size_t>(r)];
     rank.sampled = rank.runner->execute(plan);
   });
   return ranks_[0].sampled;
+}
+
+void TpCudaModelRunner::follow() {
+  TACHYON_CHECK(!is_leader()) << "internal: follow() on the leader node";
+  for (;;) {
+    std::optional<engine::StepPlan> plan = broadcast_plan(nullptr);
+    if (!plan) return;
+    workers_.run([&](int r) { ranks_[static_cast<size_t>(r)].runner->execute(*plan); });
+  }
 }
 
 double TpCudaModelRunner::last_step_device_ms() const { return ranks_[0].runner->last_step_device_ms(); }

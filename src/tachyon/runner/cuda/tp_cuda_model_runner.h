@@ -1,18 +1,29 @@
-// TpCudaModelRunner: tensor parallelism over the GPUs of this node (--tp N --device cuda), the
-// process model of DESIGN: one process, one worker thread per rank (RankWorkers), rank r on
-// devices[r]. Each worker selects its device, joins the TP group through `make_comm`, and builds
-// a CudaModelRunner over its shard (model::shard_weights) with that communicator; the engine
-// thread hands every step's StepPlan to all workers, and rank 0's sampled tokens are the step's
-// (every rank samples the same gathered logits with the same seeds, so they agree).
-// The communicator (default_tp_comm_factory): on distinct GPUs with peer access, the peer-access
+// TpCudaModelRunner: tensor parallelism over GPUs (--tp N --device cuda), the process model of
+// DESIGN: one process per node, one worker thread per local rank (RankWorkers), local rank i on
+// layout.devices[i]. Each worker selects its device, joins the TP group through `make_comm`
+// (with its global rank), and builds a CudaModelRunner over its shard (model::shard_weights)
+// with that communicator. Every rank samples the same gathered logits with the same seeds, so
+// they agree; global rank 0's tokens are the step's.
+//
+// One node: the engine thread hands each StepPlan to all workers.
+// Several nodes (--nnodes): node 0 (the leader) runs the engine; before each step its global
+// rank 0 broadcasts the plan's forward fields (plan_wire.h) over the TP group, and the other
+// nodes' processes, looping in follow(), decode and run it. An empty broadcast (the leader's
+// destructor) ends follow(). At start-up the ranks exchange their plan hashes (every node must
+// run the same options) and KV block counts (the group uses the smallest).
+//
+// The communicator (default_tp_comm_factory): on one node with peer access, the peer-access
 // communicator (dist/cuda/peer_communicator.h) for small all-reduces and gathers over NCCL for
 // the rest; NCCL alone otherwise, which also runs a group of one (tp 1 through this same path
-// on a one-GPU machine). One GPU per rank: ranks sharing a GPU could deadlock a peer collective.
-// Tests: tests/gpu/test_tp_cuda_runner.cpp. Docs: docs/parallelism.md.
+// on a one-GPU machine); across nodes, NCCL bootstrapped at --master-addr:--master-port
+// (multi_node_tp_comm_factory). One GPU per rank: ranks sharing a GPU could deadlock a peer
+// collective, and NCCL refuses them.
+// Tests: tests/gpu/test_tp_cuda_runner.cpp, scripts/gpu-tp-test.sh. Docs: docs/parallelism.md.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "tachyon/dist/communicator.h"
@@ -21,36 +32,51 @@
 #include "tachyon/runner/cuda/cuda_model_runner.h"
 #include "tachyon/runner/model_runner.h"
 #include "tachyon/runner/rank_workers.h"
+#include "tachyon/tensor/cuda/device_buffer.h"
 
 namespace tachyon::runner {
 
-// Builds rank r's TP communicator; called on rank r's worker thread with its device current,
-// by all ranks at once (NCCL's join blocks until the whole group has arrived).
-using TpCommFactory = std::function<std::unique_ptr<dist::Communicator>(int rank)>;
+// Builds global rank r's TP communicator; called on that rank's worker thread with its device
+// current, by all local ranks at once (NCCL's join blocks until the whole group has arrived).
+using TpCommFactory = std::function<std::unique_ptr<dist::Communicator>(int global_rank)>;
 
-// NCCL over `devices` (distinct GPUs of this node), fronted by the peer-access communicator when
-// every pair of them has peer access; throws when this build has no NCCL.
+// NCCL over `devices` (distinct GPUs of this node, the whole group), fronted by the peer-access
+// communicator when every pair of them has peer access; throws when this build has no NCCL.
 TpCommFactory default_tp_comm_factory(const std::vector<int>& devices);
+// NCCL for a group of tp_size ranks spread over processes or nodes, bootstrapped at addr:port
+// (global rank 0 must run on that host).
+TpCommFactory multi_node_tp_comm_factory(const std::string& addr, int port, int tp_size);
+
+// Where this process's ranks sit in the TP group.
+struct TpCudaLayout {
+  std::vector<int> devices;  // this node's GPUs, one per local rank, all distinct
+  int first_rank = 0;        // global rank of devices[0]; ranks are consecutive
+  int tp_size = 0;           // ranks in the whole group (0: devices.size(), a one-node group)
+};
 
 class TpCudaModelRunner : public ModelRunner {
  public:
-  // devices[r]: rank r's GPU, all distinct; tp = devices.size() (checked with
-  // model::check_tp_size). Each rank sizes its KV cache from its GPU's memory; num_blocks() is
-  // the smallest.
-  // make_comm is kept for the runner's life (state it captures, such as a PeerWorld, with it).
-  TpCudaModelRunner(const model::Bf16ModelWeights& full, const engine::EngineConfig& config, std::vector<int> devices,
+  // tp = layout.tp_size (checked with model::check_tp_size). Each rank sizes its KV cache from
+  // its GPU's memory; num_blocks() is the group's smallest. make_comm is kept for the runner's
+  // life (state it captures, such as a PeerWorld, lives with it).
+  TpCudaModelRunner(const model::Bf16ModelWeights& full, const engine::EngineConfig& config, TpCudaLayout layout,
                     TpCommFactory make_comm);
   ~TpCudaModelRunner() override;
   TpCudaModelRunner(const TpCudaModelRunner&) = delete;
   TpCudaModelRunner& operator=(const TpCudaModelRunner&) = delete;
 
+  // On the leader (global rank 0 here): one engine step on every rank of the group.
   std::vector<engine::SampledToken> execute(const engine::StepPlan& plan) override;
   int64_t vocab_size() const override { return vocab_size_; }
   double last_step_device_ms() const override;
 
-  int tp_size() const { return workers_.size(); }
+  // On a follower node: runs the leader's steps until the leader's runner is destroyed.
+  void follow();
+
+  int tp_size() const { return tp_size_; }
+  bool is_leader() const { return layout_.first_rank == 0; }
   int32_t num_blocks() const { return num_blocks_; }
-  // Tests: rank r's runner (its last_logits(), graph_replays()). Read it between steps only.
+  // Tests: local rank r's runner (its last_logits(), graph_replays()). Read it between steps only.
   const CudaModelRunner& rank_runner(int rank) const { return *ranks_[static_cast<size_t>(rank)].runner; }
 
  private:
@@ -58,12 +84,24 @@ class TpCudaModelRunner : public ModelRunner {
     std::unique_ptr<dist::Communicator> comm;
     std::unique_ptr<CudaModelRunner> runner;
     std::vector<engine::SampledToken> sampled;
+    // Multi-node plan broadcast: a stream, the device receive buffer ([8-byte length | plan]) and
+    // its host copy.
+    cudaStream_t stream = nullptr;
+    cuda::DeviceBuffer plan_device;
+    cuda::PinnedBuffer plan_host;
   };
+  bool multi_node() const { return tp_size_ > static_cast<int>(layout_.devices.size()); }
+  // Global rank 0 sends `plan` (nullptr: the stop signal); every rank receives. Returns the
+  // decoded plan on followers, nullopt for the stop signal (and always on the leader).
+  std::optional<engine::StepPlan> broadcast_plan(const engine::StepPlan* plan);
+  void agree_on_start_up(const engine::EngineConfig& config);
 
   int64_t vocab_size_;
-  std::vector<int> devices_;
+  TpCudaLayout layout_;
+  int tp_size_;
   TpCommFactory make_comm_;
   int32_t num_blocks_ = 0;
+  size_t plan_capacity_ = 0;
   std::vector<Rank> ranks_;
   RankWorkers workers_;  // last: its threads stop before the ranks they use are destroyed
 };
