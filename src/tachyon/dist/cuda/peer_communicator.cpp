@@ -10,24 +10,14 @@
 #include <utility>
 
 #include "tachyon/base/check.h"
+#include "tachyon/tensor/cuda/device_guard.h"
 #include "tachyon/kernels/cuda/cuda_check.h"
 
 namespace tachyon::dist {
 namespace {
 
-cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
-
-// Restores the calling thread's current device on scope exit.
-class DeviceGuard {
- public:
-  DeviceGuard() { TACHYON_CUDA_CHECK(cudaGetDevice(&saved_)); }
-  ~DeviceGuard() { cudaSetDevice(saved_); }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int saved_ = 0;
-};
+using cuda::as_stream;
+using cuda::DeviceGuard;
 
 bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   if (a_bytes == 0 || b_bytes == 0) return false;

@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "tachyon/base/check.h"
+#include "tachyon/tensor/cuda/device_guard.h"
 #include "tachyon/kernels/cuda/cuda_check.h"
 
 namespace tachyon::dist {
@@ -22,19 +23,8 @@ namespace {
         << ncclGetErrorString(tachyon_nccl_status) << " (" << ncclGetLastError(comm_) << ")"; \
   } while (0)
 
-cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
-
-// Restores the calling thread's current device on scope exit.
-class DeviceGuard {
- public:
-  DeviceGuard() { TACHYON_CUDA_CHECK(cudaGetDevice(&saved_)); }
-  ~DeviceGuard() { cudaSetDevice(saved_); }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int saved_ = 0;
-};
+using cuda::as_stream;
+using cuda::DeviceGuard;
 
 }  // namespace
 
