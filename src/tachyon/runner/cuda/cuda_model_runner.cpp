@@ -13,6 +13,7 @@
 #include "tachyon/kernels/cuda/attention.h"
 #include "tachyon/kernels/cuda/embedding.h"
 #include "tachyon/kernels/cuda/gemv.h"
+#include "tachyon/kernels/cuda/moe.h"
 #include "tachyon/kernels/cuda/rms_norm.h"
 #include "tachyon/kernels/cuda/rope_store_kv.h"
 #include "tachyon/kernels/cuda/sampling.h"
@@ -56,6 +57,15 @@ struct CudaModelRunner::Workspace {
   void* sampler_scratch = nullptr;
   size_t sampler_scratch_bytes = 0;
   kc::SampledRow* sampled = nullptr;  // [S]
+  // Mixture-of-experts layers (T tokens, k experts each: T * k pairs).
+  float* router_logits = nullptr;     // [T, num_experts] f32
+  int32_t* topk_ids = nullptr;        // [T, k]
+  float* topk_weights = nullptr;      // [T, k]
+  int32_t* sorted_rows = nullptr;     // [moe_sorted_capacity(T * k)]
+  int32_t* block_expert = nullptr;    // [moe_sorted_capacity(T * k) / kMoeBlockM]
+  bf16* expert_gate_up = nullptr;     // [T * k, 2 * moe_intermediate]
+  bf16* expert_act = nullptr;         // [T * k, moe_intermediate]
+  bf16* expert_down = nullptr;        // [T * k, hidden]
 };
 
 CudaModelRunner::CudaModelRunner(const model::Bf16ModelWeights& weights, const engine::EngineConfig& config,
@@ -73,6 +83,12 @@ CudaModelRunner::CudaModelRunner(const model::Bf16ModelWeights& weights, const e
   const model::ModelConfig& c = weights_.config();
   TACHYON_CHECK(c.head_dim == 64 || c.head_dim == 128 || c.head_dim == 256)
       << "the CUDA attention kernels need head_dim 64, 128 or 256; this model has " << c.head_dim;
+  if (c.is_moe()) {
+    TACHYON_CHECK(c.num_experts <= kc::kMoeMaxExperts && c.num_experts_per_tok <= 16 && c.moe_intermediate_size % 8 == 0)
+        << "the CUDA MoE kernels take at most " << kc::kMoeMaxExperts << " experts, top-16, and a moe_intermediate_size "
+        << "that is a multiple of 8; this model has " << c.num_experts << ", top-" << c.num_experts_per_tok << ", "
+        << c.moe_intermediate_size;
+  }
   TACHYON_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   TACHYON_CUDA_CHECK(cudaEventCreate(&step_begin_));
   TACHYON_CUDA_CHECK(cudaEventCreate(&step_end_));
@@ -97,6 +113,34 @@ void CudaModelRunner::all_reduce_hidden(bf16* data, int64_t rows) {
   if (!tensor_parallel() || rows == 0) return;
   tp_.comm->all_reduce(data, data, static_cast<size_t>(rows * weights_.config().hidden_size), dist::ReduceType::kBF16,
                        stream_);
+}
+
+bool CudaModelRunner::has_dense_mlp() const {
+  const model::ModelConfig& c = weights_.config();
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    if (!c.is_moe_layer(l)) return true;
+  }
+  return false;
+}
+
+// The experts of a mixture-of-experts layer (kernels/cuda/moe.h): route, group the (token,
+// expert) pairs by expert, the two grouped GEMMs around SiLU, then the weighted sum into
+// ws_->proj, where the dense MLP's output would be. Sizes come from T alone, so this is
+// captured in the decode graphs like the rest of the layer.
+void CudaModelRunner::moe_mlp(const CudaLayerWeights& w, int64_t T) {
+  const model::ModelConfig& c = weights_.config();
+  const int64_t H = c.hidden_size, I = c.moe_intermediate_size;
+  const int32_t E = static_cast<int32_t>(c.num_experts), k = static_cast<int32_t>(c.num_experts_per_tok);
+  const int64_t pairs = T * k, capacity = kc::moe_sorted_capacity(pairs, E);
+  gemm_.linear(ws_->router_logits, kc::GemmOutputType::kF32, ws_->normed, w.router, nullptr, T, E, H, stream_);
+  kc::moe_topk_softmax(ws_->topk_ids, ws_->topk_weights, ws_->router_logits, T, E, k, c.norm_topk_prob, stream_);
+  kc::moe_align(ws_->sorted_rows, ws_->block_expert, ws_->topk_ids, pairs, E, capacity, stream_);
+  kc::moe_grouped_gemm(ws_->expert_gate_up, ws_->normed, w.experts_gate_up, ws_->sorted_rows, ws_->block_expert,
+                       capacity, k, 2 * I, H, stream_);
+  kc::silu_and_mul(ws_->expert_act, ws_->expert_gate_up, pairs, I, stream_);
+  kc::moe_grouped_gemm(ws_->expert_down, ws_->expert_act, w.experts_down, ws_->sorted_rows, ws_->block_expert,
+                       capacity, 1, H, I, stream_);
+  kc::moe_combine(ws_->proj, ws_->expert_down, ws_->topk_weights, T, k, H, stream_);
 }
 
 void CudaModelRunner::plan_workspace(const engine::EngineConfig& config) {
@@ -143,6 +187,19 @@ void CudaModelRunner::plan_workspace(const engine::EngineConfig& config) {
       {&ws_->sampler_scratch, ws_->sampler_scratch_bytes},
       {reinterpret_cast<void**>(&ws_->sampled), S * sizeof(kc::SampledRow)},
   };
+  if (c.is_moe()) {
+    const size_t E = static_cast<size_t>(c.num_experts), k = static_cast<size_t>(c.num_experts_per_tok);
+    const size_t pairs = T * k, moe_inter = static_cast<size_t>(c.moe_intermediate_size);
+    const size_t capacity = static_cast<size_t>(kc::moe_sorted_capacity(static_cast<int64_t>(pairs), static_cast<int32_t>(E)));
+    carve.push_back({reinterpret_cast<void**>(&ws_->router_logits), T * E * 4});
+    carve.push_back({reinterpret_cast<void**>(&ws_->topk_ids), pairs * 4});
+    carve.push_back({reinterpret_cast<void**>(&ws_->topk_weights), pairs * 4});
+    carve.push_back({reinterpret_cast<void**>(&ws_->sorted_rows), capacity * 4});
+    carve.push_back({reinterpret_cast<void**>(&ws_->block_expert), capacity / kc::kMoeBlockM * 4});
+    carve.push_back({reinterpret_cast<void**>(&ws_->expert_gate_up), pairs * 2 * moe_inter * 2});
+    carve.push_back({reinterpret_cast<void**>(&ws_->expert_act), pairs * moe_inter * 2});
+    carve.push_back({reinterpret_cast<void**>(&ws_->expert_down), pairs * hidden * 2});
+  }
   std::vector<size_t> offsets;
   for (auto& [ptr, bytes] : carve) {
     offsets.push_back(offset);
@@ -191,6 +248,7 @@ void CudaModelRunner::tune_gemms(const engine::EngineConfig& config) {
     problems.push_back({m, 2 * c.intermediate_size, c.hidden_size, kc::GemmOutputType::kBF16, c.mlp_bias});
     problems.push_back({m, c.hidden_size, c.intermediate_size, kc::GemmOutputType::kBF16, c.mlp_bias});
     if (m <= limits_.max_seqs) problems.push_back({m, vocab_rows_, c.hidden_size, kc::GemmOutputType::kF32, false});
+    if (c.is_moe()) problems.push_back({m, c.num_experts, c.hidden_size, kc::GemmOutputType::kF32, false});  // router
   }
   const std::filesystem::path cache = gemm_cache_dir() / (config.plan_hash() + ".json");
   if (gemm_.load_cache(cache.string(), config.plan_hash())) return;
@@ -255,9 +313,14 @@ void CudaModelRunner::run_role(Role role, int64_t layer, int64_t m) {
 // in a real step), with cuBLASLt or with our GEMV.
 float CudaModelRunner::time_role(Role role, int32_t m, bool gemv) {
   gemv_choice_[{role, m}] = gemv;
-  const int64_t layers = role == Role::kLmHead ? 1 : weights_.config().num_hidden_layers;
+  const model::ModelConfig& c = weights_.config();
+  const int64_t layers = role == Role::kLmHead ? 1 : c.num_hidden_layers;
+  const bool mlp_role = role == Role::kGateUp || role == Role::kDownWithSilu;
   auto pass = [&] {
-    for (int64_t l = 0; l < layers; ++l) run_role(role, role == Role::kLmHead ? -1 : l, m);
+    for (int64_t l = 0; l < layers; ++l) {
+      if (mlp_role && c.is_moe_layer(l)) continue;  // its MLP is the experts'
+      run_role(role, role == Role::kLmHead ? -1 : l, m);
+    }
   };
   cudaEvent_t start, stop;
   TACHYON_CUDA_CHECK(cudaEventCreate(&start));
@@ -295,6 +358,7 @@ void CudaModelRunner::choose_gemv() {
     if (m > 8) break;
     for (Role role : {Role::kQkv, Role::kO, Role::kGateUp, Role::kDownWithSilu, Role::kLmHead}) {
       const int r = static_cast<int>(role);
+      if ((role == Role::kGateUp || role == Role::kDownWithSilu) && !has_dense_mlp()) continue;
       if (!kc::gemv_supports(m, n_of[r], k_of[r])) continue;
       const float cublas_ms = time_role(role, m, false);
       const float gemv_ms = time_role(role, m, true);
@@ -369,8 +433,12 @@ void CudaModelRunner::forward(const ForwardShape& shape) {
     all_reduce_hidden(ws_->proj, T);
     // MLP block.
     kc::add_rms_norm(ws_->normed, ws_->residual, ws_->proj, w.post_attention_norm, T, H, eps, stream_);
-    run_role(Role::kGateUp, l, T);
-    run_role(Role::kDownWithSilu, l, T);
+    if (c.is_moe_layer(l)) {
+      moe_mlp(w, T);
+    } else {
+      run_role(Role::kGateUp, l, T);
+      run_role(Role::kDownWithSilu, l, T);
+    }
     all_reduce_hidden(ws_->proj, T);
   }
   // Final norm on every row (cheap), then only the rows whose logits are wanted go through the

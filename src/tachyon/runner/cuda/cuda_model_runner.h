@@ -77,6 +77,8 @@ class CudaModelRunner : public ModelRunner {
   bool tensor_parallel() const;
   void all_reduce_hidden(bf16* data, int64_t rows);  // sum over the TP group, in place
   void gather_logits(int32_t rows);
+  void moe_mlp(const CudaLayerWeights& w, int64_t tokens);  // a mixture-of-experts layer's MLP into ws_->proj
+  bool has_dense_mlp() const;                                // some layer runs the dense MLP
   void plan_workspace(const engine::EngineConfig& config);
   void allocate_kv_cache(const engine::EngineConfig& config);
   void forward(const ForwardShape& shape);

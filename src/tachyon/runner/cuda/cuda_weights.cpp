@@ -41,14 +41,15 @@ CudaDenseWeights::CudaDenseWeights(const model::Bf16ModelWeights& w, const std::
   };
   struct LayerOffsets {
     size_t input_norm, qkv, qkv_bias, q_norm, k_norm, o_proj, o_proj_bias, post_norm, gate_up, gate_up_bias, down,
-        down_bias;
+        down_bias, router, experts_gate_up, experts_down;
   };
   const size_t embed = place(w.embed_tokens);
   std::vector<LayerOffsets> offsets;
   for (const auto& l : w.layers) {
     offsets.push_back({place(l.input_norm), place(l.qkv), place(l.qkv_bias), place(l.q_norm), place(l.k_norm),
                        place(l.o_proj), place(l.o_proj_bias), place(l.post_attention_norm), place(l.gate_up),
-                       place(l.gate_up_bias), place(l.down), place(l.down_bias)});
+                       place(l.gate_up_bias), place(l.down), place(l.down_bias), place(l.router),
+                       place(l.experts_gate_up), place(l.experts_down)});
   }
   const size_t final_norm = place(w.final_norm);
   const size_t lm_head = place(w.lm_head);
@@ -67,7 +68,8 @@ CudaDenseWeights::CudaDenseWeights(const model::Bf16ModelWeights& w, const std::
   embed_tokens_ = at(embed);
   for (const LayerOffsets& o : offsets) {
     layers_.push_back({at(o.input_norm), at(o.qkv), at(o.qkv_bias), at(o.q_norm), at(o.k_norm), at(o.o_proj),
-                       at(o.o_proj_bias), at(o.post_norm), at(o.gate_up), at(o.gate_up_bias), at(o.down), at(o.down_bias)});
+                       at(o.o_proj_bias), at(o.post_norm), at(o.gate_up), at(o.gate_up_bias), at(o.down), at(o.down_bias),
+                       at(o.router), at(o.experts_gate_up), at(o.experts_down)});
   }
   final_norm_ = at(final_norm);
   lm_head_ = lm_head == SIZE_MAX ? embed_tokens_ : at(lm_head);

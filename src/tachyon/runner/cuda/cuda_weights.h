@@ -27,6 +27,10 @@ struct CudaLayerWeights {
   const bf16* gate_up_bias = nullptr;        // [2 * intermediate] or nullptr
   const bf16* down = nullptr;                // [hidden, intermediate]
   const bf16* down_bias = nullptr;           // [hidden] or nullptr
+  // Mixture-of-experts layers (model_weights.h); the dense MLP fields above are then null.
+  const bf16* router = nullptr;              // [num_experts, hidden]
+  const bf16* experts_gate_up = nullptr;     // [num_experts, 2 * moe_intermediate, hidden]
+  const bf16* experts_down = nullptr;        // [num_experts, hidden, moe_intermediate]
 };
 
 class CudaDenseWeights {
