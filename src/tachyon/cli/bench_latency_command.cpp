@@ -49,11 +49,18 @@ double percentile(std::vector<double> values, double p) {
 
 // Bytes one decode step must read at least: every weight matrix once (the embedding table only
 // for the looked-up rows, so it is left out unless tied to the LM head), plus the K/V of every
-// sequence's context.
+// sequence's context. An MoE layer reads its router and only the experts the batch routes to:
+// at most batch * k of them (fewer when tokens share experts, so this is the floor's upper end).
 double decode_floor_bytes(const model::ModelConfig& c, int64_t batch, int64_t context) {
-  const double h = c.hidden_size, per_layer = h * (c.q_size() + 2.0 * c.kv_size()) + c.q_size() * h +
-                                              3.0 * h * c.intermediate_size + 2.0 * h;
-  const double weights = c.num_hidden_layers * per_layer + static_cast<double>(c.vocab_size) * h + h;
+  const double h = c.hidden_size;
+  const double attention = h * (c.q_size() + 2.0 * c.kv_size()) + c.q_size() * h + 2.0 * h;
+  const double active_experts = std::min<double>(static_cast<double>(c.num_experts),
+                                                 static_cast<double>(batch) * c.num_experts_per_tok);
+  double weights = static_cast<double>(c.vocab_size) * h + h;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    weights += attention + (c.is_moe_layer(l) ? c.num_experts * h + active_experts * 3.0 * h * c.moe_intermediate_size
+                                              : 3.0 * h * c.intermediate_size);
+  }
   const double kv = 2.0 * c.num_hidden_layers * static_cast<double>(c.kv_size()) * context * batch;
   return 2.0 * (weights + kv);  // bf16
 }
