@@ -14,11 +14,12 @@ struct AttentionShape {
   int64_t head_dim = 0;
   int64_t sliding_window = 0; // 0: full causal; else query at p sees keys in (p - window, p]
   float scale = 1.0f;         // usually 1 / sqrt(head_dim)
+  int64_t v_head_dim = 0;     // value (and output) head width; 0: head_dim. MLA's differs from q/k's.
 };
 
-// out: [num_queries, num_heads, head_dim]; q: [num_queries, num_heads, head_dim];
-// k_cache, v_cache: [>= first_position + num_queries, num_kv_heads, head_dim], keys of positions
-// 0 .. first_position + num_queries - 1 already written.
+// out: [num_queries, num_heads, v_head_dim]; q: [num_queries, num_heads, head_dim];
+// k_cache: [>= first_position + num_queries, num_kv_heads, head_dim], v_cache the same with
+// v_head_dim; keys of positions 0 .. first_position + num_queries - 1 already written.
 void attention(float* out, const float* q, const float* k_cache, const float* v_cache, const AttentionShape& shape);
 
 // The same for one sequence of a paged cache: k_cache, v_cache: [num_blocks, block_size,
@@ -31,5 +32,8 @@ void paged_attention(float* out, const float* q, const float* k_cache, const flo
 // (row of each token); k_cache, v_cache: [num_slots, kv_size].
 void store_kv_paged(float* k_cache, float* v_cache, const float* k, const float* v, const int64_t* slot_mapping,
                     int64_t num_tokens, int64_t kv_size);
+// One of the two: rows: [num_tokens, width] into cache: [num_slots, width] (K and V of different
+// widths, as MLA's, are stored by two calls).
+void store_rows_paged(float* cache, const float* rows, const int64_t* slot_mapping, int64_t num_tokens, int64_t width);
 
 }  // namespace tachyon::kernels::cpu

@@ -17,18 +17,21 @@ namespace tachyon::model {
 class AttentionBackend {
  public:
   virtual ~AttentionBackend() = default;
-  // k, v: [num_tokens, num_kv_heads, head_dim] for this step's tokens, in batch order.
+  // k: [num_tokens, num_kv_heads, head_dim], v: [num_tokens, num_kv_heads, value_head_dim] for
+  // this step's tokens, in batch order (the widths differ under MLA).
   virtual void store_kv(int64_t layer, std::span<const float> k, std::span<const float> v) = 0;
-  // q, out: [num_tokens, num_heads, head_dim]. Token t attends every key of its sequence up to
-  // and including its own position (store_kv of this layer has run).
+  // q: [num_tokens, num_heads, head_dim], out: [num_tokens, num_heads, value_head_dim]. Token t
+  // attends every key of its sequence up to and including its own position (store_kv of this
+  // layer has run).
   virtual void attend(int64_t layer, std::span<const float> q, std::span<float> out) = 0;
 };
 
 // The attention kernel's shape for `num_queries` new tokens after `first_position` cached ones.
 kernels::cpu::AttentionShape attention_shape(const ModelConfig& config, int64_t num_queries, int64_t first_position);
 
-// Contiguous K/V of one sequence: per layer [capacity, num_kv_heads, head_dim] f32. Serves the
-// reference forward, greedy_generate and tests; the engine uses the paged cache.
+// Contiguous K/V of one sequence: per layer keys [capacity, num_kv_heads, head_dim] and values
+// [capacity, num_kv_heads, value_head_dim] f32. Serves the reference forward, greedy_generate
+// and tests; the engine uses the paged cache.
 struct SequenceKvCache {
   SequenceKvCache(const ModelConfig& config, int64_t capacity);
   int64_t capacity = 0;

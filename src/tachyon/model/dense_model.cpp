@@ -1,8 +1,9 @@
 // The dense forward, written once. DenseModel runs it on every weight; TpDenseModel runs it on a
 // tensor-parallel shard (tp_shard.h), and the TensorParallelSeams below are where the ranks talk:
 // unsharded they are no-ops, so this file still reads as the single-device reference.
-// Qwen3-MoE's sparse layers swap the MLP block for the mixture of experts of moe.h; everything
-// else is this same decoder.
+// Qwen3-MoE's and DeepSeek-V3's sparse layers swap the MLP block for the mixture of experts of
+// moe.h, and DeepSeek-V3's latent attention (mla.h) computes q, k, v in place of the q/k/v
+// projections; everything else is this same decoder.
 #include "tachyon/model/dense_model.h"
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "tachyon/kernels/rms_norm.h"
 #include "tachyon/kernels/rope.h"
 #include "tachyon/model/dense_forward.h"
+#include "tachyon/model/mla.h"
 #include "tachyon/model/moe.h"
 #include "tachyon/model/rope.h"
 
@@ -75,25 +77,22 @@ std::vector<float> lm_head(const TensorParallelSeams& tp, const std::vector<floa
   return logits;
 }
 
-// hidden += o_proj(attention(rope(q), rope(k), v)) of rms_norm(hidden). Under TP q/k/v hold this
-// rank's heads (column-parallel) and o_proj their input columns (row-parallel): its products are
-// partial sums, all-reduced before the bias.
-void attention_block(const ModelConfig& c, const LayerWeights& w, std::span<const float> inv_freq,
-                     const TensorParallelSeams& tp, int64_t layer, std::vector<float>& hidden,
-                     std::span<const int64_t> positions, AttentionBackend& attention, const ForwardHook& hook) {
-  const float eps = static_cast<float>(c.rms_norm_eps);
+// q [n, heads, head_dim], k and v [n, kv_heads, head_dim] of the Llama family, rope applied.
+// Under TP q/k/v hold this rank's heads (column-parallel).
+QkvProjections project_qkv(const ModelConfig& c, const LayerWeights& w, std::span<const float> inv_freq,
+                           const std::vector<float>& normed, std::span<const int64_t> positions) {
   const int64_t n = static_cast<int64_t>(positions.size());
   const int64_t qkv_width = c.q_size() + 2 * c.kv_size();
-
-  std::vector<float> normed(hidden.size());  // [n, hidden]
-  cpu::rms_norm(normed.data(), hidden.data(), w.input_norm.data(), n, c.hidden_size, eps);
   std::vector<float> qkv(static_cast<size_t>(n * qkv_width));  // [n, q_size + 2 * kv_size]
   cpu::linear(qkv.data(), normed.data(), w.qkv.data(), w.qkv_bias.empty() ? nullptr : w.qkv_bias.data(), n,
               c.hidden_size, qkv_width);
 
   // Split into q [n, heads, head_dim] and k, v [n, kv_heads, head_dim].
-  std::vector<float> q(static_cast<size_t>(n * c.q_size())), k(static_cast<size_t>(n * c.kv_size())),
-      v(static_cast<size_t>(n * c.kv_size()));
+  QkvProjections out;
+  std::vector<float>&q = out.q, &k = out.k, &v = out.v;
+  q.resize(static_cast<size_t>(n * c.q_size()));
+  k.resize(static_cast<size_t>(n * c.kv_size()));
+  v.resize(static_cast<size_t>(n * c.kv_size()));
   for (int64_t t = 0; t < n; ++t) {
     const float* row = qkv.data() + t * qkv_width;
     std::copy_n(row, c.q_size(), q.data() + t * c.q_size());
@@ -101,22 +100,40 @@ void attention_block(const ModelConfig& c, const LayerWeights& w, std::span<cons
     std::copy_n(row + c.q_size() + c.kv_size(), c.kv_size(), v.data() + t * c.kv_size());
   }
   if (c.qk_norm) {  // Qwen3: per-head RMSNorm over head_dim, before RoPE
+    const float eps = static_cast<float>(c.rms_norm_eps);
     cpu::rms_norm(q.data(), q.data(), w.q_norm.data(), n * c.num_attention_heads, c.head_dim, eps);
     cpu::rms_norm(k.data(), k.data(), w.k_norm.data(), n * c.num_key_value_heads, c.head_dim, eps);
   }
   cpu::apply_rope(q.data(), positions.data(), inv_freq.data(), n, c.num_attention_heads, c.head_dim);
   cpu::apply_rope(k.data(), positions.data(), inv_freq.data(), n, c.num_key_value_heads, c.head_dim);
+  return out;
+}
+
+// hidden += o_proj(attention(q, k, v)) of rms_norm(hidden), with q, k, v from the q/k/v
+// projections or from latent attention (mla.h). Under TP o_proj holds this rank's heads' input
+// columns (row-parallel): its products are partial sums, all-reduced before the bias.
+void attention_block(const ModelConfig& c, const LayerWeights& w, std::span<const float> inv_freq,
+                     const TensorParallelSeams& tp, int64_t layer, std::vector<float>& hidden,
+                     std::span<const int64_t> positions, AttentionBackend& attention, const ForwardHook& hook) {
+  const int64_t n = static_cast<int64_t>(positions.size());
+  std::vector<float> normed(hidden.size());  // [n, hidden]
+  cpu::rms_norm(normed.data(), hidden.data(), w.input_norm.data(), n, c.hidden_size,
+                static_cast<float>(c.rms_norm_eps));
+  TACHYON_CHECK(!c.is_mla() || tp.group == nullptr) << "internal: latent attention under tensor parallelism";
+  auto [q, k, v] = c.is_mla() ? mla_project(c, w, inv_freq, normed, positions)
+                              : project_qkv(c, w, inv_freq, normed, positions);
   if (hook) {
     hook("q", layer, q);
     hook("k", layer, k);
   }
 
   attention.store_kv(layer, k, v);
-  std::vector<float> attended(q.size());  // [n, heads, head_dim]
+  const int64_t attended_width = c.num_attention_heads * c.value_head_dim();
+  std::vector<float> attended(static_cast<size_t>(n * attended_width));  // [n, heads, value_head_dim]
   attention.attend(layer, q, attended);
 
   std::vector<float> projected(hidden.size());  // [n, hidden]
-  cpu::linear(projected.data(), attended.data(), w.o_proj.data(), nullptr, n, c.q_size(), c.hidden_size);
+  cpu::linear(projected.data(), attended.data(), w.o_proj.data(), nullptr, n, attended_width, c.hidden_size);
   all_reduce(tp, projected);
   add_bias(projected, w.o_proj_bias, n, c.hidden_size);
   if (hook) hook("attn_out", layer, projected);

@@ -1,8 +1,9 @@
 // The dense decoder of the Llama family, the CPU reference forward. Llama, Mistral, Qwen2 and
 // Qwen3 differ only in ModelConfig fields (biases, q/k norm, sliding window), so they share this
 // file; the forward reads top to bottom like the papers. Qwen3-MoE is the same decoder with a
-// mixture of experts (moe.h) in place of the MLP in its sparse layers, so it runs here too. Weights are held in f32 whatever the
-// checkpoint's dtype, which is what makes this the numerical reference the CUDA kernels match.
+// mixture of experts (moe.h) in place of the MLP in its sparse layers, so it runs here too, and
+// so does DeepSeek-V3, whose latent attention (mla.h) computes q, k, v in place of the q/k/v
+// projections (ModelConfig::is_mla). Weights are held in f32 whatever the checkpoint's dtype, which is what makes this the numerical reference the CUDA kernels match.
 // The forward itself (dense_model.cpp, via dense_forward.h) also serves TpDenseModel, one rank of
 // a tensor-parallel group (tp_dense_model.h).
 #pragma once

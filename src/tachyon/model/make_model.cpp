@@ -37,6 +37,8 @@ struct Distribution {
 
 Distribution distribution_for(const std::string& name, const std::vector<int64_t>& shape) {
   if (name.ends_with("norm.weight")) return {1.0f, 0.1f};
+  // DeepSeek's router score bias: on the sigmoid scores' scale, enough to change some choices.
+  if (name.ends_with("e_score_correction_bias")) return {0.0f, 0.1f};
   if (name.ends_with(".bias")) return {0.0f, 0.1f};
   // Small next to the layer outputs, so that a tied LM head does not just echo the last token.
   if (name == "model.embed_tokens.weight") return {0.0f, 0.25f};
@@ -128,9 +130,12 @@ ModelConfig make_model_config(const MakeModelOptions& options) {
     c.o_proj_bias = false;
   }
   c.qk_norm = c.model_type == "qwen3" || c.model_type == "qwen3_moe";
-  TACHYON_CHECK(c.model_type != "qwen3_moe" || c.is_moe())
+  TACHYON_CHECK(c.model_type != "qwen3_moe" || (c.is_moe() && c.router == RouterKind::kSoftmaxTopK))
       << "preset '" << preset.name << "' has no experts; --arch qwen3_moe needs a mixture-of-experts preset "
       << "(tiny-moe, tiny-moe-nonorm, qwen3-30b-a3b)";
+  TACHYON_CHECK((c.model_type == "deepseek_v3") == c.is_mla())
+      << "preset '" << preset.name << "' and --arch " << options.arch << " disagree: --arch deepseek_v3 needs a "
+      << "DeepSeek preset (tiny-deepseek, tiny-deepseek-noqlora, deepseek-v3-reduced) and those need it";
   c.torch_dtype = options.dtype.value_or(preset.dtype) == DType::kF32   ? "float32"
                   : options.dtype.value_or(preset.dtype) == DType::kF16 ? "float16"
                                                                         : "bfloat16";

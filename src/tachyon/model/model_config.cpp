@@ -14,12 +14,13 @@ struct ArchitectureInfo {
   const char* model_type;
 };
 
-constexpr std::array<ArchitectureInfo, 5> kArchitectures = {{
+constexpr std::array<ArchitectureInfo, 6> kArchitectures = {{
     {"LlamaForCausalLM", "llama"},
     {"MistralForCausalLM", "mistral"},
     {"Qwen2ForCausalLM", "qwen2"},
     {"Qwen3ForCausalLM", "qwen3"},
     {"Qwen3MoeForCausalLM", "qwen3_moe"},
+    {"DeepseekV3ForCausalLM", "deepseek_v3"},
 }};
 
 std::string supported_list() {
@@ -88,6 +89,78 @@ void parse_moe(const nlohmann::json& json, const std::string& source, ModelConfi
       << source << ": Qwen3-MoE use_sliding_window=true is not supported yet";
 }
 
+// DeepSeek-V3's latent attention and expert fields; absent ones take DeepseekV3Config's defaults.
+// head_dim becomes the query/key head width (nope + rope): what attention and the KV cache see.
+void parse_deepseek(const nlohmann::json& json, const std::string& source, ModelConfig& c) {
+  c.q_lora_rank = optional_int(json, "q_lora_rank", 0, 1, source);  // null: plain q_proj
+  c.kv_lora_rank = optional_int(json, "kv_lora_rank", 512, 1, source);
+  c.qk_nope_head_dim = optional_int(json, "qk_nope_head_dim", 128, 1, source);
+  c.qk_rope_head_dim = optional_int(json, "qk_rope_head_dim", 64, 2, source);
+  c.v_head_dim = optional_int(json, "v_head_dim", 128, 1, source);
+  c.head_dim = c.qk_nope_head_dim + c.qk_rope_head_dim;
+  TACHYON_CHECK(c.qk_rope_head_dim % 2 == 0) << source << ": qk_rope_head_dim must be even for RoPE, got "
+                                             << c.qk_rope_head_dim;
+  // transformers sets head_dim = qk_rope_head_dim and sizes the rotary embedding from it; another
+  // value in the file would change the frequencies, so we refuse rather than guess.
+  if (json.contains("head_dim") && !json["head_dim"].is_null()) {
+    TACHYON_CHECK(json["head_dim"] == c.qk_rope_head_dim)
+        << source << ": field 'head_dim' (" << json["head_dim"].dump() << ") must equal qk_rope_head_dim ("
+        << c.qk_rope_head_dim << ") for deepseek_v3";
+  }
+  TACHYON_CHECK(c.num_key_value_heads == c.num_attention_heads)
+      << source << ": deepseek_v3 needs num_key_value_heads == num_attention_heads (MLA gives every head its own "
+      << "keys), got " << c.num_key_value_heads << " and " << c.num_attention_heads;
+  TACHYON_CHECK(!optional_value<bool>(json, "attention_bias", false))
+      << source << ": deepseek_v3 attention_bias=true is not supported";
+  c.rope_interleave = optional_value<bool>(json, "rope_interleave", true);
+  c.num_nextn_predict_layers = optional_int(json, "num_nextn_predict_layers", 0, 0, source);
+
+  c.router = RouterKind::kSigmoidGroupLimited;
+  c.num_experts = optional_int(json, "n_routed_experts", 256, 0, source);
+  c.num_experts_per_tok = optional_int(json, "num_experts_per_tok", 8, 1, source);
+  c.moe_intermediate_size = optional_int(json, "moe_intermediate_size", 2048, 1, source);
+  c.n_shared_experts = optional_int(json, "n_shared_experts", 1, 0, source);
+  c.n_group = optional_int(json, "n_group", 8, 1, source);
+  c.topk_group = optional_int(json, "topk_group", 4, 1, source);
+  c.first_k_dense_replace = optional_int(json, "first_k_dense_replace", 3, 0, source);
+  c.routed_scaling_factor = optional_value<double>(json, "routed_scaling_factor", 2.5);
+  c.norm_topk_prob = optional_value<bool>(json, "norm_topk_prob", true);
+  if (c.num_experts > 0) {
+    TACHYON_CHECK(c.num_experts % c.n_group == 0 && c.num_experts / c.n_group >= 2)
+        << source << ": n_routed_experts (" << c.num_experts << ") must split into n_group (" << c.n_group
+        << ") groups of at least 2 experts (a group scores by its top 2)";
+    TACHYON_CHECK(c.topk_group <= c.n_group)
+        << source << ": topk_group (" << c.topk_group << ") exceeds n_group (" << c.n_group << ")";
+    TACHYON_CHECK(c.num_experts_per_tok <= c.num_experts)
+        << source << ": num_experts_per_tok (" << c.num_experts_per_tok << ") exceeds n_routed_experts ("
+        << c.num_experts << ")";
+  }
+  const std::string scoring = optional_value<std::string>(json, "scoring_func", "sigmoid");
+  TACHYON_CHECK(scoring == "sigmoid") << source << ": scoring_func '" << scoring << "' is not supported (sigmoid)";
+  TACHYON_CHECK(!json.contains("quantization_config"))
+      << source << ": quantized (e.g. fp8) DeepSeek checkpoints are not supported; use a bf16/f32 one";
+}
+
+void deepseek_to_json(const ModelConfig& c, nlohmann::json& j) {
+  j["q_lora_rank"] = c.q_lora_rank > 0 ? nlohmann::json(c.q_lora_rank) : nlohmann::json(nullptr);
+  j["kv_lora_rank"] = c.kv_lora_rank;
+  j["qk_nope_head_dim"] = c.qk_nope_head_dim;
+  j["qk_rope_head_dim"] = c.qk_rope_head_dim;
+  j["v_head_dim"] = c.v_head_dim;
+  j["rope_interleave"] = c.rope_interleave;
+  if (c.num_nextn_predict_layers > 0) j["num_nextn_predict_layers"] = c.num_nextn_predict_layers;
+  j["n_routed_experts"] = c.num_experts;
+  j["num_experts_per_tok"] = c.num_experts_per_tok;
+  j["moe_intermediate_size"] = c.moe_intermediate_size;
+  j["n_shared_experts"] = c.n_shared_experts;
+  j["n_group"] = c.n_group;
+  j["topk_group"] = c.topk_group;
+  j["first_k_dense_replace"] = c.first_k_dense_replace;
+  j["routed_scaling_factor"] = c.routed_scaling_factor;
+  j["norm_topk_prob"] = c.norm_topk_prob;
+  j["attention_dropout"] = 0.0;
+}
+
 std::optional<int64_t> optional_token_id(const nlohmann::json& json, const char* key) {
   if (!json.contains(key) || json[key].is_null()) return std::nullopt;
   const auto& value = json[key];
@@ -107,7 +180,8 @@ const nlohmann::json* rope_parameters(const nlohmann::json& json) {
   return nullptr;
 }
 
-RopeScaling parse_rope_scaling(const nlohmann::json& json, const std::string& source) {
+// yarn_allowed: only DeepSeek-V3's forward applies YaRN's cos/sin and softmax factors so far.
+RopeScaling parse_rope_scaling(const nlohmann::json& json, const std::string& source, bool yarn_allowed) {
   RopeScaling scaling;
   const nlohmann::json* parameters = rope_parameters(json);
   if (parameters == nullptr) return scaling;
@@ -128,9 +202,23 @@ RopeScaling parse_rope_scaling(const nlohmann::json& json, const std::string& so
         optional_value<int64_t>(rs, "original_max_position_embeddings", 8192);
     TACHYON_CHECK(scaling.high_freq_factor > scaling.low_freq_factor)
         << source << ": llama3 rope_scaling needs high_freq_factor > low_freq_factor";
+  } else if (type == "yarn" && yarn_allowed) {
+    // Absent or null fields take transformers' defaults (beta_fast 32, beta_slow 1, the model's
+    // max_position_embeddings as the original context, truncation on).
+    scaling.type = RopeScalingType::kYarn;
+    scaling.original_max_position_embeddings = optional_value<int64_t>(
+        rs, "original_max_position_embeddings", optional_value<int64_t>(json, "max_position_embeddings", 4096));
+    scaling.beta_fast = optional_value<double>(rs, "beta_fast", 32.0);
+    scaling.beta_slow = optional_value<double>(rs, "beta_slow", 1.0);
+    scaling.mscale = optional_value<double>(rs, "mscale", 0.0);
+    scaling.mscale_all_dim = optional_value<double>(rs, "mscale_all_dim", 0.0);
+    scaling.attention_factor = optional_value<double>(rs, "attention_factor", 0.0);
+    scaling.truncate = optional_value<bool>(rs, "truncate", true);
+    TACHYON_CHECK(scaling.original_max_position_embeddings > 0)
+        << source << ": yarn rope_scaling needs a positive original_max_position_embeddings";
   } else {
     TACHYON_FAIL() << source << ": unsupported rope_scaling type '" << type
-                   << "' (supported: default, linear, llama3)";
+                   << "' (supported: default, linear, llama3; yarn for deepseek_v3)";
   }
   return scaling;
 }
@@ -187,7 +275,9 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& json, const std::string
   TACHYON_CHECK(c.num_attention_heads % c.num_key_value_heads == 0)
       << source << ": num_attention_heads (" << c.num_attention_heads
       << ") must be a multiple of num_key_value_heads (" << c.num_key_value_heads << ")";
-  if (json.contains("head_dim") && !json["head_dim"].is_null()) {
+  if (c.model_type == "deepseek_v3") {
+    parse_deepseek(json, source, c);  // head_dim = qk_nope_head_dim + qk_rope_head_dim
+  } else if (json.contains("head_dim") && !json["head_dim"].is_null()) {
     c.head_dim = required_int(json, "head_dim", source);
   } else {
     TACHYON_CHECK(c.hidden_size % c.num_attention_heads == 0)
@@ -195,14 +285,14 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& json, const std::string
         << c.num_attention_heads << ") and no head_dim is given";
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
-  TACHYON_CHECK(c.head_dim % 2 == 0) << source << ": head_dim must be even for RoPE, got " << c.head_dim;
+  TACHYON_CHECK(c.is_mla() || c.head_dim % 2 == 0) << source << ": head_dim must be even for RoPE, got " << c.head_dim;
   c.max_position_embeddings = optional_value<int64_t>(json, "max_position_embeddings", 4096);
   c.rms_norm_eps = optional_value<double>(json, "rms_norm_eps", 1e-6);
   c.rope_theta = optional_value<double>(json, "rope_theta", 10000.0);
   if (const nlohmann::json* parameters = rope_parameters(json); parameters && parameters->contains("rope_theta")) {
     c.rope_theta = (*parameters)["rope_theta"].get<double>();
   }
-  c.rope_scaling = parse_rope_scaling(json, source);
+  c.rope_scaling = parse_rope_scaling(json, source, c.model_type == "deepseek_v3");
   c.tie_word_embeddings = optional_value<bool>(json, "tie_word_embeddings", false);
   c.torch_dtype = optional_value<std::string>(json, "torch_dtype", optional_value<std::string>(json, "dtype", ""));
   c.bos_token_id = optional_token_id(json, "bos_token_id");
@@ -232,7 +322,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& json, const std::string
 
 bool ModelConfig::is_moe_layer(int64_t layer) const {
   const bool dense_only = std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end();
-  return num_experts > 0 && (layer + 1) % decoder_sparse_step == 0 && !dense_only;
+  return num_experts > 0 && layer >= first_k_dense_replace && (layer + 1) % decoder_sparse_step == 0 && !dense_only;
 }
 
 bool ModelConfig::is_moe() const {
@@ -258,7 +348,7 @@ nlohmann::json ModelConfig::to_json() const {
   j["num_hidden_layers"] = num_hidden_layers;
   j["num_attention_heads"] = num_attention_heads;
   j["num_key_value_heads"] = num_key_value_heads;
-  j["head_dim"] = head_dim;
+  if (!is_mla()) j["head_dim"] = head_dim;  // DeepseekV3Config derives its own from qk_rope_head_dim
   j["max_position_embeddings"] = max_position_embeddings;
   j["rms_norm_eps"] = rms_norm_eps;
   j["rope_theta"] = rope_theta;
@@ -279,6 +369,19 @@ nlohmann::json ModelConfig::to_json() const {
                            {"high_freq_factor", rope_scaling.high_freq_factor},
                            {"original_max_position_embeddings", rope_scaling.original_max_position_embeddings}};
       break;
+    case RopeScalingType::kYarn: {
+      nlohmann::json& rs = j["rope_scaling"];
+      rs = {{"rope_type", "yarn"},
+            {"factor", rope_scaling.factor},
+            {"original_max_position_embeddings", rope_scaling.original_max_position_embeddings},
+            {"beta_fast", rope_scaling.beta_fast},
+            {"beta_slow", rope_scaling.beta_slow}};
+      if (rope_scaling.mscale != 0.0) rs["mscale"] = rope_scaling.mscale;
+      if (rope_scaling.mscale_all_dim != 0.0) rs["mscale_all_dim"] = rope_scaling.mscale_all_dim;
+      if (rope_scaling.attention_factor != 0.0) rs["attention_factor"] = rope_scaling.attention_factor;
+      if (!rope_scaling.truncate) rs["truncate"] = false;
+      break;
+    }
   }
   if (model_type == "qwen2") {
     j["use_sliding_window"] = false;
@@ -302,6 +405,7 @@ nlohmann::json ModelConfig::to_json() const {
     j["use_sliding_window"] = false;
     j["sliding_window"] = nullptr;
   }
+  if (model_type == "deepseek_v3") deepseek_to_json(*this, j);
   return j;
 }
 

@@ -1,7 +1,7 @@
 // ModelConfig: the typed form of a Hugging Face config.json for the decoder families
-// (Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE). Parsed and validated once; immutable afterwards. The
-// architectures differ only in fields here (biases, q/k norm, sliding window, experts), so one
-// forward serves them all; see dense_model.h.
+// (Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, DeepSeek-V3). Parsed and validated once; immutable
+// afterwards. The architectures differ only in fields here (biases, q/k norm, sliding window,
+// experts, latent attention, routing kind), so one forward serves them all; see dense_model.h.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +14,7 @@
 
 namespace tachyon::model {
 
-enum class RopeScalingType { kNone, kLinear, kLlama3 };
+enum class RopeScalingType { kNone, kLinear, kLlama3, kYarn };
 
 struct RopeScaling {
   RopeScalingType type = RopeScalingType::kNone;
@@ -23,19 +23,36 @@ struct RopeScaling {
   // and original_max_position / low_freq_factor are interpolated smoothly.
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
-  int64_t original_max_position_embeddings = 8192;
+  int64_t original_max_position_embeddings = 8192;  // llama3 and yarn
+  // yarn only (rope.h): the ramp between beta_fast and beta_slow rotations over the original
+  // context; mscale / mscale_all_dim (0: absent) set the cos/sin factor and, for DeepSeek's MLA,
+  // the softmax scale; attention_factor (0: absent) overrides the cos/sin factor.
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  double mscale = 0.0;
+  double mscale_all_dim = 0.0;
+  double attention_factor = 0.0;
+  bool truncate = true;  // round the ramp's ends to whole dimensions
+};
+
+// How a MoE layer picks its experts (moe.h).
+enum class RouterKind {
+  kSoftmaxTopK,         // Qwen3-MoE: softmax over the logits, top-k
+  kSigmoidGroupLimited  // DeepSeek-V3: sigmoid, bias-corrected choice within the top groups, scaled
 };
 
 struct ModelConfig {
   std::string architecture;  // as in config.json "architectures"[0], e.g. "Qwen3ForCausalLM"
-  std::string model_type;    // "llama", "mistral", "qwen2", "qwen3", "qwen3_moe"
+  std::string model_type;    // "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v3"
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
   int64_t num_hidden_layers = 0;
   int64_t num_attention_heads = 0;
   int64_t num_key_value_heads = 0;
-  int64_t head_dim = 0;  // config "head_dim" when given, else hidden_size / num_attention_heads
+  // config "head_dim" when given, else hidden_size / num_attention_heads; with MLA the query/key
+  // head width qk_nope_head_dim + qk_rope_head_dim (transformers' qk_head_dim).
+  int64_t head_dim = 0;
   int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
@@ -50,20 +67,41 @@ struct ModelConfig {
   std::optional<int64_t> bos_token_id;
   std::optional<int64_t> eos_token_id;
 
-  // Mixture of experts (Qwen3-MoE; moe.h). num_experts == 0: every layer is dense. Missing
-  // fields take Qwen3MoeConfig's defaults, as transformers does.
-  int64_t num_experts = 0;            // routed experts per MoE layer (no shared expert)
+  // Multi-head latent attention (DeepSeek-V3; mla.h). kv_lora_rank == 0: ordinary attention.
+  int64_t q_lora_rank = 0;        // 0 (config null): q_proj is one [heads * head_dim, hidden] linear
+  int64_t kv_lora_rank = 0;       // width of the compressed kv latent
+  int64_t qk_nope_head_dim = 0;   // per-head query/key dims without rotary embedding ...
+  int64_t qk_rope_head_dim = 0;   // ... and with it (k's rope part is shared by every head)
+  int64_t v_head_dim = 0;         // per-head value width; 0: head_dim
+  bool rope_interleave = false;   // rope dims stored as interleaved pairs (de-interleaved first)
+  int64_t num_nextn_predict_layers = 0;  // multi-token-prediction layers: not run, their tensors skipped
+
+  // Mixture of experts (Qwen3-MoE, DeepSeek-V3; moe.h). num_experts == 0: every layer is dense.
+  // Missing fields take the architecture's transformers config defaults.
+  int64_t num_experts = 0;            // routed experts per MoE layer (DeepSeek's n_routed_experts)
   int64_t num_experts_per_tok = 0;    // k: experts each token runs
   int64_t moe_intermediate_size = 0;  // one expert's intermediate width
   bool norm_topk_prob = false;        // divide the k routing weights by their sum
   int64_t decoder_sparse_step = 1;    // every decoder_sparse_step-th layer is MoE ...
   std::vector<int64_t> mlp_only_layers;  // ... except these, which keep the dense MLP (intermediate_size)
+  int64_t first_k_dense_replace = 0;  // DeepSeek: layers below this keep the dense MLP
+  RouterKind router = RouterKind::kSoftmaxTopK;
+  // kSigmoidGroupLimited only: experts form n_group groups, tokens choose within topk_group of them.
+  int64_t n_group = 1;
+  int64_t topk_group = 1;
+  double routed_scaling_factor = 1.0;  // multiplies the routing weights
+  int64_t n_shared_experts = 0;        // one shared MLP of moe_intermediate_size * n_shared_experts, every token
 
   int64_t q_size() const { return num_attention_heads * head_dim; }
-  int64_t kv_size() const { return num_key_value_heads * head_dim; }
+  int64_t kv_size() const { return num_key_value_heads * head_dim; }  // one token's keys
+  int64_t value_head_dim() const { return v_head_dim > 0 ? v_head_dim : head_dim; }
+  int64_t v_size() const { return num_key_value_heads * value_head_dim(); }  // one token's values
+  bool is_mla() const { return kv_lora_rank > 0; }
+  // Dimensions of a head that RoPE rotates (the rope part under MLA, else all of them).
+  int64_t rope_dim() const { return is_mla() ? qk_rope_head_dim : head_dim; }
   // Layer `layer` runs the mixture of experts instead of the dense MLP (transformers'
   // Qwen3MoeDecoderLayer rule: experts exist, (layer + 1) % decoder_sparse_step == 0, and the
-  // layer is not in mlp_only_layers).
+  // layer is not in mlp_only_layers; DeepseekV3DecoderLayer's: layer >= first_k_dense_replace).
   bool is_moe_layer(int64_t layer) const;
   // At least one layer is MoE.
   bool is_moe() const;
@@ -82,7 +120,7 @@ std::string model_type_for(const std::string& architecture);
 // The architecture a name stands for: a model_type ("qwen3") or an architecture name
 // ("Qwen3ForCausalLM"); nullopt when unsupported.
 std::optional<std::string> architecture_named(const std::string& name);
-// "llama, mistral, qwen2, qwen3, qwen3_moe": the model types, for messages.
+// "llama, mistral, qwen2, qwen3, qwen3_moe, deepseek_v3": the model types, for messages.
 std::string supported_model_types();
 
 }  // namespace tachyon::model

@@ -1,6 +1,6 @@
 // The preset table of make-model. Tiny presets are a few MB and each one exercises one
 // variant (GQA ratio, tied embeddings, rope scaling, sliding window, biases, head_dim override,
-// experts) that the goldens cover; real presets copy the shapes of published checkpoints.
+// experts, latent attention) that the goldens cover; real presets copy the shapes of published checkpoints.
 #include "tachyon/model/make_model.h"
 
 namespace tachyon::model {
@@ -18,6 +18,41 @@ ModelConfig tiny_shape() {
   c.max_position_embeddings = 2048;
   c.rms_norm_eps = 1e-6;
   c.rope_theta = 10000.0;
+  return c;
+}
+
+// tiny-deepseek: every DeepSeek-V3 feature at hidden 64 (see build_presets).
+ModelConfig tiny_deepseek_shape() {
+  ModelConfig c = tiny_shape();
+  c.num_hidden_layers = 3;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 4;
+  c.intermediate_size = 128;
+  c.q_lora_rank = 32;
+  c.kv_lora_rank = 16;
+  c.qk_nope_head_dim = 16;
+  c.qk_rope_head_dim = 8;
+  c.v_head_dim = 16;
+  c.head_dim = 24;
+  c.rope_interleave = true;
+  c.rope_scaling.type = RopeScalingType::kYarn;
+  c.rope_scaling.factor = 4.0;
+  c.rope_scaling.original_max_position_embeddings = 64;
+  c.rope_scaling.beta_fast = 32.0;
+  c.rope_scaling.beta_slow = 1.0;
+  c.rope_scaling.mscale = 1.0;
+  c.rope_scaling.mscale_all_dim = 1.0;
+  c.max_position_embeddings = 256;
+  c.router = RouterKind::kSigmoidGroupLimited;
+  c.num_experts = 16;
+  c.num_experts_per_tok = 4;
+  c.moe_intermediate_size = 32;
+  c.n_shared_experts = 1;
+  c.n_group = 4;
+  c.topk_group = 2;
+  c.routed_scaling_factor = 2.5;
+  c.norm_topk_prob = true;
+  c.first_k_dense_replace = 1;
   return c;
 }
 
@@ -118,6 +153,21 @@ std::vector<ModelPreset> build_presets() {
   c.mlp_only_layers = {};
   presets.push_back(tiny("tiny-moe-nonorm", "8 experts top-3 not renormalized; decoder_sparse_step 2", c, "qwen3_moe"));
 
+  // DeepSeek-V3 (deepseek_v3 only): latent attention with q LoRA and YaRN (max_position_embeddings
+  // = factor * original, so transformers versions that derive the factor from that ratio agree),
+  // 16 experts in 4 groups, 2 groups kept, top-4, one shared expert, layer 0 dense.
+  // tiny-deepseek-noqlora: plain q_proj, no rope scaling, and the non-interleaved rope layout.
+  presets.push_back(tiny("tiny-deepseek",
+                         "MLA (q LoRA 32, kv LoRA 16), YaRN x4; 16 experts / 4 groups, top-4, 1 shared",
+                         tiny_deepseek_shape(), "deepseek_v3"));
+  c = tiny_deepseek_shape();
+  c.q_lora_rank = 0;
+  c.rope_scaling = RopeScaling{};
+  c.max_position_embeddings = 2048;
+  c.rope_interleave = false;
+  presets.push_back(tiny("tiny-deepseek-noqlora", "MLA with a plain q_proj, no rope scaling, rope_interleave false", c,
+                         "deepseek_v3"));
+
   // Real shapes, from the published config.json files.
   c = ModelConfig{};
   c.vocab_size = 128256; c.hidden_size = 2048; c.intermediate_size = 8192; c.num_hidden_layers = 16;
@@ -151,6 +201,25 @@ std::vector<ModelPreset> build_presets() {
   c.bos_token_id = 151643; c.eos_token_id = 151645;
   presets.push_back({"qwen3-30b-a3b", "Qwen3-30B-A3B shapes (128 experts, top-8)", "qwen3_moe", c, DType::kBF16,
                      4ull << 30});
+
+  // DeepSeek-V3's per-layer shapes with 4 of its 61 layers (one dense, three MoE), for GPU work:
+  // about 37 B parameters, ~74 GB in bf16 (each MoE layer's 256 experts are 11.3 B): more than the
+  // one-GPU machine's 64 GiB disk.
+  c = ModelConfig{};
+  c.vocab_size = 129280; c.hidden_size = 7168; c.intermediate_size = 18432; c.num_hidden_layers = 4;
+  c.num_attention_heads = 128; c.num_key_value_heads = 128; c.max_position_embeddings = 163840;
+  c.rms_norm_eps = 1e-6; c.rope_theta = 10000.0; c.tie_word_embeddings = false;
+  c.q_lora_rank = 1536; c.kv_lora_rank = 512; c.qk_nope_head_dim = 128; c.qk_rope_head_dim = 64; c.v_head_dim = 128;
+  c.head_dim = 192; c.rope_interleave = true;
+  c.rope_scaling.type = RopeScalingType::kYarn; c.rope_scaling.factor = 40.0;
+  c.rope_scaling.original_max_position_embeddings = 4096; c.rope_scaling.beta_fast = 32.0;
+  c.rope_scaling.beta_slow = 1.0; c.rope_scaling.mscale = 1.0; c.rope_scaling.mscale_all_dim = 1.0;
+  c.router = RouterKind::kSigmoidGroupLimited; c.num_experts = 256; c.num_experts_per_tok = 8;
+  c.moe_intermediate_size = 2048; c.n_shared_experts = 1; c.n_group = 8; c.topk_group = 4;
+  c.routed_scaling_factor = 2.5; c.norm_topk_prob = true; c.first_k_dense_replace = 1;
+  c.bos_token_id = 0; c.eos_token_id = 1;
+  presets.push_back({"deepseek-v3-reduced", "DeepSeek-V3 layer shapes, 4 layers (1 dense + 3 MoE of 256 experts)",
+                     "deepseek_v3", c, DType::kBF16, 4ull << 30});
   return presets;
 }
 

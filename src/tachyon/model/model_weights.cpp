@@ -27,6 +27,16 @@ std::string shape_string(const Shape& shape) { return fmt::format("[{}]", fmt::j
 // Tensors some checkpoints carry that the forward recomputes or ignores.
 bool is_ignorable(const std::string& name) { return name.ends_with("rotary_emb.inv_freq"); }
 
+// DeepSeek-V3's multi-token-prediction module is stored as layers num_hidden_layers ..
+// num_hidden_layers + num_nextn_predict_layers - 1. The main model's forward never reads them
+// (transformers skips them on load too), so a real checkpoint loads without them being run.
+bool is_mtp_layer_tensor(const ModelConfig& c, const std::string& name) {
+  for (int64_t i = 0; i < c.num_nextn_predict_layers; ++i) {
+    if (name.starts_with(fmt::format("model.layers.{}.", c.num_hidden_layers + i))) return true;
+  }
+  return false;
+}
+
 class WeightReader {
  public:
   WeightReader(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint) : checkpoint_(checkpoint) {
@@ -77,7 +87,7 @@ class WeightReader {
   // Every checkpoint tensor must have been read, or be one the config allows to be ignored.
   void check_no_unexpected(const ModelConfig& config) const {
     for (const auto& [name, view] : checkpoint_.tensors()) {
-      if (read_.count(name) || is_ignorable(name)) continue;
+      if (read_.count(name) || is_ignorable(name) || is_mtp_layer_tensor(config, name)) continue;
       if (name == "lm_head.weight" && config.tie_word_embeddings) continue;  // tied: duplicate of embed_tokens
       TACHYON_FAIL() << view.file << ": unexpected tensor '" << name << "' for " << config.architecture
                      << " with this config.json (is the config from the same checkpoint?)";
@@ -90,6 +100,44 @@ class WeightReader {
   std::set<std::string> read_;
 };
 
+using TensorList = std::vector<std::pair<std::string, Shape>>;
+
+// q/k/v/o projections of the Llama family (and their biases and Qwen3's q/k norms).
+void attention_tensors(const ModelConfig& c, int64_t l, TensorList& out) {
+  const int64_t h = c.hidden_size;
+  out.push_back({layer_name(l, "self_attn.q_proj.weight"), {c.q_size(), h}});
+  out.push_back({layer_name(l, "self_attn.k_proj.weight"), {c.kv_size(), h}});
+  out.push_back({layer_name(l, "self_attn.v_proj.weight"), {c.kv_size(), h}});
+  if (c.qkv_bias) {
+    out.push_back({layer_name(l, "self_attn.q_proj.bias"), {c.q_size()}});
+    out.push_back({layer_name(l, "self_attn.k_proj.bias"), {c.kv_size()}});
+    out.push_back({layer_name(l, "self_attn.v_proj.bias"), {c.kv_size()}});
+  }
+  if (c.qk_norm) {
+    out.push_back({layer_name(l, "self_attn.q_norm.weight"), {c.head_dim}});
+    out.push_back({layer_name(l, "self_attn.k_norm.weight"), {c.head_dim}});
+  }
+  out.push_back({layer_name(l, "self_attn.o_proj.weight"), {h, c.q_size()}});
+  if (c.o_proj_bias) out.push_back({layer_name(l, "self_attn.o_proj.bias"), {h}});
+}
+
+// DeepSeek-V3's latent attention (no biases: attention_bias is refused at parse).
+void mla_tensors(const ModelConfig& c, int64_t l, TensorList& out) {
+  const int64_t h = c.hidden_size, heads = c.num_attention_heads;
+  if (c.q_lora_rank > 0) {
+    out.push_back({layer_name(l, "self_attn.q_a_proj.weight"), {c.q_lora_rank, h}});
+    out.push_back({layer_name(l, "self_attn.q_a_layernorm.weight"), {c.q_lora_rank}});
+    out.push_back({layer_name(l, "self_attn.q_b_proj.weight"), {heads * c.head_dim, c.q_lora_rank}});
+  } else {
+    out.push_back({layer_name(l, "self_attn.q_proj.weight"), {heads * c.head_dim, h}});
+  }
+  out.push_back({layer_name(l, "self_attn.kv_a_proj_with_mqa.weight"), {c.kv_lora_rank + c.qk_rope_head_dim, h}});
+  out.push_back({layer_name(l, "self_attn.kv_a_layernorm.weight"), {c.kv_lora_rank}});
+  out.push_back(
+      {layer_name(l, "self_attn.kv_b_proj.weight"), {heads * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank}});
+  out.push_back({layer_name(l, "self_attn.o_proj.weight"), {h, heads * c.v_head_dim}});
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> expected_tensors(const ModelConfig& c) {
@@ -98,24 +146,24 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> expected_tensors(const
   out.push_back({"model.embed_tokens.weight", {c.vocab_size, h}});
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     out.push_back({layer_name(l, "input_layernorm.weight"), {h}});
-    out.push_back({layer_name(l, "self_attn.q_proj.weight"), {c.q_size(), h}});
-    out.push_back({layer_name(l, "self_attn.k_proj.weight"), {c.kv_size(), h}});
-    out.push_back({layer_name(l, "self_attn.v_proj.weight"), {c.kv_size(), h}});
-    if (c.qkv_bias) {
-      out.push_back({layer_name(l, "self_attn.q_proj.bias"), {c.q_size()}});
-      out.push_back({layer_name(l, "self_attn.k_proj.bias"), {c.kv_size()}});
-      out.push_back({layer_name(l, "self_attn.v_proj.bias"), {c.kv_size()}});
+    if (c.is_mla()) {
+      mla_tensors(c, l, out);
+    } else {
+      attention_tensors(c, l, out);
     }
-    if (c.qk_norm) {
-      out.push_back({layer_name(l, "self_attn.q_norm.weight"), {c.head_dim}});
-      out.push_back({layer_name(l, "self_attn.k_norm.weight"), {c.head_dim}});
-    }
-    out.push_back({layer_name(l, "self_attn.o_proj.weight"), {h, c.q_size()}});
-    if (c.o_proj_bias) out.push_back({layer_name(l, "self_attn.o_proj.bias"), {h}});
     out.push_back({layer_name(l, "post_attention_layernorm.weight"), {h}});
     if (c.is_moe_layer(l)) {
       const int64_t moe_inter = c.moe_intermediate_size;
       out.push_back({layer_name(l, "mlp.gate.weight"), {c.num_experts, h}});
+      if (c.router == RouterKind::kSigmoidGroupLimited) {
+        out.push_back({layer_name(l, "mlp.gate.e_score_correction_bias"), {c.num_experts}});
+      }
+      if (c.n_shared_experts > 0) {
+        const int64_t shared = moe_inter * c.n_shared_experts;
+        out.push_back({layer_name(l, "mlp.shared_experts.gate_proj.weight"), {shared, h}});
+        out.push_back({layer_name(l, "mlp.shared_experts.up_proj.weight"), {shared, h}});
+        out.push_back({layer_name(l, "mlp.shared_experts.down_proj.weight"), {h, shared}});
+      }
       for (int64_t e = 0; e < c.num_experts; ++e) {
         out.push_back({layer_name(l, expert_name(e, "gate_proj")), {moe_inter, h}});
         out.push_back({layer_name(l, expert_name(e, "up_proj")), {moe_inter, h}});
@@ -145,6 +193,14 @@ template <typename T>
 void read_experts(WeightReader& reader, const ModelConfig& c, int64_t l, BasicLayerWeights<T>& lw) {
   const int64_t h = c.hidden_size, moe_inter = c.moe_intermediate_size, experts = c.num_experts;
   lw.router = reader.template read<T>(layer_name(l, "mlp.gate.weight"));
+  if (c.router == RouterKind::kSigmoidGroupLimited) {
+    lw.router_bias = reader.template read<T>(layer_name(l, "mlp.gate.e_score_correction_bias"));
+  }
+  if (c.n_shared_experts > 0) {
+    reader.read_into(layer_name(l, "mlp.shared_experts.gate_proj.weight"), lw.shared_gate_up);
+    reader.read_into(layer_name(l, "mlp.shared_experts.up_proj.weight"), lw.shared_gate_up);
+    lw.shared_down = reader.template read<T>(layer_name(l, "mlp.shared_experts.down_proj.weight"));
+  }
   WeightReader::reserve_more(lw.experts_gate_up, experts * 2 * moe_inter * h);
   WeightReader::reserve_more(lw.experts_down, experts * h * moe_inter);
   for (int64_t e = 0; e < experts; ++e) {
@@ -152,6 +208,37 @@ void read_experts(WeightReader& reader, const ModelConfig& c, int64_t l, BasicLa
     reader.read_into(layer_name(l, expert_name(e, "up_proj")), lw.experts_gate_up);
     reader.read_into(layer_name(l, expert_name(e, "down_proj")), lw.experts_down);
   }
+}
+
+// q/k/v fused into one [q; k; v] matrix, o_proj, and the optional biases and q/k norms.
+template <typename T>
+void read_attention(WeightReader& reader, const ModelConfig& config, int64_t l, BasicLayerWeights<T>& lw) {
+  for (const char* proj : {"q_proj", "k_proj", "v_proj"}) {
+    reader.read_into(layer_name(l, fmt::format("self_attn.{}.weight", proj).c_str()), lw.qkv);
+    if (config.qkv_bias) reader.read_into(layer_name(l, fmt::format("self_attn.{}.bias", proj).c_str()), lw.qkv_bias);
+  }
+  if (config.qk_norm) {
+    lw.q_norm = reader.template read<T>(layer_name(l, "self_attn.q_norm.weight"));
+    lw.k_norm = reader.template read<T>(layer_name(l, "self_attn.k_norm.weight"));
+  }
+  lw.o_proj = reader.template read<T>(layer_name(l, "self_attn.o_proj.weight"));
+  if (config.o_proj_bias) lw.o_proj_bias = reader.template read<T>(layer_name(l, "self_attn.o_proj.bias"));
+}
+
+// DeepSeek-V3's latent attention projections, unfused (the forward applies norms between them).
+template <typename T>
+void read_mla(WeightReader& reader, const ModelConfig& config, int64_t l, BasicLayerWeights<T>& lw) {
+  if (config.q_lora_rank > 0) {
+    lw.q_a_proj = reader.template read<T>(layer_name(l, "self_attn.q_a_proj.weight"));
+    lw.q_a_norm = reader.template read<T>(layer_name(l, "self_attn.q_a_layernorm.weight"));
+    lw.q_b_proj = reader.template read<T>(layer_name(l, "self_attn.q_b_proj.weight"));
+  } else {
+    lw.q_b_proj = reader.template read<T>(layer_name(l, "self_attn.q_proj.weight"));
+  }
+  lw.kv_a_proj = reader.template read<T>(layer_name(l, "self_attn.kv_a_proj_with_mqa.weight"));
+  lw.kv_a_norm = reader.template read<T>(layer_name(l, "self_attn.kv_a_layernorm.weight"));
+  lw.kv_b_proj = reader.template read<T>(layer_name(l, "self_attn.kv_b_proj.weight"));
+  lw.o_proj = reader.template read<T>(layer_name(l, "self_attn.o_proj.weight"));
 }
 
 template <typename T>
@@ -164,16 +251,11 @@ BasicModelWeights<T> load_weights_as(const ModelConfig& config, const Safetensor
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
     BasicLayerWeights<T>& lw = w.layers[static_cast<size_t>(l)];
     lw.input_norm = reader.template read<T>(layer_name(l, "input_layernorm.weight"));
-    for (const char* proj : {"q_proj", "k_proj", "v_proj"}) {
-      reader.read_into(layer_name(l, fmt::format("self_attn.{}.weight", proj).c_str()), lw.qkv);
-      if (config.qkv_bias) reader.read_into(layer_name(l, fmt::format("self_attn.{}.bias", proj).c_str()), lw.qkv_bias);
+    if (config.is_mla()) {
+      read_mla(reader, config, l, lw);
+    } else {
+      read_attention(reader, config, l, lw);
     }
-    if (config.qk_norm) {
-      lw.q_norm = reader.template read<T>(layer_name(l, "self_attn.q_norm.weight"));
-      lw.k_norm = reader.template read<T>(layer_name(l, "self_attn.k_norm.weight"));
-    }
-    lw.o_proj = reader.template read<T>(layer_name(l, "self_attn.o_proj.weight"));
-    if (config.o_proj_bias) lw.o_proj_bias = reader.template read<T>(layer_name(l, "self_attn.o_proj.bias"));
     lw.post_attention_norm = reader.template read<T>(layer_name(l, "post_attention_layernorm.weight"));
     if (config.is_moe_layer(l)) {
       read_experts(reader, config, l, lw);

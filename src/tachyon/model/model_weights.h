@@ -6,6 +6,9 @@
 // per expert and stacked in one contiguous array per layer ([E, 2 * I_moe, hidden] and
 // [E, hidden, I_moe], transformers 5's own Qwen3MoeExperts layout), so that a grouped GEMM can
 // address expert e at a fixed stride; its dense MLP fields are then empty.
+// DeepSeek-V3's latent attention (ModelConfig::is_mla) keeps its projections unfused, as named
+// in the checkpoint (mla.h); qkv is then empty. Its MoE layers add the router's score bias and one
+// shared expert, fused [gate; up] like the dense MLP.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +38,18 @@ struct BasicLayerWeights {
   std::vector<T> router;              // [num_experts, hidden] (mlp.gate.weight)
   std::vector<T> experts_gate_up;     // [num_experts, 2 * moe_intermediate, hidden]: expert e's [gate; up]
   std::vector<T> experts_down;        // [num_experts, hidden, moe_intermediate]
+  // DeepSeek-V3 MoE extras; empty otherwise. I_shared = moe_intermediate * n_shared_experts.
+  std::vector<T> router_bias;         // [num_experts] (mlp.gate.e_score_correction_bias)
+  std::vector<T> shared_gate_up;      // [2 * I_shared, hidden]
+  std::vector<T> shared_down;         // [hidden, I_shared]
+  // Multi-head latent attention (DeepSeek-V3); empty otherwise. qk = qk_nope + qk_rope = head_dim.
+  std::vector<T> q_a_proj;            // [q_lora_rank, hidden], empty without q LoRA
+  std::vector<T> q_a_norm;            // [q_lora_rank], empty without q LoRA
+  std::vector<T> q_b_proj;            // [heads * qk, q_lora_rank] with q LoRA, else q_proj [heads * qk, hidden]
+  std::vector<T> kv_a_proj;           // [kv_lora_rank + qk_rope, hidden] (kv_a_proj_with_mqa)
+  std::vector<T> kv_a_norm;           // [kv_lora_rank]
+  std::vector<T> kv_b_proj;           // [heads * (qk_nope + v_head_dim), kv_lora_rank]
+  // o_proj above is [hidden, heads * v_head_dim] under MLA.
 };
 
 template <typename T>

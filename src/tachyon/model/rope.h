@@ -1,5 +1,7 @@
 // RoPE inverse frequencies for each rope_scaling variant, computed in f32 exactly as HF
-// transformers' ROPE_INIT_FUNCTIONS do, so that long positions round the same way.
+// transformers' ROPE_INIT_FUNCTIONS do, so that long positions round the same way. YaRN also
+// scales cos/sin (rope_attention_scaling) and, in DeepSeek's latent attention, the softmax
+// (rope_softmax_mscale). Tests: tests/unit/test_deepseek.cpp (yarn), test_model_config.cpp.
 #pragma once
 
 #include <vector>
@@ -8,7 +10,20 @@
 
 namespace tachyon::model {
 
-// [head_dim / 2] frequencies; the angle of pair i at position p is p * inv_freq[i].
+// [rope_dim / 2] frequencies; the angle of pair i at position p is p * inv_freq[i].
+// rope_dim is head_dim, or qk_rope_head_dim under MLA.
 std::vector<float> rope_inv_freq(const ModelConfig& config);
+
+// The factor cos and sin are multiplied by (transformers' attention_scaling): 1 except for yarn,
+// where it is attention_factor when given, else get_mscale(factor, mscale) /
+// get_mscale(factor, mscale_all_dim) when both are given, else get_mscale(factor).
+double rope_attention_scaling(const ModelConfig& config);
+
+// DeepseekV3Attention's extra softmax factor: get_mscale(factor, mscale_all_dim)^2 when the rope
+// is scaled and mscale_all_dim is given, else 1. Multiplies qk_head_dim^-0.5.
+double rope_softmax_mscale(const ModelConfig& config);
+
+// YaRN's magnitude correction: 1 for scale <= 1, else 0.1 * mscale * ln(scale) + 1.
+double yarn_get_mscale(double scale, double mscale = 1.0);
 
 }  // namespace tachyon::model

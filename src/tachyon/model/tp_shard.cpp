@@ -37,6 +37,8 @@ void check_tp_size(const ModelConfig& c, int tp) {
   TACHYON_CHECK(tp >= 1) << "tensor parallel size must be at least 1, got " << tp;
   TACHYON_CHECK(tp == 1 || !c.is_moe()) << "tensor parallelism of mixture-of-experts models is not built yet ("
                                        << c.architecture << " has " << c.num_experts << " experts); run with --tp 1";
+  TACHYON_CHECK(tp == 1 || !c.is_mla()) << "tensor parallelism of multi-head latent attention (" << c.architecture
+                                       << ") is not built yet; run with --tp 1";
   TACHYON_CHECK(c.num_attention_heads % tp == 0)
       << "tensor parallel size " << tp << " does not divide num_attention_heads " << c.num_attention_heads;
   const int64_t kv = c.num_key_value_heads;

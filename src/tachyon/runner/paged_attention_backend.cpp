@@ -8,10 +8,10 @@
 namespace tachyon::runner {
 
 PagedKvCache::PagedKvCache(const model::ModelConfig& config, int32_t blocks, int32_t tokens_per_block)
-    : num_blocks(blocks), block_size(tokens_per_block), kv_size(config.kv_size()) {
-  const size_t per_layer = static_cast<size_t>(blocks) * static_cast<size_t>(tokens_per_block) * static_cast<size_t>(kv_size);
-  keys.assign(static_cast<size_t>(config.num_hidden_layers), std::vector<float>(per_layer));
-  values.assign(static_cast<size_t>(config.num_hidden_layers), std::vector<float>(per_layer));
+    : num_blocks(blocks), block_size(tokens_per_block), kv_size(config.kv_size()), v_size(config.v_size()) {
+  const size_t slots = static_cast<size_t>(blocks) * static_cast<size_t>(tokens_per_block);
+  keys.assign(static_cast<size_t>(config.num_hidden_layers), std::vector<float>(slots * static_cast<size_t>(kv_size)));
+  values.assign(static_cast<size_t>(config.num_hidden_layers), std::vector<float>(slots * static_cast<size_t>(v_size)));
 }
 
 PagedAttentionBackend::PagedAttentionBackend(const model::ModelConfig& config, PagedKvCache& cache,
@@ -26,17 +26,19 @@ PagedAttentionBackend::PagedAttentionBackend(const model::ModelConfig& config, P
 }
 
 void PagedAttentionBackend::store_kv(int64_t layer, std::span<const float> k, std::span<const float> v) {
-  kernels::cpu::store_kv_paged(cache_.keys[static_cast<size_t>(layer)].data(),
-                               cache_.values[static_cast<size_t>(layer)].data(), k.data(), v.data(),
-                               plan_.slot_mapping.data(), plan_.num_tokens(), cache_.kv_size);
+  kernels::cpu::store_rows_paged(cache_.keys[static_cast<size_t>(layer)].data(), k.data(), plan_.slot_mapping.data(),
+                                 plan_.num_tokens(), cache_.kv_size);
+  kernels::cpu::store_rows_paged(cache_.values[static_cast<size_t>(layer)].data(), v.data(), plan_.slot_mapping.data(),
+                                 plan_.num_tokens(), cache_.v_size);
 }
 
 void PagedAttentionBackend::attend(int64_t layer, std::span<const float> q, std::span<float> out) {
   const int64_t q_stride = config_.q_size();
+  const int64_t out_stride = config_.num_attention_heads * config_.value_head_dim();
   for (const engine::ScheduledSequence& sequence : plan_.sequences) {
     const kernels::cpu::AttentionShape shape =
         model::attention_shape(config_, sequence.num_tokens, sequence.num_computed);
-    kernels::cpu::paged_attention(out.data() + sequence.first_token * q_stride, q.data() + sequence.first_token * q_stride,
+    kernels::cpu::paged_attention(out.data() + sequence.first_token * out_stride, q.data() + sequence.first_token * q_stride,
                                   cache_.keys[static_cast<size_t>(layer)].data(),
                                   cache_.values[static_cast<size_t>(layer)].data(), sequence.block_table.data(),
                                   cache_.block_size, shape);

@@ -10,12 +10,14 @@
 
 namespace tachyon::runner {
 
-// Per layer, keys and values: [num_blocks * block_size, num_kv_heads, head_dim] f32.
+// Per layer, keys [num_blocks * block_size, num_kv_heads, head_dim] and values
+// [num_blocks * block_size, num_kv_heads, value_head_dim] f32 (the widths differ under MLA).
 struct PagedKvCache {
   PagedKvCache(const model::ModelConfig& config, int32_t num_blocks, int32_t block_size);
   int32_t num_blocks = 0;
   int32_t block_size = 0;
-  int64_t kv_size = 0;  // num_kv_heads * head_dim
+  int64_t kv_size = 0;  // num_kv_heads * head_dim: one token's keys
+  int64_t v_size = 0;   // num_kv_heads * value_head_dim: one token's values
   std::vector<std::vector<float>> keys;
   std::vector<std::vector<float>> values;
 };

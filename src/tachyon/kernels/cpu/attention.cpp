@@ -14,7 +14,9 @@ template <typename KeyRow>
 void attention_impl(float* out, const float* q, const float* k_cache, const float* v_cache, const AttentionShape& s,
                     KeyRow key_row) {
   const int64_t group = s.num_heads / s.num_kv_heads;
+  const int64_t v_dim = s.v_head_dim > 0 ? s.v_head_dim : s.head_dim;
   const int64_t kv_stride = s.num_kv_heads * s.head_dim;
+  const int64_t v_stride = s.num_kv_heads * v_dim;
 #pragma omp parallel for collapse(2) if (s.num_queries * s.num_heads > 1)
   for (int64_t i = 0; i < s.num_queries; ++i) {
     for (int64_t h = 0; h < s.num_heads; ++h) {
@@ -36,12 +38,12 @@ void attention_impl(float* out, const float* q, const float* k_cache, const floa
         score = std::exp(score - max_score);
         denominator += score;
       }
-      float* o = out + (i * s.num_heads + h) * s.head_dim;
-      std::fill(o, o + s.head_dim, 0.0f);
+      float* o = out + (i * s.num_heads + h) * v_dim;
+      std::fill(o, o + v_dim, 0.0f);
       for (int64_t j = first_key; j <= position; ++j) {
         const float weight = scores[static_cast<size_t>(j - first_key)] / denominator;
-        const float* vv = v_cache + key_row(j) * kv_stride + kv_head * s.head_dim;
-        for (int64_t d = 0; d < s.head_dim; ++d) o[d] += weight * vv[d];
+        const float* vv = v_cache + key_row(j) * v_stride + kv_head * v_dim;
+        for (int64_t d = 0; d < v_dim; ++d) o[d] += weight * vv[d];
       }
     }
   }
@@ -60,12 +62,17 @@ void paged_attention(float* out, const float* q, const float* k_cache, const flo
   });
 }
 
+void store_rows_paged(float* cache, const float* rows, const int64_t* slot_mapping, int64_t num_tokens,
+                      int64_t width) {
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    std::memcpy(cache + slot_mapping[t] * width, rows + t * width, sizeof(float) * static_cast<size_t>(width));
+  }
+}
+
 void store_kv_paged(float* k_cache, float* v_cache, const float* k, const float* v, const int64_t* slot_mapping,
                     int64_t num_tokens, int64_t kv_size) {
-  for (int64_t t = 0; t < num_tokens; ++t) {
-    std::memcpy(k_cache + slot_mapping[t] * kv_size, k + t * kv_size, sizeof(float) * static_cast<size_t>(kv_size));
-    std::memcpy(v_cache + slot_mapping[t] * kv_size, v + t * kv_size, sizeof(float) * static_cast<size_t>(kv_size));
-  }
+  store_rows_paged(k_cache, k, slot_mapping, num_tokens, kv_size);
+  store_rows_paged(v_cache, v, slot_mapping, num_tokens, kv_size);
 }
 
 }  // namespace tachyon::kernels::cpu

@@ -6,7 +6,7 @@
 namespace tachyon::kernels::cpu {
 
 void apply_rope(float* x, const int64_t* positions, const float* inv_freq, int64_t tokens, int64_t heads,
-                int64_t head_dim) {
+                int64_t head_dim, float cos_sin_scale) {
   const int64_t half = head_dim / 2;
 #pragma omp parallel for if (tokens > 1)
   for (int64_t t = 0; t < tokens; ++t) {
@@ -14,8 +14,8 @@ void apply_rope(float* x, const int64_t* positions, const float* inv_freq, int64
     for (int64_t i = 0; i < half; ++i) {
       // f32 product, as HF computes the angle, so long positions round the same way.
       float angle = static_cast<float>(positions[t]) * inv_freq[i];
-      cos_table[i] = std::cos(angle);
-      sin_table[i] = std::sin(angle);
+      cos_table[i] = std::cos(angle) * cos_sin_scale;
+      sin_table[i] = std::sin(angle) * cos_sin_scale;
     }
     for (int64_t h = 0; h < heads; ++h) {
       float* v = x + (t * heads + h) * head_dim;

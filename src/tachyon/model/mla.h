@@ -1,0 +1,41 @@
+// DeepSeek-V3's multi-head latent attention on the CPU reference, in the non-absorbed form that
+// transformers' DeepseekV3Attention computes: the compressed kv latent is expanded back to
+// per-head keys and values, so attention itself is ordinary causal attention (AttentionBackend)
+// with keys of qk_nope + qk_rope dims and values of v_head_dim.
+//
+//   q            = q_b_proj(rms_norm(q_a_proj(x), q_a_layernorm))   (or q_proj(x) without q LoRA)
+//                  per head [q_nope | q_pe]                           [n, heads, qk_nope + qk_rope]
+//   [c_kv | k_pe] = kv_a_proj_with_mqa(x)                            [n, kv_lora_rank + qk_rope]
+//   kv           = kv_b_proj(rms_norm(c_kv, kv_a_layernorm))
+//                  per head [k_nope | v]                              [n, heads, qk_nope + v_head_dim]
+//   q_pe, k_pe   = rope(q_pe), rope(k_pe); with rope_interleave the pairs (x0, x1), (x2, x3) ...
+//                  are first de-interleaved to [x0, x2, ... | x1, x3, ...] (transformers'
+//                  apply_rotary_pos_emb_interleave); cos/sin carry YaRN's attention scaling
+//   key          = [k_nope_h | k_pe] (k_pe shared by every head), query = [q_nope_h | q_pe_h]
+// The softmax scale (qk_head_dim^-0.5 * YaRN mscale^2) is attention_shape's. The cache holds the
+// expanded per-head K and V; caching the latent instead is the GPU's later optimization.
+// Tests: tests/unit/test_deepseek.cpp (against an explicit per-head double reference).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "tachyon/model/model_config.h"
+#include "tachyon/model/model_weights.h"
+
+namespace tachyon::model {
+
+// One attention layer's queries, keys and values for n tokens (also what the dense q/k/v
+// projections produce, so the attention block after them is shared).
+struct QkvProjections {
+  std::vector<float> q;  // [n, heads, qk_nope + qk_rope], rope applied
+  std::vector<float> k;  // [n, heads, qk_nope + qk_rope], rope applied
+  std::vector<float> v;  // [n, heads, v_head_dim]
+};
+
+// x: [n, hidden], the input-normed hidden states; positions: [n]; inv_freq: [qk_rope / 2].
+QkvProjections mla_project(const ModelConfig& config, const LayerWeights& w, std::span<const float> inv_freq,
+                           std::span<const float> x, std::span<const int64_t> positions);
+
+}  // namespace tachyon::model
