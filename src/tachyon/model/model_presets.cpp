@@ -153,6 +153,22 @@ std::vector<ModelPreset> build_presets() {
   c.mlp_only_layers = {};
   presets.push_back(tiny("tiny-moe-nonorm", "8 experts top-3 not renormalized; decoder_sparse_step 2", c, "qwen3_moe"));
 
+  // The GPU kernels' MoE shape (head_dim 64, widths multiples of 8): 16 experts top-4, layer 0
+  // dense, for the CUDA runner's MoE path against the CPU reference.
+  c = tiny_shape();
+  c.hidden_size = 256;
+  c.intermediate_size = 512;
+  c.head_dim = 64;
+  c.num_hidden_layers = 3;
+  c.num_experts = 16;
+  c.num_experts_per_tok = 4;
+  c.moe_intermediate_size = 128;
+  c.norm_topk_prob = true;
+  c.decoder_sparse_step = 1;
+  c.mlp_only_layers = {0};
+  presets.push_back(tiny("tiny-gpu-moe", "hidden 256, heads of 64, 16 experts top-4; layer 0 dense: on the GPU", c,
+                         "qwen3_moe"));
+
   // DeepSeek-V3 (deepseek_v3 only): latent attention with q LoRA and YaRN (max_position_embeddings
   // = factor * original, so transformers versions that derive the factor from that ratio agree),
   // 16 experts in 4 groups, 2 groups kept, top-4, one shared expert, layer 0 dense.
