@@ -329,7 +329,7 @@ TEST(DeepseekMla, MatchesAnExplicitPerHeadReference) {
     const std::vector<float> inv_freq = rope_inv_freq(c);
 
     // Two chunks through the sequence cache: the second attends the first's cached K/V.
-    SequenceKvCache cache(c, n);
+    SequenceKvCache cache(c, n, MlaAttentionForm::kDecompressed);
     std::vector<float> got;
     for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, first_chunk}, {first_chunk, n}}) {
       const int64_t count = end - begin;

@@ -9,11 +9,20 @@
 
 namespace tachyon::model {
 
-SequenceKvCache::SequenceKvCache(const ModelConfig& config, int64_t capacity_tokens) : capacity(capacity_tokens) {
-  keys.assign(static_cast<size_t>(config.num_hidden_layers),
-              std::vector<float>(static_cast<size_t>(capacity_tokens * config.kv_size())));
-  values.assign(static_cast<size_t>(config.num_hidden_layers),
-                std::vector<float>(static_cast<size_t>(capacity_tokens * config.v_size())));
+int64_t kv_values_per_token(const ModelConfig& config, MlaAttentionForm form) {
+  if (config.is_mla() && form == MlaAttentionForm::kAbsorbed) return config.kv_lora_rank + config.qk_rope_head_dim;
+  return config.kv_size() + config.v_size();
+}
+
+SequenceKvCache::SequenceKvCache(const ModelConfig& config, int64_t capacity_tokens, MlaAttentionForm form)
+    : capacity(capacity_tokens), mla_form(form) {
+  const size_t layers = static_cast<size_t>(config.num_hidden_layers);
+  if (config.is_mla() && form == MlaAttentionForm::kAbsorbed) {
+    latents.assign(layers, std::vector<float>(static_cast<size_t>(capacity_tokens * kv_values_per_token(config, form))));
+    return;
+  }
+  keys.assign(layers, std::vector<float>(static_cast<size_t>(capacity_tokens * config.kv_size())));
+  values.assign(layers, std::vector<float>(static_cast<size_t>(capacity_tokens * config.v_size())));
 }
 
 SequenceAttention::SequenceAttention(const ModelConfig& config, SequenceKvCache& cache, int64_t num_new)
@@ -23,6 +32,8 @@ SequenceAttention::SequenceAttention(const ModelConfig& config, SequenceKvCache&
 }
 
 void SequenceAttention::store_kv(int64_t layer, std::span<const float> k, std::span<const float> v) {
+  TACHYON_CHECK(!cache_.keys.empty()) << "store_kv: this sequence cache holds MLA latents (the absorbed form); "
+                                         "build it with MlaAttentionForm::kDecompressed to store per-head K/V";
   const auto k_offset = static_cast<long>(cache_.length * config_.kv_size());
   const auto v_offset = static_cast<long>(cache_.length * config_.v_size());
   std::copy(k.begin(), k.end(), cache_.keys[static_cast<size_t>(layer)].begin() + k_offset);
@@ -49,7 +60,36 @@ kernels::cpu::AttentionShape attention_shape(const ModelConfig& config, int64_t 
   return shape;
 }
 
+kernels::cpu::MlaAttentionShape mla_attention_shape(const ModelConfig& config, int64_t num_queries,
+                                                    int64_t first_position) {
+  TACHYON_CHECK(config.is_mla()) << "mla_attention_shape: " << config.model_type << " has no latent attention";
+  kernels::cpu::MlaAttentionShape shape;
+  shape.num_queries = num_queries;
+  shape.first_position = first_position;
+  shape.num_heads = config.num_attention_heads;
+  shape.kv_lora_rank = config.kv_lora_rank;
+  shape.rope_dim = config.qk_rope_head_dim;
+  shape.scale = attention_shape(config, num_queries, first_position).scale;
+  return shape;
+}
+
+void SequenceAttention::store_latent(int64_t layer, std::span<const float> latent) {
+  TACHYON_CHECK(!cache_.latents.empty()) << "store_latent: this sequence cache holds per-head K/V; build it with "
+                                            "MlaAttentionForm::kAbsorbed for an MLA model to store latents";
+  const int64_t width = config_.kv_lora_rank + config_.qk_rope_head_dim;
+  TACHYON_CHECK(static_cast<int64_t>(latent.size()) == num_new_ * width)
+      << "store_latent: " << latent.size() << " values for " << num_new_ << " tokens of width " << width;
+  std::copy(latent.begin(), latent.end(),
+            cache_.latents[static_cast<size_t>(layer)].begin() + static_cast<long>(cache_.length * width));
+}
+
+void SequenceAttention::attend_latent(int64_t layer, std::span<const float> q, std::span<float> out) {
+  const kernels::cpu::MlaAttentionShape shape = mla_attention_shape(config_, num_new_, cache_.length);
+  kernels::cpu::mla_attention(out.data(), q.data(), cache_.latents[static_cast<size_t>(layer)].data(), shape);
+}
+
 void SequenceAttention::attend(int64_t layer, std::span<const float> q, std::span<float> out) {
+  TACHYON_CHECK(!cache_.keys.empty()) << "attend: this sequence cache holds MLA latents; use attend_latent";
   const kernels::cpu::AttentionShape shape = attention_shape(config_, num_new_, cache_.length);
   kernels::cpu::attention(out.data(), q.data(), cache_.keys[static_cast<size_t>(layer)].data(),
                           cache_.values[static_cast<size_t>(layer)].data(), shape);

@@ -3,6 +3,9 @@
 // each token against its own sequence. The model never sees blocks, slots or sequences, so the
 // same forward serves one contiguous sequence (SequenceAttention, below) and a ragged batch over
 // a paged cache (runner/paged_attention_backend.h).
+// MLA models are cached in one of two forms (MlaAttentionForm): the decompressed per-head K/V that
+// store_kv/attend take, or the shared latent row that store_latent/attend_latent take (the
+// absorbed form, kernels/mla_attention.h). The cache picks the form; the model asks mla_form().
 #pragma once
 
 #include <cstdint>
@@ -10,9 +13,20 @@
 #include <vector>
 
 #include "tachyon/kernels/attention.h"
+#include "tachyon/kernels/mla_attention.h"
 #include "tachyon/model/model_config.h"
 
 namespace tachyon::model {
+
+// What an MLA model's cache holds per layer and token (dense models ignore it: always K and V).
+enum class MlaAttentionForm {
+  kDecompressed,  // per head: key [qk_nope + qk_rope], value [v_head_dim] (transformers' form)
+  kAbsorbed       // shared by all heads: [kv_lora_rank + qk_rope] = [c_kv | k_pe]; serving's form
+};
+
+// Values one layer's cache holds per token: kv_lora_rank + qk_rope_head_dim for an absorbed MLA
+// model, else kv_size() + v_size(). The block manager counts tokens; only this differs.
+int64_t kv_values_per_token(const ModelConfig& config, MlaAttentionForm form);
 
 class AttentionBackend {
  public:
@@ -24,20 +38,34 @@ class AttentionBackend {
   // attends every key of its sequence up to and including its own position (store_kv of this
   // layer has run).
   virtual void attend(int64_t layer, std::span<const float> q, std::span<float> out) = 0;
+
+  // The form this backend's cache holds for an MLA model: which pair of calls the model makes.
+  virtual MlaAttentionForm mla_form() const = 0;
+  // Absorbed MLA only. latent: [num_tokens, kv_lora_rank + qk_rope_head_dim] = [c_kv | k_pe].
+  virtual void store_latent(int64_t layer, std::span<const float> latent) = 0;
+  // Absorbed MLA only. q: [num_tokens, num_heads, kv_lora_rank + qk_rope_head_dim] = [q_nope @ W_uk
+  // | q_pe]; out: [num_tokens, num_heads, kv_lora_rank], the attended latents (before W_uv).
+  virtual void attend_latent(int64_t layer, std::span<const float> q, std::span<float> out) = 0;
 };
 
 // The attention kernel's shape for `num_queries` new tokens after `first_position` cached ones.
 kernels::cpu::AttentionShape attention_shape(const ModelConfig& config, int64_t num_queries, int64_t first_position);
+// The same for the absorbed MLA kernel (the same softmax scale as the decompressed form's).
+kernels::cpu::MlaAttentionShape mla_attention_shape(const ModelConfig& config, int64_t num_queries,
+                                                    int64_t first_position);
 
-// Contiguous K/V of one sequence: per layer keys [capacity, num_kv_heads, head_dim] and values
-// [capacity, num_kv_heads, value_head_dim] f32. Serves the reference forward, greedy_generate
-// and tests; the engine uses the paged cache.
+// Contiguous K/V of one sequence, f32. Serves the reference forward, greedy_generate and tests;
+// the engine uses the paged cache. An MLA model in the absorbed form fills `latents` only, any
+// other model `keys` and `values` only (the unused ones stay empty).
 struct SequenceKvCache {
-  SequenceKvCache(const ModelConfig& config, int64_t capacity);
+  SequenceKvCache(const ModelConfig& config, int64_t capacity,
+                  MlaAttentionForm mla_form = MlaAttentionForm::kAbsorbed);
   int64_t capacity = 0;
   int64_t length = 0;  // tokens whose K/V are written
-  std::vector<std::vector<float>> keys;
-  std::vector<std::vector<float>> values;
+  MlaAttentionForm mla_form = MlaAttentionForm::kAbsorbed;
+  std::vector<std::vector<float>> keys;     // per layer [capacity, num_kv_heads, head_dim]
+  std::vector<std::vector<float>> values;   // per layer [capacity, num_kv_heads, value_head_dim]
+  std::vector<std::vector<float>> latents;  // per layer [capacity, kv_lora_rank + qk_rope_head_dim]
 };
 
 // One sequence whose `num_new` new tokens follow the cache's current contents.
@@ -46,6 +74,9 @@ class SequenceAttention : public AttentionBackend {
   SequenceAttention(const ModelConfig& config, SequenceKvCache& cache, int64_t num_new);
   void store_kv(int64_t layer, std::span<const float> k, std::span<const float> v) override;
   void attend(int64_t layer, std::span<const float> q, std::span<float> out) override;
+  MlaAttentionForm mla_form() const override { return cache_.mla_form; }
+  void store_latent(int64_t layer, std::span<const float> latent) override;
+  void attend_latent(int64_t layer, std::span<const float> q, std::span<float> out) override;
 
  private:
   const ModelConfig& config_;

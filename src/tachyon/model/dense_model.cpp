@@ -16,6 +16,7 @@
 #include "tachyon/kernels/rope.h"
 #include "tachyon/model/dense_forward.h"
 #include "tachyon/model/mla.h"
+#include "tachyon/model/mla_absorbed.h"
 #include "tachyon/model/moe.h"
 #include "tachyon/model/rope.h"
 
@@ -109,8 +110,34 @@ QkvProjections project_qkv(const ModelConfig& c, const LayerWeights& w, std::spa
   return out;
 }
 
-// hidden += o_proj(attention(q, k, v)) of rms_norm(hidden), with q, k, v from the q/k/v
-// projections or from latent attention (mla.h). Under TP o_proj holds this rank's heads' input
+// The attended values [n, heads, value_head_dim] of this layer's new tokens: q, k, v from the q/k/v
+// projections or from latent attention's decompressed form (mla.h), or MLA's absorbed form
+// (mla_absorbed.h) when the backend's cache holds latents.
+std::vector<float> attend_layer(const ModelConfig& c, const LayerWeights& w, std::span<const float> inv_freq,
+                                int64_t layer, const std::vector<float>& normed, std::span<const int64_t> positions,
+                                AttentionBackend& attention, const ForwardHook& hook) {
+  if (c.is_mla() && attention.mla_form() == MlaAttentionForm::kAbsorbed) {
+    const MlaLatentProjections projected = mla_project_latent(c, w, inv_freq, normed, positions);
+    if (hook) {
+      hook("q", layer, projected.q);
+      hook("latent", layer, projected.latent);
+    }
+    return mla_attend_absorbed(c, w, layer, projected, attention);
+  }
+  auto [q, k, v] = c.is_mla() ? mla_project(c, w, inv_freq, normed, positions)
+                              : project_qkv(c, w, inv_freq, normed, positions);
+  if (hook) {
+    hook("q", layer, q);
+    hook("k", layer, k);
+  }
+  attention.store_kv(layer, k, v);
+  const int64_t n = static_cast<int64_t>(positions.size());
+  std::vector<float> attended(static_cast<size_t>(n * c.num_attention_heads * c.value_head_dim()));
+  attention.attend(layer, q, attended);
+  return attended;
+}
+
+// hidden += o_proj(attend_layer(rms_norm(hidden))). Under TP o_proj holds this rank's heads' input
 // columns (row-parallel): its products are partial sums, all-reduced before the bias.
 void attention_block(const ModelConfig& c, const LayerWeights& w, std::span<const float> inv_freq,
                      const TensorParallelSeams& tp, int64_t layer, std::vector<float>& hidden,
@@ -120,17 +147,9 @@ void attention_block(const ModelConfig& c, const LayerWeights& w, std::span<cons
   cpu::rms_norm(normed.data(), hidden.data(), w.input_norm.data(), n, c.hidden_size,
                 static_cast<float>(c.rms_norm_eps));
   TACHYON_CHECK(!c.is_mla() || tp.group == nullptr) << "internal: latent attention under tensor parallelism";
-  auto [q, k, v] = c.is_mla() ? mla_project(c, w, inv_freq, normed, positions)
-                              : project_qkv(c, w, inv_freq, normed, positions);
-  if (hook) {
-    hook("q", layer, q);
-    hook("k", layer, k);
-  }
-
-  attention.store_kv(layer, k, v);
   const int64_t attended_width = c.num_attention_heads * c.value_head_dim();
-  std::vector<float> attended(static_cast<size_t>(n * attended_width));  // [n, heads, value_head_dim]
-  attention.attend(layer, q, attended);
+  const std::vector<float> attended =  // [n, heads, value_head_dim]
+      attend_layer(c, w, inv_freq, layer, normed, positions, attention, hook);
 
   std::vector<float> projected(hidden.size());  // [n, hidden]
   cpu::linear(projected.data(), attended.data(), w.o_proj.data(), nullptr, n, attended_width, c.hidden_size);

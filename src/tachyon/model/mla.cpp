@@ -1,4 +1,5 @@
 // MLA's projections, norms and rope on the CPU (see mla.h): plain loops over tokens and heads.
+// mla_project is mla_project_latent plus kv_b_proj, so both forms start from the same numbers.
 #include "tachyon/model/mla.h"
 
 #include <algorithm>
@@ -65,28 +66,26 @@ void check_weights(const ModelConfig& c, const LayerWeights& w) {
 
 }  // namespace
 
-QkvProjections mla_project(const ModelConfig& c, const LayerWeights& w, std::span<const float> inv_freq,
-                           std::span<const float> x, std::span<const int64_t> positions) {
+MlaLatentProjections mla_project_latent(const ModelConfig& c, const LayerWeights& w, std::span<const float> inv_freq,
+                                        std::span<const float> x, std::span<const int64_t> positions) {
   check_weights(c, w);
   const int64_t n = static_cast<int64_t>(positions.size()), heads = c.num_attention_heads;
-  const int64_t nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim, qk = c.head_dim, vd = c.v_head_dim;
-  const int64_t latent = c.kv_lora_rank, kv_width = nope + vd;
+  const int64_t nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim, qk = c.head_dim;
+  const int64_t latent = c.kv_lora_rank, row_width = latent + rope;
   TACHYON_CHECK(static_cast<int64_t>(x.size()) == n * c.hidden_size) << "mla_project: " << x.size()
                                                                      << " values for " << n << " tokens";
-  QkvProjections out;
+  MlaLatentProjections out;
   out.q = project_q(c, w, x, n);  // [n, heads, qk]
 
-  std::vector<float> compressed(static_cast<size_t>(n * (latent + rope)));  // [n, kv_lora_rank + rope]
-  cpu::linear(compressed.data(), x.data(), w.kv_a_proj.data(), nullptr, n, c.hidden_size, latent + rope);
+  std::vector<float> compressed(static_cast<size_t>(n * row_width));  // [n, kv_lora_rank + rope]
+  cpu::linear(compressed.data(), x.data(), w.kv_a_proj.data(), nullptr, n, c.hidden_size, row_width);
   std::vector<float> c_kv(static_cast<size_t>(n * latent)), k_pe(static_cast<size_t>(n * rope));
   for (int64_t t = 0; t < n; ++t) {
-    const float* row = compressed.data() + t * (latent + rope);
+    const float* row = compressed.data() + t * row_width;
     std::copy_n(row, latent, c_kv.data() + t * latent);
     std::copy_n(row + latent, rope, k_pe.data() + t * rope);
   }
   cpu::rms_norm(c_kv.data(), c_kv.data(), w.kv_a_norm.data(), n, latent, static_cast<float>(c.rms_norm_eps));
-  std::vector<float> kv(static_cast<size_t>(n * heads * kv_width));  // [n, heads, nope + v_head_dim]
-  cpu::linear(kv.data(), c_kv.data(), w.kv_b_proj.data(), nullptr, n, latent, heads * kv_width);
 
   // RoPE on the query's rope dims of every head and on the one shared k_pe per token.
   std::vector<float> q_pe(static_cast<size_t>(n * heads * rope));  // [n, heads, rope]
@@ -95,14 +94,37 @@ QkvProjections mla_project(const ModelConfig& c, const LayerWeights& w, std::spa
   rope_in_place(c, k_pe, inv_freq, positions, 1);
   for (int64_t i = 0; i < n * heads; ++i) std::copy_n(q_pe.data() + i * rope, rope, out.q.data() + i * qk + nope);
 
+  out.latent.resize(static_cast<size_t>(n * row_width));
+  for (int64_t t = 0; t < n; ++t) {
+    std::copy_n(c_kv.data() + t * latent, latent, out.latent.data() + t * row_width);
+    std::copy_n(k_pe.data() + t * rope, rope, out.latent.data() + t * row_width + latent);
+  }
+  return out;
+}
+
+QkvProjections mla_project(const ModelConfig& c, const LayerWeights& w, std::span<const float> inv_freq,
+                           std::span<const float> x, std::span<const int64_t> positions) {
+  MlaLatentProjections projected = mla_project_latent(c, w, inv_freq, x, positions);
+  const int64_t n = static_cast<int64_t>(positions.size()), heads = c.num_attention_heads;
+  const int64_t nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim, qk = c.head_dim, vd = c.v_head_dim;
+  const int64_t latent = c.kv_lora_rank, row_width = latent + rope, kv_width = nope + vd;
+
+  std::vector<float> c_kv(static_cast<size_t>(n * latent));  // [n, kv_lora_rank], normed
+  for (int64_t t = 0; t < n; ++t) std::copy_n(projected.latent.data() + t * row_width, latent, c_kv.data() + t * latent);
+  std::vector<float> kv(static_cast<size_t>(n * heads * kv_width));  // [n, heads, nope + v_head_dim]
+  cpu::linear(kv.data(), c_kv.data(), w.kv_b_proj.data(), nullptr, n, latent, heads * kv_width);
+
+  QkvProjections out;
+  out.q = std::move(projected.q);
   out.k.resize(static_cast<size_t>(n * heads * qk));
   out.v.resize(static_cast<size_t>(n * heads * vd));
   for (int64_t t = 0; t < n; ++t) {
+    const float* k_pe = projected.latent.data() + t * row_width + latent;  // [rope], shared by every head
     for (int64_t hd = 0; hd < heads; ++hd) {
       const float* head_kv = kv.data() + (t * heads + hd) * kv_width;
       float* key = out.k.data() + (t * heads + hd) * qk;
       std::copy_n(head_kv, nope, key);
-      std::copy_n(k_pe.data() + t * rope, rope, key + nope);
+      std::copy_n(k_pe, rope, key + nope);
       std::copy_n(head_kv + nope, vd, out.v.data() + (t * heads + hd) * vd);
     }
   }

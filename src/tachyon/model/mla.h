@@ -12,9 +12,11 @@
 //                  are first de-interleaved to [x0, x2, ... | x1, x3, ...] (transformers'
 //                  apply_rotary_pos_emb_interleave); cos/sin carry YaRN's attention scaling
 //   key          = [k_nope_h | k_pe] (k_pe shared by every head), query = [q_nope_h | q_pe_h]
-// The softmax scale (qk_head_dim^-0.5 * YaRN mscale^2) is attention_shape's. The cache holds the
-// expanded per-head K and V; caching the latent instead is the GPU's later optimization.
-// Tests: tests/unit/test_deepseek.cpp (against an explicit per-head double reference).
+// The softmax scale (qk_head_dim^-0.5 * YaRN mscale^2) is attention_shape's. mla_project_latent
+// stops before kv_b_proj: what it returns is what the latent cache holds, and the absorbed form
+// (mla_absorbed.h) attends over it; mla_project expands it for the decompressed form.
+// Tests: tests/unit/test_deepseek.cpp (against an explicit per-head double reference) and
+// tests/unit/test_mla_latent.cpp (absorbed against decompressed).
 #pragma once
 
 #include <cstdint>
@@ -34,7 +36,19 @@ struct QkvProjections {
   std::vector<float> v;  // [n, heads, v_head_dim]
 };
 
+// MLA's projections before kv_b_proj: the queries, and the one latent row per token that every
+// head shares.
+struct MlaLatentProjections {
+  std::vector<float> q;       // [n, heads, qk_nope + qk_rope], rope applied to the q_pe part
+  std::vector<float> latent;  // [n, kv_lora_rank + qk_rope] = [kv_a_layernorm(c_kv) | rope(k_pe)]
+};
+
 // x: [n, hidden], the input-normed hidden states; positions: [n]; inv_freq: [qk_rope / 2].
+MlaLatentProjections mla_project_latent(const ModelConfig& config, const LayerWeights& w,
+                                        std::span<const float> inv_freq, std::span<const float> x,
+                                        std::span<const int64_t> positions);
+
+// The same, expanded through kv_b_proj to per-head keys and values (the decompressed form).
 QkvProjections mla_project(const ModelConfig& config, const LayerWeights& w, std::span<const float> inv_freq,
                            std::span<const float> x, std::span<const int64_t> positions);
 

@@ -4,11 +4,13 @@
 
 namespace tachyon::runner {
 
-CpuModelRunner::CpuModelRunner(const model::DenseModel& model, int32_t num_blocks, int32_t block_size)
-    : model_(model), cache_(model.config(), num_blocks, block_size) {}
+CpuModelRunner::CpuModelRunner(const model::DenseModel& model, int32_t num_blocks, int32_t block_size,
+                               model::MlaAttentionForm mla_form)
+    : model_(model), cache_(model.config(), num_blocks, block_size, mla_form) {}
 
-CpuModelRunner::CpuModelRunner(std::unique_ptr<model::DenseModel> model, int32_t num_blocks, int32_t block_size)
-    : owned_(std::move(model)), model_(*owned_), cache_(model_.config(), num_blocks, block_size) {}
+CpuModelRunner::CpuModelRunner(std::unique_ptr<model::DenseModel> model, int32_t num_blocks, int32_t block_size,
+                               model::MlaAttentionForm mla_form)
+    : owned_(std::move(model)), model_(*owned_), cache_(model_.config(), num_blocks, block_size, mla_form) {}
 
 std::vector<engine::SampledToken> sample_plan_rows(const engine::StepPlan& plan, std::span<float> logits,
                                                    int64_t vocab) {

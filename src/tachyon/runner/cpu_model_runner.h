@@ -17,10 +17,13 @@ std::vector<engine::SampledToken> sample_plan_rows(const engine::StepPlan& plan,
 
 class CpuModelRunner : public ModelRunner {
  public:
-  // `model` must outlive the runner.
-  CpuModelRunner(const model::DenseModel& model, int32_t num_blocks, int32_t block_size);
+  // `model` must outlive the runner. `mla_form` is the form an MLA model's cache holds (serving's
+  // absorbed form unless a test compares it with the decompressed one); dense models ignore it.
+  CpuModelRunner(const model::DenseModel& model, int32_t num_blocks, int32_t block_size,
+                 model::MlaAttentionForm mla_form = model::MlaAttentionForm::kAbsorbed);
   // The same, owning the model.
-  CpuModelRunner(std::unique_ptr<model::DenseModel> model, int32_t num_blocks, int32_t block_size);
+  CpuModelRunner(std::unique_ptr<model::DenseModel> model, int32_t num_blocks, int32_t block_size,
+                 model::MlaAttentionForm mla_form = model::MlaAttentionForm::kAbsorbed);
   std::vector<engine::SampledToken> execute(const engine::StepPlan& plan) override;
   int64_t vocab_size() const override { return model_.config().vocab_size; }
 

@@ -4,12 +4,22 @@
 
 #include "tachyon/base/check.h"
 #include "tachyon/kernels/attention.h"
+#include "tachyon/kernels/mla_attention.h"
 
 namespace tachyon::runner {
 
-PagedKvCache::PagedKvCache(const model::ModelConfig& config, int32_t blocks, int32_t tokens_per_block)
-    : num_blocks(blocks), block_size(tokens_per_block), kv_size(config.kv_size()), v_size(config.v_size()) {
+PagedKvCache::PagedKvCache(const model::ModelConfig& config, int32_t blocks, int32_t tokens_per_block,
+                           model::MlaAttentionForm form)
+    : num_blocks(blocks), block_size(tokens_per_block), mla_form(form) {
   const size_t slots = static_cast<size_t>(blocks) * static_cast<size_t>(tokens_per_block);
+  if (config.is_mla() && form == model::MlaAttentionForm::kAbsorbed) {
+    latent_size = model::kv_values_per_token(config, form);
+    latents.assign(static_cast<size_t>(config.num_hidden_layers),
+                   std::vector<float>(slots * static_cast<size_t>(latent_size)));
+    return;
+  }
+  kv_size = config.kv_size();
+  v_size = config.v_size();
   keys.assign(static_cast<size_t>(config.num_hidden_layers), std::vector<float>(slots * static_cast<size_t>(kv_size)));
   values.assign(static_cast<size_t>(config.num_hidden_layers), std::vector<float>(slots * static_cast<size_t>(v_size)));
 }
@@ -26,6 +36,8 @@ PagedAttentionBackend::PagedAttentionBackend(const model::ModelConfig& config, P
 }
 
 void PagedAttentionBackend::store_kv(int64_t layer, std::span<const float> k, std::span<const float> v) {
+  TACHYON_CHECK(!cache_.keys.empty()) << "store_kv: this paged cache holds MLA latents (the absorbed form); "
+                                         "build it with MlaAttentionForm::kDecompressed to store per-head K/V";
   kernels::cpu::store_rows_paged(cache_.keys[static_cast<size_t>(layer)].data(), k.data(), plan_.slot_mapping.data(),
                                  plan_.num_tokens(), cache_.kv_size);
   kernels::cpu::store_rows_paged(cache_.values[static_cast<size_t>(layer)].data(), v.data(), plan_.slot_mapping.data(),
@@ -33,6 +45,7 @@ void PagedAttentionBackend::store_kv(int64_t layer, std::span<const float> k, st
 }
 
 void PagedAttentionBackend::attend(int64_t layer, std::span<const float> q, std::span<float> out) {
+  TACHYON_CHECK(!cache_.keys.empty()) << "attend: this paged cache holds MLA latents; use attend_latent";
   const int64_t q_stride = config_.q_size();
   const int64_t out_stride = config_.num_attention_heads * config_.value_head_dim();
   for (const engine::ScheduledSequence& sequence : plan_.sequences) {
@@ -42,6 +55,29 @@ void PagedAttentionBackend::attend(int64_t layer, std::span<const float> q, std:
                                   cache_.keys[static_cast<size_t>(layer)].data(),
                                   cache_.values[static_cast<size_t>(layer)].data(), sequence.block_table.data(),
                                   cache_.block_size, shape);
+  }
+}
+
+void PagedAttentionBackend::store_latent(int64_t layer, std::span<const float> latent) {
+  TACHYON_CHECK(!cache_.latents.empty()) << "store_latent: this paged cache holds per-head K/V; build it with "
+                                            "MlaAttentionForm::kAbsorbed for an MLA model to store latents";
+  TACHYON_CHECK(static_cast<int64_t>(latent.size()) == plan_.num_tokens() * cache_.latent_size)
+      << "store_latent: " << latent.size() << " values for " << plan_.num_tokens() << " tokens of width "
+      << cache_.latent_size;
+  kernels::cpu::store_rows_paged(cache_.latents[static_cast<size_t>(layer)].data(), latent.data(),
+                                 plan_.slot_mapping.data(), plan_.num_tokens(), cache_.latent_size);
+}
+
+void PagedAttentionBackend::attend_latent(int64_t layer, std::span<const float> q, std::span<float> out) {
+  const int64_t q_stride = config_.num_attention_heads * cache_.latent_size;
+  const int64_t out_stride = config_.num_attention_heads * config_.kv_lora_rank;
+  for (const engine::ScheduledSequence& sequence : plan_.sequences) {
+    const kernels::cpu::MlaAttentionShape shape =
+        model::mla_attention_shape(config_, sequence.num_tokens, sequence.num_computed);
+    kernels::cpu::paged_mla_attention(out.data() + sequence.first_token * out_stride,
+                                      q.data() + sequence.first_token * q_stride,
+                                      cache_.latents[static_cast<size_t>(layer)].data(), sequence.block_table.data(),
+                                      cache_.block_size, shape);
   }
 }
 

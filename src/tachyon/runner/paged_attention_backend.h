@@ -1,6 +1,8 @@
 // The paged KV cache of the CPU runner and the AttentionBackend that runs a StepPlan's ragged
 // batch over it: K/V rows are written through the plan's slot mapping, and each scheduled
-// sequence attends its own keys through its block table.
+// sequence attends its own keys through its block table. An MLA model's cache holds, by default,
+// one latent row per token and layer (the absorbed form, model/mla_absorbed.h); the block manager
+// counts tokens, so only the per-layer row width differs between models.
 #pragma once
 
 #include <vector>
@@ -10,16 +12,20 @@
 
 namespace tachyon::runner {
 
-// Per layer, keys [num_blocks * block_size, num_kv_heads, head_dim] and values
-// [num_blocks * block_size, num_kv_heads, value_head_dim] f32 (the widths differ under MLA).
+// f32 rows of num_blocks * block_size slots per layer. An MLA model in the absorbed form fills
+// `latents` only; any other model `keys` and `values` only (the unused ones stay empty).
 struct PagedKvCache {
-  PagedKvCache(const model::ModelConfig& config, int32_t num_blocks, int32_t block_size);
+  PagedKvCache(const model::ModelConfig& config, int32_t num_blocks, int32_t block_size,
+               model::MlaAttentionForm mla_form = model::MlaAttentionForm::kAbsorbed);
   int32_t num_blocks = 0;
   int32_t block_size = 0;
-  int64_t kv_size = 0;  // num_kv_heads * head_dim: one token's keys
-  int64_t v_size = 0;   // num_kv_heads * value_head_dim: one token's values
-  std::vector<std::vector<float>> keys;
-  std::vector<std::vector<float>> values;
+  model::MlaAttentionForm mla_form = model::MlaAttentionForm::kAbsorbed;
+  int64_t kv_size = 0;      // num_kv_heads * head_dim: one token's keys (0 when latent)
+  int64_t v_size = 0;       // num_kv_heads * value_head_dim: one token's values (0 when latent)
+  int64_t latent_size = 0;  // kv_lora_rank + qk_rope_head_dim: one token's latent row (0 unless latent)
+  std::vector<std::vector<float>> keys;     // per layer [slots, num_kv_heads, head_dim]
+  std::vector<std::vector<float>> values;   // per layer [slots, num_kv_heads, value_head_dim]
+  std::vector<std::vector<float>> latents;  // per layer [slots, kv_lora_rank + qk_rope_head_dim]
 };
 
 class PagedAttentionBackend : public model::AttentionBackend {
@@ -27,6 +33,9 @@ class PagedAttentionBackend : public model::AttentionBackend {
   PagedAttentionBackend(const model::ModelConfig& config, PagedKvCache& cache, const engine::StepPlan& plan);
   void store_kv(int64_t layer, std::span<const float> k, std::span<const float> v) override;
   void attend(int64_t layer, std::span<const float> q, std::span<float> out) override;
+  model::MlaAttentionForm mla_form() const override { return cache_.mla_form; }
+  void store_latent(int64_t layer, std::span<const float> latent) override;
+  void attend_latent(int64_t layer, std::span<const float> q, std::span<float> out) override;
 
  private:
   const model::ModelConfig& config_;
