@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "../engine_run.h"
+#include "../engine_greedy_check.h"
 #include "tachyon/base/check.h"
 #include "tachyon/base/file_util.h"
 #include "tachyon/engine/engine_core.h"
@@ -517,31 +517,7 @@ TEST(DeepseekWeights, MtpLayerTensorsAreSkippedOnlyWhenDeclared) {
 
 TEST(DeepseekModel, EngineMatchesGreedyGenerate) {
   for (const char* preset : {"tiny-deepseek", "tiny-deepseek-noqlora"}) {
-    const DenseModel model(make_weights(preset));
-    engine::EngineConfig config;
-    config.scheduler.max_num_batched_tokens = 16;  // the 23-token prompt is chunked
-    config.scheduler.max_model_len = 64;
-    config.num_blocks = 64;
-    config.block_size = 4;
-    engine::EngineCore engine(config,
-                              std::make_unique<runner::CpuModelRunner>(model, config.num_blocks, config.block_size));
-    engine::SamplingParams params;
-    params.temperature = 0.0f;
-    params.max_tokens = 6;
-    params.ignore_eos = true;
-    std::vector<std::vector<int32_t>> prompts;
-    std::vector<std::shared_ptr<engine::OutputChannel>> channels;
-    for (int length : {3, 23, 9}) {
-      std::vector<int32_t> prompt;
-      for (int i = 0; i < length; ++i) prompt.push_back(static_cast<int32_t>((i * 37 + length * 101 + 11) % 512));
-      prompts.push_back(prompt);
-      channels.push_back(std::make_shared<engine::OutputChannel>());
-      engine.submit(prompt, params, channels.back());
-    }
-    const auto tokens = testing::run_engine_to_idle(engine, channels, 1000);
-    for (size_t p = 0; p < prompts.size(); ++p) {
-      EXPECT_EQ(tokens[p], greedy_generate(model, prompts[p], 6)) << preset << " prompt " << p;
-    }
+    testing::expect_engine_matches_greedy_generate(DenseModel(make_weights(preset)), preset);
   }
 }
 

@@ -1,0 +1,47 @@
+// The engine (CpuModelRunner, paged KV cache, continuous batching with chunked prefill) on a
+// model gives each of three prompts (3, 23 and 9 tokens; the 23-token one is chunked) the greedy
+// tokens of the reference loop. Shared by the architecture tests (MoE, DeepSeek).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine_run.h"
+#include "tachyon/engine/engine_core.h"
+#include "tachyon/model/dense_model.h"
+#include "tachyon/runner/cpu_model_runner.h"
+
+namespace tachyon::testing {
+
+inline void expect_engine_matches_greedy_generate(const model::DenseModel& model, const std::string& label) {
+  engine::EngineConfig config;
+  config.scheduler.max_num_batched_tokens = 16;  // the 23-token prompt is chunked
+  config.scheduler.max_model_len = 64;
+  config.num_blocks = 64;
+  config.block_size = 4;
+  engine::EngineCore engine(config, std::make_unique<runner::CpuModelRunner>(model, config.num_blocks, config.block_size));
+  engine::SamplingParams params;
+  params.temperature = 0.0f;
+  params.max_tokens = 6;
+  params.ignore_eos = true;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::shared_ptr<engine::OutputChannel>> channels;
+  for (int length : {3, 23, 9}) {
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < length; ++i) {
+      prompt.push_back(static_cast<int32_t>((i * 37 + length * 101 + 11) % model.config().vocab_size));
+    }
+    prompts.push_back(prompt);
+    channels.push_back(std::make_shared<engine::OutputChannel>());
+    engine.submit(prompt, params, channels.back());
+  }
+  const auto tokens = run_engine_to_idle(engine, channels, 1000);
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    EXPECT_EQ(tokens[p], model::greedy_generate(model, prompts[p], 6)) << label << " prompt " << p;
+  }
+}
+
+}  // namespace tachyon::testing
