@@ -5,6 +5,7 @@
 
 #include "tachyon/base/check.h"
 #include "tachyon/kernels/attention.h"
+#include "tachyon/kernels/sparse_mla_attention.h"
 #include "tachyon/model/rope.h"
 
 namespace tachyon::model {
@@ -14,11 +15,21 @@ int64_t kv_values_per_token(const ModelConfig& config, MlaAttentionForm form) {
   return config.kv_size() + config.v_size();
 }
 
+int64_t index_key_values_per_token(const ModelConfig& config) {
+  return config.has_sparse_attention() ? config.index_head_dim : 0;
+}
+
 SequenceKvCache::SequenceKvCache(const ModelConfig& config, int64_t capacity_tokens, MlaAttentionForm form)
     : capacity(capacity_tokens), mla_form(form) {
   const size_t layers = static_cast<size_t>(config.num_hidden_layers);
+  TACHYON_CHECK(!config.has_sparse_attention() || form == MlaAttentionForm::kAbsorbed)
+      << config.architecture << ": sparse attention (DSA) runs in the absorbed MLA form only";
   if (config.is_mla() && form == MlaAttentionForm::kAbsorbed) {
     latents.assign(layers, std::vector<float>(static_cast<size_t>(capacity_tokens * kv_values_per_token(config, form))));
+    if (config.has_sparse_attention()) {
+      index_keys.assign(layers,
+                        std::vector<float>(static_cast<size_t>(capacity_tokens * index_key_values_per_token(config))));
+    }
     return;
   }
   keys.assign(layers, std::vector<float>(static_cast<size_t>(capacity_tokens * config.kv_size())));
@@ -73,6 +84,21 @@ kernels::cpu::MlaAttentionShape mla_attention_shape(const ModelConfig& config, i
   return shape;
 }
 
+kernels::cpu::DsaIndexerShape dsa_indexer_shape(const ModelConfig& config, int64_t num_queries,
+                                                int64_t first_position) {
+  TACHYON_CHECK(config.has_sparse_attention()) << "dsa_indexer_shape: " << config.model_type
+                                               << " has no sparse-attention indexer";
+  kernels::cpu::DsaIndexerShape shape;
+  shape.num_queries = num_queries;
+  shape.first_position = first_position;
+  shape.num_heads = config.index_n_heads;
+  shape.head_dim = config.index_head_dim;
+  shape.topk = config.index_topk;
+  // DeepseekV32Indexer's softmax_scale = head_dim ** -0.5, a Python double rounded to f32 once.
+  shape.scale = static_cast<float>(std::pow(static_cast<double>(config.index_head_dim), -0.5));
+  return shape;
+}
+
 void SequenceAttention::store_latent(int64_t layer, std::span<const float> latent) {
   TACHYON_CHECK(!cache_.latents.empty()) << "store_latent: this sequence cache holds per-head K/V; build it with "
                                             "MlaAttentionForm::kAbsorbed for an MLA model to store latents";
@@ -93,6 +119,32 @@ void SequenceAttention::attend(int64_t layer, std::span<const float> q, std::spa
   const kernels::cpu::AttentionShape shape = attention_shape(config_, num_new_, cache_.length);
   kernels::cpu::attention(out.data(), q.data(), cache_.keys[static_cast<size_t>(layer)].data(),
                           cache_.values[static_cast<size_t>(layer)].data(), shape);
+}
+
+void SequenceAttention::store_index_keys(int64_t layer, std::span<const float> index_keys) {
+  TACHYON_CHECK(!cache_.index_keys.empty()) << "store_index_keys: " << config_.architecture
+                                            << " has no sparse-attention indexer, so the cache holds no index keys";
+  const int64_t width = config_.index_head_dim;
+  TACHYON_CHECK(static_cast<int64_t>(index_keys.size()) == num_new_ * width)
+      << "store_index_keys: " << index_keys.size() << " values for " << num_new_ << " tokens of width " << width;
+  std::copy(index_keys.begin(), index_keys.end(),
+            cache_.index_keys[static_cast<size_t>(layer)].begin() + static_cast<long>(cache_.length * width));
+}
+
+void SequenceAttention::select_tokens(int64_t layer, std::span<const float> q, std::span<const float> weights,
+                                      std::span<int32_t> kept) {
+  const kernels::cpu::DsaIndexerShape shape = dsa_indexer_shape(config_, num_new_, cache_.length);
+  std::vector<float> scores(static_cast<size_t>(num_new_ * (cache_.length + num_new_)));
+  kernels::cpu::dsa_index_scores(scores.data(), q.data(), weights.data(),
+                                 cache_.index_keys[static_cast<size_t>(layer)].data(), shape);
+  kernels::cpu::dsa_select_topk(kept.data(), scores.data(), shape);
+}
+
+void SequenceAttention::attend_latent_sparse(int64_t layer, std::span<const float> q, std::span<const int32_t> kept,
+                                             std::span<float> out) {
+  const kernels::cpu::MlaAttentionShape shape = mla_attention_shape(config_, num_new_, cache_.length);
+  kernels::cpu::sparse_mla_attention(out.data(), q.data(), cache_.latents[static_cast<size_t>(layer)].data(),
+                                     kept.data(), config_.index_topk, shape);
 }
 
 }  // namespace tachyon::model

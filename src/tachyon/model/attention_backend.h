@@ -6,6 +6,11 @@
 // MLA models are cached in one of two forms (MlaAttentionForm): the decompressed per-head K/V that
 // store_kv/attend take, or the shared latent row that store_latent/attend_latent take (the
 // absorbed form, kernels/mla_attention.h). The cache picks the form; the model asks mla_form().
+// DeepSeek sparse attention (DSA, ModelConfig::has_sparse_attention) adds a second per-layer
+// storage kind beside the latent, the indexer's key per token (index_head_dim values), and two
+// calls: select_tokens (the indexer's top-k over those keys, kernels/dsa_indexer.h) and
+// attend_latent_sparse (the absorbed attention over the selected tokens only). Its width comes
+// from the config like every other cache width; the backends know no model names.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +18,7 @@
 #include <vector>
 
 #include "tachyon/kernels/attention.h"
+#include "tachyon/kernels/dsa_indexer.h"
 #include "tachyon/kernels/mla_attention.h"
 #include "tachyon/model/model_config.h"
 
@@ -27,6 +33,8 @@ enum class MlaAttentionForm {
 // Values one layer's cache holds per token: kv_lora_rank + qk_rope_head_dim for an absorbed MLA
 // model, else kv_size() + v_size(). The block manager counts tokens; only this differs.
 int64_t kv_values_per_token(const ModelConfig& config, MlaAttentionForm form);
+// Values one layer's index-key cache holds per token: index_head_dim under DSA, else 0.
+int64_t index_key_values_per_token(const ModelConfig& config);
 
 class AttentionBackend {
  public:
@@ -46,6 +54,17 @@ class AttentionBackend {
   // Absorbed MLA only. q: [num_tokens, num_heads, kv_lora_rank + qk_rope_head_dim] = [q_nope @ W_uk
   // | q_pe]; out: [num_tokens, num_heads, kv_lora_rank], the attended latents (before W_uv).
   virtual void attend_latent(int64_t layer, std::span<const float> q, std::span<float> out) = 0;
+
+  // DSA only. index_keys: [num_tokens, index_head_dim], the indexer's keys of this step's tokens.
+  virtual void store_index_keys(int64_t layer, std::span<const float> index_keys) = 0;
+  // DSA only. q: [num_tokens, index_n_heads, index_head_dim]; weights: [num_tokens, index_n_heads];
+  // kept: [num_tokens, index_topk], per token the positions (within its sequence) of the tokens it
+  // attends, ascending, -1 padded. store_index_keys of this layer has run.
+  virtual void select_tokens(int64_t layer, std::span<const float> q, std::span<const float> weights,
+                             std::span<int32_t> kept) = 0;
+  // DSA only. attend_latent restricted to `kept` ([num_tokens, index_topk], as select_tokens fills it).
+  virtual void attend_latent_sparse(int64_t layer, std::span<const float> q, std::span<const int32_t> kept,
+                                    std::span<float> out) = 0;
 };
 
 // The attention kernel's shape for `num_queries` new tokens after `first_position` cached ones.
@@ -53,10 +72,14 @@ kernels::cpu::AttentionShape attention_shape(const ModelConfig& config, int64_t 
 // The same for the absorbed MLA kernel (the same softmax scale as the decompressed form's).
 kernels::cpu::MlaAttentionShape mla_attention_shape(const ModelConfig& config, int64_t num_queries,
                                                     int64_t first_position);
+// The same for the DSA indexer (scale index_head_dim^-0.5, as DeepseekV32Indexer's softmax_scale).
+kernels::cpu::DsaIndexerShape dsa_indexer_shape(const ModelConfig& config, int64_t num_queries,
+                                                int64_t first_position);
 
 // Contiguous K/V of one sequence, f32. Serves the reference forward, greedy_generate and tests;
 // the engine uses the paged cache. An MLA model in the absorbed form fills `latents` only, any
-// other model `keys` and `values` only (the unused ones stay empty).
+// other model `keys` and `values` only (the unused ones stay empty); a DSA model (absorbed form
+// only) fills `index_keys` too.
 struct SequenceKvCache {
   SequenceKvCache(const ModelConfig& config, int64_t capacity,
                   MlaAttentionForm mla_form = MlaAttentionForm::kAbsorbed);
@@ -66,6 +89,7 @@ struct SequenceKvCache {
   std::vector<std::vector<float>> keys;     // per layer [capacity, num_kv_heads, head_dim]
   std::vector<std::vector<float>> values;   // per layer [capacity, num_kv_heads, value_head_dim]
   std::vector<std::vector<float>> latents;  // per layer [capacity, kv_lora_rank + qk_rope_head_dim]
+  std::vector<std::vector<float>> index_keys;  // per layer [capacity, index_head_dim] (DSA only)
 };
 
 // One sequence whose `num_new` new tokens follow the cache's current contents.
@@ -77,6 +101,11 @@ class SequenceAttention : public AttentionBackend {
   MlaAttentionForm mla_form() const override { return cache_.mla_form; }
   void store_latent(int64_t layer, std::span<const float> latent) override;
   void attend_latent(int64_t layer, std::span<const float> q, std::span<float> out) override;
+  void store_index_keys(int64_t layer, std::span<const float> index_keys) override;
+  void select_tokens(int64_t layer, std::span<const float> q, std::span<const float> weights,
+                     std::span<int32_t> kept) override;
+  void attend_latent_sparse(int64_t layer, std::span<const float> q, std::span<const int32_t> kept,
+                            std::span<float> out) override;
 
  private:
   const ModelConfig& config_;

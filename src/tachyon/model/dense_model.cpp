@@ -3,7 +3,8 @@
 // unsharded they are no-ops, so this file still reads as the single-device reference.
 // Qwen3-MoE's and DeepSeek-V3's sparse layers swap the MLP block for the mixture of experts of
 // moe.h, and DeepSeek-V3's latent attention (mla.h) computes q, k, v in place of the q/k/v
-// projections; everything else is this same decoder.
+// projections (DeepSeek-V3.2 adds its sparse-attention indexer, dsa_indexer.h); everything else is
+// this same decoder.
 #include "tachyon/model/dense_model.h"
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "tachyon/kernels/rms_norm.h"
 #include "tachyon/kernels/rope.h"
 #include "tachyon/model/dense_forward.h"
+#include "tachyon/model/dsa_indexer.h"
 #include "tachyon/model/mla.h"
 #include "tachyon/model/mla_absorbed.h"
 #include "tachyon/model/moe.h"
@@ -122,8 +124,15 @@ std::vector<float> attend_layer(const ModelConfig& c, const LayerWeights& w, std
       hook("q", layer, projected.q);
       hook("latent", layer, projected.latent);
     }
+    if (c.has_sparse_attention()) {  // DeepSeek-V3.2: attend only the tokens the indexer keeps
+      const DsaIndexerProjections index = dsa_indexer_project(c, w, inv_freq, normed, projected.q_lora, positions);
+      if (hook) hook("index_k", layer, index.k);
+      const std::vector<int32_t> kept = dsa_select_tokens(c, layer, index, attention);
+      return mla_attend_sparse(c, w, layer, projected, kept, attention);
+    }
     return mla_attend_absorbed(c, w, layer, projected, attention);
   }
+  TACHYON_CHECK(!c.has_sparse_attention()) << "internal: sparse attention (DSA) in the decompressed MLA form";
   auto [q, k, v] = c.is_mla() ? mla_project(c, w, inv_freq, normed, positions)
                               : project_qkv(c, w, inv_freq, normed, positions);
   if (hook) {

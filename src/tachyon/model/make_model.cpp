@@ -133,9 +133,12 @@ ModelConfig make_model_config(const MakeModelOptions& options) {
   TACHYON_CHECK(c.model_type != "qwen3_moe" || (c.is_moe() && c.router == RouterKind::kSoftmaxTopK))
       << "preset '" << preset.name << "' has no experts; --arch qwen3_moe needs a mixture-of-experts preset "
       << "(tiny-moe, tiny-moe-nonorm, qwen3-30b-a3b)";
-  TACHYON_CHECK((c.model_type == "deepseek_v3") == c.is_mla())
+  TACHYON_CHECK((c.model_type == "deepseek_v3" || c.model_type == "deepseek_v32") == c.is_mla())
       << "preset '" << preset.name << "' and --arch " << options.arch << " disagree: --arch deepseek_v3 needs a "
       << "DeepSeek preset (tiny-deepseek, tiny-deepseek-noqlora, deepseek-v3-reduced) and those need it";
+  TACHYON_CHECK((c.model_type == "deepseek_v32") == c.has_sparse_attention())
+      << "preset '" << preset.name << "' and --arch " << options.arch << " disagree: --arch deepseek_v32 needs a "
+      << "sparse-attention preset (tiny-dsa, deepseek-v32-reduced) and those need it";
   c.torch_dtype = options.dtype.value_or(preset.dtype) == DType::kF32   ? "float32"
                   : options.dtype.value_or(preset.dtype) == DType::kF16 ? "float16"
                                                                         : "bfloat16";

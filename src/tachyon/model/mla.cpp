@@ -37,15 +37,17 @@ void rope_in_place(const ModelConfig& c, std::vector<float>& pe, std::span<const
                   static_cast<float>(rope_attention_scaling(c)));
 }
 
-// [n, q_lora | hidden] -> q [n, heads, qk_head_dim] before rope.
-std::vector<float> project_q(const ModelConfig& c, const LayerWeights& w, std::span<const float> x, int64_t n) {
+// [n, hidden] -> q [n, heads, qk_head_dim] before rope; q_latent gets the normed q LoRA latent
+// [n, q_lora_rank] (left empty without q LoRA).
+std::vector<float> project_q(const ModelConfig& c, const LayerWeights& w, std::span<const float> x, int64_t n,
+                             std::vector<float>& q_latent) {
   const int64_t q_width = c.num_attention_heads * c.head_dim;
   std::vector<float> q(static_cast<size_t>(n * q_width));
   if (c.q_lora_rank == 0) {
     cpu::linear(q.data(), x.data(), w.q_b_proj.data(), nullptr, n, c.hidden_size, q_width);
     return q;
   }
-  std::vector<float> q_latent(static_cast<size_t>(n * c.q_lora_rank));  // [n, q_lora_rank]
+  q_latent.resize(static_cast<size_t>(n * c.q_lora_rank));  // [n, q_lora_rank]
   cpu::linear(q_latent.data(), x.data(), w.q_a_proj.data(), nullptr, n, c.hidden_size, c.q_lora_rank);
   cpu::rms_norm(q_latent.data(), q_latent.data(), w.q_a_norm.data(), n, c.q_lora_rank,
                 static_cast<float>(c.rms_norm_eps));
@@ -75,7 +77,7 @@ MlaLatentProjections mla_project_latent(const ModelConfig& c, const LayerWeights
   TACHYON_CHECK(static_cast<int64_t>(x.size()) == n * c.hidden_size) << "mla_project: " << x.size()
                                                                      << " values for " << n << " tokens";
   MlaLatentProjections out;
-  out.q = project_q(c, w, x, n);  // [n, heads, qk]
+  out.q = project_q(c, w, x, n, out.q_lora);  // [n, heads, qk]
 
   std::vector<float> compressed(static_cast<size_t>(n * row_width));  // [n, kv_lora_rank + rope]
   cpu::linear(compressed.data(), x.data(), w.kv_a_proj.data(), nullptr, n, c.hidden_size, row_width);

@@ -41,6 +41,9 @@ struct QkvProjections {
 struct MlaLatentProjections {
   std::vector<float> q;       // [n, heads, qk_nope + qk_rope], rope applied to the q_pe part
   std::vector<float> latent;  // [n, kv_lora_rank + qk_rope] = [kv_a_layernorm(c_kv) | rope(k_pe)]
+  // [n, q_lora_rank] = q_a_layernorm(q_a_proj(x)), the q LoRA latent that DeepSeek-V3.2's indexer
+  // also reads (dsa_indexer.h); empty without q LoRA.
+  std::vector<float> q_lora;
 };
 
 // x: [n, hidden], the input-normed hidden states; positions: [n]; inv_freq: [qk_rope / 2].

@@ -37,4 +37,10 @@ std::vector<float> expand_attended(const ModelConfig& config, const LayerWeights
 std::vector<float> mla_attend_absorbed(const ModelConfig& config, const LayerWeights& w, int64_t layer,
                                        const MlaLatentProjections& projected, AttentionBackend& attention);
 
+// The same restricted, per new token, to the tokens DSA's indexer kept (kept: [n, index_topk],
+// dsa_indexer.h's dsa_select_tokens): DeepSeek-V3.2's sparse attention.
+std::vector<float> mla_attend_sparse(const ModelConfig& config, const LayerWeights& w, int64_t layer,
+                                     const MlaLatentProjections& projected, std::span<const int32_t> kept,
+                                     AttentionBackend& attention);
+
 }  // namespace tachyon::model

@@ -14,14 +14,18 @@ struct ArchitectureInfo {
   const char* model_type;
 };
 
-constexpr std::array<ArchitectureInfo, 6> kArchitectures = {{
+constexpr std::array<ArchitectureInfo, 7> kArchitectures = {{
     {"LlamaForCausalLM", "llama"},
     {"MistralForCausalLM", "mistral"},
     {"Qwen2ForCausalLM", "qwen2"},
     {"Qwen3ForCausalLM", "qwen3"},
     {"Qwen3MoeForCausalLM", "qwen3_moe"},
     {"DeepseekV3ForCausalLM", "deepseek_v3"},
+    {"DeepseekV32ForCausalLM", "deepseek_v32"},
 }};
+
+// DeepSeek-V3.2 is DeepSeek-V3 plus the sparse-attention indexer: every V3 field applies to both.
+bool is_deepseek(const std::string& model_type) { return model_type == "deepseek_v3" || model_type == "deepseek_v32"; }
 
 std::string supported_list() {
   std::string out;
@@ -105,13 +109,13 @@ void parse_deepseek(const nlohmann::json& json, const std::string& source, Model
   if (json.contains("head_dim") && !json["head_dim"].is_null()) {
     TACHYON_CHECK(json["head_dim"] == c.qk_rope_head_dim)
         << source << ": field 'head_dim' (" << json["head_dim"].dump() << ") must equal qk_rope_head_dim ("
-        << c.qk_rope_head_dim << ") for deepseek_v3";
+        << c.qk_rope_head_dim << ") for " << c.model_type;
   }
   TACHYON_CHECK(c.num_key_value_heads == c.num_attention_heads)
-      << source << ": deepseek_v3 needs num_key_value_heads == num_attention_heads (MLA gives every head its own "
+      << source << ": " << c.model_type << " needs num_key_value_heads == num_attention_heads (MLA gives every head its own "
       << "keys), got " << c.num_key_value_heads << " and " << c.num_attention_heads;
   TACHYON_CHECK(!optional_value<bool>(json, "attention_bias", false))
-      << source << ": deepseek_v3 attention_bias=true is not supported";
+      << source << ": " << c.model_type << " attention_bias=true is not supported";
   c.rope_interleave = optional_value<bool>(json, "rope_interleave", true);
   c.num_nextn_predict_layers = optional_int(json, "num_nextn_predict_layers", 0, 0, source);
 
@@ -141,6 +145,19 @@ void parse_deepseek(const nlohmann::json& json, const std::string& source, Model
       << source << ": quantized (e.g. fp8) DeepSeek checkpoints are not supported; use a bf16/f32 one";
 }
 
+// DeepSeek-V3.2's indexer fields; absent ones take DeepseekV32Config's defaults (64 heads of 128,
+// top-2048). transformers builds the indexer's query from the q LoRA latent, so it needs one.
+void parse_sparse_attention(const nlohmann::json& json, const std::string& source, ModelConfig& c) {
+  c.index_n_heads = optional_int(json, "index_n_heads", 64, 1, source);
+  c.index_head_dim = optional_int(json, "index_head_dim", 128, 1, source);
+  c.index_topk = optional_int(json, "index_topk", 2048, 1, source);
+  TACHYON_CHECK(c.q_lora_rank > 0) << source << ": deepseek_v32 needs q_lora_rank (the indexer's query reads the "
+                                   << "q LoRA latent); got null";
+  TACHYON_CHECK(c.index_head_dim >= c.qk_rope_head_dim)
+      << source << ": index_head_dim (" << c.index_head_dim << ") must hold the qk_rope_head_dim ("
+      << c.qk_rope_head_dim << ") rotary dims of the index query and key";
+}
+
 void deepseek_to_json(const ModelConfig& c, nlohmann::json& j) {
   j["q_lora_rank"] = c.q_lora_rank > 0 ? nlohmann::json(c.q_lora_rank) : nlohmann::json(nullptr);
   j["kv_lora_rank"] = c.kv_lora_rank;
@@ -159,6 +176,11 @@ void deepseek_to_json(const ModelConfig& c, nlohmann::json& j) {
   j["routed_scaling_factor"] = c.routed_scaling_factor;
   j["norm_topk_prob"] = c.norm_topk_prob;
   j["attention_dropout"] = 0.0;
+  if (c.has_sparse_attention()) {
+    j["index_n_heads"] = c.index_n_heads;
+    j["index_head_dim"] = c.index_head_dim;
+    j["index_topk"] = c.index_topk;
+  }
 }
 
 std::optional<int64_t> optional_token_id(const nlohmann::json& json, const char* key) {
@@ -218,7 +240,7 @@ RopeScaling parse_rope_scaling(const nlohmann::json& json, const std::string& so
         << source << ": yarn rope_scaling needs a positive original_max_position_embeddings";
   } else {
     TACHYON_FAIL() << source << ": unsupported rope_scaling type '" << type
-                   << "' (supported: default, linear, llama3; yarn for deepseek_v3)";
+                   << "' (supported: default, linear, llama3; yarn for deepseek_v3 and deepseek_v32)";
   }
   return scaling;
 }
@@ -275,8 +297,9 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& json, const std::string
   TACHYON_CHECK(c.num_attention_heads % c.num_key_value_heads == 0)
       << source << ": num_attention_heads (" << c.num_attention_heads
       << ") must be a multiple of num_key_value_heads (" << c.num_key_value_heads << ")";
-  if (c.model_type == "deepseek_v3") {
+  if (is_deepseek(c.model_type)) {
     parse_deepseek(json, source, c);  // head_dim = qk_nope_head_dim + qk_rope_head_dim
+    if (c.model_type == "deepseek_v32") parse_sparse_attention(json, source, c);
   } else if (json.contains("head_dim") && !json["head_dim"].is_null()) {
     c.head_dim = required_int(json, "head_dim", source);
   } else {
@@ -292,7 +315,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& json, const std::string
   if (const nlohmann::json* parameters = rope_parameters(json); parameters && parameters->contains("rope_theta")) {
     c.rope_theta = (*parameters)["rope_theta"].get<double>();
   }
-  c.rope_scaling = parse_rope_scaling(json, source, c.model_type == "deepseek_v3");
+  c.rope_scaling = parse_rope_scaling(json, source, is_deepseek(c.model_type));
   c.tie_word_embeddings = optional_value<bool>(json, "tie_word_embeddings", false);
   c.torch_dtype = optional_value<std::string>(json, "torch_dtype", optional_value<std::string>(json, "dtype", ""));
   c.bos_token_id = optional_token_id(json, "bos_token_id");
@@ -405,7 +428,7 @@ nlohmann::json ModelConfig::to_json() const {
     j["use_sliding_window"] = false;
     j["sliding_window"] = nullptr;
   }
-  if (model_type == "deepseek_v3") deepseek_to_json(*this, j);
+  if (is_deepseek(model_type)) deepseek_to_json(*this, j);
   return j;
 }
 

@@ -1,5 +1,5 @@
 // ModelConfig: the typed form of a Hugging Face config.json for the decoder families
-// (Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, DeepSeek-V3). Parsed and validated once; immutable
+// (Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, DeepSeek-V3, DeepSeek-V3.2). Parsed and validated once; immutable
 // afterwards. The architectures differ only in fields here (biases, q/k norm, sliding window,
 // experts, latent attention, routing kind), so one forward serves them all; see dense_model.h.
 #pragma once
@@ -43,7 +43,7 @@ enum class RouterKind {
 
 struct ModelConfig {
   std::string architecture;  // as in config.json "architectures"[0], e.g. "Qwen3ForCausalLM"
-  std::string model_type;    // "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v3"
+  std::string model_type;    // "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v3", "deepseek_v32"
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -76,6 +76,13 @@ struct ModelConfig {
   bool rope_interleave = false;   // rope dims stored as interleaved pairs (de-interleaved first)
   int64_t num_nextn_predict_layers = 0;  // multi-token-prediction layers: not run, their tensors skipped
 
+  // DeepSeek sparse attention (DeepSeek-V3.2; model/dsa_indexer.h). index_topk == 0: none. Each
+  // layer's lightning indexer scores the previous tokens with index_n_heads heads of
+  // index_head_dim and MLA attends the index_topk best of them only.
+  int64_t index_n_heads = 0;
+  int64_t index_head_dim = 0;  // one token's index key (cached beside the MLA latent)
+  int64_t index_topk = 0;
+
   // Mixture of experts (Qwen3-MoE, DeepSeek-V3; moe.h). num_experts == 0: every layer is dense.
   // Missing fields take the architecture's transformers config defaults.
   int64_t num_experts = 0;            // routed experts per MoE layer (DeepSeek's n_routed_experts)
@@ -97,6 +104,8 @@ struct ModelConfig {
   int64_t value_head_dim() const { return v_head_dim > 0 ? v_head_dim : head_dim; }
   int64_t v_size() const { return num_key_value_heads * value_head_dim(); }  // one token's values
   bool is_mla() const { return kv_lora_rank > 0; }
+  // Layers carry a lightning indexer and attend a top-k subset of the tokens (DeepSeek-V3.2).
+  bool has_sparse_attention() const { return index_topk > 0; }
   // Dimensions of a head that RoPE rotates (the rope part under MLA, else all of them).
   int64_t rope_dim() const { return is_mla() ? qk_rope_head_dim : head_dim; }
   // Layer `layer` runs the mixture of experts instead of the dense MLP (transformers'
@@ -120,7 +129,7 @@ std::string model_type_for(const std::string& architecture);
 // The architecture a name stands for: a model_type ("qwen3") or an architecture name
 // ("Qwen3ForCausalLM"); nullopt when unsupported.
 std::optional<std::string> architecture_named(const std::string& name);
-// "llama, mistral, qwen2, qwen3, qwen3_moe, deepseek_v3": the model types, for messages.
+// "llama, mistral, qwen2, qwen3, qwen3_moe, deepseek_v3, deepseek_v32": the model types, for messages.
 std::string supported_model_types();
 
 }  // namespace tachyon::model

@@ -56,6 +56,16 @@ ModelConfig tiny_deepseek_shape() {
   return c;
 }
 
+// tiny-dsa: tiny-deepseek plus DeepSeek-V3.2's indexer; top-8 so that prompts past 8 tokens
+// really attend a subset.
+ModelConfig tiny_dsa_shape() {
+  ModelConfig c = tiny_deepseek_shape();
+  c.index_n_heads = 4;
+  c.index_head_dim = 16;
+  c.index_topk = 8;
+  return c;
+}
+
 ModelPreset tiny(std::string name, std::string description, ModelConfig shape, std::string only_arch = "") {
   return ModelPreset{std::move(name), std::move(description), std::move(only_arch), std::move(shape), DType::kF32, 0};
 }
@@ -184,6 +194,10 @@ std::vector<ModelPreset> build_presets() {
   presets.push_back(tiny("tiny-deepseek-noqlora", "MLA with a plain q_proj, no rope scaling, rope_interleave false", c,
                          "deepseek_v3"));
 
+  // DeepSeek-V3.2 (deepseek_v32 only): tiny-deepseek with a 4-head indexer of 16 dims keeping 8 tokens.
+  presets.push_back(tiny("tiny-dsa", "tiny-deepseek + DSA indexer (4 heads x 16, top-8)", tiny_dsa_shape(),
+                         "deepseek_v32"));
+
   // Real shapes, from the published config.json files.
   c = ModelConfig{};
   c.vocab_size = 128256; c.hidden_size = 2048; c.intermediate_size = 8192; c.num_hidden_layers = 16;
@@ -236,6 +250,11 @@ std::vector<ModelPreset> build_presets() {
   c.bos_token_id = 0; c.eos_token_id = 1;
   presets.push_back({"deepseek-v3-reduced", "DeepSeek-V3 layer shapes, 4 layers (1 dense + 3 MoE of 256 experts)",
                      "deepseek_v3", c, DType::kBF16, 4ull << 30});
+  // DeepSeek-V3.2(-Exp)'s config.json: DeepSeek-V3's shapes plus a 64-head indexer of 128 keeping 2048.
+  c.index_n_heads = 64; c.index_head_dim = 128; c.index_topk = 2048;
+  presets.push_back({"deepseek-v32-reduced",
+                     "DeepSeek-V3.2 layer shapes, 4 layers (1 dense + 3 MoE of 256 experts), DSA top-2048",
+                     "deepseek_v32", c, DType::kBF16, 4ull << 30});
   return presets;
 }
 

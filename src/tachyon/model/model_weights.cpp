@@ -138,6 +138,16 @@ void mla_tensors(const ModelConfig& c, int64_t l, TensorList& out) {
   out.push_back({layer_name(l, "self_attn.o_proj.weight"), {h, heads * c.v_head_dim}});
 }
 
+// DeepSeek-V3.2's lightning indexer, as DeepseekV32Indexer names its modules.
+void indexer_tensors(const ModelConfig& c, int64_t l, TensorList& out) {
+  const int64_t dim = c.index_head_dim;
+  out.push_back({layer_name(l, "self_attn.indexer.wq_b.weight"), {c.index_n_heads * dim, c.q_lora_rank}});
+  out.push_back({layer_name(l, "self_attn.indexer.wk.weight"), {dim, c.hidden_size}});
+  out.push_back({layer_name(l, "self_attn.indexer.k_norm.weight"), {dim}});
+  out.push_back({layer_name(l, "self_attn.indexer.k_norm.bias"), {dim}});
+  out.push_back({layer_name(l, "self_attn.indexer.weights_proj.weight"), {c.index_n_heads, c.hidden_size}});
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> expected_tensors(const ModelConfig& c) {
@@ -148,6 +158,7 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> expected_tensors(const
     out.push_back({layer_name(l, "input_layernorm.weight"), {h}});
     if (c.is_mla()) {
       mla_tensors(c, l, out);
+      if (c.has_sparse_attention()) indexer_tensors(c, l, out);
     } else {
       attention_tensors(c, l, out);
     }
@@ -225,7 +236,8 @@ void read_attention(WeightReader& reader, const ModelConfig& config, int64_t l, 
   if (config.o_proj_bias) lw.o_proj_bias = reader.template read<T>(layer_name(l, "self_attn.o_proj.bias"));
 }
 
-// DeepSeek-V3's latent attention projections, unfused (the forward applies norms between them).
+// DeepSeek-V3's latent attention projections, unfused (the forward applies norms between them),
+// and DeepSeek-V3.2's indexer.
 template <typename T>
 void read_mla(WeightReader& reader, const ModelConfig& config, int64_t l, BasicLayerWeights<T>& lw) {
   if (config.q_lora_rank > 0) {
@@ -239,6 +251,12 @@ void read_mla(WeightReader& reader, const ModelConfig& config, int64_t l, BasicL
   lw.kv_a_norm = reader.template read<T>(layer_name(l, "self_attn.kv_a_layernorm.weight"));
   lw.kv_b_proj = reader.template read<T>(layer_name(l, "self_attn.kv_b_proj.weight"));
   lw.o_proj = reader.template read<T>(layer_name(l, "self_attn.o_proj.weight"));
+  if (!config.has_sparse_attention()) return;
+  lw.indexer_wq_b = reader.template read<T>(layer_name(l, "self_attn.indexer.wq_b.weight"));
+  lw.indexer_wk = reader.template read<T>(layer_name(l, "self_attn.indexer.wk.weight"));
+  lw.indexer_k_norm = reader.template read<T>(layer_name(l, "self_attn.indexer.k_norm.weight"));
+  lw.indexer_k_norm_bias = reader.template read<T>(layer_name(l, "self_attn.indexer.k_norm.bias"));
+  lw.indexer_weights_proj = reader.template read<T>(layer_name(l, "self_attn.indexer.weights_proj.weight"));
 }
 
 template <typename T>

@@ -8,7 +8,7 @@
 // address expert e at a fixed stride; its dense MLP fields are then empty.
 // DeepSeek-V3's latent attention (ModelConfig::is_mla) keeps its projections unfused, as named
 // in the checkpoint (mla.h); qkv is then empty. Its MoE layers add the router's score bias and one
-// shared expert, fused [gate; up] like the dense MLP.
+// shared expert, fused [gate; up] like the dense MLP. DeepSeek-V3.2 adds each layer's indexer.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +50,13 @@ struct BasicLayerWeights {
   std::vector<T> kv_a_norm;           // [kv_lora_rank]
   std::vector<T> kv_b_proj;           // [heads * (qk_nope + v_head_dim), kv_lora_rank]
   // o_proj above is [hidden, heads * v_head_dim] under MLA.
+  // DeepSeek-V3.2's lightning indexer (self_attn.indexer.*, model/dsa_indexer.h); empty otherwise.
+  // H_I = index_n_heads, D_I = index_head_dim.
+  std::vector<T> indexer_wq_b;          // [H_I * D_I, q_lora_rank]
+  std::vector<T> indexer_wk;            // [D_I, hidden]
+  std::vector<T> indexer_k_norm;        // [D_I] LayerNorm weight
+  std::vector<T> indexer_k_norm_bias;   // [D_I] LayerNorm bias
+  std::vector<T> indexer_weights_proj;  // [H_I, hidden]
 };
 
 template <typename T>

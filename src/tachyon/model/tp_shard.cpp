@@ -35,6 +35,9 @@ std::vector<T> columns_of(const std::vector<T>& in, int64_t rows, int64_t width,
 
 void check_tp_size(const ModelConfig& c, int tp) {
   TACHYON_CHECK(tp >= 1) << "tensor parallel size must be at least 1, got " << tp;
+  TACHYON_CHECK(tp == 1 || !c.has_sparse_attention())
+      << "tensor parallelism of DeepSeek sparse attention (" << c.architecture << ", a " << c.index_n_heads
+      << "-head indexer keeping " << c.index_topk << " tokens) is not built yet; run with --tp 1";
   TACHYON_CHECK(tp == 1 || !c.is_moe()) << "tensor parallelism of mixture-of-experts models is not built yet ("
                                        << c.architecture << " has " << c.num_experts << " experts); run with --tp 1";
   TACHYON_CHECK(tp == 1 || !c.is_mla()) << "tensor parallelism of multi-head latent attention (" << c.architecture

@@ -4,7 +4,9 @@
 
 #include "tachyon/base/check.h"
 #include "tachyon/kernels/attention.h"
+#include "tachyon/kernels/dsa_indexer.h"
 #include "tachyon/kernels/mla_attention.h"
+#include "tachyon/kernels/sparse_mla_attention.h"
 
 namespace tachyon::runner {
 
@@ -12,10 +14,17 @@ PagedKvCache::PagedKvCache(const model::ModelConfig& config, int32_t blocks, int
                            model::MlaAttentionForm form)
     : num_blocks(blocks), block_size(tokens_per_block), mla_form(form) {
   const size_t slots = static_cast<size_t>(blocks) * static_cast<size_t>(tokens_per_block);
+  TACHYON_CHECK(!config.has_sparse_attention() || form == model::MlaAttentionForm::kAbsorbed)
+      << config.architecture << ": sparse attention (DSA) runs in the absorbed MLA form only";
   if (config.is_mla() && form == model::MlaAttentionForm::kAbsorbed) {
     latent_size = model::kv_values_per_token(config, form);
     latents.assign(static_cast<size_t>(config.num_hidden_layers),
                    std::vector<float>(slots * static_cast<size_t>(latent_size)));
+    index_key_size = model::index_key_values_per_token(config);
+    if (index_key_size > 0) {
+      index_keys.assign(static_cast<size_t>(config.num_hidden_layers),
+                        std::vector<float>(slots * static_cast<size_t>(index_key_size)));
+    }
     return;
   }
   kv_size = config.kv_size();
@@ -78,6 +87,45 @@ void PagedAttentionBackend::attend_latent(int64_t layer, std::span<const float> 
                                       q.data() + sequence.first_token * q_stride,
                                       cache_.latents[static_cast<size_t>(layer)].data(), sequence.block_table.data(),
                                       cache_.block_size, shape);
+  }
+}
+
+void PagedAttentionBackend::store_index_keys(int64_t layer, std::span<const float> index_keys) {
+  TACHYON_CHECK(!cache_.index_keys.empty()) << "store_index_keys: " << config_.architecture
+                                            << " has no sparse-attention indexer, so the cache holds no index keys";
+  TACHYON_CHECK(static_cast<int64_t>(index_keys.size()) == plan_.num_tokens() * cache_.index_key_size)
+      << "store_index_keys: " << index_keys.size() << " values for " << plan_.num_tokens() << " tokens of width "
+      << cache_.index_key_size;
+  kernels::cpu::store_rows_paged(cache_.index_keys[static_cast<size_t>(layer)].data(), index_keys.data(),
+                                 plan_.slot_mapping.data(), plan_.num_tokens(), cache_.index_key_size);
+}
+
+void PagedAttentionBackend::select_tokens(int64_t layer, std::span<const float> q, std::span<const float> weights,
+                                          std::span<int32_t> kept) {
+  const int64_t q_stride = config_.index_n_heads * config_.index_head_dim;
+  for (const engine::ScheduledSequence& sequence : plan_.sequences) {
+    const kernels::cpu::DsaIndexerShape shape =
+        model::dsa_indexer_shape(config_, sequence.num_tokens, sequence.num_computed);
+    std::vector<float> scores(static_cast<size_t>(sequence.num_tokens * (sequence.num_computed + sequence.num_tokens)));
+    kernels::cpu::paged_dsa_index_scores(scores.data(), q.data() + sequence.first_token * q_stride,
+                                         weights.data() + sequence.first_token * config_.index_n_heads,
+                                         cache_.index_keys[static_cast<size_t>(layer)].data(),
+                                         sequence.block_table.data(), cache_.block_size, shape);
+    kernels::cpu::dsa_select_topk(kept.data() + sequence.first_token * config_.index_topk, scores.data(), shape);
+  }
+}
+
+void PagedAttentionBackend::attend_latent_sparse(int64_t layer, std::span<const float> q,
+                                                 std::span<const int32_t> kept, std::span<float> out) {
+  const int64_t q_stride = config_.num_attention_heads * cache_.latent_size;
+  const int64_t out_stride = config_.num_attention_heads * config_.kv_lora_rank;
+  for (const engine::ScheduledSequence& sequence : plan_.sequences) {
+    const kernels::cpu::MlaAttentionShape shape =
+        model::mla_attention_shape(config_, sequence.num_tokens, sequence.num_computed);
+    kernels::cpu::paged_sparse_mla_attention(
+        out.data() + sequence.first_token * out_stride, q.data() + sequence.first_token * q_stride,
+        cache_.latents[static_cast<size_t>(layer)].data(), kept.data() + sequence.first_token * config_.index_topk,
+        config_.index_topk, sequence.block_table.data(), cache_.block_size, shape);
   }
 }
 

@@ -2,7 +2,9 @@
 // batch over it: K/V rows are written through the plan's slot mapping, and each scheduled
 // sequence attends its own keys through its block table. An MLA model's cache holds, by default,
 // one latent row per token and layer (the absorbed form, model/mla_absorbed.h); the block manager
-// counts tokens, so only the per-layer row width differs between models.
+// counts tokens, so only the per-layer row width differs between models. A DSA model's cache
+// holds, per layer, a second row per token beside the latent: the indexer's key (index_head_dim
+// values, ModelConfig::has_sparse_attention), written through the same slots.
 #pragma once
 
 #include <vector>
@@ -23,9 +25,11 @@ struct PagedKvCache {
   int64_t kv_size = 0;      // num_kv_heads * head_dim: one token's keys (0 when latent)
   int64_t v_size = 0;       // num_kv_heads * value_head_dim: one token's values (0 when latent)
   int64_t latent_size = 0;  // kv_lora_rank + qk_rope_head_dim: one token's latent row (0 unless latent)
+  int64_t index_key_size = 0;  // index_head_dim: one token's index key (0 without DSA)
   std::vector<std::vector<float>> keys;     // per layer [slots, num_kv_heads, head_dim]
   std::vector<std::vector<float>> values;   // per layer [slots, num_kv_heads, value_head_dim]
   std::vector<std::vector<float>> latents;  // per layer [slots, kv_lora_rank + qk_rope_head_dim]
+  std::vector<std::vector<float>> index_keys;  // per layer [slots, index_head_dim] (DSA only)
 };
 
 class PagedAttentionBackend : public model::AttentionBackend {
@@ -36,6 +40,11 @@ class PagedAttentionBackend : public model::AttentionBackend {
   model::MlaAttentionForm mla_form() const override { return cache_.mla_form; }
   void store_latent(int64_t layer, std::span<const float> latent) override;
   void attend_latent(int64_t layer, std::span<const float> q, std::span<float> out) override;
+  void store_index_keys(int64_t layer, std::span<const float> index_keys) override;
+  void select_tokens(int64_t layer, std::span<const float> q, std::span<const float> weights,
+                     std::span<int32_t> kept) override;
+  void attend_latent_sparse(int64_t layer, std::span<const float> q, std::span<const int32_t> kept,
+                            std::span<float> out) override;
 
  private:
   const model::ModelConfig& config_;

@@ -26,6 +26,10 @@ std::string model_identity(const std::filesystem::path& model_dir, const model::
 }
 
 std::string cuda_unsupported_reason(const model::ModelConfig& config) {
+  if (config.has_sparse_attention()) {
+    return "DeepSeek sparse attention (" + config.architecture +
+           ": the lightning indexer and top-k latent attention) runs on the CPU reference only (no CUDA DSA)";
+  }
   if (config.is_mla()) return "multi-head latent attention (DeepSeek-V3) runs on the CPU reference only (no CUDA MLA)";
   if (config.is_moe()) return "mixture-of-experts layers run on the CPU reference only (no CUDA expert kernels yet)";
   if (config.head_dim != 64 && config.head_dim != 128 && config.head_dim != 256) {
