@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "../engine_greedy_check.h"
+#include "../architecture_checks.h"
 #include "tachyon/base/check.h"
 #include "tachyon/base/file_util.h"
 #include "tachyon/engine/engine_core.h"
@@ -537,15 +537,7 @@ TEST(DeepseekModel, TensorParallelismAndCudaAreRefused) {
 
   auto dir = temp_dir("runner");
   make_model({.arch = "deepseek_v3", .preset = "tiny-deepseek", .seed = 1, .out_dir = dir});
-  engine::EngineConfig config;
-  config.device.kind = "auto";
-  auto loaded = runner::load_runner(dir, config);
-  EXPECT_EQ(config.device.kind, "cpu");
-  EXPECT_EQ(loaded.model_config.model_type, "deepseek_v3");
-  engine::EngineConfig tp_config;
-  tp_config.device.kind = "cpu";
-  tp_config.device.tensor_parallel_size = 2;
-  EXPECT_THROW(runner::load_runner(dir, tp_config), Error);
+  testing::expect_cpu_only_and_tp_refused(dir, "deepseek_v3");
   std::filesystem::remove_all(dir);
 }
 

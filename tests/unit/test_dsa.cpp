@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "../engine_greedy_check.h"
+#include "../architecture_checks.h"
 #include "tachyon/base/check.h"
 #include "tachyon/kernels/dsa_indexer.h"
 #include "tachyon/kernels/sparse_mla_attention.h"
@@ -427,15 +427,7 @@ TEST(DsaModel, TensorParallelismAndCudaAreRefused) {
 
   const auto dir = temp_dir("runner");
   make_model({.arch = "deepseek_v32", .preset = "tiny-dsa", .seed = 1, .out_dir = dir});
-  engine::EngineConfig config;
-  config.device.kind = "auto";
-  const auto loaded = runner::load_runner(dir, config);
-  EXPECT_EQ(config.device.kind, "cpu");
-  EXPECT_EQ(loaded.model_config.model_type, "deepseek_v32");
-  engine::EngineConfig tp_config;
-  tp_config.device.kind = "cpu";
-  tp_config.device.tensor_parallel_size = 2;
-  EXPECT_THROW(runner::load_runner(dir, tp_config), Error);
+  testing::expect_cpu_only_and_tp_refused(dir, "deepseek_v32");
   std::filesystem::remove_all(dir);
 }
 

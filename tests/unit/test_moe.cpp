@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "../engine_greedy_check.h"
+#include "../architecture_checks.h"
 #include "tachyon/base/check.h"
 #include "tachyon/engine/engine_core.h"
 #include "tachyon/model/dense_model.h"
@@ -286,16 +286,7 @@ TEST(MoeModel, TensorParallelismIsRefused) {
 TEST(MoeModel, LoadRunnerServesMoeOnTheCpuAndRefusesTp) {
   auto dir = std::filesystem::temp_directory_path() / ("tachyon-moe-runner-" + std::to_string(::getpid()));
   make_model({.arch = "qwen3_moe", .preset = "tiny-moe", .seed = 1, .out_dir = dir});
-  EXPECT_NE(runner::cuda_unsupported_reason(ModelConfig::from_dir(dir)), "");
-  engine::EngineConfig config;
-  config.device.kind = "auto";
-  auto loaded = runner::load_runner(dir, config);
-  EXPECT_EQ(config.device.kind, "cpu");
-  EXPECT_EQ(loaded.model_config.model_type, "qwen3_moe");
-  engine::EngineConfig tp_config;
-  tp_config.device.kind = "cpu";
-  tp_config.device.tensor_parallel_size = 2;
-  EXPECT_THROW(runner::load_runner(dir, tp_config), Error);
+  testing::expect_cpu_only_and_tp_refused(dir, "qwen3_moe");
   std::filesystem::remove_all(dir);
 }
 

@@ -1,8 +1,8 @@
-// The engine (CpuModelRunner, paged KV cache, continuous batching with chunked prefill) on a
-// model gives each of three prompts (3, 23 and 9 tokens; the 23-token one is chunked) the greedy
-// tokens of the reference loop. Shared by the architecture tests (MoE, DeepSeek).
+// Checks every architecture test makes (MoE, DeepSeek, DSA): the engine against the reference's
+// greedy loop, and how a model the GPU runner and tensor parallelism do not serve yet is loaded.
 #pragma once
 
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,10 +12,15 @@
 #include "engine_run.h"
 #include "tachyon/engine/engine_core.h"
 #include "tachyon/model/dense_model.h"
+#include "tachyon/base/check.h"
 #include "tachyon/runner/cpu_model_runner.h"
+#include "tachyon/runner/runner_factory.h"
 
 namespace tachyon::testing {
 
+// The engine (CpuModelRunner, paged KV cache, continuous batching with chunked prefill) on
+// `model` gives each of three prompts (3, 23 and 9 tokens; the 23-token one is chunked) the
+// greedy tokens of the reference loop.
 inline void expect_engine_matches_greedy_generate(const model::DenseModel& model, const std::string& label) {
   engine::EngineConfig config;
   config.scheduler.max_num_batched_tokens = 16;  // the 23-token prompt is chunked
@@ -42,6 +47,21 @@ inline void expect_engine_matches_greedy_generate(const model::DenseModel& model
   for (size_t p = 0; p < prompts.size(); ++p) {
     EXPECT_EQ(tokens[p], model::greedy_generate(model, prompts[p], 6)) << label << " prompt " << p;
   }
+}
+
+// The model in `dir` (of `model_type`) is not served on the GPU nor split yet: --device auto
+// loads it on the CPU, and --tp 2 is refused.
+inline void expect_cpu_only_and_tp_refused(const std::filesystem::path& dir, const std::string& model_type) {
+  EXPECT_NE(runner::cuda_unsupported_reason(model::ModelConfig::from_dir(dir)), "");
+  engine::EngineConfig config;
+  config.device.kind = "auto";
+  const auto loaded = runner::load_runner(dir, config);
+  EXPECT_EQ(config.device.kind, "cpu");
+  EXPECT_EQ(loaded.model_config.model_type, model_type);
+  engine::EngineConfig tp_config;
+  tp_config.device.kind = "cpu";
+  tp_config.device.tensor_parallel_size = 2;
+  EXPECT_THROW(runner::load_runner(dir, tp_config), Error);
 }
 
 }  // namespace tachyon::testing
