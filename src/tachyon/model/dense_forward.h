@@ -25,6 +25,14 @@ struct TensorParallelSeams {
   int64_t vocab_rows = 0;               // rows of embed_tokens / lm_head this rank holds
 };
 
+// One decoder layer in place: hidden [n, hidden] += attention, then += the MLP or (when
+// c.is_moe_layer(layer)) the mixture of experts. `layer` indexes both c's layer rules and the
+// backend's cache. Exposed so that DeepSeek's MTP module (mtp.h) runs its layer through this same
+// code with a cache of its own.
+void decoder_layer(const ModelConfig& c, const LayerWeights& w, std::span<const float> inv_freq,
+                   const TensorParallelSeams& tp, int64_t layer, std::vector<float>& hidden,
+                   std::span<const int64_t> positions, AttentionBackend& attention, const ForwardHook& hook);
+
 // The forward of dense_model.h for `weights` (the full model or a shard whose config has the
 // per-rank heads and intermediate size; config.vocab_size is always the full vocabulary).
 // inv_freq: [head_dim / 2]. Returns logits [batch.logits_rows.size(), vocab_size] on every rank.

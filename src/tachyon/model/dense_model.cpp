@@ -209,6 +209,18 @@ void moe_block(const ModelConfig& c, const LayerWeights& w, const TensorParallel
 
 namespace detail {
 
+void decoder_layer(const ModelConfig& c, const LayerWeights& w, std::span<const float> inv_freq,
+                   const TensorParallelSeams& tp, int64_t layer, std::vector<float>& hidden,
+                   std::span<const int64_t> positions, AttentionBackend& attention, const ForwardHook& hook) {
+  const int64_t n = static_cast<int64_t>(positions.size());
+  attention_block(c, w, inv_freq, tp, layer, hidden, positions, attention, hook);
+  if (c.is_moe_layer(layer)) {
+    moe_block(c, w, tp, layer, hidden, n, hook);
+  } else {
+    mlp_block(c, w, tp, layer, hidden, n, hook);
+  }
+}
+
 std::vector<float> dense_forward(const ModelWeights& weights, std::span<const float> inv_freq,
                                  const TensorParallelSeams& tp, const ForwardBatch& batch, AttentionBackend& attention,
                                  const ForwardHook& hook) {
@@ -222,14 +234,10 @@ std::vector<float> dense_forward(const ModelWeights& weights, std::span<const fl
   if (hook) hook("embed", -1, hidden);
 
   for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
-    const LayerWeights& w = weights.layers[static_cast<size_t>(layer)];
-    attention_block(c, w, inv_freq, tp, layer, hidden, batch.positions, attention, hook);
-    if (c.is_moe_layer(layer)) {
-      moe_block(c, w, tp, layer, hidden, n, hook);
-    } else {
-      mlp_block(c, w, tp, layer, hidden, n, hook);
-    }
+    decoder_layer(c, weights.layers[static_cast<size_t>(layer)], inv_freq, tp, layer, hidden, batch.positions,
+                  attention, hook);
   }
+  if (hook) hook("final_hidden", -1, hidden);  // [n, hidden] before the final norm: what MTP reads (mtp.h)
 
   // Only the rows whose logits are wanted go through the final norm and the LM head.
   const int64_t rows = static_cast<int64_t>(batch.logits_rows.size());

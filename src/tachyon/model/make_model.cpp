@@ -45,6 +45,17 @@ Distribution distribution_for(const std::string& name, const std::vector<int64_t
   return {0.0f, 1.0f / std::sqrt(static_cast<float>(shape.back()))};  // [out, in]: unit-variance outputs
 }
 
+// The name whose random stream a tensor is drawn from: its own, except an MTP module's embedding
+// and head copies (model.layers.{L}.embed_tokens / shared_head.head), which DeepSeek-V3's
+// checkpoint stores as copies of the main embedding and LM head and so draw the main ones' values.
+std::string random_stream_name(const ModelConfig& c, const std::string& name) {
+  if (!name.starts_with("model.layers.")) return name;
+  const std::string main_head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+  if (name.ends_with(".embed_tokens.weight")) return "model.embed_tokens.weight";
+  if (name.ends_with(".shared_head.head.weight")) return main_head;
+  return name;
+}
+
 // Fills `count` values; value i depends only on (seed, name, i), not on threads or order.
 void fill_random(float* out, int64_t count, uint64_t seed, const std::string& name, Distribution dist) {
   const uint64_t tensor_seed = XXH64(name.data(), name.size(), seed);
@@ -135,7 +146,8 @@ ModelConfig make_model_config(const MakeModelOptions& options) {
       << "(tiny-moe, tiny-moe-nonorm, qwen3-30b-a3b)";
   TACHYON_CHECK((c.model_type == "deepseek_v3" || c.model_type == "deepseek_v32") == c.is_mla())
       << "preset '" << preset.name << "' and --arch " << options.arch << " disagree: --arch deepseek_v3 needs a "
-      << "DeepSeek preset (tiny-deepseek, tiny-deepseek-noqlora, deepseek-v3-reduced) and those need it";
+      << "DeepSeek preset (tiny-deepseek, tiny-deepseek-mtp, tiny-deepseek-noqlora, deepseek-v3-reduced) and "
+      << "those need it";
   TACHYON_CHECK((c.model_type == "deepseek_v32") == c.has_sparse_attention())
       << "preset '" << preset.name << "' and --arch " << options.arch << " disagree: --arch deepseek_v32 needs a "
       << "sparse-attention preset (tiny-dsa, deepseek-v32-reduced) and those need it";
@@ -166,7 +178,8 @@ ModelConfig make_model(const MakeModelOptions& options) {
     TensorSource source;
     source.dtype = dtype;
     source.shape = shape;
-    source.fill = [name = name, shape = shape, dtype, seed = options.seed](std::byte* out) {
+    source.fill = [name = random_stream_name(config, name), shape = shape, dtype,
+                   seed = options.seed](std::byte* out) {
       int64_t count = 1;
       for (int64_t d : shape) count *= d;
       std::vector<float> values(static_cast<size_t>(count));

@@ -74,7 +74,7 @@ struct ModelConfig {
   int64_t qk_rope_head_dim = 0;   // ... and with it (k's rope part is shared by every head)
   int64_t v_head_dim = 0;         // per-head value width; 0: head_dim
   bool rope_interleave = false;   // rope dims stored as interleaved pairs (de-interleaved first)
-  int64_t num_nextn_predict_layers = 0;  // multi-token-prediction layers: not run, their tensors skipped
+  int64_t num_nextn_predict_layers = 0;  // DeepSeek multi-token-prediction modules (mtp.h), stored after the layers
 
   // DeepSeek sparse attention (DeepSeek-V3.2; model/dsa_indexer.h). index_topk == 0: none. Each
   // layer's lightning indexer scores the previous tokens with index_n_heads heads of

@@ -186,6 +186,12 @@ std::vector<ModelPreset> build_presets() {
   presets.push_back(tiny("tiny-deepseek",
                          "MLA (q LoRA 32, kv LoRA 16), YaRN x4; 16 experts / 4 groups, top-4, 1 shared",
                          tiny_deepseek_shape(), "deepseek_v3"));
+  // tiny-deepseek-mtp: tiny-deepseek plus one MTP module (layer 3; mtp.h). Every main tensor has
+  // tiny-deepseek's name and shape, so with the same seed the main model is the same.
+  c = tiny_deepseek_shape();
+  c.num_nextn_predict_layers = 1;
+  presets.push_back(tiny("tiny-deepseek-mtp", "tiny-deepseek + 1 multi-token-prediction module (layer 3)", c,
+                         "deepseek_v3"));
   c = tiny_deepseek_shape();
   c.q_lora_rank = 0;
   c.rope_scaling = RopeScaling{};

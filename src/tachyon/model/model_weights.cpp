@@ -29,7 +29,9 @@ bool is_ignorable(const std::string& name) { return name.ends_with("rotary_emb.i
 
 // DeepSeek-V3's multi-token-prediction module is stored as layers num_hidden_layers ..
 // num_hidden_layers + num_nextn_predict_layers - 1. The main model's forward never reads them
-// (transformers skips them on load too), so a real checkpoint loads without them being run.
+// (transformers skips them on load too), so load_weights leaves them in the file and
+// load_mtp_weights reads them only for a caller that runs the module (mtp.h): serving without
+// speculative decoding does not pay for a whole extra MoE layer, embedding and head.
 bool is_mtp_layer_tensor(const ModelConfig& c, const std::string& name) {
   for (int64_t i = 0; i < c.num_nextn_predict_layers; ++i) {
     if (name.starts_with(fmt::format("model.layers.{}.", c.num_hidden_layers + i))) return true;
@@ -82,6 +84,16 @@ class WeightReader {
     std::vector<T> out;
     read_into(name, out);
     return out;
+  }
+
+  bool has(const std::string& name) const { return checkpoint_.contains(name); }
+
+  // Every checkpoint tensor under `prefix` (one MTP module's layer) must have been read.
+  void check_all_read(const std::string& prefix) const {
+    for (const auto& [name, view] : checkpoint_.tensors()) {
+      TACHYON_CHECK(!name.starts_with(prefix) || read_.count(name))
+          << view.file << ": unexpected tensor '" << name << "' in the multi-token-prediction module";
+    }
   }
 
   // Every checkpoint tensor must have been read, or be one the config allows to be ignored.
@@ -148,51 +160,70 @@ void indexer_tensors(const ModelConfig& c, int64_t l, TensorList& out) {
   out.push_back({layer_name(l, "self_attn.indexer.weights_proj.weight"), {c.index_n_heads, c.hidden_size}});
 }
 
+// One decoder layer's tensors (layer index l in the checkpoint; c.is_moe_layer(l) picks the MLP).
+void layer_tensors(const ModelConfig& c, int64_t l, TensorList& out) {
+  const int64_t h = c.hidden_size, inter = c.intermediate_size;
+  out.push_back({layer_name(l, "input_layernorm.weight"), {h}});
+  if (c.is_mla()) {
+    mla_tensors(c, l, out);
+    if (c.has_sparse_attention()) indexer_tensors(c, l, out);
+  } else {
+    attention_tensors(c, l, out);
+  }
+  out.push_back({layer_name(l, "post_attention_layernorm.weight"), {h}});
+  if (c.is_moe_layer(l)) {
+    const int64_t moe_inter = c.moe_intermediate_size;
+    out.push_back({layer_name(l, "mlp.gate.weight"), {c.num_experts, h}});
+    if (c.router == RouterKind::kSigmoidGroupLimited) {
+      out.push_back({layer_name(l, "mlp.gate.e_score_correction_bias"), {c.num_experts}});
+    }
+    if (c.n_shared_experts > 0) {
+      const int64_t shared = moe_inter * c.n_shared_experts;
+      out.push_back({layer_name(l, "mlp.shared_experts.gate_proj.weight"), {shared, h}});
+      out.push_back({layer_name(l, "mlp.shared_experts.up_proj.weight"), {shared, h}});
+      out.push_back({layer_name(l, "mlp.shared_experts.down_proj.weight"), {h, shared}});
+    }
+    for (int64_t e = 0; e < c.num_experts; ++e) {
+      out.push_back({layer_name(l, expert_name(e, "gate_proj")), {moe_inter, h}});
+      out.push_back({layer_name(l, expert_name(e, "up_proj")), {moe_inter, h}});
+      out.push_back({layer_name(l, expert_name(e, "down_proj")), {h, moe_inter}});
+    }
+    return;  // no dense MLP in this layer
+  }
+  out.push_back({layer_name(l, "mlp.gate_proj.weight"), {inter, h}});
+  out.push_back({layer_name(l, "mlp.up_proj.weight"), {inter, h}});
+  out.push_back({layer_name(l, "mlp.down_proj.weight"), {h, inter}});
+  if (c.mlp_bias) {
+    out.push_back({layer_name(l, "mlp.gate_proj.bias"), {inter}});
+    out.push_back({layer_name(l, "mlp.up_proj.bias"), {inter}});
+    out.push_back({layer_name(l, "mlp.down_proj.bias"), {h}});
+  }
+}
+
+// DeepSeek-V3's MTP module k, stored as layer num_hidden_layers + k: its own norms and eh_proj, a
+// full MoE decoder layer, the shared head's norm, and copies of the embedding and LM head (which
+// some checkpoints leave out; load_mtp_weights then uses the main ones).
+void mtp_tensors(const ModelConfig& c, int64_t k, TensorList& out) {
+  const int64_t h = c.hidden_size, l = c.num_hidden_layers + k;
+  out.push_back({layer_name(l, "enorm.weight"), {h}});
+  out.push_back({layer_name(l, "hnorm.weight"), {h}});
+  out.push_back({layer_name(l, "eh_proj.weight"), {h, 2 * h}});
+  out.push_back({layer_name(l, "embed_tokens.weight"), {c.vocab_size, h}});
+  layer_tensors(c, l, out);
+  out.push_back({layer_name(l, "shared_head.norm.weight"), {h}});
+  out.push_back({layer_name(l, "shared_head.head.weight"), {c.vocab_size, h}});
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> expected_tensors(const ModelConfig& c) {
   std::vector<std::pair<std::string, Shape>> out;
-  const int64_t h = c.hidden_size, inter = c.intermediate_size;
+  const int64_t h = c.hidden_size;
   out.push_back({"model.embed_tokens.weight", {c.vocab_size, h}});
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    out.push_back({layer_name(l, "input_layernorm.weight"), {h}});
-    if (c.is_mla()) {
-      mla_tensors(c, l, out);
-      if (c.has_sparse_attention()) indexer_tensors(c, l, out);
-    } else {
-      attention_tensors(c, l, out);
-    }
-    out.push_back({layer_name(l, "post_attention_layernorm.weight"), {h}});
-    if (c.is_moe_layer(l)) {
-      const int64_t moe_inter = c.moe_intermediate_size;
-      out.push_back({layer_name(l, "mlp.gate.weight"), {c.num_experts, h}});
-      if (c.router == RouterKind::kSigmoidGroupLimited) {
-        out.push_back({layer_name(l, "mlp.gate.e_score_correction_bias"), {c.num_experts}});
-      }
-      if (c.n_shared_experts > 0) {
-        const int64_t shared = moe_inter * c.n_shared_experts;
-        out.push_back({layer_name(l, "mlp.shared_experts.gate_proj.weight"), {shared, h}});
-        out.push_back({layer_name(l, "mlp.shared_experts.up_proj.weight"), {shared, h}});
-        out.push_back({layer_name(l, "mlp.shared_experts.down_proj.weight"), {h, shared}});
-      }
-      for (int64_t e = 0; e < c.num_experts; ++e) {
-        out.push_back({layer_name(l, expert_name(e, "gate_proj")), {moe_inter, h}});
-        out.push_back({layer_name(l, expert_name(e, "up_proj")), {moe_inter, h}});
-        out.push_back({layer_name(l, expert_name(e, "down_proj")), {h, moe_inter}});
-      }
-      continue;  // no dense MLP in this layer
-    }
-    out.push_back({layer_name(l, "mlp.gate_proj.weight"), {inter, h}});
-    out.push_back({layer_name(l, "mlp.up_proj.weight"), {inter, h}});
-    out.push_back({layer_name(l, "mlp.down_proj.weight"), {h, inter}});
-    if (c.mlp_bias) {
-      out.push_back({layer_name(l, "mlp.gate_proj.bias"), {inter}});
-      out.push_back({layer_name(l, "mlp.up_proj.bias"), {inter}});
-      out.push_back({layer_name(l, "mlp.down_proj.bias"), {h}});
-    }
-  }
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) layer_tensors(c, l, out);
   out.push_back({"model.norm.weight", {h}});
   if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, h}});
+  for (int64_t k = 0; k < c.num_nextn_predict_layers; ++k) mtp_tensors(c, k, out);
   return out;
 }
 
@@ -259,6 +290,30 @@ void read_mla(WeightReader& reader, const ModelConfig& config, int64_t l, BasicL
   lw.indexer_weights_proj = reader.template read<T>(layer_name(l, "self_attn.indexer.weights_proj.weight"));
 }
 
+// One decoder layer (checkpoint layer l): norms, attention, and the dense MLP or the experts.
+template <typename T>
+void read_layer(WeightReader& reader, const ModelConfig& config, int64_t l, BasicLayerWeights<T>& lw) {
+  lw.input_norm = reader.template read<T>(layer_name(l, "input_layernorm.weight"));
+  if (config.is_mla()) {
+    read_mla(reader, config, l, lw);
+  } else {
+    read_attention(reader, config, l, lw);
+  }
+  lw.post_attention_norm = reader.template read<T>(layer_name(l, "post_attention_layernorm.weight"));
+  if (config.is_moe_layer(l)) {
+    read_experts(reader, config, l, lw);
+    return;
+  }
+  reader.read_into(layer_name(l, "mlp.gate_proj.weight"), lw.gate_up);
+  reader.read_into(layer_name(l, "mlp.up_proj.weight"), lw.gate_up);
+  lw.down = reader.template read<T>(layer_name(l, "mlp.down_proj.weight"));
+  if (config.mlp_bias) {
+    reader.read_into(layer_name(l, "mlp.gate_proj.bias"), lw.gate_up_bias);
+    reader.read_into(layer_name(l, "mlp.up_proj.bias"), lw.gate_up_bias);
+    lw.down_bias = reader.template read<T>(layer_name(l, "mlp.down_proj.bias"));
+  }
+}
+
 template <typename T>
 BasicModelWeights<T> load_weights_as(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint) {
   WeightReader reader(config, checkpoint);
@@ -267,26 +322,7 @@ BasicModelWeights<T> load_weights_as(const ModelConfig& config, const Safetensor
   w.embed_tokens = reader.template read<T>("model.embed_tokens.weight");
   w.layers.resize(static_cast<size_t>(config.num_hidden_layers));
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
-    BasicLayerWeights<T>& lw = w.layers[static_cast<size_t>(l)];
-    lw.input_norm = reader.template read<T>(layer_name(l, "input_layernorm.weight"));
-    if (config.is_mla()) {
-      read_mla(reader, config, l, lw);
-    } else {
-      read_attention(reader, config, l, lw);
-    }
-    lw.post_attention_norm = reader.template read<T>(layer_name(l, "post_attention_layernorm.weight"));
-    if (config.is_moe_layer(l)) {
-      read_experts(reader, config, l, lw);
-      continue;
-    }
-    reader.read_into(layer_name(l, "mlp.gate_proj.weight"), lw.gate_up);
-    reader.read_into(layer_name(l, "mlp.up_proj.weight"), lw.gate_up);
-    lw.down = reader.template read<T>(layer_name(l, "mlp.down_proj.weight"));
-    if (config.mlp_bias) {
-      reader.read_into(layer_name(l, "mlp.gate_proj.bias"), lw.gate_up_bias);
-      reader.read_into(layer_name(l, "mlp.up_proj.bias"), lw.gate_up_bias);
-      lw.down_bias = reader.template read<T>(layer_name(l, "mlp.down_proj.bias"));
-    }
+    read_layer(reader, config, l, w.layers[static_cast<size_t>(l)]);
   }
   w.final_norm = reader.template read<T>("model.norm.weight");
   if (!config.tie_word_embeddings) w.lm_head = reader.template read<T>("lm_head.weight");
@@ -295,6 +331,32 @@ BasicModelWeights<T> load_weights_as(const ModelConfig& config, const Safetensor
 }
 
 }  // namespace
+
+std::vector<MtpWeights> load_mtp_weights(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint) {
+  WeightReader reader(config, checkpoint);
+  std::vector<MtpWeights> modules(static_cast<size_t>(config.num_nextn_predict_layers));
+  for (int64_t k = 0; k < config.num_nextn_predict_layers; ++k) {
+    MtpWeights& m = modules[static_cast<size_t>(k)];
+    const int64_t l = config.num_hidden_layers + k;
+    m.checkpoint_layer = l;
+    m.enorm = reader.read<float>(layer_name(l, "enorm.weight"));
+    m.hnorm = reader.read<float>(layer_name(l, "hnorm.weight"));
+    m.eh_proj = reader.read<float>(layer_name(l, "eh_proj.weight"));
+    // The embedding and head copies are optional per module: present in the checkpoint means
+    // read (and shape-checked), absent means the main model's, which they equal in DeepSeek-V3.
+    const std::string embed = layer_name(l, "embed_tokens.weight");
+    m.embed_from_main = !reader.has(embed);
+    m.embed_tokens = reader.read<float>(m.embed_from_main ? "model.embed_tokens.weight" : embed);
+    read_layer(reader, config, l, m.layer);
+    m.head_norm = reader.read<float>(layer_name(l, "shared_head.norm.weight"));
+    const std::string head = layer_name(l, "shared_head.head.weight");
+    const std::string main_head = config.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+    m.head_from_main = !reader.has(head);
+    m.head = reader.read<float>(m.head_from_main ? main_head : head);
+    reader.check_all_read(fmt::format("model.layers.{}.", l));
+  }
+  return modules;
+}
 
 ModelWeights load_weights(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint) {
   return load_weights_as<float>(config, checkpoint);

@@ -74,7 +74,24 @@ using LayerWeights = BasicLayerWeights<float>;
 using ModelWeights = BasicModelWeights<float>;
 using Bf16ModelWeights = BasicModelWeights<uint16_t>;  // bf16 bit patterns (round to nearest even)
 
-// Every tensor a checkpoint of this config must hold, with its shape, in HF naming.
+// DeepSeek-V3's multi-token-prediction module k, stored in the checkpoint as layer
+// num_hidden_layers + k (model/mtp.h runs it). f32 only: it serves the CPU reference.
+struct MtpWeights {
+  int64_t checkpoint_layer = 0;     // num_hidden_layers + k
+  std::vector<float> enorm;         // [hidden] RMSNorm of the next token's embedding
+  std::vector<float> hnorm;         // [hidden] RMSNorm of the previous hidden state
+  std::vector<float> eh_proj;       // [hidden, 2 * hidden], input columns [enorm(emb) | hnorm(h)]
+  std::vector<float> embed_tokens;  // [vocab, hidden] (model.embed_tokens.weight when the module has none)
+  LayerWeights layer;               // one MoE decoder layer of the main model's shapes
+  std::vector<float> head_norm;     // [hidden] shared_head.norm
+  std::vector<float> head;          // [vocab, hidden] shared_head.head (the main LM head when it has none)
+  bool embed_from_main = false;     // the checkpoint had no embed_tokens copy for this module
+  bool head_from_main = false;      // the checkpoint had no shared_head.head for this module
+};
+
+// Every tensor a checkpoint of this config must hold, with its shape, in HF naming. With
+// num_nextn_predict_layers > 0 the MTP modules' tensors follow the main model's; of these the
+// embed_tokens and shared_head.head copies may be absent (load_mtp_weights falls back).
 std::vector<std::pair<std::string, std::vector<int64_t>>> expected_tensors(const ModelConfig& config);
 
 // Checks the checkpoint against expected_tensors (missing, unexpected, wrong shape) and
@@ -82,5 +99,12 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> expected_tensors(const
 ModelWeights load_weights(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint);
 // The same checks, converting to bf16 (a bf16 checkpoint is copied as is).
 Bf16ModelWeights load_weights_bf16(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint);
+
+// The main model's weights skip the MTP modules' tensors (the main forward never runs them);
+// this reads them, one MtpWeights per module, with the same name and shape checks. A module's
+// embed_tokens / shared_head.head copy is taken when the checkpoint has that tensor and the main
+// model's otherwise; any other missing tensor fails naming it, and a tensor of the module's layer
+// that nothing reads fails as unexpected.
+std::vector<MtpWeights> load_mtp_weights(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint);
 
 }  // namespace tachyon::model

@@ -1,0 +1,109 @@
+// DeepSeek-V3's MTP module: the input mixing and the shared head are written here; the decoder
+// layer between them is the main forward's (detail::decoder_layer), so MTP cannot drift from it.
+#include "tachyon/model/mtp.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "tachyon/base/check.h"
+#include "tachyon/kernels/linear.h"
+#include "tachyon/kernels/rms_norm.h"
+#include "tachyon/model/dense_forward.h"
+#include "tachyon/model/rope.h"
+#include "tachyon/model/safetensors.h"
+
+namespace tachyon::model {
+
+namespace cpu = kernels::cpu;
+
+ModelConfig mtp_layer_config(const ModelConfig& main_config) {
+  TACHYON_CHECK(main_config.is_moe()) << main_config.architecture
+                                      << ": multi-token prediction needs a mixture-of-experts model (DeepSeek-V3)";
+  ModelConfig c = main_config;
+  c.num_hidden_layers = 1;
+  c.first_k_dense_replace = 0;  // layer 0 of this config is the MoE layer
+  c.decoder_sparse_step = 1;
+  c.mlp_only_layers.clear();
+  c.num_nextn_predict_layers = 0;
+  return c;
+}
+
+MtpModule::MtpModule(const ModelConfig& main_config, MtpWeights weights)
+    : layer_config_(mtp_layer_config(main_config)),
+      weights_(std::move(weights)),
+      inv_freq_(rope_inv_freq(layer_config_)) {}
+
+MtpOutput MtpModule::forward(std::span<const float> hidden, std::span<const int32_t> next_tokens,
+                             std::span<const int64_t> positions, AttentionBackend& attention,
+                             const ForwardHook& hook) const {
+  const ModelConfig& c = layer_config_;
+  const int64_t n = static_cast<int64_t>(next_tokens.size()), h = c.hidden_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  TACHYON_CHECK(n > 0) << "MTP forward needs at least one row";
+  TACHYON_CHECK(static_cast<int64_t>(hidden.size()) == n * h)
+      << "MTP forward: " << hidden.size() << " hidden values for " << n << " rows of " << h;
+  TACHYON_CHECK(static_cast<int64_t>(positions.size()) == n)
+      << "MTP forward: " << positions.size() << " positions for " << n << " rows";
+  const MtpWeights& w = weights_;
+  // The hook sees the checkpoint's layer index, not the one-layer config's 0.
+  ForwardHook layer_hook;
+  if (hook) {
+    layer_hook = [&](std::string_view name, int64_t, std::span<const float> values) {
+      hook(name, w.checkpoint_layer, values);
+    };
+  }
+
+  // [enorm(embed(token)) | hnorm(h)] per row: [n, 2 * hidden].
+  std::vector<float> embedded(static_cast<size_t>(n * h));  // [n, hidden]
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t id = next_tokens[static_cast<size_t>(t)];
+    TACHYON_CHECK(id >= 0 && id < c.vocab_size) << "token id " << id << " is outside the vocabulary [0, "
+                                                << c.vocab_size << ")";
+    std::copy_n(w.embed_tokens.data() + id * h, h, embedded.data() + t * h);
+  }
+  std::vector<float> normed_hidden(static_cast<size_t>(n * h));  // [n, hidden]
+  cpu::rms_norm(embedded.data(), embedded.data(), w.enorm.data(), n, h, eps);
+  cpu::rms_norm(normed_hidden.data(), hidden.data(), w.hnorm.data(), n, h, eps);
+  std::vector<float> concat(static_cast<size_t>(n * 2 * h));  // [n, 2 * hidden]
+  for (int64_t t = 0; t < n; ++t) {
+    std::copy_n(embedded.data() + t * h, h, concat.data() + t * 2 * h);
+    std::copy_n(normed_hidden.data() + t * h, h, concat.data() + t * 2 * h + h);
+  }
+  std::vector<float> x(static_cast<size_t>(n * h));  // [n, hidden]
+  cpu::linear(x.data(), concat.data(), w.eh_proj.data(), nullptr, n, 2 * h, h);
+  if (layer_hook) layer_hook("mtp_input", 0, x);
+
+  const detail::TensorParallelSeams unsharded{.group = nullptr, .vocab_begin = 0, .vocab_rows = c.vocab_size};
+  detail::decoder_layer(c, w.layer, inv_freq_, unsharded, 0, x, positions, attention, layer_hook);
+
+  MtpOutput out;
+  out.hidden = x;
+  std::vector<float> normed(x.size());  // [n, hidden]
+  cpu::rms_norm(normed.data(), x.data(), w.head_norm.data(), n, h, eps);
+  out.logits.resize(static_cast<size_t>(n * c.vocab_size));  // [n, vocab]
+  cpu::linear(out.logits.data(), normed.data(), w.head.data(), nullptr, n, h, c.vocab_size);
+  return out;
+}
+
+MtpOutput MtpModule::forward(std::span<const float> hidden, std::span<const int32_t> next_tokens,
+                             SequenceKvCache& cache, const ForwardHook& hook) const {
+  const int64_t n = static_cast<int64_t>(next_tokens.size());
+  std::vector<int64_t> positions(static_cast<size_t>(n));
+  std::iota(positions.begin(), positions.end(), cache.length + 1);  // row t embeds token t + 1
+  SequenceAttention attention(layer_config_, cache, n);
+  MtpOutput out = forward(hidden, next_tokens, positions, attention, hook);
+  cache.length += n;
+  return out;
+}
+
+std::vector<MtpModule> load_mtp_modules(const std::filesystem::path& model_dir) {
+  const ModelConfig config = ModelConfig::from_dir(model_dir);
+  TACHYON_CHECK(config.num_nextn_predict_layers > 0)
+      << (model_dir / "config.json").string() << " declares no MTP modules (num_nextn_predict_layers is 0)";
+  SafetensorsCheckpoint checkpoint(model_dir);
+  std::vector<MtpModule> modules;
+  for (MtpWeights& weights : load_mtp_weights(config, checkpoint)) modules.emplace_back(config, std::move(weights));
+  return modules;
+}
+
+}  // namespace tachyon::model
