@@ -17,6 +17,7 @@ mkdir -p "$OUT"
 python3 "$ROOT/tools/make_canary_task.py" --seed 0 --train 0 --test $((LIMIT + 3)) --out "$OUT/task" > /dev/null
 model_arg=("$MODEL")
 [ "$MODEL" = - ] && model_arg=()
+: > "$OUT/serve.log"  # exists before the server's redirect does: the loop below may read it first
 "$TACHYON" serve "${model_arg[@]}" --port 0 --served-model-name canary "$@" > "$OUT/serve.log" 2>&1 &
 server=$!
 for _ in $(seq 1 1200); do  # a cold GPU start tunes its GEMMs first: up to a minute

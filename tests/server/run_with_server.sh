@@ -9,6 +9,7 @@ TOKENIZERS=$2
 shift 3
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+: > "$work/log"  # exists before the server's redirect does: the loop below may read it first
 if [ "${DEFAULT_MODEL:-0}" = 1 ]; then  # the built-in default model, cached under XDG_CACHE_HOME
   XDG_CACHE_HOME="$work/cache" "$TACHYON" serve --port 0 --served-model-name tiny > "$work/log" 2>&1 &
 else
