@@ -238,9 +238,11 @@ std::vector<ModelPreset> build_presets() {
   presets.push_back({"qwen3-30b-a3b", "Qwen3-30B-A3B shapes (128 experts, top-8)", "qwen3_moe", c, DType::kBF16,
                      4ull << 30});
 
-  // DeepSeek-V3's per-layer shapes with 4 of its 61 layers (one dense, three MoE), for GPU work:
-  // about 37 B parameters, ~74 GB in bf16 (each MoE layer's 256 experts are 11.3 B): more than the
-  // one-GPU machine's 64 GiB disk.
+  // DeepSeek-V3's per-layer shapes with 4 of its 61 layers (one dense, three MoE) and 64 of its 256
+  // routed experts per layer (8 groups of 8, 4 groups kept, top-8 as in the real model), so that
+  // it fits one H200 and its disk: about 11.6 B parameters, ~23 GB in bf16. Attention, the latent
+  // cache, one expert's and the shared expert's shapes, and the active bytes per token are the
+  // real model's.
   c = ModelConfig{};
   c.vocab_size = 129280; c.hidden_size = 7168; c.intermediate_size = 18432; c.num_hidden_layers = 4;
   c.num_attention_heads = 128; c.num_key_value_heads = 128; c.max_position_embeddings = 163840;
@@ -250,16 +252,16 @@ std::vector<ModelPreset> build_presets() {
   c.rope_scaling.type = RopeScalingType::kYarn; c.rope_scaling.factor = 40.0;
   c.rope_scaling.original_max_position_embeddings = 4096; c.rope_scaling.beta_fast = 32.0;
   c.rope_scaling.beta_slow = 1.0; c.rope_scaling.mscale = 1.0; c.rope_scaling.mscale_all_dim = 1.0;
-  c.router = RouterKind::kSigmoidGroupLimited; c.num_experts = 256; c.num_experts_per_tok = 8;
+  c.router = RouterKind::kSigmoidGroupLimited; c.num_experts = 64; c.num_experts_per_tok = 8;
   c.moe_intermediate_size = 2048; c.n_shared_experts = 1; c.n_group = 8; c.topk_group = 4;
   c.routed_scaling_factor = 2.5; c.norm_topk_prob = true; c.first_k_dense_replace = 1;
   c.bos_token_id = 0; c.eos_token_id = 1;
-  presets.push_back({"deepseek-v3-reduced", "DeepSeek-V3 layer shapes, 4 layers (1 dense + 3 MoE of 256 experts)",
+  presets.push_back({"deepseek-v3-reduced", "DeepSeek-V3 layer shapes, 4 layers (1 dense + 3 MoE of 64 experts)",
                      "deepseek_v3", c, DType::kBF16, 4ull << 30});
   // DeepSeek-V3.2(-Exp)'s config.json: DeepSeek-V3's shapes plus a 64-head indexer of 128 keeping 2048.
   c.index_n_heads = 64; c.index_head_dim = 128; c.index_topk = 2048;
   presets.push_back({"deepseek-v32-reduced",
-                     "DeepSeek-V3.2 layer shapes, 4 layers (1 dense + 3 MoE of 256 experts), DSA top-2048",
+                     "DeepSeek-V3.2 layer shapes, 4 layers (1 dense + 3 MoE of 64 experts), DSA top-2048",
                      "deepseek_v32", c, DType::kBF16, 4ull << 30});
   return presets;
 }
