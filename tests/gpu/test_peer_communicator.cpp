@@ -202,15 +202,9 @@ void run_ranks(PeerWorld& world, const std::function<void(Rank&)>& body,
   for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r << " of " << n;
 }
 
-int gpu_count() {
-  int count = 0;
-  TACHYON_CUDA_CHECK(cudaGetDeviceCount(&count));
-  return count;
-}
-
 // Rank r on GPU r; nullptr when the machine has fewer than n GPUs (the caller skips that size).
 std::unique_ptr<PeerWorld> test_world(int n, size_t buffer = kBuffer) {
-  if (gpu_count() < n) return nullptr;
+  if (cuda::cuda_device_count() < n) return nullptr;
   std::vector<int> devices(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) devices[static_cast<size_t>(r)] = r;
   if (!PeerWorld::supported(devices)) return nullptr;
@@ -614,7 +608,7 @@ TEST(PeerCommunicator, BadSetupThrows) {
 
 // Real peer access over NVLink / PCIe: rank r on GPU r, when the machine has several.
 TEST(PeerCommunicator, AcrossGpus) {
-  const int count = gpu_count();
+  const int count = cuda::cuda_device_count();
   if (count < 2) GTEST_SKIP() << "needs 2 GPUs with peer access";
   std::vector<int> devices;
   for (int d = 0; d < std::min(count, kPeerMaxRanks); ++d) devices.push_back(d);

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "runner_test_util.h"
+#include "tachyon/tensor/cuda/device_buffer.h"
 #include "tachyon/runner/cuda/tp_cuda_model_runner.h"
 
 namespace tachyon::runner {
@@ -20,12 +21,6 @@ struct TpCase {
   Variant variant;
   int tp = 1;
 };
-
-int gpu_count() {
-  int count = 0;
-  TACHYON_CUDA_CHECK(cudaGetDeviceCount(&count));
-  return count;
-}
 
 std::vector<int> tp_devices(int tp) {
   std::vector<int> devices(static_cast<size_t>(tp));
@@ -43,7 +38,9 @@ class TpCudaRunner : public ::testing::TestWithParam<TpCase> {};
 
 TEST_P(TpCudaRunner, LogitsMatchTheReferenceAndEveryRankHoldsTheSame) {
   const TpCase& c = GetParam();
-  if (gpu_count() < c.tp) GTEST_SKIP() << "TP = " << c.tp << " needs " << c.tp << " GPUs, this machine has " << gpu_count();
+  if (cuda::cuda_device_count() < c.tp) {
+    GTEST_SKIP() << "TP = " << c.tp << " needs " << c.tp << " GPUs, this machine has " << cuda::cuda_device_count();
+  }
   const fs::path dir = make_tiny(c.variant);
   const engine::EngineConfig config = tp_config(c.tp, /*eager=*/false);
   model::SafetensorsCheckpoint checkpoint(dir);
@@ -65,7 +62,9 @@ TEST_P(TpCudaRunner, LogitsMatchTheReferenceAndEveryRankHoldsTheSame) {
 
 TEST_P(TpCudaRunner, TheEngineGeneratesTheSameTokensWithGraphsAndEager) {
   const TpCase& c = GetParam();
-  if (gpu_count() < c.tp) GTEST_SKIP() << "TP = " << c.tp << " needs " << c.tp << " GPUs, this machine has " << gpu_count();
+  if (cuda::cuda_device_count() < c.tp) {
+    GTEST_SKIP() << "TP = " << c.tp << " needs " << c.tp << " GPUs, this machine has " << cuda::cuda_device_count();
+  }
   const fs::path dir = make_tiny(c.variant);
   const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
   model::SafetensorsCheckpoint checkpoint(dir);

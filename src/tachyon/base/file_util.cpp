@@ -1,5 +1,6 @@
 #include "tachyon/base/file_util.h"
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -31,6 +32,12 @@ void write_file(const std::filesystem::path& path, const std::string& bytes) {
   TACHYON_CHECK(out.good()) << "cannot create " << path.string();
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   TACHYON_CHECK(out.good()) << "cannot write " << path.string();
+}
+
+std::filesystem::path user_cache_dir() {
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::filesystem::path(xdg) / "tachyon";
+  if (const char* home = std::getenv("HOME"); home && *home) return std::filesystem::path(home) / ".cache" / "tachyon";
+  return std::filesystem::temp_directory_path() / "tachyon";
 }
 
 }  // namespace tachyon

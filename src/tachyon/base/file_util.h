@@ -17,4 +17,8 @@ nlohmann::json read_json_file(const std::filesystem::path& path);
 // Writes bytes, creating parent folders; throws Error naming the path on failure.
 void write_file(const std::filesystem::path& path, const std::string& bytes);
 
+// Where tachyon keeps per-user caches (tuned GEMM choices, the unpacked default model):
+// $XDG_CACHE_HOME/tachyon, else ~/.cache/tachyon, else <temp dir>/tachyon. Not created here.
+std::filesystem::path user_cache_dir();
+
 }  // namespace tachyon

@@ -2,11 +2,11 @@
 
 #include <unistd.h>
 
-#include <cstdlib>
 #include <fstream>
 #include <string>
 
 #include "tachyon/base/check.h"
+#include "tachyon/base/file_util.h"
 
 // The bytes come in through the assembler's .incbin: the 10 MB of weights as a C++ array literal
 // would take minutes to compile. CMake passes the folder and a hash of the files' contents (so a
@@ -46,16 +46,10 @@ const EmbeddedFile kCanaryFiles[] = {
     {"tokenizer_config.json", tachyon_canary_tokenizer_config_begin, tachyon_canary_tokenizer_config_end},
 };
 
-std::filesystem::path cache_root() {
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return xdg;
-  if (const char* home = std::getenv("HOME"); home && *home) return std::filesystem::path(home) / ".cache";
-  return std::filesystem::temp_directory_path();
-}
-
 }  // namespace
 
 std::filesystem::path default_model_dir() {
-  const std::filesystem::path dir = cache_root() / "tachyon" / ("canary-" + std::string(TACHYON_CANARY_HASH));
+  const std::filesystem::path dir = user_cache_dir() / ("canary-" + std::string(TACHYON_CANARY_HASH));
   // model.safetensors is written last, so a folder that has it is complete.
   if (std::filesystem::exists(dir / "model.safetensors")) return dir;
   const std::filesystem::path staging = dir.string() + ".tmp-" + std::to_string(::getpid());

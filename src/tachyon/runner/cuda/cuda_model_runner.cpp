@@ -8,6 +8,7 @@
 
 #include <nvtx3/nvtx3.hpp>
 
+#include "tachyon/base/file_util.h"
 #include "tachyon/dist/communicator.h"
 #include "tachyon/kernels/cuda/activation.h"
 #include "tachyon/kernels/cuda/attention.h"
@@ -25,13 +26,6 @@ namespace tachyon::runner {
 namespace kc = kernels::cuda;
 
 namespace {
-
-// $XDG_CACHE_HOME/tachyon/gemm (or ~/.cache/...): tuned GEMM algorithms, one file per plan hash.
-std::filesystem::path gemm_cache_dir() {
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME")) return std::filesystem::path(xdg) / "tachyon" / "gemm";
-  if (const char* home = std::getenv("HOME")) return std::filesystem::path(home) / ".cache" / "tachyon" / "gemm";
-  return std::filesystem::temp_directory_path() / "tachyon" / "gemm";
-}
 
 constexpr size_t kAlign = 256;
 size_t align_up(size_t value) { return (value + kAlign - 1) / kAlign * kAlign; }
@@ -250,7 +244,8 @@ void CudaModelRunner::tune_gemms(const engine::EngineConfig& config) {
     if (m <= limits_.max_seqs) problems.push_back({m, vocab_rows_, c.hidden_size, kc::GemmOutputType::kF32, false});
     if (c.is_moe()) problems.push_back({m, c.num_experts, c.hidden_size, kc::GemmOutputType::kF32, false});  // router
   }
-  const std::filesystem::path cache = gemm_cache_dir() / (config.plan_hash() + ".json");
+  // Tuned GEMM algorithms, one file per plan hash.
+  const std::filesystem::path cache = user_cache_dir() / "gemm" / (config.plan_hash() + ".json");
   if (gemm_.load_cache(cache.string(), config.plan_hash())) return;
   gemm_.tune(problems, stream_);
   std::error_code ignored;
