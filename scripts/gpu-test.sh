@@ -29,7 +29,7 @@ python3 tools/make_goldens.py --manifest tests/data/goldens/gpu_manifest.json --
 cp tests/data/goldens/gpu_manifest.json "$TACHYON_GPU_GOLDENS/"
 
 set +e
-ctest --test-dir $BUILD_DIR -j "$(nproc)" --timeout 600 --output-on-failure > "$OUT_DIR/ctest.log" 2>&1
+ctest --test-dir $BUILD_DIR -j "$(nproc)" --timeout "${CTEST_TIMEOUT:-600}" --output-on-failure > "$OUT_DIR/ctest.log" 2>&1
 ctest_rc=$?
 set -e
 grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" "$OUT_DIR/ctest.log" | tail -20
