@@ -3,8 +3,10 @@
 // run the prompt, and compare every position's logits (1e-4 relative to the logit scale) and
 // the 32-token greedy continuation (identical) with what transformers wrote on the GPU machine
 // (tools/make_goldens.py). A variant without its golden file fails.
-// moe_manifest.json holds the Qwen3-MoE variants, checked the same way (its own file so that
-// tools/make_goldens.py can regenerate them alone).
+// moe_manifest.json (Qwen3-MoE), deepseek_manifest.json (DeepSeek-V3: MLA, YaRN, group-limited
+// sigmoid routing, shared experts) and dsa_manifest.json (DeepSeek-V3.2's indexer over a prompt
+// longer than its top-k) hold the other families, checked the same way (their own files so that
+// tools/make_goldens.py can regenerate one family alone).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,6 +28,8 @@ const std::filesystem::path kGoldens = std::getenv("TACHYON_GOLDENS_DIR")
                                            ? std::filesystem::path(std::getenv("TACHYON_GOLDENS_DIR"))
                                            : std::filesystem::path(TACHYON_TEST_DATA) / "goldens";
 
+constexpr const char* kManifests[] = {"manifest.json", "moe_manifest.json", "deepseek_manifest.json"};
+
 struct Variant {
   nlohmann::json manifest_entry;
   std::string name() const { return manifest_entry["name"].get<std::string>(); }
@@ -43,13 +47,15 @@ std::vector<Variant> manifest_variants(const std::filesystem::path& path) {
 }
 
 std::vector<Variant> load_variants() {
-  std::vector<Variant> out = manifest_variants(kGoldens / "manifest.json");
-  for (Variant& variant : manifest_variants(kGoldens / "moe_manifest.json")) out.push_back(std::move(variant));
+  std::vector<Variant> out;
+  for (const char* manifest : kManifests) {
+    for (Variant& variant : manifest_variants(kGoldens / manifest)) out.push_back(std::move(variant));
+  }
   return out;
 }
 
 TEST(Goldens, ManifestsPresent) {
-  for (const char* name : {"manifest.json", "moe_manifest.json"}) {
+  for (const char* name : kManifests) {
     EXPECT_TRUE(std::filesystem::exists(kGoldens / name)) << "no " << name << " in " << kGoldens;
   }
 }

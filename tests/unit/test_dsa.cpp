@@ -106,13 +106,13 @@ TEST(DsaConfig, ReadsAndWritesTheIndexerFields) {
   EXPECT_EQ(c.architecture, "DeepseekV32ForCausalLM");
   EXPECT_TRUE(c.is_mla());
   EXPECT_TRUE(c.has_sparse_attention());
-  EXPECT_EQ(c.index_n_heads, 4);
+  EXPECT_EQ(c.index_n_heads, 16);
   EXPECT_EQ(c.index_head_dim, 16);
   EXPECT_EQ(c.index_topk, 8);
   const nlohmann::json json = c.to_json();
   EXPECT_EQ(json["model_type"], "deepseek_v32");
   EXPECT_EQ(json["index_topk"], 8);
-  EXPECT_EQ(json["index_n_heads"], 4);
+  EXPECT_EQ(json["index_n_heads"], 16);
   EXPECT_EQ(json["index_head_dim"], 16);
 
   nlohmann::json defaults = json;  // absent fields take DeepseekV32Config's defaults
@@ -151,14 +151,14 @@ TEST(DsaWeights, ExpectedTensorsNameTheIndexerAsTheCheckpointDoes) {
   };
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".self_attn.indexer.";
-    EXPECT_EQ(shape_of(p + "wq_b.weight"), (std::vector<int64_t>{4 * 16, 32}));
+    EXPECT_EQ(shape_of(p + "wq_b.weight"), (std::vector<int64_t>{16 * 16, 32}));
     EXPECT_EQ(shape_of(p + "wk.weight"), (std::vector<int64_t>{16, 64}));
     EXPECT_EQ(shape_of(p + "k_norm.weight"), (std::vector<int64_t>{16}));
     EXPECT_EQ(shape_of(p + "k_norm.bias"), (std::vector<int64_t>{16}));
-    EXPECT_EQ(shape_of(p + "weights_proj.weight"), (std::vector<int64_t>{4, 64}));
+    EXPECT_EQ(shape_of(p + "weights_proj.weight"), (std::vector<int64_t>{16, 64}));
   }
   const ModelWeights w = tiny_dsa_weights();
-  EXPECT_EQ(w.layers[1].indexer_wq_b.size(), size_t{4 * 16 * 32});
+  EXPECT_EQ(w.layers[1].indexer_wq_b.size(), size_t{16 * 16 * 32});
   EXPECT_EQ(w.layers[1].indexer_k_norm_bias.size(), size_t{16});
 }
 

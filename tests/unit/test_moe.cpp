@@ -283,10 +283,22 @@ TEST(MoeModel, TensorParallelismIsRefused) {
   EXPECT_NO_THROW(check_tp_size(dense, 2));
 }
 
-TEST(MoeModel, LoadRunnerServesMoeOnTheCpuAndRefusesTp) {
+// Qwen3-MoE runs on the GPU too (kernels/cuda/moe.h); a model beyond the kernels' limits is
+// named as such, and tensor parallelism of MoE is refused on every device.
+TEST(MoeModel, LoadRunnerServesMoeWhereTheKernelsCanAndRefusesTp) {
+  ModelConfig gpu_shape = make_model_config({.arch = "qwen3_moe", .preset = "tiny-gpu-moe"});
+  EXPECT_EQ(runner::cuda_unsupported_reason(gpu_shape), "");
+  gpu_shape.num_experts = 512;
+  EXPECT_NE(runner::cuda_unsupported_reason(gpu_shape).find("at most 256 experts"), std::string::npos);
   auto dir = std::filesystem::temp_directory_path() / ("tachyon-moe-runner-" + std::to_string(::getpid()));
   make_model({.arch = "qwen3_moe", .preset = "tiny-moe", .seed = 1, .out_dir = dir});
-  testing::expect_cpu_only_and_tp_refused(dir, "qwen3_moe");
+  engine::EngineConfig config;
+  config.device.kind = "cpu";
+  EXPECT_EQ(runner::load_runner(dir, config).model_config.model_type, "qwen3_moe");
+  engine::EngineConfig tp_config;
+  tp_config.device.kind = "cpu";
+  tp_config.device.tensor_parallel_size = 2;
+  EXPECT_THROW(runner::load_runner(dir, tp_config), Error);
   std::filesystem::remove_all(dir);
 }
 

@@ -31,7 +31,9 @@ std::string cuda_unsupported_reason(const model::ModelConfig& config) {
            ": the lightning indexer and top-k latent attention) runs on the CPU reference only (no CUDA DSA)";
   }
   if (config.is_mla()) return "multi-head latent attention (DeepSeek-V3) runs on the CPU reference only (no CUDA MLA)";
-  if (config.is_moe()) return "mixture-of-experts layers run on the CPU reference only (no CUDA expert kernels yet)";
+  if (config.is_moe() && (config.num_experts > 256 || config.num_experts_per_tok > 16 || config.moe_intermediate_size % 8 != 0)) {
+    return "the CUDA MoE kernels take at most 256 experts, top-16, and a moe_intermediate_size that is a multiple of 8";
+  }
   if (config.head_dim != 64 && config.head_dim != 128 && config.head_dim != 256) {
     return "head_dim " + std::to_string(config.head_dim) + " (the CUDA attention kernels serve 64, 128 and 256)";
   }
