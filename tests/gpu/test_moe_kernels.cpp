@@ -1,16 +1,19 @@
 // The MoE kernels (kernels/cuda/moe.h) against plain loops written here: routing (ids exact,
-// weights to f32 rounding), grouping (every pair once, in its expert's blocks, padding marked),
-// the grouped GEMM (bf16 tolerance, padding rows never written), the combine, and the whole MoE
-// block chained as a model runs it. Fresh random inputs every run (seed printed); outputs are
+// weights to f32 rounding; DeepSeek's group-limited routing against model/moe.h's CPU router
+// itself, ids and their order exact), grouping (every pair once, in its expert's blocks, padding
+// marked), the grouped GEMM (bf16 tolerance, padding rows never written), the combine (with and
+// without the shared expert's addend), and the whole MoE block chained as a model runs it. Fresh random inputs every run (seed printed); outputs are
 // poisoned first, so a row the kernels should write and do not shows up as NaN.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <set>
+#include <span>
 
 #include "gpu_test_util.h"
 #include "tachyon/kernels/cuda/activation.h"
 #include "tachyon/kernels/cuda/moe.h"
+#include "tachyon/model/moe.h"
 
 namespace tachyon::kernels::cuda {
 namespace {
@@ -88,6 +91,106 @@ TEST(MoeTopkSoftmax, EqualProbabilitiesPickTheLowerExpertFirst) {
   moe_topk_softmax(ids.data(), weights.data(), logits_d.data(), 1, 64, 4, true, nullptr);
   EXPECT_EQ(ids.download(), (std::vector<int32_t>{0, 1, 2, 3}));
   for (float w : weights.download()) EXPECT_FLOAT_EQ(w, 0.25f);
+}
+
+// --- DeepSeek-V3's group-limited sigmoid routing against model::route_token_group_limited.
+
+struct GroupedCase {
+  int experts, n_group, topk_group, k;
+};
+
+// The CPU router over every token: ids in its order (highest choice first) and final weights.
+Routed route_grouped_cpu(const std::vector<float>& logits, const std::vector<float>& bias, int64_t tokens,
+                         const GroupedCase& c, bool renormalize, float scaling) {
+  const model::GroupLimitedRouting routing{.top_k = c.k,
+                                           .n_group = c.n_group,
+                                           .topk_group = c.topk_group,
+                                           .norm_topk_prob = renormalize,
+                                           .routed_scaling_factor = scaling};
+  Routed r;
+  for (int64_t t = 0; t < tokens; ++t) {
+    const auto row = std::span<const float>(logits).subspan(t * c.experts, c.experts);
+    for (const model::ExpertChoice& choice : model::route_token_group_limited(row, bias, routing)) {
+      r.ids.push_back(static_cast<int32_t>(choice.expert));
+      r.weights.push_back(choice.weight);
+    }
+  }
+  return r;
+}
+
+// Runs the kernel (bias_on_device false: nullptr, the CPU then gets zeros) and compares.
+void check_grouped(const GroupedCase& c, const std::vector<float>& logits, const std::vector<float>& bias,
+                   bool bias_on_device, int64_t tokens, bool renormalize, float scaling) {
+  const Routed want = route_grouped_cpu(logits, bias, tokens, c, renormalize, scaling);
+  DeviceArray<float> logits_d = upload(logits), bias_d = upload(bias);
+  DeviceArray<int32_t> ids(tokens * c.k);
+  DeviceArray<float> weights(tokens * c.k);
+  moe_topk_sigmoid_grouped(ids.data(), weights.data(), logits_d.data(), bias_on_device ? bias_d.data() : nullptr,
+                           tokens, c.experts, c.k, c.n_group, c.topk_group, renormalize, scaling, nullptr);
+  const std::vector<int32_t> got_ids = ids.download();
+  const std::vector<float> got = weights.download();
+  for (int64_t t = 0; t < tokens; ++t) {
+    const auto at = [&](const auto& v) { return std::vector(v.begin() + t * c.k, v.begin() + (t + 1) * c.k); };
+    ASSERT_EQ(at(got_ids), at(want.ids)) << "token " << t;
+    for (int j = 0; j < c.k; ++j) {
+      const size_t i = static_cast<size_t>(t * c.k + j);
+      ASSERT_NEAR(got[i], want.weights[i], 1e-6f * std::abs(want.weights[i])) << "token " << t << " choice " << j;
+    }
+  }
+}
+
+TEST(MoeTopkSigmoidGrouped, MatchesTheCpuRouter) {
+  auto gen = rng(46);
+  // DeepSeek-V3 (256 / 8 groups / 4 kept / top 8), a tiny one, n_group 1, groups of a size and
+  // count that are not powers of two (60 / 5), 32 groups of 2, and a top k larger than the kept
+  // groups hold (8 experts kept, 10 chosen: masked 0.0 values fill the rest, as on the CPU).
+  const std::vector<GroupedCase> cases = {{256, 8, 4, 8}, {16, 4, 2, 4},  {64, 1, 1, 6},  {256, 1, 1, 8},
+                                          {60, 5, 3, 7},  {64, 32, 5, 16}, {64, 32, 4, 10}, {2, 1, 1, 1}};
+  for (const GroupedCase& c : cases) {
+    for (int64_t tokens : {1, 7, 300}) {
+      for (int bias_kind = 0; bias_kind < 3; ++bias_kind) {
+        for (bool renormalize : {true, false}) {
+          SCOPED_TRACE(testing::Message() << c.experts << " experts in " << c.n_group << " groups, keep "
+                                          << c.topk_group << ", top " << c.k << ", " << tokens << " tokens, bias "
+                                          << bias_kind << ", renormalize " << renormalize);
+          const std::vector<float> logits = gpu_test::random_floats(gen, static_cast<size_t>(tokens * c.experts), 2.0f);
+          // 0: no bias (nullptr); 1: small biases, as trained ones; 2: all choices negative, so the
+          // masked groups' 0.0 beats every kept expert and the k fill up from the masked ones.
+          std::vector<float> bias(static_cast<size_t>(c.experts), 0.0f);
+          if (bias_kind == 1) bias = gpu_test::random_floats(gen, bias.size(), 0.3f);
+          if (bias_kind == 2) {
+            bias = gpu_test::random_floats(gen, bias.size(), 0.5f);
+            for (float& b : bias) b = -2.0f - std::abs(b);
+          }
+          check_grouped(c, logits, bias, bias_kind != 0, tokens, renormalize, 2.5f);
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+TEST(MoeTopkSigmoidGrouped, EqualValuesPickTheLowerGroupAndExpert) {
+  // Every logit 0 and no bias: all groups tie, so groups 0..topk_group-1 stay, and the experts
+  // come out in id order, as the CPU's partial_sort orders them; then half the logits tie higher.
+  for (const GroupedCase& c : {GroupedCase{256, 8, 4, 8}, GroupedCase{16, 4, 2, 4}, GroupedCase{64, 1, 1, 6}}) {
+    SCOPED_TRACE(testing::Message() << c.experts << " experts in " << c.n_group << " groups");
+    std::vector<float> logits(static_cast<size_t>(2 * c.experts), 0.0f);
+    for (int e = 0; e < c.experts; e += 2) logits[static_cast<size_t>(c.experts + e + 1)] = 1.0f;
+    check_grouped(c, logits, std::vector<float>(static_cast<size_t>(c.experts), 0.0f), false, 2, true, 1.0f);
+  }
+}
+
+TEST(MoeTopkSigmoidGrouped, RejectsShapesItCannotServe) {
+  EXPECT_THROW(moe_topk_sigmoid_grouped(nullptr, nullptr, nullptr, nullptr, 1, 256, 8, 7, 4, true, 1.0f, nullptr),
+               Error);  // 256 % 7
+  EXPECT_THROW(moe_topk_sigmoid_grouped(nullptr, nullptr, nullptr, nullptr, 1, 64, 8, 64, 4, true, 1.0f, nullptr),
+               Error);  // groups of 1, and more than 32
+  EXPECT_THROW(moe_topk_sigmoid_grouped(nullptr, nullptr, nullptr, nullptr, 1, 256, 8, 8, 9, true, 1.0f, nullptr),
+               Error);  // topk_group > n_group
+  EXPECT_THROW(moe_topk_sigmoid_grouped(nullptr, nullptr, nullptr, nullptr, 1, 256, 17, 8, 4, true, 1.0f, nullptr),
+               Error);  // top_k > 16
+  moe_topk_sigmoid_grouped(nullptr, nullptr, nullptr, nullptr, 0, 256, 8, 8, 4, true, 1.0f, nullptr);  // no tokens
 }
 
 TEST(MoeAlign, EveryPairLandsOnceInItsExpertsBlocks) {
@@ -195,6 +298,39 @@ TEST(MoeCombine, WeightedSumOfEachTokensRows) {
     DeviceArray<bf16> out(tokens * hidden);
     moe_combine(out.data(), rows_d.data(), weights_d.data(), tokens, k, hidden, nullptr);
     EXPECT_LT(gpu_test::relative_error(download_f32(out), want), 5e-3) << "top " << k;
+  }
+}
+
+// The shared expert's row joins in the same pass: out = routed sum + addend, rounded once; in
+// place (addend == out) as well.
+TEST(MoeCombine, AddsTheAddendRowAfterTheRoutedSum) {
+  auto gen = rng(47);
+  for (int k : {1, 8}) {
+    const int64_t tokens = 37, hidden = 264;
+    const std::vector<float> rows = random_bf16_values(gen, static_cast<size_t>(tokens * k * hidden));
+    const std::vector<float> addend = random_bf16_values(gen, static_cast<size_t>(tokens * hidden), 2.0f);
+    std::vector<float> weights = gpu_test::random_floats(gen, static_cast<size_t>(tokens * k), 0.5f);
+    std::vector<float> want(static_cast<size_t>(tokens * hidden), 0.0f);
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t h = 0; h < hidden; ++h) {
+        float sum = 0.0f;
+        for (int j = 0; j < k; ++j) sum += weights[t * k + j] * rows[(t * k + j) * hidden + h];
+        want[t * hidden + h] = sum + addend[t * hidden + h];
+      }
+    }
+    DeviceArray<bf16> rows_d = upload_bf16(rows), addend_d = upload_bf16(addend);
+    DeviceArray<float> weights_d = upload(weights);
+    DeviceArray<bf16> out(tokens * hidden);
+    moe_combine(out.data(), rows_d.data(), weights_d.data(), addend_d.data(), tokens, k, hidden, nullptr);
+    const std::vector<float> got = download_f32(out);
+    EXPECT_LT(gpu_test::relative_error(got, want), 5e-3) << "top " << k;
+    moe_combine(addend_d.data(), rows_d.data(), weights_d.data(), addend_d.data(), tokens, k, hidden, nullptr);
+    EXPECT_TRUE(download_f32(addend_d) == got) << "in place, top " << k;
+    // A null addend is the plain combine, bit for bit.
+    DeviceArray<bf16> plain(tokens * hidden), no_addend(tokens * hidden);
+    moe_combine(plain.data(), rows_d.data(), weights_d.data(), tokens, k, hidden, nullptr);
+    moe_combine(no_addend.data(), rows_d.data(), weights_d.data(), nullptr, tokens, k, hidden, nullptr);
+    EXPECT_TRUE(download_f32(plain) == download_f32(no_addend)) << "top " << k;
   }
 }
 

@@ -12,7 +12,8 @@
 //   moe_grouped_gemm(gate_up, hidden, w_gate_up, ..., a_row_divisor = k)   [rows, 2 * I]
 //   silu_and_mul(act, gate_up)                            [rows, I]
 //   moe_grouped_gemm(down, act, w_down, ..., a_row_divisor = 1)            [rows, hidden]
-//   moe_combine(out, down, weights)                       [T, hidden]
+//   moe_combine(out, down, weights[, shared_out])         [T, hidden]
+// DeepSeek-V3 routes with moe_topk_sigmoid_grouped instead of moe_topk_softmax.
 // CPU twin: model/moe.h. Tests: tests/gpu/test_moe_kernels.cpp.
 #pragma once
 
@@ -39,6 +40,25 @@ int64_t moe_sorted_capacity(int64_t rows, int32_t num_experts);
 void moe_topk_softmax(int32_t* topk_ids, float* topk_weights, const float* router_logits, int64_t tokens,
                       int32_t num_experts, int32_t top_k, bool renormalize, cudaStream_t stream);
 
+// DeepSeek-V3's group-limited sigmoid routing (model/moe.h route_token_group_limited, which it
+// matches bit for bit on the ids and to f32 rounding on the weights):
+//   score  = sigmoid(logit) (f32; the exp in double rounded to f32, as near to glibc's expf as
+//            the device gets, so near ties break as on the CPU)
+//   choice = score + correction_bias (nullptr: zeros); it picks the experts, it does not weigh them
+//   group score = sum of the 2 largest choices of each of n_group equal groups; the topk_group
+//            best groups stay (equal scores: the lower group), the others' choices become 0.0
+//   top_k  = the k largest masked choices, the highest first (equal: the lower id first)
+//   weight = the expert's score, / (sum of the k scores, added in that order, + 1e-20) when
+//            renormalize (norm_topk_prob), then * routed_scaling_factor.
+// router_logits: [tokens, num_experts] f32; correction_bias: [num_experts] f32 or nullptr;
+// topk_ids: [tokens, top_k] int32; topk_weights: [tokens, top_k] f32.
+// num_experts <= 256, n_group in [1, 32] dividing num_experts into groups of >= 2,
+// 1 <= topk_group <= n_group, 1 <= top_k <= min(16, num_experts) (checked).
+void moe_topk_sigmoid_grouped(int32_t* topk_ids, float* topk_weights, const float* router_logits,
+                              const float* correction_bias, int64_t tokens, int32_t num_experts, int32_t top_k,
+                              int32_t n_group, int32_t topk_group, bool renormalize, float routed_scaling_factor,
+                              cudaStream_t stream);
+
 // Groups the `rows` pairs (topk_ids flattened: pair p has expert topk_ids[p]) by expert:
 //   sorted_rows: [capacity] int32: for each expert in id order, its pairs' indices, then -1 up to
 //                the next multiple of kMoeBlockM; -1 after the last expert's block too;
@@ -64,5 +84,13 @@ void moe_grouped_gemm(bf16* out, const bf16* a, const bf16* w, const int32_t* so
 // hidden % 8 == 0.
 void moe_combine(bf16* out, const bf16* expert_out, const float* topk_weights, int64_t tokens, int32_t top_k,
                  int64_t hidden, cudaStream_t stream);
+
+// The same plus a row every token adds (DeepSeek's shared expert output), in the same pass:
+// out[t] = (sum over j of topk_weights[t, j] * expert_out[t * top_k + j]) + addend[t], in f32,
+// one rounding (the routed sum first, then the addend, as model/moe.cpp adds them).
+// addend: [tokens, hidden] bf16, 16-byte aligned, or nullptr (= the overload above); it may be
+// `out` itself (each element is read before it is written).
+void moe_combine(bf16* out, const bf16* expert_out, const float* topk_weights, const bf16* addend, int64_t tokens,
+                 int32_t top_k, int64_t hidden, cudaStream_t stream);
 
 }  // namespace tachyon::kernels::cuda

@@ -2,10 +2,16 @@
 //   topk_softmax: one warp per token; each lane holds experts lane, lane + 32, ... (up to 8),
 //     the softmax's max and sum are warp reductions, and the top k are k rounds of a warp argmax
 //     (higher probability wins, then the lower id), so the order is deterministic.
+//   topk_sigmoid_grouped: one warp per token, experts strided over the lanes as above; the
+//     choice values also go to shared memory, where each group's top 2 are scanned by 32 / G
+//     adjacent lanes (G = n_group rounded up to a power of two) and merged by shuffles; lane g
+//     then holds group g's score, topk_group rounds of warp argmax keep the groups, and k rounds
+//     over the masked choices pick the experts (ties: the lower id, as the CPU's partial_sort).
 //   align: one CTA counts pairs per expert in shared memory, lays the experts out in id order
 //     padded to kMoeBlockM, and drops each pair into its expert's next free row (atomics: the
 //     order inside an expert is free, and no result depends on it).
-//   combine: one thread per 8 hidden values of a token, summing its k expert rows in order.
+//   combine: one thread per 8 hidden values of a token, summing its k expert rows in order, then
+//     adding the token's addend row (DeepSeek's shared expert) when there is one.
 // Test: tests/gpu/test_moe_kernels.cpp.
 #include <cfloat>
 
@@ -89,6 +95,131 @@ __global__ void topk_softmax_kernel(int32_t* __restrict__ topk_ids, float* __res
   }
 }
 
+constexpr int kMaxGroups = 32;  // one lane per group in the group selection
+
+// (value, id) beats (best, best_id): higher value, or equal value and lower id.
+__device__ __forceinline__ bool beats(float value, int id, float best, int best_id) {
+  return value > best || (value == best && id < best_id);
+}
+
+// The warp's best (value, id) under `beats`, with `carried` from the winning lane; every lane
+// gets the same result (a total order, so the butterfly agrees everywhere).
+__device__ __forceinline__ void warp_argmax(float& value, int& id, float& carried) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float other = __shfl_xor_sync(0xffffffffu, value, offset);
+    const int other_id = __shfl_xor_sync(0xffffffffu, id, offset);
+    const float other_carried = __shfl_xor_sync(0xffffffffu, carried, offset);
+    if (beats(other, other_id, value, id)) {
+      value = other;
+      id = other_id;
+      carried = other_carried;
+    }
+  }
+}
+
+// Arguments as moe_topk_sigmoid_grouped (moe.h); group_lanes = 32 / G (see the file comment).
+__global__ void topk_sigmoid_grouped_kernel(int32_t* __restrict__ topk_ids, float* __restrict__ topk_weights,
+                                            const float* __restrict__ logits, const float* __restrict__ bias,
+                                            int64_t tokens, int32_t num_experts, int32_t top_k, int32_t n_group,
+                                            int32_t topk_group, int32_t group_lanes, bool renormalize,
+                                            float routed_scaling_factor) {
+  __shared__ float s_choice[kTokensPerBlock][kMoeMaxExperts];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t token = static_cast<int64_t>(blockIdx.x) * kTokensPerBlock + warp;
+  if (token >= tokens) return;  // the whole warp: only warp-level syncs follow
+  const float* row = logits + token * num_experts;
+  float* choice = s_choice[warp];
+  float score[kMaxPerLane];
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    const int e = lane + 32 * i;
+    score[i] = 0.0f;
+    if (e < num_experts) {
+      // 1 / (1 + exp(-x)) in f32 as the CPU computes it; the exp in double rounded to f32 is the
+      // correctly rounded expf (up to ~2^-29 of a midpoint), which CUDA's expf (2 ulp) is not.
+      const float exp_neg = static_cast<float>(exp(-static_cast<double>(row[e])));
+      score[i] = 1.0f / (1.0f + exp_neg);
+      choice[e] = score[i] + (bias != nullptr ? bias[e] : 0.0f);
+    }
+  }
+  __syncwarp();
+
+  // Each group's two best choices, summed: the lanes [g * group_lanes, (g + 1) * group_lanes)
+  // scan group g's members and merge their top 2.
+  const int group_size = num_experts / n_group;
+  const int my_group = lane / group_lanes, sub = lane % group_lanes;
+  float first = -INFINITY, second = -INFINITY;
+  if (my_group < n_group) {
+    for (int e = my_group * group_size + sub; e < (my_group + 1) * group_size; e += group_lanes) {
+      const float v = choice[e];
+      second = fmaxf(second, fminf(first, v));
+      first = fmaxf(first, v);
+    }
+  }
+  for (int offset = group_lanes / 2; offset > 0; offset >>= 1) {
+    const float other_first = __shfl_xor_sync(0xffffffffu, first, offset);
+    const float other_second = __shfl_xor_sync(0xffffffffu, second, offset);
+    second = fmaxf(fminf(first, other_first), fmaxf(second, other_second));
+    first = fmaxf(first, other_first);
+  }
+  // Lane g < n_group takes group g's score from the group's first lane.
+  const float group_score = __shfl_sync(0xffffffffu, first + second, (lane < n_group ? lane : 0) * group_lanes);
+
+  uint32_t kept = 0;  // bit g: group g stays
+  bool group_taken = lane >= n_group;
+  for (int j = 0; j < topk_group; ++j) {
+    float best = group_taken ? -INFINITY : group_score;
+    int best_id = group_taken ? INT32_MAX : lane;
+    float unused = 0.0f;
+    warp_argmax(best, best_id, unused);
+    kept |= 1u << best_id;
+    if (lane == best_id) group_taken = true;
+  }
+
+  // k rounds of argmax over the masked choices (0.0 outside the kept groups, as the CPU masks).
+  float masked[kMaxPerLane];
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    const int e = lane + 32 * i;
+    masked[i] = e < num_experts && ((kept >> (e / group_size)) & 1u) != 0 ? choice[e] : 0.0f;
+  }
+  uint32_t taken = 0;  // bit i: expert lane + 32 i is chosen (or absent)
+#pragma unroll
+  for (int i = 0; i < kMaxPerLane; ++i) {
+    if (lane + 32 * i >= num_experts) taken |= 1u << i;
+  }
+  float chosen_score[kMaxTopK];
+  int32_t chosen_id[kMaxTopK];
+  for (int j = 0; j < top_k; ++j) {
+    float best = -INFINITY, best_score = 0.0f;
+    int best_id = INT32_MAX;
+#pragma unroll
+    for (int i = 0; i < kMaxPerLane; ++i) {
+      const int e = lane + 32 * i;
+      if (((taken >> i) & 1u) == 0 && beats(masked[i], e, best, best_id)) {
+        best = masked[i];
+        best_id = e;
+        best_score = score[i];
+      }
+    }
+    warp_argmax(best, best_id, best_score);
+    chosen_id[j] = best_id;
+    chosen_score[j] = best_score;
+    if ((best_id & 31) == lane) taken |= 1u << (best_id >> 5);
+  }
+  if (lane == 0) {
+    float sum = 0.0f;  // in the order chosen, as the CPU adds them
+    for (int j = 0; j < top_k; ++j) sum += chosen_score[j];
+    for (int j = 0; j < top_k; ++j) {
+      float weight = chosen_score[j];
+      if (renormalize) weight = weight / (sum + 1e-20f);
+      topk_ids[token * top_k + j] = chosen_id[j];
+      topk_weights[token * top_k + j] = weight * routed_scaling_factor;
+    }
+  }
+}
+
 constexpr int kAlignThreads = 1024;
 
 __global__ void __launch_bounds__(kAlignThreads) align_kernel(int32_t* __restrict__ sorted_rows,
@@ -137,8 +268,10 @@ __global__ void __launch_bounds__(kAlignThreads) align_kernel(int32_t* __restric
 
 constexpr int kCombineThreads = 128;
 
-__global__ void combine_kernel(bf16* __restrict__ out, const bf16* __restrict__ expert_out,
-                               const float* __restrict__ weights, int32_t top_k, int64_t vecs_per_row) {
+// out and addend may alias (no __restrict__): each thread reads its addend vector before it
+// writes the same vector of out.
+__global__ void combine_kernel(bf16* out, const bf16* __restrict__ expert_out, const float* __restrict__ weights,
+                               const bf16* addend, int32_t top_k, int64_t vecs_per_row) {
   const int64_t token = blockIdx.x;
   const int64_t vec = static_cast<int64_t>(blockIdx.y) * kCombineThreads + threadIdx.x;
   if (vec >= vecs_per_row) return;
@@ -149,6 +282,12 @@ __global__ void combine_kernel(bf16* __restrict__ out, const bf16* __restrict__ 
     unpack8(reinterpret_cast<const uint4*>(expert_out)[(token * top_k + j) * vecs_per_row + vec], v);
 #pragma unroll
     for (int i = 0; i < kBf16PerVec; ++i) acc[i] += w * v[i];
+  }
+  if (addend != nullptr) {
+    float a[kBf16PerVec];
+    unpack8(reinterpret_cast<const uint4*>(addend)[token * vecs_per_row + vec], a);
+#pragma unroll
+    for (int i = 0; i < kBf16PerVec; ++i) acc[i] += a[i];
   }
   reinterpret_cast<uint4*>(out)[token * vecs_per_row + vec] = pack8(acc);
 }
@@ -174,6 +313,31 @@ void moe_topk_softmax(int32_t* topk_ids, float* topk_weights, const float* route
   TACHYON_CUDA_CHECK_LAUNCH();
 }
 
+void moe_topk_sigmoid_grouped(int32_t* topk_ids, float* topk_weights, const float* router_logits,
+                              const float* correction_bias, int64_t tokens, int32_t num_experts, int32_t top_k,
+                              int32_t n_group, int32_t topk_group, bool renormalize, float routed_scaling_factor,
+                              cudaStream_t stream) {
+  TACHYON_CHECK(num_experts >= 1 && num_experts <= kMoeMaxExperts)
+      << "moe_topk_sigmoid_grouped: " << num_experts << " experts (1.." << kMoeMaxExperts << " supported)";
+  TACHYON_CHECK(n_group >= 1 && n_group <= kMaxGroups && num_experts % n_group == 0 && num_experts / n_group >= 2)
+      << "moe_topk_sigmoid_grouped: " << num_experts << " experts do not split into n_group " << n_group
+      << " groups of at least 2 (n_group <= " << kMaxGroups << ")";
+  TACHYON_CHECK(topk_group >= 1 && topk_group <= n_group)
+      << "moe_topk_sigmoid_grouped: topk_group " << topk_group << " of " << n_group << " groups";
+  TACHYON_CHECK(top_k >= 1 && top_k <= kMaxTopK && top_k <= num_experts)
+      << "moe_topk_sigmoid_grouped: top_k " << top_k << " must be in [1, min(" << kMaxTopK << ", experts "
+      << num_experts << ")]";
+  TACHYON_CHECK(tokens >= 0 && tokens <= INT32_MAX) << "moe_topk_sigmoid_grouped: tokens " << tokens << " out of range";
+  if (tokens == 0) return;
+  int32_t groups_pow2 = 1;
+  while (groups_pow2 < n_group) groups_pow2 *= 2;
+  const unsigned blocks = static_cast<unsigned>((tokens + kTokensPerBlock - 1) / kTokensPerBlock);
+  topk_sigmoid_grouped_kernel<<<blocks, 32 * kTokensPerBlock, 0, stream>>>(
+      topk_ids, topk_weights, router_logits, correction_bias, tokens, num_experts, top_k, n_group, topk_group,
+      32 / groups_pow2, renormalize, routed_scaling_factor);
+  TACHYON_CUDA_CHECK_LAUNCH();
+}
+
 void moe_align(int32_t* sorted_rows, int32_t* block_expert, const int32_t* topk_ids, int64_t rows,
                int32_t num_experts, int64_t capacity, cudaStream_t stream) {
   TACHYON_CHECK(num_experts >= 1 && num_experts <= kMoeMaxExperts)
@@ -189,15 +353,21 @@ void moe_align(int32_t* sorted_rows, int32_t* block_expert, const int32_t* topk_
 
 void moe_combine(bf16* out, const bf16* expert_out, const float* topk_weights, int64_t tokens, int32_t top_k,
                  int64_t hidden, cudaStream_t stream) {
+  moe_combine(out, expert_out, topk_weights, nullptr, tokens, top_k, hidden, stream);
+}
+
+void moe_combine(bf16* out, const bf16* expert_out, const float* topk_weights, const bf16* addend, int64_t tokens,
+                 int32_t top_k, int64_t hidden, cudaStream_t stream) {
   TACHYON_CHECK(hidden > 0 && hidden % kBf16PerVec == 0) << "moe_combine: hidden " << hidden << " must be a multiple of 8";
   TACHYON_CHECK(top_k >= 1) << "moe_combine: top_k " << top_k;
-  TACHYON_CHECK(reinterpret_cast<uintptr_t>(out) % 16 == 0 && reinterpret_cast<uintptr_t>(expert_out) % 16 == 0)
-      << "moe_combine: out and expert_out must be 16-byte aligned";
+  TACHYON_CHECK(reinterpret_cast<uintptr_t>(out) % 16 == 0 && reinterpret_cast<uintptr_t>(expert_out) % 16 == 0 &&
+                reinterpret_cast<uintptr_t>(addend) % 16 == 0)
+      << "moe_combine: out, expert_out and addend must be 16-byte aligned";
   TACHYON_CHECK(tokens >= 0 && tokens <= INT32_MAX) << "moe_combine: tokens " << tokens << " out of range";
   if (tokens == 0) return;
   const int64_t vecs = hidden / kBf16PerVec;
   const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((vecs + kCombineThreads - 1) / kCombineThreads));
-  combine_kernel<<<grid, kCombineThreads, 0, stream>>>(out, expert_out, topk_weights, top_k, vecs);
+  combine_kernel<<<grid, kCombineThreads, 0, stream>>>(out, expert_out, topk_weights, addend, top_k, vecs);
   TACHYON_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,0 +1,383 @@
+// The lightning indexer's key store, query rope and scores on the GPU (dsa_indexer.h; the
+// top-k selection is dsa_topk.cu). Test: tests/gpu/test_dsa_kernels.cpp.
+//
+// Key store: one warp per token, the row staged in shared memory (LayerNorm needs the whole row
+// before it writes, and the rope pairs dim i with i + rope_dim / 2). Query rope: one block per
+// token, its cos/sin table computed once in shared memory, then every head's pairs.
+//
+// Scores: the work is q . k for every (row, head, key): at 128K context one decode row is
+// 64 heads x 128 dims x 128K keys = 1 GMAC, compute-bound on f32 cores, so the dots run on the
+// tensor cores (mma.sync m16n8k16 bf16 -> f32). The keys are the M side (16 keys per m-tile) and
+// the heads the N side, so a thread's C fragment holds two keys x two heads, and the head sum
+// of the relu'd, weighted dots is in registers plus two quad shuffles. One CTA = 128 keys (4
+// warps x 32 keys, held in registers as A fragments for the whole CTA) x up to kRowsPerGroup
+// query rows of one sequence; the rows' q [heads, dims] stream through a double-buffered
+// shared-memory tile (cp.async) and meet the same register-resident keys, so in prefill a key
+// tile is read once per 16 rows, and in decode every key is read once per row.
+// Groups of rows: sequence s owns groups [qs[s] / G + s, qs[s+1] / G + s] (the G-aligned windows
+// of global rows its rows touch, one spare), so a block finds its sequence by binary search and
+// the grid bound num_query_tokens / G + num_seqs is host-known.
+#include "tachyon/kernels/cuda/dsa_indexer.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+
+#include "tachyon/kernels/cuda/attention_common.cuh"
+
+namespace tachyon::kernels::cuda {
+namespace {
+
+using attention_detail::cp_async_16;
+using attention_detail::cp_async_commit;
+using attention_detail::cp_async_wait;
+using attention_detail::ldmatrix_x4;
+using attention_detail::mma_bf16_16816;
+using attention_detail::smem_u32;
+
+constexpr float kKeyNormEps = 1e-6f;  // DeepseekV32Indexer's k_norm
+constexpr int kMaxStoreDim = 512;
+constexpr int kStoreWarps = 4;
+constexpr int kMaxRopeHalf = 256;
+constexpr int kRopeThreads = 256;
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// The rotate-half pair (a, b) = (x[i], x[i + half]) rotated by cos c, sin s, without FMA
+// contraction, as kernels/cpu/rope.cpp's a * c - b * s and b * c + a * s.
+__device__ __forceinline__ void rotate_pair(float& a, float& b, float c, float s) {
+  const float ra = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+  const float rb = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+  a = ra;
+  b = rb;
+}
+
+// cos and sin of position * inv_freq, times attention_scaling (the CPU scales the tables).
+__device__ __forceinline__ void rope_cos_sin(float position, float inv_freq, float scaling, float& c, float& s) {
+  sincosf(__fmul_rn(position, inv_freq), &s, &c);
+  c = __fmul_rn(c, scaling);
+  s = __fmul_rn(s, scaling);
+}
+
+// grid: ceil(num_tokens / kStoreWarps) blocks of kStoreWarps warps, one token per warp.
+__global__ void __launch_bounds__(32 * kStoreWarps)
+    store_index_keys_kernel(bf16* __restrict__ cache, const bf16* __restrict__ k_raw, const bf16* __restrict__ weight,
+                            const bf16* __restrict__ bias, const float* __restrict__ inv_freq, float scaling,
+                            const int32_t* __restrict__ positions, const int32_t* __restrict__ slots,
+                            int64_t num_tokens, int head_dim, int rope_dim) {
+  __shared__ float s_rows[kStoreWarps][kMaxStoreDim];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t token = static_cast<int64_t>(blockIdx.x) * kStoreWarps + warp;
+  if (token >= num_tokens) return;  // warp-uniform; the block never synchronizes
+  const int64_t slot = slots[token];
+  if (slot < 0) return;
+  float* row = s_rows[warp];
+  const bf16* src = k_raw + token * head_dim;
+  float sum = 0.0f;
+  for (int d = lane; d < head_dim; d += 32) {
+    row[d] = __bfloat162float(src[d]);
+    sum += row[d];
+  }
+  const float mean = warp_sum(sum) / static_cast<float>(head_dim);
+  float squares = 0.0f;
+  for (int d = lane; d < head_dim; d += 32) {
+    const float centred = row[d] - mean;
+    squares += centred * centred;
+  }
+  const float variance = warp_sum(squares) / static_cast<float>(head_dim);
+  const float inv_std = 1.0f / sqrtf(variance + kKeyNormEps);
+  for (int d = lane; d < head_dim; d += 32) {
+    const float normed = __fmul_rn(row[d] - mean, inv_std);
+    row[d] = __fadd_rn(__fmul_rn(normed, __bfloat162float(weight[d])), __bfloat162float(bias[d]));
+  }
+  __syncwarp();
+  const int half = rope_dim / 2;
+  const float position = static_cast<float>(positions[token]);
+  for (int i = lane; i < half; i += 32) {
+    float c, s;
+    rope_cos_sin(position, inv_freq[i], scaling, c, s);
+    rotate_pair(row[i], row[i + half], c, s);
+  }
+  __syncwarp();
+  bf16* dst = cache + slot * head_dim;
+  for (int d = lane; d < head_dim; d += 32) dst[d] = __float2bfloat16_rn(row[d]);
+}
+
+// grid: num_tokens blocks of kRopeThreads.
+__global__ void __launch_bounds__(kRopeThreads)
+    rope_index_queries_kernel(bf16* __restrict__ q, const float* __restrict__ inv_freq, float scaling,
+                              const int32_t* __restrict__ positions, int num_heads, int head_dim, int rope_dim) {
+  __shared__ float s_cos[kMaxRopeHalf], s_sin[kMaxRopeHalf];
+  const int64_t token = blockIdx.x;
+  const int half = rope_dim / 2;
+  const float position = static_cast<float>(positions[token]);
+  for (int i = threadIdx.x; i < half; i += blockDim.x) rope_cos_sin(position, inv_freq[i], scaling, s_cos[i], s_sin[i]);
+  __syncthreads();
+  bf16* row = q + token * num_heads * head_dim;
+  for (int idx = threadIdx.x; idx < num_heads * half; idx += blockDim.x) {
+    const int head = idx / half, i = idx % half;
+    bf16* v = row + head * head_dim;
+    float a = __bfloat162float(v[i]), b = __bfloat162float(v[i + half]);
+    rotate_pair(a, b, s_cos[i], s_sin[i]);
+    v[i] = __float2bfloat16_rn(a);
+    v[i + half] = __float2bfloat16_rn(b);
+  }
+}
+
+// --- scores ---
+
+constexpr int kScoreWarps = 4;
+constexpr int kScoreThreads = 32 * kScoreWarps;
+constexpr int kKeyTile = 32 * kScoreWarps;  // keys per CTA: 2 m16 tiles per warp
+constexpr int kRowsPerGroup = 16;            // query rows per CTA (G)
+constexpr int kHeadChunk = 16;               // heads per pass: two n8 tiles
+constexpr int kMaxHeads = 256;
+
+struct ScoresArgs {
+  float* scores;                // [num_query_tokens, stride] f32
+  int64_t stride;
+  const bf16* q;                // [num_query_tokens, num_heads, head_dim] bf16
+  const float* weights;         // [num_query_tokens, num_heads] f32
+  PagedIndexKeyView keys;
+  const int32_t* query_starts;  // [num_seqs + 1]
+  const int32_t* context_lens;  // [num_seqs]
+  int num_seqs;
+  int max_context_len;
+  int num_heads;
+  int heads_padded;             // num_heads rounded up to kHeadChunk
+  float scale;
+  float weight_scale;
+};
+
+// Shared memory of the kernel for padded head_dim kDimP: the key tile, two q buffers (rows of
+// kDimP + 8 bf16: the 16-byte pad puts the 8 rows an ldmatrix reads in 8 bank groups), two
+// weight vectors and the output staging row.
+template <int kDimP>
+size_t scores_smem_bytes(int heads_padded) {
+  const size_t row_bytes = (kDimP + 8) * sizeof(bf16);
+  return (kKeyTile + 2 * static_cast<size_t>(heads_padded)) * row_bytes +
+         (2 * static_cast<size_t>(heads_padded) + kKeyTile) * sizeof(float);
+}
+
+// grid (num_query_tokens / kRowsPerGroup + num_seqs, ceil(max_context_len / kKeyTile)), kScoreThreads.
+template <int kDimP>
+__global__ void __launch_bounds__(kScoreThreads) dsa_scores_kernel(const ScoresArgs a) {
+  constexpr int kStride = kDimP + 8;  // bf16 per shared row
+  constexpr int kChunks = kDimP / 8;  // 16-byte chunks per row
+  constexpr int kKSteps = kDimP / 16;
+  const int hp = a.heads_padded;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* s_k = reinterpret_cast<bf16*>(smem_raw);  // [kKeyTile][kStride]
+  bf16* s_q = s_k + kKeyTile * kStride;           // [2][hp][kStride]
+  float* s_w = reinterpret_cast<float*>(s_q + 2 * hp * kStride);  // [2][hp], weight_scale folded in
+  float* s_out = s_w + 2 * hp;                    // [kKeyTile]
+
+  // The block's sequence: the last s whose first group index qs[s] / G + s is <= blockIdx.x.
+  const int group = blockIdx.x;
+  int lo = 0, hi = a.num_seqs - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (a.query_starts[mid] / kRowsPerGroup + mid <= group) lo = mid; else hi = mid - 1;
+  }
+  const int seq = lo;
+  const int seq_begin = a.query_starts[seq], seq_end = a.query_starts[seq + 1];
+  const int window = seq_begin / kRowsPerGroup + (group - (seq_begin / kRowsPerGroup + seq));
+  if (window > seq_end / kRowsPerGroup) return;  // past the last sequence's groups (graph padding)
+  const int r0 = max(seq_begin, window * kRowsPerGroup), r1 = min(seq_end, (window + 1) * kRowsPerGroup);
+  if (r0 >= r1) return;
+  const int first_position = a.context_lens[seq] - (seq_end - seq_begin);  // of row seq_begin
+  const int key0 = blockIdx.y * kKeyTile;
+  const int key_end = min(key0 + kKeyTile, a.max_context_len);  // columns this block writes
+  const int p_lo = first_position + r0 - seq_begin, p_hi = first_position + r1 - 1 - seq_begin;
+
+  // Rows that see no key of the tile: -inf, no math.
+  const int r_active = min(r1, r0 + max(0, key0 - p_lo));
+  for (int r = r0; r < r_active; ++r) {
+    for (int j = key0 + static_cast<int>(threadIdx.x); j < key_end; j += kScoreThreads) {
+      a.scores[r * a.stride + j] = -INFINITY;
+    }
+  }
+  if (r_active >= r1) return;
+
+  const int head_dim = a.keys.head_dim;
+  {  // the key tile: keys past p_hi (and dims past head_dim) are zero-filled, never read
+    const int32_t* table = a.keys.block_tables + static_cast<int64_t>(seq) * a.keys.block_table_stride;
+    const int bs = a.keys.block_size;
+    for (int idx = threadIdx.x; idx < kKeyTile * kChunks; idx += kScoreThreads) {
+      const int key = idx / kChunks, chunk = idx % kChunks;
+      const int j = key0 + key;
+      const bool valid = j <= p_hi && chunk * 8 < head_dim;
+      const bf16* src = a.keys.cache;
+      if (valid) {
+        const int64_t row = static_cast<int64_t>(table[j / bs]) * bs + j % bs;
+        src += row * head_dim + chunk * 8;
+      }
+      cp_async_16(smem_u32(s_k + key * kStride + chunk * 8), src, valid);
+    }
+  }
+  const auto load_row = [&](int r, int buf) {  // q and weights of row r into buffer buf
+    bf16* dst = s_q + buf * hp * kStride;
+    const bf16* q_row = a.q + static_cast<int64_t>(r) * a.num_heads * head_dim;
+    for (int idx = threadIdx.x; idx < hp * kChunks; idx += kScoreThreads) {
+      const int head = idx / kChunks, chunk = idx % kChunks;
+      const bool valid = head < a.num_heads && chunk * 8 < head_dim;
+      const bf16* src = valid ? q_row + head * head_dim + chunk * 8 : a.q;
+      cp_async_16(smem_u32(dst + head * kStride + chunk * 8), src, valid);
+    }
+    const float* w_row = a.weights + static_cast<int64_t>(r) * a.num_heads;
+    for (int head = threadIdx.x; head < hp; head += kScoreThreads) {
+      s_w[buf * hp + head] = head < a.num_heads ? __fmul_rn(w_row[head], a.weight_scale) : 0.0f;
+    }
+  };
+  load_row(r_active, 0);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int mat = lane >> 3, r8 = lane & 7, g = lane >> 2, c2 = 2 * (lane & 3);
+  uint32_t ka[2][kKSteps][4];  // this warp's 32 keys as A fragments (rows = keys, k = dims)
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) {
+      ldmatrix_x4(ka[mt][ks], smem_u32(s_k + (warp * 32 + mt * 16 + (lane & 15)) * kStride + ks * 16 + (lane >> 4) * 8));
+    }
+  }
+  float* warp_out = s_out + warp * 32;
+
+  for (int r = r_active, it = 0; r < r1; ++r, ++it) {
+    const int buf = it & 1;
+    if (r + 1 < r1) {  // the next row streams in during this one's math
+      load_row(r + 1, buf ^ 1);
+      cp_async_commit();
+    }
+    const bf16* q_buf = s_q + buf * hp * kStride;
+    const float* w_buf = s_w + buf * hp;
+    float part[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};  // [m tile][key g, key g + 8]
+    for (int h0 = 0; h0 < hp; h0 += kHeadChunk) {
+      float acc[2][2][4] = {};  // [m tile][n tile][C fragment]
+#pragma unroll
+      for (int ks = 0; ks < kKSteps; ++ks) {
+        uint32_t b[4];  // heads h0 + (mat >> 1) * 8 + r8, dims 16 ks + (mat & 1) * 8
+        ldmatrix_x4(b, smem_u32(q_buf + (h0 + (mat >> 1) * 8 + r8) * kStride + ks * 16 + (mat & 1) * 8));
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          mma_bf16_16816(acc[mt][0], ka[mt][ks], b[0], b[1]);
+          mma_bf16_16816(acc[mt][1], ka[mt][ks], b[2], b[3]);
+        }
+      }
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float w = w_buf[h0 + nt * 8 + c2 + (e & 1)];
+            const float relu = fmaxf(__fmul_rn(acc[mt][nt][e], a.scale), 0.0f);
+            part[mt][e >> 1] = __fadd_rn(part[mt][e >> 1], __fmul_rn(w, relu));
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float v = part[mt][half];
+        v += __shfl_xor_sync(0xffffffffu, v, 1);
+        v += __shfl_xor_sync(0xffffffffu, v, 2);
+        if ((lane & 3) == 0) warp_out[mt * 16 + half * 8 + g] = v;
+      }
+    }
+    __syncwarp();
+    const int position = first_position + r - seq_begin;
+    const int j = key0 + warp * 32 + lane;
+    if (j < key_end) a.scores[r * a.stride + j] = j <= position ? warp_out[lane] : -INFINITY;
+    cp_async_wait<0>();
+    __syncthreads();  // the next row is in; this row's buffers and staging row may be rewritten
+  }
+}
+
+template <int kDimP>
+void launch_scores(const ScoresArgs& args, int num_groups, int key_tiles, cudaStream_t stream) {
+  static std::atomic<uint64_t> smem_raised{0};
+  const size_t smem = scores_smem_bytes<kDimP>(args.heads_padded);
+  // The limit is raised once for the largest head count this build supports.
+  attention_detail::raise_smem_limit_once(dsa_scores_kernel<kDimP>, scores_smem_bytes<kDimP>(kMaxHeads), smem_raised);
+  dsa_scores_kernel<kDimP><<<dim3(num_groups, key_tiles), kScoreThreads, smem, stream>>>(args);
+  TACHYON_CUDA_CHECK_LAUNCH();
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+void dsa_store_index_keys(bf16* cache, const bf16* k_raw, const bf16* norm_weight, const bf16* norm_bias,
+                          const float* inv_freq, float attention_scaling, const int32_t* positions, const int32_t* slots,
+                          int64_t num_tokens, int32_t head_dim, int32_t rope_dim, cudaStream_t stream) {
+  TACHYON_CHECK(head_dim > 0 && head_dim % 8 == 0 && head_dim <= kMaxStoreDim)
+      << "dsa_store_index_keys: head_dim " << head_dim << " is not a multiple of 8 up to " << kMaxStoreDim;
+  TACHYON_CHECK(rope_dim >= 0 && rope_dim % 2 == 0 && rope_dim <= head_dim)
+      << "dsa_store_index_keys: rope_dim " << rope_dim << " for head_dim " << head_dim;
+  TACHYON_CHECK(num_tokens >= 0 && num_tokens <= INT32_MAX) << "dsa_store_index_keys: num_tokens " << num_tokens;
+  if (num_tokens == 0) return;
+  const auto blocks = static_cast<unsigned>((num_tokens + kStoreWarps - 1) / kStoreWarps);
+  store_index_keys_kernel<<<blocks, 32 * kStoreWarps, 0, stream>>>(cache, k_raw, norm_weight, norm_bias, inv_freq,
+                                                                    attention_scaling, positions, slots, num_tokens,
+                                                                    head_dim, rope_dim);
+  TACHYON_CUDA_CHECK_LAUNCH();
+}
+
+void dsa_rope_index_queries(bf16* q, const float* inv_freq, float attention_scaling, const int32_t* positions,
+                            int64_t num_tokens, int32_t num_heads, int32_t head_dim, int32_t rope_dim,
+                            cudaStream_t stream) {
+  TACHYON_CHECK(num_heads > 0 && head_dim > 0 && rope_dim >= 0 && rope_dim % 2 == 0 && rope_dim <= head_dim &&
+                rope_dim / 2 <= kMaxRopeHalf)
+      << "dsa_rope_index_queries: num_heads " << num_heads << ", head_dim " << head_dim << ", rope_dim " << rope_dim;
+  TACHYON_CHECK(num_tokens >= 0 && num_tokens <= INT32_MAX) << "dsa_rope_index_queries: num_tokens " << num_tokens;
+  if (num_tokens == 0 || rope_dim == 0) return;
+  rope_index_queries_kernel<<<static_cast<unsigned>(num_tokens), kRopeThreads, 0, stream>>>(
+      q, inv_freq, attention_scaling, positions, num_heads, head_dim, rope_dim);
+  TACHYON_CUDA_CHECK_LAUNCH();
+}
+
+void dsa_index_scores(float* scores, int64_t scores_stride, const bf16* q, const float* weights,
+                      const PagedIndexKeyView& keys, const int32_t* query_starts, const int32_t* context_lens,
+                      int32_t num_seqs, int32_t num_query_tokens, int32_t max_context_len,
+                      const DsaIndexerParams& params, cudaStream_t stream) {
+  const int32_t head_dim = keys.head_dim;
+  TACHYON_CHECK(head_dim > 0 && head_dim % 8 == 0 && head_dim <= 128 && params.head_dim == head_dim)
+      << "dsa_index_scores: head_dim " << params.head_dim << " (keys " << head_dim
+      << ") must match and be a multiple of 8 up to 128";
+  TACHYON_CHECK(params.num_heads > 0 && params.num_heads <= kMaxHeads)
+      << "dsa_index_scores: num_heads " << params.num_heads << " not in [1, " << kMaxHeads << "]";
+  TACHYON_CHECK(keys.block_size > 0 && num_seqs >= 0 && num_query_tokens >= 0 && max_context_len >= 0 &&
+                scores_stride >= max_context_len)
+      << "dsa_index_scores: block_size " << keys.block_size << ", num_seqs " << num_seqs << ", rows "
+      << num_query_tokens << ", max_context_len " << max_context_len << ", stride " << scores_stride;
+  TACHYON_CHECK(aligned16(q) && aligned16(keys.cache)) << "dsa_index_scores: q and the key cache must be 16-byte aligned";
+  if (num_seqs == 0 || num_query_tokens == 0 || max_context_len == 0) return;
+  const int key_tiles = (max_context_len + kKeyTile - 1) / kKeyTile;
+  TACHYON_CHECK(key_tiles <= 65535) << "dsa_index_scores: max_context_len " << max_context_len << " too long";
+  const int num_groups = num_query_tokens / kRowsPerGroup + num_seqs;
+  const ScoresArgs args{scores, scores_stride, q, weights, keys, query_starts, context_lens, num_seqs,
+                        max_context_len, params.num_heads,
+                        (params.num_heads + kHeadChunk - 1) / kHeadChunk * kHeadChunk, params.scale,
+                        params.weight_scale};
+  if (head_dim <= 16) {
+    launch_scores<16>(args, num_groups, key_tiles, stream);
+  } else if (head_dim <= 32) {
+    launch_scores<32>(args, num_groups, key_tiles, stream);
+  } else if (head_dim <= 64) {
+    launch_scores<64>(args, num_groups, key_tiles, stream);
+  } else {
+    launch_scores<128>(args, num_groups, key_tiles, stream);
+  }
+}
+
+}  // namespace tachyon::kernels::cuda

@@ -1,0 +1,506 @@
+// The MLA latent-attention kernels (decode, prefill, sparse) against the CPU paged_mla_attention
+// and paged_sparse_mla_attention (the spec), fed the same bf16-rounded q and latent rows. The
+// cache is built the hard way, as in test_attention_kernels.cpp: shuffled block tables, block
+// sizes 1, 16 and 64, unused blocks full of large garbage (wrong indexing shows as a large error)
+// and owned slots past each sequence's last token full of NaN (a kernel that lets them into the
+// math shows as an infinite error). Shapes: DeepSeek's rank 512 + rope 64 at 16, 40 and 128
+// heads, and the tiny rank 16 / 64 + rope 8 of the test models. Outputs must be within
+// kBf16Tolerance overall and per sequence; the *Speed test prints time, floor and ratio.
+// Run on the GPU machine: build/tests/gpu_mla_kernels (TACHYON_TEST_SEED replays a run).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <optional>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "tachyon/kernels/cuda/mla_attention.h"
+#include "tachyon/kernels/mla_attention.h"
+#include "tachyon/kernels/sparse_mla_attention.h"
+
+namespace tachyon::gpu_test {
+namespace {
+
+namespace cpu = kernels::cpu;
+namespace gpu = kernels::cuda;
+
+struct LatentShape {
+  int32_t num_heads = 16;
+  int32_t rank = 512;
+  int32_t rope = 64;
+  int32_t block_size = 16;
+  int32_t width() const { return rank + rope; }
+  float scale() const { return 1.0f / std::sqrt(static_cast<float>(rank + rope)); }
+};
+
+std::ostream& operator<<(std::ostream& os, const LatentShape& s) {
+  return os << "heads " << s.num_heads << " rank " << s.rank << " rope " << s.rope << " block " << s.block_size;
+}
+
+// Latent rows of several sequences in one paged cache, host f32 (for the reference) and device bf16.
+class LatentCache {
+ public:
+  // contexts[s]: tokens of sequence s. Its block table row lists ceil(contexts[s] / block_size)
+  // blocks drawn from a shuffled pool, then garbage blocks up to the row stride.
+  LatentCache(std::mt19937_64& gen, const std::vector<int32_t>& contexts, const LatentShape& shape) : shape_(shape) {
+    const int32_t bs = shape.block_size;
+    int32_t needed = 0, longest = 0;
+    for (int32_t ctx : contexts) {
+      needed += (ctx + bs - 1) / bs;
+      longest = std::max(longest, (ctx + bs - 1) / bs);
+    }
+    stride_ = longest + 2;
+    const int32_t garbage = needed / 2 + 3;
+    const int32_t num_blocks = needed + garbage;
+    std::vector<int32_t> pool(num_blocks);
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), gen);
+    const size_t row = shape.width();
+    const size_t block_elems = bs * row;
+    cache_ = random_bf16_values(gen, num_blocks * block_elems, 50.0f);
+    tables_.assign(contexts.size() * stride_, 0);
+    size_t next = 0;
+    for (size_t s = 0; s < contexts.size(); ++s) {
+      const int32_t blocks = (contexts[s] + bs - 1) / bs;
+      for (int32_t b = 0; b < stride_; ++b) {
+        tables_[s * stride_ + b] = b < blocks ? pool[next++] : pool[needed + (s + b) % garbage];
+      }
+      for (int32_t b = 0; b < blocks; ++b) {
+        const std::vector<float> values = random_bf16_values(gen, block_elems);
+        const size_t at = static_cast<size_t>(tables_[s * stride_ + b]) * block_elems;
+        for (size_t i = 0; i < block_elems; ++i) {
+          const bool owned = b * bs + static_cast<int32_t>(i / row) < contexts[s];
+          cache_[at + i] = owned ? values[i] : NAN;
+        }
+      }
+    }
+    cache_d_.emplace(upload_bf16(cache_));
+    tables_d_.emplace(upload(tables_));
+  }
+
+  gpu::PagedLatentView view() const {
+    return gpu::PagedLatentView{cache_d_->data(), tables_d_->data(), stride_, shape_.block_size, shape_.rank,
+                                shape_.rope};
+  }
+
+  // out: [n, heads, rank]; q: [n, heads, rank + rope]: sequence s's last n positions of ctx.
+  void reference(float* out, const float* q, size_t s, int32_t ctx, int32_t n) const {
+    cpu::paged_mla_attention(out, q, cache_.data(), tables_.data() + s * stride_, shape_.block_size, cpu_shape(ctx, n));
+  }
+
+  // The same over kept: [n, kept_width].
+  void sparse_reference(float* out, const float* q, const int32_t* kept, int32_t kept_width, size_t s, int32_t ctx,
+                        int32_t n) const {
+    cpu::paged_sparse_mla_attention(out, q, cache_.data(), kept, kept_width, tables_.data() + s * stride_,
+                                    shape_.block_size, cpu_shape(ctx, n));
+  }
+
+ private:
+  cpu::MlaAttentionShape cpu_shape(int32_t ctx, int32_t n) const {
+    return cpu::MlaAttentionShape{n, ctx - n, shape_.num_heads, shape_.rank, shape_.rope, shape_.scale()};
+  }
+
+  LatentShape shape_;
+  int32_t stride_ = 0;
+  std::vector<float> cache_;     // [num_blocks, block_size, rank + rope]
+  std::vector<int32_t> tables_;  // [num_seqs, stride_]
+  std::optional<DeviceArray<bf16>> cache_d_;
+  std::optional<DeviceArray<int32_t>> tables_d_;
+};
+
+gpu::MlaAttentionParams params_of(const LatentShape& shape) {
+  return gpu::MlaAttentionParams{shape.num_heads, shape.scale()};
+}
+
+std::vector<float> slice(const std::vector<float>& values, size_t begin, size_t count) {
+  return std::vector<float>(values.begin() + begin, values.begin() + begin + count);
+}
+
+bool all_zero(const std::vector<float>& values) {
+  return std::all_of(values.begin(), values.end(), [](float x) { return x == 0.0f; });
+}
+
+// --- decode ---
+
+// One decode step over `contexts` (max_context_len = `bound`, or the longest when 0); returns
+// the GPU output [num_seqs, heads, rank] and fills `ref`.
+std::vector<float> decode_on_device(const LatentCache& cache, const std::vector<int32_t>& contexts,
+                                    const std::vector<float>& q, const LatentShape& shape, int32_t bound = 0) {
+  const int32_t num_seqs = static_cast<int32_t>(contexts.size());
+  const int32_t max_context_len = bound > 0 ? bound : *std::max_element(contexts.begin(), contexts.end());
+  const size_t workspace_bytes = gpu::mla_decode_workspace_bytes(num_seqs, shape.num_heads, shape.rank, max_context_len);
+  DeviceArray<uint8_t> workspace(std::max<size_t>(workspace_bytes, 1));
+  DeviceArray<bf16> q_d = upload_bf16(q), out_d(static_cast<size_t>(num_seqs) * shape.num_heads * shape.rank);
+  DeviceArray<int32_t> contexts_d = upload(contexts);
+  gpu::mla_decode_attention(out_d.data(), q_d.data(), cache.view(), contexts_d.data(), num_seqs, max_context_len,
+                            params_of(shape), workspace.data(), workspace_bytes, nullptr);
+  return download_f32(out_d);
+}
+
+void check_decode(std::mt19937_64& gen, const std::vector<int32_t>& contexts, const LatentShape& shape,
+                  int32_t bound = 0) {
+  SCOPED_TRACE(testing::Message() << shape << " batch " << contexts.size() << " bound " << bound);
+  const LatentCache cache(gen, contexts, shape);
+  const size_t q_elems = static_cast<size_t>(shape.num_heads) * shape.width();
+  const size_t out_elems = static_cast<size_t>(shape.num_heads) * shape.rank;
+  const std::vector<float> q = random_bf16_values(gen, contexts.size() * q_elems, 1.5f);
+  const std::vector<float> out = decode_on_device(cache, contexts, q, shape, bound);
+  std::vector<float> ref(contexts.size() * out_elems, 0.0f);
+  for (size_t s = 0; s < contexts.size(); ++s) {
+    SCOPED_TRACE(testing::Message() << "sequence " << s << " context " << contexts[s]);
+    const std::vector<float> seq_out = slice(out, s * out_elems, out_elems);
+    if (contexts[s] == 0) {
+      EXPECT_TRUE(all_zero(seq_out)) << "padding rows must be zeros";
+      continue;
+    }
+    cache.reference(ref.data() + s * out_elems, q.data() + s * q_elems, s, contexts[s], 1);
+    EXPECT_LT(relative_error(seq_out, slice(ref, s * out_elems, out_elems)), kBf16Tolerance);
+  }
+  EXPECT_LT(relative_error(out, ref), kBf16Tolerance);
+}
+
+const LatentShape kDecodeShapes[] = {
+    {16, 512, 64, 16},   // DeepSeek-V2-Lite
+    {128, 512, 64, 64},  // DeepSeek-V3: four 32-head CTAs per sequence
+    {40, 512, 64, 1},    // a partial 32-head group, one token per block
+    {20, 512, 64, 16},   // a partial 16-head group
+    {4, 16, 8, 1},       // tiny test model
+    {16, 64, 8, 16},
+};
+
+// Every shape over one batch of awkward lengths (one tile, tile edges, several splits at 5000,
+// a padding row), then the long context alone (many splits for one sequence).
+TEST(MlaDecodeAttention, ShapesBlockSizesAndContexts) {
+  auto gen = rng(301);
+  for (const LatentShape& shape : kDecodeShapes) {
+    check_decode(gen, {1, 2, 17, 64, 65, 100, 1000, 0, 5000}, shape);
+    check_decode(gen, {5000}, shape);
+  }
+}
+
+// A graph captured with a large max_context_len replays with short contexts: the grid has
+// splits no sequence uses, and bounds past 64 splits of 256 tokens still work.
+TEST(MlaDecodeAttention, MaxContextLenLargerThanContexts) {
+  auto gen = rng(302);
+  const LatentShape shape{16, 512, 64, 16};
+  check_decode(gen, {5, 0, 300}, shape, 32768);
+  check_decode(gen, {5000, 1, 4097}, shape, 1 << 20);
+  check_decode(gen, {0}, shape, 8192);
+  check_decode(gen, std::vector<int32_t>(48, 17), LatentShape{4, 16, 8, 1}, 131072);
+}
+
+// --- prefill ---
+
+struct PrefillSeq {
+  int32_t cached = 0;  // tokens already in the cache before this step's rows
+  int32_t rows = 0;    // query rows this step; the context is cached + rows
+};
+
+struct PrefillBatch {
+  std::vector<int32_t> starts = {0};  // [num_seqs + 1]
+  std::vector<int32_t> contexts;      // [num_seqs]
+  int32_t max_rows = 0;
+  int32_t tokens() const { return starts.back(); }
+};
+
+PrefillBatch batch_of(const std::vector<PrefillSeq>& seqs) {
+  PrefillBatch batch;
+  for (const PrefillSeq& seq : seqs) {
+    batch.starts.push_back(batch.starts.back() + seq.rows);
+    batch.contexts.push_back(seq.cached + seq.rows);
+    batch.max_rows = std::max(batch.max_rows, seq.rows);
+  }
+  return batch;
+}
+
+std::vector<float> prefill_on_device(const LatentCache& cache, const PrefillBatch& batch, const std::vector<float>& q,
+                                     const LatentShape& shape) {
+  DeviceArray<int32_t> starts_d = upload(batch.starts), contexts_d = upload(batch.contexts);
+  DeviceArray<bf16> q_d = upload_bf16(q);
+  DeviceArray<bf16> out_d(std::max<size_t>(static_cast<size_t>(batch.tokens()) * shape.num_heads * shape.rank, 1));
+  gpu::mla_prefill_attention(out_d.data(), q_d.data(), cache.view(), starts_d.data(), contexts_d.data(),
+                             static_cast<int32_t>(batch.contexts.size()), batch.tokens(), batch.max_rows,
+                             params_of(shape), nullptr);
+  std::vector<float> out = download_f32(out_d);
+  out.resize(static_cast<size_t>(batch.tokens()) * shape.num_heads * shape.rank);
+  return out;
+}
+
+// The dense CPU reference of a prefill batch, [tokens, heads, rank].
+std::vector<float> prefill_reference(const LatentCache& cache, const PrefillBatch& batch, const std::vector<float>& q,
+                                     const LatentShape& shape) {
+  const size_t q_elems = static_cast<size_t>(shape.num_heads) * shape.width();
+  const size_t out_elems = static_cast<size_t>(shape.num_heads) * shape.rank;
+  std::vector<float> ref(static_cast<size_t>(batch.tokens()) * out_elems);
+  for (size_t s = 0; s < batch.contexts.size(); ++s) {
+    const int32_t rows = batch.starts[s + 1] - batch.starts[s];
+    if (rows > 0) {
+      cache.reference(ref.data() + batch.starts[s] * out_elems, q.data() + batch.starts[s] * q_elems, s,
+                      batch.contexts[s], rows);
+    }
+  }
+  return ref;
+}
+
+void expect_per_sequence_close(const std::vector<float>& out, const std::vector<float>& ref, const PrefillBatch& batch,
+                               const LatentShape& shape) {
+  const size_t out_elems = static_cast<size_t>(shape.num_heads) * shape.rank;
+  for (size_t s = 0; s < batch.contexts.size(); ++s) {
+    const size_t count = (batch.starts[s + 1] - batch.starts[s]) * out_elems;
+    if (count == 0) continue;
+    SCOPED_TRACE(testing::Message() << "sequence " << s << " context " << batch.contexts[s] << " rows "
+                                    << batch.starts[s + 1] - batch.starts[s]);
+    EXPECT_LT(relative_error(slice(out, batch.starts[s] * out_elems, count),
+                             slice(ref, batch.starts[s] * out_elems, count)),
+              kBf16Tolerance);
+  }
+  EXPECT_LT(relative_error(out, ref), kBf16Tolerance);
+}
+
+void check_prefill(std::mt19937_64& gen, const std::vector<PrefillSeq>& seqs, const LatentShape& shape) {
+  SCOPED_TRACE(testing::Message() << shape);
+  const PrefillBatch batch = batch_of(seqs);
+  const LatentCache cache(gen, batch.contexts, shape);
+  const std::vector<float> q =
+      random_bf16_values(gen, static_cast<size_t>(batch.tokens()) * shape.num_heads * shape.width(), 1.5f);
+  expect_per_sequence_close(prefill_on_device(cache, batch, q, shape), prefill_reference(cache, batch, q, shape), batch,
+                            shape);
+}
+
+// (cached prefix, new rows): whole prompts, a prompt behind cached blocks, chunked prefill
+// continuing at odd offsets, decode-like single rows, a sequence with no rows.
+const std::vector<PrefillSeq> kPrefillBatch = {{0, 1},   {0, 17},  {0, 200}, {37, 64}, {100, 3},
+                                               {512, 300}, {50, 0}, {0, 129}, {1000, 40}};
+const std::vector<PrefillSeq> kSmallPrefillBatch = {{0, 40}, {300, 5}, {0, 1}, {64, 70}, {20, 0}};
+
+TEST(MlaPrefillAttention, ChunkedRaggedBatches) {
+  auto gen = rng(401);
+  check_prefill(gen, kPrefillBatch, LatentShape{16, 512, 64, 16});
+  check_prefill(gen, kPrefillBatch, LatentShape{16, 512, 64, 1});
+  check_prefill(gen, kPrefillBatch, LatentShape{4, 16, 8, 1});
+  check_prefill(gen, kPrefillBatch, LatentShape{16, 64, 8, 64});
+  check_prefill(gen, kPrefillBatch, LatentShape{3, 16, 8, 16});  // rows of one CTA span 11 tokens
+  check_prefill(gen, kSmallPrefillBatch, LatentShape{128, 512, 64, 64});
+  check_prefill(gen, kSmallPrefillBatch, LatentShape{40, 512, 64, 16});
+}
+
+// --- sparse ---
+
+// kept: [tokens, kept_width]. Each row keeps a random subset of 0 .. its position (ascending);
+// with `keep_all`, every position. -1 pads the rest: at the end, or (odd rows, strict subsets)
+// interleaved between the kept positions.
+std::vector<int32_t> make_kept(std::mt19937_64& gen, const PrefillBatch& batch, int32_t kept_width, bool keep_all) {
+  std::vector<int32_t> kept(static_cast<size_t>(batch.tokens()) * kept_width, -1);
+  for (size_t s = 0; s < batch.contexts.size(); ++s) {
+    const int32_t rows = batch.starts[s + 1] - batch.starts[s];
+    for (int32_t i = 0; i < rows; ++i) {
+      const int32_t t = batch.starts[s] + i;
+      const int32_t pos = batch.contexts[s] - rows + i;
+      std::vector<int32_t> positions(pos + 1);
+      std::iota(positions.begin(), positions.end(), 0);
+      int32_t count = pos + 1;
+      if (!keep_all) {
+        std::shuffle(positions.begin(), positions.end(), gen);
+        count = std::uniform_int_distribution<int32_t>(1, std::min(pos + 1, kept_width))(gen);
+        positions.resize(count);
+        std::sort(positions.begin(), positions.end());
+      }
+      EXPECT_LE(count, kept_width);
+      int32_t* row = kept.data() + static_cast<size_t>(t) * kept_width;
+      if (!keep_all && t % 2 == 1) {
+        std::vector<bool> slot_used(kept_width, false);
+        std::fill_n(slot_used.begin(), count, true);
+        std::shuffle(slot_used.begin(), slot_used.end(), gen);
+        for (int32_t j = 0, next = 0; j < kept_width; ++j) {
+          if (slot_used[j]) row[j] = positions[next++];
+        }
+      } else {
+        std::copy(positions.begin(), positions.begin() + count, row);
+      }
+    }
+  }
+  return kept;
+}
+
+std::vector<float> sparse_on_device(const LatentCache& cache, const PrefillBatch& batch, const std::vector<float>& q,
+                                    const std::vector<int32_t>& kept, int32_t kept_width, const LatentShape& shape) {
+  DeviceArray<int32_t> starts_d = upload(batch.starts), kept_d = upload(kept);
+  DeviceArray<bf16> q_d = upload_bf16(q);
+  DeviceArray<bf16> out_d(static_cast<size_t>(batch.tokens()) * shape.num_heads * shape.rank);
+  gpu::sparse_mla_attention(out_d.data(), q_d.data(), cache.view(), kept_d.data(), kept_width, starts_d.data(),
+                            static_cast<int32_t>(batch.contexts.size()), batch.tokens(), params_of(shape), nullptr);
+  return download_f32(out_d);
+}
+
+std::vector<float> sparse_reference(const LatentCache& cache, const PrefillBatch& batch, const std::vector<float>& q,
+                                    const std::vector<int32_t>& kept, int32_t kept_width, const LatentShape& shape) {
+  const size_t q_elems = static_cast<size_t>(shape.num_heads) * shape.width();
+  const size_t out_elems = static_cast<size_t>(shape.num_heads) * shape.rank;
+  std::vector<float> ref(static_cast<size_t>(batch.tokens()) * out_elems);
+  for (size_t s = 0; s < batch.contexts.size(); ++s) {
+    const int32_t rows = batch.starts[s + 1] - batch.starts[s];
+    if (rows == 0) continue;
+    const size_t t0 = batch.starts[s];
+    cache.sparse_reference(ref.data() + t0 * out_elems, q.data() + t0 * q_elems, kept.data() + t0 * kept_width,
+                           kept_width, s, batch.contexts[s], rows);
+  }
+  return ref;
+}
+
+// Strict subsets in lists wider than one 64-entry tile (tiles of nothing but -1 included).
+TEST(SparseMlaAttention, StrictSubsetsWithPadding) {
+  auto gen = rng(501);
+  const std::vector<PrefillSeq> seqs = {{0, 5}, {0, 100}, {37, 64}, {500, 30}, {2000, 1}, {10, 0}, {300, 1}};
+  const LatentShape shapes[] = {{16, 512, 64, 16}, {128, 512, 64, 64}, {4, 16, 8, 1}, {20, 64, 8, 16}};
+  for (const LatentShape& shape : shapes) {
+    for (int32_t kept_width : {1, 64, 150}) {
+      SCOPED_TRACE(testing::Message() << shape << " kept_width " << kept_width);
+      const PrefillBatch batch = batch_of(seqs);
+      const LatentCache cache(gen, batch.contexts, shape);
+      const std::vector<float> q =
+          random_bf16_values(gen, static_cast<size_t>(batch.tokens()) * shape.num_heads * shape.width(), 1.5f);
+      const std::vector<int32_t> kept = make_kept(gen, batch, kept_width, false);
+      expect_per_sequence_close(sparse_on_device(cache, batch, q, kept, kept_width, shape),
+                                sparse_reference(cache, batch, q, kept, kept_width, shape), batch, shape);
+    }
+  }
+}
+
+// Keeping every token is dense attention: the sparse kernel must match the CPU and the GPU's
+// dense prefill (prefill batch) and dense decode (one row per sequence).
+TEST(SparseMlaAttention, KeepingEverythingMatchesDense) {
+  auto gen = rng(502);
+  for (const LatentShape& shape : {LatentShape{16, 512, 64, 16}, LatentShape{4, 16, 8, 1}}) {
+    SCOPED_TRACE(testing::Message() << shape);
+    {
+      const std::vector<PrefillSeq> seqs = {{0, 70}, {37, 64}, {200, 3}, {0, 1}};
+      const PrefillBatch batch = batch_of(seqs);
+      const int32_t kept_width = *std::max_element(batch.contexts.begin(), batch.contexts.end()) + 5;
+      const LatentCache cache(gen, batch.contexts, shape);
+      const std::vector<float> q =
+          random_bf16_values(gen, static_cast<size_t>(batch.tokens()) * shape.num_heads * shape.width(), 1.5f);
+      const std::vector<int32_t> kept = make_kept(gen, batch, kept_width, true);
+      const std::vector<float> out = sparse_on_device(cache, batch, q, kept, kept_width, shape);
+      expect_per_sequence_close(out, sparse_reference(cache, batch, q, kept, kept_width, shape), batch, shape);
+      const std::vector<float> dense = prefill_on_device(cache, batch, q, shape);
+      EXPECT_LT(relative_error(out, dense), kBf16Tolerance) << "sparse (all kept) vs dense prefill";
+    }
+    {
+      const std::vector<int32_t> contexts = {1, 65, 300, 1000};
+      std::vector<PrefillSeq> seqs;
+      for (int32_t ctx : contexts) seqs.push_back({ctx - 1, 1});
+      const PrefillBatch batch = batch_of(seqs);
+      const int32_t kept_width = 1000;
+      const LatentCache cache(gen, contexts, shape);
+      const std::vector<float> q =
+          random_bf16_values(gen, contexts.size() * static_cast<size_t>(shape.num_heads) * shape.width(), 1.5f);
+      const std::vector<int32_t> kept = make_kept(gen, batch, kept_width, true);
+      const std::vector<float> out = sparse_on_device(cache, batch, q, kept, kept_width, shape);
+      expect_per_sequence_close(out, sparse_reference(cache, batch, q, kept, kept_width, shape), batch, shape);
+      const std::vector<float> dense = decode_on_device(cache, contexts, q, shape);
+      EXPECT_LT(relative_error(out, dense), kBf16Tolerance) << "sparse (all kept) vs dense decode";
+    }
+  }
+}
+
+TEST(MlaAttention, EmptyBatchesLaunchNothing) {
+  const gpu::PagedLatentView view{nullptr, nullptr, 1, 16, 512, 64};
+  const gpu::MlaAttentionParams params{16, 0.1f};
+  gpu::mla_decode_attention(nullptr, nullptr, view, nullptr, 0, 4096, params, nullptr, 0, nullptr);
+  gpu::mla_prefill_attention(nullptr, nullptr, view, nullptr, nullptr, 0, 0, 0, params, nullptr);
+  gpu::sparse_mla_attention(nullptr, nullptr, view, nullptr, 2048, nullptr, 0, 0, params, nullptr);
+  TACHYON_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+TEST(MlaAttention, BadShapesAreRejected) {
+  DeviceArray<bf16> buffer(64);
+  DeviceArray<int32_t> ints(64);
+  const gpu::MlaAttentionParams params{16, 0.1f};
+  for (const gpu::PagedLatentView& view :
+       {gpu::PagedLatentView{buffer.data(), ints.data(), 1, 16, 520, 64}, gpu::PagedLatentView{buffer.data(), ints.data(), 1, 16, 512, 72},
+        gpu::PagedLatentView{buffer.data(), ints.data(), 1, 16, 12, 8}, gpu::PagedLatentView{buffer.data(), ints.data(), 1, 0, 512, 64}}) {
+    EXPECT_THROW(gpu::mla_prefill_attention(buffer.data(), buffer.data(), view, ints.data(), ints.data(), 1, 1, 1, params,
+                                            nullptr),
+                 Error);
+  }
+}
+
+// --- speed: DeepSeek shapes; the floor of decode is the latent bytes over the copy bandwidth ---
+
+template <typename Launch>
+double time_us(Launch launch, int iterations = 20) {
+  cudaEvent_t start, stop;
+  TACHYON_CUDA_CHECK(cudaEventCreate(&start));
+  TACHYON_CUDA_CHECK(cudaEventCreate(&stop));
+  launch();
+  TACHYON_CUDA_CHECK(cudaEventRecord(start));
+  for (int i = 0; i < iterations; ++i) launch();
+  TACHYON_CUDA_CHECK(cudaEventRecord(stop));
+  TACHYON_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0.0f;
+  TACHYON_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  TACHYON_CUDA_CHECK(cudaEventDestroy(start));
+  TACHYON_CUDA_CHECK(cudaEventDestroy(stop));
+  return 1000.0 * ms / iterations;
+}
+
+TEST(MlaDecodeAttention, DeepSeekDecodeAndPrefillSpeed) {
+  auto gen = rng(601);
+  const double bandwidth = cuda::measure_copy_bandwidth();
+  std::printf("[mla] copy bandwidth %.2f TB/s\n", bandwidth / 1e12);
+  for (int32_t heads : {16, 128}) {
+    const LatentShape shape{heads, 512, 64, 64};
+    for (auto [batch, ctx] : {std::pair{1, 4096}, std::pair{32, 4096}, std::pair{64, 2048}}) {
+      const std::vector<int32_t> contexts(batch, ctx);
+      const LatentCache cache(gen, contexts, shape);
+      const std::vector<float> q =
+          random_bf16_values(gen, static_cast<size_t>(batch) * heads * shape.width(), 1.5f);
+      const size_t workspace_bytes = gpu::mla_decode_workspace_bytes(batch, heads, shape.rank, ctx);
+      DeviceArray<uint8_t> workspace(std::max<size_t>(workspace_bytes, 1));
+      DeviceArray<bf16> q_d = upload_bf16(q), out_d(static_cast<size_t>(batch) * heads * shape.rank);
+      DeviceArray<int32_t> contexts_d = upload(contexts);
+      const double us = time_us([&] {
+        gpu::mla_decode_attention(out_d.data(), q_d.data(), cache.view(), contexts_d.data(), batch, ctx,
+                                  params_of(shape), workspace.data(), workspace_bytes, nullptr);
+      });
+      const double bytes = double(batch) * ctx * shape.width() * sizeof(bf16);
+      std::printf("[mla decode] heads %d batch %d context %d: %.2f us, floor %.2f us, %.0f%% of copy bandwidth\n",
+                  heads, batch, ctx, us, bytes / bandwidth * 1e6, 100.0 * bytes / us / 1e6 / (bandwidth / 1e12));
+      const size_t out_elems = static_cast<size_t>(heads) * shape.rank;
+      std::vector<float> ref(out_elems);
+      const size_t s = batch - 1;  // spot-check the last sequence
+      cache.reference(ref.data(), q.data() + s * heads * shape.width(), s, ctx, 1);
+      EXPECT_LT(relative_error(slice(download_f32(out_d), s * out_elems, out_elems), ref), kBf16Tolerance);
+    }
+  }
+  const LatentShape shape{16, 512, 64, 64};
+  const int32_t n = 2048;
+  const PrefillBatch batch = batch_of({{0, n}});
+  const LatentCache cache(gen, batch.contexts, shape);
+  const std::vector<float> q = random_bf16_values(gen, static_cast<size_t>(n) * shape.num_heads * shape.width());
+  DeviceArray<int32_t> starts_d = upload(batch.starts), contexts_d = upload(batch.contexts);
+  DeviceArray<bf16> q_d = upload_bf16(q), out_d(static_cast<size_t>(n) * shape.num_heads * shape.rank);
+  const double us = time_us(
+      [&] {
+        gpu::mla_prefill_attention(out_d.data(), q_d.data(), cache.view(), starts_d.data(), contexts_d.data(), 1, n, n,
+                                   params_of(shape), nullptr);
+      },
+      5);
+  const double flops = 2.0 * shape.num_heads * (shape.width() + shape.rank) * (double(n) * (n + 1) / 2);
+  std::printf("[mla prefill] %d tokens x %d heads causal: %.1f us, %.1f TFLOP/s\n", n, shape.num_heads, us,
+              flops / us / 1e6);
+  const size_t row_elems = static_cast<size_t>(shape.num_heads) * shape.rank;
+  const std::vector<float> out = download_f32(out_d);
+  for (int32_t first : {0, 1000, n - 40}) {
+    const int32_t rows = 40;  // rows [first, first + rows) see tokens up to first + rows
+    std::vector<float> ref(rows * row_elems);
+    cache.reference(ref.data(), q.data() + static_cast<size_t>(first) * shape.num_heads * shape.width(), 0,
+                    first + rows, rows);
+    EXPECT_LT(relative_error(slice(out, first * row_elems, rows * row_elems), ref), kBf16Tolerance)
+        << "rows from " << first;
+  }
+}
+
+}  // namespace
+}  // namespace tachyon::gpu_test
