@@ -210,6 +210,21 @@ std::vector<ModelPreset> build_presets() {
                          "deepseek_v3"));
 
   // DeepSeek-V3.2 (deepseek_v32 only): tiny-deepseek with a 4-head indexer of 16 dims keeping 8 tokens.
+  // The CUDA runner's DeepSeek variants: tiny-deepseek / tiny-dsa routing to every expert (all
+  // groups kept) and, for DSA, a top-k above every test prompt, so no discrete choice can flip
+  // between the GPU's bf16 and the f32 reference and the logits can be held to a tolerance. The
+  // choices themselves are tested kernel by kernel (tests/gpu/test_moe_kernels.cpp, test_dsa_kernels.cpp).
+  c = tiny_deepseek_shape();
+  c.num_experts_per_tok = c.num_experts;
+  c.topk_group = c.n_group;
+  presets.push_back(tiny("tiny-gpu-deepseek-all", "tiny-deepseek routing to all 16 experts: on the GPU", c,
+                         "deepseek_v3"));
+  c = tiny_dsa_shape();
+  c.num_experts_per_tok = c.num_experts;
+  c.topk_group = c.n_group;
+  c.index_topk = 128;
+  presets.push_back(tiny("tiny-gpu-dsa-all", "tiny-dsa routing to all 16 experts, indexer top-128: on the GPU", c,
+                         "deepseek_v32"));
   presets.push_back(tiny("tiny-dsa", "tiny-deepseek + DSA indexer (16 heads x 16, top-8)", tiny_dsa_shape(),
                          "deepseek_v32"));
 
@@ -272,6 +287,24 @@ std::vector<ModelPreset> build_presets() {
   presets.push_back({"deepseek-v32-reduced",
                      "DeepSeek-V3.2 layer shapes, 4 layers (1 dense + 3 MoE of 64 experts), DSA top-2048",
                      "deepseek_v32", c, DType::kBF16, 4ull << 30});
+  // DeepSeek-V2-Lite's shapes (15.7B, 64 routed experts top-6 + 2 shared, no q LoRA) in the
+  // deepseek_v3 architecture: V2's softmax routing becomes V3's sigmoid scoring with one group,
+  // which reads the same weights per token. The single-GPU performance shape.
+  c = ModelConfig{};
+  c.vocab_size = 102400; c.hidden_size = 2048; c.intermediate_size = 10944; c.num_hidden_layers = 27;
+  c.num_attention_heads = 16; c.num_key_value_heads = 16; c.max_position_embeddings = 163840;
+  c.rms_norm_eps = 1e-6; c.rope_theta = 10000.0; c.tie_word_embeddings = false;
+  c.q_lora_rank = 0; c.kv_lora_rank = 512; c.qk_nope_head_dim = 128; c.qk_rope_head_dim = 64; c.v_head_dim = 128;
+  c.head_dim = 192; c.rope_interleave = true;
+  c.rope_scaling.type = RopeScalingType::kYarn; c.rope_scaling.factor = 40.0;
+  c.rope_scaling.original_max_position_embeddings = 4096; c.rope_scaling.beta_fast = 32.0;
+  c.rope_scaling.beta_slow = 1.0; c.rope_scaling.mscale = 0.707; c.rope_scaling.mscale_all_dim = 0.707;
+  c.router = RouterKind::kSigmoidGroupLimited; c.num_experts = 64; c.num_experts_per_tok = 6;
+  c.moe_intermediate_size = 1408; c.n_shared_experts = 2; c.n_group = 1; c.topk_group = 1;
+  c.routed_scaling_factor = 1.0; c.norm_topk_prob = false; c.first_k_dense_replace = 1;
+  c.bos_token_id = 100000; c.eos_token_id = 100001;
+  presets.push_back({"deepseek-v2-lite", "DeepSeek-V2-Lite shapes (27 layers, 64 experts top-6 + 2 shared)",
+                     "deepseek_v3", c, DType::kBF16, 4ull << 30});
   return presets;
 }
 
