@@ -49,19 +49,27 @@ inline void expect_engine_matches_greedy_generate(const model::DenseModel& model
   }
 }
 
+// The model in `dir` (of `model_type`) loads on the CPU, and --tp 2 is refused.
+inline void expect_cpu_load_and_tp_refused(const std::filesystem::path& dir, const std::string& model_type) {
+  engine::EngineConfig config;
+  config.device.kind = "cpu";
+  const auto loaded = runner::load_runner(dir, config);
+  EXPECT_EQ(loaded.model_config.model_type, model_type);
+  engine::EngineConfig tp_config;
+  tp_config.device.kind = "cpu";
+  tp_config.device.tensor_parallel_size = 2;
+  EXPECT_THROW(runner::load_runner(dir, tp_config), Error);
+}
+
 // The model in `dir` (of `model_type`) is not served on the GPU nor split yet: --device auto
 // loads it on the CPU, and --tp 2 is refused.
 inline void expect_cpu_only_and_tp_refused(const std::filesystem::path& dir, const std::string& model_type) {
   EXPECT_NE(runner::cuda_unsupported_reason(model::ModelConfig::from_dir(dir)), "");
   engine::EngineConfig config;
   config.device.kind = "auto";
-  const auto loaded = runner::load_runner(dir, config);
+  runner::load_runner(dir, config);
   EXPECT_EQ(config.device.kind, "cpu");
-  EXPECT_EQ(loaded.model_config.model_type, model_type);
-  engine::EngineConfig tp_config;
-  tp_config.device.kind = "cpu";
-  tp_config.device.tensor_parallel_size = 2;
-  EXPECT_THROW(runner::load_runner(dir, tp_config), Error);
+  expect_cpu_load_and_tp_refused(dir, model_type);
 }
 
 }  // namespace tachyon::testing

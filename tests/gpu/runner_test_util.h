@@ -45,7 +45,11 @@ inline model::DenseModel reference_model(const fs::path& dir) {
   round(w.lm_head);
   for (auto& l : w.layers) {
     for (auto* t : {&l.input_norm, &l.qkv, &l.qkv_bias, &l.q_norm, &l.k_norm, &l.o_proj, &l.o_proj_bias,
-                    &l.post_attention_norm, &l.gate_up, &l.gate_up_bias, &l.down, &l.down_bias}) {
+                    &l.post_attention_norm, &l.gate_up, &l.gate_up_bias, &l.down, &l.down_bias, &l.router,
+                    &l.experts_gate_up, &l.experts_down, &l.router_bias, &l.shared_gate_up, &l.shared_down,
+                    &l.q_a_proj, &l.q_a_norm, &l.q_b_proj, &l.kv_a_proj, &l.kv_a_norm, &l.kv_b_proj,
+                    &l.indexer_wq_b, &l.indexer_wk, &l.indexer_k_norm, &l.indexer_k_norm_bias,
+                    &l.indexer_weights_proj}) {
       round(*t);
     }
   }

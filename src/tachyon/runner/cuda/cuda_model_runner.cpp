@@ -12,13 +12,17 @@
 #include "tachyon/dist/communicator.h"
 #include "tachyon/kernels/cuda/activation.h"
 #include "tachyon/kernels/cuda/attention.h"
+#include "tachyon/kernels/cuda/dsa_indexer.h"
 #include "tachyon/kernels/cuda/embedding.h"
 #include "tachyon/kernels/cuda/gemv.h"
+#include "tachyon/kernels/cuda/mla_attention.h"
 #include "tachyon/kernels/cuda/moe.h"
 #include "tachyon/kernels/cuda/rms_norm.h"
 #include "tachyon/kernels/cuda/rope_store_kv.h"
 #include "tachyon/kernels/cuda/sampling.h"
+#include "tachyon/model/attention_backend.h"
 #include "tachyon/model/rope.h"
+#include "tachyon/runner/cuda/cuda_runner_workspace.h"
 #include "tachyon/runner/cuda/sampling_inputs.h"
 
 namespace tachyon::runner {
@@ -32,35 +36,6 @@ size_t align_up(size_t value) { return (value + kAlign - 1) / kAlign * kAlign; }
 
 }  // namespace
 
-// Activation buffers for up to limits_.max_tokens rows; shapes in [rows, features].
-struct CudaModelRunner::Workspace {
-  bf16* residual = nullptr;   // [T, hidden] the residual stream
-  bf16* normed = nullptr;     // [T, hidden] input of the next projection
-  bf16* qkv = nullptr;        // [T, q_size + 2 * kv_size]
-  bf16* q = nullptr;          // [T, q_size] normed + rotated q
-  bf16* attn = nullptr;       // [T, q_size] attention output
-  bf16* proj = nullptr;       // [T, hidden] o_proj / down_proj output
-  bf16* gate_up = nullptr;    // [T, 2 * intermediate]
-  bf16* act = nullptr;        // [T, intermediate]
-  bf16* selected = nullptr;   // [S, hidden] final-normed rows whose logits are computed
-  float* logits = nullptr;    // [S, vocab] f32
-  float* local_logits = nullptr;     // TP: [S, vocab_rows] f32, this rank's vocab slice
-  float* gathered_logits = nullptr;  // TP: [tp, S, vocab_rows] f32, every rank's slice
-  void* decode_scratch = nullptr;
-  size_t decode_scratch_bytes = 0;
-  void* sampler_scratch = nullptr;
-  size_t sampler_scratch_bytes = 0;
-  kc::SampledRow* sampled = nullptr;  // [S]
-  // Mixture-of-experts layers (T tokens, k experts each: T * k pairs).
-  float* router_logits = nullptr;     // [T, num_experts] f32
-  int32_t* topk_ids = nullptr;        // [T, k]
-  float* topk_weights = nullptr;      // [T, k]
-  int32_t* sorted_rows = nullptr;     // [moe_sorted_capacity(T * k)]
-  int32_t* block_expert = nullptr;    // [moe_sorted_capacity(T * k) / kMoeBlockM]
-  bf16* expert_gate_up = nullptr;     // [T * k, 2 * moe_intermediate]
-  bf16* expert_act = nullptr;         // [T * k, moe_intermediate]
-  bf16* expert_down = nullptr;        // [T * k, hidden]
-};
 
 CudaModelRunner::CudaModelRunner(const model::Bf16ModelWeights& weights, const engine::EngineConfig& config,
                                  CudaTpRank tp)
@@ -75,8 +50,23 @@ CudaModelRunner::CudaModelRunner(const model::Bf16ModelWeights& weights, const e
       << "the CUDA runner supports dtype and kv_cache_dtype bfloat16, got " << config.device.dtype << " and "
       << config.device.kv_cache_dtype;
   const model::ModelConfig& c = weights_.config();
-  TACHYON_CHECK(c.head_dim == 64 || c.head_dim == 128 || c.head_dim == 256)
-      << "the CUDA attention kernels need head_dim 64, 128 or 256; this model has " << c.head_dim;
+  if (c.is_mla()) {
+    TACHYON_CHECK(!tensor_parallel()) << "tensor parallelism of latent-attention (DeepSeek) models is not built yet";
+    TACHYON_CHECK(c.kv_lora_rank % 8 == 0 && c.kv_lora_rank <= 512 && c.qk_rope_head_dim % 8 == 0 &&
+                  c.qk_rope_head_dim <= 64)
+        << "the CUDA latent-attention kernels take kv_lora_rank a multiple of 8 up to 512 and qk_rope_head_dim a "
+        << "multiple of 8 up to 64; this model has " << c.kv_lora_rank << " and " << c.qk_rope_head_dim;
+    TACHYON_CHECK(!c.has_sparse_attention() || (c.q_lora_rank > 0 && c.index_head_dim % 8 == 0 &&
+                                                c.index_head_dim <= 128 && c.index_n_heads <= 256))
+        << "the CUDA indexer kernels take index_head_dim a multiple of 8 up to 128, at most 256 index heads and a q "
+        << "LoRA; this model has " << c.index_head_dim << ", " << c.index_n_heads << " and q_lora_rank " << c.q_lora_rank;
+    head_gemm_ = std::make_unique<kc::HeadGemm>();
+    rope_attention_scaling_ = static_cast<float>(model::rope_attention_scaling(c));
+    mla_softmax_scale_ = model::mla_attention_shape(c, 1, 0).scale;
+  } else {
+    TACHYON_CHECK(c.head_dim == 64 || c.head_dim == 128 || c.head_dim == 256)
+        << "the CUDA attention kernels need head_dim 64, 128 or 256; this model has " << c.head_dim;
+  }
   if (c.is_moe()) {
     TACHYON_CHECK(c.num_experts <= kc::kMoeMaxExperts && c.num_experts_per_tok <= 16 && c.moe_intermediate_size % 8 == 0)
         << "the CUDA MoE kernels take at most " << kc::kMoeMaxExperts << " experts, top-16, and a moe_intermediate_size "
@@ -127,14 +117,30 @@ void CudaModelRunner::moe_mlp(const CudaLayerWeights& w, int64_t T) {
   const int32_t E = static_cast<int32_t>(c.num_experts), k = static_cast<int32_t>(c.num_experts_per_tok);
   const int64_t pairs = T * k, capacity = kc::moe_sorted_capacity(pairs, E);
   gemm_.linear(ws_->router_logits, kc::GemmOutputType::kF32, ws_->normed, w.router, nullptr, T, E, H, stream_);
-  kc::moe_topk_softmax(ws_->topk_ids, ws_->topk_weights, ws_->router_logits, T, E, k, c.norm_topk_prob, stream_);
+  if (c.router == model::RouterKind::kSigmoidGroupLimited) {
+    kc::moe_topk_sigmoid_grouped(ws_->topk_ids, ws_->topk_weights, ws_->router_logits, w.router_bias, T, E, k,
+                                 static_cast<int32_t>(c.n_group), static_cast<int32_t>(c.topk_group), c.norm_topk_prob,
+                                 static_cast<float>(c.routed_scaling_factor), stream_);
+  } else {
+    kc::moe_topk_softmax(ws_->topk_ids, ws_->topk_weights, ws_->router_logits, T, E, k, c.norm_topk_prob, stream_);
+  }
   kc::moe_align(ws_->sorted_rows, ws_->block_expert, ws_->topk_ids, pairs, E, capacity, stream_);
   kc::moe_grouped_gemm(ws_->expert_gate_up, ws_->normed, w.experts_gate_up, ws_->sorted_rows, ws_->block_expert,
                        capacity, k, 2 * I, H, stream_);
   kc::silu_and_mul(ws_->expert_act, ws_->expert_gate_up, pairs, I, stream_);
   kc::moe_grouped_gemm(ws_->expert_down, ws_->expert_act, w.experts_down, ws_->sorted_rows, ws_->block_expert,
                        capacity, 1, H, I, stream_);
-  kc::moe_combine(ws_->proj, ws_->expert_down, ws_->topk_weights, T, k, H, stream_);
+  // DeepSeek's shared expert: a dense MLP every token runs, added in the combine's pass.
+  const bf16* shared = nullptr;
+  if (w.shared_gate_up != nullptr) {
+    const int64_t shared_inter = I * c.n_shared_experts;
+    const auto bf = kc::GemmOutputType::kBF16;
+    gemm_.linear(ws_->shared_gate_up, bf, ws_->normed, w.shared_gate_up, nullptr, T, 2 * shared_inter, H, stream_);
+    kc::silu_and_mul(ws_->shared_act, ws_->shared_gate_up, T, shared_inter, stream_);
+    gemm_.linear(ws_->shared_out, bf, ws_->shared_act, w.shared_down, nullptr, T, H, shared_inter, stream_);
+    shared = ws_->shared_out;
+  }
+  kc::moe_combine(ws_->proj, ws_->expert_down, ws_->topk_weights, shared, T, k, H, stream_);
 }
 
 void CudaModelRunner::plan_workspace(const engine::EngineConfig& config) {
@@ -157,6 +163,8 @@ void CudaModelRunner::plan_workspace(const engine::EngineConfig& config) {
   const size_t T = static_cast<size_t>(limits_.max_tokens), S = static_cast<size_t>(limits_.max_seqs);
   const size_t hidden = static_cast<size_t>(c.hidden_size), inter = static_cast<size_t>(c.intermediate_size);
   const size_t q = static_cast<size_t>(c.q_size()), kv = static_cast<size_t>(c.kv_size());
+  const size_t heads = static_cast<size_t>(c.num_attention_heads);
+  const size_t attn_width = std::max(q, heads * static_cast<size_t>(c.value_head_dim()));
   ws_ = std::make_unique<Workspace>();
   ws_->decode_scratch_bytes = kc::paged_decode_workspace_bytes(limits_.max_seqs, static_cast<int32_t>(c.num_attention_heads),
                                                                static_cast<int32_t>(c.head_dim),
@@ -168,7 +176,7 @@ void CudaModelRunner::plan_workspace(const engine::EngineConfig& config) {
       {reinterpret_cast<void**>(&ws_->normed), T * hidden * 2},
       {reinterpret_cast<void**>(&ws_->qkv), T * (q + 2 * kv) * 2},
       {reinterpret_cast<void**>(&ws_->q), T * q * 2},
-      {reinterpret_cast<void**>(&ws_->attn), T * q * 2},
+      {reinterpret_cast<void**>(&ws_->attn), T * attn_width * 2},
       {reinterpret_cast<void**>(&ws_->proj), T * hidden * 2},
       {reinterpret_cast<void**>(&ws_->gate_up), T * 2 * inter * 2},
       {reinterpret_cast<void**>(&ws_->act), T * inter * 2},
@@ -193,6 +201,36 @@ void CudaModelRunner::plan_workspace(const engine::EngineConfig& config) {
     carve.push_back({reinterpret_cast<void**>(&ws_->expert_gate_up), pairs * 2 * moe_inter * 2});
     carve.push_back({reinterpret_cast<void**>(&ws_->expert_act), pairs * moe_inter * 2});
     carve.push_back({reinterpret_cast<void**>(&ws_->expert_down), pairs * hidden * 2});
+    const size_t shared_inter = moe_inter * static_cast<size_t>(c.n_shared_experts);
+    carve.push_back({reinterpret_cast<void**>(&ws_->shared_gate_up), T * 2 * shared_inter * 2});
+    carve.push_back({reinterpret_cast<void**>(&ws_->shared_act), T * shared_inter * 2});
+    carve.push_back({reinterpret_cast<void**>(&ws_->shared_out), shared_inter > 0 ? T * hidden * 2 : 0});
+  }
+  if (c.is_mla()) {
+    const size_t rank = static_cast<size_t>(c.kv_lora_rank), rope = static_cast<size_t>(c.qk_rope_head_dim);
+    const size_t qk = static_cast<size_t>(c.qk_nope_head_dim) + rope;
+    ws_->mla_decode_scratch_bytes = kc::mla_decode_workspace_bytes(
+        limits_.max_seqs, static_cast<int32_t>(heads), static_cast<int32_t>(rank), static_cast<int32_t>(s.max_model_len));
+    carve.push_back({reinterpret_cast<void**>(&ws_->q_lora), T * static_cast<size_t>(c.q_lora_rank) * 2});
+    carve.push_back({reinterpret_cast<void**>(&ws_->q_full), T * heads * qk * 2});
+    carve.push_back({reinterpret_cast<void**>(&ws_->kv_a), T * (rank + rope) * 2});
+    carve.push_back({reinterpret_cast<void**>(&ws_->q_absorbed), T * heads * (rank + rope) * 2});
+    carve.push_back({reinterpret_cast<void**>(&ws_->attn_latent), T * heads * rank * 2});
+    carve.push_back({&ws_->mla_decode_scratch, ws_->mla_decode_scratch_bytes});
+  }
+  if (c.has_sparse_attention()) {
+    // The scores hold one f32 per (new token, cached token): T * max_model_len, the price of an
+    // exact top-k over any context (4 GiB at 8K tokens of 128K contexts).
+    const size_t index_heads = static_cast<size_t>(c.index_n_heads), index_dim = static_cast<size_t>(c.index_head_dim);
+    const size_t max_len = static_cast<size_t>(s.max_model_len);
+    ws_->topk_scratch_bytes = kc::dsa_topk_workspace_bytes(limits_.max_tokens, static_cast<int32_t>(max_len),
+                                                           static_cast<int32_t>(c.index_topk));
+    carve.push_back({reinterpret_cast<void**>(&ws_->index_q), T * index_heads * index_dim * 2});
+    carve.push_back({reinterpret_cast<void**>(&ws_->index_weights), T * index_heads * 4});
+    carve.push_back({reinterpret_cast<void**>(&ws_->index_k), T * index_dim * 2});
+    carve.push_back({reinterpret_cast<void**>(&ws_->index_scores), T * max_len * 4});
+    carve.push_back({reinterpret_cast<void**>(&ws_->kept), T * static_cast<size_t>(c.index_topk) * 4});
+    carve.push_back({&ws_->topk_scratch, ws_->topk_scratch_bytes});
   }
   std::vector<size_t> offsets;
   for (auto& [ptr, bytes] : carve) {
@@ -210,22 +248,36 @@ void CudaModelRunner::allocate_kv_cache(const engine::EngineConfig& config) {
   // The KV cache takes what gpu_memory_utilization leaves after weights, workspace, staging
   // and the GEMM workspace (all allocated by now), minus a margin for graphs and cuBLASLt.
   const model::ModelConfig& c = weights_.config();
-  const size_t kv = static_cast<size_t>(c.kv_size());
   const cuda::DeviceMemoryInfo memory = cuda::device_memory_info();
   const double budget = config.device.gpu_memory_utilization * static_cast<double>(memory.total);
   const double used = static_cast<double>(memory.total - memory.free);
   const double margin = 512.0 * (1 << 20);
-  kv_layer_bytes_ = 0;
-  const size_t block_bytes_per_layer = static_cast<size_t>(config.block_size) * kv * 2;  // K or V, bf16
-  const size_t block_bytes = block_bytes_per_layer * 2 * static_cast<size_t>(c.num_hidden_layers);
+  // Per layer and block, bf16: region 0 holds K (or MLA's [c_kv | k_pe] latents), region 1 V (or
+  // DSA's index keys; none for MLA without DSA).
+  const size_t tokens = static_cast<size_t>(config.block_size);
+  size_t region_block_bytes[2];
+  if (c.is_mla()) {
+    region_block_bytes[0] = tokens * static_cast<size_t>(c.kv_lora_rank + c.qk_rope_head_dim) * 2;
+    region_block_bytes[1] = c.has_sparse_attention() ? tokens * static_cast<size_t>(c.index_head_dim) * 2 : 0;
+  } else {
+    region_block_bytes[0] = region_block_bytes[1] = tokens * static_cast<size_t>(c.kv_size()) * 2;
+  }
+  const size_t block_bytes = (region_block_bytes[0] + region_block_bytes[1]) * static_cast<size_t>(c.num_hidden_layers);
   const double available = budget - used - margin;
   TACHYON_CHECK(available > static_cast<double>(block_bytes) * limits_.max_blocks_per_seq)
       << "not enough GPU memory for the KV cache of one max_model_len sequence: " << memory.free / (1 << 20)
       << " MiB free of " << memory.total / (1 << 20) << " MiB after loading " << weights_.bytes() / (1 << 20)
       << " MiB of weights; raise --gpu-memory-utilization or lower --max-num-batched-tokens / --max-model-len";
   num_blocks_ = static_cast<int32_t>(std::min(available / static_cast<double>(block_bytes), 2.0e9));
-  kv_layer_bytes_ = static_cast<size_t>(num_blocks_) * block_bytes_per_layer;
-  kv_buffer_ = cuda::DeviceBuffer(kv_layer_bytes_ * 2 * static_cast<size_t>(c.num_hidden_layers));
+  for (int r = 0; r < 2; ++r) cache_region_bytes_[r] = static_cast<size_t>(num_blocks_) * region_block_bytes[r];
+  kv_buffer_ = cuda::DeviceBuffer((cache_region_bytes_[0] + cache_region_bytes_[1]) *
+                                  static_cast<size_t>(c.num_hidden_layers));
+}
+
+bf16* CudaModelRunner::cache_region(int64_t layer, int region) const {
+  const size_t offset = static_cast<size_t>(layer) * (cache_region_bytes_[0] + cache_region_bytes_[1]) +
+                        (region == 1 ? cache_region_bytes_[0] : 0);
+  return reinterpret_cast<bf16*>(static_cast<std::byte*>(kv_buffer_.data()) + offset);
 }
 
 void CudaModelRunner::tune_gemms(const engine::EngineConfig& config) {
@@ -236,9 +288,32 @@ void CudaModelRunner::tune_gemms(const engine::EngineConfig& config) {
   for (int32_t b : cuda_graph_batch_sizes(config)) rows.push_back(b);
   rows.push_back(limits_.max_tokens);
   std::vector<kc::GemmProblem> problems;
+  const auto bf = kc::GemmOutputType::kBF16, f32 = kc::GemmOutputType::kF32;
   for (int64_t m : rows) {
-    problems.push_back({m, c.q_size() + 2 * c.kv_size(), c.hidden_size, kc::GemmOutputType::kBF16, c.qkv_bias});
-    problems.push_back({m, c.hidden_size, c.q_size(), kc::GemmOutputType::kBF16, c.o_proj_bias});
+    if (c.is_mla()) {
+      const int64_t heads = c.num_attention_heads, qk = c.qk_nope_head_dim + c.qk_rope_head_dim;
+      if (c.q_lora_rank > 0) {
+        problems.push_back({m, c.q_lora_rank, c.hidden_size, bf, false});
+        problems.push_back({m, heads * qk, c.q_lora_rank, bf, false});
+      } else {
+        problems.push_back({m, heads * qk, c.hidden_size, bf, false});
+      }
+      problems.push_back({m, c.kv_lora_rank + c.qk_rope_head_dim, c.hidden_size, bf, false});
+      problems.push_back({m, c.hidden_size, heads * c.v_head_dim, bf, false});
+      if (c.n_shared_experts > 0) {
+        const int64_t shared_inter = c.moe_intermediate_size * c.n_shared_experts;
+        problems.push_back({m, 2 * shared_inter, c.hidden_size, bf, false});
+        problems.push_back({m, c.hidden_size, shared_inter, bf, false});
+      }
+      if (c.has_sparse_attention()) {
+        problems.push_back({m, c.index_n_heads * c.index_head_dim, c.q_lora_rank, bf, false});
+        problems.push_back({m, c.index_head_dim, c.hidden_size, bf, false});
+        problems.push_back({m, c.index_n_heads, c.hidden_size, f32, false});
+      }
+    } else {
+      problems.push_back({m, c.q_size() + 2 * c.kv_size(), c.hidden_size, bf, c.qkv_bias});
+      problems.push_back({m, c.hidden_size, c.q_size(), bf, c.o_proj_bias});
+    }
     problems.push_back({m, 2 * c.intermediate_size, c.hidden_size, kc::GemmOutputType::kBF16, c.mlp_bias});
     problems.push_back({m, c.hidden_size, c.intermediate_size, kc::GemmOutputType::kBF16, c.mlp_bias});
     if (m <= limits_.max_seqs) problems.push_back({m, vocab_rows_, c.hidden_size, kc::GemmOutputType::kF32, false});
@@ -353,6 +428,7 @@ void CudaModelRunner::choose_gemv() {
     if (m > 8) break;
     for (Role role : {Role::kQkv, Role::kO, Role::kGateUp, Role::kDownWithSilu, Role::kLmHead}) {
       const int r = static_cast<int>(role);
+      if ((role == Role::kQkv || role == Role::kO) && c.is_mla()) continue;  // MLA's own products
       if ((role == Role::kGateUp || role == Role::kDownWithSilu) && !has_dense_mlp()) continue;
       if (!kc::gemv_supports(m, n_of[r], k_of[r])) continue;
       const float cublas_ms = time_role(role, m, false);
@@ -366,27 +442,58 @@ void CudaModelRunner::choose_gemv() {
   TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
+// The attention block of a q/k/v model, from ws_->normed to o_proj's output in ws_->proj.
+void CudaModelRunner::dense_attention(const CudaLayerWeights& w, int64_t l, const ForwardShape& shape,
+                                      const StepMetadata& m) {
+  const model::ModelConfig& c = weights_.config();
+  const int64_t T = shape.num_tokens;
+  const kc::RopeStoreKvShape rope_shape{.num_tokens = T,
+                                        .num_heads = static_cast<int32_t>(c.num_attention_heads),
+                                        .num_kv_heads = static_cast<int32_t>(c.num_key_value_heads),
+                                        .head_dim = static_cast<int32_t>(c.head_dim),
+                                        .eps = static_cast<float>(c.rms_norm_eps)};
+  const kc::AttentionParams attention{.num_heads = static_cast<int32_t>(c.num_attention_heads),
+                                      .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
+                                      .sliding_window = static_cast<int32_t>(c.sliding_window.value_or(0))};
+  run_role(Role::kQkv, l, T);
+  bf16* k_cache = cache_region(l, 0);
+  bf16* v_cache = cache_region(l, 1);
+  kc::rope_store_kv(ws_->q, k_cache, v_cache, ws_->qkv, w.q_norm, w.k_norm, weights_.inv_freq(), m.positions, m.slots,
+                    rope_shape, stream_);
+  const kc::PagedKvView kv{.k_cache = k_cache,
+                           .v_cache = v_cache,
+                           .block_tables = m.block_tables,
+                           .block_table_stride = layout_.block_table_stride,
+                           .block_size = config_.block_size,
+                           .num_kv_heads = static_cast<int32_t>(c.num_key_value_heads),
+                           .head_dim = static_cast<int32_t>(c.head_dim)};
+  // Decodes come first in a plan: the decode kernel serves them (row s is sequence s), the
+  // prefill kernel the rest, through views of the metadata that start at the first prefill.
+  const int32_t decodes = shape.num_decode_seqs;
+  if (decodes > 0) {
+    kc::paged_decode_attention(ws_->attn, ws_->q, kv, m.context_lens, decodes, shape.max_context_len, attention,
+                               ws_->decode_scratch, ws_->decode_scratch_bytes, stream_);
+  }
+  if (decodes < shape.num_seqs) {
+    kc::PagedKvView prefill_kv = kv;
+    prefill_kv.block_tables = m.block_tables + static_cast<size_t>(decodes) * layout_.block_table_stride;
+    kc::paged_prefill_attention(ws_->attn, ws_->q, prefill_kv, m.query_starts + decodes, m.context_lens + decodes,
+                                shape.num_seqs - decodes, static_cast<int32_t>(T), shape.max_query_len, attention,
+                                stream_);
+  }
+  run_role(Role::kO, l, T);
+}
+
 void CudaModelRunner::forward(const ForwardShape& shape) {
   const model::ModelConfig& c = weights_.config();
   const float eps = static_cast<float>(c.rms_norm_eps);
   const int64_t T = shape.num_tokens, H = c.hidden_size;
   std::byte* staging = static_cast<std::byte*>(staging_device_.data());
   const auto* token_ids = reinterpret_cast<const int32_t*>(staging + layout_.token_ids);
-  const auto* positions = reinterpret_cast<const int32_t*>(staging + layout_.positions);
-  const auto* slots = reinterpret_cast<const int32_t*>(staging + layout_.slot_mapping);
   const auto* logits_rows = reinterpret_cast<const int32_t*>(staging + layout_.logits_rows);
-  const auto* context_lens = reinterpret_cast<const int32_t*>(staging + layout_.context_lens);
-  const auto* query_starts = reinterpret_cast<const int32_t*>(staging + layout_.query_starts);
-  const auto* block_tables = reinterpret_cast<const int32_t*>(staging + layout_.block_tables);
-
-  kc::RopeStoreKvShape rope_shape{.num_tokens = T,
-                                  .num_heads = static_cast<int32_t>(c.num_attention_heads),
-                                  .num_kv_heads = static_cast<int32_t>(c.num_key_value_heads),
-                                  .head_dim = static_cast<int32_t>(c.head_dim),
-                                  .eps = eps};
-  kc::AttentionParams attention{.num_heads = static_cast<int32_t>(c.num_attention_heads),
-                                .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
-                                .sliding_window = static_cast<int32_t>(c.sliding_window.value_or(0))};
+  auto field = [&](size_t offset) { return reinterpret_cast<const int32_t*>(staging + offset); };
+  const StepMetadata metadata{field(layout_.positions), field(layout_.slot_mapping), field(layout_.context_lens),
+                              field(layout_.query_starts), field(layout_.block_tables)};
 
   kc::embedding_shard(ws_->residual, token_ids, weights_.embed_tokens(), T, H, tp_.vocab_begin, vocab_rows_, stream_);
   all_reduce_hidden(ws_->residual, T);
@@ -398,33 +505,11 @@ void CudaModelRunner::forward(const ForwardShape& shape) {
     } else {
       kc::add_rms_norm(ws_->normed, ws_->residual, ws_->proj, w.input_norm, T, H, eps, stream_);
     }
-    run_role(Role::kQkv, l, T);
-    auto* k_cache = reinterpret_cast<bf16*>(static_cast<std::byte*>(kv_buffer_.data()) + (2 * l) * kv_layer_bytes_);
-    auto* v_cache = reinterpret_cast<bf16*>(static_cast<std::byte*>(kv_buffer_.data()) + (2 * l + 1) * kv_layer_bytes_);
-    kc::rope_store_kv(ws_->q, k_cache, v_cache, ws_->qkv, w.q_norm, w.k_norm, weights_.inv_freq(), positions, slots,
-                      rope_shape, stream_);
-    kc::PagedKvView kv{.k_cache = k_cache,
-                       .v_cache = v_cache,
-                       .block_tables = block_tables,
-                       .block_table_stride = layout_.block_table_stride,
-                       .block_size = config_.block_size,
-                       .num_kv_heads = static_cast<int32_t>(c.num_key_value_heads),
-                       .head_dim = static_cast<int32_t>(c.head_dim)};
-    // Decodes come first in a plan: the decode kernel serves them (row s is sequence s), the
-    // prefill kernel the rest, through views of the metadata that start at the first prefill.
-    const int32_t decodes = shape.num_decode_seqs;
-    if (decodes > 0) {
-      kc::paged_decode_attention(ws_->attn, ws_->q, kv, context_lens, decodes, shape.max_context_len, attention,
-                                 ws_->decode_scratch, ws_->decode_scratch_bytes, stream_);
+    if (c.is_mla()) {
+      mla_attention(w, l, shape, metadata);
+    } else {
+      dense_attention(w, l, shape, metadata);
     }
-    if (decodes < shape.num_seqs) {
-      kc::PagedKvView prefill_kv = kv;
-      prefill_kv.block_tables = block_tables + static_cast<size_t>(decodes) * layout_.block_table_stride;
-      kc::paged_prefill_attention(ws_->attn, ws_->q, prefill_kv, query_starts + decodes, context_lens + decodes,
-                                  shape.num_seqs - decodes, static_cast<int32_t>(T), shape.max_query_len,
-                                  attention, stream_);
-    }
-    run_role(Role::kO, l, T);
     all_reduce_hidden(ws_->proj, T);
     // MLP block.
     kc::add_rms_norm(ws_->normed, ws_->residual, ws_->proj, w.post_attention_norm, T, H, eps, stream_);

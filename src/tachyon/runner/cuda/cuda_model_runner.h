@@ -1,4 +1,4 @@
-// CudaModelRunner: the dense model on one GPU. Consumes the engine's StepPlan:
+// CudaModelRunner: the model on one GPU. Consumes the engine's StepPlan:
 //   1. the plan's metadata and sampling rows are written into a pinned staging buffer
 //      (runner/step_inputs.h) and copied with ONE H2D;
 //   2. the forward runs eagerly (prefill and mixed steps) or replays a CUDA graph captured at
@@ -14,6 +14,11 @@
 // down (their biases added on rank 0 only, so the sum holds them once), and a vocab-parallel LM
 // head whose logits are all-gathered, so every rank samples the same full logits. Collectives
 // run on this runner's stream, inside the decode graphs too. TpCudaModelRunner drives the ranks.
+// Mixture-of-experts layers run the grouped expert kernels (kernels/cuda/moe.h): Qwen3-MoE's
+// softmax routing or DeepSeek-V3's group-limited sigmoid routing plus its shared expert.
+// DeepSeek's latent attention (MLA, cuda_mla_attention.cpp) caches one [c_kv | k_pe] row per
+// token and layer and attends in the absorbed form; DeepSeek-V3.2 adds the indexer's key cache
+// and attends only the tokens the indexer keeps.
 // GPU tests: tests/gpu/test_cuda_model_runner.cpp, tests/gpu/test_tp_cuda_runner.cpp.
 #pragma once
 
@@ -24,6 +29,7 @@
 
 #include "tachyon/engine/engine_config.h"
 #include "tachyon/kernels/cuda/gemm.h"
+#include "tachyon/kernels/cuda/head_gemm.h"
 #include "tachyon/runner/cuda/cuda_weights.h"
 #include "tachyon/runner/model_runner.h"
 #include "tachyon/runner/step_inputs.h"
@@ -73,11 +79,27 @@ class CudaModelRunner : public ModelRunner {
     int32_t max_context_len = 0;
     int32_t num_decode_seqs = 0;  // leading one-token sequences: the split-KV decode kernel; the rest: prefill
   };
+  // The step's metadata on the device (views into the staging buffer, runner/step_inputs.h).
+  struct StepMetadata {
+    const int32_t* positions = nullptr;
+    const int32_t* slots = nullptr;
+    const int32_t* context_lens = nullptr;
+    const int32_t* query_starts = nullptr;
+    const int32_t* block_tables = nullptr;
+  };
 
   bool tensor_parallel() const;
   void all_reduce_hidden(bf16* data, int64_t rows);  // sum over the TP group, in place
   void gather_logits(int32_t rows);
   void moe_mlp(const CudaLayerWeights& w, int64_t tokens);  // a mixture-of-experts layer's MLP into ws_->proj
+  // A q/k/v model's attention block from ws_->normed to o_proj's output in ws_->proj.
+  void dense_attention(const CudaLayerWeights& w, int64_t layer, const ForwardShape& shape, const StepMetadata& m);
+  // MLA's attention block from ws_->normed to o_proj's output in ws_->proj (cuda_mla_attention.cpp).
+  void mla_attention(const CudaLayerWeights& w, int64_t layer, const ForwardShape& shape, const StepMetadata& m);
+  // DSA: the indexer's keys into the cache and each token's kept positions into ws_->kept.
+  void dsa_select(const CudaLayerWeights& w, int64_t layer, const ForwardShape& shape, const StepMetadata& m);
+  // Layer `layer`'s cache region 0 (K, or MLA's latents) or 1 (V, or DSA's index keys).
+  bf16* cache_region(int64_t layer, int region) const;
   bool has_dense_mlp() const;                                // some layer runs the dense MLP
   void plan_workspace(const engine::EngineConfig& config);
   void allocate_kv_cache(const engine::EngineConfig& config);
@@ -107,7 +129,10 @@ class CudaModelRunner : public ModelRunner {
   std::unique_ptr<Workspace> ws_;
   cuda::DeviceBuffer kv_buffer_;
   int32_t num_blocks_ = 0;
-  size_t kv_layer_bytes_ = 0;  // one layer's K (or V) cache
+  size_t cache_region_bytes_[2] = {0, 0};  // one layer's region 0 and region 1, every block
+  std::unique_ptr<kernels::cuda::HeadGemm> head_gemm_;  // MLA's per-head products
+  float rope_attention_scaling_ = 1.0f;  // cos/sin factor (YaRN's mscale)
+  float mla_softmax_scale_ = 1.0f;       // qk_head_dim^-0.5 times YaRN's mscale^2
   cuda::PinnedBuffer sampled_host_;
   std::vector<int32_t> graph_batch_sizes_;
   std::map<int32_t, cudaGraphExec_t> graphs_;  // decode batch size -> instantiated graph

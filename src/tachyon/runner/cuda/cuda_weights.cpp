@@ -1,5 +1,9 @@
 #include "tachyon/runner/cuda/cuda_weights.h"
 
+#include <cstring>
+
+#include "tachyon/tensor/dtype.h"
+
 namespace tachyon::runner {
 namespace {
 
@@ -7,73 +11,64 @@ constexpr size_t kAlign = 256;
 
 size_t align_up(size_t value) { return (value + kAlign - 1) / kAlign * kAlign; }
 
-// Places host tensors in one device buffer: first sizes every tensor (plan), then copies.
-class Packer {
- public:
-  size_t reserve(size_t bytes) {
-    const size_t at = size_;
-    size_ = align_up(size_ + bytes);
-    return at;
-  }
-  size_t size() const { return size_; }
-
- private:
-  size_t size_ = 0;
+// One tensor's trip to the device: its host bytes, where it lands in the buffer, and the
+// pointer that will address it. An empty host tensor (absent bias or norm) stays nullptr.
+struct Piece {
+  const void* host = nullptr;
+  size_t bytes = 0;
+  size_t offset = 0;
+  const void** target = nullptr;
 };
 
 }  // namespace
 
 CudaDenseWeights::CudaDenseWeights(const model::Bf16ModelWeights& w, const std::vector<float>& inv_freq)
     : config_(w.config) {
-  // Pass 1: offsets. Pass 2: copies. An empty vector (absent bias or norm) maps to nullptr.
-  struct Piece {
-    const void* host;
-    size_t bytes;
-    size_t offset;
-  };
+  // Pass 1: every tensor's offset. Pass 2: one allocation, the copies, then the pointers.
   std::vector<Piece> pieces;
-  Packer packer;
-  auto place = [&](const std::vector<uint16_t>& tensor) -> size_t {
-    if (tensor.empty()) return SIZE_MAX;
-    const size_t bytes = tensor.size() * sizeof(uint16_t);
-    pieces.push_back({tensor.data(), bytes, packer.reserve(bytes)});
-    return pieces.back().offset;
+  size_t size = 0;
+  auto place_bytes = [&](const void* host, size_t bytes, const void** target) {
+    if (bytes == 0) return;
+    pieces.push_back({host, bytes, size, target});
+    size = align_up(size + bytes);
   };
-  struct LayerOffsets {
-    size_t input_norm, qkv, qkv_bias, q_norm, k_norm, o_proj, o_proj_bias, post_norm, gate_up, gate_up_bias, down,
-        down_bias, router, experts_gate_up, experts_down;
+  auto place = [&](const std::vector<uint16_t>& tensor, const bf16** target) {
+    place_bytes(tensor.data(), tensor.size() * sizeof(uint16_t), reinterpret_cast<const void**>(target));
   };
-  const size_t embed = place(w.embed_tokens);
-  std::vector<LayerOffsets> offsets;
-  for (const auto& l : w.layers) {
-    offsets.push_back({place(l.input_norm), place(l.qkv), place(l.qkv_bias), place(l.q_norm), place(l.k_norm),
-                       place(l.o_proj), place(l.o_proj_bias), place(l.post_attention_norm), place(l.gate_up),
-                       place(l.gate_up_bias), place(l.down), place(l.down_bias), place(l.router),
-                       place(l.experts_gate_up), place(l.experts_down)});
+  layers_.resize(w.layers.size());
+  // The router bias goes up in f32; its converted copies live until the upload.
+  std::vector<std::vector<float>> f32_copies(w.layers.size());
+  place(w.embed_tokens, &embed_tokens_);
+  for (size_t i = 0; i < w.layers.size(); ++i) {
+    const auto& l = w.layers[i];
+    CudaLayerWeights& d = layers_[i];
+    for (auto [tensor, target] : std::initializer_list<std::pair<const std::vector<uint16_t>*, const bf16**>>{
+             {&l.input_norm, &d.input_norm}, {&l.qkv, &d.qkv}, {&l.qkv_bias, &d.qkv_bias}, {&l.q_norm, &d.q_norm},
+             {&l.k_norm, &d.k_norm}, {&l.o_proj, &d.o_proj}, {&l.o_proj_bias, &d.o_proj_bias},
+             {&l.post_attention_norm, &d.post_attention_norm}, {&l.gate_up, &d.gate_up},
+             {&l.gate_up_bias, &d.gate_up_bias}, {&l.down, &d.down}, {&l.down_bias, &d.down_bias},
+             {&l.router, &d.router}, {&l.experts_gate_up, &d.experts_gate_up}, {&l.experts_down, &d.experts_down},
+             {&l.shared_gate_up, &d.shared_gate_up}, {&l.shared_down, &d.shared_down}, {&l.q_a_proj, &d.q_a_proj},
+             {&l.q_a_norm, &d.q_a_norm}, {&l.q_b_proj, &d.q_b_proj}, {&l.kv_a_proj, &d.kv_a_proj},
+             {&l.kv_a_norm, &d.kv_a_norm}, {&l.kv_b_proj, &d.kv_b_proj}, {&l.indexer_wq_b, &d.indexer_wq_b},
+             {&l.indexer_wk, &d.indexer_wk}, {&l.indexer_k_norm, &d.indexer_k_norm},
+             {&l.indexer_k_norm_bias, &d.indexer_k_norm_bias}, {&l.indexer_weights_proj, &d.indexer_weights_proj}}) {
+      place(*tensor, target);
+    }
+    for (uint16_t bits : l.router_bias) f32_copies[i].push_back(bf16_to_f32(bits));
+    place_bytes(f32_copies[i].data(), f32_copies[i].size() * sizeof(float), reinterpret_cast<const void**>(&d.router_bias));
   }
-  const size_t final_norm = place(w.final_norm);
-  const size_t lm_head = place(w.lm_head);
-  const size_t freq_bytes = inv_freq.size() * sizeof(float);
-  pieces.push_back({inv_freq.data(), freq_bytes, packer.reserve(freq_bytes)});
-  const size_t freq = pieces.back().offset;
+  place(w.final_norm, &final_norm_);
+  place(w.lm_head, &lm_head_);
+  place_bytes(inv_freq.data(), inv_freq.size() * sizeof(float), reinterpret_cast<const void**>(&inv_freq_));
 
-  storage_ = cuda::DeviceBuffer(packer.size());
+  storage_ = cuda::DeviceBuffer(size);
   for (const Piece& piece : pieces) {
-    TACHYON_CUDA_CHECK(cudaMemcpy(static_cast<std::byte*>(storage_.data()) + piece.offset, piece.host, piece.bytes,
-                                  cudaMemcpyHostToDevice));
+    void* at = static_cast<std::byte*>(storage_.data()) + piece.offset;
+    TACHYON_CUDA_CHECK(cudaMemcpy(at, piece.host, piece.bytes, cudaMemcpyHostToDevice));
+    *piece.target = at;
   }
-  auto at = [&](size_t offset) -> const bf16* {
-    return offset == SIZE_MAX ? nullptr : reinterpret_cast<const bf16*>(static_cast<std::byte*>(storage_.data()) + offset);
-  };
-  embed_tokens_ = at(embed);
-  for (const LayerOffsets& o : offsets) {
-    layers_.push_back({at(o.input_norm), at(o.qkv), at(o.qkv_bias), at(o.q_norm), at(o.k_norm), at(o.o_proj),
-                       at(o.o_proj_bias), at(o.post_norm), at(o.gate_up), at(o.gate_up_bias), at(o.down), at(o.down_bias),
-                       at(o.router), at(o.experts_gate_up), at(o.experts_down)});
-  }
-  final_norm_ = at(final_norm);
-  lm_head_ = lm_head == SIZE_MAX ? embed_tokens_ : at(lm_head);
-  inv_freq_ = reinterpret_cast<const float*>(static_cast<std::byte*>(storage_.data()) + freq);
+  if (lm_head_ == nullptr) lm_head_ = embed_tokens_;  // tied
 }
 
 }  // namespace tachyon::runner

@@ -1,6 +1,7 @@
-// The dense model's weights on the GPU: bf16, fused as the CPU reference fuses them ([q; k; v],
+// The model's weights on the GPU: bf16, fused as the CPU reference fuses them ([q; k; v],
 // [gate; up]), in ONE device allocation carved into tensors, so loading is one cudaMalloc and
-// the forward reads plain pointers. Also holds the RoPE inverse frequencies (f32).
+// the forward reads plain pointers. Also holds the RoPE inverse frequencies and DeepSeek's router
+// score bias in f32 (transformers keeps that bias in f32 whatever the model's dtype).
 #pragma once
 
 #include <cstdint>
@@ -31,6 +32,23 @@ struct CudaLayerWeights {
   const bf16* router = nullptr;              // [num_experts, hidden]
   const bf16* experts_gate_up = nullptr;     // [num_experts, 2 * moe_intermediate, hidden]
   const bf16* experts_down = nullptr;        // [num_experts, hidden, moe_intermediate]
+  // DeepSeek-V3's MoE extras (I_shared = moe_intermediate * n_shared_experts).
+  const float* router_bias = nullptr;        // [num_experts] f32 (e_score_correction_bias)
+  const bf16* shared_gate_up = nullptr;      // [2 * I_shared, hidden]
+  const bf16* shared_down = nullptr;         // [hidden, I_shared]
+  // Multi-head latent attention (qk = qk_nope + qk_rope); qkv above is then null.
+  const bf16* q_a_proj = nullptr;            // [q_lora_rank, hidden] or nullptr (no q LoRA)
+  const bf16* q_a_norm = nullptr;            // [q_lora_rank] or nullptr
+  const bf16* q_b_proj = nullptr;            // [heads * qk, q_lora_rank], or q_proj [heads * qk, hidden]
+  const bf16* kv_a_proj = nullptr;           // [kv_lora_rank + qk_rope, hidden]
+  const bf16* kv_a_norm = nullptr;           // [kv_lora_rank]
+  const bf16* kv_b_proj = nullptr;           // [heads * (qk_nope + v_head_dim), kv_lora_rank]
+  // DeepSeek-V3.2's lightning indexer (H_I heads of D_I).
+  const bf16* indexer_wq_b = nullptr;          // [H_I * D_I, q_lora_rank]
+  const bf16* indexer_wk = nullptr;            // [D_I, hidden]
+  const bf16* indexer_k_norm = nullptr;        // [D_I]
+  const bf16* indexer_k_norm_bias = nullptr;   // [D_I]
+  const bf16* indexer_weights_proj = nullptr;  // [H_I, hidden]
 };
 
 class CudaDenseWeights {

@@ -1,0 +1,64 @@
+// The CUDA runner's activation buffers, carved from one allocation at start-up (plan_workspace):
+// shared by the runner's translation units (cuda_model_runner.cpp, cuda_mla_attention.cpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "tachyon/kernels/cuda/sampling.h"
+#include "tachyon/runner/cuda/cuda_model_runner.h"
+
+namespace tachyon::runner {
+
+// Activation buffers for up to limits_.max_tokens rows; shapes in [rows, features].
+struct CudaModelRunner::Workspace {
+  using SampledRow = kernels::cuda::SampledRow;
+  bf16* residual = nullptr;   // [T, hidden] the residual stream
+  bf16* normed = nullptr;     // [T, hidden] input of the next projection
+  bf16* qkv = nullptr;        // [T, q_size + 2 * kv_size]
+  bf16* q = nullptr;          // [T, q_size] normed + rotated q
+  bf16* attn = nullptr;       // [T, max(q_size, heads * v_head_dim)] attention output
+  bf16* proj = nullptr;       // [T, hidden] o_proj / down_proj output
+  bf16* gate_up = nullptr;    // [T, 2 * intermediate]
+  bf16* act = nullptr;        // [T, intermediate]
+  bf16* selected = nullptr;   // [S, hidden] final-normed rows whose logits are computed
+  float* logits = nullptr;    // [S, vocab] f32
+  float* local_logits = nullptr;     // TP: [S, vocab_rows] f32, this rank's vocab slice
+  float* gathered_logits = nullptr;  // TP: [tp, S, vocab_rows] f32, every rank's slice
+  void* decode_scratch = nullptr;
+  size_t decode_scratch_bytes = 0;
+  void* sampler_scratch = nullptr;
+  size_t sampler_scratch_bytes = 0;
+  SampledRow* sampled = nullptr;  // [S]
+  // Mixture-of-experts layers (T tokens, k experts each: T * k pairs).
+  float* router_logits = nullptr;     // [T, num_experts] f32
+  int32_t* topk_ids = nullptr;        // [T, k]
+  float* topk_weights = nullptr;      // [T, k]
+  int32_t* sorted_rows = nullptr;     // [moe_sorted_capacity(T * k)]
+  int32_t* block_expert = nullptr;    // [moe_sorted_capacity(T * k) / kMoeBlockM]
+  bf16* expert_gate_up = nullptr;     // [T * k, 2 * moe_intermediate]
+  bf16* expert_act = nullptr;         // [T * k, moe_intermediate]
+  bf16* expert_down = nullptr;        // [T * k, hidden]
+  // DeepSeek's shared expert (I_shared = moe_intermediate * n_shared_experts).
+  bf16* shared_gate_up = nullptr;     // [T, 2 * I_shared]
+  bf16* shared_act = nullptr;         // [T, I_shared]
+  bf16* shared_out = nullptr;         // [T, hidden]
+  // Multi-head latent attention (qk = qk_nope + qk_rope, qa = kv_lora_rank + qk_rope).
+  bf16* q_lora = nullptr;             // [T, q_lora_rank] q_a_layernorm(q_a_proj(x)), normed in place
+  bf16* q_full = nullptr;             // [T, heads * qk] q_b_proj / q_proj output
+  bf16* kv_a = nullptr;               // [T, kv_lora_rank + qk_rope] kv_a_proj_with_mqa output
+  bf16* q_absorbed = nullptr;         // [T, heads * qa] [q_nope @ W_uk | rope(q_pe)]
+  bf16* attn_latent = nullptr;        // [T, heads * kv_lora_rank] attended latents
+  void* mla_decode_scratch = nullptr;
+  size_t mla_decode_scratch_bytes = 0;
+  // DeepSeek-V3.2's indexer (H_I heads of D_I, top-k K, scores over max_model_len columns).
+  bf16* index_q = nullptr;            // [T, H_I * D_I]
+  float* index_weights = nullptr;     // [T, H_I] f32
+  bf16* index_k = nullptr;            // [T, D_I] wk output before its norm and rope
+  float* index_scores = nullptr;      // [T, max_model_len] f32
+  int32_t* kept = nullptr;            // [T, K] positions each token attends
+  void* topk_scratch = nullptr;
+  size_t topk_scratch_bytes = 0;
+};
+
+}  // namespace tachyon::runner
