@@ -190,6 +190,18 @@ TEST(MlaDecodeAttention, MaxContextLenLargerThanContexts) {
   check_decode(gen, std::vector<int32_t>(48, 17), LatentShape{4, 16, 8, 1}, 131072);
 }
 
+// Batch 1 spreads over many one- or two-tile splits (the merge then combines up to 64), and a
+// batch that fills the SMs takes one split: both ends of the split heuristic, at 16 and 128 heads.
+TEST(MlaDecodeAttention, ManySplitsAndNoSplits) {
+  auto gen = rng(303);
+  for (const LatentShape& shape : {LatentShape{16, 512, 64, 16}, LatentShape{128, 512, 64, 64}}) {
+    check_decode(gen, {4096}, shape);
+    check_decode(gen, {4033}, shape);
+    check_decode(gen, {4096, 130, 0}, shape, 8192);
+    check_decode(gen, std::vector<int32_t>(shape.num_heads == 16 ? 140 : 40, 300), shape);
+  }
+}
+
 // --- prefill ---
 
 struct PrefillSeq {

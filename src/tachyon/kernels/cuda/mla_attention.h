@@ -36,9 +36,11 @@ struct MlaAttentionParams {
 };
 
 // --- decode: one query token per sequence, at position context_lens[s] - 1 ---
-// Scratch bytes for up to `max_seqs` sequences of up to `max_context_len` tokens: the f32
-// partials of the KV splits, [seqs, heads, splits, kv_lora_rank + 1] with at most 64 splits of
-// >= 256 keys; 0 when max_context_len <= 256 (one split, the workspace may then be null).
+// Scratch bytes for up to `max_seqs` sequences of up to `max_context_len` tokens on the current
+// device: the f32 partials of the KV splits, [seqs, heads, splits, kv_lora_rank + 1] with at
+// most 64 splits of >= 64 keys, and never more split CTAs than a few waves of the device's SMs
+// (so it stays small at any length); 0 when max_context_len <= 64 (one split, the workspace
+// may then be null).
 size_t mla_decode_workspace_bytes(int32_t max_seqs, int32_t num_heads, int32_t kv_lora_rank, int32_t max_context_len);
 
 // out: [num_seqs, num_heads, kv_lora_rank] bf16; q: [num_seqs, num_heads, kv_lora_rank + rope_dim]

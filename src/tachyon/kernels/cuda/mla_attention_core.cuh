@@ -4,20 +4,25 @@
 //
 // One CTA = kRows = 16 * kMTiles rows of the flattened q/out ([tokens, heads] -> token * H +
 // head: every head of a token for decode and sparse, consecutive (token, head) pairs of one
-// sequence for prefill) against tiles of kBlockN = 64 latent rows. Per tile, with 4 warps:
+// sequence for prefill) against tiles of kBlockN = 64 latent rows. Per tile, with W warps (4,
+// or 8 for decode at rank 512, which halves each warp's accumulator and doubles the warps that
+// hide the tensor-core and shared-memory latency of the one tile):
 // - the tile is gathered from the paged cache by cp.async into one of two swizzled stages
-//   (warp w copies keys 16w .. 16w + 15, one key per lane pair; columns past the row width and
-//   keys that do not exist are zero-filled, so NaN in unused slots never reaches the math);
-// - S = Q K^T: warp w computes the scores of its 16 keys for all kRows rows (mma.sync m16n8k16,
-//   K = the whole 576-wide row; Q stays in shared memory);
+//   (warp w copies keys 64/W * w .. + 64/W - 1, 32/(64/W) lanes per key; columns past the row
+//   width and keys that do not exist are zero-filled, so NaN in unused slots never reaches the
+//   math); the block-table entry (and the kept-list entry) of the next tile is loaded before
+//   the wait for this one, so its latency is not paid between two tiles;
+// - S = Q K^T: warp w computes the scores of its 64/W keys (one or two n8 tiles) for all kRows
+//   rows (mma.sync m16n8k16, K = the whole 576-wide row; Q stays in shared memory); with one n8
+//   tile per warp, even and odd k steps go to two accumulators (half the dependent-MMA chain);
 // - online softmax across the warps: each warp publishes its row maxima, every warp derives the
 //   same running max (so all agree on the rescale), writes its bf16 probabilities to s_p and
 //   keeps the row sums of its own keys;
-// - O += P V: warp w owns output columns [w * kVDim / 4, +kVDim / 4) (128 of rank 512) for all
-//   rows and all 64 keys, V being the tile's first kv_lora_rank columns (c_kv).
+// - O += P V: warp w owns output columns [w * kVDim / W, +kVDim / W) for all rows and all 64
+//   keys, V being the tile's first kv_lora_rank columns (c_kv).
 // The next tile streams in during all of this (two stages, three block barriers per tile).
-// Shapes are compile-time only where registers need them: kMTiles (1 or 2) and kVDim (64 or
-// 512, the instantiated value width >= kv_lora_rank); the key width is a runtime k-loop.
+// Shapes are compile-time only where registers need them: kMTiles (1 or 2), kVDim (64 or 512,
+// the instantiated value width >= kv_lora_rank) and W; the key width is a runtime k-loop.
 #pragma once
 
 #include <algorithm>
@@ -30,27 +35,33 @@ namespace tachyon::kernels::cuda::mla_detail {
 
 using namespace attention_detail;
 
-constexpr int kWarps = 4;
+constexpr int kWarps = 4;               // warps of a prefill or sparse CTA (the default W)
 constexpr int kThreads = 32 * kWarps;
-constexpr int kBlockN = 64;                  // latent rows (keys) per tile
-constexpr int kWarpKeys = kBlockN / kWarps;  // keys of S per warp: two n8 tiles
+constexpr int kBlockN = 64;              // latent rows (keys) per tile
 constexpr int kMaxRank = 512;
 constexpr int kMaxRope = 64;
 
 enum class MlaMode { kDecode, kPrefill, kSparse };
 
-template <int kMTiles, int kVDim>
+template <int kMTiles, int kVDim, int kCtaWarps = kWarps>
 struct MlaTraits {
+  static constexpr int kWarps = kCtaWarps;
+  static constexpr int kThreads = 32 * kCtaWarps;
   static constexpr int kRows = 16 * kMTiles;
   static constexpr int kRowElems = kVDim + kMaxRope;  // smem row [c_kv | k_pe | zeros]
   static constexpr int kRowChunks = kRowElems / 8;
-  static constexpr int kWarpCols = kVDim / kWarps;    // output columns per warp
+  static constexpr int kWarpKeys = kBlockN / kCtaWarps;  // keys of S per warp
+  static constexpr int kNTilesS = kWarpKeys / 8;          // n8 tiles of S per warp (2 or 1)
+  static constexpr int kKeyLanes = 32 / kWarpKeys;        // lanes that copy one key's row
+  static constexpr int kWarpCols = kVDim / kCtaWarps;     // output columns per warp
   static constexpr int kNTilesO = kWarpCols / 8;
   static constexpr int kStageElems = kBlockN * kRowElems;
   static constexpr size_t kSmemBytes =
       static_cast<size_t>(kRows * kRowElems + 2 * kStageElems + kRows * kBlockN) * sizeof(bf16) +
-      2 * kWarps * kRows * sizeof(float);
+      2 * kCtaWarps * kRows * sizeof(float);
+  static_assert(kCtaWarps == 4 || kCtaWarps == 8, "a warp takes 16 or 8 keys of S");
   static_assert(kRowChunks % 8 == 0, "the swizzle permutes chunks within groups of 8");
+  static_assert(kRowChunks % kKeyLanes == 0, "the lanes of a key split its chunks evenly");
   static_assert(kWarpCols % 16 == 0, "ldmatrix.trans reads 16 columns at a time");
 };
 
@@ -90,10 +101,11 @@ struct MlaJob {
   bool partial = false;           // decode: write part_out / part_lse instead of out
 };
 
-template <MlaMode kMode, int kMTiles, int kVDim>
+template <MlaMode kMode, int kMTiles, int kVDim, int kCtaWarps = kWarps>
 __device__ __forceinline__ void mla_attend(const MlaArgs& a, const MlaJob& job) {
-  using T = MlaTraits<kMTiles, kVDim>;
+  using T = MlaTraits<kMTiles, kVDim, kCtaWarps>;
   constexpr int kRows = T::kRows, kRowElems = T::kRowElems, kRowChunks = T::kRowChunks;
+  constexpr int kWarps = T::kWarps, kThreads = T::kThreads, kWarpKeys = T::kWarpKeys, kNTilesS = T::kNTilesS;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* s_q = reinterpret_cast<bf16*>(smem_raw);           // [kRows][kRowElems] swizzled
   bf16* s_kv = s_q + kRows * kRowElems;                     // [2][kBlockN][kRowElems] swizzled
@@ -120,11 +132,13 @@ __device__ __forceinline__ void mla_attend(const MlaArgs& a, const MlaJob& job) 
   cp_async_commit();
 
   const int32_t* table = a.cache.block_tables + static_cast<size_t>(job.seq) * a.cache.block_table_stride;
-  // Gathers key indices [tile * kBlockN, +kBlockN) into `stage`: lanes l and l + 16 share key
-  // 16 * warp + l % 16 and copy its even / odd chunks.
-  auto issue = [&](int tile, int stage) {
-    const int row = warp * kWarpKeys + (lane & 15);
-    const int key = tile * kBlockN + row;
+  // Each thread copies part of one key of every tile: key kWarpKeys * warp + lane % kWarpKeys,
+  // chunks lane / kWarpKeys + kKeyLanes * j (lanes of one key take consecutive chunks).
+  const int copy_row = warp * kWarpKeys + lane % kWarpKeys;
+  const int copy_chunk0 = lane / kWarpKeys;
+  // The cache slot of this thread's key in `tile`, or -1 when the key does not exist.
+  auto slot_of = [&](int tile) -> int64_t {
+    const int key = tile * kBlockN + copy_row;
     int token = key;
     bool valid = false;
     if constexpr (kMode == MlaMode::kSparse) {
@@ -133,21 +147,24 @@ __device__ __forceinline__ void mla_attend(const MlaArgs& a, const MlaJob& job) 
     } else {
       valid = key < job.ctx;
     }
-    const bf16* src = a.cache.cache;
-    if (valid) {
-      const int64_t slot =
-          static_cast<int64_t>(__ldg(table + token / a.cache.block_size)) * a.cache.block_size + token % a.cache.block_size;
-      src += slot * width;
-    }
+    if (!valid) return -1;
+    return static_cast<int64_t>(__ldg(table + token / a.cache.block_size)) * a.cache.block_size +
+           token % a.cache.block_size;
+  };
+  // Gathers this thread's part of the tile whose slot is `slot` into `stage`.
+  auto issue = [&](int64_t slot, int stage) {
+    const bool valid = slot >= 0;
+    const bf16* src = a.cache.cache + (valid ? slot * width : 0);
     bf16* dst = s_kv + stage * T::kStageElems;
 #pragma unroll
-    for (int j = 0; j < kRowChunks / 2; ++j) {
-      const int c = (lane >> 4) + 2 * j;
+    for (int j = 0; j < kRowChunks / T::kKeyLanes; ++j) {
+      const int c = copy_chunk0 + T::kKeyLanes * j;
       const bool chunk_valid = valid && c < width_chunks;
-      cp_async_16(smem_u32(dst + swizzled<kRowElems>(row, c)), chunk_valid ? src + c * 8 : a.cache.cache, chunk_valid);
+      cp_async_16(smem_u32(dst + swizzled<kRowElems>(copy_row, c)), chunk_valid ? src + c * 8 : a.cache.cache,
+                  chunk_valid);
     }
   };
-  if (job.tile_begin < job.tile_end) issue(job.tile_begin, 0);
+  if (job.tile_begin < job.tile_end) issue(slot_of(job.tile_begin), 0);
   cp_async_commit();
 
   // Prefill: the position of each of this thread's rows (rows past job.rows copy the last one).
@@ -175,36 +192,66 @@ __device__ __forceinline__ void mla_attend(const MlaArgs& a, const MlaJob& job) 
 
   for (int tile = job.tile_begin, it = 0; tile < job.tile_end; ++tile, ++it) {
     const int stage = it & 1;
+    // The next tile's slot is looked up before the wait, so the lookup overlaps it.
+    const int64_t next_slot = tile + 1 < job.tile_end ? slot_of(tile + 1) : -1;
     cp_async_wait<0>();
     __syncthreads();  // tile (and Q) landed; every warp is done with the other stage, s_max and s_p
-    if (tile + 1 < job.tile_end) issue(tile + 1, stage ^ 1);
+    if (tile + 1 < job.tile_end) issue(next_slot, stage ^ 1);
     cp_async_commit();
     const bf16* s_tile = s_kv + stage * T::kStageElems;
 
-    // S = Q K^T: all rows x this warp's 16 keys.
-    float s[kMTiles][2][4];
+    // S = Q K^T: all rows x this warp's kWarpKeys keys.
+    float s[kMTiles][kNTilesS][4];
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
-      for (int n = 0; n < 2; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
+      for (int n = 0; n < kNTilesS; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
     }
+    if constexpr (kNTilesS == 2) {
 #pragma unroll 4
-    for (int k = 0; k < k_steps; ++k) {
-      uint32_t b[4];
-      ldmatrix_x4(b, smem_u32(s_tile + swizzled<kRowElems>(warp * kWarpKeys + (mat >> 1) * 8 + r8, 2 * k + (mat & 1))));
+      for (int k = 0; k < k_steps; ++k) {
+        uint32_t b[4];
+        ldmatrix_x4(b,
+                    smem_u32(s_tile + swizzled<kRowElems>(warp * kWarpKeys + (mat >> 1) * 8 + r8, 2 * k + (mat & 1))));
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          uint32_t qa[4];
+          ldmatrix_x4(qa, smem_u32(s_q + swizzled<kRowElems>(mt * 16 + (mat & 1) * 8 + r8, 2 * k + (mat >> 1))));
+          mma_bf16_16816(s[mt][0], qa, b[0], b[1]);
+          mma_bf16_16816(s[mt][1], qa, b[2], b[3]);
+        }
+      }
+    } else {
+      // One n8 tile: one ldmatrix_x4 brings k steps k and k + 1 of its 8 keys (chunks 2k ..
+      // 2k + 3), accumulated apart. A k step past k_steps reads zero-filled chunks (Q's and
+      // K's chunks past the row width are zeros, and 4 * ceil(k_steps / 2) <= kRowChunks).
+      float s_odd[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) s_odd[mt][0] = s_odd[mt][1] = s_odd[mt][2] = s_odd[mt][3] = 0.0f;
+#pragma unroll 2
+      for (int k = 0; k < k_steps; k += 2) {
+        uint32_t b[4];
+        ldmatrix_x4(b, smem_u32(s_tile + swizzled<kRowElems>(warp * kWarpKeys + r8, 2 * k + mat)));
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          uint32_t qa[4], qb[4];
+          ldmatrix_x4(qa, smem_u32(s_q + swizzled<kRowElems>(mt * 16 + (mat & 1) * 8 + r8, 2 * k + (mat >> 1))));
+          ldmatrix_x4(qb, smem_u32(s_q + swizzled<kRowElems>(mt * 16 + (mat & 1) * 8 + r8, 2 * k + 2 + (mat >> 1))));
+          mma_bf16_16816(s[mt][0], qa, b[0], b[1]);
+          mma_bf16_16816(s_odd[mt], qb, b[2], b[3]);
+        }
+      }
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
-        uint32_t qa[4];
-        ldmatrix_x4(qa, smem_u32(s_q + swizzled<kRowElems>(mt * 16 + (mat & 1) * 8 + r8, 2 * k + (mat >> 1))));
-        mma_bf16_16816(s[mt][0], qa, b[0], b[1]);
-        mma_bf16_16816(s[mt][1], qa, b[2], b[3]);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][0][e] += s_odd[mt][e];
       }
     }
 
     // Which of this thread's keys each row may see.
     const int key0 = tile * kBlockN + warp * kWarpKeys + c2;
 #pragma unroll
-    for (int n = 0; n < 2; ++n) {
+    for (int n = 0; n < kNTilesS; ++n) {
 #pragma unroll
       for (int odd = 0; odd < 2; ++odd) {
         const int key = key0 + n * 8 + odd;
@@ -227,7 +274,9 @@ __device__ __forceinline__ void mla_attend(const MlaArgs& a, const MlaJob& job) 
     for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float mx = fmaxf(fmaxf(s[mt][0][2 * h], s[mt][0][2 * h + 1]), fmaxf(s[mt][1][2 * h], s[mt][1][2 * h + 1]));
+        float mx = fmaxf(s[mt][0][2 * h], s[mt][0][2 * h + 1]);
+#pragma unroll
+        for (int n = 1; n < kNTilesS; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][2 * h], s[mt][n][2 * h + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         if ((lane & 3) == 0) s_max[warp * kRows + mt * 16 + g + 8 * h] = mx;
@@ -251,13 +300,13 @@ __device__ __forceinline__ void mla_attend(const MlaArgs& a, const MlaJob& job) 
         m_run[mt][h] = m_new;
         float sum = 0.0f;
 #pragma unroll
-        for (int n = 0; n < 2; ++n) {
+        for (int n = 0; n < kNTilesS; ++n) {
 #pragma unroll
           for (int e = 2 * h; e < 2 * h + 2; ++e) {
             s[mt][n][e] = fast_exp2(fmaf(s[mt][n][e], a.scale_log2, -base));
             sum += s[mt][n][e];
           }
-          *reinterpret_cast<uint32_t*>(s_p + swizzled<kBlockN>(row, 2 * warp + n) + c2) =
+          *reinterpret_cast<uint32_t*>(s_p + swizzled<kBlockN>(row, kNTilesS * warp + n) + c2) =
               pack_bf16(s[mt][n][2 * h], s[mt][n][2 * h + 1]);
         }
         l_run[mt][h] = l_run[mt][h] * alpha + sum;
