@@ -49,19 +49,39 @@ double percentile(std::vector<double> values, double p) {
 
 // Bytes one decode step must read at least: every weight matrix once (the embedding table only
 // for the looked-up rows, so it is left out unless tied to the LM head), plus the K/V of every
-// sequence's context. An MoE layer reads its router and only the experts the batch routes to:
-// at most batch * k of them (fewer when tokens share experts, so this is the floor's upper end).
+// sequence's context. An MoE layer reads its router, its shared experts and only the routed
+// experts the batch picks: at most batch * k of them (fewer when tokens share experts, so this is
+// the floor's upper end). Latent attention (MLA) reads its projections and one [c_kv | k_pe] row
+// per cached token; with DSA the attention reads only the kept rows but the indexer every key.
 double decode_floor_bytes(const model::ModelConfig& c, int64_t batch, int64_t context) {
   const double h = c.hidden_size;
-  const double attention = h * (c.q_size() + 2.0 * c.kv_size()) + c.q_size() * h + 2.0 * h;
+  double attention = h * (c.q_size() + 2.0 * c.kv_size()) + c.q_size() * h + 2.0 * h;
+  double cache_per_token = 2.0 * static_cast<double>(c.kv_size());
+  if (c.is_mla()) {
+    const double heads = static_cast<double>(c.num_attention_heads);
+    const double qk = static_cast<double>(c.qk_nope_head_dim + c.qk_rope_head_dim);
+    const double latent = static_cast<double>(c.kv_lora_rank + c.qk_rope_head_dim);
+    const double q = c.q_lora_rank > 0 ? c.q_lora_rank * (h + heads * qk + 1.0) : h * heads * qk;
+    attention = q + h * latent + static_cast<double>(c.kv_lora_rank) * (1.0 + heads * (c.qk_nope_head_dim + c.v_head_dim)) +
+                heads * static_cast<double>(c.v_head_dim) * h + 2.0 * h;
+    cache_per_token = latent;
+    if (c.has_sparse_attention()) {
+      const double index = static_cast<double>(c.index_n_heads * c.index_head_dim);
+      attention += c.q_lora_rank * index + h * (c.index_head_dim + c.index_n_heads) + 2.0 * c.index_head_dim;
+      cache_per_token = latent * std::min<double>(1.0, static_cast<double>(c.index_topk) / static_cast<double>(context)) +
+                        static_cast<double>(c.index_head_dim);
+    }
+  }
   const double active_experts = std::min<double>(static_cast<double>(c.num_experts),
                                                  static_cast<double>(batch) * c.num_experts_per_tok);
+  const double shared_experts = 3.0 * h * c.moe_intermediate_size * c.n_shared_experts;
   double weights = static_cast<double>(c.vocab_size) * h + h;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    weights += attention + (c.is_moe_layer(l) ? c.num_experts * h + active_experts * 3.0 * h * c.moe_intermediate_size
+    weights += attention + (c.is_moe_layer(l) ? c.num_experts * h + active_experts * 3.0 * h * c.moe_intermediate_size +
+                                                    shared_experts
                                               : 3.0 * h * c.intermediate_size);
   }
-  const double kv = 2.0 * c.num_hidden_layers * static_cast<double>(c.kv_size()) * context * batch;
+  const double kv = c.num_hidden_layers * cache_per_token * static_cast<double>(context) * batch;
   return 2.0 * (weights + kv);  // bf16
 }
 
