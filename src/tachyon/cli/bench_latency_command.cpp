@@ -53,7 +53,7 @@ double percentile(std::vector<double> values, double p) {
 // experts the batch picks: at most batch * k of them (fewer when tokens share experts, so this is
 // the floor's upper end). Latent attention (MLA) reads its projections and one [c_kv | k_pe] row
 // per cached token; with DSA the attention reads only the kept rows but the indexer every key.
-double decode_floor_bytes(const model::ModelConfig& c, int64_t batch, int64_t context) {
+[[maybe_unused]] double decode_floor_bytes(const model::ModelConfig& c, int64_t batch, int64_t context) {
   const double h = c.hidden_size;
   double attention = h * (c.q_size() + 2.0 * c.kv_size()) + c.q_size() * h + 2.0 * h;
   double cache_per_token = 2.0 * static_cast<double>(c.kv_size());
