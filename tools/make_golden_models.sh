@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Writes every model of tests/data/goldens/manifest.json with `tachyon make-model` into
-# OUT_DIR/<name> (default out/golden-models), for tools/make_goldens.py on the GPU machine.
+# Writes every model of a goldens manifest (default tests/data/goldens/manifest.json; also
+# moe_, deepseek_, dsa_, glm_manifest.json ...) with `tachyon make-model` into OUT_DIR/<name>
+# (default out/golden-models), for tools/make_goldens.py on the GPU machine.
 #   tools/make_golden_models.sh [OUT_DIR] [MANIFEST]   (MANIFEST default: tests/data/goldens/manifest.json)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -19,6 +19,27 @@ int64_t index_key_values_per_token(const ModelConfig& config) {
   return config.has_sparse_attention() ? config.index_head_dim : 0;
 }
 
+std::vector<std::vector<float>> index_key_storage(const ModelConfig& config, int64_t slots) {
+  std::vector<std::vector<float>> storage;
+  if (!config.has_sparse_attention()) return storage;
+  for (int64_t layer = 0; layer < config.num_hidden_layers; ++layer) {
+    const int64_t width = config.has_indexer(layer) ? index_key_values_per_token(config) : 0;
+    storage.emplace_back(static_cast<size_t>(slots * width));
+  }
+  return storage;
+}
+
+std::vector<float>& layer_index_keys(const ModelConfig& config, std::vector<std::vector<float>>& index_keys,
+                                     int64_t layer) {
+  TACHYON_CHECK(!index_keys.empty()) << config.architecture
+                                     << " has no sparse-attention indexer, so the cache holds no index keys";
+  TACHYON_CHECK(layer >= 0 && layer < static_cast<int64_t>(index_keys.size()) &&
+                !index_keys[static_cast<size_t>(layer)].empty())
+      << "layer " << layer << " of " << config.architecture << " has no indexer of its own (a \"shared\" layer of "
+      << "indexer_types reuses the previous full layer's top-k), so the cache holds no index keys for it";
+  return index_keys[static_cast<size_t>(layer)];
+}
+
 SequenceKvCache::SequenceKvCache(const ModelConfig& config, int64_t capacity_tokens, MlaAttentionForm form)
     : capacity(capacity_tokens), mla_form(form) {
   const size_t layers = static_cast<size_t>(config.num_hidden_layers);
@@ -26,10 +47,7 @@ SequenceKvCache::SequenceKvCache(const ModelConfig& config, int64_t capacity_tok
       << config.architecture << ": sparse attention (DSA) runs in the absorbed MLA form only";
   if (config.is_mla() && form == MlaAttentionForm::kAbsorbed) {
     latents.assign(layers, std::vector<float>(static_cast<size_t>(capacity_tokens * kv_values_per_token(config, form))));
-    if (config.has_sparse_attention()) {
-      index_keys.assign(layers,
-                        std::vector<float>(static_cast<size_t>(capacity_tokens * index_key_values_per_token(config))));
-    }
+    index_keys = index_key_storage(config, capacity_tokens);
     return;
   }
   keys.assign(layers, std::vector<float>(static_cast<size_t>(capacity_tokens * config.kv_size())));
@@ -122,13 +140,11 @@ void SequenceAttention::attend(int64_t layer, std::span<const float> q, std::spa
 }
 
 void SequenceAttention::store_index_keys(int64_t layer, std::span<const float> index_keys) {
-  TACHYON_CHECK(!cache_.index_keys.empty()) << "store_index_keys: " << config_.architecture
-                                            << " has no sparse-attention indexer, so the cache holds no index keys";
+  std::vector<float>& layer_keys = layer_index_keys(config_, cache_.index_keys, layer);
   const int64_t width = config_.index_head_dim;
   TACHYON_CHECK(static_cast<int64_t>(index_keys.size()) == num_new_ * width)
       << "store_index_keys: " << index_keys.size() << " values for " << num_new_ << " tokens of width " << width;
-  std::copy(index_keys.begin(), index_keys.end(),
-            cache_.index_keys[static_cast<size_t>(layer)].begin() + static_cast<long>(cache_.length * width));
+  std::copy(index_keys.begin(), index_keys.end(), layer_keys.begin() + static_cast<long>(cache_.length * width));
 }
 
 void SequenceAttention::select_tokens(int64_t layer, std::span<const float> q, std::span<const float> weights,
@@ -136,7 +152,7 @@ void SequenceAttention::select_tokens(int64_t layer, std::span<const float> q, s
   const kernels::cpu::DsaIndexerShape shape = dsa_indexer_shape(config_, num_new_, cache_.length);
   std::vector<float> scores(static_cast<size_t>(num_new_ * (cache_.length + num_new_)));
   kernels::cpu::dsa_index_scores(scores.data(), q.data(), weights.data(),
-                                 cache_.index_keys[static_cast<size_t>(layer)].data(), shape);
+                                 layer_index_keys(config_, cache_.index_keys, layer).data(), shape);
   kernels::cpu::dsa_select_topk(kept.data(), scores.data(), shape);
 }
 

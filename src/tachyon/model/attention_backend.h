@@ -10,7 +10,9 @@
 // storage kind beside the latent, the indexer's key per token (index_head_dim values), and two
 // calls: select_tokens (the indexer's top-k over those keys, kernels/dsa_indexer.h) and
 // attend_latent_sparse (the absorbed attention over the selected tokens only). Its width comes
-// from the config like every other cache width; the backends know no model names.
+// from the config like every other cache width; the backends know no model names. GLM-5's "shared"
+// layers (ModelConfig::has_indexer false) neither store index keys nor select: no storage is kept
+// for them (index_key_storage) and a call for one fails.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +37,13 @@ enum class MlaAttentionForm {
 int64_t kv_values_per_token(const ModelConfig& config, MlaAttentionForm form);
 // Values one layer's index-key cache holds per token: index_head_dim under DSA, else 0.
 int64_t index_key_values_per_token(const ModelConfig& config);
+// The index-key storage of a cache of `slots` tokens: per layer [slots, index_head_dim] for the
+// layers that run their own indexer, empty for GLM-5's "shared" layers (they select nothing: they
+// reuse a full layer's top-k, ModelConfig::has_indexer), and no layers at all without DSA.
+std::vector<std::vector<float>> index_key_storage(const ModelConfig& config, int64_t slots);
+// `layer`'s rows of such storage; fails naming the layer when it has none (no DSA, shared layer).
+std::vector<float>& layer_index_keys(const ModelConfig& config, std::vector<std::vector<float>>& index_keys,
+                                     int64_t layer);
 
 class AttentionBackend {
  public:
@@ -89,7 +98,7 @@ struct SequenceKvCache {
   std::vector<std::vector<float>> keys;     // per layer [capacity, num_kv_heads, head_dim]
   std::vector<std::vector<float>> values;   // per layer [capacity, num_kv_heads, value_head_dim]
   std::vector<std::vector<float>> latents;  // per layer [capacity, kv_lora_rank + qk_rope_head_dim]
-  std::vector<std::vector<float>> index_keys;  // per layer [capacity, index_head_dim] (DSA only)
+  std::vector<std::vector<float>> index_keys;  // per layer [capacity, index_head_dim] (DSA only; empty: shared layer)
 };
 
 // One sequence whose `num_new` new tokens follow the cache's current contents.

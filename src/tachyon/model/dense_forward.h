@@ -25,13 +25,21 @@ struct TensorParallelSeams {
   int64_t vocab_rows = 0;               // rows of embed_tokens / lm_head this rank holds
 };
 
+// What one forward carries from a layer to the next besides the hidden state: the top-k the last
+// full DSA layer selected, which GLM-5's "shared" layers attend again (ModelConfig::indexer_types;
+// transformers passes it up as prev_topk_indices). One per forward, for the batch's tokens.
+struct LayerCarry {
+  std::vector<int32_t> dsa_kept;  // [n, index_topk] as dsa_select_tokens returns it; empty before a full layer
+};
+
 // One decoder layer in place: hidden [n, hidden] += attention, then += the MLP or (when
 // c.is_moe_layer(layer)) the mixture of experts. `layer` indexes both c's layer rules and the
-// backend's cache. Exposed so that DeepSeek's MTP module (mtp.h) runs its layer through this same
-// code with a cache of its own.
+// backend's cache; `carry` goes from each layer to the next. Exposed so that DeepSeek's MTP module
+// (mtp.h) runs its layer through this same code with a cache of its own.
 void decoder_layer(const ModelConfig& c, const LayerWeights& w, std::span<const float> inv_freq,
                    const TensorParallelSeams& tp, int64_t layer, std::vector<float>& hidden,
-                   std::span<const int64_t> positions, AttentionBackend& attention, const ForwardHook& hook);
+                   std::span<const int64_t> positions, AttentionBackend& attention, LayerCarry& carry,
+                   const ForwardHook& hook);
 
 // The forward of dense_model.h for `weights` (the full model or a shard whose config has the
 // per-rank heads and intermediate size; config.vocab_size is always the full vocabulary).

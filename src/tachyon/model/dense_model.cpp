@@ -3,7 +3,8 @@
 // unsharded they are no-ops, so this file still reads as the single-device reference.
 // Qwen3-MoE's and DeepSeek-V3's sparse layers swap the MLP block for the mixture of experts of
 // moe.h, and DeepSeek-V3's latent attention (mla.h) computes q, k, v in place of the q/k/v
-// projections (DeepSeek-V3.2 adds its sparse-attention indexer, dsa_indexer.h); everything else is
+// projections (DeepSeek-V3.2 adds its sparse-attention indexer, dsa_indexer.h; GLM-5's "shared"
+// layers reuse the previous full layer's selection, carried in LayerCarry); everything else is
 // this same decoder.
 #include "tachyon/model/dense_model.h"
 
@@ -114,21 +115,27 @@ QkvProjections project_qkv(const ModelConfig& c, const LayerWeights& w, std::spa
 
 // The attended values [n, heads, value_head_dim] of this layer's new tokens: q, k, v from the q/k/v
 // projections or from latent attention's decompressed form (mla.h), or MLA's absorbed form
-// (mla_absorbed.h) when the backend's cache holds latents.
+// (mla_absorbed.h) when the backend's cache holds latents. Under DSA a full layer's selection
+// goes into `carry` and a shared layer attends the one there.
 std::vector<float> attend_layer(const ModelConfig& c, const LayerWeights& w, std::span<const float> inv_freq,
                                 int64_t layer, const std::vector<float>& normed, std::span<const int64_t> positions,
-                                AttentionBackend& attention, const ForwardHook& hook) {
+                                AttentionBackend& attention, detail::LayerCarry& carry, const ForwardHook& hook) {
   if (c.is_mla() && attention.mla_form() == MlaAttentionForm::kAbsorbed) {
     const MlaLatentProjections projected = mla_project_latent(c, w, inv_freq, normed, positions);
     if (hook) {
       hook("q", layer, projected.q);
       hook("latent", layer, projected.latent);
     }
-    if (c.has_sparse_attention()) {  // DeepSeek-V3.2: attend only the tokens the indexer keeps
-      const DsaIndexerProjections index = dsa_indexer_project(c, w, inv_freq, normed, projected.q_lora, positions);
-      if (hook) hook("index_k", layer, index.k);
-      const std::vector<int32_t> kept = dsa_select_tokens(c, layer, index, attention);
-      return mla_attend_sparse(c, w, layer, projected, kept, attention);
+    if (c.has_sparse_attention()) {  // DeepSeek-V3.2, GLM-5: attend only the tokens the indexer keeps
+      if (c.has_indexer(layer)) {
+        const DsaIndexerProjections index = dsa_indexer_project(c, w, inv_freq, normed, projected.q_lora, positions);
+        if (hook) hook("index_k", layer, index.k);
+        carry.dsa_kept = dsa_select_tokens(c, layer, index, attention);
+      }
+      // A "shared" layer (GLM-5) attends the same positions the last full layer chose for these tokens.
+      TACHYON_CHECK(carry.dsa_kept.size() == positions.size() * static_cast<size_t>(c.index_topk))
+          << "internal: DSA layer " << layer << " shares a top-k, but no full indexer layer ran before it";
+      return mla_attend_sparse(c, w, layer, projected, carry.dsa_kept, attention);
     }
     return mla_attend_absorbed(c, w, layer, projected, attention);
   }
@@ -150,7 +157,8 @@ std::vector<float> attend_layer(const ModelConfig& c, const LayerWeights& w, std
 // columns (row-parallel): its products are partial sums, all-reduced before the bias.
 void attention_block(const ModelConfig& c, const LayerWeights& w, std::span<const float> inv_freq,
                      const TensorParallelSeams& tp, int64_t layer, std::vector<float>& hidden,
-                     std::span<const int64_t> positions, AttentionBackend& attention, const ForwardHook& hook) {
+                     std::span<const int64_t> positions, AttentionBackend& attention, detail::LayerCarry& carry,
+                     const ForwardHook& hook) {
   const int64_t n = static_cast<int64_t>(positions.size());
   std::vector<float> normed(hidden.size());  // [n, hidden]
   cpu::rms_norm(normed.data(), hidden.data(), w.input_norm.data(), n, c.hidden_size,
@@ -158,7 +166,7 @@ void attention_block(const ModelConfig& c, const LayerWeights& w, std::span<cons
   TACHYON_CHECK(!c.is_mla() || tp.group == nullptr) << "internal: latent attention under tensor parallelism";
   const int64_t attended_width = c.num_attention_heads * c.value_head_dim();
   const std::vector<float> attended =  // [n, heads, value_head_dim]
-      attend_layer(c, w, inv_freq, layer, normed, positions, attention, hook);
+      attend_layer(c, w, inv_freq, layer, normed, positions, attention, carry, hook);
 
   std::vector<float> projected(hidden.size());  // [n, hidden]
   cpu::linear(projected.data(), attended.data(), w.o_proj.data(), nullptr, n, attended_width, c.hidden_size);
@@ -211,9 +219,10 @@ namespace detail {
 
 void decoder_layer(const ModelConfig& c, const LayerWeights& w, std::span<const float> inv_freq,
                    const TensorParallelSeams& tp, int64_t layer, std::vector<float>& hidden,
-                   std::span<const int64_t> positions, AttentionBackend& attention, const ForwardHook& hook) {
+                   std::span<const int64_t> positions, AttentionBackend& attention, LayerCarry& carry,
+                   const ForwardHook& hook) {
   const int64_t n = static_cast<int64_t>(positions.size());
-  attention_block(c, w, inv_freq, tp, layer, hidden, positions, attention, hook);
+  attention_block(c, w, inv_freq, tp, layer, hidden, positions, attention, carry, hook);
   if (c.is_moe_layer(layer)) {
     moe_block(c, w, tp, layer, hidden, n, hook);
   } else {
@@ -233,9 +242,10 @@ std::vector<float> dense_forward(const ModelWeights& weights, std::span<const fl
   std::vector<float> hidden = embed(tp, batch.token_ids, weights.embed_tokens, c.vocab_size, c.hidden_size);
   if (hook) hook("embed", -1, hidden);
 
+  LayerCarry carry;
   for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
     decoder_layer(c, weights.layers[static_cast<size_t>(layer)], inv_freq, tp, layer, hidden, batch.positions,
-                  attention, hook);
+                  attention, carry, hook);
   }
   if (hook) hook("final_hidden", -1, hidden);  // [n, hidden] before the final norm: what MTP reads (mtp.h)
 

@@ -32,9 +32,10 @@ struct ForwardBatch {
 // Called with named intermediates ("embed", "q", "k", "attn_out", "mlp_out", "final_norm"; in a
 // MoE layer "router_logits" [n, num_experts] and "moe_out" [n, hidden] instead of "mlp_out"; with
 // an absorbed-MLA cache "latent" [n, kv_lora_rank + qk_rope] = [c_kv | k_pe] instead of "k"; under
-// DSA also "index_k" [n, index_head_dim], the indexer's keys; "final_hidden" [n, hidden], every
-// token's last hidden state before the final norm, which DeepSeek's MTP module reads) so a
-// debug run can dump and diff them against transformers. layer is -1 outside layers.
+// DSA also "index_k" [n, index_head_dim], the indexer's keys (layers with an indexer only);
+// "final_hidden" [n, hidden], every token's last hidden state before the final norm, which
+// DeepSeek's MTP module reads) so a debug run can dump and diff them against transformers.
+// layer is -1 outside layers.
 using ForwardHook = std::function<void(std::string_view name, int64_t layer, std::span<const float> values)>;
 
 class DenseModel {

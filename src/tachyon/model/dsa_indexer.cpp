@@ -32,18 +32,22 @@ void layer_norm(float* x, const float* weight, const float* bias, int64_t rows, 
   }
 }
 
-// x: [n, heads, dim] in place: rotate-half RoPE on dims [0, rope) of every head.
+// x: [n, heads, dim] in place: RoPE on dims [0, rope) of every head, in the config's indexer
+// layout (rotate-half, or interleaved pairs de-interleaved first).
 void rope_leading_dims(const ModelConfig& c, float* x, std::span<const float> inv_freq,
                        std::span<const int64_t> positions, int64_t heads, int64_t dim) {
   const int64_t n = static_cast<int64_t>(positions.size()), rope = c.qk_rope_head_dim;
   std::vector<float> pe(static_cast<size_t>(n * heads * rope));  // [n, heads, rope]
   for (int64_t i = 0; i < n * heads; ++i) std::copy_n(x + i * dim, rope, pe.data() + i * rope);
+  if (c.index_rope_layout == RopeLayout::kInterleaved) deinterleave_rope_pairs(pe.data(), n * heads, rope);
   cpu::apply_rope(pe.data(), positions.data(), inv_freq.data(), n, heads, rope,
                   static_cast<float>(rope_attention_scaling(c)));
   for (int64_t i = 0; i < n * heads; ++i) std::copy_n(pe.data() + i * rope, rope, x + i * dim);
 }
 
 void check_weights(const ModelConfig& c, const LayerWeights& w) {
+  TACHYON_CHECK(!w.indexer_wq_b.empty()) << "dsa_indexer_project: this layer has no indexer weights (a \"shared\" "
+                                         << "layer of indexer_types reuses the previous full layer's top-k)";
   const size_t heads = static_cast<size_t>(c.index_n_heads), dim = static_cast<size_t>(c.index_head_dim);
   const size_t hidden = static_cast<size_t>(c.hidden_size);
   TACHYON_CHECK(w.indexer_wq_b.size() == heads * dim * static_cast<size_t>(c.q_lora_rank) &&

@@ -4,15 +4,18 @@
 //
 //   q_I = wq_b(q_lora)                 per head [rope | rest]       [n, index_n_heads, index_head_dim]
 //   k_I = LayerNorm(wk(x), k_norm)     (weight and bias, eps 1e-6)  [n, index_head_dim], one per token
-//   rope on the FIRST qk_rope_head_dim dims of q_I and k_I (MLA puts them last), always in the
-//        rotate-half (non-interleaved) layout whatever rope_interleave says, with MLA's cos/sin
-//        (the same inv_freq and YaRN cos/sin factor)
+//   rope on the FIRST qk_rope_head_dim dims of q_I and k_I (MLA puts them last), in the layout
+//        config.index_rope_layout says whatever rope_interleave says: rotate-half for DeepSeek-V3.2,
+//        interleaved pairs for GLM-5 (de-interleaved, then rotate-half, as transformers'
+//        apply_rotary_pos_emb_interleave), with MLA's cos/sin (same inv_freq and YaRN cos/sin factor)
 //   w   = weights_proj(x) * index_n_heads^-0.5                       [n, index_n_heads]
 // x is the input-normed hidden state (what MLA's projections read); q_lora is MLA's
 // q_a_layernorm(q_a_proj(x)) (mla.h), so the indexer reuses it rather than recomputing it.
 // Not done, as transformers does not: the reference implementation's fp8 quantization of q_I/k_I
 // and its Hadamard rotation of both (orthonormal, so q . k is unchanged in exact arithmetic).
-// Test: tests/unit/test_dsa.cpp (against a double-precision reimplementation).
+// Only layers with an indexer (ModelConfig::has_indexer) run it: GLM-5's "shared" layers reuse the
+// previous full layer's selection (dense_model.cpp).
+// Tests: tests/unit/test_dsa.cpp, test_glm_dsa.cpp (against double-precision reimplementations).
 #pragma once
 
 #include <cstdint>

@@ -144,13 +144,17 @@ ModelConfig make_model_config(const MakeModelOptions& options) {
   TACHYON_CHECK(c.model_type != "qwen3_moe" || (c.is_moe() && c.router == RouterKind::kSoftmaxTopK))
       << "preset '" << preset.name << "' has no experts; --arch qwen3_moe needs a mixture-of-experts preset "
       << "(tiny-moe, tiny-moe-nonorm, qwen3-30b-a3b)";
-  TACHYON_CHECK((c.model_type == "deepseek_v3" || c.model_type == "deepseek_v32") == c.is_mla())
+  const bool dsa_arch = c.model_type == "deepseek_v32" || c.model_type == "glm_moe_dsa";
+  TACHYON_CHECK((c.model_type == "deepseek_v3" || dsa_arch) == c.is_mla())
       << "preset '" << preset.name << "' and --arch " << options.arch << " disagree: --arch deepseek_v3 needs a "
       << "DeepSeek preset (tiny-deepseek, tiny-deepseek-mtp, tiny-deepseek-noqlora, deepseek-v3-reduced) and "
       << "those need it";
-  TACHYON_CHECK((c.model_type == "deepseek_v32") == c.has_sparse_attention())
-      << "preset '" << preset.name << "' and --arch " << options.arch << " disagree: --arch deepseek_v32 needs a "
-      << "sparse-attention preset (tiny-dsa, deepseek-v32-reduced) and those need it";
+  TACHYON_CHECK(dsa_arch == c.has_sparse_attention())
+      << "preset '" << preset.name << "' and --arch " << options.arch << " disagree: --arch deepseek_v32 and "
+      << "glm_moe_dsa need a sparse-attention preset (tiny-dsa, deepseek-v32-reduced; tiny-glm-dsa, glm-5-reduced) "
+      << "and those need it";
+  TACHYON_CHECK(c.model_type == "glm_moe_dsa" || c.indexer_types.empty())
+      << "preset '" << preset.name << "' shares top-k across layers (indexer_types), which only --arch glm_moe_dsa has";
   c.torch_dtype = options.dtype.value_or(preset.dtype) == DType::kF32   ? "float32"
                   : options.dtype.value_or(preset.dtype) == DType::kF16 ? "float16"
                                                                         : "bfloat16";

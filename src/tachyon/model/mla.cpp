@@ -15,24 +15,11 @@ namespace {
 
 namespace cpu = kernels::cpu;
 
-// x: [rows, dim] in place: [x0, x1, x2, x3, ...] -> [x0, x2, ..., x1, x3, ...] per row.
-void deinterleave_pairs(float* x, int64_t rows, int64_t dim) {
-  std::vector<float> row(static_cast<size_t>(dim));
-  for (int64_t r = 0; r < rows; ++r) {
-    float* v = x + r * dim;
-    for (int64_t i = 0; i < dim / 2; ++i) {
-      row[static_cast<size_t>(i)] = v[2 * i];
-      row[static_cast<size_t>(dim / 2 + i)] = v[2 * i + 1];
-    }
-    std::copy(row.begin(), row.end(), v);
-  }
-}
-
 // pe: [n, heads, rope] in place: (de-interleave,) then rotate-half RoPE with scaled cos/sin.
 void rope_in_place(const ModelConfig& c, std::vector<float>& pe, std::span<const float> inv_freq,
                    std::span<const int64_t> positions, int64_t heads) {
   const int64_t n = static_cast<int64_t>(positions.size()), rope = c.qk_rope_head_dim;
-  if (c.rope_interleave) deinterleave_pairs(pe.data(), n * heads, rope);
+  if (c.rope_interleave) deinterleave_rope_pairs(pe.data(), n * heads, rope);
   cpu::apply_rope(pe.data(), positions.data(), inv_freq.data(), n, heads, rope,
                   static_cast<float>(rope_attention_scaling(c)));
 }

@@ -14,7 +14,7 @@ struct ArchitectureInfo {
   const char* model_type;
 };
 
-constexpr std::array<ArchitectureInfo, 7> kArchitectures = {{
+constexpr std::array<ArchitectureInfo, 8> kArchitectures = {{
     {"LlamaForCausalLM", "llama"},
     {"MistralForCausalLM", "mistral"},
     {"Qwen2ForCausalLM", "qwen2"},
@@ -22,10 +22,31 @@ constexpr std::array<ArchitectureInfo, 7> kArchitectures = {{
     {"Qwen3MoeForCausalLM", "qwen3_moe"},
     {"DeepseekV3ForCausalLM", "deepseek_v3"},
     {"DeepseekV32ForCausalLM", "deepseek_v32"},
+    {"GlmMoeDsaForCausalLM", "glm_moe_dsa"},
 }};
 
-// DeepSeek-V3.2 is DeepSeek-V3 plus the sparse-attention indexer: every V3 field applies to both.
-bool is_deepseek(const std::string& model_type) { return model_type == "deepseek_v3" || model_type == "deepseek_v32"; }
+// DeepSeek-V3.2 is DeepSeek-V3 plus the sparse-attention indexer, and GLM-5 (glm_moe_dsa) is
+// DeepSeek-V3.2 with other defaults, an interleaved indexer rope and cross-layer top-k sharing:
+// every V3 field applies to all three.
+bool is_deepseek(const std::string& model_type) {
+  return model_type == "deepseek_v3" || model_type == "deepseek_v32" || model_type == "glm_moe_dsa";
+}
+bool is_sparse_attention(const std::string& model_type) {
+  return model_type == "deepseek_v32" || model_type == "glm_moe_dsa";
+}
+
+// The defaults of the fields whose transformers config defaults differ between DeepSeek-V3(.2)
+// (as read here: q_lora_rank absent means a plain q_proj) and GLM-5 (GlmMoeDsaConfig).
+struct DeepseekDefaults {
+  int64_t q_lora_rank, qk_nope_head_dim, v_head_dim, n_group, topk_group, index_n_heads;
+  double rms_norm_eps;
+  int64_t max_position_embeddings;
+};
+constexpr DeepseekDefaults kDeepseekDefaults{0, 128, 128, 8, 4, 64, 1e-6, 4096};
+constexpr DeepseekDefaults kGlmMoeDsaDefaults{2048, 192, 256, 1, 1, 32, 1e-5, 202752};
+const DeepseekDefaults& deepseek_defaults(const std::string& model_type) {
+  return model_type == "glm_moe_dsa" ? kGlmMoeDsaDefaults : kDeepseekDefaults;
+}
 
 std::string supported_list() {
   std::string out;
@@ -96,11 +117,14 @@ void parse_moe(const nlohmann::json& json, const std::string& source, ModelConfi
 // DeepSeek-V3's latent attention and expert fields; absent ones take DeepseekV3Config's defaults.
 // head_dim becomes the query/key head width (nope + rope): what attention and the KV cache see.
 void parse_deepseek(const nlohmann::json& json, const std::string& source, ModelConfig& c) {
-  c.q_lora_rank = optional_int(json, "q_lora_rank", 0, 1, source);  // null: plain q_proj
+  const DeepseekDefaults& defaults = deepseek_defaults(c.model_type);
+  c.q_lora_rank = json.contains("q_lora_rank") && json["q_lora_rank"].is_null()
+                      ? 0  // null: plain q_proj
+                      : optional_int(json, "q_lora_rank", defaults.q_lora_rank, 1, source);
   c.kv_lora_rank = optional_int(json, "kv_lora_rank", 512, 1, source);
-  c.qk_nope_head_dim = optional_int(json, "qk_nope_head_dim", 128, 1, source);
+  c.qk_nope_head_dim = optional_int(json, "qk_nope_head_dim", defaults.qk_nope_head_dim, 1, source);
   c.qk_rope_head_dim = optional_int(json, "qk_rope_head_dim", 64, 2, source);
-  c.v_head_dim = optional_int(json, "v_head_dim", 128, 1, source);
+  c.v_head_dim = optional_int(json, "v_head_dim", defaults.v_head_dim, 1, source);
   c.head_dim = c.qk_nope_head_dim + c.qk_rope_head_dim;
   TACHYON_CHECK(c.qk_rope_head_dim % 2 == 0) << source << ": qk_rope_head_dim must be even for RoPE, got "
                                              << c.qk_rope_head_dim;
@@ -117,6 +141,14 @@ void parse_deepseek(const nlohmann::json& json, const std::string& source, Model
   TACHYON_CHECK(!optional_value<bool>(json, "attention_bias", false))
       << source << ": " << c.model_type << " attention_bias=true is not supported";
   c.rope_interleave = optional_value<bool>(json, "rope_interleave", true);
+  // GlmMoeDsaAttention always applies the interleaved rope and has no such field: a file that
+  // says otherwise is not one transformers would run as it reads.
+  TACHYON_CHECK(c.model_type != "glm_moe_dsa" || c.rope_interleave)
+      << source << ": glm_moe_dsa always uses the interleaved rope layout; 'rope_interleave': false is not supported";
+  // GLM-5's config.json also says "indexer_rope_interleave": true, which GlmMoeDsaIndexer assumes.
+  TACHYON_CHECK(c.model_type != "glm_moe_dsa" || optional_value<bool>(json, "indexer_rope_interleave", true))
+      << source << ": glm_moe_dsa's indexer always uses the interleaved rope layout; 'indexer_rope_interleave': "
+      << "false is not supported";
   c.num_nextn_predict_layers = optional_int(json, "num_nextn_predict_layers", 0, 0, source);
 
   c.router = RouterKind::kSigmoidGroupLimited;
@@ -124,8 +156,8 @@ void parse_deepseek(const nlohmann::json& json, const std::string& source, Model
   c.num_experts_per_tok = optional_int(json, "num_experts_per_tok", 8, 1, source);
   c.moe_intermediate_size = optional_int(json, "moe_intermediate_size", 2048, 1, source);
   c.n_shared_experts = optional_int(json, "n_shared_experts", 1, 0, source);
-  c.n_group = optional_int(json, "n_group", 8, 1, source);
-  c.topk_group = optional_int(json, "topk_group", 4, 1, source);
+  c.n_group = optional_int(json, "n_group", defaults.n_group, 1, source);
+  c.topk_group = optional_int(json, "topk_group", defaults.topk_group, 1, source);
   c.first_k_dense_replace = optional_int(json, "first_k_dense_replace", 3, 0, source);
   c.routed_scaling_factor = optional_value<double>(json, "routed_scaling_factor", 2.5);
   c.norm_topk_prob = optional_value<bool>(json, "norm_topk_prob", true);
@@ -145,14 +177,83 @@ void parse_deepseek(const nlohmann::json& json, const std::string& source, Model
       << source << ": quantized (e.g. fp8) DeepSeek checkpoints are not supported; use a bf16/f32 one";
 }
 
-// DeepSeek-V3.2's indexer fields; absent ones take DeepseekV32Config's defaults (64 heads of 128,
-// top-2048). transformers builds the indexer's query from the q LoRA latent, so it needs one.
+// The MLP pattern of DeepseekV32Config / GlmMoeDsaConfig: "mlp_layer_types" (["dense" | "sparse"]
+// per layer) overrides first_k_dense_replace when given. We hold the pattern as
+// first_k_dense_replace, so a list must be dense layers then sparse ones; it then sets it.
+void parse_mlp_layer_types(const nlohmann::json& json, const std::string& source, ModelConfig& c) {
+  if (!json.contains("mlp_layer_types") || json["mlp_layer_types"].is_null()) return;
+  const nlohmann::json& types = json["mlp_layer_types"];
+  TACHYON_CHECK(types.is_array() && static_cast<int64_t>(types.size()) == c.num_hidden_layers)
+      << source << ": field 'mlp_layer_types' must list 'dense' or 'sparse' for each of the " << c.num_hidden_layers
+      << " layers";
+  int64_t dense = 0;
+  for (size_t layer = 0; layer < types.size(); ++layer) {
+    TACHYON_CHECK(types[layer] == "dense" || types[layer] == "sparse")
+        << source << ": mlp_layer_types entry " << types[layer].dump() << " is not 'dense' or 'sparse'";
+    if (types[layer] == "sparse") continue;
+    TACHYON_CHECK(dense == static_cast<int64_t>(layer))
+        << source << ": mlp_layer_types " << types.dump() << " has a dense layer after a sparse one; only dense "
+        << "layers first, then sparse ones (first_k_dense_replace) are supported";
+    ++dense;
+  }
+  c.first_k_dense_replace = dense;
+}
+
+// GLM-5's per-layer indexer mode, read as GlmMoeDsaConfig does: "indexer_types" (["full" |
+// "shared"] per layer), else "index_topk_pattern" ("FSS..." or such a list), else the schedule of
+// index_topk_freq (default 1) and index_skip_topk_offset (default 2): layer i is full when
+// max(i - offset + 1, 0) % freq == 0, so by default every layer is. A shared layer reuses the
+// previous full layer's selection, so layer 0 must be full.
+void parse_indexer_types(const nlohmann::json& json, const std::string& source, ModelConfig& c) {
+  std::vector<std::string> names;
+  if (json.contains("indexer_types") && !json["indexer_types"].is_null()) {
+    TACHYON_CHECK(json["indexer_types"].is_array()) << source << ": field 'indexer_types' must be a list";
+    for (const auto& type : json["indexer_types"]) names.push_back(type.is_string() ? type.get<std::string>() : "?");
+  } else if (json.contains("index_topk_pattern") && !json["index_topk_pattern"].is_null()) {
+    const nlohmann::json& pattern = json["index_topk_pattern"];
+    if (pattern.is_string()) {
+      for (char letter : pattern.get<std::string>()) {
+        names.push_back(letter == 'F' ? "full" : letter == 'S' ? "shared" : std::string(1, letter));
+      }
+    } else {
+      TACHYON_CHECK(pattern.is_array()) << source << ": field 'index_topk_pattern' must be a string or a list";
+      for (const auto& type : pattern) names.push_back(type.is_string() ? type.get<std::string>() : "?");
+    }
+  } else {
+    const int64_t freq = std::max<int64_t>(optional_value<int64_t>(json, "index_topk_freq", 1), 1);
+    const int64_t offset = optional_value<int64_t>(json, "index_skip_topk_offset", 2);
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+      names.push_back(std::max<int64_t>(i - offset + 1, 0) % freq == 0 ? "full" : "shared");
+    }
+  }
+  TACHYON_CHECK(static_cast<int64_t>(names.size()) == c.num_hidden_layers)
+      << source << ": the indexer types (indexer_types / index_topk_pattern) list " << names.size()
+      << " layers, the model has " << c.num_hidden_layers;
+  c.indexer_types.clear();
+  for (const std::string& name : names) {
+    TACHYON_CHECK(name == "full" || name == "shared")
+        << source << ": indexer type '" << name << "' is not 'full' or 'shared' (F or S in index_topk_pattern)";
+    c.indexer_types.push_back(name == "full" ? IndexerType::kFull : IndexerType::kShared);
+  }
+  TACHYON_CHECK(c.indexer_types.empty() || c.indexer_types[0] == IndexerType::kFull)
+      << source << ": layer 0's indexer type is 'shared', but a shared layer reuses the previous full layer's top-k "
+      << "and layer 0 has none before it";
+}
+
+// The indexer fields of DeepSeek-V3.2 and GLM-5; absent ones take DeepseekV32Config's defaults
+// (64 heads of 128, top-2048) or GlmMoeDsaConfig's (32 heads). transformers builds the indexer's
+// query from the q LoRA latent, so it needs one.
 void parse_sparse_attention(const nlohmann::json& json, const std::string& source, ModelConfig& c) {
-  c.index_n_heads = optional_int(json, "index_n_heads", 64, 1, source);
+  c.index_n_heads = optional_int(json, "index_n_heads", deepseek_defaults(c.model_type).index_n_heads, 1, source);
   c.index_head_dim = optional_int(json, "index_head_dim", 128, 1, source);
   c.index_topk = optional_int(json, "index_topk", 2048, 1, source);
-  TACHYON_CHECK(c.q_lora_rank > 0) << source << ": deepseek_v32 needs q_lora_rank (the indexer's query reads the "
-                                   << "q LoRA latent); got null";
+  TACHYON_CHECK(c.q_lora_rank > 0) << source << ": " << c.model_type << " needs q_lora_rank (the indexer's query "
+                                   << "reads the q LoRA latent); got null";
+  parse_mlp_layer_types(json, source, c);
+  if (c.model_type == "glm_moe_dsa") {
+    c.index_rope_layout = RopeLayout::kInterleaved;  // GlmMoeDsaIndexer: apply_rotary_pos_emb_interleave
+    parse_indexer_types(json, source, c);
+  }
   TACHYON_CHECK(c.index_head_dim >= c.qk_rope_head_dim)
       << source << ": index_head_dim (" << c.index_head_dim << ") must hold the qk_rope_head_dim ("
       << c.qk_rope_head_dim << ") rotary dims of the index query and key";
@@ -180,6 +281,10 @@ void deepseek_to_json(const ModelConfig& c, nlohmann::json& j) {
     j["index_n_heads"] = c.index_n_heads;
     j["index_head_dim"] = c.index_head_dim;
     j["index_topk"] = c.index_topk;
+  }
+  if (!c.indexer_types.empty()) {
+    nlohmann::json& types = j["indexer_types"] = nlohmann::json::array();
+    for (IndexerType type : c.indexer_types) types.push_back(type == IndexerType::kFull ? "full" : "shared");
   }
 }
 
@@ -240,7 +345,7 @@ RopeScaling parse_rope_scaling(const nlohmann::json& json, const std::string& so
         << source << ": yarn rope_scaling needs a positive original_max_position_embeddings";
   } else {
     TACHYON_FAIL() << source << ": unsupported rope_scaling type '" << type
-                   << "' (supported: default, linear, llama3; yarn for deepseek_v3 and deepseek_v32)";
+                   << "' (supported: default, linear, llama3; yarn for deepseek_v3, deepseek_v32 and glm_moe_dsa)";
   }
   return scaling;
 }
@@ -299,7 +404,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& json, const std::string
       << ") must be a multiple of num_key_value_heads (" << c.num_key_value_heads << ")";
   if (is_deepseek(c.model_type)) {
     parse_deepseek(json, source, c);  // head_dim = qk_nope_head_dim + qk_rope_head_dim
-    if (c.model_type == "deepseek_v32") parse_sparse_attention(json, source, c);
+    if (is_sparse_attention(c.model_type)) parse_sparse_attention(json, source, c);
   } else if (json.contains("head_dim") && !json["head_dim"].is_null()) {
     c.head_dim = required_int(json, "head_dim", source);
   } else {
@@ -309,8 +414,10 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& json, const std::string
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
   TACHYON_CHECK(c.is_mla() || c.head_dim % 2 == 0) << source << ": head_dim must be even for RoPE, got " << c.head_dim;
-  c.max_position_embeddings = optional_value<int64_t>(json, "max_position_embeddings", 4096);
-  c.rms_norm_eps = optional_value<double>(json, "rms_norm_eps", 1e-6);
+  const DeepseekDefaults& defaults = deepseek_defaults(c.model_type);  // DeepSeek's are the generic ones
+  c.max_position_embeddings =
+      optional_value<int64_t>(json, "max_position_embeddings", defaults.max_position_embeddings);
+  c.rms_norm_eps = optional_value<double>(json, "rms_norm_eps", defaults.rms_norm_eps);
   c.rope_theta = optional_value<double>(json, "rope_theta", 10000.0);
   if (const nlohmann::json* parameters = rope_parameters(json); parameters && parameters->contains("rope_theta")) {
     c.rope_theta = (*parameters)["rope_theta"].get<double>();
@@ -346,6 +453,12 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& json, const std::string
 bool ModelConfig::is_moe_layer(int64_t layer) const {
   const bool dense_only = std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end();
   return num_experts > 0 && layer >= first_k_dense_replace && (layer + 1) % decoder_sparse_step == 0 && !dense_only;
+}
+
+bool ModelConfig::has_indexer(int64_t layer) const {
+  if (!has_sparse_attention()) return false;
+  return layer < 0 || layer >= static_cast<int64_t>(indexer_types.size()) ||
+         indexer_types[static_cast<size_t>(layer)] == IndexerType::kFull;
 }
 
 bool ModelConfig::is_moe() const {

@@ -1,5 +1,5 @@
 // ModelConfig: the typed form of a Hugging Face config.json for the decoder families
-// (Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, DeepSeek-V3, DeepSeek-V3.2). Parsed and validated once; immutable
+// (Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, DeepSeek-V3, DeepSeek-V3.2, GLM-5). Parsed and validated once; immutable
 // afterwards. The architectures differ only in fields here (biases, q/k norm, sliding window,
 // experts, latent attention, routing kind), so one forward serves them all; see dense_model.h.
 #pragma once
@@ -35,6 +35,19 @@ struct RopeScaling {
   bool truncate = true;  // round the ramp's ends to whole dimensions
 };
 
+// The layout of the rotary dims that DSA's indexer rotates (model/dsa_indexer.h). MLA's own layout
+// is rope_interleave; the indexer's is the architecture's: DeepSeek-V3.2 rotate-half, GLM-5 interleaved.
+enum class RopeLayout {
+  kRotateHalf,  // dim i pairs with dim i + rope / 2 (transformers' apply_rotary_pos_emb)
+  kInterleaved  // dims (2i, 2i + 1) pair (apply_rotary_pos_emb_interleave: de-interleaved, then rotate-half)
+};
+
+// How one DSA layer gets its top-k (GLM-5's indexer_types; DeepSeek-V3.2: every layer full).
+enum class IndexerType {
+  kFull,   // runs its own indexer over its own cached index keys
+  kShared  // has no indexer (no weights, no index keys): attends the previous full layer's selection
+};
+
 // How a MoE layer picks its experts (moe.h).
 enum class RouterKind {
   kSoftmaxTopK,         // Qwen3-MoE: softmax over the logits, top-k
@@ -43,7 +56,8 @@ enum class RouterKind {
 
 struct ModelConfig {
   std::string architecture;  // as in config.json "architectures"[0], e.g. "Qwen3ForCausalLM"
-  std::string model_type;    // "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v3", "deepseek_v32"
+  std::string model_type;    // "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v3", "deepseek_v32",
+                             // "glm_moe_dsa"
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -76,12 +90,16 @@ struct ModelConfig {
   bool rope_interleave = false;   // rope dims stored as interleaved pairs (de-interleaved first)
   int64_t num_nextn_predict_layers = 0;  // DeepSeek multi-token-prediction modules (mtp.h), stored after the layers
 
-  // DeepSeek sparse attention (DeepSeek-V3.2; model/dsa_indexer.h). index_topk == 0: none. Each
-  // layer's lightning indexer scores the previous tokens with index_n_heads heads of
+  // DeepSeek sparse attention (DeepSeek-V3.2, GLM-5; model/dsa_indexer.h). index_topk == 0: none.
+  // Each layer's lightning indexer scores the previous tokens with index_n_heads heads of
   // index_head_dim and MLA attends the index_topk best of them only.
   int64_t index_n_heads = 0;
   int64_t index_head_dim = 0;  // one token's index key (cached beside the MLA latent)
   int64_t index_topk = 0;
+  RopeLayout index_rope_layout = RopeLayout::kRotateHalf;  // of the indexer's rope dims; from the architecture
+  // GLM-5: per layer, kFull or kShared (cross-layer top-k sharing); layer 0 is always full.
+  // Empty: every layer full. has_indexer() is the one place that reads it.
+  std::vector<IndexerType> indexer_types;
 
   // Mixture of experts (Qwen3-MoE, DeepSeek-V3; moe.h). num_experts == 0: every layer is dense.
   // Missing fields take the architecture's transformers config defaults.
@@ -106,6 +124,9 @@ struct ModelConfig {
   bool is_mla() const { return kv_lora_rank > 0; }
   // Layers carry a lightning indexer and attend a top-k subset of the tokens (DeepSeek-V3.2).
   bool has_sparse_attention() const { return index_topk > 0; }
+  // Layer `layer` runs its own indexer (and caches index keys): DSA and not a "shared" layer.
+  // Layers past indexer_types (DeepSeek's MTP modules, stored after the main layers) are full.
+  bool has_indexer(int64_t layer) const;
   // Dimensions of a head that RoPE rotates (the rope part under MLA, else all of them).
   int64_t rope_dim() const { return is_mla() ? qk_rope_head_dim : head_dim; }
   // Layer `layer` runs the mixture of experts instead of the dense MLP (transformers'
@@ -129,7 +150,7 @@ std::string model_type_for(const std::string& architecture);
 // The architecture a name stands for: a model_type ("qwen3") or an architecture name
 // ("Qwen3ForCausalLM"); nullopt when unsupported.
 std::optional<std::string> architecture_named(const std::string& name);
-// "llama, mistral, qwen2, qwen3, qwen3_moe, deepseek_v3, deepseek_v32": the model types, for messages.
+// "llama, mistral, qwen2, qwen3, qwen3_moe, deepseek_v3, deepseek_v32, glm_moe_dsa": the model types, for messages.
 std::string supported_model_types();
 
 }  // namespace tachyon::model

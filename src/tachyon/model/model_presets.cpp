@@ -69,6 +69,39 @@ ModelConfig tiny_dsa_shape() {
   return c;
 }
 
+// tiny-glm-dsa: tiny-dsa's dims in GLM-5's architecture over 4 layers whose indexer_types are
+// full, shared, full, shared: layer 1 attends layer 0's top-k and layer 3 layer 2's (not layer
+// 0's), so a 40-token prompt shows whether the selection is carried and refreshed. GLM-5's
+// indexer rope is interleaved (the architecture's, set again by the config round trip).
+ModelConfig tiny_glm_dsa_shape() {
+  ModelConfig c = tiny_dsa_shape();
+  c.num_hidden_layers = 4;
+  c.rms_norm_eps = 1e-5;
+  c.index_rope_layout = RopeLayout::kInterleaved;
+  c.indexer_types = {IndexerType::kFull, IndexerType::kShared, IndexerType::kFull, IndexerType::kShared};
+  return c;
+}
+
+// GLM-5's per-layer shapes (zai-org/GLM-5 config.json: hidden 6144, 64 heads, q LoRA 2048, qk
+// 192 + 64, v 256, a 32-head indexer of 128 keeping 2048, 256 experts of 2048 top-8 in one group)
+// with 4 of its 78 layers (one dense, three MoE) and 64 of the 256 experts, as
+// deepseek-v32-reduced does for DeepSeek-V3.2. Every layer runs its own indexer (GLM-5 has no
+// shared layers; its indexer_types default to full).
+ModelConfig glm5_reduced_shape() {
+  ModelConfig c;
+  c.vocab_size = 154880; c.hidden_size = 6144; c.intermediate_size = 12288; c.num_hidden_layers = 4;
+  c.num_attention_heads = 64; c.num_key_value_heads = 64; c.max_position_embeddings = 202752;
+  c.rms_norm_eps = 1e-5; c.rope_theta = 1000000.0; c.tie_word_embeddings = false;
+  c.q_lora_rank = 2048; c.kv_lora_rank = 512; c.qk_nope_head_dim = 192; c.qk_rope_head_dim = 64; c.v_head_dim = 256;
+  c.head_dim = 256; c.rope_interleave = true;
+  c.router = RouterKind::kSigmoidGroupLimited; c.num_experts = 64; c.num_experts_per_tok = 8;
+  c.moe_intermediate_size = 2048; c.n_shared_experts = 1; c.n_group = 1; c.topk_group = 1;
+  c.routed_scaling_factor = 2.5; c.norm_topk_prob = true; c.first_k_dense_replace = 1;
+  c.index_n_heads = 32; c.index_head_dim = 128; c.index_topk = 2048; c.index_rope_layout = RopeLayout::kInterleaved;
+  c.bos_token_id = 0; c.eos_token_id = 154820;
+  return c;
+}
+
 ModelPreset tiny(std::string name, std::string description, ModelConfig shape, std::string only_arch = "") {
   return ModelPreset{std::move(name), std::move(description), std::move(only_arch), std::move(shape), DType::kF32, 0};
 }
@@ -227,6 +260,11 @@ std::vector<ModelPreset> build_presets() {
                          "deepseek_v32"));
   presets.push_back(tiny("tiny-dsa", "tiny-deepseek + DSA indexer (16 heads x 16, top-8)", tiny_dsa_shape(),
                          "deepseek_v32"));
+  // GLM-5 (glm_moe_dsa only): tiny-dsa in 4 layers, 2 of them sharing the previous layer's top-k.
+  presets.push_back(tiny("tiny-glm-dsa", "tiny-dsa dims, 4 layers with indexer_types full/shared/full/shared",
+                         tiny_glm_dsa_shape(), "glm_moe_dsa"));
+  presets.push_back({"glm-5-reduced", "GLM-5 layer shapes, 4 layers (1 dense + 3 MoE of 64 experts), DSA top-2048",
+                     "glm_moe_dsa", glm5_reduced_shape(), DType::kBF16, 4ull << 30});
 
   // Real shapes, from the published config.json files.
   c = ModelConfig{};

@@ -150,7 +150,8 @@ void mla_tensors(const ModelConfig& c, int64_t l, TensorList& out) {
   out.push_back({layer_name(l, "self_attn.o_proj.weight"), {h, heads * c.v_head_dim}});
 }
 
-// DeepSeek-V3.2's lightning indexer, as DeepseekV32Indexer names its modules.
+// DeepSeek-V3.2's lightning indexer, as DeepseekV32Indexer names its modules (GLM-5's too; its
+// "shared" layers have none: ModelConfig::has_indexer).
 void indexer_tensors(const ModelConfig& c, int64_t l, TensorList& out) {
   const int64_t dim = c.index_head_dim;
   out.push_back({layer_name(l, "self_attn.indexer.wq_b.weight"), {c.index_n_heads * dim, c.q_lora_rank}});
@@ -166,7 +167,7 @@ void layer_tensors(const ModelConfig& c, int64_t l, TensorList& out) {
   out.push_back({layer_name(l, "input_layernorm.weight"), {h}});
   if (c.is_mla()) {
     mla_tensors(c, l, out);
-    if (c.has_sparse_attention()) indexer_tensors(c, l, out);
+    if (c.has_indexer(l)) indexer_tensors(c, l, out);
   } else {
     attention_tensors(c, l, out);
   }
@@ -268,7 +269,7 @@ void read_attention(WeightReader& reader, const ModelConfig& config, int64_t l, 
 }
 
 // DeepSeek-V3's latent attention projections, unfused (the forward applies norms between them),
-// and DeepSeek-V3.2's indexer.
+// and DeepSeek-V3.2's indexer (on the layers that have one).
 template <typename T>
 void read_mla(WeightReader& reader, const ModelConfig& config, int64_t l, BasicLayerWeights<T>& lw) {
   if (config.q_lora_rank > 0) {
@@ -282,7 +283,7 @@ void read_mla(WeightReader& reader, const ModelConfig& config, int64_t l, BasicL
   lw.kv_a_norm = reader.template read<T>(layer_name(l, "self_attn.kv_a_layernorm.weight"));
   lw.kv_b_proj = reader.template read<T>(layer_name(l, "self_attn.kv_b_proj.weight"));
   lw.o_proj = reader.template read<T>(layer_name(l, "self_attn.o_proj.weight"));
-  if (!config.has_sparse_attention()) return;
+  if (!config.has_indexer(l)) return;
   lw.indexer_wq_b = reader.template read<T>(layer_name(l, "self_attn.indexer.wq_b.weight"));
   lw.indexer_wk = reader.template read<T>(layer_name(l, "self_attn.indexer.wk.weight"));
   lw.indexer_k_norm = reader.template read<T>(layer_name(l, "self_attn.indexer.k_norm.weight"));

@@ -50,8 +50,8 @@ struct BasicLayerWeights {
   std::vector<T> kv_a_norm;           // [kv_lora_rank]
   std::vector<T> kv_b_proj;           // [heads * (qk_nope + v_head_dim), kv_lora_rank]
   // o_proj above is [hidden, heads * v_head_dim] under MLA.
-  // DeepSeek-V3.2's lightning indexer (self_attn.indexer.*, model/dsa_indexer.h); empty otherwise.
-  // H_I = index_n_heads, D_I = index_head_dim.
+  // DeepSeek-V3.2's lightning indexer (self_attn.indexer.*, model/dsa_indexer.h); empty otherwise,
+  // and on GLM-5's "shared" layers (ModelConfig::has_indexer). H_I = index_n_heads, D_I = index_head_dim.
   std::vector<T> indexer_wq_b;          // [H_I * D_I, q_lora_rank]
   std::vector<T> indexer_wk;            // [D_I, hidden]
   std::vector<T> indexer_k_norm;        // [D_I] LayerNorm weight

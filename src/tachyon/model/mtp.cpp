@@ -25,6 +25,7 @@ ModelConfig mtp_layer_config(const ModelConfig& main_config) {
   c.decoder_sparse_step = 1;
   c.mlp_only_layers.clear();
   c.num_nextn_predict_layers = 0;
+  c.indexer_types.clear();  // GLM-5: the module's layer runs its own indexer (it has the weights)
   return c;
 }
 
@@ -74,7 +75,8 @@ MtpOutput MtpModule::forward(std::span<const float> hidden, std::span<const int3
   if (layer_hook) layer_hook("mtp_input", 0, x);
 
   const detail::TensorParallelSeams unsharded{.group = nullptr, .vocab_begin = 0, .vocab_rows = c.vocab_size};
-  detail::decoder_layer(c, w.layer, inv_freq_, unsharded, 0, x, positions, attention, layer_hook);
+  detail::LayerCarry carry;  // the module's one layer is a full DSA layer when the model has DSA
+  detail::decoder_layer(c, w.layer, inv_freq_, unsharded, 0, x, positions, attention, carry, layer_hook);
 
   MtpOutput out;
   out.hidden = x;

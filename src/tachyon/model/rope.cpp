@@ -99,6 +99,18 @@ double rope_attention_scaling(const ModelConfig& config) {
   return yarn_get_mscale(s.factor);
 }
 
+void deinterleave_rope_pairs(float* x, int64_t rows, int64_t dim) {
+  std::vector<float> row(static_cast<size_t>(dim));
+  for (int64_t r = 0; r < rows; ++r) {
+    float* v = x + r * dim;
+    for (int64_t i = 0; i < dim / 2; ++i) {
+      row[static_cast<size_t>(i)] = v[2 * i];
+      row[static_cast<size_t>(dim / 2 + i)] = v[2 * i + 1];
+    }
+    std::copy(row.begin(), row.end(), v);
+  }
+}
+
 double rope_softmax_mscale(const ModelConfig& config) {
   const RopeScaling& s = config.rope_scaling;
   if (s.type == RopeScalingType::kNone || s.mscale_all_dim == 0.0) return 1.0;

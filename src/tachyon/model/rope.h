@@ -26,4 +26,9 @@ double rope_softmax_mscale(const ModelConfig& config);
 // YaRN's magnitude correction: 1 for scale <= 1, else 0.1 * mscale * ln(scale) + 1.
 double yarn_get_mscale(double scale, double mscale = 1.0);
 
+// x: [rows, dim] in place: [x0, x1, x2, x3, ...] -> [x0, x2, ... | x1, x3, ...] per row. The
+// interleaved rope layout (transformers' apply_rotary_pos_emb_interleave) is this followed by the
+// rotate-half rope; its output keeps the de-interleaved order, as transformers' does.
+void deinterleave_rope_pairs(float* x, int64_t rows, int64_t dim);
+
 }  // namespace tachyon::model

@@ -21,10 +21,7 @@ PagedKvCache::PagedKvCache(const model::ModelConfig& config, int32_t blocks, int
     latents.assign(static_cast<size_t>(config.num_hidden_layers),
                    std::vector<float>(slots * static_cast<size_t>(latent_size)));
     index_key_size = model::index_key_values_per_token(config);
-    if (index_key_size > 0) {
-      index_keys.assign(static_cast<size_t>(config.num_hidden_layers),
-                        std::vector<float>(slots * static_cast<size_t>(index_key_size)));
-    }
+    index_keys = model::index_key_storage(config, static_cast<int64_t>(slots));
     return;
   }
   kv_size = config.kv_size();
@@ -91,26 +88,25 @@ void PagedAttentionBackend::attend_latent(int64_t layer, std::span<const float> 
 }
 
 void PagedAttentionBackend::store_index_keys(int64_t layer, std::span<const float> index_keys) {
-  TACHYON_CHECK(!cache_.index_keys.empty()) << "store_index_keys: " << config_.architecture
-                                            << " has no sparse-attention indexer, so the cache holds no index keys";
+  std::vector<float>& layer_keys = model::layer_index_keys(config_, cache_.index_keys, layer);
   TACHYON_CHECK(static_cast<int64_t>(index_keys.size()) == plan_.num_tokens() * cache_.index_key_size)
       << "store_index_keys: " << index_keys.size() << " values for " << plan_.num_tokens() << " tokens of width "
       << cache_.index_key_size;
-  kernels::cpu::store_rows_paged(cache_.index_keys[static_cast<size_t>(layer)].data(), index_keys.data(),
+  kernels::cpu::store_rows_paged(layer_keys.data(), index_keys.data(),
                                  plan_.slot_mapping.data(), plan_.num_tokens(), cache_.index_key_size);
 }
 
 void PagedAttentionBackend::select_tokens(int64_t layer, std::span<const float> q, std::span<const float> weights,
                                           std::span<int32_t> kept) {
   const int64_t q_stride = config_.index_n_heads * config_.index_head_dim;
+  const std::vector<float>& layer_keys = model::layer_index_keys(config_, cache_.index_keys, layer);
   for (const engine::ScheduledSequence& sequence : plan_.sequences) {
     const kernels::cpu::DsaIndexerShape shape =
         model::dsa_indexer_shape(config_, sequence.num_tokens, sequence.num_computed);
     std::vector<float> scores(static_cast<size_t>(sequence.num_tokens * (sequence.num_computed + sequence.num_tokens)));
     kernels::cpu::paged_dsa_index_scores(scores.data(), q.data() + sequence.first_token * q_stride,
                                          weights.data() + sequence.first_token * config_.index_n_heads,
-                                         cache_.index_keys[static_cast<size_t>(layer)].data(),
-                                         sequence.block_table.data(), cache_.block_size, shape);
+                                         layer_keys.data(), sequence.block_table.data(), cache_.block_size, shape);
     kernels::cpu::dsa_select_topk(kept.data() + sequence.first_token * config_.index_topk, scores.data(), shape);
   }
 }

@@ -4,7 +4,8 @@
 // one latent row per token and layer (the absorbed form, model/mla_absorbed.h); the block manager
 // counts tokens, so only the per-layer row width differs between models. A DSA model's cache
 // holds, per layer, a second row per token beside the latent: the indexer's key (index_head_dim
-// values, ModelConfig::has_sparse_attention), written through the same slots.
+// values, ModelConfig::has_sparse_attention), written through the same slots; GLM-5's "shared"
+// layers, which reuse another layer's top-k, hold none (model::index_key_storage).
 #pragma once
 
 #include <vector>
@@ -29,7 +30,7 @@ struct PagedKvCache {
   std::vector<std::vector<float>> keys;     // per layer [slots, num_kv_heads, head_dim]
   std::vector<std::vector<float>> values;   // per layer [slots, num_kv_heads, value_head_dim]
   std::vector<std::vector<float>> latents;  // per layer [slots, kv_lora_rank + qk_rope_head_dim]
-  std::vector<std::vector<float>> index_keys;  // per layer [slots, index_head_dim] (DSA only)
+  std::vector<std::vector<float>> index_keys;  // per layer [slots, index_head_dim] (DSA only; empty: shared layer)
 };
 
 class PagedAttentionBackend : public model::AttentionBackend {
