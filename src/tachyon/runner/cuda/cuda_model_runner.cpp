@@ -319,14 +319,14 @@ void CudaModelRunner::tune_gemms(const engine::EngineConfig& config) {
     if (m <= limits_.max_seqs) problems.push_back({m, vocab_rows_, c.hidden_size, kc::GemmOutputType::kF32, false});
     if (c.is_moe()) problems.push_back({m, c.num_experts, c.hidden_size, kc::GemmOutputType::kF32, false});  // router
   }
-  // Tuned GEMM algorithms, one file per plan hash.
-  const std::filesystem::path cache = user_cache_dir() / "gemm" / (config.plan_hash() + ".json");
-  if (gemm_.load_cache(cache.string(), config.plan_hash())) return;
+  // Tuned GEMM algorithms, one file per kernel-choice key.
+  const std::filesystem::path cache = user_cache_dir() / "gemm" / (kernel_choice_key() + ".json");
+  if (gemm_.load_cache(cache.string(), kernel_choice_key())) return;
   gemm_.tune(problems, stream_);
   std::error_code ignored;
   std::filesystem::create_directories(cache.parent_path(), ignored);
   try {
-    gemm_.save_cache(cache.string(), config.plan_hash());
+    gemm_.save_cache(cache.string(), kernel_choice_key());
   } catch (const Error& e) {
     std::fprintf(stderr, "[tachyon] warning: GEMM choices not cached (%s)\n", e.what());
   }
@@ -412,8 +412,33 @@ float CudaModelRunner::time_role(Role role, int32_t m, bool gemv) {
   return ms[ms.size() / 2];
 }
 
+// The key the timed kernel choices (GEMM algorithms, GEMV or not) are cached under: the plan
+// hash of this config with CUDA graphs on. Graphs and --enforce-eager then share one set of
+// choices, so both run the same kernels (and give the same tokens), and a restart reuses them:
+// choices timed anew could flip where two kernels are about as fast and change the numbers.
+std::string CudaModelRunner::kernel_choice_key() const {
+  engine::EngineConfig keyed = config_;
+  keyed.device.enforce_eager = false;
+  return keyed.plan_hash();
+}
+
 void CudaModelRunner::choose_gemv() {
   const model::ModelConfig& c = weights_.config();
+  const std::filesystem::path cache = user_cache_dir() / "gemv" / (kernel_choice_key() + ".json");
+  try {
+    if (std::filesystem::exists(cache)) {
+      const nlohmann::json saved = read_json_file(cache);
+      if (saved.value("key", "") == kernel_choice_key()) {
+        for (const auto& choice : saved["choices"]) {
+          gemv_choice_[{static_cast<Role>(choice[0].get<int>()), choice[1].get<int64_t>()}] = choice[2].get<bool>();
+        }
+        return;
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[tachyon] warning: ignoring the GEMV choices in %s (%s)\n", cache.string().c_str(), e.what());
+    gemv_choice_.clear();
+  }
   // Inputs with a finite, nonzero pattern (bf16 0x3C3C ~ 0.0115): timing on NaN or zeros misleads.
   const size_t T = static_cast<size_t>(limits_.max_tokens);
   for (auto [buffer, width] : {std::pair<bf16*, int64_t>{ws_->normed, c.hidden_size}, {ws_->attn, c.q_size()},
@@ -440,6 +465,15 @@ void CudaModelRunner::choose_gemv() {
     }
   }
   TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  nlohmann::json saved = {{"key", kernel_choice_key()}, {"choices", nlohmann::json::array()}};
+  for (const auto& [role_m, gemv] : gemv_choice_) {
+    saved["choices"].push_back({static_cast<int>(role_m.first), role_m.second, gemv});
+  }
+  try {
+    write_file(cache, saved.dump());
+  } catch (const Error& e) {
+    std::fprintf(stderr, "[tachyon] warning: GEMV choices not cached (%s)\n", e.what());
+  }
 }
 
 // The attention block of a q/k/v model, from ws_->normed to o_proj's output in ws_->proj.

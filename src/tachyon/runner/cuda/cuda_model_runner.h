@@ -110,6 +110,7 @@ class CudaModelRunner : public ModelRunner {
   // timed both ways on the loaded weights at start-up and the faster one is kept.
   enum class Role { kQkv, kO, kGateUp, kDownWithSilu, kLmHead };
   void choose_gemv();
+  std::string kernel_choice_key() const;
   float time_role(Role role, int32_t m, bool gemv);
   void run_role(Role role, int64_t layer, int64_t m);
   bool use_gemv(Role role, int64_t m) const;
