@@ -5,11 +5,10 @@
 // and owned slots past each sequence's last token full of NaN (a kernel that lets them into the
 // math shows as an infinite error). Shapes: DeepSeek's rank 512 + rope 64 at 16, 40 and 128
 // heads, and the tiny rank 16 / 64 + rope 8 of the test models. Outputs must be within
-// kBf16Tolerance overall and per sequence; the *Speed test prints time, floor and ratio.
+// kBf16Tolerance overall and per sequence. Their timing lives in bench/kernels/bench_mla_dsa.cpp.
 // Run on the GPU machine: build/tests/gpu_mla_kernels (TACHYON_TEST_SEED replays a run).
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <numeric>
 #include <optional>
 #include <vector>
@@ -438,54 +437,31 @@ TEST(MlaAttention, BadShapesAreRejected) {
   }
 }
 
-// --- speed: DeepSeek shapes; the floor of decode is the latent bytes over the copy bandwidth ---
+// --- DeepSeek shapes at long contexts: many KV splits, spot-checked (the timing of these shapes
+// is bench/kernels/bench_mla_dsa.cpp's, not a test's) ---
 
-template <typename Launch>
-double time_us(Launch launch, int iterations = 20) {
-  cudaEvent_t start, stop;
-  TACHYON_CUDA_CHECK(cudaEventCreate(&start));
-  TACHYON_CUDA_CHECK(cudaEventCreate(&stop));
-  launch();
-  TACHYON_CUDA_CHECK(cudaEventRecord(start));
-  for (int i = 0; i < iterations; ++i) launch();
-  TACHYON_CUDA_CHECK(cudaEventRecord(stop));
-  TACHYON_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0.0f;
-  TACHYON_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  TACHYON_CUDA_CHECK(cudaEventDestroy(start));
-  TACHYON_CUDA_CHECK(cudaEventDestroy(stop));
-  return 1000.0 * ms / iterations;
-}
-
-TEST(MlaDecodeAttention, DeepSeekDecodeAndPrefillSpeed) {
+TEST(MlaDecodeAttention, DeepSeekShapesAtLongContexts) {
   auto gen = rng(601);
-  const double bandwidth = cuda::measure_copy_bandwidth();
-  std::printf("[mla] copy bandwidth %.2f TB/s\n", bandwidth / 1e12);
   for (int32_t heads : {16, 128}) {
     const LatentShape shape{heads, 512, 64, 64};
     for (auto [batch, ctx] : {std::pair{1, 4096}, std::pair{32, 4096}, std::pair{64, 2048}}) {
+      SCOPED_TRACE(testing::Message() << shape << " batch " << batch << " context " << ctx);
       const std::vector<int32_t> contexts(batch, ctx);
       const LatentCache cache(gen, contexts, shape);
       const std::vector<float> q =
           random_bf16_values(gen, static_cast<size_t>(batch) * heads * shape.width(), 1.5f);
-      const size_t workspace_bytes = gpu::mla_decode_workspace_bytes(batch, heads, shape.rank, ctx);
-      DeviceArray<uint8_t> workspace(std::max<size_t>(workspace_bytes, 1));
-      DeviceArray<bf16> q_d = upload_bf16(q), out_d(static_cast<size_t>(batch) * heads * shape.rank);
-      DeviceArray<int32_t> contexts_d = upload(contexts);
-      const double us = time_us([&] {
-        gpu::mla_decode_attention(out_d.data(), q_d.data(), cache.view(), contexts_d.data(), batch, ctx,
-                                  params_of(shape), workspace.data(), workspace_bytes, nullptr);
-      });
-      const double bytes = double(batch) * ctx * shape.width() * sizeof(bf16);
-      std::printf("[mla decode] heads %d batch %d context %d: %.2f us, floor %.2f us, %.0f%% of copy bandwidth\n",
-                  heads, batch, ctx, us, bytes / bandwidth * 1e6, 100.0 * bytes / us / 1e6 / (bandwidth / 1e12));
+      const std::vector<float> out = decode_on_device(cache, contexts, q, shape);
       const size_t out_elems = static_cast<size_t>(heads) * shape.rank;
       std::vector<float> ref(out_elems);
       const size_t s = batch - 1;  // spot-check the last sequence
       cache.reference(ref.data(), q.data() + s * heads * shape.width(), s, ctx, 1);
-      EXPECT_LT(relative_error(slice(download_f32(out_d), s * out_elems, out_elems), ref), kBf16Tolerance);
+      EXPECT_LT(relative_error(slice(out, s * out_elems, out_elems), ref), kBf16Tolerance);
     }
   }
+}
+
+TEST(MlaPrefillAttention, DeepSeekLiteLongPrompt) {
+  auto gen = rng(602);
   const LatentShape shape{16, 512, 64, 64};
   const int32_t n = 2048;
   const PrefillBatch batch = batch_of({{0, n}});
@@ -493,15 +469,8 @@ TEST(MlaDecodeAttention, DeepSeekDecodeAndPrefillSpeed) {
   const std::vector<float> q = random_bf16_values(gen, static_cast<size_t>(n) * shape.num_heads * shape.width());
   DeviceArray<int32_t> starts_d = upload(batch.starts), contexts_d = upload(batch.contexts);
   DeviceArray<bf16> q_d = upload_bf16(q), out_d(static_cast<size_t>(n) * shape.num_heads * shape.rank);
-  const double us = time_us(
-      [&] {
-        gpu::mla_prefill_attention(out_d.data(), q_d.data(), cache.view(), starts_d.data(), contexts_d.data(), 1, n, n,
-                                   params_of(shape), nullptr);
-      },
-      5);
-  const double flops = 2.0 * shape.num_heads * (shape.width() + shape.rank) * (double(n) * (n + 1) / 2);
-  std::printf("[mla prefill] %d tokens x %d heads causal: %.1f us, %.1f TFLOP/s\n", n, shape.num_heads, us,
-              flops / us / 1e6);
+  gpu::mla_prefill_attention(out_d.data(), q_d.data(), cache.view(), starts_d.data(), contexts_d.data(), 1, n, n,
+                             params_of(shape), nullptr);
   const size_t row_elems = static_cast<size_t>(shape.num_heads) * shape.rank;
   const std::vector<float> out = download_f32(out_d);
   for (int32_t first : {0, 1000, n - 40}) {

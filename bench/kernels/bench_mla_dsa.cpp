@@ -1,0 +1,450 @@
+// bench_mla_dsa: the per-layer GPU time of DeepSeek's attention kernels against their floors,
+// on the current GPU. It owns the timing that used to sit in tests/gpu/test_mla_kernels.cpp
+// (tests check correctness; time is measured here, never inside a test).
+//   a) dense MLA decode at DeepSeek-V3.2 shapes (128 heads, rank 512 + rope 64, block 64),
+//      batch 1 and 32, contexts 8K, 32K, 128K;
+//   b) DSA decode at the same points: the indexer's scores (64 heads x 128), the top-2048
+//      selection and sparse MLA over the kept rows, each part and the three in sequence;
+//   c) DeepSeek-V2-Lite shapes (16 heads): decode at batch 1 / 32 / 64, and a 2,048-token prefill.
+//
+// Method (/work/.library/device/METHOD.md): two ceilings measured in the same run (a 1 GiB
+// device-to-device copy, bytes read + written; a bf16 8192^3 cuBLAS product), and per case
+// floor = max(bytes it must read / copy bandwidth, FLOPs / GEMM rate). The byte counts: latent
+// rows x 576 x 2 for dense MLA; index keys x 128 x 2 + kept rows x 576 x 2 for DSA (the f32
+// scores row each query writes and re-reads, 8 bytes a key against 256, is left out).
+// The one non-obvious decision: a case is timed as L consecutive "layers", each over its own copy
+// of the caches (identity block tables into one pool), with L chosen so the pool is >= 8x the L2
+// cache, as a model's layers are; otherwise a batch-1, 8K-context cache (9 MB) would be timed
+// out of L2. The L launches are captured in one CUDA graph (no launch gaps from the host), a spin
+// kernel keeps the stream busy while the events and the replay are enqueued, and the reported
+// time is the median over the repeats of one replay, divided by L.
+// Inputs are random bf16 (hash fill on the device: finite, never zeros, scattered top-k picks);
+// outputs start as NaN and must all be finite afterwards, so a kernel that skipped work fails.
+// Run (GPU machine): build-gpu/bin/bench_mla_dsa [--json FILE] [--cases v32_dense,v32_dsa,...]
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <cublas_v2.h>
+#include <nlohmann/json.hpp>
+
+#include "bench_device.h"
+#include "tachyon/base/check.h"
+#include "tachyon/kernels/cuda/dsa_indexer.h"
+#include "tachyon/kernels/cuda/mla_attention.h"
+#include "tachyon/tensor/cuda/device_buffer.h"
+
+namespace tachyon::bench {
+namespace {
+
+namespace gpu = kernels::cuda;
+using gpu::bf16;
+
+constexpr int32_t kRank = 512, kRope = 64, kWidth = kRank + kRope;  // latent row [c_kv | k_pe]
+constexpr int32_t kBlockSize = 64;
+constexpr int32_t kIndexHeads = 64, kIndexDim = 128, kTopk = 2048;  // DeepSeek-V3.2's indexer
+constexpr int kMaxLayers = 64;
+const float kScale = 1.0f / std::sqrt(192.0f);  // qk_head_dim^-0.5 (no YaRN mscale: timing only)
+
+struct Options {
+  std::string json_path;
+  std::vector<std::string> cases{"v32_dense", "v32_dsa", "v2lite_decode", "v2lite_prefill"};
+  int warmup = 3;
+  int repeats = 20;
+  bool eager = false;  // time plain launches instead of graph replays
+  std::string command_line;
+};
+
+struct Ceilings {
+  double copy_bytes_per_s = 0;
+  double gemm_flops_per_s = 0;
+  size_t l2_bytes = 0;
+};
+
+struct Result {
+  std::string what;
+  int32_t batch = 0, context = 0;
+  int layers = 1;  // layers per graph replay
+  double us_median = 0, bytes = 0, flops = 0;
+  double floor_bytes_us = 0, floor_flops_us = 0;
+  double floor_us() const { return std::max(floor_bytes_us, floor_flops_us); }
+};
+
+class Stream {
+ public:
+  // A blocking stream: it waits for the fills and memsets issued on the legacy default stream.
+  Stream() { TACHYON_CUDA_CHECK(cudaStreamCreate(&stream_)); }
+  ~Stream() { cudaStreamDestroy(stream_); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+cuda::DeviceBuffer upload(const std::vector<int32_t>& values) {
+  cuda::DeviceBuffer buffer(values.size() * sizeof(int32_t));
+  TACHYON_CUDA_CHECK(cudaMemcpy(buffer.data(), values.data(), buffer.bytes(), cudaMemcpyHostToDevice));
+  return buffer;
+}
+
+cuda::DeviceBuffer random_bf16(size_t count, uint64_t seed, float scale) {
+  cuda::DeviceBuffer buffer(count * sizeof(bf16));
+  fill_random_bf16(buffer.as<bf16>(), count, seed, scale, nullptr);
+  return buffer;
+}
+
+// An output buffer full of NaN (every byte 0xFF); all_finite() afterwards proves it was written.
+cuda::DeviceBuffer poisoned(size_t bytes) {
+  cuda::DeviceBuffer buffer(bytes);
+  TACHYON_CUDA_CHECK(cudaMemset(buffer.data(), 0xFF, bytes));
+  return buffer;
+}
+
+void check_all_finite(const cuda::DeviceBuffer& out, const std::string& what) {
+  TACHYON_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<bf16> host(out.bytes() / sizeof(bf16));
+  TACHYON_CUDA_CHECK(cudaMemcpy(host.data(), out.data(), out.bytes(), cudaMemcpyDeviceToHost));
+  const size_t bad = std::count_if(host.begin(), host.end(), [](bf16 x) { return !std::isfinite(__bfloat162float(x)); });
+  TACHYON_CHECK(bad == 0) << what << ": " << bad << " of " << host.size() << " outputs are not finite";
+}
+
+// Median device time of one call of `launch` in microseconds. The first call runs eagerly (it
+// checks the arguments and sets kernel attributes outside the capture), then `warmup` untimed and
+// `repeats` timed calls, each timed call behind a spin kernel so that its events bracket device
+// work only.
+double time_us(const std::function<void(cudaStream_t)>& launch, cudaStream_t stream, const Options& options,
+               bool graph = true) {
+  launch(stream);
+  TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaGraphExec_t exec = nullptr;
+  if (graph && !options.eager) {
+    cudaGraph_t captured = nullptr;
+    TACHYON_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    launch(stream);
+    TACHYON_CUDA_CHECK(cudaStreamEndCapture(stream, &captured));
+    TACHYON_CUDA_CHECK(cudaGraphInstantiate(&exec, captured, 0));
+    TACHYON_CUDA_CHECK(cudaGraphDestroy(captured));
+  }
+  const auto run = [&] {
+    if (exec != nullptr) {
+      TACHYON_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    } else {
+      launch(stream);
+    }
+  };
+  for (int i = 0; i < options.warmup; ++i) run();
+  cudaEvent_t start, stop;
+  TACHYON_CUDA_CHECK(cudaEventCreate(&start));
+  TACHYON_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> ms;
+  for (int i = 0; i < options.repeats; ++i) {
+    spin_for_us(exec != nullptr ? 100.0 : 2000.0, stream);  // eager launches of 64 layers take ~1 ms to enqueue
+    TACHYON_CUDA_CHECK(cudaEventRecord(start, stream));
+    run();
+    TACHYON_CUDA_CHECK(cudaEventRecord(stop, stream));
+    TACHYON_CUDA_CHECK(cudaEventSynchronize(stop));
+    float elapsed = 0;
+    TACHYON_CUDA_CHECK(cudaEventElapsedTime(&elapsed, start, stop));
+    ms.push_back(elapsed);
+  }
+  TACHYON_CUDA_CHECK(cudaEventDestroy(start));
+  TACHYON_CUDA_CHECK(cudaEventDestroy(stop));
+  if (exec != nullptr) TACHYON_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  std::sort(ms.begin(), ms.end());
+  return 1e3 * ms[ms.size() / 2];
+}
+
+// bf16 x bf16 -> bf16 with f32 accumulation, 8192^3: the matrix units' rate through cuBLAS.
+double measure_gemm_rate(const Options& options) {
+  constexpr int n = 8192;
+  const size_t elems = size_t{n} * n;
+  cuda::DeviceBuffer a = random_bf16(elems, 11, 1.0f), b = random_bf16(elems, 12, 1.0f), c(elems * sizeof(bf16));
+  cublasHandle_t handle = nullptr;
+  TACHYON_CHECK(cublasCreate(&handle) == CUBLAS_STATUS_SUCCESS) << "cublasCreate failed";
+  Stream stream;
+  TACHYON_CHECK(cublasSetStream(handle, stream.get()) == CUBLAS_STATUS_SUCCESS) << "cublasSetStream failed";
+  const float alpha = 1.0f, beta = 0.0f;
+  const double us = time_us(
+      [&](cudaStream_t) {
+        const cublasStatus_t status =
+            cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.data(), CUDA_R_16BF, n, b.data(),
+                         CUDA_R_16BF, n, &beta, c.data(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        TACHYON_CHECK(status == CUBLAS_STATUS_SUCCESS) << "cublasGemmEx: status " << static_cast<int>(status);
+      },
+      stream.get(), options, /*graph=*/false);
+  cublasDestroy(handle);
+  return 2.0 * n * n * double(n) / (us * 1e-6);
+}
+
+// L layers of one batch's caches in one pool: latent rows and (for DSA) index keys. Layer l's
+// sequence s owns blocks (l * batch + s) * blocks_per_seq + b, b = 0 .. blocks_per_seq - 1: the
+// block tables are identity permutations, one table per layer.
+struct LayerCaches {
+  int32_t layers = 1, batch = 0, blocks_per_seq = 0;
+  cuda::DeviceBuffer latents;     // [layers * batch * blocks_per_seq, kBlockSize, kWidth] bf16
+  cuda::DeviceBuffer index_keys;  // [same blocks, kBlockSize, kIndexDim] bf16; empty without DSA
+  cuda::DeviceBuffer tables;      // [layers, batch, blocks_per_seq] int32
+
+  LayerCaches(int32_t layers_, int32_t batch_, int32_t context, bool with_index_keys)
+      : layers(layers_), batch(batch_), blocks_per_seq((context + kBlockSize - 1) / kBlockSize) {
+    const size_t blocks = size_t(layers) * batch * blocks_per_seq;
+    latents = random_bf16(blocks * kBlockSize * kWidth, 21, 1.0f);
+    if (with_index_keys) index_keys = random_bf16(blocks * kBlockSize * kIndexDim, 22, 1.0f);
+    std::vector<int32_t> ids(blocks);
+    for (size_t i = 0; i < blocks; ++i) ids[i] = static_cast<int32_t>(i);
+    tables = upload(ids);
+  }
+  const int32_t* table(int layer) const { return tables.as<int32_t>() + size_t(layer) * batch * blocks_per_seq; }
+  gpu::PagedLatentView latent_view(int layer) const {
+    return gpu::PagedLatentView{latents.as<bf16>(), table(layer), blocks_per_seq, kBlockSize, kRank, kRope};
+  }
+  gpu::PagedIndexKeyView key_view(int layer) const {
+    return gpu::PagedIndexKeyView{index_keys.as<bf16>(), table(layer), blocks_per_seq, kBlockSize, kIndexDim};
+  }
+};
+
+// Layers whose caches together are >= 8x the L2 cache (at most kMaxLayers).
+int layers_for(double bytes_per_layer, const Ceilings& ceilings) {
+  const double target = 8.0 * static_cast<double>(ceilings.l2_bytes);
+  return static_cast<int>(std::clamp(std::ceil(target / bytes_per_layer), 1.0, double(kMaxLayers)));
+}
+
+// Whether `bytes` fit in the device's free memory with a margin; prints the skip otherwise.
+bool fits(double bytes, const std::string& what, int32_t batch, int32_t context) {
+  const double free = static_cast<double>(cuda::device_memory_info().free);
+  if (bytes < 0.9 * free) return true;
+  std::printf("%-22s %6d %8d  skipped: needs %.2f GB, %.2f GB free\n", what.c_str(), batch, context, bytes / 1e9,
+              free / 1e9);
+  return false;
+}
+
+class Bench {
+ public:
+  Bench(const Options& options, const Ceilings& ceilings) : options_(options), ceilings_(ceilings) {}
+  const std::vector<Result>& results() const { return results_; }
+
+  void add(const std::string& what, int32_t batch, int32_t context, int layers, double us_per_replay, double bytes,
+           double flops) {
+    Result r{what, batch, context, layers, us_per_replay / layers, bytes, flops};
+    r.floor_bytes_us = bytes / ceilings_.copy_bytes_per_s * 1e6;
+    r.floor_flops_us = flops / ceilings_.gemm_flops_per_s * 1e6;
+    std::printf("%-22s %6d %8d %12.2f %10.2f %7.2f  %-5s %6d\n", what.c_str(), batch, context, r.us_median,
+                r.floor_us(), r.us_median / r.floor_us(), r.floor_bytes_us >= r.floor_flops_us ? "bytes" : "flops",
+                layers);
+    std::fflush(stdout);
+    results_.push_back(r);
+  }
+
+  // Dense MLA decode, one query per sequence, every sequence at `context` tokens.
+  void mla_decode(const std::string& what, int32_t heads, int32_t batch, int32_t context) {
+    const double layer_bytes = double(batch) * context * kWidth * sizeof(bf16);
+    const int layers = layers_for(layer_bytes, ceilings_);
+    if (!fits(layers * layer_bytes, what, batch, context)) return;
+    const LayerCaches caches(layers, batch, context, false);
+    const cuda::DeviceBuffer q = random_bf16(size_t(batch) * heads * kWidth, 31, 1.0f);
+    const cuda::DeviceBuffer context_lens = upload(std::vector<int32_t>(batch, context));
+    const cuda::DeviceBuffer out = poisoned(size_t(batch) * heads * kRank * sizeof(bf16));
+    const size_t workspace_bytes = gpu::mla_decode_workspace_bytes(batch, heads, kRank, context);
+    const cuda::DeviceBuffer workspace(std::max<size_t>(workspace_bytes, 1));
+    const gpu::MlaAttentionParams params{heads, kScale};
+    Stream stream;
+    const double us = time_us(
+        [&](cudaStream_t s) {
+          for (int l = 0; l < layers; ++l) {
+            gpu::mla_decode_attention(out.as<bf16>(), q.as<bf16>(), caches.latent_view(l), context_lens.as<int32_t>(),
+                                      batch, context, params, workspace.data(), workspace_bytes, s);
+          }
+        },
+        stream.get(), options_);
+    check_all_finite(out, what);
+    add(what, batch, context, layers, us, layer_bytes, 2.0 * batch * heads * double(context) * (kWidth + kRank));
+  }
+
+  // DSA decode: index scores of every cached key, top-k selection, sparse MLA over the kept rows.
+  void dsa_decode(const std::string& prefix, int32_t heads, int32_t batch, int32_t context) {
+    const double keys = double(batch) * context;
+    const double kept_rows = double(batch) * std::min(kTopk, context);
+    const double key_bytes = keys * kIndexDim * sizeof(bf16), score_bytes = keys * sizeof(float);
+    const double kept_bytes = kept_rows * kWidth * sizeof(bf16);
+    const double layer_bytes = keys * (kWidth + kIndexDim) * sizeof(bf16);
+    const int layers = layers_for(layer_bytes, ceilings_);
+    if (!fits(layers * layer_bytes + score_bytes, prefix + "_decode", batch, context)) return;
+    const LayerCaches caches(layers, batch, context, true);
+    const cuda::DeviceBuffer q = random_bf16(size_t(batch) * heads * kWidth, 41, 1.0f);
+    const cuda::DeviceBuffer index_q = random_bf16(size_t(batch) * kIndexHeads * kIndexDim, 42, 1.0f);
+    cuda::DeviceBuffer index_weights(size_t(batch) * kIndexHeads * sizeof(float));
+    fill_random_f32(index_weights.as<float>(), size_t(batch) * kIndexHeads, 43, 1.0f, nullptr);
+    std::vector<int32_t> starts(batch + 1);
+    for (int32_t s = 0; s <= batch; ++s) starts[s] = s;
+    const cuda::DeviceBuffer query_starts = upload(starts);
+    const cuda::DeviceBuffer context_lens = upload(std::vector<int32_t>(batch, context));
+    const cuda::DeviceBuffer scores = poisoned(size_t(batch) * context * sizeof(float));  // one per step, reused by layers
+    const cuda::DeviceBuffer kept = poisoned(size_t(layers) * batch * kTopk * sizeof(int32_t));  // one per layer
+    const cuda::DeviceBuffer out = poisoned(size_t(batch) * heads * kRank * sizeof(bf16));
+    const gpu::MlaAttentionParams params{heads, kScale};
+    const gpu::DsaIndexerParams index_params{kIndexHeads, kIndexDim, kTopk, 1.0f / std::sqrt(float(kIndexDim)),
+                                             1.0f / std::sqrt(float(kIndexHeads))};
+    const auto kept_of = [&](int l) { return kept.as<int32_t>() + size_t(l) * batch * kTopk; };
+    const auto index_scores = [&](int l, cudaStream_t s) {
+      gpu::dsa_index_scores(scores.as<float>(), context, index_q.as<bf16>(), index_weights.as<float>(), caches.key_view(l),
+                            query_starts.as<int32_t>(), context_lens.as<int32_t>(), batch, batch, context, index_params, s);
+    };
+    const auto select_topk = [&](int l, cudaStream_t s) {
+      gpu::dsa_select_topk(kept_of(l), scores.as<float>(), context, query_starts.as<int32_t>(),
+                           context_lens.as<int32_t>(), batch, batch, context, kTopk, nullptr, 0, s);
+    };
+    const auto sparse_mla = [&](int l, cudaStream_t s) {
+      gpu::sparse_mla_attention(out.as<bf16>(), q.as<bf16>(), caches.latent_view(l), kept_of(l), kTopk,
+                                query_starts.as<int32_t>(), batch, batch, params, s);
+    };
+    const auto every_layer = [&](auto... parts) {
+      return [=](cudaStream_t s) {
+        for (int l = 0; l < layers; ++l) (parts(l, s), ...);
+      };
+    };
+    Stream stream;
+    // The whole chain first: its eager run leaves every layer's kept list for the sparse part alone.
+    const double total = time_us(every_layer(index_scores, select_topk, sparse_mla), stream.get(), options_);
+    check_all_finite(out, prefix + "_decode");
+    const double scores_us = time_us(every_layer(index_scores), stream.get(), options_);
+    const double topk_us = time_us(every_layer(select_topk), stream.get(), options_);
+    const double sparse_us = time_us(every_layer(sparse_mla), stream.get(), options_);
+    const double index_flops = 2.0 * keys * kIndexHeads * kIndexDim;
+    const double sparse_flops = 2.0 * kept_rows * heads * (kWidth + kRank);
+    add(prefix + "_index_scores", batch, context, layers, scores_us, key_bytes, index_flops);
+    add(prefix + "_select_topk", batch, context, layers, topk_us, score_bytes, 0.0);
+    add(prefix + "_sparse_mla", batch, context, layers, sparse_us, kept_bytes, sparse_flops);
+    add(prefix + "_decode", batch, context, layers, total, key_bytes + kept_bytes, index_flops + sparse_flops);
+  }
+
+  // Causal prefill of one `tokens`-long prompt (no cached prefix).
+  void mla_prefill(const std::string& what, int32_t heads, int32_t tokens) {
+    const double latent_bytes = double(tokens) * kWidth * sizeof(bf16);
+    const double io_bytes = double(tokens) * heads * (kWidth + kRank) * sizeof(bf16);  // q in, out
+    const int layers = layers_for(latent_bytes, ceilings_);
+    if (!fits(layers * latent_bytes + io_bytes, what, 1, tokens)) return;
+    const LayerCaches caches(layers, 1, tokens, false);
+    const cuda::DeviceBuffer q = random_bf16(size_t(tokens) * heads * kWidth, 51, 1.0f);
+    const cuda::DeviceBuffer query_starts = upload({0, tokens}), context_lens = upload({tokens});
+    const cuda::DeviceBuffer out = poisoned(size_t(tokens) * heads * kRank * sizeof(bf16));
+    const gpu::MlaAttentionParams params{heads, kScale};
+    Stream stream;
+    const double us = time_us(
+        [&](cudaStream_t s) {
+          for (int l = 0; l < layers; ++l) {
+            gpu::mla_prefill_attention(out.as<bf16>(), q.as<bf16>(), caches.latent_view(l), query_starts.as<int32_t>(),
+                                       context_lens.as<int32_t>(), 1, tokens, tokens, params, s);
+          }
+        },
+        stream.get(), options_);
+    check_all_finite(out, what);
+    const double flops = 2.0 * heads * (kWidth + kRank) * (double(tokens) * (tokens + 1) / 2);
+    add(what, 1, tokens, layers, us, latent_bytes + io_bytes, flops);
+  }
+
+ private:
+  const Options& options_;
+  const Ceilings& ceilings_;
+  std::vector<Result> results_;
+};
+
+bool wanted(const Options& options, const std::string& name) {
+  return std::find(options.cases.begin(), options.cases.end(), name) != options.cases.end();
+}
+
+void write_json(const Options& options, const Ceilings& ceilings, const std::vector<Result>& results) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Result& r : results) {
+    rows.push_back({{"what", r.what},
+                    {"batch", r.batch},
+                    {"context", r.context},
+                    {"us_median", r.us_median},
+                    {"floor_us", r.floor_us()},
+                    {"ratio_to_floor", r.us_median / r.floor_us()},
+                    {"bytes", r.bytes},
+                    {"flops", r.flops},
+                    {"floor_bytes_us", r.floor_bytes_us},
+                    {"floor_flops_us", r.floor_flops_us},
+                    {"layers_per_replay", r.layers}});
+  }
+  const nlohmann::json doc = {{"gpu", cuda::current_device_name()},
+                              {"copy_bandwidth_bytes_per_s", ceilings.copy_bytes_per_s},
+                              {"gemm_flops_per_s", ceilings.gemm_flops_per_s},
+                              {"l2_bytes", ceilings.l2_bytes},
+                              {"warmup", options.warmup},
+                              {"repeats", options.repeats},
+                              {"cuda_graphs", !options.eager},
+                              {"results", rows},
+                              {"command", options.command_line}};
+  std::ofstream file(options.json_path);
+  TACHYON_CHECK(file.good()) << "cannot write " << options.json_path;
+  file << doc.dump(2) << "\n";
+}
+
+void run(const Options& options) {
+  TACHYON_CHECK(cuda::cuda_device_available()) << "bench_mla_dsa needs a CUDA device";
+  Ceilings ceilings;
+  int device = 0, l2 = 0;
+  TACHYON_CUDA_CHECK(cudaGetDevice(&device));
+  TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
+  ceilings.l2_bytes = static_cast<size_t>(l2);
+  ceilings.copy_bytes_per_s = cuda::measure_copy_bandwidth(size_t{1} << 30, 20);
+  ceilings.gemm_flops_per_s = measure_gemm_rate(options);
+  std::printf("%s: copy %.3f TB/s (1 GiB D2D, read + write), bf16 GEMM %.1f TFLOP/s (cuBLAS 8192^3), L2 %.0f MB\n",
+              cuda::current_device_name().c_str(), ceilings.copy_bytes_per_s / 1e12, ceilings.gemm_flops_per_s / 1e12,
+              ceilings.l2_bytes / 1e6);
+  std::printf("per layer: median of %d %s after %d warm-up; floor = max(bytes / copy, FLOPs / GEMM)\n",
+              options.repeats, options.eager ? "eager runs" : "graph replays", options.warmup);
+  std::printf("%-22s %6s %8s %12s %10s %7s  %-5s %6s\n", "what", "batch", "context", "us median", "floor us", "ratio",
+              "bound", "layers");
+  Bench bench(options, ceilings);
+  for (int32_t batch : {1, 32}) {
+    for (int32_t context : {8192, 32768, 131072}) {
+      if (wanted(options, "v32_dense")) bench.mla_decode("v32_mla_decode", 128, batch, context);
+      if (wanted(options, "v32_dsa")) bench.dsa_decode("v32_dsa", 128, batch, context);
+    }
+  }
+  if (wanted(options, "v2lite_decode")) {
+    for (auto [batch, context] : {std::pair{1, 4096}, std::pair{32, 4096}, std::pair{64, 2048}}) {
+      bench.mla_decode("v2lite_mla_decode", 16, batch, context);
+    }
+  }
+  if (wanted(options, "v2lite_prefill")) bench.mla_prefill("v2lite_mla_prefill", 16, 2048);
+  if (!options.json_path.empty()) {
+    write_json(options, ceilings, bench.results());
+    std::printf("wrote %s\n", options.json_path.c_str());
+  }
+}
+
+}  // namespace
+}  // namespace tachyon::bench
+
+int main(int argc, char** argv) {
+  tachyon::bench::Options options;
+  for (int i = 0; i < argc; ++i) options.command_line += (i ? " " : "") + std::string(argv[i]);
+  CLI::App app{"bench_mla_dsa: per-layer time of DeepSeek's MLA and DSA attention kernels against their floors"};
+  app.add_option("--json", options.json_path, "also write the results as JSON here");
+  app.add_option("--cases", options.cases, "any of v32_dense, v32_dsa, v2lite_decode, v2lite_prefill (default: all)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"v32_dense", "v32_dsa", "v2lite_decode", "v2lite_prefill"}));
+  app.add_option("--warmup", options.warmup, "untimed runs first")->default_val(3)->check(CLI::Range(0, 1000));
+  app.add_option("--repeats", options.repeats, "timed runs; the median is reported")->default_val(20)->check(CLI::Range(1, 10000));
+  app.add_flag("--eager", options.eager, "time plain launches instead of CUDA graph replays");
+  try {
+    app.parse(argc, argv);
+    tachyon::bench::run(options);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
