@@ -29,7 +29,9 @@ python3 tools/make_goldens.py --manifest tests/data/goldens/gpu_manifest.json --
 cp tests/data/goldens/gpu_manifest.json "$TACHYON_GPU_GOLDENS/"
 
 set +e
-ctest --test-dir $BUILD_DIR -j "$(nproc)" --timeout "${CTEST_TIMEOUT:-600}" --output-on-failure > "$OUT_DIR/ctest.log" 2>&1
+# CTEST_ARGS narrows the run (e.g. -R '^gpu\.' when the CPU suite already passed elsewhere).
+ctest --test-dir $BUILD_DIR -j "$(nproc)" --timeout "${CTEST_TIMEOUT:-600}" --output-on-failure ${CTEST_ARGS:-} \
+  > "$OUT_DIR/ctest.log" 2>&1
 ctest_rc=$?
 set -e
 grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" "$OUT_DIR/ctest.log" | tail -20
@@ -45,18 +47,17 @@ if "$BUILD_DIR/bin/tachyon" serve --help > /dev/null 2>&1; then
 else
   echo "== canary on the GPU: not run (no server in this build: cpp-httplib missing)"
 fi
-TACHYON=$BUILD_DIR/bin/tachyon tools/make_golden_models.sh "$fresh/models" > /dev/null
-python3 tools/make_goldens.py --manifest tests/data/goldens/manifest.json --models "$fresh/models" \
-  --out "$fresh/goldens" > "$OUT_DIR/goldens.log" 2>&1
-cp tests/data/goldens/manifest.json "$fresh/goldens/"
-# The MoE variants too: their fresh files also land in OUT_DIR/moe-goldens.
-TACHYON=$BUILD_DIR/bin/tachyon tools/make_golden_models.sh "$fresh/models" tests/data/goldens/moe_manifest.json > /dev/null
-python3 tools/make_goldens.py --manifest tests/data/goldens/moe_manifest.json --models "$fresh/models" \
-  --out "$fresh/goldens" >> "$OUT_DIR/goldens.log" 2>&1 || tail -20 "$OUT_DIR/goldens.log"
-cp tests/data/goldens/moe_manifest.json "$fresh/goldens/"
-mkdir -p "$OUT_DIR/moe-goldens"
-python3 -c 'import json,sys; [print(v["name"]) for v in json.load(open(sys.argv[1]))["variants"]]' \
-  tests/data/goldens/moe_manifest.json | while read -r name; do cp "$fresh/goldens/$name.json" "$OUT_DIR/moe-goldens/" || true; done
+# Every family's CPU goldens again with this machine's transformers (f32 on its CPU); the fresh
+# files land in OUT_DIR/fresh-goldens too, to commit when a family's golden is new or changed.
+: > "$OUT_DIR/goldens.log"
+for manifest in manifest moe_manifest deepseek_manifest dsa_manifest; do
+  TACHYON=$BUILD_DIR/bin/tachyon tools/make_golden_models.sh "$fresh/models" "tests/data/goldens/$manifest.json" > /dev/null
+  python3 tools/make_goldens.py --manifest "tests/data/goldens/$manifest.json" --models "$fresh/models" \
+    --out "$fresh/goldens" >> "$OUT_DIR/goldens.log" 2>&1 || tail -20 "$OUT_DIR/goldens.log"
+  cp "tests/data/goldens/$manifest.json" "$fresh/goldens/"
+done
+mkdir -p "$OUT_DIR/fresh-goldens"
+cp "$fresh"/goldens/*.json "$OUT_DIR/fresh-goldens/"
 TACHYON_GOLDENS_DIR="$fresh/goldens" $BUILD_DIR/tests/model_goldens \
   > "$OUT_DIR/fresh-goldens.log" 2>&1 \
   && echo "== goldens from this machine's transformers: pass" \

@@ -2,6 +2,8 @@
 # Starts `tachyon serve` on a tiny model with the real Qwen3 tokenizer on a free port, runs the
 # given client command with the base URL and model name appended, then stops the server with
 # SIGTERM and requires a clean exit. Used by ctest for the openai npm client and curl tests.
+# MODEL_ARCH / MODEL_PRESET pick another make-model architecture and preset (default qwen3 tiny),
+# so the same clients check that every architecture is served.
 #   run_with_server.sh TACHYON TOKENIZERS_DIR -- command args...
 set -euo pipefail
 TACHYON=$1
@@ -13,7 +15,8 @@ trap 'rm -rf "$work"' EXIT
 if [ "${DEFAULT_MODEL:-0}" = 1 ]; then  # the built-in default model, cached under XDG_CACHE_HOME
   XDG_CACHE_HOME="$work/cache" "$TACHYON" serve --port 0 --served-model-name tiny > "$work/log" 2>&1 &
 else
-  "$TACHYON" make-model --arch qwen3 --preset tiny --seed 3 --tokenizer "$TOKENIZERS/qwen3" --out "$work/model" > /dev/null
+  "$TACHYON" make-model --arch "${MODEL_ARCH:-qwen3}" --preset "${MODEL_PRESET:-tiny}" --seed 3 \
+    --tokenizer "$TOKENIZERS/qwen3" --out "$work/model" > /dev/null
   "$TACHYON" serve "$work/model" --port 0 --served-model-name tiny --max-model-len 512 --num-blocks 128 > "$work/log" 2>&1 &
 fi
 server=$!
