@@ -54,7 +54,7 @@ model::ModelConfig mla_config(const MlaShape& s, bool interleave, bool yarn) {
   c.kv_lora_rank = s.rank;
   c.q_lora_rank = 0;
   c.hidden_size = (s.rank + s.rope) + s.heads * c.head_dim;  // x = [kv_a | q]
-  c.rms_norm_eps = 1e-6;
+  c.rms_norm_eps = 1e-5;  // the decoder norms'; the latent norms use kMlaLatentNormEps whatever this says
   c.rope_theta = 10000.0;
   c.rope_interleave = interleave;
   if (yarn) {  // DeepSeek-V3's yarn, but without mscale_all_dim, so that attention_scaling != 1
@@ -118,7 +118,7 @@ void check_mla_rope(const MlaShape& s, const model::ModelConfig& c, const model:
   DeviceArray<float> inv_freq_d = upload(inv_freq);
   DeviceArray<int32_t> positions_d = upload(positions), slots_d = upload(slots);
   DeviceArray<bf16> cache(num_slots * latent_width), q_absorbed(tokens * s.heads * absorbed_width);
-  gpu::mla_store_latent(cache.data(), kv_a_d.data(), norm_d.data(), static_cast<float>(c.rms_norm_eps),
+  gpu::mla_store_latent(cache.data(), kv_a_d.data(), norm_d.data(), model::kMlaLatentNormEps,
                         inv_freq_d.data(), attention_scaling, c.rope_interleave, positions_d.data(), slots_d.data(),
                         tokens, s.rank, s.rope, nullptr);
   gpu::mla_rope_queries(q_absorbed.data(), q_d.data(), inv_freq_d.data(), attention_scaling, c.rope_interleave,

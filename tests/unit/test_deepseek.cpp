@@ -359,6 +359,40 @@ TEST(DeepseekMla, MatchesAnExplicitPerHeadReference) {
   }
 }
 
+// transformers builds q_a_layernorm and kv_a_layernorm with RMSNorm's default eps (1e-6), not
+// config.rms_norm_eps (which only the decoder's norms read): GLM-5's 1e-5 showed the difference.
+TEST(DeepseekMla, LatentNormsUseTheFixedEpsilonNotTheConfigs) {
+  ModelConfig c = tiny_deepseek();
+  c.rms_norm_eps = 0.25;  // far from 1e-6: the latent norms must not see it
+  std::mt19937 gen(5);
+  const LayerWeights w = random_mla_weights(c, gen);
+  const int64_t n = 3, rank = c.kv_lora_rank;
+  const std::vector<float> x = random_values(gen, static_cast<size_t>(n * c.hidden_size), 0.0f, 1.0f);
+  const std::vector<int64_t> positions = {0, 1, 2};
+  const MlaLatentProjections got = mla_project_latent(c, w, rope_inv_freq(c), x, positions);
+  // rms_norm(x @ proj^T) * weight over `width` columns of `proj`'s first rows, in double.
+  auto normed = [&](const std::vector<float>& proj, const std::vector<float>& weight, int64_t rows, int64_t t) {
+    std::vector<double> v(static_cast<size_t>(rows));
+    double squares = 0.0;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t k = 0; k < c.hidden_size; ++k) v[r] += double(x[t * c.hidden_size + k]) * proj[r * c.hidden_size + k];
+      squares += v[r] * v[r];
+    }
+    const double inv = 1.0 / std::sqrt(squares / static_cast<double>(rows) + 1e-6);
+    for (int64_t r = 0; r < rows; ++r) v[r] *= inv * weight[r];
+    return v;
+  };
+  const int64_t latent_width = rank + c.qk_rope_head_dim;
+  for (int64_t t = 0; t < n; ++t) {
+    const std::vector<double> c_kv = normed(w.kv_a_proj, w.kv_a_norm, rank, t);
+    const std::vector<double> q_lora = normed(w.q_a_proj, w.q_a_norm, c.q_lora_rank, t);
+    for (int64_t r = 0; r < rank; ++r) EXPECT_NEAR(got.latent[t * latent_width + r], c_kv[r], 1e-4) << t << " " << r;
+    for (int64_t r = 0; r < c.q_lora_rank; ++r) {
+      EXPECT_NEAR(got.q_lora[t * c.q_lora_rank + r], q_lora[r], 1e-4) << t << " " << r;
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Layers, experts, checkpoint names.
 

@@ -36,8 +36,7 @@ std::vector<float> project_q(const ModelConfig& c, const LayerWeights& w, std::s
   }
   q_latent.resize(static_cast<size_t>(n * c.q_lora_rank));  // [n, q_lora_rank]
   cpu::linear(q_latent.data(), x.data(), w.q_a_proj.data(), nullptr, n, c.hidden_size, c.q_lora_rank);
-  cpu::rms_norm(q_latent.data(), q_latent.data(), w.q_a_norm.data(), n, c.q_lora_rank,
-                static_cast<float>(c.rms_norm_eps));
+  cpu::rms_norm(q_latent.data(), q_latent.data(), w.q_a_norm.data(), n, c.q_lora_rank, kMlaLatentNormEps);
   cpu::linear(q.data(), q_latent.data(), w.q_b_proj.data(), nullptr, n, c.q_lora_rank, q_width);
   return q;
 }
@@ -74,7 +73,7 @@ MlaLatentProjections mla_project_latent(const ModelConfig& c, const LayerWeights
     std::copy_n(row, latent, c_kv.data() + t * latent);
     std::copy_n(row + latent, rope, k_pe.data() + t * rope);
   }
-  cpu::rms_norm(c_kv.data(), c_kv.data(), w.kv_a_norm.data(), n, latent, static_cast<float>(c.rms_norm_eps));
+  cpu::rms_norm(c_kv.data(), c_kv.data(), w.kv_a_norm.data(), n, latent, kMlaLatentNormEps);
 
   // RoPE on the query's rope dims of every head and on the one shared k_pe per token.
   std::vector<float> q_pe(static_cast<size_t>(n * heads * rope));  // [n, heads, rope]

@@ -38,6 +38,10 @@ struct QkvProjections {
 
 // MLA's projections before kv_b_proj: the queries, and the one latent row per token that every
 // head shares.
+// The eps of q_a_layernorm and kv_a_layernorm: transformers builds both with RMSNorm's default
+// (1e-6) whatever config.rms_norm_eps says (that one is the decoder norms'); GLM-5's is 1e-5.
+inline constexpr float kMlaLatentNormEps = 1e-6f;
+
 struct MlaLatentProjections {
   std::vector<float> q;       // [n, heads, qk_nope + qk_rope], rope applied to the q_pe part
   std::vector<float> latent;  // [n, kv_lora_rank + qk_rope] = [kv_a_layernorm(c_kv) | rope(k_pe)]

@@ -16,6 +16,7 @@
 #include "tachyon/kernels/cuda/mla_rope.h"
 #include "tachyon/kernels/cuda/rms_norm.h"
 #include "tachyon/model/attention_backend.h"
+#include "tachyon/model/mla.h"
 #include "tachyon/runner/cuda/cuda_runner_workspace.h"
 
 namespace tachyon::runner {
@@ -28,7 +29,7 @@ void CudaModelRunner::mla_attention(const CudaLayerWeights& w, int64_t l, const 
   const int64_t T = shape.num_tokens, H = c.hidden_size, heads = c.num_attention_heads;
   const int64_t nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim, rank = c.kv_lora_rank, v = c.v_head_dim;
   const int64_t qk = nope + rope, qa = rank + rope, kv_b_rows = nope + v;
-  const float eps = static_cast<float>(c.rms_norm_eps);
+  const float eps = model::kMlaLatentNormEps;  // q_a_layernorm's and kv_a_layernorm's, not the config's
   const auto bf = kc::GemmOutputType::kBF16;
 
   if (w.q_a_proj != nullptr) {
