@@ -181,9 +181,13 @@ TEST(ServerReliability, GracefulShutdownFinishesOrAbortsInFlight) {
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_TRUE(server->context->draining());
   auto refused = server->client().Post("/v1/completions", R"({"prompt":"x","max_tokens":1})", "application/json");
-  if (refused) EXPECT_EQ(refused->status, 503);
+  if (refused) {
+    EXPECT_EQ(refused->status, 503);
+  }
   auto health = server->client().Get("/health");
-  if (health) EXPECT_EQ(health->status, 503);
+  if (health) {
+    EXPECT_EQ(health->status, 503);
+  }
   drainer.join();
   streaming.join();
   auto frames = sse_payloads(body);

@@ -118,8 +118,12 @@ TEST_F(EngineTest, GreedyIsBatchInvariant) {
     auto outputs = run_all(*e, channels);
     EXPECT_EQ(outputs[0], probe.expected) << c.name;
     EngineStats stats = e->stats();
-    if (std::string(c.name) == "preemption") EXPECT_GT(stats.preemptions, 0) << "the case must really preempt";
-    if (c.warm_prefix) EXPECT_GE(stats.kv.prefix_hit_tokens, 20 / 4 * 4) << "the case must really hit the cache";
+    if (std::string(c.name) == "preemption") {
+      EXPECT_GT(stats.preemptions, 0) << "the case must really preempt";
+    }
+    if (c.warm_prefix) {
+      EXPECT_GE(stats.kv.prefix_hit_tokens, 20 / 4 * 4) << "the case must really hit the cache";
+    }
     EXPECT_EQ(stats.kv_blocks_free, stats.kv_blocks_total) << c.name;
   }
 }

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "../architecture_checks.h"
+#include "../model_test_util.h"
 #include "tachyon/base/check.h"
 #include "tachyon/base/file_util.h"
 #include "tachyon/model/attention_backend.h"
@@ -36,6 +37,10 @@
 
 namespace tachyon::model {
 namespace {
+
+using testing::prompt_of;
+using testing::relative_error;
+using testing::sequence_logits;
 
 constexpr IndexerType kF = IndexerType::kFull;
 constexpr IndexerType kS = IndexerType::kShared;
@@ -57,36 +62,6 @@ nlohmann::json minimal_json(int64_t layers) {
   return {{"architectures", {"GlmMoeDsaForCausalLM"}}, {"model_type", "glm_moe_dsa"}, {"vocab_size", 512},
           {"hidden_size", 64},  {"intermediate_size", 128}, {"num_hidden_layers", layers},
           {"num_attention_heads", 4}};
-}
-
-std::vector<int32_t> prompt_of(int length, int salt) {
-  std::vector<int32_t> prompt;
-  for (int i = 0; i < length; ++i) prompt.push_back(static_cast<int32_t>((i * 37 + salt * 101 + 11) % 512));
-  return prompt;
-}
-
-// max |got - want| / max |want|.
-template <typename Got, typename Want>
-double relative_error(const std::vector<Got>& got, const std::vector<Want>& want) {
-  EXPECT_EQ(got.size(), want.size());
-  double scale = 0, worst = 0;
-  for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
-    scale = std::max(scale, std::abs(static_cast<double>(want[i])));
-    worst = std::max(worst, std::abs(static_cast<double>(got[i]) - static_cast<double>(want[i])));
-  }
-  return worst / scale;
-}
-
-// All logits [tokens, vocab] of `tokens` run in consecutive chunks through one sequence cache.
-std::vector<float> sequence_logits(const DenseModel& model, const std::vector<int32_t>& tokens, int64_t chunk) {
-  SequenceKvCache cache(model.config(), static_cast<int64_t>(tokens.size()));
-  std::vector<float> logits;
-  for (size_t begin = 0; begin < tokens.size(); begin += static_cast<size_t>(chunk)) {
-    const size_t end = std::min(tokens.size(), begin + static_cast<size_t>(chunk));
-    std::vector<float> part = model.forward(std::span(tokens).subspan(begin, end - begin), cache, true);
-    logits.insert(logits.end(), part.begin(), part.end());
-  }
-  return logits;
 }
 
 // ---- Config -------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../engine_run.h"
+#include "../model_test_util.h"
 #include "tachyon/base/check.h"
 #include "tachyon/engine/engine_core.h"
 #include "tachyon/kernels/mla_attention.h"
@@ -30,6 +31,10 @@
 namespace tachyon::model {
 namespace {
 
+using testing::prompt_of;
+using testing::relative_error;
+using testing::sequence_logits;
+
 constexpr const char* kPresets[] = {"tiny-deepseek", "tiny-deepseek-noqlora"};
 constexpr double kLogitsTolerance = 1e-5;  // relative to the largest logit
 
@@ -40,37 +45,6 @@ DenseModel make_deepseek(const std::string& preset) {
   ModelWeights weights = load_weights(ModelConfig::from_dir(dir), SafetensorsCheckpoint(dir));
   std::filesystem::remove_all(dir);
   return DenseModel(std::move(weights));
-}
-
-std::vector<int32_t> prompt_of(int length, int salt) {
-  std::vector<int32_t> prompt;
-  for (int i = 0; i < length; ++i) prompt.push_back(static_cast<int32_t>((i * 37 + salt * 101 + 11) % 512));
-  return prompt;
-}
-
-// max |got - want| / max |want|.
-double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
-  EXPECT_EQ(got.size(), want.size());
-  double scale = 0, worst = 0;
-  for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
-    scale = std::max(scale, static_cast<double>(std::abs(want[i])));
-    worst = std::max(worst, static_cast<double>(std::abs(got[i] - want[i])));
-  }
-  return worst / scale;
-}
-
-// All logits [tokens, vocab] of `tokens` run as consecutive chunks of `chunk` through one
-// sequence cache of the given form.
-std::vector<float> sequence_logits(const DenseModel& model, const std::vector<int32_t>& tokens, int64_t chunk,
-                                   MlaAttentionForm form) {
-  SequenceKvCache cache(model.config(), static_cast<int64_t>(tokens.size()), form);
-  std::vector<float> logits;
-  for (size_t begin = 0; begin < tokens.size(); begin += static_cast<size_t>(chunk)) {
-    const size_t end = std::min(tokens.size(), begin + static_cast<size_t>(chunk));
-    std::vector<float> part = model.forward(std::span(tokens).subspan(begin, end - begin), cache, true);
-    logits.insert(logits.end(), part.begin(), part.end());
-  }
-  return logits;
 }
 
 // greedy_generate's loop over a cache of the given form.

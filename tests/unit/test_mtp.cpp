@@ -216,7 +216,9 @@ TEST(MtpForward, MatchesAStepByStepReference) {
     const MtpOutput got = mtp.forward(hidden, next, cache, [&](std::string_view name, int64_t layer,
                                                                std::span<const float> v) {
       if (name == "latent") got_latent.assign(v.begin(), v.end());
-      if (name == "latent") EXPECT_EQ(layer, 3) << "hooks name the checkpoint layer";
+      if (name == "latent") {
+        EXPECT_EQ(layer, 3) << "hooks name the checkpoint layer";
+      }
     });
     std::vector<int64_t> positions;
     for (int64_t t = 0; t < n; ++t) positions.push_back(t + 1);
