@@ -370,6 +370,38 @@ TEST(GlmDsaModel, PrefillChunksMatchTheWholePrompt) {
   }
 }
 
+// The GPU runs GLM-5's indexer with rotate-half rope over reordered weight rows
+// (indexer_rotate_half_row_order): the same model with those rows and the rotate-half layout must
+// give the interleaved model's logits, over a prompt long enough that the top-8 really selects.
+TEST(GlmDsaIndexer, ReorderedRowsWithRotateHalfRopeEqualTheInterleavedLayout) {
+  const ModelWeights original = tiny_glm_weights(4);
+  ModelWeights reordered = original;
+  reordered.config.index_rope_layout = RopeLayout::kRotateHalf;
+  const std::vector<int64_t> order = indexer_rotate_half_row_order(original.config);
+  const std::vector<int64_t> identity = [&] {
+    std::vector<int64_t> v(order.size());
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int64_t>(i);
+    return v;
+  }();
+  ASSERT_NE(order, identity);
+  for (LayerWeights& l : reordered.layers) {
+    if (l.indexer_wk.empty()) continue;  // a shared layer
+    l.indexer_wq_b = reorder_indexer_rows(l.indexer_wq_b, order, original.config.q_lora_rank);
+    l.indexer_wk = reorder_indexer_rows(l.indexer_wk, order, original.config.hidden_size);
+    l.indexer_k_norm = reorder_indexer_rows(l.indexer_k_norm, order, 1);
+    l.indexer_k_norm_bias = reorder_indexer_rows(l.indexer_k_norm_bias, order, 1);
+  }
+  const DenseModel interleaved(ModelWeights{original});
+  const DenseModel rotate_half(std::move(reordered));
+  const std::vector<int32_t> tokens = prompt_of(30, 9);
+  EXPECT_LT(relative_error(sequence_logits(rotate_half, tokens, 30), sequence_logits(interleaved, tokens, 30)), 1e-5);
+  // Without the reordering the rotate-half layout computes other index scores.
+  ModelWeights unordered = original;
+  unordered.config.index_rope_layout = RopeLayout::kRotateHalf;
+  const DenseModel wrong(std::move(unordered));
+  EXPECT_GT(relative_error(sequence_logits(wrong, tokens, 30), sequence_logits(interleaved, tokens, 30)), 1e-3);
+}
+
 TEST(GlmDsaModel, EngineMatchesGreedyGenerate) {
   testing::expect_engine_matches_greedy_generate(DenseModel(tiny_glm_weights()), "tiny-glm-dsa");
 }

@@ -96,4 +96,13 @@ std::vector<int32_t> dsa_select_tokens(const ModelConfig& c, int64_t layer, cons
   return kept;
 }
 
+std::vector<int64_t> indexer_rotate_half_row_order(const ModelConfig& c) {
+  std::vector<int64_t> order(static_cast<size_t>(c.index_head_dim));
+  const int64_t half = c.qk_rope_head_dim / 2;
+  for (int64_t d = 0; d < c.index_head_dim; ++d) {
+    order[static_cast<size_t>(d)] = d >= c.qk_rope_head_dim ? d : d < half ? 2 * d : 2 * (d - half) + 1;
+  }
+  return order;
+}
+
 }  // namespace tachyon::model

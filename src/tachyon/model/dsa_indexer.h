@@ -18,6 +18,7 @@
 // Tests: tests/unit/test_dsa.cpp, test_glm_dsa.cpp (against double-precision reimplementations).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -43,5 +44,32 @@ DsaIndexerProjections dsa_indexer_project(const ModelConfig& config, const Layer
 // attends: [n, index_topk], ascending, -1 padded (AttentionBackend::select_tokens).
 std::vector<int32_t> dsa_select_tokens(const ModelConfig& config, int64_t layer, const DsaIndexerProjections& index,
                                        AttentionBackend& attention);
+
+// GLM-5's interleaved indexer rope as DeepSeek-V3.2's rotate-half one, by moving weight rows:
+// the interleaved layout is a de-interleave of the rope dims followed by rotate-half, and the
+// de-interleave commutes with the projections (it picks rows of wq_b and wk) and with k_norm's
+// LayerNorm (a permutation of the entries it normalizes, with its weight and bias permuted
+// alike). So a checkpoint whose indexer_wq_b rows (per head), indexer_wk rows and k_norm
+// weight/bias entries are put in this order computes, with rotate-half rope, exactly the index
+// queries and keys of the interleaved layout. Why: the GPU's indexer kernels rotate half only.
+// order[d] (d < index_head_dim) is the original row that row d takes: for the rope dims
+// [0, qk_rope) first the even ones then the odd ones, the other dims unchanged.
+std::vector<int64_t> indexer_rotate_half_row_order(const ModelConfig& config);
+
+// `tensor` holds groups of index_head_dim rows of `row_width` values (one group per index head
+// for wq_b, one for wk; row_width 1 for k_norm's weight and bias): each group's rows reordered.
+template <typename T>
+std::vector<T> reorder_indexer_rows(const std::vector<T>& tensor, const std::vector<int64_t>& order, int64_t row_width) {
+  const int64_t dim = static_cast<int64_t>(order.size());
+  const int64_t group = dim * row_width;
+  std::vector<T> out(tensor.size());
+  for (int64_t g = 0; g * group < static_cast<int64_t>(tensor.size()); ++g) {
+    for (int64_t d = 0; d < dim; ++d) {
+      const auto from = tensor.begin() + g * group + order[static_cast<size_t>(d)] * row_width;
+      std::copy(from, from + row_width, out.begin() + g * group + d * row_width);
+    }
+  }
+  return out;
+}
 
 }  // namespace tachyon::model

@@ -263,6 +263,12 @@ std::vector<ModelPreset> build_presets() {
   // GLM-5 (glm_moe_dsa only): tiny-dsa in 4 layers, 2 of them sharing the previous layer's top-k.
   presets.push_back(tiny("tiny-glm-dsa", "tiny-dsa dims, 4 layers with indexer_types full/shared/full/shared",
                          tiny_glm_dsa_shape(), "glm_moe_dsa"));
+  c = tiny_glm_dsa_shape();  // the CUDA runner's variant, as tiny-gpu-dsa-all for DeepSeek-V3.2
+  c.num_experts_per_tok = c.num_experts;
+  c.topk_group = c.n_group;
+  c.index_topk = 128;
+  presets.push_back(tiny("tiny-gpu-glm-all", "tiny-glm-dsa routing to all 16 experts, indexer top-128: on the GPU", c,
+                         "glm_moe_dsa"));
   presets.push_back({"glm-5-reduced", "GLM-5 layer shapes, 4 layers (1 dense + 3 MoE of 64 experts), DSA top-2048",
                      "glm_moe_dsa", glm5_reduced_shape(), DType::kBF16, 4ull << 30});
 

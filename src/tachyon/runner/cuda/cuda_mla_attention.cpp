@@ -4,7 +4,9 @@
 //   kv_a   = kv_a_proj_with_mqa(x)                                       [T, rank + rope]
 //   cache <- [rms_norm(kv_a[:rank]) | rope(kv_a[rank:])]                 one row per token (mla_rope.h)
 //   q_abs  = [q_nope_h @ W_uk_h | rope(q_pe_h)]                          per-head GEMM + rope
-//   DSA:     kept = the indexer's top-k per token (dsa_indexer.h)
+//   DSA:     kept = the indexer's top-k per token (dsa_indexer.h); GLM-5's shared layers reuse
+//            the last full layer's, and its interleaved indexer rope runs as rotate-half over
+//            reordered weight rows (cuda_weights.cpp, model/dsa_indexer.h)
 //   lat    = attention over the cached latents (all earlier tokens, or the kept ones)  [T, heads, rank]
 //   out    = o_proj(lat_h @ W_uv_h^T)                                    [T, hidden]
 // Each step reads the cache's rows once per (sequence, KV split) for all heads; nothing is
@@ -59,7 +61,8 @@ void CudaModelRunner::mla_attention(const CudaLayerWeights& w, int64_t l, const 
                                   .rope_dim = static_cast<int32_t>(rope)};
   const kc::MlaAttentionParams params{.num_heads = static_cast<int32_t>(heads), .scale = mla_softmax_scale_};
   if (c.has_sparse_attention()) {
-    dsa_select(w, l, shape, m);
+    // GLM-5's "shared" layers attend the kept positions the last full layer left in ws_->kept.
+    if (c.has_indexer(l)) dsa_select(w, l, shape, m);
     kc::sparse_mla_attention(ws_->attn_latent, ws_->q_absorbed, cache, ws_->kept, static_cast<int32_t>(c.index_topk),
                              m.query_starts, shape.num_seqs, static_cast<int32_t>(T), params, stream_);
   } else {

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "tachyon/model/dsa_indexer.h"
 #include "tachyon/tensor/dtype.h"
 
 namespace tachyon::runner {
@@ -38,11 +39,31 @@ CudaDenseWeights::CudaDenseWeights(const model::Bf16ModelWeights& w, const std::
   layers_.resize(w.layers.size());
   // The router bias goes up in f32; its converted copies live until the upload.
   std::vector<std::vector<float>> f32_copies(w.layers.size());
+  std::vector<std::vector<std::vector<uint16_t>>> reordered(w.layers.size());
   place(w.embed_tokens, &embed_tokens_);
   for (size_t i = 0; i < w.layers.size(); ++i) {
     const auto& l = w.layers[i];
     CudaLayerWeights& d = layers_[i];
-    for (auto [tensor, target] : std::initializer_list<std::pair<const std::vector<uint16_t>*, const bf16**>>{
+    // GLM-5's interleaved indexer rope becomes the kernels' rotate-half one by reordering the
+    // indexer's rows (model/dsa_indexer.h); the reordered copies live until the upload.
+    using Tensor = std::vector<uint16_t>;
+    const Tensor* wq_b = &l.indexer_wq_b;
+    const Tensor* wk = &l.indexer_wk;
+    const Tensor* k_norm = &l.indexer_k_norm;
+    const Tensor* k_norm_bias = &l.indexer_k_norm_bias;
+    if (config_.index_rope_layout == model::RopeLayout::kInterleaved && !l.indexer_wk.empty()) {
+      const std::vector<int64_t> order = model::indexer_rotate_half_row_order(config_);
+      auto& copies = reordered[i];
+      copies = {model::reorder_indexer_rows(l.indexer_wq_b, order, config_.q_lora_rank),
+                model::reorder_indexer_rows(l.indexer_wk, order, config_.hidden_size),
+                model::reorder_indexer_rows(l.indexer_k_norm, order, 1),
+                model::reorder_indexer_rows(l.indexer_k_norm_bias, order, 1)};
+      wq_b = &copies[0];
+      wk = &copies[1];
+      k_norm = &copies[2];
+      k_norm_bias = &copies[3];
+    }
+    for (auto [tensor, target] : std::initializer_list<std::pair<const Tensor*, const bf16**>>{
              {&l.input_norm, &d.input_norm}, {&l.qkv, &d.qkv}, {&l.qkv_bias, &d.qkv_bias}, {&l.q_norm, &d.q_norm},
              {&l.k_norm, &d.k_norm}, {&l.o_proj, &d.o_proj}, {&l.o_proj_bias, &d.o_proj_bias},
              {&l.post_attention_norm, &d.post_attention_norm}, {&l.gate_up, &d.gate_up},
@@ -50,9 +71,9 @@ CudaDenseWeights::CudaDenseWeights(const model::Bf16ModelWeights& w, const std::
              {&l.router, &d.router}, {&l.experts_gate_up, &d.experts_gate_up}, {&l.experts_down, &d.experts_down},
              {&l.shared_gate_up, &d.shared_gate_up}, {&l.shared_down, &d.shared_down}, {&l.q_a_proj, &d.q_a_proj},
              {&l.q_a_norm, &d.q_a_norm}, {&l.q_b_proj, &d.q_b_proj}, {&l.kv_a_proj, &d.kv_a_proj},
-             {&l.kv_a_norm, &d.kv_a_norm}, {&l.kv_b_proj, &d.kv_b_proj}, {&l.indexer_wq_b, &d.indexer_wq_b},
-             {&l.indexer_wk, &d.indexer_wk}, {&l.indexer_k_norm, &d.indexer_k_norm},
-             {&l.indexer_k_norm_bias, &d.indexer_k_norm_bias}, {&l.indexer_weights_proj, &d.indexer_weights_proj}}) {
+             {&l.kv_a_norm, &d.kv_a_norm}, {&l.kv_b_proj, &d.kv_b_proj}, {wq_b, &d.indexer_wq_b},
+             {wk, &d.indexer_wk}, {k_norm, &d.indexer_k_norm}, {k_norm_bias, &d.indexer_k_norm_bias},
+             {&l.indexer_weights_proj, &d.indexer_weights_proj}}) {
       place(*tensor, target);
     }
     for (uint16_t bits : l.router_bias) f32_copies[i].push_back(bf16_to_f32(bits));
