@@ -50,7 +50,7 @@ fi
 # Every family's CPU goldens again with this machine's transformers (f32 on its CPU); the fresh
 # files land in OUT_DIR/fresh-goldens too, to commit when a family's golden is new or changed.
 : > "$OUT_DIR/goldens.log"
-for manifest in manifest moe_manifest deepseek_manifest dsa_manifest glm_manifest; do
+for manifest in manifest moe_manifest deepseek_manifest dsa_manifest glm_manifest mixtral_manifest; do
   TACHYON=$BUILD_DIR/bin/tachyon tools/make_golden_models.sh "$fresh/models" "tests/data/goldens/$manifest.json" > /dev/null
   python3 tools/make_goldens.py --manifest "tests/data/goldens/$manifest.json" --models "$fresh/models" \
     --out "$fresh/goldens" >> "$OUT_DIR/goldens.log" 2>&1 || tail -20 "$OUT_DIR/goldens.log"

@@ -55,7 +55,8 @@ INSTANTIATE_TEST_SUITE_P(Architectures, CudaRunnerVsCpu,
                                            Variant{"llama", "tiny-gpu-bias"}, Variant{"qwen3_moe", "tiny-gpu-moe-all"},
                                            Variant{"deepseek_v3", "tiny-gpu-deepseek-all"},
                                            Variant{"deepseek_v32", "tiny-gpu-dsa-all"},
-                                           Variant{"glm_moe_dsa", "tiny-gpu-glm-all"}),
+                                           Variant{"glm_moe_dsa", "tiny-gpu-glm-all"},
+                                           Variant{"mixtral", "tiny-gpu-mixtral-all"}),
                          [](const auto& info) {
                            std::string name = info.param.arch + "_" + info.param.preset;
                            std::replace(name.begin(), name.end(), '-', '_');

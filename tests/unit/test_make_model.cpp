@@ -48,7 +48,7 @@ TEST(MakeModel, RealPresetsHavePublishedSizes) {
   // Parameter counts of the published checkpoints (tied embeddings counted once).
   for (const Case& c : {Case{"llama", "llama-3.2-1b", 1.236}, Case{"llama", "llama-3.1-8b", 8.030},
                         Case{"qwen3", "qwen3-0.6b", 0.596}, Case{"qwen3", "qwen3-8b", 8.191},
-                        Case{"qwen3_moe", "qwen3-30b-a3b", 30.532}}) {
+                        Case{"qwen3_moe", "qwen3-30b-a3b", 30.532}, Case{"mixtral", "mixtral-8x7b", 46.703}}) {
     ModelConfig config = make_model_config({.arch = c.arch, .preset = c.preset});
     EXPECT_NEAR(parameter_count(config) / 1e9, c.billions, 0.001) << c.preset;
     EXPECT_EQ(config.torch_dtype, "bfloat16");

@@ -1,5 +1,5 @@
 // Qwen3-MoE on the CPU reference (model/moe.h): the router against hand-computed numbers, one
-// MoE layer against a naive per-expert loop written here, a one-expert top-1 model against the
+// MoE layer against a naive per-expert loop (tests/moe_test_util.h), a one-expert top-1 model against the
 // dense Qwen3 model with the same MLP weights, the engine on a make-model'd tiny-moe checkpoint,
 // and the refusals of tensor parallelism and of the CUDA runner. Config and checkpoint naming:
 // test_moe_weights.cpp. The transformers goldens: tests/data/goldens/moe_manifest.json.
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "../architecture_checks.h"
+#include "../moe_test_util.h"
 #include "tachyon/base/check.h"
 #include "tachyon/engine/engine_core.h"
 #include "tachyon/model/dense_model.h"
@@ -28,34 +29,12 @@
 namespace tachyon::model {
 namespace {
 
-ModelWeights make_weights(const std::string& arch, const std::string& preset, uint64_t seed = 3) {
-  auto dir = std::filesystem::temp_directory_path() /
-             ("tachyon-moe-" + std::to_string(::getpid()) + "-" + arch + "-" + preset);
-  make_model({.arch = arch, .preset = preset, .seed = seed, .out_dir = dir});
-  ModelWeights weights = load_weights(ModelConfig::from_dir(dir), SafetensorsCheckpoint(dir));
-  std::filesystem::remove_all(dir);
-  return weights;
-}
-
-std::vector<float> random_values(std::mt19937& gen, size_t count, float scale) {
-  std::normal_distribution<float> normal(0.0f, scale);
-  std::vector<float> out(count);
-  for (float& v : out) v = normal(gen);
-  return out;
-}
-
-float max_abs(const std::vector<float>& values) {
-  float m = 0.0f;
-  for (float v : values) m = std::max(m, std::abs(v));
-  return m;
-}
-
-float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  float m = 0.0f;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, std::abs(a[i] - b[i]));
-  return m;
-}
+using testing::make_weights;
+using testing::max_abs;
+using testing::max_abs_diff;
+using testing::naive_moe;
+using testing::NaiveExpert;
+using testing::random_values;
 
 TEST(MoeRouter, SoftmaxTopKRenormalized) {
   // softmax(1, 3, 2, 0) = (0.0871443, 0.6439143, 0.2368828, 0.0320586); the top two renormalized
@@ -105,50 +84,6 @@ TEST(MoeRouter, RefusesATopKOutsideTheExperts) {
   const std::vector<float> logits = {1.0f, 2.0f};
   EXPECT_THROW(route_token(logits, 3, true), Error);
   EXPECT_THROW(route_token(logits, 0, true), Error);
-}
-
-// One expert as checkpoints store it: gate [I, H], up [I, H], down [H, I].
-struct NaiveExpert {
-  std::vector<float> gate, up, down;
-};
-
-// The MoE MLP from its definition, in double, with the experts unfused: the spec moe_mlp and its
-// stacked layout are checked against. x: [n, H]; router: [E, H]. Returns [n, H].
-std::vector<float> naive_moe(const std::vector<float>& x, int64_t n, int64_t hidden, int64_t inter,
-                             const std::vector<float>& router, const std::vector<NaiveExpert>& experts, int64_t top_k,
-                             bool norm_topk_prob) {
-  const int64_t num_experts = static_cast<int64_t>(experts.size());
-  auto dot = [](const float* a, const float* b, int64_t len) {
-    double s = 0.0;
-    for (int64_t i = 0; i < len; ++i) s += static_cast<double>(a[i]) * b[i];
-    return s;
-  };
-  std::vector<float> out(static_cast<size_t>(n * hidden), 0.0f);
-  for (int64_t t = 0; t < n; ++t) {
-    const float* xt = x.data() + t * hidden;
-    std::vector<double> probs(static_cast<size_t>(num_experts));
-    double sum = 0.0;
-    for (int64_t e = 0; e < num_experts; ++e) sum += probs[e] = std::exp(dot(xt, router.data() + e * hidden, hidden));
-    for (double& p : probs) p /= sum;
-    std::vector<int64_t> order(static_cast<size_t>(num_experts));
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return probs[a] > probs[b]; });
-    double chosen_sum = 0.0;
-    for (int64_t j = 0; j < top_k; ++j) chosen_sum += probs[order[j]];
-    for (int64_t j = 0; j < top_k; ++j) {
-      const NaiveExpert& ex = experts[static_cast<size_t>(order[j])];
-      const double weight = norm_topk_prob ? probs[order[j]] / chosen_sum : probs[order[j]];
-      std::vector<float> act(static_cast<size_t>(inter));
-      for (int64_t i = 0; i < inter; ++i) {
-        const double g = dot(xt, ex.gate.data() + i * hidden, hidden), u = dot(xt, ex.up.data() + i * hidden, hidden);
-        act[i] = static_cast<float>(g / (1.0 + std::exp(-g)) * u);
-      }
-      for (int64_t h = 0; h < hidden; ++h) {
-        out[t * hidden + h] += static_cast<float>(weight * dot(act.data(), ex.down.data() + h * inter, inter));
-      }
-    }
-  }
-  return out;
 }
 
 void expect_layer_matches_naive(bool norm_topk_prob) {

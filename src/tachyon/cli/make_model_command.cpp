@@ -13,7 +13,8 @@ void add_make_model_command(CLI::App& app) {
   auto tokenizer = std::make_shared<std::string>();
   auto list = std::make_shared<bool>(false);
   CLI::App* cmd = app.add_subcommand("make-model", "write a random-weight HF-format model directory");
-  cmd->add_option("--arch", options->arch, "llama | mistral | qwen2 | qwen3 | qwen3_moe | deepseek_v3 | deepseek_v32 | glm_moe_dsa");
+  cmd->add_option("--arch", options->arch,
+                  "llama | mistral | qwen2 | qwen3 | qwen3_moe | mixtral | deepseek_v3 | deepseek_v32 | glm_moe_dsa");
   cmd->add_option("--preset", options->preset, "shape preset (--list shows them)");
   cmd->add_option("--seed", options->seed, "random seed")->default_val(0);
   cmd->add_option("--dtype", *dtype, "f32 | f16 | bf16 (default: the preset's)");

@@ -144,6 +144,15 @@ ModelConfig make_model_config(const MakeModelOptions& options) {
   TACHYON_CHECK(c.model_type != "qwen3_moe" || (c.is_moe() && c.router == RouterKind::kSoftmaxTopK))
       << "preset '" << preset.name << "' has no experts; --arch qwen3_moe needs a mixture-of-experts preset "
       << "(tiny-moe, tiny-moe-nonorm, qwen3-30b-a3b)";
+  // Mixtral's config.json has one width (intermediate_size, each expert's), no dense layer, no
+  // shared expert and a renormalized softmax router: a preset must be exactly that.
+  bool every_layer_moe = c.num_experts > 0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) every_layer_moe = every_layer_moe && c.is_moe_layer(l);
+  TACHYON_CHECK(c.model_type != "mixtral" ||
+                (every_layer_moe && c.router == RouterKind::kSoftmaxTopK && c.norm_topk_prob &&
+                 c.n_shared_experts == 0 && c.moe_intermediate_size == c.intermediate_size))
+      << "preset '" << preset.name << "' is not a Mixtral shape; --arch mixtral needs a mixture-of-experts preset with "
+      << "every layer MoE (tiny-mixtral, tiny-gpu-mixtral, tiny-gpu-mixtral-all, mixtral-8x7b)";
   const bool dsa_arch = c.model_type == "deepseek_v32" || c.model_type == "glm_moe_dsa";
   TACHYON_CHECK((c.model_type == "deepseek_v3" || dsa_arch) == c.is_mla())
       << "preset '" << preset.name << "' and --arch " << options.arch << " disagree: --arch deepseek_v3 needs a "

@@ -16,7 +16,7 @@
 namespace tachyon::model {
 
 struct MakeModelOptions {
-  std::string arch;     // "llama", ..., "qwen3_moe", "deepseek_v3", "deepseek_v32", "glm_moe_dsa" (or the HF name)
+  std::string arch;     // "llama", ..., "qwen3_moe", "mixtral", "deepseek_v3", ... (or the HF name)
   std::string preset;   // see model_presets()
   uint64_t seed = 0;
   std::optional<DType> dtype;                   // default: the preset's

@@ -14,12 +14,13 @@ struct ArchitectureInfo {
   const char* model_type;
 };
 
-constexpr std::array<ArchitectureInfo, 8> kArchitectures = {{
+constexpr std::array<ArchitectureInfo, 9> kArchitectures = {{
     {"LlamaForCausalLM", "llama"},
     {"MistralForCausalLM", "mistral"},
     {"Qwen2ForCausalLM", "qwen2"},
     {"Qwen3ForCausalLM", "qwen3"},
     {"Qwen3MoeForCausalLM", "qwen3_moe"},
+    {"MixtralForCausalLM", "mixtral"},
     {"DeepseekV3ForCausalLM", "deepseek_v3"},
     {"DeepseekV32ForCausalLM", "deepseek_v32"},
     {"GlmMoeDsaForCausalLM", "glm_moe_dsa"},
@@ -46,6 +47,24 @@ constexpr DeepseekDefaults kDeepseekDefaults{0, 128, 128, 8, 4, 64, 1e-6, 4096};
 constexpr DeepseekDefaults kGlmMoeDsaDefaults{2048, 192, 256, 1, 1, 32, 1e-5, 202752};
 const DeepseekDefaults& deepseek_defaults(const std::string& model_type) {
   return model_type == "glm_moe_dsa" ? kGlmMoeDsaDefaults : kDeepseekDefaults;
+}
+
+// The fallbacks of the fields every family reads: DeepSeek's (which the dense families share),
+// GLM-5's, or MixtralConfig's (rms_norm_eps 1e-5, 4096 * 32 positions, rope_theta 1e6).
+struct GenericDefaults {
+  double rms_norm_eps;
+  int64_t max_position_embeddings;
+  double rope_theta;
+};
+GenericDefaults generic_defaults(const std::string& model_type) {
+  if (model_type == "mixtral") return {1e-5, 4096 * 32, 1e6};
+  const DeepseekDefaults& d = deepseek_defaults(model_type);
+  return {d.rms_norm_eps, d.max_position_embeddings, 10000.0};
+}
+
+// Mistral and Mixtral: the attention may see only the last `sliding_window` keys (null: all).
+bool has_sliding_window_field(const std::string& model_type) {
+  return model_type == "mistral" || model_type == "mixtral";
 }
 
 std::string supported_list() {
@@ -112,6 +131,24 @@ void parse_moe(const nlohmann::json& json, const std::string& source, ModelConfi
   }
   TACHYON_CHECK(!optional_value<bool>(json, "use_sliding_window", false))
       << source << ": Qwen3-MoE use_sliding_window=true is not supported yet";
+}
+
+// Mixtral's expert fields: every layer is MoE, each of num_local_experts experts is
+// intermediate_size wide, and the router always renormalizes its top-k (MixtralTopKRouter: the
+// kSoftmaxTopK router with norm_topk_prob). Absent fields take MixtralConfig's defaults (8
+// experts, top-2). router_jitter_noise, router_aux_loss_coef and output_router_logits only act in
+// training and are ignored; Mixtral's attention has no biases whatever attention_bias says.
+void parse_mixtral(const nlohmann::json& json, const std::string& source, ModelConfig& c) {
+  c.router = RouterKind::kSoftmaxTopK;
+  c.norm_topk_prob = true;
+  c.num_experts = optional_int(json, "num_local_experts", 8, 1, source);
+  c.num_experts_per_tok = optional_int(json, "num_experts_per_tok", 2, 1, source);
+  c.moe_intermediate_size = c.intermediate_size;
+  TACHYON_CHECK(c.num_experts_per_tok <= c.num_experts)
+      << source << ": num_experts_per_tok (" << c.num_experts_per_tok << ") exceeds num_local_experts ("
+      << c.num_experts << ")";
+  c.qkv_bias = false;
+  c.o_proj_bias = false;
 }
 
 // DeepSeek-V3's latent attention and expert fields; absent ones take DeepseekV3Config's defaults.
@@ -414,11 +451,11 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& json, const std::string
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
   TACHYON_CHECK(c.is_mla() || c.head_dim % 2 == 0) << source << ": head_dim must be even for RoPE, got " << c.head_dim;
-  const DeepseekDefaults& defaults = deepseek_defaults(c.model_type);  // DeepSeek's are the generic ones
+  const GenericDefaults defaults = generic_defaults(c.model_type);
   c.max_position_embeddings =
       optional_value<int64_t>(json, "max_position_embeddings", defaults.max_position_embeddings);
   c.rms_norm_eps = optional_value<double>(json, "rms_norm_eps", defaults.rms_norm_eps);
-  c.rope_theta = optional_value<double>(json, "rope_theta", 10000.0);
+  c.rope_theta = optional_value<double>(json, "rope_theta", defaults.rope_theta);
   if (const nlohmann::json* parameters = rope_parameters(json); parameters && parameters->contains("rope_theta")) {
     c.rope_theta = (*parameters)["rope_theta"].get<double>();
   }
@@ -440,7 +477,8 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& json, const std::string
   c.mlp_bias = c.model_type == "llama" && optional_value<bool>(json, "mlp_bias", false);
   c.qk_norm = c.model_type == "qwen3" || c.model_type == "qwen3_moe";
   if (c.model_type == "qwen3_moe") parse_moe(json, source, c);
-  if (c.model_type == "mistral" && json.contains("sliding_window") && !json["sliding_window"].is_null()) {
+  if (c.model_type == "mixtral") parse_mixtral(json, source, c);
+  if (has_sliding_window_field(c.model_type) && json.contains("sliding_window") && !json["sliding_window"].is_null()) {
     c.sliding_window = required_int(json, "sliding_window", source);
   }
   if (json.contains("hidden_act")) {
@@ -526,8 +564,16 @@ nlohmann::json ModelConfig::to_json() const {
     j["attention_bias"] = qkv_bias;
   }
   if (model_type == "llama") j["mlp_bias"] = mlp_bias;
-  if (model_type == "mistral") {
+  if (has_sliding_window_field(model_type)) {
     j["sliding_window"] = sliding_window ? nlohmann::json(*sliding_window) : nlohmann::json(nullptr);
+  }
+  if (model_type == "mixtral") {  // every field MixtralConfig reads; intermediate_size is each expert's width
+    j["num_local_experts"] = num_experts;
+    j["num_experts_per_tok"] = num_experts_per_tok;
+    j["output_router_logits"] = false;
+    j["router_aux_loss_coef"] = 0.001;  // training only, as the next two; written so the file reads like a real one
+    j["router_jitter_noise"] = 0.0;
+    j["attention_dropout"] = 0.0;
   }
   if (model_type == "qwen3_moe") {  // every field Qwen3MoeConfig reads, so no default of its decides
     j["num_experts"] = num_experts;

@@ -1,7 +1,8 @@
 // ModelConfig: the typed form of a Hugging Face config.json for the decoder families
-// (Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, DeepSeek-V3, DeepSeek-V3.2, GLM-5). Parsed and validated once; immutable
-// afterwards. The architectures differ only in fields here (biases, q/k norm, sliding window,
-// experts, latent attention, routing kind), so one forward serves them all; see dense_model.h.
+// (Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, Mixtral, DeepSeek-V3, DeepSeek-V3.2, GLM-5). Parsed and
+// validated once; immutable afterwards. The architectures differ only in fields here (biases, q/k
+// norm, sliding window, experts, latent attention, routing kind), so one forward serves them all;
+// see dense_model.h.
 #pragma once
 
 #include <cstdint>
@@ -50,14 +51,14 @@ enum class IndexerType {
 
 // How a MoE layer picks its experts (moe.h).
 enum class RouterKind {
-  kSoftmaxTopK,         // Qwen3-MoE: softmax over the logits, top-k
+  kSoftmaxTopK,         // Qwen3-MoE, Mixtral: softmax over the logits, top-k
   kSigmoidGroupLimited  // DeepSeek-V3: sigmoid, bias-corrected choice within the top groups, scaled
 };
 
 struct ModelConfig {
   std::string architecture;  // as in config.json "architectures"[0], e.g. "Qwen3ForCausalLM"
-  std::string model_type;    // "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v3", "deepseek_v32",
-                             // "glm_moe_dsa"
+  std::string model_type;    // "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "deepseek_v3",
+                             // "deepseek_v32", "glm_moe_dsa"
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -76,7 +77,7 @@ struct ModelConfig {
   bool o_proj_bias = false;    // Llama/Qwen3 attention_bias covers o_proj too; Qwen2 never
   bool mlp_bias = false;       // Llama's mlp_bias
   bool qk_norm = false;        // Qwen3: RMSNorm over head_dim on q and k before RoPE
-  std::optional<int64_t> sliding_window;  // Mistral: a query sees the last `sliding_window` keys
+  std::optional<int64_t> sliding_window;  // Mistral, Mixtral: a query sees the last `sliding_window` keys
   std::string torch_dtype;     // informative: the dtype the checkpoint was saved in
   std::optional<int64_t> bos_token_id;
   std::optional<int64_t> eos_token_id;
@@ -101,9 +102,11 @@ struct ModelConfig {
   // Empty: every layer full. has_indexer() is the one place that reads it.
   std::vector<IndexerType> indexer_types;
 
-  // Mixture of experts (Qwen3-MoE, DeepSeek-V3; moe.h). num_experts == 0: every layer is dense.
-  // Missing fields take the architecture's transformers config defaults.
-  int64_t num_experts = 0;            // routed experts per MoE layer (DeepSeek's n_routed_experts)
+  // Mixture of experts (Qwen3-MoE, Mixtral, DeepSeek-V3; moe.h). num_experts == 0: every layer is dense.
+  // Missing fields take the architecture's transformers config defaults. Mixtral: every layer MoE,
+  // moe_intermediate_size = intermediate_size, norm_topk_prob always true.
+  int64_t num_experts = 0;            // routed experts per MoE layer (DeepSeek's n_routed_experts,
+                                      // Mixtral's num_local_experts)
   int64_t num_experts_per_tok = 0;    // k: experts each token runs
   int64_t moe_intermediate_size = 0;  // one expert's intermediate width
   bool norm_topk_prob = false;        // divide the k routing weights by their sum
@@ -131,7 +134,8 @@ struct ModelConfig {
   int64_t rope_dim() const { return is_mla() ? qk_rope_head_dim : head_dim; }
   // Layer `layer` runs the mixture of experts instead of the dense MLP (transformers'
   // Qwen3MoeDecoderLayer rule: experts exist, (layer + 1) % decoder_sparse_step == 0, and the
-  // layer is not in mlp_only_layers; DeepseekV3DecoderLayer's: layer >= first_k_dense_replace).
+  // layer is not in mlp_only_layers; DeepseekV3DecoderLayer's: layer >= first_k_dense_replace;
+  // Mixtral's: every layer, which the defaults of those fields give).
   bool is_moe_layer(int64_t layer) const;
   // At least one layer is MoE.
   bool is_moe() const;
@@ -150,7 +154,7 @@ std::string model_type_for(const std::string& architecture);
 // The architecture a name stands for: a model_type ("qwen3") or an architecture name
 // ("Qwen3ForCausalLM"); nullopt when unsupported.
 std::optional<std::string> architecture_named(const std::string& name);
-// "llama, mistral, qwen2, qwen3, qwen3_moe, deepseek_v3, deepseek_v32, glm_moe_dsa": the model types, for messages.
+// "llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, deepseek_v3, ...": the model types, for messages.
 std::string supported_model_types();
 
 }  // namespace tachyon::model

@@ -221,6 +221,46 @@ std::vector<ModelPreset> build_presets() {
   presets.push_back(tiny("tiny-gpu-moe-all", "tiny-gpu-moe routing every token to all 16 experts: on the GPU", c,
                          "qwen3_moe"));
 
+  // Mixtral (mixtral only): Mistral's attention, every layer MoE of 8 experts top-2 renormalized,
+  // each expert intermediate_size wide, MixtralConfig's rope_theta and rms_norm_eps.
+  // tiny-mixtral: tiny-moe's dims for the CPU goldens. tiny-gpu-mixtral: the GPU kernels' shape;
+  // tiny-gpu-mixtral-all routes to every expert, as tiny-gpu-moe-all and for the same reason.
+  c = tiny_shape();
+  c.num_hidden_layers = 4;
+  c.intermediate_size = 32;
+  c.num_experts = 8;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 32;
+  c.norm_topk_prob = true;
+  c.rms_norm_eps = 1e-5;
+  c.rope_theta = 1000000.0;
+  presets.push_back(tiny("tiny-mixtral", "4 layers, every one 8 experts of 32 top-2 renormalized", c, "mixtral"));
+  c = tiny_shape();
+  c.hidden_size = 256;
+  c.head_dim = 64;
+  c.num_hidden_layers = 3;
+  c.intermediate_size = 256;
+  c.num_experts = 8;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 256;
+  c.norm_topk_prob = true;
+  c.rms_norm_eps = 1e-5;
+  c.rope_theta = 1000000.0;
+  presets.push_back(tiny("tiny-gpu-mixtral", "hidden 256, heads of 64, every layer 8 experts of 256 top-2: on the GPU",
+                         c, "mixtral"));
+  c.num_experts_per_tok = 8;
+  presets.push_back(tiny("tiny-gpu-mixtral-all", "tiny-gpu-mixtral routing every token to all 8 experts: on the GPU",
+                         c, "mixtral"));
+  // Mixtral-8x7B's shapes (mistralai/Mixtral-8x7B-v0.1 config.json): 46.7 B parameters, 12.9 B active.
+  c = ModelConfig{};
+  c.vocab_size = 32000; c.hidden_size = 4096; c.intermediate_size = 14336; c.num_hidden_layers = 32;
+  c.num_attention_heads = 32; c.num_key_value_heads = 8; c.head_dim = 128; c.max_position_embeddings = 32768;
+  c.rms_norm_eps = 1e-5; c.rope_theta = 1000000.0; c.tie_word_embeddings = false;
+  c.num_experts = 8; c.num_experts_per_tok = 2; c.moe_intermediate_size = 14336; c.norm_topk_prob = true;
+  c.bos_token_id = 1; c.eos_token_id = 2;
+  presets.push_back({"mixtral-8x7b", "Mixtral-8x7B shapes (32 layers of 8 experts, top-2)", "mixtral", c,
+                     DType::kBF16, 4ull << 30});
+
   // DeepSeek-V3 (deepseek_v3 only): latent attention with q LoRA and YaRN (max_position_embeddings
   // = factor * original, so transformers versions that derive the factor from that ratio agree),
   // 16 experts in 4 groups, 2 groups kept, top-4, one shared expert, layer 0 dense.

@@ -1,5 +1,6 @@
 #include "tachyon/model/model_weights.h"
 
+#include <array>
 #include <cstring>
 #include <map>
 #include <type_traits>
@@ -17,9 +18,37 @@ using Shape = std::vector<int64_t>;
 std::string layer_name(int64_t layer, const char* suffix) { return fmt::format("model.layers.{}.{}", layer, suffix); }
 std::string layer_name(int64_t layer, const std::string& suffix) { return layer_name(layer, suffix.c_str()); }
 
-// "mlp.experts.{e}.{proj}.weight", as Qwen3-MoE checkpoints name one expert's projections.
-std::string expert_name(int64_t expert, const char* proj) {
-  return fmt::format("mlp.experts.{}.{}.weight", expert, proj);
+// How an architecture's checkpoints name a MoE layer's tensors: the block's module, and one
+// expert's gate, up and down projections under "{block}.experts.{e}.". The first entry serves every
+// model_type not listed (Qwen3-MoE, DeepSeek-V3, V3.2, GLM-5); this table is the only place that
+// tells the spellings apart. Whatever the names, the loader stacks them alike (model_weights.h).
+struct MoeNames {
+  const char* model_type;
+  const char* block;
+  const char* gate;
+  const char* up;
+  const char* down;
+};
+constexpr std::array<MoeNames, 2> kMoeNames = {{
+    {"", "mlp", "gate_proj", "up_proj", "down_proj"},
+    {"mixtral", "block_sparse_moe", "w1", "w3", "w2"},  // w1 = gate, w3 = up, w2 = down
+}};
+
+const MoeNames& moe_names(const ModelConfig& c) {
+  for (const MoeNames& names : kMoeNames) {
+    if (c.model_type == names.model_type) return names;
+  }
+  return kMoeNames[0];
+}
+
+// "{block}.{suffix}" in layer l: the router ("gate.weight") and DeepSeek's extras.
+std::string moe_name(const MoeNames& names, int64_t layer, const char* suffix) {
+  return layer_name(layer, fmt::format("{}.{}", names.block, suffix));
+}
+
+// "{block}.experts.{e}.{proj}.weight" in layer l: one expert's projection.
+std::string expert_name(const MoeNames& names, int64_t layer, int64_t expert, const char* proj) {
+  return layer_name(layer, fmt::format("{}.experts.{}.{}.weight", names.block, expert, proj));
 }
 
 std::string shape_string(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
@@ -174,20 +203,21 @@ void layer_tensors(const ModelConfig& c, int64_t l, TensorList& out) {
   out.push_back({layer_name(l, "post_attention_layernorm.weight"), {h}});
   if (c.is_moe_layer(l)) {
     const int64_t moe_inter = c.moe_intermediate_size;
-    out.push_back({layer_name(l, "mlp.gate.weight"), {c.num_experts, h}});
+    const MoeNames& names = moe_names(c);
+    out.push_back({moe_name(names, l, "gate.weight"), {c.num_experts, h}});
     if (c.router == RouterKind::kSigmoidGroupLimited) {
-      out.push_back({layer_name(l, "mlp.gate.e_score_correction_bias"), {c.num_experts}});
+      out.push_back({moe_name(names, l, "gate.e_score_correction_bias"), {c.num_experts}});
     }
     if (c.n_shared_experts > 0) {
       const int64_t shared = moe_inter * c.n_shared_experts;
-      out.push_back({layer_name(l, "mlp.shared_experts.gate_proj.weight"), {shared, h}});
-      out.push_back({layer_name(l, "mlp.shared_experts.up_proj.weight"), {shared, h}});
-      out.push_back({layer_name(l, "mlp.shared_experts.down_proj.weight"), {h, shared}});
+      out.push_back({moe_name(names, l, "shared_experts.gate_proj.weight"), {shared, h}});
+      out.push_back({moe_name(names, l, "shared_experts.up_proj.weight"), {shared, h}});
+      out.push_back({moe_name(names, l, "shared_experts.down_proj.weight"), {h, shared}});
     }
     for (int64_t e = 0; e < c.num_experts; ++e) {
-      out.push_back({layer_name(l, expert_name(e, "gate_proj")), {moe_inter, h}});
-      out.push_back({layer_name(l, expert_name(e, "up_proj")), {moe_inter, h}});
-      out.push_back({layer_name(l, expert_name(e, "down_proj")), {h, moe_inter}});
+      out.push_back({expert_name(names, l, e, names.gate), {moe_inter, h}});
+      out.push_back({expert_name(names, l, e, names.up), {moe_inter, h}});
+      out.push_back({expert_name(names, l, e, names.down), {h, moe_inter}});
     }
     return;  // no dense MLP in this layer
   }
@@ -235,21 +265,22 @@ namespace {
 template <typename T>
 void read_experts(WeightReader& reader, const ModelConfig& c, int64_t l, BasicLayerWeights<T>& lw) {
   const int64_t h = c.hidden_size, moe_inter = c.moe_intermediate_size, experts = c.num_experts;
-  lw.router = reader.template read<T>(layer_name(l, "mlp.gate.weight"));
+  const MoeNames& names = moe_names(c);
+  lw.router = reader.template read<T>(moe_name(names, l, "gate.weight"));
   if (c.router == RouterKind::kSigmoidGroupLimited) {
-    lw.router_bias = reader.template read<T>(layer_name(l, "mlp.gate.e_score_correction_bias"));
+    lw.router_bias = reader.template read<T>(moe_name(names, l, "gate.e_score_correction_bias"));
   }
   if (c.n_shared_experts > 0) {
-    reader.read_into(layer_name(l, "mlp.shared_experts.gate_proj.weight"), lw.shared_gate_up);
-    reader.read_into(layer_name(l, "mlp.shared_experts.up_proj.weight"), lw.shared_gate_up);
-    lw.shared_down = reader.template read<T>(layer_name(l, "mlp.shared_experts.down_proj.weight"));
+    reader.read_into(moe_name(names, l, "shared_experts.gate_proj.weight"), lw.shared_gate_up);
+    reader.read_into(moe_name(names, l, "shared_experts.up_proj.weight"), lw.shared_gate_up);
+    lw.shared_down = reader.template read<T>(moe_name(names, l, "shared_experts.down_proj.weight"));
   }
   WeightReader::reserve_more(lw.experts_gate_up, experts * 2 * moe_inter * h);
   WeightReader::reserve_more(lw.experts_down, experts * h * moe_inter);
   for (int64_t e = 0; e < experts; ++e) {
-    reader.read_into(layer_name(l, expert_name(e, "gate_proj")), lw.experts_gate_up);
-    reader.read_into(layer_name(l, expert_name(e, "up_proj")), lw.experts_gate_up);
-    reader.read_into(layer_name(l, expert_name(e, "down_proj")), lw.experts_down);
+    reader.read_into(expert_name(names, l, e, names.gate), lw.experts_gate_up);
+    reader.read_into(expert_name(names, l, e, names.up), lw.experts_gate_up);
+    reader.read_into(expert_name(names, l, e, names.down), lw.experts_down);
   }
 }
 

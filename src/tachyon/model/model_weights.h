@@ -5,7 +5,9 @@
 // A mixture-of-experts layer (ModelConfig::is_moe_layer) holds its experts the same way, fused
 // per expert and stacked in one contiguous array per layer ([E, 2 * I_moe, hidden] and
 // [E, hidden, I_moe], transformers 5's own Qwen3MoeExperts layout), so that a grouped GEMM can
-// address expert e at a fixed stride; its dense MLP fields are then empty.
+// address expert e at a fixed stride; its dense MLP fields are then empty. Mixtral checkpoints
+// name the same tensors block_sparse_moe.gate and block_sparse_moe.experts.{e}.w1 (gate), w3 (up),
+// w2 (down); one table in model_weights.cpp holds each architecture's names.
 // DeepSeek-V3's latent attention (ModelConfig::is_mla) keeps its projections unfused, as named
 // in the checkpoint (mla.h); qkv is then empty. Its MoE layers add the router's score bias and one
 // shared expert, fused [gate; up] like the dense MLP. DeepSeek-V3.2 adds each layer's indexer.
@@ -35,7 +37,7 @@ struct BasicLayerWeights {
   std::vector<T> down;                // [hidden, intermediate]
   std::vector<T> down_bias;           // [hidden] or empty
   // Mixture of experts; all empty when the layer is dense (and the dense MLP above empty when not).
-  std::vector<T> router;              // [num_experts, hidden] (mlp.gate.weight)
+  std::vector<T> router;              // [num_experts, hidden] (mlp.gate.weight; Mixtral: block_sparse_moe.gate.weight)
   std::vector<T> experts_gate_up;     // [num_experts, 2 * moe_intermediate, hidden]: expert e's [gate; up]
   std::vector<T> experts_down;        // [num_experts, hidden, moe_intermediate]
   // DeepSeek-V3 MoE extras; empty otherwise. I_shared = moe_intermediate * n_shared_experts.
