@@ -92,7 +92,9 @@ TEST(ServerSoak, MemoryAndMetricsStayFlat) {
               100.0 * (end_rss - baseline_rss) / baseline_rss, median(first) * 1e3, median(last) * 1e3);
   EXPECT_EQ(failures, 0);
   EXPECT_LE(end_rss, baseline_rss.load() * 102 / 100);
-  if (!first.empty() && !last.empty()) EXPECT_LE(median(last), median(first) * 1.25 + 0.002);
+  if (!first.empty() && !last.empty()) {
+    EXPECT_LE(median(last), median(first) * 1.25 + 0.002);
+  }
 }
 
 }  // namespace
