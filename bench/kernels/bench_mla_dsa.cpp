@@ -7,8 +7,9 @@
 //      selection and sparse MLA over the kept rows, each part and the three in sequence;
 //   c) DeepSeek-V2-Lite shapes (16 heads): decode at batch 1 / 32 / 64, and a 2,048-token prefill.
 //
-// Method (docs/benchmarks.md: floors first, warm-up, median of repeats): two ceilings measured in the same run (a 1 GiB
-// device-to-device copy, bytes read + written; a bf16 8192^3 cuBLAS product), and per case
+// Method (docs/benchmarks.md: floors first, warm-up, median of repeats): two ceilings measured
+// in the same run (a 1 GiB device-to-device copy, bytes read + written; a bf16 8192^3 cuBLAS
+// product), and per case
 // floor = max(bytes it must read / copy bandwidth, FLOPs / GEMM rate). The byte counts: latent
 // rows x 576 x 2 for dense MLA; index keys x 128 x 2 + kept rows x 576 x 2 for DSA (the f32
 // scores row each query writes and re-reads, 8 bytes a key against 256, is left out).
