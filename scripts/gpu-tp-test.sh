@@ -5,13 +5,14 @@
 # sockets only, as between hosts) and checks that the canary's greedy answer equals TP = 1's,
 # then times the batch-1 decode step of a real shape at TP = 1 and TP = N with
 # `tachyon bench latency`, writing OUT_DIR/tp<N>.json.
-#   scripts/gpu-tp-test.sh OUT_DIR [TP (default: every GPU)] [PRESET (default llama-3.1-8b)]
+#   scripts/gpu-tp-test.sh OUT_DIR [TP (default: every GPU)] [PRESET (default llama-3.1-8b)] [ARCH (default llama)]
 # Needs .deps/ carried (scripts/gpu-machine-deps.sh fetch). Multicast stays off (docs/parallelism.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${1:?usage: scripts/gpu-tp-test.sh OUT_DIR [TP] [PRESET]}
 TP=${2:-$(nvidia-smi -L | wc -l)}
 PRESET=${3:-llama-3.1-8b}
+ARCH=${4:-llama}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/tachyon-cache}
 mkdir -p "$OUT_DIR"
@@ -52,7 +53,7 @@ fi
 cat "$OUT_DIR/generate-nodes2.txt"
 
 model=/tmp/tachyon-tp-models/$PRESET
-[ -f "$model/config.json" ] || build-gpu/bin/tachyon make-model --arch llama --preset "$PRESET" --seed 0 --out "$model" > /dev/null
+[ -f "$model/config.json" ] || build-gpu/bin/tachyon make-model --arch "$ARCH" --preset "$PRESET" --seed 0 --out "$model" > /dev/null
 for tp in 1 "$TP"; do
   timeout 200 build-gpu/bin/tachyon bench latency "$model" --device cuda --tp "$tp" --batch-size 1 --input-len 128 \
     --output-len 128 --num-iters 3 --num-iters-warmup 1 --output-json "$OUT_DIR/tp$tp.json" > "$OUT_DIR/bench-tp$tp.log" 2>&1 \

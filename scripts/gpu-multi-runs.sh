@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The multi-GPU runs (a machine with 2, 4 or 8 GPUs), everything into OUT_DIR:
+#   1. scripts/gpu-tp-test.sh at every TP size the machine allows (2, 4, 8), on the Llama-3.1-8B and
+#      Qwen3-8B shapes: the NCCL / peer / TP runner GPU tests, the two-node emulation, and the
+#      batch-1 decode step at TP = 1 and TP = N (OUT_DIR/<preset>-tp<N>/tp*.json);
+#   2. bench_collectives at world 2, 4, 8: all-reduce / all-gather bus bandwidth, 8 KB to 256 MB,
+#      ours beside NCCL (OUT_DIR/collectives-world<N>.json);
+#   3. `tachyon bench serve` against `tachyon serve` at TP = 1 and TP = every GPU on the 8B shape,
+#      concurrency 1, 16 and 64 (OUT_DIR/serve-tp<N>-c<C>.json).
+#   scripts/gpu-multi-runs.sh OUT_DIR
+# Needs .deps/ and third_party/tokenizers/models/llama3 carried. Multicast stays off
+# (docs/parallelism.md). Each step is time-bounded, so one hang cannot take the whole run.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT_DIR=${1:?usage: scripts/gpu-multi-runs.sh OUT_DIR}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/tachyon-cache}
+mkdir -p "$OUT_DIR"
+GPUS=$(nvidia-smi -L | wc -l)
+SIZES=()
+for n in 2 4 8; do [ "$n" -le "$GPUS" ] && SIZES+=("$n"); done
+[ ${#SIZES[@]} -gt 0 ] || { echo "gpu-multi-runs: needs at least 2 GPUs, this machine has $GPUS"; exit 1; }
+status=0
+
+for spec in llama:llama-3.1-8b qwen3:qwen3-8b; do
+  arch=${spec%%:*} preset=${spec#*:}
+  for tp in "${SIZES[@]}"; do
+    echo "== $preset, TP $tp"
+    timeout 900 scripts/gpu-tp-test.sh "$OUT_DIR/$preset-tp$tp" "$tp" "$preset" "$arch" || status=1
+  done
+done
+
+cmake --build build-gpu -j "$(nproc)" --target bench_collectives > "$OUT_DIR/build-bench.log" 2>&1 \
+  || { tail -20 "$OUT_DIR/build-bench.log"; exit 1; }
+for n in "${SIZES[@]}"; do
+  echo "== collectives, world $n"
+  timeout 300 build-gpu/bin/bench_collectives --world "$n" --json "$OUT_DIR/collectives-world$n.json" \
+    > "$OUT_DIR/collectives-world$n.log" 2>&1 || status=1
+  grep -E " (8192|1048576|33554432|268435456) B" "$OUT_DIR/collectives-world$n.log"
+done
+
+# Serving: a random-weight 8B model with the Llama 3 tokenizer, TP 1 and TP = every GPU.
+model=/tmp/tachyon-tp-models/llama-3.1-8b-served
+[ -f "$model/config.json" ] || build-gpu/bin/tachyon make-model --arch llama --preset llama-3.1-8b --seed 0 \
+  --tokenizer third_party/tokenizers/models/llama3 --out "$model" > /dev/null
+for tp in 1 "$GPUS"; do
+  build-gpu/bin/tachyon serve "$model" --device cuda --tp "$tp" --port 0 --served-model-name m \
+    > "$OUT_DIR/serve-tp$tp.log" 2>&1 &
+  server=$!
+  port=""
+  for _ in $(seq 1 600); do
+    port=$(sed -n 's/.*serving m on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$OUT_DIR/serve-tp$tp.log")
+    [ -n "$port" ] && break
+    sleep 0.5
+  done
+  if [ -z "$port" ]; then echo "serve --tp $tp did not start"; tail -5 "$OUT_DIR/serve-tp$tp.log"; kill $server; status=1; continue; fi
+  for c in 1 16 64; do
+    timeout 300 build-gpu/bin/tachyon bench serve --host 127.0.0.1 --port "$port" --model m --random-input-len 1024 \
+      --random-output-len 128 --vocab-size 128000 --num-prompts $((c * 8)) --max-concurrency "$c" --ignore-eos \
+      --num-warmups "$c" --save-result --result-filename "$OUT_DIR/serve-tp$tp-c$c.json" \
+      > "$OUT_DIR/serve-tp$tp-c$c.log" 2>&1 || status=1
+    echo "-- serve TP $tp, concurrency $c:"; grep -iE "throughput|TTFT|ITL" "$OUT_DIR/serve-tp$tp-c$c.log" | head -6
+  done
+  kill -TERM $server; wait $server
+done
+exit $status
