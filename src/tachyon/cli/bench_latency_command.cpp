@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tachyon/model/decode_bytes.h"
 #include "tachyon/cli/bench_engine.h"
 #include "tachyon/cli/commands.h"
 #ifdef TACHYON_HAVE_CUDA
@@ -45,44 +46,6 @@ double percentile(std::vector<double> values, double p) {
   if (values.empty()) return 0.0;
   std::sort(values.begin(), values.end());
   return values[std::min(values.size() - 1, static_cast<size_t>(p / 100.0 * static_cast<double>(values.size())))];
-}
-
-// Bytes one decode step must read at least: every weight matrix once (the embedding table only
-// for the looked-up rows, so it is left out unless tied to the LM head), plus the K/V of every
-// sequence's context. An MoE layer reads its router, its shared experts and only the routed
-// experts the batch picks: at most batch * k of them (fewer when tokens share experts, so this is
-// the floor's upper end). Latent attention (MLA) reads its projections and one [c_kv | k_pe] row
-// per cached token; with DSA the attention reads only the kept rows but the indexer every key.
-[[maybe_unused]] double decode_floor_bytes(const model::ModelConfig& c, int64_t batch, int64_t context) {
-  const double h = c.hidden_size;
-  double attention = h * (c.q_size() + 2.0 * c.kv_size()) + c.q_size() * h + 2.0 * h;
-  double cache_per_token = 2.0 * static_cast<double>(c.kv_size());
-  if (c.is_mla()) {
-    const double heads = static_cast<double>(c.num_attention_heads);
-    const double qk = static_cast<double>(c.qk_nope_head_dim + c.qk_rope_head_dim);
-    const double latent = static_cast<double>(c.kv_lora_rank + c.qk_rope_head_dim);
-    const double q = c.q_lora_rank > 0 ? c.q_lora_rank * (h + heads * qk + 1.0) : h * heads * qk;
-    attention = q + h * latent + static_cast<double>(c.kv_lora_rank) * (1.0 + heads * (c.qk_nope_head_dim + c.v_head_dim)) +
-                heads * static_cast<double>(c.v_head_dim) * h + 2.0 * h;
-    cache_per_token = latent;
-    if (c.has_sparse_attention()) {
-      const double index = static_cast<double>(c.index_n_heads * c.index_head_dim);
-      attention += c.q_lora_rank * index + h * (c.index_head_dim + c.index_n_heads) + 2.0 * c.index_head_dim;
-      cache_per_token = latent * std::min<double>(1.0, static_cast<double>(c.index_topk) / static_cast<double>(context)) +
-                        static_cast<double>(c.index_head_dim);
-    }
-  }
-  const double active_experts = std::min<double>(static_cast<double>(c.num_experts),
-                                                 static_cast<double>(batch) * c.num_experts_per_tok);
-  const double shared_experts = 3.0 * h * c.moe_intermediate_size * c.n_shared_experts;
-  double weights = static_cast<double>(c.vocab_size) * h + h;
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    weights += attention + (c.is_moe_layer(l) ? c.num_experts * h + active_experts * 3.0 * h * c.moe_intermediate_size +
-                                                    shared_experts
-                                              : 3.0 * h * c.intermediate_size);
-  }
-  const double kv = c.num_hidden_layers * cache_per_token * static_cast<double>(context) * batch;
-  return 2.0 * (weights + kv);  // bf16
 }
 
 struct Iteration {
@@ -174,7 +137,7 @@ void run_latency(const LatencyOptions& options) {
     // its 1/tp of the bytes at once (kv heads replicated past tp > KV are ignored: a few %).
     const double bandwidth = cuda::measure_copy_bandwidth();
     const int tp = config.device.tensor_parallel_size;
-    const double bytes = decode_floor_bytes(model_config, options.batch_size, options.input_len + options.output_len / 2);
+    const double bytes = model::decode_step_min_bytes(model_config, options.batch_size, options.input_len + options.output_len / 2);
     const double floor_ms = bytes / tp / bandwidth * 1e3;
     result["floor"] = {{"decode_bytes_per_step", bytes},
                        {"tensor_parallel_size", tp},

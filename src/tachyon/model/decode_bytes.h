@@ -1,0 +1,21 @@
+// The bytes a decode step must read at least: the memory-bound floor bench latency reports
+// (step time against bytes / copy bandwidth). Test: tests/unit/test_decode_bytes.cpp (against the
+// sizes of the checkpoint's own tensors).
+#pragma once
+
+#include <cstdint>
+
+#include "tachyon/model/model_config.h"
+
+namespace tachyon::model {
+
+// A decode step of `batch` sequences of `context` cached tokens each, bf16 weights and cache:
+// every weight matrix once (the embedding table only for the looked-up rows, so it is left out
+// unless tied to the LM head), plus the cache rows attention reads. An MoE layer reads its
+// router, its shared experts and only the routed experts the batch picks: at most batch * k of
+// them (fewer when tokens share experts, so this is the floor's upper end). Latent attention
+// (MLA) reads its projections and one [c_kv | k_pe] row per cached token; with DSA the attention
+// reads only the kept rows but the indexer every index key.
+double decode_step_min_bytes(const ModelConfig& config, int64_t batch, int64_t context);
+
+}  // namespace tachyon::model

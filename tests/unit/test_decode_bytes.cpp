@@ -1,0 +1,78 @@
+// decode_step_min_bytes (model/decode_bytes.h) against the sizes of the tensors a checkpoint of the
+// same config holds (expected_tensors): every tensor but the embedding table and the experts the
+// batch does not route to, for the real shapes of every architecture family, plus the cache.
+#include "tachyon/model/decode_bytes.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tachyon/model/make_model.h"
+#include "tachyon/model/model_weights.h"
+
+namespace tachyon::model {
+namespace {
+
+// Bytes of the weights one decode step of `batch` tokens reads, from the checkpoint's tensor list.
+double weight_bytes_from_tensors(const ModelConfig& c, int64_t batch) {
+  double values = 0.0;
+  for (const auto& [name, shape] : expected_tensors(c)) {
+    if (name == "model.embed_tokens.weight" && !c.tie_word_embeddings) continue;  // rows are looked up
+    if (name.find("e_score_correction_bias") != std::string::npos) continue;     // E values, not counted
+    double count = 1.0;
+    for (int64_t d : shape) count *= static_cast<double>(d);
+    values += count;
+  }
+  // Experts the batch does not route to stay in memory.
+  const double active = std::min<double>(static_cast<double>(c.num_experts), static_cast<double>(batch * c.num_experts_per_tok));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    if (c.is_moe_layer(l)) values -= (c.num_experts - active) * 3.0 * c.hidden_size * c.moe_intermediate_size;
+  }
+  return 2.0 * values;
+}
+
+struct Case {
+  const char* arch;
+  const char* preset;
+};
+
+class DecodeBytes : public ::testing::TestWithParam<Case> {};
+
+TEST_P(DecodeBytes, WeightsAreTheCheckpointsActiveTensors) {
+  const ModelConfig c = make_model_config({.arch = GetParam().arch, .preset = GetParam().preset});
+  for (int64_t batch : {1, 32}) {
+    // Context 0: no cache, the weights alone.
+    const double formula = decode_step_min_bytes(c, batch, 0);
+    const double tensors = weight_bytes_from_tensors(c, batch);
+    EXPECT_NEAR(formula / tensors, 1.0, 1e-4) << GetParam().preset << " batch " << batch;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(RealShapes, DecodeBytes,
+                         ::testing::Values(Case{"llama", "llama-3.1-8b"}, Case{"qwen3", "qwen3-8b"},
+                                           Case{"qwen3_moe", "qwen3-30b-a3b"}, Case{"deepseek_v3", "deepseek-v2-lite"},
+                                           Case{"deepseek_v3", "deepseek-v3-reduced"},
+                                           Case{"deepseek_v32", "deepseek-v32-reduced"},
+                                           Case{"glm_moe_dsa", "glm-5-reduced"}),
+                         [](const auto& info) {
+                           std::string name = info.param.preset;
+                           for (char& ch : name) {
+                             if (ch == '-' || ch == '.') ch = '_';
+                           }
+                           return name;
+                         });
+
+TEST(DecodeBytesCache, DenseReadsKAndVMlaOneLatentRowDsaAtMostTopkRowsPlusEveryIndexKey) {
+  const ModelConfig llama = make_model_config({.arch = "llama", .preset = "llama-3.1-8b"});
+  EXPECT_DOUBLE_EQ(decode_step_min_bytes(llama, 4, 1000) - decode_step_min_bytes(llama, 4, 0),
+                   2.0 * 4 * 1000 * 32 * 2.0 * 8 * 128);  // bytes * seqs * tokens * layers * (K+V) * kv width
+  const ModelConfig v3 = make_model_config({.arch = "deepseek_v3", .preset = "deepseek-v3-reduced"});
+  EXPECT_DOUBLE_EQ(decode_step_min_bytes(v3, 2, 5000) - decode_step_min_bytes(v3, 2, 0), 2.0 * 2 * 5000 * 4 * 576.0);
+  const ModelConfig v32 = make_model_config({.arch = "deepseek_v32", .preset = "deepseek-v32-reduced"});
+  // Past the top-2048, attention reads 2048 latent rows whatever the context; the indexer every key.
+  EXPECT_DOUBLE_EQ(decode_step_min_bytes(v32, 1, 100000) - decode_step_min_bytes(v32, 1, 0),
+                   2.0 * 4 * (2048 * 576.0 + 100000 * 128.0));
+}
+
+}  // namespace
+}  // namespace tachyon::model
