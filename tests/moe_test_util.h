@@ -18,6 +18,8 @@
 
 #include "tachyon/model/make_model.h"
 #include "tachyon/model/model_weights.h"
+#include "tachyon/model/safetensors.h"
+#include "tachyon/tensor/dtype.h"
 
 namespace tachyon::testing {
 
@@ -94,6 +96,21 @@ inline std::vector<float> naive_moe(const std::vector<float>& x, int64_t n, int6
       }
     }
   }
+  return out;
+}
+
+// An empty temporary directory "tachyon-<name>-<pid>" (removed first if a crash left it).
+inline std::filesystem::path fresh_temp_dir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / ("tachyon-" + name + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+// The checkpoint tensor `name` as f32.
+inline std::vector<float> tensor_f32(const model::SafetensorsCheckpoint& checkpoint, const std::string& name) {
+  const model::TensorView& view = checkpoint.at(name);
+  std::vector<float> out(static_cast<size_t>(view.numel()));
+  convert_to_f32(view.data, view.dtype, out.size(), out.data());
   return out;
 }
 

@@ -38,6 +38,9 @@ namespace {
 
 using testing::prompt_of;
 using testing::relative_error;
+using testing::layer_norm_double;
+using testing::linear_double;
+using testing::rope_double;
 using testing::sequence_logits;
 
 std::filesystem::path temp_dir(const std::string& tag) {
@@ -139,40 +142,6 @@ TEST(DsaWeights, ExpectedTensorsNameTheIndexerAsTheCheckpointDoes) {
 
 // ---- The indexer against a double reimplementation ----------------------------------------------
 
-// out [n, rows] = x [n, cols] @ w^T, w [rows, cols] f32, in double.
-std::vector<double> linear_double(const std::vector<float>& w, std::span<const float> x, int64_t n, int64_t cols,
-                                  int64_t rows) {
-  std::vector<double> out(static_cast<size_t>(n * rows), 0.0);
-  for (int64_t t = 0; t < n; ++t) {
-    for (int64_t r = 0; r < rows; ++r) {
-      double sum = 0;
-      for (int64_t k = 0; k < cols; ++k) sum += static_cast<double>(w[r * cols + k]) * x[t * cols + k];
-      out[static_cast<size_t>(t * rows + r)] = sum;
-    }
-  }
-  return out;
-}
-
-// Rotate-half RoPE on dims [0, rope) of each row of width `dim` (rows = tokens * heads).
-void rope_double(const ModelConfig& c, std::vector<double>& x, const std::vector<int64_t>& positions, int64_t heads,
-                 int64_t dim) {
-  const std::vector<float> inv_freq = rope_inv_freq(c);
-  const double scaling = rope_attention_scaling(c);
-  const int64_t half = c.qk_rope_head_dim / 2;
-  for (size_t t = 0; t < positions.size(); ++t) {
-    for (int64_t h = 0; h < heads; ++h) {
-      double* v = x.data() + (static_cast<int64_t>(t) * heads + h) * dim;
-      for (int64_t i = 0; i < half; ++i) {
-        const double angle = static_cast<double>(static_cast<float>(positions[t]) * inv_freq[static_cast<size_t>(i)]);
-        const double cs = std::cos(angle) * scaling, sn = std::sin(angle) * scaling;
-        const double a = v[i], b = v[i + half];
-        v[i] = a * cs - b * sn;
-        v[i + half] = b * cs + a * sn;
-      }
-    }
-  }
-}
-
 TEST(DsaIndexer, ProjectionsScoresAndTopkMatchADoubleReimplementation) {
   const ModelWeights weights = tiny_dsa_weights(3);
   const ModelConfig& c = weights.config;
@@ -191,15 +160,7 @@ TEST(DsaIndexer, ProjectionsScoresAndTopkMatchADoubleReimplementation) {
   std::vector<double> q = linear_double(w.indexer_wq_b, mla.q_lora, n, c.q_lora_rank, heads * dim);
   rope_double(c, q, positions, heads, dim);
   std::vector<double> k = linear_double(w.indexer_wk, x, n, c.hidden_size, dim);
-  for (int64_t t = 0; t < n; ++t) {  // LayerNorm, eps 1e-6
-    double* v = k.data() + t * dim;
-    double mean = 0, var = 0;
-    for (int64_t d = 0; d < dim; ++d) mean += v[d] / dim;
-    for (int64_t d = 0; d < dim; ++d) var += (v[d] - mean) * (v[d] - mean) / dim;
-    for (int64_t d = 0; d < dim; ++d) {
-      v[d] = (v[d] - mean) / std::sqrt(var + 1e-6) * w.indexer_k_norm[d] + w.indexer_k_norm_bias[d];
-    }
-  }
+  layer_norm_double(k, w.indexer_k_norm, w.indexer_k_norm_bias, n, dim);
   rope_double(c, k, positions, 1, dim);
   std::vector<double> head_weights = linear_double(w.indexer_weights_proj, x, n, c.hidden_size, heads);
   for (double& v : head_weights) v /= std::sqrt(static_cast<double>(heads));

@@ -40,6 +40,9 @@ namespace {
 
 using testing::prompt_of;
 using testing::relative_error;
+using testing::layer_norm_double;
+using testing::linear_double;
+using testing::rope_double;
 using testing::sequence_logits;
 
 constexpr IndexerType kF = IndexerType::kFull;
@@ -219,43 +222,6 @@ TEST(GlmDsaWeights, SharedLayersHaveNoIndexerTensors) {
 
 // ---- The indexer's interleaved rope -------------------------------------------------------------
 
-// out [n, rows] = x [n, cols] @ w^T, w [rows, cols] f32, in double.
-std::vector<double> linear_double(const std::vector<float>& w, std::span<const float> x, int64_t n, int64_t cols,
-                                  int64_t rows) {
-  std::vector<double> out(static_cast<size_t>(n * rows), 0.0);
-  for (int64_t t = 0; t < n; ++t) {
-    for (int64_t r = 0; r < rows; ++r) {
-      double sum = 0;
-      for (int64_t k = 0; k < cols; ++k) sum += static_cast<double>(w[r * cols + k]) * x[t * cols + k];
-      out[static_cast<size_t>(t * rows + r)] = sum;
-    }
-  }
-  return out;
-}
-
-// transformers' apply_rotary_pos_emb_interleave on dims [0, rope) of each row of width `dim`:
-// pair i is (x[2i], x[2i + 1]), rotated by angle i; the result is written as [evens' | odds'].
-void interleaved_rope_double(const ModelConfig& c, std::vector<double>& x, const std::vector<int64_t>& positions,
-                             int64_t heads, int64_t dim) {
-  const std::vector<float> inv_freq = rope_inv_freq(c);
-  const double scaling = rope_attention_scaling(c);
-  const int64_t half = c.qk_rope_head_dim / 2;
-  for (size_t t = 0; t < positions.size(); ++t) {
-    for (int64_t h = 0; h < heads; ++h) {
-      double* v = x.data() + (static_cast<int64_t>(t) * heads + h) * dim;
-      std::vector<double> rotated(static_cast<size_t>(2 * half));
-      for (int64_t i = 0; i < half; ++i) {
-        const double angle = static_cast<double>(static_cast<float>(positions[t]) * inv_freq[static_cast<size_t>(i)]);
-        const double cs = std::cos(angle) * scaling, sn = std::sin(angle) * scaling;
-        const double even = v[2 * i], odd = v[2 * i + 1];
-        rotated[static_cast<size_t>(i)] = even * cs - odd * sn;
-        rotated[static_cast<size_t>(half + i)] = odd * cs + even * sn;
-      }
-      std::copy(rotated.begin(), rotated.end(), v);
-    }
-  }
-}
-
 TEST(GlmDsaIndexer, InterleavedRopeMatchesADoubleReimplementation) {
   const ModelWeights weights = tiny_glm_weights(3);
   const ModelConfig& c = weights.config;
@@ -272,18 +238,10 @@ TEST(GlmDsaIndexer, InterleavedRopeMatchesADoubleReimplementation) {
   const DsaIndexerProjections got = dsa_indexer_project(c, w, inv_freq, x, mla.q_lora, positions);
 
   std::vector<double> q = linear_double(w.indexer_wq_b, mla.q_lora, n, c.q_lora_rank, heads * dim);
-  interleaved_rope_double(c, q, positions, heads, dim);
+  rope_double(c, q, positions, heads, dim, /*interleaved=*/true);
   std::vector<double> k = linear_double(w.indexer_wk, x, n, c.hidden_size, dim);
-  for (int64_t t = 0; t < n; ++t) {  // LayerNorm, eps 1e-6
-    double* v = k.data() + t * dim;
-    double mean = 0, var = 0;
-    for (int64_t d = 0; d < dim; ++d) mean += v[d] / dim;
-    for (int64_t d = 0; d < dim; ++d) var += (v[d] - mean) * (v[d] - mean) / dim;
-    for (int64_t d = 0; d < dim; ++d) {
-      v[d] = (v[d] - mean) / std::sqrt(var + 1e-6) * w.indexer_k_norm[d] + w.indexer_k_norm_bias[d];
-    }
-  }
-  interleaved_rope_double(c, k, positions, 1, dim);
+  layer_norm_double(k, w.indexer_k_norm, w.indexer_k_norm_bias, n, dim);
+  rope_double(c, k, positions, 1, dim, /*interleaved=*/true);
   EXPECT_LT(relative_error(got.q, q), 1e-5);
   EXPECT_LT(relative_error(got.k, k), 1e-5);
 

@@ -60,19 +60,8 @@ std::string error_of(const nlohmann::json& json) {
   return "";
 }
 
-std::filesystem::path temp_dir(const std::string& tag) {
-  auto dir = std::filesystem::temp_directory_path() / ("tachyon-mixtral-" + std::to_string(::getpid()) + "-" + tag);
-  std::filesystem::remove_all(dir);
-  return dir;
-}
-
-// The checkpoint tensor `name` as f32.
-std::vector<float> tensor_f32(const SafetensorsCheckpoint& checkpoint, const std::string& name) {
-  const TensorView& view = checkpoint.at(name);
-  std::vector<float> out(static_cast<size_t>(view.numel()));
-  convert_to_f32(view.data, view.dtype, out.size(), out.data());
-  return out;
-}
+std::filesystem::path temp_dir(const std::string& tag) { return testing::fresh_temp_dir("mixtral-" + tag); }
+using testing::tensor_f32;
 
 std::string moe_prefix(int64_t layer) { return "model.layers." + std::to_string(layer) + ".block_sparse_moe."; }
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../moe_test_util.h"
 #include "tachyon/base/check.h"
 #include "tachyon/base/file_util.h"
 #include "tachyon/model/make_model.h"
@@ -151,19 +152,8 @@ TEST(MoeWeights, ExpectedTensorsUseTheCheckpointNames) {
   EXPECT_EQ(tensors.size(), 3 + 6 * per_layer + 3 + 5 * (1 + 3 * 8));
 }
 
-std::filesystem::path temp_dir(const std::string& tag) {
-  auto dir = std::filesystem::temp_directory_path() / ("tachyon-moe-w-" + std::to_string(::getpid()) + "-" + tag);
-  std::filesystem::remove_all(dir);
-  return dir;
-}
-
-// The checkpoint tensor `name` as f32.
-std::vector<float> tensor_f32(const SafetensorsCheckpoint& checkpoint, const std::string& name) {
-  const TensorView& view = checkpoint.at(name);
-  std::vector<float> out(static_cast<size_t>(view.numel()));
-  convert_to_f32(view.data, view.dtype, out.size(), out.data());
-  return out;
-}
+std::filesystem::path temp_dir(const std::string& tag) { return testing::fresh_temp_dir("moe-w-" + tag); }
+using testing::tensor_f32;
 
 TEST(MoeWeights, ExpertsAreStackedPerLayerAsGateUpThenDown) {
   const auto dir = temp_dir("layout");
