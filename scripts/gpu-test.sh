@@ -25,7 +25,7 @@ TACHYON=$BUILD_DIR/bin/tachyon tools/make_golden_models.sh "$TACHYON_GPU_GOLDEN_
   tests/data/goldens/gpu_manifest.json > /dev/null
 python3 tools/make_goldens.py --manifest tests/data/goldens/gpu_manifest.json --models "$TACHYON_GPU_GOLDEN_MODELS" \
   --out "$TACHYON_GPU_GOLDENS" --dtype bfloat16 --device cuda > "$OUT_DIR/gpu-goldens.log" 2>&1 \
-  || { tail -20 "$OUT_DIR/gpu-goldens.log"; exit 1; }
+  || { echo "== GPU goldens: some failed (gpu.hf_goldens will fail for them):"; tail -20 "$OUT_DIR/gpu-goldens.log"; }
 cp tests/data/goldens/gpu_manifest.json "$TACHYON_GPU_GOLDENS/"
 
 set +e

@@ -17,6 +17,8 @@ import argparse
 import base64
 import json
 import os
+import sys
+import traceback
 
 import numpy as np
 import torch
@@ -54,31 +56,38 @@ def main():
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     manifest = json.load(open(args.manifest))
     os.makedirs(args.out, exist_ok=True)
+    failed = []
     for variant in manifest["variants"]:
-        path = os.path.join(args.models, variant["name"])
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn).to(args.device)
-        model.eval()
-        with torch.no_grad():
-            prompt = variant["prompt"]
-            logits = model(torch.tensor([prompt], device=args.device)).logits[0].float().cpu().numpy()
-            continuation, margins = greedy(model, prompt, manifest["greedy_tokens"], args.device)
-        golden = {
-            "name": variant["name"],
-            "transformers": transformers.__version__,
-            "torch": torch.__version__,
-            "dtype": args.dtype,
-            "device": args.device,
-            "prompt": prompt,
-            "logits_shape": list(logits.shape),
-            # little-endian float32, row-major [prompt_length, vocab_size]
-            "logits_f32_base64": base64.b64encode(logits.astype("<f4").tobytes()).decode(),
-            "greedy": continuation,
-            "greedy_min_margin": min(margins),
-            "greedy_margins": margins,  # top-1 minus top-2 logit at each greedy step
-        }
-        with open(os.path.join(args.out, variant["name"] + ".json"), "w") as f:
-            json.dump(golden, f)
-        print(variant["name"], logits.shape, continuation[:8], "min margin %.3g" % min(margins), flush=True)
+        try:
+            path = os.path.join(args.models, variant["name"])
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn).to(args.device)
+            model.eval()
+            with torch.no_grad():
+                prompt = variant["prompt"]
+                logits = model(torch.tensor([prompt], device=args.device)).logits[0].float().cpu().numpy()
+                continuation, margins = greedy(model, prompt, manifest["greedy_tokens"], args.device)
+            golden = {
+                "name": variant["name"],
+                "transformers": transformers.__version__,
+                "torch": torch.__version__,
+                "dtype": args.dtype,
+                "device": args.device,
+                "prompt": prompt,
+                "logits_shape": list(logits.shape),
+                # little-endian float32, row-major [prompt_length, vocab_size]
+                "logits_f32_base64": base64.b64encode(logits.astype("<f4").tobytes()).decode(),
+                "greedy": continuation,
+                "greedy_min_margin": min(margins),
+                "greedy_margins": margins,  # top-1 minus top-2 logit at each greedy step
+            }
+            with open(os.path.join(args.out, variant["name"] + ".json"), "w") as f:
+                json.dump(golden, f)
+            print(variant["name"], logits.shape, continuation[:8], "min margin %.3g" % min(margins), flush=True)
+        except Exception:  # one variant's failure (a transformers change, a missing class) must not hide the others
+            failed.append(variant["name"])
+            traceback.print_exc()
+    if failed:
+        sys.exit("make_goldens: no golden for " + ", ".join(failed))
 
 
 if __name__ == "__main__":
