@@ -3,11 +3,11 @@
 // sizes 16 and 32, unused blocks full of large garbage (wrong indexing shows as a large
 // error) and the slots past each sequence's last key full of NaN (a kernel that lets them into
 // the math shows as an infinite error). Outputs must be within kBf16Tolerance overall and per
-// sequence. The *Speed tests print time, the floor and their ratio for Llama-3-8B shapes.
+// sequence. Llama-3-8B shapes at serving sizes are checked too; their timing lives in
+// bench/kernels/bench_attention.cpp (tests check correctness only).
 // Run on the GPU machine: build/tests/gpu_attention_kernels (TACHYON_TEST_SEED replays a run).
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <numeric>
 #include <optional>
 #include <vector>
@@ -217,52 +217,31 @@ TEST(PagedDecodeAttention, MaxContextLenLargerThanContexts) {
   check_decode(gen, std::vector<int32_t>(64, 17), shape, 131072);
 }
 
-// Times `launch` (already warmed up) over `iterations` runs; returns microseconds per run.
-template <typename Launch>
-double time_us(Launch launch, int iterations = 50) {
-  cudaEvent_t start, stop;
-  TACHYON_CUDA_CHECK(cudaEventCreate(&start));
-  TACHYON_CUDA_CHECK(cudaEventCreate(&stop));
-  launch();
-  TACHYON_CUDA_CHECK(cudaEventRecord(start));
-  for (int i = 0; i < iterations; ++i) launch();
-  TACHYON_CUDA_CHECK(cudaEventRecord(stop));
-  TACHYON_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0.0f;
-  TACHYON_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  TACHYON_CUDA_CHECK(cudaEventDestroy(start));
-  TACHYON_CUDA_CHECK(cudaEventDestroy(stop));
-  return 1000.0 * ms / iterations;
-}
-
-// Llama-3-8B decode: the K/V bytes over the measured copy bandwidth is the floor.
-TEST(PagedDecodeAttention, Llama3DecodeSpeed) {
+// Llama-3-8B decode shapes at serving batches (one sequence at 100 and 5000 keys, 16 at 4096,
+// 64 at 1024): the first and the last sequence against the CPU (all of them would take the CPU
+// too long). Their timing lives in bench/kernels/bench_attention.cpp.
+TEST(PagedDecodeAttention, Llama3ShapesAtServingBatches) {
   auto gen = rng(105);
   const HeadShape shape{32, 8, 128, 16, 0};
-  const double bandwidth = cuda::measure_copy_bandwidth();
-  std::printf("[decode] copy bandwidth %.2f TB/s\n", bandwidth / 1e12);
+  const size_t head_elems = static_cast<size_t>(shape.num_heads) * shape.head_dim;
+  const gpu::AttentionParams params = params_of(shape);
   for (auto [batch, ctx] : {std::pair{64, 1024}, std::pair{1, 100}, std::pair{1, 5000}, std::pair{16, 4096}}) {
+    SCOPED_TRACE(testing::Message() << "batch " << batch << " context " << ctx);
     const std::vector<int32_t> contexts(batch, ctx);
     const PagedCache cache(gen, contexts, shape);
-    const size_t head_elems = static_cast<size_t>(shape.num_heads) * shape.head_dim;
     const std::vector<float> q = random_bf16_values(gen, batch * head_elems);
     const size_t workspace_bytes = gpu::paged_decode_workspace_bytes(batch, shape.num_heads, shape.head_dim, ctx);
     DeviceArray<uint8_t> workspace(std::max<size_t>(workspace_bytes, 1));
     DeviceArray<bf16> q_d = upload_bf16(q), out_d(batch * head_elems);
     DeviceArray<int32_t> contexts_d = upload(contexts);
-    const gpu::AttentionParams params = params_of(shape);
-    const double us = time_us([&] {
-      gpu::paged_decode_attention(out_d.data(), q_d.data(), cache.view(), contexts_d.data(), batch, ctx, params,
-                                  workspace.data(), workspace_bytes, nullptr);
-    });
-    const double bytes = 2.0 * batch * ctx * shape.num_kv_heads * shape.head_dim * sizeof(bf16);
-    std::printf("[decode] batch %d context %d: %.2f us, %.2f TB/s of K/V, floor %.2f us, %.0f%% of copy bandwidth\n",
-                batch, ctx, us, bytes / us / 1e6, bytes / bandwidth * 1e6, 100.0 * bytes / us / 1e6 / (bandwidth / 1e12));
-    std::vector<float> ref(batch * head_elems);
-    const size_t s = batch - 1;  // spot-check the last sequence
-    cache.reference(ref.data(), q.data() + s * head_elems, s, ctx, 1, params.scale);
-    EXPECT_LT(relative_error(slice(download_f32(out_d), s * head_elems, head_elems), slice(ref, 0, head_elems)),
-              kBf16Tolerance);
+    gpu::paged_decode_attention(out_d.data(), q_d.data(), cache.view(), contexts_d.data(), batch, ctx, params,
+                                workspace.data(), workspace_bytes, nullptr);
+    const std::vector<float> out = download_f32(out_d);
+    for (size_t s : {size_t{0}, static_cast<size_t>(batch - 1)}) {
+      std::vector<float> ref(head_elems);
+      cache.reference(ref.data(), q.data() + s * head_elems, s, ctx, 1, params.scale);
+      EXPECT_LT(relative_error(slice(out, s * head_elems, head_elems), ref), kBf16Tolerance) << "sequence " << s;
+    }
   }
 }
 
@@ -364,9 +343,10 @@ TEST(PagedPrefillAttention, SlidingWindow) {
   check_prefill(gen, kPrefillBatch, HeadShape{16, 8, 256, 32, 200});
 }
 
-// Llama-3-8B: one 2048-token causal prompt, 32 heads / 8 kv heads of 128. Spot-checks three
-// slices of rows against the CPU (the whole prompt would take the CPU too long).
-TEST(PagedPrefillAttention, Llama3PrefillSpeed) {
+// Llama-3-8B: one 2048-token causal prompt, 32 heads / 8 kv heads of 128. Checks three
+// slices of rows against the CPU (the whole prompt would take the CPU too long). Its timing
+// lives in bench/kernels/bench_attention.cpp.
+TEST(PagedPrefillAttention, LongCausalPrompt) {
   auto gen = rng(203);
   const HeadShape shape{32, 8, 128, 16, 0};
   const int32_t n = 2048;
@@ -377,14 +357,8 @@ TEST(PagedPrefillAttention, Llama3PrefillSpeed) {
   DeviceArray<int32_t> starts_d = upload(starts), contexts_d = upload(contexts);
   DeviceArray<bf16> q_d = upload_bf16(q), out_d(n * row_elems);
   const gpu::AttentionParams params = params_of(shape);
-  const double us = time_us(
-      [&] {
-        gpu::paged_prefill_attention(out_d.data(), q_d.data(), cache.view(), starts_d.data(), contexts_d.data(), 1, n,
-                                     n, params, nullptr);
-      },
-      20);
-  const double flops = 4.0 * shape.head_dim * shape.num_heads * (double(n) * (n + 1) / 2);
-  std::printf("[prefill] %d tokens causal: %.1f us, %.1f TFLOP/s (goal > 250)\n", n, us, flops / us / 1e6);
+  gpu::paged_prefill_attention(out_d.data(), q_d.data(), cache.view(), starts_d.data(), contexts_d.data(), 1, n, n,
+                               params, nullptr);
   const std::vector<float> out = download_f32(out_d);
   for (int32_t first : {0, 1000, n - 70}) {
     const int32_t rows = 70;

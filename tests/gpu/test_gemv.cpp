@@ -1,12 +1,11 @@
 // gemv (kernels/cuda/gemv.h) against its CPU twin kernels::cpu::linear for every m in 1..8 on
 // model-sized and awkward shapes, both output types, with and without bias, outputs poisoned
-// with a guard after them; gemv_silu bit for bit against silu_and_mul + gemv; the checks, graph
-// capture; and a speed report (prints, never asserts) of gemv beside GemmRunner::linear on the
-// Llama-3-8B decode shapes with weights cold in HBM. Run: build-*/tests/gpu_gemv (GPU machine); TACHYON_TEST_SEED=<seed> replays a failure.
+// with a guard after them; gemv_silu bit for bit against silu_and_mul + gemv; the argument checks;
+// graph capture. Their timing beside GemmRunner::linear lives in bench/kernels/bench_gemv.cpp.
+// Run: build-*/tests/gpu_gemv (GPU machine); TACHYON_TEST_SEED=<seed> replays a failure.
 #include "tachyon/kernels/cuda/gemv.h"
 
-#include <algorithm>
-#include <cstdio>
+#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
@@ -212,131 +211,6 @@ TEST(Gemv, RunsInsideCudaGraphCapture) {
   }
   TACHYON_CUDA_CHECK(cudaGraphExecDestroy(exec));
   TACHYON_CUDA_CHECK(cudaGraphDestroy(graph));
-}
-
-// Median of `timed` launches, each between its own pair of events, all queued back to back so
-// the GPU never waits for the host; launch(i) must read weight copy i % copies.
-double median_us(const std::function<void(int)>& launch, cudaStream_t stream) {
-  constexpr int kWarmup = 5, kTimed = 50;
-  for (int i = 0; i < kWarmup; ++i) launch(i);
-  std::vector<cudaEvent_t> events(2 * kTimed);
-  for (cudaEvent_t& e : events) TACHYON_CUDA_CHECK(cudaEventCreate(&e));
-  for (int i = 0; i < kTimed; ++i) {
-    TACHYON_CUDA_CHECK(cudaEventRecord(events[2 * i], stream));
-    launch(kWarmup + i);
-    TACHYON_CUDA_CHECK(cudaEventRecord(events[2 * i + 1], stream));
-  }
-  TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream));
-  std::vector<float> ms(kTimed);
-  for (int i = 0; i < kTimed; ++i) TACHYON_CUDA_CHECK(cudaEventElapsedTime(&ms[i], events[2 * i], events[2 * i + 1]));
-  for (cudaEvent_t& e : events) TACHYON_CUDA_CHECK(cudaEventDestroy(e));
-  std::nth_element(ms.begin(), ms.begin() + kTimed / 2, ms.end());
-  return ms[kTimed / 2] * 1e3;
-}
-
-// Copies of one [n, k] weight totalling more than 4x the L2, read round robin, so every timed
-// launch streams its weight from HBM.
-struct ColdWeights {
-  int copies;
-  size_t elements;
-  tachyon::cuda::DeviceBuffer buffer;
-
-  ColdWeights(int64_t n, int64_t k) : copies(count(n * k * sizeof(bf16))), elements(n * k) {
-    buffer = tachyon::cuda::DeviceBuffer(copies * elements * sizeof(bf16));
-    TACHYON_CUDA_CHECK(cudaMemset(buffer.data(), 0x3C, buffer.bytes()));  // every bf16 0x3C3C, about 0.011
-  }
-  const bf16* operator()(int i) const { return buffer.as<bf16>() + (i % copies) * elements; }
-
-  static int count(size_t bytes) {
-    int device = 0, l2_bytes = 0;
-    TACHYON_CUDA_CHECK(cudaGetDevice(&device));
-    TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
-    return static_cast<int>(std::max<size_t>(2, size_t{4} * l2_bytes / bytes + 1));
-  }
-};
-
-// "12.3 us 3.95 TB/s 94%": time, weight bytes per second, share of the copy bandwidth.
-std::string speed(double us, size_t weight_bytes, double copy_bandwidth) {
-  const double bytes_per_s = weight_bytes / (us * 1e-6);
-  char text[64];
-  std::snprintf(text, sizeof(text), "%7.1f us %4.2f TB/s %3.0f%%", us, bytes_per_s / 1e12,
-                100 * bytes_per_s / copy_bandwidth);
-  return text;
-}
-
-struct SpeedShape {
-  const char* name;
-  int64_t n, k;
-  GemmOutputType out_type;
-};
-
-// Llama-3-8B's decode shapes, then Llama-3.2-1B's. Prints, never asserts: the numbers are for
-// the reader (and the choice between the two paths).
-TEST(GemvSpeed, LlamaDecodeShapesAgainstCublasLt) {
-  const std::vector<SpeedShape> shapes = {{"qkv", 6144, 4096, GemmOutputType::kBF16},
-                                          {"o_proj", 4096, 4096, GemmOutputType::kBF16},
-                                          {"gate_up", 28672, 4096, GemmOutputType::kBF16},
-                                          {"down", 4096, 14336, GemmOutputType::kBF16},
-                                          {"lm_head", 128256, 4096, GemmOutputType::kF32},
-                                          {"1b qkv", 3072, 2048, GemmOutputType::kBF16},
-                                          {"1b o", 2048, 2048, GemmOutputType::kBF16},
-                                          {"1b gu", 16384, 2048, GemmOutputType::kBF16},
-                                          {"1b down", 2048, 8192, GemmOutputType::kBF16},
-                                          {"1b head", 128256, 2048, GemmOutputType::kF32}};
-  Stream stream;
-  GemmRunner runner;
-  const double copy_bandwidth = tachyon::cuda::measure_copy_bandwidth();  // bytes/s
-  std::printf("copy bandwidth %.2f TB/s; weights rotate over copies totalling > 4x L2\n", copy_bandwidth / 1e12);
-  for (const SpeedShape& s : shapes) {
-    const size_t weight_bytes = s.n * s.k * sizeof(bf16);
-    const ColdWeights weights(s.n, s.k);
-    Operands small(8, s.k, 400);  // just its input rows
-    tachyon::cuda::DeviceBuffer out(kMaxRows * s.n * sizeof(float));
-    for (int64_t m : {int64_t{1}, int64_t{4}}) {
-      const double gemv_us = median_us(
-          [&](int i) {
-            gemv(out.data(), s.out_type, small.in_device.data(), weights(i), nullptr, m, s.n, s.k, stream.stream);
-          },
-          stream.stream);
-      const double gemm_us = median_us(
-          [&](int i) {
-            runner.linear(out.data(), s.out_type, small.in_device.data(), weights(i), nullptr, m, s.n, s.k,
-                          stream.stream);
-          },
-          stream.stream);
-      std::printf("%-9s m=%lld n=%6lld k=%5lld x%d  gemv %s  |  cublasLt %s%s\n", s.name, static_cast<long long>(m),
-                  static_cast<long long>(s.n), static_cast<long long>(s.k), weights.copies,
-                  speed(gemv_us, weight_bytes, copy_bandwidth).c_str(),
-                  speed(gemm_us, weight_bytes, copy_bandwidth).c_str(), gemv_us < gemm_us ? "  gemv wins" : "");
-    }
-  }
-}
-
-// The down projection with its gate fused (gemv_silu) against silu_and_mul + gemv.
-TEST(GemvSpeed, FusedSiluDownAgainstTwoKernels) {
-  constexpr int64_t n = 4096, k = 14336;
-  Stream stream;
-  const double copy_bandwidth = tachyon::cuda::measure_copy_bandwidth();
-  const ColdWeights weights(n, k);
-  std::mt19937_64 gen = gpu_test::rng(600);
-  DeviceArray<bf16> gate_up = gpu_test::upload_bf16(gpu_test::random_bf16_values(gen, kMaxRows * 2 * k));
-  DeviceArray<bf16> act(kMaxRows * k), out(kMaxRows * n);
-  for (int64_t m : {int64_t{1}, int64_t{4}}) {
-    const double fused_us = median_us(
-        [&](int i) {
-          gemv_silu(out.data(), GemmOutputType::kBF16, gate_up.data(), weights(i), nullptr, m, n, k, stream.stream);
-        },
-        stream.stream);
-    const double two_us = median_us(
-        [&](int i) {
-          silu_and_mul(act.data(), gate_up.data(), m, k, stream.stream);
-          gemv(out.data(), GemmOutputType::kBF16, act.data(), weights(i), nullptr, m, n, k, stream.stream);
-        },
-        stream.stream);
-    std::printf("down+silu m=%lld  gemv_silu %s  |  silu_and_mul + gemv %s\n", static_cast<long long>(m),
-                speed(fused_us, n * k * sizeof(bf16), copy_bandwidth).c_str(),
-                speed(two_us, n * k * sizeof(bf16), copy_bandwidth).c_str());
-  }
 }
 
 }  // namespace

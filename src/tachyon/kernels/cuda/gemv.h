@@ -1,6 +1,6 @@
 // Small-batch dense layers on the GPU: out = in @ weight^T (+ bias) for m <= 8 rows (decode),
 // the same product as GemmRunner::linear (kernels/cuda/gemm.h), CPU twin kernels/linear.h
-// `linear`. Test and speed comparison: tests/gpu/test_gemv.cpp (gpu_gemv).
+// `linear`. Test: tests/gpu/test_gemv.cpp (gpu_gemv); speed against cuBLASLt: bench/kernels/bench_gemv.cpp.
 //
 // Why a hand-written kernel: at m <= 8 the product is a pure weight stream (every weight byte
 // is used m times, the input is a few KB), so the only thing that matters is reading the weight
@@ -36,7 +36,7 @@ void gemv(void* out, GemmOutputType out_type, const bf16* in, const bf16* weight
 // the result equals silu_and_mul + gemv bit for bit) and never written to memory.
 // gate_up: [m, 2k] bf16, one row [gate | up], 16-byte aligned; weight: [n, k] bf16; the rest as
 // gemv. Every warp recomputes the gate for its chunks (cheap next to the weight stream at small
-// m; the speed test compares it with the two kernels).
+// m; bench_gemv compares it with the two kernels).
 void gemv_silu(void* out, GemmOutputType out_type, const bf16* gate_up, const bf16* weight, const bf16* bias,
                int64_t m, int64_t n, int64_t k, cudaStream_t stream);
 

@@ -1,0 +1,371 @@
+// bench_gemv: the small-batch dense layers of decode (kernels/cuda/gemv.h) against their floor
+// and against the path they replace, on the current GPU. It owns the timing that used to sit in
+// tests/gpu/test_gemv.cpp (tests check correctness; time is measured here):
+//   a) gemv against GemmRunner::linear (cuBLASLt) at m = 1 and 4 on Llama-3-8B's decode shapes
+//      (qkv, o_proj, gate_up, down, lm_head with f32 logits), then Llama-3.2-1B's;
+//   b) the down projection fused with its SwiGLU gate (gemv_silu) against silu_and_mul + gemv.
+//
+// Method (docs/benchmarks.md: floors first, warm-up, median of repeats), as bench_mla_dsa: the
+// copy bandwidth is measured in the same run (a 1 GiB device-to-device copy, bytes read +
+// written) and each row's floor is the bytes the product must move (weight n x k x 2, input,
+// output) over it. At m <= 8 a product does m FLOPs per weight byte, far below any GPU's ratio
+// of matrix rate to bandwidth, so no FLOP floor is reported. Each row gives the candidate's and
+// the baseline's time, both ratios to the floor and the baseline's time over the candidate's.
+// The one non-obvious decision: a weight is timed as L consecutive launches, each reading its
+// own copy of the weight, with L chosen so the copies are >= 8x the L2 cache (as a model's
+// layers are); otherwise a 8 MB weight would be read from L2. The L launches are captured in one
+// CUDA graph, a spin kernel keeps the stream busy while the events and the replay are enqueued,
+// and the reported time is the median over the repeats of one replay, divided by L.
+// Inputs and weights are random bf16 (hash fill on the device); outputs start as NaN and must
+// all be finite afterwards. Accuracy is the test's job (tests/gpu/test_gemv.cpp).
+// Run (GPU machine): build-gpu/bin/bench_gemv [--json FILE] [--cases cublaslt,silu] [--m 1,4]
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "bench_device.h"
+#include "tachyon/base/check.h"
+#include "tachyon/kernels/cuda/activation.h"
+#include "tachyon/kernels/cuda/gemm.h"
+#include "tachyon/kernels/cuda/gemv.h"
+#include "tachyon/tensor/cuda/device_buffer.h"
+
+namespace tachyon::bench {
+namespace {
+
+namespace gpu = kernels::cuda;
+using gpu::bf16;
+using gpu::GemmOutputType;
+
+constexpr int64_t kMaxRows = 8;    // gemv's limit; inputs are allocated for 8 rows
+constexpr int kMaxCopies = 1024;   // a 8 MB weight needs ~50 copies to reach 8x a 50 MB L2
+
+struct Options {
+  std::string json_path;
+  std::vector<std::string> cases{"cublaslt", "silu"};
+  std::vector<int64_t> rows{1, 4};
+  int warmup = 3;
+  int repeats = 20;
+  bool eager = false;  // time plain launches instead of graph replays
+  std::string command_line;
+};
+
+struct Ceilings {
+  double copy_bytes_per_s = 0;
+  size_t l2_bytes = 0;
+};
+
+// One comparison: a candidate and a baseline doing the same product.
+struct Result {
+  std::string what, candidate, baseline;
+  int64_t m = 0, n = 0, k = 0;
+  GemmOutputType out_type = GemmOutputType::kBF16;
+  int copies = 1;  // weight copies, one launch each per graph replay
+  double candidate_us = 0, baseline_us = 0, bytes = 0, floor_us = 0;
+};
+
+class Stream {
+ public:
+  // A blocking stream: it waits for the fills and memsets issued on the legacy default stream.
+  Stream() { TACHYON_CUDA_CHECK(cudaStreamCreate(&stream_)); }
+  ~Stream() { cudaStreamDestroy(stream_); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+cuda::DeviceBuffer random_bf16(size_t count, uint64_t seed, float scale) {
+  cuda::DeviceBuffer buffer(count * sizeof(bf16));
+  fill_random_bf16(buffer.as<bf16>(), count, seed, scale, nullptr);
+  return buffer;
+}
+
+size_t out_size(GemmOutputType type) { return type == GemmOutputType::kF32 ? sizeof(float) : sizeof(bf16); }
+
+// Fills `out` with NaN (every byte 0xFF) so that check_all_finite() afterwards proves it was written.
+void poison(const cuda::DeviceBuffer& out) { TACHYON_CUDA_CHECK(cudaMemset(out.data(), 0xFF, out.bytes())); }
+
+// The first `count` outputs of type `type` in `out` are finite.
+void check_all_finite(const cuda::DeviceBuffer& out, size_t count, GemmOutputType type, const std::string& what) {
+  TACHYON_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> host(count);
+  if (type == GemmOutputType::kF32) {
+    TACHYON_CUDA_CHECK(cudaMemcpy(host.data(), out.data(), count * sizeof(float), cudaMemcpyDeviceToHost));
+  } else {
+    std::vector<bf16> raw(count);
+    TACHYON_CUDA_CHECK(cudaMemcpy(raw.data(), out.data(), count * sizeof(bf16), cudaMemcpyDeviceToHost));
+    std::transform(raw.begin(), raw.end(), host.begin(), [](bf16 x) { return __bfloat162float(x); });
+  }
+  const size_t bad = std::count_if(host.begin(), host.end(), [](float x) { return !std::isfinite(x); });
+  TACHYON_CHECK(bad == 0) << what << ": " << bad << " of " << count << " outputs are not finite";
+}
+
+// Median device time of one call of `launch` (which issues `launches` kernels) in microseconds.
+// The first call runs eagerly (argument checks, cuBLASLt's algorithm choice and lazy kernel
+// loading happen outside the capture), then `warmup` untimed and `repeats` timed calls, each
+// behind a spin kernel long enough to cover the host's enqueueing.
+double time_us(const std::function<void(cudaStream_t)>& launch, int launches, cudaStream_t stream,
+               const Options& options) {
+  launch(stream);
+  TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaGraphExec_t exec = nullptr;
+  if (!options.eager) {
+    cudaGraph_t captured = nullptr;
+    TACHYON_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    launch(stream);
+    TACHYON_CUDA_CHECK(cudaStreamEndCapture(stream, &captured));
+    TACHYON_CUDA_CHECK(cudaGraphInstantiate(&exec, captured, 0));
+    TACHYON_CUDA_CHECK(cudaGraphDestroy(captured));
+  }
+  const auto run = [&] {
+    if (exec != nullptr) {
+      TACHYON_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    } else {
+      launch(stream);
+    }
+  };
+  for (int i = 0; i < options.warmup; ++i) run();
+  cudaEvent_t start, stop;
+  TACHYON_CUDA_CHECK(cudaEventCreate(&start));
+  TACHYON_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> ms;
+  for (int i = 0; i < options.repeats; ++i) {
+    spin_for_us(exec != nullptr ? 100.0 : 500.0 + 10.0 * launches, stream);  // an eager launch takes a few us to enqueue
+    TACHYON_CUDA_CHECK(cudaEventRecord(start, stream));
+    run();
+    TACHYON_CUDA_CHECK(cudaEventRecord(stop, stream));
+    TACHYON_CUDA_CHECK(cudaEventSynchronize(stop));
+    float elapsed = 0;
+    TACHYON_CUDA_CHECK(cudaEventElapsedTime(&elapsed, start, stop));
+    ms.push_back(elapsed);
+  }
+  TACHYON_CUDA_CHECK(cudaEventDestroy(start));
+  TACHYON_CUDA_CHECK(cudaEventDestroy(stop));
+  if (exec != nullptr) TACHYON_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  std::sort(ms.begin(), ms.end());
+  return 1e3 * ms[ms.size() / 2];
+}
+
+// Copies of one [n, k] bf16 weight totalling >= 8x the L2 cache (at least one), read in turn.
+struct ColdWeights {
+  int copies = 1;
+  size_t elements = 0;
+  cuda::DeviceBuffer buffer;  // [copies, n, k] bf16
+
+  ColdWeights(int64_t n, int64_t k, const Ceilings& ceilings) : elements(size_t(n) * k) {
+    const double target = 8.0 * static_cast<double>(ceilings.l2_bytes);
+    copies = static_cast<int>(std::clamp(std::ceil(target / (elements * sizeof(bf16))), 1.0, double(kMaxCopies)));
+    buffer = random_bf16(copies * elements, 61, 0.05f);
+  }
+  const bf16* operator()(int i) const { return buffer.as<bf16>() + size_t(i) * elements; }
+};
+
+class Bench {
+ public:
+  Bench(const Options& options, const Ceilings& ceilings) : options_(options), ceilings_(ceilings) {}
+  const std::vector<Result>& results() const { return results_; }
+
+  void add(Result r) {
+    r.floor_us = r.bytes / ceilings_.copy_bytes_per_s * 1e6;
+    std::printf("%-9s %2lld %6lld %5lld %6d  %-9s %9.2f %6.2f  %-18s %9.2f %6.2f  %9.2f %7.2f\n", r.what.c_str(),
+                static_cast<long long>(r.m), static_cast<long long>(r.n), static_cast<long long>(r.k), r.copies,
+                r.candidate.c_str(), r.candidate_us, r.candidate_us / r.floor_us, r.baseline.c_str(), r.baseline_us,
+                r.baseline_us / r.floor_us, r.floor_us, r.baseline_us / r.candidate_us);
+    std::fflush(stdout);
+    results_.push_back(r);
+  }
+
+  // gemv against GemmRunner::linear on one weight shape, at every m of the options.
+  void against_cublaslt(const std::string& what, int64_t n, int64_t k, GemmOutputType out_type) {
+    const ColdWeights weights(n, k, ceilings_);
+    const cuda::DeviceBuffer in = random_bf16(kMaxRows * k, 62, 1.0f);
+    const cuda::DeviceBuffer out(kMaxRows * n * sizeof(float));
+    Stream stream;
+    const auto every_copy = [&](auto product) {  // one launch per weight copy
+      return [&, product](cudaStream_t s) {
+        for (int i = 0; i < weights.copies; ++i) product(weights(i), s);
+      };
+    };
+    for (int64_t m : options_.rows) {
+      Result r{what, "gemv", "cublasLt", m, n, k, out_type, weights.copies};
+      poison(out);
+      r.candidate_us = time_us(every_copy([&](const bf16* w, cudaStream_t s) {
+                                 gpu::gemv(out.data(), out_type, in.as<bf16>(), w, nullptr, m, n, k, s);
+                               }),
+                               weights.copies, stream.get(), options_) /
+                       weights.copies;
+      check_all_finite(out, m * n, out_type, what + " gemv");
+      poison(out);
+      r.baseline_us = time_us(every_copy([&](const bf16* w, cudaStream_t s) {
+                                runner_.linear(out.data(), out_type, in.as<bf16>(), w, nullptr, m, n, k, s);
+                              }),
+                              weights.copies, stream.get(), options_) /
+                      weights.copies;
+      check_all_finite(out, m * n, out_type, what + " cublasLt");
+      r.bytes = double(n) * k * sizeof(bf16) + double(m) * k * sizeof(bf16) + double(m) * n * out_size(out_type);
+      add(r);
+    }
+  }
+
+  // The down projection (n x k) with its gate fused, against silu_and_mul then gemv.
+  void fused_silu(int64_t n, int64_t k) {
+    const ColdWeights weights(n, k, ceilings_);
+    const cuda::DeviceBuffer gate_up = random_bf16(kMaxRows * 2 * k, 63, 1.0f);  // [8, 2k] rows [gate | up]
+    const cuda::DeviceBuffer act(kMaxRows * k * sizeof(bf16));
+    const cuda::DeviceBuffer out(kMaxRows * n * sizeof(bf16));
+    Stream stream;
+    for (int64_t m : options_.rows) {
+      Result r{"down+silu", "gemv_silu", "silu_and_mul+gemv", m, n, k, GemmOutputType::kBF16, weights.copies};
+      poison(out);
+      r.candidate_us = time_us(
+                           [&](cudaStream_t s) {
+                             for (int i = 0; i < weights.copies; ++i) {
+                               gpu::gemv_silu(out.data(), GemmOutputType::kBF16, gate_up.as<bf16>(), weights(i),
+                                              nullptr, m, n, k, s);
+                             }
+                           },
+                           weights.copies, stream.get(), options_) /
+                       weights.copies;
+      check_all_finite(out, m * n, GemmOutputType::kBF16, "gemv_silu");
+      poison(out);
+      r.baseline_us = time_us(
+                          [&](cudaStream_t s) {
+                            for (int i = 0; i < weights.copies; ++i) {
+                              gpu::silu_and_mul(act.as<bf16>(), gate_up.as<bf16>(), m, k, s);
+                              gpu::gemv(out.data(), GemmOutputType::kBF16, act.as<bf16>(), weights(i), nullptr, m, n,
+                                        k, s);
+                            }
+                          },
+                          2 * weights.copies, stream.get(), options_) /
+                      weights.copies;
+      check_all_finite(out, m * n, GemmOutputType::kBF16, "silu_and_mul + gemv");
+      r.bytes = double(n) * k * sizeof(bf16) + double(m) * 2 * k * sizeof(bf16) + double(m) * n * sizeof(bf16);
+      add(r);
+    }
+  }
+
+ private:
+  const Options& options_;
+  const Ceilings& ceilings_;
+  gpu::GemmRunner runner_;  // one runner, used on one stream at a time
+  std::vector<Result> results_;
+};
+
+bool wanted(const Options& options, const std::string& name) {
+  return std::find(options.cases.begin(), options.cases.end(), name) != options.cases.end();
+}
+
+void write_json(const Options& options, const Ceilings& ceilings, const std::vector<Result>& results) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Result& r : results) {
+    rows.push_back({{"what", r.what},
+                    {"m", r.m},
+                    {"n", r.n},
+                    {"k", r.k},
+                    {"out", r.out_type == GemmOutputType::kF32 ? "f32" : "bf16"},
+                    {"weight_copies", r.copies},
+                    {"candidate", r.candidate},
+                    {"candidate_us_median", r.candidate_us},
+                    {"candidate_ratio_to_floor", r.candidate_us / r.floor_us},
+                    {"baseline", r.baseline},
+                    {"baseline_us_median", r.baseline_us},
+                    {"baseline_ratio_to_floor", r.baseline_us / r.floor_us},
+                    {"bytes", r.bytes},
+                    {"floor_us", r.floor_us},
+                    {"baseline_over_candidate", r.baseline_us / r.candidate_us}});
+  }
+  const nlohmann::json doc = {{"gpu", cuda::current_device_name()},
+                              {"copy_bandwidth_bytes_per_s", ceilings.copy_bytes_per_s},
+                              {"l2_bytes", ceilings.l2_bytes},
+                              {"warmup", options.warmup},
+                              {"repeats", options.repeats},
+                              {"cuda_graphs", !options.eager},
+                              {"results", rows},
+                              {"command", options.command_line}};
+  std::ofstream file(options.json_path);
+  TACHYON_CHECK(file.good()) << "cannot write " << options.json_path;
+  file << doc.dump(2) << "\n";
+}
+
+struct Shape {
+  const char* what;
+  int64_t n, k;
+  GemmOutputType out_type;
+};
+
+// Llama-3-8B's decode shapes, then Llama-3.2-1B's (gate_up is the fused [gate; up] weight).
+const std::vector<Shape> kShapes = {{"qkv", 6144, 4096, GemmOutputType::kBF16},
+                                    {"o_proj", 4096, 4096, GemmOutputType::kBF16},
+                                    {"gate_up", 28672, 4096, GemmOutputType::kBF16},
+                                    {"down", 4096, 14336, GemmOutputType::kBF16},
+                                    {"lm_head", 128256, 4096, GemmOutputType::kF32},
+                                    {"1b_qkv", 3072, 2048, GemmOutputType::kBF16},
+                                    {"1b_o", 2048, 2048, GemmOutputType::kBF16},
+                                    {"1b_gu", 16384, 2048, GemmOutputType::kBF16},
+                                    {"1b_down", 2048, 8192, GemmOutputType::kBF16},
+                                    {"1b_head", 128256, 2048, GemmOutputType::kF32}};
+
+void run(const Options& options) {
+  TACHYON_CHECK(cuda::cuda_device_available()) << "bench_gemv needs a CUDA device";
+  Ceilings ceilings;
+  int device = 0, l2 = 0;
+  TACHYON_CUDA_CHECK(cudaGetDevice(&device));
+  TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
+  ceilings.l2_bytes = static_cast<size_t>(l2);
+  ceilings.copy_bytes_per_s = cuda::measure_copy_bandwidth(size_t{1} << 30, 20);
+  std::printf("%s: copy %.3f TB/s (1 GiB D2D, read + write), L2 %.0f MB\n", cuda::current_device_name().c_str(),
+              ceilings.copy_bytes_per_s / 1e12, ceilings.l2_bytes / 1e6);
+  std::printf("per launch: median of %d %s after %d warm-up, over weight copies >= 8x L2; floor = bytes / copy; "
+              "speedup = baseline us / candidate us\n",
+              options.repeats, options.eager ? "eager runs" : "graph replays", options.warmup);
+  std::printf("%-9s %2s %6s %5s %6s  %-9s %9s %6s  %-18s %9s %6s  %9s %7s\n", "what", "m", "n", "k", "copies",
+              "candidate", "us median", "ratio", "baseline", "us median", "ratio", "floor us", "speedup");
+  Bench bench(options, ceilings);
+  if (wanted(options, "cublaslt")) {
+    for (const Shape& s : kShapes) bench.against_cublaslt(s.what, s.n, s.k, s.out_type);
+  }
+  if (wanted(options, "silu")) bench.fused_silu(4096, 14336);  // Llama-3-8B's down projection
+  if (!options.json_path.empty()) {
+    write_json(options, ceilings, bench.results());
+    std::printf("wrote %s\n", options.json_path.c_str());
+  }
+}
+
+}  // namespace
+}  // namespace tachyon::bench
+
+int main(int argc, char** argv) {
+  tachyon::bench::Options options;
+  for (int i = 0; i < argc; ++i) options.command_line += (i ? " " : "") + std::string(argv[i]);
+  CLI::App app{"bench_gemv: per-launch time of gemv and gemv_silu against their floor, cuBLASLt and the unfused pair"};
+  app.add_option("--json", options.json_path, "also write the results as JSON here");
+  app.add_option("--cases", options.cases, "any of cublaslt, silu (default: both)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"cublaslt", "silu"}));
+  app.add_option("--m", options.rows, "rows (tokens) per product, each 1 to 8 (default: 1,4)")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t{1}, tachyon::bench::kMaxRows));
+  app.add_option("--warmup", options.warmup, "untimed runs first")->default_val(3)->check(CLI::Range(0, 1000));
+  app.add_option("--repeats", options.repeats, "timed runs; the median is reported")->default_val(20)->check(CLI::Range(1, 10000));
+  app.add_flag("--eager", options.eager, "time plain launches instead of CUDA graph replays");
+  try {
+    app.parse(argc, argv);
+    tachyon::bench::run(options);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
