@@ -30,10 +30,9 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
-#include <cublas_v2.h>
 #include <nlohmann/json.hpp>
 
-#include "bench_device.h"
+#include "bench_common.h"
 #include "tachyon/base/check.h"
 #include "tachyon/kernels/cuda/attention.h"
 #include "tachyon/tensor/cuda/device_buffer.h"
@@ -48,19 +47,10 @@ using gpu::bf16;
 constexpr int32_t kHeads = 32, kKvHeads = 8, kHeadDim = 128, kBlockSize = 16;
 constexpr int kMaxLayers = 1024;  // a 100-token, batch-1 cache is 0.4 MB: ~1000 copies reach 8x L2
 
-struct Options {
+struct Options : TimingOptions {
   std::string json_path;
   std::vector<std::string> cases{"decode", "prefill"};
-  int warmup = 3;
-  int repeats = 20;
-  bool eager = false;  // time plain launches instead of graph replays
   std::string command_line;
-};
-
-struct Ceilings {
-  double copy_bytes_per_s = 0;
-  double gemm_flops_per_s = 0;
-  size_t l2_bytes = 0;
 };
 
 struct Result {
@@ -71,114 +61,6 @@ struct Result {
   double floor_bytes_us = 0, floor_flops_us = 0;
   double floor_us() const { return std::max(floor_bytes_us, floor_flops_us); }
 };
-
-class Stream {
- public:
-  // A blocking stream: it waits for the fills and memsets issued on the legacy default stream.
-  Stream() { TACHYON_CUDA_CHECK(cudaStreamCreate(&stream_)); }
-  ~Stream() { cudaStreamDestroy(stream_); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  cudaStream_t get() const { return stream_; }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
-
-cuda::DeviceBuffer upload(const std::vector<int32_t>& values) {
-  cuda::DeviceBuffer buffer(values.size() * sizeof(int32_t));
-  TACHYON_CUDA_CHECK(cudaMemcpy(buffer.data(), values.data(), buffer.bytes(), cudaMemcpyHostToDevice));
-  return buffer;
-}
-
-cuda::DeviceBuffer random_bf16(size_t count, uint64_t seed, float scale) {
-  cuda::DeviceBuffer buffer(count * sizeof(bf16));
-  fill_random_bf16(buffer.as<bf16>(), count, seed, scale, nullptr);
-  return buffer;
-}
-
-// An output buffer full of NaN (every byte 0xFF); check_all_finite() afterwards proves it was written.
-cuda::DeviceBuffer poisoned(size_t bytes) {
-  cuda::DeviceBuffer buffer(bytes);
-  TACHYON_CUDA_CHECK(cudaMemset(buffer.data(), 0xFF, bytes));
-  return buffer;
-}
-
-void check_all_finite(const cuda::DeviceBuffer& out, const std::string& what) {
-  TACHYON_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<bf16> host(out.bytes() / sizeof(bf16));
-  TACHYON_CUDA_CHECK(cudaMemcpy(host.data(), out.data(), out.bytes(), cudaMemcpyDeviceToHost));
-  const size_t bad = std::count_if(host.begin(), host.end(), [](bf16 x) { return !std::isfinite(__bfloat162float(x)); });
-  TACHYON_CHECK(bad == 0) << what << ": " << bad << " of " << host.size() << " outputs are not finite";
-}
-
-// Median device time of one call of `launch` (which issues `launches` kernels) in microseconds.
-// The first call runs eagerly (argument checks, kernel attributes), then `warmup` untimed and
-// `repeats` timed calls, each behind a spin kernel long enough to cover the host's enqueueing,
-// so that the events bracket device work only.
-double time_us(const std::function<void(cudaStream_t)>& launch, int launches, cudaStream_t stream,
-               const Options& options, bool graph = true) {
-  launch(stream);
-  TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream));
-  cudaGraphExec_t exec = nullptr;
-  if (graph && !options.eager) {
-    cudaGraph_t captured = nullptr;
-    TACHYON_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    launch(stream);
-    TACHYON_CUDA_CHECK(cudaStreamEndCapture(stream, &captured));
-    TACHYON_CUDA_CHECK(cudaGraphInstantiate(&exec, captured, 0));
-    TACHYON_CUDA_CHECK(cudaGraphDestroy(captured));
-  }
-  const auto run = [&] {
-    if (exec != nullptr) {
-      TACHYON_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    } else {
-      launch(stream);
-    }
-  };
-  for (int i = 0; i < options.warmup; ++i) run();
-  cudaEvent_t start, stop;
-  TACHYON_CUDA_CHECK(cudaEventCreate(&start));
-  TACHYON_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<float> ms;
-  for (int i = 0; i < options.repeats; ++i) {
-    spin_for_us(exec != nullptr ? 100.0 : 500.0 + 10.0 * launches, stream);  // an eager launch takes a few us to enqueue
-    TACHYON_CUDA_CHECK(cudaEventRecord(start, stream));
-    run();
-    TACHYON_CUDA_CHECK(cudaEventRecord(stop, stream));
-    TACHYON_CUDA_CHECK(cudaEventSynchronize(stop));
-    float elapsed = 0;
-    TACHYON_CUDA_CHECK(cudaEventElapsedTime(&elapsed, start, stop));
-    ms.push_back(elapsed);
-  }
-  TACHYON_CUDA_CHECK(cudaEventDestroy(start));
-  TACHYON_CUDA_CHECK(cudaEventDestroy(stop));
-  if (exec != nullptr) TACHYON_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  std::sort(ms.begin(), ms.end());
-  return 1e3 * ms[ms.size() / 2];
-}
-
-// bf16 x bf16 -> bf16 with f32 accumulation, 8192^3: the matrix units' rate through cuBLAS.
-double measure_gemm_rate(const Options& options) {
-  constexpr int n = 8192;
-  const size_t elems = size_t{n} * n;
-  cuda::DeviceBuffer a = random_bf16(elems, 11, 1.0f), b = random_bf16(elems, 12, 1.0f), c(elems * sizeof(bf16));
-  cublasHandle_t handle = nullptr;
-  TACHYON_CHECK(cublasCreate(&handle) == CUBLAS_STATUS_SUCCESS) << "cublasCreate failed";
-  Stream stream;
-  TACHYON_CHECK(cublasSetStream(handle, stream.get()) == CUBLAS_STATUS_SUCCESS) << "cublasSetStream failed";
-  const float alpha = 1.0f, beta = 0.0f;
-  const double us = time_us(
-      [&](cudaStream_t) {
-        const cublasStatus_t status =
-            cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.data(), CUDA_R_16BF, n, b.data(),
-                         CUDA_R_16BF, n, &beta, c.data(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-        TACHYON_CHECK(status == CUBLAS_STATUS_SUCCESS) << "cublasGemmEx: status " << static_cast<int>(status);
-      },
-      1, stream.get(), options, /*graph=*/false);
-  cublasDestroy(handle);
-  return 2.0 * n * n * double(n) / (us * 1e-6);
-}
 
 // L layers of one batch's K/V caches in one pool. Layer l's sequence s owns blocks
 // (l * batch + s) * blocks_per_seq + b, b = 0 .. blocks_per_seq - 1: identity block tables.
@@ -245,7 +127,7 @@ class Bench {
                                         context, params, workspace.data(), workspace_bytes, s);
           }
         },
-        layers, stream.get(), options_);
+        stream.get(), options_, /*eager_enqueue_us=*/500.0 + 10.0 * layers);
     check_all_finite(out, "decode");
     add("decode", batch, context, layers, us, layer_bytes, 4.0 * batch * kHeads * double(context) * kHeadDim);
   }
@@ -268,7 +150,7 @@ class Bench {
                                          context_lens.as<int32_t>(), 1, tokens, tokens, params, s);
           }
         },
-        layers, stream.get(), options_);
+        stream.get(), options_, /*eager_enqueue_us=*/500.0 + 10.0 * layers);
     check_all_finite(out, "prefill");
     const double flops = 4.0 * kHeadDim * kHeads * (double(tokens) * (tokens + 1) / 2);
     add("prefill", 1, tokens, layers, us, kv_bytes + io_bytes, flops);
@@ -321,16 +203,8 @@ void write_json(const Options& options, const Ceilings& ceilings, const std::vec
 
 void run(const Options& options) {
   TACHYON_CHECK(cuda::cuda_device_available()) << "bench_attention needs a CUDA device";
-  Ceilings ceilings;
-  int device = 0, l2 = 0;
-  TACHYON_CUDA_CHECK(cudaGetDevice(&device));
-  TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
-  ceilings.l2_bytes = static_cast<size_t>(l2);
-  ceilings.copy_bytes_per_s = cuda::measure_copy_bandwidth(size_t{1} << 30, 20);
-  ceilings.gemm_flops_per_s = measure_gemm_rate(options);
-  std::printf("%s: copy %.3f TB/s (1 GiB D2D, read + write), bf16 GEMM %.1f TFLOP/s (cuBLAS 8192^3), L2 %.0f MB\n",
-              cuda::current_device_name().c_str(), ceilings.copy_bytes_per_s / 1e12, ceilings.gemm_flops_per_s / 1e12,
-              ceilings.l2_bytes / 1e6);
+  const Ceilings ceilings = measure_ceilings(options, /*gemm=*/true);
+  print_ceilings(ceilings);
   std::printf("Llama-3-8B attention (%d heads, %d KV heads of %d, block %d); per layer: median of %d %s after %d "
               "warm-up; floor = max(bytes / copy, FLOPs / GEMM)\n",
               kHeads, kKvHeads, kHeadDim, kBlockSize, options.repeats, options.eager ? "eager runs" : "graph replays",

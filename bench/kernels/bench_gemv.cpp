@@ -30,7 +30,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "bench_device.h"
+#include "bench_common.h"
 #include "tachyon/base/check.h"
 #include "tachyon/kernels/cuda/activation.h"
 #include "tachyon/kernels/cuda/gemm.h"
@@ -47,19 +47,11 @@ using gpu::GemmOutputType;
 constexpr int64_t kMaxRows = 8;    // gemv's limit; inputs are allocated for 8 rows
 constexpr int kMaxCopies = 1024;   // a 8 MB weight needs ~50 copies to reach 8x a 50 MB L2
 
-struct Options {
+struct Options : TimingOptions {
   std::string json_path;
   std::vector<std::string> cases{"cublaslt", "silu"};
   std::vector<int64_t> rows{1, 4};
-  int warmup = 3;
-  int repeats = 20;
-  bool eager = false;  // time plain launches instead of graph replays
   std::string command_line;
-};
-
-struct Ceilings {
-  double copy_bytes_per_s = 0;
-  size_t l2_bytes = 0;
 };
 
 // One comparison: a candidate and a baseline doing the same product.
@@ -71,90 +63,7 @@ struct Result {
   double candidate_us = 0, baseline_us = 0, bytes = 0, floor_us = 0;
 };
 
-class Stream {
- public:
-  // A blocking stream: it waits for the fills and memsets issued on the legacy default stream.
-  Stream() { TACHYON_CUDA_CHECK(cudaStreamCreate(&stream_)); }
-  ~Stream() { cudaStreamDestroy(stream_); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  cudaStream_t get() const { return stream_; }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
-
-cuda::DeviceBuffer random_bf16(size_t count, uint64_t seed, float scale) {
-  cuda::DeviceBuffer buffer(count * sizeof(bf16));
-  fill_random_bf16(buffer.as<bf16>(), count, seed, scale, nullptr);
-  return buffer;
-}
-
 size_t out_size(GemmOutputType type) { return type == GemmOutputType::kF32 ? sizeof(float) : sizeof(bf16); }
-
-// Fills `out` with NaN (every byte 0xFF) so that check_all_finite() afterwards proves it was written.
-void poison(const cuda::DeviceBuffer& out) { TACHYON_CUDA_CHECK(cudaMemset(out.data(), 0xFF, out.bytes())); }
-
-// The first `count` outputs of type `type` in `out` are finite.
-void check_all_finite(const cuda::DeviceBuffer& out, size_t count, GemmOutputType type, const std::string& what) {
-  TACHYON_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<float> host(count);
-  if (type == GemmOutputType::kF32) {
-    TACHYON_CUDA_CHECK(cudaMemcpy(host.data(), out.data(), count * sizeof(float), cudaMemcpyDeviceToHost));
-  } else {
-    std::vector<bf16> raw(count);
-    TACHYON_CUDA_CHECK(cudaMemcpy(raw.data(), out.data(), count * sizeof(bf16), cudaMemcpyDeviceToHost));
-    std::transform(raw.begin(), raw.end(), host.begin(), [](bf16 x) { return __bfloat162float(x); });
-  }
-  const size_t bad = std::count_if(host.begin(), host.end(), [](float x) { return !std::isfinite(x); });
-  TACHYON_CHECK(bad == 0) << what << ": " << bad << " of " << count << " outputs are not finite";
-}
-
-// Median device time of one call of `launch` (which issues `launches` kernels) in microseconds.
-// The first call runs eagerly (argument checks, cuBLASLt's algorithm choice and lazy kernel
-// loading happen outside the capture), then `warmup` untimed and `repeats` timed calls, each
-// behind a spin kernel long enough to cover the host's enqueueing.
-double time_us(const std::function<void(cudaStream_t)>& launch, int launches, cudaStream_t stream,
-               const Options& options) {
-  launch(stream);
-  TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream));
-  cudaGraphExec_t exec = nullptr;
-  if (!options.eager) {
-    cudaGraph_t captured = nullptr;
-    TACHYON_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    launch(stream);
-    TACHYON_CUDA_CHECK(cudaStreamEndCapture(stream, &captured));
-    TACHYON_CUDA_CHECK(cudaGraphInstantiate(&exec, captured, 0));
-    TACHYON_CUDA_CHECK(cudaGraphDestroy(captured));
-  }
-  const auto run = [&] {
-    if (exec != nullptr) {
-      TACHYON_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    } else {
-      launch(stream);
-    }
-  };
-  for (int i = 0; i < options.warmup; ++i) run();
-  cudaEvent_t start, stop;
-  TACHYON_CUDA_CHECK(cudaEventCreate(&start));
-  TACHYON_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<float> ms;
-  for (int i = 0; i < options.repeats; ++i) {
-    spin_for_us(exec != nullptr ? 100.0 : 500.0 + 10.0 * launches, stream);  // an eager launch takes a few us to enqueue
-    TACHYON_CUDA_CHECK(cudaEventRecord(start, stream));
-    run();
-    TACHYON_CUDA_CHECK(cudaEventRecord(stop, stream));
-    TACHYON_CUDA_CHECK(cudaEventSynchronize(stop));
-    float elapsed = 0;
-    TACHYON_CUDA_CHECK(cudaEventElapsedTime(&elapsed, start, stop));
-    ms.push_back(elapsed);
-  }
-  TACHYON_CUDA_CHECK(cudaEventDestroy(start));
-  TACHYON_CUDA_CHECK(cudaEventDestroy(stop));
-  if (exec != nullptr) TACHYON_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  std::sort(ms.begin(), ms.end());
-  return 1e3 * ms[ms.size() / 2];
-}
 
 // Copies of one [n, k] bf16 weight totalling >= 8x the L2 cache (at least one), read in turn.
 struct ColdWeights {
@@ -202,16 +111,16 @@ class Bench {
       r.candidate_us = time_us(every_copy([&](const bf16* w, cudaStream_t s) {
                                  gpu::gemv(out.data(), out_type, in.as<bf16>(), w, nullptr, m, n, k, s);
                                }),
-                               weights.copies, stream.get(), options_) /
+                               stream.get(), options_, 500.0 + 10.0 * weights.copies) /
                        weights.copies;
-      check_all_finite(out, m * n, out_type, what + " gemv");
+      check_all_finite(out, m * n, out_type == GemmOutputType::kF32, what + " gemv");
       poison(out);
       r.baseline_us = time_us(every_copy([&](const bf16* w, cudaStream_t s) {
                                 runner_.linear(out.data(), out_type, in.as<bf16>(), w, nullptr, m, n, k, s);
                               }),
-                              weights.copies, stream.get(), options_) /
+                              stream.get(), options_, 500.0 + 10.0 * weights.copies) /
                       weights.copies;
-      check_all_finite(out, m * n, out_type, what + " cublasLt");
+      check_all_finite(out, m * n, out_type == GemmOutputType::kF32, what + " cublasLt");
       r.bytes = double(n) * k * sizeof(bf16) + double(m) * k * sizeof(bf16) + double(m) * n * out_size(out_type);
       add(r);
     }
@@ -234,9 +143,9 @@ class Bench {
                                               nullptr, m, n, k, s);
                              }
                            },
-                           weights.copies, stream.get(), options_) /
+                           stream.get(), options_, 500.0 + 10.0 * weights.copies) /
                        weights.copies;
-      check_all_finite(out, m * n, GemmOutputType::kBF16, "gemv_silu");
+      check_all_finite(out, m * n, /*f32=*/false, "gemv_silu");
       poison(out);
       r.baseline_us = time_us(
                           [&](cudaStream_t s) {
@@ -246,9 +155,9 @@ class Bench {
                                         k, s);
                             }
                           },
-                          2 * weights.copies, stream.get(), options_) /
+                          stream.get(), options_, 500.0 + 20.0 * weights.copies) /
                       weights.copies;
-      check_all_finite(out, m * n, GemmOutputType::kBF16, "silu_and_mul + gemv");
+      check_all_finite(out, m * n, /*f32=*/false, "silu_and_mul + gemv");
       r.bytes = double(n) * k * sizeof(bf16) + double(m) * 2 * k * sizeof(bf16) + double(m) * n * sizeof(bf16);
       add(r);
     }
@@ -317,14 +226,8 @@ const std::vector<Shape> kShapes = {{"qkv", 6144, 4096, GemmOutputType::kBF16},
 
 void run(const Options& options) {
   TACHYON_CHECK(cuda::cuda_device_available()) << "bench_gemv needs a CUDA device";
-  Ceilings ceilings;
-  int device = 0, l2 = 0;
-  TACHYON_CUDA_CHECK(cudaGetDevice(&device));
-  TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
-  ceilings.l2_bytes = static_cast<size_t>(l2);
-  ceilings.copy_bytes_per_s = cuda::measure_copy_bandwidth(size_t{1} << 30, 20);
-  std::printf("%s: copy %.3f TB/s (1 GiB D2D, read + write), L2 %.0f MB\n", cuda::current_device_name().c_str(),
-              ceilings.copy_bytes_per_s / 1e12, ceilings.l2_bytes / 1e6);
+  const Ceilings ceilings = measure_ceilings(options, /*gemm=*/false);
+  print_ceilings(ceilings);
   std::printf("per launch: median of %d %s after %d warm-up, over weight copies >= 8x L2; floor = bytes / copy; "
               "speedup = baseline us / candidate us\n",
               options.repeats, options.eager ? "eager runs" : "graph replays", options.warmup);

@@ -31,10 +31,9 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
-#include <cublas_v2.h>
 #include <nlohmann/json.hpp>
 
-#include "bench_device.h"
+#include "bench_common.h"
 #include "tachyon/base/check.h"
 #include "tachyon/kernels/cuda/dsa_indexer.h"
 #include "tachyon/kernels/cuda/mla_attention.h"
@@ -50,21 +49,13 @@ constexpr int32_t kRank = 512, kRope = 64, kWidth = kRank + kRope;  // latent ro
 constexpr int32_t kBlockSize = 64;
 constexpr int32_t kIndexHeads = 64, kIndexDim = 128, kTopk = 2048;  // DeepSeek-V3.2's indexer
 constexpr int kMaxLayers = 64;
+constexpr double kEagerEnqueueUs = 2000.0;  // eager launches of 64 layers take ~1 ms to enqueue
 const float kScale = 1.0f / std::sqrt(192.0f);  // qk_head_dim^-0.5 (no YaRN mscale: timing only)
 
-struct Options {
+struct Options : TimingOptions {
   std::string json_path;
   std::vector<std::string> cases{"v32_dense", "v32_dsa", "v2lite_decode", "v2lite_prefill"};
-  int warmup = 3;
-  int repeats = 20;
-  bool eager = false;  // time plain launches instead of graph replays
   std::string command_line;
-};
-
-struct Ceilings {
-  double copy_bytes_per_s = 0;
-  double gemm_flops_per_s = 0;
-  size_t l2_bytes = 0;
 };
 
 struct Result {
@@ -75,114 +66,6 @@ struct Result {
   double floor_bytes_us = 0, floor_flops_us = 0;
   double floor_us() const { return std::max(floor_bytes_us, floor_flops_us); }
 };
-
-class Stream {
- public:
-  // A blocking stream: it waits for the fills and memsets issued on the legacy default stream.
-  Stream() { TACHYON_CUDA_CHECK(cudaStreamCreate(&stream_)); }
-  ~Stream() { cudaStreamDestroy(stream_); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  cudaStream_t get() const { return stream_; }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
-
-cuda::DeviceBuffer upload(const std::vector<int32_t>& values) {
-  cuda::DeviceBuffer buffer(values.size() * sizeof(int32_t));
-  TACHYON_CUDA_CHECK(cudaMemcpy(buffer.data(), values.data(), buffer.bytes(), cudaMemcpyHostToDevice));
-  return buffer;
-}
-
-cuda::DeviceBuffer random_bf16(size_t count, uint64_t seed, float scale) {
-  cuda::DeviceBuffer buffer(count * sizeof(bf16));
-  fill_random_bf16(buffer.as<bf16>(), count, seed, scale, nullptr);
-  return buffer;
-}
-
-// An output buffer full of NaN (every byte 0xFF); all_finite() afterwards proves it was written.
-cuda::DeviceBuffer poisoned(size_t bytes) {
-  cuda::DeviceBuffer buffer(bytes);
-  TACHYON_CUDA_CHECK(cudaMemset(buffer.data(), 0xFF, bytes));
-  return buffer;
-}
-
-void check_all_finite(const cuda::DeviceBuffer& out, const std::string& what) {
-  TACHYON_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<bf16> host(out.bytes() / sizeof(bf16));
-  TACHYON_CUDA_CHECK(cudaMemcpy(host.data(), out.data(), out.bytes(), cudaMemcpyDeviceToHost));
-  const size_t bad = std::count_if(host.begin(), host.end(), [](bf16 x) { return !std::isfinite(__bfloat162float(x)); });
-  TACHYON_CHECK(bad == 0) << what << ": " << bad << " of " << host.size() << " outputs are not finite";
-}
-
-// Median device time of one call of `launch` in microseconds. The first call runs eagerly (it
-// checks the arguments and sets kernel attributes outside the capture), then `warmup` untimed and
-// `repeats` timed calls, each timed call behind a spin kernel so that its events bracket device
-// work only.
-double time_us(const std::function<void(cudaStream_t)>& launch, cudaStream_t stream, const Options& options,
-               bool graph = true) {
-  launch(stream);
-  TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream));
-  cudaGraphExec_t exec = nullptr;
-  if (graph && !options.eager) {
-    cudaGraph_t captured = nullptr;
-    TACHYON_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    launch(stream);
-    TACHYON_CUDA_CHECK(cudaStreamEndCapture(stream, &captured));
-    TACHYON_CUDA_CHECK(cudaGraphInstantiate(&exec, captured, 0));
-    TACHYON_CUDA_CHECK(cudaGraphDestroy(captured));
-  }
-  const auto run = [&] {
-    if (exec != nullptr) {
-      TACHYON_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    } else {
-      launch(stream);
-    }
-  };
-  for (int i = 0; i < options.warmup; ++i) run();
-  cudaEvent_t start, stop;
-  TACHYON_CUDA_CHECK(cudaEventCreate(&start));
-  TACHYON_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<float> ms;
-  for (int i = 0; i < options.repeats; ++i) {
-    spin_for_us(exec != nullptr ? 100.0 : 2000.0, stream);  // eager launches of 64 layers take ~1 ms to enqueue
-    TACHYON_CUDA_CHECK(cudaEventRecord(start, stream));
-    run();
-    TACHYON_CUDA_CHECK(cudaEventRecord(stop, stream));
-    TACHYON_CUDA_CHECK(cudaEventSynchronize(stop));
-    float elapsed = 0;
-    TACHYON_CUDA_CHECK(cudaEventElapsedTime(&elapsed, start, stop));
-    ms.push_back(elapsed);
-  }
-  TACHYON_CUDA_CHECK(cudaEventDestroy(start));
-  TACHYON_CUDA_CHECK(cudaEventDestroy(stop));
-  if (exec != nullptr) TACHYON_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  std::sort(ms.begin(), ms.end());
-  return 1e3 * ms[ms.size() / 2];
-}
-
-// bf16 x bf16 -> bf16 with f32 accumulation, 8192^3: the matrix units' rate through cuBLAS.
-double measure_gemm_rate(const Options& options) {
-  constexpr int n = 8192;
-  const size_t elems = size_t{n} * n;
-  cuda::DeviceBuffer a = random_bf16(elems, 11, 1.0f), b = random_bf16(elems, 12, 1.0f), c(elems * sizeof(bf16));
-  cublasHandle_t handle = nullptr;
-  TACHYON_CHECK(cublasCreate(&handle) == CUBLAS_STATUS_SUCCESS) << "cublasCreate failed";
-  Stream stream;
-  TACHYON_CHECK(cublasSetStream(handle, stream.get()) == CUBLAS_STATUS_SUCCESS) << "cublasSetStream failed";
-  const float alpha = 1.0f, beta = 0.0f;
-  const double us = time_us(
-      [&](cudaStream_t) {
-        const cublasStatus_t status =
-            cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.data(), CUDA_R_16BF, n, b.data(),
-                         CUDA_R_16BF, n, &beta, c.data(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-        TACHYON_CHECK(status == CUBLAS_STATUS_SUCCESS) << "cublasGemmEx: status " << static_cast<int>(status);
-      },
-      stream.get(), options, /*graph=*/false);
-  cublasDestroy(handle);
-  return 2.0 * n * n * double(n) / (us * 1e-6);
-}
 
 // L layers of one batch's caches in one pool: latent rows and (for DSA) index keys. Layer l's
 // sequence s owns blocks (l * batch + s) * blocks_per_seq + b, b = 0 .. blocks_per_seq - 1: the
@@ -263,7 +146,7 @@ class Bench {
                                       batch, context, params, workspace.data(), workspace_bytes, s);
           }
         },
-        stream.get(), options_);
+        stream.get(), options_, kEagerEnqueueUs);
     check_all_finite(out, what);
     add(what, batch, context, layers, us, layer_bytes, 2.0 * batch * heads * double(context) * (kWidth + kRank));
   }
@@ -312,11 +195,11 @@ class Bench {
     };
     Stream stream;
     // The whole chain first: its eager run leaves every layer's kept list for the sparse part alone.
-    const double total = time_us(every_layer(index_scores, select_topk, sparse_mla), stream.get(), options_);
+    const double total = time_us(every_layer(index_scores, select_topk, sparse_mla), stream.get(), options_, kEagerEnqueueUs);
     check_all_finite(out, prefix + "_decode");
-    const double scores_us = time_us(every_layer(index_scores), stream.get(), options_);
-    const double topk_us = time_us(every_layer(select_topk), stream.get(), options_);
-    const double sparse_us = time_us(every_layer(sparse_mla), stream.get(), options_);
+    const double scores_us = time_us(every_layer(index_scores), stream.get(), options_, kEagerEnqueueUs);
+    const double topk_us = time_us(every_layer(select_topk), stream.get(), options_, kEagerEnqueueUs);
+    const double sparse_us = time_us(every_layer(sparse_mla), stream.get(), options_, kEagerEnqueueUs);
     const double index_flops = 2.0 * keys * kIndexHeads * kIndexDim;
     const double sparse_flops = 2.0 * kept_rows * heads * (kWidth + kRank);
     add(prefix + "_index_scores", batch, context, layers, scores_us, key_bytes, index_flops);
@@ -344,7 +227,7 @@ class Bench {
                                        context_lens.as<int32_t>(), 1, tokens, tokens, params, s);
           }
         },
-        stream.get(), options_);
+        stream.get(), options_, kEagerEnqueueUs);
     check_all_finite(out, what);
     const double flops = 2.0 * heads * (kWidth + kRank) * (double(tokens) * (tokens + 1) / 2);
     add(what, 1, tokens, layers, us, latent_bytes + io_bytes, flops);
@@ -391,16 +274,8 @@ void write_json(const Options& options, const Ceilings& ceilings, const std::vec
 
 void run(const Options& options) {
   TACHYON_CHECK(cuda::cuda_device_available()) << "bench_mla_dsa needs a CUDA device";
-  Ceilings ceilings;
-  int device = 0, l2 = 0;
-  TACHYON_CUDA_CHECK(cudaGetDevice(&device));
-  TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
-  ceilings.l2_bytes = static_cast<size_t>(l2);
-  ceilings.copy_bytes_per_s = cuda::measure_copy_bandwidth(size_t{1} << 30, 20);
-  ceilings.gemm_flops_per_s = measure_gemm_rate(options);
-  std::printf("%s: copy %.3f TB/s (1 GiB D2D, read + write), bf16 GEMM %.1f TFLOP/s (cuBLAS 8192^3), L2 %.0f MB\n",
-              cuda::current_device_name().c_str(), ceilings.copy_bytes_per_s / 1e12, ceilings.gemm_flops_per_s / 1e12,
-              ceilings.l2_bytes / 1e6);
+  const Ceilings ceilings = measure_ceilings(options, /*gemm=*/true);
+  print_ceilings(ceilings);
   std::printf("per layer: median of %d %s after %d warm-up; floor = max(bytes / copy, FLOPs / GEMM)\n",
               options.repeats, options.eager ? "eager runs" : "graph replays", options.warmup);
   std::printf("%-22s %6s %8s %12s %10s %7s  %-5s %6s\n", "what", "batch", "context", "us median", "floor us", "ratio",

@@ -1,0 +1,144 @@
+#include "bench_common.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include <cublas_v2.h>
+
+#include "tachyon/base/check.h"
+
+namespace tachyon::bench {
+
+using kernels::cuda::bf16;
+
+Stream::Stream() { TACHYON_CUDA_CHECK(cudaStreamCreate(&stream_)); }
+Stream::~Stream() { cudaStreamDestroy(stream_); }
+
+cuda::DeviceBuffer upload(const std::vector<int32_t>& values) {
+  cuda::DeviceBuffer buffer(values.size() * sizeof(int32_t));
+  TACHYON_CUDA_CHECK(cudaMemcpy(buffer.data(), values.data(), buffer.bytes(), cudaMemcpyHostToDevice));
+  return buffer;
+}
+
+cuda::DeviceBuffer random_bf16(size_t count, uint64_t seed, float scale) {
+  cuda::DeviceBuffer buffer(count * sizeof(bf16));
+  fill_random_bf16(buffer.as<bf16>(), count, seed, scale, nullptr);
+  return buffer;
+}
+
+void poison(const cuda::DeviceBuffer& out) { TACHYON_CUDA_CHECK(cudaMemset(out.data(), 0xFF, out.bytes())); }
+
+cuda::DeviceBuffer poisoned(size_t bytes) {
+  cuda::DeviceBuffer buffer(bytes);
+  poison(buffer);
+  return buffer;
+}
+
+void check_all_finite(const cuda::DeviceBuffer& out, size_t count, bool f32, const std::string& what) {
+  TACHYON_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> host(count);
+  if (f32) {
+    TACHYON_CUDA_CHECK(cudaMemcpy(host.data(), out.data(), count * sizeof(float), cudaMemcpyDeviceToHost));
+  } else {
+    std::vector<bf16> raw(count);
+    TACHYON_CUDA_CHECK(cudaMemcpy(raw.data(), out.data(), count * sizeof(bf16), cudaMemcpyDeviceToHost));
+    std::transform(raw.begin(), raw.end(), host.begin(), [](bf16 x) { return __bfloat162float(x); });
+  }
+  const size_t bad = std::count_if(host.begin(), host.end(), [](float x) { return !std::isfinite(x); });
+  TACHYON_CHECK(bad == 0) << what << ": " << bad << " of " << count << " outputs are not finite";
+}
+
+void check_all_finite(const cuda::DeviceBuffer& out, const std::string& what) {
+  check_all_finite(out, out.bytes() / sizeof(bf16), /*f32=*/false, what);
+}
+
+double time_us(const std::function<void(cudaStream_t)>& launch, cudaStream_t stream, const TimingOptions& options,
+               double eager_enqueue_us, bool graph) {
+  launch(stream);
+  TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaGraphExec_t exec = nullptr;
+  if (graph && !options.eager) {
+    cudaGraph_t captured = nullptr;
+    TACHYON_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    launch(stream);
+    TACHYON_CUDA_CHECK(cudaStreamEndCapture(stream, &captured));
+    TACHYON_CUDA_CHECK(cudaGraphInstantiate(&exec, captured, 0));
+    TACHYON_CUDA_CHECK(cudaGraphDestroy(captured));
+  }
+  const auto run = [&] {
+    if (exec != nullptr) {
+      TACHYON_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    } else {
+      launch(stream);
+    }
+  };
+  for (int i = 0; i < options.warmup; ++i) run();
+  cudaEvent_t start, stop;
+  TACHYON_CUDA_CHECK(cudaEventCreate(&start));
+  TACHYON_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> ms;
+  for (int i = 0; i < options.repeats; ++i) {
+    spin_for_us(exec != nullptr ? 100.0 : eager_enqueue_us, stream);
+    TACHYON_CUDA_CHECK(cudaEventRecord(start, stream));
+    run();
+    TACHYON_CUDA_CHECK(cudaEventRecord(stop, stream));
+    TACHYON_CUDA_CHECK(cudaEventSynchronize(stop));
+    float elapsed = 0;
+    TACHYON_CUDA_CHECK(cudaEventElapsedTime(&elapsed, start, stop));
+    ms.push_back(elapsed);
+  }
+  TACHYON_CUDA_CHECK(cudaEventDestroy(start));
+  TACHYON_CUDA_CHECK(cudaEventDestroy(stop));
+  if (exec != nullptr) TACHYON_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  std::sort(ms.begin(), ms.end());
+  return 1e3 * ms[ms.size() / 2];
+}
+
+namespace {
+
+// bf16 x bf16 -> bf16 with f32 accumulation, 8192^3: the matrix units' rate through cuBLAS.
+double measure_gemm_rate(const TimingOptions& options) {
+  constexpr int n = 8192;
+  const size_t elems = size_t{n} * n;
+  cuda::DeviceBuffer a = random_bf16(elems, 11, 1.0f), b = random_bf16(elems, 12, 1.0f), c(elems * sizeof(bf16));
+  cublasHandle_t handle = nullptr;
+  TACHYON_CHECK(cublasCreate(&handle) == CUBLAS_STATUS_SUCCESS) << "cublasCreate failed";
+  Stream stream;
+  TACHYON_CHECK(cublasSetStream(handle, stream.get()) == CUBLAS_STATUS_SUCCESS) << "cublasSetStream failed";
+  const float alpha = 1.0f, beta = 0.0f;
+  const double us = time_us(
+      [&](cudaStream_t) {
+        const cublasStatus_t status =
+            cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.data(), CUDA_R_16BF, n, b.data(),
+                         CUDA_R_16BF, n, &beta, c.data(), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        TACHYON_CHECK(status == CUBLAS_STATUS_SUCCESS) << "cublasGemmEx: status " << static_cast<int>(status);
+      },
+      stream.get(), options, /*eager_enqueue_us=*/510.0, /*graph=*/false);
+  cublasDestroy(handle);
+  return 2.0 * n * n * double(n) / (us * 1e-6);
+}
+
+}  // namespace
+
+Ceilings measure_ceilings(const TimingOptions& options, bool gemm) {
+  Ceilings ceilings;
+  int device = 0, l2 = 0;
+  TACHYON_CUDA_CHECK(cudaGetDevice(&device));
+  TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
+  ceilings.l2_bytes = static_cast<size_t>(l2);
+  ceilings.copy_bytes_per_s = cuda::measure_copy_bandwidth(size_t{1} << 30, 20);
+  if (gemm) ceilings.gemm_flops_per_s = measure_gemm_rate(options);
+  return ceilings;
+}
+
+void print_ceilings(const Ceilings& ceilings) {
+  std::printf("%s: copy %.3f TB/s (1 GiB D2D, read + write)", cuda::current_device_name().c_str(),
+              ceilings.copy_bytes_per_s / 1e12);
+  if (ceilings.gemm_flops_per_s > 0) {
+    std::printf(", bf16 GEMM %.1f TFLOP/s (cuBLAS 8192^3)", ceilings.gemm_flops_per_s / 1e12);
+  }
+  std::printf(", L2 %.0f MB\n", ceilings.l2_bytes / 1e6);
+}
+
+}  // namespace tachyon::bench
