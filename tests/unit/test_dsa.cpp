@@ -18,6 +18,7 @@
 
 #include "../architecture_checks.h"
 #include "../model_test_util.h"
+#include "../moe_test_util.h"
 #include "tachyon/base/check.h"
 #include "tachyon/kernels/dsa_indexer.h"
 #include "tachyon/kernels/sparse_mla_attention.h"
@@ -43,17 +44,9 @@ using testing::linear_double;
 using testing::rope_double;
 using testing::sequence_logits;
 
-std::filesystem::path temp_dir(const std::string& tag) {
-  return std::filesystem::temp_directory_path() / ("tachyon-dsa-" + std::to_string(::getpid()) + "-" + tag);
-}
+std::filesystem::path temp_dir(const std::string& tag) { return testing::fresh_temp_dir("dsa-" + tag); }
 
-ModelWeights tiny_dsa_weights(uint64_t seed = 0) {
-  const auto dir = temp_dir("model-" + std::to_string(seed));
-  make_model({.arch = "deepseek_v32", .preset = "tiny-dsa", .seed = seed, .out_dir = dir});
-  ModelWeights weights = load_weights(ModelConfig::from_dir(dir), SafetensorsCheckpoint(dir));
-  std::filesystem::remove_all(dir);
-  return weights;
-}
+ModelWeights tiny_dsa_weights(uint64_t seed = 0) { return testing::make_weights("deepseek_v32", "tiny-dsa", seed); }
 
 // The same weights with another top-k.
 ModelWeights with_topk(ModelWeights weights, int64_t topk) {

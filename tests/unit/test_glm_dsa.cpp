@@ -21,6 +21,7 @@
 
 #include "../architecture_checks.h"
 #include "../model_test_util.h"
+#include "../moe_test_util.h"
 #include "tachyon/base/check.h"
 #include "tachyon/base/file_util.h"
 #include "tachyon/model/attention_backend.h"
@@ -48,17 +49,9 @@ using testing::sequence_logits;
 constexpr IndexerType kF = IndexerType::kFull;
 constexpr IndexerType kS = IndexerType::kShared;
 
-std::filesystem::path temp_dir(const std::string& tag) {
-  return std::filesystem::temp_directory_path() / ("tachyon-glm-dsa-" + std::to_string(::getpid()) + "-" + tag);
-}
+std::filesystem::path temp_dir(const std::string& tag) { return testing::fresh_temp_dir("glm-dsa-" + tag); }
 
-ModelWeights tiny_glm_weights(uint64_t seed = 0) {
-  const auto dir = temp_dir("model-" + std::to_string(seed));
-  make_model({.arch = "glm_moe_dsa", .preset = "tiny-glm-dsa", .seed = seed, .out_dir = dir});
-  ModelWeights weights = load_weights(ModelConfig::from_dir(dir), SafetensorsCheckpoint(dir));
-  std::filesystem::remove_all(dir);
-  return weights;
-}
+ModelWeights tiny_glm_weights(uint64_t seed = 0) { return testing::make_weights("glm_moe_dsa", "tiny-glm-dsa", seed); }
 
 // A config.json of GLM-5 with only the required fields (everything else takes GlmMoeDsaConfig's defaults).
 nlohmann::json minimal_json(int64_t layers) {

@@ -57,13 +57,14 @@ void CudaModelRunner::tune_gemms(const engine::EngineConfig& config) {
     if (c.is_moe()) problems.push_back({m, c.num_experts, c.hidden_size, kc::GemmOutputType::kF32, false});  // router
   }
   // Tuned GEMM algorithms, one file per kernel-choice key.
-  const std::filesystem::path cache = user_cache_dir() / "gemm" / (kernel_choice_key() + ".json");
-  if (gemm_.load_cache(cache.string(), kernel_choice_key())) return;
+  const std::string key = kernel_choice_key();
+  const std::filesystem::path cache = user_cache_dir() / "gemm" / (key + ".json");
+  if (gemm_.load_cache(cache.string(), key)) return;
   gemm_.tune(problems, stream_);
   std::error_code ignored;
   std::filesystem::create_directories(cache.parent_path(), ignored);
   try {
-    gemm_.save_cache(cache.string(), kernel_choice_key());
+    gemm_.save_cache(cache.string(), key);
   } catch (const Error& e) {
     std::fprintf(stderr, "[tachyon] warning: GEMM choices not cached (%s)\n", e.what());
   }
@@ -161,11 +162,12 @@ std::string CudaModelRunner::kernel_choice_key() const {
 
 void CudaModelRunner::choose_gemv() {
   const model::ModelConfig& c = weights_.config();
-  const std::filesystem::path cache = user_cache_dir() / "gemv" / (kernel_choice_key() + ".json");
+  const std::string key = kernel_choice_key();
+  const std::filesystem::path cache = user_cache_dir() / "gemv" / (key + ".json");
   try {
     if (std::filesystem::exists(cache)) {
       const nlohmann::json saved = read_json_file(cache);
-      if (saved.value("key", "") == kernel_choice_key()) {
+      if (saved.value("key", "") == key) {
         for (const auto& choice : saved["choices"]) {
           gemv_choice_[{static_cast<Role>(choice[0].get<int>()), choice[1].get<int64_t>()}] = choice[2].get<bool>();
         }
@@ -202,7 +204,7 @@ void CudaModelRunner::choose_gemv() {
     }
   }
   TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  nlohmann::json saved = {{"key", kernel_choice_key()}, {"choices", nlohmann::json::array()}};
+  nlohmann::json saved = {{"key", key}, {"choices", nlohmann::json::array()}};
   for (const auto& [role_m, gemv] : gemv_choice_) {
     saved["choices"].push_back({static_cast<int>(role_m.first), role_m.second, gemv});
   }

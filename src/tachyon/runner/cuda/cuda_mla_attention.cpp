@@ -11,13 +11,10 @@
 //   out    = o_proj(lat_h @ W_uv_h^T)                                    [T, hidden]
 // Each step reads the cache's rows once per (sequence, KV split) for all heads; nothing is
 // decompressed. Tested against the f32 reference by tests/gpu/test_cuda_model_runner.cpp.
-#include <cmath>
-
 #include "tachyon/kernels/cuda/dsa_indexer.h"
 #include "tachyon/kernels/cuda/mla_attention.h"
 #include "tachyon/kernels/cuda/mla_rope.h"
 #include "tachyon/kernels/cuda/rms_norm.h"
-#include "tachyon/model/attention_backend.h"
 #include "tachyon/model/mla.h"
 #include "tachyon/runner/cuda/cuda_runner_workspace.h"
 
@@ -113,13 +110,11 @@ void CudaModelRunner::dsa_select(const CudaLayerWeights& w, int64_t l, const For
                                    .block_table_stride = layout_.block_table_stride,
                                    .block_size = config_.block_size,
                                    .head_dim = index_dim};
-  // As the CPU reference: scale index_head_dim^-0.5 inside the relu, index_n_heads^-0.5 on the weights.
-  const kc::DsaIndexerParams params{
-      .num_heads = index_heads,
-      .head_dim = index_dim,
-      .topk = topk,
-      .scale = model::dsa_indexer_shape(c, 1, 0).scale,
-      .weight_scale = static_cast<float>(std::pow(static_cast<double>(index_heads), -0.5))};
+  const kc::DsaIndexerParams params{.num_heads = index_heads,
+                                    .head_dim = index_dim,
+                                    .topk = topk,
+                                    .scale = dsa_score_scale_,
+                                    .weight_scale = dsa_weight_scale_};
   kc::dsa_index_scores(ws_->index_scores, max_len, ws_->index_q, ws_->index_weights, keys, m.query_starts,
                        m.context_lens, shape.num_seqs, static_cast<int32_t>(T), shape.max_context_len, params, stream_);
   kc::dsa_select_topk(ws_->kept, ws_->index_scores, max_len, m.query_starts, m.context_lens, shape.num_seqs,

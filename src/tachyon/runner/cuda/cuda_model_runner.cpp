@@ -60,6 +60,10 @@ CudaModelRunner::CudaModelRunner(const model::Bf16ModelWeights& weights, const e
     head_gemm_ = std::make_unique<kc::HeadGemm>();
     rope_attention_scaling_ = static_cast<float>(model::rope_attention_scaling(c));
     mla_softmax_scale_ = model::mla_attention_shape(c, 1, 0).scale;
+    if (c.has_sparse_attention()) {
+      dsa_score_scale_ = model::dsa_indexer_shape(c, 1, 0).scale;
+      dsa_weight_scale_ = static_cast<float>(std::pow(static_cast<double>(c.index_n_heads), -0.5));
+    }
   } else {
     TACHYON_CHECK(c.head_dim == 64 || c.head_dim == 128 || c.head_dim == 256)
         << "the CUDA attention kernels need head_dim 64, 128 or 256; this model has " << c.head_dim;

@@ -134,6 +134,9 @@ class CudaModelRunner : public ModelRunner {
   std::unique_ptr<kernels::cuda::HeadGemm> head_gemm_;  // MLA's per-head products
   float rope_attention_scaling_ = 1.0f;  // cos/sin factor (YaRN's mscale)
   float mla_softmax_scale_ = 1.0f;       // qk_head_dim^-0.5 times YaRN's mscale^2
+  // DSA, as the CPU reference: index_head_dim^-0.5 inside the relu, index_n_heads^-0.5 on the weights.
+  float dsa_score_scale_ = 1.0f;
+  float dsa_weight_scale_ = 1.0f;
   cuda::PinnedBuffer sampled_host_;
   std::vector<int32_t> graph_batch_sizes_;
   std::map<int32_t, cudaGraphExec_t> graphs_;  // decode batch size -> instantiated graph
