@@ -1,6 +1,7 @@
 // Helpers the mixture-of-experts model tests share (test_moe, test_mixtral; test_dsa and
-// test_glm_dsa take their weights here too): a make-model'd tiny checkpoint loaded as f32 weights, random vectors, errors, and the MoE MLP written from its
-// definition (in double, experts unfused) that moe_mlp and its stacked layout are checked against.
+// test_glm_dsa take their weights here too): a make-model'd tiny checkpoint loaded as f32
+// weights, random vectors, errors, and the MoE MLP written from its definition (in double,
+// experts unfused) that moe_mlp and its stacked layout are checked against.
 #pragma once
 
 #include <unistd.h>
