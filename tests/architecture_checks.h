@@ -61,15 +61,4 @@ inline void expect_cpu_load_and_tp_refused(const std::filesystem::path& dir, con
   EXPECT_THROW(runner::load_runner(dir, tp_config), Error);
 }
 
-// The model in `dir` (of `model_type`) is not served on the GPU nor split yet: --device auto
-// loads it on the CPU, and --tp 2 is refused.
-inline void expect_cpu_only_and_tp_refused(const std::filesystem::path& dir, const std::string& model_type) {
-  EXPECT_NE(runner::cuda_unsupported_reason(model::ModelConfig::from_dir(dir)), "");
-  engine::EngineConfig config;
-  config.device.kind = "auto";
-  runner::load_runner(dir, config);
-  EXPECT_EQ(config.device.kind, "cpu");
-  expect_cpu_load_and_tp_refused(dir, model_type);
-}
-
 }  // namespace tachyon::testing

