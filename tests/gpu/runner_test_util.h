@@ -132,12 +132,14 @@ inline std::vector<std::vector<int32_t>> generate(engine::EngineCore& engine, co
 //   steps 3..14: decodes of all three (graph replays: batch 3 pads to the bucket of 4).
 // Every sampled step's logits (last_logits(rows)) must be within logits_tolerance of the reference.
 //
-// bf16 activations put a dense tiny model's logits about 1e-2 from the f32 reference. Latent
-// attention in the absorbed form rounds twice more (the query projected into the latent space and
-// the latent output before W_UV) and tiny-deepseek's YaRN mscale sharpens the softmax that those
-// roundings feed: its runs land at 1.5-2.1e-2 (one of them at 2.04e-2), so MLA gets 3e-2. A wrong
-// kernel, cache slot or rope lands far above either (tens of percent).
-inline double logits_tolerance(const model::ModelConfig& mc) { return mc.is_mla() ? 3e-2 : 2e-2; }
+// bf16 activations put a dense tiny model's logits 0.9-1.2e-2 from the f32 reference (the H200,
+// 3 random token draws per variant). The latent-attention variants land at 1.7-3.0e-2 over 15
+// draws each (DeepSeek-V3 1.7-2.7e-2, V3.2 1.7-2.6e-2, GLM-5's 4 layers 2.0-3.0e-2): the absorbed
+// form rounds twice more (the query projected into the latent space, the latent output before
+// W_UV), the q/kv LoRA adds two more products and norms, and the YaRN mscale sharpens the
+// softmax those roundings feed. So MLA gets 4e-2 and dense 2e-2; a wrong kernel, cache slot or
+// rope lands far above either (tens of percent).
+inline double logits_tolerance(const model::ModelConfig& mc) { return mc.is_mla() ? 4e-2 : 2e-2; }
 
 inline void expect_logits_match_reference(const fs::path& dir, int32_t block_size, ModelRunner& gpu,
                                           const std::function<std::vector<float>(int32_t rows)>& last_logits) {

@@ -40,26 +40,8 @@ __device__ __forceinline__ uint4 load_stream(const uint4* p) {
   return v;
 }
 
-// Chunk c of input row m as 8 f32. Plain: in[m, 8c : 8c + 8] of in [M, k]. kSilu: x is gate_up
-// [M, 2k] and the chunk is silu(gate) * up in f32, rounded to bf16 exactly as silu_and_mul
-// (kernels/cuda/activation.cu) rounds it, so the fused product equals the two-kernel one.
-template <bool kSilu>
-__device__ __forceinline__ void load_input(const uint4* x, int k8, int m, int c, float (&xf)[kChunk]) {
-  if constexpr (!kSilu) {
-    unpack8(__ldg(x + m * k8 + c), xf);
-  } else {
-    float gate[kChunk], up[kChunk];
-    unpack8(__ldg(x + 2 * m * k8 + c), gate);
-    unpack8(__ldg(x + 2 * m * k8 + k8 + c), up);
-#pragma unroll
-    for (int i = 0; i < kChunk; ++i) {
-      xf[i] = __bfloat162float(__float2bfloat16_rn(gate[i] / (1.0f + __expf(-gate[i])) * up[i]));
-    }
-  }
-}
-
 // acc[m][r] += dot(input row m, weight row r) over chunk c; w: the R rows' chunk c.
-template <int M, int R, bool kSilu>
+template <int M, int R>
 __device__ __forceinline__ void accumulate(float (&acc)[M][R], const uint4 (&w)[R], const uint4* x, int k8, int c) {
   float wf[R][kChunk];
 #pragma unroll
@@ -67,7 +49,7 @@ __device__ __forceinline__ void accumulate(float (&acc)[M][R], const uint4 (&w)[
 #pragma unroll
   for (int m = 0; m < M; ++m) {
     float xf[kChunk];
-    load_input<kSilu>(x, k8, m, c, xf);
+    unpack8(__ldg(x + m * k8 + c), xf);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
 #pragma unroll
@@ -79,9 +61,9 @@ __device__ __forceinline__ void accumulate(float (&acc)[M][R], const uint4 (&w)[
 __device__ __forceinline__ void store(bf16* out, float v) { *out = __float2bfloat16_rn(v); }
 __device__ __forceinline__ void store(float* out, float v) { *out = v; }
 
-// out: [M, n] OutT; in: [M, k] bf16 (kSilu: gate_up [M, 2k] bf16); weight: [n, k] bf16;
+// out: [M, n] OutT; in: [M, k] bf16; weight: [n, k] bf16;
 // bias: [n] bf16 or nullptr; k8 = k / 8 (16-byte chunks per row); split in {1, 2, 4} warps share R rows.
-template <int M, typename OutT, bool kSilu>
+template <int M, typename OutT>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(OutT* __restrict__ out, const bf16* __restrict__ in,
                                                         const bf16* __restrict__ weight,
                                                         const bf16* __restrict__ bias, int n, int k8, int split) {
@@ -135,13 +117,13 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(OutT* __restrict__ out, 
     }
     prefetched = false;
 #pragma unroll
-    for (int u = 0; u < U; ++u) accumulate<M, R, kSilu>(acc, w[u], x, k8, base + u * stride);
+    for (int u = 0; u < U; ++u) accumulate<M, R>(acc, w[u], x, k8, base + u * stride);
   }
   for (; base < k8; base += stride) {  // the lane's last < U chunks
     uint4 w[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) w[r] = load_stream(w_rows[r] + base);
-    accumulate<M, R, kSilu>(acc, w, x, k8, base);
+    accumulate<M, R>(acc, w, x, k8, base);
   }
 
   // Warp sums, then the split warps' sums through shared memory; lane m * R + r writes.
@@ -171,7 +153,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(OutT* __restrict__ out, 
   store(out + m * static_cast<int64_t>(n) + row, sum);
 }
 
-template <int M, bool kSilu>
+template <int M>
 void launch(void* out, GemmOutputType out_type, const bf16* in, const bf16* weight, const bf16* bias, int64_t n,
             int64_t k, cudaStream_t stream) {
   constexpr int R = rows_per_warp<M>();
@@ -184,40 +166,16 @@ void launch(void* out, GemmOutputType out_type, const bf16* in, const bf16* weig
   const int64_t rows_per_block = int64_t{R} * (kWarps / split);
   const unsigned blocks = static_cast<unsigned>((n + rows_per_block - 1) / rows_per_block);
   if (out_type == GemmOutputType::kBF16) {
-    launch_pdl(gemv_kernel<M, bf16, kSilu>, dim3(blocks), dim3(kThreads), 0, stream, static_cast<bf16*>(out), in, weight,
+    launch_pdl(gemv_kernel<M, bf16>, dim3(blocks), dim3(kThreads), 0, stream, static_cast<bf16*>(out), in, weight,
                bias, static_cast<int>(n), static_cast<int>(k8), split);
   } else {
-    launch_pdl(gemv_kernel<M, float, kSilu>, dim3(blocks), dim3(kThreads), 0, stream, static_cast<float*>(out), in,
+    launch_pdl(gemv_kernel<M, float>, dim3(blocks), dim3(kThreads), 0, stream, static_cast<float*>(out), in,
                weight, bias, static_cast<int>(n), static_cast<int>(k8), split);
   }
   TACHYON_CUDA_CHECK_LAUNCH();
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-// The checks and the m dispatch of gemv and gemv_silu; in: [m, k] or gate_up [m, 2k] bf16.
-template <bool kSilu>
-void run(const char* name, void* out, GemmOutputType out_type, const bf16* in, const bf16* weight, const bf16* bias,
-         int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
-  if (m == 0) return;
-  TACHYON_CHECK(gemv_supports(m, n, k)) << name << ": unsupported shape m=" << m << " n=" << n << " k=" << k
-                                        << " (needs 1 <= m <= 8, k a positive multiple of 8)";
-  TACHYON_CHECK(bias == nullptr || out_type == GemmOutputType::kBF16)
-      << name << ": a bias needs bf16 output (m=" << m << " n=" << n << " k=" << k << ")";
-  TACHYON_CHECK(aligned16(in)) << name << ": " << (kSilu ? "gate_up" : "in") << " (" << in
-                               << ") must be 16-byte aligned";
-  TACHYON_CHECK(aligned16(weight)) << name << ": weight (" << weight << ") must be 16-byte aligned";
-  switch (m) {
-    case 1: return launch<1, kSilu>(out, out_type, in, weight, bias, n, k, stream);
-    case 2: return launch<2, kSilu>(out, out_type, in, weight, bias, n, k, stream);
-    case 3: return launch<3, kSilu>(out, out_type, in, weight, bias, n, k, stream);
-    case 4: return launch<4, kSilu>(out, out_type, in, weight, bias, n, k, stream);
-    case 5: return launch<5, kSilu>(out, out_type, in, weight, bias, n, k, stream);
-    case 6: return launch<6, kSilu>(out, out_type, in, weight, bias, n, k, stream);
-    case 7: return launch<7, kSilu>(out, out_type, in, weight, bias, n, k, stream);
-    default: return launch<8, kSilu>(out, out_type, in, weight, bias, n, k, stream);
-  }
-}
 
 }  // namespace
 
@@ -229,12 +187,23 @@ bool gemv_supports(int64_t m, int64_t n, int64_t k) {
 
 void gemv(void* out, GemmOutputType out_type, const bf16* in, const bf16* weight, const bf16* bias, int64_t m,
           int64_t n, int64_t k, cudaStream_t stream) {
-  run<false>("gemv", out, out_type, in, weight, bias, m, n, k, stream);
-}
-
-void gemv_silu(void* out, GemmOutputType out_type, const bf16* gate_up, const bf16* weight, const bf16* bias,
-               int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
-  run<true>("gemv_silu", out, out_type, gate_up, weight, bias, m, n, k, stream);
+  if (m == 0) return;
+  TACHYON_CHECK(gemv_supports(m, n, k)) << "gemv: unsupported shape m=" << m << " n=" << n << " k=" << k
+                                        << " (needs 1 <= m <= 8, k a positive multiple of 8)";
+  TACHYON_CHECK(bias == nullptr || out_type == GemmOutputType::kBF16)
+      << "gemv: a bias needs bf16 output (m=" << m << " n=" << n << " k=" << k << ")";
+  TACHYON_CHECK(aligned16(in)) << "gemv: in (" << in << ") must be 16-byte aligned";
+  TACHYON_CHECK(aligned16(weight)) << "gemv: weight (" << weight << ") must be 16-byte aligned";
+  switch (m) {
+    case 1: return launch<1>(out, out_type, in, weight, bias, n, k, stream);
+    case 2: return launch<2>(out, out_type, in, weight, bias, n, k, stream);
+    case 3: return launch<3>(out, out_type, in, weight, bias, n, k, stream);
+    case 4: return launch<4>(out, out_type, in, weight, bias, n, k, stream);
+    case 5: return launch<5>(out, out_type, in, weight, bias, n, k, stream);
+    case 6: return launch<6>(out, out_type, in, weight, bias, n, k, stream);
+    case 7: return launch<7>(out, out_type, in, weight, bias, n, k, stream);
+    default: return launch<8>(out, out_type, in, weight, bias, n, k, stream);
+  }
 }
 
 }  // namespace tachyon::kernels::cuda

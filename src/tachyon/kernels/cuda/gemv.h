@@ -9,6 +9,11 @@
 // through L1 (tiny and shared by every warp of an SM). When n alone gives too few warps to keep
 // HBM busy, up to 4 warps of a block split k of the same rows and add their partial sums in
 // shared memory: no second pass, no workspace, so a launch is graph-capture safe.
+//
+// The down projection is not fused with its SwiGLU gate: a fused kernel (each warp computing
+// silu(gate) * up for its own chunks) re-read the gate_up rows from L2 once per warp and ran
+// 1.8x (m = 1) to 2.9x (m = 4) slower than silu_and_mul + gemv on an H200 at Llama-3-8B's down
+// projection (bench/results/2026-12-01-gemv-vs-cublaslt-h200.json), so callers run the two.
 #pragma once
 
 #include <cstdint>
@@ -30,14 +35,5 @@ bool gemv_supports(int64_t m, int64_t n, int64_t k);
 // Checked on the host with the shape in the message. No allocation, no synchronization.
 void gemv(void* out, GemmOutputType out_type, const bf16* in, const bf16* weight, const bf16* bias, int64_t m,
           int64_t n, int64_t k, cudaStream_t stream);
-
-// The down projection fused with its SwiGLU gate: gemv on in = silu(gate) * up, computed per
-// chunk as it is read (f32, rounded to bf16 like silu_and_mul in kernels/cuda/activation.h, so
-// the result equals silu_and_mul + gemv bit for bit) and never written to memory.
-// gate_up: [m, 2k] bf16, one row [gate | up], 16-byte aligned; weight: [n, k] bf16; the rest as
-// gemv. Every warp recomputes the gate for its chunks (cheap next to the weight stream at small
-// m; bench_gemv compares it with the two kernels).
-void gemv_silu(void* out, GemmOutputType out_type, const bf16* gate_up, const bf16* weight, const bf16* bias,
-               int64_t m, int64_t n, int64_t k, cudaStream_t stream);
 
 }  // namespace tachyon::kernels::cuda

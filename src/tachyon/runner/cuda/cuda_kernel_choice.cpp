@@ -103,12 +103,8 @@ void CudaModelRunner::run_role(Role role, int64_t layer, int64_t m) {
       linear(ws_->gate_up, bf, ws_->normed, w->gate_up, w->gate_up_bias, 2 * I, H);
       break;
     case Role::kDownWithSilu:
-      if (gemv) {
-        kc::gemv_silu(ws_->proj, bf, ws_->gate_up, w->down, row_bias ? w->down_bias : nullptr, m, H, I, stream_);
-      } else {
-        kc::silu_and_mul(ws_->act, ws_->gate_up, m, I, stream_);
-        gemm_.linear(ws_->proj, bf, ws_->act, w->down, row_bias ? w->down_bias : nullptr, m, H, I, stream_);
-      }
+      kc::silu_and_mul(ws_->act, ws_->gate_up, m, I, stream_);
+      linear(ws_->proj, bf, ws_->act, w->down, row_bias ? w->down_bias : nullptr, H, I);
       break;
     case Role::kLmHead:
       linear(tensor_parallel() ? ws_->local_logits : ws_->logits, kc::GemmOutputType::kF32, ws_->selected,
