@@ -2,6 +2,8 @@
 // tokenizer's vocabulary and special ids carried into config.json.
 #include "tachyon/model/make_model.h"
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -70,6 +72,28 @@ TEST(MakeModel, UnknownNamesListTheChoices) {
   }
   EXPECT_THROW(make_model_config({.arch = "qwen3", .preset = "llama-3.2-1b"}), Error);
   EXPECT_THROW(make_model_config({.arch = "llama", .preset = "tiny-window"}), Error);
+}
+
+TEST(MakeModel, NumLayersKeepsThePresetsFirstLayers) {
+  const ModelConfig full = make_model_config({.arch = "glm_moe_dsa", .preset = "glm-5-reduced"});
+  const ModelConfig two = make_model_config({.arch = "glm_moe_dsa", .preset = "glm-5-reduced", .num_layers = 2});
+  EXPECT_EQ(two.num_hidden_layers, 2);
+  EXPECT_EQ(two.hidden_size, full.hidden_size);
+  EXPECT_EQ(two.num_experts, full.num_experts);
+  ASSERT_EQ(two.indexer_types.size(), 2u);
+  EXPECT_TRUE(std::equal(two.indexer_types.begin(), two.indexer_types.end(), full.indexer_types.begin()));
+  for (int64_t l = 0; l < 2; ++l) EXPECT_EQ(two.is_moe_layer(l), full.is_moe_layer(l)) << l;
+  // tiny-moe's layer 0 is dense: its first layer alone is no longer a mixture-of-experts model.
+  EXPECT_EQ(make_model_config({.arch = "qwen3_moe", .preset = "tiny-moe", .num_layers = 2}).num_hidden_layers, 2);
+  EXPECT_THROW(make_model_config({.arch = "qwen3_moe", .preset = "tiny-moe", .num_layers = 1}), Error);
+  for (int64_t bad : {int64_t{0}, full.num_hidden_layers + 1}) {
+    try {
+      make_model_config({.arch = "glm_moe_dsa", .preset = "glm-5-reduced", .num_layers = bad});
+      FAIL() << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--num-layers"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(MakeModel, TokenizerSetsVocabAndSpecialIds) {

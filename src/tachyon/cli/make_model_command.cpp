@@ -21,6 +21,7 @@ void add_make_model_command(CLI::App& app) {
   cmd->add_option("--tokenizer", *tokenizer, "folder with tokenizer.json (+ tokenizer_config.json) to copy");
   cmd->add_option("--out", options->out_dir, "output folder");
   cmd->add_option("--shard-size", options->shard_bytes, "bytes per safetensors shard (0: preset default)");
+  cmd->add_option("--num-layers", options->num_layers, "keep only the preset's first N layers (default: all)");
   cmd->add_flag("--list", *list, "list presets and exit");
   cmd->callback([options, dtype, tokenizer, list] {
     if (*list) {

@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <numbers>
@@ -129,6 +130,15 @@ TokenizerFacts read_tokenizer_facts(const std::filesystem::path& dir) {
 ModelConfig make_model_config(const MakeModelOptions& options) {
   const ModelPreset& preset = find_preset(options.preset);
   ModelConfig c = preset.shape;
+  if (options.num_layers) {
+    const int64_t n = *options.num_layers;
+    TACHYON_CHECK(n >= 1 && n <= c.num_hidden_layers)
+        << "--num-layers " << n << " must be between 1 and " << c.num_hidden_layers << " (preset '" << preset.name
+        << "' has " << c.num_hidden_layers << " layers)";
+    c.num_hidden_layers = n;
+    if (!c.indexer_types.empty()) c.indexer_types.resize(static_cast<size_t>(n));
+    std::erase_if(c.mlp_only_layers, [n](int64_t layer) { return layer >= n; });
+  }
   c.architecture = resolve_arch(options.arch);
   c.model_type = model_type_for(c.architecture);
   if (!preset.only_arch.empty()) {

@@ -23,6 +23,9 @@ struct MakeModelOptions {
   std::optional<std::filesystem::path> tokenizer_dir;  // copies tokenizer.json (+ config); sets vocab and bos/eos
   std::filesystem::path out_dir;
   size_t shard_bytes = 0;                       // 0: the preset's default (0 there: one file)
+  // The preset's first N layers only (1 <= N <= its layer count): a real shape's per-layer work
+  // in a model small enough to write and profile quickly.
+  std::optional<int64_t> num_layers;
 };
 
 struct ModelPreset {
