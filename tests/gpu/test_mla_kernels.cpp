@@ -4,8 +4,11 @@
 // sizes 1, 16 and 64, unused blocks full of large garbage (wrong indexing shows as a large error)
 // and owned slots past each sequence's last token full of NaN (a kernel that lets them into the
 // math shows as an infinite error). Shapes: DeepSeek's rank 512 + rope 64 at 16, 40 and 128
-// heads, and the tiny rank 16 / 64 + rope 8 of the test models. Outputs must be within
-// kBf16Tolerance overall and per sequence. Their timing lives in bench/kernels/bench_mla_dsa.cpp.
+// heads, and the tiny rank 16 / 64 + rope 8 of the test models. Decode and (at few tokens)
+// sparse split their keys across CTAs: the split tests leave whole splits without a key, run
+// each launch twice for the same bits, and run a prefill-sized sparse step without a workspace.
+// Outputs must be within kBf16Tolerance overall and per sequence, and start poisoned (NaN), as
+// does the split workspace. Their timing lives in bench/kernels/bench_mla_dsa.cpp.
 // Run on the GPU machine: build/tests/gpu_mla_kernels (TACHYON_TEST_SEED replays a run).
 #include <algorithm>
 #include <cmath>
@@ -225,6 +228,11 @@ PrefillBatch batch_of(const std::vector<PrefillSeq>& seqs) {
   return batch;
 }
 
+// Queries of the batch's rows, [tokens, heads, rank + rope].
+std::vector<float> random_queries(std::mt19937_64& gen, const PrefillBatch& batch, const LatentShape& shape) {
+  return random_bf16_values(gen, static_cast<size_t>(batch.tokens()) * shape.num_heads * shape.width(), 1.5f);
+}
+
 std::vector<float> prefill_on_device(const LatentCache& cache, const PrefillBatch& batch, const std::vector<float>& q,
                                      const LatentShape& shape) {
   DeviceArray<int32_t> starts_d = upload(batch.starts), contexts_d = upload(batch.contexts);
@@ -273,8 +281,7 @@ void check_prefill(std::mt19937_64& gen, const std::vector<PrefillSeq>& seqs, co
   SCOPED_TRACE(testing::Message() << shape);
   const PrefillBatch batch = batch_of(seqs);
   const LatentCache cache(gen, batch.contexts, shape);
-  const std::vector<float> q =
-      random_bf16_values(gen, static_cast<size_t>(batch.tokens()) * shape.num_heads * shape.width(), 1.5f);
+  const std::vector<float> q = random_queries(gen, batch, shape);
   expect_per_sequence_close(prefill_on_device(cache, batch, q, shape), prefill_reference(cache, batch, q, shape), batch,
                             shape);
 }
@@ -334,13 +341,19 @@ std::vector<int32_t> make_kept(std::mt19937_64& gen, const PrefillBatch& batch, 
   return kept;
 }
 
+// With `workspace` false the launch gets none, so it must not split (it throws if it would).
 std::vector<float> sparse_on_device(const LatentCache& cache, const PrefillBatch& batch, const std::vector<float>& q,
-                                    const std::vector<int32_t>& kept, int32_t kept_width, const LatentShape& shape) {
+                                    const std::vector<int32_t>& kept, int32_t kept_width, const LatentShape& shape,
+                                    bool workspace = true) {
   DeviceArray<int32_t> starts_d = upload(batch.starts), kept_d = upload(kept);
   DeviceArray<bf16> q_d = upload_bf16(q);
   DeviceArray<bf16> out_d(static_cast<size_t>(batch.tokens()) * shape.num_heads * shape.rank);
+  const size_t workspace_bytes =
+      workspace ? gpu::sparse_mla_workspace_bytes(batch.tokens(), shape.num_heads, shape.rank, kept_width) : 0;
+  DeviceArray<uint8_t> workspace_d(std::max<size_t>(workspace_bytes, 1));  // poisoned: unwritten partials are NaN
   gpu::sparse_mla_attention(out_d.data(), q_d.data(), cache.view(), kept_d.data(), kept_width, starts_d.data(),
-                            static_cast<int32_t>(batch.contexts.size()), batch.tokens(), params_of(shape), nullptr);
+                            static_cast<int32_t>(batch.contexts.size()), batch.tokens(), params_of(shape),
+                            workspace ? workspace_d.data() : nullptr, workspace_bytes, nullptr);
   return download_f32(out_d);
 }
 
@@ -359,6 +372,15 @@ std::vector<float> sparse_reference(const LatentCache& cache, const PrefillBatch
   return ref;
 }
 
+// The sparse kernel's output, checked against the CPU per sequence.
+std::vector<float> check_sparse(const LatentCache& cache, const PrefillBatch& batch, const std::vector<float>& q,
+                                const std::vector<int32_t>& kept, int32_t kept_width, const LatentShape& shape,
+                                bool workspace = true) {
+  std::vector<float> out = sparse_on_device(cache, batch, q, kept, kept_width, shape, workspace);
+  expect_per_sequence_close(out, sparse_reference(cache, batch, q, kept, kept_width, shape), batch, shape);
+  return out;
+}
+
 // Strict subsets in lists wider than one 64-entry tile (tiles of nothing but -1 included).
 TEST(SparseMlaAttention, StrictSubsetsWithPadding) {
   auto gen = rng(501);
@@ -369,11 +391,9 @@ TEST(SparseMlaAttention, StrictSubsetsWithPadding) {
       SCOPED_TRACE(testing::Message() << shape << " kept_width " << kept_width);
       const PrefillBatch batch = batch_of(seqs);
       const LatentCache cache(gen, batch.contexts, shape);
-      const std::vector<float> q =
-          random_bf16_values(gen, static_cast<size_t>(batch.tokens()) * shape.num_heads * shape.width(), 1.5f);
+      const std::vector<float> q = random_queries(gen, batch, shape);
       const std::vector<int32_t> kept = make_kept(gen, batch, kept_width, false);
-      expect_per_sequence_close(sparse_on_device(cache, batch, q, kept, kept_width, shape),
-                                sparse_reference(cache, batch, q, kept, kept_width, shape), batch, shape);
+      check_sparse(cache, batch, q, kept, kept_width, shape);
     }
   }
 }
@@ -389,11 +409,9 @@ TEST(SparseMlaAttention, KeepingEverythingMatchesDense) {
       const PrefillBatch batch = batch_of(seqs);
       const int32_t kept_width = *std::max_element(batch.contexts.begin(), batch.contexts.end()) + 5;
       const LatentCache cache(gen, batch.contexts, shape);
-      const std::vector<float> q =
-          random_bf16_values(gen, static_cast<size_t>(batch.tokens()) * shape.num_heads * shape.width(), 1.5f);
+      const std::vector<float> q = random_queries(gen, batch, shape);
       const std::vector<int32_t> kept = make_kept(gen, batch, kept_width, true);
-      const std::vector<float> out = sparse_on_device(cache, batch, q, kept, kept_width, shape);
-      expect_per_sequence_close(out, sparse_reference(cache, batch, q, kept, kept_width, shape), batch, shape);
+      const std::vector<float> out = check_sparse(cache, batch, q, kept, kept_width, shape);
       const std::vector<float> dense = prefill_on_device(cache, batch, q, shape);
       EXPECT_LT(relative_error(out, dense), kBf16Tolerance) << "sparse (all kept) vs dense prefill";
     }
@@ -407,12 +425,106 @@ TEST(SparseMlaAttention, KeepingEverythingMatchesDense) {
       const std::vector<float> q =
           random_bf16_values(gen, contexts.size() * static_cast<size_t>(shape.num_heads) * shape.width(), 1.5f);
       const std::vector<int32_t> kept = make_kept(gen, batch, kept_width, true);
-      const std::vector<float> out = sparse_on_device(cache, batch, q, kept, kept_width, shape);
-      expect_per_sequence_close(out, sparse_reference(cache, batch, q, kept, kept_width, shape), batch, shape);
+      const std::vector<float> out = check_sparse(cache, batch, q, kept, kept_width, shape);
       const std::vector<float> dense = decode_on_device(cache, contexts, q, shape);
       EXPECT_LT(relative_error(out, dense), kBf16Tolerance) << "sparse (all kept) vs dense decode";
     }
   }
+}
+
+// --- sparse at small batch: each token's list split across CTAs, partials merged ---
+
+// kept: [tokens, kept_width] whose entries lie only in the 64-entry tiles `tile_used` marks:
+// random distinct positions 0 .. the row's position, ascending, as many as those tiles hold (in
+// random slots of them when fewer); every slot of the other tiles is -1, so a split made of
+// them sees no key and its partial must weigh nothing in the merge.
+std::vector<int32_t> make_tiled_kept(std::mt19937_64& gen, const PrefillBatch& batch, int32_t kept_width,
+                                     const std::vector<bool>& tile_used) {
+  std::vector<int32_t> slots;  // the slots that may hold a position, ascending
+  for (int32_t j = 0; j < kept_width; ++j) {
+    if (tile_used[j / 64]) slots.push_back(j);
+  }
+  std::vector<int32_t> kept(static_cast<size_t>(batch.tokens()) * kept_width, -1);
+  for (size_t s = 0; s < batch.contexts.size(); ++s) {
+    const int32_t rows = batch.starts[s + 1] - batch.starts[s];
+    for (int32_t i = 0; i < rows; ++i) {
+      std::vector<int32_t> positions(batch.contexts[s] - rows + i + 1);
+      std::iota(positions.begin(), positions.end(), 0);
+      std::shuffle(positions.begin(), positions.end(), gen);
+      const size_t count = std::min(positions.size(), slots.size());
+      positions.resize(count);
+      std::sort(positions.begin(), positions.end());
+      std::vector<int32_t> chosen = slots;
+      std::shuffle(chosen.begin(), chosen.end(), gen);
+      chosen.resize(count);
+      std::sort(chosen.begin(), chosen.end());
+      int32_t* row = kept.data() + static_cast<size_t>(batch.starts[s] + i) * kept_width;
+      for (size_t k = 0; k < count; ++k) row[chosen[k]] = positions[k];
+    }
+  }
+  return kept;
+}
+
+// Batch 1 and 4 (one sequence each, and one sequence of 4 rows) at contexts up to 8192 with
+// DeepSeek-V3.2's 2048-wide lists: on an H200 these take 32 one-tile splits (8 at 4 tokens of
+// 128 heads), and a 3000-wide list at 16 heads takes 47 (the merge's upper lanes). Lists full,
+// in the first two tiles only (30 empty splits), in the last tile only (split 0 empty) and in
+// every third tile. The result must match the CPU and repeat bit for bit.
+TEST(SparseMlaAttention, SplitListsAtSmallBatch) {
+  auto gen = rng(503);
+  struct Case {
+    LatentShape shape;
+    int32_t kept_width;
+    std::vector<PrefillSeq> seqs;
+  };
+  const std::vector<PrefillSeq> one = {{8191, 1}};
+  const std::vector<PrefillSeq> four = {{8191, 1}, {2999, 1}, {2047, 1}, {5999, 1}};
+  const std::vector<PrefillSeq> four_rows = {{6000, 4}};
+  const LatentShape v32{128, 512, 64, 64}, lite{16, 512, 64, 16};
+  const Case cases[] = {{v32, 2048, one},  {v32, 2048, four},  {v32, 2048, four_rows}, {lite, 2048, one},
+                        {lite, 2048, four}, {lite, 3000, one}, {LatentShape{4, 16, 8, 1}, 2048, four}};
+  for (const Case& c : cases) {
+    const LatentShape& shape = c.shape;
+    const PrefillBatch batch = batch_of(c.seqs);
+    SCOPED_TRACE(testing::Message() << shape << " kept_width " << c.kept_width << " tokens " << batch.tokens());
+    EXPECT_GT(gpu::sparse_mla_workspace_bytes(batch.tokens(), shape.num_heads, shape.rank, c.kept_width), 0u);
+    const LatentCache cache(gen, batch.contexts, shape);
+    const std::vector<float> q = random_queries(gen, batch, shape);
+    const int32_t tiles = (c.kept_width + 63) / 64;
+    std::vector<std::vector<bool>> layouts(4, std::vector<bool>(tiles, false));
+    for (int32_t tile = 0; tile < tiles; ++tile) {
+      layouts[0][tile] = true;
+      layouts[1][tile] = tile < 2;
+      layouts[2][tile] = tile == tiles - 1;
+      layouts[3][tile] = tile % 3 == 1;
+    }
+    for (size_t layout = 0; layout < layouts.size(); ++layout) {
+      SCOPED_TRACE(testing::Message() << "layout " << layout);
+      const std::vector<int32_t> kept = make_tiled_kept(gen, batch, c.kept_width, layouts[layout]);
+      const std::vector<float> out = check_sparse(cache, batch, q, kept, c.kept_width, shape);
+      EXPECT_TRUE(out == sparse_on_device(cache, batch, q, kept, c.kept_width, shape)) << "not deterministic";
+    }
+  }
+}
+
+// A prefill-like step (300 tokens x 4 head CTAs: more than 8 waves on up to 150 SMs) takes one
+// split and writes `out` directly, with no workspace at all; the workspace stops growing once
+// steps are that large.
+TEST(SparseMlaAttention, ManyTokensDoNotSplit) {
+  auto gen = rng(504);
+  const LatentShape shape{128, 512, 64, 64};
+  const int32_t kept_width = 2048;
+  const PrefillBatch batch = batch_of({{0, 200}, {500, 100}});
+  const LatentCache cache(gen, batch.contexts, shape);
+  const std::vector<float> q = random_queries(gen, batch, shape);
+  const std::vector<int32_t> kept = make_tiled_kept(gen, batch, kept_width, std::vector<bool>(32, true));
+  check_sparse(cache, batch, q, kept, kept_width, shape, /*workspace=*/false);
+  for (int32_t heads : {16, 128}) {
+    EXPECT_EQ(gpu::sparse_mla_workspace_bytes(100000, heads, 512, kept_width),
+              gpu::sparse_mla_workspace_bytes(4096, heads, 512, kept_width))
+        << heads << " heads";
+  }
+  EXPECT_EQ(gpu::sparse_mla_workspace_bytes(64, 128, 512, 64), 0u) << "one tile never splits";
 }
 
 TEST(MlaAttention, EmptyBatchesLaunchNothing) {
@@ -420,7 +532,7 @@ TEST(MlaAttention, EmptyBatchesLaunchNothing) {
   const gpu::MlaAttentionParams params{16, 0.1f};
   gpu::mla_decode_attention(nullptr, nullptr, view, nullptr, 0, 4096, params, nullptr, 0, nullptr);
   gpu::mla_prefill_attention(nullptr, nullptr, view, nullptr, nullptr, 0, 0, 0, params, nullptr);
-  gpu::sparse_mla_attention(nullptr, nullptr, view, nullptr, 2048, nullptr, 0, 0, params, nullptr);
+  gpu::sparse_mla_attention(nullptr, nullptr, view, nullptr, 2048, nullptr, 0, 0, params, nullptr, 0, nullptr);
   TACHYON_CUDA_CHECK(cudaDeviceSynchronize());
 }
 

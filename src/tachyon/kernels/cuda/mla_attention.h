@@ -1,6 +1,7 @@
 // DeepSeek MLA attention in the absorbed form over the paged latent cache, on the GPU: decode
 // (one query per sequence, split-KV), ragged causal prefill / mixed steps, and DeepSeek sparse
-// attention (DSA: each query row attends only the tokens its indexer kept).
+// attention (DSA: each query row attends only the tokens its indexer kept; its list split
+// across CTAs at small batch, as decode's context is).
 // CPU twins: kernels/mla_attention.h `paged_mla_attention` and kernels/sparse_mla_attention.h
 // `paged_sparse_mla_attention`, which these must match.
 //
@@ -65,12 +66,23 @@ void mla_prefill_attention(bf16* out, const bf16* q, const PagedLatentView& cach
                            int32_t max_query_len, const MlaAttentionParams& params, cudaStream_t stream);
 
 // --- DeepSeek sparse attention (DSA) ---
+// Scratch bytes for launches of up to `max_query_tokens` tokens with lists of up to `kept_width`
+// entries on the current device: the f32 partials when few tokens split their lists across
+// CTAs, [tokens, heads, splits, kv_lora_rank + 1], bounded like decode's (a few waves of split
+// CTAs; steps with many tokens never split), so it does not grow with max_query_tokens; 0 when
+// kept_width <= 64 (one tile, never split).
+size_t sparse_mla_workspace_bytes(int32_t max_query_tokens, int32_t num_heads, int32_t kv_lora_rank,
+                                  int32_t kept_width);
+
 // out, q: as prefill's. kept: [num_query_tokens, kept_width] int32 token positions of query row
 // t's sequence (found from query_starts: [num_seqs + 1]), ascending, -1 entries skipped, at least
 // one valid; row t attends exactly those tokens. Listing every token 0 .. position gives the
-// dense kernels' result.
+// dense kernels' result. The split count depends only on num_query_tokens, num_heads,
+// kept_width and the SM count (graph-capturable; the same sum order on every run). workspace:
+// sparse_mla_workspace_bytes(num_query_tokens or more, ...) bytes (may be null when that is 0).
 void sparse_mla_attention(bf16* out, const bf16* q, const PagedLatentView& cache, const int32_t* kept,
                           int32_t kept_width, const int32_t* query_starts, int32_t num_seqs, int32_t num_query_tokens,
-                          const MlaAttentionParams& params, cudaStream_t stream);
+                          const MlaAttentionParams& params, void* workspace, size_t workspace_bytes,
+                          cudaStream_t stream);
 
 }  // namespace tachyon::kernels::cuda

@@ -77,11 +77,12 @@ struct MlaArgs {
   const int32_t* query_starts;  // [num_seqs + 1] int32 (prefill, sparse)
   const int32_t* kept;          // [num_query_tokens, kept_width] int32 (sparse)
   int32_t kept_width;
-  float* part_out;              // decode splits: [num_seqs, num_heads, num_splits, kv_lora_rank] f32, normalized
-  float* part_lse;              // [num_seqs, num_heads, num_splits] f32, log2(sum exp2) of each split
+  // Split launches (decode, sparse; mla_attention_splits.cuh), items = sequences or query tokens:
+  float* part_out;              // [items, num_heads, num_splits, kv_lora_rank] f32, normalized
+  float* part_lse;              // [items, num_heads, num_splits] f32, log2(sum exp2) of each split
   int32_t num_seqs;
   int32_t num_heads;
-  int32_t num_splits;           // decode
+  int32_t num_splits;           // decode, sparse: splits per item (1: no partials)
   float scale_log2;             // scale * log2(e)
 };
 
@@ -97,8 +98,8 @@ struct MlaJob {
   int first_pos = 0;              // prefill: sequence row m (flattened) sits at first_pos + m / num_heads
   int m0 = 0;                     // prefill: the sequence-relative flattened index of row0
   const int32_t* kept = nullptr;  // sparse: this token's kept list, [kept_width]
-  int split = 0;                  // decode: which partial this CTA writes
-  bool partial = false;           // decode: write part_out / part_lse instead of out
+  int split = 0;                  // decode, sparse: which partial this CTA writes
+  bool partial = false;           // decode, sparse: write part_out / part_lse instead of out
 };
 
 template <MlaMode kMode, int kMTiles, int kVDim, int kCtaWarps = kWarps>
@@ -371,13 +372,13 @@ __device__ __forceinline__ void mla_attend(const MlaArgs& a, const MlaJob& job) 
         const int col = warp * T::kWarpCols + n * 8 + c2;
         if (col >= rank) continue;
         const float x = o[mt][n][2 * h] * inv, y = o[mt][n][2 * h + 1] * inv;
-        if (kMode == MlaMode::kDecode && job.partial) {
+        if (kMode != MlaMode::kPrefill && job.partial) {
           *reinterpret_cast<float2*>(a.part_out + (out_row * a.num_splits + job.split) * rank + col) = make_float2(x, y);
         } else {
           *reinterpret_cast<__nv_bfloat162*>(a.out + out_row * rank + col) = __floats2bfloat162_rn(x, y);
         }
       }
-      if (kMode == MlaMode::kDecode && job.partial && warp == 0 && (lane & 3) == 0)
+      if (kMode != MlaMode::kPrefill && job.partial && warp == 0 && (lane & 3) == 0)
         a.part_lse[out_row * a.num_splits + job.split] = m_run[mt][h] + log2f(l);
     }
   }

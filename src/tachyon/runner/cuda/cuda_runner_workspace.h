@@ -49,8 +49,10 @@ struct CudaModelRunner::Workspace {
   bf16* kv_a = nullptr;               // [T, kv_lora_rank + qk_rope] kv_a_proj_with_mqa output
   bf16* q_absorbed = nullptr;         // [T, heads * qa] [q_nope @ W_uk | rope(q_pe)]
   bf16* attn_latent = nullptr;        // [T, heads * kv_lora_rank] attended latents
-  void* mla_decode_scratch = nullptr;
-  size_t mla_decode_scratch_bytes = 0;
+  // f32 partials of the split latent-attention kernels: dense decode and DSA's sparse attention
+  // (one buffer: each launch checks its own size, and they run one after another on stream_).
+  void* mla_split_scratch = nullptr;
+  size_t mla_split_scratch_bytes = 0;
   // DeepSeek-V3.2's indexer (H_I heads of D_I, top-k K, scores over max_model_len columns).
   bf16* index_q = nullptr;            // [T, H_I * D_I]
   float* index_weights = nullptr;     // [T, H_I] f32
