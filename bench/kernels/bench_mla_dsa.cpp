@@ -172,6 +172,10 @@ class Bench {
     const cuda::DeviceBuffer scores = poisoned(size_t(batch) * context * sizeof(float));  // one per step, reused by layers
     const cuda::DeviceBuffer kept = poisoned(size_t(layers) * batch * kTopk * sizeof(int32_t));  // one per layer
     const cuda::DeviceBuffer out = poisoned(size_t(batch) * heads * kRank * sizeof(bf16));
+    const size_t sparse_workspace_bytes = gpu::sparse_mla_workspace_bytes(batch, heads, kRank, kTopk);
+    const cuda::DeviceBuffer sparse_workspace(std::max<size_t>(sparse_workspace_bytes, 1));
+    const size_t topk_workspace_bytes = gpu::dsa_topk_workspace_bytes(batch, context, kTopk);
+    const cuda::DeviceBuffer topk_workspace(std::max<size_t>(topk_workspace_bytes, 1));
     const gpu::MlaAttentionParams params{heads, kScale};
     const gpu::DsaIndexerParams index_params{kIndexHeads, kIndexDim, kTopk, 1.0f / std::sqrt(float(kIndexDim)),
                                              1.0f / std::sqrt(float(kIndexHeads))};
@@ -182,11 +186,13 @@ class Bench {
     };
     const auto select_topk = [&](int l, cudaStream_t s) {
       gpu::dsa_select_topk(kept_of(l), scores.as<float>(), context, query_starts.as<int32_t>(),
-                           context_lens.as<int32_t>(), batch, batch, context, kTopk, nullptr, 0, s);
+                           context_lens.as<int32_t>(), batch, batch, context, kTopk, topk_workspace.data(),
+                           topk_workspace_bytes, s);
     };
     const auto sparse_mla = [&](int l, cudaStream_t s) {
       gpu::sparse_mla_attention(out.as<bf16>(), q.as<bf16>(), caches.latent_view(l), kept_of(l), kTopk,
-                                query_starts.as<int32_t>(), batch, batch, params, s);
+                                query_starts.as<int32_t>(), batch, batch, params, sparse_workspace.data(),
+                                sparse_workspace_bytes, s);
     };
     const auto every_layer = [&](auto... parts) {
       return [=](cudaStream_t s) {

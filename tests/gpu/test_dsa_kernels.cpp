@@ -6,6 +6,9 @@
 // f32 scores, which must give identical kept arrays. Caches are built the hard way: shuffled
 // block tables, garbage in unused blocks and NaN in owned slots past each context (a kernel
 // reading them shows as NaN). Outputs are poisoned (NaN / -1 bit patterns) before each launch.
+// The top-k also runs alone on score patterns made to break it (ties at the threshold and across
+// chunk edges, rows of zeros, one-binade and few-ulp ranges), both with rows split across CTAs
+// (few long rows) and one CTA a row (many rows), with graph-padding rows that must stay -1.
 // Run on the GPU machine: build/tests/gpu_dsa_kernels (TACHYON_TEST_SEED replays a run).
 #include <algorithm>
 #include <cmath>
@@ -218,11 +221,13 @@ std::vector<int32_t> query_starts_of(const Batch& batch) {
 }
 
 // Runs the GPU top-k on device scores and checks it against the CPU selection over the same
-// (downloaded) scores, sequence by sequence.
+// (downloaded) scores, sequence by sequence. `padding_rows` more rows past the batch's (graph
+// padding, scores of NaN) must come back all -1. The workspace starts as garbage (0xFF bytes).
 void check_topk(const std::vector<float>& scores, const DeviceArray<float>& scores_d, int64_t stride,
-                const Batch& batch, int32_t max_context_len, int32_t topk) {
+                const Batch& batch, int32_t max_context_len, int32_t topk, int32_t padding_rows = 0) {
   const std::vector<int32_t> starts = query_starts_of(batch);
-  const int32_t num_rows = starts.back(), num_seqs = static_cast<int32_t>(batch.rows.size());
+  const int32_t num_seqs = static_cast<int32_t>(batch.rows.size());
+  const int32_t num_rows = starts.back() + padding_rows;
   DeviceArray<int32_t> starts_d = upload(starts), contexts_d = upload(batch.contexts);
   DeviceArray<int32_t> kept_d(static_cast<size_t>(num_rows) * topk);
   TACHYON_CUDA_CHECK(cudaMemset(kept_d.data(), 0x7f, kept_d.size() * sizeof(int32_t)));  // poison: not -1, not valid
@@ -231,6 +236,9 @@ void check_topk(const std::vector<float>& scores, const DeviceArray<float>& scor
   gpu::dsa_select_topk(kept_d.data(), scores_d.data(), stride, starts_d.data(), contexts_d.data(), num_seqs, num_rows,
                        max_context_len, topk, workspace.data(), workspace_bytes, nullptr);
   const std::vector<int32_t> kept = kept_d.download();
+  for (int64_t i = static_cast<int64_t>(starts.back()) * topk; i < static_cast<int64_t>(num_rows) * topk; ++i) {
+    ASSERT_EQ(kept[i], -1) << "padding row " << i / topk << " entry " << i % topk;
+  }
   for (int32_t s = 0; s < num_seqs; ++s) {
     const int32_t rows = batch.rows[s], ctx = batch.contexts[s];
     if (rows == 0) continue;
@@ -379,6 +387,108 @@ TEST(DsaSelectTopk, TiesGoToEarlierPositions) {
       check_topk(scores, scores_d, stride, c.batch, max_context_len, c.topk);
     }
   }
+}
+
+// Score patterns that the selection must get exactly right (each a score for column j):
+// - kOneBinade: all in [1, 2): one sign and exponent, so a fixed leading digit would not spread.
+// - kSparseRelu: sums of relus that are mostly exactly 0, so the threshold is 0 itself and the
+//   earliest zeros fill the top-k.
+// - kSignedZeros: every score +0 or -0: one tie across the whole row.
+// - kTiesAtThreshold: 0.5% of 3.0, 30% of 1.0, the rest below: ties straddle the threshold in
+//   every chunk of a split row and in the row.
+// - kPlateaus: runs of 1000 equal scores (2.0) across every multiple of 4096 (chunk edges) and
+//   0.75% of 5.0 above them; the rest below.
+// - kFewUlps: 1.0 plus 0..999 ulps: distinct scores that one radix digit tells apart.
+enum class Pattern { kOneBinade, kSparseRelu, kSignedZeros, kTiesAtThreshold, kPlateaus, kFewUlps };
+constexpr Pattern kPatterns[] = {Pattern::kOneBinade,        Pattern::kSparseRelu, Pattern::kSignedZeros,
+                                 Pattern::kTiesAtThreshold, Pattern::kPlateaus,   Pattern::kFewUlps};
+
+float pattern_score(Pattern pattern, std::mt19937_64& gen, int32_t j) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+  switch (pattern) {
+    case Pattern::kOneBinade:
+      return std::min(1.0f + 0.1f * std::abs(normal(gen)), 1.9999999f);
+    case Pattern::kSparseRelu: {
+      float sum = 0.0f;
+      for (int h = 0; h < 3; ++h) sum += std::max(normal(gen) - 2.8f, 0.0f);
+      return sum;
+    }
+    case Pattern::kSignedZeros:
+      return uniform(gen) < 0.5f ? -0.0f : 0.0f;
+    case Pattern::kTiesAtThreshold: {
+      const float u = uniform(gen);
+      return u < 0.005f ? 3.0f : u < 0.305f ? 1.0f : 1.9f * uniform(gen) - 1.0f;
+    }
+    case Pattern::kPlateaus: {
+      if (j % 4096 < 500 || j % 4096 >= 3596) return 2.0f;
+      return uniform(gen) < 0.0075f ? 5.0f : std::min(0.3f * normal(gen), 1.9f);
+    }
+    case Pattern::kFewUlps: {
+      const uint32_t ulps = std::uniform_int_distribution<uint32_t>(0, 999)(gen);
+      float value = 0.0f;
+      const uint32_t bits = 0x3f800000u + ulps;  // 1.0f + ulps
+      std::memcpy(&value, &bits, sizeof(value));
+      return value;
+    }
+  }
+  return 0.0f;
+}
+
+// Host scores of `batch` plus `padding_rows` rows of NaN: the pattern at the columns j <= each
+// row's position, -inf past it up to max_context_len, NaN in the stride's slack.
+std::vector<float> pattern_scores(std::mt19937_64& gen, Pattern pattern, const Batch& batch, int64_t stride,
+                                  int32_t max_context_len, int32_t padding_rows) {
+  const std::vector<int32_t> starts = query_starts_of(batch);
+  std::vector<float> scores(static_cast<size_t>(starts.back() + padding_rows) * stride, NAN);
+  for (size_t s = 0; s < batch.rows.size(); ++s) {
+    for (int32_t i = 0; i < batch.rows[s]; ++i) {
+      const int32_t position = batch.contexts[s] - batch.rows[s] + i;
+      float* row = scores.data() + (starts[s] + i) * stride;
+      for (int32_t j = 0; j < max_context_len; ++j) row[j] = j <= position ? pattern_score(pattern, gen, j) : -INFINITY;
+    }
+  }
+  return scores;
+}
+
+// Every pattern on `batch` (max_context_len: the longest context plus `slack`), against the CPU.
+void check_topk_patterns(std::mt19937_64& gen, const Batch& batch, int32_t topk, int32_t padding_rows,
+                         int32_t slack = 0) {
+  const int32_t max_context_len = *std::max_element(batch.contexts.begin(), batch.contexts.end()) + slack;
+  const int64_t stride = max_context_len + 5;
+  for (Pattern pattern : kPatterns) {
+    SCOPED_TRACE(testing::Message() << "pattern " << static_cast<int>(pattern) << " topk " << topk << " max_context_len "
+                                    << max_context_len << " padding rows " << padding_rows);
+    const std::vector<float> scores = pattern_scores(gen, pattern, batch, stride, max_context_len, padding_rows);
+    DeviceArray<float> scores_d = upload(scores);
+    check_topk(scores, scores_d, stride, batch, max_context_len, topk, padding_rows);
+  }
+}
+
+// Few long rows: each row is split across CTAs (chunk-local top-k, then one merge a row).
+// dsa_topk.cu's plan on a 132-SM H200: 8 chunks of 16384 for the 131072-wide cases, 4 of 5024
+// at topk 64, 7 of 7168 at topk 1000, and at topk 16384 two chunks of 65536, longer than the
+// shared memory holds (read from global memory).
+TEST(DsaSelectTopk, SplitRowsMatchCpu) {
+  auto gen = rng(708);
+  check_topk_patterns(gen, Batch{{131072}, {1}}, 2048, 0);
+  // Contexts that differ (empty later chunks), p + 1 <= topk, p + 1 = topk + 1, a prefill
+  // chunk of 3 rows, and graph padding.
+  check_topk_patterns(gen, Batch{{131072, 100000, 2049, 100, 131072, 40000}, {1, 1, 1, 1, 3, 2}}, 2048, 3);
+  check_topk_patterns(gen, Batch{{20000, 9000, 20000, 4000}, {1, 1, 2, 1}}, 64, 1);
+  check_topk_patterns(gen, Batch{{50000, 7777}, {2, 1}}, 1000, 0, 13);
+  check_topk_patterns(gen, Batch{{131072}, {1}}, 16384, 2);
+}
+
+// Many rows keep one CTA a row: a prefill chunk staged in shared memory (contexts too short to
+// split), more rows than SMs (140 > 132: splitting could not add a wave's worth), and rows
+// longer than the shared memory with a top-k too large to split (8000 over 60000), read from
+// global memory.
+TEST(DsaSelectTopk, UnsplitRowsMatchCpu) {
+  auto gen = rng(709);
+  check_topk_patterns(gen, Batch{{9000, 3000, 9000, 2500}, {200, 1, 1, 40}}, 2048, 5);
+  check_topk_patterns(gen, Batch{{17000, 16500}, {100, 40}}, 2048, 0);
+  check_topk_patterns(gen, Batch{{60000, 30000, 10000}, {2, 1, 1}}, 8000, 2);
 }
 
 }  // namespace

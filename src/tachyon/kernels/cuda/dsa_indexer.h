@@ -18,7 +18,7 @@
 //   the CPU's kept arrays bit for bit. Scores must not be NaN.
 //
 // Every size that shapes a grid is a host argument; nothing reads device memory back, so all
-// four launches are CUDA-graph capturable with bounds (num_query_tokens, max_context_len).
+// four entry points are CUDA-graph capturable with bounds (num_query_tokens, max_context_len).
 // Test: tests/gpu/test_dsa_kernels.cpp.
 #pragma once
 
@@ -75,15 +75,20 @@ void dsa_index_scores(float* scores, int64_t scores_stride, const bf16* q, const
                       int32_t num_seqs, int32_t num_query_tokens, int32_t max_context_len,
                       const DsaIndexerParams& params, cudaStream_t stream);
 
-// The selection keeps no state between launches: 0 bytes (workspace may be null). Kept in the
-// interface so a multi-CTA split of very long rows can add scratch without changing callers.
+// Scratch of dsa_select_topk for any launch with at most these rows and this max_context_len:
+// few long rows are split across CTAs (dsa_topk.cu), whose per-chunk candidates live here. It
+// grows with rows only up to a fixed cap (16 MiB at topk 2048), never with rows x context; 0
+// when nothing can be split, max_context_len < 2 * max(4096, 4 * topk) or topk > 24576
+// (workspace may then be null).
 size_t dsa_topk_workspace_bytes(int32_t max_query_tokens, int32_t max_context_len, int32_t topk);
 
 // kept: [num_query_tokens, topk] int32: per row (at position p, as above), the positions of the
 // topk largest scores among columns 0 .. min(p, max_context_len - 1), ascending, -1 after the
 // min(topk, p + 1) kept; ties at the threshold go to the earlier position
 // (kernels::cpu::dsa_select_topk's rule). scores as dsa_index_scores writes them.
-// Rows past query_starts[num_seqs] get all -1.
+// Rows past query_starts[num_seqs] get all -1. workspace: dsa_topk_workspace_bytes(num_query_tokens,
+// max_context_len, topk) bytes or more (checked), any contents; launches one kernel, or two when
+// the rows are split; nothing is read back, so it is graph capturable.
 void dsa_select_topk(int32_t* kept, const float* scores, int64_t scores_stride, const int32_t* query_starts,
                      const int32_t* context_lens, int32_t num_seqs, int32_t num_query_tokens, int32_t max_context_len,
                      int32_t topk, void* workspace, size_t workspace_bytes, cudaStream_t stream);
