@@ -1,14 +1,20 @@
 // The MoE kernels (kernels/cuda/moe.h) against plain loops written here: routing (ids exact,
 // weights to f32 rounding; DeepSeek's group-limited routing against model/moe.h's CPU router
 // itself, ids and their order exact), grouping (every pair once, in its expert's blocks, padding
-// marked), the grouped GEMM (bf16 tolerance, padding rows never written), the combine (with and
-// without the shared expert's addend), and the whole MoE block chained as a model runs it. Fresh random inputs every run (seed printed); outputs are
-// poisoned first, so a row the kernels should write and do not shows up as NaN.
+// marked), the grouped GEMM (bf16 tolerance, padding rows never written), the decode-sized
+// grouped GEMV (the same, plus: a token's rows bit-identical alone and in any batch, graph
+// capture, argument checks), the combine (with and without the shared expert's addend), and the
+// whole MoE block chained as a model runs it. Fresh random inputs every run (seed printed);
+// outputs are poisoned first, so a row the kernels should write and do not shows up as NaN.
+// Run: build-*/tests/gpu_moe_kernels (GPU machine); TACHYON_TEST_SEED=<seed> replays a failure.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <numeric>
 #include <set>
 #include <span>
+#include <string>
 
 #include "gpu_test_util.h"
 #include "tachyon/kernels/cuda/activation.h"
@@ -281,6 +287,326 @@ TEST(MoeGroupedGemm, MatchesTheReferenceAndWritesOnlyListedRows) {
       EXPECT_LT(gpu_test::relative_error(got, grouped_reference(a, w, ids, divisor, sh.n, sh.k)), 5e-3);
     }
   }
+}
+
+// --- moe_grouped_gemv: the same product for decode-sized steps (<= 8 pairs per expert).
+
+// bf16 values with full 8-bit significands (so f32 sums round, and a changed sum order shows),
+// magnitudes in [2^-6, 2^-2), four per draw: V2-Lite's experts hold 370M weights.
+std::vector<float> random_weight_values(std::mt19937_64& gen, size_t count) {
+  std::vector<float> values(count);
+  for (size_t i = 0; i < count; i += 4) {
+    uint64_t bits = gen();
+    for (size_t j = i; j < std::min(count, i + 4); ++j, bits >>= 16) {
+      const uint32_t sign = bits & 0x8000u, exponent = 127 - 3 - ((bits >> 7) & 3u), mantissa = bits & 0x7fu;
+      values[j] = bf16_to_f32(static_cast<uint16_t>(sign | exponent << 7 | mantissa));
+    }
+  }
+  return values;
+}
+
+// Every expert's weight on the device, [experts, n, k] bf16. Large sets are built from 4 random
+// matrices (drawing 64 V2-Lite experts would take seconds): expert e is matrix e % 4 with its
+// rows rotated by shift(e), so an expert mixed up with another reads other rows and shows.
+struct ExpertWeights {
+  int experts, pools;
+  int64_t n, k;
+  std::vector<float> pool;   // [pools, n, k]
+  DeviceArray<bf16> device;  // [experts, n, k]
+
+  ExpertWeights(std::mt19937_64& gen, int experts_, int64_t n_, int64_t k_)
+      : experts(experts_),
+        pools(experts_ * n_ * k_ <= (int64_t{1} << 22) ? experts_ : std::min(experts_, 4)),
+        n(n_),
+        k(k_),
+        pool(random_weight_values(gen, static_cast<size_t>(pools * n * k))),
+        device(static_cast<size_t>(experts * n * k)) {
+    TACHYON_CHECK(pools == experts || n > (experts - 1) / pools * 131) << "shifts must differ modulo n";
+    DeviceArray<bf16> pool_d = gpu_test::upload_bf16(pool);
+    for (int e = 0; e < experts; ++e) {
+      const int64_t s = shift(e);
+      bf16* dst = device.data() + e * n * k;
+      const bf16* src = pool_d.data() + (e % pools) * n * k;
+      TACHYON_CUDA_CHECK(cudaMemcpy(dst, src + s * k, (n - s) * k * sizeof(bf16), cudaMemcpyDeviceToDevice));
+      TACHYON_CUDA_CHECK(cudaMemcpy(dst + (n - s) * k, src, s * k * sizeof(bf16), cudaMemcpyDeviceToDevice));
+    }
+    TACHYON_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  int64_t shift(int e) const { return pools == experts ? 0 : e / pools * 131 % n; }
+  // Row j of expert e's weight: [k].
+  const float* row(int e, int64_t j) const { return pool.data() + ((e % pools) * n + (j + shift(e)) % n) * k; }
+};
+
+double dot(const float* x, const float* w, int64_t k) {  // k % 8 == 0; 8 chains, in double
+  double acc[8] = {};
+  for (int64_t i = 0; i < k; i += 8) {
+    for (int j = 0; j < 8; ++j) acc[j] += double(x[i + j]) * w[i + j];
+  }
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+// Each token's top_k distinct experts in random order; with common >= 0, that expert among them.
+std::vector<int32_t> route_distinct(std::mt19937_64& gen, int64_t tokens, int experts, int top_k, int common = -1) {
+  std::vector<int32_t> all(static_cast<size_t>(experts)), ids;
+  std::iota(all.begin(), all.end(), 0);
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::shuffle(all.begin(), all.end(), gen);
+    std::vector<int32_t> mine(all.begin(), all.begin() + top_k);
+    if (common >= 0 && std::find(mine.begin(), mine.end(), common) == mine.end()) mine[gen() % top_k] = common;
+    ids.insert(ids.end(), mine.begin(), mine.end());
+  }
+  return ids;
+}
+
+int32_t max_pairs_of(const std::vector<int32_t>& ids, int experts) {
+  std::vector<int32_t> count(static_cast<size_t>(experts), 0);
+  for (int32_t id : ids) ++count[id];
+  return *std::max_element(count.begin(), count.end());
+}
+
+std::vector<uint16_t> bits_of(const std::vector<bf16>& values) {
+  std::vector<uint16_t> bits(values.size());
+  std::memcpy(bits.data(), values.data(), values.size() * sizeof(uint16_t));
+  return bits;
+}
+
+// The first element where two bf16 bit vectors differ (-1: none), so a failure prints one index.
+int64_t first_difference(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  if (a.size() != b.size()) return 0;
+  const auto mismatch = std::mismatch(a.begin(), a.end(), b.begin());
+  return mismatch.first == a.end() ? -1 : mismatch.first - a.begin();
+}
+
+std::vector<float> floats_of(const std::vector<bf16>& values) {
+  std::vector<float> out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) out[i] = __bfloat162float(values[i]);
+  return out;
+}
+
+// Groups ids with moe_align, then runs moe_grouped_gemv at max_pairs (or moe_grouped_gemm when
+// max_pairs is 0) into a poisoned [rows, n] output with a guard that must stay poisoned.
+std::vector<bf16> run_grouped(const ExpertWeights& w, const DeviceArray<bf16>& a, const std::vector<int32_t>& ids,
+                              int64_t divisor, int32_t max_pairs) {
+  const int64_t rows = static_cast<int64_t>(ids.size()), capacity = moe_sorted_capacity(rows, w.experts);
+  DeviceArray<int32_t> ids_d = upload(ids), sorted(capacity), blocks(capacity / kMoeBlockM);
+  moe_align(sorted.data(), blocks.data(), ids_d.data(), rows, w.experts, capacity, nullptr);
+  DeviceArray<bf16> out(rows * w.n + 8);
+  if (max_pairs > 0) {
+    moe_grouped_gemv(out.data(), a.data(), w.device.data(), sorted.data(), blocks.data(), capacity, divisor, w.n, w.k,
+                     max_pairs, nullptr);
+  } else {
+    moe_grouped_gemm(out.data(), a.data(), w.device.data(), sorted.data(), blocks.data(), capacity, divisor, w.n, w.k,
+                     nullptr);
+  }
+  std::vector<bf16> got = out.download();
+  for (size_t i = rows * w.n; i < got.size(); ++i) EXPECT_TRUE(std::isnan(__bfloat162float(got[i]))) << "guard " << i;
+  got.resize(rows * w.n);
+  return got;
+}
+
+// The GEMV on routed pairs against the CPU per pair row, and against the GEMM as a whole.
+void check_routed_gemv(std::mt19937_64& gen, const ExpertWeights& w, const std::vector<int32_t>& ids,
+                       int64_t divisor, int32_t max_pairs) {
+  const int64_t rows = static_cast<int64_t>(ids.size()), n = w.n, k = w.k;
+  const std::vector<float> a = random_bf16_values(gen, static_cast<size_t>(rows / divisor * k));
+  const DeviceArray<bf16> a_d = upload_bf16(a);
+  const std::vector<float> got = floats_of(run_grouped(w, a_d, ids, divisor, max_pairs));
+  double worst = 0.0;
+  for (int64_t p = 0; p < rows; ++p) {
+    std::vector<float> want(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) want[j] = static_cast<float>(dot(a.data() + p / divisor * k, w.row(ids[p], j), k));
+    const std::vector<float> mine(got.begin() + p * n, got.begin() + (p + 1) * n);
+    worst = std::max(worst, gpu_test::relative_error(mine, want));
+  }
+  EXPECT_LT(worst, 5e-3) << "worst pair row";
+  EXPECT_LT(gpu_test::relative_error(got, floats_of(run_grouped(w, a_d, ids, divisor, 0))), 5e-3) << "against the GEMM";
+}
+
+// DeepSeek-V2-Lite's experts (64, top 6): gate_up (n 2816, k 2048, each token's hidden row
+// gathered for its 6 pairs) and down (n 2048, k 1408, a row per pair), for every T <= 8 at
+// max_pairs_per_expert = T as the runner calls it; from T = 2 one expert has every token, so an
+// expert block is full.
+TEST(MoeGroupedGemv, MatchesTheReferenceAndTheGemmAtDeepSeekV2LiteShapes) {
+  auto gen = rng(48);
+  for (bool gate_up : {true, false}) {
+    const ExpertWeights w(gen, 64, gate_up ? 2816 : 2048, gate_up ? 2048 : 1408);
+    for (int64_t tokens = 1; tokens <= 8; ++tokens) {
+      SCOPED_TRACE(testing::Message() << (gate_up ? "gate_up" : "down") << ", " << tokens << " tokens");
+      const std::vector<int32_t> ids = route_distinct(gen, tokens, 64, 6, static_cast<int>(gen() % 64));
+      check_routed_gemv(gen, w, ids, gate_up ? 6 : 1, static_cast<int32_t>(tokens));
+      if (HasFailure()) return;
+    }
+  }
+}
+
+TEST(MoeGroupedGemv, MatchesTheReferenceOnAwkwardShapes) {
+  auto gen = rng(49);
+  {  // 40 experts of one pair each at M = 1: more than the 16 expert blocks the grid covers, so
+     // blocks loop; k = 72 is 9 chunks for 32 lanes.
+    SCOPED_TRACE("n 136, k 72, 40 experts of one pair");
+    const ExpertWeights w(gen, 48, 136, 72);
+    std::vector<int32_t> ids(48);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), gen);
+    ids.resize(40);  // 20 tokens, top 2
+    check_routed_gemv(gen, w, ids, 2, 1);
+  }
+  {  // a ragged last trip (125 chunks); max_pairs above the real counts
+    SCOPED_TRACE("n 24, k 1000, 7 tokens top 2 of 5");
+    const ExpertWeights w(gen, 5, 24, 1000);
+    check_routed_gemv(gen, w, route_distinct(gen, 7, 5, 2), 1, 7);
+  }
+  {  // few rows: 2 warps split k, whose 273 chunks leave ragged slices
+    SCOPED_TRACE("n 40, k 2184, 4 tokens top 2 of 6");
+    const ExpertWeights w(gen, 6, 40, 2184);
+    const std::vector<int32_t> ids = route_distinct(gen, 4, 6, 2);
+    check_routed_gemv(gen, w, ids, 2, max_pairs_of(ids, 6));
+  }
+  {  // few rows: 4 warps split k
+    SCOPED_TRACE("n 64, k 4096, 3 tokens top 3 of 8");
+    const ExpertWeights w(gen, 8, 64, 4096);
+    const std::vector<int32_t> ids = route_distinct(gen, 3, 8, 3);
+    check_routed_gemv(gen, w, ids, 3, max_pairs_of(ids, 8));
+  }
+  {  // one chunk per row; 8 tokens on one expert
+    SCOPED_TRACE("n 8, k 8, 8 tokens on one expert of 16");
+    const ExpertWeights w(gen, 16, 8, 8);
+    check_routed_gemv(gen, w, std::vector<int32_t>(8, 5), 1, 8);
+  }
+}
+
+// The determinism rule: a token's rows are bit-identical alone (at max_pairs 1 and 8) and at
+// any position of a batch whose other tokens share its experts (all of them, or one), at
+// V2-Lite's shapes and at one where warps split k.
+TEST(MoeGroupedGemv, ATokensRowsDoNotDependOnItsBatch) {
+  auto gen = rng(50);
+  struct Shape {
+    int experts, top_k;
+    int64_t n, k, divisor;
+  };
+  for (Shape sh : {Shape{64, 6, 2816, 2048, 6}, Shape{64, 6, 2048, 1408, 1}, Shape{8, 3, 64, 4096, 3},
+                   Shape{8, 3, 64, 4096, 1}}) {
+    SCOPED_TRACE(testing::Message() << "n " << sh.n << " k " << sh.k << " divisor " << sh.divisor);
+    const ExpertWeights w(gen, sh.experts, sh.n, sh.k);
+    const int64_t a_rows_per_token = sh.top_k / sh.divisor, row = a_rows_per_token * sh.k;
+    const std::vector<int32_t> mine = route_distinct(gen, 1, sh.experts, sh.top_k);
+    const std::vector<float> my_a = random_bf16_values(gen, static_cast<size_t>(row));
+    const DeviceArray<bf16> alone_a = upload_bf16(my_a);
+    const std::vector<uint16_t> alone = bits_of(run_grouped(w, alone_a, mine, sh.divisor, 1));
+    EXPECT_EQ(first_difference(bits_of(run_grouped(w, alone_a, mine, sh.divisor, 8)), alone), -1)
+        << "alone at max_pairs 8";
+    for (int64_t tokens : {2, 5, 8}) {
+      const int64_t at = static_cast<int64_t>(gen() % tokens);
+      std::vector<int32_t> ids;
+      for (int64_t t = 0; t < tokens; ++t) {
+        // Other even tokens have all of its experts, in another order; odd ones one of them.
+        std::vector<int32_t> theirs = mine;
+        if (t != at && t % 2 == 0) std::shuffle(theirs.begin(), theirs.end(), gen);
+        if (t != at && t % 2 == 1) theirs = route_distinct(gen, 1, sh.experts, sh.top_k, mine[t % sh.top_k]);
+        ids.insert(ids.end(), theirs.begin(), theirs.end());
+      }
+      std::vector<float> a = random_bf16_values(gen, static_cast<size_t>(tokens * row));
+      std::copy(my_a.begin(), my_a.end(), a.begin() + at * row);
+      const DeviceArray<bf16> a_d = upload_bf16(a);
+      for (int32_t max_pairs : std::set<int32_t>{static_cast<int32_t>(tokens), 8}) {
+        const std::vector<uint16_t> batch = bits_of(run_grouped(w, a_d, ids, sh.divisor, max_pairs));
+        const std::vector<uint16_t> at_rows(batch.begin() + at * sh.top_k * sh.n,
+                                            batch.begin() + (at + 1) * sh.top_k * sh.n);
+        EXPECT_EQ(first_difference(at_rows, alone), -1)
+            << "token " << at << " of " << tokens << ", max_pairs " << max_pairs;
+      }
+    }
+  }
+}
+
+// A hand-made grouping: expert 3 lists pairs 5 and 1, expert 0 pair 2; the other five rows of
+// out stay poisoned.
+TEST(MoeGroupedGemv, WritesOnlyTheListedRows) {
+  auto gen = rng(51);
+  const int64_t n = 64, k = 128, rows = 8, capacity = 3 * kMoeBlockM;
+  const ExpertWeights w(gen, 4, n, k);
+  std::vector<int32_t> sorted(capacity, -1);
+  sorted[0] = 5;
+  sorted[1] = 1;
+  sorted[kMoeBlockM] = 2;
+  const std::vector<int32_t> blocks = {3, 0, -1};
+  const std::vector<float> a = random_bf16_values(gen, static_cast<size_t>(rows * k));
+  DeviceArray<int32_t> sorted_d = upload(sorted), blocks_d = upload(blocks);
+  DeviceArray<bf16> a_d = upload_bf16(a), out(rows * n);
+  moe_grouped_gemv(out.data(), a_d.data(), w.device.data(), sorted_d.data(), blocks_d.data(), capacity, 1, n, k, 2,
+                   nullptr);
+  const std::vector<float> got = download_f32(out);
+  for (int64_t p = 0; p < rows; ++p) {
+    const int expert = p == 5 || p == 1 ? 3 : p == 2 ? 0 : -1;
+    std::vector<float> want(static_cast<size_t>(n)), mine(got.begin() + p * n, got.begin() + (p + 1) * n);
+    if (expert < 0) {
+      for (float v : mine) ASSERT_TRUE(std::isnan(v)) << "row " << p << " is not listed";
+      continue;
+    }
+    for (int64_t j = 0; j < n; ++j) want[j] = static_cast<float>(dot(a.data() + p * k, w.row(expert, j), k));
+    EXPECT_LT(gpu_test::relative_error(mine, want), 5e-3) << "row " << p;
+  }
+}
+
+// No allocation, no synchronization, nothing read back: global capture mode fails on any of them.
+TEST(MoeGroupedGemv, RunsInsideCudaGraphCapture) {
+  auto gen = rng(52);
+  const ExpertWeights w(gen, 16, 256, 512);
+  const std::vector<int32_t> ids = route_distinct(gen, 3, 16, 4, 7);
+  const int64_t rows = 12, capacity = moe_sorted_capacity(rows, 16);
+  const DeviceArray<bf16> a_d = upload_bf16(random_bf16_values(gen, static_cast<size_t>(3 * w.k)));
+  const std::vector<uint16_t> eager = bits_of(run_grouped(w, a_d, ids, 4, 3));
+  DeviceArray<int32_t> ids_d = upload(ids), sorted(capacity), blocks(capacity / kMoeBlockM);
+  moe_align(sorted.data(), blocks.data(), ids_d.data(), rows, 16, capacity, nullptr);
+  DeviceArray<bf16> out(rows * w.n);
+  TACHYON_CUDA_CHECK(cudaDeviceSynchronize());
+  cudaStream_t stream = nullptr;
+  TACHYON_CUDA_CHECK(cudaStreamCreate(&stream));
+  cudaGraph_t graph = nullptr;
+  TACHYON_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  moe_grouped_gemv(out.data(), a_d.data(), w.device.data(), sorted.data(), blocks.data(), capacity, 4, w.n, w.k, 3,
+                   stream);
+  TACHYON_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  TACHYON_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 2; ++replay) {
+    out.poison();
+    TACHYON_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream));
+    EXPECT_EQ(first_difference(bits_of(out.download()), eager), -1) << "replay " << replay;
+  }
+  TACHYON_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  TACHYON_CUDA_CHECK(cudaGraphDestroy(graph));
+  TACHYON_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+std::string error_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(MoeGroupedGemv, RejectsArgumentsWithClearMessages) {
+  DeviceArray<bf16> buffer(64);
+  bf16* p = buffer.data();
+  const auto call = [&](bf16* out, int64_t capacity, int64_t divisor, int64_t n, int64_t k, int32_t max_pairs) {
+    return error_of([&] { moe_grouped_gemv(out, p, p, nullptr, nullptr, capacity, divisor, n, k, max_pairs, nullptr); });
+  };
+  const auto says = [](const std::string& message, const char* what) {
+    return message.find(what) != std::string::npos;
+  };
+  EXPECT_TRUE(says(call(p, 64, 1, 12, 64, 1), "n 12"));
+  EXPECT_TRUE(says(call(p, 64, 1, 64, 60, 1), "k 60"));
+  EXPECT_TRUE(says(call(p, 64, 0, 64, 64, 1), "a_row_divisor 0"));
+  EXPECT_TRUE(says(call(p, 65, 1, 64, 64, 1), "capacity 65"));
+  EXPECT_TRUE(says(call(p, 64, 1, 64, 64, 0), "max_pairs_per_expert 0"));
+  EXPECT_TRUE(says(call(p, 64, 1, 64, 64, 9), "moe_grouped_gemm"));
+  EXPECT_TRUE(says(call(p + 1, 64, 1, 64, 64, 1), "16-byte aligned"));
+  EXPECT_EQ(call(p, 0, 1, 64, 64, 1), "");  // no pairs: nothing launched, nothing written
+  for (float v : download_f32(buffer)) ASSERT_TRUE(std::isnan(v));
 }
 
 TEST(MoeCombine, WeightedSumOfEachTokensRows) {

@@ -13,6 +13,7 @@
 //   silu_and_mul(act, gate_up)                            [rows, I]
 //   moe_grouped_gemm(down, act, w_down, ..., a_row_divisor = 1)            [rows, hidden]
 //   moe_combine(out, down, weights[, shared_out])         [T, hidden]
+// At T <= 8 (decode) both grouped GEMMs are moe_grouped_gemv with max_pairs_per_expert = T.
 // DeepSeek-V3 routes with moe_topk_sigmoid_grouped instead of moe_topk_softmax.
 // CPU twin: model/moe.h. Tests: tests/gpu/test_moe_kernels.cpp.
 #pragma once
@@ -78,6 +79,22 @@ void moe_align(int32_t* sorted_rows, int32_t* block_expert, const int32_t* topk_
 void moe_grouped_gemm(bf16* out, const bf16* a, const bf16* w, const int32_t* sorted_rows,
                       const int32_t* block_expert, int64_t capacity, int64_t a_row_divisor, int64_t n, int64_t k,
                       cudaStream_t stream);
+
+// The same product for decode-sized steps: every expert block of sorted_rows lists at most
+// max_pairs_per_expert (in [1, 8]) pairs before its -1 padding. It streams each active
+// expert's weight once for all its pairs at HBM rate (moe_gemv.cu), where moe_grouped_gemm's
+// 64-row tiles are mostly padding: on an H200 at DeepSeek-V2-Lite's layer and T = 1 the GEMM
+// took 43 us (gate_up) and 30 us (down) against weight-byte floors of 16.5 and 8.2 us.
+// Use it when the step has T <= 8 tokens, with max_pairs_per_expert = T (a token has each
+// expert at most once); moe_grouped_gemm above that. A pair's output does not depend on the
+// other pairs of its expert or on max_pairs_per_expert (bit for bit), so a token gets the same
+// result alone or in a batch. Arguments and checks as moe_grouped_gemm's, plus the range of
+// max_pairs_per_expert; block_expert as moe_align writes it (its -1 blocks only after the last
+// expert's: a block stops at the first it meets). Pairs past max_pairs_per_expert in an
+// expert's block are not written (a broken promise shows as unwritten rows, not a fault).
+void moe_grouped_gemv(bf16* out, const bf16* a, const bf16* w, const int32_t* sorted_rows,
+                      const int32_t* block_expert, int64_t capacity, int64_t a_row_divisor, int64_t n, int64_t k,
+                      int32_t max_pairs_per_expert, cudaStream_t stream);
 
 // out[t] = sum over j < top_k, in order, of topk_weights[t, j] * expert_out[t * top_k + j], in
 // f32, one rounding. out: [tokens, hidden] bf16; expert_out: [tokens * top_k, hidden] bf16.

@@ -5,8 +5,9 @@
 // -> f32, operands through ldmatrix from swizzled shared memory, as the attention kernels do),
 // with the next 64-wide k slice streaming in by cp.async while the current one is multiplied.
 // 4 warps in a 2 x 2 grid, each owning 32 x 32 of the 64 x 64 output tile.
-// Decode steps (a few pairs per expert) waste most of each 64-row tile, but their cost is the
-// weight bytes, which every CTA of an expert reads once per n tile either way.
+// Decode steps (a few pairs per expert) waste most of each 64-row tile and do not stream the
+// weights at HBM bandwidth (2.6-3.7x the byte floor at DeepSeek-V2-Lite's batch 1 on an H200):
+// steps of up to 8 tokens take moe_grouped_gemv (moe_gemv.cu) instead.
 // Test: tests/gpu/test_moe_kernels.cpp.
 #include "tachyon/kernels/cuda/attention_common.cuh"
 #include "tachyon/kernels/cuda/moe.h"
