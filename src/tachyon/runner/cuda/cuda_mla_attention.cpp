@@ -25,20 +25,17 @@ namespace kc = kernels::cuda;
 void CudaModelRunner::mla_attention(const CudaLayerWeights& w, int64_t l, const ForwardShape& shape,
                                     const StepMetadata& m) {
   const model::ModelConfig& c = weights_.config();
-  const int64_t T = shape.num_tokens, H = c.hidden_size, heads = c.num_attention_heads;
+  const int64_t T = shape.num_tokens, heads = c.num_attention_heads;
   const int64_t nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim, rank = c.kv_lora_rank, v = c.v_head_dim;
   const int64_t qk = nope + rope, qa = rank + rope, kv_b_rows = nope + v;
   const float eps = model::kMlaLatentNormEps;  // q_a_layernorm's and kv_a_layernorm's, not the config's
-  const auto bf = kc::GemmOutputType::kBF16;
 
+  run_role(Role::kMlaQA, l, T);  // into the q LoRA, or (no q LoRA) straight to the heads' queries
   if (w.q_a_proj != nullptr) {
-    gemm_.linear(ws_->q_lora, bf, ws_->normed, w.q_a_proj, nullptr, T, c.q_lora_rank, H, stream_);
     kc::rms_norm(ws_->q_lora, ws_->q_lora, w.q_a_norm, T, c.q_lora_rank, eps, stream_);
-    gemm_.linear(ws_->q_full, bf, ws_->q_lora, w.q_b_proj, nullptr, T, heads * qk, c.q_lora_rank, stream_);
-  } else {
-    gemm_.linear(ws_->q_full, bf, ws_->normed, w.q_b_proj, nullptr, T, heads * qk, H, stream_);
+    run_role(Role::kMlaQB, l, T);
   }
-  gemm_.linear(ws_->kv_a, bf, ws_->normed, w.kv_a_proj, nullptr, T, qa, H, stream_);
+  run_role(Role::kMlaKvA, l, T);
   bf16* latent_cache = cache_region(l, 0);
   kc::mla_store_latent(latent_cache, ws_->kv_a, w.kv_a_norm, eps, weights_.inv_freq(), rope_attention_scaling_,
                        c.rope_interleave, m.positions, m.slots, T, static_cast<int32_t>(rank),
@@ -61,14 +58,15 @@ void CudaModelRunner::mla_attention(const CudaLayerWeights& w, int64_t l, const 
     // GLM-5's "shared" layers attend the kept positions the last full layer left in ws_->kept.
     if (c.has_indexer(l)) dsa_select(w, l, shape, m);
     kc::sparse_mla_attention(ws_->attn_latent, ws_->q_absorbed, cache, ws_->kept, static_cast<int32_t>(c.index_topk),
-                             m.query_starts, shape.num_seqs, static_cast<int32_t>(T), params, stream_);
+                             m.query_starts, shape.num_seqs, static_cast<int32_t>(T), params, ws_->mla_split_scratch,
+                             ws_->mla_split_scratch_bytes, stream_);
   } else {
     // Decodes first (row s is sequence s), then the prefill kernel over views from the first prefill.
     const int32_t decodes = shape.num_decode_seqs;
     if (decodes > 0) {
       kc::mla_decode_attention(ws_->attn_latent, ws_->q_absorbed, cache, m.context_lens, decodes,
-                               shape.max_context_len, params, ws_->mla_decode_scratch,
-                               ws_->mla_decode_scratch_bytes, stream_);
+                               shape.max_context_len, params, ws_->mla_split_scratch,
+                               ws_->mla_split_scratch_bytes, stream_);
     }
     if (decodes < shape.num_seqs) {
       kc::PagedLatentView prefill_cache = cache;
@@ -82,7 +80,7 @@ void CudaModelRunner::mla_attention(const CudaLayerWeights& w, int64_t l, const 
   head_gemm_->run(ws_->attn, heads * v, v, {ws_->attn_latent, heads * rank, rank},
                   {w.kv_b_proj + nope * rank, rank, kv_b_rows * rank}, kc::HeadGemmB::kTransposed, T, v, rank, heads,
                   stream_);
-  gemm_.linear(ws_->proj, bf, ws_->attn, w.o_proj, nullptr, T, H, heads * v, stream_);
+  run_role(Role::kMlaO, l, T);
 }
 
 // The lightning indexer (model/dsa_indexer.h): index queries from the q LoRA, one index key per

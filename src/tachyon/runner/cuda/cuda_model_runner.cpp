@@ -112,12 +112,12 @@ bool CudaModelRunner::has_dense_mlp() const {
 // expert) pairs by expert, the two grouped GEMMs around SiLU, then the weighted sum into
 // ws_->proj, where the dense MLP's output would be. Sizes come from T alone, so this is
 // captured in the decode graphs like the rest of the layer.
-void CudaModelRunner::moe_mlp(const CudaLayerWeights& w, int64_t T) {
+void CudaModelRunner::moe_mlp(const CudaLayerWeights& w, int64_t layer, int64_t T) {
   const model::ModelConfig& c = weights_.config();
   const int64_t H = c.hidden_size, I = c.moe_intermediate_size;
   const int32_t E = static_cast<int32_t>(c.num_experts), k = static_cast<int32_t>(c.num_experts_per_tok);
   const int64_t pairs = T * k, capacity = kc::moe_sorted_capacity(pairs, E);
-  gemm_.linear(ws_->router_logits, kc::GemmOutputType::kF32, ws_->normed, w.router, nullptr, T, E, H, stream_);
+  run_role(Role::kRouter, layer, T);
   if (c.router == model::RouterKind::kSigmoidGroupLimited) {
     kc::moe_topk_sigmoid_grouped(ws_->topk_ids, ws_->topk_weights, ws_->router_logits, w.router_bias, T, E, k,
                                  static_cast<int32_t>(c.n_group), static_cast<int32_t>(c.topk_group), c.norm_topk_prob,
@@ -126,19 +126,27 @@ void CudaModelRunner::moe_mlp(const CudaLayerWeights& w, int64_t T) {
     kc::moe_topk_softmax(ws_->topk_ids, ws_->topk_weights, ws_->router_logits, T, E, k, c.norm_topk_prob, stream_);
   }
   kc::moe_align(ws_->sorted_rows, ws_->block_expert, ws_->topk_ids, pairs, E, capacity, stream_);
-  kc::moe_grouped_gemm(ws_->expert_gate_up, ws_->normed, w.experts_gate_up, ws_->sorted_rows, ws_->block_expert,
-                       capacity, k, 2 * I, H, stream_);
-  kc::silu_and_mul(ws_->expert_act, ws_->expert_gate_up, pairs, I, stream_);
-  kc::moe_grouped_gemm(ws_->expert_down, ws_->expert_act, w.experts_down, ws_->sorted_rows, ws_->block_expert,
-                       capacity, 1, H, I, stream_);
+  // Up to 8 tokens (decode) no expert has more than T pairs: the grouped GEMV streams each active
+  // expert's weights once at HBM bandwidth, where a 64-row tensor-core tile would be padding.
+  if (T <= 8) {
+    const int32_t max_pairs = static_cast<int32_t>(T);
+    kc::moe_grouped_gemv(ws_->expert_gate_up, ws_->normed, w.experts_gate_up, ws_->sorted_rows, ws_->block_expert,
+                         capacity, k, 2 * I, H, max_pairs, stream_);
+    kc::silu_and_mul(ws_->expert_act, ws_->expert_gate_up, pairs, I, stream_);
+    kc::moe_grouped_gemv(ws_->expert_down, ws_->expert_act, w.experts_down, ws_->sorted_rows, ws_->block_expert,
+                         capacity, 1, H, I, max_pairs, stream_);
+  } else {
+    kc::moe_grouped_gemm(ws_->expert_gate_up, ws_->normed, w.experts_gate_up, ws_->sorted_rows, ws_->block_expert,
+                         capacity, k, 2 * I, H, stream_);
+    kc::silu_and_mul(ws_->expert_act, ws_->expert_gate_up, pairs, I, stream_);
+    kc::moe_grouped_gemm(ws_->expert_down, ws_->expert_act, w.experts_down, ws_->sorted_rows, ws_->block_expert,
+                         capacity, 1, H, I, stream_);
+  }
   // DeepSeek's shared expert: a dense MLP every token runs, added in the combine's pass.
   const bf16* shared = nullptr;
   if (w.shared_gate_up != nullptr) {
-    const int64_t shared_inter = I * c.n_shared_experts;
-    const auto bf = kc::GemmOutputType::kBF16;
-    gemm_.linear(ws_->shared_gate_up, bf, ws_->normed, w.shared_gate_up, nullptr, T, 2 * shared_inter, H, stream_);
-    kc::silu_and_mul(ws_->shared_act, ws_->shared_gate_up, T, shared_inter, stream_);
-    gemm_.linear(ws_->shared_out, bf, ws_->shared_act, w.shared_down, nullptr, T, H, shared_inter, stream_);
+    run_role(Role::kSharedGateUp, layer, T);
+    run_role(Role::kSharedDownWithSilu, layer, T);
     shared = ws_->shared_out;
   }
   kc::moe_combine(ws_->proj, ws_->expert_down, ws_->topk_weights, shared, T, k, H, stream_);
@@ -210,14 +218,22 @@ void CudaModelRunner::plan_workspace(const engine::EngineConfig& config) {
   if (c.is_mla()) {
     const size_t rank = static_cast<size_t>(c.kv_lora_rank), rope = static_cast<size_t>(c.qk_rope_head_dim);
     const size_t qk = static_cast<size_t>(c.qk_nope_head_dim) + rope;
-    ws_->mla_decode_scratch_bytes = kc::mla_decode_workspace_bytes(
+    // One scratch holds the larger of the two kernels' partials (sparse: steps of max_tokens
+    // tokens over index_topk kept entries; the size stops growing past a few waves of tokens).
+    ws_->mla_split_scratch_bytes = kc::mla_decode_workspace_bytes(
         limits_.max_seqs, static_cast<int32_t>(heads), static_cast<int32_t>(rank), static_cast<int32_t>(s.max_model_len));
+    if (c.has_sparse_attention()) {
+      ws_->mla_split_scratch_bytes =
+          std::max(ws_->mla_split_scratch_bytes,
+                   kc::sparse_mla_workspace_bytes(limits_.max_tokens, static_cast<int32_t>(heads),
+                                                  static_cast<int32_t>(rank), static_cast<int32_t>(c.index_topk)));
+    }
     carve.push_back({reinterpret_cast<void**>(&ws_->q_lora), T * static_cast<size_t>(c.q_lora_rank) * 2});
     carve.push_back({reinterpret_cast<void**>(&ws_->q_full), T * heads * qk * 2});
     carve.push_back({reinterpret_cast<void**>(&ws_->kv_a), T * (rank + rope) * 2});
     carve.push_back({reinterpret_cast<void**>(&ws_->q_absorbed), T * heads * (rank + rope) * 2});
     carve.push_back({reinterpret_cast<void**>(&ws_->attn_latent), T * heads * rank * 2});
-    carve.push_back({&ws_->mla_decode_scratch, ws_->mla_decode_scratch_bytes});
+    carve.push_back({&ws_->mla_split_scratch, ws_->mla_split_scratch_bytes});
   }
   if (c.has_sparse_attention()) {
     // The scores hold one f32 per (new token, cached token): T * max_model_len, the price of an
@@ -354,7 +370,7 @@ void CudaModelRunner::forward(const ForwardShape& shape) {
     // MLP block.
     kc::add_rms_norm(ws_->normed, ws_->residual, ws_->proj, w.post_attention_norm, T, H, eps, stream_);
     if (c.is_moe_layer(l)) {
-      moe_mlp(w, T);
+      moe_mlp(w, l, T);
     } else {
       run_role(Role::kGateUp, l, T);
       run_role(Role::kDownWithSilu, l, T);
@@ -457,8 +473,12 @@ std::vector<engine::SampledToken> CudaModelRunner::execute(const engine::StepPla
     TACHYON_CUDA_CHECK(cudaGraphLaunch(graph, stream_));
     ++graph_replays_;
   } else {
-    const ForwardShape shape{summary.num_tokens,    summary.num_seqs,        summary.num_logits_rows,
-                             summary.max_query_len, summary.max_context_len, summary.num_decode_seqs};
+    ForwardShape shape{summary.num_tokens,    summary.num_seqs,        summary.num_logits_rows,
+                       summary.max_query_len, summary.max_context_len, summary.num_decode_seqs};
+    // A padded decode step (--enforce-eager, or a bucket without a graph) runs with the context
+    // bound its graph is captured with: that bound sets the decode kernels' KV split count, and a
+    // different count sums in a different order (seen as graph/eager token differences).
+    if (padded > 0) shape.max_context_len = static_cast<int32_t>(config_.scheduler.max_model_len);
     forward(shape);
   }
 

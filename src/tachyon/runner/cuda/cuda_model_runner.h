@@ -91,7 +91,7 @@ class CudaModelRunner : public ModelRunner {
   bool tensor_parallel() const;
   void all_reduce_hidden(bf16* data, int64_t rows);  // sum over the TP group, in place
   void gather_logits(int32_t rows);
-  void moe_mlp(const CudaLayerWeights& w, int64_t tokens);  // a mixture-of-experts layer's MLP into ws_->proj
+  void moe_mlp(const CudaLayerWeights& w, int64_t layer, int64_t tokens);  // a mixture-of-experts layer's MLP into ws_->proj
   // A q/k/v model's attention block from ws_->normed to o_proj's output in ws_->proj.
   void dense_attention(const CudaLayerWeights& w, int64_t layer, const ForwardShape& shape, const StepMetadata& m);
   // MLA's attention block from ws_->normed to o_proj's output in ws_->proj (cuda_mla_attention.cpp).
@@ -107,8 +107,19 @@ class CudaModelRunner : public ModelRunner {
   void capture_graphs();
   void tune_gemms(const engine::EngineConfig& config);
   // Decode-sized products (m <= 8) can go to our GEMV instead of cuBLASLt: each (m, role) is
-  // timed both ways on the loaded weights at start-up and the faster one is kept.
-  enum class Role { kQkv, kO, kGateUp, kDownWithSilu, kLmHead };
+  // timed both ways on the loaded weights at start-up and the faster one is kept. A role is one
+  // product of a layer (or of the LM head) on the workspace buffers it always reads and writes.
+  enum class Role {
+    kQkv, kO, kGateUp, kDownWithSilu, kLmHead,  // dense attention and MLP, the LM head
+    kMlaQA, kMlaQB, kMlaKvA, kMlaO,              // MLA: q_a (or q_proj), q_b, kv_a, o_proj
+    kRouter, kSharedGateUp, kSharedDownWithSilu  // MoE layers: the router, DeepSeek's shared expert
+  };
+  static constexpr int kRoleCount = 12;
+  struct RoleShape {
+    int64_t n = 0, k = 0;  // the product's output and input widths; n == 0: the model has no such product
+  };
+  RoleShape role_shape(Role role) const;
+  bool role_runs_on(Role role, int64_t layer) const;  // layer -1: the LM head
   void choose_gemv();
   std::string kernel_choice_key() const;
   float time_role(Role role, int32_t m, bool gemv);
