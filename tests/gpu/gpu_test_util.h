@@ -7,11 +7,14 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "tachyon/base/check.h"
 #include "tachyon/kernels/cuda/cuda_check.h"
 #include "tachyon/tensor/cuda/device_buffer.h"
 #include "tachyon/tensor/dtype.h"
@@ -110,6 +113,17 @@ inline double relative_error(const std::vector<float>& out, const std::vector<fl
     norm += double(ref[i]) * ref[i];
   }
   return std::sqrt(diff / std::max(norm, 1e-30));
+}
+
+// The message of the tachyon::Error `call` throws, or "" when it throws none: argument-check
+// tests assert on what the user would read.
+inline std::string error_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
 }
 
 }  // namespace tachyon::gpu_test

@@ -114,14 +114,7 @@ void expect_matches_cpu(GemmRunner& runner, const GemmProblem& p, uint64_t salt,
   expect_matches_cpu(runner, Operands(p.m, p.n, p.k, salt), {{p.out_type, p.has_bias}}, stream);
 }
 
-std::string error_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
-}
+using gpu_test::error_of;
 
 int count_lines_with(const std::string& text, const std::string& word) {
   int count = 0;

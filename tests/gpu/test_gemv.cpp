@@ -117,14 +117,7 @@ TEST(Gemv, LmHeadWithF32Logits) {
   expect_matches_cpu(Operands(32000, 2048, 100), {{GemmOutputType::kF32, false}}, stream.stream);
 }
 
-std::string error_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
-}
+using gpu_test::error_of;
 
 TEST(Gemv, SupportsAndRejectsWithClearMessages) {
   EXPECT_TRUE(gemv_supports(1, 4096, 4096));

@@ -580,14 +580,7 @@ TEST(MoeGroupedGemv, RunsInsideCudaGraphCapture) {
   TACHYON_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
-std::string error_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
-}
+using gpu_test::error_of;
 
 TEST(MoeGroupedGemv, RejectsArgumentsWithClearMessages) {
   DeviceArray<bf16> buffer(64);

@@ -8,6 +8,7 @@
 #include "tachyon/kernels/cuda/gemv.h"
 
 #include "tachyon/kernels/cuda/bf16_vec.cuh"
+#include "tachyon/kernels/cuda/gemv_common.cuh"
 #include "tachyon/kernels/cuda/pdl.cuh"
 #include "tachyon/tensor/cuda/device_buffer.h"
 
@@ -17,28 +18,7 @@
 namespace tachyon::kernels::cuda {
 namespace {
 
-constexpr int kWarps = 4;  // per block
-constexpr int kThreads = kWarps * 32;
-constexpr int kChunk = kBf16PerVec;     // bf16 per 16-byte load
-constexpr int kTargetWarpsPerSm = 16;   // below this, split k across the warps of a block
-
-template <int M>
-constexpr int rows_per_warp() {
-  return M <= 3 ? 2 : 4;
-}
-template <int M>
-constexpr int unroll() {  // 16-byte chunks per row and lane per loop trip
-  return M <= 3 ? 4 : 2;
-}
-
-// A weight chunk read once: no L1 allocation, L2 fetches 256 bytes (the warp's neighbours).
-__device__ __forceinline__ uint4 load_stream(const uint4* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
+using namespace gemv_detail;
 
 // acc[m][r] += dot(input row m, weight row r) over chunk c; w: the R rows' chunk c.
 template <int M, int R>

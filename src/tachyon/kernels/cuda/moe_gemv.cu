@@ -28,6 +28,7 @@
 // any batch and at any max_pairs_per_expert.
 // Test: tests/gpu/test_moe_kernels.cpp (gpu_moe_kernels).
 #include "tachyon/kernels/cuda/bf16_vec.cuh"
+#include "tachyon/kernels/cuda/gemv_common.cuh"
 #include "tachyon/kernels/cuda/moe.h"
 #include "tachyon/kernels/cuda/pdl.cuh"
 #include "tachyon/tensor/cuda/device_buffer.h"
@@ -38,31 +39,11 @@
 namespace tachyon::kernels::cuda {
 namespace {
 
-constexpr int kWarps = 4;  // per block
-constexpr int kThreads = kWarps * 32;
-constexpr int kChunk = kBf16PerVec;      // bf16 per 16-byte load
-constexpr int kTargetWarpsPerSm = 16;    // as gemv: below this, split k across the warps of a block
+using namespace gemv_detail;
+
 constexpr int kMinActiveExperts = 4;     // a decode step streams >= top_k experts; sizes split and groups
 constexpr int kMaxExpertsPerToken = 16;  // moe_topk_softmax / moe_topk_sigmoid_grouped's top_k limit
 constexpr int kMaxGroupsPerTeam = 8;
-
-template <int M>
-constexpr int rows_per_warp() {
-  return M <= 3 ? 2 : 4;
-}
-template <int M>
-constexpr int unroll() {  // 16-byte chunks per row and lane per loop trip
-  return M <= 3 ? 4 : 2;
-}
-
-// A weight chunk read once: no L1 allocation, L2 fetches 256 bytes (as gemv.cu's).
-__device__ __forceinline__ uint4 load_stream(const uint4* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
 
 // acc[m][r] += dot(pair m's row, weight row r) over chunk c, for the `count` real pairs.
 template <int M, int R>
