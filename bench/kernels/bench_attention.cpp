@@ -24,7 +24,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
@@ -47,20 +46,8 @@ using gpu::bf16;
 constexpr int32_t kHeads = 32, kKvHeads = 8, kHeadDim = 128, kBlockSize = 16;
 constexpr int kMaxLayers = 1024;  // a 100-token, batch-1 cache is 0.4 MB: ~1000 copies reach 8x L2
 
-struct Options : TimingOptions {
-  std::string json_path;
-  std::vector<std::string> cases{"decode", "prefill"};
-  std::string command_line;
-};
 
-struct Result {
-  std::string what;
-  int32_t batch = 0, context = 0;
-  int layers = 1;  // layers per graph replay
-  double us_median = 0, bytes = 0, flops = 0;
-  double floor_bytes_us = 0, floor_flops_us = 0;
-  double floor_us() const { return std::max(floor_bytes_us, floor_flops_us); }
-};
+using Result = LayerResult;
 
 // L layers of one batch's K/V caches in one pool. Layer l's sequence s owns blocks
 // (l * batch + s) * blocks_per_seq + b, b = 0 .. blocks_per_seq - 1: identity block tables.
@@ -92,14 +79,12 @@ int layers_for(double bytes_per_layer, const Ceilings& ceilings) {
 
 class Bench {
  public:
-  Bench(const Options& options, const Ceilings& ceilings) : options_(options), ceilings_(ceilings) {}
+  Bench(const BenchOptions& options, const Ceilings& ceilings) : options_(options), ceilings_(ceilings) {}
   const std::vector<Result>& results() const { return results_; }
 
   void add(const std::string& what, int32_t batch, int32_t context, int layers, double us_per_replay, double bytes,
            double flops) {
-    Result r{what, batch, context, layers, us_per_replay / layers, bytes, flops};
-    r.floor_bytes_us = bytes / ceilings_.copy_bytes_per_s * 1e6;
-    r.floor_flops_us = flops / ceilings_.gemm_flops_per_s * 1e6;
+    const Result r = layer_result(ceilings_, what, batch, context, layers, us_per_replay, bytes, flops);
     std::printf("%-16s %6d %8d %12.2f %10.2f %7.2f  %-5s %9.2f %9.1f %6d\n", what.c_str(), batch, context,
                 r.us_median, r.floor_us(), r.us_median / r.floor_us(),
                 r.floor_bytes_us >= r.floor_flops_us ? "bytes" : "flops", bytes / r.us_median / 1e6,
@@ -161,47 +146,12 @@ class Bench {
     return gpu::AttentionParams{kHeads, 1.0f / std::sqrt(static_cast<float>(kHeadDim)), 0};
   }
 
-  const Options& options_;
+  const BenchOptions& options_;
   const Ceilings& ceilings_;
   std::vector<Result> results_;
 };
 
-bool wanted(const Options& options, const std::string& name) {
-  return std::find(options.cases.begin(), options.cases.end(), name) != options.cases.end();
-}
-
-void write_json(const Options& options, const Ceilings& ceilings, const std::vector<Result>& results) {
-  nlohmann::json rows = nlohmann::json::array();
-  for (const Result& r : results) {
-    rows.push_back({{"what", r.what},
-                    {"batch", r.batch},
-                    {"context", r.context},
-                    {"us_median", r.us_median},
-                    {"floor_us", r.floor_us()},
-                    {"ratio_to_floor", r.us_median / r.floor_us()},
-                    {"bytes", r.bytes},
-                    {"flops", r.flops},
-                    {"floor_bytes_us", r.floor_bytes_us},
-                    {"floor_flops_us", r.floor_flops_us},
-                    {"layers_per_replay", r.layers}});
-  }
-  const nlohmann::json doc = {{"gpu", cuda::current_device_name()},
-                              {"shape", {{"heads", kHeads}, {"kv_heads", kKvHeads}, {"head_dim", kHeadDim},
-                                         {"block_size", kBlockSize}}},
-                              {"copy_bandwidth_bytes_per_s", ceilings.copy_bytes_per_s},
-                              {"gemm_flops_per_s", ceilings.gemm_flops_per_s},
-                              {"l2_bytes", ceilings.l2_bytes},
-                              {"warmup", options.warmup},
-                              {"repeats", options.repeats},
-                              {"cuda_graphs", !options.eager},
-                              {"results", rows},
-                              {"command", options.command_line}};
-  std::ofstream file(options.json_path);
-  TACHYON_CHECK(file.good()) << "cannot write " << options.json_path;
-  file << doc.dump(2) << "\n";
-}
-
-void run(const Options& options) {
+void run(const BenchOptions& options) {
   TACHYON_CHECK(cuda::cuda_device_available()) << "bench_attention needs a CUDA device";
   const Ceilings ceilings = measure_ceilings(options, /*gemm=*/true);
   print_ceilings(ceilings);
@@ -219,7 +169,9 @@ void run(const Options& options) {
   }
   if (wanted(options, "prefill")) bench.prefill(2048);
   if (!options.json_path.empty()) {
-    write_json(options, ceilings, bench.results());
+    const nlohmann::json shape = {{"heads", kHeads}, {"kv_heads", kKvHeads}, {"head_dim", kHeadDim},
+                                  {"block_size", kBlockSize}};
+    write_results_json(options, ceilings, layer_result_rows(bench.results()), {{"shape", shape}});
     std::printf("wrote %s\n", options.json_path.c_str());
   }
 }
@@ -228,25 +180,9 @@ void run(const Options& options) {
 }  // namespace tachyon::bench
 
 int main(int argc, char** argv) {
-  tachyon::bench::Options options;
-  for (int i = 0; i < argc; ++i) options.command_line += (i ? " " : "") + std::string(argv[i]);
+  tachyon::bench::BenchOptions options;
   CLI::App app{"bench_attention: per-layer time of the paged decode and prefill attention kernels at Llama-3-8B "
                "shapes against their floors"};
-  app.add_option("--json", options.json_path, "also write the results as JSON here");
-  app.add_option("--cases", options.cases, "any of decode, prefill (default: both)")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"decode", "prefill"}));
-  app.add_option("--warmup", options.warmup, "untimed runs first")->default_val(3)->check(CLI::Range(0, 1000));
-  app.add_option("--repeats", options.repeats, "timed runs; the median is reported")->default_val(20)->check(CLI::Range(1, 10000));
-  app.add_flag("--eager", options.eager, "time plain launches instead of CUDA graph replays");
-  try {
-    app.parse(argc, argv);
-    tachyon::bench::run(options);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  tachyon::bench::add_common_options(app, options, {"decode", "prefill"});
+  return tachyon::bench::bench_main(app, options, argc, argv, [&] { tachyon::bench::run(options); });
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 
 #include <cublas_v2.h>
 
@@ -139,6 +140,82 @@ void print_ceilings(const Ceilings& ceilings) {
     std::printf(", bf16 GEMM %.1f TFLOP/s (cuBLAS 8192^3)", ceilings.gemm_flops_per_s / 1e12);
   }
   std::printf(", L2 %.0f MB\n", ceilings.l2_bytes / 1e6);
+}
+
+bool wanted(const BenchOptions& options, const std::string& name) {
+  return std::find(options.cases.begin(), options.cases.end(), name) != options.cases.end();
+}
+
+void add_common_options(CLI::App& app, BenchOptions& options, const std::vector<std::string>& case_names) {
+  std::string names;
+  for (const std::string& name : case_names) names += (names.empty() ? "" : ", ") + name;
+  options.cases = case_names;
+  app.add_option("--json", options.json_path, "also write the results as JSON here");
+  app.add_option("--cases", options.cases, "any of " + names + " (default: all)")
+      ->delimiter(',')
+      ->check(CLI::IsMember(case_names));
+  app.add_option("--warmup", options.warmup, "untimed runs first")->default_val(3)->check(CLI::Range(0, 1000));
+  app.add_option("--repeats", options.repeats, "timed runs; the median is reported")
+      ->default_val(20)
+      ->check(CLI::Range(1, 10000));
+  app.add_flag("--eager", options.eager, "time plain launches instead of CUDA graph replays");
+}
+
+int bench_main(CLI::App& app, BenchOptions& options, int argc, char** argv, const std::function<void()>& run) {
+  for (int i = 0; i < argc; ++i) options.command_line += (i ? " " : "") + std::string(argv[i]);
+  try {
+    app.parse(argc, argv);
+    run();
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
+
+LayerResult layer_result(const Ceilings& ceilings, const std::string& what, int32_t batch, int32_t context, int layers,
+                         double us_per_replay, double bytes, double flops) {
+  LayerResult r{what, batch, context, layers, us_per_replay / layers, bytes, flops};
+  r.floor_bytes_us = bytes / ceilings.copy_bytes_per_s * 1e6;
+  r.floor_flops_us = flops / ceilings.gemm_flops_per_s * 1e6;
+  return r;
+}
+
+nlohmann::json layer_result_rows(const std::vector<LayerResult>& results) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const LayerResult& r : results) {
+    rows.push_back({{"what", r.what},
+                    {"batch", r.batch},
+                    {"context", r.context},
+                    {"us_median", r.us_median},
+                    {"floor_us", r.floor_us()},
+                    {"ratio_to_floor", r.us_median / r.floor_us()},
+                    {"bytes", r.bytes},
+                    {"flops", r.flops},
+                    {"floor_bytes_us", r.floor_bytes_us},
+                    {"floor_flops_us", r.floor_flops_us},
+                    {"layers_per_replay", r.layers}});
+  }
+  return rows;
+}
+
+void write_results_json(const BenchOptions& options, const Ceilings& ceilings, const nlohmann::json& results,
+                        const nlohmann::json& extra) {
+  nlohmann::json doc = {{"gpu", cuda::current_device_name()},
+                        {"copy_bandwidth_bytes_per_s", ceilings.copy_bytes_per_s},
+                        {"l2_bytes", ceilings.l2_bytes},
+                        {"warmup", options.warmup},
+                        {"repeats", options.repeats},
+                        {"cuda_graphs", !options.eager},
+                        {"results", results},
+                        {"command", options.command_line}};
+  if (ceilings.gemm_flops_per_s > 0) doc["gemm_flops_per_s"] = ceilings.gemm_flops_per_s;
+  doc.update(extra);
+  std::ofstream file(options.json_path);
+  TACHYON_CHECK(file.good()) << "cannot write " << options.json_path;
+  file << doc.dump(2) << "\n";
 }
 
 }  // namespace tachyon::bench

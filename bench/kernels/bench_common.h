@@ -3,14 +3,19 @@
 // kernel ahead of each timed call so its events bracket device work only), the ceilings the
 // floors are stated against (copy bandwidth and bf16 GEMM rate measured in the same run, the L2
 // size that cold-data copies must exceed), and small device-buffer helpers (random inputs,
-// NaN-poisoned outputs that must come back finite).
+// NaN-poisoned outputs that must come back finite), the command-line flags and JSON document
+// they all write, and the per-layer result row of the attention benchmarks.
 #pragma once
 
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "bench_device.h"
 #include "tachyon/tensor/cuda/device_buffer.h"
@@ -23,6 +28,23 @@ struct TimingOptions {
   int repeats = 20;
   bool eager = false;  // time plain launches instead of graph replays
 };
+
+// What every benchmark's command line sets: the timing, the cases to run, where to write the
+// JSON, and the command line itself (recorded in the JSON). Each bench's Options derives from it.
+struct BenchOptions : TimingOptions {
+  std::string json_path;
+  std::vector<std::string> cases;  // the bench's default: all of them
+  std::string command_line;
+};
+
+// `name` is among the cases to run.
+bool wanted(const BenchOptions& options, const std::string& name);
+
+// --json, --cases (any of `case_names`), --warmup, --repeats and --eager on `app`; the caller adds
+// its own flags. bench_main records the command line, parses, runs, and turns errors into an exit
+// status with the message on stderr.
+void add_common_options(CLI::App& app, BenchOptions& options, const std::vector<std::string>& case_names);
+int bench_main(CLI::App& app, BenchOptions& options, int argc, char** argv, const std::function<void()>& run);
 
 struct Ceilings {
   double copy_bytes_per_s = 0;  // 1 GiB device-to-device copy, bytes read + written
@@ -66,5 +88,24 @@ double time_us(const std::function<void(cudaStream_t)>& launch, cudaStream_t str
 Ceilings measure_ceilings(const TimingOptions& options, bool gemm);
 // One line: the GPU's name and the ceilings.
 void print_ceilings(const Ceilings& ceilings);
+
+// One timed case per layer against its floor (bench_attention, bench_mla_dsa).
+struct LayerResult {
+  std::string what;
+  int32_t batch = 0, context = 0;
+  int layers = 1;  // layers per graph replay
+  double us_median = 0, bytes = 0, flops = 0;
+  double floor_bytes_us = 0, floor_flops_us = 0;
+  double floor_us() const { return std::max(floor_bytes_us, floor_flops_us); }
+};
+// The row of `layers` layers timed together at us_per_replay, with its floors from `ceilings`.
+LayerResult layer_result(const Ceilings& ceilings, const std::string& what, int32_t batch, int32_t context, int layers,
+                         double us_per_replay, double bytes, double flops);
+nlohmann::json layer_result_rows(const std::vector<LayerResult>& results);
+
+// Writes options.json_path: the GPU, the ceilings (the GEMM rate when measured), the timing
+// options, `results`, the command line, and the bench's own `extra` fields.
+void write_results_json(const BenchOptions& options, const Ceilings& ceilings, const nlohmann::json& results,
+                        const nlohmann::json& extra = nlohmann::json::object());
 
 }  // namespace tachyon::bench

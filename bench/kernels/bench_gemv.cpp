@@ -20,10 +20,8 @@
 // Inputs and weights are random bf16 (hash fill on the device); outputs start as NaN and must
 // all be finite afterwards. Accuracy is the test's job (tests/gpu/test_gemv.cpp).
 // Run (GPU machine): build-gpu/bin/bench_gemv [--json FILE] [--cases cublaslt,silu] [--m 1,4]
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
@@ -48,11 +46,8 @@ using gpu::GemmOutputType;
 constexpr int64_t kMaxRows = 8;    // gemv's limit; inputs are allocated for 8 rows
 constexpr int kMaxCopies = 1024;   // a 8 MB weight needs ~50 copies to reach 8x a 50 MB L2
 
-struct Options : TimingOptions {
-  std::string json_path;
-  std::vector<std::string> cases{"cublaslt", "silu"};
+struct Options : BenchOptions {
   std::vector<int64_t> rows{1, 4};
-  std::string command_line;
 };
 
 // One comparison: a candidate and a baseline doing the same product.
@@ -172,11 +167,7 @@ class Bench {
   std::vector<Result> results_;
 };
 
-bool wanted(const Options& options, const std::string& name) {
-  return std::find(options.cases.begin(), options.cases.end(), name) != options.cases.end();
-}
-
-void write_json(const Options& options, const Ceilings& ceilings, const std::vector<Result>& results) {
+nlohmann::json result_rows(const std::vector<Result>& results) {
   nlohmann::json rows = nlohmann::json::array();
   for (const Result& r : results) {
     rows.push_back({{"what", r.what},
@@ -195,17 +186,7 @@ void write_json(const Options& options, const Ceilings& ceilings, const std::vec
                     {"floor_us", r.floor_us},
                     {"baseline_over_candidate", r.baseline_us / r.candidate_us}});
   }
-  const nlohmann::json doc = {{"gpu", cuda::current_device_name()},
-                              {"copy_bandwidth_bytes_per_s", ceilings.copy_bytes_per_s},
-                              {"l2_bytes", ceilings.l2_bytes},
-                              {"warmup", options.warmup},
-                              {"repeats", options.repeats},
-                              {"cuda_graphs", !options.eager},
-                              {"results", rows},
-                              {"command", options.command_line}};
-  std::ofstream file(options.json_path);
-  TACHYON_CHECK(file.good()) << "cannot write " << options.json_path;
-  file << doc.dump(2) << "\n";
+  return rows;
 }
 
 struct Shape {
@@ -241,7 +222,7 @@ void run(const Options& options) {
   }
   if (wanted(options, "silu")) bench.after_silu(4096, 14336);  // Llama-3-8B's down projection
   if (!options.json_path.empty()) {
-    write_json(options, ceilings, bench.results());
+    write_results_json(options, ceilings, result_rows(bench.results()));
     std::printf("wrote %s\n", options.json_path.c_str());
   }
 }
@@ -251,26 +232,10 @@ void run(const Options& options) {
 
 int main(int argc, char** argv) {
   tachyon::bench::Options options;
-  for (int i = 0; i < argc; ++i) options.command_line += (i ? " " : "") + std::string(argv[i]);
   CLI::App app{"bench_gemv: per-launch time of gemv against its floor and cuBLASLt"};
-  app.add_option("--json", options.json_path, "also write the results as JSON here");
-  app.add_option("--cases", options.cases, "any of cublaslt, silu (default: both)")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"cublaslt", "silu"}));
+  tachyon::bench::add_common_options(app, options, {"cublaslt", "silu"});
   app.add_option("--m", options.rows, "rows (tokens) per product, each 1 to 8 (default: 1,4)")
       ->delimiter(',')
       ->check(CLI::Range(int64_t{1}, tachyon::bench::kMaxRows));
-  app.add_option("--warmup", options.warmup, "untimed runs first")->default_val(3)->check(CLI::Range(0, 1000));
-  app.add_option("--repeats", options.repeats, "timed runs; the median is reported")->default_val(20)->check(CLI::Range(1, 10000));
-  app.add_flag("--eager", options.eager, "time plain launches instead of CUDA graph replays");
-  try {
-    app.parse(argc, argv);
-    tachyon::bench::run(options);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  return tachyon::bench::bench_main(app, options, argc, argv, [&] { tachyon::bench::run(options); });
 }

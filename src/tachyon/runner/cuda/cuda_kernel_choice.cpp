@@ -75,26 +75,29 @@ bool CudaModelRunner::use_gemv(Role role, int64_t m) const {
   return it != gemv_choice_.end() && it->second;
 }
 
-CudaModelRunner::RoleShape CudaModelRunner::role_shape(Role role) const {
+void CudaModelRunner::plan_roles() {
   const model::ModelConfig& c = weights_.config();
   const int64_t H = c.hidden_size, heads = c.num_attention_heads;
   const int64_t qk = c.qk_nope_head_dim + c.qk_rope_head_dim, shared = c.moe_intermediate_size * c.n_shared_experts;
-  const bool mla = c.is_mla(), moe = c.is_moe();
-  switch (role) {
-    case Role::kQkv: return mla ? RoleShape{} : RoleShape{c.q_size() + 2 * c.kv_size(), H};
-    case Role::kO: return mla ? RoleShape{} : RoleShape{H, c.q_size()};
-    case Role::kGateUp: return has_dense_mlp() ? RoleShape{2 * c.intermediate_size, H} : RoleShape{};
-    case Role::kDownWithSilu: return has_dense_mlp() ? RoleShape{H, c.intermediate_size} : RoleShape{};
-    case Role::kLmHead: return {vocab_rows_, H};
-    case Role::kMlaQA: return !mla ? RoleShape{} : RoleShape{c.q_lora_rank > 0 ? c.q_lora_rank : heads * qk, H};
-    case Role::kMlaQB: return !mla || c.q_lora_rank == 0 ? RoleShape{} : RoleShape{heads * qk, c.q_lora_rank};
-    case Role::kMlaKvA: return !mla ? RoleShape{} : RoleShape{c.kv_lora_rank + c.qk_rope_head_dim, H};
-    case Role::kMlaO: return !mla ? RoleShape{} : RoleShape{H, heads * c.v_head_dim};
-    case Role::kRouter: return !moe ? RoleShape{} : RoleShape{c.num_experts, H};
-    case Role::kSharedGateUp: return !moe || shared == 0 ? RoleShape{} : RoleShape{2 * shared, H};
-    case Role::kSharedDownWithSilu: return !moe || shared == 0 ? RoleShape{} : RoleShape{H, shared};
-  }
-  return {};
+  const bool mla = c.is_mla(), moe = c.is_moe(), dense_mlp = has_dense_mlp();
+  auto shape_of = [&](Role role) -> RoleShape {
+    switch (role) {
+      case Role::kQkv: return mla ? RoleShape{} : RoleShape{c.q_size() + 2 * c.kv_size(), H};
+      case Role::kO: return mla ? RoleShape{} : RoleShape{H, c.q_size()};
+      case Role::kGateUp: return dense_mlp ? RoleShape{2 * c.intermediate_size, H} : RoleShape{};
+      case Role::kDownWithSilu: return dense_mlp ? RoleShape{H, c.intermediate_size} : RoleShape{};
+      case Role::kLmHead: return {vocab_rows_, H};
+      case Role::kMlaQA: return !mla ? RoleShape{} : RoleShape{c.q_lora_rank > 0 ? c.q_lora_rank : heads * qk, H};
+      case Role::kMlaQB: return !mla || c.q_lora_rank == 0 ? RoleShape{} : RoleShape{heads * qk, c.q_lora_rank};
+      case Role::kMlaKvA: return !mla ? RoleShape{} : RoleShape{c.kv_lora_rank + c.qk_rope_head_dim, H};
+      case Role::kMlaO: return !mla ? RoleShape{} : RoleShape{H, heads * c.v_head_dim};
+      case Role::kRouter: return !moe ? RoleShape{} : RoleShape{c.num_experts, H};
+      case Role::kSharedGateUp: return !moe || shared == 0 ? RoleShape{} : RoleShape{2 * shared, H};
+      case Role::kSharedDownWithSilu: return !moe || shared == 0 ? RoleShape{} : RoleShape{H, shared};
+    }
+    return {};
+  };
+  for (int r = 0; r < kRoleCount; ++r) role_shapes_[static_cast<size_t>(r)] = shape_of(static_cast<Role>(r));
 }
 
 bool CudaModelRunner::role_runs_on(Role role, int64_t layer) const {

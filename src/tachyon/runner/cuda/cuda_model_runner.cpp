@@ -78,6 +78,7 @@ CudaModelRunner::CudaModelRunner(const model::Bf16ModelWeights& weights, const e
   TACHYON_CUDA_CHECK(cudaEventCreate(&step_begin_));
   TACHYON_CUDA_CHECK(cudaEventCreate(&step_end_));
   graph_batch_sizes_ = cuda_graph_batch_sizes(config);
+  plan_roles();
   plan_workspace(config);
   tune_gemms(config);
   allocate_kv_cache(config);

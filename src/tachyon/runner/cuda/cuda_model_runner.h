@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <array>
 #include <map>
 #include <memory>
 #include <vector>
@@ -118,7 +119,8 @@ class CudaModelRunner : public ModelRunner {
   struct RoleShape {
     int64_t n = 0, k = 0;  // the product's output and input widths; n == 0: the model has no such product
   };
-  RoleShape role_shape(Role role) const;
+  RoleShape role_shape(Role role) const { return role_shapes_[static_cast<size_t>(role)]; }
+  void plan_roles();  // fills role_shapes_ from the model config, once
   bool role_runs_on(Role role, int64_t layer) const;  // layer -1: the LM head
   void choose_gemv();
   std::string kernel_choice_key() const;
@@ -152,6 +154,7 @@ class CudaModelRunner : public ModelRunner {
   std::vector<int32_t> graph_batch_sizes_;
   std::map<int32_t, cudaGraphExec_t> graphs_;  // decode batch size -> instantiated graph
   int64_t graph_replays_ = 0;
+  std::array<RoleShape, kRoleCount> role_shapes_{};
   std::map<std::pair<Role, int64_t>, bool> gemv_choice_;  // (role, m) -> our GEMV is faster
   cudaEvent_t step_begin_ = nullptr, step_end_ = nullptr;  // around each step's device work
   double last_step_device_ms_ = 0.0;
