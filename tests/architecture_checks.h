@@ -14,7 +14,7 @@
 #include "tachyon/model/dense_model.h"
 #include "tachyon/base/check.h"
 #include "tachyon/runner/cpu_model_runner.h"
-#include "tachyon/runner/runner_factory.h"
+#include "tachyon/app/runner_factory.h"
 
 namespace tachyon::testing {
 
@@ -22,13 +22,13 @@ namespace tachyon::testing {
 // `model` gives each of three prompts (3, 23 and 9 tokens; the 23-token one is chunked) the
 // greedy tokens of the reference loop.
 inline void expect_engine_matches_greedy_generate(const model::DenseModel& model, const std::string& label) {
-  engine::EngineConfig config;
+  core::EngineConfig config;
   config.scheduler.max_num_batched_tokens = 16;  // the 23-token prompt is chunked
   config.scheduler.max_model_len = 64;
   config.num_blocks = 64;
   config.block_size = 4;
   engine::EngineCore engine(config, std::make_unique<runner::CpuModelRunner>(model, config.num_blocks, config.block_size));
-  engine::SamplingParams params;
+  core::SamplingParams params;
   params.temperature = 0.0f;
   params.max_tokens = 6;
   params.ignore_eos = true;
@@ -51,14 +51,14 @@ inline void expect_engine_matches_greedy_generate(const model::DenseModel& model
 
 // The model in `dir` (of `model_type`) loads on the CPU, and --tp 2 is refused.
 inline void expect_cpu_load_and_tp_refused(const std::filesystem::path& dir, const std::string& model_type) {
-  engine::EngineConfig config;
+  core::EngineConfig config;
   config.device.kind = "cpu";
-  const auto loaded = runner::load_runner(dir, config);
+  const auto loaded = app::load_runner(dir, config);
   EXPECT_EQ(loaded.model_config.model_type, model_type);
-  engine::EngineConfig tp_config;
+  core::EngineConfig tp_config;
   tp_config.device.kind = "cpu";
   tp_config.device.tensor_parallel_size = 2;
-  EXPECT_THROW(runner::load_runner(dir, tp_config), Error);
+  EXPECT_THROW(app::load_runner(dir, tp_config), Error);
 }
 
 }  // namespace tachyon::testing

@@ -23,7 +23,7 @@
 
 #include "tachyon/base/check.h"
 #include "tachyon/dist/cuda/peer_communicator.h"
-#include "tachyon/kernels/cuda/cuda_check.h"
+#include "tachyon/tensor/cuda/cuda_check.h"
 #include "tachyon/runner/rank_workers.h"
 #include "tachyon/tensor/cuda/device_buffer.h"
 #ifdef TACHYON_HAVE_NCCL

@@ -15,7 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "tachyon/base/check.h"
-#include "tachyon/kernels/cuda/cuda_check.h"
+#include "tachyon/tensor/cuda/cuda_check.h"
 #include "tachyon/tensor/cuda/device_buffer.h"
 #include "tachyon/tensor/dtype.h"
 

@@ -57,8 +57,8 @@ inline model::DenseModel reference_model(const fs::path& dir) {
   return model::DenseModel(std::move(w));
 }
 
-inline engine::EngineConfig small_config(bool eager) {
-  engine::EngineConfig c;
+inline core::EngineConfig small_config(bool eager) {
+  core::EngineConfig c;
   c.device.kind = "cuda";
   c.device.enforce_eager = eager;
   c.device.gpu_memory_utilization = 0.3;
@@ -76,16 +76,16 @@ struct PlanSequence {
   std::vector<int32_t> blocks;
 };
 
-inline engine::StepPlan make_plan(std::vector<PlanSequence>& seqs, const std::vector<int64_t>& run, int32_t block_size,
-                           int32_t& next_block, const engine::SamplingParams& greedy) {
-  engine::StepPlan plan;
+inline core::StepPlan make_plan(std::vector<PlanSequence>& seqs, const std::vector<int64_t>& run, int32_t block_size,
+                           int32_t& next_block, const core::SamplingParams& greedy) {
+  core::StepPlan plan;
   plan.block_size = block_size;
   for (size_t i = 0; i < seqs.size(); ++i) {
     PlanSequence& s = seqs[i];
     const int64_t n = run[i];
     if (n == 0) continue;
     while (static_cast<int64_t>(s.blocks.size()) * block_size < s.computed + n) s.blocks.push_back(next_block++);
-    engine::ScheduledSequence scheduled;
+    core::ScheduledSequence scheduled;
     scheduled.sequence_id = static_cast<int64_t>(i);
     scheduled.first_token = plan.num_tokens();
     scheduled.num_tokens = n;
@@ -109,7 +109,7 @@ inline engine::StepPlan make_plan(std::vector<PlanSequence>& seqs, const std::ve
 
 inline std::vector<std::vector<int32_t>> generate(engine::EngineCore& engine, const std::vector<std::vector<int32_t>>& prompts,
                                            int32_t max_tokens) {
-  engine::SamplingParams greedy;
+  core::SamplingParams greedy;
   greedy.temperature = 0.0f;
   greedy.max_tokens = max_tokens;
   greedy.ignore_eos = true;
@@ -156,7 +156,7 @@ inline void expect_logits_match_reference(const fs::path& dir, int32_t block_siz
     seqs[i].tokens.resize(static_cast<size_t>(prompt_lengths[i]));
     for (int32_t& t : seqs[i].tokens) t = token(gen);
   }
-  engine::SamplingParams greedy;
+  core::SamplingParams greedy;
   greedy.temperature = 0.0f;
   int32_t next_block = 0;
   const double tolerance = logits_tolerance(mc);
@@ -167,7 +167,7 @@ inline void expect_logits_match_reference(const fs::path& dir, int32_t block_siz
     if (step >= 2) {
       for (PlanSequence& s : seqs) s.tokens.push_back(token(gen));  // the "sampled" token: any id
     }
-    engine::StepPlan plan = make_plan(seqs, schedule[step], block_size, next_block, greedy);
+    core::StepPlan plan = make_plan(seqs, schedule[step], block_size, next_block, greedy);
     gpu.execute(plan);
     PagedAttentionBackend attention(mc, cpu_cache, plan);
     std::vector<float> expected =

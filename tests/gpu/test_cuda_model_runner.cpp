@@ -16,7 +16,7 @@ class CudaRunnerVsCpu : public ::testing::TestWithParam<Variant> {};
 
 TEST_P(CudaRunnerVsCpu, LogitsMatchTheReferenceOverPrefillChunksAndDecodes) {
   const fs::path dir = make_tiny(GetParam());
-  const engine::EngineConfig config = small_config(/*eager=*/false);
+  const core::EngineConfig config = small_config(/*eager=*/false);
   model::SafetensorsCheckpoint checkpoint(dir);
   CudaModelRunner gpu(model::load_weights_bf16(model::ModelConfig::from_dir(dir), checkpoint), config);
   expect_logits_match_reference(dir, config.block_size, gpu, [&](int32_t rows) { return gpu.last_logits(rows); });
@@ -36,7 +36,7 @@ TEST_P(CudaRunnerVsCpu, GraphsAndEagerAndBatchCompanyGiveIdenticalTokens) {
     for (int32_t& t : prompts.back()) t = token(gen);
   }
   auto run = [&](bool eager, const std::vector<std::vector<int32_t>>& batch) {
-    engine::EngineConfig config = small_config(eager);
+    core::EngineConfig config = small_config(eager);
     auto runner = std::make_unique<CudaModelRunner>(weights, config);
     config.num_blocks = runner->num_blocks();
     engine::EngineCore engine(config, std::move(runner));

@@ -33,8 +33,8 @@ fs::path env_dir(const char* name) {
   return value;
 }
 
-engine::EngineConfig golden_config(int64_t max_model_len) {
-  engine::EngineConfig c;
+core::EngineConfig golden_config(int64_t max_model_len) {
+  core::EngineConfig c;
   c.device.kind = "cuda";
   c.device.gpu_memory_utilization = 0.5;
   c.scheduler.max_num_seqs = 4;
@@ -65,14 +65,14 @@ TEST(HfGoldens, GpuLogitsAndGreedyMatchTransformersInBf16) {
     const fs::path dir = models / name;
     const model::ModelConfig config = model::ModelConfig::from_dir(dir);
     model::SafetensorsCheckpoint checkpoint(dir);
-    engine::EngineConfig engine_config = golden_config(static_cast<int64_t>(prompt.size() + expected_greedy.size()) + 16);
+    core::EngineConfig engine_config = golden_config(static_cast<int64_t>(prompt.size() + expected_greedy.size()) + 16);
     auto runner = std::make_unique<CudaModelRunner>(model::load_weights_bf16(config, checkpoint), engine_config);
     CudaModelRunner& gpu = *runner;
     engine_config.num_blocks = runner->num_blocks();
     engine::EngineCore engine(engine_config, std::move(runner));
 
     // Greedy through the engine; the first step's logits are the last prompt position's.
-    engine::SamplingParams greedy;
+    core::SamplingParams greedy;
     greedy.temperature = 0.0f;
     greedy.max_tokens = static_cast<int32_t>(expected_greedy.size());
     greedy.ignore_eos = true;

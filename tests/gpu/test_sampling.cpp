@@ -1,12 +1,13 @@
-// GPU sampler against the CPU sampler (engine::sample_token, the spec): for the same logits and
+// GPU sampler against the CPU sampler (kernels::cpu::sample_token, the spec): for the same logits and
 // params the GPU must pick the same token in every seeded draw (hundreds per configuration, over
 // vocabularies 97 .. 151936, flat and peaked rows, exact ties), report the same raw logprob
 // (1e-4) and the same top list. Rows go through build_sampling_inputs and to_sampled_token, the
 // runner's own path. Also pinned: the device exp equals glibc's expf bit for bit, the uniform
-// equals engine::uniform_for_step, and a row's result does not depend on the rest of its batch.
+// equals kernels::cpu::uniform_for_step, and a row's result does not depend on the rest of its batch.
 // Needs a GPU: ctest -R gpu.sampling (scripts/gpu-test.sh); TACHYON_TEST_SEED replays a run.
 #include "tachyon/kernels/cuda/sampling.h"
 
+#include <memory>
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -17,14 +18,14 @@
 
 #include "gpu_test_util.h"
 #include "tachyon/base/check.h"
-#include "tachyon/engine/sampler.h"
+#include "tachyon/kernels/sampling.h"
 #include "tachyon/runner/cuda/sampling_inputs.h"
 
 namespace tachyon::gpu_test {
 namespace {
 
 namespace kc = kernels::cuda;
-using engine::SamplingParams;
+using core::SamplingParams;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
@@ -47,16 +48,17 @@ SamplingParams params(float temperature, int32_t top_k = 0, float top_p = 1.0f, 
   return p;
 }
 
-engine::StepPlan plan_of(const std::vector<Case>& cases) {
-  engine::StepPlan plan;
+core::StepPlan plan_of(const std::vector<Case>& cases) {
+  core::StepPlan plan;
   for (const Case& c : cases) {
-    engine::ScheduledSequence s;
+    core::ScheduledSequence s;
     s.sequence_id = static_cast<int64_t>(plan.sequences.size());
     s.sample = true;
-    s.params = &c.params;
+    s.params = std::make_shared<const SamplingParams>(c.params);
     s.seed = c.seed;
     s.prompt_tokens = c.prompt;
     s.output_tokens = c.output;
+    s.num_output_tokens = static_cast<int64_t>(c.output.size());
     s.eos_token_id = c.eos;
     plan.sequences.push_back(s);
   }
@@ -101,9 +103,9 @@ int expect_same_as_cpu(const std::vector<Case>& cases, const std::string& what) 
     const std::string where = what + " row " + std::to_string(r) + " seed " + std::to_string(c.seed) + " step " +
                               std::to_string(c.output.size());
     std::vector<float> logits = c.logits;
-    std::optional<engine::SampledToken> cpu;
+    std::optional<core::SampledToken> cpu;
     try {
-      cpu = engine::sample_token(logits, c.params, engine::SamplingContext{c.prompt, c.output, c.seed, c.eos});
+      cpu = kernels::cpu::sample_token(logits, c.params, kernels::cpu::SamplingContext{c.prompt, c.output, c.seed, c.eos});
     } catch (const Error&) {
     }
     if (!cpu) {  // the CPU refuses (no finite logit): the GPU must report an error, not a token
@@ -116,7 +118,7 @@ int expect_same_as_cpu(const std::vector<Case>& cases, const std::string& what) 
       if (++mismatches <= 5) ADD_FAILURE() << where << ": GPU token " << gpu[r].token << " (error " << gpu[r].error << "), CPU " << cpu->token;
       continue;
     }
-    const engine::SampledToken got = runner::to_sampled_token(gpu[r], inputs.rows[r]);
+    const core::SampledToken got = runner::to_sampled_token(gpu[r], inputs.rows[r]);
     expect_logprob_near(got.logprob, cpu->logprob, where + " logprob");
     EXPECT_EQ(got.top.size(), cpu->top.size()) << where;
     for (size_t i = 0; i < std::min(got.top.size(), cpu->top.size()); ++i) {
@@ -189,7 +191,7 @@ TEST(GpuSampling, UniformMatchesHost) {
   std::mt19937_64 gen = rng(1);
   for (int i = 0; i < 100000; ++i) {
     const uint64_t seed = i < 100 ? static_cast<uint64_t>(i) : gen(), step = i % 7 == 0 ? gen() : gen() % 4096;
-    ASSERT_EQ(kc::sampling_uniform(seed, step), engine::uniform_for_step(seed, step)) << seed << " " << step;
+    ASSERT_EQ(kc::sampling_uniform(seed, step), kernels::cpu::uniform_for_step(seed, step)) << seed << " " << step;
   }
 }
 
@@ -371,10 +373,12 @@ TEST(GpuSampling, BuildSamplingInputsFromPlan) {
   frequency.frequency_penalty = 0.5f, frequency.min_tokens = 9, frequency.ignore_eos = true;
   const std::vector<int32_t> prompt = {5, 6, 7}, outputs = {1, 2};
 
-  engine::StepPlan plan;
+  core::StepPlan plan;
   auto add = [&](bool sample, const SamplingParams* p, uint64_t seed) {
-    engine::ScheduledSequence s;
-    s.sample = sample, s.params = p, s.seed = seed, s.prompt_tokens = prompt, s.output_tokens = outputs, s.eos_token_id = 2;
+    core::ScheduledSequence s;
+    s.sample = sample, s.seed = seed, s.prompt_tokens = prompt, s.output_tokens = outputs, s.eos_token_id = 2;
+    if (p != nullptr) s.params = std::make_shared<const SamplingParams>(*p);
+    s.num_output_tokens = static_cast<int64_t>(outputs.size());
     plan.sequences.push_back(s);
   };
   add(false, nullptr, 0);  // a prefill chunk that samples nothing
@@ -415,7 +419,7 @@ TEST(GpuSampling, BuildSamplingInputsFromPlan) {
   EXPECT_THROW(runner::to_sampled_token(failed, a), Error);
   kc::SampledRow ok;
   ok.token = 4, ok.logprob = -1.5f, ok.num_top = 1, ok.top_ids[0] = 4, ok.top_logprobs[0] = -1.5f;
-  const engine::SampledToken t = runner::to_sampled_token(ok, a);
+  const core::SampledToken t = runner::to_sampled_token(ok, a);
   EXPECT_EQ(t.token, 4);
   EXPECT_EQ(t.logprob, -1.5f);
   ASSERT_EQ(t.top.size(), 1u);

@@ -28,8 +28,8 @@ std::vector<int> tp_devices(int tp) {
   return devices;
 }
 
-engine::EngineConfig tp_config(int tp, bool eager) {
-  engine::EngineConfig config = small_config(eager);
+core::EngineConfig tp_config(int tp, bool eager) {
+  core::EngineConfig config = small_config(eager);
   config.device.tensor_parallel_size = tp;
   return config;
 }
@@ -42,7 +42,7 @@ TEST_P(TpCudaRunner, LogitsMatchTheReferenceAndEveryRankHoldsTheSame) {
     GTEST_SKIP() << "TP = " << c.tp << " needs " << c.tp << " GPUs, this machine has " << cuda::cuda_device_count();
   }
   const fs::path dir = make_tiny(c.variant);
-  const engine::EngineConfig config = tp_config(c.tp, /*eager=*/false);
+  const core::EngineConfig config = tp_config(c.tp, /*eager=*/false);
   model::SafetensorsCheckpoint checkpoint(dir);
   const std::vector<int> devices = tp_devices(c.tp);
   TpCudaModelRunner gpu(model::load_weights_bf16(model::ModelConfig::from_dir(dir), checkpoint), config,
@@ -77,7 +77,7 @@ TEST_P(TpCudaRunner, TheEngineGeneratesTheSameTokensWithGraphsAndEager) {
     for (int32_t& t : prompts.back()) t = token(gen);
   }
   auto run = [&](bool eager) {
-    engine::EngineConfig config = tp_config(c.tp, eager);
+    core::EngineConfig config = tp_config(c.tp, eager);
     const std::vector<int> devices = tp_devices(c.tp);
     auto runner = std::make_unique<TpCudaModelRunner>(weights, config, TpCudaLayout{.devices = devices},
                                                       default_tp_comm_factory(devices));

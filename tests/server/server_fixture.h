@@ -15,7 +15,7 @@
 namespace tachyon::server::testing {
 
 struct ServerUnderTest {
-  explicit ServerUnderTest(engine::EngineConfig engine = default_engine(), HttpOptions http = {}) {
+  explicit ServerUnderTest(core::EngineConfig engine = default_engine(), HttpOptions http = {}) {
     dir = std::filesystem::temp_directory_path() / ("tachyon-server-" + std::to_string(::getpid()) + "-" +
                                                    std::to_string(reinterpret_cast<uintptr_t>(this)));
     model::make_model({.arch = "qwen3",
@@ -40,8 +40,8 @@ struct ServerUnderTest {
     context.reset();
     std::filesystem::remove_all(dir);
   }
-  static engine::EngineConfig default_engine() {
-    engine::EngineConfig c;
+  static core::EngineConfig default_engine() {
+    core::EngineConfig c;
     c.scheduler.max_model_len = 512;
     c.num_blocks = 256;
     c.block_size = 16;

@@ -53,7 +53,7 @@ TEST(ServerReliability, DisconnectFloodLeavesNothingBehind) {
 }
 
 TEST(ServerReliability, NonStreamedRequestIsAbortedWhenTheClientLeaves) {
-  engine::EngineConfig engine = ServerUnderTest::default_engine();
+  core::EngineConfig engine = ServerUnderTest::default_engine();
   engine.scheduler.max_model_len = 16384;  // long enough to outlast the client by far
   engine.num_blocks = 1100;
   HttpOptions http;
@@ -101,7 +101,7 @@ TEST(ServerReliability, HealthSays503WhileTheModelLoads) {
 }
 
 TEST(ServerReliability, AThousandConcurrentStreams) {
-  engine::EngineConfig engine = ServerUnderTest::default_engine();
+  core::EngineConfig engine = ServerUnderTest::default_engine();
   engine.num_blocks = 2048;
   ServerUnderTest server(engine);
   constexpr int kStreams = 1000;
@@ -137,7 +137,7 @@ TEST(ServerReliability, AThousandConcurrentStreams) {
 }
 
 TEST(ServerReliability, FullQueueIsRefusedAtOnce) {
-  engine::EngineConfig engine = ServerUnderTest::default_engine();
+  core::EngineConfig engine = ServerUnderTest::default_engine();
   engine.scheduler.max_num_seqs = 1;
   engine.max_queued_requests = 2;
   ServerUnderTest server(engine);
@@ -162,7 +162,7 @@ TEST(ServerReliability, FullQueueIsRefusedAtOnce) {
 TEST(ServerReliability, GracefulShutdownFinishesOrAbortsInFlight) {
   HttpOptions http;
   http.shutdown_timeout = std::chrono::milliseconds(300);
-  engine::EngineConfig engine = ServerUnderTest::default_engine();
+  core::EngineConfig engine = ServerUnderTest::default_engine();
   engine.scheduler.max_model_len = 16384;  // a stream that outlives the shutdown timeout
   engine.num_blocks = 1100;
   auto server = std::make_unique<ServerUnderTest>(engine, http);

@@ -32,7 +32,7 @@
 #include "tachyon/model/safetensors.h"
 #include "tachyon/model/tp_shard.h"
 #include "tachyon/runner/cpu_model_runner.h"
-#include "tachyon/runner/runner_factory.h"
+#include "tachyon/app/runner_factory.h"
 
 namespace tachyon::model {
 namespace {
@@ -568,10 +568,10 @@ TEST(DeepseekModel, TensorParallelismAndCudaAreRefused) {
     EXPECT_NE(std::string(e.what()).find("multi-head latent attention"), std::string::npos) << e.what();
   }
   // The GPU serves latent attention within its kernels' shapes, and names the limit otherwise.
-  EXPECT_EQ(runner::cuda_unsupported_reason(c), "");
+  EXPECT_EQ(app::cuda_unsupported_reason(c), "");
   ModelConfig wide = c;
   wide.kv_lora_rank = 1024;
-  EXPECT_NE(runner::cuda_unsupported_reason(wide).find("latent attention"), std::string::npos);
+  EXPECT_NE(app::cuda_unsupported_reason(wide).find("latent attention"), std::string::npos);
 
   auto dir = temp_dir("runner");
   make_model({.arch = "deepseek_v3", .preset = "tiny-deepseek", .seed = 1, .out_dir = dir});

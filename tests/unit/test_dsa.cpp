@@ -32,7 +32,7 @@
 #include "tachyon/model/safetensors.h"
 #include "tachyon/model/tp_shard.h"
 #include "tachyon/runner/paged_attention_backend.h"
-#include "tachyon/runner/runner_factory.h"
+#include "tachyon/app/runner_factory.h"
 
 namespace tachyon::model {
 namespace {
@@ -352,10 +352,10 @@ TEST(DsaModel, TensorParallelismAndCudaAreRefused) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("sparse attention"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(runner::cuda_unsupported_reason(c), "");
+  EXPECT_EQ(app::cuda_unsupported_reason(c), "");
   ModelConfig wide = c;
   wide.index_head_dim = 256;
-  EXPECT_NE(runner::cuda_unsupported_reason(wide).find("sparse attention"), std::string::npos);
+  EXPECT_NE(app::cuda_unsupported_reason(wide).find("sparse attention"), std::string::npos);
 
   const auto dir = temp_dir("runner");
   make_model({.arch = "deepseek_v32", .preset = "tiny-dsa", .seed = 1, .out_dir = dir});

@@ -15,6 +15,7 @@
 #include "tachyon/runner/cpu_model_runner.h"
 
 namespace tachyon::engine {
+using namespace tachyon::core;
 namespace {
 
 class EngineTest : public ::testing::Test {

@@ -8,9 +8,10 @@
 #include <gtest/gtest.h>
 
 #include "tachyon/base/check.h"
-#include "tachyon/engine/engine_config.h"
+#include "tachyon/core/engine_config.h"
 
 namespace tachyon::engine {
+using namespace tachyon::core;
 namespace {
 
 TEST(EngineConfig, PlanHashMovesWithEveryPlanField) {

@@ -21,10 +21,11 @@
 #include <random>
 #include <unordered_map>
 
-#include "tachyon/engine/llm.h"
+#include "tachyon/app/llm.h"
 #include "tachyon/model/make_model.h"
 
 namespace tachyon::engine {
+using namespace tachyon::core; using namespace tachyon::app;
 namespace {
 
 constexpr int kRequests = 100000;

@@ -34,7 +34,7 @@
 #include "tachyon/model/safetensors.h"
 #include "tachyon/model/tp_shard.h"
 #include "tachyon/runner/paged_attention_backend.h"
-#include "tachyon/runner/runner_factory.h"
+#include "tachyon/app/runner_factory.h"
 
 namespace tachyon::model {
 namespace {
@@ -382,8 +382,8 @@ TEST(GlmDsaModel, TheGpuServesItAndTensorParallelismIsRefused) {
   EXPECT_THROW(check_tp_size(c, 2), Error);
   // The interleaved indexer rope and the shared top-k run on the GPU (tests/gpu/test_cuda_model_runner.cpp's
   // tiny-gpu-glm-all against this CPU reference); the real layer shapes are within the kernels' limits.
-  EXPECT_EQ(runner::cuda_unsupported_reason(c), "");
-  EXPECT_EQ(runner::cuda_unsupported_reason(make_model_config({.arch = "glm_moe_dsa", .preset = "glm-5-reduced"})), "");
+  EXPECT_EQ(app::cuda_unsupported_reason(c), "");
+  EXPECT_EQ(app::cuda_unsupported_reason(make_model_config({.arch = "glm_moe_dsa", .preset = "glm-5-reduced"})), "");
 
   const auto dir = temp_dir("runner");
   make_model({.arch = "glm_moe_dsa", .preset = "tiny-glm-dsa", .seed = 1, .out_dir = dir});

@@ -1,7 +1,7 @@
 // The offline LLM API end to end on a tiny model with the real Qwen3 tokenizer: text prompts,
 // greedy text equal to the reference forward's, and stop strings that end a completion early
 // (trimmed, finish reason stop, the engine's blocks freed).
-#include "tachyon/engine/llm.h"
+#include "tachyon/app/llm.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -10,6 +10,7 @@
 #include "tachyon/model/make_model.h"
 
 namespace tachyon::engine {
+using namespace tachyon::core; using namespace tachyon::app;
 namespace {
 
 class LlmTest : public ::testing::Test {

@@ -28,7 +28,7 @@
 #include "tachyon/model/model_weights.h"
 #include "tachyon/model/safetensors.h"
 #include "tachyon/model/tp_shard.h"
-#include "tachyon/runner/runner_factory.h"
+#include "tachyon/app/runner_factory.h"
 
 namespace tachyon::model {
 namespace {
@@ -316,9 +316,9 @@ TEST(MixtralModel, EngineMatchesGreedyGenerate) {
 
 TEST(MixtralModel, TheGpuShapesAreServedAndTensorParallelismIsRefused) {
   for (const char* preset : {"tiny-gpu-mixtral", "tiny-gpu-mixtral-all"}) {
-    EXPECT_EQ(runner::cuda_unsupported_reason(make_model_config({.arch = "mixtral", .preset = preset})), "") << preset;
+    EXPECT_EQ(app::cuda_unsupported_reason(make_model_config({.arch = "mixtral", .preset = preset})), "") << preset;
   }
-  EXPECT_EQ(runner::cuda_unsupported_reason(make_model_config({.arch = "mixtral", .preset = "mixtral-8x7b"})), "");
+  EXPECT_EQ(app::cuda_unsupported_reason(make_model_config({.arch = "mixtral", .preset = "mixtral-8x7b"})), "");
   const ModelConfig c = make_model_config({.arch = "mixtral", .preset = "tiny-mixtral"});
   EXPECT_NO_THROW(check_tp_size(c, 1));
   try {

@@ -100,10 +100,10 @@ TEST(MlaLatent, PagedRaggedBatchMatchesTheDecompressedForm) {
       runner::PagedKvCache cache(model.config(), 8, kBlockSize, form);
       std::vector<std::vector<float>> got(tokens.size());
       for (size_t step = 0; step < 2; ++step) {
-        engine::StepPlan plan;
+        core::StepPlan plan;
         plan.block_size = kBlockSize;
         for (size_t s = 0; s < tokens.size(); ++s) {
-          engine::ScheduledSequence sequence;
+          core::ScheduledSequence sequence;
           sequence.sequence_id = static_cast<int64_t>(s);
           sequence.first_token = plan.num_tokens();
           sequence.num_computed = step == 0 ? 0 : chunk_ends[s][0];
@@ -122,7 +122,7 @@ TEST(MlaLatent, PagedRaggedBatchMatchesTheDecompressedForm) {
         const std::vector<float> logits =
             model.forward(ForwardBatch{plan.token_ids, plan.positions, plan.logits_rows}, attention);
         const int64_t vocab = model.config().vocab_size;
-        for (const engine::ScheduledSequence& sequence : plan.sequences) {
+        for (const core::ScheduledSequence& sequence : plan.sequences) {
           auto& out = got[static_cast<size_t>(sequence.sequence_id)];
           out.insert(out.end(), logits.begin() + sequence.first_token * vocab,
                      logits.begin() + (sequence.first_token + sequence.num_tokens) * vocab);
@@ -140,14 +140,14 @@ TEST(MlaLatent, PagedRaggedBatchMatchesTheDecompressedForm) {
 
 std::vector<std::vector<int32_t>> engine_tokens(const DenseModel& model, MlaAttentionForm form,
                                                 const std::vector<std::vector<int32_t>>& prompts) {
-  engine::EngineConfig config;
+  core::EngineConfig config;
   config.scheduler.max_num_batched_tokens = 16;  // the 23-token prompt is chunked
   config.scheduler.max_model_len = 64;
   config.num_blocks = 64;
   config.block_size = 4;
   engine::EngineCore engine(config, std::make_unique<runner::CpuModelRunner>(model, config.num_blocks,
                                                                              config.block_size, form));
-  engine::SamplingParams params;
+  core::SamplingParams params;
   params.temperature = 0.0f;
   params.max_tokens = 7;
   params.ignore_eos = true;

@@ -24,7 +24,7 @@
 #include "tachyon/model/make_model.h"
 #include "tachyon/model/tp_shard.h"
 #include "tachyon/runner/cpu_model_runner.h"
-#include "tachyon/runner/runner_factory.h"
+#include "tachyon/app/runner_factory.h"
 
 namespace tachyon::model {
 namespace {
@@ -222,18 +222,18 @@ TEST(MoeModel, TensorParallelismIsRefused) {
 // named as such, and tensor parallelism of MoE is refused on every device.
 TEST(MoeModel, LoadRunnerServesMoeWhereTheKernelsCanAndRefusesTp) {
   ModelConfig gpu_shape = make_model_config({.arch = "qwen3_moe", .preset = "tiny-gpu-moe"});
-  EXPECT_EQ(runner::cuda_unsupported_reason(gpu_shape), "");
+  EXPECT_EQ(app::cuda_unsupported_reason(gpu_shape), "");
   gpu_shape.num_experts = 512;
-  EXPECT_NE(runner::cuda_unsupported_reason(gpu_shape).find("at most 256 experts"), std::string::npos);
+  EXPECT_NE(app::cuda_unsupported_reason(gpu_shape).find("at most 256 experts"), std::string::npos);
   auto dir = std::filesystem::temp_directory_path() / ("tachyon-moe-runner-" + std::to_string(::getpid()));
   make_model({.arch = "qwen3_moe", .preset = "tiny-moe", .seed = 1, .out_dir = dir});
-  engine::EngineConfig config;
+  core::EngineConfig config;
   config.device.kind = "cpu";
-  EXPECT_EQ(runner::load_runner(dir, config).model_config.model_type, "qwen3_moe");
-  engine::EngineConfig tp_config;
+  EXPECT_EQ(app::load_runner(dir, config).model_config.model_type, "qwen3_moe");
+  core::EngineConfig tp_config;
   tp_config.device.kind = "cpu";
   tp_config.device.tensor_parallel_size = 2;
-  EXPECT_THROW(runner::load_runner(dir, tp_config), Error);
+  EXPECT_THROW(app::load_runner(dir, tp_config), Error);
   std::filesystem::remove_all(dir);
 }
 

@@ -31,8 +31,8 @@ std::string toy_text(int32_t id) {
   }
 }
 
-engine::SampledToken sampled(int32_t token, float logprob, std::vector<engine::TokenLogprob> top) {
-  return engine::SampledToken{.token = token, .logprob = logprob, .top = std::move(top)};
+core::SampledToken sampled(int32_t token, float logprob, std::vector<core::TokenLogprob> top) {
+  return core::SampledToken{.token = token, .logprob = logprob, .top = std::move(top)};
 }
 
 TEST(OpenaiResponse, CompletionWithoutLogprobs) {
@@ -52,7 +52,7 @@ TEST(OpenaiResponse, CompletionLogprobs) {
                                 .token_ids = {1, 4},
                                 .token_texts = {"Hello", "\xC3\xA9"},
                                 .finish_reason = "length"};
-  choice.logprobs = std::vector<engine::SampledToken>{
+  choice.logprobs = std::vector<core::SampledToken>{
       sampled(1, -0.1f, {{1, -0.1f}, {2, -2.5f}}),
       sampled(4, -3.0f, {{2, -0.5f}, {3, -1.0f}}),  // sampled token outside the top 2: added
   };
@@ -91,7 +91,7 @@ TEST(OpenaiResponse, ChatLogprobs) {
   CompletionChoiceResult choice{
       .index = 0, .text = "Hi\xC3\xA9", .token_texts = {"Hi", "\xC3\xA9"}, .finish_reason = "abort"};
   choice.logprobs =
-      std::vector<engine::SampledToken>{sampled(9, -0.5f, {{9, -0.5f}, {3, -1.0f}}), sampled(4, -0.75f, {})};
+      std::vector<core::SampledToken>{sampled(9, -0.5f, {{9, -0.5f}, {3, -1.0f}}), sampled(4, -0.75f, {})};
   EXPECT_EQ(dump(chat_response("chatcmpl-2", 2, "tiny", {choice}, Usage{1, 2}, toy_text)),
             R"({"id":"chatcmpl-2","object":"chat.completion","created":2,"model":"tiny","choices":[{"index":0,)"
             "\"message\":{\"role\":\"assistant\",\"content\":\"Hi\xC3\xA9\"},"

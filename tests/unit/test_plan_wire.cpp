@@ -2,6 +2,7 @@
 // round trip exactly, sampling inputs become greedy, and bad bytes are refused, not misread.
 #include "tachyon/runner/plan_wire.h"
 
+#include <memory>
 #include <gtest/gtest.h>
 
 #include "tachyon/base/check.h"
@@ -9,23 +10,23 @@
 namespace tachyon::runner {
 namespace {
 
-engine::StepPlan sample_plan(engine::SamplingParams& params) {
-  engine::StepPlan plan;
+core::StepPlan sample_plan(core::SamplingParams& params) {
+  core::StepPlan plan;
   plan.block_size = 16;
   plan.token_ids = {5, 6, 7, 8, 9};
   plan.positions = {0, 1, 2, 40, 17};
   plan.slot_mapping = {160, 161, 162, 1000, -1};
   plan.logits_rows = {2, 3};
-  engine::ScheduledSequence a;
+  core::ScheduledSequence a;
   a.sequence_id = 11;
   a.first_token = 0;
   a.num_tokens = 3;
   a.num_computed = 0;
   a.block_table = {10};
   a.sample = true;
-  a.params = &params;
+  a.params = std::make_shared<const core::SamplingParams>(params);
   a.seed = 99;
-  engine::ScheduledSequence b;
+  core::ScheduledSequence b;
   b.sequence_id = 12;
   b.first_token = 3;
   b.num_tokens = 1;
@@ -37,13 +38,13 @@ engine::StepPlan sample_plan(engine::SamplingParams& params) {
 }
 
 TEST(PlanWire, TheForwardFieldsRoundTripExactly) {
-  engine::SamplingParams params;
+  core::SamplingParams params;
   params.temperature = 0.7f;
   params.repetition_penalty = 1.3f;
-  const engine::StepPlan plan = sample_plan(params);
+  const core::StepPlan plan = sample_plan(params);
   const std::vector<std::byte> bytes = encode_plan(plan);
   EXPECT_LE(bytes.size(), max_encoded_plan_bytes(5, 2, 3));
-  const engine::StepPlan back = decode_plan(bytes);
+  const core::StepPlan back = decode_plan(bytes);
   EXPECT_EQ(back.block_size, 16);
   EXPECT_EQ(back.token_ids, plan.token_ids);
   EXPECT_EQ(back.positions, plan.positions);
@@ -66,13 +67,13 @@ TEST(PlanWire, TheForwardFieldsRoundTripExactly) {
 }
 
 TEST(PlanWire, AnEmptyPlanRoundTrips) {
-  const engine::StepPlan back = decode_plan(encode_plan(engine::StepPlan{}));
+  const core::StepPlan back = decode_plan(encode_plan(core::StepPlan{}));
   EXPECT_TRUE(back.empty());
   EXPECT_TRUE(back.token_ids.empty());
 }
 
 TEST(PlanWire, BadBytesAreRefused) {
-  engine::SamplingParams params;
+  core::SamplingParams params;
   std::vector<std::byte> bytes = encode_plan(sample_plan(params));
   for (size_t cut : {size_t{0}, size_t{7}, bytes.size() / 2, bytes.size() - 1}) {
     EXPECT_THROW(decode_plan(std::span(bytes).first(cut)), Error) << "cut at " << cut;

@@ -1,6 +1,6 @@
 // Sampler: every step's exact effect on hand-made logits, the stateless seeded draw, and a
 // statistical check that the draws follow the softmax. Run: ctest -R sampler.
-#include "tachyon/engine/sampler.h"
+#include "tachyon/kernels/sampling.h"
 
 #include <gtest/gtest.h>
 
@@ -12,6 +12,7 @@
 #include "tachyon/base/check.h"
 
 namespace tachyon::engine {
+using namespace tachyon::core; using namespace tachyon::kernels::cpu;
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();

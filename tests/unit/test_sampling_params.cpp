@@ -5,9 +5,10 @@
 #include <string>
 
 #include "tachyon/base/check.h"
-#include "tachyon/engine/sampling_params.h"
+#include "tachyon/core/sampling_params.h"
 
 namespace tachyon::engine {
+using namespace tachyon::core;
 namespace {
 
 std::string error_of(const SamplingParams& params, int64_t vocab = 100) {

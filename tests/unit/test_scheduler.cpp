@@ -10,6 +10,7 @@
 #include <random>
 
 namespace tachyon::engine {
+using namespace tachyon::core;
 namespace {
 
 class SchedulerTest : public ::testing::Test {

@@ -19,16 +19,16 @@ const int32_t* at(const std::vector<std::byte>& staging, size_t offset) {
 }
 
 // Two sequences: one decoding at position 20 (2 blocks of 16), one prefilling 3 tokens.
-engine::StepPlan two_sequence_plan() {
-  engine::StepPlan plan;
+core::StepPlan two_sequence_plan() {
+  core::StepPlan plan;
   plan.block_size = 16;
   plan.token_ids = {7, 1, 2, 3};
   plan.positions = {20, 0, 1, 2};
   plan.slot_mapping = {5 * 16 + 4, 9 * 16, 9 * 16 + 1, 9 * 16 + 2};
   plan.logits_rows = {0, 3};
-  engine::ScheduledSequence a{.sequence_id = 1, .first_token = 0, .num_tokens = 1, .num_computed = 20,
+  core::ScheduledSequence a{.sequence_id = 1, .first_token = 0, .num_tokens = 1, .num_computed = 20,
                               .block_table = {3, 5}, .sample = true};
-  engine::ScheduledSequence b{.sequence_id = 2, .first_token = 1, .num_tokens = 3, .num_computed = 0,
+  core::ScheduledSequence b{.sequence_id = 2, .first_token = 1, .num_tokens = 3, .num_computed = 0,
                               .block_table = {9}, .sample = true};
   plan.sequences = {a, b};
   return plan;
@@ -82,7 +82,7 @@ TEST(StepInputs, FillsEveryArrayFromThePlan) {
 TEST(StepInputs, DecodeStepsPadToTheGraphBatchWithRowsThatWriteNothing) {
   const StepInputLimits l = limits();
   const StepInputLayout layout = StepInputLayout::make(l);
-  engine::StepPlan plan = two_sequence_plan();
+  core::StepPlan plan = two_sequence_plan();
   plan.token_ids = {7, 8};
   plan.positions = {20, 3};
   plan.slot_mapping = {84, 147};
@@ -111,7 +111,7 @@ TEST(StepInputs, PlansBeyondTheLimitsFailWithTheLimitNamed) {
   const StepInputLimits l = limits();
   const StepInputLayout layout = StepInputLayout::make(l);
   std::vector<std::byte> staging(layout.variable);
-  engine::StepPlan plan = two_sequence_plan();
+  core::StepPlan plan = two_sequence_plan();
   plan.sequences[0].block_table = {1, 2, 3, 4, 5};
   try {
     fill_step_inputs(plan, layout, l, staging.data());
@@ -121,7 +121,7 @@ TEST(StepInputs, PlansBeyondTheLimitsFailWithTheLimitNamed) {
   }
   EXPECT_THROW(fill_step_inputs(two_sequence_plan(), layout, l, staging.data(), /*padded_seqs=*/9), Error);
   EXPECT_FALSE(is_decode_only(two_sequence_plan()));
-  EXPECT_FALSE(is_decode_only(engine::StepPlan{}));
+  EXPECT_FALSE(is_decode_only(core::StepPlan{}));
 }
 
 }  // namespace

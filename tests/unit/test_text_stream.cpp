@@ -1,12 +1,13 @@
 // TextStream: stop strings on streamed text with a real tokenizer, including stop strings that
 // span several tokens and deltas, multi-byte stop strings, and text held back then released.
-#include "tachyon/engine/text_stream.h"
+#include "tachyon/app/text_stream.h"
 
 #include <gtest/gtest.h>
 
 #include <random>
 
 namespace tachyon::engine {
+using namespace tachyon::core; using namespace tachyon::app;
 namespace {
 
 const tokenizer::Tokenizer& qwen3() {

@@ -21,6 +21,7 @@
 #include "tachyon/runner/tp_cpu_model_runner.h"
 
 namespace tachyon::engine {
+using namespace tachyon::core;
 namespace {
 
 model::ModelWeights make_weights(const std::string& arch, const std::string& preset) {

@@ -33,7 +33,7 @@ struct LatencyOptions {
   int64_t max_num_batched_tokens = 8192;
   std::string output_json;
   std::string command_line;
-  engine::DeviceConfig device;
+  core::DeviceConfig device;
 };
 
 double median(std::vector<double> values) {
@@ -58,7 +58,7 @@ struct Iteration {
 Iteration run_iteration(engine::EngineCore& engine, const runner::ModelRunner& runner, const LatencyOptions& options,
                         int64_t vocab, uint64_t seed) {
   std::mt19937_64 gen(seed);
-  const engine::SamplingParams params = fixed_length_params(options.output_len);
+  const core::SamplingParams params = fixed_length_params(options.output_len);
   std::vector<std::shared_ptr<engine::OutputChannel>> channels;
   for (int32_t b = 0; b < options.batch_size; ++b) {
     channels.push_back(std::make_shared<engine::OutputChannel>([](engine::RequestOutput&&) {}));
@@ -87,11 +87,11 @@ Iteration run_iteration(engine::EngineCore& engine, const runner::ModelRunner& r
 }
 
 void run_latency(const LatencyOptions& options) {
-  engine::DeviceConfig device = options.device;
+  core::DeviceConfig device = options.device;
   device.cuda_graph_batch_sizes = {options.batch_size};
   BenchEngine bench = make_bench_engine(options.model_dir, device, options.batch_size,
                                         options.input_len + options.output_len, options.max_num_batched_tokens);
-  const engine::EngineConfig& config = bench.config;
+  const core::EngineConfig& config = bench.config;
   const model::ModelConfig& model_config = bench.model_config;
   const runner::ModelRunner& runner = *bench.runner;
   engine::EngineCore& engine = *bench.engine;

@@ -25,7 +25,7 @@ struct ThroughputOptions {
   uint64_t seed = 0;
   std::string output_json;
   std::string command_line;
-  engine::DeviceConfig device;
+  core::DeviceConfig device;
 };
 
 void run_throughput(const ThroughputOptions& options) {
@@ -34,7 +34,7 @@ void run_throughput(const ThroughputOptions& options) {
   // Blocks for every sequence at once would be the best case; the KV cache may hold fewer, in
   // which case the scheduler queues the rest, as a server would.
   std::mt19937_64 gen(options.seed);
-  const engine::SamplingParams params = fixed_length_params(options.output_len);
+  const core::SamplingParams params = fixed_length_params(options.output_len);
   int64_t output_tokens = 0;
   std::vector<std::shared_ptr<engine::OutputChannel>> channels;
   const auto begin = std::chrono::steady_clock::now();

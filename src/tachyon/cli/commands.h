@@ -5,12 +5,12 @@
 
 #include <CLI/CLI.hpp>
 
-#include "tachyon/engine/engine_config.h"
+#include "tachyon/core/engine_config.h"
 
 namespace tachyon::cli {
 
 // --device, --gpu-memory-utilization, --enforce-eager: shared by serve, generate and bench.
-void add_device_options(CLI::App& cmd, engine::DeviceConfig& device);
+void add_device_options(CLI::App& cmd, core::DeviceConfig& device);
 
 void add_make_model_command(CLI::App& app);
 void add_generate_command(CLI::App& app);

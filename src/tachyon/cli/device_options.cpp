@@ -3,7 +3,7 @@
 
 namespace tachyon::cli {
 
-void add_device_options(CLI::App& cmd, engine::DeviceConfig& device) {
+void add_device_options(CLI::App& cmd, core::DeviceConfig& device) {
   cmd.add_option("--device", device.kind, "cpu, cuda, or auto (cuda when a GPU is present and serves the model)")
       ->default_val("auto")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));

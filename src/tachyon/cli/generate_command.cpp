@@ -12,8 +12,8 @@
 #include "tachyon/cli/default_model.h"
 #include "tachyon/cli/unescape.h"
 #include "tachyon/engine/engine_core.h"
-#include "tachyon/engine/text_stream.h"
-#include "tachyon/runner/runner_factory.h"
+#include "tachyon/app/text_stream.h"
+#include "tachyon/app/runner_factory.h"
 #include "tachyon/tokenizer/chat_template.h"
 #include "tachyon/tokenizer/tokenizer.h"
 
@@ -28,7 +28,7 @@ struct GenerateOptions {
   bool ignore_eos = false;
   std::vector<std::string> stop;
   int64_t max_tokens = 32;
-  engine::DeviceConfig device;
+  core::DeviceConfig device;
 };
 
 std::vector<int32_t> parse_ids(const std::string& text) {
@@ -50,17 +50,17 @@ void run_generate(const GenerateOptions& options) {
   const bool has_tokenizer = std::filesystem::exists(dir / "tokenizer.json");
   TACHYON_CHECK(has_tokenizer || !options.prompt_ids.empty())
       << dir.string() << " has no tokenizer.json: pass --prompt-ids instead of --prompt";
-  engine::EngineConfig config;
+  core::EngineConfig config;
   config.device = options.device;
   config.scheduler.max_num_seqs = 1;
   if (config.device.node_rank > 0) {  // another node of a multi-node TP group: follow node 0
     std::fprintf(stderr, "[tachyon] node %d of %d: following node 0 at %s:%d\n", config.device.node_rank,
                  config.device.nnodes, config.device.master_addr.c_str(), config.device.master_port);
-    runner::run_follower_node(dir, config);
+    app::run_follower_node(dir, config);
     std::fprintf(stderr, "[tachyon] node %d: node 0 stopped\n", config.device.node_rank);
     return;
   }
-  runner::LoadedRunner loaded = runner::load_runner(dir, config);
+  app::LoadedRunner loaded = app::load_runner(dir, config);
   std::optional<tokenizer::Tokenizer> tok;
   if (has_tokenizer) tok = tokenizer::Tokenizer::from_dir(dir);
 
@@ -84,13 +84,13 @@ void run_generate(const GenerateOptions& options) {
   config.scheduler.max_model_len = static_cast<int64_t>(prompt.size()) + options.max_tokens;
   std::vector<std::string> stop;
   for (const std::string& s : options.stop) stop.push_back(unescape(s));
-  std::optional<engine::TextStream> text;
+  std::optional<app::TextStream> text;
   if (tok) text.emplace(*tok, stop, /*include_stop_str=*/false);
   // Echo the prompt so the continuation reads in context; a chat reply starts on its own line.
   if (tok && options.prompt_ids.empty()) std::printf("%s%s", options.prompt.c_str(), options.chat ? "\n" : "");
 
   engine::EngineCore engine(config, std::move(loaded.runner));
-  engine::SamplingParams params;
+  core::SamplingParams params;
   params.temperature = 0.0f;
   params.max_tokens = static_cast<int32_t>(options.max_tokens);
   params.ignore_eos = options.ignore_eos;

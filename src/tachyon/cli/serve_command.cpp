@@ -11,7 +11,7 @@
 
 #include "tachyon/cli/commands.h"
 #include "tachyon/cli/default_model.h"
-#include "tachyon/runner/runner_factory.h"
+#include "tachyon/app/runner_factory.h"
 #include "tachyon/server/http/http_server.h"
 
 namespace tachyon::cli {
@@ -42,12 +42,12 @@ void run_serve(ServeOptions& options) {
     options.serving.model_dir = default_model_dir();
     if (options.serving.served_model_name.empty()) options.serving.served_model_name = kDefaultModelName;
   }
-  const engine::DeviceConfig& device = options.serving.engine.device;
+  const core::DeviceConfig& device = options.serving.engine.device;
   if (device.node_rank > 0) {  // another node of a multi-node TP group: no HTTP, follow node 0
     std::fprintf(stderr, "[tachyon] node %d of %d: following node 0 at %s:%d\n", device.node_rank, device.nnodes,
                  device.master_addr.c_str(), device.master_port);
-    engine::EngineConfig config = options.serving.engine;
-    runner::run_follower_node(options.serving.model_dir, config);
+    core::EngineConfig config = options.serving.engine;
+    app::run_follower_node(options.serving.model_dir, config);
     std::fprintf(stderr, "[tachyon] node %d: node 0 stopped\n", device.node_rank);
     return;
   }

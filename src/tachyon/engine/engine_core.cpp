@@ -14,7 +14,7 @@ uint64_t splitmix64(uint64_t& state) {
 
 }  // namespace
 
-EngineCore::EngineCore(const EngineConfig& config, std::unique_ptr<runner::ModelRunner> runner)
+EngineCore::EngineCore(const core::EngineConfig& config, std::unique_ptr<runner::ModelRunner> runner)
     : config_(config),
       runner_(std::move(runner)),
       kv_(config.num_blocks, config.block_size, config.enable_prefix_caching),
@@ -30,7 +30,7 @@ EngineCore::EngineCore(const EngineConfig& config, std::unique_ptr<runner::Model
 
 EngineCore::~EngineCore() { stop(); }
 
-int64_t EngineCore::submit(std::vector<int32_t> prompt, const SamplingParams& params,
+int64_t EngineCore::submit(std::vector<int32_t> prompt, const core::SamplingParams& params,
                            const std::shared_ptr<OutputChannel>& channel) {
   TACHYON_CHECK(channel != nullptr) << "submit needs an output channel";
   TACHYON_CHECK(!prompt.empty()) << "the prompt is empty";
@@ -49,7 +49,7 @@ int64_t EngineCore::submit(std::vector<int32_t> prompt, const SamplingParams& pa
       throw QueueFullError("the engine's waiting queue is full (" + std::to_string(config_.max_queued_requests) +
                            " requests); retry later");
     }
-    inbox_.push_back({id, std::move(prompt), std::make_shared<const SamplingParams>(params), channel});
+    inbox_.push_back({id, std::move(prompt), std::make_shared<const core::SamplingParams>(params), channel});
   }
   inbox_ready_.notify_one();
   return id;
@@ -154,34 +154,54 @@ void EngineCore::finish_request(int64_t request_id) {
   active_.erase(it);
 }
 
+void EngineCore::set_drafter(std::unique_ptr<Drafter> drafter) {
+  TACHYON_CHECK(!thread_.joinable()) << "set_drafter() after start()";
+  TACHYON_CHECK(drafter == nullptr || runner_->verifies_drafts())
+      << "this runner does not verify draft tokens: speculative decoding needs the CPU runner for now";
+  drafter_ = std::move(drafter);
+}
+
+// Drafts for every running sequence whose next step is a decode.
+void EngineCore::propose_drafts() {
+  if (drafter_ == nullptr) return;
+  for (Sequence* sequence : scheduler_.running()) {
+    if (sequence->num_tokens() - sequence->num_computed_tokens != 1) continue;
+    sequence->draft_tokens = drafter_->propose(sequence->id, sequence->tokens);
+  }
+}
+
 bool EngineCore::step() {
   drain_inbox();
   reap_abandoned();
-  StepPlan plan = scheduler_.schedule();
+  propose_drafts();
+  core::StepPlan plan = scheduler_.schedule();
   waiting_snapshot_ = scheduler_.num_waiting();
   if (plan.empty()) {
     publish_stats();
     return false;
   }
-  std::vector<SampledToken> sampled = runner_->execute(plan);
-  std::vector<int32_t> tokens(sampled.size());
-  std::transform(sampled.begin(), sampled.end(), tokens.begin(), [](const SampledToken& s) { return s.token; });
-  scheduler_.update(plan, tokens);
-  count_step(plan, sampled.size());
+  runner_->launch(plan);
+  core::StepOutput output = runner_->wait();
+  scheduler_.update(plan, output);
+  count_step(plan, output);
   if (step_observer_) step_observer_(plan.num_tokens());
-  deliver(plan, sampled);
+  deliver(plan, output);
   waiting_snapshot_ = scheduler_.num_waiting();
   publish_stats();
   return true;
 }
 
 // Counts the step's work before deliver() forgets finished requests.
-void EngineCore::count_step(const StepPlan& plan, size_t num_sampled) {
+void EngineCore::count_step(const core::StepPlan& plan, const core::StepOutput& output) {
   std::lock_guard lock(stats_mutex_);
   ++stats_.steps;
   stats_.preemptions += static_cast<int64_t>(plan.preempted.size());
-  stats_.generated_tokens += static_cast<int64_t>(num_sampled);
-  for (const ScheduledSequence& s : plan.sequences) {
+  for (const core::SequenceOutput& s : output.sequences) {
+    stats_.generated_tokens += static_cast<int64_t>(s.tokens.size());
+    stats_.draft_tokens += s.num_draft_tokens;
+    stats_.draft_tokens_accepted += s.num_accepted();
+  }
+  for (const core::ScheduledSequence& s : plan.sequences) {
     auto it = sequences_.find(s.sequence_id);
     if (it == sequences_.end()) continue;
     // Tokens before the prompt's end are prompt work (prefix hits never reach the plan).
@@ -203,13 +223,13 @@ void EngineCore::publish_stats() {
 }
 
 // One delta per request that changed this step, merged over its sequences.
-void EngineCore::deliver(const StepPlan& plan, const std::vector<SampledToken>& sampled) {
+void EngineCore::deliver(const core::StepPlan& plan, const core::StepOutput& output) {
   std::unordered_map<int64_t, RequestOutput> outputs;
   std::vector<int64_t> order;  // requests in plan order, so delivery is deterministic
   size_t next = 0;
-  for (const ScheduledSequence& entry : plan.sequences) {
+  for (const core::ScheduledSequence& entry : plan.sequences) {
     if (!entry.sample) continue;
-    const SampledToken& token = sampled[next++];
+    const core::SequenceOutput& tokens = output.sequences[next++];
     auto it = sequences_.find(entry.sequence_id);
     if (it == sequences_.end()) continue;
     Sequence& sequence = *it->second;
@@ -226,8 +246,10 @@ void EngineCore::deliver(const StepPlan& plan, const std::vector<SampledToken>& 
     }
     CompletionDelta delta;
     delta.index = sequence.index;
-    delta.token_ids.push_back(token.token);
-    if (request_it->second.logprobs) delta.logprobs.push_back(token);
+    for (const core::SampledToken& token : tokens.tokens) {
+      delta.token_ids.push_back(token.token);
+      if (request_it->second.logprobs) delta.logprobs.push_back(token);
+    }
     if (sequence.finished()) {
       delta.finish_reason = sequence.finish_reason;
       delta.stop_token = sequence.stop_token;

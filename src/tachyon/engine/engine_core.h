@@ -17,7 +17,8 @@
 #include <vector>
 
 #include "tachyon/base/check.h"
-#include "tachyon/engine/engine_config.h"
+#include "tachyon/core/engine_config.h"
+#include "tachyon/engine/drafter.h"
 #include "tachyon/engine/kv_cache_manager.h"
 #include "tachyon/engine/output_channel.h"
 #include "tachyon/engine/scheduler.h"
@@ -44,19 +45,21 @@ struct EngineStats {
   int64_t preemptions = 0;
   int64_t requests_finished = 0;
   int64_t requests_aborted = 0;
+  int64_t draft_tokens = 0;           // draft tokens verified (planned with their sequence)
+  int64_t draft_tokens_accepted = 0;  // of those, accepted
   KvCacheStats kv;
 };
 
 class EngineCore {
  public:
-  EngineCore(const EngineConfig& config, std::unique_ptr<runner::ModelRunner> runner);
+  EngineCore(const core::EngineConfig& config, std::unique_ptr<runner::ModelRunner> runner);
   ~EngineCore();
   EngineCore(const EngineCore&) = delete;
   EngineCore& operator=(const EngineCore&) = delete;
 
   // Thread-safe. Validates the prompt and params (throws Error with a message for the user, or
   // QueueFullError) and queues the request; outputs go to `channel`, which the caller owns.
-  int64_t submit(std::vector<int32_t> prompt, const SamplingParams& params, const std::shared_ptr<OutputChannel>& channel);
+  int64_t submit(std::vector<int32_t> prompt, const core::SamplingParams& params, const std::shared_ptr<OutputChannel>& channel);
   // Thread-safe. Aborts the whole request, or only its completion `index` (a consumer that saw
   // a stop string in that completion). Unknown or finished ids are ignored.
   void abort(int64_t request_id, std::optional<int32_t> index = std::nullopt);
@@ -64,6 +67,10 @@ class EngineCore {
   // Called on the engine thread after every step that ran, with the tokens it computed (for the
   // tokens-per-step histogram). Set before start(); must be quick.
   void set_step_observer(std::function<void(int64_t num_tokens)> observer) { step_observer_ = std::move(observer); }
+
+  // Proposes draft tokens before every step. Set before start(); refused (Error) when the runner
+  // cannot verify drafts.
+  void set_drafter(std::unique_ptr<Drafter> drafter);
 
   // Thread-safe. Aborts every request in the engine at its next step (server shutdown).
   void abort_all();
@@ -80,7 +87,7 @@ class EngineCore {
   struct Submission {
     int64_t request_id;
     std::vector<int32_t> prompt;
-    std::shared_ptr<const SamplingParams> params;
+    std::shared_ptr<const core::SamplingParams> params;
     std::weak_ptr<OutputChannel> channel;
   };
   struct ActiveRequest {
@@ -94,14 +101,16 @@ class EngineCore {
   void admit(Submission&& submission);
   void abort_request(int64_t request_id, std::optional<int32_t> index = std::nullopt);
   void reap_abandoned();
-  void deliver(const StepPlan& plan, const std::vector<SampledToken>& sampled);
+  void propose_drafts();
+  void deliver(const core::StepPlan& plan, const core::StepOutput& output);
   void finish_request(int64_t request_id);
   void loop();
   void publish_stats();
-  void count_step(const StepPlan& plan, size_t num_sampled);
+  void count_step(const core::StepPlan& plan, const core::StepOutput& output);
 
-  EngineConfig config_;
+  core::EngineConfig config_;
   std::unique_ptr<runner::ModelRunner> runner_;
+  std::unique_ptr<Drafter> drafter_;
   KvCacheManager kv_;
   Scheduler scheduler_;
 

@@ -87,6 +87,19 @@ void KvCacheManager::free(std::vector<int32_t>& block_table) {
   block_table.clear();
 }
 
+void KvCacheManager::trim(std::vector<int32_t>& block_table, int64_t num_tokens) {
+  const size_t keep = static_cast<size_t>((num_tokens + block_size_ - 1) / block_size_);
+  while (block_table.size() > keep) {
+    const int32_t id = block_table.back();
+    Block& block = blocks_[static_cast<size_t>(id)];
+    TACHYON_CHECK(block.ref_count == 1 && !block.cached)
+        << "internal: trimmed KV block " << id << " is shared or cached (ref count " << block.ref_count << ")";
+    block.ref_count = 0;
+    free_list_push_front(id);
+    block_table.pop_back();
+  }
+}
+
 void KvCacheManager::add_reference(int32_t id) {
   Block& block = blocks_[static_cast<size_t>(id)];
   if (block.ref_count == 0) free_list_remove(id);
@@ -113,6 +126,16 @@ void KvCacheManager::free_list_push_back(int32_t id) {
   if (free_tail_ >= 0) blocks_[static_cast<size_t>(free_tail_)].next_free = id;
   else free_head_ = id;
   free_tail_ = id;
+  ++num_free_;
+}
+
+void KvCacheManager::free_list_push_front(int32_t id) {
+  Block& block = blocks_[static_cast<size_t>(id)];
+  block.prev_free = -1;
+  block.next_free = free_head_;
+  if (free_head_ >= 0) blocks_[static_cast<size_t>(free_head_)].prev_free = id;
+  else free_tail_ = id;
+  free_head_ = id;
   ++num_free_;
 }
 

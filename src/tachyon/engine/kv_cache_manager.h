@@ -67,6 +67,12 @@ class KvCacheManager {
   // Drops the table's references (tail first) and clears it.
   void free(std::vector<int32_t>& block_table);
 
+  // Gives back the blocks past the first ceil(num_tokens / block_size) of the table: lookahead
+  // slots of rejected draft tokens. They hold no computed (so no cached) token; each returns to
+  // the head of the free list, where allocate() took it, so the free list is as if it had never
+  // been handed out.
+  void trim(std::vector<int32_t>& block_table, int64_t num_tokens);
+
   // Throws Error unless every ref count equals the number of tables holding the block, the
   // free list holds exactly the unreferenced blocks, and every cached hash maps to its block.
   void check_invariants(std::span<const std::vector<int32_t>* const> live_tables) const;
@@ -81,6 +87,7 @@ class KvCacheManager {
   };
 
   void free_list_push_back(int32_t id);
+  void free_list_push_front(int32_t id);
   void free_list_remove(int32_t id);
   int32_t take_free_block();  // pops the head, evicting its cached hash; the caller references it
   void add_reference(int32_t id);

@@ -16,7 +16,7 @@
 #include <optional>
 #include <vector>
 
-#include "tachyon/engine/sampler.h"
+#include "tachyon/core/sampled_token.h"
 #include "tachyon/engine/sequence.h"
 
 namespace tachyon::engine {
@@ -25,7 +25,7 @@ namespace tachyon::engine {
 struct CompletionDelta {
   int32_t index = 0;
   std::vector<int32_t> token_ids;
-  std::vector<SampledToken> logprobs;  // parallel to token_ids when the request asked for logprobs
+  std::vector<core::SampledToken> logprobs;  // parallel to token_ids when the request asked for logprobs
   FinishReason finish_reason = FinishReason::kNone;  // set once, on the delta that finishes it
   int32_t stop_token = -1;
 };

@@ -23,7 +23,7 @@ bool Scheduler::WaitingOrder::operator()(const Sequence* a, const Sequence* b) c
   return a->id < b->id;
 }
 
-Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv_cache)
+Scheduler::Scheduler(const core::SchedulerConfig& config, KvCacheManager& kv_cache)
     : config_(config), kv_(kv_cache), waiting_(WaitingOrder{config.priority_scheduling}) {
   TACHYON_CHECK(config.max_num_batched_tokens > 0 && config.max_num_seqs > 0)
       << "max_num_batched_tokens and max_num_seqs must be positive";
@@ -52,8 +52,8 @@ int64_t Scheduler::tokens_to_schedule(const Sequence& sequence, int64_t budget) 
   return config_.enable_chunked_prefill ? budget : 0;
 }
 
-StepPlan Scheduler::schedule() {
-  StepPlan plan;
+core::StepPlan Scheduler::schedule() {
+  core::StepPlan plan;
   plan.block_size = kv_.block_size();
   int64_t budget = config_.max_num_batched_tokens;
 
@@ -65,9 +65,15 @@ StepPlan Scheduler::schedule() {
     if (sequence->status != SequenceStatus::kRunning) continue;  // preempted earlier in this loop
     const int64_t num_new = tokens_to_schedule(*sequence, budget);
     if (num_new == 0) continue;
+    int64_t num_drafts = drafts_to_schedule(*sequence, budget - num_new);
+    // Lookahead slots for the drafts only where they fit as they are: drafts never preempt.
+    if (num_drafts > 0 &&
+        !kv_.allocate(sequence->block_table, {}, sequence->num_computed_tokens + num_new + num_drafts)) {
+      num_drafts = 0;
+    }
     if (!allocate_or_preempt(*sequence, num_new, plan)) continue;
-    append_to_plan(*sequence, num_new, plan);
-    budget -= num_new;
+    append_to_plan(*sequence, num_new, plan, num_drafts);
+    budget -= num_new + num_drafts;
   }
 
   // Waiting sequences only when nothing had to be preempted: admitting new work while evicting
@@ -81,8 +87,19 @@ StepPlan Scheduler::schedule() {
   return plan;
 }
 
+// Drafts that can ride along with a decoding sequence's last known token: as many as it has,
+// within the budget left, and no more than a full acceptance could use (max_tokens, max_model_len).
+int64_t Scheduler::drafts_to_schedule(const Sequence& sequence, int64_t budget) const {
+  if (sequence.draft_tokens.empty() || sequence.num_tokens() - sequence.num_computed_tokens != 1) return 0;
+  int64_t k = static_cast<int64_t>(sequence.draft_tokens.size());
+  k = std::min(k, budget);
+  k = std::min(k, config_.max_model_len - sequence.num_tokens() - 1);
+  k = std::min(k, static_cast<int64_t>(sequence.params->max_tokens) - sequence.num_output_tokens() - 1);
+  return std::max<int64_t>(k, 0);
+}
+
 // Takes the prefix-cache hits, allocates the rest, and moves the sequence to running.
-bool Scheduler::admit(Sequence& sequence, int64_t& budget, StepPlan& plan) {
+bool Scheduler::admit(Sequence& sequence, int64_t& budget, core::StepPlan& plan) {
   extend_block_hashes(sequence.block_hashes, sequence.tokens, kv_.block_size());
   std::vector<int32_t> hits = kv_.find_cached_prefix(sequence.block_hashes, sequence.num_tokens());
   const int64_t hit_tokens = static_cast<int64_t>(hits.size()) * kv_.block_size();
@@ -104,7 +121,7 @@ bool Scheduler::admit(Sequence& sequence, int64_t& budget, StepPlan& plan) {
 
 // Makes room for num_new more tokens, preempting victims until it fits. False when the
 // sequence itself had to be preempted.
-bool Scheduler::allocate_or_preempt(Sequence& sequence, int64_t num_new, StepPlan& plan) {
+bool Scheduler::allocate_or_preempt(Sequence& sequence, int64_t num_new, core::StepPlan& plan) {
   while (!kv_.allocate(sequence.block_table, {}, sequence.num_computed_tokens + num_new)) {
     Sequence* victim = pick_victim(sequence, plan);
     preempt(*victim, plan);
@@ -115,90 +132,139 @@ bool Scheduler::allocate_or_preempt(Sequence& sequence, int64_t num_new, StepPla
 
 // The running sequence that matters least (lowest priority, then latest arrival) among those
 // not yet planned this step; the asking sequence itself when no other is left.
-Sequence* Scheduler::pick_victim(Sequence& asking, const StepPlan& plan) const {
+Sequence* Scheduler::pick_victim(Sequence& asking, const core::StepPlan& plan) const {
   Sequence* victim = &asking;
   const WaitingOrder later{config_.priority_scheduling};
   for (Sequence* candidate : running_) {
     bool planned = std::any_of(plan.sequences.begin(), plan.sequences.end(),
-                               [&](const ScheduledSequence& e) { return e.sequence_id == candidate->id; });
+                               [&](const core::ScheduledSequence& e) { return e.sequence_id == candidate->id; });
     if (!planned && later(victim, candidate)) victim = candidate;
   }
   return victim;
 }
 
 // Preemption by recompute: blocks go back (full ones stay in the prefix cache), tokens stay.
-void Scheduler::preempt(Sequence& sequence, StepPlan& plan) {
+void Scheduler::preempt(Sequence& sequence, core::StepPlan& plan) {
   running_.erase(std::remove(running_.begin(), running_.end(), &sequence), running_.end());
   kv_.free(sequence.block_table);
   sequence.num_computed_tokens = 0;
   sequence.num_cached_blocks = 0;
+  sequence.draft_tokens.clear();
   ++sequence.num_preemptions;
   plan.preempted.push_back(sequence.id);
   add(&sequence);
 }
 
-void Scheduler::append_to_plan(Sequence& sequence, int64_t num_new, StepPlan& plan) const {
-  ScheduledSequence entry;
+void Scheduler::append_to_plan(Sequence& sequence, int64_t num_new, core::StepPlan& plan, int64_t num_drafts) const {
+  core::ScheduledSequence entry;
   entry.sequence_id = sequence.id;
   entry.first_token = plan.num_tokens();
-  entry.num_tokens = num_new;
+  entry.num_tokens = num_new + num_drafts;
   entry.num_computed = sequence.num_computed_tokens;
   entry.block_table = sequence.block_table;
   entry.sample = sequence.num_computed_tokens + num_new == sequence.num_tokens();
+  entry.draft_tokens.assign(sequence.draft_tokens.begin(), sequence.draft_tokens.begin() + num_drafts);
+  sequence.draft_tokens.clear();  // proposals are for one step
   const int32_t block_size = kv_.block_size();
-  for (int64_t i = 0; i < num_new; ++i) {
+  for (int64_t i = 0; i < entry.num_tokens; ++i) {
     const int64_t position = sequence.num_computed_tokens + i;
-    plan.token_ids.push_back(sequence.tokens[static_cast<size_t>(position)]);
+    plan.token_ids.push_back(i < num_new ? sequence.tokens[static_cast<size_t>(position)]
+                                         : entry.draft_tokens[static_cast<size_t>(i - num_new)]);
     plan.positions.push_back(position);
     plan.slot_mapping.push_back(static_cast<int64_t>(sequence.block_table[static_cast<size_t>(position / block_size)]) *
                                     block_size +
                                 position % block_size);
   }
   if (entry.sample) {
-    plan.logits_rows.push_back(plan.num_tokens() - 1);
-    entry.params = sequence.params.get();
+    // The last known token's row, then one per draft.
+    for (int64_t i = 0; i <= num_drafts; ++i) plan.logits_rows.push_back(plan.num_tokens() - 1 - num_drafts + i);
+    const core::SamplingParams& p = *sequence.params;
+    entry.params = sequence.params;
     entry.seed = sequence.seed;
-    std::span<const int32_t> all(sequence.tokens);
-    entry.prompt_tokens = all.first(static_cast<size_t>(sequence.num_prompt_tokens));
-    entry.output_tokens = all.subspan(static_cast<size_t>(sequence.num_prompt_tokens));
+    entry.num_output_tokens = sequence.num_output_tokens();
+    const auto prompt_end = sequence.tokens.begin() + sequence.num_prompt_tokens;
+    if (p.penalizes_prompt()) entry.prompt_tokens.assign(sequence.tokens.begin(), prompt_end);
+    if (p.penalizes_outputs()) entry.output_tokens.assign(prompt_end, sequence.tokens.end());
     entry.eos_token_id = config_.eos_token_id;
   }
   plan.sequences.push_back(std::move(entry));
 }
 
-std::vector<Sequence*> Scheduler::update(const StepPlan& plan, std::span<const int32_t> sampled) {
+std::vector<Sequence*> Scheduler::update(const core::StepPlan& plan, std::span<const int32_t> sampled) {
+  std::vector<core::SampledToken> tokens(sampled.size());
+  for (size_t i = 0; i < sampled.size(); ++i) tokens[i].token = sampled[i];
+  core::StepOutput output = core::one_token_each(plan, std::move(tokens));
+  return update(plan, output);
+}
+
+std::vector<Sequence*> Scheduler::update(const core::StepPlan& plan, core::StepOutput& output) {
   std::vector<Sequence*> touched;
   std::unordered_map<int64_t, Sequence*> by_id;  // one lookup per planned sequence, not a scan
   by_id.reserve(running_.size());
   for (Sequence* s : running_) by_id.emplace(s->id, s);
   size_t next_sample = 0;
-  for (const ScheduledSequence& entry : plan.sequences) {
+  for (const core::ScheduledSequence& entry : plan.sequences) {
     auto it = by_id.find(entry.sequence_id);
     if (it == by_id.end()) {  // aborted between schedule and update
       next_sample += entry.sample;
       continue;
     }
     Sequence& sequence = *it->second;
-    sequence.num_computed_tokens += entry.num_tokens;
-    // Blocks whose every token now has K/V computed become reusable by other sequences.
-    extend_block_hashes(sequence.block_hashes, std::span(sequence.tokens).first(static_cast<size_t>(sequence.num_computed_tokens)),
-                        kv_.block_size());
-    const size_t computed_blocks = static_cast<size_t>(sequence.num_computed_tokens / kv_.block_size());
-    kv_.cache_full_blocks(sequence.block_table, std::span(sequence.block_hashes).first(computed_blocks),
-                          sequence.num_cached_blocks);
-    sequence.num_cached_blocks = std::max(sequence.num_cached_blocks, computed_blocks);
-    if (sequence.num_computed_tokens >= sequence.num_prompt_tokens) release_forks(sequence);
-    if (!entry.sample) continue;
-    TACHYON_CHECK(next_sample < sampled.size()) << "runner returned " << sampled.size() << " tokens for more samples";
-    sequence.tokens.push_back(sampled[next_sample++]);
-    check_stop(sequence);
+    if (!entry.sample) {
+      commit_computed(sequence, sequence.num_computed_tokens + entry.num_tokens);
+      continue;
+    }
+    TACHYON_CHECK(next_sample < output.sequences.size())
+        << "runner returned " << output.sequences.size() << " outputs for more sampled sequences";
+    apply_output(sequence, entry, output.sequences[next_sample++]);
     touched.push_back(&sequence);
   }
   return touched;
 }
 
+// The K/V of the first num_computed tokens is in the cache: blocks whose every token is computed
+// become reusable by other sequences, and siblings waiting for the prompt may start.
+void Scheduler::commit_computed(Sequence& sequence, int64_t num_computed) {
+  sequence.num_computed_tokens = num_computed;
+  extend_block_hashes(sequence.block_hashes, std::span(sequence.tokens).first(static_cast<size_t>(num_computed)),
+                      kv_.block_size());
+  const size_t computed_blocks = static_cast<size_t>(num_computed / kv_.block_size());
+  kv_.cache_full_blocks(sequence.block_table, std::span(sequence.block_hashes).first(computed_blocks),
+                        sequence.num_cached_blocks);
+  sequence.num_cached_blocks = std::max(sequence.num_cached_blocks, computed_blocks);
+  if (num_computed >= sequence.num_prompt_tokens) release_forks(sequence);
+}
+
+// 1 + accepted tokens, applied as that many plain steps: each commits the K/V of the token
+// before it, appends it and checks stops; the first that finishes the sequence ends the list.
+// The lookahead slots of rejected drafts go back to the KV manager.
+void Scheduler::apply_output(Sequence& sequence, const core::ScheduledSequence& entry, core::SequenceOutput& out) {
+  const int64_t k = entry.num_draft_tokens();
+  const int64_t accepted = out.num_accepted();
+  TACHYON_CHECK(out.sequence_id == entry.sequence_id)
+      << "runner output for sequence " << out.sequence_id << " where the plan has " << entry.sequence_id;
+  TACHYON_CHECK(accepted >= 0 && accepted <= k)
+      << "runner returned " << out.tokens.size() << " tokens for sequence " << entry.sequence_id << " with " << k
+      << " drafts";
+  for (int64_t i = 0; i < accepted; ++i) {
+    TACHYON_CHECK(out.tokens[static_cast<size_t>(i)].token == entry.draft_tokens[static_cast<size_t>(i)])
+        << "runner accepted token " << out.tokens[static_cast<size_t>(i)].token << " for draft "
+        << entry.draft_tokens[static_cast<size_t>(i)] << " of sequence " << entry.sequence_id;
+  }
+  size_t kept = 0;
+  for (int64_t i = 0; i <= accepted; ++i) {
+    commit_computed(sequence, i == 0 ? entry.num_computed + entry.num_tokens - k : sequence.num_computed_tokens + 1);
+    sequence.tokens.push_back(out.tokens[static_cast<size_t>(i)].token);
+    ++kept;
+    check_stop(sequence);
+    if (sequence.finished()) break;
+  }
+  out.tokens.resize(kept);
+  if (!sequence.finished()) kv_.trim(sequence.block_table, sequence.num_computed_tokens);
+}
+
 void Scheduler::check_stop(Sequence& sequence) {
-  const SamplingParams& p = *sequence.params;
+  const core::SamplingParams& p = *sequence.params;
   const int32_t token = sequence.tokens.back();
   const bool may_stop = sequence.num_output_tokens() >= p.min_tokens;
   if (may_stop && !p.ignore_eos && config_.eos_token_id && token == *config_.eos_token_id) {

@@ -4,7 +4,12 @@
 // When the KV cache runs out, the lowest-priority, latest-arrived running sequence is preempted
 // by recompute (its blocks freed, its tokens kept). Each policy is a small named function.
 // The scheduler owns no sequences (EngineCore does); it holds pointers to live ones only.
-// Tests: tests/unit/test_scheduler.cpp (fake sampled tokens, no model).
+// Draft tokens: a decoding sequence's draft_tokens run in the same step as its last known token,
+// in lookahead slots the KV manager hands out; update() appends the runner's 1 + accepted tokens
+// one at a time, exactly as that many plain steps would (stop checks and prefix caching after
+// each), and gives back the slots of rejected drafts.
+// Tests: tests/unit/test_scheduler.cpp (fake sampled tokens, no model) and
+// tests/unit/test_scheduler_drafts.cpp (a fake verifying runner over a fake KV cache).
 #pragma once
 
 #include <cstdint>
@@ -14,26 +19,31 @@
 #include <vector>
 
 #include "tachyon/engine/kv_cache_manager.h"
-#include "tachyon/engine/scheduler_config.h"
+#include "tachyon/core/scheduler_config.h"
 #include "tachyon/engine/sequence.h"
-#include "tachyon/engine/step_plan.h"
+#include "tachyon/core/step_output.h"
+#include "tachyon/core/step_plan.h"
 
 namespace tachyon::engine {
 
 class Scheduler {
  public:
-  Scheduler(const SchedulerConfig& config, KvCacheManager& kv_cache);
+  Scheduler(const core::SchedulerConfig& config, KvCacheManager& kv_cache);
 
-  const SchedulerConfig& config() const { return config_; }
+  const core::SchedulerConfig& config() const { return config_; }
   void add(Sequence* sequence);       // to the waiting queue
   // Removes the sequence wherever it is and frees its blocks; marks it finished (abort).
   void abort(Sequence* sequence);
 
-  StepPlan schedule();
-  // Applies one executed step: sampled[i] is the token for the i-th sampled sequence of the
-  // plan. Returns the sequences that gained a token or finished, in plan order (finished ones
-  // are no longer referenced by the scheduler; their blocks are freed).
-  std::vector<Sequence*> update(const StepPlan& plan, std::span<const int32_t> sampled);
+  core::StepPlan schedule();
+  // Applies one executed step: output.sequences[i] holds the tokens of the i-th sampled
+  // sequence of the plan (1 + accepted drafts). Tokens after one that finishes its sequence are
+  // dropped from `output`, so afterwards it holds exactly what was appended. Returns the
+  // sequences that gained a token or finished, in plan order (finished ones are no longer
+  // referenced by the scheduler; their blocks are freed).
+  std::vector<Sequence*> update(const core::StepPlan& plan, core::StepOutput& output);
+  // The same for a plan without drafts: sampled[i] is the token of the i-th sampled sequence.
+  std::vector<Sequence*> update(const core::StepPlan& plan, std::span<const int32_t> sampled);
 
   int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
@@ -47,16 +57,19 @@ class Scheduler {
   };
 
   int64_t tokens_to_schedule(const Sequence& sequence, int64_t budget) const;
-  bool allocate_or_preempt(Sequence& sequence, int64_t num_new, StepPlan& plan);
-  Sequence* pick_victim(Sequence& asking, const StepPlan& plan) const;
-  void preempt(Sequence& sequence, StepPlan& plan);
-  bool admit(Sequence& sequence, int64_t& budget, StepPlan& plan);
-  void append_to_plan(Sequence& sequence, int64_t num_new, StepPlan& plan) const;
+  int64_t drafts_to_schedule(const Sequence& sequence, int64_t budget) const;
+  void apply_output(Sequence& sequence, const core::ScheduledSequence& entry, core::SequenceOutput& out);
+  void commit_computed(Sequence& sequence, int64_t num_computed);
+  bool allocate_or_preempt(Sequence& sequence, int64_t num_new, core::StepPlan& plan);
+  Sequence* pick_victim(Sequence& asking, const core::StepPlan& plan) const;
+  void preempt(Sequence& sequence, core::StepPlan& plan);
+  bool admit(Sequence& sequence, int64_t& budget, core::StepPlan& plan);
+  void append_to_plan(Sequence& sequence, int64_t num_new, core::StepPlan& plan, int64_t num_drafts = 0) const;
   void check_stop(Sequence& sequence);
   void finish(Sequence& sequence, FinishReason reason);
   void release_forks(Sequence& sequence);
 
-  SchedulerConfig config_;
+  core::SchedulerConfig config_;
   KvCacheManager& kv_;
   std::vector<Sequence*> running_;
   std::set<Sequence*, WaitingOrder> waiting_;

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "tachyon/engine/kv_cache_manager.h"
-#include "tachyon/engine/sampling_params.h"
+#include "tachyon/core/sampling_params.h"
 
 namespace tachyon::engine {
 
@@ -26,12 +26,15 @@ struct Sequence {
   int64_t request_id = 0;         // the request it belongs to (shared by its n sequences)
   int32_t index = 0;              // which of the request's n completions
   int64_t arrival = 0;            // submission order, for FCFS
-  std::shared_ptr<const SamplingParams> params;
+  std::shared_ptr<const core::SamplingParams> params;
   uint64_t seed = 0;              // the user's seed (+ index), or one the engine drew
   std::vector<int32_t> tokens;    // prompt, then generated tokens
   int64_t num_prompt_tokens = 0;
   int64_t num_computed_tokens = 0;  // tokens whose K/V are in the cache
   std::vector<int32_t> block_table;
+  // Proposed continuations for its next decode step (set by a drafter before schedule(); the
+  // scheduler plans what fits and clears them). Never part of `tokens` until the runner accepts them.
+  std::vector<int32_t> draft_tokens;
   std::vector<BlockHash> block_hashes;  // chained hashes of the full blocks of `tokens`
   size_t num_cached_blocks = 0;         // blocks already named in the prefix cache
   SequenceStatus status = SequenceStatus::kWaiting;

@@ -1,5 +1,6 @@
 // CpuModelRunner: the reference runner. Runs the dense model's forward over the plan's ragged
-// batch with the paged KV cache, then samples each `sample` row with the CPU sampler.
+// batch with the paged KV cache, then samples each `sample` sequence's rows with the CPU sampler,
+// verifying its draft tokens (runner/plan_sampling.h). Synchronous: launch() computes the step.
 #pragma once
 
 #include <memory>
@@ -10,12 +11,7 @@
 
 namespace tachyon::runner {
 
-// Samples each `sample` sequence of `plan` from its row of `logits` ([plan.logits_rows.size(),
-// vocab], in plan order) with the CPU sampler. Shared by the CPU and the CPU tensor-parallel runner.
-std::vector<engine::SampledToken> sample_plan_rows(const engine::StepPlan& plan, std::span<float> logits,
-                                                   int64_t vocab);
-
-class CpuModelRunner : public ModelRunner {
+class CpuModelRunner : public SynchronousModelRunner {
  public:
   // `model` must outlive the runner. `mla_form` is the form an MLA model's cache holds (serving's
   // absorbed form unless a test compares it with the decompressed one); dense models ignore it.
@@ -24,8 +20,10 @@ class CpuModelRunner : public ModelRunner {
   // The same, owning the model.
   CpuModelRunner(std::unique_ptr<model::DenseModel> model, int32_t num_blocks, int32_t block_size,
                  model::MlaAttentionForm mla_form = model::MlaAttentionForm::kAbsorbed);
-  std::vector<engine::SampledToken> execute(const engine::StepPlan& plan) override;
   int64_t vocab_size() const override { return model_.config().vocab_size; }
+
+ protected:
+  core::StepOutput run(const core::StepPlan& plan) override;
 
  private:
   std::unique_ptr<model::DenseModel> owned_;  // set by the owning constructor

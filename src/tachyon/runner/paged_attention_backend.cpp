@@ -31,7 +31,7 @@ PagedKvCache::PagedKvCache(const model::ModelConfig& config, int32_t blocks, int
 }
 
 PagedAttentionBackend::PagedAttentionBackend(const model::ModelConfig& config, PagedKvCache& cache,
-                                             const engine::StepPlan& plan)
+                                             const core::StepPlan& plan)
     : config_(config), cache_(cache), plan_(plan) {
   TACHYON_CHECK(plan.block_size == cache.block_size)
       << "plan block size " << plan.block_size << " != cache block size " << cache.block_size;
@@ -54,7 +54,7 @@ void PagedAttentionBackend::attend(int64_t layer, std::span<const float> q, std:
   TACHYON_CHECK(!cache_.keys.empty()) << "attend: this paged cache holds MLA latents; use attend_latent";
   const int64_t q_stride = config_.q_size();
   const int64_t out_stride = config_.num_attention_heads * config_.value_head_dim();
-  for (const engine::ScheduledSequence& sequence : plan_.sequences) {
+  for (const core::ScheduledSequence& sequence : plan_.sequences) {
     const kernels::cpu::AttentionShape shape =
         model::attention_shape(config_, sequence.num_tokens, sequence.num_computed);
     kernels::cpu::paged_attention(out.data() + sequence.first_token * out_stride, q.data() + sequence.first_token * q_stride,
@@ -77,7 +77,7 @@ void PagedAttentionBackend::store_latent(int64_t layer, std::span<const float> l
 void PagedAttentionBackend::attend_latent(int64_t layer, std::span<const float> q, std::span<float> out) {
   const int64_t q_stride = config_.num_attention_heads * cache_.latent_size;
   const int64_t out_stride = config_.num_attention_heads * config_.kv_lora_rank;
-  for (const engine::ScheduledSequence& sequence : plan_.sequences) {
+  for (const core::ScheduledSequence& sequence : plan_.sequences) {
     const kernels::cpu::MlaAttentionShape shape =
         model::mla_attention_shape(config_, sequence.num_tokens, sequence.num_computed);
     kernels::cpu::paged_mla_attention(out.data() + sequence.first_token * out_stride,
@@ -100,7 +100,7 @@ void PagedAttentionBackend::select_tokens(int64_t layer, std::span<const float> 
                                           std::span<int32_t> kept) {
   const int64_t q_stride = config_.index_n_heads * config_.index_head_dim;
   const std::vector<float>& layer_keys = model::layer_index_keys(config_, cache_.index_keys, layer);
-  for (const engine::ScheduledSequence& sequence : plan_.sequences) {
+  for (const core::ScheduledSequence& sequence : plan_.sequences) {
     const kernels::cpu::DsaIndexerShape shape =
         model::dsa_indexer_shape(config_, sequence.num_tokens, sequence.num_computed);
     std::vector<float> scores(static_cast<size_t>(sequence.num_tokens * (sequence.num_computed + sequence.num_tokens)));
@@ -115,7 +115,7 @@ void PagedAttentionBackend::attend_latent_sparse(int64_t layer, std::span<const 
                                                  std::span<const int32_t> kept, std::span<float> out) {
   const int64_t q_stride = config_.num_attention_heads * cache_.latent_size;
   const int64_t out_stride = config_.num_attention_heads * config_.kv_lora_rank;
-  for (const engine::ScheduledSequence& sequence : plan_.sequences) {
+  for (const core::ScheduledSequence& sequence : plan_.sequences) {
     const kernels::cpu::MlaAttentionShape shape =
         model::mla_attention_shape(config_, sequence.num_tokens, sequence.num_computed);
     kernels::cpu::paged_sparse_mla_attention(

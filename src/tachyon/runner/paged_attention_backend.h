@@ -10,7 +10,7 @@
 
 #include <vector>
 
-#include "tachyon/engine/step_plan.h"
+#include "tachyon/core/step_plan.h"
 #include "tachyon/model/attention_backend.h"
 
 namespace tachyon::runner {
@@ -35,7 +35,7 @@ struct PagedKvCache {
 
 class PagedAttentionBackend : public model::AttentionBackend {
  public:
-  PagedAttentionBackend(const model::ModelConfig& config, PagedKvCache& cache, const engine::StepPlan& plan);
+  PagedAttentionBackend(const model::ModelConfig& config, PagedKvCache& cache, const core::StepPlan& plan);
   void store_kv(int64_t layer, std::span<const float> k, std::span<const float> v) override;
   void attend(int64_t layer, std::span<const float> q, std::span<float> out) override;
   model::MlaAttentionForm mla_form() const override { return cache_.mla_form; }
@@ -50,7 +50,7 @@ class PagedAttentionBackend : public model::AttentionBackend {
  private:
   const model::ModelConfig& config_;
   PagedKvCache& cache_;
-  const engine::StepPlan& plan_;
+  const core::StepPlan& plan_;
 };
 
 }  // namespace tachyon::runner

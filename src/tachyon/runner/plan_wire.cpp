@@ -1,6 +1,7 @@
 #include "tachyon/runner/plan_wire.h"
 
 #include <cstring>
+#include <memory>
 #include <type_traits>
 
 #include "tachyon/base/check.h"
@@ -64,15 +65,16 @@ class Reader {
 };
 
 // What a follower samples with: greedy, no penalties (its tokens are discarded).
-const engine::SamplingParams kFollowerSampling = [] {
-  engine::SamplingParams p;
-  p.temperature = 0.0f;
-  return p;
+const std::shared_ptr<const core::SamplingParams> kFollowerSampling = [] {
+  auto p = std::make_shared<core::SamplingParams>();
+  p->temperature = 0.0f;
+  return std::shared_ptr<const core::SamplingParams>(std::move(p));
 }();
 
 }  // namespace
 
-std::vector<std::byte> encode_plan(const engine::StepPlan& plan) {
+std::vector<std::byte> encode_plan(const core::StepPlan& plan) {
+  TACHYON_CHECK(!plan.has_drafts()) << "plans with draft tokens do not travel to other nodes yet";
   Writer w;
   w.put<int64_t>(kFormatVersion);
   w.put<int32_t>(plan.block_size);
@@ -81,7 +83,7 @@ std::vector<std::byte> encode_plan(const engine::StepPlan& plan) {
   w.put_array(plan.slot_mapping);
   w.put_array(plan.logits_rows);
   w.put<int64_t>(static_cast<int64_t>(plan.sequences.size()));
-  for (const engine::ScheduledSequence& s : plan.sequences) {
+  for (const core::ScheduledSequence& s : plan.sequences) {
     w.put<int64_t>(s.sequence_id);
     w.put<int64_t>(s.first_token);
     w.put<int64_t>(s.num_tokens);
@@ -92,13 +94,13 @@ std::vector<std::byte> encode_plan(const engine::StepPlan& plan) {
   return w.take();
 }
 
-engine::StepPlan decode_plan(std::span<const std::byte> bytes) {
+core::StepPlan decode_plan(std::span<const std::byte> bytes) {
   Reader r(bytes);
   const int64_t version = r.get<int64_t>();
   TACHYON_CHECK(version == kFormatVersion)
       << "plan bytes of format " << version << ", this build reads " << kFormatVersion
       << ": run the same tachyon build on every node";
-  engine::StepPlan plan;
+  core::StepPlan plan;
   plan.block_size = r.get<int32_t>();
   plan.token_ids = r.get_array<int32_t>();
   plan.positions = r.get_array<int64_t>();
@@ -108,14 +110,14 @@ engine::StepPlan decode_plan(std::span<const std::byte> bytes) {
   TACHYON_CHECK(sequences >= 0 && sequences <= static_cast<int64_t>(bytes.size()))
       << "plan bytes: " << sequences << " sequences";
   for (int64_t i = 0; i < sequences; ++i) {
-    engine::ScheduledSequence s;
+    core::ScheduledSequence s;
     s.sequence_id = r.get<int64_t>();
     s.first_token = r.get<int64_t>();
     s.num_tokens = r.get<int64_t>();
     s.num_computed = r.get<int64_t>();
     s.sample = r.get<uint8_t>() != 0;
     s.block_table = r.get_array<int32_t>();
-    if (s.sample) s.params = &kFollowerSampling;
+    if (s.sample) s.params = kFollowerSampling;
     plan.sequences.push_back(std::move(s));
   }
   TACHYON_CHECK(r.done()) << "plan bytes: " << bytes.size() << " bytes hold more than one plan";

@@ -12,14 +12,14 @@
 #include <span>
 #include <vector>
 
-#include "tachyon/engine/step_plan.h"
+#include "tachyon/core/step_plan.h"
 
 namespace tachyon::runner {
 
-std::vector<std::byte> encode_plan(const engine::StepPlan& plan);
+std::vector<std::byte> encode_plan(const core::StepPlan& plan);
 
 // Throws tachyon::Error on bytes that are not a whole plan of this format.
-engine::StepPlan decode_plan(std::span<const std::byte> bytes);
+core::StepPlan decode_plan(std::span<const std::byte> bytes);
 
 // An upper bound of encode_plan's size for any plan within these limits (sizes receive buffers).
 size_t max_encoded_plan_bytes(int64_t max_tokens, int64_t max_seqs, int64_t max_blocks_per_seq);

@@ -42,13 +42,13 @@ StepInputLayout StepInputLayout::make(const StepInputLimits& limits) {
   return layout;
 }
 
-bool is_decode_only(const engine::StepPlan& plan) {
+bool is_decode_only(const core::StepPlan& plan) {
   return !plan.empty() && std::all_of(plan.sequences.begin(), plan.sequences.end(), [](const auto& s) {
     return s.num_tokens == 1 && s.sample;
   });
 }
 
-StepInputSummary fill_step_inputs(const engine::StepPlan& plan, const StepInputLayout& layout,
+StepInputSummary fill_step_inputs(const core::StepPlan& plan, const StepInputLayout& layout,
                                   const StepInputLimits& limits, std::byte* staging, int32_t padded_seqs) {
   const int32_t num_tokens = static_cast<int32_t>(plan.num_tokens());
   const int32_t num_seqs = static_cast<int32_t>(plan.sequences.size());
@@ -82,7 +82,7 @@ StepInputSummary fill_step_inputs(const engine::StepPlan& plan, const StepInputL
   int32_t* block_tables = int32_at(staging, layout.block_tables);
   bool leading = true;
   for (int32_t s = 0; s < num_seqs; ++s) {
-    const engine::ScheduledSequence& seq = plan.sequences[static_cast<size_t>(s)];
+    const core::ScheduledSequence& seq = plan.sequences[static_cast<size_t>(s)];
     leading = leading && seq.num_tokens == 1;
     if (leading) summary.num_decode_seqs = s + 1;
     const int64_t context = seq.num_computed + seq.num_tokens;

@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "tachyon/engine/step_plan.h"
+#include "tachyon/core/step_plan.h"
 
 namespace tachyon::runner {
 
@@ -49,13 +49,13 @@ struct StepInputSummary {
 };
 
 // True when the plan is a pure decode step: one token per sequence, each sampled.
-bool is_decode_only(const engine::StepPlan& plan);
+bool is_decode_only(const core::StepPlan& plan);
 
 // Writes the plan's arrays at the layout's offsets in `staging`. padded_seqs > plan size (decode
 // steps replayed from a graph of that batch size) appends padding sequences: token 0 at
 // position 0, slot -1, context length 0, logits row = its own row. Checks every capacity and
 // throws Error naming the limit when the plan exceeds one.
-StepInputSummary fill_step_inputs(const engine::StepPlan& plan, const StepInputLayout& layout,
+StepInputSummary fill_step_inputs(const core::StepPlan& plan, const StepInputLayout& layout,
                                   const StepInputLimits& limits, std::byte* staging, int32_t padded_seqs = 0);
 
 }  // namespace tachyon::runner

@@ -2,7 +2,7 @@
 
 #include "tachyon/base/check.h"
 #include "tachyon/model/tp_shard.h"
-#include "tachyon/runner/cpu_model_runner.h"
+#include "tachyon/runner/plan_sampling.h"
 
 namespace tachyon::runner {
 
@@ -23,7 +23,7 @@ TpCpuModelRunner::TpCpuModelRunner(const model::ModelWeights& full, int tp_size,
 
 TpCpuModelRunner::~TpCpuModelRunner() = default;
 
-std::vector<engine::SampledToken> TpCpuModelRunner::execute(const engine::StepPlan& plan) {
+core::StepOutput TpCpuModelRunner::run(const core::StepPlan& plan) {
   if (plan.empty()) return {};
   workers_.run([&](int rank) {
     Rank& me = *ranks_[static_cast<size_t>(rank)];

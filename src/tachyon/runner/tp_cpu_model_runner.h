@@ -1,7 +1,7 @@
 // TpCpuModelRunner: tensor parallelism on CPU thread ranks (--tp N --device cpu). It owns a
 // dist::CpuWorld(N) and N worker threads; rank r holds a TpDenseModel of its shard, its own
 // PagedKvCache built from the rank's config (its kv heads only) and a CpuCommunicator.
-// execute(plan) hands the same StepPlan to every worker (RankWorkers), each runs its forward
+// run(plan) hands the same StepPlan to every worker (RankWorkers), each runs its forward
 // through a PagedAttentionBackend over its cache, and every rank ends with the full logits;
 // rank 0's are sampled on the calling (engine) thread with the CPU runner's sampling
 // (sample_plan_rows), so tokens match CpuModelRunner's up to f32 rounding. A worker's exception
@@ -20,7 +20,7 @@
 
 namespace tachyon::runner {
 
-class TpCpuModelRunner : public ModelRunner {
+class TpCpuModelRunner : public SynchronousModelRunner {
  public:
   // Shards `full` (f32) over tp_size >= 2 ranks (checked with model::check_tp_size first).
   TpCpuModelRunner(const model::ModelWeights& full, int tp_size, int32_t num_blocks, int32_t block_size);
@@ -28,9 +28,11 @@ class TpCpuModelRunner : public ModelRunner {
   TpCpuModelRunner(const TpCpuModelRunner&) = delete;
   TpCpuModelRunner& operator=(const TpCpuModelRunner&) = delete;
 
-  std::vector<engine::SampledToken> execute(const engine::StepPlan& plan) override;
   int64_t vocab_size() const override { return vocab_size_; }
   int tp_size() const { return world_.size(); }
+
+ protected:
+  core::StepOutput run(const core::StepPlan& plan) override;
 
  private:
   struct Rank {

@@ -35,7 +35,7 @@
 #include <string_view>
 #include <vector>
 
-#include "tachyon/engine/sampling_params.h"
+#include "tachyon/core/sampling_params.h"
 #include "tachyon/server/openai_errors.h"
 #include "tachyon/server/openai_responses.h"
 
@@ -56,7 +56,7 @@ struct CompletionRequest {
   std::vector<std::string> prompt_texts;         // [num_prompts] each non-empty
   std::vector<std::vector<int32_t>> prompt_ids;  // [num_prompts][prompt_len] each non-empty
   std::optional<int32_t> max_tokens;             // always set: the request's value, else 16
-  engine::SamplingParams params;                 // validated; params.max_tokens == *max_tokens
+  core::SamplingParams params;                 // validated; params.max_tokens == *max_tokens
   bool echo = false;                             // prepend the prompt to each choice's text
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
@@ -69,7 +69,7 @@ struct ChatRequest {
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   bool add_generation_prompt = true;
   std::optional<int32_t> max_tokens;  // max_completion_tokens, else max_tokens; nullopt: fill later
-  engine::SamplingParams params;      // validated; logprobs = top_logprobs when "logprobs": true, else -1
+  core::SamplingParams params;      // validated; logprobs = top_logprobs when "logprobs": true, else -1
   bool stream = false;
   bool include_usage = false;
 };

@@ -147,7 +147,7 @@ std::optional<float> read_ranged(const Json& body, const char* name, double lo, 
   return static_cast<float>(*value);
 }
 
-void read_stop(const Json& body, const ServerLimits& limits, engine::SamplingParams& params) {
+void read_stop(const Json& body, const ServerLimits& limits, core::SamplingParams& params) {
   const Json* stop = find(body, "stop");
   if (stop == nullptr) return;
   if (stop->is_string()) {
@@ -170,7 +170,7 @@ void read_stop(const Json& body, const ServerLimits& limits, engine::SamplingPar
   }
 }
 
-void read_unsupported(const Json& body, const engine::SamplingParams& params) {
+void read_unsupported(const Json& body, const core::SamplingParams& params) {
   if (const Json* bias = find(body, "logit_bias")) {
     if (!bias->is_object()) wrong_type("logit_bias", "an object", *bias);
     if (!bias->empty()) fail("logit_bias", "'logit_bias' is not supported by this server; remove it.");
@@ -194,7 +194,7 @@ void read_unsupported(const Json& body, const engine::SamplingParams& params) {
 
 }  // namespace
 
-void read_sampling_fields(const Json& body, const ServerLimits& limits, engine::SamplingParams& params) {
+void read_sampling_fields(const Json& body, const ServerLimits& limits, core::SamplingParams& params) {
   constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
   constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
   if (auto v = read_ranged(body, "temperature", 0.0, false, std::numeric_limits<double>::max(), false, ">= 0")) {
@@ -248,7 +248,7 @@ void read_stream_fields(const Json& body, bool& stream, bool& include_usage) {
   include_usage = read_bool(*options, "include_usage", "stream_options.include_usage").value_or(false);
 }
 
-void validate_params(const engine::SamplingParams& params, const ServerLimits& limits) {
+void validate_params(const core::SamplingParams& params, const ServerLimits& limits) {
   try {
     params.validate(limits.vocab_size > 0 ? limits.vocab_size : std::numeric_limits<int32_t>::max());
   } catch (const tachyon::Error& e) {

@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "tachyon/engine/sampling_params.h"
+#include "tachyon/core/sampling_params.h"
 #include "tachyon/server/openai_protocol.h"
 
 namespace tachyon::server::fields {
@@ -45,12 +45,12 @@ void check_model(const Json& body, const ServerLimits& limits);
 
 // temperature, top_p, top_k, min_p, penalties, seed, n, best_of, stop, stop_token_ids,
 // ignore_eos, min_tokens, include_stop_str_in_output, priority, logit_bias, response_format.
-void read_sampling_fields(const Json& body, const ServerLimits& limits, engine::SamplingParams& params);
+void read_sampling_fields(const Json& body, const ServerLimits& limits, core::SamplingParams& params);
 
 // stream, stream_options.include_usage (stream_options without stream: 400).
 void read_stream_fields(const Json& body, bool& stream, bool& include_usage);
 
-// engine::SamplingParams::validate, its tachyon::Error turned into a 400.
-void validate_params(const engine::SamplingParams& params, const ServerLimits& limits);
+// core::SamplingParams::validate, its tachyon::Error turned into a 400.
+void validate_params(const core::SamplingParams& params, const ServerLimits& limits);
 
 }  // namespace tachyon::server::fields

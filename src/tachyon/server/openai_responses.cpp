@@ -78,12 +78,12 @@ Json completion_logprobs(const LogprobsDelta& logprobs, const TokenTextFn& token
   Json tokens = Json::array(), token_logprobs = Json::array(), top_logprobs = Json::array(), offsets = Json::array();
   int64_t offset = logprobs.text_offset;
   for (size_t i = 0; i < logprobs.tokens.size(); ++i) {
-    const engine::SampledToken& sampled = logprobs.tokens[i];
+    const core::SampledToken& sampled = logprobs.tokens[i];
     std::string text = to_valid_utf8(sampled_text(logprobs, i, token_text));
     tokens.push_back(text);
     token_logprobs.push_back(clean_logprob(sampled.logprob));
     Json top = Json::object();
-    for (const engine::TokenLogprob& alt : sampled.top) {
+    for (const core::TokenLogprob& alt : sampled.top) {
       std::string alt_text = to_valid_utf8(alternative_text(logprobs, i, alt.token, token_text));
       if (!top.contains(alt_text)) top[alt_text] = clean_logprob(alt.logprob);
     }
@@ -103,14 +103,14 @@ Json completion_logprobs(const LogprobsDelta& logprobs, const TokenTextFn& token
 Json chat_logprobs(const LogprobsDelta& logprobs, const TokenTextFn& token_text) {
   Json content = Json::array();
   for (size_t i = 0; i < logprobs.tokens.size(); ++i) {
-    const engine::SampledToken& sampled = logprobs.tokens[i];
+    const core::SampledToken& sampled = logprobs.tokens[i];
     std::string raw = sampled_text(logprobs, i, token_text);
     Json entry;
     entry["token"] = to_valid_utf8(raw);
     entry["logprob"] = clean_logprob(sampled.logprob);
     entry["bytes"] = bytes_of(raw);
     Json top = Json::array();
-    for (const engine::TokenLogprob& alt : sampled.top) {
+    for (const core::TokenLogprob& alt : sampled.top) {
       std::string alt_raw = alternative_text(logprobs, i, alt.token, token_text);
       Json alt_entry;
       alt_entry["token"] = to_valid_utf8(alt_raw);

@@ -30,7 +30,7 @@
 #include <string_view>
 #include <vector>
 
-#include "tachyon/engine/sampler.h"
+#include "tachyon/core/sampled_token.h"
 
 namespace tachyon::server {
 
@@ -42,7 +42,7 @@ struct CompletionChoiceResult {
   std::string text;                      // the whole completion (with the prompt in front when echo)
   std::vector<int32_t> token_ids;        // [num_tokens] generated ids; not serialized (caller's bookkeeping)
   std::vector<std::string> token_texts;  // [num_tokens] text of each sampled token, parallel to logprobs
-  std::optional<std::vector<engine::SampledToken>> logprobs;  // [num_tokens]; nullopt: not requested -> null
+  std::optional<std::vector<core::SampledToken>> logprobs;  // [num_tokens]; nullopt: not requested -> null
   std::string finish_reason;                                  // "stop" | "length" | "abort"
 };
 
@@ -53,7 +53,7 @@ struct Usage {
 
 // Logprobs of the tokens one stream chunk carries.
 struct LogprobsDelta {
-  std::vector<engine::SampledToken> tokens;  // [num_tokens]
+  std::vector<core::SampledToken> tokens;  // [num_tokens]
   std::vector<std::string> texts;            // [num_tokens] text of each sampled token
   int64_t text_offset = 0;                   // completions: code points of the choice's text before this chunk
 };

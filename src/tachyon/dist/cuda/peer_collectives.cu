@@ -41,7 +41,7 @@
 #include <cstdio>
 
 #include "tachyon/dist/cuda/peer_collectives.h"
-#include "tachyon/kernels/cuda/cuda_check.h"
+#include "tachyon/tensor/cuda/cuda_check.h"
 
 namespace tachyon::dist {
 namespace {

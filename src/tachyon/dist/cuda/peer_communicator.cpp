@@ -11,7 +11,7 @@
 
 #include "tachyon/base/check.h"
 #include "tachyon/tensor/cuda/device_guard.h"
-#include "tachyon/kernels/cuda/cuda_check.h"
+#include "tachyon/tensor/cuda/cuda_check.h"
 
 namespace tachyon::dist {
 namespace {

@@ -17,7 +17,7 @@
 
 #include <cuda_bf16.h>
 
-#include "tachyon/kernels/cuda/cuda_check.h"
+#include "tachyon/tensor/cuda/cuda_check.h"
 
 namespace tachyon::kernels::cuda::attention_detail {
 

@@ -25,7 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "tachyon/kernels/cuda/cuda_check.h"
+#include "tachyon/tensor/cuda/cuda_check.h"
 
 namespace tachyon::kernels::cuda {
 

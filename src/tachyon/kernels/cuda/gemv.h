@@ -18,7 +18,7 @@
 
 #include <cstdint>
 
-#include "tachyon/kernels/cuda/cuda_check.h"
+#include "tachyon/tensor/cuda/cuda_check.h"
 #include "tachyon/kernels/cuda/gemm.h"
 
 namespace tachyon::kernels::cuda {

@@ -18,7 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "tachyon/kernels/cuda/cuda_check.h"
+#include "tachyon/tensor/cuda/cuda_check.h"
 
 namespace tachyon::kernels::cuda {
 

@@ -19,7 +19,7 @@
 
 #include <cstdint>
 
-#include "tachyon/kernels/cuda/cuda_check.h"
+#include "tachyon/tensor/cuda/cuda_check.h"
 
 namespace tachyon::kernels::cuda {
 

@@ -12,7 +12,7 @@
 
 #include <utility>
 
-#include "tachyon/kernels/cuda/cuda_check.h"
+#include "tachyon/tensor/cuda/cuda_check.h"
 
 namespace tachyon::kernels::cuda {
 

@@ -13,14 +13,14 @@
 // radix histograms of counts or masses, verified with exact double sums; ties at the threshold go
 // to the lowest ids, as on the CPU; the draw is an id-ascending block scan. Details: sampling.cu.
 //
-// Tests: tests/gpu/test_sampling.cpp (GPU against engine::sample_token; ctest -R gpu.sampling).
+// Tests: tests/gpu/test_sampling.cpp (GPU against kernels::cpu::sample_token; ctest -R gpu.sampling).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
-#include "tachyon/kernels/cuda/cuda_check.h"
+#include "tachyon/tensor/cuda/cuda_check.h"
 
 namespace tachyon::kernels::cuda {
 
@@ -81,7 +81,7 @@ void sample(SampledRow* out, float* logits, const SamplingRow* rows, const int32
             int32_t vocab, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // The draw's uniform number in [0, 1) at `step` of a request with `seed`: the top 53 bits of
-// splitmix64(splitmix64(seed) ^ step). Must equal engine::uniform_for_step (tested).
+// splitmix64(splitmix64(seed) ^ step). Must equal kernels::cpu::uniform_for_step (tested).
 __host__ __device__ inline uint64_t sampling_splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;

@@ -17,7 +17,7 @@ namespace tachyon::runner {
 
 namespace kc = kernels::cuda;
 
-void CudaModelRunner::tune_gemms(const engine::EngineConfig& config) {
+void CudaModelRunner::tune_gemms(const core::EngineConfig& config) {
   // The shapes the step loop issues most: every decode bucket and a full prefill step. Tuned
   // choices are cached on disk under the plan hash, so a restart skips the timing.
   const model::ModelConfig& c = weights_.config();
@@ -212,7 +212,7 @@ float CudaModelRunner::time_role(Role role, int32_t m, bool gemv) {
 // choices, so both run the same kernels (and give the same tokens), and a restart reuses them:
 // choices timed anew could flip where two kernels are about as fast and change the numbers.
 std::string CudaModelRunner::kernel_choice_key() const {
-  engine::EngineConfig keyed = config_;
+  core::EngineConfig keyed = config_;
   keyed.device.enforce_eager = false;
   return keyed.plan_hash();
 }

@@ -34,7 +34,7 @@ size_t align_up(size_t value) { return (value + kAlign - 1) / kAlign * kAlign; }
 }  // namespace
 
 
-CudaModelRunner::CudaModelRunner(const model::Bf16ModelWeights& weights, const engine::EngineConfig& config,
+CudaModelRunner::CudaModelRunner(const model::Bf16ModelWeights& weights, const core::EngineConfig& config,
                                  CudaTpRank tp)
     : config_(config),
       tp_(tp),
@@ -153,9 +153,9 @@ void CudaModelRunner::moe_mlp(const CudaLayerWeights& w, int64_t layer, int64_t 
   kc::moe_combine(ws_->proj, ws_->expert_down, ws_->topk_weights, shared, T, k, H, stream_);
 }
 
-void CudaModelRunner::plan_workspace(const engine::EngineConfig& config) {
+void CudaModelRunner::plan_workspace(const core::EngineConfig& config) {
   const model::ModelConfig& c = weights_.config();
-  const engine::SchedulerConfig& s = config.scheduler;
+  const core::SchedulerConfig& s = config.scheduler;
   limits_.max_seqs = static_cast<int32_t>(s.max_num_seqs);
   limits_.max_tokens = static_cast<int32_t>(std::max(s.max_num_batched_tokens, s.max_num_seqs));
   limits_.max_blocks_per_seq = static_cast<int32_t>((s.max_model_len + config.block_size - 1) / config.block_size);
@@ -262,7 +262,7 @@ void CudaModelRunner::plan_workspace(const engine::EngineConfig& config) {
 
 }
 
-void CudaModelRunner::allocate_kv_cache(const engine::EngineConfig& config) {
+void CudaModelRunner::allocate_kv_cache(const core::EngineConfig& config) {
   // The KV cache takes what gpu_memory_utilization leaves after weights, workspace, staging
   // and the GEMM workspace (all allocated by now), minus a margin for graphs and cuBLASLt.
   const model::ModelConfig& c = weights_.config();
@@ -415,7 +415,7 @@ void CudaModelRunner::capture_graphs() {
   // batch fits: the padding rows compute on token 0 and write nothing (slot -1, context 0).
   const int32_t max_context = static_cast<int32_t>(config_.scheduler.max_model_len);
   for (int32_t batch : graph_batch_sizes_) {
-    const StepInputSummary summary = fill_step_inputs(engine::StepPlan{}, layout_, limits_,
+    const StepInputSummary summary = fill_step_inputs(core::StepPlan{}, layout_, limits_,
                                                       static_cast<std::byte*>(staging_host_.data()), batch);
     TACHYON_CUDA_CHECK(cudaMemcpyAsync(staging_device_.data(), staging_host_.data(), summary.bytes_used,
                                        cudaMemcpyHostToDevice, stream_));
@@ -434,8 +434,19 @@ void CudaModelRunner::capture_graphs() {
   TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
-std::vector<engine::SampledToken> CudaModelRunner::execute(const engine::StepPlan& plan) {
-  if (plan.empty()) return {};
+void CudaModelRunner::launch(const core::StepPlan& plan) {
+  TACHYON_CHECK(!pending_) << "internal: launch() while a step is in flight; call wait() first";
+  TACHYON_CHECK(!plan.has_drafts()) << "the CUDA runner does not verify draft tokens yet: speculative decoding runs "
+                                    << "on the CPU runner only";
+  PendingStep step;
+  for (const core::ScheduledSequence& s : plan.sequences) {
+    if (s.sample) step.sequence_ids.push_back(s.sequence_id);
+  }
+  step.ran = !plan.empty();
+  if (plan.empty()) {
+    pending_ = std::move(step);
+    return;
+  }
   // A named range per step, so a profiler (ncu --nvtx-include "tachyon_step/") sees only steps.
   nvtx3::scoped_range range("tachyon_step");
   std::byte* staging = static_cast<std::byte*>(staging_host_.data());
@@ -456,7 +467,8 @@ std::vector<engine::SampledToken> CudaModelRunner::execute(const engine::StepPla
   const StepInputSummary summary = fill_step_inputs(plan, layout_, limits_, staging, padded);
 
   // Sampling rows at their fixed offset; token histories (penalties only) in the variable tail.
-  const SamplingInputs sampling = build_sampling_inputs(plan);
+  step.sampling = build_sampling_inputs(plan);
+  const SamplingInputs& sampling = step.sampling;
   TACHYON_CHECK(static_cast<int32_t>(sampling.rows.size()) == summary.num_sampled)
       << "internal: " << sampling.rows.size() << " sampling rows for " << summary.num_sampled << " sampled sequences";
   std::copy(sampling.rows.begin(), sampling.rows.end(), reinterpret_cast<kc::SamplingRow*>(staging + layout_.sampling_rows));
@@ -491,21 +503,29 @@ std::vector<engine::SampledToken> CudaModelRunner::execute(const engine::StepPla
   const size_t sampled_bytes = static_cast<size_t>(summary.num_sampled) * sizeof(kc::SampledRow);
   TACHYON_CUDA_CHECK(cudaMemcpyAsync(sampled_host_.data(), ws_->sampled, sampled_bytes, cudaMemcpyDeviceToHost, stream_));
   TACHYON_CUDA_CHECK(cudaEventRecord(step_end_, stream_));
-  // The staging buffer is rewritten by the next step only after this sync: the H2D copy that
+  pending_ = std::move(step);
+}
+
+core::StepOutput CudaModelRunner::wait() {
+  TACHYON_CHECK(pending_) << "internal: wait() without a launched step";
+  PendingStep step = std::move(*pending_);
+  pending_.reset();
+  core::StepOutput output;
+  if (!step.ran) return output;
+  // The staging buffer is rewritten by the next launch only after this sync: the H2D copy that
   // reads it is ordered before the D2H on the same stream.
-  TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  TACHYON_CUDA_CHECK(cudaEventSynchronize(step_end_));
   float device_ms = 0.0f;
   TACHYON_CUDA_CHECK(cudaEventElapsedTime(&device_ms, step_begin_, step_end_));
   last_step_device_ms_ = device_ms;
 
-  std::vector<engine::SampledToken> sampled;
-  sampled.reserve(static_cast<size_t>(summary.num_sampled));
   const auto* rows = sampled_host_.as<kc::SampledRow>();
-  for (int32_t r = 0; r < summary.num_sampled; ++r) {
+  output.sequences.reserve(step.sequence_ids.size());
+  for (size_t r = 0; r < step.sequence_ids.size(); ++r) {
     TACHYON_CHECK(rows[r].token >= 0) << "the model produced no finite logit for a sequence (NaN or -inf everywhere)";
-    sampled.push_back(to_sampled_token(rows[r], sampling.rows[static_cast<size_t>(r)]));
+    output.sequences.push_back({step.sequence_ids[r], {to_sampled_token(rows[r], step.sampling.rows[r])}, 0});
   }
-  return sampled;
+  return output;
 }
 
 }  // namespace tachyon::runner

@@ -26,12 +26,14 @@
 #include <array>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
-#include "tachyon/engine/engine_config.h"
+#include "tachyon/core/engine_config.h"
 #include "tachyon/kernels/cuda/gemm.h"
 #include "tachyon/kernels/cuda/head_gemm.h"
 #include "tachyon/runner/cuda/cuda_weights.h"
+#include "tachyon/runner/cuda/sampling_inputs.h"
 #include "tachyon/runner/model_runner.h"
 #include "tachyon/runner/step_inputs.h"
 #include "tachyon/tensor/cuda/device_buffer.h"
@@ -55,10 +57,14 @@ class CudaModelRunner : public ModelRunner {
   // from free memory; config.num_blocks is ignored and num_blocks() says
   // what fitted. Captures the decode graphs unless config.device.enforce_eager. Uses the
   // calling thread's current CUDA device.
-  CudaModelRunner(const model::Bf16ModelWeights& weights, const engine::EngineConfig& config, CudaTpRank tp = {});
+  CudaModelRunner(const model::Bf16ModelWeights& weights, const core::EngineConfig& config, CudaTpRank tp = {});
   ~CudaModelRunner() override;
 
-  std::vector<engine::SampledToken> execute(const engine::StepPlan& plan) override;
+  // Uploads the step and enqueues its forward, sampling and token download, then returns: the
+  // host plans the next step while the GPU runs. Refuses draft tokens (GPU verification is not
+  // built yet).
+  void launch(const core::StepPlan& plan) override;
+  core::StepOutput wait() override;
   int64_t vocab_size() const override { return weights_.config().vocab_size; }
   double last_step_device_ms() const override { return last_step_device_ms_; }
 
@@ -102,11 +108,11 @@ class CudaModelRunner : public ModelRunner {
   // Layer `layer`'s cache region 0 (K, or MLA's latents) or 1 (V, or DSA's index keys).
   bf16* cache_region(int64_t layer, int region) const;
   bool has_dense_mlp() const;                                // some layer runs the dense MLP
-  void plan_workspace(const engine::EngineConfig& config);
-  void allocate_kv_cache(const engine::EngineConfig& config);
+  void plan_workspace(const core::EngineConfig& config);
+  void allocate_kv_cache(const core::EngineConfig& config);
   void forward(const ForwardShape& shape);
   void capture_graphs();
-  void tune_gemms(const engine::EngineConfig& config);
+  void tune_gemms(const core::EngineConfig& config);
   // Decode-sized products (m <= 8) can go to our GEMV instead of cuBLASLt: each (m, role) is
   // timed both ways on the loaded weights at start-up and the faster one is kept. A role is one
   // product of a layer (or of the LM head) on the workspace buffers it always reads and writes.
@@ -128,7 +134,7 @@ class CudaModelRunner : public ModelRunner {
   void run_role(Role role, int64_t layer, int64_t m);
   bool use_gemv(Role role, int64_t m) const;
 
-  engine::EngineConfig config_;
+  core::EngineConfig config_;
   CudaTpRank tp_;
   int64_t vocab_rows_ = 0;  // rows of this rank's LM head (the whole vocabulary without TP)
   CudaDenseWeights weights_;
@@ -151,6 +157,14 @@ class CudaModelRunner : public ModelRunner {
   float dsa_score_scale_ = 1.0f;
   float dsa_weight_scale_ = 1.0f;
   cuda::PinnedBuffer sampled_host_;
+  // The launched step, until wait(): its sampling rows (to read the kernel's results back) and
+  // the ids of its sampled sequences. The staging buffer is not rewritten while one is pending.
+  struct PendingStep {
+    SamplingInputs sampling;
+    std::vector<int64_t> sequence_ids;
+    bool ran = false;  // the plan had work: wait() syncs before the staging buffer is reused
+  };
+  std::optional<PendingStep> pending_;
   std::vector<int32_t> graph_batch_sizes_;
   std::map<int32_t, cudaGraphExec_t> graphs_;  // decode batch size -> instantiated graph
   int64_t graph_replays_ = 0;

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "tachyon/kernels/cuda/cuda_check.h"
+#include "tachyon/tensor/cuda/cuda_check.h"
 #include "tachyon/model/model_weights.h"
 #include "tachyon/tensor/cuda/device_buffer.h"
 

@@ -22,9 +22,9 @@ int32_t append(std::vector<int32_t>& tokens, std::span<const int32_t> ids) {
   return static_cast<int32_t>(begin);
 }
 
-kc::SamplingRow make_row(const engine::ScheduledSequence& sequence, std::vector<int32_t>& tokens) {
+kc::SamplingRow make_row(const core::ScheduledSequence& sequence, std::vector<int32_t>& tokens) {
   TACHYON_CHECK(sequence.params != nullptr) << "sequence " << sequence.sequence_id << " is sampled but has no params";
-  const engine::SamplingParams& p = *sequence.params;
+  const core::SamplingParams& p = *sequence.params;
   TACHYON_CHECK(p.logprobs >= -1 && p.logprobs <= kc::kMaxSampledLogprobs)
       << "sequence " << sequence.sequence_id << ": logprobs " << p.logprobs << " outside [-1, 20]";
   kc::SamplingRow row;
@@ -37,13 +37,17 @@ kc::SamplingRow make_row(const engine::ScheduledSequence& sequence, std::vector<
   row.top_k = std::max(p.top_k, 0);
   row.num_logprobs = p.logprobs;
   row.seed = sequence.seed;
-  row.step = sequence.output_tokens.size();
+  row.step = static_cast<uint64_t>(sequence.num_output_tokens);
 
   // Histories: the prompt counts only for the repetition penalty; outputs for all three.
   const bool repetition = p.repetition_penalty != 1.0f;
   const bool any_penalty = repetition || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
   if (any_penalty) {
-    const std::span<const int32_t> prompt = repetition ? sequence.prompt_tokens : std::span<const int32_t>{};
+    TACHYON_CHECK(static_cast<int64_t>(sequence.output_tokens.size()) == sequence.num_output_tokens &&
+                  (!repetition || !sequence.prompt_tokens.empty()))
+        << "internal: sequence " << sequence.sequence_id << " has a penalty but the plan lacks its token history";
+    const std::span<const int32_t> prompt = repetition ? std::span<const int32_t>(sequence.prompt_tokens)
+                                                       : std::span<const int32_t>{};
     row.history_begin = append(tokens, prompt);
     append(tokens, sequence.output_tokens);
     row.num_prompt_tokens = static_cast<int32_t>(prompt.size());
@@ -51,7 +55,7 @@ kc::SamplingRow make_row(const engine::ScheduledSequence& sequence, std::vector<
   }
 
   // min_tokens: stop ids and (unless ignore_eos, when EOS does not stop) EOS are masked.
-  if (sequence.output_tokens.size() < static_cast<size_t>(std::max(p.min_tokens, 0))) {
+  if (sequence.num_output_tokens < static_cast<int64_t>(std::max(p.min_tokens, 0))) {
     row.masked_begin = append(tokens, p.stop_token_ids);
     if (sequence.eos_token_id && !p.ignore_eos) tokens.push_back(*sequence.eos_token_id);
     row.num_masked = static_cast<int32_t>(tokens.size()) - row.masked_begin;
@@ -69,18 +73,18 @@ const char* describe(int32_t error) {
 
 }  // namespace
 
-SamplingInputs build_sampling_inputs(const engine::StepPlan& plan) {
+SamplingInputs build_sampling_inputs(const core::StepPlan& plan) {
   SamplingInputs inputs;
-  for (const engine::ScheduledSequence& sequence : plan.sequences) {
+  for (const core::ScheduledSequence& sequence : plan.sequences) {
     if (sequence.sample) inputs.rows.push_back(make_row(sequence, inputs.tokens));
   }
   return inputs;
 }
 
-engine::SampledToken to_sampled_token(const kc::SampledRow& sampled, const kc::SamplingRow& row) {
+core::SampledToken to_sampled_token(const kc::SampledRow& sampled, const kc::SamplingRow& row) {
   TACHYON_CHECK(sampled.error == kc::kSamplingOk && sampled.token >= 0)
       << "sampling failed: " << describe(sampled.error) << " (error " << sampled.error << ", step " << row.step << ")";
-  engine::SampledToken token;
+  core::SampledToken token;
   token.token = sampled.token;
   if (row.num_logprobs >= 0) token.logprob = sampled.logprob;
   const int32_t num_top = std::clamp(sampled.num_top, 0, kc::kMaxSampledLogprobs);

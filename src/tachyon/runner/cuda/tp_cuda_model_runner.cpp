@@ -6,7 +6,7 @@
 
 #include "tachyon/base/check.h"
 #include "tachyon/dist/cuda/peer_communicator.h"
-#include "tachyon/kernels/cuda/cuda_check.h"
+#include "tachyon/tensor/cuda/cuda_check.h"
 #include "tachyon/model/tp_shard.h"
 #include "tachyon/runner/plan_wire.h"
 #ifdef TACHYON_HAVE_NCCL
@@ -61,7 +61,7 @@ struct StartUpInfo {
 
 }  // namespace
 
-TpCudaModelRunner::TpCudaModelRunner(const model::Bf16ModelWeights& full, const engine::EngineConfig& config,
+TpCudaModelRunner::TpCudaModelRunner(const model::Bf16ModelWeights& full, const core::EngineConfig& config,
                                      TpCudaLayout layout, TpCommFactory make_comm)
     : vocab_size_(full.config.vocab_size),
       layout_(std::move(layout)),
@@ -111,7 +111,7 @@ TpCudaModelRunner::TpCudaModelRunner(const model::Bf16ModelWeights& full, const 
   if (multi_node()) agree_on_start_up(config);
 }
 
-void TpCudaModelRunner::agree_on_start_up(const engine::EngineConfig& config) {
+void TpCudaModelRunner::agree_on_start_up(const core::EngineConfig& config) {
   const std::string hash = config.plan_hash();
   TACHYON_CHECK(hash.size() == sizeof(StartUpInfo::plan_hash)) << "internal: plan hash of " << hash.size() << " chars";
   std::vector<StartUpInfo> everyone(static_cast<size_t>(tp_size_));
@@ -159,7 +159,7 @@ TpCudaModelRunner::~TpCudaModelRunner() {
   }
 }
 
-std::optional<engine::StepPlan> TpCudaModelRunner::broadcast_plan(const engine::StepPlan* plan) {
+std::optional<core::StepPlan> TpCudaModelRunner::broadcast_plan(const core::StepPlan* plan) {
   std::vector<std::byte> bytes;
   if (plan != nullptr) bytes = encode_plan(*plan);
   TACHYON_CHECK(8 + bytes.size() <= plan_capacity_)
@@ -199,21 +199,21 @@ std::optional<engine::StepPlan> TpCudaModelRunner::broadcast_plan(const engine::
   return decode_plan(std::span<const std::byte>(host + 8, static_cast<size_t>(length)));
 }
 
-std::vector<engine::SampledToken> TpCudaModelRunner::execute(const engine::StepPlan& plan) {
+core::StepOutput TpCudaModelRunner::run(const core::StepPlan& plan) {
   if (plan.empty()) return {};
-  TACHYON_CHECK(is_leader()) << "internal: execute() on a follower node; it runs follow()";
+  TACHYON_CHECK(is_leader()) << "internal: run() on a follower node; it runs follow()";
   if (multi_node()) broadcast_plan(&plan);
   workers_.run([&](int r) {
     Rank& rank = ranks_[static_cast<size_t>(r)];
     rank.sampled = rank.runner->execute(plan);
   });
-  return ranks_[0].sampled;
+  return core::one_token_each(plan, std::move(ranks_[0].sampled));
 }
 
 void TpCudaModelRunner::follow() {
   TACHYON_CHECK(!is_leader()) << "internal: follow() on the leader node";
   for (;;) {
-    std::optional<engine::StepPlan> plan = broadcast_plan(nullptr);
+    std::optional<core::StepPlan> plan = broadcast_plan(nullptr);
     if (!plan) return;
     workers_.run([&](int r) { ranks_[static_cast<size_t>(r)].runner->execute(*plan); });
   }

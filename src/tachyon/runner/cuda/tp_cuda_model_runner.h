@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "tachyon/dist/communicator.h"
-#include "tachyon/engine/engine_config.h"
+#include "tachyon/core/engine_config.h"
 #include "tachyon/model/model_weights.h"
 #include "tachyon/runner/cuda/cuda_model_runner.h"
 #include "tachyon/runner/model_runner.h"
@@ -54,19 +54,18 @@ struct TpCudaLayout {
   int tp_size = 0;           // ranks in the whole group (0: devices.size(), a one-node group)
 };
 
-class TpCudaModelRunner : public ModelRunner {
+class TpCudaModelRunner : public SynchronousModelRunner {
  public:
   // tp = layout.tp_size (checked with model::check_tp_size). Each rank sizes its KV cache from
   // its GPU's memory; num_blocks() is the group's smallest. make_comm is kept for the runner's
   // life (state it captures, such as a PeerWorld, lives with it).
-  TpCudaModelRunner(const model::Bf16ModelWeights& full, const engine::EngineConfig& config, TpCudaLayout layout,
+  TpCudaModelRunner(const model::Bf16ModelWeights& full, const core::EngineConfig& config, TpCudaLayout layout,
                     TpCommFactory make_comm);
   ~TpCudaModelRunner() override;
   TpCudaModelRunner(const TpCudaModelRunner&) = delete;
   TpCudaModelRunner& operator=(const TpCudaModelRunner&) = delete;
 
   // On the leader (global rank 0 here): one engine step on every rank of the group.
-  std::vector<engine::SampledToken> execute(const engine::StepPlan& plan) override;
   int64_t vocab_size() const override { return vocab_size_; }
   double last_step_device_ms() const override;
 
@@ -79,11 +78,16 @@ class TpCudaModelRunner : public ModelRunner {
   // Tests: local rank r's runner (its last_logits(), graph_replays()). Read it between steps only.
   const CudaModelRunner& rank_runner(int rank) const { return *ranks_[static_cast<size_t>(rank)].runner; }
 
+ protected:
+  // Every rank runs the step (CudaModelRunner::launch + wait on its worker thread); rank 0's
+  // tokens are the step's output.
+  core::StepOutput run(const core::StepPlan& plan) override;
+
  private:
   struct Rank {
     std::unique_ptr<dist::Communicator> comm;
     std::unique_ptr<CudaModelRunner> runner;
-    std::vector<engine::SampledToken> sampled;
+    std::vector<core::SampledToken> sampled;
     // Multi-node plan broadcast: a stream, the device receive buffer ([8-byte length | plan]) and
     // its host copy.
     cudaStream_t stream = nullptr;
@@ -93,8 +97,8 @@ class TpCudaModelRunner : public ModelRunner {
   bool multi_node() const { return tp_size_ > static_cast<int>(layout_.devices.size()); }
   // Global rank 0 sends `plan` (nullptr: the stop signal); every rank receives. Returns the
   // decoded plan on followers, nullopt for the stop signal (and always on the leader).
-  std::optional<engine::StepPlan> broadcast_plan(const engine::StepPlan* plan);
-  void agree_on_start_up(const engine::EngineConfig& config);
+  std::optional<core::StepPlan> broadcast_plan(const core::StepPlan* plan);
+  void agree_on_start_up(const core::EngineConfig& config);
 
   int64_t vocab_size_;
   TpCudaLayout layout_;

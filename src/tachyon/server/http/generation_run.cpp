@@ -12,7 +12,7 @@ double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::ste
 }  // namespace
 
 GenerationRun::GenerationRun(ServingContext& context, const std::vector<std::vector<int32_t>>& prompts,
-                             const engine::SamplingParams& params)
+                             const core::SamplingParams& params)
     : context_(context), n_(params.n), shared_(std::make_shared<Shared>()), start_(std::chrono::steady_clock::now()) {
   if (context.draining()) throw ApiException({503, "the server is shutting down", "service_unavailable", "", ""});
   const size_t num_choices = prompts.size() * static_cast<size_t>(params.n);
@@ -52,7 +52,7 @@ GenerationRun::GenerationRun(ServingContext& context, const std::vector<std::vec
       Choice& choice = choices_[static_cast<size_t>(base + c)];
       choice.request_id = id;
       choice.completion = c;
-      choice.text = std::make_unique<engine::TextStream>(context.tokenizer(), params.stop,
+      choice.text = std::make_unique<app::TextStream>(context.tokenizer(), params.stop,
                                                          params.include_stop_str_in_output);
     }
   }

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "tachyon/engine/output_channel.h"
-#include "tachyon/engine/text_stream.h"
+#include "tachyon/app/text_stream.h"
 #include "tachyon/server/http/serving_context.h"
 
 namespace tachyon::server {
@@ -24,7 +24,7 @@ struct ChoiceEvent {
   int32_t index = 0;  // prompt_index * n + completion index
   std::string text;
   std::vector<int32_t> token_ids;
-  std::vector<engine::SampledToken> logprobs;
+  std::vector<core::SampledToken> logprobs;
   std::optional<std::string> finish_reason;  // "stop", "length" or "abort", once
 };
 
@@ -32,7 +32,7 @@ class GenerationRun {
  public:
   // Submits every prompt; throws ApiException (503) when the queue is full or the server drains.
   GenerationRun(ServingContext& context, const std::vector<std::vector<int32_t>>& prompts,
-                const engine::SamplingParams& params);
+                const core::SamplingParams& params);
   ~GenerationRun();
   GenerationRun(const GenerationRun&) = delete;
   GenerationRun& operator=(const GenerationRun&) = delete;
@@ -47,7 +47,7 @@ class GenerationRun {
  private:
   struct Pending {  // filled by the engine thread, drained by poll()
     std::vector<int32_t> token_ids;
-    std::vector<engine::SampledToken> logprobs;
+    std::vector<core::SampledToken> logprobs;
     engine::FinishReason finish_reason = engine::FinishReason::kNone;
   };
   struct Shared {
@@ -60,7 +60,7 @@ class GenerationRun {
   struct Choice {
     int64_t request_id = 0;
     int32_t completion = 0;
-    std::unique_ptr<engine::TextStream> text;
+    std::unique_ptr<app::TextStream> text;
     bool finished = false;
     std::chrono::steady_clock::time_point last_token;
     std::chrono::steady_clock::time_point first_token;

@@ -20,7 +20,7 @@ struct Generation {
   bool chat = false;
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::string> echo_texts;  // completions with echo: the prompt text per prompt
-  engine::SamplingParams params;
+  core::SamplingParams params;
   bool stream = false;
   bool include_usage = false;
   std::string id;

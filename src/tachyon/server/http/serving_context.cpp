@@ -2,7 +2,7 @@
 
 #include "tachyon/base/check.h"
 #include "tachyon/base/file_util.h"
-#include "tachyon/runner/runner_factory.h"
+#include "tachyon/app/runner_factory.h"
 
 namespace tachyon::server {
 
@@ -14,8 +14,8 @@ ServingContext::ServingContext(const ServingOptions& options) {
     chat_template_ = std::make_unique<tokenizer::ChatTemplate>(tokenizer_->chat_template(), tokenizer_->bos_token(),
                                                                tokenizer_->eos_token());
   }
-  engine::EngineConfig engine_config = options.engine;
-  runner::LoadedRunner loaded = runner::load_runner(options.model_dir, engine_config);
+  core::EngineConfig engine_config = options.engine;
+  app::LoadedRunner loaded = app::load_runner(options.model_dir, engine_config);
   const model::ModelConfig& model_config = loaded.model_config;
   if (!engine_config.scheduler.eos_token_id) {
     if (model_config.eos_token_id) {

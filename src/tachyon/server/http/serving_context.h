@@ -22,7 +22,7 @@ namespace tachyon::server {
 struct ServingOptions {
   std::filesystem::path model_dir;
   std::string served_model_name;  // default: the directory's name
-  engine::EngineConfig engine;
+  core::EngineConfig engine;
   int32_t max_n = 16;
   int32_t max_stop = 16;
   int32_t max_logprobs = 20;

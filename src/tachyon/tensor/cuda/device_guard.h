@@ -4,7 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "tachyon/kernels/cuda/cuda_check.h"
+#include "tachyon/tensor/cuda/cuda_check.h"
 
 namespace tachyon::cuda {
 

@@ -1,4 +1,4 @@
-#include "tachyon/runner/runner_factory.h"
+#include "tachyon/app/runner_factory.h"
 
 #include <cstdio>
 
@@ -16,7 +16,7 @@
 #include "tachyon/tensor/cuda/device_buffer.h"
 #endif
 
-namespace tachyon::runner {
+namespace tachyon::app {
 
 std::string model_identity(const std::filesystem::path& model_dir, const model::ModelConfig& config) {
   const std::string text = read_file(model_dir / "config.json");
@@ -49,7 +49,7 @@ std::string cuda_unsupported_reason(const model::ModelConfig& config) {
   return "";
 }
 
-LoadedRunner load_runner(const std::filesystem::path& model_dir, engine::EngineConfig& config) {
+LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineConfig& config) {
   const model::ModelConfig model_config = model::ModelConfig::from_dir(model_dir);
   std::string& kind = config.device.kind;
   TACHYON_CHECK(kind == "auto" || kind == "cpu" || kind == "cuda") << "--device must be auto, cpu or cuda, got '" << kind << "'";
@@ -79,15 +79,15 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, engine::EngineC
       const std::string why = cuda_unsupported_reason(model_config);
       TACHYON_CHECK(why.empty()) << "--device cuda cannot serve " << model_dir.string() << ": " << why;
       config.device.gpu_name = cuda::current_device_name();
-      TpCudaLayout layout{.devices = std::vector<int>(static_cast<size_t>(local)),
+      runner::TpCudaLayout layout{.devices = std::vector<int>(static_cast<size_t>(local)),
                           .first_rank = config.device.node_rank * local,
                           .tp_size = tp};
       for (int r = 0; r < local; ++r) layout.devices[static_cast<size_t>(r)] = r;
-      TpCommFactory comms = nnodes > 1 ? multi_node_tp_comm_factory(config.device.master_addr,
+      runner::TpCommFactory comms = nnodes > 1 ? runner::multi_node_tp_comm_factory(config.device.master_addr,
                                                                    config.device.master_port, tp)
                                        : default_tp_comm_factory(layout.devices);
       model::SafetensorsCheckpoint checkpoint(model_dir);
-      auto runner = std::make_unique<TpCudaModelRunner>(model::load_weights_bf16(model_config, checkpoint), config,
+      auto runner = std::make_unique<runner::TpCudaModelRunner>(model::load_weights_bf16(model_config, checkpoint), config,
                                                         std::move(layout), std::move(comms));
       config.num_blocks = runner->num_blocks();
       return {std::move(runner), model_config};
@@ -99,7 +99,7 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, engine::EngineC
                                     "on the PATH, or -DTACHYON_CUDA=ON)";
 #endif
     model::SafetensorsCheckpoint checkpoint(model_dir);
-    auto runner = std::make_unique<TpCpuModelRunner>(model::load_weights(model_config, checkpoint), tp,
+    auto runner = std::make_unique<runner::TpCpuModelRunner>(model::load_weights(model_config, checkpoint), tp,
                                                      config.num_blocks, config.block_size);
     return {std::move(runner), model_config};
   }
@@ -115,7 +115,7 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, engine::EngineC
     TACHYON_CHECK(why.empty()) << "--device cuda cannot serve " << model_dir.string() << ": " << why;
     config.device.gpu_name = cuda::current_device_name();
     model::SafetensorsCheckpoint checkpoint(model_dir);
-    auto runner = std::make_unique<CudaModelRunner>(model::load_weights_bf16(model_config, checkpoint), config);
+    auto runner = std::make_unique<runner::CudaModelRunner>(model::load_weights_bf16(model_config, checkpoint), config);
     config.num_blocks = runner->num_blocks();
     return {std::move(runner), model_config};
   }
@@ -125,15 +125,15 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, engine::EngineC
                                   "on the PATH, or -DTACHYON_CUDA=ON)";
 #endif
   auto model = std::make_unique<model::DenseModel>(model::DenseModel::load(model_dir));
-  return {std::make_unique<CpuModelRunner>(std::move(model), config.num_blocks, config.block_size), model_config};
+  return {std::make_unique<runner::CpuModelRunner>(std::move(model), config.num_blocks, config.block_size), model_config};
 }
 
-void run_follower_node(const std::filesystem::path& model_dir, engine::EngineConfig& config) {
+void run_follower_node(const std::filesystem::path& model_dir, core::EngineConfig& config) {
   TACHYON_CHECK(config.device.nnodes > 1 && config.device.node_rank > 0)
       << "internal: run_follower_node on node " << config.device.node_rank << " of " << config.device.nnodes;
 #ifdef TACHYON_HAVE_CUDA
   LoadedRunner loaded = load_runner(model_dir, config);
-  auto* tp = dynamic_cast<TpCudaModelRunner*>(loaded.runner.get());
+  auto* tp = dynamic_cast<runner::TpCudaModelRunner*>(loaded.runner.get());
   TACHYON_CHECK(tp != nullptr) << "internal: a follower node without a TP runner";
   tp->follow();
 #else
@@ -141,4 +141,4 @@ void run_follower_node(const std::filesystem::path& model_dir, engine::EngineCon
 #endif
 }
 
-}  // namespace tachyon::runner
+}  // namespace tachyon::app

@@ -1,8 +1,8 @@
-#include "tachyon/engine/text_stream.h"
+#include "tachyon/app/text_stream.h"
 
 #include <algorithm>
 
-namespace tachyon::engine {
+namespace tachyon::app {
 
 size_t stop_prefix_overlap(const std::string& text, const std::vector<std::string>& stops) {
   size_t longest = 0;
@@ -58,4 +58,4 @@ std::string TextStream::release(std::string text) {
   return text;
 }
 
-}  // namespace tachyon::engine
+}  // namespace tachyon::app

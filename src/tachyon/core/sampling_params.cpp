@@ -1,10 +1,10 @@
-#include "tachyon/engine/sampling_params.h"
+#include "tachyon/core/sampling_params.h"
 
 #include <cmath>
 
 #include "tachyon/base/check.h"
 
-namespace tachyon::engine {
+namespace tachyon::core {
 
 void SamplingParams::validate(int64_t vocab_size) const {
   TACHYON_CHECK(std::isfinite(temperature) && temperature >= 0.0f) << "temperature must be >= 0, got " << temperature;
@@ -31,4 +31,4 @@ void SamplingParams::validate(int64_t vocab_size) const {
   TACHYON_CHECK(n >= 1 && n <= 128) << "n must be in [1, 128], got " << n;
 }
 
-}  // namespace tachyon::engine
+}  // namespace tachyon::core

@@ -1,4 +1,4 @@
-// The one place that turns a model directory and an EngineConfig into a ModelRunner: resolves
+// The one place that turns a model directory and an core::EngineConfig into a ModelRunner: resolves
 // --device (auto: CUDA when this build has it, a GPU is present and the model's shapes are ones
 // the CUDA kernels serve; else the CPU reference), loads the weights in the runner's dtype, and
 // fills the start-up fields of the config (device.kind, gpu_name, model_identity, and
@@ -9,11 +9,11 @@
 #include <memory>
 #include <string>
 
-#include "tachyon/engine/engine_config.h"
+#include "tachyon/core/engine_config.h"
 #include "tachyon/model/model_config.h"
 #include "tachyon/runner/model_runner.h"
 
-namespace tachyon::runner {
+namespace tachyon::app {
 
 struct LoadedRunner {
   std::unique_ptr<ModelRunner> runner;
@@ -22,7 +22,7 @@ struct LoadedRunner {
 
 // config.device.kind: "cpu", "cuda" or "auto". Throws Error with a message the user can act
 // on (no CUDA in this build, no GPU, unsupported head_dim on the GPU, out of memory).
-LoadedRunner load_runner(const std::filesystem::path& model_dir, engine::EngineConfig& config);
+LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineConfig& config);
 
 // "Qwen3ForCausalLM:<hash of config.json>": what a cached artifact of this model is keyed by.
 std::string model_identity(const std::filesystem::path& model_dir, const model::ModelConfig& config);
@@ -30,9 +30,9 @@ std::string model_identity(const std::filesystem::path& model_dir, const model::
 // Node node_rank > 0 of a multi-node TP group (--nnodes): loads this node's ranks, joins the
 // group and runs the leader's steps until the leader's engine stops. Start it with the same
 // model and options as node 0 (checked at start-up through the plan hash).
-void run_follower_node(const std::filesystem::path& model_dir, engine::EngineConfig& config);
+void run_follower_node(const std::filesystem::path& model_dir, core::EngineConfig& config);
 
 // Why the CUDA runner cannot serve this model ("" when it can).
 std::string cuda_unsupported_reason(const model::ModelConfig& config);
 
-}  // namespace tachyon::runner
+}  // namespace tachyon::app

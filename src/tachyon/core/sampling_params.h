@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace tachyon::engine {
+namespace tachyon::core {
 
 // At most this many stop_token_ids per request: the GPU sampler stages the ids masked by
 // min_tokens per row in a buffer sized up front (runner/cuda), so the count is bounded at the door.
@@ -35,9 +35,13 @@ struct SamplingParams {
   int32_t priority = 0;             // lower runs first when the scheduler uses priorities
 
   bool greedy() const { return temperature == 0.0f; }
+  // Which token histories the sampler reads: the prompt only for the repetition penalty, the
+  // outputs for any penalty (the plan copies a history only when it is read).
+  bool penalizes_prompt() const { return repetition_penalty != 1.0f; }
+  bool penalizes_outputs() const { return penalizes_prompt() || frequency_penalty != 0.0f || presence_penalty != 0.0f; }
 
   // Throws tachyon::Error naming the field and the allowed range.
   void validate(int64_t vocab_size) const;
 };
 
-}  // namespace tachyon::engine
+}  // namespace tachyon::core

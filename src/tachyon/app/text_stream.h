@@ -15,7 +15,7 @@
 #include "tachyon/tokenizer/incremental_detokenizer.h"
 #include "tachyon/tokenizer/tokenizer.h"
 
-namespace tachyon::engine {
+namespace tachyon::app {
 
 class TextStream {
  public:
@@ -48,4 +48,4 @@ class TextStream {
 // that must be held back because a stop string may be completing.
 size_t stop_prefix_overlap(const std::string& text, const std::vector<std::string>& stops);
 
-}  // namespace tachyon::engine
+}  // namespace tachyon::app

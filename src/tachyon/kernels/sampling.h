@@ -1,4 +1,4 @@
-// Sampler: turns one sequence's logits into its next token, following its SamplingParams.
+// Sampler: turns one sequence's logits into its next token, following its core::SamplingParams.
 // This is the CPU reference: plain loops over the vocabulary; a device sampler must match it.
 //
 // Order of operations (as vLLM):
@@ -34,35 +34,28 @@
 #include <span>
 #include <vector>
 
-#include "tachyon/engine/sampling_params.h"
+#include "tachyon/core/sampled_token.h"
+#include "tachyon/core/sampling_params.h"
 
-namespace tachyon::engine {
-
-struct TokenLogprob {
-  int32_t token = -1;
-  float logprob = 0.0f;
-};
-
-struct SampledToken {
-  int32_t token = -1;
-  // log-softmax of the raw logits at `token` (vLLM's default "raw" logprobs); set when
-  // params.logprobs >= 0, else 0.
-  float logprob = 0.0f;
-  // [min(params.logprobs, vocab)] the most likely tokens by raw logprob, descending, ties to the
-  // lower id; empty when params.logprobs <= 0.
-  std::vector<TokenLogprob> top;
-};
+namespace tachyon::kernels::cpu {
 
 struct SamplingContext {
   std::span<const int32_t> prompt_tokens;   // [num_prompt_tokens] ids, for the repetition penalty
   std::span<const int32_t> output_tokens;   // [num_output_tokens] ids generated so far (penalties, min_tokens, step)
   uint64_t seed = 0;                        // the request's seed (the engine draws one when the user gives none)
   std::optional<int32_t> eos_token_id;      // masked while too few outputs (see step 2 above)
+  // Outputs so far when output_tokens is left empty because no penalty reads it (a plan copies
+  // histories only for penalties); -1: output_tokens.size().
+  int64_t num_output_tokens = -1;
+
+  uint64_t outputs_so_far() const {
+    return num_output_tokens >= 0 ? static_cast<uint64_t>(num_output_tokens) : output_tokens.size();
+  }
 };
 
 // logits: [vocab] f32 of one sequence; used as scratch (modified). Throws tachyon::Error when a
 // token id is outside the vocabulary or when no token is left with a finite logit.
-SampledToken sample_token(std::span<float> logits, const SamplingParams& params, const SamplingContext& context);
+core::SampledToken sample_token(std::span<float> logits, const core::SamplingParams& params, const SamplingContext& context);
 
 // --- The steps, one function each (exposed for tests and for the device sampler to mirror). ---
 // In all of them, logits: [vocab] f32 without NaN or +inf (sample_token sanitizes first), and a
@@ -72,10 +65,10 @@ SampledToken sample_token(std::span<float> logits, const SamplingParams& params,
 double uniform_for_step(uint64_t seed, uint64_t step);
 
 // Step 2: -inf on the stop ids and EOS while output_tokens.size() < params.min_tokens.
-void apply_min_tokens(std::span<float> logits, const SamplingParams& params, const SamplingContext& context);
+void apply_min_tokens(std::span<float> logits, const core::SamplingParams& params, const SamplingContext& context);
 
 // Step 3: repetition, frequency and presence penalties.
-void apply_penalties(std::span<float> logits, const SamplingParams& params, std::span<const int32_t> prompt_tokens,
+void apply_penalties(std::span<float> logits, const core::SamplingParams& params, std::span<const int32_t> prompt_tokens,
                      std::span<const int32_t> output_tokens);
 
 // Step 4: index of the largest logit, ties to the lowest id; -1 when none is finite.
@@ -98,4 +91,4 @@ void apply_min_p(std::span<float> logits, float min_p);
 // probability exceeds `uniform` (in [0, 1)). Overwrites logits with unnormalized probabilities.
 int32_t draw_token(std::span<float> logits, double uniform);
 
-}  // namespace tachyon::engine
+}  // namespace tachyon::kernels::cpu

@@ -1,4 +1,4 @@
-#include "tachyon/engine/engine_config.h"
+#include "tachyon/core/engine_config.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -8,7 +8,7 @@
 
 #include "tachyon/base/check.h"
 
-namespace tachyon::engine {
+namespace tachyon::core {
 
 std::string EngineConfig::plan_hash() const {
   // A canonical JSON of the plan-changing fields; adding a field here without a flip in the
@@ -54,4 +54,4 @@ std::vector<int32_t> cuda_graph_batch_sizes(const EngineConfig& config) {
   return sizes;
 }
 
-}  // namespace tachyon::engine
+}  // namespace tachyon::core

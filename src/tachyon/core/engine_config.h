@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "tachyon/engine/scheduler_config.h"
+#include "tachyon/core/scheduler_config.h"
 
-namespace tachyon::engine {
+namespace tachyon::core {
 
 // Where and how the model runs.
 struct DeviceConfig {
@@ -51,4 +51,4 @@ struct EngineConfig {
 // given (sorted, each in [1, max_num_seqs]), else 1, 2, 4, 8 then steps of 8 up to max_num_seqs.
 std::vector<int32_t> cuda_graph_batch_sizes(const EngineConfig& config);
 
-}  // namespace tachyon::engine
+}  // namespace tachyon::core

@@ -1,7 +1,7 @@
 // Sampler: the CPU reference of next-token sampling. See sampler.h for the order of operations.
 // Every step works in place on one [vocab] f32 row and marks a dropped token with -inf, so the
 // steps compose in any order and a device kernel can mirror them one by one.
-#include "tachyon/engine/sampler.h"
+#include "tachyon/kernels/sampling.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,7 +11,7 @@
 
 #include "tachyon/base/check.h"
 
-namespace tachyon::engine {
+namespace tachyon::kernels::cpu {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -61,7 +61,7 @@ void check_token(int32_t token, size_t vocab, const char* what) {
 }
 
 // raw: [vocab] sanitized logits before any processing. Fills result.logprob and result.top.
-void fill_logprobs(SampledToken& result, std::span<const float> raw, int32_t num_top) {
+void fill_logprobs(core::SampledToken& result, std::span<const float> raw, int32_t num_top) {
   const float max = max_logit(raw);
   double sum = 0.0;
   for (float l : raw) sum += std::exp(l - max);
@@ -93,8 +93,8 @@ double uniform_for_step(uint64_t seed, uint64_t step) {
   return static_cast<double>(bits >> 11) * 0x1.0p-53;  // top 53 bits -> [0, 1)
 }
 
-void apply_min_tokens(std::span<float> logits, const SamplingParams& params, const SamplingContext& context) {
-  if (context.output_tokens.size() >= static_cast<size_t>(std::max(params.min_tokens, 0))) return;
+void apply_min_tokens(std::span<float> logits, const core::SamplingParams& params, const SamplingContext& context) {
+  if (context.outputs_so_far() >= static_cast<uint64_t>(std::max(params.min_tokens, 0))) return;
   for (int32_t id : params.stop_token_ids) {
     check_token(id, logits.size(), "stop_token_ids");
     logits[id] = kNegInf;
@@ -106,7 +106,7 @@ void apply_min_tokens(std::span<float> logits, const SamplingParams& params, con
   }
 }
 
-void apply_penalties(std::span<float> logits, const SamplingParams& params, std::span<const int32_t> prompt_tokens,
+void apply_penalties(std::span<float> logits, const core::SamplingParams& params, std::span<const int32_t> prompt_tokens,
                      std::span<const int32_t> output_tokens) {
   // Repetition (HF/CTRL): once per distinct token of prompt or output, however often it occurs.
   if (params.repetition_penalty != 1.0f) {
@@ -243,7 +243,7 @@ int32_t draw_token(std::span<float> logits, double uniform) {
   return last;  // rounding put target at the very end of the mass
 }
 
-SampledToken sample_token(std::span<float> logits, const SamplingParams& params, const SamplingContext& context) {
+core::SampledToken sample_token(std::span<float> logits, const core::SamplingParams& params, const SamplingContext& context) {
   TACHYON_CHECK(!logits.empty()) << "sample_token: empty logits row";
   sanitize(logits);
   std::vector<float> raw;  // [vocab] kept for the reported logprobs only
@@ -252,7 +252,7 @@ SampledToken sample_token(std::span<float> logits, const SamplingParams& params,
   apply_min_tokens(logits, params, context);
   apply_penalties(logits, params, context.prompt_tokens, context.output_tokens);
 
-  SampledToken result;
+  core::SampledToken result;
   if (params.greedy()) {
     result.token = argmax_token(logits);
   } else {
@@ -260,12 +260,12 @@ SampledToken sample_token(std::span<float> logits, const SamplingParams& params,
     apply_top_k(logits, params.top_k);
     apply_top_p(logits, params.top_p);
     apply_min_p(logits, params.min_p);
-    result.token = draw_token(logits, uniform_for_step(context.seed, context.output_tokens.size()));
+    result.token = draw_token(logits, uniform_for_step(context.seed, context.outputs_so_far()));
   }
   TACHYON_CHECK(result.token >= 0) << "sample_token: no token with a finite logit is left (vocab " << logits.size()
-                                   << ", outputs " << context.output_tokens.size() << ")";
+                                   << ", outputs " << context.outputs_so_far() << ")";
   if (params.logprobs >= 0) fill_logprobs(result, raw, params.logprobs);
   return result;
 }
 
-}  // namespace tachyon::engine
+}  // namespace tachyon::kernels::cpu

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <optional>
 
-namespace tachyon::engine {
+namespace tachyon::core {
 
 struct SchedulerConfig {
   int64_t max_num_batched_tokens = 2048;  // tokens computed per step, all sequences together
@@ -16,4 +16,4 @@ struct SchedulerConfig {
   std::optional<int32_t> eos_token_id;
 };
 
-}  // namespace tachyon::engine
+}  // namespace tachyon::core

@@ -1,0 +1,32 @@
+// StepOutput: what a runner returns for one step. One entry per sampled sequence of the plan, in
+// plan order, holding 1 + accepted tokens: the drafts the runner accepted (each equal to the
+// draft it verifies) and then the token it sampled after the last accepted one. Without drafts
+// every entry holds exactly one token.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tachyon/core/sampled_token.h"
+#include "tachyon/core/step_plan.h"
+
+namespace tachyon::core {
+
+struct SequenceOutput {
+  int64_t sequence_id = 0;
+  std::vector<SampledToken> tokens;  // [1 + accepted] in order
+  int64_t num_draft_tokens = 0;      // drafts it carried; accepted = tokens.size() - 1
+
+  int64_t num_accepted() const { return static_cast<int64_t>(tokens.size()) - 1; }
+};
+
+struct StepOutput {
+  std::vector<SequenceOutput> sequences;
+};
+
+// One sampled token per sampled sequence of `plan` (a plan without drafts) as a StepOutput.
+StepOutput one_token_each(const StepPlan& plan, std::vector<SampledToken> sampled);
+// Every token of `output` in order (one per sequence without drafts).
+std::vector<SampledToken> flatten(const StepOutput& output);
+
+}  // namespace tachyon::core

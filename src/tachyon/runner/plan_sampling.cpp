@@ -1,0 +1,49 @@
+#include "tachyon/runner/plan_sampling.h"
+
+#include <vector>
+
+#include "tachyon/base/check.h"
+#include "tachyon/kernels/sampling.h"
+
+namespace tachyon::runner {
+
+namespace {
+
+// The tokens of one sampled sequence: row 0 after its last known token, row i after draft i.
+core::SequenceOutput verify_sequence(const core::ScheduledSequence& s, std::span<float> logits, size_t first_row,
+                                     int64_t vocab) {
+  TACHYON_CHECK(s.params != nullptr) << "sequence " << s.sequence_id << " is sampled but has no params";
+  core::SequenceOutput out;
+  out.sequence_id = s.sequence_id;
+  out.num_draft_tokens = s.num_draft_tokens();
+  // The outputs history grows by each accepted draft (only when a penalty reads it).
+  std::vector<int32_t> outputs = s.output_tokens;
+  for (int64_t i = 0; i <= s.num_draft_tokens(); ++i) {
+    std::span<float> row(logits.data() + static_cast<int64_t>(first_row + static_cast<size_t>(i)) * vocab,
+                         static_cast<size_t>(vocab));
+    kernels::cpu::SamplingContext context{s.prompt_tokens, outputs, s.seed, s.eos_token_id,
+                                          s.num_output_tokens + i};
+    out.tokens.push_back(kernels::cpu::sample_token(row, *s.params, context));
+    if (i == s.num_draft_tokens() || out.tokens.back().token != s.draft_tokens[static_cast<size_t>(i)]) break;
+    if (s.params->penalizes_outputs()) outputs.push_back(out.tokens.back().token);
+  }
+  return out;
+}
+
+}  // namespace
+
+core::StepOutput sample_plan_rows(const core::StepPlan& plan, std::span<float> logits, int64_t vocab) {
+  core::StepOutput output;
+  size_t row = 0;
+  for (const core::ScheduledSequence& s : plan.sequences) {
+    if (!s.sample) continue;
+    output.sequences.push_back(verify_sequence(s, logits, row, vocab));
+    row += 1 + static_cast<size_t>(s.num_draft_tokens());
+  }
+  TACHYON_CHECK(row == plan.logits_rows.size()) << "internal: " << row << " sampled rows, the plan has "
+                                                 << plan.logits_rows.size();
+  TACHYON_CHECK(logits.size() >= row * static_cast<size_t>(vocab)) << "internal: logits hold fewer rows than the plan";
+  return output;
+}
+
+}  // namespace tachyon::runner
