@@ -11,7 +11,7 @@
 #include "tachyon/base/check.h"
 
 namespace tachyon::engine {
-using namespace tachyon::core;
+
 namespace {
 
 std::vector<int32_t> iota_tokens(int n, int start = 0) {

@@ -68,14 +68,14 @@ class FakeVerifyingRunner {
         EXPECT_EQ(plan.token_ids[static_cast<size_t>(s.first_token + s.num_tokens - k + i)], s.draft_tokens[static_cast<size_t>(i)]);
       }
       core::SequenceOutput seq{s.sequence_id, {}, k};
-      for (int64_t i = 0; i <= k; ++i, ++row) {
+      for (int64_t i = 0; i <= k; ++i) {
         const int64_t position = s.num_computed + s.num_tokens - 1 - k + i;  // the row's token
-        EXPECT_EQ(plan.logits_rows[row], s.first_token + (position - s.num_computed));
+        EXPECT_EQ(plan.logits_rows[row++], s.first_token + (position - s.num_computed));
         core::SampledToken token;
         token.token = next_token(read_context(s, plan.block_size, position));
         seq.tokens.push_back(token);
         if (i == k || token.token != s.draft_tokens[static_cast<size_t>(i)]) {
-          row += static_cast<size_t>(k - i);
+          row += static_cast<size_t>(k - i);  // the rows of drafts after the first rejected one
           break;
         }
       }

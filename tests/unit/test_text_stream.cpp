@@ -7,7 +7,7 @@
 #include <random>
 
 namespace tachyon::engine {
-using namespace tachyon::core; using namespace tachyon::app;
+using namespace tachyon::app;
 namespace {
 
 const tokenizer::Tokenizer& qwen3() {

@@ -1,4 +1,4 @@
-// The one place that turns a model directory and an core::EngineConfig into a ModelRunner: resolves
+// The one place that turns a model directory and an EngineConfig into a ModelRunner: resolves
 // --device (auto: CUDA when this build has it, a GPU is present and the model's shapes are ones
 // the CUDA kernels serve; else the CPU reference), loads the weights in the runner's dtype, and
 // fills the start-up fields of the config (device.kind, gpu_name, model_identity, and
@@ -16,7 +16,7 @@
 namespace tachyon::app {
 
 struct LoadedRunner {
-  std::unique_ptr<ModelRunner> runner;
+  std::unique_ptr<runner::ModelRunner> runner;
   model::ModelConfig model_config;
 };
 
