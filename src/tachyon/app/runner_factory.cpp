@@ -85,7 +85,7 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
       for (int r = 0; r < local; ++r) layout.devices[static_cast<size_t>(r)] = r;
       runner::TpCommFactory comms = nnodes > 1 ? runner::multi_node_tp_comm_factory(config.device.master_addr,
                                                                    config.device.master_port, tp)
-                                       : default_tp_comm_factory(layout.devices);
+                                       : runner::default_tp_comm_factory(layout.devices);
       model::SafetensorsCheckpoint checkpoint(model_dir);
       auto runner = std::make_unique<runner::TpCudaModelRunner>(model::load_weights_bf16(model_config, checkpoint), config,
                                                         std::move(layout), std::move(comms));

@@ -164,7 +164,7 @@ void CudaModelRunner::plan_workspace(const core::EngineConfig& config) {
   // The variable tail holds the token histories of rows with penalties (at most every token of
   // every sequence) and the ids min_tokens masks (stop_token_ids, bounded at the door, + EOS).
   staging_bytes_ = layout_.variable + static_cast<size_t>(s.max_num_seqs) *
-                                          (static_cast<size_t>(s.max_model_len) + engine::kMaxStopTokenIds + 1) *
+                                          (static_cast<size_t>(s.max_model_len) + core::kMaxStopTokenIds + 1) *
                                           sizeof(int32_t);
   staging_host_ = cuda::PinnedBuffer(staging_bytes_);
   staging_device_ = cuda::DeviceBuffer(staging_bytes_);
