@@ -7,6 +7,7 @@
 #include "tachyon/base/check.h"
 #include "tachyon/base/file_util.h"
 #include "tachyon/model/dense_model.h"
+#include "tachyon/model/gpu_support.h"
 #include "tachyon/model/tp_shard.h"
 #include "tachyon/runner/cpu_model_runner.h"
 #include "tachyon/runner/tp_cpu_model_runner.h"
@@ -25,29 +26,7 @@ std::string model_identity(const std::filesystem::path& model_dir, const model::
   return config.architecture + ":" + hex;
 }
 
-std::string cuda_unsupported_reason(const model::ModelConfig& config) {
-  if (config.has_sparse_attention() && (config.q_lora_rank == 0 || config.index_head_dim % 8 != 0 ||
-                                         config.index_head_dim > 128 || config.index_n_heads > 256)) {
-    return "DeepSeek sparse attention (" + config.architecture + ") on the GPU needs a q LoRA, index_head_dim a "
-           "multiple of 8 up to 128 and at most 256 index heads";
-  }
-  if (config.is_mla()) {
-    if (config.kv_lora_rank % 8 != 0 || config.kv_lora_rank > 512 || config.qk_rope_head_dim % 8 != 0 ||
-        config.qk_rope_head_dim > 64) {
-      return "multi-head latent attention on the GPU takes kv_lora_rank a multiple of 8 up to 512 and "
-             "qk_rope_head_dim a multiple of 8 up to 64";
-    }
-  } else if (config.head_dim != 64 && config.head_dim != 128 && config.head_dim != 256) {
-    return "head_dim " + std::to_string(config.head_dim) + " (the CUDA attention kernels serve 64, 128 and 256)";
-  }
-  if (config.is_moe() && (config.num_experts > 256 || config.num_experts_per_tok > 16 || config.moe_intermediate_size % 8 != 0)) {
-    return "the CUDA MoE kernels take at most 256 experts, top-16, and a moe_intermediate_size that is a multiple of 8";
-  }
-  if (config.hidden_size % 8 != 0 || config.intermediate_size % 8 != 0 || config.vocab_size % 8 != 0) {
-    return "hidden, intermediate and vocab sizes must be multiples of 8 for the GPU's 16-byte loads";
-  }
-  return "";
-}
+std::string cuda_unsupported_reason(const model::ModelConfig& config) { return model::gpu_decoder_unsupported(config); }
 
 LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineConfig& config) {
   const model::ModelConfig model_config = model::ModelConfig::from_dir(model_dir);

@@ -1,35 +1,39 @@
-// The CUDA runner's activation buffers, carved from one allocation at start-up (plan_workspace):
-// shared by the runner's translation units (cuda_model_runner.cpp, cuda_mla_attention.cpp).
+// The activation buffers of the GPU decoder, carved from one allocation at start-up. The buffers
+// that pass a layer's data from block to block (residual, normed, proj, attn) are the decoder's;
+// each block adds the ones only it uses (MoE routing, latent queries, the indexer's scores) in
+// its plan_workspace(), sized for the limits, so a model pays only for the blocks it has.
+// Shapes in [rows, features]; T = GpuLimits::max_tokens, S = GpuLimits::max_seqs.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "tachyon/kernels/cuda/sampling.h"
-#include "tachyon/runner/cuda/cuda_model_runner.h"
+#include "tachyon/tensor/cuda/cuda_check.h"
 
-namespace tachyon::runner {
+namespace tachyon::model::gpu {
 
-// Activation buffers for up to limits_.max_tokens rows; shapes in [rows, features].
-struct CudaModelRunner::Workspace {
-  using SampledRow = kernels::cuda::SampledRow;
+using kernels::cuda::bf16;
+
+struct Workspace {
+  // The decoder's.
   bf16* residual = nullptr;   // [T, hidden] the residual stream
   bf16* normed = nullptr;     // [T, hidden] input of the next projection
-  bf16* qkv = nullptr;        // [T, q_size + 2 * kv_size]
-  bf16* q = nullptr;          // [T, q_size] normed + rotated q
-  bf16* attn = nullptr;       // [T, max(q_size, heads * v_head_dim)] attention output
-  bf16* proj = nullptr;       // [T, hidden] o_proj / down_proj output
-  bf16* gate_up = nullptr;    // [T, 2 * intermediate]
-  bf16* act = nullptr;        // [T, intermediate]
+  bf16* attn = nullptr;       // [T, max(q_size, heads * v_head_dim)] attention output (o_proj's input)
+  bf16* proj = nullptr;       // [T, hidden] o_proj / down output (joins the residual in the next norm)
   bf16* selected = nullptr;   // [S, hidden] final-normed rows whose logits are computed
   float* logits = nullptr;    // [S, vocab] f32
   float* local_logits = nullptr;     // TP: [S, vocab_rows] f32, this rank's vocab slice
   float* gathered_logits = nullptr;  // TP: [tp, S, vocab_rows] f32, every rank's slice
+  // Dense attention.
+  bf16* qkv = nullptr;        // [T, q_size + 2 * kv_size]
+  bf16* q = nullptr;          // [T, q_size] normed + rotated q
   void* decode_scratch = nullptr;
   size_t decode_scratch_bytes = 0;
-  void* sampler_scratch = nullptr;
-  size_t sampler_scratch_bytes = 0;
-  SampledRow* sampled = nullptr;  // [S]
+  // Dense MLP.
+  bf16* gate_up = nullptr;    // [T, 2 * intermediate]
+  bf16* act = nullptr;        // [T, intermediate]
   // Mixture-of-experts layers (T tokens, k experts each: T * k pairs).
   float* router_logits = nullptr;     // [T, num_experts] f32
   int32_t* topk_ids = nullptr;        // [T, k]
@@ -50,7 +54,7 @@ struct CudaModelRunner::Workspace {
   bf16* q_absorbed = nullptr;         // [T, heads * qa] [q_nope @ W_uk | rope(q_pe)]
   bf16* attn_latent = nullptr;        // [T, heads * kv_lora_rank] attended latents
   // f32 partials of the split latent-attention kernels: dense decode and DSA's sparse attention
-  // (one buffer: each launch checks its own size, and they run one after another on stream_).
+  // (one buffer: each launch checks its own size, and they run one after another on one stream).
   void* mla_split_scratch = nullptr;
   size_t mla_split_scratch_bytes = 0;
   // DeepSeek-V3.2's indexer (H_I heads of D_I, top-k K, scores over max_model_len columns).
@@ -63,4 +67,22 @@ struct CudaModelRunner::Workspace {
   size_t topk_scratch_bytes = 0;
 };
 
-}  // namespace tachyon::runner
+// Collects (pointer, bytes) pairs, then points each into one allocation, 256-byte aligned.
+class WorkspacePlan {
+ public:
+  template <typename T>
+  void add(T** slot, size_t bytes) {
+    entries_.push_back({reinterpret_cast<void**>(slot), bytes});
+  }
+  size_t bytes() const;       // the allocation the entries need
+  void assign(void* base);    // points every slot into [base, base + bytes())
+
+ private:
+  struct Entry {
+    void** slot;
+    size_t bytes;
+  };
+  std::vector<Entry> entries_;
+};
+
+}  // namespace tachyon::model::gpu

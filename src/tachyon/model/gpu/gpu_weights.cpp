@@ -1,11 +1,11 @@
-#include "tachyon/runner/cuda/cuda_weights.h"
+#include "tachyon/model/gpu/gpu_weights.h"
 
 #include <cstring>
 
 #include "tachyon/model/dsa_indexer.h"
 #include "tachyon/tensor/dtype.h"
 
-namespace tachyon::runner {
+namespace tachyon::model::gpu {
 namespace {
 
 constexpr size_t kAlign = 256;
@@ -23,7 +23,7 @@ struct Piece {
 
 }  // namespace
 
-CudaDenseWeights::CudaDenseWeights(const model::Bf16ModelWeights& w, const std::vector<float>& inv_freq)
+CudaDenseWeights::CudaDenseWeights(const Bf16ModelWeights& w, const std::vector<float>& inv_freq)
     : config_(w.config) {
   // Pass 1: every tensor's offset. Pass 2: one allocation, the copies, then the pointers.
   std::vector<Piece> pieces;
@@ -51,13 +51,13 @@ CudaDenseWeights::CudaDenseWeights(const model::Bf16ModelWeights& w, const std::
     const Tensor* wk = &l.indexer_wk;
     const Tensor* k_norm = &l.indexer_k_norm;
     const Tensor* k_norm_bias = &l.indexer_k_norm_bias;
-    if (config_.index_rope_layout == model::RopeLayout::kInterleaved && !l.indexer_wk.empty()) {
-      const std::vector<int64_t> order = model::indexer_rotate_half_row_order(config_);
+    if (config_.index_rope_layout == RopeLayout::kInterleaved && !l.indexer_wk.empty()) {
+      const std::vector<int64_t> order = indexer_rotate_half_row_order(config_);
       auto& copies = reordered[i];
-      copies = {model::reorder_indexer_rows(l.indexer_wq_b, order, config_.q_lora_rank),
-                model::reorder_indexer_rows(l.indexer_wk, order, config_.hidden_size),
-                model::reorder_indexer_rows(l.indexer_k_norm, order, 1),
-                model::reorder_indexer_rows(l.indexer_k_norm_bias, order, 1)};
+      copies = {reorder_indexer_rows(l.indexer_wq_b, order, config_.q_lora_rank),
+                reorder_indexer_rows(l.indexer_wk, order, config_.hidden_size),
+                reorder_indexer_rows(l.indexer_k_norm, order, 1),
+                reorder_indexer_rows(l.indexer_k_norm_bias, order, 1)};
       wq_b = &copies[0];
       wk = &copies[1];
       k_norm = &copies[2];
@@ -92,4 +92,4 @@ CudaDenseWeights::CudaDenseWeights(const model::Bf16ModelWeights& w, const std::
   if (lm_head_ == nullptr) lm_head_ = embed_tokens_;  // tied
 }
 
-}  // namespace tachyon::runner
+}  // namespace tachyon::model::gpu

@@ -11,7 +11,7 @@
 #include "tachyon/model/model_weights.h"
 #include "tachyon/tensor/cuda/device_buffer.h"
 
-namespace tachyon::runner {
+namespace tachyon::model::gpu {
 
 using kernels::cuda::bf16;
 
@@ -54,9 +54,9 @@ struct CudaLayerWeights {
 class CudaDenseWeights {
  public:
   // Uploads `weights` (bf16 bit patterns) and `inv_freq` ([head_dim / 2] f32).
-  CudaDenseWeights(const model::Bf16ModelWeights& weights, const std::vector<float>& inv_freq);
+  CudaDenseWeights(const Bf16ModelWeights& weights, const std::vector<float>& inv_freq);
 
-  const model::ModelConfig& config() const { return config_; }
+  const ModelConfig& config() const { return config_; }
   const std::vector<CudaLayerWeights>& layers() const { return layers_; }
   const bf16* embed_tokens() const { return embed_tokens_; }  // [vocab, hidden]
   const bf16* final_norm() const { return final_norm_; }      // [hidden]
@@ -65,7 +65,7 @@ class CudaDenseWeights {
   size_t bytes() const { return storage_.bytes(); }
 
  private:
-  model::ModelConfig config_;
+  ModelConfig config_;
   cuda::DeviceBuffer storage_;
   std::vector<CudaLayerWeights> layers_;
   const bf16* embed_tokens_ = nullptr;
@@ -74,4 +74,4 @@ class CudaDenseWeights {
   const float* inv_freq_ = nullptr;
 };
 
-}  // namespace tachyon::runner
+}  // namespace tachyon::model::gpu

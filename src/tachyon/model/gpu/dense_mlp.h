@@ -1,0 +1,23 @@
+// DenseMlpBlock: the gated MLP on the GPU, down(silu(gate) * up) with gate and up fused into one
+// product; the layers of a dense model and the first_k_dense layers of DeepSeek-style models.
+#pragma once
+
+#include "tachyon/model/gpu/gpu_block.h"
+
+namespace tachyon::model::gpu {
+
+class DenseMlpBlock : public GpuBlock {
+ public:
+  explicit DenseMlpBlock(BlockContext& context) : GpuBlock(context) {}
+  void plan_workspace(WorkspacePlan& plan) override;
+  void add_gemm_problems(int64_t m, std::vector<kernels::cuda::GemmProblem>& problems) const override;
+  std::vector<RoleInfo> roles() const override;
+  void run_role(LinearRole role, int64_t layer, int64_t m) override;
+  void forward(int64_t layer, const GpuStep& step) override;
+
+ private:
+  LinearShape gate_up_shape() const { return {2 * ctx_.config.intermediate_size, ctx_.config.hidden_size}; }
+  LinearShape down_shape() const { return {ctx_.config.hidden_size, ctx_.config.intermediate_size}; }
+};
+
+}  // namespace tachyon::model::gpu

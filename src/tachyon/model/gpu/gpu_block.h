@@ -1,0 +1,65 @@
+// GpuBlock: one kind of layer part of the GPU decoder (dense attention, latent attention with
+// its optional sparse selector, dense MLP, MoE MLP), one file each. A block reads its layer's
+// input from Workspace::normed and leaves its output in Workspace::proj; it owns its weights
+// (views of the uploaded model), its own workspace buffers for the planned limits, the GEMM
+// problems it issues (which feed cuBLASLt tuning), its roles (which feed the GEMV choice) and,
+// for attention blocks, the KV regions it caches. Why a block cannot serve a config is said by
+// model/gpu_support.h, which the CPU build can call too.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include "tachyon/kernels/cuda/gemm.h"
+#include "tachyon/model/gpu/gpu_step.h"
+#include "tachyon/model/gpu/gpu_weights.h"
+#include "tachyon/model/gpu/gpu_workspace.h"
+#include "tachyon/model/gpu/linear_dispatch.h"
+#include "tachyon/model/model_config.h"
+
+namespace tachyon::model::gpu {
+
+// What every block works with, fixed at start-up. References outlive the blocks (the decoder
+// owns them); kv is set once the runner has allocated the cache.
+struct BlockContext {
+  const ModelConfig& config;
+  const CudaDenseWeights& weights;
+  Workspace& ws;
+  LinearDispatch& linear;
+  GpuLimits limits;
+  const KvCache* kv = nullptr;
+  cudaStream_t stream = nullptr;
+  // Row-parallel products (o_proj, down) add their bias: false on tensor-parallel ranks > 0, so
+  // the all-reduce that follows sums it once.
+  bool row_parallel_bias = true;
+};
+
+class GpuBlock {
+ public:
+  explicit GpuBlock(BlockContext& context) : ctx_(context) {}
+  virtual ~GpuBlock() = default;
+  GpuBlock(const GpuBlock&) = delete;
+  GpuBlock& operator=(const GpuBlock&) = delete;
+
+  // Adds the block's own buffers, sized for ctx_.limits.
+  virtual void plan_workspace(WorkspacePlan& plan) = 0;
+  // The GEMM problems of m rows this block issues.
+  virtual void add_gemm_problems(int64_t m, std::vector<kernels::cuda::GemmProblem>& problems) const = 0;
+  // The roles it runs (valid after the workspace is assigned) and one of them for m rows of
+  // `layer` on its buffers, for timing.
+  virtual std::vector<RoleInfo> roles() const = 0;
+  virtual void run_role(LinearRole role, int64_t layer, int64_t m) = 0;
+  // The K/V regions it caches per token (attention blocks); none by default.
+  virtual std::vector<KvRegion> kv_regions() const { return {}; }
+  // Layer `layer` for the step: Workspace::normed -> Workspace::proj.
+  virtual void forward(int64_t layer, const GpuStep& step) = 0;
+
+ protected:
+  const CudaLayerWeights& layer_weights(int64_t layer) const {
+    return ctx_.weights.layers()[static_cast<size_t>(layer)];
+  }
+  BlockContext& ctx_;
+};
+
+}  // namespace tachyon::model::gpu

@@ -1,0 +1,191 @@
+#include "tachyon/model/gpu/gpu_decoder.h"
+
+#include <algorithm>
+
+#include "tachyon/dist/communicator.h"
+#include "tachyon/kernels/cuda/embedding.h"
+#include "tachyon/kernels/cuda/rms_norm.h"
+#include "tachyon/model/gpu/dense_attention.h"
+#include "tachyon/model/gpu/dense_mlp.h"
+#include "tachyon/model/gpu/latent_attention.h"
+#include "tachyon/model/gpu/moe_mlp.h"
+#include "tachyon/model/gpu_support.h"
+
+namespace tachyon::model::gpu {
+
+namespace kc = kernels::cuda;
+
+const char* linear_role_name(LinearRole role) {
+  static const char* kNames[kLinearRoleCount] = {"qkv",     "o_proj", "gate_up", "silu+down", "lm_head",
+                                                 "mla q_a", "mla q_b", "kv_a",   "mla o",     "router",
+                                                 "shared gate_up", "shared silu+down"};
+  return kNames[static_cast<int>(role)];
+}
+
+GpuDecoder::GpuDecoder(const CudaDenseWeights& weights, LinearDispatch& linear, const GpuLimits& limits,
+                       cudaStream_t stream, TpSeam tp)
+    : weights_(weights),
+      tp_(tp),
+      vocab_rows_(tp.vocab_rows > 0 ? tp.vocab_rows : weights.config().vocab_size),
+      ctx_{weights.config(), weights, ws_, linear, limits, &kv_, stream, tp.comm == nullptr || tp.comm->rank() == 0} {
+  const ModelConfig& c = config();
+  const std::string reason = gpu_decoder_unsupported(c);
+  TACHYON_CHECK(reason.empty()) << "the GPU decoder cannot serve " << c.architecture << ": " << reason;
+  if (c.is_mla()) {
+    attention_ = std::make_unique<LatentAttentionBlock>(ctx_);
+  } else {
+    attention_ = std::make_unique<DenseAttentionBlock>(ctx_);
+  }
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    std::unique_ptr<GpuBlock>& mlp = c.is_moe_layer(l) ? moe_mlp_ : dense_mlp_;
+    if (mlp == nullptr) {
+      mlp = c.is_moe_layer(l) ? std::unique_ptr<GpuBlock>(std::make_unique<MoeMlpBlock>(ctx_))
+                              : std::unique_ptr<GpuBlock>(std::make_unique<DenseMlpBlock>(ctx_));
+    }
+    mlp_of_layer_.push_back(mlp.get());
+  }
+}
+
+GpuDecoder::~GpuDecoder() = default;
+
+void GpuDecoder::plan_workspace(WorkspacePlan& plan) {
+  const ModelConfig& c = config();
+  const size_t T = static_cast<size_t>(ctx_.limits.max_tokens), S = static_cast<size_t>(ctx_.limits.max_seqs);
+  const size_t hidden = static_cast<size_t>(c.hidden_size);
+  const size_t attn_width = std::max(static_cast<size_t>(c.q_size()),
+                                     static_cast<size_t>(c.num_attention_heads) * static_cast<size_t>(c.value_head_dim()));
+  const size_t slice = S * static_cast<size_t>(vocab_rows_) * 4;
+  plan.add(&ws_.residual, T * hidden * 2);
+  plan.add(&ws_.normed, T * hidden * 2);
+  plan.add(&ws_.attn, T * attn_width * 2);
+  plan.add(&ws_.proj, T * hidden * 2);
+  plan.add(&ws_.selected, S * hidden * 2);
+  plan.add(&ws_.logits, S * static_cast<size_t>(c.vocab_size) * 4);
+  plan.add(&ws_.local_logits, tensor_parallel() ? slice : 0);
+  plan.add(&ws_.gathered_logits, tensor_parallel() ? static_cast<size_t>(tp_.comm->size()) * slice : 0);
+  attention_->plan_workspace(plan);
+  if (dense_mlp_ != nullptr) dense_mlp_->plan_workspace(plan);
+  if (moe_mlp_ != nullptr) moe_mlp_->plan_workspace(plan);
+}
+
+std::vector<KvRegion> GpuDecoder::kv_regions() const { return attention_->kv_regions(); }
+
+void GpuDecoder::set_kv_cache(const KvCache& cache) { kv_ = cache; }
+
+std::vector<kc::GemmProblem> GpuDecoder::gemm_problems(int64_t m) const {
+  std::vector<kc::GemmProblem> problems;
+  attention_->add_gemm_problems(m, problems);
+  if (dense_mlp_ != nullptr) dense_mlp_->add_gemm_problems(m, problems);
+  if (moe_mlp_ != nullptr) moe_mlp_->add_gemm_problems(m, problems);
+  if (m <= ctx_.limits.max_seqs) problems.push_back({m, vocab_rows_, config().hidden_size, kc::GemmOutputType::kF32, false});
+  return problems;
+}
+
+std::vector<RoleInfo> GpuDecoder::roles() const {
+  std::vector<RoleInfo> roles = attention_->roles();
+  for (const GpuBlock* mlp : {dense_mlp_.get(), moe_mlp_.get()}) {
+    if (mlp == nullptr) continue;
+    for (const RoleInfo& r : mlp->roles()) roles.push_back(r);
+  }
+  const int64_t H = config().hidden_size;
+  roles.push_back({LinearRole::kLmHead, {vocab_rows_, H}, ws_.selected, H});
+  std::sort(roles.begin(), roles.end(), [](const RoleInfo& a, const RoleInfo& b) { return a.role < b.role; });
+  return roles;
+}
+
+GpuBlock* GpuDecoder::owner_of(LinearRole role, int64_t layer) const {
+  if (layer < 0 || layer >= static_cast<int64_t>(mlp_of_layer_.size())) return nullptr;
+  switch (role) {
+    case LinearRole::kGateUp:
+    case LinearRole::kDownWithSilu:
+      return mlp_of_layer_[static_cast<size_t>(layer)] == dense_mlp_.get() ? dense_mlp_.get() : nullptr;
+    case LinearRole::kRouter:
+    case LinearRole::kSharedGateUp:
+    case LinearRole::kSharedDownWithSilu:
+      return mlp_of_layer_[static_cast<size_t>(layer)] == moe_mlp_.get() ? moe_mlp_.get() : nullptr;
+    case LinearRole::kLmHead:
+      return nullptr;
+    default:
+      return attention_.get();
+  }
+}
+
+bool GpuDecoder::role_runs_on(LinearRole role, int64_t layer) const {
+  if (role == LinearRole::kLmHead) return layer < 0;
+  const GpuBlock* owner = owner_of(role, layer);
+  if (owner == nullptr) return false;
+  for (const RoleInfo& r : owner->roles()) {
+    if (r.role == role) return r.shape.n > 0;
+  }
+  return false;
+}
+
+void GpuDecoder::run_role(LinearRole role, int64_t layer, int64_t m) {
+  if (role == LinearRole::kLmHead) {
+    run_lm_head(m);
+  } else if (GpuBlock* owner = owner_of(role, layer)) {
+    owner->run_role(role, layer, m);
+  }
+}
+
+void GpuDecoder::run_lm_head(int64_t m) {
+  ctx_.linear.linear(LinearRole::kLmHead, {vocab_rows_, config().hidden_size},
+                     tensor_parallel() ? ws_.local_logits : ws_.logits, GemmOutputType::kF32, ws_.selected,
+                     weights_.lm_head(), nullptr, m, ctx_.stream);
+}
+
+void GpuDecoder::all_reduce_hidden(bf16* data, int64_t rows) {
+  if (!tensor_parallel() || rows == 0) return;
+  tp_.comm->all_reduce(data, data, static_cast<size_t>(rows * config().hidden_size), dist::ReduceType::kBF16,
+                       ctx_.stream);
+}
+
+void GpuDecoder::forward(const GpuStep& step) {
+  const ModelConfig& c = config();
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const int64_t T = step.shape.num_tokens, H = c.hidden_size;
+  const StepMetadata& m = step.metadata;
+  cudaStream_t stream = ctx_.stream;
+
+  kc::embedding_shard(ws_.residual, m.token_ids, weights_.embed_tokens(), T, H, tp_.vocab_begin, vocab_rows_, stream);
+  all_reduce_hidden(ws_.residual, T);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const CudaLayerWeights& w = weights_.layers()[static_cast<size_t>(l)];
+    // Attention block: the previous MLP's output joins the residual inside the norm.
+    if (l == 0) {
+      kc::rms_norm(ws_.normed, ws_.residual, w.input_norm, T, H, eps, stream);
+    } else {
+      kc::add_rms_norm(ws_.normed, ws_.residual, ws_.proj, w.input_norm, T, H, eps, stream);
+    }
+    attention_->forward(l, step);
+    all_reduce_hidden(ws_.proj, T);
+    // MLP block.
+    kc::add_rms_norm(ws_.normed, ws_.residual, ws_.proj, w.post_attention_norm, T, H, eps, stream);
+    mlp_of_layer_[static_cast<size_t>(l)]->forward(l, step);
+    all_reduce_hidden(ws_.proj, T);
+  }
+  // Final norm on every row (cheap), then only the rows whose logits are wanted go through the
+  // LM head: gathered by the embedding kernel, a row lookup by index.
+  kc::add_rms_norm(ws_.normed, ws_.residual, ws_.proj, weights_.final_norm(), T, H, eps, stream);
+  kc::embedding(ws_.selected, m.logits_rows, ws_.normed, step.shape.num_logits_rows, H, stream);
+  run_lm_head(step.shape.num_logits_rows);
+  if (tensor_parallel()) gather_logits(step.shape.num_logits_rows);
+}
+
+// Every rank's [rows, vocab_rows] slice is gathered ([tp][rows][vocab_rows], rank-major) and
+// copied into its columns of the [rows, vocab] logits, so every rank samples the full row.
+void GpuDecoder::gather_logits(int32_t rows) {
+  if (rows == 0) return;
+  const size_t slice_bytes = static_cast<size_t>(rows) * static_cast<size_t>(vocab_rows_) * sizeof(float);
+  tp_.comm->all_gather(ws_.local_logits, ws_.gathered_logits, slice_bytes, ctx_.stream);
+  const size_t row_bytes = static_cast<size_t>(vocab_rows_) * sizeof(float);
+  for (int r = 0; r < tp_.comm->size(); ++r) {
+    TACHYON_CUDA_CHECK(cudaMemcpy2DAsync(ws_.logits + static_cast<size_t>(r) * vocab_rows_,
+                                         static_cast<size_t>(config().vocab_size) * sizeof(float),
+                                         reinterpret_cast<std::byte*>(ws_.gathered_logits) + r * slice_bytes,
+                                         row_bytes, row_bytes, static_cast<size_t>(rows), cudaMemcpyDeviceToDevice,
+                                         ctx_.stream));
+  }
+}
+
+}  // namespace tachyon::model::gpu

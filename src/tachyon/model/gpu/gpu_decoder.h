@@ -1,0 +1,80 @@
+// GpuDecoder: a decoder-only model's forward on one GPU, built from layer blocks (gpu_block.h).
+// The attention kind (dense q/k/v, or latent with the optional sparse selector) and each layer's
+// MLP kind (dense or mixture of experts) are chosen once at construction; forward() reads top to
+// bottom like the paper:
+//   embed -> per layer: [norm, attention, (all-reduce), norm, MLP, (all-reduce)] -> norm ->
+//   the rows whose logits are wanted -> LM head -> (gather the vocab slices)
+// It owns the weights and the blocks, plans the workspace and lists the KV regions, GEMM
+// problems and linear roles the runner needs to allocate, tune and time; the runner owns the
+// memory, the staging upload, graphs, the linear dispatch and sampling. A second forward over
+// other weights with its own cache (an MTP module, a draft model) is another GpuDecoder.
+// Tensor parallelism: given a TpSeam, the decoder is one rank over its shard (model/tp_shard.h):
+// vocab-parallel embedding + all-reduce, all-reduce after o_proj and after down (their biases on
+// rank 0 only), and a vocab-parallel LM head whose logits are all-gathered.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "tachyon/model/gpu/gpu_block.h"
+
+namespace tachyon::dist {
+class Communicator;
+}
+
+namespace tachyon::model::gpu {
+
+struct TpSeam {
+  dist::Communicator* comm = nullptr;  // the TP group (used on the decoder's stream); null: no TP
+  int64_t vocab_begin = 0;             // the full-vocab rows this rank's embed / lm_head hold
+  int64_t vocab_rows = 0;              // 0: the whole vocabulary
+};
+
+class GpuDecoder {
+ public:
+  // `weights` must outlive the decoder. Throws Error naming the block that cannot serve the model.
+  GpuDecoder(const CudaDenseWeights& weights, LinearDispatch& linear, const GpuLimits& limits, cudaStream_t stream,
+             TpSeam tp = {});
+  ~GpuDecoder();
+
+  const ModelConfig& config() const { return weights_.config(); }
+  int64_t vocab_rows() const { return vocab_rows_; }
+
+  // Adds every buffer of the forward (the decoder's and each block's) to `plan`; the workspace
+  // pointers are valid once the caller has assigned the plan.
+  void plan_workspace(WorkspacePlan& plan);
+  const Workspace& workspace() const { return ws_; }
+  // The K/V regions one layer caches per token, in layout order.
+  std::vector<KvRegion> kv_regions() const;
+  void set_kv_cache(const KvCache& cache);
+  // The GEMM problems of m rows the forward issues (max_logits_rows bounds the LM head's).
+  std::vector<kernels::cuda::GemmProblem> gemm_problems(int64_t m) const;
+  // Every role the model has, with its shape and timing input, and whether it runs on `layer`
+  // (-1: the LM head); run_role runs it on its workspace buffers.
+  std::vector<RoleInfo> roles() const;
+  bool role_runs_on(LinearRole role, int64_t layer) const;
+  void run_role(LinearRole role, int64_t layer, int64_t m);
+
+  // The step's forward, logits of its logits rows into workspace().logits ([rows, vocab] f32).
+  void forward(const GpuStep& step);
+
+ private:
+  bool tensor_parallel() const { return tp_.comm != nullptr; }
+  void all_reduce_hidden(bf16* data, int64_t rows);
+  void gather_logits(int32_t rows);
+  void run_lm_head(int64_t m);
+  GpuBlock* owner_of(LinearRole role, int64_t layer) const;
+
+  const CudaDenseWeights& weights_;
+  TpSeam tp_;
+  int64_t vocab_rows_ = 0;
+  Workspace ws_;
+  KvCache kv_;
+  BlockContext ctx_;
+  std::unique_ptr<GpuBlock> attention_;
+  std::unique_ptr<GpuBlock> dense_mlp_;  // when some layer has a dense MLP
+  std::unique_ptr<GpuBlock> moe_mlp_;    // when some layer has experts
+  std::vector<GpuBlock*> mlp_of_layer_;  // [num_hidden_layers], chosen once
+};
+
+}  // namespace tachyon::model::gpu

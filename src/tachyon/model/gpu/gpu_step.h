@@ -1,0 +1,82 @@
+// What a GPU forward reads besides its weights: the step's shape (from the plan, on the host:
+// sizes that shape launches never come from device memory), its metadata on the device (views
+// into the runner's staging buffer), the limits everything was planned for, and the KV cache.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tachyon/tensor/cuda/cuda_check.h"
+#include "tachyon/tensor/dtype.h"
+
+namespace tachyon::model::gpu {
+
+using kernels::cuda::bf16;
+
+struct ForwardShape {
+  int32_t num_tokens = 0;
+  int32_t num_seqs = 0;
+  int32_t num_logits_rows = 0;
+  int32_t max_query_len = 0;
+  int32_t max_context_len = 0;
+  int32_t num_decode_seqs = 0;  // leading one-token sequences: the split-KV decode kernels; the rest: prefill
+};
+
+// Device views of one step's metadata, int32 throughout.
+struct StepMetadata {
+  const int32_t* token_ids = nullptr;     // [num_tokens]
+  const int32_t* positions = nullptr;     // [num_tokens]
+  const int32_t* slots = nullptr;         // [num_tokens] -1: padding, no K/V write
+  const int32_t* context_lens = nullptr;  // [num_seqs]
+  const int32_t* query_starts = nullptr;  // [num_seqs + 1]
+  const int32_t* block_tables = nullptr;  // [num_seqs, block_table_stride]
+  const int32_t* logits_rows = nullptr;   // [num_logits_rows]
+};
+
+struct GpuStep {
+  ForwardShape shape;
+  StepMetadata metadata;
+};
+
+// What memory was planned for; fixed at start-up.
+struct GpuLimits {
+  int32_t max_tokens = 0;          // rows of one forward
+  int32_t max_seqs = 0;            // sequences (and logits rows) of one forward
+  int32_t max_model_len = 0;       // tokens of one sequence
+  int32_t block_size = 0;          // tokens per KV block
+  int32_t block_table_stride = 0;  // ints per sequence's block table
+};
+
+// One region of a layer's KV cache: what an attention block stores per token, e.g. K and V, or a
+// latent row and an index key. The runner lays out num_blocks * block_size tokens of every
+// region of every layer (layer-major, regions in order) and hands back their addresses.
+struct KvRegion {
+  std::string name;           // "k", "v", "latent", "index_keys"
+  size_t bytes_per_token = 0;
+  DType dtype = DType::kBF16;
+};
+
+class KvCache {
+ public:
+  KvCache() = default;
+  KvCache(std::byte* base, std::vector<size_t> region_bytes) : base_(base), region_bytes_(std::move(region_bytes)) {
+    for (size_t bytes : region_bytes_) layer_bytes_ += bytes;
+  }
+  // Region `region` (an index into the attention block's kv_regions()) of layer `layer`.
+  bf16* region(int64_t layer, size_t region) const {
+    size_t offset = static_cast<size_t>(layer) * layer_bytes_;
+    for (size_t r = 0; r < region; ++r) offset += region_bytes_[r];
+    return reinterpret_cast<bf16*>(base_ + offset);
+  }
+
+ private:
+  std::byte* base_ = nullptr;
+  std::vector<size_t> region_bytes_;  // one layer's region r, every block
+  size_t layer_bytes_ = 0;
+};
+
+}  // namespace tachyon::model::gpu

@@ -1,0 +1,179 @@
+#include "tachyon/model/gpu/latent_attention.h"
+
+#include <algorithm>
+
+#include "tachyon/kernels/cuda/mla_attention.h"
+#include "tachyon/kernels/cuda/mla_rope.h"
+#include "tachyon/kernels/cuda/rms_norm.h"
+#include "tachyon/model/attention_backend.h"
+#include "tachyon/model/gpu_support.h"
+#include "tachyon/model/mla.h"
+#include "tachyon/model/rope.h"
+
+namespace tachyon::model::gpu {
+
+namespace kc = kernels::cuda;
+
+LatentAttentionBlock::LatentAttentionBlock(BlockContext& context) : GpuBlock(context) {
+  const ModelConfig& c = ctx_.config;
+  const std::string reason = latent_attention_gpu_unsupported(c);
+  TACHYON_CHECK(reason.empty()) << "the GPU latent-attention block cannot serve this model: " << reason;
+  rope_attention_scaling_ = static_cast<float>(rope_attention_scaling(c));
+  softmax_scale_ = mla_attention_shape(c, 1, 0).scale;
+  if (c.has_sparse_attention()) selector_ = std::make_unique<SparseSelector>(ctx_, rope_attention_scaling_);
+}
+
+LinearShape LatentAttentionBlock::q_a_shape() const {
+  const ModelConfig& c = ctx_.config;
+  return {c.q_lora_rank > 0 ? c.q_lora_rank : c.num_attention_heads * qk(), c.hidden_size};
+}
+LinearShape LatentAttentionBlock::q_b_shape() const {
+  const ModelConfig& c = ctx_.config;
+  return c.q_lora_rank == 0 ? LinearShape{} : LinearShape{c.num_attention_heads * qk(), c.q_lora_rank};
+}
+LinearShape LatentAttentionBlock::kv_a_shape() const {
+  return {ctx_.config.kv_lora_rank + ctx_.config.qk_rope_head_dim, ctx_.config.hidden_size};
+}
+LinearShape LatentAttentionBlock::o_shape() const {
+  return {ctx_.config.hidden_size, ctx_.config.num_attention_heads * ctx_.config.v_head_dim};
+}
+
+void LatentAttentionBlock::plan_workspace(WorkspacePlan& plan) {
+  const ModelConfig& c = ctx_.config;
+  Workspace& ws = ctx_.ws;
+  const size_t T = static_cast<size_t>(ctx_.limits.max_tokens), heads = static_cast<size_t>(c.num_attention_heads);
+  const size_t rank = static_cast<size_t>(c.kv_lora_rank), rope = static_cast<size_t>(c.qk_rope_head_dim);
+  // One scratch holds the larger of the two kernels' partials (sparse: steps of max_tokens
+  // tokens over index_topk kept entries; the size stops growing past a few waves of tokens).
+  ws.mla_split_scratch_bytes = kc::mla_decode_workspace_bytes(ctx_.limits.max_seqs, static_cast<int32_t>(heads),
+                                                              static_cast<int32_t>(rank), ctx_.limits.max_model_len);
+  if (selector_ != nullptr) {
+    ws.mla_split_scratch_bytes = std::max(
+        ws.mla_split_scratch_bytes, kc::sparse_mla_workspace_bytes(ctx_.limits.max_tokens, static_cast<int32_t>(heads),
+                                                                   static_cast<int32_t>(rank),
+                                                                   static_cast<int32_t>(c.index_topk)));
+  }
+  plan.add(&ws.q_lora, T * static_cast<size_t>(c.q_lora_rank) * 2);
+  plan.add(&ws.q_full, T * heads * static_cast<size_t>(qk()) * 2);
+  plan.add(&ws.kv_a, T * (rank + rope) * 2);
+  plan.add(&ws.q_absorbed, T * heads * (rank + rope) * 2);
+  plan.add(&ws.attn_latent, T * heads * rank * 2);
+  plan.add(&ws.mla_split_scratch, ws.mla_split_scratch_bytes);
+  if (selector_ != nullptr) selector_->plan_workspace(plan);
+}
+
+void LatentAttentionBlock::add_gemm_problems(int64_t m, std::vector<kc::GemmProblem>& problems) const {
+  const auto bf = kc::GemmOutputType::kBF16;
+  problems.push_back({m, q_a_shape().n, q_a_shape().k, bf, false});
+  if (q_b_shape().n > 0) problems.push_back({m, q_b_shape().n, q_b_shape().k, bf, false});
+  problems.push_back({m, kv_a_shape().n, kv_a_shape().k, bf, false});
+  problems.push_back({m, o_shape().n, o_shape().k, bf, false});
+  if (selector_ != nullptr) selector_->add_gemm_problems(m, problems);
+}
+
+std::vector<RoleInfo> LatentAttentionBlock::roles() const {
+  std::vector<RoleInfo> roles = {{LinearRole::kMlaQA, q_a_shape(), ctx_.ws.normed, q_a_shape().k}};
+  if (q_b_shape().n > 0) roles.push_back({LinearRole::kMlaQB, q_b_shape(), ctx_.ws.q_lora, q_b_shape().k});
+  roles.push_back({LinearRole::kMlaKvA, kv_a_shape(), ctx_.ws.normed, kv_a_shape().k});
+  roles.push_back({LinearRole::kMlaO, o_shape(), ctx_.ws.attn, o_shape().k});
+  return roles;
+}
+
+void LatentAttentionBlock::run_role(LinearRole role, int64_t layer, int64_t m) {
+  const CudaLayerWeights& w = layer_weights(layer);
+  Workspace& ws = ctx_.ws;
+  const auto bf = GemmOutputType::kBF16;
+  switch (role) {
+    case LinearRole::kMlaQA:  // q_a_proj into the q LoRA, or (no q LoRA) q_proj straight to the heads
+      if (w.q_a_proj != nullptr) {
+        ctx_.linear.linear(role, q_a_shape(), ws.q_lora, bf, ws.normed, w.q_a_proj, nullptr, m, ctx_.stream);
+      } else {
+        ctx_.linear.linear(role, q_a_shape(), ws.q_full, bf, ws.normed, w.q_b_proj, nullptr, m, ctx_.stream);
+      }
+      break;
+    case LinearRole::kMlaQB:
+      ctx_.linear.linear(role, q_b_shape(), ws.q_full, bf, ws.q_lora, w.q_b_proj, nullptr, m, ctx_.stream);
+      break;
+    case LinearRole::kMlaKvA:
+      ctx_.linear.linear(role, kv_a_shape(), ws.kv_a, bf, ws.normed, w.kv_a_proj, nullptr, m, ctx_.stream);
+      break;
+    case LinearRole::kMlaO:
+      ctx_.linear.linear(role, o_shape(), ws.proj, bf, ws.attn, w.o_proj, nullptr, m, ctx_.stream);
+      break;
+    default:
+      break;
+  }
+}
+
+std::vector<KvRegion> LatentAttentionBlock::kv_regions() const {
+  const ModelConfig& c = ctx_.config;
+  std::vector<KvRegion> regions = {
+      {"latent", static_cast<size_t>(c.kv_lora_rank + c.qk_rope_head_dim) * 2, DType::kBF16}};
+  if (selector_ != nullptr) regions.push_back(selector_->kv_region());
+  return regions;
+}
+
+void LatentAttentionBlock::forward(int64_t l, const GpuStep& step) {
+  const ModelConfig& c = ctx_.config;
+  const CudaLayerWeights& w = layer_weights(l);
+  Workspace& ws = ctx_.ws;
+  const ForwardShape& shape = step.shape;
+  const StepMetadata& m = step.metadata;
+  cudaStream_t stream = ctx_.stream;
+  const int64_t T = shape.num_tokens, heads = c.num_attention_heads;
+  const int64_t nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim, rank = c.kv_lora_rank, v = c.v_head_dim;
+  const int64_t qa = rank + rope, kv_b_rows = nope + v;
+  const float eps = kMlaLatentNormEps;  // q_a_layernorm's and kv_a_layernorm's, not the config's
+
+  run_role(LinearRole::kMlaQA, l, T);  // into the q LoRA, or (no q LoRA) straight to the heads' queries
+  if (w.q_a_proj != nullptr) {
+    kc::rms_norm(ws.q_lora, ws.q_lora, w.q_a_norm, T, c.q_lora_rank, eps, stream);
+    run_role(LinearRole::kMlaQB, l, T);
+  }
+  run_role(LinearRole::kMlaKvA, l, T);
+  bf16* latent_cache = ctx_.kv->region(l, 0);
+  kc::mla_store_latent(latent_cache, ws.kv_a, w.kv_a_norm, eps, ctx_.weights.inv_freq(), rope_attention_scaling_,
+                       c.rope_interleave, m.positions, m.slots, T, static_cast<int32_t>(rank),
+                       static_cast<int32_t>(rope), stream);
+  // q_abs[t, h, :rank] = q[t, h, :nope] @ W_uk_h: W_uk_h is kv_b_proj's rows h * (nope + v) .. + nope.
+  head_gemm_.run(ws.q_absorbed, heads * qa, qa, {ws.q_full, heads * qk(), qk()}, {w.kv_b_proj, rank, kv_b_rows * rank},
+                 kc::HeadGemmB::kNone, T, rank, nope, heads, stream);
+  kc::mla_rope_queries(ws.q_absorbed, ws.q_full, ctx_.weights.inv_freq(), rope_attention_scaling_, c.rope_interleave,
+                       m.positions, T, static_cast<int32_t>(heads), static_cast<int32_t>(nope),
+                       static_cast<int32_t>(rank), static_cast<int32_t>(rope), stream);
+
+  const kc::PagedLatentView cache{.cache = latent_cache,
+                                  .block_tables = m.block_tables,
+                                  .block_table_stride = ctx_.limits.block_table_stride,
+                                  .block_size = ctx_.limits.block_size,
+                                  .kv_lora_rank = static_cast<int32_t>(rank),
+                                  .rope_dim = static_cast<int32_t>(rope)};
+  const kc::MlaAttentionParams params{.num_heads = static_cast<int32_t>(heads), .scale = softmax_scale_};
+  if (selector_ != nullptr) {
+    // GLM-5's "shared" layers attend the kept positions the last full layer left in ws.kept.
+    if (c.has_indexer(l)) selector_->select(l, step, ctx_.kv->region(l, 1));
+    kc::sparse_mla_attention(ws.attn_latent, ws.q_absorbed, cache, ws.kept, static_cast<int32_t>(c.index_topk),
+                             m.query_starts, shape.num_seqs, static_cast<int32_t>(T), params, ws.mla_split_scratch,
+                             ws.mla_split_scratch_bytes, stream);
+  } else {
+    // Decodes first (row s is sequence s), then the prefill kernel over views from the first prefill.
+    const int32_t decodes = shape.num_decode_seqs;
+    if (decodes > 0) {
+      kc::mla_decode_attention(ws.attn_latent, ws.q_absorbed, cache, m.context_lens, decodes, shape.max_context_len,
+                               params, ws.mla_split_scratch, ws.mla_split_scratch_bytes, stream);
+    }
+    if (decodes < shape.num_seqs) {
+      kc::PagedLatentView prefill_cache = cache;
+      prefill_cache.block_tables = m.block_tables + static_cast<size_t>(decodes) * ctx_.limits.block_table_stride;
+      kc::mla_prefill_attention(ws.attn_latent, ws.q_absorbed, prefill_cache, m.query_starts + decodes,
+                                m.context_lens + decodes, shape.num_seqs - decodes, static_cast<int32_t>(T),
+                                shape.max_query_len, params, stream);
+    }
+  }
+  // attn[t, h, :v] = lat[t, h] @ W_uv_h^T: W_uv_h is kv_b_proj's rows h * (nope + v) + nope .. + v.
+  head_gemm_.run(ws.attn, heads * v, v, {ws.attn_latent, heads * rank, rank}, {w.kv_b_proj + nope * rank, rank, kv_b_rows * rank},
+                 kc::HeadGemmB::kTransposed, T, v, rank, heads, stream);
+  run_role(LinearRole::kMlaO, l, T);
+}
+
+}  // namespace tachyon::model::gpu

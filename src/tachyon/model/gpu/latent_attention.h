@@ -1,0 +1,48 @@
+// LatentAttentionBlock: DeepSeek's multi-head latent attention (MLA) on the GPU, in the absorbed
+// form of model/mla_absorbed.h, with DeepSeek-V3.2's sparse selector when the model has one.
+// Per layer, for T new tokens:
+//   q      = q_b_proj(rms_norm(q_a_proj(x)))  (or q_proj(x))             [T, heads, nope + rope]
+//   kv_a   = kv_a_proj_with_mqa(x)                                       [T, rank + rope]
+//   cache <- [rms_norm(kv_a[:rank]) | rope(kv_a[rank:])]                 one row per token (mla_rope.h)
+//   q_abs  = [q_nope_h @ W_uk_h | rope(q_pe_h)]                          per-head GEMM + rope
+//   DSA:     kept = the selector's top-k per token (sparse_selector.h); GLM-5's shared layers
+//            reuse the last full layer's, and its interleaved indexer rope runs as rotate-half
+//            over reordered weight rows (gpu_weights.cpp, model/dsa_indexer.h)
+//   lat    = attention over the cached latents (all earlier tokens, or the kept ones)  [T, heads, rank]
+//   out    = o_proj(lat_h @ W_uv_h^T)                                    [T, hidden]
+// Each step reads the cache's rows once per (sequence, KV split) for all heads; nothing is
+// decompressed. Caches one latent row per token, and one index key with the selector.
+#pragma once
+
+#include <memory>
+
+#include "tachyon/kernels/cuda/head_gemm.h"
+#include "tachyon/model/gpu/gpu_block.h"
+#include "tachyon/model/gpu/sparse_selector.h"
+
+namespace tachyon::model::gpu {
+
+class LatentAttentionBlock : public GpuBlock {
+ public:
+  explicit LatentAttentionBlock(BlockContext& context);
+  void plan_workspace(WorkspacePlan& plan) override;
+  void add_gemm_problems(int64_t m, std::vector<kernels::cuda::GemmProblem>& problems) const override;
+  std::vector<RoleInfo> roles() const override;
+  void run_role(LinearRole role, int64_t layer, int64_t m) override;
+  std::vector<KvRegion> kv_regions() const override;
+  void forward(int64_t layer, const GpuStep& step) override;
+
+ private:
+  int64_t qk() const { return ctx_.config.qk_nope_head_dim + ctx_.config.qk_rope_head_dim; }
+  LinearShape q_a_shape() const;  // q_a_proj, or q_proj without a q LoRA
+  LinearShape q_b_shape() const;  // n == 0 without a q LoRA
+  LinearShape kv_a_shape() const;
+  LinearShape o_shape() const;
+
+  kernels::cuda::HeadGemm head_gemm_;          // the per-head absorbed products
+  float rope_attention_scaling_ = 1.0f;        // cos/sin factor (YaRN's mscale)
+  float softmax_scale_ = 1.0f;                 // qk_head_dim^-0.5 times YaRN's mscale^2
+  std::unique_ptr<SparseSelector> selector_;   // DSA models only
+};
+
+}  // namespace tachyon::model::gpu

@@ -1,0 +1,53 @@
+// The products of the GPU forward by role, and the runner's kernel choice for them. A role is
+// one linear product of a layer (or of the LM head) on the workspace buffers it always reads and
+// writes; blocks issue every product through LinearDispatch, which picks our GEMV or cuBLASLt per
+// (role, rows) as timed at start-up (runner/cuda/cuda_kernel_choice.cpp). The role numbering is
+// saved with those timings: append new roles, never reorder.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "tachyon/kernels/cuda/gemm.h"
+#include "tachyon/tensor/cuda/cuda_check.h"
+
+namespace tachyon::model::gpu {
+
+using kernels::cuda::bf16;
+using kernels::cuda::GemmOutputType;
+
+enum class LinearRole {
+  kQkv, kO, kGateUp, kDownWithSilu, kLmHead,  // dense attention and MLP, the LM head
+  kMlaQA, kMlaQB, kMlaKvA, kMlaO,              // MLA: q_a (or q_proj), q_b, kv_a, o_proj
+  kRouter, kSharedGateUp, kSharedDownWithSilu  // MoE layers: the router, DeepSeek's shared expert
+};
+inline constexpr int kLinearRoleCount = 12;
+const char* linear_role_name(LinearRole role);
+
+// One role's product as the model has it: [m, k] @ [n, k]^T; n == 0: the model has none.
+struct LinearShape {
+  int64_t n = 0, k = 0;
+};
+
+// A role a block runs, for the runner's timing: its shape, and the input buffer (with its row
+// width) that timing fills with a finite pattern first.
+struct RoleInfo {
+  LinearRole role = LinearRole::kQkv;
+  LinearShape shape;
+  const bf16* input = nullptr;
+  int64_t input_width = 0;
+};
+
+class LinearDispatch {
+ public:
+  virtual ~LinearDispatch() = default;
+  // out: [m, shape.n] (bf16 or f32) = in: [m, shape.k] bf16 @ weight: [shape.n, shape.k]^T (+ bias [shape.n]).
+  virtual void linear(LinearRole role, LinearShape shape, void* out, GemmOutputType type, const bf16* in,
+                      const bf16* weight, const bf16* bias, int64_t m, cudaStream_t stream) = 0;
+  // A product with no timed role (the indexer's): always cuBLASLt.
+  virtual void gemm(void* out, GemmOutputType type, const bf16* in, const bf16* weight, const bf16* bias, int64_t m,
+                    int64_t n, int64_t k, cudaStream_t stream) = 0;
+};
+
+}  // namespace tachyon::model::gpu

@@ -1,0 +1,120 @@
+#include "tachyon/model/gpu/moe_mlp.h"
+
+#include "tachyon/kernels/cuda/activation.h"
+#include "tachyon/kernels/cuda/moe.h"
+#include "tachyon/model/gpu_support.h"
+
+namespace tachyon::model::gpu {
+
+namespace kc = kernels::cuda;
+
+MoeMlpBlock::MoeMlpBlock(BlockContext& context) : GpuBlock(context) {
+  const std::string reason = moe_mlp_gpu_unsupported(ctx_.config);
+  TACHYON_CHECK(reason.empty()) << "the GPU MoE block cannot serve this model: " << reason;
+}
+
+void MoeMlpBlock::plan_workspace(WorkspacePlan& plan) {
+  const ModelConfig& c = ctx_.config;
+  Workspace& ws = ctx_.ws;
+  const size_t T = static_cast<size_t>(ctx_.limits.max_tokens), hidden = static_cast<size_t>(c.hidden_size);
+  const size_t E = static_cast<size_t>(c.num_experts), k = static_cast<size_t>(c.num_experts_per_tok);
+  const size_t pairs = T * k, moe_inter = static_cast<size_t>(c.moe_intermediate_size);
+  const size_t capacity = static_cast<size_t>(kc::moe_sorted_capacity(static_cast<int64_t>(pairs), static_cast<int32_t>(E)));
+  plan.add(&ws.router_logits, T * E * 4);
+  plan.add(&ws.topk_ids, pairs * 4);
+  plan.add(&ws.topk_weights, pairs * 4);
+  plan.add(&ws.sorted_rows, capacity * 4);
+  plan.add(&ws.block_expert, capacity / kc::kMoeBlockM * 4);
+  plan.add(&ws.expert_gate_up, pairs * 2 * moe_inter * 2);
+  plan.add(&ws.expert_act, pairs * moe_inter * 2);
+  plan.add(&ws.expert_down, pairs * hidden * 2);
+  const size_t shared_inter = static_cast<size_t>(shared_intermediate());
+  plan.add(&ws.shared_gate_up, T * 2 * shared_inter * 2);
+  plan.add(&ws.shared_act, T * shared_inter * 2);
+  plan.add(&ws.shared_out, shared_inter > 0 ? T * hidden * 2 : 0);
+}
+
+void MoeMlpBlock::add_gemm_problems(int64_t m, std::vector<kc::GemmProblem>& problems) const {
+  if (shared_intermediate() > 0) {
+    problems.push_back({m, shared_gate_up_shape().n, shared_gate_up_shape().k, kc::GemmOutputType::kBF16, false});
+    problems.push_back({m, shared_down_shape().n, shared_down_shape().k, kc::GemmOutputType::kBF16, false});
+  }
+  problems.push_back({m, router_shape().n, router_shape().k, kc::GemmOutputType::kF32, false});
+}
+
+std::vector<RoleInfo> MoeMlpBlock::roles() const {
+  std::vector<RoleInfo> roles = {{LinearRole::kRouter, router_shape(), ctx_.ws.normed, router_shape().k}};
+  if (shared_intermediate() > 0) {
+    roles.push_back({LinearRole::kSharedGateUp, shared_gate_up_shape(), ctx_.ws.normed, shared_gate_up_shape().k});
+    roles.push_back(
+        {LinearRole::kSharedDownWithSilu, shared_down_shape(), ctx_.ws.shared_gate_up, shared_gate_up_shape().n});
+  }
+  return roles;
+}
+
+void MoeMlpBlock::run_role(LinearRole role, int64_t layer, int64_t m) {
+  const CudaLayerWeights& w = layer_weights(layer);
+  Workspace& ws = ctx_.ws;
+  switch (role) {
+    case LinearRole::kRouter:
+      ctx_.linear.linear(role, router_shape(), ws.router_logits, GemmOutputType::kF32, ws.normed, w.router, nullptr, m,
+                         ctx_.stream);
+      break;
+    case LinearRole::kSharedGateUp:
+      ctx_.linear.linear(role, shared_gate_up_shape(), ws.shared_gate_up, GemmOutputType::kBF16, ws.normed,
+                         w.shared_gate_up, nullptr, m, ctx_.stream);
+      break;
+    case LinearRole::kSharedDownWithSilu:
+      kc::silu_and_mul(ws.shared_act, ws.shared_gate_up, m, shared_intermediate(), ctx_.stream);
+      ctx_.linear.linear(role, shared_down_shape(), ws.shared_out, GemmOutputType::kBF16, ws.shared_act, w.shared_down,
+                         nullptr, m, ctx_.stream);
+      break;
+    default:
+      break;
+  }
+}
+
+void MoeMlpBlock::forward(int64_t layer, const GpuStep& step) {
+  const ModelConfig& c = ctx_.config;
+  const CudaLayerWeights& w = layer_weights(layer);
+  Workspace& ws = ctx_.ws;
+  cudaStream_t stream = ctx_.stream;
+  const int64_t T = step.shape.num_tokens, H = c.hidden_size, I = c.moe_intermediate_size;
+  const int32_t E = static_cast<int32_t>(c.num_experts), k = static_cast<int32_t>(c.num_experts_per_tok);
+  const int64_t pairs = T * k, capacity = kc::moe_sorted_capacity(pairs, E);
+  run_role(LinearRole::kRouter, layer, T);
+  if (c.router == RouterKind::kSigmoidGroupLimited) {
+    kc::moe_topk_sigmoid_grouped(ws.topk_ids, ws.topk_weights, ws.router_logits, w.router_bias, T, E, k,
+                                 static_cast<int32_t>(c.n_group), static_cast<int32_t>(c.topk_group), c.norm_topk_prob,
+                                 static_cast<float>(c.routed_scaling_factor), stream);
+  } else {
+    kc::moe_topk_softmax(ws.topk_ids, ws.topk_weights, ws.router_logits, T, E, k, c.norm_topk_prob, stream);
+  }
+  kc::moe_align(ws.sorted_rows, ws.block_expert, ws.topk_ids, pairs, E, capacity, stream);
+  // Up to 8 tokens (decode) no expert has more than T pairs: the grouped GEMV streams each active
+  // expert's weights once at HBM bandwidth, where a 64-row tensor-core tile would be padding.
+  if (T <= 8) {
+    const int32_t max_pairs = static_cast<int32_t>(T);
+    kc::moe_grouped_gemv(ws.expert_gate_up, ws.normed, w.experts_gate_up, ws.sorted_rows, ws.block_expert, capacity, k,
+                         2 * I, H, max_pairs, stream);
+    kc::silu_and_mul(ws.expert_act, ws.expert_gate_up, pairs, I, stream);
+    kc::moe_grouped_gemv(ws.expert_down, ws.expert_act, w.experts_down, ws.sorted_rows, ws.block_expert, capacity, 1,
+                         H, I, max_pairs, stream);
+  } else {
+    kc::moe_grouped_gemm(ws.expert_gate_up, ws.normed, w.experts_gate_up, ws.sorted_rows, ws.block_expert, capacity,
+                         k, 2 * I, H, stream);
+    kc::silu_and_mul(ws.expert_act, ws.expert_gate_up, pairs, I, stream);
+    kc::moe_grouped_gemm(ws.expert_down, ws.expert_act, w.experts_down, ws.sorted_rows, ws.block_expert, capacity, 1,
+                         H, I, stream);
+  }
+  // DeepSeek's shared expert: a dense MLP every token runs, added in the combine's pass.
+  const bf16* shared = nullptr;
+  if (w.shared_gate_up != nullptr) {
+    run_role(LinearRole::kSharedGateUp, layer, T);
+    run_role(LinearRole::kSharedDownWithSilu, layer, T);
+    shared = ws.shared_out;
+  }
+  kc::moe_combine(ws.proj, ws.expert_down, ws.topk_weights, shared, T, k, H, stream);
+}
+
+}  // namespace tachyon::model::gpu

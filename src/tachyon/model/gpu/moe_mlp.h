@@ -1,0 +1,29 @@
+// MoeMlpBlock: a mixture-of-experts layer's MLP on the GPU (kernels/cuda/moe.h): route (Qwen3-MoE's
+// softmax top-k or DeepSeek-V3's group-limited sigmoid), group the (token, expert) pairs by expert,
+// the two grouped products around SiLU (a grouped GEMV that streams each active expert's weights
+// once for decode-sized steps of up to 8 tokens, tensor-core tiles above), then the weighted sum
+// into Workspace::proj with DeepSeek's shared expert added in the same pass. Sizes come from the
+// token count alone, so the block is captured in decode graphs like the rest of the layer.
+#pragma once
+
+#include "tachyon/model/gpu/gpu_block.h"
+
+namespace tachyon::model::gpu {
+
+class MoeMlpBlock : public GpuBlock {
+ public:
+  explicit MoeMlpBlock(BlockContext& context);
+  void plan_workspace(WorkspacePlan& plan) override;
+  void add_gemm_problems(int64_t m, std::vector<kernels::cuda::GemmProblem>& problems) const override;
+  std::vector<RoleInfo> roles() const override;
+  void run_role(LinearRole role, int64_t layer, int64_t m) override;
+  void forward(int64_t layer, const GpuStep& step) override;
+
+ private:
+  int64_t shared_intermediate() const { return ctx_.config.moe_intermediate_size * ctx_.config.n_shared_experts; }
+  LinearShape router_shape() const { return {ctx_.config.num_experts, ctx_.config.hidden_size}; }
+  LinearShape shared_gate_up_shape() const { return {2 * shared_intermediate(), ctx_.config.hidden_size}; }
+  LinearShape shared_down_shape() const { return {ctx_.config.hidden_size, shared_intermediate()}; }
+};
+
+}  // namespace tachyon::model::gpu

@@ -1,0 +1,84 @@
+#include "tachyon/model/gpu/sparse_selector.h"
+
+#include <cmath>
+
+#include "tachyon/kernels/cuda/dsa_indexer.h"
+#include "tachyon/model/attention_backend.h"
+
+namespace tachyon::model::gpu {
+
+namespace kc = kernels::cuda;
+
+SparseSelector::SparseSelector(BlockContext& context, float rope_attention_scaling)
+    : ctx_(context),
+      rope_attention_scaling_(rope_attention_scaling),
+      score_scale_(dsa_indexer_shape(context.config, 1, 0).scale),
+      weight_scale_(static_cast<float>(std::pow(static_cast<double>(context.config.index_n_heads), -0.5))) {}
+
+void SparseSelector::plan_workspace(WorkspacePlan& plan) {
+  // The scores hold one f32 per (new token, cached token): T * max_model_len, the price of an
+  // exact top-k over any context (4 GiB at 8K tokens of 128K contexts).
+  const ModelConfig& c = ctx_.config;
+  Workspace& ws = ctx_.ws;
+  const size_t T = static_cast<size_t>(ctx_.limits.max_tokens);
+  const size_t index_heads = static_cast<size_t>(c.index_n_heads), index_dim = static_cast<size_t>(c.index_head_dim);
+  const size_t max_len = static_cast<size_t>(ctx_.limits.max_model_len);
+  ws.topk_scratch_bytes = kc::dsa_topk_workspace_bytes(ctx_.limits.max_tokens, static_cast<int32_t>(max_len),
+                                                       static_cast<int32_t>(c.index_topk));
+  plan.add(&ws.index_q, T * index_heads * index_dim * 2);
+  plan.add(&ws.index_weights, T * index_heads * 4);
+  plan.add(&ws.index_k, T * index_dim * 2);
+  plan.add(&ws.index_scores, T * max_len * 4);
+  plan.add(&ws.kept, T * static_cast<size_t>(c.index_topk) * 4);
+  plan.add(&ws.topk_scratch, ws.topk_scratch_bytes);
+}
+
+void SparseSelector::add_gemm_problems(int64_t m, std::vector<kc::GemmProblem>& problems) const {
+  const ModelConfig& c = ctx_.config;
+  problems.push_back({m, c.index_n_heads * c.index_head_dim, c.q_lora_rank, kc::GemmOutputType::kBF16, false});
+  problems.push_back({m, c.index_head_dim, c.hidden_size, kc::GemmOutputType::kBF16, false});
+  problems.push_back({m, c.index_n_heads, c.hidden_size, kc::GemmOutputType::kF32, false});
+}
+
+KvRegion SparseSelector::kv_region() const {
+  return {"index_keys", static_cast<size_t>(ctx_.config.index_head_dim) * 2, DType::kBF16};
+}
+
+void SparseSelector::select(int64_t l, const GpuStep& step, bf16* key_cache) {
+  const ModelConfig& c = ctx_.config;
+  const CudaLayerWeights& w = ctx_.weights.layers()[static_cast<size_t>(l)];
+  Workspace& ws = ctx_.ws;
+  const ForwardShape& shape = step.shape;
+  const StepMetadata& m = step.metadata;
+  cudaStream_t stream = ctx_.stream;
+  const int64_t T = shape.num_tokens, H = c.hidden_size;
+  const int32_t index_heads = static_cast<int32_t>(c.index_n_heads), index_dim = static_cast<int32_t>(c.index_head_dim);
+  const int32_t rope = static_cast<int32_t>(c.qk_rope_head_dim), topk = static_cast<int32_t>(c.index_topk);
+  const int32_t max_len = ctx_.limits.max_model_len;
+  ctx_.linear.gemm(ws.index_q, GemmOutputType::kBF16, ws.q_lora, w.indexer_wq_b, nullptr, T,
+                   static_cast<int64_t>(index_heads) * index_dim, c.q_lora_rank, stream);
+  kc::dsa_rope_index_queries(ws.index_q, ctx_.weights.inv_freq(), rope_attention_scaling_, m.positions, T, index_heads,
+                             index_dim, rope, stream);
+  ctx_.linear.gemm(ws.index_k, GemmOutputType::kBF16, ws.normed, w.indexer_wk, nullptr, T, index_dim, H, stream);
+  kc::dsa_store_index_keys(key_cache, ws.index_k, w.indexer_k_norm, w.indexer_k_norm_bias, ctx_.weights.inv_freq(),
+                           rope_attention_scaling_, m.positions, m.slots, T, index_dim, rope, stream);
+  ctx_.linear.gemm(ws.index_weights, GemmOutputType::kF32, ws.normed, w.indexer_weights_proj, nullptr, T, index_heads,
+                   H, stream);
+  const kc::PagedIndexKeyView keys{.cache = key_cache,
+                                   .block_tables = m.block_tables,
+                                   .block_table_stride = ctx_.limits.block_table_stride,
+                                   .block_size = ctx_.limits.block_size,
+                                   .head_dim = index_dim};
+  const kc::DsaIndexerParams params{.num_heads = index_heads,
+                                    .head_dim = index_dim,
+                                    .topk = topk,
+                                    .scale = score_scale_,
+                                    .weight_scale = weight_scale_};
+  kc::dsa_index_scores(ws.index_scores, max_len, ws.index_q, ws.index_weights, keys, m.query_starts, m.context_lens,
+                       shape.num_seqs, static_cast<int32_t>(T), shape.max_context_len, params, stream);
+  kc::dsa_select_topk(ws.kept, ws.index_scores, max_len, m.query_starts, m.context_lens, shape.num_seqs,
+                      static_cast<int32_t>(T), shape.max_context_len, topk, ws.topk_scratch, ws.topk_scratch_bytes,
+                      stream);
+}
+
+}  // namespace tachyon::model::gpu

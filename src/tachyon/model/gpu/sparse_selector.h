@@ -1,0 +1,31 @@
+// SparseSelector: DeepSeek-V3.2's lightning indexer on the GPU (model/dsa_indexer.h), the part of
+// latent attention that picks which cached tokens each new token attends. Index queries from the
+// q LoRA, one index key per token (LayerNorm + rope) into its own KV region, per-head weights,
+// then the scores of every cached token and each new token's top-k into Workspace::kept, all on
+// the GPU (no host round trip, graph-capturable). GLM-5's "shared" layers have no indexer and
+// reuse the last full layer's selection.
+#pragma once
+
+#include "tachyon/model/gpu/gpu_block.h"
+
+namespace tachyon::model::gpu {
+
+class SparseSelector {
+ public:
+  SparseSelector(BlockContext& context, float rope_attention_scaling);
+  void plan_workspace(WorkspacePlan& plan);
+  void add_gemm_problems(int64_t m, std::vector<kernels::cuda::GemmProblem>& problems) const;
+  KvRegion kv_region() const;
+  // Writes this step's index keys into `key_cache` and each token's kept positions into
+  // Workspace::kept. Reads Workspace::normed and Workspace::q_lora.
+  void select(int64_t layer, const GpuStep& step, bf16* key_cache);
+
+ private:
+  BlockContext& ctx_;
+  float rope_attention_scaling_;
+  // As the CPU reference: index_head_dim^-0.5 inside the relu, index_n_heads^-0.5 on the weights.
+  float score_scale_;
+  float weight_scale_;
+};
+
+}  // namespace tachyon::model::gpu
