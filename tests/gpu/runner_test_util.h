@@ -92,7 +92,7 @@ inline core::StepPlan make_plan(std::vector<PlanSequence>& seqs, const std::vect
     scheduled.num_computed = s.computed;
     scheduled.block_table = s.blocks;
     scheduled.sample = s.computed + n == static_cast<int64_t>(s.tokens.size());
-    scheduled.params = &greedy;
+    scheduled.params = std::make_shared<const core::SamplingParams>(greedy);
     scheduled.output_tokens = {};
     for (int64_t t = 0; t < n; ++t) {
       const int64_t pos = s.computed + t;
