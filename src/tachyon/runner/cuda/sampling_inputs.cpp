@@ -44,9 +44,9 @@ kc::SamplingRow make_row(const core::ScheduledSequence& sequence, std::vector<in
   const bool repetition = p.repetition_penalty != 1.0f;
   const bool any_penalty = repetition || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
   if (any_penalty) {
-    TACHYON_CHECK(static_cast<int64_t>(sequence.output_tokens.size()) == sequence.num_output_tokens &&
-                  (!repetition || !sequence.prompt_tokens.empty()))
-        << "internal: sequence " << sequence.sequence_id << " has a penalty but the plan lacks its token history";
+    TACHYON_CHECK(static_cast<int64_t>(sequence.output_tokens.size()) == sequence.num_output_tokens)
+        << "internal: sequence " << sequence.sequence_id << " has a penalty but the plan holds "
+        << sequence.output_tokens.size() << " of its " << sequence.num_output_tokens << " outputs";
     const std::span<const int32_t> prompt = repetition ? std::span<const int32_t>(sequence.prompt_tokens)
                                                        : std::span<const int32_t>{};
     row.history_begin = append(tokens, prompt);
