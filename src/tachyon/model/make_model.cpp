@@ -9,6 +9,7 @@
 
 #include "tachyon/base/check.h"
 #include "tachyon/base/file_util.h"
+#include "tachyon/model/architecture.h"
 #include "tachyon/model/model_weights.h"
 #include "tachyon/model/safetensors.h"
 
@@ -146,33 +147,35 @@ ModelConfig make_model_config(const MakeModelOptions& options) {
         << "preset '" << preset.name << "' is for --arch " << preset.only_arch << ", not " << options.arch;
   }
   // The architecture decides what the checkpoint holds; the preset cannot contradict it.
-  if (c.model_type == "qwen2") {
+  const Architecture& family = c.family();
+  if (family.qkv_bias_always) {
     c.qkv_bias = true;
     c.o_proj_bias = false;
   }
-  c.qk_norm = c.model_type == "qwen3" || c.model_type == "qwen3_moe";
-  TACHYON_CHECK(c.model_type != "qwen3_moe" || (c.is_moe() && c.router == RouterKind::kSoftmaxTopK))
-      << "preset '" << preset.name << "' has no experts; --arch qwen3_moe needs a mixture-of-experts preset "
-      << "(tiny-moe, tiny-moe-nonorm, qwen3-30b-a3b)";
+  c.qk_norm = family.qk_norm;
+  const bool latent = family.attention == AttentionKind::kLatent;
+  // The dense-attention expert families route by softmax top-k (Mixtral: checked below).
+  TACHYON_CHECK(!family.experts || latent || family.experts_every_layer ||
+                (c.is_moe() && c.router == RouterKind::kSoftmaxTopK))
+      << "preset '" << preset.name << "' has no experts; --arch " << family.model_type
+      << " needs a mixture-of-experts preset (" << family.presets << ")";
   // Mixtral's config.json has one width (intermediate_size, each expert's), no dense layer, no
   // shared expert and a renormalized softmax router: a preset must be exactly that.
   bool every_layer_moe = c.num_experts > 0;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) every_layer_moe = every_layer_moe && c.is_moe_layer(l);
-  TACHYON_CHECK(c.model_type != "mixtral" ||
+  TACHYON_CHECK(!family.experts_every_layer ||
                 (every_layer_moe && c.router == RouterKind::kSoftmaxTopK && c.norm_topk_prob &&
                  c.n_shared_experts == 0 && c.moe_intermediate_size == c.intermediate_size))
-      << "preset '" << preset.name << "' is not a Mixtral shape; --arch mixtral needs a mixture-of-experts preset with "
-      << "every layer MoE (tiny-mixtral, tiny-gpu-mixtral, tiny-gpu-mixtral-all, mixtral-8x7b)";
-  const bool dsa_arch = c.model_type == "deepseek_v32" || c.model_type == "glm_moe_dsa";
-  TACHYON_CHECK((c.model_type == "deepseek_v3" || dsa_arch) == c.is_mla())
+      << "preset '" << preset.name << "' is not a Mixtral shape; --arch " << family.model_type
+      << " needs a mixture-of-experts preset with every layer MoE (" << family.presets << ")";
+  TACHYON_CHECK(latent == c.is_mla())
       << "preset '" << preset.name << "' and --arch " << options.arch << " disagree: --arch deepseek_v3 needs a "
-      << "DeepSeek preset (tiny-deepseek, tiny-deepseek-mtp, tiny-deepseek-noqlora, deepseek-v3-reduced) and "
-      << "those need it";
-  TACHYON_CHECK(dsa_arch == c.has_sparse_attention())
+      << "DeepSeek preset (" << architecture_of("deepseek_v3").presets << ") and those need it";
+  TACHYON_CHECK(family.sparse_indexer == c.has_sparse_attention())
       << "preset '" << preset.name << "' and --arch " << options.arch << " disagree: --arch deepseek_v32 and "
       << "glm_moe_dsa need a sparse-attention preset (tiny-dsa, deepseek-v32-reduced; tiny-glm-dsa, glm-5-reduced) "
       << "and those need it";
-  TACHYON_CHECK(c.model_type == "glm_moe_dsa" || c.indexer_types.empty())
+  TACHYON_CHECK(family.shared_indexer_layers || c.indexer_types.empty())
       << "preset '" << preset.name << "' shares top-k across layers (indexer_types), which only --arch glm_moe_dsa has";
   c.torch_dtype = options.dtype.value_or(preset.dtype) == DType::kF32   ? "float32"
                   : options.dtype.value_or(preset.dtype) == DType::kF16 ? "float16"

@@ -1,5 +1,7 @@
 #include "tachyon/model/model_config.h"
 
+#include "tachyon/model/architecture.h"
+
 #include <algorithm>
 #include <array>
 
@@ -9,69 +11,23 @@
 namespace tachyon::model {
 namespace {
 
-struct ArchitectureInfo {
-  const char* architecture;
-  const char* model_type;
-};
-
-constexpr std::array<ArchitectureInfo, 9> kArchitectures = {{
-    {"LlamaForCausalLM", "llama"},
-    {"MistralForCausalLM", "mistral"},
-    {"Qwen2ForCausalLM", "qwen2"},
-    {"Qwen3ForCausalLM", "qwen3"},
-    {"Qwen3MoeForCausalLM", "qwen3_moe"},
-    {"MixtralForCausalLM", "mixtral"},
-    {"DeepseekV3ForCausalLM", "deepseek_v3"},
-    {"DeepseekV32ForCausalLM", "deepseek_v32"},
-    {"GlmMoeDsaForCausalLM", "glm_moe_dsa"},
-}};
-
-// DeepSeek-V3.2 is DeepSeek-V3 plus the sparse-attention indexer, and GLM-5 (glm_moe_dsa) is
-// DeepSeek-V3.2 with other defaults, an interleaved indexer rope and cross-layer top-k sharing:
-// every V3 field applies to all three.
-bool is_deepseek(const std::string& model_type) {
-  return model_type == "deepseek_v3" || model_type == "deepseek_v32" || model_type == "glm_moe_dsa";
-}
-bool is_sparse_attention(const std::string& model_type) {
-  return model_type == "deepseek_v32" || model_type == "glm_moe_dsa";
-}
-
-// The defaults of the fields whose transformers config defaults differ between DeepSeek-V3(.2)
-// (as read here: q_lora_rank absent means a plain q_proj) and GLM-5 (GlmMoeDsaConfig).
-struct DeepseekDefaults {
+// What DeepSeek-V3, DeepSeek-V3.2 and GLM-5 differ in: the defaults of the fields whose
+// transformers config defaults differ between DeepSeek-V3(.2) (as read here: q_lora_rank absent
+// means a plain q_proj) and GLM-5 (GlmMoeDsaConfig), and GLM-5's fixed interleaved rope (model and
+// indexer) and per-layer indexer types. DeepSeek-V3.2 is V3 plus the sparse-attention indexer, and
+// GLM-5 is V3.2 with these differences: every V3 field applies to all three.
+struct LatentFamily {
   int64_t q_lora_rank, qk_nope_head_dim, v_head_dim, n_group, topk_group, index_n_heads;
-  double rms_norm_eps;
-  int64_t max_position_embeddings;
+  bool glm;
 };
-constexpr DeepseekDefaults kDeepseekDefaults{0, 128, 128, 8, 4, 64, 1e-6, 4096};
-constexpr DeepseekDefaults kGlmMoeDsaDefaults{2048, 192, 256, 1, 1, 32, 1e-5, 202752};
-const DeepseekDefaults& deepseek_defaults(const std::string& model_type) {
-  return model_type == "glm_moe_dsa" ? kGlmMoeDsaDefaults : kDeepseekDefaults;
-}
-
-// The fallbacks of the fields every family reads: DeepSeek's (which the dense families share),
-// GLM-5's, or MixtralConfig's (rms_norm_eps 1e-5, 4096 * 32 positions, rope_theta 1e6).
-struct GenericDefaults {
-  double rms_norm_eps;
-  int64_t max_position_embeddings;
-  double rope_theta;
-};
-GenericDefaults generic_defaults(const std::string& model_type) {
-  if (model_type == "mixtral") return {1e-5, 4096 * 32, 1e6};
-  const DeepseekDefaults& d = deepseek_defaults(model_type);
-  return {d.rms_norm_eps, d.max_position_embeddings, 10000.0};
-}
-
-// Mistral and Mixtral: the attention may see only the last `sliding_window` keys (null: all).
-bool has_sliding_window_field(const std::string& model_type) {
-  return model_type == "mistral" || model_type == "mixtral";
-}
+constexpr LatentFamily kDeepseekFamily{0, 128, 128, 8, 4, 64, false};
+constexpr LatentFamily kGlmFamily{2048, 192, 256, 1, 1, 32, true};
 
 std::string supported_list() {
   std::string out;
-  for (const auto& info : kArchitectures) {
+  for (const Architecture& a : architectures()) {
     if (!out.empty()) out += ", ";
-    out += info.architecture;
+    out += a.name;
   }
   return out;
 }
@@ -153,8 +109,7 @@ void parse_mixtral(const nlohmann::json& json, const std::string& source, ModelC
 
 // DeepSeek-V3's latent attention and expert fields; absent ones take DeepseekV3Config's defaults.
 // head_dim becomes the query/key head width (nope + rope): what attention and the KV cache see.
-void parse_deepseek(const nlohmann::json& json, const std::string& source, ModelConfig& c) {
-  const DeepseekDefaults& defaults = deepseek_defaults(c.model_type);
+void parse_deepseek(const nlohmann::json& json, const std::string& source, ModelConfig& c, const LatentFamily& defaults) {
   c.q_lora_rank = json.contains("q_lora_rank") && json["q_lora_rank"].is_null()
                       ? 0  // null: plain q_proj
                       : optional_int(json, "q_lora_rank", defaults.q_lora_rank, 1, source);
@@ -180,10 +135,10 @@ void parse_deepseek(const nlohmann::json& json, const std::string& source, Model
   c.rope_interleave = optional_value<bool>(json, "rope_interleave", true);
   // GlmMoeDsaAttention always applies the interleaved rope and has no such field: a file that
   // says otherwise is not one transformers would run as it reads.
-  TACHYON_CHECK(c.model_type != "glm_moe_dsa" || c.rope_interleave)
+  TACHYON_CHECK(!defaults.glm || c.rope_interleave)
       << source << ": glm_moe_dsa always uses the interleaved rope layout; 'rope_interleave': false is not supported";
   // GLM-5's config.json also says "indexer_rope_interleave": true, which GlmMoeDsaIndexer assumes.
-  TACHYON_CHECK(c.model_type != "glm_moe_dsa" || optional_value<bool>(json, "indexer_rope_interleave", true))
+  TACHYON_CHECK(!defaults.glm || optional_value<bool>(json, "indexer_rope_interleave", true))
       << source << ": glm_moe_dsa's indexer always uses the interleaved rope layout; 'indexer_rope_interleave': "
       << "false is not supported";
   c.num_nextn_predict_layers = optional_int(json, "num_nextn_predict_layers", 0, 0, source);
@@ -280,14 +235,15 @@ void parse_indexer_types(const nlohmann::json& json, const std::string& source, 
 // The indexer fields of DeepSeek-V3.2 and GLM-5; absent ones take DeepseekV32Config's defaults
 // (64 heads of 128, top-2048) or GlmMoeDsaConfig's (32 heads). transformers builds the indexer's
 // query from the q LoRA latent, so it needs one.
-void parse_sparse_attention(const nlohmann::json& json, const std::string& source, ModelConfig& c) {
-  c.index_n_heads = optional_int(json, "index_n_heads", deepseek_defaults(c.model_type).index_n_heads, 1, source);
+void parse_sparse_attention(const nlohmann::json& json, const std::string& source, ModelConfig& c,
+                            const LatentFamily& family) {
+  c.index_n_heads = optional_int(json, "index_n_heads", family.index_n_heads, 1, source);
   c.index_head_dim = optional_int(json, "index_head_dim", 128, 1, source);
   c.index_topk = optional_int(json, "index_topk", 2048, 1, source);
   TACHYON_CHECK(c.q_lora_rank > 0) << source << ": " << c.model_type << " needs q_lora_rank (the indexer's query "
                                    << "reads the q LoRA latent); got null";
   parse_mlp_layer_types(json, source, c);
-  if (c.model_type == "glm_moe_dsa") {
+  if (family.glm) {
     c.index_rope_layout = RopeLayout::kInterleaved;  // GlmMoeDsaIndexer: apply_rotary_pos_emb_interleave
     parse_indexer_types(json, source, c);
   }
@@ -324,6 +280,79 @@ void deepseek_to_json(const ModelConfig& c, nlohmann::json& j) {
     for (IndexerType type : c.indexer_types) types.push_back(type == IndexerType::kFull ? "full" : "shared");
   }
 }
+
+// The family hooks of the architecture table below.
+void parse_deepseek_v3(const nlohmann::json& json, const std::string& source, ModelConfig& c) {
+  parse_deepseek(json, source, c, kDeepseekFamily);
+}
+void parse_deepseek_v32(const nlohmann::json& json, const std::string& source, ModelConfig& c) {
+  parse_deepseek(json, source, c, kDeepseekFamily);
+  parse_sparse_attention(json, source, c, kDeepseekFamily);
+}
+void parse_glm_moe_dsa(const nlohmann::json& json, const std::string& source, ModelConfig& c) {
+  parse_deepseek(json, source, c, kGlmFamily);
+  parse_sparse_attention(json, source, c, kGlmFamily);
+}
+void parse_qwen2(const nlohmann::json& json, const std::string& source, ModelConfig&) {
+  TACHYON_CHECK(!optional_value<bool>(json, "use_sliding_window", false))
+      << source << ": Qwen2 use_sliding_window=true is not supported yet";
+}
+
+void write_qwen2(const ModelConfig&, nlohmann::json& j) {
+  j["use_sliding_window"] = false;
+  j["sliding_window"] = nullptr;
+}
+void write_mixtral(const ModelConfig& c, nlohmann::json& j) {  // every field MixtralConfig reads; intermediate_size is each expert's width
+  j["num_local_experts"] = c.num_experts;
+  j["num_experts_per_tok"] = c.num_experts_per_tok;
+  j["output_router_logits"] = false;
+  j["router_aux_loss_coef"] = 0.001;  // training only, as the next two; written so the file reads like a real one
+  j["router_jitter_noise"] = 0.0;
+  j["attention_dropout"] = 0.0;
+}
+void write_qwen3_moe(const ModelConfig& c, nlohmann::json& j) {  // every field Qwen3MoeConfig reads, so no default of its decides
+  j["num_experts"] = c.num_experts;
+  j["num_experts_per_tok"] = c.num_experts_per_tok;
+  j["moe_intermediate_size"] = c.moe_intermediate_size;
+  j["norm_topk_prob"] = c.norm_topk_prob;
+  j["decoder_sparse_step"] = c.decoder_sparse_step;
+  j["mlp_only_layers"] = c.mlp_only_layers;
+  j["output_router_logits"] = false;
+  j["router_aux_loss_coef"] = 0.001;  // training only; written so the file reads like a real one
+  j["use_sliding_window"] = false;
+  j["sliding_window"] = nullptr;
+}
+
+constexpr ConfigDefaults kCommonDefaults{1e-6, 4096, 10000.0};
+constexpr MoeTensorNames kMlpExperts{};
+constexpr const char* kDeepseekPresets = "tiny-deepseek, tiny-deepseek-mtp, tiny-deepseek-noqlora, deepseek-v3-reduced";
+
+// The table (architecture.h). Latent families' parse_family runs before the common fields (it
+// sets head_dim, which they derive); dense families' after them (Mixtral overrides the biases).
+constexpr Architecture kArchitectures[] = {
+    {.name = "LlamaForCausalLM", .model_type = "llama", .mlp_bias_field = true, .defaults = kCommonDefaults},
+    {.name = "MistralForCausalLM", .model_type = "mistral", .sliding_window_field = true, .defaults = kCommonDefaults},
+    {.name = "Qwen2ForCausalLM", .model_type = "qwen2", .qkv_bias_always = true, .defaults = kCommonDefaults,
+     .parse_family = parse_qwen2, .write_family = write_qwen2},
+    {.name = "Qwen3ForCausalLM", .model_type = "qwen3", .qk_norm = true, .defaults = kCommonDefaults},
+    {.name = "Qwen3MoeForCausalLM", .model_type = "qwen3_moe", .experts = true, .qk_norm = true,
+     .defaults = kCommonDefaults, .moe_names = kMlpExperts, .parse_family = parse_moe, .write_family = write_qwen3_moe,
+     .presets = "tiny-moe, tiny-moe-nonorm, qwen3-30b-a3b"},
+    {.name = "MixtralForCausalLM", .model_type = "mixtral", .experts = true, .experts_every_layer = true,
+     .sliding_window_field = true,
+     .defaults = {1e-5, 4096 * 32, 1e6}, .moe_names = {"block_sparse_moe", "w1", "w3", "w2"},  // w1 gate, w3 up, w2 down
+     .parse_family = parse_mixtral, .write_family = write_mixtral,
+     .presets = "tiny-mixtral, tiny-gpu-mixtral, tiny-gpu-mixtral-all, mixtral-8x7b"},
+    {.name = "DeepseekV3ForCausalLM", .model_type = "deepseek_v3", .attention = AttentionKind::kLatent, .experts = true,
+     .defaults = kCommonDefaults, .moe_names = kMlpExperts, .parse_family = parse_deepseek_v3,
+     .write_family = deepseek_to_json, .presets = kDeepseekPresets},
+    {.name = "DeepseekV32ForCausalLM", .model_type = "deepseek_v32", .attention = AttentionKind::kLatent,
+     .sparse_indexer = true, .experts = true, .defaults = kCommonDefaults, .moe_names = kMlpExperts,
+     .parse_family = parse_deepseek_v32, .write_family = deepseek_to_json, .presets = "tiny-dsa, deepseek-v32-reduced"},
+    {.name = "GlmMoeDsaForCausalLM", .model_type = "glm_moe_dsa", .attention = AttentionKind::kLatent,
+     .sparse_indexer = true, .experts = true, .shared_indexer_layers = true, .defaults = {1e-5, 202752, 10000.0}, .moe_names = kMlpExperts,
+     .parse_family = parse_glm_moe_dsa, .write_family = deepseek_to_json, .presets = "tiny-glm-dsa, glm-5-reduced"},
+};
 
 std::optional<int64_t> optional_token_id(const nlohmann::json& json, const char* key) {
   if (!json.contains(key) || json[key].is_null()) return std::nullopt;
@@ -389,32 +418,41 @@ RopeScaling parse_rope_scaling(const nlohmann::json& json, const std::string& so
 
 }  // namespace
 
-bool is_supported_architecture(const std::string& architecture) {
-  for (const auto& info : kArchitectures) {
-    if (architecture == info.architecture) return true;
+std::span<const Architecture> architectures() { return kArchitectures; }
+
+const Architecture* find_architecture(const std::string& name) {
+  for (const Architecture& a : kArchitectures) {
+    if (name == a.name || name == a.model_type) return &a;
   }
-  return false;
+  return nullptr;
+}
+
+const Architecture& architecture_of(const std::string& name) {
+  const Architecture* a = find_architecture(name);
+  TACHYON_CHECK(a != nullptr) << "unknown architecture '" << name << "' (supported: " << supported_list() << ")";
+  return *a;
+}
+
+const Architecture& ModelConfig::family() const { return architecture_of(architecture); }
+
+bool is_supported_architecture(const std::string& architecture) {
+  const Architecture* a = find_architecture(architecture);
+  return a != nullptr && architecture == a->name;
 }
 
 std::optional<std::string> architecture_named(const std::string& name) {
-  for (const auto& info : kArchitectures) {
-    if (name == info.architecture || name == info.model_type) return std::string(info.architecture);
-  }
-  return std::nullopt;
+  const Architecture* a = find_architecture(name);
+  if (a == nullptr) return std::nullopt;
+  return std::string(a->name);
 }
 
 std::string supported_model_types() {
   std::string out;
-  for (const auto& info : kArchitectures) out += std::string(out.empty() ? "" : ", ") + info.model_type;
+  for (const Architecture& a : kArchitectures) out += std::string(out.empty() ? "" : ", ") + a.model_type;
   return out;
 }
 
-std::string model_type_for(const std::string& architecture) {
-  for (const auto& info : kArchitectures) {
-    if (architecture == info.architecture) return info.model_type;
-  }
-  TACHYON_FAIL() << "unknown architecture '" << architecture << "' (supported: " << supported_list() << ")";
-}
+std::string model_type_for(const std::string& architecture) { return architecture_of(architecture).model_type; }
 
 ModelConfig ModelConfig::from_json(const nlohmann::json& json, const std::string& source) {
   TACHYON_CHECK(json.is_object()) << source << ": expected a JSON object";
@@ -427,6 +465,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& json, const std::string
       << source << ": unknown architecture '" << c.architecture << "' (supported: " << supported_list()
       << ")";
   c.model_type = model_type_for(c.architecture);
+  const Architecture& family = architecture_of(c.architecture);
 
   c.vocab_size = required_int(json, "vocab_size", source);
   c.hidden_size = required_int(json, "hidden_size", source);
@@ -439,9 +478,8 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& json, const std::string
   TACHYON_CHECK(c.num_attention_heads % c.num_key_value_heads == 0)
       << source << ": num_attention_heads (" << c.num_attention_heads
       << ") must be a multiple of num_key_value_heads (" << c.num_key_value_heads << ")";
-  if (is_deepseek(c.model_type)) {
-    parse_deepseek(json, source, c);  // head_dim = qk_nope_head_dim + qk_rope_head_dim
-    if (is_sparse_attention(c.model_type)) parse_sparse_attention(json, source, c);
+  if (family.attention == AttentionKind::kLatent) {
+    family.parse_family(json, source, c);  // head_dim = qk_nope_head_dim + qk_rope_head_dim
   } else if (json.contains("head_dim") && !json["head_dim"].is_null()) {
     c.head_dim = required_int(json, "head_dim", source);
   } else {
@@ -451,7 +489,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& json, const std::string
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
   TACHYON_CHECK(c.is_mla() || c.head_dim % 2 == 0) << source << ": head_dim must be even for RoPE, got " << c.head_dim;
-  const GenericDefaults defaults = generic_defaults(c.model_type);
+  const ConfigDefaults& defaults = family.defaults;
   c.max_position_embeddings =
       optional_value<int64_t>(json, "max_position_embeddings", defaults.max_position_embeddings);
   c.rms_norm_eps = optional_value<double>(json, "rms_norm_eps", defaults.rms_norm_eps);
@@ -459,26 +497,23 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& json, const std::string
   if (const nlohmann::json* parameters = rope_parameters(json); parameters && parameters->contains("rope_theta")) {
     c.rope_theta = (*parameters)["rope_theta"].get<double>();
   }
-  c.rope_scaling = parse_rope_scaling(json, source, is_deepseek(c.model_type));
+  c.rope_scaling = parse_rope_scaling(json, source, family.attention == AttentionKind::kLatent);
   c.tie_word_embeddings = optional_value<bool>(json, "tie_word_embeddings", false);
   c.torch_dtype = optional_value<std::string>(json, "torch_dtype", optional_value<std::string>(json, "dtype", ""));
   c.bos_token_id = optional_token_id(json, "bos_token_id");
   c.eos_token_id = optional_token_id(json, "eos_token_id");
 
   bool attention_bias = optional_value<bool>(json, "attention_bias", false);
-  if (c.model_type == "qwen2") {
+  if (family.qkv_bias_always) {
     c.qkv_bias = true;  // Qwen2 has q/k/v biases by construction, o_proj none
-    TACHYON_CHECK(!optional_value<bool>(json, "use_sliding_window", false))
-        << source << ": Qwen2 use_sliding_window=true is not supported yet";
   } else {
     c.qkv_bias = attention_bias;
     c.o_proj_bias = attention_bias;
   }
-  c.mlp_bias = c.model_type == "llama" && optional_value<bool>(json, "mlp_bias", false);
-  c.qk_norm = c.model_type == "qwen3" || c.model_type == "qwen3_moe";
-  if (c.model_type == "qwen3_moe") parse_moe(json, source, c);
-  if (c.model_type == "mixtral") parse_mixtral(json, source, c);
-  if (has_sliding_window_field(c.model_type) && json.contains("sliding_window") && !json["sliding_window"].is_null()) {
+  c.mlp_bias = family.mlp_bias_field && optional_value<bool>(json, "mlp_bias", false);
+  c.qk_norm = family.qk_norm;
+  if (family.attention == AttentionKind::kDense && family.parse_family != nullptr) family.parse_family(json, source, c);
+  if (family.sliding_window_field && json.contains("sliding_window") && !json["sliding_window"].is_null()) {
     c.sliding_window = required_int(json, "sliding_window", source);
   }
   if (json.contains("hidden_act")) {
@@ -557,37 +592,13 @@ nlohmann::json ModelConfig::to_json() const {
       break;
     }
   }
-  if (model_type == "qwen2") {
-    j["use_sliding_window"] = false;
-    j["sliding_window"] = nullptr;
-  } else {
-    j["attention_bias"] = qkv_bias;
-  }
-  if (model_type == "llama") j["mlp_bias"] = mlp_bias;
-  if (has_sliding_window_field(model_type)) {
+  const Architecture& a = family();
+  if (!a.qkv_bias_always) j["attention_bias"] = qkv_bias;
+  if (a.mlp_bias_field) j["mlp_bias"] = mlp_bias;
+  if (a.sliding_window_field) {
     j["sliding_window"] = sliding_window ? nlohmann::json(*sliding_window) : nlohmann::json(nullptr);
   }
-  if (model_type == "mixtral") {  // every field MixtralConfig reads; intermediate_size is each expert's width
-    j["num_local_experts"] = num_experts;
-    j["num_experts_per_tok"] = num_experts_per_tok;
-    j["output_router_logits"] = false;
-    j["router_aux_loss_coef"] = 0.001;  // training only, as the next two; written so the file reads like a real one
-    j["router_jitter_noise"] = 0.0;
-    j["attention_dropout"] = 0.0;
-  }
-  if (model_type == "qwen3_moe") {  // every field Qwen3MoeConfig reads, so no default of its decides
-    j["num_experts"] = num_experts;
-    j["num_experts_per_tok"] = num_experts_per_tok;
-    j["moe_intermediate_size"] = moe_intermediate_size;
-    j["norm_topk_prob"] = norm_topk_prob;
-    j["decoder_sparse_step"] = decoder_sparse_step;
-    j["mlp_only_layers"] = mlp_only_layers;
-    j["output_router_logits"] = false;
-    j["router_aux_loss_coef"] = 0.001;  // training only; written so the file reads like a real one
-    j["use_sliding_window"] = false;
-    j["sliding_window"] = nullptr;
-  }
-  if (is_deepseek(model_type)) deepseek_to_json(*this, j);
+  if (a.write_family != nullptr) a.write_family(*this, j);
   return j;
 }
 

@@ -15,6 +15,8 @@
 
 namespace tachyon::model {
 
+struct Architecture;
+
 enum class RopeScalingType { kNone, kLinear, kLlama3, kYarn };
 
 struct RopeScaling {
@@ -124,6 +126,8 @@ struct ModelConfig {
   int64_t kv_size() const { return num_key_value_heads * head_dim; }  // one token's keys
   int64_t value_head_dim() const { return v_head_dim > 0 ? v_head_dim : head_dim; }
   int64_t v_size() const { return num_key_value_heads * value_head_dim(); }  // one token's values
+  // The row of the architecture table (architecture.h) this config's family is.
+  const Architecture& family() const;
   bool is_mla() const { return kv_lora_rank > 0; }
   // Layers carry a lightning indexer and attend a top-k subset of the tokens (DeepSeek-V3.2).
   bool has_sparse_attention() const { return index_topk > 0; }

@@ -1,5 +1,7 @@
 #include "tachyon/model/model_weights.h"
 
+#include "tachyon/model/architecture.h"
+
 #include <array>
 #include <cstring>
 #include <map>
@@ -18,28 +20,10 @@ using Shape = std::vector<int64_t>;
 std::string layer_name(int64_t layer, const char* suffix) { return fmt::format("model.layers.{}.{}", layer, suffix); }
 std::string layer_name(int64_t layer, const std::string& suffix) { return layer_name(layer, suffix.c_str()); }
 
-// How an architecture's checkpoints name a MoE layer's tensors: the block's module, and one
-// expert's gate, up and down projections under "{block}.experts.{e}.". The first entry serves every
-// model_type not listed (Qwen3-MoE, DeepSeek-V3, V3.2, GLM-5); this table is the only place that
-// tells the spellings apart. Whatever the names, the loader stacks them alike (model_weights.h).
-struct MoeNames {
-  const char* model_type;
-  const char* block;
-  const char* gate;
-  const char* up;
-  const char* down;
-};
-constexpr std::array<MoeNames, 2> kMoeNames = {{
-    {"", "mlp", "gate_proj", "up_proj", "down_proj"},
-    {"mixtral", "block_sparse_moe", "w1", "w3", "w2"},  // w1 = gate, w3 = up, w2 = down
-}};
-
-const MoeNames& moe_names(const ModelConfig& c) {
-  for (const MoeNames& names : kMoeNames) {
-    if (c.model_type == names.model_type) return names;
-  }
-  return kMoeNames[0];
-}
+// How the family's checkpoints name a MoE layer's tensors: its row of the architecture table.
+// Whatever the names, the loader stacks them alike (model_weights.h).
+using MoeNames = MoeTensorNames;
+const MoeNames& moe_names(const ModelConfig& c) { return c.family().moe_names; }
 
 // "{block}.{suffix}" in layer l: the router ("gate.weight") and DeepSeek's extras.
 std::string moe_name(const MoeNames& names, int64_t layer, const char* suffix) {
