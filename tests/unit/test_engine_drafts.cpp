@@ -181,5 +181,25 @@ TEST_F(EngineDraftsTest, AcceptedDraftsSaveSteps) {
   EXPECT_LT(drafted_stats.steps, plain_stats.steps);
 }
 
+// Rule 8 of the design: a runner that cannot verify drafts (the CUDA runners, for now) refuses a
+// drafter at start-up instead of failing at the first step.
+TEST(EngineDraftsRefusal, ARunnerThatCannotVerifyDraftsRefusesADrafter) {
+  struct PlainRunner : runner::ModelRunner {
+    void launch(const core::StepPlan&) override {}
+    core::StepOutput wait() override { return {}; }
+    int64_t vocab_size() const override { return 16; }
+  };
+  struct AnyDrafter : Drafter {
+    std::vector<int32_t> propose(int64_t, std::span<const int32_t>) override { return {1}; }
+  };
+  core::EngineConfig c;
+  c.num_blocks = 64;
+  c.block_size = 4;
+  c.scheduler.max_model_len = 64;
+  EngineCore engine(c, std::make_unique<PlainRunner>());
+  EXPECT_THROW(engine.set_drafter(std::make_unique<AnyDrafter>()), Error);
+  EXPECT_NO_THROW(engine.set_drafter(nullptr));
+}
+
 }  // namespace
 }  // namespace tachyon::engine

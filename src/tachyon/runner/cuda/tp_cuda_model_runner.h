@@ -78,6 +78,9 @@ class TpCudaModelRunner : public SynchronousModelRunner {
   // Tests: local rank r's runner (its last_logits(), graph_replays()). Read it between steps only.
   const CudaModelRunner& rank_runner(int rank) const { return *ranks_[static_cast<size_t>(rank)].runner; }
 
+ public:
+  bool verifies_drafts() const override { return false; }  // its ranks are CudaModelRunners
+
  protected:
   // Every rank runs the step (CudaModelRunner::launch + wait on its worker thread); rank 0's
   // tokens are the step's output.
