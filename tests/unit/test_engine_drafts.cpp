@@ -161,8 +161,12 @@ TEST_F(EngineDraftsTest, DraftsNeverChangeTheTokens) {
           }
         }
       }
-      if (quality == 1.0) EXPECT_GT(stats.draft_tokens_accepted, 0);
-      if (quality == 0.0) EXPECT_LT(stats.draft_tokens_accepted, stats.draft_tokens);
+      if (quality == 1.0) {
+        EXPECT_GT(stats.draft_tokens_accepted, 0);
+      }
+      if (quality == 0.0) {
+        EXPECT_LT(stats.draft_tokens_accepted, stats.draft_tokens);
+      }
       accepted += stats.draft_tokens_accepted;
       drafted += stats.draft_tokens;
     }
