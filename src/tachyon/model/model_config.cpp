@@ -464,8 +464,8 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& json, const std::string
   TACHYON_CHECK(is_supported_architecture(c.architecture))
       << source << ": unknown architecture '" << c.architecture << "' (supported: " << supported_list()
       << ")";
-  c.model_type = model_type_for(c.architecture);
   const Architecture& family = architecture_of(c.architecture);
+  c.model_type = family.model_type;
 
   c.vocab_size = required_int(json, "vocab_size", source);
   c.hidden_size = required_int(json, "hidden_size", source);

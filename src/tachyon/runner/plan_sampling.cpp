@@ -16,8 +16,12 @@ core::SequenceOutput verify_sequence(const core::ScheduledSequence& s, std::span
   core::SequenceOutput out;
   out.sequence_id = s.sequence_id;
   out.num_draft_tokens = s.num_draft_tokens();
-  // The outputs history grows by each accepted draft (only when a penalty reads it).
-  std::vector<int32_t> outputs = s.output_tokens;
+  // The outputs history grows by each accepted draft; it is copied only when a penalty reads it
+  // and there are drafts to add (a plain step samples from the plan's own vector).
+  const bool grows = s.params->penalizes_outputs() && s.num_draft_tokens() > 0;
+  std::vector<int32_t> grown;
+  if (grows) grown = s.output_tokens;
+  std::span<const int32_t> outputs = s.output_tokens;
   for (int64_t i = 0; i <= s.num_draft_tokens(); ++i) {
     std::span<float> row(logits.data() + static_cast<int64_t>(first_row + static_cast<size_t>(i)) * vocab,
                          static_cast<size_t>(vocab));
@@ -25,7 +29,10 @@ core::SequenceOutput verify_sequence(const core::ScheduledSequence& s, std::span
                                           s.num_output_tokens + i};
     out.tokens.push_back(kernels::cpu::sample_token(row, *s.params, context));
     if (i == s.num_draft_tokens() || out.tokens.back().token != s.draft_tokens[static_cast<size_t>(i)]) break;
-    if (s.params->penalizes_outputs()) outputs.push_back(out.tokens.back().token);
+    if (grows) {
+      grown.push_back(out.tokens.back().token);
+      outputs = grown;
+    }
   }
   return out;
 }
@@ -33,6 +40,8 @@ core::SequenceOutput verify_sequence(const core::ScheduledSequence& s, std::span
 }  // namespace
 
 core::StepOutput sample_plan_rows(const core::StepPlan& plan, std::span<float> logits, int64_t vocab) {
+  TACHYON_CHECK(logits.size() >= plan.logits_rows.size() * static_cast<size_t>(vocab))
+      << "internal: logits hold fewer rows than the plan";
   core::StepOutput output;
   size_t row = 0;
   for (const core::ScheduledSequence& s : plan.sequences) {
@@ -42,7 +51,6 @@ core::StepOutput sample_plan_rows(const core::StepPlan& plan, std::span<float> l
   }
   TACHYON_CHECK(row == plan.logits_rows.size()) << "internal: " << row << " sampled rows, the plan has "
                                                  << plan.logits_rows.size();
-  TACHYON_CHECK(logits.size() >= row * static_cast<size_t>(vocab)) << "internal: logits hold fewer rows than the plan";
   return output;
 }
 
