@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The GPU machine (Ubuntu 24.04) has no package registry and lacks four of our -dev packages
-# (pcre2, utf8proc, xxhash, cpp-httplib with the headers its pkg-config file asks for).
+# The GPU machine (Ubuntu 24.04) has no package registry and lacks five of our -dev packages
+# (pcre2, utf8proc, xxhash, cpp-httplib with the headers its pkg-config file asks for, and the
+# Boost headers the HTTP server is built on).
 # On the dev machine, `scripts/gpu-machine-deps.sh fetch` downloads Debian's .debs into .deps/
 # (ignored by git, carried to the GPU machine); there, `scripts/gpu-machine-deps.sh install`
 # unpacks them, never over a file that machine already has (its own libssl/zlib headers and
@@ -9,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PACKAGES=(libpcre2-dev libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libutf8proc-dev libutf8proc2 libxxhash-dev
-          libcpp-httplib-dev libcpp-httplib0.11 libssl-dev zlib1g-dev libbrotli-dev)
+          libcpp-httplib-dev libcpp-httplib0.11 libssl-dev zlib1g-dev libbrotli-dev libboost1.74-dev libboost-dev)
 
 case "${1:-}" in
   fetch)
@@ -19,7 +20,11 @@ case "${1:-}" in
     ;;
   install)
     staging=$(mktemp -d)
-    for deb in .deps/*.deb; do dpkg -x "$deb" "$staging"; done
+    for deb in .deps/*.deb; do
+      # Boost's headers come whole or not at all: never mix Debian's into a Boost already there.
+      case "$deb" in *libboost*) [ -e /usr/include/boost/version.hpp ] && continue ;; esac
+      dpkg -x "$deb" "$staging"
+    done
     (cd "$staging" && find . -type f -o -type l) | while read -r path; do
       target=/${path#./}
       if [ ! -e "$target" ] && [ ! -L "$target" ]; then

@@ -21,7 +21,11 @@ struct ServeOptions {
   server::ServingOptions serving;
   server::HttpOptions http;
   int shutdown_timeout_s = 30;
+  double header_timeout_s = 10;
+  double idle_timeout_s = 120;
 };
+
+std::chrono::milliseconds to_ms(double seconds) { return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)); }
 
 std::atomic<int> g_signal{0};
 
@@ -38,6 +42,8 @@ void run_serve(ServeOptions& options) {
   std::signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server
 
   options.http.shutdown_timeout = std::chrono::seconds(options.shutdown_timeout_s);
+  options.http.header_timeout = to_ms(options.header_timeout_s);
+  options.http.idle_timeout = to_ms(options.idle_timeout_s);
   if (options.serving.model_dir.empty()) {
     options.serving.model_dir = default_model_dir();
     if (options.serving.served_model_name.empty()) options.serving.served_model_name = kDefaultModelName;
@@ -99,6 +105,19 @@ void add_serve_command(CLI::App& app) {
       ->default_val(4096);
   add_device_options(*cmd, options->serving.engine.device);
   cmd->add_option("--shutdown-timeout", options->shutdown_timeout_s, "seconds in-flight requests get on SIGTERM")->default_val(30);
+  cmd->add_option("--max-connections", options->http.max_connections,
+                  "open connections before new ones get 503 (0: the open-file limit less a reserve)")
+      ->default_val(0);
+  cmd->add_option("--max-body-bytes", options->http.max_body_bytes, "request body limit (413 above)")
+      ->default_val(size_t{8} << 20)
+      ->check(CLI::Range(size_t{1024}, size_t{1} << 30));
+  cmd->add_option("--header-timeout", options->header_timeout_s,
+                  "seconds from a request's first byte to the end of its head (408 after)")
+      ->default_val(10)
+      ->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--idle-timeout", options->idle_timeout_s, "seconds a connection may wait between requests")
+      ->default_val(120)
+      ->check(CLI::Range(0.1, 86400.0));
   cmd->callback([options] { run_serve(*options); });
 }
 

@@ -22,6 +22,7 @@ GenerationRun::GenerationRun(ServingContext& context, const std::vector<std::vec
     const int32_t base = static_cast<int32_t>(p) * params.n;
     auto shared = shared_;
     auto channel = std::make_shared<engine::OutputChannel>([shared, base](engine::RequestOutput&& out) {
+      std::function<void()> wakeup;
       {
         std::lock_guard lock(shared->mutex);
         for (engine::CompletionDelta& d : out.completions) {
@@ -32,8 +33,10 @@ GenerationRun::GenerationRun(ServingContext& context, const std::vector<std::vec
         }
         if (!shared->first_scheduled) shared->first_scheduled = out.first_scheduled;
         shared->dirty = true;
+        wakeup = shared->wakeup;
       }
       shared->ready.notify_all();
+      if (wakeup) wakeup();
     });
     int64_t id = 0;
     try {
@@ -62,9 +65,17 @@ GenerationRun::GenerationRun(ServingContext& context, const std::vector<std::vec
 GenerationRun::~GenerationRun() {
   // Channels go with the run: the engine aborts what is unfinished at its next step.
   channels_.clear();
+  for (const Choice& choice : choices_) {
+    if (!choice.finished) context_.metrics().on_request_finished(engine::FinishReason::kAbort);
+  }
   if (context_.metrics().per_request_enabled()) {
     for (int64_t id : request_ids_) context_.metrics().request_ended(std::to_string(id));
   }
+}
+
+void GenerationRun::set_wakeup(std::function<void()> wakeup) {
+  std::lock_guard lock(shared_->mutex);
+  shared_->wakeup = std::move(wakeup);
 }
 
 void GenerationRun::abort() {

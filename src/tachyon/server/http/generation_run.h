@@ -3,11 +3,13 @@
 // callbacks merge deltas into per-choice pending state (a slow client costs only its own
 // tokens), and the HTTP thread polls events: text cut by stop strings (TextStream), token ids,
 // logprobs, and exactly one finish reason per choice. Destroying the run drops its channels, so
-// the engine aborts whatever is unfinished at its next step (DESIGN rule 1).
+// the engine aborts whatever is unfinished at its next step (DESIGN rule 1), and counts each
+// unfinished choice as aborted in the metrics (a client that left).
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -39,6 +41,9 @@ class GenerationRun {
 
   // New output since the last poll, waiting up to `timeout` for some; empty on timeout.
   std::vector<ChoiceEvent> poll(std::chrono::milliseconds timeout);
+  // Called on the engine's thread after each step that brought this run news; it must be
+  // cheap and never block (the HTTP connection posts a pump). Replaces any earlier one.
+  void set_wakeup(std::function<void()> wakeup);
   bool finished() const { return num_finished_ == static_cast<int>(choices_.size()); }
   int64_t prompt_tokens() const { return prompt_tokens_; }
   int64_t completion_tokens() const { return completion_tokens_; }
@@ -56,6 +61,7 @@ class GenerationRun {
     std::vector<Pending> pending;  // [num_choices]
     bool dirty = false;
     std::optional<std::chrono::steady_clock::time_point> first_scheduled;
+    std::function<void()> wakeup;
   };
   struct Choice {
     int64_t request_id = 0;

@@ -1,11 +1,11 @@
 #include "tachyon/server/http/http_server.h"
 
 #include <atomic>
+#include <cstdio>
 #include <thread>
 
-#include <sys/socket.h>
-
-#include "tachyon/base/check.h"
+#include "tachyon/server/http/http_listener.h"
+#include "tachyon/server/http/http_routes.h"
 #include "tachyon/server/http/http_util.h"
 
 namespace tachyon::server {
@@ -23,19 +23,19 @@ HttpServer::HttpServer(ServingContext& context, HttpOptions options) : HttpServe
   context_ = &context;
 }
 
-HttpServer::HttpServer(HttpOptions options) : options_(std::move(options)), http_(std::make_unique<httplib::Server>()) {
-  const int threads = options_.threads;
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-  http_->set_payload_max_length(options_.max_body_bytes);
-  // cpp-httplib 0.11 listens with a backlog of 5, which refuses bursts of clients; remember the
-  // listening socket so bind() can raise it.
-  http_->set_socket_options([this](socket_t sock) {
-    httplib::default_socket_options(sock);
-    listen_socket_ = static_cast<int>(sock);
+HttpServer::HttpServer(HttpOptions options) : options_(std::move(options)), router_(std::make_unique<Router>()) {
+  // Bearer key on the OpenAI routes; health and metrics stay open for probes and scrapers.
+  router_->set_guard([this](const HttpRequest& request) -> std::optional<ApiError> {
+    if (options_.api_key.empty() || request.header("Authorization") == "Bearer " + options_.api_key) {
+      return std::nullopt;
+    }
+    return ApiError{401, "missing or wrong API key: send 'Authorization: Bearer <key>'", "authentication_error", "",
+                    "invalid_api_key"};
   });
-  http_->set_read_timeout(std::chrono::seconds(30));
-  http_->set_write_timeout(std::chrono::seconds(30));
-  add_routes();
+  ContextAccess access = [this]() -> ServingContext& { return context(); };
+  add_generation_routes(*router_, access, options_.keepalive_interval);
+  add_info_routes(*router_, access, [this] { return context_.load() != nullptr; });
+  listener_ = std::make_unique<HttpListener>(options_, *router_);
 }
 
 HttpServer::~HttpServer() = default;
@@ -46,58 +46,15 @@ ServingContext& HttpServer::context() const {
   return *context;
 }
 
-void HttpServer::add_routes() {
-  // Bearer key on the OpenAI routes; health and metrics stay open for probes and scrapers.
-  http_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (options_.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
-    if (req.get_header_value("Authorization") == "Bearer " + options_.api_key) {
-      return httplib::Server::HandlerResponse::Unhandled;
-    }
-    send_error(res, {401, "missing or wrong API key: send 'Authorization: Bearer <key>'", "authentication_error", "",
-                     "invalid_api_key"});
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  // Statuses httplib decides itself (404 route, 413 body too large, 400 bad HTTP) get an
-  // OpenAI error object too.
-  http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    std::string message = res.status == 413   ? "request body too large"
-                           : res.status == 404 ? "no route " + req.method + " " + req.path
-                                               : "bad request";
-    send_error(res, {res.status, message, res.status == 404 ? "not_found_error" : "invalid_request_error", "", ""});
-  });
-  http_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    try {
-      std::rethrow_exception(ep);
-    } catch (const ApiException& e) {
-      send_error(res, e.error());
-    } catch (const std::exception& e) {
-      send_error(res, {500, std::string("internal error: ") + e.what(), "internal_server_error", "", ""});
-    } catch (...) {
-      send_error(res, {500, "internal error", "internal_server_error", "", ""});
-    }
-  });
-  add_generation_routes();
-  add_info_routes();
-}
+size_t HttpServer::open_connections() const { return listener_->open_connections(); }
 
-void HttpServer::bind() {
-  if (options_.port == 0) {
-    bound_port_ = http_->bind_to_any_port(options_.host);
-    TACHYON_CHECK(bound_port_ > 0) << "cannot bind to " << options_.host << " on any port";
-  } else {
-    TACHYON_CHECK(http_->bind_to_port(options_.host, options_.port))
-        << "cannot bind to " << options_.host << ":" << options_.port << " (in use, or not an address of this host)";
-    bound_port_ = options_.port;
-  }
-  if (listen_socket_ >= 0) ::listen(listen_socket_, 4096);  // on Linux a second listen() updates the backlog
-}
+void HttpServer::bind() { bound_port_ = listener_->bind(); }
 
-void HttpServer::serve() { http_->listen_after_bind(); }
+void HttpServer::serve() { listener_->run(); }
 
 void HttpServer::shutdown() {
   if (context_.load() == nullptr) {  // still loading: nothing in flight
-    http_->stop();
+    listener_->stop();
     return;
   }
   ServingContext& serving = context();
@@ -112,7 +69,7 @@ void HttpServer::shutdown() {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  http_->stop();
+  listener_->stop();
 }
 
 }  // namespace tachyon::server

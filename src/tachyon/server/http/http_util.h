@@ -1,22 +1,21 @@
-// Small helpers shared by the route files: JSON/error responses and the API-key check.
+// Small helpers shared by the route files: JSON responses and request ids.
 #pragma once
-
-#include <httplib.h>
 
 #include <string>
 
-#include <nlohmann/json.hpp>
-
+#include "tachyon/server/http/http_message.h"
+#include "tachyon/server/http/http_router.h"
 #include "tachyon/server/openai_errors.h"
 
 namespace tachyon::server {
 
-inline void send_json(httplib::Response& res, int status, const std::string& body) {
+inline void send_json(HttpResponse& res, int status, std::string body) {
   res.status = status;
-  res.set_content(body, "application/json");
+  res.content_type = "application/json";
+  res.body = std::move(body);
 }
 
-inline void send_error(httplib::Response& res, const ApiError& error) { send_json(res, error.status, error_body(error)); }
+inline void send_error(HttpResponse& res, const ApiError& error) { res = error_response(error); }
 
 // "cmpl-<hex>" style ids, unique per process.
 std::string make_request_id(const char* prefix);

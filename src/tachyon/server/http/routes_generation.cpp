@@ -1,19 +1,16 @@
 // POST /v1/completions and /v1/chat/completions. Everything is validated and tokenized before
-// anything is submitted or the first SSE byte is sent; a failure after that point (the engine
-// refusing, a stream cut) sends an error frame and still ends with [DONE].
-#include <httplib.h>
-
+// anything is submitted or the first byte is sent; a failure after that point (a stream cut)
+// sends an error frame and still ends with [DONE]. The answer is a BodyStream the connection
+// pumps whenever the engine has news for this request (no thread waits on it).
 #include <algorithm>
 #include <memory>
 
 #include "tachyon/server/http/generation_run.h"
-#include "tachyon/server/http/http_server.h"
+#include "tachyon/server/http/http_routes.h"
 #include "tachyon/server/http/http_util.h"
 
 namespace tachyon::server {
 namespace {
-
-constexpr auto kPollInterval = std::chrono::milliseconds(50);
 
 // What one route needs from a validated request, chat and completions alike.
 struct Generation {
@@ -86,13 +83,6 @@ Generation chat_generation(ServingContext& context, const std::string& body) {
   return g;
 }
 
-// The whole answer of a non-streamed request, built up as events arrive.
-struct WholeAnswer {
-  std::vector<CompletionChoiceResult> choices;
-  std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
-  bool done = false;
-};
-
 void accumulate(const ServingContext& context, std::vector<ChoiceEvent>&& events, std::vector<CompletionChoiceResult>& choices) {
   for (ChoiceEvent& e : events) {
     CompletionChoiceResult& c = choices[static_cast<size_t>(e.index)];
@@ -104,133 +94,144 @@ void accumulate(const ServingContext& context, std::vector<ChoiceEvent>&& events
   }
 }
 
-// Non-streamed: one JSON body once every choice has finished. It is sent chunked, with a space
-// (JSON ignores leading whitespace) every second while generating: cpp-httplib learns that a
-// client has gone only when a write fails, and a request whose client has gone must be aborted,
-// not run to max_tokens.
-void respond_whole(ServingContext& context, const Generation& g, std::chrono::milliseconds keepalive,
-                   httplib::Response& res) {
-  auto run = std::make_shared<GenerationRun>(context, g.prompts, g.params);  // may throw: before any byte
-  auto answer = std::make_shared<WholeAnswer>();
-  const size_t num_choices = g.prompts.size() * static_cast<size_t>(g.params.n);
-  answer->choices.resize(num_choices);
-  for (size_t i = 0; i < num_choices; ++i) {
-    answer->choices[i].index = static_cast<int32_t>(i);
-    if (!g.echo_texts.empty()) answer->choices[i].text = g.echo_texts[i / static_cast<size_t>(g.params.n)];
-    if (g.params.logprobs >= 0) answer->choices[i].logprobs.emplace();
-  }
-  res.set_chunked_content_provider("application/json", [&context, g, run, answer, keepalive](size_t,
-                                                                                              httplib::DataSink& sink) {
-    if (answer->done) return false;
-    accumulate(context, run->poll(kPollInterval), answer->choices);
-    const auto now = std::chrono::steady_clock::now();
-    if (!run->finished()) {
-      if (now - answer->last_write < keepalive) return true;
-      answer->last_write = now;
-      return sink.write(" ", 1);  // false: the client left, and dropping `run` aborts it
+// Non-streamed: one JSON body once every choice has finished, with a space (JSON ignores
+// leading whitespace) every keep-alive interval while generating, so that a client behind a
+// proxy that buffers sees a live connection, and a failed write aborts a departed client's run.
+class WholeAnswer : public BodyStream {
+ public:
+  WholeAnswer(ServingContext& context, Generation g, std::chrono::milliseconds keepalive)
+      : context_(context), g_(std::move(g)), keepalive_(keepalive),
+        run_(std::make_unique<GenerationRun>(context, g_.prompts, g_.params)) {  // may throw: before any byte
+    const size_t num_choices = g_.prompts.size() * static_cast<size_t>(g_.params.n);
+    choices_.resize(num_choices);
+    for (size_t i = 0; i < num_choices; ++i) {
+      choices_[i].index = static_cast<int32_t>(i);
+      if (!g_.echo_texts.empty()) choices_[i].text = g_.echo_texts[i / static_cast<size_t>(g_.params.n)];
+      if (g_.params.logprobs >= 0) choices_[i].logprobs.emplace();
     }
-    Usage usage{run->prompt_tokens(), run->completion_tokens()};
-    const std::string body =
-        (g.chat ? chat_response(g.id, g.created, g.model, answer->choices, usage, token_text_fn(context))
-                : completion_response(g.id, g.created, g.model, answer->choices, usage, token_text_fn(context)))
-            .dump();
-    sink.write(body.data(), body.size());
-    answer->done = true;
-    sink.done();
+  }
+  void set_wakeup(std::function<void()> wakeup) override { run_->set_wakeup(std::move(wakeup)); }
+  bool pump(std::string& out) override {
+    accumulate(context_, run_->poll(std::chrono::milliseconds(0)), choices_);
+    const auto now = std::chrono::steady_clock::now();
+    if (!run_->finished()) {
+      if (now - last_write_ >= keepalive_) {
+        last_write_ = now;
+        out = " ";
+      }
+      return false;
+    }
+    Usage usage{run_->prompt_tokens(), run_->completion_tokens()};
+    out = (g_.chat ? chat_response(g_.id, g_.created, g_.model, choices_, usage, token_text_fn(context_))
+                   : completion_response(g_.id, g_.created, g_.model, choices_, usage, token_text_fn(context_)))
+              .dump();
     return true;
-  });
-}
+  }
 
-bool stream_step(ServingContext& context, const Generation& g, GenerationRun& run, std::vector<bool>& sent_role,
-                 std::vector<int64_t>& text_offsets, bool& done, httplib::DataSink& sink);
+ private:
+  ServingContext& context_;
+  const Generation g_;
+  const std::chrono::milliseconds keepalive_;
+  std::unique_ptr<GenerationRun> run_;
+  std::vector<CompletionChoiceResult> choices_;
+  std::chrono::steady_clock::time_point last_write_ = std::chrono::steady_clock::now();
+};
 
-// Streamed: SSE frames as tokens arrive; the provider runs on this connection's thread.
-void respond_stream(ServingContext& context, const Generation& g, httplib::Response& res) {
-  auto run = std::make_shared<GenerationRun>(context, g.prompts, g.params);  // may throw: before any byte
-  auto sent_role = std::make_shared<std::vector<bool>>(g.prompts.size() * static_cast<size_t>(g.params.n), false);
-  auto text_offsets = std::make_shared<std::vector<int64_t>>(sent_role->size(), 0);
-  auto done = std::make_shared<bool>(false);
-  res.set_chunked_content_provider("text/event-stream", [&context, g, run, sent_role, text_offsets, done](
-                                                            size_t offset, httplib::DataSink& sink) {
-    if (*done) return false;
+// Streamed: SSE frames as tokens arrive. Chat choices open with a role chunk, echoed
+// completions with the prompt's text; each choice ends with one finish_reason; then usage (if
+// asked) and [DONE]. A failure after the head travels as an error frame, still ending in [DONE].
+class SseAnswer : public BodyStream {
+ public:
+  SseAnswer(ServingContext& context, Generation g)
+      : context_(context), g_(std::move(g)),
+        run_(std::make_unique<GenerationRun>(context, g_.prompts, g_.params)),  // may throw: before any byte
+        opened_(g_.prompts.size() * static_cast<size_t>(g_.params.n), false),
+        text_offsets_(opened_.size(), 0) {}
+  void set_wakeup(std::function<void()> wakeup) override { run_->set_wakeup(std::move(wakeup)); }
+  bool pump(std::string& out) override {
     try {
-      return stream_step(context, g, *run, *sent_role, *text_offsets, *done, sink);
+      return step(out);
     } catch (const std::exception& e) {
-      // Headers are gone already: the failure travels as an error frame, and the stream still
-      // ends the way clients expect.
       ApiError error{500, std::string("internal error while streaming: ") + e.what(), "internal_server_error", "", ""};
-      const std::string frame = "data: " + error_body(error) + "\n\n" + std::string(kSseDone);
-      sink.write(frame.data(), frame.size());
-      *done = true;
-      sink.done();
+      out += "data: " + error_body(error) + "\n\n" + std::string(kSseDone);
       return true;
     }
-  });
-}
+  }
 
-// One turn of the SSE provider: the role chunks, then whatever the run has, then the end.
-bool stream_step(ServingContext& context, const Generation& g, GenerationRun& run, std::vector<bool>& sent_role,
-                 std::vector<int64_t>& text_offsets, bool& done, httplib::DataSink& sink) {
-  auto write = [&](const std::string& frame) { return sink.write(frame.data(), frame.size()); };
-  if (g.chat) {  // the role goes first, in a chunk of its own, for every choice
-    for (size_t i = 0; i < sent_role.size(); ++i) {
-      if (sent_role[i]) continue;
-      sent_role[i] = true;
-      if (!write(sse_data(chat_chunk(g.id, g.created, g.model, static_cast<int32_t>(i), "assistant", "", nullptr,
-                                     std::nullopt)))) {
-        return false;
+ private:
+  bool step(std::string& out) {
+    for (size_t i = 0; i < opened_.size(); ++i) {  // the first chunk of every choice
+      if (opened_[i]) continue;
+      opened_[i] = true;
+      const auto index = static_cast<int32_t>(i);
+      if (g_.chat) {
+        out += sse_data(chat_chunk(g_.id, g_.created, g_.model, index, "assistant", "", nullptr, std::nullopt));
+      } else if (!g_.echo_texts.empty()) {
+        const std::string& prompt = g_.echo_texts[i / static_cast<size_t>(g_.params.n)];
+        out += sse_data(completion_chunk(g_.id, g_.created, g_.model, index, prompt, nullptr, std::nullopt,
+                                         token_text_fn(context_)));
+        text_offsets_[i] += code_points(prompt);
       }
     }
-  }
-  for (ChoiceEvent& e : run.poll(kPollInterval)) {
-    LogprobsDelta logprobs;
-    const bool with_logprobs = g.params.logprobs >= 0 && !e.logprobs.empty();
-    if (with_logprobs) {
-      logprobs.tokens = e.logprobs;
-      for (int32_t id : e.token_ids) logprobs.texts.push_back(context.tokenizer().decode(std::span<const int32_t>(&id, 1)));
-      logprobs.text_offset = text_offsets[static_cast<size_t>(e.index)];
+    for (ChoiceEvent& e : run_->poll(std::chrono::milliseconds(0))) {
+      LogprobsDelta logprobs;
+      const bool with_logprobs = g_.params.logprobs >= 0 && !e.logprobs.empty();
+      if (with_logprobs) {
+        logprobs.tokens = e.logprobs;
+        for (int32_t id : e.token_ids) logprobs.texts.push_back(context_.tokenizer().decode(std::span<const int32_t>(&id, 1)));
+        logprobs.text_offset = text_offsets_[static_cast<size_t>(e.index)];
+      }
+      text_offsets_[static_cast<size_t>(e.index)] += code_points(e.text);
+      auto chunk = g_.chat ? chat_chunk(g_.id, g_.created, g_.model, e.index, std::nullopt, e.text,
+                                        with_logprobs ? &logprobs : nullptr, e.finish_reason, token_text_fn(context_))
+                           : completion_chunk(g_.id, g_.created, g_.model, e.index, e.text,
+                                              with_logprobs ? &logprobs : nullptr, e.finish_reason, token_text_fn(context_));
+      out += sse_data(chunk);
     }
-    // Offsets count code points, as OpenAI's text_offset does.
-    text_offsets[static_cast<size_t>(e.index)] += std::count_if(
-        e.text.begin(), e.text.end(), [](char ch) { return (static_cast<unsigned char>(ch) & 0xC0) != 0x80; });
-    auto chunk = g.chat ? chat_chunk(g.id, g.created, g.model, e.index, std::nullopt, e.text,
-                                     with_logprobs ? &logprobs : nullptr, e.finish_reason, token_text_fn(context))
-                        : completion_chunk(g.id, g.created, g.model, e.index, e.text,
-                                           with_logprobs ? &logprobs : nullptr, e.finish_reason, token_text_fn(context));
-    if (!write(sse_data(chunk))) return false;  // the client left: dropping `run` aborts the rest
+    if (!run_->finished()) return false;
+    if (g_.include_usage) {
+      out += sse_data(usage_chunk(g_.id, g_.created, g_.model, g_.chat, {run_->prompt_tokens(), run_->completion_tokens()}));
+    }
+    out += std::string(kSseDone);
+    return true;
   }
-  if (!run.finished()) return true;  // called again
-  if (g.include_usage && !write(sse_data(usage_chunk(g.id, g.created, g.model, g.chat,
-                                                     {run.prompt_tokens(), run.completion_tokens()})))) {
-    return false;
-  }
-  write(std::string(kSseDone));
-  done = true;
-  sink.done();
-  return true;
-}
 
-void handle_generation(ServingContext& context, const httplib::Request& req, httplib::Response& res, bool chat,
+  // Offsets count code points, as OpenAI's text_offset does.
+  static int64_t code_points(const std::string& text) {
+    return std::count_if(text.begin(), text.end(), [](char ch) { return (static_cast<unsigned char>(ch) & 0xC0) != 0x80; });
+  }
+
+  ServingContext& context_;
+  const Generation g_;
+  std::unique_ptr<GenerationRun> run_;
+  std::vector<bool> opened_;
+  std::vector<int64_t> text_offsets_;
+};
+
+void handle_generation(ServingContext& context, const HttpRequest& req, HttpResponse& res, bool chat,
                        std::chrono::milliseconds keepalive) {
   if (context.draining()) throw ApiException({503, "the server is shutting down", "service_unavailable", "", ""});
   Generation g = chat ? chat_generation(context, req.body) : completion_generation(context, req.body);
   g.model = context.limits().model_name;
   g.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   if (g.stream) {
-    respond_stream(context, g, res);
+    res.content_type = "text/event-stream";
+    res.headers.emplace_back("Cache-Control", "no-cache");
+    res.stream = std::make_shared<SseAnswer>(context, std::move(g));
   } else {
-    respond_whole(context, g, keepalive, res);
+    res.content_type = "application/json";
+    res.stream = std::make_shared<WholeAnswer>(context, std::move(g), keepalive);
   }
 }
 
 }  // namespace
 
-void HttpServer::add_generation_routes() {
-  http_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_generation(context(), req, res, /*chat=*/false, options_.keepalive_interval);
+void add_generation_routes(Router& router, ContextAccess context, std::chrono::milliseconds keepalive_interval) {
+  router.add("POST", "/v1/completions", [context, keepalive_interval](const HttpRequest& req, HttpResponse& res) {
+    handle_generation(context(), req, res, /*chat=*/false, keepalive_interval);
   });
-  http_->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_generation(context(), req, res, /*chat=*/true, options_.keepalive_interval);
+  router.add("POST", "/v1/chat/completions", [context, keepalive_interval](const HttpRequest& req, HttpResponse& res) {
+    handle_generation(context(), req, res, /*chat=*/true, keepalive_interval);
   });
 }
 

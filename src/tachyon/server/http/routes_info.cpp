@@ -1,33 +1,98 @@
-// GET /v1/models, /health, /version, /metrics; POST /tokenize and /detokenize (vLLM's shapes).
-#include <httplib.h>
+// GET /v1/models, /v1/models/{id}, /health, /version, /metrics; POST /tokenize and /detokenize
+// (vLLM's shapes).
+#include <cctype>
 
-#include "tachyon/server/http/http_server.h"
+#include "tachyon/server/http/http_routes.h"
 #include "tachyon/server/http/http_util.h"
+#include "tachyon/server/openai_request_fields.h"
 
 namespace tachyon::server {
 namespace {
 
 constexpr const char* kVersion = "0.1.0";
 
-nlohmann::json parse_object(const std::string& body) {
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(body);
-  } catch (const nlohmann::json::exception& e) {
-    throw ApiException(bad_request("", std::string("invalid JSON body: ") + e.what()));
+// "/v1/models/a%2Fb" -> "a/b"; a malformed escape stays as sent.
+std::string percent_decoded(std::string_view text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '%' && i + 2 < text.size() && std::isxdigit(static_cast<unsigned char>(text[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(text[i + 2]))) {
+      out += static_cast<char>(std::stoi(std::string(text.substr(i + 1, 2)), nullptr, 16));
+      i += 2;
+    } else {
+      out += text[i];
+    }
   }
-  if (!json.is_object()) throw ApiException(bad_request("", "the body must be a JSON object"));
-  return json;
+  return out;
+}
+
+void tokenize(ServingContext& context, const HttpRequest& req, HttpResponse& res) {
+  fields::Json body = fields::parse_body(req.body, context.limits());
+  std::vector<int32_t> tokens;
+  if (body.contains("prompt")) {
+    if (!body["prompt"].is_string()) throw ApiException(bad_request("prompt", "prompt must be a string"));
+    const fields::Json* add_special = fields::find(body, "add_special_tokens");
+    if (add_special != nullptr && !add_special->is_boolean()) {
+      throw ApiException(bad_request("add_special_tokens", "add_special_tokens must be a boolean"));
+    }
+    tokens = context.tokenizer().encode(body["prompt"].get<std::string>(), add_special == nullptr || add_special->get<bool>());
+  } else if (body.contains("messages")) {
+    // Reuse the chat parser for validation; it needs nothing else from the body.
+    fields::Json chat = {{"messages", body["messages"]}};
+    ChatRequest request = parse_chat_request(chat.dump(), context.limits());
+    if (context.chat_template() == nullptr) throw ApiException(bad_request("messages", "this model has no chat template"));
+    const fields::Json* generation_prompt = fields::find(body, "add_generation_prompt");
+    if (generation_prompt != nullptr && !generation_prompt->is_boolean()) {
+      throw ApiException(bad_request("add_generation_prompt", "add_generation_prompt must be a boolean"));
+    }
+    tokenizer::ChatTemplateInputs inputs;
+    inputs.messages = request.messages;
+    inputs.add_generation_prompt = generation_prompt == nullptr || generation_prompt->get<bool>();
+    std::string rendered;
+    try {
+      rendered = context.chat_template()->render(inputs);
+    } catch (const Error& e) {
+      throw ApiException(bad_request("messages", std::string("the chat template refused these messages: ") + e.what()));
+    }
+    tokens = context.tokenizer().encode(rendered, false);
+  } else {
+    throw ApiException(bad_request("prompt", "give either prompt or messages"));
+  }
+  send_json(res, 200,
+            nlohmann::json{{"count", tokens.size()}, {"max_model_len", context.limits().max_model_len}, {"tokens", tokens}}
+                .dump());
+}
+
+void detokenize(ServingContext& context, const HttpRequest& req, HttpResponse& res) {
+  fields::Json body = fields::parse_body(req.body, context.limits());
+  if (!body.contains("tokens") || !body["tokens"].is_array()) {
+    throw ApiException(bad_request("tokens", "tokens must be a list of token ids"));
+  }
+  std::vector<int32_t> ids;
+  for (const auto& t : body["tokens"]) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= context.limits().vocab_size) {
+      throw ApiException(bad_request("tokens", "every token must be an id in [0, vocab_size)"));
+    }
+    ids.push_back(t.get<int32_t>());
+  }
+  send_json(res, 200, nlohmann::json{{"prompt", to_valid_utf8(context.tokenizer().decode(ids))}}.dump());
 }
 
 }  // namespace
 
-void HttpServer::add_info_routes() {
-  http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    send_json(res, 200, models_response(context().limits().model_name, context().created(), context().limits().max_model_len).dump());
+void add_info_routes(Router& router, ContextAccess context, std::function<bool()> loaded) {
+  router.add("GET", "/v1/models", [context](const HttpRequest&, HttpResponse& res) {
+    const ServingContext& c = context();
+    send_json(res, 200, models_response(c.limits().model_name, c.created(), c.limits().max_model_len).dump());
   });
-  http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (context_.load() == nullptr) {
+  router.add("GET", "/v1/models/", [context](const HttpRequest& req, HttpResponse& res) {
+    const ServingContext& c = context();
+    const std::string id = percent_decoded(std::string_view(req.path).substr(std::string_view("/v1/models/").size()));
+    if (id != c.limits().model_name) throw ApiException(model_not_found(id, c.limits().model_name));
+    send_json(res, 200, models_response(c.limits().model_name, c.created(), c.limits().max_model_len)["data"][0].dump());
+  }, /*prefix=*/true);
+  router.add("GET", "/health", [context, loaded](const HttpRequest&, HttpResponse& res) {
+    if (!loaded()) {
       send_error(res, {503, "loading: the model is not ready yet", "service_unavailable", "", ""});
     } else if (context().draining()) {
       send_error(res, {503, "draining: the server is shutting down", "service_unavailable", "", ""});
@@ -35,49 +100,17 @@ void HttpServer::add_info_routes() {
       send_json(res, 200, R"({"status":"ok"})");
     }
   });
-  http_->Get("/version", [](const httplib::Request&, httplib::Response& res) {
+  router.add("GET", "/version", [](const HttpRequest&, HttpResponse& res) {
     send_json(res, 200, nlohmann::json{{"version", kVersion}}.dump());
   });
-  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(context().metrics().render(context().engine().stats()), "text/plain; version=0.0.4; charset=utf-8");
+  router.add("GET", "/metrics", [context](const HttpRequest&, HttpResponse& res) {
+    ServingContext& c = context();
+    res.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    res.body = c.metrics().render(c.engine().stats());
   });
-  http_->Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    nlohmann::json body = parse_object(req.body);
-    std::vector<int32_t> tokens;
-    if (body.contains("prompt")) {
-      if (!body["prompt"].is_string()) throw ApiException(bad_request("prompt", "prompt must be a string"));
-      bool add_special = body.value("add_special_tokens", true);
-      tokens = context().tokenizer().encode(body["prompt"].get<std::string>(), add_special);
-    } else if (body.contains("messages")) {
-      // Reuse the chat parser for validation; it needs nothing else from the body.
-      nlohmann::json chat = {{"messages", body["messages"]}};
-      ChatRequest request = parse_chat_request(chat.dump(), context().limits());
-      if (context().chat_template() == nullptr) throw ApiException(bad_request("messages", "this model has no chat template"));
-      tokenizer::ChatTemplateInputs inputs;
-      inputs.messages = request.messages;
-      inputs.add_generation_prompt = body.value("add_generation_prompt", true);
-      tokens = context().tokenizer().encode(context().chat_template()->render(inputs), false);
-    } else {
-      throw ApiException(bad_request("prompt", "give either prompt or messages"));
-    }
-    send_json(res, 200,
-              nlohmann::json{{"count", tokens.size()}, {"max_model_len", context().limits().max_model_len}, {"tokens", tokens}}
-                  .dump());
-  });
-  http_->Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    nlohmann::json body = parse_object(req.body);
-    if (!body.contains("tokens") || !body["tokens"].is_array()) {
-      throw ApiException(bad_request("tokens", "tokens must be a list of token ids"));
-    }
-    std::vector<int32_t> ids;
-    for (const auto& t : body["tokens"]) {
-      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= context().limits().vocab_size) {
-        throw ApiException(bad_request("tokens", "every token must be an id in [0, vocab_size)"));
-      }
-      ids.push_back(t.get<int32_t>());
-    }
-    send_json(res, 200, nlohmann::json{{"prompt", to_valid_utf8(context().tokenizer().decode(ids))}}.dump());
-  });
+  router.add("POST", "/tokenize", [context](const HttpRequest& req, HttpResponse& res) { tokenize(context(), req, res); });
+  router.add("POST", "/detokenize",
+             [context](const HttpRequest& req, HttpResponse& res) { detokenize(context(), req, res); });
 }
 
 }  // namespace tachyon::server

@@ -1,0 +1,336 @@
+#include "tachyon/server/http/http_connection.h"
+
+#include <cstdio>
+
+namespace tachyon::server {
+
+namespace http = beast::http;
+
+namespace {
+
+// The status line's words for the statuses we send; Beast knows them all.
+std::string status_line(int version, int status) {
+  const auto reason = http::obsolete_reason(static_cast<http::status>(status));
+  return std::string(version == 10 ? "HTTP/1.0 " : "HTTP/1.1 ") + std::to_string(status) + " " +
+         std::string(reason.data(), reason.size()) + "\r\n";
+}
+
+// A framing failure's answer, or none when the peer simply went away.
+std::optional<ApiError> framing_error(beast::error_code ec) {
+  if (ec == http::error::header_limit) {
+    return ApiError{431, "the request head is too large", "invalid_request_error", "", "request_header_too_large"};
+  }
+  if (ec == http::error::body_limit) {
+    return ApiError{413, "request body too large", "invalid_request_error", "", "request_body_too_large"};
+  }
+  if (ec == beast::error::timeout) {
+    return ApiError{408, "the request did not arrive in time", "invalid_request_error", "", "request_timeout"};
+  }
+  if (ec == http::error::end_of_stream || ec == http::error::partial_message || ec == net::error::eof ||
+      ec == net::error::operation_aborted || ec == net::error::connection_reset || ec == net::error::broken_pipe ||
+      ec == net::error::bad_descriptor) {
+    return std::nullopt;
+  }
+  return ApiError{400, "malformed HTTP request: " + ec.message(), "invalid_request_error", "", "bad_http"};
+}
+
+}  // namespace
+
+HttpConnection::HttpConnection(net::ip::tcp::socket socket, ConnectionEnv& env)
+    : env_(env), stream_(std::move(socket)), tick_(stream_.get_executor()) {
+  ++env_.open;
+  beast::error_code ec;
+  stream_.socket().set_option(net::ip::tcp::no_delay(true), ec);  // SSE frames are small and urgent
+}
+
+HttpConnection::~HttpConnection() { --env_.open; }
+
+void HttpConnection::start() {
+  net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->wait_for_request(); });
+}
+
+// Idle: no request begun. The head's deadline starts with its first byte, so a kept-alive
+// connection may idle for idle_timeout while a dripping head gets only header_timeout.
+void HttpConnection::wait_for_request() {
+  if (buffer_.size() > 0) return read_head();
+  buffer_.shrink_to_fit();  // an idle connection holds no buffer
+  stream_.expires_after(env_.options.idle_timeout);
+  stream_.async_read_some(buffer_.prepare(1024), [self = shared_from_this()](beast::error_code ec, size_t n) {
+    self->buffer_.commit(n);
+    if (ec || n == 0) return self->close();
+    self->read_head();
+  });
+}
+
+void HttpConnection::read_head() {
+  parser_.emplace();
+  parser_->header_limit(static_cast<std::uint32_t>(env_.options.max_header_bytes));
+  parser_->body_limit(env_.options.max_body_bytes);
+  stream_.expires_after(env_.options.header_timeout);
+  http::async_read_header(stream_, buffer_, *parser_,
+                          [self = shared_from_this()](beast::error_code ec, size_t) { self->on_head(ec); });
+}
+
+void HttpConnection::on_head(beast::error_code ec) {
+  if (ec) return refuse_framing(ec);
+  const auto& head = parser_->get();
+  size_t fields = 0;
+  for (auto it = head.begin(); it != head.end(); ++it) ++fields;
+  if (fields > env_.options.max_header_count) {
+    keep_alive_ = false;
+    HttpResponse refusal = error_response({431,
+                                           "too many header fields (" + std::to_string(fields) + "; the limit is " +
+                                               std::to_string(env_.options.max_header_count) + ")",
+                                           "invalid_request_error", "", "request_header_too_large"});
+    refusal.close = true;
+    request_ = HttpRequest{};
+    request_.version = head.version();
+    return respond(std::move(refusal));
+  }
+  if (beast::iequals(head[http::field::expect], "100-continue") && !parser_->is_done()) {
+    out_ = "HTTP/1.1 100 Continue\r\n\r\n";
+    stream_.expires_after(env_.options.write_timeout);
+    return net::async_write(stream_, net::buffer(out_), [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec) return self->close();
+      self->read_body();
+    });
+  }
+  read_body();
+}
+
+void HttpConnection::read_body() {
+  if (parser_->is_done()) return dispatch();
+  stream_.expires_after(env_.options.body_timeout);
+  http::async_read(stream_, buffer_, *parser_,
+                   [self = shared_from_this()](beast::error_code ec, size_t) { self->on_body(ec); });
+}
+
+void HttpConnection::on_body(beast::error_code ec) {
+  if (ec) return refuse_framing(ec);
+  dispatch();
+}
+
+void HttpConnection::refuse_framing(beast::error_code ec) {
+  std::optional<ApiError> error = framing_error(ec);
+  if (!error) return close();
+  HttpResponse refusal = error_response(*error);
+  refusal.close = true;
+  request_ = HttpRequest{};
+  request_.version = parser_ && parser_->is_header_done() ? parser_->get().version() : 11;
+  respond(std::move(refusal));
+}
+
+// The request is whole: copy it out of Beast's types and run its route on a worker, so that
+// templates and tokenizing never stall the sockets.
+void HttpConnection::dispatch() {
+  auto& message = parser_->get();
+  request_ = HttpRequest{};
+  request_.method = std::string(message.method_string());
+  const std::string_view target(message.target().data(), message.target().size());
+  const size_t question = target.find('?');
+  request_.path = std::string(target.substr(0, question));
+  if (question != std::string_view::npos) request_.query = std::string(target.substr(question + 1));
+  request_.version = message.version();
+  for (const auto& field : message) {
+    request_.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
+  }
+  request_.body = std::move(message.body());
+  keep_alive_ = message.keep_alive();
+  parser_.reset();
+  net::post(env_.workers, [self = shared_from_this()] {
+    HttpResponse response = self->env_.router.dispatch(self->request_);
+    net::post(self->stream_.get_executor(),
+              [self, response = std::move(response)]() mutable { self->respond(std::move(response)); });
+  });
+}
+
+void HttpConnection::respond(HttpResponse response) {
+  if (closed_) return;
+  if (response.close) keep_alive_ = false;
+  if (response.stream && request_.method != "HEAD") return start_stream(std::move(response));
+  write_whole(response);
+}
+
+void HttpConnection::write_whole(const HttpResponse& response) {
+  auto message = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(response.status),
+                                                                     request_.version);
+  message->set(http::field::content_type, response.content_type);
+  for (const auto& [name, value] : response.headers) message->set(name, value);
+  message->keep_alive(keep_alive_);
+  if (request_.method == "HEAD") {
+    message->content_length(response.body.size());
+  } else {
+    message->body() = response.body;
+    message->prepare_payload();
+  }
+  stream_.expires_after(env_.options.write_timeout);
+  http::async_write(stream_, *message, [self = shared_from_this(), message](beast::error_code ec, size_t) {
+    if (ec) return self->close();
+    self->next_or_close();
+  });
+}
+
+// The head now, the body as the stream produces it: chunked on HTTP/1.1; on HTTP/1.0 (no
+// chunking there) raw bytes, ended by closing the connection.
+void HttpConnection::start_stream(HttpResponse response) {
+  body_ = std::move(response.stream);
+  chunked_ = request_.version >= 11;
+  if (!chunked_) keep_alive_ = false;
+  body_done_ = false;
+  std::string head = status_line(request_.version, response.status);
+  head += "Content-Type: " + response.content_type + "\r\n";
+  for (const auto& [name, value] : response.headers) head += name + ": " + value + "\r\n";
+  if (chunked_) head += "Transfer-Encoding: chunked\r\n";
+  if (!keep_alive_) head += "Connection: close\r\n";
+  head += "\r\n";
+  std::weak_ptr<HttpConnection> weak = shared_from_this();
+  body_->set_wakeup([weak, gate = env_.gate, executor = stream_.get_executor()] {
+    gate->run([&] {
+      net::post(executor, [weak] {
+        if (auto self = weak.lock()) self->on_wakeup();
+      });
+    });
+  });
+  watch_peer();
+  wake_pending_ = true;  // pump right after the head: the generation may have news already
+  out_ = std::move(head);
+  write_out();
+}
+
+void HttpConnection::on_wakeup() {
+  if (closed_ || !body_) return;
+  wake_pending_ = true;
+  if (!pumping_ && !writing_ && !body_done_) start_pump();
+}
+
+void HttpConnection::start_pump() {
+  pumping_ = true;
+  wake_pending_ = false;
+  net::post(env_.workers, [self = shared_from_this(), body = body_] {
+    std::string bytes;
+    bool done = false;
+    try {
+      done = body->pump(bytes);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "[tachyon] a response stream failed: %s\n", e.what());
+      done = true;
+      self->keep_alive_ = false;
+    }
+    net::post(self->stream_.get_executor(),
+              [self, bytes = std::move(bytes), done]() mutable { self->on_pumped(std::move(bytes), done); });
+  });
+}
+
+void HttpConnection::on_pumped(std::string bytes, bool done) {
+  pumping_ = false;
+  if (closed_) return;
+  body_done_ = done;
+  out_.clear();
+  if (!chunked_) {
+    out_ = std::move(bytes);
+  } else {
+    if (!bytes.empty()) {
+      char size[24];
+      std::snprintf(size, sizeof(size), "%zx\r\n", bytes.size());
+      out_ = size + bytes + "\r\n";
+    }
+    if (done) out_ += "0\r\n\r\n";
+  }
+  if (!out_.empty()) return write_out();
+  if (done) return end_response();
+  if (wake_pending_) return start_pump();
+  arm_tick();
+}
+
+void HttpConnection::write_out() {
+  writing_ = true;
+  stream_.expires_after(env_.options.write_timeout);
+  net::async_write(stream_, net::buffer(out_), [self = shared_from_this()](beast::error_code ec, size_t) {
+    self->writing_ = false;
+    self->out_.clear();
+    if (ec) return self->close();  // the client left or stopped reading: dropping the body aborts it
+    if (self->body_done_) return self->end_response();
+    if (self->wake_pending_) return self->start_pump();
+    self->arm_tick();
+  });
+}
+
+// Pumps at least every keepalive_interval: a non-streamed answer writes its space then.
+void HttpConnection::arm_tick() {
+  tick_.expires_after(env_.options.keepalive_interval);
+  std::weak_ptr<HttpConnection> weak = shared_from_this();
+  tick_.async_wait([weak](beast::error_code ec) {
+    if (ec) return;
+    if (auto self = weak.lock()) self->on_wakeup();
+  });
+}
+
+// Reads while the body streams: a hang-up ends the connection (and the generation) at once;
+// bytes of a pipelined next request are kept, up to one head's worth.
+void HttpConnection::watch_peer() {
+  if (buffer_.size() >= env_.options.max_header_bytes) return;
+  watching_ = true;
+  stream_.socket().async_read_some(buffer_.prepare(1024), [self = shared_from_this()](beast::error_code ec, size_t n) {
+    self->on_watch(ec, n);
+  });
+}
+
+void HttpConnection::on_watch(beast::error_code ec, size_t bytes) {
+  watching_ = false;
+  buffer_.commit(bytes);
+  if (closed_) return;
+  if (ending_) {
+    ending_ = false;
+    return next_or_close();
+  }
+  if (ec || bytes == 0) return close();
+  watch_peer();
+}
+
+void HttpConnection::end_response() {
+  body_.reset();
+  tick_.cancel();
+  if (watching_) {  // let the watching read finish first: one read at a time on the socket
+    ending_ = true;
+    beast::error_code ec;
+    stream_.socket().cancel(ec);
+    return;
+  }
+  next_or_close();
+}
+
+void HttpConnection::next_or_close() {
+  if (closed_) return;
+  if (!keep_alive_) return graceful_close();
+  wait_for_request();
+}
+
+// Half-close, then read and drop what the client still sends (up to a bound), so that the
+// answer is not lost to a reset while a refused body is still arriving.
+void HttpConnection::graceful_close() {
+  beast::error_code ec;
+  stream_.socket().shutdown(net::ip::tcp::socket::shutdown_send, ec);
+  if (ec) return close();
+  stream_.expires_after(std::chrono::seconds(2));
+  drain();
+}
+
+void HttpConnection::drain() {
+  stream_.async_read_some(net::buffer(discard_), [self = shared_from_this()](beast::error_code ec, size_t n) {
+    self->discarded_ += n;
+    if (ec || n == 0 || self->discarded_ > (4u << 20)) return self->close();
+    self->drain();
+  });
+}
+
+void HttpConnection::close() {
+  if (closed_) return;
+  closed_ = true;
+  body_.reset();
+  tick_.cancel();
+  beast::error_code ec;
+  stream_.socket().shutdown(net::ip::tcp::socket::shutdown_both, ec);
+  stream_.close();
+}
+
+}  // namespace tachyon::server

@@ -1,0 +1,70 @@
+#include "tachyon/server/http/http_router.h"
+
+#include <strings.h>
+
+namespace tachyon::server {
+
+std::string HttpRequest::header(std::string_view name) const {
+  for (const auto& [key, value] : headers) {
+    if (key.size() == name.size() && ::strncasecmp(key.data(), name.data(), name.size()) == 0) return value;
+  }
+  return "";
+}
+
+HttpResponse error_response(const ApiError& error) {
+  HttpResponse response;
+  response.status = error.status;
+  response.body = error_body(error);
+  // Queue full, draining, too many connections: all pass; say when to come back.
+  if (error.status == 503 || error.status == 429) response.headers.emplace_back("Retry-After", "1");
+  return response;
+}
+
+void Router::add(std::string method, std::string path, HttpHandler handler, bool prefix) {
+  routes_.push_back({std::move(method), std::move(path), prefix, std::move(handler)});
+}
+
+bool Router::Route::matches(const std::string& request_path) const {
+  if (!prefix) return request_path == path;
+  return request_path.size() > path.size() && request_path.compare(0, path.size(), path) == 0;
+}
+
+HttpResponse Router::dispatch(const HttpRequest& request) const {
+  const std::string& method = request.method == "HEAD" ? std::string("GET") : request.method;
+  const Route* route = nullptr;
+  std::string allowed;
+  for (const Route& r : routes_) {
+    if (!r.matches(request.path)) continue;
+    if (r.method == method) {
+      route = &r;
+      break;
+    }
+    if (allowed.find(r.method) == std::string::npos) allowed += (allowed.empty() ? "" : ", ") + r.method;
+  }
+  if (route == nullptr && allowed.empty()) {
+    return error_response({404, "no route " + request.method + " " + request.path, "not_found_error", "", ""});
+  }
+  if (route == nullptr) {
+    HttpResponse response = error_response({405, "method " + request.method + " is not allowed on " + request.path +
+                                                     "; use " + allowed,
+                                            "invalid_request_error", "", "method_not_allowed"});
+    response.headers.emplace_back("Allow", allowed);
+    return response;
+  }
+  try {
+    if (guard_ && request.path.rfind("/v1/", 0) == 0) {
+      if (std::optional<ApiError> refused = guard_(request)) return error_response(*refused);
+    }
+    HttpResponse response;
+    route->handler(request, response);
+    return response;
+  } catch (const ApiException& e) {
+    return error_response(e.error());
+  } catch (const std::exception& e) {
+    return error_response({500, std::string("internal error: ") + e.what(), "internal_server_error", "", ""});
+  } catch (...) {
+    return error_response({500, "internal error", "internal_server_error", "", ""});
+  }
+}
+
+}  // namespace tachyon::server

@@ -1,0 +1,45 @@
+// Router: (method, path) -> handler, and the answers no handler gives: 404 for an unknown path,
+// 405 with `Allow` for a known path asked with another method, the API-key check, and every
+// exception turned into an OpenAI-style error body (ApiException keeps its status; anything
+// else is a 500 that names the fault). 503 answers carry Retry-After.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tachyon/server/http/http_message.h"
+#include "tachyon/server/openai_errors.h"
+
+namespace tachyon::server {
+
+using HttpHandler = std::function<void(const HttpRequest&, HttpResponse&)>;
+
+// The response that carries `error`: its status, its JSON body, Retry-After on a 503.
+HttpResponse error_response(const ApiError& error);
+
+class Router {
+ public:
+  // `path` is matched exactly; a path ending in '/' with `prefix` set matches anything under it
+  // (the handler reads the rest from request.path).
+  void add(std::string method, std::string path, HttpHandler handler, bool prefix = false);
+  // Runs before any handler of a path under /v1/; an error it returns is the answer.
+  void set_guard(std::function<std::optional<ApiError>(const HttpRequest&)> guard) { guard_ = std::move(guard); }
+
+  // Never throws.
+  HttpResponse dispatch(const HttpRequest& request) const;
+
+ private:
+  struct Route {
+    std::string method;
+    std::string path;
+    bool prefix = false;
+    HttpHandler handler;
+    bool matches(const std::string& request_path) const;
+  };
+  std::vector<Route> routes_;
+  std::function<std::optional<ApiError>(const HttpRequest&)> guard_;
+};
+
+}  // namespace tachyon::server
