@@ -131,6 +131,9 @@ void HttpConnection::dispatch() {
   request_.path = std::string(target.substr(0, question));
   if (question != std::string_view::npos) request_.query = std::string(target.substr(question + 1));
   request_.version = message.version();
+  beast::error_code ec;
+  const auto remote = stream_.socket().remote_endpoint(ec);
+  if (!ec) request_.peer = remote.address().to_string();
   for (const auto& field : message) {
     request_.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
   }

@@ -18,6 +18,7 @@ struct HttpRequest {
   std::string path;    // the target up to '?', as sent (not percent-decoded)
   std::string query;   // after '?', or ""
   int version = 11;    // 10 or 11
+  std::string peer;    // the client's address ("127.0.0.1"), for per-client shares
   std::vector<std::pair<std::string, std::string>> headers;  // in arrival order
   std::string body;
 

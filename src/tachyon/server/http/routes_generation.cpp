@@ -23,6 +23,8 @@ struct Generation {
   std::string id;
   std::string model;
   int64_t created = 0;
+  std::string client;  // the peer address its share of the engine is counted against
+  int64_t sequences() const { return static_cast<int64_t>(prompts.size()) * params.n; }
 };
 
 TokenTextFn token_text_fn(const ServingContext& context) {
@@ -101,6 +103,7 @@ class WholeAnswer : public BodyStream {
  public:
   WholeAnswer(ServingContext& context, Generation g, std::chrono::milliseconds keepalive)
       : context_(context), g_(std::move(g)), keepalive_(keepalive),
+        ticket_(context.client_quota().acquire(g_.client, g_.sequences())),       // may throw: before any byte
         run_(std::make_unique<GenerationRun>(context, g_.prompts, g_.params)) {  // may throw: before any byte
     const size_t num_choices = g_.prompts.size() * static_cast<size_t>(g_.params.n);
     choices_.resize(num_choices);
@@ -132,6 +135,7 @@ class WholeAnswer : public BodyStream {
   ServingContext& context_;
   const Generation g_;
   const std::chrono::milliseconds keepalive_;
+  std::unique_ptr<ClientQuota::Ticket> ticket_;  // released after the run is gone
   std::unique_ptr<GenerationRun> run_;
   std::vector<CompletionChoiceResult> choices_;
   std::chrono::steady_clock::time_point last_write_ = std::chrono::steady_clock::now();
@@ -144,6 +148,7 @@ class SseAnswer : public BodyStream {
  public:
   SseAnswer(ServingContext& context, Generation g)
       : context_(context), g_(std::move(g)),
+        ticket_(context.client_quota().acquire(g_.client, g_.sequences())),      // may throw: before any byte
         run_(std::make_unique<GenerationRun>(context, g_.prompts, g_.params)),  // may throw: before any byte
         opened_(g_.prompts.size() * static_cast<size_t>(g_.params.n), false),
         text_offsets_(opened_.size(), 0) {}
@@ -203,6 +208,7 @@ class SseAnswer : public BodyStream {
 
   ServingContext& context_;
   const Generation g_;
+  std::unique_ptr<ClientQuota::Ticket> ticket_;  // released after the run is gone
   std::unique_ptr<GenerationRun> run_;
   std::vector<bool> opened_;
   std::vector<int64_t> text_offsets_;
@@ -213,6 +219,7 @@ void handle_generation(ServingContext& context, const HttpRequest& req, HttpResp
   if (context.draining()) throw ApiException({503, "the server is shutting down", "service_unavailable", "", ""});
   Generation g = chat ? chat_generation(context, req.body) : completion_generation(context, req.body);
   g.model = context.limits().model_name;
+  g.client = req.peer;
   g.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   if (g.stream) {
     res.content_type = "text/event-stream";

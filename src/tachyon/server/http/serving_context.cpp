@@ -1,5 +1,7 @@
 #include "tachyon/server/http/serving_context.h"
 
+#include <algorithm>
+
 #include "tachyon/base/check.h"
 #include "tachyon/base/file_util.h"
 #include "tachyon/app/runner_factory.h"
@@ -33,6 +35,10 @@ ServingContext::ServingContext(const ServingOptions& options) {
   limits_.max_logprobs = options.max_logprobs;
   engine_ = std::make_unique<engine::EngineCore>(engine_config, std::move(loaded.runner));
   metrics_ = std::make_unique<ServerMetrics>(limits_.model_name);
+  const int64_t per_client = options.max_sequences_per_client != 0
+                                 ? options.max_sequences_per_client
+                                 : std::max<int64_t>(1, engine_config.max_queued_requests / 2);
+  client_quota_ = std::make_unique<ClientQuota>(per_client);
   created_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   engine_->set_step_observer([metrics = metrics_.get()](int64_t tokens) { metrics->observe_tokens_per_step(static_cast<double>(tokens)); });
   engine_->start();

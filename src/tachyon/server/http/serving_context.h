@@ -1,6 +1,7 @@
 // ServingContext: everything a served model needs, built once at start-up and shared by the
-// HTTP threads: the model and its engine (on its own thread), tokenizer, chat template, limits
-// and metrics. Immutable after construction except the engine (thread-safe by design), the
+// HTTP threads: the model and its engine (on its own thread), tokenizer, chat template, limits,
+// metrics and the per-client share of the engine. Immutable after construction except the
+// engine (thread-safe by design), the
 // metrics (atomics) and the lifecycle flags.
 #pragma once
 
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "tachyon/engine/engine_core.h"
+#include "tachyon/server/http/client_quota.h"
 #include "tachyon/server/metrics.h"
 #include "tachyon/server/openai_protocol.h"
 #include "tachyon/tokenizer/chat_template.h"
@@ -26,6 +28,9 @@ struct ServingOptions {
   int32_t max_n = 16;
   int32_t max_stop = 16;
   int32_t max_logprobs = 20;
+  // Sequences (prompts x n) one client address may have in flight; more: 429. 0: half the
+  // engine's waiting queue (max_queued_requests / 2); negative: no limit.
+  int64_t max_sequences_per_client = 0;
 };
 
 class ServingContext {
@@ -38,6 +43,7 @@ class ServingContext {
   const tokenizer::ChatTemplate* chat_template() const { return chat_template_.get(); }
   engine::EngineCore& engine() { return *engine_; }
   ServerMetrics& metrics() { return *metrics_; }
+  ClientQuota& client_quota() { return *client_quota_; }
   int64_t created() const { return created_; }
 
   // Lifecycle: serving until draining starts (SIGTERM); then new requests get 503.
@@ -49,6 +55,7 @@ class ServingContext {
   std::unique_ptr<tokenizer::ChatTemplate> chat_template_;
   std::unique_ptr<engine::EngineCore> engine_;
   std::unique_ptr<ServerMetrics> metrics_;
+  std::unique_ptr<ClientQuota> client_quota_;
   ServerLimits limits_;
   int64_t created_ = 0;
   std::atomic<bool> draining_{false};
