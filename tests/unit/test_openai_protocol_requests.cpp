@@ -26,7 +26,7 @@ ApiError completion_error(const std::string& body) {
   } catch (const ApiException& e) {
     return e.error();
   }
-  ADD_FAILURE() << "no error for " << body;
+  ADD_FAILURE() << "no error for " << body.substr(0, 200);
   return {};
 }
 
@@ -36,7 +36,7 @@ ApiError chat_error(const std::string& body) {
   } catch (const ApiException& e) {
     return e.error();
   }
-  ADD_FAILURE() << "no error for " << body;
+  ADD_FAILURE() << "no error for " << body.substr(0, 200);
   return {};
 }
 
@@ -70,7 +70,126 @@ TEST(OpenaiRequest, InvalidBodies) {
   EXPECT_TRUE(nlohmann::json::accept(error_body(utf8)));
   // Deep nesting is refused cleanly, not by a crash.
   std::string deep = R"({"prompt":"hi","x":)" + std::string(300000, '[') + std::string(300000, ']') + "}";
-  EXPECT_NO_THROW(parse_completion_request(deep, limits()));
+  EXPECT_EQ(completion_error(deep).status, 400);
+}
+
+// `levels` nested arrays, innermost empty.
+std::string nested(size_t levels) { return std::string(levels, '[') + std::string(levels, ']'); }
+
+TEST(OpenaiRequest, JsonDepthLimit) {
+  // The body object is level 1, so 63 arrays inside it make 64 levels.
+  EXPECT_NO_THROW(parse_completion_request(R"({"prompt":"hi","x":)" + nested(63) + "}", limits()));
+  ApiError e = completion_error(R"({"prompt":"hi","x":)" + nested(64) + "}");
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.type, "invalid_request_error");
+  EXPECT_EQ(e.param, "");
+  EXPECT_EQ(e.message, "The request body is nested more than 64 levels deep; at most 64 levels are allowed.");
+  // Brackets inside strings, escaped quotes included, are text, not nesting.
+  const std::string brackets = std::string(200, '[') + "\\\"" + std::string(200, '{');
+  EXPECT_NO_THROW(parse_completion_request(R"({"prompt":")" + brackets + R"("})", limits()));
+  ServerLimits shallow = limits();
+  shallow.max_json_depth = 2;
+  EXPECT_NO_THROW(parse_completion_request(R"({"prompt":["a"]})", shallow));
+  EXPECT_THROW(parse_completion_request(R"({"prompt":[[1]]})", shallow), ApiException);
+}
+
+TEST(OpenaiRequest, VeryDeepChatBodiesAreRefusedWithoutCrashing) {
+  // 100,000 levels overflowed the stack while the request was copied and turned into template
+  // values; running here, in the test process, a crash fails the test.
+  const std::string deep = nested(100000);
+  const std::vector<std::string> bodies = {
+      R"({"messages":[{"role":"user","content":)" + deep + "}]}",
+      R"({"messages":[{"role":"user","content":[{"type":"text","text":"a","x":)" + deep + "}]}]}",
+      R"({"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f",)"
+      R"("parameters":{"type":"object","properties":{"a":)" + deep + "}}}}]}",
+      R"({"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":)" + deep + "}}]}]}",
+      R"({"messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"x":)" + deep + "}}",
+  };
+  for (const std::string& body : bodies) {
+    ApiError e = chat_error(body);
+    EXPECT_EQ(e.status, 400) << body.substr(0, 120);
+    EXPECT_NE(e.message.find("at most 64 levels"), std::string::npos) << e.message;
+  }
+}
+
+TEST(OpenaiRequest, RequestSizeLimits) {
+  ServerLimits l = limits();
+  l.max_stop = 16;
+  l.max_n = 1000;  // a config above the ceiling does not lift it
+  l.max_prompts = 3;
+  l.max_sequences_per_request = 6;
+  auto error = [&l](const std::string& body) {
+    try {
+      parse_completion_request(body, l);
+    } catch (const ApiException& e) {
+      return e.error();
+    }
+    ADD_FAILURE() << "no error for " << body.substr(0, 200);
+    return ApiError{};
+  };
+  // Stop strings: at most 1024 bytes each by default.
+  EXPECT_EQ(ServerLimits{}.max_stop_length, 1024);
+  EXPECT_NO_THROW(parse_completion_request(R"({"prompt":"hi","stop":")" + std::string(1024, 'x') + R"("})", l));
+  ApiError e = error(R"({"prompt":"hi","stop":["a",")" + std::string(1025, 'x') + R"("]})");
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.param, "stop");
+  EXPECT_EQ(e.message, "'stop[1]' is 1025 bytes long; a stop string may be at most 1024 bytes.");
+  // Prompts per request: a list of strings or of token-id lists.
+  EXPECT_EQ(ServerLimits{}.max_prompts, 2048);
+  EXPECT_NO_THROW(parse_completion_request(R"({"prompt":["a","b","c"]})", l));
+  for (const std::string& prompt : {std::string(R"(["a","b","c","d"])"), std::string("[[1],[2],[3],[4]]")}) {
+    e = error(R"({"prompt":)" + prompt + "}");
+    EXPECT_EQ(e.param, "prompt") << prompt;
+    EXPECT_EQ(e.message, "'prompt' holds 4 prompts; at most 3 are allowed in one request.") << prompt;
+  }
+  // One prompt given as token ids is one prompt, whatever its length.
+  EXPECT_NO_THROW(parse_completion_request(R"({"prompt":[1,2,3,4,5]})", l));
+  // n: never above 128, whatever max_n says.
+  EXPECT_EQ(kMaxNCeiling, 128);
+  e = error(R"({"prompt":"hi","n":129})");
+  EXPECT_EQ(e.param, "n");
+  EXPECT_EQ(e.message, "'n' must be between 1 and 128, but got 129.");
+  // Sequences: prompts x n.
+  EXPECT_EQ(ServerLimits{}.max_sequences_per_request, 256);
+  EXPECT_NO_THROW(parse_completion_request(R"({"prompt":["a","b","c"],"n":2})", l));
+  e = error(R"({"prompt":["a","b","c"],"n":3})");
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.param, "n");
+  EXPECT_EQ(e.message, "This request would start 9 sequences; the limit is 6 (prompts x n).");
+  e = error(R"({"prompt":"hi","n":7})");
+  EXPECT_EQ(e.message, "This request would start 7 sequences; the limit is 6 (prompts x n).");
+  try {
+    parse_chat_request(R"({"messages":[{"role":"user","content":"hi"}],"n":7})", l);
+    ADD_FAILURE() << "chat n above max_sequences_per_request";
+  } catch (const ApiException& chat) {
+    EXPECT_EQ(chat.error().param, "n");
+  }
+  // With the defaults, 16 prompts x n = 16 is the largest square that fits.
+  auto prompts = [](int count) {
+    std::string list = "[\"a\"";
+    for (int i = 1; i < count; ++i) list += ",\"a\"";
+    return list + "]";
+  };
+  EXPECT_NO_THROW(parse_completion_request(R"({"n":16,"prompt":)" + prompts(16) + "}", ServerLimits{}));
+  EXPECT_THROW(parse_completion_request(R"({"n":16,"prompt":)" + prompts(17) + "}", ServerLimits{}), ApiException);
+}
+
+TEST(OpenaiRequest, SeedMustFitInt64) {
+  EXPECT_EQ(parse_completion_request(R"({"prompt":"hi","seed":9223372036854775807})", limits()).params.seed,
+            9223372036854775807ULL);
+  EXPECT_EQ(parse_completion_request(R"({"prompt":"hi","seed":-9223372036854775808})", limits()).params.seed,
+            9223372036854775808ULL);  // negative seeds are used bit for bit
+  EXPECT_EQ(parse_completion_request(R"({"prompt":"hi","seed":-1})", limits()).params.seed, UINT64_MAX);
+  EXPECT_EQ(parse_completion_request(R"({"prompt":"hi","seed":1e18})", limits()).params.seed, 1000000000000000000ULL);
+  const std::string range = "'seed' must be between -9223372036854775808 and 9223372036854775807, but got ";
+  for (const char* seed : {"18446744073709551615", "9223372036854775808", "-9223372036854775809", "1e30", "-1e30",
+                           "9.3e18", "9223372036854775807.0"}) {
+    ApiError e = completion_error(R"({"prompt":"hi","seed":)" + std::string(seed) + "}");
+    EXPECT_EQ(e.status, 400) << seed;
+    EXPECT_EQ(e.param, "seed") << seed;
+    EXPECT_EQ(e.message.rfind(range, 0), 0u) << seed << " -> " << e.message;
+  }
+  expect_400(R"("seed":1.5)", "seed", "expected an integer");
 }
 
 TEST(OpenaiRequest, WrongTypeOfEveryField) {
@@ -202,8 +321,7 @@ TEST(OpenaiRequest, EveryCompletionField) {
   EXPECT_EQ(r.params.stop, (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(r.params.logprobs, 0);
   EXPECT_TRUE(parse_completion_request(R"({"prompt":"hi","echo":true})", limits()).echo);
-  r = parse_completion_request(R"({"prompt":"hi","seed":18446744073709551615,"stream":false,"stream_options":null})",
-                               limits());
+  r = parse_completion_request(R"({"prompt":"hi","seed":-1,"stream":false,"stream_options":null})", limits());
   EXPECT_EQ(r.params.seed, UINT64_MAX);
   EXPECT_FALSE(r.include_usage);
 }
@@ -267,7 +385,7 @@ TEST(OpenaiRequest, ChatMessages) {
       {"role":"system","content":"be brief"},
       {"role":"developer","content":""},
       {"role":"user","content":"a\nb","name":"bob"},
-      {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function",
+      {"role":"assistant","content":"","tool_calls":[{"id":"c1","type":"function",
           "function":{"name":"f","arguments":{"x":1}}}]},
       {"role":"tool","content":"42","tool_call_id":"c1"},
       {"role":"assistant","content":"ok","reasoning_content":"hmm"}])");
@@ -278,11 +396,11 @@ TEST(OpenaiRequest, ChatMessages) {
   EXPECT_FALSE(r.max_tokens.has_value());
   EXPECT_EQ(r.params.max_tokens, 100);  // max_model_len while unknown
   EXPECT_EQ(r.params.logprobs, -1);
-  // An assistant turn with tool_calls may omit content.
+  // An assistant turn with tool_calls may omit content; templates then see "" (vLLM does the same).
   r = parse_chat_request(R"({"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f",
       "arguments":{"y":2}}}]}]})",
                          limits());
-  EXPECT_EQ(r.messages[0]["content"].dump(), "null");
+  EXPECT_EQ(r.messages[0]["content"].dump(), R"("")");
   EXPECT_EQ(r.messages[0]["tool_calls"][0]["function"]["arguments"].dump(), R"({"y":2})");
 }
 

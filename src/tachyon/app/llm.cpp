@@ -48,7 +48,8 @@ std::vector<GenerateOutput> LLM::run(const std::vector<std::vector<int32_t>>& pr
     std::vector<TextStream> streams;
     if (text) {
       for (int32_t index = 0; index < params.n; ++index) {
-        streams.emplace_back(*tokenizer_, params.stop, params.include_stop_str_in_output);
+        streams.emplace_back(*tokenizer_, params.stop, params.include_stop_str_in_output,
+                             /*skip_special_tokens=*/true, params.min_tokens);
       }
     }
     while (auto delta = channels[i]->take()) {

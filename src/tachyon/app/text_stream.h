@@ -5,6 +5,11 @@
 // emitted (with the stop string when include_stop_str_in_output) and the stream reports
 // stopped(); the consumer then aborts the sequence in the engine. Runs on consumer threads
 // (HTTP handlers, LLM::generate), never on the engine thread.
+//
+// min_tokens follows vLLM: a stop string counts only when it ends in text decoded from token
+// min_tokens + 1 or later, so the first min_tokens tokens are always generated (as EOS and stop
+// ids are masked for them). A stop string that starts in that early text and ends after it
+// straddles the boundary and counts; one that ends within it is never matched, not even later.
 #pragma once
 
 #include <cstdint>
@@ -19,9 +24,9 @@ namespace tachyon::app {
 
 class TextStream {
  public:
-  // `tokenizer` must outlive the stream.
+  // `tokenizer` must outlive the stream. min_tokens: SamplingParams::min_tokens (see above).
   TextStream(const tokenizer::Tokenizer& tokenizer, std::vector<std::string> stop, bool include_stop_str,
-             bool skip_special_tokens = true);
+             bool skip_special_tokens = true, int32_t min_tokens = 0);
 
   // Text that is now safe to show. Ignores tokens after the stream has stopped.
   std::string push(std::span<const int32_t> token_ids);
@@ -38,7 +43,10 @@ class TextStream {
   tokenizer::IncrementalDetokenizer detokenizer_;
   std::vector<std::string> stop_;
   bool include_stop_str_;
-  std::string held_;     // decoded text not yet emitted
+  int64_t min_tokens_;
+  int64_t tokens_pushed_ = 0;
+  std::string held_;            // decoded text not yet emitted
+  size_t held_protected_ = 0;   // held_[0, this) is text of the first min_tokens tokens: no stop ends there
   std::string emitted_;
   std::string matched_stop_;
   bool stopped_ = false;

@@ -105,6 +105,10 @@ void add_serve_command(CLI::App& app) {
       ->default_val(4096);
   add_device_options(*cmd, options->serving.engine.device);
   cmd->add_option("--shutdown-timeout", options->shutdown_timeout_s, "seconds in-flight requests get on SIGTERM")->default_val(30);
+  cmd->add_option("--max-sequences-per-request", options->serving.max_sequences_per_request,
+                  "prompts x n of one request (400 above)")
+      ->default_val(256)
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--max-sequences-per-client", options->serving.max_sequences_per_client,
                   "sequences (prompts x n) one client address may have in flight, 429 above (0: half of "
                   "--max-queued-requests; -1: no limit)")

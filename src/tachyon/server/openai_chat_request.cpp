@@ -96,7 +96,9 @@ void check_message(Json& message, size_t index) {
   const Json* content = fields::find(message, "content");
   if (content == nullptr) {
     if (*role == "assistant" && has_tool_calls) {
-      message["content"] = nullptr;
+      // "" rather than None, as vLLM: templates test `'</think>' in message.content` (Qwen3) or
+      // print the content (Llama 3), and None raises or prints "None" there.
+      message["content"] = "";
       return;
     }
     fields::fail(content_path, "'" + content_path +
@@ -164,7 +166,7 @@ void read_logprobs(const Json& body, const ServerLimits& limits, ChatRequest& re
 }  // namespace
 
 ChatRequest parse_chat_request(std::string_view body_text, const ServerLimits& limits) {
-  Json body = fields::parse_body(body_text);
+  Json body = fields::parse_body(body_text, limits);
   fields::check_model(body, limits);
   ChatRequest request;
   read_messages(body, request);
@@ -187,6 +189,7 @@ ChatRequest parse_chat_request(std::string_view body_text, const ServerLimits& l
   request.params.max_tokens =
       static_cast<int32_t>(max_tokens.value_or(std::min<int64_t>(limits.max_model_len, kInt32Max)));
   fields::read_sampling_fields(body, limits, request.params);
+  fields::check_sequences(1, request.params.n, limits);
   read_logprobs(body, limits, request);
   fields::read_stream_fields(body, request.stream, request.include_usage);
   fields::validate_params(request.params, limits);

@@ -51,6 +51,10 @@ void read_prompt(const Json& body, const ServerLimits& limits, CompletionRequest
     request.prompt_ids.push_back(read_ids(*prompt, "prompt", limits));
     return;
   }
+  if (static_cast<int64_t>(prompt->size()) > limits.max_prompts) {
+    fields::fail("prompt", "'prompt' holds " + std::to_string(prompt->size()) + " prompts; at most " +
+                               std::to_string(limits.max_prompts) + " are allowed in one request.");
+  }
   for (size_t i = 0; i < prompt->size(); ++i) {
     const Json& item = (*prompt)[i];
     std::string path = "prompt[" + std::to_string(i) + "]";
@@ -72,7 +76,7 @@ void read_prompt(const Json& body, const ServerLimits& limits, CompletionRequest
 }  // namespace
 
 CompletionRequest parse_completion_request(std::string_view body_text, const ServerLimits& limits) {
-  Json body = fields::parse_body(body_text);
+  Json body = fields::parse_body(body_text, limits);
   fields::check_model(body, limits);
   CompletionRequest request;
   read_prompt(body, limits, request);
@@ -85,6 +89,8 @@ CompletionRequest parse_completion_request(std::string_view body_text, const Ser
   request.max_tokens = max_tokens;
   request.params.max_tokens = max_tokens;
   fields::read_sampling_fields(body, limits, request.params);
+  fields::check_sequences(static_cast<int64_t>(request.prompt_texts.size() + request.prompt_ids.size()),
+                          request.params.n, limits);
   if (auto logprobs = fields::read_int(body, "logprobs", "logprobs", 0, limits.max_logprobs)) {
     request.params.logprobs = static_cast<int32_t>(*logprobs);
   }

@@ -13,7 +13,12 @@
 //    (!= n), response_format other than {"type":"text"}, echo together with logprobs (prompt
 //    logprobs are not computed), non-text content parts.
 //  - top_k -1 and 0 both mean "off" (stored as 0); < -1 is a 400.
-//  - Stop strings must be non-empty; at most max_stop of them.
+//  - Stop strings must be non-empty; at most max_stop of them, each at most max_stop_length bytes.
+//  - seed is an int64 (OpenAI's type): anything outside [-2^63, 2^63 - 1] is a 400, never clamped
+//    or wrapped; a negative seed is used bit for bit as a uint64.
+//  - A body nested deeper than max_json_depth is refused by a linear scan of its bytes before it
+//    is parsed: copying, dumping and templating JSON recurse once per level, and a few hundred
+//    kilobytes of brackets would overflow the stack.
 //  - ServerLimits::vocab_size <= 0 means "unknown": token ids are then not range-checked.
 //  - ServerLimits::model_name empty: any model name is accepted.
 //  - max_tokens: completions default to 16 when absent (OpenAI's documented default), so
@@ -22,10 +27,14 @@
 //    given, or max_model_len while unknown (an upper bound used only for validation).
 //  - Chat content given as text parts is joined with "\n" (vLLM); messages are stored with that
 //    string as content, other keys kept as sent (templates may read name, tool_calls,
-//    reasoning_content). tool_calls[].function.arguments given as a JSON string is parsed into an
-//    object (vLLM does this for chat templates); invalid JSON there is a 400.
+//    reasoning_content). An assistant turn with tool_calls and null or no content gets "" (vLLM
+//    does the same): templates such as Qwen3's test `'</think>' in message.content`, which raises
+//    on None, and others would print "None" into the prompt. tool_calls[].function.arguments
+//    given as a JSON string is parsed into an object (vLLM does this for chat templates); invalid
+//    JSON there is a 400.
 //
-// Tests: tests/unit/test_openai_protocol_requests.cpp (ctest -R openai).
+// Tests: tests/unit/test_openai_protocol_requests.cpp and test_openai_chat_template_path.cpp
+// (ctest -R openai).
 #pragma once
 
 #include <cstdint>
@@ -41,13 +50,22 @@
 
 namespace tachyon::server {
 
-// Fixed at server start.
+// n is refused above this whatever ServerLimits::max_n says (core::SamplingParams::validate has
+// the same bound): every sequence holds KV blocks and a choice in the response, so a mistyped
+// config must not let one request fan out thousands.
+constexpr int32_t kMaxNCeiling = 128;
+
+// Fixed at server start. Every limit is checked before anything is tokenized or submitted.
 struct ServerLimits {
-  std::string model_name;        // the served name; a request naming another model -> 404
-  int64_t max_model_len = 4096;  // prompt + completion tokens
-  int64_t vocab_size = 0;        // token ids must be in [0, vocab_size); <= 0: unchecked
-  int32_t max_n = 16;
-  int32_t max_stop = 16;
+  std::string model_name;                   // the served name; a request naming another model -> 404
+  int64_t max_model_len = 4096;             // prompt + completion tokens
+  int64_t vocab_size = 0;                   // token ids must be in [0, vocab_size); <= 0: unchecked
+  int32_t max_n = 16;                       // n per request, capped at kMaxNCeiling
+  int32_t max_stop = 16;                    // stop strings per request
+  int32_t max_stop_length = 1024;           // bytes per stop string
+  int32_t max_prompts = 2048;               // prompts in one completions request (OpenAI's limit)
+  int32_t max_sequences_per_request = 256;  // prompts x n
+  int32_t max_json_depth = 64;              // nesting of the body's arrays and objects; the body is level 1
   int32_t max_logprobs = 20;
 };
 
@@ -63,8 +81,7 @@ struct CompletionRequest {
 };
 
 struct ChatRequest {
-  nlohmann::ordered_json messages;         // validated array; every content is a string (or null for an
-                                           // assistant turn that has tool_calls)
+  nlohmann::ordered_json messages;         // validated array; every content is a string
   nlohmann::ordered_json tools = nullptr;  // null or a validated array of {"type":"function",...}
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   bool add_generation_prompt = true;

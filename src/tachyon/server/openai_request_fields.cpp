@@ -1,5 +1,6 @@
 #include "tachyon/server/openai_request_fields.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -49,7 +50,41 @@ std::string type_name(const Json& value) {
   }
 }
 
-Json parse_body(std::string_view body) {
+namespace {
+
+// Refuses nesting deeper than max_depth with one linear pass over the bytes, before anything walks
+// the JSON recursively (nlohmann's copy and dump, Value::from_json: one stack frame per level).
+// Brackets count only outside strings; inside one, a backslash skips the byte after it. On
+// invalid JSON the count may be off, but such a body fails to parse anyway: a body that passes
+// both is valid JSON nested at most max_depth deep.
+void check_depth(std::string_view body, int32_t max_depth) {
+  int64_t depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < body.size(); ++i) {
+    const char c = body[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) {
+        fail("", "The request body is nested more than " + std::to_string(max_depth) + " levels deep; at most " +
+                     std::to_string(max_depth) + " levels are allowed.");
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+}
+
+}  // namespace
+
+Json parse_body(std::string_view body, const ServerLimits& limits) {
+  check_depth(body, limits.max_json_depth);
   Json parsed;
   try {
     parsed = Json::parse(body);
@@ -72,33 +107,35 @@ const Json* find(const Json& object, std::string_view name) {
 }
 
 int64_t as_int(const Json& value, std::string_view path, int64_t lo, int64_t hi) {
-  int64_t result = 0;
+  // nullopt: outside int64, which is out of range for every field (never clamped or wrapped).
+  std::optional<int64_t> result;
+  bool negative = false;
   if (value.is_number_unsigned()) {
     uint64_t u = value.get<uint64_t>();
-    result = u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ? std::numeric_limits<int64_t>::max()
-                                                                            : static_cast<int64_t>(u);
+    if (u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) result = static_cast<int64_t>(u);
   } else if (value.is_number_integer()) {
     result = value.get<int64_t>();
   } else if (value.is_number_float()) {
     double d = value.get<double>();
     if (std::floor(d) != d) wrong_type(path, "an integer", value);
-    if (d >= 9.2e18)
-      result = std::numeric_limits<int64_t>::max();
-    else if (d <= -9.2e18)
-      result = std::numeric_limits<int64_t>::min();
-    else
-      result = static_cast<int64_t>(d);
+    negative = d < 0;
+    // (-2^63, 2^63): -2^63 itself is left out because an integer literal below int64's minimum
+    // (-9223372036854775809) is parsed into that very double.
+    constexpr double kTwoTo63 = 9223372036854775808.0;
+    if (d > -kTwoTo63 && d < kTwoTo63) result = static_cast<int64_t>(d);
   } else {
     wrong_type(path, "an integer", value);
   }
-  if (result < lo || result > hi) {
-    // Below the minimum of an otherwise unbounded field: just say ">= lo".
-    bool open_top = hi >= std::numeric_limits<int32_t>::max();
-    std::string range = result < lo && open_top ? ">= " + std::to_string(lo)
-                                                : "between " + std::to_string(lo) + " and " + std::to_string(hi);
+  if (!result || *result < lo || *result > hi) {
+    // Below the minimum of an otherwise unbounded field: just say ">= lo" (seed's range is int64's
+    // own, so it gets both ends).
+    bool open_top = hi >= std::numeric_limits<int32_t>::max() && hi < std::numeric_limits<int64_t>::max();
+    bool below = result ? *result < lo : negative;
+    std::string range = below && open_top ? ">= " + std::to_string(lo)
+                                          : "between " + std::to_string(lo) + " and " + std::to_string(hi);
     fail(std::string(path), quoted(path) + " must be " + range + ", but got " + value.dump() + ".");
   }
-  return result;
+  return *result;
 }
 
 std::optional<int64_t> read_int(const Json& object, std::string_view name, std::string_view path, int64_t lo,
@@ -165,8 +202,14 @@ void read_stop(const Json& body, const ServerLimits& limits, core::SamplingParam
     fail("stop", "'stop' has " + std::to_string(params.stop.size()) + " strings; at most " +
                      std::to_string(limits.max_stop) + " are allowed.");
   }
-  for (const std::string& s : params.stop) {
+  for (size_t i = 0; i < params.stop.size(); ++i) {
+    const std::string& s = params.stop[i];
     if (s.empty()) fail("stop", "'stop' strings must not be empty.");
+    if (static_cast<int64_t>(s.size()) > limits.max_stop_length) {
+      std::string path = stop->is_string() ? "stop" : "stop[" + std::to_string(i) + "]";
+      fail("stop", "'" + path + "' is " + std::to_string(s.size()) + " bytes long; a stop string may be at most " +
+                       std::to_string(limits.max_stop_length) + " bytes.");
+    }
   }
 }
 
@@ -213,15 +256,12 @@ void read_sampling_fields(const Json& body, const ServerLimits& limits, core::Sa
   if (auto v = read_ranged(body, "repetition_penalty", 0.0, true, std::numeric_limits<double>::max(), false, "> 0")) {
     params.repetition_penalty = *v;
   }
-  if (const Json* seed = find(body, "seed")) {
-    if (seed->is_number_unsigned()) {
-      params.seed = seed->get<uint64_t>();
-    } else {  // negative seeds are accepted (OpenAI's seed is int64) and used bit for bit
-      params.seed = static_cast<uint64_t>(
-          as_int(*seed, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
-    }
+  // OpenAI's seed is an int64; a negative one is used bit for bit.
+  constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+  if (auto v = read_int(body, "seed", "seed", std::numeric_limits<int64_t>::min(), kInt64Max)) {
+    params.seed = static_cast<uint64_t>(*v);
   }
-  if (auto v = read_int(body, "n", "n", 1, limits.max_n)) params.n = static_cast<int32_t>(*v);
+  if (auto v = read_int(body, "n", "n", 1, std::min(limits.max_n, kMaxNCeiling))) params.n = static_cast<int32_t>(*v);
   read_stop(body, limits, params);
   if (const Json* ids = find(body, "stop_token_ids")) {
     if (!ids->is_array()) wrong_type("stop_token_ids", "an array of integers", *ids);
@@ -246,6 +286,14 @@ void read_stream_fields(const Json& body, bool& stream, bool& include_usage) {
   if (!options->is_object()) wrong_type("stream_options", "an object", *options);
   if (!stream) fail("stream_options", "'stream_options' is only allowed when 'stream' is true.");
   include_usage = read_bool(*options, "include_usage", "stream_options.include_usage").value_or(false);
+}
+
+void check_sequences(int64_t num_prompts, int32_t n, const ServerLimits& limits) {
+  const int64_t sequences = num_prompts * n;
+  if (sequences > limits.max_sequences_per_request) {
+    fail("n", "This request would start " + std::to_string(sequences) + " sequences; the limit is " +
+                  std::to_string(limits.max_sequences_per_request) + " (prompts x n).");
+  }
 }
 
 void validate_params(const core::SamplingParams& params, const ServerLimits& limits) {

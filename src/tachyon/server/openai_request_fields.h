@@ -1,7 +1,7 @@
 // Typed readers for request fields, shared by the completion and chat parsers (internal to the
-// server's protocol code). Each reader returns nullopt when the field is absent or null, and
-// throws ApiException (400, param = path) when it has the wrong JSON type or range, so a parser
-// is a flat list of "read field, check range, store".
+// server's protocol code, except parse_body, which every route uses). Each reader returns
+// nullopt when the field is absent or null, and throws ApiException (400, param = path) when it
+// has the wrong JSON type or range, so a parser is a flat list of "read field, check range, store".
 #pragma once
 
 #include <cstdint>
@@ -22,8 +22,10 @@ using Json = nlohmann::ordered_json;
 // "a string", "an array", ... for messages.
 std::string type_name(const Json& value);
 
-// The body parsed as a JSON object (400 on invalid JSON, invalid UTF-8 or a non-object).
-Json parse_body(std::string_view body);
+// The one entry point for every request body (completions, chat, /tokenize, /detokenize): the
+// body parsed as a JSON object. 400 (param null) on nesting deeper than limits.max_json_depth,
+// checked by a linear scan before parsing, on invalid JSON, invalid UTF-8 or a non-object.
+Json parse_body(std::string_view body, const ServerLimits& limits);
 
 // The field, or nullptr when absent or null.
 const Json* find(const Json& object, std::string_view name);
@@ -49,6 +51,9 @@ void read_sampling_fields(const Json& body, const ServerLimits& limits, core::Sa
 
 // stream, stream_options.include_usage (stream_options without stream: 400).
 void read_stream_fields(const Json& body, bool& stream, bool& include_usage);
+
+// 400 on "n" when num_prompts x n exceeds limits.max_sequences_per_request.
+void check_sequences(int64_t num_prompts, int32_t n, const ServerLimits& limits);
 
 // core::SamplingParams::validate, its tachyon::Error turned into a 400.
 void validate_params(const core::SamplingParams& params, const ServerLimits& limits);

@@ -55,8 +55,8 @@ GenerationRun::GenerationRun(ServingContext& context, const std::vector<std::vec
       Choice& choice = choices_[static_cast<size_t>(base + c)];
       choice.request_id = id;
       choice.completion = c;
-      choice.text = std::make_unique<app::TextStream>(context.tokenizer(), params.stop,
-                                                         params.include_stop_str_in_output);
+      choice.text = std::make_unique<app::TextStream>(context.tokenizer(), params.stop, params.include_stop_str_in_output,
+                                                      /*skip_special_tokens=*/true, params.min_tokens);
     }
   }
   context.metrics().on_prompt_tokens(prompt_tokens_);

@@ -37,7 +37,7 @@ std::optional<ApiError> framing_error(beast::error_code ec) {
 }  // namespace
 
 HttpConnection::HttpConnection(net::ip::tcp::socket socket, ConnectionEnv& env)
-    : env_(env), stream_(std::move(socket)), tick_(stream_.get_executor()) {
+    : env_(env), stream_(std::move(socket)), deadline_(stream_.get_executor()), tick_(stream_.get_executor()) {
   ++env_.open;
   beast::error_code ec;
   stream_.socket().set_option(net::ip::tcp::no_delay(true), ec);  // SSE frames are small and urgent
@@ -66,12 +66,36 @@ void HttpConnection::read_head() {
   parser_.emplace();
   parser_->header_limit(static_cast<std::uint32_t>(env_.options.max_header_bytes));
   parser_->body_limit(env_.options.max_body_bytes);
-  stream_.expires_after(env_.options.header_timeout);
+  stream_.expires_never();
+  arm_deadline(env_.options.header_timeout);
   http::async_read_header(stream_, buffer_, *parser_,
                           [self = shared_from_this()](beast::error_code ec, size_t) { self->on_head(ec); });
 }
 
+void HttpConnection::arm_deadline(std::chrono::milliseconds limit) {
+  timed_out_ = false;
+  const uint64_t id = ++deadline_id_;
+  deadline_.expires_after(limit);
+  std::weak_ptr<HttpConnection> weak = shared_from_this();
+  deadline_.async_wait([weak, id](beast::error_code ec) {
+    auto self = weak.lock();
+    if (ec || !self || self->deadline_id_ != id) return;  // disarmed, or an older deadline
+    self->timed_out_ = true;
+    beast::error_code ignored;
+    self->stream_.socket().cancel(ignored);  // the pending read ends with operation_aborted
+  });
+}
+
+// The read's outcome with the deadline accounted for: a read the deadline cancelled timed out.
+beast::error_code HttpConnection::disarm_deadline(beast::error_code ec) {
+  ++deadline_id_;
+  deadline_.cancel();
+  if (timed_out_ && ec == net::error::operation_aborted) return beast::error::timeout;
+  return ec;
+}
+
 void HttpConnection::on_head(beast::error_code ec) {
+  ec = disarm_deadline(ec);
   if (ec) return refuse_framing(ec);
   const auto& head = parser_->get();
   size_t fields = 0;
@@ -100,12 +124,14 @@ void HttpConnection::on_head(beast::error_code ec) {
 
 void HttpConnection::read_body() {
   if (parser_->is_done()) return dispatch();
-  stream_.expires_after(env_.options.body_timeout);
+  stream_.expires_never();
+  arm_deadline(env_.options.body_timeout);
   http::async_read(stream_, buffer_, *parser_,
                    [self = shared_from_this()](beast::error_code ec, size_t) { self->on_body(ec); });
 }
 
 void HttpConnection::on_body(beast::error_code ec) {
+  ec = disarm_deadline(ec);
   if (ec) return refuse_framing(ec);
   dispatch();
 }
@@ -331,6 +357,7 @@ void HttpConnection::close() {
   closed_ = true;
   body_.reset();
   tick_.cancel();
+  deadline_.cancel();
   beast::error_code ec;
   stream_.socket().shutdown(net::ip::tcp::socket::shutdown_both, ec);
   stream_.close();

@@ -72,6 +72,8 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void read_body();
   void on_body(beast::error_code ec);
   void refuse_framing(beast::error_code ec);
+  void arm_deadline(std::chrono::milliseconds limit);
+  beast::error_code disarm_deadline(beast::error_code ec);
   void dispatch();
 
   // Writing its answer.
@@ -96,6 +98,11 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
   std::optional<Parser> parser_;
+  // The head's and the body's deadlines. Not the stream's own expiry: that closes the socket,
+  // and a client that ran out of time should still read its 408.
+  net::steady_timer deadline_;
+  uint64_t deadline_id_ = 0;
+  bool timed_out_ = false;
   HttpRequest request_;  // the request being answered
   bool keep_alive_ = true;
 

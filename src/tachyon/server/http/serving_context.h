@@ -28,6 +28,7 @@ struct ServingOptions {
   int32_t max_n = 16;
   int32_t max_stop = 16;
   int32_t max_logprobs = 20;
+  int32_t max_sequences_per_request = 256;  // prompts x n of one request; more: 400
   // Sequences (prompts x n) one client address may have in flight; more: 429. 0: half the
   // engine's waiting queue (max_queued_requests / 2); negative: no limit.
   int64_t max_sequences_per_client = 0;
