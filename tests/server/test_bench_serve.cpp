@@ -1,6 +1,8 @@
 // `tachyon bench serve`: the random dataset, the arrival process, the percentiles, SSE parsing
 // and stream timing as pure unit tests, then the real binary against an in-process server on a
-// tiny model. The pure parts come from the command line's library (tachyon_cli_lib).
+// tiny model, and against the built-in model as `tachyon serve` runs it with no model (whose
+// 496-token vocabulary no fixed default fits). The pure parts come from the command line's
+// library (tachyon_cli_lib).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +17,7 @@
 #include "tachyon/cli/bench_serve_client.h"
 #include "tachyon/cli/bench_serve_dataset.h"
 #include "tachyon/cli/bench_serve_metrics.h"
+#include "tachyon/cli/default_model.h"
 
 namespace tachyon::cli {
 namespace {
@@ -257,6 +260,46 @@ TEST_F(BenchServeEndToEnd, AMisconfiguredRunFailsFastWithTheServersMessage) {
   EXPECT_EQ(code, 1) << output;
   EXPECT_NE(output.find("initial test request failed"), std::string::npos) << output;
   EXPECT_NE(output.find("HTTP 404"), std::string::npos) << output;
+}
+
+// `tachyon serve` with no model, in-process: the built-in canary under its served name.
+class BenchServeBuiltInModel : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server::ServingOptions options;
+    options.model_dir = default_model_dir();
+    options.served_model_name = std::string(kDefaultModelName);
+    options.engine.device.kind = "cpu";
+    context_ = new server::ServingContext(options);
+    server_ = new server::HttpServer(*context_, server::HttpOptions{.port = 0});
+    server_->bind();
+    thread_ = new std::thread([] { server_->serve(); });
+  }
+  static void TearDownTestSuite() {
+    server_->shutdown();
+    thread_->join();
+    delete thread_;
+    delete server_;
+    delete context_;
+  }
+  static std::string base_url() { return "http://127.0.0.1:" + std::to_string(server_->bound_port()); }
+  static server::ServingContext* context_;
+  static server::HttpServer* server_;
+  static std::thread* thread_;
+};
+server::ServingContext* BenchServeBuiltInModel::context_ = nullptr;
+server::HttpServer* BenchServeBuiltInModel::server_ = nullptr;
+std::thread* BenchServeBuiltInModel::thread_ = nullptr;
+
+// No --vocab-size and no --model: both come from GET /v1/models, so every random id is valid.
+TEST_F(BenchServeBuiltInModel, DefaultOptionsLearnTheServedVocabulary) {
+  auto [code, output] = run_cli("bench serve --base-url " + base_url() +
+                                " --num-prompts 6 --max-concurrency 3 --random-input-len 64 --random-output-len 4");
+  ASSERT_EQ(code, 0) << output;
+  EXPECT_NE(output.find("model tachyon-canary"), std::string::npos) << output;
+  EXPECT_NE(output.find("token ids in [0, 496) (vocab_size of GET /v1/models)"), std::string::npos) << output;
+  EXPECT_NE(output.find("Successful requests:                     6"), std::string::npos) << output;
+  EXPECT_NE(output.find("Failed requests:                         0"), std::string::npos) << output;
 }
 
 }  // namespace

@@ -2,9 +2,11 @@
 // fix; every good shape -> the expected native struct. Runs in milliseconds.
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
 
 #include "tachyon/server/openai_protocol.h"
+#include "tachyon/server/openai_request_fields.h"
 
 namespace tachyon::server {
 namespace {
@@ -210,6 +212,51 @@ TEST(OpenaiRequest, WrongTypeOfEveryField) {
   EXPECT_EQ(e.status, 400);
   EXPECT_NE(e.message.find("not valid JSON"), std::string::npos) << e.message;
   expect_400(R"("temperature":1e300)", "temperature", "temperature must be >= 0, got inf");
+}
+
+// sampling_field_specs() (what `tachyon generate` offers) and the parser name the same fields:
+// each field of OpenAI's and vLLM's completions requests, given an object where it wants a
+// number, a boolean, a string or an array, is refused (naming it) exactly when it is listed. The
+// request's own fields are left out: the prompt and its framing, fields refused unless they change
+// nothing, and the scheduler's priority. A field added to one side only fails here.
+TEST(OpenaiRequest, SamplingFieldSpecsAreTheFieldsTheParserReads) {
+  std::set<std::string> listed;
+  for (const fields::FieldSpec& spec : fields::sampling_field_specs(limits())) {
+    EXPECT_TRUE(listed.insert(spec.name).second) << spec.name << " is listed twice";
+    EXPECT_FALSE(spec.help.empty()) << spec.name;
+    EXPECT_FALSE(spec.default_text.empty()) << spec.name;
+  }
+  const std::set<std::string> request_fields = {"model",   "prompt",     "suffix",          "echo",    "stream",
+                                                "stream_options", "best_of", "logit_bias", "response_format",
+                                                "priority"};
+  const std::set<std::string> api_fields = {
+      // OpenAI
+      "model", "prompt", "best_of", "echo", "frequency_penalty", "logit_bias", "logprobs", "max_tokens", "n",
+      "presence_penalty", "seed", "stop", "stream", "stream_options", "suffix", "temperature", "top_p", "user",
+      // vLLM's extras
+      "use_beam_search", "top_k", "min_p", "repetition_penalty", "length_penalty", "stop_token_ids",
+      "include_stop_str_in_output", "ignore_eos", "min_tokens", "skip_special_tokens",
+      "spaces_between_special_tokens", "truncate_prompt_tokens", "allowed_token_ids", "prompt_logprobs",
+      "add_special_tokens", "response_format", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+      "structured_outputs", "priority", "request_id", "logits_processors", "return_tokens_as_token_ids",
+      "bad_words", "return_token_ids", "cache_salt", "kv_transfer_params", "vllm_xargs", "max_completion_tokens",
+      "top_logprobs"};
+  for (const std::string& name : listed) {
+    EXPECT_TRUE(api_fields.count(name)) << name << " is listed but is no field of the OpenAI or vLLM API";
+  }
+  for (const std::string& name : api_fields) {
+    if (request_fields.count(name)) continue;
+    bool refused = false;
+    try {
+      parse_completion_request(R"({"prompt":"hi",")" + name + R"(":{}})", limits());
+    } catch (const ApiException& e) {
+      refused = true;
+      EXPECT_EQ(e.error().param, name) << e.error().message;
+    }
+    EXPECT_EQ(refused, listed.count(name) > 0)
+        << name << (refused ? " is read by the parser but missing from sampling_field_specs()"
+                            : " is listed in sampling_field_specs() but the parser ignores it");
+  }
 }
 
 TEST(OpenaiRequest, ModelMustMatch) {

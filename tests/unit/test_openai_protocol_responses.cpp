@@ -156,9 +156,10 @@ TEST(OpenaiResponse, SseAndModels) {
   // A raw ordered_json holding ill-formed bytes still serializes (replaced), never throws.
   EXPECT_EQ(sse_data(nlohmann::ordered_json{{"t", "x\xFF"}}), "data: {\"t\":\"x\xEF\xBF\xBD\"}\n\n");
   EXPECT_EQ(kSseDone, "data: [DONE]\n\n");
-  EXPECT_EQ(dump(models_response("tiny", 1700000000, 4096)),
+  EXPECT_EQ(dump(models_response("tiny", 1700000000, 4096, 496)),
             R"({"object":"list","data":[{"id":"tiny","object":"model","created":1700000000,"owned_by":"tachyon",)"
-            R"("root":"tiny","parent":null,"max_model_len":4096}]})");
+            R"("root":"tiny","parent":null,"max_model_len":4096,"vocab_size":496}]})");
+  EXPECT_FALSE(models_response("tiny", 1700000000, 4096, 0)["data"][0].contains("vocab_size"));  // unknown
 }
 
 TEST(OpenaiResponse, InvalidUtf8TextIsReplaced) {

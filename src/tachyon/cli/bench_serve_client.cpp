@@ -5,6 +5,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include <nlohmann/json.hpp>
@@ -183,20 +184,29 @@ RequestOutcome send_request(const ServerTarget& target, const BenchRequest& requ
   return outcome;
 }
 
-std::string first_model_id(const ServerTarget& target) {
+ServedModel served_model(const ServerTarget& target) {
   const auto [host, prefix] = split_url(target.base_url);
   httplib::Client client(host);
   client.set_connection_timeout(std::chrono::seconds(10));
   httplib::Result res = client.Get(prefix + "/v1/models", headers(target));
   TACHYON_CHECK(res) << "cannot reach " << target.base_url << "/v1/models (" << httplib::to_string(res.error()) << " error)"
-                     << " (is the server up? pass --model to skip this)";
+                     << " (is the server up? pass --model and --vocab-size to skip this)";
   TACHYON_CHECK(res->status == 200) << "GET " << target.base_url << "/v1/models answered " << res->status << ": "
                                     << res->body.substr(0, 300);
   Json models = Json::parse(res->body, nullptr, false);
-  TACHYON_CHECK(!models.is_discarded() && models.contains("data") && models["data"].is_array() &&
-                !models["data"].empty() && models["data"][0].contains("id"))
-      << "GET /v1/models listed no model; pass --model";
-  return models["data"][0]["id"].get<std::string>();
+  TACHYON_CHECK(!models.is_discarded() && models.contains("data") && models["data"].is_array())
+      << "GET /v1/models answered no model list; pass --model";
+  ServedModel served{.id = target.model};
+  for (const Json& card : models["data"]) {
+    if (!card.is_object() || !card.contains("id") || !card["id"].is_string()) continue;
+    if (!target.model.empty() && card["id"] != target.model) continue;
+    served.id = card["id"].get<std::string>();
+    const auto vocab = card.find("vocab_size");
+    if (vocab != card.end() && vocab->is_number_integer()) served.vocab_size = std::max<int64_t>(0, vocab->get<int64_t>());
+    break;
+  }
+  TACHYON_CHECK(!served.id.empty()) << "GET /v1/models listed no model; pass --model";
+  return served;
 }
 
 }  // namespace tachyon::cli

@@ -64,7 +64,15 @@ std::string request_body(const ServerTarget& target, const BenchRequest& request
 // Sends one request and reads its stream to the end; never throws.
 RequestOutcome send_request(const ServerTarget& target, const BenchRequest& request, bool ignore_eos);
 
-// The first id of GET /v1/models; throws tachyon::Error with the reason when there is none.
-std::string first_model_id(const ServerTarget& target);
+// What GET /v1/models says about the model under test.
+struct ServedModel {
+  std::string id;
+  int64_t vocab_size = 0;  // the card's vocab_size (tachyon publishes it); 0: not given
+};
+
+// The card of target.model in GET /v1/models, or the first card when target.model is empty (a
+// named model the list lacks keeps its name, without a vocab_size). Throws tachyon::Error with
+// the reason when the server cannot be asked or lists no model.
+ServedModel served_model(const ServerTarget& target);
 
 }  // namespace tachyon::cli

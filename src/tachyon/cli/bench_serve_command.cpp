@@ -4,7 +4,9 @@
 // owns the options and the order of things: find the model, one test request that fails fast
 // on a misconfigured run, warm-ups, the timed run (bench_serve_load.cpp), the report
 // (bench_serve_metrics.cpp). Prompts go as token ids by default: exact lengths, no tokenizer
-// on the client. Tested end to end in tests/server/test_bench_serve.cpp.
+// on the client; the ids are drawn below the vocab_size the server publishes for its model
+// (GET /v1/models), so the defaults fit any tachyon server, where vLLM's client reads the
+// model's tokenizer instead. Tested end to end in tests/server/test_bench_serve.cpp.
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -12,6 +14,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -32,6 +35,7 @@ struct ServeBenchOptions {
   std::string dataset_name = "random";
   std::string prompt_format = "ids";
   RandomDatasetOptions dataset;
+  int64_t vocab_size = 0;  // --vocab-size; 0: the served model's
   std::string request_rate = "inf";
   double burstiness = 1.0;
   int32_t max_concurrency = 0;
@@ -95,6 +99,31 @@ std::string default_result_filename(const BenchRun& run, const std::string& date
   return "openai-" + rate + "qps" + concurrency + "-" + model + "-" + date + ".json";
 }
 
+// Names the model (--model, else the first of GET /v1/models) and sets the range of random ids:
+// --vocab-size, else the vocab_size on the model's card, else the dataset's default with a
+// warning. Returns what the header says about the prompts.
+std::string resolve_model_and_vocab(ServeBenchOptions& options) {
+  const bool ids = options.prompt_format == "ids";
+  ServedModel served{.id = options.target.model};
+  if (options.target.model.empty() || (ids && options.vocab_size == 0)) served = served_model(options.target);
+  options.target.model = served.id;
+  if (!ids) return "text prompts";
+  std::string source = "--vocab-size";
+  if (options.vocab_size > 0) {
+    options.dataset.vocab_size = options.vocab_size;
+  } else if (served.vocab_size > 0) {
+    options.dataset.vocab_size = served.vocab_size;
+    source = "vocab_size of GET /v1/models";
+  } else {
+    source = "default";
+    std::fprintf(stderr,
+                 "bench serve: GET /v1/models gives no vocab_size for %s; token ids are drawn in [0, %lld), which "
+                 "must fit the model's vocabulary: pass --vocab-size\n",
+                 served.id.c_str(), static_cast<long long>(options.dataset.vocab_size));
+  }
+  return "token ids in [0, " + std::to_string(options.dataset.vocab_size) + ") (" + source + ")";
+}
+
 // Runs `count` requests cycling over the dataset, untimed: fills caches and wakes the server.
 void warm_up(const ServerTarget& target, const std::vector<BenchRequest>& requests, int32_t count, const LoadOptions& load) {
   if (count <= 0 || requests.empty()) return;
@@ -141,16 +170,16 @@ void run_serve_bench(ServeBenchOptions& options) {
   run.num_prompts = options.dataset.num_prompts;
   run.command_line = options.command_line;
   options.dataset.as_text = options.prompt_format == "text";
+  const std::string prompts = resolve_model_and_vocab(options);
   const std::vector<BenchRequest> requests = make_random_requests(options.dataset);
   const std::vector<double> arrivals = arrival_times(run.num_prompts, run.request_rate, run.burstiness, options.dataset.seed);
-
-  if (options.target.model.empty()) options.target.model = first_model_id(options.target);
   run.model_id = options.target.model;
   LoadOptions load{.max_concurrency = options.max_concurrency,
                    .ignore_eos = options.ignore_eos,
                    .progress = !options.no_progress && ::isatty(STDERR_FILENO)};
-  std::fprintf(stderr, "bench serve: %d prompts to %s%s, model %s, request rate %s\n", run.num_prompts,
-               options.target.base_url.c_str(), options.target.endpoint.c_str(), run.model_id.c_str(), options.request_rate.c_str());
+  std::fprintf(stderr, "bench serve: %d prompts to %s%s, model %s, request rate %s, %s\n", run.num_prompts,
+               options.target.base_url.c_str(), options.target.endpoint.c_str(), run.model_id.c_str(),
+               options.request_rate.c_str(), prompts.c_str());
   const RequestOutcome test = send_request(options.target, requests.front(), options.ignore_eos);
   TACHYON_CHECK(test.success) << "the initial test request failed, check the options: " << test.error;
   warm_up(options.target, requests, options.num_warmups, load);
@@ -192,7 +221,10 @@ void add_bench_serve_command(CLI::App& bench, const std::string& command_line) {
   cmd->add_option("--api-key", o->target.api_key, "sent as Authorization: Bearer");
   cmd->add_option("--dataset-name", o->dataset_name, "random (the only one)")->capture_default_str();
   cmd->add_option("--prompt-format", o->prompt_format, "ids: token ids; text: random words")->capture_default_str();
-  cmd->add_option("--vocab-size", o->dataset.vocab_size, "random ids are drawn in [0, vocab-size)")->capture_default_str();
+  cmd->add_option("--vocab-size", o->vocab_size,
+                  "random ids are drawn in [0, vocab-size) (default: the vocab_size GET /v1/models gives, else " +
+                      std::to_string(RandomDatasetOptions{}.vocab_size) + ")")
+      ->check(CLI::Range(int64_t{1}, int64_t{std::numeric_limits<int32_t>::max()}));
   cmd->add_option("--random-input-len", o->dataset.input_len, "prompt tokens")->capture_default_str()->check(CLI::Range(1, 1 << 24));
   cmd->add_option("--random-output-len", o->dataset.output_len, "max tokens per request")->capture_default_str()->check(CLI::Range(1, 1 << 24));
   cmd->add_option("--random-range-ratio", o->dataset.range_ratio, "lengths uniform in [len*(1-r), len*(1+r)]")->capture_default_str();

@@ -16,7 +16,7 @@ struct RandomDatasetOptions {
   int32_t output_len = 128;
   int32_t prefix_len = 0;    // tokens shared by every prompt, in front
   double range_ratio = 0.0;  // in [0, 1)
-  int64_t vocab_size = 32000;
+  int64_t vocab_size = 32000;  // ids in [0, vocab_size); bench serve's when the server publishes none
   bool as_text = false;      // random words instead of token ids, for servers that take only text
   uint64_t seed = 0;
 };

@@ -43,7 +43,7 @@ std::string join_text_parts(const Json& parts, const std::string& path) {
   return joined;
 }
 
-void check_tool_calls(Json& tool_calls, const std::string& path) {
+void check_tool_calls(Json& tool_calls, const std::string& path, int32_t max_depth) {
   if (!tool_calls.is_array()) {
     fields::fail(path,
                  "Invalid type for '" + path + "': expected an array, but got " + fields::type_name(tool_calls) + ".");
@@ -60,7 +60,21 @@ void check_tool_calls(Json& tool_calls, const std::string& path) {
     }
     Json& arguments = call["function"]["arguments"];
     if (arguments.is_string()) {  // templates read arguments as a mapping (vLLM parses them too)
-      Json parsed = Json::parse(arguments.get<std::string>(), nullptr, false);
+      // The string is a JSON document of its own, nested inside the body: the body's depth limit
+      // applies to it too, or copying and rendering it would recurse without bound. The parser
+      // itself does not recurse; its callback sees each value's depth.
+      bool too_deep = false;
+      Json parsed = Json::parse(
+          arguments.get<std::string>(),
+          [&](int depth, Json::parse_event_t, Json&) {
+            too_deep = too_deep || depth >= max_depth;
+            return !too_deep;
+          },
+          false);
+      if (too_deep) {
+        fields::fail(call_path + ".function.arguments", "'" + call_path + ".function.arguments' is nested more than " +
+                                                            std::to_string(max_depth) + " levels deep.");
+      }
       if (parsed.is_discarded()) {
         fields::fail(call_path + ".function.arguments",
                      "'" + call_path + ".function.arguments' must be a JSON-encoded string, but it is not valid JSON.");
@@ -72,7 +86,7 @@ void check_tool_calls(Json& tool_calls, const std::string& path) {
   }
 }
 
-void check_message(Json& message, size_t index) {
+void check_message(Json& message, size_t index, int32_t max_depth) {
   std::string path = "messages[" + std::to_string(index) + "]";
   if (!message.is_object()) {
     fields::fail(path,
@@ -87,7 +101,7 @@ void check_message(Json& message, size_t index) {
   bool has_tool_calls = false;
   if (message.contains("tool_calls") && !message["tool_calls"].is_null()) {
     if (*role != "assistant") fields::fail(path + ".tool_calls", "Only assistant messages may have 'tool_calls'.");
-    check_tool_calls(message["tool_calls"], path + ".tool_calls");
+    check_tool_calls(message["tool_calls"], path + ".tool_calls", max_depth);
     has_tool_calls = !message["tool_calls"].empty();
   }
   fields::read_string(message, "name", path + ".name");
@@ -115,7 +129,7 @@ void check_message(Json& message, size_t index) {
   message["content"] = join_text_parts(*content, content_path);
 }
 
-void read_messages(Json& body, ChatRequest& request) {
+void read_messages(Json& body, const ServerLimits& limits, ChatRequest& request) {
   auto it = body.find("messages");
   if (it == body.end() || it->is_null())
     fields::fail("messages", "'messages' is required: a non-empty array of messages.");
@@ -123,7 +137,7 @@ void read_messages(Json& body, ChatRequest& request) {
     fields::fail("messages", "Invalid type for 'messages': expected an array, but got " + fields::type_name(*it) + ".");
   }
   if (it->empty()) fields::fail("messages", "'messages' must contain at least one message.");
-  for (size_t i = 0; i < it->size(); ++i) check_message((*it)[i], i);
+  for (size_t i = 0; i < it->size(); ++i) check_message((*it)[i], i, limits.max_json_depth);
   request.messages = std::move(*it);
 }
 
@@ -169,7 +183,7 @@ ChatRequest parse_chat_request(std::string_view body_text, const ServerLimits& l
   Json body = fields::parse_body(body_text, limits);
   fields::check_model(body, limits);
   ChatRequest request;
-  read_messages(body, request);
+  read_messages(body, limits, request);
   read_tools(body, request);
   if (const Json* kwargs = fields::find(body, "chat_template_kwargs")) {
     if (!kwargs->is_object()) {

@@ -309,4 +309,30 @@ void validate_params(const core::SamplingParams& params, const ServerLimits& lim
   }
 }
 
+std::vector<FieldSpec> sampling_field_specs(const ServerLimits& limits) {
+  const std::string max_n = std::to_string(std::min(limits.max_n, kMaxNCeiling));
+  return {
+      {"max_tokens", FieldKind::kInteger, "tokens to generate at most, >= 1", "16"},
+      {"temperature", FieldKind::kNumber, "sampling temperature, >= 0; 0 is greedy", "1"},
+      {"top_p", FieldKind::kNumber, "in (0, 1]: sample from the most likely tokens whose probabilities sum to top_p", "1"},
+      {"top_k", FieldKind::kInteger, "sample from the k most likely tokens; -1 or 0: all", "0"},
+      {"min_p", FieldKind::kNumber, "in [0, 1]: drop tokens less likely than min_p x the most likely one", "0"},
+      {"presence_penalty", FieldKind::kNumber, "in [-2, 2]: subtracted from the logit of every token generated so far", "0"},
+      {"frequency_penalty", FieldKind::kNumber, "in [-2, 2]: subtracted per time a token was generated so far", "0"},
+      {"repetition_penalty", FieldKind::kNumber,
+       "> 0: divides the positive logits (multiplies the negative ones) of tokens in the prompt or output", "1"},
+      {"seed", FieldKind::kInteger, "an int64: the same seed samples the same tokens", "random"},
+      {"n", FieldKind::kInteger, "completions of the prompt, 1 to " + max_n, "1"},
+      {"stop", FieldKind::kStringList,
+       "a string that ends the completion, left out of the text; at most " + std::to_string(limits.max_stop), "none"},
+      {"stop_token_ids", FieldKind::kIntegerList, "token ids that end the completion", "none"},
+      {"min_tokens", FieldKind::kInteger, ">= 0: EOS, stop ids and stop strings count only after this many tokens", "0"},
+      {"ignore_eos", FieldKind::kFlag, "keep generating past the end-of-sequence token", "off"},
+      {"include_stop_str_in_output", FieldKind::kFlag, "keep the matched stop string in the text", "off"},
+      {"logprobs", FieldKind::kInteger,
+       "0 to " + std::to_string(limits.max_logprobs) + ": each token's logprob and its N most likely alternatives",
+       "none"},
+  };
+}
+
 }  // namespace tachyon::server::fields

@@ -1,7 +1,8 @@
 // Typed readers for request fields, shared by the completion and chat parsers (internal to the
-// server's protocol code, except parse_body, which every route uses). Each reader returns
-// nullopt when the field is absent or null, and throws ApiException (400, param = path) when it
-// has the wrong JSON type or range, so a parser is a flat list of "read field, check range, store".
+// server's protocol code, except parse_body, which every route uses, and sampling_field_specs,
+// which `tachyon generate` turns into its options). Each reader returns nullopt when the field is
+// absent or null, and throws ApiException (400, param = path) when it has the wrong JSON type or
+// range, so a parser is a flat list of "read field, check range, store".
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tachyon/core/sampling_params.h"
 #include "tachyon/server/openai_protocol.h"
@@ -57,5 +59,30 @@ void check_sequences(int64_t num_prompts, int32_t n, const ServerLimits& limits)
 
 // core::SamplingParams::validate, its tachyon::Error turned into a 400.
 void validate_params(const core::SamplingParams& params, const ServerLimits& limits);
+
+// --- The sampling fields as options ----------------------------------------------------------
+
+// How a field's value is written in JSON, so that a command line can build it from text.
+enum class FieldKind {
+  kNumber,       // a number
+  kInteger,      // an integer
+  kFlag,         // a boolean, true when the option is given
+  kStringList,   // an array of strings, one per repeated option
+  kIntegerList,  // an array of integers
+};
+
+struct FieldSpec {
+  std::string name;          // the JSON field ("top_p"); a command line spells it --top-p
+  FieldKind kind;
+  std::string help;          // what it does and the range the parser accepts
+  std::string default_text;  // what an absent field means
+};
+
+// Every field of a completions request that chooses or stops tokens: the ones
+// read_sampling_fields reads that make sense for one request (not priority, best_of, logit_bias,
+// response_format), plus the completion parser's max_tokens and logprobs. Ranges are stated with
+// `limits`. tests/unit/test_openai_protocol_requests.cpp checks that the parser reads every
+// field listed here and no other field of the OpenAI and vLLM APIs, so the two cannot drift.
+std::vector<FieldSpec> sampling_field_specs(const ServerLimits& limits);
 
 }  // namespace tachyon::server::fields

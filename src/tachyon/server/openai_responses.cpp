@@ -205,7 +205,7 @@ std::string sse_data(const Json& payload) {
   return "data: " + payload.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n";
 }
 
-Json models_response(std::string_view model, int64_t created, int64_t max_model_len) {
+Json models_response(std::string_view model, int64_t created, int64_t max_model_len, int64_t vocab_size) {
   Json card;
   card["id"] = to_valid_utf8(model);
   card["object"] = "model";
@@ -214,6 +214,7 @@ Json models_response(std::string_view model, int64_t created, int64_t max_model_
   card["root"] = to_valid_utf8(model);
   card["parent"] = nullptr;
   card["max_model_len"] = max_model_len;
+  if (vocab_size > 0) card["vocab_size"] = vocab_size;
   Json j;
   j["object"] = "list";
   j["data"] = Json::array({std::move(card)});

@@ -92,7 +92,11 @@ nlohmann::ordered_json chat_logprobs(const LogprobsDelta& logprobs, const TokenT
 std::string sse_data(const nlohmann::ordered_json& payload);
 inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
 
-// GET /v1/models: {"object":"list","data":[{id, object "model", created, owned_by "tachyon", root, max_model_len}]}
-nlohmann::ordered_json models_response(std::string_view model, int64_t created, int64_t max_model_len);
+// GET /v1/models: {"object":"list","data":[{id, object "model", created, owned_by "tachyon", root,
+// parent, max_model_len, vocab_size}]}. vocab_size (ServerLimits::vocab_size: prompt ids must lie
+// in [0, vocab_size)) is a key of tachyon's own, which OpenAI and vLLM clients ignore; benchmark
+// clients draw valid random prompts from it. <= 0 (unknown) leaves it out.
+nlohmann::ordered_json models_response(std::string_view model, int64_t created, int64_t max_model_len,
+                                       int64_t vocab_size);
 
 }  // namespace tachyon::server

@@ -233,20 +233,24 @@ void HttpConnection::on_wakeup() {
 }
 
 void HttpConnection::start_pump() {
+  if (closed_ || !body_) return;  // the client left while a write completed: nothing to pump
   pumping_ = true;
   wake_pending_ = false;
   net::post(env_.workers, [self = shared_from_this(), body = body_] {
     std::string bytes;
     bool done = false;
+    bool failed = false;
     try {
       done = body->pump(bytes);
-    } catch (const std::exception& e) {
+    } catch (const std::exception& e) {  // the body is cut: end it, and the connection after it
       std::fprintf(stderr, "[tachyon] a response stream failed: %s\n", e.what());
       done = true;
-      self->keep_alive_ = false;
+      failed = true;
     }
-    net::post(self->stream_.get_executor(),
-              [self, bytes = std::move(bytes), done]() mutable { self->on_pumped(std::move(bytes), done); });
+    net::post(self->stream_.get_executor(), [self, bytes = std::move(bytes), done, failed]() mutable {
+      if (failed) self->keep_alive_ = false;
+      self->on_pumped(std::move(bytes), done);
+    });
   });
 }
 
@@ -277,7 +281,9 @@ void HttpConnection::write_out() {
   net::async_write(stream_, net::buffer(out_), [self = shared_from_this()](beast::error_code ec, size_t) {
     self->writing_ = false;
     self->out_.clear();
-    if (ec) return self->close();  // the client left or stopped reading: dropping the body aborts it
+    // The client left or stopped reading (or the watching read saw it hang up meanwhile):
+    // dropping the body aborts its generation.
+    if (ec || self->closed_) return self->close();
     if (self->body_done_) return self->end_response();
     if (self->wake_pending_) return self->start_pump();
     self->arm_tick();

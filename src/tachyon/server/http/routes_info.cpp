@@ -83,13 +83,13 @@ void detokenize(ServingContext& context, const HttpRequest& req, HttpResponse& r
 void add_info_routes(Router& router, ContextAccess context, std::function<bool()> loaded) {
   router.add("GET", "/v1/models", [context](const HttpRequest&, HttpResponse& res) {
     const ServingContext& c = context();
-    send_json(res, 200, models_response(c.limits().model_name, c.created(), c.limits().max_model_len).dump());
+    send_json(res, 200, models_response(c.limits().model_name, c.created(), c.limits().max_model_len, c.limits().vocab_size).dump());
   });
   router.add("GET", "/v1/models/", [context](const HttpRequest& req, HttpResponse& res) {
     const ServingContext& c = context();
     const std::string id = percent_decoded(std::string_view(req.path).substr(std::string_view("/v1/models/").size()));
     if (id != c.limits().model_name) throw ApiException(model_not_found(id, c.limits().model_name));
-    send_json(res, 200, models_response(c.limits().model_name, c.created(), c.limits().max_model_len)["data"][0].dump());
+    send_json(res, 200, models_response(c.limits().model_name, c.created(), c.limits().max_model_len, c.limits().vocab_size)["data"][0].dump());
   }, /*prefix=*/true);
   router.add("GET", "/health", [context, loaded](const HttpRequest&, HttpResponse& res) {
     if (!loaded()) {
