@@ -15,7 +15,9 @@
 namespace tachyon::server::testing {
 
 struct ServerUnderTest {
-  explicit ServerUnderTest(core::EngineConfig engine = default_engine(), HttpOptions http = {}) {
+  // max_sequences_per_client: ServingOptions' (0: its default share, -1: none).
+  explicit ServerUnderTest(core::EngineConfig engine = default_engine(), HttpOptions http = {},
+                           int64_t max_sequences_per_client = 0) {
     dir = std::filesystem::temp_directory_path() / ("tachyon-server-" + std::to_string(::getpid()) + "-" +
                                                    std::to_string(reinterpret_cast<uintptr_t>(this)));
     model::make_model({.arch = "qwen3",
@@ -27,6 +29,7 @@ struct ServerUnderTest {
     options.model_dir = dir;
     options.served_model_name = "tiny";
     options.engine = engine;
+    options.max_sequences_per_client = max_sequences_per_client;
     context = std::make_unique<ServingContext>(options);
     http.port = 0;
     server = std::make_unique<HttpServer>(*context, http);

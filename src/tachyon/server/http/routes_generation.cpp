@@ -124,6 +124,7 @@ class WholeAnswer : public BodyStream {
       }
       return false;
     }
+    ticket_.reset();  // the share comes back before the client can see the answer
     Usage usage{run_->prompt_tokens(), run_->completion_tokens()};
     out = (g_.chat ? chat_response(g_.id, g_.created, g_.model, choices_, usage, token_text_fn(context_))
                    : completion_response(g_.id, g_.created, g_.model, choices_, usage, token_text_fn(context_)))
@@ -135,7 +136,7 @@ class WholeAnswer : public BodyStream {
   ServingContext& context_;
   const Generation g_;
   const std::chrono::milliseconds keepalive_;
-  std::unique_ptr<ClientQuota::Ticket> ticket_;  // released after the run is gone
+  std::unique_ptr<ClientQuota::Ticket> ticket_;  // released when the run ends, or after it is gone
   std::unique_ptr<GenerationRun> run_;
   std::vector<CompletionChoiceResult> choices_;
   std::chrono::steady_clock::time_point last_write_ = std::chrono::steady_clock::now();
@@ -194,6 +195,7 @@ class SseAnswer : public BodyStream {
       out += sse_data(chunk);
     }
     if (!run_->finished()) return false;
+    ticket_.reset();  // the share comes back before the client can see the end
     if (g_.include_usage) {
       out += sse_data(usage_chunk(g_.id, g_.created, g_.model, g_.chat, {run_->prompt_tokens(), run_->completion_tokens()}));
     }
@@ -208,7 +210,7 @@ class SseAnswer : public BodyStream {
 
   ServingContext& context_;
   const Generation g_;
-  std::unique_ptr<ClientQuota::Ticket> ticket_;  // released after the run is gone
+  std::unique_ptr<ClientQuota::Ticket> ticket_;  // released when the run ends, or after it is gone
   std::unique_ptr<GenerationRun> run_;
   std::vector<bool> opened_;
   std::vector<int64_t> text_offsets_;
