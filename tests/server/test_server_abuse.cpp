@@ -315,6 +315,37 @@ TEST_F(ServerAbuseTimeouts, IdleConnectionsAreClosedWithoutAWord) {
   }
 }
 
+// A client that stops reading its stream is cut off after write_timeout and its request aborted,
+// instead of holding a generation (and its KV blocks) for as long as it likes. Loopback socket
+// buffers hold megabytes, so the stream is made fat: 16 choices, 20 logprobs a token.
+TEST(ServerAbuseWrites, AClientThatStopsReadingIsCutOffAndItsRequestAborted) {
+  core::EngineConfig engine = ServerUnderTest::default_engine();
+  engine.scheduler.max_model_len = 4096;
+  engine.num_blocks = 2200;  // 16 x 2,000 tokens without preemption
+  HttpOptions http;
+  http.write_timeout = 1s;
+  ServerUnderTest server(engine, http);
+  RawConnection c(server.server->bound_port());
+  int small = 4096;
+  ::setsockopt(c.fd(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  const std::string body =
+      R"({"prompt":"x","n":16,"max_tokens":2000,"ignore_eos":true,"stream":true,"logprobs":20})";
+  ASSERT_TRUE(c.send(http_request("POST", "/v1/completions", body)));
+  // Never read. Without the deadline the engine would generate all 32,000 tokens into the run.
+  const auto started = Clock::now();
+  while (server.context->engine().stats().generated_tokens == 0 && Clock::now() - started < 10s) {
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_GT(server.context->engine().stats().generated_tokens, 0) << "the stream never started";
+  EXPECT_TRUE(server.wait_idle(std::chrono::seconds(60)));
+  auto stats = server.context->engine().stats();
+  EXPECT_EQ(stats.requests_aborted, 1);
+  EXPECT_LT(stats.generated_tokens, 16 * 2000);
+  std::printf("[write timeout] cut off after %lld tokens, %.1f s\n", static_cast<long long>(stats.generated_tokens),
+              ms_since(started) / 1000);
+  EXPECT_TRUE(health_ok(server.server->bound_port()));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Refusals that must come at once and say when to come back.
 
