@@ -20,4 +20,8 @@ void embedding(float* out, const int32_t* ids, const float* table, int64_t rows,
 // out[i] += in[i] for i < count (residual connections).
 void add_inplace(float* out, const float* in, int64_t count);
 
+// The threads the BLAS behind linear() uses, process-wide (OpenBLAS's own pool, which spins like
+// OpenMP's and ignores omp_set_num_threads). A no-op when the BLAS is not OpenBLAS.
+void set_blas_threads(int threads);
+
 }  // namespace tachyon::kernels::cpu

@@ -1,19 +1,35 @@
 #include "tachyon/runner/cpu_model_runner.h"
 
+#include <omp.h>
+
+#include <cstdlib>
+
+#include "tachyon/kernels/linear.h"
+#include "tachyon/model/decode_bytes.h"
+#include "tachyon/runner/cpu_threads.h"
 #include "tachyon/runner/plan_sampling.h"
 
 namespace tachyon::runner {
 
 CpuModelRunner::CpuModelRunner(const model::DenseModel& model, int32_t num_blocks, int32_t block_size,
                                model::MlaAttentionForm mla_form)
-    : model_(model), cache_(model.config(), num_blocks, block_size, mla_form) {}
+    : model_(model),
+      cache_(model.config(), num_blocks, block_size, mla_form),
+      threads_(cpu_forward_threads(model::decode_step_min_bytes(model.config(), 1, 0), omp_get_num_procs(),
+                                   std::getenv("OMP_NUM_THREADS"))) {
+  // OpenBLAS keeps a pool of its own (it reads OMP_NUM_THREADS only when it loads).
+  if (threads_ > 0) kernels::cpu::set_blas_threads(threads_);
+}
 
 CpuModelRunner::CpuModelRunner(std::unique_ptr<model::DenseModel> model, int32_t num_blocks, int32_t block_size,
                                model::MlaAttentionForm mla_form)
-    : owned_(std::move(model)), model_(*owned_), cache_(model_.config(), num_blocks, block_size, mla_form) {}
+    : CpuModelRunner(*model, num_blocks, block_size, mla_form) {
+  owned_ = std::move(model);
+}
 
 core::StepOutput CpuModelRunner::run(const core::StepPlan& plan) {
   if (plan.empty()) return {};
+  if (threads_ > 0) omp_set_num_threads(threads_);  // per calling thread: the engine's, not the constructor's
   PagedAttentionBackend attention(model_.config(), cache_, plan);
   std::vector<float> logits =
       model_.forward(model::ForwardBatch{plan.token_ids, plan.positions, plan.logits_rows}, attention);

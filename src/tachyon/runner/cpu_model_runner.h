@@ -1,6 +1,7 @@
 // CpuModelRunner: the reference runner. Runs the dense model's forward over the plan's ragged
 // batch with the paged KV cache, then samples each `sample` sequence's rows with the CPU sampler,
 // verifying its draft tokens (runner/plan_sampling.h). Synchronous: launch() computes the step.
+// Its kernels use the thread count of cpu_threads.h (one thread for a small model).
 #pragma once
 
 #include <memory>
@@ -29,6 +30,7 @@ class CpuModelRunner : public SynchronousModelRunner {
   std::unique_ptr<model::DenseModel> owned_;  // set by the owning constructor
   const model::DenseModel& model_;
   PagedKvCache cache_;
+  int threads_ = 0;  // the forward's OpenMP threads (cpu_threads.h); 0: OpenMP's choice
 };
 
 }  // namespace tachyon::runner
