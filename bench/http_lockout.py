@@ -80,9 +80,9 @@ def main():
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--out")
     args = parser.parse_args()
-    # One OpenMP thread for the CPU forward: with two spinning OpenMP threads on a two-core machine
-    # that also runs the herds and this client, a step stalls for 100+ ms whenever another thread
-    # takes a core (3% of requests even unloaded), which would hide what the server itself does.
+    # One thread for the CPU forward (the default for a model this small, runner/cpu_threads.h):
+    # with two spinning threads on a two-core machine that also runs the herds and this client, a
+    # step stalls for 100+ ms whenever another thread takes a core, hiding what the server does.
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     server = subprocess.Popen([args.tachyon, "serve", "--port", str(args.port), "--header-timeout", "600",
                                "--idle-timeout", "600"], stderr=subprocess.DEVNULL, env=env)
