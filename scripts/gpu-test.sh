@@ -38,14 +38,14 @@ grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" "$OUT_DIR/ctest.log" | 
 "$BUILD_DIR/tests/gpu_hf_goldens" 2>&1 | grep "gpu golden\]"
 
 # The accuracy canary through `tachyon serve --device cuda` + `tachyon eval`, as ctest's
-# server.canary_accuracy runs it on the CPU (the server is built where cpp-httplib is found).
+# server.canary_accuracy runs it on the CPU (the server is built where cpp-httplib and Boost are found).
 canary_rc=0
 if "$BUILD_DIR/bin/tachyon" serve --help > /dev/null 2>&1; then
   echo "== canary on the GPU:"
   XDG_CACHE_HOME="$fresh/cache" MIN_ACCURACY=0.97 scripts/canary-eval.sh "$BUILD_DIR/bin/tachyon" - \
     "$OUT_DIR/canary" 200 --device cuda || canary_rc=1
 else
-  echo "== canary on the GPU: not run (no server in this build: cpp-httplib missing)"
+  echo "== canary on the GPU: not run (no server in this build: cpp-httplib or Boost missing)"
 fi
 # Every family's CPU goldens again with this machine's transformers (f32 on its CPU); the fresh
 # files land in OUT_DIR/fresh-goldens too, to commit when a family's golden is new or changed.
