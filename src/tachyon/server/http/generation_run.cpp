@@ -35,7 +35,6 @@ GenerationRun::GenerationRun(ServingContext& context, const std::vector<std::vec
         shared->dirty = true;
         wakeup = shared->wakeup;
       }
-      shared->ready.notify_all();
       if (wakeup) wakeup();
     });
     int64_t id = 0;
@@ -82,11 +81,10 @@ void GenerationRun::abort() {
   for (int64_t id : request_ids_) context_.engine().abort(id);
 }
 
-std::vector<ChoiceEvent> GenerationRun::poll(std::chrono::milliseconds timeout) {
+std::vector<ChoiceEvent> GenerationRun::poll() {
   std::vector<Pending> drained;
   {
-    std::unique_lock lock(shared_->mutex);
-    shared_->ready.wait_for(lock, timeout, [&] { return shared_->dirty; });
+    std::lock_guard lock(shared_->mutex);
     if (!shared_->dirty) return {};
     shared_->dirty = false;
     drained.resize(shared_->pending.size());

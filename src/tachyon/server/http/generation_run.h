@@ -1,14 +1,13 @@
 // GenerationRun: the server's consumer of one HTTP request's generations (several prompts, n
 // choices each). It submits them with one callback channel per prompt; the engine thread's
 // callbacks merge deltas into per-choice pending state (a slow client costs only its own
-// tokens), and the HTTP thread polls events: text cut by stop strings (TextStream), token ids,
-// logprobs, and exactly one finish reason per choice. Destroying the run drops its channels, so
+// tokens) and wake the answer's connection, which polls events on a worker: text cut by stop
+// strings (TextStream), token ids, logprobs, and exactly one finish reason per choice. Destroying the run drops its channels, so
 // the engine aborts whatever is unfinished at its next step (DESIGN rule 1), and counts each
 // unfinished choice as aborted in the metrics (a client that left).
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -39,8 +38,8 @@ class GenerationRun {
   GenerationRun(const GenerationRun&) = delete;
   GenerationRun& operator=(const GenerationRun&) = delete;
 
-  // New output since the last poll, waiting up to `timeout` for some; empty on timeout.
-  std::vector<ChoiceEvent> poll(std::chrono::milliseconds timeout);
+  // New output since the last poll; empty when there is none. Never waits: set_wakeup says when.
+  std::vector<ChoiceEvent> poll();
   // Called on the engine's thread after each step that brought this run news; it must be
   // cheap and never block (the HTTP connection posts a pump). Replaces any earlier one.
   void set_wakeup(std::function<void()> wakeup);
@@ -57,7 +56,6 @@ class GenerationRun {
   };
   struct Shared {
     std::mutex mutex;
-    std::condition_variable ready;
     std::vector<Pending> pending;  // [num_choices]
     bool dirty = false;
     std::optional<std::chrono::steady_clock::time_point> first_scheduled;

@@ -115,7 +115,7 @@ class WholeAnswer : public BodyStream {
   }
   void set_wakeup(std::function<void()> wakeup) override { run_->set_wakeup(std::move(wakeup)); }
   bool pump(std::string& out) override {
-    accumulate(context_, run_->poll(std::chrono::milliseconds(0)), choices_);
+    accumulate(context_, run_->poll(), choices_);
     const auto now = std::chrono::steady_clock::now();
     if (!run_->finished()) {
       if (now - last_write_ >= keepalive_) {
@@ -179,7 +179,7 @@ class SseAnswer : public BodyStream {
         text_offsets_[i] += code_points(prompt);
       }
     }
-    for (ChoiceEvent& e : run_->poll(std::chrono::milliseconds(0))) {
+    for (ChoiceEvent& e : run_->poll()) {
       LogprobsDelta logprobs;
       const bool with_logprobs = g_.params.logprobs >= 0 && !e.logprobs.empty();
       if (with_logprobs) {
