@@ -333,10 +333,14 @@ TEST(ServerAbuseWrites, AClientThatStopsReadingIsCutOffAndItsRequestAborted) {
   ASSERT_TRUE(c.send(http_request("POST", "/v1/completions", body)));
   // Never read. Without the deadline the engine would generate all 32,000 tokens into the run.
   const auto started = Clock::now();
-  while (server.context->engine().stats().generated_tokens == 0 && Clock::now() - started < 10s) {
-    std::this_thread::sleep_for(5ms);
-  }
-  ASSERT_GT(server.context->engine().stats().generated_tokens, 0) << "the stream never started";
+  // Running, as the published gauges say (they trail the token counters by a step), so that
+  // wait_idle below cannot see the engine idle before the request is in.
+  const auto running = [&] {
+    const auto stats = server.context->engine().stats();
+    return stats.generated_tokens > 0 && stats.num_running > 0;
+  };
+  while (!running() && Clock::now() - started < 10s) std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(running()) << "the stream never started";
   EXPECT_TRUE(server.wait_idle(std::chrono::seconds(60)));
   auto stats = server.context->engine().stats();
   EXPECT_EQ(stats.requests_aborted, 1);
