@@ -12,7 +12,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -424,6 +426,39 @@ TEST(GpuSampling, BuildSamplingInputsFromPlan) {
   EXPECT_EQ(t.logprob, -1.5f);
   ASSERT_EQ(t.top.size(), 1u);
   EXPECT_EQ(runner::to_sampled_token(ok, c).logprob, 0.0f);  // no logprobs asked: 0, as on the CPU
+}
+
+// Deferred tokens (asynchronous scheduling): exactly the listed entries take the listed rows'
+// tokens, only the first *count pairs count, and the rest of token_ids stays as it was.
+TEST(GpuSampling, ResolveDeferredTokensWritesOnlyTheListedEntries) {
+  std::mt19937_64 gen = rng(11);
+  for (int trial = 0; trial < 20; ++trial) {
+    const int32_t num_tokens = std::uniform_int_distribution<int32_t>(1, 600)(gen);
+    const int32_t num_rows = std::uniform_int_distribution<int32_t>(1, 300)(gen);
+    std::vector<int32_t> tokens(static_cast<size_t>(num_tokens));
+    for (int32_t& t : tokens) t = std::uniform_int_distribution<int32_t>(0, 1 << 20)(gen);
+    std::vector<kc::SampledRow> rows(static_cast<size_t>(num_rows));
+    for (kc::SampledRow& r : rows) r.token = std::uniform_int_distribution<int32_t>(0, 151935)(gen);
+    // Distinct target entries (as a plan has), random source rows; a tail past the count.
+    std::vector<int32_t> targets(static_cast<size_t>(num_tokens));
+    std::iota(targets.begin(), targets.end(), 0);
+    std::shuffle(targets.begin(), targets.end(), gen);
+    const int32_t max_count = std::min(num_tokens, 256);
+    const int32_t count = std::uniform_int_distribution<int32_t>(0, max_count)(gen);
+    std::vector<int32_t> pairs;
+    for (int32_t i = 0; i < max_count; ++i) {
+      pairs.push_back(targets[static_cast<size_t>(i)]);
+      pairs.push_back(std::uniform_int_distribution<int32_t>(0, num_rows - 1)(gen));
+    }
+    std::vector<int32_t> expected = tokens;
+    for (int32_t i = 0; i < count; ++i) {
+      expected[static_cast<size_t>(pairs[2 * i])] = rows[static_cast<size_t>(pairs[2 * i + 1])].token;
+    }
+    DeviceArray<int32_t> d_tokens = upload(tokens), d_pairs = upload(pairs), d_count = upload(std::vector<int32_t>{count});
+    DeviceArray<kc::SampledRow> d_rows = upload(rows);
+    kc::resolve_deferred_tokens(d_tokens.data(), d_pairs.data(), d_count.data(), max_count, d_rows.data(), nullptr);
+    EXPECT_EQ(d_tokens.download(), expected) << "trial " << trial << ": " << count << " of " << max_count;
+  }
 }
 
 }  // namespace

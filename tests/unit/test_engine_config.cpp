@@ -44,6 +44,7 @@ TEST(EngineConfig, PlanHashIgnoresFieldsThatChangeNoPlan) {
   changed.num_blocks += 7;
   changed.enable_prefix_caching = !changed.enable_prefix_caching;
   changed.max_queued_requests += 1;
+  changed.device.async_scheduling = AsyncScheduling::kOff;
   changed.device.gpu_memory_utilization = 0.5;
   EXPECT_EQ(base.plan_hash(), changed.plan_hash());
   EXPECT_EQ(base.plan_hash().size(), 32u);

@@ -5,7 +5,10 @@
 // mapping, or a prefix-cache block naming tokens it does not hold changes the tokens. Every run
 // must give each sequence exactly the tokens of the plain greedy loop, with random drafts (random
 // accept counts), random aborts between schedule and update, preemption and prefix-cache hits,
-// and exact block accounting after every step.
+// and exact block accounting after every step. The same runs overlapped (asynchronous
+// scheduling): each plan is made while the previous one is launched but not yet applied, its
+// decodes' inputs are deferred tokens resolved from the previous step's samples, and the tokens
+// must still be the plain loop's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -114,10 +117,12 @@ class FakeVerifyingRunner {
 
 struct RunCounts {
   int64_t accepted = 0, rejected = 0, preemptions = 0, prefix_hit_tokens = 0, aborted = 0, draft_steps = 0;
+  int64_t deferred = 0, held_back = 0;
 };
 
 // One randomized run; `draft_quality` is the chance that a draft is the true next token.
-RunCounts run_trial(uint32_t seed, bool drafts, double draft_quality) {
+// `overlapped`: plan step n+1 before applying step n (no drafts then, as the engine requires).
+RunCounts run_trial(uint32_t seed, bool drafts, double draft_quality, bool overlapped = false) {
   std::mt19937 rng(seed);
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   core::SchedulerConfig config;
@@ -143,6 +148,10 @@ RunCounts run_trial(uint32_t seed, bool drafts, double draft_quality) {
   const int num_sequences = 24;
   RunCounts counts;
   int added = 0;
+  std::vector<int32_t> last_sampled;          // the last launched step's samples, plan order
+  core::StepPlan in_flight_plan;              // overlapped: launched, not yet applied
+  core::StepOutput in_flight_output;
+  bool in_flight = false;
   for (int step = 0; step < 5000; ++step) {
     if (added < num_sequences && uniform(0, 2) == 0) {
       auto s = std::make_unique<Sequence>();
@@ -152,6 +161,8 @@ RunCounts run_trial(uint32_t seed, bool drafts, double draft_quality) {
       p.temperature = 0.0f;
       p.max_tokens = uniform(1, 30);
       p.min_tokens = uniform(0, 3);
+      // A penalty on outputs (the fake model ignores it) holds a sequence back while overlapped.
+      if (uniform(0, 4) == 0) p.frequency_penalty = 0.5f;
       s->params = std::make_shared<const core::SamplingParams>(p);
       s->tokens = prefixes[static_cast<size_t>(uniform(0, 2))];
       for (int i = uniform(1, 10); i > 0; --i) s->tokens.push_back(uniform(0, kVocab - 1));
@@ -162,7 +173,7 @@ RunCounts run_trial(uint32_t seed, bool drafts, double draft_quality) {
       sequences.push_back(std::move(s));
       ++added;
     }
-    if (added == num_sequences && !scheduler.has_work()) break;
+    if (added == num_sequences && !scheduler.has_work() && !in_flight) break;
     // Drafts: the true continuation, each token replaced by a random one with 1 - quality.
     for (Sequence* s : scheduler.running()) {
       if (!drafts || s->num_tokens() - s->num_computed_tokens != 1) continue;
@@ -175,16 +186,41 @@ RunCounts run_trial(uint32_t seed, bool drafts, double draft_quality) {
         context.push_back(t);
       }
     }
+    if (overlapped) {  // sequences the next plan must leave out until their token is known
+      for (const Sequence* s : scheduler.running()) {
+        counts.held_back += s->num_pending_outputs > 0 && s->params->penalizes_outputs();
+      }
+    }
     core::StepPlan plan = scheduler.schedule();
     counts.preemptions += static_cast<int64_t>(plan.preempted.size());
     counts.draft_steps += plan.has_drafts();
-    core::StepOutput output = runner.run(plan);
+    // The runner resolves deferred tokens from the previous launched step's samples, as the
+    // real ones do (this fake computes at launch, which is the device's launch order).
+    if (!overlapped) EXPECT_TRUE(plan.deferred_tokens.empty());
+    core::StepPlan launched = plan;
+    for (const core::DeferredToken& d : plan.deferred_tokens) {
+      EXPECT_LT(d.sampled_index, static_cast<int64_t>(last_sampled.size()));
+      if (d.sampled_index >= static_cast<int64_t>(last_sampled.size())) return counts;
+      launched.token_ids[static_cast<size_t>(d.token_index)] = last_sampled[static_cast<size_t>(d.sampled_index)];
+    }
+    counts.deferred += static_cast<int64_t>(plan.deferred_tokens.size());
+    core::StepOutput output = runner.run(launched);
+    last_sampled.clear();
+    for (const core::SequenceOutput& o : output.sequences) last_sampled.push_back(o.tokens.back().token);
     // An abort between schedule and update (a client that went away mid-step).
     if (!scheduler.running().empty() && uniform(0, 40) == 0) {
       Sequence* victim = scheduler.running()[static_cast<size_t>(uniform(0, static_cast<int>(scheduler.running().size()) - 1))];
       aborted[static_cast<size_t>(victim->id)] = true;
       scheduler.abort(victim);
       ++counts.aborted;
+    }
+    if (overlapped) {
+      // Apply the previous step now; this one stays in flight.
+      std::swap(plan, in_flight_plan);
+      std::swap(output, in_flight_output);
+      const bool had = in_flight;
+      in_flight = !in_flight_plan.empty();
+      if (!had) continue;
     }
     scheduler.update(plan, output);
     for (const core::SequenceOutput& o : output.sequences) {
@@ -198,10 +234,12 @@ RunCounts run_trial(uint32_t seed, bool drafts, double draft_quality) {
     for (const auto& s : sequences) {
       if (!s->finished()) tables.push_back(&s->block_table);
       if (!s->finished() && s->status == SequenceStatus::kRunning) {
-        // A running sequence holds exactly the blocks its computed tokens need: no lookahead left over.
+        // A running sequence holds exactly the blocks its computed and in-flight tokens need: no
+        // lookahead left over.
         EXPECT_EQ(static_cast<int64_t>(s->block_table.size()),
-                  (s->num_computed_tokens + block_size - 1) / block_size)
-            << "sequence " << s->id << " with " << s->num_computed_tokens << " computed tokens";
+                  (s->num_scheduled_tokens() + block_size - 1) / block_size)
+            << "sequence " << s->id << " with " << s->num_computed_tokens << " computed tokens and "
+            << s->num_inflight_tokens << " in flight";
       }
     }
     EXPECT_NO_THROW(kv.check_invariants(tables)) << "seed " << seed << " step " << step;
@@ -251,6 +289,25 @@ TEST(SchedulerDrafts, RunsWithDraftsGiveThePlainTokensWhateverIsAccepted) {
   EXPECT_GT(total.prefix_hit_tokens, 100);
   EXPECT_GT(total.aborted, 10);
   EXPECT_GT(total.draft_steps, 1000);
+}
+
+TEST(SchedulerAsync, OverlappedRunsGiveTheGreedyLoopsTokens) {
+  RunCounts total;
+  for (uint32_t seed = 1; seed <= 120; ++seed) {
+    const RunCounts c = run_trial(seed, false, 0.0, true);
+    if (HasFailure()) {
+      ADD_FAILURE() << "seed " << seed;
+      return;
+    }
+    total.preemptions += c.preemptions, total.prefix_hit_tokens += c.prefix_hit_tokens, total.aborted += c.aborted;
+    total.deferred += c.deferred, total.held_back += c.held_back;
+  }
+  // The runs exercised what they claim to.
+  EXPECT_GT(total.deferred, 1000);
+  EXPECT_GT(total.preemptions, 10);
+  EXPECT_GT(total.prefix_hit_tokens, 100);
+  EXPECT_GT(total.aborted, 10);
+  EXPECT_GT(total.held_back, 50);
 }
 
 // Drafts ride only with a decode, fit max_tokens and max_model_len, and are cleared once planned.

@@ -40,7 +40,8 @@ TEST(StepInputs, LayoutArraysAreAlignedAndDisjoint) {
   const std::vector<std::pair<size_t, size_t>> arrays = {
       {layout.token_ids, 64 * 4},     {layout.positions, 64 * 4},   {layout.slot_mapping, 64 * 4},
       {layout.logits_rows, 8 * 4},    {layout.context_lens, 8 * 4}, {layout.query_starts, 9 * 4},
-      {layout.sampling_rows, 8 * 72}, {layout.block_tables, 8 * 4 * 4}};
+      {layout.num_deferred, 4},       {layout.deferred, 8 * 2 * 4}, {layout.sampling_rows, 8 * 72},
+      {layout.block_tables, 8 * 4 * 4}};
   for (size_t i = 0; i < arrays.size(); ++i) {
     EXPECT_EQ(arrays[i].first % 256, 0u) << "array " << i;
     const size_t end = arrays[i].first + arrays[i].second;
@@ -77,6 +78,26 @@ TEST(StepInputs, FillsEveryArrayFromThePlan) {
   EXPECT_EQ(at(staging, layout.block_tables)[1], 5);
   EXPECT_EQ(at(staging, layout.block_tables)[4], 9);  // row 1 starts at the stride
   EXPECT_EQ(s.bytes_used, layout.block_tables + 2 * 4 * sizeof(int32_t));
+  EXPECT_EQ(s.num_deferred, 0);
+  EXPECT_EQ(at(staging, layout.num_deferred)[0], 0) << "a step without deferred tokens resolves none";
+}
+
+// Asynchronous scheduling: the placeholders' (token index, sampled row) pairs and their count.
+TEST(StepInputs, DeferredTokensAreListedWithTheirCount) {
+  const StepInputLimits l = limits();
+  const StepInputLayout layout = StepInputLayout::make(l);
+  core::StepPlan plan = two_sequence_plan();
+  plan.token_ids[0] = 0;
+  plan.deferred_tokens = {{.token_index = 0, .sampled_index = 1}};
+  std::vector<std::byte> staging(layout.variable, std::byte{0xAB});
+  const StepInputSummary s = fill_step_inputs(plan, layout, l, staging.data());
+  EXPECT_EQ(s.num_deferred, 1);
+  EXPECT_EQ(at(staging, layout.num_deferred)[0], 1);
+  EXPECT_EQ(at(staging, layout.deferred)[0], 0);
+  EXPECT_EQ(at(staging, layout.deferred)[1], 1);
+  EXPECT_GE(s.bytes_used, layout.deferred + 2 * sizeof(int32_t)) << "the list is part of the upload";
+  plan.deferred_tokens = {{.token_index = 4, .sampled_index = 0}};  // past the step's tokens
+  EXPECT_THROW(fill_step_inputs(plan, layout, l, staging.data()), Error);
 }
 
 TEST(StepInputs, DecodeStepsPadToTheGraphBatchWithRowsThatWriteNothing) {

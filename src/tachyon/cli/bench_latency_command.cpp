@@ -52,6 +52,7 @@ struct Iteration {
   double prefill_ms = 0;              // steps until every prompt has been computed
   std::vector<double> decode_ms;      // each pure decode step
   std::vector<double> decode_device_ms;  // the same steps' device time (0 on the CPU)
+  std::vector<double> decode_idle_ms;    // the device's idle gap before each of them (0 on the CPU)
   double total_ms = 0;
 };
 
@@ -77,6 +78,7 @@ Iteration run_iteration(engine::EngineCore& engine, const runner::ModelRunner& r
     if (prefilled) {
       it.decode_ms.push_back(ms);
       it.decode_device_ms.push_back(runner.last_step_device_ms());
+      it.decode_idle_ms.push_back(runner.last_step_idle_ms());
     } else {
       it.prefill_ms += ms;
       prefilled = engine.stats().prompt_tokens_computed - computed_before >= prompt_tokens;
@@ -101,12 +103,13 @@ void run_latency(const LatencyOptions& options) {
     Iteration it = run_iteration(engine, runner, options, model_config.vocab_size, 1000 + static_cast<uint64_t>(i));
     if (i >= options.num_iters_warmup) timed.push_back(std::move(it));
   }
-  std::vector<double> prefill, decode, decode_device, total;
+  std::vector<double> prefill, decode, decode_device, decode_idle, total;
   for (const Iteration& it : timed) {
     prefill.push_back(it.prefill_ms);
     total.push_back(it.total_ms);
     decode.insert(decode.end(), it.decode_ms.begin(), it.decode_ms.end());
     decode_device.insert(decode_device.end(), it.decode_device_ms.begin(), it.decode_device_ms.end());
+    decode_idle.insert(decode_idle.end(), it.decode_idle_ms.begin(), it.decode_idle_ms.end());
   }
   nlohmann::ordered_json result = {
       {"command", options.command_line},
@@ -115,6 +118,7 @@ void run_latency(const LatencyOptions& options) {
       {"device", config.device.kind},
       {"gpu", config.device.gpu_name},
       {"cuda_graphs", config.device.kind == "cuda" && !config.device.enforce_eager},
+      {"async_scheduling", engine.async_scheduling()},
       {"tensor_parallel_size", config.device.tensor_parallel_size},
       {"batch_size", options.batch_size},
       {"input_len", options.input_len},
@@ -129,6 +133,10 @@ void run_latency(const LatencyOptions& options) {
       // From the upload to the download of a decode step on the device; the rest of the wall
       // time is the host's (scheduling, staging, delivery) while the GPU idles.
       {"decode_step_device_ms_median", median(decode_device)},
+      // The device's idle gap between the end of one decode step and the start of the next:
+      // the host's planning between them, unless asynchronous scheduling hides it.
+      {"decode_gpu_idle_us_median", median(decode_idle) * 1e3},
+      {"decode_gpu_idle_us_p90", percentile(decode_idle, 90) * 1e3},
       {"decode_tokens_per_s", options.batch_size / (median(decode) / 1e3)},
   };
 #ifdef TACHYON_HAVE_CUDA

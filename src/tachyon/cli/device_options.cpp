@@ -1,4 +1,6 @@
 // The device flags every command that runs a model shares, registered in one place.
+#include <map>
+
 #include "tachyon/cli/commands.h"
 
 namespace tachyon::cli {
@@ -28,6 +30,12 @@ void add_device_options(CLI::App& cmd, core::DeviceConfig& device) {
       ->default_val(29500)
       ->check(CLI::Range(1, 65535));
   cmd.add_flag("--enforce-eager", device.enforce_eager, "no CUDA graphs for decode steps");
+  cmd.add_option("--async-scheduling", device.async_scheduling,
+                 "plan step n+1 while step n runs: auto (where the device gains from it: one GPU, no "
+                 "speculative decoding), on, off")
+      ->default_val("auto")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, core::AsyncScheduling>{
+          {"auto", core::AsyncScheduling::kAuto}, {"on", core::AsyncScheduling::kOn}, {"off", core::AsyncScheduling::kOff}}));
 }
 
 }  // namespace tachyon::cli

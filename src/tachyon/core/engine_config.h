@@ -12,11 +12,17 @@
 
 namespace tachyon::core {
 
+// Whether the engine plans step n+1 while step n runs (ModelRunner launch / wait with two steps
+// in flight): auto turns it on where the runner gains from it (ModelRunner::overlaps_steps) and
+// no drafter is set; on forces it (a drafter is then refused), off never.
+enum class AsyncScheduling { kAuto, kOn, kOff };
+
 // Where and how the model runs.
 struct DeviceConfig {
   std::string kind = "auto";             // "cpu", "cuda", or "auto" (cuda when a GPU is present)
   double gpu_memory_utilization = 0.90;  // share of GPU memory for weights + workspace + KV cache
   bool enforce_eager = false;            // no CUDA graphs (debugging, or to compare with graphs)
+  AsyncScheduling async_scheduling = AsyncScheduling::kAuto;  // changes when steps run, not what they compute
   std::vector<int32_t> cuda_graph_batch_sizes;  // decode buckets; empty: 1, 2, 4, 8, 16, 24, 32, ... max_num_seqs
   std::string dtype = "bfloat16";        // weights and activations on the GPU
   std::string kv_cache_dtype = "bfloat16";
@@ -43,7 +49,8 @@ struct EngineConfig {
   DeviceConfig device;
 
   // 128-bit hash (hex) of every field that changes a captured graph, a tuned kernel choice or a
-  // cached artifact. num_blocks, prefix caching and queue limits change none and are left out.
+  // cached artifact. num_blocks, prefix caching, queue limits and async scheduling change none
+  // and are left out.
   std::string plan_hash() const;
 };
 

@@ -11,6 +11,12 @@
 // They are the last k of its slice of token_ids (so the step computes their K/V in lookahead
 // slots) and add k logits rows; the runner verifies them and returns 1 + accepted tokens
 // (core/step_output.h). The scheduler takes back the slots of rejected drafts.
+//
+// Deferred tokens (asynchronous scheduling): the engine may plan step n+1 while step n runs. A
+// sequence that step n samples then decodes, in step n+1, a token nobody on the host knows yet;
+// its entry in token_ids is a placeholder (0) and deferred_tokens names where the runner takes
+// the real one: the token step n sampled in its sampled row `sampled_index` (plan order). Every
+// runner resolves them before the step's forward (on the device, the CUDA runner).
 #pragma once
 
 #include <cstdint>
@@ -43,6 +49,13 @@ struct ScheduledSequence {
   int64_t num_draft_tokens() const { return static_cast<int64_t>(draft_tokens.size()); }
 };
 
+// token_ids[token_index] is the token the previously launched step sampled in its row
+// `sampled_index` (its sampled sequences in plan order, one token each: no drafts there).
+struct DeferredToken {
+  int64_t token_index = 0;
+  int64_t sampled_index = 0;
+};
+
 struct StepPlan {
   int32_t block_size = 0;
   std::vector<int32_t> token_ids;     // [num_tokens]
@@ -53,6 +66,7 @@ struct StepPlan {
   std::vector<int64_t> logits_rows;
   std::vector<ScheduledSequence> sequences;
   std::vector<int64_t> preempted;     // sequence ids preempted while planning this step
+  std::vector<DeferredToken> deferred_tokens;  // placeholders in token_ids (see above)
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   bool empty() const { return sequences.empty(); }

@@ -20,6 +20,8 @@ EngineCore::EngineCore(const core::EngineConfig& config, std::unique_ptr<runner:
       kv_(config.num_blocks, config.block_size, config.enable_prefix_caching),
       scheduler_(config.scheduler, kv_) {
   TACHYON_CHECK(runner_ != nullptr) << "EngineCore needs a runner";
+  overlap_ = config.device.async_scheduling == core::AsyncScheduling::kOn ||
+             (config.device.async_scheduling == core::AsyncScheduling::kAuto && runner_->overlaps_steps());
   // A sequence of max_model_len tokens must fit the cache on its own, or it could wait forever.
   TACHYON_CHECK(static_cast<int64_t>(config.num_blocks) * config.block_size >= config.scheduler.max_model_len)
       << "the KV cache holds " << static_cast<int64_t>(config.num_blocks) * config.block_size
@@ -28,7 +30,11 @@ EngineCore::EngineCore(const core::EngineConfig& config, std::unique_ptr<runner:
   publish_stats();
 }
 
-EngineCore::~EngineCore() { stop(); }
+EngineCore::~EngineCore() {
+  stop();
+  // A step still in flight finishes before the runner (and the memory it writes) goes away.
+  if (in_flight_) runner_->wait();
+}
 
 int64_t EngineCore::submit(std::vector<int32_t> prompt, const core::SamplingParams& params,
                            const std::shared_ptr<OutputChannel>& channel) {
@@ -158,6 +164,10 @@ void EngineCore::set_drafter(std::unique_ptr<Drafter> drafter) {
   TACHYON_CHECK(!thread_.joinable()) << "set_drafter() after start()";
   TACHYON_CHECK(drafter == nullptr || runner_->verifies_drafts())
       << "this runner does not verify draft tokens: speculative decoding needs the CPU runner for now";
+  TACHYON_CHECK(drafter == nullptr || config_.device.async_scheduling != core::AsyncScheduling::kOn)
+      << "draft tokens need synchronous scheduling (drafts are proposed from known tokens): use "
+         "--async-scheduling auto or off with speculative decoding";
+  if (drafter != nullptr) overlap_ = false;
   drafter_ = std::move(drafter);
 }
 
@@ -165,30 +175,46 @@ void EngineCore::set_drafter(std::unique_ptr<Drafter> drafter) {
 void EngineCore::propose_drafts() {
   if (drafter_ == nullptr) return;
   for (Sequence* sequence : scheduler_.running()) {
-    if (sequence->num_tokens() - sequence->num_computed_tokens != 1) continue;
+    if (!sequence->decoding()) continue;
     sequence->draft_tokens = drafter_->propose(sequence->id, sequence->tokens);
   }
 }
 
+// Synchronous: plan, launch, wait, apply. Overlapped (asynchronous scheduling): plan step n+1
+// while step n runs, launch it behind step n, then wait for step n and apply it; the device
+// never waits for the host between the two. Sequences that step n finishes may have been
+// planned into step n+1: update() drops that step's output for them, and the slots it writes
+// are freed blocks that later steps overwrite after it, in launch order.
 bool EngineCore::step() {
   drain_inbox();
   reap_abandoned();
   propose_drafts();
   core::StepPlan plan = scheduler_.schedule();
   waiting_snapshot_ = scheduler_.num_waiting();
-  if (plan.empty()) {
+  if (plan.empty() && !in_flight_) {
     publish_stats();
     return false;
   }
-  runner_->launch(plan);
+  if (!plan.empty()) runner_->launch(plan);
+  if (overlap_) {
+    if (in_flight_) apply_step(*in_flight_);
+    in_flight_.reset();
+    if (!plan.empty()) in_flight_ = std::move(plan);
+  } else {
+    apply_step(plan);
+  }
+  waiting_snapshot_ = scheduler_.num_waiting();
+  publish_stats();
+  return true;
+}
+
+// Waits for the oldest launched step (`plan`) and applies it: tokens, stats, delivery.
+void EngineCore::apply_step(const core::StepPlan& plan) {
   core::StepOutput output = runner_->wait();
   scheduler_.update(plan, output);
   count_step(plan, output);
   if (step_observer_) step_observer_(plan.num_tokens());
   deliver(plan, output);
-  waiting_snapshot_ = scheduler_.num_waiting();
-  publish_stats();
-  return true;
 }
 
 // Counts the step's work before deliver() forgets finished requests.
@@ -230,6 +256,7 @@ void EngineCore::deliver(const core::StepPlan& plan, const core::StepOutput& out
   for (const core::ScheduledSequence& entry : plan.sequences) {
     if (!entry.sample) continue;
     const core::SequenceOutput& tokens = output.sequences[next++];
+    if (tokens.tokens.empty()) continue;  // update() applied nothing: aborted or preempted meanwhile
     auto it = sequences_.find(entry.sequence_id);
     if (it == sequences_.end()) continue;
     Sequence& sequence = *it->second;
@@ -277,7 +304,7 @@ bool EngineCore::has_work() {
     std::lock_guard lock(inbox_mutex_);
     if (!inbox_.empty() || !abort_inbox_.empty()) return true;
   }
-  return scheduler_.has_work();
+  return in_flight_.has_value() || scheduler_.has_work();
 }
 
 void EngineCore::loop() {

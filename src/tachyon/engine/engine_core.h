@@ -1,6 +1,8 @@
 // EngineCore: the step loop. Any thread may submit() or abort(); one engine thread (start())
 // or the caller (step(), for tests) runs
 //     drain submits and aborts -> reap abandoned requests -> schedule -> execute -> update -> deliver
+// With asynchronous scheduling (EngineConfig::async_scheduling) a step plans and launches step
+// n+1 before it waits for and applies step n, so a device runner never idles on the host.
 // Requests exist in the engine only while they run: a finished request leaves no entry in
 // any container, so nothing grows with the number of requests served.
 #pragma once
@@ -78,8 +80,9 @@ class EngineCore {
   void start();  // runs the loop on an engine thread until stop()
   void stop();
   // One iteration on the calling thread (only when start() was not called); false when there
-  // was nothing to do.
+  // was nothing to do. With asynchronous scheduling a step delivers the previous step's tokens.
   bool step();
+  bool async_scheduling() const { return overlap_; }  // as resolved from the config and runner
   bool has_work();      // same thread as step()
   EngineStats stats();  // the snapshot published after the last step, safe from any thread
 
@@ -102,6 +105,7 @@ class EngineCore {
   void abort_request(int64_t request_id, std::optional<int32_t> index = std::nullopt);
   void reap_abandoned();
   void propose_drafts();
+  void apply_step(const core::StepPlan& plan);
   void deliver(const core::StepPlan& plan, const core::StepOutput& output);
   void finish_request(int64_t request_id);
   void loop();
@@ -113,6 +117,8 @@ class EngineCore {
   std::unique_ptr<Drafter> drafter_;
   KvCacheManager kv_;
   Scheduler scheduler_;
+  bool overlap_ = false;                   // asynchronous scheduling, resolved at construction
+  std::optional<core::StepPlan> in_flight_;  // launched, not yet applied (overlap_ only)
 
   // Engine-thread state.
   std::unordered_map<int64_t, ActiveRequest> active_;

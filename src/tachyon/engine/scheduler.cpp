@@ -44,10 +44,21 @@ void Scheduler::abort(Sequence* sequence) {
   finish(*sequence, FinishReason::kAbort);
 }
 
+// Whether a sequence with a launched, unapplied step that samples it can be planned now (its next
+// input is that step's token, a deferred one). Not when that token ends it by length anyway, and
+// not when a penalty reads its output history, which lacks the token: those wait for update().
+bool Scheduler::can_plan_ahead(const Sequence& sequence) const {
+  if (sequence.num_pending_outputs == 0) return true;
+  const core::SamplingParams& p = *sequence.params;
+  if (sequence.num_output_tokens() + sequence.num_pending_outputs >= p.max_tokens) return false;
+  if (sequence.num_planned_tokens() >= config_.max_model_len) return false;
+  return !p.penalizes_outputs();
+}
+
 // Tokens this sequence would compute now: what it lacks, within the budget. Without chunked
 // prefill a prompt runs whole or not at all.
 int64_t Scheduler::tokens_to_schedule(const Sequence& sequence, int64_t budget) const {
-  const int64_t remaining = sequence.num_tokens() - sequence.num_computed_tokens;
+  const int64_t remaining = sequence.num_planned_tokens() - sequence.num_scheduled_tokens();
   if (remaining <= budget) return remaining;
   return config_.enable_chunked_prefill ? budget : 0;
 }
@@ -55,20 +66,22 @@ int64_t Scheduler::tokens_to_schedule(const Sequence& sequence, int64_t budget) 
 core::StepPlan Scheduler::schedule() {
   core::StepPlan plan;
   plan.block_size = kv_.block_size();
+  num_sampled_in_plan_ = 0;
   int64_t budget = config_.max_num_batched_tokens;
 
   // Decodes first, then chunked prefills still under way, both in arrival order.
   std::vector<Sequence*> order = running_;
   std::stable_partition(order.begin(), order.end(),
-                        [](const Sequence* s) { return s->num_tokens() - s->num_computed_tokens == 1; });
+                        [](const Sequence* s) { return s->decoding(); });
   for (Sequence* sequence : order) {
     if (sequence->status != SequenceStatus::kRunning) continue;  // preempted earlier in this loop
+    if (!can_plan_ahead(*sequence)) continue;
     const int64_t num_new = tokens_to_schedule(*sequence, budget);
     if (num_new == 0) continue;
     int64_t num_drafts = drafts_to_schedule(*sequence, budget - num_new);
     // Lookahead slots for the drafts only where they fit as they are: drafts never preempt.
     if (num_drafts > 0 &&
-        !kv_.allocate(sequence->block_table, {}, sequence->num_computed_tokens + num_new + num_drafts)) {
+        !kv_.allocate(sequence->block_table, {}, sequence->num_scheduled_tokens() + num_new + num_drafts)) {
       num_drafts = 0;
     }
     if (!allocate_or_preempt(*sequence, num_new, plan)) continue;
@@ -90,7 +103,7 @@ core::StepPlan Scheduler::schedule() {
 // Drafts that can ride along with a decoding sequence's last known token: as many as it has,
 // within the budget left, and no more than a full acceptance could use (max_tokens, max_model_len).
 int64_t Scheduler::drafts_to_schedule(const Sequence& sequence, int64_t budget) const {
-  if (sequence.draft_tokens.empty() || sequence.num_tokens() - sequence.num_computed_tokens != 1) return 0;
+  if (sequence.draft_tokens.empty() || !sequence.decoding()) return 0;
   int64_t k = static_cast<int64_t>(sequence.draft_tokens.size());
   k = std::min(k, budget);
   k = std::min(k, config_.max_model_len - sequence.num_tokens() - 1);
@@ -122,7 +135,7 @@ bool Scheduler::admit(Sequence& sequence, int64_t& budget, core::StepPlan& plan)
 // Makes room for num_new more tokens, preempting victims until it fits. False when the
 // sequence itself had to be preempted.
 bool Scheduler::allocate_or_preempt(Sequence& sequence, int64_t num_new, core::StepPlan& plan) {
-  while (!kv_.allocate(sequence.block_table, {}, sequence.num_computed_tokens + num_new)) {
+  while (!kv_.allocate(sequence.block_table, {}, sequence.num_scheduled_tokens() + num_new)) {
     Sequence* victim = pick_victim(sequence, plan);
     preempt(*victim, plan);
     if (victim == &sequence) return false;
@@ -149,27 +162,40 @@ void Scheduler::preempt(Sequence& sequence, core::StepPlan& plan) {
   kv_.free(sequence.block_table);
   sequence.num_computed_tokens = 0;
   sequence.num_cached_blocks = 0;
+  sequence.num_inflight_tokens = 0;  // its launched steps' outputs are dropped by update()
+  sequence.num_pending_outputs = 0;
   sequence.draft_tokens.clear();
   ++sequence.num_preemptions;
   plan.preempted.push_back(sequence.id);
   add(&sequence);
 }
 
-void Scheduler::append_to_plan(Sequence& sequence, int64_t num_new, core::StepPlan& plan, int64_t num_drafts) const {
+void Scheduler::append_to_plan(Sequence& sequence, int64_t num_new, core::StepPlan& plan, int64_t num_drafts) {
   core::ScheduledSequence entry;
   entry.sequence_id = sequence.id;
   entry.first_token = plan.num_tokens();
   entry.num_tokens = num_new + num_drafts;
-  entry.num_computed = sequence.num_computed_tokens;
+  entry.num_computed = sequence.num_scheduled_tokens();
   entry.block_table = sequence.block_table;
-  entry.sample = sequence.num_computed_tokens + num_new == sequence.num_tokens();
+  entry.sample = entry.num_computed + num_new == sequence.num_planned_tokens();
   entry.draft_tokens.assign(sequence.draft_tokens.begin(), sequence.draft_tokens.begin() + num_drafts);
   sequence.draft_tokens.clear();  // proposals are for one step
   const int32_t block_size = kv_.block_size();
   for (int64_t i = 0; i < entry.num_tokens; ++i) {
-    const int64_t position = sequence.num_computed_tokens + i;
-    plan.token_ids.push_back(i < num_new ? sequence.tokens[static_cast<size_t>(position)]
-                                         : entry.draft_tokens[static_cast<size_t>(i - num_new)]);
+    const int64_t position = entry.num_computed + i;
+    if (i >= num_new) {
+      plan.token_ids.push_back(entry.draft_tokens[static_cast<size_t>(i - num_new)]);
+    } else if (position < sequence.num_tokens()) {
+      plan.token_ids.push_back(sequence.tokens[static_cast<size_t>(position)]);
+    } else {
+      // The token the last launched step samples for it: a placeholder the runner fills.
+      TACHYON_CHECK(position == sequence.num_tokens() && sequence.num_pending_outputs == 1 &&
+                    sequence.last_sampled_row >= 0)
+          << "internal: sequence " << sequence.id << " plans position " << position << " with "
+          << sequence.num_tokens() << " known tokens and " << sequence.num_pending_outputs << " pending";
+      plan.deferred_tokens.push_back({plan.num_tokens(), sequence.last_sampled_row});
+      plan.token_ids.push_back(0);
+    }
     plan.positions.push_back(position);
     plan.slot_mapping.push_back(static_cast<int64_t>(sequence.block_table[static_cast<size_t>(position / block_size)]) *
                                     block_size +
@@ -181,12 +207,15 @@ void Scheduler::append_to_plan(Sequence& sequence, int64_t num_new, core::StepPl
     const core::SamplingParams& p = *sequence.params;
     entry.params = sequence.params;
     entry.seed = sequence.seed;
-    entry.num_output_tokens = sequence.num_output_tokens();
+    entry.num_output_tokens = sequence.num_output_tokens() + sequence.num_pending_outputs;
     const auto prompt_end = sequence.tokens.begin() + sequence.num_prompt_tokens;
     if (p.penalizes_prompt()) entry.prompt_tokens.assign(sequence.tokens.begin(), prompt_end);
     if (p.penalizes_outputs()) entry.output_tokens.assign(prompt_end, sequence.tokens.end());
     entry.eos_token_id = config_.eos_token_id;
+    sequence.last_sampled_row = num_sampled_in_plan_++;
   }
+  sequence.num_inflight_tokens += entry.num_tokens;
+  sequence.num_pending_outputs += entry.sample;
   plan.sequences.push_back(std::move(entry));
 }
 
@@ -205,13 +234,21 @@ std::vector<Sequence*> Scheduler::update(const core::StepPlan& plan, core::StepO
   size_t next_sample = 0;
   for (const core::ScheduledSequence& entry : plan.sequences) {
     auto it = by_id.find(entry.sequence_id);
-    if (it == by_id.end()) {  // aborted between schedule and update
-      next_sample += entry.sample;
+    if (it == by_id.end()) {  // aborted or preempted between schedule and update: nothing applies
+      if (entry.sample) {
+        TACHYON_CHECK(next_sample < output.sequences.size())
+            << "runner returned " << output.sequences.size() << " outputs for more sampled sequences";
+        output.sequences[next_sample].tokens.clear();
+        output.sequences[next_sample].num_draft_tokens = 0;
+        ++next_sample;
+      }
       continue;
     }
     Sequence& sequence = *it->second;
+    sequence.num_inflight_tokens -= entry.num_tokens;
+    sequence.num_pending_outputs -= entry.sample;
     if (!entry.sample) {
-      commit_computed(sequence, sequence.num_computed_tokens + entry.num_tokens);
+      commit_computed(sequence, entry.num_computed + entry.num_tokens);
       continue;
     }
     TACHYON_CHECK(next_sample < output.sequences.size())
@@ -260,7 +297,8 @@ void Scheduler::apply_output(Sequence& sequence, const core::ScheduledSequence& 
     if (sequence.finished()) break;
   }
   out.tokens.resize(kept);
-  if (!sequence.finished()) kv_.trim(sequence.block_table, sequence.num_computed_tokens);
+  // Rejected drafts' slots go back; those of a later launched step stay.
+  if (!sequence.finished()) kv_.trim(sequence.block_table, sequence.num_scheduled_tokens());
 }
 
 void Scheduler::check_stop(Sequence& sequence) {

@@ -8,6 +8,11 @@
 // in lookahead slots the KV manager hands out; update() appends the runner's 1 + accepted tokens
 // one at a time, exactly as that many plain steps would (stop checks and prefix caching after
 // each), and gives back the slots of rejected drafts.
+// Asynchronous scheduling: schedule() may run while the last plan is still being computed (not
+// yet passed to update()). A sequence in that plan counts its tokens as scheduled and, when
+// sampled there, one more token that the next plan decodes as a deferred token
+// (core/step_plan.h); update() then applies the older plan. The engine never has more than one
+// plan unapplied when it schedules.
 // Tests: tests/unit/test_scheduler.cpp (fake sampled tokens, no model) and
 // tests/unit/test_scheduler_drafts.cpp (a fake verifying runner over a fake KV cache).
 #pragma once
@@ -38,7 +43,8 @@ class Scheduler {
   core::StepPlan schedule();
   // Applies one executed step: output.sequences[i] holds the tokens of the i-th sampled
   // sequence of the plan (1 + accepted drafts). Tokens after one that finishes its sequence are
-  // dropped from `output`, so afterwards it holds exactly what was appended. Returns the
+  // dropped from `output`, so afterwards it holds exactly what was appended: no tokens at all for
+  // a sequence aborted or preempted since the plan was made. Returns the
   // sequences that gained a token or finished, in plan order (finished ones are no longer
   // referenced by the scheduler; their blocks are freed).
   std::vector<Sequence*> update(const core::StepPlan& plan, core::StepOutput& output);
@@ -56,6 +62,7 @@ class Scheduler {
     bool operator()(const Sequence* a, const Sequence* b) const;
   };
 
+  bool can_plan_ahead(const Sequence& sequence) const;
   int64_t tokens_to_schedule(const Sequence& sequence, int64_t budget) const;
   int64_t drafts_to_schedule(const Sequence& sequence, int64_t budget) const;
   void apply_output(Sequence& sequence, const core::ScheduledSequence& entry, core::SequenceOutput& out);
@@ -64,7 +71,7 @@ class Scheduler {
   Sequence* pick_victim(Sequence& asking, const core::StepPlan& plan) const;
   void preempt(Sequence& sequence, core::StepPlan& plan);
   bool admit(Sequence& sequence, int64_t& budget, core::StepPlan& plan);
-  void append_to_plan(Sequence& sequence, int64_t num_new, core::StepPlan& plan, int64_t num_drafts = 0) const;
+  void append_to_plan(Sequence& sequence, int64_t num_new, core::StepPlan& plan, int64_t num_drafts = 0);
   void check_stop(Sequence& sequence);
   void finish(Sequence& sequence, FinishReason reason);
   void release_forks(Sequence& sequence);
@@ -73,6 +80,7 @@ class Scheduler {
   KvCacheManager& kv_;
   std::vector<Sequence*> running_;
   std::set<Sequence*, WaitingOrder> waiting_;
+  int64_t num_sampled_in_plan_ = 0;  // sampled sequences appended to the plan being built
 };
 
 }  // namespace tachyon::engine

@@ -31,6 +31,14 @@ struct Sequence {
   std::vector<int32_t> tokens;    // prompt, then generated tokens
   int64_t num_prompt_tokens = 0;
   int64_t num_computed_tokens = 0;  // tokens whose K/V are in the cache
+  // Asynchronous scheduling: what launched steps not yet applied (update()) will add. Their
+  // tokens' K/V is being computed, and each of them that samples this sequence adds a token the
+  // host does not know yet; the next plan decodes it through a deferred token
+  // (core/step_plan.h), taken from the last launched step's sampled row `last_sampled_row`.
+  // All zero in the synchronous loop, where every step is applied before the next is planned.
+  int64_t num_inflight_tokens = 0;
+  int64_t num_pending_outputs = 0;
+  int64_t last_sampled_row = -1;
   std::vector<int32_t> block_table;
   // Proposed continuations for its next decode step (set by a drafter before schedule(); the
   // scheduler plans what fits and clears them). Never part of `tokens` until the runner accepts them.
@@ -48,6 +56,11 @@ struct Sequence {
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
+  // Tokens it will have, and tokens whose K/V will be cached, once the launched steps are applied.
+  int64_t num_planned_tokens() const { return num_tokens() + num_pending_outputs; }
+  int64_t num_scheduled_tokens() const { return num_computed_tokens + num_inflight_tokens; }
+  // Its next step computes exactly one token: a decode.
+  bool decoding() const { return num_planned_tokens() - num_scheduled_tokens() == 1; }
   bool finished() const { return status == SequenceStatus::kFinished; }
 };
 

@@ -3,14 +3,19 @@
 // work while the host plans:
 //   launch(plan)  starts the step; the runner copies what it needs, so the plan may be destroyed
 //                 or the engine's sequences changed as soon as it returns;
-//   wait()        blocks until the launched step is done and returns its output.
-// Exactly one step is in flight: launch, wait, launch, wait. A runner that cannot verify draft
-// tokens refuses a plan that carries them (Error naming the runner). The CPU runner is the
-// reference; the CUDA runner consumes the same plan. The runner reads only core/ (plain data),
-// never engine/ (tests/unit/check_layers.py).
+//   wait()        blocks until the oldest launched step is done and returns its output.
+// At most two steps are in flight, and outputs come back in launch order: launch(n), wait(n-1),
+// launch(n+1), wait(n), ... is how the engine keeps a device busy while it applies step n-1 and
+// plans step n+1 (asynchronous scheduling). A plan launched while another is in flight may carry
+// deferred tokens (core/step_plan.h): inputs the previous launched step samples. Every runner
+// resolves them; overlaps_steps() says whether launching early gains anything (a device that
+// runs while the host plans) or the runner computes at launch anyway (the CPU).
+// A runner that cannot verify draft tokens refuses a plan that carries them (Error naming the
+// runner). The CPU runner is the reference; the CUDA runner consumes the same plan. The runner
+// reads only core/ (plain data), never engine/ (tests/unit/check_layers.py).
 #pragma once
 
-#include <optional>
+#include <deque>
 #include <vector>
 
 #include "tachyon/core/step_output.h"
@@ -30,16 +35,25 @@ class ModelRunner {
   }
   // Whether launch() accepts plans with draft tokens (the engine refuses a drafter otherwise).
   virtual bool verifies_drafts() const { return false; }
+  // Whether launch() returns before the step's work is done, so that launching step n+1 before
+  // waiting on step n keeps the device busy (the engine's asynchronous scheduling turns on).
+  virtual bool overlaps_steps() const { return false; }
   // Tokens the model has rows for; the engine validates prompts against it.
   virtual int64_t vocab_size() const = 0;
   // Device time of the last step from its upload to its download, in ms; 0 where the runner has
   // no device clock (the CPU). Benchmarks compare it with the step's wall time to show the
   // host's share.
   virtual double last_step_device_ms() const { return 0.0; }
+  // Device idle time between the end of the step waited on before the last one and the start of
+  // the last one waited on, in ms (the gap asynchronous scheduling closes); 0 without a device
+  // clock or before a second step.
+  virtual double last_step_idle_ms() const { return 0.0; }
 };
 
-// The part of a runner that runs synchronously on the calling thread (the CPU runners): launch()
-// computes the step at once with run(), wait() hands its output over.
+// The part of a runner that runs synchronously on the calling thread (the CPU runners, and the
+// TP CUDA runner that drives its ranks): launch() resolves the plan's deferred tokens from the
+// previous step's output, computes the step at once with run(), and wait() hands outputs over
+// in order.
 class SynchronousModelRunner : public ModelRunner {
  public:
   bool verifies_drafts() const override { return true; }  // the CPU sampler verifies them
@@ -50,7 +64,8 @@ class SynchronousModelRunner : public ModelRunner {
   virtual core::StepOutput run(const core::StepPlan& plan) = 0;
 
  private:
-  std::optional<core::StepOutput> pending_;
+  std::deque<core::StepOutput> pending_;  // launched, not yet waited on (at most two)
+  std::vector<int32_t> last_sampled_;     // the last launched step's sampled tokens, plan order
 };
 
 }  // namespace tachyon::runner

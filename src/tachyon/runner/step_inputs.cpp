@@ -35,6 +35,8 @@ StepInputLayout StepInputLayout::make(const StepInputLimits& limits) {
   layout.logits_rows = take(seqs);
   layout.context_lens = take(seqs);
   layout.query_starts = take(seqs + sizeof(int32_t));
+  layout.num_deferred = take(sizeof(int32_t));
+  layout.deferred = take(2 * seqs);
   layout.sampling_rows = take(static_cast<size_t>(limits.max_seqs) * limits.sampling_row_bytes);
   layout.block_tables = take(seqs * static_cast<size_t>(limits.max_blocks_per_seq));
   layout.variable = offset;
@@ -105,6 +107,19 @@ StepInputSummary fill_step_inputs(const core::StepPlan& plan, const StepInputLay
     query_starts[num_seqs + p] = row;
   }
   query_starts[summary.num_seqs] = summary.num_tokens;
+  // Deferred tokens: at most one per sequence (its first token of the step, a decode's only one).
+  TACHYON_CHECK(plan.deferred_tokens.size() <= static_cast<size_t>(limits.max_seqs))
+      << "internal: " << plan.deferred_tokens.size() << " deferred tokens for at most " << limits.max_seqs << " sequences";
+  int32_t* deferred = int32_at(staging, layout.deferred);
+  for (const core::DeferredToken& d : plan.deferred_tokens) {
+    TACHYON_CHECK(d.token_index >= 0 && d.token_index < num_tokens && d.sampled_index >= 0 &&
+                  d.sampled_index < limits.max_seqs)
+        << "internal: deferred token " << d.token_index << " <- sampled row " << d.sampled_index;
+    deferred[2 * summary.num_deferred] = static_cast<int32_t>(d.token_index);
+    deferred[2 * summary.num_deferred + 1] = static_cast<int32_t>(d.sampled_index);
+    ++summary.num_deferred;
+  }
+  *int32_at(staging, layout.num_deferred) = summary.num_deferred;
   if (summary.num_decode_seqs == num_seqs) summary.num_decode_seqs = summary.num_seqs;  // padding decodes too
   summary.bytes_used = layout.block_tables + static_cast<size_t>(summary.num_seqs) *
                                                  static_cast<size_t>(layout.block_table_stride) * sizeof(int32_t);

@@ -28,6 +28,8 @@ struct StepInputLayout {
   size_t logits_rows = 0;    // [max_seqs] rows of the batch whose logits are computed
   size_t context_lens = 0;   // [max_seqs] cached + new tokens of each sequence
   size_t query_starts = 0;   // [max_seqs + 1] prefix offsets of each sequence's rows
+  size_t num_deferred = 0;   // [1] deferred tokens of the step (core/step_plan.h)
+  size_t deferred = 0;       // [max_seqs, 2] each one's (token index, previous step's sampled row)
   size_t sampling_rows = 0;  // [max_seqs] sampling rows (opaque here)
   size_t block_tables = 0;   // [max_seqs, max_blocks_per_seq]
   size_t variable = 0;       // start of the variable-length tail (sampling token histories)
@@ -44,6 +46,7 @@ struct StepInputSummary {
   int32_t max_query_len = 0;
   int32_t max_context_len = 0;
   int32_t num_decode_seqs = 0;  // leading sequences that run one token (the scheduler puts decodes first)
+  int32_t num_deferred = 0;     // tokens the runner takes from the previous step's sampled rows
   bool decode_only = false;     // every sequence runs one token and samples it
   size_t bytes_used = 0;        // prefix of the staging buffer to copy (before the variable tail)
 };

@@ -607,6 +607,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+__global__ void resolve_deferred_kernel(int32_t* token_ids, const int32_t* pairs, const int32_t* count,
+                                        const SampledRow* sampled) {
+  const int32_t i = static_cast<int32_t>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < *count) token_ids[pairs[2 * i]] = sampled[pairs[2 * i + 1]].token;
+}
+
 __global__ void expf_kernel(float* out, const float* in, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = expf_glibc(in[i]);
@@ -631,6 +637,15 @@ void sample(SampledRow* out, float* logits, const SamplingRow* rows, const int32
   }
   sampling_kernel<<<num_rows, kThreads, touched_bytes, stream>>>(out, logits, rows, tokens, vocab,
                                                                  static_cast<uint32_t*>(workspace));
+  TACHYON_CUDA_CHECK_LAUNCH();
+}
+
+void resolve_deferred_tokens(int32_t* token_ids, const int32_t* pairs, const int32_t* count, int32_t max_count,
+                             const SampledRow* sampled, cudaStream_t stream) {
+  if (max_count <= 0) return;
+  constexpr int kBlock = 128;
+  resolve_deferred_kernel<<<static_cast<unsigned>((max_count + kBlock - 1) / kBlock), kBlock, 0, stream>>>(
+      token_ids, pairs, count, sampled);
   TACHYON_CUDA_CHECK_LAUNCH();
 }
 

@@ -100,4 +100,11 @@ float sampling_expf(float x);
 // out[i] = sampling_expf(in[i]) computed on the device. out, in: [n] f32. For tests.
 void sampling_expf_device(float* out, const float* in, int64_t n, cudaStream_t stream);
 
+// Asynchronous scheduling's deferred tokens (core/step_plan.h): for i < *count,
+// token_ids[pairs[2i]] = sampled[pairs[2i + 1]].token, where `sampled` still holds the previous
+// step's rows. The count is read on the device, so a CUDA graph that captures this launch
+// resolves each replay's own list (max_count bounds the grid).
+void resolve_deferred_tokens(int32_t* token_ids, const int32_t* pairs, const int32_t* count, int32_t max_count,
+                             const SampledRow* sampled, cudaStream_t stream);
+
 }  // namespace tachyon::kernels::cuda

@@ -27,8 +27,10 @@ CudaModelRunner::CudaModelRunner(const model::Bf16ModelWeights& weights, const c
   TACHYON_CHECK(!weights_.config().is_mla() || tp.comm == nullptr)
       << "tensor parallelism of latent-attention (DeepSeek) models is not built yet";
   TACHYON_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  TACHYON_CUDA_CHECK(cudaEventCreate(&step_begin_));
-  TACHYON_CUDA_CHECK(cudaEventCreate(&step_end_));
+  for (StepEvents& e : events_) {
+    TACHYON_CUDA_CHECK(cudaEventCreate(&e.begin));
+    TACHYON_CUDA_CHECK(cudaEventCreate(&e.end));
+  }
   graph_batch_sizes_ = cuda_graph_batch_sizes(config);
   plan_memory(config);
   tune_gemms(config);
@@ -39,8 +41,10 @@ CudaModelRunner::CudaModelRunner(const model::Bf16ModelWeights& weights, const c
 
 CudaModelRunner::~CudaModelRunner() {
   for (auto& [batch, graph] : graphs_) cudaGraphExecDestroy(graph);
-  if (step_begin_ != nullptr) cudaEventDestroy(step_begin_);
-  if (step_end_ != nullptr) cudaEventDestroy(step_end_);
+  for (StepEvents& e : events_) {
+    if (e.begin != nullptr) cudaEventDestroy(e.begin);
+    if (e.end != nullptr) cudaEventDestroy(e.end);
+  }
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -58,9 +62,11 @@ void CudaModelRunner::plan_memory(const core::EngineConfig& config) {
   staging_bytes_ = layout_.variable + static_cast<size_t>(s.max_num_seqs) *
                                           (static_cast<size_t>(s.max_model_len) + core::kMaxStopTokenIds + 1) *
                                           sizeof(int32_t);
-  staging_host_ = cuda::PinnedBuffer(staging_bytes_);
+  for (int i = 0; i < kInFlight; ++i) {
+    staging_host_[i] = cuda::PinnedBuffer(staging_bytes_);
+    sampled_host_[i] = cuda::PinnedBuffer(static_cast<size_t>(limits_.max_seqs) * sizeof(kc::SampledRow));
+  }
   staging_device_ = cuda::DeviceBuffer(staging_bytes_);
-  sampled_host_ = cuda::PinnedBuffer(static_cast<size_t>(limits_.max_seqs) * sizeof(kc::SampledRow));
 
   const gpu::GpuLimits limits{.max_tokens = limits_.max_tokens,
                               .max_seqs = limits_.max_seqs,
@@ -119,7 +125,16 @@ gpu::StepMetadata CudaModelRunner::step_metadata() const {
           .logits_rows = field(layout_.logits_rows)};
 }
 
-void CudaModelRunner::forward(const gpu::ForwardShape& shape) { decoder_->forward({shape, step_metadata()}); }
+// The step's deferred tokens first (the previous step's sampled rows are still in sampled_),
+// then the decoder. Captured whole into the decode graphs.
+void CudaModelRunner::forward(const gpu::ForwardShape& shape) {
+  std::byte* staging = static_cast<std::byte*>(staging_device_.data());
+  kc::resolve_deferred_tokens(reinterpret_cast<int32_t*>(staging + layout_.token_ids),
+                              reinterpret_cast<const int32_t*>(staging + layout_.deferred),
+                              reinterpret_cast<const int32_t*>(staging + layout_.num_deferred), shape.num_seqs, sampled_,
+                              stream_);
+  decoder_->forward({shape, step_metadata()});
+}
 
 void CudaModelRunner::linear(LinearRole role, LinearShape shape, void* out, kc::GemmOutputType type, const kc::bf16* in,
                              const kc::bf16* weight, const kc::bf16* bias, int64_t m, cudaStream_t stream) {
@@ -150,8 +165,8 @@ void CudaModelRunner::capture_graphs() {
   const int32_t max_context = static_cast<int32_t>(config_.scheduler.max_model_len);
   for (int32_t batch : graph_batch_sizes_) {
     const StepInputSummary summary = fill_step_inputs(core::StepPlan{}, layout_, limits_,
-                                                      static_cast<std::byte*>(staging_host_.data()), batch);
-    TACHYON_CUDA_CHECK(cudaMemcpyAsync(staging_device_.data(), staging_host_.data(), summary.bytes_used,
+                                                      static_cast<std::byte*>(staging_host_[0].data()), batch);
+    TACHYON_CUDA_CHECK(cudaMemcpyAsync(staging_device_.data(), staging_host_[0].data(), summary.bytes_used,
                                        cudaMemcpyHostToDevice, stream_));
     const gpu::ForwardShape shape{batch, batch, batch, 1, max_context, batch};
     forward(shape);  // eager first: cuBLASLt loads its kernels outside the capture
@@ -169,7 +184,7 @@ void CudaModelRunner::capture_graphs() {
 }
 
 void CudaModelRunner::launch(const core::StepPlan& plan) {
-  TACHYON_CHECK(!pending_) << "internal: launch() while a step is in flight; call wait() first";
+  TACHYON_CHECK(pending_.size() < kInFlight) << "internal: launch() with two steps in flight; call wait() first";
   TACHYON_CHECK(!plan.has_drafts()) << "the CUDA runner does not verify draft tokens yet: speculative decoding runs "
                                     << "on the CPU runner only";
   PendingStep step;
@@ -178,12 +193,16 @@ void CudaModelRunner::launch(const core::StepPlan& plan) {
   }
   step.ran = !plan.empty();
   if (plan.empty()) {
-    pending_ = std::move(step);
+    pending_.push_back(std::move(step));
     return;
   }
   // A named range per step, so a profiler (ncu --nvtx-include "tachyon_step/") sees only steps.
   nvtx3::scoped_range range("tachyon_step");
-  std::byte* staging = static_cast<std::byte*>(staging_host_.data());
+  // This step's host buffers were last used by the step two launches back, which wait() has
+  // synced on (at most kInFlight are in flight): its upload and download are done.
+  step.index = steps_launched_++;
+  std::byte* staging = static_cast<std::byte*>(staging_host_[step.index % kInFlight].data());
+  const StepEvents& events = events_[step.index % 3];
   // A decode step is padded to its batch bucket and replays that bucket's graph. With
   // --enforce-eager it is padded the same way and runs eagerly, so graphs and eager run the
   // same kernels on the same shapes and give the same tokens. The rest run eagerly as planned.
@@ -213,7 +232,7 @@ void CudaModelRunner::launch(const core::StepPlan& plan) {
     std::copy(sampling.tokens.begin(), sampling.tokens.end(), reinterpret_cast<int32_t*>(staging + layout_.variable));
     upload = layout_.variable + token_bytes;
   }
-  TACHYON_CUDA_CHECK(cudaEventRecord(step_begin_, stream_));
+  TACHYON_CUDA_CHECK(cudaEventRecord(events.begin, stream_));
   TACHYON_CUDA_CHECK(cudaMemcpyAsync(staging_device_.data(), staging, upload, cudaMemcpyHostToDevice, stream_));
 
   if (graph != nullptr) {
@@ -235,25 +254,34 @@ void CudaModelRunner::launch(const core::StepPlan& plan) {
              static_cast<int32_t>(weights_.config().vocab_size), sampler_scratch_, sampler_scratch_bytes_,
              stream_);
   const size_t sampled_bytes = static_cast<size_t>(summary.num_sampled) * sizeof(kc::SampledRow);
-  TACHYON_CUDA_CHECK(cudaMemcpyAsync(sampled_host_.data(), sampled_, sampled_bytes, cudaMemcpyDeviceToHost, stream_));
-  TACHYON_CUDA_CHECK(cudaEventRecord(step_end_, stream_));
-  pending_ = std::move(step);
+  TACHYON_CUDA_CHECK(cudaMemcpyAsync(sampled_host_[step.index % kInFlight].data(), sampled_, sampled_bytes,
+                                     cudaMemcpyDeviceToHost, stream_));
+  TACHYON_CUDA_CHECK(cudaEventRecord(events.end, stream_));
+  pending_.push_back(std::move(step));
 }
 
 core::StepOutput CudaModelRunner::wait() {
-  TACHYON_CHECK(pending_) << "internal: wait() without a launched step";
-  PendingStep step = std::move(*pending_);
-  pending_.reset();
+  TACHYON_CHECK(!pending_.empty()) << "internal: wait() without a launched step";
+  PendingStep step = std::move(pending_.front());
+  pending_.pop_front();
   core::StepOutput output;
   if (!step.ran) return output;
-  // The staging buffer is rewritten by the next launch only after this sync: the H2D copy that
-  // reads it is ordered before the D2H on the same stream.
-  TACHYON_CUDA_CHECK(cudaEventSynchronize(step_end_));
+  // This step's host buffers are reused by the launch after next, which comes after this sync.
+  const StepEvents& events = events_[step.index % 3];
+  TACHYON_CUDA_CHECK(cudaEventSynchronize(events.end));
   float device_ms = 0.0f;
-  TACHYON_CUDA_CHECK(cudaEventElapsedTime(&device_ms, step_begin_, step_end_));
+  TACHYON_CUDA_CHECK(cudaEventElapsedTime(&device_ms, events.begin, events.end));
   last_step_device_ms_ = device_ms;
+  // The device's idle gap since the previous step ended (both events are done: stream order).
+  last_step_idle_ms_ = 0.0;
+  if (last_waited_ >= 0 && last_waited_ == step.index - 1) {
+    float idle_ms = 0.0f;
+    TACHYON_CUDA_CHECK(cudaEventElapsedTime(&idle_ms, events_[(step.index - 1) % 3].end, events.begin));
+    last_step_idle_ms_ = idle_ms;
+  }
+  last_waited_ = step.index;
 
-  const auto* rows = sampled_host_.as<kc::SampledRow>();
+  const auto* rows = sampled_host_[step.index % kInFlight].as<kc::SampledRow>();
   output.sequences.reserve(step.sequence_ids.size());
   for (size_t r = 0; r < step.sequence_ids.size(); ++r) {
     TACHYON_CHECK(rows[r].token >= 0) << "the model produced no finite logit for a sequence (NaN or -inf everywhere)";

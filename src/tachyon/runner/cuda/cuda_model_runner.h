@@ -6,7 +6,12 @@
 //     bucket >= the step's batch (padding rows write nothing; --enforce-eager pads decodes the
 //     same way, so both modes compute the same numbers); the GPU sampler draws every sampled
 //     row and ONE D2H of the tokens is enqueued;
-//   wait(): syncs on the step's end and reads the tokens back.
+//   wait(): syncs on the oldest launched step's end and reads its tokens back.
+// Two steps may be in flight (asynchronous scheduling, model_runner.h): each has its own pinned
+// staging and download buffers and events; the device-side staging, workspace and sampler output
+// are shared and used in stream order. A step's deferred tokens are resolved on the device from
+// the previous step's sampled rows by the first kernel of the forward, inside the graphs too, so
+// step n+1 is enqueued before the host knows step n's tokens.
 // All memory is planned up front (weights, the decoder's workspace for max_num_batched_tokens,
 // staging, then the KV cache of the decoder's regions from what --gpu-memory-utilization
 // leaves); the step loop never allocates. The runner is the decoder's LinearDispatch: each
@@ -16,7 +21,9 @@
 // GPU tests: tests/gpu/test_cuda_model_runner.cpp, tests/gpu/test_tp_cuda_runner.cpp.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -54,8 +61,10 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   // built yet).
   void launch(const core::StepPlan& plan) override;
   core::StepOutput wait() override;
+  bool overlaps_steps() const override { return true; }
   int64_t vocab_size() const override { return weights_.config().vocab_size; }
   double last_step_device_ms() const override { return last_step_device_ms_; }
+  double last_step_idle_ms() const override { return last_step_idle_ms_; }
 
   int32_t num_blocks() const { return num_blocks_; }
   size_t weight_bytes() const { return weights_.bytes(); }
@@ -99,7 +108,10 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   StepInputLimits limits_;
   StepInputLayout layout_;
   size_t staging_bytes_ = 0;
-  cuda::PinnedBuffer staging_host_;
+  // Per launched step in flight (two at most): the host side of its upload and of its download.
+  static constexpr int kInFlight = 2;
+  std::array<cuda::PinnedBuffer, kInFlight> staging_host_;
+  std::array<cuda::PinnedBuffer, kInFlight> sampled_host_;
   cuda::DeviceBuffer staging_device_;
   std::unique_ptr<model::gpu::GpuDecoder> decoder_;
   cuda::DeviceBuffer workspace_buffer_;  // the decoder's workspace, then the sampler's
@@ -108,21 +120,30 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   kernels::cuda::SampledRow* sampled_ = nullptr;  // [max_seqs] the sampler's results on the device
   cuda::DeviceBuffer kv_buffer_;
   int32_t num_blocks_ = 0;
-  cuda::PinnedBuffer sampled_host_;
-  // The launched step, until wait(): its sampling rows (to read the kernel's results back) and
-  // the ids of its sampled sequences. The staging buffer is not rewritten while one is pending.
+  // A launched step, until wait(): its sampling rows (to read the kernel's results back), the ids
+  // of its sampled sequences, and its number among the steps with work (which picks its host
+  // buffers, index % kInFlight, and its events, index % 3).
   struct PendingStep {
     SamplingInputs sampling;
     std::vector<int64_t> sequence_ids;
-    bool ran = false;  // the plan had work: wait() syncs before the staging buffer is reused
+    bool ran = false;  // the plan had work
+    int64_t index = 0;
   };
-  std::optional<PendingStep> pending_;
+  std::deque<PendingStep> pending_;
+  int64_t steps_launched_ = 0;  // steps with work so far
+  int64_t last_waited_ = -1;    // index of the last step with work that wait() returned
   std::vector<int32_t> graph_batch_sizes_;
   std::map<int32_t, cudaGraphExec_t> graphs_;  // decode batch size -> instantiated graph
   int64_t graph_replays_ = 0;
   std::map<std::pair<LinearRole, int64_t>, bool> gemv_choice_;  // (role, m) -> our GEMV is faster
-  cudaEvent_t step_begin_ = nullptr, step_end_ = nullptr;  // around each step's device work
+  // Around each step's device work; three sets, so that the step before the one being waited on
+  // (whose end the idle gap is measured from) is not re-recorded by the one launched after it.
+  struct StepEvents {
+    cudaEvent_t begin = nullptr, end = nullptr;
+  };
+  std::array<StepEvents, 3> events_;
   double last_step_device_ms_ = 0.0;
+  double last_step_idle_ms_ = 0.0;
 };
 
 }  // namespace tachyon::runner
