@@ -1,8 +1,9 @@
 // The CUDA runner against the CPU reference, on random-weight tiny models of every
 // architecture in the GPU's tiny shapes: the same hand-made StepPlans (a mixed prefill step with
 // chunking and a prefix of cached blocks, then decode steps) through both; logits within bf16
-// tolerance. Then through the engine: graphs vs eager, and one request alone vs in a busy
-// batch, must give identical tokens.
+// tolerance. Then through the engine: graphs vs eager, asynchronous scheduling (step n+1's
+// decode inputs resolved on the device from step n's samples, inside the graphs) vs the
+// synchronous loop, and one request alone vs in a busy batch, must give identical tokens.
 #include <algorithm>
 #include <filesystem>
 #include <numeric>
@@ -35,16 +36,23 @@ TEST_P(CudaRunnerVsCpu, GraphsAndEagerAndBatchCompanyGiveIdenticalTokens) {
     prompts.emplace_back(static_cast<size_t>(length));
     for (int32_t& t : prompts.back()) t = token(gen);
   }
-  auto run = [&](bool eager, const std::vector<std::vector<int32_t>>& batch) {
+  auto run = [&](bool eager, const std::vector<std::vector<int32_t>>& batch,
+                 core::AsyncScheduling async = core::AsyncScheduling::kAuto) {
     core::EngineConfig config = small_config(eager);
+    config.device.async_scheduling = async;
     auto runner = std::make_unique<CudaModelRunner>(weights, config);
     config.num_blocks = runner->num_blocks();
     engine::EngineCore engine(config, std::move(runner));
+    EXPECT_EQ(engine.async_scheduling(), async != core::AsyncScheduling::kOff) << "auto is on for the CUDA runner";
     return generate(engine, batch, 24);
   };
   const auto graphs = run(false, prompts);
   const auto eager = run(true, prompts);
   EXPECT_EQ(graphs, eager) << "CUDA graph replays and eager steps must give the same tokens";
+  EXPECT_EQ(run(false, prompts, core::AsyncScheduling::kOff), graphs)
+      << "asynchronous scheduling must give the synchronous loop's tokens (graphs)";
+  EXPECT_EQ(run(true, prompts, core::AsyncScheduling::kOff), eager)
+      << "asynchronous scheduling must give the synchronous loop's tokens (eager)";
   const auto alone = run(false, {prompts[1]});
   EXPECT_EQ(alone[0], graphs[1]) << "a request's tokens must not depend on its batch company";
 }
