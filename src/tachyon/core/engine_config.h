@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tachyon/core/scheduler_config.h"
+#include "tachyon/tensor/dtype.h"
 
 namespace tachyon::core {
 
@@ -24,8 +25,8 @@ struct DeviceConfig {
   bool enforce_eager = false;            // no CUDA graphs (debugging, or to compare with graphs)
   AsyncScheduling async_scheduling = AsyncScheduling::kAuto;  // changes when steps run, not what they compute
   std::vector<int32_t> cuda_graph_batch_sizes;  // decode buckets; empty: 1, 2, 4, 8, 16, 24, 32, ... max_num_seqs
-  std::string dtype = "bfloat16";        // weights and activations on the GPU
-  std::string kv_cache_dtype = "bfloat16";
+  DType dtype = DType::kBF16;           // weights and activations on the GPU
+  DType kv_cache_dtype = DType::kBF16;  // what the KV cache stores
   int32_t tensor_parallel_size = 1;
   // Tensor parallelism over several nodes (nnodes > 1): tensor_parallel_size / nnodes GPUs on each
   // node; node 0 runs the engine and its rank 0 listens at master_addr:master_port for NCCL's

@@ -21,9 +21,9 @@ CudaModelRunner::CudaModelRunner(const model::Bf16ModelWeights& weights, const c
   TACHYON_CHECK(weights.embed_tokens.size() == static_cast<size_t>(vocab_rows * weights.config.hidden_size))
       << "internal: embed_tokens holds " << weights.embed_tokens.size() / weights.config.hidden_size
       << " rows, the TP rank expects " << vocab_rows;
-  TACHYON_CHECK(config.device.dtype == "bfloat16" && config.device.kv_cache_dtype == "bfloat16")
-      << "the CUDA runner supports dtype and kv_cache_dtype bfloat16, got " << config.device.dtype << " and "
-      << config.device.kv_cache_dtype;
+  TACHYON_CHECK(config.device.dtype == DType::kBF16 && config.device.kv_cache_dtype == DType::kBF16)
+      << "the CUDA runner supports dtype and kv_cache_dtype BF16, got " << dtype_name(config.device.dtype) << " and "
+      << dtype_name(config.device.kv_cache_dtype);
   TACHYON_CHECK(!weights_.config().is_mla() || tp.comm == nullptr)
       << "tensor parallelism of latent-attention (DeepSeek) models is not built yet";
   TACHYON_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
