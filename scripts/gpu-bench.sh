@@ -5,6 +5,7 @@
 # into OUT_DIR and a table at the end.
 #   scripts/gpu-bench.sh OUT_DIR [tachyon] [hf]     (default: both)
 #   ONLY="8b-b1-decode 1b-b1-decode" scripts/gpu-bench.sh ...   runs a subset
+#   TACHYON_BENCH_ARGS="--async-scheduling off" scripts/gpu-bench.sh ...   extra flags for tachyon
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${1:?usage: scripts/gpu-bench.sh OUT_DIR [tachyon] [hf]}
@@ -33,7 +34,8 @@ for run in "${RUNS[@]}"; do
   if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then continue; fi
   if [[ " $SUITES " == *" tachyon "* ]]; then
     "$TACHYON" bench latency "$MODELS/$model" --device cuda --batch-size "$batch" --input-len "$input" \
-      --output-len "$output" --num-iters 3 --num-iters-warmup 1 --output-json "$OUT_DIR/tachyon-$name.json" \
+      --output-len "$output" --num-iters 3 --num-iters-warmup 1 ${TACHYON_BENCH_ARGS:-} \
+      --output-json "$OUT_DIR/tachyon-$name.json" \
       > "$OUT_DIR/tachyon-$name.log" 2>&1 || { echo "tachyon $name failed:"; tail -5 "$OUT_DIR/tachyon-$name.log"; }
   fi
   if [[ " $SUITES " == *" hf "* ]]; then
@@ -46,7 +48,7 @@ done
 python3 - "$OUT_DIR" <<'PY'
 import glob, json, os, sys
 out = sys.argv[1]
-print(f"{'run':<18} {'prefill ms':>10} {'decode ms':>10} {'floor ms':>9} {'ratio':>6} {'tok/s':>9} | {'hf prefill':>10} {'hf decode':>10}")
+print(f"{'run':<18} {'prefill ms':>10} {'decode ms':>10} {'floor ms':>9} {'ratio':>6} {'tok/s':>9} {'idle us':>8} | {'hf prefill':>10} {'hf decode':>10}")
 names = sorted({os.path.basename(p).split("-", 1)[1][:-5] for p in glob.glob(f"{out}/*-*.json")})
 for name in names:
     path = f"{out}/tachyon-{name}.json"
@@ -56,5 +58,6 @@ for name in names:
     floor = t.get("floor", {})
     print(f"{name:<18} {t['prefill_ms_median']:>10.2f} {t['decode_step_ms_median']:>10.3f} "
           f"{floor.get('decode_step_floor_ms', 0):>9.3f} {floor.get('decode_step_ratio_to_floor', 0):>6.2f} "
-          f"{t['decode_tokens_per_s']:>9.0f} | {hf.get('prefill_ms_median', 0):>10.2f} {hf.get('decode_step_ms_median', 0):>10.3f}")
+          f"{t['decode_tokens_per_s']:>9.0f} {t.get('decode_gpu_idle_us_median', -1):>8.1f} | "
+          f"{hf.get('prefill_ms_median', 0):>10.2f} {hf.get('decode_step_ms_median', 0):>10.3f}")
 PY
