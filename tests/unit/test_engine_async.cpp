@@ -12,8 +12,8 @@
 #include <map>
 #include <random>
 
+#include "../tiny_model_suite.h"
 #include "tachyon/engine/engine_core.h"
-#include "tachyon/model/make_model.h"
 #include "tachyon/runner/cpu_model_runner.h"
 
 namespace tachyon::engine {
@@ -66,20 +66,8 @@ struct RunResult {
   bool async = false;
 };
 
-class EngineAsyncTest : public ::testing::Test {
+class EngineAsyncTest : public testing::TinyModelSuite<5> {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new std::filesystem::path(std::filesystem::temp_directory_path() /
-                                     ("tachyon-engine-async-" + std::to_string(::getpid())));
-    model::make_model({.arch = "qwen3", .preset = "tiny", .seed = 5, .out_dir = *dir_});
-    model_ = new model::DenseModel(model::DenseModel::load(*dir_));
-  }
-  static void TearDownTestSuite() {
-    std::filesystem::remove_all(*dir_);
-    delete model_;
-    delete dir_;
-  }
-
   // `abort_after`: request index -> abort it once it has delivered that many tokens.
   static RunResult run(const std::vector<Request>& requests, core::AsyncScheduling mode, int32_t num_blocks,
                        const std::map<size_t, size_t>& abort_after = {}) {
@@ -187,8 +175,6 @@ class EngineAsyncTest : public ::testing::Test {
     }
   }
 
-  static inline std::filesystem::path* dir_ = nullptr;
-  static inline model::DenseModel* model_ = nullptr;
 };
 
 TEST_F(EngineAsyncTest, OverlappedStepsGiveTheSynchronousTokens) {

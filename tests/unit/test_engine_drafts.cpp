@@ -10,9 +10,9 @@
 #include <map>
 #include <random>
 
+#include "../tiny_model_suite.h"
 #include "../engine_run.h"
 #include "tachyon/engine/engine_core.h"
-#include "tachyon/model/make_model.h"
 #include "tachyon/runner/cpu_model_runner.h"
 
 namespace tachyon::engine {
@@ -67,20 +67,8 @@ class OracleDrafter : public Drafter {
   std::mt19937 rng_;
 };
 
-class EngineDraftsTest : public ::testing::Test {
+class EngineDraftsTest : public testing::TinyModelSuite<11> {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new std::filesystem::path(std::filesystem::temp_directory_path() /
-                                     ("tachyon-engine-drafts-" + std::to_string(::getpid())));
-    model::make_model({.arch = "qwen3", .preset = "tiny", .seed = 11, .out_dir = *dir_});
-    model_ = new model::DenseModel(model::DenseModel::load(*dir_));
-  }
-  static void TearDownTestSuite() {
-    std::filesystem::remove_all(*dir_);
-    delete model_;
-    delete dir_;
-  }
-
   // Every request's completions (by index), each with its tokens and logprobs.
   static std::vector<std::vector<Completion>> run(const std::vector<Request>& requests, std::unique_ptr<Drafter> drafter,
                                                   EngineStats* stats = nullptr) {
@@ -139,8 +127,6 @@ class EngineDraftsTest : public ::testing::Test {
     return out;
   }
 
-  static inline std::filesystem::path* dir_ = nullptr;
-  static inline model::DenseModel* model_ = nullptr;
 };
 
 TEST_F(EngineDraftsTest, DraftsNeverChangeTheTokens) {
