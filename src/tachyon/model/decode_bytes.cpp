@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "tachyon/model/layer_plan.h"
+
 namespace tachyon::model {
 
 double decode_step_min_bytes(const ModelConfig& c, int64_t batch, int64_t context) {
@@ -9,9 +11,9 @@ double decode_step_min_bytes(const ModelConfig& c, int64_t batch, int64_t contex
   const double tokens = static_cast<double>(context) * static_cast<double>(batch);
   double weights = static_cast<double>(c.vocab_size) * h + h;  // LM head, final norm
   double cache = 0.0;                                          // values read per step
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+  for (const LayerKinds& kinds : layer_plan(c)) {
     weights += 2.0 * h;  // the layer's two norms
-    if (c.is_mla()) {
+    if (kinds.attention == AttentionKind::kLatent) {
       const double heads = static_cast<double>(c.num_attention_heads);
       const double qk = static_cast<double>(c.qk_nope_head_dim + c.qk_rope_head_dim);
       const double rank = static_cast<double>(c.kv_lora_rank);
@@ -20,9 +22,9 @@ double decode_step_min_bytes(const ModelConfig& c, int64_t batch, int64_t contex
       weights += h * latent + rank * (1.0 + heads * static_cast<double>(c.qk_nope_head_dim + c.v_head_dim));
       weights += heads * static_cast<double>(c.v_head_dim) * h;  // o_proj
       double rows = static_cast<double>(context);                // latent rows attention reads
-      if (c.has_sparse_attention()) {
+      if (kinds.indexer != IndexerKind::kNone) {
         rows = std::min<double>(rows, static_cast<double>(c.index_topk));
-        if (c.has_indexer(l)) {  // GLM-5's shared layers reuse another layer's selection
+        if (kinds.indexer == IndexerKind::kFull) {  // GLM-5's shared layers reuse another layer's selection
           const double dim = static_cast<double>(c.index_head_dim), index_heads = static_cast<double>(c.index_n_heads);
           weights += c.q_lora_rank * index_heads * dim + h * (dim + index_heads) + 2.0 * dim;
           cache += static_cast<double>(context) * dim * static_cast<double>(batch);
@@ -33,7 +35,7 @@ double decode_step_min_bytes(const ModelConfig& c, int64_t batch, int64_t contex
       weights += h * static_cast<double>(c.q_size() + 2 * c.kv_size()) + static_cast<double>(c.q_size()) * h;
       cache += 2.0 * static_cast<double>(c.kv_size()) * tokens;
     }
-    if (c.is_moe_layer(l)) {
+    if (kinds.mlp == MlpKind::kExperts) {
       const double active = std::min<double>(static_cast<double>(c.num_experts),
                                              static_cast<double>(batch) * static_cast<double>(c.num_experts_per_tok));
       weights += static_cast<double>(c.num_experts) * h +

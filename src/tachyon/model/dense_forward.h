@@ -14,6 +14,7 @@
 #include "tachyon/dist/communicator.h"
 #include "tachyon/model/attention_backend.h"
 #include "tachyon/model/dense_model.h"
+#include "tachyon/model/layer_plan.h"
 #include "tachyon/model/model_weights.h"
 
 namespace tachyon::model::detail {
@@ -32,14 +33,15 @@ struct LayerCarry {
   std::vector<int32_t> dsa_kept;  // [n, index_topk] as dsa_select_tokens returns it; empty before a full layer
 };
 
-// One decoder layer in place: hidden [n, hidden] += attention, then += the MLP or (when
-// c.is_moe_layer(layer)) the mixture of experts. `layer` indexes both c's layer rules and the
-// backend's cache; `carry` goes from each layer to the next. Exposed so that DeepSeek's MTP module
-// (mtp.h) runs its layer through this same code with a cache of its own.
-void decoder_layer(const ModelConfig& c, const LayerWeights& w, std::span<const float> inv_freq,
-                   const TensorParallelSeams& tp, int64_t layer, std::vector<float>& hidden,
-                   std::span<const int64_t> positions, AttentionBackend& attention, LayerCarry& carry,
-                   const ForwardHook& hook);
+// One decoder layer in place: hidden [n, hidden] += attention, then += the MLP or the mixture of
+// experts, as `kinds` (the layer's entry of layer_plan(c)) says; c gives the dims. `layer` indexes
+// the backend's cache and names the hook's intermediates; `carry` goes from each layer to the
+// next. Exposed so that DeepSeek's MTP module (mtp.h) runs its layer through this same code with a
+// cache of its own.
+void decoder_layer(const ModelConfig& c, const LayerKinds& kinds, const LayerWeights& w,
+                   std::span<const float> inv_freq, const TensorParallelSeams& tp, int64_t layer,
+                   std::vector<float>& hidden, std::span<const int64_t> positions, AttentionBackend& attention,
+                   LayerCarry& carry, const ForwardHook& hook);
 
 // The forward of dense_model.h for `weights` (the full model or a shard whose config has the
 // per-rank heads and intermediate size; config.vocab_size is always the full vocabulary).

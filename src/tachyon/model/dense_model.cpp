@@ -5,7 +5,8 @@
 // moe.h, and DeepSeek-V3's latent attention (mla.h) computes q, k, v in place of the q/k/v
 // projections (DeepSeek-V3.2 adds its sparse-attention indexer, dsa_indexer.h; GLM-5's "shared"
 // layers reuse the previous full layer's selection, carried in LayerCarry); everything else is
-// this same decoder.
+// this same decoder. Which of those blocks a layer runs is the layer plan's (layer_plan.h), the
+// one the GPU decoder builds from too; the blocks below read ModelConfig for dims only.
 #include "tachyon/model/dense_model.h"
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "tachyon/kernels/rope.h"
 #include "tachyon/model/dense_forward.h"
 #include "tachyon/model/dsa_indexer.h"
+#include "tachyon/model/layer_plan.h"
 #include "tachyon/model/mla.h"
 #include "tachyon/model/mla_absorbed.h"
 #include "tachyon/model/moe.h"
@@ -117,17 +119,19 @@ QkvProjections project_qkv(const ModelConfig& c, const LayerWeights& w, std::spa
 // projections or from latent attention's decompressed form (mla.h), or MLA's absorbed form
 // (mla_absorbed.h) when the backend's cache holds latents. Under DSA a full layer's selection
 // goes into `carry` and a shared layer attends the one there.
-std::vector<float> attend_layer(const ModelConfig& c, const LayerWeights& w, std::span<const float> inv_freq,
-                                int64_t layer, const std::vector<float>& normed, std::span<const int64_t> positions,
-                                AttentionBackend& attention, detail::LayerCarry& carry, const ForwardHook& hook) {
-  if (c.is_mla() && attention.mla_form() == MlaAttentionForm::kAbsorbed) {
+std::vector<float> attend_layer(const ModelConfig& c, const LayerKinds& kinds, const LayerWeights& w,
+                                std::span<const float> inv_freq, int64_t layer, const std::vector<float>& normed,
+                                std::span<const int64_t> positions, AttentionBackend& attention,
+                                detail::LayerCarry& carry, const ForwardHook& hook) {
+  const bool latent = kinds.attention == AttentionKind::kLatent;
+  if (latent && attention.mla_form() == MlaAttentionForm::kAbsorbed) {
     const MlaLatentProjections projected = mla_project_latent(c, w, inv_freq, normed, positions);
     if (hook) {
       hook("q", layer, projected.q);
       hook("latent", layer, projected.latent);
     }
-    if (c.has_sparse_attention()) {  // DeepSeek-V3.2, GLM-5: attend only the tokens the indexer keeps
-      if (c.has_indexer(layer)) {
+    if (kinds.indexer != IndexerKind::kNone) {  // DeepSeek-V3.2, GLM-5: attend only the tokens the indexer keeps
+      if (kinds.indexer == IndexerKind::kFull) {
         const DsaIndexerProjections index = dsa_indexer_project(c, w, inv_freq, normed, projected.q_lora, positions);
         if (hook) hook("index_k", layer, index.k);
         carry.dsa_kept = dsa_select_tokens(c, layer, index, attention);
@@ -139,9 +143,9 @@ std::vector<float> attend_layer(const ModelConfig& c, const LayerWeights& w, std
     }
     return mla_attend_absorbed(c, w, layer, projected, attention);
   }
-  TACHYON_CHECK(!c.has_sparse_attention()) << "internal: sparse attention (DSA) in the decompressed MLA form";
-  auto [q, k, v] = c.is_mla() ? mla_project(c, w, inv_freq, normed, positions)
-                              : project_qkv(c, w, inv_freq, normed, positions);
+  TACHYON_CHECK(kinds.indexer == IndexerKind::kNone) << "internal: sparse attention (DSA) in the decompressed MLA form";
+  auto [q, k, v] = latent ? mla_project(c, w, inv_freq, normed, positions)
+                          : project_qkv(c, w, inv_freq, normed, positions);
   if (hook) {
     hook("q", layer, q);
     hook("k", layer, k);
@@ -155,18 +159,19 @@ std::vector<float> attend_layer(const ModelConfig& c, const LayerWeights& w, std
 
 // hidden += o_proj(attend_layer(rms_norm(hidden))). Under TP o_proj holds this rank's heads' input
 // columns (row-parallel): its products are partial sums, all-reduced before the bias.
-void attention_block(const ModelConfig& c, const LayerWeights& w, std::span<const float> inv_freq,
-                     const TensorParallelSeams& tp, int64_t layer, std::vector<float>& hidden,
-                     std::span<const int64_t> positions, AttentionBackend& attention, detail::LayerCarry& carry,
-                     const ForwardHook& hook) {
+void attention_block(const ModelConfig& c, const LayerKinds& kinds, const LayerWeights& w,
+                     std::span<const float> inv_freq, const TensorParallelSeams& tp, int64_t layer,
+                     std::vector<float>& hidden, std::span<const int64_t> positions, AttentionBackend& attention,
+                     detail::LayerCarry& carry, const ForwardHook& hook) {
   const int64_t n = static_cast<int64_t>(positions.size());
   std::vector<float> normed(hidden.size());  // [n, hidden]
   cpu::rms_norm(normed.data(), hidden.data(), w.input_norm.data(), n, c.hidden_size,
                 static_cast<float>(c.rms_norm_eps));
-  TACHYON_CHECK(!c.is_mla() || tp.group == nullptr) << "internal: latent attention under tensor parallelism";
+  TACHYON_CHECK(kinds.attention != AttentionKind::kLatent || tp.group == nullptr)
+      << "internal: latent attention under tensor parallelism";
   const int64_t attended_width = c.num_attention_heads * c.value_head_dim();
   const std::vector<float> attended =  // [n, heads, value_head_dim]
-      attend_layer(c, w, inv_freq, layer, normed, positions, attention, carry, hook);
+      attend_layer(c, kinds, w, inv_freq, layer, normed, positions, attention, carry, hook);
 
   std::vector<float> projected(hidden.size());  // [n, hidden]
   cpu::linear(projected.data(), attended.data(), w.o_proj.data(), nullptr, n, attended_width, c.hidden_size);
@@ -217,13 +222,13 @@ void moe_block(const ModelConfig& c, const LayerWeights& w, const TensorParallel
 
 namespace detail {
 
-void decoder_layer(const ModelConfig& c, const LayerWeights& w, std::span<const float> inv_freq,
-                   const TensorParallelSeams& tp, int64_t layer, std::vector<float>& hidden,
-                   std::span<const int64_t> positions, AttentionBackend& attention, LayerCarry& carry,
-                   const ForwardHook& hook) {
+void decoder_layer(const ModelConfig& c, const LayerKinds& kinds, const LayerWeights& w,
+                   std::span<const float> inv_freq, const TensorParallelSeams& tp, int64_t layer,
+                   std::vector<float>& hidden, std::span<const int64_t> positions, AttentionBackend& attention,
+                   LayerCarry& carry, const ForwardHook& hook) {
   const int64_t n = static_cast<int64_t>(positions.size());
-  attention_block(c, w, inv_freq, tp, layer, hidden, positions, attention, carry, hook);
-  if (c.is_moe_layer(layer)) {
+  attention_block(c, kinds, w, inv_freq, tp, layer, hidden, positions, attention, carry, hook);
+  if (kinds.mlp == MlpKind::kExperts) {
     moe_block(c, w, tp, layer, hidden, n, hook);
   } else {
     mlp_block(c, w, tp, layer, hidden, n, hook);
@@ -242,10 +247,11 @@ std::vector<float> dense_forward(const ModelWeights& weights, std::span<const fl
   std::vector<float> hidden = embed(tp, batch.token_ids, weights.embed_tokens, c.vocab_size, c.hidden_size);
   if (hook) hook("embed", -1, hidden);
 
+  const std::vector<LayerKinds> plan = layer_plan(c);  // [num_hidden_layers]
   LayerCarry carry;
   for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
-    decoder_layer(c, weights.layers[static_cast<size_t>(layer)], inv_freq, tp, layer, hidden, batch.positions,
-                  attention, carry, hook);
+    const size_t l = static_cast<size_t>(layer);
+    decoder_layer(c, plan[l], weights.layers[l], inv_freq, tp, layer, hidden, batch.positions, attention, carry, hook);
   }
   if (hook) hook("final_hidden", -1, hidden);  // [n, hidden] before the final norm: what MTP reads (mtp.h)
 

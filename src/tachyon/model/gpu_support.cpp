@@ -1,5 +1,7 @@
 #include "tachyon/model/gpu_support.h"
 
+#include "tachyon/model/layer_plan.h"
+
 namespace tachyon::model {
 
 std::string dense_attention_gpu_unsupported(const ModelConfig& c) {
@@ -30,8 +32,13 @@ std::string moe_mlp_gpu_unsupported(const ModelConfig& c) {
 }
 
 std::string gpu_decoder_unsupported(const ModelConfig& c) {
-  std::string reason = c.is_mla() ? latent_attention_gpu_unsupported(c) : dense_attention_gpu_unsupported(c);
-  if (reason.empty() && c.is_moe()) reason = moe_mlp_gpu_unsupported(c);
+  bool latent = false, experts = false;  // the blocks GpuDecoder builds: those of the layer plan's kinds
+  for (const LayerKinds& kinds : layer_plan(c)) {
+    latent = latent || kinds.attention == AttentionKind::kLatent;
+    experts = experts || kinds.mlp == MlpKind::kExperts;
+  }
+  std::string reason = latent ? latent_attention_gpu_unsupported(c) : dense_attention_gpu_unsupported(c);
+  if (reason.empty() && experts) reason = moe_mlp_gpu_unsupported(c);
   if (reason.empty() && (c.hidden_size % 8 != 0 || c.intermediate_size % 8 != 0 || c.vocab_size % 8 != 0)) {
     reason = "hidden, intermediate and vocab sizes must be multiples of 8 for the GPU's 16-byte loads";
   }

@@ -9,6 +9,7 @@
 #include "tachyon/kernels/linear.h"
 #include "tachyon/kernels/rms_norm.h"
 #include "tachyon/model/dense_forward.h"
+#include "tachyon/model/layer_plan.h"
 #include "tachyon/model/rope.h"
 #include "tachyon/model/safetensors.h"
 
@@ -32,7 +33,8 @@ ModelConfig mtp_layer_config(const ModelConfig& main_config) {
 MtpModule::MtpModule(const ModelConfig& main_config, MtpWeights weights)
     : layer_config_(mtp_layer_config(main_config)),
       weights_(std::move(weights)),
-      inv_freq_(rope_inv_freq(layer_config_)) {}
+      inv_freq_(rope_inv_freq(layer_config_)),
+      layer_kinds_(layer_plan(layer_config_).front()) {}
 
 MtpOutput MtpModule::forward(std::span<const float> hidden, std::span<const int32_t> next_tokens,
                              std::span<const int64_t> positions, AttentionBackend& attention,
@@ -76,7 +78,7 @@ MtpOutput MtpModule::forward(std::span<const float> hidden, std::span<const int3
 
   const detail::TensorParallelSeams unsharded{.group = nullptr, .vocab_begin = 0, .vocab_rows = c.vocab_size};
   detail::LayerCarry carry;  // the module's one layer is a full DSA layer when the model has DSA
-  detail::decoder_layer(c, w.layer, inv_freq_, unsharded, 0, x, positions, attention, carry, layer_hook);
+  detail::decoder_layer(c, layer_kinds_, w.layer, inv_freq_, unsharded, 0, x, positions, attention, carry, layer_hook);
 
   MtpOutput out;
   out.hidden = x;

@@ -23,6 +23,7 @@
 
 #include "tachyon/model/attention_backend.h"
 #include "tachyon/model/dense_model.h"
+#include "tachyon/model/layer_plan.h"
 #include "tachyon/model/model_config.h"
 #include "tachyon/model/model_weights.h"
 
@@ -62,6 +63,7 @@ class MtpModule {
   ModelConfig layer_config_;
   MtpWeights weights_;
   std::vector<float> inv_freq_;  // [qk_rope_head_dim / 2]
+  LayerKinds layer_kinds_;       // the module's layer: layer_plan(layer_config_)'s one entry
 };
 
 // The config.json's num_nextn_predict_layers modules of the model in `model_dir`, in order.

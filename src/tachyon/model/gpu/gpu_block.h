@@ -9,6 +9,7 @@
 
 #include <cuda_runtime.h>
 
+#include <span>
 #include <vector>
 
 #include "tachyon/kernels/cuda/gemm.h"
@@ -16,6 +17,7 @@
 #include "tachyon/model/gpu/gpu_weights.h"
 #include "tachyon/model/gpu/gpu_workspace.h"
 #include "tachyon/model/gpu/linear_dispatch.h"
+#include "tachyon/model/layer_plan.h"
 #include "tachyon/model/model_config.h"
 
 namespace tachyon::model::gpu {
@@ -33,6 +35,7 @@ struct BlockContext {
   // Row-parallel products (o_proj, down) add their bias: false on tensor-parallel ranks > 0, so
   // the all-reduce that follows sums it once.
   bool row_parallel_bias = true;
+  std::span<const LayerKinds> layers;  // [num_hidden_layers] layer_plan(config): each layer's block kinds
 };
 
 class GpuBlock {

@@ -27,20 +27,26 @@ GpuDecoder::GpuDecoder(const CudaDenseWeights& weights, LinearDispatch& linear, 
     : weights_(weights),
       tp_(tp),
       vocab_rows_(tp.vocab_rows > 0 ? tp.vocab_rows : weights.config().vocab_size),
-      ctx_{weights.config(), weights, ws_, linear, limits, &kv_, stream, tp.comm == nullptr || tp.comm->rank() == 0} {
+      plan_(layer_plan(weights.config())),
+      ctx_{weights.config(), weights, ws_, linear, limits, &kv_, stream, tp.comm == nullptr || tp.comm->rank() == 0,
+           plan_} {
   const ModelConfig& c = config();
   const std::string reason = gpu_decoder_unsupported(c);
   TACHYON_CHECK(reason.empty()) << "the GPU decoder cannot serve " << c.architecture << ": " << reason;
-  if (c.is_mla()) {
+  TACHYON_CHECK(!plan_.empty()) << "the GPU decoder needs at least one layer";
+  // One attention block serves every layer: a family's layers share their attention kind.
+  if (plan_.front().attention == AttentionKind::kLatent) {
     attention_ = std::make_unique<LatentAttentionBlock>(ctx_);
   } else {
     attention_ = std::make_unique<DenseAttentionBlock>(ctx_);
   }
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    std::unique_ptr<GpuBlock>& mlp = c.is_moe_layer(l) ? moe_mlp_ : dense_mlp_;
+  for (const LayerKinds& kinds : plan_) {
+    TACHYON_CHECK(kinds.attention == plan_.front().attention) << "internal: the layers' attention kinds differ";
+    const bool experts = kinds.mlp == MlpKind::kExperts;
+    std::unique_ptr<GpuBlock>& mlp = experts ? moe_mlp_ : dense_mlp_;
     if (mlp == nullptr) {
-      mlp = c.is_moe_layer(l) ? std::unique_ptr<GpuBlock>(std::make_unique<MoeMlpBlock>(ctx_))
-                              : std::unique_ptr<GpuBlock>(std::make_unique<DenseMlpBlock>(ctx_));
+      mlp = experts ? std::unique_ptr<GpuBlock>(std::make_unique<MoeMlpBlock>(ctx_))
+                    : std::unique_ptr<GpuBlock>(std::make_unique<DenseMlpBlock>(ctx_));
     }
     mlp_of_layer_.push_back(mlp.get());
   }

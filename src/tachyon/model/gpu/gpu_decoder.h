@@ -1,7 +1,7 @@
 // GpuDecoder: a decoder-only model's forward on one GPU, built from layer blocks (gpu_block.h).
 // The attention kind (dense q/k/v, or latent with the optional sparse selector) and each layer's
-// MLP kind (dense or mixture of experts) are chosen once at construction; forward() reads top to
-// bottom like the paper:
+// MLP kind (dense or mixture of experts) are the layer plan's (model/layer_plan.h, which the CPU
+// reference reads too), built once at construction; forward() reads top to bottom like the paper:
 //   embed -> per layer: [norm, attention, (all-reduce), norm, MLP, (all-reduce)] -> norm ->
 //   the rows whose logits are wanted -> LM head -> (gather the vocab slices)
 // It owns the weights and the blocks, plans the workspace and lists the KV regions, GEMM
@@ -68,6 +68,7 @@ class GpuDecoder {
   const CudaDenseWeights& weights_;
   TpSeam tp_;
   int64_t vocab_rows_ = 0;
+  std::vector<LayerKinds> plan_;  // [num_hidden_layers] layer_plan(config()); the blocks see it as ctx_.layers
   Workspace ws_;
   KvCache kv_;
   BlockContext ctx_;

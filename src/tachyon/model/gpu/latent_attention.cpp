@@ -20,7 +20,9 @@ LatentAttentionBlock::LatentAttentionBlock(BlockContext& context) : GpuBlock(con
   TACHYON_CHECK(reason.empty()) << "the GPU latent-attention block cannot serve this model: " << reason;
   rope_attention_scaling_ = static_cast<float>(rope_attention_scaling(c));
   softmax_scale_ = mla_attention_shape(c, 1, 0).scale;
-  if (c.has_sparse_attention()) selector_ = std::make_unique<SparseSelector>(ctx_, rope_attention_scaling_);
+  const bool sparse = std::any_of(ctx_.layers.begin(), ctx_.layers.end(),
+                                  [](const LayerKinds& kinds) { return kinds.indexer != IndexerKind::kNone; });
+  if (sparse) selector_ = std::make_unique<SparseSelector>(ctx_, rope_attention_scaling_);
 }
 
 LinearShape LatentAttentionBlock::q_a_shape() const {
@@ -151,7 +153,9 @@ void LatentAttentionBlock::forward(int64_t l, const GpuStep& step) {
   const kc::MlaAttentionParams params{.num_heads = static_cast<int32_t>(heads), .scale = softmax_scale_};
   if (selector_ != nullptr) {
     // GLM-5's "shared" layers attend the kept positions the last full layer left in ws.kept.
-    if (c.has_indexer(l)) selector_->select(l, step, ctx_.kv->region(l, 1));
+    if (ctx_.layers[static_cast<size_t>(l)].indexer == IndexerKind::kFull) {
+      selector_->select(l, step, ctx_.kv->region(l, 1));
+    }
     kc::sparse_mla_attention(ws.attn_latent, ws.q_absorbed, cache, ws.kept, static_cast<int32_t>(c.index_topk),
                              m.query_starts, shape.num_seqs, static_cast<int32_t>(T), params, ws.mla_split_scratch,
                              ws.mla_split_scratch_bytes, stream);
