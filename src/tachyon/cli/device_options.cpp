@@ -33,9 +33,10 @@ void add_device_options(CLI::App& cmd, core::DeviceConfig& device) {
   cmd.add_option("--async-scheduling", device.async_scheduling,
                  "plan step n+1 while step n runs: auto (where the device gains from it: one GPU, no "
                  "speculative decoding), on, off")
-      ->default_val("auto")
       ->transform(CLI::CheckedTransformer(std::map<std::string, core::AsyncScheduling>{
-          {"auto", core::AsyncScheduling::kAuto}, {"on", core::AsyncScheduling::kOn}, {"off", core::AsyncScheduling::kOff}}));
+          {"auto", core::AsyncScheduling::kAuto}, {"on", core::AsyncScheduling::kOn}, {"off", core::AsyncScheduling::kOff}}))
+      ->default_val("auto")  // after the transform, which turns the name into the value
+      ->option_text("auto|on|off");
 }
 
 }  // namespace tachyon::cli
