@@ -168,6 +168,64 @@ void read_tools(const Json& body, ChatRequest& request) {
   request.tools = *tools;
 }
 
+bool has_tool(const Json& tools, const std::string& name) {
+  if (!tools.is_array()) return false;
+  for (const Json& tool : tools) {
+    if (tool["function"]["name"] == name) return true;
+  }
+  return false;
+}
+
+// tool_choice and parallel_tool_calls, after the tools are read.
+void read_tool_choice(const Json& body, ChatRequest& request) {
+  request.parallel_tool_calls = fields::read_bool(body, "parallel_tool_calls", "parallel_tool_calls").value_or(true);
+  const Json* choice = fields::find(body, "tool_choice");
+  if (choice == nullptr) return;
+  const bool has_tools = request.tools.is_array() && !request.tools.empty();
+  if (choice->is_string()) {
+    const std::string value = choice->get<std::string>();
+    if (value == "auto") return;
+    if (value == "none") {
+      request.tool_choice = ToolChoice::kNone;
+      return;
+    }
+    if (value != "required") {
+      fields::fail("tool_choice", "Invalid value for 'tool_choice': '" + value +
+                                      "'. Expected 'none', 'auto', 'required' or {\"type\": \"function\", "
+                                      "\"function\": {\"name\": ...}}.");
+    }
+    request.tool_choice = ToolChoice::kRequired;
+  } else if (choice->is_object()) {
+    std::optional<std::string> type = fields::read_string(*choice, "type", "tool_choice.type");
+    const Json* function = fields::find(*choice, "function");
+    if (type.value_or("") != "function" || function == nullptr || !function->is_object()) {
+      fields::fail("tool_choice", "'tool_choice' as an object must be {\"type\": \"function\", \"function\": "
+                                  "{\"name\": ...}}.");
+    }
+    std::optional<std::string> name = fields::read_string(*function, "name", "tool_choice.function.name");
+    if (!name) fields::fail("tool_choice.function.name", "'tool_choice.function.name' is required.");
+    if (has_tools && !has_tool(request.tools, *name)) {
+      fields::fail("tool_choice.function.name",
+                   "Invalid value for 'tool_choice.function.name': no function named '" + *name + "' in 'tools'.");
+    }
+    request.tool_choice = ToolChoice::kFunction;
+    request.tool_choice_function = *name;
+  } else {
+    fields::fail("tool_choice", "Invalid type for 'tool_choice': expected a string or an object, but got " +
+                                    fields::type_name(*choice) + ".");
+  }
+  if (!has_tools) {
+    fields::fail("tool_choice", "'tool_choice' " + std::string(request.tool_choice == ToolChoice::kRequired
+                                                                  ? "'required'"
+                                                                  : "naming a function") +
+                                    " needs a non-empty 'tools' list.");
+  }
+  fields::fail("tool_choice", std::string("'tool_choice' ") +
+                                  (request.tool_choice == ToolChoice::kRequired ? "'required'" : "naming a function") +
+                                  " is not supported by this server yet: forcing a tool call needs structured "
+                                  "outputs (guided decoding). Use 'auto' and let the model choose.");
+}
+
 void read_logprobs(const Json& body, const ServerLimits& limits, ChatRequest& request) {
   bool logprobs = fields::read_bool(body, "logprobs", "logprobs").value_or(false);
   std::optional<int64_t> top = fields::read_int(body, "top_logprobs", "top_logprobs", 0, limits.max_logprobs);
@@ -185,6 +243,7 @@ ChatRequest parse_chat_request(std::string_view body_text, const ServerLimits& l
   ChatRequest request;
   read_messages(body, limits, request);
   read_tools(body, request);
+  read_tool_choice(body, request);
   if (const Json* kwargs = fields::find(body, "chat_template_kwargs")) {
     if (!kwargs->is_object()) {
       fields::fail("chat_template_kwargs", "Invalid type for 'chat_template_kwargs': expected an object, but got " +

@@ -32,6 +32,12 @@
 //    on None, and others would print "None" into the prompt. tool_calls[].function.arguments
 //    given as a JSON string is parsed into an object (vLLM does this for chat templates); invalid
 //    JSON there is a 400.
+//  - tool_choice: "auto" (the default), "none" (the tools are not shown to the chat template,
+//    so the model is not told of them, and the answer is not parsed for calls), "required" and
+//    {"type": "function", "function": {"name": ...}} are validated (a name not among the tools
+//    is a 400) and then refused with a 400: forcing a call needs structured outputs, which this
+//    server does not have yet, and an unforced call would break the contract. "required" or a
+//    named function without tools is a 400. parallel_tool_calls: false keeps the first call only.
 //
 // Tests: tests/unit/test_openai_protocol_requests.cpp and test_openai_chat_template_path.cpp
 // (ctest -R openai).
@@ -80,9 +86,14 @@ struct CompletionRequest {
   bool include_usage = false;  // stream_options.include_usage
 };
 
+enum class ToolChoice { kAuto, kNone, kRequired, kFunction };
+
 struct ChatRequest {
   nlohmann::ordered_json messages;         // validated array; every content is a string
   nlohmann::ordered_json tools = nullptr;  // null or a validated array of {"type":"function",...}
+  ToolChoice tool_choice = ToolChoice::kAuto;
+  std::string tool_choice_function;  // kFunction: the function's name (one of the tools)
+  bool parallel_tool_calls = true;
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   bool add_generation_prompt = true;
   std::optional<int32_t> max_tokens;  // max_completion_tokens, else max_tokens; nullopt: fill later

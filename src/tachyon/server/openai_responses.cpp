@@ -154,7 +154,22 @@ Json chat_response(std::string_view id, int64_t created, std::string_view model,
     c["index"] = choice.index;
     Json message;
     message["role"] = "assistant";
-    message["content"] = to_valid_utf8(choice.text);
+    message["content"] = choice.tool_calls.empty() || !choice.text.empty() ? Json(to_valid_utf8(choice.text)) : Json(nullptr);
+    if (!choice.reasoning.empty()) message["reasoning_content"] = to_valid_utf8(choice.reasoning);
+    if (!choice.tool_calls.empty()) {
+      Json calls = Json::array();
+      for (const ToolCall& call : choice.tool_calls) {
+        Json function;
+        function["name"] = to_valid_utf8(call.name);
+        function["arguments"] = to_valid_utf8(call.arguments);
+        Json j;
+        j["id"] = to_valid_utf8(call.id);
+        j["type"] = "function";
+        j["function"] = std::move(function);
+        calls.push_back(std::move(j));
+      }
+      message["tool_calls"] = std::move(calls);
+    }
     c["message"] = std::move(message);
     c["logprobs"] = choice.logprobs ? chat_logprobs(delta_of(choice), token_text) : Json(nullptr);
     c["finish_reason"] = string_or_null(choice.finish_reason);
@@ -181,10 +196,34 @@ Json completion_chunk(std::string_view id, int64_t created, std::string_view mod
 Json chat_chunk(std::string_view id, int64_t created, std::string_view model, int32_t index,
                 std::optional<std::string> role, std::optional<std::string> content, const LogprobsDelta* logprobs,
                 std::optional<std::string> finish_reason, const TokenTextFn& token_text) {
+  return chat_chunk(id, created, model, index, ChatDelta{.role = std::move(role), .content = std::move(content)},
+                    logprobs, std::move(finish_reason), token_text);
+}
+
+Json chat_chunk(std::string_view id, int64_t created, std::string_view model, int32_t index, const ChatDelta& d,
+                const LogprobsDelta* logprobs, std::optional<std::string> finish_reason, const TokenTextFn& token_text) {
   Json j = header(id, "chat.completion.chunk", created, model);
   Json delta = Json::object();
-  if (role) delta["role"] = to_valid_utf8(*role);
-  if (content) delta["content"] = to_valid_utf8(*content);
+  if (d.role) delta["role"] = to_valid_utf8(*d.role);
+  if (d.content) delta["content"] = to_valid_utf8(*d.content);
+  if (d.reasoning) delta["reasoning_content"] = to_valid_utf8(*d.reasoning);
+  if (!d.tool_calls.empty()) {
+    Json calls = Json::array();
+    for (const ToolCallDelta& call : d.tool_calls) {
+      Json entry;
+      entry["index"] = call.index;
+      Json function;
+      if (call.start) {
+        entry["id"] = to_valid_utf8(call.id);
+        entry["type"] = "function";
+        function["name"] = to_valid_utf8(call.name);
+      }
+      function["arguments"] = to_valid_utf8(call.arguments);
+      entry["function"] = std::move(function);
+      calls.push_back(std::move(entry));
+    }
+    delta["tool_calls"] = std::move(calls);
+  }
   Json c;
   c["index"] = index;
   c["delta"] = std::move(delta);

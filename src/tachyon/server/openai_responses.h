@@ -18,6 +18,10 @@
 //    top_logprobs the top N only (OpenAI). bytes are the UTF-8 bytes of the caller's token text.
 //  - No usage on regular stream chunks; usage_chunk carries it (choices: []).
 //  - finish_reason "" is written as null.
+//  - Chat messages: "reasoning_content" only when there is reasoning, "tool_calls" only when
+//    there are calls; content is null when the answer holds calls and no text (OpenAI's shape).
+//    Streamed tool calls open with {index, id, type, function {name, arguments: ""}} and go on
+//    with {index, function {arguments: fragment}} (OpenAI's shape).
 //
 // Tests: tests/unit/test_openai_protocol_responses.cpp (ctest -R openai).
 #pragma once
@@ -37,13 +41,39 @@ namespace tachyon::server {
 // Text of one token id, for top-logprob alternatives (the detokenizer's piece for that id).
 using TokenTextFn = std::function<std::string(int32_t token)>;
 
+// One tool call of a chat answer. arguments: the JSON text of the arguments object.
+struct ToolCall {
+  std::string id;  // "call_..."
+  std::string name;
+  std::string arguments;
+};
+
 struct CompletionChoiceResult {
   int32_t index = 0;
   std::string text;                      // the whole completion (with the prompt in front when echo)
   std::vector<int32_t> token_ids;        // [num_tokens] generated ids; not serialized (caller's bookkeeping)
   std::vector<std::string> token_texts;  // [num_tokens] text of each sampled token, parallel to logprobs
   std::optional<std::vector<core::SampledToken>> logprobs;  // [num_tokens]; nullopt: not requested -> null
-  std::string finish_reason;                                  // "stop" | "length" | "abort"
+  std::string finish_reason;  // "stop" | "length" | "abort"; chat also "tool_calls"
+  std::string reasoning;              // chat: reasoning_content ("" leaves it out)
+  std::vector<ToolCall> tool_calls;   // chat: the calls, in answer order
+};
+
+// One streamed piece of a tool call: the opening one (start) carries id and name.
+struct ToolCallDelta {
+  int32_t index = 0;
+  bool start = false;
+  std::string id;         // start only
+  std::string name;       // start only
+  std::string arguments;  // a fragment ("" on the opening piece)
+};
+
+// What one chat chunk's delta holds; unset fields are left out.
+struct ChatDelta {
+  std::optional<std::string> role;
+  std::optional<std::string> content;
+  std::optional<std::string> reasoning;
+  std::vector<ToolCallDelta> tool_calls;
 };
 
 struct Usage {
@@ -80,6 +110,9 @@ nlohmann::ordered_json chat_chunk(std::string_view id, int64_t created, std::str
                                   std::optional<std::string> role, std::optional<std::string> content,
                                   const LogprobsDelta* logprobs, std::optional<std::string> finish_reason,
                                   const TokenTextFn& token_text = {});
+nlohmann::ordered_json chat_chunk(std::string_view id, int64_t created, std::string_view model, int32_t index,
+                                  const ChatDelta& delta, const LogprobsDelta* logprobs,
+                                  std::optional<std::string> finish_reason, const TokenTextFn& token_text = {});
 // The final usage chunk of a stream with include_usage: choices [] and usage.
 nlohmann::ordered_json usage_chunk(std::string_view id, int64_t created, std::string_view model, bool chat,
                                    const Usage& usage);

@@ -1,0 +1,109 @@
+#include "tachyon/server/reasoning_parser.h"
+
+#include "tachyon/server/json_scan.h"
+
+namespace tachyon::server {
+namespace {
+
+constexpr std::string_view kThinkStart = "<think>";
+constexpr std::string_view kThinkEnd = "</think>";
+constexpr std::string_view kNames[] = {"qwen3", "deepseek_r1", "deepseek_v3", "glm45"};
+
+}  // namespace
+
+ReasoningParser::ReasoningParser(std::string start, std::string end, bool starts_inside)
+    : start_(std::move(start)), end_(std::move(end)), state_(starts_inside ? State::kReasoning : State::kStart) {}
+
+void ReasoningParser::push(std::string_view text, std::vector<ChatPiece>& out) {
+  buffer_ += text;
+  parse(/*at_end=*/false, out);
+}
+
+void ReasoningParser::finish(std::vector<ChatPiece>& out) {
+  parse(/*at_end=*/true, out);
+  if (!buffer_.empty()) {
+    out.push_back({.kind = state_ == State::kReasoning ? ChatPiece::Kind::kReasoning : ChatPiece::Kind::kContent,
+                   .text = std::move(buffer_)});
+  }
+  buffer_.clear();
+}
+
+void ReasoningParser::parse(bool at_end, std::vector<ChatPiece>& out) {
+  while (!buffer_.empty()) {
+    switch (state_) {
+      case State::kStart: {
+        const size_t at = skip_whitespace(buffer_, 0);
+        std::string_view rest = std::string_view(buffer_).substr(at);
+        if (rest.starts_with(start_)) {
+          buffer_.erase(0, at + start_.size());
+          state_ = State::kReasoning;
+        } else if (!at_end && std::string_view(start_).starts_with(rest)) {
+          return;  // still may be the marker
+        } else {
+          state_ = State::kContent;
+        }
+        break;
+      }
+      case State::kReasoning: {
+        const size_t at = buffer_.find(end_);
+        const size_t take =
+            at != std::string::npos ? at : buffer_.size() - (at_end ? 0 : partial_marker_suffix(buffer_, end_));
+        if (take > 0) out.push_back({.kind = ChatPiece::Kind::kReasoning, .text = buffer_.substr(0, take)});
+        if (at == std::string::npos) {
+          buffer_.erase(0, take);
+          return;
+        }
+        buffer_.erase(0, at + end_.size());
+        state_ = State::kAfter;
+        break;
+      }
+      case State::kAfter: {
+        const size_t at = skip_whitespace(buffer_, 0);
+        buffer_.erase(0, at);
+        if (buffer_.empty()) return;
+        state_ = State::kContent;
+        break;
+      }
+      case State::kContent:
+        out.push_back({.kind = ChatPiece::Kind::kContent, .text = std::move(buffer_)});
+        buffer_.clear();
+        return;
+    }
+  }
+}
+
+std::vector<std::string> reasoning_parser_names() { return {std::begin(kNames), std::end(kNames)}; }
+
+bool is_reasoning_parser_name(std::string_view name) {
+  for (std::string_view known : kNames) {
+    if (name == known) return true;
+  }
+  return false;
+}
+
+std::string reasoning_parser_for_template(std::string_view chat_template) {
+  if (chat_template.find(kThinkEnd) == std::string_view::npos) return "";
+  if (chat_template.find("<|im_start|>") != std::string_view::npos) return "qwen3";
+  if (chat_template.find("<｜Assistant｜>") != std::string_view::npos) return "deepseek_r1";
+  if (chat_template.find("<|assistant|>") != std::string_view::npos) return "glm45";
+  return "qwen3";
+}
+
+std::vector<std::string> reasoning_parser_markers(std::string_view name) {
+  if (!is_reasoning_parser_name(name)) return {};
+  return {std::string(kThinkStart), std::string(kThinkEnd)};
+}
+
+bool prompt_opens_reasoning(std::string_view name, std::string_view prompt) {
+  if (!is_reasoning_parser_name(name)) return false;
+  size_t end = prompt.size();
+  while (end > 0 && is_json_whitespace(prompt[end - 1])) --end;
+  return prompt.substr(0, end).ends_with(kThinkStart);
+}
+
+std::unique_ptr<ReasoningParser> make_reasoning_parser(std::string_view name, bool starts_inside) {
+  if (!is_reasoning_parser_name(name)) return nullptr;
+  return std::make_unique<ReasoningParser>(std::string(kThinkStart), std::string(kThinkEnd), starts_inside);
+}
+
+}  // namespace tachyon::server

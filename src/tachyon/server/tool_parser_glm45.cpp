@@ -1,0 +1,160 @@
+// GLM-4.5 / GLM-4.6 / GLM-4.7 / GLM-5 tool calls: a name and key/value tags, no JSON around them:
+//   <tool_call>NAME\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n</tool_call>    (4.5, 4.6)
+//   <tool_call>NAME<arg_key>k</arg_key><arg_value>v</arg_value></tool_call>          (4.7, 5)
+// The chat template writes a string value as it is and any other value as JSON, so a value
+// becomes a JSON string when the tool's schema says the parameter is a string, else the JSON it
+// parses as (a string again when it is no JSON). Arguments stream pair by pair as the object
+// {"k": v, ...}.
+#include <nlohmann/json.hpp>
+
+#include "tachyon/server/tool_parser.h"
+
+namespace tachyon::server {
+namespace {
+
+constexpr std::string_view kStart = "<tool_call>";
+constexpr std::string_view kEnd = "</tool_call>";
+constexpr std::string_view kKeyOpen = "<arg_key>";
+constexpr std::string_view kKeyClose = "</arg_key>";
+constexpr std::string_view kValueOpen = "<arg_value>";
+constexpr std::string_view kValueClose = "</arg_value>";
+
+std::string trimmed(std::string_view text) {
+  size_t begin = skip_whitespace(text, 0);
+  size_t end = text.size();
+  while (end > begin && is_json_whitespace(text[end - 1])) --end;
+  return std::string(text.substr(begin, end - begin));
+}
+
+class Glm45ToolParser : public ToolParser {
+ public:
+  explicit Glm45ToolParser(const nlohmann::ordered_json& tools) : tools_(tools) {}
+
+ protected:
+  void parse(bool at_end) override {
+    while (true) {
+      if (!in_block_) {
+        const size_t at = buffer_.find(kStart);
+        if (at == std::string::npos) {
+          const size_t keep = at_end ? 0 : partial_marker_suffix(buffer_, kStart);
+          emit_content(std::string_view(buffer_).substr(0, buffer_.size() - keep));
+          buffer_.erase(0, buffer_.size() - keep);
+          return;
+        }
+        emit_content(std::string_view(buffer_).substr(0, at));
+        buffer_.erase(0, at + kStart.size());
+        in_block_ = true;
+      }
+      const size_t end = buffer_.find(kEnd);
+      const bool closed = end != std::string::npos;
+      std::string_view body(buffer_);
+      if (closed) {
+        body = body.substr(0, end);
+      } else if (!at_end) {
+        body.remove_suffix(partial_marker_suffix(body, kEnd));
+      }
+      const bool complete = closed || at_end;
+      std::optional<std::string> arguments = follow(body, complete);
+      if (!complete) return;
+      const size_t consumed = closed ? end + kEnd.size() : buffer_.size();
+      if (in_call()) {
+        end_call(arguments ? std::optional<std::string>(*arguments + "}") : std::nullopt);
+      } else {
+        emit_content(std::string(kStart) + buffer_.substr(0, consumed));
+      }
+      buffer_.erase(0, consumed);
+      in_block_ = false;
+      if (!closed) return;
+    }
+  }
+
+ private:
+  // Commits the call at its name and streams the complete pairs; returns the arguments so far
+  // without the closing brace (nullopt before the name).
+  std::optional<std::string> follow(std::string_view body, bool complete) {
+    size_t name_end = std::min(body.find(kKeyOpen), body.find('\n'));
+    if (name_end == std::string_view::npos) {
+      if (!complete) return std::nullopt;
+      name_end = body.size();
+    }
+    if (!in_call()) {
+      std::string name = trimmed(body.substr(0, name_end));
+      if (name.empty() || name.find_first_of("<>{}\" ") != std::string::npos) return std::nullopt;
+      current_name_ = name;
+      start_call(std::move(name));
+    }
+    std::string arguments = "{";
+    size_t pos = name_end;
+    for (int pairs = 0;; ++pairs) {
+      const size_t key_open = skip_whitespace(body, pos);
+      if (!body.substr(key_open).starts_with(kKeyOpen)) break;
+      const size_t key_close = body.find(kKeyClose, key_open);
+      if (key_close == std::string_view::npos) break;
+      const size_t value_open = skip_whitespace(body, key_close + kKeyClose.size());
+      if (!body.substr(value_open).starts_with(kValueOpen)) break;
+      const size_t value_close = body.find(kValueClose, value_open);
+      if (value_close == std::string_view::npos) break;
+      const std::string key = trimmed(body.substr(key_open + kKeyOpen.size(), key_close - key_open - kKeyOpen.size()));
+      const std::string_view value =
+          body.substr(value_open + kValueOpen.size(), value_close - value_open - kValueOpen.size());
+      if (pairs > 0) arguments += ", ";
+      arguments += nlohmann::json(key).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      arguments += ": ";
+      arguments += value_json(key, value);
+      pos = value_close + kValueClose.size();
+    }
+    update_arguments(arguments);
+    return arguments;
+  }
+
+  // A value as JSON text: a string when the schema says so or when it is no JSON.
+  std::string value_json(const std::string& key, std::string_view value) const {
+    auto as_string = [&] {
+      return nlohmann::json(std::string(value)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    };
+    if (parameter_is_string(key)) return as_string();
+    const std::string text = trimmed(value);
+    if (nlohmann::json::accept(text)) return text;
+    return as_string();
+  }
+
+  bool parameter_is_string(const std::string& key) const {
+    if (!tools_.is_array()) return false;
+    for (const auto& tool : tools_) {
+      const auto function = tool.find("function");
+      if (function == tool.end() || !function->is_object() || function->value("name", "") != current_name_) continue;
+      const auto parameters = function->find("parameters");
+      if (parameters == function->end() || !parameters->is_object()) return false;
+      const auto properties = parameters->find("properties");
+      if (properties == parameters->end() || !properties->is_object()) return false;
+      const auto property = properties->find(key);
+      if (property == properties->end() || !property->is_object()) return false;
+      const auto type = property->find("type");
+      if (type == property->end()) return false;
+      if (type->is_string()) return type->get<std::string>() == "string";
+      if (type->is_array()) {  // ["string", "null"]: a string unless it reads as null
+        bool string = false, other = false;
+        for (const auto& t : *type) {
+          const std::string name = t.is_string() ? t.get<std::string>() : "";
+          string = string || name == "string";
+          other = other || (name != "string" && name != "null");
+        }
+        return string && !other;
+      }
+      return false;
+    }
+    return false;
+  }
+
+  const nlohmann::ordered_json tools_;
+  std::string current_name_;
+  bool in_block_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<ToolParser> make_glm45_tool_parser(const nlohmann::ordered_json& tools) {
+  return std::make_unique<Glm45ToolParser>(tools);
+}
+
+}  // namespace tachyon::server

@@ -1,0 +1,60 @@
+// Hermes-style tool calls, as Qwen2.5 and Qwen3 (and NousResearch's Hermes) write them:
+//   text <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>\n<tool_call>...</tool_call>
+// (the format Qwen3's chat template asks for, third_party/tokenizers/models/qwen3). A block whose
+// JSON never shows a name is content, verbatim.
+#include "tachyon/server/tool_parser.h"
+
+namespace tachyon::server {
+namespace {
+
+constexpr std::string_view kStart = "<tool_call>";
+constexpr std::string_view kEnd = "</tool_call>";
+
+class HermesToolParser : public ToolParser {
+ protected:
+  void parse(bool at_end) override {
+    while (true) {
+      if (!in_block_) {
+        const size_t at = buffer_.find(kStart);
+        if (at == std::string::npos) {
+          const size_t keep = at_end ? 0 : partial_marker_suffix(buffer_, kStart);
+          emit_content(std::string_view(buffer_).substr(0, buffer_.size() - keep));
+          buffer_.erase(0, buffer_.size() - keep);
+          return;
+        }
+        emit_content(std::string_view(buffer_).substr(0, at));
+        buffer_.erase(0, at + kStart.size());
+        in_block_ = true;
+      }
+      const size_t end = buffer_.find(kEnd);
+      std::string_view body(buffer_);
+      if (end != std::string::npos) {
+        body = body.substr(0, end);
+      } else if (!at_end) {
+        body.remove_suffix(partial_marker_suffix(body, kEnd));
+      }
+      const size_t open = skip_whitespace(body, 0);
+      CallObjectScan scan = scan_call_object(body, open, {"name"}, {"arguments", "parameters"});
+      follow_call_object(body, scan);
+      if (end == std::string::npos && !at_end) return;
+      const size_t consumed = end == std::string::npos ? buffer_.size() : end + kEnd.size();
+      if (in_call()) {
+        end_call(scan.status == ScanStatus::kComplete ? object_arguments(body, scan) : std::nullopt);
+      } else {
+        emit_content(std::string(kStart) + buffer_.substr(0, consumed));
+      }
+      buffer_.erase(0, consumed);
+      in_block_ = false;
+      if (end == std::string::npos) return;
+    }
+  }
+
+ private:
+  bool in_block_ = false;  // after <tool_call>, before </tool_call>
+};
+
+}  // namespace
+
+std::unique_ptr<ToolParser> make_hermes_tool_parser() { return std::make_unique<HermesToolParser>(); }
+
+}  // namespace tachyon::server

@@ -1,0 +1,241 @@
+// Each tool-call format (server/tool_parser_*.cpp) on complete, partial and malformed answers.
+// Every case runs whole, byte by byte and in pieces of 2, 3, 5 and 7 bytes (expect_answer), and
+// all chunkings must give the same content and calls.
+#include <gtest/gtest.h>
+
+#include "chat_output_harness.h"
+
+namespace tachyon::server {
+namespace {
+
+using testing::Answer;
+using testing::expect_answer;
+using testing::tools_config;
+
+// ---- Hermes (Qwen2.5, Qwen3) ----
+
+TEST(HermesToolParser, OneCall) {
+  expect_answer(tools_config("hermes"),
+                "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+                Answer{"", "", {{"get_weather", R"({"city": "Paris"})"}}});
+}
+
+TEST(HermesToolParser, TextThenParallelCalls) {
+  expect_answer(tools_config("hermes"),
+                "Let me check both.\n\n<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": 1}}\n</tool_call>\n"
+                "<tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call>",
+                Answer{"Let me check both.", "", {{"a", R"({"x": 1})"}, {"b", "{}"}}});
+}
+
+TEST(HermesToolParser, NestedJsonBracesInStringsAndUnicode) {
+  const std::string args =
+      R"({"code": "if (x) { y(\"}\"); } // ]", "city": "Zürich 東京 🌍", "nested": {"a": [1, {"b": "]}"}], "c": null}})";
+  expect_answer(tools_config("hermes"), "<tool_call>\n{\"name\": \"run\", \"arguments\": " + args + "}\n</tool_call>",
+                Answer{"", "", {{"run", args}}});
+}
+
+TEST(HermesToolParser, ArgumentsBeforeNameAndAsString) {
+  expect_answer(tools_config("hermes"), "<tool_call>{\"arguments\": {\"x\": [1, 2]}, \"name\": \"f\"}</tool_call>",
+                Answer{"", "", {{"f", R"({"x": [1, 2]})"}}});
+  expect_answer(tools_config("hermes"), "<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"x\\\": 1}\"}</tool_call>",
+                Answer{"", "", {{"f", R"({"x": 1})"}}});
+}
+
+TEST(HermesToolParser, NoArgumentsIsEmptyObject) {
+  expect_answer(tools_config("hermes"), "<tool_call>{\"name\": \"now\"}</tool_call>", Answer{"", "", {{"now", "{}"}}});
+}
+
+TEST(HermesToolParser, PlainAnswersComeBackByteForByte) {
+  for (std::string text : {"Hello, world!\n", "a < b and <tool", "  \n", "x <tool_call", "<tool_cal", "{\"name\": 1}"}) {
+    expect_answer(tools_config("hermes"), text, Answer{text, "", {}});
+  }
+}
+
+TEST(HermesToolParser, NotACallIsContent) {
+  expect_answer(tools_config("hermes"), "<tool_call>oops</tool_call> done",
+                Answer{"<tool_call>oops</tool_call> done", "", {}});
+  expect_answer(tools_config("hermes"), "<tool_call>{\"x\": 1}</tool_call>", Answer{"<tool_call>{\"x\": 1}</tool_call>", "", {}});
+}
+
+TEST(HermesToolParser, CutBeforeTheNameIsContent) {
+  expect_answer(tools_config("hermes"), "Sure <tool_call>\n{\"na", Answer{"Sure <tool_call>\n{\"na", "", {}});
+}
+
+TEST(HermesToolParser, CutAfterTheNameKeepsTheCall) {
+  expect_answer(tools_config("hermes"), "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": \"b",
+                Answer{"", "", {{"f", R"({"a": "b)"}}});
+}
+
+TEST(HermesToolParser, TextAfterTheCallsIsContent) {
+  expect_answer(tools_config("hermes"), "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>\n\nDone.\n",
+                Answer{"Done.\n", "", {{"f", "{}"}}});
+}
+
+TEST(HermesToolParser, StreamsArgumentsAsTheyGrow) {
+  ChatOutput output(tools_config("hermes"), [] { return std::string("call_1"); });
+  auto pieces = output.push("<tool_call>\n{\"name\": \"f\", \"arguments\": {\"city\": \"Pa");
+  ASSERT_EQ(pieces.size(), 2u);
+  EXPECT_EQ(pieces[0].kind, ChatPiece::Kind::kToolCallStart);
+  EXPECT_EQ(pieces[0].text, "f");
+  EXPECT_EQ(pieces[0].tool_id, "call_1");
+  EXPECT_EQ(pieces[1].kind, ChatPiece::Kind::kToolCallArguments);
+  EXPECT_EQ(pieces[1].text, "{\"city\": \"Pa");
+  pieces = output.push("ris\"}}\n</tool_call>");
+  ASSERT_EQ(pieces.size(), 1u);
+  EXPECT_EQ(pieces[0].text, "ris\"}");
+  EXPECT_TRUE(output.finish().empty());
+  EXPECT_EQ(output.finish_reason("stop"), "tool_calls");
+  EXPECT_EQ(output.finish_reason("length"), "length");
+}
+
+// ---- Llama 3.1 / 3.2 JSON ----
+
+TEST(Llama3JsonToolParser, OneCallWithAndWithoutTag) {
+  const Answer expected{"", "", {{"get_weather", R"({"city": "Paris"})"}}};
+  expect_answer(tools_config("llama3_json"), R"({"name": "get_weather", "parameters": {"city": "Paris"}})", expected);
+  expect_answer(tools_config("llama3_json"), "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
+                expected);
+  expect_answer(tools_config("llama3_json"), "\n {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}", expected);
+}
+
+TEST(Llama3JsonToolParser, SeveralCallsSeparatedBySemicolons) {
+  expect_answer(tools_config("llama3_json"),
+                R"({"name": "a", "parameters": {"q": "x; y"}}; {"name": "b", "parameters": {}})",
+                Answer{"", "", {{"a", R"({"q": "x; y"})"}, {"b", "{}"}}});
+}
+
+TEST(Llama3JsonToolParser, JsonThatIsNoCallIsContent) {
+  for (std::string text : {R"({"answer": 42})", R"(The call would be {"name": "f", "parameters": {}})",
+                           "<|python_tag|>print(1)", "{\"name\": 7, \"parameters\": {}}", "<|python"}) {
+    expect_answer(tools_config("llama3_json"), text, Answer{text, "", {}});
+  }
+}
+
+TEST(Llama3JsonToolParser, TextAfterTheCallIsContent) {
+  expect_answer(tools_config("llama3_json"), R"({"name": "f", "parameters": {"a": [1]}} and then some)",
+                Answer{"and then some", "", {{"f", R"({"a": [1]})"}}});
+}
+
+TEST(Llama3JsonToolParser, CutShortKeepsTheCall) {
+  expect_answer(tools_config("llama3_json"), R"({"name": "f")", Answer{"", "", {{"f", "{}"}}});
+  expect_answer(tools_config("llama3_json"), R"({"name": "f", "parameters": {"a": "b)",
+                Answer{"", "", {{"f", R"({"a": "b)"}}});
+}
+
+// ---- Mistral ----
+
+TEST(MistralToolParser, ArrayOfCalls) {
+  expect_answer(tools_config("mistral"),
+                R"([TOOL_CALLS][{"name": "a", "arguments": {"x": "[1]"}}, {"name": "b", "arguments": {}}])",
+                Answer{"", "", {{"a", R"({"x": "[1]"})"}, {"b", "{}"}}});
+}
+
+TEST(MistralToolParser, NamedCallsOfTheV11Tokenizer) {
+  expect_answer(tools_config("mistral"), "Checking.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}",
+                Answer{"Checking.", "", {{"get_weather", R"({"city": "Paris"})"}}});
+  expect_answer(tools_config("mistral"), "[TOOL_CALLS]a[ARGS]{}[TOOL_CALLS]b[CALL_ID]abc123[ARGS]{\"y\": [1, 2]}",
+                Answer{"", "", {{"a", "{}"}, {"b", R"({"y": [1, 2]})"}}});
+}
+
+TEST(MistralToolParser, NoCallIsContent) {
+  for (std::string text : {"[TOOL_CALLS] nonsense here", R"([TOOL_CALLS][{"foo": 1}])", "[TOOL_CALL", "[TOOL_CALLS]"}) {
+    expect_answer(tools_config("mistral"), text, Answer{text, "", {}});
+  }
+}
+
+TEST(MistralToolParser, CutShortKeepsTheCall) {
+  expect_answer(tools_config("mistral"), R"([TOOL_CALLS][{"name": "a", "arguments": {"x": 1)",
+                Answer{"", "", {{"a", R"({"x": 1)"}}});
+}
+
+// ---- DeepSeek-V3 / R1 / V3.1 ----
+
+const std::string kDsCall = "<｜tool▁call▁begin｜>function<｜tool▁sep｜>";
+
+TEST(DeepseekV3ToolParser, TheTemplatesFormat) {
+  const std::string text = "I will look.<｜tool▁calls▁begin｜>" + kDsCall + "get_weather\n```json\n{\"city\": \"Paris\"}\n```" +
+                           "<｜tool▁call▁end｜>\n" + kDsCall + "get_time\n```json\n{}\n```<｜tool▁call▁end｜>" +
+                           "<｜tool▁calls▁end｜>";
+  expect_answer(tools_config("deepseek_v3"), text,
+                Answer{"I will look.", "", {{"get_weather", R"({"city": "Paris"})"}, {"get_time", "{}"}}});
+}
+
+TEST(DeepseekV3ToolParser, TheV31Format) {
+  expect_answer(tools_config("deepseek_v31"),
+                "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"東京\"}"
+                "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+                Answer{"", "", {{"get_weather", R"({"city": "東京"})"}}});
+}
+
+TEST(DeepseekV3ToolParser, NoCallIsContent) {
+  for (std::string text : {std::string("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>func"), std::string("<｜tool▁calls▁begin｜>"),
+                           std::string("a <｜tool▁calls▁begin｜> b"), std::string("<｜tool▁calls")}) {
+    expect_answer(tools_config("deepseek_v3"), text, Answer{text, "", {}});
+  }
+}
+
+TEST(DeepseekV3ToolParser, TextAfterTheBlockIsContent) {
+  expect_answer(tools_config("deepseek_v3"),
+                "<｜tool▁calls▁begin｜>" + kDsCall + "f\n```json\n{\"a\": \"}\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>\nDone",
+                Answer{"Done", "", {{"f", R"({"a": "}"})"}}});
+}
+
+TEST(DeepseekV3ToolParser, CutShortKeepsTheCall) {
+  expect_answer(tools_config("deepseek_v3"), "<｜tool▁calls▁begin｜>" + kDsCall + "f\n```json\n{\"a\": 1",
+                Answer{"", "", {{"f", R"({"a": 1)"}}});
+}
+
+// ---- GLM-4.5 / 4.7 / 5 ----
+
+nlohmann::ordered_json weather_tools() {
+  return nlohmann::ordered_json::parse(R"([{"type": "function", "function": {"name": "get_weather", "parameters":
+      {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+       "zip": {"type": ["string", "null"]}}}}}])");
+}
+
+TEST(Glm45ToolParser, Glm45FormatWithSchemaTypes) {
+  expect_answer(tools_config("glm45", weather_tools()),
+                "Let me see.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+                "<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>",
+                Answer{"Let me see.", "", {{"get_weather", R"({"city": "Paris", "days": 3})"}}});
+}
+
+TEST(Glm45ToolParser, Glm47FormatStringsStayStrings) {
+  expect_answer(tools_config("glm47", weather_tools()),
+                "<tool_call>get_weather<arg_key>city</arg_key><arg_value>123</arg_value>"
+                "<arg_key>zip</arg_key><arg_value>75001</arg_value></tool_call>"
+                "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Zürich \"old town\"</arg_value></tool_call>",
+                Answer{"", "", {{"get_weather", R"({"city": "123", "zip": "75001"})"},
+                                {"get_weather", R"({"city": "Zürich \"old town\""})"}}});
+}
+
+TEST(Glm45ToolParser, WithoutSchemaValuesAreJsonWhenTheyParse) {
+  expect_answer(tools_config("glm45"),
+                "<tool_call>f\n<arg_key>obj</arg_key>\n<arg_value>{\"a\": [1, 2]}</arg_value>\n"
+                "<arg_key>text</arg_key>\n<arg_value>hello world</arg_value>\n</tool_call>",
+                Answer{"", "", {{"f", R"({"obj": {"a": [1, 2]}, "text": "hello world"})"}}});
+}
+
+TEST(Glm45ToolParser, NoArgumentsAndNotACall) {
+  expect_answer(tools_config("glm45"), "<tool_call>list_files</tool_call>", Answer{"", "", {{"list_files", "{}"}}});
+  expect_answer(tools_config("glm45"), "<tool_call></tool_call>", Answer{"<tool_call></tool_call>", "", {}});
+  expect_answer(tools_config("glm45"), "<tool_call>f\n<arg_key>a</arg_key>\n<arg_value>1",
+                Answer{"", "", {{"f", "{}"}}});  // cut short inside the only value: no complete pair
+}
+
+// ---- the table ----
+
+TEST(ToolParserTable, NamesAndTemplates) {
+  EXPECT_EQ(canonical_tool_parser("glm47"), "glm45");
+  EXPECT_EQ(canonical_tool_parser("deepseek_v31"), "deepseek_v3");
+  EXPECT_EQ(canonical_tool_parser("nonsense"), "");
+  EXPECT_EQ(tool_parser_for_template("{{ '<tool_call>\\n{\"name\": ' }}"), "hermes");
+  EXPECT_EQ(tool_parser_for_template("{{ '<tool_call>' + name + '<arg_key>' }}"), "glm45");
+  EXPECT_EQ(tool_parser_for_template("{{ '[TOOL_CALLS]' }}"), "mistral");
+  EXPECT_EQ(tool_parser_for_template("{{- '<|python_tag|>' }}"), "llama3_json");
+  EXPECT_EQ(tool_parser_for_template("{{ '<|start_header_id|>' }}"), "");
+  for (const std::string& name : tool_parser_names()) EXPECT_NE(make_tool_parser(name, nullptr), nullptr) << name;
+}
+
+}  // namespace
+}  // namespace tachyon::server
