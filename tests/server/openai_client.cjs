@@ -1,6 +1,7 @@
 // The official `openai` npm client against a running tachyon server: chat and completions,
 // streamed and not, at temperature 0 (streamed text must equal the whole text), usage, models,
-// and a 400 surfacing as the client's BadRequestError.
+// a 400 surfacing as the client's BadRequestError, and a request with tools and tool_choice
+// (whole, streamed, and through the client's own stream accumulator).
 //   node tests/server/openai_client.cjs http://127.0.0.1:PORT/v1 MODEL
 const assert = require('node:assert/strict');
 const { OpenAI } = require('openai');
@@ -53,6 +54,48 @@ async function main() {
   const withLogprobs = await client.chat.completions.create({ model, messages, max_tokens: 3, logprobs: true, top_logprobs: 2 });
   assert.equal(withLogprobs.choices[0].logprobs.content.length, withLogprobs.usage.completion_tokens);
   assert.equal(withLogprobs.choices[0].logprobs.content[0].top_logprobs.length, 2);
+  checks++;
+
+  const tools = [{
+    type: 'function',
+    function: {
+      name: 'get_weather',
+      description: 'Weather of a city',
+      parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+    },
+  }];
+  const toolMessages = [{ role: 'user', content: 'Weather in Paris?' }];
+  const toolParams = { model, messages: toolMessages, tools, tool_choice: 'auto', max_completion_tokens: 8, temperature: 0 };
+  const withTools = await client.chat.completions.create(toolParams);
+  const message = withTools.choices[0].message;
+  assert.equal(message.role, 'assistant');
+  assert.ok(['stop', 'length', 'tool_calls'].includes(withTools.choices[0].finish_reason));
+  if (message.tool_calls) {
+    for (const call of message.tool_calls) JSON.parse(call.function.arguments);
+  } else {
+    assert.equal(typeof message.content, 'string');
+  }
+  const accumulated = await client.chat.completions.stream(toolParams).finalChatCompletion();
+  assert.equal(accumulated.choices[0].message.content ?? '', message.content ?? '');
+  assert.equal(accumulated.choices[0].finish_reason, withTools.choices[0].finish_reason);
+  assert.deepEqual((accumulated.choices[0].message.tool_calls ?? []).map((c) => c.function),
+                   (message.tool_calls ?? []).map((c) => c.function));
+  const roundTrip = await client.chat.completions.create({
+    model, tools, max_completion_tokens: 2,
+    messages: [...toolMessages,
+      { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Paris"}' } }] },
+      { role: 'tool', tool_call_id: 'call_1', content: '18 C, sunny' }],
+  });
+  assert.equal(roundTrip.choices[0].message.role, 'assistant');
+  await assert.rejects(client.chat.completions.create({ ...toolParams, tool_choice: 'required' }), (err) => {
+    assert.equal(err.status, 400);
+    assert.equal(err.constructor.name, 'BadRequestError');
+    assert.match(err.message, /structured outputs/);
+    return true;
+  });
+  await assert.rejects(
+    client.chat.completions.create({ ...toolParams, tool_choice: { type: 'function', function: { name: 'get_time' } } }),
+    (err) => err.status === 400 && /get_time/.test(err.message));
   checks++;
 
   await assert.rejects(client.completions.create({ model, prompt: 'x', top_p: 7 }), (err) => {

@@ -72,6 +72,10 @@ void run_serve(ServeOptions& options) {
     throw;
   }
   http.set_context(*context);
+  const server::ChatParsers& parsers = context->chat_parsers();
+  std::fprintf(stderr, "[tachyon] chat output: tool-call parser %s, reasoning parser %s\n",
+               parsers.tool.empty() ? "none" : parsers.tool.c_str(),
+               parsers.reasoning.empty() ? "none" : parsers.reasoning.c_str());
   std::fprintf(stderr, "[tachyon] serving %s on http://%s:%d\n", context->limits().model_name.c_str(),
                options.http.host.c_str(), http.bound_port());
   std::thread waiter([&] {
@@ -119,6 +123,14 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-body-bytes", options->http.max_body_bytes, "request body limit (413 above)")
       ->default_val(size_t{8} << 20)
       ->check(CLI::Range(size_t{1024}, size_t{1} << 30));
+  cmd->add_option("--tool-call-parser", options->serving.tool_call_parser,
+                  "how chat answers are read for tool calls: auto (from the chat template), none, hermes, "
+                  "llama3_json, deepseek_v3, glm45, mistral")
+      ->default_val("auto");
+  cmd->add_option("--reasoning-parser", options->serving.reasoning_parser,
+                  "how chat answers are split into reasoning_content and content: auto (from the chat template), "
+                  "none, qwen3, deepseek_r1, deepseek_v3, glm45")
+      ->default_val("auto");
   cmd->add_option("--header-timeout", options->header_timeout_s,
                   "seconds from a request's first byte to the end of its head (408 after)")
       ->default_val(10)

@@ -1,5 +1,7 @@
 #include "tachyon/server/http/generation_run.h"
 
+#include <algorithm>
+
 namespace tachyon::server {
 namespace {
 
@@ -12,8 +14,9 @@ double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::ste
 }  // namespace
 
 GenerationRun::GenerationRun(ServingContext& context, const std::vector<std::vector<int32_t>>& prompts,
-                             const core::SamplingParams& params)
-    : context_(context), n_(params.n), shared_(std::make_shared<Shared>()), start_(std::chrono::steady_clock::now()) {
+                             const core::SamplingParams& params, bool skip_special_tokens)
+    : context_(context), n_(params.n), skip_special_tokens_(skip_special_tokens),
+      stop_token_ids_(params.stop_token_ids.begin(), params.stop_token_ids.end()), shared_(std::make_shared<Shared>()), start_(std::chrono::steady_clock::now()) {
   if (context.draining()) throw ApiException({503, "the server is shutting down", "service_unavailable", "", ""});
   const size_t num_choices = prompts.size() * static_cast<size_t>(params.n);
   shared_->pending.resize(num_choices);
@@ -55,7 +58,7 @@ GenerationRun::GenerationRun(ServingContext& context, const std::vector<std::vec
       choice.request_id = id;
       choice.completion = c;
       choice.text = std::make_unique<app::TextStream>(context.tokenizer(), params.stop, params.include_stop_str_in_output,
-                                                      /*skip_special_tokens=*/true, params.min_tokens);
+                                                      skip_special_tokens, params.min_tokens);
     }
   }
   context.metrics().on_prompt_tokens(prompt_tokens_);
@@ -133,8 +136,12 @@ ChoiceEvent GenerationRun::drain_choice(int32_t index, Pending& pending) {
   }
   event.token_ids = std::move(pending.token_ids);
   event.logprobs = std::move(pending.logprobs);
-  event.text = choice.text->push(event.token_ids);
   engine::FinishReason reason = pending.finish_reason;
+  std::span<const int32_t> shown(event.token_ids);
+  if (!skip_special_tokens_ && reason == engine::FinishReason::kStop && !shown.empty() && ends_answer(shown.back())) {
+    shown = shown.first(shown.size() - 1);  // the answer's end token is no text, special or not
+  }
+  event.text = choice.text->push(shown);
   if (choice.text->stopped()) {
     if (reason == engine::FinishReason::kNone) context_.engine().abort(choice.request_id, choice.completion);
     reason = engine::FinishReason::kStop;
@@ -148,6 +155,11 @@ ChoiceEvent GenerationRun::drain_choice(int32_t index, Pending& pending) {
     record_finish(choice, reason);
   }
   return event;
+}
+
+bool GenerationRun::ends_answer(int32_t token) const {
+  return token == context_.eos_token_id() ||
+         std::find(stop_token_ids_.begin(), stop_token_ids_.end(), token) != stop_token_ids_.end();
 }
 
 void GenerationRun::record_finish(const Choice& choice, engine::FinishReason reason) {

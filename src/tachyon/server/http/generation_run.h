@@ -32,8 +32,11 @@ struct ChoiceEvent {
 class GenerationRun {
  public:
   // Submits every prompt; throws ApiException (503) when the queue is full or the server drains.
+  // skip_special_tokens false keeps special tokens in the text (a chat answer whose tool-call or
+  // reasoning markers are special tokens) except the one that ended the answer (EOS or a stop
+  // token id), as vLLM does.
   GenerationRun(ServingContext& context, const std::vector<std::vector<int32_t>>& prompts,
-                const core::SamplingParams& params);
+                const core::SamplingParams& params, bool skip_special_tokens = true);
   ~GenerationRun();
   GenerationRun(const GenerationRun&) = delete;
   GenerationRun& operator=(const GenerationRun&) = delete;
@@ -72,10 +75,13 @@ class GenerationRun {
   };
 
   ChoiceEvent drain_choice(int32_t index, Pending& pending);
+  bool ends_answer(int32_t token) const;
   void record_finish(const Choice& choice, engine::FinishReason reason);
 
   ServingContext& context_;
   int32_t n_ = 1;
+  bool skip_special_tokens_ = true;
+  std::vector<int32_t> stop_token_ids_;
   std::shared_ptr<Shared> shared_;
   std::vector<std::shared_ptr<engine::OutputChannel>> channels_;
   std::vector<int64_t> request_ids_;

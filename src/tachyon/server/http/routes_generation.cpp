@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "tachyon/server/chat_output.h"
 #include "tachyon/server/http/generation_run.h"
 #include "tachyon/server/http/http_routes.h"
 #include "tachyon/server/http/http_util.h"
@@ -24,6 +25,8 @@ struct Generation {
   std::string model;
   int64_t created = 0;
   std::string client;  // the peer address its share of the engine is counted against
+  ChatOutputConfig chat_output;     // chat: how answers are split into reasoning, content, calls
+  bool skip_special_tokens = true;  // false when the parsers' markers are special tokens
   int64_t sequences() const { return static_cast<int64_t>(prompts.size()) * params.n; }
 };
 
@@ -62,9 +65,13 @@ Generation chat_generation(ServingContext& context, const std::string& body) {
   if (context.chat_template() == nullptr) {
     throw ApiException(bad_request("messages", "this model has no chat template; use /v1/completions"));
   }
+  const ChatParsers& parsers = context.chat_parsers();
+  const bool parse_tools = request.tool_choice == ToolChoice::kAuto && request.tools.is_array() &&
+                           !request.tools.empty() && !parsers.tool.empty();
   tokenizer::ChatTemplateInputs inputs;
   inputs.messages = request.messages;
-  inputs.tools = request.tools;
+  // tool_choice "none": the model is not told of the tools, so it cannot call them.
+  inputs.tools = request.tool_choice == ToolChoice::kNone ? nlohmann::ordered_json(nullptr) : request.tools;
   inputs.add_generation_prompt = request.add_generation_prompt;
   inputs.extra = request.chat_template_kwargs;
   std::string rendered;
@@ -82,13 +89,27 @@ Generation chat_generation(ServingContext& context, const std::string& body) {
   g.stream = request.stream;
   g.include_usage = request.include_usage;
   g.id = make_request_id("chatcmpl");
+  g.chat_output.tool_parser = parse_tools ? parsers.tool : "";
+  g.chat_output.tools = request.tools;
+  g.chat_output.reasoning_parser = parsers.reasoning;
+  g.chat_output.reasoning_starts_inside = prompt_opens_reasoning(parsers.reasoning, rendered);
+  g.chat_output.parallel_tool_calls = request.parallel_tool_calls;
+  g.skip_special_tokens = !((parse_tools && parsers.tool_markers_special) ||
+                            (!parsers.reasoning.empty() && parsers.reasoning_markers_special));
   return g;
 }
 
-void accumulate(const ServingContext& context, std::vector<ChoiceEvent>&& events, std::vector<CompletionChoiceResult>& choices) {
+// outputs: chat only, one per choice (completions: empty, the text is the answer).
+void accumulate(const ServingContext& context, std::vector<ChoiceEvent>&& events, std::vector<CompletionChoiceResult>& choices,
+                std::vector<std::unique_ptr<ChatOutput>>& outputs) {
   for (ChoiceEvent& e : events) {
     CompletionChoiceResult& c = choices[static_cast<size_t>(e.index)];
-    c.text += e.text;
+    if (outputs.empty()) {
+      c.text += e.text;
+    } else {
+      add_chat_text(*outputs[static_cast<size_t>(e.index)], e.text, e.finish_reason, c);
+      e.finish_reason.reset();  // mapped by add_chat_text
+    }
     for (int32_t id : e.token_ids) c.token_texts.push_back(context.tokenizer().decode(std::span<const int32_t>(&id, 1)));
     c.token_ids.insert(c.token_ids.end(), e.token_ids.begin(), e.token_ids.end());
     if (c.logprobs) c.logprobs->insert(c.logprobs->end(), e.logprobs.begin(), e.logprobs.end());
@@ -104,9 +125,13 @@ class WholeAnswer : public BodyStream {
   WholeAnswer(ServingContext& context, Generation g, std::chrono::milliseconds keepalive)
       : context_(context), g_(std::move(g)), keepalive_(keepalive),
         ticket_(context.client_quota().acquire(g_.client, g_.sequences())),       // may throw: before any byte
-        run_(std::make_unique<GenerationRun>(context, g_.prompts, g_.params)) {  // may throw: before any byte
+        run_(std::make_unique<GenerationRun>(context, g_.prompts, g_.params,
+                                             g_.skip_special_tokens)) {  // may throw: before any byte
     const size_t num_choices = g_.prompts.size() * static_cast<size_t>(g_.params.n);
     choices_.resize(num_choices);
+    if (g_.chat) {
+      for (size_t i = 0; i < num_choices; ++i) outputs_.push_back(std::make_unique<ChatOutput>(g_.chat_output));
+    }
     for (size_t i = 0; i < num_choices; ++i) {
       choices_[i].index = static_cast<int32_t>(i);
       if (!g_.echo_texts.empty()) choices_[i].text = g_.echo_texts[i / static_cast<size_t>(g_.params.n)];
@@ -115,7 +140,7 @@ class WholeAnswer : public BodyStream {
   }
   void set_wakeup(std::function<void()> wakeup) override { run_->set_wakeup(std::move(wakeup)); }
   bool pump(std::string& out) override {
-    accumulate(context_, run_->poll(), choices_);
+    accumulate(context_, run_->poll(), choices_, outputs_);
     const auto now = std::chrono::steady_clock::now();
     if (!run_->finished()) {
       if (now - last_write_ >= keepalive_) {
@@ -139,6 +164,7 @@ class WholeAnswer : public BodyStream {
   std::unique_ptr<ClientQuota::Ticket> ticket_;  // released when the run ends, or after it is gone
   std::unique_ptr<GenerationRun> run_;
   std::vector<CompletionChoiceResult> choices_;
+  std::vector<std::unique_ptr<ChatOutput>> outputs_;  // chat: one per choice
   std::chrono::steady_clock::time_point last_write_ = std::chrono::steady_clock::now();
 };
 
@@ -150,9 +176,14 @@ class SseAnswer : public BodyStream {
   SseAnswer(ServingContext& context, Generation g)
       : context_(context), g_(std::move(g)),
         ticket_(context.client_quota().acquire(g_.client, g_.sequences())),      // may throw: before any byte
-        run_(std::make_unique<GenerationRun>(context, g_.prompts, g_.params)),  // may throw: before any byte
+        run_(std::make_unique<GenerationRun>(context, g_.prompts, g_.params,
+                                             g_.skip_special_tokens)),  // may throw: before any byte
         opened_(g_.prompts.size() * static_cast<size_t>(g_.params.n), false),
-        text_offsets_(opened_.size(), 0) {}
+        text_offsets_(opened_.size(), 0) {
+    if (g_.chat) {
+      for (size_t i = 0; i < opened_.size(); ++i) outputs_.push_back(std::make_unique<ChatOutput>(g_.chat_output));
+    }
+  }
   void set_wakeup(std::function<void()> wakeup) override { run_->set_wakeup(std::move(wakeup)); }
   bool pump(std::string& out) override {
     try {
@@ -188,11 +219,12 @@ class SseAnswer : public BodyStream {
         logprobs.text_offset = text_offsets_[static_cast<size_t>(e.index)];
       }
       text_offsets_[static_cast<size_t>(e.index)] += code_points(e.text);
-      auto chunk = g_.chat ? chat_chunk(g_.id, g_.created, g_.model, e.index, std::nullopt, e.text,
-                                        with_logprobs ? &logprobs : nullptr, e.finish_reason, token_text_fn(context_))
-                           : completion_chunk(g_.id, g_.created, g_.model, e.index, e.text,
-                                              with_logprobs ? &logprobs : nullptr, e.finish_reason, token_text_fn(context_));
-      out += sse_data(chunk);
+      if (g_.chat) {
+        write_chat_event(e, with_logprobs ? &logprobs : nullptr, out);
+        continue;
+      }
+      out += sse_data(completion_chunk(g_.id, g_.created, g_.model, e.index, e.text, with_logprobs ? &logprobs : nullptr,
+                                       e.finish_reason, token_text_fn(context_)));
     }
     if (!run_->finished()) return false;
     ticket_.reset();  // the share comes back before the client can see the end
@@ -201,6 +233,13 @@ class SseAnswer : public BodyStream {
     }
     out += std::string(kSseDone);
     return true;
+  }
+
+  void write_chat_event(const ChoiceEvent& e, const LogprobsDelta* logprobs, std::string& out) {
+    for (const auto& chunk : chat_text_chunks(*outputs_[static_cast<size_t>(e.index)], g_.id, g_.created, g_.model,
+                                              e.index, e.text, e.finish_reason, logprobs, token_text_fn(context_))) {
+      out += sse_data(chunk);
+    }
   }
 
   // Offsets count code points, as OpenAI's text_offset does.
@@ -214,6 +253,7 @@ class SseAnswer : public BodyStream {
   std::unique_ptr<GenerationRun> run_;
   std::vector<bool> opened_;
   std::vector<int64_t> text_offsets_;
+  std::vector<std::unique_ptr<ChatOutput>> outputs_;  // chat: one per choice
 };
 
 void handle_generation(ServingContext& context, const HttpRequest& req, HttpResponse& res, bool chat,

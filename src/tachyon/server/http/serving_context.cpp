@@ -16,6 +16,7 @@ ServingContext::ServingContext(const ServingOptions& options) {
     chat_template_ = std::make_unique<tokenizer::ChatTemplate>(tokenizer_->chat_template(), tokenizer_->bos_token(),
                                                                tokenizer_->eos_token());
   }
+  chat_parsers_ = resolve_chat_parsers(options.tool_call_parser, options.reasoning_parser, *tokenizer_);
   core::EngineConfig engine_config = options.engine;
   app::LoadedRunner loaded = app::load_runner(options.model_dir, engine_config);
   const model::ModelConfig& model_config = loaded.model_config;
@@ -26,6 +27,7 @@ ServingContext::ServingContext(const ServingOptions& options) {
       engine_config.scheduler.eos_token_id = *tokenizer_->eos_id();
     }
   }
+  eos_token_id_ = engine_config.scheduler.eos_token_id;
   limits_.model_name = options.served_model_name.empty() ? std::filesystem::path(options.model_dir).filename().string()
                                                          : options.served_model_name;
   limits_.max_model_len = engine_config.scheduler.max_model_len;

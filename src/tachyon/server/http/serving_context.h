@@ -13,6 +13,7 @@
 #include <string>
 
 #include "tachyon/engine/engine_core.h"
+#include "tachyon/server/chat_output.h"
 #include "tachyon/server/http/client_quota.h"
 #include "tachyon/server/metrics.h"
 #include "tachyon/server/openai_protocol.h"
@@ -32,7 +33,13 @@ struct ServingOptions {
   // Sequences (prompts x n) one client address may have in flight; more: 429. 0: half the
   // engine's waiting queue (max_queued_requests / 2); negative: no limit.
   int64_t max_sequences_per_client = 0;
+  // Output parsers of chat answers: "auto" (from the chat template), "none", or a name
+  // (tool_parser_names(), reasoning_parser_names()); an unknown name refuses to start.
+  std::string tool_call_parser = "auto";
+  std::string reasoning_parser = "auto";
 };
+
+
 
 class ServingContext {
  public:
@@ -46,6 +53,9 @@ class ServingContext {
   ServerMetrics& metrics() { return *metrics_; }
   ClientQuota& client_quota() { return *client_quota_; }
   int64_t created() const { return created_; }
+  const ChatParsers& chat_parsers() const { return chat_parsers_; }
+  // The token that ends an answer (from config.json or the tokenizer); none when unknown.
+  std::optional<int32_t> eos_token_id() const { return eos_token_id_; }
 
   // Lifecycle: serving until draining starts (SIGTERM); then new requests get 503.
   bool draining() const { return draining_; }
@@ -58,6 +68,8 @@ class ServingContext {
   std::unique_ptr<ServerMetrics> metrics_;
   std::unique_ptr<ClientQuota> client_quota_;
   ServerLimits limits_;
+  ChatParsers chat_parsers_;
+  std::optional<int32_t> eos_token_id_;
   int64_t created_ = 0;
   std::atomic<bool> draining_{false};
 };
