@@ -42,7 +42,7 @@ double median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
-double percentile(std::vector<double> values, double p) {
+double latency_percentile(std::vector<double> values, double p) {
   if (values.empty()) return 0.0;
   std::sort(values.begin(), values.end());
   return values[std::min(values.size() - 1, static_cast<size_t>(p / 100.0 * static_cast<double>(values.size())))];
@@ -126,17 +126,17 @@ void run_latency(const LatencyOptions& options) {
       {"num_iters", options.num_iters},
       {"avg_latency", [&] { double s = 0; for (double t : total) s += t; return s / total.size() / 1e3; }()},
       {"latencies", nlohmann::json(total) /* ms */},
-      {"percentiles", {{"50", percentile(total, 50) / 1e3}, {"90", percentile(total, 90) / 1e3}, {"99", percentile(total, 99) / 1e3}}},
+      {"percentiles", {{"50", latency_percentile(total, 50) / 1e3}, {"90", latency_percentile(total, 90) / 1e3}, {"99", latency_percentile(total, 99) / 1e3}}},
       {"prefill_ms_median", median(prefill)},
       {"decode_step_ms_median", median(decode)},
-      {"decode_step_ms_p90", percentile(decode, 90)},
+      {"decode_step_ms_p90", latency_percentile(decode, 90)},
       // From the upload to the download of a decode step on the device; the rest of the wall
       // time is the host's (scheduling, staging, delivery) while the GPU idles.
       {"decode_step_device_ms_median", median(decode_device)},
       // The device's idle gap between the end of one decode step and the start of the next:
       // the host's planning between them, unless asynchronous scheduling hides it.
       {"decode_gpu_idle_us_median", median(decode_idle) * 1e3},
-      {"decode_gpu_idle_us_p90", percentile(decode_idle, 90) * 1e3},
+      {"decode_gpu_idle_us_p90", latency_percentile(decode_idle, 90) * 1e3},
       {"decode_tokens_per_s", options.batch_size / (median(decode) / 1e3)},
   };
 #ifdef TACHYON_HAVE_CUDA

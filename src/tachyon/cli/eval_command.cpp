@@ -88,15 +88,15 @@ std::string first_model_id(httplib::Client& client, const Endpoint& endpoint, co
   return j["data"][0]["id"].get<std::string>();
 }
 
-struct Completion {
+struct EvalCompletion {
   std::string text;
   std::string error;  // non-empty: failed
   double latency_s = 0;
 };
 
 // One POST /v1/completions, retried on connection errors only; latency of the successful attempt.
-Completion complete(httplib::Client& client, const Endpoint& endpoint, const std::string& body) {
-  Completion out;
+EvalCompletion complete(httplib::Client& client, const Endpoint& endpoint, const std::string& body) {
+  EvalCompletion out;
   for (int attempt = 0; attempt <= kConnectRetries; ++attempt) {
     if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(250 * attempt));
     const auto begin = std::chrono::steady_clock::now();
@@ -171,7 +171,7 @@ std::vector<EvalSample> run_requests(const EvalOptions& options, const Endpoint&
       const EvalRecord& record = dataset[static_cast<size_t>(split.scored[i])];
       nlohmann::json body = request;
       body["prompt"] = build_prompt(split.shots, record.question);
-      Completion c = complete(*client, endpoint, body.dump());
+      EvalCompletion c = complete(*client, endpoint, body.dump());
       EvalSample& s = samples[i];
       s = score_completion(split.scored[i], gold_answer(record.answer), c.text);
       s.latency_s = c.latency_s;

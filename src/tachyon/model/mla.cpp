@@ -41,7 +41,7 @@ std::vector<float> project_q(const ModelConfig& c, const LayerWeights& w, std::s
   return q;
 }
 
-void check_weights(const ModelConfig& c, const LayerWeights& w) {
+void check_mla_weights(const ModelConfig& c, const LayerWeights& w) {
   const int64_t heads = c.num_attention_heads, h = c.hidden_size;
   const size_t q_in = static_cast<size_t>(c.q_lora_rank > 0 ? c.q_lora_rank : h);
   TACHYON_CHECK(w.q_b_proj.size() == static_cast<size_t>(heads * c.head_dim) * q_in &&
@@ -56,7 +56,7 @@ void check_weights(const ModelConfig& c, const LayerWeights& w) {
 
 MlaLatentProjections mla_project_latent(const ModelConfig& c, const LayerWeights& w, std::span<const float> inv_freq,
                                         std::span<const float> x, std::span<const int64_t> positions) {
-  check_weights(c, w);
+  check_mla_weights(c, w);
   const int64_t n = static_cast<int64_t>(positions.size()), heads = c.num_attention_heads;
   const int64_t nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim, qk = c.head_dim;
   const int64_t latent = c.kv_lora_rank, row_width = latent + rope;

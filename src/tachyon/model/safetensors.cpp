@@ -19,7 +19,7 @@ namespace {
 
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;  // the format's own limit is 100 MB
 
-std::string shape_string(const std::vector<int64_t>& shape) {
+std::string format_shape(const std::vector<int64_t>& shape) {
   std::string out = "[";
   for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
   return out + "]";
@@ -54,7 +54,7 @@ TensorView parse_entry(const std::string& name, const nlohmann::json& entry, con
                                   << " of the data section but the file holds only " << data_size;
   uint64_t expected = static_cast<uint64_t>(view.numel()) * dtype_size(view.dtype);
   TACHYON_CHECK(end - begin == expected)
-      << file << ": tensor '" << name << "' " << dtype_name(view.dtype) << shape_string(view.shape) << " needs "
+      << file << ": tensor '" << name << "' " << dtype_name(view.dtype) << format_shape(view.shape) << " needs "
       << expected << " bytes but data_offsets span " << (end - begin);
   view.data = data + begin;
   return view;
