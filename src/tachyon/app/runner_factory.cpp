@@ -6,6 +6,7 @@
 
 #include "tachyon/base/check.h"
 #include "tachyon/base/file_util.h"
+#include "tachyon/engine/drafter.h"
 #include "tachyon/model/dense_model.h"
 #include "tachyon/model/gpu_support.h"
 #include "tachyon/model/tp_shard.h"
@@ -28,11 +29,25 @@ std::string model_identity(const std::filesystem::path& model_dir, const model::
 
 std::string cuda_unsupported_reason(const model::ModelConfig& config) { return model::gpu_decoder_unsupported(config); }
 
+namespace {
+
+// Speculative decoding on a runner that cannot verify drafts is refused before any weight loads
+// (EngineCore would refuse it too, after the load).
+void check_drafts_verified(const core::EngineConfig& config) {
+  TACHYON_CHECK(!config.speculative.enabled())
+      << "--speculative-method " << config.speculative.method << " on --device cuda: "
+      << engine::kDraftsNeedVerifyingRunner << " (--device cpu)";
+}
+
+}  // namespace
+
 LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineConfig& config) {
   const model::ModelConfig model_config = model::ModelConfig::from_dir(model_dir);
   std::string& kind = config.device.kind;
   TACHYON_CHECK(kind == "auto" || kind == "cpu" || kind == "cuda") << "--device must be auto, cpu or cuda, got '" << kind << "'";
   config.device.model_identity = model_identity(model_dir, model_config);
+  config.speculative = engine::resolve_speculative_config(config.speculative);
+  if (kind == "cuda") check_drafts_verified(config);  // auto is checked where it resolves to cuda
   const int tp = config.device.tensor_parallel_size;
   TACHYON_CHECK(tp >= 1) << "--tp must be at least 1, got " << tp;
   const int nnodes = config.device.nnodes;
@@ -57,6 +72,7 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
                                    << " GPUs on this node, this process sees " << gpus;
       const std::string why = cuda_unsupported_reason(model_config);
       TACHYON_CHECK(why.empty()) << "--device cuda cannot serve " << model_dir.string() << ": " << why;
+      check_drafts_verified(config);
       config.device.gpu_name = cuda::current_device_name();
       runner::TpCudaLayout layout{.devices = std::vector<int>(static_cast<size_t>(local)),
                           .first_rank = config.device.node_rank * local,
@@ -92,6 +108,7 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
     TACHYON_CHECK(cuda::cuda_device_available()) << "--device cuda: no CUDA GPU is visible to this process";
     const std::string why = cuda_unsupported_reason(model_config);
     TACHYON_CHECK(why.empty()) << "--device cuda cannot serve " << model_dir.string() << ": " << why;
+    check_drafts_verified(config);
     config.device.gpu_name = cuda::current_device_name();
     model::SafetensorsCheckpoint checkpoint(model_dir);
     auto runner = std::make_unique<runner::CudaModelRunner>(model::load_weights_bf16(model_config, checkpoint), config);

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "tachyon/engine/engine_core.h"
 #include "tachyon/model/model_config.h"
 
@@ -21,9 +23,19 @@ struct BenchEngine {
 };
 
 // An engine stepped on the calling thread (no engine thread), without prefix caching: random
-// prompts share nothing, and a hit would flatter the numbers.
-BenchEngine make_bench_engine(const std::string& model_dir, const core::DeviceConfig& device, int64_t max_num_seqs,
-                              int64_t max_model_len, int64_t max_num_batched_tokens);
+// prompts share nothing, and a hit would flatter the numbers. `speculative`: its drafter, if any.
+BenchEngine make_bench_engine(const std::string& model_dir, const core::DeviceConfig& device,
+                              const core::SpeculativeConfig& speculative, int64_t max_num_seqs, int64_t max_model_len,
+                              int64_t max_num_batched_tokens);
+
+// Speculative decoding between two stats snapshots, as vLLM's spec-decode metrics report it:
+// drafts, draft and accepted tokens, acceptance rate (accepted / draft tokens), mean acceptance
+// length (tokens per drafted step: 1 + accepted / drafts) and the acceptance rate of each
+// position. Null when speculation is off.
+nlohmann::ordered_json speculative_summary(const core::SpeculativeConfig& speculative, const engine::EngineStats& before,
+                                           const engine::EngineStats& after);
+// The summary's one line for stderr ("" when speculation is off).
+std::string speculative_line(const nlohmann::ordered_json& summary);
 
 // `length` token ids uniform in [0, vocab).
 std::vector<int32_t> random_prompt(std::mt19937_64& gen, int64_t length, int64_t vocab);

@@ -34,6 +34,7 @@ struct LatencyOptions {
   std::string output_json;
   std::string command_line;
   core::DeviceConfig device;
+  core::SpeculativeConfig speculative;
 };
 
 double median(std::vector<double> values) {
@@ -54,6 +55,7 @@ struct Iteration {
   std::vector<double> decode_device_ms;  // the same steps' device time (0 on the CPU)
   std::vector<double> decode_idle_ms;    // the device's idle gap before each of them (0 on the CPU)
   double total_ms = 0;
+  int64_t decode_tokens = 0;  // tokens the decode steps generated (1 + accepted drafts per sequence)
 };
 
 Iteration run_iteration(engine::EngineCore& engine, const runner::ModelRunner& runner, const LatencyOptions& options,
@@ -71,10 +73,14 @@ Iteration run_iteration(engine::EngineCore& engine, const runner::ModelRunner& r
   const auto begin = std::chrono::steady_clock::now();
   auto last = begin;
   bool prefilled = false;
+  int64_t generated = engine.stats().generated_tokens;
   while (engine.step()) {
     const auto now = std::chrono::steady_clock::now();
     const double ms = std::chrono::duration<double, std::milli>(now - last).count();
     last = now;
+    const int64_t generated_now = engine.stats().generated_tokens;
+    if (prefilled) it.decode_tokens += generated_now - generated;
+    generated = generated_now;
     if (prefilled) {
       it.decode_ms.push_back(ms);
       it.decode_device_ms.push_back(runner.last_step_device_ms());
@@ -91,7 +97,7 @@ Iteration run_iteration(engine::EngineCore& engine, const runner::ModelRunner& r
 void run_latency(const LatencyOptions& options) {
   core::DeviceConfig device = options.device;
   device.cuda_graph_batch_sizes = {options.batch_size};
-  BenchEngine bench = make_bench_engine(options.model_dir, device, options.batch_size,
+  BenchEngine bench = make_bench_engine(options.model_dir, device, options.speculative, options.batch_size,
                                         options.input_len + options.output_len, options.max_num_batched_tokens);
   const core::EngineConfig& config = bench.config;
   const model::ModelConfig& model_config = bench.model_config;
@@ -99,10 +105,13 @@ void run_latency(const LatencyOptions& options) {
   engine::EngineCore& engine = *bench.engine;
 
   std::vector<Iteration> timed;
+  engine::EngineStats before_timed = engine.stats();
   for (int32_t i = 0; i < options.num_iters_warmup + options.num_iters; ++i) {
+    if (i == options.num_iters_warmup) before_timed = engine.stats();
     Iteration it = run_iteration(engine, runner, options, model_config.vocab_size, 1000 + static_cast<uint64_t>(i));
     if (i >= options.num_iters_warmup) timed.push_back(std::move(it));
   }
+  const nlohmann::ordered_json speculative = speculative_summary(config.speculative, before_timed, engine.stats());
   std::vector<double> prefill, decode, decode_device, decode_idle, total;
   for (const Iteration& it : timed) {
     prefill.push_back(it.prefill_ms);
@@ -154,7 +163,19 @@ void run_latency(const LatencyOptions& options) {
                        {"decode_step_ratio_to_floor", median(decode) / floor_ms}};
   }
 #endif
+  if (!speculative.is_null()) {
+    // A decode step yields 1 + accepted tokens per sequence: tokens over the decode steps' time.
+    double decode_ms = 0;
+    int64_t decode_tokens = 0;
+    for (const Iteration& it : timed) {
+      for (double ms : it.decode_ms) decode_ms += ms;
+      decode_tokens += it.decode_tokens;
+    }
+    result["decode_tokens_per_s"] = decode_ms > 0 ? static_cast<double>(decode_tokens) / (decode_ms / 1e3) : 0.0;
+    result["speculative"] = speculative;
+  }
   std::printf("%s\n", result.dump(2).c_str());
+  std::fputs(speculative_line(speculative).c_str(), stderr);
   if (!options.output_json.empty()) {
     std::ofstream out(options.output_json);
     TACHYON_CHECK(out.good()) << "cannot write " << options.output_json;
@@ -177,6 +198,7 @@ void add_bench_latency_command(CLI::App& bench, const std::string& command_line)
   cmd->add_option("--max-num-batched-tokens", options->max_num_batched_tokens, "tokens per step (prefill chunk)")->default_val(8192);
   cmd->add_option("--output-json", options->output_json, "write the result here too");
   add_device_options(*cmd, options->device);
+  add_speculative_options(*cmd, options->speculative);
   cmd->callback([options] { run_latency(*options); });
 }
 

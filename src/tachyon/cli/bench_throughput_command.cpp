@@ -26,10 +26,11 @@ struct ThroughputOptions {
   std::string output_json;
   std::string command_line;
   core::DeviceConfig device;
+  core::SpeculativeConfig speculative;
 };
 
 void run_throughput(const ThroughputOptions& options) {
-  BenchEngine bench = make_bench_engine(options.model_dir, options.device, options.max_num_seqs,
+  BenchEngine bench = make_bench_engine(options.model_dir, options.device, options.speculative, options.max_num_seqs,
                                         options.input_len + options.output_len, options.max_num_batched_tokens);
   // Blocks for every sequence at once would be the best case; the KV cache may hold fewer, in
   // which case the scheduler queues the rest, as a server would.
@@ -50,7 +51,9 @@ void run_throughput(const ThroughputOptions& options) {
   TACHYON_CHECK(output_tokens == int64_t{options.num_prompts} * options.output_len)
       << "internal: " << output_tokens << " tokens generated, expected " << int64_t{options.num_prompts} * options.output_len;
   const int64_t total_tokens = output_tokens + int64_t{options.num_prompts} * options.input_len;
-  const nlohmann::ordered_json result = {
+  const nlohmann::ordered_json speculative =
+      speculative_summary(bench.config.speculative, engine::EngineStats{}, bench.engine->stats());
+  nlohmann::ordered_json result = {
       {"command", options.command_line},
       {"model", options.model_dir},
       {"device", bench.config.device.kind},
@@ -69,6 +72,8 @@ void run_throughput(const ThroughputOptions& options) {
   };
   std::printf("Throughput: %.2f requests/s, %.2f total tokens/s, %.2f output tokens/s\n", options.num_prompts / seconds,
               static_cast<double>(total_tokens) / seconds, static_cast<double>(output_tokens) / seconds);
+  std::fputs(speculative_line(speculative).c_str(), stdout);
+  if (!speculative.is_null()) result["speculative"] = speculative;
   if (!options.output_json.empty()) {
     std::ofstream out(options.output_json);
     TACHYON_CHECK(out.good()) << "cannot write " << options.output_json;
@@ -91,6 +96,7 @@ void add_bench_throughput_command(CLI::App& bench, const std::string& command_li
   cmd->add_option("--seed", options->seed, "prompt generator seed")->default_val(0);
   cmd->add_option("--output-json", options->output_json, "write the result here too");
   add_device_options(*cmd, options->device);
+  add_speculative_options(*cmd, options->speculative);
   cmd->callback([options] { run_throughput(*options); });
 }
 

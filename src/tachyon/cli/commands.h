@@ -11,6 +11,8 @@ namespace tachyon::cli {
 
 // --device, --gpu-memory-utilization, --enforce-eager: shared by serve, generate and bench.
 void add_device_options(CLI::App& cmd, core::DeviceConfig& device);
+// --speculative-method, --num-speculative-tokens, --ngram-min, --ngram-max: the same commands.
+void add_speculative_options(CLI::App& cmd, core::SpeculativeConfig& speculative);
 
 void add_make_model_command(CLI::App& app);
 void add_generate_command(CLI::App& app);

@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "tachyon/base/check.h"
+#include "tachyon/cli/bench_engine.h"
 #include "tachyon/cli/commands.h"
 #include "tachyon/cli/default_model.h"
 #include "tachyon/cli/unescape.h"
@@ -54,6 +55,7 @@ struct GenerateOptions {
   int64_t max_model_len = core::SchedulerConfig{}.max_model_len;  // serve's default
   std::vector<FieldOption> fields;  // one per sampling_field_specs() entry
   core::DeviceConfig device;
+  core::SpeculativeConfig speculative;
 };
 
 // What a completion needs for printing: its text so far, its tokens' logprobs, how it ended.
@@ -265,6 +267,7 @@ void run_generate(const GenerateOptions& options) {
   core::SamplingParams params = request.params;
   core::EngineConfig config;
   config.device = options.device;
+  config.speculative = options.speculative;
   config.scheduler.max_num_seqs = params.n;
   config.scheduler.max_model_len = options.max_model_len;
   if (config.device.node_rank > 0) {  // another node of a multi-node TP group: follow node 0
@@ -312,6 +315,8 @@ void run_generate(const GenerateOptions& options) {
   std::fflush(stdout);  // the summary on stderr comes after the text
   std::fprintf(stderr, "[tachyon] %s: prompt %zu tokens, generated %zu tokens in %.2f s (%.1f tokens/s)\n",
                config.device.kind.c_str(), prompt.size(), generated, seconds, generated / std::max(seconds, 1e-9));
+  const std::string speculative = speculative_line(speculative_summary(config.speculative, {}, engine.stats()));
+  if (!speculative.empty()) std::fprintf(stderr, "[tachyon] %s", speculative.c_str());
 }
 
 }  // namespace
@@ -351,6 +356,7 @@ void add_generate_command(CLI::App& app) {
     }
   }
   add_device_options(*cmd, options->device);
+  add_speculative_options(*cmd, options->speculative);
   cmd->callback([options] { run_generate(*options); });
 }
 

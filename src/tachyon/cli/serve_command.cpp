@@ -108,6 +108,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-queued-requests", options->serving.engine.max_queued_requests, "waiting requests before 503")
       ->default_val(4096);
   add_device_options(*cmd, options->serving.engine.device);
+  add_speculative_options(*cmd, options->serving.engine.speculative);
   cmd->add_option("--shutdown-timeout", options->shutdown_timeout_s, "seconds in-flight requests get on SIGTERM")->default_val(30);
   cmd->add_option("--max-sequences-per-request", options->serving.max_sequences_per_request,
                   "prompts x n of one request (400 above)")

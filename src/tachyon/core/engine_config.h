@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tachyon/core/scheduler_config.h"
+#include "tachyon/core/speculative_config.h"
 #include "tachyon/tensor/dtype.h"
 
 namespace tachyon::core {
@@ -48,6 +49,9 @@ struct EngineConfig {
   bool enable_prefix_caching = true;
   int64_t max_queued_requests = 4096;  // waiting requests beyond this are refused at submit
   DeviceConfig device;
+  // Draft tokens (speculative decoding); off by default. Not in plan_hash while no captured
+  // graph carries drafts (the CUDA runners refuse them); GPU verification adds it.
+  SpeculativeConfig speculative;
 
   // 128-bit hash (hex) of every field that changes a captured graph, a tuned kernel choice or a
   // cached artifact. num_blocks, prefix caching, queue limits and async scheduling change none

@@ -27,6 +27,10 @@ EngineCore::EngineCore(const core::EngineConfig& config, std::unique_ptr<runner:
       << "the KV cache holds " << static_cast<int64_t>(config.num_blocks) * config.block_size
       << " tokens, less than max_model_len " << config.scheduler.max_model_len
       << ": give it more blocks or lower max_model_len";
+  if (config.speculative.enabled()) {
+    set_drafter(make_drafter(config.speculative));
+    stats_.num_speculative_tokens = config.speculative.num_speculative_tokens;
+  }
   publish_stats();
 }
 
@@ -162,8 +166,7 @@ void EngineCore::finish_request(int64_t request_id) {
 
 void EngineCore::set_drafter(std::unique_ptr<Drafter> drafter) {
   TACHYON_CHECK(!thread_.joinable()) << "set_drafter() after start()";
-  TACHYON_CHECK(drafter == nullptr || runner_->verifies_drafts())
-      << "this runner does not verify draft tokens: speculative decoding needs the CPU runner for now";
+  TACHYON_CHECK(drafter == nullptr || runner_->verifies_drafts()) << kDraftsNeedVerifyingRunner;
   TACHYON_CHECK(drafter == nullptr || config_.device.async_scheduling != core::AsyncScheduling::kOn)
       << "draft tokens need synchronous scheduling (drafts are proposed from known tokens): use "
          "--async-scheduling auto or off with speculative decoding";
@@ -224,8 +227,12 @@ void EngineCore::count_step(const core::StepPlan& plan, const core::StepOutput& 
   stats_.preemptions += static_cast<int64_t>(plan.preempted.size());
   for (const core::SequenceOutput& s : output.sequences) {
     stats_.generated_tokens += static_cast<int64_t>(s.tokens.size());
+    if (s.tokens.empty() || s.num_draft_tokens == 0) continue;  // nothing applied, or no drafts
     stats_.draft_tokens += s.num_draft_tokens;
     stats_.draft_tokens_accepted += s.num_accepted();
+    ++stats_.num_drafts;
+    const int64_t positions = std::min<int64_t>(s.num_accepted(), core::kMaxSpeculativeTokens);
+    for (int64_t i = 0; i < positions; ++i) ++stats_.draft_tokens_accepted_per_position[static_cast<size_t>(i)];
   }
   for (const core::ScheduledSequence& s : plan.sequences) {
     auto it = sequences_.find(s.sequence_id);

@@ -7,6 +7,7 @@
 // any container, so nothing grows with the number of requests served.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -49,6 +50,11 @@ struct EngineStats {
   int64_t requests_aborted = 0;
   int64_t draft_tokens = 0;           // draft tokens verified (planned with their sequence)
   int64_t draft_tokens_accepted = 0;  // of those, accepted
+  int64_t num_drafts = 0;             // sequence steps that carried at least one draft
+  // [kMaxSpeculativeTokens]: drafts accepted at position i of their step's drafts (position i
+  // is accepted only if 0..i-1 were). Mean acceptance length = 1 + accepted / num_drafts.
+  std::array<int64_t, core::kMaxSpeculativeTokens> draft_tokens_accepted_per_position{};
+  int32_t num_speculative_tokens = 0;  // k of the configured drafter (0: none); bounds the per-position series
   KvCacheStats kv;
 };
 
@@ -71,7 +77,7 @@ class EngineCore {
   void set_step_observer(std::function<void(int64_t num_tokens)> observer) { step_observer_ = std::move(observer); }
 
   // Proposes draft tokens before every step. Set before start(); refused (Error) when the runner
-  // cannot verify drafts.
+  // cannot verify drafts. The constructor sets the one config.speculative names.
   void set_drafter(std::unique_ptr<Drafter> drafter);
 
   // Thread-safe. Aborts every request in the engine at its next step (server shutdown).

@@ -2,6 +2,7 @@
 // names, types and help texts are written once here, in the order they render.
 #include "tachyon/server/metrics.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "tachyon/server/metrics_text.h"
@@ -95,6 +96,7 @@ void ServerMetrics::render_counters(std::string& out, const engine::EngineStats&
   append_sample(out, "tachyon:prefix_cache_hits_total", m, engine.kv.prefix_hit_tokens);
   append_family(out, "tachyon:num_preemptions_total", "counter", "Sequences preempted (recomputed later) for lack of KV blocks.");
   append_sample(out, "tachyon:num_preemptions_total", m, engine.preemptions);
+  render_spec_decode(out, engine);
 
   append_family(out, "tachyon:prompt_tokens_total", "counter", "Prompt tokens of requests served.");
   append_sample(out, "tachyon:prompt_tokens_total", m, prompt_tokens_.load(std::memory_order_relaxed));
@@ -106,6 +108,28 @@ void ServerMetrics::render_counters(std::string& out, const engine::EngineStats&
     std::string labels = m + ",finished_reason=\"" + engine::finish_reason_name(reason) + "\"";
     append_sample(out, "tachyon:request_success_total", labels,
                   request_success_[finish_reason_slot(reason)].load(std::memory_order_relaxed));
+  }
+}
+
+// vLLM's spec_decode series. The per-position one has a series for each of the configured k
+// positions (fixed at start-up, at most kMaxSpeculativeTokens), none without a drafter.
+void ServerMetrics::render_spec_decode(std::string& out, const engine::EngineStats& engine) const {
+  const std::string& m = model_label_;
+  append_family(out, "tachyon:spec_decode_num_drafts_total", "counter",
+                "Sequence steps that carried draft tokens (speculative decoding).");
+  append_sample(out, "tachyon:spec_decode_num_drafts_total", m, engine.num_drafts);
+  append_family(out, "tachyon:spec_decode_num_draft_tokens_total", "counter", "Draft tokens verified by the model.");
+  append_sample(out, "tachyon:spec_decode_num_draft_tokens_total", m, engine.draft_tokens);
+  append_family(out, "tachyon:spec_decode_num_accepted_tokens_total", "counter",
+                "Draft tokens accepted (equal to the model's own token).");
+  append_sample(out, "tachyon:spec_decode_num_accepted_tokens_total", m, engine.draft_tokens_accepted);
+  if (engine.num_speculative_tokens <= 0) return;
+  const char* name = "tachyon:spec_decode_num_accepted_tokens_per_pos_total";
+  append_family(out, name, "counter", "Draft tokens accepted at each position of a step's drafts.");
+  const int32_t positions = std::min(engine.num_speculative_tokens, core::kMaxSpeculativeTokens);
+  for (int32_t i = 0; i < positions; ++i) {
+    append_sample(out, name, m + ",position=\"" + std::to_string(i) + "\"",
+                  engine.draft_tokens_accepted_per_position[static_cast<size_t>(i)]);
   }
 }
 

@@ -61,6 +61,7 @@ class ServerMetrics {
   static constexpr int kNumFinishReasons = 3;  // stop, length, abort
 
   void render_counters(std::string& out, const engine::EngineStats& engine) const;
+  void render_spec_decode(std::string& out, const engine::EngineStats& engine) const;
   void render_histograms(std::string& out) const;
   void render_per_request(std::string& out) const;
 

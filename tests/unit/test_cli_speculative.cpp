@@ -1,0 +1,124 @@
+// Speculative decoding from the command line: generate prints the same text with the n-gram
+// drafter as without it and reports its acceptance; the bench commands report acceptance rate
+// and mean acceptance length; what is not built or not verified is refused in one line before
+// any weight loads.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "../cli_run.h"
+
+namespace tachyon::cli_speculative_test {
+
+using testing::CliRun;
+
+// What generate printed on stdout: the output up to its "[tachyon] ..." summary on stderr.
+std::string text_before_summary(const CliRun& r) { return r.output.substr(0, r.output.find("[tachyon] ")); }
+
+class CliSpeculativeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("tachyon-cli-spec-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  CliRun make_model(const std::string& extra = "") {
+    return testing::run_cli("make-model --arch qwen3 --preset tiny --seed 3 " + extra + " --out " + dir_.string());
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(CliSpeculativeTest, GeneratePrintsTheSameTextWithNgramDrafts) {
+  const std::string tokenizer = std::string(TACHYON_TOKENIZERS) + "/qwen3";
+  ASSERT_EQ(make_model("--tokenizer " + tokenizer).exit_code, 0);
+  const std::string args = "generate " + dir_.string() +
+                           " --prompt 'one two three four, one two three four, one two three four,' --max-tokens 40 "
+                           "--ignore-eos";
+  CliRun plain = testing::run_cli(args);
+  CliRun drafted = testing::run_cli(args + " --speculative-method ngram --num-speculative-tokens 3");
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  ASSERT_EQ(drafted.exit_code, 0) << drafted.output;
+  EXPECT_EQ(text_before_summary(drafted), text_before_summary(plain));
+  EXPECT_NE(drafted.output.find("generated 40 tokens"), std::string::npos) << drafted.output;
+  EXPECT_NE(drafted.output.find("[tachyon] Speculative decoding (ngram, k=3)"), std::string::npos) << drafted.output;
+  EXPECT_EQ(plain.output.find("Speculative decoding"), std::string::npos) << plain.output;
+  // Seeded sampling and the n-gram sizes given: still the plain text.
+  const std::string seeded = args + " --temperature 0.8 --seed 7";
+  CliRun seeded_plain = testing::run_cli(seeded);
+  CliRun seeded_drafted =
+      testing::run_cli(seeded + " --speculative-method ngram --num-speculative-tokens 4 --ngram-min 1 --ngram-max 3");
+  ASSERT_EQ(seeded_drafted.exit_code, 0) << seeded_drafted.output;
+  EXPECT_EQ(text_before_summary(seeded_drafted), text_before_summary(seeded_plain));
+}
+
+TEST_F(CliSpeculativeTest, WhatIsNotBuiltOrNotVerifiedIsRefusedInOneLine) {
+  ASSERT_EQ(make_model().exit_code, 0);
+  const std::string args = "generate " + dir_.string() + " --prompt-ids 1,2,3 --max-tokens 2";
+  const auto one_line_error = [](const CliRun& r, const std::string& start) {
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_EQ(r.output.rfind("error: " + start, 0), 0u) << r.output;
+    EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << r.output;
+  };
+  // The GPU runners do not verify drafts yet: refused before the device is even looked at.
+  one_line_error(testing::run_cli(args + " --device cuda --speculative-method ngram --num-speculative-tokens 3"),
+                 "--speculative-method ngram on --device cuda: this runner does not verify draft tokens");
+  one_line_error(testing::run_cli(args + " --speculative-method draft --num-speculative-tokens 3"),
+                 "--speculative-method draft: draft-model speculation is not built yet");
+  one_line_error(testing::run_cli(args + " --speculative-method mtp --num-speculative-tokens 3"),
+                 "--speculative-method mtp: MTP drafting is not built yet");
+  one_line_error(testing::run_cli(args + " --speculative-method ngram"),
+                 "--speculative-method ngram needs --num-speculative-tokens");
+  one_line_error(testing::run_cli(args + " --speculative-method ngram --num-speculative-tokens 2 --ngram-min 3 --ngram-max 2"),
+                 "--ngram-min 3 and --ngram-max 2");
+  one_line_error(testing::run_cli(args + " --num-speculative-tokens 2"), "--num-speculative-tokens, --ngram-min");
+  CliRun r = testing::run_cli(args + " --speculative-method ngram --num-speculative-tokens 17");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--num-speculative-tokens"), std::string::npos) << r.output;
+  r = testing::run_cli(args + " --speculative-method eagle --num-speculative-tokens 2");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--speculative-method"), std::string::npos) << r.output;
+  // auto on a machine (or build, or model) the GPU does not serve: the CPU, with drafts.
+  r = testing::run_cli(args + " --speculative-method ngram --num-speculative-tokens 3");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[tachyon] cpu:"), std::string::npos) << r.output;
+}
+
+TEST_F(CliSpeculativeTest, BenchesReportAcceptance) {
+  ASSERT_EQ(make_model().exit_code, 0);
+  const std::string latency_json = (dir_ / "latency.json").string();
+  CliRun r = testing::run_cli("bench latency " + dir_.string() +
+                              " --device cpu --batch-size 2 --input-len 8 --output-len 24 --num-iters 1"
+                              " --num-iters-warmup 0 --speculative-method ngram --num-speculative-tokens 4 --ngram-min 1"
+                              " --ngram-max 2 --output-json " + latency_json);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("Speculative decoding (ngram, k=4)"), std::string::npos) << r.output;
+  nlohmann::json result = nlohmann::json::parse(std::ifstream(latency_json));
+  ASSERT_TRUE(result.contains("speculative")) << result.dump(2);
+  EXPECT_EQ(result["speculative"]["num_speculative_tokens"], 4);
+  EXPECT_EQ(result["speculative"]["ngram_max"], 2);
+  EXPECT_EQ(result["speculative"]["acceptance_rate_per_position"].size(), 4u);
+  EXPECT_GE(result["speculative"]["mean_acceptance_length"].get<double>(), 1.0);
+  EXPECT_GT(result["decode_tokens_per_s"].get<double>(), 0.0);
+
+  const std::string throughput_json = (dir_ / "throughput.json").string();
+  r = testing::run_cli("bench throughput " + dir_.string() +
+                       " --device cpu --num-prompts 4 --input-len 12 --output-len 20 --max-num-seqs 4"
+                       " --speculative-method ngram --num-speculative-tokens 3 --ngram-min 1 --output-json " +
+                       throughput_json);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("Speculative decoding (ngram, k=3)"), std::string::npos) << r.output;
+  result = nlohmann::json::parse(std::ifstream(throughput_json));
+  EXPECT_EQ(result["total_num_tokens"], 4 * (12 + 20));  // every token, drafts or not
+  EXPECT_EQ(result["speculative"]["ngram_min"], 1);
+  EXPECT_EQ(result["speculative"]["ngram_max"], 1);
+  EXPECT_GE(result["speculative"]["acceptance_rate"].get<double>(), 0.0);
+  EXPECT_LE(result["speculative"]["acceptance_rate"].get<double>(), 1.0);
+}
+
+}  // namespace tachyon::cli_speculative_test
