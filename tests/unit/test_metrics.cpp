@@ -287,6 +287,34 @@ TEST(ServerMetrics, GaugesAndCountersFromEngineStats) {
   EXPECT_TRUE(contains_line(metrics.render(engine::EngineStats{}), "tachyon:kv_cache_usage_perc{model_name=\"m\"} 0"));
 }
 
+// Speculative decoding's counters come from the engine; the per-position series has one sample
+// per position of the configured k (fixed at start-up), and none without a drafter.
+TEST(ServerMetrics, SpecDecodeCountersAndOneSeriesPerDraftPosition) {
+  ServerMetrics metrics("m", false);
+  engine::EngineStats stats = sample_stats();
+  std::string out = metrics.render(stats);
+  EXPECT_TRUE(contains_line(out, "tachyon:spec_decode_num_draft_tokens_total{model_name=\"m\"} 0"));
+  EXPECT_EQ(out.find("spec_decode_num_accepted_tokens_per_pos"), std::string::npos);
+  stats.num_speculative_tokens = 3;
+  stats.num_drafts = 10;
+  stats.draft_tokens = 30;
+  stats.draft_tokens_accepted = 12;
+  stats.draft_tokens_accepted_per_position = {7, 4, 1};
+  out = metrics.render(stats);
+  check_exposition(out);
+  for (const char* line : {"# TYPE tachyon:spec_decode_num_drafts_total counter",
+                           "tachyon:spec_decode_num_drafts_total{model_name=\"m\"} 10",
+                           "tachyon:spec_decode_num_draft_tokens_total{model_name=\"m\"} 30",
+                           "tachyon:spec_decode_num_accepted_tokens_total{model_name=\"m\"} 12",
+                           "# TYPE tachyon:spec_decode_num_accepted_tokens_per_pos_total counter",
+                           "tachyon:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\",position=\"0\"} 7",
+                           "tachyon:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\",position=\"1\"} 4",
+                           "tachyon:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\",position=\"2\"} 1"}) {
+    EXPECT_TRUE(contains_line(out, line)) << line;
+  }
+  EXPECT_EQ(out.find("position=\"3\""), std::string::npos);
+}
+
 TEST(ServerMetrics, EachObserverFeedsItsHistogram) {
   ServerMetrics metrics("m", false);
   metrics.observe_ttft(0.5);
@@ -495,8 +523,9 @@ TEST(ServerMetrics, FullRenderIsValidExposition) {
   for (const std::string& line : lines_of(out)) {
     if (line.rfind("# TYPE ", 0) == 0) families.insert(line.substr(7, line.find(' ', 7) - 7));
   }
-  // 3 gauges and 3 counters from the engine, 3 counters of requests, 8 histograms, 1 per-request gauge.
-  EXPECT_EQ(families.size(), 18u);
+  // 3 gauges and 6 counters from the engine (3 of speculative decoding; the per-position one only
+  // with a drafter), 3 counters of requests, 8 histograms, 1 per-request gauge.
+  EXPECT_EQ(families.size(), 21u);
   for (const std::string& family : families) EXPECT_EQ(family.rfind("tachyon:", 0), 0u) << family;
 }
 
