@@ -145,6 +145,7 @@ ChoiceEvent GenerationRun::drain_choice(int32_t index, Pending& pending) {
   if (choice.text->stopped()) {
     if (reason == engine::FinishReason::kNone) context_.engine().abort(choice.request_id, choice.completion);
     reason = engine::FinishReason::kStop;
+    event.stop_string = choice.text->stop_string();
   } else if (reason != engine::FinishReason::kNone) {
     event.text += choice.text->finish();
   }

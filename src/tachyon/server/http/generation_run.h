@@ -27,6 +27,7 @@ struct ChoiceEvent {
   std::vector<int32_t> token_ids;
   std::vector<core::SampledToken> logprobs;
   std::optional<std::string> finish_reason;  // "stop", "length" or "abort", once
+  std::string stop_string;                   // with finish "stop": the stop string that ended it, else ""
 };
 
 class GenerationRun {

@@ -11,17 +11,17 @@ std::string HttpRequest::header(std::string_view name) const {
   return "";
 }
 
-HttpResponse error_response(const ApiError& error) {
+HttpResponse error_response(const ApiError& error, ErrorBodyFn body) {
   HttpResponse response;
   response.status = error.status;
-  response.body = error_body(error);
+  response.body = body(error);
   // Queue full, draining, too many connections: all pass; say when to come back.
   if (error.status == 503 || error.status == 429) response.headers.emplace_back("Retry-After", "1");
   return response;
 }
 
-void Router::add(std::string method, std::string path, HttpHandler handler, bool prefix) {
-  routes_.push_back({std::move(method), std::move(path), prefix, std::move(handler)});
+void Router::add(std::string method, std::string path, HttpHandler handler, bool prefix, ErrorBodyFn error_body_fn) {
+  routes_.push_back({std::move(method), std::move(path), prefix, std::move(handler), error_body_fn});
 }
 
 bool Router::Route::matches(const std::string& request_path) const {
@@ -51,19 +51,20 @@ HttpResponse Router::dispatch(const HttpRequest& request) const {
     response.headers.emplace_back("Allow", allowed);
     return response;
   }
+  const ErrorBodyFn body = route->error_body_fn;
   try {
     if (guard_ && request.path.rfind("/v1/", 0) == 0) {
-      if (std::optional<ApiError> refused = guard_(request)) return error_response(*refused);
+      if (std::optional<ApiError> refused = guard_(request)) return error_response(*refused, body);
     }
     HttpResponse response;
     route->handler(request, response);
     return response;
   } catch (const ApiException& e) {
-    return error_response(e.error());
+    return error_response(e.error(), body);
   } catch (const std::exception& e) {
-    return error_response({500, std::string("internal error: ") + e.what(), "internal_server_error", "", ""});
+    return error_response({500, std::string("internal error: ") + e.what(), "internal_server_error", "", ""}, body);
   } catch (...) {
-    return error_response({500, "internal error", "internal_server_error", "", ""});
+    return error_response({500, "internal error", "internal_server_error", "", ""}, body);
   }
 }
 

@@ -15,15 +15,19 @@
 namespace tachyon::server {
 
 using HttpHandler = std::function<void(const HttpRequest&, HttpResponse&)>;
+// An error's JSON body: OpenAI's shape (error_body) unless a route speaks another protocol.
+using ErrorBodyFn = std::string (*)(const ApiError&);
 
 // The response that carries `error`: its status, its JSON body, Retry-After on a 503.
-HttpResponse error_response(const ApiError& error);
+HttpResponse error_response(const ApiError& error, ErrorBodyFn body = error_body);
 
 class Router {
  public:
   // `path` is matched exactly; a path ending in '/' with `prefix` set matches anything under it
   // (the handler reads the rest from request.path).
-  void add(std::string method, std::string path, HttpHandler handler, bool prefix = false);
+  // `error_body_fn` writes the body of every error this route answers (the guard's included).
+  void add(std::string method, std::string path, HttpHandler handler, bool prefix = false,
+           ErrorBodyFn error_body_fn = error_body);
   // Runs before any handler of a path under /v1/; an error it returns is the answer.
   void set_guard(std::function<std::optional<ApiError>(const HttpRequest&)> guard) { guard_ = std::move(guard); }
 
@@ -36,6 +40,7 @@ class Router {
     std::string path;
     bool prefix = false;
     HttpHandler handler;
+    ErrorBodyFn error_body_fn = error_body;
     bool matches(const std::string& request_path) const;
   };
   std::vector<Route> routes_;

@@ -34,6 +34,7 @@ HttpServer::HttpServer(HttpOptions options) : options_(std::move(options)), rout
   });
   ContextAccess access = [this]() -> ServingContext& { return context(); };
   add_generation_routes(*router_, access, options_.keepalive_interval);
+  add_messages_routes(*router_, access, options_.keepalive_interval);
   add_info_routes(*router_, access, [this] { return context_.load() != nullptr; });
   listener_ = std::make_unique<HttpListener>(options_, *router_);
 }

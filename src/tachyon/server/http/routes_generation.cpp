@@ -6,29 +6,13 @@
 #include <memory>
 
 #include "tachyon/server/chat_output.h"
+#include "tachyon/server/http/generation.h"
 #include "tachyon/server/http/generation_run.h"
 #include "tachyon/server/http/http_routes.h"
 #include "tachyon/server/http/http_util.h"
 
 namespace tachyon::server {
 namespace {
-
-// What one route needs from a validated request, chat and completions alike.
-struct Generation {
-  bool chat = false;
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<std::string> echo_texts;  // completions with echo: the prompt text per prompt
-  core::SamplingParams params;
-  bool stream = false;
-  bool include_usage = false;
-  std::string id;
-  std::string model;
-  int64_t created = 0;
-  std::string client;  // the peer address its share of the engine is counted against
-  ChatOutputConfig chat_output;     // chat: how answers are split into reasoning, content, calls
-  bool skip_special_tokens = true;  // false when the parsers' markers are special tokens
-  int64_t sequences() const { return static_cast<int64_t>(prompts.size()) * params.n; }
-};
 
 TokenTextFn token_text_fn(const ServingContext& context) {
   return [&tokenizer = context.tokenizer()](int32_t id) { return tokenizer.decode(std::span<const int32_t>(&id, 1)); };
@@ -60,8 +44,9 @@ Generation completion_generation(ServingContext& context, const std::string& bod
   return g;
 }
 
-Generation chat_generation(ServingContext& context, const std::string& body) {
-  ChatRequest request = parse_chat_request(body, context.limits());
+}  // namespace
+
+Generation chat_generation(ServingContext& context, const ChatRequest& request) {
   if (context.chat_template() == nullptr) {
     throw ApiException(bad_request("messages", "this model has no chat template; use /v1/completions"));
   }
@@ -98,6 +83,8 @@ Generation chat_generation(ServingContext& context, const std::string& body) {
                             (!parsers.reasoning.empty() && parsers.reasoning_markers_special));
   return g;
 }
+
+namespace {
 
 // outputs: chat only, one per choice (completions: empty, the text is the answer).
 void accumulate(const ServingContext& context, std::vector<ChoiceEvent>&& events, std::vector<CompletionChoiceResult>& choices,
@@ -259,7 +246,8 @@ class SseAnswer : public BodyStream {
 void handle_generation(ServingContext& context, const HttpRequest& req, HttpResponse& res, bool chat,
                        std::chrono::milliseconds keepalive) {
   if (context.draining()) throw ApiException({503, "the server is shutting down", "service_unavailable", "", ""});
-  Generation g = chat ? chat_generation(context, req.body) : completion_generation(context, req.body);
+  Generation g = chat ? chat_generation(context, parse_chat_request(req.body, context.limits()))
+                      : completion_generation(context, req.body);
   g.model = context.limits().model_name;
   g.client = req.peer;
   g.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();

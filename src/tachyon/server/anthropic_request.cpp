@@ -1,0 +1,226 @@
+// POST /v1/messages body -> ChatRequest: the Anthropic fields are checked and rewritten as the
+// OpenAI chat body they mean, which parse_chat_request then validates as it does for the chat
+// route (sampling ranges, stop strings, tool arguments, the model name). Only mapped fields are
+// carried over, so OpenAI-only fields (n, logprobs ...) cannot slip in. See anthropic_messages.h.
+#include <limits>
+
+#include "tachyon/server/anthropic_messages.h"
+#include "tachyon/server/openai_request_fields.h"
+
+namespace tachyon::server {
+namespace {
+
+using fields::Json;
+
+std::string at(const std::string& path, size_t i) { return path + "[" + std::to_string(i) + "]"; }
+
+const Json& object_at(const Json& value, const std::string& path) {
+  if (!value.is_object()) {
+    fields::fail(path, "Invalid type for '" + path + "': expected an object, but got " + fields::type_name(value) + ".");
+  }
+  return value;
+}
+
+std::string required_string(const Json& object, const std::string& name, const std::string& path) {
+  std::optional<std::string> value = fields::read_string(object, name, path + "." + name);
+  if (!value) fields::fail(path + "." + name, "'" + path + "." + name + "' is required.");
+  return *value;
+}
+
+[[noreturn]] void unsupported_block(const std::string& type, const std::string& path) {
+  fields::fail(path + ".type", "Content block type '" + type + "' in '" + path +
+                                   "' is not supported by this server; only text, tool_use, tool_result and "
+                                   "thinking blocks are.");
+}
+
+// A string, or an array of text blocks joined with "\n" (system, tool_result content).
+std::string text_of(const Json& value, const std::string& path) {
+  if (value.is_string()) return value.get<std::string>();
+  if (!value.is_array()) {
+    fields::fail(path, "Invalid type for '" + path + "': expected a string or an array of text blocks, but got " +
+                           fields::type_name(value) + ".");
+  }
+  std::string joined;
+  for (size_t i = 0; i < value.size(); ++i) {
+    const Json& block = object_at(value[i], at(path, i));
+    const std::string type = required_string(block, "type", at(path, i));
+    if (type != "text") unsupported_block(type, at(path, i));
+    if (i > 0) joined += "\n";
+    joined += required_string(block, "text", at(path, i));
+  }
+  return joined;
+}
+
+// One Anthropic message -> one or more chat messages appended to `out`.
+void convert_message(const Json& message, const std::string& path, Json& out) {
+  object_at(message, path);
+  const std::string role = required_string(message, "role", path);
+  if (role != "user" && role != "assistant") {
+    fields::fail(path + ".role", "Invalid role '" + role + "' in '" + path + ".role': expected user or assistant.");
+  }
+  const std::string content_path = path + ".content";
+  const Json* content = fields::find(message, "content");
+  if (content == nullptr) fields::fail(content_path, "'" + content_path + "' is required.");
+  if (content->is_string()) {
+    out.push_back({{"role", role}, {"content", *content}});
+    return;
+  }
+  if (!content->is_array()) {
+    fields::fail(content_path, "Invalid type for '" + content_path +
+                                   "': expected a string or an array of content blocks, but got " +
+                                   fields::type_name(*content) + ".");
+  }
+  std::string text;
+  std::string reasoning;
+  bool has_text = false;
+  Json tool_calls = Json::array();
+  for (size_t i = 0; i < content->size(); ++i) {
+    const std::string block_path = at(content_path, i);
+    const Json& block = object_at((*content)[i], block_path);
+    const std::string type = required_string(block, "type", block_path);
+    if (type == "text") {
+      if (has_text) text += "\n";
+      text += required_string(block, "text", block_path);
+      has_text = true;
+    } else if (type == "tool_use" && role == "assistant") {
+      const Json* input = fields::find(block, "input");
+      if (input != nullptr) object_at(*input, block_path + ".input");
+      tool_calls.push_back({{"id", required_string(block, "id", block_path)},
+                            {"type", "function"},
+                            {"function", {{"name", required_string(block, "name", block_path)},
+                                          {"arguments", input ? *input : Json::object()}}}});
+    } else if (type == "tool_result" && role == "user") {
+      const Json* result = fields::find(block, "content");
+      out.push_back({{"role", "tool"},
+                     {"tool_call_id", required_string(block, "tool_use_id", block_path)},
+                     {"content", result ? text_of(*result, block_path + ".content") : ""}});
+    } else if (type == "thinking" && role == "assistant") {
+      reasoning += required_string(block, "thinking", block_path);
+    } else if (type == "redacted_thinking" && role == "assistant") {
+      continue;  // opaque to this server
+    } else if (type == "tool_use" || type == "tool_result" || type == "thinking") {
+      fields::fail(block_path + ".type", "'" + type + "' blocks may not appear in a " + role + " message.");
+    } else {
+      unsupported_block(type, block_path);
+    }
+  }
+  if (role == "user") {
+    if (has_text || out.empty() || out.back()["role"] != "tool") out.push_back({{"role", "user"}, {"content", text}});
+    return;
+  }
+  Json assistant = {{"role", "assistant"}, {"content", text}};
+  if (!tool_calls.empty()) assistant["tool_calls"] = std::move(tool_calls);
+  if (!reasoning.empty()) assistant["reasoning_content"] = reasoning;
+  out.push_back(std::move(assistant));
+}
+
+Json convert_messages(const Json& body) {
+  Json messages = Json::array();
+  if (const Json* system = fields::find(body, "system")) {
+    messages.push_back({{"role", "system"}, {"content", text_of(*system, "system")}});
+  }
+  const Json* given = fields::find(body, "messages");
+  if (given == nullptr) fields::fail("messages", "'messages' is required: a non-empty array of messages.");
+  if (!given->is_array()) {
+    fields::fail("messages", "Invalid type for 'messages': expected an array, but got " + fields::type_name(*given) + ".");
+  }
+  if (given->empty()) fields::fail("messages", "'messages' must contain at least one message.");
+  for (size_t i = 0; i < given->size(); ++i) convert_message((*given)[i], at("messages", i), messages);
+  return messages;
+}
+
+Json convert_tools(const Json& tools) {
+  if (!tools.is_array()) {
+    fields::fail("tools", "Invalid type for 'tools': expected an array, but got " + fields::type_name(tools) + ".");
+  }
+  Json out = Json::array();
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const std::string path = at("tools", i);
+    const Json& tool = object_at(tools[i], path);
+    std::optional<std::string> type = fields::read_string(tool, "type", path + ".type");
+    if (type.value_or("custom") != "custom") {
+      fields::fail(path + ".type", "Tool type '" + *type + "' is not supported by this server; only client tools "
+                                   "({name, description, input_schema}) are.");
+    }
+    Json function = {{"name", required_string(tool, "name", path)}};
+    if (std::optional<std::string> description = fields::read_string(tool, "description", path + ".description")) {
+      function["description"] = *description;
+    }
+    const Json* schema = fields::find(tool, "input_schema");
+    if (schema == nullptr) fields::fail(path + ".input_schema", "'" + path + ".input_schema' is required.");
+    function["parameters"] = object_at(*schema, path + ".input_schema");
+    out.push_back({{"type", "function"}, {"function", std::move(function)}});
+  }
+  return out;
+}
+
+void convert_tool_choice(const Json& choice, const Json& tools, Json& chat) {
+  object_at(choice, "tool_choice");
+  const std::string type = required_string(choice, "type", "tool_choice");
+  if (std::optional<bool> off = fields::read_bool(choice, "disable_parallel_tool_use",
+                                                  "tool_choice.disable_parallel_tool_use")) {
+    chat["parallel_tool_calls"] = !*off;
+  }
+  if (type == "auto" || type == "none") {
+    chat["tool_choice"] = type;
+    return;
+  }
+  if (type == "tool") {
+    const std::string name = required_string(choice, "name", "tool_choice");
+    bool known = false;
+    for (const Json& tool : tools) known = known || tool["function"]["name"] == name;
+    if (!known) {
+      fields::fail("tool_choice.name", "Invalid value for 'tool_choice.name': no tool named '" + name + "' in 'tools'.");
+    }
+  } else if (type != "any") {
+    fields::fail("tool_choice.type", "Invalid value for 'tool_choice.type': '" + type +
+                                         "'. Expected 'auto', 'any', 'tool' or 'none'.");
+  }
+  fields::fail("tool_choice", "'tool_choice' of type '" + type +
+                                  "' is not supported by this server yet: forcing a tool call needs structured "
+                                  "outputs (guided decoding). Use 'auto' and let the model choose.");
+}
+
+void convert_thinking(const Json& thinking, Json& chat) {
+  object_at(thinking, "thinking");
+  const std::string type = required_string(thinking, "type", "thinking");
+  if (type == "enabled") {
+    if (!fields::read_int(thinking, "budget_tokens", "thinking.budget_tokens", 1,
+                          std::numeric_limits<int32_t>::max())) {
+      fields::fail("thinking.budget_tokens", "'thinking.budget_tokens' is required when thinking is enabled.");
+    }
+  } else if (type != "disabled") {
+    fields::fail("thinking.type", "Invalid value for 'thinking.type': '" + type + "'. Expected 'enabled' or 'disabled'.");
+  }
+  chat["chat_template_kwargs"] = {{"enable_thinking", type == "enabled"}};
+}
+
+}  // namespace
+
+ChatRequest parse_anthropic_request(std::string_view body_text, const ServerLimits& limits) {
+  Json body = fields::parse_body(body_text, limits);
+  if (!fields::read_string(body, "model", "model")) fields::fail("model", "'model' is required.");
+  const Json* max_tokens = fields::find(body, "max_tokens");
+  if (max_tokens == nullptr) fields::fail("max_tokens", "'max_tokens' is required.");
+  Json chat = {{"model", body["model"]}, {"max_tokens", *max_tokens}, {"messages", convert_messages(body)}};
+  if (const Json* stop = fields::find(body, "stop_sequences")) {
+    if (!stop->is_array()) {
+      fields::fail("stop_sequences",
+                   "Invalid type for 'stop_sequences': expected an array of strings, but got " + fields::type_name(*stop) + ".");
+    }
+    chat["stop"] = *stop;
+  }
+  for (const char* name : {"temperature", "top_p", "top_k", "stream"}) {
+    if (const Json* value = fields::find(body, name)) chat[name] = *value;
+  }
+  Json tools = Json::array();
+  if (const Json* given = fields::find(body, "tools")) {
+    tools = convert_tools(*given);
+    chat["tools"] = tools;
+  }
+  if (const Json* choice = fields::find(body, "tool_choice")) convert_tool_choice(*choice, tools, chat);
+  if (const Json* thinking = fields::find(body, "thinking")) convert_thinking(*thinking, chat);
+  return parse_chat_request(chat.dump(), limits);
+}
+
+}  // namespace tachyon::server

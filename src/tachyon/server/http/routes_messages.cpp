@@ -1,0 +1,109 @@
+// POST /v1/messages, the Anthropic Messages API. The body becomes the chat route's ChatRequest
+// (parse_anthropic_request) and then its Generation (chat_generation: template, tokens, parsers),
+// runs as a GenerationRun like every generation, and its chat output pieces are written as
+// Anthropic blocks by AnthropicMessage, streamed or whole. As on the chat route, everything is
+// validated before the first byte; the engine never waits on the client (a slow reader's tokens
+// coalesce in its run, and the connection pumps this body when there is news); a non-streamed
+// answer writes a space every keep-alive interval; a failure after the head is an `error` event.
+// Errors are Anthropic-shaped on this route (Router::add's error body).
+#include "tachyon/server/anthropic_messages.h"
+#include "tachyon/server/http/generation.h"
+#include "tachyon/server/http/generation_run.h"
+#include "tachyon/server/http/http_routes.h"
+
+namespace tachyon::server {
+namespace {
+
+class MessageAnswer : public BodyStream {
+ public:
+  MessageAnswer(ServingContext& context, Generation g, std::chrono::milliseconds keepalive)
+      : g_(std::move(g)), keepalive_(keepalive),
+        ticket_(context.client_quota().acquire(g_.client, g_.sequences())),  // may throw: before any byte
+        run_(std::make_unique<GenerationRun>(context, g_.prompts, g_.params, g_.skip_special_tokens)),  // ditto
+        output_(g_.chat_output, make_tool_use_id), message_(g_.id, g_.model, run_->prompt_tokens()) {}
+
+  void set_wakeup(std::function<void()> wakeup) override { run_->set_wakeup(std::move(wakeup)); }
+
+  bool pump(std::string& out) override {
+    if (!g_.stream) return step(out);
+    try {
+      return step(out);
+    } catch (const std::exception& e) {
+      ApiError error{500, std::string("internal error while streaming: ") + e.what(), "api_error", "", ""};
+      out += "event: error\ndata: " + anthropic_error_body(error) + "\n\n";
+      return true;
+    }
+  }
+
+ private:
+  bool step(std::string& out) {
+    std::string events;
+    if (!started_) {
+      started_ = true;
+      events += message_.start();
+    }
+    for (ChoiceEvent& e : run_->poll()) {
+      std::vector<ChatPiece> pieces = output_.push(e.text);
+      if (e.finish_reason) {
+        std::vector<ChatPiece> last = output_.finish();
+        pieces.insert(pieces.end(), std::make_move_iterator(last.begin()), std::make_move_iterator(last.end()));
+        stop_reason_ = anthropic_stop_reason(output_.finish_reason(*e.finish_reason), e.stop_string);
+        stop_string_ = e.stop_string;
+      }
+      events += message_.add(pieces);
+    }
+    if (run_->finished()) {
+      ticket_.reset();  // the share comes back before the client can see the end
+      events += message_.finish(stop_reason_, stop_string_, run_->completion_tokens());
+    }
+    if (g_.stream) {
+      out += events;
+    } else if (run_->finished()) {
+      out = message_.message().dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+    } else if (std::chrono::steady_clock::now() - last_write_ >= keepalive_) {
+      last_write_ = std::chrono::steady_clock::now();
+      out = " ";
+    }
+    return run_->finished();
+  }
+
+  const Generation g_;
+  const std::chrono::milliseconds keepalive_;
+  std::unique_ptr<ClientQuota::Ticket> ticket_;  // released when the run ends, or after it is gone
+  std::unique_ptr<GenerationRun> run_;
+  ChatOutput output_;
+  AnthropicMessage message_;
+  bool started_ = false;
+  std::string stop_reason_ = "end_turn";
+  std::string stop_string_;
+  std::chrono::steady_clock::time_point last_write_ = std::chrono::steady_clock::now();
+};
+
+void handle_messages(ServingContext& context, const HttpRequest& req, HttpResponse& res,
+                     std::chrono::milliseconds keepalive) {
+  if (context.draining()) throw ApiException({503, "the server is shutting down", "service_unavailable", "", ""});
+  Generation g = chat_generation(context, parse_anthropic_request(req.body, context.limits()));
+  g.id = make_message_id();
+  g.model = context.limits().model_name;
+  g.client = req.peer;
+  if (g.stream) {
+    res.content_type = "text/event-stream";
+    res.headers.emplace_back("Cache-Control", "no-cache");
+  } else {
+    res.content_type = "application/json";
+  }
+  res.stream = std::make_shared<MessageAnswer>(context, std::move(g), keepalive);
+}
+
+}  // namespace
+
+void add_messages_routes(Router& router, ContextAccess context, std::chrono::milliseconds keepalive_interval) {
+  router.add(
+      "POST", "/v1/messages",
+      [context, keepalive_interval](const HttpRequest& req, HttpResponse& res) {
+        handle_messages(context(), req, res, keepalive_interval);
+      },
+      /*prefix=*/false, anthropic_error_body);
+}
+
+}  // namespace tachyon::server

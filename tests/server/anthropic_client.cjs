@@ -1,0 +1,93 @@
+// The official Anthropic npm client against a running tachyon server's /v1/messages: a whole
+// message, a streamed one through the client's accumulator (finalMessage) whose text equals the
+// whole one at temperature 0, a 400 surfacing as the client's BadRequestError, and a request
+// with tools that comes back as a well-formed message.
+//   node tests/server/anthropic_client.cjs http://127.0.0.1:PORT/v1 MODEL
+const assert = require('node:assert/strict');
+const sdk = require('@anthropic-ai/sdk');
+const Anthropic = sdk.Anthropic || sdk.default;
+
+function textOf(message) {
+  return message.content.filter((b) => b.type === 'text').map((b) => b.text).join('');
+}
+
+function checkMessage(message, model) {
+  assert.equal(message.type, 'message');
+  assert.equal(message.role, 'assistant');
+  assert.equal(message.model, model);
+  assert.match(message.id, /^msg_/);
+  assert.ok(Array.isArray(message.content));
+  assert.ok(['end_turn', 'max_tokens', 'stop_sequence', 'tool_use'].includes(message.stop_reason), message.stop_reason);
+  assert.ok(message.usage.input_tokens > 0);
+  assert.ok(message.usage.output_tokens > 0);
+  for (const block of message.content) assert.ok(['text', 'thinking', 'tool_use'].includes(block.type), block.type);
+}
+
+async function main() {
+  const [url, model] = process.argv.slice(2);
+  const client = new Anthropic({ baseURL: url.replace(/\/v1$/, ''), apiKey: 'test-key', maxRetries: 0 });
+  let checks = 0;
+
+  const params = {
+    model,
+    max_tokens: 12,
+    temperature: 0,
+    system: 'You are terse.',
+    messages: [{ role: 'user', content: 'Say hello' }],
+    thinking: { type: 'disabled' },
+  };
+  const whole = await client.messages.create(params);
+  checkMessage(whole, model);
+  checks++;
+
+  const stream = client.messages.stream(params);
+  let deltas = '';
+  stream.on('text', (text) => { deltas += text; });
+  const final = await stream.finalMessage();
+  checkMessage(final, model);
+  assert.equal(textOf(final), textOf(whole));
+  assert.equal(deltas, textOf(whole));
+  assert.equal(final.stop_reason, whole.stop_reason);
+  assert.equal(final.usage.output_tokens, whole.usage.output_tokens);
+  checks++;
+
+  await assert.rejects(client.messages.create({ ...params, max_tokens: 0 }), (e) => {
+    assert.ok(e instanceof Anthropic.BadRequestError, String(e));
+    assert.equal(e.status, 400);
+    assert.equal(e.error.type, 'error');
+    assert.equal(e.error.error.type, 'invalid_request_error');
+    return true;
+  });
+  await assert.rejects(
+    client.messages.create({ ...params, messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'AA==' } }] }] }),
+    (e) => e instanceof Anthropic.BadRequestError && /image/.test(e.message));
+  checks++;
+
+  const tools = [{
+    name: 'get_weather',
+    description: 'Weather of a city',
+    input_schema: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+  }];
+  const withTools = await client.messages.create({ ...params, tools, tool_choice: { type: 'auto' } });
+  checkMessage(withTools, model);
+  for (const block of withTools.content) {
+    if (block.type === 'tool_use') {
+      assert.match(block.id, /^toolu_/);
+      assert.equal(typeof block.input, 'object');
+    }
+  }
+  const streamedTools = await client.messages.stream({ ...params, tools }).finalMessage();
+  checkMessage(streamedTools, model);
+  assert.equal(textOf(streamedTools), textOf(withTools));
+  assert.equal(streamedTools.stop_reason, withTools.stop_reason);
+  await assert.rejects(client.messages.create({ ...params, tools, tool_choice: { type: 'any' } }),
+    (e) => e instanceof Anthropic.BadRequestError && /tool_choice/.test(e.message));
+  checks++;
+
+  console.log(`anthropic client: ${checks} checks passed`);
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});
