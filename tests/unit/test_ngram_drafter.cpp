@@ -19,7 +19,8 @@ Tokens lookup(const Tokens& tokens, int32_t min_n, int32_t max_n, int32_t k, int
 }
 
 // The definition, literally: for n from max_n down to min_n, the most recent earlier occurrence
-// (ending before the last token) of the last n tokens, anywhere in the sequence.
+// (ending before the last token) of the last n tokens, anywhere in the sequence; k tokens of what
+// followed it, the text repeating with the occurrence's period past its end.
 Tokens reference(const Tokens& t, int32_t min_n, int32_t max_n, int32_t k) {
   const int64_t size = static_cast<int64_t>(t.size());
   for (int64_t n = max_n; n >= min_n; --n) {
@@ -28,8 +29,9 @@ Tokens reference(const Tokens& t, int32_t min_n, int32_t max_n, int32_t k) {
       bool match = true;
       for (int64_t i = 0; i < n && match; ++i) match = t[static_cast<size_t>(end - i)] == t[static_cast<size_t>(size - 1 - i)];
       if (!match) continue;
-      const int64_t count = std::min<int64_t>(k, size - end - 1);
-      return {t.begin() + end + 1, t.begin() + end + 1 + count};
+      Tokens drafts;
+      for (int64_t i = 0; i < k; ++i) drafts.push_back(t[static_cast<size_t>(end + 1 + i % (size - end - 1))]);
+      return drafts;
     }
   }
   return {};
@@ -57,27 +59,28 @@ TEST(NgramLookup, TheMostRecentOfEqualMatchesWins) {
   EXPECT_EQ(lookup(t, 1, 4, 2), (Tokens{200, 5}));
 }
 
-TEST(NgramLookup, DraftsAreClippedByWhatFollows) {
+TEST(NgramLookup, PastTheEndTheMatchedPeriodRepeats) {
   const Tokens t = {5, 6, 100, 5, 6, 200, 5, 6};
   EXPECT_EQ(lookup(t, 2, 2, 3), (Tokens{200, 5, 6}));
-  EXPECT_EQ(lookup(t, 2, 2, 8), (Tokens{200, 5, 6}));  // the match ends 3 tokens before the end
+  // The match ends 3 tokens before the end: "200 5 6" is taken to go on.
+  EXPECT_EQ(lookup(t, 2, 2, 8), (Tokens{200, 5, 6, 200, 5, 6, 200, 5}));
   EXPECT_EQ(lookup(t, 2, 2, 1), (Tokens{200}));
 }
 
 TEST(NgramLookup, AnOccurrenceMayOverlapTheSuffix) {
-  EXPECT_EQ(lookup({7, 7, 7, 7}, 1, 3, 4), (Tokens{7}));         // "7 7 7" ends one before the end
-  EXPECT_EQ(lookup({1, 2, 1, 2, 1, 2}, 1, 4, 4), (Tokens{1, 2}));  // "2 1 2 1 2"... capped at 4
-  EXPECT_EQ(lookup({1, 2, 1, 2, 1, 2}, 4, 4, 4), (Tokens{1, 2}));
+  EXPECT_EQ(lookup({7, 7, 7, 7}, 1, 3, 4), (Tokens{7, 7, 7, 7}));  // "7 7 7" ends one before the end
+  EXPECT_EQ(lookup({1, 2, 1, 2, 1, 2}, 1, 4, 4), (Tokens{1, 2, 1, 2}));  // "2 1 2 1 2"... capped at 4
+  EXPECT_EQ(lookup({1, 2, 1, 2, 1, 2}, 4, 4, 4), (Tokens{1, 2, 1, 2}));
   EXPECT_EQ(lookup({1, 2, 1, 2, 1, 2}, 5, 5, 4), Tokens{});      // 5 would need a 6th token before
 }
 
 TEST(NgramLookup, NoMatchNoDrafts) {
   EXPECT_EQ(lookup({1, 2, 3, 4, 5}, 1, 4, 4), Tokens{});
   EXPECT_EQ(lookup({1, 2, 3, 9, 3}, 2, 4, 4), Tokens{});  // "3" recurs, "9 3"/"2 3" do not
-  EXPECT_EQ(lookup({1, 2, 3, 9, 3}, 1, 4, 4), (Tokens{9, 3}));
+  EXPECT_EQ(lookup({1, 2, 3, 9, 3}, 1, 4, 4), (Tokens{9, 3, 9, 3}));
   EXPECT_EQ(lookup({}, 1, 4, 4), Tokens{});
   EXPECT_EQ(lookup({5}, 1, 4, 4), Tokens{});
-  EXPECT_EQ(lookup({5, 5}, 1, 4, 4), (Tokens{5}));
+  EXPECT_EQ(lookup({5, 5}, 1, 4, 4), (Tokens{5, 5, 5, 5}));
   EXPECT_EQ(lookup({5, 5}, 2, 4, 4), Tokens{});
 }
 

@@ -28,9 +28,14 @@ std::vector<int32_t> ngram_lookup(std::span<const int32_t> tokens, const NgramOp
     }
   }
   if (best_len < options.min_n) return {};
+  // What followed the occurrence, up to the end of the text; past the end the text is taken to
+  // repeat with the period between the occurrence and the suffix (a loop of that period keeps
+  // going), so a short loop still gets k drafts instead of one period's worth.
   const int64_t begin = best_end + 1;
-  const int64_t count = std::min<int64_t>(options.num_tokens, size - begin);
-  return {tokens.begin() + begin, tokens.begin() + begin + count};
+  const int64_t period = size - begin;
+  std::vector<int32_t> drafts(static_cast<size_t>(options.num_tokens));
+  for (int64_t t = 0; t < options.num_tokens; ++t) drafts[static_cast<size_t>(t)] = tokens[static_cast<size_t>(begin + t % period)];
+  return drafts;
 }
 
 NgramDrafter::NgramDrafter(const NgramOptions& options) : options_(options) {
