@@ -26,6 +26,19 @@ void ToolParser::finish(std::vector<ChatPiece>& out) {
   out_ = nullptr;
 }
 
+bool ToolParser::consume_to_marker(std::string_view marker, bool at_end) {
+  const size_t at = buffer_.find(marker);
+  if (at == std::string::npos) {
+    const size_t keep = at_end ? 0 : partial_marker_suffix(buffer_, marker);
+    emit_content(std::string_view(buffer_).substr(0, buffer_.size() - keep));
+    buffer_.erase(0, buffer_.size() - keep);
+    return false;
+  }
+  emit_content(std::string_view(buffer_).substr(0, at));
+  buffer_.erase(0, at + marker.size());
+  return true;
+}
+
 void ToolParser::emit_content(std::string_view text) {
   if (after_call_) {
     text.remove_prefix(std::min(skip_whitespace(text, 0), text.size()));

@@ -56,6 +56,10 @@ class ToolParser {
   virtual void parse(bool at_end) = 0;
 
   void emit_content(std::string_view text);
+  // Outside a call block: emits the content before `marker` and consumes the marker (true), or,
+  // when it is not there, emits all content that cannot be the start of one and keeps a partial
+  // marker for the next piece (false: wait for more text).
+  bool consume_to_marker(std::string_view marker, bool at_end);
   void start_call(std::string name);
   // The call's arguments as known so far; emits what extends the fragments sent before.
   void update_arguments(std::string_view arguments_so_far);

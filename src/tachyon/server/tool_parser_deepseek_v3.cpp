@@ -30,15 +30,7 @@ class DeepseekV3ToolParser : public ToolParser {
   void parse(bool at_end) override {
     while (true) {
       if (state_ == State::kContent) {
-        const size_t at = buffer_.find(kCallsBegin);
-        if (at == std::string::npos) {
-          const size_t keep = at_end ? 0 : partial_marker_suffix(buffer_, kCallsBegin);
-          emit_content(std::string_view(buffer_).substr(0, buffer_.size() - keep));
-          buffer_.erase(0, buffer_.size() - keep);
-          return;
-        }
-        emit_content(std::string_view(buffer_).substr(0, at));
-        buffer_.erase(0, at + kCallsBegin.size());
+        if (!consume_to_marker(kCallsBegin, at_end)) return;
         state_ = State::kBetween;
         unclaimed_ = kCallsBegin;
       }

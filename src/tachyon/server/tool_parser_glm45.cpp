@@ -34,15 +34,7 @@ class Glm45ToolParser : public ToolParser {
   void parse(bool at_end) override {
     while (true) {
       if (!in_block_) {
-        const size_t at = buffer_.find(kStart);
-        if (at == std::string::npos) {
-          const size_t keep = at_end ? 0 : partial_marker_suffix(buffer_, kStart);
-          emit_content(std::string_view(buffer_).substr(0, buffer_.size() - keep));
-          buffer_.erase(0, buffer_.size() - keep);
-          return;
-        }
-        emit_content(std::string_view(buffer_).substr(0, at));
-        buffer_.erase(0, at + kStart.size());
+        if (!consume_to_marker(kStart, at_end)) return;
         in_block_ = true;
       }
       const size_t end = buffer_.find(kEnd);

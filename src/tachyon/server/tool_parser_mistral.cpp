@@ -19,15 +19,7 @@ class MistralToolParser : public ToolParser {
   void parse(bool at_end) override {
     while (true) {
       if (!in_block_) {
-        const size_t at = buffer_.find(kMarker);
-        if (at == std::string::npos) {
-          const size_t keep = at_end ? 0 : partial_marker_suffix(buffer_, kMarker);
-          emit_content(std::string_view(buffer_).substr(0, buffer_.size() - keep));
-          buffer_.erase(0, buffer_.size() - keep);
-          return;
-        }
-        emit_content(std::string_view(buffer_).substr(0, at));
-        buffer_.erase(0, at + kMarker.size());
+        if (!consume_to_marker(kMarker, at_end)) return;
         in_block_ = true;
         form_ = Form::kUnknown;
         pos_ = 0;
