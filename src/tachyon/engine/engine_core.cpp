@@ -1,6 +1,7 @@
 #include "tachyon/engine/engine_core.h"
 
 #include <algorithm>
+#include <exception>
 
 namespace tachyon::engine {
 namespace {
@@ -36,8 +37,14 @@ EngineCore::EngineCore(const core::EngineConfig& config, std::unique_ptr<runner:
 
 EngineCore::~EngineCore() {
   stop();
-  // A step still in flight finishes before the runner (and the memory it writes) goes away.
-  if (in_flight_) runner_->wait();
+  // A step still in flight finishes before the runner (and the memory it writes) goes away. Its
+  // output is dropped, and so is an error it reports: a destructor must not throw.
+  if (in_flight_) {
+    try {
+      runner_->wait();
+    } catch (const std::exception&) {
+    }
+  }
 }
 
 int64_t EngineCore::submit(std::vector<int32_t> prompt, const core::SamplingParams& params,
