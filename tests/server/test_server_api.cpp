@@ -92,6 +92,37 @@ TEST_F(ServerApi, PromptShapesNAndLogprobs) {
   EXPECT_EQ(json::parse(chat->body)["choices"][0]["logprobs"]["content"][0]["top_logprobs"].size(), 2u);
 }
 
+// /tokenize renders messages as the chat route does: with the tools offered and the template's
+// kwargs, so its count is the prompt the chat route runs.
+TEST_F(ServerApi, TokenizeRendersToolsAndTemplateKwargsAsTheChatRouteDoes) {
+  const json messages = json::array({{{"role", "user"}, {"content", "What is the weather?"}}});
+  const json tools = json::array({{{"type", "function"},
+                                   {"function",
+                                    {{"name", "get_weather"},
+                                     {"description", "Current weather"},
+                                     {"parameters", {{"type", "object"}, {"properties", json::object()}}}}}}});
+  auto count = [&](const json& extra) {
+    json body = {{"messages", messages}};
+    body.update(extra);
+    auto r = post("/tokenize", body.dump());
+    EXPECT_EQ(r->status, 200) << r->body;
+    return json::parse(r->body)["count"].get<int64_t>();
+  };
+  auto chat_prompt_tokens = [&](const json& extra) {
+    json body = {{"messages", messages}, {"max_tokens", 1}};
+    body.update(extra);
+    auto r = post("/v1/chat/completions", body.dump());
+    EXPECT_EQ(r->status, 200) << r->body;
+    return json::parse(r->body)["usage"]["prompt_tokens"].get<int64_t>();
+  };
+  const json with_tools = {{"tools", tools}};
+  const json no_thinking = {{"chat_template_kwargs", {{"enable_thinking", false}}}};
+  EXPECT_GT(count(with_tools), count(json::object())) << "the tools are part of the rendered prompt";
+  EXPECT_EQ(count(with_tools), chat_prompt_tokens(with_tools));
+  EXPECT_NE(count(no_thinking), count(json::object())) << "the template's kwargs reach it";
+  EXPECT_EQ(count(no_thinking), chat_prompt_tokens(no_thinking));
+}
+
 TEST_F(ServerApi, InfoEndpoints) {
   auto c = server_->client();
   auto models = c.Get("/v1/models");

@@ -37,8 +37,12 @@ void tokenize(ServingContext& context, const HttpRequest& req, HttpResponse& res
     }
     tokens = context.tokenizer().encode(body["prompt"].get<std::string>(), add_special == nullptr || add_special->get<bool>());
   } else if (body.contains("messages")) {
-    // Reuse the chat parser for validation; it needs nothing else from the body.
+    // Reuse the chat parser for validation, with what the chat route renders besides the
+    // messages (the tools offered and the template's kwargs), so the count is its prompt's.
     fields::Json chat = {{"messages", body["messages"]}};
+    for (const char* key : {"tools", "chat_template_kwargs"}) {
+      if (body.contains(key)) chat[key] = body[key];
+    }
     ChatRequest request = parse_chat_request(chat.dump(), context.limits());
     if (context.chat_template() == nullptr) throw ApiException(bad_request("messages", "this model has no chat template"));
     const fields::Json* generation_prompt = fields::find(body, "add_generation_prompt");
@@ -47,6 +51,8 @@ void tokenize(ServingContext& context, const HttpRequest& req, HttpResponse& res
     }
     tokenizer::ChatTemplateInputs inputs;
     inputs.messages = request.messages;
+    inputs.tools = request.tools;
+    inputs.extra = request.chat_template_kwargs;
     inputs.add_generation_prompt = generation_prompt == nullptr || generation_prompt->get<bool>();
     std::string rendered;
     try {
