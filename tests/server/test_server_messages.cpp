@@ -157,7 +157,9 @@ TEST_F(ServerMessages, StreamedDeltasConcatenateToTheWholeText) {
 
 TEST_F(ServerMessages, MaxTokensAndStopSequenceStopReasons) {
   json one = whole(R"("max_tokens":1)");
-  if (one["usage"]["output_tokens"] == 1 && one["stop_reason"] != "end_turn") EXPECT_EQ(one["stop_reason"], "max_tokens");
+  if (one["usage"]["output_tokens"] == 1 && one["stop_reason"] != "end_turn") {
+    EXPECT_EQ(one["stop_reason"], "max_tokens");
+  }
   json m = whole(R"("max_tokens":16,"thinking":{"type":"disabled"})");
   const std::string text = messages_text(m);
   // A stop string taken from the middle of the answer, on code point boundaries.

@@ -39,6 +39,16 @@ bool ToolParser::consume_to_marker(std::string_view marker, bool at_end) {
   return true;
 }
 
+ToolParser::BlockBody ToolParser::block_body(std::string_view end_marker, bool at_end) const {
+  BlockBody body{buffer_, buffer_.find(end_marker)};
+  if (body.closed()) {
+    body.text = body.text.substr(0, body.end);
+  } else if (!at_end) {
+    body.text.remove_suffix(partial_marker_suffix(body.text, end_marker));
+  }
+  return body;
+}
+
 void ToolParser::emit_content(std::string_view text) {
   if (after_call_) {
     text.remove_prefix(std::min(skip_whitespace(text, 0), text.size()));

@@ -60,6 +60,15 @@ class ToolParser {
   // when it is not there, emits all content that cannot be the start of one and keeps a partial
   // marker for the next piece (false: wait for more text).
   bool consume_to_marker(std::string_view marker, bool at_end);
+  // Inside a call block: the block's text so far (a view of buffer_) up to `end_marker` when it
+  // has come (`end` its offset, else npos), without a partial marker at the end while more text
+  // may come.
+  struct BlockBody {
+    std::string_view text;
+    size_t end = std::string::npos;
+    bool closed() const { return end != std::string::npos; }
+  };
+  BlockBody block_body(std::string_view end_marker, bool at_end) const;
   void start_call(std::string name);
   // The call's arguments as known so far; emits what extends the fragments sent before.
   void update_arguments(std::string_view arguments_so_far);

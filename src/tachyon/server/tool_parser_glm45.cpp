@@ -37,18 +37,12 @@ class Glm45ToolParser : public ToolParser {
         if (!consume_to_marker(kStart, at_end)) return;
         in_block_ = true;
       }
-      const size_t end = buffer_.find(kEnd);
-      const bool closed = end != std::string::npos;
-      std::string_view body(buffer_);
-      if (closed) {
-        body = body.substr(0, end);
-      } else if (!at_end) {
-        body.remove_suffix(partial_marker_suffix(body, kEnd));
-      }
+      const BlockBody body = block_body(kEnd, at_end);
+      const bool closed = body.closed();
       const bool complete = closed || at_end;
-      std::optional<std::string> arguments = follow(body, complete);
+      std::optional<std::string> arguments = follow(body.text, complete);
       if (!complete) return;
-      const size_t consumed = closed ? end + kEnd.size() : buffer_.size();
+      const size_t consumed = closed ? body.end + kEnd.size() : buffer_.size();
       if (in_call()) {
         end_call(arguments ? std::optional<std::string>(*arguments + "}") : std::nullopt);
       } else {

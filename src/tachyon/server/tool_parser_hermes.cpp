@@ -18,26 +18,20 @@ class HermesToolParser : public ToolParser {
         if (!consume_to_marker(kStart, at_end)) return;
         in_block_ = true;
       }
-      const size_t end = buffer_.find(kEnd);
-      std::string_view body(buffer_);
-      if (end != std::string::npos) {
-        body = body.substr(0, end);
-      } else if (!at_end) {
-        body.remove_suffix(partial_marker_suffix(body, kEnd));
-      }
-      const size_t open = skip_whitespace(body, 0);
-      CallObjectScan scan = scan_call_object(body, open, {"name"}, {"arguments", "parameters"});
-      follow_call_object(body, scan);
-      if (end == std::string::npos && !at_end) return;
-      const size_t consumed = end == std::string::npos ? buffer_.size() : end + kEnd.size();
+      const BlockBody body = block_body(kEnd, at_end);
+      const size_t open = skip_whitespace(body.text, 0);
+      CallObjectScan scan = scan_call_object(body.text, open, {"name"}, {"arguments", "parameters"});
+      follow_call_object(body.text, scan);
+      if (!body.closed() && !at_end) return;
+      const size_t consumed = body.closed() ? body.end + kEnd.size() : buffer_.size();
       if (in_call()) {
-        end_call(scan.status == ScanStatus::kComplete ? object_arguments(body, scan) : std::nullopt);
+        end_call(scan.status == ScanStatus::kComplete ? object_arguments(body.text, scan) : std::nullopt);
       } else {
         emit_content(std::string(kStart) + buffer_.substr(0, consumed));
       }
       buffer_.erase(0, consumed);
       in_block_ = false;
-      if (end == std::string::npos) return;
+      if (!body.closed()) return;
     }
   }
 
