@@ -57,6 +57,41 @@ TEST_F(CliSpeculativeTest, GeneratePrintsTheSameTextWithNgramDrafts) {
   EXPECT_EQ(text_before_summary(seeded_drafted), text_before_summary(seeded_plain));
 }
 
+// A draft model (itself, made again under another name, so every greedy draft is accepted or
+// nearly) prints the plain text too; bench latency with forced acceptance 1 accepts every draft
+// and says the figure is forced.
+TEST_F(CliSpeculativeTest, DraftModelsPrintThePlainTextAndForcedAcceptanceIsReported) {
+  const std::string tokenizer = std::string(TACHYON_TOKENIZERS) + "/qwen3";
+  ASSERT_EQ(make_model("--tokenizer " + tokenizer).exit_code, 0);
+  const std::filesystem::path draft = dir_.string() + "-draft";
+  ASSERT_EQ(testing::run_cli("make-model --arch qwen3 --preset tiny --seed 3 --tokenizer " + tokenizer + " --out " +
+                             draft.string())
+                .exit_code,
+            0);
+  const std::string args = "generate " + dir_.string() + " --prompt 'the cat sat on' --max-tokens 30 --ignore-eos";
+  CliRun plain = testing::run_cli(args);
+  CliRun drafted =
+      testing::run_cli(args + " --speculative-method draft --num-speculative-tokens 3 --draft-model " + draft.string());
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  ASSERT_EQ(drafted.exit_code, 0) << drafted.output;
+  EXPECT_EQ(text_before_summary(drafted), text_before_summary(plain));
+  EXPECT_NE(drafted.output.find("[tachyon] Speculative decoding (draft, k=3)"), std::string::npos) << drafted.output;
+
+  const std::string latency_json = (dir_ / "latency.json").string();
+  CliRun r = testing::run_cli("bench latency " + dir_.string() +
+                              " --device cpu --batch-size 2 --input-len 8 --output-len 24 --num-iters 1"
+                              " --num-iters-warmup 0 --speculative-method draft --num-speculative-tokens 3"
+                              " --speculative-forced-acceptance 1 --draft-model " + draft.string() +
+                              " --output-json " + latency_json);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("Speculative decoding (draft, k=3, forced acceptance)"), std::string::npos) << r.output;
+  nlohmann::json result = nlohmann::json::parse(std::ifstream(latency_json));
+  EXPECT_EQ(result["speculative"]["forced_acceptance"], 1.0);
+  EXPECT_EQ(result["speculative"]["acceptance_rate"], 1.0);
+  EXPECT_EQ(result["speculative"]["draft_model"], draft.string());
+  std::filesystem::remove_all(draft);
+}
+
 TEST_F(CliSpeculativeTest, WhatIsNotBuiltOrNotVerifiedIsRefusedInOneLine) {
   ASSERT_EQ(make_model().exit_code, 0);
   const std::string args = "generate " + dir_.string() + " --prompt-ids 1,2,3 --max-tokens 2";
@@ -69,7 +104,7 @@ TEST_F(CliSpeculativeTest, WhatIsNotBuiltOrNotVerifiedIsRefusedInOneLine) {
   one_line_error(testing::run_cli(args + " --device cuda --speculative-method ngram --num-speculative-tokens 3"),
                  "--speculative-method ngram on --device cuda: this runner does not verify draft tokens");
   one_line_error(testing::run_cli(args + " --speculative-method draft --num-speculative-tokens 3"),
-                 "--speculative-method draft: draft-model speculation is not built yet");
+                 "--speculative-method draft needs --draft-model DIR");
   one_line_error(testing::run_cli(args + " --speculative-method mtp --num-speculative-tokens 3"),
                  "--speculative-method mtp: MTP drafting is not built yet");
   one_line_error(testing::run_cli(args + " --speculative-method ngram"),

@@ -9,128 +9,13 @@
 #include <cstdio>
 #include <random>
 
-#include "../tiny_model_suite.h"
-#include "tachyon/engine/engine_core.h"
-#include "tachyon/runner/cpu_model_runner.h"
+#include "speculative_engine_suite.h"
 
 namespace tachyon::engine::engine_ngram_test {
 
-struct NgramRequest {
-  std::vector<int32_t> prompt;
-  core::SamplingParams params;
-};
+using namespace speculative_test;  // NOLINT: the suite's vocabulary
 
-struct NgramCompletion {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-};
-
-using Completions = std::vector<std::vector<NgramCompletion>>;  // [request][index]
-
-core::EngineConfig engine_config(const core::SpeculativeConfig& speculative) {
-  core::EngineConfig c;
-  c.scheduler.max_num_batched_tokens = 32;  // long prompts are chunked, and drafts compete for the budget
-  c.scheduler.max_model_len = 160;
-  c.scheduler.eos_token_id = 3;
-  c.num_blocks = 160;
-  c.block_size = 4;
-  c.speculative = speculative;
-  return c;
-}
-
-// A random phrase of 3..8 tokens said 3..5 times, with a random token between some repeats.
-std::vector<int32_t> repetitive_prompt(std::mt19937& rng) {
-  std::vector<int32_t> phrase(3 + rng() % 6);
-  for (auto& t : phrase) t = static_cast<int32_t>(4 + rng() % 500);
-  std::vector<int32_t> prompt;
-  const int repeats = 3 + static_cast<int>(rng() % 3);
-  for (int r = 0; r < repeats; ++r) {
-    prompt.insert(prompt.end(), phrase.begin(), phrase.end());
-    if (rng() % 2) prompt.push_back(static_cast<int32_t>(4 + rng() % 500));
-  }
-  return prompt;
-}
-
-std::vector<int32_t> random_prompt(std::mt19937& rng) {
-  std::vector<int32_t> prompt(1 + rng() % 30);
-  for (auto& t : prompt) t = static_cast<int32_t>(rng() % 512);
-  return prompt;
-}
-
-// Eight requests, one per kind of sampling; `repetitive` picks the prompts.
-std::vector<NgramRequest> make_requests(uint32_t seed, bool repetitive) {
-  std::mt19937 rng(seed);
-  std::vector<NgramRequest> out;
-  for (int i = 0; i < 8; ++i) {
-    NgramRequest r;
-    r.prompt = repetitive ? repetitive_prompt(rng) : random_prompt(rng);
-    r.params.max_tokens = static_cast<int32_t>(6 + rng() % 40);
-    switch (i) {
-      case 0: r.params.temperature = 0.0f; break;
-      case 1: r.params.temperature = 0.0f, r.params.ignore_eos = true, r.params.max_tokens = 1 + static_cast<int32_t>(rng() % 3); break;
-      case 2: r.params.temperature = 0.9f, r.params.top_k = 20, r.params.top_p = 0.9f, r.params.seed = rng(); break;
-      case 3:  // every penalty and min_tokens: the history they read grows with accepted drafts
-        r.params.temperature = 1.1f, r.params.seed = rng(), r.params.repetition_penalty = 1.3f;
-        r.params.frequency_penalty = 0.4f, r.params.presence_penalty = 0.3f, r.params.min_tokens = 3;
-        break;
-      case 4: r.params.temperature = 0.7f, r.params.seed = rng(), r.params.n = 2, r.params.logprobs = 2; break;
-      case 5: r.params.temperature = 0.0f, r.params.logprobs = 0, r.params.min_tokens = 4; break;
-      case 6: r.params.temperature = 0.0f, r.params.ignore_eos = true; break;  // stop ids set from the plain run
-      case 7: r.params.temperature = 0.5f, r.params.seed = rng(), r.params.min_p = 0.05f; break;
-    }
-    out.push_back(r);
-  }
-  return out;
-}
-
-class EngineNgramTest : public testing::TinyModelSuite<23> {
- protected:
-  static Completions run(const std::vector<NgramRequest>& requests, const core::SpeculativeConfig& speculative,
-                         EngineStats* stats = nullptr) {
-    const core::EngineConfig c = engine_config(speculative);
-    EngineCore engine(c, std::make_unique<runner::CpuModelRunner>(*model_, c.num_blocks, c.block_size));
-    std::vector<std::shared_ptr<OutputChannel>> channels;
-    for (const NgramRequest& r : requests) {
-      channels.push_back(std::make_shared<OutputChannel>());
-      engine.submit(r.prompt, r.params, channels.back());
-    }
-    for (int guard = 0; engine.has_work() && guard < 100000; ++guard) engine.step();
-    Completions out(requests.size());
-    for (size_t i = 0; i < requests.size(); ++i) {
-      out[i].resize(static_cast<size_t>(requests[i].params.n));
-      while (auto delta = channels[i]->take(std::chrono::milliseconds(0))) {
-        for (const auto& d : delta->completions) {
-          NgramCompletion& completion = out[i][static_cast<size_t>(d.index)];
-          completion.tokens.insert(completion.tokens.end(), d.token_ids.begin(), d.token_ids.end());
-          for (const auto& l : d.logprobs) completion.logprobs.push_back(l.logprob);
-        }
-      }
-    }
-    if (stats != nullptr) *stats = engine.stats();
-    return out;
-  }
-
-  // The stop-id request stops at a token its plain run generates (when it generates one).
-  static void set_stop_ids(std::vector<NgramRequest>& requests) {
-    const Completions plain = run(requests, {});
-    const std::vector<int32_t>& tokens = plain[6][0].tokens;
-    if (tokens.size() > 4) requests[6].params.stop_token_ids = {tokens[tokens.size() / 2]};
-  }
-
-  static void expect_same(const Completions& got, const Completions& plain, const std::vector<NgramRequest>& requests,
-                          const std::string& what) {
-    for (size_t r = 0; r < plain.size(); ++r) {
-      for (size_t c = 0; c < plain[r].size(); ++c) {
-        EXPECT_EQ(got[r][c].tokens, plain[r][c].tokens) << what << " request " << r << " completion " << c;
-        EXPECT_LE(got[r][c].tokens.size(), static_cast<size_t>(requests[r].params.max_tokens)) << what << " request " << r;
-        ASSERT_EQ(got[r][c].logprobs.size(), plain[r][c].logprobs.size()) << what << " request " << r;
-        for (size_t t = 0; t < plain[r][c].logprobs.size(); ++t) {
-          EXPECT_NEAR(got[r][c].logprobs[t], plain[r][c].logprobs[t], 1e-4) << what << " request " << r << " token " << t;
-        }
-      }
-    }
-  }
-};
+using EngineNgramTest = SpeculativeEngineSuite<23>;
 
 const core::SpeculativeConfig kConfigs[] = {
     {.method = "ngram", .num_speculative_tokens = 1, .ngram_min = 1, .ngram_max = 1},
@@ -150,7 +35,7 @@ TEST_F(EngineNgramTest, NgramDraftsNeverChangeTheTokens) {
   for (bool repetitive : {true, false}) {
     int64_t accepted = 0;
     for (uint32_t seed = 1; seed <= 6; ++seed) {
-      std::vector<NgramRequest> requests = make_requests(seed, repetitive);
+      std::vector<SpecRequest> requests = make_requests(seed, repetitive);
       set_stop_ids(requests);
       EngineStats plain_stats;
       const Completions plain = run(requests, {}, &plain_stats);
@@ -184,9 +69,9 @@ TEST_F(EngineNgramTest, NgramDraftsNeverChangeTheTokens) {
 // steps in all.
 TEST_F(EngineNgramTest, RepetitivePromptsAcceptDraftsAndSaveSteps) {
   std::mt19937 rng(5);
-  std::vector<NgramRequest> requests;
+  std::vector<SpecRequest> requests;
   for (int i = 0; i < 6; ++i) {
-    NgramRequest r;
+    SpecRequest r;
     r.prompt = repetitive_prompt(rng);
     r.params.temperature = 0.0f;
     r.params.ignore_eos = true;
@@ -195,7 +80,7 @@ TEST_F(EngineNgramTest, RepetitivePromptsAcceptDraftsAndSaveSteps) {
   }
   std::vector<Completions> plain;
   int64_t plain_steps = 0;
-  for (const NgramRequest& r : requests) {
+  for (const SpecRequest& r : requests) {
     EngineStats stats;
     plain.push_back(run({r}, {}, &stats));
     plain_steps += stats.steps;

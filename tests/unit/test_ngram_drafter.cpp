@@ -156,8 +156,18 @@ TEST(SpeculativeConfig, UnsetNgramSizesResolveAsVllmDoes) {
 }
 
 TEST(SpeculativeConfig, RefusalsNameTheFlagAndWhatIsMissing) {
-  EXPECT_NE(error_of_config({.method = "draft", .num_speculative_tokens = 3}).find("draft-model speculation is not built yet"),
+  EXPECT_NE(error_of_config({.method = "draft", .num_speculative_tokens = 3}).find("needs --draft-model DIR"),
             std::string::npos);
+  EXPECT_NE(error_of_config({.method = "ngram", .num_speculative_tokens = 3, .draft_model = "d"})
+                .find("--draft-model needs --speculative-method draft"),
+            std::string::npos);
+  EXPECT_NE(error_of_config({.method = "draft", .num_speculative_tokens = 3, .ngram_min = 2, .draft_model = "d"})
+                .find("--ngram-min and --ngram-max are for --speculative-method ngram"),
+            std::string::npos);
+  EXPECT_NE(error_of_config({.method = "ngram", .num_speculative_tokens = 3, .forced_acceptance = 1.5f})
+                .find("--speculative-forced-acceptance must be in [0, 1]"),
+            std::string::npos);
+  EXPECT_NE(error_of_config({.forced_acceptance = 0.5f}).find("need --speculative-method"), std::string::npos);
   EXPECT_NE(error_of_config({.method = "mtp", .num_speculative_tokens = 3}).find("MTP drafting is not built yet"),
             std::string::npos);
   EXPECT_NE(error_of_config({.method = "eagle", .num_speculative_tokens = 3}).find("unknown method 'eagle'"),

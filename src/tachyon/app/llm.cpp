@@ -14,7 +14,7 @@ LLM::LLM(const std::filesystem::path& model_dir, core::EngineConfig engine) {
   if (!engine.scheduler.eos_token_id && model_config_.eos_token_id) {
     engine.scheduler.eos_token_id = static_cast<int32_t>(*model_config_.eos_token_id);
   }
-  engine_ = std::make_unique<engine::EngineCore>(engine, std::move(loaded.runner));
+  engine_ = std::make_unique<engine::EngineCore>(engine, std::move(loaded.runner), std::move(loaded.drafter));
   engine_->start();
 }
 

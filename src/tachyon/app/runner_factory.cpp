@@ -6,6 +6,7 @@
 
 #include "tachyon/base/check.h"
 #include "tachyon/base/file_util.h"
+#include "tachyon/engine/draft_model_drafter.h"
 #include "tachyon/engine/drafter.h"
 #include "tachyon/model/dense_model.h"
 #include "tachyon/model/gpu_support.h"
@@ -39,6 +40,34 @@ void check_drafts_verified(const core::EngineConfig& config) {
       << engine::kDraftsNeedVerifyingRunner << " (--device cpu)";
 }
 
+// The draft model of --speculative-method draft, on the CPU beside the CPU runner (its own paged
+// cache of the target's capacity in tokens, so every sequence the target holds fits).
+std::unique_ptr<engine::Drafter> load_draft_model(const core::EngineConfig& config, const model::ModelConfig& target) {
+  const std::filesystem::path dir = config.speculative.draft_model;
+  const model::ModelConfig draft = model::ModelConfig::from_dir(dir);
+  TACHYON_CHECK(draft.vocab_size == target.vocab_size)
+      << "--draft-model " << dir.string() << " has a vocabulary of " << draft.vocab_size << " tokens, the served model "
+      << target.vocab_size << ": a draft model must share the served model's tokenizer";
+  auto model = std::make_unique<model::DenseModel>(model::DenseModel::load(dir));
+  auto runner = std::make_unique<runner::CpuModelRunner>(std::move(model), config.num_blocks, config.block_size);
+  const engine::DraftModelOptions options{.num_tokens = config.speculative.num_speculative_tokens,
+                                          .num_blocks = config.num_blocks,
+                                          .block_size = config.block_size,
+                                          .max_model_len = config.scheduler.max_model_len,
+                                          .max_num_batched_tokens = config.scheduler.max_num_batched_tokens,
+                                          .max_num_seqs = config.scheduler.max_num_seqs};
+  return std::make_unique<engine::DraftModelDrafter>(std::move(runner), options, target.vocab_size);
+}
+
+// Draft models run where the CUDA runner cannot host them yet: refused before loading.
+void check_draft_model_device(const core::EngineConfig& config, const std::string& kind) {
+  if (config.speculative.method != "draft") return;
+  TACHYON_CHECK(config.device.tensor_parallel_size == 1)
+      << "--speculative-method draft with --tp > 1 is not verified by any test yet; use --tp 1";
+  TACHYON_CHECK(kind == "cpu") << "--speculative-method draft runs on --device cpu only for now (the draft "
+                                  "model's GPU runner would share the GPU's memory with the served model's)";
+}
+
 }  // namespace
 
 LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineConfig& config) {
@@ -48,6 +77,7 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
   config.device.model_identity = model_identity(model_dir, model_config);
   config.speculative = engine::resolve_speculative_config(config.speculative);
   if (kind == "cuda") check_drafts_verified(config);  // auto is checked where it resolves to cuda
+  if (kind == "cuda" || config.device.tensor_parallel_size > 1) check_draft_model_device(config, kind);
   const int tp = config.device.tensor_parallel_size;
   TACHYON_CHECK(tp >= 1) << "--tp must be at least 1, got " << tp;
   const int nnodes = config.device.nnodes;
@@ -109,6 +139,7 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
     const std::string why = cuda_unsupported_reason(model_config);
     TACHYON_CHECK(why.empty()) << "--device cuda cannot serve " << model_dir.string() << ": " << why;
     check_drafts_verified(config);
+    check_draft_model_device(config, kind);
     config.device.gpu_name = cuda::current_device_name();
     model::SafetensorsCheckpoint checkpoint(model_dir);
     auto runner = std::make_unique<runner::CudaModelRunner>(model::load_weights_bf16(model_config, checkpoint), config);
@@ -120,8 +151,12 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
   TACHYON_CHECK(kind == "cpu") << "--device cuda: this build of tachyon has no CUDA support (configure with nvcc "
                                   "on the PATH, or -DTACHYON_CUDA=ON)";
 #endif
+  check_draft_model_device(config, kind);
   auto model = std::make_unique<model::DenseModel>(model::DenseModel::load(model_dir));
-  return {std::make_unique<runner::CpuModelRunner>(std::move(model), config.num_blocks, config.block_size), model_config};
+  LoadedRunner loaded{std::make_unique<runner::CpuModelRunner>(std::move(model), config.num_blocks, config.block_size),
+                      model_config, nullptr};
+  if (config.speculative.method == "draft") loaded.drafter = load_draft_model(config, model_config);
+  return loaded;
 }
 
 void run_follower_node(const std::filesystem::path& model_dir, core::EngineConfig& config) {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "tachyon/core/engine_config.h"
+#include "tachyon/engine/drafter.h"
 #include "tachyon/model/model_config.h"
 #include "tachyon/runner/model_runner.h"
 
@@ -18,9 +19,13 @@ namespace tachyon::app {
 struct LoadedRunner {
   std::unique_ptr<runner::ModelRunner> runner;
   model::ModelConfig model_config;
+  // The drafter config.speculative names when it needs a model of its own (--speculative-method
+  // draft), on the runner's device; null otherwise (EngineCore builds an n-gram drafter itself).
+  std::unique_ptr<engine::Drafter> drafter;
 };
 
-// config.device.kind: "cpu", "cuda" or "auto". Throws Error with a message the user can act
+// config.device.kind: "cpu", "cuda" or "auto". Loads the draft model too when
+// config.speculative asks for one. Throws Error with a message the user can act
 // on (no CUDA in this build, no GPU, unsupported head_dim on the GPU, out of memory).
 LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineConfig& config);
 

@@ -19,7 +19,7 @@ BenchEngine make_bench_engine(const std::string& model_dir, const core::DeviceCo
   app::LoadedRunner loaded = app::load_runner(model_dir, bench.config);
   bench.model_config = loaded.model_config;
   bench.runner = loaded.runner.get();
-  bench.engine = std::make_unique<engine::EngineCore>(bench.config, std::move(loaded.runner));
+  bench.engine = std::make_unique<engine::EngineCore>(bench.config, std::move(loaded.runner), std::move(loaded.drafter));
   return bench;
 }
 
@@ -42,27 +42,36 @@ nlohmann::ordered_json speculative_summary(const core::SpeculativeConfig& specul
     const int64_t n = after.draft_tokens_accepted_per_position[at] - before.draft_tokens_accepted_per_position[at];
     per_position.push_back(drafts > 0 ? static_cast<double>(n) / static_cast<double>(drafts) : 0.0);
   }
-  return {
+  nlohmann::ordered_json summary = {
       {"method", speculative.method},
       {"num_speculative_tokens", speculative.num_speculative_tokens},
-      {"ngram_min", speculative.ngram_min},
-      {"ngram_max", speculative.ngram_max},
+  };
+  if (speculative.method == "ngram") {
+    summary["ngram_min"] = speculative.ngram_min;
+    summary["ngram_max"] = speculative.ngram_max;
+  }
+  if (!speculative.draft_model.empty()) summary["draft_model"] = speculative.draft_model;
+  // Forced acceptance is a benchmark mode: the figure says so beside the rates it produced.
+  if (speculative.forced_acceptance >= 0.0f) summary["forced_acceptance"] = speculative.forced_acceptance;
+  summary.update(nlohmann::ordered_json{
       {"num_drafts", drafts},
       {"draft_tokens", drafted},
       {"accepted_tokens", accepted},
       {"acceptance_rate", drafted > 0 ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0.0},
       {"mean_acceptance_length", drafts > 0 ? 1.0 + static_cast<double>(accepted) / static_cast<double>(drafts) : 1.0},
       {"acceptance_rate_per_position", per_position},
-  };
+  });
+  return summary;
 }
 
 std::string speculative_line(const nlohmann::ordered_json& summary) {
   if (summary.is_null()) return "";
   char line[256];
   std::snprintf(line, sizeof(line),
-                "Speculative decoding (%s, k=%d): %lld of %lld draft tokens accepted (acceptance rate %.1f%%), mean "
+                "Speculative decoding (%s, k=%d%s): %lld of %lld draft tokens accepted (acceptance rate %.1f%%), mean "
                 "acceptance length %.2f over %lld drafts\n",
                 summary["method"].get<std::string>().c_str(), summary["num_speculative_tokens"].get<int>(),
+                summary.contains("forced_acceptance") ? ", forced acceptance" : "",
                 static_cast<long long>(summary["accepted_tokens"].get<int64_t>()),
                 static_cast<long long>(summary["draft_tokens"].get<int64_t>()),
                 100.0 * summary["acceptance_rate"].get<double>(), summary["mean_acceptance_length"].get<double>(),

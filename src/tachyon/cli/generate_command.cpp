@@ -295,7 +295,7 @@ void run_generate(const GenerateOptions& options) {
   // Echo the prompt so the continuation reads in context; a chat reply, or a list of
   // completions, starts on its own line.
   if (tok && options.prompt_ids.empty()) std::printf("%s%s", options.prompt.c_str(), options.chat || params.n > 1 ? "\n" : "");
-  engine::EngineCore engine(config, std::move(loaded.runner));
+  engine::EngineCore engine(config, std::move(loaded.runner), std::move(loaded.drafter));
   size_t generated = 0;
   auto channel = std::make_shared<engine::OutputChannel>([&](engine::RequestOutput&& output) {
     for (const engine::CompletionDelta& delta : output.completions) {

@@ -14,13 +14,19 @@ namespace tachyon::core {
 inline constexpr int32_t kMaxSpeculativeTokens = 16;
 
 struct SpeculativeConfig {
-  std::string method;                  // "" (off) or "ngram"; "draft" and "mtp" are refused until built
+  std::string method;                  // "" (off), "ngram" or "draft"; "mtp" is refused until built
   int32_t num_speculative_tokens = 0;  // k: drafts proposed per sequence and step, 1..16
   // N-gram (prompt lookup): the last n tokens, n from ngram_max down to ngram_min, are looked up
   // in the sequence. 0: unset, resolved as vLLM resolves prompt_lookup_min / max (both unset: 5
   // and 5; one set: the other equals it).
   int32_t ngram_min = 0;
   int32_t ngram_max = 0;
+  // Draft model (method "draft"): a model directory with the target's vocabulary; it runs on the
+  // target's device with its own paged KV cache (engine/draft_model_drafter.h).
+  std::string draft_model;
+  // Benchmarks only: accept each draft with this probability instead of verifying it (the output
+  // is then not the model's; runner/draft_acceptance.h). < 0: exact verification.
+  float forced_acceptance = -1.0f;
 
   bool enabled() const { return !method.empty(); }
 };

@@ -67,6 +67,9 @@ struct StepPlan {
   std::vector<ScheduledSequence> sequences;
   std::vector<int64_t> preempted;     // sequence ids preempted while planning this step
   std::vector<DeferredToken> deferred_tokens;  // placeholders in token_ids (see above)
+  // Benchmarks only: accept each draft with this probability (a keyed draw, runner/draft_acceptance.h)
+  // instead of by token equality; < 0 (the default) verifies exactly.
+  float forced_acceptance = -1.0f;
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   bool empty() const { return sequences.empty(); }

@@ -15,7 +15,8 @@ uint64_t splitmix64(uint64_t& state) {
 
 }  // namespace
 
-EngineCore::EngineCore(const core::EngineConfig& config, std::unique_ptr<runner::ModelRunner> runner)
+EngineCore::EngineCore(const core::EngineConfig& config, std::unique_ptr<runner::ModelRunner> runner,
+                       std::unique_ptr<Drafter> drafter)
     : config_(config),
       runner_(std::move(runner)),
       kv_(config.num_blocks, config.block_size, config.enable_prefix_caching),
@@ -28,8 +29,9 @@ EngineCore::EngineCore(const core::EngineConfig& config, std::unique_ptr<runner:
       << "the KV cache holds " << static_cast<int64_t>(config.num_blocks) * config.block_size
       << " tokens, less than max_model_len " << config.scheduler.max_model_len
       << ": give it more blocks or lower max_model_len";
-  if (config.speculative.enabled()) {
-    set_drafter(make_drafter(config.speculative));
+  if (drafter != nullptr || config.speculative.enabled()) {
+    TACHYON_CHECK(config.speculative.enabled()) << "internal: a drafter without config.speculative";
+    set_drafter(drafter != nullptr ? std::move(drafter) : make_drafter(config.speculative));
     stats_.num_speculative_tokens = config.speculative.num_speculative_tokens;
   }
   publish_stats();
@@ -167,7 +169,10 @@ void EngineCore::reap_abandoned() {
 void EngineCore::finish_request(int64_t request_id) {
   auto it = active_.find(request_id);
   if (it == active_.end()) return;
-  for (auto& sequence : it->second.sequences) sequences_.erase(sequence->id);
+  for (auto& sequence : it->second.sequences) {
+    sequences_.erase(sequence->id);
+    if (drafter_ != nullptr) drafter_->release(sequence->id);
+  }
   active_.erase(it);
 }
 
@@ -181,13 +186,19 @@ void EngineCore::set_drafter(std::unique_ptr<Drafter> drafter) {
   drafter_ = std::move(drafter);
 }
 
-// Drafts for every running sequence whose next step is a decode.
+// Drafts for every running sequence whose next step is a decode, in one batch.
 void EngineCore::propose_drafts() {
   if (drafter_ == nullptr) return;
+  std::vector<Sequence*> decoding;
+  std::vector<DraftRequest> requests;
   for (Sequence* sequence : scheduler_.running()) {
     if (!sequence->decoding()) continue;
-    sequence->draft_tokens = drafter_->propose(sequence->id, sequence->tokens);
+    decoding.push_back(sequence);
+    requests.push_back({sequence->id, sequence->tokens, {}});
   }
+  if (requests.empty()) return;
+  drafter_->propose_batch(requests);
+  for (size_t i = 0; i < decoding.size(); ++i) decoding[i]->draft_tokens = std::move(requests[i].drafts);
 }
 
 // Synchronous: plan, launch, wait, apply. Overlapped (asynchronous scheduling): plan step n+1
@@ -200,6 +211,7 @@ bool EngineCore::step() {
   reap_abandoned();
   propose_drafts();
   core::StepPlan plan = scheduler_.schedule();
+  plan.forced_acceptance = config_.speculative.forced_acceptance;
   waiting_snapshot_ = scheduler_.num_waiting();
   if (plan.empty() && !in_flight_) {
     publish_stats();

@@ -60,7 +60,11 @@ struct EngineStats {
 
 class EngineCore {
  public:
-  EngineCore(const core::EngineConfig& config, std::unique_ptr<runner::ModelRunner> runner);
+  // `drafter`: the one config.speculative names when it needs a model (the runner factory loads
+  // it: app::LoadedRunner::drafter); null: the constructor builds a model-free one (n-gram) from
+  // config.speculative, or none.
+  EngineCore(const core::EngineConfig& config, std::unique_ptr<runner::ModelRunner> runner,
+             std::unique_ptr<Drafter> drafter = nullptr);
   ~EngineCore();
   EngineCore(const EngineCore&) = delete;
   EngineCore& operator=(const EngineCore&) = delete;
@@ -77,7 +81,7 @@ class EngineCore {
   void set_step_observer(std::function<void(int64_t num_tokens)> observer) { step_observer_ = std::move(observer); }
 
   // Proposes draft tokens before every step. Set before start(); refused (Error) when the runner
-  // cannot verify drafts. The constructor sets the one config.speculative names.
+  // cannot verify drafts. The constructor sets the one it is given or config.speculative names.
   void set_drafter(std::unique_ptr<Drafter> drafter);
 
   // Thread-safe. Aborts every request in the engine at its next step (server shutdown).

@@ -4,6 +4,7 @@
 
 #include "tachyon/base/check.h"
 #include "tachyon/kernels/sampling.h"
+#include "tachyon/runner/draft_acceptance.h"
 
 namespace tachyon::runner {
 
@@ -11,7 +12,7 @@ namespace {
 
 // The tokens of one sampled sequence: row 0 after its last known token, row i after draft i.
 core::SequenceOutput verify_sequence(const core::ScheduledSequence& s, std::span<float> logits, size_t first_row,
-                                     int64_t vocab) {
+                                     int64_t vocab, float forced_acceptance) {
   TACHYON_CHECK(s.params != nullptr) << "sequence " << s.sequence_id << " is sampled but has no params";
   core::SequenceOutput out;
   out.sequence_id = s.sequence_id;
@@ -28,7 +29,13 @@ core::SequenceOutput verify_sequence(const core::ScheduledSequence& s, std::span
     kernels::cpu::SamplingContext context{s.prompt_tokens, outputs, s.seed, s.eos_token_id,
                                           s.num_output_tokens + i};
     out.tokens.push_back(kernels::cpu::sample_token(row, *s.params, context));
-    if (i == s.num_draft_tokens() || out.tokens.back().token != s.draft_tokens[static_cast<size_t>(i)]) break;
+    if (i == s.num_draft_tokens()) break;
+    const int32_t draft = s.draft_tokens[static_cast<size_t>(i)];
+    if (!accepts_draft(out.tokens.back().token, draft, s.seed, static_cast<uint64_t>(s.num_output_tokens + i),
+                       forced_acceptance)) {
+      break;
+    }
+    out.tokens.back().token = draft;  // a forced acceptance keeps the draft (exact: already equal)
     if (grows) {
       grown.push_back(out.tokens.back().token);
       outputs = grown;
@@ -46,7 +53,7 @@ core::StepOutput sample_plan_rows(const core::StepPlan& plan, std::span<float> l
   size_t row = 0;
   for (const core::ScheduledSequence& s : plan.sequences) {
     if (!s.sample) continue;
-    output.sequences.push_back(verify_sequence(s, logits, row, vocab));
+    output.sequences.push_back(verify_sequence(s, logits, row, vocab, plan.forced_acceptance));
     row += 1 + static_cast<size_t>(s.num_draft_tokens());
   }
   TACHYON_CHECK(row == plan.logits_rows.size()) << "internal: " << row << " sampled rows, the plan has "

@@ -1,0 +1,146 @@
+// What the engine tests of speculative decoding share: eight requests of every kind of sampling
+// (greedy, seeded with top-k/top-p/min-p, every penalty with min_tokens, n = 2 with logprobs,
+// stop ids, short max_tokens) on repetitive or random prompts, an engine over the tiny model's
+// CPU runner with a drafter, and the check that a speculative run gives the plain run's tokens
+// (logprobs within 1e-4), never past max_tokens. Used by test_engine_ngram.cpp and
+// test_engine_draft_model.cpp.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../tiny_model_suite.h"
+#include "tachyon/engine/engine_core.h"
+#include "tachyon/runner/cpu_model_runner.h"
+
+namespace tachyon::engine::speculative_test {
+
+struct SpecRequest {
+  std::vector<int32_t> prompt;
+  core::SamplingParams params;
+};
+
+struct SpecCompletion {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+};
+
+using Completions = std::vector<std::vector<SpecCompletion>>;  // [request][index]
+
+inline core::EngineConfig engine_config(const core::SpeculativeConfig& speculative) {
+  core::EngineConfig c;
+  c.scheduler.max_num_batched_tokens = 32;  // long prompts are chunked, and drafts compete for the budget
+  c.scheduler.max_model_len = 160;
+  c.scheduler.eos_token_id = 3;
+  c.num_blocks = 160;
+  c.block_size = 4;
+  c.speculative = speculative;
+  return c;
+}
+
+// A random phrase of 3..8 tokens said 3..5 times, with a random token between some repeats.
+inline std::vector<int32_t> repetitive_prompt(std::mt19937& rng) {
+  std::vector<int32_t> phrase(3 + rng() % 6);
+  for (auto& t : phrase) t = static_cast<int32_t>(4 + rng() % 500);
+  std::vector<int32_t> prompt;
+  const int repeats = 3 + static_cast<int>(rng() % 3);
+  for (int r = 0; r < repeats; ++r) {
+    prompt.insert(prompt.end(), phrase.begin(), phrase.end());
+    if (rng() % 2) prompt.push_back(static_cast<int32_t>(4 + rng() % 500));
+  }
+  return prompt;
+}
+
+inline std::vector<int32_t> random_prompt(std::mt19937& rng) {
+  std::vector<int32_t> prompt(1 + rng() % 30);
+  for (auto& t : prompt) t = static_cast<int32_t>(rng() % 512);
+  return prompt;
+}
+
+// Eight requests, one per kind of sampling; `repetitive` picks the prompts.
+inline std::vector<SpecRequest> make_requests(uint32_t seed, bool repetitive) {
+  std::mt19937 rng(seed);
+  std::vector<SpecRequest> out;
+  for (int i = 0; i < 8; ++i) {
+    SpecRequest r;
+    r.prompt = repetitive ? repetitive_prompt(rng) : random_prompt(rng);
+    r.params.max_tokens = static_cast<int32_t>(6 + rng() % 40);
+    switch (i) {
+      case 0: r.params.temperature = 0.0f; break;
+      case 1: r.params.temperature = 0.0f, r.params.ignore_eos = true, r.params.max_tokens = 1 + static_cast<int32_t>(rng() % 3); break;
+      case 2: r.params.temperature = 0.9f, r.params.top_k = 20, r.params.top_p = 0.9f, r.params.seed = rng(); break;
+      case 3:  // every penalty and min_tokens: the history they read grows with accepted drafts
+        r.params.temperature = 1.1f, r.params.seed = rng(), r.params.repetition_penalty = 1.3f;
+        r.params.frequency_penalty = 0.4f, r.params.presence_penalty = 0.3f, r.params.min_tokens = 3;
+        break;
+      case 4: r.params.temperature = 0.7f, r.params.seed = rng(), r.params.n = 2, r.params.logprobs = 2; break;
+      case 5: r.params.temperature = 0.0f, r.params.logprobs = 0, r.params.min_tokens = 4; break;
+      case 6: r.params.temperature = 0.0f, r.params.ignore_eos = true; break;  // stop ids set from the plain run
+      case 7: r.params.temperature = 0.5f, r.params.seed = rng(), r.params.min_p = 0.05f; break;
+    }
+    out.push_back(r);
+  }
+  return out;
+}
+
+// Builds the drafter an engine gets (null: the one its config names, or none).
+using DrafterFactory = std::function<std::unique_ptr<Drafter>()>;
+
+template <uint64_t Seed>
+class SpeculativeEngineSuite : public testing::TinyModelSuite<Seed> {
+ protected:
+  using testing::TinyModelSuite<Seed>::model_;
+
+  static Completions run(const std::vector<SpecRequest>& requests, const core::SpeculativeConfig& speculative,
+                         EngineStats* stats = nullptr, const DrafterFactory& drafter = nullptr) {
+    const core::EngineConfig c = engine_config(speculative);
+    EngineCore engine(c, std::make_unique<runner::CpuModelRunner>(*model_, c.num_blocks, c.block_size),
+                      drafter ? drafter() : nullptr);
+    std::vector<std::shared_ptr<OutputChannel>> channels;
+    for (const SpecRequest& r : requests) {
+      channels.push_back(std::make_shared<OutputChannel>());
+      engine.submit(r.prompt, r.params, channels.back());
+    }
+    for (int guard = 0; engine.has_work() && guard < 100000; ++guard) engine.step();
+    Completions out(requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      out[i].resize(static_cast<size_t>(requests[i].params.n));
+      while (auto delta = channels[i]->take(std::chrono::milliseconds(0))) {
+        for (const auto& d : delta->completions) {
+          SpecCompletion& completion = out[i][static_cast<size_t>(d.index)];
+          completion.tokens.insert(completion.tokens.end(), d.token_ids.begin(), d.token_ids.end());
+          for (const auto& l : d.logprobs) completion.logprobs.push_back(l.logprob);
+        }
+      }
+    }
+    if (stats != nullptr) *stats = engine.stats();
+    return out;
+  }
+
+  // The stop-id request stops at a token its plain run generates (when it generates one).
+  static void set_stop_ids(std::vector<SpecRequest>& requests) {
+    const Completions plain = run(requests, {});
+    const std::vector<int32_t>& tokens = plain[6][0].tokens;
+    if (tokens.size() > 4) requests[6].params.stop_token_ids = {tokens[tokens.size() / 2]};
+  }
+
+  static void expect_same(const Completions& got, const Completions& plain, const std::vector<SpecRequest>& requests,
+                          const std::string& what) {
+    for (size_t r = 0; r < plain.size(); ++r) {
+      for (size_t c = 0; c < plain[r].size(); ++c) {
+        EXPECT_EQ(got[r][c].tokens, plain[r][c].tokens) << what << " request " << r << " completion " << c;
+        EXPECT_LE(got[r][c].tokens.size(), static_cast<size_t>(requests[r].params.max_tokens)) << what << " request " << r;
+        ASSERT_EQ(got[r][c].logprobs.size(), plain[r][c].logprobs.size()) << what << " request " << r;
+        for (size_t t = 0; t < plain[r][c].logprobs.size(); ++t) {
+          EXPECT_NEAR(got[r][c].logprobs[t], plain[r][c].logprobs[t], 1e-4) << what << " request " << r << " token " << t;
+        }
+      }
+    }
+  }
+};
+
+}  // namespace tachyon::engine::speculative_test
