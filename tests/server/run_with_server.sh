@@ -3,7 +3,8 @@
 # given client command with the base URL and model name appended, then stops the server with
 # SIGTERM and requires a clean exit. Used by ctest for the openai npm client and curl tests.
 # MODEL_ARCH / MODEL_PRESET pick another make-model architecture and preset (default qwen3 tiny),
-# so the same clients check that every architecture is served.
+# so the same clients check that every architecture is served. SERVE_ARGS adds serve options;
+# in them, @DRAFT@ stands for a draft model made beside the served one (its twin: same seed).
 #   run_with_server.sh TACHYON TOKENIZERS_DIR -- command args...
 set -euo pipefail
 TACHYON=$1
@@ -17,7 +18,15 @@ if [ "${DEFAULT_MODEL:-0}" = 1 ]; then  # the built-in default model, cached und
 else
   "$TACHYON" make-model --arch "${MODEL_ARCH:-qwen3}" --preset "${MODEL_PRESET:-tiny}" --seed 3 \
     --tokenizer "$TOKENIZERS/qwen3" --out "$work/model" > /dev/null
-  "$TACHYON" serve "$work/model" --port 0 --served-model-name tiny --max-model-len 512 --num-blocks 128 > "$work/log" 2>&1 &
+  extra=${SERVE_ARGS:-}
+  if [[ "$extra" == *@DRAFT@* ]]; then
+    "$TACHYON" make-model --arch "${MODEL_ARCH:-qwen3}" --preset "${MODEL_PRESET:-tiny}" --seed 3 \
+      --tokenizer "$TOKENIZERS/qwen3" --out "$work/draft" > /dev/null
+    extra=${extra//@DRAFT@/$work/draft}
+  fi
+  # shellcheck disable=SC2086  # SERVE_ARGS is a list of options
+  "$TACHYON" serve "$work/model" --port 0 --served-model-name tiny --max-model-len 512 --num-blocks 128 $extra \
+    > "$work/log" 2>&1 &
 fi
 server=$!
 for _ in $(seq 1 200); do

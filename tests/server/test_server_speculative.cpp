@@ -1,8 +1,10 @@
-// Speculative decoding served: a server whose engine has the n-gram drafter (EngineConfig's
-// speculative, as `serve --speculative-method ngram` sets it) streams the same completions as one
-// without, for greedy and seeded requests (with logprobs), and /metrics shows the spec_decode
-// counters with one accepted-per-position series per draft position.
+// Speculative decoding served: a server whose engine has the n-gram drafter, or a draft model
+// (EngineConfig's speculative, as `serve --speculative-method ngram|draft` sets it), streams the
+// same completions as one without, for greedy and seeded requests (with logprobs), and /metrics
+// shows the spec_decode counters with one accepted-per-position series per draft position.
 #include <gtest/gtest.h>
+
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -41,13 +43,13 @@ Streamed stream_completion(const ServerUnderTest& server, const std::string& req
   return out;
 }
 
-core::EngineConfig speculative_engine() {
+core::EngineConfig speculative_engine(const core::SpeculativeConfig& speculative) {
   core::EngineConfig c = ServerUnderTest::default_engine();
-  c.speculative = {.method = "ngram", .num_speculative_tokens = 4, .ngram_min = 1, .ngram_max = 3};
+  c.speculative = speculative;
   return c;
 }
 
-TEST(ServerSpeculative, StreamsTheSameCompletionsAsWithoutDrafts) {
+void expect_served_like_plain(const core::SpeculativeConfig& speculative) {
   const std::vector<std::string> requests = {
       R"({"prompt":"one two three, one two three, one two three, one two","max_tokens":48,"temperature":0,"ignore_eos":true,"stream":true})",
       R"({"prompt":"a b c d a b c d a b c d","max_tokens":40,"temperature":0,"ignore_eos":true,"stream":true,"logprobs":2})",
@@ -59,7 +61,7 @@ TEST(ServerSpeculative, StreamsTheSameCompletionsAsWithoutDrafts) {
     ServerUnderTest server;
     for (const std::string& request : requests) plain.push_back(stream_completion(server, request));
   }
-  ServerUnderTest server(speculative_engine());
+  ServerUnderTest server(speculative_engine(speculative));
   for (size_t i = 0; i < requests.size(); ++i) {
     const Streamed got = stream_completion(server, requests[i]);
     EXPECT_EQ(got.text, plain[i].text) << requests[i];
@@ -92,6 +94,25 @@ TEST(ServerSpeculative, StreamsTheSameCompletionsAsWithoutDrafts) {
   }
   EXPECT_EQ(per_position, static_cast<double>(stats.draft_tokens_accepted));
   EXPECT_EQ(body.find("position=\"4\""), std::string::npos);  // bounded by k
+}
+
+TEST(ServerSpeculative, NgramDraftsStreamTheSameCompletionsAsWithoutDrafts) {
+  expect_served_like_plain({.method = "ngram", .num_speculative_tokens = 4, .ngram_min = 1, .ngram_max = 3});
+}
+
+// The draft model is the served model's twin (make-model with the same seed, in its own
+// directory), so drafts are accepted and the metrics move; other draft models are
+// tests/unit/test_engine_draft_model.cpp's.
+TEST(ServerSpeculative, DraftModelDraftsStreamTheSameCompletionsAsWithoutDrafts) {
+  const std::filesystem::path draft =
+      std::filesystem::temp_directory_path() / ("tachyon-server-draft-" + std::to_string(::getpid()));
+  model::make_model({.arch = "qwen3",
+                     .preset = "tiny",
+                     .seed = 5,
+                     .tokenizer_dir = std::filesystem::path(TACHYON_TOKENIZERS) / "qwen3",
+                     .out_dir = draft});
+  expect_served_like_plain({.method = "draft", .num_speculative_tokens = 4, .draft_model = draft.string()});
+  std::filesystem::remove_all(draft);
 }
 
 }  // namespace tachyon::server::testing::speculative_test
