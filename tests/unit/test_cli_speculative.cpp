@@ -100,9 +100,14 @@ TEST_F(CliSpeculativeTest, WhatIsNotBuiltOrNotVerifiedIsRefusedInOneLine) {
     EXPECT_EQ(r.output.rfind("error: " + start, 0), 0u) << r.output;
     EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << r.output;
   };
-  // The GPU runners do not verify drafts yet: refused before the device is even looked at.
-  one_line_error(testing::run_cli(args + " --device cuda --speculative-method ngram --num-speculative-tokens 3"),
-                 "--speculative-method ngram on --device cuda: this runner does not verify draft tokens");
+  // The tensor-parallel GPU runner does not verify drafts yet: refused before the device is
+  // even looked at.
+  one_line_error(
+      testing::run_cli(args + " --device cuda --tp 2 --speculative-method ngram --num-speculative-tokens 3"),
+      "--speculative-method ngram on --device cuda with --tp > 1: this runner does not verify draft tokens");
+  one_line_error(testing::run_cli(args + " --tp 2 --speculative-method draft --num-speculative-tokens 3 --draft-model " +
+                                  dir_.string()),
+                 "--speculative-method draft with --tp > 1 is not verified by any test yet");
   one_line_error(testing::run_cli(args + " --speculative-method draft --num-speculative-tokens 3"),
                  "--speculative-method draft needs --draft-model DIR");
   one_line_error(testing::run_cli(args + " --speculative-method mtp --num-speculative-tokens 3"),

@@ -32,40 +32,69 @@ std::string cuda_unsupported_reason(const model::ModelConfig& config) { return m
 
 namespace {
 
-// Speculative decoding on a runner that cannot verify drafts is refused before any weight loads
-// (EngineCore would refuse it too, after the load).
+// Speculative decoding on a runner that cannot verify drafts (the tensor-parallel CUDA runner) is
+// refused before any weight loads (EngineCore would refuse it too, after the load).
 void check_drafts_verified(const core::EngineConfig& config) {
   TACHYON_CHECK(!config.speculative.enabled())
-      << "--speculative-method " << config.speculative.method << " on --device cuda: "
-      << engine::kDraftsNeedVerifyingRunner << " (--device cpu)";
+      << "--speculative-method " << config.speculative.method << " on --device cuda with --tp > 1: "
+      << engine::kDraftsNeedVerifyingRunner << " (--tp 1, or --device cpu)";
 }
 
-// The draft model of --speculative-method draft, on the CPU beside the CPU runner (its own paged
-// cache of the target's capacity in tokens, so every sequence the target holds fits).
-std::unique_ptr<engine::Drafter> load_draft_model(const core::EngineConfig& config, const model::ModelConfig& target) {
+engine::DraftModelOptions draft_options(const core::EngineConfig& config, int32_t num_blocks) {
+  return {.num_tokens = config.speculative.num_speculative_tokens,
+          .num_blocks = num_blocks,
+          .block_size = config.block_size,
+          .max_model_len = config.scheduler.max_model_len,
+          .max_num_batched_tokens = config.scheduler.max_num_batched_tokens,
+          .max_num_seqs = config.scheduler.max_num_seqs};
+}
+
+model::ModelConfig draft_model_config(const core::EngineConfig& config, const model::ModelConfig& target) {
   const std::filesystem::path dir = config.speculative.draft_model;
   const model::ModelConfig draft = model::ModelConfig::from_dir(dir);
   TACHYON_CHECK(draft.vocab_size == target.vocab_size)
       << "--draft-model " << dir.string() << " has a vocabulary of " << draft.vocab_size << " tokens, the served model "
       << target.vocab_size << ": a draft model must share the served model's tokenizer";
-  auto model = std::make_unique<model::DenseModel>(model::DenseModel::load(dir));
-  auto runner = std::make_unique<runner::CpuModelRunner>(std::move(model), config.num_blocks, config.block_size);
-  const engine::DraftModelOptions options{.num_tokens = config.speculative.num_speculative_tokens,
-                                          .num_blocks = config.num_blocks,
-                                          .block_size = config.block_size,
-                                          .max_model_len = config.scheduler.max_model_len,
-                                          .max_num_batched_tokens = config.scheduler.max_num_batched_tokens,
-                                          .max_num_seqs = config.scheduler.max_num_seqs};
-  return std::make_unique<engine::DraftModelDrafter>(std::move(runner), options, target.vocab_size);
+  return draft;
 }
 
-// Draft models run where the CUDA runner cannot host them yet: refused before loading.
-void check_draft_model_device(const core::EngineConfig& config, const std::string& kind) {
+// The draft model of --speculative-method draft on the CPU, beside the CPU runner: its own paged
+// cache of the target's capacity in tokens, so every sequence the target holds fits.
+std::unique_ptr<engine::Drafter> load_cpu_draft_model(const core::EngineConfig& config, const model::ModelConfig& target) {
+  draft_model_config(config, target);
+  auto model = std::make_unique<model::DenseModel>(model::DenseModel::load(config.speculative.draft_model));
+  auto runner = std::make_unique<runner::CpuModelRunner>(std::move(model), config.num_blocks, config.block_size);
+  return std::make_unique<engine::DraftModelDrafter>(std::move(runner), draft_options(config, config.num_blocks),
+                                                     target.vocab_size);
+}
+
+#ifdef TACHYON_HAVE_CUDA
+// The draft model on the GPU, loaded before the served model: its KV cache takes a fixed share
+// of the GPU (kDraftKvShare of its memory, at most what max_num_seqs sequences of max_model_len
+// need), so the served model's cache is sized from what is left.
+std::unique_ptr<engine::Drafter> load_cuda_draft_model(const core::EngineConfig& config, const model::ModelConfig& target) {
+  constexpr double kDraftKvShare = 0.08;
+  const model::ModelConfig draft = draft_model_config(config, target);
+  const std::string why = cuda_unsupported_reason(draft);
+  TACHYON_CHECK(why.empty()) << "--draft-model " << config.speculative.draft_model << " cannot run on the GPU: " << why;
+  core::EngineConfig draft_config = config;
+  draft_config.speculative = {};  // the draft runner verifies nothing
+  const cuda::DeviceMemoryInfo memory = cuda::device_memory_info();
+  draft_config.device.kv_cache_memory_bytes = static_cast<int64_t>(kDraftKvShare * static_cast<double>(memory.total));
+  draft_config.device.model_identity = model_identity(config.speculative.draft_model, draft);
+  model::SafetensorsCheckpoint checkpoint(config.speculative.draft_model);
+  auto runner = std::make_unique<runner::CudaModelRunner>(model::load_weights_bf16(draft, checkpoint), draft_config);
+  const int32_t num_blocks = runner->num_blocks();
+  return std::make_unique<engine::DraftModelDrafter>(std::move(runner), draft_options(config, num_blocks),
+                                                     target.vocab_size);
+}
+#endif
+
+// Speculation combinations no test verifies yet: refused before loading.
+void check_draft_model_device(const core::EngineConfig& config) {
   if (config.speculative.method != "draft") return;
   TACHYON_CHECK(config.device.tensor_parallel_size == 1)
       << "--speculative-method draft with --tp > 1 is not verified by any test yet; use --tp 1";
-  TACHYON_CHECK(kind == "cpu") << "--speculative-method draft runs on --device cpu only for now (the draft "
-                                  "model's GPU runner would share the GPU's memory with the served model's)";
 }
 
 }  // namespace
@@ -76,8 +105,8 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
   TACHYON_CHECK(kind == "auto" || kind == "cpu" || kind == "cuda") << "--device must be auto, cpu or cuda, got '" << kind << "'";
   config.device.model_identity = model_identity(model_dir, model_config);
   config.speculative = engine::resolve_speculative_config(config.speculative);
-  if (kind == "cuda") check_drafts_verified(config);  // auto is checked where it resolves to cuda
-  if (kind == "cuda" || config.device.tensor_parallel_size > 1) check_draft_model_device(config, kind);
+  if (kind == "cuda" && config.device.tensor_parallel_size > 1) check_drafts_verified(config);  // auto: where it resolves
+  check_draft_model_device(config);
   const int tp = config.device.tensor_parallel_size;
   TACHYON_CHECK(tp >= 1) << "--tp must be at least 1, got " << tp;
   const int nnodes = config.device.nnodes;
@@ -138,24 +167,25 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
     TACHYON_CHECK(cuda::cuda_device_available()) << "--device cuda: no CUDA GPU is visible to this process";
     const std::string why = cuda_unsupported_reason(model_config);
     TACHYON_CHECK(why.empty()) << "--device cuda cannot serve " << model_dir.string() << ": " << why;
-    check_drafts_verified(config);
-    check_draft_model_device(config, kind);
     config.device.gpu_name = cuda::current_device_name();
+    // The draft model loads first, with a KV cache of fixed size; the served model then takes
+    // what --gpu-memory-utilization leaves.
+    std::unique_ptr<engine::Drafter> drafter;
+    if (config.speculative.method == "draft") drafter = load_cuda_draft_model(config, model_config);
     model::SafetensorsCheckpoint checkpoint(model_dir);
     auto runner = std::make_unique<runner::CudaModelRunner>(model::load_weights_bf16(model_config, checkpoint), config);
     config.num_blocks = runner->num_blocks();
-    return {std::move(runner), model_config};
+    return {std::move(runner), model_config, std::move(drafter)};
   }
 #else
   if (kind == "auto") kind = "cpu";
   TACHYON_CHECK(kind == "cpu") << "--device cuda: this build of tachyon has no CUDA support (configure with nvcc "
                                   "on the PATH, or -DTACHYON_CUDA=ON)";
 #endif
-  check_draft_model_device(config, kind);
   auto model = std::make_unique<model::DenseModel>(model::DenseModel::load(model_dir));
   LoadedRunner loaded{std::make_unique<runner::CpuModelRunner>(std::move(model), config.num_blocks, config.block_size),
                       model_config, nullptr};
-  if (config.speculative.method == "draft") loaded.drafter = load_draft_model(config, model_config);
+  if (config.speculative.method == "draft") loaded.drafter = load_cpu_draft_model(config, model_config);
   return loaded;
 }
 

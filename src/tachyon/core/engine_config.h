@@ -23,6 +23,9 @@ enum class AsyncScheduling { kAuto, kOn, kOff };
 struct DeviceConfig {
   std::string kind = "auto";             // "cpu", "cuda", or "auto" (cuda when a GPU is present)
   double gpu_memory_utilization = 0.90;  // share of GPU memory for weights + workspace + KV cache
+  // > 0: the KV cache takes exactly this many bytes instead of what gpu_memory_utilization leaves
+  // (vLLM's kv_cache_memory_bytes). The runner factory gives a draft model its share this way.
+  int64_t kv_cache_memory_bytes = 0;
   bool enforce_eager = false;            // no CUDA graphs (debugging, or to compare with graphs)
   AsyncScheduling async_scheduling = AsyncScheduling::kAuto;  // changes when steps run, not what they compute
   std::vector<int32_t> cuda_graph_batch_sizes;  // decode buckets; empty: 1, 2, 4, 8, 16, 24, 32, ... max_num_seqs

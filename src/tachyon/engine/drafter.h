@@ -36,9 +36,10 @@ class Drafter {
   virtual void release(int64_t /*sequence_id*/) {}
 };
 
-// Why a runner that cannot verify drafts refuses speculative decoding (the CUDA runners, for now).
+// Why a runner that cannot verify drafts refuses speculative decoding (the tensor-parallel CUDA
+// runner, for now).
 inline constexpr const char* kDraftsNeedVerifyingRunner =
-    "this runner does not verify draft tokens: speculative decoding needs the CPU runner for now";
+    "this runner does not verify draft tokens: speculative decoding needs a single-GPU or CPU runner for now";
 
 // `config` with unset n-gram sizes filled as vLLM fills prompt_lookup_min / max, checked: an
 // Error naming the command-line flag for an unknown method, a method not built yet (mtp), k
