@@ -6,6 +6,8 @@
 # MODEL_DIR "-" serves the built-in default model (the canary linked into the binary).
 # Writes OUT_DIR/eval.json (tachyon eval's report) and prints its summary. Exits non-zero when the
 # server or the eval fails; MIN_ACCURACY=x also fails when strict-match accuracy is below x.
+# Also writes OUT_DIR/metrics.txt, the server's /metrics after the eval (speculative decoding's
+# acceptance counters, for one).
 set -euo pipefail
 TACHYON=$1
 MODEL=$2
@@ -29,7 +31,9 @@ done
 if [ -z "${port:-}" ]; then cat "$OUT/serve.log"; kill $server 2> /dev/null; exit 1; fi
 status=0
 "$TACHYON" eval --base-url "http://127.0.0.1:$port/v1" --dataset "$OUT/task/test.jsonl" --few-shot 3 \
-  --limit "$LIMIT" --max-tokens 128 --concurrency 16 --no-progress --output-json "$OUT/eval.json" || status=$?
+  --limit "$LIMIT" --max-tokens 128 --concurrency "${CONCURRENCY:-16}" --no-progress --output-json "$OUT/eval.json" \
+  || status=$?
+curl -s "http://127.0.0.1:$port/metrics" > "$OUT/metrics.txt" || true
 kill -TERM $server
 wait $server || { echo "server exited with $?"; cat "$OUT/serve.log"; exit 1; }
 [ $status = 0 ] || exit $status

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Scores the canary with speculative decoding and requires every completion to equal the plain
+# run's (greedy: exact verification must not change a token), printing the acceptance the server
+# measured. Used by ctest (CPU) and scripts/gpu-test.sh (--device cuda).
+#   scripts/canary-speculative.sh TACHYON PLAIN_EVAL_JSON OUT_DIR LIMIT [serve args...]
+set -euo pipefail
+TACHYON=$1
+PLAIN=$2
+OUT=$3
+LIMIT=$4
+shift 4
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+"$ROOT/scripts/canary-eval.sh" "$TACHYON" - "$OUT" "$LIMIT" "$@" > "$OUT.log" 2>&1 || { cat "$OUT.log"; exit 1; }
+python3 "$ROOT/tools/compare_eval_samples.py" "$PLAIN" "$OUT/eval.json" "$OUT/metrics.txt"
