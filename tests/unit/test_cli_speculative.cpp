@@ -1,7 +1,7 @@
 // Speculative decoding from the command line: generate prints the same text with the n-gram
-// drafter as without it and reports its acceptance; the bench commands report acceptance rate
-// and mean acceptance length; what is not built or not verified is refused in one line before
-// any weight loads.
+// drafter, a draft model or MTP modules as without them and reports the acceptance; the bench
+// commands report acceptance rate and mean acceptance length; what is not built or not verified
+// is refused in one line before any weight loads.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -111,7 +111,7 @@ TEST_F(CliSpeculativeTest, WhatIsNotBuiltOrNotVerifiedIsRefusedInOneLine) {
   one_line_error(testing::run_cli(args + " --speculative-method draft --num-speculative-tokens 3"),
                  "--speculative-method draft needs --draft-model DIR");
   one_line_error(testing::run_cli(args + " --speculative-method mtp --num-speculative-tokens 3"),
-                 "--speculative-method mtp: MTP drafting is not built yet");
+                 "--speculative-method mtp: " + dir_.string() + " has no MTP modules");
   one_line_error(testing::run_cli(args + " --speculative-method ngram"),
                  "--speculative-method ngram needs --num-speculative-tokens");
   one_line_error(testing::run_cli(args + " --speculative-method ngram --num-speculative-tokens 2 --ngram-min 3 --ngram-max 2"),
@@ -127,6 +127,36 @@ TEST_F(CliSpeculativeTest, WhatIsNotBuiltOrNotVerifiedIsRefusedInOneLine) {
   r = testing::run_cli(args + " --speculative-method ngram --num-speculative-tokens 3");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("[tachyon] cpu:"), std::string::npos) << r.output;
+}
+
+// MTP: the tiny DeepSeek model's own module drafts; generate prints the plain tokens, greedy
+// and seeded. Where hidden states are not returned (the GPU, tensor parallelism) it is refused
+// in one line before any weight loads.
+TEST_F(CliSpeculativeTest, MtpPrintsThePlainTextAndIsRefusedWhereNotBuilt) {
+  ASSERT_EQ(testing::run_cli("make-model --arch deepseek_v3 --preset tiny-deepseek-mtp --seed 3 --out " + dir_.string())
+                .exit_code,
+            0);
+  const std::string args = "generate " + dir_.string() + " --prompt-ids 5,6,7,8,9,10,11,12,13 --max-tokens 30 --ignore-eos";
+  for (const std::string sampling : {"", " --temperature 0.8 --seed 5"}) {
+    CliRun plain = testing::run_cli(args + sampling);
+    CliRun drafted = testing::run_cli(args + sampling + " --speculative-method mtp --num-speculative-tokens 2");
+    ASSERT_EQ(plain.exit_code, 0) << plain.output;
+    ASSERT_EQ(drafted.exit_code, 0) << drafted.output;
+    EXPECT_EQ(text_before_summary(drafted), text_before_summary(plain)) << sampling;
+    EXPECT_NE(drafted.output.find("generated 30 tokens"), std::string::npos) << drafted.output;
+    EXPECT_NE(drafted.output.find("[tachyon] Speculative decoding (mtp, k=2)"), std::string::npos) << drafted.output;
+  }
+  const auto one_line_error = [](const CliRun& r, const std::string& start) {
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_EQ(r.output.rfind("error: " + start, 0), 0u) << r.output;
+    EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << r.output;
+  };
+  const std::string mtp = " --speculative-method mtp --num-speculative-tokens 2";
+  one_line_error(testing::run_cli(args + mtp + " --device cuda"),
+                 "--speculative-method mtp on --device cuda is not built yet");
+  one_line_error(testing::run_cli(args + mtp + " --tp 2"), "--speculative-method mtp with --tp > 1 is not built yet");
+  one_line_error(testing::run_cli(args + mtp + " --ngram-min 2"),
+                 "--ngram-min and --ngram-max are for --speculative-method ngram");
 }
 
 TEST_F(CliSpeculativeTest, BenchesReportAcceptance) {

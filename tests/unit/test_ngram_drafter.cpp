@@ -168,9 +168,18 @@ TEST(SpeculativeConfig, RefusalsNameTheFlagAndWhatIsMissing) {
                 .find("--speculative-forced-acceptance must be in [0, 1]"),
             std::string::npos);
   EXPECT_NE(error_of_config({.forced_acceptance = 0.5f}).find("need --speculative-method"), std::string::npos);
-  EXPECT_NE(error_of_config({.method = "mtp", .num_speculative_tokens = 3}).find("MTP drafting is not built yet"),
+  // mtp: k and nothing else (the modules are the served model's own).
+  EXPECT_EQ(error_of_config({.method = "mtp", .num_speculative_tokens = 3}), "");
+  EXPECT_NE(error_of_config({.method = "mtp"}).find("--speculative-method mtp needs --num-speculative-tokens"),
             std::string::npos);
-  EXPECT_NE(error_of_config({.method = "eagle", .num_speculative_tokens = 3}).find("unknown method 'eagle'"),
+  EXPECT_NE(error_of_config({.method = "mtp", .num_speculative_tokens = 3, .ngram_max = 2})
+                .find("--ngram-min and --ngram-max are for --speculative-method ngram"),
+            std::string::npos);
+  EXPECT_NE(error_of_config({.method = "mtp", .num_speculative_tokens = 3, .draft_model = "d"})
+                .find("--draft-model needs --speculative-method draft"),
+            std::string::npos);
+  EXPECT_NE(error_of_config({.method = "eagle", .num_speculative_tokens = 3})
+                .find("unknown method 'eagle' (ngram, draft or mtp)"),
             std::string::npos);
   EXPECT_NE(error_of_config({.method = "ngram"}).find("needs --num-speculative-tokens"), std::string::npos);
   EXPECT_NE(error_of_config({.method = "ngram", .num_speculative_tokens = 17}).find("1..16"), std::string::npos);

@@ -4,10 +4,12 @@
 
 #include <xxhash.h>
 
+#include "tachyon/app/mtp_modules.h"
 #include "tachyon/base/check.h"
 #include "tachyon/base/file_util.h"
 #include "tachyon/engine/draft_model_drafter.h"
 #include "tachyon/engine/drafter.h"
+#include "tachyon/engine/mtp_drafter.h"
 #include "tachyon/model/dense_model.h"
 #include "tachyon/model/gpu_support.h"
 #include "tachyon/model/tp_shard.h"
@@ -97,6 +99,23 @@ void check_draft_model_device(const core::EngineConfig& config) {
       << "--speculative-method draft with --tp > 1 is not verified by any test yet; use --tp 1";
 }
 
+// --speculative-method mtp drafts with the served model's own MTP modules, which read the main
+// model's hidden states: only the single-process CPU runner returns those (StepPlan::
+// return_hidden_states). Refused before loading, and again once --device auto resolves.
+void check_mtp(const core::EngineConfig& config, const model::ModelConfig& model_config,
+               const std::filesystem::path& model_dir) {
+  if (config.speculative.method != "mtp") return;
+  TACHYON_CHECK(model_config.num_nextn_predict_layers > 0)
+      << "--speculative-method mtp: " << model_dir.string()
+      << " has no MTP modules (num_nextn_predict_layers is 0 in its config.json)";
+  TACHYON_CHECK(config.device.tensor_parallel_size == 1)
+      << "--speculative-method mtp with --tp > 1 is not built yet (the tensor-parallel runners do not return "
+         "hidden states); use --tp 1";
+  TACHYON_CHECK(config.device.kind != "cuda")
+      << "--speculative-method mtp on --device cuda is not built yet (the CUDA runner does not return hidden "
+         "states); use --device cpu";
+}
+
 }  // namespace
 
 LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineConfig& config) {
@@ -107,6 +126,7 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
   config.speculative = engine::resolve_speculative_config(config.speculative);
   if (kind == "cuda" && config.device.tensor_parallel_size > 1) check_drafts_verified(config);  // auto: where it resolves
   check_draft_model_device(config);
+  check_mtp(config, model_config, model_dir);
   const int tp = config.device.tensor_parallel_size;
   TACHYON_CHECK(tp >= 1) << "--tp must be at least 1, got " << tp;
   const int nnodes = config.device.nnodes;
@@ -163,6 +183,7 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
     // Silent on purpose: the CLI reports the device it ran on; --device cuda says why not.
     kind = cuda::cuda_device_available() && why.empty() ? "cuda" : "cpu";
   }
+  check_mtp(config, model_config, model_dir);  // auto may have resolved to cuda
   if (kind == "cuda") {
     TACHYON_CHECK(cuda::cuda_device_available()) << "--device cuda: no CUDA GPU is visible to this process";
     const std::string why = cuda_unsupported_reason(model_config);
@@ -186,6 +207,10 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
   LoadedRunner loaded{std::make_unique<runner::CpuModelRunner>(std::move(model), config.num_blocks, config.block_size),
                       model_config, nullptr};
   if (config.speculative.method == "draft") loaded.drafter = load_cpu_draft_model(config, model_config);
+  if (config.speculative.method == "mtp") {
+    loaded.drafter = std::make_unique<engine::MtpDrafter>(cpu_mtp_modules(model::load_mtp_modules(model_dir)),
+                                                          config.speculative.num_speculative_tokens);
+  }
   return loaded;
 }
 

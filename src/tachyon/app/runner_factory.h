@@ -20,7 +20,8 @@ struct LoadedRunner {
   std::unique_ptr<runner::ModelRunner> runner;
   model::ModelConfig model_config;
   // The drafter config.speculative names when it needs a model of its own (--speculative-method
-  // draft), on the runner's device; null otherwise (EngineCore builds an n-gram drafter itself).
+  // draft, on the runner's device; mtp, the served model's MTP modules, CPU only); null otherwise
+  // (EngineCore builds an n-gram drafter itself).
   std::unique_ptr<engine::Drafter> drafter;
 };
 

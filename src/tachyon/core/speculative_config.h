@@ -14,7 +14,7 @@ namespace tachyon::core {
 inline constexpr int32_t kMaxSpeculativeTokens = 16;
 
 struct SpeculativeConfig {
-  std::string method;                  // "" (off), "ngram" or "draft"; "mtp" is refused until built
+  std::string method;                  // "" (off), "ngram", "draft" or "mtp" (the model's own MTP modules)
   int32_t num_speculative_tokens = 0;  // k: drafts proposed per sequence and step, 1..16
   // N-gram (prompt lookup): the last n tokens, n from ngram_max down to ngram_min, are looked up
   // in the sequence. 0: unset, resolved as vLLM resolves prompt_lookup_min / max (both unset: 5

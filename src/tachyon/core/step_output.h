@@ -22,6 +22,10 @@ struct SequenceOutput {
 
 struct StepOutput {
   std::vector<SequenceOutput> sequences;
+  // [plan.num_tokens(), hidden] f32, only when the plan sets return_hidden_states (else empty):
+  // the model's last hidden state BEFORE the final norm for every token row of the plan, in
+  // token order, draft rows included (what DeepSeek's MTP module reads: model/mtp.h).
+  std::vector<float> hidden_states;
 };
 
 // One sampled token per sampled sequence of `plan` (a plan without drafts) as a StepOutput.

@@ -70,6 +70,9 @@ struct StepPlan {
   // Benchmarks only: accept each draft with this probability (a keyed draw, runner/draft_acceptance.h)
   // instead of by token equality; < 0 (the default) verifies exactly.
   float forced_acceptance = -1.0f;
+  // Asks the runner for StepOutput::hidden_states (an MTP drafter reads them; engine/mtp_drafter.h).
+  // Only the CPU runner returns them; the others refuse a plan that asks.
+  bool return_hidden_states = false;
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   bool empty() const { return sequences.empty(); }

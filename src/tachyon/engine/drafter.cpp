@@ -13,11 +13,8 @@ core::SpeculativeConfig resolve_speculative_config(core::SpeculativeConfig confi
            "--speculative-forced-acceptance need --speculative-method";
     return config;
   }
-  TACHYON_CHECK(config.method != "mtp")
-      << "--speculative-method mtp: MTP drafting is not built yet (the MTP module runs as a CPU reference "
-         "forward only, without an engine path for its KV cache); use --speculative-method ngram or draft";
-  TACHYON_CHECK(config.method == "ngram" || config.method == "draft")
-      << "--speculative-method: unknown method '" << config.method << "' (ngram or draft; mtp is not built yet)";
+  TACHYON_CHECK(config.method == "ngram" || config.method == "draft" || config.method == "mtp")
+      << "--speculative-method: unknown method '" << config.method << "' (ngram, draft or mtp)";
   TACHYON_CHECK(config.num_speculative_tokens != 0)
       << "--speculative-method " << config.method << " needs --num-speculative-tokens K (1.."
       << core::kMaxSpeculativeTokens << ")";
@@ -34,6 +31,11 @@ core::SpeculativeConfig resolve_speculative_config(core::SpeculativeConfig confi
     return config;
   }
   TACHYON_CHECK(config.draft_model.empty()) << "--draft-model needs --speculative-method draft";
+  if (config.method == "mtp") {  // the served model's own MTP modules draft
+    TACHYON_CHECK(config.ngram_min == 0 && config.ngram_max == 0)
+        << "--ngram-min and --ngram-max are for --speculative-method ngram";
+    return config;
+  }
   // vLLM's rule: neither given, 5 and 5; one given, the other equals it.
   if (config.ngram_min == 0 && config.ngram_max == 0) config.ngram_min = config.ngram_max = 5;
   if (config.ngram_min == 0) config.ngram_min = config.ngram_max;

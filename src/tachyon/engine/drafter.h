@@ -3,7 +3,9 @@
 // it for every running sequence whose next step is a decode; the scheduler plans what fits and
 // the runner verifies them, so a drafter affects speed only, never the tokens.
 // make_drafter() builds the one core::SpeculativeConfig names; EngineCore calls it at
-// construction. Tests: tests/unit/test_ngram_drafter.cpp, test_engine_drafts.cpp.
+// construction. A drafter that reads the model's hidden states (MTP, engine/mtp_drafter.h) says
+// so (needs_hidden_states): the engine then asks the runner for them in every step and shows it
+// every applied step (observe). Tests: tests/unit/test_ngram_drafter.cpp, test_engine_drafts.cpp.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +14,8 @@
 #include <vector>
 
 #include "tachyon/core/speculative_config.h"
+#include "tachyon/core/step_output.h"
+#include "tachyon/core/step_plan.h"
 
 namespace tachyon::engine {
 
@@ -34,6 +38,13 @@ class Drafter {
   }
   // The sequence is gone (finished or aborted): a drafter with per-sequence state frees it.
   virtual void release(int64_t /*sequence_id*/) {}
+  // Whether observe() needs StepOutput::hidden_states: the engine then sets every plan's
+  // return_hidden_states.
+  virtual bool needs_hidden_states() const { return false; }
+  // Every step the engine runs, after the scheduler applied its output (so `output` holds what
+  // was applied: 1 + accepted tokens, trimmed at a stop; empty for a sequence nothing applied
+  // to): prefill chunks, decodes with drafts, recompute after preemption.
+  virtual void observe(const core::StepPlan& /*plan*/, const core::StepOutput& /*output*/) {}
 };
 
 // Why a runner that cannot verify drafts refuses speculative decoding (the tensor-parallel CUDA
@@ -42,14 +53,14 @@ inline constexpr const char* kDraftsNeedVerifyingRunner =
     "this runner does not verify draft tokens: speculative decoding needs a single-GPU or CPU runner for now";
 
 // `config` with unset n-gram sizes filled as vLLM fills prompt_lookup_min / max, checked: an
-// Error naming the command-line flag for an unknown method, a method not built yet (mtp), k
-// outside 1..kMaxSpeculativeTokens, n-gram sizes out of order, draft without --draft-model (or
+// Error naming the command-line flag for an unknown method, k outside 1..kMaxSpeculativeTokens,
+// n-gram sizes out of order or given to another method, draft without --draft-model (or
 // --draft-model without draft), a forced acceptance outside [0, 1]. Off stays off.
 core::SpeculativeConfig resolve_speculative_config(core::SpeculativeConfig config);
 
 // The drafter `config` names (resolved first) when it needs no model: the n-gram drafter;
-// nullptr when speculation is off. A draft model is loaded by the runner factory
-// (app::load_runner), which builds its DraftModelDrafter; asked for one here: Error.
+// nullptr when speculation is off. A draft model or MTP modules are loaded by the runner factory
+// (app::load_runner), which builds its DraftModelDrafter or MtpDrafter; asked for one here: Error.
 std::unique_ptr<Drafter> make_drafter(const core::SpeculativeConfig& config);
 
 }  // namespace tachyon::engine

@@ -212,6 +212,7 @@ bool EngineCore::step() {
   propose_drafts();
   core::StepPlan plan = scheduler_.schedule();
   plan.forced_acceptance = config_.speculative.forced_acceptance;
+  plan.return_hidden_states = drafter_ != nullptr && drafter_->needs_hidden_states();
   waiting_snapshot_ = scheduler_.num_waiting();
   if (plan.empty() && !in_flight_) {
     publish_stats();
@@ -230,10 +231,12 @@ bool EngineCore::step() {
   return true;
 }
 
-// Waits for the oldest launched step (`plan`) and applies it: tokens, stats, delivery.
+// Waits for the oldest launched step (`plan`) and applies it: tokens, stats, delivery. The
+// drafter sees what was applied before delivery releases the sequences that finished.
 void EngineCore::apply_step(const core::StepPlan& plan) {
   core::StepOutput output = runner_->wait();
   scheduler_.update(plan, output);
+  if (drafter_ != nullptr) drafter_->observe(plan, output);
   count_step(plan, output);
   if (step_observer_) step_observer_(plan.num_tokens());
   deliver(plan, output);

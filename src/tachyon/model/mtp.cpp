@@ -100,6 +100,17 @@ MtpOutput MtpModule::forward(std::span<const float> hidden, std::span<const int3
   return out;
 }
 
+void reserve_rows(SequenceKvCache& cache, int64_t capacity) {
+  if (capacity <= cache.capacity) return;
+  TACHYON_CHECK(cache.capacity > 0) << "internal: reserve_rows on a cache of no rows";
+  for (auto* arrays : {&cache.keys, &cache.values, &cache.latents, &cache.index_keys}) {
+    for (std::vector<float>& rows : *arrays) {
+      rows.resize(rows.size() / static_cast<size_t>(cache.capacity) * static_cast<size_t>(capacity));
+    }
+  }
+  cache.capacity = capacity;
+}
+
 std::vector<MtpModule> load_mtp_modules(const std::filesystem::path& model_dir) {
   const ModelConfig config = ModelConfig::from_dir(model_dir);
   TACHYON_CHECK(config.num_nextn_predict_layers > 0)

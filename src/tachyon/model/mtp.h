@@ -12,7 +12,7 @@
 // Row i of a module's cache holds main position i's entry; it is roped at position i + 1, the
 // position of the token it embeds (RoPE is relative, so i or i + 1 give the same attention up to
 // rounding; vLLM's and SGLang's drafts use i).
-// Not here yet: the speculative decoding loop (drafting, verification) and the GPU path.
+// Drafting with these modules is engine/mtp_drafter.h's (CPU only); not here yet: the GPU path.
 // Tests: tests/unit/test_mtp.cpp.
 #pragma once
 
@@ -65,6 +65,10 @@ class MtpModule {
   std::vector<float> inv_freq_;  // [qk_rope_head_dim / 2]
   LayerKinds layer_kinds_;       // the module's layer: layer_plan(layer_config_)'s one entry
 };
+
+// Grows `cache` (from make_cache) to at least `capacity` rows, keeping its rows: the row is the
+// outer dimension of every per-layer array, so each array only gets longer.
+void reserve_rows(SequenceKvCache& cache, int64_t capacity);
 
 // The config.json's num_nextn_predict_layers modules of the model in `model_dir`, in order.
 std::vector<MtpModule> load_mtp_modules(const std::filesystem::path& model_dir);

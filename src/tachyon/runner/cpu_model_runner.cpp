@@ -31,9 +31,19 @@ core::StepOutput CpuModelRunner::run(const core::StepPlan& plan) {
   if (plan.empty()) return {};
   if (threads_ > 0) omp_set_num_threads(threads_);  // per calling thread: the engine's, not the constructor's
   PagedAttentionBackend attention(model_.config(), cache_, plan);
+  // Every row's last hidden state before the final norm, when the plan asks (an MTP drafter).
+  std::vector<float> hidden;
+  model::ForwardHook hook;
+  if (plan.return_hidden_states) {
+    hook = [&hidden](std::string_view name, int64_t, std::span<const float> values) {
+      if (name == "final_hidden") hidden.assign(values.begin(), values.end());
+    };
+  }
   std::vector<float> logits =
-      model_.forward(model::ForwardBatch{plan.token_ids, plan.positions, plan.logits_rows}, attention);
-  return sample_plan_rows(plan, logits, model_.config().vocab_size);
+      model_.forward(model::ForwardBatch{plan.token_ids, plan.positions, plan.logits_rows}, attention, hook);
+  core::StepOutput output = sample_plan_rows(plan, logits, model_.config().vocab_size);
+  output.hidden_states = std::move(hidden);
+  return output;
 }
 
 }  // namespace tachyon::runner

@@ -1,6 +1,8 @@
 // CpuModelRunner: the reference runner. Runs the dense model's forward over the plan's ragged
 // batch with the paged KV cache, then samples each `sample` sequence's rows with the CPU sampler,
 // verifying its draft tokens (runner/plan_sampling.h). Synchronous: launch() computes the step.
+// A plan with return_hidden_states gets every row's last hidden state before the final norm
+// (StepOutput::hidden_states, from the forward's "final_hidden" hook), which an MTP drafter reads.
 // Its kernels use the thread count of cpu_threads.h (one thread for a small model).
 #pragma once
 

@@ -25,6 +25,8 @@ TpCpuModelRunner::~TpCpuModelRunner() = default;
 
 core::StepOutput TpCpuModelRunner::run(const core::StepPlan& plan) {
   if (plan.empty()) return {};
+  TACHYON_CHECK(!plan.return_hidden_states)
+      << "the tensor-parallel CPU runner does not return hidden states (MTP drafting needs --tp 1)";
   workers_.run([&](int rank) {
     Rank& me = *ranks_[static_cast<size_t>(rank)];
     PagedAttentionBackend attention(me.model.config(), me.cache, plan);

@@ -5,7 +5,8 @@
 // through a PagedAttentionBackend over its cache, and every rank ends with the full logits;
 // rank 0's are sampled on the calling (engine) thread with the CPU runner's sampling
 // (sample_plan_rows), so tokens match CpuModelRunner's up to f32 rounding. A worker's exception
-// is rethrown on the engine thread (see RankWorkers for the caveat).
+// is rethrown on the engine thread (see RankWorkers for the caveat). A plan asking for hidden
+// states (StepPlan::return_hidden_states, MTP drafting) is refused.
 // Tests: tests/unit/test_tp_engine.cpp.
 #pragma once
 

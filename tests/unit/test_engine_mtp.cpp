@@ -1,0 +1,473 @@
+// MTP speculation (engine/mtp_drafter.h) on the CPU runner, with tiny-deepseek-mtp (one module)
+// and a two-module variant of it (a second module taken from another seed's model):
+// - the runner returns every row's pre-final-norm hidden state when the plan asks, equal to a
+//   single-sequence forward's, and nothing otherwise; the TP CPU runner refuses the request;
+// - the mechanism: every proposal the drafter makes during engine runs (chunked prefill, drafts
+//   accepted in part by forced acceptance, preemption, n = 2 forks after a prefix-cache hit,
+//   k above the number of modules) equals the drafts computed from scratch for that sequence:
+//   the main model over the whole sequence, each module over all its rows in a fresh cache,
+//   chained greedily. A wrong row, token or cache rollback changes them;
+// - the output: the suite's eight kinds of sampling give the plain run's tokens and logprobs
+//   with MTP drafts for k = 1, 2, 3 and one or two modules, under preemption too;
+// - state: released with the sequences (finished or aborted), refused without hidden states.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "../engine_run.h"
+#include "speculative_engine_suite.h"
+#include "tachyon/app/mtp_modules.h"
+#include "tachyon/base/file_util.h"
+#include "tachyon/engine/mtp_drafter.h"
+#include "tachyon/model/mtp.h"
+#include "tachyon/model/safetensors.h"
+#include "tachyon/runner/tp_cpu_model_runner.h"
+
+namespace tachyon::engine::engine_mtp_test {
+
+using namespace speculative_test;  // NOLINT: the suite's vocabulary
+using Modules = std::vector<model::MtpModule>;
+
+core::SpeculativeConfig mtp_config(int32_t k) { return {.method = "mtp", .num_speculative_tokens = k}; }
+
+// `dir`'s model with a second MTP module (layer 4): `donor`'s module (layer 3), of the same shapes.
+void write_two_module_model(const std::filesystem::path& dir, const std::filesystem::path& donor,
+                            const std::filesystem::path& out) {
+  std::filesystem::create_directories(out);
+  nlohmann::json config = nlohmann::json::parse(read_file(dir / "config.json"));
+  config["num_nextn_predict_layers"] = 2;
+  write_file(out / "config.json", config.dump(2));
+  model::SafetensorsCheckpoint main(dir), other(donor);
+  std::map<std::string, model::TensorSource> tensors;
+  const auto add = [&](const std::string& name, const model::TensorView& view) {
+    const model::TensorView* source = &view;
+    tensors[name] = {view.dtype, view.shape, [source](std::byte* bytes) {
+                       const size_t size = static_cast<size_t>(source->numel()) * dtype_size(source->dtype);
+                       std::memcpy(bytes, source->data, size);
+                     }};
+  };
+  for (const auto& [name, view] : main.tensors()) add(name, view);
+  const std::string layer3 = "model.layers.3.";
+  for (const auto& [name, view] : other.tensors()) {
+    if (name.rfind(layer3, 0) == 0) add("model.layers.4." + name.substr(layer3.size()), view);
+  }
+  model::write_safetensors(out / "model.safetensors", tensors);
+}
+
+std::unique_ptr<MtpDrafter> make_mtp_drafter(const Modules& modules, int32_t k) {
+  return std::make_unique<MtpDrafter>(app::cpu_mtp_modules(modules), k);
+}
+
+int32_t argmax(std::span<const float> row) {
+  return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+}
+
+// The logits [k][vocab] the drafter's definition gives for drafts 1..k of `tokens` (prompt and
+// outputs; the last just sampled, at position E), computed from scratch and fed the drafts
+// `given`: the main model's hidden states of positions begin..E-1 from a forward over the whole
+// sequence; module j < min(modules, k) over all rows begin..E-1 in a fresh cache (row p reads
+// module j-1's output at p and token p + j + 1, a draft past E); past the last module, the last
+// one again one row further on its own previous output and the previous draft.
+std::vector<std::vector<float>> reference_logits(const model::DenseModel& main, const Modules& modules,
+                                                 std::span<const int32_t> tokens, int64_t begin,
+                                                 const std::vector<int32_t>& given) {
+  const int64_t e = static_cast<int64_t>(tokens.size()) - 1, n = e - begin, h = main.config().hidden_size;
+  const int64_t vocab = main.config().vocab_size, k = static_cast<int64_t>(given.size());
+  model::SequenceKvCache main_cache(main.config(), e);
+  std::vector<float> x;  // [n, hidden] the inputs of the current module's rows
+  main.forward(tokens.first(static_cast<size_t>(e)), main_cache, false,
+               [&](std::string_view name, int64_t, std::span<const float> v) {
+                 if (name == "final_hidden") x.assign(v.begin() + begin * h, v.end());
+               });
+  std::vector<int32_t> seq(tokens.begin(), tokens.end());  // tokens, then the drafts
+  const int64_t used = std::min<int64_t>(static_cast<int64_t>(modules.size()), k);
+  std::vector<model::SequenceKvCache> caches;
+  std::vector<float> last_hidden;
+  std::vector<std::vector<float>> logits;
+  for (int64_t j = 0; j < k; ++j) {
+    model::MtpOutput out;
+    if (j < used) {
+      caches.push_back(modules[static_cast<size_t>(j)].make_cache(n + k));
+      const std::vector<int32_t> next(seq.begin() + begin + j + 1, seq.begin() + begin + j + 1 + n);
+      out = modules[static_cast<size_t>(j)].forward(x, next, caches.back());
+      x = out.hidden;
+    } else {
+      out = modules[static_cast<size_t>(used - 1)].forward(last_hidden, std::span<const int32_t>(&seq.back(), 1),
+                                                           caches.back());
+    }
+    last_hidden.assign(out.hidden.end() - h, out.hidden.end());
+    logits.emplace_back(out.logits.end() - vocab, out.logits.end());
+    seq.push_back(given[static_cast<size_t>(j)]);
+  }
+  return logits;
+}
+
+std::vector<int32_t> reference_drafts(const model::DenseModel& main, const Modules& modules,
+                                      std::span<const int32_t> tokens, int32_t k) {
+  std::vector<int32_t> drafts;
+  for (int32_t j = 0; j < k; ++j) {  // each step's greedy draft feeds the next
+    std::vector<int32_t> given = drafts;
+    given.resize(static_cast<size_t>(k), 0);
+    drafts.push_back(argmax(reference_logits(main, modules, tokens, 0, given)[static_cast<size_t>(j)]));
+  }
+  return drafts;
+}
+
+struct Proposal {
+  int64_t sequence_id = 0;
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> drafts;
+  int64_t begin = 0;  // where the drafter's module context starts
+};
+
+// What the recording drafter saw, kept beyond the engine's life.
+struct Record {
+  std::vector<Proposal> proposals;
+  int64_t stale = 0;              // drafts handed out for a sequence of another length
+  int64_t sequences_left = -1;    // module states when the engine went away
+};
+
+// An MtpDrafter that records every proposal.
+class RecordingDrafter : public Drafter {
+ public:
+  RecordingDrafter(std::unique_ptr<MtpDrafter> mtp, std::shared_ptr<Record> record)
+      : mtp_(std::move(mtp)), record_(std::move(record)) {}
+  ~RecordingDrafter() override { record_->sequences_left = static_cast<int64_t>(mtp_->num_sequences()); }
+  std::vector<int32_t> propose(int64_t id, std::span<const int32_t> tokens) override {
+    std::vector<int32_t> drafts = mtp_->propose(id, tokens);
+    record_->proposals.push_back({id, {tokens.begin(), tokens.end()}, drafts, mtp_->context_begin(id)});
+    if (tokens.size() > 1) record_->stale += !mtp_->propose(id, tokens.first(tokens.size() - 1)).empty();
+    return drafts;
+  }
+  void release(int64_t id) override { mtp_->release(id); }
+  bool needs_hidden_states() const override { return mtp_->needs_hidden_states(); }
+  void observe(const core::StepPlan& plan, const core::StepOutput& output) override { mtp_->observe(plan, output); }
+  const MtpDrafter& mtp() const { return *mtp_; }
+
+ private:
+  std::unique_ptr<MtpDrafter> mtp_;
+  std::shared_ptr<Record> record_;
+};
+
+class EngineMtpTest : public SpeculativeEngineSuite<37> {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string base =
+        (std::filesystem::temp_directory_path() / ("tachyon-engine-mtp-" + std::to_string(::getpid()))).string();
+    dir_ = new std::filesystem::path(base);
+    model::make_model({.arch = "deepseek_v3", .preset = "tiny-deepseek-mtp", .seed = 37, .out_dir = *dir_});
+    model_ = new model::DenseModel(model::DenseModel::load(*dir_));
+    one_ = new Modules(model::load_mtp_modules(*dir_));
+    const std::filesystem::path donor = base + "-donor", two = base + "-two";
+    model::make_model({.arch = "deepseek_v3", .preset = "tiny-deepseek-mtp", .seed = 38, .out_dir = donor});
+    write_two_module_model(*dir_, donor, two);
+    two_ = new Modules(model::load_mtp_modules(two));
+    std::filesystem::remove_all(donor);
+    std::filesystem::remove_all(two);
+  }
+  static void TearDownTestSuite() {
+    delete one_;
+    delete two_;
+    SpeculativeEngineSuite<37>::TearDownTestSuite();
+  }
+
+  static DrafterFactory recorded(const Modules& modules, int32_t k, std::shared_ptr<Record> record) {
+    return [&modules, k, record] {
+      return std::make_unique<RecordingDrafter>(make_mtp_drafter(modules, k), record);
+    };
+  }
+
+  // The suite's run() with an engine config of the test's own (cache size, prefix caching,
+  // forced acceptance).
+  static Completions run_with(const std::vector<SpecRequest>& requests, const core::EngineConfig& c,
+                              EngineStats* stats = nullptr, const DrafterFactory& drafter = nullptr) {
+    EngineCore engine(c, std::make_unique<runner::CpuModelRunner>(*model_, c.num_blocks, c.block_size),
+                      drafter ? drafter() : nullptr);
+    std::vector<std::shared_ptr<OutputChannel>> channels;
+    for (const SpecRequest& r : requests) {
+      channels.push_back(std::make_shared<OutputChannel>());
+      engine.submit(r.prompt, r.params, channels.back());
+    }
+    for (int guard = 0; engine.has_work() && guard < 100000; ++guard) engine.step();
+    Completions out(requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      out[i].resize(static_cast<size_t>(requests[i].params.n));
+      while (auto delta = channels[i]->take(std::chrono::milliseconds(0))) {
+        for (const auto& d : delta->completions) {
+          SpecCompletion& completion = out[i][static_cast<size_t>(d.index)];
+          completion.tokens.insert(completion.tokens.end(), d.token_ids.begin(), d.token_ids.end());
+          for (const auto& l : d.logprobs) completion.logprobs.push_back(l.logprob);
+        }
+      }
+    }
+    if (stats != nullptr) *stats = engine.stats();
+    return out;
+  }
+
+  // Every proposal of `record` has k drafts, each of them the reference's greedy token given the
+  // drafts before it (up to rounding: its reference logit within 1e-4 of the row's maximum, the
+  // batched paged forward and the chunked module rows against single-sequence ones). Returns how
+  // many were exactly the reference's argmax.
+  static int64_t expect_reference_drafts(const Record& record, const std::vector<SpecRequest>& requests,
+                                         const Modules& modules, int32_t k, const std::string& what) {
+    // Sequence ids in submission order, n per request: which prompt each one has.
+    std::vector<size_t> prompt_sizes;
+    for (const SpecRequest& r : requests) prompt_sizes.insert(prompt_sizes.end(), r.params.n, r.prompt.size());
+    int64_t exact = 0, total = 0;
+    for (const Proposal& p : record.proposals) {
+      // A sequence that has sampled nothing yet (its next step is the last prompt token of a
+      // chunked prefill) has no drafts.
+      const size_t expected =
+          p.tokens.size() > prompt_sizes.at(static_cast<size_t>(p.sequence_id)) ? static_cast<size_t>(k) : 0;
+      if (p.drafts.size() != expected) {
+        ADD_FAILURE() << what << ": " << p.drafts.size() << " drafts for sequence " << p.sequence_id << " at "
+                      << p.tokens.size() << " tokens";
+        continue;
+      }
+      if (expected == 0) continue;
+      const auto logits = reference_logits(*model_, modules, p.tokens, p.begin, p.drafts);
+      for (int32_t j = 0; j < k; ++j) {
+        const std::vector<float>& row = logits[static_cast<size_t>(j)];
+        const float best = *std::max_element(row.begin(), row.end());
+        const float mine = row[static_cast<size_t>(p.drafts[static_cast<size_t>(j)])];
+        EXPECT_GE(mine, best - 1e-4f * std::max(1.0f, std::abs(best)))
+            << what << " sequence " << p.sequence_id << " at " << p.tokens.size() << " tokens, draft " << j;
+        exact += mine == best;
+        ++total;
+      }
+    }
+    EXPECT_EQ(record.stale, 0) << what;
+    EXPECT_EQ(record.sequences_left, 0) << what << ": module state outlived its sequences";
+    return exact * 100 / std::max<int64_t>(total, 1);
+  }
+
+  static inline Modules* one_ = nullptr;  // tiny-deepseek-mtp's module
+  static inline Modules* two_ = nullptr;  // the same + a second module of other weights
+};
+
+// A drafter that only looks at the hidden states the runner returns.
+struct HiddenStateProbe : Drafter {
+  explicit HiddenStateProbe(bool needs) : needs(needs) {}
+  std::vector<int32_t> propose(int64_t, std::span<const int32_t>) override { return {}; }
+  bool needs_hidden_states() const override { return needs; }
+  void observe(const core::StepPlan& plan, const core::StepOutput& output) override {
+    ++steps;
+    if (!needs) {
+      empty += output.hidden_states.empty();
+      return;
+    }
+    const int64_t h = static_cast<int64_t>(output.hidden_states.size()) / plan.num_tokens();
+    for (const core::ScheduledSequence& s : plan.sequences) {
+      for (int64_t i = 0; i < s.num_tokens; ++i) {
+        const auto row = output.hidden_states.begin() + (s.first_token + i) * h;
+        rows[s.sequence_id][s.num_computed + i].assign(row, row + h);
+      }
+    }
+  }
+  bool needs;
+  int64_t steps = 0, empty = 0;
+  std::map<int64_t, std::map<int64_t, std::vector<float>>> rows;  // [sequence][position] -> hidden
+};
+
+TEST_F(EngineMtpTest, TheCpuRunnerReturnsEveryRowsHiddenStateWhenAsked) {
+  std::vector<SpecRequest> requests = make_requests(4, true);
+  for (SpecRequest& r : requests) r.params.n = 1;
+  for (bool needs : {true, false}) {
+    core::EngineConfig c = engine_config(mtp_config(1));  // the probe stands in for the drafter
+    auto probe = std::make_unique<HiddenStateProbe>(needs);
+    HiddenStateProbe* seen = probe.get();
+    EngineCore engine(c, std::make_unique<runner::CpuModelRunner>(*model_, c.num_blocks, c.block_size),
+                      std::move(probe));
+    std::vector<std::shared_ptr<OutputChannel>> channels;
+    for (const SpecRequest& r : requests) {
+      channels.push_back(std::make_shared<OutputChannel>());
+      engine.submit(r.prompt, r.params, channels.back());
+    }
+    std::vector<std::vector<int32_t>> outputs = ::tachyon::testing::run_engine_to_idle(engine, channels);
+    ASSERT_GT(seen->steps, 0);
+    if (!needs) {
+      EXPECT_EQ(seen->empty, seen->steps) << "hidden states returned unasked";
+      continue;
+    }
+    // Each sequence's rows (chunked prefill, then decodes, batched with others) against its
+    // single-sequence forward.
+    for (size_t i = 0; i < requests.size(); ++i) {
+      std::vector<int32_t> tokens = requests[i].prompt;
+      tokens.insert(tokens.end(), outputs[i].begin(), outputs[i].end() - 1);  // the last is never computed
+      std::vector<float> want;
+      model::SequenceKvCache cache(model_->config(), static_cast<int64_t>(tokens.size()));
+      model_->forward(tokens, cache, false, [&](std::string_view name, int64_t, std::span<const float> v) {
+        if (name == "final_hidden") want.assign(v.begin(), v.end());
+      });
+      const auto& got = seen->rows[static_cast<int64_t>(i)];
+      ASSERT_EQ(got.size(), tokens.size()) << "request " << i;
+      const int64_t h = model_->config().hidden_size;
+      double diff = 0.0, scale = 0.0;
+      for (const auto& [position, row] : got) {
+        for (int64_t d = 0; d < h; ++d) {
+          diff = std::max(diff, static_cast<double>(std::abs(row[d] - want[position * h + d])));
+          scale = std::max(scale, static_cast<double>(std::abs(want[position * h + d])));
+        }
+      }
+      EXPECT_LT(diff, 1e-4 * scale) << "request " << i;
+    }
+  }
+}
+
+TEST_F(EngineMtpTest, TheTensorParallelCpuRunnerRefusesToReturnHiddenStates) {
+  const std::filesystem::path dir = dir_->string() + "-qwen3";
+  model::make_model({.arch = "qwen3", .preset = "tiny", .seed = 5, .out_dir = dir});
+  const model::ModelConfig config = model::ModelConfig::from_dir(dir);
+  const model::ModelWeights weights = model::load_weights(config, model::SafetensorsCheckpoint(dir));
+  std::filesystem::remove_all(dir);
+  const core::EngineConfig c = engine_config(mtp_config(1));
+  EngineCore engine(c, std::make_unique<runner::TpCpuModelRunner>(weights, 2, c.num_blocks, c.block_size),
+                    std::make_unique<HiddenStateProbe>(true));
+  auto channel = std::make_shared<OutputChannel>();
+  engine.submit({1, 2, 3}, core::SamplingParams{}, channel);
+  try {
+    engine.step();
+    FAIL() << "the TP CPU runner accepted a plan asking for hidden states";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not return hidden states (MTP drafting needs --tp 1)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// Forced acceptance accepts drafts by a keyed draw, so rows of accepted drafts (and the token
+// sampled after them) feed the modules as often as rejected ones are rolled back.
+TEST_F(EngineMtpTest, ProposalsEqualDraftsComputedFromScratch) {
+  struct Case {
+    const char* what;
+    const Modules* modules;
+    int32_t k;
+    bool prefix_caching;
+    int32_t num_blocks;  // 40: preemption
+  };
+  const Case cases[] = {
+      {"one module k 3", one_, 3, false, 160},
+      {"two modules k 3", two_, 3, false, 160},
+      {"two modules k 2, preemption, forks after prefix hits", two_, 2, true, 40},
+      {"one module k 2, preemption", one_, 2, true, 40},
+  };
+  for (const Case& t : cases) {
+    std::vector<SpecRequest> requests = make_requests(7, true);
+    core::EngineConfig c = engine_config(mtp_config(t.k));
+    c.enable_prefix_caching = t.prefix_caching;
+    c.num_blocks = t.num_blocks;
+    c.speculative.forced_acceptance = 0.6f;
+    auto record = std::make_shared<Record>();
+    EngineStats stats;
+    run_with(requests, c, &stats, recorded(*t.modules, t.k, record));
+    ASSERT_GT(record->proposals.size(), 20u) << t.what;
+    EXPECT_GT(stats.draft_tokens_accepted, stats.draft_tokens / 4) << t.what;
+    EXPECT_EQ(stats.preemptions > 0, t.num_blocks < 160) << t.what;
+    bool truncated = false;
+    for (const Proposal& p : record->proposals) truncated |= p.begin > 0;
+    EXPECT_EQ(truncated, t.prefix_caching) << t.what << ": module context starting after a prefix-cache hit";
+    const int64_t exact = expect_reference_drafts(*record, requests, *t.modules, t.k, t.what);
+    EXPECT_GE(exact, 95) << t.what << ": % of drafts exactly the reference's argmax";
+  }
+}
+
+TEST_F(EngineMtpTest, ProposalsOfTheFirstStepEqualTheDefinitionsGreedyChain) {
+  // The same check written without the teacher-forced logits: draft j + 1 is the argmax after
+  // the greedy drafts 1..j.
+  std::vector<int32_t> prompt = {5, 9, 17, 33, 65, 129, 257, 3, 7, 11, 13, 19, 23};
+  for (const Modules* modules : {one_, two_}) {
+    for (int32_t k : {1, 2, 3}) {
+      auto record = std::make_shared<Record>();
+      core::EngineConfig c = engine_config(mtp_config(k));
+      SpecRequest r{prompt, {}};
+      r.params.temperature = 0.0f;
+      r.params.max_tokens = 2;
+      r.params.ignore_eos = true;
+      run_with({r}, c, nullptr, recorded(*modules, k, record));
+      ASSERT_EQ(record->proposals.size(), 1u);
+      EXPECT_EQ(record->proposals[0].drafts, reference_drafts(*model_, *modules, record->proposals[0].tokens, k))
+          << modules->size() << " modules, k " << k;
+    }
+  }
+}
+
+TEST_F(EngineMtpTest, MtpDraftsNeverChangeTheTokens) {
+  struct Drafting {
+    const Modules* modules;
+    int32_t k;
+  };
+  for (bool repetitive : {true, false}) {
+    for (uint32_t seed = 1; seed <= 2; ++seed) {
+      std::vector<SpecRequest> requests = make_requests(seed, repetitive);
+      set_stop_ids(requests);
+      EngineStats plain_stats;
+      const Completions plain = run(requests, {}, &plain_stats);
+      for (const Drafting& d : {Drafting{one_, 1}, Drafting{one_, 2}, Drafting{one_, 3}, Drafting{two_, 2},
+                                Drafting{two_, 3}}) {
+        const std::string what = std::string(repetitive ? "repetitive" : "random") + " seed " + std::to_string(seed) +
+                                 " k " + std::to_string(d.k) + " modules " + std::to_string(d.modules->size());
+        auto record = std::make_shared<Record>();
+        EngineStats stats;
+        expect_same(run(requests, mtp_config(d.k), &stats, recorded(*d.modules, d.k, record)), plain, requests, what);
+        EXPECT_EQ(stats.generated_tokens, plain_stats.generated_tokens) << what;
+        EXPECT_GT(stats.draft_tokens, 0) << what;
+        EXPECT_EQ(record->sequences_left, 0) << what;
+      }
+    }
+  }
+}
+
+TEST_F(EngineMtpTest, PreemptionKeepsTheTokens) {
+  std::vector<SpecRequest> requests = make_requests(5, true);
+  core::EngineConfig c = engine_config({});
+  c.num_blocks = 40;  // max_model_len 160 at block size 4: the least the engine accepts
+  EngineStats plain_stats, stats;
+  const Completions plain = run_with(requests, c, &plain_stats);
+  c.speculative = mtp_config(2);
+  auto record = std::make_shared<Record>();
+  expect_same(run_with(requests, c, &stats, recorded(*one_, 2, record)), plain, requests, "preemption");
+  EXPECT_GT(stats.preemptions, 0);
+  EXPECT_GT(stats.draft_tokens, 0);
+  EXPECT_EQ(record->sequences_left, 0);
+}
+
+TEST_F(EngineMtpTest, AbortedSequencesReleaseTheirState) {
+  core::EngineConfig c = engine_config(mtp_config(2));
+  auto record = std::make_shared<Record>();
+  auto drafter = std::make_unique<RecordingDrafter>(make_mtp_drafter(*one_, 2), record);
+  const RecordingDrafter* seen = drafter.get();
+  EngineCore engine(c, std::make_unique<runner::CpuModelRunner>(*model_, c.num_blocks, c.block_size),
+                    std::move(drafter));
+  core::SamplingParams params;
+  params.max_tokens = 50;
+  params.n = 2;
+  params.ignore_eos = true;
+  auto channel = std::make_shared<OutputChannel>();
+  const int64_t id = engine.submit({4, 8, 15, 16, 23, 42, 7, 9}, params, channel);
+  for (int i = 0; i < 6; ++i) engine.step();
+  EXPECT_EQ(seen->mtp().num_sequences(), 2u);
+  EXPECT_GT(record->proposals.size(), 0u);
+  engine.abort(id);
+  engine.step();
+  EXPECT_EQ(seen->mtp().num_sequences(), 0u);
+}
+
+TEST_F(EngineMtpTest, ARunnerWithoutHiddenStatesIsRefused) {
+  std::unique_ptr<MtpDrafter> drafter = make_mtp_drafter(*one_, 2);
+  core::StepPlan plan;
+  plan.token_ids = {1, 2};
+  plan.positions = {0, 1};
+  plan.sequences.push_back({.sequence_id = 0, .first_token = 0, .num_tokens = 2});
+  try {
+    drafter->observe(plan, {});
+    FAIL() << "observed a step without hidden states";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--speculative-method mtp needs the model's hidden states"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace tachyon::engine::engine_mtp_test
