@@ -29,6 +29,7 @@ TEST(EngineConfig, PlanHashMovesWithEveryPlanField) {
       {"tensor_parallel_size", [](EngineConfig& c) { c.device.tensor_parallel_size = 2; }},
       {"gpu_name", [](EngineConfig& c) { c.device.gpu_name = "NVIDIA H200 sm_90"; }},
       {"model_identity", [](EngineConfig& c) { c.device.model_identity = "Qwen3ForCausalLM:abc"; }},
+      {"num_speculative_tokens", [](EngineConfig& c) { c.speculative.num_speculative_tokens = 3; }},
   };
   std::set<std::string> seen = {base.plan_hash()};
   for (const auto& [field, flip] : flips) {
@@ -46,6 +47,7 @@ TEST(EngineConfig, PlanHashIgnoresFieldsThatChangeNoPlan) {
   changed.max_queued_requests += 1;
   changed.device.async_scheduling = AsyncScheduling::kOff;
   changed.device.gpu_memory_utilization = 0.5;
+  changed.device.kv_cache_memory_bytes = 1 << 30;
   EXPECT_EQ(base.plan_hash(), changed.plan_hash());
   EXPECT_EQ(base.plan_hash().size(), 32u);
 }

@@ -171,7 +171,7 @@ TEST_F(EngineDraftsTest, AcceptedDraftsSaveSteps) {
   EXPECT_LT(drafted_stats.steps, plain_stats.steps);
 }
 
-// Rule 8 of the design: a runner that cannot verify drafts (the CUDA runners, for now) refuses a
+// Rule 8 of the design: a runner that cannot verify drafts (the tensor-parallel CUDA one) refuses a
 // drafter at start-up instead of failing at the first step.
 TEST(EngineDraftsRefusal, ARunnerThatCannotVerifyDraftsRefusesADrafter) {
   struct PlainRunner : runner::ModelRunner {

@@ -119,8 +119,8 @@ std::string engine_error(const core::EngineConfig& c, std::unique_ptr<runner::Mo
   return "";
 }
 
-// Rule 8 of the design: speculation over a runner that cannot verify drafts (the CUDA runners,
-// for now) is refused when the engine is built, with the message the CLI shows.
+// Rule 8 of the design: speculation over a runner that cannot verify drafts (the tensor-parallel
+// CUDA one) is refused when the engine is built, with the message the CLI shows.
 TEST(EngineNgramRefusal, ConfiguredSpeculationIsRefusedWhereItCannotBeVerified) {
   core::EngineConfig c = engine_config({.method = "ngram", .num_speculative_tokens = 3});
   EXPECT_NE(engine_error(c, std::make_unique<UnverifyingRunner>()).find(kDraftsNeedVerifyingRunner), std::string::npos);

@@ -26,6 +26,8 @@ std::string EngineConfig::plan_hash() const {
       {"tensor_parallel_size", device.tensor_parallel_size},
       {"gpu_name", device.gpu_name},
       {"model_identity", device.model_identity},
+      // k sizes the CUDA runner's logits rows and sampler workspace (and the GEMM problems tuned).
+      {"num_speculative_tokens", speculative.num_speculative_tokens},
   };
   const std::string text = fields.dump();
   const XXH128_hash_t h = XXH3_128bits(text.data(), text.size());

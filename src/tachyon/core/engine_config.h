@@ -52,8 +52,8 @@ struct EngineConfig {
   bool enable_prefix_caching = true;
   int64_t max_queued_requests = 4096;  // waiting requests beyond this are refused at submit
   DeviceConfig device;
-  // Draft tokens (speculative decoding); off by default. Not in plan_hash while no captured
-  // graph carries drafts (the CUDA runners refuse them); GPU verification adds it.
+  // Draft tokens (speculative decoding); off by default. k is in plan_hash (it sizes the CUDA
+  // runner's logits rows); the drafter's kind is not (it changes no plan of the served model).
   SpeculativeConfig speculative;
 
   // 128-bit hash (hex) of every field that changes a captured graph, a tuned kernel choice or a

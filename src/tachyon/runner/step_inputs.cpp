@@ -20,6 +20,9 @@ StepInputLayout StepInputLayout::make(const StepInputLimits& limits) {
   TACHYON_CHECK(limits.max_tokens >= limits.max_seqs && limits.max_seqs > 0 && limits.max_blocks_per_seq > 0)
       << "step input limits: max_tokens " << limits.max_tokens << ", max_seqs " << limits.max_seqs
       << ", max_blocks_per_seq " << limits.max_blocks_per_seq;
+  TACHYON_CHECK(limits.logits_rows_capacity() >= limits.max_seqs && limits.logits_rows_capacity() <= limits.max_tokens)
+      << "step input limits: max_logits_rows " << limits.max_logits_rows << " outside [max_seqs " << limits.max_seqs
+      << ", max_tokens " << limits.max_tokens << "]";
   StepInputLayout layout;
   size_t offset = 0;
   auto take = [&](size_t bytes) {
@@ -29,15 +32,16 @@ StepInputLayout StepInputLayout::make(const StepInputLimits& limits) {
   };
   const size_t tokens = static_cast<size_t>(limits.max_tokens) * sizeof(int32_t);
   const size_t seqs = static_cast<size_t>(limits.max_seqs) * sizeof(int32_t);
+  const size_t logits_rows = static_cast<size_t>(limits.logits_rows_capacity());
   layout.token_ids = take(tokens);
   layout.positions = take(tokens);
   layout.slot_mapping = take(tokens);
-  layout.logits_rows = take(seqs);
+  layout.logits_rows = take(logits_rows * sizeof(int32_t));
   layout.context_lens = take(seqs);
   layout.query_starts = take(seqs + sizeof(int32_t));
   layout.num_deferred = take(sizeof(int32_t));
   layout.deferred = take(2 * seqs);
-  layout.sampling_rows = take(static_cast<size_t>(limits.max_seqs) * limits.sampling_row_bytes);
+  layout.sampling_rows = take(logits_rows * limits.sampling_row_bytes);
   layout.block_tables = take(seqs * static_cast<size_t>(limits.max_blocks_per_seq));
   layout.variable = offset;
   layout.block_table_stride = limits.max_blocks_per_seq;
@@ -60,6 +64,11 @@ StepInputSummary fill_step_inputs(const core::StepPlan& plan, const StepInputLay
       << "step of " << num_tokens + padding << " tokens exceeds max_num_batched_tokens " << limits.max_tokens;
   TACHYON_CHECK(num_seqs + padding <= limits.max_seqs)
       << "step of " << num_seqs + padding << " sequences exceeds max_num_seqs " << limits.max_seqs;
+
+  // Drafts add logits rows beyond one per sequence; the runner sized them from its k.
+  TACHYON_CHECK(plan.logits_rows.size() + static_cast<size_t>(padding) <= static_cast<size_t>(limits.logits_rows_capacity()))
+      << "step of " << plan.logits_rows.size() + static_cast<size_t>(padding) << " logits rows (1 + drafts per sampled "
+      << "sequence) exceeds the " << limits.logits_rows_capacity() << " this runner was sized for";
 
   StepInputSummary summary;
   summary.num_tokens = num_tokens + padding;

@@ -18,6 +18,12 @@ struct StepInputLimits {
   int32_t max_seqs = 0;            // sequences per step
   int32_t max_blocks_per_seq = 0;  // ceil(max_model_len / block_size): the block-table stride
   size_t sampling_row_bytes = 0;   // size of one sampling row (kernels/cuda/sampling.h)
+  // Logits (= sampled) rows per step: one per sampled sequence plus one per draft token it
+  // carries, so a runner that verifies k drafts needs up to min(max_tokens, max_seqs * (1 + k)).
+  // 0: max_seqs (no drafts).
+  int32_t max_logits_rows = 0;
+
+  int32_t logits_rows_capacity() const { return max_logits_rows > 0 ? max_logits_rows : max_seqs; }
 };
 
 // Byte offsets of each array in the staging buffer; all int32 unless said otherwise.
@@ -25,12 +31,12 @@ struct StepInputLayout {
   size_t token_ids = 0;      // [max_tokens]
   size_t positions = 0;      // [max_tokens]
   size_t slot_mapping = 0;   // [max_tokens]; -1 for padding rows (no K/V write)
-  size_t logits_rows = 0;    // [max_seqs] rows of the batch whose logits are computed
+  size_t logits_rows = 0;    // [logits_rows_capacity()] rows of the batch whose logits are computed
   size_t context_lens = 0;   // [max_seqs] cached + new tokens of each sequence
   size_t query_starts = 0;   // [max_seqs + 1] prefix offsets of each sequence's rows
   size_t num_deferred = 0;   // [1] deferred tokens of the step (core/step_plan.h)
   size_t deferred = 0;       // [max_seqs, 2] each one's (token index, previous step's sampled row)
-  size_t sampling_rows = 0;  // [max_seqs] sampling rows (opaque here)
+  size_t sampling_rows = 0;  // [logits_rows_capacity()] sampling rows, one per logits row (opaque here)
   size_t block_tables = 0;   // [max_seqs, max_blocks_per_seq]
   size_t variable = 0;       // start of the variable-length tail (sampling token histories)
   int32_t block_table_stride = 0;
@@ -42,7 +48,7 @@ struct StepInputSummary {
   int32_t num_tokens = 0;       // rows of the forward, padding included
   int32_t num_seqs = 0;         // sequences, padding included
   int32_t num_logits_rows = 0;  // rows of the LM head (padding included for graphs)
-  int32_t num_sampled = 0;      // real sampled rows (the first num_sampled logits rows)
+  int32_t num_sampled = 0;      // real sampled rows (the first num_sampled logits rows; 1 + k per sequence)
   int32_t max_query_len = 0;
   int32_t max_context_len = 0;
   int32_t num_decode_seqs = 0;  // leading sequences that run one token (the scheduler puts decodes first)

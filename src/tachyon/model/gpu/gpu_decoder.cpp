@@ -34,6 +34,9 @@ GpuDecoder::GpuDecoder(const CudaDenseWeights& weights, LinearDispatch& linear, 
   const std::string reason = gpu_decoder_unsupported(c);
   TACHYON_CHECK(reason.empty()) << "the GPU decoder cannot serve " << c.architecture << ": " << reason;
   TACHYON_CHECK(!plan_.empty()) << "the GPU decoder needs at least one layer";
+  TACHYON_CHECK(limits.max_logits_rows >= limits.max_seqs && limits.max_logits_rows <= limits.max_tokens)
+      << "internal: max_logits_rows " << limits.max_logits_rows << " outside [max_seqs " << limits.max_seqs
+      << ", max_tokens " << limits.max_tokens << "]";
   // One attention block serves every layer: a family's layers share their attention kind.
   if (plan_.front().attention == AttentionKind::kLatent) {
     attention_ = std::make_unique<LatentAttentionBlock>(ctx_);
@@ -56,17 +59,17 @@ GpuDecoder::~GpuDecoder() = default;
 
 void GpuDecoder::plan_workspace(WorkspacePlan& plan) {
   const ModelConfig& c = config();
-  const size_t T = static_cast<size_t>(ctx_.limits.max_tokens), S = static_cast<size_t>(ctx_.limits.max_seqs);
+  const size_t T = static_cast<size_t>(ctx_.limits.max_tokens), R = static_cast<size_t>(ctx_.limits.max_logits_rows);
   const size_t hidden = static_cast<size_t>(c.hidden_size);
   const size_t attn_width = std::max(static_cast<size_t>(c.q_size()),
                                      static_cast<size_t>(c.num_attention_heads) * static_cast<size_t>(c.value_head_dim()));
-  const size_t slice = S * static_cast<size_t>(vocab_rows_) * 4;
+  const size_t slice = R * static_cast<size_t>(vocab_rows_) * 4;
   plan.add(&ws_.residual, T * hidden * 2);
   plan.add(&ws_.normed, T * hidden * 2);
   plan.add(&ws_.attn, T * attn_width * 2);
   plan.add(&ws_.proj, T * hidden * 2);
-  plan.add(&ws_.selected, S * hidden * 2);
-  plan.add(&ws_.logits, S * static_cast<size_t>(c.vocab_size) * 4);
+  plan.add(&ws_.selected, R * hidden * 2);
+  plan.add(&ws_.logits, R * static_cast<size_t>(c.vocab_size) * 4);
   plan.add(&ws_.local_logits, tensor_parallel() ? slice : 0);
   plan.add(&ws_.gathered_logits, tensor_parallel() ? static_cast<size_t>(tp_.comm->size()) * slice : 0);
   attention_->plan_workspace(plan);
@@ -83,7 +86,7 @@ std::vector<kc::GemmProblem> GpuDecoder::gemm_problems(int64_t m) const {
   attention_->add_gemm_problems(m, problems);
   if (dense_mlp_ != nullptr) dense_mlp_->add_gemm_problems(m, problems);
   if (moe_mlp_ != nullptr) moe_mlp_->add_gemm_problems(m, problems);
-  if (m <= ctx_.limits.max_seqs) problems.push_back({m, vocab_rows_, config().hidden_size, kc::GemmOutputType::kF32, false});
+  if (m <= ctx_.limits.max_logits_rows) problems.push_back({m, vocab_rows_, config().hidden_size, kc::GemmOutputType::kF32, false});
   return problems;
 }
 

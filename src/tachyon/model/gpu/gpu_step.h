@@ -45,7 +45,10 @@ struct GpuStep {
 // What memory was planned for; fixed at start-up.
 struct GpuLimits {
   int32_t max_tokens = 0;          // rows of one forward
-  int32_t max_seqs = 0;            // sequences (and logits rows) of one forward
+  int32_t max_seqs = 0;            // sequences of one forward
+  // Logits rows of one forward, in [max_seqs, max_tokens]: one per sampled sequence, plus one per
+  // draft token when the runner verifies drafts (max_seqs without them).
+  int32_t max_logits_rows = 0;
   int32_t max_model_len = 0;       // tokens of one sequence
   int32_t block_size = 0;          // tokens per KV block
   int32_t block_table_stride = 0;  // ints per sequence's block table

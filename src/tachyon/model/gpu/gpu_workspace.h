@@ -2,7 +2,8 @@
 // that pass a layer's data from block to block (residual, normed, proj, attn) are the decoder's;
 // each block adds the ones only it uses (MoE routing, latent queries, the indexer's scores) in
 // its plan_workspace(), sized for the limits, so a model pays only for the blocks it has.
-// Shapes in [rows, features]; T = GpuLimits::max_tokens, S = GpuLimits::max_seqs.
+// Shapes in [rows, features]; T = GpuLimits::max_tokens, S = GpuLimits::max_seqs,
+// R = GpuLimits::max_logits_rows.
 #pragma once
 
 #include <cstddef>
@@ -22,10 +23,10 @@ struct Workspace {
   bf16* normed = nullptr;     // [T, hidden] input of the next projection
   bf16* attn = nullptr;       // [T, max(q_size, heads * v_head_dim)] attention output (o_proj's input)
   bf16* proj = nullptr;       // [T, hidden] o_proj / down output (joins the residual in the next norm)
-  bf16* selected = nullptr;   // [S, hidden] final-normed rows whose logits are computed
-  float* logits = nullptr;    // [S, vocab] f32
-  float* local_logits = nullptr;     // TP: [S, vocab_rows] f32, this rank's vocab slice
-  float* gathered_logits = nullptr;  // TP: [tp, S, vocab_rows] f32, every rank's slice
+  bf16* selected = nullptr;   // [R, hidden] final-normed rows whose logits are computed
+  float* logits = nullptr;    // [R, vocab] f32
+  float* local_logits = nullptr;     // TP: [R, vocab_rows] f32, this rank's vocab slice
+  float* gathered_logits = nullptr;  // TP: [tp, R, vocab_rows] f32, every rank's slice
   // Dense attention.
   bf16* qkv = nullptr;        // [T, q_size + 2 * kv_size]
   bf16* q = nullptr;          // [T, q_size] normed + rotated q

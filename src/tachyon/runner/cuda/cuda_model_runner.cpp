@@ -8,6 +8,7 @@
 #include "tachyon/kernels/cuda/gemv.h"
 #include "tachyon/kernels/cuda/sampling.h"
 #include "tachyon/model/rope.h"
+#include "tachyon/runner/draft_acceptance.h"
 
 namespace tachyon::runner {
 
@@ -56,20 +57,28 @@ void CudaModelRunner::plan_memory(const core::EngineConfig& config) {
   limits_.max_tokens = static_cast<int32_t>(std::max(s.max_num_batched_tokens, s.max_num_seqs));
   limits_.max_blocks_per_seq = static_cast<int32_t>((s.max_model_len + config.block_size - 1) / config.block_size);
   limits_.sampling_row_bytes = sizeof(kc::SamplingRow);
+  // Every sampled sequence may carry k drafts, each with a logits row of its own; the rows are
+  // also tokens of the step, so max_tokens bounds them too. Without speculation (k = 0) this is
+  // max_seqs and nothing below grows.
+  const int64_t k = std::max<int64_t>(config.speculative.num_speculative_tokens, 0);
+  limits_.max_logits_rows = static_cast<int32_t>(std::min<int64_t>(limits_.max_tokens, s.max_num_seqs * (1 + k)));
+  const size_t max_rows = static_cast<size_t>(limits_.max_logits_rows);
   layout_ = StepInputLayout::make(limits_);
-  // The variable tail holds the token histories of rows with penalties (at most every token of
-  // every sequence) and the ids min_tokens masks (stop_token_ids, bounded at the door, + EOS).
+  // The variable tail holds the token histories of sequences with penalties (at most every token
+  // of every sequence, and its k drafts) and the ids min_tokens masks (stop_token_ids, bounded
+  // at the door, + EOS); a sequence's rows share them (sampling_inputs.h).
   staging_bytes_ = layout_.variable + static_cast<size_t>(s.max_num_seqs) *
-                                          (static_cast<size_t>(s.max_model_len) + core::kMaxStopTokenIds + 1) *
+                                          (static_cast<size_t>(s.max_model_len + k) + core::kMaxStopTokenIds + 1) *
                                           sizeof(int32_t);
   for (int i = 0; i < kInFlight; ++i) {
     staging_host_[i] = cuda::PinnedBuffer(staging_bytes_);
-    sampled_host_[i] = cuda::PinnedBuffer(static_cast<size_t>(limits_.max_seqs) * sizeof(kc::SampledRow));
+    sampled_host_[i] = cuda::PinnedBuffer(max_rows * sizeof(kc::SampledRow));
   }
   staging_device_ = cuda::DeviceBuffer(staging_bytes_);
 
   const gpu::GpuLimits limits{.max_tokens = limits_.max_tokens,
                               .max_seqs = limits_.max_seqs,
+                              .max_logits_rows = limits_.max_logits_rows,
                               .max_model_len = static_cast<int32_t>(s.max_model_len),
                               .block_size = config.block_size,
                               .block_table_stride = layout_.block_table_stride};
@@ -78,9 +87,9 @@ void CudaModelRunner::plan_memory(const core::EngineConfig& config) {
                                                gpu::TpSeam{tp_.comm, tp_.vocab_begin, tp_.vocab_rows});
   gpu::WorkspacePlan plan;
   decoder_->plan_workspace(plan);
-  sampler_scratch_bytes_ = kc::sampling_workspace_bytes(limits_.max_seqs, static_cast<int32_t>(c.vocab_size));
+  sampler_scratch_bytes_ = kc::sampling_workspace_bytes(limits_.max_logits_rows, static_cast<int32_t>(c.vocab_size));
   plan.add(&sampler_scratch_, sampler_scratch_bytes_);
-  plan.add(&sampled_, static_cast<size_t>(limits_.max_seqs) * sizeof(kc::SampledRow));
+  plan.add(&sampled_, max_rows * sizeof(kc::SampledRow));
   workspace_buffer_ = cuda::DeviceBuffer(plan.bytes());
   plan.assign(workspace_buffer_.data());
 }
@@ -99,7 +108,13 @@ void CudaModelRunner::allocate_kv_cache(const core::EngineConfig& config) {
   size_t layer_block_bytes = 0;
   for (const gpu::KvRegion& r : regions) layer_block_bytes += r.bytes_per_token * static_cast<size_t>(config.block_size);
   const size_t block_bytes = layer_block_bytes * static_cast<size_t>(c.num_hidden_layers);
-  const double available = budget - used - margin;
+  // A fixed size (a draft model's share, DeviceConfig::kv_cache_memory_bytes) wins over the budget.
+  const double available = config.device.kv_cache_memory_bytes > 0 ? static_cast<double>(config.device.kv_cache_memory_bytes)
+                                                                    : budget - used - margin;
+  TACHYON_CHECK(config.device.kv_cache_memory_bytes <= 0 ||
+                static_cast<double>(config.device.kv_cache_memory_bytes) <= static_cast<double>(memory.free) - margin)
+      << "a KV cache of " << config.device.kv_cache_memory_bytes / (1 << 20) << " MiB does not fit the "
+      << memory.free / (1 << 20) << " MiB free";
   TACHYON_CHECK(available > static_cast<double>(block_bytes) * limits_.max_blocks_per_seq)
       << "not enough GPU memory for the KV cache of one max_model_len sequence: " << memory.free / (1 << 20)
       << " MiB free of " << memory.total / (1 << 20) << " MiB after loading " << weights_.bytes() / (1 << 20)
@@ -185,17 +200,26 @@ void CudaModelRunner::capture_graphs() {
 
 void CudaModelRunner::launch(const core::StepPlan& plan) {
   TACHYON_CHECK(pending_.size() < kInFlight) << "internal: launch() with two steps in flight; call wait() first";
-  TACHYON_CHECK(!plan.has_drafts()) << "the CUDA runner does not verify draft tokens yet: speculative decoding runs "
-                                    << "on the CPU runner only";
+  // A deferred token names the previous step's sampled row of its sequence, counting one row per
+  // sequence; with drafts a sequence has 1 + k rows, so the two never meet (the engine schedules
+  // synchronously when it drafts).
+  TACHYON_CHECK(!plan.return_hidden_states)
+      << "the CUDA runner does not return hidden states: MTP drafting runs on the CPU runner only for now";
+  const bool drafts = plan.has_drafts();
+  TACHYON_CHECK(plan.deferred_tokens.empty() || (!drafts && !last_launch_had_drafts_))
+      << "internal: a plan with deferred tokens " << (drafts ? "carries draft tokens" : "follows a step with drafts")
+      << "; deferred tokens index one sampled row per sequence";
   PendingStep step;
   for (const core::ScheduledSequence& s : plan.sequences) {
-    if (s.sample) step.sequence_ids.push_back(s.sequence_id);
+    if (s.sample) step.sequences.push_back({s.sequence_id, s.draft_tokens, s.seed, s.num_output_tokens});
   }
+  step.forced_acceptance = plan.forced_acceptance;
   step.ran = !plan.empty();
   if (plan.empty()) {
     pending_.push_back(std::move(step));
     return;
   }
+  last_launch_had_drafts_ = drafts;
   // A named range per step, so a profiler (ncu --nvtx-include "tachyon_step/") sees only steps.
   nvtx3::scoped_range range("tachyon_step");
   // This step's host buffers were last used by the step two launches back, which wait() has
@@ -205,7 +229,8 @@ void CudaModelRunner::launch(const core::StepPlan& plan) {
   const StepEvents& events = events_[step.index % 3];
   // A decode step is padded to its batch bucket and replays that bucket's graph. With
   // --enforce-eager it is padded the same way and runs eagerly, so graphs and eager run the
-  // same kernels on the same shapes and give the same tokens. The rest run eagerly as planned.
+  // same kernels on the same shapes and give the same tokens. The rest run eagerly as planned,
+  // steps with drafts among them (a sequence with k drafts runs 1 + k tokens: not a decode).
   cudaGraphExec_t graph = nullptr;
   int32_t padded = 0;
   if (is_decode_only(plan)) {
@@ -223,7 +248,8 @@ void CudaModelRunner::launch(const core::StepPlan& plan) {
   step.sampling = build_sampling_inputs(plan);
   const SamplingInputs& sampling = step.sampling;
   TACHYON_CHECK(static_cast<int32_t>(sampling.rows.size()) == summary.num_sampled)
-      << "internal: " << sampling.rows.size() << " sampling rows for " << summary.num_sampled << " sampled sequences";
+      << "internal: " << sampling.rows.size() << " sampling rows (1 + drafts per sampled sequence) for the plan's "
+      << summary.num_sampled << " logits rows";
   std::copy(sampling.rows.begin(), sampling.rows.end(), reinterpret_cast<kc::SamplingRow*>(staging + layout_.sampling_rows));
   size_t upload = summary.bytes_used;
   if (!sampling.tokens.empty()) {
@@ -281,12 +307,32 @@ core::StepOutput CudaModelRunner::wait() {
   }
   last_waited_ = step.index;
 
+  // Each sequence's rows in order: row i was drawn after drafts 0..i-1 (sampling_inputs.h), so
+  // it stands as long as they were all accepted. Row i's token is kept; if it accepts draft i
+  // (accepts_draft: equal, or the keyed forced draw) the draft is the emitted token and row
+  // i + 1 is read, else the list ends with it. Rows after the first rejection are never read,
+  // as the CPU reference never samples them (runner/plan_sampling.h).
   const auto* rows = sampled_host_[step.index % kInFlight].as<kc::SampledRow>();
-  output.sequences.reserve(step.sequence_ids.size());
-  for (size_t r = 0; r < step.sequence_ids.size(); ++r) {
-    TACHYON_CHECK(rows[r].token >= 0) << "the model produced no finite logit for a sequence (NaN or -inf everywhere)";
-    output.sequences.push_back({step.sequence_ids[r], {to_sampled_token(rows[r], step.sampling.rows[r])}, 0});
+  output.sequences.reserve(step.sequences.size());
+  size_t first_row = 0;
+  for (const PendingSequence& s : step.sequences) {
+    core::SequenceOutput out;
+    out.sequence_id = s.sequence_id;
+    out.num_draft_tokens = static_cast<int64_t>(s.drafts.size());
+    for (size_t i = 0; i <= s.drafts.size(); ++i) {
+      const size_t r = first_row + i;
+      TACHYON_CHECK(rows[r].token >= 0) << "the model produced no finite logit for a sequence (NaN or -inf everywhere)";
+      out.tokens.push_back(to_sampled_token(rows[r], step.sampling.rows[r]));
+      if (i == s.drafts.size()) break;
+      const uint64_t row_step = static_cast<uint64_t>(s.num_output_tokens) + i;
+      if (!accepts_draft(out.tokens.back().token, s.drafts[i], s.seed, row_step, step.forced_acceptance)) break;
+      out.tokens.back().token = s.drafts[i];  // a forced acceptance keeps the draft (exact: already equal)
+    }
+    first_row += 1 + s.drafts.size();
+    output.sequences.push_back(std::move(out));
   }
+  TACHYON_CHECK(first_row == step.sampling.rows.size())
+      << "internal: " << first_row << " rows walked of the step's " << step.sampling.rows.size();
   return output;
 }
 

@@ -7,6 +7,19 @@
 //     same way, so both modes compute the same numbers); the GPU sampler draws every sampled
 //     row and ONE D2H of the tokens is enqueued;
 //   wait(): syncs on the oldest launched step's end and reads its tokens back.
+// Draft tokens (speculative decoding): a sampled sequence with k drafts has 1 + k logits rows.
+// The sampler draws all of them in its one launch, row i as a plain decode step would draw it
+// after drafts 0..i-1 (step, penalty history and min_tokens test advanced by i;
+// sampling_inputs.h): a row's draw does not depend on whether earlier drafts are accepted, so
+// nothing waits for the host between rows. wait() then applies the CPU reference's rule
+// (runner/plan_sampling.h, draft_acceptance.h) to each sequence's rows: an accepted row emits
+// its draft, and the first rejected row's own token (or row k's) ends the list. The tokens are
+// the plain run's, except where the verify step's prefill-shaped forward rounds bf16 otherwise
+// than a decode step and flips a near tie. Steps with drafts run eagerly: a sequence of 1 + k
+// tokens is not a decode, and no graph is captured for verify steps (not built yet). Logits
+// rows, sampler rows and their staging and download buffers are sized for
+// min(max_num_batched_tokens, max_num_seqs * (1 + k)) rows, k from config.speculative:
+// max_num_seqs rows without speculation, as before.
 // Two steps may be in flight (asynchronous scheduling, model_runner.h): each has its own pinned
 // staging and download buffers and events; the device-side staging, workspace and sampler output
 // are shared and used in stream order. A step's deferred tokens are resolved on the device from
@@ -18,7 +31,8 @@
 // product of a role goes to our GEMV or to cuBLASLt, whichever was faster at start-up
 // (cuda_kernel_choice.cpp). Tensor parallelism: given a CudaTpRank, the decoder is one rank of a
 // TP group over its shard; TpCudaModelRunner drives the ranks.
-// GPU tests: tests/gpu/test_cuda_model_runner.cpp, tests/gpu/test_tp_cuda_runner.cpp.
+// GPU tests: tests/gpu/test_cuda_model_runner.cpp, tests/gpu/test_tp_cuda_runner.cpp,
+// tests/gpu/test_cuda_speculative.cpp (draft verification).
 #pragma once
 
 #include <array>
@@ -57,10 +71,12 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   ~CudaModelRunner() override;
 
   // Uploads the step and enqueues its forward, sampling and token download, then returns: the
-  // host plans the next step while the GPU runs. Refuses draft tokens (GPU verification is not
-  // built yet).
+  // host plans the next step while the GPU runs. Refuses (Error) a step with more logits rows
+  // than it was sized for, and deferred tokens together with drafts (either in the plan or in
+  // the step launched before it): deferred tokens index one sampled row per sequence.
   void launch(const core::StepPlan& plan) override;
   core::StepOutput wait() override;
+  bool verifies_drafts() const override { return true; }
   bool overlaps_steps() const override { return true; }
   int64_t vocab_size() const override { return weights_.config().vocab_size; }
   double last_step_device_ms() const override { return last_step_device_ms_; }
@@ -71,7 +87,7 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   int64_t graph_replays() const { return graph_replays_; }  // decode steps served by a graph
   const std::vector<int32_t>& graph_batch_sizes() const { return graph_batch_sizes_; }
   // Tests and debugging only: the f32 logits [rows, vocab] of the last step's first `rows`
-  // sampled rows (a D2H copy outside the step path).
+  // logits rows, drafts' rows included (a D2H copy outside the step path).
   std::vector<float> last_logits(int32_t rows) const;
 
  private:
@@ -117,19 +133,29 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   cuda::DeviceBuffer workspace_buffer_;  // the decoder's workspace, then the sampler's
   void* sampler_scratch_ = nullptr;
   size_t sampler_scratch_bytes_ = 0;
-  kernels::cuda::SampledRow* sampled_ = nullptr;  // [max_seqs] the sampler's results on the device
+  kernels::cuda::SampledRow* sampled_ = nullptr;  // [max_logits_rows] the sampler's results on the device
   cuda::DeviceBuffer kv_buffer_;
   int32_t num_blocks_ = 0;
-  // A launched step, until wait(): its sampling rows (to read the kernel's results back), the ids
-  // of its sampled sequences, and its number among the steps with work (which picks its host
-  // buffers, index % kInFlight, and its events, index % 3).
+  // What wait() needs of a sampled sequence to turn its 1 + k rows into tokens: its drafts and
+  // the accept rule's key (seed, output count before the step; row i's step is that + i).
+  struct PendingSequence {
+    int64_t sequence_id = 0;
+    std::vector<int32_t> drafts;  // [k] verified by its rows 0..k-1
+    uint64_t seed = 0;
+    int64_t num_output_tokens = 0;
+  };
+  // A launched step, until wait(): its sampling rows (to read the kernel's results back), its
+  // sampled sequences in plan order, the plan's forced acceptance, and its number among the
+  // steps with work (which picks its host buffers, index % kInFlight, and its events, index % 3).
   struct PendingStep {
     SamplingInputs sampling;
-    std::vector<int64_t> sequence_ids;
+    std::vector<PendingSequence> sequences;
+    float forced_acceptance = -1.0f;  // StepPlan::forced_acceptance; < 0: exact
     bool ran = false;  // the plan had work
     int64_t index = 0;
   };
   std::deque<PendingStep> pending_;
+  bool last_launch_had_drafts_ = false;  // the last step with work carried drafts (sampled_ holds 1 + k rows each)
   int64_t steps_launched_ = 0;  // steps with work so far
   int64_t last_waited_ = -1;    // index of the last step with work that wait() returned
   std::vector<int32_t> graph_batch_sizes_;

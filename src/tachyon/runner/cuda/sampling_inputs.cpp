@@ -23,11 +23,16 @@ int32_t append(std::vector<int32_t>& tokens, std::span<const int32_t> ids) {
   return static_cast<int32_t>(begin);
 }
 
-kc::SamplingRow make_row(const core::ScheduledSequence& sequence, std::vector<int32_t>& tokens) {
+// The rows of one sampled sequence: row 0 samples after its last known token, row i (i = 1..k)
+// after its drafts 0..i-1, as a plain decode step would once they were outputs. The rows share
+// one copy of the history (prompt, outputs, then the drafts: row i reads the outputs and the
+// first i drafts) and one copy of the masked ids, so drafts add k ids to the tail, not k copies.
+void add_rows(const core::ScheduledSequence& sequence, SamplingInputs& inputs) {
   TACHYON_CHECK(sequence.params != nullptr) << "sequence " << sequence.sequence_id << " is sampled but has no params";
   const core::SamplingParams& p = *sequence.params;
   TACHYON_CHECK(p.logprobs >= -1 && p.logprobs <= kc::kMaxSampledLogprobs)
       << "sequence " << sequence.sequence_id << ": logprobs " << p.logprobs << " outside [-1, 20]";
+  std::vector<int32_t>& tokens = inputs.tokens;
   kc::SamplingRow row;
   row.temperature = p.temperature;
   row.top_p = p.top_p;
@@ -40,7 +45,8 @@ kc::SamplingRow make_row(const core::ScheduledSequence& sequence, std::vector<in
   row.seed = sequence.seed;
   row.step = static_cast<uint64_t>(sequence.num_output_tokens);
 
-  // Histories: the prompt counts only for the repetition penalty; outputs for all three.
+  // Histories: the prompt counts only for the repetition penalty; outputs (and the drafts a
+  // later row counts as outputs) for all three.
   const bool repetition = p.repetition_penalty != 1.0f;
   const bool any_penalty = repetition || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
   if (any_penalty) {
@@ -51,17 +57,28 @@ kc::SamplingRow make_row(const core::ScheduledSequence& sequence, std::vector<in
                                                        : std::span<const int32_t>{};
     row.history_begin = append(tokens, prompt);
     append(tokens, sequence.output_tokens);
+    append(tokens, sequence.draft_tokens);
     row.num_prompt_tokens = static_cast<int32_t>(prompt.size());
     row.num_output_tokens = static_cast<int32_t>(sequence.output_tokens.size());
   }
 
-  // min_tokens: stop ids and (unless ignore_eos, when EOS does not stop) EOS are masked.
-  if (sequence.num_output_tokens < static_cast<int64_t>(std::max(p.min_tokens, 0))) {
-    row.masked_begin = append(tokens, p.stop_token_ids);
+  // min_tokens: stop ids and (unless ignore_eos, when EOS does not stop) EOS are masked in every
+  // row whose output count is still below it (row 0's is the lowest).
+  const int64_t min_tokens = std::max(p.min_tokens, 0);
+  int32_t masked_begin = 0, num_masked = 0;
+  if (sequence.num_output_tokens < min_tokens) {
+    masked_begin = append(tokens, p.stop_token_ids);
     if (sequence.eos_token_id && !p.ignore_eos) tokens.push_back(*sequence.eos_token_id);
-    row.num_masked = static_cast<int32_t>(tokens.size()) - row.masked_begin;
+    num_masked = static_cast<int32_t>(tokens.size()) - masked_begin;
   }
-  return row;
+
+  for (int64_t i = 0; i <= sequence.num_draft_tokens(); ++i) {
+    kc::SamplingRow r = row;
+    r.step = row.step + static_cast<uint64_t>(i);
+    if (any_penalty) r.num_output_tokens = row.num_output_tokens + static_cast<int32_t>(i);
+    if (sequence.num_output_tokens + i < min_tokens) r.masked_begin = masked_begin, r.num_masked = num_masked;
+    inputs.rows.push_back(r);
+  }
 }
 
 const char* describe(int32_t error) {
@@ -77,7 +94,9 @@ const char* describe(int32_t error) {
 SamplingInputs build_sampling_inputs(const core::StepPlan& plan) {
   SamplingInputs inputs;
   for (const core::ScheduledSequence& sequence : plan.sequences) {
-    if (sequence.sample) inputs.rows.push_back(make_row(sequence, inputs.tokens));
+    TACHYON_CHECK(sequence.sample || sequence.draft_tokens.empty())
+        << "internal: sequence " << sequence.sequence_id << " carries drafts but samples nothing";
+    if (sequence.sample) add_rows(sequence, inputs);
   }
   return inputs;
 }

@@ -79,7 +79,8 @@ class TpCudaModelRunner : public SynchronousModelRunner {
   const CudaModelRunner& rank_runner(int rank) const { return *ranks_[static_cast<size_t>(rank)].runner; }
 
  public:
-  bool verifies_drafts() const override { return false; }  // its ranks are CudaModelRunners
+  // Drafts are refused (run() throws): not verified by a TP test yet (DESIGN.md rule 8).
+  bool verifies_drafts() const override { return false; }
 
  protected:
   // Every rank runs the step (CudaModelRunner::launch + wait on its worker thread); rank 0's

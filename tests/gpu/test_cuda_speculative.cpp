@@ -1,0 +1,707 @@
+// Draft-token verification on the CUDA runner (CudaModelRunner::verifies_drafts), against the
+// run without drafts on the same GPU:
+//   - build_sampling_inputs gives a sequence with k drafts 1 + k rows, row i with step, penalty
+//     history and min_tokens mask advanced by i (host only);
+//   - the runner, driven by hand-made plans on tiny random models: drafts equal to the plain
+//     run's tokens are accepted, a wrong draft ends the list with the plain run's token, and each
+//     verify row's logits are the plain decode row's within bf16 tolerance;
+//   - forced acceptance (benchmarks) follows the keyed rule, whatever the drafts;
+//   - an EngineCore with the n-gram drafter gives the plain engine's tokens (greedy and seeded).
+// The numerics: a verify step computes its rows in a prefill-shaped forward (GEMMs over 1 + k
+// rows per sequence, the prefill attention kernel) while the plain run decodes (GEMV or another
+// GEMM shape, the split-KV decode kernel), so bf16 rounds differently and a token may flip where
+// the plain run's choice was a near tie. Where a token differs, the tests require that near tie
+// (kLogitTieBound below) instead of equality; nowhere else.
+// Needs a GPU: ctest -R gpu.cuda_speculative (scripts/gpu-test.sh).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <random>
+
+#include "runner_test_util.h"
+#include "tachyon/engine/drafter.h"
+#include "tachyon/kernels/sampling.h"
+#include "tachyon/runner/cuda/sampling_inputs.h"
+#include "tachyon/runner/draft_acceptance.h"
+#include "tachyon/runner/step_inputs.h"
+
+namespace tachyon::runner {
+namespace {
+
+namespace kc = kernels::cuda;
+using core::SamplingParams;
+
+// A token may differ from the plain run's only where the plain run's best two logits are closer
+// than this (logit units = raw logprob units). Measured on the H200 (10 seeds, both variants):
+// verify rows lie up to 1.3e-2 (relative) from the decode rows, no logit moved by more than
+// 0.054, and the flips printed (4 seeds) were at gaps of at most 0.017. A flip needs the gap below
+// the two tokens' shifts together, so the bound is about twice the largest shift. A wrong row,
+// position or cache slot moves logits by tens of percent, and most tokens of these random models
+// are no near tie (23-30% within 0.1: the engine test prints the share), so a bug shows at a
+// token that is none.
+constexpr double kLogitTieBound = 0.1;
+// Of the rows compared (runner level), at least this fraction must give the plain run's token.
+constexpr double kMinExactRowFraction = 0.9;
+
+// ---------------------------------------------------------------------------------------------
+// build_sampling_inputs with drafts (host only).
+
+core::ScheduledSequence sampled_sequence(int64_t id, const SamplingParams& p, uint64_t seed,
+                                         std::vector<int32_t> drafts) {
+  core::ScheduledSequence s;
+  s.sequence_id = id;
+  s.sample = true;
+  s.params = std::make_shared<const SamplingParams>(p);
+  s.seed = seed;
+  s.prompt_tokens = {5, 6, 7};
+  s.output_tokens = {1, 2};
+  s.num_output_tokens = 2;
+  s.eos_token_id = 2;
+  s.draft_tokens = std::move(drafts);
+  return s;
+}
+
+TEST(CudaSpeculative, BuildSamplingInputsGivesEachDraftRowItsStepHistoryAndMask) {
+  SamplingParams greedy;
+  greedy.temperature = 0.0f, greedy.logprobs = 2;
+  SamplingParams penalized;
+  penalized.temperature = 0.8f, penalized.repetition_penalty = 1.2f, penalized.frequency_penalty = 0.3f;
+  penalized.min_tokens = 4, penalized.stop_token_ids = {9, 8};
+  SamplingParams presence;  // outputs only (no prompt), min_tokens with ignore_eos: stop ids alone
+  presence.temperature = 1.0f, presence.presence_penalty = 0.5f, presence.min_tokens = 3, presence.ignore_eos = true;
+  presence.stop_token_ids = {11};
+
+  core::StepPlan plan;
+  core::ScheduledSequence chunk;  // a prefill chunk that samples nothing
+  chunk.sequence_id = 0;
+  plan.sequences.push_back(chunk);
+  plan.sequences.push_back(sampled_sequence(1, greedy, 11, {40}));
+  plan.sequences.push_back(sampled_sequence(2, penalized, 12, {30, 31, 32}));
+  plan.sequences.push_back(sampled_sequence(3, greedy, 13, {}));
+  plan.sequences.push_back(sampled_sequence(4, presence, 14, {50, 51}));
+  const SamplingInputs in = build_sampling_inputs(plan);
+  ASSERT_EQ(in.rows.size(), 2u + 4u + 1u + 3u) << "1 + k rows per sampled sequence, in plan order";
+  auto slice = [&](int32_t begin, int32_t n) {
+    return std::vector<int32_t>(in.tokens.begin() + begin, in.tokens.begin() + begin + n);
+  };
+
+  // Greedy with one draft: steps 2 and 3, no history, no mask.
+  for (int i = 0; i < 2; ++i) {
+    const kc::SamplingRow& r = in.rows[static_cast<size_t>(i)];
+    EXPECT_EQ(r.seed, 11u);
+    EXPECT_EQ(r.step, 2u + static_cast<uint64_t>(i));
+    EXPECT_EQ(r.num_logprobs, 2);
+    EXPECT_EQ(r.num_prompt_tokens + r.num_output_tokens + r.num_masked, 0);
+  }
+  // Penalized with three drafts: row i reads the prompt, the outputs and drafts 0..i-1 from one
+  // shared history; min_tokens 4 masks the rows at output counts 2 and 3, not 4 and 5.
+  const kc::SamplingRow& first = in.rows[2];
+  EXPECT_EQ(slice(first.history_begin, 8), (std::vector<int32_t>{5, 6, 7, 1, 2, 30, 31, 32}));
+  EXPECT_EQ(slice(first.masked_begin, first.num_masked), (std::vector<int32_t>{9, 8, 2}));
+  for (int i = 0; i < 4; ++i) {
+    const kc::SamplingRow& r = in.rows[2 + static_cast<size_t>(i)];
+    EXPECT_EQ(r.seed, 12u) << "row " << i;
+    EXPECT_EQ(r.step, 2u + static_cast<uint64_t>(i)) << "row " << i;
+    EXPECT_EQ(r.temperature, 0.8f);
+    EXPECT_EQ(r.repetition_penalty, 1.2f);
+    EXPECT_EQ(r.history_begin, first.history_begin) << "row " << i;
+    EXPECT_EQ(r.num_prompt_tokens, 3) << "row " << i;
+    EXPECT_EQ(r.num_output_tokens, 2 + i) << "row " << i;
+    if (i < 2) {
+      EXPECT_EQ(r.masked_begin, first.masked_begin) << "row " << i;
+      EXPECT_EQ(r.num_masked, 3) << "row " << i;
+    } else {
+      EXPECT_EQ(r.num_masked, 0) << "row " << i << ": output count " << 2 + i << " reaches min_tokens 4";
+    }
+  }
+  // Plain greedy without drafts: one row at step 2, as before drafts existed.
+  EXPECT_EQ(in.rows[6].seed, 13u);
+  EXPECT_EQ(in.rows[6].step, 2u);
+  EXPECT_EQ(in.rows[6].num_prompt_tokens + in.rows[6].num_output_tokens + in.rows[6].num_masked, 0);
+  // Presence penalty with two drafts: outputs + drafts (no prompt); stop id 11 masked (no EOS:
+  // ignore_eos) in the row at output count 2 only.
+  const kc::SamplingRow& p0 = in.rows[7];
+  EXPECT_EQ(slice(p0.history_begin, 4), (std::vector<int32_t>{1, 2, 50, 51}));
+  for (int i = 0; i < 3; ++i) {
+    const kc::SamplingRow& r = in.rows[7 + static_cast<size_t>(i)];
+    EXPECT_EQ(r.step, 2u + static_cast<uint64_t>(i));
+    EXPECT_EQ(r.num_prompt_tokens, 0);
+    EXPECT_EQ(r.num_output_tokens, 2 + i);
+    EXPECT_EQ(r.num_masked, i == 0 ? 1 : 0) << "row " << i;
+  }
+  EXPECT_EQ(slice(p0.masked_begin, 1), (std::vector<int32_t>{11}));
+  // One copy of each history and mask list, not one per row: 8 + 3 and 4 + 1 ids.
+  EXPECT_EQ(in.tokens.size(), 16u);
+}
+
+// Without drafts the rows are what they were before verification existed: one per sequence, the
+// history prompt + outputs, then the masked ids.
+TEST(CudaSpeculative, BuildSamplingInputsWithoutDraftsIsOneRowPerSequence) {
+  SamplingParams penalized;
+  penalized.temperature = 1.0f, penalized.repetition_penalty = 1.1f, penalized.min_tokens = 4;
+  penalized.stop_token_ids = {9, 8};
+  core::StepPlan plan;
+  plan.sequences.push_back(sampled_sequence(1, penalized, 5, {}));
+  const SamplingInputs in = build_sampling_inputs(plan);
+  ASSERT_EQ(in.rows.size(), 1u);
+  EXPECT_EQ(in.tokens, (std::vector<int32_t>{5, 6, 7, 1, 2, 9, 8, 2}));
+  EXPECT_EQ(in.rows[0].history_begin, 0);
+  EXPECT_EQ(in.rows[0].num_prompt_tokens, 3);
+  EXPECT_EQ(in.rows[0].num_output_tokens, 2);
+  EXPECT_EQ(in.rows[0].masked_begin, 5);
+  EXPECT_EQ(in.rows[0].num_masked, 3);
+  EXPECT_EQ(in.rows[0].step, 2u);
+}
+
+TEST(CudaSpeculative, DraftsOnASequenceThatSamplesNothingAreRefused) {
+  core::StepPlan plan;
+  core::ScheduledSequence chunk;
+  chunk.draft_tokens = {4};
+  plan.sequences.push_back(chunk);
+  EXPECT_THROW(build_sampling_inputs(plan), Error);
+}
+
+// The staging layout holds 1 + k rows per sequence when sized for them, and refuses more.
+TEST(CudaSpeculative, StagingHoldsTheLogitsRowsItWasSizedFor) {
+  const StepInputLimits limits{.max_tokens = 64, .max_seqs = 2, .max_blocks_per_seq = 4,
+                               .sampling_row_bytes = sizeof(kc::SamplingRow), .max_logits_rows = 8};
+  const StepInputLayout layout = StepInputLayout::make(limits);
+  EXPECT_GE(layout.context_lens - layout.logits_rows, 8 * sizeof(int32_t));
+  EXPECT_GE(layout.block_tables - layout.sampling_rows, 8 * sizeof(kc::SamplingRow));
+  // Two sequences of one known token and three drafts: 4 tokens and 4 logits rows each.
+  auto plan_of = [](int32_t drafts) {
+    core::StepPlan plan;
+    plan.block_size = 16;
+    for (int64_t s = 0; s < 2; ++s) {
+      core::ScheduledSequence seq;
+      seq.sequence_id = s, seq.first_token = plan.num_tokens(), seq.num_tokens = 1 + drafts, seq.num_computed = 5;
+      seq.block_table = {static_cast<int32_t>(s)}, seq.sample = true;
+      for (int32_t t = 0; t <= drafts; ++t) {
+        if (t > 0) seq.draft_tokens.push_back(t);
+        plan.token_ids.push_back(t);
+        plan.positions.push_back(5 + t);
+        plan.slot_mapping.push_back(s * 16 + 5 + t);
+        plan.logits_rows.push_back(plan.num_tokens() - 1);
+      }
+      plan.sequences.push_back(seq);
+    }
+    return plan;
+  };
+  std::vector<std::byte> staging(layout.variable);
+  const StepInputSummary summary = fill_step_inputs(plan_of(3), layout, limits, staging.data());
+  EXPECT_EQ(summary.num_sampled, 8);
+  EXPECT_FALSE(summary.decode_only);
+  EXPECT_EQ(summary.num_decode_seqs, 0);
+  const auto* rows = reinterpret_cast<const int32_t*>(staging.data() + layout.logits_rows);
+  EXPECT_EQ(std::vector<int32_t>(rows, rows + 8), (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_THROW(fill_step_inputs(plan_of(4), layout, limits, staging.data()), Error) << "10 rows > 8";
+}
+
+// ---------------------------------------------------------------------------------------------
+// The runner driven by hand.
+
+// A sequence driven by hand: its known tokens (prompt, then outputs), how many are in the KV
+// cache, and its blocks (from a bump allocator all sequences share).
+struct HandSequence {
+  int64_t id = 0;
+  std::vector<int32_t> tokens;
+  int64_t num_prompt = 0;
+  int64_t computed = 0;
+  std::vector<int32_t> blocks;
+  uint64_t seed = 0;
+
+  int64_t num_outputs() const { return static_cast<int64_t>(tokens.size()) - num_prompt; }
+  std::vector<int32_t> outputs() const { return {tokens.begin() + num_prompt, tokens.end()}; }
+};
+
+// One step over `seqs`: each runs its known tokens not yet cached, then its drafts (empty: a
+// plain step), and is sampled: logits rows at its last known token and at each draft.
+core::StepPlan hand_step(const std::vector<HandSequence*>& seqs, const std::vector<std::vector<int32_t>>& drafts,
+                         const SamplingParams& params, int32_t block_size, int32_t& next_block,
+                         float forced_acceptance = -1.0f) {
+  core::StepPlan plan;
+  plan.block_size = block_size;
+  plan.forced_acceptance = forced_acceptance;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    HandSequence& s = *seqs[i];
+    const std::vector<int32_t>& d = drafts[i];
+    const int64_t known = static_cast<int64_t>(s.tokens.size()) - s.computed;
+    const int64_t n = known + static_cast<int64_t>(d.size());
+    while (static_cast<int64_t>(s.blocks.size()) * block_size < s.computed + n) s.blocks.push_back(next_block++);
+    core::ScheduledSequence scheduled;
+    scheduled.sequence_id = s.id;
+    scheduled.first_token = plan.num_tokens();
+    scheduled.num_tokens = n;
+    scheduled.num_computed = s.computed;
+    scheduled.block_table = s.blocks;
+    scheduled.sample = true;
+    scheduled.draft_tokens = d;
+    scheduled.params = std::make_shared<const SamplingParams>(params);
+    scheduled.seed = s.seed;
+    scheduled.num_output_tokens = s.num_outputs();
+    scheduled.output_tokens = s.outputs();
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t pos = s.computed + t;
+      plan.token_ids.push_back(t < known ? s.tokens[static_cast<size_t>(pos)] : d[static_cast<size_t>(t - known)]);
+      plan.positions.push_back(pos);
+      plan.slot_mapping.push_back(int64_t{s.blocks[static_cast<size_t>(pos / block_size)]} * block_size + pos % block_size);
+    }
+    for (int64_t r = 0; r <= static_cast<int64_t>(d.size()); ++r) plan.logits_rows.push_back(scheduled.first_token + known - 1 + r);
+    plan.sequences.push_back(std::move(scheduled));
+  }
+  return plan;
+}
+
+// A step's output for a sequence applied: its last known token and the accepted drafts are now
+// cached; the accepted drafts and the drawn token are known.
+void apply(HandSequence& s, const core::SequenceOutput& out) {
+  ASSERT_EQ(out.sequence_id, s.id);
+  s.computed = static_cast<int64_t>(s.tokens.size()) + out.num_accepted();
+  for (const core::SampledToken& t : out.tokens) s.tokens.push_back(t.token);
+}
+
+std::vector<float> row_of(const std::vector<float>& logits, size_t row, int64_t vocab) {
+  return {logits.begin() + static_cast<long>(row * static_cast<size_t>(vocab)),
+          logits.begin() + static_cast<long>((row + 1) * static_cast<size_t>(vocab))};
+}
+
+// The best logit minus the second best.
+double top2_gap(const std::vector<float>& row) {
+  std::vector<float> sorted = row;
+  std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+  return static_cast<double>(sorted[0]) - static_cast<double>(sorted[1]);
+}
+
+int32_t argmax(const std::vector<float>& row) {
+  return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());  // first max: lowest id
+}
+
+std::vector<HandSequence> hand_sequences(const model::ModelConfig& mc, int64_t first_id, uint64_t salt) {
+  auto gen = gpu_test::rng(salt);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(mc.vocab_size - 1));
+  std::vector<HandSequence> seqs;
+  for (int64_t length : {7, 19, 33, 12}) {
+    HandSequence s;
+    s.id = first_id + static_cast<int64_t>(seqs.size());
+    s.tokens.resize(static_cast<size_t>(length));
+    for (int32_t& t : s.tokens) t = token(gen);
+    s.num_prompt = length;
+    s.seed = 1000 + static_cast<uint64_t>(s.id);
+    seqs.push_back(std::move(s));
+  }
+  return seqs;
+}
+
+std::vector<HandSequence*> pointers(std::vector<HandSequence>& seqs) {
+  std::vector<HandSequence*> out;
+  for (HandSequence& s : seqs) out.push_back(&s);
+  return out;
+}
+
+core::EngineConfig speculative_config(int32_t k) {
+  core::EngineConfig config = small_config(/*eager=*/false);
+  config.speculative = {.method = "ngram", .num_speculative_tokens = k, .ngram_min = 1, .ngram_max = 3};
+  return config;
+}
+
+class CudaSpeculativeRunner : public ::testing::TestWithParam<Variant> {};
+
+// The plain run: prefill, then greedy decodes one token at a time (decode graphs). The verify
+// run, on new sequences with the same prompts in the same runner: prefill, then steps whose
+// sequences carry drafts taken from the plain run's tokens, by turns all right, right then
+// wrong, wrong at once, or none. Each emitted token must be the plain run's (or the plain run's
+// choice was a near tie); a right draft must be accepted and the list must end at the first
+// wrong one; each verify row's logits must be the plain row's within twice the bf16 tolerance
+// (each run lies within the tolerance of the f32 reference).
+TEST_P(CudaSpeculativeRunner, VerifiesDraftsAsThePlainRunDecodes) {
+  const fs::path dir = make_tiny(GetParam());
+  const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
+  const int64_t vocab = mc.vocab_size;
+  const core::EngineConfig config = speculative_config(3);
+  model::SafetensorsCheckpoint checkpoint(dir);
+  CudaModelRunner gpu(model::load_weights_bf16(mc, checkpoint), config);
+  ASSERT_TRUE(gpu.verifies_drafts());
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  int32_t next_block = 0;
+  const int64_t kOutputs = 24;
+
+  // The plain run; plain_rows[s][j]: the logits that chose output j of sequence s.
+  std::vector<HandSequence> plain = hand_sequences(mc, 0, 21);
+  std::vector<std::vector<std::vector<float>>> plain_rows(plain.size());
+  const int64_t replays_before = gpu.graph_replays();
+  for (int64_t j = 0; j < kOutputs; ++j) {
+    const core::StepPlan plan =
+        hand_step(pointers(plain), std::vector<std::vector<int32_t>>(plain.size()), greedy, config.block_size, next_block);
+    gpu.launch(plan);
+    const core::StepOutput out = gpu.wait();
+    const std::vector<float> logits = gpu.last_logits(static_cast<int32_t>(plan.logits_rows.size()));
+    ASSERT_EQ(out.sequences.size(), plain.size());
+    for (size_t s = 0; s < plain.size(); ++s) {
+      ASSERT_EQ(out.sequences[s].tokens.size(), 1u);
+      EXPECT_EQ(out.sequences[s].num_draft_tokens, 0);
+      plain_rows[s].push_back(row_of(logits, s, vocab));
+      apply(plain[s], out.sequences[s]);
+    }
+  }
+  EXPECT_GT(gpu.graph_replays(), replays_before) << "the plain decodes replay the decode graph";
+
+  // The verify run.
+  std::vector<HandSequence> spec = hand_sequences(mc, 100, 21);
+  {
+    const core::StepPlan plan =
+        hand_step(pointers(spec), std::vector<std::vector<int32_t>>(spec.size()), greedy, config.block_size, next_block);
+    gpu.launch(plan);
+    const core::StepOutput out = gpu.wait();
+    for (size_t s = 0; s < spec.size(); ++s) {
+      EXPECT_EQ(out.sequences[s].tokens[0].token, plain[s].outputs()[0]) << "the same prefill gives the same token";
+      apply(spec[s], out.sequences[s]);
+    }
+  }
+  std::vector<bool> in_sync(spec.size(), true);
+  int64_t rows_compared = 0, rows_exact = 0, accepted = 0, rejected = 0, near_ties = 0;
+  double worst_error = 0.0, worst_shift = 0.0;  // relative, and the largest |logit difference|
+  const double tolerance = 2 * logits_tolerance(mc);
+  for (int round = 0; round < 64; ++round) {
+    std::vector<HandSequence*> step_seqs;
+    std::vector<size_t> index;
+    std::vector<std::vector<int32_t>> drafts;
+    std::vector<int64_t> right_drafts;  // leading drafts equal to the plain run's tokens
+    for (size_t s = 0; s < spec.size(); ++s) {
+      const int64_t n = spec[s].num_outputs();
+      const std::vector<int32_t> truth = plain[s].outputs();
+      if (!in_sync[s] || n + 1 > kOutputs) continue;
+      const int64_t room = kOutputs - n - 1;  // drafts whose rows' plain tokens exist
+      auto right = [&](int64_t i) { return truth[static_cast<size_t>(n + i)]; };
+      auto wrong = [&](int64_t i) { return static_cast<int32_t>((right(i) + 1) % vocab); };
+      std::vector<int32_t> d;
+      int64_t leading = 0;
+      switch ((round + static_cast<int>(s)) % 4) {
+        case 0:  // all right
+          for (int64_t i = 0; i < std::min<int64_t>(3, room); ++i) d.push_back(right(i));
+          leading = static_cast<int64_t>(d.size());
+          break;
+        case 1:  // right, then wrong
+          if (room >= 2) d = {right(0), wrong(1)}, leading = 1;
+          break;
+        case 2:  // wrong at once, then right ones that must not count
+          if (room >= 3) d = {wrong(0), right(1), right(2)};
+          break;
+        case 3:  // none: a plain decode inside a verify step
+          break;
+      }
+      step_seqs.push_back(&spec[s]);
+      index.push_back(s);
+      drafts.push_back(d);
+      right_drafts.push_back(leading);
+    }
+    if (step_seqs.empty()) break;
+    const core::StepPlan plan = hand_step(step_seqs, drafts, greedy, config.block_size, next_block);
+    const int64_t replays = gpu.graph_replays();
+    gpu.launch(plan);
+    const core::StepOutput out = gpu.wait();
+    const std::vector<float> logits = gpu.last_logits(static_cast<int32_t>(plan.logits_rows.size()));
+    if (plan.has_drafts()) {
+      EXPECT_EQ(gpu.graph_replays(), replays) << "round " << round << ": a step with drafts runs eagerly";
+    }
+    ASSERT_EQ(out.sequences.size(), step_seqs.size());
+    size_t first_row = 0;
+    for (size_t q = 0; q < step_seqs.size(); ++q) {
+      const size_t s = index[q];
+      const core::SequenceOutput& o = out.sequences[q];
+      const int64_t n = spec[s].num_outputs();
+      const std::vector<int32_t> truth = plain[s].outputs();
+      const std::string where = "round " + std::to_string(round) + " sequence " + std::to_string(s) + " output " +
+                                std::to_string(n);
+      EXPECT_EQ(o.num_draft_tokens, static_cast<int64_t>(drafts[q].size())) << where;
+      ASSERT_GE(o.tokens.size(), 1u) << where;
+      ASSERT_LE(o.tokens.size(), drafts[q].size() + 1) << where;
+      bool flipped = false;
+      for (size_t j = 0; j < o.tokens.size(); ++j) {
+        const size_t output = static_cast<size_t>(n) + j;
+        const std::vector<float>& plain_row = plain_rows[s][output];
+        const std::vector<float> spec_row = row_of(logits, first_row + j, vocab);
+        const double error = gpu_test::relative_error(spec_row, plain_row);
+        worst_error = std::max(worst_error, error);
+        for (int64_t v = 0; v < vocab; ++v) {
+          worst_shift = std::max(worst_shift, std::abs(static_cast<double>(spec_row[v]) - plain_row[v]));
+        }
+        EXPECT_LT(error, tolerance) << where << " row " << j << ": the verify row's logits are not the decode row's";
+        ++rows_compared;
+        if (o.tokens[j].token == truth[output]) {
+          ++rows_exact;
+          continue;
+        }
+        // Greedy on (nearly) the same logits: only a near tie may flip. A flipped row rejects its
+        // draft and ends the list, unless it drew the draft itself (a wrong draft is right + 1).
+        ++near_ties;
+        EXPECT_LT(top2_gap(plain_row), kLogitTieBound)
+            << where << " row " << j << ": token " << o.tokens[j].token << ", the plain run chose " << truth[output];
+        const bool drew_the_draft = j < drafts[q].size() && o.tokens[j].token == drafts[q][j];
+        EXPECT_TRUE(j + 1 == o.tokens.size() || drew_the_draft) << where << ": a token after a rejected draft";
+        flipped = true;
+        break;
+      }
+      if (flipped) {
+        in_sync[s] = false;
+      } else {
+        EXPECT_EQ(o.num_accepted(), right_drafts[q]) << where << ": drafts equal to the plain tokens must be accepted "
+                                                     << "up to the first wrong one";
+      }
+      accepted += o.num_accepted();
+      rejected += static_cast<int64_t>(drafts[q].size()) - o.num_accepted();
+      first_row += drafts[q].size() + 1;
+      apply(spec[s], o);
+    }
+    EXPECT_EQ(first_row, plan.logits_rows.size());
+  }
+  EXPECT_GT(accepted, 0);
+  EXPECT_GT(rejected, 0);
+  EXPECT_GE(static_cast<double>(rows_exact), kMinExactRowFraction * static_cast<double>(rows_compared))
+      << rows_exact << " of " << rows_compared << " rows gave the plain run's token";
+  std::printf("[verify vs decode] %-40s %lld/%lld rows exact, %lld near ties, %lld accepted, %lld rejected, worst "
+              "logits rel. error %.2e (tolerance %.0e), largest logit shift %.4f\n",
+              dir.filename().string().c_str(), static_cast<long long>(rows_exact), static_cast<long long>(rows_compared),
+              static_cast<long long>(near_ties), static_cast<long long>(accepted), static_cast<long long>(rejected),
+              worst_error, tolerance, worst_shift);
+}
+
+// Forced acceptance (benchmarks): p = 1 accepts every draft, whatever it is, and emits row k's
+// own token after them; p = 0 accepts none; p = 0.5 accepts as the keyed draw says.
+TEST_P(CudaSpeculativeRunner, ForcedAcceptanceFollowsTheKeyedRule) {
+  const fs::path dir = make_tiny(GetParam());
+  const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
+  const int64_t vocab = mc.vocab_size;
+  const core::EngineConfig config = speculative_config(3);
+  model::SafetensorsCheckpoint checkpoint(dir);
+  CudaModelRunner gpu(model::load_weights_bf16(mc, checkpoint), config);
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  int32_t next_block = 0;
+  auto gen = gpu_test::rng(23);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(vocab - 1));
+  std::vector<HandSequence> seqs = hand_sequences(mc, 0, 22);
+  {
+    const core::StepPlan plan =
+        hand_step(pointers(seqs), std::vector<std::vector<int32_t>>(seqs.size()), greedy, config.block_size, next_block);
+    gpu.launch(plan);
+    const core::StepOutput out = gpu.wait();
+    for (size_t s = 0; s < seqs.size(); ++s) apply(seqs[s], out.sequences[s]);
+  }
+  const std::vector<int64_t> ks = {3, 1, 0, 2};
+  for (int round = 0; round < 6; ++round) {
+    const float p = round % 3 == 0 ? 1.0f : round % 3 == 1 ? 0.0f : 0.5f;
+    std::vector<std::vector<int32_t>> drafts;
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      drafts.emplace_back(static_cast<size_t>(ks[(s + static_cast<size_t>(round)) % ks.size()]));
+      for (int32_t& t : drafts.back()) t = token(gen);
+    }
+    const core::StepPlan plan = hand_step(pointers(seqs), drafts, greedy, config.block_size, next_block, p);
+    gpu.launch(plan);
+    const core::StepOutput out = gpu.wait();
+    const std::vector<float> logits = gpu.last_logits(static_cast<int32_t>(plan.logits_rows.size()));
+    size_t first_row = 0;
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      const core::SequenceOutput& o = out.sequences[s];
+      const std::vector<int32_t>& d = drafts[s];
+      const std::string where = "p " + std::to_string(p) + " round " + std::to_string(round) + " sequence " +
+                                std::to_string(s);
+      // The keyed rule: draft i is accepted iff the draw of (seed, output count of row i) < p.
+      size_t expected = 0;
+      while (expected < d.size() &&
+             forced_acceptance_uniform(seqs[s].seed, static_cast<uint64_t>(seqs[s].num_outputs()) + expected) < p) {
+        ++expected;
+      }
+      if (p == 1.0f) {
+        EXPECT_EQ(expected, d.size());
+      }
+      if (p == 0.0f) {
+        EXPECT_EQ(expected, 0u);
+      }
+      EXPECT_EQ(o.num_draft_tokens, static_cast<int64_t>(d.size())) << where;
+      ASSERT_EQ(o.tokens.size(), expected + 1) << where;
+      for (size_t i = 0; i < expected; ++i) EXPECT_EQ(o.tokens[i].token, d[i]) << where << " draft " << i;
+      // The last token is its own row's greedy draw (row `expected`, after the accepted drafts).
+      EXPECT_EQ(o.tokens.back().token, argmax(row_of(logits, first_row + expected, vocab))) << where;
+      first_row += d.size() + 1;
+      apply(seqs[s], o);
+    }
+  }
+}
+
+// A plan with deferred tokens and drafts cannot be resolved (deferred tokens index one sampled
+// row per sequence): refused.
+TEST_P(CudaSpeculativeRunner, DeferredTokensWithDraftsAreRefused) {
+  const fs::path dir = make_tiny(GetParam());
+  const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
+  const core::EngineConfig config = speculative_config(2);
+  model::SafetensorsCheckpoint checkpoint(dir);
+  CudaModelRunner gpu(model::load_weights_bf16(mc, checkpoint), config);
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  int32_t next_block = 0;
+  std::vector<HandSequence> seqs = hand_sequences(mc, 0, 24);
+  core::StepPlan prefill =
+      hand_step(pointers(seqs), std::vector<std::vector<int32_t>>(seqs.size()), greedy, config.block_size, next_block);
+  gpu.launch(prefill);
+  const core::StepOutput out = gpu.wait();
+  for (size_t s = 0; s < seqs.size(); ++s) apply(seqs[s], out.sequences[s]);
+  core::StepPlan plan = hand_step(pointers(seqs), std::vector<std::vector<int32_t>>(seqs.size(), {1, 2}), greedy,
+                                  config.block_size, next_block);
+  plan.deferred_tokens.push_back({plan.sequences[0].first_token, 0});
+  EXPECT_THROW(gpu.launch(plan), Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, CudaSpeculativeRunner,
+                         ::testing::Values(Variant{"qwen3", "tiny-gpu"}, Variant{"deepseek_v3", "tiny-gpu-deepseek-all"}),
+                         [](const auto& info) {
+                           std::string name = info.param.arch + "_" + info.param.preset;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
+// ---------------------------------------------------------------------------------------------
+// Through the engine: the n-gram drafter against no drafter.
+
+struct EngineRun {
+  std::vector<std::vector<int32_t>> tokens;               // [request]
+  std::vector<std::vector<core::SampledToken>> logprobs;  // [request][token]
+  engine::EngineStats stats;
+};
+
+EngineRun run_engine(const model::Bf16ModelWeights& weights, const std::vector<std::vector<int32_t>>& prompts,
+                     const std::vector<SamplingParams>& params, const core::SpeculativeConfig& speculative) {
+  core::EngineConfig config = small_config(/*eager=*/false);
+  config.speculative = speculative;
+  auto runner = std::make_unique<CudaModelRunner>(weights, config);
+  config.num_blocks = runner->num_blocks();
+  engine::EngineCore engine(config, std::move(runner));
+  if (speculative.enabled()) engine.set_drafter(engine::make_drafter(speculative));
+  std::vector<std::shared_ptr<engine::OutputChannel>> channels;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    channels.push_back(std::make_shared<engine::OutputChannel>());
+    engine.submit(prompts[i], params[i], channels.back());
+  }
+  for (int guard = 0; engine.has_work() && guard < 100000; ++guard) engine.step();
+  EngineRun run;
+  run.tokens.resize(prompts.size());
+  run.logprobs.resize(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    while (auto delta = channels[i]->take(std::chrono::milliseconds(0))) {
+      for (const auto& d : delta->completions) {
+        run.tokens[i].insert(run.tokens[i].end(), d.token_ids.begin(), d.token_ids.end());
+        run.logprobs[i].insert(run.logprobs[i].end(), d.logprobs.begin(), d.logprobs.end());
+      }
+    }
+  }
+  run.stats = engine.stats();
+  return run;
+}
+
+// A random phrase of 3..8 tokens said 3..5 times: the n-gram lookups hit from the first step.
+std::vector<int32_t> repetitive_prompt(std::mt19937_64& gen, int64_t vocab) {
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(vocab - 1));
+  std::vector<int32_t> phrase(static_cast<size_t>(std::uniform_int_distribution<int>(3, 8)(gen)));
+  for (int32_t& t : phrase) t = token(gen);
+  std::vector<int32_t> prompt;
+  const int repeats = std::uniform_int_distribution<int>(3, 5)(gen);
+  for (int r = 0; r < repeats; ++r) prompt.insert(prompt.end(), phrase.begin(), phrase.end());
+  return prompt;
+}
+
+// Where the verify run's tokens first leave the plain run's (the same context up to there), the
+// plain run's draw was a near tie:
+//   greedy: its best two logprobs closer than kLogitTieBound;
+//   seeded, top_k 2, temperature T: the draw keeps the best two and picks the lower id iff
+//   u < p_low = 1 / (1 + exp((l_other - l_low) / T)) (the id-ascending inverse-CDF draw, u =
+//   uniform_for_step(seed, output count)). The difference of two logits moves by at most
+//   kLogitTieBound, which moves p_low by at most kLogitTieBound / (4 T): u lies that close to
+//   p_low, or the second and third are closer than kLogitTieBound (the kept pair changes).
+// The plain run asks for logprobs 3 to read those gaps (the drafted runs too: same params).
+TEST(CudaSpeculativeEngine, NgramDraftsGiveThePlainTokensUpToNearTies) {
+  const fs::path dir = make_tiny({"qwen3", "tiny-gpu"});
+  const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
+  model::SafetensorsCheckpoint checkpoint(dir);
+  const model::Bf16ModelWeights weights = model::load_weights_bf16(mc, checkpoint);
+  auto gen = gpu_test::rng(31);
+  constexpr float kTemperature = 0.8f;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<SamplingParams> params;
+  for (int i = 0; i < 6; ++i) {
+    const std::vector<int32_t> prompt = repetitive_prompt(gen, mc.vocab_size);
+    for (bool seeded : {false, true}) {
+      SamplingParams p;
+      p.max_tokens = 32, p.ignore_eos = true, p.logprobs = 3;
+      if (seeded) {
+        p.temperature = kTemperature, p.top_k = 2, p.seed = 7000 + static_cast<uint64_t>(i);
+      } else {
+        p.temperature = 0.0f;
+      }
+      prompts.push_back(prompt);
+      params.push_back(p);
+    }
+  }
+  const EngineRun plain = run_engine(weights, prompts, params, {});
+  int64_t plain_tokens = 0, plain_ties = 0;  // how often the plain run's best two are that close
+  for (const auto& request : plain.logprobs) {
+    for (const core::SampledToken& t : request) {
+      if (t.top.size() < 2) continue;
+      ++plain_tokens;
+      plain_ties += static_cast<double>(t.top[0].logprob) - t.top[1].logprob < kLogitTieBound;
+    }
+  }
+  std::printf("[plain] %lld of %lld tokens have their best two logits within %.2f\n", static_cast<long long>(plain_ties),
+              static_cast<long long>(plain_tokens), kLogitTieBound);
+  for (int32_t k : {1, 3}) {
+    const core::SpeculativeConfig speculative{.method = "ngram", .num_speculative_tokens = k, .ngram_min = 1,
+                                              .ngram_max = 3};
+    const EngineRun drafted = run_engine(weights, prompts, params, speculative);
+    EXPECT_GT(drafted.stats.draft_tokens_accepted, 0) << "k " << k << ": repetitive prompts must accept drafts";
+    EXPECT_GT(drafted.stats.draft_tokens, drafted.stats.draft_tokens_accepted) << "k " << k;
+    int identical = 0, near_ties = 0;
+    for (size_t r = 0; r < prompts.size(); ++r) {
+      const std::string what = "k " + std::to_string(k) + " request " + std::to_string(r);
+      ASSERT_EQ(plain.tokens[r].size(), 32u) << what;
+      ASSERT_EQ(drafted.tokens[r].size(), 32u) << what;
+      ASSERT_EQ(plain.logprobs[r].size(), 32u) << what;
+      const auto mismatch = std::mismatch(plain.tokens[r].begin(), plain.tokens[r].end(), drafted.tokens[r].begin());
+      if (mismatch.first == plain.tokens[r].end()) {
+        ++identical;
+        continue;
+      }
+      ++near_ties;
+      const size_t j = static_cast<size_t>(mismatch.first - plain.tokens[r].begin());
+      const core::SampledToken& chosen = plain.logprobs[r][j];
+      ASSERT_GE(chosen.top.size(), 3u) << what;
+      const core::TokenLogprob& a = chosen.top[0];
+      const core::TokenLogprob& b = chosen.top[1];
+      const double gap12 = static_cast<double>(a.logprob) - b.logprob;
+      const double gap23 = static_cast<double>(b.logprob) - chosen.top[2].logprob;
+      if (params[r].temperature == 0.0f) {
+        std::printf("  %s token %zu: greedy %d vs %d, plain gap %.4f\n", what.c_str(), j, *mismatch.first,
+                    *mismatch.second, gap12);
+        EXPECT_LT(gap12, kLogitTieBound) << what << " token " << j << ": greedy tokens differ (" << *mismatch.first
+                                         << " vs " << *mismatch.second << ") where the plain run's choice was no near tie";
+      } else {
+        const core::TokenLogprob& low = a.token < b.token ? a : b;
+        const core::TokenLogprob& high = a.token < b.token ? b : a;
+        const double p_low = 1.0 / (1.0 + std::exp((static_cast<double>(high.logprob) - low.logprob) / kTemperature));
+        const double u = kernels::cpu::uniform_for_step(*params[r].seed, j);
+        const double margin = std::abs(u - p_low);
+        std::printf("  %s token %zu: seeded %d vs %d, plain u %.4f boundary %.4f, gap of 2nd and 3rd %.4f\n",
+                    what.c_str(), j, *mismatch.first, *mismatch.second, u, p_low, gap23);
+        EXPECT_TRUE(margin < kLogitTieBound / (4.0 * kTemperature) || gap23 < kLogitTieBound)
+            << what << " token " << j << ": seeded tokens differ (" << *mismatch.first << " vs " << *mismatch.second
+            << ") where the plain run's draw (u " << u << ", boundary " << p_low << ", 2nd/3rd gap " << gap23
+            << ") was no near tie";
+      }
+    }
+    std::printf("[ngram k %d] %d/%zu requests identical, %d diverge at a near tie; %lld of %lld drafts accepted\n", k,
+                identical, prompts.size(), near_ties, static_cast<long long>(drafted.stats.draft_tokens_accepted),
+                static_cast<long long>(drafted.stats.draft_tokens));
+  }
+}
+
+}  // namespace
+}  // namespace tachyon::runner
