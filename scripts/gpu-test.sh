@@ -44,11 +44,21 @@ if "$BUILD_DIR/bin/tachyon" serve --help > /dev/null 2>&1; then
   echo "== canary on the GPU:"
   XDG_CACHE_HOME="$fresh/cache" MIN_ACCURACY=0.97 scripts/canary-eval.sh "$BUILD_DIR/bin/tachyon" - \
     "$OUT_DIR/canary" 200 --device cuda || canary_rc=1
+  echo "== canary with n-gram drafts on the GPU (completions against the plain run's):"
+  XDG_CACHE_HOME="$fresh/cache" scripts/canary-speculative.sh "$BUILD_DIR/bin/tachyon" "$OUT_DIR/canary/eval.json" \
+    "$OUT_DIR/canary-ngram" 200 --device cuda --speculative-method ngram --num-speculative-tokens 3 --ngram-min 1 \
+    --ngram-max 3 || canary_rc=1
 else
   echo "== canary on the GPU: not run (no server in this build: cpp-httplib or Boost missing)"
 fi
 # Every family's CPU goldens again with this machine's transformers (f32 on its CPU); the fresh
 # files land in OUT_DIR/fresh-goldens too, to commit when a family's golden is new or changed.
+# SKIP_FRESH_GOLDENS=1 leaves them for a later call (they need no GPU, only the build).
+if [ -n "${SKIP_FRESH_GOLDENS:-}" ]; then
+  echo "== goldens from this machine's transformers: not run (SKIP_FRESH_GOLDENS)"
+  [ $ctest_rc = 0 ] && exit $canary_rc
+  exit $ctest_rc
+fi
 : > "$OUT_DIR/goldens.log"
 for manifest in manifest moe_manifest deepseek_manifest dsa_manifest glm_manifest mixtral_manifest; do
   TACHYON=$BUILD_DIR/bin/tachyon tools/make_golden_models.sh "$fresh/models" "tests/data/goldens/$manifest.json" > /dev/null
