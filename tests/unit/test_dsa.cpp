@@ -294,7 +294,9 @@ TEST(DsaModel, KeepingEveryTokenIsDeepseekV3WithTheSameWeights) {
   const std::vector<int32_t> tokens = prompt_of(kPromptLength, 1);
   const std::vector<float> want = sequence_logits(v3, tokens, kPromptLength);
   EXPECT_LT(relative_error(sequence_logits(dense_dsa, tokens, kPromptLength), want), 1e-6);
-  EXPECT_LT(relative_error(sequence_logits(dense_dsa, tokens, 7), want), 1e-6);
+  // In chunks of 7 the products run at other GEMM shapes, which OpenBLAS blocks (so sums)
+  // differently: f32 rounding, 1.004e-6 with one thread on Debian 12's OpenBLAS 0.3.21.
+  EXPECT_LT(relative_error(sequence_logits(dense_dsa, tokens, 7), want), 4e-6);
 }
 
 TEST(DsaModel, TopkChangesTheLogitsOnlyPastTopkTokens) {
