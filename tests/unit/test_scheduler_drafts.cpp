@@ -196,7 +196,9 @@ RunCounts run_trial(uint32_t seed, bool drafts, double draft_quality, bool overl
     counts.draft_steps += plan.has_drafts();
     // The runner resolves deferred tokens from the previous launched step's samples, as the
     // real ones do (this fake computes at launch, which is the device's launch order).
-    if (!overlapped) EXPECT_TRUE(plan.deferred_tokens.empty());
+    if (!overlapped) {
+      EXPECT_TRUE(plan.deferred_tokens.empty());
+    }
     core::StepPlan launched = plan;
     for (const core::DeferredToken& d : plan.deferred_tokens) {
       EXPECT_LT(d.sampled_index, static_cast<int64_t>(last_sampled.size()));

@@ -1,0 +1,105 @@
+#include "tachyon/tensor/fp8.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+
+#include "tachyon/base/check.h"
+
+namespace tachyon {
+
+namespace {
+
+// The 127 non-negative finite values in code order (0x00..0x7E): increasing, so the nearest
+// value to a magnitude is found by binary search.
+const std::array<float, 127>& positive_values() {
+  static const std::array<float, 127> values = [] {
+    std::array<float, 127> v{};
+    for (int code = 0; code < 127; ++code) v[static_cast<size_t>(code)] = fp8_e4m3_to_f32(static_cast<uint8_t>(code));
+    return v;
+  }();
+  return values;
+}
+
+}  // namespace
+
+float fp8_e4m3_to_f32(uint8_t bits) {
+  const int exponent = (bits >> 3) & 0xF;
+  const int mantissa = bits & 0x7;
+  const float sign = (bits & 0x80) != 0 ? -1.0f : 1.0f;
+  if (exponent == 0xF && mantissa == 0x7) return std::numeric_limits<float>::quiet_NaN();
+  if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -9);  // m/8 * 2^-6
+  return sign * std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f, exponent - 7);
+}
+
+uint8_t f32_to_fp8_e4m3(float value) {
+  if (std::isnan(value)) return 0x7F;
+  const uint8_t sign = std::signbit(value) ? 0x80 : 0x00;
+  const float magnitude = std::min(std::fabs(value), kFp8E4m3Max);  // saturate (and +-inf)
+  const std::array<float, 127>& v = positive_values();
+  // First value >= magnitude; the nearest is it or the one before; a tie goes to the even code.
+  const auto upper = std::lower_bound(v.begin(), v.end(), magnitude);
+  int code = static_cast<int>(upper - v.begin());
+  if (code > 0) {
+    const float below = v[static_cast<size_t>(code - 1)];
+    const float above = v[static_cast<size_t>(code)];
+    const float to_below = magnitude - below, to_above = above - magnitude;
+    if (to_below < to_above || (to_below == to_above && (code - 1) % 2 == 0)) code -= 1;
+  }
+  return static_cast<uint8_t>(sign | code);
+}
+
+Fp8BlockWeight quantize_fp8_blocks(std::span<const float> weight, int64_t rows, int64_t cols, int64_t block_rows,
+                                   int64_t block_cols) {
+  TACHYON_CHECK(rows > 0 && cols > 0 && block_rows > 0 && block_cols > 0 &&
+                weight.size() == static_cast<size_t>(rows * cols))
+      << "FP8 block quantization of a [" << rows << ", " << cols << "] weight from " << weight.size() << " values";
+  Fp8BlockWeight q{.rows = rows, .cols = cols, .block_rows = block_rows, .block_cols = block_cols};
+  q.data.resize(weight.size());
+  q.scale_inv.resize(static_cast<size_t>(q.scale_rows() * q.scale_cols()));
+  for (int64_t br = 0; br < q.scale_rows(); ++br) {
+    for (int64_t bc = 0; bc < q.scale_cols(); ++bc) {
+      const int64_t r0 = br * block_rows, r1 = std::min(rows, r0 + block_rows);
+      const int64_t c0 = bc * block_cols, c1 = std::min(cols, c0 + block_cols);
+      float amax = 0.0f;
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(weight[static_cast<size_t>(r * cols + c)]));
+      }
+      const float scale_inv = amax > 0.0f ? amax / kFp8E4m3Max : 1.0f;
+      q.scale_inv[static_cast<size_t>(br * q.scale_cols() + bc)] = scale_inv;
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t c = c0; c < c1; ++c) {
+          const size_t i = static_cast<size_t>(r * cols + c);
+          q.data[i] = f32_to_fp8_e4m3(weight[i] / scale_inv);
+        }
+      }
+    }
+  }
+  return q;
+}
+
+void dequantize_fp8_blocks(std::span<const uint8_t> data, std::span<const float> scale_inv, int64_t rows, int64_t cols,
+                           int64_t block_rows, int64_t block_cols, std::span<float> out) {
+  const int64_t scale_cols = (cols + block_cols - 1) / block_cols;
+  const int64_t scale_rows = (rows + block_rows - 1) / block_rows;
+  TACHYON_CHECK(data.size() == static_cast<size_t>(rows * cols) && out.size() == data.size() &&
+                scale_inv.size() == static_cast<size_t>(scale_rows * scale_cols))
+      << "FP8 block dequantization of a [" << rows << ", " << cols << "] weight: " << data.size() << " values, "
+      << scale_inv.size() << " scales for " << scale_rows << " x " << scale_cols << " blocks of [" << block_rows
+      << ", " << block_cols << "]";
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* scales = scale_inv.data() + (r / block_rows) * scale_cols;
+    for (int64_t c = 0; c < cols; ++c) {
+      const size_t i = static_cast<size_t>(r * cols + c);
+      out[i] = fp8_e4m3_to_f32(data[i]) * scales[c / block_cols];
+    }
+  }
+}
+
+void fp8_block_round_trip(std::span<float> weight, int64_t rows, int64_t cols, int64_t block_rows, int64_t block_cols) {
+  const Fp8BlockWeight q = quantize_fp8_blocks(weight, rows, cols, block_rows, block_cols);
+  dequantize_fp8_blocks(q.data, q.scale_inv, rows, cols, block_rows, block_cols, weight);
+}
+
+}  // namespace tachyon
