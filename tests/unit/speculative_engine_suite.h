@@ -97,7 +97,12 @@ class SpeculativeEngineSuite : public testing::TinyModelSuite<Seed> {
 
   static Completions run(const std::vector<SpecRequest>& requests, const core::SpeculativeConfig& speculative,
                          EngineStats* stats = nullptr, const DrafterFactory& drafter = nullptr) {
-    const core::EngineConfig c = engine_config(speculative);
+    return run_with(requests, engine_config(speculative), stats, drafter);
+  }
+
+  // run() with an engine config of the test's own (cache size, prefix caching, forced acceptance).
+  static Completions run_with(const std::vector<SpecRequest>& requests, const core::EngineConfig& c,
+                              EngineStats* stats = nullptr, const DrafterFactory& drafter = nullptr) {
     EngineCore engine(c, std::make_unique<runner::CpuModelRunner>(*model_, c.num_blocks, c.block_size),
                       drafter ? drafter() : nullptr);
     std::vector<std::shared_ptr<OutputChannel>> channels;

@@ -26,6 +26,7 @@ TEST(EngineConfig, PlanHashMovesWithEveryPlanField) {
       {"cuda_graph_batch_sizes", [](EngineConfig& c) { c.device.cuda_graph_batch_sizes = {1, 3}; }},
       {"dtype", [](EngineConfig& c) { c.device.dtype = DType::kF16; }},
       {"kv_cache_dtype", [](EngineConfig& c) { c.device.kv_cache_dtype = DType::kF32; }},
+      {"quantization", [](EngineConfig& c) { c.device.quantization = "fp8"; }},
       {"tensor_parallel_size", [](EngineConfig& c) { c.device.tensor_parallel_size = 2; }},
       {"gpu_name", [](EngineConfig& c) { c.device.gpu_name = "NVIDIA H200 sm_90"; }},
       {"model_identity", [](EngineConfig& c) { c.device.model_identity = "Qwen3ForCausalLM:abc"; }},

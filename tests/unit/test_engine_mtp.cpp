@@ -180,33 +180,6 @@ class EngineMtpTest : public SpeculativeEngineSuite<37> {
     };
   }
 
-  // The suite's run() with an engine config of the test's own (cache size, prefix caching,
-  // forced acceptance).
-  static Completions run_with(const std::vector<SpecRequest>& requests, const core::EngineConfig& c,
-                              EngineStats* stats = nullptr, const DrafterFactory& drafter = nullptr) {
-    EngineCore engine(c, std::make_unique<runner::CpuModelRunner>(*model_, c.num_blocks, c.block_size),
-                      drafter ? drafter() : nullptr);
-    std::vector<std::shared_ptr<OutputChannel>> channels;
-    for (const SpecRequest& r : requests) {
-      channels.push_back(std::make_shared<OutputChannel>());
-      engine.submit(r.prompt, r.params, channels.back());
-    }
-    for (int guard = 0; engine.has_work() && guard < 100000; ++guard) engine.step();
-    Completions out(requests.size());
-    for (size_t i = 0; i < requests.size(); ++i) {
-      out[i].resize(static_cast<size_t>(requests[i].params.n));
-      while (auto delta = channels[i]->take(std::chrono::milliseconds(0))) {
-        for (const auto& d : delta->completions) {
-          SpecCompletion& completion = out[i][static_cast<size_t>(d.index)];
-          completion.tokens.insert(completion.tokens.end(), d.token_ids.begin(), d.token_ids.end());
-          for (const auto& l : d.logprobs) completion.logprobs.push_back(l.logprob);
-        }
-      }
-    }
-    if (stats != nullptr) *stats = engine.stats();
-    return out;
-  }
-
   // Every proposal of `record` has k drafts, each of them the reference's greedy token given the
   // drafts before it (up to rounding: its reference logit within 1e-4 of the row's maximum, the
   // batched paged forward and the chunked module rows against single-sequence ones). Returns how

@@ -12,6 +12,7 @@
 #include "tachyon/engine/mtp_drafter.h"
 #include "tachyon/model/dense_model.h"
 #include "tachyon/model/gpu_support.h"
+#include "tachyon/model/online_fp8.h"
 #include "tachyon/model/tp_shard.h"
 #include "tachyon/runner/cpu_model_runner.h"
 #include "tachyon/runner/tp_cpu_model_runner.h"
@@ -92,6 +93,23 @@ std::unique_ptr<engine::Drafter> load_cuda_draft_model(const core::EngineConfig&
 }
 #endif
 
+// The f32 weights of the CPU runners, quantized online when --quantization asks.
+model::ModelWeights load_cpu_weights(const std::filesystem::path& model_dir, const model::ModelConfig& config,
+                                     const core::EngineConfig& engine) {
+  model::SafetensorsCheckpoint checkpoint(model_dir);
+  model::ModelWeights weights = model::load_weights(config, checkpoint);
+  if (engine.device.quantization == "fp8") model::quantize_weights_fp8(weights);
+  return weights;
+}
+
+// Online quantization on the GPU needs FP8 kernels (not built): refused before loading.
+void check_quantization_device(const core::EngineConfig& config, const std::string& kind) {
+  model::check_quantization_method(config.device.quantization);
+  TACHYON_CHECK(config.device.quantization.empty() || kind != "cuda")
+      << "--quantization " << config.device.quantization
+      << " runs on --device cpu only for now (the GPU's FP8 kernels are not built)";
+}
+
 // Speculation combinations no test verifies yet: refused before loading.
 void check_draft_model_device(const core::EngineConfig& config) {
   if (config.speculative.method != "draft") return;
@@ -125,6 +143,7 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
   config.device.model_identity = model_identity(model_dir, model_config);
   config.speculative = engine::resolve_speculative_config(config.speculative);
   if (kind == "cuda" && config.device.tensor_parallel_size > 1) check_drafts_verified(config);  // auto: where it resolves
+  check_quantization_device(config, kind);  // auto: where it resolves
   check_draft_model_device(config);
   check_mtp(config, model_config, model_dir);
   const int tp = config.device.tensor_parallel_size;
@@ -152,6 +171,7 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
       const std::string why = cuda_unsupported_reason(model_config);
       TACHYON_CHECK(why.empty()) << "--device cuda cannot serve " << model_dir.string() << ": " << why;
       check_drafts_verified(config);
+      check_quantization_device(config, kind);
       config.device.gpu_name = cuda::current_device_name();
       runner::TpCudaLayout layout{.devices = std::vector<int>(static_cast<size_t>(local)),
                           .first_rank = config.device.node_rank * local,
@@ -172,8 +192,7 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
     TACHYON_CHECK(kind == "cpu") << "--device cuda: this build of tachyon has no CUDA support (configure with nvcc "
                                     "on the PATH, or -DTACHYON_CUDA=ON)";
 #endif
-    model::SafetensorsCheckpoint checkpoint(model_dir);
-    auto runner = std::make_unique<runner::TpCpuModelRunner>(model::load_weights(model_config, checkpoint), tp,
+    auto runner = std::make_unique<runner::TpCpuModelRunner>(load_cpu_weights(model_dir, model_config, config), tp,
                                                      config.num_blocks, config.block_size);
     return {std::move(runner), model_config};
   }
@@ -188,6 +207,7 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
     TACHYON_CHECK(cuda::cuda_device_available()) << "--device cuda: no CUDA GPU is visible to this process";
     const std::string why = cuda_unsupported_reason(model_config);
     TACHYON_CHECK(why.empty()) << "--device cuda cannot serve " << model_dir.string() << ": " << why;
+    check_quantization_device(config, kind);
     config.device.gpu_name = cuda::current_device_name();
     // The draft model loads first, with a KV cache of fixed size; the served model then takes
     // what --gpu-memory-utilization leaves.
@@ -203,7 +223,7 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
   TACHYON_CHECK(kind == "cpu") << "--device cuda: this build of tachyon has no CUDA support (configure with nvcc "
                                   "on the PATH, or -DTACHYON_CUDA=ON)";
 #endif
-  auto model = std::make_unique<model::DenseModel>(model::DenseModel::load(model_dir));
+  auto model = std::make_unique<model::DenseModel>(load_cpu_weights(model_dir, model_config, config));
   LoadedRunner loaded{std::make_unique<runner::CpuModelRunner>(std::move(model), config.num_blocks, config.block_size),
                       model_config, nullptr};
   if (config.speculative.method == "draft") loaded.drafter = load_cpu_draft_model(config, model_config);

@@ -30,6 +30,9 @@ void add_device_options(CLI::App& cmd, core::DeviceConfig& device) {
       ->default_val(29500)
       ->check(CLI::Range(1, 65535));
   cmd.add_flag("--enforce-eager", device.enforce_eager, "no CUDA graphs for decode steps");
+  cmd.add_option("--quantization", device.quantization,
+                 "quantize the weights at load time: fp8 (E4M3 with one scale per 128x128 block; CPU only for now)")
+      ->check(CLI::IsMember({"fp8"}));
   cmd.add_option("--async-scheduling", device.async_scheduling,
                  "plan step n+1 while step n runs: auto (where the device gains from it: one GPU, no "
                  "speculative decoding), on, off")

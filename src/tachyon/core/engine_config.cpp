@@ -23,6 +23,7 @@ std::string EngineConfig::plan_hash() const {
       {"cuda_graph_batch_sizes", cuda_graph_batch_sizes(*this)},
       {"dtype", dtype_name(device.dtype)},
       {"kv_cache_dtype", dtype_name(device.kv_cache_dtype)},
+      {"quantization", device.quantization},
       {"tensor_parallel_size", device.tensor_parallel_size},
       {"gpu_name", device.gpu_name},
       {"model_identity", device.model_identity},

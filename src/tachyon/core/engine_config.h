@@ -31,6 +31,7 @@ struct DeviceConfig {
   std::vector<int32_t> cuda_graph_batch_sizes;  // decode buckets; empty: 1, 2, 4, 8, 16, 24, 32, ... max_num_seqs
   DType dtype = DType::kBF16;           // weights and activations on the GPU
   DType kv_cache_dtype = DType::kBF16;  // what the KV cache stores
+  std::string quantization;             // "" or "fp8": weights quantized at load time (model/online_fp8.h)
   int32_t tensor_parallel_size = 1;
   // Tensor parallelism over several nodes (nnodes > 1): tensor_parallel_size / nnodes GPUs on each
   // node; node 0 runs the engine and its rank 0 listens at master_addr:master_port for NCCL's
