@@ -3,9 +3,11 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <map>
 #include <numbers>
+#include <set>
 
 #include "tachyon/base/check.h"
 #include "tachyon/base/file_util.h"
@@ -72,6 +74,26 @@ void fill_random(float* out, int64_t count, uint64_t seed, const std::string& na
       if (i + 1 < end) out[i + 1] = dist.mean + dist.std * static_cast<float>(radius * std::sin(angle));
     }
   }
+}
+
+// make-model's FP8 weights: the decoder layers' linear projections, as the FP8 releases quantize
+// them (the indexer's weights_proj stays unquantized, as in DeepSeek-V3.2's).
+bool is_quantized_linear(const std::string& name, const std::vector<int64_t>& shape) {
+  static const std::set<std::string> kLinears = {"q_proj",    "k_proj",    "v_proj", "o_proj",    "q_a_proj",
+                                                 "q_b_proj",  "kv_a_proj_with_mqa",  "kv_b_proj", "gate_proj",
+                                                 "up_proj",   "down_proj", "w1",     "w2",        "w3",
+                                                 "wq_b",      "wk"};
+  if (shape.size() != 2 || !name.starts_with("model.layers.") || !name.ends_with(".weight")) return false;
+  const std::string module = name.substr(0, name.size() - std::string_view(".weight").size());
+  return kLinears.count(module.substr(module.rfind('.') + 1)) != 0;
+}
+
+// The quantization_config make-model writes for `format`.
+QuantizationConfig quantization_for(WeightQuantization format) {
+  QuantizationConfig q;
+  q.format = format;
+  if (format != WeightQuantization::kFp8Block && format != WeightQuantization::kNone) q.not_quantized = {"lm_head"};
+  return q;
 }
 
 std::string resolve_arch(const std::string& arch) {
@@ -187,6 +209,7 @@ ModelConfig make_model_config(const MakeModelOptions& options) {
     if (facts.bos_id) c.bos_token_id = facts.bos_id;
     if (facts.eos_id) c.eos_token_id = facts.eos_id;
   }
+  c.quantization = quantization_for(options.quantization);
   // Round-trip through JSON so that what we write is exactly what a loader reads back.
   return ModelConfig::from_json(c.to_json(), "make-model config");
 }
@@ -201,18 +224,37 @@ ModelConfig make_model(const MakeModelOptions& options) {
 
   std::map<std::string, TensorSource> tensors;
   for (auto& [name, shape] : expected_tensors(config)) {
-    TensorSource source;
-    source.dtype = dtype;
-    source.shape = shape;
-    source.fill = [name = random_stream_name(config, name), shape = shape, dtype,
-                   seed = options.seed](std::byte* out) {
+    const std::string stream = random_stream_name(config, name);
+    const uint64_t seed = options.seed;
+    auto draw = [stream, shape = shape, seed] {
       int64_t count = 1;
       for (int64_t d : shape) count *= d;
       std::vector<float> values(static_cast<size_t>(count));
-      fill_random(values.data(), count, seed, name, distribution_for(name, shape));
-      convert_from_f32(values.data(), values.size(), dtype, out);
+      fill_random(values.data(), count, seed, stream, distribution_for(stream, shape));
+      return values;
     };
-    tensors.emplace(name, std::move(source));
+    if (config.quantization.quantized() && is_quantized_linear(name, shape)) {
+      // The weight and its scale are separate tensors written at different times; each draws and
+      // quantizes the values again rather than holding them in between.
+      auto quantize = [draw, q = config.quantization, shape = shape] {
+        return quantize_fp8_weight(q, draw(), shape[0], shape[1]);
+      };
+      tensors.emplace(name, TensorSource{DType::kF8E4M3, shape, [quantize](std::byte* out) {
+                                           const Fp8QuantizedWeight w = quantize();
+                                           std::memcpy(out, w.data.data(), w.data.size());
+                                         }});
+      const std::vector<int64_t> scale_shape = fp8_scale_shape(config.quantization, shape[0], shape[1]);
+      tensors.emplace(config.quantization.scale_name(name),
+                      TensorSource{DType::kF32, scale_shape, [quantize](std::byte* out) {
+                                     const Fp8QuantizedWeight w = quantize();
+                                     std::memcpy(out, w.scale.data(), w.scale.size() * sizeof(float));
+                                   }});
+      continue;
+    }
+    tensors.emplace(name, TensorSource{dtype, shape, [draw, dtype](std::byte* out) {
+                                         const std::vector<float> values = draw();
+                                         convert_from_f32(values.data(), values.size(), dtype, out);
+                                       }});
   }
   const size_t shard_bytes = options.shard_bytes ? options.shard_bytes : preset.shard_bytes;
   std::filesystem::remove(options.out_dir / "model.safetensors");

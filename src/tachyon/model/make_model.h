@@ -26,6 +26,11 @@ struct MakeModelOptions {
   // The preset's first N layers only (1 <= N <= its layer count): a real shape's per-layer work
   // in a model small enough to write and profile quickly.
   std::optional<int64_t> num_layers;
+  // Writes the linear weights (attention and MLA projections, gate/up/down, experts, shared
+  // experts, the indexer's wq_b and wk) as FP8 in this checkpoint format with its
+  // quantization_config (fp8_checkpoint.h), quantized from the same random f32 values the plain
+  // model has; embeddings, lm_head, norms, routers and biases keep `dtype`.
+  WeightQuantization quantization = WeightQuantization::kNone;
 };
 
 struct ModelPreset {

@@ -165,8 +165,6 @@ void parse_deepseek(const nlohmann::json& json, const std::string& source, Model
   }
   const std::string scoring = optional_value<std::string>(json, "scoring_func", "sigmoid");
   TACHYON_CHECK(scoring == "sigmoid") << source << ": scoring_func '" << scoring << "' is not supported (sigmoid)";
-  TACHYON_CHECK(!json.contains("quantization_config"))
-      << source << ": quantized (e.g. fp8) DeepSeek checkpoints are not supported; use a bf16/f32 one";
 }
 
 // The MLP pattern of DeepseekV32Config / GlmMoeDsaConfig: "mlp_layer_types" (["dense" | "sparse"]
@@ -520,6 +518,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& json, const std::string
     std::string act = json["hidden_act"].get<std::string>();
     TACHYON_CHECK(act == "silu") << source << ": hidden_act '" << act << "' is not supported (only silu)";
   }
+  c.quantization = parse_quantization_config(json, source);
   return c;
 }
 
@@ -599,6 +598,7 @@ nlohmann::json ModelConfig::to_json() const {
     j["sliding_window"] = sliding_window ? nlohmann::json(*sliding_window) : nlohmann::json(nullptr);
   }
   if (a.write_family != nullptr) a.write_family(*this, j);
+  if (quantization.quantized()) j["quantization_config"] = quantization_config_to_json(quantization);
   return j;
 }
 

@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tachyon/model/fp8_checkpoint.h"
+
 namespace tachyon::model {
 
 struct Architecture;
@@ -121,6 +123,10 @@ struct ModelConfig {
   int64_t topk_group = 1;
   double routed_scaling_factor = 1.0;  // multiplies the routing weights
   int64_t n_shared_experts = 0;        // one shared MLP of moe_intermediate_size * n_shared_experts, every token
+
+  // config.json's quantization_config: how the checkpoint's FP8 weights are scaled
+  // (fp8_checkpoint.h); kNone for a plain checkpoint. The loader dequantizes, so nothing else reads it.
+  QuantizationConfig quantization;
 
   int64_t q_size() const { return num_attention_heads * head_dim; }
   int64_t kv_size() const { return num_key_value_heads * head_dim; }  // one token's keys

@@ -54,12 +54,14 @@ bool is_mtp_layer_tensor(const ModelConfig& c, const std::string& name) {
 
 class WeightReader {
  public:
-  WeightReader(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint) : checkpoint_(checkpoint) {
+  WeightReader(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint)
+      : checkpoint_(checkpoint), quantization_(config.quantization) {
     for (auto& [name, shape] : expected_tensors(config)) expected_.emplace(name, shape);
   }
 
   // Reads one expected tensor as f32 or bf16 bits, appending to `out` (so fused weights are
-  // concatenations).
+  // concatenations). The one place a tensor's stored values become the model's: an FP8 weight is
+  // dequantized here with its companion scale (fp8_checkpoint.h), for both loaders alike.
   template <typename T>
   void read_into(const std::string& name, std::vector<T>& out) {
     auto expected = expected_.find(name);
@@ -74,12 +76,12 @@ class WeightReader {
     out.resize(offset + static_cast<size_t>(view.numel()));
     const size_t count = static_cast<size_t>(view.numel());
     if constexpr (std::is_same_v<T, float>) {
-      convert_to_f32(view.data, view.dtype, count, out.data() + offset);
+      to_f32(view, out.data() + offset);
     } else if (view.dtype == DType::kBF16) {
       std::memcpy(out.data() + offset, view.data, count * sizeof(uint16_t));
     } else {
       std::vector<float> f32(count);
-      convert_to_f32(view.data, view.dtype, count, f32.data());
+      to_f32(view, f32.data());
       convert_from_f32(f32.data(), count, DType::kBF16, out.data() + offset);
     }
     read_.insert(name);
@@ -101,10 +103,15 @@ class WeightReader {
 
   bool has(const std::string& name) const { return checkpoint_.contains(name); }
 
+  // A checkpoint tensor that is not a weight of the forward: an ignorable one or an activation scale.
+  bool skippable(const std::string& name) const {
+    return is_ignorable(name) || is_ignorable_quantization_tensor(quantization_, name);
+  }
+
   // Every checkpoint tensor under `prefix` (one MTP module's layer) must have been read.
   void check_all_read(const std::string& prefix) const {
     for (const auto& [name, view] : checkpoint_.tensors()) {
-      TACHYON_CHECK(!name.starts_with(prefix) || read_.count(name))
+      TACHYON_CHECK(!name.starts_with(prefix) || read_.count(name) || skippable(name))
           << view.file << ": unexpected tensor '" << name << "' in the multi-token-prediction module";
     }
   }
@@ -112,7 +119,7 @@ class WeightReader {
   // Every checkpoint tensor must have been read, or be one the config allows to be ignored.
   void check_no_unexpected(const ModelConfig& config) const {
     for (const auto& [name, view] : checkpoint_.tensors()) {
-      if (read_.count(name) || is_ignorable(name) || is_mtp_layer_tensor(config, name)) continue;
+      if (read_.count(name) || skippable(name) || is_mtp_layer_tensor(config, name)) continue;
       if (name == "lm_head.weight" && config.tie_word_embeddings) continue;  // tied: duplicate of embed_tokens
       TACHYON_FAIL() << view.file << ": unexpected tensor '" << name << "' for " << config.architecture
                      << " with this config.json (is the config from the same checkpoint?)";
@@ -120,7 +127,23 @@ class WeightReader {
   }
 
  private:
+  // The tensor's values in f32: decoded, and for an FP8 weight multiplied by its scale.
+  void to_f32(const TensorView& view, float* out) {
+    if (view.dtype != DType::kF8E4M3) {
+      convert_to_f32(view.data, view.dtype, static_cast<size_t>(view.numel()), out);
+      return;
+    }
+    TACHYON_CHECK(quantization_.quantized()) << view.file << ": tensor '" << view.name << "' is F8_E4M3 but "
+                                             << "config.json has no quantization_config saying how it is scaled";
+    const std::string scale = quantization_.scale_name(view.name);
+    TACHYON_CHECK(checkpoint_.contains(scale)) << view.file << ": FP8 weight '" << view.name << "' has no scale tensor '"
+                                               << scale << "' (" << weight_quantization_name(quantization_.format) << ")";
+    dequantize_fp8_weight(quantization_, view, checkpoint_.at(scale), out);
+    read_.insert(scale);
+  }
+
   const SafetensorsCheckpoint& checkpoint_;
+  const QuantizationConfig quantization_;
   std::map<std::string, Shape> expected_;
   std::set<std::string> read_;
 };

@@ -11,6 +11,8 @@
 // DeepSeek-V3's latent attention (ModelConfig::is_mla) keeps its projections unfused, as named
 // in the checkpoint (mla.h); qkv is then empty. Its MoE layers add the router's score bias and one
 // shared expert, fused [gate; up] like the dense MLP. DeepSeek-V3.2 adds each layer's indexer.
+// FP8 checkpoints (config.quantization, fp8_checkpoint.h) are dequantized as each tensor is read,
+// with its companion scale; both loaders then hold ordinary f32 / bf16 weights.
 #pragma once
 
 #include <cstdint>

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "tachyon/base/check.h"
+#include "tachyon/tensor/fp8.h"
 
 namespace tachyon {
 
@@ -12,6 +13,7 @@ size_t dtype_size(DType dtype) {
     case DType::kF32: return 4;
     case DType::kF16: return 2;
     case DType::kBF16: return 2;
+    case DType::kF8E4M3: return 1;
   }
   TACHYON_FAIL() << "unknown dtype";
 }
@@ -21,6 +23,7 @@ std::string_view dtype_name(DType dtype) {
     case DType::kF32: return "F32";
     case DType::kF16: return "F16";
     case DType::kBF16: return "BF16";
+    case DType::kF8E4M3: return "F8_E4M3";
   }
   TACHYON_FAIL() << "unknown dtype";
 }
@@ -29,7 +32,8 @@ DType dtype_from_name(std::string_view name) {
   if (name == "F32") return DType::kF32;
   if (name == "F16") return DType::kF16;
   if (name == "BF16") return DType::kBF16;
-  TACHYON_FAIL() << "unsupported dtype '" << name << "' (supported: F32, F16, BF16)";
+  if (name == "F8_E4M3") return DType::kF8E4M3;
+  TACHYON_FAIL() << "unsupported dtype '" << name << "' (supported: F32, F16, BF16, F8_E4M3)";
 }
 
 float bf16_to_f32(uint16_t bits) {
@@ -110,6 +114,11 @@ void convert_to_f32(const void* src, DType dtype, size_t count, float* dst) {
       for (size_t i = 0; i < count; ++i) dst[i] = bf16_to_f32(in[i]);
       return;
     }
+    case DType::kF8E4M3: {
+      const auto* in = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < count; ++i) dst[i] = fp8_e4m3_to_f32(in[i]);
+      return;
+    }
   }
 }
 
@@ -126,6 +135,11 @@ void convert_from_f32(const float* src, size_t count, DType dtype, void* dst) {
     case DType::kBF16: {
       auto* out = static_cast<uint16_t*>(dst);
       for (size_t i = 0; i < count; ++i) out[i] = f32_to_bf16(src[i]);
+      return;
+    }
+    case DType::kF8E4M3: {
+      auto* out = static_cast<uint8_t*>(dst);
+      for (size_t i = 0; i < count; ++i) out[i] = f32_to_fp8_e4m3(src[i]);
       return;
     }
   }

@@ -1,5 +1,7 @@
 // Element types of weights and activations, and the scalar conversions the CPU reference needs.
-// bf16 and f16 are stored as raw uint16_t bit patterns; math happens in f32.
+// bf16 and f16 are stored as raw uint16_t bit patterns, FP8 E4M3 as uint8_t (tensor/fp8.h);
+// math happens in f32. FP8 weights come with scales (model/fp8_checkpoint.h): converting F8_E4M3
+// here decodes the raw values only, without any scale.
 #pragma once
 
 #include <cstddef>
@@ -9,10 +11,10 @@
 
 namespace tachyon {
 
-enum class DType { kF32, kF16, kBF16 };
+enum class DType { kF32, kF16, kBF16, kF8E4M3 };
 
 size_t dtype_size(DType dtype);
-// Names as safetensors spells them: "F32", "F16", "BF16".
+// Names as safetensors spells them: "F32", "F16", "BF16", "F8_E4M3".
 std::string_view dtype_name(DType dtype);
 // Parses a safetensors dtype name; throws Error listing the supported names otherwise.
 DType dtype_from_name(std::string_view name);
