@@ -11,7 +11,9 @@
 
 #include "tachyon/base/check.h"
 #include "tachyon/model/attention_backend.h"
+#include "../cli_run.h"
 #include "tachyon/model/dense_model.h"
+#include "tachyon/model/gpu_support.h"
 #include "tachyon/model/make_model.h"
 #include "tachyon/model/online_fp8.h"
 
@@ -108,6 +110,27 @@ TEST(OnlineFp8Method, UnknownMethodsAreRefused) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("unknown method 'int4'"), std::string::npos) << e.what();
   }
+}
+
+// The GPU path is not verified with FP8 weights: --quantization fp8 on --device cuda is refused
+// in one line before loading, and an FP8 checkpoint is one the GPU decoder says it does not serve
+// (so --device auto picks the CPU for it).
+TEST(OnlineFp8Method, TheGpuIsRefusedInOneLine) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("tachyon-online-fp8-cli-" + std::to_string(::getpid()));
+  make_model({.arch = "qwen3", .preset = "tiny-gpu", .seed = 2, .out_dir = dir});  // shapes the GPU serves
+  const tachyon::testing::CliRun r = tachyon::testing::run_cli(
+      "generate " + dir.string() + " --prompt-ids 1,2,3 --max-tokens 2 --device cuda --quantization fp8");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.output.rfind("error: --quantization fp8 runs on --device cpu only", 0), 0u) << r.output;
+  const tachyon::testing::CliRun cpu =
+      tachyon::testing::run_cli("generate " + dir.string() + " --prompt-ids 1,2,3 --max-tokens 2 --quantization fp8");
+  EXPECT_EQ(cpu.exit_code, 0) << cpu.output;
+  ModelConfig fp8 = ModelConfig::from_dir(dir);
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(gpu_decoder_unsupported(fp8), "");
+  fp8.quantization.format = WeightQuantization::kFp8Block;
+  EXPECT_NE(gpu_decoder_unsupported(fp8).find("FP8 checkpoints"), std::string::npos);
 }
 
 }  // namespace

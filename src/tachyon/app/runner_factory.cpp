@@ -102,7 +102,8 @@ model::ModelWeights load_cpu_weights(const std::filesystem::path& model_dir, con
   return weights;
 }
 
-// Online quantization on the GPU needs FP8 kernels (not built): refused before loading.
+// Online quantization on the GPU needs FP8 kernels (not built): refused before loading (an FP8
+// checkpoint is, by cuda_unsupported_reason, so auto picks the CPU for it).
 void check_quantization_device(const core::EngineConfig& config, const std::string& kind) {
   model::check_quantization_method(config.device.quantization);
   TACHYON_CHECK(config.device.quantization.empty() || kind != "cuda")
@@ -164,7 +165,11 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
       TACHYON_CHECK(kind != "cpu") << "--nnodes > 1 runs on GPUs only";
       kind = "cuda";
     }
-    if (kind == "auto") kind = gpus >= local && cuda_unsupported_reason(model_config).empty() ? "cuda" : "cpu";
+    if (kind == "auto") {
+      kind = gpus >= local && cuda_unsupported_reason(model_config).empty() && config.device.quantization.empty()
+                 ? "cuda"
+                 : "cpu";
+    }
     if (kind == "cuda") {
       TACHYON_CHECK(gpus >= local) << "--tp " << tp << " over " << nnodes << " node(s) needs " << local
                                    << " GPUs on this node, this process sees " << gpus;
@@ -200,7 +205,7 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
   if (kind == "auto") {
     const std::string why = cuda_unsupported_reason(model_config);
     // Silent on purpose: the CLI reports the device it ran on; --device cuda says why not.
-    kind = cuda::cuda_device_available() && why.empty() ? "cuda" : "cpu";
+    kind = cuda::cuda_device_available() && why.empty() && config.device.quantization.empty() ? "cuda" : "cpu";
   }
   check_mtp(config, model_config, model_dir);  // auto may have resolved to cuda
   if (kind == "cuda") {
