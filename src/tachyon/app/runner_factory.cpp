@@ -64,8 +64,9 @@ model::ModelConfig draft_model_config(const core::EngineConfig& config, const mo
 // The draft model of --speculative-method draft on the CPU, beside the CPU runner: its own paged
 // cache of the target's capacity in tokens, so every sequence the target holds fits.
 std::unique_ptr<engine::Drafter> load_cpu_draft_model(const core::EngineConfig& config, const model::ModelConfig& target) {
-  draft_model_config(config, target);
-  auto model = std::make_unique<model::DenseModel>(model::DenseModel::load(config.speculative.draft_model));
+  const model::ModelConfig draft = draft_model_config(config, target);
+  model::SafetensorsCheckpoint checkpoint(config.speculative.draft_model);
+  auto model = std::make_unique<model::DenseModel>(model::load_weights(draft, checkpoint));
   auto runner = std::make_unique<runner::CpuModelRunner>(std::move(model), config.num_blocks, config.block_size);
   return std::make_unique<engine::DraftModelDrafter>(std::move(runner), draft_options(config, config.num_blocks),
                                                      target.vocab_size);
@@ -73,8 +74,8 @@ std::unique_ptr<engine::Drafter> load_cpu_draft_model(const core::EngineConfig& 
 
 #ifdef TACHYON_HAVE_CUDA
 // The draft model on the GPU, loaded before the served model: its KV cache takes a fixed share
-// of the GPU (kDraftKvShare of its memory, at most what max_num_seqs sequences of max_model_len
-// need), so the served model's cache is sized from what is left.
+// of the GPU (kDraftKvShare of its memory), so the served model's cache is sized from what is
+// left. A full draft cache only costs drafts (draft_model_drafter.h), never the served model.
 std::unique_ptr<engine::Drafter> load_cuda_draft_model(const core::EngineConfig& config, const model::ModelConfig& target) {
   constexpr double kDraftKvShare = 0.08;
   const model::ModelConfig draft = draft_model_config(config, target);
