@@ -1,0 +1,67 @@
+// CompiledGrammar: a Grammar bound to a TokenVocabulary, with the cache of token masks by
+// automaton state. Immutable apart from the cache (thread-safe), shared by every sequence that
+// uses the same constraint; each sequence has its own Matcher (matcher.h).
+//
+// Why a cache by state: the mask depends only on the automaton's state (the set of stacks), and
+// structured output visits few distinct states over and over: inside a string value the state
+// after each character is the same (tail calls keep the stack flat), so is the state after each
+// digit of a number or before each item of an array. The first visit walks the vocabulary trie
+// (milliseconds for 128K tokens inside a string, microseconds where few bytes may follow); every
+// later one, by any sequence of the batch, is a lookup. Bounded LRU: kMaxCachedMasks per grammar.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tachyon/structured/grammar.h"
+#include "tachyon/structured/pda.h"
+#include "tachyon/structured/token_vocabulary.h"
+
+namespace tachyon::structured {
+
+struct TokenMask {
+  // [vocabulary.num_mask_words()] bit (id % 32) of word (id / 32) set: token id may come next.
+  // EOS and stop ids are never set here: the engine adds them when can_end.
+  std::vector<uint32_t> words;
+  bool can_end = false;  // the output is complete per the grammar: EOS / stop may come next
+  bool allows(int32_t id) const { return (words[static_cast<size_t>(id) >> 5] >> (id & 31)) & 1u; }
+};
+
+// The walk itself: every token whose bytes the automaton can take from `state`. Nodes it adds to
+// pda's arena are removed again.
+void fill_token_mask(Pda& pda, const PdaState& state, const TokenVocabulary& vocabulary, TokenMask& out);
+
+class CompiledGrammar {
+ public:
+  static constexpr size_t kMaxCachedMasks = 256;
+
+  CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVocabulary> vocabulary, std::string description);
+
+  const Grammar& grammar() const { return grammar_; }
+  const TokenVocabulary& vocabulary() const { return *vocabulary_; }
+  const std::string& description() const { return description_; }  // e.g. "json_schema", for logs
+
+  // The mask of `state` (a state of a Pda over this grammar), from the cache or computed.
+  std::shared_ptr<const TokenMask> mask(Pda& pda, const PdaState& state) const;
+  size_t cached_masks() const;
+
+ private:
+  struct KeyHash {
+    size_t operator()(const std::vector<int32_t>& key) const;
+  };
+  using Lru = std::list<std::pair<std::vector<int32_t>, std::shared_ptr<const TokenMask>>>;
+
+  Grammar grammar_;
+  std::shared_ptr<const TokenVocabulary> vocabulary_;
+  std::string description_;
+  mutable std::mutex mutex_;
+  mutable Lru lru_;  // most recent first
+  mutable std::unordered_map<std::vector<int32_t>, Lru::iterator, KeyHash> index_;
+};
+
+}  // namespace tachyon::structured

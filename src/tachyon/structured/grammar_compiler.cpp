@@ -1,0 +1,96 @@
+#include "tachyon/structured/grammar_compiler.h"
+
+#include <nlohmann/json.hpp>
+
+#include "tachyon/structured/ebnf.h"
+#include "tachyon/structured/json_schema.h"
+#include "tachyon/structured/regex_grammar.h"
+
+namespace tachyon::structured {
+
+std::string ConstraintSpec::canonical() const {
+  std::string out = std::to_string(static_cast<int>(kind)) + "\n" + text;
+  for (const std::string& c : choices) {
+    out += '\n';
+    out += std::to_string(c.size()) + ":" + c;
+  }
+  return out;
+}
+
+namespace {
+
+Grammar build_unchecked(const ConstraintSpec& spec) {
+  switch (spec.kind) {
+    case ConstraintSpec::Kind::kJsonObject:
+      return json_object_grammar();
+    case ConstraintSpec::Kind::kJsonSchema: {
+      nlohmann::ordered_json schema;
+      try {
+        schema = nlohmann::ordered_json::parse(spec.text);
+      } catch (const nlohmann::json::exception& e) {
+        throw StructuredError(spec.field + ": the schema is not valid JSON (" + e.what() + ")");
+      }
+      return json_schema_grammar(schema);
+    }
+    case ConstraintSpec::Kind::kRegex: {
+      Grammar g;
+      const int32_t root = g.add_rule("root");
+      g.add_alternative(root, compile_regex(g, spec.text, RegexContext::kRaw, spec.field));
+      g.set_root(root);
+      return g;
+    }
+    case ConstraintSpec::Kind::kChoice: {
+      if (spec.choices.empty()) throw StructuredError(spec.field + ": the choice list is empty");
+      Grammar g;
+      const int32_t root = g.add_rule("root");
+      for (const std::string& c : spec.choices) g.add_alternative(root, g.literal(c));
+      g.set_root(root);
+      return g;
+    }
+    case ConstraintSpec::Kind::kGrammar:
+      return ebnf_grammar(spec.text, spec.field);
+  }
+  throw StructuredError("internal: unknown constraint kind");
+}
+
+}  // namespace
+
+Grammar build_grammar(const ConstraintSpec& spec) {
+  Grammar g = build_unchecked(spec);
+  g.finish();
+  return g;
+}
+
+GrammarCompiler::GrammarCompiler(std::shared_ptr<const TokenVocabulary> vocabulary) : vocabulary_(std::move(vocabulary)) {
+  TACHYON_CHECK(vocabulary_ != nullptr) << "internal: GrammarCompiler needs a vocabulary";
+}
+
+std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile(const ConstraintSpec& spec) {
+  std::string key = spec.canonical();
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = index_.find(key); it != index_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second);
+      return it->second->second;
+    }
+  }
+  static const char* const kNames[] = {"json_object", "json_schema", "regex", "choice", "grammar"};
+  auto compiled = std::make_shared<const CompiledGrammar>(build_grammar(spec), vocabulary_,
+                                                          kNames[static_cast<int>(spec.kind)]);
+  std::lock_guard lock(mutex_);
+  if (auto it = index_.find(key); it != index_.end()) return it->second->second;
+  lru_.emplace_front(key, compiled);
+  index_.emplace(std::move(key), lru_.begin());
+  if (lru_.size() > kMaxCachedGrammars) {
+    index_.erase(lru_.back().first);
+    lru_.pop_back();
+  }
+  return compiled;
+}
+
+size_t GrammarCompiler::cached_grammars() const {
+  std::lock_guard lock(mutex_);
+  return lru_.size();
+}
+
+}  // namespace tachyon::structured

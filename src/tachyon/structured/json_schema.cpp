@@ -1,0 +1,368 @@
+#include "tachyon/structured/json_schema.h"
+
+#include <map>
+#include <set>
+
+#include "tachyon/structured/regex_grammar.h"
+#include "tachyon/structured/utf8_ranges.h"
+
+namespace tachyon::structured {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+const std::set<std::string, std::less<>> kAnnotations = {
+    "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated", "readOnly",
+    "writeOnly", "$defs", "definitions"};
+const std::set<std::string, std::less<>> kKeywords = {
+    "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "enum", "const",
+    "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern", "format", "nullable"};
+
+// Regexes for the supported string formats (RFC 3339 date/time, RFC 4122 uuid).
+const std::map<std::string, std::string, std::less<>> kFormats = {
+    {"date", R"([0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01]))"},
+    {"time", R"(([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\.[0-9]+)?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9]))"},
+    {"date-time",
+     R"([0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\.[0-9]+)?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9]))"},
+    {"uuid", R"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"},
+};
+
+class SchemaCompiler {
+ public:
+  explicit SchemaCompiler(const Json& root) : root_(root) {}
+
+  Grammar compile() {
+    const int32_t root = g_.add_rule("root");
+    g_.add_alternative(root, schema(root_, "", 0));
+    g_.set_root(root);
+    return std::move(g_);
+  }
+
+  Grammar any_object() {
+    const int32_t root = g_.add_rule("root");
+    g_.add_alternative(root, object_any());
+    g_.set_root(root);
+    return std::move(g_);
+  }
+
+ private:
+  [[noreturn]] static void fail(const std::string& path, const std::string& message) {
+    throw StructuredError("json_schema" + (path.empty() ? std::string() : " at '" + path + "'") + ": " + message);
+  }
+  static std::string join(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
+
+  // --- The JSON value rules, built once per grammar ---
+  Sequence character() {
+    if (char_ < 0) {
+      // A string character: any but control characters, '"' and '\' (which must be escaped),
+      // or an escape sequence.
+      const Sequence plain = utf8_class(g_, {{0x20, 0x21}, {0x23, 0x5B}, {0x5D, kMaxCodepoint}}, "json_char_plain");
+      ByteSet escapable;
+      for (char c : std::string("\"\\/bfnrt")) escapable.set(static_cast<uint8_t>(c));
+      ByteSet hex;
+      hex.set_range('0', '9');
+      hex.set_range('a', 'f');
+      hex.set_range('A', 'F');
+      const Sequence h = g_.bytes(hex);
+      char_ = g_.rule_of("json_char", {plain, concat({g_.literal("\\"), g_.bytes(escapable)}),
+                                       concat({g_.literal("\\u"), h, h, h, h})});
+    }
+    return Grammar::ref(char_);
+  }
+  Sequence string_any() {
+    if (string_ < 0) string_ = g_.rule_of("json_string", {concat({g_.literal("\""), g_.star(character(), "json_chars"), g_.literal("\"")})});
+    return Grammar::ref(string_);
+  }
+  Sequence digits_star() { return g_.star(g_.bytes(ByteSet::range('0', '9')), "json_digits"); }
+  Sequence integer_any() {
+    if (integer_ < 0) {
+      integer_ = g_.rule_of("json_integer", {g_.literal("0"), concat({g_.optional(g_.literal("-"), "json_minus"),
+                                                                       g_.bytes(ByteSet::range('1', '9')), digits_star()})});
+    }
+    return Grammar::ref(integer_);
+  }
+  Sequence number_any() {
+    if (number_ < 0) {
+      const Sequence digit = g_.bytes(ByteSet::range('0', '9'));
+      const Sequence int_part = Grammar::ref(g_.rule_of("json_int_part", {g_.literal("0"), concat({g_.bytes(ByteSet::range('1', '9')), digits_star()})}));
+      const Sequence fraction = g_.optional(concat({g_.literal("."), digit, digits_star()}), "json_fraction");
+      ByteSet e;
+      e.set('e');
+      e.set('E');
+      ByteSet sign;
+      sign.set('+');
+      sign.set('-');
+      const Sequence exponent = g_.optional(concat({g_.bytes(e), g_.optional(g_.bytes(sign), "json_sign"), digit, digits_star()}), "json_exponent");
+      number_ = g_.rule_of("json_number", {concat({g_.optional(g_.literal("-"), "json_minus"), int_part, fraction, exponent})});
+    }
+    return Grammar::ref(number_);
+  }
+  Sequence value_any() {
+    if (value_ < 0) {
+      value_ = g_.add_rule("json_value");
+      for (const Sequence& s : {object_any(), array_any(), string_any(), number_any(), g_.literal("true"), g_.literal("false"), g_.literal("null")}) {
+        g_.add_alternative(value_, s);
+      }
+    }
+    return Grammar::ref(value_);
+  }
+  Sequence object_any() {
+    if (object_ < 0) {
+      object_ = g_.add_rule("json_object");
+      const Sequence member = concat({string_any(), g_.literal(": "), value_any()});
+      g_.add_alternative(object_, g_.literal("{}"));
+      g_.add_alternative(object_, concat({g_.literal("{"), member, g_.star(concat({g_.literal(", "), member}), "json_members"), g_.literal("}")}));
+    }
+    return Grammar::ref(object_);
+  }
+  Sequence array_any() {
+    if (array_ < 0) {
+      array_ = g_.add_rule("json_array");
+      g_.add_alternative(array_, g_.literal("[]"));
+      g_.add_alternative(array_, concat({g_.literal("["), value_any(), g_.star(concat({g_.literal(", "), value_any()}), "json_items"), g_.literal("]")}));
+    }
+    return Grammar::ref(array_);
+  }
+
+  // --- Schemas ---
+  Sequence schema(const Json& s, const std::string& path, int depth) {
+    if (depth > 64) fail(path, "the schema nests too deeply (more than 64 levels)");
+    if (s.is_boolean()) {
+      if (s.get<bool>()) return value_any();
+      fail(path, "the schema 'false' matches nothing");
+    }
+    if (!s.is_object()) fail(path, "a schema must be an object or a boolean");
+    for (const auto& [key, value] : s.items()) {
+      if (kAnnotations.count(key) == 0 && kKeywords.count(key) == 0) {
+        fail(join(path, key), "the keyword '" + key + "' is not supported (supported: type, properties, required, "
+             "additionalProperties: false, items, minItems, maxItems, enum, const, anyOf, oneOf, allOf with one "
+             "member, $ref, $defs, minLength, maxLength, pattern, format)");
+      }
+    }
+    if (const auto it = s.find("$ref"); it != s.end()) {
+      if (s.size() > 1 && (s.contains("type") || s.contains("properties") || s.contains("items"))) {
+        fail(path, "'$ref' beside other constraining keywords is not supported");
+      }
+      return reference(*it, join(path, "$ref"), depth);
+    }
+    if (const auto it = s.find("allOf"); it != s.end()) {
+      if (!it->is_array() || it->size() != 1) fail(join(path, "allOf"), "only 'allOf' with exactly one schema is supported");
+      if (has_constraints(s, "allOf")) fail(path, "'allOf' beside other constraining keywords is not supported");
+      return schema((*it)[0], join(path, "allOf[0]"), depth + 1);
+    }
+    for (const char* key : {"anyOf", "oneOf"}) {
+      if (const auto it = s.find(key); it != s.end()) {
+        if (!it->is_array() || it->empty()) fail(join(path, key), std::string("'") + key + "' must be a non-empty array");
+        if (has_constraints(s, key)) fail(path, std::string("'") + key + "' beside other constraining keywords is not supported");
+        std::vector<Sequence> alternatives;
+        for (size_t i = 0; i < it->size(); ++i) {
+          alternatives.push_back(schema((*it)[i], join(path, std::string(key) + "[" + std::to_string(i) + "]"), depth + 1));
+        }
+        return Grammar::ref(g_.rule_of("any_of", alternatives));
+      }
+    }
+    if (const auto it = s.find("const"); it != s.end()) return g_.literal(it->dump());
+    if (const auto it = s.find("enum"); it != s.end()) {
+      if (!it->is_array() || it->empty()) fail(join(path, "enum"), "'enum' must be a non-empty array");
+      std::vector<Sequence> alternatives;
+      for (const Json& v : *it) alternatives.push_back(g_.literal(v.dump()));
+      return Grammar::ref(g_.rule_of("enum", alternatives));
+    }
+    std::vector<std::string> types;
+    if (const auto it = s.find("type"); it != s.end()) {
+      if (it->is_string()) {
+        types.push_back(it->get<std::string>());
+      } else if (it->is_array() && !it->empty()) {
+        for (const Json& t : *it) {
+          if (!t.is_string()) fail(join(path, "type"), "'type' must be a string or an array of strings");
+          types.push_back(t.get<std::string>());
+        }
+      } else {
+        fail(join(path, "type"), "'type' must be a string or an array of strings");
+      }
+    } else if (s.contains("properties") || s.contains("additionalProperties")) {
+      types.push_back("object");
+    } else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) {
+      types.push_back("array");
+    } else if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern") || s.contains("format")) {
+      types.push_back("string");
+    } else {
+      return value_any();  // no type: any JSON value
+    }
+    if (s.value("nullable", false)) types.push_back("null");
+    std::vector<Sequence> alternatives;
+    for (const std::string& t : types) alternatives.push_back(typed(s, t, path, depth));
+    if (alternatives.size() == 1) return alternatives[0];
+    return Grammar::ref(g_.rule_of("types", alternatives));
+  }
+
+  // True when s has a keyword other than `except` that constrains values.
+  static bool has_constraints(const Json& s, const std::string& except) {
+    for (const auto& [key, value] : s.items()) {
+      if (key != except && kAnnotations.count(key) == 0 && key != "nullable") return true;
+    }
+    return false;
+  }
+
+  Sequence typed(const Json& s, const std::string& type, const std::string& path, int depth) {
+    if (type == "object") return object(s, path, depth);
+    if (type == "array") return array(s, path, depth);
+    if (type == "string") return string(s, path);
+    if (type == "integer") return integer_any();
+    if (type == "number") return number_any();
+    if (type == "boolean") return Grammar::ref(g_.rule_of("boolean", {g_.literal("true"), g_.literal("false")}));
+    if (type == "null") return g_.literal("null");
+    fail(join(path, "type"), "unknown type '" + type + "'");
+  }
+
+  static int64_t count(const Json& s, const char* key, const std::string& path, int64_t fallback) {
+    const auto it = s.find(key);
+    if (it == s.end()) return fallback;
+    if (!it->is_number_integer() || it->get<int64_t>() < 0) fail(join(path, key), std::string("'") + key + "' must be a non-negative integer");
+    return it->get<int64_t>();
+  }
+
+  Sequence string(const Json& s, const std::string& path) {
+    const int64_t min = count(s, "minLength", path, 0);
+    const int64_t max = count(s, "maxLength", path, -1);
+    if (max >= 0 && max < min) fail(path, "'maxLength' is below 'minLength'");
+    const auto pattern = s.find("pattern");
+    const auto format = s.find("format");
+    if (pattern != s.end() || format != s.end()) {
+      if (min > 0 || max >= 0) fail(path, "'minLength'/'maxLength' together with 'pattern' or 'format' is not supported");
+      if (pattern != s.end() && format != s.end()) fail(path, "'pattern' together with 'format' is not supported");
+      std::string regex;
+      if (pattern != s.end()) {
+        if (!pattern->is_string()) fail(join(path, "pattern"), "'pattern' must be a string");
+        regex = pattern->get<std::string>();
+      } else {
+        if (!format->is_string()) fail(join(path, "format"), "'format' must be a string");
+        const auto f = kFormats.find(format->get<std::string>());
+        if (f == kFormats.end()) {
+          fail(join(path, "format"), "the format '" + format->get<std::string>() + "' is not supported (supported: date, time, date-time, uuid)");
+        }
+        regex = f->second;
+      }
+      return concat({g_.literal("\""), compile_regex(g_, regex, RegexContext::kJsonString, "json_schema at '" + join(path, "pattern") + "'"), g_.literal("\"")});
+    }
+    if (min == 0 && max < 0) return string_any();
+    return concat({g_.literal("\""), g_.repeat(character(), min, max, "string_chars"), g_.literal("\"")});
+  }
+
+  Sequence array(const Json& s, const std::string& path, int depth) {
+    const int64_t min = count(s, "minItems", path, 0);
+    const int64_t max = count(s, "maxItems", path, -1);
+    if (max >= 0 && max < min) fail(path, "'maxItems' is below 'minItems'");
+    Sequence item;
+    if (const auto it = s.find("items"); it != s.end()) {
+      if (it->is_array()) fail(join(path, "items"), "'items' as an array (tuple validation) is not supported; use one schema");
+      item = schema(*it, join(path, "items"), depth + 1);
+    } else {
+      item = value_any();
+    }
+    const int32_t rule = g_.add_rule("array");
+    if (min == 0) g_.add_alternative(rule, g_.literal("[]"));
+    if (max != 0) {
+      const Sequence rest = g_.repeat(concat({g_.literal(", "), item}), std::max<int64_t>(min - 1, 0), max < 0 ? -1 : max - 1, "array_items");
+      g_.add_alternative(rule, concat({g_.literal("["), item, rest, g_.literal("]")}));
+    }
+    return Grammar::ref(rule);
+  }
+
+  Sequence object(const Json& s, const std::string& path, int depth) {
+    const auto props = s.find("properties");
+    if (const auto it = s.find("additionalProperties"); it != s.end()) {
+      if (!(it->is_boolean() && !it->get<bool>())) {
+        fail(join(path, "additionalProperties"), "only 'additionalProperties': false is supported (strict structured outputs)");
+      }
+    }
+    std::set<std::string> required;
+    if (const auto it = s.find("required"); it != s.end()) {
+      if (!it->is_array()) fail(join(path, "required"), "'required' must be an array of strings");
+      for (const Json& r : *it) {
+        if (!r.is_string()) fail(join(path, "required"), "'required' must be an array of strings");
+        if (props == s.end() || !props->contains(r.get<std::string>())) {
+          fail(join(path, "required"), "the required property '" + r.get<std::string>() + "' is not in 'properties'");
+        }
+        required.insert(r.get<std::string>());
+      }
+    }
+    if (props == s.end()) {
+      if (s.contains("additionalProperties")) return g_.literal("{}");
+      return object_any();
+    }
+    if (!props->is_object()) fail(join(path, "properties"), "'properties' must be an object");
+    struct Property {
+      Sequence member;  // "key": value
+      bool required;
+    };
+    std::vector<Property> properties;
+    for (const auto& [key, value] : props->items()) {
+      const Sequence v = schema(value, join(join(path, "properties"), key), depth + 1);
+      properties.push_back({concat({g_.literal(Json(key).dump()), g_.literal(": "), v}), required.count(key) > 0});
+    }
+    // rest[i][first]: the members from property i on; `first` when none was written yet (no
+    // separator before the next). Built from the end; optional properties may be skipped.
+    const size_t n = properties.size();
+    std::vector<std::array<Sequence, 2>> rest(n + 1);
+    for (size_t i = n; i-- > 0;) {
+      for (int first = 0; first < 2; ++first) {
+        std::vector<Sequence> alternatives;
+        alternatives.push_back(concat({first ? Sequence{} : g_.literal(", "), properties[i].member, rest[i + 1][0]}));
+        if (!properties[i].required) alternatives.push_back(rest[i + 1][first]);
+        rest[i][first] = Grammar::ref(g_.rule_of("members_" + std::to_string(i), alternatives));
+      }
+    }
+    return concat({g_.literal("{"), rest[0][1], g_.literal("}")});
+  }
+
+  Sequence reference(const Json& ref, const std::string& path, int depth) {
+    if (!ref.is_string()) fail(path, "'$ref' must be a string");
+    const std::string target = ref.get<std::string>();
+    if (auto it = refs_.find(target); it != refs_.end()) return Grammar::ref(it->second);
+    if (target.empty() || target[0] != '#') fail(path, "only local references ('#', '#/$defs/...') are supported, not '" + target + "'");
+    const Json* node = &root_;
+    if (target.size() > 1) {
+      // ordered_json has its own pointer type; walk by the pointer's tokens.
+      std::string rest = target.substr(1);
+      size_t pos = 1;
+      while (pos <= rest.size() && !rest.empty()) {
+        const size_t next = rest.find('/', pos);
+        std::string token = rest.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
+        for (size_t k; (k = token.find("~1")) != std::string::npos;) token.replace(k, 2, "/");
+        for (size_t k; (k = token.find("~0")) != std::string::npos;) token.replace(k, 2, "~");
+        if (node->is_object() && node->contains(token)) {
+          node = &(*node)[token];
+        } else if (node->is_array() && !token.empty() && token.find_first_not_of("0123456789") == std::string::npos &&
+                   std::stoull(token) < node->size()) {
+          node = &(*node)[std::stoull(token)];
+        } else {
+          fail(path, "'" + target + "' points to nothing in the schema");
+        }
+        if (next == std::string::npos) break;
+        pos = next + 1;
+      }
+    }
+    // The rule exists before its body, so a schema may refer to itself (recursive structures).
+    const int32_t rule = g_.add_rule("ref");
+    refs_.emplace(target, rule);
+    g_.add_alternative(rule, schema(*node, target, depth + 1));
+    return Grammar::ref(rule);
+  }
+
+  const Json& root_;
+  Grammar g_;
+  std::map<std::string, int32_t> refs_;
+  int32_t char_ = -1, string_ = -1, integer_ = -1, number_ = -1, value_ = -1, object_ = -1, array_ = -1;
+};
+
+}  // namespace
+
+Grammar json_schema_grammar(const nlohmann::ordered_json& schema) { return SchemaCompiler(schema).compile(); }
+
+Grammar json_object_grammar() {
+  const nlohmann::ordered_json empty = nlohmann::ordered_json::object();
+  return SchemaCompiler(empty).any_object();
+}
+
+}  // namespace tachyon::structured

@@ -1,0 +1,41 @@
+#include "tachyon/structured/matcher.h"
+
+namespace tachyon::structured {
+
+Matcher::Matcher(std::shared_ptr<const CompiledGrammar> grammar) : grammar_(std::move(grammar)), pda_(grammar_->grammar()) {
+  state_ = pda_.initial();
+  state_ = pda_.compact(state_);
+}
+
+bool Matcher::accept_bytes(std::string_view bytes) {
+  const size_t mark = pda_.arena().size();
+  const PdaState* current = &state_;
+  int flip = 0;
+  for (char c : bytes) {
+    PdaState& next = scratch_[flip];
+    if (!pda_.advance(*current, static_cast<uint8_t>(c), next)) {
+      pda_.arena().resize(mark);
+      return false;
+    }
+    current = &next;
+    flip ^= 1;
+  }
+  state_ = pda_.compact(*current);
+  return true;
+}
+
+bool Matcher::accept_token(int32_t id) {
+  const TokenVocabulary& v = grammar_->vocabulary();
+  if (id < 0 || id >= v.num_tokens()) return false;
+  const std::string& bytes = v.token_bytes(id);
+  if (bytes.empty()) return false;
+  return accept_bytes(bytes);
+}
+
+bool Matcher::can_end() const { return pda_.accepting(state_); }
+
+bool Matcher::must_end() const { return can_end() && pda_.next_bytes(state_).empty(); }
+
+std::shared_ptr<const TokenMask> Matcher::next_mask() { return grammar_->mask(pda_, state_); }
+
+}  // namespace tachyon::structured

@@ -1,0 +1,38 @@
+// Matcher: one sequence's position in its constraint. The engine advances it with every token the
+// sequence accepts and asks it for the next step's mask (engine/structured_state in EngineCore).
+// Cheap to create (the start state), not thread-safe (one sequence, one thread at a time).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "tachyon/structured/compiled_grammar.h"
+
+namespace tachyon::structured {
+
+class Matcher {
+ public:
+  explicit Matcher(std::shared_ptr<const CompiledGrammar> grammar);
+
+  // Advances by the token's bytes. False (state unchanged) when the grammar refuses them, or the
+  // token takes no part in the vocabulary (special, padding).
+  bool accept_token(int32_t id);
+  // Advances by raw bytes (tests, forced prefixes). False (state unchanged) when refused.
+  bool accept_bytes(std::string_view bytes);
+  // The output so far is complete per the grammar (EOS may come now).
+  bool can_end() const;
+  // Nothing but the end may follow (the grammar accepted and allows no more bytes).
+  bool must_end() const;
+  // The mask for the next token (shared with every sequence in the same state).
+  std::shared_ptr<const TokenMask> next_mask();
+  const CompiledGrammar& grammar() const { return *grammar_; }
+
+ private:
+  std::shared_ptr<const CompiledGrammar> grammar_;
+  Pda pda_;
+  PdaState state_;
+  PdaState scratch_[2];
+};
+
+}  // namespace tachyon::structured

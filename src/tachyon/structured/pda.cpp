@@ -1,0 +1,152 @@
+#include "tachyon/structured/pda.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+namespace tachyon::structured {
+namespace {
+
+uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  h *= 0xff51afd7ed558ccdull;
+  return h ^ (h >> 33);
+}
+
+// Grammars we build nest a few dozen rules deep; a user's EBNF could recurse without consuming
+// input only through left recursion, which Grammar::finish refuses. This bounds what is left
+// (a deeply nested grammar) so a bad one fails with a message instead of overflowing the stack.
+constexpr int kMaxExpandDepth = 2000;
+
+}  // namespace
+
+int32_t Pda::push(int32_t position, int32_t parent) {
+  const uint64_t below = parent < 0 ? 0x51ed27u : arena_[static_cast<size_t>(parent)].hash;
+  arena_.push_back(StackNode{position, parent, mix(below, static_cast<uint64_t>(position))});
+  return static_cast<int32_t>(arena_.size()) - 1;
+}
+
+bool Pda::same_stack(int32_t a, int32_t b) const {
+  while (a != b) {
+    if (a < 0 || b < 0) return false;
+    const StackNode& x = arena_[static_cast<size_t>(a)];
+    const StackNode& y = arena_[static_cast<size_t>(b)];
+    if (x.position != y.position || x.hash != y.hash) return false;
+    a = x.parent;
+    b = y.parent;
+  }
+  return true;
+}
+
+void Pda::add_unique(int32_t node, PdaState& out) const {
+  for (int32_t existing : out) {
+    if (existing == node) return;
+    if (existing >= 0 && node >= 0 && same_stack(existing, node)) return;
+  }
+  out.push_back(node);
+}
+
+// Makes `node`'s top a byte set (or the accepted marker): a rule reference pushes the rule's
+// alternatives above the continuation, an alternative's end returns to the frame below.
+void Pda::expand(int32_t node, PdaState& out, int depth) {
+  if (depth > kMaxExpandDepth) throw StructuredError("the grammar nests too deeply to match");
+  if (node == kAccepted) {
+    add_unique(kAccepted, out);
+    return;
+  }
+  const std::vector<Element>& elements = grammar_.elements();
+  const StackNode frame = arena_[static_cast<size_t>(node)];
+  const Element& e = elements[static_cast<size_t>(frame.position)];
+  switch (e.kind) {
+    case Element::kBytes:
+      add_unique(node, out);
+      return;
+    case Element::kEnd:
+      expand(frame.parent, out, depth + 1);
+      return;
+    case Element::kRule: {
+      // The continuation after the call; skipped when it is the alternative's end (tail call).
+      const int32_t after = frame.position + 1;
+      int32_t continuation = frame.parent;
+      if (elements[static_cast<size_t>(after)].kind != Element::kEnd) continuation = push(after, frame.parent);
+      for (int32_t start : grammar_.alternatives(e.index)) {
+        expand(push(start, continuation), out, depth + 1);
+      }
+      return;
+    }
+  }
+}
+
+PdaState Pda::initial() {
+  PdaState state;
+  for (int32_t start : grammar_.alternatives(grammar_.root())) expand(push(start, -1), state, 0);
+  return state;
+}
+
+bool Pda::advance(const PdaState& from, uint8_t b, PdaState& to) {
+  to.clear();
+  const std::vector<Element>& elements = grammar_.elements();
+  const std::vector<ByteSet>& sets = grammar_.byte_sets();
+  for (int32_t node : from) {
+    if (node == kAccepted) continue;
+    const StackNode frame = arena_[static_cast<size_t>(node)];
+    const Element& e = elements[static_cast<size_t>(frame.position)];
+    if (!sets[static_cast<size_t>(e.index)].test(b)) continue;
+    expand(push(frame.position + 1, frame.parent), to, 0);
+  }
+  return !to.empty();
+}
+
+bool Pda::accepting(const PdaState& state) const {
+  return std::find(state.begin(), state.end(), kAccepted) != state.end();
+}
+
+ByteSet Pda::next_bytes(const PdaState& state) const {
+  ByteSet out;
+  for (int32_t node : state) {
+    if (node == kAccepted) continue;
+    const ByteSet& s = grammar_.byte_sets()[static_cast<size_t>(
+        grammar_.elements()[static_cast<size_t>(arena_[static_cast<size_t>(node)].position)].index)];
+    for (size_t w = 0; w < 4; ++w) out.bits[w] |= s.bits[w];
+  }
+  return out;
+}
+
+PdaState Pda::compact(const PdaState& state) {
+  std::vector<StackNode> fresh;
+  std::unordered_map<int32_t, int32_t> renumbered;
+  // Copies a chain bottom-up so parents come first.
+  auto copy = [&](auto&& self, int32_t node) -> int32_t {
+    if (node < 0) return node;
+    auto it = renumbered.find(node);
+    if (it != renumbered.end()) return it->second;
+    const StackNode old = arena_[static_cast<size_t>(node)];
+    const int32_t parent = self(self, old.parent);
+    fresh.push_back(StackNode{old.position, parent, old.hash});
+    const int32_t id = static_cast<int32_t>(fresh.size()) - 1;
+    renumbered.emplace(node, id);
+    return id;
+  };
+  PdaState out;
+  for (int32_t node : state) out.push_back(copy(copy, node));
+  arena_ = std::move(fresh);
+  return out;
+}
+
+std::vector<int32_t> Pda::key(const PdaState& state) const {
+  std::vector<std::vector<int32_t>> stacks;
+  for (int32_t node : state) {
+    std::vector<int32_t> s;
+    if (node == kAccepted) s.push_back(-1);
+    for (int32_t n = node; n >= 0; n = arena_[static_cast<size_t>(n)].parent) s.push_back(arena_[static_cast<size_t>(n)].position);
+    stacks.push_back(std::move(s));
+  }
+  std::sort(stacks.begin(), stacks.end());
+  std::vector<int32_t> out;
+  for (const auto& s : stacks) {
+    out.insert(out.end(), s.begin(), s.end());
+    out.push_back(-2);
+  }
+  return out;
+}
+
+}  // namespace tachyon::structured

@@ -1,0 +1,66 @@
+// Pda: the pushdown automaton that runs a Grammar over bytes. Its state is a set of stacks (the
+// grammar may be ambiguous for a few bytes: two properties sharing a prefix, a number that may
+// go on or end); each stack holds grammar positions, the top one the byte set to match next and
+// the ones below it where to continue when a rule's alternative ends.
+//
+// Why persistent stacks in an arena: advancing by a byte replaces a stack's top, and expanding a
+// rule pushes one frame per alternative; with stacks as linked nodes {position, parent} in one
+// vector, both are O(1) appends that share the frames below, and undoing them is a resize. The
+// token-mask walk (token_mask.h) advances one byte per trie node and throws the new nodes away
+// when it leaves the subtree, so a mask costs no allocation. A frame whose continuation is its
+// alternative's end is never pushed (a tail call), so right recursion (item*) keeps stacks flat
+// and a state inside a long string or array repeats exactly, which the mask cache relies on.
+//
+// A state is the list of top node ids, deduplicated by content; kAccepted stands for a stack that
+// finished the root rule (the output may end here).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tachyon/structured/grammar.h"
+
+namespace tachyon::structured {
+
+struct StackNode {
+  int32_t position = 0;  // index into Grammar::elements()
+  int32_t parent = -1;   // node below, -1: the root rule's frame
+  uint64_t hash = 0;     // of the whole stack's positions, for deduplication
+};
+
+inline constexpr int32_t kAccepted = -1;
+
+using PdaState = std::vector<int32_t>;  // top node ids (or kAccepted), unique by content
+
+class Pda {
+ public:
+  explicit Pda(const Grammar& grammar) : grammar_(grammar) {}
+
+  std::vector<StackNode>& arena() { return arena_; }
+  const std::vector<StackNode>& arena() const { return arena_; }
+
+  // The start state (the root's alternatives expanded), appended to the arena.
+  PdaState initial();
+  // `to` = the stacks of `from` whose top matches `b`, advanced and expanded. New nodes are
+  // appended to the arena. Returns !to.empty().
+  bool advance(const PdaState& from, uint8_t b, PdaState& to);
+  bool accepting(const PdaState& state) const;
+  // Bytes some stack of `state` may take next.
+  ByteSet next_bytes(const PdaState& state) const;
+  // Copies the stacks of `state` into a fresh arena (dropping every other node); returns the
+  // state renumbered into it. Called after each accepted token so the arena stays small.
+  PdaState compact(const PdaState& state);
+  // A canonical key of the state's content (independent of node ids), for the mask cache.
+  std::vector<int32_t> key(const PdaState& state) const;
+
+ private:
+  int32_t push(int32_t position, int32_t parent);
+  void expand(int32_t node, PdaState& out, int depth);
+  void add_unique(int32_t node, PdaState& out) const;
+  bool same_stack(int32_t a, int32_t b) const;
+
+  const Grammar& grammar_;
+  std::vector<StackNode> arena_;
+};
+
+}  // namespace tachyon::structured

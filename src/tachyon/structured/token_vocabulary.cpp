@@ -1,0 +1,126 @@
+#include "tachyon/structured/token_vocabulary.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "tachyon/base/check.h"
+#include "tachyon/tokenizer/byte_level.h"
+#include "tachyon/tokenizer/tokenizer.h"
+
+namespace tachyon::structured {
+namespace {
+
+// "<0x0A>" -> 0x0A; -1 otherwise.
+int byte_fallback(const std::string& token) {
+  if (token.size() != 6 || token.compare(0, 3, "<0x") != 0 || token[5] != '>') return -1;
+  int value = 0;
+  for (size_t i = 3; i < 5; ++i) {
+    const char c = token[i];
+    value <<= 4;
+    if (c >= '0' && c <= '9') value |= c - '0';
+    else if (c >= 'A' && c <= 'F') value |= c - 'A' + 10;
+    else if (c >= 'a' && c <= 'f') value |= c - 'a' + 10;
+    else return -1;
+  }
+  return value;
+}
+
+std::string replace_metaspace(const std::string& token) {
+  static const std::string kMeta = "\xE2\x96\x81";  // U+2581
+  std::string out;
+  for (size_t i = 0; i < token.size();) {
+    if (token.compare(i, kMeta.size(), kMeta) == 0) {
+      out += ' ';
+      i += kMeta.size();
+    } else {
+      out += token[i++];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::shared_ptr<const TokenVocabulary> TokenVocabulary::from_tokenizer(const tokenizer::Tokenizer& tokenizer,
+                                                                       int64_t model_vocab_size) {
+  const int32_t n = tokenizer.vocab_size();
+  // A SentencePiece vocabulary with byte fallback has <0x0A>; a byte-level one spells bytes with
+  // the GPT-2 table and has no such token.
+  const bool sentencepiece = tokenizer.token_to_id("<0x0A>").has_value();
+  std::vector<std::string> tokens(static_cast<size_t>(n));
+  for (int32_t id = 0; id < n; ++id) {
+    if (tokenizer.is_special(id)) continue;
+    std::string text;
+    try {
+      text = tokenizer.id_to_token(id);
+    } catch (const Error&) {
+      continue;  // a hole in the id range
+    }
+    std::string& out = tokens[static_cast<size_t>(id)];
+    if (sentencepiece) {
+      const int b = byte_fallback(text);
+      out = b >= 0 ? std::string(1, static_cast<char>(b)) : replace_metaspace(text);
+    } else if (std::optional<std::string> bytes = tokenizer::byte_level_decode(text)) {
+      out = std::move(*bytes);
+    } else {
+      out = text;  // an added token outside the table keeps its own UTF-8 (as HF decodes it)
+    }
+  }
+  return std::make_shared<const TokenVocabulary>(tokens, std::max<int64_t>(model_vocab_size, n));
+}
+
+TokenVocabulary::TokenVocabulary(const std::vector<std::string>& tokens, int64_t model_vocab_size)
+    : bytes_(tokens), vocab_size_(std::max<int64_t>(model_vocab_size, static_cast<int64_t>(tokens.size()))) {
+  // Sorting the byte strings lists the trie in preorder: each string's new nodes are the bytes
+  // after its common prefix with the previous string.
+  std::vector<int32_t> order;
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    if (!tokens[id].empty()) order.push_back(static_cast<int32_t>(id));
+  }
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    const int c = tokens[static_cast<size_t>(a)].compare(tokens[static_cast<size_t>(b)]);
+    return c != 0 ? c < 0 : a < b;
+  });
+  node_byte_.push_back(0);
+  node_depth_.push_back(0);
+  std::vector<int32_t> path{0};  // path[d]: the node at depth d on the current string
+  std::vector<std::vector<int32_t>> ending(1);
+  const std::string* previous = nullptr;
+  for (int32_t id : order) {
+    const std::string& s = tokens[static_cast<size_t>(id)];
+    TACHYON_CHECK(s.size() < 65535) << "token " << id << " is too long for the trie";
+    size_t common = 0;
+    if (previous != nullptr) {
+      while (common < s.size() && common < previous->size() && s[common] == (*previous)[common]) ++common;
+    }
+    path.resize(common + 1);
+    for (size_t d = common; d < s.size(); ++d) {
+      node_byte_.push_back(static_cast<uint8_t>(s[d]));
+      node_depth_.push_back(static_cast<uint16_t>(d + 1));
+      ending.emplace_back();
+      path.push_back(static_cast<int32_t>(node_byte_.size()) - 1);
+    }
+    ending[static_cast<size_t>(path.back())].push_back(id);
+    max_depth_ = std::max(max_depth_, static_cast<int32_t>(s.size()));
+    previous = &s;
+  }
+  const int32_t count = num_nodes();
+  node_end_.assign(static_cast<size_t>(count), count);
+  // A node's subtree ends at the next node whose depth is not greater.
+  std::vector<int32_t> open;
+  for (int32_t i = 0; i < count; ++i) {
+    while (!open.empty() && node_depth_[static_cast<size_t>(open.back())] >= node_depth_[static_cast<size_t>(i)]) {
+      node_end_[static_cast<size_t>(open.back())] = i;
+      open.pop_back();
+    }
+    open.push_back(i);
+  }
+  node_tokens_.assign(static_cast<size_t>(count) + 1, 0);
+  for (int32_t i = 0; i < count; ++i) {
+    node_tokens_[static_cast<size_t>(i)] = static_cast<int32_t>(tokens_.size());
+    for (int32_t id : ending[static_cast<size_t>(i)]) tokens_.push_back(id);
+  }
+  node_tokens_[static_cast<size_t>(count)] = static_cast<int32_t>(tokens_.size());
+}
+
+}  // namespace tachyon::structured

@@ -1,0 +1,157 @@
+// The grammar engine (src/tachyon/structured/): JSON schema, regex, choice and EBNF constraints
+// accept valid strings and refuse invalid ones byte by byte; masks over a small vocabulary equal
+// the tokens a brute-force check accepts; unsupported keywords are refused by name.
+// ctest -R structured
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tachyon/structured/grammar_compiler.h"
+#include "tachyon/structured/matcher.h"
+
+namespace tachyon::structured::grammar_test {
+
+std::shared_ptr<const TokenVocabulary> tiny_vocabulary() {
+  std::vector<std::string> tokens = {"",  "{", "}", "\"", "a", "b", ":", " ", ",", "1", "12", "-", ".", "e",
+                                     "[", "]", "true", "false", "null", "\"a", "\":", "\": ", ", \"", "x", "é",
+                                     "\xC3", "\xA9", "\\", "n", "u", "0", "ab", "}]", "\n"};
+  return std::make_shared<const TokenVocabulary>(tokens, 40);
+}
+
+std::shared_ptr<const CompiledGrammar> compile(ConstraintSpec spec) {
+  return std::make_shared<const CompiledGrammar>(build_grammar(spec), tiny_vocabulary(), "test");
+}
+ConstraintSpec schema(const std::string& text) { return {ConstraintSpec::Kind::kJsonSchema, text, {}, "json_schema"}; }
+ConstraintSpec regex(const std::string& text) { return {ConstraintSpec::Kind::kRegex, text, {}, "guided_regex"}; }
+
+// Whole string accepted and complete.
+bool matches(const std::shared_ptr<const CompiledGrammar>& g, const std::string& text) {
+  Matcher m(g);
+  return m.accept_bytes(text) && m.can_end();
+}
+
+TEST(StructuredGrammar, JsonSchemaObject) {
+  auto g = compile(schema(R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"},
+                               "tags":{"type":"array","items":{"type":"string"},"maxItems":2}},
+                               "required":["name"]})"));
+  EXPECT_TRUE(matches(g, R"({"name": "bob"})"));
+  EXPECT_TRUE(matches(g, R"({"name": "b\"o\u00e9b", "age": -12})"));
+  EXPECT_TRUE(matches(g, R"({"name": "é", "tags": ["x", "y"]})"));
+  EXPECT_TRUE(matches(g, R"({"name": "", "age": 0, "tags": []})"));
+  EXPECT_FALSE(matches(g, R"({"age": 1})"));                    // name required
+  EXPECT_FALSE(matches(g, R"({"age": 1, "name": "x"})"));       // schema order
+  EXPECT_FALSE(matches(g, R"({"name": "x", "other": 1})"));     // no additional properties
+  EXPECT_FALSE(matches(g, R"({"name": "x", "age": 01})"));      // no leading zero
+  EXPECT_FALSE(matches(g, R"({"name": "x", "tags": ["a", "b", "c"]})"));  // maxItems
+  EXPECT_FALSE(matches(g, "{\"name\": \"a\nb\"}"));             // control character unescaped
+  EXPECT_FALSE(matches(g, "{\"name\": \"\xC3\"}"));             // invalid UTF-8
+  EXPECT_FALSE(matches(g, R"({"name": "x")"));                  // incomplete
+}
+
+TEST(StructuredGrammar, JsonSchemaKeywords) {
+  EXPECT_TRUE(matches(compile(schema(R"({"enum":["a",1,null,{"k":[1,2]}]})")), R"({"k":[1,2]})"));
+  EXPECT_TRUE(matches(compile(schema(R"({"const":"x"})")), R"("x")"));
+  auto any_of = compile(schema(R"({"anyOf":[{"type":"number"},{"type":"boolean"}]})"));
+  EXPECT_TRUE(matches(any_of, "-1.5e+3"));
+  EXPECT_TRUE(matches(any_of, "false"));
+  EXPECT_FALSE(matches(any_of, "\"1\""));
+  auto recursive = compile(schema(R"({"$defs":{"node":{"type":"object","properties":{"next":{"anyOf":[{"$ref":"#/$defs/node"},{"type":"null"}]}},"required":["next"]}},"$ref":"#/$defs/node"})"));
+  EXPECT_TRUE(matches(recursive, R"({"next": {"next": null}})"));
+  EXPECT_FALSE(matches(recursive, R"({"next": {}})"));
+  auto bounded = compile(schema(R"({"type":"string","minLength":2,"maxLength":3})"));
+  EXPECT_FALSE(matches(bounded, R"("a")"));
+  EXPECT_TRUE(matches(bounded, R"("ab")"));
+  EXPECT_TRUE(matches(bounded, R"("abé")"));
+  EXPECT_FALSE(matches(bounded, R"("abcd")"));
+  auto pattern = compile(schema(R"({"type":"string","pattern":"^[a-c]+x$"})"));
+  EXPECT_TRUE(matches(pattern, R"("abcx")"));
+  EXPECT_FALSE(matches(pattern, R"("x")"));
+  auto date = compile(schema(R"({"type":"string","format":"date"})"));
+  EXPECT_TRUE(matches(date, R"("2024-02-29")"));
+  EXPECT_FALSE(matches(date, R"("2024-13-01")"));
+  auto items = compile(schema(R"({"type":"array","items":{"type":"integer"},"minItems":1})"));
+  EXPECT_FALSE(matches(items, "[]"));
+  EXPECT_TRUE(matches(items, "[1, 2, 3]"));
+  EXPECT_TRUE(matches(compile({ConstraintSpec::Kind::kJsonObject, "", {}, "response_format"}), R"({"a": [1, {"b": null}], "c": "d"})"));
+}
+
+TEST(StructuredGrammar, RefusesUnsupportedKeywordsByName) {
+  for (const char* text : {R"({"type":"integer","minimum":3})", R"({"type":"object","properties":{"a":{"type":"string"}},"additionalProperties":true})",
+                           R"({"type":"array","uniqueItems":true})", R"({"type":"string","format":"email"})",
+                           R"({"$ref":"http://example.com/s.json"})", R"({"type":"wat"})", "not json"}) {
+    EXPECT_THROW(build_grammar(schema(text)), StructuredError) << text;
+  }
+  try {
+    build_grammar(schema(R"({"type":"object","properties":{"n":{"type":"integer","maximum":3}}})"));
+    FAIL();
+  } catch (const StructuredError& e) {
+    EXPECT_NE(std::string(e.what()).find("'maximum'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("properties.n"), std::string::npos) << e.what();
+  }
+}
+
+TEST(StructuredGrammar, RegexChoiceAndEbnf) {
+  auto r = compile(regex(R"(\d{3}-[a-z]+(\.(com|org))?)"));
+  EXPECT_TRUE(matches(r, "123-abc"));
+  EXPECT_TRUE(matches(r, "123-abc.org"));
+  EXPECT_FALSE(matches(r, "12-abc"));
+  EXPECT_FALSE(matches(r, "123-abc.net"));
+  EXPECT_TRUE(matches(compile(regex("(ab)*c")), "ababc"));
+  EXPECT_TRUE(matches(compile(regex("[^a]é.")), "bé\xE2\x82\xAC"));
+  EXPECT_THROW(build_grammar(regex("(a*)*")), StructuredError);
+  EXPECT_THROW(build_grammar(regex("(?=a)b")), StructuredError);
+  EXPECT_THROW(build_grammar(regex("(a)\\1")), StructuredError);
+  auto choice = compile({ConstraintSpec::Kind::kChoice, "", {"yes", "no", "maybe"}, "guided_choice"});
+  EXPECT_TRUE(matches(choice, "maybe"));
+  EXPECT_FALSE(matches(choice, "ma"));
+  auto ebnf = compile({ConstraintSpec::Kind::kGrammar, "root ::= item (\",\" item)*  # list\nitem ::= [a-c]+ | \"x\"{2}\n", {}, "guided_grammar"});
+  EXPECT_TRUE(matches(ebnf, "ab,xx,c"));
+  EXPECT_FALSE(matches(ebnf, "ab,x"));
+  EXPECT_THROW(build_grammar({ConstraintSpec::Kind::kGrammar, "root ::= root \"a\" | \"b\"", {}, "guided_grammar"}), StructuredError);
+  EXPECT_THROW(build_grammar({ConstraintSpec::Kind::kGrammar, "root ::= other", {}, "guided_grammar"}), StructuredError);
+}
+
+// The mask equals a brute-force check of every token against a fresh matcher in the same state.
+TEST(StructuredGrammar, MaskEqualsBruteForce) {
+  auto g = compile(schema(R"({"type":"object","properties":{"a":{"type":"string"},"b":{"type":"array","items":{"type":"number"}}},"required":["a"]})"));
+  const std::vector<std::string> prefixes = {"", "{", "{\"a", "{\"a\": \"", "{\"a\": \"x\\", "{\"a\": \"\xC3", "{\"a\": \"x\"",
+                                             "{\"a\": \"x\", \"b\": [1", "{\"a\": \"x\", \"b\": [1.", "{\"a\": \"x\"}"};
+  const TokenVocabulary& v = g->vocabulary();
+  for (const std::string& prefix : prefixes) {
+    Matcher m(g);
+    ASSERT_TRUE(m.accept_bytes(prefix)) << prefix;
+    const auto mask = m.next_mask();
+    ASSERT_EQ(mask->words.size(), 2u);
+    EXPECT_EQ(mask->can_end, prefix == "{\"a\": \"x\"}");
+    for (int32_t id = 0; id < 40; ++id) {
+      Matcher probe(g);
+      probe.accept_bytes(prefix);
+      const bool expected = id < v.num_tokens() && probe.accept_token(id);
+      EXPECT_EQ(mask->allows(id), expected) << "prefix '" << prefix << "' token " << id;
+    }
+  }
+}
+
+TEST(StructuredGrammar, MasksAreCachedByState) {
+  auto g = compile(schema(R"({"type":"string"})"));
+  Matcher m(g);
+  ASSERT_TRUE(m.accept_bytes("\"ab"));
+  const auto first = m.next_mask();
+  ASSERT_TRUE(m.accept_bytes("abab"));
+  EXPECT_EQ(m.next_mask(), first);  // same state inside the string: the same cached mask
+  EXPECT_EQ(g->cached_masks(), 1u);
+}
+
+TEST(StructuredGrammar, CompilerCachesByCanonicalText) {
+  GrammarCompiler compiler(tiny_vocabulary());
+  auto a = compiler.compile(schema(R"({"type":"integer"})"));
+  auto b = compiler.compile(schema(R"({"type":"integer"})"));
+  auto c = compiler.compile(schema(R"({"type":"number"})"));
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  EXPECT_EQ(compiler.cached_grammars(), 2u);
+}
+
+}  // namespace tachyon::structured::grammar_test
