@@ -36,10 +36,7 @@ inline fs::path make_tiny(const Variant& v) {
 }
 
 // The f32 reference on the same bf16-rounded weights the GPU holds.
-inline model::DenseModel reference_model(const fs::path& dir) {
-  model::ModelConfig config = model::ModelConfig::from_dir(dir);
-  model::SafetensorsCheckpoint checkpoint(dir);
-  model::ModelWeights w = model::load_weights(config, checkpoint);
+inline model::DenseModel reference_model(model::ModelWeights w) {
   auto round = [](std::vector<float>& v) { v = gpu_test::round_to_bf16(std::move(v)); };
   round(w.embed_tokens);
   round(w.final_norm);
@@ -55,6 +52,11 @@ inline model::DenseModel reference_model(const fs::path& dir) {
     }
   }
   return model::DenseModel(std::move(w));
+}
+
+inline model::DenseModel reference_model(const fs::path& dir) {
+  model::SafetensorsCheckpoint checkpoint(dir);
+  return reference_model(model::load_weights(model::ModelConfig::from_dir(dir), checkpoint));
 }
 
 inline core::EngineConfig small_config(bool eager) {
@@ -143,9 +145,10 @@ inline std::vector<std::vector<int32_t>> generate(engine::EngineCore& engine, co
 // 4e-2 and dense 2e-2; a wrong kernel, cache slot or rope lands far above either (tens of percent).
 inline double logits_tolerance(const model::ModelConfig& mc) { return mc.is_mla() ? 4e-2 : 2e-2; }
 
-inline void expect_logits_match_reference(const fs::path& dir, int32_t block_size, ModelRunner& gpu,
-                                          const std::function<std::vector<float>(int32_t rows)>& last_logits) {
-  const model::DenseModel reference = reference_model(dir);
+inline void expect_logits_match_reference(const model::DenseModel& reference, const std::string& name,
+                                          int32_t block_size, ModelRunner& gpu,
+                                          const std::function<std::vector<float>(int32_t rows)>& last_logits,
+                                          double tolerance) {
   const model::ModelConfig& mc = reference.config();
   PagedKvCache cpu_cache(mc, 64, block_size);
   auto gen = gpu_test::rng(11);
@@ -159,7 +162,6 @@ inline void expect_logits_match_reference(const fs::path& dir, int32_t block_siz
   core::SamplingParams greedy;
   greedy.temperature = 0.0f;
   int32_t next_block = 0;
-  const double tolerance = logits_tolerance(mc);
   double worst = 0.0;
   std::vector<std::vector<int64_t>> schedule = {{5, 33, 20}, {0, 7, 50}};
   for (int step = 0; step < 12; ++step) schedule.push_back({1, 1, 1});
@@ -176,10 +178,16 @@ inline void expect_logits_match_reference(const fs::path& dir, int32_t block_siz
     const std::vector<float> got = last_logits(static_cast<int32_t>(plan.logits_rows.size()));
     const double error = gpu_test::relative_error(got, expected);
     worst = std::max(worst, error);
-    EXPECT_LT(error, tolerance) << "step " << step << " of " << dir.filename().string();
+    EXPECT_LT(error, tolerance) << "step " << step << " of " << name;
   }
-  std::printf("[runner vs cpu] %-50s worst logits rel. error %.2e (tolerance %.0e)\n", dir.filename().string().c_str(),
-              worst, tolerance);
+  std::printf("[runner vs cpu] %-50s worst logits rel. error %.2e (tolerance %.0e)\n", name.c_str(), worst, tolerance);
+}
+
+inline void expect_logits_match_reference(const fs::path& dir, int32_t block_size, ModelRunner& gpu,
+                                          const std::function<std::vector<float>(int32_t rows)>& last_logits) {
+  const model::DenseModel reference = reference_model(dir);
+  expect_logits_match_reference(reference, dir.filename().string(), block_size, gpu, last_logits,
+                                logits_tolerance(reference.config()));
 }
 
 }  // namespace tachyon::runner

@@ -48,6 +48,34 @@ TEST_P(DecodeBytes, WeightsAreTheCheckpointsActiveTensors) {
   }
 }
 
+// An FP8 run holds the attention and dense-MLP projections and the shared experts in FP8 (1 byte
+// and a 4-byte factor per 128 values); routed experts, kv_b, the indexer, norms and the LM head
+// stay bf16 (model/fp8_projections.h). Counted here from the checkpoint's tensor names.
+TEST_P(DecodeBytes, Fp8RunsCountTheirProjectionsInFp8) {
+  const ModelConfig c = make_model_config({.arch = GetParam().arch, .preset = GetParam().preset});
+  double fp8_values = 0.0;
+  for (const auto& [name, shape] : expected_tensors(c)) {
+    const bool routed_expert = name.find(".experts.") != std::string::npos;
+    bool projection = false;
+    for (const char* suffix : {"q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight", "gate_proj.weight",
+                               "up_proj.weight", "down_proj.weight", "q_a_proj.weight", "q_b_proj.weight",
+                               "kv_a_proj_with_mqa.weight"}) {
+      projection = projection || name.ends_with(suffix);
+    }
+    if (!projection || routed_expert || name.find("layers.") == std::string::npos) continue;
+    const int64_t layer = std::stoll(name.substr(name.find("layers.") + 7));
+    if (layer >= c.num_hidden_layers) continue;  // MTP modules: not read by a decode step
+    double count = 1.0;
+    for (int64_t d : shape) count *= static_cast<double>(d);
+    fp8_values += count;
+  }
+  ASSERT_GT(fp8_values, 0.0);
+  for (int64_t batch : {1, 32}) {
+    const double saved = decode_step_min_bytes(c, batch, 100) - decode_step_min_bytes(c, batch, 100, true);
+    EXPECT_NEAR(saved / (fp8_values * (2.0 - 1.0 - 4.0 / 128.0)), 1.0, 1e-9) << GetParam().preset << " batch " << batch;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(RealShapes, DecodeBytes,
                          ::testing::Values(Case{"llama", "llama-3.1-8b"}, Case{"qwen3", "qwen3-8b"},
                                            Case{"qwen3_moe", "qwen3-30b-a3b"}, Case{"deepseek_v3", "deepseek-v2-lite"},

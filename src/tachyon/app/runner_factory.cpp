@@ -11,6 +11,7 @@
 #include "tachyon/engine/drafter.h"
 #include "tachyon/engine/mtp_drafter.h"
 #include "tachyon/model/dense_model.h"
+#include "tachyon/model/fp8_projections.h"
 #include "tachyon/model/gpu_support.h"
 #include "tachyon/model/online_fp8.h"
 #include "tachyon/model/tp_shard.h"
@@ -103,13 +104,19 @@ model::ModelWeights load_cpu_weights(const std::filesystem::path& model_dir, con
   return weights;
 }
 
-// Online quantization on the GPU needs FP8 kernels (not built): refused before loading (an FP8
-// checkpoint is, by cuda_unsupported_reason, so auto picks the CPU for it).
-void check_quantization_device(const core::EngineConfig& config, const std::string& kind) {
+// An FP8 run: an FP8 checkpoint, or --quantization fp8.
+bool fp8_run(const core::EngineConfig& config, const model::ModelConfig& model_config) {
+  return config.device.quantization == "fp8" || model_config.quantization.quantized();
+}
+
+// FP8 on GPUs runs on one GPU (model/fp8_projections.h); the tensor-parallel CUDA runner has no
+// test with FP8 weights, so it is refused before loading (auto then picks the CPU ranks).
+void check_quantization_device(const core::EngineConfig& config, const model::ModelConfig& model_config,
+                               const std::string& kind) {
   model::check_quantization_method(config.device.quantization);
-  TACHYON_CHECK(config.device.quantization.empty() || kind != "cuda")
-      << "--quantization " << config.device.quantization
-      << " runs on --device cpu only for now (the GPU's FP8 kernels are not built)";
+  TACHYON_CHECK(!(kind == "cuda" && config.device.tensor_parallel_size > 1 && fp8_run(config, model_config)))
+      << "FP8 weights (" << (config.device.quantization == "fp8" ? "--quantization fp8" : "an FP8 checkpoint")
+      << ") with --tp > 1 on GPUs are not verified by any test yet; use --tp 1 or --device cpu";
 }
 
 // Speculation combinations no test verifies yet: refused before loading.
@@ -145,7 +152,7 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
   config.device.model_identity = model_identity(model_dir, model_config);
   config.speculative = engine::resolve_speculative_config(config.speculative);
   if (kind == "cuda" && config.device.tensor_parallel_size > 1) check_drafts_verified(config);  // auto: where it resolves
-  check_quantization_device(config, kind);  // auto: where it resolves
+  check_quantization_device(config, model_config, kind);  // auto: where it resolves
   check_draft_model_device(config);
   check_mtp(config, model_config, model_dir);
   const int tp = config.device.tensor_parallel_size;
@@ -167,7 +174,7 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
       kind = "cuda";
     }
     if (kind == "auto") {
-      kind = gpus >= local && cuda_unsupported_reason(model_config).empty() && config.device.quantization.empty()
+      kind = gpus >= local && cuda_unsupported_reason(model_config).empty() && !fp8_run(config, model_config)
                  ? "cuda"
                  : "cpu";
     }
@@ -177,7 +184,7 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
       const std::string why = cuda_unsupported_reason(model_config);
       TACHYON_CHECK(why.empty()) << "--device cuda cannot serve " << model_dir.string() << ": " << why;
       check_drafts_verified(config);
-      check_quantization_device(config, kind);
+      check_quantization_device(config, model_config, kind);
       config.device.gpu_name = cuda::current_device_name();
       runner::TpCudaLayout layout{.devices = std::vector<int>(static_cast<size_t>(local)),
                           .first_rank = config.device.node_rank * local,
@@ -206,21 +213,26 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
   if (kind == "auto") {
     const std::string why = cuda_unsupported_reason(model_config);
     // Silent on purpose: the CLI reports the device it ran on; --device cuda says why not.
-    kind = cuda::cuda_device_available() && why.empty() && config.device.quantization.empty() ? "cuda" : "cpu";
+    kind = cuda::cuda_device_available() && why.empty() ? "cuda" : "cpu";
   }
   check_mtp(config, model_config, model_dir);  // auto may have resolved to cuda
   if (kind == "cuda") {
     TACHYON_CHECK(cuda::cuda_device_available()) << "--device cuda: no CUDA GPU is visible to this process";
     const std::string why = cuda_unsupported_reason(model_config);
     TACHYON_CHECK(why.empty()) << "--device cuda cannot serve " << model_dir.string() << ": " << why;
-    check_quantization_device(config, kind);
+    check_quantization_device(config, model_config, kind);
     config.device.gpu_name = cuda::current_device_name();
     // The draft model loads first, with a KV cache of fixed size; the served model then takes
     // what --gpu-memory-utilization leaves.
     std::unique_ptr<engine::Drafter> drafter;
     if (config.speculative.method == "draft") drafter = load_cuda_draft_model(config, model_config);
     model::SafetensorsCheckpoint checkpoint(model_dir);
-    auto runner = std::make_unique<runner::CudaModelRunner>(model::load_weights_bf16(model_config, checkpoint), config);
+    auto runner = fp8_run(config, model_config)
+                      ? std::make_unique<runner::CudaModelRunner>(
+                            model::load_fp8_gpu_weights(model_config, checkpoint, config.device.quantization == "fp8"),
+                            config)
+                      : std::make_unique<runner::CudaModelRunner>(model::load_weights_bf16(model_config, checkpoint),
+                                                                  config);
     config.num_blocks = runner->num_blocks();
     return {std::move(runner), model_config, std::move(drafter)};
   }

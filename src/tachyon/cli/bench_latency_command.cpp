@@ -154,9 +154,12 @@ void run_latency(const LatencyOptions& options) {
     // its 1/tp of the bytes at once (kv heads replicated past tp > KV are ignored: a few %).
     const double bandwidth = cuda::measure_copy_bandwidth();
     const int tp = config.device.tensor_parallel_size;
-    const double bytes = model::decode_step_min_bytes(model_config, options.batch_size, options.input_len + options.output_len / 2);
+    const bool fp8 = config.device.quantization == "fp8" || model_config.quantization.quantized();
+    const double bytes =
+        model::decode_step_min_bytes(model_config, options.batch_size, options.input_len + options.output_len / 2, fp8);
     const double floor_ms = bytes / tp / bandwidth * 1e3;
     result["floor"] = {{"decode_bytes_per_step", bytes},
+                       {"fp8_projections", fp8},
                        {"tensor_parallel_size", tp},
                        {"copy_bandwidth_bytes_per_s", bandwidth},
                        {"decode_step_floor_ms", floor_ms},

@@ -6,11 +6,12 @@
 
 namespace tachyon::model {
 
-double decode_step_min_bytes(const ModelConfig& c, int64_t batch, int64_t context) {
+double decode_step_min_bytes(const ModelConfig& c, int64_t batch, int64_t context, bool fp8_projections) {
   const double h = static_cast<double>(c.hidden_size);
   const double tokens = static_cast<double>(context) * static_cast<double>(batch);
   double weights = static_cast<double>(c.vocab_size) * h + h;  // LM head, final norm
-  double cache = 0.0;                                          // values read per step
+  double projections = 0.0;  // the values an FP8 run holds in FP8 (model/fp8_projections.h)
+  double cache = 0.0;        // values read per step
   for (const LayerKinds& kinds : layer_plan(c)) {
     weights += 2.0 * h;  // the layer's two norms
     if (kinds.attention == AttentionKind::kLatent) {
@@ -18,9 +19,11 @@ double decode_step_min_bytes(const ModelConfig& c, int64_t batch, int64_t contex
       const double qk = static_cast<double>(c.qk_nope_head_dim + c.qk_rope_head_dim);
       const double rank = static_cast<double>(c.kv_lora_rank);
       const double latent = rank + static_cast<double>(c.qk_rope_head_dim);
-      weights += c.q_lora_rank > 0 ? c.q_lora_rank * (h + heads * qk + 1.0) : h * heads * qk;  // q path
-      weights += h * latent + rank * (1.0 + heads * static_cast<double>(c.qk_nope_head_dim + c.v_head_dim));
-      weights += heads * static_cast<double>(c.v_head_dim) * h;  // o_proj
+      projections += c.q_lora_rank > 0 ? c.q_lora_rank * (h + heads * qk) : h * heads * qk;  // q path
+      weights += c.q_lora_rank > 0 ? c.q_lora_rank : 0;                                        // q_a norm
+      projections += h * latent;                                                                // kv_a
+      weights += rank * (1.0 + heads * static_cast<double>(c.qk_nope_head_dim + c.v_head_dim));  // norm, kv_b
+      projections += heads * static_cast<double>(c.v_head_dim) * h;                            // o_proj
       double rows = static_cast<double>(context);                // latent rows attention reads
       if (kinds.indexer != IndexerKind::kNone) {
         rows = std::min<double>(rows, static_cast<double>(c.index_topk));
@@ -32,19 +35,22 @@ double decode_step_min_bytes(const ModelConfig& c, int64_t batch, int64_t contex
       }
       cache += rows * latent * static_cast<double>(batch);
     } else {
-      weights += h * static_cast<double>(c.q_size() + 2 * c.kv_size()) + static_cast<double>(c.q_size()) * h;
+      projections += h * static_cast<double>(c.q_size() + 2 * c.kv_size()) + static_cast<double>(c.q_size()) * h;
       cache += 2.0 * static_cast<double>(c.kv_size()) * tokens;
     }
     if (kinds.mlp == MlpKind::kExperts) {
       const double active = std::min<double>(static_cast<double>(c.num_experts),
                                              static_cast<double>(batch) * static_cast<double>(c.num_experts_per_tok));
-      weights += static_cast<double>(c.num_experts) * h +
-                 (active + static_cast<double>(c.n_shared_experts)) * 3.0 * h * static_cast<double>(c.moe_intermediate_size);
+      const double expert = 3.0 * h * static_cast<double>(c.moe_intermediate_size);
+      weights += static_cast<double>(c.num_experts) * h + active * expert;  // router, routed experts
+      projections += static_cast<double>(c.n_shared_experts) * expert;
     } else {
-      weights += 3.0 * h * static_cast<double>(c.intermediate_size);
+      projections += 3.0 * h * static_cast<double>(c.intermediate_size);
     }
   }
-  return 2.0 * (weights + cache);  // bf16
+  // bf16: 2 bytes a value; FP8: 1 byte and a 4-byte factor per 128 values.
+  const double projection_bytes = fp8_projections ? 1.0 + 4.0 / 128.0 : 2.0;
+  return 2.0 * (weights + cache) + projection_bytes * projections;
 }
 
 }  // namespace tachyon::model

@@ -16,6 +16,8 @@ namespace tachyon::model {
 // them (fewer when tokens share experts, so this is the floor's upper end). Latent attention
 // (MLA) reads its projections and one [c_kv | k_pe] row per cached token; with DSA the attention
 // reads only the kept rows but the indexer every index key.
-double decode_step_min_bytes(const ModelConfig& config, int64_t batch, int64_t context);
+// With fp8_projections (an FP8 run on the GPU, model/fp8_projections.h) the projections it holds in
+// FP8 count 1 byte a value plus a 4-byte factor per 128.
+double decode_step_min_bytes(const ModelConfig& config, int64_t batch, int64_t context, bool fp8_projections = false);
 
 }  // namespace tachyon::model

@@ -37,8 +37,6 @@ std::string gpu_decoder_unsupported(const ModelConfig& c) {
     latent = latent || kinds.attention == AttentionKind::kLatent;
     experts = experts || kinds.mlp == MlpKind::kExperts;
   }
-  // FP8 checkpoints load dequantized; the GPU path has not been verified with them yet.
-  if (c.quantization.quantized()) return "FP8 checkpoints run on the CPU reference only for now";
   std::string reason = latent ? latent_attention_gpu_unsupported(c) : dense_attention_gpu_unsupported(c);
   if (reason.empty() && experts) reason = moe_mlp_gpu_unsupported(c);
   if (reason.empty() && (c.hidden_size % 8 != 0 || c.intermediate_size % 8 != 0 || c.vocab_size % 8 != 0)) {

@@ -1,4 +1,5 @@
-// Small-batch GEMV (m <= 8): one weight stream at HBM bandwidth, see gemv.h for the design.
+// Small-batch GEMV (m <= 8): one weight stream at HBM bandwidth, see gemv.h for the design;
+// the same kernel streams bf16 weights (gemv) and E4M3 weights with row factors (fp8_gemv).
 // The numbers that matter: a block is 4 warps; a warp owns R weight rows (2 for m <= 3, 4 for
 // m >= 4, so the m input chunks each lane reads are reused R times) and keeps R * U = 8 16-byte
 // streaming loads in flight per lane (ld.global.nc.L1::no_allocate: weights are read once and
@@ -6,6 +7,9 @@
 // 512-byte slices of k; it is chosen on the host so that the grid holds ~16 warps per SM.
 // Test: tests/gpu/test_gemv.cpp (gpu_gemv).
 #include "tachyon/kernels/cuda/gemv.h"
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include "tachyon/kernels/cuda/bf16_vec.cuh"
 #include "tachyon/kernels/cuda/gemv_common.cuh"
@@ -20,16 +24,46 @@ namespace {
 
 using namespace gemv_detail;
 
-// acc[m][r] += dot(input row m, weight row r) over chunk c; w: the R rows' chunk c.
+// The weight formats the kernel streams. A 16-byte weight chunk holds 8 bf16 or 16 E4M3 values;
+// FP8 rows carry one f32 factor per 128 columns (8 chunks), applied to each chunk's partial dot.
+struct Bf16Weights {
+  static constexpr int kValues = kChunk;
+  const float* scale = nullptr;  // unused
+};
+struct Fp8Weights {
+  static constexpr int kValues = 16;
+  static constexpr int kChunksPerScale = 128 / kValues;
+  const float* scale = nullptr;  // [n, scale_cols]
+};
+
+// 16 E4M3 values (byte i = element i) to f32 through the hardware's fp8x2 -> f16x2 conversion.
+__device__ __forceinline__ void unpack16_fp8(const uint4& bits, float (&v)[16]) {
+  const uint32_t words[4] = {bits.x, bits.y, bits.z, bits.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const __half2_raw raw =
+          __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(words[i] >> (16 * h)), __NV_E4M3);
+      const float2 pair = __half22float2(__half2(raw));
+      v[4 * i + 2 * h] = pair.x;
+      v[4 * i + 2 * h + 1] = pair.y;
+    }
+  }
+}
+
+// acc[m][r] += dot(input row m, weight row r) over chunk c; w: the R rows' chunk c; kx: 16-byte
+// input chunks per row.
 template <int M, int R>
-__device__ __forceinline__ void accumulate(float (&acc)[M][R], const uint4 (&w)[R], const uint4* x, int k8, int c) {
+__device__ __forceinline__ void accumulate(float (&acc)[M][R], const uint4 (&w)[R], const uint4* x, int kx, int c,
+                                           const Bf16Weights&, const int64_t (&)[R]) {
   float wf[R][kChunk];
 #pragma unroll
   for (int r = 0; r < R; ++r) unpack8(w[r], wf[r]);
 #pragma unroll
   for (int m = 0; m < M; ++m) {
     float xf[kChunk];
-    unpack8(__ldg(x + m * k8 + c), xf);
+    unpack8(__ldg(x + m * kx + c), xf);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
 #pragma unroll
@@ -38,15 +72,43 @@ __device__ __forceinline__ void accumulate(float (&acc)[M][R], const uint4 (&w)[
   }
 }
 
+// The FP8 chunk c covers input chunks 2c and 2c + 1; its factor is row r's number c / 8.
+template <int M, int R>
+__device__ __forceinline__ void accumulate(float (&acc)[M][R], const uint4 (&w)[R], const uint4* x, int kx, int c,
+                                           const Fp8Weights& format, const int64_t (&scale_row)[R]) {
+  float wf[R][16];
+  float s[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    unpack16_fp8(w[r], wf[r]);
+    s[r] = __ldg(format.scale + scale_row[r] + c / Fp8Weights::kChunksPerScale);
+  }
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    float xf[16];
+    unpack8(__ldg(x + m * kx + 2 * c), reinterpret_cast<float(&)[8]>(xf[0]));
+    unpack8(__ldg(x + m * kx + 2 * c + 1), reinterpret_cast<float(&)[8]>(xf[8]));
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      float dot = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 16; ++i) dot = fmaf(xf[i], wf[r][i], dot);
+      acc[m][r] = fmaf(dot, s[r], acc[m][r]);
+    }
+  }
+}
+
 __device__ __forceinline__ void store(bf16* out, float v) { *out = __float2bfloat16_rn(v); }
 __device__ __forceinline__ void store(float* out, float v) { *out = v; }
 
-// out: [M, n] OutT; in: [M, k] bf16; weight: [n, k] bf16;
-// bias: [n] bf16 or nullptr; k8 = k / 8 (16-byte chunks per row); split in {1, 2, 4} warps share R rows.
-template <int M, typename OutT>
+// out: [M, n] OutT; in: [M, k] bf16; weight: [n, k] in Format (bf16, or E4M3 with its factors
+// [n, scale_cols]); bias: [n] bf16 or nullptr; k8: 16-byte weight chunks per row, kx: 16-byte input
+// chunks per row (k / 8); split in {1, 2, 4} warps share R rows.
+template <int M, typename OutT, typename Format>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(OutT* __restrict__ out, const bf16* __restrict__ in,
-                                                        const bf16* __restrict__ weight,
-                                                        const bf16* __restrict__ bias, int n, int k8, int split) {
+                                                        const void* __restrict__ weight, Format format,
+                                                        const bf16* __restrict__ bias, int n, int k8, int kx,
+                                                        int scale_cols, int split) {
   constexpr int R = rows_per_warp<M>();
   constexpr int U = unroll<M>();
   __shared__ float partial[kWarps][M * R];
@@ -58,9 +120,12 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(OutT* __restrict__ out, 
 
   // Rows past n (the last warp of an awkward n) re-read row n - 1 and are not written.
   const uint4* w_rows[R];
+  int64_t scale_row[R];  // FP8: the first factor of each row
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    w_rows[r] = reinterpret_cast<const uint4*>(weight) + std::min<int64_t>(row0 + r, n - 1) * k8;
+    const int64_t row = std::min<int64_t>(row0 + r, n - 1);
+    w_rows[r] = reinterpret_cast<const uint4*>(weight) + row * k8;
+    scale_row[r] = row * scale_cols;
   }
   const uint4* x = reinterpret_cast<const uint4*>(in);
 
@@ -97,13 +162,13 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(OutT* __restrict__ out, 
     }
     prefetched = false;
 #pragma unroll
-    for (int u = 0; u < U; ++u) accumulate<M, R>(acc, w[u], x, k8, base + u * stride);
+    for (int u = 0; u < U; ++u) accumulate<M, R>(acc, w[u], x, kx, base + u * stride, format, scale_row);
   }
   for (; base < k8; base += stride) {  // the lane's last < U chunks
     uint4 w[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) w[r] = load_stream(w_rows[r] + base);
-    accumulate<M, R>(acc, w, x, k8, base);
+    accumulate<M, R>(acc, w, x, kx, base, format, scale_row);
   }
 
   // Warp sums, then the split warps' sums through shared memory; lane m * R + r writes.
@@ -133,12 +198,14 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(OutT* __restrict__ out, 
   store(out + m * static_cast<int64_t>(n) + row, sum);
 }
 
-template <int M>
-void launch(void* out, GemmOutputType out_type, const bf16* in, const bf16* weight, const bf16* bias, int64_t n,
-            int64_t k, cudaStream_t stream) {
+template <int M, typename Format>
+void launch(void* out, GemmOutputType out_type, const bf16* in, const void* weight, Format format, const bf16* bias,
+            int64_t n, int64_t k, cudaStream_t stream) {
   constexpr int R = rows_per_warp<M>();
   constexpr int U = unroll<M>();
-  const int64_t k8 = k / kChunk;
+  const int64_t k8 = k / Format::kValues;
+  const int64_t kx = k / kChunk;
+  const int64_t scale_cols = (k + 127) / 128;
   const int64_t warps = (n + R - 1) / R;
   const int64_t target = static_cast<int64_t>(tachyon::cuda::multiprocessor_count()) * kTargetWarpsPerSm;
   int split = 1;  // while the grid is thin and every lane keeps U chunks per row, split k wider
@@ -146,13 +213,30 @@ void launch(void* out, GemmOutputType out_type, const bf16* in, const bf16* weig
   const int64_t rows_per_block = int64_t{R} * (kWarps / split);
   const unsigned blocks = static_cast<unsigned>((n + rows_per_block - 1) / rows_per_block);
   if (out_type == GemmOutputType::kBF16) {
-    launch_pdl(gemv_kernel<M, bf16>, dim3(blocks), dim3(kThreads), 0, stream, static_cast<bf16*>(out), in, weight,
-               bias, static_cast<int>(n), static_cast<int>(k8), split);
+    launch_pdl(gemv_kernel<M, bf16, Format>, dim3(blocks), dim3(kThreads), 0, stream, static_cast<bf16*>(out), in,
+               weight, format, bias, static_cast<int>(n), static_cast<int>(k8), static_cast<int>(kx),
+               static_cast<int>(scale_cols), split);
   } else {
-    launch_pdl(gemv_kernel<M, float>, dim3(blocks), dim3(kThreads), 0, stream, static_cast<float*>(out), in,
-               weight, bias, static_cast<int>(n), static_cast<int>(k8), split);
+    launch_pdl(gemv_kernel<M, float, Format>, dim3(blocks), dim3(kThreads), 0, stream, static_cast<float*>(out), in,
+               weight, format, bias, static_cast<int>(n), static_cast<int>(k8), static_cast<int>(kx),
+               static_cast<int>(scale_cols), split);
   }
   TACHYON_CUDA_CHECK_LAUNCH();
+}
+
+template <typename Format>
+void launch_rows(int64_t m, void* out, GemmOutputType out_type, const bf16* in, const void* weight, Format format,
+                 const bf16* bias, int64_t n, int64_t k, cudaStream_t stream) {
+  switch (m) {
+    case 1: return launch<1>(out, out_type, in, weight, format, bias, n, k, stream);
+    case 2: return launch<2>(out, out_type, in, weight, format, bias, n, k, stream);
+    case 3: return launch<3>(out, out_type, in, weight, format, bias, n, k, stream);
+    case 4: return launch<4>(out, out_type, in, weight, format, bias, n, k, stream);
+    case 5: return launch<5>(out, out_type, in, weight, format, bias, n, k, stream);
+    case 6: return launch<6>(out, out_type, in, weight, format, bias, n, k, stream);
+    case 7: return launch<7>(out, out_type, in, weight, format, bias, n, k, stream);
+    default: return launch<8>(out, out_type, in, weight, format, bias, n, k, stream);
+  }
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -174,16 +258,24 @@ void gemv(void* out, GemmOutputType out_type, const bf16* in, const bf16* weight
       << "gemv: a bias needs bf16 output (m=" << m << " n=" << n << " k=" << k << ")";
   TACHYON_CHECK(aligned16(in)) << "gemv: in (" << in << ") must be 16-byte aligned";
   TACHYON_CHECK(aligned16(weight)) << "gemv: weight (" << weight << ") must be 16-byte aligned";
-  switch (m) {
-    case 1: return launch<1>(out, out_type, in, weight, bias, n, k, stream);
-    case 2: return launch<2>(out, out_type, in, weight, bias, n, k, stream);
-    case 3: return launch<3>(out, out_type, in, weight, bias, n, k, stream);
-    case 4: return launch<4>(out, out_type, in, weight, bias, n, k, stream);
-    case 5: return launch<5>(out, out_type, in, weight, bias, n, k, stream);
-    case 6: return launch<6>(out, out_type, in, weight, bias, n, k, stream);
-    case 7: return launch<7>(out, out_type, in, weight, bias, n, k, stream);
-    default: return launch<8>(out, out_type, in, weight, bias, n, k, stream);
-  }
+  launch_rows(m, out, out_type, in, weight, Bf16Weights{}, bias, n, k, stream);
+}
+
+bool fp8_gemv_supports(int64_t m, int64_t n, int64_t k) {
+  return m >= 1 && m <= 8 && n >= 1 && n <= (int64_t{1} << 28) && k >= 16 && k % 16 == 0 && k <= (int64_t{1} << 24);
+}
+
+void fp8_gemv(void* out, GemmOutputType out_type, const bf16* in, const uint8_t* weight, const float* scale,
+              const bf16* bias, int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
+  if (m == 0) return;
+  TACHYON_CHECK(fp8_gemv_supports(m, n, k)) << "fp8_gemv: unsupported shape m=" << m << " n=" << n << " k=" << k
+                                            << " (needs 1 <= m <= 8, k a positive multiple of 16)";
+  TACHYON_CHECK(bias == nullptr || out_type == GemmOutputType::kBF16)
+      << "fp8_gemv: a bias needs bf16 output (m=" << m << " n=" << n << " k=" << k << ")";
+  TACHYON_CHECK(aligned16(in)) << "fp8_gemv: in (" << in << ") must be 16-byte aligned";
+  TACHYON_CHECK(aligned16(weight)) << "fp8_gemv: weight (" << weight << ") must be 16-byte aligned";
+  TACHYON_CHECK(scale != nullptr) << "fp8_gemv: no factors for the FP8 weight";
+  launch_rows(m, out, out_type, in, weight, Fp8Weights{scale}, bias, n, k, stream);
 }
 
 }  // namespace tachyon::kernels::cuda

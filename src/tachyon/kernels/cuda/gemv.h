@@ -36,4 +36,16 @@ bool gemv_supports(int64_t m, int64_t n, int64_t k);
 void gemv(void* out, GemmOutputType out_type, const bf16* in, const bf16* weight, const bf16* bias, int64_t m,
           int64_t n, int64_t k, cudaStream_t stream);
 
+// The FP8 weight form (model/fp8_projections.h): weight [n, k] E4M3 (OCP e4m3fn) with one f32
+// dequantization factor per row and 128 columns, scale [n, ceil(k / 128)];
+// out = in @ (weight * scale)^T (+ bias): each 16-value chunk's dot product is scaled by its
+// factor and accumulated in f32 (the input stays bf16: no activation quantization). The same
+// kernel as gemv, reading 16 values per 16-byte load instead of 8, so a step reads half the
+// bytes. Shapes: 1 <= m <= 8, k a positive multiple of 16. CPU twin: dequantize
+// (tensor/fp8.h dequantize_fp8_blocks with blocks [1, 128]) then kernels/linear.h `linear`.
+// Test: tests/gpu/test_gemv.cpp (gpu_gemv).
+bool fp8_gemv_supports(int64_t m, int64_t n, int64_t k);
+void fp8_gemv(void* out, GemmOutputType out_type, const bf16* in, const uint8_t* weight, const float* scale,
+              const bf16* bias, int64_t m, int64_t n, int64_t k, cudaStream_t stream);
+
 }  // namespace tachyon::kernels::cuda

@@ -1,5 +1,6 @@
 #include "tachyon/model/gpu/gpu_weights.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "tachyon/model/dsa_indexer.h"
@@ -23,8 +24,19 @@ struct Piece {
 
 }  // namespace
 
-CudaDenseWeights::CudaDenseWeights(const Bf16ModelWeights& w, const std::vector<float>& inv_freq)
-    : config_(w.config) {
+CudaDenseWeights::CudaDenseWeights(const Bf16ModelWeights& w, const std::vector<float>& inv_freq) : config_(w.config) {
+  upload(w, inv_freq, nullptr);
+}
+
+CudaDenseWeights::CudaDenseWeights(const Fp8GpuWeights& w, const std::vector<float>& inv_freq)
+    : config_(w.bf16.config), fp8_(true) {
+  TACHYON_CHECK(w.fp8.size() == w.bf16.layers.size())
+      << "FP8 projections for " << w.fp8.size() << " layers, bf16 weights for " << w.bf16.layers.size();
+  upload(w.bf16, inv_freq, &w.fp8);
+}
+
+void CudaDenseWeights::upload(const Bf16ModelWeights& w, const std::vector<float>& inv_freq,
+                              const std::vector<Fp8LayerProjections>* fp8) {
   // Pass 1: every tensor's offset. Pass 2: one allocation, the copies, then the pointers.
   std::vector<Piece> pieces;
   size_t size = 0;
@@ -64,17 +76,32 @@ CudaDenseWeights::CudaDenseWeights(const Bf16ModelWeights& w, const std::vector<
       k_norm_bias = &copies[3];
     }
     for (auto [tensor, target] : std::initializer_list<std::pair<const Tensor*, const bf16**>>{
-             {&l.input_norm, &d.input_norm}, {&l.qkv, &d.qkv}, {&l.qkv_bias, &d.qkv_bias}, {&l.q_norm, &d.q_norm},
-             {&l.k_norm, &d.k_norm}, {&l.o_proj, &d.o_proj}, {&l.o_proj_bias, &d.o_proj_bias},
-             {&l.post_attention_norm, &d.post_attention_norm}, {&l.gate_up, &d.gate_up},
-             {&l.gate_up_bias, &d.gate_up_bias}, {&l.down, &d.down}, {&l.down_bias, &d.down_bias},
-             {&l.router, &d.router}, {&l.experts_gate_up, &d.experts_gate_up}, {&l.experts_down, &d.experts_down},
-             {&l.shared_gate_up, &d.shared_gate_up}, {&l.shared_down, &d.shared_down}, {&l.q_a_proj, &d.q_a_proj},
-             {&l.q_a_norm, &d.q_a_norm}, {&l.q_b_proj, &d.q_b_proj}, {&l.kv_a_proj, &d.kv_a_proj},
-             {&l.kv_a_norm, &d.kv_a_norm}, {&l.kv_b_proj, &d.kv_b_proj}, {wq_b, &d.indexer_wq_b},
-             {wk, &d.indexer_wk}, {k_norm, &d.indexer_k_norm}, {k_norm_bias, &d.indexer_k_norm_bias},
-             {&l.indexer_weights_proj, &d.indexer_weights_proj}}) {
+             {&l.input_norm, &d.input_norm}, {&l.qkv, &d.qkv.values}, {&l.qkv_bias, &d.qkv_bias},
+             {&l.q_norm, &d.q_norm}, {&l.k_norm, &d.k_norm}, {&l.o_proj, &d.o_proj.values},
+             {&l.o_proj_bias, &d.o_proj_bias}, {&l.post_attention_norm, &d.post_attention_norm},
+             {&l.gate_up, &d.gate_up.values}, {&l.gate_up_bias, &d.gate_up_bias}, {&l.down, &d.down.values},
+             {&l.down_bias, &d.down_bias}, {&l.router, &d.router}, {&l.experts_gate_up, &d.experts_gate_up},
+             {&l.experts_down, &d.experts_down}, {&l.shared_gate_up, &d.shared_gate_up.values},
+             {&l.shared_down, &d.shared_down.values}, {&l.q_a_proj, &d.q_a_proj.values}, {&l.q_a_norm, &d.q_a_norm},
+             {&l.q_b_proj, &d.q_b_proj.values}, {&l.kv_a_proj, &d.kv_a_proj.values}, {&l.kv_a_norm, &d.kv_a_norm},
+             {&l.kv_b_proj, &d.kv_b_proj}, {wq_b, &d.indexer_wq_b}, {wk, &d.indexer_wk}, {k_norm, &d.indexer_k_norm},
+             {k_norm_bias, &d.indexer_k_norm_bias}, {&l.indexer_weights_proj, &d.indexer_weights_proj}}) {
       place(*tensor, target);
+    }
+    if (fp8 != nullptr) {
+      const Fp8LayerProjections& f = (*fp8)[i];
+      for (auto [q, target] : std::initializer_list<std::pair<const Fp8BlockWeight*, LinearWeight*>>{
+               {&f.qkv, &d.qkv}, {&f.o_proj, &d.o_proj}, {&f.gate_up, &d.gate_up}, {&f.down, &d.down},
+               {&f.shared_gate_up, &d.shared_gate_up}, {&f.shared_down, &d.shared_down}, {&f.q_a_proj, &d.q_a_proj},
+               {&f.q_b_proj, &d.q_b_proj}, {&f.kv_a_proj, &d.kv_a_proj}}) {
+        if (q->rows == 0) continue;
+        TACHYON_CHECK(q->block_rows == 1 && q->block_cols == kFp8ScaleCols)
+            << "internal: FP8 projection not in the GPU form ([1, 128] blocks)";
+        place_bytes(q->data.data(), q->data.size(), reinterpret_cast<const void**>(&target->fp8));
+        place_bytes(q->scale_inv.data(), q->scale_inv.size() * sizeof(float),
+                    reinterpret_cast<const void**>(&target->scale));
+        largest_fp8_projection_ = std::max(largest_fp8_projection_, q->rows * q->cols);
+      }
     }
     for (uint16_t bits : l.router_bias) f32_copies[i].push_back(bf16_to_f32(bits));
     place_bytes(f32_copies[i].data(), f32_copies[i].size() * sizeof(float), reinterpret_cast<const void**>(&d.router_bias));

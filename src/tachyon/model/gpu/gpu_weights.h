@@ -1,4 +1,5 @@
-// The model's weights on the GPU: bf16, fused as the CPU reference fuses them ([q; k; v],
+// The model's weights on the GPU: bf16 (the projections of an FP8 run in E4M3 with their
+// factors, model/fp8_projections.h), fused as the CPU reference fuses them ([q; k; v],
 // [gate; up]), in ONE device allocation carved into tensors, so loading is one cudaMalloc and
 // the forward reads plain pointers. Also holds the RoPE inverse frequencies and DeepSeek's router
 // score bias in f32 (transformers keeps that bias in f32 whatever the model's dtype).
@@ -8,6 +9,8 @@
 #include <vector>
 
 #include "tachyon/tensor/cuda/cuda_check.h"
+#include "tachyon/model/fp8_projections.h"
+#include "tachyon/model/gpu/linear_dispatch.h"
 #include "tachyon/model/model_weights.h"
 #include "tachyon/tensor/cuda/device_buffer.h"
 
@@ -17,16 +20,16 @@ using kernels::cuda::bf16;
 
 struct CudaLayerWeights {
   const bf16* input_norm = nullptr;          // [hidden]
-  const bf16* qkv = nullptr;                 // [q_size + 2 * kv_size, hidden]
+  LinearWeight qkv;                        // [q_size + 2 * kv_size, hidden]
   const bf16* qkv_bias = nullptr;            // [q_size + 2 * kv_size] or nullptr
   const bf16* q_norm = nullptr;              // [head_dim] or nullptr (Qwen3)
   const bf16* k_norm = nullptr;              // [head_dim] or nullptr
-  const bf16* o_proj = nullptr;              // [hidden, q_size]
+  LinearWeight o_proj;                     // [hidden, q_size]
   const bf16* o_proj_bias = nullptr;         // [hidden] or nullptr
   const bf16* post_attention_norm = nullptr; // [hidden]
-  const bf16* gate_up = nullptr;             // [2 * intermediate, hidden]
+  LinearWeight gate_up;                    // [2 * intermediate, hidden]
   const bf16* gate_up_bias = nullptr;        // [2 * intermediate] or nullptr
-  const bf16* down = nullptr;                // [hidden, intermediate]
+  LinearWeight down;                       // [hidden, intermediate]
   const bf16* down_bias = nullptr;           // [hidden] or nullptr
   // Mixture-of-experts layers (model_weights.h); the dense MLP fields above are then null.
   const bf16* router = nullptr;              // [num_experts, hidden]
@@ -34,13 +37,13 @@ struct CudaLayerWeights {
   const bf16* experts_down = nullptr;        // [num_experts, hidden, moe_intermediate]
   // DeepSeek-V3's MoE extras (I_shared = moe_intermediate * n_shared_experts).
   const float* router_bias = nullptr;        // [num_experts] f32 (e_score_correction_bias)
-  const bf16* shared_gate_up = nullptr;      // [2 * I_shared, hidden]
-  const bf16* shared_down = nullptr;         // [hidden, I_shared]
+  LinearWeight shared_gate_up;             // [2 * I_shared, hidden]
+  LinearWeight shared_down;                // [hidden, I_shared]
   // Multi-head latent attention (qk = qk_nope + qk_rope); qkv above is then null.
-  const bf16* q_a_proj = nullptr;            // [q_lora_rank, hidden] or nullptr (no q LoRA)
+  LinearWeight q_a_proj;                   // [q_lora_rank, hidden] or nullptr (no q LoRA)
   const bf16* q_a_norm = nullptr;            // [q_lora_rank] or nullptr
-  const bf16* q_b_proj = nullptr;            // [heads * qk, q_lora_rank], or q_proj [heads * qk, hidden]
-  const bf16* kv_a_proj = nullptr;           // [kv_lora_rank + qk_rope, hidden]
+  LinearWeight q_b_proj;                   // [heads * qk, q_lora_rank], or q_proj [heads * qk, hidden]
+  LinearWeight kv_a_proj;                  // [kv_lora_rank + qk_rope, hidden]
   const bf16* kv_a_norm = nullptr;           // [kv_lora_rank]
   const bf16* kv_b_proj = nullptr;           // [heads * (qk_nope + v_head_dim), kv_lora_rank]
   // DeepSeek-V3.2's lightning indexer (H_I heads of D_I).
@@ -55,6 +58,8 @@ class CudaDenseWeights {
  public:
   // Uploads `weights` (bf16 bit patterns) and `inv_freq` ([head_dim / 2] f32).
   CudaDenseWeights(const Bf16ModelWeights& weights, const std::vector<float>& inv_freq);
+  // An FP8 run: `weights.fp8`'s projections in FP8, the rest from `weights.bf16`.
+  CudaDenseWeights(const Fp8GpuWeights& weights, const std::vector<float>& inv_freq);
 
   const ModelConfig& config() const { return config_; }
   const std::vector<CudaLayerWeights>& layers() const { return layers_; }
@@ -63,6 +68,10 @@ class CudaDenseWeights {
   const bf16* lm_head() const { return lm_head_; }            // [vocab, hidden] (embed_tokens when tied)
   const float* inv_freq() const { return inv_freq_; }         // [head_dim / 2]
   size_t bytes() const { return storage_.bytes(); }
+  bool fp8() const { return fp8_; }
+  // The most weight values of one FP8 projection (n * k): the bf16 scratch a product of more
+  // rows than fp8_gemv serves dequantizes into; 0 without FP8.
+  int64_t largest_fp8_projection() const { return largest_fp8_projection_; }
 
  private:
   ModelConfig config_;
@@ -72,6 +81,10 @@ class CudaDenseWeights {
   const bf16* final_norm_ = nullptr;
   const bf16* lm_head_ = nullptr;
   const float* inv_freq_ = nullptr;
+  bool fp8_ = false;
+  int64_t largest_fp8_projection_ = 0;
+
+  void upload(const Bf16ModelWeights& w, const std::vector<float>& inv_freq, const std::vector<Fp8LayerProjections>* fp8);
 };
 
 }  // namespace tachyon::model::gpu

@@ -87,7 +87,7 @@ void LatentAttentionBlock::run_role(LinearRole role, int64_t layer, int64_t m) {
   const auto bf = GemmOutputType::kBF16;
   switch (role) {
     case LinearRole::kMlaQA:  // q_a_proj into the q LoRA, or (no q LoRA) q_proj straight to the heads
-      if (w.q_a_proj != nullptr) {
+      if (!w.q_a_proj.empty()) {
         ctx_.linear.linear(role, q_a_shape(), ws.q_lora, bf, ws.normed, w.q_a_proj, nullptr, m, ctx_.stream);
       } else {
         ctx_.linear.linear(role, q_a_shape(), ws.q_full, bf, ws.normed, w.q_b_proj, nullptr, m, ctx_.stream);
@@ -128,7 +128,7 @@ void LatentAttentionBlock::forward(int64_t l, const GpuStep& step) {
   const float eps = kMlaLatentNormEps;  // q_a_layernorm's and kv_a_layernorm's, not the config's
 
   run_role(LinearRole::kMlaQA, l, T);  // into the q LoRA, or (no q LoRA) straight to the heads' queries
-  if (w.q_a_proj != nullptr) {
+  if (!w.q_a_proj.empty()) {
     kc::rms_norm(ws.q_lora, ws.q_lora, w.q_a_norm, T, c.q_lora_rank, eps, stream);
     run_role(LinearRole::kMlaQB, l, T);
   }

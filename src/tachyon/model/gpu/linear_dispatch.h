@@ -39,12 +39,25 @@ struct RoleInfo {
   int64_t input_width = 0;
 };
 
+// A linear layer's weight on the GPU: bf16 [n, k], or E4M3 [n, k] with one f32 factor per row
+// and 128 columns, [n, ceil(k / 128)] (model/fp8_projections.h). A bf16 pointer converts to it,
+// so a block issues both kinds alike.
+struct LinearWeight {
+  const bf16* values = nullptr;
+  const uint8_t* fp8 = nullptr;
+  const float* scale = nullptr;
+
+  LinearWeight() = default;
+  LinearWeight(const bf16* weight) : values(weight) {}  // NOLINT: implicit on purpose
+  bool empty() const { return values == nullptr && fp8 == nullptr; }
+};
+
 class LinearDispatch {
  public:
   virtual ~LinearDispatch() = default;
   // out: [m, shape.n] (bf16 or f32) = in: [m, shape.k] bf16 @ weight: [shape.n, shape.k]^T (+ bias [shape.n]).
   virtual void linear(LinearRole role, LinearShape shape, void* out, GemmOutputType type, const bf16* in,
-                      const bf16* weight, const bf16* bias, int64_t m, cudaStream_t stream) = 0;
+                      const LinearWeight& weight, const bf16* bias, int64_t m, cudaStream_t stream) = 0;
   // A product with no timed role (the indexer's): always cuBLASLt.
   virtual void gemm(void* out, GemmOutputType type, const bf16* in, const bf16* weight, const bf16* bias, int64_t m,
                     int64_t n, int64_t k, cudaStream_t stream) = 0;

@@ -109,7 +109,7 @@ void MoeMlpBlock::forward(int64_t layer, const GpuStep& step) {
   }
   // DeepSeek's shared expert: a dense MLP every token runs, added in the combine's pass.
   const bf16* shared = nullptr;
-  if (w.shared_gate_up != nullptr) {
+  if (!w.shared_gate_up.empty()) {
     run_role(LinearRole::kSharedGateUp, layer, T);
     run_role(LinearRole::kSharedDownWithSilu, layer, T);
     shared = ws.shared_out;

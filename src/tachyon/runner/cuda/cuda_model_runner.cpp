@@ -5,6 +5,7 @@
 
 #include <nvtx3/nvtx3.hpp>
 
+#include "tachyon/kernels/cuda/fp8.h"
 #include "tachyon/kernels/cuda/gemv.h"
 #include "tachyon/kernels/cuda/sampling.h"
 #include "tachyon/model/rope.h"
@@ -27,6 +28,20 @@ CudaModelRunner::CudaModelRunner(const model::Bf16ModelWeights& weights, const c
       << dtype_name(config.device.kv_cache_dtype);
   TACHYON_CHECK(!weights_.config().is_mla() || tp.comm == nullptr)
       << "tensor parallelism of latent-attention (DeepSeek) models is not built yet";
+  start(config);
+}
+
+CudaModelRunner::CudaModelRunner(const model::Fp8GpuWeights& weights, const core::EngineConfig& config)
+    : config_(config), weights_(weights, model::rope_inv_freq(weights.bf16.config)) {
+  TACHYON_CHECK(config.device.dtype == DType::kBF16 && config.device.kv_cache_dtype == DType::kBF16)
+      << "the CUDA runner supports dtype and kv_cache_dtype BF16, got " << dtype_name(config.device.dtype) << " and "
+      << dtype_name(config.device.kv_cache_dtype);
+  // Before the KV cache takes the free memory.
+  fp8_scratch_ = cuda::DeviceBuffer(static_cast<size_t>(weights_.largest_fp8_projection()) * sizeof(kc::bf16));
+  start(config);
+}
+
+void CudaModelRunner::start(const core::EngineConfig& config) {
   TACHYON_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   for (StepEvents& e : events_) {
     TACHYON_CUDA_CHECK(cudaEventCreate(&e.begin));
@@ -152,11 +167,21 @@ void CudaModelRunner::forward(const gpu::ForwardShape& shape) {
 }
 
 void CudaModelRunner::linear(LinearRole role, LinearShape shape, void* out, kc::GemmOutputType type, const kc::bf16* in,
-                             const kc::bf16* weight, const kc::bf16* bias, int64_t m, cudaStream_t stream) {
+                             const gpu::LinearWeight& weight, const kc::bf16* bias, int64_t m, cudaStream_t stream) {
+  if (weight.fp8 != nullptr) {
+    if (kc::fp8_gemv_supports(m, shape.n, shape.k)) {
+      kc::fp8_gemv(out, type, in, weight.fp8, weight.scale, bias, m, shape.n, shape.k, stream);
+      return;
+    }
+    auto* scratch = static_cast<kc::bf16*>(fp8_scratch_.data());
+    kc::fp8_dequantize(scratch, weight.fp8, weight.scale, shape.n, shape.k, stream);
+    gemm_.linear(out, type, in, scratch, bias, m, shape.n, shape.k, stream);
+    return;
+  }
   if (use_gemv(role, m)) {
-    kc::gemv(out, type, in, weight, bias, m, shape.n, shape.k, stream);
+    kc::gemv(out, type, in, weight.values, bias, m, shape.n, shape.k, stream);
   } else {
-    gemm_.linear(out, type, in, weight, bias, m, shape.n, shape.k, stream);
+    gemm_.linear(out, type, in, weight.values, bias, m, shape.n, shape.k, stream);
   }
 }
 

@@ -68,6 +68,9 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   // the decode graphs unless config.device.enforce_eager. Uses the calling thread's current
   // CUDA device.
   CudaModelRunner(const model::Bf16ModelWeights& weights, const core::EngineConfig& config, CudaTpRank tp = {});
+  // An FP8 run on one GPU (model/fp8_projections.h): its projections in E4M3, products of up to 8
+  // rows through fp8_gemv, larger ones dequantized into a bf16 scratch for cuBLASLt.
+  CudaModelRunner(const model::Fp8GpuWeights& weights, const core::EngineConfig& config);
   ~CudaModelRunner() override;
 
   // Uploads the step and enqueues its forward, sampling and token download, then returns: the
@@ -96,12 +99,13 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
 
   // LinearDispatch: the timed choice per (role, rows).
   void linear(LinearRole role, LinearShape shape, void* out, kernels::cuda::GemmOutputType type,
-              const kernels::cuda::bf16* in, const kernels::cuda::bf16* weight, const kernels::cuda::bf16* bias,
+              const kernels::cuda::bf16* in, const model::gpu::LinearWeight& weight, const kernels::cuda::bf16* bias,
               int64_t m, cudaStream_t stream) override;
   void gemm(void* out, kernels::cuda::GemmOutputType type, const kernels::cuda::bf16* in,
             const kernels::cuda::bf16* weight, const kernels::cuda::bf16* bias, int64_t m, int64_t n, int64_t k,
             cudaStream_t stream) override;
 
+  void start(const core::EngineConfig& config);  // what both constructors do after the upload
   void plan_memory(const core::EngineConfig& config);
   void allocate_kv_cache(const core::EngineConfig& config);
   model::gpu::StepMetadata step_metadata() const;  // device views into the staging buffer
@@ -121,6 +125,7 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   model::gpu::CudaDenseWeights weights_;
   cudaStream_t stream_ = nullptr;
   kernels::cuda::GemmRunner gemm_;
+  cuda::DeviceBuffer fp8_scratch_;  // FP8 runs: one projection dequantized to bf16 (kernels/cuda/fp8.h)
   StepInputLimits limits_;
   StepInputLayout layout_;
   size_t staging_bytes_ = 0;

@@ -1,0 +1,84 @@
+// The weights of an FP8 run on the GPU, made on the host: which projections run in FP8 there
+// and the one form the GPU's FP8 kernels read (kernels/cuda/gemv.h fp8_gemv, kernels/cuda/fp8.h).
+//
+// The GPU form is E4M3 values with one f32 dequantization factor per row and 128 columns:
+// Fp8BlockWeight with blocks of [1, 128]. Every source geometry maps onto it without loss (a
+// [128, 128] block, a channel, a whole tensor repeat their factor over the rows and 128-column
+// spans they cover), and fused weights ([q; k; v], [gate; up]) stack their parts' rows even where
+// a part's row count is not a multiple of 128, as in the tiny test models. The factors cost
+// 4 bytes per 128 weights (3% of the FP8 bytes).
+//
+// Where the values come from: the f32 weights the CPU reference computes with (an FP8
+// checkpoint dequantized at load, or a bf16 one round-tripped by online FP8, online_fp8.h), each
+// part quantized again with its source's own geometry. For a weight that was FP8 with factor
+// amax / 448 (DeepSeek's, GLM's and llm-compressor's quantizers, and our online FP8) that gives
+// back the stored E4M3 bytes and the factor to within one f32 rounding, so the GPU computes with
+// the values the CPU reference uses. The checkpoint's bytes are not carried through the loader
+// on purpose: one reader (model_weights.cpp) stays the only place stored values become the
+// model's, and the cost is host memory during the load (f32 staging), not accuracy.
+//
+// FP8 on the GPU: the projections of dense attention and MLP (qkv, o, gate_up, down), latent
+// attention's q_a, q_b (or q), kv_a and o, and DeepSeek's shared experts. Kept in bf16 there
+// (with the values the CPU reference uses, rounded to bf16): embeddings, the LM head, norms,
+// routers, latent attention's kv_b (absorbed into the attention kernels), the sparse indexer, and
+// the routed experts (no FP8 grouped kernel yet). A checkpoint projection stored unquantized
+// stays bf16. Tests: tests/unit/test_fp8_projections.cpp; on the GPU tests/gpu/test_cuda_fp8.cpp.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tachyon/model/fp8_checkpoint.h"
+#include "tachyon/model/model_weights.h"
+#include "tachyon/tensor/fp8.h"
+
+namespace tachyon::model {
+
+inline constexpr int64_t kFp8ScaleCols = 128;  // weight columns per factor in the GPU form
+
+// One layer's FP8 projections; an empty weight (rows == 0) is a projection the layer does not
+// have or keeps in bf16.
+struct Fp8LayerProjections {
+  Fp8BlockWeight qkv, o_proj, gate_up, down, shared_gate_up, shared_down, q_a_proj, q_b_proj, kv_a_proj;
+};
+
+// A model as an FP8 run uploads it: bf16 for everything not in `fp8` (whose bf16 fields are then
+// empty), and the FP8 projections per layer.
+struct Fp8GpuWeights {
+  Bf16ModelWeights bf16;
+  std::vector<Fp8LayerProjections> fp8;
+};
+
+// How a source's factors tile a weight part: [block_rows, block_cols]; 0 means the part's whole
+// extent (a per-tensor factor is [0, 0], a per-channel one [1, 0]).
+struct Fp8SourceGeometry {
+  int64_t block_rows = 128, block_cols = 128;
+};
+// The geometry of a checkpoint format; kNone (online FP8) is [128, 128].
+Fp8SourceGeometry fp8_source_geometry(const QuantizationConfig& q);
+
+// Quantizes a weight stacked from parts of `part_rows` rows each ([sum, cols] f32), each part
+// with `geometry`, into the GPU form. Throws Error when the geometry's columns are not whole
+// multiples of 128 (other than a whole row).
+Fp8BlockWeight to_fp8_gpu_form(std::span<const float> weight, int64_t cols, std::initializer_list<int64_t> part_rows,
+                               Fp8SourceGeometry geometry);
+
+// Whether the checkpoint stores the HF tensor `name` in FP8 (online FP8: always true).
+using StoredAsFp8 = std::function<bool(const std::string& name)>;
+
+// The GPU weights of an FP8 run from the f32 weights the CPU reference computes with, consumed.
+Fp8GpuWeights make_fp8_gpu_weights(ModelWeights&& weights, Fp8SourceGeometry geometry, const StoredAsFp8& stored_as_fp8);
+
+// The GPU weights of an FP8 run, read from `checkpoint`: an FP8 checkpoint's (config.quantization
+// says its format; its FP8 projections stay FP8), or with `online` (--quantization fp8) any
+// checkpoint's, quantized at load as the CPU reference quantizes it (online_fp8.h).
+Fp8GpuWeights load_fp8_gpu_weights(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint, bool online);
+
+// Every tensor of `weights` rounded to bf16 (round to nearest even), consumed layer by layer.
+Bf16ModelWeights to_bf16_weights(ModelWeights&& weights);
+
+}  // namespace tachyon::model
