@@ -14,6 +14,7 @@
 #include "tachyon/model/dense_model.h"
 #include "tachyon/base/check.h"
 #include "tachyon/runner/cpu_model_runner.h"
+#include "tachyon/runner/tp_cpu_model_runner.h"
 #include "tachyon/app/runner_factory.h"
 
 namespace tachyon::testing {
@@ -47,6 +48,18 @@ inline void expect_engine_matches_greedy_generate(const model::DenseModel& model
   for (size_t p = 0; p < prompts.size(); ++p) {
     EXPECT_EQ(tokens[p], model::greedy_generate(model, prompts[p], 6)) << label << " prompt " << p;
   }
+}
+
+// The model in `dir` (of `model_type`) loads on the CPU, and with --tp 2 on CPU thread ranks.
+inline void expect_cpu_load_and_tp_served(const std::filesystem::path& dir, const std::string& model_type) {
+  core::EngineConfig config;
+  config.device.kind = "cpu";
+  EXPECT_EQ(app::load_runner(dir, config).model_config.model_type, model_type);
+  core::EngineConfig tp_config;
+  tp_config.device.kind = "cpu";
+  tp_config.device.tensor_parallel_size = 2;
+  const auto loaded = app::load_runner(dir, tp_config);
+  EXPECT_NE(dynamic_cast<runner::TpCpuModelRunner*>(loaded.runner.get()), nullptr) << model_type;
 }
 
 // The model in `dir` (of `model_type`) loads on the CPU, and --tp 2 is refused.

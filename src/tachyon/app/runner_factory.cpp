@@ -174,7 +174,8 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
       kind = "cuda";
     }
     if (kind == "auto") {
-      kind = gpus >= local && cuda_unsupported_reason(model_config).empty() && !fp8_run(config, model_config)
+      kind = gpus >= local && cuda_unsupported_reason(model_config).empty() && !fp8_run(config, model_config) &&
+                     model::cuda_tp_unsupported_reason(model_config).empty()
                  ? "cuda"
                  : "cpu";
     }
@@ -183,6 +184,8 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
                                    << " GPUs on this node, this process sees " << gpus;
       const std::string why = cuda_unsupported_reason(model_config);
       TACHYON_CHECK(why.empty()) << "--device cuda cannot serve " << model_dir.string() << ": " << why;
+      TACHYON_CHECK(model::cuda_tp_unsupported_reason(model_config).empty())
+          << "--tp " << tp << ": " << model::cuda_tp_unsupported_reason(model_config);
       check_drafts_verified(config);
       check_quantization_device(config, model_config, kind);
       config.device.gpu_name = cuda::current_device_name();

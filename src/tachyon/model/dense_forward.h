@@ -2,7 +2,8 @@
 // (one rank holding every weight) and TpDenseModel (one rank of a TP group holding a shard,
 // tp_shard.h). The architecture is written once, in dense_model.cpp; parallelism enters only at
 // four named points: the vocab-parallel embedding (all-reduce), the row-parallel o_proj and down
-// (all-reduce of partial products, bias added after), and the vocab-parallel LM head (all_gather).
+// (all-reduce of partial products, bias added after; a MoE layer's combine is tp_moe.h's), and
+// the vocab-parallel LM head (all_gather).
 // Unsharded (group == nullptr) every seam is a no-op and the forward is exactly the reference's.
 #pragma once
 
@@ -19,11 +20,17 @@
 
 namespace tachyon::model::detail {
 
-// Which part of the vocabulary this rank's embed_tokens / lm_head rows are, and its TP group.
+// Which part of the vocabulary this rank's embed_tokens / lm_head rows are, which routed experts
+// it holds, and its TP group.
 struct TensorParallelSeams {
   dist::Communicator* group = nullptr;  // the TP group; nullptr: unsharded, no communication
   int64_t vocab_begin = 0;              // full-vocab id of this rank's first embedding row
   int64_t vocab_rows = 0;               // rows of embed_tokens / lm_head this rank holds
+  // MoE layers (tp_moe.h): experts [expert_begin, expert_begin + expert_count) are held whole
+  // under expert parallelism; expert_count 0 means every expert (each one split, or unsharded).
+  bool expert_parallel = false;
+  int64_t expert_begin = 0;
+  int64_t expert_count = 0;
 };
 
 // What one forward carries from a layer to the next besides the hidden state: the top-k the last

@@ -24,6 +24,7 @@
 #include "tachyon/model/mla_absorbed.h"
 #include "tachyon/model/moe.h"
 #include "tachyon/model/rope.h"
+#include "tachyon/model/tp_moe.h"
 
 namespace tachyon::model {
 
@@ -167,8 +168,6 @@ void attention_block(const ModelConfig& c, const LayerKinds& kinds, const LayerW
   std::vector<float> normed(hidden.size());  // [n, hidden]
   cpu::rms_norm(normed.data(), hidden.data(), w.input_norm.data(), n, c.hidden_size,
                 static_cast<float>(c.rms_norm_eps));
-  TACHYON_CHECK(kinds.attention != AttentionKind::kLatent || tp.group == nullptr)
-      << "internal: latent attention under tensor parallelism";
   const int64_t attended_width = c.num_attention_heads * c.value_head_dim();
   const std::vector<float> attended =  // [n, heads, value_head_dim]
       attend_layer(c, kinds, w, inv_freq, layer, normed, positions, attention, carry, hook);
@@ -201,16 +200,16 @@ void mlp_block(const ModelConfig& c, const LayerWeights& w, const TensorParallel
   cpu::add_inplace(hidden.data(), down.data(), static_cast<int64_t>(hidden.size()));
 }
 
-// hidden += moe(x) with x = rms_norm(hidden): the layer's k-of-E experts per token (moe.h).
-// Unsharded only: check_tp_size refuses tensor parallelism for MoE configs.
+// hidden += moe(x) with x = rms_norm(hidden): the layer's k-of-E experts per token (moe.h). Under
+// TP each rank runs its part of the experts and tp_moe.h combines the ranks' outputs.
 void moe_block(const ModelConfig& c, const LayerWeights& w, const TensorParallelSeams& tp, int64_t layer,
                std::vector<float>& hidden, int64_t n, const ForwardHook& hook) {
-  TACHYON_CHECK(tp.group == nullptr) << "internal: layer " << layer << " is MoE but the forward is tensor-parallel";
   std::vector<float> normed(hidden.size());  // [n, hidden]
   cpu::rms_norm(normed.data(), hidden.data(), w.post_attention_norm.data(), n, c.hidden_size,
                 static_cast<float>(c.rms_norm_eps));
   std::vector<float> router_logits;  // [n, num_experts], filled only for the hook
-  std::vector<float> out = moe_mlp(c, w, normed, n, hook ? &router_logits : nullptr);  // [n, hidden]
+  std::vector<float> out =  // [n, hidden]
+      detail::parallel_moe(c, w, tp, normed, n, hook ? &router_logits : nullptr);
   if (hook) {
     hook("router_logits", layer, router_logits);
     hook("moe_out", layer, out);

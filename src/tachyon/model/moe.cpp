@@ -129,11 +129,10 @@ void expert_mlp(const ModelConfig& c, const LayerWeights& w, int64_t expert, con
   cpu::linear(out, activated.data(), down_weight, nullptr, 1, inter, hidden);
 }
 
-namespace {
-
 // out: [n, hidden] += the shared expert's SwiGLU MLP of x: [n, hidden] (DeepSeek; every token).
 void add_shared_expert(const ModelConfig& c, const LayerWeights& w, std::span<const float> x, int64_t n,
                        std::vector<float>& out) {
+  if (c.n_shared_experts == 0) return;
   const int64_t hidden = c.hidden_size, inter = c.moe_intermediate_size * c.n_shared_experts;
   TACHYON_CHECK(static_cast<int64_t>(w.shared_gate_up.size()) == 2 * inter * hidden &&
                 static_cast<int64_t>(w.shared_down.size()) == hidden * inter)
@@ -147,15 +146,16 @@ void add_shared_expert(const ModelConfig& c, const LayerWeights& w, std::span<co
   cpu::add_inplace(out.data(), shared.data(), n * hidden);
 }
 
-}  // namespace
-
-std::vector<float> moe_mlp(const ModelConfig& c, const LayerWeights& w, std::span<const float> x, int64_t n,
-                           std::vector<float>* router_logits) {
+std::vector<float> moe_routed(const ModelConfig& c, const LayerWeights& w, std::span<const float> x, int64_t n,
+                              ExpertRange held, std::vector<float>* router_logits) {
   const int64_t hidden = c.hidden_size, experts = c.num_experts, inter = c.moe_intermediate_size;
+  TACHYON_CHECK(held.begin >= 0 && held.count >= 1 && held.begin + held.count <= experts)
+      << "moe_mlp: experts [" << held.begin << ", " << held.begin + held.count << ") of " << experts;
   TACHYON_CHECK(static_cast<int64_t>(w.router.size()) == experts * hidden &&
-                static_cast<int64_t>(w.experts_gate_up.size()) == experts * 2 * inter * hidden &&
-                static_cast<int64_t>(w.experts_down.size()) == experts * hidden * inter)
-      << "moe_mlp: the layer's weights are not those of a MoE layer with " << experts << " experts of width " << inter;
+                static_cast<int64_t>(w.experts_gate_up.size()) == held.count * 2 * inter * hidden &&
+                static_cast<int64_t>(w.experts_down.size()) == held.count * hidden * inter)
+      << "moe_mlp: the layer's weights are not those of a MoE layer holding " << held.count << " of " << experts
+      << " experts of width " << inter;
   TACHYON_CHECK(static_cast<int64_t>(x.size()) == n * hidden) << "moe_mlp: " << x.size() << " values for " << n
                                                                << " tokens of " << hidden;
   const bool grouped = c.router == RouterKind::kSigmoidGroupLimited;
@@ -175,13 +175,20 @@ std::vector<float> moe_mlp(const ModelConfig& c, const LayerWeights& w, std::spa
     std::sort(chosen.begin(), chosen.end(), [](const auto& a, const auto& b) { return a.expert < b.expert; });
     float* row = out.data() + t * hidden;
     for (const ExpertChoice& choice : chosen) {
-      expert_mlp(c, w, choice.expert, x.data() + t * hidden, expert_out.data());
+      if (choice.expert < held.begin || choice.expert >= held.begin + held.count) continue;  // another rank's
+      expert_mlp(c, w, choice.expert - held.begin, x.data() + t * hidden, expert_out.data());
       for (int64_t i = 0; i < hidden; ++i) row[i] += choice.weight * expert_out[static_cast<size_t>(i)];
     }
   }
-  // transformers adds the shared expert after the routed sum: routed + shared.
-  if (c.n_shared_experts > 0) add_shared_expert(c, w, x, n, out);
   if (router_logits) *router_logits = std::move(logits);
+  return out;
+}
+
+std::vector<float> moe_mlp(const ModelConfig& c, const LayerWeights& w, std::span<const float> x, int64_t n,
+                           std::vector<float>* router_logits) {
+  std::vector<float> out = moe_routed(c, w, x, n, ExpertRange{0, c.num_experts}, router_logits);
+  // transformers adds the shared expert after the routed sum: routed + shared.
+  add_shared_expert(c, w, x, n, out);
   return out;
 }
 

@@ -62,7 +62,8 @@ GroupLimitedRouting group_limited_routing(const ModelConfig& config);
 std::vector<ExpertChoice> route_token_group_limited(std::span<const float> router_logits,
                                                    std::span<const float> score_bias, const GroupLimitedRouting& r);
 
-// out: [hidden] = down_e(silu(gate_e(x)) * up_e(x)) for expert e of layer weights `w`; x: [hidden].
+// out: [hidden] = down_e(silu(gate_e(x)) * up_e(x)) for the expert stacked at index `expert` of
+// layer weights `w` (the layer's expert `expert` unless the rank holds a slice); x: [hidden].
 void expert_mlp(const ModelConfig& config, const LayerWeights& w, int64_t expert, const float* x, float* out);
 
 // x: [n, hidden], the post-attention-normed hidden states of a MoE layer. Returns [n, hidden]:
@@ -71,5 +72,22 @@ void expert_mlp(const ModelConfig& config, const LayerWeights& w, int64_t expert
 // [n, num_experts] (before the softmax or sigmoid).
 std::vector<float> moe_mlp(const ModelConfig& config, const LayerWeights& w, std::span<const float> x, int64_t n,
                            std::vector<float>* router_logits = nullptr);
+
+// The routed experts a rank holds: the layer's experts [begin, begin + count) are stacked in
+// experts_gate_up / experts_down as local experts 0..count-1. Under expert parallelism
+// (model/tp_moe.h) each rank holds a slice; otherwise count = num_experts.
+struct ExpertRange {
+  int64_t begin = 0;
+  int64_t count = 0;
+};
+
+// moe_mlp's two halves, so that a rank of an expert-parallel group can combine the routed sums
+// of every rank before the shared expert is added. moe_routed: [n, hidden], for each token the
+// weighted sum (in expert order) over those of its k experts that lie in `held` (the routing
+// itself sees all num_experts). add_shared_expert: out [n, hidden] += the shared expert of x.
+std::vector<float> moe_routed(const ModelConfig& config, const LayerWeights& w, std::span<const float> x, int64_t n,
+                              ExpertRange held, std::vector<float>* router_logits = nullptr);
+void add_shared_expert(const ModelConfig& config, const LayerWeights& w, std::span<const float> x, int64_t n,
+                       std::vector<float>& out);
 
 }  // namespace tachyon::model

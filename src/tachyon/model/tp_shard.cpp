@@ -31,6 +31,37 @@ std::vector<T> columns_of(const std::vector<T>& in, int64_t rows, int64_t width,
   return out;
 }
 
+// One rank's slice of a SwiGLU MLP of intermediate width `inter` split over the ranks (a dense
+// MLP, the shared expert, or each of `blocks` stacked routed experts): rows [begin, begin +
+// count) of gate AND of up in each fused [gate; up] block, and the same input columns of down.
+template <typename T>
+void shard_swiglu(const std::vector<T>& gate_up, const std::vector<T>& down, int64_t blocks, int64_t hidden,
+                  int64_t inter, int64_t begin, int64_t count, std::vector<T>& gate_up_out, std::vector<T>& down_out) {
+  gate_up_out.clear();
+  for (int64_t b = 0; !gate_up.empty() && b < blocks; ++b) {
+    append_rows(gate_up_out, gate_up, b * 2 * inter + begin, count, hidden);
+    append_rows(gate_up_out, gate_up, b * 2 * inter + inter + begin, count, hidden);
+  }
+  down_out = down.empty() ? std::vector<T>{} : columns_of(down, blocks * hidden, inter, begin, count);
+}
+
+// A MoE layer's experts: the router (and DeepSeek's score bias) whole on every rank, so that
+// every rank routes every token alike; each routed expert and the shared expert split along
+// their intermediate dim.
+template <typename T>
+void shard_experts(const ModelConfig& c, const ModelConfig& rc, int tp_rank, const BasicLayerWeights<T>& w,
+                   BasicLayerWeights<T>& s) {
+  if (w.router.empty()) return;
+  s.router = w.router;
+  s.router_bias = w.router_bias;
+  const int64_t hidden = c.hidden_size, inter = c.moe_intermediate_size, per_rank = rc.moe_intermediate_size;
+  shard_swiglu(w.experts_gate_up, w.experts_down, c.num_experts, hidden, inter, tp_rank * per_rank, per_rank,
+               s.experts_gate_up, s.experts_down);
+  const int64_t shared = inter * c.n_shared_experts, shared_per_rank = per_rank * c.n_shared_experts;
+  shard_swiglu(w.shared_gate_up, w.shared_down, 1, hidden, shared, tp_rank * shared_per_rank, shared_per_rank,
+               s.shared_gate_up, s.shared_down);
+}
+
 }  // namespace
 
 void check_tp_size(const ModelConfig& c, int tp) {
@@ -38,8 +69,6 @@ void check_tp_size(const ModelConfig& c, int tp) {
   TACHYON_CHECK(tp == 1 || !c.has_sparse_attention())
       << "tensor parallelism of DeepSeek sparse attention (" << c.architecture << ", a " << c.index_n_heads
       << "-head indexer keeping " << c.index_topk << " tokens) is not built yet; run with --tp 1";
-  TACHYON_CHECK(tp == 1 || !c.is_moe()) << "tensor parallelism of mixture-of-experts models is not built yet ("
-                                       << c.architecture << " has " << c.num_experts << " experts); run with --tp 1";
   TACHYON_CHECK(tp == 1 || !c.is_mla()) << "tensor parallelism of multi-head latent attention (" << c.architecture
                                        << ") is not built yet; run with --tp 1";
   TACHYON_CHECK(c.num_attention_heads % tp == 0)
@@ -53,8 +82,23 @@ void check_tp_size(const ModelConfig& c, int tp) {
   }
   TACHYON_CHECK(c.intermediate_size % tp == 0)
       << "tensor parallel size " << tp << " does not divide intermediate_size " << c.intermediate_size;
+  if (c.is_moe()) {  // every expert's intermediate dim is split (the shared expert's with it)
+    TACHYON_CHECK(c.moe_intermediate_size % tp == 0) << "tensor parallel size " << tp
+                                                     << " does not divide moe_intermediate_size "
+                                                     << c.moe_intermediate_size;
+  }
   TACHYON_CHECK(c.vocab_size % tp == 0) << "tensor parallel size " << tp << " does not divide vocab_size "
                                         << c.vocab_size << " (the vocabulary is not padded)";
+}
+
+std::string cuda_tp_unsupported_reason(const ModelConfig& c) {
+  const char* family = c.has_sparse_attention() ? "DeepSeek sparse attention (DSA)"
+                       : c.is_mla()              ? "multi-head latent attention"
+                       : c.is_moe()              ? "mixture-of-experts models"
+                                                 : nullptr;
+  if (family == nullptr) return "";
+  return std::string("tensor parallelism of ") + family + " (" + c.architecture +
+         ") on --device cuda is not built yet (it runs on CPU thread ranks: --device cpu); use --tp 1 on the GPU";
 }
 
 ModelConfig tp_rank_config(const ModelConfig& config, int tp) {
@@ -63,6 +107,7 @@ ModelConfig tp_rank_config(const ModelConfig& config, int tp) {
   c.num_attention_heads = config.num_attention_heads / tp;
   c.num_key_value_heads = std::max<int64_t>(config.num_key_value_heads / tp, 1);
   c.intermediate_size = config.intermediate_size / tp;
+  c.moe_intermediate_size = config.moe_intermediate_size / tp;  // the shared expert's width follows
   return c;
 }
 
@@ -96,11 +141,11 @@ BasicTpShard<T> shard_weights(const BasicModelWeights<T>& full, int tp_rank, int
     append_rows(out, in, c.q_size() + c.kv_size() + kv_begin, rc.kv_size(), width);
     return out;
   };
-  // Rows of the fused [gate; up]: this rank's slice of gate, then the same slice of up.
-  auto gate_up_rows = [&](const std::vector<T>& in, int64_t width) {
+  // Rows of the fused [gate; up] bias: this rank's slice of gate, then the same slice of up.
+  auto gate_up_bias_rows = [&](const std::vector<T>& in) {
     std::vector<T> out;
-    append_rows(out, in, i_begin, rc.intermediate_size, width);
-    append_rows(out, in, inter + i_begin, rc.intermediate_size, width);
+    append_rows(out, in, i_begin, rc.intermediate_size, 1);
+    append_rows(out, in, inter + i_begin, rc.intermediate_size, 1);
     return out;
   };
 
@@ -112,12 +157,12 @@ BasicTpShard<T> shard_weights(const BasicModelWeights<T>& full, int tp_rank, int
     s.k_norm = w.k_norm;
     s.qkv = qkv_rows(w.qkv, hidden);
     s.qkv_bias = qkv_rows(w.qkv_bias, 1);
-    s.gate_up = gate_up_rows(w.gate_up, hidden);
-    s.gate_up_bias = gate_up_rows(w.gate_up_bias, 1);
+    shard_swiglu(w.gate_up, w.down, 1, hidden, inter, i_begin, rc.intermediate_size, s.gate_up, s.down);
+    s.gate_up_bias = gate_up_bias_rows(w.gate_up_bias);
     s.o_proj = columns_of(w.o_proj, hidden, c.q_size(), q_begin, rc.q_size());
     s.o_proj_bias = w.o_proj_bias;  // whole: added once, after the all-reduce
-    s.down = columns_of(w.down, hidden, inter, i_begin, rc.intermediate_size);
     s.down_bias = w.down_bias;  // whole: added once, after the all-reduce
+    shard_experts(c, rc, tp_rank, w, s);
     shard.weights.layers.push_back(std::move(s));
   }
   return shard;

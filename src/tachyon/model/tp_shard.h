@@ -5,6 +5,10 @@
 //   gate/up  column-parallel: rows [r*I/tp, (r+1)*I/tp) of gate AND the same rows of up, so the
 //            fused [gate; up] layout of ModelWeights holds again within the shard;
 //   down     row-parallel: the input columns of this rank's intermediate slice;
+//   experts  (MoE layers) the router whole on every rank; every routed expert and the shared
+//            expert split along their intermediate dim as gate/up/down are (so the rank's
+//            moe_intermediate_size is I_moe / tp); their partial sums join one all-reduce
+//            (tp_moe.h);
 //   embed    vocab-parallel: rows [r*V/tp, (r+1)*V/tp); a token outside them embeds as zeros, and
 //            the all-reduce over the group leaves every rank with the full embedding;
 //   lm_head  vocab-parallel: the same vocab rows (the embedding's when tied); all_gather along vocab.
@@ -20,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "tachyon/model/model_config.h"
 #include "tachyon/model/model_weights.h"
@@ -44,6 +49,10 @@ using Bf16TpShard = BasicTpShard<uint16_t>;   // the GPU ranks
 
 // Throws Error naming the field when `config` cannot be split over tp_size ranks.
 void check_tp_size(const ModelConfig& config, int tp_size);
+
+// Why the tensor-parallel CUDA runner cannot serve `config` ("" when it can): its shards and
+// forward are the dense decoder's only; the other families are built on CPU thread ranks.
+std::string cuda_tp_unsupported_reason(const ModelConfig& config);
 
 // The per-rank config: heads, kv heads (>= 1, replicated when tp > KV) and intermediate divided.
 ModelConfig tp_rank_config(const ModelConfig& config, int tp_size);

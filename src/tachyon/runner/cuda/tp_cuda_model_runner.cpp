@@ -72,6 +72,7 @@ TpCudaModelRunner::TpCudaModelRunner(const model::Bf16ModelWeights& full, const 
   const std::vector<int>& devices = layout_.devices;
   TACHYON_CHECK(!devices.empty()) << "tensor parallelism needs at least one GPU on this node";
   model::check_tp_size(full.config, tp_size_);
+  TACHYON_CHECK(model::cuda_tp_unsupported_reason(full.config).empty()) << model::cuda_tp_unsupported_reason(full.config);
   // One GPU per rank: a peer collective waiting for a rank whose kernel queues behind it on the
   // same GPU would never finish, and NCCL refuses such groups anyway.
   TACHYON_CHECK(std::set<int>(devices.begin(), devices.end()).size() == devices.size())
