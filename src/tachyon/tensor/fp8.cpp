@@ -11,12 +11,14 @@ namespace tachyon {
 
 namespace {
 
+float decode_e4m3(uint8_t bits);
+
 // The 127 non-negative finite values in code order (0x00..0x7E): increasing, so the nearest
 // value to a magnitude is found by binary search.
 const std::array<float, 127>& positive_values() {
   static const std::array<float, 127> values = [] {
     std::array<float, 127> v{};
-    for (int code = 0; code < 127; ++code) v[static_cast<size_t>(code)] = fp8_e4m3_to_f32(static_cast<uint8_t>(code));
+    for (int code = 0; code < 127; ++code) v[static_cast<size_t>(code)] = decode_e4m3(static_cast<uint8_t>(code));
     return v;
   }();
   return values;
@@ -24,13 +26,27 @@ const std::array<float, 127>& positive_values() {
 
 }  // namespace
 
-float fp8_e4m3_to_f32(uint8_t bits) {
+namespace {
+
+float decode_e4m3(uint8_t bits) {
   const int exponent = (bits >> 3) & 0xF;
   const int mantissa = bits & 0x7;
   const float sign = (bits & 0x80) != 0 ? -1.0f : 1.0f;
   if (exponent == 0xF && mantissa == 0x7) return std::numeric_limits<float>::quiet_NaN();
   if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -9);  // m/8 * 2^-6
   return sign * std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f, exponent - 7);
+}
+
+}  // namespace
+
+// A table: loading a real model decodes billions of values.
+float fp8_e4m3_to_f32(uint8_t bits) {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int code = 0; code < 256; ++code) t[static_cast<size_t>(code)] = decode_e4m3(static_cast<uint8_t>(code));
+    return t;
+  }();
+  return table[bits];
 }
 
 uint8_t f32_to_fp8_e4m3(float value) {
@@ -58,8 +74,11 @@ Fp8BlockWeight quantize_fp8_blocks(std::span<const float> weight, int64_t rows, 
   Fp8BlockWeight q{.rows = rows, .cols = cols, .block_rows = block_rows, .block_cols = block_cols};
   q.data.resize(weight.size());
   q.scale_inv.resize(static_cast<size_t>(q.scale_rows() * q.scale_cols()));
-  for (int64_t br = 0; br < q.scale_rows(); ++br) {
-    for (int64_t bc = 0; bc < q.scale_cols(); ++bc) {
+  // Blocks are independent: threads share them (a real model quantizes billions of values at load).
+  const int64_t scale_rows = q.scale_rows(), scale_cols = q.scale_cols();
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t br = 0; br < scale_rows; ++br) {
+    for (int64_t bc = 0; bc < scale_cols; ++bc) {
       const int64_t r0 = br * block_rows, r1 = std::min(rows, r0 + block_rows);
       const int64_t c0 = bc * block_cols, c1 = std::min(cols, c0 + block_cols);
       float amax = 0.0f;
@@ -67,7 +86,7 @@ Fp8BlockWeight quantize_fp8_blocks(std::span<const float> weight, int64_t rows, 
         for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(weight[static_cast<size_t>(r * cols + c)]));
       }
       const float scale_inv = amax > 0.0f ? amax / kFp8E4m3Max : 1.0f;
-      q.scale_inv[static_cast<size_t>(br * q.scale_cols() + bc)] = scale_inv;
+      q.scale_inv[static_cast<size_t>(br * scale_cols + bc)] = scale_inv;
       for (int64_t r = r0; r < r1; ++r) {
         for (int64_t c = c0; c < c1; ++c) {
           const size_t i = static_cast<size_t>(r * cols + c);
@@ -88,6 +107,7 @@ void dequantize_fp8_blocks(std::span<const uint8_t> data, std::span<const float>
       << "FP8 block dequantization of a [" << rows << ", " << cols << "] weight: " << data.size() << " values, "
       << scale_inv.size() << " scales for " << scale_rows << " x " << scale_cols << " blocks of [" << block_rows
       << ", " << block_cols << "]";
+#pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* scales = scale_inv.data() + (r / block_rows) * scale_cols;
     for (int64_t c = 0; c < cols; ++c) {
