@@ -1,5 +1,5 @@
 // Checks every architecture test makes (MoE, DeepSeek, DSA): the engine against the reference's
-// greedy loop, and how a model the GPU runner and tensor parallelism do not serve yet is loaded.
+// greedy loop, and that the model loads on the CPU alone and over tensor-parallel CPU thread ranks.
 #pragma once
 
 #include <filesystem>
@@ -60,18 +60,6 @@ inline void expect_cpu_load_and_tp_served(const std::filesystem::path& dir, cons
   tp_config.device.tensor_parallel_size = 2;
   const auto loaded = app::load_runner(dir, tp_config);
   EXPECT_NE(dynamic_cast<runner::TpCpuModelRunner*>(loaded.runner.get()), nullptr) << model_type;
-}
-
-// The model in `dir` (of `model_type`) loads on the CPU, and --tp 2 is refused.
-inline void expect_cpu_load_and_tp_refused(const std::filesystem::path& dir, const std::string& model_type) {
-  core::EngineConfig config;
-  config.device.kind = "cpu";
-  const auto loaded = app::load_runner(dir, config);
-  EXPECT_EQ(loaded.model_config.model_type, model_type);
-  core::EngineConfig tp_config;
-  tp_config.device.kind = "cpu";
-  tp_config.device.tensor_parallel_size = 2;
-  EXPECT_THROW(app::load_runner(dir, tp_config), Error);
 }
 
 }  // namespace tachyon::testing

@@ -40,7 +40,10 @@ struct Family {
   const char* arch;
   const char* preset;
 };
-constexpr Family kFamilies[] = {{"qwen3_moe", "tiny-moe"}, {"qwen3_moe", "tiny-moe-nonorm"}, {"mixtral", "tiny-mixtral"}};
+constexpr Family kFamilies[] = {{"qwen3_moe", "tiny-moe"},          {"qwen3_moe", "tiny-moe-nonorm"},
+                                {"mixtral", "tiny-mixtral"},        {"deepseek_v3", "tiny-deepseek"},
+                                {"deepseek_v3", "tiny-deepseek-noqlora"}, {"deepseek_v32", "tiny-dsa"},
+                                {"glm_moe_dsa", "tiny-glm-dsa"}};
 
 // How the ranks split the model.
 struct Layout {
@@ -146,6 +149,12 @@ TEST(TpFamilies, LogitsAndGreedyTokensMatchOneRank) {
     SCOPED_TRACE(f.preset);
     expect_ranks_match(make_weights(f), MlaAttentionForm::kAbsorbed);
   }
+}
+
+// Latent attention cached decompressed (per-head K/V): each rank caches its own heads' keys and
+// values, the one form where TP does divide an MLA model's cache.
+TEST(TpFamilies, DecompressedLatentAttentionMatchesOneRank) {
+  expect_ranks_match(make_weights({"deepseek_v3", "tiny-deepseek"}), MlaAttentionForm::kDecompressed);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@
 //                              the shared expert is replicated and added after, as the reference
 //                              adds it after the routed sum.
 // Unsharded (group == nullptr) it is moe_mlp exactly.
-// Tests: tests/unit/test_tp_moe.cpp.
+// Tests: tests/unit/test_tp_families.cpp.
 #pragma once
 
 #include <cstdint>

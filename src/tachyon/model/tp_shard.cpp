@@ -62,15 +62,40 @@ void shard_experts(const ModelConfig& c, const ModelConfig& rc, int tp_rank, con
                s.shared_gate_up, s.shared_down);
 }
 
+// Latent attention (mla.h): what every head shares, q_a_proj and its norm (the q LoRA latent) and
+// kv_a_proj_with_mqa and its norm (the cached latent [c_kv | k_pe]), stays whole on every rank, so
+// every rank computes and caches the same latent; the per-head up-projections keep this rank's
+// heads' rows: qk rows each of q_b_proj, qk_nope + v_head_dim rows each of kv_b_proj. (o_proj is
+// split by heads with the dense attention's.)
+// DeepSeek sparse attention's lightning indexer is REPLICATED, not split by index heads: every
+// rank computes the same index scores from the same replicated inputs and so the same top-k with
+// no collective. Splitting its heads would need an all-reduce of the [n, context] score matrix
+// before top-k in every indexer layer (O(n * context) per prefill, far more than the [n, hidden]
+// of o_proj's), to save a projection of q_lora_rank x 64 x 128 (DeepSeek-V3.2) that is small
+// beside the attention's; its key cache is one row per token whatever the split.
+template <typename T>
+void shard_latent_attention(const ModelConfig& c, const ModelConfig& rc, int tp_rank, const BasicLayerWeights<T>& w,
+                            BasicLayerWeights<T>& s) {
+  if (w.kv_b_proj.empty()) return;
+  const int64_t heads = rc.num_attention_heads, head_begin = tp_rank * heads;
+  const int64_t q_in = c.q_lora_rank > 0 ? c.q_lora_rank : c.hidden_size, kv_rows = c.qk_nope_head_dim + c.v_head_dim;
+  s.q_a_proj = w.q_a_proj;
+  s.q_a_norm = w.q_a_norm;
+  s.kv_a_proj = w.kv_a_proj;
+  s.kv_a_norm = w.kv_a_norm;
+  s.q_b_proj = rows_of(w.q_b_proj, head_begin * c.head_dim, heads * c.head_dim, q_in);
+  s.kv_b_proj = rows_of(w.kv_b_proj, head_begin * kv_rows, heads * kv_rows, c.kv_lora_rank);
+  s.indexer_wq_b = w.indexer_wq_b;
+  s.indexer_wk = w.indexer_wk;
+  s.indexer_k_norm = w.indexer_k_norm;
+  s.indexer_k_norm_bias = w.indexer_k_norm_bias;
+  s.indexer_weights_proj = w.indexer_weights_proj;
+}
+
 }  // namespace
 
 void check_tp_size(const ModelConfig& c, int tp) {
   TACHYON_CHECK(tp >= 1) << "tensor parallel size must be at least 1, got " << tp;
-  TACHYON_CHECK(tp == 1 || !c.has_sparse_attention())
-      << "tensor parallelism of DeepSeek sparse attention (" << c.architecture << ", a " << c.index_n_heads
-      << "-head indexer keeping " << c.index_topk << " tokens) is not built yet; run with --tp 1";
-  TACHYON_CHECK(tp == 1 || !c.is_mla()) << "tensor parallelism of multi-head latent attention (" << c.architecture
-                                       << ") is not built yet; run with --tp 1";
   TACHYON_CHECK(c.num_attention_heads % tp == 0)
       << "tensor parallel size " << tp << " does not divide num_attention_heads " << c.num_attention_heads;
   const int64_t kv = c.num_key_value_heads;
@@ -121,7 +146,8 @@ BasicTpShard<T> shard_weights(const BasicModelWeights<T>& full, int tp_rank, int
   shard.weights.config = tp_rank_config(c, tp_size);
   const ModelConfig& rc = shard.weights.config;
   const int64_t hidden = c.hidden_size, hd = c.head_dim, inter = c.intermediate_size;
-  const int64_t q_begin = tp_rank * rc.num_attention_heads * hd;  // first q row / o_proj column
+  const int64_t head_begin = tp_rank * rc.num_attention_heads, vd = c.value_head_dim();
+  const int64_t q_begin = head_begin * hd;  // first q row
   shard.kv_head_begin = tp_rank * c.num_key_value_heads / tp_size;  // split, or replicated when tp > KV
   const int64_t kv_begin = shard.kv_head_begin * hd;
   const int64_t i_begin = tp_rank * rc.intermediate_size;
@@ -159,9 +185,10 @@ BasicTpShard<T> shard_weights(const BasicModelWeights<T>& full, int tp_rank, int
     s.qkv_bias = qkv_rows(w.qkv_bias, 1);
     shard_swiglu(w.gate_up, w.down, 1, hidden, inter, i_begin, rc.intermediate_size, s.gate_up, s.down);
     s.gate_up_bias = gate_up_bias_rows(w.gate_up_bias);
-    s.o_proj = columns_of(w.o_proj, hidden, c.q_size(), q_begin, rc.q_size());
+    s.o_proj = columns_of(w.o_proj, hidden, c.num_attention_heads * vd, head_begin * vd, rc.num_attention_heads * vd);
     s.o_proj_bias = w.o_proj_bias;  // whole: added once, after the all-reduce
     s.down_bias = w.down_bias;  // whole: added once, after the all-reduce
+    shard_latent_attention(c, rc, tp_rank, w, s);
     shard_experts(c, rc, tp_rank, w, s);
     shard.weights.layers.push_back(std::move(s));
   }

@@ -5,6 +5,12 @@
 //   gate/up  column-parallel: rows [r*I/tp, (r+1)*I/tp) of gate AND the same rows of up, so the
 //            fused [gate; up] layout of ModelWeights holds again within the shard;
 //   down     row-parallel: the input columns of this rank's intermediate slice;
+//   MLA      (latent attention) heads split: the rank's heads' rows of q_b_proj and kv_b_proj,
+//            o_proj's columns of their values; q_a_proj, kv_a_proj_with_mqa and their norms whole,
+//            so every rank caches the full latent [c_kv | k_pe] of every token (it is every
+//            head's: no KV saving per rank, unlike GQA's kv heads; docs/parallelism.md);
+//   indexer  (DeepSeek sparse attention) replicated: every rank computes the same top-k
+//            (tp_shard.cpp says why not split by index heads);
 //   experts  (MoE layers) the router whole on every rank; every routed expert and the shared
 //            expert split along their intermediate dim as gate/up/down are (so the rank's
 //            moe_intermediate_size is I_moe / tp); their partial sums join one all-reduce
