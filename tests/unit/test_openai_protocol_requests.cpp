@@ -228,7 +228,8 @@ TEST(OpenaiRequest, SamplingFieldSpecsAreTheFieldsTheParserReads) {
   }
   const std::set<std::string> request_fields = {"model",   "prompt",     "suffix",          "echo",    "stream",
                                                 "stream_options", "best_of", "logit_bias", "response_format",
-                                                "priority"};
+                                                "priority", "guided_json", "guided_regex", "guided_choice",
+                                                "guided_grammar", "structured_outputs"};
   const std::set<std::string> api_fields = {
       // OpenAI
       "model", "prompt", "best_of", "echo", "frequency_penalty", "logit_bias", "logprobs", "max_tokens", "n",
@@ -410,8 +411,10 @@ TEST(OpenaiRequest, SharedFieldErrors) {
   expect_400(R"("stream":true,"stream_options":true)", "stream_options", "expected an object");
   expect_400(R"("stream":true,"stream_options":{"include_usage":1})", "stream_options.include_usage",
              "expected a boolean");
-  expect_400(R"("response_format":{"type":"json_object"})", "response_format", "'json_object' is not supported");
-  expect_400(R"("response_format":{"type":"json_schema","json_schema":{}})", "response_format", "not supported");
+  expect_400(R"("response_format":{"type":"json_object"})", "response_format", "structured outputs are not available");
+  expect_400(R"("response_format":{"type":"json_schema","json_schema":{}})", "response_format.json_schema.schema",
+             "needs a 'schema'");
+  expect_400(R"("response_format":{"type":"xml"})", "response_format", "'xml' is not supported");
   expect_400(R"("response_format":"text")", "response_format", "expected an object");
   expect_400(R"("response_format":{})", "response_format", "string 'type'");
   expect_400(R"("logit_bias":{"5":10})", "logit_bias", "not supported");

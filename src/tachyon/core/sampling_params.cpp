@@ -29,6 +29,12 @@ void SamplingParams::validate(int64_t vocab_size) const {
   for (const std::string& s : stop) TACHYON_CHECK(!s.empty()) << "stop strings must not be empty";
   TACHYON_CHECK(logprobs >= -1 && logprobs <= 20) << "logprobs must be in [0, 20], got " << logprobs;
   TACHYON_CHECK(n >= 1 && n <= 128) << "n must be in [1, 128], got " << n;
+  if (structured != nullptr) {
+    TACHYON_CHECK(min_tokens == 0) << "min_tokens cannot be combined with structured outputs (the grammar decides where "
+                                      "the output ends)";
+    TACHYON_CHECK(!ignore_eos) << "ignore_eos cannot be combined with structured outputs (the grammar decides where "
+                                  "the output ends)";
+  }
 }
 
 }  // namespace tachyon::core

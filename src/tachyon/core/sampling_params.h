@@ -4,9 +4,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+namespace tachyon::structured {
+class CompiledGrammar;  // structured/compiled_grammar.h; core only carries it
+}
 
 namespace tachyon::core {
 
@@ -33,6 +38,10 @@ struct SamplingParams {
   int32_t logprobs = -1;            // -1: none; N >= 0: the sampled token's logprob and the top N
   int32_t n = 1;                    // completions per prompt; they share the prompt's KV blocks
   int32_t priority = 0;             // lower runs first when the scheduler uses priorities
+  // Structured outputs (response_format json_schema, guided_*): the grammar every completion
+  // must follow, compiled at the door (server/); null: unconstrained. The engine keeps one
+  // matcher per sequence and puts each step's allowed-token mask in the plan.
+  std::shared_ptr<const structured::CompiledGrammar> structured;
 
   bool greedy() const { return temperature == 0.0f; }
   // Which token histories the sampler reads: the prompt only for the repetition penalty, the
@@ -40,7 +49,8 @@ struct SamplingParams {
   bool penalizes_prompt() const { return repetition_penalty != 1.0f; }
   bool penalizes_outputs() const { return penalizes_prompt() || frequency_penalty != 0.0f || presence_penalty != 0.0f; }
 
-  // Throws tachyon::Error naming the field and the allowed range.
+  // Throws tachyon::Error naming the field and the allowed range, or the combination refused
+  // with a constraint (min_tokens and ignore_eos: both would force tokens past the grammar's end).
   void validate(int64_t vocab_size) const;
 };
 

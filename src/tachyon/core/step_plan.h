@@ -45,6 +45,11 @@ struct ScheduledSequence {
   std::vector<int32_t> prompt_tokens;  // [num_prompt_tokens] only when params->penalizes_prompt()
   std::vector<int32_t> output_tokens;  // [num_output_tokens] only when params->penalizes_outputs()
   std::optional<int32_t> eos_token_id;
+  // Structured outputs: [ceil(vocab / 32)] bit (id % 32) of word (id / 32) set when token id may
+  // be sampled (EOS and stop ids included where the grammar may end); null: no constraint. Set by
+  // the engine after schedule() for sampled sequences with a constraint (never with drafts);
+  // shared with the grammar's mask cache, so read only.
+  std::shared_ptr<const std::vector<uint32_t>> allowed_tokens;
 
   int64_t num_draft_tokens() const { return static_cast<int64_t>(draft_tokens.size()); }
 };

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <exception>
 
+#include "tachyon/engine/structured_masks.h"
+
 namespace tachyon::engine {
 namespace {
 
@@ -55,6 +57,9 @@ int64_t EngineCore::submit(std::vector<int32_t> prompt, const core::SamplingPara
   TACHYON_CHECK(!prompt.empty()) << "the prompt is empty";
   const int64_t vocab = runner_->vocab_size();
   params.validate(vocab);
+  TACHYON_CHECK(params.structured == nullptr || config_.scheduler.eos_token_id || !params.stop_token_ids.empty())
+      << "structured outputs need an end-of-sequence token to finish a complete output; this model has none "
+         "configured: give stop_token_ids";
   for (int32_t id : prompt) {
     TACHYON_CHECK(id >= 0 && id < vocab) << "prompt token id " << id << " is outside the vocabulary [0, " << vocab << ")";
   }
@@ -122,6 +127,8 @@ void EngineCore::admit(Submission&& submission) {
     sequence->seed = base_seed + static_cast<uint64_t>(index);
     sequence->tokens = submission.prompt;
     sequence->num_prompt_tokens = static_cast<int64_t>(submission.prompt.size());
+    sequence->matcher = make_matcher(*submission.params);
+    if (sequence->matcher != nullptr) ++num_constrained_;
     sequences_[sequence->id] = sequence.get();
     request.sequences.push_back(std::move(sequence));
   }
@@ -170,6 +177,7 @@ void EngineCore::finish_request(int64_t request_id) {
   auto it = active_.find(request_id);
   if (it == active_.end()) return;
   for (auto& sequence : it->second.sequences) {
+    if (sequence->matcher != nullptr) --num_constrained_;
     sequences_.erase(sequence->id);
     if (drafter_ != nullptr) drafter_->release(sequence->id);
   }
@@ -192,7 +200,8 @@ void EngineCore::propose_drafts() {
   std::vector<Sequence*> decoding;
   std::vector<DraftRequest> requests;
   for (Sequence* sequence : scheduler_.running()) {
-    if (!sequence->decoding()) continue;
+    // A constrained sequence's drafts would need a mask per draft position: it decodes plainly.
+    if (!sequence->decoding() || sequence->matcher != nullptr) continue;
     decoding.push_back(sequence);
     requests.push_back({sequence->id, sequence->tokens, {}});
   }
@@ -210,13 +219,20 @@ bool EngineCore::step() {
   drain_inbox();
   reap_abandoned();
   propose_drafts();
+  // A constrained sequence's next mask needs the token the step in flight samples: apply it first.
+  const bool applied_early = overlap_ && in_flight_ && num_constrained_ > 0;
+  if (applied_early) {
+    apply_step(*in_flight_);
+    in_flight_.reset();
+  }
   core::StepPlan plan = scheduler_.schedule();
+  if (num_constrained_ > 0) attach_token_masks(plan, sequences_, config_.scheduler.eos_token_id);
   plan.forced_acceptance = config_.speculative.forced_acceptance;
   plan.return_hidden_states = drafter_ != nullptr && drafter_->needs_hidden_states();
   waiting_snapshot_ = scheduler_.num_waiting();
   if (plan.empty() && !in_flight_) {
     publish_stats();
-    return false;
+    return applied_early;
   }
   if (!plan.empty()) runner_->launch(plan);
   if (overlap_) {
@@ -236,10 +252,12 @@ bool EngineCore::step() {
 void EngineCore::apply_step(const core::StepPlan& plan) {
   core::StepOutput output = runner_->wait();
   scheduler_.update(plan, output);
+  const std::vector<int64_t> refused = num_constrained_ > 0 ? advance_matchers(output, sequences_) : std::vector<int64_t>{};
   if (drafter_ != nullptr) drafter_->observe(plan, output);
   count_step(plan, output);
   if (step_observer_) step_observer_(plan.num_tokens());
   deliver(plan, output);
+  for (int64_t request_id : refused) abort_request(request_id);
 }
 
 // Counts the step's work before deliver() forgets finished requests.

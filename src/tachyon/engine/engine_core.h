@@ -133,6 +133,7 @@ class EngineCore {
   // Engine-thread state.
   std::unordered_map<int64_t, ActiveRequest> active_;
   std::unordered_map<int64_t, Sequence*> sequences_;  // live sequences by id
+  int64_t num_constrained_ = 0;  // live sequences with a grammar (structured outputs)
   int64_t next_sequence_id_ = 0;
   int64_t next_arrival_ = 0;
   uint64_t seed_state_ = 0x853c49e6748fea9bull;

@@ -14,6 +14,10 @@
 #include "tachyon/engine/kv_cache_manager.h"
 #include "tachyon/core/sampling_params.h"
 
+namespace tachyon::structured {
+class Matcher;  // structured/matcher.h
+}
+
 namespace tachyon::engine {
 
 enum class SequenceStatus { kWaiting, kRunning, kFinished };
@@ -51,6 +55,10 @@ struct Sequence {
   std::vector<Sequence*> pending_forks;  // siblings (n > 1) admitted once this prompt is computed
   int64_t num_prefix_hit_tokens = 0;    // prompt tokens served from the prefix cache (last admission)
   int64_t num_preemptions = 0;
+  // Structured outputs: its position in params->structured's grammar, advanced by every token it
+  // accepts (engine/structured_masks.h); null when unconstrained. Shared only so that this
+  // header needs no definition of Matcher.
+  std::shared_ptr<structured::Matcher> matcher;
   // When the scheduler first gave it KV blocks: queue time ends, prefill begins (metrics).
   std::optional<std::chrono::steady_clock::time_point> first_scheduled;
 

@@ -3,7 +3,9 @@
 //
 // Order of operations (as vLLM):
 //   0. sanitize: NaN -> -inf, +inf -> the largest float (a broken row must still sample or fail
-//      loudly, never return garbage).
+//      loudly, never return garbage). Then structured outputs' mask: tokens the grammar refuses
+//      -> -inf, before everything else, so greedy, seeded draws and the reported logprobs all
+//      see only what the grammar allows (as vLLM applies its bitmask to the logits).
 //   1. raw logprobs (only when params.logprobs >= 0): log-softmax of the logits as they came from
 //      the model, before any penalty, temperature or filter; the sampled token's logprob and the
 //      top params.logprobs are reported from these.
@@ -47,6 +49,9 @@ struct SamplingContext {
   // Outputs so far when output_tokens is left empty because no penalty reads it (a plan copies
   // histories only for penalties); -1: output_tokens.size().
   int64_t num_output_tokens = -1;
+  // [ceil(vocab / 32)] words, bit (id % 32) of word (id / 32) set: id allowed (structured
+  // outputs, core/step_plan.h); empty: every id.
+  std::span<const uint32_t> allowed_tokens;
 
   uint64_t outputs_so_far() const {
     return num_output_tokens >= 0 ? static_cast<uint64_t>(num_output_tokens) : output_tokens.size();
@@ -63,6 +68,10 @@ core::SampledToken sample_token(std::span<float> logits, const core::SamplingPar
 
 // The uniform number in [0, 1) (53 random bits) of the draw at `step` of a request with `seed`.
 double uniform_for_step(uint64_t seed, uint64_t step);
+
+// Step 0 (after sanitizing): -inf on every id whose bit in `allowed` is clear; ids past the
+// mask's words are dropped too. No-op when `allowed` is empty.
+void apply_allowed_tokens(std::span<float> logits, std::span<const uint32_t> allowed);
 
 // Step 2: -inf on the stop ids and EOS while output_tokens.size() < params.min_tokens.
 void apply_min_tokens(std::span<float> logits, const core::SamplingParams& params, const SamplingContext& context);

@@ -14,6 +14,10 @@ namespace {
 core::SequenceOutput verify_sequence(const core::ScheduledSequence& s, std::span<float> logits, size_t first_row,
                                      int64_t vocab, float forced_acceptance) {
   TACHYON_CHECK(s.params != nullptr) << "sequence " << s.sequence_id << " is sampled but has no params";
+  // A mask holds for the row after the last known token only; the engine never drafts for a
+  // constrained sequence (engine/structured_masks.h).
+  TACHYON_CHECK(s.allowed_tokens == nullptr || s.draft_tokens.empty())
+      << "internal: sequence " << s.sequence_id << " has a token mask and drafts";
   core::SequenceOutput out;
   out.sequence_id = s.sequence_id;
   out.num_draft_tokens = s.num_draft_tokens();
@@ -28,6 +32,7 @@ core::SequenceOutput verify_sequence(const core::ScheduledSequence& s, std::span
                          static_cast<size_t>(vocab));
     kernels::cpu::SamplingContext context{s.prompt_tokens, outputs, s.seed, s.eos_token_id,
                                           s.num_output_tokens + i};
+    if (s.allowed_tokens != nullptr) context.allowed_tokens = *s.allowed_tokens;
     out.tokens.push_back(kernels::cpu::sample_token(row, *s.params, context));
     if (i == s.num_draft_tokens()) break;
     const int32_t draft = s.draft_tokens[static_cast<size_t>(i)];

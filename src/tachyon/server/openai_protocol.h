@@ -10,8 +10,11 @@
 //  - Integer fields accept integral floats (16.0), as pydantic does; 16.5 is a 400.
 //  - Unknown fields are ignored. Fields that would silently change results if ignored are
 //    rejected with a 400 saying they are unsupported: suffix, logit_bias (non-empty), best_of
-//    (!= n), response_format other than {"type":"text"}, echo together with logprobs (prompt
-//    logprobs are not computed), non-text content parts.
+//    (!= n), echo together with logprobs (prompt logprobs are not computed), non-text content
+//    parts, and structured-output constraints the grammar engine does not support (by keyword).
+//  - Structured outputs (response_format json_object / json_schema, guided_*, structured_outputs)
+//    compile at the door (read_structured_fields); an output that ends by EOS / stop is complete
+//    per the grammar; one cut by max_tokens ends with finish_reason "length" and may be partial.
 //  - top_k -1 and 0 both mean "off" (stored as 0); < -1 is a 400.
 //  - Stop strings must be non-empty; at most max_stop of them, each at most max_stop_length bytes.
 //  - seed is an int64 (OpenAI's type): anything outside [-2^63, 2^63 - 1] is a 400, never clamped
@@ -51,6 +54,7 @@
 #include <vector>
 
 #include "tachyon/core/sampling_params.h"
+#include "tachyon/structured/grammar_compiler.h"
 #include "tachyon/server/openai_errors.h"
 #include "tachyon/server/openai_responses.h"
 
@@ -73,6 +77,9 @@ struct ServerLimits {
   int32_t max_sequences_per_request = 256;  // prompts x n
   int32_t max_json_depth = 64;              // nesting of the body's arrays and objects; the body is level 1
   int32_t max_logprobs = 20;
+  // Compiles structured-output constraints against the served tokenizer's vocabulary (built once
+  // at start-up); null: requests with a constraint get a 400.
+  std::shared_ptr<structured::GrammarCompiler> grammar_compiler;
 };
 
 struct CompletionRequest {

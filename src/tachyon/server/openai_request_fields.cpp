@@ -222,17 +222,6 @@ void read_unsupported(const Json& body, const core::SamplingParams& params) {
     if (*best_of != params.n)
       fail("best_of", "'best_of' is not supported by this server; remove it or set it equal to 'n'.");
   }
-  if (const Json* format = find(body, "response_format")) {
-    if (!format->is_object()) wrong_type("response_format", "an object", *format);
-    const Json* type = find(*format, "type");
-    if (type == nullptr || !type->is_string()) {
-      fail("response_format", "'response_format' must be an object with a string 'type', e.g. {\"type\": \"text\"}.");
-    }
-    if (type->get<std::string>() != "text") {
-      fail("response_format", "'response_format' of type '" + type->get<std::string>() +
-                                  "' is not supported by this server; only {\"type\": \"text\"} is.");
-    }
-  }
 }
 
 }  // namespace
@@ -277,6 +266,7 @@ void read_sampling_fields(const Json& body, const ServerLimits& limits, core::Sa
   }
   if (auto v = read_int(body, "priority", "priority", kInt32Min, kInt32Max)) params.priority = static_cast<int32_t>(*v);
   read_unsupported(body, params);
+  read_structured_fields(body, limits, params);
 }
 
 void read_stream_fields(const Json& body, bool& stream, bool& include_usage) {

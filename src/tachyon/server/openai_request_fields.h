@@ -51,6 +51,14 @@ void check_model(const Json& body, const ServerLimits& limits);
 // ignore_eos, min_tokens, include_stop_str_in_output, priority, logit_bias, response_format.
 void read_sampling_fields(const Json& body, const ServerLimits& limits, core::SamplingParams& params);
 
+// Structured outputs: response_format (text, json_object, json_schema) and vLLM's guided_json,
+// guided_regex, guided_choice, guided_grammar and structured_outputs {json|regex|choice|grammar|
+// json_object}. At most one constraint per request. The constraint is compiled here, on the HTTP
+// thread, with limits.grammar_compiler (cached by its text): an invalid schema, regex or grammar,
+// or an unsupported keyword, is a 400 naming it; so is any constraint when the server has no
+// compiler. Sets params.structured. (openai_structured_fields.cpp)
+void read_structured_fields(const Json& body, const ServerLimits& limits, core::SamplingParams& params);
+
 // stream, stream_options.include_usage (stream_options without stream: 400).
 void read_stream_fields(const Json& body, bool& stream, bool& include_usage);
 

@@ -93,6 +93,14 @@ double uniform_for_step(uint64_t seed, uint64_t step) {
   return static_cast<double>(bits >> 11) * 0x1.0p-53;  // top 53 bits -> [0, 1)
 }
 
+void apply_allowed_tokens(std::span<float> logits, std::span<const uint32_t> allowed) {
+  if (allowed.empty()) return;
+  for (size_t id = 0; id < logits.size(); ++id) {
+    const size_t word = id >> 5;
+    if (word >= allowed.size() || ((allowed[word] >> (id & 31)) & 1u) == 0) logits[id] = kNegInf;
+  }
+}
+
 void apply_min_tokens(std::span<float> logits, const core::SamplingParams& params, const SamplingContext& context) {
   if (context.outputs_so_far() >= static_cast<uint64_t>(std::max(params.min_tokens, 0))) return;
   for (int32_t id : params.stop_token_ids) {
@@ -246,6 +254,7 @@ int32_t draw_token(std::span<float> logits, double uniform) {
 core::SampledToken sample_token(std::span<float> logits, const core::SamplingParams& params, const SamplingContext& context) {
   TACHYON_CHECK(!logits.empty()) << "sample_token: empty logits row";
   sanitize(logits);
+  apply_allowed_tokens(logits, context.allowed_tokens);
   std::vector<float> raw;  // [vocab] kept for the reported logprobs only
   if (params.logprobs >= 0) raw.assign(logits.begin(), logits.end());
 

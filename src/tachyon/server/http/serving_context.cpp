@@ -36,6 +36,9 @@ ServingContext::ServingContext(const ServingOptions& options) {
   limits_.max_stop = options.max_stop;
   limits_.max_logprobs = options.max_logprobs;
   limits_.max_sequences_per_request = options.max_sequences_per_request;
+  // Structured outputs: the vocabulary's byte trie, built once here, so no request pays for it.
+  limits_.grammar_compiler = std::make_shared<structured::GrammarCompiler>(
+      structured::TokenVocabulary::from_tokenizer(*tokenizer_, model_config.vocab_size));
   engine_ = std::make_unique<engine::EngineCore>(engine_config, std::move(loaded.runner), std::move(loaded.drafter));
   metrics_ = std::make_unique<ServerMetrics>(limits_.model_name);
   const int64_t per_client = options.max_sequences_per_client != 0

@@ -1,0 +1,74 @@
+#include "tachyon/engine/structured_masks.h"
+
+#include <cstdio>
+
+#include "tachyon/structured/matcher.h"
+
+namespace tachyon::engine {
+
+std::shared_ptr<structured::Matcher> make_matcher(const core::SamplingParams& params) {
+  if (params.structured == nullptr) return nullptr;
+  return std::make_shared<structured::Matcher>(params.structured);
+}
+
+namespace {
+
+void set_bit(std::vector<uint32_t>& words, int32_t id) {
+  if (id < 0 || static_cast<size_t>(id >> 5) >= words.size()) return;
+  words[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
+}
+
+// The plan's view of a grammar mask: shared as is, or copied with the end tokens added.
+std::shared_ptr<const std::vector<uint32_t>> plan_mask(const std::shared_ptr<const structured::TokenMask>& mask,
+                                                       const core::SamplingParams& params, std::optional<int32_t> eos) {
+  if (!mask->can_end) return {mask, &mask->words};  // aliasing: keeps the cached mask alive
+  auto words = std::make_shared<std::vector<uint32_t>>(mask->words);
+  if (eos) set_bit(*words, *eos);
+  for (int32_t id : params.stop_token_ids) set_bit(*words, id);
+  return words;
+}
+
+}  // namespace
+
+void attach_token_masks(core::StepPlan& plan, const std::unordered_map<int64_t, Sequence*>& sequences,
+                        std::optional<int32_t> eos) {
+  std::vector<std::pair<core::ScheduledSequence*, Sequence*>> work;
+  for (core::ScheduledSequence& s : plan.sequences) {
+    if (!s.sample) continue;
+    auto it = sequences.find(s.sequence_id);
+    if (it == sequences.end() || it->second->matcher == nullptr) continue;
+    work.emplace_back(&s, it->second);
+  }
+  const int64_t n = static_cast<int64_t>(work.size());
+  // Each matcher is touched by one thread; the grammar's cache locks itself.
+#pragma omp parallel for schedule(dynamic, 1) if (n > 1)
+  for (int64_t i = 0; i < n; ++i) {
+    auto [entry, sequence] = work[static_cast<size_t>(i)];
+    entry->allowed_tokens = plan_mask(sequence->matcher->next_mask(), *sequence->params, eos);
+  }
+}
+
+std::vector<int64_t> advance_matchers(const core::StepOutput& output,
+                                      const std::unordered_map<int64_t, Sequence*>& sequences) {
+  std::vector<int64_t> refused;
+  for (const core::SequenceOutput& s : output.sequences) {
+    if (s.tokens.empty()) continue;
+    auto it = sequences.find(s.sequence_id);
+    if (it == sequences.end() || it->second->matcher == nullptr) continue;
+    Sequence& sequence = *it->second;
+    for (size_t i = 0; i < s.tokens.size(); ++i) {
+      const int32_t token = s.tokens[i].token;
+      // The token that finished the sequence by EOS / a stop id is not text.
+      if (i + 1 == s.tokens.size() && sequence.finished() && sequence.stop_token == token) break;
+      if (!sequence.matcher->accept_token(token)) {
+        std::fprintf(stderr, "tachyon: internal: sequence %lld sampled token %d that its grammar refuses; aborting it\n",
+                     static_cast<long long>(sequence.id), token);
+        refused.push_back(sequence.request_id);
+        break;
+      }
+    }
+  }
+  return refused;
+}
+
+}  // namespace tachyon::engine

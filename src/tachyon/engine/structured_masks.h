@@ -1,0 +1,46 @@
+// Structured outputs in the engine: each constrained sequence has a Matcher (its position in the
+// grammar); after schedule() every sampled constrained sequence gets its allowed-token mask in
+// the plan, and after the step every token it accepted advances its matcher.
+//
+// Where the mask is computed, and why there: on the engine thread, right after schedule(), for
+// the sequences that sample this step. A mask depends on the token the previous step sampled,
+// so it cannot be computed earlier; the runner never sees grammars (it applies a bitmask). The
+// work that could slow the loop is bounded two ways: masks come from the grammar's cache by
+// automaton state (compiled_grammar.h), so a batch of sequences on one schema mostly copies a
+// pointer, and the misses of one step are walked in parallel (OpenMP, one sequence per thread).
+// With asynchronous scheduling the next plan is built before the last token is known, so while
+// a constrained sequence runs the engine applies the step in flight before planning (it steps
+// synchronously; EngineCore::step).
+//
+// Combinations: n > 1 (each sequence has its own matcher), preemption (the matcher follows the
+// tokens, which recompute keeps) work. Speculative decoding: constrained sequences get no drafts
+// (a draft token would need a mask per position); the others in the batch still draft.
+// Tests: tests/unit/test_engine_structured.cpp (ctest -R structured).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "tachyon/core/step_output.h"
+#include "tachyon/core/step_plan.h"
+#include "tachyon/engine/sequence.h"
+
+namespace tachyon::engine {
+
+// A new Matcher for a sequence whose params carry a constraint; null otherwise.
+std::shared_ptr<structured::Matcher> make_matcher(const core::SamplingParams& params);
+
+// Sets ScheduledSequence::allowed_tokens for each sampled sequence with a matcher. `eos`: the
+// model's EOS, allowed (with the request's stop_token_ids) where the grammar may end.
+void attach_token_masks(core::StepPlan& plan, const std::unordered_map<int64_t, Sequence*>& sequences,
+                        std::optional<int32_t> eos);
+
+// Advances the matchers by the tokens `output` applied (an EOS or stop token that ended a
+// sequence is not fed). Returns the request ids whose token the grammar refused (a broken
+// invariant: the mask forbids it), for the caller to abort.
+std::vector<int64_t> advance_matchers(const core::StepOutput& output,
+                                      const std::unordered_map<int64_t, Sequence*>& sequences);
+
+}  // namespace tachyon::engine
