@@ -28,6 +28,7 @@ TEST(EngineConfig, PlanHashMovesWithEveryPlanField) {
       {"kv_cache_dtype", [](EngineConfig& c) { c.device.kv_cache_dtype = DType::kF32; }},
       {"quantization", [](EngineConfig& c) { c.device.quantization = "fp8"; }},
       {"tensor_parallel_size", [](EngineConfig& c) { c.device.tensor_parallel_size = 2; }},
+      {"enable_expert_parallel", [](EngineConfig& c) { c.device.enable_expert_parallel = true; }},
       {"gpu_name", [](EngineConfig& c) { c.device.gpu_name = "NVIDIA H200 sm_90"; }},
       {"model_identity", [](EngineConfig& c) { c.device.model_identity = "Qwen3ForCausalLM:abc"; }},
       {"num_speculative_tokens", [](EngineConfig& c) { c.speculative.num_speculative_tokens = 3; }},

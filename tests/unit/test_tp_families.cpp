@@ -5,8 +5,11 @@
 //          so not bit-exact), bit-identical on every rank, and the greedy tokens are the same;
 //   engine EngineCore over TpCpuModelRunner gives five prompts (continuous batching, chunked
 //          prefill) the reference runner's greedy tokens.
-// For TP 2 and 4 on tiny Qwen3-MoE, Mixtral, DeepSeek-V3 (with and without q LoRA),
-// DeepSeek-V3.2 (DSA) and GLM-5 (DSA with shared layers).
+// For TP 2 and 4 and EP 2 and 4 on tiny Qwen3-MoE, Mixtral, DeepSeek-V3 (with and without q
+// LoRA), DeepSeek-V3.2 (DSA) and GLM-5 (DSA with shared layers). EP is also run twice: its
+// combine sums in rank order, so the two runs are bit-identical. And the shards hold what
+// tp_shard.h says (experts whole under EP, each split under TP), and bad sizes are refused.
+// Tolerance: 1e-5 relative to the largest |logit| (measured: at most 1.5e-6), f32 throughout.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -20,6 +23,7 @@
 #include <vector>
 
 #include "../engine_run.h"
+#include "tachyon/base/check.h"
 #include "tachyon/dist/cpu_communicator.h"
 #include "tachyon/engine/engine_core.h"
 #include "tachyon/model/dense_model.h"
@@ -45,12 +49,14 @@ constexpr Family kFamilies[] = {{"qwen3_moe", "tiny-moe"},          {"qwen3_moe"
                                 {"deepseek_v3", "tiny-deepseek-noqlora"}, {"deepseek_v32", "tiny-dsa"},
                                 {"glm_moe_dsa", "tiny-glm-dsa"}};
 
-// How the ranks split the model.
+// How the ranks split the model: attention always by heads; the experts each split over the
+// ranks (TP) or whole, num_experts / ranks each (EP, --enable-expert-parallel).
 struct Layout {
   int ranks = 1;
-  std::string name() const { return "tp " + std::to_string(ranks); }
+  bool expert_parallel = false;
+  std::string name() const { return (expert_parallel ? "ep " : "tp ") + std::to_string(ranks); }
 };
-const Layout kLayouts[] = {{2}, {4}};
+const Layout kLayouts[] = {{2, false}, {4, false}, {2, true}, {4, true}};
 
 ModelWeights make_weights(const Family& f) {
   auto dir = std::filesystem::temp_directory_path() /
@@ -103,7 +109,7 @@ std::vector<GreedyRun> rank_runs(const ModelWeights& full, const Layout& layout,
     threads.emplace_back([&, r] {
       try {
         dist::CpuCommunicator group(world, r);
-        TpDenseModel model(full, group);
+        TpDenseModel model(full, group, layout.expert_parallel);
         SequenceKvCache cache(model.config(), kPromptTokens + kDecodeSteps + 1, form);
         runs[static_cast<size_t>(r)] = greedy_run(full.config.vocab_size, [&](std::span<const int32_t> t, bool all) {
           return model.forward(t, cache, all);
@@ -157,6 +163,76 @@ TEST(TpFamilies, DecompressedLatentAttentionMatchesOneRank) {
   expect_ranks_match(make_weights({"deepseek_v3", "tiny-deepseek"}), MlaAttentionForm::kDecompressed);
 }
 
+// Expert parallelism is reproducible: its combine adds the ranks' outputs in rank order, so two
+// runs give the same bits (and every rank the same bits, checked above).
+TEST(TpFamilies, ExpertParallelRunsAreBitIdentical) {
+  const ModelWeights full = make_weights({"deepseek_v3", "tiny-deepseek"});
+  const Layout ep4{4, true};
+  const std::vector<GreedyRun> first = rank_runs(full, ep4, MlaAttentionForm::kAbsorbed);
+  const std::vector<GreedyRun> second = rank_runs(full, ep4, MlaAttentionForm::kAbsorbed);
+  ASSERT_EQ(first[0].error, "");
+  ASSERT_EQ(second[0].error, "");
+  for (size_t step = 0; step < first[0].logits.size(); ++step) {
+    EXPECT_EQ(std::memcmp(first[0].logits[step].data(), second[0].logits[step].data(),
+                          first[0].logits[step].size() * sizeof(float)),
+              0)
+        << "step " << step;
+  }
+}
+
+TEST(TpFamilies, ShardsHoldWholeExpertsUnderEpAndSlicesUnderTp) {
+  const ModelWeights full = make_weights({"deepseek_v3", "tiny-deepseek"});  // 16 experts of 32, 4 heads
+  const ModelConfig& c = full.config;
+  const int64_t expert_values = 2 * c.moe_intermediate_size * c.hidden_size;  // one expert's [gate; up]
+  const LayerWeights& moe_layer = full.layers[1];
+  for (int r = 0; r < 4; ++r) {
+    const TpShard ep = shard_weights(full, r, 4, true);
+    EXPECT_EQ(ep.expert_begin, r * 4);
+    EXPECT_EQ(ep.expert_count, 4);
+    EXPECT_EQ(ep.weights.config.moe_intermediate_size, 32);
+    EXPECT_EQ(ep.weights.config.num_experts, 16);  // the router still scores every expert
+    const LayerWeights& s = ep.weights.layers[1];
+    ASSERT_EQ(s.experts_gate_up.size(), static_cast<size_t>(4 * expert_values));
+    EXPECT_TRUE(std::equal(s.experts_gate_up.begin(), s.experts_gate_up.end(),
+                           moe_layer.experts_gate_up.begin() + r * 4 * expert_values));
+    EXPECT_EQ(s.shared_gate_up, moe_layer.shared_gate_up);  // replicated
+    EXPECT_EQ(s.router, moe_layer.router);
+    EXPECT_EQ(s.q_a_proj, moe_layer.q_a_proj);  // the latent's projections are every head's
+    EXPECT_EQ(s.kv_b_proj.size(), moe_layer.kv_b_proj.size() / 4);  // one head of four
+
+    const TpShard tp = shard_weights(full, r, 4);
+    EXPECT_EQ(tp.expert_count, 0);
+    EXPECT_EQ(tp.weights.config.moe_intermediate_size, 8);
+    EXPECT_EQ(tp.weights.layers[1].experts_gate_up.size(), moe_layer.experts_gate_up.size() / 4);
+  }
+}
+
+std::string tp_error(const ModelConfig& config, int tp, bool expert_parallel) {
+  try {
+    check_tp_size(config, tp, expert_parallel);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TpFamilies, SizesThatDoNotDivideAreRefusedByName) {
+  const ModelConfig mixtral = make_model_config({.arch = "mixtral", .preset = "tiny-mixtral"});  // 8 experts
+  ModelConfig c = mixtral;
+  c.num_experts = 6;
+  EXPECT_NE(tp_error(c, 4, true).find("expert parallel size 4 does not divide num_experts 6"), std::string::npos)
+      << tp_error(c, 4, true);
+  EXPECT_NE(tp_error(mixtral, 1, true).find("with --tp 1 there is one rank"), std::string::npos);
+  const ModelConfig dense = make_model_config({.arch = "llama", .preset = "tiny"});
+  EXPECT_NE(tp_error(dense, 2, true).find("no mixture-of-experts layer"), std::string::npos);
+  EXPECT_NE(tp_error(mixtral, 3, false).find("does not divide num_attention_heads 4"), std::string::npos);
+  // The GPU's TP runner refuses every one of these families, and EP, by name.
+  EXPECT_NE(cuda_tp_unsupported_reason(mixtral, true).find("expert parallelism (--enable-expert-parallel) on "
+                                                           "--device cuda is not built yet"),
+            std::string::npos);
+  EXPECT_EQ(cuda_tp_unsupported_reason(dense), "");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Through the engine.
 
@@ -196,7 +272,8 @@ TEST(TpFamilies, EngineGreedyTokensMatchOneRank) {
         vocab);
     for (const auto& tokens : reference) ASSERT_EQ(tokens.size(), 10u);
     for (const Layout& layout : kLayouts) {
-      auto runner = std::make_unique<runner::TpCpuModelRunner>(weights, layout.ranks, c.num_blocks, c.block_size);
+      auto runner = std::make_unique<runner::TpCpuModelRunner>(weights, layout.ranks, c.num_blocks, c.block_size,
+                                                               layout.expert_parallel);
       EXPECT_EQ(run_engine(std::move(runner), vocab), reference) << layout.name();
     }
   }

@@ -160,9 +160,10 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
   const int nnodes = config.device.nnodes;
   TACHYON_CHECK(nnodes >= 1 && config.device.node_rank >= 0 && config.device.node_rank < nnodes)
       << "--node-rank " << config.device.node_rank << " must be in [0, --nnodes " << nnodes << ")";
-  if (tp > 1 || nnodes > 1) {
+  const bool ep = config.device.enable_expert_parallel;
+  if (tp > 1 || nnodes > 1 || ep) {
     // Checked before any weight is read: "tensor parallel size 3 does not divide num_attention_heads 4".
-    model::check_tp_size(model_config, tp);
+    model::check_tp_size(model_config, tp, ep);
     TACHYON_CHECK(tp % nnodes == 0) << "--tp " << tp << " must be a multiple of --nnodes " << nnodes
                                     << " (the same number of GPUs on every node)";
 #ifdef TACHYON_HAVE_CUDA
@@ -175,7 +176,7 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
     }
     if (kind == "auto") {
       kind = gpus >= local && cuda_unsupported_reason(model_config).empty() && !fp8_run(config, model_config) &&
-                     model::cuda_tp_unsupported_reason(model_config).empty()
+                     model::cuda_tp_unsupported_reason(model_config, ep).empty()
                  ? "cuda"
                  : "cpu";
     }
@@ -184,8 +185,8 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
                                    << " GPUs on this node, this process sees " << gpus;
       const std::string why = cuda_unsupported_reason(model_config);
       TACHYON_CHECK(why.empty()) << "--device cuda cannot serve " << model_dir.string() << ": " << why;
-      TACHYON_CHECK(model::cuda_tp_unsupported_reason(model_config).empty())
-          << "--tp " << tp << ": " << model::cuda_tp_unsupported_reason(model_config);
+      TACHYON_CHECK(model::cuda_tp_unsupported_reason(model_config, ep).empty())
+          << "--tp " << tp << ": " << model::cuda_tp_unsupported_reason(model_config, ep);
       check_drafts_verified(config);
       check_quantization_device(config, model_config, kind);
       config.device.gpu_name = cuda::current_device_name();
@@ -209,7 +210,7 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
                                     "on the PATH, or -DTACHYON_CUDA=ON)";
 #endif
     auto runner = std::make_unique<runner::TpCpuModelRunner>(load_cpu_weights(model_dir, model_config, config), tp,
-                                                     config.num_blocks, config.block_size);
+                                                             config.num_blocks, config.block_size, ep);
     return {std::move(runner), model_config};
   }
 #ifdef TACHYON_HAVE_CUDA

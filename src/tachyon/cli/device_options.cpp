@@ -18,6 +18,9 @@ void add_device_options(CLI::App& cmd, core::DeviceConfig& device) {
                  "CPU thread ranks with --device cpu)")
       ->default_val(1)
       ->check(CLI::Range(1, 64));
+  cmd.add_flag("--enable-expert-parallel", device.enable_expert_parallel,
+               "hold each MoE expert whole on one of the --tp ranks (E / tp each) instead of splitting every "
+               "expert over them; attention stays tensor-parallel (CPU thread ranks only for now)");
   cmd.add_option("--nnodes", device.nnodes, "nodes the --tp ranks span (--tp / --nnodes GPUs on each)")
       ->default_val(1)
       ->check(CLI::Range(1, 64));

@@ -25,6 +25,7 @@ std::string EngineConfig::plan_hash() const {
       {"kv_cache_dtype", dtype_name(device.kv_cache_dtype)},
       {"quantization", device.quantization},
       {"tensor_parallel_size", device.tensor_parallel_size},
+      {"enable_expert_parallel", device.enable_expert_parallel},
       {"gpu_name", device.gpu_name},
       {"model_identity", device.model_identity},
       // k sizes the CUDA runner's logits rows and sampler workspace (and the GEMM problems tuned).

@@ -33,6 +33,9 @@ struct DeviceConfig {
   DType kv_cache_dtype = DType::kBF16;  // what the KV cache stores
   std::string quantization;             // "" or "fp8": weights quantized at load time (model/online_fp8.h)
   int32_t tensor_parallel_size = 1;
+  // MoE experts held whole, num_experts / tensor_parallel_size per rank, instead of each expert
+  // split over the ranks (vLLM's --enable-expert-parallel); attention stays tensor-parallel.
+  bool enable_expert_parallel = false;
   // Tensor parallelism over several nodes (nnodes > 1): tensor_parallel_size / nnodes GPUs on each
   // node; node 0 runs the engine and its rank 0 listens at master_addr:master_port for NCCL's
   // bootstrap; the other nodes follow it (docs/parallelism.md). Not in plan_hash: a node's index

@@ -13,13 +13,17 @@ TpDenseModel::TpDenseModel(TpShard shard, dist::Communicator& group)
       << group.size() << "-rank TP group";
 }
 
-TpDenseModel::TpDenseModel(const ModelWeights& full, dist::Communicator& group)
-    : TpDenseModel(shard_weights(full, group.rank(), group.size()), group) {}
+TpDenseModel::TpDenseModel(const ModelWeights& full, dist::Communicator& group, bool expert_parallel)
+    : TpDenseModel(shard_weights(full, group.rank(), group.size(), expert_parallel), group) {}
 
 std::vector<float> TpDenseModel::forward(const ForwardBatch& batch, AttentionBackend& attention,
                                          const ForwardHook& hook) const {
-  const detail::TensorParallelSeams seams{
-      .group = &group_, .vocab_begin = shard_.vocab_begin, .vocab_rows = shard_.vocab_rows};
+  const detail::TensorParallelSeams seams{.group = &group_,
+                                         .vocab_begin = shard_.vocab_begin,
+                                         .vocab_rows = shard_.vocab_rows,
+                                         .expert_parallel = shard_.expert_parallel,
+                                         .expert_begin = shard_.expert_begin,
+                                         .expert_count = shard_.expert_count};
   return detail::dense_forward(shard_.weights, inv_freq_, seams, batch, attention, hook);
 }
 

@@ -6,7 +6,9 @@
 // to the unsharded model's within f32 rounding (the partial sums add in another order).
 // Every rank of the group must call forward together with the same batch; the attention backend
 // is the rank's own, built from config() (its heads only: a SequenceKvCache of this config holds
-// [capacity, num_kv_heads / tp (at least 1), head_dim] per layer).
+// [capacity, num_kv_heads / tp (at least 1), head_dim] per layer; latent attention's holds the
+// full latent on every rank). MoE, latent-attention and DSA models run here too (tp_shard.h says
+// how each splits; tp_moe.h how the experts' outputs combine, with or without expert parallelism).
 // The engine runs it through runner/tp_cpu_model_runner.h (--tp N on the CPU); GPU TP is not
 // built yet (docs/parallelism.md).
 // Tests: tests/unit/test_tensor_parallel.cpp.
@@ -27,8 +29,8 @@ class TpDenseModel {
   // `group` is the TP group and must outlive the model; shard.tp_rank / tp_size must be its
   // rank and size.
   TpDenseModel(TpShard shard, dist::Communicator& group);
-  // Shards `full` for group.rank() of group.size().
-  TpDenseModel(const ModelWeights& full, dist::Communicator& group);
+  // Shards `full` for group.rank() of group.size(), its experts whole when expert_parallel.
+  TpDenseModel(const ModelWeights& full, dist::Communicator& group, bool expert_parallel = false);
 
   // The rank's config: per-rank heads, kv heads and intermediate size; the full vocab_size.
   const ModelConfig& config() const { return shard_.weights.config; }

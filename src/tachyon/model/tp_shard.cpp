@@ -47,13 +47,23 @@ void shard_swiglu(const std::vector<T>& gate_up, const std::vector<T>& down, int
 
 // A MoE layer's experts: the router (and DeepSeek's score bias) whole on every rank, so that
 // every rank routes every token alike; each routed expert and the shared expert split along
-// their intermediate dim.
+// their intermediate dim, or, under expert parallelism, the shard's experts whole and the shared
+// expert replicated.
 template <typename T>
-void shard_experts(const ModelConfig& c, const ModelConfig& rc, int tp_rank, const BasicLayerWeights<T>& w,
-                   BasicLayerWeights<T>& s) {
+void shard_experts(const ModelConfig& c, const ModelConfig& rc, const BasicTpShard<T>& shard,
+                   const BasicLayerWeights<T>& w, BasicLayerWeights<T>& s) {
   if (w.router.empty()) return;
   s.router = w.router;
   s.router_bias = w.router_bias;
+  if (shard.expert_parallel) {
+    const int64_t hidden = c.hidden_size, inter = c.moe_intermediate_size;
+    s.experts_gate_up = rows_of(w.experts_gate_up, shard.expert_begin * 2 * inter, shard.expert_count * 2 * inter, hidden);
+    s.experts_down = rows_of(w.experts_down, shard.expert_begin * hidden, shard.expert_count * hidden, inter);
+    s.shared_gate_up = w.shared_gate_up;
+    s.shared_down = w.shared_down;
+    return;
+  }
+  const int tp_rank = shard.tp_rank;
   const int64_t hidden = c.hidden_size, inter = c.moe_intermediate_size, per_rank = rc.moe_intermediate_size;
   shard_swiglu(w.experts_gate_up, w.experts_down, c.num_experts, hidden, inter, tp_rank * per_rank, per_rank,
                s.experts_gate_up, s.experts_down);
@@ -94,8 +104,16 @@ void shard_latent_attention(const ModelConfig& c, const ModelConfig& rc, int tp_
 
 }  // namespace
 
-void check_tp_size(const ModelConfig& c, int tp) {
+void check_tp_size(const ModelConfig& c, int tp, bool expert_parallel) {
   TACHYON_CHECK(tp >= 1) << "tensor parallel size must be at least 1, got " << tp;
+  if (expert_parallel) {
+    TACHYON_CHECK(c.is_moe()) << "--enable-expert-parallel: " << c.architecture
+                              << " has no mixture-of-experts layer to spread over the ranks";
+    TACHYON_CHECK(tp >= 2) << "--enable-expert-parallel spreads the experts over the --tp ranks; with --tp 1 "
+                              "there is one rank (raise --tp or drop the flag)";
+    TACHYON_CHECK(c.num_experts % tp == 0) << "expert parallel size " << tp << " does not divide num_experts "
+                                           << c.num_experts << " (every rank holds the same number of experts)";
+  }
   TACHYON_CHECK(c.num_attention_heads % tp == 0)
       << "tensor parallel size " << tp << " does not divide num_attention_heads " << c.num_attention_heads;
   const int64_t kv = c.num_key_value_heads;
@@ -107,7 +125,7 @@ void check_tp_size(const ModelConfig& c, int tp) {
   }
   TACHYON_CHECK(c.intermediate_size % tp == 0)
       << "tensor parallel size " << tp << " does not divide intermediate_size " << c.intermediate_size;
-  if (c.is_moe()) {  // every expert's intermediate dim is split (the shared expert's with it)
+  if (c.is_moe() && !expert_parallel) {  // every expert's intermediate dim is split (the shared expert's with it)
     TACHYON_CHECK(c.moe_intermediate_size % tp == 0) << "tensor parallel size " << tp
                                                      << " does not divide moe_intermediate_size "
                                                      << c.moe_intermediate_size;
@@ -116,7 +134,11 @@ void check_tp_size(const ModelConfig& c, int tp) {
                                         << c.vocab_size << " (the vocabulary is not padded)";
 }
 
-std::string cuda_tp_unsupported_reason(const ModelConfig& c) {
+std::string cuda_tp_unsupported_reason(const ModelConfig& c, bool expert_parallel) {
+  if (expert_parallel) {
+    return "expert parallelism (--enable-expert-parallel) on --device cuda is not built yet (it runs on CPU thread "
+           "ranks: --device cpu)";
+  }
   const char* family = c.has_sparse_attention() ? "DeepSeek sparse attention (DSA)"
                        : c.is_mla()              ? "multi-head latent attention"
                        : c.is_moe()              ? "mixture-of-experts models"
@@ -126,24 +148,29 @@ std::string cuda_tp_unsupported_reason(const ModelConfig& c) {
          ") on --device cuda is not built yet (it runs on CPU thread ranks: --device cpu); use --tp 1 on the GPU";
 }
 
-ModelConfig tp_rank_config(const ModelConfig& config, int tp) {
-  check_tp_size(config, tp);
+ModelConfig tp_rank_config(const ModelConfig& config, int tp, bool expert_parallel) {
+  check_tp_size(config, tp, expert_parallel);
   ModelConfig c = config;
   c.num_attention_heads = config.num_attention_heads / tp;
   c.num_key_value_heads = std::max<int64_t>(config.num_key_value_heads / tp, 1);
   c.intermediate_size = config.intermediate_size / tp;
-  c.moe_intermediate_size = config.moe_intermediate_size / tp;  // the shared expert's width follows
+  if (!expert_parallel) c.moe_intermediate_size = config.moe_intermediate_size / tp;  // the shared expert's follows
   return c;
 }
 
 template <typename T>
-BasicTpShard<T> shard_weights(const BasicModelWeights<T>& full, int tp_rank, int tp_size) {
+BasicTpShard<T> shard_weights(const BasicModelWeights<T>& full, int tp_rank, int tp_size, bool expert_parallel) {
   const ModelConfig& c = full.config;
   TACHYON_CHECK(tp_rank >= 0 && tp_rank < tp_size) << "tensor parallel rank " << tp_rank << " outside [0, " << tp_size << ")";
   BasicTpShard<T> shard;
   shard.tp_rank = tp_rank;
   shard.tp_size = tp_size;
-  shard.weights.config = tp_rank_config(c, tp_size);
+  shard.weights.config = tp_rank_config(c, tp_size, expert_parallel);
+  if (expert_parallel) {
+    shard.expert_parallel = true;
+    shard.expert_count = c.num_experts / tp_size;
+    shard.expert_begin = tp_rank * shard.expert_count;
+  }
   const ModelConfig& rc = shard.weights.config;
   const int64_t hidden = c.hidden_size, hd = c.head_dim, inter = c.intermediate_size;
   const int64_t head_begin = tp_rank * rc.num_attention_heads, vd = c.value_head_dim();
@@ -189,13 +216,13 @@ BasicTpShard<T> shard_weights(const BasicModelWeights<T>& full, int tp_rank, int
     s.o_proj_bias = w.o_proj_bias;  // whole: added once, after the all-reduce
     s.down_bias = w.down_bias;  // whole: added once, after the all-reduce
     shard_latent_attention(c, rc, tp_rank, w, s);
-    shard_experts(c, rc, tp_rank, w, s);
+    shard_experts(c, rc, shard, w, s);
     shard.weights.layers.push_back(std::move(s));
   }
   return shard;
 }
 
-template TpShard shard_weights(const ModelWeights&, int, int);
-template Bf16TpShard shard_weights(const Bf16ModelWeights&, int, int);
+template TpShard shard_weights(const ModelWeights&, int, int, bool);
+template Bf16TpShard shard_weights(const Bf16ModelWeights&, int, int, bool);
 
 }  // namespace tachyon::model

@@ -14,7 +14,9 @@
 //   experts  (MoE layers) the router whole on every rank; every routed expert and the shared
 //            expert split along their intermediate dim as gate/up/down are (so the rank's
 //            moe_intermediate_size is I_moe / tp); their partial sums join one all-reduce
-//            (tp_moe.h);
+//            (tp_moe.h). With expert_parallel (--enable-expert-parallel) instead: experts
+//            [r*E/tp, (r+1)*E/tp) whole, the shared expert whole (replicated), and
+//            moe_intermediate_size unchanged; the combine is tp_moe.h's fixed-order sum;
 //   embed    vocab-parallel: rows [r*V/tp, (r+1)*V/tp); a token outside them embeds as zeros, and
 //            the all-reduce over the group leaves every rank with the full embedding;
 //   lm_head  vocab-parallel: the same vocab rows (the embedding's when tied); all_gather along vocab.
@@ -49,22 +51,31 @@ struct BasicTpShard {
   int64_t vocab_begin = 0;
   int64_t vocab_rows = 0;
   int64_t kv_head_begin = 0;  // the first full-model kv head this rank keeps
+  // Expert parallelism: the routed experts [expert_begin, expert_begin + expert_count) are
+  // stacked in each MoE layer's expert arrays; expert_count 0 = every expert, each one split.
+  bool expert_parallel = false;
+  int64_t expert_begin = 0;
+  int64_t expert_count = 0;
 };
 using TpShard = BasicTpShard<float>;          // the CPU ranks
 using Bf16TpShard = BasicTpShard<uint16_t>;   // the GPU ranks
 
-// Throws Error naming the field when `config` cannot be split over tp_size ranks.
-void check_tp_size(const ModelConfig& config, int tp_size);
+// Throws Error naming the field when `config` cannot be split over tp_size ranks (with its
+// experts whole when expert_parallel; a model without experts is then refused).
+void check_tp_size(const ModelConfig& config, int tp_size, bool expert_parallel = false);
 
 // Why the tensor-parallel CUDA runner cannot serve `config` ("" when it can): its shards and
-// forward are the dense decoder's only; the other families are built on CPU thread ranks.
-std::string cuda_tp_unsupported_reason(const ModelConfig& config);
+// forward are the dense decoder's only; the other families and expert parallelism are built on
+// CPU thread ranks.
+std::string cuda_tp_unsupported_reason(const ModelConfig& config, bool expert_parallel = false);
 
-// The per-rank config: heads, kv heads (>= 1, replicated when tp > KV) and intermediate divided.
-ModelConfig tp_rank_config(const ModelConfig& config, int tp_size);
+// The per-rank config: heads, kv heads (>= 1, replicated when tp > KV) and intermediate divided,
+// and moe_intermediate_size unless expert_parallel (num_experts stays: the router's width).
+ModelConfig tp_rank_config(const ModelConfig& config, int tp_size, bool expert_parallel = false);
 
 // Copies rank tp_rank's part of `full` (checked with check_tp_size first); f32 or bf16.
 template <typename T>
-BasicTpShard<T> shard_weights(const BasicModelWeights<T>& full, int tp_rank, int tp_size);
+BasicTpShard<T> shard_weights(const BasicModelWeights<T>& full, int tp_rank, int tp_size,
+                              bool expert_parallel = false);
 
 }  // namespace tachyon::model

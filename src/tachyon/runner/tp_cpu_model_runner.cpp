@@ -11,13 +11,14 @@ TpCpuModelRunner::Rank::Rank(dist::CpuWorld& world, int rank, model::TpShard sha
     : comm(world, rank), model(std::move(shard), comm), cache(model.config(), num_blocks, block_size) {}
 
 TpCpuModelRunner::TpCpuModelRunner(const model::ModelWeights& full, int tp_size, int32_t num_blocks,
-                                   int32_t block_size)
+                                   int32_t block_size, bool expert_parallel)
     : vocab_size_(full.config.vocab_size),
-      world_((model::check_tp_size(full.config, tp_size), tp_size)),
+      world_((model::check_tp_size(full.config, tp_size, expert_parallel), tp_size)),
       workers_(tp_size) {
   TACHYON_CHECK(tp_size >= 2) << "TpCpuModelRunner needs tp_size >= 2, got " << tp_size;
   for (int r = 0; r < tp_size; ++r) {
-    ranks_.push_back(std::make_unique<Rank>(world_, r, model::shard_weights(full, r, tp_size), num_blocks, block_size));
+    ranks_.push_back(std::make_unique<Rank>(world_, r, model::shard_weights(full, r, tp_size, expert_parallel),
+                                            num_blocks, block_size));
   }
 }
 

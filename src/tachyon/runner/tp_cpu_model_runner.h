@@ -7,7 +7,7 @@
 // (sample_plan_rows), so tokens match CpuModelRunner's up to f32 rounding. A worker's exception
 // is rethrown on the engine thread (see RankWorkers for the caveat). A plan asking for hidden
 // states (StepPlan::return_hidden_states, MTP drafting) is refused.
-// Tests: tests/unit/test_tp_engine.cpp.
+// Tests: tests/unit/test_tp_engine.cpp, test_tp_families.cpp (MoE, MLA, DSA; TP and EP).
 #pragma once
 
 #include <memory>
@@ -23,8 +23,10 @@ namespace tachyon::runner {
 
 class TpCpuModelRunner : public SynchronousModelRunner {
  public:
-  // Shards `full` (f32) over tp_size >= 2 ranks (checked with model::check_tp_size first).
-  TpCpuModelRunner(const model::ModelWeights& full, int tp_size, int32_t num_blocks, int32_t block_size);
+  // Shards `full` (f32) over tp_size >= 2 ranks (checked with model::check_tp_size first), a MoE
+  // model's experts whole over the ranks when expert_parallel (--enable-expert-parallel).
+  TpCpuModelRunner(const model::ModelWeights& full, int tp_size, int32_t num_blocks, int32_t block_size,
+                   bool expert_parallel = false);
   ~TpCpuModelRunner() override;
   TpCpuModelRunner(const TpCpuModelRunner&) = delete;
   TpCpuModelRunner& operator=(const TpCpuModelRunner&) = delete;
