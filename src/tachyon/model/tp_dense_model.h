@@ -9,8 +9,8 @@
 // [capacity, num_kv_heads / tp (at least 1), head_dim] per layer; latent attention's holds the
 // full latent on every rank). MoE, latent-attention and DSA models run here too (tp_shard.h says
 // how each splits; tp_moe.h how the experts' outputs combine, with or without expert parallelism).
-// The engine runs it through runner/tp_cpu_model_runner.h (--tp N on the CPU); GPU TP is not
-// built yet (docs/parallelism.md).
+// The engine runs it through runner/tp_cpu_model_runner.h (--tp N on the CPU); the GPU's TP
+// runner (runner/cuda) has its own forward, dense models only (docs/parallelism.md).
 // Tests: tests/unit/test_tensor_parallel.cpp.
 #pragma once
 

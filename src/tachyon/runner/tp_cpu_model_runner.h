@@ -1,6 +1,7 @@
 // TpCpuModelRunner: tensor parallelism on CPU thread ranks (--tp N --device cpu). It owns a
 // dist::CpuWorld(N) and N worker threads; rank r holds a TpDenseModel of its shard, its own
-// PagedKvCache built from the rank's config (its kv heads only) and a CpuCommunicator.
+// PagedKvCache built from the rank's config (its kv heads only; for latent attention the full
+// latent, which every head reads, so an MLA model's cache is not divided) and a CpuCommunicator.
 // run(plan) hands the same StepPlan to every worker (RankWorkers), each runs its forward
 // through a PagedAttentionBackend over its cache, and every rank ends with the full logits;
 // rank 0's are sampled on the calling (engine) thread with the CPU runner's sampling
