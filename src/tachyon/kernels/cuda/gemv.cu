@@ -52,11 +52,19 @@ __device__ __forceinline__ void unpack16_fp8(const uint4& bits, float (&v)[16]) 
   }
 }
 
-// acc[m][r] += dot(input row m, weight row r) over chunk c; w: the R rows' chunk c; kx: 16-byte
-// input chunks per row.
+// The factor of the chunk at `chunk` of the row whose factors start at `scale_row`: loaded with the
+// weight chunk itself, so it is in flight together with it (a factor loaded in accumulate would
+// stall each chunk on a second memory round trip). bf16 weights have none.
+__device__ __forceinline__ float load_factor(const Bf16Weights&, int64_t, int) { return 1.0f; }
+__device__ __forceinline__ float load_factor(const Fp8Weights& format, int64_t scale_row, int chunk) {
+  return __ldg(format.scale + scale_row + chunk / Fp8Weights::kChunksPerScale);
+}
+
+// acc[m][r] += dot(input row m, weight row r) over chunk c; w: the R rows' chunk c, s: their
+// factors (FP8); kx: 16-byte input chunks per row.
 template <int M, int R>
-__device__ __forceinline__ void accumulate(float (&acc)[M][R], const uint4 (&w)[R], const uint4* x, int kx, int c,
-                                           const Bf16Weights&, const int64_t (&)[R]) {
+__device__ __forceinline__ void accumulate(float (&acc)[M][R], const uint4 (&w)[R], const float (&)[R],
+                                           const uint4* x, int kx, int c, const Bf16Weights&) {
   float wf[R][kChunk];
 #pragma unroll
   for (int r = 0; r < R; ++r) unpack8(w[r], wf[r]);
@@ -72,17 +80,13 @@ __device__ __forceinline__ void accumulate(float (&acc)[M][R], const uint4 (&w)[
   }
 }
 
-// The FP8 chunk c covers input chunks 2c and 2c + 1; its factor is row r's number c / 8.
+// The FP8 chunk c covers input chunks 2c and 2c + 1.
 template <int M, int R>
-__device__ __forceinline__ void accumulate(float (&acc)[M][R], const uint4 (&w)[R], const uint4* x, int kx, int c,
-                                           const Fp8Weights& format, const int64_t (&scale_row)[R]) {
+__device__ __forceinline__ void accumulate(float (&acc)[M][R], const uint4 (&w)[R], const float (&s)[R],
+                                           const uint4* x, int kx, int c, const Fp8Weights&) {
   float wf[R][16];
-  float s[R];
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    unpack16_fp8(w[r], wf[r]);
-    s[r] = __ldg(format.scale + scale_row[r] + c / Fp8Weights::kChunksPerScale);
-  }
+  for (int r = 0; r < R; ++r) unpack16_fp8(w[r], wf[r]);
 #pragma unroll
   for (int m = 0; m < M; ++m) {
     float xf[16];
@@ -141,34 +145,37 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(OutT* __restrict__ out, 
   // The first trip's weight loads are issued before waiting for the previous kernel (weights
   // are never written by one): under programmatic dependent launch (pdl.cuh) they overlap its tail.
   uint4 w[U][R];
-  bool prefetched = base + (U - 1) * stride < k8;
-  if (prefetched) {
+  float f[U][R];  // FP8: the chunks' factors
+  auto load_trip = [&](int at) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
 #pragma unroll
-      for (int r = 0; r < R; ++r) w[u][r] = load_stream(w_rows[r] + base + u * stride);
+      for (int r = 0; r < R; ++r) {
+        w[u][r] = load_stream(w_rows[r] + at + u * stride);
+        f[u][r] = load_factor(format, scale_row[r], at + u * stride);
+      }
     }
-  }
+  };
+  bool prefetched = base + (U - 1) * stride < k8;
+  if (prefetched) load_trip(base);
   pdl_wait();
   pdl_launch_dependents();
   for (; base + (U - 1) * stride < k8; base += stride * U) {
     // All R * U weight loads first, so they are in flight together.
-    if (!prefetched) {
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-#pragma unroll
-        for (int r = 0; r < R; ++r) w[u][r] = load_stream(w_rows[r] + base + u * stride);
-      }
-    }
+    if (!prefetched) load_trip(base);
     prefetched = false;
 #pragma unroll
-    for (int u = 0; u < U; ++u) accumulate<M, R>(acc, w[u], x, kx, base + u * stride, format, scale_row);
+    for (int u = 0; u < U; ++u) accumulate<M, R>(acc, w[u], f[u], x, kx, base + u * stride, format);
   }
   for (; base < k8; base += stride) {  // the lane's last < U chunks
-    uint4 w[R];
+    uint4 w1[R];
+    float f1[R];
 #pragma unroll
-    for (int r = 0; r < R; ++r) w[r] = load_stream(w_rows[r] + base);
-    accumulate<M, R>(acc, w, x, kx, base, format, scale_row);
+    for (int r = 0; r < R; ++r) {
+      w1[r] = load_stream(w_rows[r] + base);
+      f1[r] = load_factor(format, scale_row[r], base);
+    }
+    accumulate<M, R>(acc, w1, f1, x, kx, base, format);
   }
 
   // Warp sums, then the split warps' sums through shared memory; lane m * R + r writes.
@@ -273,7 +280,8 @@ void fp8_gemv(void* out, GemmOutputType out_type, const bf16* in, const uint8_t*
   TACHYON_CHECK(bias == nullptr || out_type == GemmOutputType::kBF16)
       << "fp8_gemv: a bias needs bf16 output (m=" << m << " n=" << n << " k=" << k << ")";
   TACHYON_CHECK(aligned16(in)) << "fp8_gemv: in (" << in << ") must be 16-byte aligned";
-  TACHYON_CHECK(aligned16(weight)) << "fp8_gemv: weight (" << weight << ") must be 16-byte aligned";
+  TACHYON_CHECK(aligned16(weight)) << "fp8_gemv: weight (" << static_cast<const void*>(weight)
+                                    << ") must be 16-byte aligned";
   TACHYON_CHECK(scale != nullptr) << "fp8_gemv: no factors for the FP8 weight";
   launch_rows(m, out, out_type, in, weight, Fp8Weights{scale}, bias, n, k, stream);
 }
