@@ -4,6 +4,7 @@
 // (1e-4) and the same top list. Rows go through build_sampling_inputs and to_sampled_token, the
 // runner's own path. Also pinned: the device exp equals glibc's expf bit for bit, the uniform
 // equals kernels::cpu::uniform_for_step, and a row's result does not depend on the rest of its batch.
+// Structured outputs' bit-packed masks (SamplingRow::allowed_row) give the CPU's tokens and logprobs.
 // Needs a GPU: ctest -R gpu.sampling (scripts/gpu-test.sh); TACHYON_TEST_SEED replays a run.
 #include "tachyon/kernels/cuda/sampling.h"
 
@@ -39,6 +40,7 @@ struct Case {
   uint64_t seed = 0;
   std::vector<int32_t> prompt, output;
   std::optional<int32_t> eos;
+  std::vector<uint32_t> allowed;  // [ceil(vocab / 32)] structured-output mask; empty: none
 };
 
 SamplingParams params(float temperature, int32_t top_k = 0, float top_p = 1.0f, float min_p = 0.0f) {
@@ -62,6 +64,7 @@ core::StepPlan plan_of(const std::vector<Case>& cases) {
     s.output_tokens = c.output;
     s.num_output_tokens = static_cast<int64_t>(c.output.size());
     s.eos_token_id = c.eos;
+    if (!c.allowed.empty()) s.allowed_tokens = std::make_shared<const std::vector<uint32_t>>(c.allowed);
     plan.sequences.push_back(s);
   }
   return plan;
@@ -81,8 +84,10 @@ std::vector<kc::SampledRow> sample_on_gpu(const std::vector<Case>& cases, runner
   const size_t workspace_bytes = kc::sampling_workspace_bytes(rows, vocab);
   DeviceArray<uint8_t> workspace(workspace_bytes);  // poisoned: the kernel must not need zeros
   DeviceArray<kc::SampledRow> out(static_cast<size_t>(rows));
+  DeviceArray<uint32_t> d_allowed(std::max<size_t>(inputs.allowed.size(), 1));
+  if (!inputs.allowed.empty()) d_allowed.upload(inputs.allowed);
   kc::sample(out.data(), d_logits.data(), d_rows.data(), d_tokens.data(), rows, vocab, workspace.data(), workspace_bytes,
-             nullptr);
+             nullptr, inputs.allowed.empty() ? nullptr : d_allowed.data());
   TACHYON_CUDA_CHECK(cudaGetLastError());
   std::vector<kc::SampledRow> result = out.download();
   if (inputs_out != nullptr) *inputs_out = std::move(inputs);
@@ -107,7 +112,9 @@ int expect_same_as_cpu(const std::vector<Case>& cases, const std::string& what) 
     std::vector<float> logits = c.logits;
     std::optional<core::SampledToken> cpu;
     try {
-      cpu = kernels::cpu::sample_token(logits, c.params, kernels::cpu::SamplingContext{c.prompt, c.output, c.seed, c.eos});
+      kernels::cpu::SamplingContext context{c.prompt, c.output, c.seed, c.eos};
+      context.allowed_tokens = c.allowed;
+      cpu = kernels::cpu::sample_token(logits, c.params, context);
     } catch (const Error&) {
     }
     if (!cpu) {  // the CPU refuses (no finite logit): the GPU must report an error, not a token
@@ -362,6 +369,43 @@ TEST(GpuSampling, BatchInvariant) {
     if (r == 0) {
       const std::vector<kc::SampledRow> back = sample_on_gpu(reversed);
       for (size_t q = 0; q < cases.size(); ++q) EXPECT_TRUE(same(back[cases.size() - 1 - q], together[q])) << q;
+    }
+  }
+}
+
+// Structured outputs: a row's mask sets refused ids to -inf before everything else (raw logprobs
+// included), on awkward vocabularies, dense and sparse masks, one allowed id, none (an error on
+// both), with filters, penalties and min_tokens; rows without a mask share the batch.
+TEST(GpuSampling, StructuredOutputMaskMatchesCpu) {
+  std::mt19937_64 gen = rng(23);
+  for (int32_t vocab : {97, 1000, 32000, 151936}) {
+    const size_t words = (static_cast<size_t>(vocab) + 31) / 32;
+    for (const Config& config : filter_configs()) {
+      std::vector<Case> cases = make_batch(gen, vocab, 12, 4, 3.0f, false, config.params);
+      for (size_t r = 0; r < cases.size(); ++r) {
+        Case& c = cases[r];
+        if (r % 6 == 5) continue;  // no mask
+        c.allowed.assign(words, 0u);
+        const uint64_t density = r % 6 == 0 ? 2 : r % 6 == 1 ? 100 : 1000;  // 50%, 1%, 0.1% of ids
+        for (int32_t id = 0; id < vocab; ++id) {
+          if (gen() % density == 0) c.allowed[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
+        }
+        if (r % 6 == 3) {  // exactly one id
+          std::fill(c.allowed.begin(), c.allowed.end(), 0u);
+          const int32_t id = static_cast<int32_t>(gen() % static_cast<uint64_t>(vocab));
+          c.allowed[static_cast<size_t>(id) >> 5] = 1u << (id & 31);
+        }
+        if (r % 6 == 4 && vocab == 97) std::fill(c.allowed.begin(), c.allowed.end(), 0u);  // none: an error
+        if (r % 6 == 2) {  // with penalties and min_tokens (EOS masked on top of the grammar's mask)
+          c.params.repetition_penalty = 1.3f;
+          c.params.frequency_penalty = 0.5f;
+          c.prompt = {1, 2, 3};
+          c.eos = 0;
+          c.params.min_tokens = 50;
+          c.allowed[0] |= 1u;  // EOS allowed by the mask, refused by min_tokens
+        }
+      }
+      expect_same_as_cpu(cases, std::string(config.name) + " masked vocab " + std::to_string(vocab));
     }
   }
 }

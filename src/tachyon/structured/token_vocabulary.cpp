@@ -66,19 +66,21 @@ std::shared_ptr<const TokenVocabulary> TokenVocabulary::from_tokenizer(const tok
       out = text;  // an added token outside the table keeps its own UTF-8 (as HF decodes it)
     }
   }
-  return std::make_shared<const TokenVocabulary>(tokens, std::max<int64_t>(model_vocab_size, n));
+  return std::make_shared<const TokenVocabulary>(tokens, model_vocab_size);
 }
 
 TokenVocabulary::TokenVocabulary(const std::vector<std::string>& tokens, int64_t model_vocab_size)
-    : bytes_(tokens), vocab_size_(std::max<int64_t>(model_vocab_size, static_cast<int64_t>(tokens.size()))) {
+    : bytes_(tokens), vocab_size_(model_vocab_size > 0 ? model_vocab_size : static_cast<int64_t>(tokens.size())) {
+  // Tokens past the model's logits can never be sampled: they take no part.
+  if (static_cast<int64_t>(bytes_.size()) > vocab_size_) bytes_.resize(static_cast<size_t>(vocab_size_));
   // Sorting the byte strings lists the trie in preorder: each string's new nodes are the bytes
   // after its common prefix with the previous string.
   std::vector<int32_t> order;
-  for (size_t id = 0; id < tokens.size(); ++id) {
-    if (!tokens[id].empty()) order.push_back(static_cast<int32_t>(id));
+  for (size_t id = 0; id < bytes_.size(); ++id) {
+    if (!bytes_[id].empty()) order.push_back(static_cast<int32_t>(id));
   }
   std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-    const int c = tokens[static_cast<size_t>(a)].compare(tokens[static_cast<size_t>(b)]);
+    const int c = bytes_[static_cast<size_t>(a)].compare(bytes_[static_cast<size_t>(b)]);
     return c != 0 ? c < 0 : a < b;
   });
   node_byte_.push_back(0);
@@ -87,7 +89,7 @@ TokenVocabulary::TokenVocabulary(const std::vector<std::string>& tokens, int64_t
   std::vector<std::vector<int32_t>> ending(1);
   const std::string* previous = nullptr;
   for (int32_t id : order) {
-    const std::string& s = tokens[static_cast<size_t>(id)];
+    const std::string& s = bytes_[static_cast<size_t>(id)];
     TACHYON_CHECK(s.size() < 65535) << "token " << id << " is too long for the trie";
     size_t common = 0;
     if (previous != nullptr) {

@@ -30,7 +30,8 @@ namespace tachyon::structured {
 class TokenVocabulary {
  public:
   // tokens[id]: the token's bytes, or "" for an id that never takes part. model_vocab_size: the
-  // width of the model's logits (>= tokens.size()).
+  // width of the model's logits, which is the masks' width (tokens past it take no part); <= 0:
+  // tokens.size().
   TokenVocabulary(const std::vector<std::string>& tokens, int64_t model_vocab_size);
   static std::shared_ptr<const TokenVocabulary> from_tokenizer(const tokenizer::Tokenizer& tokenizer,
                                                                int64_t model_vocab_size);

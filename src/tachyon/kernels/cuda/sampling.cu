@@ -119,6 +119,7 @@ __device__ inline Cut finite_values() { return Cut{order_key(-FLT_MAX), INT32_MA
 struct Shared {  // trivially constructible, as __shared__ needs
   alignas(8) unsigned char row_bytes[sizeof(SamplingRow)];  // the row's SamplingRow
   const float* raw;       // [vocab] f32: the row's logits
+  const uint32_t* allowed;  // [ceil(vocab / 32)] the row's structured-output mask, or null
   const uint32_t* state;  // [vocab] workspace: kMaskedBit | kSeenBit | output count, touched ids only
   int32_t vocab;
   bool any_touched;       // the row masks or penalizes ids (then `touched` is valid)
@@ -137,6 +138,12 @@ struct Shared {  // trivially constructible, as __shared__ needs
 };
 __shared__ Shared sh;
 extern __shared__ uint32_t touched[];  // [ceil(vocab / 32)] dynamic: a bit per masked or penalized id
+
+// CPU step 0: the sanitized logit of id i, -inf where the structured-output mask refuses it.
+__device__ inline float raw_logit(float raw, int32_t i) {
+  if (sh.allowed != nullptr && !((__ldg(sh.allowed + (i >> 5)) >> (i & 31)) & 1u)) return -INFINITY;
+  return sanitize(raw);
+}
 
 // --- Deterministic block primitives: fixed combination order, result in every thread. ---
 template <class T>
@@ -207,7 +214,7 @@ struct ScaledSource {  // CPU step 5: (l - max) / temperature, clamped at -FLT_M
   __device__ int32_t size() const { return sh.vocab; }
   __device__ int32_t id(int32_t j) const { return j; }
   __device__ float value(int32_t j) const {
-    const float l = processed(sanitize(sh.raw[j]), j);
+    const float l = processed(raw_logit(sh.raw[j], j), j);
     if (!(l > -INFINITY)) return -INFINITY;
     const float t = fmaxf(__fdiv_rn(__fsub_rn(l, sh.max), sh.row().temperature), -FLT_MAX);
     return t == 0.0f ? 0.0f : t;  // one zero: the largest value is exactly +0
@@ -217,7 +224,7 @@ struct ScaledSource {  // CPU step 5: (l - max) / temperature, clamped at -FLT_M
 struct RawSource {  // the sanitized logits, for the top-N logprobs
   __device__ int32_t size() const { return sh.vocab; }
   __device__ int32_t id(int32_t j) const { return j; }
-  __device__ float value(int32_t j) const { return sanitize(sh.raw[j]); }
+  __device__ float value(int32_t j) const { return raw_logit(sh.raw[j], j); }
 };
 
 struct ListSource {  // the first n items of the shared list, in id order
@@ -524,7 +531,7 @@ struct Stats {     // pass 1 over the row
   double raw_sum;  // sum of exp(raw - raw_max)
 
   __device__ void add(float raw, int32_t i, bool want_logprobs) {  // ids ascend per thread
-    const float x = sanitize(raw);
+    const float x = raw_logit(raw, i);
     const float l = processed(x, i);
     kept += l > -INFINITY;
     if (l > best) best = l, best_id = i;  // strict: the first (lowest id) max stays
@@ -547,12 +554,14 @@ struct StatsOp {
 // One CTA per row: out[r] from logits[r] ([vocab] f32) and rows[r]; workspace: [rows, vocab] u32.
 __global__ void __launch_bounds__(kThreads, 1)
     sampling_kernel(SampledRow* out, const float* logits, const SamplingRow* rows, const int32_t* tokens, int32_t vocab,
-                    uint32_t* workspace) {
+                    uint32_t* workspace, const uint32_t* allowed) {
   const float* raw = logits + static_cast<int64_t>(blockIdx.x) * vocab;
   uint32_t* state = workspace + static_cast<int64_t>(blockIdx.x) * vocab;
   if (tid() == 0) {
     sh.row() = rows[blockIdx.x];
     sh.raw = raw, sh.state = state, sh.vocab = vocab, sh.error = kSamplingOk, sh.any_touched = false;
+    const int32_t mask_row = sh.row().allowed_row;
+    sh.allowed = allowed != nullptr && mask_row >= 0 ? allowed + static_cast<int64_t>(mask_row) * ((vocab + 31) / 32) : nullptr;
   }
   __syncthreads();
   const SamplingRow& row = sh.row();
@@ -590,7 +599,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   o.token = token;
   o.error = error;
   const double log_normalizer = sh.log_normalizer;
-  o.logprob = token >= 0 && row.num_logprobs >= 0 ? static_cast<float>(sanitize(sh.raw[token]) - log_normalizer) : 0.0f;
+  o.logprob = token >= 0 && row.num_logprobs >= 0 ? static_cast<float>(raw_logit(sh.raw[token], token) - log_normalizer) : 0.0f;
   o.num_top = num_top;
   for (int32_t a = 1; a < num_top; ++a) {  // insertion sort: value descending, then id ascending
     const int32_t id = sh.top_id[a];
@@ -625,7 +634,7 @@ size_t sampling_workspace_bytes(int32_t max_rows, int32_t vocab) {
 }
 
 void sample(SampledRow* out, float* logits, const SamplingRow* rows, const int32_t* tokens, int32_t num_rows,
-            int32_t vocab, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+            int32_t vocab, void* workspace, size_t workspace_bytes, cudaStream_t stream, const uint32_t* allowed) {
   TACHYON_CHECK(num_rows >= 0 && vocab > 0 && vocab <= (1 << 20) * 3 / 2) << "sample: rows " << num_rows << ", vocab " << vocab;
   TACHYON_CHECK(workspace_bytes >= sampling_workspace_bytes(num_rows, vocab))
       << "sample: workspace of " << workspace_bytes << " bytes, needs " << sampling_workspace_bytes(num_rows, vocab);
@@ -636,7 +645,7 @@ void sample(SampledRow* out, float* logits, const SamplingRow* rows, const int32
                                             static_cast<int>(touched_bytes)));
   }
   sampling_kernel<<<num_rows, kThreads, touched_bytes, stream>>>(out, logits, rows, tokens, vocab,
-                                                                 static_cast<uint32_t*>(workspace));
+                                                                 static_cast<uint32_t*>(workspace), allowed);
   TACHYON_CUDA_CHECK_LAUNCH();
 }
 

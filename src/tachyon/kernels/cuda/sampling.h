@@ -47,7 +47,10 @@ struct SamplingRow {
   // tokens[masked_begin, + num_masked): ids set to -inf first (min_tokens: stop ids and EOS).
   int32_t masked_begin = 0;
   int32_t num_masked = 0;
-  int32_t reserved = 0;
+  // Structured outputs: allowed[allowed_row * ceil(vocab / 32) ...] is this row's bit-packed mask
+  // (bit id % 32 of word id / 32 set: id may be sampled); every other id is -inf before anything
+  // else, raw logprobs included, as on the CPU (kernels::cpu::apply_allowed_tokens). -1: none.
+  int32_t allowed_row = -1;
 };
 static_assert(std::is_trivially_copyable_v<SamplingRow> && sizeof(SamplingRow) == 72);
 
@@ -75,10 +78,12 @@ size_t sampling_workspace_bytes(int32_t max_rows, int32_t vocab);
 // only today, but callers must treat it as scratch. rows: [num_rows] SamplingRow. tokens: int32
 // ids that rows point into (may be null when no row has histories or masks). workspace:
 // sampling_workspace_bytes(num_rows, vocab) or more, no alignment beyond 4 bytes, no
-// initialization. All device pointers; nothing is read back; vocab <= 1.5M (a bit per id in
-// shared memory). num_rows == 0 launches nothing.
+// initialization. allowed: [rows with allowed_row >= 0, ceil(vocab / 32)] u32 bit-packed masks
+// (may be null when no row has one). All device pointers; nothing is read back; vocab <= 1.5M (a
+// bit per id in shared memory). num_rows == 0 launches nothing.
 void sample(SampledRow* out, float* logits, const SamplingRow* rows, const int32_t* tokens, int32_t num_rows,
-            int32_t vocab, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+            int32_t vocab, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+            const uint32_t* allowed = nullptr);
 
 // The draw's uniform number in [0, 1) at `step` of a request with `seed`: the top 53 bits of
 // splitmix64(splitmix64(seed) ^ step). Must equal kernels::cpu::uniform_for_step (tested).

@@ -82,9 +82,12 @@ void CudaModelRunner::plan_memory(const core::EngineConfig& config) {
   // The variable tail holds the token histories of sequences with penalties (at most every token
   // of every sequence, and its k drafts) and the ids min_tokens masks (stop_token_ids, bounded
   // at the door, + EOS); a sequence's rows share them (sampling_inputs.h).
+  // After them, structured outputs' bit-packed masks: one per sequence (a constrained sequence
+  // has no drafts), ceil(vocab / 32) words each (152K ids: 19 KB).
+  const size_t allowed_words = (static_cast<size_t>(weights_.config().vocab_size) + 31) / 32;
   staging_bytes_ = layout_.variable + static_cast<size_t>(s.max_num_seqs) *
-                                          (static_cast<size_t>(s.max_model_len + k) + core::kMaxStopTokenIds + 1) *
-                                          sizeof(int32_t);
+                                          ((static_cast<size_t>(s.max_model_len + k) + core::kMaxStopTokenIds + 1) *
+                                               sizeof(int32_t) + allowed_words * sizeof(uint32_t));
   for (int i = 0; i < kInFlight; ++i) {
     staging_host_[i] = cuda::PinnedBuffer(staging_bytes_);
     sampled_host_[i] = cuda::PinnedBuffer(max_rows * sizeof(kc::SampledRow));
@@ -283,6 +286,19 @@ void CudaModelRunner::launch(const core::StepPlan& plan) {
     std::copy(sampling.tokens.begin(), sampling.tokens.end(), reinterpret_cast<int32_t*>(staging + layout_.variable));
     upload = layout_.variable + token_bytes;
   }
+  // Structured outputs' masks join the same upload, after the histories (4-byte aligned there).
+  size_t allowed_offset = 0;
+  if (!sampling.allowed.empty()) {
+    TACHYON_CHECK(sampling.allowed_words == (weights_.config().vocab_size + 31) / 32)
+        << "structured outputs: the token masks cover " << sampling.allowed_words * 32
+        << " ids but this model's logits have " << weights_.config().vocab_size
+        << " (the tokenizer and the model disagree on the vocabulary size)";
+    allowed_offset = layout_.variable + sampling.tokens.size() * sizeof(int32_t);
+    const size_t allowed_bytes = sampling.allowed.size() * sizeof(uint32_t);
+    TACHYON_CHECK(allowed_offset + allowed_bytes <= staging_bytes_) << "internal: token masks overflow staging";
+    std::copy(sampling.allowed.begin(), sampling.allowed.end(), reinterpret_cast<uint32_t*>(staging + allowed_offset));
+    upload = allowed_offset + allowed_bytes;
+  }
   TACHYON_CUDA_CHECK(cudaEventRecord(events.begin, stream_));
   TACHYON_CUDA_CHECK(cudaMemcpyAsync(staging_device_.data(), staging, upload, cudaMemcpyHostToDevice, stream_));
 
@@ -303,7 +319,7 @@ void CudaModelRunner::launch(const core::StepPlan& plan) {
   kc::sample(sampled_, decoder_->workspace().logits, reinterpret_cast<const kc::SamplingRow*>(device_staging + layout_.sampling_rows),
              reinterpret_cast<const int32_t*>(device_staging + layout_.variable), summary.num_sampled,
              static_cast<int32_t>(weights_.config().vocab_size), sampler_scratch_, sampler_scratch_bytes_,
-             stream_);
+             stream_, allowed_offset > 0 ? reinterpret_cast<const uint32_t*>(device_staging + allowed_offset) : nullptr);
   const size_t sampled_bytes = static_cast<size_t>(summary.num_sampled) * sizeof(kc::SampledRow);
   TACHYON_CUDA_CHECK(cudaMemcpyAsync(sampled_host_[step.index % kInFlight].data(), sampled_, sampled_bytes,
                                      cudaMemcpyDeviceToHost, stream_));

@@ -44,6 +44,17 @@ void add_rows(const core::ScheduledSequence& sequence, SamplingInputs& inputs) {
   row.num_logprobs = p.logprobs;
   row.seed = sequence.seed;
   row.step = static_cast<uint64_t>(sequence.num_output_tokens);
+  // Structured outputs: the plan's mask, copied once; only row 0 exists (no drafts with a mask).
+  if (sequence.allowed_tokens != nullptr) {
+    TACHYON_CHECK(sequence.draft_tokens.empty())
+        << "internal: sequence " << sequence.sequence_id << " has a token mask and drafts";
+    const std::vector<uint32_t>& words = *sequence.allowed_tokens;
+    if (inputs.allowed.empty()) inputs.allowed_words = static_cast<int32_t>(words.size());
+    TACHYON_CHECK(static_cast<int32_t>(words.size()) == inputs.allowed_words)
+        << "internal: token masks of " << words.size() << " and " << inputs.allowed_words << " words in one step";
+    row.allowed_row = static_cast<int32_t>(inputs.allowed.size() / words.size());
+    inputs.allowed.insert(inputs.allowed.end(), words.begin(), words.end());
+  }
 
   // Histories: the prompt counts only for the repetition penalty; outputs (and the drafts a
   // later row counts as outputs) for all three.

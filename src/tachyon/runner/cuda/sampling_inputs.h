@@ -17,6 +17,7 @@
 //
 // Token histories travel only when a penalty needs them (the prompt only for the repetition
 // penalty), and masked ids only while min_tokens holds: a plain request adds nothing. A
+// structured-output mask travels bit-packed (vocab / 8 bytes per constrained sequence). A
 // sequence's rows share one history (prompt, outputs, drafts; row i reads a prefix) and one list
 // of masked ids, so drafts add k ids to the tail, not k copies.
 // Tests: tests/gpu/test_sampling.cpp (BuildSamplingInputs*), tests/gpu/test_cuda_speculative.cpp
@@ -40,6 +41,10 @@ struct SamplingInputs {
   // then its outputs and drafts (any penalty), then its masked ids (stop_token_ids, and EOS
   // unless ignore_eos).
   std::vector<int32_t> tokens;
+  // Structured outputs: [rows with a mask, allowed_words] the plan's bit-packed masks, in row
+  // order (SamplingRow::allowed_row indexes them); empty when no sequence is constrained.
+  std::vector<uint32_t> allowed;
+  int32_t allowed_words = 0;  // ceil(vocab / 32) of the masks' vocabulary
 };
 
 // Throws Error when a sampled sequence has no params, a sequence that samples nothing carries
