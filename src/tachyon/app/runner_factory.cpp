@@ -119,6 +119,24 @@ void check_quantization_device(const core::EngineConfig& config, const model::Mo
       << ") with --tp > 1 on GPUs are not verified by any test yet; use --tp 1 or --device cpu";
 }
 
+// The FP8 KV cache exists on the CPU reference only (runner/paged_attention_backend.h), and no
+// test covers it beside tensor parallelism or speculative decoding: refused before loading.
+void check_kv_cache_dtype(const core::EngineConfig& config, const std::string& kind) {
+  const DType kv = config.device.kv_cache_dtype;
+  TACHYON_CHECK(kv == DType::kBF16 || kv == DType::kF8E4M3)
+      << "--kv-cache-dtype must be auto, bf16 or fp8, got " << dtype_name(kv);
+  if (kv != DType::kF8E4M3) return;
+  TACHYON_CHECK(kind != "cuda") << "--kv-cache-dtype fp8 runs on --device cpu only for now (the GPU's FP8 KV cache "
+                                   "is not built)";
+  TACHYON_CHECK(config.device.tensor_parallel_size == 1)
+      << "--kv-cache-dtype fp8 with --tp > 1 is not verified by any test yet; use --tp 1";
+  TACHYON_CHECK(!config.speculative.enabled())
+      << "--kv-cache-dtype fp8 with --speculative-method " << config.speculative.method
+      << " is not verified by any test yet";
+}
+
+bool fp8_kv_cache(const core::EngineConfig& config) { return config.device.kv_cache_dtype == DType::kF8E4M3; }
+
 // Speculation combinations no test verifies yet: refused before loading.
 void check_draft_model_device(const core::EngineConfig& config) {
   if (config.speculative.method != "draft") return;
@@ -153,6 +171,7 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
   config.speculative = engine::resolve_speculative_config(config.speculative);
   if (kind == "cuda" && config.device.tensor_parallel_size > 1) check_drafts_verified(config);  // auto: where it resolves
   check_quantization_device(config, model_config, kind);  // auto: where it resolves
+  check_kv_cache_dtype(config, kind);                      // auto: where it resolves
   check_draft_model_device(config);
   check_mtp(config, model_config, model_dir);
   const int tp = config.device.tensor_parallel_size;
@@ -176,7 +195,7 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
     }
     if (kind == "auto") {
       kind = gpus >= local && cuda_unsupported_reason(model_config).empty() && !fp8_run(config, model_config) &&
-                     model::cuda_tp_unsupported_reason(model_config, ep).empty()
+                     !fp8_kv_cache(config) && model::cuda_tp_unsupported_reason(model_config, ep).empty()
                  ? "cuda"
                  : "cpu";
     }
@@ -217,7 +236,7 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
   if (kind == "auto") {
     const std::string why = cuda_unsupported_reason(model_config);
     // Silent on purpose: the CLI reports the device it ran on; --device cuda says why not.
-    kind = cuda::cuda_device_available() && why.empty() ? "cuda" : "cpu";
+    kind = cuda::cuda_device_available() && why.empty() && !fp8_kv_cache(config) ? "cuda" : "cpu";
   }
   check_mtp(config, model_config, model_dir);  // auto may have resolved to cuda
   if (kind == "cuda") {
@@ -246,7 +265,9 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
                                   "on the PATH, or -DTACHYON_CUDA=ON)";
 #endif
   auto model = std::make_unique<model::DenseModel>(load_cpu_weights(model_dir, model_config, config));
-  LoadedRunner loaded{std::make_unique<runner::CpuModelRunner>(std::move(model), config.num_blocks, config.block_size),
+  LoadedRunner loaded{std::make_unique<runner::CpuModelRunner>(std::move(model), config.num_blocks, config.block_size,
+                                                                model::MlaAttentionForm::kAbsorbed,
+                                                                fp8_kv_cache(config)),
                       model_config, nullptr};
   if (config.speculative.method == "draft") loaded.drafter = load_cpu_draft_model(config, model_config);
   if (config.speculative.method == "mtp") {

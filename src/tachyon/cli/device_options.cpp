@@ -34,8 +34,15 @@ void add_device_options(CLI::App& cmd, core::DeviceConfig& device) {
       ->check(CLI::Range(1, 65535));
   cmd.add_flag("--enforce-eager", device.enforce_eager, "no CUDA graphs for decode steps");
   cmd.add_option("--quantization", device.quantization,
-                 "quantize the weights at load time: fp8 (E4M3 with one scale per 128x128 block; CPU only for now)")
+                 "quantize the weights at load time: fp8 (E4M3 with one scale per 128x128 block)")
       ->check(CLI::IsMember({"fp8"}));
+  cmd.add_option("--kv-cache-dtype", device.kv_cache_dtype,
+                 "what the KV cache stores: auto (the model's bf16), bf16, or fp8 (E4M3 with a scale per token and "
+                 "head; CPU only for now)")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, DType>{
+          {"auto", DType::kBF16}, {"bf16", DType::kBF16}, {"fp8", DType::kF8E4M3}}))
+      ->default_val("auto")
+      ->option_text("auto|bf16|fp8");
   cmd.add_option("--async-scheduling", device.async_scheduling,
                  "plan step n+1 while step n runs: auto (where the device gains from it: one GPU, no "
                  "speculative decoding), on, off")

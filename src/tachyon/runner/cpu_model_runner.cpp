@@ -12,9 +12,9 @@
 namespace tachyon::runner {
 
 CpuModelRunner::CpuModelRunner(const model::DenseModel& model, int32_t num_blocks, int32_t block_size,
-                               model::MlaAttentionForm mla_form)
+                               model::MlaAttentionForm mla_form, bool fp8_kv_cache)
     : model_(model),
-      cache_(model.config(), num_blocks, block_size, mla_form),
+      cache_(model.config(), num_blocks, block_size, mla_form, fp8_kv_cache),
       threads_(cpu_forward_threads(model::decode_step_min_bytes(model.config(), 1, 0), omp_get_num_procs(),
                                    std::getenv("OMP_NUM_THREADS"))) {
   // OpenBLAS keeps a pool of its own (it reads OMP_NUM_THREADS only when it loads).
@@ -22,8 +22,8 @@ CpuModelRunner::CpuModelRunner(const model::DenseModel& model, int32_t num_block
 }
 
 CpuModelRunner::CpuModelRunner(std::unique_ptr<model::DenseModel> model, int32_t num_blocks, int32_t block_size,
-                               model::MlaAttentionForm mla_form)
-    : CpuModelRunner(*model, num_blocks, block_size, mla_form) {
+                               model::MlaAttentionForm mla_form, bool fp8_kv_cache)
+    : CpuModelRunner(*model, num_blocks, block_size, mla_form, fp8_kv_cache) {
   owned_ = std::move(model);
 }
 

@@ -18,11 +18,12 @@ class CpuModelRunner : public SynchronousModelRunner {
  public:
   // `model` must outlive the runner. `mla_form` is the form an MLA model's cache holds (serving's
   // absorbed form unless a test compares it with the decompressed one); dense models ignore it.
+  // `fp8_kv_cache`: the cache holds FP8 rows (--kv-cache-dtype fp8, paged_attention_backend.h).
   CpuModelRunner(const model::DenseModel& model, int32_t num_blocks, int32_t block_size,
-                 model::MlaAttentionForm mla_form = model::MlaAttentionForm::kAbsorbed);
+                 model::MlaAttentionForm mla_form = model::MlaAttentionForm::kAbsorbed, bool fp8_kv_cache = false);
   // The same, owning the model.
   CpuModelRunner(std::unique_ptr<model::DenseModel> model, int32_t num_blocks, int32_t block_size,
-                 model::MlaAttentionForm mla_form = model::MlaAttentionForm::kAbsorbed);
+                 model::MlaAttentionForm mla_form = model::MlaAttentionForm::kAbsorbed, bool fp8_kv_cache = false);
   int64_t vocab_size() const override { return model_.config().vocab_size; }
 
  protected:

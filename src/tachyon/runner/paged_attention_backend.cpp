@@ -7,12 +7,29 @@
 #include "tachyon/kernels/dsa_indexer.h"
 #include "tachyon/kernels/mla_attention.h"
 #include "tachyon/kernels/sparse_mla_attention.h"
+#include "tachyon/tensor/fp8.h"
 
 namespace tachyon::runner {
+namespace {
+
+// `rows` ([count, width]) as an FP8 cache stores them (paged_attention_backend.h): each row's first
+// width - keep values in groups of `group` with a factor each; the last `keep` (the latent's RoPE
+// part) as they are.
+std::vector<float> fp8_cache_rows(std::span<const float> rows, int64_t width, int64_t group, int64_t keep = 0) {
+  std::vector<float> out(rows.begin(), rows.end());
+  const int64_t count = static_cast<int64_t>(rows.size()) / width, quantized = width - keep;
+  for (int64_t r = 0; r < count; ++r) {
+    fp8_block_round_trip(std::span<float>(out.data() + r * width, static_cast<size_t>(quantized)), 1, quantized, 1,
+                         group);
+  }
+  return out;
+}
+
+}  // namespace
 
 PagedKvCache::PagedKvCache(const model::ModelConfig& config, int32_t blocks, int32_t tokens_per_block,
-                           model::MlaAttentionForm form)
-    : num_blocks(blocks), block_size(tokens_per_block), mla_form(form) {
+                           model::MlaAttentionForm form, bool fp8_rows)
+    : num_blocks(blocks), block_size(tokens_per_block), fp8(fp8_rows), mla_form(form) {
   const size_t slots = static_cast<size_t>(blocks) * static_cast<size_t>(tokens_per_block);
   TACHYON_CHECK(!config.has_sparse_attention() || form == model::MlaAttentionForm::kAbsorbed)
       << config.architecture << ": sparse attention (DSA) runs in the absorbed MLA form only";
@@ -44,6 +61,13 @@ PagedAttentionBackend::PagedAttentionBackend(const model::ModelConfig& config, P
 void PagedAttentionBackend::store_kv(int64_t layer, std::span<const float> k, std::span<const float> v) {
   TACHYON_CHECK(!cache_.keys.empty()) << "store_kv: this paged cache holds MLA latents (the absorbed form); "
                                          "build it with MlaAttentionForm::kDecompressed to store per-head K/V";
+  std::vector<float> k_fp8, v_fp8;  // per KV head: one factor per token and head
+  if (cache_.fp8) {
+    k_fp8 = fp8_cache_rows(k, cache_.kv_size, config_.head_dim);
+    v_fp8 = fp8_cache_rows(v, cache_.v_size, config_.value_head_dim());
+    k = k_fp8;
+    v = v_fp8;
+  }
   kernels::cpu::store_rows_paged(cache_.keys[static_cast<size_t>(layer)].data(), k.data(), plan_.slot_mapping.data(),
                                  plan_.num_tokens(), cache_.kv_size);
   kernels::cpu::store_rows_paged(cache_.values[static_cast<size_t>(layer)].data(), v.data(), plan_.slot_mapping.data(),
@@ -70,6 +94,11 @@ void PagedAttentionBackend::store_latent(int64_t layer, std::span<const float> l
   TACHYON_CHECK(static_cast<int64_t>(latent.size()) == plan_.num_tokens() * cache_.latent_size)
       << "store_latent: " << latent.size() << " values for " << plan_.num_tokens() << " tokens of width "
       << cache_.latent_size;
+  std::vector<float> latent_fp8;  // the kv_lora_rank part per 128 values, RoPE kept
+  if (cache_.fp8) {
+    latent_fp8 = fp8_cache_rows(latent, cache_.latent_size, 128, config_.qk_rope_head_dim);
+    latent = latent_fp8;
+  }
   kernels::cpu::store_rows_paged(cache_.latents[static_cast<size_t>(layer)].data(), latent.data(),
                                  plan_.slot_mapping.data(), plan_.num_tokens(), cache_.latent_size);
 }
@@ -92,6 +121,11 @@ void PagedAttentionBackend::store_index_keys(int64_t layer, std::span<const floa
   TACHYON_CHECK(static_cast<int64_t>(index_keys.size()) == plan_.num_tokens() * cache_.index_key_size)
       << "store_index_keys: " << index_keys.size() << " values for " << plan_.num_tokens() << " tokens of width "
       << cache_.index_key_size;
+  std::vector<float> index_fp8;  // one factor per token
+  if (cache_.fp8) {
+    index_fp8 = fp8_cache_rows(index_keys, cache_.index_key_size, cache_.index_key_size);
+    index_keys = index_fp8;
+  }
   kernels::cpu::store_rows_paged(layer_keys.data(), index_keys.data(),
                                  plan_.slot_mapping.data(), plan_.num_tokens(), cache_.index_key_size);
 }

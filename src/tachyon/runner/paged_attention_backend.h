@@ -15,13 +15,20 @@
 
 namespace tachyon::runner {
 
+// FP8 KV cache (--kv-cache-dtype fp8): the rows are stored as an FP8 cache holds them, E4M3 with
+// one f32 factor (amax / 448) per group: each token's K and V per KV head; a latent row's
+// kv_lora_rank part per 128 values with its RoPE part kept (the FlashMLA FP8 layout: 512 E4M3
+// values, 4 factors, 64 bf16); a DSA index key per token. Here they are kept in f32 as the
+// dequantized values: the CPU reference is the FP8 cache's numerics, not its memory saving.
+//
 // f32 rows of num_blocks * block_size slots per layer. An MLA model in the absorbed form fills
 // `latents` only; any other model `keys` and `values` only (the unused ones stay empty).
 struct PagedKvCache {
   PagedKvCache(const model::ModelConfig& config, int32_t num_blocks, int32_t block_size,
-               model::MlaAttentionForm mla_form = model::MlaAttentionForm::kAbsorbed);
+               model::MlaAttentionForm mla_form = model::MlaAttentionForm::kAbsorbed, bool fp8 = false);
   int32_t num_blocks = 0;
   int32_t block_size = 0;
+  bool fp8 = false;  // rows hold the values an FP8 cache would (above)
   model::MlaAttentionForm mla_form = model::MlaAttentionForm::kAbsorbed;
   int64_t kv_size = 0;      // num_kv_heads * head_dim: one token's keys (0 when latent)
   int64_t v_size = 0;       // num_kv_heads * value_head_dim: one token's values (0 when latent)

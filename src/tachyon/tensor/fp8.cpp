@@ -76,7 +76,7 @@ Fp8BlockWeight quantize_fp8_blocks(std::span<const float> weight, int64_t rows, 
   q.scale_inv.resize(static_cast<size_t>(q.scale_rows() * q.scale_cols()));
   // Blocks are independent: threads share them (a real model quantizes billions of values at load).
   const int64_t scale_rows = q.scale_rows(), scale_cols = q.scale_cols();
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (rows * cols >= (int64_t{1} << 18))
   for (int64_t br = 0; br < scale_rows; ++br) {
     for (int64_t bc = 0; bc < scale_cols; ++bc) {
       const int64_t r0 = br * block_rows, r1 = std::min(rows, r0 + block_rows);
@@ -107,7 +107,7 @@ void dequantize_fp8_blocks(std::span<const uint8_t> data, std::span<const float>
       << "FP8 block dequantization of a [" << rows << ", " << cols << "] weight: " << data.size() << " values, "
       << scale_inv.size() << " scales for " << scale_rows << " x " << scale_cols << " blocks of [" << block_rows
       << ", " << block_cols << "]";
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * cols >= (int64_t{1} << 18))
   for (int64_t r = 0; r < rows; ++r) {
     const float* scales = scale_inv.data() + (r / block_rows) * scale_cols;
     for (int64_t c = 0; c < cols; ++c) {
