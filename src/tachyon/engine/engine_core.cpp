@@ -53,6 +53,12 @@ EngineCore::~EngineCore() {
 
 int64_t EngineCore::submit(std::vector<int32_t> prompt, const core::SamplingParams& params,
                            const std::shared_ptr<OutputChannel>& channel) {
+  return submit(std::move(prompt), params, channel, false, nullptr);
+}
+
+int64_t EngineCore::submit(std::vector<int32_t> prompt, const core::SamplingParams& params,
+                           const std::shared_ptr<OutputChannel>& channel, bool export_kv,
+                           std::shared_ptr<const KvPayload> imported) {
   TACHYON_CHECK(channel != nullptr) << "submit needs an output channel";
   TACHYON_CHECK(!prompt.empty()) << "the prompt is empty";
   const int64_t vocab = runner_->vocab_size();
@@ -73,7 +79,8 @@ int64_t EngineCore::submit(std::vector<int32_t> prompt, const core::SamplingPara
       throw QueueFullError("the engine's waiting queue is full (" + std::to_string(config_.max_queued_requests) +
                            " requests); retry later");
     }
-    inbox_.push_back({id, std::move(prompt), std::make_shared<const core::SamplingParams>(params), channel});
+    inbox_.push_back({id, std::move(prompt), std::make_shared<const core::SamplingParams>(params), channel, export_kv,
+                      std::move(imported)});
   }
   inbox_ready_.notify_one();
   return id;
@@ -112,6 +119,8 @@ void EngineCore::drain_inbox() {
 // A request becomes n sequences; the first runs its prompt, the others wait for it so that
 // they start from its cached blocks.
 void EngineCore::admit(Submission&& submission) {
+  if (submission.imported != nullptr) return admit_imported(std::move(submission));
+  if (submission.export_kv) leases_.expect(submission.request_id);
   ActiveRequest request;
   request.channel = std::move(submission.channel);
   request.logprobs = submission.params->logprobs >= 0;
@@ -181,6 +190,7 @@ void EngineCore::finish_request(int64_t request_id) {
     sequences_.erase(sequence->id);
     if (drafter_ != nullptr) drafter_->release(sequence->id);
   }
+  leases_.forget(request_id);
   active_.erase(it);
 }
 
@@ -217,6 +227,7 @@ void EngineCore::propose_drafts() {
 // are freed blocks that later steps overwrite after it, in launch order.
 bool EngineCore::step() {
   drain_inbox();
+  release_leases();
   reap_abandoned();
   propose_drafts();
   // A constrained sequence's next mask needs the token the step in flight samples: apply it first.
@@ -251,6 +262,7 @@ bool EngineCore::step() {
 // drafter sees what was applied before delivery releases the sequences that finished.
 void EngineCore::apply_step(const core::StepPlan& plan) {
   core::StepOutput output = runner_->wait();
+  lease_prefilled(plan, output);  // before update() frees a prefill-only sequence's blocks
   scheduler_.update(plan, output);
   const std::vector<int64_t> refused = num_constrained_ > 0 ? advance_matchers(output, sequences_) : std::vector<int64_t>{};
   if (drafter_ != nullptr) drafter_->observe(plan, output);

@@ -23,6 +23,7 @@
 #include "tachyon/core/engine_config.h"
 #include "tachyon/engine/drafter.h"
 #include "tachyon/engine/kv_cache_manager.h"
+#include "tachyon/engine/kv_transfer.h"
 #include "tachyon/engine/output_channel.h"
 #include "tachyon/engine/scheduler.h"
 #include "tachyon/runner/model_runner.h"
@@ -87,6 +88,22 @@ class EngineCore {
   // Thread-safe. Aborts every request in the engine at its next step (server shutdown).
   void abort_all();
 
+  // Prefill/decode disaggregation (engine/kv_transfer.h; defined in engine_core_kv.cpp).
+  // Thread-safe. Runs the prompt and samples one token (delivered as a finished completion), then
+  // leases the prompt's KV blocks under {kv_epoch(), request id}. One prompt, n = 1, no grammar.
+  int64_t submit_prefill(std::vector<int32_t> prompt, const core::SamplingParams& params,
+                         const std::shared_ptr<OutputChannel>& channel);
+  // Thread-safe. Copies a lease's rows out and releases it (KvTransferError: no such lease).
+  KvPayload export_kv(KvLeaseKey key);
+  void release_kv(KvLeaseKey key);  // thread-safe; unknown keys are ignored
+  uint64_t kv_epoch() const { return leases_.epoch(); }
+  void set_kv_lease_timeout(std::chrono::milliseconds timeout) { leases_.set_timeout(timeout); }
+  // Thread-safe. Admits a request whose prompt and first token come with `payload`: its KV is
+  // written, not computed, and the first token is delivered at once. Throws KvTransferError when
+  // the payload does not fit this engine's cache (the caller recomputes instead).
+  int64_t submit_imported(KvPayload payload, const core::SamplingParams& params,
+                          const std::shared_ptr<OutputChannel>& channel);
+
   void start();  // runs the loop on an engine thread until stop()
   void stop();
   // One iteration on the calling thread (only when start() was not called); false when there
@@ -102,6 +119,8 @@ class EngineCore {
     std::vector<int32_t> prompt;
     std::shared_ptr<const core::SamplingParams> params;
     std::weak_ptr<OutputChannel> channel;
+    bool export_kv = false;                   // submit_prefill
+    std::shared_ptr<const KvPayload> imported;  // submit_imported
   };
   struct ActiveRequest {
     std::weak_ptr<OutputChannel> channel;
@@ -110,8 +129,14 @@ class EngineCore {
     bool logprobs = false;
   };
 
+  // submit() with what disaggregation adds: a prefill-only request, or imported KV.
+  int64_t submit(std::vector<int32_t> prompt, const core::SamplingParams& params,
+                 const std::shared_ptr<OutputChannel>& channel, bool export_kv, std::shared_ptr<const KvPayload> imported);
   void drain_inbox();
   void admit(Submission&& submission);
+  void admit_imported(Submission&& submission);  // engine_core_kv.cpp, as are the two below
+  void lease_prefilled(const core::StepPlan& plan, const core::StepOutput& output);
+  void release_leases();
   void abort_request(int64_t request_id, std::optional<int32_t> index = std::nullopt);
   void reap_abandoned();
   void propose_drafts();
@@ -127,6 +152,7 @@ class EngineCore {
   std::unique_ptr<Drafter> drafter_;
   KvCacheManager kv_;
   Scheduler scheduler_;
+  KvLeases leases_;  // prefill role: KV blocks held for a decode server
   bool overlap_ = false;                   // asynchronous scheduling, resolved at construction
   std::optional<core::StepPlan> in_flight_;  // launched, not yet applied (overlap_ only)
 

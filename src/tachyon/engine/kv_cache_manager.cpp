@@ -87,6 +87,14 @@ void KvCacheManager::free(std::vector<int32_t>& block_table) {
   block_table.clear();
 }
 
+void KvCacheManager::retain(std::span<const int32_t> block_table) {
+  for (int32_t id : block_table) {
+    TACHYON_CHECK(id >= 0 && id < num_blocks() && blocks_[static_cast<size_t>(id)].ref_count > 0)
+        << "internal: retaining KV block " << id << ", which no table holds";
+    add_reference(id);
+  }
+}
+
 void KvCacheManager::trim(std::vector<int32_t>& block_table, int64_t num_tokens) {
   const size_t keep = static_cast<size_t>((num_tokens + block_size_ - 1) / block_size_);
   while (block_table.size() > keep) {

@@ -67,6 +67,10 @@ class KvCacheManager {
   // Drops the table's references (tail first) and clears it.
   void free(std::vector<int32_t>& block_table);
 
+  // Adds one reference to every block of the table: a holder besides the sequence (a KV lease of
+  // a prefill server, engine/kv_transfer.h) that later gives it back with free() on a copy.
+  void retain(std::span<const int32_t> block_table);
+
   // Gives back the blocks past the first ceil(num_tokens / block_size) of the table: lookahead
   // slots of rejected draft tokens. They hold no computed (so no cached) token; each returns to
   // the head of the free list, where allocate() took it, so the free list is as if it had never

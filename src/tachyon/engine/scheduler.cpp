@@ -37,6 +37,21 @@ void Scheduler::add(Sequence* sequence) {
   waiting_.insert(sequence);
 }
 
+bool Scheduler::add_imported(Sequence* sequence) {
+  const int64_t prompt = sequence->num_prompt_tokens;
+  TACHYON_CHECK(sequence->num_tokens() == prompt + 1 && sequence->num_computed_tokens == prompt &&
+                static_cast<int64_t>(sequence->block_table.size()) * kv_.block_size() >= prompt)
+      << "internal: imported sequence " << sequence->id << " has " << sequence->num_tokens() << " tokens, "
+      << sequence->num_computed_tokens << " computed, " << sequence->block_table.size() << " blocks for a prompt of "
+      << prompt;
+  sequence->status = SequenceStatus::kRunning;
+  if (!sequence->first_scheduled) sequence->first_scheduled = std::chrono::steady_clock::now();
+  running_.push_back(sequence);
+  commit_computed(*sequence, prompt);
+  check_stop(*sequence);
+  return !sequence->finished();
+}
+
 void Scheduler::abort(Sequence* sequence) {
   if (sequence->finished()) return;
   waiting_.erase(sequence);

@@ -37,6 +37,11 @@ class Scheduler {
 
   const core::SchedulerConfig& config() const { return config_; }
   void add(Sequence* sequence);       // to the waiting queue
+  // A sequence whose prompt's K/V someone else wrote into its block table (a prefill server's,
+  // engine/kv_transfer.h), with the first token sampled there appended: it runs from that token
+  // as if this scheduler had computed the prompt. False when that token already finishes it
+  // (its blocks are then freed).
+  bool add_imported(Sequence* sequence);
   // Removes the sequence wherever it is and frees its blocks; marks it finished (abort).
   void abort(Sequence* sequence);
 

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "tachyon/model/dense_model.h"
+#include "tachyon/runner/kv_export.h"
 #include "tachyon/runner/model_runner.h"
 #include "tachyon/runner/paged_attention_backend.h"
 
@@ -25,6 +26,7 @@ class CpuModelRunner : public SynchronousModelRunner {
   CpuModelRunner(std::unique_ptr<model::DenseModel> model, int32_t num_blocks, int32_t block_size,
                  model::MlaAttentionForm mla_form = model::MlaAttentionForm::kAbsorbed, bool fp8_kv_cache = false);
   int64_t vocab_size() const override { return model_.config().vocab_size; }
+  KvRowAccess* kv_rows() override { return &rows_; }
 
  protected:
   core::StepOutput run(const core::StepPlan& plan) override;
@@ -33,6 +35,7 @@ class CpuModelRunner : public SynchronousModelRunner {
   std::unique_ptr<model::DenseModel> owned_;  // set by the owning constructor
   const model::DenseModel& model_;
   PagedKvCache cache_;
+  PagedKvRowAccess rows_{cache_};  // after cache_, which it views
   int threads_ = 0;  // the forward's OpenMP threads (cpu_threads.h); 0: OpenMP's choice
 };
 

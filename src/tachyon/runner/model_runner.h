@@ -23,6 +23,8 @@
 
 namespace tachyon::runner {
 
+class KvRowAccess;  // runner/kv_export.h
+
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
@@ -48,6 +50,9 @@ class ModelRunner {
   // the last one waited on, in ms (the gap asynchronous scheduling closes); 0 without a device
   // clock or before a second step.
   virtual double last_step_idle_ms() const { return 0.0; }
+  // The host's view of the KV cache's rows, for moving a request's KV between a prefill and a
+  // decode server (runner/kv_export.h); null where this runner cannot export or import it.
+  virtual KvRowAccess* kv_rows() { return nullptr; }
 };
 
 // The part of a runner that runs synchronously on the calling thread (the CPU runners, and the

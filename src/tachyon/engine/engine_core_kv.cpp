@@ -1,0 +1,153 @@
+// EngineCore's part in prefill/decode disaggregation (engine/kv_transfer.h): prefill-only
+// submissions whose prompt KV is leased when their first token is sampled, exports of leased
+// rows, and admission of a request with imported rows. Kept apart from engine_core.cpp so that
+// the step loop stays on one screen; engine_core.cpp calls in at three places (admit, step,
+// apply_step). Test: tests/unit/test_kv_transfer.cpp.
+#include <algorithm>
+#include <chrono>
+
+#include "tachyon/engine/engine_core.h"
+#include "tachyon/runner/kv_export.h"
+
+namespace tachyon::engine {
+namespace {
+
+// What disaggregation has not been verified with, as one message for the caller.
+void check_transferable(const core::SamplingParams& params) {
+  TACHYON_CHECK(params.n == 1) << "prefill/decode disaggregation runs n = 1 only (got n = " << params.n << ")";
+  TACHYON_CHECK(params.structured == nullptr) << "prefill/decode disaggregation does not carry structured outputs";
+  TACHYON_CHECK(params.logprobs < 0) << "prefill/decode disaggregation does not carry logprobs";
+}
+
+}  // namespace
+
+int64_t EngineCore::submit_prefill(std::vector<int32_t> prompt, const core::SamplingParams& params,
+                                   const std::shared_ptr<OutputChannel>& channel) {
+  TACHYON_CHECK(runner_->kv_rows() != nullptr) << "this runner cannot export its KV cache (a prefill role needs the CPU runner)";
+  TACHYON_CHECK(drafter_ == nullptr) << "a prefill role runs without speculative decoding";
+  check_transferable(params);
+  // One token, sampled exactly as the full request would sample its first one (min_tokens masks
+  // the end-of-sequence token for it alike).
+  core::SamplingParams first = params;
+  first.max_tokens = 1;
+  first.min_tokens = std::min(first.min_tokens, 1);
+  return submit(std::move(prompt), first, channel, /*export_kv=*/true, nullptr);
+}
+
+KvPayload EngineCore::export_kv(KvLeaseKey key) {
+  runner::KvRowAccess* rows = runner_->kv_rows();
+  if (rows == nullptr) throw KvTransferError("this runner cannot export its KV cache");
+  KvPayload payload = leases_.export_rows(key, *rows);
+  inbox_ready_.notify_one();  // the engine thread frees the lease's blocks
+  return payload;
+}
+
+void EngineCore::release_kv(KvLeaseKey key) {
+  leases_.release(key);
+  inbox_ready_.notify_one();
+}
+
+int64_t EngineCore::submit_imported(KvPayload payload, const core::SamplingParams& params,
+                                    const std::shared_ptr<OutputChannel>& channel) {
+  TACHYON_CHECK(channel != nullptr) << "submit needs an output channel";
+  check_transferable(params);
+  runner::KvRowAccess* rows = runner_->kv_rows();
+  if (rows == nullptr) throw KvTransferError("this runner cannot import KV rows");
+  if (payload.values_per_token != rows->values_per_token() ||
+      payload.rows.size() != payload.prompt.size() * static_cast<size_t>(payload.values_per_token)) {
+    throw KvTransferError("the KV rows do not fit this cache: " + std::to_string(payload.values_per_token) +
+                          " values per token (this cache holds " + std::to_string(rows->values_per_token()) +
+                          "), " + std::to_string(payload.rows.size()) + " values for " +
+                          std::to_string(payload.prompt.size()) + " tokens; are both servers serving the same model?");
+  }
+  const int64_t vocab = runner_->vocab_size();
+  if (payload.first_token < 0 || payload.first_token >= vocab) {
+    throw KvTransferError("the imported first token " + std::to_string(payload.first_token) + " is outside the vocabulary");
+  }
+  // submit() validates the prompt and params and queues the payload with them.
+  std::vector<int32_t> prompt = payload.prompt;
+  auto shared = std::make_shared<const KvPayload>(std::move(payload));
+  return submit(std::move(prompt), params, channel, /*export_kv=*/false, std::move(shared));
+}
+
+// Engine thread. A prefill-only sequence sampled its first token: its prompt's blocks get the
+// lease's reference before update() finishes the sequence and drops its own.
+void EngineCore::lease_prefilled(const core::StepPlan& plan, const core::StepOutput& output) {
+  size_t next = 0;
+  for (const core::ScheduledSequence& entry : plan.sequences) {
+    if (!entry.sample) continue;
+    const core::SequenceOutput& out = output.sequences[next++];
+    auto it = sequences_.find(entry.sequence_id);
+    if (out.tokens.empty() || it == sequences_.end() || !leases_.expected(it->second->request_id)) continue;
+    Sequence& sequence = *it->second;
+    const int32_t block_size = kv_.block_size();
+    std::vector<int32_t> blocks(sequence.block_table.begin(),
+                                sequence.block_table.begin() + (sequence.num_prompt_tokens + block_size - 1) / block_size);
+    kv_.retain(blocks);
+    std::vector<int32_t> prompt(sequence.tokens.begin(), sequence.tokens.begin() + sequence.num_prompt_tokens);
+    leases_.grant(sequence.request_id, std::move(blocks), std::move(prompt), out.tokens.front().token, sequence.seed);
+  }
+}
+
+void EngineCore::release_leases() {
+  for (std::vector<int32_t>& blocks : leases_.take_released(std::chrono::steady_clock::now())) kv_.free(blocks);
+}
+
+// Engine thread. The imported request is one sequence that starts running at its first token;
+// when the cache has no room for the prompt now, it waits and computes the prompt itself, as a
+// preempted sequence would (the same tokens: the payload's seed goes with it).
+void EngineCore::admit_imported(Submission&& submission) {
+  const KvPayload& payload = *submission.imported;
+  auto owned = std::make_unique<Sequence>();
+  Sequence* sequence = owned.get();
+  sequence->id = next_sequence_id_++;
+  sequence->request_id = submission.request_id;
+  sequence->arrival = next_arrival_++;
+  sequence->params = submission.params;
+  sequence->seed = payload.seed;
+  sequence->tokens = submission.prompt;
+  sequence->num_prompt_tokens = static_cast<int64_t>(submission.prompt.size());
+  sequences_[sequence->id] = sequence;
+  ActiveRequest request;
+  request.channel = std::move(submission.channel);
+  request.num_unfinished = 1;
+  request.sequences.push_back(std::move(owned));
+  auto& active = active_.emplace(submission.request_id, std::move(request)).first->second;
+  if (!kv_.allocate(sequence->block_table, {}, sequence->num_prompt_tokens)) {
+    scheduler_.add(sequence);
+    return;
+  }
+  runner_->kv_rows()->scatter(sequence->block_table, sequence->num_prompt_tokens, payload.rows);
+  sequence->tokens.push_back(payload.first_token);
+  sequence->num_computed_tokens = sequence->num_prompt_tokens;
+  scheduler_.add_imported(sequence);
+
+  RequestOutput out;
+  out.request_id = submission.request_id;
+  out.num_prompt_tokens = sequence->num_prompt_tokens;
+  out.first_scheduled = sequence->first_scheduled;
+  CompletionDelta delta;
+  delta.token_ids.push_back(payload.first_token);
+  if (sequence->finished()) {
+    delta.finish_reason = sequence->finish_reason;
+    delta.stop_token = sequence->stop_token;
+    active.num_unfinished = 0;
+  }
+  out.completions.push_back(std::move(delta));
+  const bool finished = active.num_unfinished == 0;
+  out.finished = finished;
+  if (auto channel = active.channel.lock()) channel->push(std::move(out));
+  if (finished) {
+    {
+      std::lock_guard lock(stats_mutex_);
+      ++stats_.requests_finished;
+      ++stats_.generated_tokens;
+    }
+    finish_request(submission.request_id);
+    return;
+  }
+  std::lock_guard lock(stats_mutex_);
+  ++stats_.generated_tokens;
+}
+
+}  // namespace tachyon::engine
