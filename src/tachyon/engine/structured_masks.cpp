@@ -32,15 +32,21 @@ std::shared_ptr<const std::vector<uint32_t>> plan_mask(const std::shared_ptr<con
 
 void attach_token_masks(core::StepPlan& plan, const std::unordered_map<int64_t, Sequence*>& sequences,
                         std::optional<int32_t> eos) {
+  // Cache hits first, on this thread (a lookup each); only the misses need a walk.
   std::vector<std::pair<core::ScheduledSequence*, Sequence*>> work;
   for (core::ScheduledSequence& s : plan.sequences) {
     if (!s.sample) continue;
     auto it = sequences.find(s.sequence_id);
     if (it == sequences.end() || it->second->matcher == nullptr) continue;
-    work.emplace_back(&s, it->second);
+    if (auto cached = it->second->matcher->cached_next_mask()) {
+      s.allowed_tokens = plan_mask(cached, *it->second->params, eos);
+    } else {
+      work.emplace_back(&s, it->second);
+    }
   }
   const int64_t n = static_cast<int64_t>(work.size());
-  // Each matcher is touched by one thread; the grammar's cache locks itself.
+  // Each matcher is touched by one thread; the grammar's cache locks itself. Threads only for
+  // two misses or more: waking a team costs more than a cached step.
 #pragma omp parallel for schedule(dynamic, 1) if (n > 1)
   for (int64_t i = 0; i < n; ++i) {
     auto [entry, sequence] = work[static_cast<size_t>(i)];

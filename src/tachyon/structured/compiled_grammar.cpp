@@ -2,31 +2,77 @@
 
 namespace tachyon::structured {
 
+namespace {
+
+// The automaton as a DFA over bytes, built lazily during one mask walk: each distinct state (by
+// content) gets an id, and each (state, byte) transition is computed once. Inside a JSON string
+// every ASCII byte leads back to the same state, so the walk over the trie's 100K+ nodes becomes
+// table lookups; only the few distinct transitions run the pushdown automaton.
+class LazyDfa {
+ public:
+  static constexpr int32_t kUnknown = -2;
+  static constexpr int32_t kDead = -1;
+
+  LazyDfa(Pda& pda) : pda_(pda) {}
+
+  int32_t intern(const PdaState& state) {
+    std::vector<int32_t> key = pda_.key(state);
+    auto [it, inserted] = ids_.try_emplace(std::move(key), static_cast<int32_t>(states_.size()));
+    if (inserted) {
+      states_.push_back(state);
+      next_.emplace_back();
+      next_.back().fill(kUnknown);
+    }
+    return it->second;
+  }
+  int32_t next(int32_t state, uint8_t b) {
+    int32_t& to = next_[static_cast<size_t>(state)][b];
+    if (to == kUnknown) {
+      // states_ may grow inside intern(): take the source by value first.
+      const PdaState from = states_[static_cast<size_t>(state)];
+      const int32_t id = pda_.advance(from, b, scratch_) ? intern(scratch_) : kDead;
+      next_[static_cast<size_t>(state)][b] = id;
+      return id;
+    }
+    return to;
+  }
+
+ private:
+  Pda& pda_;
+  std::vector<PdaState> states_;
+  std::vector<std::array<int32_t, 256>> next_;
+  std::unordered_map<std::vector<int32_t>, int32_t, CompiledGrammar::KeyHash> ids_;
+  PdaState scratch_;
+};
+
+}  // namespace
+
 void fill_token_mask(Pda& pda, const PdaState& state, const TokenVocabulary& v, TokenMask& out) {
   out.words.assign(static_cast<size_t>(v.num_mask_words()), 0u);
   out.can_end = pda.accepting(state);
   const size_t base = pda.arena().size();
-  // states[d]: the state after the first d bytes of the current trie path; marks[d]: the arena
-  // size once it was computed (everything above belongs to paths already left).
-  std::vector<PdaState> states(static_cast<size_t>(v.max_depth_) + 1);
-  std::vector<size_t> marks(static_cast<size_t>(v.max_depth_) + 1, base);
-  states[0] = state;
-  const int32_t n = v.num_nodes();
-  for (int32_t i = 1; i < n;) {
-    const size_t d = v.node_depth_[static_cast<size_t>(i)];
-    pda.arena().resize(marks[d - 1]);
-    if (!pda.advance(states[d - 1], v.node_byte_[static_cast<size_t>(i)], states[d])) {
-      i = v.node_end_[static_cast<size_t>(i)];  // no token below this prefix can match
-      continue;
+  {
+    LazyDfa dfa(pda);
+    // states[d]: the DFA state after the first d bytes of the current trie path.
+    std::vector<int32_t> states(static_cast<size_t>(v.max_depth_) + 1);
+    states[0] = dfa.intern(state);
+    const int32_t n = v.num_nodes();
+    for (int32_t i = 1; i < n;) {
+      const size_t d = v.node_depth_[static_cast<size_t>(i)];
+      const int32_t next = dfa.next(states[d - 1], v.node_byte_[static_cast<size_t>(i)]);
+      if (next == LazyDfa::kDead) {
+        i = v.node_end_[static_cast<size_t>(i)];  // no token below this prefix can match
+        continue;
+      }
+      states[d] = next;
+      for (int32_t t = v.node_tokens_[static_cast<size_t>(i)]; t < v.node_tokens_[static_cast<size_t>(i) + 1]; ++t) {
+        const int32_t id = v.tokens_[static_cast<size_t>(t)];
+        out.words[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
+      }
+      ++i;
     }
-    marks[d] = pda.arena().size();
-    for (int32_t t = v.node_tokens_[static_cast<size_t>(i)]; t < v.node_tokens_[static_cast<size_t>(i) + 1]; ++t) {
-      const int32_t id = v.tokens_[static_cast<size_t>(t)];
-      out.words[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
-    }
-    ++i;
   }
-  pda.arena().resize(base);
+  pda.arena().resize(base);  // every node the walk added
 }
 
 CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVocabulary> vocabulary,
@@ -69,6 +115,15 @@ std::shared_ptr<const TokenMask> CompiledGrammar::mask(Pda& pda, const PdaState&
     lru_.pop_back();
   }
   return computed;
+}
+
+std::shared_ptr<const TokenMask> CompiledGrammar::cached_mask(const Pda& pda, const PdaState& state) const {
+  const std::vector<int32_t> key = pda.key(state);
+  std::lock_guard lock(mutex_);
+  auto it = index_.find(key);
+  if (it == index_.end()) return nullptr;
+  lru_.splice(lru_.begin(), lru_, it->second);
+  return it->second->second;
 }
 
 size_t CompiledGrammar::cached_masks() const {

@@ -10,6 +10,7 @@
 // later one, by any sequence of the batch, is a lookup. Bounded LRU: kMaxCachedMasks per grammar.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -32,8 +33,9 @@ struct TokenMask {
   bool allows(int32_t id) const { return (words[static_cast<size_t>(id) >> 5] >> (id & 31)) & 1u; }
 };
 
-// The walk itself: every token whose bytes the automaton can take from `state`. Nodes it adds to
-// pda's arena are removed again.
+// The walk itself: every token whose bytes the automaton can take from `state`. It runs the
+// automaton as a DFA built lazily for this walk (each distinct state and byte transition computed
+// once, then table lookups per trie node). Nodes it adds to pda's arena are removed again.
 void fill_token_mask(Pda& pda, const PdaState& state, const TokenVocabulary& vocabulary, TokenMask& out);
 
 class CompiledGrammar {
@@ -48,12 +50,15 @@ class CompiledGrammar {
 
   // The mask of `state` (a state of a Pda over this grammar), from the cache or computed.
   std::shared_ptr<const TokenMask> mask(Pda& pda, const PdaState& state) const;
+  // From the cache only; null when it would have to be computed.
+  std::shared_ptr<const TokenMask> cached_mask(const Pda& pda, const PdaState& state) const;
   size_t cached_masks() const;
 
- private:
-  struct KeyHash {
+  struct KeyHash {  // of Pda::key()
     size_t operator()(const std::vector<int32_t>& key) const;
   };
+
+ private:
   using Lru = std::list<std::pair<std::vector<int32_t>, std::shared_ptr<const TokenMask>>>;
 
   Grammar grammar_;

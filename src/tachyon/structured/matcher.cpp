@@ -38,4 +38,6 @@ bool Matcher::must_end() const { return can_end() && pda_.next_bytes(state_).emp
 
 std::shared_ptr<const TokenMask> Matcher::next_mask() { return grammar_->mask(pda_, state_); }
 
+std::shared_ptr<const TokenMask> Matcher::cached_next_mask() const { return grammar_->cached_mask(pda_, state_); }
+
 }  // namespace tachyon::structured

@@ -26,6 +26,8 @@ class Matcher {
   bool must_end() const;
   // The mask for the next token (shared with every sequence in the same state).
   std::shared_ptr<const TokenMask> next_mask();
+  // The same when the grammar's cache has it; null when it would have to be computed.
+  std::shared_ptr<const TokenMask> cached_next_mask() const;
   const CompiledGrammar& grammar() const { return *grammar_; }
 
  private:
