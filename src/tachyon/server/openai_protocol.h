@@ -38,8 +38,8 @@
 //  - tool_choice: "auto" (the default), "none" (the tools are not shown to the chat template,
 //    so the model is not told of them, and the answer is not parsed for calls), "required" and
 //    {"type": "function", "function": {"name": ...}} are validated (a name not among the tools
-//    is a 400) and then refused with a 400: forcing a call needs structured outputs, which this
-//    server does not have yet, and an unforced call would break the contract. "required" or a
+//    is a 400) and then refused with a 400: forcing a call is not wired to the structured-output
+//    grammar engine yet, and an unforced call would break the contract. "required" or a
 //    named function without tools is a 400. parallel_tool_calls: false keeps the first call only.
 //
 // Tests: tests/unit/test_openai_protocol_requests.cpp and test_openai_chat_template_path.cpp
