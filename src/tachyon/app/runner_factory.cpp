@@ -120,7 +120,7 @@ void check_quantization_device(const core::EngineConfig& config, const model::Mo
 }
 
 // The FP8 KV cache exists on the CPU reference only (runner/paged_attention_backend.h), and no
-// test covers it beside tensor parallelism or speculative decoding: refused before loading.
+// test covers it beside speculative decoding: refused before loading.
 void check_kv_cache_dtype(const core::EngineConfig& config, const std::string& kind) {
   const DType kv = config.device.kv_cache_dtype;
   TACHYON_CHECK(kv == DType::kBF16 || kv == DType::kF8E4M3)
@@ -128,8 +128,6 @@ void check_kv_cache_dtype(const core::EngineConfig& config, const std::string& k
   if (kv != DType::kF8E4M3) return;
   TACHYON_CHECK(kind != "cuda") << "--kv-cache-dtype fp8 runs on --device cpu only for now (the GPU's FP8 KV cache "
                                    "is not built)";
-  TACHYON_CHECK(config.device.tensor_parallel_size == 1)
-      << "--kv-cache-dtype fp8 with --tp > 1 is not verified by any test yet; use --tp 1";
   TACHYON_CHECK(!config.speculative.enabled())
       << "--kv-cache-dtype fp8 with --speculative-method " << config.speculative.method
       << " is not verified by any test yet";
@@ -229,7 +227,8 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
                                     "on the PATH, or -DTACHYON_CUDA=ON)";
 #endif
     auto runner = std::make_unique<runner::TpCpuModelRunner>(load_cpu_weights(model_dir, model_config, config), tp,
-                                                             config.num_blocks, config.block_size, ep);
+                                                             config.num_blocks, config.block_size, ep,
+                                                             fp8_kv_cache(config));
     return {std::move(runner), model_config};
   }
 #ifdef TACHYON_HAVE_CUDA

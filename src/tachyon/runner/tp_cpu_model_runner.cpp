@@ -7,18 +7,20 @@
 namespace tachyon::runner {
 
 TpCpuModelRunner::Rank::Rank(dist::CpuWorld& world, int rank, model::TpShard shard, int32_t num_blocks,
-                             int32_t block_size)
-    : comm(world, rank), model(std::move(shard), comm), cache(model.config(), num_blocks, block_size) {}
+                             int32_t block_size, bool fp8_kv_cache)
+    : comm(world, rank),
+      model(std::move(shard), comm),
+      cache(model.config(), num_blocks, block_size, model::MlaAttentionForm::kAbsorbed, fp8_kv_cache) {}
 
 TpCpuModelRunner::TpCpuModelRunner(const model::ModelWeights& full, int tp_size, int32_t num_blocks,
-                                   int32_t block_size, bool expert_parallel)
+                                   int32_t block_size, bool expert_parallel, bool fp8_kv_cache)
     : vocab_size_(full.config.vocab_size),
       world_((model::check_tp_size(full.config, tp_size, expert_parallel), tp_size)),
       workers_(tp_size) {
   TACHYON_CHECK(tp_size >= 2) << "TpCpuModelRunner needs tp_size >= 2, got " << tp_size;
   for (int r = 0; r < tp_size; ++r) {
     ranks_.push_back(std::make_unique<Rank>(world_, r, model::shard_weights(full, r, tp_size, expert_parallel),
-                                            num_blocks, block_size));
+                                            num_blocks, block_size, fp8_kv_cache));
   }
 }
 

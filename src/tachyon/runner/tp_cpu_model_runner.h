@@ -25,9 +25,11 @@ namespace tachyon::runner {
 class TpCpuModelRunner : public SynchronousModelRunner {
  public:
   // Shards `full` (f32) over tp_size >= 2 ranks (checked with model::check_tp_size first), a MoE
-  // model's experts whole over the ranks when expert_parallel (--enable-expert-parallel).
+  // model's experts whole over the ranks when expert_parallel (--enable-expert-parallel). With
+  // fp8_kv_cache every rank's cache holds FP8 rows (paged_attention_backend.h); its factors are
+  // per KV head (or per latent row), so a rank's rows are the single-rank cache's rows of its heads.
   TpCpuModelRunner(const model::ModelWeights& full, int tp_size, int32_t num_blocks, int32_t block_size,
-                   bool expert_parallel = false);
+                   bool expert_parallel = false, bool fp8_kv_cache = false);
   ~TpCpuModelRunner() override;
   TpCpuModelRunner(const TpCpuModelRunner&) = delete;
   TpCpuModelRunner& operator=(const TpCpuModelRunner&) = delete;
@@ -40,7 +42,8 @@ class TpCpuModelRunner : public SynchronousModelRunner {
 
  private:
   struct Rank {
-    Rank(dist::CpuWorld& world, int rank, model::TpShard shard, int32_t num_blocks, int32_t block_size);
+    Rank(dist::CpuWorld& world, int rank, model::TpShard shard, int32_t num_blocks, int32_t block_size,
+         bool fp8_kv_cache);
     dist::CpuCommunicator comm;
     model::TpDenseModel model;
     PagedKvCache cache;
