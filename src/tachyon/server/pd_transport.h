@@ -1,0 +1,66 @@
+// The loopback/TCP transport of prefill/decode disaggregation: moves one request's KvPayload
+// (engine/kv_transfer.h) from a prefill server to a decode server over plain POSIX sockets.
+// The decode side pulls: it connects to the prefill server's KV port and asks for a lease by
+// {epoch, request id}; the prefill side exports the rows (which releases the lease) and answers
+// with one frame:
+//   "TKV1" u32 | status u32 (0 payload, 1 error message) | body_len u64 | body | xxh3_64(body) u64
+// The payload body is prompt_len u64, prompt i32[], first_token i32, seed u64,
+// values_per_token i64, rows f32[prompt_len * values_per_token] (little-endian host order: both
+// ends are the same build). fetch_kv() returns a payload only when every byte arrived within the
+// deadline and the checksum and lengths agree; anything else is a KvTransferError, and the caller
+// recomputes the prompt instead, so a broken transfer costs time, never a wrong answer.
+// Tests: tests/unit/test_kv_transport.cpp (truncated frame, bad checksum, stalled sender).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "tachyon/engine/kv_transfer.h"
+
+namespace tachyon::server {
+
+// Faults the serving side can inject into its next answers (tests of the decode side's fallback).
+enum class KvTransportFault { kNone, kTruncate, kCorrupt, kStall };
+
+class KvTransferServer {
+ public:
+  using Exporter = std::function<engine::KvPayload(engine::KvLeaseKey)>;
+  using Releaser = std::function<void(engine::KvLeaseKey)>;
+  // Listens on host:port (0: any free port) and answers on its own thread until destroyed.
+  // Connections are served one at a time, each within `io_timeout`.
+  KvTransferServer(const std::string& host, int port, Exporter exporter, Releaser releaser,
+                   std::chrono::milliseconds io_timeout = std::chrono::seconds(5));
+  ~KvTransferServer();
+  KvTransferServer(const KvTransferServer&) = delete;
+  KvTransferServer& operator=(const KvTransferServer&) = delete;
+  int port() const { return port_; }
+  void inject_fault(KvTransportFault fault) { fault_ = fault; }
+
+ private:
+  void serve();
+  void answer(int fd);
+
+  Exporter exporter_;
+  Releaser releaser_;
+  std::chrono::milliseconds io_timeout_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::atomic<KvTransportFault> fault_{KvTransportFault::kNone};
+  std::thread thread_;
+};
+
+// Pulls a lease's rows; throws engine::KvTransferError on any failure (unreachable, refused,
+// timed out, truncated, checksum or length mismatch, no such lease).
+engine::KvPayload fetch_kv(const std::string& host, int port, engine::KvLeaseKey key, std::chrono::milliseconds timeout);
+// Asks the prefill server to drop a lease (a client that left before its KV moved). Best effort.
+void release_kv_remote(const std::string& host, int port, engine::KvLeaseKey key, std::chrono::milliseconds timeout);
+
+// The frame codec, apart so that its checks are testable without sockets.
+std::string encode_kv_payload(const engine::KvPayload& payload);
+engine::KvPayload decode_kv_payload(const std::string& body);  // throws KvTransferError
+
+}  // namespace tachyon::server

@@ -1,0 +1,158 @@
+// The TCP transport of prefill/decode disaggregation (server/pd_transport.h) between a prefill
+// engine and a decode engine in one process: intact transfers import, and a truncated frame, a
+// corrupted body or a stalled sender makes the decode side recompute the prompt; either way every
+// output equals one engine's, and every KV block is free on both sides afterwards.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <random>
+
+#include "tachyon/engine/engine_core.h"
+#include "tachyon/model/make_model.h"
+#include "tachyon/runner/cpu_model_runner.h"
+#include "tachyon/server/pd_transport.h"
+
+namespace tachyon::server {
+namespace {
+
+using engine::EngineCore;
+using engine::KvTransferError;
+using engine::OutputChannel;
+
+class KvTransportTest : public ::testing::TestWithParam<KvTransportFault> {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::filesystem::path(std::filesystem::temp_directory_path() /
+                                     ("tachyon-kv-transport-" + std::to_string(::getpid())));
+    model::make_model({.arch = "qwen3", .preset = "tiny", .seed = 6, .out_dir = *dir_});
+    model_ = new model::DenseModel(model::DenseModel::load(*dir_));
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*dir_);
+    delete model_;
+    delete dir_;
+  }
+  static std::unique_ptr<EngineCore> engine(int32_t block_size) {
+    core::EngineConfig c;
+    c.scheduler.max_model_len = 256;
+    c.num_blocks = 512;
+    c.block_size = block_size;
+    return std::make_unique<EngineCore>(c, std::make_unique<runner::CpuModelRunner>(*model_, c.num_blocks, block_size));
+  }
+  static std::filesystem::path* dir_;
+  static model::DenseModel* model_;
+};
+std::filesystem::path* KvTransportTest::dir_ = nullptr;
+model::DenseModel* KvTransportTest::model_ = nullptr;
+
+void run_idle(EngineCore& e) {
+  for (int guard = 0; e.has_work() && guard < 100000; ++guard) e.step();
+  e.step();
+}
+
+std::vector<int32_t> tokens_of(OutputChannel& channel) {
+  std::vector<int32_t> tokens;
+  while (auto out = channel.take(std::chrono::milliseconds(0))) {
+    for (const auto& d : out->completions) tokens.insert(tokens.end(), d.token_ids.begin(), d.token_ids.end());
+  }
+  return tokens;
+}
+
+TEST_P(KvTransportTest, FaultsRecomputeAndOutputsStayIdentical) {
+  std::mt19937 rng(77);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<core::SamplingParams> params;
+  for (int i = 0; i < 8; ++i) {
+    std::vector<int32_t> prompt(1 + rng() % 50);
+    for (auto& t : prompt) t = static_cast<int32_t>(rng() % 512);
+    prompts.push_back(prompt);
+    core::SamplingParams p;
+    p.max_tokens = 6;
+    p.ignore_eos = true;
+    p.temperature = i % 2 == 0 ? 0.0f : 0.8f;
+    if (i % 2 == 1) p.seed = 40 + static_cast<uint64_t>(i);
+    params.push_back(p);
+  }
+  auto plain = engine(4);
+  std::vector<std::shared_ptr<OutputChannel>> plain_channels;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    plain_channels.push_back(std::make_shared<OutputChannel>());
+    plain->submit(prompts[i], params[i], plain_channels.back());
+  }
+  run_idle(*plain);
+
+  auto prefill = engine(4);
+  auto decode = engine(16);
+  // A stalled sender answers its queued pulls one by one long after the decode side gave up; the
+  // leases it has not reached yet come back by their timeout.
+  const bool stall = GetParam() == KvTransportFault::kStall;
+  if (stall) prefill->set_kv_lease_timeout(std::chrono::milliseconds(500));
+  auto server = std::make_unique<KvTransferServer>(
+      "127.0.0.1", 0, [&](engine::KvLeaseKey key) { return prefill->export_kv(key); },
+      [&](engine::KvLeaseKey key) { prefill->release_kv(key); }, std::chrono::milliseconds(300));
+  server->inject_fault(GetParam());
+  std::vector<int64_t> ids;
+  std::vector<std::shared_ptr<OutputChannel>> first;  // a channel that goes away aborts its request
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    first.push_back(std::make_shared<OutputChannel>());
+    ids.push_back(prefill->submit_prefill(prompts[i], params[i], first.back()));
+  }
+  run_idle(*prefill);
+  int recomputed = 0;
+  std::vector<std::shared_ptr<OutputChannel>> channels;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    channels.push_back(std::make_shared<OutputChannel>());
+    try {
+      engine::KvPayload payload = fetch_kv("127.0.0.1", server->port(), {prefill->kv_epoch(), ids[i]},
+                                           std::chrono::milliseconds(100));
+      decode->submit_imported(std::move(payload), params[i], channels.back());
+    } catch (const KvTransferError&) {
+      ++recomputed;
+      decode->submit(prompts[i], params[i], channels.back());
+    }
+  }
+  run_idle(*decode);
+  server.reset();
+  if (stall) std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  run_idle(*prefill);
+  EXPECT_EQ(recomputed, GetParam() == KvTransportFault::kNone ? 0 : static_cast<int>(prompts.size()));
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(tokens_of(*channels[i]), tokens_of(*plain_channels[i])) << "prompt " << i;
+  }
+  EXPECT_EQ(prefill->stats().kv_blocks_free, prefill->stats().kv_blocks_total);
+  EXPECT_EQ(decode->stats().kv_blocks_free, decode->stats().kv_blocks_total);
+}
+
+std::string fault_name(const ::testing::TestParamInfo<KvTransportFault>& info) {
+  static const char* const kNames[] = {"None", "Truncate", "Corrupt", "Stall"};
+  return kNames[static_cast<int>(info.param)];
+}
+
+INSTANTIATE_TEST_SUITE_P(Faults, KvTransportTest,
+                         ::testing::Values(KvTransportFault::kNone, KvTransportFault::kTruncate,
+                                           KvTransportFault::kCorrupt, KvTransportFault::kStall),
+                         fault_name);
+
+TEST(KvTransportCodec, RejectsBodiesWhoseLengthsDisagree) {
+  engine::KvPayload payload;
+  payload.prompt = {1, 2, 3};
+  payload.first_token = 4;
+  payload.values_per_token = 2;
+  payload.rows = {1, 2, 3, 4, 5, 6};
+  const std::string body = encode_kv_payload(payload);
+  EXPECT_EQ(decode_kv_payload(body).rows, payload.rows);
+  EXPECT_THROW(decode_kv_payload(body.substr(0, body.size() - 4)), KvTransferError);
+  EXPECT_THROW(decode_kv_payload(body + "xxxx"), KvTransferError);
+  EXPECT_THROW(decode_kv_payload(std::string(6, '\0')), KvTransferError);
+}
+
+TEST(KvTransportCodec, UnreachablePrefillServerIsATransferError) {
+  KvTransferServer server("127.0.0.1", 0, [](engine::KvLeaseKey) -> engine::KvPayload {
+    throw KvTransferError("no such lease");
+  }, [](engine::KvLeaseKey) {});
+  EXPECT_THROW(fetch_kv("127.0.0.1", server.port(), {1, 2}, std::chrono::milliseconds(500)), KvTransferError);
+  EXPECT_THROW(fetch_kv("127.0.0.1", 1, {1, 2}, std::chrono::milliseconds(200)), KvTransferError);
+}
+
+}  // namespace
+}  // namespace tachyon::server
