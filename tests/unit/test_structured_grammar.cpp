@@ -144,6 +144,19 @@ TEST(StructuredGrammar, MasksAreCachedByState) {
   EXPECT_EQ(g->cached_masks(), 1u);
 }
 
+// A stack as deep as the output is long (nested arrays): matching and compaction stay iterative.
+TEST(StructuredGrammar, DeepNestingMatches) {
+  auto g = compile({ConstraintSpec::Kind::kJsonObject, "", {}, "response_format"});
+  const int depth = 5000;
+  Matcher m(g);
+  ASSERT_TRUE(m.accept_bytes("{\"a\": "));
+  for (int i = 0; i < depth; ++i) ASSERT_TRUE(m.accept_bytes("["));
+  EXPECT_FALSE(m.can_end());
+  for (int i = 0; i < depth; ++i) ASSERT_TRUE(m.accept_bytes("]"));
+  ASSERT_TRUE(m.accept_bytes("}"));
+  EXPECT_TRUE(m.must_end());
+}
+
 TEST(StructuredGrammar, CompilerCachesByCanonicalText) {
   GrammarCompiler compiler(tiny_vocabulary());
   auto a = compiler.compile(schema(R"({"type":"integer"})"));

@@ -237,7 +237,8 @@ bool EngineCore::step() {
     in_flight_.reset();
   }
   core::StepPlan plan = scheduler_.schedule();
-  if (num_constrained_ > 0) attach_token_masks(plan, sequences_, config_.scheduler.eos_token_id);
+  const std::vector<int64_t> unmasked =
+      num_constrained_ > 0 ? attach_token_masks(plan, sequences_, config_.scheduler.eos_token_id) : std::vector<int64_t>{};
   plan.forced_acceptance = config_.speculative.forced_acceptance;
   plan.return_hidden_states = drafter_ != nullptr && drafter_->needs_hidden_states();
   waiting_snapshot_ = scheduler_.num_waiting();
@@ -253,6 +254,7 @@ bool EngineCore::step() {
   } else {
     apply_step(plan);
   }
+  for (int64_t request_id : unmasked) abort_request(request_id);  // sampled unconstrained: never delivered as complete
   waiting_snapshot_ = scheduler_.num_waiting();
   publish_stats();
   return true;

@@ -1,6 +1,7 @@
 #include "tachyon/engine/structured_masks.h"
 
 #include <cstdio>
+#include <exception>
 
 #include "tachyon/structured/matcher.h"
 
@@ -30,8 +31,8 @@ std::shared_ptr<const std::vector<uint32_t>> plan_mask(const std::shared_ptr<con
 
 }  // namespace
 
-void attach_token_masks(core::StepPlan& plan, const std::unordered_map<int64_t, Sequence*>& sequences,
-                        std::optional<int32_t> eos) {
+std::vector<int64_t> attach_token_masks(core::StepPlan& plan, const std::unordered_map<int64_t, Sequence*>& sequences,
+                                        std::optional<int32_t> eos) {
   // Cache hits first, on this thread (a lookup each); only the misses need a walk.
   std::vector<std::pair<core::ScheduledSequence*, Sequence*>> work;
   for (core::ScheduledSequence& s : plan.sequences) {
@@ -47,11 +48,26 @@ void attach_token_masks(core::StepPlan& plan, const std::unordered_map<int64_t, 
   const int64_t n = static_cast<int64_t>(work.size());
   // Each matcher is touched by one thread; the grammar's cache locks itself. Threads only for
   // two misses or more: waking a team costs more than a cached step.
+  // No exception may leave an OpenMP region: a failure is recorded and reported.
+  std::vector<uint8_t> failed(static_cast<size_t>(n), 0);
 #pragma omp parallel for schedule(dynamic, 1) if (n > 1)
   for (int64_t i = 0; i < n; ++i) {
     auto [entry, sequence] = work[static_cast<size_t>(i)];
-    entry->allowed_tokens = plan_mask(sequence->matcher->next_mask(), *sequence->params, eos);
+    try {
+      entry->allowed_tokens = plan_mask(sequence->matcher->next_mask(), *sequence->params, eos);
+    } catch (const std::exception&) {
+      failed[static_cast<size_t>(i)] = 1;
+    }
   }
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!failed[static_cast<size_t>(i)]) continue;
+    const Sequence& s = *work[static_cast<size_t>(i)].second;
+    std::fprintf(stderr, "tachyon: the grammar of sequence %lld failed to give a mask (nested too deeply); aborting it\n",
+                 static_cast<long long>(s.id));
+    out.push_back(s.request_id);
+  }
+  return out;
 }
 
 std::vector<int64_t> advance_matchers(const core::StepOutput& output,
@@ -66,7 +82,12 @@ std::vector<int64_t> advance_matchers(const core::StepOutput& output,
       const int32_t token = s.tokens[i].token;
       // The token that finished the sequence by EOS / a stop id is not text.
       if (i + 1 == s.tokens.size() && sequence.finished() && sequence.stop_token == token) break;
-      if (!sequence.matcher->accept_token(token)) {
+      bool accepted = false;
+      try {
+        accepted = sequence.matcher->accept_token(token);
+      } catch (const std::exception&) {  // a grammar nested too deeply to expand
+      }
+      if (!accepted) {
         std::fprintf(stderr, "tachyon: internal: sequence %lld sampled token %d that its grammar refuses; aborting it\n",
                      static_cast<long long>(sequence.id), token);
         refused.push_back(sequence.request_id);

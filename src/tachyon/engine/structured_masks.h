@@ -33,9 +33,11 @@ namespace tachyon::engine {
 std::shared_ptr<structured::Matcher> make_matcher(const core::SamplingParams& params);
 
 // Sets ScheduledSequence::allowed_tokens for each sampled sequence with a matcher. `eos`: the
-// model's EOS, allowed (with the request's stop_token_ids) where the grammar may end.
-void attach_token_masks(core::StepPlan& plan, const std::unordered_map<int64_t, Sequence*>& sequences,
-                        std::optional<int32_t> eos);
+// model's EOS, allowed (with the request's stop_token_ids) where the grammar may end. Returns the
+// request ids whose mask failed (a grammar that nests too deeply to expand): their sequences
+// sample without a mask this step, and the caller aborts them once it is applied.
+std::vector<int64_t> attach_token_masks(core::StepPlan& plan, const std::unordered_map<int64_t, Sequence*>& sequences,
+                                        std::optional<int32_t> eos);
 
 // Advances the matchers by the tokens `output` applied (an EOS or stop token that ended a
 // sequence is not fed). Returns the request ids whose token the grammar refused (a broken

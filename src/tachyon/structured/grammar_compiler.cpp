@@ -4,6 +4,7 @@
 
 #include "tachyon/structured/ebnf.h"
 #include "tachyon/structured/json_schema.h"
+#include "tachyon/structured/matcher.h"
 #include "tachyon/structured/regex_grammar.h"
 
 namespace tachyon::structured {
@@ -77,6 +78,9 @@ std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile(const Constraint
   static const char* const kNames[] = {"json_object", "json_schema", "regex", "choice", "grammar"};
   auto compiled = std::make_shared<const CompiledGrammar>(build_grammar(spec), vocabulary_,
                                                           kNames[static_cast<int>(spec.kind)]);
+  // The start state and its mask, here on the HTTP thread: a grammar that cannot even start
+  // (nested too deeply to expand) is a 400 now, and the first step's mask is already cached.
+  Matcher(compiled).next_mask();
   std::lock_guard lock(mutex_);
   if (auto it = index_.find(key); it != index_.end()) return it->second->second;
   lru_.emplace_front(key, compiled);

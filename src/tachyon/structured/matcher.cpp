@@ -5,6 +5,7 @@ namespace tachyon::structured {
 Matcher::Matcher(std::shared_ptr<const CompiledGrammar> grammar) : grammar_(std::move(grammar)), pda_(grammar_->grammar()) {
   state_ = pda_.initial();
   state_ = pda_.compact(state_);
+  compacted_size_ = pda_.arena().size();
 }
 
 bool Matcher::accept_bytes(std::string_view bytes) {
@@ -20,7 +21,13 @@ bool Matcher::accept_bytes(std::string_view bytes) {
     current = &next;
     flip ^= 1;
   }
-  state_ = pda_.compact(*current);
+  state_ = *current;
+  // Compaction copies the live stacks (O(depth)); done when the arena has doubled, so a token
+  // costs O(1) amortized however deep the output nests.
+  if (pda_.arena().size() > 2 * compacted_size_ + 1024) {
+    state_ = pda_.compact(state_);
+    compacted_size_ = pda_.arena().size();
+  }
   return true;
 }
 

@@ -35,6 +35,7 @@ class Matcher {
   Pda pda_;
   PdaState state_;
   PdaState scratch_[2];
+  size_t compacted_size_ = 0;  // arena size after the last compaction
 };
 
 }  // namespace tachyon::structured

@@ -1,6 +1,7 @@
 #include "tachyon/structured/pda.h"
 
 #include <algorithm>
+#include <array>
 #include <unordered_map>
 
 namespace tachyon::structured {
@@ -112,40 +113,47 @@ ByteSet Pda::next_bytes(const PdaState& state) const {
 }
 
 PdaState Pda::compact(const PdaState& state) {
+  // Iterative (a stack may be as deep as the output is long): each chain is copied bottom-up,
+  // stopping at the first node already copied, so parents always come first.
   std::vector<StackNode> fresh;
   std::unordered_map<int32_t, int32_t> renumbered;
-  // Copies a chain bottom-up so parents come first.
-  auto copy = [&](auto&& self, int32_t node) -> int32_t {
-    if (node < 0) return node;
-    auto it = renumbered.find(node);
-    if (it != renumbered.end()) return it->second;
-    const StackNode old = arena_[static_cast<size_t>(node)];
-    const int32_t parent = self(self, old.parent);
-    fresh.push_back(StackNode{old.position, parent, old.hash});
-    const int32_t id = static_cast<int32_t>(fresh.size()) - 1;
-    renumbered.emplace(node, id);
-    return id;
-  };
+  std::vector<int32_t> chain;
   PdaState out;
-  for (int32_t node : state) out.push_back(copy(copy, node));
+  for (int32_t top : state) {
+    if (top < 0) {
+      out.push_back(top);
+      continue;
+    }
+    chain.clear();
+    for (int32_t n = top; n >= 0 && !renumbered.count(n); n = arena_[static_cast<size_t>(n)].parent) chain.push_back(n);
+    for (size_t k = chain.size(); k-- > 0;) {
+      const StackNode& old = arena_[static_cast<size_t>(chain[k])];
+      const int32_t parent = old.parent < 0 ? old.parent : renumbered.at(old.parent);
+      fresh.push_back(StackNode{old.position, parent, old.hash});
+      renumbered.emplace(chain[k], static_cast<int32_t>(fresh.size()) - 1);
+    }
+    out.push_back(renumbered.at(top));
+  }
   arena_ = std::move(fresh);
   return out;
 }
 
+// Per stack: its top position and the 64-bit hash of all its positions (StackNode::hash), sorted.
+// O(stacks), not O(depth): a deeply nested output costs no more per token. Two different states
+// share a key only on a 64-bit hash collision.
 std::vector<int32_t> Pda::key(const PdaState& state) const {
-  std::vector<std::vector<int32_t>> stacks;
+  std::vector<std::array<int32_t, 3>> stacks;
   for (int32_t node : state) {
-    std::vector<int32_t> s;
-    if (node == kAccepted) s.push_back(-1);
-    for (int32_t n = node; n >= 0; n = arena_[static_cast<size_t>(n)].parent) s.push_back(arena_[static_cast<size_t>(n)].position);
-    stacks.push_back(std::move(s));
+    if (node == kAccepted) {
+      stacks.push_back({-1, 0, 0});
+      continue;
+    }
+    const StackNode& n = arena_[static_cast<size_t>(node)];
+    stacks.push_back({n.position, static_cast<int32_t>(n.hash & 0xffffffffu), static_cast<int32_t>(n.hash >> 32)});
   }
   std::sort(stacks.begin(), stacks.end());
   std::vector<int32_t> out;
-  for (const auto& s : stacks) {
-    out.insert(out.end(), s.begin(), s.end());
-    out.push_back(-2);
-  }
+  for (const auto& s : stacks) out.insert(out.end(), s.begin(), s.end());
   return out;
 }
 

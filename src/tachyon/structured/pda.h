@@ -50,7 +50,8 @@ class Pda {
   // Copies the stacks of `state` into a fresh arena (dropping every other node); returns the
   // state renumbered into it. Called after each accepted token so the arena stays small.
   PdaState compact(const PdaState& state);
-  // A canonical key of the state's content (independent of node ids), for the mask cache.
+  // A canonical key of the state's content (independent of node ids), for the mask cache: each
+  // stack's top position and content hash.
   std::vector<int32_t> key(const PdaState& state) const;
 
  private:
