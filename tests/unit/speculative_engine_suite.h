@@ -100,10 +100,14 @@ class SpeculativeEngineSuite : public testing::TinyModelSuite<Seed> {
     return run_with(requests, engine_config(speculative), stats, drafter);
   }
 
-  // run() with an engine config of the test's own (cache size, prefix caching, forced acceptance).
+  // run() with an engine config of the test's own (cache size, prefix caching, forced acceptance,
+  // the KV cache's dtype).
   static Completions run_with(const std::vector<SpecRequest>& requests, const core::EngineConfig& c,
                               EngineStats* stats = nullptr, const DrafterFactory& drafter = nullptr) {
-    EngineCore engine(c, std::make_unique<runner::CpuModelRunner>(*model_, c.num_blocks, c.block_size),
+    EngineCore engine(c,
+                      std::make_unique<runner::CpuModelRunner>(*model_, c.num_blocks, c.block_size,
+                                                               model::MlaAttentionForm::kAbsorbed,
+                                                               c.device.kv_cache_dtype == DType::kF8E4M3),
                       drafter ? drafter() : nullptr);
     std::vector<std::shared_ptr<OutputChannel>> channels;
     for (const SpecRequest& r : requests) {
@@ -134,14 +138,15 @@ class SpeculativeEngineSuite : public testing::TinyModelSuite<Seed> {
   }
 
   static void expect_same(const Completions& got, const Completions& plain, const std::vector<SpecRequest>& requests,
-                          const std::string& what) {
+                          const std::string& what, double logprob_tolerance = 1e-4) {
     for (size_t r = 0; r < plain.size(); ++r) {
       for (size_t c = 0; c < plain[r].size(); ++c) {
         EXPECT_EQ(got[r][c].tokens, plain[r][c].tokens) << what << " request " << r << " completion " << c;
         EXPECT_LE(got[r][c].tokens.size(), static_cast<size_t>(requests[r].params.max_tokens)) << what << " request " << r;
         ASSERT_EQ(got[r][c].logprobs.size(), plain[r][c].logprobs.size()) << what << " request " << r;
         for (size_t t = 0; t < plain[r][c].logprobs.size(); ++t) {
-          EXPECT_NEAR(got[r][c].logprobs[t], plain[r][c].logprobs[t], 1e-4) << what << " request " << r << " token " << t;
+          EXPECT_NEAR(got[r][c].logprobs[t], plain[r][c].logprobs[t], logprob_tolerance)
+              << what << " request " << r << " token " << t;
         }
       }
     }

@@ -199,8 +199,12 @@ TEST(Fp8KvCache, RefusedWhereNoTestCoversItInOneLine) {
   EXPECT_EQ(gpu.output.rfind("error: --kv-cache-dtype fp8 runs on --device cpu only for now", 0), 0u) << gpu.output;
   const testing::CliRun tp = testing::run_cli(base + " --device cpu --tp 2");
   EXPECT_EQ(tp.exit_code, 0) << tp.output;
-  const testing::CliRun spec = testing::run_cli(base + " --speculative-method ngram --num-speculative-tokens 2");
-  EXPECT_NE(spec.output.find("--kv-cache-dtype fp8 with --speculative-method ngram"), std::string::npos) << spec.output;
+  const testing::CliRun spec = testing::run_cli(base + " --speculative-method mtp --num-speculative-tokens 1");
+  EXPECT_EQ(spec.exit_code, 1);
+  EXPECT_NE(spec.output.find("--kv-cache-dtype fp8 with --speculative-method mtp"), std::string::npos) << spec.output;
+  const testing::CliRun ngram =
+      testing::run_cli(base + " --device cpu --speculative-method ngram --num-speculative-tokens 2");
+  EXPECT_EQ(ngram.exit_code, 0) << ngram.output;
   const testing::CliRun bad = testing::run_cli(base + " --kv-cache-dtype fp16");
   EXPECT_NE(bad.exit_code, 0);
   const testing::CliRun cpu = testing::run_cli(base + " --device cpu");
