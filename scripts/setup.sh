@@ -51,4 +51,5 @@ if [ ! -f "$TOKENIZERS_DIR/.installed-v3" ] && [ "$OFFLINE" != 1 ]; then
 fi
 
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${CMAKE_ARGS:-}
-cmake --build "$BUILD_DIR" -j "$JOBS"
+# BUILD_TARGETS narrows the build (scripts/gpu-test.sh with GPU_ONLY builds the GPU tests alone).
+cmake --build "$BUILD_DIR" -j "$JOBS" ${BUILD_TARGETS:+--target $BUILD_TARGETS}
