@@ -22,6 +22,8 @@ void add_bench_latency_command(CLI::App& bench, const std::string& command_line)
 void add_bench_throughput_command(CLI::App& bench, const std::string& command_line);
 #ifdef TACHYON_HAVE_HTTP
 void add_serve_command(CLI::App& app);
+// `router`: the prefill/decode disaggregation front (router_command.cpp).
+void add_router_command(CLI::App& app);
 // `bench serve`: a load generator for any OpenAI-compatible server (bench_serve_command.cpp).
 void add_bench_serve_command(CLI::App& bench, const std::string& command_line);
 // `eval`: few-shot exact-match accuracy through the completions endpoint (eval_command.cpp).

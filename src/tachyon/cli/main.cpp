@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   tachyon::cli::add_bench_throughput_command(*bench, command_line);
 #ifdef TACHYON_HAVE_HTTP
   tachyon::cli::add_serve_command(app);
+  tachyon::cli::add_router_command(app);
   tachyon::cli::add_bench_serve_command(*bench, command_line);
   tachyon::cli::add_eval_command(app, command_line);
 #endif

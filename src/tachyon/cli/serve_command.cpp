@@ -13,6 +13,7 @@
 #include "tachyon/cli/default_model.h"
 #include "tachyon/app/runner_factory.h"
 #include "tachyon/server/http/http_server.h"
+#include "tachyon/cli/role_options.h"
 
 namespace tachyon::cli {
 namespace {
@@ -48,6 +49,7 @@ void run_serve(ServeOptions& options) {
     options.serving.model_dir = default_model_dir();
     if (options.serving.served_model_name.empty()) options.serving.served_model_name = kDefaultModelName;
   }
+  check_role_options(options.serving);
   const core::DeviceConfig& device = options.serving.engine.device;
   if (device.node_rank > 0) {  // another node of a multi-node TP group: no HTTP, follow node 0
     std::fprintf(stderr, "[tachyon] node %d of %d: following node 0 at %s:%d\n", device.node_rank, device.nnodes,
@@ -78,6 +80,9 @@ void run_serve(ServeOptions& options) {
                parsers.reasoning.empty() ? "none" : parsers.reasoning.c_str());
   std::fprintf(stderr, "[tachyon] serving %s on http://%s:%d\n", context->limits().model_name.c_str(),
                options.http.host.c_str(), http.bound_port());
+  if (!context->role().empty()) {
+    std::fprintf(stderr, "[tachyon] role %s (KV transfer port %d)\n", context->role().c_str(), context->kv_transfer_port());
+  }
   std::thread waiter([&] {
     while (g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     std::fprintf(stderr, "[tachyon] signal %d: draining\n", g_signal.load());
@@ -109,6 +114,7 @@ void add_serve_command(CLI::App& app) {
       ->default_val(4096);
   add_device_options(*cmd, options->serving.engine.device);
   add_speculative_options(*cmd, options->serving.engine.speculative);
+  add_role_options(*cmd, options->serving);
   cmd->add_option("--shutdown-timeout", options->shutdown_timeout_s, "seconds in-flight requests get on SIGTERM")->default_val(30);
   cmd->add_option("--max-sequences-per-request", options->serving.max_sequences_per_request,
                   "prompts x n of one request (400 above)")

@@ -7,7 +7,7 @@
 #include <chrono>
 
 #include "tachyon/engine/engine_core.h"
-#include "tachyon/runner/kv_export.h"
+#include "tachyon/runner/model_runner.h"
 
 namespace tachyon::engine {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <random>
 
-#include "tachyon/runner/kv_export.h"
+#include "tachyon/runner/model_runner.h"
 
 namespace tachyon::engine {
 namespace {

@@ -20,7 +20,7 @@
 #include "tachyon/base/check.h"
 
 namespace tachyon::runner {
-class KvRowAccess;  // runner/kv_export.h
+class KvRowAccess;  // runner/model_runner.h
 }
 
 namespace tachyon::engine {

@@ -1,6 +1,6 @@
-// KvRowAccess: the host's view of a runner's paged KV cache for prefill/decode disaggregation
-// (engine/kv_transfer.h). A request's KV moves as token rows, not as blocks: every cache plane's
-// row (per layer K and V, or the MLA latent, and each DSA index-key plane) for positions
+// PagedKvRowAccess: the CPU runner's KvRowAccess (runner/model_runner.h), the host's view of its
+// paged KV cache for prefill/decode disaggregation (engine/kv_transfer.h). A request's KV moves
+// as token rows, not as blocks: every cache plane's row (per layer K and V, or the MLA latent, and each DSA index-key plane) for positions
 // [0, num_tokens), gathered through the request's block table on the prefill side and scattered
 // through a freshly allocated one on the decode side. Rows do not depend on the block size, so
 // the two servers may page their caches differently.
@@ -13,20 +13,10 @@
 #include <span>
 #include <vector>
 
+#include "tachyon/runner/model_runner.h"
 #include "tachyon/runner/paged_attention_backend.h"
 
 namespace tachyon::runner {
-
-class KvRowAccess {
- public:
-  virtual ~KvRowAccess() = default;
-  // f32 values one token holds over every plane: the width of a transferred row.
-  virtual int64_t values_per_token() const = 0;
-  // out: [planes][num_tokens][width]; the block table must cover num_tokens tokens.
-  virtual void gather(std::span<const int32_t> block_table, int64_t num_tokens, std::span<float> out) const = 0;
-  // rows: as gather() writes them, into the slots of `block_table`.
-  virtual void scatter(std::span<const int32_t> block_table, int64_t num_tokens, std::span<const float> rows) = 0;
-};
 
 // The CPU runner's paged cache (host memory: gather and scatter are copies).
 class PagedKvRowAccess : public KvRowAccess {

@@ -15,7 +15,9 @@
 // reads only core/ (plain data), never engine/ (tests/unit/check_layers.py).
 #pragma once
 
+#include <cstdint>
 #include <deque>
+#include <span>
 #include <vector>
 
 #include "tachyon/core/step_output.h"
@@ -23,7 +25,20 @@
 
 namespace tachyon::runner {
 
-class KvRowAccess;  // runner/kv_export.h
+// The host's view of a runner's KV cache rows, for moving a request's KV between a prefill and a
+// decode server: every cache plane's row per token (runner/kv_export.h says the layout and
+// implements it for the CPU runner's paged cache). Here so the engine reaches it through this
+// interface alone.
+class KvRowAccess {
+ public:
+  virtual ~KvRowAccess() = default;
+  // f32 values one token holds over every plane: the width of a transferred row.
+  virtual int64_t values_per_token() const = 0;
+  // out: [planes][num_tokens][width]; the block table must cover num_tokens tokens.
+  virtual void gather(std::span<const int32_t> block_table, int64_t num_tokens, std::span<float> out) const = 0;
+  // rows: as gather() writes them, into the slots of `block_table`.
+  virtual void scatter(std::span<const int32_t> block_table, int64_t num_tokens, std::span<const float> rows) = 0;
+};
 
 class ModelRunner {
  public:

@@ -7,6 +7,18 @@ namespace {
 
 const char* finish_name(engine::FinishReason reason) { return engine::finish_reason_name(reason); }
 
+// With imported rows where the engine takes them; a payload it refuses means computing the prompt.
+int64_t submit_one(engine::EngineCore& engine, const std::vector<int32_t>& prompt, const core::SamplingParams& params,
+                   const std::shared_ptr<engine::OutputChannel>& channel, const engine::KvPayload* imported) {
+  if (imported != nullptr) {
+    try {
+      return engine.submit_imported(*imported, params, channel);
+    } catch (const engine::KvTransferError&) {
+    }
+  }
+  return engine.submit(prompt, params, channel);
+}
+
 double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
@@ -14,7 +26,8 @@ double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::ste
 }  // namespace
 
 GenerationRun::GenerationRun(ServingContext& context, const std::vector<std::vector<int32_t>>& prompts,
-                             const core::SamplingParams& params, bool skip_special_tokens)
+                             const core::SamplingParams& params, bool skip_special_tokens,
+                             std::shared_ptr<const engine::KvPayload> imported)
     : context_(context), n_(params.n), skip_special_tokens_(skip_special_tokens),
       stop_token_ids_(params.stop_token_ids.begin(), params.stop_token_ids.end()), shared_(std::make_shared<Shared>()), start_(std::chrono::steady_clock::now()) {
   if (context.draining()) throw ApiException({503, "the server is shutting down", "service_unavailable", "", ""});
@@ -42,7 +55,7 @@ GenerationRun::GenerationRun(ServingContext& context, const std::vector<std::vec
     });
     int64_t id = 0;
     try {
-      id = context.engine().submit(prompts[p], params, channel);
+      id = submit_one(context.engine(), prompts[p], params, channel, p == 0 ? imported.get() : nullptr);
     } catch (const engine::QueueFullError& e) {
       throw ApiException({503, e.what(), "service_unavailable", "", ""});
     } catch (const Error& e) {

@@ -36,8 +36,11 @@ class GenerationRun {
   // skip_special_tokens false keeps special tokens in the text (a chat answer whose tool-call or
   // reasoning markers are special tokens) except the one that ended the answer (EOS or a stop
   // token id), as vLLM does.
+  // `imported`: the one prompt's KV rows pulled from a prefill server (http/pd_roles.h); when
+  // this engine cannot take them, the prompt is computed here.
   GenerationRun(ServingContext& context, const std::vector<std::vector<int32_t>>& prompts,
-                const core::SamplingParams& params, bool skip_special_tokens = true);
+                const core::SamplingParams& params, bool skip_special_tokens = true,
+                std::shared_ptr<const engine::KvPayload> imported = nullptr);
   ~GenerationRun();
   GenerationRun(const GenerationRun&) = delete;
   GenerationRun& operator=(const GenerationRun&) = delete;

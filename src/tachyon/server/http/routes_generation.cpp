@@ -10,6 +10,7 @@
 #include "tachyon/server/http/generation_run.h"
 #include "tachyon/server/http/http_routes.h"
 #include "tachyon/server/http/http_util.h"
+#include "tachyon/server/http/pd_roles.h"
 
 namespace tachyon::server {
 namespace {
@@ -109,11 +110,12 @@ void accumulate(const ServingContext& context, std::vector<ChoiceEvent>&& events
 // proxy that buffers sees a live connection, and a failed write aborts a departed client's run.
 class WholeAnswer : public BodyStream {
  public:
-  WholeAnswer(ServingContext& context, Generation g, std::chrono::milliseconds keepalive)
+  WholeAnswer(ServingContext& context, Generation g, std::chrono::milliseconds keepalive,
+              std::shared_ptr<const engine::KvPayload> imported = nullptr)
       : context_(context), g_(std::move(g)), keepalive_(keepalive),
         ticket_(context.client_quota().acquire(g_.client, g_.sequences())),       // may throw: before any byte
         run_(std::make_unique<GenerationRun>(context, g_.prompts, g_.params,
-                                             g_.skip_special_tokens)) {  // may throw: before any byte
+                                             g_.skip_special_tokens, std::move(imported))) {  // may throw: before any byte
     const size_t num_choices = g_.prompts.size() * static_cast<size_t>(g_.params.n);
     choices_.resize(num_choices);
     if (g_.chat) {
@@ -160,11 +162,11 @@ class WholeAnswer : public BodyStream {
 // asked) and [DONE]. A failure after the head travels as an error frame, still ending in [DONE].
 class SseAnswer : public BodyStream {
  public:
-  SseAnswer(ServingContext& context, Generation g)
+  SseAnswer(ServingContext& context, Generation g, std::shared_ptr<const engine::KvPayload> imported = nullptr)
       : context_(context), g_(std::move(g)),
         ticket_(context.client_quota().acquire(g_.client, g_.sequences())),      // may throw: before any byte
         run_(std::make_unique<GenerationRun>(context, g_.prompts, g_.params,
-                                             g_.skip_special_tokens)),  // may throw: before any byte
+                                             g_.skip_special_tokens, std::move(imported))),  // may throw: before any byte
         opened_(g_.prompts.size() * static_cast<size_t>(g_.params.n), false),
         text_offsets_(opened_.size(), 0) {
     if (g_.chat) {
@@ -251,13 +253,15 @@ void handle_generation(ServingContext& context, const HttpRequest& req, HttpResp
   g.model = context.limits().model_name;
   g.client = req.peer;
   g.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  if (context.role() == "prefill") return answer_prefill(context, g, res);  // http/pd_roles.h
+  auto imported = context.role() == "decode" ? fetch_imported(context, req, g) : nullptr;
   if (g.stream) {
     res.content_type = "text/event-stream";
     res.headers.emplace_back("Cache-Control", "no-cache");
-    res.stream = std::make_shared<SseAnswer>(context, std::move(g));
+    res.stream = std::make_shared<SseAnswer>(context, std::move(g), std::move(imported));
   } else {
     res.content_type = "application/json";
-    res.stream = std::make_shared<WholeAnswer>(context, std::move(g), keepalive);
+    res.stream = std::make_shared<WholeAnswer>(context, std::move(g), keepalive, std::move(imported));
   }
 }
 

@@ -5,6 +5,7 @@
 #include "tachyon/base/check.h"
 #include "tachyon/base/file_util.h"
 #include "tachyon/app/runner_factory.h"
+#include "tachyon/server/pd_transport.h"
 
 namespace tachyon::server {
 
@@ -47,9 +48,22 @@ ServingContext::ServingContext(const ServingOptions& options) {
   client_quota_ = std::make_unique<ClientQuota>(per_client);
   created_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   engine_->set_step_observer([metrics = metrics_.get()](int64_t tokens) { metrics->observe_tokens_per_step(static_cast<double>(tokens)); });
+  role_ = options.role;
+  if (role_ == "prefill") {
+    engine::EngineCore* engine = engine_.get();
+    kv_transfer_ = std::make_unique<KvTransferServer>(
+        options.kv_transfer_host, options.kv_transfer_port,
+        [engine](engine::KvLeaseKey key) { return engine->export_kv(key); },
+        [engine](engine::KvLeaseKey key) { engine->release_kv(key); });
+  }
   engine_->start();
 }
 
-ServingContext::~ServingContext() { engine_->stop(); }
+ServingContext::~ServingContext() {
+  kv_transfer_.reset();
+  engine_->stop();
+}
+
+int ServingContext::kv_transfer_port() const { return kv_transfer_ != nullptr ? kv_transfer_->port() : 0; }
 
 }  // namespace tachyon::server

@@ -22,6 +22,8 @@
 
 namespace tachyon::server {
 
+class KvTransferServer;  // server/pd_transport.h
+
 struct ServingOptions {
   std::filesystem::path model_dir;
   std::string served_model_name;  // default: the directory's name
@@ -37,6 +39,11 @@ struct ServingOptions {
   // (tool_parser_names(), reasoning_parser_names()); an unknown name refuses to start.
   std::string tool_call_parser = "auto";
   std::string reasoning_parser = "auto";
+  // Prefill/decode disaggregation (http/pd_roles.h): "" (a whole server), "prefill" or "decode".
+  // A prefill server answers KV pulls on kv_transfer_host:kv_transfer_port (0: any free port).
+  std::string role;
+  std::string kv_transfer_host = "127.0.0.1";
+  int kv_transfer_port = 0;
 };
 
 
@@ -57,6 +64,9 @@ class ServingContext {
   // The token that ends an answer (from config.json or the tokenizer); none when unknown.
   std::optional<int32_t> eos_token_id() const { return eos_token_id_; }
 
+  const std::string& role() const { return role_; }
+  int kv_transfer_port() const;  // the prefill role's bound KV port; 0 otherwise
+
   // Lifecycle: serving until draining starts (SIGTERM); then new requests get 503.
   bool draining() const { return draining_; }
   void start_draining() { draining_ = true; }
@@ -72,6 +82,8 @@ class ServingContext {
   std::optional<int32_t> eos_token_id_;
   int64_t created_ = 0;
   std::atomic<bool> draining_{false};
+  std::string role_;
+  std::unique_ptr<KvTransferServer> kv_transfer_;  // prefill role only; stops before the engine
 };
 
 }  // namespace tachyon::server

@@ -1,0 +1,31 @@
+#include "tachyon/cli/role_options.h"
+
+#include "tachyon/base/check.h"
+
+namespace tachyon::cli {
+
+void add_role_options(CLI::App& cmd, server::ServingOptions& serving) {
+  cmd.add_option("--role", serving.role,
+                 "prefill/decode disaggregation: 'prefill' runs prompts and lends their KV, 'decode' takes it "
+                 "(use with `tachyon router`; CPU only)")
+      ->check(CLI::IsMember({"prefill", "decode"}));
+  cmd.add_option("--kv-transfer-port", serving.kv_transfer_port,
+                 "prefill role: the TCP port decode servers pull KV from (0: any free port)")
+      ->default_val(0);
+}
+
+void check_role_options(const server::ServingOptions& serving) {
+  if (serving.role.empty()) return;
+  const core::EngineConfig& engine = serving.engine;
+  TACHYON_CHECK(engine.device.kind == "cpu")
+      << "--role needs --device cpu: only the CPU runner's KV moves between servers (CUDA IPC and UCX transports "
+         "are not built)";
+  TACHYON_CHECK(!engine.speculative.enabled()) << "--role cannot be combined with speculative decoding (untested)";
+  TACHYON_CHECK(engine.device.tensor_parallel_size == 1 && engine.device.nnodes == 1)
+      << "--role cannot be combined with tensor parallelism (untested)";
+  TACHYON_CHECK(engine.device.async_scheduling != core::AsyncScheduling::kOn)
+      << "--role cannot be combined with --async-scheduling on (untested)";
+  TACHYON_CHECK(engine.device.quantization.empty()) << "--role cannot be combined with --quantization (untested)";
+}
+
+}  // namespace tachyon::cli

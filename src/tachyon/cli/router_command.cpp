@@ -1,0 +1,48 @@
+// `tachyon router --prefill URL... --decode URL... [--port P]`: the front of prefill/decode
+// disaggregation (server/http/pd_router.h, docs/disaggregation.md). Stops on SIGTERM or SIGINT.
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include "tachyon/cli/commands.h"
+#include "tachyon/server/http/pd_router.h"
+
+namespace tachyon::cli {
+namespace {
+
+std::atomic<int> g_router_signal{0};
+void on_router_signal(int number) { g_router_signal = number; }
+
+void run_router(server::RouterOptions& options) {
+  std::signal(SIGTERM, on_router_signal);
+  std::signal(SIGINT, on_router_signal);
+  std::signal(SIGPIPE, SIG_IGN);
+  server::PdRouter router(options);
+  const int port = router.bind();
+  std::fprintf(stderr, "[tachyon] router on http://%s:%d (%zu prefill, %zu decode)\n", options.host.c_str(), port,
+               options.prefill.size(), options.decode.size());
+  std::thread waiter([&] {
+    while (g_router_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    router.stop();
+  });
+  router.serve();
+  waiter.join();
+  std::fprintf(stderr, "[tachyon] router stopped\n");
+}
+
+}  // namespace
+
+void add_router_command(CLI::App& app) {
+  auto options = std::make_shared<server::RouterOptions>();
+  CLI::App* cmd = app.add_subcommand("router", "prefill/decode disaggregation front (OpenAI-compatible)");
+  cmd->add_option("--prefill", options->prefill, "a prefill server's URL (http://host:port); repeat for several")
+      ->required();
+  cmd->add_option("--decode", options->decode, "a decode server's URL (http://host:port); repeat for several")
+      ->required();
+  cmd->add_option("--host", options->host, "address to listen on")->default_val("127.0.0.1");
+  cmd->add_option("--port", options->port, "port (0: any free port)")->default_val(8000);
+  cmd->callback([options] { run_router(*options); });
+}
+
+}  // namespace tachyon::cli

@@ -1,0 +1,137 @@
+#include "tachyon/server/http/pd_roles.h"
+
+#include <cstdio>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "tachyon/server/pd_transport.h"
+
+namespace tachyon::server {
+namespace {
+
+// Why disaggregation does not carry this request, or "" when it does.
+std::string not_transferable(const Generation& g) {
+  if (g.prompts.size() != 1) return "several prompts";
+  if (g.params.n != 1) return "n > 1";
+  if (g.params.logprobs >= 0) return "logprobs";
+  if (g.params.structured != nullptr) return "structured outputs";
+  return "";
+}
+
+// Runs one prompt prefill-only and answers with its lease once the first token is sampled.
+class PrefillAnswer : public BodyStream {
+ public:
+  PrefillAnswer(ServingContext& context, const Generation& g) : context_(context), state_(std::make_shared<State>()) {
+    auto state = state_;
+    channel_ = std::make_shared<engine::OutputChannel>([state](engine::RequestOutput&& out) {
+      std::function<void()> wakeup;
+      {
+        std::lock_guard lock(state->mutex);
+        for (const auto& d : out.completions) {
+          if (!d.token_ids.empty()) state->first_token = d.token_ids.front();
+          if (d.finish_reason == engine::FinishReason::kAbort) state->aborted = true;
+        }
+        state->finished = state->finished || out.finished;
+        wakeup = state->wakeup;
+      }
+      if (wakeup) wakeup();
+    });
+    try {
+      request_id_ = context.engine().submit_prefill(g.prompts[0], g.params, channel_);
+    } catch (const engine::QueueFullError& e) {
+      throw ApiException({503, e.what(), "service_unavailable", "", ""});
+    } catch (const Error& e) {
+      throw ApiException({400, e.what(), "invalid_request_error", "", ""});
+    }
+  }
+  void set_wakeup(std::function<void()> wakeup) override {
+    std::lock_guard lock(state_->mutex);
+    state_->wakeup = std::move(wakeup);
+  }
+  bool pump(std::string& out) override {
+    std::lock_guard lock(state_->mutex);
+    if (!state_->finished) return false;
+    nlohmann::json answer;
+    if (state_->aborted || state_->first_token < 0) {
+      answer["kv_transfer"] = nullptr;
+      answer["reason"] = "the prefill was aborted";
+    } else {
+      answer["kv_transfer"] = {{"port", context_.kv_transfer_port()},
+                               {"epoch", std::to_string(context_.engine().kv_epoch())},
+                               {"request_id", request_id_}};
+      answer["first_token"] = state_->first_token;
+    }
+    out = answer.dump();
+    return true;
+  }
+
+ private:
+  struct State {
+    std::mutex mutex;
+    bool finished = false;
+    bool aborted = false;
+    int32_t first_token = -1;
+    std::function<void()> wakeup;
+  };
+  ServingContext& context_;
+  std::shared_ptr<State> state_;
+  std::shared_ptr<engine::OutputChannel> channel_;  // held until the answer is gone
+  int64_t request_id_ = 0;
+};
+
+// "host:port:epoch:request_id" (the host may be a name or an IPv4 address).
+bool parse_source(const std::string& value, std::string& host, int& port, engine::KvLeaseKey& key) {
+  const size_t c3 = value.rfind(':');
+  const size_t c2 = c3 == std::string::npos || c3 == 0 ? std::string::npos : value.rfind(':', c3 - 1);
+  const size_t c1 = c2 == std::string::npos || c2 == 0 ? std::string::npos : value.rfind(':', c2 - 1);
+  if (c1 == std::string::npos) return false;
+  try {
+    host = value.substr(0, c1);
+    port = std::stoi(value.substr(c1 + 1, c2 - c1 - 1));
+    key.epoch = std::stoull(value.substr(c2 + 1, c3 - c2 - 1));
+    key.request_id = std::stoll(value.substr(c3 + 1));
+  } catch (const std::exception&) {
+    return false;
+  }
+  return !host.empty() && port > 0;
+}
+
+}  // namespace
+
+void answer_prefill(ServingContext& context, const Generation& g, HttpResponse& res) {
+  res.content_type = "application/json";
+  const std::string why = not_transferable(g);
+  if (!why.empty()) {
+    res.body = nlohmann::json{{"kv_transfer", nullptr}, {"reason", why}}.dump();
+    return;
+  }
+  res.stream = std::make_shared<PrefillAnswer>(context, g);
+}
+
+std::shared_ptr<const engine::KvPayload> fetch_imported(ServingContext& context, const HttpRequest& req,
+                                                        const Generation& g) {
+  const std::string source = req.header(kKvSourceHeader);
+  if (source.empty() || !not_transferable(g).empty()) return nullptr;
+  std::string host;
+  int port = 0;
+  engine::KvLeaseKey key;
+  if (!parse_source(source, host, port, key)) {
+    std::fprintf(stderr, "[tachyon] decode: ignoring a malformed %s header; computing the prompt here\n", kKvSourceHeader);
+    return nullptr;
+  }
+  (void)context;
+  try {
+    auto payload = std::make_shared<engine::KvPayload>(fetch_kv(host, port, key, std::chrono::seconds(5)));
+    if (payload->prompt != g.prompts[0]) {
+      throw engine::KvTransferError("the rows are of another prompt (" + std::to_string(payload->prompt.size()) +
+                                    " tokens, this request has " + std::to_string(g.prompts[0].size()) + ")");
+    }
+    return payload;
+  } catch (const engine::KvTransferError& e) {
+    std::fprintf(stderr, "[tachyon] decode: KV transfer from %s failed, computing the prompt here: %s\n", source.c_str(),
+                 e.what());
+    return nullptr;
+  }
+}
+
+}  // namespace tachyon::server

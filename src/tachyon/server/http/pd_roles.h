@@ -1,0 +1,30 @@
+// What `tachyon serve --role prefill|decode` changes in the generation routes (prefill/decode
+// disaggregation, docs/disaggregation.md). The router (server/router/) drives both:
+//   prefill: the request is validated and tokenized as usual, then only its prompt runs; the
+//            answer is {"kv_transfer": {"port", "epoch", "request_id"}} naming a KV lease on this
+//            server's KV port, or {"kv_transfer": null, "reason"} when the request is not one
+//            disaggregation carries (several prompts, n > 1, logprobs, structured outputs);
+//   decode:  a request with the header X-Tachyon-Kv: host:port:epoch:request_id pulls the rows
+//            (server/pd_transport.h) and decodes from them; when the pull fails, or the rows are
+//            of another prompt, the prompt is computed here instead (never a wrong answer).
+#pragma once
+
+#include <memory>
+
+#include "tachyon/engine/kv_transfer.h"
+#include "tachyon/server/http/generation.h"
+#include "tachyon/server/http/http_message.h"
+
+namespace tachyon::server {
+
+inline constexpr const char* kKvSourceHeader = "X-Tachyon-Kv";
+
+// Prefill role: answers `res` with the lease (a stream that ends when the prompt has run).
+void answer_prefill(ServingContext& context, const Generation& g, HttpResponse& res);
+
+// Decode role: the imported rows for this request, or null (no header, or the pull failed: the
+// reason goes to the log and the prompt is computed here).
+std::shared_ptr<const engine::KvPayload> fetch_imported(ServingContext& context, const HttpRequest& req,
+                                                        const Generation& g);
+
+}  // namespace tachyon::server
