@@ -3,7 +3,8 @@
 module its own module may depend on (STYLE.md's dependency direction, docs/architecture.md's map).
 
     base <- tensor <- core <- kernels <- dist <- model <- runner <- engine <- app <- server <- cli
-    tokenizer and eval hang off base alone
+    tokenizer and eval hang off base alone; structured (grammars and token masks) off base and
+    tokenizer, and the engine and the server read it
 
 core holds the plain data that engine and runner both read (the plan, the configs, sampled
 tokens); the engine reaches the runner only through its interface (runner/model_runner.h); the
@@ -24,13 +25,14 @@ BELOW = {
     "model": ["base", "tensor", "core", "kernels", "dist"],
     "tokenizer": ["base"],
     "eval": ["base"],
+    "structured": ["base", "tokenizer"],
     "runner": ["base", "tensor", "core", "kernels", "dist", "model"],
     # The engine drives a runner through its interface alone.
-    "engine": ["base", "tensor", "core", "runner/model_runner.h"],
-    "app": ["base", "tensor", "core", "kernels", "dist", "model", "tokenizer", "runner", "engine"],
-    "server": ["base", "tensor", "core", "tokenizer", "engine", "app"],
-    "cli": ["base", "tensor", "core", "kernels", "dist", "model", "tokenizer", "eval", "runner", "engine", "app",
-            "server"],
+    "engine": ["base", "tensor", "core", "runner/model_runner.h", "structured"],
+    "app": ["base", "tensor", "core", "kernels", "dist", "model", "tokenizer", "structured", "runner", "engine"],
+    "server": ["base", "tensor", "core", "tokenizer", "structured", "engine", "app"],
+    "cli": ["base", "tensor", "core", "kernels", "dist", "model", "tokenizer", "eval", "structured", "runner", "engine",
+            "app", "server"],
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"tachyon/([^"]+)"')
