@@ -93,7 +93,7 @@ Fp8SourceGeometry fp8_source_geometry(const QuantizationConfig& q) {
   TACHYON_FAIL() << "internal: unknown FP8 format";
 }
 
-Fp8BlockWeight to_fp8_gpu_form(std::span<const float> weight, int64_t cols, std::initializer_list<int64_t> part_rows,
+Fp8BlockWeight to_fp8_gpu_form(std::span<const float> weight, int64_t cols, const std::vector<int64_t>& part_rows,
                                Fp8SourceGeometry geometry) {
   int64_t rows = 0;
   for (int64_t r : part_rows) rows += r;
@@ -143,7 +143,6 @@ Fp8GpuWeights make_fp8_gpu_weights(ModelWeights&& weights, Fp8SourceGeometry geo
                                    const StoredAsFp8& stored_as_fp8) {
   const ModelConfig& c = weights.config;
   std::vector<Fp8LayerProjections> fp8(weights.layers.size());
-  std::vector<std::vector<std::vector<float> LayerWeights::*>> quantized(weights.layers.size());
   for (size_t l = 0; l < weights.layers.size(); ++l) {
     LayerWeights& layer = weights.layers[l];
     for (const Fp8Projection& p : fp8_projection_list(c, layer)) {
@@ -151,10 +150,8 @@ Fp8GpuWeights make_fp8_gpu_weights(ModelWeights&& weights, Fp8SourceGeometry geo
       for (const char* name : p.names) all_fp8 = all_fp8 && stored_as_fp8(layer_weight_name(static_cast<int64_t>(l), name));
       if (!all_fp8 || (layer.*p.f32).empty()) continue;
       const std::vector<float>& w = layer.*p.f32;
-      const int64_t rows = static_cast<int64_t>(w.size()) / p.cols;
-      fp8[l].*p.fp8 = p.rows.size() == 3 ? to_fp8_gpu_form(w, p.cols, {p.rows[0], p.rows[1], p.rows[2]}, geometry)
-                      : p.rows.size() == 2 ? to_fp8_gpu_form(w, p.cols, {p.rows[0], p.rows[1]}, geometry)
-                                           : to_fp8_gpu_form(w, p.cols, {rows}, geometry);
+      const std::vector<int64_t> parts = p.rows.empty() ? std::vector{static_cast<int64_t>(w.size()) / p.cols} : p.rows;
+      fp8[l].*p.fp8 = to_fp8_gpu_form(w, p.cols, parts, geometry);
       std::vector<float>().swap(layer.*p.f32);  // uploaded in FP8 only
     }
   }

@@ -27,7 +27,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <initializer_list>
 #include <span>
 #include <string>
 #include <vector>
@@ -64,7 +63,7 @@ Fp8SourceGeometry fp8_source_geometry(const QuantizationConfig& q);
 // Quantizes a weight stacked from parts of `part_rows` rows each ([sum, cols] f32), each part
 // with `geometry`, into the GPU form. Throws Error when the geometry's columns are not whole
 // multiples of 128 (other than a whole row).
-Fp8BlockWeight to_fp8_gpu_form(std::span<const float> weight, int64_t cols, std::initializer_list<int64_t> part_rows,
+Fp8BlockWeight to_fp8_gpu_form(std::span<const float> weight, int64_t cols, const std::vector<int64_t>& part_rows,
                                Fp8SourceGeometry geometry);
 
 // Whether the checkpoint stores the HF tensor `name` in FP8 (online FP8: always true).

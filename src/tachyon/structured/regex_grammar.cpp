@@ -102,25 +102,18 @@ class RegexParser {
   }
 
   uint32_t next_codepoint() {
-    const auto c = static_cast<uint8_t>(p_[i_]);
-    int length = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (length == 0 || i_ + static_cast<size_t>(length) > p_.size()) fail("invalid UTF-8");
-    uint32_t cp = length == 1 ? c : c & (0x7F >> length);
-    for (int k = 1; k < length; ++k) cp = (cp << 6) | (static_cast<uint8_t>(p_[i_ + static_cast<size_t>(k)]) & 0x3F);
-    i_ += static_cast<size_t>(length);
-    return cp;
+    const std::optional<uint32_t> cp = utf8_decode_next(p_, i_);
+    if (!cp) fail("invalid UTF-8");
+    return *cp;
   }
 
   uint32_t hex(size_t digits) {
     if (i_ + digits > p_.size()) fail("a truncated hex escape");
     uint32_t v = 0;
     for (size_t k = 0; k < digits; ++k) {
-      const char c = p_[i_++];
-      v <<= 4;
-      if (c >= '0' && c <= '9') v |= static_cast<uint32_t>(c - '0');
-      else if (c >= 'a' && c <= 'f') v |= static_cast<uint32_t>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') v |= static_cast<uint32_t>(c - 'A' + 10);
-      else fail("a bad hex digit");
+      const int digit = hex_digit_value(p_[i_++]);
+      if (digit < 0) fail("a bad hex digit");
+      v = (v << 4) | static_cast<uint32_t>(digit);
     }
     return v;
   }

@@ -5,25 +5,11 @@
 
 #include "tachyon/base/check.h"
 #include "tachyon/tokenizer/byte_level.h"
+#include "tachyon/tokenizer/decoder.h"
 #include "tachyon/tokenizer/tokenizer.h"
 
 namespace tachyon::structured {
 namespace {
-
-// "<0x0A>" -> 0x0A; -1 otherwise.
-int byte_fallback(const std::string& token) {
-  if (token.size() != 6 || token.compare(0, 3, "<0x") != 0 || token[5] != '>') return -1;
-  int value = 0;
-  for (size_t i = 3; i < 5; ++i) {
-    const char c = token[i];
-    value <<= 4;
-    if (c >= '0' && c <= '9') value |= c - '0';
-    else if (c >= 'A' && c <= 'F') value |= c - 'A' + 10;
-    else if (c >= 'a' && c <= 'f') value |= c - 'a' + 10;
-    else return -1;
-  }
-  return value;
-}
 
 std::string replace_metaspace(const std::string& token) {
   static const std::string kMeta = "\xE2\x96\x81";  // U+2581
@@ -58,7 +44,7 @@ std::shared_ptr<const TokenVocabulary> TokenVocabulary::from_tokenizer(const tok
     }
     std::string& out = tokens[static_cast<size_t>(id)];
     if (sentencepiece) {
-      const int b = byte_fallback(text);
+      const int b = tokenizer::byte_token_value(text);
       out = b >= 0 ? std::string(1, static_cast<char>(b)) : replace_metaspace(text);
     } else if (std::optional<std::string> bytes = tokenizer::byte_level_decode(text)) {
       out = std::move(*bytes);

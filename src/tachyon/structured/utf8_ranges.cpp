@@ -2,26 +2,31 @@
 
 #include <algorithm>
 
+#include "tachyon/tokenizer/unicode.h"
+
 namespace tachyon::structured {
 
 std::string utf8_encode(uint32_t cp) {
   std::string out;
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
+  tokenizer::utf8_append(out, static_cast<char32_t>(cp));
   return out;
+}
+
+std::optional<uint32_t> utf8_decode_next(std::string_view text, size_t& pos) {
+  const auto c = static_cast<uint8_t>(text[pos]);
+  const int length = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+  if (length == 0 || pos + static_cast<size_t>(length) > text.size()) return std::nullopt;
+  uint32_t cp = length == 1 ? c : c & (0x7F >> length);
+  for (int k = 1; k < length; ++k) cp = (cp << 6) | (static_cast<uint8_t>(text[pos + static_cast<size_t>(k)]) & 0x3F);
+  pos += static_cast<size_t>(length);
+  return cp;
+}
+
+int hex_digit_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
 }
 
 CodepointRanges normalize_ranges(CodepointRanges ranges) {

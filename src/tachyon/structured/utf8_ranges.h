@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -27,7 +29,15 @@ CodepointRanges complement_ranges(const CodepointRanges& ranges);
 // reference to a new rule named `name`). Throws StructuredError when the set is empty.
 Sequence utf8_class(Grammar& grammar, const CodepointRanges& ranges, const std::string& name);
 
-// The UTF-8 bytes of one code point.
+// The UTF-8 bytes of one code point (tokenizer::utf8_append).
 std::string utf8_encode(uint32_t cp);
+
+// The code point whose encoding starts at text[pos], advancing pos past it; nullopt (pos
+// unchanged) for a byte that starts no sequence or a sequence cut short by the end. What the
+// grammar parsers (EBNF, regex) read their literal text with.
+std::optional<uint32_t> utf8_decode_next(std::string_view text, size_t& pos);
+
+// The value of one hex digit (either case), or -1.
+int hex_digit_value(char c);
 
 }  // namespace tachyon::structured

@@ -46,19 +46,6 @@ class ReplaceDecoder : public Decoder {
   std::string content_;
 };
 
-// The byte a "<0xXX>" token stands for, or -1.
-int byte_token_value(const std::string& t) {
-  if (t.size() != 6 || t.compare(0, 3, "<0x") != 0 || t[5] != '>') return -1;
-  auto hex = [](char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  const int hi = hex(t[3]);
-  const int lo = hex(t[4]);
-  return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
-}
 
 class ByteFallbackDecoder : public Decoder {
  public:
@@ -134,6 +121,19 @@ class SequenceDecoder : public Decoder {
 };
 
 }  // namespace
+
+int byte_token_value(const std::string& t) {
+  if (t.size() != 6 || t.compare(0, 3, "<0x") != 0 || t[5] != '>') return -1;
+  auto hex = [](char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  const int hi = hex(t[3]);
+  const int lo = hex(t[4]);
+  return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
 
 std::string Decoder::decode(std::vector<std::string> tokens) const {
   std::string out;

@@ -24,4 +24,7 @@ class Decoder {
 // tachyon::Error naming the type and `source`.
 std::unique_ptr<Decoder> make_decoder(const nlohmann::json& config, const std::string& source);
 
+// The byte a byte-fallback token "<0xXX>" stands for, or -1 for any other token.
+int byte_token_value(const std::string& token);
+
 }  // namespace tachyon::tokenizer
