@@ -1,5 +1,7 @@
-// One thread per 8 weights: an 8-byte FP8 load, the row's factor, one 16-byte bf16 store (8-value
-// chunks, so any k that is a multiple of 8 works, as for the bf16 products).
+// fp8_dequantize: one thread per 8 weights: an 8-byte FP8 load, the row's factor, one 16-byte bf16
+// store (8-value chunks, so any k that is a multiple of 8 works, as for the bf16 products).
+// fp8_quantize_rows: one warp per row and 128 columns, four values per lane; the block's amax by
+// shuffles, then each lane writes its four codes as one 4-byte store.
 #include "tachyon/kernels/cuda/fp8.h"
 
 #include <cuda_fp16.h>
@@ -34,6 +36,36 @@ __global__ void fp8_dequantize_kernel(uint4* __restrict__ out, const uint2* __re
   out[i] = pack8(v);
 }
 
+__global__ void fp8_quantize_rows_kernel(uint32_t* __restrict__ out, float* __restrict__ scale,
+                                         const uint2* __restrict__ in, int64_t m, int64_t k, int64_t blocks_per_row) {
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  if (warp >= m * blocks_per_row) return;  // whole warps leave together
+  const int64_t row = warp / blocks_per_row, block = warp % blocks_per_row;
+  const int64_t column = block * 128 + lane * 4;
+  const bool active = column < k;  // k is a multiple of 16: a lane has all four values or none
+  float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (active) {
+    const uint2 bits = __ldg(in + (row * k + column) / 4);
+    v[0] = __uint_as_float(bits.x << 16), v[1] = __uint_as_float(bits.x & 0xFFFF0000u);
+    v[2] = __uint_as_float(bits.y << 16), v[3] = __uint_as_float(bits.y & 0xFFFF0000u);
+  }
+  float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, offset));
+  // The CPU's quantize_fp8_blocks: the same factor, an IEEE division, RNE with saturation.
+  const float factor = amax > 0.0f ? amax / 448.0f : 1.0f;
+  if (lane == 0) scale[block * m + row] = factor;
+  if (!active) return;
+  uint32_t codes = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t code = __nv_cvt_float_to_fp8(__fdiv_rn(v[i], factor), __NV_SATFINITE, __NV_E4M3);
+    codes |= code << (8 * i);
+  }
+  out[(row * k + column) / 4] = codes;
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
@@ -48,6 +80,20 @@ void fp8_dequantize(bf16* out, const uint8_t* weight, const float* scale, int64_
   constexpr int kThreads = 256;
   fp8_dequantize_kernel<<<static_cast<unsigned>((chunks + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
       reinterpret_cast<uint4*>(out), reinterpret_cast<const uint2*>(weight), scale, chunks, k / 8, (k + 127) / 128);
+  TACHYON_CUDA_CHECK_LAUNCH();
+}
+
+void fp8_quantize_rows(uint8_t* out, float* scale, const bf16* in, int64_t m, int64_t k, cudaStream_t stream) {
+  TACHYON_CHECK(m >= 0 && k > 0 && k % 16 == 0) << "fp8_quantize_rows: [" << m << ", " << k
+                                                << "] (k must be a positive multiple of 16)";
+  TACHYON_CHECK(aligned16(out) && aligned16(in) && reinterpret_cast<uintptr_t>(scale) % 4 == 0)
+      << "fp8_quantize_rows: out and in must be 16-byte aligned";
+  const int64_t blocks_per_row = (k + 127) / 128;
+  const int64_t threads = m * blocks_per_row * 32;
+  if (threads == 0) return;
+  constexpr int kThreads = 256;
+  fp8_quantize_rows_kernel<<<static_cast<unsigned>((threads + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      reinterpret_cast<uint32_t*>(out), scale, reinterpret_cast<const uint2*>(in), m, k, blocks_per_row);
   TACHYON_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,13 +1,16 @@
-// FP8 weights on the GPU beyond the decode GEMV (gemv.h fp8_gemv): the dequantization that lets a
-// product of more rows than the GEMV serves run through cuBLASLt in bf16.
+// FP8 on the GPU beyond the decode GEMV (gemv.h fp8_gemv): the products of more rows than the
+// GEMV serves.
 //
-// Why dequantize rather than an FP8 GEMM: cuBLASLt's FP8 products take FP8 activations too, so
-// they would add activation quantization error that the decode GEMV (bf16 activations) does not
-// have, and a sequence's logits would depend on how many rows shared its step. Dequantizing one
-// projection into a bf16 scratch costs reading 1 and writing 2 bytes per weight (about 9 ms per
-// step for an 8B model on an H200): it keeps prefill and large batches correct, not fast. A
-// weight-only FP8 tensor-core GEMM is the next step (docs/gpu.md).
-// Test: tests/gpu/test_gemv.cpp (gpu_fp8_dequantize).
+// Those run as FP8 x FP8 on the tensor cores through cuBLASLt's 128-wide block scaling
+// (gemm.h linear_fp8): the activations are quantized per row and 128 columns here
+// (fp8_quantize_rows), as DeepSeek's own inference quantizes them, and the weights keep their
+// per-row-and-128-column factors. That adds activation rounding the decode GEMV (bf16 activations)
+// does not have: a prefill or a step of more than 8 rows differs from a decode of the same token
+// by about one FP8 rounding of its inputs (tests/gpu/test_cuda_fp8.cpp states the tolerance).
+//
+// fp8_dequantize is the fallback where cuBLASLt has no block-scaled algorithm for a shape: one
+// projection dequantized into a bf16 scratch (reading 1 and writing 2 bytes per weight) and a
+// bf16 product. Tests: tests/gpu/test_fp8_kernels.cpp, tests/gpu/test_fp8_gemm.cpp.
 #pragma once
 
 #include <cstdint>
@@ -21,5 +24,12 @@ namespace tachyon::kernels::cuda {
 // f32, out [n, k] bf16 (round to nearest even). k a positive multiple of 8, out 16-byte and weight
 // 8-byte aligned (checked). No allocation, no synchronization: graph-capture safe.
 void fp8_dequantize(bf16* out, const uint8_t* weight, const float* scale, int64_t n, int64_t k, cudaStream_t stream);
+
+// in [m, k] bf16 -> out [m, k] E4M3 and scale [ceil(k / 128), m] f32 (the row index fastest: the
+// layout cuBLASLt's 128-wide block scaling reads), per row and 128 columns exactly as the CPU's
+// quantize_fp8_blocks(in, m, k, 1, 128) (tensor/fp8.h): factor amax / 448 (1 for an all-zero
+// block), value RNE(x / factor) saturated at +-448. k a positive multiple of 16 and out 16-byte
+// aligned (checked). Graph-capture safe.
+void fp8_quantize_rows(uint8_t* out, float* scale, const bf16* in, int64_t m, int64_t k, cudaStream_t stream);
 
 }  // namespace tachyon::kernels::cuda

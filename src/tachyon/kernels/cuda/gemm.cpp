@@ -17,6 +17,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -149,7 +150,8 @@ struct Event {
 }  // namespace
 
 std::string to_string(const GemmProblem& p) {
-  return fmt::format("m={} n={} k={} out={} bias={}", p.m, p.n, p.k, type_name(p.out_type), p.has_bias ? "bf16" : "no");
+  return fmt::format("m={} n={} k={} out={} bias={}{}", p.m, p.n, p.k, type_name(p.out_type), p.has_bias ? "bf16" : "no",
+                     p.fp8 ? " in=e4m3" : "");
 }
 
 struct GemmRunner::Impl {
@@ -157,6 +159,7 @@ struct GemmRunner::Impl {
   cublasLtMatmulPreference_t preference = nullptr;
   tachyon::cuda::DeviceBuffer workspace;
   std::map<GemmProblem, Plan> plans;  // host lookup per call; plans are never erased
+  std::set<GemmProblem> unsupported;  // linear_fp8 shapes cuBLASLt has no algorithm for
 
   ~Impl() {
     plans.clear();
@@ -199,9 +202,17 @@ struct GemmRunner::Impl {
                            shape);
       set_bias(plan, kBiasAlignmentProbe, p);
     }
+    const cudaDataType_t in_type = p.fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
+    if (p.fp8) {
+      // One f32 factor per 128 values of k for both operands (A = weight, B = in).
+      const cublasLtMatmulMatrixScale_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+      for (auto attribute : {CUBLASLT_MATMUL_DESC_A_SCALE_MODE, CUBLASLT_MATMUL_DESC_B_SCALE_MODE}) {
+        TACHYON_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, attribute, &mode, sizeof(mode)), shape);
+      }
+    }
     const auto m = static_cast<uint64_t>(p.m), n = static_cast<uint64_t>(p.n), k = static_cast<uint64_t>(p.k);
-    TACHYON_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_16BF, k, n, p.k), shape);
-    TACHYON_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_16BF, k, m, p.k), shape);
+    TACHYON_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, in_type, k, n, p.k), shape);
+    TACHYON_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, in_type, k, m, p.k), shape);
     TACHYON_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.d, cuda_type(p.out_type), n, m, p.n), shape);
   }
 
@@ -223,8 +234,17 @@ struct GemmRunner::Impl {
     return returned;
   }
 
-  cublasStatus_t run(const Plan& plan, const cublasLtMatmulAlgo_t& algo, void* out, const bf16* in,
-                     const bf16* weight, cudaStream_t stream) {
+  void set_scales(Plan& plan, const float* in_scale, const float* weight_scale, const GemmProblem& p) {
+    TACHYON_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &weight_scale,
+                                                        sizeof(weight_scale)),
+                         to_string(p));
+    TACHYON_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &in_scale, sizeof(in_scale)),
+        to_string(p));
+  }
+
+  cublasStatus_t run(const Plan& plan, const cublasLtMatmulAlgo_t& algo, void* out, const void* in,
+                     const void* weight, cudaStream_t stream) {
     const float alpha = 1.0f, beta = 0.0f;
     return cublasLtMatmul(handle, plan.desc, &alpha, weight, plan.a, in, plan.b, &beta, out, plan.d, out, plan.d, &algo,
                           workspace.data(), workspace.bytes(), stream);
@@ -325,9 +345,38 @@ void GemmRunner::linear(void* out, GemmOutputType out_type, const bf16* in, cons
   TACHYON_CUBLAS_CHECK(impl_->run(plan, plan.algo, out, in, weight, stream), to_string(p));
 }
 
+bool GemmRunner::linear_fp8(bf16* out, const uint8_t* in, const float* in_scale, const uint8_t* weight,
+                            const float* weight_scale, const bf16* bias, int64_t m, int64_t n, int64_t k,
+                            cudaStream_t stream) {
+  const GemmProblem p{.m = m, .n = n, .k = k, .has_bias = bias != nullptr, .fp8 = true};
+  TACHYON_CHECK(m >= 0) << "gemm " << to_string(p) << ": negative m";
+  if (m == 0) return true;
+  TACHYON_CHECK(n > 0 && k > 0 && n % 16 == 0 && k % 16 == 0)
+      << "gemm " << to_string(p) << ": n and k must be positive multiples of 16 (16-byte aligned rows of FP8)";
+  check_aligned(out, "out", p);
+  check_aligned(in, "in", p);
+  check_aligned(weight, "weight", p);
+  if (bias != nullptr) check_aligned(bias, "bias", p);
+  if (impl_->unsupported.contains(p)) return false;
+  Plan* plan = nullptr;
+  try {
+    plan = &impl_->plan_for(p);
+  } catch (const std::exception&) {  // no block-scaled algorithm for this shape on this GPU
+    impl_->unsupported.insert(p);
+    return false;
+  }
+  impl_->set_scales(*plan, in_scale, weight_scale, p);
+  if (bias != nullptr) impl_->set_bias(*plan, bias, p);
+  TACHYON_CUBLAS_CHECK(impl_->run(*plan, plan->algo, out, in, weight, stream), to_string(p));
+  return true;
+}
+
 void GemmRunner::tune(std::span<const GemmProblem> problems, cudaStream_t stream, const GemmTuneOptions& options) {
   TACHYON_CHECK(options.candidates >= 1 && options.warmup >= 0 && options.repeats >= 1)
       << "gemm tuning needs candidates >= 1, warmup >= 0 and repeats >= 1";
+  for (const GemmProblem& p : problems) {
+    TACHYON_CHECK(!p.fp8) << "gemm " << to_string(p) << ": tuning times bf16 products only";
+  }
   if (problems.empty()) return;
   size_t in_bytes = 0, weight_bytes = 0, bias_bytes = 0, out_bytes = 0;
   for (const GemmProblem& p : problems) {

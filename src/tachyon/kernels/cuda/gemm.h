@@ -38,11 +38,12 @@ struct GemmProblem {
   int64_t k = 0;  // input features
   GemmOutputType out_type = GemmOutputType::kBF16;
   bool has_bias = false;
+  bool fp8 = false;  // linear_fp8: E4M3 in and weight with 128-wide block factors
 
   auto operator<=>(const GemmProblem&) const = default;
 };
 
-// "m=17 n=4096 k=4096 out=bf16 bias=no": the shape as every message and report names it.
+// "m=17 n=4096 k=4096 out=bf16 bias=no" (" in=e4m3" for linear_fp8): the shape as every message and report names it.
 std::string to_string(const GemmProblem& problem);
 
 struct GemmTuneOptions {
@@ -67,7 +68,18 @@ class GemmRunner {
   void linear(void* out, GemmOutputType out_type, const bf16* in, const bf16* weight, const bf16* bias, int64_t m,
               int64_t n, int64_t k, cudaStream_t stream);
 
-  // Times the top heuristic candidates of each problem on `stream` with CUDA events (on random
+  // out[m, n] bf16 = dequant(in)[m, k] @ dequant(weight)[n, k]^T (+ bias[n]) on the FP8 tensor
+  // cores, f32 accumulation. in: [m, k] E4M3 with in_scale [ceil(k / 128), m]; weight: [n, k]
+  // E4M3 with weight_scale [ceil(k / 128), n]: one f32 factor per row and 128 values of k, the
+  // row index fastest (cuBLASLt's VEC128_32F block scaling; Hopper, CUDA 12.9 or later;
+  // fp8.h fp8_quantize_rows writes it). k and n multiples of 16, pointers 16-byte aligned
+  // (checked). Returns false, doing nothing, when cuBLASLt has no algorithm for the shape (the
+  // caller falls back to a bf16 product); the answer is kept per shape, and a shape is first
+  // asked outside graph capture as for linear().
+  bool linear_fp8(bf16* out, const uint8_t* in, const float* in_scale, const uint8_t* weight, const float* weight_scale,
+                  const bf16* bias, int64_t m, int64_t n, int64_t k, cudaStream_t stream);
+
+  // Times the top heuristic candidates of each (bf16) problem on `stream` with CUDA events (on random
   // data in temporary device buffers sized for the largest problem: call it before the KV
   // cache takes the free memory) and keeps the fastest. Synchronizes; not during capture.
   void tune(std::span<const GemmProblem> problems, cudaStream_t stream, const GemmTuneOptions& options = {});

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 
 #include "tachyon/model/dsa_indexer.h"
 #include "tachyon/tensor/dtype.h"
@@ -51,6 +52,9 @@ void CudaDenseWeights::upload(const Bf16ModelWeights& w, const std::vector<float
   layers_.resize(w.layers.size());
   // The router bias goes up in f32; its converted copies live until the upload.
   std::vector<std::vector<float>> f32_copies(w.layers.size());
+  // FP8 factors transposed for cuBLASLt (LinearWeight::scale_by_block); a deque keeps each
+  // copy's address while more are added, until the upload.
+  std::deque<std::vector<float>> scale_copies;
   std::vector<std::vector<std::vector<uint16_t>>> reordered(w.layers.size());
   place(w.embed_tokens, &embed_tokens_);
   for (size_t i = 0; i < w.layers.size(); ++i) {
@@ -100,7 +104,14 @@ void CudaDenseWeights::upload(const Bf16ModelWeights& w, const std::vector<float
         place_bytes(q->data.data(), q->data.size(), reinterpret_cast<const void**>(&target->fp8));
         place_bytes(q->scale_inv.data(), q->scale_inv.size() * sizeof(float),
                     reinterpret_cast<const void**>(&target->scale));
+        std::vector<float>& by_block = scale_copies.emplace_back(q->scale_inv.size());
+        const int64_t blocks = q->scale_cols();
+        for (int64_t r = 0; r < q->rows; ++r) {
+          for (int64_t b = 0; b < blocks; ++b) by_block[b * q->rows + r] = q->scale_inv[r * blocks + b];
+        }
+        place_bytes(by_block.data(), by_block.size() * sizeof(float), reinterpret_cast<const void**>(&target->scale_by_block));
         largest_fp8_projection_ = std::max(largest_fp8_projection_, q->rows * q->cols);
+        largest_fp8_input_ = std::max(largest_fp8_input_, q->cols);
       }
     }
     for (uint16_t bits : l.router_bias) f32_copies[i].push_back(bf16_to_f32(bits));

@@ -72,6 +72,8 @@ class CudaDenseWeights {
   // The most weight values of one FP8 projection (n * k): the bf16 scratch a product of more
   // rows than fp8_gemv serves dequantizes into; 0 without FP8.
   int64_t largest_fp8_projection() const { return largest_fp8_projection_; }
+  // The widest input (k) of an FP8 projection: the row width its quantized activations take.
+  int64_t largest_fp8_input() const { return largest_fp8_input_; }
 
  private:
   ModelConfig config_;
@@ -83,6 +85,7 @@ class CudaDenseWeights {
   const float* inv_freq_ = nullptr;
   bool fp8_ = false;
   int64_t largest_fp8_projection_ = 0;
+  int64_t largest_fp8_input_ = 0;
 
   void upload(const Bf16ModelWeights& w, const std::vector<float>& inv_freq, const std::vector<Fp8LayerProjections>* fp8);
 };

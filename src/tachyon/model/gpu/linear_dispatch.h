@@ -40,12 +40,15 @@ struct RoleInfo {
 };
 
 // A linear layer's weight on the GPU: bf16 [n, k], or E4M3 [n, k] with one f32 factor per row
-// and 128 columns, [n, ceil(k / 128)] (model/fp8_projections.h). A bf16 pointer converts to it,
-// so a block issues both kinds alike.
+// and 128 columns (model/fp8_projections.h), held twice: [n, ceil(k / 128)] for the decode GEMV
+// and [ceil(k / 128), n] for cuBLASLt's block-scaled FP8 product (kernels/cuda/gemm.h
+// linear_fp8), 3% of the weight's bytes each. A bf16 pointer converts to it, so a block issues
+// both kinds alike.
 struct LinearWeight {
   const bf16* values = nullptr;
   const uint8_t* fp8 = nullptr;
-  const float* scale = nullptr;
+  const float* scale = nullptr;           // [n, ceil(k / 128)]
+  const float* scale_by_block = nullptr;  // the same factors, [ceil(k / 128), n]
 
   LinearWeight() = default;
   LinearWeight(const bf16* weight) : values(weight) {}  // NOLINT: implicit on purpose

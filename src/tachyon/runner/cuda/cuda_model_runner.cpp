@@ -93,6 +93,12 @@ void CudaModelRunner::plan_memory(const core::EngineConfig& config) {
     sampled_host_[i] = cuda::PinnedBuffer(max_rows * sizeof(kc::SampledRow));
   }
   staging_device_ = cuda::DeviceBuffer(staging_bytes_);
+  if (weights_.fp8()) {
+    // A product of more rows than fp8_gemv serves quantizes its input rows here (linear()).
+    const int64_t k = weights_.largest_fp8_input(), rows = limits_.max_tokens;
+    fp8_rows_ = cuda::DeviceBuffer(static_cast<size_t>(rows * k));
+    fp8_row_scales_ = cuda::DeviceBuffer(static_cast<size_t>(rows * ((k + 127) / 128)) * sizeof(float));
+  }
 
   const gpu::GpuLimits limits{.max_tokens = limits_.max_tokens,
                               .max_seqs = limits_.max_seqs,
@@ -175,6 +181,17 @@ void CudaModelRunner::linear(LinearRole role, LinearShape shape, void* out, kc::
     if (kc::fp8_gemv_supports(m, shape.n, shape.k)) {
       kc::fp8_gemv(out, type, in, weight.fp8, weight.scale, bias, m, shape.n, shape.k, stream);
       return;
+    }
+    // FP8 x FP8 on the tensor cores (kernels/cuda/fp8.h says what that adds); the bf16
+    // product of a dequantized copy where cuBLASLt has no block-scaled algorithm.
+    if (type == kc::GemmOutputType::kBF16 && shape.n % 16 == 0 && shape.k % 16 == 0) {
+      auto* rows = static_cast<uint8_t*>(fp8_rows_.data());
+      auto* row_scales = static_cast<float*>(fp8_row_scales_.data());
+      kc::fp8_quantize_rows(rows, row_scales, in, m, shape.k, stream);
+      if (gemm_.linear_fp8(static_cast<kc::bf16*>(out), rows, row_scales, weight.fp8, weight.scale_by_block, bias, m,
+                           shape.n, shape.k, stream)) {
+        return;
+      }
     }
     auto* scratch = static_cast<kc::bf16*>(fp8_scratch_.data());
     kc::fp8_dequantize(scratch, weight.fp8, weight.scale, shape.n, shape.k, stream);

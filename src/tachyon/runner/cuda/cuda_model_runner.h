@@ -126,6 +126,8 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   cudaStream_t stream_ = nullptr;
   kernels::cuda::GemmRunner gemm_;
   cuda::DeviceBuffer fp8_scratch_;  // FP8 runs: one projection dequantized to bf16 (kernels/cuda/fp8.h)
+  cuda::DeviceBuffer fp8_rows_;        // FP8 runs: a product's input rows in E4M3 ...
+  cuda::DeviceBuffer fp8_row_scales_;  // ... and their factors (kernels/cuda/fp8.h fp8_quantize_rows)
   StepInputLimits limits_;
   StepInputLayout layout_;
   size_t staging_bytes_ = 0;
