@@ -477,6 +477,9 @@ class RecordingCommunicator final : public Communicator {
   void all_gatherv(std::span<const GatherItem> items, void*) override {
     record("all_gatherv " + std::to_string(items.size()));
   }
+  void all_to_all_v(std::span<const AllToAllItem> items, void*) override {
+    record("all_to_all_v " + std::to_string(items.size()));
+  }
   void send(const void*, size_t, int peer, void*) override { record("send " + std::to_string(peer)); }
   void recv(void*, size_t, int peer, void*) override { record("recv " + std::to_string(peer)); }
   void send_recv(const void*, size_t, int dst, void*, size_t, int src, void*) override {

@@ -7,7 +7,7 @@
 //          prefill) the reference runner's greedy tokens.
 // For TP 2 and 4 and EP 2 and 4 on tiny Qwen3-MoE, Mixtral, DeepSeek-V3 (with and without q
 // LoRA), DeepSeek-V3.2 (DSA) and GLM-5 (DSA with shared layers). EP is also run twice: its
-// combine sums in rank order, so the two runs are bit-identical. And the shards hold what
+// all-to-all-v combine adds each token's experts in expert order, so the two runs are bit-identical. And the shards hold what
 // tp_shard.h says (experts whole under EP, each split under TP), and bad sizes are refused.
 // Tolerance: 1e-5 relative to the largest |logit| (measured: at most 1.5e-6), f32 throughout.
 #include <gtest/gtest.h>
@@ -163,8 +163,9 @@ TEST(TpFamilies, DecompressedLatentAttentionMatchesOneRank) {
   expect_ranks_match(make_weights({"deepseek_v3", "tiny-deepseek"}), MlaAttentionForm::kDecompressed);
 }
 
-// Expert parallelism is reproducible: its combine adds the ranks' outputs in rank order, so two
-// runs give the same bits (and every rank the same bits, checked above).
+// Expert parallelism is reproducible: its combine adds each token's expert outputs in expert
+// order (model/expert_dispatch.h), so two runs give the same bits (and every rank the same bits,
+// checked above).
 TEST(TpFamilies, ExpertParallelRunsAreBitIdentical) {
   const ModelWeights full = make_weights({"deepseek_v3", "tiny-deepseek"});
   const Layout ep4{4, true};

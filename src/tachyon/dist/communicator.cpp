@@ -27,6 +27,12 @@ std::string_view reduce_type_name(ReduceType type) {
   TACHYON_FAIL() << "unknown ReduceType " << static_cast<int>(type);
 }
 
+size_t run_offset(std::span<const size_t> counts, int rank) {
+  size_t offset = 0;
+  for (int r = 0; r < rank; ++r) offset += counts[static_cast<size_t>(r)];
+  return offset;
+}
+
 size_t gather_offset(const GatherItem& item, int rank) {
   size_t offset = 0;
   for (int r = 0; r < rank; ++r) offset += item.recv_counts[r];

@@ -19,7 +19,16 @@
 #include <span>
 #include <string_view>
 
+#include "tachyon/base/check.h"
+
 namespace tachyon::dist {
+
+// A collective this backend does not implement yet (all_to_all_v on the NCCL and peer
+// backends): thrown before anything is enqueued, so the caller can refuse the layout instead.
+class NotImplementedOnBackend : public Error {
+ public:
+  using Error::Error;
+};
 
 // Element types a reduction can sum. bf16 and f16 are raw 16-bit patterns (tensor/dtype.h).
 enum class ReduceType { kF32, kBF16, kF16, kI32, kI64 };
@@ -37,6 +46,22 @@ struct GatherItem {
   void* recv = nullptr;                 // [sum(recv_counts)] bytes: rank 0's run, rank 1's run, ...
   std::span<const size_t> recv_counts;  // [size()] bytes that rank r contributes; caller keeps it alive
 };
+
+// One tensor of a grouped all_to_all_v. Rank q sends send_counts[r] bytes to rank r, as
+// consecutive runs of its send buffer in rank order, and receives recv_counts[r] bytes from
+// rank r, as consecutive runs of its recv buffer in rank order. Zero counts are allowed. The
+// counts must agree across the group: recv_counts[r] on rank q == send_counts[q] on rank r
+// (exchange them first, e.g. with an all_gather of each rank's send_counts).
+struct AllToAllItem {
+  const void* send = nullptr;           // [sum(send_counts)] bytes: the run for rank 0, rank 1, ...
+  std::span<const size_t> send_counts;  // [size()] bytes this rank sends to rank r
+  void* recv = nullptr;                 // [sum(recv_counts)] bytes: the run from rank 0, rank 1, ...
+  std::span<const size_t> recv_counts;  // [size()] bytes this rank receives from rank r
+};
+
+// Byte offset of the run for (or from) rank `rank` in a buffer laid out by `counts` [size()]:
+// sum of counts[0..rank).
+size_t run_offset(std::span<const size_t> counts, int rank);
 
 // Byte offset of rank `rank`'s run inside an item's recv buffer: sum of recv_counts[0..rank).
 size_t gather_offset(const GatherItem& item, int rank);
@@ -78,6 +103,12 @@ class Communicator {
   // all items in ONE collective. Every rank passes the same number of items in the same order.
   // In place per item: send == recv + gather_offset(item, rank()).
   virtual void all_gatherv(std::span<const GatherItem> items, void* stream) = 0;
+
+  // Grouped uneven all-to-all: every item is exchanged as described on AllToAllItem, all items
+  // in ONE collective (DESIGN rule 5). Every rank passes the same number of items in the same
+  // order. No in-place form: send and recv must not overlap. Backends without it throw
+  // NotImplementedOnBackend (NCCL and the peer communicator, for now: docs/parallelism.md).
+  virtual void all_to_all_v(std::span<const AllToAllItem> items, void* stream) = 0;
 
   // Point to point with rank `peer` of this group (peer == rank() allowed). Each send is matched
   // by one recv on the peer with the same byte count; messages between a pair arrive in order.

@@ -73,7 +73,8 @@ CpuCommunicator::CpuCommunicator(CpuWorld& world, int rank) : world_(world), ran
 namespace {
 
 const char* op_name(int op) {
-  static const char* names[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_gatherv", "barrier"};
+  static const char* names[] = {"all_reduce", "all_gather",  "reduce_scatter", "broadcast",
+                                "all_gatherv", "barrier", "all_to_all_v"};
   return names[op];
 }
 
@@ -105,6 +106,7 @@ std::string CpuCommunicator::disagreement() const {
   for (int r = 0; r < size(); ++r) {
     if (!slots[r].error.empty()) return "rank " + std::to_string(r) + ": " + slots[r].error;
   }
+  if (first.op == CpuWorld::Op::kAllToAllV) return exchange_disagreement();
   for (int r = 1; r < size(); ++r) {
     const Slot& s = slots[r];
     switch (first.op) {
@@ -140,9 +142,34 @@ std::string CpuCommunicator::disagreement() const {
           }
         }
         break;
-      case CpuWorld::Op::kBarrier: break;
+      case CpuWorld::Op::kBarrier:
+      case CpuWorld::Op::kAllToAllV: break;
     }
     if (why.tellp() > 0) return why.str();
+  }
+  return "";
+}
+
+std::string CpuCommunicator::exchange_disagreement() const {
+  const std::vector<Slot>& slots = world_.slots_;
+  std::ostringstream why;
+  for (int r = 1; r < size(); ++r) {
+    if (slots[r].exchanges.size() != slots[0].exchanges.size()) {
+      why << "rank " << r << " passed " << slots[r].exchanges.size() << " items, rank 0 passed "
+          << slots[0].exchanges.size();
+      return why.str();
+    }
+  }
+  for (size_t i = 0; i < slots[0].exchanges.size(); ++i) {
+    for (int q = 0; q < size(); ++q) {
+      for (int r = 0; r < size(); ++r) {
+        const size_t expected = slots[q].exchanges[i].recv_counts[r], sent = slots[r].exchanges[i].send_counts[q];
+        if (expected == sent) continue;
+        why << "item " << i << ": rank " << q << " expects " << expected << " bytes from rank " << r
+            << ", which sends it " << sent;
+        return why.str();
+      }
+    }
   }
   return "";
 }
@@ -253,6 +280,35 @@ void CpuCommunicator::all_gatherv(std::span<const GatherItem> items, void* /*str
       size_t bytes = items[i].recv_counts[r];
       const void* src = world_.slots_[r].items[i].send;
       if (bytes > 0 && src != out) std::memcpy(out, src, bytes);
+      out += bytes;
+    }
+  }
+  end();
+}
+
+void CpuCommunicator::all_to_all_v(std::span<const AllToAllItem> items, void* /*stream*/) {
+  std::string error;
+  for (size_t i = 0; i < items.size() && error.empty(); ++i) {
+    const AllToAllItem& item = items[i];
+    std::ostringstream why;
+    if (item.send_counts.size() != size_t(size()) || item.recv_counts.size() != size_t(size())) {
+      why << "item " << i << ": send_counts has " << item.send_counts.size() << " and recv_counts "
+          << item.recv_counts.size() << " entries for " << size() << " ranks";
+    } else {
+      const size_t send_bytes = run_offset(item.send_counts, size()), recv_bytes = run_offset(item.recv_counts, size());
+      std::string buffers = check_buffers(item.send, send_bytes, item.recv, recv_bytes, /*in_place=*/false);
+      if (!buffers.empty()) why << "item " << i << ": " << buffers;
+    }
+    error = why.str();
+  }
+  begin({.op = CpuWorld::Op::kAllToAllV, .exchanges = items, .error = error});
+  // Each rank pulls its runs from the peers' send buffers, which nobody writes during the call.
+  for (size_t i = 0; i < items.size(); ++i) {
+    std::byte* out = static_cast<std::byte*>(items[i].recv);
+    for (int r = 0; r < size(); ++r) {
+      const AllToAllItem& peer = world_.slots_[r].exchanges[i];
+      const size_t bytes = items[i].recv_counts[r];
+      if (bytes > 0) std::memcpy(out, static_cast<const std::byte*>(peer.send) + run_offset(peer.send_counts, rank_), bytes);
       out += bytes;
     }
   }

@@ -57,7 +57,7 @@ class CpuWorld {
  private:
   friend class CpuCommunicator;
 
-  enum class Op { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kAllGatherv, kBarrier };
+  enum class Op { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kAllGatherv, kBarrier, kAllToAllV };
 
   // What one rank publishes for the collective in flight.
   struct Slot {
@@ -67,6 +67,7 @@ class CpuWorld {
     ReduceType type = ReduceType::kF32;
     int root = 0;
     std::span<const GatherItem> items;  // all_gatherv
+    std::span<const AllToAllItem> exchanges;  // all_to_all_v
     std::string error;                  // this rank's own argument error, empty if none
   };
 
@@ -96,6 +97,7 @@ class CpuCommunicator final : public Communicator {
   void reduce_scatter(const void* send, void* recv, size_t count, ReduceType type, void* stream) override;
   void broadcast(void* data, size_t bytes, int root, void* stream) override;
   void all_gatherv(std::span<const GatherItem> items, void* stream) override;
+  void all_to_all_v(std::span<const AllToAllItem> items, void* stream) override;
   void send(const void* data, size_t bytes, int peer, void* stream) override;
   void recv(void* data, size_t bytes, int peer, void* stream) override;
   void send_recv(const void* send_data, size_t send_bytes, int dst, void* recv_data, size_t recv_bytes, int src,
@@ -109,6 +111,8 @@ class CpuCommunicator final : public Communicator {
   void begin(Slot slot);
   void end() { world_.barrier_.arrive_and_wait(); }
   std::string disagreement() const;
+  // all_to_all_v's check: every rank passed as many items, and each pair's counts match.
+  std::string exchange_disagreement() const;
   // out[i] = sum over ranks of (elements at slot.send + element_offset), in rank order.
   void sum_ranks(size_t element_offset, size_t count, ReduceType type, std::byte* out) const;
 

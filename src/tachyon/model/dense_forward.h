@@ -31,6 +31,9 @@ struct TensorParallelSeams {
   bool expert_parallel = false;
   int64_t expert_begin = 0;
   int64_t expert_count = 0;
+  // Under expert parallelism: the group the experts are spread over (tp_moe.h), the TP group
+  // itself or, with data-parallel attention, every DP x TP rank.
+  dist::Communicator* ep_group = nullptr;
 };
 
 // What one forward carries from a layer to the next besides the hidden state: the top-k the last

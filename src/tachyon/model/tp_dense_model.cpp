@@ -3,11 +3,15 @@
 #include "tachyon/base/check.h"
 #include "tachyon/model/dense_forward.h"
 #include "tachyon/model/rope.h"
+#include "tachyon/model/tp_moe.h"
 
 namespace tachyon::model {
 
-TpDenseModel::TpDenseModel(TpShard shard, dist::Communicator& group)
-    : shard_(std::move(shard)), group_(group), inv_freq_(rope_inv_freq(shard_.weights.config)) {
+TpDenseModel::TpDenseModel(TpShard shard, dist::Communicator& group, dist::Communicator* ep_group)
+    : shard_(std::move(shard)),
+      group_(group),
+      ep_group_(shard_.expert_parallel ? (ep_group ? ep_group : &group) : nullptr),
+      inv_freq_(rope_inv_freq(shard_.weights.config)) {
   TACHYON_CHECK(shard_.tp_rank == group.rank() && shard_.tp_size == group.size())
       << "shard of rank " << shard_.tp_rank << " of " << shard_.tp_size << " given to rank " << group.rank() << " of a "
       << group.size() << "-rank TP group";
@@ -23,8 +27,21 @@ std::vector<float> TpDenseModel::forward(const ForwardBatch& batch, AttentionBac
                                          .vocab_rows = shard_.vocab_rows,
                                          .expert_parallel = shard_.expert_parallel,
                                          .expert_begin = shard_.expert_begin,
-                                         .expert_count = shard_.expert_count};
+                                         .expert_count = shard_.expert_count,
+                                         .ep_group = ep_group_};
   return detail::dense_forward(shard_.weights, inv_freq_, seams, batch, attention, hook);
+}
+
+void TpDenseModel::idle_forward() const {
+  TACHYON_CHECK(ep_group_ != nullptr) << "idle_forward is for an expert-parallel rank";
+  const detail::TensorParallelSeams seams{
+      .group = &group_, .expert_parallel = true, .expert_begin = shard_.expert_begin, .expert_count = shard_.expert_count,
+      .ep_group = ep_group_};
+  const ModelConfig& c = config();
+  const std::vector<LayerKinds> plan = layer_plan(c);
+  for (size_t l = 0; l < plan.size(); ++l) {
+    if (plan[l].mlp == MlpKind::kExperts) detail::parallel_moe(c, shard_.weights.layers[l], seams, {}, 0, nullptr);
+  }
 }
 
 std::vector<float> TpDenseModel::forward(std::span<const int32_t> tokens, SequenceKvCache& cache, bool all_logits,

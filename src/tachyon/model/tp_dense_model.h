@@ -28,7 +28,9 @@ class TpDenseModel {
  public:
   // `group` is the TP group and must outlive the model; shard.tp_rank / tp_size must be its
   // rank and size.
-  TpDenseModel(TpShard shard, dist::Communicator& group);
+  // An expert-parallel shard's experts are spread over `ep_group` (must outlive the model; the
+  // TP group itself when null: --enable-expert-parallel without --dp).
+  TpDenseModel(TpShard shard, dist::Communicator& group, dist::Communicator* ep_group = nullptr);
   // Shards `full` for group.rank() of group.size(), its experts whole when expert_parallel.
   TpDenseModel(const ModelWeights& full, dist::Communicator& group, bool expert_parallel = false);
 
@@ -44,9 +46,15 @@ class TpDenseModel {
   std::vector<float> forward(std::span<const int32_t> tokens, SequenceKvCache& cache, bool all_logits = false,
                              const ForwardHook& hook = nullptr) const;
 
+  // A data-parallel replica with no tokens this step: takes part in every MoE layer's expert
+  // exchange (expert_dispatch.h) with zero rows, so the other replicas' tokens reach the experts
+  // this rank holds. Every rank of the EP group runs forward or idle_forward together.
+  void idle_forward() const;
+
  private:
   TpShard shard_;
   dist::Communicator& group_;
+  dist::Communicator* ep_group_;  // the experts' group under expert parallelism, else null
   std::vector<float> inv_freq_;  // [head_dim / 2]
 };
 

@@ -5,17 +5,19 @@
 //                              rank routes every token alike. The routed and shared partial
 //                              products add into one [n, hidden] and ONE all-reduce per layer
 //                              sums them, as after a dense MLP's down.
-//   expert parallel            (--enable-expert-parallel) rank r holds experts
-//                              [r * E / N, (r + 1) * E / N) whole and runs them on the tokens routed
-//                              there. Dispatch needs no collective: activations are replicated after
-//                              the attention all-reduce, so every rank routes every token. The
-//                              combine sums the ranks' routed outputs in FIXED rank order 0..N-1
-//                              (all_gather, then a local ordered sum), whatever the backend's
-//                              all_reduce order, so EP is reproducible and identical on all ranks;
-//                              the shared expert is replicated and added after, as the reference
-//                              adds it after the routed sum.
+//   expert parallel            (--enable-expert-parallel, and every --dp run) the EP group's rank
+//                              g holds experts [g * E / G, (g + 1) * E / G) whole. The tokens are
+//                              replicated over the TP group (after the attention all-reduce), so
+//                              TP rank t is the source of rows [t * n / tp, (t + 1) * n / tp) only:
+//                              it sends each to the ranks holding its experts and combines what
+//                              comes back in expert index order by all_to_all_v
+//                              (expert_dispatch.h), adds the shared expert (held whole on every
+//                              rank) to those rows, and one all_gatherv over the TP group
+//                              reassembles [n, hidden] on every TP rank. The routed sum of a token
+//                              is added as the single rank adds it, so EP is reproducible and
+//                              identical on every rank of a TP group.
 // Unsharded (group == nullptr) it is moe_mlp exactly.
-// Tests: tests/unit/test_tp_families.cpp.
+// Tests: tests/unit/test_tp_families.cpp, test_expert_dispatch.cpp, test_dp_families.cpp.
 #pragma once
 
 #include <cstdint>
@@ -29,12 +31,10 @@
 namespace tachyon::model::detail {
 
 // x: [n, hidden] post-attention-normed hidden states -> [n, hidden], the layer's full MoE output
-// on every rank. router_logits, when given, receives [n, num_experts] (identical on all ranks).
+// on every rank of the TP group. router_logits, when given, receives [n, num_experts]
+// (identical on all ranks). n may be 0 under expert parallelism (an idle data-parallel rank
+// serving the other ranks' tokens).
 std::vector<float> parallel_moe(const ModelConfig& config, const LayerWeights& w, const TensorParallelSeams& tp,
                                 std::span<const float> x, int64_t n, std::vector<float>* router_logits);
-
-// values: [count] f32 on every rank -> the sum over the group, added in rank order 0..size-1 on
-// every rank (bit-identical everywhere and from run to run, on any backend).
-void sum_in_rank_order(dist::Communicator& group, std::vector<float>& values);
 
 }  // namespace tachyon::model::detail

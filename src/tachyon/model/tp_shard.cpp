@@ -158,18 +158,37 @@ ModelConfig tp_rank_config(const ModelConfig& config, int tp, bool expert_parall
   return c;
 }
 
+void check_dp_size(const ModelConfig& c, int dp, int tp) {
+  TACHYON_CHECK(dp >= 1) << "--dp must be at least 1, got " << dp;
+  TACHYON_CHECK(c.is_moe()) << "--dp " << dp << ": " << c.architecture
+                            << " has no mixture-of-experts layer; data-parallel attention is built for MoE models, "
+                               "whose experts it spreads over the DP x TP ranks (serve a dense model with --tp, or "
+                               "run one server per replica)";
+  TACHYON_CHECK(c.num_experts % (dp * tp) == 0)
+      << "--dp " << dp << " x --tp " << tp << " = " << dp * tp << " expert-parallel ranks do not divide num_experts "
+      << c.num_experts << " (every rank holds the same number of experts)";
+  if (tp > 1) check_tp_size(c, tp, /*expert_parallel=*/true);
+}
+
+namespace {
+
 template <typename T>
-BasicTpShard<T> shard_weights(const BasicModelWeights<T>& full, int tp_rank, int tp_size, bool expert_parallel) {
+BasicTpShard<T> shard_with_experts(const BasicModelWeights<T>& full, int tp_rank, int tp_size, int ep_rank,
+                                   int ep_size) {
   const ModelConfig& c = full.config;
+  const bool expert_parallel = ep_size > 0;
   TACHYON_CHECK(tp_rank >= 0 && tp_rank < tp_size) << "tensor parallel rank " << tp_rank << " outside [0, " << tp_size << ")";
   BasicTpShard<T> shard;
   shard.tp_rank = tp_rank;
   shard.tp_size = tp_size;
-  shard.weights.config = tp_rank_config(c, tp_size, expert_parallel);
+  // Whole experts keep their width; one TP rank (a data-parallel replica of one rank) splits nothing.
+  shard.weights.config = tp_rank_config(c, tp_size, expert_parallel && tp_size > 1);
   if (expert_parallel) {
+    TACHYON_CHECK(ep_rank >= 0 && ep_rank < ep_size && c.num_experts % ep_size == 0)
+        << "expert parallel rank " << ep_rank << " of " << ep_size << " over " << c.num_experts << " experts";
     shard.expert_parallel = true;
-    shard.expert_count = c.num_experts / tp_size;
-    shard.expert_begin = tp_rank * shard.expert_count;
+    shard.expert_count = c.num_experts / ep_size;
+    shard.expert_begin = ep_rank * shard.expert_count;
   }
   const ModelConfig& rc = shard.weights.config;
   const int64_t hidden = c.hidden_size, hd = c.head_dim, inter = c.intermediate_size;
@@ -222,7 +241,21 @@ BasicTpShard<T> shard_weights(const BasicModelWeights<T>& full, int tp_rank, int
   return shard;
 }
 
+}  // namespace
+
+template <typename T>
+BasicTpShard<T> shard_weights(const BasicModelWeights<T>& full, int tp_rank, int tp_size, bool expert_parallel) {
+  return shard_with_experts(full, tp_rank, tp_size, tp_rank, expert_parallel ? tp_size : 0);
+}
+
+template <typename T>
+BasicTpShard<T> shard_weights(const BasicModelWeights<T>& full, int tp_rank, int tp_size, int ep_rank, int ep_size) {
+  TACHYON_CHECK(ep_size >= 1) << "expert parallel size " << ep_size;
+  return shard_with_experts(full, tp_rank, tp_size, ep_rank, ep_size);
+}
+
 template TpShard shard_weights(const ModelWeights&, int, int, bool);
 template Bf16TpShard shard_weights(const Bf16ModelWeights&, int, int, bool);
+template TpShard shard_weights(const ModelWeights&, int, int, int, int);
 
 }  // namespace tachyon::model

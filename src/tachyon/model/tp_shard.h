@@ -15,7 +15,7 @@
 //            expert split along their intermediate dim as gate/up/down are (so the rank's
 //            moe_intermediate_size is I_moe / tp); their partial sums join one all-reduce
 //            (tp_moe.h). With expert_parallel (--enable-expert-parallel) instead: experts
-//            [r*E/tp, (r+1)*E/tp) whole, the shared expert whole (replicated), and
+//            [r*E/tp, (r+1)*E/tp) whole (over the DP x TP ranks under --dp), the shared expert whole (replicated), and
 //            moe_intermediate_size unchanged; the combine is tp_moe.h's fixed-order sum;
 //   embed    vocab-parallel: rows [r*V/tp, (r+1)*V/tp); a token outside them embeds as zeros, and
 //            the all-reduce over the group leaves every rank with the full embedding;
@@ -69,6 +69,11 @@ void check_tp_size(const ModelConfig& config, int tp_size, bool expert_parallel 
 // CPU thread ranks.
 std::string cuda_tp_unsupported_reason(const ModelConfig& config, bool expert_parallel = false);
 
+// Throws Error naming the reason when `config` cannot run with data-parallel attention over dp
+// replicas of tp ranks each: only MoE models (their experts spread over the dp * tp ranks, which
+// must divide num_experts); a dense model gains nothing from --dp in one process.
+void check_dp_size(const ModelConfig& config, int dp, int tp);
+
 // The per-rank config: heads, kv heads (>= 1, replicated when tp > KV) and intermediate divided,
 // and moe_intermediate_size unless expert_parallel (num_experts stays: the router's width).
 ModelConfig tp_rank_config(const ModelConfig& config, int tp_size, bool expert_parallel = false);
@@ -77,5 +82,9 @@ ModelConfig tp_rank_config(const ModelConfig& config, int tp_size, bool expert_p
 template <typename T>
 BasicTpShard<T> shard_weights(const BasicModelWeights<T>& full, int tp_rank, int tp_size,
                               bool expert_parallel = false);
+// The same with the experts spread over an expert-parallel group other than the TP group (data-
+// parallel attention: rank ep_rank of ep_size = dp * tp holds experts [ep_rank * E / ep_size, ...)).
+template <typename T>
+BasicTpShard<T> shard_weights(const BasicModelWeights<T>& full, int tp_rank, int tp_size, int ep_rank, int ep_size);
 
 }  // namespace tachyon::model

@@ -229,6 +229,12 @@ void PeerCommunicator::all_gatherv(std::span<const GatherItem> items, void* stre
   fallback("all_gatherv").all_gatherv(items, stream);
 }
 
+void PeerCommunicator::all_to_all_v(std::span<const AllToAllItem> /*items*/, void* /*stream*/) {
+  throw NotImplementedOnBackend("rank " + std::to_string(rank_) + " of " + std::to_string(size()) +
+                                ": all_to_all_v is not implemented on the peer-access communicator yet (expert-"
+                                "parallel dispatch runs on CPU thread ranks: --device cpu)");
+}
+
 void PeerCommunicator::send(const void* data, size_t bytes, int peer, void* stream) {
   fallback("send").send(data, bytes, peer, stream);
 }

@@ -101,6 +101,8 @@ class PeerCommunicator final : public Communicator {
   void reduce_scatter(const void* send, void* recv, size_t count, ReduceType type, void* stream) override;
   void broadcast(void* data, size_t bytes, int root, void* stream) override;
   void all_gatherv(std::span<const GatherItem> items, void* stream) override;
+  // Not built: throws NotImplementedOnBackend (expert-parallel dispatch runs on CPU ranks).
+  void all_to_all_v(std::span<const AllToAllItem> items, void* stream) override;
   void send(const void* data, size_t bytes, int peer, void* stream) override;
   void recv(void* data, size_t bytes, int peer, void* stream) override;
   void send_recv(const void* send_data, size_t send_bytes, int dst, void* recv_data, size_t recv_bytes, int src,

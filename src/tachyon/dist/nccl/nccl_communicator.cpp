@@ -211,6 +211,12 @@ void NcclCommunicator::send_recv(const void* send_data, size_t send_bytes, int d
   TACHYON_NCCL_COMM_CHECK(ncclGroupEnd());
 }
 
+void NcclCommunicator::all_to_all_v(std::span<const AllToAllItem> /*items*/, void* /*stream*/) {
+  throw NotImplementedOnBackend("rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
+                                ": all_to_all_v is not implemented on the NCCL backend yet (expert-parallel "
+                                "dispatch runs on CPU thread ranks: --device cpu)");
+}
+
 void NcclCommunicator::barrier() {
   cudaStream_t stream = as_stream(barrier_stream_);
   TACHYON_NCCL_COMM_CHECK(ncclAllReduce(barrier_value_, barrier_value_, 1, ncclInt32, ncclSum, comm_, stream));
