@@ -148,7 +148,8 @@ struct Fp8Product {
 // (m, n, k): Llama-3-8B's qkv, o, down and gate_up at prefill and batch sizes, DeepSeek's kv_a,
 // q_b and o; these must have an algorithm.
 const std::vector<std::array<int64_t, 3>> kModelShapes = {
-    {9, 6144, 4096}, {16, 4096, 4096}, {100, 4096, 14336}, {512, 28672, 4096}, {33, 576, 7168}, {20, 24576, 1536},
+    {9, 6144, 4096},   {16, 4096, 4096},  {24, 4096, 4096},    {64, 6144, 4096},   {100, 4096, 14336},
+    {128, 4096, 4096}, {512, 28672, 4096}, {2048, 6144, 4096}, {33, 576, 7168},    {20, 24576, 1536},
     {64, 7168, 16384}};
 // Awkward: k not a multiple of 128, tiny n and k; an algorithm may be missing.
 const std::vector<std::array<int64_t, 3>> kAwkwardShapes = {{17, 208, 1040}, {9, 16, 16}, {300, 64, 64}};
@@ -171,7 +172,8 @@ TEST(Fp8Gemm, MatchesTheCpuProductOfTheDequantizedOperands) {
         for (size_t i = static_cast<size_t>(m * n); i < got.size(); ++i) ASSERT_TRUE(std::isnan(got[i])) << shape;
         got.resize(static_cast<size_t>(m * n));
         if (!ran) {
-          EXPECT_FALSE(must_run) << shape << ": cuBLASLt has no block-scaled FP8 algorithm for a model shape";
+          EXPECT_FALSE(must_run) << shape << ": cuBLASLt has no block-scaled FP8 algorithm for a model shape: "
+                                 << gemm.fp8_refusal(m, n, k, with_bias);
           for (float v : got) ASSERT_TRUE(std::isnan(v)) << shape << ": output written without an algorithm";
           continue;
         }
@@ -200,7 +202,7 @@ TEST(Fp8Gemm, QuantizeAndProductRunInsideCudaGraphCapture) {
     return gemm.linear_fp8(out.data(), rows.data(), row_scales.data(), product.weight_device.data(),
                            product.weight_scale.data(), product.bias_device.data(), m, n, k, stream.stream);
   };
-  ASSERT_TRUE(issue());  // eager first: cuBLASLt loads its kernels outside the capture
+  ASSERT_TRUE(issue()) << gemm.fp8_refusal(m, n, k, true);  // eager first: cuBLASLt loads its kernels outside the capture
   TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream.stream));
   const std::vector<float> eager = gpu_test::download_f32(out);
   cudaGraph_t graph = nullptr;

@@ -17,7 +17,6 @@
 #include <fstream>
 #include <functional>
 #include <map>
-#include <set>
 #include <thread>
 #include <vector>
 
@@ -159,7 +158,7 @@ struct GemmRunner::Impl {
   cublasLtMatmulPreference_t preference = nullptr;
   tachyon::cuda::DeviceBuffer workspace;
   std::map<GemmProblem, Plan> plans;  // host lookup per call; plans are never erased
-  std::set<GemmProblem> unsupported;  // linear_fp8 shapes cuBLASLt has no algorithm for
+  std::map<GemmProblem, std::string> unsupported;  // linear_fp8 shapes cuBLASLt has no algorithm for, and why
 
   ~Impl() {
     plans.clear();
@@ -361,14 +360,19 @@ bool GemmRunner::linear_fp8(bf16* out, const uint8_t* in, const float* in_scale,
   Plan* plan = nullptr;
   try {
     plan = &impl_->plan_for(p);
-  } catch (const std::exception&) {  // no block-scaled algorithm for this shape on this GPU
-    impl_->unsupported.insert(p);
+  } catch (const std::exception& error) {  // no block-scaled algorithm for this shape on this GPU
+    impl_->unsupported.emplace(p, error.what());
     return false;
   }
   impl_->set_scales(*plan, in_scale, weight_scale, p);
   if (bias != nullptr) impl_->set_bias(*plan, bias, p);
   TACHYON_CUBLAS_CHECK(impl_->run(*plan, plan->algo, out, in, weight, stream), to_string(p));
   return true;
+}
+
+std::string GemmRunner::fp8_refusal(int64_t m, int64_t n, int64_t k, bool has_bias) const {
+  const auto it = impl_->unsupported.find({.m = m, .n = n, .k = k, .has_bias = has_bias, .fp8 = true});
+  return it == impl_->unsupported.end() ? std::string() : it->second;
 }
 
 void GemmRunner::tune(std::span<const GemmProblem> problems, cudaStream_t stream, const GemmTuneOptions& options) {

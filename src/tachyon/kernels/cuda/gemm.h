@@ -78,6 +78,8 @@ class GemmRunner {
   // asked outside graph capture as for linear().
   bool linear_fp8(bf16* out, const uint8_t* in, const float* in_scale, const uint8_t* weight, const float* weight_scale,
                   const bf16* bias, int64_t m, int64_t n, int64_t k, cudaStream_t stream);
+  // Why linear_fp8 answered false for a shape (cuBLASLt's words); "" when it did not.
+  std::string fp8_refusal(int64_t m, int64_t n, int64_t k, bool has_bias) const;
 
   // Times the top heuristic candidates of each (bf16) problem on `stream` with CUDA events (on random
   // data in temporary device buffers sized for the largest problem: call it before the KV

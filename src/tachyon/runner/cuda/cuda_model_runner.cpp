@@ -192,6 +192,11 @@ void CudaModelRunner::linear(LinearRole role, LinearShape shape, void* out, kc::
                            shape.n, shape.k, stream)) {
         return;
       }
+      if (fp8_fallbacks_logged_.insert({m, shape.n, shape.k}).second) {
+        std::fprintf(stderr, "tachyon: FP8 product m=%lld n=%lld k=%lld runs dequantized in bf16: %s\n",
+                     static_cast<long long>(m), static_cast<long long>(shape.n), static_cast<long long>(shape.k),
+                     gemm_.fp8_refusal(m, shape.n, shape.k, bias != nullptr).c_str());
+      }
     }
     auto* scratch = static_cast<kc::bf16*>(fp8_scratch_.data());
     kc::fp8_dequantize(scratch, weight.fp8, weight.scale, shape.n, shape.k, stream);

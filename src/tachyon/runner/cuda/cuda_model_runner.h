@@ -41,6 +41,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "tachyon/core/engine_config.h"
@@ -128,6 +129,7 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   cuda::DeviceBuffer fp8_scratch_;  // FP8 runs: one projection dequantized to bf16 (kernels/cuda/fp8.h)
   cuda::DeviceBuffer fp8_rows_;        // FP8 runs: a product's input rows in E4M3 ...
   cuda::DeviceBuffer fp8_row_scales_;  // ... and their factors (kernels/cuda/fp8.h fp8_quantize_rows)
+  std::set<std::array<int64_t, 3>> fp8_fallbacks_logged_;  // (m, n, k) told once each on stderr
   StepInputLimits limits_;
   StepInputLayout layout_;
   size_t staging_bytes_ = 0;
