@@ -80,8 +80,24 @@ async function main() {
   checkMessage(streamedTools, model);
   assert.equal(textOf(streamedTools), textOf(withTools));
   assert.equal(streamedTools.stop_reason, withTools.stop_reason);
-  await assert.rejects(client.messages.create({ ...params, tools, tool_choice: { type: 'any' } }),
-    (e) => e instanceof Anthropic.BadRequestError && /tool_choice/.test(e.message));
+  checks++;
+
+  // Forced calls: tool_choice any and tool decode under the tool-call grammar, so even a random
+  // model answers with exactly one valid tool_use block (thinking off: the call comes first).
+  const bounded = [{ ...tools[0], input_schema: { type: 'object', properties: { city: { type: 'string', maxLength: 8 } }, required: ['city'] } }];
+  for (const tool_choice of [{ type: 'any', disable_parallel_tool_use: true }, { type: 'tool', name: 'get_weather' }]) {
+    const forcedParams = { ...params, max_tokens: 100, temperature: 0, tools: bounded, tool_choice, thinking: { type: 'disabled' } };
+    const forced = await client.messages.create(forcedParams);
+    assert.equal(forced.stop_reason, 'tool_use', JSON.stringify(forced));
+    const uses = forced.content.filter((b) => b.type === 'tool_use');
+    assert.equal(uses.length, 1);
+    assert.equal(uses[0].name, 'get_weather');
+    assert.deepEqual(Object.keys(uses[0].input), ['city']);
+    assert.ok(typeof uses[0].input.city === 'string' && [...uses[0].input.city].length <= 8);
+    const streamedForced = await client.messages.stream(forcedParams).finalMessage();
+    assert.deepEqual(streamedForced.content.filter((b) => b.type === 'tool_use').map((b) => [b.name, b.input]),
+                     uses.map((b) => [b.name, b.input]));
+  }
   checks++;
 
   console.log(`anthropic client: ${checks} checks passed`);

@@ -87,10 +87,10 @@ async function main() {
       { role: 'tool', tool_call_id: 'call_1', content: '18 C, sunny' }],
   });
   assert.equal(roundTrip.choices[0].message.role, 'assistant');
-  await assert.rejects(client.chat.completions.create({ ...toolParams, tool_choice: 'required' }), (err) => {
+  await assert.rejects(client.chat.completions.create({ ...toolParams, tool_choice: 'required', response_format: { type: 'json_object' } }), (err) => {
     assert.equal(err.status, 400);
     assert.equal(err.constructor.name, 'BadRequestError');
-    assert.match(err.message, /structured outputs/);
+    assert.match(err.message, /cannot be combined/);
     return true;
   });
   await assert.rejects(

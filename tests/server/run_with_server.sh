@@ -3,7 +3,8 @@
 # given client command with the base URL and model name appended, then stops the server with
 # SIGTERM and requires a clean exit. Used by ctest for the openai npm client and curl tests.
 # MODEL_ARCH / MODEL_PRESET pick another make-model architecture and preset (default qwen3 tiny),
-# so the same clients check that every architecture is served. SERVE_ARGS adds serve options;
+# so the same clients check that every architecture is served; MODEL_TOKENIZER another real
+# tokenizer and chat template (default qwen3). SERVE_ARGS adds serve options;
 # in them, @DRAFT@ stands for a draft model made beside the served one (its twin: same seed).
 #   run_with_server.sh TACHYON TOKENIZERS_DIR -- command args...
 set -euo pipefail
@@ -17,7 +18,7 @@ if [ "${DEFAULT_MODEL:-0}" = 1 ]; then  # the built-in default model, cached und
   XDG_CACHE_HOME="$work/cache" "$TACHYON" serve --port 0 --served-model-name tiny > "$work/log" 2>&1 &
 else
   "$TACHYON" make-model --arch "${MODEL_ARCH:-qwen3}" --preset "${MODEL_PRESET:-tiny}" --seed 3 \
-    --tokenizer "$TOKENIZERS/qwen3" --out "$work/model" > /dev/null
+    --tokenizer "$TOKENIZERS/${MODEL_TOKENIZER:-qwen3}" --out "$work/model" > /dev/null
   extra=${SERVE_ARGS:-}
   if [[ "$extra" == *@DRAFT@* ]]; then
     "$TACHYON" make-model --arch "${MODEL_ARCH:-qwen3}" --preset "${MODEL_PRESET:-tiny}" --seed 3 \

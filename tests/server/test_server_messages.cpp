@@ -83,7 +83,7 @@ TEST_F(ServerMessages, ValidationErrorsAreAnthropicShaped) {
       {R"({"model":"tiny","max_tokens":5,"stop_sequences":"x",)" + user + "}", 400, "invalid_request_error"},
       {R"({"model":"tiny","max_tokens":5,"temperature":-1,)" + user + "}", 400, "invalid_request_error"},
       {R"({"model":"tiny","max_tokens":5,"tools":[{"name":"f","input_schema":{"type":"object"}}],)"
-       R"("tool_choice":{"type":"any"},)" + user + "}", 400, "invalid_request_error"},
+       R"("tool_choice":{"type":"some"},)" + user + "}", 400, "invalid_request_error"},
       {R"({"model":"tiny","max_tokens":5,"tools":[{"name":"f"}],)" + user + "}", 400, "invalid_request_error"},
       {R"({"model":"tiny","max_tokens":5,"thinking":{"type":"enabled"},)" + user + "}", 400, "invalid_request_error"},
       {"{not json", 400, "invalid_request_error"},

@@ -3,7 +3,8 @@
 // never write a tool call, so the call shapes are pinned by tests/unit/test_chat_output.cpp on
 // the same assembly functions the route uses; here: tool_choice validation answers OpenAI-shaped
 // 400s naming the field, and with tools offered a plain answer still comes back whole and
-// streamed alike, as content with finish_reason "stop".
+// streamed alike, as content with finish_reason "stop". Forced calls (tool_choice required or
+// named), which the grammar makes even a random model write: tests/server/openai_tool_choice_client.cjs.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -41,8 +42,9 @@ TEST_F(ServerTools, ToolChoiceValidation) {
     std::string fields, param;
   };
   const std::vector<Case> cases = {
-      {kTools + R"(,"tool_choice":"required")", "tool_choice"},
-      {kTools + R"(,"tool_choice":{"type":"function","function":{"name":"get_weather"}})", "tool_choice"},
+      {kTools + R"(,"tool_choice":"required","guided_choice":["a"])", "tool_choice"},
+      {kTools + R"(,"tool_choice":{"type":"function","function":{"name":"get_weather"}},"response_format":{"type":"json_object"})",
+       "tool_choice"},
       {kTools + R"(,"tool_choice":{"type":"function","function":{"name":"get_time"}})", "tool_choice.function.name"},
       {kTools + R"(,"tool_choice":"maybe")", "tool_choice"},
       {kTools + R"(,"tool_choice":["auto"])", "tool_choice"},
@@ -59,8 +61,8 @@ TEST_F(ServerTools, ToolChoiceValidation) {
     EXPECT_EQ(error["param"], c.param) << r->body;
     EXPECT_FALSE(error["message"].get<std::string>().empty());
   }
-  auto r = chat(kTools + R"(,"tool_choice":"required")");
-  EXPECT_NE(r->body.find("structured outputs"), std::string::npos) << r->body;
+  auto r = chat(kTools + R"(,"tool_choice":"required","guided_choice":["a"])");
+  EXPECT_NE(r->body.find("cannot be combined"), std::string::npos) << r->body;
 }
 
 TEST_F(ServerTools, PlainAnswerWithToolsOfferedEndsWithStop) {

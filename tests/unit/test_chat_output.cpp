@@ -187,6 +187,10 @@ TEST(ToolChoice, AutoAndNone) {
   EXPECT_EQ(chat(R"("tool_choice": "none")").tool_choice, ToolChoice::kNone);
   EXPECT_EQ(chat(R"("tool_choice": null)").tool_choice, ToolChoice::kAuto);
   EXPECT_FALSE(chat(std::string(kTools) + R"(, "parallel_tool_calls": false)").parallel_tool_calls);
+  EXPECT_EQ(chat(std::string(kTools) + R"(, "tool_choice": "required")").tool_choice, ToolChoice::kRequired);
+  const ChatRequest named = chat(std::string(kTools) + R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}})");
+  EXPECT_EQ(named.tool_choice, ToolChoice::kFunction);
+  EXPECT_EQ(named.tool_choice_function, "get_weather");
 }
 
 TEST(ToolChoice, Refusals) {
@@ -194,9 +198,10 @@ TEST(ToolChoice, Refusals) {
     std::string fields, param, message_part;
   };
   const std::vector<Case> cases = {
-      {std::string(kTools) + R"(, "tool_choice": "required")", "tool_choice", "structured outputs"},
-      {std::string(kTools) + R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}})",
-       "tool_choice", "structured outputs"},
+      {std::string(kTools) + R"(, "tool_choice": "required", "guided_regex": "a")", "tool_choice", "cannot be combined"},
+      {std::string(kTools) + R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, )"
+                             R"("response_format": {"type": "json_object"})",
+       "tool_choice", "cannot be combined"},
       {std::string(kTools) + R"(, "tool_choice": {"type": "function", "function": {"name": "nope"}})",
        "tool_choice.function.name", "no function named 'nope'"},
       {std::string(kTools) + R"(, "tool_choice": "sometimes")", "tool_choice", "Invalid value"},

@@ -12,9 +12,9 @@
 //  - max_tokens is required; stop_sequences -> stop; temperature, top_p, top_k, stream as is;
 //    metadata is ignored.
 //  - tools [{name, description, input_schema}] -> function tools; tool_choice auto / none as the
-//    chat route's; any and tool (forcing a call) are refused with a 400 until structured outputs
-//    exist; disable_parallel_tool_use -> parallel_tool_calls false. Server tools (a "type" other
-//    than "custom") are refused.
+//    chat route's, any -> "required" and tool -> the named function (a forced call, decoded under
+//    the tool-call grammar); disable_parallel_tool_use -> parallel_tool_calls false. Server tools
+//    (a "type" other than "custom") are refused.
 //  - thinking {type: enabled | disabled} -> chat_template_kwargs.enable_thinking true | false
 //    (templates that do not read it ignore it); budget_tokens is checked, not enforced.
 //  - Errors: {"type":"error","error":{"type","message"}}, the type chosen from the HTTP status.

@@ -172,13 +172,13 @@ void convert_tool_choice(const Json& choice, const Json& tools, Json& chat) {
     if (!known) {
       fields::fail("tool_choice.name", "Invalid value for 'tool_choice.name': no tool named '" + name + "' in 'tools'.");
     }
-  } else if (type != "any") {
+    chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", name}}}};
+  } else if (type == "any") {
+    chat["tool_choice"] = "required";
+  } else {
     fields::fail("tool_choice.type", "Invalid value for 'tool_choice.type': '" + type +
                                          "'. Expected 'auto', 'any', 'tool' or 'none'.");
   }
-  fields::fail("tool_choice", "'tool_choice' of type '" + type +
-                                  "' is not supported by this server yet: forcing a tool call needs structured "
-                                  "outputs (guided decoding). Use 'auto' and let the model choose.");
 }
 
 void convert_thinking(const Json& thinking, Json& chat) {

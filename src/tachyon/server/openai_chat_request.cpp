@@ -220,10 +220,6 @@ void read_tool_choice(const Json& body, ChatRequest& request) {
                                                                   : "naming a function") +
                                     " needs a non-empty 'tools' list.");
   }
-  fields::fail("tool_choice", std::string("'tool_choice' ") +
-                                  (request.tool_choice == ToolChoice::kRequired ? "'required'" : "naming a function") +
-                                  " is not supported by this server yet: forcing a tool call needs structured "
-                                  "outputs (guided decoding). Use 'auto' and let the model choose.");
 }
 
 void read_logprobs(const Json& body, const ServerLimits& limits, ChatRequest& request) {
@@ -261,6 +257,12 @@ ChatRequest parse_chat_request(std::string_view body_text, const ServerLimits& l
   if (max_tokens) request.max_tokens = static_cast<int32_t>(*max_tokens);
   request.params.max_tokens =
       static_cast<int32_t>(max_tokens.value_or(std::min<int64_t>(limits.max_model_len, kInt32Max)));
+  // Kept as asked for: the route may apply it after the model's reasoning (chat_generation).
+  request.constraint = fields::read_structured_spec(body);
+  if (request.constraint && (request.tool_choice == ToolChoice::kRequired || request.tool_choice == ToolChoice::kFunction)) {
+    fields::fail("tool_choice", "a forced tool call ('tool_choice' 'required' or naming a function) constrains the answer "
+                                "to the call, so it cannot be combined with '" + request.constraint->field + "'.");
+  }
   fields::read_sampling_fields(body, limits, request.params);
   fields::check_sequences(1, request.params.n, limits);
   read_logprobs(body, limits, request);

@@ -37,10 +37,12 @@
 //    JSON there is a 400.
 //  - tool_choice: "auto" (the default), "none" (the tools are not shown to the chat template,
 //    so the model is not told of them, and the answer is not parsed for calls), "required" and
-//    {"type": "function", "function": {"name": ...}} are validated (a name not among the tools
-//    is a 400) and then refused with a 400: forcing a call is not wired to the structured-output
-//    grammar engine yet, and an unforced call would break the contract. "required" or a
-//    named function without tools is a 400. parallel_tool_calls: false keeps the first call only.
+//    {"type": "function", "function": {"name": ...}} (a name not among the tools is a 400) force
+//    a call: the route constrains decoding to calls in the model's own format
+//    (structured/tool_call_grammar.h), any of the tools for "required" (several when
+//    parallel_tool_calls is true), exactly one call of the named one otherwise. "required" or a
+//    named function without tools is a 400, and so is either with a structured-output
+//    constraint. parallel_tool_calls: false keeps the first call only.
 //
 // Tests: tests/unit/test_openai_protocol_requests.cpp and test_openai_chat_template_path.cpp
 // (ctest -R openai).
@@ -103,6 +105,9 @@ struct ChatRequest {
   bool parallel_tool_calls = true;
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   bool add_generation_prompt = true;
+  // The structured-output constraint as asked for (params.structured holds it compiled): the route
+  // recompiles it to apply after the reasoning of a model that reasons.
+  std::optional<structured::ConstraintSpec> constraint;
   std::optional<int32_t> max_tokens;  // max_completion_tokens, else max_tokens; nullopt: fill later
   core::SamplingParams params;      // validated; logprobs = top_logprobs when "logprobs": true, else -1
   bool stream = false;

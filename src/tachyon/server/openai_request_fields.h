@@ -58,6 +58,11 @@ void read_sampling_fields(const Json& body, const ServerLimits& limits, core::Sa
 // or an unsupported keyword, is a 400 naming it; so is any constraint when the server has no
 // compiler. Sets params.structured. (openai_structured_fields.cpp)
 void read_structured_fields(const Json& body, const ServerLimits& limits, core::SamplingParams& params);
+// Its two halves: the constraint the body asks for (400 on a bad or second one), and its
+// compilation (400 naming spec.field when it cannot be compiled or there is no compiler).
+std::optional<structured::ConstraintSpec> read_structured_spec(const Json& body);
+std::shared_ptr<const structured::CompiledGrammar> compile_constraint(const structured::ConstraintSpec& spec,
+                                                                      const ServerLimits& limits);
 
 // stream, stream_options.include_usage (stream_options without stream: 400).
 void read_stream_fields(const Json& body, bool& stream, bool& include_usage);

@@ -100,7 +100,7 @@ std::optional<ConstraintSpec> structured_outputs(const Json& body) {
 
 }  // namespace
 
-void read_structured_fields(const Json& body, const ServerLimits& limits, core::SamplingParams& params) {
+std::optional<ConstraintSpec> read_structured_spec(const Json& body) {
   std::vector<ConstraintSpec> specs;
   if (auto spec = response_format(body)) specs.push_back(std::move(*spec));
   if (auto spec = structured_outputs(body)) specs.push_back(std::move(*spec));
@@ -108,22 +108,30 @@ void read_structured_fields(const Json& body, const ServerLimits& limits, core::
   if (const Json* v = find(body, "guided_regex")) specs.push_back({ConstraintSpec::Kind::kRegex, string_field(*v, "guided_regex"), {}, "guided_regex"});
   if (const Json* v = find(body, "guided_choice")) specs.push_back({ConstraintSpec::Kind::kChoice, "", choice_list(*v, "guided_choice"), "guided_choice"});
   if (const Json* v = find(body, "guided_grammar")) specs.push_back({ConstraintSpec::Kind::kGrammar, string_field(*v, "guided_grammar"), {}, "guided_grammar"});
-  if (const Json* v = find(body, "guided_whitespace_pattern")) {
+  if (find(body, "guided_whitespace_pattern") != nullptr) {
     fail("guided_whitespace_pattern", "'guided_whitespace_pattern' is not supported; JSON is generated without free whitespace.");
   }
-  if (specs.empty()) return;
+  if (specs.empty()) return std::nullopt;
   if (specs.size() > 1) {
     fail(specs[1].field, "a request may carry one structured-output constraint, but '" + specs[0].field + "' and '" +
                              specs[1].field + "' were both given.");
   }
+  return std::move(specs[0]);
+}
+
+std::shared_ptr<const structured::CompiledGrammar> compile_constraint(const ConstraintSpec& spec, const ServerLimits& limits) {
   if (limits.grammar_compiler == nullptr) {
-    fail(specs[0].field, "structured outputs are not available here (no tokenizer vocabulary was loaded).");
+    fail(spec.field, "structured outputs are not available here (no tokenizer vocabulary was loaded).");
   }
   try {
-    params.structured = limits.grammar_compiler->compile(specs[0]);
+    return limits.grammar_compiler->compile(spec);
   } catch (const structured::StructuredError& e) {
-    fail(specs[0].field, std::string(e.what()) + ".");
+    fail(spec.field, std::string(e.what()) + ".");
   }
+}
+
+void read_structured_fields(const Json& body, const ServerLimits& limits, core::SamplingParams& params) {
+  if (std::optional<ConstraintSpec> spec = read_structured_spec(body)) params.structured = compile_constraint(*spec, limits);
 }
 
 }  // namespace tachyon::server::fields

@@ -6,14 +6,19 @@
 #include "tachyon/structured/json_schema.h"
 #include "tachyon/structured/matcher.h"
 #include "tachyon/structured/regex_grammar.h"
+#include "tachyon/structured/tool_call_grammar.h"
 
 namespace tachyon::structured {
 
 std::string ConstraintSpec::canonical() const {
-  std::string out = std::to_string(static_cast<int>(kind)) + "\n" + text;
+  std::string out = std::to_string(static_cast<int>(kind)) + "\n" + std::to_string(text.size()) + ":" + text;
   for (const std::string& c : choices) {
     out += '\n';
     out += std::to_string(c.size()) + ":" + c;
+  }
+  if (after_reasoning) {
+    out += "\nafter_reasoning " + std::to_string(after_reasoning->starts_inside) + " " +
+           std::to_string(after_reasoning->start.size()) + ":" + after_reasoning->start + after_reasoning->end;
   }
   return out;
 }
@@ -50,6 +55,8 @@ Grammar build_unchecked(const ConstraintSpec& spec) {
     }
     case ConstraintSpec::Kind::kGrammar:
       return ebnf_grammar(spec.text, spec.field);
+    case ConstraintSpec::Kind::kToolCalls:
+      return tool_call_grammar(nlohmann::ordered_json::parse(spec.text));
   }
   throw StructuredError("internal: unknown constraint kind");
 }
@@ -58,6 +65,7 @@ Grammar build_unchecked(const ConstraintSpec& spec) {
 
 Grammar build_grammar(const ConstraintSpec& spec) {
   Grammar g = build_unchecked(spec);
+  if (spec.after_reasoning) add_reasoning_prefix(g, *spec.after_reasoning);
   g.finish();
   return g;
 }
@@ -75,7 +83,7 @@ std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile(const Constraint
       return it->second->second;
     }
   }
-  static const char* const kNames[] = {"json_object", "json_schema", "regex", "choice", "grammar"};
+  static const char* const kNames[] = {"json_object", "json_schema", "regex", "choice", "grammar", "tool_calls"};
   auto compiled = std::make_shared<const CompiledGrammar>(build_grammar(spec), vocabulary_,
                                                           kNames[static_cast<int>(spec.kind)]);
   // The start state and its mask, here on the HTTP thread: a grammar that cannot even start

@@ -9,21 +9,27 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "tachyon/structured/compiled_grammar.h"
+#include "tachyon/structured/reasoning_prefix.h"
 
 namespace tachyon::structured {
 
 // What a request asked for, before compilation.
 struct ConstraintSpec {
-  enum class Kind { kJsonObject, kJsonSchema, kRegex, kChoice, kGrammar };
+  enum class Kind { kJsonObject, kJsonSchema, kRegex, kChoice, kGrammar, kToolCalls };
   Kind kind = Kind::kJsonObject;
-  std::string text;                  // kJsonSchema: the schema's JSON; kRegex: the regex; kGrammar: EBNF
+  // kJsonSchema: the schema's JSON; kRegex: the regex; kGrammar: EBNF; kToolCalls: the request of
+  // tool_call_grammar (tool_call_grammar.h) as JSON.
+  std::string text;
   std::vector<std::string> choices;  // kChoice
   std::string field;                 // the request field it came from, for error messages
+  // Set: the constraint applies after the model's reasoning (reasoning_prefix.h).
+  std::optional<ReasoningPrefix> after_reasoning;
 
   std::string canonical() const;     // the cache key
 };

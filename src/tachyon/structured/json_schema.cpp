@@ -27,27 +27,34 @@ const std::map<std::string, std::string, std::less<>> kFormats = {
     {"uuid", R"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"},
 };
 
-class SchemaCompiler {
- public:
-  explicit SchemaCompiler(const Json& root) : root_(root) {}
+}  // namespace
 
-  Grammar compile() {
-    const int32_t root = g_.add_rule("root");
-    g_.add_alternative(root, schema(root_, "", 0));
-    g_.set_root(root);
-    return std::move(g_);
+// The rules of any JSON value (string, number, object, ...) are built once per grammar and shared
+// by every schema added to it; "$ref"s resolve within the document being added.
+class JsonSchemaBuilder::Compiler {
+ public:
+  explicit Compiler(Grammar& grammar) : g_(grammar) {}
+
+  Sequence add(const Json& document, const std::string& what) {
+    root_ = &document;
+    what_ = what;
+    refs_.clear();
+    return schema(document, "", 0);
   }
 
-  Grammar any_object() {
-    const int32_t root = g_.add_rule("root");
-    g_.add_alternative(root, object_any());
-    g_.set_root(root);
-    return std::move(g_);
+  Sequence object_any() {
+    if (object_ < 0) {
+      object_ = g_.add_rule("json_object");
+      const Sequence member = concat({string_any(), g_.literal(": "), value_any()});
+      g_.add_alternative(object_, g_.literal("{}"));
+      g_.add_alternative(object_, concat({g_.literal("{"), member, g_.star(concat({g_.literal(", "), member}), "json_members"), g_.literal("}")}));
+    }
+    return Grammar::ref(object_);
   }
 
  private:
-  [[noreturn]] static void fail(const std::string& path, const std::string& message) {
-    throw StructuredError("json_schema" + (path.empty() ? std::string() : " at '" + path + "'") + ": " + message);
+  [[noreturn]] void fail(const std::string& path, const std::string& message) const {
+    throw StructuredError(what_ + (path.empty() ? std::string() : " at '" + path + "'") + ": " + message);
   }
   static std::string join(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
 
@@ -105,15 +112,6 @@ class SchemaCompiler {
       }
     }
     return Grammar::ref(value_);
-  }
-  Sequence object_any() {
-    if (object_ < 0) {
-      object_ = g_.add_rule("json_object");
-      const Sequence member = concat({string_any(), g_.literal(": "), value_any()});
-      g_.add_alternative(object_, g_.literal("{}"));
-      g_.add_alternative(object_, concat({g_.literal("{"), member, g_.star(concat({g_.literal(", "), member}), "json_members"), g_.literal("}")}));
-    }
-    return Grammar::ref(object_);
   }
   Sequence array_any() {
     if (array_ < 0) {
@@ -215,7 +213,7 @@ class SchemaCompiler {
     fail(join(path, "type"), "unknown type '" + type + "'");
   }
 
-  static int64_t count(const Json& s, const char* key, const std::string& path, int64_t fallback) {
+  int64_t count(const Json& s, const char* key, const std::string& path, int64_t fallback) const {
     const auto it = s.find(key);
     if (it == s.end()) return fallback;
     if (!it->is_number_integer() || it->get<int64_t>() < 0) fail(join(path, key), std::string("'") + key + "' must be a non-negative integer");
@@ -243,7 +241,7 @@ class SchemaCompiler {
         }
         regex = f->second;
       }
-      return concat({g_.literal("\""), compile_regex(g_, regex, RegexContext::kJsonString, "json_schema at '" + join(path, "pattern") + "'"), g_.literal("\"")});
+      return concat({g_.literal("\""), compile_regex(g_, regex, RegexContext::kJsonString, what_ + " at '" + join(path, "pattern") + "'"), g_.literal("\"")});
     }
     if (min == 0 && max < 0) return string_any();
     return concat({g_.literal("\""), g_.repeat(character(), min, max, "string_chars"), g_.literal("\"")});
@@ -321,7 +319,7 @@ class SchemaCompiler {
     const std::string target = ref.get<std::string>();
     if (auto it = refs_.find(target); it != refs_.end()) return Grammar::ref(it->second);
     if (target.empty() || target[0] != '#') fail(path, "only local references ('#', '#/$defs/...') are supported, not '" + target + "'");
-    const Json* node = &root_;
+    const Json* node = root_;
     if (target.size() > 1) {
       // ordered_json has its own pointer type; walk by the pointer's tokens.
       std::string rest = target.substr(1);
@@ -350,19 +348,36 @@ class SchemaCompiler {
     return Grammar::ref(rule);
   }
 
-  const Json& root_;
-  Grammar g_;
+  Grammar& g_;
+  const Json* root_ = nullptr;  // the document being added ("$ref" targets)
+  std::string what_;            // names it in messages
   std::map<std::string, int32_t> refs_;
   int32_t char_ = -1, string_ = -1, integer_ = -1, number_ = -1, value_ = -1, object_ = -1, array_ = -1;
 };
 
-}  // namespace
+JsonSchemaBuilder::JsonSchemaBuilder(Grammar& grammar) : compiler_(std::make_unique<Compiler>(grammar)) {}
+JsonSchemaBuilder::~JsonSchemaBuilder() = default;
 
-Grammar json_schema_grammar(const nlohmann::ordered_json& schema) { return SchemaCompiler(schema).compile(); }
+Sequence JsonSchemaBuilder::value(const nlohmann::ordered_json& schema, const std::string& what) {
+  return compiler_->add(schema, what);
+}
+
+Sequence JsonSchemaBuilder::any_object() { return compiler_->object_any(); }
+
+Grammar json_schema_grammar(const nlohmann::ordered_json& schema) {
+  Grammar g;
+  const int32_t root = g.add_rule("root");
+  g.add_alternative(root, JsonSchemaBuilder(g).value(schema, "json_schema"));
+  g.set_root(root);
+  return g;
+}
 
 Grammar json_object_grammar() {
-  const nlohmann::ordered_json empty = nlohmann::ordered_json::object();
-  return SchemaCompiler(empty).any_object();
+  Grammar g;
+  const int32_t root = g.add_rule("root");
+  g.add_alternative(root, JsonSchemaBuilder(g).any_object());
+  g.set_root(root);
+  return g;
 }
 
 }  // namespace tachyon::structured

@@ -17,11 +17,31 @@
 // refused by name (StructuredError -> 400): ignoring it would let outputs break the schema.
 #pragma once
 
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "tachyon/structured/grammar.h"
 
 namespace tachyon::structured {
+
+// Adds JSON values matching schemas to a grammar under construction, so that a larger grammar
+// (a forced tool call: markers, names and each tool's arguments) embeds them; the rules of any
+// JSON value are built once and shared by every schema added.
+class JsonSchemaBuilder {
+ public:
+  explicit JsonSchemaBuilder(Grammar& grammar);  // grammar outlives the builder
+  ~JsonSchemaBuilder();
+  // A value matching `schema` ("$ref"s resolve within it). Throws StructuredError; `what` names
+  // the schema in its message ("json_schema", "tools[0].function.parameters").
+  Sequence value(const nlohmann::ordered_json& schema, const std::string& what);
+  // Any JSON object.
+  Sequence any_object();
+
+ private:
+  class Compiler;
+  std::unique_ptr<Compiler> compiler_;
+};
 
 // Throws StructuredError naming the keyword and its path ("properties.items.minimum").
 Grammar json_schema_grammar(const nlohmann::ordered_json& schema);

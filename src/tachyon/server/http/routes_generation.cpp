@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <memory>
 
+#include "tachyon/server/chat_constraint.h"
 #include "tachyon/server/chat_output.h"
 #include "tachyon/server/http/generation.h"
 #include "tachyon/server/http/generation_run.h"
 #include "tachyon/server/http/http_routes.h"
 #include "tachyon/server/http/http_util.h"
 #include "tachyon/server/http/pd_roles.h"
+#include "tachyon/server/openai_request_fields.h"
 
 namespace tachyon::server {
 namespace {
@@ -52,7 +54,7 @@ Generation chat_generation(ServingContext& context, const ChatRequest& request) 
     throw ApiException(bad_request("messages", "this model has no chat template; use /v1/completions"));
   }
   const ChatParsers& parsers = context.chat_parsers();
-  const bool parse_tools = request.tool_choice == ToolChoice::kAuto && request.tools.is_array() &&
+  const bool parse_tools = request.tool_choice != ToolChoice::kNone && request.tools.is_array() &&
                            !request.tools.empty() && !parsers.tool.empty();
   tokenizer::ChatTemplateInputs inputs;
   inputs.messages = request.messages;
@@ -70,6 +72,11 @@ Generation chat_generation(ServingContext& context, const ChatRequest& request) 
   g.chat = true;
   g.prompts.push_back(context.tokenizer().encode(rendered, /*add_special_tokens=*/false));
   g.params = request.params;
+  // A forced call, or a constraint after the reasoning: compiled again (cached by its text).
+  if (std::optional<structured::ConstraintSpec> spec = chat_constraint(request, parsers, rendered);
+      spec && (spec->kind == structured::ConstraintSpec::Kind::kToolCalls || spec->after_reasoning)) {
+    g.params.structured = fields::compile_constraint(*spec, context.limits());
+  }
   g.params.max_tokens =
       resolve_max_tokens(static_cast<int64_t>(g.prompts[0].size()), request.max_tokens, context.limits());
   g.stream = request.stream;

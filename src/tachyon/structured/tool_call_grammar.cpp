@@ -1,0 +1,152 @@
+#include "tachyon/structured/tool_call_grammar.h"
+
+#include <set>
+
+#include "tachyon/structured/json_schema.h"
+#include "tachyon/structured/utf8_ranges.h"
+
+namespace tachyon::structured {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// What surrounds the calls of one answer.
+struct Block {
+  const char* name;
+  const char* begin;      // before the first call
+  const char* separator;  // between calls
+  const char* end;        // after the last
+};
+constexpr Block kBlocks[] = {
+    {"hermes", "", "\n", ""},
+    {"llama3_json", "", "; ", ""},
+    {"mistral", "[TOOL_CALLS][", ", ", "]"},
+    {"deepseek_v3", "<｜tool▁calls▁begin｜>", "\n", "<｜tool▁calls▁end｜>"},
+    {"glm45", "", "\n", ""},
+};
+
+const Block* find_block(const std::string& format) {
+  for (const Block& b : kBlocks) {
+    if (format == b.name) return &b;
+  }
+  return nullptr;
+}
+
+class ToolCallBuilder {
+ public:
+  ToolCallBuilder(Grammar& g, std::string format) : g_(g), json_(g), format_(std::move(format)) {}
+
+  // One call of `tool` ({"name", "parameters", "index"}).
+  Sequence call(const Json& tool) {
+    const std::string name = tool.at("name").get<std::string>();
+    const std::string what = "tools[" + std::to_string(tool.value("index", 0)) + "].function.parameters";
+    const Json parameters = tool.contains("parameters") && !tool["parameters"].is_null() ? tool["parameters"] : Json::object();
+    if (format_ == "glm45") return concat({g_.literal("<tool_call>" + name), glm_arguments(parameters, what), newline(), g_.literal("</tool_call>")});
+    const Sequence arguments = parameters.empty() ? json_.any_object() : json_.value(parameters, what);
+    const std::string quoted = Json(name).dump();
+    if (format_ == "hermes") {
+      return concat({g_.literal("<tool_call>\n{\"name\": " + quoted + ", \"arguments\": "), arguments, g_.literal("}\n</tool_call>")});
+    }
+    if (format_ == "llama3_json") return concat({g_.literal("{\"name\": " + quoted + ", \"parameters\": "), arguments, g_.literal("}")});
+    if (format_ == "mistral") return concat({g_.literal("{\"name\": " + quoted + ", \"arguments\": "), arguments, g_.literal("}")});
+    // deepseek_v3
+    return concat({g_.literal("<｜tool▁call▁begin｜>function<｜tool▁sep｜>" + name + "\n```json\n"), arguments,
+                   g_.literal("\n```<｜tool▁call▁end｜>")});
+  }
+
+ private:
+  Sequence newline() { return g_.optional(g_.literal("\n"), "glm_newline"); }
+
+  // Raw text up to the next tag: any character but '<'.
+  Sequence raw_text(bool non_empty) {
+    const Sequence c = utf8_class(g_, {{0, '<' - 1}, {'<' + 1, kMaxCodepoint}}, "glm_char");
+    return non_empty ? concat({c, g_.star(c, "glm_text")}) : g_.star(c, "glm_text");
+  }
+
+  Sequence pair(const Sequence& key, const Sequence& value) {
+    return concat({newline(), g_.literal("<arg_key>"), key, g_.literal("</arg_key>"), newline(), g_.literal("<arg_value>"),
+                   value, g_.literal("</arg_value>")});
+  }
+
+  // A string parameter is written raw: its schema may say no more than its type (or an enum).
+  static bool is_string_schema(const Json& s) {
+    if (!s.is_object()) return false;
+    const auto type = s.find("type");
+    if (type != s.end() && *type == "string") return true;
+    const auto e = s.find("enum");
+    if (e == s.end() || !e->is_array() || e->empty()) return false;
+    for (const Json& v : *e) {
+      if (!v.is_string()) return false;
+    }
+    return true;
+  }
+
+  Sequence glm_value(const Json& s, const std::string& what) {
+    if (!is_string_schema(s)) return json_.value(s, what);
+    if (const auto e = s.find("enum"); e != s.end()) {
+      std::vector<Sequence> alternatives;
+      for (const Json& v : *e) alternatives.push_back(g_.literal(v.get<std::string>()));
+      return Grammar::ref(g_.rule_of("glm_enum", alternatives));
+    }
+    static const std::set<std::string> kPlain = {"type", "title", "description", "default", "examples"};
+    for (const auto& [key, value] : s.items()) {
+      if (kPlain.count(key) == 0) {
+        throw StructuredError(what + ": a forced GLM tool call writes string parameters raw, so '" + key +
+                              "' on a string parameter is not supported");
+      }
+    }
+    return raw_text(false);
+  }
+
+  // The key/value pairs of the arguments object, in the schema's order; optional ones may be left out.
+  Sequence glm_arguments(const Json& parameters, const std::string& what) {
+    const auto props = parameters.find("properties");
+    if (props == parameters.end() || !props->is_object()) {
+      if (!parameters.empty() && parameters.value("type", std::string("object")) != "object") {
+        throw StructuredError(what + ": a tool's parameters must be an object schema");
+      }
+      return g_.star(pair(raw_text(true), raw_text(false)), "glm_pairs");
+    }
+    std::set<std::string> required;
+    if (const auto r = parameters.find("required"); r != parameters.end() && r->is_array()) {
+      for (const Json& name : *r) {
+        if (name.is_string()) required.insert(name.get<std::string>());
+      }
+    }
+    Sequence out;
+    for (const auto& [key, schema] : props->items()) {
+      const Sequence p = pair(g_.literal(key), glm_value(schema, what + ".properties." + key));
+      append(out, required.count(key) ? p : g_.optional(p, "glm_optional"));
+    }
+    return out;
+  }
+
+  Grammar& g_;
+  JsonSchemaBuilder json_;
+  std::string format_;
+};
+
+}  // namespace
+
+bool has_tool_call_grammar(const std::string& format) { return find_block(format) != nullptr; }
+
+Grammar tool_call_grammar(const Json& request) {
+  const std::string format = request.value("format", std::string());
+  const Block* block = find_block(format);
+  if (block == nullptr) throw StructuredError("tool_choice: forcing a tool call in the '" + format + "' format is not supported");
+  const Json& tools = request.at("tools");
+  if (!tools.is_array() || tools.empty()) throw StructuredError("tool_choice: forcing a tool call needs a non-empty 'tools' list");
+  Grammar g;
+  ToolCallBuilder builder(g, format);
+  std::vector<Sequence> calls;
+  for (const Json& tool : tools) calls.push_back(builder.call(tool));
+  const Sequence call = Grammar::ref(g.rule_of("tool_call", calls));
+  Sequence body = call;
+  if (request.value("parallel", false)) append(body, g.star(concat({g.literal(block->separator), call}), "more_tool_calls"));
+  const int32_t root = g.add_rule("root");
+  g.add_alternative(root, concat({g.literal(block->begin), body, g.literal(block->end)}));
+  g.set_root(root);
+  return g;
+}
+
+}  // namespace tachyon::structured

@@ -1,0 +1,32 @@
+// Forced tool calls (tool_choice "required" or a named function): a grammar whose strings are
+// exactly the calls a model family writes in its own format, each call's arguments matching its
+// tool's "parameters" schema (json_schema.h), so the server's tool parser for that format reads
+// them back as calls whose arguments validate. The formats, as their chat templates teach them:
+//   hermes       <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>   calls joined by "\n"
+//   llama3_json  {"name": "f", "parameters": {...}}                              joined by "; "
+//   mistral      [TOOL_CALLS][{"name": "f", "arguments": {...}}, ...]
+//   deepseek_v3  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{...}\n```<｜tool▁call▁end｜>
+//                (further calls after "\n") <｜tool▁calls▁end｜>
+//   glm45        <tool_call>f\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n</tool_call>, the newlines
+//                optional (GLM-4.7 and 5 leave them out); a string parameter's value is its raw
+//                text without '<' (an enum of strings: one of them), any other value is JSON.
+// The one non-obvious decision: the call is the whole answer (no text before it), as OpenAI's
+// forced calls are; several calls only when parallel calls are allowed.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tachyon/structured/grammar.h"
+
+namespace tachyon::structured {
+
+// The formats above (the canonical names of the server's tool parsers).
+bool has_tool_call_grammar(const std::string& format);
+
+// request: {"format": ..., "tools": [{"name": ..., "parameters": {...}}, ...], "parallel": bool}.
+// A tool without "parameters" takes any JSON object. Throws StructuredError naming the tool's
+// schema ("tools[1].function.parameters") when it cannot be compiled, or the format when unknown.
+Grammar tool_call_grammar(const nlohmann::ordered_json& request);
+
+}  // namespace tachyon::structured
