@@ -22,6 +22,7 @@
 #include "tachyon/cli/bench_engine.h"
 #include "tachyon/cli/commands.h"
 #include "tachyon/cli/default_model.h"
+#include "tachyon/cli/hub_cache.h"
 #include "tachyon/cli/unescape.h"
 #include "tachyon/engine/engine_core.h"
 #include "tachyon/model/model_config.h"
@@ -256,7 +257,7 @@ void print_completions(const std::vector<Completion>& completions, const core::S
 }
 
 void run_generate(const GenerateOptions& options) {
-  const std::filesystem::path dir = options.model_dir.empty() ? default_model_dir() : std::filesystem::path(options.model_dir);
+  const std::filesystem::path dir = options.model_dir.empty() ? default_model_dir() : resolve_model(options.model_dir).dir;
   const bool has_tokenizer = std::filesystem::exists(dir / "tokenizer.json");
   TACHYON_CHECK(has_tokenizer || !options.prompt_ids.empty())
       << dir.string() << " has no tokenizer.json: pass --prompt-ids instead of --prompt";
@@ -324,7 +325,7 @@ void run_generate(const GenerateOptions& options) {
 void add_generate_command(CLI::App& app) {
   auto options = std::make_shared<GenerateOptions>();
   CLI::App* cmd = app.add_subcommand("generate", "generate from one prompt, streamed; sampling options as in the completions API");
-  cmd->add_option("model", options->model_dir, "HF model directory; none: the built-in canary model");
+  cmd->add_option("model", options->model_dir, "HF model directory or hub id (Org/Name) in the local HF cache; none: the built-in canary model");
   cmd->add_option("--prompt", options->prompt, "prompt text");
   cmd->add_option("--prompt-ids", options->prompt_ids, "comma-separated token ids instead of --prompt");
   cmd->add_flag("--chat", options->chat, "wrap the prompt as a user message with the chat template");

@@ -11,6 +11,7 @@
 
 #include "tachyon/cli/commands.h"
 #include "tachyon/cli/default_model.h"
+#include "tachyon/cli/hub_cache.h"
 #include "tachyon/app/runner_factory.h"
 #include "tachyon/server/http/http_server.h"
 #include "tachyon/cli/role_options.h"
@@ -48,6 +49,10 @@ void run_serve(ServeOptions& options) {
   if (options.serving.model_dir.empty()) {
     options.serving.model_dir = default_model_dir();
     if (options.serving.served_model_name.empty()) options.serving.served_model_name = kDefaultModelName;
+  } else {
+    const ResolvedModel model = resolve_model(options.serving.model_dir.string());  // a hub id: cli/hub_cache.h
+    options.serving.model_dir = model.dir;
+    if (options.serving.served_model_name.empty() && !model.hub_id.empty()) options.serving.served_model_name = model.hub_id;
   }
   check_role_options(options.serving);
   const core::DeviceConfig& device = options.serving.engine.device;
@@ -99,7 +104,8 @@ void add_serve_command(CLI::App& app) {
   auto options = std::make_shared<ServeOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
   cmd->add_option("model", options->serving.model_dir,
-                  "HF model directory (config.json, safetensors, tokenizer.json); none: the built-in canary model");
+                  "HF model directory (config.json, safetensors, tokenizer.json) or hub id (Org/Name) in the local HF cache; "
+                  "none: the built-in canary model");
   cmd->add_option("--host", options->http.host, "address to listen on")->default_val("127.0.0.1");
   cmd->add_option("--port", options->http.port, "port (0: any free port)")->default_val(8000);
   cmd->add_option("--served-model-name", options->serving.served_model_name, "model name clients use (default: directory name)");
