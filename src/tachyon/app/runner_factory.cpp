@@ -16,6 +16,7 @@
 #include "tachyon/model/online_fp8.h"
 #include "tachyon/model/tp_shard.h"
 #include "tachyon/runner/cpu_model_runner.h"
+#include "tachyon/runner/dcp_checks.h"
 #include "tachyon/runner/tp_cpu_model_runner.h"
 #ifdef TACHYON_HAVE_CUDA
 #include "tachyon/runner/cuda/cuda_model_runner.h"
@@ -172,6 +173,9 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
   check_kv_cache_dtype(config, kind);                      // auto: where it resolves
   check_draft_model_device(config);
   check_mtp(config, model_config, model_dir);
+  const std::string dcp_refused = runner::dcp_unsupported_reason(config, model_config);
+  TACHYON_CHECK(dcp_refused.empty()) << dcp_refused;
+  [[maybe_unused]] const bool dcp = config.device.decode_context_parallel_size > 1;  // auto: CPU thread ranks
   const int tp = config.device.tensor_parallel_size;
   TACHYON_CHECK(tp >= 1) << "--tp must be at least 1, got " << tp;
   const int nnodes = config.device.nnodes;
@@ -193,7 +197,7 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
     }
     if (kind == "auto") {
       kind = gpus >= local && cuda_unsupported_reason(model_config).empty() && !fp8_run(config, model_config) &&
-                     !fp8_kv_cache(config) && model::cuda_tp_unsupported_reason(model_config, ep).empty()
+                     !fp8_kv_cache(config) && !dcp && model::cuda_tp_unsupported_reason(model_config, ep).empty()
                  ? "cuda"
                  : "cpu";
     }
@@ -228,7 +232,9 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
 #endif
     auto runner = std::make_unique<runner::TpCpuModelRunner>(load_cpu_weights(model_dir, model_config, config), tp,
                                                              config.num_blocks, config.block_size, ep,
-                                                             fp8_kv_cache(config));
+                                                             fp8_kv_cache(config),
+                                                             model::DcpOptions{config.device.decode_context_parallel_size,
+                                                                               config.device.dcp_kv_cache_interleave_size});
     return {std::move(runner), model_config};
   }
 #ifdef TACHYON_HAVE_CUDA

@@ -26,6 +26,8 @@ std::string EngineConfig::plan_hash() const {
       {"quantization", device.quantization},
       {"tensor_parallel_size", device.tensor_parallel_size},
       {"enable_expert_parallel", device.enable_expert_parallel},
+      {"decode_context_parallel_size", device.decode_context_parallel_size},
+      {"dcp_kv_cache_interleave_size", device.dcp_kv_cache_interleave_size},
       {"gpu_name", device.gpu_name},
       {"model_identity", device.model_identity},
       // k sizes the CUDA runner's logits rows and sampler workspace (and the GEMM problems tuned).

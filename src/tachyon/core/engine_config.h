@@ -36,6 +36,11 @@ struct DeviceConfig {
   // MoE experts held whole, num_experts / tensor_parallel_size per rank, instead of each expert
   // split over the ranks (vLLM's --enable-expert-parallel); attention stays tensor-parallel.
   bool enable_expert_parallel = false;
+  // Decode context parallelism (--decode-context-parallel-size, --dcp): the latent KV cache split
+  // by token over this many consecutive ranks of each TP group (must divide tensor_parallel_size),
+  // dealt out in runs of dcp_kv_cache_interleave_size tokens (model/dcp_layout.h).
+  int32_t decode_context_parallel_size = 1;
+  int32_t dcp_kv_cache_interleave_size = 1;
   // Tensor parallelism over several nodes (nnodes > 1): tensor_parallel_size / nnodes GPUs on each
   // node; node 0 runs the engine and its rank 0 listens at master_addr:master_port for NCCL's
   // bootstrap; the other nodes follow it (docs/parallelism.md). Not in plan_hash: a node's index

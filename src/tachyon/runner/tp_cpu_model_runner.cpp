@@ -1,26 +1,38 @@
 #include "tachyon/runner/tp_cpu_model_runner.h"
 
 #include "tachyon/base/check.h"
+#include "tachyon/runner/dcp_attention_backend.h"
 #include "tachyon/model/tp_shard.h"
 #include "tachyon/runner/plan_sampling.h"
 
 namespace tachyon::runner {
 
 TpCpuModelRunner::Rank::Rank(dist::CpuWorld& world, int rank, model::TpShard shard, int32_t num_blocks,
-                             int32_t block_size, bool fp8_kv_cache)
+                             int32_t block_size, bool fp8_kv_cache, dist::CpuWorld* dcp_world, int dcp_rank)
     : comm(world, rank),
+      dcp_comm(dcp_world ? std::make_unique<dist::CpuCommunicator>(*dcp_world, dcp_rank) : nullptr),
       model(std::move(shard), comm),
       cache(model.config(), num_blocks, block_size, model::MlaAttentionForm::kAbsorbed, fp8_kv_cache) {}
 
 TpCpuModelRunner::TpCpuModelRunner(const model::ModelWeights& full, int tp_size, int32_t num_blocks,
-                                   int32_t block_size, bool expert_parallel, bool fp8_kv_cache)
+                                   int32_t block_size, bool expert_parallel, bool fp8_kv_cache,
+                                   model::DcpOptions dcp)
     : vocab_size_(full.config.vocab_size),
       world_((model::check_tp_size(full.config, tp_size, expert_parallel), tp_size)),
+      dcp_(dcp),
       workers_(tp_size) {
   TACHYON_CHECK(tp_size >= 2) << "TpCpuModelRunner needs tp_size >= 2, got " << tp_size;
+  // DCP groups are consecutive ranks of the TP group (dist::RankLayout); a rank caches 1/dcp of each block.
+  TACHYON_CHECK(dcp.size >= 1 && tp_size % dcp.size == 0 && dcp.interleave >= 1 &&
+                block_size % (dcp.size * dcp.interleave) == 0)
+      << "decode context parallel size " << dcp.size << " (interleave " << dcp.interleave << ") must divide tp "
+      << tp_size << ", and dcp x interleave the block size " << block_size;
+  for (int g = 0; dcp.size > 1 && g < tp_size / dcp.size; ++g) dcp_worlds_.push_back(std::make_unique<dist::CpuWorld>(dcp.size));
   for (int r = 0; r < tp_size; ++r) {
+    dist::CpuWorld* dcp_world = dcp.size > 1 ? dcp_worlds_[static_cast<size_t>(r / dcp.size)].get() : nullptr;
     ranks_.push_back(std::make_unique<Rank>(world_, r, model::shard_weights(full, r, tp_size, expert_parallel),
-                                            num_blocks, block_size, fp8_kv_cache));
+                                            num_blocks, block_size / dcp.size, fp8_kv_cache, dcp_world,
+                                            r % dcp.size));
   }
 }
 
@@ -32,8 +44,14 @@ core::StepOutput TpCpuModelRunner::run(const core::StepPlan& plan) {
       << "the tensor-parallel CPU runner does not return hidden states (MTP drafting needs --tp 1)";
   workers_.run([&](int rank) {
     Rank& me = *ranks_[static_cast<size_t>(rank)];
+    const model::ForwardBatch batch{plan.token_ids, plan.positions, plan.logits_rows};
+    if (me.dcp_comm) {
+      DcpAttentionBackend attention(me.model.config(), me.cache, plan, *me.dcp_comm, dcp_.interleave);
+      me.logits = me.model.forward(batch, attention);
+      return;
+    }
     PagedAttentionBackend attention(me.model.config(), me.cache, plan);
-    me.logits = me.model.forward(model::ForwardBatch{plan.token_ids, plan.positions, plan.logits_rows}, attention);
+    me.logits = me.model.forward(batch, attention);
   });
   return sample_plan_rows(plan, ranks_[0]->logits, vocab_size_);
 }

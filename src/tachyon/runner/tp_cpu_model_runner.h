@@ -8,6 +8,10 @@
 // (sample_plan_rows), so tokens match CpuModelRunner's up to f32 rounding. A worker's exception
 // is rethrown on the engine thread (see RankWorkers for the caveat). A plan asking for hidden
 // states (StepPlan::return_hidden_states, MTP drafting) is refused.
+// With decode context parallelism (dcp.size > 1, dcp_attention_backend.h) each DCP group of
+// dcp.size consecutive ranks splits the latent cache by token: a rank's cache holds
+// num_blocks * block_size / dcp.size rows (rank_cache) and its attention goes through a
+// DcpAttentionBackend over the group's own communicator.
 // Tests: tests/unit/test_tp_engine.cpp, test_tp_families.cpp (MoE, MLA, DSA; TP and EP).
 #pragma once
 
@@ -15,6 +19,7 @@
 #include <vector>
 
 #include "tachyon/dist/cpu_communicator.h"
+#include "tachyon/model/dcp_layout.h"
 #include "tachyon/model/tp_dense_model.h"
 #include "tachyon/runner/model_runner.h"
 #include "tachyon/runner/paged_attention_backend.h"
@@ -29,13 +34,15 @@ class TpCpuModelRunner : public SynchronousModelRunner {
   // fp8_kv_cache every rank's cache holds FP8 rows (paged_attention_backend.h); its factors are
   // per KV head (or per latent row), so a rank's rows are the single-rank cache's rows of its heads.
   TpCpuModelRunner(const model::ModelWeights& full, int tp_size, int32_t num_blocks, int32_t block_size,
-                   bool expert_parallel = false, bool fp8_kv_cache = false);
+                   bool expert_parallel = false, bool fp8_kv_cache = false, model::DcpOptions dcp = {});
   ~TpCpuModelRunner() override;
   TpCpuModelRunner(const TpCpuModelRunner&) = delete;
   TpCpuModelRunner& operator=(const TpCpuModelRunner&) = delete;
 
   int64_t vocab_size() const override { return vocab_size_; }
   int tp_size() const { return world_.size(); }
+  // Rank r's own KV cache (its block count and rows: what DCP divides).
+  const PagedKvCache& rank_cache(int rank) const { return ranks_[static_cast<size_t>(rank)]->cache; }
 
  protected:
   core::StepOutput run(const core::StepPlan& plan) override;
@@ -43,8 +50,9 @@ class TpCpuModelRunner : public SynchronousModelRunner {
  private:
   struct Rank {
     Rank(dist::CpuWorld& world, int rank, model::TpShard shard, int32_t num_blocks, int32_t block_size,
-         bool fp8_kv_cache);
+         bool fp8_kv_cache, dist::CpuWorld* dcp_world, int dcp_rank);
     dist::CpuCommunicator comm;
+    std::unique_ptr<dist::CpuCommunicator> dcp_comm;  // its DCP group's; null without DCP
     model::TpDenseModel model;
     PagedKvCache cache;
     std::vector<float> logits;  // the last step's full logits
@@ -52,6 +60,8 @@ class TpCpuModelRunner : public SynchronousModelRunner {
 
   int64_t vocab_size_;
   dist::CpuWorld world_;
+  model::DcpOptions dcp_;
+  std::vector<std::unique_ptr<dist::CpuWorld>> dcp_worlds_;  // one per DCP group; before ranks_, which use them
   std::vector<std::unique_ptr<Rank>> ranks_;
   RankWorkers workers_;  // last: its threads stop before the ranks they use are destroyed
 };
