@@ -29,6 +29,7 @@ TEST(EngineConfig, PlanHashMovesWithEveryPlanField) {
       {"quantization", [](EngineConfig& c) { c.device.quantization = "fp8"; }},
       {"tensor_parallel_size", [](EngineConfig& c) { c.device.tensor_parallel_size = 2; }},
       {"enable_expert_parallel", [](EngineConfig& c) { c.device.enable_expert_parallel = true; }},
+      {"data_parallel_size", [](EngineConfig& c) { c.device.data_parallel_size = 2; }},
       {"decode_context_parallel_size", [](EngineConfig& c) { c.device.decode_context_parallel_size = 2; }},
       {"dcp_kv_cache_interleave_size", [](EngineConfig& c) { c.device.dcp_kv_cache_interleave_size = 2; }},
       {"gpu_name", [](EngineConfig& c) { c.device.gpu_name = "NVIDIA H200 sm_90"; }},

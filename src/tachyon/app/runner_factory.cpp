@@ -16,6 +16,7 @@
 #include "tachyon/model/online_fp8.h"
 #include "tachyon/model/tp_shard.h"
 #include "tachyon/runner/cpu_model_runner.h"
+#include "tachyon/runner/dp_cpu_model_runner.h"
 #include "tachyon/runner/dcp_checks.h"
 #include "tachyon/runner/tp_cpu_model_runner.h"
 #ifdef TACHYON_HAVE_CUDA
@@ -160,6 +161,29 @@ void check_mtp(const core::EngineConfig& config, const model::ModelConfig& model
          "states); use --device cpu";
 }
 
+// --dp N (data-parallel attention, runner/dp_cpu_model_runner.h): MoE models on CPU thread ranks,
+// with or without --tp; every other combination has no test yet and is refused before loading.
+LoadedRunner load_dp_runner(const std::filesystem::path& model_dir, const model::ModelConfig& model_config,
+                            core::EngineConfig& config) {
+  const int dp = config.device.data_parallel_size, tp = config.device.tensor_parallel_size;
+  model::check_dp_size(model_config, dp, tp);
+  const std::string flag = "--dp " + std::to_string(dp);
+  TACHYON_CHECK(config.device.kind != "cuda")
+      << flag << " on --device cuda is not built yet (data-parallel attention runs on CPU thread ranks: --device cpu)";
+  TACHYON_CHECK(config.device.nnodes == 1) << flag << " with --nnodes > 1 is not built yet";
+  TACHYON_CHECK(config.device.decode_context_parallel_size == 1)
+      << flag << " with --dcp " << config.device.decode_context_parallel_size << " is not verified by any test yet";
+  TACHYON_CHECK(!config.speculative.enabled())
+      << flag << " with --speculative-method " << config.speculative.method
+      << " is not verified by any test yet (the data-parallel runner verifies no drafts)";
+  TACHYON_CHECK(!fp8_run(config, model_config) && !fp8_kv_cache(config))
+      << flag << " with FP8 weights or an FP8 KV cache is not verified by any test yet";
+  config.device.kind = "cpu";  // auto resolves to the only device --dp runs on
+  auto runner = std::make_unique<runner::DpCpuModelRunner>(load_cpu_weights(model_dir, model_config, config), dp, tp,
+                                                           config.num_blocks, config.block_size);
+  return {std::move(runner), model_config};
+}
+
 }  // namespace
 
 LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineConfig& config) {
@@ -178,6 +202,7 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
   [[maybe_unused]] const bool dcp = config.device.decode_context_parallel_size > 1;  // auto: CPU thread ranks
   const int tp = config.device.tensor_parallel_size;
   TACHYON_CHECK(tp >= 1) << "--tp must be at least 1, got " << tp;
+  if (config.device.data_parallel_size != 1) return load_dp_runner(model_dir, model_config, config);
   const int nnodes = config.device.nnodes;
   TACHYON_CHECK(nnodes >= 1 && config.device.node_rank >= 0 && config.device.node_rank < nnodes)
       << "--node-rank " << config.device.node_rank << " must be in [0, --nnodes " << nnodes << ")";

@@ -21,6 +21,12 @@ void add_device_options(CLI::App& cmd, core::DeviceConfig& device) {
   cmd.add_flag("--enable-expert-parallel", device.enable_expert_parallel,
                "hold each MoE expert whole on one of the --tp ranks (E / tp each) instead of splitting every "
                "expert over them; attention stays tensor-parallel (CPU thread ranks only for now)");
+  cmd.add_option("--data-parallel-size,--dp", device.data_parallel_size,
+                 "data-parallel attention: replicas of the attention, each with its own sequences (placed "
+                 "round-robin) and KV cache, the MoE experts spread over the --dp x --tp ranks (MoE models, CPU "
+                 "thread ranks only for now)")
+      ->default_val(1)
+      ->check(CLI::Range(1, 64));
   cmd.add_option("--decode-context-parallel-size,--dcp", device.decode_context_parallel_size,
                  "decode context parallel size: the latent KV cache split by token over this many ranks of each --tp "
                  "group (must divide --tp; MLA models on CPU thread ranks), each holding 1/N of the tokens")

@@ -26,6 +26,7 @@ std::string EngineConfig::plan_hash() const {
       {"quantization", device.quantization},
       {"tensor_parallel_size", device.tensor_parallel_size},
       {"enable_expert_parallel", device.enable_expert_parallel},
+      {"data_parallel_size", device.data_parallel_size},
       {"decode_context_parallel_size", device.decode_context_parallel_size},
       {"dcp_kv_cache_interleave_size", device.dcp_kv_cache_interleave_size},
       {"gpu_name", device.gpu_name},

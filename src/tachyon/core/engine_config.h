@@ -36,6 +36,10 @@ struct DeviceConfig {
   // MoE experts held whole, num_experts / tensor_parallel_size per rank, instead of each expert
   // split over the ranks (vLLM's --enable-expert-parallel); attention stays tensor-parallel.
   bool enable_expert_parallel = false;
+  // Data-parallel attention (--data-parallel-size, --dp): replicas of the attention, each with its
+  // own sequences and KV cache, the MoE layers expert-parallel over dp x tp ranks (MoE models on
+  // CPU thread ranks; runner/dp_cpu_model_runner.h).
+  int32_t data_parallel_size = 1;
   // Decode context parallelism (--decode-context-parallel-size, --dcp): the latent KV cache split
   // by token over this many consecutive ranks of each TP group (must divide tensor_parallel_size),
   // dealt out in runs of dcp_kv_cache_interleave_size tokens (model/dcp_layout.h).

@@ -1,0 +1,69 @@
+#include "tachyon/runner/dp_cpu_model_runner.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "tachyon/base/check.h"
+#include "tachyon/model/tp_shard.h"
+#include "tachyon/runner/plan_sampling.h"
+
+namespace tachyon::runner {
+
+DpCpuModelRunner::Rank::Rank(dist::ProcessGroups process_groups, const model::ModelWeights& full, int32_t num_blocks,
+                             int32_t block_size)
+    : groups(std::move(process_groups)),
+      model(model::shard_weights(full, groups.tp->rank(), groups.tp->size(), groups.ep->rank(), groups.ep->size()),
+            *groups.tp, groups.ep.get()),
+      cache(model.config(), num_blocks, block_size, model::MlaAttentionForm::kAbsorbed, /*fp8=*/false) {}
+
+DpCpuModelRunner::DpCpuModelRunner(const model::ModelWeights& full, int dp_size, int tp_size, int32_t num_blocks,
+                                   int32_t block_size)
+    : vocab_size_(full.config.vocab_size),
+      tp_size_(tp_size),
+      process_groups_((model::check_dp_size(full.config, dp_size, tp_size),
+                       dist::ParallelConfig{.dp = dp_size, .tp = tp_size, .ep = dp_size * tp_size})),
+      placement_(dp_size),
+      workers_(dp_size * tp_size) {
+  TACHYON_CHECK(dp_size >= 2) << "DpCpuModelRunner needs dp_size >= 2, got " << dp_size;
+  for (int g = 0; g < dp_size * tp_size; ++g) {
+    ranks_.push_back(std::make_unique<Rank>(process_groups_.make(g), full, num_blocks, block_size));
+  }
+}
+
+// The placement record on stderr at shutdown, beside the CLI's other reports: how the server
+// spread its sequences (tests/server/run_dp.sh reads it).
+DpCpuModelRunner::~DpCpuModelRunner() {
+  std::string counts;
+  for (int64_t placed : placement_.placed()) counts += " " + std::to_string(placed);
+  std::fprintf(stderr, "[tachyon] data-parallel attention: sequences placed round-robin per replica:%s\n",
+               counts.c_str());
+}
+
+core::StepOutput DpCpuModelRunner::run(const core::StepPlan& plan) {
+  if (plan.empty()) return {};
+  TACHYON_CHECK(!plan.return_hidden_states)
+      << "the data-parallel CPU runner does not return hidden states (MTP drafting needs --dp 1)";
+  const DpStep step = split_plan(plan, placement_);
+  workers_.run([&](int rank) {
+    Rank& me = *ranks_[static_cast<size_t>(rank)];
+    const core::StepPlan& mine = step.plans[static_cast<size_t>(rank / tp_size_)];
+    if (mine.empty()) {  // nothing of this replica's runs: serve the others' tokens to our experts
+      me.model.idle_forward();
+      me.logits.clear();
+      return;
+    }
+    PagedAttentionBackend attention(me.model.config(), me.cache, mine);
+    me.logits = me.model.forward(model::ForwardBatch{mine.token_ids, mine.positions, mine.logits_rows}, attention);
+  });
+  // The replicas' logits rows (each replica's TP rank 0 holds them), back in the step's order.
+  std::vector<float> logits(step.rows.size() * static_cast<size_t>(vocab_size_));  // [rows, vocab]
+  for (size_t i = 0; i < step.rows.size(); ++i) {
+    const auto [replica, row] = step.rows[i];
+    const std::vector<float>& from = ranks_[static_cast<size_t>(replica * tp_size_)]->logits;
+    std::copy_n(from.begin() + row * vocab_size_, vocab_size_, logits.begin() + static_cast<int64_t>(i) * vocab_size_);
+  }
+  return sample_plan_rows(plan, logits, vocab_size_);
+}
+
+}  // namespace tachyon::runner
