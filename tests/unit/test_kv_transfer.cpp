@@ -30,8 +30,10 @@ class KvTransferTest : public ::testing::Test {
     delete model_;
     delete dir_;
   }
-  static std::unique_ptr<EngineCore> engine(int32_t block_size, int32_t num_blocks = 256, int32_t eos = 7) {
+  static std::unique_ptr<EngineCore> engine(int32_t block_size, int32_t num_blocks = 256, int32_t eos = 7,
+                                            int64_t max_num_seqs = 256) {
     core::EngineConfig c;
+    c.scheduler.max_num_seqs = max_num_seqs;
     c.scheduler.max_num_batched_tokens = 256;
     c.scheduler.max_model_len = 256;
     if (eos >= 0) c.scheduler.eos_token_id = eos;
@@ -208,9 +210,8 @@ TEST_F(KvTransferTest, RefusesRowsThatDoNotFitAndWhatIsNotVerified) {
   EXPECT_THROW(decode->submit_prefill({1, 2, 3}, logprobs, channel), Error);
 }
 
-// A decode engine with no room for the prompt's rows now waits and computes the prompt itself,
-// with the prefill side's seed: still the same tokens.
-TEST_F(KvTransferTest, NoRoomForImportedRowsRecomputesTheSameTokens) {
+// A decode engine with no room for the prompt's rows now waits for room: still the same tokens.
+TEST_F(KvTransferTest, NoRoomForImportedRowsWaitsForRoom) {
   std::vector<Case> cases = mixed_cases(6);
   for (Case& c : cases) c.prompt.resize(std::min<size_t>(c.prompt.size(), 40));
   auto plain = engine(4);
@@ -220,6 +221,83 @@ TEST_F(KvTransferTest, NoRoomForImportedRowsRecomputesTheSameTokens) {
   const std::vector<Finished> got = run_disaggregated(*prefill, *decode, cases);
   for (size_t i = 0; i < cases.size(); ++i) EXPECT_EQ(got[i].tokens, expected[i].tokens) << "case " << i;
   EXPECT_EQ(decode->stats().kv_blocks_free, decode->stats().kv_blocks_total);
+}
+
+// Imported requests take running slots like any other: with max_num_seqs 2, six imports run two
+// at a time (the others wait with their rows, never recomputing their prompts).
+TEST_F(KvTransferTest, ImportsCountAgainstMaxNumSeqs) {
+  const std::vector<Case> cases = mixed_cases(6);
+  const std::vector<Finished> expected = run_plain(*engine(4), cases);
+  auto prefill = engine(4);
+  auto decode = engine(8, 256, 7, /*max_num_seqs=*/2);
+  std::vector<std::shared_ptr<OutputChannel>> channels;
+  for (const Case& c : cases) {
+    auto first = std::make_shared<OutputChannel>();
+    const int64_t id = prefill->submit_prefill(c.prompt, c.params, first);
+    run_idle(*prefill);
+    channels.push_back(std::make_shared<OutputChannel>());
+    decode->submit_imported(prefill->export_kv({prefill->kv_epoch(), id}), c.params, channels.back());
+  }
+  int64_t most_running = 0;
+  for (int guard = 0; decode->has_work() && guard < 100000; ++guard) {
+    decode->step();
+    most_running = std::max(most_running, decode->stats().num_running);
+    EXPECT_LE(decode->stats().num_running + decode->stats().num_waiting, 6);
+  }
+  run_idle(*decode);
+  EXPECT_EQ(most_running, 2);
+  for (size_t i = 0; i < cases.size(); ++i) EXPECT_EQ(drain(*channels[i]).tokens, expected[i].tokens) << "case " << i;
+  EXPECT_EQ(decode->stats().prompt_tokens_computed, 0) << "an import recomputed its prompt instead of waiting";
+  EXPECT_EQ(decode->stats().kv_blocks_free, decode->stats().kv_blocks_total);
+}
+
+// Leased blocks (and those of prompts running for a lease) stop at the cap: the next prefill is
+// refused until a lease is pulled, released or expires. A prompt larger than the cap still runs
+// when nothing else is held.
+TEST_F(KvTransferTest, LeasedBlocksAreCappedUntilPulledOrExpired) {
+  auto prefill = engine(4);
+  prefill->set_kv_lease_max_blocks(10);
+  auto channel = std::make_shared<OutputChannel>();
+  const std::vector<int32_t> twelve = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};  // 3 blocks
+  const int64_t first = prefill->submit_prefill(twelve, core::SamplingParams{}, channel);
+  prefill->submit_prefill(twelve, core::SamplingParams{}, channel);
+  prefill->submit_prefill(twelve, core::SamplingParams{}, channel);
+  EXPECT_THROW(prefill->submit_prefill(twelve, core::SamplingParams{}, channel), KvLeasesFullError)
+      << "running prompts count against the cap";
+  run_idle(*prefill);
+  EXPECT_EQ(prefill->kv_lease_stats().outstanding, 3);
+  EXPECT_THROW(prefill->submit_prefill(twelve, core::SamplingParams{}, channel), KvLeasesFullError);
+  EXPECT_EQ(prefill->kv_lease_stats().refused, 2);
+  prefill->export_kv({prefill->kv_epoch(), first});
+  prefill->submit_prefill(twelve, core::SamplingParams{}, channel);
+  run_idle(*prefill);
+
+  auto expiring = engine(4);
+  expiring->set_kv_lease_max_blocks(2);
+  expiring->set_kv_lease_timeout(std::chrono::milliseconds(1));
+  expiring->submit_prefill(twelve, core::SamplingParams{}, channel);  // larger than the cap, nothing else held
+  EXPECT_THROW(expiring->submit_prefill({1, 2}, core::SamplingParams{}, channel), KvLeasesFullError);
+  run_idle(*expiring);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  run_idle(*expiring);
+  EXPECT_EQ(expiring->kv_lease_stats().expired, 1);
+  EXPECT_EQ(expiring->stats().kv_blocks_free, expiring->stats().kv_blocks_total);
+  expiring->submit_prefill({1, 2}, core::SamplingParams{}, channel);
+  run_idle(*expiring);
+}
+
+// A lease released while its prompt still runs (the client left) is dropped as it is granted:
+// its blocks come back without waiting for the timeout, and the cap's count with them.
+TEST_F(KvTransferTest, LeaseReleasedBeforeItsGrantIsDropped) {
+  auto prefill = engine(4);
+  auto channel = std::make_shared<OutputChannel>();
+  const int64_t id = prefill->submit_prefill({5, 6, 7, 8, 9, 10, 11}, core::SamplingParams{}, channel);
+  prefill->release_kv({prefill->kv_epoch(), id});  // before the engine has even admitted it
+  run_idle(*prefill);
+  EXPECT_EQ(prefill->stats().kv_blocks_free, prefill->stats().kv_blocks_total);
+  EXPECT_EQ(prefill->kv_lease_stats().blocks, 0);
+  EXPECT_EQ(prefill->kv_lease_stats().outstanding, 0);
+  EXPECT_THROW(prefill->export_kv({prefill->kv_epoch(), id}), KvTransferError);
 }
 
 }  // namespace

@@ -12,6 +12,15 @@ void add_role_options(CLI::App& cmd, server::ServingOptions& serving) {
   cmd.add_option("--kv-transfer-port", serving.kv_transfer_port,
                  "prefill role: the TCP port decode servers pull KV from (0: any free port)")
       ->default_val(0);
+  cmd.add_option("--kv-lease-max-share", serving.kv_lease_max_share,
+                 "prefill role: the share of the KV cache that KV waiting to be pulled may hold; past it prefills "
+                 "get 503 with Retry-After")
+      ->default_val(0.5)
+      ->check(CLI::Range(0.01, 1.0));
+  cmd.add_option("--kv-lease-timeout", serving.kv_lease_timeout_s,
+                 "prefill role: seconds a prompt's KV waits to be pulled before it is freed")
+      ->default_val(30.0)
+      ->check(CLI::Range(0.1, 3600.0));
 }
 
 void check_role_options(const server::ServingOptions& serving) {

@@ -1,4 +1,4 @@
-// `tachyon router --prefill URL... --decode URL... [--port P]`: the front of prefill/decode
+// `tachyon router --prefill URL... --decode URL... [--port P] [--policy P]`: the front of prefill/decode
 // disaggregation (server/http/pd_router.h, docs/disaggregation.md). Stops on SIGTERM or SIGINT.
 #include <atomic>
 #include <csignal>
@@ -42,6 +42,19 @@ void add_router_command(CLI::App& app) {
       ->required();
   cmd->add_option("--host", options->host, "address to listen on")->default_val("127.0.0.1");
   cmd->add_option("--port", options->port, "port (0: any free port)")->default_val(8000);
+  cmd->add_option("--policy", options->policy,
+                  "choice of the prefill server: round-robin, least-loaded (fewest sequences) or prefix (the longest "
+                  "cached prefix of the prompt, ties to the least loaded; needs --tokenizer); decode servers go "
+                  "round-robin or least-loaded")
+      ->default_val("round-robin")
+      ->check(CLI::IsMember({"round-robin", "least-loaded", "prefix"}));
+  cmd->add_option("--tokenizer", options->tokenizer,
+                  "the served model's directory (tokenizer.json, chat template): the prefix policy tokenizes prompts");
+  cmd->add_option_function<int>(
+         "--health-interval-ms", [options](int ms) { options->health_interval = std::chrono::milliseconds(ms); },
+         "how often every server's health (and load, published prefix blocks) is read")
+      ->default_val(1000)
+      ->check(CLI::Range(10, 60000));
   cmd->callback([options] { run_router(*options); });
 }
 

@@ -79,6 +79,8 @@ int64_t EngineCore::submit(std::vector<int32_t> prompt, const core::SamplingPara
       throw QueueFullError("the engine's waiting queue is full (" + std::to_string(config_.max_queued_requests) +
                            " requests); retry later");
     }
+    // A prefill's lease is expected before the engine can run it, so that a release may cancel it.
+    if (export_kv) leases_.expect(id, lease_blocks(static_cast<int64_t>(prompt.size())));
     inbox_.push_back({id, std::move(prompt), std::make_shared<const core::SamplingParams>(params), channel, export_kv,
                       std::move(imported)});
   }
@@ -120,7 +122,6 @@ void EngineCore::drain_inbox() {
 // they start from its cached blocks.
 void EngineCore::admit(Submission&& submission) {
   if (submission.imported != nullptr) return admit_imported(std::move(submission));
-  if (submission.export_kv) leases_.expect(submission.request_id);
   ActiveRequest request;
   request.channel = std::move(submission.channel);
   request.logprobs = submission.params->logprobs >= 0;
@@ -229,6 +230,8 @@ bool EngineCore::step() {
   drain_inbox();
   release_leases();
   reap_abandoned();
+  start_pending_imports();  // engine_core_kv.cpp: imported prompts wait for a slot like any other
+  publish_prefix_hashes();  // engine_core_kv.cpp: when a router asked
   propose_drafts();
   // A constrained sequence's next mask needs the token the step in flight samples: apply it first.
   const bool applied_early = overlap_ && in_flight_ && num_constrained_ > 0;
@@ -241,7 +244,7 @@ bool EngineCore::step() {
       num_constrained_ > 0 ? attach_token_masks(plan, sequences_, config_.scheduler.eos_token_id) : std::vector<int64_t>{};
   plan.forced_acceptance = config_.speculative.forced_acceptance;
   plan.return_hidden_states = drafter_ != nullptr && drafter_->needs_hidden_states();
-  waiting_snapshot_ = scheduler_.num_waiting();
+  waiting_snapshot_ = num_waiting();
   if (plan.empty() && !in_flight_) {
     publish_stats();
     return applied_early;
@@ -255,7 +258,7 @@ bool EngineCore::step() {
     apply_step(plan);
   }
   for (int64_t request_id : unmasked) abort_request(request_id);  // sampled unconstrained: never delivered as complete
-  waiting_snapshot_ = scheduler_.num_waiting();
+  waiting_snapshot_ = num_waiting();
   publish_stats();
   return true;
 }
@@ -301,7 +304,7 @@ void EngineCore::count_step(const core::StepPlan& plan, const core::StepOutput& 
 void EngineCore::publish_stats() {
   std::lock_guard lock(stats_mutex_);
   stats_.num_running = scheduler_.num_running();
-  stats_.num_waiting = scheduler_.num_waiting();
+  stats_.num_waiting = num_waiting();
   stats_.num_active_requests = static_cast<int64_t>(active_.size());
   stats_.num_live_sequences = static_cast<int64_t>(sequences_.size());
   stats_.kv_blocks_free = kv_.num_free_blocks();
@@ -365,7 +368,7 @@ bool EngineCore::has_work() {
     std::lock_guard lock(inbox_mutex_);
     if (!inbox_.empty() || !abort_inbox_.empty()) return true;
   }
-  return in_flight_.has_value() || scheduler_.has_work();
+  return in_flight_.has_value() || scheduler_.has_work() || !pending_imports_.empty();
 }
 
 void EngineCore::loop() {

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -98,6 +99,14 @@ class EngineCore {
   void release_kv(KvLeaseKey key);  // thread-safe; unknown keys are ignored
   uint64_t kv_epoch() const { return leases_.epoch(); }
   void set_kv_lease_timeout(std::chrono::milliseconds timeout) { leases_.set_timeout(timeout); }
+  // Blocks that leases and running prefills may hold at once; past it submit_prefill throws
+  // KvLeasesFullError (engine/kv_transfer.h).
+  void set_kv_lease_max_blocks(int64_t max_blocks) { leases_.set_max_blocks(max_blocks); }
+  KvLeaseStats kv_lease_stats() { return leases_.stats(); }  // thread-safe
+  // Thread-safe. The prefix cache's block hashes as of the engine's last refresh, which this call
+  // asks for at its next step (a router's scrape sees what the previous one asked for).
+  std::vector<BlockHash> published_prefix_hashes();
+  int32_t block_size() const { return kv_.block_size(); }
   // Thread-safe. Admits a request whose prompt and first token come with `payload`: its KV is
   // written, not computed, and the first token is delivered at once. Throws KvTransferError when
   // the payload does not fit this engine's cache (the caller recomputes instead).
@@ -134,9 +143,13 @@ class EngineCore {
                  const std::shared_ptr<OutputChannel>& channel, bool export_kv, std::shared_ptr<const KvPayload> imported);
   void drain_inbox();
   void admit(Submission&& submission);
-  void admit_imported(Submission&& submission);  // engine_core_kv.cpp, as are the two below
+  void admit_imported(Submission&& submission);  // engine_core_kv.cpp, as are the four below
+  void start_pending_imports();
+  void start_imported(Sequence& sequence, const KvPayload& payload);
   void lease_prefilled(const core::StepPlan& plan, const core::StepOutput& output);
   void release_leases();
+  void publish_prefix_hashes();
+  int64_t lease_blocks(int64_t num_prompt_tokens) const;  // the blocks a prompt's lease holds
   void abort_request(int64_t request_id, std::optional<int32_t> index = std::nullopt);
   void reap_abandoned();
   void propose_drafts();
@@ -145,6 +158,7 @@ class EngineCore {
   void finish_request(int64_t request_id);
   void loop();
   void publish_stats();
+  int64_t num_waiting() const { return scheduler_.num_waiting() + static_cast<int64_t>(pending_imports_.size()); }
   void count_step(const core::StepPlan& plan, const core::StepOutput& output);
 
   core::EngineConfig config_;
@@ -153,6 +167,14 @@ class EngineCore {
   KvCacheManager kv_;
   Scheduler scheduler_;
   KvLeases leases_;  // prefill role: KV blocks held for a decode server
+  struct PendingImport {
+    int64_t sequence_id;
+    std::shared_ptr<const KvPayload> payload;
+  };
+  std::deque<PendingImport> pending_imports_;  // decode role: admitted, waiting for a slot and blocks
+  std::atomic<bool> prefix_hashes_wanted_{false};
+  std::mutex prefix_hashes_mutex_;
+  std::vector<BlockHash> prefix_hashes_;  // published for routers (engine_core_kv.cpp)
   bool overlap_ = false;                   // asynchronous scheduling, resolved at construction
   std::optional<core::StepPlan> in_flight_;  // launched, not yet applied (overlap_ only)
 

@@ -31,7 +31,18 @@ int64_t EngineCore::submit_prefill(std::vector<int32_t> prompt, const core::Samp
   core::SamplingParams first = params;
   first.max_tokens = 1;
   first.min_tokens = std::min(first.min_tokens, 1);
-  return submit(std::move(prompt), first, channel, /*export_kv=*/true, nullptr);
+  const int64_t blocks = lease_blocks(static_cast<int64_t>(prompt.size()));
+  leases_.reserve(blocks);  // throws KvLeasesFullError at the cap
+  try {
+    return submit(std::move(prompt), first, channel, /*export_kv=*/true, nullptr);
+  } catch (...) {
+    leases_.unreserve(blocks);
+    throw;
+  }
+}
+
+int64_t EngineCore::lease_blocks(int64_t num_prompt_tokens) const {
+  return (num_prompt_tokens + kv_.block_size() - 1) / kv_.block_size();
 }
 
 KvPayload EngineCore::export_kv(KvLeaseKey key) {
@@ -89,13 +100,27 @@ void EngineCore::lease_prefilled(const core::StepPlan& plan, const core::StepOut
   }
 }
 
+std::vector<BlockHash> EngineCore::published_prefix_hashes() {
+  prefix_hashes_wanted_ = true;
+  std::lock_guard lock(prefix_hashes_mutex_);
+  return prefix_hashes_;
+}
+
+void EngineCore::publish_prefix_hashes() {
+  if (!prefix_hashes_wanted_.exchange(false)) return;
+  std::vector<BlockHash> hashes = kv_.cached_hashes();
+  std::lock_guard lock(prefix_hashes_mutex_);
+  prefix_hashes_ = std::move(hashes);
+}
+
 void EngineCore::release_leases() {
   for (std::vector<int32_t>& blocks : leases_.take_released(std::chrono::steady_clock::now())) kv_.free(blocks);
 }
 
-// Engine thread. The imported request is one sequence that starts running at its first token;
-// when the cache has no room for the prompt now, it waits and computes the prompt itself, as a
-// preempted sequence would (the same tokens: the payload's seed goes with it).
+// Engine thread. The imported request is one sequence that starts running at its first token.
+// It waits, as a computed prompt does, for a running slot (max_num_seqs) and for free blocks to
+// hold its prompt; then start_imported() writes its rows. Waiting imports go before the
+// scheduler's waiting queue (their first token is already sampled) in arrival order.
 void EngineCore::admit_imported(Submission&& submission) {
   const KvPayload& payload = *submission.imported;
   auto owned = std::make_unique<Sequence>();
@@ -112,42 +137,58 @@ void EngineCore::admit_imported(Submission&& submission) {
   request.channel = std::move(submission.channel);
   request.num_unfinished = 1;
   request.sequences.push_back(std::move(owned));
-  auto& active = active_.emplace(submission.request_id, std::move(request)).first->second;
-  if (!kv_.allocate(sequence->block_table, {}, sequence->num_prompt_tokens)) {
-    scheduler_.add(sequence);
-    return;
+  active_.emplace(submission.request_id, std::move(request));
+  pending_imports_.push_back({sequence->id, std::move(submission.imported)});
+}
+
+// Engine thread, before each schedule(): starts the waiting imports that fit now.
+void EngineCore::start_pending_imports() {
+  while (!pending_imports_.empty()) {
+    const PendingImport& next = pending_imports_.front();
+    auto it = sequences_.find(next.sequence_id);
+    if (it == sequences_.end() || it->second->finished()) {  // aborted while it waited
+      pending_imports_.pop_front();
+      continue;
+    }
+    Sequence& sequence = *it->second;
+    if (scheduler_.num_running() >= config_.scheduler.max_num_seqs) return;
+    if (!kv_.allocate(sequence.block_table, {}, sequence.num_prompt_tokens)) return;
+    const std::shared_ptr<const KvPayload> payload = next.payload;
+    pending_imports_.pop_front();
+    start_imported(sequence, *payload);
   }
-  runner_->kv_rows()->scatter(sequence->block_table, sequence->num_prompt_tokens, payload.rows);
-  sequence->tokens.push_back(payload.first_token);
-  sequence->num_computed_tokens = sequence->num_prompt_tokens;
-  scheduler_.add_imported(sequence);
+}
+
+// Writes the rows into the sequence's freshly allocated blocks, marks the prompt computed and
+// delivers the first token; the scheduler decodes on from it.
+void EngineCore::start_imported(Sequence& sequence, const KvPayload& payload) {
+  runner_->kv_rows()->scatter(sequence.block_table, sequence.num_prompt_tokens, payload.rows);
+  sequence.tokens.push_back(payload.first_token);
+  sequence.num_computed_tokens = sequence.num_prompt_tokens;
+  scheduler_.add_imported(&sequence);
+  ActiveRequest& active = active_.at(sequence.request_id);
 
   RequestOutput out;
-  out.request_id = submission.request_id;
-  out.num_prompt_tokens = sequence->num_prompt_tokens;
-  out.first_scheduled = sequence->first_scheduled;
+  out.request_id = sequence.request_id;
+  out.num_prompt_tokens = sequence.num_prompt_tokens;
+  out.first_scheduled = sequence.first_scheduled;
   CompletionDelta delta;
   delta.token_ids.push_back(payload.first_token);
-  if (sequence->finished()) {
-    delta.finish_reason = sequence->finish_reason;
-    delta.stop_token = sequence->stop_token;
+  if (sequence.finished()) {
+    delta.finish_reason = sequence.finish_reason;
+    delta.stop_token = sequence.stop_token;
     active.num_unfinished = 0;
   }
   out.completions.push_back(std::move(delta));
   const bool finished = active.num_unfinished == 0;
   out.finished = finished;
   if (auto channel = active.channel.lock()) channel->push(std::move(out));
-  if (finished) {
-    {
-      std::lock_guard lock(stats_mutex_);
-      ++stats_.requests_finished;
-      ++stats_.generated_tokens;
-    }
-    finish_request(submission.request_id);
-    return;
+  {
+    std::lock_guard lock(stats_mutex_);
+    ++stats_.generated_tokens;
+    if (finished) ++stats_.requests_finished;
   }
-  std::lock_guard lock(stats_mutex_);
-  ++stats_.generated_tokens;
+  if (finished) finish_request(sequence.request_id);
 }
 
 }  // namespace tachyon::engine

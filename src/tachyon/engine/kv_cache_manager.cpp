@@ -28,6 +28,13 @@ KvCacheManager::KvCacheManager(int32_t num_blocks, int32_t block_size, bool enab
   for (int32_t id = 0; id < num_blocks; ++id) free_list_push_back(id);
 }
 
+std::vector<BlockHash> KvCacheManager::cached_hashes() const {
+  std::vector<BlockHash> hashes;
+  hashes.reserve(cached_.size());
+  for (const auto& [hash, block] : cached_) hashes.push_back(hash);
+  return hashes;
+}
+
 std::vector<int32_t> KvCacheManager::find_cached_prefix(std::span<const BlockHash> block_hashes, int64_t num_tokens) {
   std::vector<int32_t> hits;
   if (!prefix_caching_) return hits;

@@ -64,6 +64,9 @@ class KvCacheManager {
   void cache_full_blocks(std::span<const int32_t> block_table, std::span<const BlockHash> block_hashes,
                          size_t first_block);
 
+  // The hash of every block the prefix cache names (in use or free), in no order.
+  std::vector<BlockHash> cached_hashes() const;
+
   // Drops the table's references (tail first) and clears it.
   void free(std::vector<int32_t>& block_table);
 

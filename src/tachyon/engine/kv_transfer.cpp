@@ -1,6 +1,8 @@
 #include "tachyon/engine/kv_transfer.h"
 
+#include <limits>
 #include <random>
+#include <utility>
 
 #include "tachyon/runner/model_runner.h"
 
@@ -15,32 +17,93 @@ uint64_t draw_epoch() {
 
 }  // namespace
 
-KvLeases::KvLeases(std::chrono::milliseconds timeout) : epoch_(draw_epoch()), timeout_(timeout) {}
+KvLeases::KvLeases(std::chrono::milliseconds timeout) : epoch_(draw_epoch()), timeout_(timeout) {
+  stats_.max_blocks = std::numeric_limits<int64_t>::max();
+}
 
 void KvLeases::set_timeout(std::chrono::milliseconds timeout) {
   std::lock_guard lock(mutex_);
   timeout_ = timeout;
 }
 
-void KvLeases::expect(int64_t request_id) { expected_.insert(request_id); }
+void KvLeases::set_max_blocks(int64_t max_blocks) {
+  std::lock_guard lock(mutex_);
+  stats_.max_blocks = max_blocks;
+}
+
+void KvLeases::reserve(int64_t num_blocks) {
+  std::lock_guard lock(mutex_);
+  if (stats_.blocks > 0 && stats_.blocks + num_blocks > stats_.max_blocks) {
+    ++stats_.refused;
+    throw KvLeasesFullError("this prefill server holds " + std::to_string(stats_.blocks) +
+                            " KV blocks for decode servers to pull (its cap is " + std::to_string(stats_.max_blocks) +
+                            "); retry later");
+  }
+  stats_.blocks += num_blocks;
+}
+
+void KvLeases::unreserve(int64_t num_blocks) {
+  std::lock_guard lock(mutex_);
+  stats_.blocks -= num_blocks;
+}
+
+void KvLeases::expect(int64_t request_id, int64_t num_blocks) {
+  std::lock_guard lock(mutex_);
+  expected_[request_id] = num_blocks;
+  num_expected_ = static_cast<int64_t>(expected_.size());
+}
+
+bool KvLeases::expected(int64_t request_id) {
+  if (num_expected_.load() == 0) return false;
+  std::lock_guard lock(mutex_);
+  return expected_.count(request_id) > 0;
+}
+
+void KvLeases::forget(int64_t request_id) {
+  if (num_expected_.load() == 0) return;
+  std::lock_guard lock(mutex_);
+  auto it = expected_.find(request_id);
+  if (it == expected_.end()) return;
+  stats_.blocks -= it->second;
+  expected_.erase(it);
+  num_expected_ = static_cast<int64_t>(expected_.size());
+  cancelled_.erase(request_id);
+}
 
 void KvLeases::grant(int64_t request_id, std::vector<int32_t> blocks, std::vector<int32_t> prompt,
                      int32_t first_token, uint64_t seed) {
-  expected_.erase(request_id);
   std::lock_guard lock(mutex_);
+  auto expected = expected_.find(request_id);
+  const int64_t reserved = expected != expected_.end() ? expected->second : 0;
+  if (expected != expected_.end()) expected_.erase(expected);
+  num_expected_ = static_cast<int64_t>(expected_.size());
+  stats_.blocks += static_cast<int64_t>(blocks.size()) - reserved;
+  ++stats_.granted;
   Lease lease{std::move(blocks), std::move(prompt), first_token, seed, std::chrono::steady_clock::now() + timeout_};
-  leases_[request_id] = std::move(lease);
+  auto it = leases_.insert_or_assign(request_id, std::move(lease)).first;
+  ++stats_.outstanding;
+  if (cancelled_.erase(request_id) > 0) {
+    ++stats_.released;
+    drop(it);
+  }
+}
+
+void KvLeases::drop(std::unordered_map<int64_t, Lease>::iterator it) {
+  stats_.blocks -= static_cast<int64_t>(it->second.blocks.size());
+  --stats_.outstanding;
+  released_.push_back(std::move(it->second.blocks));
+  leases_.erase(it);
 }
 
 std::vector<std::vector<int32_t>> KvLeases::take_released(std::chrono::steady_clock::time_point now) {
   std::lock_guard lock(mutex_);
   for (auto it = leases_.begin(); it != leases_.end();) {
-    if (it->second.deadline > now) {
-      ++it;
-      continue;
+    auto next = std::next(it);
+    if (it->second.deadline <= now) {
+      ++stats_.expired;
+      drop(it);
     }
-    released_.push_back(std::move(it->second.blocks));
-    it = leases_.erase(it);
+    it = next;
   }
   return std::exchange(released_, {});
 }
@@ -60,8 +123,8 @@ KvPayload KvLeases::export_rows(KvLeaseKey key, const runner::KvRowAccess& rows)
   payload.values_per_token = rows.values_per_token();
   payload.rows.resize(payload.prompt.size() * static_cast<size_t>(payload.values_per_token));
   rows.gather(lease.blocks, static_cast<int64_t>(payload.prompt.size()), payload.rows);
-  released_.push_back(std::move(lease.blocks));
-  leases_.erase(it);
+  ++stats_.exported;
+  drop(it);
   return payload;
 }
 
@@ -69,14 +132,22 @@ void KvLeases::release(KvLeaseKey key) {
   if (key.epoch != epoch_) return;
   std::lock_guard lock(mutex_);
   auto it = leases_.find(key.request_id);
-  if (it == leases_.end()) return;
-  released_.push_back(std::move(it->second.blocks));
-  leases_.erase(it);
+  if (it != leases_.end()) {
+    ++stats_.released;
+    drop(it);
+  } else if (expected_.count(key.request_id) > 0) {
+    cancelled_.insert(key.request_id);  // the prompt is still running: released as it is granted
+  }
 }
 
 int64_t KvLeases::num_leases() {
   std::lock_guard lock(mutex_);
   return static_cast<int64_t>(leases_.size());
+}
+
+KvLeaseStats KvLeases::stats() {
+  std::lock_guard lock(mutex_);
+  return stats_;
 }
 
 }  // namespace tachyon::engine

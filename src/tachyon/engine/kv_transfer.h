@@ -7,9 +7,14 @@
 // request with the exported rows (submit_imported): it allocates blocks, writes the rows, marks
 // the prompt computed and continues from the first token exactly as if it had run the prompt.
 // KvPayload is what moves between the two; server/pd_transport.h carries it between processes.
+// Leased blocks are capped (set_max_blocks): a prefill whose prompt would take the blocks leased
+// or reserved past the cap is refused (KvLeasesFullError, a 503 for the client) rather than
+// filling the cache with KV nobody may pull. A release that arrives before its lease is granted
+// (the client left while the prompt ran) cancels the lease as it is granted.
 // Test: tests/unit/test_kv_transfer.cpp.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
@@ -30,6 +35,24 @@ namespace tachyon::engine {
 class KvTransferError : public Error {
  public:
   using Error::Error;
+};
+
+// The leased blocks would pass their cap: the caller should retry later (HTTP 503).
+class KvLeasesFullError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Counters of one engine's leases (prefill role), for metrics.
+struct KvLeaseStats {
+  int64_t outstanding = 0;      // leases granted, not yet exported, released or expired
+  int64_t blocks = 0;           // blocks leased or reserved for prompts still running
+  int64_t max_blocks = 0;       // the cap on `blocks`
+  int64_t granted = 0;          // totals since start
+  int64_t exported = 0;
+  int64_t released = 0;         // given back unexported (a client that left, no decode server)
+  int64_t expired = 0;
+  int64_t refused = 0;          // prefills refused at the cap
 };
 
 // One request's prompt KV and what the prefill engine sampled from it.
@@ -56,11 +79,21 @@ class KvLeases {
   uint64_t epoch() const { return epoch_; }
   void set_timeout(std::chrono::milliseconds timeout);
 
-  // Engine thread: a request admitted by submit_prefill; forget() when it leaves the engine.
-  void expect(int64_t request_id);
-  bool expected(int64_t request_id) const { return !expected_.empty() && expected_.count(request_id) > 0; }
-  void forget(int64_t request_id) { expected_.erase(request_id); }
-  // Engine thread: the request's prompt ran; `blocks` carry a reference that is now the lease's.
+  void set_max_blocks(int64_t max_blocks);  // default: no cap
+
+  // Any thread, before a prefill is submitted: counts its prompt's blocks against the cap;
+  // throws KvLeasesFullError when they would pass it (unless nothing else is held, so that a
+  // prompt larger than the cap still runs). unreserve() undoes it when the submission fails.
+  void reserve(int64_t num_blocks);
+  void unreserve(int64_t num_blocks);
+  // Any thread: a request submit_prefill queued, with its reservation (before the engine can
+  // see it). Engine thread: forget() when it leaves the engine (a reservation never granted is
+  // dropped).
+  void expect(int64_t request_id, int64_t num_blocks);
+  bool expected(int64_t request_id);
+  void forget(int64_t request_id);
+  // Engine thread: the request's prompt ran; `blocks` carry a reference that is now the lease's
+  // (or go straight back when the lease was released before it was granted).
   void grant(int64_t request_id, std::vector<int32_t> blocks, std::vector<int32_t> prompt, int32_t first_token,
              uint64_t seed);
   // Engine thread: block tables whose references the caller must drop (released or expired).
@@ -71,6 +104,7 @@ class KvLeases {
   KvPayload export_rows(KvLeaseKey key, const runner::KvRowAccess& rows);
   void release(KvLeaseKey key);  // unknown keys are ignored
   int64_t num_leases();
+  KvLeaseStats stats();
 
  private:
   struct Lease {
@@ -81,12 +115,17 @@ class KvLeases {
     std::chrono::steady_clock::time_point deadline;
   };
 
+  void drop(std::unordered_map<int64_t, Lease>::iterator it);  // under mutex_
+
   const uint64_t epoch_;
-  std::unordered_set<int64_t> expected_;  // engine thread only
   std::mutex mutex_;
+  std::unordered_map<int64_t, int64_t> expected_;  // request id -> reserved blocks
+  std::atomic<int64_t> num_expected_{0};           // expected_.size(): the engine's lock-free "none"
   std::chrono::milliseconds timeout_;
   std::unordered_map<int64_t, Lease> leases_;
+  std::unordered_set<int64_t> cancelled_;  // expected ids released before their grant
   std::vector<std::vector<int32_t>> released_;  // blocks to free on the engine thread
+  KvLeaseStats stats_;
 };
 
 }  // namespace tachyon::engine

@@ -75,6 +75,7 @@ std::string ServerMetrics::render(const engine::EngineStats& engine) const {
   render_counters(out, engine);
   render_histograms(out);
   render_per_request(out);
+  if (role_series_) role_series_(out);
   return out;
 }
 

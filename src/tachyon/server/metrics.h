@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -56,6 +57,8 @@ class ServerMetrics {
   // The whole exposition text (format 0.0.4). Gauges and the prefix-cache and preemption
   // counters come from `engine`, the snapshot EngineCore::stats() published.
   std::string render(const engine::EngineStats& engine) const;
+  // Series of a server role (server/pd_metrics.h), appended by render(). Set before serving.
+  void set_role_series(std::function<void(std::string&)> render) { role_series_ = std::move(render); }
 
  private:
   static constexpr int kNumFinishReasons = 3;  // stop, length, abort
@@ -84,6 +87,7 @@ class ServerMetrics {
   // Live requests only (opt-in): request id -> context tokens. Sorted, so renders are stable.
   mutable std::mutex per_request_mutex_;
   std::map<std::string, int64_t, std::less<>> context_tokens_;
+  std::function<void(std::string&)> role_series_;
 };
 
 }  // namespace tachyon::server

@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <cstdlib>
 #include <cstring>
 
 namespace tachyon::server {
@@ -184,9 +185,21 @@ void release_kv_remote(const std::string& host, int port, engine::KvLeaseKey key
   }
 }
 
+KvTransportFault kv_transport_fault_from_env() {
+  const char* value = std::getenv("TACHYON_KV_TRANSFER_FAULT");
+  const std::string fault = value != nullptr ? value : "";
+  if (fault.empty()) return KvTransportFault::kNone;
+  if (fault == "truncate") return KvTransportFault::kTruncate;
+  if (fault == "corrupt") return KvTransportFault::kCorrupt;
+  if (fault == "stall") return KvTransportFault::kStall;
+  TACHYON_CHECK(false) << "TACHYON_KV_TRANSFER_FAULT=" << fault << ": give truncate, corrupt or stall";
+  return KvTransportFault::kNone;
+}
+
 KvTransferServer::KvTransferServer(const std::string& host, int port, Exporter exporter, Releaser releaser,
-                                   std::chrono::milliseconds io_timeout)
-    : exporter_(std::move(exporter)), releaser_(std::move(releaser)), io_timeout_(io_timeout) {
+                                   std::chrono::milliseconds io_timeout, Observer observer)
+    : exporter_(std::move(exporter)), releaser_(std::move(releaser)), observer_(std::move(observer)),
+      io_timeout_(io_timeout) {
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   TACHYON_CHECK(listen_fd_ >= 0) << "cannot open the KV transfer socket: " << std::strerror(errno);
   const int one = 1;
@@ -226,7 +239,8 @@ void KvTransferServer::serve() {
 }
 
 void KvTransferServer::answer(int fd) {
-  const auto deadline = Clock::now() + io_timeout_;
+  const auto start = Clock::now();
+  const auto deadline = start + io_timeout_;
   char request[kRequestBytes];
   if (!recv_all(fd, request, sizeof(request), deadline)) return;
   uint32_t magic = 0, op = 0;
@@ -259,7 +273,12 @@ void KvTransferServer::answer(int fd) {
   put(head, static_cast<uint64_t>(fault == KvTransportFault::kTruncate ? body.size() * 2 : body.size()));
   if (fault == KvTransportFault::kStall) std::this_thread::sleep_for(io_timeout_);
   if (!send_all(fd, head.data(), head.size(), deadline) || !send_all(fd, body.data(), body.size(), deadline)) return;
-  if (fault != KvTransportFault::kTruncate) send_all(fd, reinterpret_cast<const char*>(&checksum), sizeof(checksum), deadline);
+  if (fault == KvTransportFault::kTruncate) return;
+  if (send_all(fd, reinterpret_cast<const char*>(&checksum), sizeof(checksum), deadline) && observer_ &&
+      status == kStatusPayload) {
+    observer_(static_cast<int64_t>(head.size() + body.size() + sizeof(checksum)),
+              std::chrono::duration<double>(Clock::now() - start).count());
+  }
 }
 
 }  // namespace tachyon::server

@@ -24,15 +24,19 @@ namespace tachyon::server {
 
 // Faults the serving side can inject into its next answers (tests of the decode side's fallback).
 enum class KvTransportFault { kNone, kTruncate, kCorrupt, kStall };
+// TACHYON_KV_TRANSFER_FAULT=truncate|corrupt|stall (docs/testing.md): a prefill server that
+// answers every pull so, for the end-to-end fault tests; unset: none. Throws Error on another value.
+KvTransportFault kv_transport_fault_from_env();
 
 class KvTransferServer {
  public:
   using Exporter = std::function<engine::KvPayload(engine::KvLeaseKey)>;
   using Releaser = std::function<void(engine::KvLeaseKey)>;
+  using Observer = std::function<void(int64_t bytes, double seconds)>;  // each payload sent whole
   // Listens on host:port (0: any free port) and answers on its own thread until destroyed.
   // Connections are served one at a time, each within `io_timeout`.
   KvTransferServer(const std::string& host, int port, Exporter exporter, Releaser releaser,
-                   std::chrono::milliseconds io_timeout = std::chrono::seconds(5));
+                   std::chrono::milliseconds io_timeout = std::chrono::seconds(5), Observer observer = nullptr);
   ~KvTransferServer();
   KvTransferServer(const KvTransferServer&) = delete;
   KvTransferServer& operator=(const KvTransferServer&) = delete;
@@ -45,6 +49,7 @@ class KvTransferServer {
 
   Exporter exporter_;
   Releaser releaser_;
+  Observer observer_;
   std::chrono::milliseconds io_timeout_;
   int listen_fd_ = -1;
   int port_ = 0;

@@ -2,21 +2,26 @@
 
 #include <algorithm>
 
+#include "tachyon/server/pd_metrics.h"
+
 namespace tachyon::server {
 namespace {
 
 const char* finish_name(engine::FinishReason reason) { return engine::finish_reason_name(reason); }
 
 // With imported rows where the engine takes them; a payload it refuses means computing the prompt.
-int64_t submit_one(engine::EngineCore& engine, const std::vector<int32_t>& prompt, const core::SamplingParams& params,
+int64_t submit_one(ServingContext& context, const std::vector<int32_t>& prompt, const core::SamplingParams& params,
                    const std::shared_ptr<engine::OutputChannel>& channel, const engine::KvPayload* imported) {
   if (imported != nullptr) {
     try {
-      return engine.submit_imported(*imported, params, channel);
+      const int64_t id = context.engine().submit_imported(*imported, params, channel);
+      if (context.pd_metrics() != nullptr) context.pd_metrics()->on_import();
+      return id;
     } catch (const engine::KvTransferError&) {
+      if (context.pd_metrics() != nullptr) context.pd_metrics()->on_recompute(RecomputeReason::kRowsRefused);
     }
   }
-  return engine.submit(prompt, params, channel);
+  return context.engine().submit(prompt, params, channel);
 }
 
 double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
@@ -55,7 +60,7 @@ GenerationRun::GenerationRun(ServingContext& context, const std::vector<std::vec
     });
     int64_t id = 0;
     try {
-      id = submit_one(context.engine(), prompts[p], params, channel, p == 0 ? imported.get() : nullptr);
+      id = submit_one(context, prompts[p], params, channel, p == 0 ? imported.get() : nullptr);
     } catch (const engine::QueueFullError& e) {
       throw ApiException({503, e.what(), "service_unavailable", "", ""});
     } catch (const Error& e) {

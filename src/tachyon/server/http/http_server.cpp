@@ -7,6 +7,7 @@
 #include "tachyon/server/http/http_listener.h"
 #include "tachyon/server/http/http_routes.h"
 #include "tachyon/server/http/http_util.h"
+#include "tachyon/server/http/pd_roles.h"
 
 namespace tachyon::server {
 
@@ -36,6 +37,8 @@ HttpServer::HttpServer(HttpOptions options) : options_(std::move(options)), rout
   add_generation_routes(*router_, access, options_.keepalive_interval);
   add_messages_routes(*router_, access, options_.keepalive_interval);
   add_info_routes(*router_, access, [this] { return context_.load() != nullptr; });
+  router_->add("GET", kPrefixHashesPath,  // http/pd_roles.h: a router's prefix policy reads it
+               [access](const HttpRequest&, HttpResponse& res) { answer_prefix_hashes(access(), res); });
   listener_ = std::make_unique<HttpListener>(options_, *router_);
 }
 

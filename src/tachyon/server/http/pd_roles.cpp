@@ -4,6 +4,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "tachyon/server/pd_metrics.h"
 #include "tachyon/server/pd_transport.h"
 
 namespace tachyon::server {
@@ -40,9 +41,16 @@ class PrefillAnswer : public BodyStream {
       request_id_ = context.engine().submit_prefill(g.prompts[0], g.params, channel_);
     } catch (const engine::QueueFullError& e) {
       throw ApiException({503, e.what(), "service_unavailable", "", ""});
+    } catch (const engine::KvLeasesFullError& e) {
+      throw ApiException({503, e.what(), "service_unavailable", "", ""});
     } catch (const Error& e) {
       throw ApiException({400, e.what(), "invalid_request_error", "", ""});
     }
+  }
+  // An answer that never went out (the router left while the prompt ran) takes its lease with
+  // it, granted or not (engine/kv_transfer.h cancels a lease released before its grant).
+  ~PrefillAnswer() override {
+    if (!answered_) context_.engine().release_kv({context_.engine().kv_epoch(), request_id_});
   }
   void set_wakeup(std::function<void()> wakeup) override {
     std::lock_guard lock(state_->mutex);
@@ -62,6 +70,7 @@ class PrefillAnswer : public BodyStream {
       answer["first_token"] = state_->first_token;
     }
     out = answer.dump();
+    answered_ = true;
     return true;
   }
 
@@ -77,6 +86,7 @@ class PrefillAnswer : public BodyStream {
   std::shared_ptr<State> state_;
   std::shared_ptr<engine::OutputChannel> channel_;  // held until the answer is gone
   int64_t request_id_ = 0;
+  bool answered_ = false;
 };
 
 // "host:port:epoch:request_id" (the host may be a name or an IPv4 address).
@@ -98,6 +108,20 @@ bool parse_source(const std::string& value, std::string& host, int& port, engine
 
 }  // namespace
 
+void answer_prefix_hashes(ServingContext& context, HttpResponse& res) {
+  std::string hashes = "[";
+  char hex[40];
+  for (const engine::BlockHash& h : context.engine().published_prefix_hashes()) {
+    std::snprintf(hex, sizeof(hex), "\"%016llx%016llx\",", static_cast<unsigned long long>(h.high),
+                  static_cast<unsigned long long>(h.low));
+    hashes += hex;
+  }
+  if (hashes.size() > 1) hashes.pop_back();
+  hashes += "]";
+  res.content_type = "application/json";
+  res.body = "{\"block_size\":" + std::to_string(context.engine().block_size()) + ",\"hashes\":" + hashes + "}";
+}
+
 void answer_prefill(ServingContext& context, const Generation& g, HttpResponse& res) {
   res.content_type = "application/json";
   const std::string why = not_transferable(g);
@@ -115,19 +139,28 @@ std::shared_ptr<const engine::KvPayload> fetch_imported(ServingContext& context,
   std::string host;
   int port = 0;
   engine::KvLeaseKey key;
+  PdMetrics* metrics = context.pd_metrics();
   if (!parse_source(source, host, port, key)) {
     std::fprintf(stderr, "[tachyon] decode: ignoring a malformed %s header; computing the prompt here\n", kKvSourceHeader);
+    if (metrics != nullptr) metrics->on_recompute(RecomputeReason::kMalformedSource);
     return nullptr;
   }
-  (void)context;
+  RecomputeReason reason = RecomputeReason::kPullFailed;
   try {
+    const auto start = std::chrono::steady_clock::now();
     auto payload = std::make_shared<engine::KvPayload>(fetch_kv(host, port, key, std::chrono::seconds(5)));
+    if (metrics != nullptr) {
+      metrics->on_transfer(static_cast<int64_t>(payload->rows.size() * sizeof(float) + payload->prompt.size() * sizeof(int32_t)),
+                           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
     if (payload->prompt != g.prompts[0]) {
+      reason = RecomputeReason::kOtherPrompt;
       throw engine::KvTransferError("the rows are of another prompt (" + std::to_string(payload->prompt.size()) +
                                     " tokens, this request has " + std::to_string(g.prompts[0].size()) + ")");
     }
     return payload;
   } catch (const engine::KvTransferError& e) {
+    if (metrics != nullptr) metrics->on_recompute(reason);
     std::fprintf(stderr, "[tachyon] decode: KV transfer from %s failed, computing the prompt here: %s\n", source.c_str(),
                  e.what());
     return nullptr;

@@ -18,6 +18,12 @@
 namespace tachyon::server {
 
 inline constexpr const char* kKvSourceHeader = "X-Tachyon-Kv";
+// GET: {"block_size", "hashes": [32 hex digits each]}, the chained hashes of the blocks in this
+// server's prefix cache (as of its engine's last step), for the router's prefix policy.
+inline constexpr const char* kPrefixHashesPath = "/kv/prefix_hashes";
+
+// GET kPrefixHashesPath, on every server (a router's prefix policy reads prefill servers').
+void answer_prefix_hashes(ServingContext& context, HttpResponse& res);
 
 // Prefill role: answers `res` with the lease (a stream that ends when the prompt has run).
 void answer_prefill(ServingContext& context, const Generation& g, HttpResponse& res);

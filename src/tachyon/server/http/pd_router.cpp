@@ -1,26 +1,26 @@
 #include "tachyon/server/http/pd_router.h"
 
-#include <httplib.h>
-
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "tachyon/base/check.h"
+#include "tachyon/server/http/http_listener.h"
+#include "tachyon/server/http/http_router.h"
+#include "tachyon/server/http/http_server.h"
 #include "tachyon/server/http/pd_roles.h"
+#include "tachyon/server/http/pd_route_prompt.h"
+#include "tachyon/server/http/pd_upstream.h"
 #include "tachyon/server/pd_transport.h"
 
 namespace tachyon::server {
 namespace {
 
-std::string error_json(const std::string& message, const std::string& type) {
-  return nlohmann::json{{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}}}}.dump();
-}
+using Clock = std::chrono::steady_clock;
 
-void unavailable(httplib::Response& res, const std::string& message) {
-  res.status = 503;
-  res.set_header("Retry-After", "1");
-  res.set_content(error_json(message, "service_unavailable"), "application/json");
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+ApiError unavailable(const std::string& message) { return {503, message, "service_unavailable", "", ""}; }
 
 // The lease a prefill server granted, as the decode server's header names it.
 struct Lease {
@@ -30,188 +30,237 @@ struct Lease {
   std::string header() const {
     return host + ":" + std::to_string(kv_port) + ":" + std::to_string(key.epoch) + ":" + std::to_string(key.request_id);
   }
+  // Best effort and off the caller's thread (a connection's I/O thread may drop the stream);
+  // a lease already pulled is unknown there, so this is a no-op then.
+  void release() const {
+    std::thread([host = host, port = kv_port, key = key] { release_kv_remote(host, port, key, std::chrono::seconds(1)); })
+        .detach();
+  }
 };
 
-std::unique_ptr<httplib::Client> client_of(const PdRouter::Backend& backend, std::chrono::seconds read_timeout) {
-  auto client = std::make_unique<httplib::Client>(backend.host, backend.port);
-  client->set_connection_timeout(std::chrono::seconds(2));
-  client->set_read_timeout(read_timeout);
-  client->set_write_timeout(std::chrono::seconds(10));
-  return client;
-}
+// Holds a backend's open-request count for as long as the router has a request on it.
+class InFlight {
+ public:
+  explicit InFlight(Backend& backend) : backend_(backend) { ++backend_.in_flight; }
+  ~InFlight() { --backend_.in_flight; }
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+
+ private:
+  Backend& backend_;
+};
+
+// The decode server's answer, relayed as it arrives. Dropped before its end (the client left):
+// the decode connection closes, which aborts the request there, and the lease is released.
+class RelayStream : public BodyStream {
+ public:
+  RelayStream(std::unique_ptr<UpstreamCall> call, std::optional<Lease> lease, bool sse, Backend& decode,
+              RouterMetrics& metrics)
+      : call_(std::move(call)), lease_(std::move(lease)), sse_(sse), in_flight_(decode), decode_(decode),
+        metrics_(metrics) {}
+  ~RelayStream() override {
+    if (ended_) return;
+    metrics_.on_outcome(RouteOutcome::kClientGone);
+    call_->cancel();
+    if (lease_) lease_->release();
+  }
+  void set_wakeup(std::function<void()> wakeup) override { call_->set_wakeup(std::move(wakeup)); }
+  bool pump(std::string& out) override {
+    const size_t before = out.size();
+    const bool done = call_->take(out);
+    if (!relayed_) relayed_ = out.find_first_not_of(" \r\n", before) != std::string::npos;
+    if (out.size() > before) at_event_end_ = out.size() >= 2 && out.compare(out.size() - 2, 2, "\n\n") == 0;
+    if (!done) return false;
+    ended_ = true;
+    if (!call_->failed()) {
+      metrics_.on_outcome(RouteOutcome::kOk);
+      return true;
+    }
+    // The decode server failed mid-answer: a clean error, never a truncated 200 that parses.
+    decode_.healthy = false;
+    metrics_.on_outcome(RouteOutcome::kUpstreamFailed);
+    if (lease_) lease_->release();
+    const std::string error = error_body(unavailable("the decode server " + decode_.url + " failed mid-answer; retry"));
+    if (sse_) {
+      out += (at_event_end_ ? "" : "\n\n") + std::string("data: ") + error + "\n\ndata: [DONE]\n\n";
+    } else if (!relayed_) {
+      out += error;  // after keep-alive spaces only: the body is this one JSON value
+    }
+    return true;
+  }
+
+ private:
+  std::unique_ptr<UpstreamCall> call_;
+  std::optional<Lease> lease_;
+  const bool sse_;
+  InFlight in_flight_;
+  Backend& decode_;
+  RouterMetrics& metrics_;
+  bool relayed_ = false;  // bytes other than keep-alive whitespace went out
+  bool at_event_end_ = true;  // what went out ends with a whole SSE event
+  bool ended_ = false;
+};
+
+// A server's answer to a prefill request: a lease, none (the decode server computes the prompt),
+// or an answer for the client (a 4xx, relayed).
+struct PrefillResult {
+  std::optional<Lease> lease;
+  std::optional<HttpResponse> answer;
+};
 
 }  // namespace
 
-PdRouter::PdRouter(RouterOptions options) : options_(std::move(options)) {
-  auto parse = [](const std::string& url, std::vector<std::unique_ptr<Backend>>& out) {
-    std::string rest = url.rfind("http://", 0) == 0 ? url.substr(7) : url;
-    while (!rest.empty() && rest.back() == '/') rest.pop_back();
-    const size_t colon = rest.rfind(':');
-    TACHYON_CHECK(colon != std::string::npos && colon > 0 && rest.find('/') == std::string::npos)
-        << "router backend URL '" << url << "' is not http://host:port";
-    auto backend = std::make_unique<Backend>();
-    backend->url = url;
-    backend->host = rest.substr(0, colon);
-    try {
-      backend->port = std::stoi(rest.substr(colon + 1));
-    } catch (const std::exception&) {
-      TACHYON_CHECK(false) << "router backend URL '" << url << "' has no port number";
-    }
-    out.push_back(std::move(backend));
-  };
-  for (const std::string& url : options_.prefill) parse(url, prefill_);
-  for (const std::string& url : options_.decode) parse(url, decode_);
-  TACHYON_CHECK(!prefill_.empty() && !decode_.empty()) << "the router needs at least one --prefill and one --decode URL";
-  http_ = std::make_unique<httplib::Server>();
-  http_->new_task_queue = [] { return new httplib::ThreadPool(64); };
-
-  auto generate = [this](const httplib::Request& req, httplib::Response& res) {
-    Backend* decode = pick(decode_, next_decode_);
-    if (decode == nullptr) return unavailable(res, "no decode server is healthy; retry later");
-    std::optional<Lease> lease;
-    if (Backend* prefill = pick(prefill_, next_prefill_)) {
-      auto answer = client_of(*prefill, std::chrono::seconds(300))->Post(req.path, req.body, "application/json");
-      if (!answer) {
-        prefill->healthy = false;  // the decode server computes the prompt
-      } else if (answer->status >= 400 && answer->status < 500) {
-        res.status = answer->status;
-        res.set_content(answer->body, "application/json");
+PdRouter::PdRouter(RouterOptions options)
+    : options_(std::move(options)), policy_(parse_route_policy(options_.policy)), prefill_(options_.prefill),
+      decode_(options_.decode) {
+  TACHYON_CHECK(!prefill_.backends().empty() && !decode_.backends().empty())
+      << "the router needs at least one --prefill and one --decode URL";
+  if (policy_ == RoutePolicy::kPrefix) {
+    TACHYON_CHECK(!options_.tokenizer.empty())
+        << "--policy prefix needs --tokenizer MODEL_DIR (the router hashes each prompt's blocks as the servers do)";
+    route_prompt_ = std::make_unique<RoutePrompt>(options_.tokenizer);
+  }
+  http_options_ = std::make_unique<HttpOptions>();
+  http_options_->host = options_.host;
+  http_options_->port = options_.port;
+  http_options_->threads = 64;  // a handler waits on its prefill server: one worker per request in that phase
+  http_options_->keepalive_interval = std::chrono::milliseconds(200);
+  router_ = std::make_unique<Router>();
+  router_->add("POST", "/v1/completions", [this](const HttpRequest& req, HttpResponse& res) { generate(req, res); });
+  router_->add("POST", "/v1/chat/completions", [this](const HttpRequest& req, HttpResponse& res) { generate(req, res); });
+  router_->add("GET", "/health", [this](const HttpRequest&, HttpResponse& res) {
+    for (const auto& d : decode_.backends()) {
+      if (d->healthy) {
+        res.body = "{\"status\":\"ok\"}";
         return;
-      } else if (answer->status == 200) {
-        const auto json = nlohmann::json::parse(answer->body, nullptr, false);
-        if (json.is_object() && json.contains("kv_transfer") && json["kv_transfer"].is_object()) {
-          const auto& kv = json["kv_transfer"];
-          lease = Lease{prefill->host, kv.value("port", 0),
-                        {std::stoull(kv.value("epoch", std::string("0"))), kv.value("request_id", int64_t{0})}};
-        }
       }
     }
-    httplib::Headers headers;
-    if (lease) headers.emplace(kKvSourceHeader, lease->header());
-    const auto body = nlohmann::json::parse(req.body, nullptr, false);
-    const bool stream = body.is_object() && body.value("stream", false);
-    if (!stream) {
-      auto answer = client_of(*decode, std::chrono::seconds(600))->Post(req.path, headers, req.body, "application/json");
-      if (!answer) {
-        decode->healthy = false;
-        if (lease) release_kv_remote(lease->host, lease->kv_port, lease->key, std::chrono::seconds(1));
-        return unavailable(res, "the decode server " + decode->url + " failed; retry");
-      }
-      res.status = answer->status;
-      if (answer->has_header("Retry-After")) res.set_header("Retry-After", answer->get_header_value("Retry-After"));
-      res.set_content(answer->body, answer->get_header_value("Content-Type"));
+    res = error_response(unavailable("no decode server is healthy"));
+  });
+  router_->add("GET", "/metrics", [this](const HttpRequest&, HttpResponse& res) {
+    res.content_type = "text/plain; version=0.0.4";
+    res.body = metrics_.render(prefill_, decode_);
+  });
+  router_->add("GET", "/v1/models", [this](const HttpRequest&, HttpResponse& res) {
+    for (Backend* decode : decode_.order(RoutePolicy::kRoundRobin)) {
+      UpstreamRequest get{decode->host, decode->port, "/v1/models", "", {}, std::chrono::seconds(10)};
+      get.method = "GET";
+      UpstreamCall call(std::move(get));
+      const int status = call.wait_head();
+      if (status == 0) continue;
+      res.status = status;
+      res.body = call.wait_body();
       return;
     }
-    // Streamed: relay the decode server's SSE bytes as they come. A client that left makes
-    // sink.write fail, which closes the decode connection (its request is aborted there).
-    const std::string path = req.path;
-    const std::string request_body = req.body;
-    res.set_chunked_content_provider("text/event-stream", [decode, lease, headers, path, request_body](
-                                                              size_t, httplib::DataSink& sink) {
-      auto client = client_of(*decode, std::chrono::seconds(600));
-      httplib::Request upstream;
-      upstream.method = "POST";
-      upstream.path = path;
-      upstream.headers = headers;
-      upstream.body = request_body;
-      upstream.set_header("Content-Type", "application/json");
-      bool relayed = false;
-      bool client_gone = false;
-      int status = 0;
-      std::string refused;  // a non-200 answer's body
-      upstream.response_handler = [&](const httplib::Response& r) {
-        status = r.status;
-        return true;
-      };
-      upstream.content_receiver = [&](const char* data, size_t size, uint64_t, uint64_t) {
-        if (status != 200) {
-          refused.append(data, size);
-          return true;
-        }
-        relayed = true;
-        if (!sink.write(data, size)) {
-          client_gone = true;
-          return false;
-        }
-        return true;
-      };
-      httplib::Response response;
-      httplib::Error error = httplib::Error::Success;
-      const bool ok = client->send(upstream, response, error);
-      if (!client_gone && (!ok || status != 200)) {
-        if (!ok && !relayed) decode->healthy = false;
-        if (!ok && !relayed && lease) release_kv_remote(lease->host, lease->kv_port, lease->key, std::chrono::seconds(1));
-        const std::string why = status != 200 && status != 0 ? "the decode server answered " + std::to_string(status) +
-                                                                   ": " + refused
-                                                             : "the decode server " + decode->url + " failed mid-stream";
-        const std::string frame = "data: " + error_json(why, "service_unavailable") + "\n\ndata: [DONE]\n\n";
-        sink.write(frame.data(), frame.size());
-      }
-      if (!client_gone) sink.done();
-      return !client_gone;
-    });
-  };
-  http_->Post("/v1/completions", generate);
-  http_->Post("/v1/chat/completions", generate);
-  http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    for (const auto& d : decode_) {
-      if (d->healthy) return res.set_content("{\"status\":\"ok\"}", "application/json");
-    }
-    unavailable(res, "no decode server is healthy");
+    res = error_response(unavailable("no decode server is healthy; retry later"));
   });
-  http_->Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    Backend* decode = pick(decode_, next_decode_);
-    if (decode == nullptr) return unavailable(res, "no decode server is healthy; retry later");
-    auto answer = client_of(*decode, std::chrono::seconds(10))->Get("/v1/models");
-    if (!answer) return unavailable(res, "the decode server " + decode->url + " failed; retry");
-    res.status = answer->status;
-    res.set_content(answer->body, "application/json");
-  });
+  listener_ = std::make_unique<HttpListener>(*http_options_, *router_);
 }
 
 PdRouter::~PdRouter() { stop(); }
 
-PdRouter::Backend* PdRouter::pick(std::vector<std::unique_ptr<Backend>>& backends, std::atomic<uint64_t>& next) {
-  const uint64_t start = next.fetch_add(1);
-  for (size_t i = 0; i < backends.size(); ++i) {
-    Backend* b = backends[(start + i) % backends.size()].get();
-    if (b->healthy) return b;
+void PdRouter::generate(const HttpRequest& req, HttpResponse& res) {
+  const auto body = nlohmann::json::parse(req.body, nullptr, false);
+  const bool sse = body.is_object() && body.value("stream", false);
+  const bool chat = req.path == "/v1/chat/completions";
+  const std::vector<int32_t> prompt = route_prompt_ != nullptr ? route_prompt_->tokens(chat, body) : std::vector<int32_t>{};
+
+  // 1. The prompt on a prefill server.
+  std::optional<Lease> lease;
+  bool busy = false;     // a prefill server answered 503 (at its lease cap or queue)
+  for (Backend* prefill : prefill_.order(policy_, prompt)) {
+    InFlight in_flight(*prefill);
+    const auto start = Clock::now();
+    UpstreamCall call({prefill->host, prefill->port, req.path, req.body, {}, std::chrono::seconds(300)});
+    const int status = call.wait_head();
+    const std::string answer = call.wait_body();
+    if (status == 0 || call.failed()) {
+      prefill->healthy = false;
+      metrics_.on_retry(/*prefill=*/true);
+      continue;
+    }
+    metrics_.observe_prefill(seconds_since(start));
+    if (status >= 400 && status < 500) {  // the decode server would refuse the same request
+      metrics_.on_outcome(RouteOutcome::kClientError);
+      res.status = status;
+      res.body = answer;
+      return;
+    }
+    if (status == 503) {
+      busy = true;
+      metrics_.on_retry(/*prefill=*/true);
+      continue;
+    }
+    const auto json = nlohmann::json::parse(answer, nullptr, false);
+    if (status == 200 && json.is_object() && json.contains("kv_transfer") && json["kv_transfer"].is_object()) {
+      const auto& kv = json["kv_transfer"];
+      lease = Lease{prefill->host, kv.value("port", 0),
+                    {std::stoull(kv.value("epoch", std::string("0"))), kv.value("request_id", int64_t{0})}};
+    }
+    busy = false;
+    break;
   }
-  return nullptr;
+  if (busy && !lease) {
+    metrics_.on_outcome(RouteOutcome::kUnavailable);
+    res = error_response(unavailable("every prefill server is at its KV lease cap or queue limit; retry later"));
+    return;
+  }
+
+  // 2. The answer from a decode server, from the lease's rows.
+  std::vector<std::pair<std::string, std::string>> headers;
+  if (lease) headers.emplace_back(kKvSourceHeader, lease->header());
+  const RoutePolicy decode_policy = policy_ == RoutePolicy::kRoundRobin ? policy_ : RoutePolicy::kLeastLoaded;
+  for (Backend* decode : decode_.order(decode_policy)) {
+    const auto start = Clock::now();
+    auto call = std::make_unique<UpstreamCall>(UpstreamRequest{decode->host, decode->port, req.path, req.body, headers});
+    const int status = call->wait_head();
+    if (status == 0) {  // refused or reset before answering: nothing went to the client yet
+      decode->healthy = false;
+      metrics_.on_retry(/*prefill=*/false);
+      continue;
+    }
+    metrics_.observe_decode_head(seconds_since(start));
+    res.status = status;
+    res.content_type = call->header("Content-Type");
+    if (res.content_type.empty()) res.content_type = "application/json";
+    if (status != 200) {  // a whole error answer (queue full, a bad request no prefill server saw)
+      if (std::string retry = call->header("Retry-After"); !retry.empty()) res.headers.emplace_back("Retry-After", retry);
+      res.body = call->wait_body();
+      metrics_.on_outcome(status < 500 ? RouteOutcome::kClientError : RouteOutcome::kUnavailable);
+      if (lease) lease->release();
+      return;
+    }
+    if (sse) res.headers.emplace_back("Cache-Control", "no-cache");
+    res.stream = std::make_shared<RelayStream>(std::move(call), lease, sse, *decode, metrics_);
+    return;
+  }
+  if (lease) lease->release();
+  metrics_.on_outcome(RouteOutcome::kUnavailable);
+  res = error_response(unavailable("no decode server is healthy; retry later"));
 }
 
 void PdRouter::check_health() {
+  const bool load = policy_ != RoutePolicy::kRoundRobin;
   while (!stopping_) {
-    for (auto* group : {&prefill_, &decode_}) {
-      for (auto& backend : *group) {
-        httplib::Client client(backend->host, backend->port);
-        client.set_connection_timeout(std::chrono::seconds(1));
-        client.set_read_timeout(std::chrono::seconds(2));
-        auto answer = client.Get("/health");
-        backend->healthy = answer && answer->status == 200;
-      }
-    }
+    prefill_.refresh(load, policy_ == RoutePolicy::kPrefix);
+    decode_.refresh(load, false);
     for (auto waited = std::chrono::milliseconds(0); waited < options_.health_interval && !stopping_;
-         waited += std::chrono::milliseconds(50)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+         waited += std::chrono::milliseconds(20)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
 }
 
-int PdRouter::bind() {
-  port_ = options_.port == 0 ? http_->bind_to_any_port(options_.host) : (http_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
-  TACHYON_CHECK(port_ > 0) << "the router cannot listen on " << options_.host << ":" << options_.port;
-  return port_;
-}
+int PdRouter::bind() { return listener_->bind(); }
 
 void PdRouter::serve() {
   health_ = std::thread([this] { check_health(); });
-  http_->listen_after_bind();
+  listener_->run();
 }
 
 void PdRouter::stop() {
   stopping_ = true;
-  if (http_) http_->stop();
+  if (listener_) listener_->stop();
   if (health_.joinable()) health_.join();
 }
 

@@ -5,6 +5,7 @@
 #include "tachyon/base/check.h"
 #include "tachyon/base/file_util.h"
 #include "tachyon/app/runner_factory.h"
+#include "tachyon/server/pd_metrics.h"
 #include "tachyon/server/pd_transport.h"
 
 namespace tachyon::server {
@@ -49,12 +50,23 @@ ServingContext::ServingContext(const ServingOptions& options) {
   created_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   engine_->set_step_observer([metrics = metrics_.get()](int64_t tokens) { metrics->observe_tokens_per_step(static_cast<double>(tokens)); });
   role_ = options.role;
+  if (!role_.empty()) {
+    pd_metrics_ = std::make_unique<PdMetrics>(role_);
+    metrics_->set_role_series([pd = pd_metrics_.get(), engine = engine_.get()](std::string& out) {
+      pd->render(out, engine->kv_lease_stats());
+    });
+  }
   if (role_ == "prefill") {
     engine::EngineCore* engine = engine_.get();
+    engine->set_kv_lease_timeout(std::chrono::milliseconds(static_cast<int64_t>(options.kv_lease_timeout_s * 1000)));
+    engine->set_kv_lease_max_blocks(
+        std::max<int64_t>(1, static_cast<int64_t>(options.kv_lease_max_share * engine->stats().kv_blocks_total)));
     kv_transfer_ = std::make_unique<KvTransferServer>(
         options.kv_transfer_host, options.kv_transfer_port,
         [engine](engine::KvLeaseKey key) { return engine->export_kv(key); },
-        [engine](engine::KvLeaseKey key) { engine->release_kv(key); });
+        [engine](engine::KvLeaseKey key) { engine->release_kv(key); }, std::chrono::seconds(5),
+        [pd = pd_metrics_.get()](int64_t bytes, double seconds) { pd->on_transfer(bytes, seconds); });
+    kv_transfer_->inject_fault(kv_transport_fault_from_env());
   }
   engine_->start();
 }

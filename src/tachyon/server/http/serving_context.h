@@ -23,6 +23,7 @@
 namespace tachyon::server {
 
 class KvTransferServer;  // server/pd_transport.h
+class PdMetrics;         // server/pd_metrics.h
 
 struct ServingOptions {
   std::filesystem::path model_dir;
@@ -44,6 +45,10 @@ struct ServingOptions {
   std::string role;
   std::string kv_transfer_host = "127.0.0.1";
   int kv_transfer_port = 0;
+  // Prefill role: the share of the KV cache that leases (and prompts running for one) may hold,
+  // past which prefills get 503; and how long a lease waits to be pulled.
+  double kv_lease_max_share = 0.5;
+  double kv_lease_timeout_s = 30.0;
 };
 
 
@@ -66,6 +71,7 @@ class ServingContext {
 
   const std::string& role() const { return role_; }
   int kv_transfer_port() const;  // the prefill role's bound KV port; 0 otherwise
+  PdMetrics* pd_metrics() { return pd_metrics_.get(); }  // null without a role
 
   // Lifecycle: serving until draining starts (SIGTERM); then new requests get 503.
   bool draining() const { return draining_; }
@@ -83,6 +89,7 @@ class ServingContext {
   int64_t created_ = 0;
   std::atomic<bool> draining_{false};
   std::string role_;
+  std::unique_ptr<PdMetrics> pd_metrics_;          // with a role
   std::unique_ptr<KvTransferServer> kv_transfer_;  // prefill role only; stops before the engine
 };
 

@@ -1,0 +1,111 @@
+#include "tachyon/server/http/pd_upstream.h"
+
+#include <httplib.h>
+
+#include <strings.h>
+
+namespace tachyon::server {
+
+UpstreamCall::UpstreamCall(UpstreamRequest request) {
+  client_ = std::make_unique<httplib::Client>(request.host, request.port);
+  client_->set_connection_timeout(std::chrono::seconds(2));
+  client_->set_read_timeout(request.read_timeout);
+  client_->set_write_timeout(std::chrono::seconds(10));
+  thread_ = std::thread([this, request = std::move(request)]() mutable { run(std::move(request)); });
+}
+
+UpstreamCall::~UpstreamCall() {
+  cancel();
+  if (thread_.joinable()) thread_.join();
+}
+
+void UpstreamCall::run(UpstreamRequest request) {
+  httplib::Request upstream;
+  upstream.method = request.method;
+  upstream.path = request.path;
+  upstream.body = std::move(request.body);
+  for (const auto& [name, value] : request.headers) upstream.set_header(name, value);
+  if (request.method == "POST") upstream.set_header("Content-Type", "application/json");
+  upstream.response_handler = [this](const httplib::Response& response) {
+    std::lock_guard lock(mutex_);
+    status_ = response.status;
+    for (const auto& [name, value] : response.headers) response_headers_.emplace_back(name, value);
+    head_ = true;
+    changed_.notify_all();
+    return !cancelled_;
+  };
+  upstream.content_receiver = [this](const char* data, size_t size, uint64_t, uint64_t) {
+    std::function<void()> wakeup;
+    {
+      std::lock_guard lock(mutex_);
+      if (cancelled_) return false;
+      pending_.append(data, size);
+      wakeup = wakeup_;
+      changed_.notify_all();
+    }
+    if (wakeup) wakeup();
+    return true;
+  };
+  httplib::Response response;
+  httplib::Error error = httplib::Error::Success;
+  const bool ok = client_->send(upstream, response, error);
+  std::function<void()> wakeup;
+  {
+    std::lock_guard lock(mutex_);
+    if (!head_) status_ = 0;
+    head_ = true;
+    done_ = true;
+    failed_ = !ok || cancelled_;
+    wakeup = wakeup_;
+    changed_.notify_all();
+  }
+  if (wakeup) wakeup();
+}
+
+int UpstreamCall::wait_head() {
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [&] { return head_; });
+  return status_;
+}
+
+std::string UpstreamCall::header(const std::string& name) const {
+  std::lock_guard lock(mutex_);
+  for (const auto& [key, value] : response_headers_) {
+    if (::strcasecmp(key.c_str(), name.c_str()) == 0) return value;
+  }
+  return "";
+}
+
+std::string UpstreamCall::wait_body() {
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [&] { return done_; });
+  return std::exchange(pending_, {});
+}
+
+bool UpstreamCall::take(std::string& out) {
+  std::lock_guard lock(mutex_);
+  out += pending_;
+  pending_.clear();
+  return done_;
+}
+
+bool UpstreamCall::failed() const {
+  std::lock_guard lock(mutex_);
+  return failed_;
+}
+
+void UpstreamCall::set_wakeup(std::function<void()> wakeup) {
+  std::lock_guard lock(mutex_);
+  wakeup_ = std::move(wakeup);
+}
+
+void UpstreamCall::cancel() {
+  {
+    std::lock_guard lock(mutex_);
+    if (done_ || cancelled_) return;
+    cancelled_ = true;
+  }
+  client_->stop();  // a read blocked on the socket fails now
+}
+
+}  // namespace tachyon::server

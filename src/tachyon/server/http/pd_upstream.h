@@ -1,0 +1,73 @@
+// UpstreamCall: one HTTP request from the router (http/pd_router.h) to a prefill or decode
+// server, run on its own thread so that the router's connection stays free to notice a client
+// that hangs up. The caller waits for the answer's head (status and headers), then takes the
+// body as it arrives; cancel() (or destruction) closes the upstream connection at once, which is
+// how a departed client's request is aborted on the server behind it (the server notices the
+// closed socket and frees the request's KV). Built on cpp-httplib's blocking client.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace httplib {
+class Client;
+}
+
+namespace tachyon::server {
+
+struct UpstreamRequest {
+  std::string host;
+  int port = 0;
+  std::string path;
+  std::string body;                                          // POSTed as application/json
+  std::vector<std::pair<std::string, std::string>> headers;  // extra header fields
+  std::chrono::seconds read_timeout{600};
+  std::string method = "POST";
+};
+
+class UpstreamCall {
+ public:
+  explicit UpstreamCall(UpstreamRequest request);  // starts the call
+  ~UpstreamCall();                                 // cancels and joins
+  UpstreamCall(const UpstreamCall&) = delete;
+  UpstreamCall& operator=(const UpstreamCall&) = delete;
+
+  // Blocks until the head arrives; the status, or 0 when the call failed before it (refused,
+  // reset, timed out).
+  int wait_head();
+  std::string header(const std::string& name) const;  // after wait_head(); "" when absent
+  // Blocks until the body is complete (or failed); the whole body.
+  std::string wait_body();
+  // Never blocks: appends the body bytes received since the last take() to `out`; true once
+  // the call is over (then failed() says whether it ended early).
+  bool take(std::string& out);
+  bool failed() const;
+  // Called (from the call's thread) when bytes arrive or the call ends; cheap, never blocks.
+  void set_wakeup(std::function<void()> wakeup);
+  void cancel();  // any thread
+
+ private:
+  void run(UpstreamRequest request);
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  int status_ = 0;
+  bool head_ = false;
+  bool done_ = false;
+  bool failed_ = false;
+  bool cancelled_ = false;
+  std::vector<std::pair<std::string, std::string>> response_headers_;
+  std::string pending_;
+  std::function<void()> wakeup_;
+  std::unique_ptr<httplib::Client> client_;
+  std::thread thread_;
+};
+
+}  // namespace tachyon::server

@@ -1,0 +1,46 @@
+#include "tachyon/server/pd_metrics.h"
+
+#include "tachyon/server/metrics_text.h"
+
+namespace tachyon::server {
+namespace {
+
+constexpr const char* kRecomputeNames[kNumRecomputeReasons] = {"malformed_source", "pull_failed", "other_prompt",
+                                                               "rows_refused"};
+
+}  // namespace
+
+void PdMetrics::render(std::string& out, const engine::KvLeaseStats& leases) const {
+  const bool prefill = role_ == "prefill";
+  const std::string direction = prefill ? "direction=\"sent\"" : "direction=\"received\"";
+  append_family(out, "tachyon:kv_transfer_bytes_total", "counter", "KV bytes moved between prefill and decode servers.");
+  append_sample(out, "tachyon:kv_transfer_bytes_total", direction, transfer_bytes_.load());
+  append_family(out, "tachyon:kv_transfer_seconds", "histogram",
+                "Time of one KV pull: export and send (prefill), or connect to the last byte (decode).");
+  append_histogram(out, "tachyon:kv_transfer_seconds", direction, transfer_time_.snapshot());
+  if (prefill) {
+    append_family(out, "tachyon:kv_leases_outstanding", "gauge", "KV leases granted and not yet pulled, released or expired.");
+    append_sample(out, "tachyon:kv_leases_outstanding", "", leases.outstanding);
+    append_family(out, "tachyon:kv_lease_blocks", "gauge",
+                  "KV blocks held by leases or reserved by prompts running for one (capped by --kv-lease-max-share).");
+    append_sample(out, "tachyon:kv_lease_blocks", "", leases.blocks);
+    append_family(out, "tachyon:kv_leases_total", "counter", "KV leases by outcome.");
+    const std::pair<const char*, int64_t> outcomes[] = {{"granted", leases.granted},   {"exported", leases.exported},
+                                                        {"released", leases.released}, {"expired", leases.expired},
+                                                        {"refused", leases.refused}};
+    for (const auto& [name, value] : outcomes) {
+      append_sample(out, "tachyon:kv_leases_total", std::string("outcome=\"") + name + "\"", value);
+    }
+    return;
+  }
+  append_family(out, "tachyon:kv_transfer_imports_total", "counter", "Requests that decoded from pulled KV rows.");
+  append_sample(out, "tachyon:kv_transfer_imports_total", "", imports_.load());
+  append_family(out, "tachyon:kv_transfer_recomputes_total", "counter",
+                "Requests with a KV source whose prompt this server computed instead, by reason.");
+  for (int i = 0; i < kNumRecomputeReasons; ++i) {
+    append_sample(out, "tachyon:kv_transfer_recomputes_total", std::string("reason=\"") + kRecomputeNames[i] + "\"",
+                  recomputes_[i].load());
+  }
+}
+
+}  // namespace tachyon::server

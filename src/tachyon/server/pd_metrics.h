@@ -1,0 +1,47 @@
+// PdMetrics: the Prometheus series of a server's prefill or decode role (docs/metrics.md),
+// appended to its /metrics by ServerMetrics. Counters are atomics bumped on the HTTP and KV
+// transfer threads; the lease series read the engine's KvLeaseStats at render time. Labels come
+// from fixed sets (DESIGN rule 2).
+//   prefill: KV bytes sent and time per pull, leases outstanding and their blocks, leases by outcome
+//   decode:  KV bytes received and time per pull, imports, prompts recomputed by reason
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "tachyon/engine/kv_transfer.h"
+#include "tachyon/server/metrics_histogram.h"
+
+namespace tachyon::server {
+
+// Why a decode server computed a prompt that came with a KV source (X-Tachyon-Kv).
+enum class RecomputeReason {
+  kMalformedSource,  // the header did not parse
+  kPullFailed,       // unreachable, refused (no such lease), cut short, corrupted, timed out
+  kOtherPrompt,      // the rows are of another prompt
+  kRowsRefused,      // the engine refused the rows (another model's shape)
+};
+inline constexpr int kNumRecomputeReasons = 4;
+
+class PdMetrics {
+ public:
+  explicit PdMetrics(std::string role) : role_(std::move(role)) {}
+  void on_transfer(int64_t bytes, double seconds) {
+    transfer_bytes_.fetch_add(bytes);
+    transfer_time_.observe(seconds);
+  }
+  void on_import() { imports_.fetch_add(1); }
+  void on_recompute(RecomputeReason reason) { recomputes_[static_cast<int>(reason)].fetch_add(1); }
+  // Appends every series; `leases`: the engine's (prefill role).
+  void render(std::string& out, const engine::KvLeaseStats& leases) const;
+
+ private:
+  const std::string role_;
+  std::atomic<int64_t> transfer_bytes_{0};
+  Histogram transfer_time_{kTtftBuckets};
+  std::atomic<int64_t> imports_{0};
+  std::atomic<int64_t> recomputes_[kNumRecomputeReasons] = {};
+};
+
+}  // namespace tachyon::server

@@ -1,0 +1,45 @@
+"""server.pd_choice: `tachyon router --policy prefix` sends a request whose prompt shares a prefix
+with an earlier one to the prefill server that holds that prefix in its cache (learnt from the
+hashes it publishes), where round-robin or load alone would spread them over both servers. The
+prefix-cache counters of the two servers show where each prompt ran; the answers equal one
+server's.
+    pd_choice.py TACHYON TOKENIZERS_DIR"""
+import sys
+
+from pd_cluster import Cluster, kv_usage, metric, post, wait_until
+
+HITS, QUERIES = "tachyon:prefix_cache_hits_total", "tachyon:prefix_cache_queries_total"
+
+cluster = Cluster(sys.argv[1], sys.argv[2])
+try:
+    a = cluster.serve("prefill_a", "--role", "prefill")
+    b = cluster.serve("prefill_b", "--role", "prefill")
+    decode = cluster.serve("decode", "--role", "decode")
+    router = cluster.router([a, b], [decode], "--policy", "prefix", "--tokenizer", cluster.model)
+    shared = " ".join(["a long shared system prompt about seven tiny robots counting prime numbers"] * 20)
+
+    def body(i):
+        return {"model": "tiny", "prompt": f"{shared} question {i}: why?", "max_tokens": 8, "temperature": 0}
+
+    shared_blocks = post(decode.url, "/tokenize", {"prompt": shared})[1]["count"] // 16
+    status, first, _ = post(router.url, "/v1/completions", body(0))
+    holder, other = (a, b) if metric(a.url, QUERIES) > 0 else (b, a)
+    print(f"the first prompt ran on {holder.name}")
+    published = lambda: metric(router.url, "tachyon:router_upstream_prefix_blocks", f'server="{holder.url}"')
+    wait_until(lambda: published() >= shared_blocks, 20, "the router never learnt the holder's prefix blocks")
+    hits_before, other_before = metric(holder.url, HITS), metric(other.url, QUERIES)
+    for i in range(1, 9):
+        status, text, _ = post(router.url, "/v1/completions", body(i))
+        _, want, _ = post(decode.url, "/v1/completions", body(i))
+        if status != 200 or text != want:
+            sys.exit(f"request {i}: {status} {text!r}, one server says {want!r}")
+    hits = metric(holder.url, HITS) - hits_before
+    strays = metric(other.url, QUERIES) - other_before
+    print(f"8 prompts with the shared prefix: {hits:.0f} prefix-cache hit tokens on {holder.name}, "
+          f"{strays:.0f} prompt tokens looked up on {other.name}")
+    if strays != 0 or hits < 8 * 16 * shared_blocks:
+        sys.exit("the prefix policy should send every shared-prefix prompt to the server holding the prefix")
+    wait_until(lambda: all(kv_usage(s) == 0 for s in (a, b, decode)), 20, "KV left in use")
+    print("answers equal one server's; every KV block free")
+finally:
+    cluster.close()

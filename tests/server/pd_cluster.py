@@ -1,0 +1,165 @@
+"""A prefill/decode cluster on the CPU for the server.pd_* tests (docs/disaggregation.md):
+prefill and decode servers and `tachyon router` on a tiny make-model model, each a process on a
+free port, with helpers to post requests, read /metrics and wait for a condition.
+    cluster = Cluster(tachyon, tokenizers_dir)
+    prefill = cluster.serve("prefill", "--role", "prefill")
+    router = cluster.router([prefill], [decode], "--policy", "prefix")
+    ...
+    cluster.close()   # kills every process it started
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+
+class Process:
+    def __init__(self, name, args, log, pattern):
+        self.name, self.args, self.log_path, self.pattern = name, args, log, pattern
+        self.start()
+
+    def start(self):
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT)
+        self.port = None
+        for _ in range(1200):
+            text = open(self.log_path).read()
+            match = re.search(self.pattern + r":(\d+)", text)
+            if match:
+                self.port = int(match.group(1))
+                break
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        if self.port is None:
+            sys.exit(f"{self.name} did not start:\n" + open(self.log_path).read())
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def kill(self, sig=signal.SIGKILL):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait()
+
+
+class Cluster:
+    def __init__(self, tachyon, tokenizers, max_model_len=4096):
+        self.tachyon = tachyon
+        self.work = tempfile.mkdtemp(prefix="tachyon-pd-")
+        self.model = os.path.join(self.work, "model")
+        self.max_model_len = max_model_len
+        self.processes = []
+        subprocess.run([tachyon, "make-model", "--arch", "qwen3", "--preset", "tiny", "--seed", "3", "--tokenizer",
+                        os.path.join(tokenizers, "qwen3"), "--out", self.model], check=True, stdout=subprocess.DEVNULL)
+
+    def serve(self, name, *args, port=0):
+        cmd = [self.tachyon, "serve", self.model, "--device", "cpu", "--port", str(port), "--served-model-name",
+               "tiny", "--max-model-len", str(self.max_model_len), "--num-blocks", "512", *args]
+        p = Process(name, cmd, os.path.join(self.work, name + ".log"), r"serving tiny on http://127\.0\.0\.1")
+        self.processes.append(p)
+        return p
+
+    def router(self, prefill, decode, *args):
+        cmd = [self.tachyon, "router", "--port", "0", "--health-interval-ms", "100"]
+        for p in prefill:
+            cmd += ["--prefill", p.url]
+        for d in decode:
+            cmd += ["--decode", d.url]
+        p = Process("router", cmd + list(args), os.path.join(self.work, "router.log"),
+                    r"router on http://127\.0\.0\.1")
+        self.processes.append(p)
+        wait_until(lambda: get(p.url + "/health")[0] == 200, 20, "the router never became healthy")
+        return p
+
+    def close(self):
+        for p in self.processes:
+            p.kill()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def get(url, timeout=10):
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+    except (urllib.error.URLError, ConnectionError, socket.timeout):
+        return -1, ""
+
+
+def post(base, path, body, timeout=120):
+    """(status, text or None, headers); a streamed answer's error event gives status 500."""
+    req = urllib.request.Request(base + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            raw, status, headers = r.read().decode(), r.status, dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, None, dict(e.headers)
+    except (urllib.error.URLError, ConnectionError, socket.timeout):
+        return -1, None, {}
+    if not body.get("stream"):
+        answer = json.loads(raw)
+        if "error" in answer:
+            return 500, None, headers
+        if "choices" not in answer:  # a prefill server's lease
+            return status, answer, headers
+        c = answer["choices"][0]
+        return status, c.get("text", c.get("message", {}).get("content")), headers
+    text = ""
+    for line in raw.split("\n"):
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        event = json.loads(line[6:])
+        if "error" in event:
+            return 500, None, headers
+        c = event["choices"][0]
+        text += c.get("text") or (c.get("delta") or {}).get("content") or ""
+    return status, text, headers
+
+
+def metric(url, name, labels=""):
+    """The sum of the samples of `name` whose labels contain `labels`; None when unreachable."""
+    status, text = get(url + "/metrics")
+    if status != 200:
+        return None
+    total = 0.0
+    for line in text.split("\n"):
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            head = line.rsplit(" ", 1)[0]
+            if labels in head and head.split("{")[0] == name:
+                total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def kv_usage(server):
+    return metric(server.url, "tachyon:kv_cache_usage_perc")
+
+
+def wait_until(condition, seconds, message):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if condition():
+            return
+        time.sleep(0.02)
+    sys.exit(message)
+
+
+def raw_request(port, path, body):
+    """Sends a POST on a fresh socket and returns the socket unread (the caller hangs up)."""
+    data = json.dumps(body).encode()
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    return s
+
+
+def hang_up(s):
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # reset, at once
+    s.close()
