@@ -78,13 +78,15 @@ TEST(StructuredGrammar, JsonSchemaKeywords) {
 }
 
 TEST(StructuredGrammar, RefusesUnsupportedKeywordsByName) {
-  for (const char* text : {R"({"type":"integer","minimum":3})", R"({"type":"object","properties":{"a":{"type":"string"}},"additionalProperties":true})",
+  for (const char* text : {R"({"type":"number","minimum":3})", R"({"type":"integer","multipleOf":3})",
+                           R"({"minimum":3})", R"({"type":"integer","minimum":3,"maximum":2})",
+                           R"({"type":"object","properties":{"a":{"type":"string"}},"additionalProperties":true})",
                            R"({"type":"array","uniqueItems":true})", R"({"type":"string","format":"email"})",
                            R"({"$ref":"http://example.com/s.json"})", R"({"type":"wat"})", "not json"}) {
     EXPECT_THROW(build_grammar(schema(text)), StructuredError) << text;
   }
   try {
-    build_grammar(schema(R"({"type":"object","properties":{"n":{"type":"integer","maximum":3}}})"));
+    build_grammar(schema(R"({"type":"object","properties":{"n":{"type":"number","maximum":3}}})"));
     FAIL();
   } catch (const StructuredError& e) {
     EXPECT_NE(std::string(e.what()).find("'maximum'"), std::string::npos) << e.what();

@@ -40,6 +40,7 @@ const std::vector<Case>& cases() {
       {"recursive", "json_schema", R"({"type":"object","properties":{"value":{"type":"integer"},"next":{"anyOf":[{"$ref":"#"},{"type":"null"}]}},"required":["value","next"]})"},
       {"untyped", "json_schema", R"({"type":"object","properties":{"data":{}},"required":["data"]})"},
       {"string", "json_schema", R"({"type":"string"})"},
+      {"int_range", "json_schema", R"({"type":"object","properties":{"a":{"type":"integer","minimum":-15,"maximum":1234},"b":{"type":"integer","exclusiveMinimum":7}},"required":["a","b"]})"},
       {"json_object", "json_object", ""},
       {"ebnf", "ebnf", "root ::= \"(\" item (\", \" item)* \")\"\nitem ::= [a-z]+ | [0-9]{1,3} | \"yes\"\n"},
       {"regex", "regex", R"([A-Z][a-z]{1,8} [0-9]{2,4}(\.[0-9]+)?)"},

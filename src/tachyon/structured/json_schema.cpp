@@ -1,8 +1,11 @@
 #include "tachyon/structured/json_schema.h"
 
+#include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 
+#include "tachyon/structured/integer_range.h"
 #include "tachyon/structured/regex_grammar.h"
 #include "tachyon/structured/utf8_ranges.h"
 
@@ -16,7 +19,9 @@ const std::set<std::string, std::less<>> kAnnotations = {
     "writeOnly", "$defs", "definitions"};
 const std::set<std::string, std::less<>> kKeywords = {
     "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "enum", "const",
-    "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern", "format", "nullable"};
+    "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern", "format", "nullable", "minimum", "maximum",
+    "exclusiveMinimum", "exclusiveMaximum"};
+const char* const kBounds[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
 
 // Regexes for the supported string formats (RFC 3339 date/time, RFC 4122 uuid).
 const std::map<std::string, std::string, std::less<>> kFormats = {
@@ -134,7 +139,8 @@ class JsonSchemaBuilder::Compiler {
       if (kAnnotations.count(key) == 0 && kKeywords.count(key) == 0) {
         fail(join(path, key), "the keyword '" + key + "' is not supported (supported: type, properties, required, "
              "additionalProperties: false, items, minItems, maxItems, enum, const, anyOf, oneOf, allOf with one "
-             "member, $ref, $defs, minLength, maxLength, pattern, format)");
+             "member, $ref, $defs, minLength, maxLength, pattern, format, minimum, maximum, exclusiveMinimum and "
+             "exclusiveMaximum on integers)");
       }
     }
     if (const auto it = s.find("$ref"); it != s.end()) {
@@ -185,6 +191,9 @@ class JsonSchemaBuilder::Compiler {
     } else if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern") || s.contains("format")) {
       types.push_back("string");
     } else {
+      for (const char* bound : kBounds) {
+        if (s.contains(bound)) fail(join(path, bound), std::string("'") + bound + "' is supported with \"type\": \"integer\" only");
+      }
       return value_any();  // no type: any JSON value
     }
     if (s.value("nullable", false)) types.push_back("null");
@@ -206,8 +215,13 @@ class JsonSchemaBuilder::Compiler {
     if (type == "object") return object(s, path, depth);
     if (type == "array") return array(s, path, depth);
     if (type == "string") return string(s, path);
-    if (type == "integer") return integer_any();
-    if (type == "number") return number_any();
+    if (type == "integer") return integer(s, path);
+    if (type == "number") {  // bounds on other types' values do not apply (JSON schema's rule)
+      for (const char* bound : kBounds) {
+        if (s.contains(bound)) fail(join(path, bound), std::string("'") + bound + "' is supported with \"type\": \"integer\" only");
+      }
+      return number_any();
+    }
     if (type == "boolean") return Grammar::ref(g_.rule_of("boolean", {g_.literal("true"), g_.literal("false")}));
     if (type == "null") return g_.literal("null");
     fail(join(path, "type"), "unknown type '" + type + "'");
@@ -218,6 +232,38 @@ class JsonSchemaBuilder::Compiler {
     if (it == s.end()) return fallback;
     if (!it->is_number_integer() || it->get<int64_t>() < 0) fail(join(path, key), std::string("'") + key + "' must be a non-negative integer");
     return it->get<int64_t>();
+  }
+
+  // minimum / maximum (inclusive) and exclusiveMinimum / exclusiveMaximum (draft 6+: numbers)
+  // as integer bounds; a fractional bound rounds inward.
+  Sequence integer(const Json& s, const std::string& path) {
+    std::optional<int64_t> lo, hi;
+    auto bound = [&](const char* key, bool lower, bool exclusive) {
+      const auto it = s.find(key);
+      if (it == s.end()) return;
+      if (!it->is_number()) fail(join(path, key), std::string("'") + key + "' must be a number (draft 4's boolean form is not supported)");
+      const double v = it->get<double>();
+      const bool too_big = it->is_number_unsigned() ? it->get<uint64_t>() > uint64_t{INT64_MAX}
+                                                    : !(v >= -9223372036854775808.0 && v < 9223372036854775808.0);
+      if (too_big) fail(join(path, key), std::string("'") + key + "' is outside the 64-bit integers");
+      int64_t b = it->is_number_integer() ? it->get<int64_t>() : static_cast<int64_t>(lower ? std::ceil(v) : std::floor(v));
+      if (exclusive && (it->is_number_integer() || static_cast<double>(b) == v)) {
+        if (b == (lower ? INT64_MAX : INT64_MIN)) fail(join(path, key), "the bounds leave no integer");
+        b += lower ? 1 : -1;
+      }
+      if (lower) lo = lo ? std::max(*lo, b) : b;
+      else hi = hi ? std::min(*hi, b) : b;
+    };
+    bound("minimum", true, false);
+    bound("exclusiveMinimum", true, true);
+    bound("maximum", false, false);
+    bound("exclusiveMaximum", false, true);
+    if (!lo && !hi) return integer_any();
+    try {
+      return integer_range(g_, lo, hi);
+    } catch (const StructuredError& e) {
+      fail(path, e.what());
+    }
   }
 
   Sequence string(const Json& s, const std::string& path) {

@@ -12,7 +12,8 @@
 // items, minItems, maxItems, enum, const, anyOf, oneOf (as anyOf: exclusivity is not enforced),
 // allOf with one member, $ref to "#", "#/$defs/..." or "#/definitions/..." (recursion allowed),
 // $defs/definitions, minLength, maxLength, pattern (regex_grammar.h), format date, time,
-// date-time, uuid, nullable (OpenAPI). Annotations (title, description, default, examples,
+// date-time, uuid, nullable (OpenAPI), and on integers minimum, maximum, exclusiveMinimum,
+// exclusiveMaximum (integer_range.h; on other types they are refused). Annotations (title, description, default, examples,
 // $schema, $id, $comment, deprecated, readOnly, writeOnly) are ignored. Any other keyword is
 // refused by name (StructuredError -> 400): ignoring it would let outputs break the schema.
 #pragma once
