@@ -167,11 +167,14 @@ struct GemmRunner::Impl {
   }
 
   // The plan of a shape (already checked), made on first sight with the heuristic's first choice.
-  Plan& plan_for(const GemmProblem& p) {
+  // `prepare` runs on a new plan's descriptors before the heuristic is asked (linear_fp8 sets its
+  // factor pointers there).
+  Plan& plan_for(const GemmProblem& p, const std::function<void(Plan&)>& prepare = {}) {
     auto [it, inserted] = plans.try_emplace(p);
     if (!inserted) return it->second;
     try {
       make_descriptors(it->second, p);
+      if (prepare) prepare(it->second);
       cublasLtMatmulHeuristicResult_t first{};
       heuristics(it->second, p, &first, 1);
       it->second.algo = first.algo;
@@ -359,7 +362,15 @@ bool GemmRunner::linear_fp8(bf16* out, const uint8_t* in, const float* in_scale,
   if (impl_->unsupported.contains(p)) return false;
   Plan* plan = nullptr;
   try {
-    plan = &impl_->plan_for(p);
+    if (!impl_->plans.contains(p)) {
+      // A new shape: the heuristic is asked with the operands' factor pointers in place and the
+      // stream drained (outside capture), since cuBLASLt answered INVALID_VALUE on the GPU
+      // machine for a shape it served in the same process when asked right after a launch.
+      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+      TACHYON_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+      if (capture == cudaStreamCaptureStatusNone) TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream));
+    }
+    plan = &impl_->plan_for(p, [&](Plan& fresh) { impl_->set_scales(fresh, in_scale, weight_scale, p); });
   } catch (const std::exception& error) {  // no block-scaled algorithm for this shape on this GPU
     impl_->unsupported.emplace(p, error.what());
     return false;
