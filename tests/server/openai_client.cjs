@@ -98,6 +98,15 @@ async function main() {
     (err) => err.status === 400 && /get_time/.test(err.message));
   checks++;
 
+  // A generative model serves no embeddings: the client sees a BadRequestError saying why.
+  await assert.rejects(client.embeddings.create({ model, input: 'hello' }), (err) => {
+    assert.equal(err.status, 400);
+    assert.equal(err.constructor.name, 'BadRequestError');
+    assert.match(err.message, /pooling config/);
+    return true;
+  });
+  checks++;
+
   await assert.rejects(client.completions.create({ model, prompt: 'x', top_p: 7 }), (err) => {
     assert.equal(err.status, 400);
     assert.equal(err.constructor.name, 'BadRequestError');

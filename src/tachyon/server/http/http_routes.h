@@ -19,5 +19,7 @@ void add_messages_routes(Router& router, ContextAccess context, std::chrono::mil
 // GET /v1/models, /v1/models/{id}, /health, /version, /metrics; POST /tokenize, /detokenize.
 // `loaded` says whether a model is there yet (/health answers 503 until then).
 void add_info_routes(Router& router, ContextAccess context, std::function<bool()> loaded);
+// POST /v1/embeddings (routes_embeddings.cpp).
+void add_embeddings_routes(Router& router, ContextAccess context);
 
 }  // namespace tachyon::server

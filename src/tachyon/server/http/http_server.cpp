@@ -37,6 +37,7 @@ HttpServer::HttpServer(HttpOptions options) : options_(std::move(options)), rout
   add_generation_routes(*router_, access, options_.keepalive_interval);
   add_messages_routes(*router_, access, options_.keepalive_interval);
   add_info_routes(*router_, access, [this] { return context_.load() != nullptr; });
+  add_embeddings_routes(*router_, access);
   router_->add("GET", kPrefixHashesPath,  // http/pd_roles.h: a router's prefix policy reads it
                [access](const HttpRequest&, HttpResponse& res) { answer_prefix_hashes(access(), res); });
   listener_ = std::make_unique<HttpListener>(options_, *router_);

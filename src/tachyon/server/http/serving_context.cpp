@@ -19,6 +19,7 @@ ServingContext::ServingContext(const ServingOptions& options) {
                                                                tokenizer_->eos_token());
   }
   chat_parsers_ = resolve_chat_parsers(options.tool_call_parser, options.reasoning_parser, *tokenizer_);
+  pooling_ = read_pooling_config(options.model_dir);
   core::EngineConfig engine_config = options.engine;
   app::LoadedRunner loaded = app::load_runner(options.model_dir, engine_config);
   const model::ModelConfig& model_config = loaded.model_config;

@@ -17,6 +17,7 @@
 #include "tachyon/server/http/client_quota.h"
 #include "tachyon/server/metrics.h"
 #include "tachyon/server/openai_protocol.h"
+#include "tachyon/server/pooling_config.h"
 #include "tachyon/tokenizer/chat_template.h"
 #include "tachyon/tokenizer/tokenizer.h"
 
@@ -66,6 +67,8 @@ class ServingContext {
   ClientQuota& client_quota() { return *client_quota_; }
   int64_t created() const { return created_; }
   const ChatParsers& chat_parsers() const { return chat_parsers_; }
+  // The model directory's sentence-transformers pooling config (server/pooling_config.h), if any.
+  const std::optional<PoolingConfig>& pooling() const { return pooling_; }
   // The token that ends an answer (from config.json or the tokenizer); none when unknown.
   std::optional<int32_t> eos_token_id() const { return eos_token_id_; }
 
@@ -85,6 +88,7 @@ class ServingContext {
   std::unique_ptr<ClientQuota> client_quota_;
   ServerLimits limits_;
   ChatParsers chat_parsers_;
+  std::optional<PoolingConfig> pooling_;
   std::optional<int32_t> eos_token_id_;
   int64_t created_ = 0;
   std::atomic<bool> draining_{false};
