@@ -1,6 +1,7 @@
 #include "tachyon/model/model_weights.h"
 
 #include "tachyon/model/architecture.h"
+#include "tachyon/model/load_progress.h"
 
 #include <array>
 #include <cstring>
@@ -55,7 +56,7 @@ bool is_mtp_layer_tensor(const ModelConfig& c, const std::string& name) {
 class WeightReader {
  public:
   WeightReader(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint)
-      : checkpoint_(checkpoint), quantization_(config.quantization) {
+      : checkpoint_(checkpoint), quantization_(config.quantization), progress_(make_progress(config, checkpoint)) {
     for (auto& [name, shape] : expected_tensors(config)) expected_.emplace(name, shape);
   }
 
@@ -85,6 +86,7 @@ class WeightReader {
       convert_from_f32(f32.data(), count, DType::kBF16, out.data() + offset);
     }
     read_.insert(name);
+    progress_.add(view.numel() * static_cast<int64_t>(dtype_size(view.dtype)));
   }
 
   // Reserves room for `count` more elements before a series of read_into calls, so that a large
@@ -142,10 +144,23 @@ class WeightReader {
     read_.insert(scale);
   }
 
+  // Progress over the checkpoint's tensors that the config expects (the ones read_into reads).
+  static LoadProgress make_progress(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint) {
+    int64_t bytes = 0, tensors = 0;
+    for (const auto& [name, shape] : expected_tensors(config)) {
+      if (!checkpoint.contains(name)) continue;
+      const TensorView& view = checkpoint.at(name);
+      bytes += view.numel() * static_cast<int64_t>(dtype_size(view.dtype));
+      ++tensors;
+    }
+    return LoadProgress(bytes, tensors);
+  }
+
   const SafetensorsCheckpoint& checkpoint_;
   const QuantizationConfig quantization_;
   std::map<std::string, Shape> expected_;
   std::set<std::string> read_;
+  LoadProgress progress_;
 };
 
 using TensorList = std::vector<std::pair<std::string, Shape>>;
