@@ -54,10 +54,10 @@ TEST(LoadProgress, SmallCheckpointsLoadSilently) {
 // the way to its answer (about 10 s: the smallest real shape above the threshold).
 TEST(LoadProgress, TheLoaderPrintsThemForALargeCheckpoint) {
   const auto dir = std::filesystem::temp_directory_path() / ("tachyon-progress-" + std::to_string(::getpid()));
-  const auto made = testing::run_cli("make-model --arch qwen3 --preset qwen3-0.6b --num-layers 1 --dtype bf16 --seed 1 --out " +
+  const auto made = tachyon::testing::run_cli("make-model --arch qwen3 --preset qwen3-0.6b --num-layers 1 --dtype bf16 --seed 1 --out " +
                                      dir.string());
   ASSERT_EQ(made.exit_code, 0) << made.output;
-  const auto run = testing::run_cli("generate " + dir.string() + " --prompt-ids 1,2,3 --max-tokens 1");
+  const auto run = tachyon::testing::run_cli("generate " + dir.string() + " --prompt-ids 1,2,3 --max-tokens 1");
   std::filesystem::remove_all(dir);
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("[tachyon] loading weights: 90% (0.3 of 0.3 GB, 1 of 13 tensors)\n"), std::string::npos) << run.output;
