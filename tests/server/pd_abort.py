@@ -10,6 +10,7 @@ import sys
 from pd_cluster import Cluster, hang_up, kv_usage, metric, raw_request, wait_until
 
 ABORTED = ("tachyon:request_success_total", 'finished_reason="abort"')
+CLIENT_GONE = ("tachyon:router_requests_total", 'outcome="client_gone"')
 
 cluster = Cluster(sys.argv[1], sys.argv[2])
 try:
@@ -25,11 +26,14 @@ try:
 
     def stage(name, router, wait_for_stage):
         aborted = metric(decode.url, *ABORTED)
+        gone = metric(router.url, *CLIENT_GONE)
         s = raw_request(router.port, "/v1/completions", body)
         wait_for_stage()
         hang_up(s)
         wait_until(lambda: metric(decode.url, *ABORTED) == aborted + 1, 30,
                    f"{name}: the decode server never aborted the request")
+        wait_until(lambda: metric(router.url, *CLIENT_GONE) == gone + 1, 10,
+                   f"{name}: the router did not count the client as gone")
         wait_until(lambda: kv_usage(prefill) == 0 and kv_usage(stalling) == 0 and kv_usage(decode) == 0, 20,
                    f"{name}: KV left in use (prefill {kv_usage(prefill)}, decode {kv_usage(decode)})")
         print(f"hung up {name}: decode request aborted, every KV block free on both servers")

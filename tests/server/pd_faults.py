@@ -58,6 +58,8 @@ try:
         sys.exit("the stream should end with an error event and [DONE]")
     if metric(prefill.url, "tachyon:kv_leases_outstanding") != 0:
         sys.exit("the prefill server still holds a lease")
+    if metric(router.url, "tachyon:router_requests_total", 'outcome="upstream_failed"') != 1:
+        sys.exit("the router should count one upstream failure")
     all_free(prefill)
 
     # 3a. ... and restarts on its port: down, then up, then right answers.

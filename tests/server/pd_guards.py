@@ -26,10 +26,19 @@ try:
     print("through the router while the prefill server is at its cap:", status, headers.get("Retry-After"))
     if status != 503 or headers.get("Retry-After") != "1":
         sys.exit("the router should pass the cap on as 503 with Retry-After")
+    counted = (metric(router.url, "tachyon:router_requests_total", 'outcome="unavailable"'),
+               metric(router.url, "tachyon:router_retries_total", 'role="prefill"'),
+               metric(prefill.url, "tachyon:kv_leases_total", 'outcome="refused"'),
+               metric(prefill.url, "tachyon:kv_leases_outstanding"))
+    print("router unavailable, prefill retries; prefill leases refused, outstanding:", counted)
+    if counted != (1, 1, 3, 3):
+        sys.exit("the metrics should count the refusals and the three outstanding leases")
     if kv_usage(prefill) == 0:
         sys.exit("the unpulled leases should hold blocks")
     # The leases expire: every block comes back, and prefills are taken again.
     wait_until(lambda: kv_usage(prefill) == 0, 20, "the expired leases never freed their blocks")
+    if metric(prefill.url, "tachyon:kv_leases_total", 'outcome="expired"') != 3:
+        sys.exit("the three leases should be counted as expired")
     status, text, _ = post(router.url, "/v1/completions", body)
     _, want, _ = post(decode.url, "/v1/completions", body)  # the decode server computing it alone
     print("after the leases expired:", status, repr(text))

@@ -27,6 +27,7 @@ inline constexpr int kNumRecomputeReasons = 4;
 class PdMetrics {
  public:
   explicit PdMetrics(std::string role) : role_(std::move(role)) {}
+  // `bytes`: the payload's encoded size (server/pd_transport.h kv_payload_bytes), on both sides.
   void on_transfer(int64_t bytes, double seconds) {
     transfer_bytes_.fetch_add(bytes);
     transfer_time_.observe(seconds);

@@ -128,6 +128,11 @@ std::string encode_kv_payload(const engine::KvPayload& payload) {
   return body;
 }
 
+int64_t kv_payload_bytes(const engine::KvPayload& payload) {
+  return static_cast<int64_t>(sizeof(uint64_t) + payload.prompt.size() * sizeof(int32_t) + sizeof(int32_t) +
+                              sizeof(uint64_t) + sizeof(int64_t) + payload.rows.size() * sizeof(float));
+}
+
 engine::KvPayload decode_kv_payload(const std::string& body) {
   engine::KvPayload payload;
   size_t offset = 0;
@@ -271,12 +276,15 @@ void KvTransferServer::answer(int fd) {
   put(head, kFrameMagic);
   put(head, status);
   put(head, static_cast<uint64_t>(fault == KvTransportFault::kTruncate ? body.size() * 2 : body.size()));
-  if (fault == KvTransportFault::kStall) std::this_thread::sleep_for(io_timeout_);
+  if (fault == KvTransportFault::kStall) {  // nothing within the deadline, then a closed connection
+    std::this_thread::sleep_for(io_timeout_);
+    return;
+  }
   if (!send_all(fd, head.data(), head.size(), deadline) || !send_all(fd, body.data(), body.size(), deadline)) return;
   if (fault == KvTransportFault::kTruncate) return;
   if (send_all(fd, reinterpret_cast<const char*>(&checksum), sizeof(checksum), deadline) && observer_ &&
       status == kStatusPayload) {
-    observer_(static_cast<int64_t>(head.size() + body.size() + sizeof(checksum)),
+    observer_(static_cast<int64_t>(body.size()),
               std::chrono::duration<double>(Clock::now() - start).count());
   }
 }

@@ -32,7 +32,7 @@ class KvTransferServer {
  public:
   using Exporter = std::function<engine::KvPayload(engine::KvLeaseKey)>;
   using Releaser = std::function<void(engine::KvLeaseKey)>;
-  using Observer = std::function<void(int64_t bytes, double seconds)>;  // each payload sent whole
+  using Observer = std::function<void(int64_t bytes, double seconds)>;  // each payload body sent whole
   // Listens on host:port (0: any free port) and answers on its own thread until destroyed.
   // Connections are served one at a time, each within `io_timeout`.
   KvTransferServer(const std::string& host, int port, Exporter exporter, Releaser releaser,
@@ -66,6 +66,7 @@ void release_kv_remote(const std::string& host, int port, engine::KvLeaseKey key
 
 // The frame codec, apart so that its checks are testable without sockets.
 std::string encode_kv_payload(const engine::KvPayload& payload);
+int64_t kv_payload_bytes(const engine::KvPayload& payload);  // encode_kv_payload(payload).size(), counted
 engine::KvPayload decode_kv_payload(const std::string& body);  // throws KvTransferError
 
 }  // namespace tachyon::server

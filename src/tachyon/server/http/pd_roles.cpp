@@ -150,7 +150,7 @@ std::shared_ptr<const engine::KvPayload> fetch_imported(ServingContext& context,
     const auto start = std::chrono::steady_clock::now();
     auto payload = std::make_shared<engine::KvPayload>(fetch_kv(host, port, key, std::chrono::seconds(5)));
     if (metrics != nullptr) {
-      metrics->on_transfer(static_cast<int64_t>(payload->rows.size() * sizeof(float) + payload->prompt.size() * sizeof(int32_t)),
+      metrics->on_transfer(kv_payload_bytes(*payload),
                            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
     if (payload->prompt != g.prompts[0]) {
