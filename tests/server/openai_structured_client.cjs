@@ -11,7 +11,7 @@ const schema = {
   type: 'object',
   properties: {
     name: { type: 'string', maxLength: 6 },
-    age: { type: 'integer' },
+    age: { type: 'integer', minimum: 0, maximum: 120 },
     color: { enum: ['red', 'green', 'blue'] },
     tags: { type: 'array', items: { type: 'boolean' }, maxItems: 2 },
   },
@@ -24,7 +24,7 @@ function checkPerson(text) {
   assert.deepEqual(Object.keys(value).filter((k) => !['name', 'age', 'color', 'tags'].includes(k)), []);
   assert.equal(typeof value.name, 'string');
   assert.ok([...value.name].length <= 6, text);
-  if ('age' in value) assert.ok(Number.isInteger(value.age), text);
+  if ('age' in value) assert.ok(Number.isInteger(value.age) && value.age >= 0 && value.age <= 120, text);
   assert.ok(['red', 'green', 'blue'].includes(value.color), text);
   assert.ok(Array.isArray(value.tags) && value.tags.length <= 2 && value.tags.every((t) => typeof t === 'boolean'), text);
 }
@@ -73,8 +73,8 @@ async function main() {
   assert.match(completion.choices[0].text, /^[0-9]{3}-[A-Z]{2}$/);
 
   await assert.rejects(
-    client.chat.completions.create({ ...common, response_format: { type: 'json_schema', json_schema: { name: 'bad', schema: { type: 'integer', minimum: 3 } } } }),
-    (error) => error instanceof OpenAI.BadRequestError && error.status === 400 && /'minimum'/.test(error.message),
+    client.chat.completions.create({ ...common, response_format: { type: 'json_schema', json_schema: { name: 'bad', schema: { type: 'integer', multipleOf: 3 } } } }),
+    (error) => error instanceof OpenAI.BadRequestError && error.status === 400 && /'multipleOf'/.test(error.message),
   );
   console.log(`openai structured outputs: ok (${stopped} of 3 schema completions ended by EOS)`);
 }
