@@ -102,7 +102,8 @@ class ToolCallBuilder {
   Sequence glm_arguments(const Json& parameters, const std::string& what) {
     const auto props = parameters.find("properties");
     if (props == parameters.end() || !props->is_object()) {
-      if (!parameters.empty() && parameters.value("type", std::string("object")) != "object") {
+      const auto type = parameters.find("type");
+      if (type != parameters.end() && !(type->is_string() && *type == "object")) {
         throw StructuredError(what + ": a tool's parameters must be an object schema");
       }
       return g_.star(pair(raw_text(true), raw_text(false)), "glm_pairs");
