@@ -317,6 +317,8 @@ TEST(DcpFamilies, UntestedCombinationsAreRefusedByName) {
   EXPECT_TRUE(has(refusal([](core::EngineConfig& c) { c.device.dcp_kv_cache_interleave_size = 16; }),
                   "x --dcp-kv-cache-interleave-size 16"));
   EXPECT_TRUE(has(refusal([](core::EngineConfig& c) { c.device.nnodes = 2; }), "--nnodes"));
+  EXPECT_TRUE(has(refusal([](core::EngineConfig& c) { c.device.data_parallel_size = 2; }),
+                  "--dcp 2 with --dp 2 is not verified"));
 }
 
 }  // namespace

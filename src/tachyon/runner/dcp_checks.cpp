@@ -18,6 +18,9 @@ std::string dcp_unsupported_reason(const core::EngineConfig& config, const model
   } else if (device.kind == "cuda") {
     why << "--dcp " << dcp << " runs on CPU thread ranks only (--device cpu): the GPU's split latent cache is not "
         << "built";
+  } else if (device.data_parallel_size > 1) {
+    why << "--dcp " << dcp << " with --dp " << device.data_parallel_size
+        << " is not verified by any test yet (DCP splits the cache of one TP group's batch)";
   } else if (device.nnodes > 1) {
     why << "--dcp " << dcp << " with --nnodes > 1 is not verified by any test";
   } else if (tp % dcp != 0) {
