@@ -24,6 +24,7 @@ refused() {  # expected message, serve args...
 refused "has no mixture-of-experts layer" "$work/dense" --dp 2
 refused "on --device cuda is not built yet" "$work/model" --dp 2 --device cuda
 refused "is not verified by any test yet" "$work/model" --dp 2 --speculative-method ngram --num-speculative-tokens 2
+refused "with --async-scheduling on is not verified" "$work/model" --dp 2 --async-scheduling on
 # The 8 prompts go out together, so they share steps and the replicas run side by side.
 ask() {  # name, serve args...: writes $work/<name>.out, one answer per line, prompt order
   local name=$1; shift

@@ -178,6 +178,8 @@ LoadedRunner load_dp_runner(const std::filesystem::path& model_dir, const model:
       << " is not verified by any test yet (the data-parallel runner verifies no drafts)";
   TACHYON_CHECK(!fp8_run(config, model_config) && !fp8_kv_cache(config))
       << flag << " with FP8 weights or an FP8 KV cache is not verified by any test yet";
+  TACHYON_CHECK(config.device.async_scheduling != core::AsyncScheduling::kOn)
+      << flag << " with --async-scheduling on is not verified by any test yet";
   config.device.kind = "cpu";  // auto resolves to the only device --dp runs on
   auto runner = std::make_unique<runner::DpCpuModelRunner>(load_cpu_weights(model_dir, model_config, config), dp, tp,
                                                            config.num_blocks, config.block_size);
