@@ -94,6 +94,26 @@ TEST(StructuredGrammar, RefusesUnsupportedKeywordsByName) {
   }
 }
 
+// A keyword whose value has the wrong JSON type is the user's schema error (a 400), never a
+// JSON library exception escaping as a 500.
+TEST(StructuredGrammar, KeywordsOfTheWrongJsonTypeAreStructuredErrors) {
+  for (const char* text : {R"({"type":"object","properties":[1,2]})", R"({"type":"object","required":"a"})",
+                           R"({"type":"integer","minimum":"3"})", R"({"type":"array","items":"x"})",
+                           R"({"type":"string","minLength":"2"})", R"({"enum":"a"})", R"({"type":7})",
+                           R"({"anyOf":{"type":"string"}})", R"({"type":"array","maxItems":true})", R"([1])"}) {
+    try {
+      build_grammar(schema(text));
+    } catch (const StructuredError&) {
+      continue;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << text << ": " << e.what() << " is not a StructuredError";
+      continue;
+    }
+    // Accepting is allowed only where the schema is valid after all; none of these is.
+    ADD_FAILURE() << text << " was accepted";
+  }
+}
+
 TEST(StructuredGrammar, RegexChoiceAndEbnf) {
   auto r = compile(regex(R"(\d{3}-[a-z]+(\.(com|org))?)"));
   EXPECT_TRUE(matches(r, "123-abc"));
