@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "server_fixture.h"
@@ -72,7 +73,12 @@ TEST(ServerReliability, NonStreamedRequestIsAbortedWhenTheClientLeaves) {
     client.send(req, res, error);
     EXPECT_EQ(error, httplib::Error::Canceled);
   }
-  // Aborted after the next keep-alive write fails, long before 16,000 tokens.
+  // Aborted after the next keep-alive write fails, long before 16,000 tokens. Idle alone is not
+  // enough to wait for: the stats can read idle before the engine has taken the request in.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(8);
+  while (server.context->engine().stats().requests_aborted == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   EXPECT_TRUE(server.wait_idle(std::chrono::seconds(8)));
   auto stats = server.context->engine().stats();
   EXPECT_EQ(stats.requests_aborted, 1);

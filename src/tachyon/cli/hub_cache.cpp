@@ -47,7 +47,9 @@ fs::path hub_cache_dir() {
 }
 
 ResolvedModel resolve_model(const std::string& given) {
-  if (fs::is_directory(given)) return {given, ""};
+  // A directory, or a path that cannot be a hub id (/abs, ./rel, a/b/c), goes to the loader as
+  // given: its error ("no config.json in ...") names what is missing there.
+  if (fs::is_directory(given) || (!is_hub_id(given) && given.find('/') != std::string::npos)) return {given, ""};
   TACHYON_CHECK(is_hub_id(given)) << "the model '" << given << "' is neither a directory nor a hub id (Org/Name)";
   const std::string org = given.substr(0, given.find('/'));
   const std::string name = given.substr(given.find('/') + 1);
