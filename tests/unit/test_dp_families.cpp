@@ -5,7 +5,9 @@
 //           logit scale, and the same greedy tokens;
 //   engine  EngineCore over DpCpuModelRunner gives eight different prompts (continuous batching,
 //           chunked prefill, two sharing a cached prefix, one with n = 2) the reference runner's
-//           greedy tokens, and the prompts are placed round-robin;
+//           greedy tokens and prefix hits; each replica's cache holds the per-rank num_blocks and
+//           the engine plans D times as many, so a load that one replica's blocks cannot run at
+//           once runs at once under DP 2 (same tokens);
 //   placement and plan splitting (dp_split.h), and the refusals of check_dp_size.
 // For DP 2 and 4 (TP 1) and DP 2 x TP 2 on tiny Qwen3-MoE, Mixtral, DeepSeek-V3, V3.2 and GLM-5.
 #include <gtest/gtest.h>
@@ -176,9 +178,11 @@ core::EngineConfig dp_engine_config() {
   return c;
 }
 
-// placed: when given, receives the DP runner's placement counts before the engine goes away.
+// placed: when given, receives the DP runner's placement counts before the engine goes away;
+// stats: the engine's stats at the end.
 std::vector<std::vector<int32_t>> dp_run_engine(std::unique_ptr<runner::ModelRunner> runner, int64_t vocab,
-                                                std::vector<int64_t>* placed = nullptr) {
+                                                std::vector<int64_t>* placed = nullptr,
+                                                engine::EngineStats* stats = nullptr) {
   const auto* dp = dynamic_cast<const runner::DpCpuModelRunner*>(runner.get());
   engine::EngineCore engine(dp_engine_config(), std::move(runner));
   core::SamplingParams params;
@@ -202,6 +206,7 @@ std::vector<std::vector<int32_t>> dp_run_engine(std::unique_ptr<runner::ModelRun
   }
   std::vector<std::vector<int32_t>> tokens = testing::run_engine_to_idle(engine, channels, 10000);
   if (placed != nullptr && dp != nullptr) *placed = dp->placement().placed();
+  if (stats != nullptr) *stats = engine.stats();
   return tokens;
 }
 
@@ -211,25 +216,90 @@ TEST(DpFamilies, EngineGreedyTokensMatchOneRank) {
     SCOPED_TRACE(f.preset);
     const ModelWeights weights = dp_weights(f);
     const int64_t vocab = weights.config.vocab_size;
+    engine::EngineStats reference_stats;
     const auto reference = dp_run_engine(
         std::make_unique<runner::CpuModelRunner>(std::make_unique<DenseModel>(weights), c.num_blocks, c.block_size),
-        vocab);
+        vocab, nullptr, &reference_stats);
+    ASSERT_GT(reference_stats.kv.prefix_hit_tokens, 0);
     for (const DpLayout& layout : kDpLayouts) {
       auto runner =
           std::make_unique<runner::DpCpuModelRunner>(weights, layout.dp, layout.tp, c.num_blocks, c.block_size);
       std::vector<int64_t> placed;
-      EXPECT_EQ(dp_run_engine(std::move(runner), vocab, &placed), reference) << layout.name();
-      // Round-robin: the replicas were given new sequences in turn. Of the 9 sequences (8 prompts
-      // and prompt 3's sibling) two start over cached blocks and follow their owner instead:
-      // prompt 6 (prompt 5's first two blocks) and the sibling (prompt 3's).
+      engine::EngineStats stats;
+      EXPECT_EQ(dp_run_engine(std::move(runner), vocab, &placed, &stats), reference) << layout.name();
+      // The prefix hits (prompt 6 over prompt 5's first two blocks, prompt 3's sibling over its
+      // prompt) were found in the pool of the replica that computed them, as one cache finds them.
+      EXPECT_EQ(stats.kv.prefix_hit_tokens, reference_stats.kv.prefix_hit_tokens) << layout.name();
+      EXPECT_EQ(stats.kv_blocks_total, layout.dp * c.num_blocks) << layout.name();
+      // Of the 9 sequences (8 prompts and prompt 3's sibling) those two start over cached blocks;
+      // the other 7 start from nothing, spread over every replica.
       ASSERT_EQ(placed.size(), static_cast<size_t>(layout.dp));
       int64_t total = 0;
       for (int64_t count : placed) total += count;
       EXPECT_EQ(total, 7) << layout.name();
-      EXPECT_LE(*std::max_element(placed.begin(), placed.end()) - *std::min_element(placed.begin(), placed.end()), 1)
-          << layout.name();
+      EXPECT_GT(*std::min_element(placed.begin(), placed.end()), 0) << layout.name();
     }
   }
+}
+
+// The per-rank KV budget: each replica's cache holds num_blocks blocks, and the engine plans
+// D * num_blocks of them.
+TEST(DpFamilies, EachReplicaHoldsThePerRankBlocks) {
+  const ModelWeights weights = dp_weights(kDpFamilies[2]);
+  for (const DpLayout& layout : kDpLayouts) {
+    auto runner = std::make_unique<runner::DpCpuModelRunner>(weights, layout.dp, layout.tp, 12, 4);
+    EXPECT_EQ(runner->kv_cache_replicas(), layout.dp) << layout.name();
+    EXPECT_EQ(runner->kv_blocks_per_replica(), 12) << layout.name();
+    core::EngineConfig c = dp_engine_config();
+    c.num_blocks = 12;
+    c.scheduler.max_model_len = 48;
+    engine::EngineCore engine(c, std::move(runner));
+    EXPECT_EQ(engine.stats().kv_blocks_total, 12 * layout.dp) << layout.name();
+    EXPECT_EQ(engine.stats().kv_blocks_free, 12 * layout.dp) << layout.name();
+  }
+}
+
+// Two prompts of 7 blocks each (20 prompt tokens + 8 generated, blocks of 4) with 8 blocks per
+// rank: one replica runs them one after the other (the second waits for the first's blocks),
+// two replicas run them side by side, with the same greedy tokens.
+TEST(DpFamilies, ALoadThatOneReplicaCannotHoldRunsAtOnceOnTwo) {
+  const ModelWeights weights = dp_weights(kDpFamilies[2]);
+  const int64_t vocab = weights.config.vocab_size;
+  core::EngineConfig c = dp_engine_config();
+  c.num_blocks = 8;
+  c.block_size = 4;
+  c.scheduler.max_model_len = 32;
+  c.scheduler.max_num_batched_tokens = 64;
+  auto run = [&](std::unique_ptr<runner::ModelRunner> runner, int64_t& max_running) {
+    engine::EngineCore engine(c, std::move(runner));
+    core::SamplingParams params;
+    params.temperature = 0.0f;
+    params.max_tokens = 8;
+    params.ignore_eos = true;
+    std::vector<std::shared_ptr<engine::OutputChannel>> channels;
+    for (int p = 0; p < 2; ++p) {
+      std::vector<int32_t> prompt;
+      for (int i = 0; i < 20; ++i) prompt.push_back(static_cast<int32_t>((i * 37 + p * 101 + 5) % vocab));
+      channels.push_back(std::make_shared<engine::OutputChannel>());
+      engine.submit(prompt, params, channels.back());
+    }
+    max_running = 0;
+    for (int guard = 0; engine.has_work() && guard < 1000; ++guard) {
+      engine.step();
+      max_running = std::max(max_running, engine.stats().num_running);
+      EXPECT_EQ(engine.stats().preemptions, 0);
+    }
+    return testing::run_engine_to_idle(engine, channels);
+  };
+  int64_t one = 0, two = 0;
+  const auto reference = run(
+      std::make_unique<runner::CpuModelRunner>(std::make_unique<DenseModel>(weights), c.num_blocks, c.block_size), one);
+  const auto dp = run(std::make_unique<runner::DpCpuModelRunner>(weights, 2, 1, c.num_blocks, c.block_size), two);
+  EXPECT_EQ(one, 1);  // the second prompt waited
+  EXPECT_EQ(two, 2);  // both ran at once, one per replica
+  EXPECT_EQ(dp, reference);
+  ASSERT_EQ(reference.size(), 2u);
+  EXPECT_EQ(reference[1].size(), 8u);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -247,32 +317,36 @@ core::ScheduledSequence planned(int64_t id, int64_t first_token, int64_t tokens,
   return s;
 }
 
-TEST(DpPlacement, NewSequencesGoRoundRobinAndStayWithTheirFirstBlock) {
-  runner::DpPlacement placement(3);
+TEST(DpPlacement, ASequenceRunsOnThePoolOfItsBlocks) {
+  runner::DpPlacement placement(3, 10);  // replica d's blocks: [10 d, 10 d + 10)
   EXPECT_EQ(placement.place(planned(0, 0, 4, 0, {7})), 0);
-  EXPECT_EQ(placement.place(planned(1, 0, 4, 0, {2})), 1);
-  EXPECT_EQ(placement.place(planned(2, 0, 4, 0, {9})), 2);
-  EXPECT_EQ(placement.place(planned(3, 0, 4, 0, {4})), 0);
-  EXPECT_EQ(placement.place(planned(1, 0, 1, 4, {2, 3})), 1);   // its next step
-  EXPECT_EQ(placement.place(planned(5, 0, 1, 4, {9, 11})), 2);  // a prefix hit on sequence 2's first block
-  EXPECT_EQ(placement.placed(), (std::vector<int64_t>{2, 1, 1}));
-  EXPECT_THROW(placement.place(planned(6, 0, 1, 4, {30})), Error);  // computed rows nobody holds
+  EXPECT_EQ(placement.place(planned(1, 0, 4, 0, {12})), 1);
+  EXPECT_EQ(placement.place(planned(2, 0, 4, 0, {29, 20})), 2);
+  EXPECT_EQ(placement.place(planned(1, 0, 1, 4, {12, 13})), 1);   // its next step
+  EXPECT_EQ(placement.place(planned(5, 0, 1, 4, {29, 21})), 2);  // a prefix hit on sequence 2's first block
+  EXPECT_EQ(placement.placed(), (std::vector<int64_t>{1, 1, 1}));
+  EXPECT_THROW(placement.place(planned(6, 0, 1, 4, {9, 10})), Error);  // spans two replicas' pools
+  EXPECT_THROW(placement.place(planned(7, 0, 1, 0, {30})), Error);     // past the last replica
 }
 
 TEST(DpPlacement, SplitPlanReindexesTokensAndKeepsTheLogitsRowsOrder) {
   core::StepPlan plan;
   plan.block_size = 4;
-  plan.sequences = {planned(0, 0, 3, 0, {1}), planned(1, 3, 2, 0, {2}), planned(2, 5, 1, 0, {3})};
+  // Replica 0's blocks are [0, 8), replica 1's [8, 16): sequence 1's block 10 is its block 2.
+  plan.sequences = {planned(0, 0, 3, 0, {1}), planned(1, 3, 2, 0, {10}), planned(2, 5, 1, 0, {3})};
   plan.token_ids = {10, 11, 12, 20, 21, 30};
   plan.positions = {0, 1, 2, 0, 1, 0};
-  plan.slot_mapping = {4, 5, 6, 8, 9, 12};
+  plan.slot_mapping = {4, 5, 6, 40, 41, 12};
   plan.logits_rows = {2, 4, 5};
-  runner::DpPlacement placement(2);
+  runner::DpPlacement placement(2, 8);
   const runner::DpStep step = runner::split_plan(plan, placement);
   ASSERT_EQ(step.plans.size(), 2u);
   EXPECT_EQ(step.plans[0].token_ids, (std::vector<int32_t>{10, 11, 12, 30}));  // sequences 0 and 2
   EXPECT_EQ(step.plans[0].slot_mapping, (std::vector<int64_t>{4, 5, 6, 12}));
   EXPECT_EQ(step.plans[0].sequences[1].first_token, 3);
+  EXPECT_EQ(step.plans[0].sequences[1].block_table, (std::vector<int32_t>{3}));
+  EXPECT_EQ(step.plans[1].sequences[0].block_table, (std::vector<int32_t>{2}));  // in replica 1's cache
+  EXPECT_EQ(step.plans[1].slot_mapping, (std::vector<int64_t>{8, 9}));
   EXPECT_EQ(step.plans[0].logits_rows, (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(step.plans[1].token_ids, (std::vector<int32_t>{20, 21}));
   EXPECT_EQ(step.plans[1].positions, (std::vector<int64_t>{0, 1}));

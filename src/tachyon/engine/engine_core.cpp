@@ -15,18 +15,23 @@ uint64_t splitmix64(uint64_t& state) {
   return z ^ (z >> 31);
 }
 
+// One KV pool of config.num_blocks blocks per replica with its own cache (data-parallel
+// attention): the scheduler plans each replica's blocks from its pool.
+int32_t kv_pools(const runner::ModelRunner* runner) { return runner != nullptr ? runner->kv_cache_replicas() : 1; }
+
 }  // namespace
 
 EngineCore::EngineCore(const core::EngineConfig& config, std::unique_ptr<runner::ModelRunner> runner,
                        std::unique_ptr<Drafter> drafter)
     : config_(config),
       runner_(std::move(runner)),
-      kv_(config.num_blocks, config.block_size, config.enable_prefix_caching),
+      kv_(config.num_blocks * kv_pools(runner_.get()), config.block_size, config.enable_prefix_caching,
+          kv_pools(runner_.get())),
       scheduler_(config.scheduler, kv_) {
   TACHYON_CHECK(runner_ != nullptr) << "EngineCore needs a runner";
   overlap_ = config.device.async_scheduling == core::AsyncScheduling::kOn ||
              (config.device.async_scheduling == core::AsyncScheduling::kAuto && runner_->overlaps_steps());
-  // A sequence of max_model_len tokens must fit the cache on its own, or it could wait forever.
+  // A sequence of max_model_len tokens must fit one pool on its own, or it could wait forever.
   TACHYON_CHECK(static_cast<int64_t>(config.num_blocks) * config.block_size >= config.scheduler.max_model_len)
       << "the KV cache holds " << static_cast<int64_t>(config.num_blocks) * config.block_size
       << " tokens, less than max_model_len " << config.scheduler.max_model_len

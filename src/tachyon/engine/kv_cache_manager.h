@@ -6,7 +6,14 @@
 // until they are reused from its head: least recently freed is evicted first (LRU), and a
 // sequence's blocks are freed tail first so its prefix stays cached longest.
 // The manager moves no KV data; it only decides which block holds which tokens.
-// Tests: tests/unit/test_kv_cache_manager.cpp (randomized with invariant checks every step).
+// POOLS: the blocks may be split into equal pools, pool p owning block ids [p * B, (p + 1) * B)
+// (B = blocks_per_pool()), one per data-parallel replica, each of which caches only its own
+// sequences (runner/dp_cpu_model_runner.h). A block table lives in one pool: allocate() takes
+// fresh blocks from the pool of the table's first block, each pool has its own free list and
+// its own prefix cache (the same tokens may be cached in two pools), so a replica's K/V never
+// leaves it. One pool (the default) is the plain manager.
+// Tests: tests/unit/test_kv_cache_manager.cpp (randomized with invariant checks every step),
+// tests/unit/test_kv_pools.cpp (pools).
 #pragma once
 
 #include <cstdint>
@@ -40,24 +47,34 @@ struct KvCacheStats {
 
 class KvCacheManager {
  public:
-  KvCacheManager(int32_t num_blocks, int32_t block_size, bool enable_prefix_caching);
+  // num_blocks in all, split into num_pools equal pools (num_pools must divide num_blocks).
+  KvCacheManager(int32_t num_blocks, int32_t block_size, bool enable_prefix_caching, int32_t num_pools = 1);
 
   int32_t block_size() const { return block_size_; }
   int32_t num_blocks() const { return static_cast<int32_t>(blocks_.size()); }
+  int32_t num_pools() const { return static_cast<int32_t>(pools_.size()); }
+  int32_t blocks_per_pool() const { return num_blocks() / num_pools(); }
+  int32_t pool_of(int32_t block) const { return block / blocks_per_pool(); }
   // Blocks with no reference: never used, or freed (possibly still cached and reusable).
-  int32_t num_free_blocks() const { return num_free_; }
+  int32_t num_free_blocks() const;
+  int32_t num_free_blocks(int32_t pool) const { return pools_[static_cast<size_t>(pool)].num_free; }
   bool prefix_caching() const { return prefix_caching_; }
   const KvCacheStats& stats() const { return stats_; }
 
-  // The cached blocks that hold a prefix of a sequence with these full-block hashes and
-  // `num_tokens` known tokens. At least one token is always left to compute, because the step
-  // that computes it produces the logits to sample from.
-  std::vector<int32_t> find_cached_prefix(std::span<const BlockHash> block_hashes, int64_t num_tokens);
+  // The cached blocks of `pool` that hold a prefix of a sequence with these full-block hashes
+  // and `num_tokens` known tokens. At least one token is always left to compute, because the step
+  // that computes it produces the logits to sample from. Counted in stats().
+  std::vector<int32_t> find_cached_prefix(std::span<const BlockHash> block_hashes, int64_t num_tokens,
+                                          int32_t pool = 0);
+  // The same lookup, not counted in stats() (the scheduler comparing pools).
+  std::vector<int32_t> cached_prefix(std::span<const BlockHash> block_hashes, int64_t num_tokens, int32_t pool) const;
 
   // Grows `block_table` so it holds `num_tokens` tokens: first the `cached_prefix` blocks
-  // (only when the table is empty), then fresh blocks from the free list's head. Returns false
-  // and changes nothing when there are not enough free blocks.
-  bool allocate(std::vector<int32_t>& block_table, std::span<const int32_t> cached_prefix, int64_t num_tokens);
+  // (only when the table is empty), then fresh blocks from the head of the free list of the
+  // table's pool (`pool` when the table is empty). Returns false and changes nothing when that
+  // pool has not enough free blocks.
+  bool allocate(std::vector<int32_t>& block_table, std::span<const int32_t> cached_prefix, int64_t num_tokens,
+                int32_t pool = 0);
 
   // Names full blocks [first_block, block_hashes.size()) of the table in the prefix cache, so
   // later sequences can reuse them. A hash already cached in another block is left alone.
@@ -80,8 +97,9 @@ class KvCacheManager {
   // been handed out.
   void trim(std::vector<int32_t>& block_table, int64_t num_tokens);
 
-  // Throws Error unless every ref count equals the number of tables holding the block, the
-  // free list holds exactly the unreferenced blocks, and every cached hash maps to its block.
+  // Throws Error unless every ref count equals the number of tables holding the block, each
+  // pool's free list holds exactly its unreferenced blocks, every cached hash maps to its block
+  // in its pool, and no table spans two pools.
   void check_invariants(std::span<const std::vector<int32_t>* const> live_tables) const;
 
  private:
@@ -93,19 +111,25 @@ class KvCacheManager {
     int32_t next_free = -1;
   };
 
+  // One pool's free list (intrusive, through Block) and prefix cache.
+  struct Pool {
+    int32_t free_head = -1;
+    int32_t free_tail = -1;
+    int32_t num_free = 0;
+    std::unordered_map<BlockHash, int32_t, BlockHashHasher> cached;  // hash -> block of this pool
+  };
+
+  Pool& pool_of_block(int32_t id) { return pools_[static_cast<size_t>(pool_of(id))]; }
   void free_list_push_back(int32_t id);
   void free_list_push_front(int32_t id);
   void free_list_remove(int32_t id);
-  int32_t take_free_block();  // pops the head, evicting its cached hash; the caller references it
+  int32_t take_free_block(int32_t pool);  // pops the head, evicting its cached hash; the caller references it
   void add_reference(int32_t id);
 
   int32_t block_size_;
   bool prefix_caching_;
   std::vector<Block> blocks_;
-  int32_t free_head_ = -1;
-  int32_t free_tail_ = -1;
-  int32_t num_free_ = 0;
-  std::unordered_map<BlockHash, int32_t, BlockHashHasher> cached_;
+  std::vector<Pool> pools_;  // [num_pools]
   KvCacheStats stats_;
 };
 

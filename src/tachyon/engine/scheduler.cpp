@@ -6,6 +6,14 @@
 #include "tachyon/base/check.h"
 
 namespace tachyon::engine {
+namespace {
+
+// The KV pool a sequence's blocks are in (pool 0 before it has any).
+int32_t table_pool(const KvCacheManager& kv, const Sequence& sequence) {
+  return sequence.block_table.empty() ? 0 : kv.pool_of(sequence.block_table.front());
+}
+
+}  // namespace
 
 const char* finish_reason_name(FinishReason reason) {
   switch (reason) {
@@ -126,15 +134,47 @@ int64_t Scheduler::drafts_to_schedule(const Sequence& sequence, int64_t budget) 
   return std::max<int64_t>(k, 0);
 }
 
+// The KV pools (data-parallel replicas; one for a plain engine) a waiting sequence may start in,
+// best first: the pool caching the longest prefix of it (its K/V is there: a prefix hit, an
+// n > 1 sibling, a resumed sequence), then the one running the fewest sequences, then the one
+// with the most free blocks, then the lowest index. admit() takes the first where it fits.
+std::vector<int32_t> Scheduler::pool_order(const Sequence& sequence) const {
+  const int32_t pools = kv_.num_pools();
+  std::vector<int32_t> order(static_cast<size_t>(pools));
+  if (pools == 1) return order;
+  std::vector<int64_t> hit(static_cast<size_t>(pools)), running(static_cast<size_t>(pools), 0);
+  for (int32_t p = 0; p < pools; ++p) {
+    order[static_cast<size_t>(p)] = p;
+    hit[static_cast<size_t>(p)] = static_cast<int64_t>(kv_.cached_prefix(sequence.block_hashes, sequence.num_tokens(), p).size());
+  }
+  for (const Sequence* s : running_) ++running[static_cast<size_t>(table_pool(kv_, *s))];
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    const size_t i = static_cast<size_t>(a), j = static_cast<size_t>(b);
+    if (hit[i] != hit[j]) return hit[i] > hit[j];
+    if (running[i] != running[j]) return running[i] < running[j];
+    return kv_.num_free_blocks(a) > kv_.num_free_blocks(b);
+  });
+  return order;
+}
+
 // Takes the prefix-cache hits, allocates the rest, and moves the sequence to running.
 bool Scheduler::admit(Sequence& sequence, int64_t& budget, core::StepPlan& plan) {
   extend_block_hashes(sequence.block_hashes, sequence.tokens, kv_.block_size());
-  std::vector<int32_t> hits = kv_.find_cached_prefix(sequence.block_hashes, sequence.num_tokens());
-  const int64_t hit_tokens = static_cast<int64_t>(hits.size()) * kv_.block_size();
-  const int64_t remaining = sequence.num_tokens() - hit_tokens;
-  const int64_t num_new = remaining <= budget ? remaining : (config_.enable_chunked_prefill ? budget : 0);
-  if (num_new == 0) return false;
-  if (!kv_.allocate(sequence.block_table, hits, hit_tokens + num_new)) return false;
+  const std::vector<int32_t> pools = pool_order(sequence);
+  std::vector<int32_t> hits;
+  int64_t hit_tokens = 0, num_new = 0;
+  bool allocated = false;
+  for (size_t i = 0; i < pools.size() && !allocated; ++i) {
+    // The preferred pool's lookup counts in the prefix-cache stats; a fallback's does not.
+    hits = i == 0 ? kv_.find_cached_prefix(sequence.block_hashes, sequence.num_tokens(), pools[i])
+                  : kv_.cached_prefix(sequence.block_hashes, sequence.num_tokens(), pools[i]);
+    hit_tokens = static_cast<int64_t>(hits.size()) * kv_.block_size();
+    const int64_t remaining = sequence.num_tokens() - hit_tokens;
+    num_new = remaining <= budget ? remaining : (config_.enable_chunked_prefill ? budget : 0);
+    if (num_new == 0) return false;
+    allocated = kv_.allocate(sequence.block_table, hits, hit_tokens + num_new, pools[i]);
+  }
+  if (!allocated) return false;
   waiting_.erase(&sequence);
   sequence.num_computed_tokens = hit_tokens;
   sequence.num_cached_blocks = hits.size();
@@ -159,11 +199,14 @@ bool Scheduler::allocate_or_preempt(Sequence& sequence, int64_t num_new, core::S
 }
 
 // The running sequence that matters least (lowest priority, then latest arrival) among those
-// not yet planned this step; the asking sequence itself when no other is left.
+// not yet planned this step and holding blocks in the asking sequence's KV pool (only those free
+// room for it); the asking sequence itself when no other is left.
 Sequence* Scheduler::pick_victim(Sequence& asking, const core::StepPlan& plan) const {
   Sequence* victim = &asking;
   const WaitingOrder later{config_.priority_scheduling};
+  const int32_t pool = table_pool(kv_, asking);
   for (Sequence* candidate : running_) {
+    if (table_pool(kv_, *candidate) != pool) continue;
     bool planned = std::any_of(plan.sequences.begin(), plan.sequences.end(),
                                [&](const core::ScheduledSequence& e) { return e.sequence_id == candidate->id; });
     if (!planned && later(victim, candidate)) victim = candidate;

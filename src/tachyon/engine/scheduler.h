@@ -3,6 +3,9 @@
 // budget (max_num_batched_tokens) or max_num_seqs is reached; prefill and decode share the step.
 // When the KV cache runs out, the lowest-priority, latest-arrived running sequence is preempted
 // by recompute (its blocks freed, its tokens kept). Each policy is a small named function.
+// KV pools (data-parallel replicas, engine/kv_cache_manager.h): a waiting sequence starts in the
+// pool caching its longest prefix, else the least busy one with room (pool_order), and stays
+// there; a sequence short of blocks preempts only sequences of its own pool.
 // The scheduler owns no sequences (EngineCore does); it holds pointers to live ones only.
 // Draft tokens: a decoding sequence's draft_tokens run in the same step as its last known token,
 // in lookahead slots the KV manager hands out; update() appends the runner's 1 + accepted tokens
@@ -75,6 +78,7 @@ class Scheduler {
   bool allocate_or_preempt(Sequence& sequence, int64_t num_new, core::StepPlan& plan);
   Sequence* pick_victim(Sequence& asking, const core::StepPlan& plan) const;
   void preempt(Sequence& sequence, core::StepPlan& plan);
+  std::vector<int32_t> pool_order(const Sequence& sequence) const;
   bool admit(Sequence& sequence, int64_t& budget, core::StepPlan& plan);
   void append_to_plan(Sequence& sequence, int64_t num_new, core::StepPlan& plan, int64_t num_drafts = 0);
   void check_stop(Sequence& sequence);

@@ -23,7 +23,7 @@ DpCpuModelRunner::DpCpuModelRunner(const model::ModelWeights& full, int dp_size,
       tp_size_(tp_size),
       process_groups_((model::check_dp_size(full.config, dp_size, tp_size),
                        dist::ParallelConfig{.dp = dp_size, .tp = tp_size, .ep = dp_size * tp_size})),
-      placement_(dp_size),
+      placement_(dp_size, num_blocks),
       workers_(dp_size * tp_size) {
   TACHYON_CHECK(dp_size >= 2) << "DpCpuModelRunner needs dp_size >= 2, got " << dp_size;
   for (int g = 0; g < dp_size * tp_size; ++g) {
@@ -36,8 +36,7 @@ DpCpuModelRunner::DpCpuModelRunner(const model::ModelWeights& full, int dp_size,
 DpCpuModelRunner::~DpCpuModelRunner() {
   std::string counts;
   for (int64_t placed : placement_.placed()) counts += " " + std::to_string(placed);
-  std::fprintf(stderr, "[tachyon] data-parallel attention: sequences placed round-robin per replica:%s\n",
-               counts.c_str());
+  std::fprintf(stderr, "[tachyon] data-parallel attention: sequences started per replica:%s\n", counts.c_str());
 }
 
 core::StepOutput DpCpuModelRunner::run(const core::StepPlan& plan) {

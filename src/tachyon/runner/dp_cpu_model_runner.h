@@ -6,16 +6,18 @@
 // parallelism (rank g holds experts [g * E / (D * T), ...) whole; model/tp_moe.h), so a token's
 // row travels only to the ranks holding its experts and back (all_to_all_v).
 //
-// Each step the engine thread cuts the StepPlan into one plan per replica (dp_split.h: sequences
-// placed round-robin, sticky through their first KV block); every rank reads its replica's plan,
+// KV capacity: each replica's cache holds num_blocks blocks (the per-rank budget), and the runner
+// reports dp_size KV cache replicas (kv_cache_replicas()), so the engine plans dp_size * num_blocks
+// block ids in one pool per replica and picks each new sequence's replica when it gives it blocks
+// (engine/scheduler.h: the pool caching its prefix, else the least busy with room): D replicas
+// hold D times the sequences one does, and preemption and prefix caching work per replica.
+// Each step the engine thread cuts the StepPlan into one plan per replica (dp_split.h: a
+// sequence runs where its blocks are); every rank reads its replica's plan,
 // so the ranks agree on the step's shape with no exchange at all, and a replica with nothing to
 // run this step goes through the MoE layers with zero rows (TpDenseModel::idle_forward) to serve
 // the others' tokens. The logits rows come back in the step's order and are sampled on the
 // engine thread as the CPU runner samples them.
-// Not built: a KV block pool per replica. The engine's one KvCacheManager plans blocks for all
-// replicas, so each replica's cache is allocated for the whole pool (num_blocks) and holds only
-// its sequences' blocks: --dp adds no KV capacity yet (docs/parallelism.md).
-// At destruction it reports on stderr how many sequences each replica was given.
+// At destruction it reports on stderr how many sequences each replica started.
 // Refused: plans with drafts (verifies_drafts() is false) or asking for hidden states.
 // Tests: tests/unit/test_dp_families.cpp.
 #pragma once
@@ -34,7 +36,8 @@ namespace tachyon::runner {
 
 class DpCpuModelRunner : public SynchronousModelRunner {
  public:
-  // `full` (f32) over dp_size >= 2 replicas of tp_size ranks (model::check_dp_size first).
+  // `full` (f32) over dp_size >= 2 replicas of tp_size ranks (model::check_dp_size first), each
+  // replica's cache num_blocks blocks.
   DpCpuModelRunner(const model::ModelWeights& full, int dp_size, int tp_size, int32_t num_blocks, int32_t block_size);
   ~DpCpuModelRunner() override;
   DpCpuModelRunner(const DpCpuModelRunner&) = delete;
@@ -42,6 +45,8 @@ class DpCpuModelRunner : public SynchronousModelRunner {
 
   int64_t vocab_size() const override { return vocab_size_; }
   bool verifies_drafts() const override { return false; }
+  int32_t kv_cache_replicas() const override { return placement_.size(); }
+  int32_t kv_blocks_per_replica() const { return ranks_.front()->cache.num_blocks; }
   int dp_size() const { return placement_.size(); }
   const DpPlacement& placement() const { return placement_; }
 

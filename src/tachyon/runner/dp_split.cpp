@@ -6,25 +6,23 @@
 
 namespace tachyon::runner {
 
-DpPlacement::DpPlacement(int dp_size) : dp_size_(dp_size), placed_(static_cast<size_t>(std::max(dp_size, 1)), 0) {
-  TACHYON_CHECK(dp_size >= 1) << "data parallel size " << dp_size;
+DpPlacement::DpPlacement(int dp_size, int32_t blocks_per_replica)
+    : dp_size_(dp_size), blocks_per_replica_(blocks_per_replica), placed_(static_cast<size_t>(std::max(dp_size, 1)), 0) {
+  TACHYON_CHECK(dp_size >= 1 && blocks_per_replica >= 1)
+      << "data parallel size " << dp_size << ", KV blocks per replica " << blocks_per_replica;
 }
 
 int DpPlacement::place(const core::ScheduledSequence& s) {
   TACHYON_CHECK(!s.block_table.empty()) << "sequence " << s.sequence_id << " is planned without a KV block";
-  const int32_t first = s.block_table.front();
-  if (s.num_computed == 0) {  // fresh blocks: the next replica in turn
-    const int replica = next_;
-    next_ = (next_ + 1) % dp_size_;
-    replica_of_[first] = replica;
-    ++placed_[static_cast<size_t>(replica)];
-    return replica;
+  const int replica = s.block_table.front() / blocks_per_replica_;
+  for (int32_t block : s.block_table) {
+    TACHYON_CHECK(block >= 0 && block / blocks_per_replica_ == replica && replica < dp_size_)
+        << "internal: sequence " << s.sequence_id << " has KV block " << block << " outside replica " << replica
+        << "'s blocks [" << replica * blocks_per_replica_ << ", " << (replica + 1) * blocks_per_replica_ << ") of "
+        << dp_size_ << " replicas (the engine plans one KV pool per replica)";
   }
-  const auto it = replica_of_.find(first);
-  TACHYON_CHECK(it != replica_of_.end()) << "sequence " << s.sequence_id << " has " << s.num_computed
-                                         << " computed tokens in blocks no data-parallel replica computed (KV "
-                                            "imported from elsewhere is not supported with --dp)";
-  return it->second;
+  if (s.num_computed == 0) ++placed_[static_cast<size_t>(replica)];
+  return replica;
 }
 
 DpStep split_plan(const core::StepPlan& plan, DpPlacement& placement) {
@@ -40,15 +38,17 @@ DpStep split_plan(const core::StepPlan& plan, DpPlacement& placement) {
     TACHYON_CHECK(s.draft_tokens.empty()) << "data-parallel attention does not verify draft tokens";
     const int replica = placement.place(s);
     core::StepPlan& p = step.plans[static_cast<size_t>(replica)];
+    const int32_t first_block = replica * placement.blocks_per_replica();  // the replica's block 0
     core::ScheduledSequence local = s;
     local.first_token = p.num_tokens();
+    for (int32_t& block : local.block_table) block -= first_block;
     for (int64_t i = 0; i < s.num_tokens; ++i) {
       const size_t t = static_cast<size_t>(s.first_token + i);
       replica_of_token[t] = replica;
       local_token[t] = p.num_tokens();
       p.token_ids.push_back(plan.token_ids[t]);
       p.positions.push_back(plan.positions[t]);
-      p.slot_mapping.push_back(plan.slot_mapping[t]);
+      p.slot_mapping.push_back(plan.slot_mapping[t] - static_cast<int64_t>(first_block) * plan.block_size);
     }
     p.sequences.push_back(std::move(local));
   }

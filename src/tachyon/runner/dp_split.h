@@ -1,19 +1,17 @@
 // Data-parallel attention on CPU thread ranks: which replica runs each sequence, and one step's
 // StepPlan cut into one plan per replica (runner/dp_cpu_model_runner.h runs them).
 //
-// Placement is ROUND-ROBIN over new sequences, in the order the scheduler first plans them, and
-// sticky: a sequence stays on its replica, whose KV cache holds its rows. The key is the
-// sequence's FIRST KV BLOCK, not its id, because that is what the engine's prefix cache shares:
-// a sequence that starts with cached blocks (a prefix hit, an n > 1 sibling, a preempted
-// sequence resumed over its own cached prefix) has num_computed > 0 at its first step, and its
-// first block is the one the sequence that computed those rows started with, so it goes to the
-// replica that holds them. A sequence planned with num_computed == 0 starts on fresh blocks and
-// takes the next replica in turn. Bounded state: one entry per block id ever used first.
-// Tests: tests/unit/test_dp_split.cpp.
+// The engine CHOSE the replica when it gave the sequence its blocks: it plans D * B block ids,
+// replica d's KV pool being ids [d * B, (d + 1) * B) (B = blocks per replica; the runner's
+// kv_cache_replicas(), engine/kv_cache_manager.h), and every block table lies in one pool. So a
+// sequence's replica is its first block's pool, and the replica's plan carries its blocks as the
+// replica's own cache indexes them: id - d * B, slot - d * B * block_size. Nothing is remembered
+// between steps; a prefix hit, an n > 1 sibling or a resumed sequence runs on the replica whose
+// pool holds its cached blocks because that is where the engine found them.
+// Tests: tests/unit/test_dp_families.cpp.
 #pragma once
 
 #include <cstdint>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -23,24 +21,26 @@ namespace tachyon::runner {
 
 class DpPlacement {
  public:
-  explicit DpPlacement(int dp_size);
+  DpPlacement(int dp_size, int32_t blocks_per_replica);
   int size() const { return dp_size_; }
-  // The replica of a planned sequence (see above); throws when a sequence with computed tokens
-  // starts with a block no replica was given (its KV would be on none of them).
+  int32_t blocks_per_replica() const { return blocks_per_replica_; }
+  // The replica of a planned sequence: its blocks' pool (see above). Throws when a block is out
+  // of range or the table spans two pools (the engine planned blocks for no single replica).
   int place(const core::ScheduledSequence& sequence);
-  // [dp] how many sequences each replica was given fresh blocks for so far.
+  // [dp] how many sequences each replica started from no computed token so far (counted at
+  // their first step).
   const std::vector<int64_t>& placed() const { return placed_; }
 
  private:
   int dp_size_;
+  int32_t blocks_per_replica_;
   std::vector<int64_t> placed_;  // [dp]
-  int next_ = 0;                                 // the replica the next new sequence takes
-  std::unordered_map<int32_t, int> replica_of_;  // first block id -> replica
 };
 
 struct DpStep {
   // [dp] each replica's plan: its sequences in the step's order, their tokens re-indexed from 0
-  // (token_ids, positions, slot_mapping, first_token, logits_rows); block tables unchanged.
+  // (token_ids, positions, first_token, logits_rows), their blocks and slots in the replica's
+  // own cache (block_table, slot_mapping).
   std::vector<core::StepPlan> plans;
   // [plan.logits_rows.size()] where each logits row of the step is: (replica, row of its logits).
   std::vector<std::pair<int, int64_t>> rows;

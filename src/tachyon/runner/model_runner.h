@@ -57,6 +57,11 @@ class ModelRunner {
   virtual bool overlaps_steps() const { return false; }
   // Tokens the model has rows for; the engine validates prompts against it.
   virtual int64_t vocab_size() const = 0;
+  // Replicas that each hold their own KV cache of the configured num_blocks blocks (data-parallel
+  // attention: runner/dp_cpu_model_runner.h). The engine plans num_blocks * this many block ids,
+  // replica d's being [d * num_blocks, (d + 1) * num_blocks), each a pool of its own
+  // (engine/kv_cache_manager.h); a block table never spans two.
+  virtual int32_t kv_cache_replicas() const { return 1; }
   // Device time of the last step from its upload to its download, in ms; 0 where the runner has
   // no device clock (the CPU). Benchmarks compare it with the step's wall time to show the
   // host's share.
