@@ -28,6 +28,8 @@ RUNS=(
   "1b-b1-decode llama-1b 1 128 256"
   "8b-prefill-2048 llama-8b 1 2048 2"
   "8b-b64-ctx1k llama-8b 64 1024 64"
+  "8b-b32-ctx8k llama-8b 32 8192 64"
+  "8b-b1-ctx32k llama-8b 1 32768 64"
 )
 for run in "${RUNS[@]}"; do
   read -r name model batch input output <<< "$run"

@@ -60,6 +60,9 @@ if "$BUILD_DIR/bin/tachyon" serve --help > /dev/null 2>&1; then
   echo "== canary with online FP8 weights on the GPU:"
   XDG_CACHE_HOME="$fresh/cache" MIN_ACCURACY=0.97 scripts/canary-eval.sh "$BUILD_DIR/bin/tachyon" - \
     "$OUT_DIR/canary-fp8" 200 --device cuda --quantization fp8 || canary_rc=1
+  echo "== canary with online FP8 weights and an FP8 KV cache on the GPU:"
+  XDG_CACHE_HOME="$fresh/cache" MIN_ACCURACY=0.97 scripts/canary-eval.sh "$BUILD_DIR/bin/tachyon" - \
+    "$OUT_DIR/canary-fp8-kv" 200 --device cuda --quantization fp8 --kv-cache-dtype fp8 || canary_rc=1
   echo "== canary with n-gram drafts on the GPU (completions against the plain run's):"
   XDG_CACHE_HOME="$fresh/cache" scripts/canary-speculative.sh "$BUILD_DIR/bin/tachyon" "$OUT_DIR/canary/eval.json" \
     "$OUT_DIR/canary-ngram" 200 --device cuda --speculative-method ngram --num-speculative-tokens 3 --ngram-min 1 \

@@ -15,5 +15,7 @@ manifest = json.load(open(manifest_path))
 for v in manifest["variants"]:
     cmd = [tachyon, "make-model", "--arch", v["arch"], "--preset", v["preset"], "--seed", str(v["seed"]),
            "--dtype", v["dtype"], "--shard-size", str(v["shard_size"]), "--out", f"{out_dir}/{v['name']}"]
+    if v.get("quantization"):  # fp8_manifest.json: an FP8 checkpoint in that format
+        cmd += ["--quantization-format", v["quantization"]]
     subprocess.run(cmd, check=True)
 PY

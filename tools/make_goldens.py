@@ -9,6 +9,12 @@ continuation of greedy_tokens tokens (argmax over a full recompute each step).
     python3 tools/make_goldens.py --manifest tests/data/goldens/manifest.json \
         --models out/golden-models --out tests/data/goldens
 
+FP8 checkpoints (fp8_manifest.json) load through transformers' own FP8 support; with no GPU
+visible it dequantizes the weights (value * factor) into float32, the format's definition, which
+is what the CPU reference computes with:
+    CUDA_VISIBLE_DEVICES= python3 tools/make_goldens.py --manifest tests/data/goldens/fp8_manifest.json \
+        --models M --out tests/data/goldens
+
 The GPU path is compared with transformers in bfloat16 on the GPU (sdpa attention):
     python3 tools/make_goldens.py --manifest tests/data/goldens/gpu_manifest.json \
         --models M --out O --dtype bfloat16 --device cuda
@@ -71,6 +77,10 @@ def main():
                 "transformers": transformers.__version__,
                 "torch": torch.__version__,
                 "dtype": args.dtype,
+                "quantization": variant.get("quantization", ""),
+                # How transformers held the FP8 weights: a quantizer class, or none (dequantized).
+                "hf_quantizer": type(getattr(model, "hf_quantizer", None)).__name__,
+                "hf_linear_weight_dtypes": sorted({str(p.dtype) for p in model.parameters()}),
                 "device": args.device,
                 "prompt": prompt,
                 "logits_shape": list(logits.shape),

@@ -148,9 +148,9 @@ inline double logits_tolerance(const model::ModelConfig& mc) { return mc.is_mla(
 inline void expect_logits_match_reference(const model::DenseModel& reference, const std::string& name,
                                           int32_t block_size, ModelRunner& gpu,
                                           const std::function<std::vector<float>(int32_t rows)>& last_logits,
-                                          double tolerance) {
+                                          double tolerance, bool fp8_kv_cache = false) {
   const model::ModelConfig& mc = reference.config();
-  PagedKvCache cpu_cache(mc, 64, block_size);
+  PagedKvCache cpu_cache(mc, 64, block_size, model::MlaAttentionForm::kAbsorbed, fp8_kv_cache);
   auto gen = gpu_test::rng(11);
   std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(mc.vocab_size - 1));
   std::vector<PlanSequence> seqs(3);

@@ -5,6 +5,10 @@
 // the math shows as an infinite error). Outputs must be within kBf16Tolerance overall and per
 // sequence. Llama-3-8B shapes at serving sizes are checked too; their timing lives in
 // bench/kernels/bench_attention.cpp (tests check correctness only).
+// FP8 caches (--kv-cache-dtype fp8): the same caches quantized per (slot, kv head) by the CPU's
+// codec (tensor/fp8.h, as the CPU reference's FP8 cache rounds a row); the CPU attends over the
+// dequantized f32 values, the kernels over bf16(code * factor); NaN rows carry NaN codes and
+// factors. The same tolerance holds.
 // Run on the GPU machine: build/tests/gpu_attention_kernels (TACHYON_TEST_SEED replays a run).
 #include <algorithm>
 #include <cmath>
@@ -15,6 +19,7 @@
 #include "gpu_test_util.h"
 #include "tachyon/kernels/attention.h"
 #include "tachyon/kernels/cuda/attention.h"
+#include "tachyon/tensor/fp8.h"
 
 namespace tachyon::gpu_test {
 namespace {
@@ -28,6 +33,7 @@ struct HeadShape {
   int32_t head_dim = 128;
   int32_t block_size = 16;
   int32_t window = 0;
+  bool fp8 = false;  // an FP8 cache (PagedKvView::fp8)
 };
 
 // K/V of several sequences in one paged cache, host f32 (for the reference) and device bf16.
@@ -72,14 +78,23 @@ class PagedCache {
         }
       }
     }
+    if (shape.fp8) {
+      quantize_rows(k_, k_codes_d_, k_factors_d_);
+      quantize_rows(v_, v_codes_d_, v_factors_d_);
+    }
     k_d_.emplace(upload_bf16(k_));
     v_d_.emplace(upload_bf16(v_));
     tables_d_.emplace(upload(tables_));
   }
 
   gpu::PagedKvView view() const {
-    return gpu::PagedKvView{k_d_->data(), v_d_->data(), tables_d_->data(), stride_,
-                            shape_.block_size, shape_.num_kv_heads, shape_.head_dim};
+    gpu::PagedKvView view{k_d_->data(), v_d_->data(), tables_d_->data(), stride_,
+                          shape_.block_size, shape_.num_kv_heads, shape_.head_dim};
+    if (shape_.fp8) {  // the bf16 copies stay poisoned with nothing: the kernels must not read them
+      view.k_cache = view.v_cache = nullptr;
+      view.fp8 = {k_codes_d_->data(), v_codes_d_->data(), k_factors_d_->data(), v_factors_d_->data()};
+    }
+    return view;
   }
 
   // out, q: [n, num_heads, head_dim] f32: the CPU kernel for sequence s's last n positions of ctx.
@@ -93,12 +108,38 @@ class PagedCache {
   int32_t stride() const { return stride_; }
 
  private:
+  // Each head_dim row of `values` -> E4M3 codes and its factor (the CPU codec); `values` becomes
+  // the dequantized row, what the reference attends over. A row holding NaN gets NaN codes (0x7f)
+  // and a NaN factor, so a kernel that reads it shows an infinite error.
+  void quantize_rows(std::vector<float>& values, std::optional<DeviceArray<uint8_t>>& codes_d,
+                     std::optional<DeviceArray<float>>& factors_d) {
+    const size_t width = static_cast<size_t>(shape_.head_dim), rows = values.size() / width;
+    std::vector<uint8_t> codes(values.size());
+    std::vector<float> factors(rows);
+    for (size_t r = 0; r < rows; ++r) {
+      std::span<float> row(values.data() + r * width, width);
+      if (std::any_of(row.begin(), row.end(), [](float x) { return std::isnan(x); })) {
+        std::fill(codes.begin() + r * width, codes.begin() + (r + 1) * width, uint8_t{0x7f});
+        factors[r] = NAN;
+        continue;
+      }
+      const Fp8BlockWeight q = quantize_fp8_blocks(row, 1, static_cast<int64_t>(width), 1, static_cast<int64_t>(width));
+      std::copy(q.data.begin(), q.data.end(), codes.begin() + r * width);
+      factors[r] = q.scale_inv[0];
+      dequantize_fp8_blocks(q.data, q.scale_inv, 1, static_cast<int64_t>(width), 1, static_cast<int64_t>(width), row);
+    }
+    codes_d.emplace(upload(codes));
+    factors_d.emplace(upload(factors));
+  }
+
   HeadShape shape_;
   int32_t stride_ = 0, num_blocks_ = 0;
   std::vector<float> k_, v_;        // [num_blocks, block_size, num_kv_heads, head_dim]
   std::vector<int32_t> tables_;     // [num_seqs, stride_]
   std::optional<DeviceArray<bf16>> k_d_, v_d_;
   std::optional<DeviceArray<int32_t>> tables_d_;
+  std::optional<DeviceArray<uint8_t>> k_codes_d_, v_codes_d_;
+  std::optional<DeviceArray<float>> k_factors_d_, v_factors_d_;
 };
 
 gpu::AttentionParams params_of(const HeadShape& shape) {
@@ -159,7 +200,7 @@ void check_decode(std::mt19937_64& gen, const std::vector<int32_t>& contexts, co
                   int32_t bound = 0) {
   SCOPED_TRACE(testing::Message() << "heads " << shape.num_heads << "/" << shape.num_kv_heads << " head_dim "
                                   << shape.head_dim << " block " << shape.block_size << " window " << shape.window
-                                  << " batch " << contexts.size() << " bound " << bound);
+                                  << (shape.fp8 ? " fp8" : "") << " batch " << contexts.size() << " bound " << bound);
   expect_decode_close(contexts, shape, run_decode(gen, contexts, shape, bound));
 }
 
@@ -293,7 +334,8 @@ std::vector<int32_t> contexts_of(const std::vector<PrefillSeq>& seqs) {
 // for bit: a CTA's result must not depend on its neighbours).
 void check_prefill(std::mt19937_64& gen, const std::vector<PrefillSeq>& seqs, const HeadShape& shape) {
   SCOPED_TRACE(testing::Message() << "heads " << shape.num_heads << "/" << shape.num_kv_heads << " head_dim "
-                                  << shape.head_dim << " block " << shape.block_size << " window " << shape.window);
+                                  << shape.head_dim << " block " << shape.block_size << " window " << shape.window
+                                  << (shape.fp8 ? " fp8" : ""));
   const PagedCache cache(gen, contexts_of(seqs), shape);
   const size_t row_elems = static_cast<size_t>(shape.num_heads) * shape.head_dim;
   int32_t tokens = 0;
@@ -367,6 +409,44 @@ TEST(PagedPrefillAttention, LongCausalPrompt) {
     EXPECT_LT(relative_error(slice(out, first * row_elems, rows * row_elems), ref), kBf16Tolerance)
         << "rows from " << first;
   }
+}
+
+// --- FP8 caches ---
+
+// Every head_dim and block size at the decode lengths (one split and many), mixed GQA batches
+// with padding, a window, and a graph bound far past the contexts.
+TEST(PagedDecodeAttentionFp8, LengthsHeadDimsBatchesAndWindows) {
+  auto gen = rng(301);
+  for (int32_t head_dim : {64, 128, 256}) {
+    for (int32_t block_size : {16, 32}) {
+      const HeadShape shape{32, 8, head_dim, block_size, 0, true};
+      for (int32_t ctx : {1, 17, 1000, 5000}) check_decode(gen, {ctx}, shape);
+      check_decode(gen, kDecodeContexts, shape);
+    }
+  }
+  check_decode(gen, {9, 0, 2999, 300, 1}, HeadShape{40, 2, 128, 16, 0, true});
+  check_decode(gen, {1, 17, 999, 5000, 0}, HeadShape{28, 4, 128, 16, 100, true});
+  check_decode(gen, {5, 0, 300}, HeadShape{32, 8, 128, 16, 0, true}, 32768);
+}
+
+TEST(PagedPrefillAttentionFp8, RaggedBatchesHeadDimsAndWindows) {
+  auto gen = rng(302);
+  check_prefill(gen, kPrefillBatch, HeadShape{32, 8, 128, 16, 0, true});
+  check_prefill(gen, kPrefillBatch, HeadShape{28, 4, 64, 32, 0, true});
+  check_prefill(gen, kPrefillBatch, HeadShape{16, 8, 256, 16, 0, true});
+  check_prefill(gen, kPrefillBatch, HeadShape{8, 2, 128, 16, 100, true});
+}
+
+// A view with some but not all of its FP8 pointers is refused before any launch.
+TEST(PagedAttentionFp8, IncompleteViewsAreRefused) {
+  gpu::PagedKvView view{nullptr, nullptr, nullptr, 1, 16, 8, 128};
+  uint8_t* codes = reinterpret_cast<uint8_t*>(uintptr_t{256});
+  view.fp8.k = codes;
+  const gpu::AttentionParams params{32, 0.1f, 0};
+  EXPECT_THROW(gpu::paged_decode_attention(nullptr, nullptr, view, nullptr, 1, 16, params, nullptr, 0, nullptr),
+               std::exception);
+  EXPECT_THROW(gpu::paged_prefill_attention(nullptr, nullptr, view, nullptr, nullptr, 1, 1, 1, params, nullptr),
+               std::exception);
 }
 
 TEST(PagedAttention, EmptyBatchesLaunchNothing) {

@@ -4,6 +4,8 @@
 // decode steps replayed from graphs, so both the FP8 GEMV and the dequantize + cuBLASLt path run),
 // logits within the bf16 runner's tolerance; then graphs vs eager and alone vs in a batch give
 // identical tokens, and the FP8 run holds fewer weight bytes than the bf16 run of the same model.
+// The FP8 KV cache (CudaFp8KvCache): dense attention's logits against the CPU reference's FP8
+// cache, graphs against eager, the blocks it holds, and the latent cache refused.
 // Run: build-*/tests/gpu_cuda_fp8 (GPU machine).
 #include <algorithm>
 #include <filesystem>
@@ -122,6 +124,103 @@ TEST_P(CudaFp8VsCpu, HoldsFewerWeightBytesThanTheBf16Run) {
   }
   // One byte instead of two per FP8 value, plus a 4-byte factor per 128 (and per-row padding).
   EXPECT_LT(fp8_bytes + fp8_values * 3 / 4, bf16_bytes) << "FP8 " << fp8_bytes << " bytes, bf16 " << bf16_bytes;
+}
+
+// --- the FP8 KV cache (--kv-cache-dtype fp8) ---
+
+core::EngineConfig fp8_kv_config(bool eager, bool online_fp8) {
+  core::EngineConfig c = fp8_config(eager, online_fp8);
+  c.device.kv_cache_dtype = DType::kF8E4M3;
+  return c;
+}
+
+// Both sides store K and V as E4M3 with a factor per token and KV head, but from different rows
+// (the GPU's bf16 k and v, the reference's f32 ones), so an element near a rounding boundary can
+// land one FP8 step apart: 5e-2 for the logits, against 2e-2 with a bf16 cache. A cache read at
+// the wrong slot, factor or head lands at tens of percent.
+constexpr double kFp8KvLogitsTolerance = 5e-2;
+
+struct Fp8KvVariant {
+  std::string arch, preset;
+  bool online_fp8_weights = false;
+};
+
+class CudaFp8KvCache : public ::testing::TestWithParam<Fp8KvVariant> {};
+
+fs::path make_plain_tiny(const Fp8KvVariant& v) {
+  return make_fp8_tiny({v.arch, v.preset, model::WeightQuantization::kNone});
+}
+
+std::unique_ptr<CudaModelRunner> fp8_kv_runner(const fs::path& dir, const core::EngineConfig& config, bool online_fp8) {
+  if (online_fp8) return std::make_unique<CudaModelRunner>(fp8_weights(dir, true), config);
+  model::SafetensorsCheckpoint checkpoint(dir);
+  return std::make_unique<CudaModelRunner>(model::load_weights_bf16(model::ModelConfig::from_dir(dir), checkpoint), config);
+}
+
+TEST_P(CudaFp8KvCache, LogitsMatchTheReferencesFp8Cache) {
+  const Fp8KvVariant& v = GetParam();
+  const fs::path dir = make_plain_tiny(v);
+  const core::EngineConfig config = fp8_kv_config(/*eager=*/false, v.online_fp8_weights);
+  auto gpu = fp8_kv_runner(dir, config, v.online_fp8_weights);
+  const model::DenseModel reference = reference_model(reference_weights(dir, v.online_fp8_weights));
+  expect_logits_match_reference(reference, dir.filename().string() + " fp8 kv", config.block_size, *gpu,
+                                [&](int32_t rows) { return gpu->last_logits(rows); }, kFp8KvLogitsTolerance,
+                                /*fp8_kv_cache=*/true);
+  EXPECT_GT(gpu->graph_replays(), 0);
+}
+
+TEST_P(CudaFp8KvCache, GraphsAndEagerGiveIdenticalTokensAndTheCacheHoldsMoreBlocks) {
+  const Fp8KvVariant& v = GetParam();
+  const fs::path dir = make_plain_tiny(v);
+  const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
+  auto gen = gpu_test::rng(17);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(mc.vocab_size - 1));
+  std::vector<std::vector<int32_t>> prompts;
+  for (int64_t length : {9, 130, 3, 64, 17, 300}) {
+    prompts.emplace_back(static_cast<size_t>(length));
+    for (int32_t& t : prompts.back()) t = token(gen);
+  }
+  auto run = [&](bool eager) {
+    core::EngineConfig config = fp8_kv_config(eager, v.online_fp8_weights);
+    auto runner = fp8_kv_runner(dir, config, v.online_fp8_weights);
+    config.num_blocks = runner->num_blocks();
+    engine::EngineCore engine(config, std::move(runner));
+    return generate(engine, prompts, 24);
+  };
+  EXPECT_EQ(run(true), run(false)) << "CUDA graph replays and eager steps must give the same tokens";
+
+  // The same cache bytes hold 2 * head_dim / (head_dim + 4) times the blocks of a bf16 cache.
+  auto blocks = [&](DType kv) {
+    core::EngineConfig config = fp8_kv_config(true, false);
+    config.device.kv_cache_dtype = kv;
+    config.device.kv_cache_memory_bytes = 64 << 20;
+    return fp8_kv_runner(dir, config, false)->num_blocks();
+  };
+  const double ratio = static_cast<double>(blocks(DType::kF8E4M3)) / blocks(DType::kBF16);
+  const double expected = 2.0 * mc.head_dim / (mc.head_dim + 4.0);
+  EXPECT_NEAR(ratio, expected, 0.01) << "head_dim " << mc.head_dim;
+}
+
+INSTANTIATE_TEST_SUITE_P(DenseAttention, CudaFp8KvCache,
+                         ::testing::Values(Fp8KvVariant{"llama", "tiny-gpu", false},
+                                           Fp8KvVariant{"qwen3", "tiny-gpu", true},
+                                           Fp8KvVariant{"qwen3_moe", "tiny-gpu-moe-all", false}),
+                         [](const auto& info) {
+                           std::string name = info.param.arch + "_" + info.param.preset +
+                                              (info.param.online_fp8_weights ? "_fp8_weights" : "_bf16_weights");
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
+// The latent cache has no FP8 kernels on the GPU: refused at construction, naming the reason.
+TEST(CudaFp8KvCacheRefusals, LatentAttentionIsRefused) {
+  const fs::path dir = make_fp8_tiny({"deepseek_v3", "tiny-gpu-deepseek-all", model::WeightQuantization::kNone});
+  try {
+    fp8_kv_runner(dir, fp8_kv_config(true, false), false);
+    FAIL() << "an FP8 latent cache on the GPU was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("MLA"), std::string::npos) << e.what();
+  }
 }
 
 using model::WeightQuantization;

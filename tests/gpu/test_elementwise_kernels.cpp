@@ -20,6 +20,7 @@
 #include "tachyon/kernels/rms_norm.h"
 #include "tachyon/kernels/rope.h"
 #include "tachyon/model/rope.h"
+#include "tachyon/tensor/fp8.h"
 
 namespace tachyon::gpu_test {
 namespace {
@@ -301,6 +302,94 @@ TEST(RopeStoreKv, MatchesNormRopeAndStoreOfTheCpu) {
                                           << " llama3 " << llama3);
           check_rope_store_kv(c, tokens, qk_norm, llama3, gen);
         }
+      }
+    }
+  }
+}
+
+// rope_store_kv_fp8 writes the FP8 cache: q bit for bit as rope_store_kv writes it, and per
+// (slot, kv head) the codes and factor the CPU codec (tensor/fp8.h) gives for the bf16 row
+// rope_store_kv writes, byte for byte; rows no token maps to keep their poison.
+void check_rope_store_kv_fp8(const RopeCase& c, int64_t tokens, bool qk_norm, std::mt19937_64& gen) {
+  const int64_t d = c.head_dim, q_size = c.num_heads * d, kv_size = c.num_kv_heads * d;
+  const int64_t row = q_size + 2 * kv_size, num_slots = 2 * tokens + 5;
+  std::vector<float> qkv = random_bf16_values(gen, tokens * row, 2.0f);
+  for (int64_t i = q_size; i < q_size + d; ++i) qkv[i] = 0.0f;  // token 0's first k head: an all-zero row, factor 1
+  std::vector<float> norm = random_floats(gen, d, 0.3f);
+  for (float& w : norm) w += 1.0f;
+  norm = round_to_bf16(norm);
+  const std::vector<float> inv_freq = inv_freq_for(c.head_dim, true);
+  std::vector<int32_t> positions(tokens);
+  std::uniform_int_distribution<int32_t> pick_position(0, 100000);
+  for (int32_t& p : positions) p = pick_position(gen);
+  std::vector<int32_t> slots(num_slots);
+  std::iota(slots.begin(), slots.end(), 0);
+  std::shuffle(slots.begin(), slots.end(), gen);
+  slots.resize(tokens);
+  for (int64_t t = 2; t < tokens; t += 5) slots[t] = -1;
+
+  DeviceArray<bf16> qkv_d = upload_bf16(qkv), norm_d = upload_bf16(norm);
+  DeviceArray<float> inv_freq_d = upload(inv_freq);
+  DeviceArray<int32_t> positions_d = upload(positions), slots_d = upload(slots);
+  const gpu::RopeStoreKvShape shape{tokens, c.num_heads, c.num_kv_heads, c.head_dim, 1e-6f};
+  const bf16* qk_norm_d = qk_norm ? norm_d.data() : nullptr;
+  DeviceArray<bf16> q_bf16(tokens * q_size), k_bf16(num_slots * kv_size), v_bf16(num_slots * kv_size);
+  gpu::rope_store_kv(q_bf16.data(), k_bf16.data(), v_bf16.data(), qkv_d.data(), qk_norm_d, qk_norm_d, inv_freq_d.data(),
+                     positions_d.data(), slots_d.data(), shape, nullptr);
+  DeviceArray<bf16> q_fp8(tokens * q_size);
+  DeviceArray<uint8_t> k_codes(num_slots * kv_size), v_codes(num_slots * kv_size);
+  DeviceArray<float> k_factors(num_slots * c.num_kv_heads), v_factors(num_slots * c.num_kv_heads);
+  gpu::rope_store_kv_fp8(q_fp8.data(), {k_codes.data(), v_codes.data(), k_factors.data(), v_factors.data()},
+                         qkv_d.data(), qk_norm_d, qk_norm_d, inv_freq_d.data(), positions_d.data(), slots_d.data(),
+                         shape, nullptr);
+
+  const std::vector<bf16> q_want = q_bf16.download(), q_got = q_fp8.download();
+  int64_t q_differs = 0;
+  for (size_t i = 0; i < q_want.size(); ++i) q_differs += bits_of(q_want[i]) != bits_of(q_got[i]);
+  EXPECT_EQ(q_differs, 0) << "q differs from rope_store_kv's";
+
+  std::vector<bool> written(num_slots, false);
+  for (int32_t slot : slots) {
+    if (slot >= 0) written[slot] = true;
+  }
+  const std::vector<bf16> k_rows = k_bf16.download(), v_rows = v_bf16.download();
+  const std::vector<uint8_t> k_got = k_codes.download(), v_got = v_codes.download();
+  const std::vector<float> kf_got = k_factors.download(), vf_got = v_factors.download();
+  int64_t code_mismatches = 0, factor_mismatches = 0, untouched_changed = 0;
+  for (int64_t s = 0; s < num_slots; ++s) {
+    for (int64_t h = 0; h < c.num_kv_heads; ++h) {
+      const int64_t at = (s * c.num_kv_heads + h) * d, factor_at = s * c.num_kv_heads + h;
+      for (int which = 0; which < 2; ++which) {
+        const std::vector<uint8_t>& got = which == 0 ? k_got : v_got;
+        const float factor = (which == 0 ? kf_got : vf_got)[factor_at];
+        if (!written[s]) {
+          for (int64_t i = 0; i < d; ++i) untouched_changed += got[at + i] != 0xFF;
+          untouched_changed += !std::isnan(factor);
+          continue;
+        }
+        const std::vector<bf16>& rows = which == 0 ? k_rows : v_rows;
+        std::vector<float> values(d);
+        for (int64_t i = 0; i < d; ++i) values[i] = __bfloat162float(rows[at + i]);
+        const Fp8BlockWeight want = quantize_fp8_blocks(values, 1, d, 1, d);
+        for (int64_t i = 0; i < d; ++i) code_mismatches += got[at + i] != want.data[i];
+        factor_mismatches += factor != want.scale_inv[0];
+      }
+    }
+  }
+  EXPECT_EQ(code_mismatches, 0);
+  EXPECT_EQ(factor_mismatches, 0);
+  EXPECT_EQ(untouched_changed, 0) << "bytes written in cache rows no token maps to";
+}
+
+TEST(RopeStoreKvFp8, CodesAndFactorsAreTheCpuCodecsOfTheBf16Rows) {
+  auto gen = rng(6);
+  const std::vector<RopeCase> cases = {{64, 14, 2}, {128, 32, 8}, {128, 16, 16}, {256, 64, 8}};
+  for (const RopeCase& c : cases) {
+    for (int64_t tokens : kRows) {
+      for (bool qk_norm : {false, true}) {
+        SCOPED_TRACE(testing::Message() << "head_dim " << c.head_dim << " heads " << c.num_heads << "/"
+                                        << c.num_kv_heads << " tokens " << tokens << " qk_norm " << qk_norm);
+        check_rope_store_kv_fp8(c, tokens, qk_norm, gen);
       }
     }
   }

@@ -76,6 +76,23 @@ TEST_P(DecodeBytes, Fp8RunsCountTheirProjectionsInFp8) {
   }
 }
 
+// An FP8 KV cache (dense attention on the GPU) reads head_dim bytes and a 4-byte factor per cached
+// K or V row of head_dim values: it saves batch * context * 2 * kv_size * (1 - 4 / head_dim) bytes
+// and nothing of latent attention's cache.
+TEST_P(DecodeBytes, AnFp8KvCacheReadsOneByteAValueAndAFactorPerRow) {
+  const ModelConfig c = make_model_config({.arch = GetParam().arch, .preset = GetParam().preset});
+  for (int64_t batch : {1, 32}) {
+    for (bool fp8_projections : {false, true}) {
+      const double saved = decode_step_min_bytes(c, batch, 1000, fp8_projections) -
+                           decode_step_min_bytes(c, batch, 1000, fp8_projections, /*fp8_kv_cache=*/true);
+      const double dense_kv_values = c.is_mla() ? 0.0 : 2.0 * static_cast<double>(c.kv_size()) * batch * 1000.0 *
+                                                           static_cast<double>(c.num_hidden_layers);
+      EXPECT_NEAR(saved, dense_kv_values * (1.0 - 4.0 / static_cast<double>(c.head_dim)), 1e-6 * (1.0 + saved))
+          << GetParam().preset << " batch " << batch;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(RealShapes, DecodeBytes,
                          ::testing::Values(Case{"llama", "llama-3.1-8b"}, Case{"qwen3", "qwen3-8b"},
                                            Case{"qwen3_moe", "qwen3-30b-a3b"}, Case{"deepseek_v3", "deepseek-v2-lite"},

@@ -121,21 +121,38 @@ void check_quantization_device(const core::EngineConfig& config, const model::Mo
       << ") with --tp > 1 on GPUs are not verified by any test yet; use --tp 1 or --device cpu";
 }
 
-// The FP8 KV cache exists on the CPU reference only (runner/paged_attention_backend.h); of the
-// drafters only n-gram is tested over it (test_engine_ngram.cpp): the rest refused before loading.
-void check_kv_cache_dtype(const core::EngineConfig& config, const std::string& kind) {
+bool fp8_kv_cache(const core::EngineConfig& config) { return config.device.kv_cache_dtype == DType::kF8E4M3; }
+
+// Why this run's FP8 KV cache cannot be on GPUs ("" when it can, or when the cache is bf16): the
+// GPU's FP8 cache serves dense attention on one GPU without drafts (tests/gpu/test_cuda_fp8.cpp,
+// the FP8 canary of scripts/gpu-test.sh); the rest is untested there.
+std::string cuda_fp8_kv_refusal(const core::EngineConfig& config, const model::ModelConfig& model_config) {
+  if (!fp8_kv_cache(config)) return "";
+  if (model_config.is_mla()) return "the latent (MLA) cache in FP8 runs on --device cpu only for now";
+  if (config.device.tensor_parallel_size > 1 || config.device.nnodes > 1) {
+    return "an FP8 KV cache over tensor-parallel GPUs is not verified by any test yet";
+  }
+  if (config.speculative.enabled()) return "an FP8 KV cache with speculative decoding on GPUs is not verified by any test yet";
+  return "";
+}
+
+// The FP8 KV cache: the CPU reference (runner/paged_attention_backend.h) and, where
+// cuda_fp8_kv_refusal allows, the GPU; of the drafters only n-gram is tested over it on the CPU
+// (test_engine_ngram.cpp): the rest refused before loading.
+void check_kv_cache_dtype(const core::EngineConfig& config, const model::ModelConfig& model_config,
+                          const std::string& kind) {
   const DType kv = config.device.kv_cache_dtype;
   TACHYON_CHECK(kv == DType::kBF16 || kv == DType::kF8E4M3)
       << "--kv-cache-dtype must be auto, bf16 or fp8, got " << dtype_name(kv);
   if (kv != DType::kF8E4M3) return;
-  TACHYON_CHECK(kind != "cuda") << "--kv-cache-dtype fp8 runs on --device cpu only for now (the GPU's FP8 KV cache "
-                                   "is not built)";
+  if (kind == "cuda") {
+    const std::string why = cuda_fp8_kv_refusal(config, model_config);
+    TACHYON_CHECK(why.empty()) << "--kv-cache-dtype fp8 on --device cuda: " << why;
+  }
   TACHYON_CHECK(!config.speculative.enabled() || config.speculative.method == "ngram")
       << "--kv-cache-dtype fp8 with --speculative-method " << config.speculative.method
       << " is not verified by any test yet (ngram is)";
 }
-
-bool fp8_kv_cache(const core::EngineConfig& config) { return config.device.kv_cache_dtype == DType::kF8E4M3; }
 
 // Speculation combinations no test verifies yet: refused before loading.
 void check_draft_model_device(const core::EngineConfig& config) {
@@ -196,7 +213,7 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
   config.speculative = engine::resolve_speculative_config(config.speculative);
   if (kind == "cuda" && config.device.tensor_parallel_size > 1) check_drafts_verified(config);  // auto: where it resolves
   check_quantization_device(config, model_config, kind);  // auto: where it resolves
-  check_kv_cache_dtype(config, kind);                      // auto: where it resolves
+  check_kv_cache_dtype(config, model_config, kind);        // auto: where it resolves
   check_draft_model_device(config);
   check_mtp(config, model_config, model_dir);
   const std::string dcp_refused = runner::dcp_unsupported_reason(config, model_config);
@@ -268,7 +285,8 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
   if (kind == "auto") {
     const std::string why = cuda_unsupported_reason(model_config);
     // Silent on purpose: the CLI reports the device it ran on; --device cuda says why not.
-    kind = cuda::cuda_device_available() && why.empty() && !fp8_kv_cache(config) ? "cuda" : "cpu";
+    kind = cuda::cuda_device_available() && why.empty() && cuda_fp8_kv_refusal(config, model_config).empty() ? "cuda"
+                                                                                                      : "cpu";
   }
   check_mtp(config, model_config, model_dir);  // auto may have resolved to cuda
   if (kind == "cuda") {

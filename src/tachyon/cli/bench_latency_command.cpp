@@ -155,11 +155,13 @@ void run_latency(const LatencyOptions& options) {
     const double bandwidth = cuda::measure_copy_bandwidth();
     const int tp = config.device.tensor_parallel_size;
     const bool fp8 = config.device.quantization == "fp8" || model_config.quantization.quantized();
-    const double bytes =
-        model::decode_step_min_bytes(model_config, options.batch_size, options.input_len + options.output_len / 2, fp8);
+    const bool fp8_kv = config.device.kv_cache_dtype == DType::kF8E4M3;
+    const double bytes = model::decode_step_min_bytes(model_config, options.batch_size,
+                                                      options.input_len + options.output_len / 2, fp8, fp8_kv);
     const double floor_ms = bytes / tp / bandwidth * 1e3;
     result["floor"] = {{"decode_bytes_per_step", bytes},
                        {"fp8_projections", fp8},
+                       {"fp8_kv_cache", fp8_kv},
                        {"tensor_parallel_size", tp},
                        {"copy_bandwidth_bytes_per_s", bandwidth},
                        {"decode_step_floor_ms", floor_ms},

@@ -6,12 +6,14 @@
 
 namespace tachyon::model {
 
-double decode_step_min_bytes(const ModelConfig& c, int64_t batch, int64_t context, bool fp8_projections) {
+double decode_step_min_bytes(const ModelConfig& c, int64_t batch, int64_t context, bool fp8_projections,
+                             bool fp8_kv_cache) {
   const double h = static_cast<double>(c.hidden_size);
   const double tokens = static_cast<double>(context) * static_cast<double>(batch);
   double weights = static_cast<double>(c.vocab_size) * h + h;  // LM head, final norm
   double projections = 0.0;  // the values an FP8 run holds in FP8 (model/fp8_projections.h)
   double cache = 0.0;        // values read per step
+  double dense_cache = 0.0;  // of them, dense attention's K and V (FP8 with fp8_kv_cache)
   for (const LayerKinds& kinds : layer_plan(c)) {
     weights += 2.0 * h;  // the layer's two norms
     if (kinds.attention == AttentionKind::kLatent) {
@@ -36,7 +38,7 @@ double decode_step_min_bytes(const ModelConfig& c, int64_t batch, int64_t contex
       cache += rows * latent * static_cast<double>(batch);
     } else {
       projections += h * static_cast<double>(c.q_size() + 2 * c.kv_size()) + static_cast<double>(c.q_size()) * h;
-      cache += 2.0 * static_cast<double>(c.kv_size()) * tokens;
+      dense_cache += 2.0 * static_cast<double>(c.kv_size()) * tokens;
     }
     if (kinds.mlp == MlpKind::kExperts) {
       const double active = std::min<double>(static_cast<double>(c.num_experts),
@@ -50,7 +52,8 @@ double decode_step_min_bytes(const ModelConfig& c, int64_t batch, int64_t contex
   }
   // bf16: 2 bytes a value; FP8: 1 byte and a 4-byte factor per 128 values.
   const double projection_bytes = fp8_projections ? 1.0 + 4.0 / 128.0 : 2.0;
-  return 2.0 * (weights + cache) + projection_bytes * projections;
+  const double dense_cache_bytes = fp8_kv_cache ? 1.0 + 4.0 / static_cast<double>(c.head_dim) : 2.0;
+  return 2.0 * (weights + cache) + projection_bytes * projections + dense_cache_bytes * dense_cache;
 }
 
 }  // namespace tachyon::model

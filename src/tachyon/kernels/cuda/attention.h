@@ -24,6 +24,16 @@ struct PagedKvView {
   int32_t block_size = 0;
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;              // 64, 128 or 256
+  // An FP8 cache (--kv-cache-dtype fp8) when fp8.k is set: k_cache and v_cache are then unused,
+  // fp8.k and fp8.v hold E4M3 codes in their layout and fp8.k_scale / fp8.v_scale one f32 factor
+  // per (slot, kv head) ([num_blocks * block_size, num_kv_heads]); a key's value is code * factor,
+  // rounded to bf16 as the tile is loaded (the tensor cores then run as for a bf16 cache).
+  struct Fp8 {
+    const uint8_t* k = nullptr;
+    const uint8_t* v = nullptr;
+    const float* k_scale = nullptr;
+    const float* v_scale = nullptr;
+  } fp8;
 };
 
 struct AttentionParams {
@@ -58,5 +68,8 @@ void paged_decode_attention(bf16* out, const bf16* q, const PagedKvView& kv, con
 void paged_prefill_attention(bf16* out, const bf16* q, const PagedKvView& kv, const int32_t* query_starts,
                              const int32_t* context_lens, int32_t num_seqs, int32_t num_query_tokens,
                              int32_t max_query_len, const AttentionParams& params, cudaStream_t stream);
+
+// Throws unless an FP8 view has all four of its pointers, the codes 8-byte aligned.
+void check_fp8_kv_view(const PagedKvView& kv);
 
 }  // namespace tachyon::kernels::cuda

@@ -16,6 +16,9 @@
 // - Inside a CTA each of the 4 warps streams its own 16-key tiles (tiles w, w+4, ...) through
 //   a private cp.async pipeline of kStages stages (16-byte copies, no block barriers in the
 //   loop) with its own online softmax; the 4 partial states are merged in shared memory.
+// - FP8 cache: a warp loads its next tile's E4M3 codes and factors into registers before the
+//   current tile's math and writes them, as bf16 code * factor, into the stage after it, so the
+//   loads are in flight during the math; the rest of the kernel is the bf16 one.
 #include <algorithm>
 #include <cmath>
 
@@ -23,6 +26,7 @@
 #include "tachyon/kernels/cuda/pdl.cuh"
 #include "tachyon/tensor/cuda/device_buffer.h"
 #include "tachyon/kernels/cuda/attention_common.cuh"
+#include "tachyon/kernels/cuda/fp8_kv.cuh"
 
 namespace tachyon::kernels::cuda {
 namespace {
@@ -86,7 +90,8 @@ __device__ __forceinline__ DecodeSplit decode_split(int ctx, int window, int num
 }
 
 // grid (num_kv_heads * m_tiles, num_seqs, num_splits), kThreads threads, DecodeTraits::kSmemBytes.
-template <int kHeadDim>
+// kFp8: the cache is FP8 (PagedKvView::fp8).
+template <int kHeadDim, bool kFp8>
 __global__ void __launch_bounds__(kThreads) paged_decode_kernel(const DecodeArgs a) {
   pdl_wait();  // launched with launch_pdl: nothing of the previous kernel is touched before this
   pdl_launch_dependents();
@@ -132,6 +137,7 @@ __global__ void __launch_bounds__(kThreads) paged_decode_kernel(const DecodeArgs
   const int32_t* table = a.kv.block_tables + static_cast<size_t>(seq) * a.kv.block_table_stride;
   const size_t row_stride = static_cast<size_t>(a.kv.num_kv_heads) * kHeadDim;
   auto issue = [&](int i) {
+    if constexpr (kFp8) return;  // fetch_fp8 / store_fp8 below
     const int token = sp.base + (tile_begin + warp + i * kWarps) * kTileTokens + (lane & 15);
     const bool valid = token < ctx;
     size_t offset = static_cast<size_t>(kv_head) * kHeadDim;
@@ -150,9 +156,50 @@ __global__ void __launch_bounds__(kThreads) paged_decode_kernel(const DecodeArgs
       cp_async_16(smem_u32(s_v + at), a.kv.v_cache + offset + c * 8, valid);
     }
   };
+  // FP8: lane l holds key (l % 16) of a tile, chunks (l / 16) + 2j of 8 codes, as `issue` copies.
+  uint2 k_codes[kFp8 ? kChunks / 2 : 1], v_codes[kFp8 ? kChunks / 2 : 1];
+  float k_factor = 0.0f, v_factor = 0.0f;
+  auto fetch_fp8 = [&](int i) {
+    const int token = sp.base + (tile_begin + warp + i * kWarps) * kTileTokens + (lane & 15);
+    if (token >= ctx) {  // past the context: zeros, as cp_async_16 writes for the bf16 cache
+#pragma unroll
+      for (int j = 0; j < kChunks / 2; ++j) k_codes[j] = v_codes[j] = make_uint2(0, 0);
+      k_factor = v_factor = 0.0f;
+      return;
+    }
+    const int64_t slot =
+        static_cast<int64_t>(__ldg(table + token / a.kv.block_size)) * a.kv.block_size + token % a.kv.block_size;
+    const size_t head_row = static_cast<size_t>(slot) * a.kv.num_kv_heads + kv_head;
+    k_factor = __ldg(a.kv.fp8.k_scale + head_row);
+    v_factor = __ldg(a.kv.fp8.v_scale + head_row);
+    const uint2* k_src = reinterpret_cast<const uint2*>(a.kv.fp8.k + head_row * kHeadDim);
+    const uint2* v_src = reinterpret_cast<const uint2*>(a.kv.fp8.v + head_row * kHeadDim);
+#pragma unroll
+    for (int j = 0; j < kChunks / 2; ++j) {
+      const int c = (lane >> 4) + 2 * j;
+      k_codes[j] = __ldg(k_src + c);
+      v_codes[j] = __ldg(v_src + c);
+    }
+  };
+  auto store_fp8 = [&](int i) {
+    bf16* s_k = w_pipe + (i % T::kStages) * T::kStageElems;
+    bf16* s_v = s_k + kTileTokens * kHeadDim;
+#pragma unroll
+    for (int j = 0; j < kChunks / 2; ++j) {
+      const int at = swizzled<kHeadDim>(lane & 15, (lane >> 4) + 2 * j);
+      *reinterpret_cast<uint4*>(s_k + at) = fp8x8_to_bf16x8(k_codes[j], k_factor);
+      *reinterpret_cast<uint4*>(s_v + at) = fp8x8_to_bf16x8(v_codes[j], v_factor);
+    }
+  };
 #pragma unroll
   for (int i = 0; i < T::kStages - 1; ++i) {
-    if (i < my_tiles) issue(i);
+    if (i < my_tiles) {
+      issue(i);
+      if constexpr (kFp8) {
+        fetch_fp8(i);
+        store_fp8(i);
+      }
+    }
     cp_async_commit();
   }
   cp_async_wait<T::kStages - 1>();  // the Q group, committed first, has landed
@@ -175,7 +222,11 @@ __global__ void __launch_bounds__(kThreads) paged_decode_kernel(const DecodeArgs
 
   for (int i = 0; i < my_tiles; ++i) {
     __syncwarp();  // every lane is done with the stage refilled next (read in iteration i - 1)
-    if (i + T::kStages - 1 < my_tiles) issue(i + T::kStages - 1);
+    const bool refill = i + T::kStages - 1 < my_tiles;
+    if (refill) issue(i + T::kStages - 1);
+    if constexpr (kFp8) {
+      if (refill) fetch_fp8(i + T::kStages - 1);  // stored after this tile's math
+    }
     cp_async_commit();
     cp_async_wait<T::kStages - 1>();
     __syncwarp();
@@ -245,6 +296,9 @@ __global__ void __launch_bounds__(kThreads) paged_decode_kernel(const DecodeArgs
       ldmatrix_x4_trans(b, smem_u32(s_v + swizzled<kHeadDim>((mat & 1) * 8 + r8, 2 * d + (mat >> 1))));
       mma_bf16_16816(o[2 * d], pa, b[0], b[1]);
       mma_bf16_16816(o[2 * d + 1], pa, b[2], b[3]);
+    }
+    if constexpr (kFp8) {
+      if (refill) store_fp8(i + T::kStages - 1);  // the stage read in iteration i - 1: free since the top
     }
   }
 #pragma unroll
@@ -341,13 +395,13 @@ int splits_for_length(int32_t max_context_len, int32_t window) {
   return std::clamp(ceil_div(std::max(visible, 1), kSplitTokens), 1, kMaxSplits);
 }
 
-template <int kHeadDim>
-void launch_decode(const DecodeArgs& a, int num_seqs, cudaStream_t stream) {
+template <int kHeadDim, bool kFp8>
+void launch_decode_cache(const DecodeArgs& a, int num_seqs, cudaStream_t stream) {
   const size_t smem = DecodeTraits<kHeadDim>::kSmemBytes;
   static std::atomic<uint64_t> smem_raised{0};
-  raise_smem_limit_once(paged_decode_kernel<kHeadDim>, smem, smem_raised);
+  raise_smem_limit_once(paged_decode_kernel<kHeadDim, kFp8>, smem, smem_raised);
   const dim3 grid(a.kv.num_kv_heads * a.m_tiles, num_seqs, a.num_splits);
-  launch_pdl(paged_decode_kernel<kHeadDim>, grid, dim3(kThreads), smem, stream, a);
+  launch_pdl(paged_decode_kernel<kHeadDim, kFp8>, grid, dim3(kThreads), smem, stream, a);
   TACHYON_CUDA_CHECK_LAUNCH();
   if (a.num_splits > 1) {
     launch_pdl(merge_splits_kernel<kHeadDim>, dim3(a.num_heads, num_seqs), dim3(kHeadDim / 4), 0, stream, a);
@@ -355,7 +409,25 @@ void launch_decode(const DecodeArgs& a, int num_seqs, cudaStream_t stream) {
   }
 }
 
+template <int kHeadDim>
+void launch_decode(const DecodeArgs& a, int num_seqs, cudaStream_t stream) {
+  if (a.kv.fp8.k != nullptr) {
+    launch_decode_cache<kHeadDim, true>(a, num_seqs, stream);
+  } else {
+    launch_decode_cache<kHeadDim, false>(a, num_seqs, stream);
+  }
+}
+
 }  // namespace
+
+void check_fp8_kv_view(const PagedKvView& kv) {
+  const auto& f = kv.fp8;
+  if (f.k == nullptr && f.v == nullptr && f.k_scale == nullptr && f.v_scale == nullptr) return;
+  TACHYON_CHECK(f.k != nullptr && f.v != nullptr && f.k_scale != nullptr && f.v_scale != nullptr)
+      << "an FP8 KV view needs its codes and factors for both K and V";
+  TACHYON_CHECK(reinterpret_cast<uintptr_t>(f.k) % 8 == 0 && reinterpret_cast<uintptr_t>(f.v) % 8 == 0)
+      << "FP8 KV codes must be 8-byte aligned";
+}
 
 size_t paged_decode_workspace_bytes(int32_t max_seqs, int32_t num_heads, int32_t head_dim, int32_t max_context_len) {
   const int splits = splits_for_length(max_context_len, 0);
@@ -372,6 +444,7 @@ void paged_decode_attention(bf16* out, const bf16* q, const PagedKvView& kv, con
       << params.num_heads << " query heads over " << kv.num_kv_heads << " kv heads";
   TACHYON_CHECK(kv.block_size > 0 && max_context_len >= 0 && num_seqs >= 0)
       << "block_size " << kv.block_size << " max_context_len " << max_context_len << " num_seqs " << num_seqs;
+  check_fp8_kv_view(kv);
   if (num_seqs == 0) return;
   DecodeArgs a{};
   a.out = out;

@@ -12,10 +12,14 @@
 // or behind the window are never loaded. Softmax is online, in f32 registers, with exp2.
 // The query rows of a sequence are the last n of its context, so this one kernel serves whole
 // prompts, chunked prefill and prompts behind prefix-cached blocks.
+// FP8 cache: a tile's E4M3 codes and factors are loaded into registers and written as bf16
+// code * factor (plain loads: the K/V tile loads then overlap the other tile's math less than
+// cp.async does; prefill is bound by its math, not by these bytes).
 #include <cmath>
 
 #include "tachyon/kernels/cuda/attention.h"
 #include "tachyon/kernels/cuda/attention_common.cuh"
+#include "tachyon/kernels/cuda/fp8_kv.cuh"
 
 namespace tachyon::kernels::cuda {
 namespace {
@@ -46,7 +50,8 @@ struct PrefillArgs {
 };
 
 // grid (ceil(max_query_len / kBlockM), num_heads, num_seqs), kThreads threads, kSmemBytes.
-template <int kHeadDim>
+// kFp8: the cache is FP8 (PagedKvView::fp8).
+template <int kHeadDim, bool kFp8>
 __global__ void __launch_bounds__(kThreads, 2) paged_prefill_kernel(const PrefillArgs a) {
   using T = PrefillTraits<kHeadDim>;
   constexpr int kMTiles = T::kMTiles, kBlockM = T::kBlockM;
@@ -93,12 +98,32 @@ __global__ void __launch_bounds__(kThreads, 2) paged_prefill_kernel(const Prefil
   const int32_t* table = a.kv.block_tables + static_cast<size_t>(seq) * a.kv.block_table_stride;
   const size_t row_stride = static_cast<size_t>(a.kv.num_kv_heads) * kHeadDim;
   // Gathers keys [tile * kBlockN, +kBlockN) of `cache` into `dst`; keys past the context are zeros.
-  auto load_tile = [&](bf16* dst, const bf16* cache, int tile) {
+  // For an FP8 cache, `codes` and `factors` are the tensor's (fp8.k and fp8.k_scale, or the v ones).
+  auto load_tile = [&](bf16* dst, const bf16* cache, const uint8_t* codes, const float* factors, int tile) {
 #pragma unroll
     for (int pass = 0; pass < kBlockN / 32; ++pass) {
       const int r = copy_row + 32 * pass;
       const int token = tile * kBlockN + r;
       const bool valid = token < ctx;
+      if constexpr (kFp8) {
+        uint2 bits[kChunks / 4];
+        float factor = 0.0f;
+        const uint2* src = nullptr;
+        if (valid) {
+          const int64_t slot = static_cast<int64_t>(__ldg(table + token / a.kv.block_size)) * a.kv.block_size +
+                               token % a.kv.block_size;
+          const size_t head_row = static_cast<size_t>(slot) * a.kv.num_kv_heads + kv_head;
+          factor = __ldg(factors + head_row);
+          src = reinterpret_cast<const uint2*>(codes + head_row * kHeadDim);
+        }
+#pragma unroll
+        for (int j = 0; j < kChunks / 4; ++j) bits[j] = valid ? __ldg(src + copy_chunk + 4 * j) : make_uint2(0, 0);
+#pragma unroll
+        for (int j = 0; j < kChunks / 4; ++j) {
+          *reinterpret_cast<uint4*>(dst + swizzled<kHeadDim>(r, copy_chunk + 4 * j)) = fp8x8_to_bf16x8(bits[j], factor);
+        }
+        continue;
+      }
       size_t offset = static_cast<size_t>(kv_head) * kHeadDim;
       if (valid) {
         const int64_t slot = static_cast<int64_t>(__ldg(table + token / a.kv.block_size)) * a.kv.block_size +
@@ -112,7 +137,7 @@ __global__ void __launch_bounds__(kThreads, 2) paged_prefill_kernel(const Prefil
       }
     }
   };
-  load_tile(s_k, a.kv.k_cache, tile_hi);
+  load_tile(s_k, a.kv.k_cache, a.kv.fp8.k, a.kv.fp8.k_scale, tile_hi);
   cp_async_commit();
 
   // ldmatrix lane roles: A (Q) rows (m&1)*8 + r8 at chunk 2k + (m>>1); B (K) keys (m>>1)*8 + r8
@@ -137,7 +162,7 @@ __global__ void __launch_bounds__(kThreads, 2) paged_prefill_kernel(const Prefil
   for (int tile = tile_hi; tile >= tile_lo; --tile) {
     cp_async_wait<0>();
     __syncthreads();  // K(tile) (and Q) landed; every warp is done reading V(tile + 1)
-    load_tile(s_v, a.kv.v_cache, tile);
+    load_tile(s_v, a.kv.v_cache, a.kv.fp8.v, a.kv.fp8.v_scale, tile);
     cp_async_commit();
 
     // S = Q K^T: kMTiles x 16 rows by 64 keys per warp.
@@ -167,7 +192,7 @@ __global__ void __launch_bounds__(kThreads, 2) paged_prefill_kernel(const Prefil
     }
     cp_async_wait<0>();
     __syncthreads();  // V(tile) landed; every warp is done reading K(tile)
-    if (tile > tile_lo) load_tile(s_k, a.kv.k_cache, tile - 1);
+    if (tile > tile_lo) load_tile(s_k, a.kv.k_cache, a.kv.fp8.k, a.kv.fp8.k_scale, tile - 1);
     cp_async_commit();
 
     // Mask where some row of the block cannot see some key of the tile: the causal diagonal,
@@ -275,14 +300,23 @@ __global__ void __launch_bounds__(kThreads, 2) paged_prefill_kernel(const Prefil
   }
 }
 
-template <int kHeadDim>
-void launch_prefill(const PrefillArgs& a, int num_seqs, int max_query_len, cudaStream_t stream) {
+template <int kHeadDim, bool kFp8>
+void launch_prefill_cache(const PrefillArgs& a, int num_seqs, int max_query_len, cudaStream_t stream) {
   using T = PrefillTraits<kHeadDim>;
   static std::atomic<uint64_t> smem_raised{0};
-  raise_smem_limit_once(paged_prefill_kernel<kHeadDim>, T::kSmemBytes, smem_raised);
+  raise_smem_limit_once(paged_prefill_kernel<kHeadDim, kFp8>, T::kSmemBytes, smem_raised);
   const dim3 grid(ceil_div(max_query_len, T::kBlockM), a.num_heads, num_seqs);
-  paged_prefill_kernel<kHeadDim><<<grid, kThreads, T::kSmemBytes, stream>>>(a);
+  paged_prefill_kernel<kHeadDim, kFp8><<<grid, kThreads, T::kSmemBytes, stream>>>(a);
   TACHYON_CUDA_CHECK_LAUNCH();
+}
+
+template <int kHeadDim>
+void launch_prefill(const PrefillArgs& a, int num_seqs, int max_query_len, cudaStream_t stream) {
+  if (a.kv.fp8.k != nullptr) {
+    launch_prefill_cache<kHeadDim, true>(a, num_seqs, max_query_len, stream);
+  } else {
+    launch_prefill_cache<kHeadDim, false>(a, num_seqs, max_query_len, stream);
+  }
 }
 
 }  // namespace
@@ -296,6 +330,7 @@ void paged_prefill_attention(bf16* out, const bf16* q, const PagedKvView& kv, co
       << params.num_heads << " query heads over " << kv.num_kv_heads << " kv heads";
   TACHYON_CHECK(kv.block_size > 0 && num_seqs >= 0 && max_query_len >= 0 && num_query_tokens >= 0)
       << "block_size " << kv.block_size << " num_seqs " << num_seqs << " max_query_len " << max_query_len;
+  check_fp8_kv_view(kv);
   if (num_seqs == 0 || max_query_len == 0 || num_query_tokens == 0) return;
   PrefillArgs a{};
   a.out = out;

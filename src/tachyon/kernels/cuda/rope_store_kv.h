@@ -35,4 +35,17 @@ void rope_store_kv(bf16* q_out, bf16* k_cache, bf16* v_cache, const bf16* qkv, c
                    const bf16* k_norm, const float* inv_freq, const int32_t* positions,
                    const int32_t* slot_mapping, const RopeStoreKvShape& shape, cudaStream_t stream);
 
+// The same into an FP8 cache (--kv-cache-dtype fp8): k and v, rounded to bf16 as above, stored as
+// E4M3 codes [num_slots, num_kv_heads, head_dim] with one f32 factor per (slot, kv head)
+// (kernels/cuda/fp8_kv.cuh: amax / 448, RNE(x / factor) saturated; the CPU reference's rounding).
+struct Fp8KvRows {
+  uint8_t* k = nullptr;  // 8-byte aligned
+  uint8_t* v = nullptr;
+  float* k_scale = nullptr;  // [num_slots, num_kv_heads]
+  float* v_scale = nullptr;
+};
+void rope_store_kv_fp8(bf16* q_out, const Fp8KvRows& cache, const bf16* qkv, const bf16* q_norm, const bf16* k_norm,
+                       const float* inv_freq, const int32_t* positions, const int32_t* slot_mapping,
+                       const RopeStoreKvShape& shape, cudaStream_t stream);
+
 }  // namespace tachyon::kernels::cuda

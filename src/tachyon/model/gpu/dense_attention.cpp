@@ -56,8 +56,15 @@ void DenseAttentionBlock::run_role(LinearRole role, int64_t layer, int64_t m) {
 }
 
 std::vector<KvRegion> DenseAttentionBlock::kv_regions() const {
-  const size_t bytes = static_cast<size_t>(ctx_.config.kv_size()) * 2;
-  return {{"k", bytes, DType::kBF16}, {"v", bytes, DType::kBF16}};
+  const size_t values = static_cast<size_t>(ctx_.config.kv_size());
+  if (ctx_.limits.fp8_kv_cache) {  // codes first: every layer's codes then stay 8-byte aligned
+    const size_t factors = static_cast<size_t>(ctx_.config.num_key_value_heads) * sizeof(float);
+    return {{"k", values, DType::kF8E4M3},
+            {"v", values, DType::kF8E4M3},
+            {"k_scale", factors, DType::kF32},
+            {"v_scale", factors, DType::kF32}};
+  }
+  return {{"k", values * 2, DType::kBF16}, {"v", values * 2, DType::kBF16}};
 }
 
 void DenseAttentionBlock::forward(int64_t l, const GpuStep& step) {
@@ -76,17 +83,27 @@ void DenseAttentionBlock::forward(int64_t l, const GpuStep& step) {
                                       .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
                                       .sliding_window = static_cast<int32_t>(c.sliding_window.value_or(0))};
   run_role(LinearRole::kQkv, l, T);
-  bf16* k_cache = ctx_.kv->region(l, 0);
-  bf16* v_cache = ctx_.kv->region(l, 1);
-  kc::rope_store_kv(ws.q, k_cache, v_cache, ws.qkv, w.q_norm, w.k_norm, ctx_.weights.inv_freq(), m.positions, m.slots,
-                    rope_shape, ctx_.stream);
-  const kc::PagedKvView kv{.k_cache = k_cache,
-                           .v_cache = v_cache,
-                           .block_tables = m.block_tables,
-                           .block_table_stride = ctx_.limits.block_table_stride,
-                           .block_size = ctx_.limits.block_size,
-                           .num_kv_heads = static_cast<int32_t>(c.num_key_value_heads),
-                           .head_dim = static_cast<int32_t>(c.head_dim)};
+  kc::PagedKvView kv{.block_tables = m.block_tables,
+                     .block_table_stride = ctx_.limits.block_table_stride,
+                     .block_size = ctx_.limits.block_size,
+                     .num_kv_heads = static_cast<int32_t>(c.num_key_value_heads),
+                     .head_dim = static_cast<int32_t>(c.head_dim)};
+  if (ctx_.limits.fp8_kv_cache) {
+    const kc::Fp8KvRows rows{.k = reinterpret_cast<uint8_t*>(ctx_.kv->bytes(l, 0)),
+                             .v = reinterpret_cast<uint8_t*>(ctx_.kv->bytes(l, 1)),
+                             .k_scale = reinterpret_cast<float*>(ctx_.kv->bytes(l, 2)),
+                             .v_scale = reinterpret_cast<float*>(ctx_.kv->bytes(l, 3))};
+    kc::rope_store_kv_fp8(ws.q, rows, ws.qkv, w.q_norm, w.k_norm, ctx_.weights.inv_freq(), m.positions, m.slots,
+                          rope_shape, ctx_.stream);
+    kv.fp8 = {.k = rows.k, .v = rows.v, .k_scale = rows.k_scale, .v_scale = rows.v_scale};
+  } else {
+    bf16* k_cache = ctx_.kv->region(l, 0);
+    bf16* v_cache = ctx_.kv->region(l, 1);
+    kc::rope_store_kv(ws.q, k_cache, v_cache, ws.qkv, w.q_norm, w.k_norm, ctx_.weights.inv_freq(), m.positions,
+                      m.slots, rope_shape, ctx_.stream);
+    kv.k_cache = k_cache;
+    kv.v_cache = v_cache;
+  }
   // Decodes come first in a plan: the decode kernel serves them (row s is sequence s), the
   // prefill kernel the rest, through views of the metadata that start at the first prefill.
   const int32_t decodes = shape.num_decode_seqs;

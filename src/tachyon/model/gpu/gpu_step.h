@@ -52,6 +52,9 @@ struct GpuLimits {
   int32_t max_model_len = 0;       // tokens of one sequence
   int32_t block_size = 0;          // tokens per KV block
   int32_t block_table_stride = 0;  // ints per sequence's block table
+  // --kv-cache-dtype fp8: dense attention caches K and V as E4M3 codes with one f32 factor per
+  // token and KV head (kernels/cuda/rope_store_kv.h rope_store_kv_fp8).
+  bool fp8_kv_cache = false;
 };
 
 // One region of a layer's KV cache: what an attention block stores per token, e.g. K and V, or a
@@ -70,11 +73,12 @@ class KvCache {
     for (size_t bytes : region_bytes_) layer_bytes_ += bytes;
   }
   // Region `region` (an index into the attention block's kv_regions()) of layer `layer`.
-  bf16* region(int64_t layer, size_t region) const {
+  std::byte* bytes(int64_t layer, size_t region) const {
     size_t offset = static_cast<size_t>(layer) * layer_bytes_;
     for (size_t r = 0; r < region; ++r) offset += region_bytes_[r];
-    return reinterpret_cast<bf16*>(base_ + offset);
+    return base_ + offset;
   }
+  bf16* region(int64_t layer, size_t region) const { return reinterpret_cast<bf16*>(bytes(layer, region)); }
 
  private:
   std::byte* base_ = nullptr;

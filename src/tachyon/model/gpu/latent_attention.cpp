@@ -18,6 +18,7 @@ LatentAttentionBlock::LatentAttentionBlock(BlockContext& context) : GpuBlock(con
   const ModelConfig& c = ctx_.config;
   const std::string reason = latent_attention_gpu_unsupported(c);
   TACHYON_CHECK(reason.empty()) << "the GPU latent-attention block cannot serve this model: " << reason;
+  TACHYON_CHECK(!ctx_.limits.fp8_kv_cache) << "the GPU latent-attention block has no FP8 cache yet";
   rope_attention_scaling_ = static_cast<float>(rope_attention_scaling(c));
   softmax_scale_ = mla_attention_shape(c, 1, 0).scale;
   const bool sparse = std::any_of(ctx_.layers.begin(), ctx_.layers.end(),

@@ -23,9 +23,7 @@ CudaModelRunner::CudaModelRunner(const model::Bf16ModelWeights& weights, const c
   TACHYON_CHECK(weights.embed_tokens.size() == static_cast<size_t>(vocab_rows * weights.config.hidden_size))
       << "internal: embed_tokens holds " << weights.embed_tokens.size() / weights.config.hidden_size
       << " rows, the TP rank expects " << vocab_rows;
-  TACHYON_CHECK(config.device.dtype == DType::kBF16 && config.device.kv_cache_dtype == DType::kBF16)
-      << "the CUDA runner supports dtype and kv_cache_dtype BF16, got " << dtype_name(config.device.dtype) << " and "
-      << dtype_name(config.device.kv_cache_dtype);
+  check_cache_types(config, weights_.config(), tp_.comm != nullptr);
   TACHYON_CHECK(!weights_.config().is_mla() || tp.comm == nullptr)
       << "tensor parallelism of latent-attention (DeepSeek) models is not built yet";
   start(config);
@@ -33,12 +31,24 @@ CudaModelRunner::CudaModelRunner(const model::Bf16ModelWeights& weights, const c
 
 CudaModelRunner::CudaModelRunner(const model::Fp8GpuWeights& weights, const core::EngineConfig& config)
     : config_(config), weights_(weights, model::rope_inv_freq(weights.bf16.config)) {
-  TACHYON_CHECK(config.device.dtype == DType::kBF16 && config.device.kv_cache_dtype == DType::kBF16)
-      << "the CUDA runner supports dtype and kv_cache_dtype BF16, got " << dtype_name(config.device.dtype) << " and "
-      << dtype_name(config.device.kv_cache_dtype);
+  check_cache_types(config, weights_.config(), tp_.comm != nullptr);
   // Before the KV cache takes the free memory.
   fp8_scratch_ = cuda::DeviceBuffer(static_cast<size_t>(weights_.largest_fp8_projection()) * sizeof(kc::bf16));
   start(config);
+}
+
+// bf16 compute; a bf16 cache, or an FP8 one for dense attention on one GPU (the latent cache has no
+// FP8 kernels yet, and no test runs an FP8 cache over tensor-parallel GPUs).
+void CudaModelRunner::check_cache_types(const core::EngineConfig& config, const model::ModelConfig& model,
+                                        bool tensor_parallel) {
+  const DType kv = config.device.kv_cache_dtype;
+  TACHYON_CHECK(config.device.dtype == DType::kBF16 && (kv == DType::kBF16 || kv == DType::kF8E4M3))
+      << "the CUDA runner supports dtype BF16 and kv_cache_dtype BF16 or FP8, got " << dtype_name(config.device.dtype)
+      << " and " << dtype_name(kv);
+  if (kv != DType::kF8E4M3) return;
+  TACHYON_CHECK(!model.is_mla()) << "--kv-cache-dtype fp8 on GPUs covers dense attention; the latent (MLA) cache "
+                                    "in FP8 runs on --device cpu only for now";
+  TACHYON_CHECK(!tensor_parallel) << "--kv-cache-dtype fp8 with --tp > 1 on GPUs is not verified by any test yet";
 }
 
 void CudaModelRunner::start(const core::EngineConfig& config) {
@@ -105,7 +115,8 @@ void CudaModelRunner::plan_memory(const core::EngineConfig& config) {
                               .max_logits_rows = limits_.max_logits_rows,
                               .max_model_len = static_cast<int32_t>(s.max_model_len),
                               .block_size = config.block_size,
-                              .block_table_stride = layout_.block_table_stride};
+                              .block_table_stride = layout_.block_table_stride,
+                              .fp8_kv_cache = config.device.kv_cache_dtype == DType::kF8E4M3};
   gpu::LinearDispatch& dispatch = *this;  // a private base: converted here, where it is accessible
   decoder_ = std::make_unique<gpu::GpuDecoder>(weights_, dispatch, limits, stream_,
                                                gpu::TpSeam{tp_.comm, tp_.vocab_begin, tp_.vocab_rows});
@@ -185,11 +196,25 @@ void CudaModelRunner::linear(LinearRole role, LinearShape shape, void* out, kc::
     // FP8 x FP8 on the tensor cores (kernels/cuda/fp8.h says what that adds); the bf16
     // product of a dequantized copy where cuBLASLt has no block-scaled algorithm.
     if (type == kc::GemmOutputType::kBF16 && shape.n % 16 == 0 && shape.k % 16 == 0) {
-      auto* rows = static_cast<uint8_t*>(fp8_rows_.data());
-      auto* row_scales = static_cast<float*>(fp8_row_scales_.data());
-      kc::fp8_quantize_rows(rows, row_scales, in, m, shape.k, stream);
-      if (gemm_.linear_fp8(static_cast<kc::bf16*>(out), rows, row_scales, weight.fp8, weight.scale_by_block, bias, m,
-                           shape.n, shape.k, stream)) {
+      auto fp8_product = [&](int64_t rows_done) {
+        auto* rows = static_cast<uint8_t*>(fp8_rows_.data());
+        auto* row_scales = static_cast<float*>(fp8_row_scales_.data());
+        kc::fp8_quantize_rows(rows, row_scales, in, rows_done, shape.k, stream);
+        return gemm_.linear_fp8(static_cast<kc::bf16*>(out), rows, row_scales, weight.fp8, weight.scale_by_block, bias,
+                                rows_done, shape.n, shape.k, stream);
+      };
+      if (fp8_product(m)) return;
+      // cuBLASLt has no algorithm for some row counts (281 on every Llama-3-8B projection, while
+      // its neighbours have one): the largest multiple of 16 on the tensor cores, the rest (at
+      // most 15 rows, each row's sum independent of the others) through the GEMV, 8 at a time.
+      const int64_t main_rows = m / 16 * 16;
+      const bool split = main_rows >= 16 && kc::fp8_gemv_supports(std::min<int64_t>(8, m - main_rows), shape.n, shape.k);
+      if (split && fp8_product(main_rows)) {
+        for (int64_t r = main_rows; r < m; r += 8) {
+          const int64_t rows = std::min<int64_t>(8, m - r);
+          kc::fp8_gemv(static_cast<kc::bf16*>(out) + r * shape.n, type, in + r * shape.k, weight.fp8, weight.scale, bias,
+                       rows, shape.n, shape.k, stream);
+        }
         return;
       }
       if (fp8_fallbacks_logged_.insert({m, shape.n, shape.k}).second) {

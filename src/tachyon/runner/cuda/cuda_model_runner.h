@@ -107,6 +107,7 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
             cudaStream_t stream) override;
 
   void start(const core::EngineConfig& config);  // what both constructors do after the upload
+  static void check_cache_types(const core::EngineConfig& config, const model::ModelConfig& model, bool tensor_parallel);
   void plan_memory(const core::EngineConfig& config);
   void allocate_kv_cache(const core::EngineConfig& config);
   model::gpu::StepMetadata step_metadata() const;  // device views into the staging buffer

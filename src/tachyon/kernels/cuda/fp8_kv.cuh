@@ -1,0 +1,49 @@
+// The FP8 KV cache's codec on the GPU, shared by the store (rope_store_kv) and the attention
+// kernels that read it: E4M3 codes with one f32 factor per token and KV head, amax / 448 (1 for
+// an all-zero row), each code RNE(x / factor) saturated at +-448, exactly as the CPU reference's
+// fp8_block_round_trip (tensor/fp8.h) rounds a row.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "tachyon/kernels/cuda/bf16_vec.cuh"
+
+namespace tachyon::kernels::cuda {
+
+constexpr float kFp8E4m3MaxValue = 448.0f;
+
+__device__ __forceinline__ float fp8_kv_factor(float amax) { return amax > 0.0f ? amax / kFp8E4m3MaxValue : 1.0f; }
+
+// Four values -> four E4M3 codes in one word (value i in byte i).
+__device__ __forceinline__ uint32_t fp8_encode4(const float* v, float factor) {
+  uint32_t word = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t code = __nv_cvt_float_to_fp8(__fdiv_rn(v[i], factor), __NV_SATFINITE, __NV_E4M3);
+    word |= (code & 0xffu) << (8 * i);
+  }
+  return word;
+}
+
+// Eight E4M3 codes (byte i = value i) times `factor` -> eight bf16, rounded to nearest even.
+__device__ __forceinline__ uint4 fp8x8_to_bf16x8(uint2 bits, float factor) {
+  const uint32_t words[2] = {bits.x, bits.y};
+  float v[kBf16PerVec];
+#pragma unroll
+  for (int w = 0; w < 2; ++w) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const __half2_raw raw =
+          __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(words[w] >> (16 * h)), __NV_E4M3);
+      const float2 pair = __half22float2(__half2(raw));
+      v[4 * w + 2 * h] = pair.x * factor;
+      v[4 * w + 2 * h + 1] = pair.y * factor;
+    }
+  }
+  return pack8(v);
+}
+
+}  // namespace tachyon::kernels::cuda
