@@ -211,10 +211,51 @@ void NcclCommunicator::send_recv(const void* send_data, size_t send_bytes, int d
   TACHYON_NCCL_COMM_CHECK(ncclGroupEnd());
 }
 
-void NcclCommunicator::all_to_all_v(std::span<const AllToAllItem> /*items*/, void* /*stream*/) {
-  throw NotImplementedOnBackend("rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
-                                ": all_to_all_v is not implemented on the NCCL backend yet (expert-parallel "
-                                "dispatch runs on CPU thread ranks: --device cpu)");
+// One NCCL group holding, per item and per peer, an ncclSend of this rank's run for that peer
+// and an ncclRecv of the peer's run for this rank (zero counts skipped; the run to itself is a
+// self send/recv, which NCCL matches inside a group): one launch for every item and peer, and no
+// ordering of the pairs can hang because the group posts them all at once.
+void NcclCommunicator::all_to_all_v(std::span<const AllToAllItem> items, void* stream) {
+  // Local checks first, so that nothing is enqueued when this rank's arguments are bad.
+  bool any = false;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const AllToAllItem& item = items[i];
+    TACHYON_CHECK(item.send_counts.size() == static_cast<size_t>(size_) &&
+                  item.recv_counts.size() == static_cast<size_t>(size_))
+        << "rank " << rank_ << " of " << size_ << ": all_to_all_v: item " << i << " has " << item.send_counts.size()
+        << " send_counts and " << item.recv_counts.size() << " recv_counts, expected " << size_;
+    TACHYON_CHECK(item.send_counts[rank_] == item.recv_counts[rank_])
+        << "rank " << rank_ << " of " << size_ << ": all_to_all_v: item " << i << " sends itself "
+        << item.send_counts[rank_] << " bytes but expects " << item.recv_counts[rank_] << " from itself";
+    const size_t sent = run_offset(item.send_counts, size_), received = run_offset(item.recv_counts, size_);
+    TACHYON_CHECK((sent == 0 || item.send != nullptr) && (received == 0 || item.recv != nullptr))
+        << "rank " << rank_ << " of " << size_ << ": all_to_all_v: item " << i << " has a null buffer";
+    any = any || sent > 0 || received > 0;
+  }
+  if (!any) return;
+  TACHYON_NCCL_COMM_CHECK(ncclGroupStart());
+  try {
+    for (const AllToAllItem& item : items) {
+      size_t send_offset = 0, recv_offset = 0;
+      for (int peer = 0; peer < size_; ++peer) {
+        const size_t send_bytes = item.send_counts[peer], recv_bytes = item.recv_counts[peer];
+        if (send_bytes > 0) {
+          TACHYON_NCCL_COMM_CHECK(ncclSend(static_cast<const std::byte*>(item.send) + send_offset, send_bytes,
+                                           ncclUint8, peer, comm_, as_stream(stream)));
+        }
+        if (recv_bytes > 0) {
+          TACHYON_NCCL_COMM_CHECK(ncclRecv(static_cast<std::byte*>(item.recv) + recv_offset, recv_bytes, ncclUint8,
+                                           peer, comm_, as_stream(stream)));
+        }
+        send_offset += send_bytes;
+        recv_offset += recv_bytes;
+      }
+    }
+  } catch (...) {
+    ncclGroupEnd();  // close the group so the thread's NCCL state stays usable
+    throw;
+  }
+  TACHYON_NCCL_COMM_CHECK(ncclGroupEnd());
 }
 
 void NcclCommunicator::barrier() {

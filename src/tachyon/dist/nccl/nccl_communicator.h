@@ -18,6 +18,11 @@
 //                                Alternative not taken: pad every run to the item's max count, one
 //                                ncclAllGather per item, then a compaction kernel (more bytes on the
 //                                wire when counts are uneven, an extra kernel, a padded scratch).
+//   all_to_all_v                 ONE group holding, for every item and every peer with a non-zero
+//                                count, an ncclSend of this rank's run for it and an ncclRecv of its
+//                                run for this rank (the run to itself included: NCCL matches a self
+//                                send/recv inside a group). Counts are not exchanged here: the
+//                                caller's counts must agree across ranks (communicator.h).
 //   send / recv / send_recv      ncclSend / ncclRecv; send_recv groups the pair so it cannot hang.
 //   barrier                      an ncclAllReduce of one int on a private stream, then a
 //                                cudaStreamSynchronize of that stream: a host rendezvous that,
@@ -28,7 +33,8 @@
 //   - Sums run in NCCL's order (ring/tree), so f32/bf16/f16 results may differ from the CPU's
 //     in the last bits; byte-moving ops are bit-identical.
 //   - Argument errors this rank can see alone (a root or peer out of range, send_bytes !=
-//     recv_counts[rank], a recv_counts of the wrong length) throw on this rank only, before
+//     recv_counts[rank], counts of the wrong length, all_to_all_v's run to itself sized
+//     differently on its two sides) throw on this rank only, before
 //     anything is enqueued; arguments that DIFFER between ranks are not detected (NCCL would
 //     hang or corrupt): the caller's bug, as the contract says.
 //   - A lone send or recv with peer == rank() throws: NCCL only matches a self send with a self
@@ -109,7 +115,6 @@ class NcclCommunicator final : public Communicator {
   void reduce_scatter(const void* send, void* recv, size_t count, ReduceType type, void* stream) override;
   void broadcast(void* data, size_t bytes, int root, void* stream) override;
   void all_gatherv(std::span<const GatherItem> items, void* stream) override;
-  // Not built: throws NotImplementedOnBackend (expert-parallel dispatch runs on CPU ranks).
   void all_to_all_v(std::span<const AllToAllItem> items, void* stream) override;
   void send(const void* data, size_t bytes, int peer, void* stream) override;
   void recv(void* data, size_t bytes, int peer, void* stream) override;
