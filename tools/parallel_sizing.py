@@ -10,6 +10,9 @@ keep the real per-layer shapes but only 4 layers and 64 experts; FULL_SIZE below
 published layer counts and expert counts. A config.json (HF names) can be given instead:
     tools/parallel_sizing.py                      # the three models, markdown tables
     tools/parallel_sizing.py --config config.json # one HF config
+`--num-blocks / rank` is what `tachyon serve --num-blocks` takes for that memory: the flag counts
+one rank's blocks, and under --dp every replica gets that many (one KV pool per replica), so the
+layout holds `KV tokens, all replicas`.
 Assumptions (printed with the tables): H200 of 141e9 bytes, 90% of it for weights + KV (the
 rest: activations, workspace, CUDA graphs); FP8 weights are E4M3 with an f32 scale per 128x128
 block (norms, router and biases stay bf16/f32); the KV cache is the MLA latent [512 | rope 64]
@@ -29,6 +32,7 @@ GPU_BYTES = 141e9
 MEMORY_SHARE = 0.90
 RANKS = 8
 BATCH = 256  # sequences decoding together over the 8 GPUs, for the per-step column
+BLOCK_SIZE = 16  # tokens per KV block (tachyon serve's default --block-size), for the --num-blocks column
 
 # (preset or shape function, display name, published sizes the reduced presets cut down)
 MODELS = [
@@ -154,10 +158,11 @@ def table(name, c):
     lines = [f"**{name}** ({c['num_hidden_layers']} layers, hidden {c['hidden_size']}, {c['num_experts']} experts "
              f"top-{c['num_experts_per_tok']}, first {c['first_k_dense_replace']} dense"
              + (f", DSA {c['index_n_heads']} x {c['index_head_dim']}" if c.get("index_n_heads") else "") + ")", "",
-             "| layout | dtype | weights / rank | KV / token | KV tokens / rank | KV tokens, all replicas "
+             "| layout | dtype | weights / rank | KV / token | KV tokens / rank | --num-blocks / rank "
+             f"({BLOCK_SIZE}-token blocks) | KV tokens, all replicas "
              "| sent per token of the rank's batch: TP | EP dispatch | EP return (ours / pre-summed) "
              f"| sent per rank, one step of {BATCH} sequences |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for fp8 in (True, False):
         w = weights(c, fp8)
         for label, tp, dp in (("TP8", 8, 1), ("DP8 + EP8", 1, 8), ("TP2 x DP4 + EP8", 2, 4)):
@@ -169,6 +174,7 @@ def table(name, c):
             lines.append(
                 f"| {label} | {'FP8' if fp8 else 'bf16'} | {per_rank / 1e9:.1f} GB | {kv / 1e3:.1f} KB | "
                 + (f"{tokens / 1e3:,.0f}K" if budget > 0 else "does not fit") + " | "
+                + (f"{math.floor(tokens / BLOCK_SIZE):,}" if budget > 0 else "-") + " | "
                 + (f"{tokens * dp / 1e3:,.0f}K" if budget > 0 else "-") + " | "
                 f"{comm['tp_allreduce'] / 1e3:.0f} KB | {comm['dispatch'] / 1e3:.0f} KB | "
                 f"{comm['combine_ours'] / 1e3:.0f} / {comm['combine_presummed'] / 1e3:.0f} KB | "
