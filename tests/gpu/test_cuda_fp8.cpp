@@ -176,7 +176,7 @@ TEST_P(CudaFp8KvCache, GraphsAndEagerGiveIdenticalTokensAndTheCacheHoldsMoreBloc
   auto gen = gpu_test::rng(17);
   std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(mc.vocab_size - 1));
   std::vector<std::vector<int32_t>> prompts;
-  for (int64_t length : {9, 130, 3, 64, 17, 300}) {
+  for (int64_t length : {9, 130, 3, 64, 17, 200}) {  // + 24 outputs within small_config's 256 tokens
     prompts.emplace_back(static_cast<size_t>(length));
     for (int32_t& t : prompts.back()) t = token(gen);
   }

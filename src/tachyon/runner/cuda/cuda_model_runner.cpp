@@ -196,27 +196,18 @@ void CudaModelRunner::linear(LinearRole role, LinearShape shape, void* out, kc::
     // FP8 x FP8 on the tensor cores (kernels/cuda/fp8.h says what that adds); the bf16
     // product of a dequantized copy where cuBLASLt has no block-scaled algorithm.
     if (type == kc::GemmOutputType::kBF16 && shape.n % 16 == 0 && shape.k % 16 == 0) {
-      auto fp8_product = [&](int64_t rows_done) {
-        auto* rows = static_cast<uint8_t*>(fp8_rows_.data());
-        auto* row_scales = static_cast<float*>(fp8_row_scales_.data());
-        kc::fp8_quantize_rows(rows, row_scales, in, rows_done, shape.k, stream);
-        return gemm_.linear_fp8(static_cast<kc::bf16*>(out), rows, row_scales, weight.fp8, weight.scale_by_block, bias,
-                                rows_done, shape.n, shape.k, stream);
-      };
-      if (fp8_product(m)) return;
-      // cuBLASLt has no algorithm for some row counts (281 on every Llama-3-8B projection, while
-      // its neighbours have one): the largest multiple of 16 on the tensor cores, the rest (at
-      // most 15 rows, each row's sum independent of the others) through the GEMV, 8 at a time.
-      const int64_t main_rows = m / 16 * 16;
-      const bool split = main_rows >= 16 && kc::fp8_gemv_supports(std::min<int64_t>(8, m - main_rows), shape.n, shape.k);
-      if (split && fp8_product(main_rows)) {
-        for (int64_t r = main_rows; r < m; r += 8) {
-          const int64_t rows = std::min<int64_t>(8, m - r);
-          kc::fp8_gemv(static_cast<kc::bf16*>(out) + r * shape.n, type, in + r * shape.k, weight.fp8, weight.scale, bias,
-                       rows, shape.n, shape.k, stream);
-        }
+      auto* rows = static_cast<uint8_t*>(fp8_rows_.data());
+      auto* row_scales = static_cast<float*>(fp8_row_scales_.data());
+      kc::fp8_quantize_rows(rows, row_scales, in, m, shape.k, stream);
+      if (gemm_.linear_fp8(static_cast<kc::bf16*>(out), rows, row_scales, weight.fp8, weight.scale_by_block, bias, m,
+                           shape.n, shape.k, stream)) {
         return;
       }
+      // Where cuBLASLt has no algorithm for m rows (281 on every Llama-3-8B projection; 57 and 58
+      // on the tiny test shapes), the bf16 product below runs. Splitting m into a multiple of 16
+      // on the FP8 tensor cores plus GEMV rows was tried: it quantizes the activations of rows the
+      // model tests expect in bf16 (their tolerance assumes bf16 activations on those shapes), so
+      // it waits for a reference that models the activation rounding.
       if (fp8_fallbacks_logged_.insert({m, shape.n, shape.k}).second) {
         std::fprintf(stderr, "tachyon: FP8 product m=%lld n=%lld k=%lld runs dequantized in bf16: %s\n",
                      static_cast<long long>(m), static_cast<long long>(shape.n), static_cast<long long>(shape.k),
