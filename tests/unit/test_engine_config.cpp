@@ -29,6 +29,7 @@ TEST(EngineConfig, PlanHashMovesWithEveryPlanField) {
       {"quantization", [](EngineConfig& c) { c.device.quantization = "fp8"; }},
       {"tensor_parallel_size", [](EngineConfig& c) { c.device.tensor_parallel_size = 2; }},
       {"enable_expert_parallel", [](EngineConfig& c) { c.device.enable_expert_parallel = true; }},
+      {"enable_two_batch_overlap", [](EngineConfig& c) { c.device.enable_two_batch_overlap = true; }},
       {"data_parallel_size", [](EngineConfig& c) { c.device.data_parallel_size = 2; }},
       {"decode_context_parallel_size", [](EngineConfig& c) { c.device.decode_context_parallel_size = 2; }},
       {"dcp_kv_cache_interleave_size", [](EngineConfig& c) { c.device.dcp_kv_cache_interleave_size = 2; }},

@@ -18,6 +18,7 @@
 #include "tachyon/runner/cpu_model_runner.h"
 #include "tachyon/runner/dp_cpu_model_runner.h"
 #include "tachyon/runner/dcp_checks.h"
+#include "tachyon/runner/tbo_checks.h"
 #include "tachyon/runner/tp_cpu_model_runner.h"
 #ifdef TACHYON_HAVE_CUDA
 #include "tachyon/runner/cuda/cuda_model_runner.h"
@@ -218,6 +219,8 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
   check_mtp(config, model_config, model_dir);
   const std::string dcp_refused = runner::dcp_unsupported_reason(config, model_config);
   TACHYON_CHECK(dcp_refused.empty()) << dcp_refused;
+  const std::string tbo_refused = runner::tbo_unsupported_reason(config, model_config);
+  TACHYON_CHECK(tbo_refused.empty()) << tbo_refused;
   [[maybe_unused]] const bool dcp = config.device.decode_context_parallel_size > 1;  // auto: CPU thread ranks
   const int tp = config.device.tensor_parallel_size;
   TACHYON_CHECK(tp >= 1) << "--tp must be at least 1, got " << tp;
@@ -278,7 +281,8 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
                                                              config.num_blocks, config.block_size, ep,
                                                              fp8_kv_cache(config),
                                                              model::DcpOptions{config.device.decode_context_parallel_size,
-                                                                               config.device.dcp_kv_cache_interleave_size});
+                                                                               config.device.dcp_kv_cache_interleave_size},
+                                                             runner::TboOptions{.enabled = config.device.enable_two_batch_overlap});
     return {std::move(runner), model_config};
   }
 #ifdef TACHYON_HAVE_CUDA

@@ -36,6 +36,9 @@ void add_device_options(CLI::App& cmd, core::DeviceConfig& device) {
                  "consecutive tokens a --dcp rank holds before the next rank's (must divide --block-size / --dcp)")
       ->default_val(1)
       ->check(CLI::Range(1, 1024));
+  cmd.add_flag("--enable-two-batch-overlap,--tbo", device.enable_two_batch_overlap,
+               "run a step of two or more sequences as two micro-batches, one's expert dispatch and combine "
+               "overlapping the other's compute (MoE models with --enable-expert-parallel, CPU thread ranks)");
   cmd.add_option("--nnodes", device.nnodes, "nodes the --tp ranks span (--tp / --nnodes GPUs on each)")
       ->default_val(1)
       ->check(CLI::Range(1, 64));

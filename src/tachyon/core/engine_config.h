@@ -45,6 +45,10 @@ struct DeviceConfig {
   // dealt out in runs of dcp_kv_cache_interleave_size tokens (model/dcp_layout.h).
   int32_t decode_context_parallel_size = 1;
   int32_t dcp_kv_cache_interleave_size = 1;
+  // Two-batch overlap (--enable-two-batch-overlap, --tbo): a step of two or more sequences runs as
+  // two micro-batches whose collectives overlap the other's compute (expert-parallel MoE models
+  // on CPU thread ranks; runner/tbo_rank_step.h, refusals in runner/tbo_checks.h).
+  bool enable_two_batch_overlap = false;
   // Tensor parallelism over several nodes (nnodes > 1): tensor_parallel_size / nnodes GPUs on each
   // node; node 0 runs the engine and its rank 0 listens at master_addr:master_port for NCCL's
   // bootstrap; the other nodes follow it (docs/parallelism.md). Not in plan_hash: a node's index

@@ -16,12 +16,15 @@ TpCpuModelRunner::Rank::Rank(dist::CpuWorld& world, int rank, model::TpShard sha
 
 TpCpuModelRunner::TpCpuModelRunner(const model::ModelWeights& full, int tp_size, int32_t num_blocks,
                                    int32_t block_size, bool expert_parallel, bool fp8_kv_cache,
-                                   model::DcpOptions dcp)
+                                   model::DcpOptions dcp, TboOptions tbo)
     : vocab_size_(full.config.vocab_size),
       world_((model::check_tp_size(full.config, tp_size, expert_parallel), tp_size)),
       dcp_(dcp),
+      tbo_(tbo),
       workers_(tp_size) {
   TACHYON_CHECK(tp_size >= 2) << "TpCpuModelRunner needs tp_size >= 2, got " << tp_size;
+  TACHYON_CHECK(!tbo.enabled || (expert_parallel && dcp.size == 1))
+      << "two-batch overlap runs with expert parallelism and without --dcp only (the combinations its tests cover)";
   // DCP groups are consecutive ranks of the TP group (dist::RankLayout); a rank caches 1/dcp of each block.
   TACHYON_CHECK(dcp.size >= 1 && tp_size % dcp.size == 0 && dcp.interleave >= 1 &&
                 block_size % (dcp.size * dcp.interleave) == 0)
@@ -42,6 +45,15 @@ core::StepOutput TpCpuModelRunner::run(const core::StepPlan& plan) {
   if (plan.empty()) return {};
   TACHYON_CHECK(!plan.return_hidden_states)
       << "the tensor-parallel CPU runner does not return hidden states (MTP drafting needs --tp 1)";
+  if (tbo_.enabled && plan.sequences.size() >= 2) {  // one sequence: nothing to overlap, one batch
+    TACHYON_CHECK(dcp_.size == 1) << "two-batch overlap with decode context parallelism is not verified by any test";
+    const TboSplit split = split_micro_batches(plan);
+    workers_.run([&](int rank) {
+      Rank& me = *ranks_[static_cast<size_t>(rank)];
+      me.logits = run_tbo_rank_step(me.model, me.cache, me.comm, split, tbo_);
+    });
+    return sample_plan_rows(plan, ranks_[0]->logits, vocab_size_);
+  }
   workers_.run([&](int rank) {
     Rank& me = *ranks_[static_cast<size_t>(rank)];
     const model::ForwardBatch batch{plan.token_ids, plan.positions, plan.logits_rows};

@@ -12,6 +12,9 @@
 // dcp.size consecutive ranks splits the latent cache by token: a rank's cache holds
 // num_blocks * block_size / dcp.size rows (rank_cache) and its attention goes through a
 // DcpAttentionBackend over the group's own communicator.
+// With two-batch overlap (TboOptions::enabled, --tbo; expert-parallel MoE models) a step of two or
+// more sequences runs as two micro-batches per rank whose collectives overlap the other's compute
+// (tbo_rank_step.h); a step of one sequence runs as one batch.
 // Tests: tests/unit/test_tp_engine.cpp, test_tp_families.cpp (MoE, MLA, DSA; TP and EP).
 #pragma once
 
@@ -24,6 +27,7 @@
 #include "tachyon/runner/model_runner.h"
 #include "tachyon/runner/paged_attention_backend.h"
 #include "tachyon/runner/rank_workers.h"
+#include "tachyon/runner/tbo_rank_step.h"
 
 namespace tachyon::runner {
 
@@ -34,7 +38,8 @@ class TpCpuModelRunner : public SynchronousModelRunner {
   // fp8_kv_cache every rank's cache holds FP8 rows (paged_attention_backend.h); its factors are
   // per KV head (or per latent row), so a rank's rows are the single-rank cache's rows of its heads.
   TpCpuModelRunner(const model::ModelWeights& full, int tp_size, int32_t num_blocks, int32_t block_size,
-                   bool expert_parallel = false, bool fp8_kv_cache = false, model::DcpOptions dcp = {});
+                   bool expert_parallel = false, bool fp8_kv_cache = false, model::DcpOptions dcp = {},
+                   TboOptions tbo = {});
   ~TpCpuModelRunner() override;
   TpCpuModelRunner(const TpCpuModelRunner&) = delete;
   TpCpuModelRunner& operator=(const TpCpuModelRunner&) = delete;
@@ -43,6 +48,8 @@ class TpCpuModelRunner : public SynchronousModelRunner {
   int tp_size() const { return world_.size(); }
   // Rank r's own KV cache (its block count and rows: what DCP divides).
   const PagedKvCache& rank_cache(int rank) const { return ranks_[static_cast<size_t>(rank)]->cache; }
+  // Rank r's full logits of the last step [its logits rows, vocab] (what rank 0 samples from).
+  const std::vector<float>& rank_logits(int rank) const { return ranks_[static_cast<size_t>(rank)]->logits; }
 
  protected:
   core::StepOutput run(const core::StepPlan& plan) override;
@@ -61,6 +68,7 @@ class TpCpuModelRunner : public SynchronousModelRunner {
   int64_t vocab_size_;
   dist::CpuWorld world_;
   model::DcpOptions dcp_;
+  TboOptions tbo_;
   std::vector<std::unique_ptr<dist::CpuWorld>> dcp_worlds_;  // one per DCP group; before ranks_, which use them
   std::vector<std::unique_ptr<Rank>> ranks_;
   RankWorkers workers_;  // last: its threads stop before the ranks they use are destroyed
