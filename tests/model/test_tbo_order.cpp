@@ -7,7 +7,8 @@
 //            checker exists for fail the step: micro-batch 1 skips one wait (TboHooks::
 //            drop_wait_phase), and micro-batch 1 reuses micro-batch 0's buffers while its
 //            collective may still run (TboHooks::share_arena: the seed's bug, a comm output
-//            handed to the other micro-batch too early);
+//            handed to the other micro-batch too early); and the trace shows the overlap: each
+//            micro-batch stages its phase before the other reads the outputs of its own;
 //   split    a step is cut by whole sequences, contiguous, tokens balanced, re-indexed from 0.
 #include <gtest/gtest.h>
 
@@ -94,6 +95,7 @@ constexpr int kRanks = 2, kValues = 16, kPhases = 3;
 struct RankRun {
   std::array<std::vector<float>, 2> values;  // [mb] after the phases
   std::string violation;
+  std::vector<TboOp> ops;  // the rank's trace
 };
 
 // Micro-batch mb of rank r starts from r + 10 mb + i, then kPhases times: all-reduce, halve.
@@ -123,7 +125,8 @@ RankRun run_rank(dist::CpuWorld& world, int rank, TboHooks hooks) {
     second.join();
     phases.finish_step();
   }
-  run.violation = check_happens_before(trace.ops());
+  run.ops = trace.ops();
+  run.violation = check_happens_before(run.ops);
   return run;
 }
 
@@ -152,6 +155,34 @@ TEST(TboCommPhases, MicroBatchesOverlapAndTheTraceIsOrdered) {
               << "rank " << r << " micro-batch " << mb << " value " << i;
         }
       }
+    }
+  }
+}
+
+// Where a compute-stream op is in the trace (its position), or -1.
+int64_t position(const std::vector<TboOp>& ops, const std::string& what) {
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].stream == kCompute && ops[i].what == what) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+// The overlap itself, without timing: while micro-batch 0's phase k is on the comm stream, the
+// compute stream runs micro-batch 1 up to its own phase k, so 1 stages phase k's inputs before
+// 0 reads phase k's outputs (and 0 stages phase k + 1 before 1 reads phase k).
+TEST(TboCommPhases, EachMicroBatchComputesWhileTheOthersPhaseIsInFlight) {
+  for (const RankRun& run : run_ranks({})) {
+    for (int k = 0; k < kPhases; ++k) {
+      const std::string phase = " phase " + std::to_string(k) + " all_reduce: ";
+      const int64_t b_stages = position(run.ops, "micro-batch 1" + phase + "stage the inputs");
+      const int64_t a_reads = position(run.ops, "micro-batch 0" + phase + "read the outputs");
+      ASSERT_GE(b_stages, 0);
+      EXPECT_LT(b_stages, a_reads) << "phase " << k;
+      if (k + 1 == kPhases) continue;
+      const int64_t a_stages_next =
+          position(run.ops, "micro-batch 0 phase " + std::to_string(k + 1) + " all_reduce: stage the inputs");
+      const int64_t b_reads = position(run.ops, "micro-batch 1" + phase + "read the outputs");
+      EXPECT_LT(a_stages_next, b_reads) << "phase " << k;
     }
   }
 }
