@@ -8,7 +8,10 @@
 //   many      tiny Qwen3-MoE over 40 prompts at EP 2: the same greedy continuations;
 //   mutation  dropping one wait of micro-batch 1 fails the step with the checker's error;
 //   refusals  every combination no test covers is refused at start-up, with the reason (the
-//             canary is a dense Qwen3: TBO is refused for it).
+//             canary is a dense Qwen3: TBO is refused for it);
+//   factory   app::load_runner with enable_two_batch_overlap (what --tbo sets) builds the EP runner
+//             with TBO on a model directory, whose greedy outputs are the run's without it, and
+//             refuses the canary by name.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -21,6 +24,7 @@
 #include <vector>
 
 #include "../engine_run.h"
+#include "tachyon/app/runner_factory.h"
 #include "tachyon/engine/engine_core.h"
 #include "tachyon/model/make_model.h"
 #include "tachyon/runner/tbo_checks.h"
@@ -221,6 +225,59 @@ TEST(TboFamilies, UntestedCombinationsAreRefusedWithTheReason) {
 TEST(TboFamilies, TheRunnerRefusesTboWithoutExpertParallelism) {
   const model::ModelWeights weights = make_weights(kFamilies[0]);
   EXPECT_THROW(TpCpuModelRunner(weights, 2, 16, 4, false, false, {}, tbo_on()), Error);
+}
+
+}  // namespace
+}  // namespace tachyon::runner
+
+namespace tachyon::runner {
+namespace {
+
+std::vector<std::vector<int32_t>> generate_through_factory(const std::filesystem::path& dir, bool tbo) {
+  core::EngineConfig c = engine_config();
+  c.device.kind = "cpu";
+  c.device.tensor_parallel_size = 2;
+  c.device.enable_expert_parallel = true;
+  c.device.enable_two_batch_overlap = tbo;
+  app::LoadedRunner loaded = app::load_runner(dir, c);
+  const auto* tp = dynamic_cast<const TpCpuModelRunner*>(loaded.runner.get());
+  EXPECT_TRUE(tp != nullptr && tp->two_batch_overlap() == tbo);
+  engine::EngineCore engine(c, std::move(loaded.runner));
+  core::SamplingParams params;
+  params.temperature = 0.0f;
+  params.max_tokens = 5;
+  params.ignore_eos = true;
+  std::vector<std::shared_ptr<engine::OutputChannel>> channels;
+  for (int length : {7, 19, 2, 11}) {
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < length; ++i) prompt.push_back(static_cast<int32_t>((i * 13 + length) % 50));
+    channels.push_back(std::make_shared<engine::OutputChannel>());
+    engine.submit(prompt, params, channels.back());
+  }
+  return testing::run_engine_to_idle(engine, channels, 10000);
+}
+
+TEST(TboFamilies, TheRunnerFactoryBuildsTboFromTheConfigAndRefusesTheCanary) {
+  const auto dir = std::filesystem::temp_directory_path() / ("tachyon-tbo-factory-" + std::to_string(::getpid()));
+  model::make_model({.arch = "qwen3_moe", .preset = "tiny-moe", .seed = 5, .out_dir = dir});
+  const auto plain = generate_through_factory(dir, false);
+  EXPECT_EQ(generate_through_factory(dir, true), plain);
+  std::filesystem::remove_all(dir);
+
+  core::EngineConfig c = engine_config();
+  c.device.kind = "cpu";
+  c.device.tensor_parallel_size = 2;
+  c.device.enable_expert_parallel = true;
+  c.device.enable_two_batch_overlap = true;
+  std::string error;
+  try {
+    app::load_runner(TACHYON_TEST_DATA "/../../assets/canary", c);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("--enable-two-batch-overlap: Qwen3ForCausalLM has no mixture-of-experts layer"),
+            std::string::npos)
+      << error;
 }
 
 }  // namespace

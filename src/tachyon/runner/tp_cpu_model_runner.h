@@ -46,6 +46,7 @@ class TpCpuModelRunner : public SynchronousModelRunner {
 
   int64_t vocab_size() const override { return vocab_size_; }
   int tp_size() const { return world_.size(); }
+  bool two_batch_overlap() const { return tbo_.enabled; }
   // Rank r's own KV cache (its block count and rows: what DCP divides).
   const PagedKvCache& rank_cache(int rank) const { return ranks_[static_cast<size_t>(rank)]->cache; }
   // Rank r's full logits of the last step [its logits rows, vocab] (what rank 0 samples from).
