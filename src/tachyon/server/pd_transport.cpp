@@ -276,7 +276,9 @@ void KvTransferServer::answer(int fd) {
   put(head, kFrameMagic);
   put(head, status);
   put(head, static_cast<uint64_t>(fault == KvTransportFault::kTruncate ? body.size() * 2 : body.size()));
-  if (fault == KvTransportFault::kStall) {  // nothing within the deadline, then a closed connection
+  if (fault == KvTransportFault::kStall) {  // the head and half the body, then silence past the deadline
+    send_all(fd, head.data(), head.size(), deadline);
+    send_all(fd, body.data(), body.size() / 2, deadline);
     std::this_thread::sleep_for(io_timeout_);
     return;
   }
