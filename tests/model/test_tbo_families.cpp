@@ -5,6 +5,9 @@
 //             logits are bit-identical with and without TBO (a token's rows compute alone, and the
 //             expert combine adds in expert order whichever micro-batch carries the token) and so
 //             are the continuations; the happens-before check runs on every TBO step;
+//   exact     the same, each TBO step's logits against the same ranks running the step's two
+//             micro-batches one after the other without TBO: bit-identical (same rows per
+//             call, same order of every sum), so the overlap changes no bit of what is computed;
 //   many      tiny Qwen3-MoE over 40 prompts at EP 2: the same greedy continuations;
 //   mutation  dropping one wait of micro-batch 1 fails the step with the checker's error;
 //   refusals  every combination no test covers is refused at start-up, with the reason (the
@@ -18,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -28,6 +32,7 @@
 #include "tachyon/engine/engine_core.h"
 #include "tachyon/model/make_model.h"
 #include "tachyon/runner/tbo_checks.h"
+#include "tachyon/runner/tbo_split.h"
 #include "tachyon/runner/tp_cpu_model_runner.h"
 
 namespace tachyon::runner {
@@ -156,6 +161,73 @@ TEST(TboFamilies, LogitsAndGreedyTokensMatchTheRunWithoutTbo) {
       SCOPED_TRACE("ep " + std::to_string(ranks));
       const double worst = expect_equivalent(run_engine(weights, ranks, {}, 8), run_engine(weights, ranks, tbo_on(), 8));
       std::printf("%s ep %d: max relative logit difference %.3g\n", f.preset, ranks, worst);
+    }
+  }
+}
+
+// Runs every step with TBO and, on a second runner of the same ranks without TBO, as its two
+// micro-batches one after the other; counts the steps whose logits differ in any bit.
+class ShadowRunner : public ModelRunner {
+ public:
+  ShadowRunner(std::unique_ptr<TpCpuModelRunner> tbo, std::unique_ptr<TpCpuModelRunner> plain)
+      : tbo_(std::move(tbo)), plain_(std::move(plain)) {}
+  void launch(const core::StepPlan& plan) override {
+    tbo_->launch(plan);
+    std::vector<float> expected;
+    if (plan.sequences.size() >= 2) {
+      ++split_steps;
+      for (const core::StepPlan& part : split_micro_batches(plan)) {
+        plain_->launch(part);
+        plain_->wait();
+        expected.insert(expected.end(), plain_->rank_logits(0).begin(), plain_->rank_logits(0).end());
+      }
+    } else {
+      plain_->launch(plan);
+      plain_->wait();
+      expected = plain_->rank_logits(0);
+    }
+    const std::vector<float>& got = tbo_->rank_logits(0);
+    if (got.size() != expected.size() || std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)) != 0)
+      ++differing_steps;
+  }
+  core::StepOutput wait() override { return tbo_->wait(); }
+  int64_t vocab_size() const override { return tbo_->vocab_size(); }
+
+  int split_steps = 0;
+  int differing_steps = 0;
+
+ private:
+  std::unique_ptr<TpCpuModelRunner> tbo_, plain_;
+};
+
+TEST(TboFamilies, EachStepIsBitIdenticalToItsMicroBatchesRunOneAfterTheOther) {
+  const core::EngineConfig c = engine_config();
+  for (const Family& f : kFamilies) {
+    SCOPED_TRACE(f.preset);
+    const model::ModelWeights weights = make_weights(f);
+    for (int ranks : {2, 4}) {
+      SCOPED_TRACE("ep " + std::to_string(ranks));
+      auto make = [&](TboOptions tbo) {
+        return std::make_unique<TpCpuModelRunner>(weights, ranks, c.num_blocks, c.block_size, true, false,
+                                                  model::DcpOptions{}, tbo);
+      };
+      auto shadow = std::make_unique<ShadowRunner>(make(tbo_on()), make({}));
+      ShadowRunner* runner = shadow.get();
+      engine::EngineCore engine(c, std::move(shadow));
+      core::SamplingParams params;
+      params.temperature = 0.0f;
+      params.max_tokens = 6;
+      params.ignore_eos = true;
+      std::vector<std::shared_ptr<engine::OutputChannel>> channels;
+      for (int length : {3, 23, 9, 17, 1, 30, 5, 12}) {
+        std::vector<int32_t> prompt;
+        for (int i = 0; i < length; ++i) prompt.push_back(static_cast<int32_t>((i * 29 + length * 7 + 3) % 50));
+        channels.push_back(std::make_shared<engine::OutputChannel>());
+        engine.submit(prompt, params, channels.back());
+      }
+      testing::run_engine_to_idle(engine, channels, 10000);
+      EXPECT_GT(runner->split_steps, 3);
+      EXPECT_EQ(runner->differing_steps, 0);
     }
   }
 }
