@@ -6,7 +6,10 @@
 // moe_manifest.json (Qwen3-MoE), deepseek_manifest.json (DeepSeek-V3: MLA, YaRN, group-limited
 // sigmoid routing, shared experts) and dsa_manifest.json (DeepSeek-V3.2's indexer over a prompt
 // longer than its top-k) hold the other families, checked the same way (their own files so that
-// tools/make_goldens.py can regenerate one family alone).
+// tools/make_goldens.py can regenerate one family alone). fp8_manifest.json holds FP8 checkpoints
+// in every format make-model writes: transformers loads them with its own FP8 support and, with no
+// GPU visible, dequantizes them into float32 as the format defines; the reference's loaders must
+// give the same values (the goldens record how transformers held the weights).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +21,7 @@
 #include "../golden_data.h"
 #include "tachyon/base/file_util.h"
 #include "tachyon/model/dense_model.h"
+#include "tachyon/model/fp8_checkpoint.h"
 #include "tachyon/model/make_model.h"
 
 namespace tachyon::model {
@@ -29,7 +33,8 @@ const std::filesystem::path kGoldens = std::getenv("TACHYON_GOLDENS_DIR")
                                            : std::filesystem::path(TACHYON_TEST_DATA) / "goldens";
 
 constexpr const char* kManifests[] = {"manifest.json", "moe_manifest.json", "deepseek_manifest.json",
-                                      "dsa_manifest.json", "glm_manifest.json", "mixtral_manifest.json"};
+                                      "dsa_manifest.json", "glm_manifest.json", "mixtral_manifest.json",
+                                      "fp8_manifest.json"};
 
 struct Variant {
   nlohmann::json manifest_entry;
@@ -76,6 +81,10 @@ TEST_P(GoldenTest, LogitsAndGreedyMatchTransformers) {
   options.seed = v["seed"];
   options.dtype = v["dtype"] == "f32" ? DType::kF32 : v["dtype"] == "f16" ? DType::kF16 : DType::kBF16;
   options.shard_bytes = v["shard_size"];
+  if (v.contains("quantization")) {
+    options.quantization = weight_quantization_from_name(v["quantization"].get<std::string>());
+    ASSERT_NE(options.quantization, WeightQuantization::kNone) << name << ": unknown quantization format";
+  }
   options.out_dir = std::filesystem::temp_directory_path() / ("tachyon-golden-" + name + "-" + std::to_string(::getpid()));
   make_model(options);
   DenseModel model = DenseModel::load(options.out_dir);
