@@ -7,6 +7,7 @@
 #include <httplib.h>
 #include <unistd.h>
 
+#include <functional>
 #include <thread>
 
 #include "tachyon/model/make_model.h"
@@ -15,9 +16,11 @@
 namespace tachyon::server::testing {
 
 struct ServerUnderTest {
-  // max_sequences_per_client: ServingOptions' (0: its default share, -1: none).
+  // max_sequences_per_client: ServingOptions' (0: its default share, -1: none). `adjust` may
+  // change the options and add files to the model directory (options.model_dir) before loading.
   explicit ServerUnderTest(core::EngineConfig engine = default_engine(), HttpOptions http = {},
-                           int64_t max_sequences_per_client = 0) {
+                           int64_t max_sequences_per_client = 0,
+                           const std::function<void(ServingOptions&)>& adjust = nullptr) {
     dir = std::filesystem::temp_directory_path() / ("tachyon-server-" + std::to_string(::getpid()) + "-" +
                                                    std::to_string(reinterpret_cast<uintptr_t>(this)));
     model::make_model({.arch = "qwen3",
@@ -30,6 +33,7 @@ struct ServerUnderTest {
     options.served_model_name = "tiny";
     options.engine = engine;
     options.max_sequences_per_client = max_sequences_per_client;
+    if (adjust) adjust(options);
     context = std::make_unique<ServingContext>(options);
     http.port = 0;
     server = std::make_unique<HttpServer>(*context, http);

@@ -319,10 +319,11 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
                                   "on the PATH, or -DTACHYON_CUDA=ON)";
 #endif
   auto model = std::make_unique<model::DenseModel>(load_cpu_weights(model_dir, model_config, config));
-  LoadedRunner loaded{std::make_unique<runner::CpuModelRunner>(std::move(model), config.num_blocks, config.block_size,
-                                                                model::MlaAttentionForm::kAbsorbed,
-                                                                fp8_kv_cache(config)),
-                      model_config, nullptr};
+  auto cpu_runner = std::make_unique<runner::CpuModelRunner>(std::move(model), config.num_blocks, config.block_size,
+                                                             model::MlaAttentionForm::kAbsorbed, fp8_kv_cache(config));
+  runner::CpuModelRunner* cpu = cpu_runner.get();
+  LoadedRunner loaded{std::move(cpu_runner), model_config, nullptr};
+  loaded.final_hidden_states = [cpu](std::span<const int32_t> tokens) { return cpu->final_hidden_states(tokens); };
   if (config.speculative.method == "draft") loaded.drafter = load_cpu_draft_model(config, model_config);
   if (config.speculative.method == "mtp") {
     loaded.drafter = std::make_unique<engine::MtpDrafter>(cpu_mtp_modules(model::load_mtp_modules(model_dir)),

@@ -6,8 +6,11 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "tachyon/core/engine_config.h"
 #include "tachyon/engine/drafter.h"
@@ -23,6 +26,10 @@ struct LoadedRunner {
   // draft, on the runner's device; mtp, the served model's MTP modules, CPU only); null otherwise
   // (EngineCore builds an n-gram drafter itself).
   std::unique_ptr<engine::Drafter> drafter;
+  // Every token's hidden state after the final norm for one token sequence, [tokens, hidden],
+  // computed outside the step loop and the KV cache (what /v1/embeddings pools). Set by the
+  // plain CPU runner only (--device cpu, no --tp / --dp / --pcp); empty where the runner gives none.
+  std::function<std::vector<float>(std::span<const int32_t>)> final_hidden_states;
 };
 
 // config.device.kind: "cpu", "cuda" or "auto". Loads the draft model too when

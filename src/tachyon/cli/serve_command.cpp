@@ -144,6 +144,12 @@ void add_serve_command(CLI::App& app) {
                   "how chat answers are split into reasoning_content and content: auto (from the chat template), "
                   "none, qwen3, deepseek_r1, deepseek_v3, glm45")
       ->default_val("auto");
+  cmd->add_option("--pooling", options->serving.pooling,
+                  "/v1/embeddings for a model directory without a sentence-transformers pooling config "
+                  "(modules.json): last, mean or cls (decoder embedding models such as Qwen3-Embedding: last)")
+      ->check(CLI::IsMember({"last", "mean", "cls"}));
+  cmd->add_flag("--normalize-embeddings", options->serving.normalize_embeddings,
+                "with --pooling: embeddings are made unit length (L2), as a Normalize module does");
   cmd->add_option("--header-timeout", options->header_timeout_s,
                   "seconds from a request's first byte to the end of its head (408 after)")
       ->default_val(10)

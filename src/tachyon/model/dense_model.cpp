@@ -305,6 +305,23 @@ std::vector<float> DenseModel::forward(std::span<const int32_t> tokens, Sequence
                                   });
 }
 
+std::vector<float> DenseModel::final_hidden_states(std::span<const int32_t> tokens) const {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  TACHYON_CHECK(n > 0) << "final_hidden_states needs at least one token";
+  SequenceKvCache cache(config(), n);
+  SequenceAttention attention(config(), cache, n);
+  std::vector<int64_t> positions(static_cast<size_t>(n));
+  std::iota(positions.begin(), positions.end(), 0);
+  std::vector<float> hidden;  // [n, hidden] before the final norm
+  const ForwardHook keep_final = [&hidden](std::string_view name, int64_t, std::span<const float> values) {
+    if (name == "final_hidden") hidden.assign(values.begin(), values.end());
+  };
+  forward(ForwardBatch{tokens, positions, {}}, attention, keep_final);  // no logits rows: no LM head
+  cpu::rms_norm(hidden.data(), hidden.data(), weights_.final_norm.data(), n, config().hidden_size,
+                static_cast<float>(config().rms_norm_eps));
+  return hidden;
+}
+
 std::vector<int32_t> greedy_generate(const DenseModel& model, std::span<const int32_t> prompt, int64_t max_new_tokens,
                                      int32_t stop_token, const std::function<void(int32_t)>& on_token) {
   TACHYON_CHECK(!prompt.empty()) << "greedy_generate needs a non-empty prompt";

@@ -54,6 +54,11 @@ class DenseModel {
   std::vector<float> forward(std::span<const int32_t> tokens, SequenceKvCache& cache, bool all_logits = false,
                              const ForwardHook& hook = nullptr) const;
 
+  // Every token's hidden state after the final norm, [tokens.size(), hidden_size]: transformers'
+  // last_hidden_state, what an embedding model's pooling reads. One sequence from position 0,
+  // with a cache of its own that is dropped on return; no LM head runs.
+  std::vector<float> final_hidden_states(std::span<const int32_t> tokens) const;
+
  private:
   ModelWeights weights_;
   std::vector<float> inv_freq_;  // [head_dim / 2]

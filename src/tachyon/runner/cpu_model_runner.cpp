@@ -29,6 +29,7 @@ CpuModelRunner::CpuModelRunner(std::unique_ptr<model::DenseModel> model, int32_t
 
 core::StepOutput CpuModelRunner::run(const core::StepPlan& plan) {
   if (plan.empty()) return {};
+  const std::lock_guard<std::mutex> lock(forward_mutex_);
   if (threads_ > 0) omp_set_num_threads(threads_);  // per calling thread: the engine's, not the constructor's
   PagedAttentionBackend attention(model_.config(), cache_, plan);
   // Every row's last hidden state before the final norm, when the plan asks (an MTP drafter).
@@ -44,6 +45,12 @@ core::StepOutput CpuModelRunner::run(const core::StepPlan& plan) {
   core::StepOutput output = sample_plan_rows(plan, logits, model_.config().vocab_size);
   output.hidden_states = std::move(hidden);
   return output;
+}
+
+std::vector<float> CpuModelRunner::final_hidden_states(std::span<const int32_t> tokens) {
+  const std::lock_guard<std::mutex> lock(forward_mutex_);
+  if (threads_ > 0) omp_set_num_threads(threads_);  // per calling thread: an HTTP thread's here
+  return model_.final_hidden_states(tokens);
 }
 
 }  // namespace tachyon::runner

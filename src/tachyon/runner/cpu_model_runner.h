@@ -7,6 +7,9 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
 
 #include "tachyon/model/dense_model.h"
 #include "tachyon/runner/kv_export.h"
@@ -27,6 +30,10 @@ class CpuModelRunner : public SynchronousModelRunner {
                  model::MlaAttentionForm mla_form = model::MlaAttentionForm::kAbsorbed, bool fp8_kv_cache = false);
   int64_t vocab_size() const override { return model_.config().vocab_size; }
   KvRowAccess* kv_rows() override { return &rows_; }
+  // Every token's hidden state after the final norm for one token sequence, [tokens, hidden]
+  // (DenseModel::final_hidden_states): what /v1/embeddings pools. Any thread may call it; it
+  // runs between steps (never beside one: both use the BLAS pool) and touches no KV block.
+  std::vector<float> final_hidden_states(std::span<const int32_t> tokens);
 
  protected:
   core::StepOutput run(const core::StepPlan& plan) override;
@@ -37,6 +44,7 @@ class CpuModelRunner : public SynchronousModelRunner {
   PagedKvCache cache_;
   PagedKvRowAccess rows_{cache_};  // after cache_, which it views
   int threads_ = 0;  // the forward's OpenMP threads (cpu_threads.h); 0: OpenMP's choice
+  std::mutex forward_mutex_;  // one forward at a time: a step's or an embedding request's
 };
 
 }  // namespace tachyon::runner

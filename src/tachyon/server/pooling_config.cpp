@@ -59,4 +59,36 @@ std::optional<PoolingConfig> read_pooling_config(const std::filesystem::path& mo
   return config;
 }
 
+std::optional<PoolingConfig> resolve_pooling_config(const std::filesystem::path& model_dir, const std::string& mode_flag,
+                                                    bool normalize_flag) {
+  std::optional<PoolingConfig> flags;
+  if (!mode_flag.empty()) {
+    PoolingConfig c;
+    if (mode_flag == "mean") {
+      c.mode = PoolingConfig::Mode::kMean;
+    } else if (mode_flag == "cls") {
+      c.mode = PoolingConfig::Mode::kCls;
+    } else {
+      TACHYON_CHECK(mode_flag == "last") << "--pooling must be last, mean or cls, got '" << mode_flag << "'";
+      c.mode = PoolingConfig::Mode::kLast;
+    }
+    c.normalize = normalize_flag;
+    flags = c;
+  }
+  const std::optional<PoolingConfig> directory = read_pooling_config(model_dir);
+  if (!directory) {
+    TACHYON_CHECK(flags || !normalize_flag)
+        << "--normalize-embeddings needs a pooling: " << model_dir.string()
+        << " has no sentence-transformers pooling config (modules.json), so name one with --pooling last|mean|cls";
+    return flags;
+  }
+  // The directory's config is what the model was trained with: a flag may repeat it, never change it.
+  const bool contradicts = (flags && (flags->mode != directory->mode || flags->normalize != directory->normalize)) ||
+                           (!flags && normalize_flag && !directory->normalize);
+  TACHYON_CHECK(!contradicts) << model_dir.string() << " declares " << pooling_mode_name(directory->mode) << " pooling"
+                              << (directory->normalize ? ", normalized" : ", not normalized")
+                              << " (modules.json); --pooling / --normalize-embeddings may only repeat it";
+  return directory;
+}
+
 }  // namespace tachyon::server

@@ -19,10 +19,17 @@ ServingContext::ServingContext(const ServingOptions& options) {
                                                                tokenizer_->eos_token());
   }
   chat_parsers_ = resolve_chat_parsers(options.tool_call_parser, options.reasoning_parser, *tokenizer_);
-  pooling_ = read_pooling_config(options.model_dir);
+  pooling_ = resolve_pooling_config(options.model_dir, options.pooling, options.normalize_embeddings);
   core::EngineConfig engine_config = options.engine;
   app::LoadedRunner loaded = app::load_runner(options.model_dir, engine_config);
   const model::ModelConfig& model_config = loaded.model_config;
+  final_hidden_states_ = std::move(loaded.final_hidden_states);
+  hidden_size_ = model_config.hidden_size;
+  if (!final_hidden_states_) {
+    no_hidden_states_reason_ = engine_config.device.kind == "cuda"
+                                   ? "the CUDA runner does not return hidden states"
+                                   : "the runner of CPU thread ranks (--tp, --dp, --pcp) does not return hidden states";
+  }
   if (!engine_config.scheduler.eos_token_id) {
     if (model_config.eos_token_id) {
       engine_config.scheduler.eos_token_id = static_cast<int32_t>(*model_config.eos_token_id);

@@ -8,9 +8,12 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "tachyon/engine/engine_core.h"
 #include "tachyon/server/chat_output.h"
@@ -41,11 +44,16 @@ struct ServingOptions {
   // (tool_parser_names(), reasoning_parser_names()); an unknown name refuses to start.
   std::string tool_call_parser = "auto";
   std::string reasoning_parser = "auto";
+  // /v1/embeddings for a directory without a sentence-transformers pooling config: --pooling
+  // ("" none; last, mean, cls) and --normalize-embeddings (server/pooling_config.h).
+  std::string pooling;
+  bool normalize_embeddings = false;
   // Prefill/decode disaggregation (http/pd_roles.h): "" (a whole server), "prefill" or "decode".
   // A prefill server answers KV pulls on kv_transfer_host:kv_transfer_port (0: any free port).
   std::string role;
   std::string kv_transfer_host = "127.0.0.1";
   int kv_transfer_port = 0;
+  int kv_transfer_max_pulls = 16;  // pulls answered at once; more are refused (server/pd_transport.h)
   // Prefill role: the share of the KV cache that leases (and prompts running for one) may hold,
   // past which prefills get 503; and how long a lease waits to be pulled.
   double kv_lease_max_share = 0.5;
@@ -69,6 +77,14 @@ class ServingContext {
   const ChatParsers& chat_parsers() const { return chat_parsers_; }
   // The model directory's sentence-transformers pooling config (server/pooling_config.h), if any.
   const std::optional<PoolingConfig>& pooling() const { return pooling_; }
+  // Every token's final hidden state of one input, [tokens, hidden_size()], computed beside the
+  // engine's steps with no KV block (app::LoadedRunner); empty where the runner gives none, and
+  // no_hidden_states_reason() says why.
+  const std::function<std::vector<float>(std::span<const int32_t>)>& final_hidden_states() const {
+    return final_hidden_states_;
+  }
+  int64_t hidden_size() const { return hidden_size_; }
+  const std::string& no_hidden_states_reason() const { return no_hidden_states_reason_; }
   // The token that ends an answer (from config.json or the tokenizer); none when unknown.
   std::optional<int32_t> eos_token_id() const { return eos_token_id_; }
 
@@ -89,6 +105,9 @@ class ServingContext {
   ServerLimits limits_;
   ChatParsers chat_parsers_;
   std::optional<PoolingConfig> pooling_;
+  std::function<std::vector<float>(std::span<const int32_t>)> final_hidden_states_;
+  int64_t hidden_size_ = 0;
+  std::string no_hidden_states_reason_;
   std::optional<int32_t> eos_token_id_;
   int64_t created_ = 0;
   std::atomic<bool> draining_{false};
