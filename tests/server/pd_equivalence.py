@@ -45,7 +45,8 @@ try:
     sent = metric(prefill.url, "tachyon:kv_transfer_bytes_total")
     received = metric(decode.url, "tachyon:kv_transfer_bytes_total")
     ok = metric(router.url, "tachyon:router_requests_total", 'outcome="ok"')
-    print(f"KV bytes sent {sent:.0f}, received {received:.0f}; router outcomes ok {ok:.0f}")
+    peak = metric(prefill.url, "tachyon:kv_transfer_pulls_peak")
+    print(f"KV bytes sent {sent:.0f}, received {received:.0f}; router outcomes ok {ok:.0f}; at most {peak:.0f} pulls at once")
     if sent != received or sent <= 0 or ok != count:
         sys.exit("the KV bytes sent and received should agree, and every request count as ok")
 finally:

@@ -1,11 +1,19 @@
 // The TCP transport of prefill/decode disaggregation (server/pd_transport.h) between a prefill
 // engine and a decode engine in one process: intact transfers import, and a truncated frame, a
 // corrupted body or a stalled sender makes the decode side recompute the prompt; either way every
-// output equals one engine's, and every KV block is free on both sides afterwards.
+// output equals one engine's, and every KV block is free on both sides afterwards. The server
+// answers several pulls at once (all in flight together, the same bytes as one by one) and
+// refuses pulls past its bound.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
+#include <cstring>
+#include <functional>
 #include <random>
+#include <xxhash.h>
 
 #include "tachyon/engine/engine_core.h"
 #include "tachyon/model/make_model.h"
@@ -152,6 +160,122 @@ TEST(KvTransportCodec, UnreachablePrefillServerIsATransferError) {
   }, [](engine::KvLeaseKey) {});
   EXPECT_THROW(fetch_kv("127.0.0.1", server.port(), {1, 2}, std::chrono::milliseconds(500)), KvTransferError);
   EXPECT_THROW(fetch_kv("127.0.0.1", 1, {1, 2}, std::chrono::milliseconds(200)), KvTransferError);
+}
+
+// A pull sent by hand on a socket whose small receive buffer the test drains only when it wants:
+// the server cannot finish a large frame before then.
+int open_pull(int port, engine::KvLeaseKey key) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int small = 4096;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  const timeval patience{30, 0};  // a read that never completes fails the test instead of hanging it
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &patience, sizeof(patience));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const uint32_t head[2] = {0x31564b54, 1};  // "TKV1", fetch
+  char request[24];
+  std::memcpy(request, head, 8);
+  std::memcpy(request + 8, &key.epoch, 8);
+  std::memcpy(request + 16, &key.request_id, 8);
+  EXPECT_EQ(::send(fd, request, sizeof(request), 0), 24);
+  return fd;
+}
+
+bool read_exact(int fd, char* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::recv(fd, data, size, 0);
+    if (n <= 0) return false;
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// Reads one frame: {status, body}; status -1 when it was cut short or its checksum is wrong.
+// `head`: its first 16 bytes when the caller has read them already.
+std::pair<int, std::string> read_frame(int fd, const std::string& head_read = "") {
+  char head[16];
+  if (head_read.size() == sizeof(head)) {
+    std::memcpy(head, head_read.data(), sizeof(head));
+  } else if (!read_exact(fd, head, sizeof(head))) {
+    return {-1, ""};
+  }
+  uint32_t status = 0;
+  uint64_t length = 0, checksum = 0;
+  std::memcpy(&status, head + 4, 4);
+  std::memcpy(&length, head + 8, 8);
+  std::string body(length, '\0');
+  if (!read_exact(fd, body.data(), length) || !read_exact(fd, reinterpret_cast<char*>(&checksum), 8) ||
+      checksum != XXH3_64bits(body.data(), body.size())) {
+    return {-1, ""};
+  }
+  return {static_cast<int>(status), body};
+}
+
+// 16 MiB of rows per lease, different for each request id; served as often as asked.
+engine::KvPayload large_payload(engine::KvLeaseKey key) {
+  engine::KvPayload payload;
+  payload.prompt.assign(64, static_cast<int32_t>(key.request_id));
+  payload.first_token = 7;
+  payload.seed = 11;
+  payload.values_per_token = 65536;
+  payload.rows.resize(64 * 65536);
+  for (size_t i = 0; i < payload.rows.size(); ++i) payload.rows[i] = static_cast<float>((i * 31 + key.request_id) % 1009);
+  return payload;
+}
+
+bool wait_for(const std::function<bool()>& condition) {
+  for (int i = 0; i < 2000 && !condition(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  return condition();
+}
+
+TEST(KvTransferServerPulls, AnswersSeveralPullsAtOnceWithTheBytesOfOneByOne) {
+  constexpr int kPulls = 4;
+  KvTransferServer server("127.0.0.1", 0, large_payload, [](engine::KvLeaseKey) {}, std::chrono::seconds(60));
+  std::vector<int> fds;
+  for (int i = 0; i < kPulls; ++i) fds.push_back(open_pull(server.port(), {1, i}));
+  // None is drained yet, so none can finish: a server that answers one at a time shows 1 here,
+  // and sends no other pull's head until the first is read whole.
+  EXPECT_TRUE(wait_for([&] { return server.pull_stats().in_flight == kPulls; }))
+      << "pulls in flight: " << server.pull_stats().in_flight;
+  std::vector<std::string> heads(kPulls, std::string(16, '\0'));
+  for (int i = 0; i < kPulls; ++i) {
+    ASSERT_TRUE(read_exact(fds[i], heads[static_cast<size_t>(i)].data(), 16)) << "no head for pull " << i;
+  }
+  std::vector<std::pair<int, std::string>> frames(kPulls);
+  std::vector<std::thread> readers;
+  for (int i = 0; i < kPulls; ++i) {
+    readers.emplace_back([&, i] { frames[static_cast<size_t>(i)] = read_frame(fds[i], heads[static_cast<size_t>(i)]); });
+  }
+  for (auto& reader : readers) reader.join();
+  for (int fd : fds) ::close(fd);
+  EXPECT_TRUE(wait_for([&] { return server.pull_stats().in_flight == 0; }));
+  EXPECT_EQ(server.pull_stats().peak_in_flight, kPulls);
+  for (int i = 0; i < kPulls; ++i) {
+    ASSERT_EQ(frames[static_cast<size_t>(i)].first, 0) << "pull " << i;
+    const engine::KvPayload serial = fetch_kv("127.0.0.1", server.port(), {1, i}, std::chrono::seconds(30));
+    EXPECT_EQ(frames[static_cast<size_t>(i)].second, encode_kv_payload(serial)) << "pull " << i;
+    EXPECT_EQ(serial.rows, large_payload({1, i}).rows);
+  }
+}
+
+TEST(KvTransferServerPulls, RefusesAPullPastItsBound) {
+  KvTransferServer server("127.0.0.1", 0, large_payload, [](engine::KvLeaseKey) {}, std::chrono::seconds(60),
+                          nullptr, /*max_pulls=*/2);
+  const int a = open_pull(server.port(), {1, 1});
+  const int b = open_pull(server.port(), {1, 2});
+  ASSERT_TRUE(wait_for([&] { return server.pull_stats().in_flight == 2; }));
+  EXPECT_THROW(fetch_kv("127.0.0.1", server.port(), {1, 3}, std::chrono::seconds(10)), KvTransferError);
+  EXPECT_EQ(server.pull_stats().refused, 1);
+  EXPECT_EQ(read_frame(a).first, 0);
+  EXPECT_EQ(read_frame(b).first, 0);
+  ::close(a);
+  ::close(b);
+  EXPECT_TRUE(wait_for([&] { return server.pull_stats().in_flight == 0; }));
+  EXPECT_EQ(fetch_kv("127.0.0.1", server.port(), {1, 3}, std::chrono::seconds(30)).rows, large_payload({1, 3}).rows);
 }
 
 }  // namespace

@@ -12,6 +12,11 @@ void add_role_options(CLI::App& cmd, server::ServingOptions& serving) {
   cmd.add_option("--kv-transfer-port", serving.kv_transfer_port,
                  "prefill role: the TCP port decode servers pull KV from (0: any free port)")
       ->default_val(0);
+  cmd.add_option("--kv-transfer-max-pulls", serving.kv_transfer_max_pulls,
+                 "prefill role: KV pulls answered at once; a pull beyond it is refused and the decode server "
+                 "computes that prompt itself")
+      ->default_val(16)
+      ->check(CLI::Range(1, 4096));
   cmd.add_option("--kv-lease-max-share", serving.kv_lease_max_share,
                  "prefill role: the share of the KV cache that KV waiting to be pulled may hold; past it prefills "
                  "get 503 with Retry-After")

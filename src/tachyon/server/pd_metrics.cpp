@@ -10,7 +10,7 @@ constexpr const char* kRecomputeNames[kNumRecomputeReasons] = {"malformed_source
 
 }  // namespace
 
-void PdMetrics::render(std::string& out, const engine::KvLeaseStats& leases) const {
+void PdMetrics::render(std::string& out, const engine::KvLeaseStats& leases, const KvPullStats& pulls) const {
   const bool prefill = role_ == "prefill";
   const std::string direction = prefill ? "direction=\"sent\"" : "direction=\"received\"";
   append_family(out, "tachyon:kv_transfer_bytes_total", "counter", "KV bytes moved between prefill and decode servers.");
@@ -31,6 +31,13 @@ void PdMetrics::render(std::string& out, const engine::KvLeaseStats& leases) con
     for (const auto& [name, value] : outcomes) {
       append_sample(out, "tachyon:kv_leases_total", std::string("outcome=\"") + name + "\"", value);
     }
+    append_family(out, "tachyon:kv_transfer_pulls_in_flight", "gauge", "KV pulls this server's KV port answers now.");
+    append_sample(out, "tachyon:kv_transfer_pulls_in_flight", "", pulls.in_flight);
+    append_family(out, "tachyon:kv_transfer_pulls_peak", "gauge", "The most KV pulls answered at once since start.");
+    append_sample(out, "tachyon:kv_transfer_pulls_peak", "", pulls.peak_in_flight);
+    append_family(out, "tachyon:kv_transfer_pulls_refused_total", "counter",
+                  "KV pulls refused at --kv-transfer-max-pulls (the decode server computed the prompt).");
+    append_sample(out, "tachyon:kv_transfer_pulls_refused_total", "", pulls.refused);
     return;
   }
   append_family(out, "tachyon:kv_transfer_imports_total", "counter", "Requests that decoded from pulled KV rows.");

@@ -2,7 +2,8 @@
 // appended to its /metrics by ServerMetrics. Counters are atomics bumped on the HTTP and KV
 // transfer threads; the lease series read the engine's KvLeaseStats at render time. Labels come
 // from fixed sets (DESIGN rule 2).
-//   prefill: KV bytes sent and time per pull, leases outstanding and their blocks, leases by outcome
+//   prefill: KV bytes sent and time per pull, leases outstanding and their blocks, leases by outcome,
+//            pulls in flight (now and at most) and refused at --kv-transfer-max-pulls
 //   decode:  KV bytes received and time per pull, imports, prompts recomputed by reason
 #pragma once
 
@@ -12,6 +13,7 @@
 
 #include "tachyon/engine/kv_transfer.h"
 #include "tachyon/server/metrics_histogram.h"
+#include "tachyon/server/pd_transport.h"
 
 namespace tachyon::server {
 
@@ -34,8 +36,8 @@ class PdMetrics {
   }
   void on_import() { imports_.fetch_add(1); }
   void on_recompute(RecomputeReason reason) { recomputes_[static_cast<int>(reason)].fetch_add(1); }
-  // Appends every series; `leases`: the engine's (prefill role).
-  void render(std::string& out, const engine::KvLeaseStats& leases) const;
+  // Appends every series; `leases` and `pulls`: the engine's and the KV port's (prefill role).
+  void render(std::string& out, const engine::KvLeaseStats& leases, const KvPullStats& pulls) const;
 
  private:
   const std::string role_;

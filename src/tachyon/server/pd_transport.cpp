@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -202,10 +203,11 @@ KvTransportFault kv_transport_fault_from_env() {
 }
 
 KvTransferServer::KvTransferServer(const std::string& host, int port, Exporter exporter, Releaser releaser,
-                                   std::chrono::milliseconds io_timeout, Observer observer)
+                                   std::chrono::milliseconds io_timeout, Observer observer, int max_pulls)
     : exporter_(std::move(exporter)), releaser_(std::move(releaser)), observer_(std::move(observer)),
-      io_timeout_(io_timeout) {
-  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      io_timeout_(io_timeout), max_pulls_(max_pulls) {
+  TACHYON_CHECK(max_pulls_ >= 1) << "the KV transfer server needs at least one pull at a time (got " << max_pulls_ << ")";
+  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   TACHYON_CHECK(listen_fd_ >= 0) << "cannot open the KV transfer socket: " << std::strerror(errno);
   const int one = 1;
   ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -213,7 +215,7 @@ KvTransferServer::KvTransferServer(const std::string& host, int port, Exporter e
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1 ||
-      ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(listen_fd_, 64) != 0) {
+      ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(listen_fd_, 256) != 0) {
     const std::string why = std::strerror(errno);
     ::close(listen_fd_);
     TACHYON_CHECK(false) << "cannot listen for KV transfers on " << host << ":" << port << ": " << why
@@ -232,34 +234,69 @@ KvTransferServer::~KvTransferServer() {
   ::close(listen_fd_);
 }
 
-void KvTransferServer::serve() {
-  while (!stopping_) {
-    pollfd p{listen_fd_, POLLIN, 0};
-    if (::poll(&p, 1, 100) <= 0) continue;
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    Socket socket(fd);
-    answer(fd);
-  }
+KvPullStats KvTransferServer::pull_stats() const {
+  return {in_flight_.load(), peak_in_flight_.load(), refused_.load()};
 }
 
-void KvTransferServer::answer(int fd) {
-  const auto start = Clock::now();
-  const auto deadline = start + io_timeout_;
-  char request[kRequestBytes];
-  if (!recv_all(fd, request, sizeof(request), deadline)) return;
+// One thread serves every connection: non-blocking sockets under poll(), each connection a small
+// state machine (read the request, then write the frame), so pulls overlap without a thread each.
+void KvTransferServer::serve() {
+  std::vector<Connection> connections;
+  std::vector<pollfd> fds;
+  while (!stopping_) {
+    fds.assign(1, pollfd{listen_fd_, POLLIN, 0});
+    for (const Connection& c : connections) {
+      fds.push_back({c.fd, static_cast<short>(c.phase == Phase::kWriting ? POLLOUT : POLLIN), 0});
+    }
+    ::poll(fds.data(), fds.size(), 50);
+    if (fds[0].revents & POLLIN) {
+      for (int fd; (fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0;) {
+        const auto now = Clock::now();
+        connections.push_back({.fd = fd, .start = now, .deadline = now + io_timeout_});
+      }
+    }
+    const auto now = Clock::now();
+    for (size_t i = 0; i < connections.size(); ++i) {
+      Connection& c = connections[i];
+      const short events = i + 1 < fds.size() ? fds[i + 1].revents : 0;
+      bool done = now >= c.deadline;
+      if (!done && c.phase == Phase::kReading && (events & (POLLIN | POLLHUP | POLLERR))) done = read_request(c);
+      if (!done && c.phase == Phase::kWriting && (events & (POLLOUT | POLLHUP | POLLERR))) done = write_frame(c);
+      if (!done && c.phase == Phase::kStalling && (events & (POLLHUP | POLLERR))) done = true;
+      if (done) close_connection(c);
+    }
+    std::erase_if(connections, [](const Connection& c) { return c.fd < 0; });
+  }
+  for (Connection& c : connections) close_connection(c);
+}
+
+bool KvTransferServer::read_request(Connection& c) {
+  char buffer[kRequestBytes];
+  const ssize_t n = ::recv(c.fd, buffer, kRequestBytes - c.in.size(), 0);
+  if (n <= 0) return n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+  c.in.append(buffer, static_cast<size_t>(n));
+  if (c.in.size() < kRequestBytes) return false;
   uint32_t magic = 0, op = 0;
   engine::KvLeaseKey key;
-  std::memcpy(&magic, request, 4);
-  std::memcpy(&op, request + 4, 4);
-  std::memcpy(&key.epoch, request + 8, 8);
-  std::memcpy(&key.request_id, request + 16, 8);
-  if (magic != kFrameMagic) return;
+  std::memcpy(&magic, c.in.data(), 4);
+  std::memcpy(&op, c.in.data() + 4, 4);
+  std::memcpy(&key.epoch, c.in.data() + 8, 8);
+  std::memcpy(&key.request_id, c.in.data() + 16, 8);
+  if (magic != kFrameMagic) return true;
   if (op == kOpRelease) {
     releaser_(key);
-    return;
+    return true;
   }
-  if (op != kOpFetch) return;
+  if (op != kOpFetch) return true;
+  if (in_flight_.load() >= max_pulls_) {  // refused at once: the decode side computes the prompt itself
+    ++refused_;
+    prepare_frame(c, kStatusError,
+                  "the prefill server is serving " + std::to_string(max_pulls_) + " KV pulls (--kv-transfer-max-pulls)",
+                  KvTransportFault::kNone);
+    return false;
+  }
+  c.counted = true;
+  peak_in_flight_.store(std::max(peak_in_flight_.load(), ++in_flight_));
   uint32_t status = kStatusPayload;
   std::string body;
   try {
@@ -268,27 +305,48 @@ void KvTransferServer::answer(int fd) {
     status = kStatusError;
     body = e.what();
   }
-  uint64_t checksum = XXH3_64bits(body.data(), body.size());
-  const KvTransportFault fault = fault_.load();
+  prepare_frame(c, status, std::move(body), fault_.load());
+  return false;
+}
+
+// The frame to send, with the injected fault applied; a stall sends half of it, then nothing.
+void KvTransferServer::prepare_frame(Connection& c, uint32_t status, std::string body, KvTransportFault fault) {
+  const uint64_t checksum = XXH3_64bits(body.data(), body.size());
   if (fault == KvTransportFault::kCorrupt && !body.empty()) body[body.size() / 2] ^= 0x5a;
+  const uint64_t declared = body.size();
   if (fault == KvTransportFault::kTruncate) body.resize(body.size() / 2);
-  std::string head;
-  put(head, kFrameMagic);
-  put(head, status);
-  put(head, static_cast<uint64_t>(fault == KvTransportFault::kTruncate ? body.size() * 2 : body.size()));
-  if (fault == KvTransportFault::kStall) {  // the head and half the body, then silence past the deadline
-    send_all(fd, head.data(), head.size(), deadline);
-    send_all(fd, body.data(), body.size() / 2, deadline);
-    std::this_thread::sleep_for(io_timeout_);
-    return;
+  put(c.out, kFrameMagic);
+  put(c.out, status);
+  put(c.out, declared);
+  c.out += body;
+  if (fault == KvTransportFault::kStall) c.out.resize(16 + declared / 2);
+  if (fault == KvTransportFault::kNone || fault == KvTransportFault::kCorrupt) put(c.out, checksum);
+  c.payload_bytes = status == kStatusPayload && (fault == KvTransportFault::kNone) ? static_cast<int64_t>(declared) : 0;
+  c.stall_after = fault == KvTransportFault::kStall;
+  c.phase = Phase::kWriting;
+}
+
+bool KvTransferServer::write_frame(Connection& c) {
+  const ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
+  if (n < 0) return errno != EAGAIN && errno != EWOULDBLOCK;
+  c.sent += static_cast<size_t>(n);
+  if (c.sent < c.out.size()) return false;
+  if (c.stall_after) {  // silence until the deadline, then a closed connection
+    c.phase = Phase::kStalling;
+    return false;
   }
-  if (!send_all(fd, head.data(), head.size(), deadline) || !send_all(fd, body.data(), body.size(), deadline)) return;
-  if (fault == KvTransportFault::kTruncate) return;
-  if (send_all(fd, reinterpret_cast<const char*>(&checksum), sizeof(checksum), deadline) && observer_ &&
-      status == kStatusPayload) {
-    observer_(static_cast<int64_t>(body.size()),
-              std::chrono::duration<double>(Clock::now() - start).count());
+  if (observer_ && c.payload_bytes > 0) {
+    observer_(c.payload_bytes, std::chrono::duration<double>(Clock::now() - c.start).count());
   }
+  return true;
+}
+
+void KvTransferServer::close_connection(Connection& c) {
+  if (c.fd < 0) return;
+  ::close(c.fd);
+  c.fd = -1;
+  if (c.counted) --in_flight_;
+  c.counted = false;
 }
 
 }  // namespace tachyon::server

@@ -28,33 +28,65 @@ enum class KvTransportFault { kNone, kTruncate, kCorrupt, kStall };
 // answers every pull so, for the end-to-end fault tests; unset: none. Throws Error on another value.
 KvTransportFault kv_transport_fault_from_env();
 
+// The transfer server's pulls, for metrics and tests.
+struct KvPullStats {
+  int64_t in_flight = 0;       // pulls being answered now
+  int64_t peak_in_flight = 0;  // the most at once since start
+  int64_t refused = 0;         // pulls refused at the bound (the decode side computed the prompt)
+};
+
 class KvTransferServer {
  public:
   using Exporter = std::function<engine::KvPayload(engine::KvLeaseKey)>;
   using Releaser = std::function<void(engine::KvLeaseKey)>;
   using Observer = std::function<void(int64_t bytes, double seconds)>;  // each payload body sent whole
-  // Listens on host:port (0: any free port) and answers on its own thread until destroyed.
-  // Connections are served one at a time, each within `io_timeout`.
+  // Listens on host:port (0: any free port) and answers on its own thread until destroyed. One
+  // thread serves every connection (non-blocking sockets under poll): up to `max_pulls` pulls
+  // are answered at once, each within `io_timeout` of its connection; a pull beyond the bound is
+  // answered at once with an error frame (the decode side computes the prompt itself) rather
+  // than queued behind transfers that may take the whole deadline.
   KvTransferServer(const std::string& host, int port, Exporter exporter, Releaser releaser,
-                   std::chrono::milliseconds io_timeout = std::chrono::seconds(5), Observer observer = nullptr);
+                   std::chrono::milliseconds io_timeout = std::chrono::seconds(5), Observer observer = nullptr,
+                   int max_pulls = 16);
   ~KvTransferServer();
   KvTransferServer(const KvTransferServer&) = delete;
   KvTransferServer& operator=(const KvTransferServer&) = delete;
   int port() const { return port_; }
   void inject_fault(KvTransportFault fault) { fault_ = fault; }
+  KvPullStats pull_stats() const;  // any thread
 
  private:
+  enum class Phase { kReading, kWriting, kStalling };
+  struct Connection {
+    int fd = -1;
+    Phase phase = Phase::kReading;
+    std::string in;   // the request's bytes so far
+    std::string out;  // the whole frame to send
+    size_t sent = 0;
+    std::chrono::steady_clock::time_point start;
+    std::chrono::steady_clock::time_point deadline;
+    bool counted = false;      // holds one of the max_pulls slots
+    bool stall_after = false;  // the stall fault: silence once `out` is sent
+    int64_t payload_bytes = 0;  // the payload body's size, for the observer (0: not a whole payload)
+  };
   void serve();
-  void answer(int fd);
+  bool read_request(Connection& c);  // these three: true when the connection is done
+  bool write_frame(Connection& c);
+  void prepare_frame(Connection& c, uint32_t status, std::string body, KvTransportFault fault);
+  void close_connection(Connection& c);
 
   Exporter exporter_;
   Releaser releaser_;
   Observer observer_;
   std::chrono::milliseconds io_timeout_;
+  const int max_pulls_;
   int listen_fd_ = -1;
   int port_ = 0;
   std::atomic<bool> stopping_{false};
   std::atomic<KvTransportFault> fault_{KvTransportFault::kNone};
+  std::atomic<int64_t> in_flight_{0};
+  std::atomic<int64_t> peak_in_flight_{0};
+  std::atomic<int64_t> refused_{0};
   std::thread thread_;
 };
 

@@ -60,8 +60,8 @@ ServingContext::ServingContext(const ServingOptions& options) {
   role_ = options.role;
   if (!role_.empty()) {
     pd_metrics_ = std::make_unique<PdMetrics>(role_);
-    metrics_->set_role_series([pd = pd_metrics_.get(), engine = engine_.get()](std::string& out) {
-      pd->render(out, engine->kv_lease_stats());
+    metrics_->set_role_series([this](std::string& out) {
+      pd_metrics_->render(out, engine_->kv_lease_stats(), kv_transfer_ ? kv_transfer_->pull_stats() : KvPullStats{});
     });
   }
   if (role_ == "prefill") {
@@ -73,7 +73,8 @@ ServingContext::ServingContext(const ServingOptions& options) {
         options.kv_transfer_host, options.kv_transfer_port,
         [engine](engine::KvLeaseKey key) { return engine->export_kv(key); },
         [engine](engine::KvLeaseKey key) { engine->release_kv(key); }, std::chrono::seconds(5),
-        [pd = pd_metrics_.get()](int64_t bytes, double seconds) { pd->on_transfer(bytes, seconds); });
+        [pd = pd_metrics_.get()](int64_t bytes, double seconds) { pd->on_transfer(bytes, seconds); },
+        options.kv_transfer_max_pulls);
     kv_transfer_->inject_fault(kv_transport_fault_from_env());
   }
   engine_->start();
