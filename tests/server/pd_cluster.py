@@ -50,18 +50,22 @@ class Process:
 
 
 class Cluster:
-    def __init__(self, tachyon, tokenizers, max_model_len=4096):
+    def __init__(self, tachyon, tokenizers, max_model_len=4096, canary=False):
+        """canary: serve the built-in default model (the canary linked into the binary) instead of
+        a tiny make-model one."""
         self.tachyon = tachyon
         self.work = tempfile.mkdtemp(prefix="tachyon-pd-")
-        self.model = os.path.join(self.work, "model")
+        self.model = None if canary else os.path.join(self.work, "model")
         self.max_model_len = max_model_len
         self.processes = []
-        subprocess.run([tachyon, "make-model", "--arch", "qwen3", "--preset", "tiny", "--seed", "3", "--tokenizer",
-                        os.path.join(tokenizers, "qwen3"), "--out", self.model], check=True, stdout=subprocess.DEVNULL)
+        if not canary:
+            subprocess.run([tachyon, "make-model", "--arch", "qwen3", "--preset", "tiny", "--seed", "3", "--tokenizer",
+                            os.path.join(tokenizers, "qwen3"), "--out", self.model], check=True,
+                           stdout=subprocess.DEVNULL)
 
     def serve(self, name, *args, port=0):
-        cmd = [self.tachyon, "serve", self.model, "--device", "cpu", "--port", str(port), "--served-model-name",
-               "tiny", "--max-model-len", str(self.max_model_len), "--num-blocks", "512", *args]
+        cmd = [self.tachyon, "serve"] + ([self.model] if self.model else []) + ["--device", "cpu", "--port", str(port),
+               "--served-model-name", "tiny", "--max-model-len", str(self.max_model_len), "--num-blocks", "512", *args]
         p = Process(name, cmd, os.path.join(self.work, name + ".log"), r"serving tiny on http://127\.0\.0\.1")
         self.processes.append(p)
         return p
