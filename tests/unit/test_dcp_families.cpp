@@ -10,6 +10,8 @@
 //           logprobs within 1e-4, with chunked prefill and prefix-cache hits, and with n-gram
 //           speculative decoding (verify rows mask by global position) the plain run's tokens;
 //   capacity each rank's cache holds num_blocks * block_size / dcp rows (latents and index keys);
+//   counts   per attention layer one query all_gather and ONE all_to_all_v of the partials (each
+//            rank receives only its own heads' partials), plus the indexer's candidate gather;
 //   refusals every combination without such a test is refused at start-up by name.
 #include <gtest/gtest.h>
 
@@ -23,6 +25,7 @@
 #include "../engine_run.h"
 #include "../model_test_util.h"
 #include "../moe_test_util.h"
+#include "tachyon/dist/counting_communicator.h"
 #include "tachyon/dist/cpu_communicator.h"
 #include "tachyon/engine/engine_core.h"
 #include "tachyon/model/dense_model.h"
@@ -127,6 +130,56 @@ TEST(DcpFamilies, GroupsOf2346GiveTheUnsplitLogits) {
         for (int r = 0; r < size; ++r) {
           EXPECT_LE(testing::relative_error(got[static_cast<size_t>(r)], want), 1e-5)
               << "rank " << r << " of " << size << ", interleave " << interleave;
+        }
+      }
+    }
+  }
+}
+
+// The collectives of one DCP step, counted on every rank (dist::CountingCommunicator): per
+// attention layer one all_gather of the queries and ONE all_to_all_v of the partials, plus one
+// all_gather of the top-k candidates per full indexer layer; nothing else. Each rank receives
+// size x (its heads' partials), not size x (the group's): the all_to_all_v's point.
+TEST(DcpFamilies, OneExchangeOfPartialsPerLayer) {
+  const std::vector<int32_t> tokens = testing::prompt_of(36, 4);
+  for (const Family& f : kFamilies) {
+    SCOPED_TRACE(f.preset);
+    const model::DenseModel model(weights_of(f));
+    const model::ModelConfig& c = model.config();
+    int64_t indexer_layers = 0;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) indexer_layers += c.has_sparse_attention() && c.has_indexer(l);
+    for (int size : {2, 3}) {
+      dist::CpuWorld world(size);
+      std::vector<std::vector<dist::CollectiveCounts>> counts(static_cast<size_t>(size));  // [rank][step]
+      std::vector<std::thread> threads;
+      for (int r = 0; r < size; ++r) {
+        threads.emplace_back([&, r] {
+          dist::CpuCommunicator inner(world, r);
+          dist::CountingCommunicator group(inner);
+          PagedKvCache cache(c, kNumBlocks, kBlockSize / size);
+          int64_t computed = 0;
+          for (int64_t count : {int64_t{30}, int64_t{1}}) {  // a prefill chunk, then a decode
+            const core::StepPlan plan = sequence_plan(tokens, computed, count);
+            DcpAttentionBackend attention(c, cache, plan, group, 1);
+            group.reset();
+            model.forward({plan.token_ids, plan.positions, plan.logits_rows}, attention);
+            counts[static_cast<size_t>(r)].push_back(group.counts());
+            computed += count;
+          }
+        });
+      }
+      for (std::thread& t : threads) t.join();
+      for (int r = 0; r < size; ++r) {
+        for (size_t step = 0; step < 2; ++step) {
+          const dist::CollectiveCounts& got = counts[static_cast<size_t>(r)][step];
+          const int64_t n = step == 0 ? 30 : 1, layers = c.num_hidden_layers;
+          SCOPED_TRACE("size " + std::to_string(size) + " rank " + std::to_string(r) + " step " + std::to_string(step));
+          EXPECT_EQ(got.of(dist::CollectiveKind::kAllToAllV), layers);
+          EXPECT_EQ(got.of(dist::CollectiveKind::kAllGather), layers + indexer_layers);
+          EXPECT_EQ(got.collectives(), 2 * layers + indexer_layers);
+          // [size sources, n tokens, heads] partial rows of kv_lora_rank values and one lse each.
+          EXPECT_EQ(got.received_of(dist::CollectiveKind::kAllToAllV),
+                    layers * size * n * c.num_attention_heads * (c.kv_lora_rank + 1) * 4);
         }
       }
     }

@@ -25,7 +25,7 @@ void partial_latent_attention(float* out, float* lse, const float* q, const floa
                               std::span<const int64_t> rows, const kernels::cpu::MlaAttentionShape& shape);
 
 // Merges `sources` partials of the same tokens: partial_out: [sources, n, all_heads, width],
-// partial_lse: [sources, n, all_heads], as the group's all-gather lays them out; out: [n, heads,
+// partial_lse: [sources, n, all_heads], as the group's exchange lays them out; out: [n, heads,
 // width] for heads [head_begin, head_begin + heads) of all_heads (a TP rank's own heads).
 struct PartialsShape {
   int64_t sources = 1;

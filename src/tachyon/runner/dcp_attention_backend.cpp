@@ -89,21 +89,31 @@ void DcpAttentionBackend::attend_rows(int64_t layer, std::span<const float> q, c
                                     group_q.data() + t * group_heads * width, cache, rows[static_cast<size_t>(t)],
                                     shape);
   }
-  // One collective for both: [size, n, group heads, rank] and [size, n, group heads].
-  std::vector<float> all_out(static_cast<size_t>(size) * partial_out.size());
-  std::vector<float> all_lse(static_cast<size_t>(size) * partial_lse.size());
-  const std::vector<size_t> out_counts(static_cast<size_t>(size), partial_out.size() * sizeof(float));
-  const std::vector<size_t> lse_counts(static_cast<size_t>(size), partial_lse.size() * sizeof(float));
-  const dist::GatherItem items[] = {
-      {partial_out.data(), out_counts[0], all_out.data(), out_counts},
-      {partial_lse.data(), lse_counts[0], all_lse.data(), lse_counts},
+  // ONE all_to_all_v sends each rank only the heads it restores: rank q's run for rank r holds
+  // q's partials of r's heads, [n, heads, rank] and [n, heads]; every rank receives the group's
+  // partials of its own heads, [size, n, heads, ...] in rank order (1/size of a gather's bytes).
+  const int64_t run_out = n * heads * rank, run_lse = n * heads;
+  std::vector<float> send_out(static_cast<size_t>(size * run_out)), send_lse(static_cast<size_t>(size * run_lse));
+  for (int64_t r = 0; r < size; ++r) {
+    for (int64_t t = 0; t < n; ++t) {
+      std::copy_n(partial_out.data() + (t * group_heads + r * heads) * rank, heads * rank,
+                  send_out.data() + r * run_out + t * heads * rank);
+      std::copy_n(partial_lse.data() + t * group_heads + r * heads, heads, send_lse.data() + r * run_lse + t * heads);
+    }
+  }
+  std::vector<float> recv_out(send_out.size()), recv_lse(send_lse.size());
+  const std::vector<size_t> out_counts(static_cast<size_t>(size), static_cast<size_t>(run_out) * sizeof(float));
+  const std::vector<size_t> lse_counts(static_cast<size_t>(size), static_cast<size_t>(run_lse) * sizeof(float));
+  const dist::AllToAllItem items[] = {
+      {send_out.data(), out_counts, recv_out.data(), out_counts},
+      {send_lse.data(), lse_counts, recv_lse.data(), lse_counts},
   };
-  group_.all_gatherv(items, nullptr);
-  model::merge_attention_partials(out.data(), all_out.data(), all_lse.data(),
+  group_.all_to_all_v(items, nullptr);
+  model::merge_attention_partials(out.data(), recv_out.data(), recv_lse.data(),
                                   {.sources = size,
                                    .num_tokens = n,
-                                   .all_heads = group_heads,
-                                   .head_begin = group_.rank() * heads,
+                                   .all_heads = heads,
+                                   .head_begin = 0,
                                    .heads = heads,
                                    .width = rank});
 }

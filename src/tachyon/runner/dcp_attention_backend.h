@@ -9,13 +9,19 @@
 //   attend_latent                    all-gather the group's absorbed queries (each TP rank holds
 //                                    its own heads), attend every gathered head over the local
 //                                    rows whose GLOBAL position is <= the query's, then ONE
-//                                    all_gatherv of (partial out, lse) and an LSE merge of this
-//                                    rank's heads (model/dcp_partial_attention.h): heads restored
-//                                    to the TP layout;
+//                                    all_to_all_v of (partial out, lse) that sends each rank only
+//                                    the partials of the heads it restores (1/N of a gather's
+//                                    bytes), and an LSE merge of them (model/dcp_partial_attention.h):
+//                                    heads restored to the TP layout;
 //   select_tokens (DSA)              score the local index keys, keep the local top-k as (score,
 //                                    global position), ONE all-gather, merge (model/dcp_topk.h):
 //                                    every rank gets the unsplit indexer's kept positions;
 //   attend_latent_sparse             as attend_latent over the kept positions this rank owns.
+// So an attention layer makes two collectives (a DSA full layer three): the query gather cannot
+// join the previous layer's collective, because the queries are projected from the hidden state
+// that collective (the TP all-reduce after o_proj) produces; folding it in would need every rank
+// to project the group's heads itself, i.e. N times the q projection weights per rank.
+// The group's `all_to_all_v` must be implemented by its backend (the CPU one does).
 // Prefill is computed the same way, never over the full context on one rank: nothing but the
 // local rows exists on a rank. MLA's absorbed form only, f32 rows only (the FP8 KV cache under
 // DCP has no test; refused at start-up by runner/dcp_checks.h).
