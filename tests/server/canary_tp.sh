@@ -14,21 +14,4 @@ LIMIT=$4
 shift 4
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 "$ROOT/scripts/canary-eval.sh" "$TACHYON" - "$OUT" "$LIMIT" "$@" > "$OUT.log" 2>&1 || { cat "$OUT.log"; exit 1; }
-python3 - "$PLAIN" "$OUT/eval.json" <<'PY'
-import json, sys
-plain, run = (json.load(open(p)) for p in sys.argv[1:3])
-b = run["samples"]
-a = plain["samples"][:len(b)]
-if len(a) != len(b) or not b:
-    sys.exit(f"the plain run has {len(plain['samples'])} samples, this run {len(b)}")
-differ = [i for i, (x, y) in enumerate(zip(a, b)) if x["completion"] != y["completion"]]
-for key in ("strict_correct", "flexible_correct"):
-    mine, theirs = sum(s[key] for s in b), sum(s[key] for s in a)
-    print(f"{key}: {mine}/{len(b)}, the plain run {theirs}/{len(a)}")
-    if mine != theirs:
-        differ.append(-1)
-print(f"completions identical: {len(b) - len([i for i in differ if i >= 0])}/{len(b)}")
-for i in [i for i in differ if i >= 0][:3]:
-    print(f"  sample {i}: {a[i]['completion']!r} vs {b[i]['completion']!r}")
-sys.exit(1 if differ else 0)
-PY
+python3 "$ROOT/tools/compare_eval_samples.py" --prefix "$PLAIN" "$OUT/eval.json"
