@@ -25,7 +25,7 @@ std::string ConstraintSpec::canonical() const {
 
 namespace {
 
-Grammar build_unchecked(const ConstraintSpec& spec) {
+Grammar build_unchecked(const ConstraintSpec& spec, const TokenVocabulary* vocabulary) {
   switch (spec.kind) {
     case ConstraintSpec::Kind::kJsonObject:
       return json_object_grammar();
@@ -56,15 +56,15 @@ Grammar build_unchecked(const ConstraintSpec& spec) {
     case ConstraintSpec::Kind::kGrammar:
       return ebnf_grammar(spec.text, spec.field);
     case ConstraintSpec::Kind::kToolCalls:
-      return tool_call_grammar(nlohmann::ordered_json::parse(spec.text));
+      return tool_call_grammar(nlohmann::ordered_json::parse(spec.text), vocabulary);
   }
   throw StructuredError("internal: unknown constraint kind");
 }
 
 }  // namespace
 
-Grammar build_grammar(const ConstraintSpec& spec) {
-  Grammar g = build_unchecked(spec);
+Grammar build_grammar(const ConstraintSpec& spec, const TokenVocabulary* vocabulary) {
+  Grammar g = build_unchecked(spec, vocabulary);
   if (spec.after_reasoning) add_reasoning_prefix(g, *spec.after_reasoning);
   g.finish();
   return g;
@@ -84,7 +84,7 @@ std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile(const Constraint
     }
   }
   static const char* const kNames[] = {"json_object", "json_schema", "regex", "choice", "grammar", "tool_calls"};
-  auto compiled = std::make_shared<const CompiledGrammar>(build_grammar(spec), vocabulary_,
+  auto compiled = std::make_shared<const CompiledGrammar>(build_grammar(spec, vocabulary_.get()), vocabulary_,
                                                           kNames[static_cast<int>(spec.kind)]);
   // The start state and its mask, here on the HTTP thread: a grammar that cannot even start
   // (nested too deeply to expand) is a 400 now, and the first step's mask is already cached.

@@ -53,7 +53,8 @@ class GrammarCompiler {
   std::unordered_map<std::string, Lru::iterator> index_;
 };
 
-// The grammar alone (no vocabulary): tests and the oracle.
-Grammar build_grammar(const ConstraintSpec& spec);
+// The grammar alone: tests and the oracle. `vocabulary` (may be null) only decides how a forced
+// tool call's markers are asked for (tool_call_grammar.h).
+Grammar build_grammar(const ConstraintSpec& spec, const TokenVocabulary* vocabulary = nullptr);
 
 }  // namespace tachyon::structured

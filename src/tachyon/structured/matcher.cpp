@@ -35,8 +35,11 @@ bool Matcher::accept_token(int32_t id) {
   const TokenVocabulary& v = grammar_->vocabulary();
   if (id < 0 || id >= v.num_tokens()) return false;
   const std::string& bytes = v.token_bytes(id);
-  if (bytes.empty()) return false;
-  return accept_bytes(bytes);
+  if (!bytes.empty() && accept_bytes(bytes)) return true;
+  // A marker token (token_vocabulary.h) also has its private spelling, which only a grammar's
+  // marker position takes. No grammar built here offers a marker's text and the marker itself
+  // at one state, so trying the text first loses no reading.
+  return v.is_marker(id) && accept_bytes(TokenVocabulary::marker_bytes(id));
 }
 
 bool Matcher::can_end() const { return pda_.accepting(state_); }

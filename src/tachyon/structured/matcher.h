@@ -15,8 +15,9 @@ class Matcher {
  public:
   explicit Matcher(std::shared_ptr<const CompiledGrammar> grammar);
 
-  // Advances by the token's bytes. False (state unchanged) when the grammar refuses them, or the
-  // token takes no part in the vocabulary (special, padding).
+  // Advances by the token's bytes, or a marker token's private spelling (token_vocabulary.h).
+  // False (state unchanged) when the grammar refuses both, or the token takes no part in the
+  // vocabulary (special and no marker, padding).
   bool accept_token(int32_t id);
   // Advances by raw bytes (tests, forced prefixes). False (state unchanged) when refused.
   bool accept_bytes(std::string_view bytes);

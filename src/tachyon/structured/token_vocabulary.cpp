@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "tachyon/base/check.h"
+#include "tachyon/structured/tool_call_grammar.h"
 #include "tachyon/tokenizer/byte_level.h"
 #include "tachyon/tokenizer/decoder.h"
 #include "tachyon/tokenizer/tokenizer.h"
@@ -52,30 +53,61 @@ std::shared_ptr<const TokenVocabulary> TokenVocabulary::from_tokenizer(const tok
       out = text;  // an added token outside the table keeps its own UTF-8 (as HF decodes it)
     }
   }
-  return std::make_shared<const TokenVocabulary>(tokens, model_vocab_size);
+  std::vector<std::pair<std::string, int32_t>> markers;
+  for (const std::string& text : tool_call_markers()) {
+    const std::vector<int32_t> ids = tokenizer.encode(text, /*add_special_tokens=*/false);
+    if (ids.size() == 1) markers.emplace_back(text, ids[0]);
+  }
+  return std::make_shared<const TokenVocabulary>(tokens, model_vocab_size, markers);
 }
 
-TokenVocabulary::TokenVocabulary(const std::vector<std::string>& tokens, int64_t model_vocab_size)
+std::string TokenVocabulary::marker_bytes(int32_t id) {
+  const auto u = static_cast<uint32_t>(id);
+  return {'\xFF', static_cast<char>(u >> 24), static_cast<char>(u >> 16), static_cast<char>(u >> 8), static_cast<char>(u)};
+}
+
+std::optional<int32_t> TokenVocabulary::marker_token(std::string_view text) const {
+  for (const auto& [marker, id] : markers_) {
+    if (marker == text) return id;
+  }
+  return std::nullopt;
+}
+
+bool TokenVocabulary::is_marker(int32_t id) const {
+  for (const auto& marker : markers_) {
+    if (marker.second == id) return true;
+  }
+  return false;
+}
+
+TokenVocabulary::TokenVocabulary(const std::vector<std::string>& tokens, int64_t model_vocab_size,
+                                 const std::vector<std::pair<std::string, int32_t>>& markers)
     : bytes_(tokens), vocab_size_(model_vocab_size > 0 ? model_vocab_size : static_cast<int64_t>(tokens.size())) {
   // Tokens past the model's logits can never be sampled: they take no part.
   if (static_cast<int64_t>(bytes_.size()) > vocab_size_) bytes_.resize(static_cast<size_t>(vocab_size_));
+  // 0xFF starts every marker spelling and is never UTF-8: a token holding it takes no part.
+  for (std::string& b : bytes_) {
+    if (b.find('\xFF') != std::string::npos) b.clear();
+  }
+  // Every spelling of every token: its bytes, and a marker's private spelling besides.
+  std::vector<std::pair<std::string, int32_t>> spellings;
+  for (size_t id = 0; id < bytes_.size(); ++id) {
+    if (!bytes_[id].empty()) spellings.emplace_back(bytes_[id], static_cast<int32_t>(id));
+  }
+  for (const auto& [text, id] : markers) {
+    if (id < 0 || id >= static_cast<int64_t>(bytes_.size())) continue;  // past the model's logits
+    if (!is_marker(id)) spellings.emplace_back(marker_bytes(id), id);
+    markers_.emplace_back(text, id);
+  }
   // Sorting the byte strings lists the trie in preorder: each string's new nodes are the bytes
   // after its common prefix with the previous string.
-  std::vector<int32_t> order;
-  for (size_t id = 0; id < bytes_.size(); ++id) {
-    if (!bytes_[id].empty()) order.push_back(static_cast<int32_t>(id));
-  }
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-    const int c = bytes_[static_cast<size_t>(a)].compare(bytes_[static_cast<size_t>(b)]);
-    return c != 0 ? c < 0 : a < b;
-  });
+  std::sort(spellings.begin(), spellings.end());
   node_byte_.push_back(0);
   node_depth_.push_back(0);
   std::vector<int32_t> path{0};  // path[d]: the node at depth d on the current string
   std::vector<std::vector<int32_t>> ending(1);
   const std::string* previous = nullptr;
-  for (int32_t id : order) {
-    const std::string& s = bytes_[static_cast<size_t>(id)];
+  for (const auto& [s, id] : spellings) {
     TACHYON_CHECK(s.size() < 65535) << "token " << id << " is too long for the trie";
     size_t common = 0;
     if (previous != nullptr) {

@@ -14,11 +14,23 @@
 // each character to its byte; SentencePiece vocabularies with byte fallback (Llama-2) spell
 // bytes as <0xNN> and spaces as U+2581. Ids at or above the tokenizer's size (padding rows of
 // the model's vocabulary) are never allowed.
+//
+// Marker tokens: a tool-call format's markers (tool_call_markers(): Hermes' <tool_call>,
+// DeepSeek-V3's call tokens, Mistral's [TOOL_CALLS] ...) that the tokenizer encodes as one token
+// are what the model writes; spelled as their text, a grammar would also let the model write
+// them in ordinary pieces ("<", "tool", "_call", ">"), which it never does, and a special token
+// could not be written at all. So each such token also gets a private spelling, marker_bytes(id):
+// byte 0xFF, never part of UTF-8 and so of no grammar's text, then the id. A grammar that asks
+// for marker_bytes(id) allows exactly that token there. No other token's spelling holds 0xFF
+// (such a token could never be taken by a grammar anyway), so nothing else can spell a marker.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace tachyon::tokenizer {
@@ -32,9 +44,18 @@ class TokenVocabulary {
   // tokens[id]: the token's bytes, or "" for an id that never takes part. model_vocab_size: the
   // width of the model's logits, which is the masks' width (tokens past it take no part); <= 0:
   // tokens.size().
-  TokenVocabulary(const std::vector<std::string>& tokens, int64_t model_vocab_size);
+  // `markers`: (marker text, token id) pairs; each id also takes part as marker_bytes(id).
+  TokenVocabulary(const std::vector<std::string>& tokens, int64_t model_vocab_size,
+                  const std::vector<std::pair<std::string, int32_t>>& markers = {});
+  // The markers are those of tool_call_markers() that `tokenizer` encodes as one token.
   static std::shared_ptr<const TokenVocabulary> from_tokenizer(const tokenizer::Tokenizer& tokenizer,
                                                                int64_t model_vocab_size);
+
+  // "\xFF" then the id's 4 bytes, most significant first.
+  static std::string marker_bytes(int32_t id);
+  // The token that spells `text` as a marker; nullopt when the text is no marker of this vocabulary.
+  std::optional<int32_t> marker_token(std::string_view text) const;
+  bool is_marker(int32_t id) const;
 
   int64_t vocab_size() const { return vocab_size_; }  // the model's (mask width in bits)
   int64_t num_mask_words() const { return (vocab_size_ + 31) / 32; }
@@ -52,6 +73,7 @@ class TokenVocabulary {
 
  private:
   std::vector<std::string> bytes_;
+  std::vector<std::pair<std::string, int32_t>> markers_;  // (text, id)
   int64_t vocab_size_ = 0;
 };
 

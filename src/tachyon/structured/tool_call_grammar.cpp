@@ -1,5 +1,6 @@
 #include "tachyon/structured/tool_call_grammar.h"
 
+#include <optional>
 #include <set>
 
 #include "tachyon/structured/json_schema.h"
@@ -10,19 +11,22 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-// What surrounds the calls of one answer.
+// What surrounds the calls of one answer: a marker and text before the first call, text
+// between calls, text and a marker after the last.
 struct Block {
   const char* name;
-  const char* begin;      // before the first call
-  const char* separator;  // between calls
-  const char* end;        // after the last
+  const char* begin_marker;
+  const char* begin;
+  const char* separator;
+  const char* end;
+  const char* end_marker;
 };
 constexpr Block kBlocks[] = {
-    {"hermes", "", "\n", ""},
-    {"llama3_json", "", "; ", ""},
-    {"mistral", "[TOOL_CALLS][", ", ", "]"},
-    {"deepseek_v3", "<｜tool▁calls▁begin｜>", "\n", "<｜tool▁calls▁end｜>"},
-    {"glm45", "", "\n", ""},
+    {"hermes", "", "", "\n", "", ""},
+    {"llama3_json", "", "", "; ", "", ""},
+    {"mistral", "[TOOL_CALLS]", "[", ", ", "]", ""},
+    {"deepseek_v3", "<｜tool▁calls▁begin｜>", "", "\n", "", "<｜tool▁calls▁end｜>"},
+    {"glm45", "", "", "\n", "", ""},
 };
 
 const Block* find_block(const std::string& format) {
@@ -34,24 +38,34 @@ const Block* find_block(const std::string& format) {
 
 class ToolCallBuilder {
  public:
-  ToolCallBuilder(Grammar& g, std::string format) : g_(g), json_(g), format_(std::move(format)) {}
+  ToolCallBuilder(Grammar& g, std::string format, const TokenVocabulary* vocabulary)
+      : g_(g), json_(g), format_(std::move(format)), vocabulary_(vocabulary) {}
+
+  // A tag: the token that spells it whole, where the vocabulary has one; else its text.
+  Sequence marker(const std::string& text) {
+    if (vocabulary_ != nullptr) {
+      if (const std::optional<int32_t> id = vocabulary_->marker_token(text)) return g_.literal(TokenVocabulary::marker_bytes(*id));
+    }
+    return g_.literal(text);
+  }
 
   // One call of `tool` ({"name", "parameters", "index"}).
   Sequence call(const Json& tool) {
     const std::string name = tool.at("name").get<std::string>();
     const std::string what = "tools[" + std::to_string(tool.value("index", 0)) + "].function.parameters";
     const Json parameters = tool.contains("parameters") && !tool["parameters"].is_null() ? tool["parameters"] : Json::object();
-    if (format_ == "glm45") return concat({g_.literal("<tool_call>" + name), glm_arguments(parameters, what), newline(), g_.literal("</tool_call>")});
+    if (format_ == "glm45") return concat({marker("<tool_call>"), g_.literal(name), glm_arguments(parameters, what), newline(), marker("</tool_call>")});
     const Sequence arguments = parameters.empty() ? json_.any_object() : json_.value(parameters, what);
     const std::string quoted = Json(name).dump();
     if (format_ == "hermes") {
-      return concat({g_.literal("<tool_call>\n{\"name\": " + quoted + ", \"arguments\": "), arguments, g_.literal("}\n</tool_call>")});
+      return concat({marker("<tool_call>"), g_.literal("\n{\"name\": " + quoted + ", \"arguments\": "), arguments, g_.literal("}\n"),
+                     marker("</tool_call>")});
     }
     if (format_ == "llama3_json") return concat({g_.literal("{\"name\": " + quoted + ", \"parameters\": "), arguments, g_.literal("}")});
     if (format_ == "mistral") return concat({g_.literal("{\"name\": " + quoted + ", \"arguments\": "), arguments, g_.literal("}")});
     // deepseek_v3
-    return concat({g_.literal("<｜tool▁call▁begin｜>function<｜tool▁sep｜>" + name + "\n```json\n"), arguments,
-                   g_.literal("\n```<｜tool▁call▁end｜>")});
+    return concat({marker("<｜tool▁call▁begin｜>"), g_.literal("function"), marker("<｜tool▁sep｜>"), g_.literal(name + "\n```json\n"),
+                   arguments, g_.literal("\n```"), marker("<｜tool▁call▁end｜>")});
   }
 
  private:
@@ -64,8 +78,8 @@ class ToolCallBuilder {
   }
 
   Sequence pair(const Sequence& key, const Sequence& value) {
-    return concat({newline(), g_.literal("<arg_key>"), key, g_.literal("</arg_key>"), newline(), g_.literal("<arg_value>"),
-                   value, g_.literal("</arg_value>")});
+    return concat({newline(), marker("<arg_key>"), key, marker("</arg_key>"), newline(), marker("<arg_value>"), value,
+                   marker("</arg_value>")});
   }
 
   // A string parameter is written raw: its schema may say no more than its type (or an enum).
@@ -125,27 +139,38 @@ class ToolCallBuilder {
   Grammar& g_;
   JsonSchemaBuilder json_;
   std::string format_;
+  const TokenVocabulary* vocabulary_;  // may be null: markers as text
 };
 
 }  // namespace
 
 bool has_tool_call_grammar(const std::string& format) { return find_block(format) != nullptr; }
 
-Grammar tool_call_grammar(const Json& request) {
+const std::vector<std::string>& tool_call_markers() {
+  static const std::vector<std::string> markers = {
+      "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>",
+      "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>", "<arg_key>", "</arg_key>", "<arg_value>",
+      "</arg_value>"};
+  return markers;
+}
+
+Grammar tool_call_grammar(const Json& request, const TokenVocabulary* vocabulary) {
   const std::string format = request.value("format", std::string());
   const Block* block = find_block(format);
   if (block == nullptr) throw StructuredError("tool_choice: forcing a tool call in the '" + format + "' format is not supported");
   const Json& tools = request.at("tools");
   if (!tools.is_array() || tools.empty()) throw StructuredError("tool_choice: forcing a tool call needs a non-empty 'tools' list");
   Grammar g;
-  ToolCallBuilder builder(g, format);
+  ToolCallBuilder builder(g, format, vocabulary);
   std::vector<Sequence> calls;
   for (const Json& tool : tools) calls.push_back(builder.call(tool));
   const Sequence call = Grammar::ref(g.rule_of("tool_call", calls));
   Sequence body = call;
   if (request.value("parallel", false)) append(body, g.star(concat({g.literal(block->separator), call}), "more_tool_calls"));
   const int32_t root = g.add_rule("root");
-  g.add_alternative(root, concat({g.literal(block->begin), body, g.literal(block->end)}));
+  const auto marker = [&](const char* text) { return *text == '\0' ? Sequence{} : builder.marker(text); };
+  g.add_alternative(root, concat({marker(block->begin_marker), g.literal(block->begin), body, g.literal(block->end),
+                                  marker(block->end_marker)}));
   g.set_root(root);
   return g;
 }

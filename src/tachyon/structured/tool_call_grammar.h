@@ -12,21 +12,30 @@
 //                text without '<' (an enum of strings: one of them), any other value is JSON.
 // The one non-obvious decision: the call is the whole answer (no text before it), as OpenAI's
 // forced calls are; several calls only when parallel calls are allowed.
+// Markers (the tags above, tool_call_markers()) that the served tokenizer encodes as one token are
+// asked for as that token (TokenVocabulary::marker_bytes), so a forced call is the token ids the
+// model itself writes, special tokens included; without a vocabulary they are plain text.
 #pragma once
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "tachyon/structured/grammar.h"
+#include "tachyon/structured/token_vocabulary.h"
 
 namespace tachyon::structured {
 
 // The formats above (the canonical names of the server's tool parsers).
 bool has_tool_call_grammar(const std::string& format);
 
+// Every format's markers, each a tag its chat template writes whole.
+const std::vector<std::string>& tool_call_markers();
+
 // request: {"format": ..., "tools": [{"name": ..., "parameters": {...}}, ...], "parallel": bool}.
 // A tool without "parameters" takes any JSON object. Throws StructuredError naming the tool's
 // schema ("tools[1].function.parameters") when it cannot be compiled, or the format when unknown.
-Grammar tool_call_grammar(const nlohmann::ordered_json& request);
+// `vocabulary` (may be null): where a marker is one of its marker tokens, the grammar asks for it.
+Grammar tool_call_grammar(const nlohmann::ordered_json& request, const TokenVocabulary* vocabulary = nullptr);
 
 }  // namespace tachyon::structured
