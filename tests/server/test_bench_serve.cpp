@@ -11,12 +11,14 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <set>
 
 #include "../cli_run.h"
 #include "server_fixture.h"
 #include "tachyon/cli/bench_serve_client.h"
 #include "tachyon/cli/bench_serve_dataset.h"
 #include "tachyon/cli/bench_serve_metrics.h"
+#include "tachyon/cli/bench_serve_structured.h"
 #include "tachyon/cli/default_model.h"
 
 namespace tachyon::cli {
@@ -200,6 +202,38 @@ TEST(BenchServeStream, RequestBodyAsVllmSendsIt) {
   EXPECT_FALSE(nlohmann::json::parse(request_body(target, r, false)).contains("min_tokens"));
 }
 
+std::string write_temp_json(const std::string& name, const std::string& text) {
+  const auto path = std::filesystem::temp_directory_path() / ("bench-" + std::to_string(::getpid()) + "-" + name);
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+TEST(BenchServeStructured, OptionsBecomeRequestFields) {
+  const std::string schema = write_temp_json("schema.json", R"({"type": "object", "properties": {"a": {"type": "string"}}})");
+  const std::string tools = write_temp_json("tools.json", R"([{"type": "function", "function": {"name": "f"}}])");
+  EXPECT_TRUE(structured_request_fields({}, true, true).empty());
+  EXPECT_EQ(structured_request_fields({.response_format = "json_object"}, false, false),
+            nlohmann::ordered_json::parse(R"({"response_format": {"type": "json_object"}})"));
+  const auto with_schema = structured_request_fields({.response_format = "json_schema", .json_schema_file = schema}, false, false);
+  EXPECT_EQ(with_schema["response_format"]["json_schema"]["schema"]["properties"]["a"]["type"], "string");
+  EXPECT_EQ(with_schema["response_format"]["json_schema"]["strict"], true);
+  const auto named = structured_request_fields({.tools_file = tools, .tool_choice = "f"}, true, false);
+  EXPECT_EQ(named["tools"][0]["function"]["name"], "f");
+  EXPECT_EQ(named["tool_choice"]["function"]["name"], "f");
+  EXPECT_EQ(structured_request_fields({.tools_file = tools, .tool_choice = "auto"}, true, true)["tool_choice"], "auto");
+  // What the server would refuse is refused here first.
+  EXPECT_THROW(structured_request_fields({.response_format = "json_object"}, false, /*ignore_eos=*/true), Error);
+  EXPECT_THROW(structured_request_fields({.tools_file = tools, .tool_choice = "required"}, true, true), Error);
+  EXPECT_THROW(structured_request_fields({.tools_file = tools}, /*chat_endpoint=*/false, false), Error);
+  EXPECT_THROW(structured_request_fields({.response_format = "json_object", .tools_file = tools, .tool_choice = "required"}, true, false), Error);
+  EXPECT_THROW(structured_request_fields({.tools_file = tools, .tool_choice = "g"}, true, false), Error);
+  EXPECT_THROW(structured_request_fields({.response_format = "json_schema"}, false, false), Error);
+  EXPECT_THROW(structured_request_fields({.response_format = "yaml"}, false, false), Error);
+  EXPECT_THROW(structured_request_fields({.tool_choice = "required"}, true, false), Error);
+  std::filesystem::remove(schema);
+  std::filesystem::remove(tools);
+}
+
 class BenchServeEndToEnd : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { server_ = new server::testing::ServerUnderTest(); }
@@ -260,6 +294,52 @@ TEST_F(BenchServeEndToEnd, AMisconfiguredRunFailsFastWithTheServersMessage) {
   EXPECT_EQ(code, 1) << output;
   EXPECT_NE(output.find("initial test request failed"), std::string::npos) << output;
   EXPECT_NE(output.find("HTTP 404"), std::string::npos) << output;
+}
+
+// The constrained options reach the server: each run compiles its constraint there (the schema,
+// then the forced call), and every output is JSON of the schema / the tool's arguments. The
+// server reads no reasoning (Qwen3's template would let the tiny model think first, and a
+// constraint then holds only after </think>), so each output is the constrained text alone.
+TEST(BenchServeConstrained, ConstrainedRequestsReachTheServer) {
+  server::testing::ServerUnderTest server(server::testing::ServerUnderTest::default_engine(), {}, 0,
+                                          [](server::ServingOptions& options) { options.reasoning_parser = "none"; });
+  const std::string base_url = "http://127.0.0.1:" + std::to_string(server.server->bound_port());
+  const std::string schema = write_temp_json("color.json",
+      R"({"type": "object", "properties": {"color": {"enum": ["red", "green"]}}, "required": ["color"]})");
+  const std::string tools = write_temp_json("weather.json", R"([{"type": "function", "function": {"name": "get_weather",
+      "parameters": {"type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}}, "required": ["city"]}}}])");
+  const std::string result = write_temp_json("result.json", "");
+  const std::string common = "bench serve --base-url " + base_url +
+                             " --endpoint /v1/chat/completions --prompt-format text --num-prompts 4 --max-concurrency 4"
+                             " --random-input-len 8 --random-output-len 48 --result-filename " + result;
+  const auto& compiler = *server.context->limits().grammar_compiler;
+  struct Run {
+    std::string options;
+    std::string key;
+    std::set<std::string> values;
+  };
+  for (const Run& run : {Run{" --response-format json_schema --json-schema " + schema, "color", {"red", "green"}},
+                         Run{" --tools " + tools + " --tool-choice get_weather", "city", {"Paris", "Rome"}}}) {
+    SCOPED_TRACE(run.options);
+    const size_t grammars = compiler.cached_grammars();
+    auto [code, output] = run_cli(common + run.options);
+    ASSERT_EQ(code, 0) << output;
+    EXPECT_NE(output.find("every request carries"), std::string::npos) << output;
+    EXPECT_GT(compiler.cached_grammars(), grammars) << "the server compiled the run's constraint";
+    std::ifstream in(result);
+    const nlohmann::json j = nlohmann::json::parse(in);
+    EXPECT_EQ(j["completed"], 4);
+    ASSERT_EQ(j["generated_texts"].size(), 4u);
+    for (const auto& text : j["generated_texts"]) {
+      const nlohmann::json value = nlohmann::json::parse(text.get<std::string>());
+      EXPECT_EQ(run.values.count(value.at(run.key).get<std::string>()), 1u) << text;
+    }
+  }
+  auto [code, output] = run_cli(common + " --response-format json_object --ignore-eos");
+  EXPECT_EQ(code, 1) << output;
+  EXPECT_NE(output.find("--ignore-eos cannot go with"), std::string::npos) << output;
+  for (const std::string& path : {schema, tools, result}) std::filesystem::remove(path);
+  EXPECT_TRUE(server.wait_idle());
 }
 
 // `tachyon serve` with no model, in-process: the built-in canary under its served name.

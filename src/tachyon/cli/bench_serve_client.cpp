@@ -38,13 +38,31 @@ httplib::Headers headers(const ServerTarget& target) {
 }
 
 // A chat stream opens with a role-only delta; it is no token, so it does not stop the TTFT clock.
+// A forced tool call's tokens come as delta.tool_calls.
 bool carries_output(const Json& choice) {
   const auto delta = choice.find("delta");
   if (delta == choice.end() || !delta->is_object()) return true;  // completions: every chunk
   const auto content = delta->find("content");
   const bool has_content = content != delta->end() && content->is_string() && !content->get_ref<const std::string&>().empty();
   const auto finish = choice.find("finish_reason");
-  return has_content || delta->contains("reasoning_content") || (finish != choice.end() && !finish->is_null());
+  return has_content || delta->contains("reasoning_content") || delta->contains("tool_calls") ||
+         (finish != choice.end() && !finish->is_null());
+}
+
+// The chunk's text: completions' text, chat's content, or tool-call argument fragments.
+void append_text(const Json& choice, std::string& out) {
+  if (const auto text = choice.find("text"); text != choice.end() && text->is_string()) out += text->get<std::string>();
+  const auto delta = choice.find("delta");
+  if (delta == choice.end() || !delta->is_object()) return;
+  if (const auto content = delta->find("content"); content != delta->end() && content->is_string()) {
+    out += content->get<std::string>();
+  }
+  if (const auto calls = delta->find("tool_calls"); calls != delta->end() && calls->is_array()) {
+    for (const Json& call : *calls) {
+      const Json arguments = call.value("function", Json::object()).value("arguments", Json());
+      if (arguments.is_string()) out += arguments.get<std::string>();
+    }
+  }
 }
 
 }  // namespace
@@ -87,6 +105,7 @@ bool StreamTimer::on_payload(const std::string& payload, double t) {
     return false;
   }
   const auto choices = chunk.find("choices");
+  if (choices != chunk.end() && choices->is_array() && !choices->empty()) append_text(choices->front(), outcome_.generated_text);
   if (choices != chunk.end() && choices->is_array() && !choices->empty() && carries_output(choices->front())) {
     if (chunks_ == 0) {
       outcome_.ttft = t;
@@ -133,6 +152,7 @@ std::string request_body(const ServerTarget& target, const BenchRequest& request
     }
     body["max_tokens"] = request.output_len;
   }
+  for (const auto& [key, value] : target.extra_fields.items()) body[key] = value;
   if (ignore_eos) {
     body["ignore_eos"] = true;
     body["min_tokens"] = request.output_len;  // as vLLM: the output length is then exact

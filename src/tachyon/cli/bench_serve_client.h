@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,6 +31,9 @@ struct ServerTarget {
   std::string endpoint = "/v1/completions";       // or /v1/chat/completions (text prompts only)
   std::string model;
   std::string api_key;  // sent as a Bearer token when set
+  // Fields added to every request body (bench_serve_structured.h: response_format, tools,
+  // tool_choice); an empty object adds none.
+  nlohmann::ordered_json extra_fields = nlohmann::ordered_json::object();
 };
 
 struct RequestOutcome {
@@ -40,6 +44,9 @@ struct RequestOutcome {
   std::vector<double> itl;       // seconds between consecutive chunks with choices
   int64_t prompt_tokens = 0;     // from usage; the dataset's length when the server gives none
   int64_t output_tokens = 0;     // from usage; the chunk count when the server gives none
+  // The streamed text: completions' text, chat's content, and a tool call's argument
+  // fragments (vLLM's generated_texts), so a constrained run's outputs can be checked.
+  std::string generated_text;
 };
 
 // Applies one SSE payload received `t` seconds after the send to the outcome being built.

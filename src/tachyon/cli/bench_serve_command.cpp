@@ -23,6 +23,7 @@
 #include "tachyon/cli/bench_serve_dataset.h"
 #include "tachyon/cli/bench_serve_load.h"
 #include "tachyon/cli/bench_serve_metrics.h"
+#include "tachyon/cli/bench_serve_structured.h"
 #include "tachyon/cli/commands.h"
 
 namespace tachyon::cli {
@@ -48,6 +49,7 @@ struct ServeBenchOptions {
   std::string result_filename;
   bool no_progress = false;
   std::string command_line;
+  StructuredBenchOptions structured;
 };
 
 std::vector<std::string> split_commas(const std::string& text) {
@@ -170,6 +172,8 @@ void run_serve_bench(ServeBenchOptions& options) {
   run.num_prompts = options.dataset.num_prompts;
   run.command_line = options.command_line;
   options.dataset.as_text = options.prompt_format == "text";
+  options.target.extra_fields = structured_request_fields(
+      options.structured, options.target.endpoint.find("chat/completions") != std::string::npos, options.ignore_eos);
   const std::string prompts = resolve_model_and_vocab(options);
   const std::vector<BenchRequest> requests = make_random_requests(options.dataset);
   const std::vector<double> arrivals = arrival_times(run.num_prompts, run.request_rate, run.burstiness, options.dataset.seed);
@@ -180,6 +184,11 @@ void run_serve_bench(ServeBenchOptions& options) {
   std::fprintf(stderr, "bench serve: %d prompts to %s%s, model %s, request rate %s, %s\n", run.num_prompts,
                options.target.base_url.c_str(), options.target.endpoint.c_str(), run.model_id.c_str(),
                options.request_rate.c_str(), prompts.c_str());
+  if (!options.target.extra_fields.empty()) {
+    std::string names;
+    for (const auto& [key, value] : options.target.extra_fields.items()) names += (names.empty() ? "" : ", ") + key;
+    std::fprintf(stderr, "bench serve: every request carries %s\n", names.c_str());
+  }
   const RequestOutcome test = send_request(options.target, requests.front(), options.ignore_eos);
   TACHYON_CHECK(test.success) << "the initial test request failed, check the options: " << test.error;
   warm_up(options.target, requests, options.num_warmups, load);
@@ -242,6 +251,12 @@ void add_bench_serve_command(CLI::App& bench, const std::string& command_line) {
   cmd->add_option("--result-dir", o->result_dir, "folder of the result JSON");
   cmd->add_option("--result-filename", o->result_filename, "name of the result JSON (implies --save-result)");
   cmd->add_flag("--no-progress,--disable-tqdm", o->no_progress, "no progress line on stderr");
+  cmd->add_option("--response-format", o->structured.response_format,
+                  "constrain every output: json_object, or json_schema with --json-schema");
+  cmd->add_option("--json-schema", o->structured.json_schema_file, "file holding the JSON schema of --response-format json_schema");
+  cmd->add_option("--tools", o->structured.tools_file, "file holding OpenAI's tools array, sent with every chat request");
+  cmd->add_option("--tool-choice", o->structured.tool_choice,
+                  "with --tools: auto, none, required, or a function's name (required and a name force the call by grammar)");
   cmd->callback([o] { run_serve_bench(*o); });
 }
 

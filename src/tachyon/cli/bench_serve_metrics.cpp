@@ -169,18 +169,20 @@ nlohmann::ordered_json result_json(const BenchRun& run, const BenchSummary& s, c
   // apart and moved in: references into an ordered_json die when it grows.
   nlohmann::ordered_json input_lens = nlohmann::ordered_json::array(), output_lens = nlohmann::ordered_json::array(),
                          ttfts = nlohmann::ordered_json::array(), itls = nlohmann::ordered_json::array(),
-                         errors = nlohmann::ordered_json::array();
+                         errors = nlohmann::ordered_json::array(), texts = nlohmann::ordered_json::array();
   for (const RequestOutcome& o : outcomes) {
     input_lens.push_back(o.prompt_tokens);
     output_lens.push_back(o.success ? o.output_tokens : 0);
     ttfts.push_back(o.ttft);
     itls.push_back(o.itl);
     errors.push_back(o.error);
+    texts.push_back(o.generated_text);
   }
   j["input_lens"] = std::move(input_lens);
   j["output_lens"] = std::move(output_lens);
   j["ttfts"] = std::move(ttfts);
   j["itls"] = std::move(itls);
+  j["generated_texts"] = std::move(texts);
   j["errors"] = std::move(errors);
   for (const MetricStats& m : s.metrics) {
     j["mean_" + m.name + "_ms"] = m.mean_ms;
