@@ -33,6 +33,7 @@ TEST(EngineConfig, PlanHashMovesWithEveryPlanField) {
       {"data_parallel_size", [](EngineConfig& c) { c.device.data_parallel_size = 2; }},
       {"decode_context_parallel_size", [](EngineConfig& c) { c.device.decode_context_parallel_size = 2; }},
       {"dcp_kv_cache_interleave_size", [](EngineConfig& c) { c.device.dcp_kv_cache_interleave_size = 2; }},
+      {"prefill_context_parallel_size", [](EngineConfig& c) { c.device.prefill_context_parallel_size = 2; }},
       {"gpu_name", [](EngineConfig& c) { c.device.gpu_name = "NVIDIA H200 sm_90"; }},
       {"model_identity", [](EngineConfig& c) { c.device.model_identity = "Qwen3ForCausalLM:abc"; }},
       {"num_speculative_tokens", [](EngineConfig& c) { c.speculative.num_speculative_tokens = 3; }},

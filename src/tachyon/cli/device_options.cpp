@@ -32,6 +32,11 @@ void add_device_options(CLI::App& cmd, core::DeviceConfig& device) {
                  "group (must divide --tp; MLA models on CPU thread ranks), each holding 1/N of the tokens")
       ->default_val(1)
       ->check(CLI::Range(1, 64));
+  cmd.add_option("--prefill-context-parallel-size,--pcp", device.prefill_context_parallel_size,
+                 "prefill context parallel size: each prefill chunk's rows split over this many whole-model ranks, "
+                 "attention over the gathered context, decodes replicated (CPU thread ranks, --tp 1)")
+      ->default_val(1)
+      ->check(CLI::Range(1, 64));
   cmd.add_option("--dcp-kv-cache-interleave-size", device.dcp_kv_cache_interleave_size,
                  "consecutive tokens a --dcp rank holds before the next rank's (must divide --block-size / --dcp)")
       ->default_val(1)

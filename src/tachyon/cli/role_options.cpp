@@ -37,8 +37,9 @@ void check_role_options(const server::ServingOptions& serving) {
   TACHYON_CHECK(!engine.speculative.enabled()) << "--role cannot be combined with speculative decoding (untested)";
   TACHYON_CHECK(engine.device.tensor_parallel_size == 1 && engine.device.nnodes == 1)
       << "--role cannot be combined with tensor parallelism (untested)";
-  TACHYON_CHECK(engine.device.data_parallel_size == 1 && engine.device.decode_context_parallel_size == 1)
-      << "--role cannot be combined with --dp or --dcp (untested)";
+  TACHYON_CHECK(engine.device.data_parallel_size == 1 && engine.device.decode_context_parallel_size == 1 &&
+                engine.device.prefill_context_parallel_size == 1)
+      << "--role cannot be combined with --dp, --dcp or --pcp (untested)";
   TACHYON_CHECK(engine.device.async_scheduling != core::AsyncScheduling::kOn)
       << "--role cannot be combined with --async-scheduling on (untested)";
   TACHYON_CHECK(engine.device.quantization.empty()) << "--role cannot be combined with --quantization (untested)";

@@ -29,6 +29,7 @@ std::string EngineConfig::plan_hash() const {
       {"data_parallel_size", device.data_parallel_size},
       {"decode_context_parallel_size", device.decode_context_parallel_size},
       {"dcp_kv_cache_interleave_size", device.dcp_kv_cache_interleave_size},
+      {"prefill_context_parallel_size", device.prefill_context_parallel_size},
       {"enable_two_batch_overlap", device.enable_two_batch_overlap},
       {"gpu_name", device.gpu_name},
       {"model_identity", device.model_identity},

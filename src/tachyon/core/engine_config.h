@@ -45,6 +45,10 @@ struct DeviceConfig {
   // dealt out in runs of dcp_kv_cache_interleave_size tokens (model/dcp_layout.h).
   int32_t decode_context_parallel_size = 1;
   int32_t dcp_kv_cache_interleave_size = 1;
+  // Prefill context parallelism (--prefill-context-parallel-size, --pcp): each prefill chunk's rows
+  // split over this many whole-model ranks, one grouped gather per layer, decodes replicated
+  // (CPU thread ranks; runner/pcp_cpu_model_runner.h, refusals in runner/pcp_checks.h).
+  int32_t prefill_context_parallel_size = 1;
   // Two-batch overlap (--enable-two-batch-overlap, --tbo): a step of two or more sequences runs as
   // two micro-batches whose collectives overlap the other's compute (expert-parallel MoE models
   // on CPU thread ranks; runner/tbo_rank_step.h, refusals in runner/tbo_checks.h).

@@ -132,6 +132,10 @@ std::vector<float> attend_layer(const ModelConfig& c, const LayerKinds& kinds, c
       hook("latent", layer, projected.latent);
     }
     if (kinds.indexer != IndexerKind::kNone) {  // DeepSeek-V3.2, GLM-5: attend only the tokens the indexer keeps
+      // The latent is stored before the indexer runs, so a backend that moves all of a layer's
+      // rows in one collective (prefill context parallelism, pcp_attention_backend.h) has both
+      // the latent and the index keys when the selection asks for the full context.
+      attention.store_latent(layer, projected.latent);
       if (kinds.indexer == IndexerKind::kFull) {
         const DsaIndexerProjections index = dsa_indexer_project(c, w, inv_freq, normed, projected.q_lora, positions);
         if (hook) hook("index_k", layer, index.k);

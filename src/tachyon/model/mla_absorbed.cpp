@@ -71,7 +71,6 @@ std::vector<float> mla_attend_sparse(const ModelConfig& c, const LayerWeights& w
   const int64_t n = static_cast<int64_t>(projected.latent.size()) / (c.kv_lora_rank + c.qk_rope_head_dim);
   TACHYON_CHECK(static_cast<int64_t>(kept.size()) == n * c.index_topk)
       << "mla_attend_sparse: " << kept.size() << " kept entries for " << n << " tokens of top-" << c.index_topk;
-  attention.store_latent(layer, projected.latent);
   const std::vector<float> q_latent = absorb_queries(c, w, projected.q);
   std::vector<float> out_latent(static_cast<size_t>(n * c.num_attention_heads * c.kv_lora_rank));
   attention.attend_latent_sparse(layer, q_latent, kept, out_latent);

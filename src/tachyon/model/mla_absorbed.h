@@ -38,7 +38,9 @@ std::vector<float> mla_attend_absorbed(const ModelConfig& config, const LayerWei
                                        const MlaLatentProjections& projected, AttentionBackend& attention);
 
 // The same restricted, per new token, to the tokens DSA's indexer kept (kept: [n, index_topk],
-// dsa_indexer.h's dsa_select_tokens): DeepSeek-V3.2's sparse attention.
+// dsa_indexer.h's dsa_select_tokens): DeepSeek-V3.2's sparse attention. Unlike
+// mla_attend_absorbed it does not store the latent: the caller stores it before the indexer
+// selects (dense_model.cpp says why).
 std::vector<float> mla_attend_sparse(const ModelConfig& config, const LayerWeights& w, int64_t layer,
                                      const MlaLatentProjections& projected, std::span<const int32_t> kept,
                                      AttentionBackend& attention);

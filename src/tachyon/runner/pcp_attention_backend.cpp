@@ -1,0 +1,121 @@
+// One PCP rank's attention (see pcp_attention_backend.h).
+#include "tachyon/runner/pcp_attention_backend.h"
+
+#include "tachyon/base/check.h"
+#include "tachyon/kernels/attention.h"
+
+namespace tachyon::runner {
+
+PcpAttentionBackend::PcpAttentionBackend(const model::ModelConfig& config, PagedKvCache& cache,
+                                         const core::StepPlan& plan, const PcpPlan& pcp, dist::Communicator& group)
+    : config_(config),
+      cache_(cache),
+      plan_(plan),
+      pcp_(pcp),
+      group_(group),
+      local_(config, cache, pcp.local[static_cast<size_t>(group.rank())]) {
+  TACHYON_CHECK(pcp.split && pcp.size == group.size())
+      << "PcpAttentionBackend runs split steps of a group of " << group.size() << " ranks (plan for " << pcp.size
+      << ", split " << pcp.split << ")";
+  TACHYON_CHECK(!cache.fp8) << "prefill context parallelism runs f32 cache rows only (FP8 KV has no PCP test)";
+}
+
+void PcpAttentionBackend::keep(int64_t layer, std::span<const float> rows, int64_t width, std::vector<float>& storage) {
+  if (layer != layer_) {
+    layer_ = layer;
+    gathered_ = false;
+    pending_.clear();
+  }
+  TACHYON_CHECK(!gathered_) << "PCP layer " << layer << ": rows stored after the layer's attention began";
+  const int64_t local_rows = static_cast<int64_t>(pcp_.rank_tokens[static_cast<size_t>(group_.rank())].size());
+  TACHYON_CHECK(static_cast<int64_t>(rows.size()) == local_rows * width)
+      << "PCP store: " << rows.size() << " values for " << local_rows << " local rows of width " << width;
+  pending_.push_back({std::vector<float>(rows.begin(), rows.end()), width, &storage});
+}
+
+void PcpAttentionBackend::gather(int64_t layer) {
+  TACHYON_CHECK(layer == layer_ && !pending_.empty()) << "PCP layer " << layer << ": attention before any store";
+  if (gathered_) return;
+  gathered_ = true;
+  const int size = group_.size(), rank = group_.rank();
+  const std::vector<int64_t>& mine = pcp_.rank_tokens[static_cast<size_t>(rank)];
+  const int64_t total = static_cast<int64_t>(pcp_.gathered_tokens.size());
+  std::vector<int64_t> positions(mine.size());  // sent with the rows: where each lands
+  for (size_t i = 0; i < mine.size(); ++i) positions[i] = plan_.positions[static_cast<size_t>(mine[i])];
+
+  // Per item kind its own recv_counts ([size] bytes), kept alive for the call.
+  std::vector<std::vector<size_t>> counts(pending_.size() + 1, std::vector<size_t>(static_cast<size_t>(size)));
+  std::vector<std::vector<float>> received(pending_.size());
+  std::vector<int64_t> all_positions(static_cast<size_t>(total));
+  std::vector<dist::GatherItem> items;
+  for (size_t k = 0; k < pending_.size(); ++k) {
+    for (int r = 0; r < size; ++r) {
+      counts[k][static_cast<size_t>(r)] = pcp_.rank_tokens[static_cast<size_t>(r)].size() *
+                                          static_cast<size_t>(pending_[k].width) * sizeof(float);
+    }
+    received[k].resize(static_cast<size_t>(total * pending_[k].width));
+    items.push_back({pending_[k].rows.data(), pending_[k].rows.size() * sizeof(float), received[k].data(), counts[k]});
+  }
+  std::vector<size_t>& position_counts = counts.back();
+  for (int r = 0; r < size; ++r) {
+    position_counts[static_cast<size_t>(r)] = pcp_.rank_tokens[static_cast<size_t>(r)].size() * sizeof(int64_t);
+  }
+  items.push_back({positions.data(), positions.size() * sizeof(int64_t), all_positions.data(), position_counts});
+  group_.all_gatherv(items, nullptr);
+
+  // Row i came from plan token gathered_tokens[i] of its sequence at the position its sender sent.
+  std::vector<int64_t> slots(static_cast<size_t>(total));
+  for (int64_t i = 0; i < total; ++i) {
+    const int64_t token = pcp_.gathered_tokens[static_cast<size_t>(i)];
+    const core::ScheduledSequence& s =
+        plan_.sequences[static_cast<size_t>(pcp_.token_sequence[static_cast<size_t>(token)])];
+    const int64_t position = all_positions[static_cast<size_t>(i)];
+    TACHYON_CHECK(position >= 0 && position < s.num_computed + s.num_tokens)
+        << "PCP: gathered position " << position << " outside sequence " << s.sequence_id;
+    slots[static_cast<size_t>(i)] = int64_t{s.block_table[static_cast<size_t>(position / plan_.block_size)]} *
+                                        plan_.block_size + position % plan_.block_size;
+  }
+  for (size_t k = 0; k < pending_.size(); ++k) {
+    kernels::cpu::store_rows_paged(pending_[k].storage->data(), received[k].data(), slots.data(), total,
+                                   pending_[k].width);
+  }
+}
+
+void PcpAttentionBackend::store_kv(int64_t layer, std::span<const float> k, std::span<const float> v) {
+  TACHYON_CHECK(!cache_.keys.empty()) << "store_kv: this paged cache holds MLA latents";
+  keep(layer, k, cache_.kv_size, cache_.keys[static_cast<size_t>(layer)]);
+  keep(layer, v, cache_.v_size, cache_.values[static_cast<size_t>(layer)]);
+}
+
+void PcpAttentionBackend::attend(int64_t layer, std::span<const float> q, std::span<float> out) {
+  gather(layer);
+  local_.attend(layer, q, out);
+}
+
+void PcpAttentionBackend::store_latent(int64_t layer, std::span<const float> latent) {
+  TACHYON_CHECK(!cache_.latents.empty()) << "store_latent: this paged cache holds per-head K/V";
+  keep(layer, latent, cache_.latent_size, cache_.latents[static_cast<size_t>(layer)]);
+}
+
+void PcpAttentionBackend::attend_latent(int64_t layer, std::span<const float> q, std::span<float> out) {
+  gather(layer);
+  local_.attend_latent(layer, q, out);
+}
+
+void PcpAttentionBackend::store_index_keys(int64_t layer, std::span<const float> index_keys) {
+  keep(layer, index_keys, cache_.index_key_size, model::layer_index_keys(config_, cache_.index_keys, layer));
+}
+
+void PcpAttentionBackend::select_tokens(int64_t layer, std::span<const float> q, std::span<const float> weights,
+                                        std::span<int32_t> kept) {
+  gather(layer);
+  local_.select_tokens(layer, q, weights, kept);
+}
+
+void PcpAttentionBackend::attend_latent_sparse(int64_t layer, std::span<const float> q,
+                                               std::span<const int32_t> kept, std::span<float> out) {
+  gather(layer);
+  local_.attend_latent_sparse(layer, q, kept, out);
+}
+
+}  // namespace tachyon::runner

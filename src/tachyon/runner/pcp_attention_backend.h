@@ -1,0 +1,70 @@
+// PcpAttentionBackend: the AttentionBackend of one rank of a prefill-context-parallel (PCP) group
+// on CPU thread ranks (--prefill-context-parallel-size N, docs/parallelism.md). The rank's model
+// forward runs only its own rows of the step (PcpPlan::local, runner/pcp_plan.h); its cache is a
+// whole PagedKvCache, the same on every rank of the group.
+//
+// Per layer: the store_* calls keep this rank's rows aside (latent, or K and V; DSA index keys);
+// the layer's first attention call (attend, attend_latent, select_tokens, attend_latent_sparse)
+// makes ONE grouped all_gatherv of everything attention needs, mixed dtypes in one collective:
+// the rows (f32) and their positions (int64). Each gathered row is written at the slot its sent
+// position names in its sequence's block table, so every rank's cache then holds the whole
+// step; the local queries then attend the full context through a PagedAttentionBackend over the
+// local plan (the unsplit kernels: per query the same rows in the same order). The later calls of
+// the layer go straight to it. The model stores the latent before the DSA indexer selects
+// (model/dense_model.cpp), which is what lets one collective carry both.
+// A step that is not split (PcpPlan::split false: decodes) never reaches this class.
+// Tests: tests/unit/test_pcp_families.cpp (counts collectives per layer).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "tachyon/core/step_plan.h"
+#include "tachyon/dist/communicator.h"
+#include "tachyon/model/attention_backend.h"
+#include "tachyon/runner/paged_attention_backend.h"
+#include "tachyon/runner/pcp_plan.h"
+
+namespace tachyon::runner {
+
+class PcpAttentionBackend : public model::AttentionBackend {
+ public:
+  // plan: the step (every rank's rows); pcp: its split; group: the PCP group, this rank is
+  // group.rank(); cache: this rank's whole cache, block size plan.block_size.
+  PcpAttentionBackend(const model::ModelConfig& config, PagedKvCache& cache, const core::StepPlan& plan,
+                      const PcpPlan& pcp, dist::Communicator& group);
+  void store_kv(int64_t layer, std::span<const float> k, std::span<const float> v) override;
+  void attend(int64_t layer, std::span<const float> q, std::span<float> out) override;
+  model::MlaAttentionForm mla_form() const override { return cache_.mla_form; }
+  void store_latent(int64_t layer, std::span<const float> latent) override;
+  void attend_latent(int64_t layer, std::span<const float> q, std::span<float> out) override;
+  void store_index_keys(int64_t layer, std::span<const float> index_keys) override;
+  void select_tokens(int64_t layer, std::span<const float> q, std::span<const float> weights,
+                     std::span<int32_t> kept) override;
+  void attend_latent_sparse(int64_t layer, std::span<const float> q, std::span<const int32_t> kept,
+                            std::span<float> out) override;
+
+ private:
+  // One kind of row this layer stores: this rank's rows and where the whole step's go.
+  struct Pending {
+    std::vector<float> rows;  // [local rows, width]
+    int64_t width = 0;
+    std::vector<float>* storage = nullptr;  // the cache's [slots, width] rows of this layer
+  };
+  void keep(int64_t layer, std::span<const float> rows, int64_t width, std::vector<float>& storage);
+  // The layer's one collective and the writes into the cache; once per layer, before attention.
+  void gather(int64_t layer);
+
+  const model::ModelConfig& config_;
+  PagedKvCache& cache_;
+  const core::StepPlan& plan_;
+  const PcpPlan& pcp_;
+  dist::Communicator& group_;
+  PagedAttentionBackend local_;  // the local queries over the whole (gathered) cache
+  int64_t layer_ = -1;           // the layer whose rows are pending
+  bool gathered_ = false;        // this layer's collective has run
+  std::vector<Pending> pending_;
+};
+
+}  // namespace tachyon::runner

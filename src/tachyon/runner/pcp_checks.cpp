@@ -1,0 +1,50 @@
+// Prefill context parallelism's start-up checks (see pcp_checks.h): the first failing one is the reason.
+#include "tachyon/runner/pcp_checks.h"
+
+#include <sstream>
+
+namespace tachyon::runner {
+
+std::string pcp_unsupported_reason(const core::EngineConfig& config, const model::ModelConfig& model) {
+  const core::DeviceConfig& device = config.device;
+  const int pcp = device.prefill_context_parallel_size;
+  std::ostringstream why;
+  const std::string flag = "--pcp " + std::to_string(pcp);
+  if (pcp < 1) {
+    why << "--prefill-context-parallel-size must be at least 1, got " << pcp;
+  } else if (pcp == 1) {
+    return "";
+  } else if (pcp != 2 && pcp != 3 && pcp != 4 && pcp != 6 && pcp != 8) {
+    why << flag << " is not verified by any test (group sizes 2, 3, 4, 6 and 8 are)";
+  } else if (model.sliding_window.has_value() || (model.is_moe() && !model.is_mla())) {
+    why << flag << ": " << model.architecture << " is not verified by any test yet (dense full-attention models "
+        << "such as Llama and the latent-attention models DeepSeek-V3, V3.2 and GLM-5 are)";
+  } else if (device.kind == "cuda") {
+    why << flag << " runs on CPU thread ranks only (--device cpu): the GPU's grouped gather is not built";
+  } else if (device.tensor_parallel_size > 1) {
+    why << flag << " with --tp " << device.tensor_parallel_size
+        << " is not verified by any test yet (PCP ranks hold the whole model)";
+  } else if (device.data_parallel_size > 1) {
+    why << flag << " with --dp " << device.data_parallel_size << " is not verified by any test yet";
+  } else if (device.decode_context_parallel_size > 1) {
+    why << flag << " with --dcp " << device.decode_context_parallel_size << " is not verified by any test yet";
+  } else if (device.nnodes > 1) {
+    why << flag << " with --nnodes > 1 is not verified by any test";
+  } else if (device.enable_expert_parallel) {
+    why << flag << " with --enable-expert-parallel is not verified by any test yet";
+  } else if (device.kv_cache_dtype != DType::kBF16) {
+    why << flag << " with --kv-cache-dtype "
+        << (device.kv_cache_dtype == DType::kF8E4M3 ? "fp8" : dtype_name(device.kv_cache_dtype))
+        << " is not verified by any test yet";
+  } else if (!device.quantization.empty()) {
+    why << flag << " with --quantization " << device.quantization << " is not verified by any test yet";
+  } else if (config.speculative.enabled()) {
+    why << flag << " with --speculative-method " << config.speculative.method
+        << " is not verified by any test yet (PCP splits prefill steps; verify rows are not split)";
+  } else if (device.async_scheduling == core::AsyncScheduling::kOn) {
+    why << flag << " with --async-scheduling on is not verified by any test yet";
+  }
+  return why.str();
+}
+
+}  // namespace tachyon::runner

@@ -1,0 +1,65 @@
+// Prefill context parallelism on CPU thread ranks (see pcp_cpu_model_runner.h).
+#include "tachyon/runner/pcp_cpu_model_runner.h"
+
+#include <algorithm>
+
+#include "tachyon/base/check.h"
+#include "tachyon/runner/pcp_attention_backend.h"
+#include "tachyon/runner/pcp_plan.h"
+#include "tachyon/runner/plan_sampling.h"
+
+namespace tachyon::runner {
+
+std::vector<float> run_pcp_rank_step(const model::DenseModel& model, PagedKvCache& cache, const core::StepPlan& plan,
+                                     dist::Communicator& group) {
+  const PcpPlan pcp = build_pcp_plan(plan, group.size());
+  if (!pcp.split) {  // decode: every rank runs the whole step (replicated)
+    PagedAttentionBackend attention(model.config(), cache, plan);
+    return model.forward({plan.token_ids, plan.positions, plan.logits_rows}, attention);
+  }
+  const int rank = group.rank(), size = group.size();
+  const core::StepPlan& local = pcp.local[static_cast<size_t>(rank)];
+  PcpAttentionBackend attention(model.config(), cache, plan, pcp, group);
+  const std::vector<float> mine = model.forward({local.token_ids, local.positions, local.logits_rows}, attention);
+  // Every rank's logits rows, in rank order, then back in the plan's order.
+  const size_t vocab = static_cast<size_t>(model.config().vocab_size);
+  std::vector<size_t> counts(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) counts[static_cast<size_t>(r)] = pcp.logits_row_of[static_cast<size_t>(r)].size() * vocab * sizeof(float);
+  std::vector<float> gathered(plan.logits_rows.size() * vocab);
+  const dist::GatherItem item{mine.data(), mine.size() * sizeof(float), gathered.data(), counts};
+  group.all_gatherv({&item, 1}, nullptr);
+  std::vector<float> logits(gathered.size());
+  size_t row = 0;
+  for (int r = 0; r < size; ++r) {
+    for (int64_t target : pcp.logits_row_of[static_cast<size_t>(r)]) {
+      std::copy_n(gathered.data() + row * vocab, vocab, logits.data() + static_cast<size_t>(target) * vocab);
+      ++row;
+    }
+  }
+  return logits;
+}
+
+PcpCpuModelRunner::PcpCpuModelRunner(model::ModelWeights weights, int pcp_size, int32_t num_blocks,
+                                     int32_t block_size)
+    : model_(std::move(weights)), world_(pcp_size), workers_(pcp_size) {
+  TACHYON_CHECK(pcp_size >= 2) << "PcpCpuModelRunner needs a prefill context parallel size >= 2, got " << pcp_size;
+  for (int r = 0; r < pcp_size; ++r) {
+    ranks_.push_back(std::make_unique<Rank>(world_, r, model_.config(), num_blocks, block_size));
+  }
+}
+
+PcpCpuModelRunner::~PcpCpuModelRunner() = default;
+
+core::StepOutput PcpCpuModelRunner::run(const core::StepPlan& plan) {
+  if (plan.empty()) return {};
+  TACHYON_CHECK(!plan.return_hidden_states && !plan.has_drafts())
+      << "prefill context parallelism runs plain steps only (no drafts, no hidden states): untested";
+  workers_.run([&](int rank) {
+    Rank& me = *ranks_[static_cast<size_t>(rank)];
+    me.comm.reset();
+    me.logits = run_pcp_rank_step(model_, me.cache, plan, me.comm);
+  });
+  return sample_plan_rows(plan, ranks_[0]->logits, vocab_size());
+}
+
+}  // namespace tachyon::runner

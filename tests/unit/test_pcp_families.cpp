@@ -1,0 +1,371 @@
+// Prefill context parallelism (PCP) on CPU thread ranks against the unsplit run, on tiny Llama
+// (dense attention), DeepSeek-V3 (MLA), DeepSeek-V3.2 and GLM-5 (DSA, top-8), with a prompt
+// longer than the indexer's top-k so the sparse selection is exercised:
+//   plan    build_pcp_plan's dual-chunk split for groups of 2..8: every row on exactly one rank,
+//           pieces r and 2N-1-r of the step's rows, a rank's local plan the unsplit plan's rows
+//           and positions; decodes and steps of fewer than 2N rows are not split;
+//   groups  a PCP group of 2, 3, 4 (every family) and 6, 8 (DeepSeek-V3.2) whole-model ranks
+//           over hand-built plans (a prompt in chunks after cached tokens, then decodes) gives
+//           the single cache's logits within 1e-5 of the logit scale (f32): each query attends
+//           the same rows in the same order, but the projections run as BLAS GEMMs of fewer rows,
+//           whose blocking (and so the order of the sums) depends on the row count (measured:
+//           ~1e-6, Llama included), so not bit for bit;
+//   counts  a split step makes exactly one collective per layer (an all_gatherv of the rows and
+//           positions, mixed dtypes) plus one for the logits; a decode step none;
+//   engine  EngineCore over PcpCpuModelRunner (2, 3, 4) gives CpuModelRunner's greedy tokens and
+//           top-5 logprobs within 1e-4 with chunked prefill and prefix-cache hits;
+//   refusals every combination without such a test is refused at start-up by name.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../model_test_util.h"
+#include "../moe_test_util.h"
+#include "tachyon/dist/counting_communicator.h"
+#include "tachyon/dist/cpu_communicator.h"
+#include "tachyon/engine/engine_core.h"
+#include "tachyon/model/dense_model.h"
+#include "tachyon/model/make_model.h"
+#include "tachyon/runner/cpu_model_runner.h"
+#include "tachyon/runner/pcp_checks.h"
+#include "tachyon/runner/pcp_cpu_model_runner.h"
+#include "tachyon/runner/pcp_plan.h"
+
+// Its own namespace: the unity build may put this file beside test_dcp_families.cpp, whose
+// anonymous namespace has helpers of the same names.
+namespace tachyon::runner::pcp_test {
+namespace {
+
+struct Family {
+  const char* arch;
+  const char* preset;
+};
+constexpr Family kFamilies[] = {{"llama", "tiny"},
+                                {"deepseek_v3", "tiny-deepseek"},
+                                {"deepseek_v32", "tiny-dsa"},
+                                {"glm_moe_dsa", "tiny-glm-dsa"}};
+
+model::ModelWeights weights_of(const Family& f) { return testing::make_weights(f.arch, f.preset, 5); }
+
+constexpr int32_t kBlockSize = 8;
+constexpr int32_t kNumBlocks = 8;
+
+// Two sequences: `count_a` tokens of `a` after `computed_a` cached ones and `count_b` of b after
+// computed_b (count 0: absent), in blocks out of order, every row's logits.
+struct Part {
+  int64_t id;
+  const std::vector<int32_t>* tokens;
+  int64_t computed;
+  int64_t count;
+  int32_t first_block;
+};
+core::StepPlan make_plan(const std::vector<Part>& parts) {
+  core::StepPlan plan;
+  plan.block_size = kBlockSize;
+  for (const Part& p : parts) {
+    if (p.count == 0) continue;
+    core::ScheduledSequence s{.sequence_id = p.id, .first_token = plan.num_tokens(), .num_tokens = p.count,
+                              .num_computed = p.computed};
+    for (int64_t b = 0; b * kBlockSize < p.computed + p.count; ++b) {
+      s.block_table.push_back(static_cast<int32_t>((p.first_block + 5 * b) % kNumBlocks));
+    }
+    for (int64_t i = 0; i < p.count; ++i) {
+      const int64_t pos = p.computed + i;
+      plan.logits_rows.push_back(plan.num_tokens());
+      plan.token_ids.push_back((*p.tokens)[static_cast<size_t>(pos)]);
+      plan.positions.push_back(pos);
+      plan.slot_mapping.push_back(int64_t{s.block_table[static_cast<size_t>(pos / kBlockSize)]} * kBlockSize +
+                                  pos % kBlockSize);
+    }
+    plan.sequences.push_back(std::move(s));
+  }
+  return plan;
+}
+
+// The steps: sequence 1 (30 tokens) and sequence 2 (9 tokens, blocks apart) in chunks (the
+// later chunks attend cached tokens, as prefix-cache hits do), then decodes of both.
+std::vector<core::StepPlan> steps(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  std::vector<core::StepPlan> out;
+  const int64_t chunks_a[] = {11, 13, 3, 1, 1, 1}, chunks_b[] = {0, 5, 2, 1, 1, 0};
+  int64_t done_a = 0, done_b = 0;
+  for (size_t i = 0; i < std::size(chunks_a); ++i) {
+    out.push_back(make_plan({{1, &a, done_a, chunks_a[i], 0}, {2, &b, done_b, chunks_b[i], 4}}));
+    done_a += chunks_a[i];
+    done_b += chunks_b[i];
+  }
+  return out;
+}
+
+std::vector<float> unsplit_logits(const model::DenseModel& model, const std::vector<core::StepPlan>& plans) {
+  PagedKvCache cache(model.config(), kNumBlocks, kBlockSize);
+  std::vector<float> logits;
+  for (const core::StepPlan& plan : plans) {
+    PagedAttentionBackend attention(model.config(), cache, plan);
+    std::vector<float> step = model.forward({plan.token_ids, plan.positions, plan.logits_rows}, attention);
+    logits.insert(logits.end(), step.begin(), step.end());
+  }
+  return logits;
+}
+
+struct GroupRun {
+  std::vector<std::vector<float>> logits;                 // [rank] every step's logits
+  std::vector<std::vector<dist::CollectiveCounts>> counts;  // [rank][step]
+};
+
+GroupRun pcp_run(const model::DenseModel& model, const std::vector<core::StepPlan>& plans, int size) {
+  dist::CpuWorld world(size);
+  GroupRun run{std::vector<std::vector<float>>(static_cast<size_t>(size)),
+               std::vector<std::vector<dist::CollectiveCounts>>(static_cast<size_t>(size))};
+  std::vector<std::string> errors(static_cast<size_t>(size));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        dist::CpuCommunicator inner(world, r);
+        dist::CountingCommunicator group(inner);
+        PagedKvCache cache(model.config(), kNumBlocks, kBlockSize);
+        for (const core::StepPlan& plan : plans) {
+          group.reset();
+          std::vector<float> step = run_pcp_rank_step(model, cache, plan, group);
+          run.logits[static_cast<size_t>(r)].insert(run.logits[static_cast<size_t>(r)].end(), step.begin(), step.end());
+          run.counts[static_cast<size_t>(r)].push_back(group.counts());
+        }
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < size; ++r) EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
+  return run;
+}
+
+TEST(PcpPlan, DualChunkSplitCoversEveryRowOnce) {
+  const std::vector<int32_t> a = testing::prompt_of(40, 1), b = testing::prompt_of(40, 2);
+  const core::StepPlan plan = make_plan({{1, &a, 3, 29, 0}, {2, &b, 0, 5, 4}});
+  for (int size : {2, 3, 4, 6, 8}) {
+    SCOPED_TRACE(size);
+    const PcpPlan pcp = build_pcp_plan(plan, size);
+    ASSERT_TRUE(pcp.split);
+    std::vector<int64_t> all = pcp.gathered_tokens;
+    std::sort(all.begin(), all.end());
+    ASSERT_EQ(static_cast<int64_t>(all.size()), plan.num_tokens());
+    for (int64_t t = 0; t < plan.num_tokens(); ++t) EXPECT_EQ(all[static_cast<size_t>(t)], t);
+    int64_t logits = 0;
+    for (int r = 0; r < size; ++r) {
+      const core::StepPlan& local = pcp.local[static_cast<size_t>(r)];
+      const std::vector<int64_t>& mine = pcp.rank_tokens[static_cast<size_t>(r)];
+      ASSERT_EQ(local.num_tokens(), static_cast<int64_t>(mine.size()));
+      for (size_t i = 0; i < mine.size(); ++i) {
+        EXPECT_EQ(local.positions[i], plan.positions[static_cast<size_t>(mine[i])]);
+        EXPECT_EQ(local.slot_mapping[i], plan.slot_mapping[static_cast<size_t>(mine[i])]);
+      }
+      // The 34 rows in 2N pieces: rank r holds pieces r and 2N-1-r; piece r lies in sequence 1.
+      const int64_t pieces = 2 * size, begin = 34 * r / pieces, end = 34 * (r + 1) / pieces;
+      const core::ScheduledSequence& first = local.sequences.front();
+      EXPECT_EQ(first.sequence_id, 1);
+      EXPECT_EQ(first.num_computed, 3 + begin);
+      EXPECT_EQ(first.num_tokens, end - begin);
+      EXPECT_EQ(mine.front(), begin);
+      EXPECT_EQ(mine.back(), 34 * (pieces - r) / pieces - 1);  // the end of piece 2N-1-r
+      logits += static_cast<int64_t>(local.logits_rows.size());
+    }
+    EXPECT_EQ(logits, static_cast<int64_t>(plan.logits_rows.size()));
+  }
+  const core::StepPlan decode = make_plan({{1, &a, 7, 1, 0}, {2, &b, 3, 1, 4}});
+  EXPECT_FALSE(build_pcp_plan(decode, 4).split);
+  const core::StepPlan short_prefill = make_plan({{1, &a, 0, 3, 0}});  // 3 rows < 2N: replicated
+  EXPECT_FALSE(build_pcp_plan(short_prefill, 1).split);
+  EXPECT_FALSE(build_pcp_plan(short_prefill, 2).split);
+  EXPECT_TRUE(build_pcp_plan(make_plan({{1, &a, 0, 4, 0}}), 2).split);
+}
+
+TEST(PcpFamilies, GroupsGiveTheUnsplitLogits) {
+  const std::vector<int32_t> a = testing::prompt_of(36, 4), b = testing::prompt_of(12, 9);
+  const std::vector<core::StepPlan> plans = steps(a, b);
+  for (const Family& f : kFamilies) {
+    SCOPED_TRACE(f.preset);
+    const model::DenseModel model(weights_of(f));
+    const std::vector<float> want = unsplit_logits(model, plans);
+    std::vector<int> sizes = {2, 3, 4};
+    if (std::string(f.preset) == "tiny-dsa") sizes = {2, 3, 4, 6, 8};
+    for (int size : sizes) {
+      const GroupRun got = pcp_run(model, plans, size);
+      for (int r = 0; r < size; ++r) {
+        ASSERT_EQ(got.logits[static_cast<size_t>(r)].size(), want.size());
+        EXPECT_LE(testing::relative_error(got.logits[static_cast<size_t>(r)], want), 1e-5)
+            << "rank " << r << " of " << size;
+      }
+    }
+  }
+}
+
+// One collective per layer in a split step: an all_gatherv carrying the rows attention needs
+// (latent, or K and V; index keys on a full DSA layer) and their int64 positions in one call;
+// then one all_gatherv of the logits rows. Decode steps (one row per sequence) make none.
+TEST(PcpFamilies, OneGatherPerLayerInAPrefillStep) {
+  const std::vector<int32_t> a = testing::prompt_of(36, 4), b = testing::prompt_of(12, 9);
+  const std::vector<core::StepPlan> plans = steps(a, b);
+  for (const Family& f : kFamilies) {
+    SCOPED_TRACE(f.preset);
+    const model::DenseModel model(weights_of(f));
+    const model::ModelConfig& c = model.config();
+    int64_t row_values = 0;  // per token, summed over layers: what the layer gathers
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      row_values += c.is_mla() ? c.kv_lora_rank + c.qk_rope_head_dim : c.kv_size() + c.v_size();
+      if (c.has_sparse_attention() && c.has_indexer(l)) row_values += c.index_head_dim;
+    }
+    const int size = 3;
+    const GroupRun got = pcp_run(model, plans, size);
+    for (int r = 0; r < size; ++r) {
+      for (size_t step = 0; step < plans.size(); ++step) {
+        SCOPED_TRACE("rank " + std::to_string(r) + " step " + std::to_string(step));
+        const dist::CollectiveCounts& counts = got.counts[static_cast<size_t>(r)][step];
+        const core::StepPlan& plan = plans[step];
+        const bool prefill = build_pcp_plan(plan, size).split;
+        EXPECT_EQ(counts.collectives(), prefill ? c.num_hidden_layers + 1 : 0);
+        EXPECT_EQ(counts.of(dist::CollectiveKind::kAllGatherv), prefill ? c.num_hidden_layers + 1 : 0);
+        if (!prefill) continue;
+        const int64_t n = plan.num_tokens(), logits = static_cast<int64_t>(plan.logits_rows.size());
+        EXPECT_EQ(counts.received_of(dist::CollectiveKind::kAllGatherv),
+                  n * (row_values * 4 + c.num_hidden_layers * 8) + logits * c.vocab_size * 4);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Through the engine.
+
+core::EngineConfig engine_config() {
+  core::EngineConfig c;
+  c.scheduler.max_num_batched_tokens = 16;  // prompts past 16 tokens are chunked
+  c.scheduler.max_model_len = 128;
+  c.num_blocks = 64;
+  c.block_size = 4;
+  return c;
+}
+
+struct EngineRun {
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<std::vector<core::SampledToken>> logprobs;
+  int64_t prefix_hit_tokens = 0;
+};
+
+// Two waves of greedy requests with top-5 logprobs: prompts of 3..23 tokens, then prompts that
+// share the first wave's 23-token prompt's first 12 or 16 tokens (prefix-cache hits).
+EngineRun run_engine(std::unique_ptr<ModelRunner> runner) {
+  engine::EngineCore engine(engine_config(), std::move(runner));
+  core::SamplingParams params;
+  params.temperature = 0.0f;
+  params.max_tokens = 8;
+  params.ignore_eos = true;
+  params.logprobs = 5;
+  EngineRun run;
+  for (int wave = 0; wave < 2; ++wave) {
+    std::vector<std::shared_ptr<engine::OutputChannel>> channels;
+    for (int length : {3, 23, 9, 17}) {
+      std::vector<int32_t> prompt = testing::prompt_of(length, length);
+      if (wave == 1) {
+        prompt = testing::prompt_of(length < 12 ? 16 : 12, 23);
+        for (int i = 0; i < length; ++i) prompt.push_back(static_cast<int32_t>((i * 53 + 7) % 512));
+      }
+      channels.push_back(std::make_shared<engine::OutputChannel>());
+      engine.submit(prompt, params, channels.back());
+    }
+    for (int guard = 0; engine.has_work() && guard < 10000; ++guard) engine.step();
+    for (const auto& channel : channels) {
+      std::vector<int32_t> tokens;
+      std::vector<core::SampledToken> logprobs;
+      while (auto delta = channel->take(std::chrono::milliseconds(0))) {
+        run.prefix_hit_tokens += delta->num_prefix_hit_tokens;
+        for (auto& c : delta->completions) {
+          tokens.insert(tokens.end(), c.token_ids.begin(), c.token_ids.end());
+          logprobs.insert(logprobs.end(), c.logprobs.begin(), c.logprobs.end());
+        }
+      }
+      run.tokens.push_back(tokens);
+      run.logprobs.push_back(logprobs);
+    }
+  }
+  return run;
+}
+
+TEST(PcpFamilies, EngineGreedyTokensAndLogprobsMatchOneRank) {
+  const core::EngineConfig c = engine_config();
+  for (const Family& f : kFamilies) {
+    SCOPED_TRACE(f.preset);
+    const model::ModelWeights weights = weights_of(f);
+    const EngineRun want = run_engine(std::make_unique<CpuModelRunner>(std::make_unique<model::DenseModel>(weights),
+                                                                       c.num_blocks, c.block_size));
+    ASSERT_GT(want.prefix_hit_tokens, 0) << "the second wave must hit the prefix cache";
+    for (const auto& tokens : want.tokens) ASSERT_EQ(tokens.size(), 8u);
+    for (int size : {2, 3, 4}) {
+      const EngineRun got = run_engine(std::make_unique<PcpCpuModelRunner>(weights, size, c.num_blocks, c.block_size));
+      EXPECT_EQ(got.tokens, want.tokens) << "pcp " << size;
+      EXPECT_EQ(got.prefix_hit_tokens, want.prefix_hit_tokens) << "pcp " << size;
+      ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
+      for (size_t r = 0; r < want.logprobs.size(); ++r) {
+        ASSERT_EQ(got.logprobs[r].size(), want.logprobs[r].size());
+        for (size_t i = 0; i < want.logprobs[r].size(); ++i) {
+          EXPECT_NEAR(got.logprobs[r][i].logprob, want.logprobs[r][i].logprob, 1e-4) << "pcp " << size << " request " << r;
+          ASSERT_EQ(got.logprobs[r][i].top.size(), want.logprobs[r][i].top.size());
+          for (size_t k = 0; k < want.logprobs[r][i].top.size(); ++k) {
+            EXPECT_EQ(got.logprobs[r][i].top[k].token, want.logprobs[r][i].top[k].token);
+            EXPECT_NEAR(got.logprobs[r][i].top[k].logprob, want.logprobs[r][i].top[k].logprob, 1e-4);
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Start-up refusals.
+
+std::string refusal(void (*edit)(core::EngineConfig&), const char* arch = "deepseek_v32",
+                    const char* preset = "tiny-dsa") {
+  core::EngineConfig config;
+  config.device.kind = "cpu";
+  config.device.prefill_context_parallel_size = 2;
+  edit(config);
+  return pcp_unsupported_reason(config, model::make_model_config({.arch = arch, .preset = preset}));
+}
+
+TEST(PcpFamilies, UntestedCombinationsAreRefusedByName) {
+  EXPECT_EQ(refusal([](core::EngineConfig&) {}), "");
+  EXPECT_EQ(refusal([](core::EngineConfig&) {}, "llama", "tiny"), "");
+  EXPECT_EQ(refusal([](core::EngineConfig& c) { c.device.kind = "auto"; }), "");
+  for (int size : {3, 4, 6, 8}) {
+    core::EngineConfig config;
+    config.device.prefill_context_parallel_size = size;
+    EXPECT_EQ(pcp_unsupported_reason(config, model::make_model_config({.arch = "llama", .preset = "tiny"})), "");
+  }
+  auto has = [](const std::string& why, const char* text) { return why.find(text) != std::string::npos; };
+  EXPECT_TRUE(has(refusal([](core::EngineConfig& c) { c.device.prefill_context_parallel_size = 5; }),
+                  "--pcp 5 is not verified by any test (group sizes 2, 3, 4, 6 and 8 are)"));
+  EXPECT_TRUE(has(refusal([](core::EngineConfig& c) { c.device.kind = "cuda"; }), "CPU thread ranks only"));
+  EXPECT_TRUE(has(refusal([](core::EngineConfig& c) { c.device.tensor_parallel_size = 2; }), "--pcp 2 with --tp 2"));
+  EXPECT_TRUE(has(refusal([](core::EngineConfig& c) { c.device.data_parallel_size = 2; }), "--pcp 2 with --dp 2"));
+  EXPECT_TRUE(has(refusal([](core::EngineConfig& c) { c.device.decode_context_parallel_size = 2; }),
+                  "--pcp 2 with --dcp 2"));
+  EXPECT_TRUE(has(refusal([](core::EngineConfig& c) { c.device.nnodes = 2; }), "--nnodes"));
+  EXPECT_TRUE(has(refusal([](core::EngineConfig& c) { c.device.enable_expert_parallel = true; }),
+                  "--enable-expert-parallel"));
+  EXPECT_TRUE(has(refusal([](core::EngineConfig& c) { c.device.kv_cache_dtype = DType::kF8E4M3; }),
+                  "with --kv-cache-dtype fp8 is not verified"));
+  EXPECT_TRUE(has(refusal([](core::EngineConfig& c) { c.device.quantization = "fp8"; }), "--quantization fp8"));
+  EXPECT_TRUE(has(refusal([](core::EngineConfig& c) { c.speculative.method = "ngram"; }),
+                  "--speculative-method ngram is not verified"));
+  EXPECT_TRUE(has(refusal([](core::EngineConfig& c) { c.device.async_scheduling = core::AsyncScheduling::kOn; }),
+                  "--async-scheduling on"));
+  EXPECT_TRUE(has(refusal([](core::EngineConfig&) {}, "qwen3_moe", "tiny-moe"), "is not verified by any test yet"));
+}
+
+}  // namespace
+}  // namespace tachyon::runner::pcp_test
