@@ -54,7 +54,6 @@ struct ServingOptions {
   std::string kv_transfer_host = "127.0.0.1";
   int kv_transfer_port = 0;
   int kv_transfer_max_pulls = 16;  // pulls answered at once; more are refused (server/pd_transport.h)
-  int kv_transfer_max_pulls = 16;  // pulls answered at once; more are refused (server/pd_transport.h)
   // Prefill role: the share of the KV cache that leases (and prompts running for one) may hold,
   // past which prefills get 503; and how long a lease waits to be pulled.
   double kv_lease_max_share = 0.5;
