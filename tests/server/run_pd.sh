@@ -39,7 +39,8 @@ refused() {  # expected message, serve args...
 refused "--role needs --device cpu" --role prefill
 refused "--role cannot be combined with speculative decoding" --device cpu --role decode \
   --speculative-method ngram --num-speculative-tokens 2
-refused "--role cannot be combined with --dp or --dcp" --device cpu --role prefill --dp 2
+refused "--role cannot be combined with --dp, --dcp or --pcp" --device cpu --role prefill --dp 2
+refused "--role cannot be combined with --dp, --dcp or --pcp" --device cpu --role prefill --pcp 2
 serve prefill --role prefill
 serve decode --role decode
 serve plain
