@@ -162,11 +162,11 @@ TEST(KvTransportCodec, UnreachablePrefillServerIsATransferError) {
   EXPECT_THROW(fetch_kv("127.0.0.1", 1, {1, 2}, std::chrono::milliseconds(200)), KvTransferError);
 }
 
-// A pull sent by hand on a socket whose small receive buffer the test drains only when it wants:
+// A pull sent by hand on a socket with a bounded receive buffer that the test drains only when it wants:
 // the server cannot finish a large frame before then.
 int open_pull(int port, engine::KvLeaseKey key) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  const int small = 4096;
+  const int small = 256 * 1024;  // doubled by the kernel: far below a 16 MiB frame plus the sender's 4 MiB
   ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
   const timeval patience{30, 0};  // a read that never completes fails the test instead of hanging it
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &patience, sizeof(patience));
