@@ -357,6 +357,7 @@ TEST(PcpFamilies, UntestedCombinationsAreRefusedByName) {
   EXPECT_TRUE(has(refusal([](core::EngineConfig& c) { c.device.nnodes = 2; }), "--nnodes"));
   EXPECT_TRUE(has(refusal([](core::EngineConfig& c) { c.device.enable_expert_parallel = true; }),
                   "--enable-expert-parallel"));
+  EXPECT_TRUE(has(refusal([](core::EngineConfig& c) { c.device.enable_two_batch_overlap = true; }), "or --tbo"));
   EXPECT_TRUE(has(refusal([](core::EngineConfig& c) { c.device.kv_cache_dtype = DType::kF8E4M3; }),
                   "with --kv-cache-dtype fp8 is not verified"));
   EXPECT_TRUE(has(refusal([](core::EngineConfig& c) { c.device.quantization = "fp8"; }), "--quantization fp8"));

@@ -30,8 +30,8 @@ std::string pcp_unsupported_reason(const core::EngineConfig& config, const model
     why << flag << " with --dcp " << device.decode_context_parallel_size << " is not verified by any test yet";
   } else if (device.nnodes > 1) {
     why << flag << " with --nnodes > 1 is not verified by any test";
-  } else if (device.enable_expert_parallel) {
-    why << flag << " with --enable-expert-parallel is not verified by any test yet";
+  } else if (device.enable_expert_parallel || device.enable_two_batch_overlap) {
+    why << flag << " with --enable-expert-parallel or --tbo is not verified by any test yet";
   } else if (device.kv_cache_dtype != DType::kBF16) {
     why << flag << " with --kv-cache-dtype "
         << (device.kv_cache_dtype == DType::kF8E4M3 ? "fp8" : dtype_name(device.kv_cache_dtype))
