@@ -194,9 +194,14 @@ TEST(Fp8KvCache, TensorParallelRanksGiveTheSingleRanksTokens) {
 TEST(Fp8KvCache, RefusedWhereNoTestCoversItInOneLine) {
   const auto dir = kv_fp8_model("qwen3", "tiny-gpu");
   const std::string base = "generate " + dir.string() + " --prompt-ids 1,2,3 --max-tokens 2 --kv-cache-dtype fp8";
-  const testing::CliRun gpu = testing::run_cli(base + " --device cuda");
+  // One GPU serves the FP8 cache for dense attention (tests/gpu/test_cuda_fp8.cpp); tensor-parallel
+  // GPUs have no test of it: refused before anything loads, in a CUDA build or not.
+  const testing::CliRun gpu = testing::run_cli(base + " --device cuda --tp 2");
   EXPECT_EQ(gpu.exit_code, 1);
-  EXPECT_EQ(gpu.output.rfind("error: --kv-cache-dtype fp8 runs on --device cpu only for now", 0), 0u) << gpu.output;
+  EXPECT_EQ(gpu.output.rfind("error: --kv-cache-dtype fp8 on --device cuda: an FP8 KV cache over tensor-parallel GPUs",
+                             0),
+            0u)
+      << gpu.output;
   const testing::CliRun tp = testing::run_cli(base + " --device cpu --tp 2");
   EXPECT_EQ(tp.exit_code, 0) << tp.output;
   const testing::CliRun spec = testing::run_cli(base + " --speculative-method mtp --num-speculative-tokens 1");
