@@ -131,10 +131,9 @@ bool fp8_kv_cache(const core::EngineConfig& config) { return config.device.kv_ca
 // the FP8 canary of scripts/gpu-test.sh); the rest is untested there.
 std::string cuda_fp8_kv_refusal(const core::EngineConfig& config, const model::ModelConfig& model_config) {
   if (!fp8_kv_cache(config)) return "";
-  if (model_config.is_mla()) return "the latent (MLA) cache in FP8 runs on --device cpu only for now";
-  if (config.device.tensor_parallel_size > 1 || config.device.nnodes > 1) {
-    return "an FP8 KV cache over tensor-parallel GPUs is not verified by any test yet";
-  }
+  const std::string why = model::fp8_kv_cache_gpu_unsupported(
+      model_config, config.device.tensor_parallel_size > 1 || config.device.nnodes > 1);
+  if (!why.empty()) return why;
   if (config.speculative.enabled()) return "an FP8 KV cache with speculative decoding on GPUs is not verified by any test yet";
   return "";
 }

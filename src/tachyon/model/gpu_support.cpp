@@ -45,4 +45,10 @@ std::string gpu_decoder_unsupported(const ModelConfig& c) {
   return reason;
 }
 
+std::string fp8_kv_cache_gpu_unsupported(const ModelConfig& config, bool tensor_parallel) {
+  if (config.is_mla()) return "the latent (MLA) cache in FP8 runs on --device cpu only for now";
+  if (tensor_parallel) return "an FP8 KV cache over tensor-parallel GPUs is not verified by any test yet";
+  return "";
+}
+
 }  // namespace tachyon::model

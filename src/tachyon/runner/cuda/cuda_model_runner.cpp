@@ -8,6 +8,7 @@
 #include "tachyon/kernels/cuda/fp8.h"
 #include "tachyon/kernels/cuda/gemv.h"
 #include "tachyon/kernels/cuda/sampling.h"
+#include "tachyon/model/gpu_support.h"
 #include "tachyon/model/rope.h"
 #include "tachyon/runner/draft_acceptance.h"
 
@@ -37,8 +38,7 @@ CudaModelRunner::CudaModelRunner(const model::Fp8GpuWeights& weights, const core
   start(config);
 }
 
-// bf16 compute; a bf16 cache, or an FP8 one for dense attention on one GPU (the latent cache has no
-// FP8 kernels yet, and no test runs an FP8 cache over tensor-parallel GPUs).
+// bf16 compute; a bf16 cache, or an FP8 one where model/gpu_support.h says the GPU can hold it.
 void CudaModelRunner::check_cache_types(const core::EngineConfig& config, const model::ModelConfig& model,
                                         bool tensor_parallel) {
   const DType kv = config.device.kv_cache_dtype;
@@ -46,9 +46,8 @@ void CudaModelRunner::check_cache_types(const core::EngineConfig& config, const 
       << "the CUDA runner supports dtype BF16 and kv_cache_dtype BF16 or FP8, got " << dtype_name(config.device.dtype)
       << " and " << dtype_name(kv);
   if (kv != DType::kF8E4M3) return;
-  TACHYON_CHECK(!model.is_mla()) << "--kv-cache-dtype fp8 on GPUs covers dense attention; the latent (MLA) cache "
-                                    "in FP8 runs on --device cpu only for now";
-  TACHYON_CHECK(!tensor_parallel) << "--kv-cache-dtype fp8 with --tp > 1 on GPUs is not verified by any test yet";
+  const std::string why = model::fp8_kv_cache_gpu_unsupported(model, tensor_parallel);
+  TACHYON_CHECK(why.empty()) << "--kv-cache-dtype fp8 on --device cuda: " << why;
 }
 
 void CudaModelRunner::start(const core::EngineConfig& config) {
