@@ -114,7 +114,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-num-seqs", options->serving.engine.scheduler.max_num_seqs, "sequences per step")->default_val(256);
   cmd->add_option("--max-num-batched-tokens", options->serving.engine.scheduler.max_num_batched_tokens, "tokens per step")
       ->default_val(2048);
-  cmd->add_option("--num-blocks", options->serving.engine.num_blocks, "KV cache blocks")->default_val(1024);
+  cmd->add_option("--num-blocks", options->serving.engine.num_blocks,
+                  "KV cache blocks, per data-parallel replica (--dp D holds D times as many)")
+      ->default_val(1024);
   cmd->add_option("--block-size", options->serving.engine.block_size, "tokens per KV block")->default_val(16);
   cmd->add_option("--max-queued-requests", options->serving.engine.max_queued_requests, "waiting requests before 503")
       ->default_val(4096);

@@ -23,8 +23,8 @@
 
 namespace tachyon::dist {
 
-// A collective this backend does not implement yet (all_to_all_v on the NCCL and peer
-// backends): thrown before anything is enqueued, so the caller can refuse the layout instead.
+// A collective this backend does not implement yet (all_to_all_v on the peer-access backend):
+// thrown before anything is enqueued, so the caller can refuse the layout instead.
 class NotImplementedOnBackend : public Error {
  public:
   using Error::Error;
@@ -106,8 +106,8 @@ class Communicator {
 
   // Grouped uneven all-to-all: every item is exchanged as described on AllToAllItem, all items
   // in ONE collective (DESIGN rule 5). Every rank passes the same number of items in the same
-  // order. No in-place form: send and recv must not overlap. Backends without it throw
-  // NotImplementedOnBackend (NCCL and the peer communicator, for now: docs/parallelism.md).
+  // order. No in-place form: send and recv must not overlap. The CPU and NCCL backends implement
+  // it; the peer-access communicator throws NotImplementedOnBackend (docs/parallelism.md).
   virtual void all_to_all_v(std::span<const AllToAllItem> items, void* stream) = 0;
 
   // Point to point with rank `peer` of this group (peer == rank() allowed). Each send is matched
