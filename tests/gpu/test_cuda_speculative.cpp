@@ -7,9 +7,9 @@
 //     verify row's logits are the plain decode row's within bf16 tolerance;
 //   - forced acceptance (benchmarks) follows the keyed rule, whatever the drafts;
 //   - an EngineCore with the n-gram drafter gives the plain engine's tokens (greedy and seeded).
-// The numerics: a verify step computes its rows in a prefill-shaped forward (GEMMs over 1 + k
-// rows per sequence, the prefill attention kernel) while the plain run decodes (GEMV or another
-// GEMM shape, the split-KV decode kernel), so bf16 rounds differently and a token may flip where
+// The numerics: a verify step runs its rows as decode rows (the split-KV decode kernel and the
+// decode graphs, as the plain run), but its GEMMs see 1 + k rows per sequence where the plain run's
+// see one (GEMV or another GEMM shape), so bf16 may round differently and a token may flip where
 // the plain run's choice was a near tie. Where a token differs, the tests require that near tie
 // (kLogitTieBound below) instead of equality; nowhere else.
 // Needs a GPU: ctest -R gpu.cuda_speculative (scripts/gpu-test.sh).
@@ -162,9 +162,10 @@ TEST(CudaSpeculative, DraftsOnASequenceThatSamplesNothingAreRefused) {
   EXPECT_THROW(build_sampling_inputs(plan), Error);
 }
 
-// The staging layout holds 1 + k rows per sequence when sized for them, and refuses more.
+// The staging layout holds 1 + k rows per sequence when sized for them (logits rows, and the
+// attention sequences a verify step's decode rows take: core::max_decode_rows), and refuses more.
 TEST(CudaSpeculative, StagingHoldsTheLogitsRowsItWasSizedFor) {
-  const StepInputLimits limits{.max_tokens = 64, .max_seqs = 2, .max_blocks_per_seq = 4,
+  const StepInputLimits limits{.max_tokens = 64, .max_seqs = 8, .max_blocks_per_seq = 4,
                                .sampling_row_bytes = sizeof(kc::SamplingRow), .max_logits_rows = 8};
   const StepInputLayout layout = StepInputLayout::make(limits);
   EXPECT_GE(layout.context_lens - layout.logits_rows, 8 * sizeof(int32_t));
@@ -191,8 +192,8 @@ TEST(CudaSpeculative, StagingHoldsTheLogitsRowsItWasSizedFor) {
   std::vector<std::byte> staging(layout.variable);
   const StepInputSummary summary = fill_step_inputs(plan_of(3), layout, limits, staging.data());
   EXPECT_EQ(summary.num_sampled, 8);
-  EXPECT_FALSE(summary.decode_only);
-  EXPECT_EQ(summary.num_decode_seqs, 0);
+  EXPECT_TRUE(summary.decode_only) << "a verify step runs as decode rows";
+  EXPECT_EQ(summary.num_decode_seqs, 8);
   const auto* rows = reinterpret_cast<const int32_t*>(staging.data() + layout.logits_rows);
   EXPECT_EQ(std::vector<int32_t>(rows, rows + 8), (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7}));
   EXPECT_THROW(fill_step_inputs(plan_of(4), layout, limits, staging.data()), Error) << "10 rows > 8";
@@ -402,9 +403,7 @@ TEST_P(CudaSpeculativeRunner, VerifiesDraftsAsThePlainRunDecodes) {
     gpu.launch(plan);
     const core::StepOutput out = gpu.wait();
     const std::vector<float> logits = gpu.last_logits(static_cast<int32_t>(plan.logits_rows.size()));
-    if (plan.has_drafts()) {
-      EXPECT_EQ(gpu.graph_replays(), replays) << "round " << round << ": a step with drafts runs eagerly";
-    }
+    EXPECT_EQ(gpu.graph_replays(), replays + 1) << "round " << round << ": a verify step replays a decode graph";
     ASSERT_EQ(out.sequences.size(), step_seqs.size());
     size_t first_row = 0;
     for (size_t q = 0; q < step_seqs.size(); ++q) {
@@ -465,6 +464,64 @@ TEST_P(CudaSpeculativeRunner, VerifiesDraftsAsThePlainRunDecodes) {
               dir.filename().string().c_str(), static_cast<long long>(rows_exact), static_cast<long long>(rows_compared),
               static_cast<long long>(near_ties), static_cast<long long>(accepted), static_cast<long long>(rejected),
               worst_error, tolerance, worst_shift);
+}
+
+// Verify steps replay the decode graphs of their row buckets; --enforce-eager pads them to the
+// same buckets and runs the same kernels: the two give identical tokens and bit-identical logits,
+// step after step, with drafts of every length (0..3) mixed in a batch and forced acceptance
+// (p = 0.5) so that sequences advance by different amounts.
+TEST_P(CudaSpeculativeRunner, VerifyStepsInGraphsEqualEagerOnes) {
+  const fs::path dir = make_tiny(GetParam());
+  const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
+  const int64_t vocab = mc.vocab_size;
+  model::SafetensorsCheckpoint checkpoint(dir);
+  const model::Bf16ModelWeights weights = model::load_weights_bf16(mc, checkpoint);
+  core::EngineConfig eager_config = speculative_config(3);
+  eager_config.device.enforce_eager = true;
+  CudaModelRunner graphs(weights, speculative_config(3));
+  CudaModelRunner eager(weights, eager_config);
+  ASSERT_EQ(graphs.graph_batch_sizes(), eager.graph_batch_sizes());
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  auto gen = gpu_test::rng(25);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(vocab - 1));
+  std::vector<HandSequence> a = hand_sequences(mc, 0, 26), b = hand_sequences(mc, 0, 26);
+  int32_t next_a = 0, next_b = 0;
+  int64_t verify_steps = 0;
+  for (int round = 0; round < 12; ++round) {
+    std::vector<std::vector<int32_t>> drafts(a.size());
+    if (round > 0) {
+      for (size_t s = 0; s < a.size(); ++s) {
+        drafts[s].resize(static_cast<size_t>((round + static_cast<int>(s)) % 4));
+        for (int32_t& t : drafts[s]) t = token(gen);
+      }
+    }
+    const float p = round > 0 ? 0.5f : -1.0f;
+    const core::StepPlan plan_a = hand_step(pointers(a), drafts, greedy, 16, next_a, p);
+    const core::StepPlan plan_b = hand_step(pointers(b), drafts, greedy, 16, next_b, p);
+    const int64_t replays = graphs.graph_replays();
+    graphs.launch(plan_a);
+    const core::StepOutput out_a = graphs.wait();
+    eager.launch(plan_b);
+    const core::StepOutput out_b = eager.wait();
+    if (plan_a.has_drafts()) {
+      ++verify_steps;
+      EXPECT_EQ(graphs.graph_replays(), replays + 1) << "round " << round;
+    }
+    EXPECT_EQ(eager.graph_replays(), 0);
+    const int32_t rows = static_cast<int32_t>(plan_a.logits_rows.size());
+    EXPECT_EQ(graphs.last_logits(rows), eager.last_logits(rows)) << "round " << round << ": logits differ";
+    ASSERT_EQ(out_a.sequences.size(), out_b.sequences.size());
+    for (size_t s = 0; s < a.size(); ++s) {
+      ASSERT_EQ(out_a.sequences[s].tokens.size(), out_b.sequences[s].tokens.size()) << "round " << round;
+      for (size_t j = 0; j < out_a.sequences[s].tokens.size(); ++j) {
+        EXPECT_EQ(out_a.sequences[s].tokens[j].token, out_b.sequences[s].tokens[j].token) << "round " << round;
+      }
+      apply(a[s], out_a.sequences[s]);
+      apply(b[s], out_b.sequences[s]);
+    }
+  }
+  EXPECT_EQ(verify_steps, 11);
 }
 
 // Forced acceptance (benchmarks): p = 1 accepts every draft, whatever it is, and emits row k's

@@ -73,5 +73,32 @@ TEST(EngineConfig, DefaultGraphBucketsCoverEveryBatchUpToMaxSeqs) {
   EXPECT_THROW(cuda_graph_batch_sizes(c), Error);
 }
 
+// A verify step runs 1 + k decode rows per sequence (runner/step_inputs.h): the buckets reach
+// max_num_seqs * (1 + k), bounded by the step's tokens, and every small row count has its own.
+TEST(EngineConfig, WithDraftsTheGraphBucketsCoverEveryVerifyStepsRows) {
+  EngineConfig c;
+  c.scheduler.max_num_seqs = 20;
+  c.scheduler.max_num_batched_tokens = 2048;
+  c.speculative.num_speculative_tokens = 3;
+  EXPECT_EQ(max_decode_rows(c), 80);
+  EXPECT_EQ(cuda_graph_batch_sizes(c),
+            (std::vector<int32_t>{1, 2, 3, 4, 5, 6, 7, 8, 16, 20, 28, 36, 44, 52, 60, 68, 76, 80}));
+  c.scheduler.max_num_seqs = 256;
+  c.scheduler.max_num_batched_tokens = 600;  // bounds the rows: 256 * 4 would be 1024
+  EXPECT_EQ(max_decode_rows(c), 600);
+  const std::vector<int32_t> sizes = cuda_graph_batch_sizes(c);
+  ASSERT_GE(sizes.size(), 8u);
+  EXPECT_EQ(std::vector<int32_t>(sizes.end() - 8, sizes.end()),
+            (std::vector<int32_t>{248, 256, 320, 384, 448, 512, 576, 600}));
+  c.device.cuda_graph_batch_sizes = {600};
+  EXPECT_EQ(cuda_graph_batch_sizes(c), (std::vector<int32_t>{600}));
+  c.device.cuda_graph_batch_sizes = {601};
+  EXPECT_THROW(cuda_graph_batch_sizes(c), Error);
+  c.speculative.num_speculative_tokens = 0;
+  c.device.cuda_graph_batch_sizes = {};
+  EXPECT_EQ(max_decode_rows(c), 256);
+  EXPECT_EQ(cuda_graph_batch_sizes(c).back(), 256);
+}
+
 }  // namespace
 }  // namespace tachyon::engine

@@ -128,6 +128,62 @@ TEST(StepInputs, DecodeStepsPadToTheGraphBatchWithRowsThatWriteNothing) {
   EXPECT_EQ(at(staging, layout.query_starts)[4], 4);
 }
 
+// A verify step (each sequence runs its last known token and its drafts) is laid out as decode
+// rows: row i of a sequence is its own attention sequence at context num_computed + i + 1 over
+// the blocks that context spans, so the decode kernels and graphs serve it.
+TEST(StepInputs, VerifyStepsAreLaidOutAsOneDecodeRowPerToken) {
+  const StepInputLimits l = limits();
+  const StepInputLayout layout = StepInputLayout::make(l);
+  core::StepPlan plan;
+  plan.block_size = 16;
+  // Sequence 1: 14 cached, token 7 + drafts 8, 9 (positions 14..16: the third row crosses into
+  // block 5). Sequence 2: 3 cached, token 4, no drafts (a plain decode inside the verify step).
+  plan.token_ids = {7, 8, 9, 4};
+  plan.positions = {14, 15, 16, 3};
+  plan.slot_mapping = {3 * 16 + 14, 3 * 16 + 15, 5 * 16, 9 * 16 + 3};
+  plan.logits_rows = {0, 1, 2, 3};
+  core::ScheduledSequence a{.sequence_id = 1, .first_token = 0, .num_tokens = 3, .num_computed = 14,
+                            .block_table = {3, 5}, .sample = true, .draft_tokens = {8, 9}};
+  core::ScheduledSequence b{.sequence_id = 2, .first_token = 3, .num_tokens = 1, .num_computed = 3,
+                            .block_table = {9}, .sample = true};
+  plan.sequences = {a, b};
+  ASSERT_TRUE(runs_as_decode_rows(plan));
+  ASSERT_FALSE(is_decode_only(plan));
+  std::vector<std::byte> staging(layout.variable, std::byte{0xAB});
+  const StepInputSummary s = fill_step_inputs(plan, layout, l, staging.data(), /*padded_seqs=*/6);
+  EXPECT_TRUE(s.decode_only);
+  EXPECT_EQ(s.num_seqs, 6);
+  EXPECT_EQ(s.num_decode_seqs, 6);
+  EXPECT_EQ(s.num_tokens, 6);
+  EXPECT_EQ(s.num_sampled, 4);
+  EXPECT_EQ(s.num_logits_rows, 6);
+  EXPECT_EQ(s.max_query_len, 1);
+  EXPECT_EQ(s.max_context_len, 17);
+  const int32_t* ctx = at(staging, layout.context_lens);
+  EXPECT_EQ(std::vector<int32_t>(ctx, ctx + 6), (std::vector<int32_t>{15, 16, 17, 4, 0, 0}));
+  const int32_t* starts = at(staging, layout.query_starts);
+  EXPECT_EQ(std::vector<int32_t>(starts, starts + 7), (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6}));
+  const int32_t* tables = at(staging, layout.block_tables);
+  const int32_t stride = layout.block_table_stride;
+  EXPECT_EQ(tables[0 * stride], 3);
+  EXPECT_EQ(tables[1 * stride], 3);
+  EXPECT_EQ(tables[2 * stride], 3);
+  EXPECT_EQ(tables[2 * stride + 1], 5) << "the row at position 16 spans the second block";
+  EXPECT_EQ(tables[3 * stride], 9);
+  EXPECT_EQ(at(staging, layout.slot_mapping)[4], -1);
+  EXPECT_EQ(at(staging, layout.slot_mapping)[5], -1);
+  // The rows count against the attention-sequence capacity (max_decode_rows on the runner).
+  StepInputLimits tight = l;
+  tight.max_seqs = 3;
+  tight.max_logits_rows = 8;
+  const StepInputLayout tight_layout = StepInputLayout::make(tight);
+  std::vector<std::byte> tight_staging(tight_layout.variable);
+  EXPECT_THROW(fill_step_inputs(plan, tight_layout, tight, tight_staging.data()), Error);
+  // A sequence that runs more than its last known token besides drafts is no verify row set.
+  plan.sequences[1].num_tokens = 2;
+  EXPECT_FALSE(runs_as_decode_rows(plan));
+}
+
 TEST(StepInputs, PlansBeyondTheLimitsFailWithTheLimitNamed) {
   const StepInputLimits l = limits();
   const StepInputLayout layout = StepInputLayout::make(l);

@@ -88,7 +88,10 @@ std::unique_ptr<engine::Drafter> load_cuda_draft_model(const core::EngineConfig&
   const std::string why = cuda_unsupported_reason(draft);
   TACHYON_CHECK(why.empty()) << "--draft-model " << config.speculative.draft_model << " cannot run on the GPU: " << why;
   core::EngineConfig draft_config = config;
-  draft_config.speculative = {};  // the draft runner verifies nothing
+  draft_config.speculative = {};  // the draft runner verifies nothing ...
+  // ... so its graphs are the decode buckets (the target's verify buckets exceed its rows).
+  std::erase_if(draft_config.device.cuda_graph_batch_sizes,
+                [&](int32_t rows) { return rows > core::max_decode_rows(draft_config); });
   const cuda::DeviceMemoryInfo memory = cuda::device_memory_info();
   draft_config.device.kv_cache_memory_bytes = static_cast<int64_t>(kDraftKvShare * static_cast<double>(memory.total));
   draft_config.device.model_identity = model_identity(config.speculative.draft_model, draft);
@@ -224,11 +227,11 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
   TACHYON_CHECK(tbo_refused.empty()) << tbo_refused;
   const std::string pcp_refused = runner::pcp_unsupported_reason(config, model_config);
   TACHYON_CHECK(pcp_refused.empty()) << pcp_refused;
-  if (config.device.prefill_context_parallel_size > 1) {  // whole-model CPU thread ranks (pcp_cpu_model_runner.h)
+  if (config.device.prefill_context_parallel_size > 1) {  // CPU thread ranks, --tp x --pcp (pcp_cpu_model_runner.h)
     config.device.kind = "cpu";  // auto resolves to the only device --pcp runs on
     return {std::make_unique<runner::PcpCpuModelRunner>(load_cpu_weights(model_dir, model_config, config),
                                                         config.device.prefill_context_parallel_size, config.num_blocks,
-                                                        config.block_size),
+                                                        config.block_size, config.device.tensor_parallel_size),
             model_config};
   }
   [[maybe_unused]] const bool dcp = config.device.decode_context_parallel_size > 1;  // auto: CPU thread ranks

@@ -96,7 +96,11 @@ Iteration run_iteration(engine::EngineCore& engine, const runner::ModelRunner& r
 
 void run_latency(const LatencyOptions& options) {
   core::DeviceConfig device = options.device;
+  // One graph for the batch's decode steps, and with k drafts one for its verify steps' rows
+  // (batch x (1 + k), each token a decode row: runner/step_inputs.h).
   device.cuda_graph_batch_sizes = {options.batch_size};
+  const int32_t k = options.speculative.enabled() ? options.speculative.num_speculative_tokens : 0;
+  if (k > 0) device.cuda_graph_batch_sizes.push_back(options.batch_size * (1 + k));
   BenchEngine bench = make_bench_engine(options.model_dir, device, options.speculative, options.batch_size,
                                         options.input_len + options.output_len, options.max_num_batched_tokens);
   const core::EngineConfig& config = bench.config;

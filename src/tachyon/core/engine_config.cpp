@@ -44,21 +44,37 @@ std::string EngineConfig::plan_hash() const {
   return hex;
 }
 
+int32_t max_decode_rows(const EngineConfig& config) {
+  const int64_t seqs = config.scheduler.max_num_seqs;
+  const int64_t k = std::max<int64_t>(config.speculative.num_speculative_tokens, 0);
+  const int64_t tokens = std::max(config.scheduler.max_num_batched_tokens, seqs);
+  return static_cast<int32_t>(std::min(tokens, seqs * (1 + k)));
+}
+
 std::vector<int32_t> cuda_graph_batch_sizes(const EngineConfig& config) {
   const int32_t max_seqs = static_cast<int32_t>(config.scheduler.max_num_seqs);
+  const int32_t max_rows = max_decode_rows(config);
   std::vector<int32_t> sizes = config.device.cuda_graph_batch_sizes;
   if (sizes.empty()) {
-    for (int32_t b : {1, 2, 4, 8}) {
-      if (b <= max_seqs) sizes.push_back(b);
+    // With drafts every small row count is a verify step of a few sequences (1 + k rows each):
+    // each gets its own graph rather than padding to the next power of two.
+    const bool verifies = max_rows > max_seqs;
+    for (int32_t b = 1; b <= 8; ++b) {
+      if (b <= max_rows && (verifies || (b & (b - 1)) == 0)) sizes.push_back(b);
     }
     for (int32_t b = 16; b <= max_seqs; b += 8) sizes.push_back(b);
-    if (sizes.empty() || sizes.back() != max_seqs) sizes.push_back(max_seqs);
+    if (sizes.back() < max_seqs) sizes.push_back(max_seqs);
+    // Verify steps' rows beyond max_num_seqs: steps of 8, coarser (64) past 256 rows.
+    for (int32_t b = sizes.back() + (sizes.back() < 256 ? 8 : 64); b < max_rows; b += b < 256 ? 8 : 64) {
+      sizes.push_back(b);
+    }
+    if (sizes.back() != max_rows) sizes.push_back(max_rows);
   }
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
   for (int32_t b : sizes) {
-    TACHYON_CHECK(b >= 1 && b <= max_seqs) << "CUDA graph batch size " << b << " is outside [1, max_num_seqs = "
-                                           << max_seqs << "]";
+    TACHYON_CHECK(b >= 1 && b <= max_rows) << "CUDA graph batch size " << b << " is outside [1, " << max_rows
+                                           << "] (max_num_seqs, times 1 + the speculative tokens)";
   }
   return sizes;
 }

@@ -83,8 +83,15 @@ struct EngineConfig {
   std::string plan_hash() const;
 };
 
-// The decode batch sizes that get a CUDA graph: config.device.cuda_graph_batch_sizes when
-// given (sorted, each in [1, max_num_seqs]), else 1, 2, 4, 8 then steps of 8 up to max_num_seqs.
+// The most decode rows one step carries: max_num_seqs, or with k draft tokens per sequence
+// max_num_seqs * (1 + k) bounded by the step's tokens (max(max_num_batched_tokens, max_num_seqs)):
+// a GPU verify step runs each of a sequence's 1 + k tokens as a decode row (runner/step_inputs.h).
+int32_t max_decode_rows(const EngineConfig& config);
+
+// The decode batch sizes (in rows) that get a CUDA graph: config.device.cuda_graph_batch_sizes
+// when given (sorted, each in [1, max_decode_rows]), else 1, 2, 4, 8 (every count up to 8 when
+// drafts are verified), then steps of 8 up to max_num_seqs, then (verify steps' extra rows)
+// steps of 8 up to 256 rows and of 64 beyond, up to max_decode_rows.
 std::vector<int32_t> cuda_graph_batch_sizes(const EngineConfig& config);
 
 }  // namespace tachyon::core

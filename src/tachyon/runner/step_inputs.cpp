@@ -54,16 +54,25 @@ bool is_decode_only(const core::StepPlan& plan) {
   });
 }
 
+bool runs_as_decode_rows(const core::StepPlan& plan) {
+  return !plan.empty() && std::all_of(plan.sequences.begin(), plan.sequences.end(), [](const auto& s) {
+    return s.sample && s.num_tokens == 1 + s.num_draft_tokens();
+  });
+}
+
 StepInputSummary fill_step_inputs(const core::StepPlan& plan, const StepInputLayout& layout,
                                   const StepInputLimits& limits, std::byte* staging, int32_t padded_seqs) {
   const int32_t num_tokens = static_cast<int32_t>(plan.num_tokens());
-  const int32_t num_seqs = static_cast<int32_t>(plan.sequences.size());
+  const bool rows_as_decodes = runs_as_decode_rows(plan);
+  // Attention sequences: one per row of a decode or verify step, else the plan's sequences.
+  const int32_t num_seqs = rows_as_decodes ? num_tokens : static_cast<int32_t>(plan.sequences.size());
   const int32_t padding = std::max(0, padded_seqs - num_seqs);
-  TACHYON_CHECK(padding == 0 || plan.empty() || is_decode_only(plan)) << "internal: only decode steps are padded";
+  TACHYON_CHECK(padding == 0 || plan.empty() || rows_as_decodes) << "internal: only decode and verify steps are padded";
   TACHYON_CHECK(num_tokens + padding <= limits.max_tokens)
       << "step of " << num_tokens + padding << " tokens exceeds max_num_batched_tokens " << limits.max_tokens;
   TACHYON_CHECK(num_seqs + padding <= limits.max_seqs)
-      << "step of " << num_seqs + padding << " sequences exceeds max_num_seqs " << limits.max_seqs;
+      << "step of " << num_seqs + padding << (rows_as_decodes ? " decode rows (sequences and their drafts)" : " sequences")
+      << " exceeds the " << limits.max_seqs << " this runner was sized for (max_num_seqs, times 1 + k when it verifies k drafts)";
 
   // Drafts add logits rows beyond one per sequence; the runner sized them from its k.
   TACHYON_CHECK(plan.logits_rows.size() + static_cast<size_t>(padding) <= static_cast<size_t>(limits.logits_rows_capacity()))
@@ -75,7 +84,7 @@ StepInputSummary fill_step_inputs(const core::StepPlan& plan, const StepInputLay
   summary.num_seqs = num_seqs + padding;
   summary.num_sampled = static_cast<int32_t>(plan.logits_rows.size());
   summary.num_logits_rows = summary.num_sampled + padding;
-  summary.decode_only = is_decode_only(plan);
+  summary.decode_only = rows_as_decodes;
 
   int32_t* token_ids = int32_at(staging, layout.token_ids);
   int32_t* positions = int32_at(staging, layout.positions);
@@ -91,20 +100,45 @@ StepInputSummary fill_step_inputs(const core::StepPlan& plan, const StepInputLay
   int32_t* context_lens = int32_at(staging, layout.context_lens);
   int32_t* query_starts = int32_at(staging, layout.query_starts);
   int32_t* block_tables = int32_at(staging, layout.block_tables);
-  bool leading = true;
-  for (int32_t s = 0; s < num_seqs; ++s) {
-    const core::ScheduledSequence& seq = plan.sequences[static_cast<size_t>(s)];
-    leading = leading && seq.num_tokens == 1;
-    if (leading) summary.num_decode_seqs = s + 1;
-    const int64_t context = seq.num_computed + seq.num_tokens;
-    TACHYON_CHECK(static_cast<int64_t>(seq.block_table.size()) <= layout.block_table_stride)
-        << "sequence of " << context << " tokens needs " << seq.block_table.size() << " KV blocks, more than the "
+  // Attention sequence a: `tokens` rows from token `first`, at context `context`, over `blocks`.
+  auto attention_sequence = [&](int32_t a, int64_t first, int64_t tokens, int64_t context,
+                                const std::vector<int32_t>& blocks, size_t num_blocks) {
+    TACHYON_CHECK(num_blocks <= static_cast<size_t>(layout.block_table_stride))
+        << "sequence of " << context << " tokens needs " << num_blocks << " KV blocks, more than the "
         << layout.block_table_stride << " that max_model_len allows";
-    context_lens[s] = static_cast<int32_t>(context);
-    query_starts[s] = static_cast<int32_t>(seq.first_token);
-    std::copy(seq.block_table.begin(), seq.block_table.end(), block_tables + static_cast<size_t>(s) * layout.block_table_stride);
-    summary.max_query_len = std::max(summary.max_query_len, static_cast<int32_t>(seq.num_tokens));
+    context_lens[a] = static_cast<int32_t>(context);
+    query_starts[a] = static_cast<int32_t>(first);
+    std::copy(blocks.begin(), blocks.begin() + static_cast<long>(num_blocks),
+              block_tables + static_cast<size_t>(a) * layout.block_table_stride);
+    summary.max_query_len = std::max(summary.max_query_len, static_cast<int32_t>(tokens));
     summary.max_context_len = std::max(summary.max_context_len, static_cast<int32_t>(context));
+  };
+  if (rows_as_decodes) {
+    int32_t row = 0;
+    for (const core::ScheduledSequence& seq : plan.sequences) {
+      TACHYON_CHECK(seq.first_token == row) << "internal: sequence " << seq.sequence_id << " starts at token "
+                                            << seq.first_token << ", expected " << row;
+      for (int64_t i = 0; i < seq.num_tokens; ++i, ++row) {
+        const int64_t context = seq.num_computed + i + 1;
+        // The blocks this row's context spans (all of them when the plan gives no block size).
+        const size_t spanned = plan.block_size > 0 ? static_cast<size_t>((context + plan.block_size - 1) / plan.block_size)
+                                                   : seq.block_table.size();
+        TACHYON_CHECK(spanned <= seq.block_table.size())
+            << "internal: sequence " << seq.sequence_id << " has " << seq.block_table.size() << " KV blocks for "
+            << context << " tokens";
+        attention_sequence(row, row, 1, context, seq.block_table, spanned);
+      }
+    }
+    summary.num_decode_seqs = num_seqs;
+  } else {
+    bool leading = true;
+    for (int32_t s = 0; s < num_seqs; ++s) {
+      const core::ScheduledSequence& seq = plan.sequences[static_cast<size_t>(s)];
+      leading = leading && seq.num_tokens == 1;
+      if (leading) summary.num_decode_seqs = s + 1;
+      attention_sequence(s, seq.first_token, seq.num_tokens, seq.num_computed + seq.num_tokens, seq.block_table,
+                         seq.block_table.size());
+    }
   }
   for (int32_t p = 0; p < padding; ++p) {
     const int32_t row = num_tokens + p;

@@ -15,7 +15,7 @@ namespace tachyon::runner {
 
 struct StepInputLimits {
   int32_t max_tokens = 0;          // tokens per step (max_num_batched_tokens, and >= max_seqs)
-  int32_t max_seqs = 0;            // sequences per step
+  int32_t max_seqs = 0;            // attention sequences per step (core::max_decode_rows when verifying drafts)
   int32_t max_blocks_per_seq = 0;  // ceil(max_model_len / block_size): the block-table stride
   size_t sampling_row_bytes = 0;   // size of one sampling row (kernels/cuda/sampling.h)
   // Logits (= sampled) rows per step: one per sampled sequence plus one per draft token it
@@ -46,24 +46,32 @@ struct StepInputLayout {
 
 struct StepInputSummary {
   int32_t num_tokens = 0;       // rows of the forward, padding included
-  int32_t num_seqs = 0;         // sequences, padding included
+  int32_t num_seqs = 0;         // attention sequences (a verify step's rows each count), padding included
   int32_t num_logits_rows = 0;  // rows of the LM head (padding included for graphs)
   int32_t num_sampled = 0;      // real sampled rows (the first num_sampled logits rows; 1 + k per sequence)
   int32_t max_query_len = 0;
   int32_t max_context_len = 0;
   int32_t num_decode_seqs = 0;  // leading sequences that run one token (the scheduler puts decodes first)
   int32_t num_deferred = 0;     // tokens the runner takes from the previous step's sampled rows
-  bool decode_only = false;     // every sequence runs one token and samples it
+  bool decode_only = false;     // every attention sequence runs one token and samples it (verify rows too)
   size_t bytes_used = 0;        // prefix of the staging buffer to copy (before the variable tail)
 };
 
 // True when the plan is a pure decode step: one token per sequence, each sampled.
 bool is_decode_only(const core::StepPlan& plan);
 
-// Writes the plan's arrays at the layout's offsets in `staging`. padded_seqs > plan size (decode
-// steps replayed from a graph of that batch size) appends padding sequences: token 0 at
-// position 0, slot -1, context length 0, logits row = its own row. Checks every capacity and
-// throws Error naming the limit when the plan exceeds one.
+// True when every sequence of the plan runs its last known token and its drafts, and is sampled:
+// a decode step, or a verify step of speculative decoding (runner/model_runner.h).
+bool runs_as_decode_rows(const core::StepPlan& plan);
+
+// Writes the plan's arrays at the layout's offsets in `staging`. A plan that runs_as_decode_rows
+// is laid out as one attention sequence per token: a sequence's row i (its last known token, then
+// draft i - 1) is a decode at context num_computed + i + 1 over the sequence's blocks, so a verify
+// step runs the decode kernels and graphs, and row i attends exactly as the plain decode at that
+// position would (the rows before it in the step wrote their K/V first, as the earlier steps of
+// a plain run would have). padded_seqs > the rows (steps replayed from a graph of that batch
+// size) appends padding rows: token 0 at position 0, slot -1, context length 0, logits row = its
+// own row. Checks every capacity and throws Error naming the limit when the plan exceeds one.
 StepInputSummary fill_step_inputs(const core::StepPlan& plan, const StepInputLayout& layout,
                                   const StepInputLimits& limits, std::byte* staging, int32_t padded_seqs = 0);
 

@@ -77,7 +77,9 @@ CudaModelRunner::~CudaModelRunner() {
 void CudaModelRunner::plan_memory(const core::EngineConfig& config) {
   const model::ModelConfig& c = weights_.config();
   const core::SchedulerConfig& s = config.scheduler;
-  limits_.max_seqs = static_cast<int32_t>(s.max_num_seqs);
+  // Attention sequences: a verify step runs each of a sequence's 1 + k tokens as a decode row
+  // (runner/step_inputs.h), so with speculation there are up to max_decode_rows of them.
+  limits_.max_seqs = core::max_decode_rows(config);
   limits_.max_tokens = static_cast<int32_t>(std::max(s.max_num_batched_tokens, s.max_num_seqs));
   limits_.max_blocks_per_seq = static_cast<int32_t>((s.max_model_len + config.block_size - 1) / config.block_size);
   limits_.sampling_row_bytes = sizeof(kc::SamplingRow);
@@ -292,15 +294,15 @@ void CudaModelRunner::launch(const core::StepPlan& plan) {
   step.index = steps_launched_++;
   std::byte* staging = static_cast<std::byte*>(staging_host_[step.index % kInFlight].data());
   const StepEvents& events = events_[step.index % 3];
-  // A decode step is padded to its batch bucket and replays that bucket's graph. With
-  // --enforce-eager it is padded the same way and runs eagerly, so graphs and eager run the
-  // same kernels on the same shapes and give the same tokens. The rest run eagerly as planned,
-  // steps with drafts among them (a sequence with k drafts runs 1 + k tokens: not a decode).
+  // A decode step, or a verify step (its rows laid out as decodes: step_inputs.h), is padded to
+  // its bucket of rows and replays that bucket's graph. With --enforce-eager it is padded the
+  // same way and runs eagerly, so graphs and eager run the same kernels on the same shapes and
+  // give the same tokens. The rest (prefill and mixed steps) run eagerly as planned.
   cudaGraphExec_t graph = nullptr;
   int32_t padded = 0;
-  if (is_decode_only(plan)) {
+  if (runs_as_decode_rows(plan)) {
     auto bucket = std::lower_bound(graph_batch_sizes_.begin(), graph_batch_sizes_.end(),
-                                   static_cast<int32_t>(plan.sequences.size()));
+                                   static_cast<int32_t>(plan.num_tokens()));
     if (bucket != graph_batch_sizes_.end()) {
       padded = *bucket;
       auto captured = graphs_.find(padded);

@@ -13,13 +13,15 @@
 // sampling_inputs.h): a row's draw does not depend on whether earlier drafts are accepted, so
 // nothing waits for the host between rows. wait() then applies the CPU reference's rule
 // (runner/plan_sampling.h, draft_acceptance.h) to each sequence's rows: an accepted row emits
-// its draft, and the first rejected row's own token (or row k's) ends the list. The tokens are
-// the plain run's, except where the verify step's prefill-shaped forward rounds bf16 otherwise
-// than a decode step and flips a near tie. Steps with drafts run eagerly: a sequence of 1 + k
-// tokens is not a decode, and no graph is captured for verify steps (not built yet). Logits
-// rows, sampler rows and their staging and download buffers are sized for
+// its draft, and the first rejected row's own token (or row k's) ends the list. A verify step
+// (every sequence runs its last known token and its drafts) is laid out as decode rows, row i
+// at context num_computed + i + 1 (step_inputs.h): it runs the decode kernels and replays the
+// decode graph of its bucket of rows, so each row attends as the plain decode at its position
+// does. The tokens are the plain run's, except where a GEMM over more rows rounds bf16 otherwise
+// than the plain step's and flips a near tie. Logits rows, sampler rows, attention sequences and
+// their staging and download buffers are sized for core::max_decode_rows =
 // min(max_num_batched_tokens, max_num_seqs * (1 + k)) rows, k from config.speculative:
-// max_num_seqs rows without speculation, as before.
+// max_num_seqs rows without speculation, as before; the graph buckets reach it too.
 // Two steps may be in flight (asynchronous scheduling, model_runner.h): each has its own pinned
 // staging and download buffers and events; the device-side staging, workspace and sampler output
 // are shared and used in stream order. A step's deferred tokens are resolved on the device from
@@ -88,7 +90,7 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
 
   int32_t num_blocks() const { return num_blocks_; }
   size_t weight_bytes() const { return weights_.bytes(); }
-  int64_t graph_replays() const { return graph_replays_; }  // decode steps served by a graph
+  int64_t graph_replays() const { return graph_replays_; }  // decode and verify steps served by a graph
   const std::vector<int32_t>& graph_batch_sizes() const { return graph_batch_sizes_; }
   // Tests and debugging only: the f32 logits [rows, vocab] of the last step's first `rows`
   // logits rows, drafts' rows included (a D2H copy outside the step path).
@@ -169,7 +171,7 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   int64_t steps_launched_ = 0;  // steps with work so far
   int64_t last_waited_ = -1;    // index of the last step with work that wait() returned
   std::vector<int32_t> graph_batch_sizes_;
-  std::map<int32_t, cudaGraphExec_t> graphs_;  // decode batch size -> instantiated graph
+  std::map<int32_t, cudaGraphExec_t> graphs_;  // decode rows (bucket) -> instantiated graph
   int64_t graph_replays_ = 0;
   std::map<std::pair<LinearRole, int64_t>, bool> gemv_choice_;  // (role, m) -> our GEMV is faster
   // Around each step's device work; three sets, so that the step before the one being waited on
