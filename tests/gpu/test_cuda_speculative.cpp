@@ -476,9 +476,12 @@ TEST_P(CudaSpeculativeRunner, VerifyStepsInGraphsEqualEagerOnes) {
   const int64_t vocab = mc.vocab_size;
   model::SafetensorsCheckpoint checkpoint(dir);
   const model::Bf16ModelWeights weights = model::load_weights_bf16(mc, checkpoint);
-  core::EngineConfig eager_config = speculative_config(3);
+  // Two runners in one process: each gets a fixed KV cache (the utilization budget is the GPU's).
+  core::EngineConfig graph_config = speculative_config(3);
+  graph_config.device.kv_cache_memory_bytes = int64_t{256} << 20;
+  core::EngineConfig eager_config = graph_config;
   eager_config.device.enforce_eager = true;
-  CudaModelRunner graphs(weights, speculative_config(3));
+  CudaModelRunner graphs(weights, graph_config);
   CudaModelRunner eager(weights, eager_config);
   ASSERT_EQ(graphs.graph_batch_sizes(), eager.graph_batch_sizes());
   SamplingParams greedy;
