@@ -2,7 +2,10 @@
 # Scores the canary with speculative decoding and requires every completion to equal the plain
 # run's (greedy: exact verification must not change a token), printing the acceptance the server
 # measured. Used by ctest (CPU) and scripts/gpu-test.sh (--device cuda).
-#   scripts/canary-speculative.sh TACHYON PLAIN_EVAL_JSON OUT_DIR LIMIT [serve args...]
+#   [CANARY_MODEL=DIR] scripts/canary-speculative.sh TACHYON PLAIN_EVAL_JSON OUT_DIR LIMIT [serve args...]
+# CANARY_MODEL: the model served (default "-", the built-in canary). LIMIT may be below the plain
+# run's: its first LIMIT problems are compared (the task's first K problems are the same whatever
+# its size, tools/make_canary_task.py).
 set -euo pipefail
 TACHYON=$1
 PLAIN=$2
@@ -10,5 +13,5 @@ OUT=$3
 LIMIT=$4
 shift 4
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-"$ROOT/scripts/canary-eval.sh" "$TACHYON" - "$OUT" "$LIMIT" "$@" > "$OUT.log" 2>&1 || { cat "$OUT.log"; exit 1; }
-python3 "$ROOT/tools/compare_eval_samples.py" "$PLAIN" "$OUT/eval.json" "$OUT/metrics.txt"
+"$ROOT/scripts/canary-eval.sh" "$TACHYON" "${CANARY_MODEL:--}" "$OUT" "$LIMIT" "$@" > "$OUT.log" 2>&1 || { cat "$OUT.log"; exit 1; }
+python3 "$ROOT/tools/compare_eval_samples.py" --prefix "$PLAIN" "$OUT/eval.json" "$OUT/metrics.txt"

@@ -15,6 +15,9 @@ positions), and after an answer it writes "\\n\\n" or <|endoftext|>, both of whi
   python3 tools/train_canary.py --out /tmp/canary-model            # ~3-5 minutes on an H200
   python3 tools/train_canary.py --steps 200 --out /tmp/smoke         # a quick smoke run
 
+tools/train_mtp_canary.py imports its data code (the block packing, the schedule), so transformers and
+tokenizers are imported where they are used, not at the top.
+
 The accuracy printed at the end is greedy exact match ("#### N") on test problems, computed with
 the weights as saved (--dtype), 0-shot and 3-shot (the first 3 test problems as shots, as
 `tachyon eval --few-shot 3` does).
@@ -30,8 +33,6 @@ import sys
 import time
 
 import torch
-from tokenizers import Tokenizer
-from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
 TOOLS = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, TOOLS)
@@ -77,6 +78,7 @@ def make_blocks(problems, sep, eos_id, block, rng):
 
 
 def make_model(vocab_size, eos_id, args):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
     config = Qwen3Config(
         vocab_size=vocab_size, hidden_size=args.hidden, num_hidden_layers=args.layers,
         num_attention_heads=args.heads, num_key_value_heads=args.kv_heads, head_dim=64,
@@ -130,6 +132,8 @@ def accuracy(model, tok, records, shots, eos_id, device, batch=256):
 
 
 def main():
+    from tokenizers import Tokenizer
+    from transformers import GenerationConfig, Qwen3ForCausalLM
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="folder for the HF model")
     parser.add_argument("--seed", type=int, default=0, help="task seed and torch seed")
