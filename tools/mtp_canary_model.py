@@ -164,7 +164,9 @@ class Moe(nn.Module):
         t = x.reshape(-1, shape[-1])
         weights, chosen = self.route(t)
         if self.training:
-            self.last_load = torch.bincount(chosen.flatten(), minlength=weights.shape[1]).float()
+            # scatter_add, not bincount: bincount reads its input's max back to the host (a sync per layer).
+            ones = torch.ones(chosen.numel(), device=chosen.device)
+            self.last_load = torch.zeros(weights.shape[1], device=chosen.device).scatter_add_(0, chosen.flatten(), ones)
         gate = torch.einsum("nh,eih->nei", t, self.gate_proj.to(t.dtype))
         up = torch.einsum("nh,eih->nei", t, self.up_proj.to(t.dtype))
         act = F.silu(gate) * up * weights.to(t.dtype).unsqueeze(-1)  # unchosen experts weigh 0
@@ -303,12 +305,19 @@ def layer_tensors(prefix, layer):
 
 
 # The safetensors format: 8-byte little-endian header length, a JSON header {name: {dtype, shape,
-# data_offsets}}, then the raw bytes. Written by hand (20 lines) so the scripts need no package.
+# data_offsets}}, then the raw bytes. Written and read here too, so the scripts run without the package.
 DTYPES = {torch.bfloat16: "BF16", torch.float32: "F32"}
 
 
 def save_safetensors(path, tensors):
-    """tensors: {name: tensor} in the dtype each is to be stored in."""
+    """tensors: {name: tensor} in the dtype each is to be stored in. The `safetensors` package when
+    importable, else the format written here."""
+    try:
+        from safetensors.torch import save_file
+        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, path, metadata={"format": "pt"})
+        return
+    except ImportError:
+        pass
     header, blobs, offset = {}, [], 0
     for name in sorted(tensors):
         t = tensors[name].detach().cpu().contiguous()
@@ -344,5 +353,5 @@ def load_safetensors(path):
 def checkpoint_tensors(model):
     """What model.safetensors holds: bf16, except the routing biases in f32 (as DeepSeek-V3 stores
     them: a bias is added to scores in [0, 1] to choose experts, and bf16 would round it coarsely)."""
-    return {name: t.detach().float() if name.endswith("e_score_correction_bias") else t.detach().to(torch.bfloat16)
-            for name, t in model.state_for_checkpoint().items()}
+    return {name: (t.detach().float() if name.endswith("e_score_correction_bias") else t.detach().to(torch.bfloat16))
+            .cpu().contiguous().clone() for name, t in model.state_for_checkpoint().items()}
