@@ -3,38 +3,16 @@
 // the greedy ids of --tp 1 on tiny DeepSeek-V3.2 over a prompt past its top-8; untested
 // combinations exit 1 with one line naming why (a dense model, --dcp not dividing --tp, FP8 KV).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <string>
 
-#include "../cli_run.h"
+#include "cli_tiny_model_test.h"
 
 namespace tachyon {
 namespace {
 
-class CliDcpTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("tachyon-cli-dcp-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  std::string make(const std::string& arch, const std::string& preset) {
-    EXPECT_EQ(testing::run_cli("make-model --arch " + arch + " --preset " + preset + " --seed 3 --out " + dir_.string())
-                  .exit_code,
-              0);
-    return "generate " + dir_.string() + " --device cpu --max-tokens 6 --prompt-ids " +
-           "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20";
-  }
-
-  static std::string first_line(const testing::CliRun& r) { return r.output.substr(0, r.output.find('\n')); }
-
-  std::filesystem::path dir_;
-};
+using CliDcpTest = testing::CliTinyModelTest;
 
 TEST_F(CliDcpTest, DcpRanksPrintTheOneRankIds) {
   const std::string args = make("deepseek_v32", "tiny-dsa");
@@ -56,7 +34,6 @@ TEST_F(CliDcpTest, UntestedCombinationsExitWithTheReason) {
   r = testing::run_cli(dsa + " --tp 2 --dcp 2 --kv-cache-dtype fp8");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("--kv-cache-dtype fp8 is not verified"), std::string::npos) << r.output;
-  std::filesystem::remove_all(dir_);
   const std::string dense = make("llama", "tiny");
   r = testing::run_cli(dense + " --tp 2 --dcp 2");
   EXPECT_EQ(r.exit_code, 1) << r.output;

@@ -7,7 +7,7 @@ namespace tachyon::runner {
 
 std::string pcp_unsupported_reason(const core::EngineConfig& config, const model::ModelConfig& model) {
   const core::DeviceConfig& device = config.device;
-  const int pcp = device.prefill_context_parallel_size;
+  const int pcp = device.prefill_context_parallel_size, tp = device.tensor_parallel_size;
   std::ostringstream why;
   const std::string flag = "--pcp " + std::to_string(pcp);
   if (pcp < 1) {
@@ -21,9 +21,12 @@ std::string pcp_unsupported_reason(const core::EngineConfig& config, const model
         << "such as Llama and the latent-attention models DeepSeek-V3, V3.2 and GLM-5 are)";
   } else if (device.kind == "cuda") {
     why << flag << " runs on CPU thread ranks only (--device cpu): the GPU's grouped gather is not built";
-  } else if (device.tensor_parallel_size > 1) {
-    why << flag << " with --tp " << device.tensor_parallel_size
-        << " is not verified by any test yet (PCP ranks hold the whole model)";
+  } else if (tp > 1 && !model.is_mla()) {
+    why << flag << " with --tp " << tp << " is verified on the latent-attention models only (DeepSeek-V3, V3.2, "
+        << "GLM-5); " << model.architecture << " is not";
+  } else if (tp > 1 && !((tp == 2 && (pcp == 2 || pcp == 3)) || (tp == 4 && pcp == 2))) {
+    why << flag << " with --tp " << tp << " is not verified by any test yet (--tp 2 --pcp 2, --tp 2 --pcp 3 and "
+        << "--tp 4 --pcp 2 are)";
   } else if (device.data_parallel_size > 1) {
     why << flag << " with --dp " << device.data_parallel_size << " is not verified by any test yet";
   } else if (device.decode_context_parallel_size > 1) {

@@ -4,25 +4,26 @@
 #include <algorithm>
 
 #include "tachyon/base/check.h"
+#include "tachyon/model/tp_shard.h"
 #include "tachyon/runner/pcp_attention_backend.h"
 #include "tachyon/runner/pcp_plan.h"
 #include "tachyon/runner/plan_sampling.h"
 
 namespace tachyon::runner {
 
-std::vector<float> run_pcp_rank_step(const model::DenseModel& model, PagedKvCache& cache, const core::StepPlan& plan,
-                                     dist::Communicator& group) {
+std::vector<float> run_pcp_rank_step(const model::ModelConfig& config, const PcpRankForward& forward,
+                                     PagedKvCache& cache, const core::StepPlan& plan, dist::Communicator& group) {
   const PcpPlan pcp = build_pcp_plan(plan, group.size());
   if (!pcp.split) {  // decode: every rank runs the whole step (replicated)
-    PagedAttentionBackend attention(model.config(), cache, plan);
-    return model.forward({plan.token_ids, plan.positions, plan.logits_rows}, attention);
+    PagedAttentionBackend attention(config, cache, plan);
+    return forward({plan.token_ids, plan.positions, plan.logits_rows}, attention);
   }
   const int rank = group.rank(), size = group.size();
   const core::StepPlan& local = pcp.local[static_cast<size_t>(rank)];
-  PcpAttentionBackend attention(model.config(), cache, plan, pcp, group);
-  const std::vector<float> mine = model.forward({local.token_ids, local.positions, local.logits_rows}, attention);
+  PcpAttentionBackend attention(config, cache, plan, pcp, group);
+  const std::vector<float> mine = forward({local.token_ids, local.positions, local.logits_rows}, attention);
   // Every rank's logits rows, in rank order, then back in the plan's order.
-  const size_t vocab = static_cast<size_t>(model.config().vocab_size);
+  const size_t vocab = static_cast<size_t>(config.vocab_size);
   std::vector<size_t> counts(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) counts[static_cast<size_t>(r)] = pcp.logits_row_of[static_cast<size_t>(r)].size() * vocab * sizeof(float);
   std::vector<float> gathered(plan.logits_rows.size() * vocab);
@@ -39,12 +40,34 @@ std::vector<float> run_pcp_rank_step(const model::DenseModel& model, PagedKvCach
   return logits;
 }
 
+std::vector<float> run_pcp_rank_step(const model::DenseModel& model, PagedKvCache& cache, const core::StepPlan& plan,
+                                     dist::Communicator& group) {
+  const PcpRankForward forward = [&](const model::ForwardBatch& batch, model::AttentionBackend& attention) {
+    return model.forward(batch, attention);
+  };
+  return run_pcp_rank_step(model.config(), forward, cache, plan, group);
+}
+
+PcpCpuModelRunner::Rank::Rank(dist::ProcessGroups process_groups, const model::ModelWeights* full,
+                              const model::ModelConfig& config, int32_t num_blocks, int32_t block_size)
+    : groups(std::move(process_groups)),
+      pcp(*groups.pcp),
+      tp(*groups.tp),
+      shard(full ? std::make_unique<model::TpDenseModel>(
+                       model::shard_weights(*full, groups.tp->rank(), groups.tp->size()), tp)
+                 : nullptr),
+      cache(shard ? shard->config() : config, num_blocks, block_size) {}
+
 PcpCpuModelRunner::PcpCpuModelRunner(model::ModelWeights weights, int pcp_size, int32_t num_blocks,
-                                     int32_t block_size)
-    : model_(std::move(weights)), world_(pcp_size), workers_(pcp_size) {
+                                     int32_t block_size, int tp_size)
+    : config_(weights.config),
+      groups_((model::check_tp_size(weights.config, tp_size), dist::ParallelConfig{.tp = tp_size, .pcp = pcp_size})),
+      workers_(pcp_size * tp_size) {
   TACHYON_CHECK(pcp_size >= 2) << "PcpCpuModelRunner needs a prefill context parallel size >= 2, got " << pcp_size;
-  for (int r = 0; r < pcp_size; ++r) {
-    ranks_.push_back(std::make_unique<Rank>(world_, r, model_.config(), num_blocks, block_size));
+  if (tp_size == 1) whole_ = std::make_unique<model::DenseModel>(std::move(weights));
+  for (int r = 0; r < pcp_size * tp_size; ++r) {  // global rank r = pcp_rank * tp + tp_rank (dist::RankLayout)
+    ranks_.push_back(std::make_unique<Rank>(groups_.make(r), whole_ ? nullptr : &weights, config_, num_blocks,
+                                            block_size));
   }
 }
 
@@ -56,8 +79,16 @@ core::StepOutput PcpCpuModelRunner::run(const core::StepPlan& plan) {
       << "prefill context parallelism runs plain steps only (no drafts, no hidden states): untested";
   workers_.run([&](int rank) {
     Rank& me = *ranks_[static_cast<size_t>(rank)];
-    me.comm.reset();
-    me.logits = run_pcp_rank_step(model_, me.cache, plan, me.comm);
+    me.pcp.reset();
+    me.tp.reset();
+    if (!me.shard) {
+      me.logits = run_pcp_rank_step(*whole_, me.cache, plan, me.pcp);
+      return;
+    }
+    const PcpRankForward forward = [&](const model::ForwardBatch& batch, model::AttentionBackend& attention) {
+      return me.shard->forward(batch, attention);
+    };
+    me.logits = run_pcp_rank_step(me.shard->config(), forward, me.cache, plan, me.pcp);
   });
   return sample_plan_rows(plan, ranks_[0]->logits, vocab_size());
 }

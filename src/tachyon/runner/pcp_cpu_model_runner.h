@@ -1,66 +1,93 @@
 // PcpCpuModelRunner: prefill context parallelism on CPU thread ranks
-// (--prefill-context-parallel-size N / --pcp N, docs/parallelism.md). N ranks, each a worker
-// thread (RankWorkers) with its own whole PagedKvCache and CpuCommunicator; they share one
-// read-only DenseModel (the forward is const, as the DCP tests already share one over threads).
+// (--prefill-context-parallel-size N / --pcp N, docs/parallelism.md), optionally over tensor
+// parallel ranks (--tp T --pcp N: T x N ranks). Each rank is a worker thread (RankWorkers) with
+// its own PagedKvCache holding every token of the step and its communicators. At --tp 1 the N
+// ranks share one read-only DenseModel (the forward is const, as the DCP tests already share one
+// over threads); at --tp T each rank holds its TpDenseModel shard (model/tp_shard.h).
+//
+// Rank layout (dist::RankLayout of ParallelConfig{tp = T, pcp = N}, as vLLM and SGLang lay them
+// out): tp is the fastest index, global rank = pcp_rank * T + tp_rank. So a TP group is T
+// consecutive ranks (one PCP rank's model, the fastest links) and a PCP group is the N ranks of
+// one tp_rank, stride T: the grouped gather of a layer runs among ranks holding the same heads.
 //
 // A step with a row count above one in some sequence (a prefill chunk) is split by
-// build_pcp_plan (runner/pcp_plan.h, dual-chunk): each rank runs the forward of its own rows
-// only (embedding, projections, MLP/MoE, LM head), attention gathers the layer's rows once per
-// layer (pcp_attention_backend.h) so every rank's cache holds the whole step, and after the LM
-// head one all_gatherv of the logits rows puts them back in the plan's order, rank 0 sampling
-// as the one-rank runner does. The rows are re-ordered after the LM head rather than before it:
-// a rank's LM head then runs on its own logits rows only, and only those rows (one per prompt
-// that ends in the chunk) travel, not every row's hidden state.
-// A step of one row per sequence (decode) runs replicated: every rank runs the whole plan on its
-// own cache with no collective, and rank 0's logits are sampled.
-// Tests: tests/unit/test_pcp_families.cpp.
+// build_pcp_plan (runner/pcp_plan.h, dual-chunk): the T ranks of PCP rank p all run p's rows
+// (embedding, projections, MLP/MoE, LM head; their TP collectives carry those rows only),
+// attention gathers the layer's rows once per layer within the PCP group
+// (pcp_attention_backend.h; under TP each rank gathers its own shard's rows: an MLA latent is
+// whole on every TP rank, so the same latent rows), and after the LM head one all_gatherv of the
+// logits rows puts them back in the plan's order, global rank 0 sampling as the one-rank runner
+// does. The rows are re-ordered after the LM head rather than before it: a rank's LM head then
+// runs on its own logits rows only, and only those rows (one per prompt that ends in the chunk)
+// travel, not every row's hidden state.
+// A step of one row per sequence (decode) runs replicated over the PCP groups: every TP group
+// runs the whole plan on its own cache with no PCP collective, and rank 0's logits are sampled.
+// Tests: tests/unit/test_pcp_families.cpp, test_pcp_tp.cpp (--tp x --pcp).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "tachyon/dist/counting_communicator.h"
-#include "tachyon/dist/cpu_communicator.h"
+#include "tachyon/dist/cpu_process_groups.h"
 #include "tachyon/model/dense_model.h"
+#include "tachyon/model/tp_dense_model.h"
 #include "tachyon/runner/model_runner.h"
 #include "tachyon/runner/paged_attention_backend.h"
 #include "tachyon/runner/rank_workers.h"
 
 namespace tachyon::runner {
 
-// One PCP rank's step: rank group.rank()'s rows of `plan` through `model` over `cache` (whole),
-// returning the logits of every plan.logits_rows row in plan order. Split steps make one
-// all_gatherv per layer and one for the logits; unsplit steps none.
+// A rank's forward: the whole DenseModel's, or a TP rank's TpDenseModel's (its TP collectives inside).
+using PcpRankForward = std::function<std::vector<float>(const model::ForwardBatch&, model::AttentionBackend&)>;
+
+// One PCP rank's step: rank group.rank()'s rows of `plan` through `forward` (of a model whose
+// config, the rank's, is `config`) over `cache` (every token), returning the logits of every
+// plan.logits_rows row in plan order. `group` is the PCP group. Split steps make one all_gatherv
+// per layer and one for the logits on it; unsplit steps none.
+std::vector<float> run_pcp_rank_step(const model::ModelConfig& config, const PcpRankForward& forward,
+                                     PagedKvCache& cache, const core::StepPlan& plan, dist::Communicator& group);
+// The same for a whole model (--tp 1).
 std::vector<float> run_pcp_rank_step(const model::DenseModel& model, PagedKvCache& cache, const core::StepPlan& plan,
                                      dist::Communicator& group);
 
 class PcpCpuModelRunner : public SynchronousModelRunner {
  public:
-  PcpCpuModelRunner(model::ModelWeights weights, int pcp_size, int32_t num_blocks, int32_t block_size);
+  // tp_size > 1 shards `weights` over each PCP rank's TP group (model::check_tp_size first).
+  PcpCpuModelRunner(model::ModelWeights weights, int pcp_size, int32_t num_blocks, int32_t block_size,
+                    int tp_size = 1);
   ~PcpCpuModelRunner() override;
   PcpCpuModelRunner(const PcpCpuModelRunner&) = delete;
   PcpCpuModelRunner& operator=(const PcpCpuModelRunner&) = delete;
 
-  int64_t vocab_size() const override { return model_.config().vocab_size; }
-  int pcp_size() const { return world_.size(); }
-  // Rank r's collectives of the last step (dist::CountingCommunicator).
-  const dist::CollectiveCounts& rank_counts(int rank) const { return ranks_[static_cast<size_t>(rank)]->comm.counts(); }
+  int64_t vocab_size() const override { return config_.vocab_size; }
+  int pcp_size() const { return groups_.layout().config().pcp; }
+  int tp_size() const { return groups_.layout().config().tp; }
+  // Global rank r's collectives of the last step on its PCP group (dist::CountingCommunicator).
+  const dist::CollectiveCounts& rank_counts(int rank) const { return ranks_[static_cast<size_t>(rank)]->pcp.counts(); }
+  // The same on its TP group (none at --tp 1).
+  const dist::CollectiveCounts& rank_tp_counts(int rank) const { return ranks_[static_cast<size_t>(rank)]->tp.counts(); }
 
  protected:
   core::StepOutput run(const core::StepPlan& plan) override;
 
  private:
   struct Rank {
-    Rank(dist::CpuWorld& world, int rank, const model::ModelConfig& config, int32_t num_blocks, int32_t block_size)
-        : inner(world, rank), comm(inner), cache(config, num_blocks, block_size) {}
-    dist::CpuCommunicator inner;
-    dist::CountingCommunicator comm;
+    // full: the weights to shard at --tp > 1; null at --tp 1, where the cache is built from `config`.
+    Rank(dist::ProcessGroups process_groups, const model::ModelWeights* full, const model::ModelConfig& config,
+         int32_t num_blocks, int32_t block_size);
+    dist::ProcessGroups groups;
+    dist::CountingCommunicator pcp;  // counts groups.pcp's calls
+    dist::CountingCommunicator tp;   // counts groups.tp's calls
+    std::unique_ptr<model::TpDenseModel> shard;  // this rank's TP shard; null at --tp 1 (the shared whole model)
     PagedKvCache cache;
     std::vector<float> logits;
   };
 
-  model::DenseModel model_;
-  dist::CpuWorld world_;
+  model::ModelConfig config_;                  // the whole model's
+  std::unique_ptr<model::DenseModel> whole_;   // at --tp 1, shared by the ranks; else null
+  dist::CpuProcessGroups groups_;
   std::vector<std::unique_ptr<Rank>> ranks_;
   RankWorkers workers_;  // last: its threads stop before the ranks they use are destroyed
 };

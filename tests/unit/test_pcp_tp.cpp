@@ -1,0 +1,192 @@
+// Prefill context parallelism over tensor-parallel ranks (--tp T --pcp P, T x P CPU thread ranks)
+// against the unsplit one-rank run, on tiny DeepSeek-V3 (MLA), DeepSeek-V3.2 and GLM-5 (DSA,
+// top-8; a 36-token prompt, past the top-k):
+//   layout  tp is the fastest index: global rank = pcp_rank * T + tp_rank, a TP group is T
+//           consecutive ranks, a PCP group the P ranks of one tp_rank (dist::RankLayout);
+//   groups  (T, P) = (2, 2), (2, 3), (4, 2) over hand-built plans (a prompt in chunks after cached
+//           tokens, then decodes): every rank's logits within 1e-5 of the logit scale of the single
+//           cache's, the tolerance of PCP alone (test_pcp_families.cpp says why not bit for bit);
+//   counts  a split step makes exactly layers + 1 all_gatherv on the PCP group (the latent, index
+//           keys and positions of a layer in one; then the logits rows) and on the TP group the TP
+//           seams only (1 + 2 x layers all-reduces, one all_gather of the LM head's slices),
+//           carrying the PCP rank's own rows only; a decode step no PCP collective;
+//   engine  EngineCore over PcpCpuModelRunner(tp = 2, pcp = 2) gives CpuModelRunner's greedy tokens
+//           and top-5 logprobs within 1e-4 with chunked prefill and prefix-cache hits;
+//   refusals the combinations no test here covers are refused at start-up by name.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../model_test_util.h"
+#include "../moe_test_util.h"
+#include "pcp_test_steps.h"
+#include "tachyon/dist/counting_communicator.h"
+#include "tachyon/dist/cpu_process_groups.h"
+#include "tachyon/model/make_model.h"
+#include "tachyon/model/tp_dense_model.h"
+#include "tachyon/model/tp_shard.h"
+#include "tachyon/runner/cpu_model_runner.h"
+#include "tachyon/runner/pcp_checks.h"
+#include "tachyon/runner/pcp_cpu_model_runner.h"
+#include "tachyon/runner/pcp_plan.h"
+
+namespace tachyon::runner::pcp_test {
+namespace {
+
+struct MlaFamily {
+  const char* arch;
+  const char* preset;
+};
+constexpr MlaFamily kMlaFamilies[] = {
+    {"deepseek_v3", "tiny-deepseek"}, {"deepseek_v32", "tiny-dsa"}, {"glm_moe_dsa", "tiny-glm-dsa"}};
+
+struct Grid {
+  int tp;
+  int pcp;
+};
+constexpr Grid kGrids[] = {{2, 2}, {2, 3}, {4, 2}};
+
+struct GridRun {
+  std::vector<std::vector<float>> logits;                       // [global rank] every step's logits
+  std::vector<std::vector<dist::CollectiveCounts>> pcp_counts;  // [global rank][step]
+  std::vector<std::vector<dist::CollectiveCounts>> tp_counts;   // [global rank][step]
+};
+
+// Every global rank of the T x P grid on its own thread: its TP shard, its whole cache, each
+// step through run_pcp_rank_step with its PCP group, collectives counted per group.
+GridRun grid_run(const model::ModelWeights& full, const std::vector<core::StepPlan>& plans, Grid grid) {
+  const int world = grid.tp * grid.pcp;
+  dist::CpuProcessGroups groups(dist::ParallelConfig{.tp = grid.tp, .pcp = grid.pcp});
+  GridRun run{std::vector<std::vector<float>>(static_cast<size_t>(world)),
+              std::vector<std::vector<dist::CollectiveCounts>>(static_cast<size_t>(world)),
+              std::vector<std::vector<dist::CollectiveCounts>>(static_cast<size_t>(world))};
+  std::vector<dist::ProcessGroups> rank_groups;
+  for (int r = 0; r < world; ++r) rank_groups.push_back(groups.make(r));
+  std::vector<std::string> errors(static_cast<size_t>(world));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        const dist::ProcessGroups& mine = rank_groups[static_cast<size_t>(r)];
+        dist::CountingCommunicator tp(*mine.tp), pcp(*mine.pcp);
+        const model::TpDenseModel model(model::shard_weights(full, tp.rank(), tp.size()), tp);
+        PagedKvCache cache(model.config(), kNumBlocks, kBlockSize);
+        const PcpRankForward forward = [&](const model::ForwardBatch& batch, model::AttentionBackend& attention) {
+          return model.forward(batch, attention);
+        };
+        for (const core::StepPlan& plan : plans) {
+          tp.reset();
+          pcp.reset();
+          std::vector<float> step = run_pcp_rank_step(model.config(), forward, cache, plan, pcp);
+          std::vector<float>& logits = run.logits[static_cast<size_t>(r)];
+          logits.insert(logits.end(), step.begin(), step.end());
+          run.pcp_counts[static_cast<size_t>(r)].push_back(pcp.counts());
+          run.tp_counts[static_cast<size_t>(r)].push_back(tp.counts());
+        }
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r;
+  return run;
+}
+
+TEST(PcpTp, TpIsTheFastestIndex) {
+  const dist::RankLayout layout(dist::ParallelConfig{.tp = 2, .pcp = 3});
+  EXPECT_EQ(layout.tp_group(3), (std::vector<int>{2, 3}));
+  EXPECT_EQ(layout.pcp_group(3), (std::vector<int>{1, 3, 5}));
+  EXPECT_EQ(layout.coord(5), (dist::RankCoord{.dp = 0, .pcp = 2, .tp = 1}));
+}
+
+TEST(PcpTp, GridsGiveTheUnsplitLogitsWithCountedCollectives) {
+  const std::vector<int32_t> a = testing::prompt_of(36, 4), b = testing::prompt_of(12, 9);
+  const std::vector<core::StepPlan> plans = steps(a, b);
+  for (const MlaFamily& f : kMlaFamilies) {
+    SCOPED_TRACE(f.preset);
+    const model::ModelWeights weights = testing::make_weights(f.arch, f.preset, 5);
+    const model::ModelConfig& c = weights.config;
+    const std::vector<float> want = unsplit_logits(model::DenseModel(weights), plans);
+    int64_t row_values = 0;  // per token, summed over layers: what the PCP gather carries
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      row_values += c.kv_lora_rank + c.qk_rope_head_dim;  // the latent: whole on every TP rank
+      if (c.has_sparse_attention() && c.has_indexer(l)) row_values += c.index_head_dim;
+    }
+    for (const Grid grid : kGrids) {
+      SCOPED_TRACE("tp " + std::to_string(grid.tp) + " pcp " + std::to_string(grid.pcp));
+      const GridRun got = grid_run(weights, plans, grid);
+      for (int r = 0; r < grid.tp * grid.pcp; ++r) {
+        SCOPED_TRACE("rank " + std::to_string(r));
+        ASSERT_EQ(got.logits[static_cast<size_t>(r)].size(), want.size());
+        EXPECT_LE(testing::relative_error(got.logits[static_cast<size_t>(r)], want), 1e-5);
+        const int pcp_rank = r / grid.tp;
+        for (size_t step = 0; step < plans.size(); ++step) {
+          SCOPED_TRACE("step " + std::to_string(step));
+          const core::StepPlan& plan = plans[step];
+          const PcpPlan split = build_pcp_plan(plan, grid.pcp);
+          const dist::CollectiveCounts& pcp = got.pcp_counts[static_cast<size_t>(r)][step];
+          const dist::CollectiveCounts& tp = got.tp_counts[static_cast<size_t>(r)][step];
+          const int64_t gathers = split.split ? c.num_hidden_layers + 1 : 0;
+          EXPECT_EQ(pcp.collectives(), gathers);
+          EXPECT_EQ(pcp.of(dist::CollectiveKind::kAllGatherv), gathers);
+          if (split.split) {
+            const int64_t n = plan.num_tokens(), logits = static_cast<int64_t>(plan.logits_rows.size());
+            EXPECT_EQ(pcp.received_of(dist::CollectiveKind::kAllGatherv),
+                      n * (row_values * 4 + c.num_hidden_layers * 8) + logits * c.vocab_size * 4);
+          }
+          // The TP seams, on this PCP rank's rows only (all of them in a replicated decode).
+          const core::StepPlan& local = split.split ? split.local[static_cast<size_t>(pcp_rank)] : plan;
+          const int64_t rows = local.num_tokens(), logits_rows = static_cast<int64_t>(local.logits_rows.size());
+          EXPECT_EQ(tp.collectives(), 2 + 2 * c.num_hidden_layers);
+          EXPECT_EQ(tp.of(dist::CollectiveKind::kAllReduce), 1 + 2 * c.num_hidden_layers);
+          EXPECT_EQ(tp.of(dist::CollectiveKind::kAllGather), 1);
+          EXPECT_EQ(tp.received_of(dist::CollectiveKind::kAllReduce),
+                    (1 + 2 * c.num_hidden_layers) * rows * c.hidden_size * 4);
+          EXPECT_EQ(tp.received_of(dist::CollectiveKind::kAllGather), logits_rows * c.vocab_size * 4);
+        }
+      }
+    }
+  }
+}
+
+TEST(PcpTp, EngineGreedyTokensAndLogprobsMatchOneRank) {
+  const core::EngineConfig c = engine_config();
+  for (const MlaFamily& f : kMlaFamilies) {
+    SCOPED_TRACE(f.preset);
+    const model::ModelWeights weights = testing::make_weights(f.arch, f.preset, 5);
+    const EngineRun want = run_engine(std::make_unique<CpuModelRunner>(std::make_unique<model::DenseModel>(weights),
+                                                                       c.num_blocks, c.block_size));
+    ASSERT_GT(want.prefix_hit_tokens, 0) << "the second wave must hit the prefix cache";
+    auto runner = std::make_unique<PcpCpuModelRunner>(weights, 2, c.num_blocks, c.block_size, /*tp_size=*/2);
+    ASSERT_EQ(runner->tp_size(), 2);
+    ASSERT_EQ(runner->pcp_size(), 2);
+    expect_same_engine_run(run_engine(std::move(runner)), want);
+  }
+}
+
+std::string refusal(int tp, int pcp, const char* arch = "deepseek_v32", const char* preset = "tiny-dsa") {
+  core::EngineConfig config;
+  config.device.kind = "cpu";
+  config.device.tensor_parallel_size = tp;
+  config.device.prefill_context_parallel_size = pcp;
+  return pcp_unsupported_reason(config, model::make_model_config({.arch = arch, .preset = preset}));
+}
+
+TEST(PcpTp, OnlyTheTestedGridsAreAllowed) {
+  for (const Grid grid : kGrids) {
+    EXPECT_EQ(refusal(grid.tp, grid.pcp), "");
+    EXPECT_EQ(refusal(grid.tp, grid.pcp, "deepseek_v3", "tiny-deepseek"), "");
+    EXPECT_EQ(refusal(grid.tp, grid.pcp, "glm_moe_dsa", "tiny-glm-dsa"), "");
+  }
+  auto has = [](const std::string& why, const char* text) { return why.find(text) != std::string::npos; };
+  EXPECT_TRUE(has(refusal(2, 4), "--pcp 4 with --tp 2 is not verified by any test yet"));
+  EXPECT_TRUE(has(refusal(4, 3), "--pcp 3 with --tp 4 is not verified by any test yet"));
+  EXPECT_TRUE(has(refusal(2, 2, "llama", "tiny"), "--pcp 2 with --tp 2 is verified on the latent-attention"));
+}
+
+}  // namespace
+}  // namespace tachyon::runner::pcp_test
