@@ -203,7 +203,7 @@ def parse_args():
     parser.add_argument("--kv-lora-rank", type=int, default=64)
     parser.add_argument("--qk-nope", type=int, default=32, help="qk_nope_head_dim")
     parser.add_argument("--qk-rope", type=int, default=32, help="qk_rope_head_dim")
-    parser.add_argument("--v-head", type=int, default=32, help="v_head_dim")
+    parser.add_argument("--v-head", type=int, default=64, help="v_head_dim (= qk_nope + qk_rope: flash attention on the GPU needs one head width)")
     parser.add_argument("--intermediate", type=int, default=768, help="the dense layers' MLP width")
     parser.add_argument("--moe-intermediate", type=int, default=112, help="each expert's (and the shared expert's) width")
     parser.add_argument("--experts", type=int, default=8, help="n_routed_experts")
