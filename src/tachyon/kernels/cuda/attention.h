@@ -69,7 +69,7 @@ void paged_prefill_attention(bf16* out, const bf16* q, const PagedKvView& kv, co
                              const int32_t* context_lens, int32_t num_seqs, int32_t num_query_tokens,
                              int32_t max_query_len, const AttentionParams& params, cudaStream_t stream);
 
-// Throws unless an FP8 view has all four of its pointers, the codes 8-byte aligned.
+// Throws unless an FP8 view has all four of its pointers, the codes 16-byte aligned (cp.async).
 void check_fp8_kv_view(const PagedKvView& kv);
 
 }  // namespace tachyon::kernels::cuda

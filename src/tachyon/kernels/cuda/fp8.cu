@@ -4,10 +4,7 @@
 // shuffles, then each lane writes its four codes as one 4-byte store.
 #include "tachyon/kernels/cuda/fp8.h"
 
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
-
-#include "tachyon/kernels/cuda/bf16_vec.cuh"
+#include "tachyon/kernels/cuda/fp8_kv.cuh"
 
 namespace tachyon::kernels::cuda {
 namespace {
@@ -19,21 +16,7 @@ __global__ void fp8_dequantize_kernel(uint4* __restrict__ out, const uint2* __re
   if (i >= chunks) return;
   const int64_t row = i / chunks_per_row, c = i % chunks_per_row;
   const float s = __ldg(scale + row * scale_cols + c / 16);  // 16 chunks of 8 per 128 columns
-  const uint2 bits = __ldg(weight + i);
-  const uint32_t words[2] = {bits.x, bits.y};
-  float v[8];
-#pragma unroll
-  for (int w = 0; w < 2; ++w) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(words[w] >> (16 * h)),
-                                                         __NV_E4M3);
-      const float2 pair = __half22float2(__half2(raw));
-      v[4 * w + 2 * h] = pair.x * s;
-      v[4 * w + 2 * h + 1] = pair.y * s;
-    }
-  }
-  out[i] = pack8(v);
+  out[i] = fp8x8_to_bf16x8(__ldg(weight + i), s);
 }
 
 __global__ void fp8_quantize_rows_kernel(uint32_t* __restrict__ out, float* __restrict__ scale,
@@ -53,17 +36,12 @@ __global__ void fp8_quantize_rows_kernel(uint32_t* __restrict__ out, float* __re
   float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, offset));
-  // The CPU's quantize_fp8_blocks: the same factor, an IEEE division, RNE with saturation.
-  const float factor = amax > 0.0f ? amax / 448.0f : 1.0f;
+  // The CPU's quantize_fp8_blocks: the same factor, an IEEE division, RNE with saturation (the
+  // KV cache's codec, fp8_kv.cuh).
+  const float factor = fp8_kv_factor(amax);
   if (lane == 0) scale[block * m + row] = factor;
   if (!active) return;
-  uint32_t codes = 0;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const uint32_t code = __nv_cvt_float_to_fp8(__fdiv_rn(v[i], factor), __NV_SATFINITE, __NV_E4M3);
-    codes |= code << (8 * i);
-  }
-  out[(row * k + column) / 4] = codes;
+  out[(row * k + column) / 4] = fp8_encode4(v, factor);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }

@@ -1,7 +1,8 @@
-// The FP8 KV cache's codec on the GPU, shared by the store (rope_store_kv) and the attention
-// kernels that read it: E4M3 codes with one f32 factor per token and KV head, amax / 448 (1 for
-// an all-zero row), each code RNE(x / factor) saturated at +-448, exactly as the CPU reference's
-// fp8_block_round_trip (tensor/fp8.h) rounds a row.
+// The E4M3 codec on the GPU, shared by the FP8 KV cache's store (rope_store_kv), the attention
+// kernels that read it, and the FP8 projections' row quantizer and dequantizer (fp8.cu). The KV
+// cache holds one f32 factor per token and KV head: amax / 448 (1 for an all-zero row), each code
+// RNE(x / factor) saturated at +-448, exactly as the CPU reference's fp8_block_round_trip
+// (tensor/fp8.h) rounds a row.
 #pragma once
 
 #include <cuda_fp16.h>

@@ -57,7 +57,7 @@ void DenseAttentionBlock::run_role(LinearRole role, int64_t layer, int64_t m) {
 
 std::vector<KvRegion> DenseAttentionBlock::kv_regions() const {
   const size_t values = static_cast<size_t>(ctx_.config.kv_size());
-  if (ctx_.limits.fp8_kv_cache) {  // codes first: every layer's codes then stay 8-byte aligned
+  if (ctx_.limits.fp8_kv_cache) {  // codes first: every layer's codes then stay 16-byte aligned (blocks of >= 2 tokens)
     const size_t factors = static_cast<size_t>(ctx_.config.num_key_value_heads) * sizeof(float);
     return {{"k", values, DType::kF8E4M3},
             {"v", values, DType::kF8E4M3},
