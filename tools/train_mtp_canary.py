@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Trains the MTP canary: a ~5M-parameter DeepSeek-V3 (MLA, a dense layer then MoE layers with a
+"""Trains the MTP canary: a ~6M-parameter DeepSeek-V3 (MLA, a dense layer then MoE layers with a
 shared expert and sigmoid group-limited routing) with one multi-token-prediction module, on the
 canary task (tools/make_canary_task.py), for real MTP acceptance in speculative decoding.
 
