@@ -24,7 +24,7 @@
 
 #include "../engine_run.h"
 #include "../model_test_util.h"
-#include "../moe_test_util.h"
+#include "../tiny_families.h"
 #include "tachyon/dist/counting_communicator.h"
 #include "tachyon/dist/cpu_communicator.h"
 #include "tachyon/engine/engine_core.h"
@@ -38,14 +38,10 @@
 namespace tachyon::runner {
 namespace {
 
-struct Family {
-  const char* arch;
-  const char* preset;
-};
-constexpr Family kFamilies[] = {
-    {"deepseek_v3", "tiny-deepseek"}, {"deepseek_v32", "tiny-dsa"}, {"glm_moe_dsa", "tiny-glm-dsa"}};
+using Family = testing::TinyFamily;
+constexpr const Family (&kFamilies)[3] = testing::kLatentFamilies;
 
-model::ModelWeights weights_of(const Family& f) { return testing::make_weights(f.arch, f.preset, 5); }
+model::ModelWeights weights_of(const Family& f) { return testing::tiny_weights(f, 5); }
 
 // ---------------------------------------------------------------------------------------------
 // A DCP group of whole-model ranks over hand-built plans of one sequence.

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "../model_test_util.h"
-#include "../moe_test_util.h"
+#include "../tiny_families.h"
 #include "pcp_test_steps.h"
 #include "tachyon/dist/counting_communicator.h"
 #include "tachyon/dist/cpu_communicator.h"
@@ -42,16 +42,13 @@
 namespace tachyon::runner::pcp_test {
 namespace {
 
-struct Family {
-  const char* arch;
-  const char* preset;
-};
+using Family = testing::TinyFamily;
 constexpr Family kFamilies[] = {{"llama", "tiny"},
                                 {"deepseek_v3", "tiny-deepseek"},
                                 {"deepseek_v32", "tiny-dsa"},
                                 {"glm_moe_dsa", "tiny-glm-dsa"}};
 
-model::ModelWeights weights_of(const Family& f) { return testing::make_weights(f.arch, f.preset, 5); }
+model::ModelWeights weights_of(const Family& f) { return testing::tiny_weights(f, 5); }
 
 struct GroupRun {
   std::vector<std::vector<float>> logits;                 // [rank] every step's logits

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "../model_test_util.h"
-#include "../moe_test_util.h"
+#include "../tiny_families.h"
 #include "pcp_test_steps.h"
 #include "tachyon/dist/counting_communicator.h"
 #include "tachyon/dist/cpu_process_groups.h"
@@ -36,33 +36,40 @@
 namespace tachyon::runner::pcp_test {
 namespace {
 
-struct MlaFamily {
-  const char* arch;
-  const char* preset;
-};
-constexpr MlaFamily kMlaFamilies[] = {
-    {"deepseek_v3", "tiny-deepseek"}, {"deepseek_v32", "tiny-dsa"}, {"glm_moe_dsa", "tiny-glm-dsa"}};
 
 struct Grid {
   int tp;
   int pcp;
+  int dcp = 1;         // decode context parallel size inside each TP group
+  int interleave = 1;  // DCP tokens per run
+  std::string name() const {
+    return "tp " + std::to_string(tp) + " pcp " + std::to_string(pcp) + " dcp " + std::to_string(dcp) + " interleave " +
+           std::to_string(interleave);
+  }
 };
-constexpr Grid kGrids[] = {{2, 2}, {2, 3}, {4, 2}};
+const Grid kGrids[] = {{2, 2}, {2, 3}, {4, 2}};
+// PCP beside DCP: prefill split over the PCP ranks, the cache split by token over each TP group.
+const Grid kDcpGrids[] = {{2, 2, 2, 1}, {2, 2, 2, 2}, {4, 2, 2, 1}};
 
 struct GridRun {
   std::vector<std::vector<float>> logits;                       // [global rank] every step's logits
   std::vector<std::vector<dist::CollectiveCounts>> pcp_counts;  // [global rank][step]
   std::vector<std::vector<dist::CollectiveCounts>> tp_counts;   // [global rank][step]
+  std::vector<std::vector<dist::CollectiveCounts>> dcp_counts;  // [global rank][step]
+  std::vector<int64_t> cache_rows;                              // [global rank] latent rows of its cache
 };
 
 // Every global rank of the T x P grid on its own thread: its TP shard, its whole cache, each
 // step through run_pcp_rank_step with its PCP group, collectives counted per group.
 GridRun grid_run(const model::ModelWeights& full, const std::vector<core::StepPlan>& plans, Grid grid) {
   const int world = grid.tp * grid.pcp;
-  dist::CpuProcessGroups groups(dist::ParallelConfig{.tp = grid.tp, .pcp = grid.pcp});
-  GridRun run{std::vector<std::vector<float>>(static_cast<size_t>(world)),
-              std::vector<std::vector<dist::CollectiveCounts>>(static_cast<size_t>(world)),
-              std::vector<std::vector<dist::CollectiveCounts>>(static_cast<size_t>(world))};
+  dist::CpuProcessGroups groups(dist::ParallelConfig{.tp = grid.tp, .pcp = grid.pcp, .dcp = grid.dcp});
+  GridRun run;
+  run.logits.resize(static_cast<size_t>(world));
+  run.pcp_counts.resize(static_cast<size_t>(world));
+  run.tp_counts.resize(static_cast<size_t>(world));
+  run.dcp_counts.resize(static_cast<size_t>(world));
+  run.cache_rows.resize(static_cast<size_t>(world));
   std::vector<dist::ProcessGroups> rank_groups;
   for (int r = 0; r < world; ++r) rank_groups.push_back(groups.make(r));
   std::vector<std::string> errors(static_cast<size_t>(world));
@@ -71,20 +78,24 @@ GridRun grid_run(const model::ModelWeights& full, const std::vector<core::StepPl
     threads.emplace_back([&, r] {
       try {
         const dist::ProcessGroups& mine = rank_groups[static_cast<size_t>(r)];
-        dist::CountingCommunicator tp(*mine.tp), pcp(*mine.pcp);
+        dist::CountingCommunicator tp(*mine.tp), pcp(*mine.pcp), dcp(*mine.dcp);
         const model::TpDenseModel model(model::shard_weights(full, tp.rank(), tp.size()), tp);
-        PagedKvCache cache(model.config(), kNumBlocks, kBlockSize);
+        PagedKvCache cache(model.config(), kNumBlocks, kBlockSize / grid.dcp);
+        run.cache_rows[static_cast<size_t>(r)] = static_cast<int64_t>(cache.latents[0].size()) / cache.latent_size;
+        const PcpDcp split_cache{.group = grid.dcp > 1 ? &dcp : nullptr, .interleave = grid.interleave};
         const PcpRankForward forward = [&](const model::ForwardBatch& batch, model::AttentionBackend& attention) {
           return model.forward(batch, attention);
         };
         for (const core::StepPlan& plan : plans) {
           tp.reset();
           pcp.reset();
-          std::vector<float> step = run_pcp_rank_step(model.config(), forward, cache, plan, pcp);
+          dcp.reset();
+          std::vector<float> step = run_pcp_rank_step(model.config(), forward, cache, plan, pcp, split_cache);
           std::vector<float>& logits = run.logits[static_cast<size_t>(r)];
           logits.insert(logits.end(), step.begin(), step.end());
           run.pcp_counts[static_cast<size_t>(r)].push_back(pcp.counts());
           run.tp_counts[static_cast<size_t>(r)].push_back(tp.counts());
+          run.dcp_counts[static_cast<size_t>(r)].push_back(dcp.counts());
         }
       } catch (const std::exception& e) {
         errors[static_cast<size_t>(r)] = e.what();
@@ -103,61 +114,87 @@ TEST(PcpTp, TpIsTheFastestIndex) {
   EXPECT_EQ(layout.coord(5), (dist::RankCoord{.dp = 0, .pcp = 2, .tp = 1}));
 }
 
+// Every rank of `grid` gives the unsplit logits within 1e-5 of their scale over `plans`, with each
+// step's collectives counted on the PCP, TP and (with DCP) DCP groups, and a cache of its share.
+void expect_grid_matches(const model::ModelWeights& weights, const std::vector<core::StepPlan>& plans,
+                         const std::vector<float>& want, const Grid& grid) {
+  SCOPED_TRACE(grid.name());
+  const model::ModelConfig& c = weights.config;
+  int64_t row_values = 0, indexer_layers = 0;  // per token, summed over layers: what the PCP gather carries
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    row_values += c.kv_lora_rank + c.qk_rope_head_dim;  // the latent: whole on every TP rank
+    if (c.has_sparse_attention() && c.has_indexer(l)) row_values += c.index_head_dim, ++indexer_layers;
+  }
+  const GridRun got = grid_run(weights, plans, grid);
+  for (int r = 0; r < grid.tp * grid.pcp; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    ASSERT_EQ(got.logits[static_cast<size_t>(r)].size(), want.size());
+    EXPECT_LE(testing::relative_error(got.logits[static_cast<size_t>(r)], want), 1e-5);
+    EXPECT_EQ(got.cache_rows[static_cast<size_t>(r)], int64_t{kNumBlocks} * kBlockSize / grid.dcp);
+    const int pcp_rank = r / grid.tp;
+    for (size_t step = 0; step < plans.size(); ++step) {
+      SCOPED_TRACE("step " + std::to_string(step));
+      const core::StepPlan& plan = plans[step];
+      const PcpPlan split = build_pcp_plan(plan, grid.pcp);
+      const dist::CollectiveCounts& pcp = got.pcp_counts[static_cast<size_t>(r)][step];
+      const dist::CollectiveCounts& tp = got.tp_counts[static_cast<size_t>(r)][step];
+      const dist::CollectiveCounts& dcp = got.dcp_counts[static_cast<size_t>(r)][step];
+      const int64_t gathers = split.split ? c.num_hidden_layers + 1 : 0;
+      EXPECT_EQ(pcp.collectives(), gathers);
+      EXPECT_EQ(pcp.of(dist::CollectiveKind::kAllGatherv), gathers);
+      if (split.split) {
+        const int64_t n = plan.num_tokens(), logits = static_cast<int64_t>(plan.logits_rows.size());
+        EXPECT_EQ(pcp.received_of(dist::CollectiveKind::kAllGatherv),
+                  n * (row_values * 4 + c.num_hidden_layers * 8) + logits * c.vocab_size * 4);
+      }
+      // The TP seams, on this PCP rank's rows only (all of them in a replicated decode).
+      const core::StepPlan& local = split.split ? split.local[static_cast<size_t>(pcp_rank)] : plan;
+      const int64_t rows = local.num_tokens(), logits_rows = static_cast<int64_t>(local.logits_rows.size());
+      EXPECT_EQ(tp.collectives(), 2 + 2 * c.num_hidden_layers);
+      EXPECT_EQ(tp.of(dist::CollectiveKind::kAllReduce), 1 + 2 * c.num_hidden_layers);
+      EXPECT_EQ(tp.of(dist::CollectiveKind::kAllGather), 1);
+      EXPECT_EQ(tp.received_of(dist::CollectiveKind::kAllReduce),
+                (1 + 2 * c.num_hidden_layers) * rows * c.hidden_size * 4);
+      EXPECT_EQ(tp.received_of(dist::CollectiveKind::kAllGather), logits_rows * c.vocab_size * 4);
+      // DCP (dcp_attention_backend.h): per layer the query gather and one all_to_all_v of the
+      // partials, plus the top-k candidates' gather on a full indexer layer; none without DCP.
+      const int64_t layers = grid.dcp > 1 ? c.num_hidden_layers : 0;
+      EXPECT_EQ(dcp.of(dist::CollectiveKind::kAllToAllV), layers);
+      EXPECT_EQ(dcp.of(dist::CollectiveKind::kAllGather), grid.dcp > 1 ? layers + indexer_layers : 0);
+      EXPECT_EQ(dcp.collectives(), grid.dcp > 1 ? 2 * layers + indexer_layers : 0);
+    }
+  }
+}
+
 TEST(PcpTp, GridsGiveTheUnsplitLogitsWithCountedCollectives) {
   const std::vector<int32_t> a = testing::prompt_of(36, 4), b = testing::prompt_of(12, 9);
   const std::vector<core::StepPlan> plans = steps(a, b);
-  for (const MlaFamily& f : kMlaFamilies) {
+  for (const testing::TinyFamily& f : testing::kLatentFamilies) {
     SCOPED_TRACE(f.preset);
-    const model::ModelWeights weights = testing::make_weights(f.arch, f.preset, 5);
-    const model::ModelConfig& c = weights.config;
+    const model::ModelWeights weights = testing::tiny_weights(f, 5);
     const std::vector<float> want = unsplit_logits(model::DenseModel(weights), plans);
-    int64_t row_values = 0;  // per token, summed over layers: what the PCP gather carries
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-      row_values += c.kv_lora_rank + c.qk_rope_head_dim;  // the latent: whole on every TP rank
-      if (c.has_sparse_attention() && c.has_indexer(l)) row_values += c.index_head_dim;
-    }
-    for (const Grid grid : kGrids) {
-      SCOPED_TRACE("tp " + std::to_string(grid.tp) + " pcp " + std::to_string(grid.pcp));
-      const GridRun got = grid_run(weights, plans, grid);
-      for (int r = 0; r < grid.tp * grid.pcp; ++r) {
-        SCOPED_TRACE("rank " + std::to_string(r));
-        ASSERT_EQ(got.logits[static_cast<size_t>(r)].size(), want.size());
-        EXPECT_LE(testing::relative_error(got.logits[static_cast<size_t>(r)], want), 1e-5);
-        const int pcp_rank = r / grid.tp;
-        for (size_t step = 0; step < plans.size(); ++step) {
-          SCOPED_TRACE("step " + std::to_string(step));
-          const core::StepPlan& plan = plans[step];
-          const PcpPlan split = build_pcp_plan(plan, grid.pcp);
-          const dist::CollectiveCounts& pcp = got.pcp_counts[static_cast<size_t>(r)][step];
-          const dist::CollectiveCounts& tp = got.tp_counts[static_cast<size_t>(r)][step];
-          const int64_t gathers = split.split ? c.num_hidden_layers + 1 : 0;
-          EXPECT_EQ(pcp.collectives(), gathers);
-          EXPECT_EQ(pcp.of(dist::CollectiveKind::kAllGatherv), gathers);
-          if (split.split) {
-            const int64_t n = plan.num_tokens(), logits = static_cast<int64_t>(plan.logits_rows.size());
-            EXPECT_EQ(pcp.received_of(dist::CollectiveKind::kAllGatherv),
-                      n * (row_values * 4 + c.num_hidden_layers * 8) + logits * c.vocab_size * 4);
-          }
-          // The TP seams, on this PCP rank's rows only (all of them in a replicated decode).
-          const core::StepPlan& local = split.split ? split.local[static_cast<size_t>(pcp_rank)] : plan;
-          const int64_t rows = local.num_tokens(), logits_rows = static_cast<int64_t>(local.logits_rows.size());
-          EXPECT_EQ(tp.collectives(), 2 + 2 * c.num_hidden_layers);
-          EXPECT_EQ(tp.of(dist::CollectiveKind::kAllReduce), 1 + 2 * c.num_hidden_layers);
-          EXPECT_EQ(tp.of(dist::CollectiveKind::kAllGather), 1);
-          EXPECT_EQ(tp.received_of(dist::CollectiveKind::kAllReduce),
-                    (1 + 2 * c.num_hidden_layers) * rows * c.hidden_size * 4);
-          EXPECT_EQ(tp.received_of(dist::CollectiveKind::kAllGather), logits_rows * c.vocab_size * 4);
-        }
-      }
-    }
+    for (const Grid& grid : kGrids) expect_grid_matches(weights, plans, want, grid);
+  }
+}
+
+// PCP beside DCP: PCP writes the DCP layout directly (each rank keeps the gathered rows its DCP
+// group deals it), prefill queries and decodes attend through DCP's partials and LSE merge.
+TEST(PcpTp, DcpGridsGiveTheUnsplitLogitsFromASplitCache) {
+  const std::vector<int32_t> a = testing::prompt_of(36, 4), b = testing::prompt_of(12, 9);
+  const std::vector<core::StepPlan> plans = steps(a, b);
+  for (const testing::TinyFamily& f : testing::kLatentFamilies) {
+    SCOPED_TRACE(f.preset);
+    const model::ModelWeights weights = testing::tiny_weights(f, 5);
+    const std::vector<float> want = unsplit_logits(model::DenseModel(weights), plans);
+    for (const Grid& grid : kDcpGrids) expect_grid_matches(weights, plans, want, grid);
   }
 }
 
 TEST(PcpTp, EngineGreedyTokensAndLogprobsMatchOneRank) {
   const core::EngineConfig c = engine_config();
-  for (const MlaFamily& f : kMlaFamilies) {
+  for (const testing::TinyFamily& f : testing::kLatentFamilies) {
     SCOPED_TRACE(f.preset);
-    const model::ModelWeights weights = testing::make_weights(f.arch, f.preset, 5);
+    const model::ModelWeights weights = testing::tiny_weights(f, 5);
     const EngineRun want = run_engine(std::make_unique<CpuModelRunner>(std::make_unique<model::DenseModel>(weights),
                                                                        c.num_blocks, c.block_size));
     ASSERT_GT(want.prefix_hit_tokens, 0) << "the second wave must hit the prefix cache";
@@ -165,14 +202,24 @@ TEST(PcpTp, EngineGreedyTokensAndLogprobsMatchOneRank) {
     ASSERT_EQ(runner->tp_size(), 2);
     ASSERT_EQ(runner->pcp_size(), 2);
     expect_same_engine_run(run_engine(std::move(runner)), want);
+    for (const int interleave : {1, 2}) {
+      SCOPED_TRACE("dcp 2 interleave " + std::to_string(interleave));
+      auto dcp = std::make_unique<PcpCpuModelRunner>(weights, 2, c.num_blocks, c.block_size, /*tp_size=*/2,
+                                                     model::DcpOptions{.size = 2, .interleave = interleave});
+      ASSERT_EQ(dcp->rank_cache(3).latents[0].size(),
+                static_cast<size_t>(c.num_blocks * c.block_size / 2 * dcp->rank_cache(3).latent_size));
+      expect_same_engine_run(run_engine(std::move(dcp)), want);
+    }
   }
 }
 
-std::string refusal(int tp, int pcp, const char* arch = "deepseek_v32", const char* preset = "tiny-dsa") {
+std::string refusal(int tp, int pcp, const char* arch = "deepseek_v32", const char* preset = "tiny-dsa",
+                    int dcp = 1) {
   core::EngineConfig config;
   config.device.kind = "cpu";
   config.device.tensor_parallel_size = tp;
   config.device.prefill_context_parallel_size = pcp;
+  config.device.decode_context_parallel_size = dcp;
   return pcp_unsupported_reason(config, model::make_model_config({.arch = arch, .preset = preset}));
 }
 
@@ -186,6 +233,12 @@ TEST(PcpTp, OnlyTheTestedGridsAreAllowed) {
   EXPECT_TRUE(has(refusal(2, 4), "--pcp 4 with --tp 2 is not verified by any test yet"));
   EXPECT_TRUE(has(refusal(4, 3), "--pcp 3 with --tp 4 is not verified by any test yet"));
   EXPECT_TRUE(has(refusal(2, 2, "llama", "tiny"), "--pcp 2 with --tp 2 is verified on the latent-attention"));
+  for (const Grid grid : kDcpGrids) {
+    EXPECT_EQ(refusal(grid.tp, grid.pcp, "deepseek_v32", "tiny-dsa", grid.dcp), "");
+    EXPECT_EQ(refusal(grid.tp, grid.pcp, "glm_moe_dsa", "tiny-glm-dsa", grid.dcp), "");
+  }
+  EXPECT_TRUE(has(refusal(2, 3, "deepseek_v32", "tiny-dsa", 2), "--pcp 3 with --dcp 2 (--tp 2) is not verified"));
+  EXPECT_TRUE(has(refusal(4, 2, "deepseek_v32", "tiny-dsa", 4), "--pcp 2 with --dcp 4 (--tp 4) is not verified"));
 }
 
 }  // namespace

@@ -227,11 +227,13 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
   TACHYON_CHECK(tbo_refused.empty()) << tbo_refused;
   const std::string pcp_refused = runner::pcp_unsupported_reason(config, model_config);
   TACHYON_CHECK(pcp_refused.empty()) << pcp_refused;
-  if (config.device.prefill_context_parallel_size > 1) {  // CPU thread ranks, --tp x --pcp (pcp_cpu_model_runner.h)
+  if (config.device.prefill_context_parallel_size > 1) {  // --tp x --pcp [--dcp] CPU ranks (pcp_cpu_model_runner.h)
     config.device.kind = "cpu";  // auto resolves to the only device --pcp runs on
     return {std::make_unique<runner::PcpCpuModelRunner>(load_cpu_weights(model_dir, model_config, config),
                                                         config.device.prefill_context_parallel_size, config.num_blocks,
-                                                        config.block_size, config.device.tensor_parallel_size),
+                                                        config.block_size, config.device.tensor_parallel_size,
+                                                        model::DcpOptions{config.device.decode_context_parallel_size,
+                                                                          config.device.dcp_kv_cache_interleave_size}),
             model_config};
   }
   [[maybe_unused]] const bool dcp = config.device.decode_context_parallel_size > 1;  // auto: CPU thread ranks

@@ -3,17 +3,27 @@
 
 #include "tachyon/base/check.h"
 #include "tachyon/kernels/attention.h"
+#include "tachyon/model/dcp_layout.h"
+#include "tachyon/runner/dcp_attention_backend.h"
 
 namespace tachyon::runner {
 
+std::unique_ptr<model::AttentionBackend> pcp_local_attention(const model::ModelConfig& config, PagedKvCache& cache,
+                                                             const core::StepPlan& local, PcpDcp dcp) {
+  if (dcp.group == nullptr) return std::make_unique<PagedAttentionBackend>(config, cache, local);
+  return std::make_unique<DcpAttentionBackend>(config, cache, local, *dcp.group, dcp.interleave);
+}
+
 PcpAttentionBackend::PcpAttentionBackend(const model::ModelConfig& config, PagedKvCache& cache,
-                                         const core::StepPlan& plan, const PcpPlan& pcp, dist::Communicator& group)
+                                         const core::StepPlan& plan, const PcpPlan& pcp, dist::Communicator& group,
+                                         PcpDcp dcp)
     : config_(config),
       cache_(cache),
       plan_(plan),
       pcp_(pcp),
       group_(group),
-      local_(config, cache, pcp.local[static_cast<size_t>(group.rank())]) {
+      dcp_(dcp),
+      local_(pcp_local_attention(config, cache, pcp.local[static_cast<size_t>(group.rank())], dcp)) {
   TACHYON_CHECK(pcp.split && pcp.size == group.size())
       << "PcpAttentionBackend runs split steps of a group of " << group.size() << " ranks (plan for " << pcp.size
       << ", split " << pcp.split << ")";
@@ -75,6 +85,26 @@ void PcpAttentionBackend::gather(int64_t layer) {
     slots[static_cast<size_t>(i)] = int64_t{s.block_table[static_cast<size_t>(position / plan_.block_size)]} *
                                         plan_.block_size + position % plan_.block_size;
   }
+  if (dcp_.group != nullptr) {  // keep the rows DCP deals this rank, at their local slots; drop the others
+    const model::DcpLayout layout{.size = dcp_.group->size(), .rank = dcp_.group->rank(), .interleave = dcp_.interleave};
+    std::vector<int64_t> kept, local_slots;  // [rows this rank keeps]: gathered row, local slot
+    for (int64_t i = 0; i < total; ++i) {
+      const int64_t slot = slots[static_cast<size_t>(i)];
+      if (!layout.owns(slot % plan_.block_size)) continue;
+      kept.push_back(i);
+      local_slots.push_back(layout.local_slot(slot, plan_.block_size));
+    }
+    for (size_t k = 0; k < pending_.size(); ++k) {
+      const int64_t width = pending_[k].width;
+      std::vector<float> rows(kept.size() * static_cast<size_t>(width));
+      for (size_t j = 0; j < kept.size(); ++j) {
+        std::copy_n(received[k].data() + kept[j] * width, width, rows.data() + static_cast<int64_t>(j) * width);
+      }
+      kernels::cpu::store_rows_paged(pending_[k].storage->data(), rows.data(), local_slots.data(),
+                                     static_cast<int64_t>(kept.size()), width);
+    }
+    return;
+  }
   for (size_t k = 0; k < pending_.size(); ++k) {
     kernels::cpu::store_rows_paged(pending_[k].storage->data(), received[k].data(), slots.data(), total,
                                    pending_[k].width);
@@ -89,7 +119,7 @@ void PcpAttentionBackend::store_kv(int64_t layer, std::span<const float> k, std:
 
 void PcpAttentionBackend::attend(int64_t layer, std::span<const float> q, std::span<float> out) {
   gather(layer);
-  local_.attend(layer, q, out);
+  local_->attend(layer, q, out);
 }
 
 void PcpAttentionBackend::store_latent(int64_t layer, std::span<const float> latent) {
@@ -99,7 +129,7 @@ void PcpAttentionBackend::store_latent(int64_t layer, std::span<const float> lat
 
 void PcpAttentionBackend::attend_latent(int64_t layer, std::span<const float> q, std::span<float> out) {
   gather(layer);
-  local_.attend_latent(layer, q, out);
+  local_->attend_latent(layer, q, out);
 }
 
 void PcpAttentionBackend::store_index_keys(int64_t layer, std::span<const float> index_keys) {
@@ -109,13 +139,13 @@ void PcpAttentionBackend::store_index_keys(int64_t layer, std::span<const float>
 void PcpAttentionBackend::select_tokens(int64_t layer, std::span<const float> q, std::span<const float> weights,
                                         std::span<int32_t> kept) {
   gather(layer);
-  local_.select_tokens(layer, q, weights, kept);
+  local_->select_tokens(layer, q, weights, kept);
 }
 
 void PcpAttentionBackend::attend_latent_sparse(int64_t layer, std::span<const float> q,
                                                std::span<const int32_t> kept, std::span<float> out) {
   gather(layer);
-  local_.attend_latent_sparse(layer, q, kept, out);
+  local_->attend_latent_sparse(layer, q, kept, out);
 }
 
 }  // namespace tachyon::runner

@@ -12,11 +12,18 @@
 // local plan (the unsplit kernels: per query the same rows in the same order). The later calls of
 // the layer go straight to it. The model stores the latent before the DSA indexer selects
 // (model/dense_model.cpp), which is what lets one collective carry both.
+// With decode context parallelism beside PCP (--dcp D, PcpDcp below) the rank's cache holds only
+// the rows model::DcpLayout deals it among its DCP group (the TP ranks of its PCP rank): after
+// the gather each rank keeps those rows of the step and drops the others, so PCP writes the DCP
+// layout directly and no later step re-lays the cache; the local queries then attend through a
+// DcpAttentionBackend over the local plan (partials over each rank's rows, LSE-merged), since no
+// rank holds the whole context.
 // A step that is not split (PcpPlan::split false: decodes) never reaches this class.
 // Tests: tests/unit/test_pcp_families.cpp (counts collectives per layer).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -28,15 +35,28 @@
 
 namespace tachyon::runner {
 
+// Decode context parallelism beside PCP: this rank's DCP group, null without DCP (the cache then
+// holds every row), and the tokens per run (model::DcpLayout).
+struct PcpDcp {
+  dist::Communicator* group = nullptr;
+  int interleave = 1;
+};
+
+// The attention of a rank's own queries over its cache: a PagedAttentionBackend, or with DCP a
+// DcpAttentionBackend over the DCP group.
+std::unique_ptr<model::AttentionBackend> pcp_local_attention(const model::ModelConfig& config, PagedKvCache& cache,
+                                                             const core::StepPlan& local, PcpDcp dcp);
+
 class PcpAttentionBackend : public model::AttentionBackend {
  public:
   // plan: the step (every rank's rows); pcp: its split; group: the PCP group, this rank is
-  // group.rank(); cache: this rank's whole cache, block size plan.block_size.
+  // group.rank(); cache: this rank's cache, block size plan.block_size (every row), or
+  // plan.block_size / D with DCP (its share).
   PcpAttentionBackend(const model::ModelConfig& config, PagedKvCache& cache, const core::StepPlan& plan,
-                      const PcpPlan& pcp, dist::Communicator& group);
+                      const PcpPlan& pcp, dist::Communicator& group, PcpDcp dcp = {});
   void store_kv(int64_t layer, std::span<const float> k, std::span<const float> v) override;
   void attend(int64_t layer, std::span<const float> q, std::span<float> out) override;
-  model::MlaAttentionForm mla_form() const override { return cache_.mla_form; }
+  model::MlaAttentionForm mla_form() const override { return local_->mla_form(); }
   void store_latent(int64_t layer, std::span<const float> latent) override;
   void attend_latent(int64_t layer, std::span<const float> q, std::span<float> out) override;
   void store_index_keys(int64_t layer, std::span<const float> index_keys) override;
@@ -61,7 +81,8 @@ class PcpAttentionBackend : public model::AttentionBackend {
   const core::StepPlan& plan_;
   const PcpPlan& pcp_;
   dist::Communicator& group_;
-  PagedAttentionBackend local_;  // the local queries over the whole (gathered) cache
+  PcpDcp dcp_;
+  std::unique_ptr<model::AttentionBackend> local_;  // the local queries over the (gathered) cache
   int64_t layer_ = -1;           // the layer whose rows are pending
   bool gathered_ = false;        // this layer's collective has run
   std::vector<Pending> pending_;

@@ -8,6 +8,7 @@ namespace tachyon::runner {
 std::string pcp_unsupported_reason(const core::EngineConfig& config, const model::ModelConfig& model) {
   const core::DeviceConfig& device = config.device;
   const int pcp = device.prefill_context_parallel_size, tp = device.tensor_parallel_size;
+  const int dcp = device.decode_context_parallel_size;
   std::ostringstream why;
   const std::string flag = "--pcp " + std::to_string(pcp);
   if (pcp < 1) {
@@ -29,8 +30,9 @@ std::string pcp_unsupported_reason(const core::EngineConfig& config, const model
         << "--tp 4 --pcp 2 are)";
   } else if (device.data_parallel_size > 1) {
     why << flag << " with --dp " << device.data_parallel_size << " is not verified by any test yet";
-  } else if (device.decode_context_parallel_size > 1) {
-    why << flag << " with --dcp " << device.decode_context_parallel_size << " is not verified by any test yet";
+  } else if (dcp > 1 && !((tp == 2 || tp == 4) && dcp == 2 && pcp == 2)) {
+    why << flag << " with --dcp " << dcp << " (--tp " << tp << ") is not verified by any test yet (--tp 2 or 4 with "
+        << "--dcp 2 --pcp 2 is)";
   } else if (device.nnodes > 1) {
     why << flag << " with --nnodes > 1 is not verified by any test";
   } else if (device.enable_expert_parallel || device.enable_two_batch_overlap) {

@@ -5,7 +5,7 @@
 // latent-attention models (DeepSeek-V3, V3.2, GLM-5) in f32 rows, greedy decoding with chunked
 // prefill and prefix-cache hits, no speculation; and over tensor-parallel ranks
 // (test_pcp_tp.cpp) the grids --tp 2 --pcp 2, --tp 2 --pcp 3 and --tp 4 --pcp 2 of the
-// latent-attention models.
+// latent-attention models, and --dcp 2 --pcp 2 with --tp 2 or 4 beside them.
 #pragma once
 
 #include <string>

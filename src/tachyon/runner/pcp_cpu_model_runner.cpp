@@ -12,15 +12,16 @@
 namespace tachyon::runner {
 
 std::vector<float> run_pcp_rank_step(const model::ModelConfig& config, const PcpRankForward& forward,
-                                     PagedKvCache& cache, const core::StepPlan& plan, dist::Communicator& group) {
+                                     PagedKvCache& cache, const core::StepPlan& plan, dist::Communicator& group,
+                                     PcpDcp dcp) {
   const PcpPlan pcp = build_pcp_plan(plan, group.size());
-  if (!pcp.split) {  // decode: every rank runs the whole step (replicated)
-    PagedAttentionBackend attention(config, cache, plan);
-    return forward({plan.token_ids, plan.positions, plan.logits_rows}, attention);
+  if (!pcp.split) {  // decode: every PCP rank runs the whole step (replicated)
+    const std::unique_ptr<model::AttentionBackend> attention = pcp_local_attention(config, cache, plan, dcp);
+    return forward({plan.token_ids, plan.positions, plan.logits_rows}, *attention);
   }
   const int rank = group.rank(), size = group.size();
   const core::StepPlan& local = pcp.local[static_cast<size_t>(rank)];
-  PcpAttentionBackend attention(config, cache, plan, pcp, group);
+  PcpAttentionBackend attention(config, cache, plan, pcp, group, dcp);
   const std::vector<float> mine = forward({local.token_ids, local.positions, local.logits_rows}, attention);
   // Every rank's logits rows, in rank order, then back in the plan's order.
   const size_t vocab = static_cast<size_t>(config.vocab_size);
@@ -59,15 +60,20 @@ PcpCpuModelRunner::Rank::Rank(dist::ProcessGroups process_groups, const model::M
       cache(shard ? shard->config() : config, num_blocks, block_size) {}
 
 PcpCpuModelRunner::PcpCpuModelRunner(model::ModelWeights weights, int pcp_size, int32_t num_blocks,
-                                     int32_t block_size, int tp_size)
+                                     int32_t block_size, int tp_size, model::DcpOptions dcp)
     : config_(weights.config),
-      groups_((model::check_tp_size(weights.config, tp_size), dist::ParallelConfig{.tp = tp_size, .pcp = pcp_size})),
+      dcp_(dcp),
+      groups_((model::check_tp_size(weights.config, tp_size),
+               dist::ParallelConfig{.tp = tp_size, .pcp = pcp_size, .dcp = dcp.size})),
       workers_(pcp_size * tp_size) {
   TACHYON_CHECK(pcp_size >= 2) << "PcpCpuModelRunner needs a prefill context parallel size >= 2, got " << pcp_size;
+  TACHYON_CHECK(dcp.interleave >= 1 && block_size % (dcp.size * dcp.interleave) == 0)
+      << "decode context parallel size " << dcp.size << " x interleave " << dcp.interleave
+      << " must divide the block size " << block_size;
   if (tp_size == 1) whole_ = std::make_unique<model::DenseModel>(std::move(weights));
   for (int r = 0; r < pcp_size * tp_size; ++r) {  // global rank r = pcp_rank * tp + tp_rank (dist::RankLayout)
     ranks_.push_back(std::make_unique<Rank>(groups_.make(r), whole_ ? nullptr : &weights, config_, num_blocks,
-                                            block_size));
+                                            block_size / dcp.size));
   }
 }
 
@@ -88,7 +94,8 @@ core::StepOutput PcpCpuModelRunner::run(const core::StepPlan& plan) {
     const PcpRankForward forward = [&](const model::ForwardBatch& batch, model::AttentionBackend& attention) {
       return me.shard->forward(batch, attention);
     };
-    me.logits = run_pcp_rank_step(me.shard->config(), forward, me.cache, plan, me.pcp);
+    const PcpDcp dcp{.group = dcp_.size > 1 ? me.groups.dcp.get() : nullptr, .interleave = dcp_.interleave};
+    me.logits = run_pcp_rank_step(me.shard->config(), forward, me.cache, plan, me.pcp, dcp);
   });
   return sample_plan_rows(plan, ranks_[0]->logits, vocab_size());
 }

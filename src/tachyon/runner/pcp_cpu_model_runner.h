@@ -22,6 +22,9 @@
 // travel, not every row's hidden state.
 // A step of one row per sequence (decode) runs replicated over the PCP groups: every TP group
 // runs the whole plan on its own cache with no PCP collective, and rank 0's logits are sampled.
+// With decode context parallelism (--dcp D, dividing T) each TP group's cache is split by token
+// over its DCP groups of D consecutive ranks, as TpCpuModelRunner splits it; PCP writes that
+// layout directly (pcp_attention_backend.h) and attention runs through DcpAttentionBackend.
 // Tests: tests/unit/test_pcp_families.cpp, test_pcp_tp.cpp (--tp x --pcp).
 #pragma once
 
@@ -34,7 +37,9 @@
 #include "tachyon/model/dense_model.h"
 #include "tachyon/model/tp_dense_model.h"
 #include "tachyon/runner/model_runner.h"
+#include "tachyon/model/dcp_layout.h"
 #include "tachyon/runner/paged_attention_backend.h"
+#include "tachyon/runner/pcp_attention_backend.h"
 #include "tachyon/runner/rank_workers.h"
 
 namespace tachyon::runner {
@@ -45,18 +50,22 @@ using PcpRankForward = std::function<std::vector<float>(const model::ForwardBatc
 // One PCP rank's step: rank group.rank()'s rows of `plan` through `forward` (of a model whose
 // config, the rank's, is `config`) over `cache` (every token), returning the logits of every
 // plan.logits_rows row in plan order. `group` is the PCP group. Split steps make one all_gatherv
-// per layer and one for the logits on it; unsplit steps none.
+// per layer and one for the logits on it; unsplit steps none. With `dcp` the cache holds the
+// rank's DCP share (pcp_attention_backend.h) and attention runs through the DCP group.
 std::vector<float> run_pcp_rank_step(const model::ModelConfig& config, const PcpRankForward& forward,
-                                     PagedKvCache& cache, const core::StepPlan& plan, dist::Communicator& group);
+                                     PagedKvCache& cache, const core::StepPlan& plan, dist::Communicator& group,
+                                     PcpDcp dcp = {});
 // The same for a whole model (--tp 1).
 std::vector<float> run_pcp_rank_step(const model::DenseModel& model, PagedKvCache& cache, const core::StepPlan& plan,
                                      dist::Communicator& group);
 
 class PcpCpuModelRunner : public SynchronousModelRunner {
  public:
-  // tp_size > 1 shards `weights` over each PCP rank's TP group (model::check_tp_size first).
+  // tp_size > 1 shards `weights` over each PCP rank's TP group (model::check_tp_size first);
+  // dcp.size > 1 (dividing tp_size) splits each rank's cache by token over its DCP group, dcp.size
+  // consecutive ranks of its TP group: a cache of num_blocks blocks of block_size / dcp.size rows.
   PcpCpuModelRunner(model::ModelWeights weights, int pcp_size, int32_t num_blocks, int32_t block_size,
-                    int tp_size = 1);
+                    int tp_size = 1, model::DcpOptions dcp = {});
   ~PcpCpuModelRunner() override;
   PcpCpuModelRunner(const PcpCpuModelRunner&) = delete;
   PcpCpuModelRunner& operator=(const PcpCpuModelRunner&) = delete;
@@ -66,6 +75,8 @@ class PcpCpuModelRunner : public SynchronousModelRunner {
   int tp_size() const { return groups_.layout().config().tp; }
   // Global rank r's collectives of the last step on its PCP group (dist::CountingCommunicator).
   const dist::CollectiveCounts& rank_counts(int rank) const { return ranks_[static_cast<size_t>(rank)]->pcp.counts(); }
+  // Global rank r's own KV cache (what DCP divides).
+  const PagedKvCache& rank_cache(int rank) const { return ranks_[static_cast<size_t>(rank)]->cache; }
   // The same on its TP group (none at --tp 1).
   const dist::CollectiveCounts& rank_tp_counts(int rank) const { return ranks_[static_cast<size_t>(rank)]->tp.counts(); }
 
@@ -86,6 +97,7 @@ class PcpCpuModelRunner : public SynchronousModelRunner {
   };
 
   model::ModelConfig config_;                  // the whole model's
+  model::DcpOptions dcp_;
   std::unique_ptr<model::DenseModel> whole_;   // at --tp 1, shared by the ranks; else null
   dist::CpuProcessGroups groups_;
   std::vector<std::unique_ptr<Rank>> ranks_;
