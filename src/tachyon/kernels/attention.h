@@ -1,5 +1,7 @@
 // Causal grouped-query attention over a contiguous per-sequence KV cache. The reference for the
-// paged CUDA kernels: plain loops, softmax in f32 with the max subtracted.
+// paged CUDA kernels: one loop per (query, head), softmax in f32 with the max subtracted; the q.k
+// dot products and the weighted sum of values in the fixed order of kernels/cpu/fixed_order_gemm.h,
+// so a query's output is the same whatever other queries share the call.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,7 @@
 // Dense layers of the CPU reference: y = x W^T + b (HF nn.Linear layout), the SwiGLU gate, and
-// the embedding lookup. The matrix product goes to BLAS (sgemm); the rest are plain loops.
+// the embedding lookup. The matrix product sums every element in one fixed order
+// (kernels/cpu/fixed_order_gemm.h), so a row's result never depends on the other rows of the
+// product (a decode row equals the same row in a verify step or a batch); the rest are plain loops.
 #pragma once
 
 #include <cstdint>
@@ -20,8 +22,9 @@ void embedding(float* out, const int32_t* ids, const float* table, int64_t rows,
 // out[i] += in[i] for i < count (residual connections).
 void add_inplace(float* out, const float* in, int64_t count);
 
-// The threads the BLAS behind linear() uses, process-wide (OpenBLAS's own pool, which spins like
-// OpenMP's and ignores omp_set_num_threads). A no-op when the BLAS is not OpenBLAS.
+// The threads of OpenBLAS's own pool, process-wide (it spins like OpenMP's and ignores
+// omp_set_num_threads). linear() no longer calls BLAS; the pool still starts with the library,
+// so the runner keeps it as small as its own team. A no-op when the BLAS is not OpenBLAS.
 void set_blas_threads(int threads);
 
 }  // namespace tachyon::kernels::cpu

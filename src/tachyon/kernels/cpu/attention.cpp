@@ -5,48 +5,50 @@
 #include <cstring>
 #include <vector>
 
+#include "tachyon/kernels/cpu/fixed_order_gemm.h"
+#include "tachyon/kernels/cpu/parallel_for.h"
+
 namespace tachyon::kernels::cpu {
 namespace {
 
 // The one attention loop; `key_row(j)` says where key/value j lives, which is all that differs
-// between a contiguous and a paged cache.
+// between a contiguous and a paged cache. Each (query, head) is computed alone, so a query's
+// output does not depend on the other queries of the call (a decode row equals the same row of a
+// verify step); its q.k scores and weighted sum of values use the fixed-order dot product and
+// fused multiply-adds of fixed_order_gemm.h, vectorized on every instruction set alike.
 template <typename KeyRow>
 void attention_impl(float* out, const float* q, const float* k_cache, const float* v_cache, const AttentionShape& s,
                     KeyRow key_row) {
+  const GemmIsa isa = best_gemm_isa();
   const int64_t group = s.num_heads / s.num_kv_heads;
   const int64_t v_dim = s.v_head_dim > 0 ? s.v_head_dim : s.head_dim;
   const int64_t kv_stride = s.num_kv_heads * s.head_dim;
   const int64_t v_stride = s.num_kv_heads * v_dim;
-#pragma omp parallel for collapse(2) if (s.num_queries * s.num_heads > 1)
-  for (int64_t i = 0; i < s.num_queries; ++i) {
-    for (int64_t h = 0; h < s.num_heads; ++h) {
-      const int64_t position = s.first_position + i;
-      const int64_t first_key = s.sliding_window > 0 ? std::max<int64_t>(0, position - s.sliding_window + 1) : 0;
-      const int64_t kv_head = h / group;
-      const float* qv = q + (i * s.num_heads + h) * s.head_dim;
-      std::vector<float> scores(static_cast<size_t>(position - first_key + 1));
-      float max_score = -INFINITY;
-      for (int64_t j = first_key; j <= position; ++j) {
-        const float* kv = k_cache + key_row(j) * kv_stride + kv_head * s.head_dim;
-        float dot = 0.0f;
-        for (int64_t d = 0; d < s.head_dim; ++d) dot += qv[d] * kv[d];
-        scores[static_cast<size_t>(j - first_key)] = dot * s.scale;
-        max_score = std::max(max_score, scores[static_cast<size_t>(j - first_key)]);
-      }
-      float denominator = 0.0f;
-      for (float& score : scores) {
-        score = std::exp(score - max_score);
-        denominator += score;
-      }
-      float* o = out + (i * s.num_heads + h) * v_dim;
-      std::fill(o, o + v_dim, 0.0f);
-      for (int64_t j = first_key; j <= position; ++j) {
-        const float weight = scores[static_cast<size_t>(j - first_key)] / denominator;
-        const float* vv = v_cache + key_row(j) * v_stride + kv_head * v_dim;
-        for (int64_t d = 0; d < v_dim; ++d) o[d] += weight * vv[d];
-      }
+  parallel_for(s.num_queries * s.num_heads, s.num_queries * s.num_heads > 1, [&](int64_t query_head) {
+    const int64_t i = query_head / s.num_heads, h = query_head % s.num_heads;
+    const int64_t position = s.first_position + i;
+    const int64_t first_key = s.sliding_window > 0 ? std::max<int64_t>(0, position - s.sliding_window + 1) : 0;
+    const int64_t kv_head = h / group;
+    const float* qv = q + (i * s.num_heads + h) * s.head_dim;
+    std::vector<float> scores(static_cast<size_t>(position - first_key + 1));
+    float max_score = -INFINITY;
+    for (int64_t j = first_key; j <= position; ++j) {
+      const float* kv = k_cache + key_row(j) * kv_stride + kv_head * s.head_dim;
+      scores[static_cast<size_t>(j - first_key)] = fixed_order_dot(isa, qv, kv, s.head_dim) * s.scale;
+      max_score = std::max(max_score, scores[static_cast<size_t>(j - first_key)]);
     }
-  }
+    float denominator = 0.0f;
+    for (float& score : scores) {
+      score = std::exp(score - max_score);
+      denominator += score;
+    }
+    float* o = out + (i * s.num_heads + h) * v_dim;
+    std::fill(o, o + v_dim, 0.0f);
+    for (int64_t j = first_key; j <= position; ++j) {
+      const float weight = scores[static_cast<size_t>(j - first_key)] / denominator;
+      fused_axpy(isa, o, weight, v_cache + key_row(j) * v_stride + kv_head * v_dim, v_dim);
+    }
+  });
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 #include <numeric>
 #include <vector>
 
+#include "tachyon/kernels/cpu/parallel_for.h"
+
 namespace tachyon::kernels::cpu {
 namespace {
 
@@ -15,8 +17,7 @@ template <typename KeyRow>
 void index_scores_impl(float* scores, const float* q, const float* weights, const float* key_cache,
                        const DsaIndexerShape& s, KeyRow key_row) {
   const int64_t total = s.first_position + s.num_queries;
-#pragma omp parallel for if (s.num_queries > 1)
-  for (int64_t i = 0; i < s.num_queries; ++i) {
+  parallel_for(s.num_queries, s.num_queries > 1, [&](int64_t i) {
     const int64_t position = s.first_position + i;
     float* row = scores + i * total;
     for (int64_t t = 0; t < total; ++t) {
@@ -34,7 +35,7 @@ void index_scores_impl(float* scores, const float* q, const float* weights, cons
       }
       row[t] = score;
     }
-  }
+  });
 }
 
 }  // namespace

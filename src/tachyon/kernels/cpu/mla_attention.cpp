@@ -6,6 +6,8 @@
 #include <cmath>
 #include <vector>
 
+#include "tachyon/kernels/cpu/parallel_for.h"
+
 namespace tachyon::kernels::cpu {
 namespace {
 
@@ -13,38 +15,36 @@ template <typename LatentRow>
 void mla_attention_impl(float* out, const float* q, const float* latent_cache, const MlaAttentionShape& s,
                         LatentRow latent_row) {
   const int64_t rank = s.kv_lora_rank, row_width = s.kv_lora_rank + s.rope_dim;
-#pragma omp parallel for collapse(2) if (s.num_queries * s.num_heads > 1)
-  for (int64_t i = 0; i < s.num_queries; ++i) {
-    for (int64_t h = 0; h < s.num_heads; ++h) {
-      const int64_t position = s.first_position + i;
-      const float* q_latent = q + (i * s.num_heads + h) * row_width;  // [rank]: q_nope @ W_uk
-      const float* q_pe = q_latent + rank;                             // [rope_dim]
-      std::vector<float> scores(static_cast<size_t>(position + 1));
-      float max_score = -INFINITY;
-      for (int64_t t = 0; t <= position; ++t) {
-        const float* c_kv = latent_cache + latent_row(t) * row_width;
-        const float* k_pe = c_kv + rank;
-        float nope_part = 0.0f, rope_part = 0.0f;
-        for (int64_t d = 0; d < rank; ++d) nope_part += q_latent[d] * c_kv[d];
-        for (int64_t d = 0; d < s.rope_dim; ++d) rope_part += q_pe[d] * k_pe[d];
-        scores[static_cast<size_t>(t)] = (nope_part + rope_part) * s.scale;
-        max_score = std::max(max_score, scores[static_cast<size_t>(t)]);
-      }
-      float denominator = 0.0f;
-      for (float& score : scores) {
-        score = std::exp(score - max_score);
-        denominator += score;
-      }
-      // The value of token t is its c_kv: the output stays in the latent space until W_uv.
-      float* o = out + (i * s.num_heads + h) * rank;
-      std::fill(o, o + rank, 0.0f);
-      for (int64_t t = 0; t <= position; ++t) {
-        const float weight = scores[static_cast<size_t>(t)] / denominator;
-        const float* c_kv = latent_cache + latent_row(t) * row_width;
-        for (int64_t d = 0; d < rank; ++d) o[d] += weight * c_kv[d];
-      }
+  parallel_for(s.num_queries * s.num_heads, s.num_queries * s.num_heads > 1, [&](int64_t query_head) {
+    const int64_t i = query_head / s.num_heads, h = query_head % s.num_heads;
+    const int64_t position = s.first_position + i;
+    const float* q_latent = q + (i * s.num_heads + h) * row_width;  // [rank]: q_nope @ W_uk
+    const float* q_pe = q_latent + rank;                             // [rope_dim]
+    std::vector<float> scores(static_cast<size_t>(position + 1));
+    float max_score = -INFINITY;
+    for (int64_t t = 0; t <= position; ++t) {
+      const float* c_kv = latent_cache + latent_row(t) * row_width;
+      const float* k_pe = c_kv + rank;
+      float nope_part = 0.0f, rope_part = 0.0f;
+      for (int64_t d = 0; d < rank; ++d) nope_part += q_latent[d] * c_kv[d];
+      for (int64_t d = 0; d < s.rope_dim; ++d) rope_part += q_pe[d] * k_pe[d];
+      scores[static_cast<size_t>(t)] = (nope_part + rope_part) * s.scale;
+      max_score = std::max(max_score, scores[static_cast<size_t>(t)]);
     }
-  }
+    float denominator = 0.0f;
+    for (float& score : scores) {
+      score = std::exp(score - max_score);
+      denominator += score;
+    }
+    // The value of token t is its c_kv: the output stays in the latent space until W_uv.
+    float* o = out + (i * s.num_heads + h) * rank;
+    std::fill(o, o + rank, 0.0f);
+    for (int64_t t = 0; t <= position; ++t) {
+      const float weight = scores[static_cast<size_t>(t)] / denominator;
+      const float* c_kv = latent_cache + latent_row(t) * row_width;
+      for (int64_t d = 0; d < rank; ++d) o[d] += weight * c_kv[d];
+    }
+  });
 }
 
 }  // namespace

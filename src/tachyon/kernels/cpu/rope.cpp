@@ -3,13 +3,14 @@
 #include <cmath>
 #include <vector>
 
+#include "tachyon/kernels/cpu/parallel_for.h"
+
 namespace tachyon::kernels::cpu {
 
 void apply_rope(float* x, const int64_t* positions, const float* inv_freq, int64_t tokens, int64_t heads,
                 int64_t head_dim, float cos_sin_scale) {
   const int64_t half = head_dim / 2;
-#pragma omp parallel for if (tokens > 1)
-  for (int64_t t = 0; t < tokens; ++t) {
+  parallel_for(tokens, tokens > 1, [=](int64_t t) {
     std::vector<float> cos_table(half), sin_table(half);
     for (int64_t i = 0; i < half; ++i) {
       // f32 product, as HF computes the angle, so long positions round the same way.
@@ -25,7 +26,7 @@ void apply_rope(float* x, const int64_t* positions, const float* inv_freq, int64
         v[i + half] = b * cos_table[i] + a * sin_table[i];
       }
     }
-  }
+  });
 }
 
 }  // namespace tachyon::kernels::cpu

@@ -1,0 +1,138 @@
+// fixed_order_gemm.h on AVX2 + FMA: two ymm registers hold a dot product's 16 running sums (lanes
+// 0-7 and 8-15). Register tiles up to 2 rows x 3 columns (12 sums, 2 rows of x, 1 of w: 15 of 16
+// registers), 1 row x 6 columns for a decode step. Compiled for AVX2 by function attribute and
+// run only where cpu_runs(GemmIsa::kAvx2) says so.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <utility>
+
+#include "tachyon/base/check.h"
+#include "tachyon/kernels/cpu/fixed_order_gemm.h"
+#include "tachyon/kernels/cpu/fixed_order_gemm_tiles.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define TACHYON_TARGET_AVX2 __attribute__((target("avx2,fma")))
+
+namespace tachyon::kernels::cpu {
+namespace {
+
+constexpr int kMaxRows256 = 2;
+constexpr int kWideCols256 = 6;
+constexpr int kNarrowCols256 = 3;
+
+// The 16 running sums (lanes 0-7 in low, 8-15 in high) -> their total, added by halves.
+TACHYON_TARGET_AVX2 inline float sum_by_halves_256(__m256 low, __m256 high) {
+  const __m256 s8 = _mm256_add_ps(low, high);                                                // j + (j + 8)
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));  // j + (j + 4)
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));                                 // j + (j + 2)
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));                         // 0 + 1
+}
+
+// All-ones in the lanes below `count` (0..8), zeros above: the lanes a partial group touches.
+TACHYON_TARGET_AVX2 inline __m256i lanes_below(int64_t count) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// out[r * ldo + c] = dot(x[r], w[c]) for r < R, c < C; x: [R, k], w: [C, k].
+template <int R, int C>
+TACHYON_TARGET_AVX2 void tile_256(float* out, int64_t ldo, const float* x, const float* w, int64_t k) {
+  __m256 sums[2][R][C];  // [half][row][column]: half 0 holds lanes 0-7, half 1 lanes 8-15
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) sums[h][r][c] = _mm256_setzero_ps();
+    }
+  }
+  __m256 xs[R];
+  int64_t i = 0;
+  for (; i + kDotLanes <= k; i += kDotLanes) {
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) xs[r] = _mm256_loadu_ps(x + r * k + i + 8 * h);
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) {
+        const __m256 ws = _mm256_loadu_ps(w + c * k + i + 8 * h);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) sums[h][r][c] = _mm256_fmadd_ps(xs[r], ws, sums[h][r][c]);
+      }
+    }
+  }
+  if (i < k) {  // the partial group: the sums of lanes past k stay as they are (a blend, not + 0,
+                // which would turn a -0 sum into +0)
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256i lanes = lanes_below(std::min<int64_t>(8, std::max<int64_t>(0, k - i - 8 * h)));
+      const __m256 keep = _mm256_castsi256_ps(lanes);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) xs[r] = _mm256_maskload_ps(x + r * k + i + 8 * h, lanes);
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) {
+        const __m256 ws = _mm256_maskload_ps(w + c * k + i + 8 * h, lanes);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          sums[h][r][c] = _mm256_blendv_ps(sums[h][r][c], _mm256_fmadd_ps(xs[r], ws, sums[h][r][c]), keep);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) out[r * ldo + c] = sum_by_halves_256(sums[0][r][c], sums[1][r][c]);
+  }
+}
+
+template <int... I>
+constexpr std::array<GemmTile, sizeof...(I)> make_tiles_256(std::integer_sequence<int, I...>) {
+  return {&tile_256<I / kWideCols256 + 1, I % kWideCols256 + 1>...};
+}
+constexpr std::array<GemmTile, kMaxRows256 * kWideCols256> kTiles256 =
+    make_tiles_256(std::make_integer_sequence<int, kMaxRows256 * kWideCols256>{});
+
+}  // namespace
+
+void gemm_columns_avx2(float* out, const float* in, const float* weight, int64_t rows, int64_t in_features,
+                       int64_t out_features, int64_t col_begin, int64_t col_end) {
+  const GemmTiles tiles{kTiles256.data(), kMaxRows256, kWideCols256, kNarrowCols256};
+  run_gemm_tiles(tiles, out, in, weight, rows, in_features, out_features, col_begin, col_end);
+}
+
+float dot_avx2(const float* x, const float* w, int64_t k) {
+  float out = 0.0f;
+  tile_256<1, 1>(&out, 1, x, w, k);
+  return out;
+}
+
+TACHYON_TARGET_AVX2 void axpy_avx2(float* y, float a, const float* x, int64_t n) {
+  const __m256 scale = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(scale, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  }
+  for (; i < n; ++i) y[i] = std::fma(a, x[i], y[i]);  // scalar FMA (this function is compiled with FMA)
+}
+
+}  // namespace tachyon::kernels::cpu
+
+#else  // not x86-64: cpu_runs(GemmIsa::kAvx2) is false, so nothing calls this
+
+namespace tachyon::kernels::cpu {
+void gemm_columns_avx2(float*, const float*, const float*, int64_t, int64_t, int64_t, int64_t, int64_t) {
+  TACHYON_CHECK(false) << "internal: the AVX2 product was called on a CPU that is not x86-64";
+}
+float dot_avx2(const float*, const float*, int64_t) {
+  TACHYON_CHECK(false) << "internal: the AVX2 dot product was called on a CPU that is not x86-64";
+  return 0.0f;
+}
+void axpy_avx2(float*, float, const float*, int64_t) {
+  TACHYON_CHECK(false) << "internal: the AVX2 axpy was called on a CPU that is not x86-64";
+}
+}  // namespace tachyon::kernels::cpu
+
+#endif
