@@ -26,6 +26,9 @@ try:
     print("through the router while the prefill server is at its cap:", status, headers.get("Retry-After"))
     if status != 503 or headers.get("Retry-After") != "1":
         sys.exit("the router should pass the cap on as 503 with Retry-After")
+    # The prefill server answers with a lease's name as soon as the prompt is queued; the lease is
+    # granted once the prompt has run.
+    wait_until(lambda: metric(prefill.url, "tachyon:kv_leases_outstanding") == 3, 20, "the three prompts never ran")
     counted = (metric(router.url, "tachyon:router_requests_total", 'outcome="unavailable"'),
                metric(router.url, "tachyon:router_retries_total", 'role="prefill"'),
                metric(prefill.url, "tachyon:kv_leases_total", 'outcome="refused"'),

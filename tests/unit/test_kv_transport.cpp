@@ -1,9 +1,10 @@
 // The TCP transport of prefill/decode disaggregation (server/pd_transport.h) between a prefill
 // engine and a decode engine in one process: intact transfers import, and a truncated frame, a
-// corrupted body or a stalled sender makes the decode side recompute the prompt; either way every
-// output equals one engine's, and every KV block is free on both sides afterwards. The server
-// answers several pulls at once (all in flight together, the same bytes as one by one) and
-// refuses pulls past its bound.
+// corrupted body or a stalled sender mid-stream makes the decode side recompute the prompt;
+// either way every output equals one engine's, and every KV block is free on both sides
+// afterwards. A pull started while a chunked prefill runs receives rows before the prompt has
+// finished, and imports them. The server answers several pulls at once (all in flight together,
+// the same bytes as one by one) and refuses pulls past its bound.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -40,9 +41,10 @@ class KvTransportTest : public ::testing::TestWithParam<KvTransportFault> {
     delete model_;
     delete dir_;
   }
-  static std::unique_ptr<EngineCore> engine(int32_t block_size) {
+  static std::unique_ptr<EngineCore> engine(int32_t block_size, int64_t max_num_batched_tokens = 2048) {
     core::EngineConfig c;
     c.scheduler.max_model_len = 256;
+    c.scheduler.max_num_batched_tokens = max_num_batched_tokens;
     c.num_blocks = 512;
     c.block_size = block_size;
     return std::make_unique<EngineCore>(c, std::make_unique<runner::CpuModelRunner>(*model_, c.num_blocks, block_size));
@@ -96,7 +98,8 @@ TEST_P(KvTransportTest, FaultsRecomputeAndOutputsStayIdentical) {
   const bool stall = GetParam() == KvTransportFault::kStall;
   if (stall) prefill->set_kv_lease_timeout(std::chrono::milliseconds(500));
   auto server = std::make_unique<KvTransferServer>(
-      "127.0.0.1", 0, [&](engine::KvLeaseKey key) { return prefill->export_kv(key); },
+      "127.0.0.1", 0,
+      [&](engine::KvLeaseKey key, size_t from, bool claim) { return prefill->read_kv_stream(key, from, claim); },
       [&](engine::KvLeaseKey key) { prefill->release_kv(key); }, std::chrono::milliseconds(300));
   server->inject_fault(GetParam());
   std::vector<int64_t> ids;
@@ -141,21 +144,100 @@ INSTANTIATE_TEST_SUITE_P(Faults, KvTransportTest,
                                            KvTransportFault::kCorrupt, KvTransportFault::kStall),
                          fault_name);
 
+bool wait_for(const std::function<bool()>& condition) {
+  for (int i = 0; i < 2000 && !condition(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  return condition();
+}
+
+// A 60-token prompt in steps of 8 tokens: the pull, started after the first step, is handed rows
+// while the prompt still runs (the test steps the prefill engine itself, so this is not a race:
+// the engine waits until the transport has handed out the first chunk), then the rest and the
+// commit; the decode engine imports them and answers as one engine does.
+TEST_P(KvTransportTest, RowsLeaveBeforeThePromptFinishes) {
+  if (GetParam() != KvTransportFault::kNone) GTEST_SKIP() << "one run is enough";
+  std::vector<int32_t> prompt(60);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 37 + 5) % 512);
+  core::SamplingParams params;
+  params.max_tokens = 6;
+  params.ignore_eos = true;
+  auto plain = engine(4);
+  auto plain_channel = std::make_shared<OutputChannel>();
+  plain->submit(prompt, params, plain_channel);
+  run_idle(*plain);
+
+  auto prefill = engine(4, /*max_num_batched_tokens=*/8);
+  auto decode = engine(16);
+  KvTransferServer server(
+      "127.0.0.1", 0,
+      [&](engine::KvLeaseKey key, size_t from, bool claim) { return prefill->read_kv_stream(key, from, claim); },
+      [&](engine::KvLeaseKey key) { prefill->release_kv(key); });
+  prefill->set_kv_stream_listener([&server] { server.wake(); });
+  auto first = std::make_shared<OutputChannel>();
+  const int64_t id = prefill->submit_prefill(prompt, params, first);
+  prefill->step();  // the first 8 tokens: two full blocks staged
+  std::optional<engine::KvPayload> payload;
+  std::string failure;
+  std::thread puller([&] {
+    try {
+      payload = fetch_kv("127.0.0.1", server.port(), {prefill->kv_epoch(), id}, std::chrono::seconds(10));
+    } catch (const KvTransferError& e) {
+      failure = e.what();
+    }
+  });
+  // Bounded only so that a transport that never hands out early rows fails instead of hanging.
+  wait_for([&] { return prefill->kv_lease_stats().early_tokens > 0; });
+  run_idle(*prefill);
+  puller.join();
+  prefill->set_kv_stream_listener(nullptr);
+  ASSERT_TRUE(payload.has_value()) << failure;
+  EXPECT_GE(prefill->kv_lease_stats().early_tokens, 8) << "rows handed to the pull before the prompt finished";
+  EXPECT_GT(payload->chunks.size(), 1u);
+  auto channel = std::make_shared<OutputChannel>();
+  decode->submit_imported(std::move(*payload), params, channel);
+  run_idle(*decode);
+  run_idle(*prefill);
+  EXPECT_EQ(tokens_of(*channel), tokens_of(*plain_channel));
+  EXPECT_EQ(decode->stats().prompt_tokens_computed, 0);
+  EXPECT_EQ(prefill->stats().kv_blocks_free, prefill->stats().kv_blocks_total);
+  EXPECT_EQ(decode->stats().kv_blocks_free, decode->stats().kv_blocks_total);
+}
+
 TEST(KvTransportCodec, RejectsBodiesWhoseLengthsDisagree) {
+  engine::KvChunk chunk{.begin = 4, .num_tokens = 3, .rows = {1, 2, 3, 4, 5, 6}};
+  const std::string body = encode_kv_chunk(chunk, 2);
+  int64_t width = 0;
+  EXPECT_EQ(decode_kv_chunk(body, width).rows, chunk.rows);
+  EXPECT_EQ(width, 2);
+  EXPECT_THROW(decode_kv_chunk(body.substr(0, body.size() - 4), width), KvTransferError);
+  EXPECT_THROW(decode_kv_chunk(body + "xxxx", width), KvTransferError);
+  EXPECT_THROW(decode_kv_chunk(std::string(6, '\0'), width), KvTransferError);
+  engine::KvCommit commit{.prompt = {1, 2, 3}, .first_token = 4, .seed = 5, .values_per_token = 2, .num_chunks = 1};
+  const std::string committed = encode_kv_commit(commit, 99);
+  uint64_t sums = 0;
+  EXPECT_EQ(decode_kv_commit(committed, sums).prompt, commit.prompt);
+  EXPECT_EQ(sums, 99u);
+  EXPECT_THROW(decode_kv_commit(committed.substr(0, committed.size() - 4), sums), KvTransferError);
+  EXPECT_THROW(decode_kv_commit(committed + "xxxx", sums), KvTransferError);
+}
+
+// Joined chunks are the rows of one gather: [plane][token][width] over the whole prompt.
+TEST(KvTransportCodec, ChunksJoinPlaneByPlane) {
   engine::KvPayload payload;
   payload.prompt = {1, 2, 3};
-  payload.first_token = 4;
-  payload.values_per_token = 2;
-  payload.rows = {1, 2, 3, 4, 5, 6};
-  const std::string body = encode_kv_payload(payload);
-  EXPECT_EQ(decode_kv_payload(body).rows, payload.rows);
-  EXPECT_THROW(decode_kv_payload(body.substr(0, body.size() - 4)), KvTransferError);
-  EXPECT_THROW(decode_kv_payload(body + "xxxx"), KvTransferError);
-  EXPECT_THROW(decode_kv_payload(std::string(6, '\0')), KvTransferError);
+  payload.values_per_token = 3;  // planes of widths 1 and 2
+  payload.chunks.push_back(std::make_shared<const engine::KvChunk>(engine::KvChunk{0, 2, {10, 11, 20, 21, 22, 23}}));
+  payload.chunks.push_back(std::make_shared<const engine::KvChunk>(engine::KvChunk{2, 1, {12, 24, 25}}));
+  engine::KvPayload joined = payload;
+  engine::join_kv_chunks(joined, {1, 2});
+  EXPECT_EQ(joined.rows, (std::vector<float>{10, 11, 12, 20, 21, 22, 23, 24, 25}));
+  engine::KvPayload gap = payload;
+  gap.chunks.erase(gap.chunks.begin());
+  EXPECT_THROW(engine::join_kv_chunks(gap, {1, 2}), KvTransferError);
+  EXPECT_THROW(engine::join_kv_chunks(payload, {2, 2}), KvTransferError);
 }
 
 TEST(KvTransportCodec, UnreachablePrefillServerIsATransferError) {
-  KvTransferServer server("127.0.0.1", 0, [](engine::KvLeaseKey) -> engine::KvPayload {
+  KvTransferServer server("127.0.0.1", 0, [](engine::KvLeaseKey, size_t, bool) -> engine::KvStreamRead {
     throw KvTransferError("no such lease");
   }, [](engine::KvLeaseKey) {});
   EXPECT_THROW(fetch_kv("127.0.0.1", server.port(), {1, 2}, std::chrono::milliseconds(500)), KvTransferError);
@@ -215,26 +297,25 @@ std::pair<int, std::string> read_frame(int fd, const std::string& head_read = ""
   return {static_cast<int>(status), body};
 }
 
-// 16 MiB of rows per lease, different for each request id; served as often as asked.
-engine::KvPayload large_payload(engine::KvLeaseKey key) {
-  engine::KvPayload payload;
-  payload.prompt.assign(64, static_cast<int32_t>(key.request_id));
-  payload.first_token = 7;
-  payload.seed = 11;
-  payload.values_per_token = 65536;
-  payload.rows.resize(64 * 65536);
-  for (size_t i = 0; i < payload.rows.size(); ++i) payload.rows[i] = static_cast<float>((i * 31 + key.request_id) % 1009);
-  return payload;
+// 16 MiB of rows per lease in one chunk, different for each request id, then the commit; served
+// as often as asked.
+std::vector<float> large_rows(engine::KvLeaseKey key) {
+  std::vector<float> rows(64 * 65536);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<float>((i * 31 + key.request_id) % 1009);
+  return rows;
 }
 
-bool wait_for(const std::function<bool()>& condition) {
-  for (int i = 0; i < 2000 && !condition(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  return condition();
+engine::KvStreamRead large_stream(engine::KvLeaseKey key, size_t from, bool) {
+  engine::KvStreamRead read;
+  if (from == 0) read.chunks.push_back(std::make_shared<const engine::KvChunk>(engine::KvChunk{0, 64, large_rows(key)}));
+  read.commit = engine::KvCommit{.prompt = std::vector<int32_t>(64, static_cast<int32_t>(key.request_id)),
+                                 .first_token = 7, .seed = 11, .values_per_token = 65536, .num_chunks = 1};
+  return read;
 }
 
 TEST(KvTransferServerPulls, AnswersSeveralPullsAtOnceWithTheBytesOfOneByOne) {
   constexpr int kPulls = 4;
-  KvTransferServer server("127.0.0.1", 0, large_payload, [](engine::KvLeaseKey) {}, std::chrono::seconds(60));
+  KvTransferServer server("127.0.0.1", 0, large_stream, [](engine::KvLeaseKey) {}, std::chrono::seconds(60));
   std::vector<int> fds;
   for (int i = 0; i < kPulls; ++i) fds.push_back(open_pull(server.port(), {1, i}));
   // None is drained yet, so none can finish: a server that answers one at a time shows 1 here,
@@ -255,27 +336,28 @@ TEST(KvTransferServerPulls, AnswersSeveralPullsAtOnceWithTheBytesOfOneByOne) {
   EXPECT_TRUE(wait_for([&] { return server.pull_stats().in_flight == 0; }));
   EXPECT_EQ(server.pull_stats().peak_in_flight, kPulls);
   for (int i = 0; i < kPulls; ++i) {
-    ASSERT_EQ(frames[static_cast<size_t>(i)].first, 0) << "pull " << i;
+    ASSERT_EQ(frames[static_cast<size_t>(i)].first, 2) << "pull " << i << ": a chunk first";
     const engine::KvPayload serial = fetch_kv("127.0.0.1", server.port(), {1, i}, std::chrono::seconds(30));
-    EXPECT_EQ(frames[static_cast<size_t>(i)].second, encode_kv_payload(serial)) << "pull " << i;
-    EXPECT_EQ(serial.rows, large_payload({1, i}).rows);
+    ASSERT_EQ(serial.chunks.size(), 1u);
+    EXPECT_EQ(frames[static_cast<size_t>(i)].second, encode_kv_chunk(*serial.chunks[0], 65536)) << "pull " << i;
+    EXPECT_EQ(serial.chunks[0]->rows, large_rows({1, i}));
   }
 }
 
 TEST(KvTransferServerPulls, RefusesAPullPastItsBound) {
-  KvTransferServer server("127.0.0.1", 0, large_payload, [](engine::KvLeaseKey) {}, std::chrono::seconds(60),
+  KvTransferServer server("127.0.0.1", 0, large_stream, [](engine::KvLeaseKey) {}, std::chrono::seconds(60),
                           nullptr, /*max_pulls=*/2);
   const int a = open_pull(server.port(), {1, 1});
   const int b = open_pull(server.port(), {1, 2});
   ASSERT_TRUE(wait_for([&] { return server.pull_stats().in_flight == 2; }));
   EXPECT_THROW(fetch_kv("127.0.0.1", server.port(), {1, 3}, std::chrono::seconds(10)), KvTransferError);
   EXPECT_EQ(server.pull_stats().refused, 1);
-  EXPECT_EQ(read_frame(a).first, 0);
-  EXPECT_EQ(read_frame(b).first, 0);
+  EXPECT_EQ(read_frame(a).first, 2);
+  EXPECT_EQ(read_frame(b).first, 2);
   ::close(a);
   ::close(b);
   EXPECT_TRUE(wait_for([&] { return server.pull_stats().in_flight == 0; }));
-  EXPECT_EQ(fetch_kv("127.0.0.1", server.port(), {1, 3}, std::chrono::seconds(30)).rows, large_payload({1, 3}).rows);
+  EXPECT_EQ(fetch_kv("127.0.0.1", server.port(), {1, 3}, std::chrono::seconds(30)).chunks.at(0)->rows, large_rows({1, 3}));
 }
 
 }  // namespace

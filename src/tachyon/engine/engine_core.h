@@ -97,6 +97,10 @@ class EngineCore {
   // Thread-safe. Copies a lease's rows out and releases it (KvTransferError: no such lease).
   KvPayload export_kv(KvLeaseKey key);
   void release_kv(KvLeaseKey key);  // thread-safe; unknown keys are ignored
+  // Thread-safe. A lease's rows as the prompt writes them (KvLeases::read_stream); `listener`
+  // runs on the engine thread whenever a stream grows (any thread; nullptr stops the calls).
+  KvStreamRead read_kv_stream(KvLeaseKey key, size_t from, bool claim);
+  void set_kv_stream_listener(std::function<void()> listener) { leases_.set_listener(std::move(listener)); }
   uint64_t kv_epoch() const { return leases_.epoch(); }
   void set_kv_lease_timeout(std::chrono::milliseconds timeout) { leases_.set_timeout(timeout); }
   // Blocks that leases and running prefills may hold at once; past it submit_prefill throws
@@ -147,6 +151,7 @@ class EngineCore {
   void start_pending_imports();
   void start_imported(Sequence& sequence, const KvPayload& payload);
   void lease_prefilled(const core::StepPlan& plan, const core::StepOutput& output);
+  void stage_prompt_rows(const Sequence& sequence, int64_t computed, bool whole);
   void release_leases();
   void publish_prefix_hashes();
   int64_t lease_blocks(int64_t num_prompt_tokens) const;  // the blocks a prompt's lease holds

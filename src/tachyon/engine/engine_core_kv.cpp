@@ -64,6 +64,7 @@ int64_t EngineCore::submit_imported(KvPayload payload, const core::SamplingParam
   check_transferable(params);
   runner::KvRowAccess* rows = runner_->kv_rows();
   if (rows == nullptr) throw KvTransferError("this runner cannot import KV rows");
+  if (payload.rows.empty() && !payload.chunks.empty()) join_kv_chunks(payload, rows->plane_widths());
   if (payload.values_per_token != rows->values_per_token() ||
       payload.rows.size() != payload.prompt.size() * static_cast<size_t>(payload.values_per_token)) {
     throw KvTransferError("the KV rows do not fit this cache: " + std::to_string(payload.values_per_token) +
@@ -81,23 +82,55 @@ int64_t EngineCore::submit_imported(KvPayload payload, const core::SamplingParam
   return submit(std::move(prompt), params, channel, /*export_kv=*/false, std::move(shared));
 }
 
-// Engine thread. A prefill-only sequence sampled its first token: its prompt's blocks get the
-// lease's reference before update() finishes the sequence and drops its own.
+// Engine thread. Stages the rows of a prefill-only sequence's prompt that this step made final
+// (engine/kv_transfer.h): every block the step completed, and once it samples the first token the
+// prompt's last rows; then its prompt's blocks get the lease's reference before update()
+// finishes the sequence and drops its own. The engine thread is the only writer of the cache, so
+// no step races these copies.
 void EngineCore::lease_prefilled(const core::StepPlan& plan, const core::StepOutput& output) {
   size_t next = 0;
   for (const core::ScheduledSequence& entry : plan.sequences) {
-    if (!entry.sample) continue;
-    const core::SequenceOutput& out = output.sequences[next++];
+    const core::SequenceOutput* out = entry.sample ? &output.sequences[next++] : nullptr;
     auto it = sequences_.find(entry.sequence_id);
-    if (out.tokens.empty() || it == sequences_.end() || !leases_.expected(it->second->request_id)) continue;
+    if (it == sequences_.end() || !leases_.expected(it->second->request_id)) continue;
     Sequence& sequence = *it->second;
+    const bool sampled = out != nullptr && !out->tokens.empty();
+    stage_prompt_rows(sequence, entry.num_computed + entry.num_tokens, /*whole=*/sampled);
+    if (!sampled) continue;
     const int32_t block_size = kv_.block_size();
     std::vector<int32_t> blocks(sequence.block_table.begin(),
                                 sequence.block_table.begin() + (sequence.num_prompt_tokens + block_size - 1) / block_size);
     kv_.retain(blocks);
     std::vector<int32_t> prompt(sequence.tokens.begin(), sequence.tokens.begin() + sequence.num_prompt_tokens);
-    leases_.grant(sequence.request_id, std::move(blocks), std::move(prompt), out.tokens.front().token, sequence.seed);
+    leases_.grant(sequence.request_id, std::move(blocks), std::move(prompt), out->tokens.front().token, sequence.seed);
   }
+}
+
+// Copies the prompt rows [staged, end) into the lease's stream, where `end` is the last full
+// block within `computed` tokens, or the whole prompt once it has run. Chunks start on a block
+// boundary, so the block table's tail from there addresses them.
+void EngineCore::stage_prompt_rows(const Sequence& sequence, int64_t computed, bool whole) {
+  const int64_t block_size = kv_.block_size();
+  const int64_t begin = leases_.staged_tokens(sequence.request_id);
+  const int64_t end = whole ? sequence.num_prompt_tokens
+                            : std::min(computed, sequence.num_prompt_tokens) / block_size * block_size;
+  if (end <= begin) return;
+  runner::KvRowAccess& rows = *runner_->kv_rows();
+  KvChunk chunk;
+  chunk.begin = begin;
+  chunk.num_tokens = end - begin;
+  chunk.rows.resize(static_cast<size_t>(chunk.num_tokens * rows.values_per_token()));
+  const size_t first_block = static_cast<size_t>(begin / block_size);
+  rows.gather(std::span<const int32_t>(sequence.block_table).subspan(first_block), chunk.num_tokens, chunk.rows);
+  leases_.stage(sequence.request_id, std::move(chunk));
+}
+
+KvStreamRead EngineCore::read_kv_stream(KvLeaseKey key, size_t from, bool claim) {
+  runner::KvRowAccess* rows = runner_->kv_rows();
+  if (rows == nullptr) throw KvTransferError("this runner cannot export its KV cache");
+  KvStreamRead read = leases_.read_stream(key, from, claim, rows->values_per_token());
+  if (read.commit) inbox_ready_.notify_one();  // the engine thread frees the lease's blocks
+  return read;
 }
 
 std::vector<BlockHash> EngineCore::published_prefix_hashes() {

@@ -17,6 +17,42 @@ uint64_t draw_epoch() {
 
 }  // namespace
 
+void join_kv_chunks(KvPayload& payload, const std::vector<int64_t>& plane_widths) {
+  int64_t width_sum = 0;
+  for (int64_t w : plane_widths) width_sum += w;
+  const auto num_tokens = static_cast<int64_t>(payload.prompt.size());
+  if (width_sum != payload.values_per_token) {
+    throw KvTransferError("the KV rows have " + std::to_string(payload.values_per_token) +
+                          " values per token; this cache holds " + std::to_string(width_sum) +
+                          "; are both servers serving the same model?");
+  }
+  int64_t next = 0;
+  for (const auto& chunk : payload.chunks) {
+    if (chunk->begin != next || chunk->num_tokens <= 0 || next + chunk->num_tokens > num_tokens ||
+        chunk->rows.size() != static_cast<size_t>(chunk->num_tokens * width_sum)) {
+      throw KvTransferError("a KV chunk of tokens [" + std::to_string(chunk->begin) + ", +" +
+                            std::to_string(chunk->num_tokens) + ") does not follow token " + std::to_string(next) +
+                            " of a " + std::to_string(num_tokens) + "-token prompt");
+    }
+    next += chunk->num_tokens;
+  }
+  if (next != num_tokens) {
+    throw KvTransferError("the KV chunks cover " + std::to_string(next) + " of " + std::to_string(num_tokens) +
+                          " prompt tokens");
+  }
+  payload.rows.assign(static_cast<size_t>(num_tokens * width_sum), 0.0f);
+  float* dst = payload.rows.data();
+  size_t plane_offset = 0;  // in a chunk's rows: where this plane starts, per token count
+  for (int64_t width : plane_widths) {
+    for (const auto& chunk : payload.chunks) {
+      const float* src = chunk->rows.data() + plane_offset * static_cast<size_t>(chunk->num_tokens);
+      dst = std::copy(src, src + chunk->num_tokens * width, dst);
+    }
+    plane_offset += static_cast<size_t>(width);
+  }
+  payload.chunks.clear();
+}
+
 KvLeases::KvLeases(std::chrono::milliseconds timeout) : epoch_(draw_epoch()), timeout_(timeout) {
   stats_.max_blocks = std::numeric_limits<int64_t>::max();
 }
@@ -51,6 +87,7 @@ void KvLeases::expect(int64_t request_id, int64_t num_blocks) {
   std::lock_guard lock(mutex_);
   expected_[request_id] = num_blocks;
   num_expected_ = static_cast<int64_t>(expected_.size());
+  streams_[request_id] = Stream{};
 }
 
 bool KvLeases::expected(int64_t request_id) {
@@ -68,10 +105,17 @@ void KvLeases::forget(int64_t request_id) {
   expected_.erase(it);
   num_expected_ = static_cast<int64_t>(expected_.size());
   cancelled_.erase(request_id);
+  streams_.erase(request_id);  // never granted: a pull of it ends with an error
 }
 
 void KvLeases::grant(int64_t request_id, std::vector<int32_t> blocks, std::vector<int32_t> prompt,
                      int32_t first_token, uint64_t seed) {
+  grant_locked(request_id, std::move(blocks), std::move(prompt), first_token, seed);
+  notify();
+}
+
+void KvLeases::grant_locked(int64_t request_id, std::vector<int32_t> blocks, std::vector<int32_t> prompt,
+                            int32_t first_token, uint64_t seed) {
   std::lock_guard lock(mutex_);
   auto expected = expected_.find(request_id);
   const int64_t reserved = expected != expected_.end() ? expected->second : 0;
@@ -92,6 +136,7 @@ void KvLeases::drop(std::unordered_map<int64_t, Lease>::iterator it) {
   stats_.blocks -= static_cast<int64_t>(it->second.blocks.size());
   --stats_.outstanding;
   released_.push_back(std::move(it->second.blocks));
+  streams_.erase(it->first);
   leases_.erase(it);
 }
 
@@ -138,6 +183,68 @@ void KvLeases::release(KvLeaseKey key) {
   } else if (expected_.count(key.request_id) > 0) {
     cancelled_.insert(key.request_id);  // the prompt is still running: released as it is granted
   }
+}
+
+void KvLeases::set_listener(std::function<void()> listener) {
+  std::lock_guard lock(listener_mutex_);
+  listener_ = std::move(listener);
+}
+
+void KvLeases::notify() {
+  std::lock_guard lock(listener_mutex_);
+  if (listener_) listener_();
+}
+
+int64_t KvLeases::staged_tokens(int64_t request_id) {
+  std::lock_guard lock(mutex_);
+  auto it = streams_.find(request_id);
+  return it != streams_.end() ? it->second.staged_tokens : 0;
+}
+
+void KvLeases::stage(int64_t request_id, KvChunk chunk) {
+  {
+    std::lock_guard lock(mutex_);
+    auto it = streams_.find(request_id);
+    if (it == streams_.end() || chunk.num_tokens <= 0) return;
+    TACHYON_CHECK(chunk.begin == it->second.staged_tokens)
+        << "KV rows staged out of order: " << chunk.begin << " after " << it->second.staged_tokens;
+    it->second.staged_tokens += chunk.num_tokens;
+    it->second.chunks.push_back(std::make_shared<const KvChunk>(std::move(chunk)));
+  }
+  notify();
+}
+
+KvStreamRead KvLeases::read_stream(KvLeaseKey key, size_t from, bool claim, int64_t values_per_token) {
+  std::lock_guard lock(mutex_);
+  auto stream = key.epoch == epoch_ ? streams_.find(key.request_id) : streams_.end();
+  auto lease = key.epoch == epoch_ ? leases_.find(key.request_id) : leases_.end();
+  const bool expired = lease != leases_.end() && lease->second.deadline <= std::chrono::steady_clock::now();
+  if (stream == streams_.end() || expired) {
+    throw KvTransferError("no KV lease " + std::to_string(key.request_id) + " of epoch " + std::to_string(key.epoch) +
+                          " on this server (never granted, already taken, expired, aborted, or the server restarted)");
+  }
+  if (claim && stream->second.claimed) {
+    throw KvTransferError("the KV lease " + std::to_string(key.request_id) + " is already being pulled");
+  }
+  stream->second.claimed = true;
+  KvStreamRead read;
+  const auto& chunks = stream->second.chunks;
+  for (size_t i = from; i < chunks.size(); ++i) read.chunks.push_back(chunks[i]);
+  if (lease == leases_.end()) {  // the prompt still runs: these rows go out before it finishes
+    for (const auto& chunk : read.chunks) stats_.early_tokens += chunk->num_tokens;
+    return read;
+  }
+  // Granted, and every chunk is out with this read: the commit takes the lease.
+  KvCommit commit;
+  commit.prompt = std::move(lease->second.prompt);
+  commit.first_token = lease->second.first_token;
+  commit.seed = lease->second.seed;
+  commit.values_per_token = values_per_token;
+  commit.num_chunks = static_cast<int64_t>(chunks.size());
+  read.commit = std::move(commit);
+  ++stats_.exported;
+  drop(lease);
+  return read;
 }
 
 int64_t KvLeases::num_leases() {

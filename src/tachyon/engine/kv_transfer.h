@@ -11,13 +11,21 @@
 // or reserved past the cap is refused (KvLeasesFullError, a 503 for the client) rather than
 // filling the cache with KV nobody may pull. A release that arrives before its lease is granted
 // (the client left while the prompt ran) cancels the lease as it is granted.
-// Test: tests/unit/test_kv_transfer.cpp.
+// Streaming: while the prompt runs, the engine thread copies the rows of every block its last
+// step completed into the lease's stream (stage(), block by block, one chunk per step); a pull
+// may read them before the lease is granted (read_stream()). The grant stages the prompt's last
+// rows and closes the stream with a commit record (the prompt, first token, seed, and the count
+// of chunks and tokens); the reader that takes the commit takes the lease, as export_rows() does.
+// Test: tests/unit/test_kv_transfer.cpp, tests/unit/test_kv_transport.cpp (streaming).
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -53,6 +61,14 @@ struct KvLeaseStats {
   int64_t released = 0;         // given back unexported (a client that left, no decode server)
   int64_t expired = 0;
   int64_t refused = 0;          // prefills refused at the cap
+  int64_t early_tokens = 0;     // token rows handed to a pull before their prompt had finished
+};
+
+// Rows of prompt tokens [begin, begin + num_tokens): [planes][num_tokens][width] f32.
+struct KvChunk {
+  int64_t begin = 0;
+  int64_t num_tokens = 0;
+  std::vector<float> rows;
 };
 
 // One request's prompt KV and what the prefill engine sampled from it.
@@ -62,6 +78,28 @@ struct KvPayload {
   uint64_t seed = 0;             // the seed the prefill engine sampled with (the decode side goes on with it)
   int64_t values_per_token = 0;  // the row width over every cache plane (runner/kv_export.h)
   std::vector<float> rows;       // [planes][num_prompt_tokens][width] f32
+  // Or, with `rows` empty, the rows as a stream brought them: chunks in order from token 0
+  // (submit_imported joins them with its cache's plane widths).
+  std::vector<std::shared_ptr<const KvChunk>> chunks;
+};
+
+// `payload`'s chunks joined into its rows; KvTransferError when they do not cover its prompt in
+// order or do not fit `plane_widths`.
+void join_kv_chunks(KvPayload& payload, const std::vector<int64_t>& plane_widths);
+
+// What closes a lease's stream: every chunk before it, whole, makes the prompt's rows.
+struct KvCommit {
+  std::vector<int32_t> prompt;
+  int32_t first_token = -1;
+  uint64_t seed = 0;
+  int64_t values_per_token = 0;
+  int64_t num_chunks = 0;
+};
+
+// The chunks of a stream from a given index on, and its commit once every chunk is out.
+struct KvStreamRead {
+  std::vector<std::shared_ptr<const KvChunk>> chunks;
+  std::optional<KvCommit> commit;
 };
 
 struct KvLeaseKey {
@@ -103,6 +141,19 @@ class KvLeases {
   // such lease (never granted, already exported or released, expired, another epoch).
   KvPayload export_rows(KvLeaseKey key, const runner::KvRowAccess& rows);
   void release(KvLeaseKey key);  // unknown keys are ignored
+
+  // Engine thread: the rows [staged_tokens(id), staged_tokens(id) + chunk.num_tokens) of an
+  // expected request's prompt are final. stage() ignores a request no longer expected.
+  int64_t staged_tokens(int64_t request_id);
+  void stage(int64_t request_id, KvChunk chunk);
+  // Any thread. The chunks of the lease's stream from index `from` on, and the commit once the
+  // lease is granted and every chunk went out (which takes the lease). The first read claims the
+  // stream (`claim`); a second claim, or a key that names no lease or running prefill (never
+  // granted, taken, released, expired, aborted, another epoch) throws KvTransferError.
+  KvStreamRead read_stream(KvLeaseKey key, size_t from, bool claim, int64_t values_per_token);
+  // Called on the engine thread after each stage and grant: a transport waiting on a stream
+  // wakes. Any thread; once set_listener(nullptr) returns, the old listener is never called.
+  void set_listener(std::function<void()> listener);
   int64_t num_leases();
   KvLeaseStats stats();
 
@@ -114,8 +165,15 @@ class KvLeases {
     uint64_t seed = 0;
     std::chrono::steady_clock::time_point deadline;
   };
+  struct Stream {
+    std::vector<std::shared_ptr<const KvChunk>> chunks;
+    int64_t staged_tokens = 0;
+    bool claimed = false;
+  };
 
   void drop(std::unordered_map<int64_t, Lease>::iterator it);  // under mutex_
+  void grant_locked(int64_t request_id, std::vector<int32_t> blocks, std::vector<int32_t> prompt,
+                    int32_t first_token, uint64_t seed);
 
   const uint64_t epoch_;
   std::mutex mutex_;
@@ -124,6 +182,10 @@ class KvLeases {
   std::chrono::milliseconds timeout_;
   std::unordered_map<int64_t, Lease> leases_;
   std::unordered_set<int64_t> cancelled_;  // expected ids released before their grant
+  std::unordered_map<int64_t, Stream> streams_;  // expected or leased ids -> staged rows
+  std::mutex listener_mutex_;  // apart from mutex_: a listener never runs under it
+  std::function<void()> listener_;
+  void notify();
   std::vector<std::vector<int32_t>> released_;  // blocks to free on the engine thread
   KvLeaseStats stats_;
 };

@@ -29,6 +29,12 @@ int64_t PagedKvRowAccess::values_per_token() const {
   return total;
 }
 
+std::vector<int64_t> PagedKvRowAccess::plane_widths() const {
+  std::vector<int64_t> widths;
+  for (const Plane& plane : planes()) widths.push_back(plane.width);
+  return widths;
+}
+
 void PagedKvRowAccess::check_span(std::span<const int32_t> block_table, int64_t num_tokens, size_t values) const {
   TACHYON_CHECK(num_tokens >= 0 && static_cast<int64_t>(block_table.size()) * cache_.block_size >= num_tokens)
       << "a block table of " << block_table.size() << " blocks of " << cache_.block_size << " cannot hold "

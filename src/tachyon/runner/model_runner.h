@@ -34,6 +34,9 @@ class KvRowAccess {
   virtual ~KvRowAccess() = default;
   // f32 values one token holds over every plane: the width of a transferred row.
   virtual int64_t values_per_token() const = 0;
+  // Each plane's width, in the planes' order (they sum to values_per_token()): how rows of a
+  // chunk of tokens join the rows of the chunks before it.
+  virtual std::vector<int64_t> plane_widths() const = 0;
   // out: [planes][num_tokens][width]; the block table must cover num_tokens tokens.
   virtual void gather(std::span<const int32_t> block_table, int64_t num_tokens, std::span<float> out) const = 0;
   // rows: as gather() writes them, into the slots of `block_table`.

@@ -38,6 +38,9 @@ void PdMetrics::render(std::string& out, const engine::KvLeaseStats& leases, con
     append_family(out, "tachyon:kv_transfer_pulls_refused_total", "counter",
                   "KV pulls refused at --kv-transfer-max-pulls (the decode server computed the prompt).");
     append_sample(out, "tachyon:kv_transfer_pulls_refused_total", "", pulls.refused);
+    append_family(out, "tachyon:kv_transfer_early_tokens_total", "counter",
+                  "Prompt token rows handed to a KV pull before their prompt had finished (streamed as written).");
+    append_sample(out, "tachyon:kv_transfer_early_tokens_total", "", leases.early_tokens);
     return;
   }
   append_family(out, "tachyon:kv_transfer_imports_total", "counter", "Requests that decoded from pulled KV rows.");

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -22,8 +23,12 @@ using Clock = std::chrono::steady_clock;
 constexpr uint32_t kFrameMagic = 0x31564b54;  // "TKV1"
 constexpr uint32_t kOpFetch = 1;
 constexpr uint32_t kOpRelease = 2;
-constexpr uint32_t kStatusPayload = 0;
 constexpr uint32_t kStatusError = 1;
+constexpr uint32_t kStatusChunk = 2;
+constexpr uint32_t kStatusCommit = 3;
+constexpr uint32_t kStatusHeartbeat = 4;
+constexpr auto kHeartbeatEvery = std::chrono::milliseconds(250);  // while a prompt runs with no rows ready
+constexpr size_t kFrameHead = 16;
 constexpr size_t kRequestBytes = 4 + 4 + 8 + 8;
 constexpr uint64_t kMaxBody = uint64_t{1} << 34;  // 16 GiB: a length beyond it is a broken frame
 
@@ -117,68 +122,131 @@ void send_request(int fd, uint32_t op, engine::KvLeaseKey key, Clock::time_point
 
 }  // namespace
 
-std::string encode_kv_payload(const engine::KvPayload& payload) {
+std::string encode_kv_chunk(const engine::KvChunk& chunk, int64_t values_per_token) {
   std::string body;
-  body.reserve(40 + payload.prompt.size() * 4 + payload.rows.size() * 4);
-  put(body, static_cast<uint64_t>(payload.prompt.size()));
-  body.append(reinterpret_cast<const char*>(payload.prompt.data()), payload.prompt.size() * sizeof(int32_t));
-  put(body, payload.first_token);
-  put(body, payload.seed);
-  put(body, payload.values_per_token);
-  body.append(reinterpret_cast<const char*>(payload.rows.data()), payload.rows.size() * sizeof(float));
+  body.reserve(24 + chunk.rows.size() * sizeof(float));
+  put(body, static_cast<uint64_t>(chunk.begin));
+  put(body, static_cast<uint64_t>(chunk.num_tokens));
+  put(body, values_per_token);
+  body.append(reinterpret_cast<const char*>(chunk.rows.data()), chunk.rows.size() * sizeof(float));
   return body;
 }
 
-int64_t kv_payload_bytes(const engine::KvPayload& payload) {
-  return static_cast<int64_t>(sizeof(uint64_t) + payload.prompt.size() * sizeof(int32_t) + sizeof(int32_t) +
-                              sizeof(uint64_t) + sizeof(int64_t) + payload.rows.size() * sizeof(float));
+engine::KvChunk decode_kv_chunk(const std::string& body, int64_t& values_per_token) {
+  engine::KvChunk chunk;
+  size_t offset = 0;
+  chunk.begin = static_cast<int64_t>(take<uint64_t>(body, offset));
+  chunk.num_tokens = static_cast<int64_t>(take<uint64_t>(body, offset));
+  values_per_token = take<int64_t>(body, offset);
+  const size_t rows_bytes = body.size() - offset;
+  if (chunk.begin < 0 || chunk.num_tokens <= 0 || values_per_token <= 0 ||
+      rows_bytes != static_cast<uint64_t>(chunk.num_tokens) * static_cast<uint64_t>(values_per_token) * sizeof(float)) {
+    throw KvTransferError("KV chunk: " + std::to_string(rows_bytes) + " row bytes for " +
+                          std::to_string(chunk.num_tokens) + " tokens of " + std::to_string(values_per_token) + " values");
+  }
+  chunk.rows.resize(rows_bytes / sizeof(float));
+  std::memcpy(chunk.rows.data(), body.data() + offset, rows_bytes);
+  return chunk;
 }
 
-engine::KvPayload decode_kv_payload(const std::string& body) {
-  engine::KvPayload payload;
+std::string encode_kv_commit(const engine::KvCommit& commit, uint64_t chunks_checksum) {
+  std::string body;
+  put(body, static_cast<uint64_t>(commit.prompt.size()));
+  body.append(reinterpret_cast<const char*>(commit.prompt.data()), commit.prompt.size() * sizeof(int32_t));
+  put(body, commit.first_token);
+  put(body, commit.seed);
+  put(body, commit.values_per_token);
+  put(body, static_cast<uint64_t>(commit.num_chunks));
+  put(body, chunks_checksum);
+  return body;
+}
+
+engine::KvCommit decode_kv_commit(const std::string& body, uint64_t& chunks_checksum) {
+  engine::KvCommit commit;
   size_t offset = 0;
   const auto prompt_len = take<uint64_t>(body, offset);
-  if (prompt_len == 0 || prompt_len > body.size() / sizeof(int32_t)) throw KvTransferError("KV frame: bad prompt length");
-  payload.prompt.resize(prompt_len);
+  if (prompt_len == 0 || prompt_len > body.size() / sizeof(int32_t)) throw KvTransferError("KV commit: bad prompt length");
+  commit.prompt.resize(prompt_len);
   if (offset + prompt_len * sizeof(int32_t) > body.size()) throw KvTransferError("KV frame body ends early");
-  std::memcpy(payload.prompt.data(), body.data() + offset, prompt_len * sizeof(int32_t));
+  std::memcpy(commit.prompt.data(), body.data() + offset, prompt_len * sizeof(int32_t));
   offset += prompt_len * sizeof(int32_t);
-  payload.first_token = take<int32_t>(body, offset);
-  payload.seed = take<uint64_t>(body, offset);
-  payload.values_per_token = take<int64_t>(body, offset);
-  const size_t rows_bytes = body.size() - offset;
-  if (payload.values_per_token <= 0 ||
-      rows_bytes != prompt_len * static_cast<uint64_t>(payload.values_per_token) * sizeof(float)) {
-    throw KvTransferError("KV frame: " + std::to_string(rows_bytes) + " row bytes for " + std::to_string(prompt_len) +
-                          " tokens of " + std::to_string(payload.values_per_token) + " values");
-  }
-  payload.rows.resize(rows_bytes / sizeof(float));
-  std::memcpy(payload.rows.data(), body.data() + offset, rows_bytes);
-  return payload;
+  commit.first_token = take<int32_t>(body, offset);
+  commit.seed = take<uint64_t>(body, offset);
+  commit.values_per_token = take<int64_t>(body, offset);
+  commit.num_chunks = static_cast<int64_t>(take<uint64_t>(body, offset));
+  chunks_checksum = take<uint64_t>(body, offset);
+  if (offset != body.size()) throw KvTransferError("KV commit: " + std::to_string(body.size() - offset) + " bytes too many");
+  return commit;
 }
 
-engine::KvPayload fetch_kv(const std::string& host, int port, engine::KvLeaseKey key, std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  Socket socket(connect_to(host, port, deadline));
-  send_request(socket.fd, kOpFetch, key, deadline);
-  char head[16];
-  if (!recv_all(socket.fd, head, sizeof(head), deadline)) throw KvTransferError("the KV frame's head did not arrive in time");
-  uint32_t magic = 0, status = 0;
-  uint64_t body_len = 0;
-  std::memcpy(&magic, head, 4);
-  std::memcpy(&status, head + 4, 4);
-  std::memcpy(&body_len, head + 8, 8);
-  if (magic != kFrameMagic || body_len > kMaxBody) throw KvTransferError("not a KV frame (bad magic or length)");
-  std::string body(body_len, '\0');
-  uint64_t checksum = 0;
-  if (!recv_all(socket.fd, body.data(), body.size(), deadline) ||
-      !recv_all(socket.fd, reinterpret_cast<char*>(&checksum), sizeof(checksum), deadline)) {
-    throw KvTransferError("the KV frame was cut short or timed out (" + std::to_string(body_len) + " body bytes expected)");
+int64_t kv_payload_bytes(const engine::KvPayload& payload) {
+  int64_t bytes = static_cast<int64_t>(8 + payload.prompt.size() * sizeof(int32_t) + 4 + 8 + 8 + 8 + 8);
+  for (const auto& chunk : payload.chunks) bytes += static_cast<int64_t>(24 + chunk->rows.size() * sizeof(float));
+  return bytes;
+}
+
+engine::KvPayload fetch_kv(const std::string& host, int port, engine::KvLeaseKey key,
+                           std::chrono::milliseconds idle_timeout, std::chrono::milliseconds total_timeout) {
+  const auto start = Clock::now();
+  const auto give_up = start + total_timeout;
+  auto deadline = [&] { return std::min(give_up, Clock::now() + idle_timeout); };
+  Socket socket(connect_to(host, port, deadline()));
+  send_request(socket.fd, kOpFetch, key, deadline());
+  engine::KvPayload payload;
+  std::string sums;  // the chunks' body checksums, in order, as the commit's checksum covers them
+  int64_t next_token = 0;
+  int64_t values_per_token = -1;
+  for (;;) {
+    char head[kFrameHead];
+    if (!recv_all(socket.fd, head, sizeof(head), deadline())) {
+      throw KvTransferError("no KV frame within the deadline after " + std::to_string(payload.chunks.size()) +
+                            " chunks (the prefill server stalled, died or is still queueing the prompt)");
+    }
+    uint32_t magic = 0, status = 0;
+    uint64_t body_len = 0;
+    std::memcpy(&magic, head, 4);
+    std::memcpy(&status, head + 4, 4);
+    std::memcpy(&body_len, head + 8, 8);
+    if (magic != kFrameMagic || body_len > kMaxBody) throw KvTransferError("not a KV frame (bad magic or length)");
+    std::string body(body_len, '\0');
+    uint64_t checksum = 0;
+    if (!recv_all(socket.fd, body.data(), body.size(), deadline()) ||
+        !recv_all(socket.fd, reinterpret_cast<char*>(&checksum), sizeof(checksum), deadline())) {
+      throw KvTransferError("a KV frame was cut short or timed out (" + std::to_string(body_len) + " body bytes expected)");
+    }
+    if (XXH3_64bits(body.data(), body.size()) != checksum) throw KvTransferError("a KV frame's checksum does not match");
+    if (status == kStatusHeartbeat) continue;
+    if (status == kStatusError) throw KvTransferError("the prefill server refused: " + body);
+    if (status == kStatusChunk) {
+      int64_t width = 0;
+      engine::KvChunk chunk = decode_kv_chunk(body, width);
+      if (chunk.begin != next_token || (values_per_token >= 0 && width != values_per_token)) {
+        throw KvTransferError("a KV chunk out of order: tokens from " + std::to_string(chunk.begin) + " after " +
+                              std::to_string(next_token));
+      }
+      values_per_token = width;
+      next_token += chunk.num_tokens;
+      put(sums, checksum);
+      payload.chunks.push_back(std::make_shared<const engine::KvChunk>(std::move(chunk)));
+      continue;
+    }
+    if (status != kStatusCommit) throw KvTransferError("KV frame: unknown status " + std::to_string(status));
+    uint64_t chunks_checksum = 0;
+    engine::KvCommit commit = decode_kv_commit(body, chunks_checksum);
+    if (commit.num_chunks != static_cast<int64_t>(payload.chunks.size()) ||
+        chunks_checksum != XXH3_64bits(sums.data(), sums.size()) ||
+        next_token != static_cast<int64_t>(commit.prompt.size()) ||
+        (values_per_token >= 0 && values_per_token != commit.values_per_token)) {
+      throw KvTransferError("the KV commit names " + std::to_string(commit.num_chunks) + " chunks of " +
+                            std::to_string(commit.prompt.size()) + " tokens; " + std::to_string(payload.chunks.size()) +
+                            " chunks of " + std::to_string(next_token) + " tokens arrived (or their checksums differ)");
+    }
+    payload.prompt = std::move(commit.prompt);
+    payload.first_token = commit.first_token;
+    payload.seed = commit.seed;
+    payload.values_per_token = commit.values_per_token;
+    return payload;
   }
-  if (XXH3_64bits(body.data(), body.size()) != checksum) throw KvTransferError("the KV frame's checksum does not match");
-  if (status == kStatusError) throw KvTransferError("the prefill server refused: " + body);
-  if (status != kStatusPayload) throw KvTransferError("KV frame: unknown status " + std::to_string(status));
-  return decode_kv_payload(body);
 }
 
 void release_kv_remote(const std::string& host, int port, engine::KvLeaseKey key, std::chrono::milliseconds timeout) {
@@ -202,11 +270,13 @@ KvTransportFault kv_transport_fault_from_env() {
   return KvTransportFault::kNone;
 }
 
-KvTransferServer::KvTransferServer(const std::string& host, int port, Exporter exporter, Releaser releaser,
+KvTransferServer::KvTransferServer(const std::string& host, int port, StreamReader reader, Releaser releaser,
                                    std::chrono::milliseconds io_timeout, Observer observer, int max_pulls)
-    : exporter_(std::move(exporter)), releaser_(std::move(releaser)), observer_(std::move(observer)),
+    : reader_(std::move(reader)), releaser_(std::move(releaser)), observer_(std::move(observer)),
       io_timeout_(io_timeout), max_pulls_(max_pulls) {
   TACHYON_CHECK(max_pulls_ >= 1) << "the KV transfer server needs at least one pull at a time (got " << max_pulls_ << ")";
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  TACHYON_CHECK(wake_fd_ >= 0) << "cannot open the KV transfer server's eventfd: " << std::strerror(errno);
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   TACHYON_CHECK(listen_fd_ >= 0) << "cannot open the KV transfer socket: " << std::strerror(errno);
   const int one = 1;
@@ -218,6 +288,7 @@ KvTransferServer::KvTransferServer(const std::string& host, int port, Exporter e
       ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(listen_fd_, 256) != 0) {
     const std::string why = std::strerror(errno);
     ::close(listen_fd_);
+    ::close(wake_fd_);
     TACHYON_CHECK(false) << "cannot listen for KV transfers on " << host << ":" << port << ": " << why
                          << " (give --kv-transfer-port another port, or an IPv4 --host)";
   }
@@ -230,38 +301,58 @@ KvTransferServer::KvTransferServer(const std::string& host, int port, Exporter e
 KvTransferServer::~KvTransferServer() {
   stopping_ = true;
   ::shutdown(listen_fd_, SHUT_RDWR);
+  wake();
   if (thread_.joinable()) thread_.join();
   ::close(listen_fd_);
+  ::close(wake_fd_);
 }
 
 KvPullStats KvTransferServer::pull_stats() const {
   return {in_flight_.load(), peak_in_flight_.load(), refused_.load()};
 }
 
+void KvTransferServer::wake() {
+  const uint64_t one = 1;
+  [[maybe_unused]] const ssize_t n = ::write(wake_fd_, &one, sizeof(one));
+}
+
 // One thread serves every connection: non-blocking sockets under poll(), each connection a small
-// state machine (read the request, then write the frame), so pulls overlap without a thread each.
+// state machine (read the request, then stream frames as the reader yields them), so pulls
+// overlap without a thread each. A stream with nothing to send waits for wake() or a heartbeat.
 void KvTransferServer::serve() {
   std::vector<Connection> connections;
   std::vector<pollfd> fds;
   while (!stopping_) {
-    fds.assign(1, pollfd{listen_fd_, POLLIN, 0});
+    fds.assign({pollfd{listen_fd_, POLLIN, 0}, pollfd{wake_fd_, POLLIN, 0}});
     for (const Connection& c : connections) {
-      fds.push_back({c.fd, static_cast<short>(c.phase == Phase::kWriting ? POLLOUT : POLLIN), 0});
+      const bool writing = c.sent < c.out.size() && c.phase == Phase::kStreaming;
+      fds.push_back({c.fd, static_cast<short>(writing ? POLLOUT : POLLIN), 0});
     }
-    ::poll(fds.data(), fds.size(), 50);
+    ::poll(fds.data(), fds.size(), static_cast<int>(kHeartbeatEvery.count() / 2));
+    if (fds[1].revents & POLLIN) {
+      uint64_t count = 0;
+      [[maybe_unused]] const ssize_t n = ::read(wake_fd_, &count, sizeof(count));
+    }
     if (fds[0].revents & POLLIN) {
       for (int fd; (fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0;) {
         const auto now = Clock::now();
-        connections.push_back({.fd = fd, .start = now, .deadline = now + io_timeout_});
+        connections.push_back({.fd = fd, .start = now, .deadline = now + io_timeout_, .last_frame = now});
       }
     }
     const auto now = Clock::now();
     for (size_t i = 0; i < connections.size(); ++i) {
       Connection& c = connections[i];
-      const short events = i + 1 < fds.size() ? fds[i + 1].revents : 0;
+      const short events = i + 2 < fds.size() ? fds[i + 2].revents : 0;
       bool done = now >= c.deadline;
       if (!done && c.phase == Phase::kReading && (events & (POLLIN | POLLHUP | POLLERR))) done = read_request(c);
-      if (!done && c.phase == Phase::kWriting && (events & (POLLOUT | POLLHUP | POLLERR))) done = write_frame(c);
+      if (!done && c.phase == Phase::kStreaming) {
+        if (c.sent == c.out.size() && (events & (POLLIN | POLLHUP | POLLERR))) {
+          char byte;  // the puller sends nothing more: readable means it closed
+          const ssize_t n = ::recv(c.fd, &byte, 1, 0);
+          done = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) || (events & (POLLHUP | POLLERR));
+        }
+        if (!done) done = advance_stream(c);
+      }
       if (!done && c.phase == Phase::kStalling && (events & (POLLHUP | POLLERR))) done = true;
       if (done) close_connection(c);
     }
@@ -277,76 +368,116 @@ bool KvTransferServer::read_request(Connection& c) {
   c.in.append(buffer, static_cast<size_t>(n));
   if (c.in.size() < kRequestBytes) return false;
   uint32_t magic = 0, op = 0;
-  engine::KvLeaseKey key;
   std::memcpy(&magic, c.in.data(), 4);
   std::memcpy(&op, c.in.data() + 4, 4);
-  std::memcpy(&key.epoch, c.in.data() + 8, 8);
-  std::memcpy(&key.request_id, c.in.data() + 16, 8);
+  std::memcpy(&c.key.epoch, c.in.data() + 8, 8);
+  std::memcpy(&c.key.request_id, c.in.data() + 16, 8);
   if (magic != kFrameMagic) return true;
   if (op == kOpRelease) {
-    releaser_(key);
+    releaser_(c.key);
     return true;
   }
   if (op != kOpFetch) return true;
+  c.phase = Phase::kStreaming;
   if (in_flight_.load() >= max_pulls_) {  // refused at once: the decode side computes the prompt itself
     ++refused_;
-    prepare_frame(c, kStatusError,
-                  "the prefill server is serving " + std::to_string(max_pulls_) + " KV pulls (--kv-transfer-max-pulls)",
-                  KvTransportFault::kNone);
-    return false;
+    append_frame(c, kStatusError,
+                 "the prefill server is sending " + std::to_string(max_pulls_) + " KV pulls (--kv-transfer-max-pulls)");
+    c.ended = true;
   }
-  c.counted = true;
-  peak_in_flight_.store(std::max(peak_in_flight_.load(), ++in_flight_));
-  uint32_t status = kStatusPayload;
-  std::string body;
-  try {
-    body = encode_kv_payload(exporter_(key));
-  } catch (const std::exception& e) {
-    status = kStatusError;
-    body = e.what();
-  }
-  prepare_frame(c, status, std::move(body), fault_.load());
   return false;
 }
 
-// The frame to send, with the injected fault applied; a stall sends half of it, then nothing.
-void KvTransferServer::prepare_frame(Connection& c, uint32_t status, std::string body, KvTransportFault fault) {
-  const uint64_t checksum = XXH3_64bits(body.data(), body.size());
-  if (fault == KvTransportFault::kCorrupt && !body.empty()) body[body.size() / 2] ^= 0x5a;
-  const uint64_t declared = body.size();
-  if (fault == KvTransportFault::kTruncate) body.resize(body.size() / 2);
-  put(c.out, kFrameMagic);
-  put(c.out, status);
-  put(c.out, declared);
-  c.out += body;
-  if (fault == KvTransportFault::kStall) c.out.resize(16 + declared / 2);
-  if (fault == KvTransportFault::kNone || fault == KvTransportFault::kCorrupt) put(c.out, checksum);
-  c.payload_bytes = status == kStatusPayload && (fault == KvTransportFault::kNone) ? static_cast<int64_t>(declared) : 0;
-  c.stall_after = fault == KvTransportFault::kStall;
-  c.phase = Phase::kWriting;
+// Sends what is queued; once it is out, reads the stream on (new chunks, the commit, or an
+// error) or, with nothing new for a while, queues a heartbeat.
+bool KvTransferServer::advance_stream(Connection& c) {
+  if (c.sent < c.out.size()) return write_frames(c);
+  if (c.ended) return true;
+  engine::KvStreamRead read;
+  try {
+    read = reader_(c.key, c.next_chunk, !c.claimed);
+  } catch (const std::exception& e) {
+    append_frame(c, kStatusError, e.what());
+    c.ended = true;
+    return write_frames(c);
+  }
+  c.claimed = true;
+  c.next_chunk += read.chunks.size();
+  const int64_t width = read.commit ? read.commit->values_per_token : 0;
+  for (const auto& chunk : read.chunks) {
+    const int64_t values_per_token = chunk->num_tokens > 0 ? static_cast<int64_t>(chunk->rows.size()) / chunk->num_tokens : width;
+    append_frame(c, kStatusChunk, encode_kv_chunk(*chunk, values_per_token));
+    if (c.ended) break;  // a fault cut the stream
+  }
+  if (read.commit && !c.ended) {
+    append_frame(c, kStatusCommit, encode_kv_commit(*read.commit, XXH3_64bits(c.chunk_sums.data(), c.chunk_sums.size())));
+    c.committed = !c.ended;  // not cut by a fault
+    c.ended = true;
+  }
+  if (c.out.size() == c.sent && Clock::now() - c.last_frame >= kHeartbeatEvery) append_frame(c, kStatusHeartbeat, "");
+  return c.sent < c.out.size() ? write_frames(c) : false;
 }
 
-bool KvTransferServer::write_frame(Connection& c) {
+// Queues one frame; the injected fault hits the stream's second rows frame: a corrupted body,
+// or half the frame and then a closed connection (truncate) or silence (stall).
+void KvTransferServer::append_frame(Connection& c, uint32_t status, std::string body) {
+  const uint64_t checksum = XXH3_64bits(body.data(), body.size());
+  const bool rows = status == kStatusChunk || status == kStatusCommit;
+  if (status == kStatusChunk) put(c.chunk_sums, checksum);
+  const KvTransportFault fault = rows && ++c.data_frames == 2 ? fault_.load() : KvTransportFault::kNone;
+  if (rows && fault == KvTransportFault::kNone) c.payload_bytes += static_cast<int64_t>(body.size());
+  c.faulted = c.faulted || fault != KvTransportFault::kNone;
+  if (fault == KvTransportFault::kCorrupt && !body.empty()) body[body.size() / 2] ^= 0x5a;
+  const size_t frame_start = c.out.size();
+  put(c.out, kFrameMagic);
+  put(c.out, status);
+  put(c.out, static_cast<uint64_t>(body.size()));
+  c.out += body;
+  put(c.out, checksum);
+  if (fault == KvTransportFault::kTruncate || fault == KvTransportFault::kStall) {
+    c.out.resize(frame_start + kFrameHead + body.size() / 2);
+    c.ended = true;
+    c.stall_after = fault == KvTransportFault::kStall;
+  }
+  if (rows) hold_slot(c, true);
+  c.last_frame = Clock::now();
+}
+
+bool KvTransferServer::write_frames(Connection& c) {
   const ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
   if (n < 0) return errno != EAGAIN && errno != EWOULDBLOCK;
   c.sent += static_cast<size_t>(n);
+  c.deadline = Clock::now() + io_timeout_;  // progress
   if (c.sent < c.out.size()) return false;
+  c.out.clear();
+  c.sent = 0;
+  hold_slot(c, false);  // a stream waiting for its prompt holds no slot
+  if (!c.ended) return false;
   if (c.stall_after) {  // silence until the deadline, then a closed connection
     c.phase = Phase::kStalling;
     return false;
   }
-  if (observer_ && c.payload_bytes > 0) {
+  if (observer_ && c.committed && !c.faulted) {
     observer_(c.payload_bytes, std::chrono::duration<double>(Clock::now() - c.start).count());
   }
   return true;
+}
+
+void KvTransferServer::hold_slot(Connection& c, bool hold) {
+  if (c.counted == hold) return;
+  c.counted = hold;
+  if (hold) {
+    peak_in_flight_.store(std::max(peak_in_flight_.load(), ++in_flight_));
+  } else {
+    --in_flight_;
+  }
 }
 
 void KvTransferServer::close_connection(Connection& c) {
   if (c.fd < 0) return;
   ::close(c.fd);
   c.fd = -1;
-  if (c.counted) --in_flight_;
-  c.counted = false;
+  hold_slot(c, false);
 }
 
 }  // namespace tachyon::server

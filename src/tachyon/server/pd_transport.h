@@ -1,15 +1,22 @@
-// The loopback/TCP transport of prefill/decode disaggregation: moves one request's KvPayload
-// (engine/kv_transfer.h) from a prefill server to a decode server over plain POSIX sockets.
-// The decode side pulls: it connects to the prefill server's KV port and asks for a lease by
-// {epoch, request id}; the prefill side exports the rows (which releases the lease) and answers
-// with one frame:
-//   "TKV1" u32 | status u32 (0 payload, 1 error message) | body_len u64 | body | xxh3_64(body) u64
-// The payload body is prompt_len u64, prompt i32[], first_token i32, seed u64,
-// values_per_token i64, rows f32[prompt_len * values_per_token] (little-endian host order: both
-// ends are the same build). fetch_kv() returns a payload only when every byte arrived within the
-// deadline and the checksum and lengths agree; anything else is a KvTransferError, and the caller
-// recomputes the prompt instead, so a broken transfer costs time, never a wrong answer.
-// Tests: tests/unit/test_kv_transport.cpp (truncated frame, bad checksum, stalled sender).
+// The loopback/TCP transport of prefill/decode disaggregation: streams one request's prompt KV
+// (engine/kv_transfer.h) from a prefill server to a decode server over plain POSIX sockets, as
+// the prefill engine writes it. The decode side pulls: it connects to the prefill server's KV port
+// and asks for a lease by {epoch, request id}, usually while the prompt still runs; the prefill
+// side answers with a sequence of frames
+//   "TKV1" u32 | status u32 | body_len u64 | body | xxh3_64(body) u64
+// status 2, a chunk: begin u64, num_tokens u64, values_per_token i64, rows f32[] (the rows of
+//           the prompt's tokens [begin, begin + num_tokens), sent as soon as the engine staged them);
+// status 4, a heartbeat (empty body, while the prompt runs and no rows are ready);
+// status 3, the commit that ends it: prompt_len u64, prompt i32[], first_token i32, seed u64,
+//           values_per_token i64, num_chunks u64, chunks_xxh3 u64 (xxh3_64 over the chunks'
+//           body checksums, in order); taking it takes the lease;
+// status 1, an error message that ends it (no such lease, aborted prompt, past the bound).
+// (Little-endian host order: both ends are the same build.) fetch_kv() returns a payload only
+// when the commit arrived and the chunks it names all arrived intact, in order, covering the
+// prompt, each frame within the idle deadline of the one before; anything else is a
+// KvTransferError, and the caller recomputes the prompt instead. Nothing is written into the
+// decode side's cache before the commit, so a broken transfer costs time, never a wrong answer.
+// Tests: tests/unit/test_kv_transport.cpp (faults mid-stream, rows sent before the prompt ends).
 #pragma once
 
 #include <atomic>
@@ -22,7 +29,8 @@
 
 namespace tachyon::server {
 
-// Faults the serving side can inject into its next answers (tests of the decode side's fallback).
+// Faults the serving side can inject into its next answers (tests of the decode side's fallback),
+// each applied to the second rows frame of a stream (a chunk, or the commit), so mid-stream.
 enum class KvTransportFault { kNone, kTruncate, kCorrupt, kStall };
 // TACHYON_KV_TRANSFER_FAULT=truncate|corrupt|stall (docs/testing.md): a prefill server that
 // answers every pull so, for the end-to-end fault tests; unset: none. Throws Error on another value.
@@ -30,22 +38,23 @@ KvTransportFault kv_transport_fault_from_env();
 
 // The transfer server's pulls, for metrics and tests.
 struct KvPullStats {
-  int64_t in_flight = 0;       // pulls being answered now
+  int64_t in_flight = 0;       // pulls sending rows now (a pull waiting for its prompt holds none)
   int64_t peak_in_flight = 0;  // the most at once since start
   int64_t refused = 0;         // pulls refused at the bound (the decode side computed the prompt)
 };
 
 class KvTransferServer {
  public:
-  using Exporter = std::function<engine::KvPayload(engine::KvLeaseKey)>;
+  using StreamReader = std::function<engine::KvStreamRead(engine::KvLeaseKey, size_t from, bool claim)>;
   using Releaser = std::function<void(engine::KvLeaseKey)>;
-  using Observer = std::function<void(int64_t bytes, double seconds)>;  // each payload body sent whole
+  using Observer = std::function<void(int64_t bytes, double seconds)>;  // each stream sent whole
   // Listens on host:port (0: any free port) and answers on its own thread until destroyed. One
-  // thread serves every connection (non-blocking sockets under poll): up to `max_pulls` pulls
-  // are answered at once, each within `io_timeout` of its connection; a pull beyond the bound is
-  // answered at once with an error frame (the decode side computes the prompt itself) rather
-  // than queued behind transfers that may take the whole deadline.
-  KvTransferServer(const std::string& host, int port, Exporter exporter, Releaser releaser,
+  // thread serves every connection (non-blocking sockets under poll): a stream's frames go out
+  // as the reader yields them (wake() when it has more); up to `max_pulls` pulls send rows at
+  // once, and a pull that arrives past the bound is answered at once with an error frame (the
+  // decode side computes the prompt itself) rather than queued behind transfers that may take
+  // the whole deadline. A connection that makes no progress for `io_timeout` is closed.
+  KvTransferServer(const std::string& host, int port, StreamReader reader, Releaser releaser,
                    std::chrono::milliseconds io_timeout = std::chrono::seconds(5), Observer observer = nullptr,
                    int max_pulls = 16);
   ~KvTransferServer();
@@ -54,33 +63,46 @@ class KvTransferServer {
   int port() const { return port_; }
   void inject_fault(KvTransportFault fault) { fault_ = fault; }
   KvPullStats pull_stats() const;  // any thread
+  void wake();                     // any thread: a stream has new rows or its commit
 
  private:
-  enum class Phase { kReading, kWriting, kStalling };
+  enum class Phase { kReading, kStreaming, kStalling };
   struct Connection {
     int fd = -1;
     Phase phase = Phase::kReading;
     std::string in;   // the request's bytes so far
-    std::string out;  // the whole frame to send
+    std::string out;  // frames to send
     size_t sent = 0;
+    engine::KvLeaseKey key;
+    size_t next_chunk = 0;      // the stream's next chunk to read
+    bool claimed = false;
+    bool ended = false;         // the last frame is in `out`: close once it is sent
+    bool committed = false;     // ... and it is the commit
+    bool faulted = false;       // an injected fault hit a frame
+    bool stall_after = false;   // the stall fault: silence once `out` is sent
+    bool counted = false;       // holds one of the max_pulls slots (rows queued to send)
+    int data_frames = 0;        // chunk and commit frames so far (the fault hits the second)
+    int64_t payload_bytes = 0;  // chunk and commit bodies, for the observer
+    std::string chunk_sums;     // the chunks' body checksums, in order
     std::chrono::steady_clock::time_point start;
-    std::chrono::steady_clock::time_point deadline;
-    bool counted = false;      // holds one of the max_pulls slots
-    bool stall_after = false;  // the stall fault: silence once `out` is sent
-    int64_t payload_bytes = 0;  // the payload body's size, for the observer (0: not a whole payload)
+    std::chrono::steady_clock::time_point deadline;   // no progress until then: closed
+    std::chrono::steady_clock::time_point last_frame;  // a heartbeat follows after a quiet while
   };
   void serve();
   bool read_request(Connection& c);  // these three: true when the connection is done
-  bool write_frame(Connection& c);
-  void prepare_frame(Connection& c, uint32_t status, std::string body, KvTransportFault fault);
+  bool advance_stream(Connection& c);
+  bool write_frames(Connection& c);
+  void append_frame(Connection& c, uint32_t status, std::string body);
   void close_connection(Connection& c);
+  void hold_slot(Connection& c, bool hold);
 
-  Exporter exporter_;
+  StreamReader reader_;
   Releaser releaser_;
   Observer observer_;
   std::chrono::milliseconds io_timeout_;
   const int max_pulls_;
   int listen_fd_ = -1;
+  int wake_fd_ = -1;  // an eventfd: wake() makes the serving thread's poll return
   int port_ = 0;
   std::atomic<bool> stopping_{false};
   std::atomic<KvTransportFault> fault_{KvTransportFault::kNone};
@@ -90,15 +112,22 @@ class KvTransferServer {
   std::thread thread_;
 };
 
-// Pulls a lease's rows; throws engine::KvTransferError on any failure (unreachable, refused,
-// timed out, truncated, checksum or length mismatch, no such lease).
-engine::KvPayload fetch_kv(const std::string& host, int port, engine::KvLeaseKey key, std::chrono::milliseconds timeout);
+// Pulls a lease's stream: returns its prompt, first token, seed and chunks (payload.rows empty;
+// submit_imported joins them) once the commit arrived; throws engine::KvTransferError on any
+// failure (unreachable, refused, a frame cut short, corrupted or out of order, nothing for
+// `idle_timeout`, no commit within `total_timeout`, no such lease).
+engine::KvPayload fetch_kv(const std::string& host, int port, engine::KvLeaseKey key,
+                           std::chrono::milliseconds idle_timeout,
+                           std::chrono::milliseconds total_timeout = std::chrono::minutes(2));
 // Asks the prefill server to drop a lease (a client that left before its KV moved). Best effort.
 void release_kv_remote(const std::string& host, int port, engine::KvLeaseKey key, std::chrono::milliseconds timeout);
 
-// The frame codec, apart so that its checks are testable without sockets.
-std::string encode_kv_payload(const engine::KvPayload& payload);
-int64_t kv_payload_bytes(const engine::KvPayload& payload);  // encode_kv_payload(payload).size(), counted
-engine::KvPayload decode_kv_payload(const std::string& body);  // throws KvTransferError
+// The frame bodies, apart so that their checks are testable without sockets.
+std::string encode_kv_chunk(const engine::KvChunk& chunk, int64_t values_per_token);
+engine::KvChunk decode_kv_chunk(const std::string& body, int64_t& values_per_token);  // throws KvTransferError
+std::string encode_kv_commit(const engine::KvCommit& commit, uint64_t chunks_checksum);
+engine::KvCommit decode_kv_commit(const std::string& body, uint64_t& chunks_checksum);  // throws KvTransferError
+// The chunk and commit body bytes of a payload fetch_kv() returned (what the sender counted).
+int64_t kv_payload_bytes(const engine::KvPayload& payload);
 
 }  // namespace tachyon::server

@@ -19,75 +19,34 @@ std::string not_transferable(const Generation& g) {
   return "";
 }
 
-// Runs one prompt prefill-only and answers with its lease once the first token is sampled.
-class PrefillAnswer : public BodyStream {
- public:
-  PrefillAnswer(ServingContext& context, const Generation& g) : context_(context), state_(std::make_shared<State>()) {
-    auto state = state_;
-    channel_ = std::make_shared<engine::OutputChannel>([state](engine::RequestOutput&& out) {
-      std::function<void()> wakeup;
-      {
-        std::lock_guard lock(state->mutex);
-        for (const auto& d : out.completions) {
-          if (!d.token_ids.empty()) state->first_token = d.token_ids.front();
-          if (d.finish_reason == engine::FinishReason::kAbort) state->aborted = true;
-        }
-        state->finished = state->finished || out.finished;
-        wakeup = state->wakeup;
-      }
-      if (wakeup) wakeup();
-    });
-    try {
-      request_id_ = context.engine().submit_prefill(g.prompts[0], g.params, channel_);
-    } catch (const engine::QueueFullError& e) {
-      throw ApiException({503, e.what(), "service_unavailable", "", ""});
-    } catch (const engine::KvLeasesFullError& e) {
-      throw ApiException({503, e.what(), "service_unavailable", "", ""});
-    } catch (const Error& e) {
-      throw ApiException({400, e.what(), "invalid_request_error", "", ""});
-    }
+// Queues one prompt prefill-only and answers with its lease's name at once, so that the decode
+// server pulls the rows while the prompt runs (server/pd_transport.h streams them as they are
+// written). The output channel must outlive the answer (a channel that goes away aborts its
+// request): it holds itself until the prompt's one token, or its abort, arrives.
+void submit_prefill_answer(ServingContext& context, const Generation& g, HttpResponse& res) {
+  auto self = std::make_shared<std::shared_ptr<engine::OutputChannel>>();
+  *self = std::make_shared<engine::OutputChannel>([self](engine::RequestOutput&& out) {
+    if (out.finished) self->reset();  // the engine holds the channel for the length of this call
+  });
+  int64_t request_id = 0;
+  try {
+    request_id = context.engine().submit_prefill(g.prompts[0], g.params, *self);
+  } catch (const engine::QueueFullError& e) {
+    self->reset();
+    throw ApiException({503, e.what(), "service_unavailable", "", ""});
+  } catch (const engine::KvLeasesFullError& e) {
+    self->reset();
+    throw ApiException({503, e.what(), "service_unavailable", "", ""});
+  } catch (const Error& e) {
+    self->reset();
+    throw ApiException({400, e.what(), "invalid_request_error", "", ""});
   }
-  // An answer that never went out (the router left while the prompt ran) takes its lease with
-  // it, granted or not (engine/kv_transfer.h cancels a lease released before its grant).
-  ~PrefillAnswer() override {
-    if (!answered_) context_.engine().release_kv({context_.engine().kv_epoch(), request_id_});
-  }
-  void set_wakeup(std::function<void()> wakeup) override {
-    std::lock_guard lock(state_->mutex);
-    state_->wakeup = std::move(wakeup);
-  }
-  bool pump(std::string& out) override {
-    std::lock_guard lock(state_->mutex);
-    if (!state_->finished) return false;
-    nlohmann::json answer;
-    if (state_->aborted || state_->first_token < 0) {
-      answer["kv_transfer"] = nullptr;
-      answer["reason"] = "the prefill was aborted";
-    } else {
-      answer["kv_transfer"] = {{"port", context_.kv_transfer_port()},
-                               {"epoch", std::to_string(context_.engine().kv_epoch())},
-                               {"request_id", request_id_}};
-      answer["first_token"] = state_->first_token;
-    }
-    out = answer.dump();
-    answered_ = true;
-    return true;
-  }
-
- private:
-  struct State {
-    std::mutex mutex;
-    bool finished = false;
-    bool aborted = false;
-    int32_t first_token = -1;
-    std::function<void()> wakeup;
-  };
-  ServingContext& context_;
-  std::shared_ptr<State> state_;
-  std::shared_ptr<engine::OutputChannel> channel_;  // held until the answer is gone
-  int64_t request_id_ = 0;
-  bool answered_ = false;
-};
+  nlohmann::json answer;
+  answer["kv_transfer"] = {{"port", context.kv_transfer_port()},
+                           {"epoch", std::to_string(context.engine().kv_epoch())},
+                           {"request_id", request_id}};
+  res.body = answer.dump();
+}
 
 // "host:port:epoch:request_id" (the host may be a name or an IPv4 address).
 bool parse_source(const std::string& value, std::string& host, int& port, engine::KvLeaseKey& key) {
@@ -129,7 +88,7 @@ void answer_prefill(ServingContext& context, const Generation& g, HttpResponse& 
     res.body = nlohmann::json{{"kv_transfer", nullptr}, {"reason", why}}.dump();
     return;
   }
-  res.stream = std::make_shared<PrefillAnswer>(context, g);
+  submit_prefill_answer(context, g, res);
 }
 
 std::shared_ptr<const engine::KvPayload> fetch_imported(ServingContext& context, const HttpRequest& req,
@@ -148,7 +107,10 @@ std::shared_ptr<const engine::KvPayload> fetch_imported(ServingContext& context,
   RecomputeReason reason = RecomputeReason::kPullFailed;
   try {
     const auto start = std::chrono::steady_clock::now();
-    auto payload = std::make_shared<engine::KvPayload>(fetch_kv(host, port, key, std::chrono::seconds(5)));
+    // Five seconds without a frame (the prefill server sends a heartbeat while its prompt runs) or
+    // two minutes in all: the prompt is computed here instead.
+    auto payload = std::make_shared<engine::KvPayload>(
+        fetch_kv(host, port, key, std::chrono::seconds(5), std::chrono::minutes(2)));
     if (metrics != nullptr) {
       metrics->on_transfer(kv_payload_bytes(*payload),
                            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());

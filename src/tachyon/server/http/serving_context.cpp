@@ -71,16 +71,18 @@ ServingContext::ServingContext(const ServingOptions& options) {
         std::max<int64_t>(1, static_cast<int64_t>(options.kv_lease_max_share * engine->stats().kv_blocks_total)));
     kv_transfer_ = std::make_unique<KvTransferServer>(
         options.kv_transfer_host, options.kv_transfer_port,
-        [engine](engine::KvLeaseKey key) { return engine->export_kv(key); },
+        [engine](engine::KvLeaseKey key, size_t from, bool claim) { return engine->read_kv_stream(key, from, claim); },
         [engine](engine::KvLeaseKey key) { engine->release_kv(key); }, std::chrono::seconds(5),
         [pd = pd_metrics_.get()](int64_t bytes, double seconds) { pd->on_transfer(bytes, seconds); },
         options.kv_transfer_max_pulls);
     kv_transfer_->inject_fault(kv_transport_fault_from_env());
+    engine->set_kv_stream_listener([transfer = kv_transfer_.get()] { transfer->wake(); });  // rows go out as staged
   }
   engine_->start();
 }
 
 ServingContext::~ServingContext() {
+  engine_->set_kv_stream_listener(nullptr);  // the engine runs on, without waking the transport
   kv_transfer_.reset();
   engine_->stop();
 }
