@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "../engine_run.h"
+#include "../tiny_families.h"
 #include "tachyon/app/runner_factory.h"
 #include "tachyon/engine/engine_core.h"
 #include "tachyon/model/make_model.h"
@@ -40,23 +41,13 @@ namespace {
 
 constexpr double kLogitTolerance = 1e-5;  // max |diff| / max |logit|, f32 (as test_tp_families.cpp)
 
-struct Family {
-  const char* arch;
-  const char* preset;
-};
+using Family = testing::TinyFamily;
 constexpr Family kFamilies[] = {{"qwen3_moe", "tiny-moe"},
                                 {"deepseek_v3", "tiny-deepseek"},
                                 {"deepseek_v32", "tiny-dsa"},
                                 {"glm_moe_dsa", "tiny-glm-dsa"}};
 
-model::ModelWeights make_weights(const Family& f) {
-  auto dir = std::filesystem::temp_directory_path() /
-             ("tachyon-tbo-families-" + std::to_string(::getpid()) + "-" + f.preset);
-  model::make_model({.arch = f.arch, .preset = f.preset, .seed = 5, .out_dir = dir});
-  model::ModelWeights weights = model::load_weights(model::ModelConfig::from_dir(dir), model::SafetensorsCheckpoint(dir));
-  std::filesystem::remove_all(dir);
-  return weights;
-}
+model::ModelWeights make_weights(const Family& f) { return testing::tiny_weights(f, 5); }
 
 core::EngineConfig engine_config() {
   core::EngineConfig c;

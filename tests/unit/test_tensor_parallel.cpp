@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "../tiny_families.h"
 #include "tachyon/base/check.h"
 #include "tachyon/dist/cpu_communicator.h"
 #include "tachyon/model/dense_model.h"
@@ -28,13 +29,7 @@ constexpr int64_t kPromptTokens = 12;
 constexpr int64_t kDecodeSteps = 8;
 
 ModelWeights make_weights(const std::string& arch, const std::string& preset) {
-  auto dir = std::filesystem::temp_directory_path() /
-             ("tachyon-tp-" + std::to_string(::getpid()) + "-" + arch + "-" + preset);
-  make_model({.arch = arch, .preset = preset, .seed = 7, .out_dir = dir});
-  ModelConfig config = ModelConfig::from_dir(dir);
-  ModelWeights weights = load_weights(config, SafetensorsCheckpoint(dir));
-  std::filesystem::remove_all(dir);
-  return weights;
+  return testing::make_weights(arch, preset, 7);
 }
 
 std::vector<int32_t> make_prompt(int64_t vocab) {

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "../engine_run.h"
+#include "../tiny_families.h"
 #include "tachyon/base/check.h"
 #include "tachyon/dist/cpu_communicator.h"
 #include "tachyon/engine/engine_core.h"
@@ -40,10 +41,7 @@ constexpr int64_t kPromptTokens = 12;
 constexpr int64_t kDecodeSteps = 8;
 constexpr double kLogitTolerance = 1e-5;  // max |diff| / max |reference logit|, f32
 
-struct Family {
-  const char* arch;
-  const char* preset;
-};
+using Family = testing::TinyFamily;
 constexpr Family kFamilies[] = {{"qwen3_moe", "tiny-moe"},          {"qwen3_moe", "tiny-moe-nonorm"},
                                 {"mixtral", "tiny-mixtral"},        {"deepseek_v3", "tiny-deepseek"},
                                 {"deepseek_v3", "tiny-deepseek-noqlora"}, {"deepseek_v32", "tiny-dsa"},
@@ -58,14 +56,7 @@ struct Layout {
 };
 const Layout kLayouts[] = {{2, false}, {4, false}, {2, true}, {4, true}};
 
-ModelWeights make_weights(const Family& f) {
-  auto dir = std::filesystem::temp_directory_path() /
-             ("tachyon-tp-families-" + std::to_string(::getpid()) + "-" + f.preset);
-  make_model({.arch = f.arch, .preset = f.preset, .seed = 3, .out_dir = dir});
-  ModelWeights weights = load_weights(ModelConfig::from_dir(dir), SafetensorsCheckpoint(dir));
-  std::filesystem::remove_all(dir);
-  return weights;
-}
+ModelWeights make_weights(const Family& f) { return testing::tiny_weights(f, 3); }
 
 // The prompt's logits [12, vocab], one [1, vocab] per decode step, and the greedy tokens.
 struct GreedyRun {

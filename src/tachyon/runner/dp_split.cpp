@@ -25,39 +25,57 @@ int DpPlacement::place(const core::ScheduledSequence& s) {
   return replica;
 }
 
-DpStep split_plan(const core::StepPlan& plan, DpPlacement& placement) {
-  DpStep step;
-  step.plans.resize(static_cast<size_t>(placement.size()));
-  for (core::StepPlan& p : step.plans) {
+PlanParts cut_plan_by_sequence(const core::StepPlan& plan, std::span<const int> part_of_sequence, int parts) {
+  TACHYON_CHECK(part_of_sequence.size() == plan.sequences.size())
+      << "internal: " << part_of_sequence.size() << " parts given for " << plan.sequences.size() << " sequences";
+  PlanParts out;
+  out.plans.resize(static_cast<size_t>(parts));
+  for (core::StepPlan& p : out.plans) {
     p.block_size = plan.block_size;
     p.forced_acceptance = plan.forced_acceptance;
   }
-  std::vector<int> replica_of_token(static_cast<size_t>(plan.num_tokens()), -1);  // [num_tokens]
-  std::vector<int64_t> local_token(static_cast<size_t>(plan.num_tokens()), -1);    // [num_tokens]
-  for (const core::ScheduledSequence& s : plan.sequences) {
-    TACHYON_CHECK(s.draft_tokens.empty()) << "data-parallel attention does not verify draft tokens";
-    const int replica = placement.place(s);
-    core::StepPlan& p = step.plans[static_cast<size_t>(replica)];
-    const int32_t first_block = replica * placement.blocks_per_replica();  // the replica's block 0
+  std::vector<int> part_of_token(static_cast<size_t>(plan.num_tokens()), -1);  // [num_tokens]
+  std::vector<int64_t> local_token(static_cast<size_t>(plan.num_tokens()), -1);  // [num_tokens]
+  for (size_t i = 0; i < plan.sequences.size(); ++i) {
+    const int part = part_of_sequence[i];
+    TACHYON_CHECK(part >= 0 && part < parts) << "internal: sequence " << i << " given part " << part << " of " << parts;
+    const core::ScheduledSequence& s = plan.sequences[i];
+    core::StepPlan& p = out.plans[static_cast<size_t>(part)];
     core::ScheduledSequence local = s;
     local.first_token = p.num_tokens();
-    for (int32_t& block : local.block_table) block -= first_block;
-    for (int64_t i = 0; i < s.num_tokens; ++i) {
-      const size_t t = static_cast<size_t>(s.first_token + i);
-      replica_of_token[t] = replica;
-      local_token[t] = p.num_tokens();
-      p.token_ids.push_back(plan.token_ids[t]);
-      p.positions.push_back(plan.positions[t]);
-      p.slot_mapping.push_back(plan.slot_mapping[t] - static_cast<int64_t>(first_block) * plan.block_size);
+    for (int64_t t = s.first_token; t < s.first_token + s.num_tokens; ++t) {
+      part_of_token[static_cast<size_t>(t)] = part;
+      local_token[static_cast<size_t>(t)] = p.num_tokens();
+      p.token_ids.push_back(plan.token_ids[static_cast<size_t>(t)]);
+      p.positions.push_back(plan.positions[static_cast<size_t>(t)]);
+      p.slot_mapping.push_back(plan.slot_mapping[static_cast<size_t>(t)]);
     }
     p.sequences.push_back(std::move(local));
   }
   for (int64_t row : plan.logits_rows) {
-    const int replica = replica_of_token[static_cast<size_t>(row)];
-    TACHYON_CHECK(replica >= 0) << "logits row " << row << " belongs to no planned sequence";
-    std::vector<int64_t>& rows = step.plans[static_cast<size_t>(replica)].logits_rows;
+    const int part = part_of_token[static_cast<size_t>(row)];
+    TACHYON_CHECK(part >= 0) << "logits row " << row << " belongs to no planned sequence";
+    std::vector<int64_t>& rows = out.plans[static_cast<size_t>(part)].logits_rows;
     rows.push_back(local_token[static_cast<size_t>(row)]);
-    step.rows.push_back({replica, static_cast<int64_t>(rows.size()) - 1});
+    out.rows.push_back({part, static_cast<int64_t>(rows.size()) - 1});
+  }
+  return out;
+}
+
+DpStep split_plan(const core::StepPlan& plan, DpPlacement& placement) {
+  std::vector<int> replica_of(plan.sequences.size());  // [sequences]
+  for (size_t i = 0; i < plan.sequences.size(); ++i) {
+    TACHYON_CHECK(plan.sequences[i].draft_tokens.empty()) << "data-parallel attention does not verify draft tokens";
+    replica_of[i] = placement.place(plan.sequences[i]);
+  }
+  DpStep step = cut_plan_by_sequence(plan, replica_of, placement.size());
+  for (int replica = 0; replica < placement.size(); ++replica) {  // into the replica's own cache
+    core::StepPlan& p = step.plans[static_cast<size_t>(replica)];
+    const int32_t first_block = replica * placement.blocks_per_replica();  // the replica's block 0
+    for (core::ScheduledSequence& s : p.sequences) {
+      for (int32_t& block : s.block_table) block -= first_block;
+    }
+    for (int64_t& slot : p.slot_mapping) slot -= static_cast<int64_t>(first_block) * plan.block_size;
   }
   return step;
 }

@@ -1,5 +1,7 @@
 // Data-parallel attention on CPU thread ranks: which replica runs each sequence, and one step's
-// StepPlan cut into one plan per replica (runner/dp_cpu_model_runner.h runs them).
+// StepPlan cut into one plan per replica (runner/dp_cpu_model_runner.h runs them). The cut itself,
+// by whole sequences (cut_plan_by_sequence), also gives two-batch overlap its micro-batches
+// (tbo_split.h).
 //
 // The engine CHOSE the replica when it gave the sequence its blocks: it plans D * B block ids,
 // replica d's KV pool being ids [d * B, (d + 1) * B) (B = blocks per replica; the runner's
@@ -12,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -37,14 +40,22 @@ class DpPlacement {
   std::vector<int64_t> placed_;  // [dp]
 };
 
-struct DpStep {
-  // [dp] each replica's plan: its sequences in the step's order, their tokens re-indexed from 0
-  // (token_ids, positions, first_token, logits_rows), their blocks and slots in the replica's
-  // own cache (block_table, slot_mapping).
+// A step cut by whole sequences into parts.
+struct PlanParts {
+  // [parts] each part's plan: its sequences in the step's order, their tokens re-indexed from 0
+  // (token_ids, positions, slot_mapping, first_token, logits_rows); block tables and slots as the
+  // step's; block_size and forced_acceptance the step's.
   std::vector<core::StepPlan> plans;
-  // [plan.logits_rows.size()] where each logits row of the step is: (replica, row of its logits).
+  // [plan.logits_rows.size()] where each logits row of the step is: (part, row of its logits).
   std::vector<std::pair<int, int64_t>> rows;
 };
+
+// Cuts `plan` into `parts` plans; sequence i goes to part part_of_sequence[i] (in [0, parts)).
+PlanParts cut_plan_by_sequence(const core::StepPlan& plan, std::span<const int> part_of_sequence, int parts);
+
+// [dp] the replicas' plans (cut_plan_by_sequence), their blocks and slots in each replica's own
+// cache (block id - d * B), and where each logits row of the step is: (replica, row).
+using DpStep = PlanParts;
 
 // Cuts `plan` by placement. Plans with draft tokens are refused (the DP runner verifies none).
 DpStep split_plan(const core::StepPlan& plan, DpPlacement& placement);

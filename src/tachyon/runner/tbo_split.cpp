@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "tachyon/base/check.h"
+#include "tachyon/runner/dp_split.h"
 
 namespace tachyon::runner {
 
@@ -20,33 +21,14 @@ TboSplit split_micro_batches(const core::StepPlan& plan) {
     const int64_t imbalance = std::llabs(plan.num_tokens() - 2 * before);
     if (best < 0 || imbalance < best) best = imbalance, cut = k;
   }
-  TboSplit split;
-  std::vector<int> part_of_token(static_cast<size_t>(plan.num_tokens()), -1);  // [num_tokens]
-  std::vector<int64_t> local_token(static_cast<size_t>(plan.num_tokens()), -1);
-  for (size_t i = 0; i < count; ++i) {
-    const int part = i < cut ? 0 : 1;
-    core::StepPlan& p = split[static_cast<size_t>(part)];
-    p.block_size = plan.block_size;
-    const core::ScheduledSequence& s = plan.sequences[i];
-    core::ScheduledSequence local = s;
-    local.first_token = p.num_tokens();
-    for (int64_t t = s.first_token; t < s.first_token + s.num_tokens; ++t) {
-      part_of_token[static_cast<size_t>(t)] = part;
-      local_token[static_cast<size_t>(t)] = p.num_tokens();
-      p.token_ids.push_back(plan.token_ids[static_cast<size_t>(t)]);
-      p.positions.push_back(plan.positions[static_cast<size_t>(t)]);
-      p.slot_mapping.push_back(plan.slot_mapping[static_cast<size_t>(t)]);
-    }
-    p.sequences.push_back(std::move(local));
+  std::vector<int> part_of_sequence(count);  // [sequences] 0 before the cut, 1 from it
+  for (size_t i = cut; i < count; ++i) part_of_sequence[i] = 1;
+  PlanParts parts = cut_plan_by_sequence(plan, part_of_sequence, 2);
+  for (size_t i = 1; i < parts.rows.size(); ++i) {
+    TACHYON_CHECK(parts.rows[i].first >= parts.rows[i - 1].first)
+        << "internal: logits row " << plan.logits_rows[i] << " is out of sequence order";
   }
-  int last_part = 0;
-  for (int64_t row : plan.logits_rows) {
-    const int part = part_of_token[static_cast<size_t>(row)];
-    TACHYON_CHECK(part >= last_part) << "internal: logits row " << row << " is out of sequence order";
-    last_part = part;
-    split[static_cast<size_t>(part)].logits_rows.push_back(local_token[static_cast<size_t>(row)]);
-  }
-  return split;
+  return {std::move(parts.plans[0]), std::move(parts.plans[1])};
 }
 
 }  // namespace tachyon::runner

@@ -4,7 +4,8 @@
 // tokens and its KV rows are written in this step: split inside a sequence, the second half would
 // need the first half's keys before they exist. Contiguous because a plan's logits rows are in
 // sequence order, so the step's rows are micro-batch 0's then micro-batch 1's, with no reordering.
-// A step of one sequence is not split (the runner runs it as one batch).
+// A step of one sequence is not split (the runner runs it as one batch). The cut by sequence is
+// runner/dp_split.h's cut_plan_by_sequence, which data-parallel attention cuts its replicas with.
 // Tests: tests/unit/test_tbo_order.cpp.
 #pragma once
 
