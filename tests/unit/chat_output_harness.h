@@ -43,7 +43,7 @@ inline Answer run_chunks(const ChatOutputConfig& config, const std::vector<std::
   CompletionChoiceResult choice;
   int32_t opened = 0;
   for (const std::string& chunk : chunks) {
-    std::vector<ChatPiece> pieces = output.push(chunk);
+    std::vector<ChatPiece> pieces = output.push(chunk, {});
     check_order(pieces, opened);
     append_pieces(pieces, choice);
   }

@@ -35,7 +35,7 @@ TEST(ChatOutput, NonStreamedMessage) {
   ChatOutput output(qwen3_config(), counting_ids());
   CompletionChoiceResult choice;
   for (size_t i = 0; i < kPieces.size(); ++i) {
-    add_chat_text(output, kPieces[i], i + 1 == kPieces.size() ? std::optional<std::string>("stop") : std::nullopt, choice);
+    add_chat_text(output, kPieces[i], {}, i + 1 == kPieces.size() ? std::optional<std::string>("stop") : std::nullopt, choice);
   }
   EXPECT_EQ(chat_response("chatcmpl-1", 1, "tiny", {choice}, Usage{3, 4}).dump(),
             R"({"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"tiny","choices":[{"index":0,)"
@@ -49,7 +49,7 @@ TEST(ChatOutput, NonStreamedMessage) {
 TEST(ChatOutput, OnlyCallsMeansNullContent) {
   ChatOutput output(qwen3_config(), counting_ids());
   CompletionChoiceResult choice;
-  add_chat_text(output, "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>", "stop", choice);
+  add_chat_text(output, "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>", {}, "stop", choice);
   Json message = chat_response("c", 1, "m", {choice}, Usage{})["choices"][0]["message"];
   EXPECT_TRUE(message["content"].is_null());
   EXPECT_FALSE(message.contains("reasoning_content"));
@@ -59,8 +59,8 @@ TEST(ChatOutput, OnlyCallsMeansNullContent) {
 TEST(ChatOutput, PlainAnswerKeepsItsShape) {
   ChatOutput output(qwen3_config(), counting_ids());
   CompletionChoiceResult choice;
-  add_chat_text(output, "Hello", std::nullopt, choice);
-  add_chat_text(output, " world\n", "length", choice);
+  add_chat_text(output, "Hello", {}, std::nullopt, choice);
+  add_chat_text(output, " world\n", {}, "length", choice);
   EXPECT_EQ(chat_response("c", 1, "m", {choice}, Usage{})["choices"][0].dump(),
             R"({"index":0,"message":{"role":"assistant","content":"Hello world\n"},"logprobs":null,"finish_reason":"length"})");
 }
@@ -69,7 +69,7 @@ TEST(ChatOutput, StreamedChunks) {
   ChatOutput output(qwen3_config(), counting_ids());
   std::vector<std::string> chunks;
   for (size_t i = 0; i < kPieces.size(); ++i) {
-    for (const Json& chunk : chat_text_chunks(output, "c", 1, "m", 0, kPieces[i],
+    for (const Json& chunk : chat_text_chunks(output, "c", 1, "m", 0, kPieces[i], {},
                                               i + 1 == kPieces.size() ? std::optional<std::string>("stop") : std::nullopt,
                                               nullptr)) {
       chunks.push_back(chunk["choices"][0].dump());
@@ -95,14 +95,14 @@ TEST(ChatOutput, StreamedDeltasAccumulateToTheMessage) {
   for (const std::string& piece : kPieces) text += piece;
   ChatOutput whole(qwen3_config(), counting_ids());
   CompletionChoiceResult expected;
-  add_chat_text(whole, text, "stop", expected);
+  add_chat_text(whole, text, {}, "stop", expected);
   for (size_t n : {1, 2, 3, 5, 11}) {
     ChatOutput output(qwen3_config(), counting_ids());
     std::vector<std::string> parts = testing::split_every(text, n);
     std::string content, reasoning, finish;
     Json calls = Json::array();
     for (size_t i = 0; i < parts.size(); ++i) {
-      for (const Json& chunk : chat_text_chunks(output, "c", 1, "m", 0, parts[i],
+      for (const Json& chunk : chat_text_chunks(output, "c", 1, "m", 0, parts[i], {},
                                                 i + 1 == parts.size() ? std::optional<std::string>("stop") : std::nullopt,
                                                 nullptr)) {
         const Json& choice = chunk["choices"][0];

@@ -73,14 +73,14 @@ TEST(HermesToolParser, TextAfterTheCallsIsContent) {
 
 TEST(HermesToolParser, StreamsArgumentsAsTheyGrow) {
   ChatOutput output(tools_config("hermes"), [] { return std::string("call_1"); });
-  auto pieces = output.push("<tool_call>\n{\"name\": \"f\", \"arguments\": {\"city\": \"Pa");
+  auto pieces = output.push("<tool_call>\n{\"name\": \"f\", \"arguments\": {\"city\": \"Pa", {});
   ASSERT_EQ(pieces.size(), 2u);
   EXPECT_EQ(pieces[0].kind, ChatPiece::Kind::kToolCallStart);
   EXPECT_EQ(pieces[0].text, "f");
   EXPECT_EQ(pieces[0].tool_id, "call_1");
   EXPECT_EQ(pieces[1].kind, ChatPiece::Kind::kToolCallArguments);
   EXPECT_EQ(pieces[1].text, "{\"city\": \"Pa");
-  pieces = output.push("ris\"}}\n</tool_call>");
+  pieces = output.push("ris\"}}\n</tool_call>", {});
   ASSERT_EQ(pieces.size(), 1u);
   EXPECT_EQ(pieces[0].text, "ris\"}");
   EXPECT_TRUE(output.finish().empty());

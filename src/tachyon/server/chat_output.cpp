@@ -58,12 +58,41 @@ std::string make_tool_call_id() {
 }
 
 ChatOutput::ChatOutput(const ChatOutputConfig& config, std::function<std::string()> make_id)
-    : reasoning_(config.reasoning_parser.empty()
-                     ? nullptr
-                     : make_reasoning_parser(config.reasoning_parser, config.reasoning_starts_inside)),
-      tools_(config.tool_parser.empty() ? nullptr : make_tool_parser(config.tool_parser, config.tools)),
+    : tools_(config.tool_parser.empty() ? nullptr : make_tool_parser(config.tool_parser, config.tools)),
       make_id_(make_id ? std::move(make_id) : std::function<std::string()>(make_tool_call_id)),
-      parallel_tool_calls_(config.parallel_tool_calls) {}
+      parallel_tool_calls_(config.parallel_tool_calls) {
+  if (config.reasoning_parser.empty()) return;
+  // By id only when every marker is one token: a marker the model spells in pieces has no id.
+  if (config.tokenizer != nullptr) {
+    for (const std::string& marker : reasoning_parser_markers(config.reasoning_parser)) {
+      const std::optional<int32_t> id = config.tokenizer->token_to_id(marker);
+      if (!id) {
+        marker_tokens_.clear();
+        break;
+      }
+      marker_tokens_.emplace_back(*id, marker);
+    }
+  }
+  const bool by_id = !marker_tokens_.empty();
+  if (by_id) {
+    marker_detokenizer_ =
+        std::make_unique<tokenizer::IncrementalDetokenizer>(*config.tokenizer, config.skip_special_tokens);
+  }
+  reasoning_ = make_reasoning_parser(config.reasoning_parser, config.reasoning_starts_inside, by_id);
+}
+
+// Each marker token's text ends the detokenizer's output for it (an added token decodes alone),
+// so it starts that many bytes before the end of the text decoded so far.
+void ChatOutput::note_marker_tokens(std::span<const int32_t> token_ids) {
+  if (!marker_detokenizer_) return;
+  for (int32_t id : token_ids) {
+    const std::string text = marker_detokenizer_->push(id);
+    decoded_bytes_ += text.size();
+    for (const auto& [marker_id, marker] : marker_tokens_) {
+      if (id == marker_id && text.ends_with(marker)) reasoning_->note_marker_token(decoded_bytes_ - marker.size());
+    }
+  }
+}
 
 ChatOutput::~ChatOutput() = default;
 
@@ -78,7 +107,8 @@ void ChatOutput::route(std::vector<ChatPiece>& from_reasoning, std::vector<ChatP
   if (at_end && tools_) tools_->finish(out);
 }
 
-std::vector<ChatPiece> ChatOutput::push(std::string_view text) {
+std::vector<ChatPiece> ChatOutput::push(std::string_view text, std::span<const int32_t> token_ids) {
+  note_marker_tokens(token_ids);
   std::vector<ChatPiece> out;
   if (!reasoning_ && !tools_) {
     if (!text.empty()) out.push_back({.kind = ChatPiece::Kind::kContent, .text = std::string(text)});
@@ -167,9 +197,9 @@ std::vector<ChatDelta> chat_deltas(const std::vector<ChatPiece>& pieces) {
   return deltas;
 }
 
-void add_chat_text(ChatOutput& output, std::string_view text, const std::optional<std::string>& finish_reason,
-                   CompletionChoiceResult& choice) {
-  append_pieces(output.push(text), choice);
+void add_chat_text(ChatOutput& output, std::string_view text, std::span<const int32_t> token_ids,
+                   const std::optional<std::string>& finish_reason, CompletionChoiceResult& choice) {
+  append_pieces(output.push(text, token_ids), choice);
   if (!finish_reason) return;
   append_pieces(output.finish(), choice);
   choice.finish_reason = output.finish_reason(*finish_reason);
@@ -177,9 +207,10 @@ void add_chat_text(ChatOutput& output, std::string_view text, const std::optiona
 
 std::vector<nlohmann::ordered_json> chat_text_chunks(ChatOutput& output, std::string_view id, int64_t created,
                                                      std::string_view model, int32_t index, std::string_view text,
+                                                     std::span<const int32_t> token_ids,
                                                      const std::optional<std::string>& finish_reason,
                                                      const LogprobsDelta* logprobs, const TokenTextFn& token_text) {
-  std::vector<ChatPiece> pieces = output.push(text);
+  std::vector<ChatPiece> pieces = output.push(text, token_ids);
   std::optional<std::string> reason;
   if (finish_reason) {
     std::vector<ChatPiece> last = output.finish();

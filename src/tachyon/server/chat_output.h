@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "tachyon/server/openai_responses.h"
 #include "tachyon/server/reasoning_parser.h"
 #include "tachyon/server/tool_parser.h"
+#include "tachyon/tokenizer/incremental_detokenizer.h"
 #include "tachyon/tokenizer/tokenizer.h"
 
 namespace tachyon::server {
@@ -43,6 +45,11 @@ struct ChatOutputConfig {
   std::string reasoning_parser;   // a reasoning_parser_names() entry; "": no reasoning split
   bool reasoning_starts_inside = false;  // the prompt opened the reasoning block
   bool parallel_tool_calls = true;       // false: calls after the first are dropped
+  // Set (it must outlive the output): reasoning markers that this tokenizer has as one token are
+  // found by their ids (reasoning_parser.h), the ids being decoded as the answer's text was
+  // (skip_special_tokens as the generation's). Unset: by their text.
+  const tokenizer::Tokenizer* tokenizer = nullptr;
+  bool skip_special_tokens = true;
 };
 
 class ChatOutput {
@@ -51,7 +58,9 @@ class ChatOutput {
   explicit ChatOutput(const ChatOutputConfig& config, std::function<std::string()> make_id = {});
   ~ChatOutput();
 
-  std::vector<ChatPiece> push(std::string_view text);
+  // `text`: the answer's next text; `token_ids`: the tokens generated since the last push (their
+  // text may come later, never earlier), which place the marker tokens.
+  std::vector<ChatPiece> push(std::string_view text, std::span<const int32_t> token_ids);
   std::vector<ChatPiece> finish();  // once, at the end of the answer
   bool called_tools() const { return calls_ > 0; }
   // The engine's finish reason as the client sees it: "stop" after tool calls is "tool_calls".
@@ -61,7 +70,13 @@ class ChatOutput {
   std::vector<ChatPiece> tidy(std::vector<ChatPiece> pieces);
   void route(std::vector<ChatPiece>& from_reasoning, std::vector<ChatPiece>& out, bool at_end);
 
+  void note_marker_tokens(std::span<const int32_t> token_ids);
+
   std::unique_ptr<ReasoningParser> reasoning_;
+  // By id: the marker tokens, and the answer's text decoded once more to know where they sit.
+  std::vector<std::pair<int32_t, std::string>> marker_tokens_;  // (id, its text)
+  std::unique_ptr<tokenizer::IncrementalDetokenizer> marker_detokenizer_;
+  size_t decoded_bytes_ = 0;
   std::unique_ptr<ToolParser> tools_;
   std::function<std::string()> make_id_;
   bool parallel_tool_calls_ = true;
@@ -78,12 +93,13 @@ std::vector<ChatDelta> chat_deltas(const std::vector<ChatPiece>& pieces);
 
 // What the chat route does with one step's text of one choice (finish_reason: the engine's,
 // set on the choice's last step). Non-streamed: into the choice, its finish reason mapped.
-void add_chat_text(ChatOutput& output, std::string_view text, const std::optional<std::string>& finish_reason,
-                   CompletionChoiceResult& choice);
+void add_chat_text(ChatOutput& output, std::string_view text, std::span<const int32_t> token_ids,
+                   const std::optional<std::string>& finish_reason, CompletionChoiceResult& choice);
 // Streamed: the chunks to send, one per delta, the logprobs on the first and the (mapped) finish
 // reason on the last; a step that says nothing yet still sends one chunk with content "".
 std::vector<nlohmann::ordered_json> chat_text_chunks(ChatOutput& output, std::string_view id, int64_t created,
                                                      std::string_view model, int32_t index, std::string_view text,
+                                                     std::span<const int32_t> token_ids,
                                                      const std::optional<std::string>& finish_reason,
                                                      const LogprobsDelta* logprobs, const TokenTextFn& token_text = {});
 

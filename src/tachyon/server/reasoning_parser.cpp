@@ -11,8 +11,35 @@ constexpr std::string_view kNames[] = {"qwen3", "deepseek_r1", "deepseek_v3", "g
 
 }  // namespace
 
-ReasoningParser::ReasoningParser(std::string start, std::string end, bool starts_inside)
-    : start_(std::move(start)), end_(std::move(end)), state_(starts_inside ? State::kReasoning : State::kStart) {}
+ReasoningParser::ReasoningParser(std::string start, std::string end, bool starts_inside, bool markers_by_id)
+    : start_(std::move(start)),
+      end_(std::move(end)),
+      state_(starts_inside ? State::kReasoning : State::kStart),
+      markers_by_id_(markers_by_id) {}
+
+void ReasoningParser::drop(size_t n) {
+  buffer_.erase(0, n);
+  buffer_offset_ += n;
+}
+
+ReasoningParser::Found ReasoningParser::find_marker(std::string_view marker, bool at_end) {
+  if (!markers_by_id_) {
+    const size_t at = buffer_.find(marker);
+    if (at != std::string::npos) return {at, at};
+    return {at, buffer_.size() - (at_end ? 0 : partial_marker_suffix(buffer_, marker))};
+  }
+  while (next_marker_ < marker_offsets_.size() && marker_offsets_[next_marker_] < buffer_offset_) ++next_marker_;
+  for (size_t k = next_marker_; k < marker_offsets_.size(); ++k) {
+    const size_t at = marker_offsets_[k] - buffer_offset_;
+    if (at >= buffer_.size()) break;  // its text has not come yet
+    const std::string_view there = std::string_view(buffer_).substr(at);
+    if (there.starts_with(marker)) return {at, at};
+    // The marker token's text is still arriving: nothing from here on is released yet.
+    if (!at_end && marker.starts_with(there)) return {std::string::npos, at};
+    // Another marker token (a start marker inside the reasoning): text like any other.
+  }
+  return {std::string::npos, buffer_.size()};
+}
 
 void ReasoningParser::push(std::string_view text, std::vector<ChatPiece>& out) {
   buffer_ += text;
@@ -23,9 +50,9 @@ void ReasoningParser::finish(std::vector<ChatPiece>& out) {
   parse(/*at_end=*/true, out);
   if (!buffer_.empty()) {
     out.push_back({.kind = state_ == State::kReasoning ? ChatPiece::Kind::kReasoning : ChatPiece::Kind::kContent,
-                   .text = std::move(buffer_)});
+                   .text = buffer_});
   }
-  buffer_.clear();
+  drop(buffer_.size());
 }
 
 void ReasoningParser::parse(bool at_end, std::vector<ChatPiece>& out) {
@@ -34,10 +61,13 @@ void ReasoningParser::parse(bool at_end, std::vector<ChatPiece>& out) {
       case State::kStart: {
         const size_t at = skip_whitespace(buffer_, 0);
         std::string_view rest = std::string_view(buffer_).substr(at);
-        if (rest.starts_with(start_)) {
-          buffer_.erase(0, at + start_.size());
+        if (rest.empty() && !at_end) return;  // whitespace so far: the marker may follow
+        // By id: the answer opens with the start marker only when a marker token sits there.
+        const bool token_there = !markers_by_id_ || find_marker(start_, at_end).safe == at;
+        if (token_there && rest.starts_with(start_)) {
+          drop(at + start_.size());
           state_ = State::kReasoning;
-        } else if (!at_end && std::string_view(start_).starts_with(rest)) {
+        } else if (token_there && !at_end && std::string_view(start_).starts_with(rest)) {
           return;  // still may be the marker
         } else {
           state_ = State::kContent;
@@ -45,28 +75,25 @@ void ReasoningParser::parse(bool at_end, std::vector<ChatPiece>& out) {
         break;
       }
       case State::kReasoning: {
-        const size_t at = buffer_.find(end_);
-        const size_t take =
-            at != std::string::npos ? at : buffer_.size() - (at_end ? 0 : partial_marker_suffix(buffer_, end_));
+        const auto [at, take] = find_marker(end_, at_end);
         if (take > 0) out.push_back({.kind = ChatPiece::Kind::kReasoning, .text = buffer_.substr(0, take)});
         if (at == std::string::npos) {
-          buffer_.erase(0, take);
+          drop(take);
           return;
         }
-        buffer_.erase(0, at + end_.size());
+        drop(at + end_.size());
         state_ = State::kAfter;
         break;
       }
       case State::kAfter: {
-        const size_t at = skip_whitespace(buffer_, 0);
-        buffer_.erase(0, at);
+        drop(skip_whitespace(buffer_, 0));
         if (buffer_.empty()) return;
         state_ = State::kContent;
         break;
       }
       case State::kContent:
-        out.push_back({.kind = ChatPiece::Kind::kContent, .text = std::move(buffer_)});
-        buffer_.clear();
+        out.push_back({.kind = ChatPiece::Kind::kContent, .text = buffer_});
+        drop(buffer_.size());
         return;
     }
   }
@@ -101,9 +128,10 @@ bool prompt_opens_reasoning(std::string_view name, std::string_view prompt) {
   return prompt.substr(0, end).ends_with(kThinkStart);
 }
 
-std::unique_ptr<ReasoningParser> make_reasoning_parser(std::string_view name, bool starts_inside) {
+std::unique_ptr<ReasoningParser> make_reasoning_parser(std::string_view name, bool starts_inside, bool markers_by_id) {
   if (!is_reasoning_parser_name(name)) return nullptr;
-  return std::make_unique<ReasoningParser>(std::string(kThinkStart), std::string(kThinkEnd), starts_inside);
+  return std::make_unique<ReasoningParser>(std::string(kThinkStart), std::string(kThinkEnd), starts_inside,
+                                           markers_by_id);
 }
 
 }  // namespace tachyon::server

@@ -10,7 +10,16 @@
 //    marker; else it is all content, byte for byte.
 // Reasoning is passed verbatim; the whitespace between the end marker and the content is
 // dropped. The same text gives the same pieces whatever the chunking (a possible marker start is
-// held back). Tests: tests/unit/test_reasoning_parser.cpp (ctest -R unit.reasoning_parser).
+// held back).
+//
+// Markers by id: where the tokenizer has a marker as one token (Qwen3's and DeepSeek-R1's <think>
+// and </think> are added tokens), the model writes that token, and the same characters in
+// ordinary pieces ("<", "think", ">") are text it wrote, not a marker. The caller then says where
+// in the answer's text each marker token sits (note_marker_token, from the token ids:
+// ChatOutput), and only text at those offsets is a marker; ordinary text is never held back. A
+// marker token whose text is still held back upstream (a stop string may be completing) is
+// waited for at its offset, so a marker split across deltas is still found.
+// Tests: tests/unit/test_reasoning_parser.cpp, test_reasoning_marker_ids.cpp (ctest -R reasoning).
 #pragma once
 
 #include <memory>
@@ -24,18 +33,34 @@ namespace tachyon::server {
 
 class ReasoningParser {
  public:
-  ReasoningParser(std::string start, std::string end, bool starts_inside);
+  // markers_by_id: the markers are found at the offsets note_marker_token gives, never by text alone.
+  ReasoningParser(std::string start, std::string end, bool starts_inside, bool markers_by_id = false);
+  // A marker token's text starts at byte `offset` of the answer's text (offsets ascending; before
+  // the text that holds it is pushed).
+  void note_marker_token(size_t offset) { marker_offsets_.push_back(offset); }
   // Appends kReasoning and kContent pieces to `out`.
   void push(std::string_view text, std::vector<ChatPiece>& out);
   void finish(std::vector<ChatPiece>& out);
 
  private:
   enum class State { kStart, kReasoning, kAfter, kContent };
+  // Where `marker` is in buffer_ (npos: not there), and how many bytes of buffer_ may be released
+  // before it (all but a possible marker start).
+  struct Found {
+    size_t at;
+    size_t safe;
+  };
   void parse(bool at_end, std::vector<ChatPiece>& out);
+  Found find_marker(std::string_view marker, bool at_end);
+  void drop(size_t n);  // erases buffer_'s first n bytes
 
   std::string start_, end_;
   State state_;
+  bool markers_by_id_;
   std::string buffer_;
+  size_t buffer_offset_ = 0;               // offset of buffer_[0] in the answer's text
+  std::vector<size_t> marker_offsets_;     // ascending; those before buffer_offset_ are spent
+  size_t next_marker_ = 0;                 // first of marker_offsets_ not yet spent
 };
 
 // Names for --reasoning-parser: qwen3, deepseek_r1, deepseek_v3, glm45 (one format, <think>).
@@ -46,6 +71,7 @@ std::string reasoning_parser_for_template(std::string_view chat_template);
 std::vector<std::string> reasoning_parser_markers(std::string_view name);
 // Whether `prompt` (rendered) leaves the answer inside an open reasoning block.
 bool prompt_opens_reasoning(std::string_view name, std::string_view prompt);
-std::unique_ptr<ReasoningParser> make_reasoning_parser(std::string_view name, bool starts_inside);
+std::unique_ptr<ReasoningParser> make_reasoning_parser(std::string_view name, bool starts_inside,
+                                                       bool markers_by_id = false);
 
 }  // namespace tachyon::server

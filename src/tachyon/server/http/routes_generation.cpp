@@ -89,6 +89,8 @@ Generation chat_generation(ServingContext& context, const ChatRequest& request) 
   g.chat_output.parallel_tool_calls = request.parallel_tool_calls;
   g.skip_special_tokens = !((parse_tools && parsers.tool_markers_special) ||
                             (!parsers.reasoning.empty() && parsers.reasoning_markers_special));
+  g.chat_output.tokenizer = &context.tokenizer();  // reasoning markers by their ids
+  g.chat_output.skip_special_tokens = g.skip_special_tokens;
   return g;
 }
 
@@ -102,7 +104,7 @@ void accumulate(const ServingContext& context, std::vector<ChoiceEvent>&& events
     if (outputs.empty()) {
       c.text += e.text;
     } else {
-      add_chat_text(*outputs[static_cast<size_t>(e.index)], e.text, e.finish_reason, c);
+      add_chat_text(*outputs[static_cast<size_t>(e.index)], e.text, e.token_ids, e.finish_reason, c);
       e.finish_reason.reset();  // mapped by add_chat_text
     }
     for (int32_t id : e.token_ids) c.token_texts.push_back(context.tokenizer().decode(std::span<const int32_t>(&id, 1)));
@@ -233,7 +235,8 @@ class SseAnswer : public BodyStream {
 
   void write_chat_event(const ChoiceEvent& e, const LogprobsDelta* logprobs, std::string& out) {
     for (const auto& chunk : chat_text_chunks(*outputs_[static_cast<size_t>(e.index)], g_.id, g_.created, g_.model,
-                                              e.index, e.text, e.finish_reason, logprobs, token_text_fn(context_))) {
+                                              e.index, e.text, e.token_ids, e.finish_reason, logprobs,
+                                              token_text_fn(context_))) {
       out += sse_data(chunk);
     }
   }

@@ -43,7 +43,7 @@ class MessageAnswer : public BodyStream {
       events += message_.start();
     }
     for (ChoiceEvent& e : run_->poll()) {
-      std::vector<ChatPiece> pieces = output_.push(e.text);
+      std::vector<ChatPiece> pieces = output_.push(e.text, e.token_ids);
       if (e.finish_reason) {
         std::vector<ChatPiece> last = output_.finish();
         pieces.insert(pieces.end(), std::make_move_iterator(last.begin()), std::make_move_iterator(last.end()));

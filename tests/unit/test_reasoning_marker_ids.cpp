@@ -1,0 +1,132 @@
+// Reasoning markers by their token ids (server/reasoning_parser.h, ChatOutput): with the real Qwen3
+// tokenizer, where <think> and </think> are added tokens, the answer's ids go through a TextStream
+// as the server's GenerationRun sends them (whole, then one, two and three ids per delta, and with
+// a stop string that holds a marker's text back to the delta after its id) into ChatOutput. The
+// marker tokens split reasoning from content; the same characters written as ordinary tokens
+// stay text; every delivery gives the same answer. ctest -R reasoning_marker_ids
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "chat_output_harness.h"
+#include "tachyon/app/text_stream.h"
+#include "tachyon/tokenizer/tokenizer.h"
+
+namespace tachyon::server::reasoning_marker_ids_test {
+
+using testing::Answer;
+
+class ReasoningMarkerIds : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    tok_ = new tokenizer::Tokenizer(
+        tokenizer::Tokenizer::from_dir(std::filesystem::path(TACHYON_TOKENIZERS) / "qwen3"));
+  }
+  static void TearDownTestSuite() {
+    delete tok_;
+    tok_ = nullptr;
+  }
+
+  // The marker token itself (the tokenizer's own encoding of the marker text).
+  static std::vector<int32_t> token(const std::string& marker) {
+    const std::vector<int32_t> ids = tok_->encode(marker, /*add_special_tokens=*/false);
+    EXPECT_EQ(ids.size(), 1u) << marker;
+    return ids;
+  }
+  // `text` as ordinary tokens, one character at a time: never a marker token.
+  static std::vector<int32_t> pieces(const std::string& text) {
+    std::vector<int32_t> out;
+    for (char c : text) {
+      for (int32_t id : tok_->encode(std::string(1, c), false)) out.push_back(id);
+    }
+    return out;
+  }
+  static std::vector<int32_t> text(const std::string& s) { return tok_->encode(s, false); }
+
+  static ChatOutputConfig config(bool starts_inside) {
+    ChatOutputConfig c;
+    c.reasoning_parser = "qwen3";
+    c.reasoning_starts_inside = starts_inside;
+    c.tokenizer = tok_;
+    return c;
+  }
+
+  // As the server delivers it: `per_delta` ids at a time (0: all at once), their text released
+  // by a TextStream (with `stop` strings that never match but hold text back).
+  static Answer deliver(const ChatOutputConfig& c, const std::vector<int32_t>& ids, size_t per_delta,
+                        const std::vector<std::string>& stop) {
+    ChatOutput output(c);
+    app::TextStream stream(*tok_, stop, /*include_stop_str=*/false);
+    CompletionChoiceResult choice;
+    const size_t step = per_delta == 0 ? std::max<size_t>(ids.size(), 1) : per_delta;
+    for (size_t i = 0; i < ids.size(); i += step) {
+      const std::span<const int32_t> delta(ids.data() + i, std::min(step, ids.size() - i));
+      append_pieces(output.push(stream.push(delta), delta), choice);
+    }
+    append_pieces(output.push(stream.finish(), {}), choice);
+    append_pieces(output.finish(), choice);
+    return Answer{choice.text, choice.reasoning, {}};
+  }
+
+  static void expect(bool starts_inside, const std::vector<std::vector<int32_t>>& parts, const Answer& expected) {
+    std::vector<int32_t> ids;
+    for (const auto& p : parts) ids.insert(ids.end(), p.begin(), p.end());
+    for (const std::vector<std::string>& stop :
+         {std::vector<std::string>{}, std::vector<std::string>{"<think>!", "</think>!"}}) {
+      for (size_t per_delta : {0, 1, 2, 3}) {
+        EXPECT_EQ(deliver(config(starts_inside), ids, per_delta, stop), expected)
+            << "ids per delta " << per_delta << (stop.empty() ? "" : ", marker text held back a delta")
+            << "; text: " << ::testing::PrintToString(tok_->decode(ids));
+      }
+    }
+  }
+
+  static tokenizer::Tokenizer* tok_;
+};
+
+tokenizer::Tokenizer* ReasoningMarkerIds::tok_ = nullptr;
+
+TEST_F(ReasoningMarkerIds, MarkerTokensSplitReasoningFromContent) {
+  ASSERT_EQ(tok_->token_to_id("<think>"), std::optional<int32_t>(151667));
+  ASSERT_EQ(tok_->token_to_id("</think>"), std::optional<int32_t>(151668));
+  expect(false, {token("<think>"), text("\nLet me think: 2 + 2.\n"), token("</think>"), text("\n\nIt is 4.")},
+         Answer{"It is 4.", "\nLet me think: 2 + 2.\n", {}});
+  expect(false, {text("\n"), token("<think>"), text("a"), token("</think>"), text("b")}, Answer{"b", "a", {}});
+  // The same text through the text-matching parser (no tokenizer) gives the same answer.
+  testing::expect_answer(
+      [] {
+        ChatOutputConfig c;
+        c.reasoning_parser = "qwen3";
+        return c;
+      }(),
+      "<think>\nLet me think: 2 + 2.\n</think>\n\nIt is 4.", Answer{"It is 4.", "\nLet me think: 2 + 2.\n", {}});
+}
+
+TEST_F(ReasoningMarkerIds, MarkerTextInOrdinaryTokensIsContent) {
+  expect(false, {pieces("<think>"), text("x"), pieces("</think>"), text("y")}, Answer{"<think>x</think>y", "", {}});
+  expect(false, {pieces("<think>")}, Answer{"<think>", "", {}});
+}
+
+TEST_F(ReasoningMarkerIds, OrdinaryEndMarkerTextStaysInTheReasoning) {
+  expect(false, {token("<think>"), text("a "), pieces("</think>"), text(" b"), token("</think>"), text("c")},
+         Answer{"c", "a </think> b", {}});
+  // The prompt opened the block (DeepSeek-R1's template): only the token closes it.
+  expect(true, {text("a"), pieces("</think>"), token("</think>"), text("c")}, Answer{"c", "a</think>", {}});
+}
+
+// A tokenizer without the marker tokens (DeepSeek-V3's has no <think>): markers by their text.
+TEST_F(ReasoningMarkerIds, WithoutMarkerTokensTheTextDecides) {
+  const auto v3 = tokenizer::Tokenizer::from_dir(std::filesystem::path(TACHYON_TOKENIZERS) / "deepseek_v3");
+  ASSERT_FALSE(v3.token_to_id("<think>").has_value());
+  ChatOutputConfig c;
+  c.reasoning_parser = "deepseek_r1";
+  c.tokenizer = &v3;
+  ChatOutput output(c);
+  const std::vector<int32_t> ids = v3.encode("<think>a</think>b", false);
+  CompletionChoiceResult choice;
+  append_pieces(output.push(v3.decode(ids), ids), choice);
+  append_pieces(output.finish(), choice);
+  EXPECT_EQ((Answer{choice.text, choice.reasoning, {}}), (Answer{"b", "a", {}}));
+}
+
+}  // namespace tachyon::server::reasoning_marker_ids_test
