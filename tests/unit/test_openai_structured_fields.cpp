@@ -3,6 +3,7 @@
 // that carried it, and two constraints in one request are refused. ctest -R structured_fields
 #include <gtest/gtest.h>
 
+#include "tachyon/server/chat_constraint.h"
 #include "tachyon/server/openai_protocol.h"
 #include "tachyon/structured/matcher.h"
 
@@ -23,8 +24,13 @@ ServerLimits limits_with_compiler() {
 core::SamplingParams completion(const std::string& fields) {
   return parse_completion_request(R"({"prompt":"hi",)" + fields + "}", limits_with_compiler()).params;
 }
-core::SamplingParams chat(const std::string& fields) {
-  return parse_chat_request(R"({"messages":[{"role":"user","content":"hi"}],)" + fields + "}", limits_with_compiler()).params;
+// As the chat route does it: the request parsed, then its constraint compiled (no parsers).
+core::SamplingParams chat(const std::string& fields, const ServerLimits& limits = limits_with_compiler(),
+                          const ChatParsers& parsers = {}) {
+  ChatRequest request = parse_chat_request(R"({"messages":[{"role":"user","content":"hi"}],)" + fields + "}", limits);
+  EXPECT_EQ(request.params.structured, nullptr) << "the chat request parser compiles nothing";
+  apply_chat_constraint(request, parsers, "<|im_start|>assistant\n", limits, request.params);
+  return request.params;
 }
 
 // The constraint accepts `text` whole.
@@ -34,9 +40,13 @@ bool accepts(const core::SamplingParams& p, const std::string& text) {
   return m.accept_bytes(text) && m.can_end();
 }
 
-ApiError error_of(const std::string& fields) {
+ApiError error_of(const std::string& fields, bool on_chat = false) {
   try {
-    completion(fields);
+    if (on_chat) {
+      chat(fields);
+    } else {
+      completion(fields);
+    }
   } catch (const ApiException& e) {
     return e.error();
   }
@@ -86,11 +96,29 @@ TEST(OpenaiStructuredFields, BadConstraintsAre400sOnTheirField) {
       {R"("guided_regex":"A","ignore_eos":true)", "ignore_eos", "structured outputs"},
   };
   for (const Case& c : cases) {
-    const ApiError e = error_of(c.fields);
-    EXPECT_EQ(e.status, 400) << c.fields;
-    EXPECT_EQ(e.param, c.param) << c.fields << " -> " << e.message;
-    EXPECT_NE(e.message.find(c.fragment), std::string::npos) << c.fields << " -> " << e.message;
+    for (bool on_chat : {false, true}) {
+      const ApiError e = error_of(c.fields, on_chat);
+      EXPECT_EQ(e.status, 400) << c.fields << (on_chat ? " (chat)" : "");
+      EXPECT_EQ(e.param, c.param) << c.fields << " -> " << e.message;
+      EXPECT_NE(e.message.find(c.fragment), std::string::npos) << c.fields << " -> " << e.message;
+    }
   }
+}
+
+// A new schema on the chat route of a model that reasons is compiled once, in the form it is
+// used (after the reasoning), not once as asked and again with the reasoning prefix; the same
+// schema again is not compiled at all.
+TEST(OpenaiStructuredFields, ChatConstraintCompilesOnceWithAReasoningParser) {
+  const ServerLimits l = limits_with_compiler();
+  ChatParsers qwen3;
+  qwen3.reasoning = "qwen3";
+  const std::string format = R"("response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{"type":"integer"}}})";
+  const core::SamplingParams first = chat(format, l, qwen3);
+  EXPECT_EQ(l.grammar_compiler->cached_grammars(), 1u) << "one compilation of a new schema";
+  structured::Matcher m(first.structured);
+  EXPECT_TRUE(m.accept_bytes("<think>Hm.</think>\n42") && m.can_end()) << "the one compiled is the one used";
+  EXPECT_EQ(chat(format, l, qwen3).structured, first.structured);
+  EXPECT_EQ(l.grammar_compiler->cached_grammars(), 1u);
 }
 
 }  // namespace tachyon::server::structured_fields_test

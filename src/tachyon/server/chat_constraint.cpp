@@ -50,4 +50,12 @@ std::optional<structured::ConstraintSpec> chat_constraint(const ChatRequest& req
   return spec;
 }
 
+void apply_chat_constraint(const ChatRequest& request, const ChatParsers& parsers, std::string_view rendered,
+                           const ServerLimits& limits, core::SamplingParams& params) {
+  if (std::optional<structured::ConstraintSpec> spec = chat_constraint(request, parsers, rendered)) {
+    params.structured = fields::compile_constraint(*spec, limits);
+    fields::validate_params(params, limits);
+  }
+}
+
 }  // namespace tachyon::server

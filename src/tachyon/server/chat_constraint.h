@@ -20,4 +20,10 @@ namespace tachyon::server {
 std::optional<structured::ConstraintSpec> chat_constraint(const ChatRequest& request, const ChatParsers& parsers,
                                                           std::string_view rendered);
 
+// The route's one compilation of the request's constraint (chat_constraint above) into
+// params.structured, then params validated with it (min_tokens, ignore_eos): 400s naming the field.
+// The request parser compiles nothing, so a new schema is compiled once, in the form it is used.
+void apply_chat_constraint(const ChatRequest& request, const ChatParsers& parsers, std::string_view rendered,
+                           const ServerLimits& limits, core::SamplingParams& params);
+
 }  // namespace tachyon::server

@@ -89,6 +89,7 @@ CompletionRequest parse_completion_request(std::string_view body_text, const Ser
   request.max_tokens = max_tokens;
   request.params.max_tokens = max_tokens;
   fields::read_sampling_fields(body, limits, request.params);
+  fields::read_structured_fields(body, limits, request.params);
   fields::check_sequences(static_cast<int64_t>(request.prompt_texts.size() + request.prompt_ids.size()),
                           request.params.n, limits);
   if (auto logprobs = fields::read_int(body, "logprobs", "logprobs", 0, limits.max_logprobs)) {

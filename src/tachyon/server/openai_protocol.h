@@ -13,7 +13,8 @@
 //    (!= n), echo together with logprobs (prompt logprobs are not computed), non-text content
 //    parts, and structured-output constraints the grammar engine does not support (by keyword).
 //  - Structured outputs (response_format json_object / json_schema, guided_*, structured_outputs)
-//    compile at the door (read_structured_fields); an output that ends by EOS / stop is complete
+//    compile at the door (a completion's in read_structured_fields, a chat request's once in its
+//    route, before anything is submitted: chat_constraint.h); an output that ends by EOS / stop is complete
 //    per the grammar; one cut by max_tokens ends with finish_reason "length" and may be partial.
 //  - top_k -1 and 0 both mean "off" (stored as 0); < -1 is a 400.
 //  - Stop strings must be non-empty; at most max_stop of them, each at most max_stop_length bytes.
@@ -105,8 +106,8 @@ struct ChatRequest {
   bool parallel_tool_calls = true;
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   bool add_generation_prompt = true;
-  // The structured-output constraint as asked for (params.structured holds it compiled): the route
-  // recompiles it to apply after the reasoning of a model that reasons.
+  // The structured-output constraint as asked for, not compiled yet (params.structured is null):
+  // the route compiles it once, after the reasoning of a model that reasons (chat_constraint.h).
   std::optional<structured::ConstraintSpec> constraint;
   std::optional<int32_t> max_tokens;  // max_completion_tokens, else max_tokens; nullopt: fill later
   core::SamplingParams params;      // validated; logprobs = top_logprobs when "logprobs": true, else -1

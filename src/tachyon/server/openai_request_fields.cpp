@@ -266,7 +266,6 @@ void read_sampling_fields(const Json& body, const ServerLimits& limits, core::Sa
   }
   if (auto v = read_int(body, "priority", "priority", kInt32Min, kInt32Max)) params.priority = static_cast<int32_t>(*v);
   read_unsupported(body, params);
-  read_structured_fields(body, limits, params);
 }
 
 void read_stream_fields(const Json& body, bool& stream, bool& include_usage) {

@@ -48,7 +48,9 @@ int64_t as_int(const Json& value, std::string_view path, int64_t lo, int64_t hi)
 void check_model(const Json& body, const ServerLimits& limits);
 
 // temperature, top_p, top_k, min_p, penalties, seed, n, best_of, stop, stop_token_ids,
-// ignore_eos, min_tokens, include_stop_str_in_output, priority, logit_bias, response_format.
+// ignore_eos, min_tokens, include_stop_str_in_output, priority, logit_bias. Not the structured
+// outputs: a completion compiles them as asked (read_structured_fields), a chat request in its
+// route, once, after the reasoning where the model reasons (chat_constraint.h).
 void read_sampling_fields(const Json& body, const ServerLimits& limits, core::SamplingParams& params);
 
 // Structured outputs: response_format (text, json_object, json_schema) and vLLM's guided_json,

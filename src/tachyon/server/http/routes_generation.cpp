@@ -72,11 +72,8 @@ Generation chat_generation(ServingContext& context, const ChatRequest& request) 
   g.chat = true;
   g.prompts.push_back(context.tokenizer().encode(rendered, /*add_special_tokens=*/false));
   g.params = request.params;
-  // A forced call, or a constraint after the reasoning: compiled again (cached by its text).
-  if (std::optional<structured::ConstraintSpec> spec = chat_constraint(request, parsers, rendered);
-      spec && (spec->kind == structured::ConstraintSpec::Kind::kToolCalls || spec->after_reasoning)) {
-    g.params.structured = fields::compile_constraint(*spec, context.limits());
-  }
+  // The request's constraint or a forced call, after the reasoning where the model reasons.
+  apply_chat_constraint(request, parsers, rendered, context.limits(), g.params);
   g.params.max_tokens =
       resolve_max_tokens(static_cast<int64_t>(g.prompts[0].size()), request.max_tokens, context.limits());
   g.stream = request.stream;
