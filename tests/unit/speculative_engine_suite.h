@@ -2,8 +2,9 @@
 // (greedy, seeded with top-k/top-p/min-p, every penalty with min_tokens, n = 2 with logprobs,
 // stop ids, short max_tokens) on repetitive or random prompts, an engine over the tiny model's
 // CPU runner with a drafter, and the check that a speculative run gives the plain run's tokens
-// (logprobs within 1e-4), never past max_tokens. Used by test_engine_ngram.cpp and
-// test_engine_draft_model.cpp.
+// and logprobs bit for bit (the CPU product sums every row in one fixed order whatever the step's
+// shape: kernels/cpu/fixed_order_gemm.h), never past max_tokens. Used by test_engine_ngram.cpp,
+// test_engine_draft_model.cpp and test_engine_mtp.cpp.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -138,7 +139,7 @@ class SpeculativeEngineSuite : public testing::TinyModelSuite<Seed> {
   }
 
   static void expect_same(const Completions& got, const Completions& plain, const std::vector<SpecRequest>& requests,
-                          const std::string& what, double logprob_tolerance = 1e-4) {
+                          const std::string& what, double logprob_tolerance = 0.0) {
     for (size_t r = 0; r < plain.size(); ++r) {
       for (size_t c = 0; c < plain[r].size(); ++c) {
         EXPECT_EQ(got[r][c].tokens, plain[r][c].tokens) << what << " request " << r << " completion " << c;

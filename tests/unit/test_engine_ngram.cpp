@@ -2,7 +2,7 @@
 // EngineConfig::speculative as serve / generate build it: at several k and n ranges, on prompts
 // that repeat themselves (so lookups hit) and on random ones, with greedy and seeded sampling,
 // penalties, min_tokens, stop ids, n = 2 with logprobs and short max_tokens, every completion is
-// token for token the plain run's (logprobs within 1e-4), never longer than max_tokens, and the
+// token for token the plain run's (logprobs bit for bit), never longer than max_tokens, and the
 // repetitive prompts accept drafts and take fewer steps. Then the refusals at the engine.
 #include <gtest/gtest.h>
 
