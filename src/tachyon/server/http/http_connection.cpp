@@ -147,7 +147,7 @@ void HttpConnection::refuse_framing(beast::error_code ec) {
 }
 
 // The request is whole: copy it out of Beast's types and run its route on a worker, so that
-// templates and tokenizing never stall the sockets.
+// templates and tokenizing never stall the sockets (a route added with add_inline runs here).
 void HttpConnection::dispatch() {
   auto& message = parser_->get();
   request_ = HttpRequest{};
@@ -166,6 +166,7 @@ void HttpConnection::dispatch() {
   request_.body = std::move(message.body());
   keep_alive_ = message.keep_alive();
   parser_.reset();
+  if (env_.router.runs_inline(request_)) return respond(env_.router.dispatch(request_));  // never behind the workers
   net::post(env_.workers, [self = shared_from_this()] {
     HttpResponse response = self->env_.router.dispatch(self->request_);
     net::post(self->stream_.get_executor(),

@@ -24,6 +24,18 @@ void Router::add(std::string method, std::string path, HttpHandler handler, bool
   routes_.push_back({std::move(method), std::move(path), prefix, std::move(handler), error_body_fn});
 }
 
+void Router::add_inline(std::string method, std::string path, HttpHandler handler) {
+  routes_.push_back({std::move(method), std::move(path), false, std::move(handler), error_body, /*runs_inline=*/true});
+}
+
+bool Router::runs_inline(const HttpRequest& request) const {
+  const std::string& method = request.method == "HEAD" ? std::string("GET") : request.method;
+  for (const Route& r : routes_) {
+    if (r.matches(request.path) && r.method == method) return r.runs_inline;
+  }
+  return false;
+}
+
 bool Router::Route::matches(const std::string& request_path) const {
   if (!prefix) return request_path == path;
   return request_path.size() > path.size() && request_path.compare(0, path.size(), path) == 0;

@@ -28,6 +28,10 @@ class Router {
   // `error_body_fn` writes the body of every error this route answers (the guard's included).
   void add(std::string method, std::string path, HttpHandler handler, bool prefix = false,
            ErrorBodyFn error_body_fn = error_body);
+  // A route whose handler answers at once and never waits (a router's /metrics and /health): the
+  // connection runs it on its own I/O thread, so it never queues behind busy workers.
+  void add_inline(std::string method, std::string path, HttpHandler handler);
+  bool runs_inline(const HttpRequest& request) const;  // the request's route was added so
   // Runs before any handler of a path under /v1/; an error it returns is the answer.
   void set_guard(std::function<std::optional<ApiError>(const HttpRequest&)> guard) { guard_ = std::move(guard); }
 
@@ -41,6 +45,7 @@ class Router {
     bool prefix = false;
     HttpHandler handler;
     ErrorBodyFn error_body_fn = error_body;
+    bool runs_inline = false;
     bool matches(const std::string& request_path) const;
   };
   std::vector<Route> routes_;

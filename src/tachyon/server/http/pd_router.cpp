@@ -128,7 +128,9 @@ PdRouter::PdRouter(RouterOptions options)
   router_ = std::make_unique<Router>();
   router_->add("POST", "/v1/completions", [this](const HttpRequest& req, HttpResponse& res) { generate(req, res); });
   router_->add("POST", "/v1/chat/completions", [this](const HttpRequest& req, HttpResponse& res) { generate(req, res); });
-  router_->add("GET", "/health", [this](const HttpRequest&, HttpResponse& res) {
+  // /health and /metrics answer from memory on the I/O thread: they never wait behind the 64
+  // workers, which may all be waiting on prefill and decode servers.
+  router_->add_inline("GET", "/health", [this](const HttpRequest&, HttpResponse& res) {
     for (const auto& d : decode_.backends()) {
       if (d->healthy) {
         res.body = "{\"status\":\"ok\"}";
@@ -137,7 +139,7 @@ PdRouter::PdRouter(RouterOptions options)
     }
     res = error_response(unavailable("no decode server is healthy"));
   });
-  router_->add("GET", "/metrics", [this](const HttpRequest&, HttpResponse& res) {
+  router_->add_inline("GET", "/metrics", [this](const HttpRequest&, HttpResponse& res) {
     res.content_type = "text/plain; version=0.0.4";
     res.body = metrics_.render(prefill_, decode_);
   });
