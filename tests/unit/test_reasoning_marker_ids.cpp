@@ -3,13 +3,16 @@
 // as the server's GenerationRun sends them (whole, then one, two and three ids per delta, and with
 // a stop string that holds a marker's text back to the delta after its id) into ChatOutput. The
 // marker tokens split reasoning from content; the same characters written as ordinary tokens
-// stay text; every delivery gives the same answer. ctest -R reasoning_marker_ids
+// stay text; every delivery gives the same answer. A constraint's grammar after the reasoning
+// reads the markers by id as well. ctest -R reasoning_marker_ids
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
 #include "chat_output_harness.h"
 #include "tachyon/app/text_stream.h"
+#include "tachyon/structured/grammar_compiler.h"
+#include "tachyon/structured/matcher.h"
 #include "tachyon/tokenizer/tokenizer.h"
 
 namespace tachyon::server::reasoning_marker_ids_test {
@@ -127,6 +130,37 @@ TEST_F(ReasoningMarkerIds, WithoutMarkerTokensTheTextDecides) {
   append_pieces(output.push(v3.decode(ids), ids), choice);
   append_pieces(output.finish(), choice);
   EXPECT_EQ((Answer{choice.text, choice.reasoning, {}}), (Answer{"b", "a", {}}));
+}
+
+}  // namespace tachyon::server::reasoning_marker_ids_test
+
+namespace tachyon::server::reasoning_marker_ids_test {
+
+// The grammar of a constraint after the reasoning asks for the same marker tokens
+// (structured/reasoning_prefix.h): the model's own marker ids open and close the block, and the
+// end marker's characters in ordinary pieces are reasoning text, as the parser above reads them.
+TEST_F(ReasoningMarkerIds, AConstraintAfterTheReasoningAsksForTheMarkerTokens) {
+  const auto vocabulary = structured::TokenVocabulary::from_tokenizer(*tok_, tok_->vocab_size());
+  structured::GrammarCompiler compiler(vocabulary);
+  structured::ConstraintSpec spec{structured::ConstraintSpec::Kind::kJsonSchema, R"({"type": "integer"})", {}, "x"};
+  spec.after_reasoning = structured::ReasoningPrefix{"<think>", "</think>", false};
+  const auto grammar = compiler.compile(spec);
+  auto accepts = [&](const std::vector<std::vector<int32_t>>& parts) {
+    structured::Matcher m(grammar);
+    for (const auto& part : parts) {
+      for (int32_t id : part) {
+        if (!m.next_mask()->allows(id) || !m.accept_token(id)) return std::string("refused ") + tok_->id_to_token(id);
+      }
+    }
+    return std::string(m.can_end() ? "complete" : "open");
+  };
+  EXPECT_EQ(accepts({token("<think>"), text("Hm, 2 + 2."), token("</think>"), text("\n\n4")}), "complete");
+  EXPECT_EQ(accepts({text("4")}), "complete") << "the reasoning block is optional";
+  // </think> in ordinary pieces is reasoning text: the block is still open, and the JSON after it too.
+  EXPECT_EQ(accepts({token("<think>"), text("a"), pieces("</think>"), text("4")}), "open");
+  EXPECT_EQ(accepts({token("<think>"), text("a"), pieces("</think>"), token("</think>"), text("4")}), "complete");
+  // The start marker in ordinary pieces is not a reasoning block (nor an integer).
+  EXPECT_EQ(accepts({pieces("<think>")}), "refused <");
 }
 
 }  // namespace tachyon::server::reasoning_marker_ids_test

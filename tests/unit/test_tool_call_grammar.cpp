@@ -210,11 +210,15 @@ TEST(ChatConstraint, Qwen3TemplateDecidesWhereTheConstraintStarts) {
       chat(R"("tools": [{"type": "function", "function": {"name": "a"}}], "tool_choice": "required")"), parsers, rendered(true));
   EXPECT_EQ(forced->kind, ConstraintSpec::Kind::kToolCalls);
   EXPECT_TRUE(forced->after_reasoning.has_value());
-  // Compiled over the real vocabulary, "<think>" (an added token) may open the answer.
+  // Compiled over the real vocabulary, "<think>" (an added token) may open the answer; the
+  // markers are asked for as their tokens (test_reasoning_marker_ids.cpp).
   structured::GrammarCompiler compiler(structured::TokenVocabulary::from_tokenizer(tok, 0));
   structured::Matcher matcher(compiler.compile(*thinking));
   EXPECT_TRUE(matcher.next_mask()->allows(*tok.token_to_id("<think>")));
-  EXPECT_TRUE(matcher.accept_bytes("<think>\nhmm</think>\n\n{}"));
+  EXPECT_TRUE(matcher.accept_token(*tok.token_to_id("<think>")));
+  EXPECT_TRUE(matcher.accept_bytes("\nhmm"));
+  EXPECT_TRUE(matcher.accept_token(*tok.token_to_id("</think>")));
+  EXPECT_TRUE(matcher.accept_bytes("\n\n{}"));
   EXPECT_TRUE(matcher.can_end());
 }
 

@@ -65,7 +65,7 @@ Grammar build_unchecked(const ConstraintSpec& spec, const TokenVocabulary* vocab
 
 Grammar build_grammar(const ConstraintSpec& spec, const TokenVocabulary* vocabulary) {
   Grammar g = build_unchecked(spec, vocabulary);
-  if (spec.after_reasoning) add_reasoning_prefix(g, *spec.after_reasoning);
+  if (spec.after_reasoning) add_reasoning_prefix(g, *spec.after_reasoning, vocabulary);
   g.finish();
   return g;
 }

@@ -34,12 +34,14 @@ bool Matcher::accept_bytes(std::string_view bytes) {
 bool Matcher::accept_token(int32_t id) {
   const TokenVocabulary& v = grammar_->vocabulary();
   if (id < 0 || id >= v.num_tokens()) return false;
-  const std::string& bytes = v.token_bytes(id);
-  if (!bytes.empty() && accept_bytes(bytes)) return true;
   // A marker token (token_vocabulary.h) also has its private spelling, which only a grammar's
-  // marker position takes. No grammar built here offers a marker's text and the marker itself
-  // at one state, so trying the text first loses no reading.
-  return v.is_marker(id) && accept_bytes(TokenVocabulary::marker_bytes(id));
+  // marker position takes, and is read as the marker first: a state may offer both the marker
+  // and free text that its characters would spell (the end of a reasoning block asked for by id,
+  // reasoning_prefix.h), and the model's marker token is the marker there, as the server's
+  // reasoning parser reads it.
+  if (v.is_marker(id) && accept_bytes(TokenVocabulary::marker_bytes(id))) return true;
+  const std::string& bytes = v.token_bytes(id);
+  return !bytes.empty() && accept_bytes(bytes);
 }
 
 bool Matcher::can_end() const { return pda_.accepting(state_); }

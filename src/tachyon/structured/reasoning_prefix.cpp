@@ -1,6 +1,7 @@
 #include "tachyon/structured/reasoning_prefix.h"
 
 #include <map>
+#include <optional>
 
 namespace tachyon::structured {
 namespace {
@@ -31,16 +32,35 @@ Sequence text_through(Grammar& g, const std::string& marker) {
   return Grammar::ref(rules[0]);
 }
 
+// Any bytes but 0xFF (no marker token's private spelling), then the end marker token.
+Sequence text_through_token(Grammar& g, int32_t end_id) {
+  const int32_t rule = g.add_rule("reasoning_text");
+  ByteSet text;
+  for (int b = 0; b < 0xFF; ++b) text.set(static_cast<uint8_t>(b));
+  g.add_alternative(rule, concat({g.bytes(text), Grammar::ref(rule)}));
+  g.add_alternative(rule, g.literal(TokenVocabulary::marker_bytes(end_id)));
+  return Grammar::ref(rule);
+}
+
 }  // namespace
 
-void add_reasoning_prefix(Grammar& g, const ReasoningPrefix& prefix) {
+std::vector<std::string> reasoning_markers() { return {"<think>", "</think>"}; }
+
+void add_reasoning_prefix(Grammar& g, const ReasoningPrefix& prefix, const TokenVocabulary* vocabulary) {
   if (prefix.end.empty()) throw StructuredError("internal: a reasoning prefix needs an end marker");
-  const Sequence reasoning = text_through(g, prefix.end);
+  std::optional<int32_t> start_id, end_id;
+  if (vocabulary != nullptr) {
+    start_id = vocabulary->marker_token(prefix.start);
+    end_id = vocabulary->marker_token(prefix.end);
+  }
+  const bool by_id = start_id && end_id;
+  const Sequence reasoning = by_id ? text_through_token(g, *end_id) : text_through(g, prefix.end);
+  const Sequence start = by_id ? g.literal(TokenVocabulary::marker_bytes(*start_id)) : g.literal(prefix.start);
   ByteSet space;
   for (char c : std::string(" \t\r\n")) space.set(static_cast<uint8_t>(c));
   const Sequence after = g.repeat(g.bytes(space), 0, 4, "after_reasoning");
   const Sequence block = prefix.starts_inside ? concat({reasoning, after})
-                                              : g.optional(concat({g.literal(prefix.start), reasoning, after}), "reasoning");
+                                              : g.optional(concat({start, reasoning, after}), "reasoning");
   const int32_t root = g.add_rule("root_after_reasoning");
   g.add_alternative(root, concat({block, Grammar::ref(g.root())}));
   g.set_root(root);

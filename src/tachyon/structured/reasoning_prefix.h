@@ -8,11 +8,18 @@
 // constraint matched. The bytes before the end marker are a right-linear rule per matched prefix
 // of the marker (KMP states), so a long reasoning keeps the automaton's stacks flat and its masks
 // cached (one per state).
+//
+// Markers by id: where the vocabulary has both markers as marker tokens (token_vocabulary.h:
+// Qwen3's and DeepSeek-R1's <think> and </think>), the block is asked for as those tokens, as the
+// server's reasoning parser reads them: the start token, then any text without marker spellings
+// (the same characters in ordinary pieces are text), then the end token.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "tachyon/structured/grammar.h"
+#include "tachyon/structured/token_vocabulary.h"
 
 namespace tachyon::structured {
 
@@ -22,7 +29,11 @@ struct ReasoningPrefix {
   bool starts_inside = false;  // the prompt opened the reasoning block
 };
 
+// The markers of every reasoning format served (one format today: <think>, </think>).
+std::vector<std::string> reasoning_markers();
+
 // Makes g's root the reasoning prefix followed by its old root. g is not finished yet.
-void add_reasoning_prefix(Grammar& g, const ReasoningPrefix& prefix);
+// `vocabulary` (may be null) decides whether the markers are asked for by id (above).
+void add_reasoning_prefix(Grammar& g, const ReasoningPrefix& prefix, const TokenVocabulary* vocabulary = nullptr);
 
 }  // namespace tachyon::structured

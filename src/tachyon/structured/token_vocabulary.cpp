@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "tachyon/base/check.h"
+#include "tachyon/structured/reasoning_prefix.h"
 #include "tachyon/structured/tool_call_grammar.h"
 #include "tachyon/tokenizer/byte_level.h"
 #include "tachyon/tokenizer/decoder.h"
@@ -54,7 +55,9 @@ std::shared_ptr<const TokenVocabulary> TokenVocabulary::from_tokenizer(const tok
     }
   }
   std::vector<std::pair<std::string, int32_t>> markers;
-  for (const std::string& text : tool_call_markers()) {
+  std::vector<std::string> marker_texts = tool_call_markers();
+  for (const std::string& text : reasoning_markers()) marker_texts.push_back(text);
+  for (const std::string& text : marker_texts) {
     const std::vector<int32_t> ids = tokenizer.encode(text, /*add_special_tokens=*/false);
     if (ids.size() == 1) markers.emplace_back(text, ids[0]);
   }

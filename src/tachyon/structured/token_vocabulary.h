@@ -16,7 +16,8 @@
 // the model's vocabulary) are never allowed.
 //
 // Marker tokens: a tool-call format's markers (tool_call_markers(): Hermes' <tool_call>,
-// DeepSeek-V3's call tokens, Mistral's [TOOL_CALLS] ...) that the tokenizer encodes as one token
+// DeepSeek-V3's call tokens, Mistral's [TOOL_CALLS] ...) and the reasoning markers
+// (reasoning_markers(): <think>, </think>) that the tokenizer encodes as one token
 // are what the model writes; spelled as their text, a grammar would also let the model write
 // them in ordinary pieces ("<", "tool", "_call", ">"), which it never does, and a special token
 // could not be written at all. So each such token also gets a private spelling, marker_bytes(id):
@@ -47,7 +48,8 @@ class TokenVocabulary {
   // `markers`: (marker text, token id) pairs; each id also takes part as marker_bytes(id).
   TokenVocabulary(const std::vector<std::string>& tokens, int64_t model_vocab_size,
                   const std::vector<std::pair<std::string, int32_t>>& markers = {});
-  // The markers are those of tool_call_markers() that `tokenizer` encodes as one token.
+  // The markers are those of tool_call_markers() and reasoning_markers() that `tokenizer`
+  // encodes as one token.
   static std::shared_ptr<const TokenVocabulary> from_tokenizer(const tokenizer::Tokenizer& tokenizer,
                                                                int64_t model_vocab_size);
 
