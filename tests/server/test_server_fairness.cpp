@@ -8,6 +8,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <thread>
+
 #include <nlohmann/json.hpp>
 
 #include "server_fixture.h"
@@ -97,6 +100,13 @@ TEST(ServerFairness, AClientPastItsShareGets429WhileOthersAreServed) {
   ::close(other);
 
   ::close(hog);  // the hog leaves: its four sequences are aborted and its share comes back
+  // Waits for the share itself, not for the engine: the hog's sequences may have finished
+  // generating already (the engine idle) while their answer still waits on its unread socket,
+  // holding the share until the server sees the close.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (server.context->client_quota().in_flight("127.0.0.1") != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   ASSERT_TRUE(server.wait_idle(std::chrono::seconds(10)));
   auto res = server.client().Post("/v1/completions", R"({"prompt":"c","max_tokens":2})", "application/json");
   ASSERT_TRUE(res);

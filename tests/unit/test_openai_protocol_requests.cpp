@@ -5,6 +5,7 @@
 #include <set>
 #include <string>
 
+#include "tachyon/server/chat_constraint.h"
 #include "tachyon/server/openai_protocol.h"
 #include "tachyon/server/openai_request_fields.h"
 
@@ -32,9 +33,12 @@ ApiError completion_error(const std::string& body) {
   return {};
 }
 
+// As the chat route does it: the request parsed, then its constraint compiled
+// (server/chat_constraint.h: the request parser itself compiles nothing).
 ApiError chat_error(const std::string& body) {
   try {
-    parse_chat_request(body, limits());
+    ChatRequest request = parse_chat_request(body, limits());
+    apply_chat_constraint(request, {}, "", limits(), request.params);
   } catch (const ApiException& e) {
     return e.error();
   }
