@@ -6,7 +6,10 @@
 //     run's tokens are accepted, a wrong draft ends the list with the plain run's token, and each
 //     verify row's logits are the plain decode row's within bf16 tolerance;
 //   - forced acceptance (benchmarks) follows the keyed rule, whatever the drafts;
-//   - an EngineCore with the n-gram drafter gives the plain engine's tokens (greedy and seeded).
+//   - an EngineCore with the n-gram drafter gives the plain engine's tokens (greedy and seeded);
+//   - so does one whose runner drafts with the model's MTP module on the device
+//     (cuda_mtp_drafter.h), graphs and eager, k 1 and 3, with chunked prefill and prefix hits;
+//     its acceptance on a trained module is checked by the MTP canary (scripts/gpu-test.sh).
 // The numerics: a verify step runs its rows as decode rows (the split-KV decode kernel and the
 // decode graphs, as the plain run), but its GEMMs see 1 + k rows per sequence where the plain run's
 // see one (GEMV or another GEMM shape), so bf16 may round differently and a token may flip where
@@ -21,6 +24,8 @@
 
 #include "runner_test_util.h"
 #include "tachyon/engine/drafter.h"
+#include "tachyon/engine/runner_drafter.h"
+#include "tachyon/model/mtp.h"
 #include "tachyon/kernels/sampling.h"
 #include "tachyon/runner/cuda/sampling_inputs.h"
 #include "tachyon/runner/draft_acceptance.h"
@@ -630,14 +635,20 @@ struct EngineRun {
   engine::EngineStats stats;
 };
 
+// `mtp`: the model's MTP module when speculative.method is "mtp" (the runner drafts with it).
 EngineRun run_engine(const model::Bf16ModelWeights& weights, const std::vector<std::vector<int32_t>>& prompts,
-                     const std::vector<SamplingParams>& params, const core::SpeculativeConfig& speculative) {
-  core::EngineConfig config = small_config(/*eager=*/false);
+                     const std::vector<SamplingParams>& params, const core::SpeculativeConfig& speculative,
+                     const model::Bf16MtpModule* mtp = nullptr, bool eager = false) {
+  core::EngineConfig config = small_config(eager);
   config.speculative = speculative;
-  auto runner = std::make_unique<CudaModelRunner>(weights, config);
+  auto runner = std::make_unique<CudaModelRunner>(weights, config, CudaTpRank{}, mtp);
   config.num_blocks = runner->num_blocks();
   engine::EngineCore engine(config, std::move(runner));
-  if (speculative.enabled()) engine.set_drafter(engine::make_drafter(speculative));
+  if (mtp != nullptr) {
+    engine.set_drafter(std::make_unique<engine::RunnerDrafter>());
+  } else if (speculative.enabled()) {
+    engine.set_drafter(engine::make_drafter(speculative));
+  }
   std::vector<std::shared_ptr<engine::OutputChannel>> channels;
   for (size_t i = 0; i < prompts.size(); ++i) {
     channels.push_back(std::make_shared<engine::OutputChannel>());
@@ -670,7 +681,7 @@ std::vector<int32_t> repetitive_prompt(std::mt19937_64& gen, int64_t vocab) {
   return prompt;
 }
 
-// Where the verify run's tokens first leave the plain run's (the same context up to there), the
+// Where the drafted run's tokens first leave the plain run's (the same context up to there), the
 // plain run's draw was a near tie:
 //   greedy: its best two logprobs closer than kLogitTieBound;
 //   seeded, top_k 2, temperature T: the draw keeps the best two and picks the lower id iff
@@ -679,6 +690,54 @@ std::vector<int32_t> repetitive_prompt(std::mt19937_64& gen, int64_t vocab) {
 //   kLogitTieBound, which moves p_low by at most kLogitTieBound / (4 T): u lies that close to
 //   p_low, or the second and third are closer than kLogitTieBound (the kept pair changes).
 // The plain run asks for logprobs 3 to read those gaps (the drafted runs too: same params).
+// Returns (requests identical, requests that diverge at a near tie).
+std::pair<int, int> expect_plain_up_to_near_ties(const EngineRun& plain, const EngineRun& drafted,
+                                                 const std::vector<SamplingParams>& params, const std::string& label) {
+  int identical = 0, near_ties = 0;
+  for (size_t r = 0; r < plain.tokens.size(); ++r) {
+    const std::string what = label + " request " + std::to_string(r);
+    EXPECT_EQ(plain.tokens[r].size(), static_cast<size_t>(params[r].max_tokens)) << what;
+    EXPECT_EQ(drafted.tokens[r].size(), plain.tokens[r].size()) << what;
+    EXPECT_EQ(plain.logprobs[r].size(), plain.tokens[r].size()) << what;
+    if (drafted.tokens[r].size() != plain.tokens[r].size() || plain.logprobs[r].size() != plain.tokens[r].size()) continue;
+    const auto mismatch = std::mismatch(plain.tokens[r].begin(), plain.tokens[r].end(), drafted.tokens[r].begin());
+    if (mismatch.first == plain.tokens[r].end()) {
+      ++identical;
+      continue;
+    }
+    ++near_ties;
+    const size_t j = static_cast<size_t>(mismatch.first - plain.tokens[r].begin());
+    const core::SampledToken& chosen = plain.logprobs[r][j];
+    EXPECT_GE(chosen.top.size(), 3u) << what;
+    if (chosen.top.size() < 3) continue;
+    const core::TokenLogprob& a = chosen.top[0];
+    const core::TokenLogprob& b = chosen.top[1];
+    const double gap12 = static_cast<double>(a.logprob) - b.logprob;
+    const double gap23 = static_cast<double>(b.logprob) - chosen.top[2].logprob;
+    if (params[r].temperature == 0.0f) {
+      std::printf("  %s token %zu: greedy %d vs %d, plain gap %.4f\n", what.c_str(), j, *mismatch.first,
+                  *mismatch.second, gap12);
+      EXPECT_LT(gap12, kLogitTieBound) << what << " token " << j << ": greedy tokens differ (" << *mismatch.first
+                                       << " vs " << *mismatch.second << ") where the plain run's choice was no near tie";
+    } else {
+      const core::TokenLogprob& low = a.token < b.token ? a : b;
+      const core::TokenLogprob& high = a.token < b.token ? b : a;
+      const float temperature = params[r].temperature;
+      const double p_low = 1.0 / (1.0 + std::exp((static_cast<double>(high.logprob) - low.logprob) / temperature));
+      const double u = kernels::cpu::uniform_for_step(*params[r].seed, j);
+      const double margin = std::abs(u - p_low);
+      std::printf("  %s token %zu: seeded %d vs %d, plain u %.4f boundary %.4f, gap of 2nd and 3rd %.4f\n",
+                  what.c_str(), j, *mismatch.first, *mismatch.second, u, p_low, gap23);
+      EXPECT_TRUE(margin < kLogitTieBound / (4.0 * temperature) || gap23 < kLogitTieBound)
+          << what << " token " << j << ": seeded tokens differ (" << *mismatch.first << " vs " << *mismatch.second
+          << ") where the plain run's draw (u " << u << ", boundary " << p_low << ", 2nd/3rd gap " << gap23
+          << ") was no near tie";
+    }
+  }
+  return {identical, near_ties};
+}
+
+// The n-gram drafter on repetitive prompts (its lookups hit from the first step).
 TEST(CudaSpeculativeEngine, NgramDraftsGiveThePlainTokensUpToNearTies) {
   const fs::path dir = make_tiny({"qwen3", "tiny-gpu"});
   const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
@@ -719,48 +778,71 @@ TEST(CudaSpeculativeEngine, NgramDraftsGiveThePlainTokensUpToNearTies) {
     const EngineRun drafted = run_engine(weights, prompts, params, speculative);
     EXPECT_GT(drafted.stats.draft_tokens_accepted, 0) << "k " << k << ": repetitive prompts must accept drafts";
     EXPECT_GT(drafted.stats.draft_tokens, drafted.stats.draft_tokens_accepted) << "k " << k;
-    int identical = 0, near_ties = 0;
-    for (size_t r = 0; r < prompts.size(); ++r) {
-      const std::string what = "k " + std::to_string(k) + " request " + std::to_string(r);
-      ASSERT_EQ(plain.tokens[r].size(), 32u) << what;
-      ASSERT_EQ(drafted.tokens[r].size(), 32u) << what;
-      ASSERT_EQ(plain.logprobs[r].size(), 32u) << what;
-      const auto mismatch = std::mismatch(plain.tokens[r].begin(), plain.tokens[r].end(), drafted.tokens[r].begin());
-      if (mismatch.first == plain.tokens[r].end()) {
-        ++identical;
-        continue;
-      }
-      ++near_ties;
-      const size_t j = static_cast<size_t>(mismatch.first - plain.tokens[r].begin());
-      const core::SampledToken& chosen = plain.logprobs[r][j];
-      ASSERT_GE(chosen.top.size(), 3u) << what;
-      const core::TokenLogprob& a = chosen.top[0];
-      const core::TokenLogprob& b = chosen.top[1];
-      const double gap12 = static_cast<double>(a.logprob) - b.logprob;
-      const double gap23 = static_cast<double>(b.logprob) - chosen.top[2].logprob;
-      if (params[r].temperature == 0.0f) {
-        std::printf("  %s token %zu: greedy %d vs %d, plain gap %.4f\n", what.c_str(), j, *mismatch.first,
-                    *mismatch.second, gap12);
-        EXPECT_LT(gap12, kLogitTieBound) << what << " token " << j << ": greedy tokens differ (" << *mismatch.first
-                                         << " vs " << *mismatch.second << ") where the plain run's choice was no near tie";
-      } else {
-        const core::TokenLogprob& low = a.token < b.token ? a : b;
-        const core::TokenLogprob& high = a.token < b.token ? b : a;
-        const double p_low = 1.0 / (1.0 + std::exp((static_cast<double>(high.logprob) - low.logprob) / kTemperature));
-        const double u = kernels::cpu::uniform_for_step(*params[r].seed, j);
-        const double margin = std::abs(u - p_low);
-        std::printf("  %s token %zu: seeded %d vs %d, plain u %.4f boundary %.4f, gap of 2nd and 3rd %.4f\n",
-                    what.c_str(), j, *mismatch.first, *mismatch.second, u, p_low, gap23);
-        EXPECT_TRUE(margin < kLogitTieBound / (4.0 * kTemperature) || gap23 < kLogitTieBound)
-            << what << " token " << j << ": seeded tokens differ (" << *mismatch.first << " vs " << *mismatch.second
-            << ") where the plain run's draw (u " << u << ", boundary " << p_low << ", 2nd/3rd gap " << gap23
-            << ") was no near tie";
-      }
-    }
+    const auto [identical, near_ties] = expect_plain_up_to_near_ties(plain, drafted, params, "ngram k " + std::to_string(k));
     std::printf("[ngram k %d] %d/%zu requests identical, %d diverge at a near tie; %lld of %lld drafts accepted\n", k,
                 identical, prompts.size(), near_ties, static_cast<long long>(drafted.stats.draft_tokens_accepted),
                 static_cast<long long>(drafted.stats.draft_tokens));
   }
+}
+
+// MTP drafted on the device by the runner (cuda_mtp_drafter.h): the plain engine's tokens up to
+// near ties, graphs and eager, k 1 and 3, greedy and seeded; prompts long enough to prefill in
+// chunks (the module's row at a chunk's end reads ScheduledSequence::next_token) and repeated
+// (prefix hits: the module's cache layer comes with the blocks). A random module's drafts are
+// rarely right, so with forced acceptance the test also requires that the chain drafts k tokens
+// in most steps (it stops only where a sequence's blocks end). Acceptance on a trained module is
+// the MTP canary's (scripts/gpu-test.sh).
+TEST(CudaSpeculativeEngine, MtpDraftsOnTheDeviceGiveThePlainTokensUpToNearTies) {
+  const fs::path dir = make_tiny({"deepseek_v3", "tiny-deepseek-mtp"});
+  const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
+  model::SafetensorsCheckpoint checkpoint(dir);
+  const model::Bf16ModelWeights weights = model::load_weights_bf16(mc, checkpoint);
+  std::vector<model::MtpWeights> modules = model::load_mtp_weights(mc, checkpoint);
+  ASSERT_EQ(modules.size(), 1u);
+  const model::Bf16MtpModule module = model::to_bf16_module(mc, std::move(modules.front()));
+  auto gen = gpu_test::rng(37);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(mc.vocab_size - 1));
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<SamplingParams> params;
+  for (int i = 0; i < 5; ++i) {
+    // 150 tokens prefill in two chunks of small_config's 128-token budget.
+    std::vector<int32_t> prompt(static_cast<size_t>(i == 0 ? 150 : 5 + 13 * i));
+    for (int32_t& t : prompt) t = token(gen);
+    for (bool seeded : {false, true}) {
+      SamplingParams p;
+      p.max_tokens = 24, p.ignore_eos = true, p.logprobs = 3;
+      if (seeded) p.temperature = 0.8f, p.top_k = 2, p.seed = 9000 + static_cast<uint64_t>(i);
+      if (!seeded) p.temperature = 0.0f;
+      prompts.push_back(prompt);
+      params.push_back(p);
+    }
+  }
+  const EngineRun plain = run_engine(weights, prompts, params, {});
+  for (const bool eager : {false, true}) {
+    for (int32_t k : {1, 3}) {
+      const std::string label = std::string(eager ? "eager" : "graphs") + " mtp k " + std::to_string(k);
+      const core::SpeculativeConfig speculative{.method = "mtp", .num_speculative_tokens = k};
+      const EngineRun drafted = run_engine(weights, prompts, params, speculative, &module, eager);
+      EXPECT_GT(drafted.stats.draft_tokens, 0) << label << ": the runner proposed no drafts";
+      const auto [identical, near_ties] = expect_plain_up_to_near_ties(plain, drafted, params, label);
+      std::printf("[%s] %d/%zu requests identical, %d diverge at a near tie; %lld of %lld drafts accepted\n",
+                  label.c_str(), identical, prompts.size(), near_ties,
+                  static_cast<long long>(drafted.stats.draft_tokens_accepted),
+                  static_cast<long long>(drafted.stats.draft_tokens));
+    }
+  }
+  // Forced acceptance: every draft stands, so each decode step gives 1 + (drafts it carried)
+  // tokens; with chains of k = 3 nearly always, drafts are about 3/4 of the tokens decoded.
+  core::SpeculativeConfig forced{.method = "mtp", .num_speculative_tokens = 3};
+  forced.forced_acceptance = 1.0f;
+  const EngineRun run = run_engine(weights, prompts, params, forced, &module);
+  int64_t outputs = 0;
+  for (const auto& request : run.tokens) outputs += static_cast<int64_t>(request.size());
+  const int64_t decoded = outputs - static_cast<int64_t>(prompts.size());  // the first token is the prefill's
+  EXPECT_GE(static_cast<double>(run.stats.draft_tokens), 0.6 * static_cast<double>(decoded))
+      << run.stats.draft_tokens << " drafts for " << decoded << " decoded tokens: the chain stops early";
+  std::printf("[mtp k 3 forced] %lld drafts for %lld decoded tokens\n", static_cast<long long>(run.stats.draft_tokens),
+              static_cast<long long>(decoded));
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../cli_run.h"
+#include "tachyon/base/file_util.h"
 
 namespace tachyon::cli_speculative_test {
 
@@ -152,8 +153,16 @@ TEST_F(CliSpeculativeTest, MtpPrintsThePlainTextAndIsRefusedWhereNotBuilt) {
     EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << r.output;
   };
   const std::string mtp = " --speculative-method mtp --num-speculative-tokens 2";
-  one_line_error(testing::run_cli(args + mtp + " --device cuda"),
-                 "--speculative-method mtp on --device cuda is not built yet");
+  // The GPU drafts with one module (no test covers more): a config declaring two is refused
+  // before anything loads, in every build.
+  const std::filesystem::path two = dir_.string() + "-two-modules";
+  std::filesystem::create_directories(two);
+  nlohmann::json config = nlohmann::json::parse(read_file(dir_ / "config.json"));
+  config["num_nextn_predict_layers"] = 2;
+  write_file(two / "config.json", config.dump());
+  one_line_error(testing::run_cli("generate " + two.string() + " --prompt-ids 5,6 --device cuda" + mtp),
+                 "--speculative-method mtp on --device cuda drafts with one MTP module");
+  std::filesystem::remove_all(two);
   one_line_error(testing::run_cli(args + mtp + " --tp 2"), "--speculative-method mtp with --tp > 1 is not built yet");
   one_line_error(testing::run_cli(args + mtp + " --ngram-min 2"),
                  "--ngram-min and --ngram-max are for --speculative-method ngram");

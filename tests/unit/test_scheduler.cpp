@@ -97,11 +97,17 @@ TEST_F(SchedulerTest, DecodesFirstThenChunkedPrefillFillsTheBudget) {
   EXPECT_EQ(plan.sequences[1].num_tokens, 7);  // the rest of the budget
   EXPECT_FALSE(plan.sequences[1].sample);
   EXPECT_EQ(b->num_computed_tokens, 7);
+  // A chunk names the prompt token after it (an MTP module on the runner embeds it); a slice
+  // that reaches its last known token names none.
+  EXPECT_EQ(plan.sequences[1].next_token, b->tokens[7]);
+  EXPECT_EQ(plan.sequences[0].next_token, -1);
   plan = step();
   EXPECT_EQ(find(plan, b)->num_tokens, 7);
+  EXPECT_EQ(find(plan, b)->next_token, b->tokens[14]);
   plan = step();
   EXPECT_EQ(find(plan, b)->num_tokens, 6);
   EXPECT_TRUE(find(plan, b)->sample);
+  EXPECT_EQ(find(plan, b)->next_token, -1);
   EXPECT_EQ(b->num_output_tokens(), 1);
 }
 

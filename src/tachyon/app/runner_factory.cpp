@@ -10,6 +10,8 @@
 #include "tachyon/engine/draft_model_drafter.h"
 #include "tachyon/engine/drafter.h"
 #include "tachyon/engine/mtp_drafter.h"
+#include "tachyon/engine/runner_drafter.h"
+#include "tachyon/model/mtp.h"
 #include "tachyon/model/dense_model.h"
 #include "tachyon/model/fp8_projections.h"
 #include "tachyon/model/gpu_support.h"
@@ -167,8 +169,10 @@ void check_draft_model_device(const core::EngineConfig& config) {
 }
 
 // --speculative-method mtp drafts with the served model's own MTP modules, which read the main
-// model's hidden states: only the single-process CPU runner returns those (StepPlan::
-// return_hidden_states). Refused before loading, and again once --device auto resolves.
+// model's hidden states: the single-process CPU runner returns those (StepPlan::
+// return_hidden_states) to engine/mtp_drafter.h; the single-GPU CUDA runner drafts with the
+// module itself (runner/cuda/cuda_mtp_drafter.h), for what its tests cover: one module, bf16
+// weights, no sparse indexer. Refused before loading, and again once --device auto resolves.
 void check_mtp(const core::EngineConfig& config, const model::ModelConfig& model_config,
                const std::filesystem::path& model_dir) {
   if (config.speculative.method != "mtp") return;
@@ -178,9 +182,16 @@ void check_mtp(const core::EngineConfig& config, const model::ModelConfig& model
   TACHYON_CHECK(config.device.tensor_parallel_size == 1)
       << "--speculative-method mtp with --tp > 1 is not built yet (the tensor-parallel runners do not return "
          "hidden states); use --tp 1";
-  TACHYON_CHECK(config.device.kind != "cuda")
-      << "--speculative-method mtp on --device cuda is not built yet (the CUDA runner does not return hidden "
-         "states); use --device cpu";
+  if (config.device.kind != "cuda") return;
+  TACHYON_CHECK(model_config.num_nextn_predict_layers == 1)
+      << "--speculative-method mtp on --device cuda drafts with one MTP module; " << model_dir.string() << " has "
+      << model_config.num_nextn_predict_layers << " (no test covers more yet): use --device cpu";
+  TACHYON_CHECK(model_config.index_topk == 0)
+      << "--speculative-method mtp on --device cuda is not verified with the sparse indexer (DeepSeek-V3.2, GLM-5) "
+         "by any test yet: use --device cpu";
+  TACHYON_CHECK(!fp8_run(config, model_config) && config.device.kv_cache_dtype != DType::kF8E4M3)
+      << "--speculative-method mtp on --device cuda is not verified with FP8 weights or an FP8 KV cache by any "
+         "test yet";
 }
 
 // --dp N (data-parallel attention, runner/dp_cpu_model_runner.h): MoE models on CPU thread ranks,
@@ -319,6 +330,16 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
     std::unique_ptr<engine::Drafter> drafter;
     if (config.speculative.method == "draft") drafter = load_cuda_draft_model(config, model_config);
     model::SafetensorsCheckpoint checkpoint(model_dir);
+    if (config.speculative.method == "mtp") {
+      // The runner drafts with the module on the device; the engine proposes what it returns.
+      std::vector<model::MtpWeights> modules = model::load_mtp_weights(model_config, checkpoint);
+      const model::Bf16MtpModule module = model::to_bf16_module(model_config, std::move(modules.front()));
+      modules.clear();
+      auto runner = std::make_unique<runner::CudaModelRunner>(model::load_weights_bf16(model_config, checkpoint), config,
+                                                              runner::CudaTpRank{}, &module);
+      config.num_blocks = runner->num_blocks();
+      return {std::move(runner), model_config, std::make_unique<engine::RunnerDrafter>()};
+    }
     auto runner = fp8_run(config, model_config)
                       ? std::make_unique<runner::CudaModelRunner>(
                             model::load_fp8_gpu_weights(model_config, checkpoint, config.device.quantization == "fp8"),

@@ -16,6 +16,9 @@ struct SequenceOutput {
   int64_t sequence_id = 0;
   std::vector<SampledToken> tokens;  // [1 + accepted] in order
   int64_t num_draft_tokens = 0;      // drafts it carried; accepted = tokens.size() - 1
+  // Drafts for its next step that the runner made itself (MTP on the GPU,
+  // runner/cuda/cuda_mtp_drafter.h), continuing `tokens` as if all were applied; empty otherwise.
+  std::vector<int32_t> next_drafts;
 
   int64_t num_accepted() const { return static_cast<int64_t>(tokens.size()) - 1; }
 };

@@ -35,6 +35,10 @@ struct ScheduledSequence {
   int64_t num_computed = 0;       // tokens already in the KV cache before this step
   std::vector<int32_t> block_table;  // [ceil((num_computed + num_tokens) / block_size)] block ids
   bool sample = false;            // this step reaches its last known token: sample the next one
+  // The token after its slice when the slice stops short of its last known token (a chunk of a
+  // longer prompt); -1 otherwise. An MTP module on the runner reads it (its row at the chunk's
+  // last position embeds it).
+  int32_t next_token = -1;
   // [k] proposed tokens after the last known one; also the last k of its token_ids slice, each
   // with a logits row after the last known token's row. Empty: a plain step.
   std::vector<int32_t> draft_tokens;

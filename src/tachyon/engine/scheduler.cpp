@@ -236,6 +236,9 @@ void Scheduler::append_to_plan(Sequence& sequence, int64_t num_new, core::StepPl
   entry.num_computed = sequence.num_scheduled_tokens();
   entry.block_table = sequence.block_table;
   entry.sample = entry.num_computed + num_new == sequence.num_planned_tokens();
+  if (!entry.sample && entry.num_computed + num_new < sequence.num_tokens()) {
+    entry.next_token = sequence.tokens[static_cast<size_t>(entry.num_computed + num_new)];
+  }
   entry.draft_tokens.assign(sequence.draft_tokens.begin(), sequence.draft_tokens.begin() + num_drafts);
   sequence.draft_tokens.clear();  // proposals are for one step
   const int32_t block_size = kv_.block_size();

@@ -389,6 +389,11 @@ std::vector<ModelPreset> build_presets() {
   c.bos_token_id = 100000; c.eos_token_id = 100001;
   presets.push_back({"deepseek-v2-lite", "DeepSeek-V2-Lite shapes (27 layers, 64 experts top-6 + 2 shared)",
                      "deepseek_v3", c, DType::kBF16, 4ull << 30});
+  // The same with one DeepSeek-V3-style MTP module (an MoE layer of these shapes, with its own
+  // embedding and head copies, as DeepSeek-V3's checkpoint stores them): the MTP speed figures.
+  c.num_nextn_predict_layers = 1;
+  presets.push_back({"deepseek-v2-lite-mtp", "deepseek-v2-lite + 1 multi-token-prediction module (layer 27)",
+                     "deepseek_v3", c, DType::kBF16, 4ull << 30});
   return presets;
 }
 

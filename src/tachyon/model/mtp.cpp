@@ -9,9 +9,11 @@
 #include "tachyon/kernels/linear.h"
 #include "tachyon/kernels/rms_norm.h"
 #include "tachyon/model/dense_forward.h"
+#include "tachyon/model/fp8_projections.h"
 #include "tachyon/model/layer_plan.h"
 #include "tachyon/model/rope.h"
 #include "tachyon/model/safetensors.h"
+#include "tachyon/tensor/dtype.h"
 
 namespace tachyon::model {
 
@@ -119,6 +121,26 @@ std::vector<MtpModule> load_mtp_modules(const std::filesystem::path& model_dir) 
   std::vector<MtpModule> modules;
   for (MtpWeights& weights : load_mtp_weights(config, checkpoint)) modules.emplace_back(config, std::move(weights));
   return modules;
+}
+
+Bf16MtpModule to_bf16_module(const ModelConfig& main_config, MtpWeights&& weights) {
+  auto bf16 = [](const std::vector<float>& values) {
+    std::vector<uint16_t> out(values.size());
+    for (size_t i = 0; i < values.size(); ++i) out[i] = f32_to_bf16(values[i]);
+    return out;
+  };
+  Bf16MtpModule module;
+  module.enorm = bf16(weights.enorm);
+  module.hnorm = bf16(weights.hnorm);
+  module.eh_proj = bf16(weights.eh_proj);
+  ModelWeights layer_model;
+  layer_model.config = mtp_layer_config(main_config);
+  layer_model.embed_tokens = std::move(weights.embed_tokens);
+  layer_model.layers.push_back(std::move(weights.layer));
+  layer_model.final_norm = std::move(weights.head_norm);
+  layer_model.lm_head = std::move(weights.head);
+  module.layer_model = to_bf16_weights(std::move(layer_model));
+  return module;
 }
 
 }  // namespace tachyon::model

@@ -12,7 +12,8 @@
 // Row i of a module's cache holds main position i's entry; it is roped at position i + 1, the
 // position of the token it embeds (RoPE is relative, so i or i + 1 give the same attention up to
 // rounding; vLLM's and SGLang's drafts use i).
-// Drafting with these modules is engine/mtp_drafter.h's (CPU only); not here yet: the GPU path.
+// Drafting with these modules is engine/mtp_drafter.h's on the CPU; on the GPU the runner drafts
+// itself (runner/cuda/cuda_mtp_drafter.h) over the module in bf16 (Bf16MtpModule below).
 // Tests: tests/unit/test_mtp.cpp.
 #pragma once
 
@@ -69,6 +70,18 @@ class MtpModule {
 // Grows `cache` (from make_cache) to at least `capacity` rows, keeping its rows: the row is the
 // outer dimension of every per-layer array, so each array only gets longer.
 void reserve_rows(SequenceKvCache& cache, int64_t capacity);
+
+// An MTP module as the GPU runs it: its decoder layer as a one-layer bf16 model (embed_tokens =
+// the module's embedding, final_norm = shared_head.norm, lm_head = shared_head.head; config =
+// mtp_layer_config), so the GPU decoder runs it as it runs any model, and the front's norms and
+// eh_proj beside it. Values rounded to bf16 (exact for a bf16 checkpoint).
+struct Bf16MtpModule {
+  Bf16ModelWeights layer_model;
+  std::vector<uint16_t> enorm;    // [hidden]
+  std::vector<uint16_t> hnorm;    // [hidden]
+  std::vector<uint16_t> eh_proj;  // [hidden, 2 * hidden]
+};
+Bf16MtpModule to_bf16_module(const ModelConfig& main_config, MtpWeights&& weights);
 
 // The config.json's num_nextn_predict_layers modules of the model in `model_dir`, in order.
 std::vector<MtpModule> load_mtp_modules(const std::filesystem::path& model_dir);

@@ -150,14 +150,19 @@ void GpuDecoder::all_reduce_hidden(bf16* data, int64_t rows) {
 }
 
 void GpuDecoder::forward(const GpuStep& step) {
+  const int64_t T = step.shape.num_tokens, H = config().hidden_size;
+  kc::embedding_shard(ws_.residual, step.metadata.token_ids, weights_.embed_tokens(), T, H, tp_.vocab_begin, vocab_rows_,
+                      ctx_.stream);
+  all_reduce_hidden(ws_.residual, T);
+  forward_from_residual(step);
+}
+
+void GpuDecoder::forward_from_residual(const GpuStep& step) {
   const ModelConfig& c = config();
   const float eps = static_cast<float>(c.rms_norm_eps);
   const int64_t T = step.shape.num_tokens, H = c.hidden_size;
   const StepMetadata& m = step.metadata;
   cudaStream_t stream = ctx_.stream;
-
-  kc::embedding_shard(ws_.residual, m.token_ids, weights_.embed_tokens(), T, H, tp_.vocab_begin, vocab_rows_, stream);
-  all_reduce_hidden(ws_.residual, T);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const CudaLayerWeights& w = weights_.layers()[static_cast<size_t>(l)];
     // Attention block: the previous MLP's output joins the residual inside the norm.

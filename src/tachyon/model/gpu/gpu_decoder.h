@@ -7,7 +7,8 @@
 // It owns the weights and the blocks, plans the workspace and lists the KV regions, GEMM
 // problems and linear roles the runner needs to allocate, tune and time; the runner owns the
 // memory, the staging upload, graphs, the linear dispatch and sampling. A second forward over
-// other weights with its own cache (an MTP module, a draft model) is another GpuDecoder.
+// other weights with its own cache (an MTP module, a draft model) is another GpuDecoder; an MTP
+// module enters through forward_from_residual (runner/cuda/cuda_mtp_drafter.h).
 // Tensor parallelism: given a TpSeam, the decoder is one rank over its shard (model/tp_shard.h):
 // vocab-parallel embedding + all-reduce, all-reduce after o_proj and after down (their biases on
 // rank 0 only), and a vocab-parallel LM head whose logits are all-gathered.
@@ -57,6 +58,11 @@ class GpuDecoder {
 
   // The step's forward, logits of its logits rows into workspace().logits ([rows, vocab] f32).
   void forward(const GpuStep& step);
+  // The same from the layers on: the caller has written the step's input rows into
+  // workspace().residual ([num_tokens, hidden]) instead of the token embedding (an MTP module's
+  // projected [embedding | hidden state] rows). After it, residual holds each row's last hidden
+  // state before the final norm (the module's h').
+  void forward_from_residual(const GpuStep& step);
 
  private:
   bool tensor_parallel() const { return tp_.comm != nullptr; }

@@ -23,6 +23,9 @@ void CudaModelRunner::tune_gemms(const core::EngineConfig& config) {
   std::vector<kc::GemmProblem> problems;
   for (int64_t m : rows) {
     for (const kc::GemmProblem& p : decoder_->gemm_problems(m)) problems.push_back(p);
+    if (mtp_ != nullptr) {
+      for (const kc::GemmProblem& p : mtp_->gemm_problems(m)) problems.push_back(p);
+    }
   }
   // Tuned GEMM algorithms, one file per kernel-choice key.
   const std::string key = kernel_choice_key();

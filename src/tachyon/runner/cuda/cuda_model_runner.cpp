@@ -18,7 +18,7 @@ namespace kc = kernels::cuda;
 namespace gpu = model::gpu;
 
 CudaModelRunner::CudaModelRunner(const model::Bf16ModelWeights& weights, const core::EngineConfig& config,
-                                 CudaTpRank tp)
+                                 CudaTpRank tp, const model::Bf16MtpModule* mtp)
     : config_(config), tp_(tp), weights_(weights, model::rope_inv_freq(weights.config)) {
   const int64_t vocab_rows = tp.vocab_rows > 0 ? tp.vocab_rows : weights.config.vocab_size;
   TACHYON_CHECK(weights.embed_tokens.size() == static_cast<size_t>(vocab_rows * weights.config.hidden_size))
@@ -27,7 +27,10 @@ CudaModelRunner::CudaModelRunner(const model::Bf16ModelWeights& weights, const c
   check_cache_types(config, weights_.config(), tp_.comm != nullptr);
   TACHYON_CHECK(!weights_.config().is_mla() || tp.comm == nullptr)
       << "tensor parallelism of latent-attention (DeepSeek) models is not built yet";
-  start(config);
+  TACHYON_CHECK(mtp == nullptr || (tp.comm == nullptr && config.speculative.method == "mtp" &&
+                                   config.speculative.num_speculative_tokens >= 1))
+      << "internal: an MTP module for a runner that does not draft with it";
+  start(config, mtp);
 }
 
 CudaModelRunner::CudaModelRunner(const model::Fp8GpuWeights& weights, const core::EngineConfig& config)
@@ -50,14 +53,14 @@ void CudaModelRunner::check_cache_types(const core::EngineConfig& config, const 
   TACHYON_CHECK(why.empty()) << "--kv-cache-dtype fp8 on --device cuda: " << why;
 }
 
-void CudaModelRunner::start(const core::EngineConfig& config) {
+void CudaModelRunner::start(const core::EngineConfig& config, const model::Bf16MtpModule* mtp) {
   TACHYON_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   for (StepEvents& e : events_) {
     TACHYON_CUDA_CHECK(cudaEventCreate(&e.begin));
     TACHYON_CUDA_CHECK(cudaEventCreate(&e.end));
   }
   graph_batch_sizes_ = cuda_graph_batch_sizes(config);
-  plan_memory(config);
+  plan_memory(config, mtp);
   tune_gemms(config);
   allocate_kv_cache(config);
   choose_gemv();
@@ -74,7 +77,7 @@ CudaModelRunner::~CudaModelRunner() {
 }
 
 // Staging for the step's metadata, the decoder and its workspace, and the sampler's buffers.
-void CudaModelRunner::plan_memory(const core::EngineConfig& config) {
+void CudaModelRunner::plan_memory(const core::EngineConfig& config, const model::Bf16MtpModule* mtp) {
   const model::ModelConfig& c = weights_.config();
   const core::SchedulerConfig& s = config.scheduler;
   // Attention sequences: a verify step runs each of a sequence's 1 + k tokens as a decode row
@@ -99,9 +102,17 @@ void CudaModelRunner::plan_memory(const core::EngineConfig& config) {
   staging_bytes_ = layout_.variable + static_cast<size_t>(s.max_num_seqs) *
                                           ((static_cast<size_t>(s.max_model_len + k) + core::kMaxStopTokenIds + 1) *
                                                sizeof(int32_t) + allowed_words * sizeof(uint32_t));
+  // MTP drafting's inputs after them (stage_mtp_inputs): a next token per row, a record per
+  // sampled sequence; and its drafts come back beside the sampled rows.
+  const size_t mtp_drafts_bytes = static_cast<size_t>(s.max_num_seqs) * static_cast<size_t>(k) * sizeof(int32_t);
+  if (mtp != nullptr) {
+    staging_bytes_ += 16 + static_cast<size_t>(limits_.max_tokens) * sizeof(int32_t) +
+                      static_cast<size_t>(s.max_num_seqs) * sizeof(kc::MtpSequence);
+  }
   for (int i = 0; i < kInFlight; ++i) {
     staging_host_[i] = cuda::PinnedBuffer(staging_bytes_);
     sampled_host_[i] = cuda::PinnedBuffer(max_rows * sizeof(kc::SampledRow));
+    if (mtp != nullptr) drafts_host_[i] = cuda::PinnedBuffer(mtp_drafts_bytes);
   }
   staging_device_ = cuda::DeviceBuffer(staging_bytes_);
   if (weights_.fp8()) {
@@ -123,6 +134,10 @@ void CudaModelRunner::plan_memory(const core::EngineConfig& config) {
                                                gpu::TpSeam{tp_.comm, tp_.vocab_begin, tp_.vocab_rows});
   gpu::WorkspacePlan plan;
   decoder_->plan_workspace(plan);
+  if (mtp != nullptr) {
+    mtp_ = std::make_unique<CudaMtpDrafter>(*mtp, dispatch, limits, static_cast<int32_t>(k), stream_);
+    mtp_->plan_workspace(plan);
+  }
   sampler_scratch_bytes_ = kc::sampling_workspace_bytes(limits_.max_logits_rows, static_cast<int32_t>(c.vocab_size));
   plan.add(&sampler_scratch_, sampler_scratch_bytes_);
   plan.add(&sampled_, max_rows * sizeof(kc::SampledRow));
@@ -143,7 +158,13 @@ void CudaModelRunner::allocate_kv_cache(const core::EngineConfig& config) {
   const std::vector<gpu::KvRegion> regions = decoder_->kv_regions();
   size_t layer_block_bytes = 0;
   for (const gpu::KvRegion& r : regions) layer_block_bytes += r.bytes_per_token * static_cast<size_t>(config.block_size);
-  const size_t block_bytes = layer_block_bytes * static_cast<size_t>(c.num_hidden_layers);
+  // The MTP module's cache is one more layer of every block (its own regions).
+  size_t mtp_block_bytes = 0;
+  if (mtp_ != nullptr) {
+    for (const gpu::KvRegion& r : mtp_->kv_regions()) mtp_block_bytes += r.bytes_per_token * static_cast<size_t>(config.block_size);
+  }
+  const size_t main_block_bytes = layer_block_bytes * static_cast<size_t>(c.num_hidden_layers);
+  const size_t block_bytes = main_block_bytes + mtp_block_bytes;
   // A fixed size (a draft model's share, DeviceConfig::kv_cache_memory_bytes) wins over the budget.
   const double available = config.device.kv_cache_memory_bytes > 0 ? static_cast<double>(config.device.kv_cache_memory_bytes)
                                                                     : budget - used - margin;
@@ -160,8 +181,17 @@ void CudaModelRunner::allocate_kv_cache(const core::EngineConfig& config) {
   for (const gpu::KvRegion& r : regions) {
     region_bytes.push_back(static_cast<size_t>(num_blocks_) * static_cast<size_t>(config.block_size) * r.bytes_per_token);
   }
-  kv_buffer_ = cuda::DeviceBuffer(static_cast<size_t>(num_blocks_) * block_bytes);
+  kv_buffer_ = cuda::DeviceBuffer(static_cast<size_t>(num_blocks_) * main_block_bytes);
   decoder_->set_kv_cache(gpu::KvCache(static_cast<std::byte*>(kv_buffer_.data()), region_bytes));
+  if (mtp_ != nullptr) {
+    std::vector<size_t> mtp_region_bytes;
+    for (const gpu::KvRegion& r : mtp_->kv_regions()) {
+      mtp_region_bytes.push_back(static_cast<size_t>(num_blocks_) * static_cast<size_t>(config.block_size) *
+                                 r.bytes_per_token);
+    }
+    mtp_kv_buffer_ = cuda::DeviceBuffer(static_cast<size_t>(num_blocks_) * mtp_block_bytes);
+    mtp_->set_kv_cache(gpu::KvCache(static_cast<std::byte*>(mtp_kv_buffer_.data()), mtp_region_bytes));
+  }
 }
 
 gpu::StepMetadata CudaModelRunner::step_metadata() const {
@@ -338,6 +368,9 @@ void CudaModelRunner::launch(const core::StepPlan& plan) {
     std::copy(sampling.allowed.begin(), sampling.allowed.end(), reinterpret_cast<uint32_t*>(staging + allowed_offset));
     upload = allowed_offset + allowed_bytes;
   }
+  // MTP drafting's inputs join it too, 8-byte aligned after the rest.
+  const size_t mtp_offset = (upload + 7) / 8 * 8;
+  if (mtp_ != nullptr) upload = stage_mtp_inputs(plan, summary, staging, mtp_offset);
   TACHYON_CUDA_CHECK(cudaEventRecord(events.begin, stream_));
   TACHYON_CUDA_CHECK(cudaMemcpyAsync(staging_device_.data(), staging, upload, cudaMemcpyHostToDevice, stream_));
 
@@ -362,6 +395,29 @@ void CudaModelRunner::launch(const core::StepPlan& plan) {
   const size_t sampled_bytes = static_cast<size_t>(summary.num_sampled) * sizeof(kc::SampledRow);
   TACHYON_CUDA_CHECK(cudaMemcpyAsync(sampled_host_[step.index % kInFlight].data(), sampled_, sampled_bytes,
                                      cudaMemcpyDeviceToHost, stream_));
+  if (mtp_ != nullptr) {
+    // The module drafts on the device from what the step just computed (cuda_mtp_drafter.h); a
+    // step that samples nothing (prompt chunks) still runs it over its rows, for its cache.
+    gpu::ForwardShape shape{summary.num_tokens,    summary.num_seqs,        summary.num_logits_rows,
+                            summary.max_query_len, summary.max_context_len, summary.num_decode_seqs};
+    if (padded > 0) shape.max_context_len = static_cast<int32_t>(config_.scheduler.max_model_len);
+    const int32_t num_sequences = static_cast<int32_t>(step.sequences.size());
+    const size_t records = mtp_offset + (static_cast<size_t>(summary.num_tokens) * sizeof(int32_t) + 7) / 8 * 8;
+    mtp_->draft({.step = {shape, step_metadata()},
+                 .hidden = decoder_->workspace().residual,
+                 .sampled = sampled_,
+                 .sequences = reinterpret_cast<const kc::MtpSequence*>(device_staging + records),
+                 .next_known = reinterpret_cast<const int32_t*>(device_staging + mtp_offset),
+                 .num_sequences = num_sequences,
+                 .forced_acceptance = plan.forced_acceptance});
+    if (num_sequences > 0) {
+      TACHYON_CUDA_CHECK(cudaMemcpyAsync(drafts_host_[step.index % kInFlight].data(), mtp_->drafts(),
+                                         static_cast<size_t>(num_sequences) * static_cast<size_t>(mtp_->num_drafts()) *
+                                             sizeof(int32_t),
+                                         cudaMemcpyDeviceToHost, stream_));
+      step.drafted = true;
+    }
+  }
   TACHYON_CUDA_CHECK(cudaEventRecord(events.end, stream_));
   pending_.push_back(std::move(step));
 }
@@ -393,6 +449,7 @@ core::StepOutput CudaModelRunner::wait() {
   // i + 1 is read, else the list ends with it. Rows after the first rejection are never read,
   // as the CPU reference never samples them (runner/plan_sampling.h).
   const auto* rows = sampled_host_[step.index % kInFlight].as<kc::SampledRow>();
+  const auto* drafts = step.drafted ? drafts_host_[step.index % kInFlight].as<int32_t>() : nullptr;
   output.sequences.reserve(step.sequences.size());
   size_t first_row = 0;
   for (const PendingSequence& s : step.sequences) {
@@ -409,11 +466,61 @@ core::StepOutput CudaModelRunner::wait() {
       out.tokens.back().token = s.drafts[i];  // a forced acceptance keeps the draft (exact: already equal)
     }
     first_row += 1 + s.drafts.size();
+    if (drafts != nullptr) {
+      const int32_t* own = drafts + output.sequences.size() * static_cast<size_t>(mtp_->num_drafts());
+      for (int32_t j = 0; j < mtp_->num_drafts() && own[j] >= 0; ++j) out.next_drafts.push_back(own[j]);
+    }
     output.sequences.push_back(std::move(out));
   }
   TACHYON_CHECK(first_row == step.sampling.rows.size())
       << "internal: " << first_row << " rows walked of the step's " << step.sampling.rows.size();
   return output;
+}
+
+// next_known[t] for every row of the step (padding: token 0): the token after row t where the
+// plan knows it (the next token of its slice, or the next prompt token after a chunk), else
+// -(r + 1) for the sampled row r whose emitted token it is (the last known token's row and each
+// draft's). Then one record per sampled sequence, in plan order.
+size_t CudaModelRunner::stage_mtp_inputs(const core::StepPlan& plan, const StepInputSummary& summary,
+                                         std::byte* staging, size_t offset) {
+  auto* next_known = reinterpret_cast<int32_t*>(staging + offset);
+  const size_t records = offset + (static_cast<size_t>(summary.num_tokens) * sizeof(int32_t) + 7) / 8 * 8;
+  auto* sequences = reinterpret_cast<kc::MtpSequence*>(staging + records);
+  TACHYON_CHECK(records + plan.sequences.size() * sizeof(kc::MtpSequence) <= staging_bytes_)
+      << "internal: MTP inputs overflow staging";
+  std::fill(next_known, next_known + summary.num_tokens, 0);
+  const bool rows_as_decodes = runs_as_decode_rows(plan);
+  const int64_t block_size = plan.block_size > 0 ? plan.block_size : config_.block_size;
+  int32_t first_row = 0, num_sequences = 0;
+  for (size_t a = 0; a < plan.sequences.size(); ++a) {
+    const core::ScheduledSequence& seq = plan.sequences[a];
+    const int64_t k = seq.num_draft_tokens();
+    const int64_t first_emitting = seq.sample ? seq.num_tokens - 1 - k : seq.num_tokens;
+    for (int64_t i = 0; i < seq.num_tokens; ++i) {
+      const int64_t t = seq.first_token + i;
+      if (i >= first_emitting) {
+        next_known[t] = -(first_row + static_cast<int32_t>(i - first_emitting) + 1);
+      } else if (i + 1 < seq.num_tokens) {
+        next_known[t] = plan.token_ids[static_cast<size_t>(t + 1)];
+      } else {
+        next_known[t] = std::max(seq.next_token, 0);  // unknown (never for a prompt chunk): a stand-in
+      }
+    }
+    if (!seq.sample) continue;
+    // The attention sequence whose block-table row holds all of its blocks: its last decode row,
+    // or itself in a prefill-shaped step.
+    const int64_t spanned = rows_as_decodes ? (seq.num_computed + seq.num_tokens + block_size - 1) / block_size
+                                            : static_cast<int64_t>(seq.block_table.size());
+    sequences[num_sequences++] = {.first_row = first_row,
+                                  .num_drafts = static_cast<int32_t>(k),
+                                  .table_seq = static_cast<int32_t>(rows_as_decodes ? seq.first_token + seq.num_tokens - 1
+                                                                                    : static_cast<int64_t>(a)),
+                                  .capacity = static_cast<int32_t>(spanned * block_size),
+                                  .seed = seq.seed,
+                                  .num_output_tokens = seq.num_output_tokens};
+    first_row += static_cast<int32_t>(1 + k);
+  }
+  return records + static_cast<size_t>(num_sequences) * sizeof(kc::MtpSequence);
 }
 
 }  // namespace tachyon::runner

@@ -33,6 +33,10 @@
 // product of a role goes to our GEMV or to cuBLASLt, whichever was faster at start-up
 // (cuda_kernel_choice.cpp). Tensor parallelism: given a CudaTpRank, the decoder is one rank of a
 // TP group over its shard; TpCudaModelRunner drives the ranks.
+// MTP drafting (--speculative-method mtp): given the model's MTP module, the runner drafts the
+// next step's tokens itself, on the device after the sampler (cuda_mtp_drafter.h); the module's
+// cache is one more layer of every KV block, and the drafts come back with the step's tokens
+// (core::SequenceOutput::next_drafts).
 // GPU tests: tests/gpu/test_cuda_model_runner.cpp, tests/gpu/test_tp_cuda_runner.cpp,
 // tests/gpu/test_cuda_speculative.cpp (draft verification).
 #pragma once
@@ -50,6 +54,7 @@
 #include "tachyon/kernels/cuda/gemm.h"
 #include "tachyon/model/gpu/gpu_decoder.h"
 #include "tachyon/model/gpu/gpu_weights.h"
+#include "tachyon/runner/cuda/cuda_mtp_drafter.h"
 #include "tachyon/runner/cuda/sampling_inputs.h"
 #include "tachyon/runner/model_runner.h"
 #include "tachyon/runner/step_inputs.h"
@@ -69,8 +74,10 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   // Uploads the weights (a TP shard when tp.comm is set), plans memory and sizes the KV cache
   // from free memory; config.num_blocks is ignored and num_blocks() says what fitted. Captures
   // the decode graphs unless config.device.enforce_eager. Uses the calling thread's current
-  // CUDA device.
-  CudaModelRunner(const model::Bf16ModelWeights& weights, const core::EngineConfig& config, CudaTpRank tp = {});
+  // CUDA device. `mtp`: the model's MTP module when config.speculative.method is "mtp" (the
+  // runner then drafts config.speculative.num_speculative_tokens per sequence and step).
+  CudaModelRunner(const model::Bf16ModelWeights& weights, const core::EngineConfig& config, CudaTpRank tp = {},
+                  const model::Bf16MtpModule* mtp = nullptr);
   // An FP8 run on one GPU (model/fp8_projections.h): its projections in E4M3, products of up to 8
   // rows through fp8_gemv, larger ones dequantized into a bf16 scratch for cuBLASLt.
   CudaModelRunner(const model::Fp8GpuWeights& weights, const core::EngineConfig& config);
@@ -108,9 +115,12 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
             const kernels::cuda::bf16* weight, const kernels::cuda::bf16* bias, int64_t m, int64_t n, int64_t k,
             cudaStream_t stream) override;
 
-  void start(const core::EngineConfig& config);  // what both constructors do after the upload
+  void start(const core::EngineConfig& config, const model::Bf16MtpModule* mtp = nullptr);  // after the upload
   static void check_cache_types(const core::EngineConfig& config, const model::ModelConfig& model, bool tensor_parallel);
-  void plan_memory(const core::EngineConfig& config);
+  void plan_memory(const core::EngineConfig& config, const model::Bf16MtpModule* mtp);
+  // MTP drafting: the step's per-token next tokens and per-sequence records into staging at
+  // `offset`; returns the end of what it wrote.
+  size_t stage_mtp_inputs(const core::StepPlan& plan, const StepInputSummary& summary, std::byte* staging, size_t offset);
   void allocate_kv_cache(const core::EngineConfig& config);
   model::gpu::StepMetadata step_metadata() const;  // device views into the staging buffer
   void forward(const model::gpu::ForwardShape& shape);
@@ -140,6 +150,7 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   static constexpr int kInFlight = 2;
   std::array<cuda::PinnedBuffer, kInFlight> staging_host_;
   std::array<cuda::PinnedBuffer, kInFlight> sampled_host_;
+  std::array<cuda::PinnedBuffer, kInFlight> drafts_host_;  // MTP: [sequences, k] drafts of the step
   cuda::DeviceBuffer staging_device_;
   std::unique_ptr<model::gpu::GpuDecoder> decoder_;
   cuda::DeviceBuffer workspace_buffer_;  // the decoder's workspace, then the sampler's
@@ -147,6 +158,8 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   size_t sampler_scratch_bytes_ = 0;
   kernels::cuda::SampledRow* sampled_ = nullptr;  // [max_logits_rows] the sampler's results on the device
   cuda::DeviceBuffer kv_buffer_;
+  std::unique_ptr<CudaMtpDrafter> mtp_;  // --speculative-method mtp
+  cuda::DeviceBuffer mtp_kv_buffer_;     // the module's cache layer, num_blocks_ blocks
   int32_t num_blocks_ = 0;
   // What wait() needs of a sampled sequence to turn its 1 + k rows into tokens: its drafts and
   // the accept rule's key (seed, output count before the step; row i's step is that + i).
@@ -164,6 +177,7 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
     std::vector<PendingSequence> sequences;
     float forced_acceptance = -1.0f;  // StepPlan::forced_acceptance; < 0: exact
     bool ran = false;  // the plan had work
+    bool drafted = false;  // MTP drafts were made (drafts_host_ holds [sequences, k])
     int64_t index = 0;
   };
   std::deque<PendingStep> pending_;
