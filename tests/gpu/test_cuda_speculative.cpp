@@ -643,12 +643,9 @@ EngineRun run_engine(const model::Bf16ModelWeights& weights, const std::vector<s
   config.speculative = speculative;
   auto runner = std::make_unique<CudaModelRunner>(weights, config, CudaTpRank{}, mtp);
   config.num_blocks = runner->num_blocks();
-  engine::EngineCore engine(config, std::move(runner));
-  if (mtp != nullptr) {
-    engine.set_drafter(std::make_unique<engine::RunnerDrafter>());
-  } else if (speculative.enabled()) {
-    engine.set_drafter(engine::make_drafter(speculative));
-  }
+  std::unique_ptr<engine::Drafter> drafter;
+  if (mtp != nullptr) drafter = std::make_unique<engine::RunnerDrafter>();
+  engine::EngineCore engine(config, std::move(runner), std::move(drafter));
   std::vector<std::shared_ptr<engine::OutputChannel>> channels;
   for (size_t i = 0; i < prompts.size(); ++i) {
     channels.push_back(std::make_shared<engine::OutputChannel>());
