@@ -97,7 +97,10 @@ void add_info_routes(Router& router, ContextAccess context, std::function<bool()
     if (id != c.limits().model_name) throw ApiException(model_not_found(id, c.limits().model_name));
     send_json(res, 200, models_response(c.limits().model_name, c.created(), c.limits().max_model_len, c.limits().vocab_size)["data"][0].dump());
   }, /*prefix=*/true);
-  router.add("GET", "/health", [context, loaded](const HttpRequest&, HttpResponse& res) {
+  // /health and /metrics answer from memory (atomics and the engine's published snapshot) on the
+  // I/O thread that read them: a decode server's workers may all be waiting on KV pulls, and a
+  // probe or a scrape must not queue behind them (tests/server/pd_serve_busy.py).
+  router.add_inline("GET", "/health", [context, loaded](const HttpRequest&, HttpResponse& res) {
     if (!loaded()) {
       send_error(res, {503, "loading: the model is not ready yet", "service_unavailable", "", ""});
     } else if (context().draining()) {
@@ -109,7 +112,7 @@ void add_info_routes(Router& router, ContextAccess context, std::function<bool()
   router.add("GET", "/version", [](const HttpRequest&, HttpResponse& res) {
     send_json(res, 200, nlohmann::json{{"version", kVersion}}.dump());
   });
-  router.add("GET", "/metrics", [context](const HttpRequest&, HttpResponse& res) {
+  router.add_inline("GET", "/metrics", [context](const HttpRequest&, HttpResponse& res) {
     ServingContext& c = context();
     res.content_type = "text/plain; version=0.0.4; charset=utf-8";
     res.body = c.metrics().render(c.engine().stats());
