@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "tachyon/cli/commands.h"
+#include "tachyon/cli/router_allocator.h"
 #include "tachyon/server/http/pd_router.h"
 
 namespace tachyon::cli {
@@ -15,6 +16,7 @@ std::atomic<int> g_router_signal{0};
 void on_router_signal(int number) { g_router_signal = number; }
 
 void run_router(server::RouterOptions& options) {
+  bound_router_allocator();  // before any thread: one arena, no per-thread caches (router_allocator.h)
   std::signal(SIGTERM, on_router_signal);
   std::signal(SIGINT, on_router_signal);
   std::signal(SIGPIPE, SIG_IGN);
