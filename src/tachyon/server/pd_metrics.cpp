@@ -38,6 +38,9 @@ void PdMetrics::render(std::string& out, const engine::KvLeaseStats& leases, con
     append_family(out, "tachyon:kv_transfer_pulls_refused_total", "counter",
                   "KV pulls refused at --kv-transfer-max-pulls (the decode server computed the prompt).");
     append_sample(out, "tachyon:kv_transfer_pulls_refused_total", "", pulls.refused);
+    append_family(out, "tachyon:kv_transfer_faults_sent_total", "counter",
+                  "KV streams whose TACHYON_KV_TRANSFER_FAULT frame has gone out (fault-injection tests; else 0).");
+    append_sample(out, "tachyon:kv_transfer_faults_sent_total", "", pulls.faults_sent);
     append_family(out, "tachyon:kv_transfer_early_tokens_total", "counter",
                   "Prompt token rows handed to a KV pull before their prompt had finished (streamed as written).");
     append_sample(out, "tachyon:kv_transfer_early_tokens_total", "", leases.early_tokens);

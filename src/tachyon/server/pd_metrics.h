@@ -3,7 +3,7 @@
 // transfer threads; the lease series read the engine's KvLeaseStats at render time. Labels come
 // from fixed sets (DESIGN rule 2).
 //   prefill: KV bytes sent and time per pull, leases outstanding and their blocks, leases by outcome,
-//            pulls in flight (now and at most) and refused at --kv-transfer-max-pulls
+//            pulls in flight (now and at most) and refused at --kv-transfer-max-pulls, injected faults sent
 //   decode:  KV bytes received and time per pull, imports, prompts recomputed by reason
 #pragma once
 

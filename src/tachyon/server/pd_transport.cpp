@@ -212,7 +212,8 @@ engine::KvPayload fetch_kv(const std::string& host, int port, engine::KvLeaseKey
     uint64_t checksum = 0;
     if (!recv_all(socket.fd, body.data(), body.size(), deadline()) ||
         !recv_all(socket.fd, reinterpret_cast<char*>(&checksum), sizeof(checksum), deadline())) {
-      throw KvTransferError("a KV frame was cut short or timed out (" + std::to_string(body_len) + " body bytes expected)");
+      throw KvTransferError("a KV frame was cut short or timed out after " + std::to_string(payload.chunks.size()) +
+                            " whole chunks (" + std::to_string(body_len) + " body bytes expected)");
     }
     if (XXH3_64bits(body.data(), body.size()) != checksum) throw KvTransferError("a KV frame's checksum does not match");
     if (status == kStatusHeartbeat) continue;
@@ -308,7 +309,7 @@ KvTransferServer::~KvTransferServer() {
 }
 
 KvPullStats KvTransferServer::pull_stats() const {
-  return {in_flight_.load(), peak_in_flight_.load(), refused_.load()};
+  return {in_flight_.load(), peak_in_flight_.load(), refused_.load(), faults_sent_.load()};
 }
 
 void KvTransferServer::wake() {
@@ -427,6 +428,7 @@ void KvTransferServer::append_frame(Connection& c, uint32_t status, std::string 
   const KvTransportFault fault = rows && ++c.data_frames == 2 ? fault_.load() : KvTransportFault::kNone;
   if (rows && fault == KvTransportFault::kNone) c.payload_bytes += static_cast<int64_t>(body.size());
   c.faulted = c.faulted || fault != KvTransportFault::kNone;
+  c.fault_queued = c.fault_queued || fault != KvTransportFault::kNone;
   if (fault == KvTransportFault::kCorrupt && !body.empty()) body[body.size() / 2] ^= 0x5a;
   const size_t frame_start = c.out.size();
   put(c.out, kFrameMagic);
@@ -451,6 +453,10 @@ bool KvTransferServer::write_frames(Connection& c) {
   if (c.sent < c.out.size()) return false;
   c.out.clear();
   c.sent = 0;
+  if (c.fault_queued) {  // the frames before the faulty one, and what the fault left of it, are out
+    c.fault_queued = false;
+    ++faults_sent_;
+  }
   hold_slot(c, false);  // a stream waiting for its prompt holds no slot
   if (!c.ended) return false;
   if (c.stall_after) {  // silence until the deadline, then a closed connection

@@ -41,6 +41,7 @@ struct KvPullStats {
   int64_t in_flight = 0;       // pulls sending rows now (a pull waiting for its prompt holds none)
   int64_t peak_in_flight = 0;  // the most at once since start
   int64_t refused = 0;         // pulls refused at the bound (the decode side computed the prompt)
+  int64_t faults_sent = 0;     // streams whose injected fault's frame has gone out whole (tests wait on it)
 };
 
 class KvTransferServer {
@@ -80,6 +81,7 @@ class KvTransferServer {
     bool committed = false;     // ... and it is the commit
     bool faulted = false;       // an injected fault hit a frame
     bool stall_after = false;   // the stall fault: silence once `out` is sent
+    bool fault_queued = false;  // the injected fault's frame is in `out`, not all sent yet
     bool counted = false;       // holds one of the max_pulls slots (rows queued to send)
     int data_frames = 0;        // chunk and commit frames so far (the fault hits the second)
     int64_t payload_bytes = 0;  // chunk and commit bodies, for the observer
@@ -108,6 +110,7 @@ class KvTransferServer {
   std::atomic<KvTransportFault> fault_{KvTransportFault::kNone};
   std::atomic<int64_t> in_flight_{0};
   std::atomic<int64_t> peak_in_flight_{0};
+  std::atomic<int64_t> faults_sent_{0};
   std::atomic<int64_t> refused_{0};
   std::thread thread_;
 };
