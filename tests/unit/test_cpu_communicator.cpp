@@ -456,6 +456,54 @@ TEST(CpuCommunicator, WorldAndRankAreChecked) {
   EXPECT_THROW(CpuCommunicator(world, -1), Error);
 }
 
+// A rank that fails outside a collective aborts the world: the peers waiting for it in a
+// collective or a recv (or arriving later) throw GroupAborted naming it, instead of waiting for
+// ever (the ctest timeout would catch a hang), and every later call on the world throws too.
+TEST(CpuCommunicator, AbortWakesEveryRankWaitingForTheFailedOne) {
+  for (int n : {2, 4}) {
+    CpuWorld world(n);
+    std::vector<std::string> first(n), later(n);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] {
+        CpuCommunicator comm(world, r);
+        std::vector<float> data(4, 1.0f);
+        comm.all_reduce(data.data(), data.data(), 4, ReduceType::kF32, nullptr);  // a round that completes
+        try {
+          if (r == n - 1) {
+            world.abort("rank " + std::to_string(r) + " failed: out of blocks");  // never joins the next call
+            return;
+          }
+          if (r == 0 && n > 2) {
+            comm.recv(data.data(), 4, n - 1, nullptr);  // a message that never comes
+          } else {
+            comm.all_reduce(data.data(), data.data(), 4, ReduceType::kF32, nullptr);
+          }
+        } catch (const GroupAborted& e) {
+          first[r] = e.what();
+        }
+        try {
+          comm.barrier();
+        } catch (const GroupAborted& e) {
+          later[r] = e.what();
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    const std::string cause = "the group was aborted: rank " + std::to_string(n - 1) + " failed: out of blocks";
+    for (int r = 0; r < n - 1; ++r) {
+      const std::string call = r == 0 && n > 2 ? "recv" : "all_reduce";
+      EXPECT_NE(first[r].find("rank " + std::to_string(r) + " of " + std::to_string(n) + ": " + call + ": " + cause),
+                std::string::npos)
+          << first[r];
+      EXPECT_NE(later[r].find("barrier: " + cause), std::string::npos) << later[r];
+    }
+    EXPECT_EQ(world.abort_reason(), "rank " + std::to_string(n - 1) + " failed: out of blocks");
+    world.abort("a second reason");  // the first one stays
+    EXPECT_EQ(world.abort_reason(), "rank " + std::to_string(n - 1) + " failed: out of blocks");
+  }
+}
+
 // Each rank's communicators reach exactly the members that RankLayout lists, in group-rank order.
 TEST(CpuProcessGroups, EveryGroupGathersItsMembersInOrder) {
   for (ParallelConfig config : {ParallelConfig{.dp = 2, .tp = 2, .ep = 4}, ParallelConfig{.tp = 4, .dcp = 2, .ep = 2},
@@ -489,6 +537,24 @@ TEST(CpuProcessGroups, EveryGroupGathersItsMembersInOrder) {
     }
     for (std::thread& t : threads) t.join();
     for (int rank = 0; rank < n; ++rank) EXPECT_EQ(errors[rank], "") << rank;
+  }
+}
+
+// abort() reaches every group of every rank: a failed rank's peers may wait in any of them.
+TEST(CpuProcessGroups, AbortReachesEveryGroup) {
+  CpuProcessGroups factory(ParallelConfig{.dp = 2, .tp = 2, .ep = 4});
+  std::vector<ProcessGroups> groups;
+  for (int rank = 0; rank < 4; ++rank) groups.push_back(factory.make(rank));
+  factory.abort("rank 2 of 4 failed: boom");
+  for (int rank = 0; rank < 4; ++rank) {
+    for (GroupKind kind : kGroupKinds) {
+      try {
+        groups[rank].get(kind).barrier();  // a one-rank group's barrier would pass: it is aborted too
+        ADD_FAILURE() << group_kind_name(kind) << " rank " << rank << " did not throw";
+      } catch (const GroupAborted& e) {
+        EXPECT_NE(std::string(e.what()).find("aborted: rank 2 of 4 failed: boom"), std::string::npos) << e.what();
+      }
+    }
   }
 }
 

@@ -56,6 +56,29 @@ void ThreadBarrier::arrive_and_wait() {
   cv_.wait(lock, [&] { return generation_ != generation; });
 }
 
+bool ThreadBarrier::arrive_and_wait_unless_aborted() {
+  std::unique_lock lock(mutex_);
+  if (aborted_) return false;
+  uint64_t generation = generation_;
+  if (++arrived_ == count_) {
+    arrived_ = 0;
+    ++generation_;
+    cv_.notify_all();
+    return true;
+  }
+  // A generation that completed before the abort is a normal return: every thread passed.
+  cv_.wait(lock, [&] { return generation_ != generation || aborted_; });
+  return generation_ != generation;
+}
+
+void ThreadBarrier::abort() {
+  {
+    std::lock_guard lock(mutex_);
+    aborted_ = true;
+  }
+  cv_.notify_all();
+}
+
 CpuWorld::CpuWorld(int size) : size_(size), barrier_(size) {
   TACHYON_CHECK(size >= 1) << "CpuWorld needs at least one rank, got " << size;
   slots_.resize(size);
@@ -63,6 +86,27 @@ CpuWorld::CpuWorld(int size) : size_(size), barrier_(size) {
     mailboxes_.push_back(std::make_unique<Mailbox>());
     mailboxes_.back()->from.resize(size);
   }
+}
+
+void CpuWorld::abort(const std::string& reason) {
+  {
+    std::lock_guard lock(abort_mutex_);
+    if (!abort_reason_.empty()) return;
+    abort_reason_ = reason.empty() ? "aborted" : reason;
+  }
+  barrier_.abort();
+  for (const std::unique_ptr<Mailbox>& box : mailboxes_) {
+    {
+      std::lock_guard lock(box->mutex);
+      box->aborted = true;
+    }
+    box->cv.notify_all();
+  }
+}
+
+std::string CpuWorld::abort_reason() const {
+  std::lock_guard lock(abort_mutex_);
+  return abort_reason_;
 }
 
 CpuCommunicator::CpuCommunicator(CpuWorld& world, int rank) : world_(world), rank_(rank) {
@@ -83,13 +127,18 @@ const char* op_name(int op) {
 void CpuCommunicator::begin(Slot slot) {
   CpuWorld::Op op = slot.op;
   world_.slots_[rank_] = std::move(slot);
-  world_.barrier_.arrive_and_wait();
+  if (!world_.barrier_.arrive_and_wait_unless_aborted()) throw_aborted(op_name(static_cast<int>(op)));
   std::string why = disagreement();
   if (why.empty()) return;
   // Every rank found the same disagreement in the same table; leave together so that no rank
   // rewrites its slot while another still reads it, then throw on all of them.
   world_.barrier_.arrive_and_wait();
   TACHYON_FAIL() << "rank " << rank_ << " of " << size() << ": " << op_name(static_cast<int>(op)) << ": " << why;
+}
+
+void CpuCommunicator::throw_aborted(std::string_view call) const {
+  throw GroupAborted("rank " + std::to_string(rank_) + " of " + std::to_string(size()) + ": " + std::string(call) +
+                     ": the group was aborted: " + world_.abort_reason());
 }
 
 std::string CpuCommunicator::disagreement() const {
@@ -327,7 +376,11 @@ void CpuCommunicator::send(const void* data, size_t bytes, int peer, void* /*str
   const std::byte* src = static_cast<const std::byte*>(data);
   CpuWorld::Mailbox& box = *world_.mailboxes_[peer];
   {
-    std::lock_guard lock(box.mutex);
+    std::unique_lock lock(box.mutex);
+    if (box.aborted) {
+      lock.unlock();
+      throw_aborted("send");
+    }
     box.from[rank_].emplace_back(src, src + bytes);
   }
   box.cv.notify_all();
@@ -341,7 +394,11 @@ void CpuCommunicator::recv(void* data, size_t bytes, int peer, void* /*stream*/)
   std::vector<std::byte> message;
   {
     std::unique_lock lock(box.mutex);
-    box.cv.wait(lock, [&] { return !box.from[peer].empty(); });
+    box.cv.wait(lock, [&] { return !box.from[peer].empty() || box.aborted; });
+    if (box.from[peer].empty()) {
+      lock.unlock();
+      throw_aborted("recv");
+    }
     message = std::move(box.from[peer].front());
     box.from[peer].pop_front();
   }

@@ -13,6 +13,12 @@
 // instead of one throwing while the others wait forever, and the world stays usable.
 // Point to point goes through per-destination mailboxes; send copies its bytes into the peer's
 // mailbox and returns (eager), so no pairing of sends and recvs can deadlock.
+// A rank that fails OUTSIDE a collective never arrives at the next one, and its peers would wait
+// there forever: whoever catches that failure (RankWorkers' on_failure) calls CpuWorld::abort, which
+// wakes every rank waiting in a collective or a recv of the world, and makes every later call,
+// with GroupAborted naming the failed rank (ncclCommAbort's contract: the world stays dead). A
+// round whose opening barrier every rank passed still completes (its closing barrier ignores the
+// abort), so no rank leaves while a peer still reads its buffers.
 // Tests: tests/unit/test_cpu_communicator.cpp.
 #pragma once
 
@@ -23,18 +29,32 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tachyon/dist/communicator.h"
 
 namespace tachyon::dist {
 
+// Thrown by every call on an aborted CpuWorld: a rank of the group failed outside a collective,
+// so the collective this rank waits in can never complete. what() names that rank and its error.
+class GroupAborted : public Error {
+ public:
+  using Error::Error;
+};
+
 // A reusable barrier for a fixed number of threads (mutex + condition variable + generation).
 // The mutex makes every write before arrive_and_wait() visible to every thread after it.
 class ThreadBarrier {
  public:
   explicit ThreadBarrier(int count) : count_(count) {}
+  // Waits until every thread has arrived, abort() or not.
   void arrive_and_wait();
+  // The same, but returns false instead of waiting once abort() has been called (before this
+  // call or while it waits) and this generation has not completed.
+  bool arrive_and_wait_unless_aborted();
+  // Wakes every thread in arrive_and_wait_unless_aborted() and fails all later ones; for good.
+  void abort();
 
  private:
   std::mutex mutex_;
@@ -42,6 +62,7 @@ class ThreadBarrier {
   int count_;
   int arrived_ = 0;
   uint64_t generation_ = 0;
+  bool aborted_ = false;
 };
 
 // The state the N ranks of one group share. Create it before the rank threads start and keep it
@@ -53,6 +74,13 @@ class CpuWorld {
   CpuWorld& operator=(const CpuWorld&) = delete;
 
   int size() const { return size_; }
+
+  // Poisons the world (see the file comment): every rank waiting in a collective or a recv of it
+  // wakes, and every later call throws, with GroupAborted carrying `reason` (say which rank failed
+  // and why). The first reason wins; later calls change nothing. Any thread may call it.
+  void abort(const std::string& reason);
+  // The reason of the abort, or "" while the world is healthy.
+  std::string abort_reason() const;
 
  private:
   friend class CpuCommunicator;
@@ -76,12 +104,15 @@ class CpuWorld {
     std::mutex mutex;
     std::condition_variable cv;
     std::vector<std::deque<std::vector<std::byte>>> from;  // [size] sender -> queued messages
+    bool aborted = false;                                  // set by CpuWorld::abort, under mutex
   };
 
   int size_;
   ThreadBarrier barrier_;
   std::vector<Slot> slots_;                          // [size]
   std::vector<std::unique_ptr<Mailbox>> mailboxes_;  // [size] by receiver
+  mutable std::mutex abort_mutex_;
+  std::string abort_reason_;  // under abort_mutex_; non-empty once aborted
 };
 
 class CpuCommunicator final : public Communicator {
@@ -108,8 +139,12 @@ class CpuCommunicator final : public Communicator {
   using Slot = CpuWorld::Slot;
   // Publishes `slot`, waits for every rank, and throws (on every rank alike, after a second
   // barrier) if any rank's arguments are bad or differ from rank 0's.
+  // Throws GroupAborted if the world is aborted before every rank arrived.
   void begin(Slot slot);
+  // The round's closing barrier: every rank passed begin(), so every rank comes; an abort meanwhile
+  // does not stop it (a peer may still be reading this rank's buffers).
   void end() { world_.barrier_.arrive_and_wait(); }
+  [[noreturn]] void throw_aborted(std::string_view call) const;
   std::string disagreement() const;
   // all_to_all_v's check: every rank passed as many items, and each pair's counts match.
   std::string exchange_disagreement() const;

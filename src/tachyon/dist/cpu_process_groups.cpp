@@ -19,4 +19,10 @@ ProcessGroups CpuProcessGroups::make(int rank) {
   });
 }
 
+void CpuProcessGroups::abort(const std::string& reason) {
+  for (std::vector<std::unique_ptr<CpuWorld>>& worlds : worlds_) {
+    for (std::unique_ptr<CpuWorld>& world : worlds) world->abort(reason);
+  }
+}
+
 }  // namespace tachyon::dist

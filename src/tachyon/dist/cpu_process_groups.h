@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tachyon/dist/cpu_communicator.h"
@@ -22,6 +23,10 @@ class CpuProcessGroups {
   // The communicators of global rank `rank`. Call once per rank (from any thread); use each
   // rank's communicators from that rank's thread only.
   ProcessGroups make(int rank);
+
+  // Aborts every group's world (CpuWorld::abort): for a rank that failed outside a collective, so
+  // that its peers in any of its groups stop waiting for it. Any thread may call it.
+  void abort(const std::string& reason);
 
  private:
   RankLayout layout_;

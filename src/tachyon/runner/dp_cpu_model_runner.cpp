@@ -24,7 +24,7 @@ DpCpuModelRunner::DpCpuModelRunner(const model::ModelWeights& full, int dp_size,
       process_groups_((model::check_dp_size(full.config, dp_size, tp_size),
                        dist::ParallelConfig{.dp = dp_size, .tp = tp_size, .ep = dp_size * tp_size})),
       placement_(dp_size, num_blocks),
-      workers_(dp_size * tp_size) {
+      workers_(dp_size * tp_size, [this](const std::string& reason) { process_groups_.abort(reason); }) {
   TACHYON_CHECK(dp_size >= 2) << "DpCpuModelRunner needs dp_size >= 2, got " << dp_size;
   for (int g = 0; g < dp_size * tp_size; ++g) {
     ranks_.push_back(std::make_unique<Rank>(process_groups_.make(g), full, num_blocks, block_size));

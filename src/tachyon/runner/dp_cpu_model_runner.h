@@ -18,6 +18,8 @@
 // the others' tokens. The logits rows come back in the step's order and are sampled on the
 // engine thread as the CPU runner samples them.
 // At destruction it reports on stderr how many sequences each replica started.
+// A rank that fails aborts every group (dist::CpuProcessGroups::abort), so the step throws its
+// error instead of leaving the other ranks waiting in the MoE layers' collectives.
 // Refused: plans with drafts (verifies_drafts() is false) or asking for hidden states.
 // Tests: tests/unit/test_dp_families.cpp.
 #pragma once
@@ -49,6 +51,9 @@ class DpCpuModelRunner : public SynchronousModelRunner {
   int32_t kv_blocks_per_replica() const { return ranks_.front()->cache.num_blocks; }
   int dp_size() const { return placement_.size(); }
   const DpPlacement& placement() const { return placement_; }
+  // Test hook: global rank `rank` fails outside any collective in the next step
+  // (RankWorkers::fail_next_run_for_test); the step then throws on the engine thread.
+  void fail_next_step_for_test(int rank) { workers_.fail_next_run_for_test(rank); }
 
  protected:
   core::StepOutput run(const core::StepPlan& plan) override;

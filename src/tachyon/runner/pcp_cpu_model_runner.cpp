@@ -65,7 +65,7 @@ PcpCpuModelRunner::PcpCpuModelRunner(model::ModelWeights weights, int pcp_size, 
       dcp_(dcp),
       groups_((model::check_tp_size(weights.config, tp_size),
                dist::ParallelConfig{.tp = tp_size, .pcp = pcp_size, .dcp = dcp.size})),
-      workers_(pcp_size * tp_size) {
+      workers_(pcp_size * tp_size, [this](const std::string& reason) { groups_.abort(reason); }) {
   TACHYON_CHECK(pcp_size >= 2) << "PcpCpuModelRunner needs a prefill context parallel size >= 2, got " << pcp_size;
   TACHYON_CHECK(dcp.interleave >= 1 && block_size % (dcp.size * dcp.interleave) == 0)
       << "decode context parallel size " << dcp.size << " x interleave " << dcp.interleave

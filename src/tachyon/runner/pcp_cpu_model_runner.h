@@ -25,6 +25,7 @@
 // With decode context parallelism (--dcp D, dividing T) each TP group's cache is split by token
 // over its DCP groups of D consecutive ranks, as TpCpuModelRunner splits it; PCP writes that
 // layout directly (pcp_attention_backend.h) and attention runs through DcpAttentionBackend.
+// A rank that fails aborts every group (dist::CpuProcessGroups::abort), so its peers stop waiting.
 // Tests: tests/unit/test_pcp_families.cpp, test_pcp_tp.cpp (--tp x --pcp).
 #pragma once
 
@@ -79,6 +80,9 @@ class PcpCpuModelRunner : public SynchronousModelRunner {
   const PagedKvCache& rank_cache(int rank) const { return ranks_[static_cast<size_t>(rank)]->cache; }
   // The same on its TP group (none at --tp 1).
   const dist::CollectiveCounts& rank_tp_counts(int rank) const { return ranks_[static_cast<size_t>(rank)]->tp.counts(); }
+  // Test hook: global rank `rank` fails outside any collective in the next step
+  // (RankWorkers::fail_next_run_for_test); the step then throws on the engine thread.
+  void fail_next_step_for_test(int rank) { workers_.fail_next_run_for_test(rank); }
 
  protected:
   core::StepOutput run(const core::StepPlan& plan) override;

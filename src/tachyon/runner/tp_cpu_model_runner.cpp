@@ -21,7 +21,7 @@ TpCpuModelRunner::TpCpuModelRunner(const model::ModelWeights& full, int tp_size,
       world_((model::check_tp_size(full.config, tp_size, expert_parallel), tp_size)),
       dcp_(dcp),
       tbo_(tbo),
-      workers_(tp_size) {
+      workers_(tp_size, [this](const std::string& reason) { abort_worlds(reason); }) {
   TACHYON_CHECK(tp_size >= 2) << "TpCpuModelRunner needs tp_size >= 2, got " << tp_size;
   TACHYON_CHECK(!tbo.enabled || (expert_parallel && dcp.size == 1))
       << "two-batch overlap runs with expert parallelism and without --dcp only (the combinations its tests cover)";
@@ -40,6 +40,11 @@ TpCpuModelRunner::TpCpuModelRunner(const model::ModelWeights& full, int tp_size,
 }
 
 TpCpuModelRunner::~TpCpuModelRunner() = default;
+
+void TpCpuModelRunner::abort_worlds(const std::string& reason) {
+  world_.abort(reason);
+  for (const std::unique_ptr<dist::CpuWorld>& dcp_world : dcp_worlds_) dcp_world->abort(reason);
+}
 
 core::StepOutput TpCpuModelRunner::run(const core::StepPlan& plan) {
   if (plan.empty()) return {};

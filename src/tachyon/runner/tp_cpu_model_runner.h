@@ -6,7 +6,8 @@
 // through a PagedAttentionBackend over its cache, and every rank ends with the full logits;
 // rank 0's are sampled on the calling (engine) thread with the CPU runner's sampling
 // (sample_plan_rows), so tokens match CpuModelRunner's up to f32 rounding. A worker's exception
-// is rethrown on the engine thread (see RankWorkers for the caveat). A plan asking for hidden
+// is rethrown on the engine thread; a rank that fails aborts the TP and DCP worlds, so its peers
+// stop waiting for it (RankWorkers). A plan asking for hidden
 // states (StepPlan::return_hidden_states, MTP drafting) is refused.
 // With decode context parallelism (dcp.size > 1, dcp_attention_backend.h) each DCP group of
 // dcp.size consecutive ranks splits the latent cache by token: a rank's cache holds
@@ -51,11 +52,16 @@ class TpCpuModelRunner : public SynchronousModelRunner {
   const PagedKvCache& rank_cache(int rank) const { return ranks_[static_cast<size_t>(rank)]->cache; }
   // Rank r's full logits of the last step [its logits rows, vocab] (what rank 0 samples from).
   const std::vector<float>& rank_logits(int rank) const { return ranks_[static_cast<size_t>(rank)]->logits; }
+  // Test hook: global rank `rank` fails outside any collective in the next step
+  // (RankWorkers::fail_next_run_for_test); the step then throws on the engine thread.
+  void fail_next_step_for_test(int rank) { workers_.fail_next_run_for_test(rank); }
 
  protected:
   core::StepOutput run(const core::StepPlan& plan) override;
 
  private:
+  void abort_worlds(const std::string& reason);  // RankWorkers' on_failure
+
   struct Rank {
     Rank(dist::CpuWorld& world, int rank, model::TpShard shard, int32_t num_blocks, int32_t block_size,
          bool fp8_kv_cache, dist::CpuWorld* dcp_world, int dcp_rank);
