@@ -26,6 +26,8 @@ done
 command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 python3 -c 'import jinja2' >/dev/null 2>&1 || missing+=(python3-jinja2)
+# Python's jsonschema validates constrained outputs against their schemas (unit.structured_schema_corpus).
+python3 -c 'import jsonschema' >/dev/null 2>&1 || missing+=(python3-jsonschema)
 if ((${#missing[@]})) && [ "$OFFLINE" != 1 ]; then
   echo "setup: installing ${missing[*]}"
   SUDO=""

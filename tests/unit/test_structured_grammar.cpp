@@ -71,6 +71,16 @@ TEST(StructuredGrammar, JsonSchemaKeywords) {
   auto date = compile(schema(R"({"type":"string","format":"date"})"));
   EXPECT_TRUE(matches(date, R"("2024-02-29")"));
   EXPECT_FALSE(matches(date, R"("2024-13-01")"));
+  // Days of the calendar only: what validators check (found by the schema corpus test).
+  EXPECT_TRUE(matches(date, R"("2000-02-29")"));
+  EXPECT_TRUE(matches(date, R"("1999-12-31")"));
+  EXPECT_FALSE(matches(date, R"("2023-02-29")"));
+  EXPECT_FALSE(matches(date, R"("1900-02-29")"));
+  EXPECT_FALSE(matches(date, R"("2024-04-31")"));
+  EXPECT_FALSE(matches(date, R"("0000-01-01")"));
+  auto time = compile(schema(R"({"type":"string","format":"time"})"));
+  EXPECT_TRUE(matches(time, R"("23:59:59.5Z")"));
+  EXPECT_FALSE(matches(time, R"("23:59:60Z")"));
   auto items = compile(schema(R"({"type":"array","items":{"type":"integer"},"minItems":1})"));
   EXPECT_FALSE(matches(items, "[]"));
   EXPECT_TRUE(matches(items, "[1, 2, 3]"));

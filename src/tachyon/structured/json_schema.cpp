@@ -23,12 +23,21 @@ const std::set<std::string, std::less<>> kKeywords = {
     "exclusiveMinimum", "exclusiveMaximum"};
 const char* const kBounds[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
 
-// Regexes for the supported string formats (RFC 3339 date/time, RFC 4122 uuid).
+// Regexes for the supported string formats (RFC 3339 date/time, RFC 4122 uuid). Each allows only
+// strings that every validator takes: a date is a day of the calendar (the days each month has,
+// 29 February in leap years only; "2023-02-30" is no date), the year 0001-9999 (validators built
+// on a date library, Python's among them, refuse year 0), and the seconds 00-59 (a leap second,
+// ":60", is refused by some validators and allowed at 23:59 UTC alone by others). The corpus test
+// (test_structured_schema_corpus.cpp) checks the outputs with Python's jsonschema.
+const std::string kYear = "([0-9]{3}[1-9]|[0-9]{2}[1-9]0|[0-9][1-9]00|[1-9]000)";
+const std::string kLeapYear = "([0-9]{2}(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00)";
+const std::string kDate = "(" + kYear + "-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|" +
+                          "02-(0[1-9]|1[0-9]|2[0-8]))|" + kLeapYear + "-02-29)";
+const std::string kTime = R"(([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]+)?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9]))";
 const std::map<std::string, std::string, std::less<>> kFormats = {
-    {"date", R"([0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01]))"},
-    {"time", R"(([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\.[0-9]+)?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9]))"},
-    {"date-time",
-     R"([0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\.[0-9]+)?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9]))"},
+    {"date", kDate},
+    {"time", kTime},
+    {"date-time", kDate + "T" + kTime},
     {"uuid", R"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"},
 };
 
