@@ -9,13 +9,16 @@
 //   counts  a split step makes exactly layers + 1 all_gatherv on the PCP group (the latent, index
 //           keys and positions of a layer in one; then the logits rows) and on the TP group the TP
 //           seams only (1 + 2 x layers all-reduces, one all_gather of the LM head's slices),
-//           carrying the PCP rank's own rows only; a decode step no PCP collective;
+//           carrying the PCP rank's own rows only; a decode step no PCP collective; with DCP the
+//           PCP gather carries only the rows the rank's DCP index keeps (bytes counted: about
+//           1/dcp of the step's rows);
 //   engine  EngineCore over PcpCpuModelRunner(tp = 2, pcp = 2) gives CpuModelRunner's greedy tokens
 //           and top-5 logprobs within 1e-4 with chunked prefill and prefix-cache hits;
 //   refusals the combinations no test here covers are refused at start-up by name.
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,6 +28,7 @@
 #include "pcp_test_steps.h"
 #include "tachyon/dist/counting_communicator.h"
 #include "tachyon/dist/cpu_process_groups.h"
+#include "tachyon/model/dcp_layout.h"
 #include "tachyon/model/make_model.h"
 #include "tachyon/model/tp_dense_model.h"
 #include "tachyon/model/tp_shard.h"
@@ -143,9 +147,19 @@ void expect_grid_matches(const model::ModelWeights& weights, const std::vector<c
       EXPECT_EQ(pcp.collectives(), gathers);
       EXPECT_EQ(pcp.of(dist::CollectiveKind::kAllGatherv), gathers);
       if (split.split) {
+        // The rows this rank's DCP index keeps (every row without DCP): only those travel, since
+        // every rank of a PCP group holds the same DCP index.
         const int64_t n = plan.num_tokens(), logits = static_cast<int64_t>(plan.logits_rows.size());
+        std::vector<int64_t> kept(static_cast<size_t>(grid.dcp));  // [DCP index] rows it keeps
+        for (int d = 0; d < grid.dcp; ++d) {
+          const model::DcpLayout layout{.size = grid.dcp, .rank = d, .interleave = grid.interleave};
+          for (int64_t t = 0; t < n; ++t) kept[static_cast<size_t>(d)] += layout.owns(plan.slot_mapping[static_cast<size_t>(t)] % plan.block_size);
+        }
+        EXPECT_EQ(std::accumulate(kept.begin(), kept.end(), int64_t{0}), n);
+        const int64_t mine = kept[static_cast<size_t>(r % grid.tp % grid.dcp)];
+        if (grid.dcp > 1) EXPECT_LE(mine, n / grid.dcp + grid.interleave * static_cast<int64_t>(plan.sequences.size()));
         EXPECT_EQ(pcp.received_of(dist::CollectiveKind::kAllGatherv),
-                  n * (row_values * 4 + c.num_hidden_layers * 8) + logits * c.vocab_size * 4);
+                  mine * (row_values * 4 + c.num_hidden_layers * 8) + logits * c.vocab_size * 4);
       }
       // The TP seams, on this PCP rank's rows only (all of them in a replicated decode).
       const core::StepPlan& local = split.split ? split.local[static_cast<size_t>(pcp_rank)] : plan;

@@ -1,12 +1,22 @@
 // One PCP rank's attention (see pcp_attention_backend.h).
 #include "tachyon/runner/pcp_attention_backend.h"
 
+#include <algorithm>
+
 #include "tachyon/base/check.h"
 #include "tachyon/kernels/attention.h"
 #include "tachyon/model/dcp_layout.h"
 #include "tachyon/runner/dcp_attention_backend.h"
 
 namespace tachyon::runner {
+namespace {
+
+// This rank's place in its DCP group (dcp.group non-null).
+model::DcpLayout layout_of(const PcpDcp& dcp) {
+  return {.size = dcp.group->size(), .rank = dcp.group->rank(), .interleave = dcp.interleave};
+}
+
+}  // namespace
 
 std::unique_ptr<model::AttentionBackend> pcp_local_attention(const model::ModelConfig& config, PagedKvCache& cache,
                                                              const core::StepPlan& local, PcpDcp dcp) {
@@ -43,67 +53,90 @@ void PcpAttentionBackend::keep(int64_t layer, std::span<const float> rows, int64
   pending_.push_back({std::vector<float>(rows.begin(), rows.end()), width, &storage});
 }
 
+int64_t PcpAttentionBackend::slot_of(int64_t token) const {
+  const core::ScheduledSequence& s =
+      plan_.sequences[static_cast<size_t>(pcp_.token_sequence[static_cast<size_t>(token)])];
+  const int64_t position = plan_.positions[static_cast<size_t>(token)];
+  return int64_t{s.block_table[static_cast<size_t>(position / plan_.block_size)]} * plan_.block_size +
+         position % plan_.block_size;
+}
+
+std::vector<std::vector<int64_t>> PcpAttentionBackend::sent_rows() const {
+  std::vector<std::vector<int64_t>> sent(static_cast<size_t>(group_.size()));
+  for (int r = 0; r < group_.size(); ++r) {
+    const std::vector<int64_t>& tokens = pcp_.rank_tokens[static_cast<size_t>(r)];
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (dcp_.group == nullptr || layout_of(dcp_).owns(slot_of(tokens[i]) % plan_.block_size)) {
+        sent[static_cast<size_t>(r)].push_back(static_cast<int64_t>(i));
+      }
+    }
+  }
+  return sent;
+}
+
 void PcpAttentionBackend::gather(int64_t layer) {
   TACHYON_CHECK(layer == layer_ && !pending_.empty()) << "PCP layer " << layer << ": attention before any store";
   if (gathered_) return;
   gathered_ = true;
   const int size = group_.size(), rank = group_.rank();
-  const std::vector<int64_t>& mine = pcp_.rank_tokens[static_cast<size_t>(rank)];
-  const int64_t total = static_cast<int64_t>(pcp_.gathered_tokens.size());
+  const std::vector<std::vector<int64_t>> sent = sent_rows();
+  const std::vector<int64_t>& mine = sent[static_cast<size_t>(rank)];
+  const std::vector<int64_t>& my_tokens = pcp_.rank_tokens[static_cast<size_t>(rank)];
+  std::vector<int64_t> tokens;  // [rows received]: the plan token of each gathered row, in rank order
+  for (int r = 0; r < size; ++r) {
+    for (int64_t i : sent[static_cast<size_t>(r)]) tokens.push_back(pcp_.rank_tokens[static_cast<size_t>(r)][static_cast<size_t>(i)]);
+  }
+  const int64_t total = static_cast<int64_t>(tokens.size());
   std::vector<int64_t> positions(mine.size());  // sent with the rows: where each lands
-  for (size_t i = 0; i < mine.size(); ++i) positions[i] = plan_.positions[static_cast<size_t>(mine[i])];
+  for (size_t j = 0; j < mine.size(); ++j) positions[j] = plan_.positions[static_cast<size_t>(my_tokens[static_cast<size_t>(mine[j])])];
 
-  // Per item kind its own recv_counts ([size] bytes), kept alive for the call.
+  // Per item kind its own recv_counts ([size] bytes), kept alive for the call; the rows sent,
+  // [rows sent, width], are the pending rows themselves unless DCP dropped some.
   std::vector<std::vector<size_t>> counts(pending_.size() + 1, std::vector<size_t>(static_cast<size_t>(size)));
-  std::vector<std::vector<float>> received(pending_.size());
+  std::vector<std::vector<float>> received(pending_.size()), sending(pending_.size());
   std::vector<int64_t> all_positions(static_cast<size_t>(total));
   std::vector<dist::GatherItem> items;
   for (size_t k = 0; k < pending_.size(); ++k) {
+    const int64_t width = pending_[k].width;
     for (int r = 0; r < size; ++r) {
-      counts[k][static_cast<size_t>(r)] = pcp_.rank_tokens[static_cast<size_t>(r)].size() *
-                                          static_cast<size_t>(pending_[k].width) * sizeof(float);
+      counts[k][static_cast<size_t>(r)] = sent[static_cast<size_t>(r)].size() * static_cast<size_t>(width) * sizeof(float);
     }
-    received[k].resize(static_cast<size_t>(total * pending_[k].width));
-    items.push_back({pending_[k].rows.data(), pending_[k].rows.size() * sizeof(float), received[k].data(), counts[k]});
+    const std::vector<float>* rows = &pending_[k].rows;
+    if (mine.size() != my_tokens.size()) {
+      sending[k].resize(mine.size() * static_cast<size_t>(width));
+      for (size_t j = 0; j < mine.size(); ++j) {
+        std::copy_n(pending_[k].rows.data() + mine[j] * width, width, sending[k].data() + static_cast<int64_t>(j) * width);
+      }
+      rows = &sending[k];
+    }
+    received[k].resize(static_cast<size_t>(total * width));
+    items.push_back({rows->data(), rows->size() * sizeof(float), received[k].data(), counts[k]});
   }
   std::vector<size_t>& position_counts = counts.back();
-  for (int r = 0; r < size; ++r) {
-    position_counts[static_cast<size_t>(r)] = pcp_.rank_tokens[static_cast<size_t>(r)].size() * sizeof(int64_t);
-  }
+  for (int r = 0; r < size; ++r) position_counts[static_cast<size_t>(r)] = sent[static_cast<size_t>(r)].size() * sizeof(int64_t);
   items.push_back({positions.data(), positions.size() * sizeof(int64_t), all_positions.data(), position_counts});
   group_.all_gatherv(items, nullptr);
 
-  // Row i came from plan token gathered_tokens[i] of its sequence at the position its sender sent.
+  // Row i came from plan token tokens[i] of its sequence at the position its sender sent; with
+  // DCP it lands at its local slot (every received row is one this rank owns).
   std::vector<int64_t> slots(static_cast<size_t>(total));
   for (int64_t i = 0; i < total; ++i) {
-    const int64_t token = pcp_.gathered_tokens[static_cast<size_t>(i)];
     const core::ScheduledSequence& s =
-        plan_.sequences[static_cast<size_t>(pcp_.token_sequence[static_cast<size_t>(token)])];
+        plan_.sequences[static_cast<size_t>(pcp_.token_sequence[static_cast<size_t>(tokens[static_cast<size_t>(i)])])];
     const int64_t position = all_positions[static_cast<size_t>(i)];
     TACHYON_CHECK(position >= 0 && position < s.num_computed + s.num_tokens)
         << "PCP: gathered position " << position << " outside sequence " << s.sequence_id;
-    slots[static_cast<size_t>(i)] = int64_t{s.block_table[static_cast<size_t>(position / plan_.block_size)]} *
-                                        plan_.block_size + position % plan_.block_size;
-  }
-  if (dcp_.group != nullptr) {  // keep the rows DCP deals this rank, at their local slots; drop the others
-    const model::DcpLayout layout{.size = dcp_.group->size(), .rank = dcp_.group->rank(), .interleave = dcp_.interleave};
-    std::vector<int64_t> kept, local_slots;  // [rows this rank keeps]: gathered row, local slot
-    for (int64_t i = 0; i < total; ++i) {
-      const int64_t slot = slots[static_cast<size_t>(i)];
-      if (!layout.owns(slot % plan_.block_size)) continue;
-      kept.push_back(i);
-      local_slots.push_back(layout.local_slot(slot, plan_.block_size));
+    const int64_t slot = int64_t{s.block_table[static_cast<size_t>(position / plan_.block_size)]} * plan_.block_size +
+                         position % plan_.block_size;
+    if (dcp_.group == nullptr) {
+      slots[static_cast<size_t>(i)] = slot;
+      continue;
     }
-    for (size_t k = 0; k < pending_.size(); ++k) {
-      const int64_t width = pending_[k].width;
-      std::vector<float> rows(kept.size() * static_cast<size_t>(width));
-      for (size_t j = 0; j < kept.size(); ++j) {
-        std::copy_n(received[k].data() + kept[j] * width, width, rows.data() + static_cast<int64_t>(j) * width);
-      }
-      kernels::cpu::store_rows_paged(pending_[k].storage->data(), rows.data(), local_slots.data(),
-                                     static_cast<int64_t>(kept.size()), width);
-    }
-    return;
+    const model::DcpLayout layout = layout_of(dcp_);
+    TACHYON_CHECK(layout.owns(slot % plan_.block_size))
+        << "PCP: gathered position " << position << " belongs to DCP rank " << layout.owner(slot % plan_.block_size)
+        << ", not to this rank's " << layout.rank << " (a PCP group must hold one DCP index)";
+    slots[static_cast<size_t>(i)] = layout.local_slot(slot, plan_.block_size);
   }
   for (size_t k = 0; k < pending_.size(); ++k) {
     kernels::cpu::store_rows_paged(pending_[k].storage->data(), received[k].data(), slots.data(), total,

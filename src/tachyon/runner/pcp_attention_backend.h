@@ -13,11 +13,13 @@
 // the layer go straight to it. The model stores the latent before the DSA indexer selects
 // (model/dense_model.cpp), which is what lets one collective carry both.
 // With decode context parallelism beside PCP (--dcp D, PcpDcp below) the rank's cache holds only
-// the rows model::DcpLayout deals it among its DCP group (the TP ranks of its PCP rank): after
-// the gather each rank keeps those rows of the step and drops the others, so PCP writes the DCP
-// layout directly and no later step re-lays the cache; the local queries then attend through a
-// DcpAttentionBackend over the local plan (partials over each rank's rows, LSE-merged), since no
-// rank holds the whole context.
+// the rows model::DcpLayout deals it among its DCP group (the TP ranks of its PCP rank), so PCP
+// writes the DCP layout directly and no later step re-lays the cache. Every rank of a PCP group
+// holds the same tp_rank, so the same DCP index (dist::RankLayout: dcp_rank = tp_rank % D): the
+// rows all receivers of a sender keep are the same, and the sender sends only those (sent_rows,
+// computed from the plan alike on every rank: no count exchange), about 1/D of its rows. The
+// local queries then attend through a DcpAttentionBackend over the local plan (partials over each
+// rank's rows, LSE-merged), since no rank holds the whole context.
 // A step that is not split (PcpPlan::split false: decodes) never reaches this class.
 // Tests: tests/unit/test_pcp_families.cpp (counts collectives per layer).
 #pragma once
@@ -75,6 +77,11 @@ class PcpAttentionBackend : public model::AttentionBackend {
   void keep(int64_t layer, std::span<const float> rows, int64_t width, std::vector<float>& storage);
   // The layer's one collective and the writes into the cache; once per layer, before attention.
   void gather(int64_t layer);
+  // The engine slot (block * block_size + offset) of plan token `token`.
+  int64_t slot_of(int64_t token) const;
+  // Per PCP rank r: the indices into pcp.rank_tokens[r] of the rows r sends (and every rank keeps):
+  // all of them, or with DCP those whose slot this rank's DCP index owns. [size][rows r sends]
+  std::vector<std::vector<int64_t>> sent_rows() const;
 
   const model::ModelConfig& config_;
   PagedKvCache& cache_;
