@@ -1,13 +1,26 @@
 #include "tachyon/server/reasoning_parser.h"
 
 #include "tachyon/server/json_scan.h"
+#include "tachyon/structured/reasoning_prefix.h"
 
 namespace tachyon::server {
 namespace {
 
-constexpr std::string_view kThinkStart = "<think>";
-constexpr std::string_view kThinkEnd = "</think>";
 constexpr std::string_view kNames[] = {"qwen3", "deepseek_r1", "deepseek_v3", "glm45"};
+
+// The markers are spelled in one place, structured::reasoning_markers() (start, end), which the
+// grammar's reasoning prefix and the vocabulary's marker tokens read too: a constraint after the
+// reasoning then ends it where this parser does.
+struct Markers {
+  std::string start, end;
+};
+const Markers& think_markers() {
+  static const Markers markers = [] {
+    const std::vector<std::string> m = structured::reasoning_markers();
+    return Markers{m.at(0), m.at(1)};
+  }();
+  return markers;
+}
 
 }  // namespace
 
@@ -109,7 +122,7 @@ bool is_reasoning_parser_name(std::string_view name) {
 }
 
 std::string reasoning_parser_for_template(std::string_view chat_template) {
-  if (chat_template.find(kThinkEnd) == std::string_view::npos) return "";
+  if (chat_template.find(think_markers().end) == std::string_view::npos) return "";
   if (chat_template.find("<|im_start|>") != std::string_view::npos) return "qwen3";
   if (chat_template.find("<｜Assistant｜>") != std::string_view::npos) return "deepseek_r1";
   if (chat_template.find("<|assistant|>") != std::string_view::npos) return "glm45";
@@ -118,20 +131,19 @@ std::string reasoning_parser_for_template(std::string_view chat_template) {
 
 std::vector<std::string> reasoning_parser_markers(std::string_view name) {
   if (!is_reasoning_parser_name(name)) return {};
-  return {std::string(kThinkStart), std::string(kThinkEnd)};
+  return {think_markers().start, think_markers().end};
 }
 
 bool prompt_opens_reasoning(std::string_view name, std::string_view prompt) {
   if (!is_reasoning_parser_name(name)) return false;
   size_t end = prompt.size();
   while (end > 0 && is_json_whitespace(prompt[end - 1])) --end;
-  return prompt.substr(0, end).ends_with(kThinkStart);
+  return prompt.substr(0, end).ends_with(think_markers().start);
 }
 
 std::unique_ptr<ReasoningParser> make_reasoning_parser(std::string_view name, bool starts_inside, bool markers_by_id) {
   if (!is_reasoning_parser_name(name)) return nullptr;
-  return std::make_unique<ReasoningParser>(std::string(kThinkStart), std::string(kThinkEnd), starts_inside,
-                                           markers_by_id);
+  return std::make_unique<ReasoningParser>(think_markers().start, think_markers().end, starts_inside, markers_by_id);
 }
 
 }  // namespace tachyon::server
