@@ -135,19 +135,19 @@ inline EngineRun run_engine(std::unique_ptr<ModelRunner> runner) {
   return run;
 }
 
-// The same greedy tokens and prefix hits; logprobs and the top-5 within 1e-4.
-inline void expect_same_engine_run(const EngineRun& got, const EngineRun& want) {
+// The same greedy tokens and prefix hits; logprobs and the top-5 within `tolerance`.
+inline void expect_same_engine_run(const EngineRun& got, const EngineRun& want, double tolerance = 1e-4) {
   EXPECT_EQ(got.tokens, want.tokens);
   EXPECT_EQ(got.prefix_hit_tokens, want.prefix_hit_tokens);
   ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
   for (size_t r = 0; r < want.logprobs.size(); ++r) {
     ASSERT_EQ(got.logprobs[r].size(), want.logprobs[r].size());
     for (size_t i = 0; i < want.logprobs[r].size(); ++i) {
-      EXPECT_NEAR(got.logprobs[r][i].logprob, want.logprobs[r][i].logprob, 1e-4) << "request " << r;
+      EXPECT_NEAR(got.logprobs[r][i].logprob, want.logprobs[r][i].logprob, tolerance) << "request " << r;
       ASSERT_EQ(got.logprobs[r][i].top.size(), want.logprobs[r][i].top.size());
       for (size_t k = 0; k < want.logprobs[r][i].top.size(); ++k) {
         EXPECT_EQ(got.logprobs[r][i].top[k].token, want.logprobs[r][i].top[k].token);
-        EXPECT_NEAR(got.logprobs[r][i].top[k].logprob, want.logprobs[r][i].top[k].logprob, 1e-4);
+        EXPECT_NEAR(got.logprobs[r][i].top[k].logprob, want.logprobs[r][i].top[k].logprob, tolerance);
       }
     }
   }

@@ -1,8 +1,11 @@
 // Data-parallel attention on CPU thread ranks (runner/dp_cpu_model_runner.h) against one rank:
 //   model   D replicas (each its own prompt and KV cache, the MoE layers expert-parallel over all
 //           D x T ranks, one replica idling through the MoE layers for some steps) give every
-//           replica's prompt the logits of that prompt run alone on one rank, within 1e-5 of the
-//           logit scale, and the same greedy tokens;
+//           replica's prompt the logits of that prompt run alone on one rank, bit for bit at
+//           TP 1 (attention whole per replica, the fixed-order CPU product gives a row the same
+//           bits in any batch, and the expert-parallel combine adds a token's experts in the
+//           single rank's order), within 1e-5 of the logit scale at TP 2 (the TP all-reduce adds
+//           the ranks' partial sums in another order), and the same greedy tokens;
 //   engine  EngineCore over DpCpuModelRunner gives eight different prompts (continuous batching,
 //           chunked prefill, two sharing a cached prefix, one with n = 2) the reference runner's
 //           greedy tokens and prefix hits; each replica's cache holds the per-rank num_blocks and
@@ -35,7 +38,7 @@
 namespace tachyon::model {
 namespace {
 
-constexpr double kDpLogitTolerance = 1e-5;  // max |diff| / max |reference logit|, f32
+constexpr double kDpLogitTolerance = 1e-5;  // max |diff| / max |reference logit|, f32, at TP > 1 (0 at TP 1)
 
 struct DpFamily {
   const char* arch;
@@ -158,7 +161,7 @@ TEST(DpFamilies, EveryReplicaMatchesItsPromptRunAlone) {
         EXPECT_EQ(run.tokens, reference.tokens) << "rank " << g;
         ASSERT_EQ(run.logits.size(), reference.logits.size()) << "rank " << g;
         for (size_t step = 0; step < run.logits.size(); ++step) {
-          EXPECT_LE(dp_relative_diff(run.logits[step], reference.logits[step]), kDpLogitTolerance)
+          EXPECT_LE(dp_relative_diff(run.logits[step], reference.logits[step]), layout.tp == 1 ? 0.0 : kDpLogitTolerance)
               << "rank " << g << " step " << step;
         }
       }

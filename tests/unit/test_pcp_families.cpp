@@ -6,14 +6,13 @@
 //           and positions; decodes and steps of fewer than 2N rows are not split;
 //   groups  a PCP group of 2, 3, 4 (every family) and 6, 8 (DeepSeek-V3.2) whole-model ranks
 //           over hand-built plans (a prompt in chunks after cached tokens, then decodes) gives
-//           the single cache's logits within 1e-5 of the logit scale (f32): each query attends
-//           the same rows in the same order, but the projections run as BLAS GEMMs of fewer rows,
-//           whose blocking (and so the order of the sums) depends on the row count (measured:
-//           ~1e-6, Llama included), so not bit for bit;
+//           the single cache's logits bit for bit: each query attends the same rows in the same
+//           order, and the fixed-order CPU product (kernels/cpu/fixed_order_gemm.h) gives a row
+//           the same bits in a product of fewer rows (with OpenBLAS's sgemm it did not: ~1e-6);
 //   counts  a split step makes exactly one collective per layer (an all_gatherv of the rows and
 //           positions, mixed dtypes) plus one for the logits; a decode step none;
 //   engine  EngineCore over PcpCpuModelRunner (2, 3, 4) gives CpuModelRunner's greedy tokens and
-//           top-5 logprobs within 1e-4 with chunked prefill and prefix-cache hits;
+//           top-5 logprobs, equal, with chunked prefill and prefix-cache hits;
 //   refusals every combination without such a test is refused at start-up by name.
 #include <gtest/gtest.h>
 
@@ -136,7 +135,7 @@ TEST(PcpFamilies, GroupsGiveTheUnsplitLogits) {
       const GroupRun got = pcp_run(model, plans, size);
       for (int r = 0; r < size; ++r) {
         ASSERT_EQ(got.logits[static_cast<size_t>(r)].size(), want.size());
-        EXPECT_LE(testing::relative_error(got.logits[static_cast<size_t>(r)], want), 1e-5)
+        EXPECT_EQ(testing::relative_error(got.logits[static_cast<size_t>(r)], want), 0.0)
             << "rank " << r << " of " << size;
       }
     }
@@ -189,7 +188,7 @@ TEST(PcpFamilies, EngineGreedyTokensAndLogprobsMatchOneRank) {
     for (int size : {2, 3, 4}) {
       SCOPED_TRACE("pcp " + std::to_string(size));
       expect_same_engine_run(run_engine(std::make_unique<PcpCpuModelRunner>(weights, size, c.num_blocks, c.block_size)),
-                             want);
+                             want, /*tolerance=*/0.0);
     }
   }
 }

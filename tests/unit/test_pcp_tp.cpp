@@ -5,7 +5,8 @@
 //           consecutive ranks, a PCP group the P ranks of one tp_rank (dist::RankLayout);
 //   groups  (T, P) = (2, 2), (2, 3), (4, 2) over hand-built plans (a prompt in chunks after cached
 //           tokens, then decodes): every rank's logits within 1e-5 of the logit scale of the single
-//           cache's, the tolerance of PCP alone (test_pcp_families.cpp says why not bit for bit);
+//           cache's (not bit for bit as PCP alone is: the TP all-reduces add the ranks' partial
+//           sums in another order than one rank's product; measured at most 1.3e-6);
 //   counts  a split step makes exactly layers + 1 all_gatherv on the PCP group (the latent, index
 //           keys and positions of a layer in one; then the logits rows) and on the TP group the TP
 //           seams only (1 + 2 x layers all-reduces, one all_gather of the LM head's slices),
