@@ -22,9 +22,4 @@ void embedding(float* out, const int32_t* ids, const float* table, int64_t rows,
 // out[i] += in[i] for i < count (residual connections).
 void add_inplace(float* out, const float* in, int64_t count);
 
-// The threads of OpenBLAS's own pool, process-wide (it spins like OpenMP's and ignores
-// omp_set_num_threads). linear() no longer calls BLAS; the pool still starts with the library,
-// so the runner keeps it as small as its own team. A no-op when the BLAS is not OpenBLAS.
-void set_blas_threads(int threads);
-
 }  // namespace tachyon::kernels::cpu

@@ -4,7 +4,6 @@
 
 #include <cstdlib>
 
-#include "tachyon/kernels/linear.h"
 #include "tachyon/model/decode_bytes.h"
 #include "tachyon/runner/cpu_threads.h"
 #include "tachyon/runner/plan_sampling.h"
@@ -16,10 +15,7 @@ CpuModelRunner::CpuModelRunner(const model::DenseModel& model, int32_t num_block
     : model_(model),
       cache_(model.config(), num_blocks, block_size, mla_form, fp8_kv_cache),
       threads_(cpu_forward_threads(model::decode_step_min_bytes(model.config(), 1, 0), omp_get_num_procs(),
-                                   std::getenv("OMP_NUM_THREADS"))) {
-  // OpenBLAS keeps a pool of its own (it reads OMP_NUM_THREADS only when it loads).
-  if (threads_ > 0) kernels::cpu::set_blas_threads(threads_);
-}
+                                   std::getenv("OMP_NUM_THREADS"))) {}
 
 CpuModelRunner::CpuModelRunner(std::unique_ptr<model::DenseModel> model, int32_t num_blocks, int32_t block_size,
                                model::MlaAttentionForm mla_form, bool fp8_kv_cache)

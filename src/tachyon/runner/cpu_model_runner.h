@@ -32,7 +32,7 @@ class CpuModelRunner : public SynchronousModelRunner {
   KvRowAccess* kv_rows() override { return &rows_; }
   // Every token's hidden state after the final norm for one token sequence, [tokens, hidden]
   // (DenseModel::final_hidden_states): what /v1/embeddings pools. Any thread may call it; it
-  // runs between steps (never beside one: both use the BLAS pool) and touches no KV block.
+  // runs between steps (never beside one: both use the OpenMP team) and touches no KV block.
   std::vector<float> final_hidden_states(std::span<const int32_t> tokens);
 
  protected:

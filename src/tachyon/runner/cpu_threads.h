@@ -5,8 +5,8 @@
 // the 2-core dev machine (canary, batch 1, `bench latency --device cpu`): decode step 2.8 ms with
 // one thread, 3.2 ms (p90 22.9 ms) with two; with both cores busy elsewhere 3.4 ms with one
 // thread, 44 ms (p90 136 ms) with two. The wait policy cannot be changed from inside the process
-// (the OpenMP runtime reads it when it loads), so the policy is the thread count, for OpenMP and
-// for OpenBLAS's own pool alike:
+// (the OpenMP runtime reads it when it loads), so the policy is the thread count of OpenMP's team,
+// which every CPU kernel runs on (kernels/cpu/parallel_for.h):
 //   OMP_NUM_THREADS set by the user       -> left to OpenMP (0)
 //   a decode step reads < 64 MB of weights -> 1 thread
 //   otherwise                              -> every core

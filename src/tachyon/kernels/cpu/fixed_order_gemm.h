@@ -2,8 +2,9 @@
 // every element summed in ONE order that depends on the dot product's length only. Not on the
 // number of rows in the product, the element's place in it, the column range a thread computes,
 // nor the instruction set: a decode step's row is bit-identical to the same row inside a
-// speculative verify step or a batch of 64, by construction. A general GEMM (OpenBLAS's sgemm)
-// gives no such promise: its blocking, and the kernel it picks, depend on the product's shape.
+// speculative verify step or a batch of 64, by construction. A general GEMM (a BLAS sgemm, which
+// this product replaced) gives no such promise: its blocking, and the kernel it picks, depend on
+// the product's shape.
 //
 // The order (the spec; dot_portable writes it as plain loops):
 //   16 running sums; sum j takes the products k = j, j + 16, j + 32, ... in increasing k, each
