@@ -1,12 +1,12 @@
 #include "tachyon/kernels/attention.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "tachyon/kernels/cpu/fixed_order_gemm.h"
 #include "tachyon/kernels/cpu/parallel_for.h"
+#include "tachyon/kernels/cpu/softmax_weighted_sum.h"
 
 namespace tachyon::kernels::cpu {
 namespace {
@@ -14,8 +14,9 @@ namespace {
 // The one attention loop; `key_row(j)` says where key/value j lives, which is all that differs
 // between a contiguous and a paged cache. Each (query, head) is computed alone, so a query's
 // output does not depend on the other queries of the call (a decode row equals the same row of a
-// verify step); its q.k scores and weighted sum of values use the fixed-order dot product and
-// fused multiply-adds of fixed_order_gemm.h, vectorized on every instruction set alike.
+// verify step); its q.k scores use the fixed-order dot product of fixed_order_gemm.h and its
+// weighted sum of values fused multiply-adds (softmax_weighted_sum.h), vectorized on every
+// instruction set alike.
 template <typename KeyRow>
 void attention_impl(float* out, const float* q, const float* k_cache, const float* v_cache, const AttentionShape& s,
                     KeyRow key_row) {
@@ -31,23 +32,12 @@ void attention_impl(float* out, const float* q, const float* k_cache, const floa
     const int64_t kv_head = h / group;
     const float* qv = q + (i * s.num_heads + h) * s.head_dim;
     std::vector<float> scores(static_cast<size_t>(position - first_key + 1));
-    float max_score = -INFINITY;
     for (int64_t j = first_key; j <= position; ++j) {
       const float* kv = k_cache + key_row(j) * kv_stride + kv_head * s.head_dim;
       scores[static_cast<size_t>(j - first_key)] = fixed_order_dot(isa, qv, kv, s.head_dim) * s.scale;
-      max_score = std::max(max_score, scores[static_cast<size_t>(j - first_key)]);
     }
-    float denominator = 0.0f;
-    for (float& score : scores) {
-      score = std::exp(score - max_score);
-      denominator += score;
-    }
-    float* o = out + (i * s.num_heads + h) * v_dim;
-    std::fill(o, o + v_dim, 0.0f);
-    for (int64_t j = first_key; j <= position; ++j) {
-      const float weight = scores[static_cast<size_t>(j - first_key)] / denominator;
-      fused_axpy(isa, o, weight, v_cache + key_row(j) * v_stride + kv_head * v_dim, v_dim);
-    }
+    softmax_weighted_sum(out + (i * s.num_heads + h) * v_dim, scores, v_dim, ValueSum::kFused, isa,
+                         [&](int64_t j) { return v_cache + key_row(first_key + j) * v_stride + kv_head * v_dim; });
   });
 }
 

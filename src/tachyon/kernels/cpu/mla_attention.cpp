@@ -2,11 +2,10 @@
 // and the paged cache, which differ only in where token j's latent row lives.
 #include "tachyon/kernels/mla_attention.h"
 
-#include <algorithm>
-#include <cmath>
 #include <vector>
 
 #include "tachyon/kernels/cpu/parallel_for.h"
+#include "tachyon/kernels/cpu/softmax_weighted_sum.h"
 
 namespace tachyon::kernels::cpu {
 namespace {
@@ -14,6 +13,7 @@ namespace {
 template <typename LatentRow>
 void mla_attention_impl(float* out, const float* q, const float* latent_cache, const MlaAttentionShape& s,
                         LatentRow latent_row) {
+  const GemmIsa isa = best_gemm_isa();
   const int64_t rank = s.kv_lora_rank, row_width = s.kv_lora_rank + s.rope_dim;
   parallel_for(s.num_queries * s.num_heads, s.num_queries * s.num_heads > 1, [&](int64_t query_head) {
     const int64_t i = query_head / s.num_heads, h = query_head % s.num_heads;
@@ -21,7 +21,6 @@ void mla_attention_impl(float* out, const float* q, const float* latent_cache, c
     const float* q_latent = q + (i * s.num_heads + h) * row_width;  // [rank]: q_nope @ W_uk
     const float* q_pe = q_latent + rank;                             // [rope_dim]
     std::vector<float> scores(static_cast<size_t>(position + 1));
-    float max_score = -INFINITY;
     for (int64_t t = 0; t <= position; ++t) {
       const float* c_kv = latent_cache + latent_row(t) * row_width;
       const float* k_pe = c_kv + rank;
@@ -29,21 +28,10 @@ void mla_attention_impl(float* out, const float* q, const float* latent_cache, c
       for (int64_t d = 0; d < rank; ++d) nope_part += q_latent[d] * c_kv[d];
       for (int64_t d = 0; d < s.rope_dim; ++d) rope_part += q_pe[d] * k_pe[d];
       scores[static_cast<size_t>(t)] = (nope_part + rope_part) * s.scale;
-      max_score = std::max(max_score, scores[static_cast<size_t>(t)]);
-    }
-    float denominator = 0.0f;
-    for (float& score : scores) {
-      score = std::exp(score - max_score);
-      denominator += score;
     }
     // The value of token t is its c_kv: the output stays in the latent space until W_uv.
-    float* o = out + (i * s.num_heads + h) * rank;
-    std::fill(o, o + rank, 0.0f);
-    for (int64_t t = 0; t <= position; ++t) {
-      const float weight = scores[static_cast<size_t>(t)] / denominator;
-      const float* c_kv = latent_cache + latent_row(t) * row_width;
-      for (int64_t d = 0; d < rank; ++d) o[d] += weight * c_kv[d];
-    }
+    softmax_weighted_sum(out + (i * s.num_heads + h) * rank, scores, rank, ValueSum::kMultiplyThenAdd, isa,
+                         [&](int64_t t) { return latent_cache + latent_row(t) * row_width; });
   });
 }
 

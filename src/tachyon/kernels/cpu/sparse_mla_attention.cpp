@@ -3,11 +3,10 @@
 // cache, which differ only in where token t's latent row lives.
 #include "tachyon/kernels/sparse_mla_attention.h"
 
-#include <algorithm>
-#include <cmath>
 #include <vector>
 
 #include "tachyon/kernels/cpu/parallel_for.h"
+#include "tachyon/kernels/cpu/softmax_weighted_sum.h"
 
 namespace tachyon::kernels::cpu {
 namespace {
@@ -15,39 +14,30 @@ namespace {
 template <typename LatentRow>
 void sparse_mla_attention_impl(float* out, const float* q, const float* latent_cache, const int32_t* kept,
                                int64_t kept_width, const MlaAttentionShape& s, LatentRow latent_row) {
+  const GemmIsa isa = best_gemm_isa();
   const int64_t rank = s.kv_lora_rank, row_width = s.kv_lora_rank + s.rope_dim;
   parallel_for(s.num_queries * s.num_heads, s.num_queries * s.num_heads > 1, [&](int64_t query_head) {
     const int64_t i = query_head / s.num_heads, h = query_head % s.num_heads;
     const int32_t* tokens = kept + i * kept_width;  // [kept_width], -1 past the kept ones
     const float* q_latent = q + (i * s.num_heads + h) * row_width;
     const float* q_pe = q_latent + rank;
-    std::vector<float> scores(static_cast<size_t>(kept_width), 0.0f);
-    float max_score = -INFINITY;
+    // The kept tokens' latent rows, in the list's order, the -1 entries dropped.
+    std::vector<const float*> rows;
+    rows.reserve(static_cast<size_t>(kept_width));
     for (int64_t j = 0; j < kept_width; ++j) {
-      if (tokens[j] < 0) continue;
-      const float* c_kv = latent_cache + latent_row(tokens[j]) * row_width;
+      if (tokens[j] >= 0) rows.push_back(latent_cache + latent_row(tokens[j]) * row_width);
+    }
+    std::vector<float> scores(rows.size());
+    for (size_t j = 0; j < rows.size(); ++j) {
+      const float* c_kv = rows[j];
       const float* k_pe = c_kv + rank;
       float nope_part = 0.0f, rope_part = 0.0f;
       for (int64_t d = 0; d < rank; ++d) nope_part += q_latent[d] * c_kv[d];
       for (int64_t d = 0; d < s.rope_dim; ++d) rope_part += q_pe[d] * k_pe[d];
-      scores[static_cast<size_t>(j)] = (nope_part + rope_part) * s.scale;
-      max_score = std::max(max_score, scores[static_cast<size_t>(j)]);
+      scores[j] = (nope_part + rope_part) * s.scale;
     }
-    float denominator = 0.0f;
-    for (int64_t j = 0; j < kept_width; ++j) {
-      if (tokens[j] < 0) continue;
-      float& score = scores[static_cast<size_t>(j)];
-      score = std::exp(score - max_score);
-      denominator += score;
-    }
-    float* o = out + (i * s.num_heads + h) * rank;
-    std::fill(o, o + rank, 0.0f);
-    for (int64_t j = 0; j < kept_width; ++j) {
-      if (tokens[j] < 0) continue;
-      const float weight = scores[static_cast<size_t>(j)] / denominator;
-      const float* c_kv = latent_cache + latent_row(tokens[j]) * row_width;
-      for (int64_t d = 0; d < rank; ++d) o[d] += weight * c_kv[d];
-    }
+    softmax_weighted_sum(out + (i * s.num_heads + h) * rank, scores, rank, ValueSum::kMultiplyThenAdd, isa,
+                         [&](int64_t j) { return rows[static_cast<size_t>(j)]; });
   });
 }
 
