@@ -74,6 +74,10 @@ ChatOutput::ChatOutput(const ChatOutputConfig& config, std::function<std::string
     }
   }
   const bool by_id = !marker_tokens_.empty();
+  // The answer's ids are decoded a second time here, apart from the route's text (which a stop
+  // string may hold back), to place each marker token in the text. Measured on 7,748 Qwen3 tokens
+  // of a long answer: 1.9 ms on top of the route's own 2.2 ms decode, 0.25 us a token on an HTTP
+  // thread, so the route's detokenizer is not shared for it.
   if (by_id) {
     marker_detokenizer_ =
         std::make_unique<tokenizer::IncrementalDetokenizer>(*config.tokenizer, config.skip_special_tokens);
