@@ -6,11 +6,11 @@
 
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <memory>
 #include <vector>
 
 #include "../model_test_util.h"
+#include "two_wave_engine_run.h"
 #include "tachyon/engine/engine_core.h"
 #include "tachyon/model/dense_model.h"
 #include "tachyon/runner/paged_attention_backend.h"
@@ -90,49 +90,12 @@ inline core::EngineConfig engine_config() {
   return c;
 }
 
-struct EngineRun {
-  std::vector<std::vector<int32_t>> tokens;
-  std::vector<std::vector<core::SampledToken>> logprobs;
-  int64_t prefix_hit_tokens = 0;
-};
+using EngineRun = testing::TwoWaveRun;
 
-// Two waves of greedy requests with top-5 logprobs: prompts of 3..23 tokens, then prompts that
-// share the first wave's 23-token prompt's first 12 or 16 tokens (prefix-cache hits).
+// Two waves of greedy requests with top-5 logprobs (two_wave_engine_run.h): prompts of 3..23
+// tokens, then prompts that share the first wave's 23-token prompt's first 12 or 16 tokens.
 inline EngineRun run_engine(std::unique_ptr<ModelRunner> runner) {
-  engine::EngineCore engine(engine_config(), std::move(runner));
-  core::SamplingParams params;
-  params.temperature = 0.0f;
-  params.max_tokens = 8;
-  params.ignore_eos = true;
-  params.logprobs = 5;
-  EngineRun run;
-  for (int wave = 0; wave < 2; ++wave) {
-    std::vector<std::shared_ptr<engine::OutputChannel>> channels;
-    for (int length : {3, 23, 9, 17}) {
-      std::vector<int32_t> prompt = testing::prompt_of(length, length);
-      if (wave == 1) {
-        prompt = testing::prompt_of(length < 12 ? 16 : 12, 23);
-        for (int i = 0; i < length; ++i) prompt.push_back(static_cast<int32_t>((i * 53 + 7) % 512));
-      }
-      channels.push_back(std::make_shared<engine::OutputChannel>());
-      engine.submit(prompt, params, channels.back());
-    }
-    for (int guard = 0; engine.has_work() && guard < 10000; ++guard) engine.step();
-    for (const auto& channel : channels) {
-      std::vector<int32_t> tokens;
-      std::vector<core::SampledToken> logprobs;
-      while (auto delta = channel->take(std::chrono::milliseconds(0))) {
-        run.prefix_hit_tokens += delta->num_prefix_hit_tokens;
-        for (auto& c : delta->completions) {
-          tokens.insert(tokens.end(), c.token_ids.begin(), c.token_ids.end());
-          logprobs.insert(logprobs.end(), c.logprobs.begin(), c.logprobs.end());
-        }
-      }
-      run.tokens.push_back(tokens);
-      run.logprobs.push_back(logprobs);
-    }
-  }
-  return run;
+  return testing::run_two_waves(std::move(runner), engine_config(), {3, 23, 9, 17}, /*max_tokens=*/8);
 }
 
 // The same greedy tokens and prefix hits; logprobs and the top-5 within `tolerance`.
