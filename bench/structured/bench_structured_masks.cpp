@@ -1,5 +1,6 @@
 // bench_structured_masks: what structured outputs cost the engine thread per step, on the CPU.
 //   bin/bench_structured_masks [--tokenizer DIR] [--schema FILE] [--batch 64] [--steps 300] [--threads N]
+//   bin/bench_structured_masks --corpus tests/data/structured/schema_corpus.json [--json OUT]
 // Three figures, each the median of its runs, with the vocabulary of --tokenizer (default Llama-3,
 // 128K tokens) and the JSON schema in --schema (default the user record below):
 //   1. vocabulary: building the byte trie once per tokenizer (server start-up).
@@ -12,6 +13,9 @@
 //      structure) and restart when the grammar may end, so the mask cache is warm as in serving.
 // Compare figure 3 with the model's step time at the same batch (tachyon bench latency / serve):
 // the bound is 5% of it.
+// --corpus FILE: figure 2's compile + first mask alone, for every accepted schema of a corpus file
+// (the corpus test's format), each the median of 5 fresh compilers; prints and, with --json,
+// writes the median and the max over the schemas (scripts/gpu-bench-structured.sh reads it).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -19,6 +23,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "tachyon/engine/structured_masks.h"
@@ -69,18 +74,64 @@ int32_t pick(const structured::TokenMask& mask, const structured::TokenVocabular
   return pool[rng() % pool.size()];
 }
 
+// Compile + first mask of a new schema: a fresh compiler (nothing cached), median of `runs`.
+double first_mask_ms(const std::shared_ptr<const structured::TokenVocabulary>& vocabulary,
+                     const structured::ConstraintSpec& spec, int runs) {
+  std::vector<double> ms;
+  for (int r = 0; r < runs; ++r) {
+    structured::GrammarCompiler compiler(vocabulary);
+    const auto start = Clock::now();
+    structured::Matcher m(compiler.compile(spec));
+    m.next_mask();
+    ms.push_back(ms_since(start));
+  }
+  return median(ms);
+}
+
+// --corpus: every accepted schema's compile + first mask; 0 on success.
+int time_corpus(const std::shared_ptr<const structured::TokenVocabulary>& vocabulary, const std::string& corpus_file,
+                const std::string& json_file) {
+  std::ifstream in(corpus_file);
+  const nlohmann::ordered_json corpus = nlohmann::ordered_json::parse(in, nullptr, false);
+  if (corpus.is_discarded() || !corpus.contains("accepted")) {
+    std::fprintf(stderr, "%s: not a schema corpus (a JSON object with an 'accepted' list)\n", corpus_file.c_str());
+    return 1;
+  }
+  nlohmann::ordered_json per_schema = nlohmann::ordered_json::object();
+  std::vector<double> all;
+  for (const auto& entry : corpus["accepted"]) {
+    const std::string name = entry["name"].get<std::string>();
+    const structured::ConstraintSpec spec{structured::ConstraintSpec::Kind::kJsonSchema, entry["schema"].dump(), {}, "json_schema"};
+    const double ms = first_mask_ms(vocabulary, spec, 5);
+    per_schema[name] = ms;
+    all.push_back(ms);
+  }
+  const double worst = *std::max_element(all.begin(), all.end());
+  std::printf("compile + first mask over %zu schemas: median %.3f ms, max %.3f ms\n", all.size(), median(all), worst);
+  if (!json_file.empty()) {
+    const nlohmann::ordered_json out = {{"schemas", all.size()},
+                                        {"compile_and_first_mask_ms_median", median(all)},
+                                        {"compile_and_first_mask_ms_max", worst},
+                                        {"per_schema_ms", per_schema}};
+    std::ofstream(json_file) << out.dump(1) << "\n";
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Structured outputs: token-mask cost on the host"};
   std::string tokenizer_dir = std::string(TACHYON_SOURCE_DIR) + "/third_party/tokenizers/models/llama3";
   int batch = 64, steps = 300, threads = 0;
-  std::string schema_file;
+  std::string schema_file, corpus_file, json_file;
   app.add_option("--tokenizer", tokenizer_dir, "folder with tokenizer.json");
   app.add_option("--schema", schema_file, "file holding the JSON schema to time (default: a user record)");
   app.add_option("--batch", batch, "sequences per step");
   app.add_option("--steps", steps, "steps of the steady-state run");
   app.add_option("--threads", threads, "OpenMP threads for the batch's masks (0: the default)");
+  app.add_option("--corpus", corpus_file, "time only compile + first mask, over every accepted schema of this corpus file");
+  app.add_option("--json", json_file, "with --corpus: write the figures to this file");
   CLI11_PARSE(app, argc, argv);
 #ifdef _OPENMP
   if (threads > 0) omp_set_num_threads(threads);
@@ -101,6 +152,7 @@ int main(int argc, char** argv) {
   }
   std::printf("vocabulary: %d tokens, %d trie nodes, built in %.1f ms\n", tok.vocab_size(), vocabulary->num_nodes(),
               median(build_ms));
+  if (!corpus_file.empty()) return time_corpus(vocabulary, corpus_file, json_file);
 
   // 2. First mask of a new schema (fresh compiler: nothing cached), and the slowest cold mask.
   std::string schema_text = kSchema;
