@@ -633,6 +633,7 @@ struct EngineRun {
   std::vector<std::vector<int32_t>> tokens;               // [request]
   std::vector<std::vector<core::SampledToken>> logprobs;  // [request][token]
   engine::EngineStats stats;
+  int64_t draft_graph_replays = 0;  // MTP drafting served by a graph
 };
 
 // `mtp`: the model's MTP module when speculative.method is "mtp" (the runner drafts with it).
@@ -642,6 +643,7 @@ EngineRun run_engine(const model::Bf16ModelWeights& weights, const std::vector<s
   core::EngineConfig config = small_config(eager);
   config.speculative = speculative;
   auto runner = std::make_unique<CudaModelRunner>(weights, config, CudaTpRank{}, mtp);
+  const CudaModelRunner* raw_runner = runner.get();  // the engine owns it until the end of this function
   config.num_blocks = runner->num_blocks();
   std::unique_ptr<engine::Drafter> drafter;
   if (mtp != nullptr) drafter = std::make_unique<engine::RunnerDrafter>();
@@ -664,6 +666,7 @@ EngineRun run_engine(const model::Bf16ModelWeights& weights, const std::vector<s
     }
   }
   run.stats = engine.stats();
+  run.draft_graph_replays = raw_runner->draft_graph_replays();
   return run;
 }
 
@@ -821,6 +824,11 @@ TEST(CudaSpeculativeEngine, MtpDraftsOnTheDeviceGiveThePlainTokensUpToNearTies) 
       const core::SpeculativeConfig speculative{.method = "mtp", .num_speculative_tokens = k};
       const EngineRun drafted = run_engine(weights, prompts, params, speculative, &module, eager);
       EXPECT_GT(drafted.stats.draft_tokens, 0) << label << ": the runner proposed no drafts";
+      if (eager) {
+        EXPECT_EQ(drafted.draft_graph_replays, 0) << label;
+      } else {
+        EXPECT_GT(drafted.draft_graph_replays, 0) << label << ": no decode step drafted from a graph";
+      }
       const auto [identical, near_ties] = expect_plain_up_to_near_ties(plain, drafted, params, label);
       std::printf("[%s] %d/%zu requests identical, %d diverge at a near tie; %lld of %lld drafts accepted\n",
                   label.c_str(), identical, prompts.size(), near_ties,
@@ -840,6 +848,12 @@ TEST(CudaSpeculativeEngine, MtpDraftsOnTheDeviceGiveThePlainTokensUpToNearTies) 
       << run.stats.draft_tokens << " drafts for " << decoded << " decoded tokens: the chain stops early";
   std::printf("[mtp k 3 forced] %lld drafts for %lld decoded tokens\n", static_cast<long long>(run.stats.draft_tokens),
               static_cast<long long>(decoded));
+  // Under forced acceptance the drafts are the output, so the drafting graphs must draft exactly
+  // what the same passes draft eagerly (the same padded shapes): token for token, every request.
+  const EngineRun eager = run_engine(weights, prompts, params, forced, &module, /*eager=*/true);
+  EXPECT_GT(run.draft_graph_replays, 0);
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(run.tokens[i], eager.tokens[i]) << "request " << i;
+  EXPECT_EQ(run.stats.draft_tokens, eager.stats.draft_tokens);
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 #include <memory>
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -102,8 +104,12 @@ void expect_logprob_near(float gpu, float cpu, const std::string& what) {
 // Runs the batch on the GPU and each case through sample_token; returns the token mismatches
 // (each also reported, the first few in full).
 int expect_same_as_cpu(const std::vector<Case>& cases, const std::string& what) {
+  // TACHYON_TEST_TRACE=1 names each batch as it starts (a batch that never ends shows last).
+  static const bool trace = std::getenv("TACHYON_TEST_TRACE") != nullptr;
+  if (trace) std::fprintf(stderr, "[batch] %s (%zu rows)\n", what.c_str(), cases.size());
   runner::SamplingInputs inputs;
   const std::vector<kc::SampledRow> gpu = sample_on_gpu(cases, &inputs);
+  if (trace) std::fprintf(stderr, "[batch] sampled on the GPU\n");
   int mismatches = 0;
   for (size_t r = 0; r < cases.size(); ++r) {
     const Case& c = cases[r];

@@ -51,6 +51,21 @@ TEST(StepInputs, LayoutArraysAreAlignedAndDisjoint) {
   EXPECT_EQ(layout.block_table_stride, 4);
 }
 
+// The runner's own region (MTP drafting's inputs) sits at a fixed offset inside the prefix every
+// step copies, so a graph reads it at one address whatever the step's length.
+TEST(StepInputs, TheRunnersRegionIsFixedAndCopiedWithEveryStep) {
+  StepInputLimits l = limits();
+  l.runner_bytes = 1000;
+  const StepInputLayout layout = StepInputLayout::make(l);
+  EXPECT_EQ(layout.runner % 256, 0u);
+  EXPECT_GE(layout.runner, layout.sampling_rows + 8 * 72);
+  EXPECT_LE(layout.runner + 1000, layout.block_tables);
+  std::vector<std::byte> staging(layout.variable + 4096);
+  const StepInputSummary s = fill_step_inputs(two_sequence_plan(), layout, l, staging.data());
+  EXPECT_GE(s.bytes_used, layout.runner + 1000);
+  EXPECT_EQ(StepInputLayout::make(limits()).runner, StepInputLayout::make(limits()).block_tables);  // none: empty
+}
+
 TEST(StepInputs, FillsEveryArrayFromThePlan) {
   const StepInputLimits l = limits();
   const StepInputLayout layout = StepInputLayout::make(l);

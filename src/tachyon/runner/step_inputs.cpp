@@ -42,6 +42,7 @@ StepInputLayout StepInputLayout::make(const StepInputLimits& limits) {
   layout.num_deferred = take(sizeof(int32_t));
   layout.deferred = take(2 * seqs);
   layout.sampling_rows = take(logits_rows * limits.sampling_row_bytes);
+  layout.runner = take(limits.runner_bytes);
   layout.block_tables = take(seqs * static_cast<size_t>(limits.max_blocks_per_seq));
   layout.variable = offset;
   layout.block_table_stride = limits.max_blocks_per_seq;

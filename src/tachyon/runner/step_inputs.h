@@ -22,6 +22,9 @@ struct StepInputLimits {
   // carries, so a runner that verifies k drafts needs up to min(max_tokens, max_seqs * (1 + k)).
   // 0: max_seqs (no drafts).
   int32_t max_logits_rows = 0;
+  // The runner's own fixed-offset inputs (MTP drafting's records and next tokens), copied with
+  // every step's prefix so a graph reads them at one address; 0: none.
+  size_t runner_bytes = 0;
 
   int32_t logits_rows_capacity() const { return max_logits_rows > 0 ? max_logits_rows : max_seqs; }
 };
@@ -37,6 +40,7 @@ struct StepInputLayout {
   size_t num_deferred = 0;   // [1] deferred tokens of the step (core/step_plan.h)
   size_t deferred = 0;       // [max_seqs, 2] each one's (token index, previous step's sampled row)
   size_t sampling_rows = 0;  // [logits_rows_capacity()] sampling rows, one per logits row (opaque here)
+  size_t runner = 0;         // [runner_bytes] the runner's own inputs (opaque here), before the block tables
   size_t block_tables = 0;   // [max_seqs, max_blocks_per_seq]
   size_t variable = 0;       // start of the variable-length tail (sampling token histories)
   int32_t block_table_stride = 0;

@@ -17,6 +17,10 @@ __global__ void mtp_accept_kernel(int32_t* emitted, int32_t* last_row, const Sam
   const int32_t s = blockIdx.x * blockDim.x + threadIdx.x;
   if (s >= num_sequences) return;
   const MtpSequence seq = sequences[s];
+  if (seq.first_row < 0) {  // padding (a graph's fixed count of sequences): row 0, never read
+    last_row[s] = 0;
+    return;
+  }
   int32_t end = seq.num_drafts;
   for (int32_t i = 0; i <= seq.num_drafts; ++i) {
     const int32_t row = seq.first_row + i;
@@ -94,9 +98,12 @@ __global__ void mtp_chain_rows_kernel(MtpChainRows out, int32_t j, const MtpSequ
   const MtpSequence seq = sequences[s];
   const int32_t q = positions[last_row[s]] + j;
   const int32_t previous = drafts[s * drafts_stride + j - 1];
-  const bool real = previous >= 0 && q < seq.capacity;
+  const bool real = seq.first_row >= 0 && previous >= 0 && q < seq.capacity;
   const int32_t* table = step_tables + static_cast<int64_t>(seq.table_seq) * table_stride;
-  const int32_t blocks = real ? q / block_size + 1 : 0;
+  // The first pass copies the blocks every pass of the step reads (positions up to the last
+  // pass's, within the sequence's blocks); the later passes' rows only move within them.
+  const int32_t last_q = min(q + drafts_stride - 2, seq.capacity - 1);
+  const int32_t blocks = real && j == 1 ? last_q / block_size + 1 : 0;
   for (int32_t b = threadIdx.x; b < blocks; b += blockDim.x) {
     out.block_tables[static_cast<int64_t>(s) * table_stride + b] = table[b];
   }

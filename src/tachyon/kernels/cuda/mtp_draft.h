@@ -16,7 +16,9 @@ namespace tachyon::kernels::cuda {
 
 // One sampled sequence of a step, as the host lays it out for the drafter (plan order).
 struct MtpSequence {
-  int32_t first_row = 0;   // its first logits (= sampled) row; its rows are first_row .. first_row + num_drafts
+  // Its first logits (= sampled) row; its rows are first_row .. first_row + num_drafts. -1: a
+  // padding record (a graph drafts a fixed count of sequences): no rows, no drafts.
+  int32_t first_row = 0;
   int32_t num_drafts = 0;  // drafts it carried this step
   int32_t table_seq = 0;   // the attention sequence whose block-table row holds all of its blocks
   int32_t capacity = 0;    // positions its blocks hold (blocks * block size): chain rows stop there
@@ -30,8 +32,8 @@ static_assert(sizeof(MtpSequence) == 32);
 // forced_acceptance >= 0) and the walk goes on; the first row that does not, or the last row,
 // emits its drawn token and ends it. emitted[first_row + i] = the token row i emits (rows after
 // the end: their drawn token, never read as real); last_row[s] = the token index
-// (logits_rows[...]) of the row that ended the walk. Drafts are the verify rows' tokens:
-// draft i of s is token_ids[logits_rows[first_row + i + 1]].
+// (logits_rows[...]) of the row that ended the walk (0 for a padding record). Drafts are the
+// verify rows' tokens: draft i of s is token_ids[logits_rows[first_row + i + 1]].
 void mtp_accept(int32_t* emitted, int32_t* last_row, const SampledRow* sampled, const int32_t* token_ids,
                 const int32_t* logits_rows, const MtpSequence* sequences, int32_t num_sequences,
                 float forced_acceptance, cudaStream_t stream);
@@ -51,10 +53,11 @@ void mtp_front(bf16* out, const int32_t* tokens, const bf16* embed, const bf16* 
 
 // Chain pass j >= 1 of the module: one decode row per sequence s, at position
 // q = positions[last_row[s]] + j, reading drafts[s * stride + j - 1] and roped at q + 1. A row
-// whose previous draft is missing (< 0) or whose position its blocks do not hold is padding
-// (slot -1, context 0), and its draft is -1. Writes the pass's metadata: tokens, rope positions,
-// slots, context lengths, query starts [num_sequences + 1], logits rows (s), and block-table
-// rows copied from each sequence's table_seq row of `step_tables`.
+// whose previous draft is missing (< 0), whose position its blocks do not hold, or whose record
+// is padding is a padding row (slot -1, context 0), and its draft is -1. Writes the pass's
+// metadata: tokens, rope positions, slots, context lengths, query starts [num_sequences + 1],
+// logits rows (s); pass 1 also copies each sequence's block-table row (from its table_seq row of
+// `step_tables`) as far as the step's last pass reads it, so passes j > 1 copy nothing.
 struct MtpChainRows {
   int32_t* tokens;
   int32_t* rope_positions;

@@ -69,6 +69,7 @@ void CudaModelRunner::start(const core::EngineConfig& config, const model::Bf16M
 
 CudaModelRunner::~CudaModelRunner() {
   for (auto& [batch, graph] : graphs_) cudaGraphExecDestroy(graph);
+  for (auto& [batch, graph] : mtp_graphs_) cudaGraphExecDestroy(graph);
   for (StepEvents& e : events_) {
     if (e.begin != nullptr) cudaEventDestroy(e.begin);
     if (e.end != nullptr) cudaEventDestroy(e.end);
@@ -92,7 +93,13 @@ void CudaModelRunner::plan_memory(const core::EngineConfig& config, const model:
   const int64_t k = std::max<int64_t>(config.speculative.num_speculative_tokens, 0);
   limits_.max_logits_rows = static_cast<int32_t>(std::min<int64_t>(limits_.max_tokens, s.max_num_seqs * (1 + k)));
   const size_t max_rows = static_cast<size_t>(limits_.max_logits_rows);
+  // MTP drafting's inputs: a record per sampled sequence, then a next token per row, at fixed
+  // offsets in the prefix every step copies (stage_mtp_inputs), so its graphs read them there.
+  const size_t mtp_records_bytes = static_cast<size_t>(s.max_num_seqs) * sizeof(kc::MtpSequence);
+  if (mtp != nullptr) limits_.runner_bytes = mtp_records_bytes + static_cast<size_t>(limits_.max_tokens) * sizeof(int32_t);
   layout_ = StepInputLayout::make(limits_);
+  mtp_records_ = layout_.runner;
+  mtp_next_known_ = layout_.runner + mtp_records_bytes;
   // The variable tail holds the token histories of sequences with penalties (at most every token
   // of every sequence, and its k drafts) and the ids min_tokens masks (stop_token_ids, bounded
   // at the door, + EOS); a sequence's rows share them (sampling_inputs.h).
@@ -102,13 +109,8 @@ void CudaModelRunner::plan_memory(const core::EngineConfig& config, const model:
   staging_bytes_ = layout_.variable + static_cast<size_t>(s.max_num_seqs) *
                                           ((static_cast<size_t>(s.max_model_len + k) + core::kMaxStopTokenIds + 1) *
                                                sizeof(int32_t) + allowed_words * sizeof(uint32_t));
-  // MTP drafting's inputs after them (stage_mtp_inputs): a next token per row, a record per
-  // sampled sequence; and its drafts come back beside the sampled rows.
+  // MTP drafts come back beside the sampled rows.
   const size_t mtp_drafts_bytes = static_cast<size_t>(s.max_num_seqs) * static_cast<size_t>(k) * sizeof(int32_t);
-  if (mtp != nullptr) {
-    staging_bytes_ += 16 + static_cast<size_t>(limits_.max_tokens) * sizeof(int32_t) +
-                      static_cast<size_t>(s.max_num_seqs) * sizeof(kc::MtpSequence);
-  }
   for (int i = 0; i < kInFlight; ++i) {
     staging_host_[i] = cuda::PinnedBuffer(staging_bytes_);
     sampled_host_[i] = cuda::PinnedBuffer(max_rows * sizeof(kc::SampledRow));
@@ -291,8 +293,43 @@ void CudaModelRunner::capture_graphs() {
     TACHYON_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
     TACHYON_CUDA_CHECK(cudaGraphDestroy(graph));
     graphs_[batch] = exec;
+    if (mtp_ != nullptr) {
+      // The drafting after the sampler, as its own graph (the sampler between them runs
+      // eagerly): every record padding here; a step's records and next tokens are read from
+      // the runner region of staging, its acceptance rule is the run's.
+      auto* staging = static_cast<std::byte*>(staging_host_[0].data());
+      stage_mtp_inputs(core::StepPlan{}, summary, staging, mtp_padded_sequences(batch));
+      TACHYON_CUDA_CHECK(cudaMemcpyAsync(staging_device_.data(), staging, summary.bytes_used, cudaMemcpyHostToDevice,
+                                         stream_));
+      const MtpDraftInputs inputs = mtp_draft_inputs(shape, mtp_padded_sequences(batch));
+      mtp_->draft(inputs);  // eager first, as above
+      TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      cudaGraph_t drafting = nullptr;
+      TACHYON_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      mtp_->draft(inputs);
+      TACHYON_CUDA_CHECK(cudaStreamEndCapture(stream_, &drafting));
+      cudaGraphExec_t drafting_exec = nullptr;
+      TACHYON_CUDA_CHECK(cudaGraphInstantiate(&drafting_exec, drafting, 0));
+      TACHYON_CUDA_CHECK(cudaGraphDestroy(drafting));
+      mtp_graphs_[batch] = drafting_exec;
+    }
   }
   TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+int32_t CudaModelRunner::mtp_padded_sequences(int32_t padded) const {
+  return std::min(padded, static_cast<int32_t>(config_.scheduler.max_num_seqs));
+}
+
+MtpDraftInputs CudaModelRunner::mtp_draft_inputs(const gpu::ForwardShape& shape, int32_t num_sequences) const {
+  const std::byte* device_staging = static_cast<const std::byte*>(staging_device_.data());
+  return {.step = {shape, step_metadata()},
+          .hidden = decoder_->workspace().residual,
+          .sampled = sampled_,
+          .sequences = reinterpret_cast<const kc::MtpSequence*>(device_staging + mtp_records_),
+          .next_known = reinterpret_cast<const int32_t*>(device_staging + mtp_next_known_),
+          .num_sequences = num_sequences,
+          .forced_acceptance = config_.speculative.forced_acceptance};
 }
 
 void CudaModelRunner::launch(const core::StepPlan& plan) {
@@ -368,9 +405,16 @@ void CudaModelRunner::launch(const core::StepPlan& plan) {
     std::copy(sampling.allowed.begin(), sampling.allowed.end(), reinterpret_cast<uint32_t*>(staging + allowed_offset));
     upload = allowed_offset + allowed_bytes;
   }
-  // MTP drafting's inputs join it too, 8-byte aligned after the rest.
-  const size_t mtp_offset = (upload + 7) / 8 * 8;
-  if (mtp_ != nullptr) upload = stage_mtp_inputs(plan, summary, staging, mtp_offset);
+  // MTP drafting's inputs sit in the prefix's runner region. A padded step drafts for its
+  // bucket's fixed count of sequences (padding records after the real ones), as its graph does.
+  const int32_t num_sampled_sequences = static_cast<int32_t>(step.sequences.size());
+  const int32_t mtp_sequences = padded > 0 ? mtp_padded_sequences(padded) : num_sampled_sequences;
+  if (mtp_ != nullptr) {
+    TACHYON_CHECK(plan.forced_acceptance == config_.speculative.forced_acceptance)
+        << "internal: a plan's forced acceptance " << plan.forced_acceptance << " differs from the run's "
+        << config_.speculative.forced_acceptance << " (MTP drafting's graphs hold the run's)";
+    stage_mtp_inputs(plan, summary, staging, mtp_sequences);
+  }
   TACHYON_CUDA_CHECK(cudaEventRecord(events.begin, stream_));
   TACHYON_CUDA_CHECK(cudaMemcpyAsync(staging_device_.data(), staging, upload, cudaMemcpyHostToDevice, stream_));
 
@@ -397,23 +441,22 @@ void CudaModelRunner::launch(const core::StepPlan& plan) {
                                      cudaMemcpyDeviceToHost, stream_));
   if (mtp_ != nullptr) {
     // The module drafts on the device from what the step just computed (cuda_mtp_drafter.h); a
-    // step that samples nothing (prompt chunks) still runs it over its rows, for its cache.
-    gpu::ForwardShape shape{summary.num_tokens,    summary.num_seqs,        summary.num_logits_rows,
-                            summary.max_query_len, summary.max_context_len, summary.num_decode_seqs};
-    if (padded > 0) shape.max_context_len = static_cast<int32_t>(config_.scheduler.max_model_len);
-    const int32_t num_sequences = static_cast<int32_t>(step.sequences.size());
-    const size_t records = mtp_offset + (static_cast<size_t>(summary.num_tokens) * sizeof(int32_t) + 7) / 8 * 8;
-    mtp_->draft({.step = {shape, step_metadata()},
-                 .hidden = decoder_->workspace().residual,
-                 .sampled = sampled_,
-                 .sequences = reinterpret_cast<const kc::MtpSequence*>(device_staging + records),
-                 .next_known = reinterpret_cast<const int32_t*>(device_staging + mtp_offset),
-                 .num_sequences = num_sequences,
-                 .forced_acceptance = plan.forced_acceptance});
-    if (num_sequences > 0) {
+    // step that samples nothing (prompt chunks) still runs it over its rows, for its cache. A
+    // decode or verify step replays its bucket's drafting graph when the step's did.
+    auto drafting = graph != nullptr ? mtp_graphs_.find(padded) : mtp_graphs_.end();
+    if (drafting != mtp_graphs_.end()) {
+      TACHYON_CUDA_CHECK(cudaGraphLaunch(drafting->second, stream_));
+      ++mtp_graph_replays_;
+    } else {
+      gpu::ForwardShape shape{summary.num_tokens,    summary.num_seqs,        summary.num_logits_rows,
+                              summary.max_query_len, summary.max_context_len, summary.num_decode_seqs};
+      if (padded > 0) shape.max_context_len = static_cast<int32_t>(config_.scheduler.max_model_len);
+      mtp_->draft(mtp_draft_inputs(shape, mtp_sequences));
+    }
+    if (num_sampled_sequences > 0) {
       TACHYON_CUDA_CHECK(cudaMemcpyAsync(drafts_host_[step.index % kInFlight].data(), mtp_->drafts(),
-                                         static_cast<size_t>(num_sequences) * static_cast<size_t>(mtp_->num_drafts()) *
-                                             sizeof(int32_t),
+                                         static_cast<size_t>(num_sampled_sequences) *
+                                             static_cast<size_t>(mtp_->num_drafts()) * sizeof(int32_t),
                                          cudaMemcpyDeviceToHost, stream_));
       step.drafted = true;
     }
@@ -480,14 +523,14 @@ core::StepOutput CudaModelRunner::wait() {
 // next_known[t] for every row of the step (padding: token 0): the token after row t where the
 // plan knows it (the next token of its slice, or the next prompt token after a chunk), else
 // -(r + 1) for the sampled row r whose emitted token it is (the last known token's row and each
-// draft's). Then one record per sampled sequence, in plan order.
-size_t CudaModelRunner::stage_mtp_inputs(const core::StepPlan& plan, const StepInputSummary& summary,
-                                         std::byte* staging, size_t offset) {
-  auto* next_known = reinterpret_cast<int32_t*>(staging + offset);
-  const size_t records = offset + (static_cast<size_t>(summary.num_tokens) * sizeof(int32_t) + 7) / 8 * 8;
-  auto* sequences = reinterpret_cast<kc::MtpSequence*>(staging + records);
-  TACHYON_CHECK(records + plan.sequences.size() * sizeof(kc::MtpSequence) <= staging_bytes_)
-      << "internal: MTP inputs overflow staging";
+// draft's). Then one record per sampled sequence, in plan order, and padding records up to
+// num_records.
+void CudaModelRunner::stage_mtp_inputs(const core::StepPlan& plan, const StepInputSummary& summary,
+                                       std::byte* staging, int32_t num_records) {
+  auto* next_known = reinterpret_cast<int32_t*>(staging + mtp_next_known_);
+  auto* sequences = reinterpret_cast<kc::MtpSequence*>(staging + mtp_records_);
+  TACHYON_CHECK(summary.num_tokens <= limits_.max_tokens && num_records <= config_.scheduler.max_num_seqs)
+      << "internal: MTP inputs for " << summary.num_tokens << " rows and " << num_records << " sequences";
   std::fill(next_known, next_known + summary.num_tokens, 0);
   const bool rows_as_decodes = runs_as_decode_rows(plan);
   const int64_t block_size = plan.block_size > 0 ? plan.block_size : config_.block_size;
@@ -520,7 +563,8 @@ size_t CudaModelRunner::stage_mtp_inputs(const core::StepPlan& plan, const StepI
                                   .num_output_tokens = seq.num_output_tokens};
     first_row += static_cast<int32_t>(1 + k);
   }
-  return records + static_cast<size_t>(num_sequences) * sizeof(kc::MtpSequence);
+  TACHYON_CHECK(num_sequences <= num_records) << "internal: " << num_sequences << " MTP records for " << num_records;
+  for (int32_t s = num_sequences; s < num_records; ++s) sequences[s] = {.first_row = -1};
 }
 
 }  // namespace tachyon::runner

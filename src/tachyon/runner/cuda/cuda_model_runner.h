@@ -98,6 +98,7 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   int32_t num_blocks() const { return num_blocks_; }
   size_t weight_bytes() const { return weights_.bytes(); }
   int64_t graph_replays() const { return graph_replays_; }  // decode and verify steps served by a graph
+  int64_t draft_graph_replays() const { return mtp_graph_replays_; }  // MTP drafting served by a graph
   const std::vector<int32_t>& graph_batch_sizes() const { return graph_batch_sizes_; }
   // Tests and debugging only: the f32 logits [rows, vocab] of the last step's first `rows`
   // logits rows, drafts' rows included (a D2H copy outside the step path).
@@ -118,9 +119,15 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   void start(const core::EngineConfig& config, const model::Bf16MtpModule* mtp = nullptr);  // after the upload
   static void check_cache_types(const core::EngineConfig& config, const model::ModelConfig& model, bool tensor_parallel);
   void plan_memory(const core::EngineConfig& config, const model::Bf16MtpModule* mtp);
-  // MTP drafting: the step's per-token next tokens and per-sequence records into staging at
-  // `offset`; returns the end of what it wrote.
-  size_t stage_mtp_inputs(const core::StepPlan& plan, const StepInputSummary& summary, std::byte* staging, size_t offset);
+  // MTP drafting: the step's per-token next tokens and per-sequence records into staging's
+  // runner region (a fixed offset: a graph reads them there), padded with padding records to
+  // `num_records` sequences.
+  void stage_mtp_inputs(const core::StepPlan& plan, const StepInputSummary& summary, std::byte* staging,
+                        int32_t num_records);
+  // The drafter's inputs for a step of `shape` drafting for `num_sequences` records.
+  MtpDraftInputs mtp_draft_inputs(const model::gpu::ForwardShape& shape, int32_t num_sequences) const;
+  // Sequences a padded step of `padded` rows drafts for: fixed per bucket, so its graph is too.
+  int32_t mtp_padded_sequences(int32_t padded) const;
   void allocate_kv_cache(const core::EngineConfig& config);
   model::gpu::StepMetadata step_metadata() const;  // device views into the staging buffer
   void forward(const model::gpu::ForwardShape& shape);
@@ -160,6 +167,10 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   cuda::DeviceBuffer kv_buffer_;
   std::unique_ptr<CudaMtpDrafter> mtp_;  // --speculative-method mtp
   cuda::DeviceBuffer mtp_kv_buffer_;     // the module's cache layer, num_blocks_ blocks
+  size_t mtp_records_ = 0;               // staging offsets of the MTP records [max_num_seqs] ...
+  size_t mtp_next_known_ = 0;            // ... and of each row's next token [max_tokens]
+  std::map<int32_t, cudaGraphExec_t> mtp_graphs_;  // decode rows (bucket) -> the drafting's graph
+  int64_t mtp_graph_replays_ = 0;
   int32_t num_blocks_ = 0;
   // What wait() needs of a sampled sequence to turn its 1 + k rows into tokens: its drafts and
   // the accept rule's key (seed, output count before the step; row i's step is that + i).
