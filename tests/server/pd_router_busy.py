@@ -1,10 +1,13 @@
-"""server.pd_router_busy: the router's /metrics and /health never wait behind its request workers.
-A stand-in upstream (this script's own HTTP server, as both the prefill and the decode server)
-answers GET /health at once and holds every POST until released, so 70 requests through the
-router occupy all of its 64 workers. While the stand-in still holds 64 of them (checked before
-and after), the router's /metrics and /health answer; then the held requests are released and
-all 70 end. With /metrics on the worker pool again, it waits behind the held requests and the
-test fails (the 20 s bound on each answer only turns that hang into a failure).
+"""server.pd_router_busy: the router's /metrics and /health never wait behind requests that wait
+on upstream servers. A stand-in upstream (this script's own HTTP server, as both the prefill and
+the decode server) answers GET /health at once and holds every POST until released, so each of
+70 requests through the router waits on it (more than the 64 workers its handlers once waited
+on: they now run as exchanges on threads of their own, server.pd_router_lockout). While the
+stand-in still holds all 70 (checked before and after), the router's /metrics and /health
+answer; then the held requests are released and all 70 end 200. With /metrics on the worker
+pool again, it may wait behind busy workers; with the requests on a pool of 64 workers again,
+the stand-in never holds 70 at once: either way the test fails (the 20 s bound on each answer
+only turns a hang into a failure).
     pd_router_busy.py TACHYON TOKENIZERS_DIR"""
 import http.server
 import json
@@ -13,8 +16,7 @@ import threading
 
 from pd_cluster import Cluster, get, post, wait_until
 
-WORKERS = 64  # the router's request workers (server/http/pd_router.cpp)
-REQUESTS = 70
+REQUESTS = 70  # more than the 64 workers the router's handlers once waited on
 
 
 class Upstream(http.server.ThreadingHTTPServer):
@@ -73,7 +75,7 @@ try:
                for _ in range(REQUESTS)]
     for c in clients:
         c.start()
-    wait_until(lambda: upstream.held == WORKERS, 30, f"the router never held {WORKERS} requests at once")
+    wait_until(lambda: upstream.held == REQUESTS, 30, f"the router never held {REQUESTS} requests at once")
     metrics = get(router.url + "/metrics", timeout=20)
     health = get(router.url + "/health", timeout=20)
     still_held = upstream.held
@@ -82,7 +84,7 @@ try:
         sys.exit("the router's /metrics did not answer while its workers were busy")
     if health[0] != 200:
         sys.exit("the router's /health did not answer while its workers were busy")
-    if still_held != WORKERS:
+    if still_held != REQUESTS:
         sys.exit(f"the requests should still be held while /metrics and /health answer ({still_held})")
     upstream.release.set()
     for c in clients:

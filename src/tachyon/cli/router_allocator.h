@@ -1,9 +1,10 @@
 // The router's bounds on glibc's allocator: one arena and no per-thread cache of freed chunks.
-// Why: the router runs 64 request workers, a few I/O threads and a thread per upstream call, and
+// Why: the router runs a few workers and I/O threads, a thread per exchange (server/http/
+// pd_router.h) and one per upstream call, and
 // glibc keeps memory per thread. Its tcache holds up to 7 freed chunks of each of 64 small sizes in
 // every thread, and a chunk freed on another thread than the one that allocated it (a request
 // read on an I/O thread and freed on a worker, an upstream answer read on its call's thread) lands
-// in the freeing thread's cache. The 64 workers' caches fill slowly with every size the router
+// in the freeing thread's cache. The workers' caches (64 when this was measured) fill slowly with every size the router
 // uses: with one arena, the heap in use grew from 0.91 to 1.35 MiB over 4,000 requests after a
 // warm-up (RSS +12.9% over the 20K soak); with the caches off it stays at 0.48 MiB
 // (docs/disaggregation.md). Its arenas (up to

@@ -167,11 +167,47 @@ void HttpConnection::dispatch() {
   keep_alive_ = message.keep_alive();
   parser_.reset();
   if (env_.router.runs_inline(request_)) return respond(env_.router.dispatch(request_));  // never behind the workers
+  if (env_.router.runs_async(request_)) return dispatch_async();
   net::post(env_.workers, [self = shared_from_this()] {
     HttpResponse response = self->env_.router.dispatch(self->request_);
     net::post(self->stream_.get_executor(),
               [self, response = std::move(response)]() mutable { self->respond(std::move(response)); });
   });
+}
+
+// An async route's handler starts on a worker and returns at once; its answer comes back to
+// this strand whenever it is ready. Meanwhile the socket is read, so a client that hangs up is
+// let go at once (its answer, when it comes, is dropped, which abandons a stream's producer). A
+// timer that never fires keeps the connection alive until then; close() or the answer ends it.
+void HttpConnection::dispatch_async() {
+  awaiting_ = true;
+  tick_.expires_at(net::steady_timer::time_point::max());
+  tick_.async_wait([self = shared_from_this()](beast::error_code) {});
+  watch_peer();
+  std::weak_ptr<HttpConnection> weak = shared_from_this();
+  Respond answer = [weak, gate = env_.gate, executor = stream_.get_executor()](HttpResponse response) {
+    gate->run([&] {
+      net::post(executor, [weak, response = std::move(response)]() mutable {
+        if (auto self = weak.lock()) self->on_answer(std::move(response));
+      });
+    });
+  };
+  net::post(env_.workers, [self = shared_from_this(), request = request_, answer = std::move(answer)] {
+    self->env_.router.dispatch(request, answer);
+  });
+}
+
+void HttpConnection::on_answer(HttpResponse response) {
+  if (closed_ || !awaiting_) return;
+  awaiting_ = false;
+  tick_.cancel();
+  if (watching_) {  // one read at a time: the watching read ends first, then on_watch responds
+    answer_ = std::move(response);
+    beast::error_code ec;
+    stream_.socket().cancel(ec);
+    return;
+  }
+  respond(std::move(response));
 }
 
 void HttpConnection::respond(HttpResponse response) {
@@ -318,6 +354,11 @@ void HttpConnection::on_watch(beast::error_code ec, size_t bytes) {
   if (ending_) {
     ending_ = false;
     return next_or_close();
+  }
+  if (answer_) {
+    HttpResponse response = std::move(*answer_);
+    answer_.reset();
+    return respond(std::move(response));
   }
   if (ec || bytes == 0) return close();
   watch_peer();

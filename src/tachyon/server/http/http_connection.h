@@ -5,7 +5,8 @@
 //   max_body_bytes however framed) -> run the route on a worker -> write the answer -> next.
 // Requests pipelined behind the current one wait in the read buffer and are answered in order.
 // While a body streams, the socket is also read, so a client that hangs up is noticed at once
-// and its generation aborted (its body stream dropped), not only at the next failed write.
+// and its generation aborted (its body stream dropped), not only at the next failed write. So
+// it is while an async route (Router::add_async) makes its answer elsewhere: no worker waits.
 #pragma once
 
 #include <atomic>
@@ -75,6 +76,8 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void arm_deadline(std::chrono::milliseconds limit);
   beast::error_code disarm_deadline(beast::error_code ec);
   void dispatch();
+  void dispatch_async();
+  void on_answer(HttpResponse response);
 
   // Writing its answer.
   void respond(HttpResponse response);
@@ -105,6 +108,8 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   bool timed_out_ = false;
   HttpRequest request_;  // the request being answered
   bool keep_alive_ = true;
+  bool awaiting_ = false;                // an async route's answer is being made
+  std::optional<HttpResponse> answer_;  // it came while the watching read was pending
 
   // The streamed body in flight, and where its pump stands.
   std::shared_ptr<BodyStream> body_;

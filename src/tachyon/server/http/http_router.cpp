@@ -20,6 +20,18 @@ HttpResponse error_response(const ApiError& error, ErrorBodyFn body) {
   return response;
 }
 
+HttpResponse exception_response(ErrorBodyFn body) {
+  try {
+    throw;
+  } catch (const ApiException& e) {
+    return error_response(e.error(), body);
+  } catch (const std::exception& e) {
+    return error_response({500, std::string("internal error: ") + e.what(), "internal_server_error", "", ""}, body);
+  } catch (...) {
+    return error_response({500, "internal error", "internal_server_error", "", ""}, body);
+  }
+}
+
 void Router::add(std::string method, std::string path, HttpHandler handler, bool prefix, ErrorBodyFn error_body_fn) {
   routes_.push_back({std::move(method), std::move(path), prefix, std::move(handler), error_body_fn});
 }
@@ -28,12 +40,31 @@ void Router::add_inline(std::string method, std::string path, HttpHandler handle
   routes_.push_back({std::move(method), std::move(path), false, std::move(handler), error_body, /*runs_inline=*/true});
 }
 
-bool Router::runs_inline(const HttpRequest& request) const {
+void Router::add_async(std::string method, std::string path, AsyncHandler handler) {
+  routes_.push_back({std::move(method), std::move(path), false, nullptr, error_body, false, std::move(handler)});
+}
+
+const Router::Route* Router::find(const HttpRequest& request) const {
   const std::string& method = request.method == "HEAD" ? std::string("GET") : request.method;
   for (const Route& r : routes_) {
-    if (r.matches(request.path) && r.method == method) return r.runs_inline;
+    if (r.matches(request.path) && r.method == method) return &r;
   }
-  return false;
+  return nullptr;
+}
+
+bool Router::runs_inline(const HttpRequest& request) const {
+  const Route* route = find(request);
+  return route != nullptr && route->runs_inline;
+}
+
+bool Router::runs_async(const HttpRequest& request) const {
+  const Route* route = find(request);
+  return route != nullptr && route->async_handler != nullptr;
+}
+
+std::optional<ApiError> Router::refusal(const HttpRequest& request) const {
+  if (guard_ && request.path.rfind("/v1/", 0) == 0) return guard_(request);
+  return std::nullopt;
 }
 
 bool Router::Route::matches(const std::string& request_path) const {
@@ -65,18 +96,23 @@ HttpResponse Router::dispatch(const HttpRequest& request) const {
   }
   const ErrorBodyFn body = route->error_body_fn;
   try {
-    if (guard_ && request.path.rfind("/v1/", 0) == 0) {
-      if (std::optional<ApiError> refused = guard_(request)) return error_response(*refused, body);
-    }
+    if (std::optional<ApiError> refused = refusal(request)) return error_response(*refused, body);
     HttpResponse response;
     route->handler(request, response);
     return response;
-  } catch (const ApiException& e) {
-    return error_response(e.error(), body);
-  } catch (const std::exception& e) {
-    return error_response({500, std::string("internal error: ") + e.what(), "internal_server_error", "", ""}, body);
   } catch (...) {
-    return error_response({500, "internal error", "internal_server_error", "", ""}, body);
+    return exception_response(body);
+  }
+}
+
+void Router::dispatch(const HttpRequest& request, const Respond& respond) const {
+  const Route* route = find(request);
+  if (route == nullptr || route->async_handler == nullptr) return respond(dispatch(request));
+  try {
+    if (std::optional<ApiError> refused = refusal(request)) return respond(error_response(*refused, route->error_body_fn));
+    route->async_handler(request, respond);
+  } catch (...) {
+    respond(exception_response(route->error_body_fn));
   }
 }
 

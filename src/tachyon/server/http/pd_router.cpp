@@ -22,6 +22,9 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 
 ApiError unavailable(const std::string& message) { return {503, message, "service_unavailable", "", ""}; }
 
+// Workers only start exchanges and pump relays, neither of which waits.
+constexpr int kRouterWorkers = 8;
+
 // The lease a prefill server granted, as the decode server's header names it.
 struct Lease {
   std::string host;
@@ -123,11 +126,18 @@ PdRouter::PdRouter(RouterOptions options)
   http_options_ = std::make_unique<HttpOptions>();
   http_options_->host = options_.host;
   http_options_->port = options_.port;
-  http_options_->threads = 64;  // a handler waits on its prefill server: one worker per request in that phase
+  http_options_->threads = kRouterWorkers;
   http_options_->keepalive_interval = std::chrono::milliseconds(200);
   router_ = std::make_unique<Router>();
-  router_->add("POST", "/v1/completions", [this](const HttpRequest& req, HttpResponse& res) { generate(req, res); });
-  router_->add("POST", "/v1/chat/completions", [this](const HttpRequest& req, HttpResponse& res) { generate(req, res); });
+  // The routes that wait on upstream servers run as exchanges, on threads of their own.
+  for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
+    router_->add_async("POST", path, [this](const HttpRequest& req, Respond respond) {
+      start_exchange(req, std::move(respond), &PdRouter::generate);
+    });
+  }
+  router_->add_async("GET", "/v1/models", [this](const HttpRequest& req, Respond respond) {
+    start_exchange(req, std::move(respond), &PdRouter::list_models);
+  });
   // /health and /metrics answer from memory on the I/O thread: they never wait behind the 64
   // workers, which may all be waiting on prefill and decode servers.
   router_->add_inline("GET", "/health", [this](const HttpRequest&, HttpResponse& res) {
@@ -143,23 +153,45 @@ PdRouter::PdRouter(RouterOptions options)
     res.content_type = "text/plain; version=0.0.4";
     res.body = metrics_.render(prefill_, decode_);
   });
-  router_->add("GET", "/v1/models", [this](const HttpRequest&, HttpResponse& res) {
-    for (Backend* decode : decode_.order(RoutePolicy::kRoundRobin)) {
-      UpstreamRequest get{decode->host, decode->port, "/v1/models", "", {}, std::chrono::seconds(10)};
-      get.method = "GET";
-      UpstreamCall call(std::move(get));
-      const int status = call.wait_head();
-      if (status == 0) continue;
-      res.status = status;
-      res.body = call.wait_body();
-      return;
-    }
-    res = error_response(unavailable("no decode server is healthy; retry later"));
-  });
   listener_ = std::make_unique<HttpListener>(*http_options_, *router_);
 }
 
 PdRouter::~PdRouter() { stop(); }
+
+void PdRouter::start_exchange(const HttpRequest& req, Respond respond, Step step) {
+  {
+    std::lock_guard lock(exchanges_mutex_);
+    if (stopping_) throw ApiException(unavailable("the router is stopping"));
+    ++exchanges_;
+  }
+  std::thread([this, req, respond = std::move(respond), step] {
+    HttpResponse res;
+    try {
+      (this->*step)(req, res);
+    } catch (...) {
+      res = exception_response();
+    }
+    respond(std::move(res));
+    std::lock_guard lock(exchanges_mutex_);  // the last use of this: stop() may return right after
+    --exchanges_;
+    exchanges_ended_.notify_all();
+  }).detach();
+}
+
+void PdRouter::list_models(const HttpRequest&, HttpResponse& res) {
+  for (Backend* decode : decode_.order(RoutePolicy::kRoundRobin)) {
+    UpstreamRequest get{decode->host, decode->port, "/v1/models", "", {}, std::chrono::seconds(10)};
+    get.method = "GET";
+    get.calls = &calls_;
+    UpstreamCall call(std::move(get));
+    const int status = call.wait_head();
+    if (status == 0) continue;
+    res.status = status;
+    res.body = call.wait_body();
+    return;
+  }
+  res = error_response(unavailable("no decode server is healthy; retry later"));
+}
 
 void PdRouter::generate(const HttpRequest& req, HttpResponse& res) {
   const auto body = nlohmann::json::parse(req.body, nullptr, false);
@@ -173,7 +205,7 @@ void PdRouter::generate(const HttpRequest& req, HttpResponse& res) {
   for (Backend* prefill : prefill_.order(policy_, prompt)) {
     InFlight in_flight(*prefill);
     const auto start = Clock::now();
-    UpstreamCall call({prefill->host, prefill->port, req.path, req.body, {}, std::chrono::seconds(300)});
+    UpstreamCall call({prefill->host, prefill->port, req.path, req.body, {}, std::chrono::seconds(300), "POST", &calls_});
     const int status = call.wait_head();
     const std::string answer = call.wait_body();
     if (status == 0 || call.failed()) {
@@ -214,7 +246,8 @@ void PdRouter::generate(const HttpRequest& req, HttpResponse& res) {
   const RoutePolicy decode_policy = policy_ == RoutePolicy::kRoundRobin ? policy_ : RoutePolicy::kLeastLoaded;
   for (Backend* decode : decode_.order(decode_policy)) {
     const auto start = Clock::now();
-    auto call = std::make_unique<UpstreamCall>(UpstreamRequest{decode->host, decode->port, req.path, req.body, headers});
+    auto call = std::make_unique<UpstreamCall>(
+        UpstreamRequest{decode->host, decode->port, req.path, req.body, headers, std::chrono::seconds(600), "POST", &calls_});
     const int status = call->wait_head();
     if (status == 0) {  // refused or reset before answering: nothing went to the client yet
       decode->healthy = false;
@@ -261,8 +294,15 @@ void PdRouter::serve() {
 }
 
 void PdRouter::stop() {
-  stopping_ = true;
+  {
+    std::lock_guard lock(exchanges_mutex_);
+    stopping_ = true;
+  }
   if (listener_) listener_->stop();
+  calls_.cancel_all();
+  std::unique_lock lock(exchanges_mutex_);
+  exchanges_ended_.wait(lock, [this] { return exchanges_ == 0; });
+  lock.unlock();
   if (health_.joinable()) health_.join();
 }
 

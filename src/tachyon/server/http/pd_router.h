@@ -12,27 +12,38 @@
 //      comes, whole or streamed (http/pd_upstream.h).
 // A client that leaves at any point closes the decode connection (the decode server aborts the
 // request and frees its KV) and releases the lease on the prefill server (a no-op once pulled);
-// one that leaves while the prompt runs is noticed when the decode answer starts.
+// one that leaves while the prompt runs is let go at once, and its decode connection closes when
+// the decode answer starts.
+// Why a thread per exchange: a request's way through the router waits on its upstream servers
+// (the decode server's answer head comes only once the prompt's KV has arrived), and waiting on
+// the HTTP workers let a few slow servers or clients take every worker and lock every other
+// request out. Each exchange runs on a thread of its own until the decode answer's head (the
+// body is then relayed by the connection without a thread waiting), so the workers never wait;
+// a relay already costs its upstream call's thread, so this adds one thread per request only
+// while its prompt is on the prefill server.
 // GET /health, /v1/models and the router's own /metrics (http/pd_router_metrics.h).
 // Tests: tests/server/run_pd.sh and tests/server/pd_*.py (ctest -R server.pd_).
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "tachyon/server/http/http_message.h"
+#include "tachyon/server/http/http_router.h"
 #include "tachyon/server/http/pd_backends.h"
 #include "tachyon/server/http/pd_router_metrics.h"
+#include "tachyon/server/http/pd_upstream.h"
 
 namespace tachyon::server {
 
 class HttpListener;
-class Router;
 class RoutePrompt;
 struct HttpOptions;
 
@@ -52,10 +63,14 @@ class PdRouter {
   ~PdRouter();
   int bind();    // returns the bound port
   void serve();  // blocks until stop()
-  void stop();
+  void stop();  // cancels every upstream call and waits for every exchange to end
 
  private:
+  using Step = void (PdRouter::*)(const HttpRequest&, HttpResponse&);
+  // Runs `step` on a thread of its own and answers through `respond` when it returns.
+  void start_exchange(const HttpRequest& req, Respond respond, Step step);
   void generate(const HttpRequest& req, HttpResponse& res);
+  void list_models(const HttpRequest& req, HttpResponse& res);
   void check_health();
 
   RouterOptions options_;
@@ -64,6 +79,10 @@ class PdRouter {
   BackendGroup prefill_;
   BackendGroup decode_;
   RouterMetrics metrics_;
+  UpstreamCalls calls_;  // before listener_: the relays its connections hold leave it as they go
+  std::mutex exchanges_mutex_;
+  std::condition_variable exchanges_ended_;
+  int exchanges_ = 0;  // running now
   std::unique_ptr<HttpOptions> http_options_;
   std::unique_ptr<Router> router_;
   std::unique_ptr<HttpListener> listener_;

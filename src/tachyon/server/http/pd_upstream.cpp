@@ -6,17 +6,51 @@
 
 namespace tachyon::server {
 
+void UpstreamCalls::cancel_all() {
+  std::lock_guard lock(mutex_);
+  cancelled_ = true;
+  for (UpstreamCall* call : calls_) call->cancel();
+}
+
+bool UpstreamCalls::add(UpstreamCall* call) {
+  std::lock_guard lock(mutex_);
+  if (cancelled_) return false;
+  calls_.insert(call);
+  return true;
+}
+
+void UpstreamCalls::remove(UpstreamCall* call) {
+  std::lock_guard lock(mutex_);
+  calls_.erase(call);
+}
+
 UpstreamCall::UpstreamCall(UpstreamRequest request) {
   client_ = std::make_unique<httplib::Client>(request.host, request.port);
   client_->set_connection_timeout(std::chrono::seconds(2));
   client_->set_read_timeout(request.read_timeout);
   client_->set_write_timeout(std::chrono::seconds(10));
+  if (request.calls != nullptr) {
+    if (!request.calls->add(this)) {
+      fail_at_start();
+      return;
+    }
+    calls_ = request.calls;
+  }
   thread_ = std::thread([this, request = std::move(request)]() mutable { run(std::move(request)); });
 }
 
 UpstreamCall::~UpstreamCall() {
+  if (calls_ != nullptr) calls_->remove(this);  // first: cancel_all() never reaches a call being destroyed
   cancel();
   if (thread_.joinable()) thread_.join();
+}
+
+// The router is stopping: the call ends before it begins, as one refused would.
+void UpstreamCall::fail_at_start() {
+  std::lock_guard lock(mutex_);
+  head_ = true;
+  done_ = true;
+  failed_ = true;
 }
 
 void UpstreamCall::run(UpstreamRequest request) {

@@ -4,6 +4,7 @@
 // body as it arrives; cancel() (or destruction) closes the upstream connection at once, which is
 // how a departed client's request is aborted on the server behind it (the server notices the
 // closed socket and frees the request's KV). Built on cpp-httplib's blocking client.
+// UpstreamCalls is the set of a router's open calls, so that stopping it ends them at once.
 #pragma once
 
 #include <chrono>
@@ -13,6 +14,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -22,6 +24,25 @@ class Client;
 
 namespace tachyon::server {
 
+class UpstreamCall;
+
+// The calls a router has open (each call that names it joins while it lives), so that stopping
+// the router cancels them all at once instead of waiting out their upstream servers; a call
+// started after cancel_all() fails as it starts.
+class UpstreamCalls {
+ public:
+  void cancel_all();
+
+ private:
+  friend class UpstreamCall;
+  bool add(UpstreamCall* call);  // false: cancel_all() ran
+  void remove(UpstreamCall* call);
+
+  std::mutex mutex_;
+  std::unordered_set<UpstreamCall*> calls_;
+  bool cancelled_ = false;
+};
+
 struct UpstreamRequest {
   std::string host;
   int port = 0;
@@ -30,6 +51,7 @@ struct UpstreamRequest {
   std::vector<std::pair<std::string, std::string>> headers;  // extra header fields
   std::chrono::seconds read_timeout{600};
   std::string method = "POST";
+  UpstreamCalls* calls = nullptr;  // the set this call joins while it lives (outlives it), or none
 };
 
 class UpstreamCall {
@@ -55,6 +77,9 @@ class UpstreamCall {
 
  private:
   void run(UpstreamRequest request);
+  void fail_at_start();
+
+  UpstreamCalls* calls_ = nullptr;
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;
