@@ -194,6 +194,12 @@ void CudaModelRunner::allocate_kv_cache(const core::EngineConfig& config) {
     mtp_kv_buffer_ = cuda::DeviceBuffer(static_cast<size_t>(num_blocks_) * mtp_block_bytes);
     mtp_->set_kv_cache(gpu::KvCache(static_cast<std::byte*>(mtp_kv_buffer_.data()), mtp_region_bytes));
   }
+  const bool bf16_cache = std::all_of(regions.begin(), regions.end(),
+                                      [](const gpu::KvRegion& r) { return r.dtype == DType::kBF16; });
+  if (bf16_cache && mtp_ == nullptr && tp_.comm == nullptr) {
+    kv_rows_ = std::make_unique<CudaKvRowAccess>(gpu::KvCache(static_cast<std::byte*>(kv_buffer_.data()), region_bytes),
+                                                 regions, c.num_hidden_layers, config.block_size, num_blocks_, stream_);
+  }
 }
 
 gpu::StepMetadata CudaModelRunner::step_metadata() const {

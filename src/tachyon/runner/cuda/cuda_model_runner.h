@@ -54,6 +54,7 @@
 #include "tachyon/kernels/cuda/gemm.h"
 #include "tachyon/model/gpu/gpu_decoder.h"
 #include "tachyon/model/gpu/gpu_weights.h"
+#include "tachyon/runner/cuda/cuda_kv_rows.h"
 #include "tachyon/runner/cuda/cuda_mtp_drafter.h"
 #include "tachyon/runner/cuda/sampling_inputs.h"
 #include "tachyon/runner/model_runner.h"
@@ -94,6 +95,9 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   int64_t vocab_size() const override { return weights_.config().vocab_size; }
   double last_step_device_ms() const override { return last_step_device_ms_; }
   double last_step_idle_ms() const override { return last_step_idle_ms_; }
+  // The cache's rows for prefill/decode disaggregation (cuda_kv_rows.h); null with an FP8 cache,
+  // an MTP module (its cache layer does not move) or tensor parallelism.
+  KvRowAccess* kv_rows() override { return kv_rows_.get(); }
 
   int32_t num_blocks() const { return num_blocks_; }
   size_t weight_bytes() const { return weights_.bytes(); }
@@ -167,6 +171,7 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   cuda::DeviceBuffer kv_buffer_;
   std::unique_ptr<CudaMtpDrafter> mtp_;  // --speculative-method mtp
   cuda::DeviceBuffer mtp_kv_buffer_;     // the module's cache layer, num_blocks_ blocks
+  std::unique_ptr<CudaKvRowAccess> kv_rows_;
   size_t mtp_records_ = 0;               // staging offsets of the MTP records [max_num_seqs] ...
   size_t mtp_next_known_ = 0;            // ... and of each row's next token [max_tokens]
   std::map<int32_t, cudaGraphExec_t> mtp_graphs_;  // decode rows (bucket) -> the drafting's graph
