@@ -309,6 +309,18 @@ std::vector<ModelPreset> build_presets() {
   c.index_topk = 128;
   presets.push_back(tiny("tiny-gpu-glm-all", "tiny-glm-dsa routing to all 16 experts, indexer top-128: on the GPU", c,
                          "glm_moe_dsa"));
+  // The same two with one MTP module each (its layer a full DSA layer with its own indexer):
+  // MTP drafting on the GPU with the sparse indexer (tests/gpu/test_cuda_speculative.cpp).
+  c.num_nextn_predict_layers = 1;
+  presets.push_back(tiny("tiny-gpu-glm-mtp", "tiny-gpu-glm-all + 1 multi-token-prediction module (layer 4)", c,
+                         "glm_moe_dsa"));
+  c = tiny_dsa_shape();
+  c.num_experts_per_tok = c.num_experts;
+  c.topk_group = c.n_group;
+  c.index_topk = 128;
+  c.num_nextn_predict_layers = 1;
+  presets.push_back(tiny("tiny-gpu-dsa-mtp", "tiny-gpu-dsa-all + 1 multi-token-prediction module (layer 3)", c,
+                         "deepseek_v32"));
   presets.push_back({"glm-5-reduced", "GLM-5 layer shapes, 4 layers (1 dense + 3 MoE of 64 experts), DSA top-2048",
                      "glm_moe_dsa", glm5_reduced_shape(), DType::kBF16, 4ull << 30});
 
