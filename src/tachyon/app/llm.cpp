@@ -53,6 +53,8 @@ std::vector<GenerateOutput> LLM::run(const std::vector<std::vector<int32_t>>& pr
       }
     }
     while (auto delta = channels[i]->take()) {
+      // A failed engine (engine/engine_failure.h) gives no results: its error is the caller's.
+      if (!delta->error.empty()) throw engine::EngineFailedError(delta->error);
       results[i].num_prefix_hit_tokens = delta->num_prefix_hit_tokens;
       for (engine::CompletionDelta& d : delta->completions) {
         CompletionOutput& out = results[i].outputs[static_cast<size_t>(d.index)];

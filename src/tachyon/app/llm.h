@@ -37,6 +37,7 @@ class LLM {
   ~LLM();
 
   // Submits every prompt (all with the same params), waits for all, returns them in order.
+  // Throws engine::EngineFailedError when the engine fails meanwhile (or had failed).
   std::vector<GenerateOutput> generate(const std::vector<std::vector<int32_t>>& prompts, const core::SamplingParams& params);
   // Text prompts, tokenized with the model's tokenizer.json; outputs carry text, and
   // params.stop strings end a completion (trimmed, finish reason stop).

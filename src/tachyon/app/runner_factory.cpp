@@ -11,6 +11,7 @@
 #include "tachyon/engine/drafter.h"
 #include "tachyon/engine/mtp_drafter.h"
 #include "tachyon/engine/runner_drafter.h"
+#include "tachyon/engine/runner_fault.h"
 #include "tachyon/model/mtp.h"
 #include "tachyon/model/dense_model.h"
 #include "tachyon/model/fp8_projections.h"
@@ -218,7 +219,8 @@ LoadedRunner load_dp_runner(const std::filesystem::path& model_dir, const model:
 
 }  // namespace
 
-LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineConfig& config) {
+// load_runner() without its test-only fault (below).
+static LoadedRunner load_device_runner(const std::filesystem::path& model_dir, core::EngineConfig& config) {
   const model::ModelConfig model_config = model::ModelConfig::from_dir(model_dir);
   std::string& kind = config.device.kind;
   TACHYON_CHECK(kind == "auto" || kind == "cpu" || kind == "cuda") << "--device must be auto, cpu or cuda, got '" << kind << "'";
@@ -365,11 +367,18 @@ LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineCon
   return loaded;
 }
 
+LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineConfig& config) {
+  const engine::RunnerFault fault = engine::runner_fault_from_env();  // TACHYON_RUNNER_FAULT: tests only
+  LoadedRunner loaded = load_device_runner(model_dir, config);
+  loaded.runner = engine::with_runner_fault(std::move(loaded.runner), fault);
+  return loaded;
+}
+
 void run_follower_node(const std::filesystem::path& model_dir, core::EngineConfig& config) {
   TACHYON_CHECK(config.device.nnodes > 1 && config.device.node_rank > 0)
       << "internal: run_follower_node on node " << config.device.node_rank << " of " << config.device.nnodes;
 #ifdef TACHYON_HAVE_CUDA
-  LoadedRunner loaded = load_runner(model_dir, config);
+  LoadedRunner loaded = load_device_runner(model_dir, config);
   auto* tp = dynamic_cast<runner::TpCudaModelRunner*>(loaded.runner.get());
   TACHYON_CHECK(tp != nullptr) << "internal: a follower node without a TP runner";
   tp->follow();

@@ -33,7 +33,8 @@ struct LoadedRunner {
 };
 
 // config.device.kind: "cpu", "cuda" or "auto". Loads the draft model too when
-// config.speculative asks for one. Throws Error with a message the user can act
+// config.speculative asks for one. TACHYON_RUNNER_FAULT (tests only: engine/runner_fault.h)
+// wraps the runner in one that fails at the step it names. Throws Error with a message the user can act
 // on (no CUDA in this build, no GPU, unsupported head_dim on the GPU, out of memory).
 LoadedRunner load_runner(const std::filesystem::path& model_dir, core::EngineConfig& config);
 

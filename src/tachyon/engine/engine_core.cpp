@@ -80,6 +80,8 @@ int64_t EngineCore::submit(std::vector<int32_t> prompt, const core::SamplingPara
   const int64_t id = next_request_id_.fetch_add(1);
   {
     std::lock_guard lock(inbox_mutex_);
+    // Under the inbox's lock: fail() takes the inbox under it, so no submission slips in after.
+    if (failure_) throw EngineFailedError(*failure_ + "; it takes no more requests");
     if (static_cast<int64_t>(inbox_.size()) + waiting_snapshot_.load() >= config_.max_queued_requests) {
       throw QueueFullError("the engine's waiting queue is full (" + std::to_string(config_.max_queued_requests) +
                            " requests); retry later");
@@ -226,12 +228,25 @@ void EngineCore::propose_drafts() {
   for (size_t i = 0; i < decoding.size(); ++i) decoding[i]->draft_tokens = std::move(requests[i].drafts);
 }
 
+bool EngineCore::step() {
+  if (failed_) return false;
+  try {
+    return run_step();
+  } catch (const std::exception& e) {
+    fail(e.what());
+    throw;
+  } catch (...) {
+    fail("a step threw an exception that is not a std::exception");
+    throw;
+  }
+}
+
 // Synchronous: plan, launch, wait, apply. Overlapped (asynchronous scheduling): plan step n+1
 // while step n runs, launch it behind step n, then wait for step n and apply it; the device
 // never waits for the host between the two. Sequences that step n finishes may have been
 // planned into step n+1: update() drops that step's output for them, and the slots it writes
 // are freed blocks that later steps overwrite after it, in launch order.
-bool EngineCore::step() {
+bool EngineCore::run_step() {
   drain_inbox();
   release_leases();
   reap_abandoned();
@@ -369,6 +384,7 @@ void EngineCore::deliver(const core::StepPlan& plan, const core::StepOutput& out
 }
 
 bool EngineCore::has_work() {
+  if (failed_) return false;
   {
     std::lock_guard lock(inbox_mutex_);
     if (!inbox_.empty() || !abort_inbox_.empty()) return true;
@@ -378,7 +394,11 @@ bool EngineCore::has_work() {
 
 void EngineCore::loop() {
   while (!stopping_) {
-    if (step()) continue;
+    try {
+      if (step()) continue;
+    } catch (...) {
+      return;  // step() failed the engine: every request has its error, and it never steps again
+    }
     std::unique_lock lock(inbox_mutex_);
     inbox_ready_.wait_for(lock, std::chrono::milliseconds(50),
                           [&] { return stopping_ || abort_all_ || !inbox_.empty() || !abort_inbox_.empty(); });

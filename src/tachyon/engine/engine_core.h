@@ -5,6 +5,8 @@
 // n+1 before it waits for and applies step n, so a device runner never idles on the host.
 // Requests exist in the engine only while they run: a finished request leaves no entry in
 // any container, so nothing grows with the number of requests served.
+// A step that throws fails the engine for good (engine/engine_failure.h): every request ends
+// with the failure's message, later submits throw EngineFailedError, and the loop stops.
 #pragma once
 
 #include <array>
@@ -16,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -23,6 +26,7 @@
 #include "tachyon/base/check.h"
 #include "tachyon/core/engine_config.h"
 #include "tachyon/engine/drafter.h"
+#include "tachyon/engine/engine_failure.h"
 #include "tachyon/engine/kv_cache_manager.h"
 #include "tachyon/engine/kv_transfer.h"
 #include "tachyon/engine/output_channel.h"
@@ -58,6 +62,7 @@ struct EngineStats {
   std::array<int64_t, core::kMaxSpeculativeTokens> draft_tokens_accepted_per_position{};
   int32_t num_speculative_tokens = 0;  // k of the configured drafter (0: none); bounds the per-position series
   KvCacheStats kv;
+  bool failed = false;  // a step threw: the engine serves no more requests (failure() says why)
 };
 
 class EngineCore {
@@ -71,8 +76,9 @@ class EngineCore {
   EngineCore(const EngineCore&) = delete;
   EngineCore& operator=(const EngineCore&) = delete;
 
-  // Thread-safe. Validates the prompt and params (throws Error with a message for the user, or
-  // QueueFullError) and queues the request; outputs go to `channel`, which the caller owns.
+  // Thread-safe. Validates the prompt and params (throws Error with a message for the user,
+  // QueueFullError, or EngineFailedError once the engine has failed) and queues the request;
+  // outputs go to `channel`, which the caller owns.
   int64_t submit(std::vector<int32_t> prompt, const core::SamplingParams& params, const std::shared_ptr<OutputChannel>& channel);
   // Thread-safe. Aborts the whole request, or only its completion `index` (a consumer that saw
   // a stop string in that completion). Unknown or finished ids are ignored.
@@ -121,7 +127,12 @@ class EngineCore {
   void stop();
   // One iteration on the calling thread (only when start() was not called); false when there
   // was nothing to do. With asynchronous scheduling a step delivers the previous step's tokens.
+  // A step that throws fails the engine (fail()) and then rethrows to its caller; a failed
+  // engine's step() does nothing and returns false.
   bool step();
+  // Thread-safe. Why the engine failed (engine_failure_message of what its step threw); nullopt
+  // while it serves.
+  std::optional<std::string> failure();
   bool async_scheduling() const { return overlap_; }  // as resolved from the config and runner
   bool has_work();      // same thread as step()
   EngineStats stats();  // the snapshot published after the last step, safe from any thread
@@ -161,6 +172,11 @@ class EngineCore {
   void apply_step(const core::StepPlan& plan);
   void deliver(const core::StepPlan& plan, const core::StepOutput& output);
   void finish_request(int64_t request_id);
+  bool run_step();  // step()'s body
+  // Engine thread: records the failure (so submit() refuses from now on), ends every queued and
+  // running request with RequestOutput::error, and gives their KV blocks back.
+  void fail(const std::string& what);
+  void fail_queued(std::vector<Submission>& submissions, const std::string& message);
   void loop();
   void publish_stats();
   int64_t num_waiting() const { return scheduler_.num_waiting() + static_cast<int64_t>(pending_imports_.size()); }
@@ -200,6 +216,8 @@ class EngineCore {
   std::atomic<bool> abort_all_{false};
   std::function<void(int64_t)> step_observer_;
   std::atomic<int64_t> waiting_snapshot_{0};  // the scheduler's waiting count after the last step
+  std::optional<std::string> failure_;        // under inbox_mutex_: set once, by fail()
+  std::atomic<bool> failed_{false};           // failure_.has_value(), for the engine thread's checks
 
   std::mutex stats_mutex_;
   EngineStats stats_;

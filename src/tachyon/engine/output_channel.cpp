@@ -35,6 +35,7 @@ void OutputChannel::merge(RequestOutput& into, RequestOutput&& delta) {
   into.num_prompt_tokens = delta.num_prompt_tokens;
   into.num_prefix_hit_tokens = delta.num_prefix_hit_tokens;
   if (!into.first_scheduled) into.first_scheduled = delta.first_scheduled;
+  if (!delta.error.empty()) into.error = std::move(delta.error);
   for (CompletionDelta& d : delta.completions) {
     auto it = std::find_if(into.completions.begin(), into.completions.end(),
                            [&](const CompletionDelta& c) { return c.index == d.index; });

@@ -14,6 +14,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "tachyon/core/sampled_token.h"
@@ -38,6 +39,9 @@ struct RequestOutput {
   int64_t num_prefix_hit_tokens = 0;         // prompt tokens served from the prefix cache
   // When the request's first sequence was first scheduled (queue time ends); unset before.
   std::optional<std::chrono::steady_clock::time_point> first_scheduled;
+  // Non-empty: the engine failed (engine/engine_failure.h) and this output ends the request, every
+  // unfinished completion with kAbort; the message says why, for the client.
+  std::string error;
 };
 
 class OutputChannel {
