@@ -1,11 +1,14 @@
 // tachyon serve: the OpenAI-compatible server. SIGTERM / SIGINT start a graceful shutdown
 // (503 for new requests, in-flight ones finish within --shutdown-timeout, the rest are aborted),
-// then the process exits 0.
+// then the process exits 0. An engine that fails (a step threw: engine/engine_failure.h) has
+// answered every request with its error; the server answers 503 for a second, then shuts down
+// the same way and exits kEngineFailedExitCode (3), for a supervisor to restart it.
 #include <atomic>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <thread>
 
@@ -35,7 +38,8 @@ std::atomic<int> g_signal{0};
 // records it; a watcher thread does the work.
 void on_signal(int number) { g_signal = number; }
 
-void run_serve(ServeOptions& options) {
+// Returns the process's exit status: 0 after a signal, kEngineFailedExitCode after the engine failed.
+int run_serve(ServeOptions& options) {
   struct sigaction action {};
   action.sa_handler = on_signal;
   sigemptyset(&action.sa_mask);
@@ -62,7 +66,7 @@ void run_serve(ServeOptions& options) {
     core::EngineConfig config = options.serving.engine;
     app::run_follower_node(options.serving.model_dir, config);
     std::fprintf(stderr, "[tachyon] node %d: node 0 stopped\n", device.node_rank);
-    return;
+    return 0;
   }
     // Listen first, so /health answers 503 while the model loads instead of refusing connections.
   server::HttpServer http(options.http);
@@ -88,14 +92,26 @@ void run_serve(ServeOptions& options) {
   if (!context->role().empty()) {
     std::fprintf(stderr, "[tachyon] role %s (KV transfer port %d)\n", context->role().c_str(), context->kv_transfer_port());
   }
+  bool engine_failed = false;
   std::thread waiter([&] {
-    while (g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    std::fprintf(stderr, "[tachyon] signal %d: draining\n", g_signal.load());
+    while (g_signal == 0 && !engine_failed) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      engine_failed = context->engine().failure().has_value();
+    }
+    if (engine_failed) {
+      // The failure already ended every request with its error; the second lets their answers go
+      // out and shows probes the 503 with the reason before the process exits.
+      std::fprintf(stderr, "[tachyon] the engine failed: exiting with status %d\n", engine::kEngineFailedExitCode);
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    } else {
+      std::fprintf(stderr, "[tachyon] signal %d: draining\n", g_signal.load());
+    }
     http.shutdown();
   });
   listener.join();
   waiter.join();
   std::fprintf(stderr, "[tachyon] stopped\n");
+  return engine_failed ? engine::kEngineFailedExitCode : 0;
 }
 
 }  // namespace
@@ -159,7 +175,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--idle-timeout", options->idle_timeout_s, "seconds a connection may wait between requests")
       ->default_val(120)
       ->check(CLI::Range(0.1, 86400.0));
-  cmd->callback([options] { run_serve(*options); });
+  cmd->callback([options] {
+    const int status = run_serve(*options);
+    if (status != 0) std::exit(status);
+  });
 }
 
 }  // namespace tachyon::cli

@@ -90,6 +90,9 @@ void ServerMetrics::render_counters(std::string& out, const engine::EngineStats&
                      : 0.0;
   append_family(out, "tachyon:kv_cache_usage_perc", "gauge", "KV-cache usage: 1 means all blocks in use (0..1).");
   append_sample(out, "tachyon:kv_cache_usage_perc", m, usage);
+  append_family(out, "tachyon:engine_failed", "gauge",
+                "1 once a step of the engine threw: every request failed, new ones get 503 (see /health).");
+  append_sample(out, "tachyon:engine_failed", m, static_cast<int64_t>(engine.failed ? 1 : 0));
 
   append_family(out, "tachyon:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.");
   append_sample(out, "tachyon:prefix_cache_queries_total", m, engine.kv.prefix_queries_tokens);

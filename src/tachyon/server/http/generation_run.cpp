@@ -35,7 +35,7 @@ GenerationRun::GenerationRun(ServingContext& context, const std::vector<std::vec
                              std::shared_ptr<const engine::KvPayload> imported)
     : context_(context), n_(params.n), skip_special_tokens_(skip_special_tokens),
       stop_token_ids_(params.stop_token_ids.begin(), params.stop_token_ids.end()), shared_(std::make_shared<Shared>()), start_(std::chrono::steady_clock::now()) {
-  if (context.draining()) throw ApiException({503, "the server is shutting down", "service_unavailable", "", ""});
+  context.refuse_if_unavailable();
   const size_t num_choices = prompts.size() * static_cast<size_t>(params.n);
   shared_->pending.resize(num_choices);
   choices_.resize(num_choices);
@@ -53,6 +53,7 @@ GenerationRun::GenerationRun(ServingContext& context, const std::vector<std::vec
           if (d.finish_reason != engine::FinishReason::kNone) pending.finish_reason = d.finish_reason;
         }
         if (!shared->first_scheduled) shared->first_scheduled = out.first_scheduled;
+        if (!out.error.empty()) shared->engine_failure = out.error;
         shared->dirty = true;
         wakeup = shared->wakeup;
       }
@@ -63,6 +64,8 @@ GenerationRun::GenerationRun(ServingContext& context, const std::vector<std::vec
       id = submit_one(context, prompts[p], params, channel, p == 0 ? imported.get() : nullptr);
     } catch (const engine::QueueFullError& e) {
       throw ApiException({503, e.what(), "service_unavailable", "", ""});
+    } catch (const engine::EngineFailedError& e) {  // failed since refuse_if_unavailable() looked
+      throw ApiException({503, e.what(), "service_unavailable", "", "engine_failed"});
     } catch (const Error& e) {
       throw ApiException({400, e.what(), "invalid_request_error", "", ""});
     }
@@ -96,6 +99,12 @@ GenerationRun::~GenerationRun() {
 void GenerationRun::set_wakeup(std::function<void()> wakeup) {
   std::lock_guard lock(shared_->mutex);
   shared_->wakeup = std::move(wakeup);
+}
+
+std::optional<std::string> GenerationRun::engine_failure() const {
+  std::lock_guard lock(shared_->mutex);
+  if (shared_->engine_failure.empty()) return std::nullopt;
+  return shared_->engine_failure;
 }
 
 void GenerationRun::abort() {

@@ -51,6 +51,9 @@ class GenerationRun {
   // cheap and never block (the HTTP connection posts a pump). Replaces any earlier one.
   void set_wakeup(std::function<void()> wakeup);
   bool finished() const { return num_finished_ == static_cast<int>(choices_.size()); }
+  // Set once the engine failed (engine/engine_failure.h): why. Every choice has then finished
+  // ("abort") by the next poll(), and the answer is this error instead.
+  std::optional<std::string> engine_failure() const;
   int64_t prompt_tokens() const { return prompt_tokens_; }
   int64_t completion_tokens() const { return completion_tokens_; }
   void abort();  // every unfinished choice ends with "abort" at the engine's next step
@@ -67,6 +70,7 @@ class GenerationRun {
     bool dirty = false;
     std::optional<std::chrono::steady_clock::time_point> first_scheduled;
     std::function<void()> wakeup;
+    std::string engine_failure;  // RequestOutput::error of any of the run's requests
   };
   struct Choice {
     int64_t request_id = 0;

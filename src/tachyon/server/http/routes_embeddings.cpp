@@ -14,6 +14,7 @@ namespace tachyon::server {
 namespace {
 
 void embeddings(ServingContext& context, const HttpRequest& req, HttpResponse& res) {
+  context.refuse_if_unavailable();  // a failed engine's runner computes no embeddings either
   const fields::Json body = fields::parse_body(req.body, context.limits());
   fields::check_model(body, context.limits());
   const std::optional<PoolingConfig>& pooling = context.pooling();

@@ -1,6 +1,7 @@
 // POST /v1/completions and /v1/chat/completions. Everything is validated and tokenized before
 // anything is submitted or the first byte is sent; a failure after that point (a stream cut)
-// sends an error frame and still ends with [DONE]. The answer is a BodyStream the connection
+// sends an error frame and still ends with [DONE], except a failed engine's, whose error frame
+// ends the stream (docs/api.md, "Lifecycle"). The answer is a BodyStream the connection
 // pumps whenever the engine has news for this request (no thread waits on it).
 #include <algorithm>
 #include <memory>
@@ -93,6 +94,12 @@ Generation chat_generation(ServingContext& context, const ChatRequest& request) 
 
 namespace {
 
+// The answer to a request whose engine failed under it: the OpenAI error object (status 500 in
+// its code; the head's status went out before, see docs/api.md "Lifecycle").
+ApiError engine_failed(const std::string& failure) {
+  return {500, failure, "internal_server_error", "", "engine_failed"};
+}
+
 // outputs: chat only, one per choice (completions: empty, the text is the answer).
 void accumulate(const ServingContext& context, std::vector<ChoiceEvent>&& events, std::vector<CompletionChoiceResult>& choices,
                 std::vector<std::unique_ptr<ChatOutput>>& outputs) {
@@ -135,7 +142,13 @@ class WholeAnswer : public BodyStream {
   }
   void set_wakeup(std::function<void()> wakeup) override { run_->set_wakeup(std::move(wakeup)); }
   bool pump(std::string& out) override {
+    const std::optional<std::string> failure = run_->engine_failure();  // before poll(): it sees every finish
     accumulate(context_, run_->poll(), choices_, outputs_);
+    if (failure) {
+      ticket_.reset();
+      out = error_body(engine_failed(*failure));
+      return true;
+    }
     const auto now = std::chrono::steady_clock::now();
     if (!run_->finished()) {
       if (now - last_write_ >= keepalive_) {
@@ -205,7 +218,14 @@ class SseAnswer : public BodyStream {
         text_offsets_[i] += code_points(prompt);
       }
     }
-    for (ChoiceEvent& e : run_->poll()) {
+    const std::optional<std::string> failure = run_->engine_failure();  // before poll(): it sees every finish
+    std::vector<ChoiceEvent> events = run_->poll();
+    if (failure) {  // an error event ends the stream, with no [DONE]: the answer is not complete
+      ticket_.reset();
+      out += "data: " + error_body(engine_failed(*failure)) + "\n\n";
+      return true;
+    }
+    for (ChoiceEvent& e : events) {
       LogprobsDelta logprobs;
       const bool with_logprobs = g_.params.logprobs >= 0 && !e.logprobs.empty();
       if (with_logprobs) {
@@ -254,7 +274,7 @@ class SseAnswer : public BodyStream {
 
 void handle_generation(ServingContext& context, const HttpRequest& req, HttpResponse& res, bool chat,
                        std::chrono::milliseconds keepalive) {
-  if (context.draining()) throw ApiException({503, "the server is shutting down", "service_unavailable", "", ""});
+  context.refuse_if_unavailable();
   Generation g = chat ? chat_generation(context, parse_chat_request(req.body, context.limits()))
                       : completion_generation(context, req.body);
   g.model = context.limits().model_name;

@@ -103,6 +103,8 @@ void add_info_routes(Router& router, ContextAccess context, std::function<bool()
   router.add_inline("GET", "/health", [context, loaded](const HttpRequest&, HttpResponse& res) {
     if (!loaded()) {
       send_error(res, {503, "loading: the model is not ready yet", "service_unavailable", "", ""});
+    } else if (std::optional<std::string> failure = context().engine().failure()) {
+      send_error(res, {503, *failure, "service_unavailable", "", "engine_failed"});
     } else if (context().draining()) {
       send_error(res, {503, "draining: the server is shutting down", "service_unavailable", "", ""});
     } else {

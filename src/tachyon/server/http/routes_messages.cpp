@@ -42,7 +42,15 @@ class MessageAnswer : public BodyStream {
       started_ = true;
       events += message_.start();
     }
-    for (ChoiceEvent& e : run_->poll()) {
+    const std::optional<std::string> failure = run_->engine_failure();  // before poll(): it sees every finish
+    std::vector<ChoiceEvent> polled = run_->poll();
+    if (failure) {  // the engine failed under this request: an error is its answer
+      ticket_.reset();
+      const std::string error = anthropic_error_body({500, *failure, "api_error", "", ""});
+      out += g_.stream ? "event: error\ndata: " + error + "\n\n" : error;
+      return true;
+    }
+    for (ChoiceEvent& e : polled) {
       std::vector<ChatPiece> pieces = output_.push(e.text, e.token_ids);
       if (e.finish_reason) {
         std::vector<ChatPiece> last = output_.finish();
@@ -81,7 +89,7 @@ class MessageAnswer : public BodyStream {
 
 void handle_messages(ServingContext& context, const HttpRequest& req, HttpResponse& res,
                      std::chrono::milliseconds keepalive) {
-  if (context.draining()) throw ApiException({503, "the server is shutting down", "service_unavailable", "", ""});
+  context.refuse_if_unavailable();
   Generation g = chat_generation(context, parse_anthropic_request(req.body, context.limits()));
   g.id = make_message_id();
   g.model = context.limits().model_name;

@@ -87,6 +87,13 @@ ServingContext::~ServingContext() {
   engine_->stop();
 }
 
+void ServingContext::refuse_if_unavailable() {
+  if (std::optional<std::string> failure = engine_->failure()) {
+    throw ApiException({503, *failure + "; this server takes no more requests", "service_unavailable", "", "engine_failed"});
+  }
+  if (draining_) throw ApiException({503, "the server is shutting down", "service_unavailable", "", ""});
+}
+
 int ServingContext::kv_transfer_port() const { return kv_transfer_ != nullptr ? kv_transfer_->port() : 0; }
 
 }  // namespace tachyon::server

@@ -95,6 +95,9 @@ class ServingContext {
   // Lifecycle: serving until draining starts (SIGTERM); then new requests get 503.
   bool draining() const { return draining_; }
   void start_draining() { draining_ = true; }
+  // Throws ApiException 503 "service_unavailable" when new requests are refused: the engine failed
+  // (its reason, code "engine_failed"; engine/engine_failure.h), or the server drains.
+  void refuse_if_unavailable();
 
  private:
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
