@@ -47,10 +47,11 @@ class LazyDfa {
 
 }  // namespace
 
-void fill_token_mask(Pda& pda, const PdaState& state, const TokenVocabulary& v, TokenMask& out) {
+bool fill_token_mask(Pda& pda, const PdaState& state, const TokenVocabulary& v, TokenMask& out) {
   out.words.assign(static_cast<size_t>(v.num_mask_words()), 0u);
   out.can_end = pda.accepting(state);
   const size_t base = pda.arena().size();
+  pda.clear_cut();
   {
     LazyDfa dfa(pda);
     // states[d]: the DFA state after the first d bytes of the current trie path.
@@ -60,6 +61,7 @@ void fill_token_mask(Pda& pda, const PdaState& state, const TokenVocabulary& v, 
     for (int32_t i = 1; i < n;) {
       const size_t d = v.node_depth_[static_cast<size_t>(i)];
       const int32_t next = dfa.next(states[d - 1], v.node_byte_[static_cast<size_t>(i)]);
+      if (pda.cut_reached()) break;  // the mask needs frames the state was cut below
       if (next == LazyDfa::kDead) {
         i = v.node_end_[static_cast<size_t>(i)];  // no token below this prefix can match
         continue;
@@ -73,6 +75,7 @@ void fill_token_mask(Pda& pda, const PdaState& state, const TokenVocabulary& v, 
     }
   }
   pda.arena().resize(base);  // every node the walk added
+  return !pda.cut_reached();
 }
 
 CompiledGrammar::CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVocabulary> vocabulary,
@@ -91,39 +94,53 @@ size_t CompiledGrammar::KeyHash::operator()(const std::vector<int32_t>& key) con
   return static_cast<size_t>(h ^ (h >> 29));
 }
 
-std::shared_ptr<const TokenMask> CompiledGrammar::mask(Pda& pda, const PdaState& state) const {
-  std::vector<int32_t> key = pda.key(state);
-  {
-    std::lock_guard lock(mutex_);
-    auto it = index_.find(key);
-    if (it != index_.end()) {
-      lru_.splice(lru_.begin(), lru_, it->second);
-      return it->second->second;
-    }
-  }
-  // Computed outside the lock: two sequences may compute the same mask once each, but no
-  // sequence waits for another's walk.
-  auto computed = std::make_shared<TokenMask>();
-  fill_token_mask(pda, state, *vocabulary_, *computed);
+std::pair<bool, std::shared_ptr<const TokenMask>> CompiledGrammar::find(const std::vector<int32_t>& key) const {
+  std::lock_guard lock(mutex_);
+  auto it = index_.find(key);
+  if (it == index_.end()) return {false, nullptr};
+  lru_.splice(lru_.begin(), lru_, it->second);
+  return {true, it->second->second};
+}
+
+std::shared_ptr<const TokenMask> CompiledGrammar::remember(std::vector<int32_t> key,
+                                                           std::shared_ptr<const TokenMask> mask) const {
   std::lock_guard lock(mutex_);
   auto it = index_.find(key);
   if (it != index_.end()) return it->second->second;
-  lru_.emplace_front(key, computed);
+  lru_.emplace_front(key, mask);
   index_.emplace(std::move(key), lru_.begin());
   if (lru_.size() > kMaxCachedMasks) {
     index_.erase(lru_.back().first);
     lru_.pop_back();
   }
-  return computed;
+  return mask;
+}
+
+std::shared_ptr<const TokenMask> CompiledGrammar::mask(Pda& pda, const PdaState& state) const {
+  for (int depth = kFirstCutDepth;; depth *= 2) {
+    bool cut = false;
+    std::vector<int32_t> key = pda.key(state, depth, &cut);
+    if (auto [found, mask] = find(key); found && mask != nullptr) return mask;
+    else if (found) continue;  // too shallow: the next depth
+    // Computed outside the lock: two sequences may compute the same mask once each, but no
+    // sequence waits for another's walk.
+    const size_t mark = pda.arena().size();
+    const PdaState walked = cut ? pda.truncate(state, depth) : state;
+    auto computed = std::make_shared<TokenMask>();
+    const bool complete = fill_token_mask(pda, walked, *vocabulary_, *computed);
+    pda.arena().resize(mark);
+    TACHYON_CHECK(complete || cut) << "internal: a walk of a whole state reached a cut";
+    if (complete) return remember(std::move(key), std::move(computed));
+    remember(std::move(key), nullptr);
+  }
 }
 
 std::shared_ptr<const TokenMask> CompiledGrammar::cached_mask(const Pda& pda, const PdaState& state) const {
-  const std::vector<int32_t> key = pda.key(state);
-  std::lock_guard lock(mutex_);
-  auto it = index_.find(key);
-  if (it == index_.end()) return nullptr;
-  lru_.splice(lru_.begin(), lru_, it->second);
-  return it->second->second;
+  for (int depth = kFirstCutDepth;; depth *= 2) {
+    bool cut = false;
+    auto [found, mask] = find(pda.key(state, depth, &cut));
+    if (!found || mask != nullptr || !cut) return mask;
+  }
 }
 
 size_t CompiledGrammar::cached_masks() const {

@@ -8,6 +8,13 @@
 // digit of a number or before each item of an array. The first visit walks the vocabulary trie
 // (milliseconds for 128K tokens inside a string, microseconds where few bytes may follow); every
 // later one, by any sequence of the batch, is a lookup. Bounded LRU: kMaxCachedMasks per grammar.
+//
+// The key is the state cut to the top kFirstCutDepth frames of each stack (pda.h, truncate), so
+// the states of a recursive schema at every nesting depth share one mask; when the walk of the
+// cut state needs a frame below the cut (a token that closes more levels than were kept), the
+// key is remembered as too shallow and the state is keyed and walked at twice the depth, up to
+// the whole state. A mask so found is the mask of the whole state (the walk read no frame it
+// did not keep).
 #pragma once
 
 #include <array>
@@ -36,11 +43,13 @@ struct TokenMask {
 // The walk itself: every token whose bytes the automaton can take from `state`. It runs the
 // automaton as a DFA built lazily for this walk (each distinct state and byte transition computed
 // once, then table lookups per trie node). Nodes it adds to pda's arena are removed again.
-void fill_token_mask(Pda& pda, const PdaState& state, const TokenVocabulary& vocabulary, TokenMask& out);
+// False (and `out` incomplete) when the walk popped into a cut stack's kCut (pda.h).
+bool fill_token_mask(Pda& pda, const PdaState& state, const TokenVocabulary& vocabulary, TokenMask& out);
 
 class CompiledGrammar {
  public:
-  static constexpr size_t kMaxCachedMasks = 256;
+  static constexpr size_t kMaxCachedMasks = 256;  // entries, "too shallow" keys included
+  static constexpr int kFirstCutDepth = 4;         // frames per stack in the first key tried
 
   CompiledGrammar(Grammar grammar, std::shared_ptr<const TokenVocabulary> vocabulary, std::string description);
 
@@ -59,7 +68,12 @@ class CompiledGrammar {
   };
 
  private:
+  // A null mask: the key is too shallow (its walk reached a cut), try the next depth.
   using Lru = std::list<std::pair<std::vector<int32_t>, std::shared_ptr<const TokenMask>>>;
+  // Looks the key up (under the lock): {found, mask}.
+  std::pair<bool, std::shared_ptr<const TokenMask>> find(const std::vector<int32_t>& key) const;
+  // Stores the mask (or a too-shallow null) under the key unless present; returns what is stored.
+  std::shared_ptr<const TokenMask> remember(std::vector<int32_t> key, std::shared_ptr<const TokenMask> mask) const;
 
   Grammar grammar_;
   std::shared_ptr<const TokenVocabulary> vocabulary_;

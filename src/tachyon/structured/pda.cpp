@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <climits>
 #include <unordered_map>
 
 namespace tachyon::structured {
@@ -18,10 +19,15 @@ uint64_t mix(uint64_t h, uint64_t v) {
 // (a deeply nested grammar) so a bad one fails with a message instead of overflowing the stack.
 constexpr int kMaxExpandDepth = 2000;
 
+// The hash below a stack's lowest frame: the root's, or a cut's (a truncated stack never equals a
+// whole one).
+constexpr uint64_t kRootSeed = 0x51ed27u;
+constexpr uint64_t kCutSeed = 0xc07c07c07ull;
+
 }  // namespace
 
 int32_t Pda::push(int32_t position, int32_t parent) {
-  const uint64_t below = parent < 0 ? 0x51ed27u : arena_[static_cast<size_t>(parent)].hash;
+  const uint64_t below = parent == kCut ? kCutSeed : parent < 0 ? kRootSeed : arena_[static_cast<size_t>(parent)].hash;
   arena_.push_back(StackNode{position, parent, mix(below, static_cast<uint64_t>(position))});
   return static_cast<int32_t>(arena_.size()) - 1;
 }
@@ -52,6 +58,10 @@ void Pda::expand(int32_t node, PdaState& out, int depth) {
   if (depth > kMaxExpandDepth) throw StructuredError("the grammar nests too deeply to match");
   if (node == kAccepted) {
     add_unique(kAccepted, out);
+    return;
+  }
+  if (node == kCut) {  // the frame below was cut off: this walk cannot tell what follows
+    cut_reached_ = true;
     return;
   }
   const std::vector<Element>& elements = grammar_.elements();
@@ -141,19 +151,60 @@ PdaState Pda::compact(const PdaState& state) {
 // Per stack: its top position and the 64-bit hash of all its positions (StackNode::hash), sorted.
 // O(stacks), not O(depth): a deeply nested output costs no more per token. Two different states
 // share a key only on a 64-bit hash collision.
-std::vector<int32_t> Pda::key(const PdaState& state) const {
+std::vector<int32_t> Pda::key(const PdaState& state) const { return key(state, INT32_MAX, nullptr); }
+
+// A stack no deeper than `depth` keeps its hash; a deeper one gets the hash its truncated copy
+// would have (push() from kCut up over its top `depth` positions), so the key equals
+// key(truncate(state, depth)) and costs O(stacks x depth).
+std::vector<int32_t> Pda::key(const PdaState& state, int depth, bool* cut) const {
   std::vector<std::array<int32_t, 3>> stacks;
+  std::vector<int32_t> positions;
+  if (cut != nullptr) *cut = false;
   for (int32_t node : state) {
     if (node == kAccepted) {
       stacks.push_back({-1, 0, 0});
       continue;
     }
-    const StackNode& n = arena_[static_cast<size_t>(node)];
-    stacks.push_back({n.position, static_cast<int32_t>(n.hash & 0xffffffffu), static_cast<int32_t>(n.hash >> 32)});
+    const StackNode& top = arena_[static_cast<size_t>(node)];
+    uint64_t hash = top.hash;
+    if (depth < INT32_MAX) {
+      positions.clear();
+      int32_t n = node;
+      for (; n >= 0 && static_cast<int>(positions.size()) < depth; n = arena_[static_cast<size_t>(n)].parent) {
+        positions.push_back(arena_[static_cast<size_t>(n)].position);
+      }
+      if (n >= 0) {
+        hash = kCutSeed;
+        for (size_t k = positions.size(); k-- > 0;) hash = mix(hash, static_cast<uint64_t>(positions[k]));
+        if (cut != nullptr) *cut = true;
+      }
+    }
+    stacks.push_back({top.position, static_cast<int32_t>(hash & 0xffffffffu), static_cast<int32_t>(hash >> 32)});
   }
   std::sort(stacks.begin(), stacks.end());
+  stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());  // stacks that differ only below the cut
   std::vector<int32_t> out;
   for (const auto& s : stacks) out.insert(out.end(), s.begin(), s.end());
+  return out;
+}
+
+PdaState Pda::truncate(const PdaState& state, int depth) {
+  PdaState out;
+  std::vector<int32_t> positions;
+  for (int32_t node : state) {
+    if (node == kAccepted) {
+      add_unique(kAccepted, out);
+      continue;
+    }
+    positions.clear();
+    int32_t n = node;
+    for (; n >= 0 && static_cast<int>(positions.size()) < depth; n = arena_[static_cast<size_t>(n)].parent) {
+      positions.push_back(arena_[static_cast<size_t>(n)].position);
+    }
+    int32_t copy = n >= 0 ? kCut : -1;
+    for (size_t k = positions.size(); k-- > 0;) copy = push(positions[k], copy);
+    add_unique(copy, out);
+  }
   return out;
 }
 

@@ -13,6 +13,12 @@
 //
 // A state is the list of top node ids, deduplicated by content; kAccepted stands for a stack that
 // finished the root rule (the output may end here).
+//
+// Why truncated states (truncate, key with a depth): a token's bytes pop at most a few frames, so
+// the mask of a state deep in a recursive output (a tree of objects) depends only on the top
+// frames of its stacks; the mask cache keys a state by those, so one mask serves every nesting
+// depth. A truncated stack ends in kCut instead of the root's -1; a walk that pops into kCut
+// (it needed a frame that was cut off) sets cut_reached(), and the caller retries deeper.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +35,7 @@ struct StackNode {
 };
 
 inline constexpr int32_t kAccepted = -1;
+inline constexpr int32_t kCut = -2;  // the parent of a truncated stack's lowest kept frame
 
 using PdaState = std::vector<int32_t>;  // top node ids (or kAccepted), unique by content
 
@@ -53,6 +60,14 @@ class Pda {
   // A canonical key of the state's content (independent of node ids), for the mask cache: each
   // stack's top position and content hash.
   std::vector<int32_t> key(const PdaState& state) const;
+  // The key of truncate(state, depth) without building it; *cut: some stack was cut.
+  std::vector<int32_t> key(const PdaState& state, int depth, bool* cut) const;
+  // `state` with each stack cut to its top `depth` frames (new nodes in the arena, the cut ones
+  // ending in kCut), deduplicated by content.
+  PdaState truncate(const PdaState& state, int depth);
+  // Some expansion since clear_cut() popped into kCut.
+  bool cut_reached() const { return cut_reached_; }
+  void clear_cut() { cut_reached_ = false; }
 
  private:
   int32_t push(int32_t position, int32_t parent);
@@ -62,6 +77,7 @@ class Pda {
 
   const Grammar& grammar_;
   std::vector<StackNode> arena_;
+  bool cut_reached_ = false;
 };
 
 }  // namespace tachyon::structured
