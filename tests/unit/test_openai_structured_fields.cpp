@@ -88,6 +88,8 @@ TEST(OpenaiStructuredFields, BadConstraintsAre400sOnTheirField) {
       {R"("guided_grammar":"start ::= \"a\"")", "guided_grammar", "'root'"},
       {R"("response_format":{"type":"json_schema","json_schema":{"schema":{"type":"object","properties":{"a":{"type":"string","format":"email"}}}}})",
        "response_format.json_schema.schema", "format 'email'"},
+      {R"("response_format":{"type":"json_schema","json_schema":{"schema":{"type":"object","properties":{"v":{"oneOf":[{"type":"integer"},{"type":"number"}]}}}}})",
+       "response_format.json_schema.schema", "at 'properties.v.oneOf': branches 0 and 1 may both match"},
       {R"("structured_outputs":{"regex":"A","choice":["B"]})", "structured_outputs", "one of"},
       {R"("structured_outputs":{"xml":"A"})", "structured_outputs.xml", "not supported"},
       {R"("guided_regex":"A","guided_choice":["B"])", "guided_choice", "one structured-output constraint"},

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "tachyon/structured/integer_range.h"
+#include "tachyon/structured/json_schema_exclusive.h"
 #include "tachyon/structured/regex_grammar.h"
 #include "tachyon/structured/utf8_ranges.h"
 
@@ -171,6 +172,7 @@ class JsonSchemaBuilder::Compiler {
         for (size_t i = 0; i < it->size(); ++i) {
           alternatives.push_back(schema((*it)[i], join(path, std::string(key) + "[" + std::to_string(i) + "]"), depth + 1));
         }
+        if (std::string(key) == "oneOf") check_exclusive(*it, join(path, key));
         return Grammar::ref(g_.rule_of("any_of", alternatives));
       }
     }
@@ -210,6 +212,21 @@ class JsonSchemaBuilder::Compiler {
     for (const std::string& t : types) alternatives.push_back(typed(s, t, path, depth));
     if (alternatives.size() == 1) return alternatives[0];
     return Grammar::ref(g_.rule_of("types", alternatives));
+  }
+
+  // The grammar of a oneOf is its branches' union, exact only when no output of one branch is
+  // valid under another (json_schema_exclusive.h); any other oneOf is refused, naming the pair.
+  void check_exclusive(const Json& branches, const std::string& path) const {
+    const SchemaResolver resolve = [this](const std::string& ref) { return pointer(ref); };
+    for (size_t i = 0; i < branches.size(); ++i) {
+      for (size_t j = 0; j < branches.size(); ++j) {
+        if (i == j || never_valid_under(branches[i], branches[j], resolve)) continue;
+        fail(path, "branches " + std::to_string(std::min(i, j)) + " and " + std::to_string(std::max(i, j)) +
+                       " may both match one value, and a grammar cannot enforce that exactly one does; make the "
+                       "branches exclusive (different types, different const or enum values, or a required "
+                       "property with a different const in each) or use 'anyOf'");
+      }
+    }
   }
 
   // True when s has a keyword other than `except` that constrains values.
@@ -374,6 +391,18 @@ class JsonSchemaBuilder::Compiler {
     const std::string target = ref.get<std::string>();
     if (auto it = refs_.find(target); it != refs_.end()) return Grammar::ref(it->second);
     if (target.empty() || target[0] != '#') fail(path, "only local references ('#', '#/$defs/...') are supported, not '" + target + "'");
+    const Json* node = pointer(target);
+    if (node == nullptr) fail(path, "'" + target + "' points to nothing in the schema");
+    // The rule exists before its body, so a schema may refer to itself (recursive structures).
+    const int32_t rule = g_.add_rule("ref");
+    refs_.emplace(target, rule);
+    g_.add_alternative(rule, schema(*node, target, depth + 1));
+    return Grammar::ref(rule);
+  }
+
+  // The schema a local reference ("#", "#/$defs/a") points to in the document; null when none.
+  const Json* pointer(const std::string& target) const {
+    if (target.empty() || target[0] != '#') return nullptr;
     const Json* node = root_;
     if (target.size() > 1) {
       // ordered_json has its own pointer type; walk by the pointer's tokens.
@@ -390,17 +419,13 @@ class JsonSchemaBuilder::Compiler {
                    std::stoull(token) < node->size()) {
           node = &(*node)[std::stoull(token)];
         } else {
-          fail(path, "'" + target + "' points to nothing in the schema");
+          return nullptr;
         }
         if (next == std::string::npos) break;
         pos = next + 1;
       }
     }
-    // The rule exists before its body, so a schema may refer to itself (recursive structures).
-    const int32_t rule = g_.add_rule("ref");
-    refs_.emplace(target, rule);
-    g_.add_alternative(rule, schema(*node, target, depth + 1));
-    return Grammar::ref(rule);
+    return node;
   }
 
   Grammar& g_;

@@ -1,0 +1,282 @@
+#include "tachyon/structured/json_schema_exclusive.h"
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+namespace tachyon::structured {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// Past this many nested steps (recursive schemas) nothing is proven: an overlap is assumed.
+constexpr int kMaxDepth = 24;
+// And past this many steps in all (branches of recursive schemas multiply).
+constexpr int kMaxSteps = 20000;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// JSON types as bits; integer and number share one (an integer is a number, 1.0 an integer).
+enum : unsigned { kObject = 1, kArray = 2, kString = 4, kNumber = 8, kBoolean = 16, kNull = 32, kAll = 63 };
+
+unsigned type_bit(const std::string& t) {
+  if (t == "object") return kObject;
+  if (t == "array") return kArray;
+  if (t == "string") return kString;
+  if (t == "integer" || t == "number") return kNumber;
+  if (t == "boolean") return kBoolean;
+  if (t == "null") return kNull;
+  return kAll;
+}
+
+unsigned value_type(const Json& v) {
+  if (v.is_object()) return kObject;
+  if (v.is_array()) return kArray;
+  if (v.is_string()) return kString;
+  if (v.is_number()) return kNumber;
+  if (v.is_boolean()) return kBoolean;
+  return kNull;
+}
+
+std::set<std::string> names(const Json& s, const char* key) {
+  std::set<std::string> out;
+  const auto it = s.find(key);
+  if (it == s.end()) return out;
+  if (it->is_string()) out.insert(it->get<std::string>());
+  if (it->is_array()) {
+    for (const Json& n : *it) out.insert(n.is_string() ? n.get<std::string>() : n.dump());
+  } else if (it->is_object()) {
+    for (const auto& [k, v] : it->items()) out.insert(k);
+  }
+  return out;
+}
+
+bool closed(const Json& s) {
+  const auto it = s.find("additionalProperties");
+  return it != s.end() && it->is_boolean() && !it->get<bool>();
+}
+
+// [lo, hi] of a count keyword pair (minItems/maxItems, minLength/maxLength).
+std::pair<double, double> counts(const Json& s, const char* min, const char* max) {
+  const auto lo = s.find(min), hi = s.find(max);
+  return {lo != s.end() && lo->is_number() ? lo->get<double>() : 0.0, hi != s.end() && hi->is_number() ? hi->get<double>() : kInf};
+}
+
+// The integers in s's bounds, as json_schema.cpp rounds them (a fractional bound inward).
+std::pair<double, double> integer_bounds(const Json& s) {
+  double lo = -kInf, hi = kInf;
+  auto bound = [&](const char* key, auto apply) {
+    if (const auto it = s.find(key); it != s.end() && it->is_number()) apply(it->get<double>());
+  };
+  bound("minimum", [&](double x) { lo = std::max(lo, std::ceil(x)); });
+  bound("exclusiveMinimum", [&](double x) { lo = std::max(lo, std::floor(x) + 1); });
+  bound("maximum", [&](double x) { hi = std::min(hi, std::floor(x)); });
+  bound("exclusiveMaximum", [&](double x) { hi = std::min(hi, std::ceil(x) - 1); });
+  return {lo, hi};
+}
+
+bool disjoint(std::pair<double, double> a, std::pair<double, double> b) { return a.second < b.first || b.second < a.first; }
+
+size_t codepoints(const std::string& s) {
+  size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+class Prover {
+ public:
+  explicit Prover(const SchemaResolver& resolve) : resolve_(resolve) {}
+
+  // No output of a's grammar is valid under b.
+  // Every answer "false" means "not proven", so a cut-short search only refuses more.
+  bool never_valid(const Json& a_in, const Json& b_in, int depth) {
+    const Json* a = unwrap(&a_in);
+    const Json* b = unwrap(&b_in);
+    if (a == nullptr || b == nullptr || depth > kMaxDepth || ++steps_ > kMaxSteps) return false;
+    if (b->is_boolean()) return !b->get<bool>();
+    if (!a->is_object() || !b->is_object()) return false;
+    for (const char* key : {"anyOf", "oneOf"}) {
+      if (const auto it = a->find(key); it != a->end() && it->is_array()) {
+        for (const Json& branch : *it) {
+          if (!never_valid(branch, *b, depth + 1)) return false;
+        }
+        return true;
+      }
+    }
+    for (const char* key : {"anyOf", "oneOf"}) {  // valid under b: valid under one of its branches
+      if (const auto it = b->find(key); it != b->end() && it->is_array()) {
+        for (const Json& branch : *it) {
+          if (!never_valid(*a, branch, depth + 1)) return false;
+        }
+        return true;
+      }
+    }
+    if (const std::vector<Json> values = finite(*a); !values.empty()) {
+      for (const Json& v : values) {
+        if (!invalid(v, *b, depth + 1)) return false;
+      }
+      return true;
+    }
+    if (const std::vector<Json> values = finite(*b); !values.empty()) {
+      for (const Json& v : values) {  // a's grammar emits only values valid under a
+        if (!invalid(v, *a, depth + 1)) return false;
+      }
+      return true;
+    }
+    const unsigned both = emitted_types(*a) & valid_types(*b);
+    if ((both & kObject) && !objects_never_valid(*a, *b, depth)) return false;
+    if ((both & kArray) && !arrays_never_valid(*a, *b, depth)) return false;
+    if ((both & kString) && !strings_never_valid(*a, *b)) return false;
+    if ((both & kNumber) && !numbers_never_valid(*a, *b)) return false;
+    return (both & (kBoolean | kNull)) == 0;
+  }
+
+ private:
+  // Follows "$ref" and a one-member allOf (as json_schema.cpp does); null when unresolved.
+  const Json* unwrap(const Json* s) const {
+    for (int hops = 0; s != nullptr && s->is_object() && hops < 64; ++hops) {
+      if (const auto it = s->find("$ref"); it != s->end() && it->is_string()) {
+        s = resolve_(it->get<std::string>());
+      } else if (const auto all = s->find("allOf"); all != s->end() && all->is_array() && all->size() == 1) {
+        s = &(*all)[0];
+      } else {
+        return s;
+      }
+    }
+    return s != nullptr && s->is_object() ? nullptr : s;  // a reference cycle: nothing proven
+  }
+
+  static std::vector<Json> finite(const Json& s) {
+    if (const auto it = s.find("const"); it != s.end()) return {*it};
+    if (const auto it = s.find("enum"); it != s.end() && it->is_array()) return std::vector<Json>(it->begin(), it->end());
+    return {};
+  }
+
+  // The types json_schema.cpp's grammar of s writes (its type inference; "nullable" adds null).
+  unsigned emitted_types(const Json& s) const {
+    unsigned out = 0;
+    if (const auto it = s.find("type"); it != s.end()) {
+      if (it->is_string()) out = type_bit(it->get<std::string>());
+      for (const Json& t : it->is_array() ? *it : Json::array()) out |= t.is_string() ? type_bit(t.get<std::string>()) : kAll;
+      if (s.value("nullable", false)) out |= kNull;
+      return out;
+    }
+    if (s.contains("properties") || s.contains("additionalProperties")) return kObject;
+    if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) return kArray;
+    if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern") || s.contains("format")) return kString;
+    return kAll;
+  }
+
+  // The types a validator may accept under s: its "type", else any (other keywords restrict
+  // only values of their own type). "nullable" adds null: a JSON-schema validator ignores it, but
+  // the grammar writes null for it, and this answer also says what a schema's grammar may write.
+  static unsigned valid_types(const Json& s) {
+    const auto it = s.find("type");
+    if (it == s.end()) return kAll;
+    unsigned out = it->is_string() ? type_bit(it->get<std::string>()) : 0;
+    for (const Json& t : it->is_array() ? *it : Json::array()) out |= t.is_string() ? type_bit(t.get<std::string>()) : kAll;
+    if (s.value("nullable", false)) out |= kNull;
+    return out == 0 ? kAll : out;
+  }
+
+  static bool only_integers(const Json& s) {
+    const std::set<std::string> types = names(s, "type");
+    return types.count("integer") > 0 && types.count("number") == 0;
+  }
+
+  // a writes only its listed properties (strict), its required ones always.
+  bool objects_never_valid(const Json& a, const Json& b, int depth) {
+    const auto a_props = a.find("properties");
+    if (a_props == a.end() || !a_props->is_object()) return closed(a) && !names(b, "required").empty();  // {} or any object
+    const std::set<std::string> a_keys = names(a, "properties"), a_required = names(a, "required");
+    const std::set<std::string> b_keys = names(b, "properties"), b_required = names(b, "required");
+    for (const std::string& p : b_required) {
+      if (a_keys.count(p) == 0) return true;  // a never writes it
+    }
+    for (const std::string& p : a_required) {
+      if (closed(b) && b_keys.count(p) == 0) return true;  // b refuses it
+      if (b_keys.count(p) > 0 && never_valid((*a_props)[p], b["properties"][p], depth + 1)) return true;
+    }
+    return false;
+  }
+
+  bool arrays_never_valid(const Json& a, const Json& b, int depth) {
+    const auto a_len = counts(a, "minItems", "maxItems");
+    if (disjoint(a_len, counts(b, "minItems", "maxItems"))) return true;
+    const auto a_items = a.find("items"), b_items = b.find("items");
+    return a_len.first >= 1 && a_items != a.end() && b_items != b.end() && never_valid(*a_items, *b_items, depth + 1);
+  }
+
+  static bool strings_never_valid(const Json& a, const Json& b) {
+    if (a.contains("pattern") || a.contains("format")) return false;  // lengths unknown
+    return disjoint(counts(a, "minLength", "maxLength"), counts(b, "minLength", "maxLength"));
+  }
+
+  static bool numbers_never_valid(const Json& a, const Json& b) {
+    return only_integers(a) && disjoint(integer_bounds(a), integer_bounds(b));
+  }
+
+  // v is provably invalid under s.
+  bool invalid(const Json& v, const Json& s_in, int depth) {
+    const Json* s = unwrap(&s_in);
+    if (s == nullptr || depth > kMaxDepth || ++steps_ > kMaxSteps) return false;
+    if (s->is_boolean()) return !s->get<bool>();
+    if (!s->is_object()) return false;
+    for (const char* key : {"anyOf", "oneOf"}) {
+      if (const auto it = s->find(key); it != s->end() && it->is_array()) {
+        for (const Json& branch : *it) {
+          if (!invalid(v, branch, depth + 1)) return false;
+        }
+        return true;
+      }
+    }
+    if (const std::vector<Json> values = finite(*s); !values.empty()) {
+      for (const Json& x : values) {
+        if (x == v) return false;
+      }
+      return true;
+    }
+    if ((value_type(v) & valid_types(*s)) == 0) return true;
+    if (v.is_number()) {
+      const double x = v.get<double>();
+      const bool integer = x == std::floor(x);
+      if (only_integers(*s) && !integer) return true;
+      if (integer && (names(*s, "type").count("integer") > 0) && disjoint({x, x}, integer_bounds(*s))) return true;
+    }
+    if (v.is_string()) {
+      const double n = static_cast<double>(codepoints(v.get<std::string>()));
+      if (disjoint({n, n}, counts(*s, "minLength", "maxLength"))) return true;
+    }
+    if (v.is_array()) {
+      const double n = static_cast<double>(v.size());
+      if (disjoint({n, n}, counts(*s, "minItems", "maxItems"))) return true;
+      if (const auto items = s->find("items"); items != s->end()) {
+        for (const Json& x : v) {
+          if (invalid(x, *items, depth + 1)) return true;
+        }
+      }
+    }
+    if (v.is_object()) {
+      for (const std::string& p : names(*s, "required")) {
+        if (!v.contains(p)) return true;
+      }
+      const auto props = s->find("properties");
+      for (const auto& [k, x] : v.items()) {
+        const bool listed = props != s->end() && props->is_object() && props->contains(k);
+        if (!listed && closed(*s)) return true;
+        if (listed && invalid(x, (*props)[k], depth + 1)) return true;
+      }
+    }
+    return false;
+  }
+
+  const SchemaResolver& resolve_;
+  int steps_ = 0;
+};
+
+}  // namespace
+
+bool never_valid_under(const Json& a, const Json& b, const SchemaResolver& resolve) {
+  return Prover(resolve).never_valid(a, b, 0);
+}
+
+}  // namespace tachyon::structured
