@@ -106,29 +106,26 @@ void EngineCore::lease_prefilled(const core::StepPlan& plan, const core::StepOut
   }
 }
 
-// Copies the prompt rows [staged, end) into the lease's stream, where `end` is the last full
-// block within `computed` tokens, or the whole prompt once it has run. Chunks start on a block
-// boundary, so the block table's tail from there addresses them.
+// Stages the prompt rows [staged, end) into the lease's stream, where `end` is the last full
+// block within `computed` tokens, or the whole prompt once it has run: the blocks that hold them,
+// pinned with a reference of the stream's own, not a copy (engine/kv_transfer.h says why). Chunks
+// start on a block boundary, so the block table's tail from there addresses them.
 void EngineCore::stage_prompt_rows(const Sequence& sequence, int64_t computed, bool whole) {
   const int64_t block_size = kv_.block_size();
   const int64_t begin = leases_.staged_tokens(sequence.request_id);
   const int64_t end = whole ? sequence.num_prompt_tokens
                             : std::min(computed, sequence.num_prompt_tokens) / block_size * block_size;
   if (end <= begin) return;
-  runner::KvRowAccess& rows = *runner_->kv_rows();
-  KvChunk chunk;
-  chunk.begin = begin;
-  chunk.num_tokens = end - begin;
-  chunk.rows.resize(static_cast<size_t>(chunk.num_tokens * rows.values_per_token()));
-  const size_t first_block = static_cast<size_t>(begin / block_size);
-  rows.gather(std::span<const int32_t>(sequence.block_table).subspan(first_block), chunk.num_tokens, chunk.rows);
-  leases_.stage(sequence.request_id, std::move(chunk));
+  const auto first_block = sequence.block_table.begin() + begin / block_size;
+  std::vector<int32_t> blocks(first_block, sequence.block_table.begin() + (end + block_size - 1) / block_size);
+  kv_.retain(blocks);
+  leases_.stage(sequence.request_id, begin, end - begin, std::move(blocks));
 }
 
 KvStreamRead EngineCore::read_kv_stream(KvLeaseKey key, size_t from, bool claim) {
   runner::KvRowAccess* rows = runner_->kv_rows();
   if (rows == nullptr) throw KvTransferError("this runner cannot export its KV cache");
-  KvStreamRead read = leases_.read_stream(key, from, claim, rows->values_per_token());
+  KvStreamRead read = leases_.read_stream(key, from, claim, *rows);
   if (read.commit) inbox_ready_.notify_one();  // the engine thread frees the lease's blocks
   return read;
 }

@@ -105,7 +105,14 @@ void KvLeases::forget(int64_t request_id) {
   expected_.erase(it);
   num_expected_ = static_cast<int64_t>(expected_.size());
   cancelled_.erase(request_id);
-  streams_.erase(request_id);  // never granted: a pull of it ends with an error
+  end_stream(request_id);  // never granted: a pull of it ends with an error
+}
+
+void KvLeases::end_stream(int64_t request_id) {
+  auto it = streams_.find(request_id);
+  if (it == streams_.end()) return;
+  for (StagedChunk& chunk : it->second.chunks) released_.push_back(std::move(chunk.blocks));
+  streams_.erase(it);
 }
 
 void KvLeases::grant(int64_t request_id, std::vector<int32_t> blocks, std::vector<int32_t> prompt,
@@ -136,7 +143,7 @@ void KvLeases::drop(std::unordered_map<int64_t, Lease>::iterator it) {
   stats_.blocks -= static_cast<int64_t>(it->second.blocks.size());
   --stats_.outstanding;
   released_.push_back(std::move(it->second.blocks));
-  streams_.erase(it->first);
+  end_stream(it->first);
   leases_.erase(it);
 }
 
@@ -201,20 +208,23 @@ int64_t KvLeases::staged_tokens(int64_t request_id) {
   return it != streams_.end() ? it->second.staged_tokens : 0;
 }
 
-void KvLeases::stage(int64_t request_id, KvChunk chunk) {
+void KvLeases::stage(int64_t request_id, int64_t begin, int64_t num_tokens, std::vector<int32_t> blocks) {
   {
     std::lock_guard lock(mutex_);
     auto it = streams_.find(request_id);
-    if (it == streams_.end() || chunk.num_tokens <= 0) return;
-    TACHYON_CHECK(chunk.begin == it->second.staged_tokens)
-        << "KV rows staged out of order: " << chunk.begin << " after " << it->second.staged_tokens;
-    it->second.staged_tokens += chunk.num_tokens;
-    it->second.chunks.push_back(std::make_shared<const KvChunk>(std::move(chunk)));
+    if (it == streams_.end() || num_tokens <= 0) {
+      released_.push_back(std::move(blocks));  // nobody will read them: the pins go back
+      return;
+    }
+    TACHYON_CHECK(begin == it->second.staged_tokens)
+        << "KV rows staged out of order: " << begin << " after " << it->second.staged_tokens;
+    it->second.staged_tokens += num_tokens;
+    it->second.chunks.push_back({begin, num_tokens, std::move(blocks)});
   }
   notify();
 }
 
-KvStreamRead KvLeases::read_stream(KvLeaseKey key, size_t from, bool claim, int64_t values_per_token) {
+KvStreamRead KvLeases::read_stream(KvLeaseKey key, size_t from, bool claim, const runner::KvRowAccess& rows) {
   std::lock_guard lock(mutex_);
   auto stream = key.epoch == epoch_ ? streams_.find(key.request_id) : streams_.end();
   auto lease = key.epoch == epoch_ ? leases_.find(key.request_id) : leases_.end();
@@ -229,7 +239,14 @@ KvStreamRead KvLeases::read_stream(KvLeaseKey key, size_t from, bool claim, int6
   stream->second.claimed = true;
   KvStreamRead read;
   const auto& chunks = stream->second.chunks;
-  for (size_t i = from; i < chunks.size(); ++i) read.chunks.push_back(chunks[i]);
+  for (size_t i = from; i < chunks.size(); ++i) {
+    auto chunk = std::make_shared<KvChunk>();
+    chunk->begin = chunks[i].begin;
+    chunk->num_tokens = chunks[i].num_tokens;
+    chunk->rows.resize(static_cast<size_t>(chunk->num_tokens * rows.values_per_token()));
+    rows.gather(chunks[i].blocks, chunk->num_tokens, chunk->rows);
+    read.chunks.push_back(std::move(chunk));
+  }
   if (lease == leases_.end()) {  // the prompt still runs: these rows go out before it finishes
     for (const auto& chunk : read.chunks) stats_.early_tokens += chunk->num_tokens;
     return read;
@@ -239,7 +256,7 @@ KvStreamRead KvLeases::read_stream(KvLeaseKey key, size_t from, bool claim, int6
   commit.prompt = std::move(lease->second.prompt);
   commit.first_token = lease->second.first_token;
   commit.seed = lease->second.seed;
-  commit.values_per_token = values_per_token;
+  commit.values_per_token = rows.values_per_token();
   commit.num_chunks = static_cast<int64_t>(chunks.size());
   read.commit = std::move(commit);
   ++stats_.exported;

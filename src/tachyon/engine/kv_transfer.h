@@ -11,11 +11,17 @@
 // or reserved past the cap is refused (KvLeasesFullError, a 503 for the client) rather than
 // filling the cache with KV nobody may pull. A release that arrives before its lease is granted
 // (the client left while the prompt ran) cancels the lease as it is granted.
-// Streaming: while the prompt runs, the engine thread copies the rows of every block its last
-// step completed into the lease's stream (stage(), block by block, one chunk per step); a pull
-// may read them before the lease is granted (read_stream()). The grant stages the prompt's last
-// rows and closes the stream with a commit record (the prompt, first token, seed, and the count
-// of chunks and tokens); the reader that takes the commit takes the lease, as export_rows() does.
+// Streaming: while the prompt runs, the engine thread stages the blocks its last step completed
+// into the lease's stream (stage(), block by block, one chunk per step), each with a reference of
+// the stream's own (a pin), and a pull reads their rows out of the cache (read_stream()), also
+// before the lease is granted. The grant stages the prompt's last rows and closes the stream with
+// a commit record (the prompt, first token, seed, and the count of chunks and tokens); the
+// reader that takes the commit takes the lease, as export_rows() does. Why pins and not copies:
+// a copy held a streamed prompt's rows twice (its blocks and the copy) until the commit was
+// taken: 7.8 MiB more for a 16K-token prompt of the tiny test model, 4 GiB at Llama-3.1-8B's
+// shape (f32 rows). A pinned block cannot be freed, evicted or reused (the sequence may be
+// preempted or aborted meanwhile), and its rows are final once staged, so reading it later reads
+// what a copy would have held. The pins go back when the stream ends (take_released()).
 // Test: tests/unit/test_kv_transfer.cpp, tests/unit/test_kv_transport.cpp (streaming).
 #pragma once
 
@@ -142,15 +148,19 @@ class KvLeases {
   KvPayload export_rows(KvLeaseKey key, const runner::KvRowAccess& rows);
   void release(KvLeaseKey key);  // unknown keys are ignored
 
-  // Engine thread: the rows [staged_tokens(id), staged_tokens(id) + chunk.num_tokens) of an
-  // expected request's prompt are final. stage() ignores a request no longer expected.
+  // Engine thread: the rows [begin, begin + num_tokens) of an expected request's prompt are
+  // final (begin == staged_tokens(id), on a block boundary). `blocks` hold them, from the one
+  // holding token `begin` on, each with a reference the caller took for the stream: the stream
+  // gives it back (take_released) when it ends, or at once for a request no longer expected.
   int64_t staged_tokens(int64_t request_id);
-  void stage(int64_t request_id, KvChunk chunk);
-  // Any thread. The chunks of the lease's stream from index `from` on, and the commit once the
-  // lease is granted and every chunk went out (which takes the lease). The first read claims the
-  // stream (`claim`); a second claim, or a key that names no lease or running prefill (never
-  // granted, taken, released, expired, aborted, another epoch) throws KvTransferError.
-  KvStreamRead read_stream(KvLeaseKey key, size_t from, bool claim, int64_t values_per_token);
+  void stage(int64_t request_id, int64_t begin, int64_t num_tokens, std::vector<int32_t> blocks);
+  // Any thread. The chunks of the lease's stream from index `from` on, their rows read out of
+  // the pinned blocks through `rows` (under the mutex: no pin goes back during the read), and the
+  // commit once the lease is granted and every chunk went out (which takes the lease). The first
+  // read claims the stream (`claim`); a second claim, or a key that names no lease or running
+  // prefill (never granted, taken, released, expired, aborted, another epoch) throws
+  // KvTransferError.
+  KvStreamRead read_stream(KvLeaseKey key, size_t from, bool claim, const runner::KvRowAccess& rows);
   // Called on the engine thread after each stage and grant: a transport waiting on a stream
   // wakes. Any thread; once set_listener(nullptr) returns, the old listener is never called.
   void set_listener(std::function<void()> listener);
@@ -165,13 +175,20 @@ class KvLeases {
     uint64_t seed = 0;
     std::chrono::steady_clock::time_point deadline;
   };
+  // Prompt rows [begin, begin + num_tokens), in the pinned `blocks`.
+  struct StagedChunk {
+    int64_t begin = 0;
+    int64_t num_tokens = 0;
+    std::vector<int32_t> blocks;
+  };
   struct Stream {
-    std::vector<std::shared_ptr<const KvChunk>> chunks;
+    std::vector<StagedChunk> chunks;
     int64_t staged_tokens = 0;
     bool claimed = false;
   };
 
   void drop(std::unordered_map<int64_t, Lease>::iterator it);  // under mutex_
+  void end_stream(int64_t request_id);                          // under mutex_: its pins go back
   void grant_locked(int64_t request_id, std::vector<int32_t> blocks, std::vector<int32_t> prompt,
                     int32_t first_token, uint64_t seed);
 
