@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -153,6 +154,28 @@ def wait_until(condition, seconds, message):
             return
         time.sleep(0.02)
     sys.exit(message)
+
+
+def kill_prefill_during(router, prefill, plain, body, ready, waiting_for):
+    """Posts `body` through the router on a thread, waits (30 s) until `ready()`, kills the prefill
+    server (SIGKILL) and compares the client's answer with the plain server's: exits unless it is
+    the same text or a clean error (500, 503), never a 200 with other text. Returns the client's
+    (status, text). `waiting_for` names the condition for the message when it never holds."""
+    got = {}
+    client = threading.Thread(target=lambda: got.update(answer=post(router.url, "/v1/completions", body)))
+    client.start()
+    wait_until(ready, 30, f"never saw {waiting_for}")
+    prefill.kill()
+    client.join()
+    want = post(plain.url, "/v1/completions", body)
+    status, text = got["answer"][:2]
+    print(f"streamed {body.get('stream', False)}: prefill server killed after {waiting_for}; "
+          f"the client got {status} {text!r}")
+    if status == 200 and text != want[1]:
+        sys.exit(f"a 200 with other text than one server's {want[1]!r}")
+    if status not in (200, 500, 503):
+        sys.exit("neither the right answer nor a clean error")
+    return status, text
 
 
 def raw_request(port, path, body):
