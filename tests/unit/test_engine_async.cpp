@@ -164,8 +164,9 @@ class EngineAsyncTest : public testing::TinyModelSuite<5> {
         const Completion& x = a.completions[r][c];
         const Completion& y = b.completions[r][c];
         EXPECT_EQ(x.tokens, y.tokens) << what << " request " << r << " completion " << c;
-        // The CPU forward's sums depend on the batch's shape (BLAS blocking), so logprobs agree to
-        // rounding, not bit for bit; the tokens must not move.
+        // The CPU product gives a row the same bits in any batch (kernels/cpu/fixed_order_gemm.h),
+        // so the logprobs agree bit for bit today; the tolerance dates from a BLAS whose sums
+        // depended on the batch's shape. The tokens must not move.
         ASSERT_EQ(x.logprobs.size(), y.logprobs.size()) << what << " request " << r << " completion " << c;
         for (size_t t = 0; t < x.logprobs.size(); ++t) {
           EXPECT_NEAR(x.logprobs[t], y.logprobs[t], 1e-4) << what << " request " << r << " completion " << c;

@@ -8,7 +8,8 @@
 //           over hand-built plans (a prompt in chunks after cached tokens, then decodes) gives
 //           the single cache's logits bit for bit: each query attends the same rows in the same
 //           order, and the fixed-order CPU product (kernels/cpu/fixed_order_gemm.h) gives a row
-//           the same bits in a product of fewer rows (with OpenBLAS's sgemm it did not: ~1e-6);
+//           the same bits in a product of fewer rows (a general BLAS sgemm, which blocks by the
+//           product's shape, did not: ~1e-6);
 //   counts  a split step makes exactly one collective per layer (an all_gatherv of the rows and
 //           positions, mixed dtypes) plus one for the logits; a decode step none;
 //   engine  EngineCore over PcpCpuModelRunner (2, 3, 4) gives CpuModelRunner's greedy tokens and
