@@ -285,6 +285,12 @@ TEST(ServerMetrics, GaugesAndCountersFromEngineStats) {
   }
   // No KV cache yet (total 0): usage 0, not NaN.
   EXPECT_TRUE(contains_line(metrics.render(engine::EngineStats{}), "tachyon:kv_cache_usage_perc{model_name=\"m\"} 0"));
+  // The engine's failure (engine/engine_failure.h) as 0 or 1.
+  EXPECT_TRUE(contains_line(out, "# TYPE tachyon:engine_failed gauge"));
+  EXPECT_TRUE(contains_line(out, "tachyon:engine_failed{model_name=\"m\"} 0"));
+  engine::EngineStats failed;
+  failed.failed = true;
+  EXPECT_TRUE(contains_line(metrics.render(failed), "tachyon:engine_failed{model_name=\"m\"} 1"));
 }
 
 // Speculative decoding's counters come from the engine; the per-position series has one sample
@@ -523,9 +529,9 @@ TEST(ServerMetrics, FullRenderIsValidExposition) {
   for (const std::string& line : lines_of(out)) {
     if (line.rfind("# TYPE ", 0) == 0) families.insert(line.substr(7, line.find(' ', 7) - 7));
   }
-  // 3 gauges and 6 counters from the engine (3 of speculative decoding; the per-position one only
+  // 4 gauges and 6 counters from the engine (3 of speculative decoding; the per-position one only
   // with a drafter), 3 counters of requests, 8 histograms, 1 per-request gauge.
-  EXPECT_EQ(families.size(), 21u);
+  EXPECT_EQ(families.size(), 22u);
   for (const std::string& family : families) EXPECT_EQ(family.rfind("tachyon:", 0), 0u) << family;
 }
 
