@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <system_error>
 
 #include "tachyon/base/check.h"
 #include "tachyon/server/http/http_listener.h"
@@ -164,7 +165,7 @@ void PdRouter::start_exchange(const HttpRequest& req, Respond respond, Step step
     if (stopping_) throw ApiException(unavailable("the router is stopping"));
     ++exchanges_;
   }
-  std::thread([this, req, respond = std::move(respond), step] {
+  auto run = [this, req, respond = std::move(respond), step] {
     HttpResponse res;
     try {
       (this->*step)(req, res);
@@ -172,10 +173,20 @@ void PdRouter::start_exchange(const HttpRequest& req, Respond respond, Step step
       res = exception_response();
     }
     respond(std::move(res));
-    std::lock_guard lock(exchanges_mutex_);  // the last use of this: stop() may return right after
-    --exchanges_;
-    exchanges_ended_.notify_all();
-  }).detach();
+    end_exchange();  // the last use of this: stop() may return right after
+  };
+  try {
+    std::thread(std::move(run)).detach();
+  } catch (const std::system_error&) {  // out of threads: this request only, and stop() still ends
+    end_exchange();
+    throw ApiException(unavailable("the router cannot start a thread for this request now; retry"));
+  }
+}
+
+void PdRouter::end_exchange() {
+  std::lock_guard lock(exchanges_mutex_);
+  --exchanges_;
+  exchanges_ended_.notify_all();
 }
 
 void PdRouter::list_models(const HttpRequest&, HttpResponse& res) {

@@ -69,6 +69,7 @@ class PdRouter {
   using Step = void (PdRouter::*)(const HttpRequest&, HttpResponse&);
   // Runs `step` on a thread of its own and answers through `respond` when it returns.
   void start_exchange(const HttpRequest& req, Respond respond, Step step);
+  void end_exchange();
   void generate(const HttpRequest& req, HttpResponse& res);
   void list_models(const HttpRequest& req, HttpResponse& res);
   void check_health();
