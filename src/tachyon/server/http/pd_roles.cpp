@@ -4,6 +4,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "tachyon/engine/engine_failure.h"
 #include "tachyon/server/pd_metrics.h"
 #include "tachyon/server/pd_transport.h"
 
@@ -37,6 +38,10 @@ void submit_prefill_answer(ServingContext& context, const Generation& g, HttpRes
   } catch (const engine::KvLeasesFullError& e) {
     self->reset();
     throw ApiException({503, e.what(), "service_unavailable", "", ""});
+  } catch (const engine::EngineFailedError& e) {  // failed since refuse_if_unavailable() looked
+    self->reset();
+    throw ApiException({503, std::string(e.what()) + "; this server takes no more requests", "service_unavailable", "",
+                        "engine_failed"});
   } catch (const Error& e) {
     self->reset();
     throw ApiException({400, e.what(), "invalid_request_error", "", ""});
