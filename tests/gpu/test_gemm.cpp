@@ -23,8 +23,8 @@ namespace {
 using gpu_test::DeviceArray;
 using gpu_test::kBf16Tolerance;
 
-// bf16 operands are exact in f32, so an f32 output differs from the CPU's f32 sgemm only by
-// the order of the f32 sums.
+// bf16 operands are exact in f32, so an f32 output differs from the CPU's f32 product
+// (kernels/cpu/fixed_order_gemm.h) only by the order of the f32 sums.
 constexpr double kF32Tolerance = 1e-4;
 constexpr size_t kGuard = 64;  // poisoned elements after each output that must stay poisoned
 
