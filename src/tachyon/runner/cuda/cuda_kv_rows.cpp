@@ -1,32 +1,12 @@
 #include "tachyon/runner/cuda/cuda_kv_rows.h"
 
-#include <cstring>
+#include <algorithm>
 
 #include "tachyon/base/check.h"
+#include "tachyon/tensor/dtype.h"
 #include "tachyon/tensor/cuda/cuda_check.h"
 
 namespace tachyon::runner {
-namespace {
-
-// bf16 <-> f32 by bits: a bf16 value is the high half of its f32, so widening is exact and a
-// row that came from this cache narrows back to the same bits (round to nearest even otherwise,
-// as the device rounds).
-float widen(uint16_t bits) {
-  const uint32_t word = static_cast<uint32_t>(bits) << 16;
-  float value;
-  std::memcpy(&value, &word, sizeof(value));
-  return value;
-}
-
-uint16_t narrow(float value) {
-  uint32_t word;
-  std::memcpy(&word, &value, sizeof(word));
-  if ((word & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((word >> 16) | 0x0040u);  // NaN stays NaN
-  word += 0x7fffu + ((word >> 16) & 1u);
-  return static_cast<uint16_t>(word >> 16);
-}
-
-}  // namespace
 
 CudaKvRowAccess::CudaKvRowAccess(const model::gpu::KvCache& cache, const std::vector<model::gpu::KvRegion>& regions,
                                  int64_t num_layers, int32_t block_size, int32_t num_blocks, cudaStream_t compute)
@@ -74,42 +54,45 @@ uint16_t* CudaKvRowAccess::host_values(size_t num_values) const {
   return staging_.as<uint16_t>();
 }
 
-// Staging holds the rows as the output does ([plane][token][width]), in bf16: each (plane,
-// block) is one contiguous copy, then one pass widens them.
-void CudaKvRowAccess::gather(std::span<const int32_t> block_table, int64_t num_tokens, std::span<float> out) const {
-  check_span(block_table, num_tokens, out.size());
-  std::lock_guard lock(mutex_);
-  uint16_t* host = host_values(out.size());
+// The contiguous copies of a span, in the row buffer's order ([plane][token][width]): each
+// (plane, block) run of tokens is one.
+std::vector<CudaKvRowAccess::Run> CudaKvRowAccess::runs(std::span<const int32_t> block_table,
+                                                        int64_t num_tokens) const {
+  std::vector<Run> out;
   size_t at = 0;
   for (const Plane& plane : planes_) {
     const size_t row_bytes = static_cast<size_t>(plane.width) * sizeof(uint16_t);
     for (int64_t first = 0; first < num_tokens; first += block_size_) {
       const int64_t rows = std::min<int64_t>(block_size_, num_tokens - first);
       const size_t slot = static_cast<size_t>(block_table[static_cast<size_t>(first / block_size_)]) * block_size_;
-      TACHYON_CUDA_CHECK(cudaMemcpyAsync(host + at, plane.base + slot * row_bytes, static_cast<size_t>(rows) * row_bytes,
-                                         cudaMemcpyDeviceToHost, copies_));
+      out.push_back({plane.base + slot * row_bytes, at, static_cast<size_t>(rows) * row_bytes});
       at += static_cast<size_t>(rows * plane.width);
     }
   }
-  TACHYON_CUDA_CHECK(cudaStreamSynchronize(copies_));
-  for (size_t i = 0; i < out.size(); ++i) out[i] = widen(host[i]);
+  return out;
 }
 
+// Staging holds the rows as the output does, in bf16; one pass widens them (exactly: a bf16
+// value is the high half of its f32).
+void CudaKvRowAccess::gather(std::span<const int32_t> block_table, int64_t num_tokens, std::span<float> out) const {
+  check_span(block_table, num_tokens, out.size());
+  std::lock_guard lock(mutex_);
+  uint16_t* host = host_values(out.size());
+  for (const Run& run : runs(block_table, num_tokens)) {
+    TACHYON_CUDA_CHECK(cudaMemcpyAsync(host + run.values, run.device, run.bytes, cudaMemcpyDeviceToHost, copies_));
+  }
+  TACHYON_CUDA_CHECK(cudaStreamSynchronize(copies_));
+  for (size_t i = 0; i < out.size(); ++i) out[i] = bf16_to_f32(host[i]);
+}
+
+// Rows gathered from a bf16 cache narrow back to their own bits.
 void CudaKvRowAccess::scatter(std::span<const int32_t> block_table, int64_t num_tokens, std::span<const float> rows) {
   check_span(block_table, num_tokens, rows.size());
   std::lock_guard lock(mutex_);
   uint16_t* host = host_values(rows.size());
-  for (size_t i = 0; i < rows.size(); ++i) host[i] = narrow(rows[i]);
-  size_t at = 0;
-  for (const Plane& plane : planes_) {
-    const size_t row_bytes = static_cast<size_t>(plane.width) * sizeof(uint16_t);
-    for (int64_t first = 0; first < num_tokens; first += block_size_) {
-      const int64_t count = std::min<int64_t>(block_size_, num_tokens - first);
-      const size_t slot = static_cast<size_t>(block_table[static_cast<size_t>(first / block_size_)]) * block_size_;
-      TACHYON_CUDA_CHECK(cudaMemcpyAsync(plane.base + slot * row_bytes, host + at, static_cast<size_t>(count) * row_bytes,
-                                         cudaMemcpyHostToDevice, compute_));
-      at += static_cast<size_t>(count * plane.width);
-    }
+  for (size_t i = 0; i < rows.size(); ++i) host[i] = f32_to_bf16(rows[i]);
+  for (const Run& run : runs(block_table, num_tokens)) {
+    TACHYON_CUDA_CHECK(cudaMemcpyAsync(run.device, host + run.values, run.bytes, cudaMemcpyHostToDevice, compute_));
   }
   TACHYON_CUDA_CHECK(cudaStreamSynchronize(compute_));  // the staging is reused; the next step reads the rows
 }

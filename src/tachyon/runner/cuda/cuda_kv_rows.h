@@ -45,6 +45,12 @@ class CudaKvRowAccess : public KvRowAccess {
     std::byte* base;  // slot 0 of this layer's region
     int64_t width;    // bf16 values per token
   };
+  struct Run {
+    std::byte* device;  // the run's first row in the cache
+    size_t values;      // its offset in the row buffer, in values
+    size_t bytes;
+  };
+  std::vector<Run> runs(std::span<const int32_t> block_table, int64_t num_tokens) const;
   void check_span(std::span<const int32_t> block_table, int64_t num_tokens, size_t values) const;
   // The host staging for num_values bf16 values (pinned, grown on demand; under mutex_).
   uint16_t* host_values(size_t num_values) const;
