@@ -19,9 +19,9 @@
 // The drafts ([sequences, k], -1 after a chain stops) return with the step's token download;
 // the engine proposes them for the next step (engine/runner_drafter.h). Drafts affect speed
 // only: verification keeps the output the target's.
-// One module (num_nextn_predict_layers == 1: DeepSeek-V3/R1/V3.2, GLM-5; with the sparse indexer
-// the module is a full DSA layer with its index keys in its cache layer) on bf16 weights;
-// app/runner_factory.cpp refuses the rest by name.
+// One module (num_nextn_predict_layers == 1: DeepSeek-V3/R1) on bf16 weights; with the sparse
+// indexer (V3.2, GLM-5) the module is a full DSA layer with its index keys in its cache layer, but
+// app/runner_factory.cpp refuses it, and the rest, by name until the GPU test has run on it.
 // Tests: tests/gpu/test_cuda_speculative.cpp.
 #pragma once
 
