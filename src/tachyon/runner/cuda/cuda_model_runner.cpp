@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 
 #include <nvtx3/nvtx3.hpp>
 
@@ -282,42 +283,34 @@ void CudaModelRunner::capture_graphs() {
   // One graph per decode bucket, captured with the bucket's batch and the model's maximum
   // context (which fixes the decode kernel's split count), replayed for any decode step whose
   // batch fits: the padding rows compute on token 0 and write nothing (slot -1, context 0).
-  const int32_t max_context = static_cast<int32_t>(config_.scheduler.max_model_len);
-  for (int32_t batch : graph_batch_sizes_) {
-    const StepInputSummary summary = fill_step_inputs(core::StepPlan{}, layout_, limits_,
-                                                      static_cast<std::byte*>(staging_host_[0].data()), batch);
-    TACHYON_CUDA_CHECK(cudaMemcpyAsync(staging_device_.data(), staging_host_[0].data(), summary.bytes_used,
-                                       cudaMemcpyHostToDevice, stream_));
-    const gpu::ForwardShape shape{batch, batch, batch, 1, max_context, batch};
-    forward(shape);  // eager first: cuBLASLt loads its kernels outside the capture
+  // With MTP, the drafting after the sampler is a second graph of the bucket (the sampler between
+  // them runs eagerly): every record padding here; a step's records and next tokens are read
+  // from the runner region of staging, and its acceptance rule is the run's.
+  // Each is run eagerly first: cuBLASLt loads its kernels outside the capture.
+  auto capture = [&](const std::function<void()>& work) {
+    work();
     TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream_));
     cudaGraph_t graph = nullptr;
     TACHYON_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    forward(shape);
+    work();
     TACHYON_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
     cudaGraphExec_t exec = nullptr;
     TACHYON_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
     TACHYON_CUDA_CHECK(cudaGraphDestroy(graph));
-    graphs_[batch] = exec;
+    return exec;
+  };
+  const int32_t max_context = static_cast<int32_t>(config_.scheduler.max_model_len);
+  auto* staging = static_cast<std::byte*>(staging_host_[0].data());
+  for (int32_t batch : graph_batch_sizes_) {
+    const StepInputSummary summary = fill_step_inputs(core::StepPlan{}, layout_, limits_, staging, batch);
+    if (mtp_ != nullptr) stage_mtp_inputs(core::StepPlan{}, summary, staging, mtp_padded_sequences(batch));
+    TACHYON_CUDA_CHECK(cudaMemcpyAsync(staging_device_.data(), staging, summary.bytes_used, cudaMemcpyHostToDevice,
+                                       stream_));
+    const gpu::ForwardShape shape{batch, batch, batch, 1, max_context, batch};
+    graphs_[batch] = capture([&] { forward(shape); });
     if (mtp_ != nullptr) {
-      // The drafting after the sampler, as its own graph (the sampler between them runs
-      // eagerly): every record padding here; a step's records and next tokens are read from
-      // the runner region of staging, its acceptance rule is the run's.
-      auto* staging = static_cast<std::byte*>(staging_host_[0].data());
-      stage_mtp_inputs(core::StepPlan{}, summary, staging, mtp_padded_sequences(batch));
-      TACHYON_CUDA_CHECK(cudaMemcpyAsync(staging_device_.data(), staging, summary.bytes_used, cudaMemcpyHostToDevice,
-                                         stream_));
       const MtpDraftInputs inputs = mtp_draft_inputs(shape, mtp_padded_sequences(batch));
-      mtp_->draft(inputs);  // eager first, as above
-      TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      cudaGraph_t drafting = nullptr;
-      TACHYON_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-      mtp_->draft(inputs);
-      TACHYON_CUDA_CHECK(cudaStreamEndCapture(stream_, &drafting));
-      cudaGraphExec_t drafting_exec = nullptr;
-      TACHYON_CUDA_CHECK(cudaGraphInstantiate(&drafting_exec, drafting, 0));
-      TACHYON_CUDA_CHECK(cudaGraphDestroy(drafting));
-      mtp_graphs_[batch] = drafting_exec;
+      mtp_graphs_[batch] = capture([&] { mtp_->draft(inputs); });
     }
   }
   TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream_));
