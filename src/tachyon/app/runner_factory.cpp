@@ -173,7 +173,8 @@ void check_draft_model_device(const core::EngineConfig& config) {
 // model's hidden states: the single-process CPU runner returns those (StepPlan::
 // return_hidden_states) to engine/mtp_drafter.h; the single-GPU CUDA runner drafts with the
 // module itself (runner/cuda/cuda_mtp_drafter.h), for what its tests cover: one module, bf16
-// weights, no sparse indexer. Refused before loading, and again once --device auto resolves.
+// weights (with or without the sparse indexer: DeepSeek-V3, V3.2 and GLM-5 in
+// tests/gpu/test_cuda_speculative.cpp). Refused before loading, and again once --device auto resolves.
 void check_mtp(const core::EngineConfig& config, const model::ModelConfig& model_config,
                const std::filesystem::path& model_dir) {
   if (config.speculative.method != "mtp") return;
@@ -187,11 +188,6 @@ void check_mtp(const core::EngineConfig& config, const model::ModelConfig& model
   TACHYON_CHECK(model_config.num_nextn_predict_layers == 1)
       << "--speculative-method mtp on --device cuda drafts with one MTP module; " << model_dir.string() << " has "
       << model_config.num_nextn_predict_layers << " (no test covers more yet): use --device cpu";
-  // The drafter runs the module's DSA layer like any other, and tests/gpu/test_cuda_speculative.cpp
-  // covers DeepSeek-V3.2 and GLM-5, but that test has not run on a GPU yet.
-  TACHYON_CHECK(model_config.index_topk == 0)
-      << "--speculative-method mtp on --device cuda is not verified with the sparse indexer (DeepSeek-V3.2, GLM-5) "
-         "by any test run yet: use --device cpu";
   TACHYON_CHECK(!fp8_run(config, model_config) && config.device.kv_cache_dtype != DType::kF8E4M3)
       << "--speculative-method mtp on --device cuda is not verified with FP8 weights or an FP8 KV cache by any "
          "test yet";

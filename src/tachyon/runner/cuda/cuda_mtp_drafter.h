@@ -20,8 +20,8 @@
 // the engine proposes them for the next step (engine/runner_drafter.h). Drafts affect speed
 // only: verification keeps the output the target's.
 // One module (num_nextn_predict_layers == 1: DeepSeek-V3/R1) on bf16 weights; with the sparse
-// indexer (V3.2, GLM-5) the module is a full DSA layer with its index keys in its cache layer, but
-// app/runner_factory.cpp refuses it, and the rest, by name until the GPU test has run on it.
+// indexer (V3.2, GLM-5) the module is a full DSA layer with its index keys in its cache layer.
+// app/runner_factory.cpp refuses more modules and FP8 by name until a GPU test covers them.
 // Tests: tests/gpu/test_cuda_speculative.cpp.
 #pragma once
 
