@@ -1,13 +1,17 @@
-"""server.pd_serve_busy: a decode server's /metrics and /health never wait behind its HTTP workers.
-A decode server's worker holds a request while it pulls the prompt's KV from the prefill server's
-KV port. This script stands in for that port: it accepts every pull, reads its request and then
-sends only heartbeats (so the pull stays open) until released. Requests posted straight to the
-decode server with an X-Tachyon-Kv header naming the stand-in occupy all of its workers (more are
-posted than it has). While the stand-in still holds every worker's pull (checked before and after),
-the decode server's /metrics and /health answer; then each held pull gets an error frame, the decode
-server computes those prompts itself and every request ends 200. With /metrics and /health on the
-worker pool again they wait behind the held requests and the test fails (the 20 s bound on each
-answer only turns that hang into a failure).
+"""server.pd_serve_busy: KV pulls that a prefill server holds cannot lock a decode server out.
+A decode server pulls each request's prompt KV from the prefill server's KV port, for as long as
+the prompt runs there. This script stands in for that port: it accepts every pull, reads its
+request and then sends only heartbeats (so the pull stays open, as a slow prefill server's does)
+until released. Requests posted straight to the decode server with an X-Tachyon-Kv header naming
+the stand-in: more than the decode server has HTTP workers, and 2 more than its
+--kv-pull-max-waiting. Every pull up to that bound must be held at once (the pulls run on threads
+of their own, not on the workers), the 2 past it must get 503 with Retry-After at once, and while
+the stand-in still holds every pull (checked before and after) the decode server's /metrics,
+/health and a plain request (no header: its prompt computed there) answer. Then each held pull gets
+an error frame, the decode server computes those prompts itself and every held request ends 200.
+With the pulls on the workers again, only as many pulls as workers are ever held and the test
+fails (and a plain request would wait behind them); with /metrics and /health on the worker pool
+they wait too (the 20 s bound on each answer only turns a hang into a failure).
     pd_serve_busy.py TACHYON TOKENIZERS_DIR"""
 import json
 import os
@@ -16,13 +20,15 @@ import struct
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 
-from pd_cluster import Cluster, get, metric, wait_until
+from pd_cluster import Cluster, get, metric, post, wait_until
 
 # The serve side's HTTP workers (server/http/http_listener.cpp: max(4, 2 x cores)).
 WORKERS = max(4, 2 * os.cpu_count())
-REQUESTS = WORKERS + 4
+MAX_WAITING = WORKERS + 4  # --kv-pull-max-waiting: more pulls than workers
+REQUESTS = MAX_WAITING + 2
 
 # server/pd_transport.h: "TKV1" u32 | status u32 | body_len u64 | body | xxh3_64(body) u64.
 MAGIC = struct.unpack("<I", b"TKV1")[0]
@@ -81,6 +87,8 @@ def post_with_source(url, i, kv_port, results):
         with urllib.request.urlopen(req, timeout=120) as r:
             r.read()
             results.append(r.status)
+    except urllib.error.HTTPError as e:
+        results.append(f"{e.code} Retry-After {e.headers.get('Retry-After')}")
     except Exception as e:  # noqa: BLE001 (any failure is a wrong status here)
         results.append(repr(e))
 
@@ -88,34 +96,46 @@ def post_with_source(url, i, kv_port, results):
 kv_port = StandInKvPort()
 cluster = Cluster(sys.argv[1], sys.argv[2])
 try:
-    decode = cluster.serve("decode", "--role", "decode")
+    decode = cluster.serve("decode", "--role", "decode", "--kv-pull-max-waiting", str(MAX_WAITING))
     results = []
     clients = [threading.Thread(target=post_with_source, args=(decode.url, i, kv_port.port, results))
                for i in range(REQUESTS)]
     for c in clients:
         c.start()
-    wait_until(lambda: kv_port.held == WORKERS, 60, f"the decode server never held {WORKERS} pulls at once")
+    wait_until(lambda: kv_port.held == MAX_WAITING, 60,
+               f"the decode server never held {MAX_WAITING} pulls at once (it has {WORKERS} HTTP workers): "
+               "its pulls wait on its workers")
+    wait_until(lambda: len(results) == REQUESTS - MAX_WAITING, 20, "the requests past the bound were not answered")
+    refused = list(results)
+    print(f"{MAX_WAITING} pulls held, past the bound: {refused}")
+    if refused != ["503 Retry-After 1"] * (REQUESTS - MAX_WAITING):
+        sys.exit("the requests past --kv-pull-max-waiting should get 503 with Retry-After at once")
     start = time.monotonic()
     metrics = get(decode.url + "/metrics", timeout=20)
     health = get(decode.url + "/health", timeout=20)
+    plain = post(decode.url, "/v1/completions", {"model": "tiny", "prompt": "a plain request", "max_tokens": 4,
+                                                 "temperature": 0}, timeout=20)
     still_held = kv_port.held
-    print(f"with {still_held} pulls held (all {WORKERS} workers): /metrics {metrics[0]}, /health {health[0]} "
-          f"({time.monotonic() - start:.3f} s)")
+    print(f"with {still_held} pulls held ({WORKERS} workers): /metrics {metrics[0]}, /health {health[0]}, "
+          f"a plain request {plain[0]} ({time.monotonic() - start:.3f} s)")
     if metrics[0] != 200 or "tachyon:kv_transfer_imports_total" not in metrics[1]:
-        sys.exit("the decode server's /metrics did not answer while its workers were busy")
+        sys.exit("the decode server's /metrics did not answer while its pulls were held")
     if health[0] != 200:
-        sys.exit("the decode server's /health did not answer while its workers were busy")
-    if still_held != WORKERS:
-        sys.exit(f"the pulls should still be held while /metrics and /health answer ({still_held})")
+        sys.exit("the decode server's /health did not answer while its pulls were held")
+    if plain[0] != 200 or not plain[1]:
+        sys.exit("a plain request to the decode server got no answer while its pulls were held: locked out")
+    if still_held != MAX_WAITING:
+        sys.exit(f"the pulls should still be held while the others answer ({still_held})")
     kv_port.release.set()
     for c in clients:
         c.join(120)
-    print("statuses after the release:", sorted(set(map(str, results))), len(results))
-    if len(results) != REQUESTS or set(results) != {200}:
+    held_results = results[REQUESTS - MAX_WAITING:]
+    print("statuses after the release:", sorted(set(map(str, held_results))), len(held_results))
+    if len(held_results) != MAX_WAITING or set(held_results) != {200}:
         sys.exit("every held request should end with 200 once released (its prompt computed here)")
     recomputes = metric(decode.url, "tachyon:kv_transfer_recomputes_total", 'reason="pull_failed"')
-    if recomputes != REQUESTS:
-        sys.exit(f"every request should have recomputed its prompt after the refused pull ({recomputes})")
+    if recomputes != MAX_WAITING:
+        sys.exit(f"every held request should have recomputed its prompt after the refused pull ({recomputes})")
     print("server.pd_serve_busy: ok")
 finally:
     kv_port.release.set()

@@ -17,6 +17,11 @@ void add_role_options(CLI::App& cmd, server::ServingOptions& serving) {
                  "computes that prompt itself")
       ->default_val(16)
       ->check(CLI::Range(1, 4096));
+  cmd.add_option("--kv-pull-max-waiting", serving.kv_pull_max_waiting,
+                 "decode role: requests that may wait at once for their prompt's KV from a prefill server (each on "
+                 "a thread of its own, not an HTTP worker); more get 503 with Retry-After")
+      ->default_val(256)
+      ->check(CLI::Range(1, 65536));
   cmd.add_option("--kv-lease-max-share", serving.kv_lease_max_share,
                  "prefill role: the share of the KV cache that KV waiting to be pulled may hold; past it prefills "
                  "get 503 with Retry-After")

@@ -64,10 +64,23 @@ bool send_all(int fd, const char* data, size_t size, Clock::time_point deadline)
   return true;
 }
 
-bool recv_all(int fd, char* data, size_t size, Clock::time_point deadline) {
-  while (size > 0) {
+// Waits until `fd` is readable; false at the deadline, on an error, or once `cancel` is raised
+// (looked at every 100 ms, so that a stopping server's pulls end at once, not at their deadline).
+bool wait_readable(int fd, Clock::time_point deadline, const std::atomic<bool>* cancel) {
+  for (;;) {
+    if (cancel != nullptr && cancel->load()) return false;
+    const int left = remaining_ms(deadline);
+    const int slice = cancel != nullptr ? std::min(left, 100) : left;
     pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, remaining_ms(deadline)) <= 0) return false;
+    const int ready = ::poll(&p, 1, slice);
+    if (ready > 0) return true;
+    if (ready < 0 || slice == left) return false;
+  }
+}
+
+bool recv_all(int fd, char* data, size_t size, Clock::time_point deadline, const std::atomic<bool>* cancel = nullptr) {
+  while (size > 0) {
+    if (!wait_readable(fd, deadline, cancel)) return false;
     const ssize_t n = ::recv(fd, data, size, 0);
     if (n <= 0) return false;
     data += n;
@@ -186,7 +199,8 @@ int64_t kv_payload_bytes(const engine::KvPayload& payload) {
 }
 
 engine::KvPayload fetch_kv(const std::string& host, int port, engine::KvLeaseKey key,
-                           std::chrono::milliseconds idle_timeout, std::chrono::milliseconds total_timeout) {
+                           std::chrono::milliseconds idle_timeout, std::chrono::milliseconds total_timeout,
+                           const std::atomic<bool>* cancel) {
   const auto start = Clock::now();
   const auto give_up = start + total_timeout;
   auto deadline = [&] { return std::min(give_up, Clock::now() + idle_timeout); };
@@ -198,7 +212,8 @@ engine::KvPayload fetch_kv(const std::string& host, int port, engine::KvLeaseKey
   int64_t values_per_token = -1;
   for (;;) {
     char head[kFrameHead];
-    if (!recv_all(socket.fd, head, sizeof(head), deadline())) {
+    if (!recv_all(socket.fd, head, sizeof(head), deadline(), cancel)) {
+      if (cancel != nullptr && cancel->load()) throw KvTransferError("the pull was cancelled (this server is stopping)");
       throw KvTransferError("no KV frame within the deadline after " + std::to_string(payload.chunks.size()) +
                             " chunks (the prefill server stalled, died or is still queueing the prompt)");
     }
@@ -210,8 +225,9 @@ engine::KvPayload fetch_kv(const std::string& host, int port, engine::KvLeaseKey
     if (magic != kFrameMagic || body_len > kMaxBody) throw KvTransferError("not a KV frame (bad magic or length)");
     std::string body(body_len, '\0');
     uint64_t checksum = 0;
-    if (!recv_all(socket.fd, body.data(), body.size(), deadline()) ||
-        !recv_all(socket.fd, reinterpret_cast<char*>(&checksum), sizeof(checksum), deadline())) {
+    if (!recv_all(socket.fd, body.data(), body.size(), deadline(), cancel) ||
+        !recv_all(socket.fd, reinterpret_cast<char*>(&checksum), sizeof(checksum), deadline(), cancel)) {
+      if (cancel != nullptr && cancel->load()) throw KvTransferError("the pull was cancelled (this server is stopping)");
       throw KvTransferError("a KV frame was cut short or timed out after " + std::to_string(payload.chunks.size()) +
                             " whole chunks (" + std::to_string(body_len) + " body bytes expected)");
     }

@@ -118,10 +118,12 @@ class KvTransferServer {
 // Pulls a lease's stream: returns its prompt, first token, seed and chunks (payload.rows empty;
 // submit_imported joins them) once the commit arrived; throws engine::KvTransferError on any
 // failure (unreachable, refused, a frame cut short, corrupted or out of order, nothing for
-// `idle_timeout`, no commit within `total_timeout`, no such lease).
+// `idle_timeout`, no commit within `total_timeout`, no such lease, or `cancel` raised: a
+// stopping server's pull ends within 100 ms).
 engine::KvPayload fetch_kv(const std::string& host, int port, engine::KvLeaseKey key,
                            std::chrono::milliseconds idle_timeout,
-                           std::chrono::milliseconds total_timeout = std::chrono::minutes(2));
+                           std::chrono::milliseconds total_timeout = std::chrono::minutes(2),
+                           const std::atomic<bool>* cancel = nullptr);
 // Asks the prefill server to drop a lease (a client that left before its KV moved). Best effort.
 void release_kv_remote(const std::string& host, int port, engine::KvLeaseKey key, std::chrono::milliseconds timeout);
 

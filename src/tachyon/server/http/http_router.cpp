@@ -2,6 +2,9 @@
 
 #include <strings.h>
 
+#include <memory>
+#include <stdexcept>
+
 namespace tachyon::server {
 
 std::string HttpRequest::header(std::string_view name) const {
@@ -40,8 +43,10 @@ void Router::add_inline(std::string method, std::string path, HttpHandler handle
   routes_.push_back({std::move(method), std::move(path), false, std::move(handler), error_body, /*runs_inline=*/true});
 }
 
-void Router::add_async(std::string method, std::string path, AsyncHandler handler) {
-  routes_.push_back({std::move(method), std::move(path), false, nullptr, error_body, false, std::move(handler)});
+void Router::add_async(std::string method, std::string path, AsyncHandler handler,
+                       std::function<bool(const HttpRequest&)> when) {
+  routes_.push_back(
+      {std::move(method), std::move(path), false, nullptr, error_body, false, std::move(handler), std::move(when)});
 }
 
 const Router::Route* Router::find(const HttpRequest& request) const {
@@ -59,7 +64,7 @@ bool Router::runs_inline(const HttpRequest& request) const {
 
 bool Router::runs_async(const HttpRequest& request) const {
   const Route* route = find(request);
-  return route != nullptr && route->async_handler != nullptr;
+  return route != nullptr && route->async_handler != nullptr && (!route->async_when || route->async_when(request));
 }
 
 std::optional<ApiError> Router::refusal(const HttpRequest& request) const {
@@ -98,6 +103,12 @@ HttpResponse Router::dispatch(const HttpRequest& request) const {
   try {
     if (std::optional<ApiError> refused = refusal(request)) return error_response(*refused, body);
     HttpResponse response;
+    if (route->async_handler) {  // an async route's request that its `when` left to a worker
+      auto answer = std::make_shared<std::optional<HttpResponse>>();
+      route->async_handler(request, [answer](HttpResponse given) { *answer = std::move(given); });
+      if (!*answer) throw std::logic_error("the route " + route->path + " did not answer before it returned");
+      return std::move(**answer);
+    }
     route->handler(request, response);
     return response;
   } catch (...) {

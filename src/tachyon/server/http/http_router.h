@@ -42,8 +42,11 @@ class Router {
   void add_inline(std::string method, std::string path, HttpHandler handler);
   bool runs_inline(const HttpRequest& request) const;  // the request's route was added so
   // A route whose handler answers later (see AsyncHandler); its connection reads while it waits,
-  // so a client that hangs up meanwhile is let go at once.
-  void add_async(std::string method, std::string path, AsyncHandler handler);
+  // so a client that hangs up meanwhile is let go at once. With `when`, only the requests it
+  // holds for run so; the others run on a worker as any route's, and the handler must answer
+  // them before it returns (a decode server's generation routes: only a KV pull answers later).
+  void add_async(std::string method, std::string path, AsyncHandler handler,
+                 std::function<bool(const HttpRequest&)> when = nullptr);
   bool runs_async(const HttpRequest& request) const;  // the request's route was added so
   // Runs before any handler of a path under /v1/; an error it returns is the answer.
   void set_guard(std::function<std::optional<ApiError>(const HttpRequest&)> guard) { guard_ = std::move(guard); }
@@ -62,6 +65,7 @@ class Router {
     ErrorBodyFn error_body_fn = error_body;
     bool runs_inline = false;
     AsyncHandler async_handler;  // set: the route answers later (add_async)
+    std::function<bool(const HttpRequest&)> async_when;  // set: only the requests it holds for do
     bool matches(const std::string& request_path) const;
   };
   const Route* find(const HttpRequest& request) const;  // the route of that method and path, or null

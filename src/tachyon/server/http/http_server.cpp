@@ -64,6 +64,7 @@ void HttpServer::shutdown() {
   }
   ServingContext& serving = context();
   serving.start_draining();
+  serving.stop_kv_pulls();  // a request whose KV was still coming would be refused now anyway
   const auto deadline = std::chrono::steady_clock::now() + options_.shutdown_timeout;
   while (std::chrono::steady_clock::now() < deadline && serving.engine().stats().num_active_requests > 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

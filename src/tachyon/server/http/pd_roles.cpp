@@ -3,9 +3,12 @@
 #include <cstdio>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <system_error>
+#include <thread>
 
 #include "tachyon/engine/engine_failure.h"
 #include "tachyon/server/pd_metrics.h"
+#include "tachyon/server/http/task_slots.h"
 #include "tachyon/server/pd_transport.h"
 
 namespace tachyon::server {
@@ -70,6 +73,44 @@ bool parse_source(const std::string& value, std::string& host, int& port, engine
   return !host.empty() && port > 0;
 }
 
+// The rows `source` names for the prompt of `g`, or null when the pull failed (the reason goes to
+// the log; the prompt is computed here). Waits as long as the pull does: on a pull's thread.
+ImportedRows fetch_imported(ServingContext& context, const std::string& source, const Generation& g,
+                            const std::atomic<bool>& cancel) {
+  std::string host;
+  int port = 0;
+  engine::KvLeaseKey key;
+  PdMetrics* metrics = context.pd_metrics();
+  if (!parse_source(source, host, port, key)) {
+    std::fprintf(stderr, "[tachyon] decode: ignoring a malformed %s header; computing the prompt here\n", kKvSourceHeader);
+    if (metrics != nullptr) metrics->on_recompute(RecomputeReason::kMalformedSource);
+    return nullptr;
+  }
+  RecomputeReason reason = RecomputeReason::kPullFailed;
+  try {
+    const auto start = std::chrono::steady_clock::now();
+    // Five seconds without a frame (the prefill server sends a heartbeat while its prompt runs) or
+    // two minutes in all: the prompt is computed here instead.
+    auto payload = std::make_shared<engine::KvPayload>(
+        fetch_kv(host, port, key, std::chrono::seconds(5), std::chrono::minutes(2), &cancel));
+    if (metrics != nullptr) {
+      metrics->on_transfer(kv_payload_bytes(*payload),
+                           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    if (payload->prompt != g.prompts[0]) {
+      reason = RecomputeReason::kOtherPrompt;
+      throw engine::KvTransferError("the rows are of another prompt (" + std::to_string(payload->prompt.size()) +
+                                    " tokens, this request has " + std::to_string(g.prompts[0].size()) + ")");
+    }
+    return payload;
+  } catch (const engine::KvTransferError& e) {
+    if (metrics != nullptr) metrics->on_recompute(reason);
+    std::fprintf(stderr, "[tachyon] decode: KV transfer from %s failed, computing the prompt here: %s\n", source.c_str(),
+                 e.what());
+    return nullptr;
+  }
+}
+
 }  // namespace
 
 void answer_prefix_hashes(ServingContext& context, HttpResponse& res) {
@@ -96,42 +137,39 @@ void answer_prefill(ServingContext& context, const Generation& g, HttpResponse& 
   submit_prefill_answer(context, g, res);
 }
 
-std::shared_ptr<const engine::KvPayload> fetch_imported(ServingContext& context, const HttpRequest& req,
-                                                        const Generation& g) {
-  const std::string source = req.header(kKvSourceHeader);
-  if (source.empty() || !not_transferable(g).empty()) return nullptr;
-  std::string host;
-  int port = 0;
-  engine::KvLeaseKey key;
-  PdMetrics* metrics = context.pd_metrics();
-  if (!parse_source(source, host, port, key)) {
-    std::fprintf(stderr, "[tachyon] decode: ignoring a malformed %s header; computing the prompt here\n", kKvSourceHeader);
-    if (metrics != nullptr) metrics->on_recompute(RecomputeReason::kMalformedSource);
-    return nullptr;
+bool names_kv_source(const HttpRequest& req) { return !req.header(kKvSourceHeader).empty(); }
+
+bool pull_imported(ServingContext& context, const HttpRequest& req, const Generation& g,
+                   std::function<void(ImportedRows)> then) {
+  std::string source = req.header(kKvSourceHeader);
+  TaskSlots* pulls = context.kv_pulls();
+  if (source.empty() || pulls == nullptr || !not_transferable(g).empty()) return false;
+  TaskSlots::Slot slot = pulls->try_take();
+  if (slot == nullptr) {
+    if (pulls->closing()) throw ApiException({503, "the server is shutting down", "service_unavailable", "", ""});
+    throw ApiException({503,
+                        "this decode server has " + std::to_string(pulls->limit()) +
+                            " requests waiting for their prompts' KV (--kv-pull-max-waiting); retry shortly",
+                        "service_unavailable", "", ""});
   }
-  RecomputeReason reason = RecomputeReason::kPullFailed;
+  // The slot goes back when the thread ends, after `then` answered.
+  auto pull = [&context, source = std::move(source), g, then = std::move(then), slot, cancel = &pulls->closing()] {
+    ImportedRows rows;
+    try {
+      rows = fetch_imported(context, source, g, *cancel);
+    } catch (const std::exception& e) {  // not a transfer error (out of memory): computed here too
+      std::fprintf(stderr, "[tachyon] decode: the KV pull from %s failed, computing the prompt here: %s\n",
+                   source.c_str(), e.what());
+    }
+    then(std::move(rows));
+  };
   try {
-    const auto start = std::chrono::steady_clock::now();
-    // Five seconds without a frame (the prefill server sends a heartbeat while its prompt runs) or
-    // two minutes in all: the prompt is computed here instead.
-    auto payload = std::make_shared<engine::KvPayload>(
-        fetch_kv(host, port, key, std::chrono::seconds(5), std::chrono::minutes(2)));
-    if (metrics != nullptr) {
-      metrics->on_transfer(kv_payload_bytes(*payload),
-                           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    }
-    if (payload->prompt != g.prompts[0]) {
-      reason = RecomputeReason::kOtherPrompt;
-      throw engine::KvTransferError("the rows are of another prompt (" + std::to_string(payload->prompt.size()) +
-                                    " tokens, this request has " + std::to_string(g.prompts[0].size()) + ")");
-    }
-    return payload;
-  } catch (const engine::KvTransferError& e) {
-    if (metrics != nullptr) metrics->on_recompute(reason);
-    std::fprintf(stderr, "[tachyon] decode: KV transfer from %s failed, computing the prompt here: %s\n", source.c_str(),
-                 e.what());
-    return nullptr;
+    std::thread(std::move(pull)).detach();
+  } catch (const std::system_error&) {  // out of threads: this request only
+    throw ApiException({503, "this decode server cannot start a thread for the KV pull now; retry shortly",
+                        "service_unavailable", "", ""});
   }
+  return true;
 }
 
 }  // namespace tachyon::server

@@ -9,8 +9,14 @@
 //            as the prefill server writes them (server/pd_transport.h) and decodes from them once
 //            the stream's commit arrived; when the pull fails, or the rows are
 //            of another prompt, the prompt is computed here instead (never a wrong answer).
+//            The pull runs on a thread of its own, not on an HTTP worker: it waits as long as the
+//            prompt runs on the prefill server (two minutes at most), and pulls that waited on
+//            the workers let a slow or stalled prefill server take every worker and lock every
+//            other request out. Pulls waiting at once are bounded (--kv-pull-max-waiting); past
+//            the bound a request gets 503 with Retry-After.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "tachyon/engine/kv_transfer.h"
@@ -30,9 +36,18 @@ void answer_prefix_hashes(ServingContext& context, HttpResponse& res);
 // Prefill role: queues the prompt and answers `res` with its lease at once.
 void answer_prefill(ServingContext& context, const Generation& g, HttpResponse& res);
 
-// Decode role: the imported rows for this request, or null (no header, or the pull failed: the
-// reason goes to the log and the prompt is computed here).
-std::shared_ptr<const engine::KvPayload> fetch_imported(ServingContext& context, const HttpRequest& req,
-                                                        const Generation& g);
+// Whether the request names a KV source (the header): its route runs as an async one
+// (Router::add_async's `when`), so that its answer may come from a pull's thread.
+bool names_kv_source(const HttpRequest& req);
+
+using ImportedRows = std::shared_ptr<const engine::KvPayload>;
+// Decode role: when the request names a KV source and is one disaggregation carries, pulls its
+// rows on a thread of its own, holding one of the context's pull slots while it waits, and then
+// calls `then` on that thread with them, or with null when the pull failed (the reason goes to
+// the log and the prompt is computed here). Returns false, and never calls `then`, when there is
+// nothing to pull. Throws ApiException 503 when every slot is held or the server is stopping.
+// `then` must not throw (it answers the request, errors included).
+bool pull_imported(ServingContext& context, const HttpRequest& req, const Generation& g,
+                   std::function<void(ImportedRows)> then);
 
 }  // namespace tachyon::server

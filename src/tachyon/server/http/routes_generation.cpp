@@ -2,7 +2,9 @@
 // anything is submitted or the first byte is sent; a failure after that point (a stream cut)
 // sends an error frame and still ends with [DONE], except a failed engine's, whose error frame
 // ends the stream (docs/api.md, "Lifecycle"). The answer is a BodyStream the connection
-// pumps whenever the engine has news for this request (no thread waits on it).
+// pumps whenever the engine has news for this request (no thread waits on it). A decode role's
+// request that names a KV source is answered once its pull ends, from the pull's thread
+// (http/pd_roles.h), so that no HTTP worker waits on a prefill server.
 #include <algorithm>
 #include <memory>
 
@@ -272,16 +274,9 @@ class SseAnswer : public BodyStream {
   std::vector<std::unique_ptr<ChatOutput>> outputs_;  // chat: one per choice
 };
 
-void handle_generation(ServingContext& context, const HttpRequest& req, HttpResponse& res, bool chat,
-                       std::chrono::milliseconds keepalive) {
-  context.refuse_if_unavailable();
-  Generation g = chat ? chat_generation(context, parse_chat_request(req.body, context.limits()))
-                      : completion_generation(context, req.body);
-  g.model = context.limits().model_name;
-  g.client = req.peer;
-  g.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  if (context.role() == "prefill") return answer_prefill(context, g, res);  // http/pd_roles.h
-  auto imported = context.role() == "decode" ? fetch_imported(context, req, g) : nullptr;
+// The answer of a validated request, decoding from `imported` when a prefill server's rows came.
+void answer_generation(ServingContext& context, Generation g, ImportedRows imported,
+                       std::chrono::milliseconds keepalive, HttpResponse& res) {
   if (g.stream) {
     res.content_type = "text/event-stream";
     res.headers.emplace_back("Cache-Control", "no-cache");
@@ -292,15 +287,50 @@ void handle_generation(ServingContext& context, const HttpRequest& req, HttpResp
   }
 }
 
+// Answers through `respond` at once, or once the request's KV pull ended (on its thread).
+void handle_generation(ServingContext& context, const HttpRequest& req, const Respond& respond, bool chat,
+                       std::chrono::milliseconds keepalive) {
+  context.refuse_if_unavailable();
+  Generation g = chat ? chat_generation(context, parse_chat_request(req.body, context.limits()))
+                      : completion_generation(context, req.body);
+  g.model = context.limits().model_name;
+  g.client = req.peer;
+  g.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  HttpResponse res;
+  if (context.role() == "prefill") {
+    answer_prefill(context, g, res);  // http/pd_roles.h
+    return respond(std::move(res));
+  }
+  auto after_pull = [&context, g, keepalive, respond](ImportedRows imported) mutable {
+    HttpResponse res;
+    try {  // a server that began to drain while the rows came answers 503 (GenerationRun)
+      answer_generation(context, std::move(g), std::move(imported), keepalive, res);
+    } catch (...) {
+      res = exception_response();
+    }
+    respond(std::move(res));
+  };
+  if (context.role() == "decode" && pull_imported(context, req, g, std::move(after_pull))) return;
+  answer_generation(context, std::move(g), nullptr, keepalive, res);
+  respond(std::move(res));
+}
+
 }  // namespace
 
 void add_generation_routes(Router& router, ContextAccess context, std::chrono::milliseconds keepalive_interval) {
-  router.add("POST", "/v1/completions", [context, keepalive_interval](const HttpRequest& req, HttpResponse& res) {
-    handle_generation(context(), req, res, /*chat=*/false, keepalive_interval);
-  });
-  router.add("POST", "/v1/chat/completions", [context, keepalive_interval](const HttpRequest& req, HttpResponse& res) {
-    handle_generation(context(), req, res, /*chat=*/true, keepalive_interval);
-  });
+  // Async only for a request that names a KV source (a decode role's pull answers later).
+  router.add_async(
+      "POST", "/v1/completions",
+      [context, keepalive_interval](const HttpRequest& req, const Respond& respond) {
+        handle_generation(context(), req, respond, /*chat=*/false, keepalive_interval);
+      },
+      names_kv_source);
+  router.add_async(
+      "POST", "/v1/chat/completions",
+      [context, keepalive_interval](const HttpRequest& req, const Respond& respond) {
+        handle_generation(context(), req, respond, /*chat=*/true, keepalive_interval);
+      },
+      names_kv_source);
 }
 
 }  // namespace tachyon::server

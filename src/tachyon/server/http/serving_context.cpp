@@ -5,6 +5,7 @@
 #include "tachyon/base/check.h"
 #include "tachyon/base/file_util.h"
 #include "tachyon/app/runner_factory.h"
+#include "tachyon/server/http/task_slots.h"
 #include "tachyon/server/pd_metrics.h"
 #include "tachyon/server/pd_transport.h"
 
@@ -78,10 +79,12 @@ ServingContext::ServingContext(const ServingOptions& options) {
     kv_transfer_->inject_fault(kv_transport_fault_from_env());
     engine->set_kv_stream_listener([transfer = kv_transfer_.get()] { transfer->wake(); });  // rows go out as staged
   }
+  if (role_ == "decode") kv_pulls_ = std::make_unique<TaskSlots>(options.kv_pull_max_waiting);
   engine_->start();
 }
 
 ServingContext::~ServingContext() {
+  stop_kv_pulls();  // a pull's thread answers through the engine
   engine_->set_kv_stream_listener(nullptr);  // the engine runs on, without waking the transport
   kv_transfer_.reset();
   engine_->stop();
@@ -92,6 +95,12 @@ void ServingContext::refuse_if_unavailable() {
     throw ApiException({503, *failure + "; this server takes no more requests", "service_unavailable", "", "engine_failed"});
   }
   if (draining_) throw ApiException({503, "the server is shutting down", "service_unavailable", "", ""});
+}
+
+void ServingContext::stop_kv_pulls() {
+  if (kv_pulls_ == nullptr) return;
+  kv_pulls_->close();
+  kv_pulls_->wait_all();
 }
 
 int ServingContext::kv_transfer_port() const { return kv_transfer_ != nullptr ? kv_transfer_->port() : 0; }

@@ -28,6 +28,7 @@ namespace tachyon::server {
 
 class KvTransferServer;  // server/pd_transport.h
 class PdMetrics;         // server/pd_metrics.h
+class TaskSlots;         // http/task_slots.h
 
 struct ServingOptions {
   std::filesystem::path model_dir;
@@ -58,6 +59,9 @@ struct ServingOptions {
   // past which prefills get 503; and how long a lease waits to be pulled.
   double kv_lease_max_share = 0.5;
   double kv_lease_timeout_s = 30.0;
+  // Decode role: requests that may wait at once for their prompt's KV, each on a thread of its
+  // own (http/pd_roles.h); more get 503 with Retry-After.
+  int kv_pull_max_waiting = 256;
 };
 
 
@@ -91,6 +95,9 @@ class ServingContext {
   const std::string& role() const { return role_; }
   int kv_transfer_port() const;  // the prefill role's bound KV port; 0 otherwise
   PdMetrics* pd_metrics() { return pd_metrics_.get(); }  // null without a role
+  TaskSlots* kv_pulls() { return kv_pulls_.get(); }       // the decode role's KV pulls; null otherwise
+  // Cancels every KV pull (each ends within 100 ms) and waits for them; no new ones start.
+  void stop_kv_pulls();
 
   // Lifecycle: serving until draining starts (SIGTERM); then new requests get 503.
   bool draining() const { return draining_; }
@@ -117,6 +124,7 @@ class ServingContext {
   std::string role_;
   std::unique_ptr<PdMetrics> pd_metrics_;          // with a role
   std::unique_ptr<KvTransferServer> kv_transfer_;  // prefill role only; stops before the engine
+  std::unique_ptr<TaskSlots> kv_pulls_;            // decode role only; stops before the engine
 };
 
 }  // namespace tachyon::server
