@@ -50,6 +50,11 @@ void add_router_command(CLI::App& app) {
                   "round-robin or least-loaded")
       ->default_val("round-robin")
       ->check(CLI::IsMember({"round-robin", "least-loaded", "prefix"}));
+  cmd->add_option("--max-in-flight", options->max_in_flight,
+                  "requests the router has open at once (each costs a thread until its decode answer starts, then its "
+                  "relay's); more get 503 with Retry-After")
+      ->default_val(1024)
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--tokenizer", options->tokenizer,
                   "the served model's directory (tokenizer.json, chat template): the prefix policy tokenizes prompts");
   cmd->add_option_function<int>(

@@ -59,9 +59,9 @@ class InFlight {
 class RelayStream : public BodyStream {
  public:
   RelayStream(std::unique_ptr<UpstreamCall> call, std::optional<Lease> lease, bool sse, Backend& decode,
-              RouterMetrics& metrics)
+              RouterMetrics& metrics, TaskSlots::Slot slot)
       : call_(std::move(call)), lease_(std::move(lease)), sse_(sse), in_flight_(decode), decode_(decode),
-        metrics_(metrics) {}
+        metrics_(metrics), slot_(std::move(slot)) {}
   ~RelayStream() override {
     if (ended_) return;
     metrics_.on_outcome(RouteOutcome::kClientGone);
@@ -100,6 +100,7 @@ class RelayStream : public BodyStream {
   InFlight in_flight_;
   Backend& decode_;
   RouterMetrics& metrics_;
+  TaskSlots::Slot slot_;  // the request's --max-in-flight slot, until the relay ends
   bool relayed_ = false;  // bytes other than keep-alive whitespace went out
   bool at_event_end_ = true;  // what went out ends with a whole SSE event
   bool ended_ = false;
@@ -116,7 +117,7 @@ struct PrefillResult {
 
 PdRouter::PdRouter(RouterOptions options)
     : options_(std::move(options)), policy_(parse_route_policy(options_.policy)), prefill_(options_.prefill),
-      decode_(options_.decode) {
+      decode_(options_.decode), in_flight_(options_.max_in_flight) {
   TACHYON_CHECK(!prefill_.backends().empty() && !decode_.backends().empty())
       << "the router needs at least one --prefill and one --decode URL";
   if (policy_ == RoutePolicy::kPrefix) {
@@ -152,7 +153,7 @@ PdRouter::PdRouter(RouterOptions options)
   });
   router_->add_inline("GET", "/metrics", [this](const HttpRequest&, HttpResponse& res) {
     res.content_type = "text/plain; version=0.0.4";
-    res.body = metrics_.render(prefill_, decode_);
+    res.body = metrics_.render(prefill_, decode_, RouterGauges{in_flight_.taken()});
   });
   listener_ = std::make_unique<HttpListener>(*http_options_, *router_);
 }
@@ -163,15 +164,25 @@ void PdRouter::start_exchange(const HttpRequest& req, Respond respond, Step step
   {
     std::lock_guard lock(exchanges_mutex_);
     if (stopping_) throw ApiException(unavailable("the router is stopping"));
+  }
+  TaskSlots::Slot slot = in_flight_.try_take();
+  if (slot == nullptr) {
+    metrics_.on_outcome(RouteOutcome::kUnavailable);
+    throw ApiException(unavailable("the router has " + std::to_string(in_flight_.limit()) +
+                                   " requests in flight (--max-in-flight); retry shortly"));
+  }
+  {
+    std::lock_guard lock(exchanges_mutex_);
     ++exchanges_;
   }
-  auto run = [this, req, respond = std::move(respond), step] {
+  auto run = [this, req, respond = std::move(respond), step, slot = std::move(slot)]() mutable {
     HttpResponse res;
     try {
-      (this->*step)(req, res);
+      (this->*step)(req, res, slot);
     } catch (...) {
       res = exception_response();
     }
+    slot.reset();  // a relay holds its own copy until its end
     respond(std::move(res));
     end_exchange();  // the last use of this: stop() may return right after
   };
@@ -189,7 +200,7 @@ void PdRouter::end_exchange() {
   exchanges_ended_.notify_all();
 }
 
-void PdRouter::list_models(const HttpRequest&, HttpResponse& res) {
+void PdRouter::list_models(const HttpRequest&, HttpResponse& res, const TaskSlots::Slot&) {
   for (Backend* decode : decode_.order(RoutePolicy::kRoundRobin)) {
     UpstreamRequest get{decode->host, decode->port, "/v1/models", "", {}, std::chrono::seconds(10)};
     get.method = "GET";
@@ -204,7 +215,7 @@ void PdRouter::list_models(const HttpRequest&, HttpResponse& res) {
   res = error_response(unavailable("no decode server is healthy; retry later"));
 }
 
-void PdRouter::generate(const HttpRequest& req, HttpResponse& res) {
+void PdRouter::generate(const HttpRequest& req, HttpResponse& res, const TaskSlots::Slot& slot) {
   const auto body = nlohmann::json::parse(req.body, nullptr, false);
   const bool sse = body.is_object() && body.value("stream", false);
   const bool chat = req.path == "/v1/chat/completions";
@@ -277,7 +288,7 @@ void PdRouter::generate(const HttpRequest& req, HttpResponse& res) {
       return;
     }
     if (sse) res.headers.emplace_back("Cache-Control", "no-cache");
-    res.stream = std::make_shared<RelayStream>(std::move(call), lease, sse, *decode, metrics_);
+    res.stream = std::make_shared<RelayStream>(std::move(call), lease, sse, *decode, metrics_, slot);
     return;
   }
   if (lease) lease->release();

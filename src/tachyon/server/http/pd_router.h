@@ -20,7 +20,10 @@
 // request out. Each exchange runs on a thread of its own until the decode answer's head (the
 // body is then relayed by the connection without a thread waiting), so the workers never wait;
 // a relay already costs its upstream call's thread, so this adds one thread per request only
-// while its prompt is on the prefill server.
+// while its prompt is on the prefill server. Requests in flight (an exchange, then its relay)
+// are bounded by --max-in-flight: each holds a slot (http/task_slots.h) from its start to its
+// relay's end, and one past the bound gets 503 with Retry-After at once, so slow servers or
+// clients cannot make the router start threads until it runs out of them or of descriptors.
 // GET /health, /v1/models and the router's own /metrics (http/pd_router_metrics.h).
 // Tests: tests/server/run_pd.sh and tests/server/pd_*.py (ctest -R server.pd_).
 #pragma once
@@ -40,6 +43,7 @@
 #include "tachyon/server/http/pd_backends.h"
 #include "tachyon/server/http/pd_router_metrics.h"
 #include "tachyon/server/http/pd_upstream.h"
+#include "tachyon/server/http/task_slots.h"
 
 namespace tachyon::server {
 
@@ -55,6 +59,7 @@ struct RouterOptions {
   std::string policy = "round-robin";  // round-robin | least-loaded | prefix (http/pd_backends.h)
   std::filesystem::path tokenizer;     // the model directory, for the prefix policy
   std::chrono::milliseconds health_interval{1000};
+  int64_t max_in_flight = 1024;  // requests at once (an exchange, then its relay); more: 503
 };
 
 class PdRouter {
@@ -66,12 +71,13 @@ class PdRouter {
   void stop();  // cancels every upstream call and waits for every exchange to end
 
  private:
-  using Step = void (PdRouter::*)(const HttpRequest&, HttpResponse&);
+  // A step gets the request's --max-in-flight slot: a relayed answer holds it until its end.
+  using Step = void (PdRouter::*)(const HttpRequest&, HttpResponse&, const TaskSlots::Slot&);
   // Runs `step` on a thread of its own and answers through `respond` when it returns.
   void start_exchange(const HttpRequest& req, Respond respond, Step step);
   void end_exchange();
-  void generate(const HttpRequest& req, HttpResponse& res);
-  void list_models(const HttpRequest& req, HttpResponse& res);
+  void generate(const HttpRequest& req, HttpResponse& res, const TaskSlots::Slot& slot);
+  void list_models(const HttpRequest& req, HttpResponse& res, const TaskSlots::Slot& slot);
   void check_health();
 
   RouterOptions options_;
@@ -81,6 +87,7 @@ class PdRouter {
   BackendGroup decode_;
   RouterMetrics metrics_;
   UpstreamCalls calls_;  // before listener_: the relays its connections hold leave it as they go
+  TaskSlots in_flight_;  // before listener_ too: its relays hold slots until they go
   std::mutex exchanges_mutex_;
   std::condition_variable exchanges_ended_;
   int exchanges_ = 0;  // running now

@@ -18,7 +18,8 @@ void render_group(std::string& out, const char* role, const BackendGroup& group,
 
 }  // namespace
 
-std::string RouterMetrics::render(const BackendGroup& prefill, const BackendGroup& decode) const {
+std::string RouterMetrics::render(const BackendGroup& prefill, const BackendGroup& decode,
+                                  const RouterGauges& router) const {
   std::string out;
   out.reserve(8 * 1024);
   append_family(out, "tachyon:router_requests_total", "counter", "Requests the router answered, by outcome.");
@@ -26,6 +27,9 @@ std::string RouterMetrics::render(const BackendGroup& prefill, const BackendGrou
     append_sample(out, "tachyon:router_requests_total", std::string("outcome=\"") + kOutcomeNames[i] + "\"",
                   outcomes_[i].load());
   }
+  append_family(out, "tachyon:router_requests_in_flight", "gauge",
+                "Requests the router has open (an exchange, then its relayed answer); --max-in-flight bounds them.");
+  append_sample(out, "tachyon:router_requests_in_flight", "", router.requests_in_flight);
   append_family(out, "tachyon:router_retries_total", "counter",
                 "Requests sent again to another server after one failed before answering (or was at its cap).");
   append_sample(out, "tachyon:router_retries_total", "role=\"prefill\"", prefill_retries_.load());

@@ -22,13 +22,18 @@ enum class RouteOutcome {
 };
 inline constexpr int kNumRouteOutcomes = 5;
 
+// The router's own gauges, read as /metrics renders.
+struct RouterGauges {
+  int64_t requests_in_flight = 0;  // holding a --max-in-flight slot: an exchange, then its relay
+};
+
 class RouterMetrics {
  public:
   void on_outcome(RouteOutcome outcome) { outcomes_[static_cast<int>(outcome)].fetch_add(1); }
   void on_retry(bool prefill) { (prefill ? prefill_retries_ : decode_retries_).fetch_add(1); }
   void observe_prefill(double seconds) { prefill_latency_.observe(seconds); }      // whole answer
   void observe_decode_head(double seconds) { decode_latency_.observe(seconds); }   // to the answer's head
-  std::string render(const BackendGroup& prefill, const BackendGroup& decode) const;
+  std::string render(const BackendGroup& prefill, const BackendGroup& decode, const RouterGauges& gauges) const;
 
  private:
   std::atomic<int64_t> outcomes_[kNumRouteOutcomes] = {};
