@@ -25,6 +25,10 @@ ApiError unavailable(const std::string& message) { return {503, message, "servic
 
 // Workers only start exchanges and pump relays, neither of which waits.
 constexpr int kRouterWorkers = 8;
+// A relay holds at most this much of a decode answer that its client has not taken; then it
+// stops reading the answer until the client takes it (http/pd_upstream.h). 256 KiB is over a
+// thousand streamed tokens; 1024 relays (--max-in-flight) hold at most 256 MiB.
+constexpr size_t kRelayHeldBytes = 256 << 10;
 
 // The lease a prefill server granted, as the decode server's header names it.
 struct Lease {
@@ -153,7 +157,8 @@ PdRouter::PdRouter(RouterOptions options)
   });
   router_->add_inline("GET", "/metrics", [this](const HttpRequest&, HttpResponse& res) {
     res.content_type = "text/plain; version=0.0.4";
-    res.body = metrics_.render(prefill_, decode_, RouterGauges{in_flight_.taken()});
+    res.body = metrics_.render(prefill_, decode_,
+                               RouterGauges{in_flight_.taken(), calls_.held_bytes(), calls_.paused_reads()});
   });
   listener_ = std::make_unique<HttpListener>(*http_options_, *router_);
 }
@@ -268,8 +273,9 @@ void PdRouter::generate(const HttpRequest& req, HttpResponse& res, const TaskSlo
   const RoutePolicy decode_policy = policy_ == RoutePolicy::kRoundRobin ? policy_ : RoutePolicy::kLeastLoaded;
   for (Backend* decode : decode_.order(decode_policy)) {
     const auto start = Clock::now();
-    auto call = std::make_unique<UpstreamCall>(
-        UpstreamRequest{decode->host, decode->port, req.path, req.body, headers, std::chrono::seconds(600), "POST", &calls_});
+    auto call = std::make_unique<UpstreamCall>(UpstreamRequest{decode->host, decode->port, req.path, req.body, headers,
+                                                               std::chrono::seconds(600), "POST", &calls_,
+                                                               kRelayHeldBytes});
     const int status = call->wait_head();
     if (status == 0) {  // refused or reset before answering: nothing went to the client yet
       decode->healthy = false;

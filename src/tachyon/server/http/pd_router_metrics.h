@@ -25,6 +25,8 @@ inline constexpr int kNumRouteOutcomes = 5;
 // The router's own gauges, read as /metrics renders.
 struct RouterGauges {
   int64_t requests_in_flight = 0;  // holding a --max-in-flight slot: an exchange, then its relay
+  int64_t relay_held_bytes = 0;    // answer bytes read from servers, not yet taken by a client's connection
+  int64_t relays_paused = 0;       // relays at their bound: their read waits for the client to take
 };
 
 class RouterMetrics {

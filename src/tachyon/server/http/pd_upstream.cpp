@@ -24,7 +24,7 @@ void UpstreamCalls::remove(UpstreamCall* call) {
   calls_.erase(call);
 }
 
-UpstreamCall::UpstreamCall(UpstreamRequest request) {
+UpstreamCall::UpstreamCall(UpstreamRequest request) : max_held_(request.max_held) {
   client_ = std::make_unique<httplib::Client>(request.host, request.port);
   client_->set_connection_timeout(std::chrono::seconds(2));
   client_->set_read_timeout(request.read_timeout);
@@ -43,6 +43,34 @@ UpstreamCall::~UpstreamCall() {
   if (calls_ != nullptr) calls_->remove(this);  // first: cancel_all() never reaches a call being destroyed
   cancel();
   if (thread_.joinable()) thread_.join();
+  count_held(-static_cast<int64_t>(pending_.size()));  // never taken
+}
+
+void UpstreamCall::count_held(int64_t bytes) {
+  if (calls_ != nullptr && bytes != 0) calls_->held_bytes_ += bytes;
+}
+
+// Holds the bytes for take(); past max_held_ waits until they are taken (or the call is
+// cancelled), so that the upstream socket is not read meanwhile.
+bool UpstreamCall::receive(const char* data, size_t size) {
+  std::function<void()> wakeup;
+  {
+    std::lock_guard lock(mutex_);
+    if (cancelled_) return false;
+    pending_.append(data, size);
+    count_held(static_cast<int64_t>(size));
+    wakeup = wakeup_;
+    changed_.notify_all();
+  }
+  if (wakeup) wakeup();
+  std::unique_lock lock(mutex_);
+  const auto room = [this] { return cancelled_ || whole_ || pending_.size() < max_held_; };
+  if (max_held_ > 0 && !room()) {
+    if (calls_ != nullptr) ++calls_->paused_reads_;
+    changed_.wait(lock, room);
+    if (calls_ != nullptr) --calls_->paused_reads_;
+  }
+  return !cancelled_;
 }
 
 // The router is stopping: the call ends before it begins, as one refused would.
@@ -69,16 +97,7 @@ void UpstreamCall::run(UpstreamRequest request) {
     return !cancelled_;
   };
   upstream.content_receiver = [this](const char* data, size_t size, uint64_t, uint64_t) {
-    std::function<void()> wakeup;
-    {
-      std::lock_guard lock(mutex_);
-      if (cancelled_) return false;
-      pending_.append(data, size);
-      wakeup = wakeup_;
-      changed_.notify_all();
-    }
-    if (wakeup) wakeup();
-    return true;
+    return receive(data, size);
   };
   httplib::Response response;
   httplib::Error error = httplib::Error::Success;
@@ -112,14 +131,19 @@ std::string UpstreamCall::header(const std::string& name) const {
 
 std::string UpstreamCall::wait_body() {
   std::unique_lock lock(mutex_);
+  whole_ = true;
+  changed_.notify_all();  // a read paused at the bound goes on
   changed_.wait(lock, [&] { return done_; });
+  count_held(-static_cast<int64_t>(pending_.size()));
   return std::exchange(pending_, {});
 }
 
 bool UpstreamCall::take(std::string& out) {
   std::lock_guard lock(mutex_);
   out += pending_;
+  count_held(-static_cast<int64_t>(pending_.size()));
   pending_.clear();
+  changed_.notify_all();  // a read paused at the bound goes on
   return done_;
 }
 
@@ -138,6 +162,7 @@ void UpstreamCall::cancel() {
     std::lock_guard lock(mutex_);
     if (done_ || cancelled_) return;
     cancelled_ = true;
+    changed_.notify_all();  // a read paused at the bound ends
   }
   client_->stop();  // a read blocked on the socket fails now
 }

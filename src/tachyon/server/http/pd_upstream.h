@@ -4,11 +4,19 @@
 // body as it arrives; cancel() (or destruction) closes the upstream connection at once, which is
 // how a departed client's request is aborted on the server behind it (the server notices the
 // closed socket and frees the request's KV). Built on cpp-httplib's blocking client.
-// UpstreamCalls is the set of a router's open calls, so that stopping it ends them at once.
+// A call may bound the body bytes it holds for take() (a relay: http/pd_router.h): past the
+// bound its read of the upstream answer waits until the caller takes them, so a client that
+// reads nothing makes the router hold at most that much of its answer, not the whole of it (the
+// upstream server's write then waits too, as it would for a slow client of its own; the client's
+// write timeout or hang-up ends both). wait_body() lifts the bound.
+// UpstreamCalls is the set of a router's open calls, so that stopping it ends them at once; it
+// also counts their held bytes and paused reads for the router's /metrics.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -32,6 +40,8 @@ class UpstreamCall;
 class UpstreamCalls {
  public:
   void cancel_all();
+  int64_t held_bytes() const { return held_bytes_.load(); }    // body bytes waiting for take()
+  int64_t paused_reads() const { return paused_reads_.load(); }  // calls waiting for take() to read on
 
  private:
   friend class UpstreamCall;
@@ -41,6 +51,8 @@ class UpstreamCalls {
   std::mutex mutex_;
   std::unordered_set<UpstreamCall*> calls_;
   bool cancelled_ = false;
+  std::atomic<int64_t> held_bytes_{0};
+  std::atomic<int64_t> paused_reads_{0};
 };
 
 struct UpstreamRequest {
@@ -52,6 +64,8 @@ struct UpstreamRequest {
   std::chrono::seconds read_timeout{600};
   std::string method = "POST";
   UpstreamCalls* calls = nullptr;  // the set this call joins while it lives (outlives it), or none
+  // Body bytes held for take() past which the read waits for the caller to take them; 0: none.
+  size_t max_held = 0;
 };
 
 class UpstreamCall {
@@ -78,6 +92,8 @@ class UpstreamCall {
  private:
   void run(UpstreamRequest request);
   void fail_at_start();
+  bool receive(const char* data, size_t size);  // the body's bytes as they arrive; false: stop
+  void count_held(int64_t bytes);               // pending_ grew (or shrank) by `bytes`
 
   UpstreamCalls* calls_ = nullptr;
 
@@ -88,6 +104,8 @@ class UpstreamCall {
   bool done_ = false;
   bool failed_ = false;
   bool cancelled_ = false;
+  bool whole_ = false;  // wait_body() runs: no bound on pending_
+  size_t max_held_ = 0;
   std::vector<std::pair<std::string, std::string>> response_headers_;
   std::string pending_;
   std::function<void()> wakeup_;
