@@ -75,7 +75,8 @@ model::ModelConfig draft_model_config(const core::EngineConfig& config, const mo
 std::unique_ptr<engine::Drafter> load_cpu_draft_model(const core::EngineConfig& config, const model::ModelConfig& target) {
   const model::ModelConfig draft = draft_model_config(config, target);
   model::SafetensorsCheckpoint checkpoint(config.speculative.draft_model);
-  auto model = std::make_unique<model::DenseModel>(model::load_weights(draft, checkpoint));
+  auto model = std::make_unique<model::DenseModel>(
+      model::load_weights(draft, checkpoint, model::Bf16MatrixHolding::kKeepBf16));
   auto runner = std::make_unique<runner::CpuModelRunner>(std::move(model), config.num_blocks, config.block_size);
   return std::make_unique<engine::DraftModelDrafter>(std::move(runner), draft_options(config, config.num_blocks),
                                                      target.vocab_size);
@@ -106,12 +107,17 @@ std::unique_ptr<engine::Drafter> load_cuda_draft_model(const core::EngineConfig&
 }
 #endif
 
-// The f32 weights of the CPU runners, quantized online when --quantization asks.
+// The f32 weights of the CPU runners, quantized online when --quantization asks. `holding`: the
+// single-rank runner keeps a bf16 checkpoint's matrices in bf16 (model_weights.h); the parallel
+// runners shard or split the f32 fields, and online FP8 quantizes them, so those widen.
 model::ModelWeights load_cpu_weights(const std::filesystem::path& model_dir, const model::ModelConfig& config,
-                                     const core::EngineConfig& engine) {
+                                     const core::EngineConfig& engine,
+                                     model::Bf16MatrixHolding holding = model::Bf16MatrixHolding::kWidenToF32) {
   model::SafetensorsCheckpoint checkpoint(model_dir);
-  model::ModelWeights weights = model::load_weights(config, checkpoint);
-  if (engine.device.quantization == "fp8") model::quantize_weights_fp8(weights);
+  const bool online_fp8 = engine.device.quantization == "fp8";
+  model::ModelWeights weights =
+      model::load_weights(config, checkpoint, online_fp8 ? model::Bf16MatrixHolding::kWidenToF32 : holding);
+  if (online_fp8) model::quantize_weights_fp8(weights);
   return weights;
 }
 
@@ -354,7 +360,8 @@ static LoadedRunner load_device_runner(const std::filesystem::path& model_dir, c
   TACHYON_CHECK(kind == "cpu") << "--device cuda: this build of tachyon has no CUDA support (configure with nvcc "
                                   "on the PATH, or -DTACHYON_CUDA=ON)";
 #endif
-  auto model = std::make_unique<model::DenseModel>(load_cpu_weights(model_dir, model_config, config));
+  auto model = std::make_unique<model::DenseModel>(
+      load_cpu_weights(model_dir, model_config, config, model::Bf16MatrixHolding::kKeepBf16));
   auto cpu_runner = std::make_unique<runner::CpuModelRunner>(std::move(model), config.num_blocks, config.block_size,
                                                              model::MlaAttentionForm::kAbsorbed, fp8_kv_cache(config));
   runner::CpuModelRunner* cpu = cpu_runner.get();

@@ -12,6 +12,11 @@ namespace tachyon::kernels::cpu {
 // bias: [out_features] or nullptr.
 void linear(float* out, const float* in, const float* weight, const float* bias, int64_t rows, int64_t in_features,
             int64_t out_features);
+// The same with weight [out_features, in_features] as bf16 bit patterns (a bf16 checkpoint's
+// matrix as the CPU model holds it): each is widened to f32 as the product loads it, which is
+// exact, so out is bit for bit linear() on the f32-widened matrix, from half the bytes.
+void linear(float* out, const float* in, const uint16_t* weight, const float* bias, int64_t rows,
+            int64_t in_features, int64_t out_features);
 
 // out: [rows, dim] = silu(gate_up[:, :dim]) * gate_up[:, dim:]; gate_up: [rows, 2 * dim].
 void silu_and_mul(float* out, const float* gate_up, int64_t rows, int64_t dim);

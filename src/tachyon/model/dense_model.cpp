@@ -39,6 +39,19 @@ void all_reduce(const TensorParallelSeams& tp, std::vector<float>& values) {
   tp.group->all_reduce(values.data(), values.data(), values.size(), dist::ReduceType::kF32, nullptr);
 }
 
+// out = in W^T + bias with W [out_features, in_features] as the model holds it: in f32, or as the
+// checkpoint's bf16 (the *_bf16 fields of model_weights.h), which the product widens exactly, so
+// the bits are the same either way. bias: [out_features] or empty.
+void linear(float* out, const float* in, const std::vector<float>& f32, const std::vector<uint16_t>& bf16,
+            const std::vector<float>& bias, int64_t rows, int64_t in_features, int64_t out_features) {
+  const float* b = bias.empty() ? nullptr : bias.data();
+  if (!bf16.empty()) {
+    cpu::linear(out, in, bf16.data(), b, rows, in_features, out_features);
+  } else {
+    cpu::linear(out, in, f32.data(), b, rows, in_features, out_features);
+  }
+}
+
 // out: [rows, dim] += bias [dim] on every row (a row-parallel layer's bias, added once after the sum).
 void add_bias(std::vector<float>& out, const std::vector<float>& bias, int64_t rows, int64_t dim) {
   if (bias.empty()) return;
@@ -63,14 +76,15 @@ std::vector<float> embed(const TensorParallelSeams& tp, std::span<const int32_t>
   return out;
 }
 
-// Vocab-parallel LM head: x: [rows, hidden]; table: [tp.vocab_rows, hidden]. Each rank computes
+// Vocab-parallel LM head: x: [rows, hidden]; table: [tp.vocab_rows, hidden] in f32, or table_bf16
+// (an untied head held as bf16, never sharded: tp_shard.h reads the f32 fields). Each rank computes
 // its vocab slice [rows, vocab_rows]; the all_gather stacks the slices [tp][rows][vocab_rows],
 // which are interleaved into logits [rows, vocab] (the slices are in rank = vocab order).
 std::vector<float> lm_head(const TensorParallelSeams& tp, const std::vector<float>& x, const std::vector<float>& table,
-                           int64_t rows, int64_t hidden, int64_t vocab) {
+                           const std::vector<uint16_t>& table_bf16, int64_t rows, int64_t hidden, int64_t vocab) {
   std::vector<float> slice(static_cast<size_t>(rows * tp.vocab_rows));  // [rows, vocab_rows]
   if (rows == 0) return slice;
-  cpu::linear(slice.data(), x.data(), table.data(), nullptr, rows, hidden, tp.vocab_rows);
+  linear(slice.data(), x.data(), table, table_bf16, {}, rows, hidden, tp.vocab_rows);
   if (tp.group == nullptr) return slice;
   std::vector<float> stacked(static_cast<size_t>(rows * vocab));  // [tp][rows][vocab_rows]
   tp.group->all_gather(slice.data(), stacked.data(), slice.size() * sizeof(float), nullptr);
@@ -91,8 +105,7 @@ QkvProjections project_qkv(const ModelConfig& c, const LayerWeights& w, std::spa
   const int64_t n = static_cast<int64_t>(positions.size());
   const int64_t qkv_width = c.q_size() + 2 * c.kv_size();
   std::vector<float> qkv(static_cast<size_t>(n * qkv_width));  // [n, q_size + 2 * kv_size]
-  cpu::linear(qkv.data(), normed.data(), w.qkv.data(), w.qkv_bias.empty() ? nullptr : w.qkv_bias.data(), n,
-              c.hidden_size, qkv_width);
+  linear(qkv.data(), normed.data(), w.qkv, w.qkv_bf16, w.qkv_bias, n, c.hidden_size, qkv_width);
 
   // Split into q [n, heads, head_dim] and k, v [n, kv_heads, head_dim].
   QkvProjections out;
@@ -177,7 +190,7 @@ void attention_block(const ModelConfig& c, const LayerKinds& kinds, const LayerW
       attend_layer(c, kinds, w, inv_freq, layer, normed, positions, attention, carry, hook);
 
   std::vector<float> projected(hidden.size());  // [n, hidden]
-  cpu::linear(projected.data(), attended.data(), w.o_proj.data(), nullptr, n, attended_width, c.hidden_size);
+  linear(projected.data(), attended.data(), w.o_proj, w.o_proj_bf16, {}, n, attended_width, c.hidden_size);
   all_reduce(tp, projected);
   add_bias(projected, w.o_proj_bias, n, c.hidden_size);
   if (hook) hook("attn_out", layer, projected);
@@ -192,12 +205,12 @@ void mlp_block(const ModelConfig& c, const LayerWeights& w, const TensorParallel
   cpu::rms_norm(normed.data(), hidden.data(), w.post_attention_norm.data(), n, c.hidden_size,
                 static_cast<float>(c.rms_norm_eps));
   std::vector<float> gate_up(static_cast<size_t>(n * 2 * c.intermediate_size));
-  cpu::linear(gate_up.data(), normed.data(), w.gate_up.data(), w.gate_up_bias.empty() ? nullptr : w.gate_up_bias.data(),
-              n, c.hidden_size, 2 * c.intermediate_size);
+  linear(gate_up.data(), normed.data(), w.gate_up, w.gate_up_bf16, w.gate_up_bias, n, c.hidden_size,
+         2 * c.intermediate_size);
   std::vector<float> activated(static_cast<size_t>(n * c.intermediate_size));
   cpu::silu_and_mul(activated.data(), gate_up.data(), n, c.intermediate_size);
   std::vector<float> down(hidden.size());
-  cpu::linear(down.data(), activated.data(), w.down.data(), nullptr, n, c.intermediate_size, c.hidden_size);
+  linear(down.data(), activated.data(), w.down, w.down_bf16, {}, n, c.intermediate_size, c.hidden_size);
   all_reduce(tp, down);
   add_bias(down, w.down_bias, n, c.hidden_size);
   if (hook) hook("mlp_out", layer, down);
@@ -269,7 +282,8 @@ std::vector<float> dense_forward(const ModelWeights& weights, std::span<const fl
   cpu::rms_norm(selected.data(), selected.data(), weights.final_norm.data(), rows, c.hidden_size,
                 static_cast<float>(c.rms_norm_eps));
   if (hook) hook("final_norm", -1, selected);
-  return lm_head(tp, selected, weights.output_embedding(), rows, c.hidden_size, c.vocab_size);  // [rows, vocab]
+  return lm_head(tp, selected, weights.output_embedding(), weights.lm_head_bf16, rows, c.hidden_size,
+                 c.vocab_size);  // [rows, vocab]
 }
 
 std::vector<float> sequence_forward(const ModelConfig& config, std::span<const int32_t> tokens, SequenceKvCache& cache,
@@ -292,7 +306,7 @@ DenseModel::DenseModel(ModelWeights weights) : weights_(std::move(weights)), inv
 DenseModel DenseModel::load(const std::filesystem::path& model_dir) {
   ModelConfig config = ModelConfig::from_dir(model_dir);
   SafetensorsCheckpoint checkpoint(model_dir);
-  return DenseModel(load_weights(config, checkpoint));
+  return DenseModel(load_weights(config, checkpoint, Bf16MatrixHolding::kKeepBf16));
 }
 
 std::vector<float> DenseModel::forward(const ForwardBatch& batch, AttentionBackend& attention,

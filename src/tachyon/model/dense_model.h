@@ -3,7 +3,10 @@
 // file; the forward reads top to bottom like the papers. Qwen3-MoE is the same decoder with a
 // mixture of experts (moe.h) in place of the MLP in its sparse layers, so it runs here too, and
 // so does DeepSeek-V3, whose latent attention (mla.h) computes q, k, v in place of the q/k/v
-// projections (ModelConfig::is_mla). Weights are held in f32 whatever the checkpoint's dtype, which is what makes this the numerical reference the CUDA kernels match.
+// projections (ModelConfig::is_mla). It computes in f32 whatever the checkpoint's dtype, which is
+// what makes this the numerical reference the CUDA kernels match; a bf16 checkpoint's matrices may
+// stay bf16 in memory (Bf16MatrixHolding::kKeepBf16, what load() does), widened exactly in the
+// product, so the logits are the same bits as with the widened weights.
 // The forward itself (dense_model.cpp, via dense_forward.h) also serves TpDenseModel, one rank of
 // a tensor-parallel group (tp_dense_model.h).
 #pragma once

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <type_traits>
 #include <set>
@@ -55,8 +56,12 @@ bool is_mtp_layer_tensor(const ModelConfig& c, const std::string& name) {
 
 class WeightReader {
  public:
-  WeightReader(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint)
-      : checkpoint_(checkpoint), quantization_(config.quantization), progress_(make_progress(config, checkpoint)) {
+  WeightReader(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
+               Bf16MatrixHolding holding = Bf16MatrixHolding::kWidenToF32)
+      : checkpoint_(checkpoint),
+        quantization_(config.quantization),
+        holding_(holding),
+        progress_(make_progress(config, checkpoint)) {
     for (auto& [name, shape] : expected_tensors(config)) expected_.emplace(name, shape);
   }
 
@@ -104,6 +109,16 @@ class WeightReader {
   }
 
   bool has(const std::string& name) const { return checkpoint_.contains(name); }
+
+  // Whether the matrix fused from `parts` goes to its *_bf16 field: the holding asks for it and
+  // every part is stored in bf16 (an f32 or f16 part would not survive bf16: that matrix widens).
+  bool keeps_bf16(std::initializer_list<std::string> parts) const {
+    if (holding_ != Bf16MatrixHolding::kKeepBf16) return false;
+    for (const std::string& part : parts) {
+      if (!checkpoint_.contains(part) || checkpoint_.at(part).dtype != DType::kBF16) return false;
+    }
+    return true;
+  }
 
   // A checkpoint tensor that is not a weight of the forward: an ignorable one or an activation scale.
   bool skippable(const std::string& name) const {
@@ -158,6 +173,7 @@ class WeightReader {
 
   const SafetensorsCheckpoint& checkpoint_;
   const QuantizationConfig quantization_;
+  const Bf16MatrixHolding holding_;
   std::map<std::string, Shape> expected_;
   std::set<std::string> read_;
   LoadProgress progress_;
@@ -282,6 +298,24 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> expected_tensors(const
 
 namespace {
 
+// Appends the checkpoint's tensor `name` (one part of a fused matrix) to `bf16` when the matrix is
+// kept as bf16 (WeightReader::keeps_bf16), else to `values`.
+template <typename T>
+void read_matrix_part(WeightReader& reader, const std::string& name, bool keep_bf16, std::vector<T>& values,
+                      std::vector<uint16_t>& bf16) {
+  if (keep_bf16) {
+    reader.read_into(name, bf16);
+  } else {
+    reader.read_into(name, values);
+  }
+}
+
+// A matrix of one tensor, into `bf16` or `values` likewise.
+template <typename T>
+void read_matrix(WeightReader& reader, const std::string& name, std::vector<T>& values, std::vector<uint16_t>& bf16) {
+  read_matrix_part(reader, name, reader.keeps_bf16({name}), values, bf16);
+}
+
 // A MoE layer's router and experts: expert e's gate and up rows appended in turn make
 // [E, 2 * I_moe, hidden], its down appended makes [E, hidden, I_moe].
 template <typename T>
@@ -309,15 +343,17 @@ void read_experts(WeightReader& reader, const ModelConfig& c, int64_t l, BasicLa
 // q/k/v fused into one [q; k; v] matrix, o_proj, and the optional biases and q/k norms.
 template <typename T>
 void read_attention(WeightReader& reader, const ModelConfig& config, int64_t l, BasicLayerWeights<T>& lw) {
+  const auto weight = [l](const char* proj) { return layer_name(l, fmt::format("self_attn.{}.weight", proj)); };
+  const bool qkv_bf16 = reader.keeps_bf16({weight("q_proj"), weight("k_proj"), weight("v_proj")});
   for (const char* proj : {"q_proj", "k_proj", "v_proj"}) {
-    reader.read_into(layer_name(l, fmt::format("self_attn.{}.weight", proj).c_str()), lw.qkv);
+    read_matrix_part(reader, weight(proj), qkv_bf16, lw.qkv, lw.qkv_bf16);
     if (config.qkv_bias) reader.read_into(layer_name(l, fmt::format("self_attn.{}.bias", proj).c_str()), lw.qkv_bias);
   }
   if (config.qk_norm) {
     lw.q_norm = reader.template read<T>(layer_name(l, "self_attn.q_norm.weight"));
     lw.k_norm = reader.template read<T>(layer_name(l, "self_attn.k_norm.weight"));
   }
-  lw.o_proj = reader.template read<T>(layer_name(l, "self_attn.o_proj.weight"));
+  read_matrix(reader, weight("o_proj"), lw.o_proj, lw.o_proj_bf16);
   if (config.o_proj_bias) lw.o_proj_bias = reader.template read<T>(layer_name(l, "self_attn.o_proj.bias"));
 }
 
@@ -335,7 +371,7 @@ void read_mla(WeightReader& reader, const ModelConfig& config, int64_t l, BasicL
   lw.kv_a_proj = reader.template read<T>(layer_name(l, "self_attn.kv_a_proj_with_mqa.weight"));
   lw.kv_a_norm = reader.template read<T>(layer_name(l, "self_attn.kv_a_layernorm.weight"));
   lw.kv_b_proj = reader.template read<T>(layer_name(l, "self_attn.kv_b_proj.weight"));
-  lw.o_proj = reader.template read<T>(layer_name(l, "self_attn.o_proj.weight"));
+  read_matrix(reader, layer_name(l, "self_attn.o_proj.weight"), lw.o_proj, lw.o_proj_bf16);
   if (!config.has_indexer(l)) return;
   lw.indexer_wq_b = reader.template read<T>(layer_name(l, "self_attn.indexer.wq_b.weight"));
   lw.indexer_wk = reader.template read<T>(layer_name(l, "self_attn.indexer.wk.weight"));
@@ -358,9 +394,11 @@ void read_layer(WeightReader& reader, const ModelConfig& config, int64_t l, Basi
     read_experts(reader, config, l, lw);
     return;
   }
-  reader.read_into(layer_name(l, "mlp.gate_proj.weight"), lw.gate_up);
-  reader.read_into(layer_name(l, "mlp.up_proj.weight"), lw.gate_up);
-  lw.down = reader.template read<T>(layer_name(l, "mlp.down_proj.weight"));
+  const std::string gate = layer_name(l, "mlp.gate_proj.weight"), up = layer_name(l, "mlp.up_proj.weight");
+  const bool gate_up_bf16 = reader.keeps_bf16({gate, up});
+  read_matrix_part(reader, gate, gate_up_bf16, lw.gate_up, lw.gate_up_bf16);
+  read_matrix_part(reader, up, gate_up_bf16, lw.gate_up, lw.gate_up_bf16);
+  read_matrix(reader, layer_name(l, "mlp.down_proj.weight"), lw.down, lw.down_bf16);
   if (config.mlp_bias) {
     reader.read_into(layer_name(l, "mlp.gate_proj.bias"), lw.gate_up_bias);
     reader.read_into(layer_name(l, "mlp.up_proj.bias"), lw.gate_up_bias);
@@ -369,8 +407,9 @@ void read_layer(WeightReader& reader, const ModelConfig& config, int64_t l, Basi
 }
 
 template <typename T>
-BasicModelWeights<T> load_weights_as(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint) {
-  WeightReader reader(config, checkpoint);
+BasicModelWeights<T> load_weights_as(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
+                                     Bf16MatrixHolding holding) {
+  WeightReader reader(config, checkpoint, holding);
   BasicModelWeights<T> w;
   w.config = config;
   w.embed_tokens = reader.template read<T>("model.embed_tokens.weight");
@@ -379,7 +418,7 @@ BasicModelWeights<T> load_weights_as(const ModelConfig& config, const Safetensor
     read_layer(reader, config, l, w.layers[static_cast<size_t>(l)]);
   }
   w.final_norm = reader.template read<T>("model.norm.weight");
-  if (!config.tie_word_embeddings) w.lm_head = reader.template read<T>("lm_head.weight");
+  if (!config.tie_word_embeddings) read_matrix(reader, "lm_head.weight", w.lm_head, w.lm_head_bf16);
   reader.check_no_unexpected(config);
   return w;
 }
@@ -412,12 +451,13 @@ std::vector<MtpWeights> load_mtp_weights(const ModelConfig& config, const Safete
   return modules;
 }
 
-ModelWeights load_weights(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint) {
-  return load_weights_as<float>(config, checkpoint);
+ModelWeights load_weights(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
+                          Bf16MatrixHolding holding) {
+  return load_weights_as<float>(config, checkpoint, holding);
 }
 
 Bf16ModelWeights load_weights_bf16(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint) {
-  return load_weights_as<uint16_t>(config, checkpoint);
+  return load_weights_as<uint16_t>(config, checkpoint, Bf16MatrixHolding::kWidenToF32);  // all bf16 already
 }
 
 }  // namespace tachyon::model

@@ -61,6 +61,13 @@ struct BasicLayerWeights {
   std::vector<T> indexer_k_norm;        // [D_I] LayerNorm weight
   std::vector<T> indexer_k_norm_bias;   // [D_I] LayerNorm bias
   std::vector<T> indexer_weights_proj;  // [H_I, hidden]
+  // The same matrices as qkv, o_proj, gate_up and down above, as the bf16 bit patterns a bf16
+  // checkpoint stores, when the CPU model holds them so (Bf16MatrixHolding::kKeepBf16); the f32
+  // fields are then empty. Always empty in Bf16ModelWeights, whose every field is bf16 already.
+  std::vector<uint16_t> qkv_bf16;      // [q_size + 2 * kv_size, hidden]
+  std::vector<uint16_t> o_proj_bf16;   // [hidden, q_size] (MLA: [hidden, heads * v_head_dim])
+  std::vector<uint16_t> gate_up_bf16;  // [2 * intermediate, hidden]
+  std::vector<uint16_t> down_bf16;     // [hidden, intermediate]
 };
 
 template <typename T>
@@ -70,6 +77,7 @@ struct BasicModelWeights {
   std::vector<BasicLayerWeights<T>> layers;
   std::vector<T> final_norm;    // [hidden]
   std::vector<T> lm_head;       // [vocab, hidden]; empty when tied to embed_tokens
+  std::vector<uint16_t> lm_head_bf16;  // [vocab, hidden]: lm_head held as bf16 (see qkv_bf16), lm_head then empty
 
   const std::vector<T>& output_embedding() const { return lm_head.empty() ? embed_tokens : lm_head; }
 };
@@ -98,9 +106,22 @@ struct MtpWeights {
 // embed_tokens and shared_head.head copies may be absent (load_mtp_weights falls back).
 std::vector<std::pair<std::string, std::vector<int64_t>>> expected_tensors(const ModelConfig& config);
 
+// Where the f32 loader puts a bf16 checkpoint's dense matrices (qkv, o_proj, gate_up, down, an
+// untied lm_head; each one whose every part is stored in bf16).
+enum class Bf16MatrixHolding {
+  // Widened to f32 in their f32 fields, like every other tensor: what every CPU forward reads.
+  kWidenToF32,
+  // Kept as bf16 in their *_bf16 fields, f32 fields empty: half the bytes, the same logits bit
+  // for bit (kernels/linear.h widens them exactly in the product). Only DenseModel's forward
+  // reads them; tensor-parallel shards (tp_shard.h), online FP8 (online_fp8.h) and the FP8
+  // projections read the f32 fields, so their callers load with kWidenToF32.
+  kKeepBf16,
+};
+
 // Checks the checkpoint against expected_tensors (missing, unexpected, wrong shape) and
-// converts to f32. Errors name the tensor and the file it came from.
-ModelWeights load_weights(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint);
+// converts to f32 (bf16 matrices as `holding` says). Errors name the tensor and its file.
+ModelWeights load_weights(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
+                          Bf16MatrixHolding holding = Bf16MatrixHolding::kWidenToF32);
 // The same checks, converting to bf16 (a bf16 checkpoint is copied as is).
 Bf16ModelWeights load_weights_bf16(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint);
 

@@ -44,8 +44,12 @@ std::string_view gemm_isa_name(GemmIsa isa) {
   return "unknown";
 }
 
-void fixed_order_gemm_columns(GemmIsa isa, float* out, const float* in, const float* weight, int64_t rows,
-                              int64_t in_features, int64_t out_features, int64_t col_begin, int64_t col_end) {
+namespace {
+
+// One dispatch for both weight types (W = float or uint16_t bf16 bits).
+template <typename W>
+void gemm_columns(GemmIsa isa, float* out, const float* in, const W* weight, int64_t rows, int64_t in_features,
+                  int64_t out_features, int64_t col_begin, int64_t col_end) {
   TACHYON_CHECK(cpu_runs(isa)) << "internal: this CPU does not run the " << gemm_isa_name(isa) << " product";
   switch (isa) {
     case GemmIsa::kPortable:
@@ -55,6 +59,18 @@ void fixed_order_gemm_columns(GemmIsa isa, float* out, const float* in, const fl
     case GemmIsa::kAvx512:
       return gemm_columns_avx512(out, in, weight, rows, in_features, out_features, col_begin, col_end);
   }
+}
+
+}  // namespace
+
+void fixed_order_gemm_columns(GemmIsa isa, float* out, const float* in, const float* weight, int64_t rows,
+                              int64_t in_features, int64_t out_features, int64_t col_begin, int64_t col_end) {
+  gemm_columns(isa, out, in, weight, rows, in_features, out_features, col_begin, col_end);
+}
+
+void fixed_order_gemm_columns(GemmIsa isa, float* out, const float* in, const uint16_t* weight, int64_t rows,
+                              int64_t in_features, int64_t out_features, int64_t col_begin, int64_t col_end) {
+  gemm_columns(isa, out, in, weight, rows, in_features, out_features, col_begin, col_end);
 }
 
 float fixed_order_dot(GemmIsa isa, const float* x, const float* w, int64_t k) {

@@ -15,6 +15,11 @@
 // order in scalar code (std::fma: slow, for CPUs without AVX2 + FMA), so all three give the same
 // bits (tests/unit/test_fixed_order_gemm.cpp).
 // Threads split the output columns only, never the dot product.
+//
+// The weight may also be given as bf16 bit patterns (a bf16 checkpoint's matrices as the CPU
+// model holds them, model/model_weights.h): each is widened to f32 as it is loaded, which is
+// exact (a bf16 is the upper half of an f32), so the product is the one on the f32-widened matrix
+// bit for bit, reading half the bytes (tests/unit/test_bf16_weight_gemm.cpp).
 #pragma once
 
 #include <cstdint>
@@ -38,6 +43,10 @@ std::string_view gemm_isa_name(GemmIsa isa);
 void fixed_order_gemm_columns(GemmIsa isa, float* out, const float* in, const float* weight, int64_t rows,
                               int64_t in_features, int64_t out_features, int64_t col_begin, int64_t col_end);
 
+// The same with weight as bf16 bit patterns [out_features, in_features].
+void fixed_order_gemm_columns(GemmIsa isa, float* out, const float* in, const uint16_t* weight, int64_t rows,
+                              int64_t in_features, int64_t out_features, int64_t col_begin, int64_t col_end);
+
 // x, w: [k] -> their dot product in the fixed order: one element of the product, alone (the CPU
 // attention's q.k scores).
 float fixed_order_dot(GemmIsa isa, const float* x, const float* w, int64_t k);
@@ -49,13 +58,19 @@ void fused_axpy(GemmIsa isa, float* y, float a, const float* x, int64_t n);
 // One file per instruction set, same contracts as above.
 void gemm_columns_portable(float* out, const float* in, const float* weight, int64_t rows, int64_t in_features,
                            int64_t out_features, int64_t col_begin, int64_t col_end);
+void gemm_columns_portable(float* out, const float* in, const uint16_t* weight, int64_t rows, int64_t in_features,
+                           int64_t out_features, int64_t col_begin, int64_t col_end);
 float dot_portable(const float* x, const float* w, int64_t k);
 void axpy_portable(float* y, float a, const float* x, int64_t n);
 void gemm_columns_avx2(float* out, const float* in, const float* weight, int64_t rows, int64_t in_features,
                        int64_t out_features, int64_t col_begin, int64_t col_end);
+void gemm_columns_avx2(float* out, const float* in, const uint16_t* weight, int64_t rows, int64_t in_features,
+                       int64_t out_features, int64_t col_begin, int64_t col_end);
 float dot_avx2(const float* x, const float* w, int64_t k);
 void axpy_avx2(float* y, float a, const float* x, int64_t n);
 void gemm_columns_avx512(float* out, const float* in, const float* weight, int64_t rows, int64_t in_features,
+                         int64_t out_features, int64_t col_begin, int64_t col_end);
+void gemm_columns_avx512(float* out, const float* in, const uint16_t* weight, int64_t rows, int64_t in_features,
                          int64_t out_features, int64_t col_begin, int64_t col_end);
 float dot_avx512(const float* x, const float* w, int64_t k);
 void axpy_avx512(float* y, float a, const float* x, int64_t n);

@@ -1,7 +1,8 @@
 // fixed_order_gemm.h on AVX2 + FMA: two ymm registers hold a dot product's 16 running sums (lanes
 // 0-7 and 8-15). Register tiles up to 2 rows x 3 columns (12 sums, 2 rows of x, 1 of w: 15 of 16
 // registers), 1 row x 6 columns for a decode step. Compiled for AVX2 by function attribute and
-// run only where cpu_runs(GemmIsa::kAvx2) says so.
+// run only where cpu_runs(GemmIsa::kAvx2) says so. A bf16 weight is widened in the register it is
+// loaded into (zero-extension and shift); every sum is then the f32 product's.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -36,9 +37,27 @@ TACHYON_TARGET_AVX2 inline __m256i lanes_below(int64_t count) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-// out[r * ldo + c] = dot(x[r], w[c]) for r < R, c < C; x: [R, k], w: [C, k].
-template <int R, int C>
-TACHYON_TARGET_AVX2 void tile_256(float* out, int64_t ldo, const float* x, const float* w, int64_t k) {
+// 8 weights as f32: as stored, or bf16 bits moved to the upper half of each lane (exact).
+TACHYON_TARGET_AVX2 inline __m256 load_weights_256(const float* w) { return _mm256_loadu_ps(w); }
+TACHYON_TARGET_AVX2 inline __m256 load_weights_256(const uint16_t* w) {
+  const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
+}
+
+// The first `count` (0..8) weights, zeros above. AVX2 has no masked 16-bit load, so a partial
+// group of bf16 goes through a zeroed copy (once per dot product).
+TACHYON_TARGET_AVX2 inline __m256 load_weights_below_256(const float* w, int64_t count) {
+  return _mm256_maskload_ps(w, lanes_below(count));
+}
+TACHYON_TARGET_AVX2 inline __m256 load_weights_below_256(const uint16_t* w, int64_t count) {
+  uint16_t part[8] = {};
+  std::copy_n(w, count, part);
+  return load_weights_256(part);
+}
+
+// out[r * ldo + c] = dot(x[r], w[c]) for r < R, c < C; x: [R, k], w: [C, k] of W (float or bf16).
+template <int R, int C, typename W>
+TACHYON_TARGET_AVX2 void tile_256(float* out, int64_t ldo, const float* x, const W* w, int64_t k) {
   __m256 sums[2][R][C];  // [half][row][column]: half 0 holds lanes 0-7, half 1 lanes 8-15
 #pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
@@ -57,7 +76,7 @@ TACHYON_TARGET_AVX2 void tile_256(float* out, int64_t ldo, const float* x, const
       for (int r = 0; r < R; ++r) xs[r] = _mm256_loadu_ps(x + r * k + i + 8 * h);
 #pragma GCC unroll 8
       for (int c = 0; c < C; ++c) {
-        const __m256 ws = _mm256_loadu_ps(w + c * k + i + 8 * h);
+        const __m256 ws = load_weights_256(w + c * k + i + 8 * h);
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) sums[h][r][c] = _mm256_fmadd_ps(xs[r], ws, sums[h][r][c]);
       }
@@ -67,13 +86,14 @@ TACHYON_TARGET_AVX2 void tile_256(float* out, int64_t ldo, const float* x, const
                 // which would turn a -0 sum into +0)
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
-      const __m256i lanes = lanes_below(std::min<int64_t>(8, std::max<int64_t>(0, k - i - 8 * h)));
+      const int64_t count = std::min<int64_t>(8, std::max<int64_t>(0, k - i - 8 * h));
+      const __m256i lanes = lanes_below(count);
       const __m256 keep = _mm256_castsi256_ps(lanes);
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) xs[r] = _mm256_maskload_ps(x + r * k + i + 8 * h, lanes);
 #pragma GCC unroll 8
       for (int c = 0; c < C; ++c) {
-        const __m256 ws = _mm256_maskload_ps(w + c * k + i + 8 * h, lanes);
+        const __m256 ws = load_weights_below_256(w + c * k + i + 8 * h, count);
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
           sums[h][r][c] = _mm256_blendv_ps(sums[h][r][c], _mm256_fmadd_ps(xs[r], ws, sums[h][r][c]), keep);
@@ -88,24 +108,36 @@ TACHYON_TARGET_AVX2 void tile_256(float* out, int64_t ldo, const float* x, const
   }
 }
 
-template <int... I>
-constexpr std::array<GemmTile, sizeof...(I)> make_tiles_256(std::integer_sequence<int, I...>) {
-  return {&tile_256<I / kWideCols256 + 1, I % kWideCols256 + 1>...};
+template <typename W, int... I>
+constexpr std::array<GemmTile<W>, sizeof...(I)> make_tiles_256(std::integer_sequence<int, I...>) {
+  return {&tile_256<I / kWideCols256 + 1, I % kWideCols256 + 1, W>...};
 }
-constexpr std::array<GemmTile, kMaxRows256 * kWideCols256> kTiles256 =
-    make_tiles_256(std::make_integer_sequence<int, kMaxRows256 * kWideCols256>{});
+template <typename W>
+constexpr std::array<GemmTile<W>, kMaxRows256 * kWideCols256> kTiles256 =
+    make_tiles_256<W>(std::make_integer_sequence<int, kMaxRows256 * kWideCols256>{});
+
+template <typename W>
+void columns_256(float* out, const float* in, const W* weight, int64_t rows, int64_t in_features, int64_t out_features,
+                 int64_t col_begin, int64_t col_end) {
+  const GemmTiles<W> tiles{kTiles256<W>.data(), kMaxRows256, kWideCols256, kNarrowCols256};
+  run_gemm_tiles(tiles, out, in, weight, rows, in_features, out_features, col_begin, col_end);
+}
 
 }  // namespace
 
 void gemm_columns_avx2(float* out, const float* in, const float* weight, int64_t rows, int64_t in_features,
                        int64_t out_features, int64_t col_begin, int64_t col_end) {
-  const GemmTiles tiles{kTiles256.data(), kMaxRows256, kWideCols256, kNarrowCols256};
-  run_gemm_tiles(tiles, out, in, weight, rows, in_features, out_features, col_begin, col_end);
+  columns_256(out, in, weight, rows, in_features, out_features, col_begin, col_end);
+}
+
+void gemm_columns_avx2(float* out, const float* in, const uint16_t* weight, int64_t rows, int64_t in_features,
+                       int64_t out_features, int64_t col_begin, int64_t col_end) {
+  columns_256(out, in, weight, rows, in_features, out_features, col_begin, col_end);
 }
 
 float dot_avx2(const float* x, const float* w, int64_t k) {
   float out = 0.0f;
-  tile_256<1, 1>(&out, 1, x, w, k);
+  tile_256<1, 1, float>(&out, 1, x, w, k);
   return out;
 }
 
@@ -124,6 +156,9 @@ TACHYON_TARGET_AVX2 void axpy_avx2(float* y, float a, const float* x, int64_t n)
 
 namespace tachyon::kernels::cpu {
 void gemm_columns_avx2(float*, const float*, const float*, int64_t, int64_t, int64_t, int64_t, int64_t) {
+  TACHYON_CHECK(false) << "internal: the AVX2 product was called on a CPU that is not x86-64";
+}
+void gemm_columns_avx2(float*, const float*, const uint16_t*, int64_t, int64_t, int64_t, int64_t, int64_t) {
   TACHYON_CHECK(false) << "internal: the AVX2 product was called on a CPU that is not x86-64";
 }
 float dot_avx2(const float*, const float*, int64_t) {

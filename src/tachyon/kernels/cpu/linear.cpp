@@ -16,10 +16,10 @@ namespace {
 constexpr int64_t kParallelMultiplyAdds = int64_t{1} << 21;
 constexpr int64_t kColumnGrain = 24;  // a multiple of every register tile's width (fixed_order_gemm_*.cpp)
 
-}  // namespace
-
-void linear(float* out, const float* in, const float* weight, const float* bias, int64_t rows, int64_t in_features,
-            int64_t out_features) {
+// linear() for either weight type (W = float, or uint16_t bf16 bits).
+template <typename W>
+void linear_of(float* out, const float* in, const W* weight, const float* bias, int64_t rows, int64_t in_features,
+               int64_t out_features) {
   const GemmIsa isa = best_gemm_isa();
   // Threads split the output columns, never a dot product: each element's sum is one thread's,
   // in the fixed order (fixed_order_gemm.h), so the thread count cannot change a bit.
@@ -34,6 +34,18 @@ void linear(float* out, const float* in, const float* weight, const float* bias,
       for (int64_t o = 0; o < out_features; ++o) out[r * out_features + o] += bias[o];
     }
   }
+}
+
+}  // namespace
+
+void linear(float* out, const float* in, const float* weight, const float* bias, int64_t rows, int64_t in_features,
+            int64_t out_features) {
+  linear_of(out, in, weight, bias, rows, in_features, out_features);
+}
+
+void linear(float* out, const float* in, const uint16_t* weight, const float* bias, int64_t rows,
+            int64_t in_features, int64_t out_features) {
+  linear_of(out, in, weight, bias, rows, in_features, out_features);
 }
 
 void silu_and_mul(float* out, const float* gate_up, int64_t rows, int64_t dim) {
