@@ -1,6 +1,6 @@
 """`tachyon serve` whose runner fails under a request (TACHYON_RUNNER_FAULT=launch:4, the test-only
-switch of docs/testing.md): the client gets the OpenAI error object naming the failure, the
-server answers /health with 503 while it lasts, and the process exits with status 3
+switch of docs/testing.md): the client gets status 500 and the OpenAI error object naming the
+failure, the server answers /health with 503 while it lasts, and the process exits with status 3
 (engine/engine_failure.h: kEngineFailedExitCode) on its own, not by a crash. The in-process
 details (streams, 503s, metrics, asynchronous scheduling): tests/server/test_server_engine_failure.cpp.
     python3 engine_failure.py build/bin/tachyon third_party/tokenizers/models
@@ -54,11 +54,16 @@ if status != 200:
     failures.append(f"/health before the failure: {status}")
 request = urllib.request.Request(url + "/v1/completions", method="POST", headers={"Content-Type": "application/json"},
                                  data=json.dumps({"prompt": "Tell me a story", "max_tokens": 32, "ignore_eos": True}).encode())
-with urllib.request.urlopen(request, timeout=60) as r:
-    body = json.loads(r.read())
+try:
+    with urllib.request.urlopen(request, timeout=60) as r:
+        status, body = r.status, json.loads(r.read())
+except urllib.error.HTTPError as e:
+    status, body = e.code, json.loads(e.read())
 message = body.get("error", {}).get("message", "")
 if "the engine failed: a runner fault injected by a test at launch 4" not in message:
     failures.append(f"the client did not get the engine's error: {body}")
+if status != 500:
+    failures.append(f"the request the engine failed under answered {status}, expected 500")
 # The server lingers a second after the failure; a probe that still reaches it must see the 503.
 try:
     status, text = get("/health")

@@ -1,10 +1,11 @@
 // A runner that fails under a served request (TACHYON_RUNNER_FAULT, engine/runner_fault.h) does
 // not take the server down: the request in flight ends with the OpenAI error object (a streamed
-// one with an error event and no [DONE]; a non-streamed one with the error as its body), /health
-// answers 503 with the reason, new requests get 503 naming it, /metrics shows
-// tachyon:engine_failed 1, and the server still answers. For the synchronous loop (the fault in
-// the step's launch) and asynchronous scheduling (in the wait that collects the step in flight).
-// The exit of `tachyon serve` after such a failure: tests/server/engine_failure.py.
+// one with an error event and no [DONE]; a non-streamed one with status 500 and the error as its
+// body, on every generation route), /health answers 503 with the reason, new requests get 503
+// naming it, /metrics shows tachyon:engine_failed 1, and the server still answers. For the
+// synchronous loop (the fault in the step's launch) and asynchronous scheduling (in the wait that
+// collects the step in flight). The exit of `tachyon serve` after such a failure:
+// tests/server/engine_failure.py.
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
@@ -77,7 +78,8 @@ TEST_P(ServerEngineFailure, NonStreamedRequestGetsTheErrorObject) {
   auto res = c.Post("/v1/completions", R"({"prompt":"Tell me a story","max_tokens":32,"ignore_eos":true})",
                     "application/json");
   ASSERT_TRUE(res) << "the connection was cut";
-  // The answer's head went out before the engine failed (docs/api.md, "Lifecycle"): the error is the body.
+  // A non-streamed answer's head waits for its status (docs/api.md, "Lifecycle"): never a 200 here.
+  EXPECT_EQ(res->status, 500) << res->body;
   const auto body = nlohmann::json::parse(res->body);
   ASSERT_TRUE(body.contains("error")) << res->body;
   EXPECT_NE(body["error"]["message"].get<std::string>().find("the engine failed: " + expected()), std::string::npos)
@@ -104,6 +106,49 @@ TEST_P(ServerEngineFailure, StreamedRequestEndsWithAnErrorEventAndNoDone) {
   EXPECT_EQ(last["error"]["code"], "engine_failed");
   expect_failed_server();
 }
+
+// Every non-streamed generation route: the chat route and the Anthropic route answer a request
+// the engine failed under with 500 and their own error shape, as /v1/completions does above.
+struct RouteCase {
+  const char* name;
+  const char* path;
+  const char* body;
+  bool anthropic;  // the error in Anthropic's shape: {"type":"error","error":{"type":"api_error",...}}
+};
+void PrintTo(const RouteCase& c, std::ostream* os) { *os << c.name; }
+
+class ServerEngineFailureRoute : public ::testing::TestWithParam<RouteCase> {};
+
+TEST_P(ServerEngineFailureRoute, NonStreamedRequestGets500) {
+  ::setenv("TACHYON_RUNNER_FAULT", "launch:2", 1);  // after the prompt's step: the answer has begun
+  ServerUnderTest server;
+  ::unsetenv("TACHYON_RUNNER_FAULT");
+  auto res = server.client().Post(GetParam().path, GetParam().body, "application/json");
+  ASSERT_TRUE(res) << "the connection was cut";
+  EXPECT_EQ(res->status, 500) << res->body;
+  const auto body = nlohmann::json::parse(res->body);
+  ASSERT_TRUE(body.contains("error")) << res->body;
+  EXPECT_NE(body["error"]["message"].get<std::string>().find("a runner fault injected by a test at launch 2"),
+            std::string::npos)
+      << res->body;
+  if (GetParam().anthropic) {
+    EXPECT_EQ(body["type"], "error");
+    EXPECT_EQ(body["error"]["type"], "api_error");
+  } else {
+    EXPECT_EQ(body["error"]["type"], "internal_server_error");
+    EXPECT_EQ(body["error"]["code"], "engine_failed");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Routes, ServerEngineFailureRoute,
+    ::testing::Values(
+        RouteCase{"Chat", "/v1/chat/completions",
+                  R"({"messages":[{"role":"user","content":"Tell me a story"}],"max_tokens":32,"ignore_eos":true})", false},
+        RouteCase{"Messages", "/v1/messages",
+                  R"({"model":"tiny","max_tokens":32,"messages":[{"role":"user","content":"Tell me a story"}]})",
+                  true}),
+    [](const ::testing::TestParamInfo<RouteCase>& info) { return info.param.name; });
 
 INSTANTIATE_TEST_SUITE_P(Faults, ServerEngineFailure,
                          ::testing::Values(FaultCase{"Sync", "launch:4", core::AsyncScheduling::kOff},

@@ -7,6 +7,7 @@
 #include <thread>
 #include <nlohmann/json.hpp>
 
+#include "raw_http.h"
 #include "server_fixture.h"
 
 namespace tachyon::server::testing {
@@ -57,24 +58,21 @@ TEST(ServerReliability, NonStreamedRequestIsAbortedWhenTheClientLeaves) {
   core::EngineConfig engine = ServerUnderTest::default_engine();
   engine.scheduler.max_model_len = 16384;  // long enough to outlast the client by far
   engine.num_blocks = 1100;
-  HttpOptions http;
-  http.keepalive_interval = std::chrono::milliseconds(50);  // notice the hang-up long before the end
-  ServerUnderTest server(engine, http);
+  ServerUnderTest server(engine);
   {
-    auto client = server.client();
-    httplib::Request req;
-    req.method = "POST";
-    req.path = "/v1/completions";
-    req.body = R"({"prompt":"x","max_tokens":16000,"ignore_eos":true})";
-    req.set_header("Content-Type", "application/json");
-    req.content_receiver = [](const char*, size_t, uint64_t, uint64_t) { return false; };  // gives up at once
-    httplib::Response res;
-    httplib::Error error = httplib::Error::Success;
-    client.send(req, res, error);
-    EXPECT_EQ(error, httplib::Error::Canceled);
+    // A non-streamed answer sends nothing before it is complete (its head waits for its status):
+    // the client leaves once the engine is generating for it, having read nothing.
+    RawConnection client(server.server->bound_port());
+    ASSERT_TRUE(
+        client.send(http_request("POST", "/v1/completions", R"({"prompt":"x","max_tokens":16000,"ignore_eos":true})")));
+    const auto generating = std::chrono::steady_clock::now() + std::chrono::seconds(8);
+    while (server.context->engine().stats().generated_tokens == 0 && std::chrono::steady_clock::now() < generating) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_GT(server.context->engine().stats().generated_tokens, 0);
   }
-  // Aborted after the next keep-alive write fails, long before 16,000 tokens. Idle alone is not
-  // enough to wait for: the stats can read idle before the engine has taken the request in.
+  // Aborted once the connection's read sees the hang-up, long before 16,000 tokens. Idle alone
+  // is not enough to wait for: the stats can read idle before the abort is counted.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(8);
   while (server.context->engine().stats().requests_aborted == 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));

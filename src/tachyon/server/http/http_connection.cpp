@@ -236,19 +236,21 @@ void HttpConnection::write_whole(const HttpResponse& response) {
   });
 }
 
-// The head now, the body as the stream produces it: chunked on HTTP/1.1; on HTTP/1.0 (no
-// chunking there) raw bytes, ended by closing the connection.
+// The head now (or, when it waits for the body, with the body's first bytes), the body as the
+// stream produces it: chunked on HTTP/1.1; on HTTP/1.0 (no chunking there) raw bytes, ended by
+// closing the connection.
 void HttpConnection::start_stream(HttpResponse response) {
   body_ = std::move(response.stream);
   chunked_ = request_.version >= 11;
   if (!chunked_) keep_alive_ = false;
   body_done_ = false;
-  std::string head = status_line(request_.version, response.status);
-  head += "Content-Type: " + response.content_type + "\r\n";
-  for (const auto& [name, value] : response.headers) head += name + ": " + value + "\r\n";
-  if (chunked_) head += "Transfer-Encoding: chunked\r\n";
-  if (!keep_alive_) head += "Connection: close\r\n";
-  head += "\r\n";
+  waiting_head_.reset();
+  std::string head;
+  if (response.head_waits_for_body) {
+    waiting_head_ = std::move(response);
+  } else {
+    head = stream_head(response, response.status);
+  }
   std::weak_ptr<HttpConnection> weak = shared_from_this();
   body_->set_wakeup([weak, gate = env_.gate, executor = stream_.get_executor()] {
     gate->run([&] {
@@ -259,8 +261,18 @@ void HttpConnection::start_stream(HttpResponse response) {
   });
   watch_peer();
   wake_pending_ = true;  // pump right after the head: the generation may have news already
+  if (waiting_head_) return start_pump();
   out_ = std::move(head);
   write_out();
+}
+
+std::string HttpConnection::stream_head(const HttpResponse& response, int status) const {
+  std::string head = status_line(request_.version, status);
+  head += "Content-Type: " + response.content_type + "\r\n";
+  for (const auto& [name, value] : response.headers) head += name + ": " + value + "\r\n";
+  if (chunked_) head += "Transfer-Encoding: chunked\r\n";
+  if (!keep_alive_) head += "Connection: close\r\n";
+  return head + "\r\n";
 }
 
 void HttpConnection::on_wakeup() {
@@ -277,21 +289,24 @@ void HttpConnection::start_pump() {
     std::string bytes;
     bool done = false;
     bool failed = false;
+    std::optional<int> status;
     try {
       done = body->pump(bytes);
+      status = body->status();  // here, after pump(): the stream's state is this thread's now
     } catch (const std::exception& e) {  // the body is cut: end it, and the connection after it
       std::fprintf(stderr, "[tachyon] a response stream failed: %s\n", e.what());
       done = true;
       failed = true;
+      status = 500;  // what a head still waiting says
     }
-    net::post(self->stream_.get_executor(), [self, bytes = std::move(bytes), done, failed]() mutable {
+    net::post(self->stream_.get_executor(), [self, bytes = std::move(bytes), done, failed, status]() mutable {
       if (failed) self->keep_alive_ = false;
-      self->on_pumped(std::move(bytes), done);
+      self->on_pumped(std::move(bytes), done, status);
     });
   });
 }
 
-void HttpConnection::on_pumped(std::string bytes, bool done) {
+void HttpConnection::on_pumped(std::string bytes, bool done, std::optional<int> status) {
   pumping_ = false;
   if (closed_) return;
   body_done_ = done;
@@ -305,6 +320,10 @@ void HttpConnection::on_pumped(std::string bytes, bool done) {
       out_ = size + bytes + "\r\n";
     }
     if (done) out_ += "0\r\n\r\n";
+  }
+  if (waiting_head_ && (!out_.empty() || done)) {  // the status is known now: the head goes first
+    out_ = stream_head(*waiting_head_, status.value_or(waiting_head_->status)) + out_;
+    waiting_head_.reset();
   }
   if (!out_.empty()) return write_out();
   if (done) return end_response();

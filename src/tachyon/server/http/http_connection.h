@@ -85,7 +85,8 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void start_stream(HttpResponse response);
   void on_wakeup();
   void start_pump();
-  void on_pumped(std::string bytes, bool done);
+  void on_pumped(std::string bytes, bool done, std::optional<int> status);
+  std::string stream_head(const HttpResponse& response, int status) const;
   void write_out();
   void arm_tick();
   void watch_peer();
@@ -113,6 +114,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
 
   // The streamed body in flight, and where its pump stands.
   std::shared_ptr<BodyStream> body_;
+  std::optional<HttpResponse> waiting_head_;  // a head that waits for the body (head_waits_for_body)
   std::string out_;  // bytes being written
   bool chunked_ = false;
   bool pumping_ = false;

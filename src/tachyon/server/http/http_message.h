@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -39,6 +40,10 @@ class BodyStream {
   // call after the connection has gone.
   virtual void set_wakeup(std::function<void()> wakeup) = 0;
   virtual bool pump(std::string& out) = 0;
+  // The answer's status, for a response whose head waits for its body (HttpResponse::
+  // head_waits_for_body): asked once, when pump() first has bytes or is done, so an error found
+  // while generating can still set it. nullopt: the response's own status.
+  virtual std::optional<int> status() const { return std::nullopt; }
 };
 
 struct HttpResponse {
@@ -48,6 +53,9 @@ struct HttpResponse {
   std::vector<std::pair<std::string, std::string>> headers;  // extra fields: Allow, Retry-After, ...
   // Set: the body comes from the stream, chunked on HTTP/1.1, until close on HTTP/1.0.
   std::shared_ptr<BodyStream> stream;
+  // With `stream`: the head goes out with the body's first bytes, carrying the stream's
+  // status(), instead of before the first pump (a non-streamed answer that may yet fail).
+  bool head_waits_for_body = false;
   bool close = false;  // close the connection after this response (framing errors, timeouts)
 };
 

@@ -43,8 +43,8 @@ struct HttpOptions {
   // open-file limit allows, less a reserve for the model's files and the engine.
   size_t max_connections = 0;
   std::chrono::milliseconds shutdown_timeout{30000};
-  // A non-streamed answer writes a space this often while generating, so that a client that
-  // left is noticed (the write fails) and its request aborted.
+  // A streamed body is pumped at least this often, and a decode server's non-streamed answer
+  // (whose head goes first, routes_generation.cpp) writes a space this often while generating.
   std::chrono::milliseconds keepalive_interval{1000};
 };
 

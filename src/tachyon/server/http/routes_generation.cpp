@@ -1,8 +1,9 @@
 // POST /v1/completions and /v1/chat/completions. Everything is validated and tokenized before
 // anything is submitted or the first byte is sent; a failure after that point (a stream cut)
 // sends an error frame and still ends with [DONE], except a failed engine's, whose error frame
-// ends the stream (docs/api.md, "Lifecycle"). The answer is a BodyStream the connection
-// pumps whenever the engine has news for this request (no thread waits on it). A decode role's
+// ends the stream (docs/api.md, "Lifecycle"). A non-streamed answer's head waits for its body,
+// so a failed engine's answer is a 500. The answer is a BodyStream the connection pumps
+// whenever the engine has news for this request (no thread waits on it). A decode role's
 // request that names a KV source is answered once its pull ends, from the pull's thread
 // (http/pd_roles.h), so that no HTTP worker waits on a prefill server.
 #include <algorithm>
@@ -96,8 +97,9 @@ Generation chat_generation(ServingContext& context, const ChatRequest& request) 
 
 namespace {
 
-// The answer to a request whose engine failed under it: the OpenAI error object (status 500 in
-// its code; the head's status went out before, see docs/api.md "Lifecycle").
+// The answer to a request whose engine failed under it: the OpenAI error object, status 500 (as
+// a step that threw is: the server failed while it served the request; OpenAI's clients retry a
+// 500 as they do a 503, and /health's and new requests' 503 says the server is gone for now).
 ApiError engine_failed(const std::string& failure) {
   return {500, failure, "internal_server_error", "", "engine_failed"};
 }
@@ -120,12 +122,14 @@ void accumulate(const ServingContext& context, std::vector<ChoiceEvent>&& events
   }
 }
 
-// Non-streamed: one JSON body once every choice has finished, with a space (JSON ignores
-// leading whitespace) every keep-alive interval while generating, so that a client behind a
-// proxy that buffers sees a live connection, and a failed write aborts a departed client's run.
+// Non-streamed: one JSON body once every choice has finished. Its head waits for it
+// (HttpResponse::head_waits_for_body), so that a request the engine failed under gets a 500,
+// not a 200 whose body is an error; a client that leaves meanwhile is noticed by the connection's
+// read. With `keepalive` (the decode role, see handle_generation) the head goes first and a space
+// (JSON ignores leading whitespace) follows every keep-alive interval while generating.
 class WholeAnswer : public BodyStream {
  public:
-  WholeAnswer(ServingContext& context, Generation g, std::chrono::milliseconds keepalive,
+  WholeAnswer(ServingContext& context, Generation g, std::optional<std::chrono::milliseconds> keepalive,
               std::shared_ptr<const engine::KvPayload> imported = nullptr)
       : context_(context), g_(std::move(g)), keepalive_(keepalive),
         ticket_(context.client_quota().acquire(g_.client, g_.sequences())),       // may throw: before any byte
@@ -148,12 +152,14 @@ class WholeAnswer : public BodyStream {
     accumulate(context_, run_->poll(), choices_, outputs_);
     if (failure) {
       ticket_.reset();
-      out = error_body(engine_failed(*failure));
+      const ApiError error = engine_failed(*failure);
+      status_ = error.status;
+      out = error_body(error);
       return true;
     }
     const auto now = std::chrono::steady_clock::now();
     if (!run_->finished()) {
-      if (now - last_write_ >= keepalive_) {
+      if (keepalive_ && now - last_write_ >= *keepalive_) {
         last_write_ = now;
         out = " ";
       }
@@ -166,11 +172,13 @@ class WholeAnswer : public BodyStream {
               .dump();
     return true;
   }
+  std::optional<int> status() const override { return status_; }
 
  private:
   ServingContext& context_;
   const Generation g_;
-  const std::chrono::milliseconds keepalive_;
+  const std::optional<std::chrono::milliseconds> keepalive_;  // unset: the head waits for the body
+  std::optional<int> status_;  // set when the answer is an error
   std::unique_ptr<ClientQuota::Ticket> ticket_;  // released when the run ends, or after it is gone
   std::unique_ptr<GenerationRun> run_;
   std::vector<CompletionChoiceResult> choices_;
@@ -283,7 +291,13 @@ void answer_generation(ServingContext& context, Generation g, ImportedRows impor
     res.stream = std::make_shared<SseAnswer>(context, std::move(g), std::move(imported));
   } else {
     res.content_type = "application/json";
-    res.stream = std::make_shared<WholeAnswer>(context, std::move(g), keepalive, std::move(imported));
+    // A decode server's head goes first: the disaggregation router answers its client only once
+    // it has it, and only then can that client's hang-up reach this server (the router drops the
+    // call); a head held for the whole generation would run a departed client's request to its end.
+    const bool head_first = context.role() == "decode";
+    res.head_waits_for_body = !head_first;
+    res.stream = std::make_shared<WholeAnswer>(
+        context, std::move(g), head_first ? std::optional(keepalive) : std::nullopt, std::move(imported));
   }
 }
 

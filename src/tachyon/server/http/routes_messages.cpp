@@ -4,7 +4,8 @@
 // Anthropic blocks by AnthropicMessage, streamed or whole. As on the chat route, everything is
 // validated before the first byte; the engine never waits on the client (a slow reader's tokens
 // coalesce in its run, and the connection pumps this body when there is news); a non-streamed
-// answer writes a space every keep-alive interval; a failure after the head is an `error` event.
+// answer's head waits for its body (a failed engine's answer is a 500 with Anthropic's api_error);
+// a streamed one's failure after the head is an `error` event.
 // Errors are Anthropic-shaped on this route (Router::add's error body).
 #include "tachyon/server/anthropic_messages.h"
 #include "tachyon/server/http/generation.h"
@@ -16,8 +17,8 @@ namespace {
 
 class MessageAnswer : public BodyStream {
  public:
-  MessageAnswer(ServingContext& context, Generation g, std::chrono::milliseconds keepalive)
-      : g_(std::move(g)), keepalive_(keepalive),
+  MessageAnswer(ServingContext& context, Generation g)
+      : g_(std::move(g)),
         ticket_(context.client_quota().acquire(g_.client, g_.sequences())),  // may throw: before any byte
         run_(std::make_unique<GenerationRun>(context, g_.prompts, g_.params, g_.skip_special_tokens)),  // ditto
         output_(g_.chat_output, make_tool_use_id), message_(g_.id, g_.model, run_->prompt_tokens()) {}
@@ -46,7 +47,8 @@ class MessageAnswer : public BodyStream {
     std::vector<ChoiceEvent> polled = run_->poll();
     if (failure) {  // the engine failed under this request: an error is its answer
       ticket_.reset();
-      const std::string error = anthropic_error_body({500, *failure, "api_error", "", ""});
+      status_ = 500;
+      const std::string error = anthropic_error_body({*status_, *failure, "api_error", "", ""});
       out += g_.stream ? "event: error\ndata: " + error + "\n\n" : error;
       return true;
     }
@@ -68,15 +70,13 @@ class MessageAnswer : public BodyStream {
       out += events;
     } else if (run_->finished()) {
       out = message_.message().dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
-    } else if (std::chrono::steady_clock::now() - last_write_ >= keepalive_) {
-      last_write_ = std::chrono::steady_clock::now();
-      out = " ";
     }
     return run_->finished();
   }
+  std::optional<int> status() const override { return status_; }
 
   const Generation g_;
-  const std::chrono::milliseconds keepalive_;
+  std::optional<int> status_;  // set when the answer is an error
   std::unique_ptr<ClientQuota::Ticket> ticket_;  // released when the run ends, or after it is gone
   std::unique_ptr<GenerationRun> run_;
   ChatOutput output_;
@@ -84,11 +84,9 @@ class MessageAnswer : public BodyStream {
   bool started_ = false;
   std::string stop_reason_ = "end_turn";
   std::string stop_string_;
-  std::chrono::steady_clock::time_point last_write_ = std::chrono::steady_clock::now();
 };
 
-void handle_messages(ServingContext& context, const HttpRequest& req, HttpResponse& res,
-                     std::chrono::milliseconds keepalive) {
+void handle_messages(ServingContext& context, const HttpRequest& req, HttpResponse& res) {
   context.refuse_if_unavailable();
   Generation g = chat_generation(context, parse_anthropic_request(req.body, context.limits()));
   g.id = make_message_id();
@@ -99,18 +97,17 @@ void handle_messages(ServingContext& context, const HttpRequest& req, HttpRespon
     res.headers.emplace_back("Cache-Control", "no-cache");
   } else {
     res.content_type = "application/json";
+    res.head_waits_for_body = true;  // its status is known with its body: 200, or 500 from a failed engine
   }
-  res.stream = std::make_shared<MessageAnswer>(context, std::move(g), keepalive);
+  res.stream = std::make_shared<MessageAnswer>(context, std::move(g));
 }
 
 }  // namespace
 
-void add_messages_routes(Router& router, ContextAccess context, std::chrono::milliseconds keepalive_interval) {
+void add_messages_routes(Router& router, ContextAccess context) {
   router.add(
       "POST", "/v1/messages",
-      [context, keepalive_interval](const HttpRequest& req, HttpResponse& res) {
-        handle_messages(context(), req, res, keepalive_interval);
-      },
+      [context](const HttpRequest& req, HttpResponse& res) { handle_messages(context(), req, res); },
       /*prefix=*/false, anthropic_error_body);
 }
 
