@@ -2,8 +2,9 @@
 // reference forward's logits are bit for bit those of the same checkpoint widened to f32, over a
 // prefill and decode steps, for the families whose matrices can be held (dense with q/k norms,
 // biases, tied and untied heads, a MoE model's attention and dense layer, latent attention's
-// o_proj); and memory is honest: a held matrix has no f32 copy. An f32 checkpoint keeps the f32
-// path. Run: ctest -R model.bf16_held_weights
+// o_proj); and memory is honest: a held matrix has no f32 copy (and starts on a cache line, as
+// the f32 ones do: tensor/cache_line_heap.h). An f32 checkpoint keeps the f32 path.
+// Run: ctest -R model.bf16_held_weights
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include "tachyon/model/dense_model.h"
 #include "tachyon/model/make_model.h"
 #include "tachyon/model/model_weights.h"
+#include "tachyon/tensor/cache_line_heap.h"
 #include "tachyon/tensor/dtype.h"
 
 namespace tachyon::model {
@@ -97,6 +99,7 @@ TEST_P(Bf16HeldWeights, LogitsAreBitIdenticalToTheWidenedWeights) {
     if (f.f32->empty()) continue;  // not in this layer (a MoE layer's MLP, a tied head, MLA's qkv)
     ASSERT_TRUE(h.f32->empty()) << h.name << " is held in f32 beside its bf16";
     ASSERT_EQ(h.bf16->size(), f.f32->size()) << h.name;
+    EXPECT_TRUE(on_cache_line(h.bf16->data())) << h.name << " does not start on a cache line";
     std::vector<float> back(h.bf16->size());
     convert_to_f32(h.bf16->data(), DType::kBF16, back.size(), back.data());
     EXPECT_TRUE(same_bits(back, *f.f32)) << h.name;
