@@ -133,6 +133,25 @@ TEST(BenchServeMetrics, SummaryCountsOnlySuccessesAndTpotNeedsTwoTokens) {
   EXPECT_NE(table.find("P99 TPOT (ms):"), std::string::npos) << table;
 }
 
+// A result file's keys come in the order they are written (vLLM's), the same in every run, so a
+// diff of two files in bench/results shows changed figures, not reshuffled keys.
+TEST(BenchServeMetrics, ResultKeysComeInTheirWrittenOrder) {
+  RequestOutcome a{.success = true, .ttft = 0.1, .latency = 0.5, .itl = {0.2, 0.2}, .prompt_tokens = 10, .output_tokens = 3};
+  BenchRun run{.model_id = "m", .num_prompts = 1, .request_rate = 2.0, .duration = 1.0,
+               .percentile_metrics = {"ttft", "itl"}, .metric_percentiles = {50, 99}};
+  const BenchSummary s = summarize(run, {a});
+  const nlohmann::ordered_json j = result_json(run, s, {a});
+  std::vector<std::string> keys;
+  for (const auto& item : j.items()) keys.push_back(item.key());
+  const std::vector<std::string> expected = {
+      "date", "backend", "model_id", "num_prompts", "request_rate", "burstiness", "max_concurrency", "duration",
+      "completed", "failed", "total_input_tokens", "total_output_tokens", "request_throughput", "output_throughput",
+      "total_token_throughput", "input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors",
+      "mean_ttft_ms", "median_ttft_ms", "std_ttft_ms", "p50_ttft_ms", "p99_ttft_ms",
+      "mean_itl_ms", "median_itl_ms", "std_itl_ms", "p50_itl_ms", "p99_itl_ms", "command"};
+  EXPECT_EQ(keys, expected);
+}
+
 TEST(BenchServeSse, EventsSurviveAnySplit) {
   const std::string body = ": comment\r\ndata: {\"a\":1}\r\n\r\ndata: {\"b\":2}\n\nevent: x\ndata: line1\ndata: line2\n\ndata: [DONE]\n\n";
   const std::vector<std::string> expected = {"{\"a\":1}", "{\"b\":2}", "line1\nline2", "[DONE]"};
