@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include "../expected_elements.h"
 #include "tachyon/base/check.h"
 #include "tachyon/base/file_util.h"
 #include "tachyon/model/model_weights.h"
@@ -18,16 +19,6 @@ std::filesystem::path temp_dir(const std::string& tag) {
   auto dir = std::filesystem::temp_directory_path() / ("tachyon-mm-" + std::to_string(::getpid()) + "-" + tag);
   std::filesystem::remove_all(dir);
   return dir;
-}
-
-int64_t parameter_count(const ModelConfig& config) {
-  int64_t total = 0;
-  for (const auto& [name, shape] : expected_tensors(config)) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    total += n;
-  }
-  return total;
 }
 
 TEST(MakeModel, SameSeedSameBytesOtherSeedOtherBytes) {
@@ -52,7 +43,7 @@ TEST(MakeModel, RealPresetsHavePublishedSizes) {
                         Case{"qwen3", "qwen3-0.6b", 0.596}, Case{"qwen3", "qwen3-8b", 8.191},
                         Case{"qwen3_moe", "qwen3-30b-a3b", 30.532}, Case{"mixtral", "mixtral-8x7b", 46.703}}) {
     ModelConfig config = make_model_config({.arch = c.arch, .preset = c.preset});
-    EXPECT_NEAR(parameter_count(config) / 1e9, c.billions, 0.001) << c.preset;
+    EXPECT_NEAR(tachyon::testing::expected_elements(config) / 1e9, c.billions, 0.001) << c.preset;
     EXPECT_EQ(config.torch_dtype, "bfloat16");
   }
 }

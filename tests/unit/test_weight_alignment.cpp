@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "../expected_elements.h"
 #include "tachyon/model/make_model.h"
 #include "tachyon/model/model_weights.h"
 #include "tachyon/tensor/cache_line_heap.h"
@@ -71,17 +72,6 @@ std::vector<WeightArray<T>> weight_arrays(const BasicModelWeights<T>& w) {
   return out;
 }
 
-// Every expected tensor's elements (the main model's; none of these presets has MTP modules).
-int64_t expected_elements(const ModelConfig& config) {
-  int64_t total = 0;
-  for (const auto& [name, shape] : expected_tensors(config)) {
-    int64_t count = 1;
-    for (int64_t d : shape) count *= d;
-    total += count;
-  }
-  return total;
-}
-
 template <typename T>
 void expect_on_cache_lines(const BasicModelWeights<T>& w) {
   int64_t elements = 0, matrices = 0;
@@ -95,7 +85,9 @@ void expect_on_cache_lines(const BasicModelWeights<T>& w) {
           << reinterpret_cast<uintptr_t>(a.values->data()) % kCacheLineBytes << " bytes into a cache line";
     }
   }
-  EXPECT_EQ(elements, expected_elements(w.config)) << "an array of model_weights.h is missing from weight_arrays()";
+  // Every expected tensor's elements (the main model's: none of these presets has MTP modules).
+  EXPECT_EQ(elements, tachyon::testing::expected_elements(w.config))
+      << "an array of model_weights.h is missing from weight_arrays()";
   EXPECT_GE(matrices, 1 + 3 * w.config.num_hidden_layers);
 }
 
