@@ -3,8 +3,9 @@
 // every completion that ends by EOS parses and validates against its schema (a validator written
 // here, independent of the grammar engine), and every completion cut by max_tokens is a valid
 // prefix. Random weights do not matter: the mask alone must force valid output. Also with
-// asynchronous scheduling forced on, and with n-gram speculation (constrained sequences decode
-// without drafts). ctest -R structured
+// asynchronous scheduling forced on, where masks follow the launch (the runner gets them once the
+// step before is applied) and every token must equal the synchronous loop's, and with n-gram
+// speculation (constrained sequences decode without drafts). ctest -R structured
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -12,6 +13,8 @@
 #include <regex>
 
 #include "tachyon/app/llm.h"
+#include "tachyon/app/runner_factory.h"
+#include "tachyon/engine/engine_core.h"
 #include "tachyon/model/make_model.h"
 #include "tachyon/structured/grammar_compiler.h"
 #include "tachyon/structured/matcher.h"
@@ -208,6 +211,109 @@ TEST_F(StructuredEngineTest, AsynchronousSchedulingStepsConstrainedSequencesInOr
   app::LLM llm(*dir_, c);
   const auto [stopped, total] = run_corpus(llm);
   EXPECT_GE(stopped, total * 3 / 5);
+}
+
+// Forwards to the loaded runner and counts the late-mask protocol: launches whose masks follow,
+// the masks supplied, and two steps in flight (the overlap that late masks keep).
+class LateMaskCountingRunner : public runner::ModelRunner {
+ public:
+  explicit LateMaskCountingRunner(std::unique_ptr<runner::ModelRunner> inner) : inner_(std::move(inner)) {}
+  void launch(const core::StepPlan& plan) override {
+    max_in_flight = std::max(max_in_flight, ++in_flight_);
+    for (const core::ScheduledSequence& s : plan.sequences) {
+      masks_following += s.mask_follows;
+      deferred_and_masked += s.mask_follows && !plan.deferred_tokens.empty();
+    }
+    inner_->launch(plan);
+  }
+  void supply_token_masks(std::span<const core::AllowedTokens> masks) override {
+    masks_supplied += static_cast<int64_t>(masks.size());
+    inner_->supply_token_masks(masks);
+  }
+  core::StepOutput wait() override {
+    --in_flight_;
+    return inner_->wait();
+  }
+  bool takes_late_token_masks() const override { return inner_->takes_late_token_masks(); }
+  int64_t vocab_size() const override { return inner_->vocab_size(); }
+
+  int max_in_flight = 0;
+  int64_t masks_following = 0;      // sampled sequences launched with their mask to follow
+  int64_t deferred_and_masked = 0;  // ... in a step that also took deferred tokens
+  int64_t masks_supplied = 0;
+
+ private:
+  std::unique_ptr<runner::ModelRunner> inner_;
+  int in_flight_ = 0;
+};
+
+// Every corpus schema twice (n = 2, seeded, temperature 1) and two unconstrained requests, all
+// submitted at once so constrained sequences finish while others run: the tokens of every
+// completion with asynchronous scheduling on, where masks follow the launch, against the
+// synchronous loop's.
+TEST_F(StructuredEngineTest, LateMasksUnderAsynchronousSchedulingGiveTheSynchronousTokens) {
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<core::SamplingParams> params;
+  for (size_t i = 0; i < corpus().size(); ++i) {
+    prompts.push_back(tokenizer_->encode(i % 2 ? "Answer in JSON:" : "Data"));
+    params.push_back(StructuredEngineTest::params(corpus()[i], 300 + i));
+  }
+  for (uint64_t seed : {1, 2}) {
+    core::SamplingParams plain;
+    plain.temperature = 1.0f;
+    plain.seed = seed;
+    plain.max_tokens = 30;
+    plain.ignore_eos = true;
+    prompts.push_back(tokenizer_->encode("plain text"));
+    params.push_back(plain);
+  }
+  using Tokens = std::vector<std::vector<std::vector<int32_t>>>;  // [request][completion]
+  auto run = [&](core::AsyncScheduling mode, LateMaskCountingRunner** counter) {
+    core::EngineConfig c = config();
+    c.device.async_scheduling = mode;
+    c.scheduler.max_num_seqs = 64;
+    app::LoadedRunner loaded = app::load_runner(*dir_, c);
+    c.scheduler.eos_token_id = static_cast<int32_t>(*loaded.model_config.eos_token_id);
+    auto counting = std::make_unique<LateMaskCountingRunner>(std::move(loaded.runner));
+    *counter = counting.get();
+    auto engine = std::make_unique<EngineCore>(c, std::move(counting));
+    std::vector<std::shared_ptr<OutputChannel>> channels;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      channels.push_back(std::make_shared<OutputChannel>());
+      engine->submit(prompts[i], params[i], channels.back());
+    }
+    Tokens tokens(prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) tokens[i].resize(static_cast<size_t>(params[i].n));
+    for (int guard = 0; engine->has_work() && guard < 100000; ++guard) {
+      engine->step();
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        while (auto delta = channels[i]->take(std::chrono::milliseconds(0))) {
+          for (const auto& d : delta->completions) {
+            auto& out = tokens[i][static_cast<size_t>(d.index)];
+            out.insert(out.end(), d.token_ids.begin(), d.token_ids.end());
+          }
+        }
+      }
+    }
+    EXPECT_FALSE(engine->has_work()) << "the engine did not drain";
+    EXPECT_EQ(engine->async_scheduling(), mode == core::AsyncScheduling::kOn);
+    return std::make_pair(tokens, std::move(engine));  // the engine owns the counter
+  };
+  LateMaskCountingRunner* sync_counter = nullptr;
+  LateMaskCountingRunner* async_counter = nullptr;
+  const auto [sync, sync_engine] = run(core::AsyncScheduling::kOff, &sync_counter);
+  const auto [async, async_engine] = run(core::AsyncScheduling::kOn, &async_counter);
+  EXPECT_EQ(sync_counter->masks_following, 0) << "the synchronous loop attaches masks at planning";
+  EXPECT_EQ(async_counter->max_in_flight, 2) << "late masks keep two steps in flight";
+  EXPECT_GT(async_counter->deferred_and_masked, 0) << "constrained sequences decoded from deferred tokens";
+  EXPECT_EQ(async_counter->masks_supplied, async_counter->masks_following);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    for (size_t j = 0; j < sync[i].size(); ++j) {
+      EXPECT_FALSE(sync[i][j].empty());
+      EXPECT_EQ(async[i][j], sync[i][j]) << "request " << i << " completion " << j
+                                         << (i < corpus().size() ? " schema " + corpus()[i] : " (unconstrained)");
+    }
+  }
 }
 
 TEST_F(StructuredEngineTest, SpeculationLeavesConstrainedSequencesWithoutDrafts) {

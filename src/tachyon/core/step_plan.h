@@ -28,6 +28,9 @@
 
 namespace tachyon::core {
 
+// A structured-output mask (ScheduledSequence::allowed_tokens); null allows every token.
+using AllowedTokens = std::shared_ptr<const std::vector<uint32_t>>;
+
 struct ScheduledSequence {
   int64_t sequence_id = 0;
   int64_t first_token = 0;        // index of its first token in StepPlan::token_ids
@@ -53,7 +56,12 @@ struct ScheduledSequence {
   // be sampled (EOS and stop ids included where the grammar may end); null: no constraint. Set by
   // the engine after schedule() for sampled sequences with a constraint (never with drafts);
   // shared with the grammar's mask cache, so read only.
-  std::shared_ptr<const std::vector<uint32_t>> allowed_tokens;
+  AllowedTokens allowed_tokens;
+  // Structured outputs with asynchronous scheduling: the sequence samples under a mask that
+  // depends on the token the step before this one samples, which the host learns only after
+  // launching this step. allowed_tokens is then null, and the engine hands the mask over after
+  // launch (ModelRunner::supply_token_masks); the runner starts the step's forward meanwhile.
+  bool mask_follows = false;
 
   int64_t num_draft_tokens() const { return static_cast<int64_t>(draft_tokens.size()); }
 };

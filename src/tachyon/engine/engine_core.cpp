@@ -253,15 +253,21 @@ bool EngineCore::run_step() {
   start_pending_imports();  // engine_core_kv.cpp: imported prompts wait for a slot like any other
   publish_prefix_hashes();  // engine_core_kv.cpp: when a router asked
   propose_drafts();
-  // A constrained sequence's next mask needs the token the step in flight samples: apply it first.
-  const bool applied_early = overlap_ && in_flight_ && num_constrained_ > 0;
+  // A constrained sequence's next mask needs the token the step in flight samples. A runner that
+  // takes late masks gets them once that step is applied (below); for the others, apply it first.
+  const bool late_masks = overlap_ && runner_->takes_late_token_masks();
+  const bool applied_early = overlap_ && !late_masks && in_flight_ && num_constrained_ > 0;
   if (applied_early) {
     apply_step(*in_flight_);
     in_flight_.reset();
   }
   core::StepPlan plan = scheduler_.schedule();
-  const std::vector<int64_t> unmasked =
-      num_constrained_ > 0 ? attach_token_masks(plan, sequences_, config_.scheduler.eos_token_id) : std::vector<int64_t>{};
+  std::vector<int64_t> unmasked;
+  if (num_constrained_ > 0 && late_masks) {
+    mark_masks_follow(plan, sequences_);
+  } else if (num_constrained_ > 0) {
+    unmasked = attach_token_masks(plan, sequences_, config_.scheduler.eos_token_id);
+  }
   plan.forced_acceptance = config_.speculative.forced_acceptance;
   plan.return_hidden_states = drafter_ != nullptr && drafter_->needs_hidden_states();
   waiting_snapshot_ = num_waiting();
@@ -274,6 +280,14 @@ bool EngineCore::run_step() {
     if (in_flight_) apply_step(*in_flight_);
     in_flight_.reset();
     if (!plan.empty()) in_flight_ = std::move(plan);
+    // The launched step's masks, from matchers that now hold the applied step's tokens; the
+    // device runs the step's forward meanwhile. Before the next launch: its deferred tokens are
+    // this step's samples.
+    if (in_flight_ && masks_follow(*in_flight_)) {
+      std::vector<core::AllowedTokens> masks;
+      unmasked = late_token_masks(*in_flight_, sequences_, config_.scheduler.eos_token_id, masks);
+      runner_->supply_token_masks(masks);
+    }
   } else {
     apply_step(plan);
   }

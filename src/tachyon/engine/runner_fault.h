@@ -31,6 +31,8 @@ class FaultInjectingRunner : public runner::ModelRunner {
   FaultInjectingRunner(std::unique_ptr<runner::ModelRunner> inner, RunnerFault fault);
   void launch(const core::StepPlan& plan) override;
   core::StepOutput wait() override;
+  bool takes_late_token_masks() const override { return inner_->takes_late_token_masks(); }
+  void supply_token_masks(std::span<const core::AllowedTokens> masks) override { inner_->supply_token_masks(masks); }
   bool verifies_drafts() const override { return inner_->verifies_drafts(); }
   bool overlaps_steps() const override { return inner_->overlaps_steps(); }
   int64_t vocab_size() const override { return inner_->vocab_size(); }

@@ -70,6 +70,31 @@ std::vector<int64_t> attach_token_masks(core::StepPlan& plan, const std::unorder
   return out;
 }
 
+void mark_masks_follow(core::StepPlan& plan, const std::unordered_map<int64_t, Sequence*>& sequences) {
+  for (core::ScheduledSequence& s : plan.sequences) {
+    if (!s.sample) continue;
+    auto it = sequences.find(s.sequence_id);
+    s.mask_follows = it != sequences.end() && it->second->matcher != nullptr;
+  }
+}
+
+bool masks_follow(const core::StepPlan& plan) {
+  for (const core::ScheduledSequence& s : plan.sequences) {
+    if (s.mask_follows) return true;
+  }
+  return false;
+}
+
+std::vector<int64_t> late_token_masks(core::StepPlan& plan, const std::unordered_map<int64_t, Sequence*>& sequences,
+                                      std::optional<int32_t> eos, std::vector<core::AllowedTokens>& masks) {
+  std::vector<int64_t> failed = attach_token_masks(plan, sequences, eos);
+  masks.clear();
+  for (const core::ScheduledSequence& s : plan.sequences) {
+    if (s.mask_follows) masks.push_back(s.allowed_tokens);
+  }
+  return failed;
+}
+
 std::vector<int64_t> advance_matchers(const core::StepOutput& output,
                                       const std::unordered_map<int64_t, Sequence*>& sequences) {
   std::vector<int64_t> refused;

@@ -8,9 +8,13 @@
 // work that could slow the loop is bounded two ways: masks come from the grammar's cache by
 // automaton state (compiled_grammar.h), so a batch of sequences on one schema mostly copies a
 // pointer, and the misses of one step are walked in parallel (OpenMP, one sequence per thread).
-// With asynchronous scheduling the next plan is built before the last token is known, so while
-// a constrained sequence runs the engine applies the step in flight before planning (it steps
-// synchronously; EngineCore::step).
+// With asynchronous scheduling the next plan is built before the last token is known. A runner
+// that takes late masks (ModelRunner::takes_late_token_masks: the CUDA runner, the synchronous
+// ones) launches step n+1 with its constrained sequences marked `mask_follows`; the engine
+// applies step n, computes their masks from the advanced matchers, and supplies them while the
+// device runs step n+1's forward (only the sampler waits for them). With any other runner the
+// engine applies the step in flight before planning (it steps synchronously;
+// EngineCore::run_step).
 //
 // Combinations: n > 1 (each sequence has its own matcher), preemption (the matcher follows the
 // tokens, which recompute keeps) work. Speculative decoding: constrained sequences get no drafts
@@ -38,6 +42,17 @@ std::shared_ptr<structured::Matcher> make_matcher(const core::SamplingParams& pa
 // sample without a mask this step, and the caller aborts them once it is applied.
 std::vector<int64_t> attach_token_masks(core::StepPlan& plan, const std::unordered_map<int64_t, Sequence*>& sequences,
                                         std::optional<int32_t> eos);
+
+// Late masks: marks `mask_follows` on each sampled sequence with a matcher (never with drafts).
+void mark_masks_follow(core::StepPlan& plan, const std::unordered_map<int64_t, Sequence*>& sequences);
+// Whether a sequence of `plan` waits for its mask.
+bool masks_follow(const core::StepPlan& plan);
+// The masks of `plan`'s sequences marked mask_follows, in plan order, into `masks`: each one's
+// mask as attach_token_masks gives it now, or null (every token allowed) for a sequence that has
+// no matcher any more (its request finished or was aborted since the plan: its output is
+// dropped). Returns the request ids whose mask failed, as attach_token_masks does.
+std::vector<int64_t> late_token_masks(core::StepPlan& plan, const std::unordered_map<int64_t, Sequence*>& sequences,
+                                      std::optional<int32_t> eos, std::vector<core::AllowedTokens>& masks);
 
 // Advances the matchers by the tokens `output` applied (an EOS or stop token that ended a
 // sequence is not fed). Returns the request ids whose token the grammar refused (a broken

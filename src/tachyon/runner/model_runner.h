@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -53,6 +54,15 @@ class ModelRunner {
     launch(plan);
     return core::flatten(wait());
   }
+  // Structured outputs under asynchronous scheduling: a plan whose sampled sequences carry
+  // `mask_follows` (core/step_plan.h) is launched without their masks; the runner starts the
+  // step's forward and samples once supply_token_masks() hands the masks over, one per such
+  // sequence in plan order (null: every token allowed). The engine calls it right after the
+  // launch's previous step is applied, before the next launch or wait. A runner that cannot
+  // refuses such plans, and the engine then applies the step in flight before planning a
+  // constrained step (it steps synchronously while one runs).
+  virtual bool takes_late_token_masks() const { return false; }
+  virtual void supply_token_masks(std::span<const core::AllowedTokens> masks);
   // Whether launch() accepts plans with draft tokens (the engine refuses a drafter otherwise).
   virtual bool verifies_drafts() const { return false; }
   // Whether launch() returns before the step's work is done, so that launching step n+1 before
@@ -82,18 +92,25 @@ class ModelRunner {
 // TP CUDA runner that drives its ranks): launch() resolves the plan's deferred tokens from the
 // previous step's output, computes the step at once with run(), and wait() hands outputs over
 // in order.
+// A plan whose masks follow is kept, its deferred tokens resolved, and computed when
+// supply_token_masks() completes it.
 class SynchronousModelRunner : public ModelRunner {
  public:
   bool verifies_drafts() const override { return true; }  // the CPU sampler verifies them
+  bool takes_late_token_masks() const override { return true; }
   void launch(const core::StepPlan& plan) final;
+  void supply_token_masks(std::span<const core::AllowedTokens> masks) final;
   core::StepOutput wait() final;
 
  protected:
   virtual core::StepOutput run(const core::StepPlan& plan) = 0;
 
  private:
+  void run_and_keep(const core::StepPlan& plan);
+
   std::deque<core::StepOutput> pending_;  // launched, not yet waited on (at most two)
   std::vector<int32_t> last_sampled_;     // the last launched step's sampled tokens, plan order
+  std::optional<core::StepPlan> awaiting_masks_;  // launched, its masks not yet supplied
 };
 
 }  // namespace tachyon::runner

@@ -18,6 +18,8 @@ core::SequenceOutput verify_sequence(const core::ScheduledSequence& s, std::span
   // constrained sequence (engine/structured_masks.h).
   TACHYON_CHECK(s.allowed_tokens == nullptr || s.draft_tokens.empty())
       << "internal: sequence " << s.sequence_id << " has a token mask and drafts";
+  TACHYON_CHECK(!s.mask_follows) << "internal: sequence " << s.sequence_id
+                                 << " reached the sampler before its token mask (ModelRunner::supply_token_masks)";
   core::SequenceOutput out;
   out.sequence_id = s.sequence_id;
   out.num_draft_tokens = s.num_draft_tokens();

@@ -392,9 +392,16 @@ void CudaModelRunner::launch(const core::StepPlan& plan) {
     upload = layout_.variable + token_bytes;
   }
   // Structured outputs' masks join the same upload, after the histories (4-byte aligned there).
+  // Masks that follow the launch go to the same place when they arrive (supply_token_masks).
   size_t allowed_offset = 0;
-  if (!sampling.allowed.empty()) {
-    TACHYON_CHECK(sampling.allowed_words == (weights_.config().vocab_size + 31) / 32)
+  if (sampling.late_masks > 0) {
+    TACHYON_CHECK(mtp_ == nullptr) << "internal: token masks that follow the launch with MTP drafting";
+    allowed_offset = layout_.variable + sampling.tokens.size() * sizeof(int32_t);
+    TACHYON_CHECK(allowed_offset + static_cast<size_t>(sampling.late_masks) * allowed_words() * sizeof(uint32_t) <=
+                  staging_bytes_)
+        << "internal: token masks overflow staging";
+  } else if (!sampling.allowed.empty()) {
+    TACHYON_CHECK(static_cast<size_t>(sampling.allowed_words) == allowed_words())
         << "structured outputs: the token masks cover " << sampling.allowed_words * 32
         << " ids but this model's logits have " << weights_.config().vocab_size
         << " (the tokenizer and the model disagree on the vocabulary size)";
@@ -430,14 +437,14 @@ void CudaModelRunner::launch(const core::StepPlan& plan) {
     forward(shape);
   }
 
-  std::byte* device_staging = static_cast<std::byte*>(staging_device_.data());
-  kc::sample(sampled_, decoder_->workspace().logits, reinterpret_cast<const kc::SamplingRow*>(device_staging + layout_.sampling_rows),
-             reinterpret_cast<const int32_t*>(device_staging + layout_.variable), summary.num_sampled,
-             static_cast<int32_t>(weights_.config().vocab_size), sampler_scratch_, sampler_scratch_bytes_,
-             stream_, allowed_offset > 0 ? reinterpret_cast<const uint32_t*>(device_staging + allowed_offset) : nullptr);
-  const size_t sampled_bytes = static_cast<size_t>(summary.num_sampled) * sizeof(kc::SampledRow);
-  TACHYON_CUDA_CHECK(cudaMemcpyAsync(sampled_host_[step.index % kInFlight].data(), sampled_, sampled_bytes,
-                                     cudaMemcpyDeviceToHost, stream_));
+  step.num_sampled = summary.num_sampled;
+  step.allowed_offset = allowed_offset;
+  if (sampling.late_masks > 0) {  // the forward runs; supply_token_masks() samples
+    step.awaits_masks = true;
+    pending_.push_back(std::move(step));
+    return;
+  }
+  enqueue_sampling(step);
   if (mtp_ != nullptr) {
     // The module drafts on the device from what the step just computed (cuda_mtp_drafter.h); a
     // step that samples nothing (prompt chunks) still runs it over its rows, for its cache. A
@@ -464,8 +471,59 @@ void CudaModelRunner::launch(const core::StepPlan& plan) {
   pending_.push_back(std::move(step));
 }
 
+// The step's sampler over its logits rows (with its masks where it has some), then the download
+// of the sampled rows.
+void CudaModelRunner::enqueue_sampling(const PendingStep& step) {
+  std::byte* device_staging = static_cast<std::byte*>(staging_device_.data());
+  kc::sample(sampled_, decoder_->workspace().logits, reinterpret_cast<const kc::SamplingRow*>(device_staging + layout_.sampling_rows),
+             reinterpret_cast<const int32_t*>(device_staging + layout_.variable), step.num_sampled,
+             static_cast<int32_t>(weights_.config().vocab_size), sampler_scratch_, sampler_scratch_bytes_, stream_,
+             step.allowed_offset > 0 ? reinterpret_cast<const uint32_t*>(device_staging + step.allowed_offset) : nullptr);
+  const size_t sampled_bytes = static_cast<size_t>(step.num_sampled) * sizeof(kc::SampledRow);
+  TACHYON_CUDA_CHECK(cudaMemcpyAsync(sampled_host_[step.index % kInFlight].data(), sampled_, sampled_bytes,
+                                     cudaMemcpyDeviceToHost, stream_));
+}
+
+// The masks go to the step's staging after the histories, where launch() left room, in a copy of
+// their own behind the step's forward on the stream; the sampler follows. The host buffer is the
+// step's (kInFlight): launch() uploaded only the bytes before that place, and the buffer's next
+// user is launched after wait() on this step.
+void CudaModelRunner::supply_token_masks(std::span<const core::AllowedTokens> masks) {
+  TACHYON_CHECK(!pending_.empty() && pending_.back().awaits_masks)
+      << "internal: supply_token_masks() without a launched step whose masks follow";
+  PendingStep& step = pending_.back();
+  TACHYON_CHECK(static_cast<int32_t>(masks.size()) == step.sampling.late_masks)
+      << "internal: " << masks.size() << " token masks for " << step.sampling.late_masks << " sequences whose mask follows";
+  const size_t words = allowed_words();
+  auto* host = reinterpret_cast<uint32_t*>(static_cast<std::byte*>(staging_host_[step.index % kInFlight].data()) +
+                                           step.allowed_offset);
+  for (size_t i = 0; i < masks.size(); ++i) {
+    uint32_t* row = host + i * words;
+    if (masks[i] == nullptr) {  // no constraint left (the sequence finished or failed its grammar)
+      std::fill(row, row + words, ~0u);
+      continue;
+    }
+    TACHYON_CHECK(masks[i]->size() == words)
+        << "structured outputs: a token mask covers " << masks[i]->size() * 32 << " ids but this model's logits have "
+        << weights_.config().vocab_size << " (the tokenizer and the model disagree on the vocabulary size)";
+    std::copy(masks[i]->begin(), masks[i]->end(), row);
+  }
+  std::byte* device_staging = static_cast<std::byte*>(staging_device_.data());
+  TACHYON_CUDA_CHECK(cudaMemcpyAsync(device_staging + step.allowed_offset, host, masks.size() * words * sizeof(uint32_t),
+                                     cudaMemcpyHostToDevice, stream_));
+  enqueue_sampling(step);
+  TACHYON_CUDA_CHECK(cudaEventRecord(events_[step.index % 3].end, stream_));
+  step.awaits_masks = false;
+}
+
+size_t CudaModelRunner::allowed_words() const {
+  return static_cast<size_t>((weights_.config().vocab_size + 31) / 32);
+}
+
 core::StepOutput CudaModelRunner::wait() {
   TACHYON_CHECK(!pending_.empty()) << "internal: wait() without a launched step";
+  TACHYON_CHECK(!pending_.front().awaits_masks)
+      << "internal: wait() on a step whose token masks were never supplied (supply_token_masks)";
   PendingStep step = std::move(pending_.front());
   pending_.pop_front();
   core::StepOutput output;

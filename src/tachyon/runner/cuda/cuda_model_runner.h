@@ -88,7 +88,12 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   // host plans the next step while the GPU runs. Refuses (Error) a step with more logits rows
   // than it was sized for, and deferred tokens together with drafts (either in the plan or in
   // the step launched before it): deferred tokens index one sampled row per sequence.
+  // A plan whose sampled sequences' masks follow (structured outputs under asynchronous
+  // scheduling) enqueues its forward only; supply_token_masks() uploads the masks and enqueues
+  // the sampler and the download. Refused with MTP drafting (the engine drafts synchronously).
   void launch(const core::StepPlan& plan) override;
+  bool takes_late_token_masks() const override { return true; }
+  void supply_token_masks(std::span<const core::AllowedTokens> masks) override;
   core::StepOutput wait() override;
   bool verifies_drafts() const override { return true; }
   bool overlaps_steps() const override { return true; }
@@ -195,7 +200,12 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
     bool ran = false;  // the plan had work
     bool drafted = false;  // MTP drafts were made (drafts_host_ holds [sequences, k])
     int64_t index = 0;
+    int32_t num_sampled = 0;    // logits rows the sampler draws
+    size_t allowed_offset = 0;  // staging offset of its token masks; 0: none
+    bool awaits_masks = false;  // launched with masks that follow: not sampled yet
   };
+  void enqueue_sampling(const PendingStep& step);
+  size_t allowed_words() const;  // ceil(vocab / 32): a token mask's width
   std::deque<PendingStep> pending_;
   bool last_launch_had_drafts_ = false;  // the last step with work carried drafts (sampled_ holds 1 + k rows each)
   int64_t steps_launched_ = 0;  // steps with work so far

@@ -54,6 +54,10 @@ void add_rows(const core::ScheduledSequence& sequence, SamplingInputs& inputs) {
         << "internal: token masks of " << words.size() << " and " << inputs.allowed_words << " words in one step";
     row.allowed_row = static_cast<int32_t>(inputs.allowed.size() / words.size());
     inputs.allowed.insert(inputs.allowed.end(), words.begin(), words.end());
+  } else if (sequence.mask_follows) {
+    TACHYON_CHECK(sequence.draft_tokens.empty())
+        << "internal: sequence " << sequence.sequence_id << " has a token mask and drafts";
+    row.allowed_row = inputs.late_masks++;
   }
 
   // Histories: the prompt counts only for the repetition penalty; outputs (and the drafts a
@@ -109,6 +113,8 @@ SamplingInputs build_sampling_inputs(const core::StepPlan& plan) {
         << "internal: sequence " << sequence.sequence_id << " carries drafts but samples nothing";
     if (sequence.sample) add_rows(sequence, inputs);
   }
+  TACHYON_CHECK(inputs.late_masks == 0 || inputs.allowed.empty())
+      << "internal: a plan with token masks given and token masks that follow";
   return inputs;
 }
 

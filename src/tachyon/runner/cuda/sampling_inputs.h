@@ -45,10 +45,14 @@ struct SamplingInputs {
   // order (SamplingRow::allowed_row indexes them); empty when no sequence is constrained.
   std::vector<uint32_t> allowed;
   int32_t allowed_words = 0;  // ceil(vocab / 32) of the masks' vocabulary
+  // Sequences whose mask follows the launch (ScheduledSequence::mask_follows): their rows'
+  // allowed_row are 0..late_masks-1 in row order, and `allowed` stays empty until the runner
+  // receives the masks. A plan has masks of one kind only.
+  int32_t late_masks = 0;
 };
 
 // Throws Error when a sampled sequence has no params, a sequence that samples nothing carries
-// drafts, or the token array would pass 2^31 ids.
+// drafts, the token array would pass 2^31 ids, or a plan mixes masks given and masks that follow.
 SamplingInputs build_sampling_inputs(const core::StepPlan& plan);
 
 // The kernel's result for one row as the engine's SampledToken (the CPU sampler's shape): logprob
