@@ -3,7 +3,9 @@
 // prefill and decode steps, for the families whose matrices can be held (dense with q/k norms,
 // biases, tied and untied heads, a MoE model's attention and dense layer, latent attention's
 // o_proj); and memory is honest: a held matrix has no f32 copy (and starts on a cache line, as
-// the f32 ones do: tensor/cache_line_heap.h). An f32 checkpoint keeps the f32 path.
+// the f32 ones do: tensor/cache_line_heap.h). An f32 checkpoint keeps the f32 path. The code that
+// reads only f32 matrices (tensor-parallel shards, online FP8, the bf16 and FP8 GPU forms) refuses
+// held weights by name rather than take a held matrix for an absent one.
 // Run: ctest -R model.bf16_held_weights
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -17,9 +19,13 @@
 
 #include <fmt/format.h>
 
+#include "tachyon/base/check.h"
 #include "tachyon/model/dense_model.h"
+#include "tachyon/model/fp8_projections.h"
 #include "tachyon/model/make_model.h"
 #include "tachyon/model/model_weights.h"
+#include "tachyon/model/online_fp8.h"
+#include "tachyon/model/tp_shard.h"
 #include "tachyon/tensor/cache_line_heap.h"
 #include "tachyon/tensor/dtype.h"
 
@@ -126,6 +132,40 @@ TEST(Bf16HeldWeightsF32, AnF32CheckpointKeepsTheF32Path) {
       load_weights(ModelConfig::from_dir(dir), SafetensorsCheckpoint(dir), Bf16MatrixHolding::kKeepBf16);
   for (const HeldPair& p : held_pairs(w)) EXPECT_TRUE(p.bf16->empty()) << p.name << " of an f32 checkpoint";
   EXPECT_FALSE(w.layers[0].qkv.empty());
+  std::filesystem::remove_all(dir);
+}
+
+// Each f32-only reader refuses held weights with an Error naming it, and takes the widened ones.
+TEST(Bf16HeldWeightsF32, ReadersOfF32MatricesRefuseHeldOnes) {
+  const std::filesystem::path dir = write_model({"qwen3", "tiny"}, DType::kBF16);
+  const ModelConfig config = ModelConfig::from_dir(dir);
+  const SafetensorsCheckpoint checkpoint(dir);
+  auto expect_refused = [](const auto& call, const std::string& reader) {
+    try {
+      call();
+      ADD_FAILURE() << reader << " took held bf16 matrices";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(reader), std::string::npos) << e.what();
+    }
+  };
+  ModelWeights held = load_weights(config, checkpoint, Bf16MatrixHolding::kKeepBf16);
+  ASSERT_TRUE(holds_bf16_matrices(held));
+  expect_refused([&] { shard_weights(held, 0, 2, false); }, "tensor-parallel sharding");
+  expect_refused([&] { quantize_weights_fp8(held); }, "online FP8 quantization");
+  expect_refused([&] { to_bf16_weights(load_weights(config, checkpoint, Bf16MatrixHolding::kKeepBf16)); },
+                 "the bf16 conversion");
+  expect_refused(
+      [&] {
+        make_fp8_gpu_weights(load_weights(config, checkpoint, Bf16MatrixHolding::kKeepBf16), Fp8SourceGeometry{},
+                             [](const std::string&) { return true; });
+      },
+      "the FP8 projections");
+
+  ModelWeights widened = load_weights(config, checkpoint, Bf16MatrixHolding::kWidenToF32);
+  EXPECT_FALSE(holds_bf16_matrices(widened));
+  EXPECT_FALSE(shard_weights(widened, 0, 2, false).weights.layers[0].qkv.empty());
+  EXPECT_NO_THROW(quantize_weights_fp8(widened));
+  EXPECT_NO_THROW(to_bf16_weights(std::move(widened)));
   std::filesystem::remove_all(dir);
 }
 

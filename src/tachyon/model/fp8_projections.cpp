@@ -125,6 +125,7 @@ Fp8BlockWeight to_fp8_gpu_form(std::span<const float> weight, int64_t cols, cons
 }
 
 Bf16ModelWeights to_bf16_weights(ModelWeights&& w) {
+  check_f32_matrices(w, "the bf16 conversion of f32 weights");
   Bf16ModelWeights out;
   out.config = w.config;
   out.embed_tokens = round_to_bf16(std::move(w.embed_tokens));
@@ -141,6 +142,7 @@ Bf16ModelWeights to_bf16_weights(ModelWeights&& w) {
 
 Fp8GpuWeights make_fp8_gpu_weights(ModelWeights&& weights, Fp8SourceGeometry geometry,
                                    const StoredAsFp8& stored_as_fp8) {
+  check_f32_matrices(weights, "the FP8 projections");
   const ModelConfig& c = weights.config;
   std::vector<Fp8LayerProjections> fp8(weights.layers.size());
   for (size_t l = 0; l < weights.layers.size(); ++l) {

@@ -456,6 +456,20 @@ ModelWeights load_weights(const ModelConfig& config, const SafetensorsCheckpoint
   return load_weights_as<float>(config, checkpoint, holding);
 }
 
+bool holds_bf16_matrices(const ModelWeights& weights) {
+  if (!weights.lm_head_bf16.empty()) return true;
+  for (const LayerWeights& l : weights.layers) {
+    if (!l.qkv_bf16.empty() || !l.o_proj_bf16.empty() || !l.gate_up_bf16.empty() || !l.down_bf16.empty()) return true;
+  }
+  return false;
+}
+
+void check_f32_matrices(const ModelWeights& weights, const char* reader) {
+  TACHYON_CHECK(!holds_bf16_matrices(weights))
+      << "internal: " << reader << " reads f32 matrices, but these weights hold their bf16 checkpoint's matrices "
+      << "as bf16 (load them with Bf16MatrixHolding::kWidenToF32)";
+}
+
 Bf16ModelWeights load_weights_bf16(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint) {
   return load_weights_as<uint16_t>(config, checkpoint, Bf16MatrixHolding::kWidenToF32);  // all bf16 already
 }

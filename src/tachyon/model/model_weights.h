@@ -125,6 +125,13 @@ ModelWeights load_weights(const ModelConfig& config, const SafetensorsCheckpoint
 // The same checks, converting to bf16 (a bf16 checkpoint is copied as is).
 Bf16ModelWeights load_weights_bf16(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint);
 
+// Whether any matrix is held as bf16 (Bf16MatrixHolding::kKeepBf16), its f32 field then empty.
+bool holds_bf16_matrices(const ModelWeights& weights);
+// For the code that reads only the f32 fields (tensor-parallel shards, online FP8, the FP8
+// projections): throws Error naming `reader` when the weights hold bf16 matrices, which it would
+// otherwise take for absent ones.
+void check_f32_matrices(const ModelWeights& weights, const char* reader);
+
 // The main model's weights skip the MTP modules' tensors (the main forward never runs them);
 // this reads them, one MtpWeights per module, with the same name and shape checks. A module's
 // embed_tokens / shared_head.head copy is taken when the checkpoint has that tensor and the main

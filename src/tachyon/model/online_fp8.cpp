@@ -48,6 +48,7 @@ void check_quantization_method(const std::string& method) {
 }
 
 void quantize_weights_fp8(ModelWeights& weights) {
+  check_f32_matrices(weights, "online FP8 quantization");
   const ModelConfig& c = weights.config;
   const int64_t hidden = c.hidden_size;
   for (LayerWeights& l : weights.layers) {

@@ -1,6 +1,7 @@
 #include "tachyon/model/tp_shard.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "tachyon/base/check.h"
 
@@ -175,6 +176,7 @@ namespace {
 template <typename T>
 BasicTpShard<T> shard_with_experts(const BasicModelWeights<T>& full, int tp_rank, int tp_size, int ep_rank,
                                    int ep_size) {
+  if constexpr (std::is_same_v<T, float>) check_f32_matrices(full, "tensor-parallel sharding");
   const ModelConfig& c = full.config;
   const bool expert_parallel = ep_size > 0;
   TACHYON_CHECK(tp_rank >= 0 && tp_rank < tp_size) << "tensor parallel rank " << tp_rank << " outside [0, " << tp_size << ")";
