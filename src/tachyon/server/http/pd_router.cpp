@@ -1,5 +1,6 @@
 #include "tachyon/server/http/pd_router.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -60,12 +61,17 @@ class InFlight {
 
 // The decode server's answer, relayed as it arrives. Dropped before its end (the client left):
 // the decode connection closes, which aborts the request there, and the lease is released.
+// A non-streamed answer is held until it is whole (its head waits for it: HttpResponse::
+// head_waits_for_body), so its status can say what happened: a decode server that failed gives
+// 503, and an engine failure, which a decode server reports as an error body under the 200 it
+// sent first (its keep-alive spaces need the head out), gives 500, as one server answers. One
+// larger than kRelayHeldBytes goes out as a 200 from there on, as a streamed one does.
 class RelayStream : public BodyStream {
  public:
   RelayStream(std::unique_ptr<UpstreamCall> call, std::optional<Lease> lease, bool sse, Backend& decode,
               RouterMetrics& metrics, TaskSlots::Slot slot)
-      : call_(std::move(call)), lease_(std::move(lease)), sse_(sse), in_flight_(decode), decode_(decode),
-        metrics_(metrics), slot_(std::move(slot)) {}
+      : call_(std::move(call)), lease_(std::move(lease)), sse_(sse), holding_(!sse), in_flight_(decode),
+        decode_(decode), metrics_(metrics), slot_(std::move(slot)) {}
   ~RelayStream() override {
     if (ended_) return;
     metrics_.on_outcome(RouteOutcome::kClientGone);
@@ -73,22 +79,21 @@ class RelayStream : public BodyStream {
     if (lease_) lease_->release();
   }
   void set_wakeup(std::function<void()> wakeup) override { call_->set_wakeup(std::move(wakeup)); }
+  std::optional<int> status() const override { return status_; }
   bool pump(std::string& out) override {
+    if (holding_) return pump_held(out);
     const size_t before = out.size();
     const bool done = call_->take(out);
     if (!relayed_) relayed_ = out.find_first_not_of(" \r\n", before) != std::string::npos;
     if (out.size() > before) at_event_end_ = out.size() >= 2 && out.compare(out.size() - 2, 2, "\n\n") == 0;
     if (!done) return false;
-    ended_ = true;
     if (!call_->failed()) {
-      metrics_.on_outcome(RouteOutcome::kOk);
+      end(RouteOutcome::kOk);
       return true;
     }
     // The decode server failed mid-answer: a clean error, never a truncated 200 that parses.
-    decode_.healthy = false;
-    metrics_.on_outcome(RouteOutcome::kUpstreamFailed);
-    if (lease_) lease_->release();
-    const std::string error = error_body(unavailable("the decode server " + decode_.url + " failed mid-answer; retry"));
+    fail_upstream();
+    const std::string error = failed_error();
     if (sse_) {
       out += (at_event_end_ ? "" : "\n\n") + std::string("data: ") + error + "\n\ndata: [DONE]\n\n";
     } else if (!relayed_) {
@@ -98,9 +103,51 @@ class RelayStream : public BodyStream {
   }
 
  private:
+  // A non-streamed answer: nothing goes out until it is whole (or past the bound).
+  bool pump_held(std::string& out) {
+    const bool done = call_->take(held_);
+    const size_t body = std::min(held_.find_first_not_of(" \r\n"), held_.size());  // past the keep-alive spaces
+    if (!done) {
+      if (held_.size() - body < kRelayHeldBytes) return false;
+      holding_ = false;  // too large to hold: a 200 from here on, relayed as it comes
+      relayed_ = true;
+      out.append(held_, body);
+      std::string().swap(held_);
+      return false;
+    }
+    if (call_->failed()) {
+      fail_upstream();
+      status_ = 503;
+      out += failed_error();
+      return true;
+    }
+    // Under its 200 a decode server's body is an answer or, when its engine failed, an error.
+    const auto json = nlohmann::json::parse(std::string_view(held_).substr(body), nullptr, false);
+    const bool error = json.is_object() && json.contains("error");
+    if (error) status_ = 500;
+    end(error ? RouteOutcome::kUpstreamFailed : RouteOutcome::kOk);
+    out.append(held_, body);
+    return true;
+  }
+  void end(RouteOutcome outcome) {
+    ended_ = true;
+    metrics_.on_outcome(outcome);
+  }
+  void fail_upstream() {
+    decode_.healthy = false;
+    end(RouteOutcome::kUpstreamFailed);
+    if (lease_) lease_->release();
+  }
+  std::string failed_error() const {
+    return error_body(unavailable("the decode server " + decode_.url + " failed mid-answer; retry"));
+  }
+
   std::unique_ptr<UpstreamCall> call_;
   std::optional<Lease> lease_;
   const bool sse_;
+  bool holding_;  // a non-streamed answer not yet out (pump_held)
+  std::string held_;
+  std::optional<int> status_;  // the head's status when it waited: 500 or 503; nullopt: 200
   InFlight in_flight_;
   Backend& decode_;
   RouterMetrics& metrics_;
@@ -294,6 +341,7 @@ void PdRouter::generate(const HttpRequest& req, HttpResponse& res, const TaskSlo
       return;
     }
     if (sse) res.headers.emplace_back("Cache-Control", "no-cache");
+    res.head_waits_for_body = !sse;  // RelayStream holds a non-streamed answer until it is whole
     res.stream = std::make_shared<RelayStream>(std::move(call), lease, sse, *decode, metrics_, slot);
     return;
   }
