@@ -11,52 +11,20 @@ With the router's handlers waiting on a pool of 64 workers again, only 64 of the
 ever reach the decode stand-in and the fresh request waits behind them: the test fails (the
 bounds on each wait only turn that hang into a failure).
     pd_router_lockout.py TACHYON TOKENIZERS_DIR"""
-import http.server
 import json
 import sys
 import threading
 
 from pd_cluster import Cluster, hang_up, metric, post, raw_request, wait_until
+from pd_stand_in import StandIn, StandInHandler
 
 SLOW = 70         # more than the 64 workers the router's handlers once waited on
 BODY = 512 << 10  # bytes of each slow answer: more than a socket's buffers hold unread
 
 
-class StandIn(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 256
-
-    def __init__(self, role):
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.role = role
-        self.url = f"http://127.0.0.1:{self.server_address[1]}"
-        self.lock = threading.Lock()
-        self.held = 0  # slow requests waiting for the release
-        self.sent = 0  # slow answers written whole
-        self.release = threading.Event()
-
-
-class Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args):
-        pass
-
-    def answer(self, data, content_type="application/json"):
-        self.send_response(200)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self):
-        self.answer(b'{"status": "ok"}')
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+class Handler(StandInHandler):
+    def decode(self, body):
         server = self.server
-        if server.role == "prefill":  # no lease: the decode server computes the prompt
-            return self.answer(json.dumps({"kv_transfer": None, "reason": "stand-in"}).encode())
         if body["prompt"] != "slow":
             return self.answer(json.dumps({"choices": [{"text": "fresh", "index": 0}]}).encode())
         with server.lock:
@@ -82,9 +50,10 @@ def fresh(router, moment):
         sys.exit(f"{moment}: the fresh request got no answer ({status}): the router is locked out")
 
 
-prefill, decode = StandIn("prefill"), StandIn("decode")
-for stand_in in (prefill, decode):
-    threading.Thread(target=stand_in.serve_forever, daemon=True).start()
+prefill, decode = StandIn("prefill", Handler), StandIn("decode", Handler)
+decode.held = 0  # slow requests waiting for the release
+decode.sent = 0  # slow answers written whole
+decode.release = threading.Event()
 cluster = Cluster(sys.argv[1], sys.argv[2], canary=True)  # serves no model: no make-model
 slow = []
 try:

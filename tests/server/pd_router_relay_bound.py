@@ -13,13 +13,12 @@ relay reading the decode answer whatever its client takes, no relay ever pauses,
 the answers (up to 128 MiB) and the test fails (the bound on each wait only turns that into a
 failure).
     pd_router_relay_bound.py TACHYON TOKENIZERS_DIR"""
-import http.server
 import json
 import socket
 import sys
-import threading
 
 from pd_cluster import Cluster, hang_up, metric, post, wait_until
+from pd_stand_in import StandIn, StandInHandler
 
 CLIENTS = 4
 ANSWER = 32 << 20         # bytes each decode answer would be
@@ -28,39 +27,9 @@ READ_SLACK = 64 << 10     # one upstream read past the bound
 RSS_SLACK = 48 << 20      # threads, sockets, allocator: far below CLIENTS x ANSWER
 
 
-class StandIn(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, role):
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.role = role
-        self.url = f"http://127.0.0.1:{self.server_address[1]}"
-        self.lock = threading.Lock()
-        self.whole = 0   # big answers written whole
-        self.closed = 0  # big answers whose connection was closed under them
-
-
-class Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args):
-        pass
-
-    def answer(self, data, content_type="application/json"):
-        self.send_response(200)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self):
-        self.answer(b'{"status": "ok"}')
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+class Handler(StandInHandler):
+    def decode(self, body):
         server = self.server
-        if server.role == "prefill":  # no lease: the decode server computes the prompt
-            return self.answer(json.dumps({"kv_transfer": None, "reason": "stand-in"}).encode())
         if body["prompt"] != "big":
             return self.answer(json.dumps({"choices": [{"text": "fresh", "index": 0}]}).encode())
         event = b'data: {"choices": [{"text": "' + b"x" * 65000 + b'", "index": 0}]}\n\n'
@@ -98,9 +67,9 @@ def silent_client(port):
     return s
 
 
-prefill, decode = StandIn("prefill"), StandIn("decode")
-for stand_in in (prefill, decode):
-    threading.Thread(target=stand_in.serve_forever, daemon=True).start()
+prefill, decode = StandIn("prefill", Handler), StandIn("decode", Handler)
+decode.whole = 0   # big answers written whole
+decode.closed = 0  # big answers whose connection was closed under them
 cluster = Cluster(sys.argv[1], sys.argv[2], canary=True)  # serves no model: no make-model
 clients = []
 try:

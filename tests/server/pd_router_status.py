@@ -13,12 +13,11 @@ With the router's head sent before the decode answer is whole, "engine" and "die
 the test fails.
     pd_router_status.py TACHYON TOKENIZERS_DIR"""
 import http.client
-import http.server
 import json
 import sys
-import threading
 
 from pd_cluster import Cluster
+from pd_stand_in import StandIn, StandInHandler
 
 ENGINE_ERROR = {"error": {"message": "the engine failed: stand-in", "type": "internal_server_error", "param": None,
                           "code": "engine_failed"}}
@@ -28,36 +27,8 @@ def completion(text):
     return {"id": "cmpl-1", "object": "text_completion", "choices": [{"index": 0, "text": text, "finish_reason": "length"}]}
 
 
-class StandIn(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, role):
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.role = role
-        self.url = f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args):
-        pass
-
-    def answer(self, data, length=None, content_type="application/json"):
-        self.send_response(200)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data) if length is None else length))
-        self.end_headers()
-        self.wfile.write(data)
-        self.wfile.flush()
-
-    def do_GET(self):
-        self.answer(b'{"status": "ok"}')
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-        if self.server.role == "prefill":  # no lease: the decode server computes the prompt
-            return self.answer(json.dumps({"kv_transfer": None, "reason": "stand-in"}).encode())
+class Handler(StandInHandler):
+    def decode(self, body):
         prompt, spaces = body["prompt"], b"   \n  "
         if body.get("stream"):
             events = (b'data: {"choices": [{"index": 0, "text": "a"}]}\n\n' + b"data: " +
@@ -72,6 +43,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if prompt == "dies":
             half = json.dumps(completion("cut")).encode()[:20]
             self.answer(spaces + half, length=1000)  # promises 1000 bytes, sends fewer, then closes
+            self.wfile.flush()
             self.close_connection = True
             return
         self.send_error(400)
@@ -87,9 +59,7 @@ def raw_post(port, body):
     return status, text
 
 
-prefill, decode = StandIn("prefill"), StandIn("decode")
-for stand_in in (prefill, decode):
-    threading.Thread(target=stand_in.serve_forever, daemon=True).start()
+prefill, decode = StandIn("prefill", Handler), StandIn("decode", Handler)
 cluster = Cluster(sys.argv[1], sys.argv[2], canary=True)  # serves no model: no make-model
 failures = []
 try:
