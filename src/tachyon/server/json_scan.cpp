@@ -12,6 +12,13 @@ size_t skip_whitespace(std::string_view text, size_t pos) {
   return pos;
 }
 
+std::string trim_json_whitespace(std::string_view text) {
+  const size_t begin = skip_whitespace(text, 0);
+  size_t end = text.size();
+  while (end > begin && is_json_whitespace(text[end - 1])) --end;
+  return std::string(text.substr(begin, end - begin));
+}
+
 namespace {
 
 // The string literal starting at text[begin] ('"').

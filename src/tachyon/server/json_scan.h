@@ -43,6 +43,8 @@ CallObjectScan scan_call_object(std::string_view text, size_t begin, const std::
 
 size_t skip_whitespace(std::string_view text, size_t pos);
 bool is_json_whitespace(char c);
+// `text` without the JSON whitespace at either end.
+std::string trim_json_whitespace(std::string_view text);
 
 // Decodes a complete JSON string literal ("..." with escapes); nullopt when it is not one.
 std::optional<std::string> decode_json_string(std::string_view literal);

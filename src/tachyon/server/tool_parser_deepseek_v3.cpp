@@ -18,13 +18,6 @@ constexpr std::string_view kCallBegin = "<｜tool▁call▁begin｜>";
 constexpr std::string_view kCallEnd = "<｜tool▁call▁end｜>";
 constexpr std::string_view kSep = "<｜tool▁sep｜>";
 
-std::string trimmed(std::string_view text) {
-  size_t begin = skip_whitespace(text, 0);
-  size_t end = text.size();
-  while (end > begin && is_json_whitespace(text[end - 1])) --end;
-  return std::string(text.substr(begin, end - begin));
-}
-
 class DeepseekV3ToolParser : public ToolParser {
  protected:
   void parse(bool at_end) override {
@@ -111,16 +104,16 @@ class DeepseekV3ToolParser : public ToolParser {
     const size_t after = sep + kSep.size();
     if (after == body.size() && !complete) return std::nullopt;
     if (after < body.size() && body[after] == '{') {  // V3.1: NAME<｜tool▁sep｜>{...}
-      if (!in_call() && !trimmed(body.substr(0, sep)).empty()) commit(trimmed(body.substr(0, sep)));
+      if (!in_call() && !trim_json_whitespace(body.substr(0, sep)).empty()) commit(trim_json_whitespace(body.substr(0, sep)));
       return after;
     }
     const size_t newline = body.find('\n', after);  // V3: function<｜tool▁sep｜>NAME\n```json\n{...}\n```
     if (newline == std::string_view::npos) {
-      if (complete && !in_call() && !trimmed(body.substr(after)).empty()) commit(trimmed(body.substr(after)));
+      if (complete && !in_call() && !trim_json_whitespace(body.substr(after)).empty()) commit(trim_json_whitespace(body.substr(after)));
       return std::nullopt;
     }
-    if (!in_call() && !trimmed(body.substr(after, newline - after)).empty()) {
-      commit(trimmed(body.substr(after, newline - after)));
+    if (!in_call() && !trim_json_whitespace(body.substr(after, newline - after)).empty()) {
+      commit(trim_json_whitespace(body.substr(after, newline - after)));
     }
     size_t at = skip_whitespace(body, newline + 1);
     std::string_view rest = body.substr(at);

@@ -19,13 +19,6 @@ constexpr std::string_view kKeyClose = "</arg_key>";
 constexpr std::string_view kValueOpen = "<arg_value>";
 constexpr std::string_view kValueClose = "</arg_value>";
 
-std::string trimmed(std::string_view text) {
-  size_t begin = skip_whitespace(text, 0);
-  size_t end = text.size();
-  while (end > begin && is_json_whitespace(text[end - 1])) --end;
-  return std::string(text.substr(begin, end - begin));
-}
-
 class Glm45ToolParser : public ToolParser {
  public:
   explicit Glm45ToolParser(const nlohmann::ordered_json& tools) : tools_(tools) {}
@@ -64,7 +57,7 @@ class Glm45ToolParser : public ToolParser {
       name_end = body.size();
     }
     if (!in_call()) {
-      std::string name = trimmed(body.substr(0, name_end));
+      std::string name = trim_json_whitespace(body.substr(0, name_end));
       if (name.empty() || name.find_first_of("<>{}\" ") != std::string::npos) return std::nullopt;
       current_name_ = name;
       start_call(std::move(name));
@@ -80,7 +73,7 @@ class Glm45ToolParser : public ToolParser {
       if (!body.substr(value_open).starts_with(kValueOpen)) break;
       const size_t value_close = body.find(kValueClose, value_open);
       if (value_close == std::string_view::npos) break;
-      const std::string key = trimmed(body.substr(key_open + kKeyOpen.size(), key_close - key_open - kKeyOpen.size()));
+      const std::string key = trim_json_whitespace(body.substr(key_open + kKeyOpen.size(), key_close - key_open - kKeyOpen.size()));
       const std::string_view value =
           body.substr(value_open + kValueOpen.size(), value_close - value_open - kValueOpen.size());
       if (pairs > 0) arguments += ", ";
@@ -99,7 +92,7 @@ class Glm45ToolParser : public ToolParser {
       return nlohmann::json(std::string(value)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     };
     if (parameter_is_string(key)) return as_string();
-    const std::string text = trimmed(value);
+    const std::string text = trim_json_whitespace(value);
     if (nlohmann::json::accept(text)) return text;
     return as_string();
   }
