@@ -18,6 +18,7 @@
 #include "tachyon/cli/bench_serve_client.h"
 #include "tachyon/cli/bench_serve_dataset.h"
 #include "tachyon/cli/bench_serve_metrics.h"
+#include "tachyon/cli/bench_serve_spec_decode.h"
 #include "tachyon/cli/bench_serve_structured.h"
 #include "tachyon/cli/default_model.h"
 
@@ -150,6 +151,77 @@ TEST(BenchServeMetrics, ResultKeysComeInTheirWrittenOrder) {
       "mean_ttft_ms", "median_ttft_ms", "std_ttft_ms", "p50_ttft_ms", "p99_ttft_ms",
       "mean_itl_ms", "median_itl_ms", "std_itl_ms", "p50_itl_ms", "p99_itl_ms", "command"};
   EXPECT_EQ(keys, expected);
+}
+
+// The spec_decode counters of tachyon's /metrics and of vLLM's, summed over label sets but the
+// position; comments, other series and names that only start alike are passed over.
+TEST(BenchServeSpecDecode, CountersParseFromEitherServersMetrics) {
+  const std::string tachyon_text =
+      "# HELP tachyon:spec_decode_num_drafts_total Sequence steps that carried draft tokens.\n"
+      "# TYPE tachyon:spec_decode_num_drafts_total counter\n"
+      "tachyon:spec_decode_num_drafts_total{model_name=\"tiny\"} 40\n"
+      "tachyon:spec_decode_num_draft_tokens_total{model_name=\"tiny\"} 120\n"
+      "tachyon:spec_decode_num_accepted_tokens_total{model_name=\"tiny\"} 66\n"
+      "tachyon:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"tiny\",position=\"0\"} 30\n"
+      "tachyon:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"tiny\",position=\"2\"} 14\n"
+      "tachyon:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"tiny\",position=\"1\"} 22\n"
+      "tachyon:spec_decode_num_drafts_totalish 999\n"
+      "tachyon:generation_tokens_total{model_name=\"tiny\"} 5000\n";
+  const std::optional<SpecDecodeCounters> t = parse_spec_decode_counters(tachyon_text);
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->num_drafts, 40);
+  EXPECT_EQ(t->draft_tokens, 120);
+  EXPECT_EQ(t->accepted_tokens, 66);
+  EXPECT_EQ(t->accepted_per_position, (std::vector<double>{30, 22, 14}));
+
+  const std::string vllm_text =  // two engines' series are summed
+      "vllm:spec_decode_num_drafts_total{engine=\"0\",model_name=\"m\"} 10.0\n"
+      "vllm:spec_decode_num_drafts_total{engine=\"1\",model_name=\"m\"} 5.0\n"
+      "vllm:spec_decode_num_draft_tokens_total{engine=\"0\",model_name=\"m\"} 30.0\n"
+      "vllm:spec_decode_num_accepted_tokens_total{engine=\"0\",model_name=\"m\"} 12.0\n"
+      "vllm:spec_decode_num_accepted_tokens_per_pos_total{engine=\"0\",model_name=\"m\",position=\"0\"} 8.0\n"
+      "vllm:spec_decode_num_accepted_tokens_per_pos_total{engine=\"1\",model_name=\"m\",position=\"0\"} 1.0\n";
+  const std::optional<SpecDecodeCounters> v = parse_spec_decode_counters(vllm_text);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->num_drafts, 15);
+  EXPECT_EQ(v->draft_tokens, 30);
+  EXPECT_EQ(v->accepted_tokens, 12);
+  EXPECT_EQ(v->accepted_per_position, (std::vector<double>{9}));
+
+  EXPECT_FALSE(parse_spec_decode_counters("tachyon:num_requests_running{model_name=\"tiny\"} 3\n").has_value());
+  EXPECT_FALSE(parse_spec_decode_counters("").has_value());
+}
+
+// The run's figures are the difference of the readings around it; a run without drafts, or a
+// reading that is missing, reports nothing.
+TEST(BenchServeSpecDecode, StatsAreTheRunsDifference) {
+  const SpecDecodeCounters before{.num_drafts = 10, .draft_tokens = 30, .accepted_tokens = 12,
+                                  .accepted_per_position = {6, 4, 2}};
+  const SpecDecodeCounters after{.num_drafts = 50, .draft_tokens = 150, .accepted_tokens = 78,
+                                 .accepted_per_position = {36, 26, 16}};
+  const std::optional<SpecDecodeStats> s = spec_decode_stats(before, after);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->num_drafts, 40);
+  EXPECT_EQ(s->draft_tokens, 120);
+  EXPECT_EQ(s->accepted_tokens, 66);
+  EXPECT_DOUBLE_EQ(s->acceptance_rate, 66.0 / 120.0);
+  EXPECT_DOUBLE_EQ(s->acceptance_length, 1.0 + 66.0 / 40.0);
+  EXPECT_EQ(s->per_position_acceptance_rates, (std::vector<double>{30.0 / 40, 22.0 / 40, 14.0 / 40}));
+  EXPECT_FALSE(spec_decode_stats(after, after).has_value()) << "no drafts in the run";
+  EXPECT_FALSE(spec_decode_stats(std::nullopt, after).has_value());
+  EXPECT_FALSE(spec_decode_stats(before, std::nullopt).has_value());
+
+  const std::string section = format_spec_decode(*s);
+  EXPECT_NE(section.find("Speculative Decoding"), std::string::npos) << section;
+  EXPECT_NE(section.find("Acceptance rate (%):                     55.00"), std::string::npos) << section;
+  EXPECT_NE(section.find("Acceptance length:                       2.65"), std::string::npos) << section;
+  EXPECT_NE(section.find("Per-position acceptance (%):             75.00, 55.00, 35.00"), std::string::npos) << section;
+  nlohmann::ordered_json j;
+  add_spec_decode_json(j, *s);
+  EXPECT_DOUBLE_EQ(j["spec_decode_acceptance_rate"].get<double>(), 55.0);
+  EXPECT_EQ(j["spec_decode_num_drafts"], 40);
+  EXPECT_EQ(j["spec_decode_per_position_acceptance_rates"],
+            nlohmann::ordered_json::array({30.0 / 40 * 100, 22.0 / 40 * 100, 14.0 / 40 * 100}));
 }
 
 TEST(BenchServeSse, EventsSurviveAnySplit) {
@@ -295,7 +367,46 @@ TEST_F(BenchServeEndToEnd, ConcurrencyLimitedRunCompletesEveryRequest) {
     EXPECT_GT(j[key].get<double>(), 0.0) << key;
   }
   EXPECT_NE(j["command"].get<std::string>().find("bench serve"), std::string::npos);
+  EXPECT_FALSE(j.contains("spec_decode_num_drafts")) << "a server without drafts reports no speculation";
+  EXPECT_EQ(output.find("Speculative Decoding"), std::string::npos) << output;
   EXPECT_TRUE(server_->wait_idle());
+}
+
+// Against a server with n-gram drafts: the report's figures are the server's own counters over
+// the timed run (read here around the same run: the warm-ups fall before both readings).
+TEST(BenchServeSpeculative, TheRunsAcceptanceComesFromTheServersCounters) {
+  core::EngineConfig engine = server::testing::ServerUnderTest::default_engine();
+  engine.speculative = {.method = "ngram", .num_speculative_tokens = 3, .ngram_min = 1, .ngram_max = 2};
+  server::testing::ServerUnderTest server(engine);
+  const std::string base_url = "http://127.0.0.1:" + std::to_string(server.server->bound_port());
+  const std::string result = (server.dir.parent_path() / ("bench-spec-" + std::to_string(::getpid()) + ".json")).string();
+  auto read = [&] { return *parse_spec_decode_counters(*server_metrics_text({.base_url = base_url})); };
+  auto [code, output] = run_cli("bench serve --base-url " + base_url +
+                                " --num-prompts 8 --max-concurrency 4 --random-input-len 24 --random-output-len 48"
+                                " --ignore-eos --num-warmups 2 --result-filename " + result);
+  ASSERT_EQ(code, 0) << output;
+  const SpecDecodeCounters total = read();
+  std::ifstream in(result);
+  ASSERT_TRUE(in.good()) << result;
+  nlohmann::json j = nlohmann::json::parse(in);
+  std::filesystem::remove(result);
+  ASSERT_TRUE(j.contains("spec_decode_num_drafts")) << output;
+  const int64_t drafts = j["spec_decode_num_drafts"], draft_tokens = j["spec_decode_draft_tokens"],
+                accepted = j["spec_decode_accepted_tokens"];
+  EXPECT_GT(drafts, 0);
+  // The run's share of the server's totals: all but the initial request's and the warm-ups'.
+  EXPECT_LE(drafts, total.num_drafts);
+  EXPECT_LE(draft_tokens, total.draft_tokens);
+  EXPECT_LE(accepted, total.accepted_tokens);
+  EXPECT_LE(draft_tokens, 3 * drafts);
+  EXPECT_DOUBLE_EQ(j["spec_decode_acceptance_rate"].get<double>(), 100.0 * accepted / draft_tokens);
+  EXPECT_DOUBLE_EQ(j["spec_decode_acceptance_length"].get<double>(), 1.0 + static_cast<double>(accepted) / drafts);
+  ASSERT_EQ(j["spec_decode_per_position_acceptance_rates"].size(), 3u);
+  double per_position = 0;
+  for (const auto& r : j["spec_decode_per_position_acceptance_rates"]) per_position += r.get<double>() / 100.0 * drafts;
+  EXPECT_NEAR(per_position, static_cast<double>(accepted), 1e-6) << "every accepted token is at one position";
+  EXPECT_NE(output.find("---------------Speculative Decoding---------------"), std::string::npos) << output;
+  EXPECT_TRUE(server.wait_idle());
 }
 
 TEST_F(BenchServeEndToEnd, PoissonArrivalsFinish) {

@@ -229,4 +229,14 @@ ServedModel served_model(const ServerTarget& target) {
   return served;
 }
 
+std::optional<std::string> server_metrics_text(const ServerTarget& target) {
+  const auto [host, prefix] = split_url(target.base_url);
+  httplib::Client client(host);
+  client.set_connection_timeout(std::chrono::seconds(10));
+  client.set_read_timeout(std::chrono::seconds(30));
+  httplib::Result res = client.Get("/metrics", headers(target));
+  if (!res || res->status != 200) return std::nullopt;
+  return res->body;
+}
+
 }  // namespace tachyon::cli

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -81,5 +82,9 @@ struct ServedModel {
 // named model the list lacks keeps its name, without a vocab_size). Throws tachyon::Error with
 // the reason when the server cannot be asked or lists no model.
 ServedModel served_model(const ServerTarget& target);
+
+// GET /metrics of the server (at the root of target.base_url's host); nullopt when it cannot be
+// read (no such route, the server unreachable). Never throws.
+std::optional<std::string> server_metrics_text(const ServerTarget& target);
 
 }  // namespace tachyon::cli

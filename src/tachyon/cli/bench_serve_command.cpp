@@ -23,6 +23,7 @@
 #include "tachyon/cli/bench_serve_dataset.h"
 #include "tachyon/cli/bench_serve_load.h"
 #include "tachyon/cli/bench_serve_metrics.h"
+#include "tachyon/cli/bench_serve_spec_decode.h"
 #include "tachyon/cli/bench_serve_structured.h"
 #include "tachyon/cli/commands.h"
 
@@ -194,14 +195,21 @@ void run_serve_bench(ServeBenchOptions& options) {
   warm_up(options.target, requests, options.num_warmups, load);
 
   raise_open_file_limit();
+  auto spec_decode_counters = [&]() -> std::optional<SpecDecodeCounters> {
+    const std::optional<std::string> text = server_metrics_text(options.target);
+    return text ? parse_spec_decode_counters(*text) : std::nullopt;
+  };
+  const std::optional<SpecDecodeCounters> before = spec_decode_counters();
   LoadResult result = run_load(options.target, requests, arrivals, load);
   run.duration = result.duration;
+  const std::optional<SpecDecodeStats> spec = spec_decode_stats(before, spec_decode_counters());
   print_errors(result.outcomes);
   const BenchSummary summary = summarize(run, result.outcomes);
-  std::printf("%s", format_table(run, summary).c_str());
+  std::printf("%s", format_table(run, summary, spec ? format_spec_decode(*spec) : std::string()).c_str());
   std::fflush(stdout);
   if (options.save_result || !options.result_filename.empty()) {
     nlohmann::ordered_json json = result_json(run, summary, result.outcomes);
+    if (spec) add_spec_decode_json(json, *spec);
     std::filesystem::path path = options.result_filename.empty()
                                      ? default_result_filename(run, json["date"].get<std::string>())
                                      : options.result_filename;

@@ -122,7 +122,7 @@ BenchSummary summarize(const BenchRun& run, const std::vector<RequestOutcome>& o
   return s;
 }
 
-std::string format_table(const BenchRun& run, const BenchSummary& s) {
+std::string format_table(const BenchRun& run, const BenchSummary& s, const std::string& sections) {
   std::string out = banner(" Serving Benchmark Result ", '=');
   out += line("Successful requests:", std::to_string(s.completed));
   out += line("Failed requests:", std::to_string(s.failed));
@@ -141,7 +141,7 @@ std::string format_table(const BenchRun& run, const BenchSummary& s) {
     out += line("Median " + label + " (ms):", fixed2(m.median_ms));
     for (const auto& [p, value] : m.percentiles_ms) out += line("P" + percentile_word(p) + " " + label + " (ms):", fixed2(value));
   }
-  return out + std::string(50, '=') + "\n";
+  return out + sections + std::string(50, '=') + "\n";
 }
 
 nlohmann::ordered_json result_json(const BenchRun& run, const BenchSummary& s, const std::vector<RequestOutcome>& outcomes) {

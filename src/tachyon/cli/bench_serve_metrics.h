@@ -53,8 +53,9 @@ struct BenchSummary {
 
 BenchSummary summarize(const BenchRun& run, const std::vector<RequestOutcome>& outcomes);
 
-// vLLM's "Serving Benchmark Result" table.
-std::string format_table(const BenchRun& run, const BenchSummary& summary);
+// vLLM's "Serving Benchmark Result" table; `sections` (lines with their own headers, such as
+// format_spec_decode's) go in before its closing line.
+std::string format_table(const BenchRun& run, const BenchSummary& summary, const std::string& sections = {});
 
 // vLLM's result JSON (key names as `vllm bench serve --save-result` writes them) plus "command".
 nlohmann::ordered_json result_json(const BenchRun& run, const BenchSummary& summary,
