@@ -2,7 +2,10 @@
 with an earlier one to the prefill server that holds that prefix in its cache (learnt from the
 hashes it publishes), where round-robin or load alone would spread them over both servers. The
 prefix-cache counters of the two servers show where each prompt ran; the answers equal one
-server's.
+server's. Then a router whose scrapes come a minute apart (one at its start): it learns a prefix
+from its own routing alone, so a second prompt sharing a new prefix, sent right after the first,
+goes where the first ran. Without the router noting what it routed, it goes to the other
+(less loaded) server, or either, and the test fails.
     pd_choice.py TACHYON TOKENIZERS_DIR"""
 import sys
 
@@ -41,5 +44,24 @@ try:
         sys.exit("the prefix policy should send every shared-prefix prompt to the server holding the prefix")
     wait_until(lambda: all(kv_usage(s) == 0 for s in (a, b, decode)), 20, "KV left in use")
     print("answers equal one server's; every KV block free")
+
+    slow = cluster.router([a, b], [decode], "--policy", "prefix", "--tokenizer", cluster.model,
+                          health_interval_ms=60000, name="router_slow_scrapes")
+    preambles = ["twelve small owls sort colourful pebbles", "a quiet librarian counts silver keys",
+                 "nine sailors paint the northern lighthouse", "three gardeners measure falling leaves"]
+    for round_, preamble in enumerate(preambles):  # each round a new prefix, its two prompts back to back
+        prefix = " ".join([preamble] * 25)
+        ran = []
+        for i in range(2):
+            queries = [metric(s.url, QUERIES) for s in (a, b)]
+            status, text, _ = post(slow.url, "/v1/completions", {"model": "tiny", "prompt": f"{prefix} question {i}",
+                                                                "max_tokens": 4, "temperature": 0})
+            if status != 200:
+                sys.exit(f"round {round_} request {i}: {status}")
+            moved = [metric(s.url, QUERIES) - q for s, q in zip((a, b), queries)]
+            ran.append((a, b)[0 if moved[0] > 0 else 1].name)
+        print(f"round {round_}: a new prefix ran on {ran[0]}, its second prompt at once on {ran[1]}")
+        if ran[0] != ran[1]:
+            sys.exit("the router did not send the second prompt to the server it had just sent the prefix to")
 finally:
     cluster.close()

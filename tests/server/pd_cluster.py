@@ -71,13 +71,13 @@ class Cluster:
         self.processes.append(p)
         return p
 
-    def router(self, prefill, decode, *args):
-        cmd = [self.tachyon, "router", "--port", "0", "--health-interval-ms", "100"]
+    def router(self, prefill, decode, *args, health_interval_ms=100, name="router"):
+        cmd = [self.tachyon, "router", "--port", "0", "--health-interval-ms", str(health_interval_ms)]
         for p in prefill:
             cmd += ["--prefill", p.url]
         for d in decode:
             cmd += ["--decode", d.url]
-        p = Process("router", cmd + list(args), os.path.join(self.work, "router.log"),
+        p = Process(name, cmd + list(args), os.path.join(self.work, name + ".log"),
                     r"router on http://127\.0\.0\.1")
         self.processes.append(p)
         wait_until(lambda: get(p.url + "/health")[0] == 200, 20, "the router never became healthy")

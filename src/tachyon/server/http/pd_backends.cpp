@@ -66,10 +66,26 @@ int64_t Backend::cached_prefix_blocks(std::span<const int32_t> prompt) {
 }
 
 void Backend::set_prefix(int32_t block_size, std::unordered_set<engine::BlockHash, engine::BlockHashHasher> hashes) {
-  num_prefix_blocks = static_cast<int64_t>(hashes.size());
   std::lock_guard lock(prefix_mutex_);
+  ++scrapes_;
+  // Blocks noted since the scrape before this one may be missing from its list: keep them.
+  std::erase_if(noted_, [&](const auto& noted) { return noted.second < scrapes_ - 1 || block_size != block_size_; });
+  for (const auto& noted : noted_) hashes.insert(noted.first);
   block_size_ = block_size;
   cached_ = std::move(hashes);
+  num_prefix_blocks = static_cast<int64_t>(cached_.size());
+}
+
+void Backend::note_cached(std::span<const int32_t> prompt) {
+  std::lock_guard lock(prefix_mutex_);
+  if (block_size_ <= 0) return;  // not scraped yet: the block size is unknown
+  std::vector<engine::BlockHash> hashes;
+  engine::extend_block_hashes(hashes, prompt, block_size_);
+  for (const engine::BlockHash& h : hashes) {
+    cached_.insert(h);
+    noted_.emplace_back(h, scrapes_);
+  }
+  num_prefix_blocks = static_cast<int64_t>(cached_.size());
 }
 
 BackendGroup::BackendGroup(const std::vector<std::string>& urls) {

@@ -39,11 +39,18 @@ struct Backend {
   // Full blocks of `prompt` (its leading ones) that the server has cached, as last published.
   int64_t cached_prefix_blocks(std::span<const int32_t> prompt);
   void set_prefix(int32_t block_size, std::unordered_set<engine::BlockHash, engine::BlockHashHasher> hashes);
+  // The router just had `prompt` computed here, so its full blocks are in this server's cache:
+  // counted at once, not a scrape or two later. A scrape answers with what the server published
+  // when the scrape before asked, so a noted block is kept through the next scrape and from then
+  // on stands or falls with the server's own list (which drops what it evicted).
+  void note_cached(std::span<const int32_t> prompt);
 
  private:
   std::mutex prefix_mutex_;
   int32_t block_size_ = 0;
   std::unordered_set<engine::BlockHash, engine::BlockHashHasher> cached_;
+  int64_t scrapes_ = 0;  // set_prefix calls so far
+  std::vector<std::pair<engine::BlockHash, int64_t>> noted_;  // (block, scrapes_ when noted)
 };
 
 class BackendGroup {

@@ -306,6 +306,7 @@ void PdRouter::generate(const HttpRequest& req, HttpResponse& res, const TaskSlo
                     {std::stoull(kv.value("epoch", std::string("0"))), kv.value("request_id", int64_t{0})}};
     }
     busy = false;
+    if (status == 200 && policy_ == RoutePolicy::kPrefix) prefill->note_cached(prompt);
     break;
   }
   if (busy && !lease) {
