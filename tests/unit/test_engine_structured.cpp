@@ -228,6 +228,7 @@ class LateMaskCountingRunner : public runner::ModelRunner {
   }
   void supply_token_masks(std::span<const core::AllowedTokens> masks) override {
     masks_supplied += static_cast<int64_t>(masks.size());
+    for (const core::AllowedTokens& m : masks) masks_null += m == nullptr;
     inner_->supply_token_masks(masks);
   }
   core::StepOutput wait() override {
@@ -241,6 +242,7 @@ class LateMaskCountingRunner : public runner::ModelRunner {
   int64_t masks_following = 0;      // sampled sequences launched with their mask to follow
   int64_t deferred_and_masked = 0;  // ... in a step that also took deferred tokens
   int64_t masks_supplied = 0;
+  int64_t masks_null = 0;  // for sequences that finished in the step applied meanwhile
 
  private:
   std::unique_ptr<runner::ModelRunner> inner_;
@@ -307,6 +309,7 @@ TEST_F(StructuredEngineTest, LateMasksUnderAsynchronousSchedulingGiveTheSynchron
   EXPECT_EQ(async_counter->max_in_flight, 2) << "late masks keep two steps in flight";
   EXPECT_GT(async_counter->deferred_and_masked, 0) << "constrained sequences decoded from deferred tokens";
   EXPECT_EQ(async_counter->masks_supplied, async_counter->masks_following);
+  EXPECT_GT(async_counter->masks_null, 0) << "no sequence finished while its next step was in flight";
   for (size_t i = 0; i < prompts.size(); ++i) {
     for (size_t j = 0; j < sync[i].size(); ++j) {
       EXPECT_FALSE(sync[i][j].empty());
