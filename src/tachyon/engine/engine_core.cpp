@@ -263,8 +263,9 @@ bool EngineCore::run_step() {
   }
   core::StepPlan plan = scheduler_.schedule();
   std::vector<int64_t> unmasked;
+  bool masks_follow = false;  // the plan's masks are supplied after its launch (late masks)
   if (num_constrained_ > 0 && late_masks) {
-    mark_masks_follow(plan, sequences_);
+    masks_follow = mark_masks_follow(plan, sequences_);
   } else if (num_constrained_ > 0) {
     unmasked = attach_token_masks(plan, sequences_, config_.scheduler.eos_token_id);
   }
@@ -283,7 +284,7 @@ bool EngineCore::run_step() {
     // The launched step's masks, from matchers that now hold the applied step's tokens; the
     // device runs the step's forward meanwhile. Before the next launch: its deferred tokens are
     // this step's samples.
-    if (in_flight_ && masks_follow(*in_flight_)) {
+    if (masks_follow) {  // the plan had sequences, so it is the step in flight now
       std::vector<core::AllowedTokens> masks;
       unmasked = late_token_masks(*in_flight_, sequences_, config_.scheduler.eos_token_id, masks);
       runner_->supply_token_masks(masks);

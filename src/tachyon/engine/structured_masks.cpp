@@ -70,19 +70,15 @@ std::vector<int64_t> attach_token_masks(core::StepPlan& plan, const std::unorder
   return out;
 }
 
-void mark_masks_follow(core::StepPlan& plan, const std::unordered_map<int64_t, Sequence*>& sequences) {
+bool mark_masks_follow(core::StepPlan& plan, const std::unordered_map<int64_t, Sequence*>& sequences) {
+  bool marked = false;
   for (core::ScheduledSequence& s : plan.sequences) {
     if (!s.sample) continue;
     auto it = sequences.find(s.sequence_id);
     s.mask_follows = it != sequences.end() && it->second->matcher != nullptr;
+    marked |= s.mask_follows;
   }
-}
-
-bool masks_follow(const core::StepPlan& plan) {
-  for (const core::ScheduledSequence& s : plan.sequences) {
-    if (s.mask_follows) return true;
-  }
-  return false;
+  return marked;
 }
 
 std::vector<int64_t> late_token_masks(core::StepPlan& plan, const std::unordered_map<int64_t, Sequence*>& sequences,

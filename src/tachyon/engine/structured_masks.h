@@ -44,9 +44,8 @@ std::vector<int64_t> attach_token_masks(core::StepPlan& plan, const std::unorder
                                         std::optional<int32_t> eos);
 
 // Late masks: marks `mask_follows` on each sampled sequence with a matcher (never with drafts).
-void mark_masks_follow(core::StepPlan& plan, const std::unordered_map<int64_t, Sequence*>& sequences);
-// Whether a sequence of `plan` waits for its mask.
-bool masks_follow(const core::StepPlan& plan);
+// Returns whether it marked any: the plan's masks then follow its launch.
+bool mark_masks_follow(core::StepPlan& plan, const std::unordered_map<int64_t, Sequence*>& sequences);
 // The masks of `plan`'s sequences marked mask_follows, in plan order, into `masks`: each one's
 // mask as attach_token_masks gives it now, or null (every token allowed) for a sequence that has
 // no matcher any more (its request finished or was aborted since the plan: its output is
