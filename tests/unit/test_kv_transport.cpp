@@ -20,6 +20,7 @@
 #include "tachyon/model/make_model.h"
 #include "tachyon/runner/cpu_model_runner.h"
 #include "tachyon/server/pd_transport.h"
+#include "kv_transfer_test_util.h"
 
 namespace tachyon::server {
 namespace {
@@ -27,6 +28,9 @@ namespace {
 using engine::EngineCore;
 using engine::KvTransferError;
 using engine::OutputChannel;
+using kv_test::run_idle;
+using kv_test::tokens_of;
+using kv_test::wait_for;
 
 // Engines over one tiny model, made once per suite.
 class KvTransportEngines : public ::testing::Test {
@@ -57,19 +61,6 @@ std::filesystem::path* KvTransportEngines::dir_ = nullptr;
 model::DenseModel* KvTransportEngines::model_ = nullptr;
 
 class KvTransportTest : public KvTransportEngines, public ::testing::WithParamInterface<KvTransportFault> {};
-
-void run_idle(EngineCore& e) {
-  for (int guard = 0; e.has_work() && guard < 100000; ++guard) e.step();
-  e.step();
-}
-
-std::vector<int32_t> tokens_of(OutputChannel& channel) {
-  std::vector<int32_t> tokens;
-  while (auto out = channel.take(std::chrono::milliseconds(0))) {
-    for (const auto& d : out->completions) tokens.insert(tokens.end(), d.token_ids.begin(), d.token_ids.end());
-  }
-  return tokens;
-}
 
 TEST_P(KvTransportTest, FaultsRecomputeAndOutputsStayIdentical) {
   std::mt19937 rng(77);
@@ -146,11 +137,6 @@ INSTANTIATE_TEST_SUITE_P(Faults, KvTransportTest,
                          ::testing::Values(KvTransportFault::kNone, KvTransportFault::kTruncate,
                                            KvTransportFault::kCorrupt, KvTransportFault::kStall),
                          fault_name);
-
-bool wait_for(const std::function<bool()>& condition) {
-  for (int i = 0; i < 2000 && !condition(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  return condition();
-}
 
 // A 60-token prompt in steps of 8 tokens: the pull, started after the first step, is handed rows
 // while the prompt still runs (the test steps the prefill engine itself, so this is not a race:

@@ -62,6 +62,13 @@ struct EngineStats {
   std::array<int64_t, core::kMaxSpeculativeTokens> draft_tokens_accepted_per_position{};
   int32_t num_speculative_tokens = 0;  // k of the configured drafter (0: none); bounds the per-position series
   KvCacheStats kv;
+  // Decode role, imports by reference (engine/kv_transfer.h): rows copied device to device, the
+  // seconds those copies took (on the engine thread), and imports whose copy the source did not
+  // confirm (their prompts were computed here instead).
+  int64_t kv_reference_imports = 0;
+  int64_t kv_reference_bytes = 0;
+  double kv_reference_copy_seconds = 0.0;
+  int64_t kv_reference_unconfirmed = 0;
   bool failed = false;  // a step threw: the engine serves no more requests (failure() says why)
 };
 
@@ -105,7 +112,14 @@ class EngineCore {
   void release_kv(KvLeaseKey key);  // thread-safe; unknown keys are ignored
   // Thread-safe. A lease's rows as the prompt writes them (KvLeases::read_stream); `listener`
   // runs on the engine thread whenever a stream grows (any thread; nullptr stops the calls).
-  KvStreamRead read_kv_stream(KvLeaseKey key, size_t from, bool claim);
+  // By reference, the chunks name blocks and the taken stream's blocks stay pinned until
+  // release_kv_hold() (engine/kv_transfer.h); true when they were still held.
+  KvStreamRead read_kv_stream(KvLeaseKey key, size_t from, bool claim, bool by_reference = false);
+  bool release_kv_hold(KvLeaseKey key, bool copied);
+  // The runner cache's by-reference fingerprint and descriptor (runner/model_runner.h
+  // KvRowAccess); "" when it cannot be mapped by another process. Thread-safe.
+  std::string kv_reference_fingerprint();
+  std::string kv_reference_descriptor();
   void set_kv_stream_listener(std::function<void()> listener) { leases_.set_listener(std::move(listener)); }
   uint64_t kv_epoch() const { return leases_.epoch(); }
   void set_kv_lease_timeout(std::chrono::milliseconds timeout) { leases_.set_timeout(timeout); }
@@ -161,6 +175,7 @@ class EngineCore {
   void admit_imported(Submission&& submission);  // engine_core_kv.cpp, as are the four below
   void start_pending_imports();
   void start_imported(Sequence& sequence, const KvPayload& payload);
+  bool copy_by_reference(Sequence& sequence, const KvPayload& payload);
   void lease_prefilled(const core::StepPlan& plan, const core::StepOutput& output);
   void stage_prompt_rows(const Sequence& sequence, int64_t computed, bool whole);
   void release_leases();

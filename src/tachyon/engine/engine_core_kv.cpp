@@ -5,6 +5,7 @@
 // apply_step). Test: tests/unit/test_kv_transfer.cpp.
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 
 #include "tachyon/engine/engine_core.h"
 #include "tachyon/runner/model_runner.h"
@@ -64,9 +65,18 @@ int64_t EngineCore::submit_imported(KvPayload payload, const core::SamplingParam
   check_transferable(params);
   runner::KvRowAccess* rows = runner_->kv_rows();
   if (rows == nullptr) throw KvTransferError("this runner cannot import KV rows");
-  if (payload.rows.empty() && !payload.chunks.empty()) join_kv_chunks(payload, rows->plane_widths());
-  if (payload.values_per_token != rows->values_per_token() ||
-      payload.rows.size() != payload.prompt.size() * static_cast<size_t>(payload.values_per_token)) {
+  if (payload.by_reference()) {
+    if (rows->reference_fingerprint().empty() || payload.values_per_token != rows->values_per_token() ||
+        !payload.confirm) {
+      throw KvTransferError("this cache cannot copy KV rows by reference (or they have " +
+                            std::to_string(payload.values_per_token) + " values per token, this cache " +
+                            std::to_string(rows->values_per_token()) + ")");
+    }
+  } else if (payload.rows.empty() && !payload.chunks.empty()) {
+    join_kv_chunks(payload, rows->plane_widths());
+  }
+  if (!payload.by_reference() && (payload.values_per_token != rows->values_per_token() ||
+                                          payload.rows.size() != payload.prompt.size() * static_cast<size_t>(payload.values_per_token))) {
     throw KvTransferError("the KV rows do not fit this cache: " + std::to_string(payload.values_per_token) +
                           " values per token (this cache holds " + std::to_string(rows->values_per_token()) +
                           "), " + std::to_string(payload.rows.size()) + " values for " +
@@ -122,12 +132,28 @@ void EngineCore::stage_prompt_rows(const Sequence& sequence, int64_t computed, b
   leases_.stage(sequence.request_id, begin, end - begin, std::move(blocks));
 }
 
-KvStreamRead EngineCore::read_kv_stream(KvLeaseKey key, size_t from, bool claim) {
+KvStreamRead EngineCore::read_kv_stream(KvLeaseKey key, size_t from, bool claim, bool by_reference) {
   runner::KvRowAccess* rows = runner_->kv_rows();
   if (rows == nullptr) throw KvTransferError("this runner cannot export its KV cache");
-  KvStreamRead read = leases_.read_stream(key, from, claim, *rows);
+  KvStreamRead read = leases_.read_stream(key, from, claim, *rows, by_reference);
   if (read.commit) inbox_ready_.notify_one();  // the engine thread frees the lease's blocks
   return read;
+}
+
+bool EngineCore::release_kv_hold(KvLeaseKey key, bool copied) {
+  const bool held = leases_.release_hold(key, copied);
+  inbox_ready_.notify_one();  // the engine thread frees the held blocks
+  return held;
+}
+
+std::string EngineCore::kv_reference_fingerprint() {
+  runner::KvRowAccess* rows = runner_->kv_rows();
+  return rows != nullptr ? rows->reference_fingerprint() : "";
+}
+
+std::string EngineCore::kv_reference_descriptor() {
+  runner::KvRowAccess* rows = runner_->kv_rows();
+  return rows != nullptr ? rows->reference_descriptor() : "";
 }
 
 std::vector<BlockHash> EngineCore::published_prefix_hashes() {
@@ -189,10 +215,47 @@ void EngineCore::start_pending_imports() {
   }
 }
 
+// Copies a by-reference payload's rows out of the source cache into the sequence's blocks and has
+// the source confirm that it held them throughout (KvPayload::confirm). False when the copy
+// failed or went unconfirmed: its rows may be another prompt's, so the prompt is computed here.
+// The confirmation is one exchange with the source's KV port on this thread (bounded by the
+// transport's deadline, milliseconds on one node).
+bool EngineCore::copy_by_reference(Sequence& sequence, const KvPayload& payload) {
+  runner::KvRowAccess* rows = runner_->kv_rows();
+  const auto start = std::chrono::steady_clock::now();
+  bool confirmed = false;
+  try {
+    const std::vector<int32_t> source = join_kv_block_chunks(payload, payload.reference_block_size);
+    rows->copy_by_reference(payload.reference, payload.reference_block_size, source, sequence.block_table,
+                            sequence.num_prompt_tokens);
+    confirmed = payload.confirm();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "[tachyon] decode: the KV copy by reference failed, computing the prompt here: %s\n", e.what());
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::lock_guard lock(stats_mutex_);
+  if (!confirmed) {
+    ++stats_.kv_reference_unconfirmed;
+    return false;
+  }
+  ++stats_.kv_reference_imports;
+  stats_.kv_reference_bytes += sequence.num_prompt_tokens * payload.values_per_token * 2;  // bf16
+  stats_.kv_reference_copy_seconds += seconds;
+  return true;
+}
+
 // Writes the rows into the sequence's freshly allocated blocks, marks the prompt computed and
 // delivers the first token; the scheduler decodes on from it.
 void EngineCore::start_imported(Sequence& sequence, const KvPayload& payload) {
-  runner_->kv_rows()->scatter(sequence.block_table, sequence.num_prompt_tokens, payload.rows);
+  if (payload.by_reference()) {
+    if (!copy_by_reference(sequence, payload)) {  // computed here instead, from the same seed
+      kv_.free(sequence.block_table);
+      scheduler_.add(&sequence);
+      return;
+    }
+  } else {
+    runner_->kv_rows()->scatter(sequence.block_table, sequence.num_prompt_tokens, payload.rows);
+  }
   sequence.tokens.push_back(payload.first_token);
   sequence.num_computed_tokens = sequence.num_prompt_tokens;
   scheduler_.add_imported(&sequence);

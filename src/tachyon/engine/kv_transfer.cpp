@@ -53,6 +53,29 @@ void join_kv_chunks(KvPayload& payload, const std::vector<int64_t>& plane_widths
   payload.chunks.clear();
 }
 
+std::vector<int32_t> join_kv_block_chunks(const KvPayload& payload, int64_t block_size) {
+  const auto num_tokens = static_cast<int64_t>(payload.prompt.size());
+  std::vector<int32_t> table;
+  int64_t next = 0;
+  for (const auto& chunk : payload.chunks) {
+    const int64_t needed = (chunk->num_tokens + block_size - 1) / block_size;
+    if (block_size <= 0 || chunk->begin != next || chunk->begin % block_size != 0 || chunk->num_tokens <= 0 ||
+        next + chunk->num_tokens > num_tokens || static_cast<int64_t>(chunk->blocks.size()) != needed) {
+      throw KvTransferError("a by-reference KV chunk of tokens [" + std::to_string(chunk->begin) + ", +" +
+                            std::to_string(chunk->num_tokens) + ") in " + std::to_string(chunk->blocks.size()) +
+                            " blocks does not follow token " + std::to_string(next) + " of a " +
+                            std::to_string(num_tokens) + "-token prompt");
+    }
+    table.insert(table.end(), chunk->blocks.begin(), chunk->blocks.end());
+    next += chunk->num_tokens;
+  }
+  if (next != num_tokens) {
+    throw KvTransferError("the KV chunks cover " + std::to_string(next) + " of " + std::to_string(num_tokens) +
+                          " prompt tokens");
+  }
+  return table;
+}
+
 KvLeases::KvLeases(std::chrono::milliseconds timeout) : epoch_(draw_epoch()), timeout_(timeout) {
   stats_.max_blocks = std::numeric_limits<int64_t>::max();
 }
@@ -157,6 +180,15 @@ std::vector<std::vector<int32_t>> KvLeases::take_released(std::chrono::steady_cl
     }
     it = next;
   }
+  for (auto it = holds_.begin(); it != holds_.end();) {
+    if (it->second.deadline <= now) {
+      for (StagedChunk& chunk : it->second.stream.chunks) released_.push_back(std::move(chunk.blocks));
+      it = holds_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  stats_.held_for_copy = static_cast<int64_t>(holds_.size());
   return std::exchange(released_, {});
 }
 
@@ -224,7 +256,8 @@ void KvLeases::stage(int64_t request_id, int64_t begin, int64_t num_tokens, std:
   notify();
 }
 
-KvStreamRead KvLeases::read_stream(KvLeaseKey key, size_t from, bool claim, const runner::KvRowAccess& rows) {
+KvStreamRead KvLeases::read_stream(KvLeaseKey key, size_t from, bool claim, const runner::KvRowAccess& rows,
+                                   bool by_reference) {
   std::lock_guard lock(mutex_);
   auto stream = key.epoch == epoch_ ? streams_.find(key.request_id) : streams_.end();
   auto lease = key.epoch == epoch_ ? leases_.find(key.request_id) : leases_.end();
@@ -243,8 +276,12 @@ KvStreamRead KvLeases::read_stream(KvLeaseKey key, size_t from, bool claim, cons
     auto chunk = std::make_shared<KvChunk>();
     chunk->begin = chunks[i].begin;
     chunk->num_tokens = chunks[i].num_tokens;
-    chunk->rows.resize(static_cast<size_t>(chunk->num_tokens * rows.values_per_token()));
-    rows.gather(chunks[i].blocks, chunk->num_tokens, chunk->rows);
+    if (by_reference) {
+      chunk->blocks = chunks[i].blocks;
+    } else {
+      chunk->rows.resize(static_cast<size_t>(chunk->num_tokens * rows.values_per_token()));
+      rows.gather(chunks[i].blocks, chunk->num_tokens, chunk->rows);
+    }
     read.chunks.push_back(std::move(chunk));
   }
   if (lease == leases_.end()) {  // the prompt still runs: these rows go out before it finishes
@@ -260,8 +297,25 @@ KvStreamRead KvLeases::read_stream(KvLeaseKey key, size_t from, bool claim, cons
   commit.num_chunks = static_cast<int64_t>(chunks.size());
   read.commit = std::move(commit);
   ++stats_.exported;
+  if (by_reference) {  // the pins stay until the reader's copy is confirmed (release_hold)
+    holds_[key.request_id] = {std::move(stream->second), std::chrono::steady_clock::now() + timeout_};
+    streams_.erase(stream);
+    stats_.held_for_copy = static_cast<int64_t>(holds_.size());
+  }
   drop(lease);
   return read;
+}
+
+bool KvLeases::release_hold(KvLeaseKey key, bool copied) {
+  if (key.epoch != epoch_) return false;
+  std::lock_guard lock(mutex_);
+  auto it = holds_.find(key.request_id);
+  if (it == holds_.end()) return false;
+  for (StagedChunk& chunk : it->second.stream.chunks) released_.push_back(std::move(chunk.blocks));
+  holds_.erase(it);
+  stats_.held_for_copy = static_cast<int64_t>(holds_.size());
+  if (copied) ++stats_.copies_confirmed;
+  return true;
 }
 
 int64_t KvLeases::num_leases() {

@@ -32,6 +32,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -68,13 +69,17 @@ struct KvLeaseStats {
   int64_t expired = 0;
   int64_t refused = 0;          // prefills refused at the cap
   int64_t early_tokens = 0;     // token rows handed to a pull before their prompt had finished
+  int64_t held_for_copy = 0;    // streams taken by reference whose blocks wait for the copy's confirmation
+  int64_t copies_confirmed = 0;  // by-reference streams whose copy was confirmed
 };
 
-// Rows of prompt tokens [begin, begin + num_tokens): [planes][num_tokens][width] f32.
+// Rows of prompt tokens [begin, begin + num_tokens): [planes][num_tokens][width] f32; or, by
+// reference, the source cache's blocks that hold them (the first holds token `begin`).
 struct KvChunk {
   int64_t begin = 0;
   int64_t num_tokens = 0;
   std::vector<float> rows;
+  std::vector<int32_t> blocks;  // by reference only
 };
 
 // One request's prompt KV and what the prefill engine sampled from it.
@@ -87,7 +92,20 @@ struct KvPayload {
   // Or, with `rows` empty, the rows as a stream brought them: chunks in order from token 0
   // (submit_imported joins them with its cache's plane widths).
   std::vector<std::shared_ptr<const KvChunk>> chunks;
+  // Or by reference (runner/model_runner.h KvRowAccess::copy_by_reference): `reference` is the
+  // source cache's descriptor, the chunks name its blocks, and the source holds them until
+  // confirm() (called once the rows are copied) returns, true when the source still held them
+  // when it heard of the copy; false means the copy may have read reused blocks and must not be
+  // used. Destroying the payload unconfirmed lets the source free them.
+  std::string reference;
+  int64_t reference_block_size = 0;  // the source cache's
+  std::function<bool()> confirm;
+  bool by_reference() const { return !reference.empty(); }
 };
+
+// The source blocks of a by-reference payload's chunks, one table from token 0 (`block_size`:
+// the source cache's); KvTransferError when the chunks do not cover its prompt in order.
+std::vector<int32_t> join_kv_block_chunks(const KvPayload& payload, int64_t block_size);
 
 // `payload`'s chunks joined into its rows; KvTransferError when they do not cover its prompt in
 // order or do not fit `plane_widths`.
@@ -160,7 +178,15 @@ class KvLeases {
   // read claims the stream (`claim`); a second claim, or a key that names no lease or running
   // prefill (never granted, taken, released, expired, aborted, another epoch) throws
   // KvTransferError.
-  KvStreamRead read_stream(KvLeaseKey key, size_t from, bool claim, const runner::KvRowAccess& rows);
+  // By reference (`by_reference`), the chunks name their pinned blocks instead of carrying rows,
+  // and taking the commit keeps the pins (the reader copies the rows out of the cache itself)
+  // until release_hold(key), or the lease timeout after the commit.
+  KvStreamRead read_stream(KvLeaseKey key, size_t from, bool claim, const runner::KvRowAccess& rows,
+                           bool by_reference = false);
+  // Any thread: the by-reference reader of `key` is done with its blocks (`copied`: and said it
+  // copied them); their pins go back. False when they were no longer held (the hold timed out, so
+  // the reader's copy may have read reused blocks), or for an unknown key.
+  bool release_hold(KvLeaseKey key, bool copied);
   // Called on the engine thread after each stage and grant: a transport waiting on a stream
   // wakes. Any thread; once set_listener(nullptr) returns, the old listener is never called.
   void set_listener(std::function<void()> listener);
@@ -200,6 +226,11 @@ class KvLeases {
   std::unordered_map<int64_t, Lease> leases_;
   std::unordered_set<int64_t> cancelled_;  // expected ids released before their grant
   std::unordered_map<int64_t, Stream> streams_;  // expected or leased ids -> staged rows
+  struct Hold {
+    Stream stream;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  std::unordered_map<int64_t, Hold> holds_;  // taken by reference, the copy not yet confirmed
   std::mutex listener_mutex_;  // apart from mutex_: a listener never runs under it
   std::function<void()> listener_;
   void notify();

@@ -19,8 +19,10 @@
 #include <deque>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
+#include "tachyon/base/check.h"
 #include "tachyon/core/step_output.h"
 #include "tachyon/core/step_plan.h"
 
@@ -42,6 +44,24 @@ class KvRowAccess {
   virtual void gather(std::span<const int32_t> block_table, int64_t num_tokens, std::span<float> out) const = 0;
   // rows: as gather() writes them, into the slots of `block_table`.
   virtual void scatter(std::span<const int32_t> block_table, int64_t num_tokens, std::span<const float> rows) = 0;
+
+  // KV by reference (CUDA IPC between two processes on one GPU): the decode side copies a
+  // prompt's rows straight out of the prefill side's cache, device to device, instead of receiving
+  // them as host rows. Both sides must hold the same planes in the same dtype on the same device:
+  // reference_fingerprint() names that (the device's UUID, dtype and plane widths) and is "" for a
+  // cache no other process can map (the CPU runner's). reference_descriptor(): what a peer needs
+  // to map this cache (an IPC handle and the layout), sent once per transfer.
+  virtual std::string reference_fingerprint() const { return ""; }
+  virtual std::string reference_descriptor() const { return ""; }
+  // Copies the rows of tokens [0, num_tokens) out of the cache `descriptor` names, where token t
+  // lies in `source_blocks[t / source_block_size]`, into this cache's `block_table`; returns once
+  // they are written. Throws Error when the descriptor cannot be mapped or does not fit this cache.
+  virtual void copy_by_reference(const std::string& descriptor, int64_t source_block_size,
+                                 std::span<const int32_t> source_blocks, std::span<const int32_t> block_table,
+                                 int64_t num_tokens) {
+    (void)descriptor, (void)source_block_size, (void)source_blocks, (void)block_table, (void)num_tokens;
+    throw Error("this KV cache cannot copy rows by reference");
+  }
 };
 
 class ModelRunner {

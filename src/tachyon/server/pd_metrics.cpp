@@ -10,7 +10,8 @@ constexpr const char* kRecomputeNames[kNumRecomputeReasons] = {"malformed_source
 
 }  // namespace
 
-void PdMetrics::render(std::string& out, const engine::KvLeaseStats& leases, const KvPullStats& pulls) const {
+void PdMetrics::render(std::string& out, const engine::KvLeaseStats& leases, const KvPullStats& pulls,
+                       const engine::EngineStats& engine) const {
   const bool prefill = role_ == "prefill";
   const std::string direction = prefill ? "direction=\"sent\"" : "direction=\"received\"";
   append_family(out, "tachyon:kv_transfer_bytes_total", "counter", "KV bytes moved between prefill and decode servers.");
@@ -44,10 +45,27 @@ void PdMetrics::render(std::string& out, const engine::KvLeaseStats& leases, con
     append_family(out, "tachyon:kv_transfer_early_tokens_total", "counter",
                   "Prompt token rows handed to a KV pull before their prompt had finished (streamed as written).");
     append_sample(out, "tachyon:kv_transfer_early_tokens_total", "", leases.early_tokens);
+    append_family(out, "tachyon:kv_reference_holds", "gauge",
+                  "KV streams taken by reference whose blocks stay pinned until the decode side's copy is done.");
+    append_sample(out, "tachyon:kv_reference_holds", "", leases.held_for_copy);
+    append_family(out, "tachyon:kv_reference_copies_confirmed_total", "counter",
+                  "KV streams a decode server copied by reference (CUDA IPC) while their blocks were held.");
+    append_sample(out, "tachyon:kv_reference_copies_confirmed_total", "", leases.copies_confirmed);
     return;
   }
   append_family(out, "tachyon:kv_transfer_imports_total", "counter", "Requests that decoded from pulled KV rows.");
   append_sample(out, "tachyon:kv_transfer_imports_total", "", imports_.load());
+  append_family(out, "tachyon:kv_reference_imports_total", "counter",
+                "Imports whose rows were copied device to device out of the prefill server's cache (CUDA IPC).");
+  append_sample(out, "tachyon:kv_reference_imports_total", "", engine.kv_reference_imports);
+  append_family(out, "tachyon:kv_reference_bytes_total", "counter", "KV bytes those imports copied.");
+  append_sample(out, "tachyon:kv_reference_bytes_total", "", engine.kv_reference_bytes);
+  append_family(out, "tachyon:kv_reference_copy_seconds_total", "counter",
+                "Time those copies took, with the prefill server's confirmation, on the engine thread.");
+  append_sample(out, "tachyon:kv_reference_copy_seconds_total", "", engine.kv_reference_copy_seconds);
+  append_family(out, "tachyon:kv_reference_unconfirmed_total", "counter",
+                "By-reference imports whose copy failed or went unconfirmed (the prompt was computed here).");
+  append_sample(out, "tachyon:kv_reference_unconfirmed_total", "", engine.kv_reference_unconfirmed);
   append_family(out, "tachyon:kv_transfer_recomputes_total", "counter",
                 "Requests with a KV source whose prompt this server computed instead, by reason.");
   for (int i = 0; i < kNumRecomputeReasons; ++i) {

@@ -5,12 +5,15 @@
 //   prefill: KV bytes sent and time per pull, leases outstanding and their blocks, leases by outcome,
 //            pulls in flight (now and at most) and refused at --kv-transfer-max-pulls, injected faults sent
 //   decode:  KV bytes received and time per pull, imports, prompts recomputed by reason
+//   both, by reference (CUDA IPC): prefill, streams held for a copy and copies confirmed; decode,
+//            imports copied device to device, their bytes and copy time, and copies unconfirmed
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <string>
 
+#include "tachyon/engine/engine_core.h"
 #include "tachyon/engine/kv_transfer.h"
 #include "tachyon/server/metrics_histogram.h"
 #include "tachyon/server/pd_transport.h"
@@ -37,7 +40,9 @@ class PdMetrics {
   void on_import() { imports_.fetch_add(1); }
   void on_recompute(RecomputeReason reason) { recomputes_[static_cast<int>(reason)].fetch_add(1); }
   // Appends every series; `leases` and `pulls`: the engine's and the KV port's (prefill role).
-  void render(std::string& out, const engine::KvLeaseStats& leases, const KvPullStats& pulls) const;
+  // `engine`: its by-reference import counters (decode role).
+  void render(std::string& out, const engine::KvLeaseStats& leases, const KvPullStats& pulls,
+              const engine::EngineStats& engine) const;
 
  private:
   const std::string role_;

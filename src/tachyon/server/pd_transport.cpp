@@ -23,13 +23,20 @@ using Clock = std::chrono::steady_clock;
 constexpr uint32_t kFrameMagic = 0x31564b54;  // "TKV1"
 constexpr uint32_t kOpFetch = 1;
 constexpr uint32_t kOpRelease = 2;
+constexpr uint32_t kOpFetchByReference = 3;  // followed by the puller's fingerprint hash u64
+constexpr uint32_t kCopyMagic = 0x43564b54;  // "TKVC": the by-reference puller's word after its copy
 constexpr uint32_t kStatusError = 1;
 constexpr uint32_t kStatusChunk = 2;
 constexpr uint32_t kStatusCommit = 3;
 constexpr uint32_t kStatusHeartbeat = 4;
+constexpr uint32_t kStatusReference = 6;
+constexpr uint32_t kStatusBlocks = 7;
+constexpr uint32_t kStatusConfirmed = 8;
 constexpr auto kHeartbeatEvery = std::chrono::milliseconds(250);  // while a prompt runs with no rows ready
 constexpr size_t kFrameHead = 16;
 constexpr size_t kRequestBytes = 4 + 4 + 8 + 8;
+constexpr size_t kReferenceRequestBytes = kRequestBytes + 8;
+constexpr size_t kCopyWordBytes = 4 + 4;
 constexpr uint64_t kMaxBody = uint64_t{1} << 34;  // 16 GiB: a length beyond it is a broken frame
 
 template <typename T>
@@ -124,12 +131,16 @@ int connect_to(const std::string& host, int port, Clock::time_point deadline) {
   return fd;
 }
 
-void send_request(int fd, uint32_t op, engine::KvLeaseKey key, Clock::time_point deadline) {
+uint64_t fingerprint_hash(const std::string& fingerprint) { return XXH3_64bits(fingerprint.data(), fingerprint.size()); }
+
+void send_request(int fd, uint32_t op, engine::KvLeaseKey key, Clock::time_point deadline,
+                  const std::string& fingerprint = "") {
   std::string request;
   put(request, kFrameMagic);
   put(request, op);
   put(request, key.epoch);
   put(request, key.request_id);
+  if (op == kOpFetchByReference) put(request, fingerprint_hash(fingerprint));
   if (!send_all(fd, request.data(), request.size(), deadline)) throw KvTransferError("sending the KV request failed");
 }
 
@@ -192,27 +203,81 @@ engine::KvCommit decode_kv_commit(const std::string& body, uint64_t& chunks_chec
   return commit;
 }
 
+std::string encode_kv_block_chunk(const engine::KvChunk& chunk) {
+  std::string body;
+  put(body, static_cast<uint64_t>(chunk.begin));
+  put(body, static_cast<uint64_t>(chunk.num_tokens));
+  put(body, static_cast<uint64_t>(chunk.blocks.size()));
+  body.append(reinterpret_cast<const char*>(chunk.blocks.data()), chunk.blocks.size() * sizeof(int32_t));
+  return body;
+}
+
+engine::KvChunk decode_kv_block_chunk(const std::string& body) {
+  engine::KvChunk chunk;
+  size_t offset = 0;
+  chunk.begin = static_cast<int64_t>(take<uint64_t>(body, offset));
+  chunk.num_tokens = static_cast<int64_t>(take<uint64_t>(body, offset));
+  const auto count = take<uint64_t>(body, offset);
+  if (chunk.begin < 0 || chunk.num_tokens <= 0 || count == 0 || count > static_cast<uint64_t>(chunk.num_tokens) ||
+      body.size() - offset != count * sizeof(int32_t)) {
+    throw KvTransferError("KV block chunk: " + std::to_string(body.size() - offset) + " bytes for " +
+                          std::to_string(count) + " blocks of " + std::to_string(chunk.num_tokens) + " tokens");
+  }
+  chunk.blocks.resize(count);
+  std::memcpy(chunk.blocks.data(), body.data() + offset, count * sizeof(int32_t));
+  for (int32_t block : chunk.blocks) {
+    if (block < 0) throw KvTransferError("KV block chunk: a negative block id");
+  }
+  return chunk;
+}
+
 int64_t kv_payload_bytes(const engine::KvPayload& payload) {
   int64_t bytes = static_cast<int64_t>(8 + payload.prompt.size() * sizeof(int32_t) + 4 + 8 + 8 + 8 + 8);
-  for (const auto& chunk : payload.chunks) bytes += static_cast<int64_t>(24 + chunk->rows.size() * sizeof(float));
+  if (payload.by_reference()) bytes += static_cast<int64_t>(8 + payload.reference.size());
+  for (const auto& chunk : payload.chunks) {
+    bytes += static_cast<int64_t>(24 + chunk->rows.size() * sizeof(float) + chunk->blocks.size() * sizeof(int32_t));
+  }
   return bytes;
 }
 
+namespace {
+
+// The by-reference puller's word once its copy is done; true when the source answers that it held
+// the blocks throughout (status 8) within `timeout`.
+bool confirm_copy(int fd, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  std::string word;
+  put(word, kCopyMagic);
+  put(word, uint32_t{1});
+  if (!send_all(fd, word.data(), word.size(), deadline)) return false;
+  char head[kFrameHead];
+  if (!recv_all(fd, head, sizeof(head), deadline)) return false;
+  uint32_t magic = 0, status = 0;
+  uint64_t body_len = 0;
+  std::memcpy(&magic, head, 4);
+  std::memcpy(&status, head + 4, 4);
+  std::memcpy(&body_len, head + 8, 8);
+  return magic == kFrameMagic && status == kStatusConfirmed && body_len == 0;
+}
+
+}  // namespace
+
 engine::KvPayload fetch_kv(const std::string& host, int port, engine::KvLeaseKey key,
                            std::chrono::milliseconds idle_timeout, std::chrono::milliseconds total_timeout,
-                           const std::atomic<bool>* cancel) {
+                           const std::atomic<bool>* cancel, const std::string& reference_fingerprint) {
   const auto start = Clock::now();
   const auto give_up = start + total_timeout;
   auto deadline = [&] { return std::min(give_up, Clock::now() + idle_timeout); };
-  Socket socket(connect_to(host, port, deadline()));
-  send_request(socket.fd, kOpFetch, key, deadline());
+  auto socket = std::make_shared<Socket>(connect_to(host, port, deadline()));
+  send_request(socket->fd, reference_fingerprint.empty() ? kOpFetch : kOpFetchByReference, key, deadline(),
+               reference_fingerprint);
   engine::KvPayload payload;
   std::string sums;  // the chunks' body checksums, in order, as the commit's checksum covers them
   int64_t next_token = 0;
   int64_t values_per_token = -1;
   for (;;) {
     char head[kFrameHead];
-    if (!recv_all(socket.fd, head, sizeof(head), deadline(), cancel)) {
+    if (!recv_all(socket->fd, head, sizeof(head), deadline(), cancel)) {
       if (cancel != nullptr && cancel->load()) throw KvTransferError("the pull was cancelled (this server is stopping)");
       throw KvTransferError("no KV frame within the deadline after " + std::to_string(payload.chunks.size()) +
                             " chunks (the prefill server stalled, died or is still queueing the prompt)");
@@ -225,8 +290,8 @@ engine::KvPayload fetch_kv(const std::string& host, int port, engine::KvLeaseKey
     if (magic != kFrameMagic || body_len > kMaxBody) throw KvTransferError("not a KV frame (bad magic or length)");
     std::string body(body_len, '\0');
     uint64_t checksum = 0;
-    if (!recv_all(socket.fd, body.data(), body.size(), deadline(), cancel) ||
-        !recv_all(socket.fd, reinterpret_cast<char*>(&checksum), sizeof(checksum), deadline(), cancel)) {
+    if (!recv_all(socket->fd, body.data(), body.size(), deadline(), cancel) ||
+        !recv_all(socket->fd, reinterpret_cast<char*>(&checksum), sizeof(checksum), deadline(), cancel)) {
       if (cancel != nullptr && cancel->load()) throw KvTransferError("the pull was cancelled (this server is stopping)");
       throw KvTransferError("a KV frame was cut short or timed out after " + std::to_string(payload.chunks.size()) +
                             " whole chunks (" + std::to_string(body_len) + " body bytes expected)");
@@ -234,7 +299,29 @@ engine::KvPayload fetch_kv(const std::string& host, int port, engine::KvLeaseKey
     if (XXH3_64bits(body.data(), body.size()) != checksum) throw KvTransferError("a KV frame's checksum does not match");
     if (status == kStatusHeartbeat) continue;
     if (status == kStatusError) throw KvTransferError("the prefill server refused: " + body);
+    if (status == kStatusReference) {
+      size_t offset = 0;
+      payload.reference_block_size = static_cast<int64_t>(take<uint64_t>(body, offset));
+      payload.reference = body.substr(offset);
+      if (reference_fingerprint.empty() || payload.reference.empty() || payload.reference_block_size <= 0 ||
+          !payload.chunks.empty()) {
+        throw KvTransferError("an unasked or malformed by-reference KV frame");
+      }
+      continue;
+    }
+    if (status == kStatusBlocks) {
+      engine::KvChunk chunk = decode_kv_block_chunk(body);
+      if (!payload.by_reference() || chunk.begin != next_token) {
+        throw KvTransferError("a by-reference KV chunk out of order: tokens from " + std::to_string(chunk.begin) +
+                              " after " + std::to_string(next_token));
+      }
+      next_token += chunk.num_tokens;
+      put(sums, checksum);
+      payload.chunks.push_back(std::make_shared<const engine::KvChunk>(std::move(chunk)));
+      continue;
+    }
     if (status == kStatusChunk) {
+      if (payload.by_reference()) throw KvTransferError("a KV rows chunk in a by-reference stream");
       int64_t width = 0;
       engine::KvChunk chunk = decode_kv_chunk(body, width);
       if (chunk.begin != next_token || (values_per_token >= 0 && width != values_per_token)) {
@@ -262,6 +349,9 @@ engine::KvPayload fetch_kv(const std::string& host, int port, engine::KvLeaseKey
     payload.first_token = commit.first_token;
     payload.seed = commit.seed;
     payload.values_per_token = commit.values_per_token;
+    if (payload.by_reference()) {  // the connection stays open for the copy's word
+      payload.confirm = [socket, idle_timeout] { return confirm_copy(socket->fd, idle_timeout); };
+    }
     return payload;
   }
 }
@@ -288,9 +378,16 @@ KvTransportFault kv_transport_fault_from_env() {
 }
 
 KvTransferServer::KvTransferServer(const std::string& host, int port, StreamReader reader, Releaser releaser,
-                                   std::chrono::milliseconds io_timeout, Observer observer, int max_pulls)
+                                   std::chrono::milliseconds io_timeout, Observer observer, int max_pulls,
+                                   std::optional<ByReference> by_reference)
     : reader_(std::move(reader)), releaser_(std::move(releaser)), observer_(std::move(observer)),
-      io_timeout_(io_timeout), max_pulls_(max_pulls) {
+      io_timeout_(io_timeout), max_pulls_(max_pulls), by_reference_(std::move(by_reference)) {
+  if (by_reference_) {
+    TACHYON_CHECK(!by_reference_->fingerprint.empty() && by_reference_->block_size > 0 && by_reference_->reader &&
+                  by_reference_->release_hold)
+        << "internal: an incomplete by-reference KV source";
+    fingerprint_hash_ = fingerprint_hash(by_reference_->fingerprint);
+  }
   TACHYON_CHECK(max_pulls_ >= 1) << "the KV transfer server needs at least one pull at a time (got " << max_pulls_ << ")";
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   TACHYON_CHECK(wake_fd_ >= 0) << "cannot open the KV transfer server's eventfd: " << std::strerror(errno);
@@ -371,6 +468,7 @@ void KvTransferServer::serve() {
         if (!done) done = advance_stream(c);
       }
       if (!done && c.phase == Phase::kStalling && (events & (POLLHUP | POLLERR))) done = true;
+      if (!done && c.phase == Phase::kAwaitingCopy && (events & (POLLIN | POLLHUP | POLLERR))) done = read_copy_word(c);
       if (done) close_connection(c);
     }
     std::erase_if(connections, [](const Connection& c) { return c.fd < 0; });
@@ -379,14 +477,17 @@ void KvTransferServer::serve() {
 }
 
 bool KvTransferServer::read_request(Connection& c) {
-  char buffer[kRequestBytes];
-  const ssize_t n = ::recv(c.fd, buffer, kRequestBytes - c.in.size(), 0);
+  uint32_t op = 0;
+  if (c.in.size() >= 8) std::memcpy(&op, c.in.data() + 4, 4);
+  const size_t wanted = op == kOpFetchByReference ? kReferenceRequestBytes : kRequestBytes;
+  char buffer[kReferenceRequestBytes];
+  const ssize_t n = ::recv(c.fd, buffer, wanted - c.in.size(), 0);
   if (n <= 0) return n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
   c.in.append(buffer, static_cast<size_t>(n));
-  if (c.in.size() < kRequestBytes) return false;
-  uint32_t magic = 0, op = 0;
+  if (c.in.size() >= 8) std::memcpy(&op, c.in.data() + 4, 4);
+  if (c.in.size() < (op == kOpFetchByReference ? kReferenceRequestBytes : kRequestBytes)) return false;
+  uint32_t magic = 0;
   std::memcpy(&magic, c.in.data(), 4);
-  std::memcpy(&op, c.in.data() + 4, 4);
   std::memcpy(&c.key.epoch, c.in.data() + 8, 8);
   std::memcpy(&c.key.request_id, c.in.data() + 16, 8);
   if (magic != kFrameMagic) return true;
@@ -394,7 +495,13 @@ bool KvTransferServer::read_request(Connection& c) {
     releaser_(c.key);
     return true;
   }
-  if (op != kOpFetch) return true;
+  if (op == kOpFetchByReference) {
+    uint64_t hash = 0;
+    std::memcpy(&hash, c.in.data() + kRequestBytes, 8);
+    c.by_reference = by_reference_ && hash == fingerprint_hash_;  // else: rows
+  } else if (op != kOpFetch) {
+    return true;
+  }
   c.phase = Phase::kStreaming;
   if (in_flight_.load() >= max_pulls_) {  // refused at once: the decode side computes the prompt itself
     ++refused_;
@@ -412,7 +519,7 @@ bool KvTransferServer::advance_stream(Connection& c) {
   if (c.ended) return true;
   engine::KvStreamRead read;
   try {
-    read = reader_(c.key, c.next_chunk, !c.claimed);
+    read = c.by_reference ? by_reference_->reader(c.key, c.next_chunk, !c.claimed) : reader_(c.key, c.next_chunk, !c.claimed);
   } catch (const std::exception& e) {
     append_frame(c, kStatusError, e.what());
     c.ended = true;
@@ -420,12 +527,24 @@ bool KvTransferServer::advance_stream(Connection& c) {
   }
   c.claimed = true;
   c.next_chunk += read.chunks.size();
+  if (c.by_reference && !c.descriptor_sent) {
+    std::string body;
+    put(body, static_cast<uint64_t>(by_reference_->block_size));
+    body += by_reference_->descriptor;
+    append_frame(c, kStatusReference, std::move(body));
+    c.descriptor_sent = true;
+  }
   const int64_t width = read.commit ? read.commit->values_per_token : 0;
   for (const auto& chunk : read.chunks) {
-    const int64_t values_per_token = chunk->num_tokens > 0 ? static_cast<int64_t>(chunk->rows.size()) / chunk->num_tokens : width;
-    append_frame(c, kStatusChunk, encode_kv_chunk(*chunk, values_per_token));
+    if (c.by_reference) {
+      append_frame(c, kStatusBlocks, encode_kv_block_chunk(*chunk));
+    } else {
+      const int64_t values_per_token = chunk->num_tokens > 0 ? static_cast<int64_t>(chunk->rows.size()) / chunk->num_tokens : width;
+      append_frame(c, kStatusChunk, encode_kv_chunk(*chunk, values_per_token));
+    }
     if (c.ended) break;  // a fault cut the stream
   }
+  if (read.commit) c.holding = c.by_reference;  // taken: the engine holds the blocks for the copy
   if (read.commit && !c.ended) {
     append_frame(c, kStatusCommit, encode_kv_commit(*read.commit, XXH3_64bits(c.chunk_sums.data(), c.chunk_sums.size())));
     c.committed = !c.ended;  // not cut by a fault
@@ -439,8 +558,8 @@ bool KvTransferServer::advance_stream(Connection& c) {
 // or half the frame and then a closed connection (truncate) or silence (stall).
 void KvTransferServer::append_frame(Connection& c, uint32_t status, std::string body) {
   const uint64_t checksum = XXH3_64bits(body.data(), body.size());
-  const bool rows = status == kStatusChunk || status == kStatusCommit;
-  if (status == kStatusChunk) put(c.chunk_sums, checksum);
+  const bool rows = status == kStatusChunk || status == kStatusBlocks || status == kStatusCommit;
+  if (status == kStatusChunk || status == kStatusBlocks) put(c.chunk_sums, checksum);
   const KvTransportFault fault = rows && ++c.data_frames == 2 ? fault_.load() : KvTransportFault::kNone;
   if (rows && fault == KvTransportFault::kNone) c.payload_bytes += static_cast<int64_t>(body.size());
   c.faulted = c.faulted || fault != KvTransportFault::kNone;
@@ -482,7 +601,34 @@ bool KvTransferServer::write_frames(Connection& c) {
   if (observer_ && c.committed && !c.faulted) {
     observer_(c.payload_bytes, std::chrono::duration<double>(Clock::now() - c.start).count());
   }
+  if (c.committed && c.holding) {  // the decode side copies now; its word ends the hold
+    c.committed = false;
+    c.phase = Phase::kAwaitingCopy;
+    c.deadline = Clock::now() + by_reference_->hold_timeout;
+    c.in.clear();
+    return false;
+  }
   return true;
+}
+
+// The by-reference puller's word after its copy: the hold ends either way; a copy that happened
+// while the blocks were still held is confirmed (status 8), anything else closes unconfirmed.
+bool KvTransferServer::read_copy_word(Connection& c) {
+  char buffer[kCopyWordBytes];
+  const ssize_t n = ::recv(c.fd, buffer, kCopyWordBytes - c.in.size(), 0);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+  if (n <= 0) return true;  // closed: close_connection ends the hold
+  c.in.append(buffer, static_cast<size_t>(n));
+  if (c.in.size() < kCopyWordBytes) return false;
+  uint32_t magic = 0, copied = 0;
+  std::memcpy(&magic, c.in.data(), 4);
+  std::memcpy(&copied, c.in.data() + 4, 4);
+  c.holding = false;
+  const bool held = by_reference_->release_hold(c.key, magic == kCopyMagic && copied == 1);
+  if (!held || magic != kCopyMagic || copied != 1) return true;
+  c.phase = Phase::kStreaming;
+  append_frame(c, kStatusConfirmed, "");
+  return write_frames(c);  // c.ended: closes once sent
 }
 
 void KvTransferServer::hold_slot(Connection& c, bool hold) {
@@ -497,6 +643,10 @@ void KvTransferServer::hold_slot(Connection& c, bool hold) {
 
 void KvTransferServer::close_connection(Connection& c) {
   if (c.fd < 0) return;
+  if (c.holding) {  // a taken by-reference stream whose puller never said it copied
+    c.holding = false;
+    by_reference_->release_hold(c.key, false);
+  }
   ::close(c.fd);
   c.fd = -1;
   hold_slot(c, false);

@@ -11,6 +11,15 @@
 //           values_per_token i64, num_chunks u64, chunks_xxh3 u64 (xxh3_64 over the chunks'
 //           body checksums, in order); taking it takes the lease;
 // status 1, an error message that ends it (no such lease, aborted prompt, past the bound).
+// By reference (CUDA IPC on one GPU, runner/model_runner.h KvRowAccess::copy_by_reference), the
+// pull names its cache's fingerprint (op 3, its xxh3 after the key); a prefill server whose cache
+// has the same fingerprint answers with
+// status 6, first: the source cache's block size u64 and descriptor (what the decode side maps);
+// status 7 instead of 2: begin u64, num_tokens u64, num_blocks u64, blocks i32[] (where the rows lie);
+// then the commit, and the stream's blocks stay pinned after it: the decode side copies the rows
+// out and sends "TKVC" u32 | copied u32; the prefill server unpins them and, when it still held
+// them and the copy happened, answers status 8 (confirmed, empty body). No status 8, no use of
+// the copy: the decode side computes the prompt. Any other pull is answered with rows.
 // (Little-endian host order: both ends are the same build.) fetch_kv() returns a payload only
 // when the commit arrived and the chunks it names all arrived intact, in order, covering the
 // prompt, each frame within the idle deadline of the one before; anything else is a
@@ -22,6 +31,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -55,9 +65,20 @@ class KvTransferServer {
   // once, and a pull that arrives past the bound is answered at once with an error frame (the
   // decode side computes the prompt itself) rather than queued behind transfers that may take
   // the whole deadline. A connection that makes no progress for `io_timeout` is closed.
+  // Serving by reference (the header says how): `reader` yields chunks that name blocks and keeps
+  // a taken stream's pins until `release_hold` (true when it still held them); a taken stream waits
+  // at most `hold_timeout` for the decode side's word, as the engine's hold does.
+  struct ByReference {
+    std::string fingerprint;  // this cache's; a pull naming another gets rows
+    std::string descriptor;
+    int64_t block_size = 0;
+    std::function<engine::KvStreamRead(engine::KvLeaseKey, size_t from, bool claim)> reader;
+    std::function<bool(engine::KvLeaseKey, bool copied)> release_hold;
+    std::chrono::milliseconds hold_timeout = std::chrono::seconds(30);
+  };
   KvTransferServer(const std::string& host, int port, StreamReader reader, Releaser releaser,
                    std::chrono::milliseconds io_timeout = std::chrono::seconds(5), Observer observer = nullptr,
-                   int max_pulls = 16);
+                   int max_pulls = 16, std::optional<ByReference> by_reference = std::nullopt);
   ~KvTransferServer();
   KvTransferServer(const KvTransferServer&) = delete;
   KvTransferServer& operator=(const KvTransferServer&) = delete;
@@ -67,7 +88,7 @@ class KvTransferServer {
   void wake();                     // any thread: a stream has new rows or its commit
 
  private:
-  enum class Phase { kReading, kStreaming, kStalling };
+  enum class Phase { kReading, kStreaming, kStalling, kAwaitingCopy };
   struct Connection {
     int fd = -1;
     Phase phase = Phase::kReading;
@@ -83,6 +104,9 @@ class KvTransferServer {
     bool stall_after = false;   // the stall fault: silence once `out` is sent
     bool fault_queued = false;  // the injected fault's frame is in `out`, not all sent yet
     bool counted = false;       // holds one of the max_pulls slots (rows queued to send)
+    bool by_reference = false;  // chunks name blocks (a pull of the same fingerprint)
+    bool descriptor_sent = false;
+    bool holding = false;       // kAwaitingCopy: the engine holds the stream's blocks for it
     int data_frames = 0;        // chunk and commit frames so far (the fault hits the second)
     int64_t payload_bytes = 0;  // chunk and commit bodies, for the observer
     std::string chunk_sums;     // the chunks' body checksums, in order
@@ -94,6 +118,7 @@ class KvTransferServer {
   bool read_request(Connection& c);  // these three: true when the connection is done
   bool advance_stream(Connection& c);
   bool write_frames(Connection& c);
+  bool read_copy_word(Connection& c);  // kAwaitingCopy
   void append_frame(Connection& c, uint32_t status, std::string body);
   void close_connection(Connection& c);
   void hold_slot(Connection& c, bool hold);
@@ -103,6 +128,8 @@ class KvTransferServer {
   Observer observer_;
   std::chrono::milliseconds io_timeout_;
   const int max_pulls_;
+  std::optional<ByReference> by_reference_;
+  uint64_t fingerprint_hash_ = 0;
   int listen_fd_ = -1;
   int wake_fd_ = -1;  // an eventfd: wake() makes the serving thread's poll return
   int port_ = 0;
@@ -120,10 +147,14 @@ class KvTransferServer {
 // failure (unreachable, refused, a frame cut short, corrupted or out of order, nothing for
 // `idle_timeout`, no commit within `total_timeout`, no such lease, or `cancel` raised: a
 // stopping server's pull ends within 100 ms).
+// With `reference_fingerprint` (this side's cache's; "" for rows), a source of the same
+// fingerprint answers by reference: the payload names the source's blocks, and its confirm()
+// tells the source the copy is done and returns whether it confirmed (within `idle_timeout`);
+// the connection stays open until then, or until the payload is destroyed.
 engine::KvPayload fetch_kv(const std::string& host, int port, engine::KvLeaseKey key,
                            std::chrono::milliseconds idle_timeout,
                            std::chrono::milliseconds total_timeout = std::chrono::minutes(2),
-                           const std::atomic<bool>* cancel = nullptr);
+                           const std::atomic<bool>* cancel = nullptr, const std::string& reference_fingerprint = "");
 // Asks the prefill server to drop a lease (a client that left before its KV moved). Best effort.
 void release_kv_remote(const std::string& host, int port, engine::KvLeaseKey key, std::chrono::milliseconds timeout);
 
@@ -132,6 +163,8 @@ std::string encode_kv_chunk(const engine::KvChunk& chunk, int64_t values_per_tok
 engine::KvChunk decode_kv_chunk(const std::string& body, int64_t& values_per_token);  // throws KvTransferError
 std::string encode_kv_commit(const engine::KvCommit& commit, uint64_t chunks_checksum);
 engine::KvCommit decode_kv_commit(const std::string& body, uint64_t& chunks_checksum);  // throws KvTransferError
+std::string encode_kv_block_chunk(const engine::KvChunk& chunk);
+engine::KvChunk decode_kv_block_chunk(const std::string& body);  // throws KvTransferError
 // The chunk and commit body bytes of a payload fetch_kv() returned (what the sender counted).
 int64_t kv_payload_bytes(const engine::KvPayload& payload);
 

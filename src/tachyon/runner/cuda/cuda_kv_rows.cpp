@@ -1,16 +1,45 @@
 #include "tachyon/runner/cuda/cuda_kv_rows.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstring>
 
 #include "tachyon/base/check.h"
+#include "tachyon/kernels/cuda/kv_copy.h"
 #include "tachyon/tensor/dtype.h"
 #include "tachyon/tensor/cuda/cuda_check.h"
 
 namespace tachyon::runner {
 
+namespace {
+
+using kernels::cuda::KvCopyPlane;
+
+// The descriptor: the IPC handle, the cache's block count, then each plane's offset in the
+// allocation (u64) in the planes' order.
+template <typename T>
+void put(std::string& out, T value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof(value));
+}
+
+template <typename T>
+T take(const std::string& in, size_t& offset) {
+  TACHYON_CHECK(offset + sizeof(T) <= in.size()) << "a KV cache descriptor ends early";
+  T value;
+  std::memcpy(&value, in.data() + offset, sizeof(T));
+  offset += sizeof(T);
+  return value;
+}
+
+size_t align16(size_t bytes) { return (bytes + 15) / 16 * 16; }
+
+}  // namespace
+
 CudaKvRowAccess::CudaKvRowAccess(const model::gpu::KvCache& cache, const std::vector<model::gpu::KvRegion>& regions,
-                                 int64_t num_layers, int32_t block_size, int32_t num_blocks, cudaStream_t compute)
-    : block_size_(block_size), num_blocks_(num_blocks), compute_(compute) {
+                                 int64_t num_layers, int32_t block_size, int32_t num_blocks, cudaStream_t compute,
+                                 const void* allocation)
+    : block_size_(block_size), num_blocks_(num_blocks), compute_(compute),
+      allocation_(static_cast<const std::byte*>(allocation)) {
   for (int64_t layer = 0; layer < num_layers; ++layer) {
     for (size_t r = 0; r < regions.size(); ++r) {
       TACHYON_CHECK(regions[r].dtype == DType::kBF16 && regions[r].bytes_per_token % sizeof(uint16_t) == 0)
@@ -19,10 +48,105 @@ CudaKvRowAccess::CudaKvRowAccess(const model::gpu::KvCache& cache, const std::ve
     }
   }
   TACHYON_CUDA_CHECK(cudaStreamCreateWithFlags(&copies_, cudaStreamNonBlocking));
+  // By reference: the fingerprint names the GPU and the planes; the copy's tables are sized for
+  // the largest prompt this cache holds, with source blocks of one token at worst.
+  int device = 0;
+  TACHYON_CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  TACHYON_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  char hex[3];
+  fingerprint_ = "cuda-ipc bf16 gpu ";
+  for (char byte : prop.uuid.bytes) {
+    std::snprintf(hex, sizeof(hex), "%02x", static_cast<unsigned char>(byte));
+    fingerprint_ += hex;
+  }
+  fingerprint_ += " planes";
+  for (const Plane& plane : planes_) fingerprint_ += " " + std::to_string(plane.width);
+  max_source_blocks_ = static_cast<size_t>(num_blocks_) * static_cast<size_t>(block_size_);
+  const size_t bytes = align16(planes_.size() * sizeof(KvCopyPlane)) + align16(max_source_blocks_ * sizeof(int32_t)) +
+                       static_cast<size_t>(num_blocks_) * sizeof(int32_t);
+  copy_host_ = cuda::PinnedBuffer(bytes);
+  copy_device_ = cuda::DeviceBuffer(bytes);
 }
 
 CudaKvRowAccess::~CudaKvRowAccess() {
+  for (auto& [handle, mapping] : mapped_) cudaIpcCloseMemHandle(mapping);
   if (copies_ != nullptr) cudaStreamDestroy(copies_);
+}
+
+std::string CudaKvRowAccess::reference_descriptor() const {
+  cudaIpcMemHandle_t handle{};
+  TACHYON_CUDA_CHECK(cudaIpcGetMemHandle(&handle, const_cast<std::byte*>(allocation_)));
+  std::string out(reinterpret_cast<const char*>(&handle), sizeof(handle));
+  put(out, static_cast<uint64_t>(num_blocks_));
+  put(out, static_cast<uint64_t>(planes_.size()));
+  for (const Plane& plane : planes_) put(out, static_cast<uint64_t>(plane.base - allocation_));
+  return out;
+}
+
+// A source stays mapped for the next prompt it sends (a prefill server's cache lives as long as
+// it does); a restarted source has a new handle. At most 16 are kept: copies are synchronous,
+// so a mapping closed here is in no copy's use.
+std::byte* CudaKvRowAccess::map_source(const std::string& handle) {
+  for (auto& [bytes, mapping] : mapped_) {
+    if (bytes == handle) return static_cast<std::byte*>(mapping);
+  }
+  cudaIpcMemHandle_t ipc{};
+  std::memcpy(&ipc, handle.data(), sizeof(ipc));
+  void* mapping = nullptr;
+  const cudaError_t status = cudaIpcOpenMemHandle(&mapping, ipc, cudaIpcMemLazyEnablePeerAccess);
+  if (status != cudaSuccess) {
+    cudaGetLastError();  // not sticky: clear it
+    throw Error(std::string("cannot map the prefill server's KV cache through CUDA IPC: ") + cudaGetErrorString(status));
+  }
+  if (mapped_.size() == 16) {
+    cudaIpcCloseMemHandle(mapped_.front().second);
+    mapped_.erase(mapped_.begin());
+  }
+  mapped_.emplace_back(handle, mapping);
+  return static_cast<std::byte*>(mapping);
+}
+
+void CudaKvRowAccess::copy_by_reference(const std::string& descriptor, int64_t source_block_size,
+                                        std::span<const int32_t> source_blocks, std::span<const int32_t> block_table,
+                                        int64_t num_tokens) {
+  check_span(block_table, num_tokens, static_cast<size_t>(num_tokens * values_per_token()));
+  size_t offset = sizeof(cudaIpcMemHandle_t);
+  TACHYON_CHECK(descriptor.size() >= offset) << "a KV cache descriptor ends early";
+  const auto source_num_blocks = take<uint64_t>(descriptor, offset);
+  const auto num_planes = take<uint64_t>(descriptor, offset);
+  TACHYON_CHECK(num_planes == planes_.size()) << "the prefill server's KV cache has " << num_planes
+                                              << " planes, this one " << planes_.size();
+  TACHYON_CHECK(source_block_size > 0 && static_cast<int64_t>(source_blocks.size()) * source_block_size >= num_tokens &&
+                source_blocks.size() <= max_source_blocks_)
+      << source_blocks.size() << " source blocks of " << source_block_size << " cannot hold " << num_tokens << " tokens";
+  for (int32_t block : source_blocks) {
+    TACHYON_CHECK(block >= 0 && static_cast<uint64_t>(block) < source_num_blocks)
+        << "source KV block " << block << " outside the prefill server's cache of " << source_num_blocks;
+  }
+  std::lock_guard lock(mutex_);
+  const std::byte* source = map_source(descriptor.substr(0, sizeof(cudaIpcMemHandle_t)));
+  auto* host = copy_host_.as<std::byte>();
+  auto* planes = reinterpret_cast<KvCopyPlane*>(host);
+  for (size_t p = 0; p < planes_.size(); ++p) {
+    planes[p] = {source + take<uint64_t>(descriptor, offset), planes_[p].base,
+                 planes_[p].width * static_cast<int64_t>(sizeof(uint16_t))};
+  }
+  const size_t source_at = align16(planes_.size() * sizeof(KvCopyPlane));
+  const size_t dest_at = source_at + align16(max_source_blocks_ * sizeof(int32_t));
+  const size_t dest_blocks = static_cast<size_t>((num_tokens + block_size_ - 1) / block_size_);
+  std::memcpy(host + source_at, source_blocks.data(), source_blocks.size() * sizeof(int32_t));
+  std::memcpy(host + dest_at, block_table.data(), dest_blocks * sizeof(int32_t));
+  auto* device = copy_device_.as<std::byte>();
+  TACHYON_CUDA_CHECK(cudaMemcpyAsync(device, host, source_at, cudaMemcpyHostToDevice, compute_));
+  TACHYON_CUDA_CHECK(cudaMemcpyAsync(device + source_at, host + source_at, source_blocks.size() * sizeof(int32_t),
+                                     cudaMemcpyHostToDevice, compute_));
+  TACHYON_CUDA_CHECK(cudaMemcpyAsync(device + dest_at, host + dest_at, dest_blocks * sizeof(int32_t),
+                                     cudaMemcpyHostToDevice, compute_));
+  kernels::cuda::copy_kv_rows(reinterpret_cast<const KvCopyPlane*>(device), planes, static_cast<int32_t>(planes_.size()),
+                              reinterpret_cast<const int32_t*>(device + source_at), static_cast<int32_t>(source_block_size),
+                              reinterpret_cast<const int32_t*>(device + dest_at), block_size_, num_tokens, compute_);
+  TACHYON_CUDA_CHECK(cudaStreamSynchronize(compute_));  // the source may unpin its blocks once this returns
 }
 
 int64_t CudaKvRowAccess::values_per_token() const {

@@ -11,12 +11,22 @@
 // Ordering: gather reads leased blocks (stable until released) on a stream of its own, from any
 // thread; scatter writes freshly allocated blocks on the runner's stream, after any step still in
 // flight there and before the next launch, and returns once written.
-// Test: tests/gpu/test_cuda_kv_transfer.cpp.
+// By reference (CUDA IPC, runner/model_runner.h): the cache is one cudaMalloc allocation, so one
+// IPC handle maps it in another process on the same GPU; the descriptor carries the handle and
+// each plane's offset in the allocation, the fingerprint the GPU's UUID and the plane widths. A
+// copy maps the source once (kept mapped for the next prompt from it, closed at destruction),
+// uploads the planes and both block tables into buffers sized at construction (no allocation
+// between steps), runs one kernel (kernels/cuda/kv_copy.h) on the runner's stream and returns
+// once it has finished.
+// Test: tests/gpu/test_cuda_kv_transfer.cpp; by reference across processes, the servers' PD
+// suite on the GPU machine (scripts/gpu-test.sh).
 #pragma once
 
 #include <cstdint>
 #include <mutex>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "tachyon/model/gpu/gpu_step.h"
@@ -29,8 +39,10 @@ class CudaKvRowAccess : public KvRowAccess {
  public:
   // `regions`: one layer's kv_regions() (bf16 each), cached for `num_layers` layers of `cache`;
   // `compute`: the runner's stream (scatter orders itself on it).
+  // `allocation`: the cudaMalloc allocation holding `cache` (what an IPC handle names).
   CudaKvRowAccess(const model::gpu::KvCache& cache, const std::vector<model::gpu::KvRegion>& regions,
-                  int64_t num_layers, int32_t block_size, int32_t num_blocks, cudaStream_t compute);
+                  int64_t num_layers, int32_t block_size, int32_t num_blocks, cudaStream_t compute,
+                  const void* allocation);
   ~CudaKvRowAccess() override;
   CudaKvRowAccess(const CudaKvRowAccess&) = delete;
   CudaKvRowAccess& operator=(const CudaKvRowAccess&) = delete;
@@ -39,6 +51,10 @@ class CudaKvRowAccess : public KvRowAccess {
   std::vector<int64_t> plane_widths() const override;
   void gather(std::span<const int32_t> block_table, int64_t num_tokens, std::span<float> out) const override;
   void scatter(std::span<const int32_t> block_table, int64_t num_tokens, std::span<const float> rows) override;
+  std::string reference_fingerprint() const override { return fingerprint_; }
+  std::string reference_descriptor() const override;
+  void copy_by_reference(const std::string& descriptor, int64_t source_block_size, std::span<const int32_t> source_blocks,
+                         std::span<const int32_t> block_table, int64_t num_tokens) override;
 
  private:
   struct Plane {
@@ -62,6 +78,14 @@ class CudaKvRowAccess : public KvRowAccess {
   cudaStream_t copies_ = nullptr;  // gather's own stream
   mutable std::mutex mutex_;       // gather and scatter share the staging
   mutable cuda::PinnedBuffer staging_;
+  // By reference.
+  const std::byte* allocation_ = nullptr;
+  std::string fingerprint_;
+  std::vector<std::pair<std::string, void*>> mapped_;  // IPC handle bytes -> this process's mapping
+  cuda::PinnedBuffer copy_host_;   // planes, then the source and destination block tables
+  cuda::DeviceBuffer copy_device_;  // the same, for the kernel
+  size_t max_source_blocks_ = 0;
+  std::byte* map_source(const std::string& handle);
 };
 
 }  // namespace tachyon::runner

@@ -199,7 +199,8 @@ void CudaModelRunner::allocate_kv_cache(const core::EngineConfig& config) {
                                       [](const gpu::KvRegion& r) { return r.dtype == DType::kBF16; });
   if (bf16_cache && mtp_ == nullptr && tp_.comm == nullptr) {
     kv_rows_ = std::make_unique<CudaKvRowAccess>(gpu::KvCache(static_cast<std::byte*>(kv_buffer_.data()), region_bytes),
-                                                 regions, c.num_hidden_layers, config.block_size, num_blocks_, stream_);
+                                                 regions, c.num_hidden_layers, config.block_size, num_blocks_, stream_,
+                                                 kv_buffer_.data());
   }
 }
 

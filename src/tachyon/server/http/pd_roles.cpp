@@ -92,7 +92,8 @@ ImportedRows fetch_imported(ServingContext& context, const std::string& source, 
     // Five seconds without a frame (the prefill server sends a heartbeat while its prompt runs) or
     // two minutes in all: the prompt is computed here instead.
     auto payload = std::make_shared<engine::KvPayload>(
-        fetch_kv(host, port, key, std::chrono::seconds(5), std::chrono::minutes(2), &cancel));
+        fetch_kv(host, port, key, std::chrono::seconds(5), std::chrono::minutes(2), &cancel,
+                 context.engine().kv_reference_fingerprint()));
     if (metrics != nullptr) {
       metrics->on_transfer(kv_payload_bytes(*payload),
                            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());

@@ -10,6 +10,26 @@
 #include "tachyon/server/pd_transport.h"
 
 namespace tachyon::server {
+namespace {
+
+// A prefill server whose cache another process on its GPU can map serves pulls from such caches
+// by reference (server/pd_transport.h); the hold after a commit lasts as long as a lease may.
+std::optional<KvTransferServer::ByReference> by_reference_source(engine::EngineCore& engine, double lease_timeout_s) {
+  std::string fingerprint = engine.kv_reference_fingerprint();
+  if (fingerprint.empty()) return std::nullopt;
+  KvTransferServer::ByReference source;
+  source.fingerprint = std::move(fingerprint);
+  source.descriptor = engine.kv_reference_descriptor();
+  source.block_size = engine.block_size();
+  source.reader = [&engine](engine::KvLeaseKey key, size_t from, bool claim) {
+    return engine.read_kv_stream(key, from, claim, /*by_reference=*/true);
+  };
+  source.release_hold = [&engine](engine::KvLeaseKey key, bool copied) { return engine.release_kv_hold(key, copied); };
+  source.hold_timeout = std::chrono::milliseconds(static_cast<int64_t>(lease_timeout_s * 1000));
+  return source;
+}
+
+}  // namespace
 
 ServingContext::ServingContext(const ServingOptions& options) {
   TACHYON_CHECK(std::filesystem::exists(options.model_dir / "tokenizer.json"))
@@ -62,7 +82,8 @@ ServingContext::ServingContext(const ServingOptions& options) {
   if (!role_.empty()) {
     pd_metrics_ = std::make_unique<PdMetrics>(role_);
     metrics_->set_role_series([this](std::string& out) {
-      pd_metrics_->render(out, engine_->kv_lease_stats(), kv_transfer_ ? kv_transfer_->pull_stats() : KvPullStats{});
+      pd_metrics_->render(out, engine_->kv_lease_stats(), kv_transfer_ ? kv_transfer_->pull_stats() : KvPullStats{},
+                          engine_->stats());
     });
   }
   if (role_ == "prefill") {
@@ -75,7 +96,7 @@ ServingContext::ServingContext(const ServingOptions& options) {
         [engine](engine::KvLeaseKey key, size_t from, bool claim) { return engine->read_kv_stream(key, from, claim); },
         [engine](engine::KvLeaseKey key) { engine->release_kv(key); }, std::chrono::seconds(5),
         [pd = pd_metrics_.get()](int64_t bytes, double seconds) { pd->on_transfer(bytes, seconds); },
-        options.kv_transfer_max_pulls);
+        options.kv_transfer_max_pulls, by_reference_source(*engine, options.kv_lease_timeout_s));
     kv_transfer_->inject_fault(kv_transport_fault_from_env());
     engine->set_kv_stream_listener([transfer = kv_transfer_.get()] { transfer->wake(); });  // rows go out as staged
   }
