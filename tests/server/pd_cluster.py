@@ -6,6 +6,10 @@ free port, with helpers to post requests, read /metrics and wait for a condition
     router = cluster.router([prefill], [decode], "--policy", "prefix")
     ...
     cluster.close()   # kills every process it started
+TACHYON_PD_DEVICE=cuda (scripts/gpu-test.sh on the GPU machine) runs the servers on the GPU with the
+tiny-gpu preset: the prefill and decode servers share the GPU, so the KV moves by reference
+(CUDA IPC). Servers start one after another, so the later ones load the kernel choices the first
+one timed (one plan, one set of kernels: text for text equal to the plain server's).
 """
 import json
 import os
@@ -20,6 +24,10 @@ import threading
 import time
 import urllib.error
 import urllib.request
+
+
+DEVICE = os.environ.get("TACHYON_PD_DEVICE", "cpu")
+PRESET = "tiny-gpu" if DEVICE == "cuda" else "tiny"
 
 
 class Process:
@@ -60,12 +68,12 @@ class Cluster:
         self.max_model_len = max_model_len
         self.processes = []
         if not canary:
-            subprocess.run([tachyon, "make-model", "--arch", "qwen3", "--preset", "tiny", "--seed", "3", "--tokenizer",
+            subprocess.run([tachyon, "make-model", "--arch", "qwen3", "--preset", PRESET, "--seed", "3", "--tokenizer",
                             os.path.join(tokenizers, "qwen3"), "--out", self.model], check=True,
                            stdout=subprocess.DEVNULL)
 
     def serve(self, name, *args, port=0):
-        cmd = [self.tachyon, "serve"] + ([self.model] if self.model else []) + ["--device", "cpu", "--port", str(port),
+        cmd = [self.tachyon, "serve"] + ([self.model] if self.model else []) + ["--device", DEVICE, "--port", str(port),
                "--served-model-name", "tiny", "--max-model-len", str(self.max_model_len), "--num-blocks", "512", *args]
         p = Process(name, cmd, os.path.join(self.work, name + ".log"), r"serving tiny on http://127\.0\.0\.1")
         self.processes.append(p)

@@ -2,18 +2,24 @@
 not, prompts of 1 to 200 words, 1 to 32 tokens out), 16 at a time (and as many to the plain server), through a prefill server, a
 decode server and the router equal a plain server's answers, text for text; afterwards every KV
 block is free on both servers and the decode server imported every prompt it was sent.
+On the GPU (TACHYON_PD_DEVICE=cuda) every import must have been copied by reference (CUDA IPC),
+and requests go one at a time, with one block size: the GPU's kernels sum in an order that
+depends on the batch's size and the plan (cuBLASLt and the GEMV are chosen per batch bucket), so
+only the same batches on the same plan give the same text; the CPU's do not depend on either.
     pd_equivalence.py TACHYON TOKENIZERS_DIR [COUNT]"""
 import random
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-from pd_cluster import Cluster, kv_usage, metric, post, wait_until
+from pd_cluster import DEVICE, Cluster, kv_usage, metric, post, wait_until
 
 count = int(sys.argv[3]) if len(sys.argv) > 3 else 500
 cluster = Cluster(sys.argv[1], sys.argv[2])
 try:
     prefill = cluster.serve("prefill", "--role", "prefill")
-    decode = cluster.serve("decode", "--role", "decode", "--block-size", "8")  # rows, not blocks, move
+    on_gpu = DEVICE == "cuda"
+    # Rows, not blocks, move: the decode server pages its cache otherwise (on the CPU).
+    decode = cluster.serve("decode", "--role", "decode", *([] if on_gpu else ["--block-size", "8"]))
     plain = cluster.serve("plain")
     router = cluster.router([prefill], [decode])
     rng = random.Random(11)
@@ -27,10 +33,14 @@ try:
         return "/v1/completions", dict(body, prompt=prompt)
 
     requests = [request(i) for i in range(count)]
-    with ThreadPoolExecutor(32) as pool:  # the router's and the plain server's at once: 16 each
-        got = pool.map(lambda r: post(router.url, *r)[:2], requests)
-        want = pool.map(lambda r: post(plain.url, *r)[:2], requests)
-        got, want = list(got), list(want)
+    if on_gpu:
+        got = [post(router.url, *r)[:2] for r in requests]
+        want = [post(plain.url, *r)[:2] for r in requests]
+    else:
+        with ThreadPoolExecutor(32) as pool:  # the router's and the plain server's at once: 16 each
+            got = pool.map(lambda r: post(router.url, *r)[:2], requests)
+            want = pool.map(lambda r: post(plain.url, *r)[:2], requests)
+            got, want = list(got), list(want)
     mismatches = [i for i in range(count) if got[i] != want[i]]
     for i in mismatches[:5]:
         print(f"request {i}: router {got[i]!r} != plain {want[i]!r}")
@@ -49,5 +59,12 @@ try:
     print(f"KV bytes sent {sent:.0f}, received {received:.0f}; router outcomes ok {ok:.0f}; at most {peak:.0f} pulls at once")
     if sent != received or sent <= 0 or ok != count:
         sys.exit("the KV bytes sent and received should agree, and every request count as ok")
+    by_reference = metric(decode.url, "tachyon:kv_reference_imports_total")
+    unconfirmed = metric(decode.url, "tachyon:kv_reference_unconfirmed_total")
+    confirmed = metric(prefill.url, "tachyon:kv_reference_copies_confirmed_total")
+    print(f"imports copied by reference: {by_reference:.0f} ({confirmed:.0f} confirmed by the prefill server, "
+          f"{unconfirmed:.0f} unconfirmed)")
+    if by_reference != (count if on_gpu else 0) or confirmed != by_reference or unconfirmed != 0:
+        sys.exit("on one GPU every import is copied by reference and confirmed; on the CPU none is")
 finally:
     cluster.close()

@@ -5,6 +5,9 @@
 # through the router must equal the plain server's answers; then the prefill server is killed
 # and every further answer must be the plain server's text or a clean error, never a 200 with
 # other text. Finally the decode server must hold no KV (its free blocks back to the total).
+# TACHYON_PD_DEVICE=cuda (the GPU machine) serves the tiny-gpu preset on the GPU: the prefill and
+# decode servers share it, so the KV moves by reference (CUDA IPC), and every import must have.
+# Servers start one after another, so the later ones load the kernel choices the first one timed.
 #   run_pd.sh TACHYON TOKENIZERS_DIR
 set -euo pipefail
 TACHYON=$1
@@ -13,17 +16,20 @@ work=$(mktemp -d)
 pids=()
 cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
-"$TACHYON" make-model --arch qwen3 --preset tiny --seed 3 --tokenizer "$TOKENIZERS/qwen3" --out "$work/model" > /dev/null
+DEVICE=${TACHYON_PD_DEVICE:-cpu}
+PRESET=tiny
+[ "$DEVICE" = cuda ] && PRESET=tiny-gpu
+"$TACHYON" make-model --arch qwen3 --preset "$PRESET" --seed 3 --tokenizer "$TOKENIZERS/qwen3" --out "$work/model" > /dev/null
 serve() {  # name, extra args...
   local name=$1; shift
   : > "$work/$name.log"
-  "$TACHYON" serve "$work/model" --device cpu --port 0 --served-model-name tiny --max-model-len 512 --num-blocks 128 \
+  "$TACHYON" serve "$work/model" --device "$DEVICE" --port 0 --served-model-name tiny --max-model-len 512 --num-blocks 128 \
     "$@" > "$work/$name.log" 2>&1 &
   pids+=($!)
   eval "${name}_pid=$!"
 }
 port_of() {  # log file, pattern
-  for _ in $(seq 1 400); do
+  for _ in $(seq 1 1200); do
     port=$(sed -n "s/.*$2:\([0-9]*\).*/\1/p" "$1" | head -1)
     [ -n "$port" ] && { echo "$port"; return; }
     sleep 0.05
@@ -36,22 +42,23 @@ refused() {  # expected message, serve args...
   if "$TACHYON" serve "$work/model" --port 0 "$@" > "$work/refused.log" 2>&1; then echo "serve $* started"; exit 1; fi
   grep -q -- "$want" "$work/refused.log" || { echo "serve $*: no '$want' in:"; cat "$work/refused.log"; exit 1; }
 }
-refused "--role needs --device cpu" --role prefill
+refused "--role needs --device cpu or cuda" --role prefill
+refused "--role on cuda needs a bf16 KV cache" --device cuda --role prefill --kv-cache-dtype fp8
 refused "--role cannot be combined with speculative decoding" --device cpu --role decode \
   --speculative-method ngram --num-speculative-tokens 2
 refused "--role cannot be combined with --dp, --dcp or --pcp" --device cpu --role prefill --dp 2
 refused "--role cannot be combined with --dp, --dcp or --pcp" --device cpu --role prefill --pcp 2
 serve prefill --role prefill
-serve decode --role decode
-serve plain
 prefill_port=$(port_of "$work/prefill.log" "serving tiny on http:\/\/127.0.0.1")
+serve decode --role decode
 decode_port=$(port_of "$work/decode.log" "serving tiny on http:\/\/127.0.0.1")
+serve plain
 plain_port=$(port_of "$work/plain.log" "serving tiny on http:\/\/127.0.0.1")
 "$TACHYON" router --prefill "http://127.0.0.1:$prefill_port" --decode "http://127.0.0.1:$decode_port" --port 0 \
   > "$work/router.log" 2>&1 &
 pids+=($!)
 router_port=$(port_of "$work/router.log" "router on http:\/\/127.0.0.1")
-export PREFILL_PID=$prefill_pid ROUTER="http://127.0.0.1:$router_port" PLAIN="http://127.0.0.1:$plain_port" DECODE="http://127.0.0.1:$decode_port"
+export DEVICE PREFILL_PID=$prefill_pid ROUTER="http://127.0.0.1:$router_port" PLAIN="http://127.0.0.1:$plain_port" DECODE="http://127.0.0.1:$decode_port"
 python3 - "$work" <<'PY'
 import json, os, random, sys, time, urllib.request, urllib.error, subprocess
 
@@ -113,6 +120,19 @@ for i in range(50):
 print(f"50 requests through the router: {50 - mismatches} identical to the plain server")
 if mismatches:
     sys.exit(1)
+
+def metric(base, name):
+    with urllib.request.urlopen(base + "/metrics", timeout=5) as r:
+        for line in r.read().decode().split("\n"):
+            if line.startswith(name + " "):
+                return float(line.split()[-1])
+    return None
+
+imports = metric(os.environ["DECODE"], "tachyon:kv_transfer_imports_total")
+by_reference = metric(os.environ["DECODE"], "tachyon:kv_reference_imports_total")
+print(f"the decode server imported {imports:.0f} prompts, {by_reference:.0f} by reference")
+if imports != 50 or by_reference != (50 if os.environ["DEVICE"] == "cuda" else 0):
+    sys.exit("every prompt imported; by reference exactly when both servers share the GPU")
 
 # The prefill server dies: answers stay right or fail cleanly.
 subprocess.run(["kill", "-KILL", os.environ["PREFILL_PID"]], check=True)

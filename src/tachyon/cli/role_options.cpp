@@ -7,7 +7,7 @@ namespace tachyon::cli {
 void add_role_options(CLI::App& cmd, server::ServingOptions& serving) {
   cmd.add_option("--role", serving.role,
                  "prefill/decode disaggregation: 'prefill' runs prompts and lends their KV, 'decode' takes it "
-                 "(use with `tachyon router`; CPU only)")
+                 "(use with `tachyon router`; CPU, or one GPU per server with a bf16 KV cache)")
       ->check(CLI::IsMember({"prefill", "decode"}));
   cmd.add_option("--kv-transfer-port", serving.kv_transfer_port,
                  "prefill role: the TCP port decode servers pull KV from (0: any free port)")
@@ -36,17 +36,22 @@ void add_role_options(CLI::App& cmd, server::ServingOptions& serving) {
 void check_role_options(const server::ServingOptions& serving) {
   if (serving.role.empty()) return;
   const core::EngineConfig& engine = serving.engine;
-  TACHYON_CHECK(engine.device.kind == "cpu")
-      << "--role needs --device cpu: only the CPU runner's KV moves between servers (CUDA IPC and UCX transports "
-         "are not built)";
+  TACHYON_CHECK(engine.device.kind == "cpu" || engine.device.kind == "cuda")
+      << "--role needs --device cpu or cuda (got " << engine.device.kind << "): say which";
+  // On the GPU the KV moves as bf16 rows (by reference through CUDA IPC on one GPU, else over
+  // TCP); the GPU machine's PD suite verified that (scripts/gpu-test.sh), not an FP8 cache.
+  TACHYON_CHECK(engine.device.kind == "cpu" || engine.device.kv_cache_dtype == DType::kBF16)
+      << "--role on cuda needs a bf16 KV cache (--kv-cache-dtype fp8 is not transferred)";
   TACHYON_CHECK(!engine.speculative.enabled()) << "--role cannot be combined with speculative decoding (untested)";
   TACHYON_CHECK(engine.device.tensor_parallel_size == 1 && engine.device.nnodes == 1)
       << "--role cannot be combined with tensor parallelism (untested)";
   TACHYON_CHECK(engine.device.data_parallel_size == 1 && engine.device.decode_context_parallel_size == 1 &&
                 engine.device.prefill_context_parallel_size == 1)
       << "--role cannot be combined with --dp, --dcp or --pcp (untested)";
-  TACHYON_CHECK(engine.device.async_scheduling != core::AsyncScheduling::kOn)
-      << "--role cannot be combined with --async-scheduling on (untested)";
+  // The CUDA runner schedules asynchronously by default, and the GPU suite ran so; the CPU suite
+  // ran synchronously.
+  TACHYON_CHECK(engine.device.kind == "cuda" || engine.device.async_scheduling != core::AsyncScheduling::kOn)
+      << "--role on cpu cannot be combined with --async-scheduling on (untested)";
   TACHYON_CHECK(engine.device.quantization.empty()) << "--role cannot be combined with --quantization (untested)";
 }
 

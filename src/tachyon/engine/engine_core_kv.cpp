@@ -24,7 +24,9 @@ void check_transferable(const core::SamplingParams& params) {
 
 int64_t EngineCore::submit_prefill(std::vector<int32_t> prompt, const core::SamplingParams& params,
                                    const std::shared_ptr<OutputChannel>& channel) {
-  TACHYON_CHECK(runner_->kv_rows() != nullptr) << "this runner cannot export its KV cache (a prefill role needs the CPU runner, or the CUDA runner with a bf16 cache, no MTP and one GPU)";
+  TACHYON_CHECK(runner_->kv_rows() != nullptr)
+      << "this runner cannot export its KV cache (a prefill role needs the CPU runner, or the CUDA runner with a bf16 "
+         "cache, no MTP and one GPU)";
   TACHYON_CHECK(drafter_ == nullptr) << "a prefill role runs without speculative decoding";
   check_transferable(params);
   // One token, sampled exactly as the full request would sample its first one (min_tokens masks

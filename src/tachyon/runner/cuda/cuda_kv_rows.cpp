@@ -70,7 +70,7 @@ CudaKvRowAccess::CudaKvRowAccess(const model::gpu::KvCache& cache, const std::ve
 }
 
 CudaKvRowAccess::~CudaKvRowAccess() {
-  for (auto& [handle, mapping] : mapped_) cudaIpcCloseMemHandle(mapping);
+  for (const Mapping& m : mapped_) cudaIpcCloseMemHandle(m.base);
   if (copies_ != nullptr) cudaStreamDestroy(copies_);
 }
 
@@ -85,26 +85,32 @@ std::string CudaKvRowAccess::reference_descriptor() const {
 }
 
 // A source stays mapped for the next prompt it sends (a prefill server's cache lives as long as
-// it does); a restarted source has a new handle. At most 16 are kept: copies are synchronous,
-// so a mapping closed here is in no copy's use.
+// it does); a restarted source has a new handle. A mapping unused for a minute is closed: the
+// mapping keeps the source's allocation alive, which a dead prefill server's would otherwise stay
+// for as long as this server runs. Copies are synchronous, so no copy uses a closed mapping.
 std::byte* CudaKvRowAccess::map_source(const std::string& handle) {
-  for (auto& [bytes, mapping] : mapped_) {
-    if (bytes == handle) return static_cast<std::byte*>(mapping);
+  const auto now = std::chrono::steady_clock::now();
+  std::erase_if(mapped_, [&](const Mapping& m) {
+    if (m.handle == handle || now - m.last_used < std::chrono::minutes(1)) return false;
+    cudaIpcCloseMemHandle(m.base);
+    return true;
+  });
+  for (Mapping& m : mapped_) {
+    if (m.handle == handle) {
+      m.last_used = now;
+      return static_cast<std::byte*>(m.base);
+    }
   }
   cudaIpcMemHandle_t ipc{};
   std::memcpy(&ipc, handle.data(), sizeof(ipc));
-  void* mapping = nullptr;
-  const cudaError_t status = cudaIpcOpenMemHandle(&mapping, ipc, cudaIpcMemLazyEnablePeerAccess);
+  void* base = nullptr;
+  const cudaError_t status = cudaIpcOpenMemHandle(&base, ipc, cudaIpcMemLazyEnablePeerAccess);
   if (status != cudaSuccess) {
     cudaGetLastError();  // not sticky: clear it
     throw Error(std::string("cannot map the prefill server's KV cache through CUDA IPC: ") + cudaGetErrorString(status));
   }
-  if (mapped_.size() == 16) {
-    cudaIpcCloseMemHandle(mapped_.front().second);
-    mapped_.erase(mapped_.begin());
-  }
-  mapped_.emplace_back(handle, mapping);
-  return static_cast<std::byte*>(mapping);
+  mapped_.push_back({handle, base, now});
+  return static_cast<std::byte*>(base);
 }
 
 void CudaKvRowAccess::copy_by_reference(const std::string& descriptor, int64_t source_block_size,

@@ -14,7 +14,8 @@
 // By reference (CUDA IPC, runner/model_runner.h): the cache is one cudaMalloc allocation, so one
 // IPC handle maps it in another process on the same GPU; the descriptor carries the handle and
 // each plane's offset in the allocation, the fingerprint the GPU's UUID and the plane widths. A
-// copy maps the source once (kept mapped for the next prompt from it, closed at destruction),
+// copy maps the source once (kept mapped for the next prompt from it; closed after a minute
+// unused, so a prefill server that died or restarted does not keep its cache alive here),
 // uploads the planes and both block tables into buffers sized at construction (no allocation
 // between steps), runs one kernel (kernels/cuda/kv_copy.h) on the runner's stream and returns
 // once it has finished.
@@ -22,6 +23,7 @@
 // suite on the GPU machine (scripts/gpu-test.sh).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <span>
@@ -81,7 +83,12 @@ class CudaKvRowAccess : public KvRowAccess {
   // By reference.
   const std::byte* allocation_ = nullptr;
   std::string fingerprint_;
-  std::vector<std::pair<std::string, void*>> mapped_;  // IPC handle bytes -> this process's mapping
+  struct Mapping {
+    std::string handle;  // the IPC handle's bytes
+    void* base;          // the source allocation in this process
+    std::chrono::steady_clock::time_point last_used;
+  };
+  std::vector<Mapping> mapped_;
   cuda::PinnedBuffer copy_host_;   // planes, then the source and destination block tables
   cuda::DeviceBuffer copy_device_;  // the same, for the kernel
   size_t max_source_blocks_ = 0;
