@@ -5,7 +5,8 @@
 #   1. builds everything there with the CUDA part on, and runs the whole ctest suite;
 #   2. regenerates the model goldens with the machine's transformers and runs the golden test
 #      against those fresh ones too, so a transformers change that moves the reference shows;
-#   3. scores the canary model through the server on the GPU (before step 2's goldens).
+#   3. scores the canary model through the server on the GPU (before step 2's goldens), and runs
+#      the prefill/decode servers' suite with the servers on the GPU.
 # CUDA kernel tests join step 1 as they land (tests/gpu/).
 #   scripts/gpu-test.sh [OUT_DIR]     OUT_DIR receives logs (default: out/gpu-test)
 #   GPU_ONLY=1 SKIP_FRESH_GOLDENS=1 scripts/gpu-test.sh OUT_DIR   the GPU tests and canaries alone
@@ -70,6 +71,20 @@ if "$BUILD_DIR/bin/tachyon" serve --help > /dev/null 2>&1; then
 else
   echo "== canary on the GPU: not run (no server in this build: cpp-httplib or Boost missing)"
 fi
+# Prefill/decode disaggregation with the servers on the GPU: the servers' PD suite (CPU in CI), the
+# prefill and decode servers sharing the GPU, so the KV moves by reference (CUDA IPC). One test at
+# a time: each test's servers share the kernel choices its first server timed (one plan, one set
+# of kernels), which a test timing at the same moment could otherwise write over.
+echo "== PD suite on the GPU:"
+set +e
+TACHYON_PD_DEVICE=cuda XDG_CACHE_HOME="$fresh/pd-cache" ctest --test-dir $BUILD_DIR -j 1 --timeout 300 \
+  --output-on-failure \
+  -R '^server\.pd_(router|guards|abort|choice|faults|equivalence|least_loaded|pull_killed|serve_busy|stream_killed)$' \
+  > "$OUT_DIR/pd-gpu.log" 2>&1
+pd_rc=$?
+set -e
+grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" "$OUT_DIR/pd-gpu.log" | tail -12
+[ $pd_rc = 0 ] || canary_rc=1
 # Every family's CPU goldens again with this machine's transformers (f32 on its CPU); the fresh
 # files land in OUT_DIR/fresh-goldens too, to commit when a family's golden is new or changed.
 # SKIP_FRESH_GOLDENS=1 leaves them for a later call (they need no GPU, only the build).
