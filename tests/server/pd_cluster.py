@@ -7,7 +7,7 @@ free port, with helpers to post requests, read /metrics and wait for a condition
     ...
     cluster.close()   # kills every process it started
 TACHYON_PD_DEVICE=cuda (scripts/gpu-test.sh on the GPU machine) runs the servers on the GPU with the
-tiny-gpu preset: the prefill and decode servers share the GPU, so the KV moves by reference
+tiny-gpu preset (and Llama 3's tokenizer: the GPU needs a vocabulary of a multiple of 8): the prefill and decode servers share the GPU, so the KV moves by reference
 (CUDA IPC). Servers start one after another, so the later ones load the kernel choices the first
 one timed (one plan, one set of kernels: text for text equal to the plain server's).
 """
@@ -28,6 +28,8 @@ import urllib.request
 
 DEVICE = os.environ.get("TACHYON_PD_DEVICE", "cpu")
 PRESET = "tiny-gpu" if DEVICE == "cuda" else "tiny"
+# A tiny preset takes its tokenizer's vocabulary, which the GPU needs a multiple of 8: Llama 3's is.
+TOKENIZER = "llama3" if DEVICE == "cuda" else "qwen3"
 
 
 class Process:
@@ -69,7 +71,7 @@ class Cluster:
         self.processes = []
         if not canary:
             subprocess.run([tachyon, "make-model", "--arch", "qwen3", "--preset", PRESET, "--seed", "3", "--tokenizer",
-                            os.path.join(tokenizers, "qwen3"), "--out", self.model], check=True,
+                            os.path.join(tokenizers, TOKENIZER), "--out", self.model], check=True,
                            stdout=subprocess.DEVNULL)
 
     def serve(self, name, *args, port=0):
