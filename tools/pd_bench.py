@@ -12,8 +12,8 @@
      prompt arrives every --interference-every seconds; the streams' gaps between chunks (p50, p99)
      on the plain server and through the router.
 Prompts are random token ids (no prefix is shared, so nothing is served from a prefix cache).
-The plain server runs alone first, then the two role servers and the router; each server gets
---memory-share of the GPU.
+The plain server runs alone first, then the two role servers and the router; each server's KV cache
+takes --kv-cache-memory-bytes of the GPU.
     pd_bench.py --tachyon BIN --model DIR --out RESULT.json [--device cuda] [--lengths 1024,4096,16384]
 """
 import argparse
@@ -185,7 +185,7 @@ def main():
     p.add_argument("--device", default="cuda")
     p.add_argument("--lengths", default="1024,4096,16384")
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--memory-share", default="0.3")
+    p.add_argument("--kv-cache-memory-bytes", default=str(24 << 30))
     p.add_argument("--streams", type=int, default=8)
     p.add_argument("--interference-len", type=int, default=4096)
     p.add_argument("--interference-every", type=float, default=1.0)
@@ -198,7 +198,7 @@ def main():
     serve = [a.tachyon, "serve", a.model, "--device", a.device, "--port", "0", "--served-model-name", "m",
              "--max-model-len", max_len]
     if a.device == "cuda":
-        serve += ["--gpu-memory-utilization", a.memory_share]
+        serve += ["--kv-cache-memory-bytes", a.kv_cache_memory_bytes]
     pattern = r"serving m on http://127\.0\.0\.1"
     result = {"command": " ".join(sys.argv), "model": a.model, "device": a.device, "lengths": lengths}
     rng = random.Random(1)

@@ -30,6 +30,9 @@ DEVICE = os.environ.get("TACHYON_PD_DEVICE", "cpu")
 PRESET = "tiny-gpu" if DEVICE == "cuda" else "tiny"
 # A tiny preset takes its tokenizer's vocabulary, which the GPU needs a multiple of 8: Llama 3's is.
 TOKENIZER = "llama3" if DEVICE == "cuda" else "qwen3"
+# The CUDA runner sizes its cache from --gpu-memory-utilization, a share of the whole GPU that the
+# first server would take; each server on the shared GPU gets a fixed size instead.
+GPU_CACHE = ["--kv-cache-memory-bytes", str(128 << 20)] if DEVICE == "cuda" else []
 
 
 class Process:
@@ -76,7 +79,8 @@ class Cluster:
 
     def serve(self, name, *args, port=0):
         cmd = [self.tachyon, "serve"] + ([self.model] if self.model else []) + ["--device", DEVICE, "--port", str(port),
-               "--served-model-name", "tiny", "--max-model-len", str(self.max_model_len), "--num-blocks", "512", *args]
+               "--served-model-name", "tiny", "--max-model-len", str(self.max_model_len), "--num-blocks", "512",
+               *GPU_CACHE, *args]
         p = Process(name, cmd, os.path.join(self.work, name + ".log"), r"serving tiny on http://127\.0\.0\.1")
         self.processes.append(p)
         return p

@@ -24,8 +24,9 @@ PRESET=tiny TOKENIZER=qwen3
 serve() {  # name, extra args...
   local name=$1; shift
   : > "$work/$name.log"
+  # On the GPU each server takes a cache of its own size, not a share of what the others left.
   "$TACHYON" serve "$work/model" --device "$DEVICE" --port 0 --served-model-name tiny --max-model-len 512 --num-blocks 128 \
-    "$@" > "$work/$name.log" 2>&1 &
+    $([ "$DEVICE" = cuda ] && echo --kv-cache-memory-bytes 134217728) "$@" > "$work/$name.log" 2>&1 &
   pids+=($!)
   eval "${name}_pid=$!"
 }

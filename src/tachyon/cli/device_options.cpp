@@ -13,6 +13,11 @@ void add_device_options(CLI::App& cmd, core::DeviceConfig& device) {
                  "share of GPU memory for weights, activations and the KV cache")
       ->default_val(0.9)
       ->check(CLI::Range(0.05, 0.99));
+  cmd.add_option("--kv-cache-memory-bytes", device.kv_cache_memory_bytes,
+                 "bytes of GPU memory for the KV cache, instead of what --gpu-memory-utilization leaves (several "
+                 "servers on one GPU: each takes its own size, not a share of what the others left)")
+      ->default_val(0)
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 50));
   cmd.add_option("--tp", device.tensor_parallel_size,
                  "tensor parallel size: ranks the model's heads, MLP and vocab are split over (one GPU each, or "
                  "CPU thread ranks with --device cpu)")
