@@ -30,9 +30,18 @@ DEVICE = os.environ.get("TACHYON_PD_DEVICE", "cpu")
 PRESET = "tiny-gpu" if DEVICE == "cuda" else "tiny"
 # A tiny preset takes its tokenizer's vocabulary, which the GPU needs a multiple of 8: Llama 3's is.
 TOKENIZER = "llama3" if DEVICE == "cuda" else "qwen3"
-# The CUDA runner sizes its cache from --gpu-memory-utilization, a share of the whole GPU that the
-# first server would take; each server on the shared GPU gets a fixed size instead.
-GPU_CACHE = ["--kv-cache-memory-bytes", str(128 << 20)] if DEVICE == "cuda" else []
+
+
+def gpu_cache_args(model_dir, num_blocks, block_size=16):
+    """The CUDA runner sizes its cache from --gpu-memory-utilization, a share of the whole GPU that
+    the first server would take; each server on the shared GPU gets the bytes of `num_blocks`
+    blocks instead (--num-blocks on the CPU), so a test's caps and shares mean the same there."""
+    if DEVICE != "cuda":
+        return []
+    c = json.load(open(os.path.join(model_dir, "config.json")))
+    head_dim = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+    per_token = c["num_hidden_layers"] * c["num_key_value_heads"] * head_dim * 2 * 2  # K and V, bf16
+    return ["--kv-cache-memory-bytes", str(num_blocks * block_size * per_token)]
 
 
 class Process:
@@ -80,7 +89,7 @@ class Cluster:
     def serve(self, name, *args, port=0):
         cmd = [self.tachyon, "serve"] + ([self.model] if self.model else []) + ["--device", DEVICE, "--port", str(port),
                "--served-model-name", "tiny", "--max-model-len", str(self.max_model_len), "--num-blocks", "512",
-               *GPU_CACHE, *args]
+               *(gpu_cache_args(self.model, 512) if self.model else []), *args]
         p = Process(name, cmd, os.path.join(self.work, name + ".log"), r"serving tiny on http://127\.0\.0\.1")
         self.processes.append(p)
         return p
