@@ -410,7 +410,9 @@ bool EngineCore::has_work() {
 void EngineCore::loop() {
   while (!stopping_) {
     try {
-      if (step()) continue;
+      const bool worked = step();
+      if (loop_observer_) loop_observer_(worked);
+      if (worked) continue;
     } catch (...) {
       return;  // step() failed the engine: every request has its error, and it never steps again
     }

@@ -94,6 +94,10 @@ class EngineCore {
   // Called on the engine thread after every step that ran, with the tokens it computed (for the
   // tokens-per-step histogram). Set before start(); must be quick.
   void set_step_observer(std::function<void(int64_t num_tokens)> observer) { step_observer_ = std::move(observer); }
+  // Called on the engine thread after each turn of its loop: `worked` when a step ran, false when
+  // it found nothing to do and waits for work (a server gives freed memory back then: base/heap_trim.h).
+  // Set before start().
+  void set_loop_observer(std::function<void(bool worked)> observer) { loop_observer_ = std::move(observer); }
 
   // Proposes draft tokens before every step. Set before start(); refused (Error) when the runner
   // cannot verify drafts. The constructor sets the one it is given or config.speculative names.
@@ -230,6 +234,7 @@ class EngineCore {
   std::atomic<int64_t> next_request_id_{1};
   std::atomic<bool> abort_all_{false};
   std::function<void(int64_t)> step_observer_;
+  std::function<void(bool)> loop_observer_;
   std::atomic<int64_t> waiting_snapshot_{0};  // the scheduler's waiting count after the last step
   std::optional<std::string> failure_;        // under inbox_mutex_: set once, by fail()
   std::atomic<bool> failed_{false};           // failure_.has_value(), for the engine thread's checks

@@ -218,6 +218,7 @@ void PdRouter::start_exchange(const HttpRequest& req, Respond respond, Step step
     if (stopping_) throw ApiException(unavailable("the router is stopping"));
   }
   TaskSlots::Slot slot = in_flight_.try_take();
+  heap_trim_.busy();
   if (slot == nullptr) {
     metrics_.on_outcome(RouteOutcome::kUnavailable);
     throw ApiException(unavailable("the router has " + std::to_string(in_flight_.limit()) +
@@ -356,6 +357,8 @@ void PdRouter::check_health() {
   while (!stopping_) {
     prefill_.refresh(load, policy_ == RoutePolicy::kPrefix);
     decode_.refresh(load, false);
+    // With nothing in flight, the memory the last requests freed goes back (base/heap_trim.h).
+    if (in_flight_.taken() == 0) heap_trim_.idle();
     for (auto waited = std::chrono::milliseconds(0); waited < options_.health_interval && !stopping_;
          waited += std::chrono::milliseconds(20)) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));

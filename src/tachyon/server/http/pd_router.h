@@ -38,6 +38,7 @@
 #include <thread>
 #include <vector>
 
+#include "tachyon/base/heap_trim.h"
 #include "tachyon/server/http/http_message.h"
 #include "tachyon/server/http/http_router.h"
 #include "tachyon/server/http/pd_backends.h"
@@ -88,6 +89,7 @@ class PdRouter {
   RouterMetrics metrics_;
   UpstreamCalls calls_;  // before listener_: the relays its connections hold leave it as they go
   TaskSlots in_flight_;  // before listener_ too: its relays hold slots until they go
+  IdleHeapTrim heap_trim_;  // busy() as requests start; idle() from the health thread
   std::mutex exchanges_mutex_;
   std::condition_variable exchanges_ended_;
   int exchanges_ = 0;  // running now

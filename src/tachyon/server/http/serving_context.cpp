@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "tachyon/base/check.h"
+#include "tachyon/base/heap_trim.h"
 #include "tachyon/base/file_util.h"
 #include "tachyon/app/runner_factory.h"
 #include "tachyon/server/http/task_slots.h"
@@ -78,6 +79,8 @@ ServingContext::ServingContext(const ServingOptions& options) {
   client_quota_ = std::make_unique<ClientQuota>(per_client);
   created_ = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   engine_->set_step_observer([metrics = metrics_.get()](int64_t tokens) { metrics->observe_tokens_per_step(static_cast<double>(tokens)); });
+  // An idle server gives the memory its last burst freed back to the system (base/heap_trim.h).
+  engine_->set_loop_observer([trim = &heap_trim_](bool worked) { worked ? trim->busy() : static_cast<void>(trim->idle()); });
   role_ = options.role;
   if (!role_.empty()) {
     pd_metrics_ = std::make_unique<PdMetrics>(role_);

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "tachyon/base/heap_trim.h"
 #include "tachyon/engine/engine_core.h"
 #include "tachyon/server/chat_output.h"
 #include "tachyon/server/http/client_quota.h"
@@ -109,6 +110,7 @@ class ServingContext {
  private:
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<tokenizer::ChatTemplate> chat_template_;
+  IdleHeapTrim heap_trim_;  // before engine_: the engine thread uses it until the engine stops
   std::unique_ptr<engine::EngineCore> engine_;
   std::unique_ptr<ServerMetrics> metrics_;
   std::unique_ptr<ClientQuota> client_quota_;
