@@ -112,6 +112,13 @@ TEST_P(Bf16HeldWeights, LogitsAreBitIdenticalToTheWidenedWeights) {
     ++held_matrices;
   }
   EXPECT_GE(held_matrices, config.num_hidden_layers) << "fewer matrices held than every layer's o_proj";
+  // The f32 head: the tied embedding, or none when an untied head is held as bf16 (never the
+  // embedding standing in for it).
+  if (held.lm_head_bf16.empty()) {
+    EXPECT_EQ(&held.output_embedding(), held.lm_head.empty() ? &held.embed_tokens : &held.lm_head);
+  } else {
+    EXPECT_TRUE(held.output_embedding().empty()) << "an untied bf16-held head has no f32 matrix";
+  }
 
   const std::vector<float> want = prefill_and_decode(DenseModel(std::move(widened)));
   const std::vector<float> got = prefill_and_decode(DenseModel(std::move(held)));

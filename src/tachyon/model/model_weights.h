@@ -79,7 +79,14 @@ struct BasicModelWeights {
   std::vector<T> lm_head;       // [vocab, hidden]; empty when tied to embed_tokens
   std::vector<uint16_t> lm_head_bf16;  // [vocab, hidden]: lm_head held as bf16 (see qkv_bf16), lm_head then empty
 
-  const std::vector<T>& output_embedding() const { return lm_head.empty() ? embed_tokens : lm_head; }
+  // The LM head's f32 matrix: lm_head, or embed_tokens when the head is tied to it. Empty when an
+  // untied head is held as bf16 (lm_head_bf16): a reader of f32 alone then fails on its size
+  // instead of taking the embedding for the head.
+  const std::vector<T>& output_embedding() const {
+    static const std::vector<T> held_as_bf16;
+    if (!lm_head_bf16.empty()) return held_as_bf16;
+    return lm_head.empty() ? embed_tokens : lm_head;
+  }
 };
 
 using LayerWeights = BasicLayerWeights<float>;
