@@ -15,6 +15,7 @@
 #include "tachyon/engine/engine_core.h"
 #include "tachyon/model/make_model.h"
 #include "tachyon/runner/cpu_model_runner.h"
+#include "tachyon/runner/forwarding_model_runner.h"
 #include "tachyon/server/pd_transport.h"
 #include "kv_transfer_test_util.h"
 
@@ -69,23 +70,14 @@ class InProcessReferenceRows : public runner::KvRowAccess {
   std::string name_;
 };
 
-class InProcessReferenceRunner : public runner::ModelRunner {
+class InProcessReferenceRunner : public runner::ForwardingModelRunner {
  public:
   explicit InProcessReferenceRunner(std::unique_ptr<runner::ModelRunner> inner)
-      : inner_(std::move(inner)), rows_(*inner_->kv_rows()) {}
-  void launch(const core::StepPlan& plan) override { inner_->launch(plan); }
-  core::StepOutput wait() override { return inner_->wait(); }
-  bool takes_late_token_masks() const override { return inner_->takes_late_token_masks(); }
-  void supply_token_masks(std::span<const core::AllowedTokens> masks) override { inner_->supply_token_masks(masks); }
-  bool verifies_drafts() const override { return inner_->verifies_drafts(); }
-  bool overlaps_steps() const override { return inner_->overlaps_steps(); }
-  int64_t vocab_size() const override { return inner_->vocab_size(); }
-  int32_t kv_cache_replicas() const override { return inner_->kv_cache_replicas(); }
+      : ForwardingModelRunner(std::move(inner)), rows_(*this->inner().kv_rows()) {}
   runner::KvRowAccess* kv_rows() override { return &rows_; }
   InProcessReferenceRows& rows() { return rows_; }
 
  private:
-  std::unique_ptr<runner::ModelRunner> inner_;
   InProcessReferenceRows rows_;
 };
 
@@ -184,6 +176,19 @@ std::vector<int64_t> prefill_all(EngineCore& prefill, const Requests& r, std::ve
   return ids;
 }
 
+// Once the KV port is gone: the prefill engine frees what it still holds, and neither side keeps a block.
+void expect_every_block_free(EngineCore& prefill, EngineCore& decode) {
+  run_idle(prefill);
+  EXPECT_EQ(prefill.stats().kv_blocks_free, prefill.stats().kv_blocks_total);
+  EXPECT_EQ(decode.stats().kv_blocks_free, decode.stats().kv_blocks_total);
+}
+
+// A pull of request `id` naming the cache fingerprint `fingerprint`.
+engine::KvPayload pull(const KvTransferServer& server, EngineCore& prefill, int64_t id, const std::string& fingerprint) {
+  return fetch_kv("127.0.0.1", server.port(), {prefill.kv_epoch(), id}, std::chrono::seconds(5), std::chrono::minutes(1),
+                  nullptr, fingerprint);
+}
+
 TEST_F(KvByReference, ImportsCopyTheSourcesBlocksAndEqualOneEngine) {
   const Requests r = requests(10, 5);
   auto plain = engine(4);
@@ -197,9 +202,7 @@ TEST_F(KvByReference, ImportsCopyTheSourcesBlocksAndEqualOneEngine) {
   std::vector<std::shared_ptr<OutputChannel>> first, channels;
   const std::vector<int64_t> ids = prefill_all(*prefill, r, first);
   for (size_t i = 0; i < r.prompts.size(); ++i) {
-    engine::KvPayload payload = fetch_kv("127.0.0.1", server->port(), {prefill->kv_epoch(), ids[i]},
-                                         std::chrono::seconds(5), std::chrono::minutes(1), nullptr,
-                                         decode->kv_reference_fingerprint());
+    engine::KvPayload payload = pull(*server, *prefill, ids[i], decode->kv_reference_fingerprint());
     ASSERT_TRUE(payload.by_reference()) << "request " << i;
     EXPECT_TRUE(payload.rows.empty());
     for (const auto& chunk : payload.chunks) EXPECT_TRUE(chunk->rows.empty());
@@ -217,9 +220,7 @@ TEST_F(KvByReference, ImportsCopyTheSourcesBlocksAndEqualOneEngine) {
   EXPECT_TRUE(wait_for([&] { return prefill->kv_lease_stats().held_for_copy == 0; }));
   EXPECT_EQ(prefill->kv_lease_stats().copies_confirmed, static_cast<int64_t>(r.prompts.size()));
   server.reset();
-  run_idle(*prefill);
-  EXPECT_EQ(prefill->stats().kv_blocks_free, prefill->stats().kv_blocks_total);
-  EXPECT_EQ(decode->stats().kv_blocks_free, decode->stats().kv_blocks_total);
+  expect_every_block_free(*prefill, *decode);
 }
 
 // The holds time out before the decode side copies; the prefill engine frees the blocks and runs
@@ -240,8 +241,7 @@ TEST_F(KvByReference, ACopyTheSourceCannotConfirmIsNeverUsed) {
   const std::vector<int64_t> ids = prefill_all(*prefill, r, first);
   std::vector<engine::KvPayload> payloads;
   for (size_t i = 0; i < r.prompts.size(); ++i) {
-    payloads.push_back(fetch_kv("127.0.0.1", server->port(), {prefill->kv_epoch(), ids[i]}, std::chrono::seconds(5),
-                                std::chrono::minutes(1), nullptr, decode->kv_reference_fingerprint()));
+    payloads.push_back(pull(*server, *prefill, ids[i], decode->kv_reference_fingerprint()));
     ASSERT_TRUE(payloads.back().by_reference());
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -281,9 +281,7 @@ TEST_F(KvByReference, ACopyTheSourceCannotConfirmIsNeverUsed) {
   EXPECT_GT(decode->stats().prompt_tokens_computed, 0);
   EXPECT_EQ(prefill->kv_lease_stats().copies_confirmed, 0);
   server.reset();
-  run_idle(*prefill);
-  EXPECT_EQ(prefill->stats().kv_blocks_free, prefill->stats().kv_blocks_total);
-  EXPECT_EQ(decode->stats().kv_blocks_free, decode->stats().kv_blocks_total);
+  expect_every_block_free(*prefill, *decode);
 }
 
 // A decode side that drops its payload (its client left) closes the connection unconfirmed: the
@@ -296,8 +294,7 @@ TEST_F(KvByReference, ADroppedPayloadGivesTheBlocksBack) {
   std::vector<std::shared_ptr<OutputChannel>> first;
   const std::vector<int64_t> ids = prefill_all(*prefill, r, first);
   for (int64_t id : ids) {
-    engine::KvPayload payload = fetch_kv("127.0.0.1", server->port(), {prefill->kv_epoch(), id}, std::chrono::seconds(5),
-                                         std::chrono::minutes(1), nullptr, prefill->kv_reference_fingerprint());
+    engine::KvPayload payload = pull(*server, *prefill, id, prefill->kv_reference_fingerprint());
     ASSERT_TRUE(payload.by_reference());
   }
   EXPECT_TRUE(wait_for([&] { return prefill->kv_lease_stats().held_for_copy == 0; }));
@@ -315,8 +312,7 @@ TEST_F(KvByReference, AnotherFingerprintGetsRows) {
   auto server = port(*prefill, std::chrono::seconds(10));
   std::vector<std::shared_ptr<OutputChannel>> first;
   const std::vector<int64_t> ids = prefill_all(*prefill, r, first);
-  engine::KvPayload payload = fetch_kv("127.0.0.1", server->port(), {prefill->kv_epoch(), ids[0]},
-                                       std::chrono::seconds(5), std::chrono::minutes(1), nullptr, "another cache");
+  engine::KvPayload payload = pull(*server, *prefill, ids[0], "another cache");
   EXPECT_FALSE(payload.by_reference());
   ASSERT_FALSE(payload.chunks.empty());
   EXPECT_FALSE(payload.chunks[0]->rows.empty());

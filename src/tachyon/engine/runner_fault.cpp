@@ -29,9 +29,7 @@ RunnerFault runner_fault_from_env() {
 }
 
 FaultInjectingRunner::FaultInjectingRunner(std::unique_ptr<runner::ModelRunner> inner, RunnerFault fault)
-    : inner_(std::move(inner)), fault_(fault) {
-  TACHYON_CHECK(inner_ != nullptr) << "internal: FaultInjectingRunner needs a runner";
-}
+    : ForwardingModelRunner(std::move(inner)), fault_(fault) {}
 
 void FaultInjectingRunner::count(RunnerFault::Where where, int64_t& calls) {
   ++calls;
@@ -43,12 +41,12 @@ void FaultInjectingRunner::count(RunnerFault::Where where, int64_t& calls) {
 
 void FaultInjectingRunner::launch(const core::StepPlan& plan) {
   count(RunnerFault::Where::kLaunch, launches_);
-  inner_->launch(plan);
+  ForwardingModelRunner::launch(plan);
 }
 
 core::StepOutput FaultInjectingRunner::wait() {
   count(RunnerFault::Where::kWait, waits_);
-  return inner_->wait();
+  return ForwardingModelRunner::wait();
 }
 
 std::unique_ptr<runner::ModelRunner> with_runner_fault(std::unique_ptr<runner::ModelRunner> runner, RunnerFault fault) {

@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "tachyon/runner/model_runner.h"
+#include "tachyon/runner/forwarding_model_runner.h"
 
 namespace tachyon::engine {
 
@@ -26,23 +26,15 @@ RunnerFault parse_runner_fault(const std::string& text);
 // TACHYON_RUNNER_FAULT, read once by the caller at start-up.
 RunnerFault runner_fault_from_env();
 
-class FaultInjectingRunner : public runner::ModelRunner {
+class FaultInjectingRunner : public runner::ForwardingModelRunner {
  public:
   FaultInjectingRunner(std::unique_ptr<runner::ModelRunner> inner, RunnerFault fault);
   void launch(const core::StepPlan& plan) override;
   core::StepOutput wait() override;
-  bool takes_late_token_masks() const override { return inner_->takes_late_token_masks(); }
-  void supply_token_masks(std::span<const core::AllowedTokens> masks) override { inner_->supply_token_masks(masks); }
-  bool verifies_drafts() const override { return inner_->verifies_drafts(); }
-  bool overlaps_steps() const override { return inner_->overlaps_steps(); }
-  int64_t vocab_size() const override { return inner_->vocab_size(); }
-  int32_t kv_cache_replicas() const override { return inner_->kv_cache_replicas(); }
-  runner::KvRowAccess* kv_rows() override { return inner_->kv_rows(); }
 
  private:
   void count(RunnerFault::Where where, int64_t& calls);
 
-  std::unique_ptr<runner::ModelRunner> inner_;
   RunnerFault fault_;
   int64_t launches_ = 0;
   int64_t waits_ = 0;
