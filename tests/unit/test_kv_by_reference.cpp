@@ -15,7 +15,6 @@
 #include "tachyon/engine/engine_core.h"
 #include "tachyon/model/make_model.h"
 #include "tachyon/runner/cpu_model_runner.h"
-#include "tachyon/runner/forwarding_model_runner.h"
 #include "tachyon/server/pd_transport.h"
 #include "kv_transfer_test_util.h"
 

@@ -77,8 +77,9 @@ int64_t EngineCore::submit_imported(KvPayload payload, const core::SamplingParam
   } else if (payload.rows.empty() && !payload.chunks.empty()) {
     join_kv_chunks(payload, rows->plane_widths());
   }
-  if (!payload.by_reference() && (payload.values_per_token != rows->values_per_token() ||
-                                          payload.rows.size() != payload.prompt.size() * static_cast<size_t>(payload.values_per_token))) {
+  const bool rows_fit = payload.values_per_token == rows->values_per_token() &&
+                       payload.rows.size() == payload.prompt.size() * static_cast<size_t>(payload.values_per_token);
+  if (!payload.by_reference() && !rows_fit) {
     throw KvTransferError("the KV rows do not fit this cache: " + std::to_string(payload.values_per_token) +
                           " values per token (this cache holds " + std::to_string(rows->values_per_token()) +
                           "), " + std::to_string(payload.rows.size()) + " values for " +

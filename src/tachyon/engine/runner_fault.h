@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "tachyon/runner/forwarding_model_runner.h"
+#include "tachyon/runner/model_runner.h"
 
 namespace tachyon::engine {
 
