@@ -283,6 +283,49 @@ TEST_F(KvByReference, ACopyTheSourceCannotConfirmIsNeverUsed) {
   expect_every_block_free(*prefill, *decode);
 }
 
+// A prefill server whose KV port freezes after the commit (here: its thread stuck for 3 s in the
+// hold's release) costs the decode engine's thread at most a second per import: the copy goes
+// unconfirmed, and the prompt is computed there, with one engine's output.
+TEST_F(KvByReference, AFrozenSourceCostsTheDecodeEngineAtMostASecond) {
+  const Requests r = requests(1, 13);
+  auto plain = engine(4);
+  const auto expected = plain_outputs(*plain, r);
+  InProcessReferenceRunner* prefill_runner = nullptr;
+  InProcessReferenceRunner* decode_runner = nullptr;
+  auto prefill = engine(4, &prefill_runner);
+  auto decode = engine(4, &decode_runner);
+  KvTransferServer::ByReference source;
+  source.fingerprint = prefill->kv_reference_fingerprint();
+  source.descriptor = prefill->kv_reference_descriptor();
+  source.block_size = prefill->block_size();
+  source.reader = [&](engine::KvLeaseKey key, size_t from, bool claim) {
+    return prefill->read_kv_stream(key, from, claim, /*by_reference=*/true);
+  };
+  source.release_hold = [&](engine::KvLeaseKey key, bool copied) {
+    std::this_thread::sleep_for(std::chrono::seconds(3));  // frozen
+    return prefill->release_kv_hold(key, copied);
+  };
+  auto server = std::make_unique<KvTransferServer>(
+      "127.0.0.1", 0, [&](engine::KvLeaseKey key, size_t from, bool claim) { return prefill->read_kv_stream(key, from, claim); },
+      [&](engine::KvLeaseKey key) { prefill->release_kv(key); }, std::chrono::seconds(5), nullptr, 16, source);
+  std::vector<std::shared_ptr<OutputChannel>> first;
+  const std::vector<int64_t> ids = prefill_all(*prefill, r, first);
+  engine::KvPayload payload = pull(*server, *prefill, ids[0], decode->kv_reference_fingerprint());
+  ASSERT_TRUE(payload.by_reference());
+  auto channel = std::make_shared<OutputChannel>();
+  decode->submit_imported(std::move(payload), r.params[0], channel);
+  const auto start = std::chrono::steady_clock::now();
+  decode->step();  // starts the import: copy, then the confirmation that never comes in time
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(waited, 2.0) << "the decode engine's thread waited " << waited << " s for a frozen prefill server";
+  EXPECT_GE(waited, 0.9) << "the confirmation should be waited for, up to its bound";
+  run_idle(*decode);
+  EXPECT_EQ(tokens_of(*channel), expected[0]);
+  EXPECT_EQ(decode->stats().kv_reference_unconfirmed, 1);
+  server.reset();
+  expect_every_block_free(*prefill, *decode);
+}
+
 // A decode side that drops its payload (its client left) closes the connection unconfirmed: the
 // source unpins the blocks at once, not at the hold's timeout.
 TEST_F(KvByReference, ADroppedPayloadGivesTheBlocksBack) {

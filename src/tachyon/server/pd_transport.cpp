@@ -37,6 +37,9 @@ constexpr size_t kFrameHead = 16;
 constexpr size_t kRequestBytes = 4 + 4 + 8 + 8;
 constexpr size_t kReferenceRequestBytes = kRequestBytes + 8;
 constexpr size_t kCopyWordBytes = 4 + 4;
+// The by-reference confirmation: one exchange with a KV port on the same node (well under a
+// millisecond when the port's thread is alive).
+constexpr std::chrono::milliseconds kConfirmTimeout{1000};
 constexpr uint64_t kMaxBody = uint64_t{1} << 34;  // 16 GiB: a length beyond it is a broken frame
 
 template <typename T>
@@ -349,7 +352,10 @@ engine::KvPayload fetch_kv(const std::string& host, int port, engine::KvLeaseKey
     payload.seed = commit.seed;
     payload.values_per_token = commit.values_per_token;
     if (payload.by_reference()) {  // the connection stays open for the copy's word
-      payload.confirm = [socket, idle_timeout] { return confirm_copy(socket->fd, idle_timeout); };
+      // The decode engine's thread waits for the answer: a frozen prefill server costs it at most
+      // this, after which the prompt is computed there.
+      const auto patience = std::min(idle_timeout, kConfirmTimeout);
+      payload.confirm = [socket, patience] { return confirm_copy(socket->fd, patience); };
     }
     return payload;
   }

@@ -149,7 +149,8 @@ class KvTransferServer {
 // stopping server's pull ends within 100 ms).
 // With `reference_fingerprint` (this side's cache's; "" for rows), a source of the same
 // fingerprint answers by reference: the payload names the source's blocks, and its confirm()
-// tells the source the copy is done and returns whether it confirmed (within `idle_timeout`);
+// tells the source the copy is done and returns whether it confirmed (within `idle_timeout`, and
+// at most a second: the decode engine's thread waits for it);
 // the connection stays open until then, or until the payload is destroyed.
 engine::KvPayload fetch_kv(const std::string& host, int port, engine::KvLeaseKey key,
                            std::chrono::milliseconds idle_timeout,
