@@ -106,17 +106,17 @@ class KvByReference : public ::testing::Test {
     *runner = wrapped.get();
     return std::make_unique<EngineCore>(c, std::move(wrapped));
   }
-  // The prefill engine's KV port, serving by reference as `tachyon serve --role prefill` does.
-  static std::unique_ptr<KvTransferServer> port(EngineCore& prefill, std::chrono::milliseconds hold_timeout) {
-    KvTransferServer::ByReference source;
-    source.fingerprint = prefill.kv_reference_fingerprint();
-    source.descriptor = prefill.kv_reference_descriptor();
-    source.block_size = prefill.block_size();
-    source.reader = [&prefill](engine::KvLeaseKey key, size_t from, bool claim) {
-      return prefill.read_kv_stream(key, from, claim, /*by_reference=*/true);
-    };
-    source.release_hold = [&prefill](engine::KvLeaseKey key, bool copied) { return prefill.release_kv_hold(key, copied); };
-    source.hold_timeout = hold_timeout;
+  // The prefill engine's KV port, serving by reference as `tachyon serve --role prefill` does;
+  // `freeze` (when set) runs before each hold's release, on the port's thread.
+  static std::unique_ptr<KvTransferServer> port(EngineCore& prefill, std::chrono::milliseconds hold_timeout,
+                                                std::function<void()> freeze = nullptr) {
+    std::optional<KvTransferServer::ByReference> source = by_reference_source(prefill, hold_timeout);
+    if (freeze) {
+      source->release_hold = [release = source->release_hold, freeze](engine::KvLeaseKey key, bool copied) {
+        freeze();
+        return release(key, copied);
+      };
+    }
     return std::make_unique<KvTransferServer>(
         "127.0.0.1", 0,
         [&prefill](engine::KvLeaseKey key, size_t from, bool claim) { return prefill.read_kv_stream(key, from, claim); },
@@ -294,20 +294,8 @@ TEST_F(KvByReference, AFrozenSourceCostsTheDecodeEngineAtMostASecond) {
   InProcessReferenceRunner* decode_runner = nullptr;
   auto prefill = engine(4, &prefill_runner);
   auto decode = engine(4, &decode_runner);
-  KvTransferServer::ByReference source;
-  source.fingerprint = prefill->kv_reference_fingerprint();
-  source.descriptor = prefill->kv_reference_descriptor();
-  source.block_size = prefill->block_size();
-  source.reader = [&](engine::KvLeaseKey key, size_t from, bool claim) {
-    return prefill->read_kv_stream(key, from, claim, /*by_reference=*/true);
-  };
-  source.release_hold = [&](engine::KvLeaseKey key, bool copied) {
-    std::this_thread::sleep_for(std::chrono::seconds(3));  // frozen
-    return prefill->release_kv_hold(key, copied);
-  };
-  auto server = std::make_unique<KvTransferServer>(
-      "127.0.0.1", 0, [&](engine::KvLeaseKey key, size_t from, bool claim) { return prefill->read_kv_stream(key, from, claim); },
-      [&](engine::KvLeaseKey key) { prefill->release_kv(key); }, std::chrono::seconds(5), nullptr, 16, source);
+  // Its thread stuck for 3 s in the hold's release: frozen.
+  auto server = port(*prefill, std::chrono::seconds(10), [] { std::this_thread::sleep_for(std::chrono::seconds(3)); });
   std::vector<std::shared_ptr<OutputChannel>> first;
   const std::vector<int64_t> ids = prefill_all(*prefill, r, first);
   engine::KvPayload payload = pull(*server, *prefill, ids[0], decode->kv_reference_fingerprint());

@@ -55,11 +55,12 @@ void join_kv_chunks(KvPayload& payload, const std::vector<int64_t>& plane_widths
 
 std::vector<int32_t> join_kv_block_chunks(const KvPayload& payload, int64_t block_size) {
   const auto num_tokens = static_cast<int64_t>(payload.prompt.size());
+  if (block_size <= 0) throw KvTransferError("a by-reference KV payload without a block size");
   std::vector<int32_t> table;
   int64_t next = 0;
   for (const auto& chunk : payload.chunks) {
     const int64_t needed = (chunk->num_tokens + block_size - 1) / block_size;
-    if (block_size <= 0 || chunk->begin != next || chunk->begin % block_size != 0 || chunk->num_tokens <= 0 ||
+    if (chunk->begin != next || chunk->begin % block_size != 0 || chunk->num_tokens <= 0 ||
         next + chunk->num_tokens > num_tokens || static_cast<int64_t>(chunk->blocks.size()) != needed) {
       throw KvTransferError("a by-reference KV chunk of tokens [" + std::to_string(chunk->begin) + ", +" +
                             std::to_string(chunk->num_tokens) + ") in " + std::to_string(chunk->blocks.size()) +
@@ -134,7 +135,7 @@ void KvLeases::forget(int64_t request_id) {
 void KvLeases::end_stream(int64_t request_id) {
   auto it = streams_.find(request_id);
   if (it == streams_.end()) return;
-  for (StagedChunk& chunk : it->second.chunks) released_.push_back(std::move(chunk.blocks));
+  release_pins(it->second);
   streams_.erase(it);
 }
 
@@ -182,13 +183,12 @@ std::vector<std::vector<int32_t>> KvLeases::take_released(std::chrono::steady_cl
   }
   for (auto it = holds_.begin(); it != holds_.end();) {
     if (it->second.deadline <= now) {
-      for (StagedChunk& chunk : it->second.stream.chunks) released_.push_back(std::move(chunk.blocks));
+      release_pins(it->second.stream);
       it = holds_.erase(it);
     } else {
       ++it;
     }
   }
-  stats_.held_for_copy = static_cast<int64_t>(holds_.size());
   return std::exchange(released_, {});
 }
 
@@ -300,7 +300,6 @@ KvStreamRead KvLeases::read_stream(KvLeaseKey key, size_t from, bool claim, cons
   if (by_reference) {  // the pins stay until the reader's copy is confirmed (release_hold)
     holds_[key.request_id] = {std::move(stream->second), std::chrono::steady_clock::now() + timeout_};
     streams_.erase(stream);
-    stats_.held_for_copy = static_cast<int64_t>(holds_.size());
   }
   drop(lease);
   return read;
@@ -311,9 +310,8 @@ bool KvLeases::release_hold(KvLeaseKey key, bool copied) {
   std::lock_guard lock(mutex_);
   auto it = holds_.find(key.request_id);
   if (it == holds_.end()) return false;
-  for (StagedChunk& chunk : it->second.stream.chunks) released_.push_back(std::move(chunk.blocks));
+  release_pins(it->second.stream);
   holds_.erase(it);
-  stats_.held_for_copy = static_cast<int64_t>(holds_.size());
   if (copied) ++stats_.copies_confirmed;
   return true;
 }
@@ -325,7 +323,14 @@ int64_t KvLeases::num_leases() {
 
 KvLeaseStats KvLeases::stats() {
   std::lock_guard lock(mutex_);
-  return stats_;
+  KvLeaseStats stats = stats_;
+  stats.held_for_copy = static_cast<int64_t>(holds_.size());
+  return stats;
+}
+
+void KvLeases::release_pins(Stream& stream) {
+  for (StagedChunk& chunk : stream.chunks) released_.push_back(std::move(chunk.blocks));
+  stream.chunks.clear();
 }
 
 }  // namespace tachyon::engine

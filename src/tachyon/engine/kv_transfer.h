@@ -215,6 +215,7 @@ class KvLeases {
 
   void drop(std::unordered_map<int64_t, Lease>::iterator it);  // under mutex_
   void end_stream(int64_t request_id);                          // under mutex_: its pins go back
+  void release_pins(Stream& stream);                            // under mutex_: to released_
   void grant_locked(int64_t request_id, std::vector<int32_t> blocks, std::vector<int32_t> prompt,
                     int32_t first_token, uint64_t seed);
 

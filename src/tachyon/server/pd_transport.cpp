@@ -1,5 +1,7 @@
 #include "tachyon/server/pd_transport.h"
 
+#include "tachyon/engine/engine_core.h"
+
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -369,6 +371,22 @@ void release_kv_remote(const std::string& host, int port, engine::KvLeaseKey key
   } catch (const KvTransferError&) {
     // The lease times out on its own.
   }
+}
+
+std::optional<KvTransferServer::ByReference> by_reference_source(engine::EngineCore& engine,
+                                                                 std::chrono::milliseconds hold_timeout) {
+  std::string fingerprint = engine.kv_reference_fingerprint();
+  if (fingerprint.empty()) return std::nullopt;
+  KvTransferServer::ByReference source;
+  source.fingerprint = std::move(fingerprint);
+  source.descriptor = engine.kv_reference_descriptor();
+  source.block_size = engine.block_size();
+  source.reader = [&engine](engine::KvLeaseKey key, size_t from, bool claim) {
+    return engine.read_kv_stream(key, from, claim, /*by_reference=*/true);
+  };
+  source.release_hold = [&engine](engine::KvLeaseKey key, bool copied) { return engine.release_kv_hold(key, copied); };
+  source.hold_timeout = hold_timeout;
+  return source;
 }
 
 KvTransportFault kv_transport_fault_from_env() {

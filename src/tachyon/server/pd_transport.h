@@ -37,6 +37,10 @@
 
 #include "tachyon/engine/kv_transfer.h"
 
+namespace tachyon::engine {
+class EngineCore;  // engine/engine_core.h
+}
+
 namespace tachyon::server {
 
 // Faults the serving side can inject into its next answers (tests of the decode side's fallback),
@@ -141,6 +145,12 @@ class KvTransferServer {
   std::atomic<int64_t> refused_{0};
   std::thread thread_;
 };
+
+// What a prefill engine serves by reference (KvTransferServer::ByReference): its cache's
+// fingerprint, descriptor and block size, its streams read by reference, its holds released; null
+// when no other process can map its cache (the CPU runner). `hold_timeout`: the lease timeout.
+std::optional<KvTransferServer::ByReference> by_reference_source(engine::EngineCore& engine,
+                                                                 std::chrono::milliseconds hold_timeout);
 
 // Pulls a lease's stream: returns its prompt, first token, seed and chunks (payload.rows empty;
 // submit_imported joins them) once the commit arrived; throws engine::KvTransferError on any

@@ -11,26 +11,6 @@
 #include "tachyon/server/pd_transport.h"
 
 namespace tachyon::server {
-namespace {
-
-// A prefill server whose cache another process on its GPU can map serves pulls from such caches
-// by reference (server/pd_transport.h); the hold after a commit lasts as long as a lease may.
-std::optional<KvTransferServer::ByReference> by_reference_source(engine::EngineCore& engine, double lease_timeout_s) {
-  std::string fingerprint = engine.kv_reference_fingerprint();
-  if (fingerprint.empty()) return std::nullopt;
-  KvTransferServer::ByReference source;
-  source.fingerprint = std::move(fingerprint);
-  source.descriptor = engine.kv_reference_descriptor();
-  source.block_size = engine.block_size();
-  source.reader = [&engine](engine::KvLeaseKey key, size_t from, bool claim) {
-    return engine.read_kv_stream(key, from, claim, /*by_reference=*/true);
-  };
-  source.release_hold = [&engine](engine::KvLeaseKey key, bool copied) { return engine.release_kv_hold(key, copied); };
-  source.hold_timeout = std::chrono::milliseconds(static_cast<int64_t>(lease_timeout_s * 1000));
-  return source;
-}
-
-}  // namespace
 
 ServingContext::ServingContext(const ServingOptions& options) {
   TACHYON_CHECK(std::filesystem::exists(options.model_dir / "tokenizer.json"))
@@ -99,7 +79,8 @@ ServingContext::ServingContext(const ServingOptions& options) {
         [engine](engine::KvLeaseKey key, size_t from, bool claim) { return engine->read_kv_stream(key, from, claim); },
         [engine](engine::KvLeaseKey key) { engine->release_kv(key); }, std::chrono::seconds(5),
         [pd = pd_metrics_.get()](int64_t bytes, double seconds) { pd->on_transfer(bytes, seconds); },
-        options.kv_transfer_max_pulls, by_reference_source(*engine, options.kv_lease_timeout_s));
+        options.kv_transfer_max_pulls,
+        by_reference_source(*engine, std::chrono::milliseconds(static_cast<int64_t>(options.kv_lease_timeout_s * 1000))));
     kv_transfer_->inject_fault(kv_transport_fault_from_env());
     engine->set_kv_stream_listener([transfer = kv_transfer_.get()] { transfer->wake(); });  // rows go out as staged
   }
