@@ -13,7 +13,7 @@ JOBS=${JOBS:-$(nproc)}
 DEBIAN_PACKAGES=(
   g++ cmake ninja-build ccache pkg-config
   nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev libutf8proc-dev libxxhash-dev
-  libgtest-dev libgmock-dev libcpp-httplib-dev libboost-dev curl
+  libgtest-dev libgmock-dev libcpp-httplib-dev libboost-dev libucx-dev curl
 )
 
 OFFLINE=${TACHYON_OFFLINE:-0}

@@ -27,6 +27,9 @@ import urllib.request
 
 
 DEVICE = os.environ.get("TACHYON_PD_DEVICE", "cpu")
+# TACHYON_PD_KV_TRANSPORT=tcp|ucx: every prefill and decode server gets --kv-transport so
+# (server.pd_*_ucx); unset: the default, auto.
+KV_TRANSPORT = os.environ.get("TACHYON_PD_KV_TRANSPORT", "auto")
 PRESET = "tiny-gpu" if DEVICE == "cuda" else "tiny"
 # A tiny preset takes its tokenizer's vocabulary, which the GPU needs a multiple of 8: Llama 3's is.
 TOKENIZER = "llama3" if DEVICE == "cuda" else "qwen3"
@@ -90,6 +93,8 @@ class Cluster:
         cmd = [self.tachyon, "serve"] + ([self.model] if self.model else []) + ["--device", DEVICE, "--port", str(port),
                "--served-model-name", "tiny", "--max-model-len", str(self.max_model_len), "--num-blocks", "512",
                *(gpu_cache_args(self.model, 512) if self.model else []), *args]
+        if "--role" in args and KV_TRANSPORT != "auto" and "--kv-transport" not in args:
+            cmd += ["--kv-transport", KV_TRANSPORT]
         p = Process(name, cmd, os.path.join(self.work, name + ".log"), r"serving tiny on http://127\.0\.0\.1")
         self.processes.append(p)
         return p

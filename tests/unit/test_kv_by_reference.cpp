@@ -1,6 +1,7 @@
 // Prefill/decode disaggregation by reference (server/pd_transport.h, status 6-8): the decode side
 // copies a prompt's rows out of the prefill side's cache itself (CUDA IPC on the GPU machine; here
-// a stand-in runner whose "mapping" is the other engine's cache in this process), and the source
+// a stand-in runner whose "mapping" is the other engine's cache in this process, and UCX reads
+// between two host caches, runner/ucx/ucx_kv_rows.h, when the build has UCX), and the source
 // keeps the blocks pinned until the decode side says the copy is done. Checked: imports equal one
 // engine's output and compute nothing; a copy the source can no longer confirm (its hold timed
 // out and the blocks were reused) is never used: the prompt is computed and the output is still
@@ -15,6 +16,7 @@
 #include "tachyon/engine/engine_core.h"
 #include "tachyon/model/make_model.h"
 #include "tachyon/runner/cpu_model_runner.h"
+#include "tachyon/runner/kv_transport.h"
 #include "tachyon/server/pd_transport.h"
 #include "kv_transfer_test_util.h"
 
@@ -49,16 +51,15 @@ class InProcessReferenceRows : public runner::KvRowAccess {
     return fingerprint;
   }
   std::string reference_descriptor() const override { return name_; }
-  void copy_by_reference(const std::string& descriptor, int64_t, std::span<const int32_t> source_blocks,
-                         std::span<const int32_t> table, int64_t n) override {
+  int64_t copy_by_reference(const std::string& descriptor, int64_t, std::span<const int32_t> source_blocks,
+                            std::span<const int32_t> table, int64_t n) override {
     auto it = registry().find(descriptor);
     if (it == registry().end()) throw Error("no cache " + descriptor);
     std::vector<float> rows(static_cast<size_t>(n * values_per_token()));
     it->second->inner_.gather(source_blocks, n, rows);
     inner_.scatter(table, n, rows);
-    ++copies;
+    return static_cast<int64_t>(rows.size() * sizeof(float));
   }
-  int copies = 0;
 
  private:
   static std::map<std::string, InProcessReferenceRows*>& registry() {
@@ -74,13 +75,54 @@ class InProcessReferenceRunner : public runner::ForwardingModelRunner {
   explicit InProcessReferenceRunner(std::unique_ptr<runner::ModelRunner> inner)
       : ForwardingModelRunner(std::move(inner)), rows_(*this->inner().kv_rows()) {}
   runner::KvRowAccess* kv_rows() override { return &rows_; }
-  InProcessReferenceRows& rows() { return rows_; }
 
  private:
   InProcessReferenceRows rows_;
 };
 
-class KvByReference : public ::testing::Test {
+// The by-reference rows of either kind, counting the copies that returned.
+class CountingRows : public runner::KvRowAccess {
+ public:
+  explicit CountingRows(runner::KvRowAccess& inner) : inner_(inner) {}
+  int64_t values_per_token() const override { return inner_.values_per_token(); }
+  std::vector<int64_t> plane_widths() const override { return inner_.plane_widths(); }
+  void gather(std::span<const int32_t> table, int64_t n, std::span<float> out) const override { inner_.gather(table, n, out); }
+  void scatter(std::span<const int32_t> table, int64_t n, std::span<const float> rows) override {
+    inner_.scatter(table, n, rows);
+  }
+  std::string reference_fingerprint() const override { return inner_.reference_fingerprint(); }
+  std::string reference_descriptor() const override { return inner_.reference_descriptor(); }
+  int64_t copy_by_reference(const std::string& descriptor, int64_t source_block_size, std::span<const int32_t> source_blocks,
+                            std::span<const int32_t> table, int64_t n) override {
+    const int64_t bytes = inner_.copy_by_reference(descriptor, source_block_size, source_blocks, table, n);
+    ++copies;
+    return bytes;
+  }
+  int copies = 0;
+
+ private:
+  runner::KvRowAccess& inner_;
+};
+
+class ReferenceRunner : public runner::ForwardingModelRunner {
+ public:
+  explicit ReferenceRunner(std::unique_ptr<runner::ModelRunner> inner)
+      : ForwardingModelRunner(std::move(inner)), rows_(*this->inner().kv_rows()) {}
+  runner::KvRowAccess* kv_rows() override { return &rows_; }
+  CountingRows& rows() { return rows_; }
+
+ private:
+  CountingRows rows_;
+};
+
+// Each test runs with the in-process stand-in and, when the build has UCX, with UCX reads.
+std::vector<std::string> transports() {
+  std::vector<std::string> out = {"in_process"};
+  if (runner::ucx_available()) out.push_back("ucx");
+  return out;
+}
+
+class KvByReference : public ::testing::TestWithParam<std::string> {
  protected:
   static void SetUpTestSuite() {
     dir_ = new std::filesystem::path(std::filesystem::temp_directory_path() /
@@ -94,7 +136,7 @@ class KvByReference : public ::testing::Test {
     delete dir_;
   }
   // An engine over the tiny model; `runner` (when given) receives the by-reference runner.
-  static std::unique_ptr<EngineCore> engine(int32_t block_size, InProcessReferenceRunner** runner = nullptr,
+  static std::unique_ptr<EngineCore> engine(int32_t block_size, ReferenceRunner** runner = nullptr,
                                             int32_t num_blocks = 512) {
     core::EngineConfig c;
     c.scheduler.max_model_len = 256;
@@ -102,7 +144,10 @@ class KvByReference : public ::testing::Test {
     c.block_size = block_size;
     auto cpu = std::make_unique<runner::CpuModelRunner>(*model_, c.num_blocks, block_size);
     if (runner == nullptr) return std::make_unique<EngineCore>(c, std::move(cpu));
-    auto wrapped = std::make_unique<InProcessReferenceRunner>(std::move(cpu));
+    std::unique_ptr<runner::ModelRunner> by_reference =
+        GetParam() == "ucx" ? runner::with_kv_transport(std::move(cpu), "ucx")
+                            : std::make_unique<InProcessReferenceRunner>(std::move(cpu));
+    auto wrapped = std::make_unique<ReferenceRunner>(std::move(by_reference));
     *runner = wrapped.get();
     return std::make_unique<EngineCore>(c, std::move(wrapped));
   }
@@ -188,12 +233,12 @@ engine::KvPayload pull(const KvTransferServer& server, EngineCore& prefill, int6
                   nullptr, fingerprint);
 }
 
-TEST_F(KvByReference, ImportsCopyTheSourcesBlocksAndEqualOneEngine) {
+TEST_P(KvByReference, ImportsCopyTheSourcesBlocksAndEqualOneEngine) {
   const Requests r = requests(10, 5);
   auto plain = engine(4);
   const auto expected = plain_outputs(*plain, r);
-  InProcessReferenceRunner* prefill_runner = nullptr;
-  InProcessReferenceRunner* decode_runner = nullptr;
+  ReferenceRunner* prefill_runner = nullptr;
+  ReferenceRunner* decode_runner = nullptr;
   auto prefill = engine(4, &prefill_runner);
   auto decode = engine(16, &decode_runner);  // another block size: tokens are addressed through both tables
   ASSERT_EQ(decode->kv_reference_fingerprint(), prefill->kv_reference_fingerprint());
@@ -226,12 +271,12 @@ TEST_F(KvByReference, ImportsCopyTheSourcesBlocksAndEqualOneEngine) {
 // other prompts in them. The copies then read other rows, and their confirmations are refused, so
 // the decode side computes every prompt itself: the output is still one engine's. (Used anyway,
 // the copied rows would give other tokens: the check below that they differ guards the test.)
-TEST_F(KvByReference, ACopyTheSourceCannotConfirmIsNeverUsed) {
+TEST_P(KvByReference, ACopyTheSourceCannotConfirmIsNeverUsed) {
   const Requests r = requests(6, 9);
   auto plain = engine(4);
   const auto expected = plain_outputs(*plain, r);
-  InProcessReferenceRunner* prefill_runner = nullptr;
-  InProcessReferenceRunner* decode_runner = nullptr;
+  ReferenceRunner* prefill_runner = nullptr;
+  ReferenceRunner* decode_runner = nullptr;
   auto prefill = engine(4, &prefill_runner, /*num_blocks=*/100);  // few blocks: freed ones are reused at once
   auto decode = engine(4, &decode_runner);
   prefill->set_kv_lease_timeout(std::chrono::milliseconds(100));
@@ -286,12 +331,12 @@ TEST_F(KvByReference, ACopyTheSourceCannotConfirmIsNeverUsed) {
 // A prefill server whose KV port freezes after the commit (here: its thread stuck for 3 s in the
 // hold's release) costs the decode engine's thread at most a second per import: the copy goes
 // unconfirmed, and the prompt is computed there, with one engine's output.
-TEST_F(KvByReference, AFrozenSourceCostsTheDecodeEngineAtMostASecond) {
+TEST_P(KvByReference, AFrozenSourceCostsTheDecodeEngineAtMostASecond) {
   const Requests r = requests(1, 13);
   auto plain = engine(4);
   const auto expected = plain_outputs(*plain, r);
-  InProcessReferenceRunner* prefill_runner = nullptr;
-  InProcessReferenceRunner* decode_runner = nullptr;
+  ReferenceRunner* prefill_runner = nullptr;
+  ReferenceRunner* decode_runner = nullptr;
   auto prefill = engine(4, &prefill_runner);
   auto decode = engine(4, &decode_runner);
   // Its thread stuck for 3 s in the hold's release: frozen.
@@ -316,9 +361,9 @@ TEST_F(KvByReference, AFrozenSourceCostsTheDecodeEngineAtMostASecond) {
 
 // A decode side that drops its payload (its client left) closes the connection unconfirmed: the
 // source unpins the blocks at once, not at the hold's timeout.
-TEST_F(KvByReference, ADroppedPayloadGivesTheBlocksBack) {
+TEST_P(KvByReference, ADroppedPayloadGivesTheBlocksBack) {
   const Requests r = requests(3, 11);
-  InProcessReferenceRunner* prefill_runner = nullptr;
+  ReferenceRunner* prefill_runner = nullptr;
   auto prefill = engine(4, &prefill_runner);
   auto server = port(*prefill, std::chrono::minutes(5));
   std::vector<std::shared_ptr<OutputChannel>> first;
@@ -335,9 +380,9 @@ TEST_F(KvByReference, ADroppedPayloadGivesTheBlocksBack) {
 }
 
 // A pull from a cache of another fingerprint (another GPU, or no GPU) is answered with rows.
-TEST_F(KvByReference, AnotherFingerprintGetsRows) {
+TEST_P(KvByReference, AnotherFingerprintGetsRows) {
   const Requests r = requests(2, 12);
-  InProcessReferenceRunner* prefill_runner = nullptr;
+  ReferenceRunner* prefill_runner = nullptr;
   auto prefill = engine(4, &prefill_runner);
   auto server = port(*prefill, std::chrono::seconds(10));
   std::vector<std::shared_ptr<OutputChannel>> first;
@@ -352,6 +397,9 @@ TEST_F(KvByReference, AnotherFingerprintGetsRows) {
   run_idle(*prefill);
   EXPECT_EQ(prefill->stats().kv_blocks_free, prefill->stats().kv_blocks_total);
 }
+
+INSTANTIATE_TEST_SUITE_P(Transports, KvByReference, ::testing::ValuesIn(transports()),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 TEST(KvByReferenceCodec, BlockChunksRoundTripAndJoinInOrder) {
   const engine::KvChunk chunk{.begin = 8, .num_tokens = 5, .rows = {}, .blocks = {3, 9}};

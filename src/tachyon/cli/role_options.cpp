@@ -1,6 +1,7 @@
 #include "tachyon/cli/role_options.h"
 
 #include "tachyon/base/check.h"
+#include "tachyon/runner/kv_transport.h"
 
 namespace tachyon::cli {
 
@@ -27,6 +28,13 @@ void add_role_options(CLI::App& cmd, server::ServingOptions& serving) {
                  "get 503 with Retry-After")
       ->default_val(0.5)
       ->check(CLI::Range(0.01, 1.0));
+  cmd.add_option("--kv-transport", serving.kv_transport,
+                 "both roles: how the KV moves: 'auto' by reference through CUDA IPC when both servers share a GPU, "
+                 "else as rows over the prefill server's TCP KV port; 'tcp' always as rows; 'ucx' by reference "
+                 "through UCX (one-sided reads of the prefill server's host cache, RDMA where the network has it; "
+                 "CPU servers, both set to ucx)")
+      ->default_val("auto")
+      ->check(CLI::IsMember({"auto", "tcp", "ucx"}));
   cmd.add_option("--kv-lease-timeout", serving.kv_lease_timeout_s,
                  "prefill role: seconds a prompt's KV waits to be pulled before it is freed")
       ->default_val(30.0)
@@ -34,8 +42,16 @@ void add_role_options(CLI::App& cmd, server::ServingOptions& serving) {
 }
 
 void check_role_options(const server::ServingOptions& serving) {
+  TACHYON_CHECK(serving.kv_transport == "auto" || !serving.role.empty())
+      << "--kv-transport " << serving.kv_transport << " needs --role prefill or decode";
   if (serving.role.empty()) return;
   const core::EngineConfig& engine = serving.engine;
+  // UCX reads host memory here (Debian's UCX has no CUDA support), and rows over TCP on the GPU
+  // ran only between engines (tests/gpu/test_cuda_kv_transfer.cpp), not between servers.
+  TACHYON_CHECK(engine.device.kind == "cpu" || serving.kv_transport == "auto")
+      << "--kv-transport " << serving.kv_transport << " on cuda is untested (ucx reads host memory only); use auto";
+  TACHYON_CHECK(serving.kv_transport != "ucx" || runner::ucx_available())
+      << "--kv-transport ucx: this build has no UCX (install Debian's libucx-dev and build again)";
   TACHYON_CHECK(engine.device.kind == "cpu" || engine.device.kind == "cuda")
       << "--role needs --device cpu or cuda (got " << engine.device.kind << "): say which";
   // On the GPU the KV moves as bf16 rows (by reference through CUDA IPC on one GPU, else over

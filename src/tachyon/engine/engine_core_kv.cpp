@@ -227,10 +227,11 @@ bool EngineCore::copy_by_reference(Sequence& sequence, const KvPayload& payload)
   runner::KvRowAccess* rows = runner_->kv_rows();
   const auto start = std::chrono::steady_clock::now();
   bool confirmed = false;
+  int64_t bytes = 0;
   try {
     const std::vector<int32_t> source = join_kv_block_chunks(payload, payload.reference_block_size);
-    rows->copy_by_reference(payload.reference, payload.reference_block_size, source, sequence.block_table,
-                            sequence.num_prompt_tokens);
+    bytes = rows->copy_by_reference(payload.reference, payload.reference_block_size, source, sequence.block_table,
+                                    sequence.num_prompt_tokens);
     confirmed = payload.confirm();
   } catch (const Error& e) {
     std::fprintf(stderr, "[tachyon] decode: the KV copy by reference failed, computing the prompt here: %s\n", e.what());
@@ -242,7 +243,7 @@ bool EngineCore::copy_by_reference(Sequence& sequence, const KvPayload& payload)
     return false;
   }
   ++stats_.kv_reference_imports;
-  stats_.kv_reference_bytes += sequence.num_prompt_tokens * payload.values_per_token * 2;  // bf16
+  stats_.kv_reference_bytes += bytes;
   stats_.kv_reference_copy_seconds += seconds;
   return true;
 }

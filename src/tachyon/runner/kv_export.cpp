@@ -72,4 +72,13 @@ void PagedKvRowAccess::scatter(std::span<const int32_t> block_table, int64_t num
   }
 }
 
+KvRowAccess::HostLayout PagedKvRowAccess::host_layout() {
+  HostLayout layout;
+  layout.block_size = cache_.block_size;
+  for (const Plane& plane : planes()) {
+    layout.planes.push_back({plane.data->data(), static_cast<int64_t>(plane.data->size()) / plane.width, plane.width});
+  }
+  return layout;
+}
+
 }  // namespace tachyon::runner

@@ -26,6 +26,7 @@ class PagedKvRowAccess : public KvRowAccess {
   std::vector<int64_t> plane_widths() const override;
   void gather(std::span<const int32_t> block_table, int64_t num_tokens, std::span<float> out) const override;
   void scatter(std::span<const int32_t> block_table, int64_t num_tokens, std::span<const float> rows) override;
+  HostLayout host_layout() override;
 
  private:
   struct Plane {

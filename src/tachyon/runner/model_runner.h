@@ -58,12 +58,28 @@ class KvRowAccess {
   // Copies the rows of tokens [0, num_tokens) out of the cache `descriptor` names, where token t
   // lies in `source_blocks[t / source_block_size]`, into this cache's `block_table`; returns once
   // they are written. Throws Error when the descriptor cannot be mapped or does not fit this cache.
-  virtual void copy_by_reference(const std::string& descriptor, int64_t source_block_size,
-                                 std::span<const int32_t> source_blocks, std::span<const int32_t> block_table,
-                                 int64_t num_tokens) {
+  // Returns the bytes it copied.
+  virtual int64_t copy_by_reference(const std::string& descriptor, int64_t source_block_size,
+                                    std::span<const int32_t> source_blocks, std::span<const int32_t> block_table,
+                                    int64_t num_tokens) {
     (void)descriptor, (void)source_block_size, (void)source_blocks, (void)block_table, (void)num_tokens;
     throw Error("this KV cache cannot copy rows by reference");
   }
+
+  // A cache in this process's host memory (the CPU runner's), for a transport that reads it
+  // from another process (UCX: runner/ucx/ucx_kv_rows.h): each plane's f32 values
+  // [slots][width], slot = block * block_size + offset in block, planes in the rows' order.
+  // No planes for a cache elsewhere (the GPU's).
+  struct HostPlane {
+    float* data;
+    int64_t slots;
+    int64_t width;
+  };
+  struct HostLayout {
+    int64_t block_size = 0;
+    std::vector<HostPlane> planes;
+  };
+  virtual HostLayout host_layout() { return {}; }
 };
 
 class ModelRunner {

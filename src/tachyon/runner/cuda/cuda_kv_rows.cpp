@@ -113,9 +113,9 @@ std::byte* CudaKvRowAccess::map_source(const std::string& handle) {
   return static_cast<std::byte*>(base);
 }
 
-void CudaKvRowAccess::copy_by_reference(const std::string& descriptor, int64_t source_block_size,
-                                        std::span<const int32_t> source_blocks, std::span<const int32_t> block_table,
-                                        int64_t num_tokens) {
+int64_t CudaKvRowAccess::copy_by_reference(const std::string& descriptor, int64_t source_block_size,
+                                           std::span<const int32_t> source_blocks, std::span<const int32_t> block_table,
+                                           int64_t num_tokens) {
   check_span(block_table, num_tokens, static_cast<size_t>(num_tokens * values_per_token()));
   size_t offset = sizeof(cudaIpcMemHandle_t);
   TACHYON_CHECK(descriptor.size() >= offset) << "a KV cache descriptor ends early";
@@ -153,6 +153,7 @@ void CudaKvRowAccess::copy_by_reference(const std::string& descriptor, int64_t s
                               reinterpret_cast<const int32_t*>(device + source_at), static_cast<int32_t>(source_block_size),
                               reinterpret_cast<const int32_t*>(device + dest_at), block_size_, num_tokens, compute_);
   TACHYON_CUDA_CHECK(cudaStreamSynchronize(compute_));  // the source may unpin its blocks once this returns
+  return num_tokens * values_per_token() * static_cast<int64_t>(sizeof(uint16_t));  // bf16
 }
 
 int64_t CudaKvRowAccess::values_per_token() const {

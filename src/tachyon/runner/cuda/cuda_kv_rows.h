@@ -55,8 +55,9 @@ class CudaKvRowAccess : public KvRowAccess {
   void scatter(std::span<const int32_t> block_table, int64_t num_tokens, std::span<const float> rows) override;
   std::string reference_fingerprint() const override { return fingerprint_; }
   std::string reference_descriptor() const override;
-  void copy_by_reference(const std::string& descriptor, int64_t source_block_size, std::span<const int32_t> source_blocks,
-                         std::span<const int32_t> block_table, int64_t num_tokens) override;
+  int64_t copy_by_reference(const std::string& descriptor, int64_t source_block_size,
+                            std::span<const int32_t> source_blocks, std::span<const int32_t> block_table,
+                            int64_t num_tokens) override;
 
  private:
   struct Plane {
