@@ -329,10 +329,12 @@ TEST_P(KvByReference, ACopyTheSourceCannotConfirmIsNeverUsed) {
 }
 
 // A prefill server whose KV port freezes after the commit (here: its thread stuck for 3 s in the
-// hold's release) costs the decode engine's thread at most a second per import: the copy goes
-// unconfirmed, and the prompt is computed there, with one engine's output.
-TEST_P(KvByReference, AFrozenSourceCostsTheDecodeEngineAtMostASecond) {
-  const Requests r = requests(1, 13);
+// hold's release) does not hold the decode engine: the copy waits for its confirmation (at most a
+// second) on the copier's thread while the engine decodes another request to its end; then the
+// copy goes unconfirmed and the prompt is computed, with one engine's output. (With the copy on
+// the engine's thread, the first step alone took the second.)
+TEST_P(KvByReference, AFrozenSourceDoesNotHoldTheDecodeEngine) {
+  const Requests r = requests(2, 13);
   auto plain = engine(4);
   const auto expected = plain_outputs(*plain, r);
   ReferenceRunner* prefill_runner = nullptr;
@@ -342,19 +344,55 @@ TEST_P(KvByReference, AFrozenSourceCostsTheDecodeEngineAtMostASecond) {
   // Its thread stuck for 3 s in the hold's release: frozen.
   auto server = port(*prefill, std::chrono::seconds(10), [] { std::this_thread::sleep_for(std::chrono::seconds(3)); });
   std::vector<std::shared_ptr<OutputChannel>> first;
-  const std::vector<int64_t> ids = prefill_all(*prefill, r, first);
+  const std::vector<int64_t> ids = prefill_all(*prefill, Requests{{r.prompts[0]}, {r.params[0]}}, first);
   engine::KvPayload payload = pull(*server, *prefill, ids[0], decode->kv_reference_fingerprint());
   ASSERT_TRUE(payload.by_reference());
   auto channel = std::make_shared<OutputChannel>();
   decode->submit_imported(std::move(payload), r.params[0], channel);
+  auto other = std::make_shared<OutputChannel>();
+  decode->submit(r.prompts[1], r.params[1], other);
   const auto start = std::chrono::steady_clock::now();
-  decode->step();  // starts the import: copy, then the confirmation that never comes in time
-  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_LT(waited, 2.0) << "the decode engine's thread waited " << waited << " s for a frozen prefill server";
-  EXPECT_GE(waited, 0.9) << "the confirmation should be waited for, up to its bound";
+  std::vector<int32_t> other_tokens;
+  while (other_tokens.size() < expected[1].size() && std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
+    decode->step();
+    for (int32_t t : tokens_of(*other)) other_tokens.push_back(t);
+  }
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(other_tokens, expected[1]);
+  EXPECT_LT(took, 0.8) << "the other request took " << took << " s: the frozen source held the decode engine";
+  EXPECT_EQ(decode->stats().kv_reference_unconfirmed, 0) << "the copy's confirmation should still be waited for";
   run_idle(*decode);
   EXPECT_EQ(tokens_of(*channel), expected[0]);
   EXPECT_EQ(decode->stats().kv_reference_unconfirmed, 1);
+  server.reset();
+  expect_every_block_free(*prefill, *decode);
+}
+
+// An import aborted while its copy runs: the copy's blocks go back once the copy has returned
+// (never while it may still write them), and nothing is delivered.
+TEST_P(KvByReference, AnImportAbortedWhileItCopiesGivesItsBlocksBackAfterTheCopy) {
+  const Requests r = requests(1, 14);
+  ReferenceRunner* prefill_runner = nullptr;
+  ReferenceRunner* decode_runner = nullptr;
+  auto prefill = engine(4, &prefill_runner);
+  auto decode = engine(4, &decode_runner);
+  auto server = port(*prefill, std::chrono::seconds(10), [] { std::this_thread::sleep_for(std::chrono::milliseconds(500)); });
+  std::vector<std::shared_ptr<OutputChannel>> first;
+  const std::vector<int64_t> ids = prefill_all(*prefill, r, first);
+  engine::KvPayload payload = pull(*server, *prefill, ids[0], decode->kv_reference_fingerprint());
+  ASSERT_TRUE(payload.by_reference());
+  auto channel = std::make_shared<OutputChannel>();
+  const int64_t id = decode->submit_imported(std::move(payload), r.params[0], channel);
+  decode->step();  // the copy starts, its confirmation waits
+  EXPECT_LT(decode->stats().kv_blocks_free, decode->stats().kv_blocks_total) << "the copy holds its blocks";
+  decode->abort(id);
+  decode->step();
+  EXPECT_LT(decode->stats().kv_blocks_free, decode->stats().kv_blocks_total)
+      << "an abort must not free the blocks a copy may still write";
+  run_idle(*decode);
+  EXPECT_EQ(decode->stats().kv_blocks_free, decode->stats().kv_blocks_total);
+  std::vector<int32_t> delivered = tokens_of(*channel);
+  EXPECT_TRUE(delivered.empty()) << delivered.size() << " tokens delivered for an aborted import";
   server.reset();
   expect_every_block_free(*prefill, *decode);
 }

@@ -250,6 +250,7 @@ bool EngineCore::run_step() {
   drain_inbox();
   release_leases();
   reap_abandoned();
+  finish_copies();          // engine_core_kv.cpp: imports whose copy by reference came back
   start_pending_imports();  // engine_core_kv.cpp: imported prompts wait for a slot like any other
   publish_prefix_hashes();  // engine_core_kv.cpp: when a router asked
   propose_drafts();
@@ -274,6 +275,7 @@ bool EngineCore::run_step() {
   waiting_snapshot_ = num_waiting();
   if (plan.empty() && !in_flight_) {
     publish_stats();
+    wait_for_copies(std::chrono::milliseconds(10));  // idle but for copies: take one as it lands
     return applied_early;
   }
   if (!plan.empty()) runner_->launch(plan);
@@ -404,7 +406,7 @@ bool EngineCore::has_work() {
     std::lock_guard lock(inbox_mutex_);
     if (!inbox_.empty() || !abort_inbox_.empty()) return true;
   }
-  return in_flight_.has_value() || scheduler_.has_work() || !pending_imports_.empty();
+  return in_flight_.has_value() || scheduler_.has_work() || !pending_imports_.empty() || copies_in_flight_ > 0;
 }
 
 void EngineCore::loop() {
@@ -418,7 +420,10 @@ void EngineCore::loop() {
     }
     std::unique_lock lock(inbox_mutex_);
     inbox_ready_.wait_for(lock, std::chrono::milliseconds(50),
-                          [&] { return stopping_ || abort_all_ || !inbox_.empty() || !abort_inbox_.empty(); });
+                          [&] {
+                            return stopping_ || abort_all_ || !inbox_.empty() || !abort_inbox_.empty() ||
+                                   !copies_done_.empty();
+                          });
   }
 }
 

@@ -27,6 +27,7 @@
 #include "tachyon/core/engine_config.h"
 #include "tachyon/engine/drafter.h"
 #include "tachyon/engine/engine_failure.h"
+#include "tachyon/engine/kv_copier.h"
 #include "tachyon/engine/kv_cache_manager.h"
 #include "tachyon/engine/kv_transfer.h"
 #include "tachyon/engine/output_channel.h"
@@ -62,9 +63,10 @@ struct EngineStats {
   std::array<int64_t, core::kMaxSpeculativeTokens> draft_tokens_accepted_per_position{};
   int32_t num_speculative_tokens = 0;  // k of the configured drafter (0: none); bounds the per-position series
   KvCacheStats kv;
-  // Decode role, imports by reference (engine/kv_transfer.h): rows copied device to device, the
-  // seconds those copies took (on the engine thread), and imports whose copy the source did not
-  // confirm (their prompts were computed here instead).
+  // Decode role, imports by reference (engine/kv_transfer.h): rows copied out of the source's
+  // cache, the seconds those copies took with their confirmations (on the copier's thread,
+  // engine/kv_copier.h), and imports whose copy the source did not confirm (their prompts were
+  // computed here instead).
   int64_t kv_reference_imports = 0;
   int64_t kv_reference_bytes = 0;
   double kv_reference_copy_seconds = 0.0;
@@ -178,8 +180,10 @@ class EngineCore {
   void admit(Submission&& submission);
   void admit_imported(Submission&& submission);  // engine_core_kv.cpp, as are the four below
   void start_pending_imports();
-  void start_imported(Sequence& sequence, const KvPayload& payload);
-  bool copy_by_reference(Sequence& sequence, const KvPayload& payload);
+  void start_imported(Sequence& sequence, const std::shared_ptr<const KvPayload>& payload);
+  void deliver_imported(Sequence& sequence, const KvPayload& payload);
+  void finish_copies();  // the copier's results: start the confirmed, compute the others
+  void wait_for_copies(std::chrono::milliseconds at_most);
   void lease_prefilled(const core::StepPlan& plan, const core::StepOutput& output);
   void stage_prompt_rows(const Sequence& sequence, int64_t computed, bool whole);
   void release_leases();
@@ -198,7 +202,9 @@ class EngineCore {
   void fail_queued(std::vector<Submission>& submissions, const std::string& message);
   void loop();
   void publish_stats();
-  int64_t num_waiting() const { return scheduler_.num_waiting() + static_cast<int64_t>(pending_imports_.size()); }
+  int64_t num_waiting() const {
+    return scheduler_.num_waiting() + static_cast<int64_t>(pending_imports_.size()) + copies_in_flight_;
+  }
   void count_step(const core::StepPlan& plan, const core::StepOutput& output);
 
   core::EngineConfig config_;
@@ -212,6 +218,7 @@ class EngineCore {
     std::shared_ptr<const KvPayload> payload;
   };
   std::deque<PendingImport> pending_imports_;  // decode role: admitted, waiting for a slot and blocks
+  int64_t copies_in_flight_ = 0;  // engine thread: handed to the copier (below), result not yet taken
   std::atomic<bool> prefix_hashes_wanted_{false};
   std::mutex prefix_hashes_mutex_;
   std::vector<BlockHash> prefix_hashes_;  // published for routers (engine_core_kv.cpp)
@@ -244,6 +251,11 @@ class EngineCore {
 
   std::thread thread_;
   std::atomic<bool> stopping_{false};
+  // Decode role: copies by reference run on the copier's thread (engine/kv_copier.h), made at the
+  // first one; their results wait in copies_done_ (under inbox_mutex_) for the engine thread.
+  // Last, so that it stops (and its thread stops calling back) before the members it uses go.
+  std::vector<KvCopier::Done> copies_done_;
+  std::unique_ptr<KvCopier> copier_;
 };
 
 }  // namespace tachyon::engine

@@ -210,56 +210,85 @@ void EngineCore::start_pending_imports() {
       continue;
     }
     Sequence& sequence = *it->second;
-    if (scheduler_.num_running() >= config_.scheduler.max_num_seqs) return;
+    // An import whose copy runs holds its slot as a running sequence does.
+    if (scheduler_.num_running() + copies_in_flight_ >= config_.scheduler.max_num_seqs) return;
     if (!kv_.allocate(sequence.block_table, {}, sequence.num_prompt_tokens)) return;
     const std::shared_ptr<const KvPayload> payload = next.payload;
     pending_imports_.pop_front();
-    start_imported(sequence, *payload);
+    start_imported(sequence, payload);
   }
 }
 
-// Copies a by-reference payload's rows out of the source cache into the sequence's blocks and has
-// the source confirm that it held them throughout (KvPayload::confirm). False when the copy
-// failed or went unconfirmed: its rows may be another prompt's, so the prompt is computed here.
-// The confirmation is one exchange with the source's KV port on this thread (bounded by the
-// transport's deadline, milliseconds on one node).
-bool EngineCore::copy_by_reference(Sequence& sequence, const KvPayload& payload) {
-  runner::KvRowAccess* rows = runner_->kv_rows();
-  const auto start = std::chrono::steady_clock::now();
-  bool confirmed = false;
-  int64_t bytes = 0;
-  try {
-    const std::vector<int32_t> source = join_kv_block_chunks(payload, payload.reference_block_size);
-    bytes = rows->copy_by_reference(payload.reference, payload.reference_block_size, source, sequence.block_table,
-                                    sequence.num_prompt_tokens);
-    confirmed = payload.confirm();
-  } catch (const Error& e) {
-    std::fprintf(stderr, "[tachyon] decode: the KV copy by reference failed, computing the prompt here: %s\n", e.what());
+// Rows are written into the sequence's freshly allocated blocks here, and its first token
+// delivered (the scheduler decodes on from it). By reference, the copier copies them (with the
+// blocks: an abort meanwhile frees nothing it writes), and finish_copies() goes on from there.
+void EngineCore::start_imported(Sequence& sequence, const std::shared_ptr<const KvPayload>& payload) {
+  if (payload->by_reference()) {
+    if (copier_ == nullptr) {
+      copier_ = std::make_unique<KvCopier>(*runner_->kv_rows(), [this](KvCopier::Done done) {
+        {
+          std::lock_guard lock(inbox_mutex_);
+          copies_done_.push_back(std::move(done));
+        }
+        inbox_ready_.notify_one();
+      });
+    }
+    ++copies_in_flight_;
+    copier_->submit({sequence.id, payload, std::move(sequence.block_table), sequence.num_prompt_tokens});
+    sequence.block_table.clear();
+    return;
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::lock_guard lock(stats_mutex_);
-  if (!confirmed) {
-    ++stats_.kv_reference_unconfirmed;
-    return false;
-  }
-  ++stats_.kv_reference_imports;
-  stats_.kv_reference_bytes += bytes;
-  stats_.kv_reference_copy_seconds += seconds;
-  return true;
+  runner_->kv_rows()->scatter(sequence.block_table, sequence.num_prompt_tokens, payload->rows);
+  deliver_imported(sequence, *payload);
 }
 
-// Writes the rows into the sequence's freshly allocated blocks, marks the prompt computed and
-// delivers the first token; the scheduler decodes on from it.
-void EngineCore::start_imported(Sequence& sequence, const KvPayload& payload) {
-  if (payload.by_reference()) {
-    if (!copy_by_reference(sequence, payload)) {  // computed here instead, from the same seed
+// Engine thread, each step: the copies that came back. A confirmed copy's sequence starts; an
+// unconfirmed one's blocks are freed and its prompt computed here, from the same seed (its rows
+// may be another prompt's); an aborted one's blocks are freed.
+void EngineCore::finish_copies() {
+  std::vector<KvCopier::Done> done;
+  {
+    std::lock_guard lock(inbox_mutex_);
+    done.swap(copies_done_);
+  }
+  for (KvCopier::Done& copy : done) {
+    --copies_in_flight_;
+    {
+      std::lock_guard lock(stats_mutex_);
+      if (copy.confirmed) {
+        ++stats_.kv_reference_imports;
+        stats_.kv_reference_bytes += copy.bytes;
+        stats_.kv_reference_copy_seconds += copy.seconds;
+      } else {
+        ++stats_.kv_reference_unconfirmed;
+      }
+    }
+    auto it = sequences_.find(copy.sequence_id);
+    if (it == sequences_.end() || it->second->finished()) {  // aborted while it copied
+      kv_.free(copy.blocks);
+      continue;
+    }
+    Sequence& sequence = *it->second;
+    sequence.block_table = std::move(copy.blocks);
+    if (!copy.confirmed) {
       kv_.free(sequence.block_table);
       scheduler_.add(&sequence);
-      return;
+      continue;
     }
-  } else {
-    runner_->kv_rows()->scatter(sequence.block_table, sequence.num_prompt_tokens, payload.rows);
+    deliver_imported(sequence, *copy.payload);
   }
+}
+
+// Engine thread, when it has nothing else to do: waits (at most `at_most`) for a copy to come back.
+void EngineCore::wait_for_copies(std::chrono::milliseconds at_most) {
+  if (copies_in_flight_ == 0) return;
+  std::unique_lock lock(inbox_mutex_);
+  inbox_ready_.wait_for(lock, at_most, [&] {
+    return stopping_ || abort_all_ || !copies_done_.empty() || !inbox_.empty() || !abort_inbox_.empty();
+  });
+}
+
+void EngineCore::deliver_imported(Sequence& sequence, const KvPayload& payload) {
   sequence.tokens.push_back(payload.first_token);
   sequence.num_computed_tokens = sequence.num_prompt_tokens;
   scheduler_.add_imported(&sequence);
