@@ -80,7 +80,12 @@ ServingContext::ServingContext(const ServingOptions& options) {
         options.kv_transfer_host, options.kv_transfer_port,
         [engine](engine::KvLeaseKey key, size_t from, bool claim) { return engine->read_kv_stream(key, from, claim); },
         [engine](engine::KvLeaseKey key) { engine->release_kv(key); }, std::chrono::seconds(5),
-        [pd = pd_metrics_.get()](int64_t bytes, double seconds) { pd->on_transfer(bytes, seconds); },
+        // A stream's rows are freed on the KV port's thread, after the engine went idle and
+        // trimmed: mark the heap busy so that the engine's next idle check trims them too.
+        [pd = pd_metrics_.get(), trim = &heap_trim_](int64_t bytes, double seconds) {
+          pd->on_transfer(bytes, seconds);
+          trim->busy();
+        },
         options.kv_transfer_max_pulls,
         by_reference_source(*engine, std::chrono::milliseconds(static_cast<int64_t>(options.kv_lease_timeout_s * 1000))));
     kv_transfer_->inject_fault(kv_transport_fault_from_env());
