@@ -50,13 +50,15 @@ def rss_anon(pid):
     return 0
 
 
-os.environ["MALLOC_ARENA_MAX"] = "1"  # as the single-server soak: one arena keeps RSS samples comparable
 cluster = Cluster(args[0], args[1], max_model_len=512, canary=True)
-del os.environ["MALLOC_ARENA_MAX"]
 try:
+    # As the single-server soak: one arena keeps RSS samples comparable. Set while the servers and
+    # the router start (the processes inherit it), not only while the cluster object is made.
+    os.environ["MALLOC_ARENA_MAX"] = "1"
     prefill = cluster.serve("prefill", "--role", "prefill")
     decode = cluster.serve("decode", "--role", "decode")
     router = cluster.router([prefill], [decode])
+    del os.environ["MALLOC_ARENA_MAX"]
     processes = {"router": router, "prefill": prefill, "decode": decode}
     body = {"model": "tiny", "prompt": "Tell me", "max_tokens": 4, "temperature": 0.8}
     idle = lambda: all(metric(s.url, "tachyon:num_requests_running") == 0 and

@@ -16,7 +16,7 @@
 #include "tachyon/engine/engine_core.h"
 #include "tachyon/model/make_model.h"
 #include "tachyon/runner/cpu_model_runner.h"
-#include "tachyon/runner/kv_transport.h"
+#include "tachyon/app/kv_transport.h"
 #include "tachyon/server/pd_transport.h"
 #include "kv_transfer_test_util.h"
 
@@ -118,7 +118,7 @@ class ReferenceRunner : public runner::ForwardingModelRunner {
 // Each test runs with the in-process stand-in and, when the build has UCX, with UCX reads.
 std::vector<std::string> transports() {
   std::vector<std::string> out = {"in_process"};
-  if (runner::ucx_available()) out.push_back("ucx");
+  if (app::ucx_available()) out.push_back("ucx");
   return out;
 }
 
@@ -145,7 +145,7 @@ class KvByReference : public ::testing::TestWithParam<std::string> {
     auto cpu = std::make_unique<runner::CpuModelRunner>(*model_, c.num_blocks, block_size);
     if (runner == nullptr) return std::make_unique<EngineCore>(c, std::move(cpu));
     std::unique_ptr<runner::ModelRunner> by_reference =
-        GetParam() == "ucx" ? runner::with_kv_transport(std::move(cpu), "ucx")
+        GetParam() == "ucx" ? app::with_kv_transport(std::move(cpu), "ucx")
                             : std::make_unique<InProcessReferenceRunner>(std::move(cpu));
     auto wrapped = std::make_unique<ReferenceRunner>(std::move(by_reference));
     *runner = wrapped.get();

@@ -19,7 +19,7 @@
 #include "tachyon/model/make_model.h"
 #include "tachyon/model/model_config.h"
 #include "tachyon/runner/kv_export.h"
-#include "tachyon/runner/kv_transport.h"
+#include "tachyon/app/kv_transport.h"
 #include "tachyon/runner/cpu_model_runner.h"
 #ifdef TACHYON_HAVE_UCX
 #include "tachyon/runner/ucx/ucx_kv_rows.h"
@@ -27,6 +27,9 @@
 
 namespace tachyon::runner {
 namespace {
+
+using app::ucx_available;
+using app::with_kv_transport;
 
 #ifdef TACHYON_HAVE_UCX
 

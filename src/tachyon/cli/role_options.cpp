@@ -1,7 +1,7 @@
 #include "tachyon/cli/role_options.h"
 
 #include "tachyon/base/check.h"
-#include "tachyon/runner/kv_transport.h"
+#include "tachyon/app/kv_transport.h"
 
 namespace tachyon::cli {
 
@@ -50,7 +50,7 @@ void check_role_options(const server::ServingOptions& serving) {
   // ran only between engines (tests/gpu/test_cuda_kv_transfer.cpp), not between servers.
   TACHYON_CHECK(engine.device.kind == "cpu" || serving.kv_transport == "auto")
       << "--kv-transport " << serving.kv_transport << " on cuda is untested (ucx reads host memory only); use auto";
-  TACHYON_CHECK(serving.kv_transport != "ucx" || runner::ucx_available())
+  TACHYON_CHECK(serving.kv_transport != "ucx" || app::ucx_available())
       << "--kv-transport ucx: this build has no UCX (install Debian's libucx-dev and build again)";
   TACHYON_CHECK(engine.device.kind == "cpu" || engine.device.kind == "cuda")
       << "--role needs --device cpu or cuda (got " << engine.device.kind << "): say which";

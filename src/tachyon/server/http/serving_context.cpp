@@ -6,7 +6,7 @@
 #include "tachyon/base/heap_trim.h"
 #include "tachyon/base/file_util.h"
 #include "tachyon/app/runner_factory.h"
-#include "tachyon/runner/kv_transport.h"
+#include "tachyon/app/kv_transport.h"
 #include "tachyon/server/http/task_slots.h"
 #include "tachyon/server/pd_metrics.h"
 #include "tachyon/server/pd_transport.h"
@@ -52,7 +52,7 @@ ServingContext::ServingContext(const ServingOptions& options) {
   // Structured outputs: the vocabulary's byte trie, built once here, so no request pays for it.
   limits_.grammar_compiler = std::make_shared<structured::GrammarCompiler>(
       structured::TokenVocabulary::from_tokenizer(*tokenizer_, model_config.vocab_size));
-  if (!options.role.empty()) loaded.runner = runner::with_kv_transport(std::move(loaded.runner), options.kv_transport);
+  if (!options.role.empty()) loaded.runner = app::with_kv_transport(std::move(loaded.runner), options.kv_transport);
   engine_ = std::make_unique<engine::EngineCore>(engine_config, std::move(loaded.runner), std::move(loaded.drafter));
   metrics_ = std::make_unique<ServerMetrics>(limits_.model_name);
   const int64_t per_client = options.max_sequences_per_client != 0

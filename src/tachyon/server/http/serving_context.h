@@ -63,7 +63,7 @@ struct ServingOptions {
   // Decode role: requests that may wait at once for their prompt's KV, each on a thread of its
   // own (http/pd_roles.h); more get 503 with Retry-After.
   int kv_pull_max_waiting = 256;
-  // Both roles: how the KV moves (auto, tcp or ucx; runner/kv_transport.h).
+  // Both roles: how the KV moves (auto, tcp or ucx; app/kv_transport.h).
   std::string kv_transport = "auto";
 };
 

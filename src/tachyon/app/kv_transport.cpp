@@ -1,11 +1,15 @@
-#include "tachyon/runner/kv_transport.h"
+#include "tachyon/app/kv_transport.h"
 
 #include "tachyon/base/check.h"
 #ifdef TACHYON_HAVE_UCX
 #include "tachyon/runner/ucx/ucx_kv_rows.h"
 #endif
 
-namespace tachyon::runner {
+namespace tachyon::app {
+
+using runner::ForwardingModelRunner;
+using runner::KvRowAccess;
+using runner::ModelRunner;
 namespace {
 
 // The inner cache's rows with no reference offered: every pull is answered with rows.
@@ -32,7 +36,7 @@ class KvTransportRunner : public ForwardingModelRunner {
       rows_ = std::make_unique<RowsOnly>(rows);
     } else {
 #ifdef TACHYON_HAVE_UCX
-      rows_ = std::make_unique<ucx::UcxKvRowAccess>(rows);
+      rows_ = std::make_unique<runner::ucx::UcxKvRowAccess>(rows);
 #else
       throw Error("--kv-transport ucx: this build has no UCX (install Debian's libucx-dev and build again)");
 #endif
@@ -61,4 +65,4 @@ std::unique_ptr<ModelRunner> with_kv_transport(std::unique_ptr<ModelRunner> runn
   return std::make_unique<KvTransportRunner>(std::move(runner), transport);
 }
 
-}  // namespace tachyon::runner
+}  // namespace tachyon::app

@@ -14,7 +14,7 @@
 
 #include "tachyon/runner/model_runner.h"
 
-namespace tachyon::runner {
+namespace tachyon::app {
 
 // Whether this build has UCX (Debian's libucx-dev was found when it was configured).
 bool ucx_available();
@@ -22,6 +22,7 @@ bool ucx_available();
 // `runner`, its KV moving by `transport` ("auto", "tcp" or "ucx"). Throws Error for ucx when the
 // build has no UCX or the runner's cache is not in host memory. A runner without KV rows is
 // returned as it is.
-std::unique_ptr<ModelRunner> with_kv_transport(std::unique_ptr<ModelRunner> runner, const std::string& transport);
+std::unique_ptr<runner::ModelRunner> with_kv_transport(std::unique_ptr<runner::ModelRunner> runner,
+                                                       const std::string& transport);
 
-}  // namespace tachyon::runner
+}  // namespace tachyon::app
