@@ -6,8 +6,8 @@ memory when the run ends stays within 2% of what it was after the first 10% of t
 (both read with the process idle), and the median /metrics render time of the last quarter of
 the run stays within 25% (+2 ms) of the first quarter's. Every request must answer 200.
     pd_soak.py TACHYON TOKENIZERS_DIR [TOTAL (500)] [--json OUT]
-The issue's soak is TOTAL 20000 (about 80 s on 2 cores; it passes:
-bench/results/2026-12-03-pd-soak-20000-bounded-router.json). Not in ctest: it takes over a minute,
+The issue's soak is TOTAL 20000 (about 50 s on 2 cores; it passes 3 of 3 runs:
+bench/results/2026-12-03-pd-soak-20000-one-arena.json). Not in ctest: it takes over a minute,
 and its render criterion is a time, which on a shared machine moves with the other work on it.
 The scraper runs in its own process; every process runs with MALLOC_ARENA_MAX=1, as the
 single-server soak sets M_ARENA_MAX in its own process."""
