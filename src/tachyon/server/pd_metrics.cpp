@@ -56,12 +56,13 @@ void PdMetrics::render(std::string& out, const engine::KvLeaseStats& leases, con
   append_family(out, "tachyon:kv_transfer_imports_total", "counter", "Requests that decoded from pulled KV rows.");
   append_sample(out, "tachyon:kv_transfer_imports_total", "", imports_.load());
   append_family(out, "tachyon:kv_reference_imports_total", "counter",
-                "Imports whose rows were copied device to device out of the prefill server's cache (CUDA IPC).");
+                "Imports whose rows were copied by reference out of the prefill server's cache (CUDA IPC on one "
+                "GPU, or UCX reads).");
   append_sample(out, "tachyon:kv_reference_imports_total", "", engine.kv_reference_imports);
   append_family(out, "tachyon:kv_reference_bytes_total", "counter", "KV bytes those imports copied.");
   append_sample(out, "tachyon:kv_reference_bytes_total", "", engine.kv_reference_bytes);
   append_family(out, "tachyon:kv_reference_copy_seconds_total", "counter",
-                "Time those copies took, with the prefill server's confirmation, on the engine thread.");
+                "Time those copies took, with the prefill server's confirmation (on the copier thread).");
   append_sample(out, "tachyon:kv_reference_copy_seconds_total", "", engine.kv_reference_copy_seconds);
   append_family(out, "tachyon:kv_reference_unconfirmed_total", "counter",
                 "By-reference imports whose copy failed or went unconfirmed (the prompt was computed here).");
