@@ -31,20 +31,14 @@ using kv_test::wait_for;
 
 // The CPU runner's rows, plus copies by reference out of another such cache in this process: the
 // descriptor names it in a registry, as an IPC handle names a cache on the GPU.
-class InProcessReferenceRows : public runner::KvRowAccess {
+class InProcessReferenceRows : public runner::ForwardingKvRowAccess {
  public:
-  explicit InProcessReferenceRows(runner::KvRowAccess& inner) : inner_(inner) {
+  explicit InProcessReferenceRows(runner::KvRowAccess& inner) : ForwardingKvRowAccess(inner) {
     static int next = 0;
     name_ = "in-process cache " + std::to_string(next++);
     registry()[name_] = this;
   }
   ~InProcessReferenceRows() override { registry().erase(name_); }
-  int64_t values_per_token() const override { return inner_.values_per_token(); }
-  std::vector<int64_t> plane_widths() const override { return inner_.plane_widths(); }
-  void gather(std::span<const int32_t> table, int64_t n, std::span<float> out) const override { inner_.gather(table, n, out); }
-  void scatter(std::span<const int32_t> table, int64_t n, std::span<const float> rows) override {
-    inner_.scatter(table, n, rows);
-  }
   std::string reference_fingerprint() const override {
     std::string fingerprint = "in-process";
     for (int64_t width : plane_widths()) fingerprint += " " + std::to_string(width);
@@ -56,8 +50,8 @@ class InProcessReferenceRows : public runner::KvRowAccess {
     auto it = registry().find(descriptor);
     if (it == registry().end()) throw Error("no cache " + descriptor);
     std::vector<float> rows(static_cast<size_t>(n * values_per_token()));
-    it->second->inner_.gather(source_blocks, n, rows);
-    inner_.scatter(table, n, rows);
+    it->second->gather(source_blocks, n, rows);
+    scatter(table, n, rows);
     return static_cast<int64_t>(rows.size() * sizeof(float));
   }
 
@@ -66,7 +60,6 @@ class InProcessReferenceRows : public runner::KvRowAccess {
     static std::map<std::string, InProcessReferenceRows*> caches;
     return caches;
   }
-  runner::KvRowAccess& inner_;
   std::string name_;
 };
 
@@ -81,27 +74,16 @@ class InProcessReferenceRunner : public runner::ForwardingModelRunner {
 };
 
 // The by-reference rows of either kind, counting the copies that returned.
-class CountingRows : public runner::KvRowAccess {
+class CountingRows : public runner::ForwardingKvRowAccess {
  public:
-  explicit CountingRows(runner::KvRowAccess& inner) : inner_(inner) {}
-  int64_t values_per_token() const override { return inner_.values_per_token(); }
-  std::vector<int64_t> plane_widths() const override { return inner_.plane_widths(); }
-  void gather(std::span<const int32_t> table, int64_t n, std::span<float> out) const override { inner_.gather(table, n, out); }
-  void scatter(std::span<const int32_t> table, int64_t n, std::span<const float> rows) override {
-    inner_.scatter(table, n, rows);
-  }
-  std::string reference_fingerprint() const override { return inner_.reference_fingerprint(); }
-  std::string reference_descriptor() const override { return inner_.reference_descriptor(); }
+  using ForwardingKvRowAccess::ForwardingKvRowAccess;
   int64_t copy_by_reference(const std::string& descriptor, int64_t source_block_size, std::span<const int32_t> source_blocks,
                             std::span<const int32_t> table, int64_t n) override {
-    const int64_t bytes = inner_.copy_by_reference(descriptor, source_block_size, source_blocks, table, n);
+    const int64_t bytes = ForwardingKvRowAccess::copy_by_reference(descriptor, source_block_size, source_blocks, table, n);
     ++copies;
     return bytes;
   }
   int copies = 0;
-
- private:
-  runner::KvRowAccess& inner_;
 };
 
 class ReferenceRunner : public runner::ForwardingModelRunner {

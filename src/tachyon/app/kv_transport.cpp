@@ -13,18 +13,11 @@ using runner::ModelRunner;
 namespace {
 
 // The inner cache's rows with no reference offered: every pull is answered with rows.
-class RowsOnly : public KvRowAccess {
+class RowsOnly : public runner::ForwardingKvRowAccess {
  public:
-  explicit RowsOnly(KvRowAccess& inner) : inner_(inner) {}
-  int64_t values_per_token() const override { return inner_.values_per_token(); }
-  std::vector<int64_t> plane_widths() const override { return inner_.plane_widths(); }
-  void gather(std::span<const int32_t> table, int64_t n, std::span<float> out) const override { inner_.gather(table, n, out); }
-  void scatter(std::span<const int32_t> table, int64_t n, std::span<const float> rows) override {
-    inner_.scatter(table, n, rows);
-  }
-
- private:
-  KvRowAccess& inner_;
+  using ForwardingKvRowAccess::ForwardingKvRowAccess;
+  std::string reference_fingerprint() const override { return ""; }
+  std::string reference_descriptor() const override { return ""; }
 };
 
 class KvTransportRunner : public ForwardingModelRunner {

@@ -82,6 +82,35 @@ class KvRowAccess {
   virtual HostLayout host_layout() { return {}; }
 };
 
+// KV access that hands every call to another one: the base of wrappers that change one behaviour
+// and keep the rest (app/kv_transport.h offers no reference, or a UCX one; tests count copies).
+class ForwardingKvRowAccess : public KvRowAccess {
+ public:
+  explicit ForwardingKvRowAccess(KvRowAccess& inner) : inner_(inner) {}
+  int64_t values_per_token() const override { return inner_.values_per_token(); }
+  std::vector<int64_t> plane_widths() const override { return inner_.plane_widths(); }
+  void gather(std::span<const int32_t> block_table, int64_t num_tokens, std::span<float> out) const override {
+    inner_.gather(block_table, num_tokens, out);
+  }
+  void scatter(std::span<const int32_t> block_table, int64_t num_tokens, std::span<const float> rows) override {
+    inner_.scatter(block_table, num_tokens, rows);
+  }
+  std::string reference_fingerprint() const override { return inner_.reference_fingerprint(); }
+  std::string reference_descriptor() const override { return inner_.reference_descriptor(); }
+  int64_t copy_by_reference(const std::string& descriptor, int64_t source_block_size,
+                            std::span<const int32_t> source_blocks, std::span<const int32_t> block_table,
+                            int64_t num_tokens) override {
+    return inner_.copy_by_reference(descriptor, source_block_size, source_blocks, block_table, num_tokens);
+  }
+  HostLayout host_layout() override { return inner_.host_layout(); }
+
+ protected:
+  KvRowAccess& inner() const { return inner_; }
+
+ private:
+  KvRowAccess& inner_;
+};
+
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;

@@ -354,8 +354,8 @@ engine::KvPayload fetch_kv(const std::string& host, int port, engine::KvLeaseKey
     payload.seed = commit.seed;
     payload.values_per_token = commit.values_per_token;
     if (payload.by_reference()) {  // the connection stays open for the copy's word
-      // The decode engine's thread waits for the answer: a frozen prefill server costs it at most
-      // this, after which the prompt is computed there.
+      // The decode engine's copier thread waits for the answer (engine/kv_copier.h): a frozen
+      // prefill server costs each import at most this, after which its prompt is computed there.
       const auto patience = std::min(idle_timeout, kConfirmTimeout);
       payload.confirm = [socket, patience] { return confirm_copy(socket->fd, patience); };
     }

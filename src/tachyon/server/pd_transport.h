@@ -160,7 +160,7 @@ std::optional<KvTransferServer::ByReference> by_reference_source(engine::EngineC
 // With `reference_fingerprint` (this side's cache's; "" for rows), a source of the same
 // fingerprint answers by reference: the payload names the source's blocks, and its confirm()
 // tells the source the copy is done and returns whether it confirmed (within `idle_timeout`, and
-// at most a second: the decode engine's thread waits for it);
+// at most a second: the decode engine's copier thread waits for it, one import after another);
 // the connection stays open until then, or until the payload is destroyed.
 engine::KvPayload fetch_kv(const std::string& host, int port, engine::KvLeaseKey key,
                            std::chrono::milliseconds idle_timeout,

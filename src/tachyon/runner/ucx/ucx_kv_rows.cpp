@@ -67,7 +67,8 @@ Source parse(const std::string& descriptor) {
 
 }  // namespace
 
-UcxKvRowAccess::UcxKvRowAccess(KvRowAccess& host_cache) : inner_(host_cache), layout_(host_cache.host_layout()) {
+UcxKvRowAccess::UcxKvRowAccess(KvRowAccess& host_cache)
+    : ForwardingKvRowAccess(host_cache), layout_(host_cache.host_layout()) {
   TACHYON_CHECK(!layout_.planes.empty() && layout_.block_size > 0)
       << "--kv-transport ucx needs a KV cache in host memory (the CPU runner's); Debian's UCX cannot read GPU "
          "memory, so a GPU server moves KV by CUDA IPC on one node or as rows over TCP (--kv-transport auto|tcp)";

@@ -21,20 +21,11 @@
 
 namespace tachyon::runner::ucx {
 
-class UcxKvRowAccess : public KvRowAccess {
+class UcxKvRowAccess : public ForwardingKvRowAccess {
  public:
   // Rows and the layout come from `host_cache`, which outlives this. Throws Error when its cache
   // is not in host memory, or UCX cannot start.
   explicit UcxKvRowAccess(KvRowAccess& host_cache);
-  int64_t values_per_token() const override { return inner_.values_per_token(); }
-  std::vector<int64_t> plane_widths() const override { return inner_.plane_widths(); }
-  void gather(std::span<const int32_t> block_table, int64_t num_tokens, std::span<float> out) const override {
-    inner_.gather(block_table, num_tokens, out);
-  }
-  void scatter(std::span<const int32_t> block_table, int64_t num_tokens, std::span<const float> rows) override {
-    inner_.scatter(block_table, num_tokens, rows);
-  }
-  HostLayout host_layout() override { return layout_; }
   std::string reference_fingerprint() const override { return fingerprint_; }
   // Registers the cache with UCX on the first call (a decode server never registers its own).
   std::string reference_descriptor() const override;
@@ -43,7 +34,6 @@ class UcxKvRowAccess : public KvRowAccess {
                             int64_t num_tokens) override;
 
  private:
-  KvRowAccess& inner_;
   HostLayout layout_;
   std::string fingerprint_;
   mutable std::mutex mutex_;  // the descriptor, made once

@@ -100,10 +100,7 @@ UcxRma::UcxRma() {
 }
 
 UcxRma::~UcxRma() {
-  {
-    std::lock_guard lock(expose_mutex_);
-    stopping_ = true;
-  }
+  stopping_ = true;
   if (progress_.joinable()) {
     ucp_worker_signal(worker_);
     progress_.join();
@@ -142,11 +139,7 @@ std::string UcxRma::expose(void* data, size_t bytes) {
 void UcxRma::progress_loop() {
   int fd = -1;
   const bool waits = ucp_worker_get_efd(worker_, &fd) == UCS_OK;
-  for (;;) {
-    {
-      std::lock_guard lock(expose_mutex_);
-      if (stopping_) return;
-    }
+  while (!stopping_) {
     while (ucp_worker_progress(worker_) != 0) {
     }
     if (!waits) {
@@ -159,7 +152,7 @@ void UcxRma::progress_loop() {
   }
 }
 
-UcxRma::Peer& UcxRma::peer(const std::string& address, std::span<const std::string> rkeys) {
+UcxRma::Peers::iterator UcxRma::peer(const std::string& address, std::span<const std::string> rkeys) {
   const auto now = Clock::now();
   for (auto it = peers_.begin(); it != peers_.end();) {
     if (now - it->second->last_used > kPeerIdle) {
@@ -172,7 +165,7 @@ UcxRma::Peer& UcxRma::peer(const std::string& address, std::span<const std::stri
   std::string key = address;
   for (const std::string& rkey : rkeys) key += rkey;
   auto found = peers_.find(key);
-  if (found != peers_.end()) return *found->second;
+  if (found != peers_.end()) return found;
 
   auto peer = std::make_unique<Peer>();
   ucp_ep_params_t params{};
@@ -193,7 +186,7 @@ UcxRma::Peer& UcxRma::peer(const std::string& address, std::span<const std::stri
     }
     peer->rkeys.push_back(unpacked);
   }
-  return *peers_.emplace(std::move(key), std::move(peer)).first->second;
+  return peers_.emplace(std::move(key), std::move(peer)).first;
 }
 
 void UcxRma::close_peer(std::unique_ptr<Peer> peer) {
@@ -204,7 +197,8 @@ void UcxRma::close_peer(std::unique_ptr<Peer> peer) {
 void UcxRma::read(const std::string& peer_address, std::span<const std::string> rkeys, std::span<const Get> gets,
                   std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
-  Peer& p = peer(peer_address, rkeys);
+  const Peers::iterator entry = peer(peer_address, rkeys);
+  Peer& p = *entry->second;
   p.last_used = Clock::now();
   Pending pending;
   std::vector<ucs_status_ptr_t> requests;
@@ -238,12 +232,8 @@ void UcxRma::read(const std::string& peer_address, std::span<const std::string> 
                                                          std::to_string(timeout.count()) + " ms";
     // Nothing may land in the caller's memory once it has ours back: the endpoint is closed by
     // force, which completes every GET still in flight (with an error), and we wait for that.
-    auto failed = peers_.end();
-    for (auto it = peers_.begin(); it != peers_.end(); ++it) {
-      if (it->second.get() == &p) failed = it;
-    }
-    std::unique_ptr<Peer> owned = std::move(failed->second);
-    peers_.erase(failed);
+    std::unique_ptr<Peer> owned = std::move(entry->second);
+    peers_.erase(entry);
     close_endpoint(worker_, owned->ep, /*force=*/true);
     while (pending.left.load() > 0) ucp_worker_progress(worker_);
     for (ucp_rkey_h rkey : owned->rkeys) ucp_rkey_destroy(rkey);

@@ -11,6 +11,7 @@
 // Test: tests/unit/test_ucx_kv_rows.cpp.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -53,18 +54,20 @@ class UcxRma {
 
  private:
   struct Peer;
-  Peer& peer(const std::string& address, std::span<const std::string> rkeys);
+  using Peers = std::map<std::string, std::unique_ptr<Peer>>;  // by address + keys
+  // The connection to `address` (made, and its keys unpacked, on first use); closes idle ones.
+  Peers::iterator peer(const std::string& address, std::span<const std::string> rkeys);
   void close_peer(std::unique_ptr<Peer> peer);
   void progress_loop();
 
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   std::string worker_address_;
-  std::mutex expose_mutex_;
+  std::mutex expose_mutex_;  // regions_ and starting the progress thread
   std::vector<ucp_mem_h> regions_;
   std::thread progress_;
-  bool stopping_ = false;  // under expose_mutex_; the thread also watches the worker's signal
-  std::map<std::string, std::unique_ptr<Peer>> peers_;  // by address + keys
+  std::atomic<bool> stopping_{false};  // the progress thread's; ucp_worker_signal wakes it
+  Peers peers_;
 };
 
 }  // namespace tachyon::runner::ucx
