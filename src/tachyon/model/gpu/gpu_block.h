@@ -17,6 +17,7 @@
 #include "tachyon/model/gpu/gpu_weights.h"
 #include "tachyon/model/gpu/gpu_workspace.h"
 #include "tachyon/model/gpu/linear_dispatch.h"
+#include "tachyon/model/gpu/side_stream.h"
 #include "tachyon/model/layer_plan.h"
 #include "tachyon/model/model_config.h"
 
@@ -36,6 +37,7 @@ struct BlockContext {
   // the all-reduce that follows sums it once.
   bool row_parallel_bias = true;
   std::span<const LayerKinds> layers;  // [num_hidden_layers] layer_plan(config): each layer's block kinds
+  SideStream* side = nullptr;          // for run_branches; null: branches run one after the other
 };
 
 class GpuBlock {
@@ -61,6 +63,24 @@ class GpuBlock {
  protected:
   const CudaLayerWeights& layer_weights(int64_t layer) const {
     return ctx_.weights.layers()[static_cast<size_t>(layer)];
+  }
+  // Two independent parts of a layer, each a callable issuing its kernels on the stream it is
+  // given: with `concurrent` (and a side stream) `side` runs on the side stream while `main` runs
+  // on the block's stream; otherwise `main`, then `side`, on the block's stream. Either way what
+  // the block issues next sees both. `side` may issue only kernels that keep no state across
+  // streams: our own kernels, and products for which LinearDispatch::stream_local holds (the
+  // runner's cuBLASLt workspace and FP8 staging serve one stream at a time).
+  template <typename Side, typename Main>
+  void run_branches(bool concurrent, Side&& side, Main&& main) {
+    if (!concurrent || ctx_.side == nullptr) {
+      main(ctx_.stream);
+      side(ctx_.stream);
+      return;
+    }
+    ctx_.side->fork(ctx_.stream);
+    side(ctx_.side->stream());
+    main(ctx_.stream);
+    ctx_.side->join(ctx_.stream);
   }
   BlockContext& ctx_;
 };

@@ -1,6 +1,8 @@
 #include "tachyon/model/gpu/gpu_decoder.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "tachyon/dist/communicator.h"
 #include "tachyon/kernels/cuda/embedding.h"
@@ -22,14 +24,26 @@ const char* linear_role_name(LinearRole role) {
   return kNames[static_cast<int>(role)];
 }
 
+namespace {
+
+// TACHYON_SIDE_STREAM=0 runs every block's branches one after the other on the decoder's stream:
+// to time the overlap against its absence with one binary, and to rule it out when debugging.
+bool side_stream_enabled() {
+  const char* value = std::getenv("TACHYON_SIDE_STREAM");
+  return value == nullptr || std::string_view(value) != "0";
+}
+
+}  // namespace
+
 GpuDecoder::GpuDecoder(const CudaDenseWeights& weights, LinearDispatch& linear, const GpuLimits& limits,
                        cudaStream_t stream, TpSeam tp)
     : weights_(weights),
       tp_(tp),
       vocab_rows_(tp.vocab_rows > 0 ? tp.vocab_rows : weights.config().vocab_size),
       plan_(layer_plan(weights.config())),
+      side_(tp.comm == nullptr && side_stream_enabled() ? std::make_unique<SideStream>() : nullptr),
       ctx_{weights.config(), weights, ws_, linear, limits, &kv_, stream, tp.comm == nullptr || tp.comm->rank() == 0,
-           plan_} {
+           plan_, side_.get()} {
   const ModelConfig& c = config();
   const std::string reason = gpu_decoder_unsupported(c);
   TACHYON_CHECK(reason.empty()) << "the GPU decoder cannot serve " << c.architecture << ": " << reason;

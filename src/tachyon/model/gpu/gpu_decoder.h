@@ -77,6 +77,7 @@ class GpuDecoder {
   std::vector<LayerKinds> plan_;  // [num_hidden_layers] layer_plan(config()); the blocks see it as ctx_.layers
   Workspace ws_;
   KvCache kv_;
+  std::unique_ptr<SideStream> side_;  // the blocks' run_branches; none under TP (one stream per rank)
   BlockContext ctx_;
   std::unique_ptr<GpuBlock> attention_;
   std::unique_ptr<GpuBlock> dense_mlp_;  // when some layer has a dense MLP

@@ -83,25 +83,29 @@ std::vector<RoleInfo> LatentAttentionBlock::roles() const {
 }
 
 void LatentAttentionBlock::run_role(LinearRole role, int64_t layer, int64_t m) {
+  run_role_on(role, layer, m, ctx_.stream);
+}
+
+void LatentAttentionBlock::run_role_on(LinearRole role, int64_t layer, int64_t m, cudaStream_t stream) {
   const CudaLayerWeights& w = layer_weights(layer);
   Workspace& ws = ctx_.ws;
   const auto bf = GemmOutputType::kBF16;
   switch (role) {
     case LinearRole::kMlaQA:  // q_a_proj into the q LoRA, or (no q LoRA) q_proj straight to the heads
       if (!w.q_a_proj.empty()) {
-        ctx_.linear.linear(role, q_a_shape(), ws.q_lora, bf, ws.normed, w.q_a_proj, nullptr, m, ctx_.stream);
+        ctx_.linear.linear(role, q_a_shape(), ws.q_lora, bf, ws.normed, w.q_a_proj, nullptr, m, stream);
       } else {
-        ctx_.linear.linear(role, q_a_shape(), ws.q_full, bf, ws.normed, w.q_b_proj, nullptr, m, ctx_.stream);
+        ctx_.linear.linear(role, q_a_shape(), ws.q_full, bf, ws.normed, w.q_b_proj, nullptr, m, stream);
       }
       break;
     case LinearRole::kMlaQB:
-      ctx_.linear.linear(role, q_b_shape(), ws.q_full, bf, ws.q_lora, w.q_b_proj, nullptr, m, ctx_.stream);
+      ctx_.linear.linear(role, q_b_shape(), ws.q_full, bf, ws.q_lora, w.q_b_proj, nullptr, m, stream);
       break;
     case LinearRole::kMlaKvA:
-      ctx_.linear.linear(role, kv_a_shape(), ws.kv_a, bf, ws.normed, w.kv_a_proj, nullptr, m, ctx_.stream);
+      ctx_.linear.linear(role, kv_a_shape(), ws.kv_a, bf, ws.normed, w.kv_a_proj, nullptr, m, stream);
       break;
     case LinearRole::kMlaO:
-      ctx_.linear.linear(role, o_shape(), ws.proj, bf, ws.attn, w.o_proj, nullptr, m, ctx_.stream);
+      ctx_.linear.linear(role, o_shape(), ws.proj, bf, ws.attn, w.o_proj, nullptr, m, stream);
       break;
     default:
       break;
@@ -128,22 +132,27 @@ void LatentAttentionBlock::forward(int64_t l, const GpuStep& step) {
   const int64_t qa = rank + rope, kv_b_rows = nope + v;
   const float eps = kMlaLatentNormEps;  // q_a_layernorm's and kv_a_layernorm's, not the config's
 
-  run_role(LinearRole::kMlaQA, l, T);  // into the q LoRA, or (no q LoRA) straight to the heads' queries
-  if (!w.q_a_proj.empty()) {
-    kc::rms_norm(ws.q_lora, ws.q_lora, w.q_a_norm, T, c.q_lora_rank, eps, stream);
-    run_role(LinearRole::kMlaQB, l, T);
-  }
-  run_role(LinearRole::kMlaKvA, l, T);
   bf16* latent_cache = ctx_.kv->region(l, 0);
-  kc::mla_store_latent(latent_cache, ws.kv_a, w.kv_a_norm, eps, ctx_.weights.inv_freq(), rope_attention_scaling_,
-                       c.rope_interleave, m.positions, m.slots, T, static_cast<int32_t>(rank),
-                       static_cast<int32_t>(rope), stream);
-  // q_abs[t, h, :rank] = q[t, h, :nope] @ W_uk_h: W_uk_h is kv_b_proj's rows h * (nope + v) .. + nope.
-  head_gemm_.run(ws.q_absorbed, heads * qa, qa, {ws.q_full, heads * qk(), qk()}, {w.kv_b_proj, rank, kv_b_rows * rank},
-                 kc::HeadGemmB::kNone, T, rank, nope, heads, stream);
-  kc::mla_rope_queries(ws.q_absorbed, ws.q_full, ctx_.weights.inv_freq(), rope_attention_scaling_, c.rope_interleave,
-                       m.positions, T, static_cast<int32_t>(heads), static_cast<int32_t>(nope),
-                       static_cast<int32_t>(rank), static_cast<int32_t>(rope), stream);
+  auto queries = [&](cudaStream_t on) {
+    run_role_on(LinearRole::kMlaQA, l, T, on);  // into the q LoRA, or (no q LoRA) straight to the heads' queries
+    if (!w.q_a_proj.empty()) {
+      kc::rms_norm(ws.q_lora, ws.q_lora, w.q_a_norm, T, c.q_lora_rank, eps, on);
+      run_role_on(LinearRole::kMlaQB, l, T, on);
+    }
+    // q_abs[t, h, :rank] = q[t, h, :nope] @ W_uk_h: W_uk_h is kv_b_proj's rows h * (nope + v) .. + nope.
+    head_gemm_.run(ws.q_absorbed, heads * qa, qa, {ws.q_full, heads * qk(), qk()},
+                   {w.kv_b_proj, rank, kv_b_rows * rank}, kc::HeadGemmB::kNone, T, rank, nope, heads, on);
+    kc::mla_rope_queries(ws.q_absorbed, ws.q_full, ctx_.weights.inv_freq(), rope_attention_scaling_,
+                         c.rope_interleave, m.positions, T, static_cast<int32_t>(heads), static_cast<int32_t>(nope),
+                         static_cast<int32_t>(rank), static_cast<int32_t>(rope), on);
+  };
+  auto latents = [&](cudaStream_t on) {  // reads normed, writes kv_a and this layer's cache rows
+    run_role_on(LinearRole::kMlaKvA, l, T, on);
+    kc::mla_store_latent(latent_cache, ws.kv_a, w.kv_a_norm, eps, ctx_.weights.inv_freq(), rope_attention_scaling_,
+                         c.rope_interleave, m.positions, m.slots, T, static_cast<int32_t>(rank),
+                         static_cast<int32_t>(rope), on);
+  };
+  run_branches(ctx_.linear.stream_local(LinearRole::kMlaKvA, kv_a_shape(), w.kv_a_proj, T), latents, queries);
 
   const kc::PagedLatentView cache{.cache = latent_cache,
                                   .block_tables = m.block_tables,

@@ -11,7 +11,9 @@
 //   lat    = attention over the cached latents (all earlier tokens, or the kept ones)  [T, heads, rank]
 //   out    = o_proj(lat_h @ W_uv_h^T)                                    [T, hidden]
 // Each step reads the cache's rows once per (sequence, KV split) for all heads; nothing is
-// decompressed. Caches one latent row per token, and one index key with the selector.
+// decompressed. Caches one latent row per token, and one index key with the selector. The latent
+// path (kv_a and the cache store) does not depend on the query path: where kv_a's product is
+// stream-local it runs on the side stream beside the queries (run_branches).
 #pragma once
 
 #include <memory>
@@ -33,6 +35,7 @@ class LatentAttentionBlock : public GpuBlock {
   void forward(int64_t layer, const GpuStep& step) override;
 
  private:
+  void run_role_on(LinearRole role, int64_t layer, int64_t m, cudaStream_t stream);
   int64_t qk() const { return ctx_.config.qk_nope_head_dim + ctx_.config.qk_rope_head_dim; }
   LinearShape q_a_shape() const;  // q_a_proj, or q_proj without a q LoRA
   LinearShape q_b_shape() const;  // n == 0 without a q LoRA

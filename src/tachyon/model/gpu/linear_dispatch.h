@@ -61,6 +61,10 @@ class LinearDispatch {
   // out: [m, shape.n] (bf16 or f32) = in: [m, shape.k] bf16 @ weight: [shape.n, shape.k]^T (+ bias [shape.n]).
   virtual void linear(LinearRole role, LinearShape shape, void* out, GemmOutputType type, const bf16* in,
                       const LinearWeight& weight, const bf16* bias, int64_t m, cudaStream_t stream) = 0;
+  // Whether linear() for this role, weight and m rows keeps no state across streams (our GEMV
+  // kernels, not cuBLASLt's workspace or the FP8 staging buffers), so that it may run on a side
+  // stream beside the block's (GpuBlock::run_branches). Fixed once the runner's choices are made.
+  virtual bool stream_local(LinearRole role, LinearShape shape, const LinearWeight& weight, int64_t m) const = 0;
   // A product with no timed role (the indexer's): always cuBLASLt.
   virtual void gemm(void* out, GemmOutputType type, const bf16* in, const bf16* weight, const bf16* bias, int64_t m,
                     int64_t n, int64_t k, cudaStream_t stream) = 0;

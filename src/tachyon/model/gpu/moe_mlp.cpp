@@ -52,37 +52,38 @@ std::vector<RoleInfo> MoeMlpBlock::roles() const {
   return roles;
 }
 
-void MoeMlpBlock::run_role(LinearRole role, int64_t layer, int64_t m) {
+void MoeMlpBlock::run_role(LinearRole role, int64_t layer, int64_t m) { run_role_on(role, layer, m, ctx_.stream); }
+
+void MoeMlpBlock::run_role_on(LinearRole role, int64_t layer, int64_t m, cudaStream_t stream) {
   const CudaLayerWeights& w = layer_weights(layer);
   Workspace& ws = ctx_.ws;
   switch (role) {
     case LinearRole::kRouter:
       ctx_.linear.linear(role, router_shape(), ws.router_logits, GemmOutputType::kF32, ws.normed, w.router, nullptr, m,
-                         ctx_.stream);
+                         stream);
       break;
     case LinearRole::kSharedGateUp:
       ctx_.linear.linear(role, shared_gate_up_shape(), ws.shared_gate_up, GemmOutputType::kBF16, ws.normed,
-                         w.shared_gate_up, nullptr, m, ctx_.stream);
+                         w.shared_gate_up, nullptr, m, stream);
       break;
     case LinearRole::kSharedDownWithSilu:
-      kc::silu_and_mul(ws.shared_act, ws.shared_gate_up, m, shared_intermediate(), ctx_.stream);
+      kc::silu_and_mul(ws.shared_act, ws.shared_gate_up, m, shared_intermediate(), stream);
       ctx_.linear.linear(role, shared_down_shape(), ws.shared_out, GemmOutputType::kBF16, ws.shared_act, w.shared_down,
-                         nullptr, m, ctx_.stream);
+                         nullptr, m, stream);
       break;
     default:
       break;
   }
 }
 
-void MoeMlpBlock::forward(int64_t layer, const GpuStep& step) {
+void MoeMlpBlock::routed_experts(int64_t layer, int64_t T, cudaStream_t stream) {
   const ModelConfig& c = ctx_.config;
   const CudaLayerWeights& w = layer_weights(layer);
   Workspace& ws = ctx_.ws;
-  cudaStream_t stream = ctx_.stream;
-  const int64_t T = step.shape.num_tokens, H = c.hidden_size, I = c.moe_intermediate_size;
+  const int64_t H = c.hidden_size, I = c.moe_intermediate_size;
   const int32_t E = static_cast<int32_t>(c.num_experts), k = static_cast<int32_t>(c.num_experts_per_tok);
   const int64_t pairs = T * k, capacity = kc::moe_sorted_capacity(pairs, E);
-  run_role(LinearRole::kRouter, layer, T);
+  run_role_on(LinearRole::kRouter, layer, T, stream);
   if (c.router == RouterKind::kSigmoidGroupLimited) {
     kc::moe_topk_sigmoid_grouped(ws.topk_ids, ws.topk_weights, ws.router_logits, w.router_bias, T, E, k,
                                  static_cast<int32_t>(c.n_group), static_cast<int32_t>(c.topk_group), c.norm_topk_prob,
@@ -107,14 +108,31 @@ void MoeMlpBlock::forward(int64_t layer, const GpuStep& step) {
     kc::moe_grouped_gemm(ws.expert_down, ws.expert_act, w.experts_down, ws.sorted_rows, ws.block_expert, capacity, 1,
                          H, I, stream);
   }
-  // DeepSeek's shared expert: a dense MLP every token runs, added in the combine's pass.
-  const bf16* shared = nullptr;
-  if (!w.shared_gate_up.empty()) {
-    run_role(LinearRole::kSharedGateUp, layer, T);
-    run_role(LinearRole::kSharedDownWithSilu, layer, T);
-    shared = ws.shared_out;
+}
+
+void MoeMlpBlock::forward(int64_t layer, const GpuStep& step) {
+  const ModelConfig& c = ctx_.config;
+  const CudaLayerWeights& w = layer_weights(layer);
+  Workspace& ws = ctx_.ws;
+  const int64_t T = step.shape.num_tokens;
+  auto routed = [&](cudaStream_t stream) { routed_experts(layer, T, stream); };
+  // DeepSeek's shared expert: a dense MLP every token runs, added in the combine's pass. It reads
+  // only `normed` and writes only its own buffers, so it may overlap the routing.
+  const bool shared = !w.shared_gate_up.empty();
+  if (shared) {
+    const bool concurrent = ctx_.linear.stream_local(LinearRole::kSharedGateUp, shared_gate_up_shape(), w.shared_gate_up, T) &&
+                            ctx_.linear.stream_local(LinearRole::kSharedDownWithSilu, shared_down_shape(), w.shared_down, T);
+    run_branches(concurrent,
+                 [&](cudaStream_t stream) {
+                   run_role_on(LinearRole::kSharedGateUp, layer, T, stream);
+                   run_role_on(LinearRole::kSharedDownWithSilu, layer, T, stream);
+                 },
+                 routed);
+  } else {
+    routed(ctx_.stream);
   }
-  kc::moe_combine(ws.proj, ws.expert_down, ws.topk_weights, shared, T, k, H, stream);
+  kc::moe_combine(ws.proj, ws.expert_down, ws.topk_weights, shared ? ws.shared_out : nullptr, T,
+                  static_cast<int32_t>(c.num_experts_per_tok), c.hidden_size, ctx_.stream);
 }
 
 }  // namespace tachyon::model::gpu

@@ -3,7 +3,9 @@
 // the two grouped products around SiLU (a grouped GEMV that streams each active expert's weights
 // once for decode-sized steps of up to 8 tokens, tensor-core tiles above), then the weighted sum
 // into Workspace::proj with DeepSeek's shared expert added in the same pass. Sizes come from the
-// token count alone, so the block is captured in decode graphs like the rest of the layer.
+// token count alone, so the block is captured in decode graphs like the rest of the layer. The
+// shared expert does not depend on the routing: where its products are stream-local it runs on the
+// side stream while the routed experts run (run_branches).
 #pragma once
 
 #include "tachyon/model/gpu/gpu_block.h"
@@ -20,6 +22,9 @@ class MoeMlpBlock : public GpuBlock {
   void forward(int64_t layer, const GpuStep& step) override;
 
  private:
+  void run_role_on(LinearRole role, int64_t layer, int64_t m, cudaStream_t stream);
+  // The routed experts' sum into proj, and the shared expert into shared_out (when the model has one).
+  void routed_experts(int64_t layer, int64_t tokens, cudaStream_t stream);
   int64_t shared_intermediate() const { return ctx_.config.moe_intermediate_size * ctx_.config.n_shared_experts; }
   LinearShape router_shape() const { return {ctx_.config.num_experts, ctx_.config.hidden_size}; }
   LinearShape shared_gate_up_shape() const { return {2 * shared_intermediate(), ctx_.config.hidden_size}; }

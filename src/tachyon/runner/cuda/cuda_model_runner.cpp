@@ -267,6 +267,14 @@ void CudaModelRunner::linear(LinearRole role, LinearShape shape, void* out, kc::
   }
 }
 
+bool CudaModelRunner::stream_local(LinearRole role, LinearShape shape, const gpu::LinearWeight& weight,
+                                   int64_t m) const {
+  // As linear() chooses: the GEMV kernels are stateless; cuBLASLt's workspace and the FP8
+  // staging buffers are the runner's, one stream at a time.
+  if (weight.fp8 != nullptr) return kc::fp8_gemv_supports(m, shape.n, shape.k);
+  return use_gemv(role, m);
+}
+
 void CudaModelRunner::gemm(void* out, kc::GemmOutputType type, const kc::bf16* in, const kc::bf16* weight,
                            const kc::bf16* bias, int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
   gemm_.linear(out, type, in, weight, bias, m, n, k, stream);

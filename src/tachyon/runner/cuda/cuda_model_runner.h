@@ -121,6 +121,8 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   void linear(LinearRole role, LinearShape shape, void* out, kernels::cuda::GemmOutputType type,
               const kernels::cuda::bf16* in, const model::gpu::LinearWeight& weight, const kernels::cuda::bf16* bias,
               int64_t m, cudaStream_t stream) override;
+  bool stream_local(LinearRole role, LinearShape shape, const model::gpu::LinearWeight& weight,
+                    int64_t m) const override;
   void gemm(void* out, kernels::cuda::GemmOutputType type, const kernels::cuda::bf16* in,
             const kernels::cuda::bf16* weight, const kernels::cuda::bf16* bias, int64_t m, int64_t n, int64_t k,
             cudaStream_t stream) override;
