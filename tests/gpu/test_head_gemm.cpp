@@ -71,10 +71,46 @@ TEST_P(HeadGemmTest, AbsorbsQueriesAndExpandsLatentsLikeTheCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, HeadGemmTest,
-                         ::testing::Values(MlaDims{1, 16, 128, 64, 512, 128},   // DeepSeek-V2-Lite decode
+                         ::testing::Values(MlaDims{1, 16, 128, 64, 512, 128},   // DeepSeek-V2-Lite decode (head_gemv.cu)
+                                           MlaDims{8, 16, 128, 64, 512, 128},   // the largest decode batch it takes
                                            MlaDims{37, 16, 128, 64, 512, 128},  // a prefill chunk
                                            MlaDims{5, 4, 16, 8, 16, 16},        // tiny-deepseek
                                            MlaDims{3, 128, 128, 64, 512, 128}));  // DeepSeek-V3's heads
+
+// Up to 8 rows run head_gemv.cu's kernels: a row's product must not depend on how many rows
+// share the launch (batch invariance of decode), for both layouts.
+TEST(HeadGemm, DecodeRowsGetTheSameBitsAloneOrInABatch) {
+  const MlaDims d{8, 16, 128, 64, 512, 128};
+  auto gen = gpu_test::rng(77);
+  const int64_t qk = d.nope + d.rope, kvb = d.nope + d.v;
+  auto q = gpu_test::upload_bf16(gpu_test::random_bf16_values(gen, static_cast<size_t>(d.tokens * d.heads * qk)));
+  auto kv_b = gpu_test::upload_bf16(gpu_test::random_bf16_values(gen, static_cast<size_t>(d.heads * kvb * d.rank), 0.1f));
+  auto latent = gpu_test::upload_bf16(gpu_test::random_bf16_values(gen, static_cast<size_t>(d.tokens * d.heads * d.rank)));
+  HeadGemm gemm;
+  auto absorb = [&](int64_t m) {
+    gpu_test::DeviceArray<bf16> out(static_cast<size_t>(m * d.heads * d.rank));
+    gemm.run(out.data(), d.heads * d.rank, d.rank, {q.data(), d.heads * qk, qk}, {kv_b.data(), d.rank, kvb * d.rank},
+             HeadGemmB::kNone, m, d.rank, d.nope, d.heads, nullptr);
+    return gpu_test::download_f32(out);
+  };
+  auto expand = [&](int64_t m) {
+    gpu_test::DeviceArray<bf16> out(static_cast<size_t>(m * d.heads * d.v));
+    gemm.run(out.data(), d.heads * d.v, d.v, {latent.data(), d.heads * d.rank, d.rank},
+             {kv_b.data() + d.nope * d.rank, d.rank, kvb * d.rank}, HeadGemmB::kTransposed, m, d.v, d.rank, d.heads,
+             nullptr);
+    return gpu_test::download_f32(out);
+  };
+  const std::vector<float> absorbed_8 = absorb(8), expanded_8 = expand(8);
+  for (int64_t m = 1; m < 8; ++m) {
+    const std::vector<float> absorbed = absorb(m), expanded = expand(m);
+    for (size_t i = 0; i < absorbed.size(); ++i) {
+      ASSERT_EQ(absorbed[i], absorbed_8[i]) << "absorption, m " << m << ", element " << i;
+    }
+    for (size_t i = 0; i < expanded.size(); ++i) {
+      ASSERT_EQ(expanded[i], expanded_8[i]) << "expansion, m " << m << ", element " << i;
+    }
+  }
+}
 
 TEST(HeadGemm, EmptyBatchLaunchesNothingAndBadShapesAreRefused) {
   HeadGemm gemm;

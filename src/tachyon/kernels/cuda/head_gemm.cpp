@@ -38,6 +38,10 @@ void HeadGemm::run(bf16* c, int64_t ldc, int64_t stride_c, const HeadMatrix& a, 
   TACHYON_CHECK(m >= 0 && n > 0 && k > 0 && heads > 0) << "HeadGemm: bad shape m " << m << " n " << n << " k " << k
                                                        << " heads " << heads;
   if (m == 0) return;
+  if (head_gemv_supports(a, b, b_layout, m, n, k, heads)) {
+    head_gemv(c, ldc, stride_c, a, b, b_layout, m, n, k, heads, stream);
+    return;
+  }
   cublasHandle_t handle = as_handle(handle_);
   TACHYON_HEAD_GEMM_CHECK(cublasSetStream(handle, stream));
   // Row-major C = A op(B) is column-major C^T = op(B)^T A^T: cuBLAS sees C^T [n x m] = B' [n x k]

@@ -6,6 +6,9 @@
 //   q_latent[t, h, :rank] = q[t, h, :nope] @ W_uk_h            (kNone: B_h is [k, n] row-major)
 //   out[t, h, :v]         = out_latent[t, h, :rank] @ W_uv_h^T (kTransposed: B_h is [n, k])
 // All matrices are row-major: element (i, j) of head h's A sits at a + h * stride_a + i * lda + j.
+// Up to 8 rows (decode) run our own kernels (head_gemv.cu), which stream B once, take part in
+// programmatic dependent launch and give a row the same bits alone or in a batch; more rows, or
+// operands those kernels cannot read in 16-byte chunks, run cuBLAS.
 // CPU twin: a loop over heads of kernels::cpu::linear. Test: tests/gpu/test_head_gemm.cpp.
 #pragma once
 
@@ -22,6 +25,13 @@ struct HeadMatrix {
 };
 
 enum class HeadGemmB { kNone, kTransposed };
+
+// HeadGemm::run's product by head_gemv.cu's kernels: m in [1, 8]; B 16-byte aligned with ld and
+// stride multiples of 8; kNone: n % 8 == 0; kTransposed: k % 8 == 0 and A aligned as B.
+bool head_gemv_supports(const HeadMatrix& a, const HeadMatrix& b, HeadGemmB b_layout, int64_t m, int64_t n, int64_t k,
+                        int64_t heads);
+void head_gemv(bf16* c, int64_t ldc, int64_t stride_c, const HeadMatrix& a, const HeadMatrix& b, HeadGemmB b_layout,
+               int64_t m, int64_t n, int64_t k, int64_t heads, cudaStream_t stream);
 
 class HeadGemm {
  public:
