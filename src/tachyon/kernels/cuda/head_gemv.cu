@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "tachyon/kernels/cuda/bf16_vec.cuh"
+#include "tachyon/kernels/cuda/gemv_common.cuh"
 #include "tachyon/kernels/cuda/head_gemm.h"
 #include "tachyon/kernels/cuda/pdl.cuh"
 
@@ -42,12 +43,9 @@ struct Operands {
   int n, k;
 };
 
+// A weight chunk read once (gemv_common.cuh: no L1 allocation).
 __device__ __forceinline__ uint4 load_weight(const bf16* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
+  return gemv_detail::load_stream(reinterpret_cast<const uint4*>(p));
 }
 
 template <int M>
