@@ -101,6 +101,24 @@ TEST(KvCacheManager, FreedBlocksStayCachedUntilEvictedLeastRecentFirst) {
   EXPECT_EQ(kv.find_cached_prefix(hb, 9).size(), 2u);
 }
 
+// A freed block that caches nothing (a sequence's partial last block) is reused before any
+// cached block is evicted: it goes to the head of the free list, not behind the cached ones.
+TEST(KvCacheManager, UncachedFreeBlocksAreTakenBeforeACachedBlockIsEvicted) {
+  KvCacheManager kv(3, 4, true);
+  auto a = iota_tokens(9), b = iota_tokens(2, 500);
+  auto ha = hashes_of(a, 4);
+  std::vector<int32_t> ta, tb, tc;
+  ASSERT_TRUE(kv.allocate(ta, {}, 8));  // a's two full blocks, cached
+  kv.cache_full_blocks(ta, ha, 0);
+  ASSERT_TRUE(kv.allocate(tb, {}, 2));  // b's partial block, nothing to cache
+  kv.free(ta);
+  kv.free(tb);  // freed last, but it holds nothing another prompt could reuse
+  ASSERT_TRUE(kv.allocate(tc, {}, 3));
+  EXPECT_EQ(tc, std::vector<int32_t>{2});  // b's block
+  EXPECT_EQ(kv.stats().evictions, 0);
+  EXPECT_EQ(kv.find_cached_prefix(ha, 9).size(), 2u) << "a's prefix lost a block to a fresh allocation";
+}
+
 TEST(KvCacheManager, CapacityCountsRevivedCachedBlocks) {
   KvCacheManager kv(3, 4, true);
   auto a = iota_tokens(9);

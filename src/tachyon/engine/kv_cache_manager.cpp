@@ -117,7 +117,15 @@ void KvCacheManager::free(std::vector<int32_t>& block_table) {
   for (auto it = block_table.rbegin(); it != block_table.rend(); ++it) {
     Block& block = blocks_[static_cast<size_t>(*it)];
     TACHYON_CHECK(block.ref_count > 0) << "double free of KV block " << *it;
-    if (--block.ref_count == 0) free_list_push_back(*it);
+    if (--block.ref_count > 0) continue;
+    // A cached block joins the tail (evicted least recently freed first); one that caches
+    // nothing (a partial last block) goes to the head, so it is reused before any cached block
+    // is evicted.
+    if (block.cached) {
+      free_list_push_back(*it);
+    } else {
+      free_list_push_front(*it);
+    }
   }
   block_table.clear();
 }

@@ -2,9 +2,11 @@
 // (blocks of a shared prefix are held by every sequence that uses them), and prefix caching:
 // a full block is named by the chained hash of its tokens and every token before it, so a new
 // sequence whose prompt starts the same way reuses the blocks instead of recomputing them.
-// Blocks whose ref count drops to zero go to the tail of one free list and keep their hash
+// Cached blocks whose ref count drops to zero go to the tail of one free list and keep their hash
 // until they are reused from its head: least recently freed is evicted first (LRU), and a
-// sequence's blocks are freed tail first so its prefix stays cached longest.
+// sequence's blocks are freed tail first so its prefix stays cached longest. Blocks that cache
+// nothing (a partial last block, trimmed lookahead slots) go to the head: they are reused before
+// any cached block is evicted.
 // The manager moves no KV data; it only decides which block holds which tokens.
 // POOLS: the blocks may be split into equal pools, pool p owning block ids [p * B, (p + 1) * B)
 // (B = blocks_per_pool()), one per data-parallel replica, each of which caches only its own
