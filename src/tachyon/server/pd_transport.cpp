@@ -1,5 +1,6 @@
 #include "tachyon/server/pd_transport.h"
 
+#include "tachyon/base/byte_codec.h"
 #include "tachyon/engine/engine_core.h"
 
 #include <arpa/inet.h>
@@ -46,16 +47,13 @@ constexpr uint64_t kMaxBody = uint64_t{1} << 34;  // 16 GiB: a length beyond it 
 
 template <typename T>
 void put(std::string& out, T value) {
-  out.append(reinterpret_cast<const char*>(&value), sizeof(value));
+  put_value(out, value);
 }
 
 template <typename T>
 T take(const std::string& in, size_t& offset) {
-  if (offset + sizeof(T) > in.size()) throw KvTransferError("KV frame body ends early");
-  T value;
-  std::memcpy(&value, in.data() + offset, sizeof(T));
-  offset += sizeof(T);
-  return value;
+  if (std::optional<T> value = take_value<T>(in, offset)) return *value;
+  throw KvTransferError("KV frame body ends early");
 }
 
 int remaining_ms(Clock::time_point deadline) {

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "tachyon/base/byte_codec.h"
 #include "tachyon/base/check.h"
 #include "tachyon/kernels/cuda/kv_copy.h"
 #include "tachyon/tensor/dtype.h"
@@ -19,16 +20,14 @@ using kernels::cuda::KvCopyPlane;
 // allocation (u64) in the planes' order.
 template <typename T>
 void put(std::string& out, T value) {
-  out.append(reinterpret_cast<const char*>(&value), sizeof(value));
+  put_value(out, value);
 }
 
 template <typename T>
 T take(const std::string& in, size_t& offset) {
-  TACHYON_CHECK(offset + sizeof(T) <= in.size()) << "a KV cache descriptor ends early";
-  T value;
-  std::memcpy(&value, in.data() + offset, sizeof(T));
-  offset += sizeof(T);
-  return value;
+  std::optional<T> value = take_value<T>(in, offset);
+  TACHYON_CHECK(value.has_value()) << "a KV cache descriptor ends early";
+  return *value;
 }
 
 size_t align16(size_t bytes) { return (bytes + 15) / 16 * 16; }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "tachyon/base/byte_codec.h"
 #include "tachyon/base/check.h"
 
 namespace tachyon::runner::ucx {
@@ -15,16 +16,14 @@ constexpr double kReadBytesPerSecond = 1e9;
 
 template <typename T>
 void put(std::string& out, T value) {
-  out.append(reinterpret_cast<const char*>(&value), sizeof(value));
+  put_value(out, value);
 }
 
 template <typename T>
 T take(const std::string& in, size_t& offset) {
-  TACHYON_CHECK(offset + sizeof(T) <= in.size()) << "a UCX KV descriptor ends early";
-  T value;
-  std::memcpy(&value, in.data() + offset, sizeof(T));
-  offset += sizeof(T);
-  return value;
+  std::optional<T> value = take_value<T>(in, offset);
+  TACHYON_CHECK(value.has_value()) << "a UCX KV descriptor ends early";
+  return *value;
 }
 
 std::string take_bytes(const std::string& in, size_t& offset) {
