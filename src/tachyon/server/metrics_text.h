@@ -23,6 +23,13 @@ std::string format_value(double value);
 void append_family(std::string& out, std::string_view name, std::string_view type, std::string_view help);
 void append_sample(std::string& out, std::string_view name, std::string_view labels, double value);
 void append_sample(std::string& out, std::string_view name, std::string_view labels, int64_t value);
+// A family of one unlabeled sample: its HELP and TYPE lines, then the sample (the value's type
+// picks append_sample's overload, as at a direct call).
+template <typename Value>
+void append_metric(std::string& out, std::string_view name, std::string_view type, std::string_view help, Value value) {
+  append_family(out, name, type, help);
+  append_sample(out, name, "", value);
+}
 // The `_bucket` lines (cumulative, `le` last, ending with +Inf), then `_sum` and `_count`.
 void append_histogram(std::string& out, std::string_view name, std::string_view labels, const HistogramSnapshot& snap);
 

@@ -27,15 +27,15 @@ std::string RouterMetrics::render(const BackendGroup& prefill, const BackendGrou
     append_sample(out, "tachyon:router_requests_total", std::string("outcome=\"") + kOutcomeNames[i] + "\"",
                   outcomes_[i].load());
   }
-  append_family(out, "tachyon:router_requests_in_flight", "gauge",
-                "Requests the router has open (an exchange, then its relayed answer); --max-in-flight bounds them.");
-  append_sample(out, "tachyon:router_requests_in_flight", "", router.requests_in_flight);
-  append_family(out, "tachyon:router_relay_buffered_bytes", "gauge",
-                "Answer bytes read from upstream servers that their clients' connections have not taken yet.");
-  append_sample(out, "tachyon:router_relay_buffered_bytes", "", router.relay_held_bytes);
-  append_family(out, "tachyon:router_relays_paused", "gauge",
-                "Relays holding their bound of an answer their client has not taken: their upstream read waits.");
-  append_sample(out, "tachyon:router_relays_paused", "", router.relays_paused);
+  append_metric(out, "tachyon:router_requests_in_flight", "gauge",
+                "Requests the router has open (an exchange, then its relayed answer); --max-in-flight bounds them.",
+                router.requests_in_flight);
+  append_metric(out, "tachyon:router_relay_buffered_bytes", "gauge",
+                "Answer bytes read from upstream servers that their clients' connections have not taken yet.",
+                router.relay_held_bytes);
+  append_metric(out, "tachyon:router_relays_paused", "gauge",
+                "Relays holding their bound of an answer their client has not taken: their upstream read waits.",
+                router.relays_paused);
   append_family(out, "tachyon:router_retries_total", "counter",
                 "Requests sent again to another server after one failed before answering (or was at its cap).");
   append_sample(out, "tachyon:router_retries_total", "role=\"prefill\"", prefill_retries_.load());
