@@ -46,11 +46,6 @@ constexpr std::chrono::milliseconds kConfirmTimeout{1000};
 constexpr uint64_t kMaxBody = uint64_t{1} << 34;  // 16 GiB: a length beyond it is a broken frame
 
 template <typename T>
-void put(std::string& out, T value) {
-  put_value(out, value);
-}
-
-template <typename T>
 T take(const std::string& in, size_t& offset) {
   if (std::optional<T> value = take_value<T>(in, offset)) return *value;
   throw KvTransferError("KV frame body ends early");
@@ -139,11 +134,11 @@ uint64_t fingerprint_hash(const std::string& fingerprint) { return XXH3_64bits(f
 void send_request(int fd, uint32_t op, engine::KvLeaseKey key, Clock::time_point deadline,
                   const std::string& fingerprint = "") {
   std::string request;
-  put(request, kFrameMagic);
-  put(request, op);
-  put(request, key.epoch);
-  put(request, key.request_id);
-  if (op == kOpFetchByReference) put(request, fingerprint_hash(fingerprint));
+  put_value(request, kFrameMagic);
+  put_value(request, op);
+  put_value(request, key.epoch);
+  put_value(request, key.request_id);
+  if (op == kOpFetchByReference) put_value(request, fingerprint_hash(fingerprint));
   if (!send_all(fd, request.data(), request.size(), deadline)) throw KvTransferError("sending the KV request failed");
 }
 
@@ -152,9 +147,9 @@ void send_request(int fd, uint32_t op, engine::KvLeaseKey key, Clock::time_point
 std::string encode_kv_chunk(const engine::KvChunk& chunk, int64_t values_per_token) {
   std::string body;
   body.reserve(24 + chunk.rows.size() * sizeof(float));
-  put(body, static_cast<uint64_t>(chunk.begin));
-  put(body, static_cast<uint64_t>(chunk.num_tokens));
-  put(body, values_per_token);
+  put_value(body, static_cast<uint64_t>(chunk.begin));
+  put_value(body, static_cast<uint64_t>(chunk.num_tokens));
+  put_value(body, values_per_token);
   body.append(reinterpret_cast<const char*>(chunk.rows.data()), chunk.rows.size() * sizeof(float));
   return body;
 }
@@ -178,13 +173,13 @@ engine::KvChunk decode_kv_chunk(const std::string& body, int64_t& values_per_tok
 
 std::string encode_kv_commit(const engine::KvCommit& commit, uint64_t chunks_checksum) {
   std::string body;
-  put(body, static_cast<uint64_t>(commit.prompt.size()));
+  put_value(body, static_cast<uint64_t>(commit.prompt.size()));
   body.append(reinterpret_cast<const char*>(commit.prompt.data()), commit.prompt.size() * sizeof(int32_t));
-  put(body, commit.first_token);
-  put(body, commit.seed);
-  put(body, commit.values_per_token);
-  put(body, static_cast<uint64_t>(commit.num_chunks));
-  put(body, chunks_checksum);
+  put_value(body, commit.first_token);
+  put_value(body, commit.seed);
+  put_value(body, commit.values_per_token);
+  put_value(body, static_cast<uint64_t>(commit.num_chunks));
+  put_value(body, chunks_checksum);
   return body;
 }
 
@@ -208,9 +203,9 @@ engine::KvCommit decode_kv_commit(const std::string& body, uint64_t& chunks_chec
 
 std::string encode_kv_block_chunk(const engine::KvChunk& chunk) {
   std::string body;
-  put(body, static_cast<uint64_t>(chunk.begin));
-  put(body, static_cast<uint64_t>(chunk.num_tokens));
-  put(body, static_cast<uint64_t>(chunk.blocks.size()));
+  put_value(body, static_cast<uint64_t>(chunk.begin));
+  put_value(body, static_cast<uint64_t>(chunk.num_tokens));
+  put_value(body, static_cast<uint64_t>(chunk.blocks.size()));
   body.append(reinterpret_cast<const char*>(chunk.blocks.data()), chunk.blocks.size() * sizeof(int32_t));
   return body;
 }
@@ -249,8 +244,8 @@ namespace {
 bool confirm_copy(int fd, std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   std::string word;
-  put(word, kCopyMagic);
-  put(word, uint32_t{1});
+  put_value(word, kCopyMagic);
+  put_value(word, uint32_t{1});
   if (!send_all(fd, word.data(), word.size(), deadline)) return false;
   char head[kFrameHead];
   if (!recv_all(fd, head, sizeof(head), deadline)) return false;
@@ -318,7 +313,7 @@ engine::KvPayload fetch_kv(const std::string& host, int port, engine::KvLeaseKey
                               " after " + std::to_string(next_token));
       }
       next_token += chunk.num_tokens;
-      put(sums, checksum);
+      put_value(sums, checksum);
       payload.chunks.push_back(std::make_shared<const engine::KvChunk>(std::move(chunk)));
       continue;
     }
@@ -332,7 +327,7 @@ engine::KvPayload fetch_kv(const std::string& host, int port, engine::KvLeaseKey
       }
       values_per_token = width;
       next_token += chunk.num_tokens;
-      put(sums, checksum);
+      put_value(sums, checksum);
       payload.chunks.push_back(std::make_shared<const engine::KvChunk>(std::move(chunk)));
       continue;
     }
@@ -550,7 +545,7 @@ bool KvTransferServer::advance_stream(Connection& c) {
   c.next_chunk += read.chunks.size();
   if (c.by_reference && !c.descriptor_sent) {
     std::string body;
-    put(body, static_cast<uint64_t>(by_reference_->block_size));
+    put_value(body, static_cast<uint64_t>(by_reference_->block_size));
     body += by_reference_->descriptor;
     append_frame(c, kStatusReference, std::move(body));
     c.descriptor_sent = true;
@@ -580,18 +575,18 @@ bool KvTransferServer::advance_stream(Connection& c) {
 void KvTransferServer::append_frame(Connection& c, uint32_t status, std::string body) {
   const uint64_t checksum = XXH3_64bits(body.data(), body.size());
   const bool rows = status == kStatusChunk || status == kStatusBlocks || status == kStatusCommit;
-  if (status == kStatusChunk || status == kStatusBlocks) put(c.chunk_sums, checksum);
+  if (status == kStatusChunk || status == kStatusBlocks) put_value(c.chunk_sums, checksum);
   const KvTransportFault fault = rows && ++c.data_frames == 2 ? fault_.load() : KvTransportFault::kNone;
   if (rows && fault == KvTransportFault::kNone) c.payload_bytes += static_cast<int64_t>(body.size());
   c.faulted = c.faulted || fault != KvTransportFault::kNone;
   c.fault_queued = c.fault_queued || fault != KvTransportFault::kNone;
   if (fault == KvTransportFault::kCorrupt && !body.empty()) body[body.size() / 2] ^= 0x5a;
   const size_t frame_start = c.out.size();
-  put(c.out, kFrameMagic);
-  put(c.out, status);
-  put(c.out, static_cast<uint64_t>(body.size()));
+  put_value(c.out, kFrameMagic);
+  put_value(c.out, status);
+  put_value(c.out, static_cast<uint64_t>(body.size()));
   c.out += body;
-  put(c.out, checksum);
+  put_value(c.out, checksum);
   if (fault == KvTransportFault::kTruncate || fault == KvTransportFault::kStall) {
     c.out.resize(frame_start + kFrameHead + body.size() / 2);
     c.ended = true;

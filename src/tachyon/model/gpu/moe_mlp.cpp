@@ -120,8 +120,9 @@ void MoeMlpBlock::forward(int64_t layer, const GpuStep& step) {
   // only `normed` and writes only its own buffers, so it may overlap the routing.
   const bool shared = !w.shared_gate_up.empty();
   if (shared) {
-    const bool concurrent = ctx_.linear.stream_local(LinearRole::kSharedGateUp, shared_gate_up_shape(), w.shared_gate_up, T) &&
-                            ctx_.linear.stream_local(LinearRole::kSharedDownWithSilu, shared_down_shape(), w.shared_down, T);
+    const bool concurrent =
+        ctx_.linear.stream_local(LinearRole::kSharedGateUp, shared_gate_up_shape(), w.shared_gate_up, T) &&
+        ctx_.linear.stream_local(LinearRole::kSharedDownWithSilu, shared_down_shape(), w.shared_down, T);
     run_branches(concurrent,
                  [&](cudaStream_t stream) {
                    run_role_on(LinearRole::kSharedGateUp, layer, T, stream);

@@ -23,7 +23,8 @@ class MoeMlpBlock : public GpuBlock {
 
  private:
   void run_role_on(LinearRole role, int64_t layer, int64_t m, cudaStream_t stream);
-  // The routed experts' sum into proj, and the shared expert into shared_out (when the model has one).
+  // Route the step's tokens and run their experts: each (token, expert) pair's output into
+  // expert_down, for moe_combine.
   void routed_experts(int64_t layer, int64_t tokens, cudaStream_t stream);
   int64_t shared_intermediate() const { return ctx_.config.moe_intermediate_size * ctx_.config.n_shared_experts; }
   LinearShape router_shape() const { return {ctx_.config.num_experts, ctx_.config.hidden_size}; }

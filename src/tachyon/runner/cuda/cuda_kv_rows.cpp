@@ -19,11 +19,6 @@ using kernels::cuda::KvCopyPlane;
 // The descriptor: the IPC handle, the cache's block count, then each plane's offset in the
 // allocation (u64) in the planes' order.
 template <typename T>
-void put(std::string& out, T value) {
-  put_value(out, value);
-}
-
-template <typename T>
 T take(const std::string& in, size_t& offset) {
   std::optional<T> value = take_value<T>(in, offset);
   TACHYON_CHECK(value.has_value()) << "a KV cache descriptor ends early";
@@ -77,9 +72,9 @@ std::string CudaKvRowAccess::reference_descriptor() const {
   cudaIpcMemHandle_t handle{};
   TACHYON_CUDA_CHECK(cudaIpcGetMemHandle(&handle, const_cast<std::byte*>(allocation_)));
   std::string out(reinterpret_cast<const char*>(&handle), sizeof(handle));
-  put(out, static_cast<uint64_t>(num_blocks_));
-  put(out, static_cast<uint64_t>(planes_.size()));
-  for (const Plane& plane : planes_) put(out, static_cast<uint64_t>(plane.base - allocation_));
+  put_value(out, static_cast<uint64_t>(num_blocks_));
+  put_value(out, static_cast<uint64_t>(planes_.size()));
+  for (const Plane& plane : planes_) put_value(out, static_cast<uint64_t>(plane.base - allocation_));
   return out;
 }
 

@@ -229,11 +229,15 @@ void CudaModelRunner::forward(const gpu::ForwardShape& shape) {
 
 void CudaModelRunner::linear(LinearRole role, LinearShape shape, void* out, kc::GemmOutputType type, const kc::bf16* in,
                              const gpu::LinearWeight& weight, const kc::bf16* bias, int64_t m, cudaStream_t stream) {
-  if (weight.fp8 != nullptr) {
-    if (kc::fp8_gemv_supports(m, shape.n, shape.k)) {
+  if (stream_local(role, shape, weight, m)) {  // our GEMV kernels
+    if (weight.fp8 != nullptr) {
       kc::fp8_gemv(out, type, in, weight.fp8, weight.scale, bias, m, shape.n, shape.k, stream);
-      return;
+    } else {
+      kc::gemv(out, type, in, weight.values, bias, m, shape.n, shape.k, stream);
     }
+    return;
+  }
+  if (weight.fp8 != nullptr) {
     // FP8 x FP8 on the tensor cores (kernels/cuda/fp8.h says what that adds); the bf16
     // product of a dequantized copy where cuBLASLt has no block-scaled algorithm.
     if (type == kc::GemmOutputType::kBF16 && shape.n % 16 == 0 && shape.k % 16 == 0) {
@@ -260,17 +264,13 @@ void CudaModelRunner::linear(LinearRole role, LinearShape shape, void* out, kc::
     gemm_.linear(out, type, in, scratch, bias, m, shape.n, shape.k, stream);
     return;
   }
-  if (use_gemv(role, m)) {
-    kc::gemv(out, type, in, weight.values, bias, m, shape.n, shape.k, stream);
-  } else {
-    gemm_.linear(out, type, in, weight.values, bias, m, shape.n, shape.k, stream);
-  }
+  gemm_.linear(out, type, in, weight.values, bias, m, shape.n, shape.k, stream);
 }
 
+// Whether linear() runs our GEMV kernels (linear() asks this first): they are stateless, while
+// cuBLASLt's workspace and the FP8 staging buffers are the runner's, one stream at a time.
 bool CudaModelRunner::stream_local(LinearRole role, LinearShape shape, const gpu::LinearWeight& weight,
                                    int64_t m) const {
-  // As linear() chooses: the GEMV kernels are stateless; cuBLASLt's workspace and the FP8
-  // staging buffers are the runner's, one stream at a time.
   if (weight.fp8 != nullptr) return kc::fp8_gemv_supports(m, shape.n, shape.k);
   return use_gemv(role, m);
 }

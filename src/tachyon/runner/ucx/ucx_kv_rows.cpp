@@ -15,11 +15,6 @@ constexpr uint32_t kDescriptorMagic = 0x58435554;  // "TUCX"
 constexpr double kReadBytesPerSecond = 1e9;
 
 template <typename T>
-void put(std::string& out, T value) {
-  put_value(out, value);
-}
-
-template <typename T>
 T take(const std::string& in, size_t& offset) {
   std::optional<T> value = take_value<T>(in, offset);
   TACHYON_CHECK(value.has_value()) << "a UCX KV descriptor ends early";
@@ -79,16 +74,16 @@ std::string UcxKvRowAccess::reference_descriptor() const {
   std::lock_guard lock(mutex_);
   if (!descriptor_.empty()) return descriptor_;
   std::string out;
-  put(out, kDescriptorMagic);
-  put(out, static_cast<uint32_t>(layout_.planes.size()));
-  put(out, static_cast<uint64_t>(rma_.worker_address().size()));
+  put_value(out, kDescriptorMagic);
+  put_value(out, static_cast<uint32_t>(layout_.planes.size()));
+  put_value(out, static_cast<uint64_t>(rma_.worker_address().size()));
   out += rma_.worker_address();
   for (const HostPlane& plane : layout_.planes) {
     const std::string rkey = rma_.expose(plane.data, static_cast<size_t>(plane.slots * plane.width) * sizeof(float));
-    put(out, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(plane.data)));
-    put(out, plane.slots);
-    put(out, plane.width);
-    put(out, static_cast<uint64_t>(rkey.size()));
+    put_value(out, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(plane.data)));
+    put_value(out, plane.slots);
+    put_value(out, plane.width);
+    put_value(out, static_cast<uint64_t>(rkey.size()));
     out += rkey;
   }
   descriptor_ = std::move(out);
