@@ -602,6 +602,240 @@ TEST(MoeGroupedGemv, RejectsArgumentsWithClearMessages) {
   for (float v : download_f32(buffer)) ASSERT_TRUE(std::isnan(v));
 }
 
+// --- moe_grouped_gemv_silu: the gate_up product with SwiGLU as its epilogue.
+
+// moe_grouped_gemv_silu's [rows, n / 2] activations, and the two-kernel path's (moe_grouped_gemv
+// into [rows, n], then silu_and_mul), both into poisoned outputs.
+struct SiluRuns {
+  std::vector<uint16_t> fused, separate;
+};
+
+SiluRuns run_silu_both_ways(const ExpertWeights& w, const DeviceArray<bf16>& a, const std::vector<int32_t>& ids,
+                            int64_t divisor, int32_t max_pairs) {
+  const int64_t rows = static_cast<int64_t>(ids.size()), capacity = moe_sorted_capacity(rows, w.experts);
+  const int64_t inter = w.n / 2;
+  DeviceArray<int32_t> ids_d = upload(ids), sorted(capacity), blocks(capacity / kMoeBlockM);
+  moe_align(sorted.data(), blocks.data(), ids_d.data(), rows, w.experts, capacity, nullptr);
+  DeviceArray<bf16> fused(rows * inter), gate_up(rows * w.n), separate(rows * inter);
+  moe_grouped_gemv_silu(fused.data(), a.data(), w.device.data(), sorted.data(), blocks.data(), capacity, divisor,
+                        inter, w.k, max_pairs, nullptr);
+  moe_grouped_gemv(gate_up.data(), a.data(), w.device.data(), sorted.data(), blocks.data(), capacity, divisor, w.n,
+                   w.k, max_pairs, nullptr);
+  silu_and_mul(separate.data(), gate_up.data(), rows, inter, nullptr);
+  return {bits_of(fused.download()), bits_of(separate.download())};
+}
+
+// Bit for bit the two-kernel path, at V2-Lite's gate_up for every T <= 8 and where warps split k
+// (2 and 4 of them) or a warp holds 4 rows (M >= 4: two gate rows and their two up rows).
+TEST(MoeGroupedGemvSilu, IsTheGemvThenSiluBitForBit) {
+  auto gen = rng(53);
+  struct Shape {
+    int experts, top_k;
+    int64_t n, k;
+  };
+  for (Shape sh : {Shape{64, 6, 2816, 2048}, Shape{6, 2, 40, 2184}, Shape{8, 3, 64, 4096}, Shape{16, 1, 8, 8}}) {
+    const ExpertWeights w(gen, sh.experts, sh.n, sh.k);
+    for (int64_t tokens : {1, 2, 3, 4, 6, 8}) {
+      SCOPED_TRACE(testing::Message() << "n " << sh.n << " k " << sh.k << ", " << tokens << " tokens");
+      const std::vector<int32_t> ids =
+          sh.top_k == 1 ? std::vector<int32_t>(static_cast<size_t>(tokens), 5)
+                        : route_distinct(gen, tokens, sh.experts, sh.top_k, static_cast<int>(gen() % sh.experts));
+      const DeviceArray<bf16> a = upload_bf16(random_bf16_values(gen, static_cast<size_t>(tokens * sh.k)));
+      const SiluRuns runs = run_silu_both_ways(w, a, ids, sh.top_k, static_cast<int32_t>(tokens));
+      ASSERT_EQ(first_difference(runs.fused, runs.separate), -1);
+      // Not vacuous: the activations are finite and not all zero (the outputs start poisoned).
+      size_t nonzero = 0;
+      for (uint16_t b : runs.fused) {
+        ASSERT_NE(b & 0x7f80u, 0x7f80u) << "a NaN or infinity: an output left unwritten";
+        nonzero += (b & 0x7fffu) != 0;
+      }
+      ASSERT_GT(nonzero, runs.fused.size() / 2);
+    }
+  }
+}
+
+TEST(MoeGroupedGemvSilu, RejectsAnIntermediateSizeItCannotPair) {
+  DeviceArray<bf16> buffer(64);
+  const std::string message = error_of([&] {
+    moe_grouped_gemv_silu(buffer.data(), buffer.data(), buffer.data(), nullptr, nullptr, 64, 1, 6, 64, 1, nullptr);
+  });
+  EXPECT_NE(message.find("intermediate 6"), std::string::npos) << message;
+}
+
+// --- moe_route_decode: router product, top-k and align in one launch.
+
+struct RouteCase {
+  int experts, top_k;
+  int64_t hidden;
+  bool sigmoid_grouped, renormalize;
+  int n_group = 1, topk_group = 1;
+};
+
+struct RouteResult {
+  std::vector<float> logits, weights;
+  std::vector<int32_t> ids, sorted, blocks;
+};
+
+// One moe_route_decode launch into poisoned outputs.
+RouteResult run_route(const RouteCase& c, const bf16* hidden, const DeviceArray<bf16>& weight, const float* bias,
+                      int64_t tokens, unsigned int* arrivals, cudaStream_t stream = nullptr) {
+  const int64_t capacity = moe_sorted_capacity(tokens * c.top_k, c.experts);
+  DeviceArray<float> logits(tokens * c.experts), weights(tokens * c.top_k);
+  DeviceArray<int32_t> ids(tokens * c.top_k), sorted(capacity), blocks(capacity / kMoeBlockM);
+  MoeRouting routing;
+  routing.sigmoid_grouped = c.sigmoid_grouped;
+  routing.top_k = c.top_k;
+  routing.renormalize = c.renormalize;
+  routing.correction_bias = bias;
+  routing.n_group = c.n_group;
+  routing.topk_group = c.topk_group;
+  routing.routed_scaling_factor = 2.5f;
+  moe_route_decode({logits.data(), ids.data(), weights.data(), sorted.data(), blocks.data(), capacity}, hidden,
+                   weight.data(), tokens, c.hidden, c.experts, routing, arrivals, stream);
+  TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return {logits.download(), weights.download(), ids.download(), sorted.download(), blocks.download()};
+}
+
+// Each block's listed pairs as a sorted set (the order within an expert is free).
+std::vector<std::vector<int32_t>> pairs_by_block(const std::vector<int32_t>& sorted) {
+  std::vector<std::vector<int32_t>> blocks(sorted.size() / kMoeBlockM);
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    if (sorted[i] >= 0) blocks[i / kMoeBlockM].push_back(sorted[i]);
+  }
+  for (auto& b : blocks) std::sort(b.begin(), b.end());
+  return blocks;
+}
+
+// The fused launch against its parts: logits against double dot products, ids and weights bit
+// for bit those of the top-k kernel on the same logits, the grouping that of moe_align on those
+// ids, and each token's logits the same bits when it is routed alone.
+void check_route(std::mt19937_64& gen, const RouteCase& c, int64_t tokens, unsigned int* arrivals) {
+  const std::vector<float> hidden = random_bf16_values(gen, static_cast<size_t>(tokens * c.hidden));
+  const std::vector<float> weight = random_bf16_values(gen, static_cast<size_t>(c.experts * c.hidden), 0.05f);
+  std::vector<float> bias = gpu_test::random_floats(gen, static_cast<size_t>(c.experts), 0.3f);
+  const DeviceArray<bf16> hidden_d = upload_bf16(hidden), weight_d = upload_bf16(weight);
+  const DeviceArray<float> bias_d = upload(bias);
+  const float* bias_ptr = c.sigmoid_grouped ? bias_d.data() : nullptr;
+  const RouteResult got = run_route(c, hidden_d.data(), weight_d, bias_ptr, tokens, arrivals);
+
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int e = 0; e < c.experts; ++e) {
+      const float* x = hidden.data() + t * c.hidden;
+      const float* w = weight.data() + e * c.hidden;
+      double magnitude = 0;
+      for (int64_t i = 0; i < c.hidden; ++i) magnitude += std::abs(double(x[i]) * w[i]);
+      const float logit = got.logits[static_cast<size_t>(t * c.experts + e)];
+      ASSERT_NEAR(logit, dot(x, w, c.hidden), 1e-5 * magnitude + 1e-30) << "token " << t << " expert " << e;
+    }
+  }
+
+  // The separate kernels on the fused launch's own logits.
+  const DeviceArray<float> logits_d = upload(got.logits);
+  DeviceArray<int32_t> ids_d(tokens * c.top_k);
+  DeviceArray<float> weights_d(tokens * c.top_k);
+  if (c.sigmoid_grouped) {
+    moe_topk_sigmoid_grouped(ids_d.data(), weights_d.data(), logits_d.data(), bias_ptr, tokens, c.experts, c.top_k,
+                             c.n_group, c.topk_group, c.renormalize, 2.5f, nullptr);
+  } else {
+    moe_topk_softmax(ids_d.data(), weights_d.data(), logits_d.data(), tokens, c.experts, c.top_k, c.renormalize,
+                     nullptr);
+  }
+  ASSERT_EQ(got.ids, ids_d.download());
+  const std::vector<float> want_weights = weights_d.download();
+  ASSERT_EQ(std::memcmp(got.weights.data(), want_weights.data(), want_weights.size() * sizeof(float)), 0);
+  const int64_t capacity = moe_sorted_capacity(tokens * c.top_k, c.experts);
+  DeviceArray<int32_t> sorted_d(capacity), blocks_d(capacity / kMoeBlockM);
+  moe_align(sorted_d.data(), blocks_d.data(), ids_d.data(), tokens * c.top_k, c.experts, capacity, nullptr);
+  ASSERT_EQ(got.blocks, blocks_d.download());
+  ASSERT_EQ(pairs_by_block(got.sorted), pairs_by_block(sorted_d.download()));
+
+  for (int64_t t = 0; t < tokens; ++t) {
+    const RouteResult alone = run_route(c, hidden_d.data() + t * c.hidden, weight_d, bias_ptr, 1, arrivals);
+    ASSERT_EQ(std::memcmp(alone.logits.data(), got.logits.data() + t * c.experts, c.experts * sizeof(float)), 0)
+        << "token " << t << " alone";
+  }
+}
+
+// Qwen3-MoE-like softmax (128 experts, top 8, renormalized), V2-Lite's (64, top 6), Mixtral's (8,
+// top 2), a ragged one (5 experts, hidden 72: 9 chunks for 32 lanes), DeepSeek-V3's grouped
+// sigmoid (256 in 8 groups, 4 kept, top 8, hidden 7168) and a tiny grouped one. One counter for
+// every launch: a launch that left it non-zero would leave the next one without a last CTA.
+TEST(MoeRouteDecode, MatchesTheSeparateKernelsAndLeavesTheCounterAtZero) {
+  auto gen = rng(54);
+  DeviceArray<unsigned int> arrivals(1);
+  TACHYON_CUDA_CHECK(cudaMemset(arrivals.data(), 0, sizeof(unsigned int)));
+  const std::vector<RouteCase> cases = {
+      {128, 8, 2048, false, true}, {64, 6, 2048, false, false},     {8, 2, 4096, false, true},
+      {5, 2, 72, false, false},    {256, 8, 7168, true, true, 8, 4}, {16, 4, 64, true, false, 4, 2}};
+  for (const RouteCase& c : cases) {
+    for (int64_t tokens : {1, 3, 8}) {
+      SCOPED_TRACE(testing::Message() << c.experts << " experts, top " << c.top_k << ", hidden " << c.hidden
+                                      << (c.sigmoid_grouped ? ", grouped sigmoid" : ", softmax") << ", " << tokens
+                                      << " tokens");
+      check_route(gen, c, tokens, arrivals.data());
+      if (HasFatalFailure()) return;
+    }
+  }
+  EXPECT_EQ(arrivals.download()[0], 0u);
+}
+
+TEST(MoeRouteDecode, ReplaysInsideACudaGraph) {
+  auto gen = rng(55);
+  const RouteCase c{64, 6, 2048, false, false};
+  DeviceArray<unsigned int> arrivals(1);
+  TACHYON_CUDA_CHECK(cudaMemset(arrivals.data(), 0, sizeof(unsigned int)));
+  DeviceArray<bf16> hidden(2 * c.hidden);
+  const DeviceArray<bf16> weight = upload_bf16(random_bf16_values(gen, static_cast<size_t>(c.experts * c.hidden)));
+  const int64_t capacity = moe_sorted_capacity(2 * c.top_k, c.experts);
+  DeviceArray<float> logits(2 * c.experts), weights(2 * c.top_k);
+  DeviceArray<int32_t> ids(2 * c.top_k), sorted(capacity), blocks(capacity / kMoeBlockM);
+  MoeRouting routing;
+  routing.top_k = c.top_k;
+  cudaStream_t stream = nullptr;
+  TACHYON_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph = nullptr;
+  TACHYON_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  moe_route_decode({logits.data(), ids.data(), weights.data(), sorted.data(), blocks.data(), capacity},
+                   hidden.data(), weight.data(), 2, c.hidden, c.experts, routing, arrivals.data(), stream);
+  TACHYON_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  TACHYON_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 3; ++replay) {  // new hidden rows each time, checked against an eager launch
+    SCOPED_TRACE(testing::Message() << "replay " << replay);
+    const DeviceArray<bf16> fresh = upload_bf16(random_bf16_values(gen, static_cast<size_t>(2 * c.hidden)));
+    TACHYON_CUDA_CHECK(cudaMemcpy(hidden.data(), fresh.data(), 2 * c.hidden * sizeof(bf16), cudaMemcpyDeviceToDevice));
+    ids.poison();
+    TACHYON_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const RouteResult eager = run_route(c, hidden.data(), weight, nullptr, 2, arrivals.data());
+    EXPECT_EQ(ids.download(), eager.ids);
+    EXPECT_EQ(pairs_by_block(sorted.download()), pairs_by_block(eager.sorted));
+  }
+  EXPECT_EQ(arrivals.download()[0], 0u);
+  TACHYON_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  TACHYON_CUDA_CHECK(cudaGraphDestroy(graph));
+  TACHYON_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+TEST(MoeRouteDecode, RejectsWhatItCannotServe) {
+  DeviceArray<bf16> buffer(64);
+  DeviceArray<unsigned int> arrivals(1);
+  MoeRouting routing;
+  routing.top_k = 2;
+  const auto call = [&](int64_t tokens, int64_t hidden, int32_t experts, unsigned int* counter) {
+    const int64_t capacity = moe_sorted_capacity(std::max<int64_t>(tokens, 0) * 2, std::max(experts, 1));
+    return error_of([&] {
+      moe_route_decode({nullptr, nullptr, nullptr, nullptr, nullptr, capacity}, buffer.data(), buffer.data(), tokens,
+                       hidden, experts, routing, counter, nullptr);
+    });
+  };
+  EXPECT_NE(call(9, 64, 8, arrivals.data()).find("9 tokens"), std::string::npos);
+  EXPECT_NE(call(0, 64, 8, arrivals.data()).find("0 tokens"), std::string::npos);
+  EXPECT_NE(call(1, 60, 8, arrivals.data()).find("hidden_size 60"), std::string::npos);
+  EXPECT_NE(call(1, 64, 300, arrivals.data()).find("300 experts"), std::string::npos);
+  EXPECT_NE(call(1, 64, 8, nullptr).find("arrivals"), std::string::npos);
+}
+
 TEST(MoeCombine, WeightedSumOfEachTokensRows) {
   auto gen = rng(44);
   for (int k : {1, 2, 8}) {

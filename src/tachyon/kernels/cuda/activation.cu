@@ -5,6 +5,7 @@
 // (rows, chunks of 128 vectors of a row) so neither a single decode row nor a long prefill needs
 // a loop. Test: tests/gpu/test_elementwise_kernels.cpp (SiluAndMul.*).
 #include "tachyon/kernels/cuda/activation.h"
+#include "tachyon/kernels/cuda/activation.cuh"
 #include "tachyon/kernels/cuda/pdl.cuh"
 
 #include <cstdint>
@@ -33,10 +34,7 @@ __global__ void silu_and_mul_kernel(bf16* __restrict__ out, const bf16* __restri
   for (int i = 0; i < kVecElems / 2; ++i) {
     const float2 g = __bfloat1622float2(gate[i]);
     const float2 u = __bfloat1622float2(up[i]);
-    // silu(g) = g / (1 + e^-g); e^-g overflows to inf for g < -88, giving -0, the right limit.
-    const float lo = g.x / (1.0f + __expf(-g.x)) * u.x;
-    const float hi = g.y / (1.0f + __expf(-g.y)) * u.y;
-    result[i] = __floats2bfloat162_rn(lo, hi);
+    result[i] = __floats2bfloat162_rn(silu_mul(g.x, u.x), silu_mul(g.y, u.y));
   }
   reinterpret_cast<uint4*>(out)[row * vecs_per_row + vec] = out_bits;
 }

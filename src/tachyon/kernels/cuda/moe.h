@@ -13,7 +13,9 @@
 //   silu_and_mul(act, gate_up)                            [rows, I]
 //   moe_grouped_gemm(down, act, w_down, ..., a_row_divisor = 1)            [rows, hidden]
 //   moe_combine(out, down, weights[, shared_out])         [T, hidden]
-// At T <= 8 (decode) both grouped GEMMs are moe_grouped_gemv with max_pairs_per_expert = T.
+// At T <= 8 (decode) the router, top-k and align are one moe_route_decode launch, the gate_up
+// product and its SwiGLU are moe_grouped_gemv_silu, and down is moe_grouped_gemv, all with
+// max_pairs_per_expert = T.
 // DeepSeek-V3 routes with moe_topk_sigmoid_grouped instead of moe_topk_softmax.
 // CPU twin: model/moe.h. Tests: tests/gpu/test_moe_kernels.cpp.
 #pragma once
@@ -70,6 +72,48 @@ void moe_topk_sigmoid_grouped(int32_t* topk_ids, float* topk_weights, const floa
 void moe_align(int32_t* sorted_rows, int32_t* block_expert, const int32_t* topk_ids, int64_t rows,
                int32_t num_experts, int64_t capacity, cudaStream_t stream);
 
+// How an MoE layer picks its experts: moe_topk_softmax's rule, or with sigmoid_grouped
+// moe_topk_sigmoid_grouped's, with their arguments (documented there).
+struct MoeRouting {
+  bool sigmoid_grouped = false;
+  int32_t top_k = 1;
+  bool renormalize = false;
+  const float* correction_bias = nullptr;  // sigmoid_grouped only, nullptr: none
+  int32_t n_group = 1, topk_group = 1;     // sigmoid_grouped only
+  float routed_scaling_factor = 1.0f;      // sigmoid_grouped only
+};
+
+// What routing writes: the router logits [tokens, E] f32, topk_ids and topk_weights [tokens,
+// top_k], and moe_align's sorted_rows [capacity] and block_expert [capacity / kMoeBlockM].
+struct MoeRouteOutputs {
+  float* router_logits = nullptr;
+  int32_t* topk_ids = nullptr;
+  float* topk_weights = nullptr;
+  int32_t* sorted_rows = nullptr;
+  int32_t* block_expert = nullptr;
+  int64_t capacity = 0;  // moe_sorted_capacity(tokens * top_k, num_experts)
+};
+
+inline constexpr int64_t kMoeRouteDecodeMaxTokens = 8;
+
+// A decode step's routing in one launch, for 1..8 tokens: router_logits = hidden @
+// router_weight^T in f32 (one warp per expert streams its weight row once for every token;
+// each logit sums in an order fixed by hidden_size alone, so a token's logits, and then its
+// experts, are the same bits alone or in any batch of up to 8), then the top-k of `routing`
+// and moe_align on them, by the code of moe_topk_softmax / moe_topk_sigmoid_grouped and
+// moe_align (so ids and weights are bit-identical to those kernels' on these logits). Two
+// launch boundaries fewer per MoE layer than the three kernels: at batch 1 each costs a few
+// microseconds of idle GPU between single-CTA kernels.
+// The last of its CTAs to finish the product does the rest; `arrivals` is how they count: a
+// device unsigned int that is 0 before the first launch (cudaMemset) and that every launch
+// leaves at 0. Launches that share one must be ordered on a stream (one per MoE block).
+// hidden: [tokens, hidden_size] bf16, router_weight: [num_experts, hidden_size] bf16, both
+// 16-byte aligned; hidden_size % 8 == 0. Limits of the two top-k kernels and moe_align apply
+// (checked, naming moe_route_decode).
+void moe_route_decode(const MoeRouteOutputs& out, const bf16* hidden, const bf16* router_weight, int64_t tokens,
+                      int64_t hidden_size, int32_t num_experts, const MoeRouting& routing, unsigned int* arrivals,
+                      cudaStream_t stream);
+
 // For every pair p in sorted_rows: out[p] = a[p / a_row_divisor] @ w[e]^T, e = its block's expert.
 //   out: [rows, n] bf16 (rows that sorted_rows does not list are not written);
 //   a: [rows / a_row_divisor, k] bf16 (a_row_divisor = top_k gathers each token's hidden row for
@@ -95,6 +139,16 @@ void moe_grouped_gemm(bf16* out, const bf16* a, const bf16* w, const int32_t* so
 void moe_grouped_gemv(bf16* out, const bf16* a, const bf16* w, const int32_t* sorted_rows,
                       const int32_t* block_expert, int64_t capacity, int64_t a_row_divisor, int64_t n, int64_t k,
                       int32_t max_pairs_per_expert, cudaStream_t stream);
+
+// moe_grouped_gemv for the gate_up product with the SwiGLU gate applied on the way out:
+// act[p] = silu(gate) * up of pair p, where [gate | up] = a[p / a_row_divisor] @ w_gate_up[e]^T.
+// act: [rows, intermediate] bf16; w_gate_up: [num_experts, 2 * intermediate, k] bf16 (gate rows,
+// then up rows). Bit-identical to moe_grouped_gemv into a [rows, 2 * intermediate] buffer
+// followed by silu_and_mul (kernels/cuda/activation.h), one launch and one round trip fewer.
+// intermediate % 4 == 0; the rest as moe_grouped_gemv.
+void moe_grouped_gemv_silu(bf16* act, const bf16* a, const bf16* w_gate_up, const int32_t* sorted_rows,
+                           const int32_t* block_expert, int64_t capacity, int64_t a_row_divisor,
+                           int64_t intermediate, int64_t k, int32_t max_pairs_per_expert, cudaStream_t stream);
 
 // out[t] = sum over j < top_k, in order, of topk_weights[t, j] * expert_out[t * top_k + j], in
 // f32, one rounding. out: [tokens, hidden] bf16; expert_out: [tokens * top_k, hidden] bf16.

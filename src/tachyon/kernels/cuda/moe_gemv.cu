@@ -22,11 +22,17 @@
 //     already give ~16 warps per SM. At T = 1 (M = 1, R = 2, no k split) on an H200:
 //     V2-Lite gate_up (n 2816, k 2048) is grid 176 x 16, 2 groups (16 KB) per warp, 6 x 176
 //     blocks working; down (n 2048, k 1408) is grid 256 x 16, 1 group (5.6 KB) per warp.
+// SwiGLU epilogue (moe_grouped_gemv_silu, the gate_up product at decode): a warp's R rows are
+// R / 2 gate rows and the R / 2 up rows that pair with them (row j and row I + j), so one lane
+// holds both sums of an output and writes silu(gate) * up, rounding gate and up to bf16 first
+// as silu_and_mul reads them: the activations are bit-identical to this kernel without the
+// epilogue followed by silu_and_mul, one launch and one [pairs, 2I] round trip fewer.
 // Determinism: a row's sum order is each lane's chunks in k order, the warp's xor tree, then
 // the k-split warps' partials in order; the split is chosen from n, k and the SM count only,
 // never from M, the groups or the routing, so a pair's output is bit-identical alone or in
 // any batch and at any max_pairs_per_expert.
 // Test: tests/gpu/test_moe_kernels.cpp (gpu_moe_kernels).
+#include "tachyon/kernels/cuda/activation.cuh"
 #include "tachyon/kernels/cuda/bf16_vec.cuh"
 #include "tachyon/kernels/cuda/gemv_common.cuh"
 #include "tachyon/kernels/cuda/moe.h"
@@ -78,10 +84,39 @@ struct MoeGemvArgs {
   int groups;                  // row groups of R rows a team takes per expert block
 };
 
-template <int M>
+// The weight row a warp's r-th row is, in row group `group`: R consecutive rows, or with the
+// SwiGLU epilogue R / 2 gate rows and their up rows (n / 2 further on).
+template <int R, bool kSilu>
+__device__ __forceinline__ int64_t weight_row(int64_t group, int r, int n) {
+  if constexpr (kSilu) {
+    constexpr int kHalf = R / 2;
+    return r < kHalf ? group * kHalf + r : n / 2 + group * kHalf + (r - kHalf);
+  } else {
+    return group * R + r;
+  }
+}
+
+// Writes output value `i` of the warp's row group for pair `pair` from the row sums: row i of
+// the group, or with the SwiGLU epilogue output i (sums i and i + R / 2 as gate and up).
+template <int R, bool kSilu>
+__device__ __forceinline__ void store_output(const MoeGemvArgs& g, int32_t pair, int64_t group, int i, float first,
+                                             float second) {
+  if constexpr (kSilu) {
+    constexpr int kHalf = R / 2;
+    const float gate = __bfloat162float(__float2bfloat16_rn(first));
+    const float up = __bfloat162float(__float2bfloat16_rn(second));
+    g.out[static_cast<int64_t>(pair) * (g.n / 2) + group * kHalf + i] = __float2bfloat16_rn(silu_mul(gate, up));
+  } else {
+    (void)second;
+    g.out[static_cast<int64_t>(pair) * g.n + group * R + i] = __float2bfloat16_rn(first);
+  }
+}
+
+template <int M, bool kSilu>
 __global__ void __launch_bounds__(kThreads) moe_gemv_kernel(const MoeGemvArgs g) {
   constexpr int R = rows_per_warp<M>();
   constexpr int U = unroll<M>();
+  constexpr int kOutputs = kSilu ? R / 2 : R;  // outputs per pair and row group
   __shared__ float partial[kWarps][M * R];
 
   const int warp = threadIdx.x / 32;
@@ -110,14 +145,13 @@ __global__ void __launch_bounds__(kThreads) moe_gemv_kernel(const MoeGemvArgs g)
       const int32_t pair = __shfl_sync(0xffffffffu, slot_pair, m);
       x[m] = reinterpret_cast<const uint4*>(g.a) + (pair >= 0 ? pair / g.a_row_divisor : 0) * g.k8;
     }
-    // Lane j < count * R writes pair j / R's output, row j % R of the group.
-    const int32_t out_pair = __shfl_sync(0xffffffffu, slot_pair, lane / R);
+    // Lane j < count * kOutputs writes pair j / kOutputs's output j % kOutputs of the group.
+    const int32_t out_pair = __shfl_sync(0xffffffffu, slot_pair, lane / kOutputs);
     const uint4* w_expert = reinterpret_cast<const uint4*>(g.w) + static_cast<int64_t>(expert) * g.n * g.k8;
 
     for (int i = 0; i < g.groups; ++i) {
       const int group = first_group + i * group_step;
       const bool active = group < row_groups;  // team-uniform; inactive teams still meet the barriers
-      const int64_t row0 = static_cast<int64_t>(group) * R;
       float acc[M][R];
 #pragma unroll
       for (int m = 0; m < M; ++m) {
@@ -127,7 +161,7 @@ __global__ void __launch_bounds__(kThreads) moe_gemv_kernel(const MoeGemvArgs g)
       if (active) {
         const uint4* w_rows[R];
 #pragma unroll
-        for (int r = 0; r < R; ++r) w_rows[r] = w_expert + (row0 + r) * g.k8;
+        for (int r = 0; r < R; ++r) w_rows[r] = w_expert + weight_row<R, kSilu>(group, r, g.n) * g.k8;
         // Full trips (every lane's U chunks in range), all R * U loads issued before any FMA,
         // then one predicated trip for the last < U chunks of each lane. A lane adds its chunks
         // in k order either way, so the trip shape (U, R) never changes a sum.
@@ -167,17 +201,18 @@ __global__ void __launch_bounds__(kThreads) moe_gemv_kernel(const MoeGemvArgs g)
       }
 
       if (split == 1) {  // the warp's sums are the rows' sums
-        float sum = 0.0f;
+        float first = 0.0f, second = 0.0f;
 #pragma unroll
         for (int m = 0; m < M; ++m) {
 #pragma unroll
-          for (int r = 0; r < R; ++r) {
-            if (lane == m * R + r) sum = acc[m][r];
+          for (int i = 0; i < kOutputs; ++i) {
+            if (lane == m * kOutputs + i) {
+              first = acc[m][i];
+              second = acc[m][kSilu ? i + R / 2 : i];
+            }
           }
         }
-        if (active && lane < count * R) {
-          g.out[static_cast<int64_t>(out_pair) * g.n + row0 + lane % R] = __float2bfloat16_rn(sum);
-        }
+        if (active && lane < count * kOutputs) store_output<R, kSilu>(g, out_pair, group, lane % kOutputs, first, second);
         continue;
       }
       // The split warps' partials through shared memory, added in slice order by slice 0.
@@ -189,10 +224,15 @@ __global__ void __launch_bounds__(kThreads) moe_gemv_kernel(const MoeGemvArgs g)
         }
       }
       __syncthreads();
-      if (active && slice == 0 && lane < count * R) {
-        float sum = 0.0f;
-        for (int s = 0; s < split; ++s) sum += partial[warp + s][lane];
-        g.out[static_cast<int64_t>(out_pair) * g.n + row0 + lane % R] = __float2bfloat16_rn(sum);
+      if (active && slice == 0 && lane < count * kOutputs) {
+        // Output j of pair m reads row sums m * R + j (and + R / 2 for the up row).
+        const int first_row = lane / kOutputs * R + lane % kOutputs;
+        float first = 0.0f, second = 0.0f;
+        for (int s = 0; s < split; ++s) {
+          first += partial[warp + s][first_row];
+          if (kSilu) second += partial[warp + s][first_row + R / 2];
+        }
+        store_output<R, kSilu>(g, out_pair, group, lane % kOutputs, first, second);
       }
       __syncthreads();  // partial is refilled by the next group
     }
@@ -210,7 +250,7 @@ int choose_split(int64_t n, int64_t k8) {
   return split;
 }
 
-template <int M>
+template <int M, bool kSilu>
 void launch(MoeGemvArgs args, int64_t n, cudaStream_t stream) {
   constexpr int R = rows_per_warp<M>();
   const int64_t teams_per_block = kWarps / args.split;
@@ -222,7 +262,7 @@ void launch(MoeGemvArgs args, int64_t n, cudaStream_t stream) {
   const int64_t blocks_x = (row_groups + teams_per_block * groups - 1) / (teams_per_block * groups);
   args.groups = static_cast<int>((row_groups + teams_per_block * blocks_x - 1) / (teams_per_block * blocks_x));
   const int64_t blocks_y = std::min<int64_t>(args.expert_blocks, int64_t{kMaxExpertsPerToken} * M);
-  launch_pdl(moe_gemv_kernel<M>, dim3(static_cast<unsigned>(blocks_x), static_cast<unsigned>(blocks_y)),
+  launch_pdl(moe_gemv_kernel<M, kSilu>, dim3(static_cast<unsigned>(blocks_x), static_cast<unsigned>(blocks_y)),
              dim3(kThreads), 0, stream, args);
   TACHYON_CUDA_CHECK_LAUNCH();
 }
@@ -231,36 +271,56 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 }  // namespace
 
-void moe_grouped_gemv(bf16* out, const bf16* a, const bf16* w, const int32_t* sorted_rows,
-                      const int32_t* block_expert, int64_t capacity, int64_t a_row_divisor, int64_t n, int64_t k,
-                      int32_t max_pairs_per_expert, cudaStream_t stream) {
+namespace {
+
+template <bool kSilu>
+void run(const char* name, bf16* out, const bf16* a, const bf16* w, const int32_t* sorted_rows,
+         const int32_t* block_expert, int64_t capacity, int64_t a_row_divisor, int64_t n, int64_t k,
+         int32_t max_pairs_per_expert, cudaStream_t stream) {
   TACHYON_CHECK(n > 0 && n % 8 == 0 && k > 0 && k % 8 == 0)
-      << "moe_grouped_gemv: n " << n << " and k " << k << " must be positive multiples of 8";
+      << name << ": n " << n << " and k " << k << " must be positive multiples of 8";
   TACHYON_CHECK(n <= (int64_t{1} << 28) && k <= (int64_t{1} << 24))
-      << "moe_grouped_gemv: n " << n << " or k " << k << " too large (n <= 2^28, k <= 2^24)";
-  TACHYON_CHECK(a_row_divisor >= 1) << "moe_grouped_gemv: a_row_divisor " << a_row_divisor << " must be >= 1";
+      << name << ": n " << n << " or k " << k << " too large (n <= 2^28, k <= 2^24)";
+  TACHYON_CHECK(a_row_divisor >= 1) << name << ": a_row_divisor " << a_row_divisor << " must be >= 1";
   TACHYON_CHECK(capacity >= 0 && capacity % kMoeBlockM == 0 && capacity / kMoeBlockM <= (int64_t{1} << 24))
-      << "moe_grouped_gemv: capacity " << capacity << " must be a multiple of " << kMoeBlockM
-      << " (moe_sorted_capacity)";
+      << name << ": capacity " << capacity << " must be a multiple of " << kMoeBlockM << " (moe_sorted_capacity)";
   TACHYON_CHECK(max_pairs_per_expert >= 1 && max_pairs_per_expert <= 8)
-      << "moe_grouped_gemv: max_pairs_per_expert " << max_pairs_per_expert
+      << name << ": max_pairs_per_expert " << max_pairs_per_expert
       << " must be in [1, 8] (the step's token count; use moe_grouped_gemm for steps of more than 8 tokens)";
   TACHYON_CHECK(aligned16(out) && aligned16(a) && aligned16(w))
-      << "moe_grouped_gemv: out (" << out << "), a (" << a << ") and w (" << w << ") must be 16-byte aligned";
+      << name << ": out (" << out << "), a (" << a << ") and w (" << w << ") must be 16-byte aligned";
   if (capacity == 0) return;
   const int64_t k8 = k / kChunk;
   MoeGemvArgs args{out, a, w, sorted_rows, block_expert, a_row_divisor, static_cast<int>(n), static_cast<int>(k8),
                    static_cast<int>(capacity / kMoeBlockM), choose_split(n, k8), 0};
   switch (max_pairs_per_expert) {
-    case 1: return launch<1>(args, n, stream);
-    case 2: return launch<2>(args, n, stream);
-    case 3: return launch<3>(args, n, stream);
-    case 4: return launch<4>(args, n, stream);
-    case 5: return launch<5>(args, n, stream);
-    case 6: return launch<6>(args, n, stream);
-    case 7: return launch<7>(args, n, stream);
-    default: return launch<8>(args, n, stream);
+    case 1: return launch<1, kSilu>(args, n, stream);
+    case 2: return launch<2, kSilu>(args, n, stream);
+    case 3: return launch<3, kSilu>(args, n, stream);
+    case 4: return launch<4, kSilu>(args, n, stream);
+    case 5: return launch<5, kSilu>(args, n, stream);
+    case 6: return launch<6, kSilu>(args, n, stream);
+    case 7: return launch<7, kSilu>(args, n, stream);
+    default: return launch<8, kSilu>(args, n, stream);
   }
+}
+
+}  // namespace
+
+void moe_grouped_gemv(bf16* out, const bf16* a, const bf16* w, const int32_t* sorted_rows,
+                      const int32_t* block_expert, int64_t capacity, int64_t a_row_divisor, int64_t n, int64_t k,
+                      int32_t max_pairs_per_expert, cudaStream_t stream) {
+  run<false>("moe_grouped_gemv", out, a, w, sorted_rows, block_expert, capacity, a_row_divisor, n, k,
+             max_pairs_per_expert, stream);
+}
+
+void moe_grouped_gemv_silu(bf16* act, const bf16* a, const bf16* w_gate_up, const int32_t* sorted_rows,
+                           const int32_t* block_expert, int64_t capacity, int64_t a_row_divisor,
+                           int64_t intermediate, int64_t k, int32_t max_pairs_per_expert, cudaStream_t stream) {
+  TACHYON_CHECK(intermediate > 0 && intermediate % 4 == 0)
+      << "moe_grouped_gemv_silu: intermediate " << intermediate << " must be a positive multiple of 4";
+  run<true>("moe_grouped_gemv_silu", act, a, w_gate_up, sorted_rows, block_expert, capacity, a_row_divisor,
+            2 * intermediate, k, max_pairs_per_expert, stream);
 }
 
 }  // namespace tachyon::kernels::cuda

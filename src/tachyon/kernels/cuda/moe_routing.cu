@@ -16,7 +16,9 @@
 #include <cfloat>
 
 #include "tachyon/kernels/cuda/bf16_vec.cuh"
+#include "tachyon/kernels/cuda/gemv_common.cuh"
 #include "tachyon/kernels/cuda/moe.h"
+#include "tachyon/kernels/cuda/pdl.cuh"
 
 namespace tachyon::kernels::cuda {
 namespace {
@@ -25,13 +27,11 @@ constexpr int kMaxPerLane = kMoeMaxExperts / 32;
 constexpr int kMaxTopK = 16;
 constexpr int kTokensPerBlock = 4;  // warps per CTA of topk_softmax
 
-__global__ void topk_softmax_kernel(int32_t* __restrict__ topk_ids, float* __restrict__ topk_weights,
-                                    const float* __restrict__ logits, int64_t tokens, int32_t num_experts,
-                                    int32_t top_k, bool renormalize) {
+// One token's softmax top-k by one warp: row [num_experts] f32 in, ids [top_k] and weights
+// [top_k] out (written by lane 0).
+__device__ void topk_softmax_row(int32_t* __restrict__ ids, float* __restrict__ weights, const float* row,
+                                 int32_t num_experts, int32_t top_k, bool renormalize) {
   const int lane = threadIdx.x & 31;
-  const int64_t token = static_cast<int64_t>(blockIdx.x) * kTokensPerBlock + (threadIdx.x >> 5);
-  if (token >= tokens) return;
-  const float* row = logits + token * num_experts;
   float value[kMaxPerLane];
   float max_logit = -INFINITY;
 #pragma unroll
@@ -89,10 +89,19 @@ __global__ void topk_softmax_kernel(int32_t* __restrict__ topk_ids, float* __res
   if (lane == 0) {
     const float scale = renormalize ? 1.0f / chosen_sum : 1.0f;
     for (int j = 0; j < top_k; ++j) {
-      topk_ids[token * top_k + j] = chosen_id[j];
-      topk_weights[token * top_k + j] = chosen_weight[j] * scale;
+      ids[j] = chosen_id[j];
+      weights[j] = chosen_weight[j] * scale;
     }
   }
+}
+
+__global__ void topk_softmax_kernel(int32_t* __restrict__ topk_ids, float* __restrict__ topk_weights,
+                                    const float* __restrict__ logits, int64_t tokens, int32_t num_experts,
+                                    int32_t top_k, bool renormalize) {
+  const int64_t token = static_cast<int64_t>(blockIdx.x) * kTokensPerBlock + (threadIdx.x >> 5);
+  if (token >= tokens) return;
+  topk_softmax_row(topk_ids + token * top_k, topk_weights + token * top_k, logits + token * num_experts,
+                   num_experts, top_k, renormalize);
 }
 
 constexpr int kMaxGroups = 32;  // one lane per group in the group selection
@@ -118,18 +127,23 @@ __device__ __forceinline__ void warp_argmax(float& value, int& id, float& carrie
   }
 }
 
-// Arguments as moe_topk_sigmoid_grouped (moe.h); group_lanes = 32 / G (see the file comment).
-__global__ void topk_sigmoid_grouped_kernel(int32_t* __restrict__ topk_ids, float* __restrict__ topk_weights,
-                                            const float* __restrict__ logits, const float* __restrict__ bias,
-                                            int64_t tokens, int32_t num_experts, int32_t top_k, int32_t n_group,
-                                            int32_t topk_group, int32_t group_lanes, bool renormalize,
-                                            float routed_scaling_factor) {
-  __shared__ float s_choice[kTokensPerBlock][kMoeMaxExperts];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t token = static_cast<int64_t>(blockIdx.x) * kTokensPerBlock + warp;
-  if (token >= tokens) return;  // the whole warp: only warp-level syncs follow
-  const float* row = logits + token * num_experts;
-  float* choice = s_choice[warp];
+// The routing parameters of one launch (moe_topk_sigmoid_grouped's arguments); group_lanes =
+// 32 / G (see the file comment).
+struct SigmoidGrouped {
+  const float* bias;
+  int32_t num_experts, top_k, n_group, topk_group, group_lanes;
+  bool renormalize;
+  float routed_scaling_factor;
+};
+
+// One token's group-limited sigmoid top-k by one warp: row [num_experts] f32 in, `choice` the
+// warp's shared scratch of num_experts floats, ids [top_k] and weights [top_k] out (lane 0).
+__device__ void topk_sigmoid_grouped_row(int32_t* __restrict__ ids, float* __restrict__ weights, const float* row,
+                                         float* choice, const SigmoidGrouped& p) {
+  const float* __restrict__ bias = p.bias;
+  const int32_t num_experts = p.num_experts, top_k = p.top_k, n_group = p.n_group, topk_group = p.topk_group,
+                group_lanes = p.group_lanes;
+  const int lane = threadIdx.x & 31;
   float score[kMaxPerLane];
 #pragma unroll
   for (int i = 0; i < kMaxPerLane; ++i) {
@@ -213,22 +227,39 @@ __global__ void topk_sigmoid_grouped_kernel(int32_t* __restrict__ topk_ids, floa
     for (int j = 0; j < top_k; ++j) sum += chosen_score[j];
     for (int j = 0; j < top_k; ++j) {
       float weight = chosen_score[j];
-      if (renormalize) weight = weight / (sum + 1e-20f);
-      topk_ids[token * top_k + j] = chosen_id[j];
-      topk_weights[token * top_k + j] = weight * routed_scaling_factor;
+      if (p.renormalize) weight = weight / (sum + 1e-20f);
+      ids[j] = chosen_id[j];
+      weights[j] = weight * p.routed_scaling_factor;
     }
   }
 }
 
+__global__ void topk_sigmoid_grouped_kernel(int32_t* __restrict__ topk_ids, float* __restrict__ topk_weights,
+                                            const float* __restrict__ logits, int64_t tokens,
+                                            const SigmoidGrouped p) {
+  __shared__ float s_choice[kTokensPerBlock][kMoeMaxExperts];
+  const int warp = threadIdx.x >> 5;
+  const int64_t token = static_cast<int64_t>(blockIdx.x) * kTokensPerBlock + warp;
+  if (token >= tokens) return;  // the whole warp: only warp-level syncs follow
+  topk_sigmoid_grouped_row(topk_ids + token * p.top_k, topk_weights + token * p.top_k, logits + token * p.num_experts,
+                           s_choice[warp], p);
+}
+
 constexpr int kAlignThreads = 1024;
 
-__global__ void __launch_bounds__(kAlignThreads) align_kernel(int32_t* __restrict__ sorted_rows,
-                                                              int32_t* __restrict__ block_expert,
-                                                              const int32_t* __restrict__ topk_ids, int32_t rows,
-                                                              int32_t num_experts, int32_t capacity) {
-  __shared__ int32_t count[kMoeMaxExperts];
-  __shared__ int32_t begin[kMoeMaxExperts + 1];
-  __shared__ int32_t cursor[kMoeMaxExperts];
+// moe_align's work by one whole CTA (any block size), with its shared scratch.
+struct AlignScratch {
+  int32_t count[kMoeMaxExperts];
+  int32_t begin[kMoeMaxExperts + 1];
+  int32_t cursor[kMoeMaxExperts];
+};
+
+__device__ void align_pairs(int32_t* __restrict__ sorted_rows, int32_t* __restrict__ block_expert,
+                            const int32_t* topk_ids, int32_t rows, int32_t num_experts, int32_t capacity,
+                            AlignScratch& scratch) {
+  int32_t* count = scratch.count;
+  int32_t* begin = scratch.begin;
+  int32_t* cursor = scratch.cursor;
   for (int e = threadIdx.x; e < num_experts; e += blockDim.x) count[e] = 0;
   __syncthreads();
   for (int p = threadIdx.x; p < rows; p += blockDim.x) atomicAdd(&count[topk_ids[p]], 1);
@@ -266,6 +297,14 @@ __global__ void __launch_bounds__(kAlignThreads) align_kernel(int32_t* __restric
   for (int p = threadIdx.x; p < rows; p += blockDim.x) sorted_rows[atomicAdd(&cursor[topk_ids[p]], 1)] = p;
 }
 
+__global__ void __launch_bounds__(kAlignThreads) align_kernel(int32_t* __restrict__ sorted_rows,
+                                                              int32_t* __restrict__ block_expert,
+                                                              const int32_t* __restrict__ topk_ids, int32_t rows,
+                                                              int32_t num_experts, int32_t capacity) {
+  __shared__ AlignScratch scratch;
+  align_pairs(sorted_rows, block_expert, topk_ids, rows, num_experts, capacity, scratch);
+}
+
 constexpr int kCombineThreads = 128;
 
 // out and addend may alias (no __restrict__): each thread reads its addend vector before it
@@ -292,6 +331,120 @@ __global__ void combine_kernel(bf16* out, const bf16* __restrict__ expert_out, c
   reinterpret_cast<uint4*>(out)[token * vecs_per_row + vec] = pack8(acc);
 }
 
+// moe_route_decode: the router product, the top-k and the align in one launch (see moe.h).
+// grid ceil(E / kRouteWarps) CTAs of kRouteWarps warps; warp w of CTA b computes expert
+// b * kRouteWarps + w's logit for every token (one weight row, 16-byte streaming loads, the
+// first batch issued before the PDL wait: the router weight is no earlier kernel's output).
+// Each CTA then counts itself in `arrivals`; the last to arrive (it sees every other CTA's
+// logits after the fences) runs the top-k, one warp per token, and the align, and sets
+// `arrivals` back to 0 for the next launch.
+constexpr int kRouteWarps = 8;  // also the most tokens: one warp per token in the top-k
+static_assert(kRouteWarps == kMoeRouteDecodeMaxTokens);
+constexpr int kRouteUnroll = 4;
+
+struct RouteArgs {
+  int32_t* topk_ids;
+  float* topk_weights;
+  int32_t* sorted_rows;
+  int32_t* block_expert;
+  float* logits;             // [tokens, E] f32
+  const bf16* hidden;        // [tokens, k] bf16
+  const bf16* weight;        // [E, k] bf16
+  unsigned int* arrivals;
+  int32_t k8;                // k / 8
+  int32_t capacity;
+  bool sigmoid_grouped;
+  bool renormalize;          // softmax only (sigmoid_grouped carries its own)
+  SigmoidGrouped p;          // num_experts and top_k for both rules
+};
+
+template <int M>
+__global__ void __launch_bounds__(kRouteWarps * 32) route_decode_kernel(const RouteArgs a) {
+  __shared__ float s_logits[M][kMoeMaxExperts];
+  __shared__ float s_choice[M][kMoeMaxExperts];
+  __shared__ AlignScratch s_align;
+  __shared__ bool s_last;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int32_t num_experts = a.p.num_experts;
+  const int expert = static_cast<int>(blockIdx.x) * kRouteWarps + warp;
+  const bool owns_row = expert < num_experts;  // warp-uniform
+  const uint4* w_row = reinterpret_cast<const uint4*>(a.weight) + static_cast<int64_t>(owns_row ? expert : 0) * a.k8;
+
+  uint4 w[kRouteUnroll];
+#pragma unroll
+  for (int u = 0; u < kRouteUnroll; ++u) {
+    const int c = lane + 32 * u;
+    w[u] = owns_row && c < a.k8 ? gemv_detail::load_stream(w_row + c) : make_uint4(0, 0, 0, 0);
+  }
+  pdl_wait();  // hidden is the previous kernel's output, and every write comes after this
+  pdl_launch_dependents();
+
+  // A lane adds its chunks lane, lane + 32, ... in k order, then the warp's xor tree: a token's
+  // logit does not depend on the other tokens of the step.
+  float acc[M];
+#pragma unroll
+  for (int t = 0; t < M; ++t) acc[t] = 0.0f;
+  if (owns_row) {
+    const uint4* x = reinterpret_cast<const uint4*>(a.hidden);
+    for (int base = 0; base < a.k8; base += 32 * kRouteUnroll) {
+      uint4 next[kRouteUnroll];
+#pragma unroll
+      for (int u = 0; u < kRouteUnroll; ++u) {
+        const int c = base + 32 * kRouteUnroll + lane + 32 * u;
+        next[u] = c < a.k8 ? gemv_detail::load_stream(w_row + c) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < kRouteUnroll; ++u) {
+        const int c = base + lane + 32 * u;
+        if (c < a.k8) {
+          float wf[kBf16PerVec];
+          unpack8(w[u], wf);
+#pragma unroll
+          for (int t = 0; t < M; ++t) {
+            float xf[kBf16PerVec];
+            unpack8(__ldg(x + static_cast<int64_t>(t) * a.k8 + c), xf);
+#pragma unroll
+            for (int i = 0; i < kBf16PerVec; ++i) acc[t] = fmaf(xf[i], wf[i], acc[t]);
+          }
+        }
+        w[u] = next[u];
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < M; ++t) {
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2) acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], offset);
+    }
+    if (lane == 0) {
+#pragma unroll
+      for (int t = 0; t < M; ++t) a.logits[static_cast<int64_t>(t) * num_experts + expert] = acc[t];
+      __threadfence();  // the logits reach L2 before this CTA counts itself
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) s_last = atomicAdd(a.arrivals, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  if (threadIdx.x == 0) *a.arrivals = 0;  // every CTA has counted itself: ready for the next launch
+  // Every CTA's logits, from L2 (ld.cg: this SM's L1 may not be coherent with the others' stores).
+  for (int i = threadIdx.x; i < M * num_experts; i += blockDim.x) {
+    s_logits[i / num_experts][i % num_experts] = __ldcg(a.logits + i);
+  }
+  __syncthreads();
+  if (warp < M) {
+    int32_t* ids = a.topk_ids + warp * a.p.top_k;
+    float* weights = a.topk_weights + warp * a.p.top_k;
+    if (a.sigmoid_grouped) {
+      topk_sigmoid_grouped_row(ids, weights, s_logits[warp], s_choice[warp], a.p);
+    } else {
+      topk_softmax_row(ids, weights, s_logits[warp], num_experts, a.p.top_k, a.renormalize);
+    }
+  }
+  __syncthreads();  // the ids (global, written by this CTA) are visible to the whole CTA
+  align_pairs(a.sorted_rows, a.block_expert, a.topk_ids, M * a.p.top_k, num_experts, a.capacity, s_align);
+}
+
 }  // namespace
 
 int64_t moe_sorted_capacity(int64_t rows, int32_t num_experts) {
@@ -299,12 +452,55 @@ int64_t moe_sorted_capacity(int64_t rows, int32_t num_experts) {
   return (padded + kMoeBlockM - 1) / kMoeBlockM * kMoeBlockM;
 }
 
+namespace {
+
+void check_softmax(const char* name, int32_t num_experts, int32_t top_k) {
+  TACHYON_CHECK(num_experts >= 1 && num_experts <= kMoeMaxExperts)
+      << name << ": " << num_experts << " experts (1.." << kMoeMaxExperts << " supported)";
+  TACHYON_CHECK(top_k >= 1 && top_k <= kMaxTopK && top_k <= num_experts)
+      << name << ": top_k " << top_k << " must be in [1, min(" << kMaxTopK << ", experts " << num_experts << ")]";
+}
+
+// Checks moe_topk_sigmoid_grouped's arguments and packs them for the kernels.
+SigmoidGrouped sigmoid_grouped_params(const char* name, const float* correction_bias, int32_t num_experts,
+                                      int32_t top_k, int32_t n_group, int32_t topk_group, bool renormalize,
+                                      float routed_scaling_factor) {
+  TACHYON_CHECK(num_experts >= 1 && num_experts <= kMoeMaxExperts)
+      << name << ": " << num_experts << " experts (1.." << kMoeMaxExperts << " supported)";
+  TACHYON_CHECK(n_group >= 1 && n_group <= kMaxGroups && num_experts % n_group == 0 && num_experts / n_group >= 2)
+      << name << ": " << num_experts << " experts do not split into n_group " << n_group
+      << " groups of at least 2 (n_group <= " << kMaxGroups << ")";
+  TACHYON_CHECK(topk_group >= 1 && topk_group <= n_group)
+      << name << ": topk_group " << topk_group << " of " << n_group << " groups";
+  TACHYON_CHECK(top_k >= 1 && top_k <= kMaxTopK && top_k <= num_experts)
+      << name << ": top_k " << top_k << " must be in [1, min(" << kMaxTopK << ", experts " << num_experts << ")]";
+  int32_t groups_pow2 = 1;
+  while (groups_pow2 < n_group) groups_pow2 *= 2;
+  return SigmoidGrouped{correction_bias, num_experts, top_k, n_group, topk_group, 32 / groups_pow2, renormalize,
+                        routed_scaling_factor};
+}
+
+void check_align(const char* name, int64_t rows, int32_t num_experts, int64_t capacity) {
+  TACHYON_CHECK(num_experts >= 1 && num_experts <= kMoeMaxExperts)
+      << name << ": " << num_experts << " experts (1.." << kMoeMaxExperts << " supported)";
+  TACHYON_CHECK(rows >= 0 && rows <= (int64_t{1} << 24)) << name << ": " << rows << " pairs out of range";
+  TACHYON_CHECK(capacity == moe_sorted_capacity(rows, num_experts))
+      << name << ": capacity " << capacity << " must be moe_sorted_capacity(rows, experts) = "
+      << moe_sorted_capacity(rows, num_experts);
+}
+
+template <int M>
+void launch_route_decode(const RouteArgs& args, cudaStream_t stream) {
+  const unsigned blocks = static_cast<unsigned>((args.p.num_experts + kRouteWarps - 1) / kRouteWarps);
+  launch_pdl(route_decode_kernel<M>, dim3(blocks), dim3(kRouteWarps * 32), 0, stream, args);
+  TACHYON_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
 void moe_topk_softmax(int32_t* topk_ids, float* topk_weights, const float* router_logits, int64_t tokens,
                       int32_t num_experts, int32_t top_k, bool renormalize, cudaStream_t stream) {
-  TACHYON_CHECK(num_experts >= 1 && num_experts <= kMoeMaxExperts)
-      << "moe_topk_softmax: " << num_experts << " experts (1.." << kMoeMaxExperts << " supported)";
-  TACHYON_CHECK(top_k >= 1 && top_k <= kMaxTopK && top_k <= num_experts)
-      << "moe_topk_softmax: top_k " << top_k << " must be in [1, min(" << kMaxTopK << ", experts " << num_experts << ")]";
+  check_softmax("moe_topk_softmax", num_experts, top_k);
   TACHYON_CHECK(tokens >= 0 && tokens <= INT32_MAX) << "moe_topk_softmax: tokens " << tokens << " out of range";
   if (tokens == 0) return;
   const unsigned blocks = static_cast<unsigned>((tokens + kTokensPerBlock - 1) / kTokensPerBlock);
@@ -317,38 +513,66 @@ void moe_topk_sigmoid_grouped(int32_t* topk_ids, float* topk_weights, const floa
                               const float* correction_bias, int64_t tokens, int32_t num_experts, int32_t top_k,
                               int32_t n_group, int32_t topk_group, bool renormalize, float routed_scaling_factor,
                               cudaStream_t stream) {
-  TACHYON_CHECK(num_experts >= 1 && num_experts <= kMoeMaxExperts)
-      << "moe_topk_sigmoid_grouped: " << num_experts << " experts (1.." << kMoeMaxExperts << " supported)";
-  TACHYON_CHECK(n_group >= 1 && n_group <= kMaxGroups && num_experts % n_group == 0 && num_experts / n_group >= 2)
-      << "moe_topk_sigmoid_grouped: " << num_experts << " experts do not split into n_group " << n_group
-      << " groups of at least 2 (n_group <= " << kMaxGroups << ")";
-  TACHYON_CHECK(topk_group >= 1 && topk_group <= n_group)
-      << "moe_topk_sigmoid_grouped: topk_group " << topk_group << " of " << n_group << " groups";
-  TACHYON_CHECK(top_k >= 1 && top_k <= kMaxTopK && top_k <= num_experts)
-      << "moe_topk_sigmoid_grouped: top_k " << top_k << " must be in [1, min(" << kMaxTopK << ", experts "
-      << num_experts << ")]";
+  const SigmoidGrouped params = sigmoid_grouped_params("moe_topk_sigmoid_grouped", correction_bias, num_experts,
+                                                       top_k, n_group, topk_group, renormalize, routed_scaling_factor);
   TACHYON_CHECK(tokens >= 0 && tokens <= INT32_MAX) << "moe_topk_sigmoid_grouped: tokens " << tokens << " out of range";
   if (tokens == 0) return;
-  int32_t groups_pow2 = 1;
-  while (groups_pow2 < n_group) groups_pow2 *= 2;
   const unsigned blocks = static_cast<unsigned>((tokens + kTokensPerBlock - 1) / kTokensPerBlock);
-  topk_sigmoid_grouped_kernel<<<blocks, 32 * kTokensPerBlock, 0, stream>>>(
-      topk_ids, topk_weights, router_logits, correction_bias, tokens, num_experts, top_k, n_group, topk_group,
-      32 / groups_pow2, renormalize, routed_scaling_factor);
+  topk_sigmoid_grouped_kernel<<<blocks, 32 * kTokensPerBlock, 0, stream>>>(topk_ids, topk_weights, router_logits,
+                                                                            tokens, params);
   TACHYON_CUDA_CHECK_LAUNCH();
 }
 
 void moe_align(int32_t* sorted_rows, int32_t* block_expert, const int32_t* topk_ids, int64_t rows,
                int32_t num_experts, int64_t capacity, cudaStream_t stream) {
-  TACHYON_CHECK(num_experts >= 1 && num_experts <= kMoeMaxExperts)
-      << "moe_align: " << num_experts << " experts (1.." << kMoeMaxExperts << " supported)";
-  TACHYON_CHECK(rows >= 0 && rows <= (int64_t{1} << 24)) << "moe_align: " << rows << " pairs out of range";
-  TACHYON_CHECK(capacity == moe_sorted_capacity(rows, num_experts))
-      << "moe_align: capacity " << capacity << " must be moe_sorted_capacity(rows, experts) = "
-      << moe_sorted_capacity(rows, num_experts);
+  check_align("moe_align", rows, num_experts, capacity);
   align_kernel<<<1, kAlignThreads, 0, stream>>>(sorted_rows, block_expert, topk_ids, static_cast<int32_t>(rows),
                                                 num_experts, static_cast<int32_t>(capacity));
   TACHYON_CUDA_CHECK_LAUNCH();
+}
+
+void moe_route_decode(const MoeRouteOutputs& out, const bf16* hidden, const bf16* router_weight, int64_t tokens,
+                      int64_t hidden_size, int32_t num_experts, const MoeRouting& routing, unsigned int* arrivals,
+                      cudaStream_t stream) {
+  const char* name = "moe_route_decode";
+  TACHYON_CHECK(tokens >= 1 && tokens <= kMoeRouteDecodeMaxTokens)
+      << name << ": " << tokens << " tokens (1.." << kMoeRouteDecodeMaxTokens << "; more take the separate kernels)";
+  TACHYON_CHECK(hidden_size > 0 && hidden_size % 8 == 0 && hidden_size <= (int64_t{1} << 24))
+      << name << ": hidden_size " << hidden_size << " must be a positive multiple of 8 (at most 2^24)";
+  TACHYON_CHECK(reinterpret_cast<uintptr_t>(hidden) % 16 == 0 && reinterpret_cast<uintptr_t>(router_weight) % 16 == 0)
+      << name << ": hidden and router_weight must be 16-byte aligned";
+  TACHYON_CHECK(arrivals != nullptr) << name << ": arrivals must point to a device counter that starts at 0";
+  RouteArgs args{};
+  if (routing.sigmoid_grouped) {
+    args.p = sigmoid_grouped_params(name, routing.correction_bias, num_experts, routing.top_k, routing.n_group,
+                                    routing.topk_group, routing.renormalize, routing.routed_scaling_factor);
+  } else {
+    check_softmax(name, num_experts, routing.top_k);
+    args.p = SigmoidGrouped{nullptr, num_experts, routing.top_k, 1, 1, 32, false, 1.0f};
+  }
+  check_align(name, tokens * routing.top_k, num_experts, out.capacity);
+  args.topk_ids = out.topk_ids;
+  args.topk_weights = out.topk_weights;
+  args.sorted_rows = out.sorted_rows;
+  args.block_expert = out.block_expert;
+  args.logits = out.router_logits;
+  args.hidden = hidden;
+  args.weight = router_weight;
+  args.arrivals = arrivals;
+  args.k8 = static_cast<int32_t>(hidden_size / 8);
+  args.capacity = static_cast<int32_t>(out.capacity);
+  args.sigmoid_grouped = routing.sigmoid_grouped;
+  args.renormalize = routing.renormalize;
+  switch (tokens) {
+    case 1: return launch_route_decode<1>(args, stream);
+    case 2: return launch_route_decode<2>(args, stream);
+    case 3: return launch_route_decode<3>(args, stream);
+    case 4: return launch_route_decode<4>(args, stream);
+    case 5: return launch_route_decode<5>(args, stream);
+    case 6: return launch_route_decode<6>(args, stream);
+    case 7: return launch_route_decode<7>(args, stream);
+    default: return launch_route_decode<8>(args, stream);
+  }
 }
 
 void moe_combine(bf16* out, const bf16* expert_out, const float* topk_weights, int64_t tokens, int32_t top_k,

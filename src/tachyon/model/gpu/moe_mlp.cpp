@@ -8,9 +8,11 @@ namespace tachyon::model::gpu {
 
 namespace kc = kernels::cuda;
 
-MoeMlpBlock::MoeMlpBlock(BlockContext& context) : GpuBlock(context) {
+MoeMlpBlock::MoeMlpBlock(BlockContext& context) : GpuBlock(context), route_arrivals_(sizeof(unsigned int)) {
   const std::string reason = moe_mlp_gpu_unsupported(ctx_.config);
   TACHYON_CHECK(reason.empty()) << "the GPU MoE block cannot serve this model: " << reason;
+  // On the block's stream, so it is ordered before every launch that reads the counter.
+  TACHYON_CUDA_CHECK(cudaMemsetAsync(route_arrivals_.data(), 0, sizeof(unsigned int), ctx_.stream));
 }
 
 void MoeMlpBlock::plan_workspace(WorkspacePlan& plan) {
@@ -83,6 +85,28 @@ void MoeMlpBlock::routed_experts(int64_t layer, int64_t T, cudaStream_t stream) 
   const int64_t H = c.hidden_size, I = c.moe_intermediate_size;
   const int32_t E = static_cast<int32_t>(c.num_experts), k = static_cast<int32_t>(c.num_experts_per_tok);
   const int64_t pairs = T * k, capacity = kc::moe_sorted_capacity(pairs, E);
+  // Up to 8 tokens (decode) no expert has more than T pairs: the grouped GEMV streams each active
+  // expert's weights once at HBM bandwidth, where a 64-row tensor-core tile would be padding; the
+  // routing before it is one launch, and SiLU is the gate_up product's epilogue.
+  if (T <= kc::kMoeRouteDecodeMaxTokens) {
+    kc::MoeRouting routing;
+    routing.sigmoid_grouped = c.router == RouterKind::kSigmoidGroupLimited;
+    routing.top_k = k;
+    routing.renormalize = c.norm_topk_prob;
+    routing.correction_bias = w.router_bias;
+    routing.n_group = static_cast<int32_t>(c.n_group);
+    routing.topk_group = static_cast<int32_t>(c.topk_group);
+    routing.routed_scaling_factor = static_cast<float>(c.routed_scaling_factor);
+    const kc::MoeRouteOutputs routed{ws.router_logits, ws.topk_ids,    ws.topk_weights,
+                                     ws.sorted_rows,   ws.block_expert, capacity};
+    kc::moe_route_decode(routed, ws.normed, w.router, T, H, E, routing, route_arrivals_.as<unsigned int>(), stream);
+    const int32_t max_pairs = static_cast<int32_t>(T);
+    kc::moe_grouped_gemv_silu(ws.expert_act, ws.normed, w.experts_gate_up, ws.sorted_rows, ws.block_expert, capacity,
+                              k, I, H, max_pairs, stream);
+    kc::moe_grouped_gemv(ws.expert_down, ws.expert_act, w.experts_down, ws.sorted_rows, ws.block_expert, capacity, 1,
+                         H, I, max_pairs, stream);
+    return;
+  }
   run_role_on(LinearRole::kRouter, layer, T, stream);
   if (c.router == RouterKind::kSigmoidGroupLimited) {
     kc::moe_topk_sigmoid_grouped(ws.topk_ids, ws.topk_weights, ws.router_logits, w.router_bias, T, E, k,
@@ -92,22 +116,11 @@ void MoeMlpBlock::routed_experts(int64_t layer, int64_t T, cudaStream_t stream) 
     kc::moe_topk_softmax(ws.topk_ids, ws.topk_weights, ws.router_logits, T, E, k, c.norm_topk_prob, stream);
   }
   kc::moe_align(ws.sorted_rows, ws.block_expert, ws.topk_ids, pairs, E, capacity, stream);
-  // Up to 8 tokens (decode) no expert has more than T pairs: the grouped GEMV streams each active
-  // expert's weights once at HBM bandwidth, where a 64-row tensor-core tile would be padding.
-  if (T <= 8) {
-    const int32_t max_pairs = static_cast<int32_t>(T);
-    kc::moe_grouped_gemv(ws.expert_gate_up, ws.normed, w.experts_gate_up, ws.sorted_rows, ws.block_expert, capacity, k,
-                         2 * I, H, max_pairs, stream);
-    kc::silu_and_mul(ws.expert_act, ws.expert_gate_up, pairs, I, stream);
-    kc::moe_grouped_gemv(ws.expert_down, ws.expert_act, w.experts_down, ws.sorted_rows, ws.block_expert, capacity, 1,
-                         H, I, max_pairs, stream);
-  } else {
-    kc::moe_grouped_gemm(ws.expert_gate_up, ws.normed, w.experts_gate_up, ws.sorted_rows, ws.block_expert, capacity,
-                         k, 2 * I, H, stream);
-    kc::silu_and_mul(ws.expert_act, ws.expert_gate_up, pairs, I, stream);
-    kc::moe_grouped_gemm(ws.expert_down, ws.expert_act, w.experts_down, ws.sorted_rows, ws.block_expert, capacity, 1,
-                         H, I, stream);
-  }
+  kc::moe_grouped_gemm(ws.expert_gate_up, ws.normed, w.experts_gate_up, ws.sorted_rows, ws.block_expert, capacity, k,
+                       2 * I, H, stream);
+  kc::silu_and_mul(ws.expert_act, ws.expert_gate_up, pairs, I, stream);
+  kc::moe_grouped_gemm(ws.expert_down, ws.expert_act, w.experts_down, ws.sorted_rows, ws.block_expert, capacity, 1,
+                       H, I, stream);
 }
 
 void MoeMlpBlock::forward(int64_t layer, const GpuStep& step) {
