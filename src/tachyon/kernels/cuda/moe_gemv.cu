@@ -130,8 +130,10 @@ __global__ void __launch_bounds__(kThreads) moe_gemv_kernel(const MoeGemvArgs g)
   const int group_step = static_cast<int>(gridDim.x) * teams;
 
   // block_expert and sorted_rows are moe_align's output, `a` the previous kernel's.
+  // No early pdl_launch_dependents: the next kernel (down, or the combine) launches as this grid
+  // exits. Triggered early, its thousands of CTAs sat waiting in SM slots that the side stream's
+  // shared expert needed, and a batch-1 V2-Lite step took 2.38 ms instead of 2.26.
   pdl_wait();
-  pdl_launch_dependents();
   for (int eb = blockIdx.y; eb < g.expert_blocks; eb += gridDim.y) {
     // Both loads in flight together; the -1 blocks are a suffix, so the first one ends the loop.
     const int expert = g.block_expert[eb];

@@ -376,8 +376,9 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_decode_kernel(const Ro
     const int c = lane + 32 * u;
     w[u] = owns_row && c < a.k8 ? gemv_detail::load_stream(w_row + c) : make_uint4(0, 0, 0, 0);
   }
-  pdl_wait();  // hidden is the previous kernel's output, and every write comes after this
-  pdl_launch_dependents();
+  // hidden is the previous kernel's output, and every write comes after this. No early
+  // pdl_launch_dependents, as moe_gemv.cu says why: the gate_up grid launches as this one exits.
+  pdl_wait();
 
   // A lane adds its chunks lane, lane + 32, ... in k order, then the warp's xor tree: a token's
   // logit does not depend on the other tokens of the step.
