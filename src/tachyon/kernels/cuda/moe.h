@@ -102,8 +102,10 @@ inline constexpr int64_t kMoeRouteDecodeMaxTokens = 8;
 // experts, are the same bits alone or in any batch of up to 8), then the top-k of `routing`
 // and moe_align on them, by the code of moe_topk_softmax / moe_topk_sigmoid_grouped and
 // moe_align (so ids and weights are bit-identical to those kernels' on these logits). Two
-// launch boundaries fewer per MoE layer than the three kernels: at batch 1 each costs a few
-// microseconds of idle GPU between single-CTA kernels.
+// launches fewer per MoE layer than the three kernels; on an H200 at V2-Lite batch 1 that alone
+// timed the same (PDL already hid most of each boundary), and with the grouped GEMVs' late
+// dependent launch the step went 2.30 -> 2.23 ms
+// (bench/results/2026-12-04-v2-lite-moe-decode-fusion-h200.json).
 // The last of its CTAs to finish the product does the rest; `arrivals` is how they count: a
 // device unsigned int that is 0 before the first launch (cudaMemset) and that every launch
 // leaves at 0. Launches that share one must be ordered on a stream (one per MoE block).
