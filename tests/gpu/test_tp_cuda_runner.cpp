@@ -1,11 +1,17 @@
-// Tensor parallelism on the CUDA runner, through the production path: rank r on GPU r, NCCL
-// fronted by the peer-access communicator where the GPUs reach each other (default_tp_comm_factory).
-// TP = 1 (a one-rank NCCL group: collectives and the logits gather included) runs everywhere;
-// TP = 2 and 4 need that many GPUs and are skipped, saying so, on a machine with fewer. Ranks
-// cannot share a GPU: a peer kernel waiting for a rank whose kernel queues behind it never ends.
-// Each case runs the single-GPU runner test's schedule (prefill chunks, a cached prefix, graph-
-// replayed decodes) against the f32 reference; every rank must end with the same logits bit for
-// bit (they are one gather); and the engine must give the same tokens with graphs and eager.
+// Tensor parallelism on the CUDA runner.
+// TpCudaRunner: the production path, rank r on GPU r, NCCL fronted by the peer-access
+// communicator where the GPUs reach each other (default_tp_comm_factory). TP = 1 (a one-rank NCCL
+// group: collectives and the logits gather included) runs everywhere; TP = 2 and 4 need that many
+// GPUs and are skipped, saying so, on a machine with fewer. Such ranks cannot share a GPU: a peer
+// kernel waiting for a rank whose kernel queues behind it never ends.
+// SharedGpuTpRunner: 2 or 4 ranks on GPU 0 through the host-staged communicator
+// (shared_gpu_tp_comms: the ranks meet on the host), eager, so the multi-rank path of every family
+// the GPU decoder serves (dense, MoE with its experts split, latent attention with its heads split,
+// the sparse indexer replicated) runs on a one-GPU machine.
+// Each case runs the single-GPU runner test's schedule (prefill chunks, a cached prefix, decodes)
+// against the f32 reference; every rank must end with the same logits bit for bit (they are one
+// gather); the engine must give the same tokens with graphs and eager (production path) or as the
+// single-GPU runner does (shared GPU).
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -91,17 +97,104 @@ TEST_P(TpCudaRunner, TheEngineGeneratesTheSameTokensWithGraphsAndEager) {
   EXPECT_EQ(graphs, eager) << "graph replays and eager steps of the TP runner must give the same tokens";
 }
 
+// Ranks on GPU 0: eager (the host-staged collectives cannot be captured) and a fixed KV size per
+// rank (ranks sizing their caches from one GPU's free memory at once would each count the
+// others' allocations as theirs).
+core::EngineConfig shared_gpu_config(int tp) {
+  core::EngineConfig config = tp_config(tp, /*eager=*/true);
+  config.device.kv_cache_memory_bytes = int64_t{64} << 20;
+  return config;
+}
+
+std::unique_ptr<TpCudaModelRunner> shared_gpu_runner(const model::Bf16ModelWeights& weights,
+                                                     const core::EngineConfig& config, int tp) {
+  SharedGpuTpComms comms = shared_gpu_tp_comms(tp);
+  return std::make_unique<TpCudaModelRunner>(
+      weights, config, TpCudaLayout{.devices = std::vector<int>(static_cast<size_t>(tp), 0), .ranks_share_gpu = true},
+      std::move(comms.make_comm), std::move(comms.on_failure));
+}
+
+class SharedGpuTpRunner : public ::testing::TestWithParam<TpCase> {};
+
+TEST_P(SharedGpuTpRunner, LogitsMatchTheReferenceAndEveryRankHoldsTheSame) {
+  const TpCase& c = GetParam();
+  const fs::path dir = make_tiny(c.variant);
+  const core::EngineConfig config = shared_gpu_config(c.tp);
+  model::SafetensorsCheckpoint checkpoint(dir);
+  const auto gpu = shared_gpu_runner(model::load_weights_bf16(model::ModelConfig::from_dir(dir), checkpoint), config, c.tp);
+  ASSERT_EQ(gpu->tp_size(), c.tp);
+  expect_logits_match_reference(dir, config.block_size, *gpu, [&](int32_t rows) {
+    const std::vector<float> rank0 = gpu->rank_runner(0).last_logits(rows);
+    for (int r = 1; r < c.tp; ++r) {
+      EXPECT_TRUE(gpu->rank_runner(r).last_logits(rows) == rank0) << "rank " << r << " gathered other logits";
+    }
+    return rank0;
+  });
+}
+
+// The "-all" variants route every token to every expert, so no near-tie in the router can flip
+// an expert between the runs; the remaining difference is the bf16 rounding of the ranks'
+// partial sums before the all-reduce, which these 4 x 12 greedy tokens must not feel.
+TEST_P(SharedGpuTpRunner, TheEngineGeneratesTheSingleGpuRunnersTokens) {
+  const TpCase& c = GetParam();
+  const fs::path dir = make_tiny(c.variant);
+  const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
+  model::SafetensorsCheckpoint checkpoint(dir);
+  const model::Bf16ModelWeights weights = model::load_weights_bf16(mc, checkpoint);
+  auto gen = gpu_test::rng(17);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(mc.vocab_size - 1));
+  std::vector<std::vector<int32_t>> prompts;
+  for (int64_t length : {9, 30, 3, 64}) {
+    prompts.emplace_back(static_cast<size_t>(length));
+    for (int32_t& t : prompts.back()) t = token(gen);
+  }
+  auto run = [&](int tp) {
+    core::EngineConfig config = shared_gpu_config(tp);
+    std::unique_ptr<ModelRunner> runner;
+    int32_t num_blocks = 0;
+    if (tp == 1) {
+      auto single = std::make_unique<CudaModelRunner>(weights, config);
+      num_blocks = single->num_blocks();
+      runner = std::move(single);
+    } else {
+      auto group = shared_gpu_runner(weights, config, tp);
+      num_blocks = group->num_blocks();
+      runner = std::move(group);
+    }
+    config.num_blocks = num_blocks;
+    engine::EngineCore engine(config, std::move(runner));
+    return generate(engine, prompts, 12);
+  };
+  const auto single = run(1);
+  const auto ranks = run(c.tp);
+  for (const auto& tokens : ranks) EXPECT_EQ(tokens.size(), 12u);
+  EXPECT_EQ(ranks, single) << "TP = " << c.tp << " on one GPU must generate the single-GPU runner's tokens";
+}
+
+std::string case_name(const ::testing::TestParamInfo<TpCase>& info) {
+  std::string name = info.param.variant.arch + "_" + info.param.variant.preset + "_tp" + std::to_string(info.param.tp);
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, SharedGpuTpRunner,
+                         ::testing::Values(TpCase{{"qwen3", "tiny-gpu"}, 2}, TpCase{{"llama", "tiny-gpu-bias"}, 4},
+                                           TpCase{{"qwen3_moe", "tiny-gpu-moe-all"}, 2},
+                                           TpCase{{"qwen3_moe", "tiny-gpu-moe-all"}, 4},
+                                           TpCase{{"mixtral", "tiny-gpu-mixtral-all"}, 2},
+                                           TpCase{{"deepseek_v3", "tiny-gpu-deepseek-all"}, 2},
+                                           TpCase{{"deepseek_v3", "tiny-gpu-deepseek-all"}, 4},
+                                           TpCase{{"deepseek_v32", "tiny-gpu-dsa-all"}, 2},
+                                           TpCase{{"glm_moe_dsa", "tiny-gpu-glm-all"}, 2},
+                                           TpCase{{"glm_moe_dsa", "tiny-gpu-glm-all"}, 4}),
+                         case_name);
+
 INSTANTIATE_TEST_SUITE_P(Shapes, TpCudaRunner,
                          ::testing::Values(TpCase{{"qwen3", "tiny-gpu"}, 1}, TpCase{{"qwen3", "tiny-gpu"}, 2},
                                            TpCase{{"qwen3", "tiny-gpu"}, 4}, TpCase{{"qwen2", "tiny-gpu-mqa"}, 2},
                                            TpCase{{"llama", "tiny-gpu-bias"}, 2},
                                            TpCase{{"llama", "tiny-gpu-bias"}, 4}),
-                         [](const auto& info) {
-                           std::string name = info.param.variant.arch + "_" + info.param.variant.preset + "_tp" +
-                                              std::to_string(info.param.tp);
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
-                         });
+                         case_name);
 
 }  // namespace
 }  // namespace tachyon::runner

@@ -1,7 +1,7 @@
 // The tachyon binary with --tp 2 --device cpu on the MoE, latent-attention and sparse-attention
 // families: generate prints the same greedy ids as --tp 1, with and without
 // --enable-expert-parallel; the flag on a model without experts, or with --tp 1, exits 1 with
-// one line naming why. (The GPU's refusal of these families under --tp is
+// one line naming why. (Which of these the GPU's ranks take under --tp is
 // cuda_tp_unsupported_reason's, tested in test_tp_families.cpp: this build may have no CUDA.)
 #include <gtest/gtest.h>
 #include <unistd.h>

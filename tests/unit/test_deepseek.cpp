@@ -555,13 +555,15 @@ TEST(DeepseekModel, EngineMatchesGreedyGenerate) {
   }
 }
 
-TEST(DeepseekModel, TensorParallelismRunsOnCpuRanksAndTheGpuRefusesIt) {
+TEST(DeepseekModel, TensorParallelismRunsOnCpuAndGpuRanks) {
   ModelConfig c = tiny_deepseek();
   EXPECT_NO_THROW(check_tp_size(c, 1));
   EXPECT_NO_THROW(check_tp_size(c, 4));  // test_tp_families.cpp runs it
-  c.first_k_dense_replace = 3;  // no MoE layer left: latent attention alone is refused on the GPU's TP
+  EXPECT_EQ(cuda_tp_unsupported_reason(c, 4), "");  // tests/gpu/test_tp_cuda_runner.cpp runs it
+  c.first_k_dense_replace = 3;  // no MoE layer left: latent attention alone
   ASSERT_FALSE(c.is_moe());
-  EXPECT_NE(cuda_tp_unsupported_reason(c).find("multi-head latent attention"), std::string::npos);
+  EXPECT_EQ(cuda_tp_unsupported_reason(c, 2), "");
+  EXPECT_NE(cuda_tp_unsupported_reason(c, 3).find("does not divide num_attention_heads 4"), std::string::npos);
   try {
     check_tp_size(c, 3);
     FAIL() << "tp 3 of 4 latent heads was accepted";

@@ -346,11 +346,11 @@ TEST(DsaCache, PagedCacheHoldsOneIndexKeyPerTokenAndLayer) {
   EXPECT_THROW(runner::PagedKvCache(c, 8, 4, MlaAttentionForm::kDecompressed), Error);
 }
 
-TEST(DsaModel, TensorParallelismRunsOnCpuRanksAndTheGpuRefusesIt) {
+TEST(DsaModel, TensorParallelismRunsOnCpuAndGpuRanks) {
   const ModelConfig c = make_model_config({.arch = "deepseek_v32", .preset = "tiny-dsa"});
   EXPECT_NO_THROW(check_tp_size(c, 1));
   EXPECT_NO_THROW(check_tp_size(c, 2));  // test_tp_families.cpp runs it
-  EXPECT_NE(cuda_tp_unsupported_reason(c).find("sparse attention"), std::string::npos);
+  EXPECT_EQ(cuda_tp_unsupported_reason(c, 2), "");  // the indexer replicated, the heads split
   EXPECT_EQ(app::cuda_unsupported_reason(c), "");
   ModelConfig wide = c;
   wide.index_head_dim = 256;

@@ -322,7 +322,9 @@ TEST(MixtralModel, TheGpuShapesAreServedAndTensorParallelismRunsOnCpuRanks) {
   const ModelConfig c = make_model_config({.arch = "mixtral", .preset = "tiny-mixtral"});
   EXPECT_NO_THROW(check_tp_size(c, 1));
   EXPECT_NO_THROW(check_tp_size(c, 4));  // test_tp_families.cpp runs it
-  EXPECT_NE(cuda_tp_unsupported_reason(c).find("mixture-of-experts"), std::string::npos);
+  EXPECT_NE(cuda_tp_unsupported_reason(c, 2).find("the GPU decoder cannot serve MixtralForCausalLM: head_dim 16"), std::string::npos);
+  const ModelConfig gpu = make_model_config({.arch = "mixtral", .preset = "tiny-gpu-mixtral"});
+  EXPECT_EQ(cuda_tp_unsupported_reason(gpu, 4), "");  // tests/gpu/test_tp_cuda_runner.cpp runs tiny-gpu-mixtral-all
   const auto dir = temp_dir("runner");
   make_model({.arch = "mixtral", .preset = "tiny-mixtral", .seed = 1, .out_dir = dir});
   testing::expect_cpu_load_and_tp_served(dir, "mixtral");

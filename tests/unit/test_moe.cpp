@@ -203,8 +203,9 @@ TEST(MoeModel, EngineMatchesGreedyGenerate) {
 }
 
 // Tensor parallelism of MoE splits every expert's intermediate dim (test_tp_families.cpp runs
-// it); a size that does not divide it is refused naming the field, and the GPU refuses MoE TP.
-TEST(MoeModel, TensorParallelSizesAreCheckedAndTheGpuRefusesMoeTp) {
+// it); a size that does not divide it is refused naming the field, and the GPU's ranks refuse a
+// split that leaves their experts outside the CUDA kernels' limits.
+TEST(MoeModel, TensorParallelSizesAreCheckedOnCpuAndGpuRanks) {
   const ModelConfig c = make_model_config({.arch = "qwen3_moe", .preset = "tiny-moe"});
   EXPECT_NO_THROW(check_tp_size(c, 1));
   EXPECT_NO_THROW(check_tp_size(c, 2));
@@ -216,11 +217,17 @@ TEST(MoeModel, TensorParallelSizesAreCheckedAndTheGpuRefusesMoeTp) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("does not divide moe_intermediate_size 34"), std::string::npos) << e.what();
   }
-  EXPECT_NE(cuda_tp_unsupported_reason(c).find("tensor parallelism of mixture-of-experts models"), std::string::npos);
-  // The same config with no MoE layer left is a dense model, which the GPU shards.
-  ModelConfig dense = c;
-  dense.num_experts = 0;
-  EXPECT_EQ(cuda_tp_unsupported_reason(dense), "");
+  // The GPU's ranks take the split as long as a rank's experts stay within the kernels' limits
+  // (moe_intermediate_size a multiple of 8): 48 over 2 ranks is 24, over 4 ranks 12.
+  ModelConfig wide = make_model_config({.arch = "qwen3_moe", .preset = "tiny-gpu-moe"});
+  wide.moe_intermediate_size = 48;
+  EXPECT_EQ(cuda_tp_unsupported_reason(wide, 2), "");
+  const std::string why = cuda_tp_unsupported_reason(wide, 4);
+  EXPECT_NE(why.find("a rank's shard of Qwen3MoeForCausalLM at --tp 4 is outside the CUDA kernels' limits"), std::string::npos)
+      << why;
+  EXPECT_NE(why.find("multiple of 8"), std::string::npos) << why;
+  EXPECT_NE(cuda_tp_unsupported_reason(wide, 3).find("does not divide"), std::string::npos);  // check_tp_size's words
+  EXPECT_EQ(cuda_tp_unsupported_reason(wide, 1), "");
 }
 
 // Qwen3-MoE runs on the GPU too (kernels/cuda/moe.h); a model beyond the kernels' limits is

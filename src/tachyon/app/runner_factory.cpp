@@ -276,7 +276,7 @@ static LoadedRunner load_device_runner(const std::filesystem::path& model_dir, c
     }
     if (kind == "auto") {
       kind = gpus >= local && cuda_unsupported_reason(model_config).empty() && !fp8_run(config, model_config) &&
-                     !fp8_kv_cache(config) && !dcp && model::cuda_tp_unsupported_reason(model_config, ep).empty()
+                     !fp8_kv_cache(config) && !dcp && model::cuda_tp_unsupported_reason(model_config, tp, ep).empty()
                  ? "cuda"
                  : "cpu";
     }
@@ -285,8 +285,8 @@ static LoadedRunner load_device_runner(const std::filesystem::path& model_dir, c
                                    << " GPUs on this node, this process sees " << gpus;
       const std::string why = cuda_unsupported_reason(model_config);
       TACHYON_CHECK(why.empty()) << "--device cuda cannot serve " << model_dir.string() << ": " << why;
-      TACHYON_CHECK(model::cuda_tp_unsupported_reason(model_config, ep).empty())
-          << "--tp " << tp << ": " << model::cuda_tp_unsupported_reason(model_config, ep);
+      TACHYON_CHECK(model::cuda_tp_unsupported_reason(model_config, tp, ep).empty())
+          << "--tp " << tp << ": " << model::cuda_tp_unsupported_reason(model_config, tp, ep);
       check_drafts_verified(config);
       check_quantization_device(config, model_config, kind);
       config.device.gpu_name = cuda::current_device_name();

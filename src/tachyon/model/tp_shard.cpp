@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "tachyon/base/check.h"
+#include "tachyon/model/gpu_support.h"
 
 namespace tachyon::model {
 namespace {
@@ -135,18 +136,24 @@ void check_tp_size(const ModelConfig& c, int tp, bool expert_parallel) {
                                         << c.vocab_size << " (the vocabulary is not padded)";
 }
 
-std::string cuda_tp_unsupported_reason(const ModelConfig& c, bool expert_parallel) {
+std::string cuda_tp_unsupported_reason(const ModelConfig& c, int tp, bool expert_parallel) {
   if (expert_parallel) {
     return "expert parallelism (--enable-expert-parallel) on --device cuda is not built yet (it runs on CPU thread "
            "ranks: --device cpu)";
   }
-  const char* family = c.has_sparse_attention() ? "DeepSeek sparse attention (DSA)"
-                       : c.is_mla()              ? "multi-head latent attention"
-                       : c.is_moe()              ? "mixture-of-experts models"
-                                                 : nullptr;
-  if (family == nullptr) return "";
-  return std::string("tensor parallelism of ") + family + " (" + c.architecture +
-         ") on --device cuda is not built yet (it runs on CPU thread ranks: --device cpu); use --tp 1 on the GPU";
+  const std::string whole = gpu_decoder_unsupported(c);
+  if (!whole.empty()) return "the GPU decoder cannot serve " + c.architecture + ": " + whole;
+  if (tp <= 1) return "";
+  ModelConfig rank;
+  try {
+    rank = tp_rank_config(c, tp);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  const std::string why = gpu_decoder_unsupported(rank);
+  if (why.empty()) return "";
+  return "a rank's shard of " + c.architecture + " at --tp " + std::to_string(tp) + " is outside the CUDA kernels' limits: " +
+         why + "; use a smaller --tp on the GPU, or --device cpu";
 }
 
 ModelConfig tp_rank_config(const ModelConfig& config, int tp, bool expert_parallel) {

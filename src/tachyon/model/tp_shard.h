@@ -64,10 +64,11 @@ using Bf16TpShard = BasicTpShard<uint16_t>;   // the GPU ranks
 // experts whole when expert_parallel; a model without experts is then refused).
 void check_tp_size(const ModelConfig& config, int tp_size, bool expert_parallel = false);
 
-// Why the tensor-parallel CUDA runner cannot serve `config` ("" when it can): its shards and
-// forward are the dense decoder's only; the other families and expert parallelism are built on
-// CPU thread ranks.
-std::string cuda_tp_unsupported_reason(const ModelConfig& config, bool expert_parallel = false);
+// Why the tensor-parallel CUDA runner cannot serve `config` over tp_size ranks ("" when it can):
+// every family the GPU decoder serves shards as above (latent attention, the sparse indexer and
+// MoE experts included), as long as a rank's shard is within the CUDA kernels' limits
+// (gpu_decoder_unsupported of tp_rank_config); expert parallelism is built on CPU thread ranks only.
+std::string cuda_tp_unsupported_reason(const ModelConfig& config, int tp_size, bool expert_parallel = false);
 
 // Throws Error naming the reason when `config` cannot run with data-parallel attention over dp
 // replicas of tp ranks each: only MoE models (their experts spread over the dp * tp ranks, which

@@ -26,8 +26,6 @@ CudaModelRunner::CudaModelRunner(const model::Bf16ModelWeights& weights, const c
       << "internal: embed_tokens holds " << weights.embed_tokens.size() / weights.config.hidden_size
       << " rows, the TP rank expects " << vocab_rows;
   check_cache_types(config, weights_.config(), tp_.comm != nullptr);
-  TACHYON_CHECK(!weights_.config().is_mla() || tp.comm == nullptr)
-      << "tensor parallelism of latent-attention (DeepSeek) models is not built yet";
   TACHYON_CHECK(mtp == nullptr || (tp.comm == nullptr && config.speculative.method == "mtp" &&
                                    config.speculative.num_speculative_tokens >= 1))
       << "internal: an MTP module for a runner that does not draft with it";

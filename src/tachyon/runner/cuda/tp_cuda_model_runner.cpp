@@ -5,6 +5,7 @@
 #include <set>
 
 #include "tachyon/base/check.h"
+#include "tachyon/dist/cuda/host_staged_communicator.h"
 #include "tachyon/dist/cuda/peer_communicator.h"
 #include "tachyon/tensor/cuda/cuda_check.h"
 #include "tachyon/model/tp_shard.h"
@@ -49,6 +50,12 @@ TpCommFactory multi_node_tp_comm_factory(const std::string& addr, int port, int 
 #endif
 }
 
+SharedGpuTpComms shared_gpu_tp_comms(int tp_size) {
+  auto group = std::make_shared<dist::HostStagedGroup>(tp_size);
+  return {[group](int rank) { return group->join(rank); },
+          [group](const std::string& reason) { group->abort(reason); }};
+}
+
 namespace {
 
 // What every rank tells the others at start-up (multi-node): the options it plans with and the
@@ -62,21 +69,29 @@ struct StartUpInfo {
 }  // namespace
 
 TpCudaModelRunner::TpCudaModelRunner(const model::Bf16ModelWeights& full, const core::EngineConfig& config,
-                                     TpCudaLayout layout, TpCommFactory make_comm)
+                                     TpCudaLayout layout, TpCommFactory make_comm, RankFailureHandler on_failure)
     : vocab_size_(full.config.vocab_size),
       layout_(std::move(layout)),
       tp_size_(layout_.tp_size > 0 ? layout_.tp_size : static_cast<int>(layout_.devices.size())),
       make_comm_(std::move(make_comm)),
       ranks_(layout_.devices.size()),
-      workers_(static_cast<int>(layout_.devices.size())) {
+      workers_(static_cast<int>(layout_.devices.size()), std::move(on_failure)) {
   const std::vector<int>& devices = layout_.devices;
   TACHYON_CHECK(!devices.empty()) << "tensor parallelism needs at least one GPU on this node";
   model::check_tp_size(full.config, tp_size_);
-  TACHYON_CHECK(model::cuda_tp_unsupported_reason(full.config).empty()) << model::cuda_tp_unsupported_reason(full.config);
+  const std::string unsupported = model::cuda_tp_unsupported_reason(full.config, tp_size_);
+  TACHYON_CHECK(unsupported.empty()) << unsupported;
   // One GPU per rank: a peer collective waiting for a rank whose kernel queues behind it on the
-  // same GPU would never finish, and NCCL refuses such groups anyway.
-  TACHYON_CHECK(std::set<int>(devices.begin(), devices.end()).size() == devices.size())
-      << "tensor parallelism needs one GPU per rank";
+  // same GPU would never finish, and NCCL refuses such groups anyway. Tests share one GPU through
+  // the host-staged communicator, eagerly, each rank with a fixed KV size.
+  if (layout_.ranks_share_gpu) {
+    TACHYON_CHECK(config.device.enforce_eager && config.device.kv_cache_memory_bytes > 0 &&
+                  tp_size_ == static_cast<int>(devices.size()))
+        << "ranks that share a GPU run on one node, eagerly, with kv_cache_memory_bytes set";
+  } else {
+    TACHYON_CHECK(std::set<int>(devices.begin(), devices.end()).size() == devices.size())
+        << "tensor parallelism needs one GPU per rank";
+  }
   TACHYON_CHECK(layout_.first_rank >= 0 && layout_.first_rank + static_cast<int>(devices.size()) <= tp_size_)
       << "internal: local ranks [" << layout_.first_rank << ", " << layout_.first_rank + devices.size()
       << ") outside a group of " << tp_size_;

@@ -17,7 +17,9 @@
 // the rest; NCCL alone otherwise, which also runs a group of one (tp 1 through this same path
 // on a one-GPU machine); across nodes, NCCL bootstrapped at --master-addr:--master-port
 // (multi_node_tp_comm_factory). One GPU per rank: ranks sharing a GPU could deadlock a peer
-// collective, and NCCL refuses them.
+// collective, and NCCL refuses them. The exception is for tests on a one-GPU machine:
+// shared_gpu_tp_comms, whose ranks meet on the host (dist/cuda/host_staged_communicator.h), lets
+// every rank sit on one GPU, eagerly and with a fixed KV size per rank (TpCudaLayout::ranks_share_gpu).
 // Tests: tests/gpu/test_tp_cuda_runner.cpp, scripts/gpu-tp-test.sh. Docs: docs/parallelism.md.
 #pragma once
 
@@ -47,20 +49,33 @@ TpCommFactory default_tp_comm_factory(const std::vector<int>& devices);
 // (global rank 0 must run on that host).
 TpCommFactory multi_node_tp_comm_factory(const std::string& addr, int port, int tp_size);
 
+// A group of tp_size ranks on one GPU, for tests: the host-staged communicator, and the handler
+// that wakes the ranks waiting in one of its collectives when a rank fails outside them.
+struct SharedGpuTpComms {
+  TpCommFactory make_comm;
+  RankFailureHandler on_failure;
+};
+SharedGpuTpComms shared_gpu_tp_comms(int tp_size);
+
 // Where this process's ranks sit in the TP group.
 struct TpCudaLayout {
   std::vector<int> devices;  // this node's GPUs, one per local rank, all distinct
   int first_rank = 0;        // global rank of devices[0]; ranks are consecutive
   int tp_size = 0;           // ranks in the whole group (0: devices.size(), a one-node group)
+  // devices may repeat (tests): only with shared_gpu_tp_comms, enforce_eager (its collectives wait
+  // on the host, which a captured graph cannot) and kv_cache_memory_bytes set (ranks that size
+  // their caches from one GPU's free memory at once would each count the others' as theirs).
+  bool ranks_share_gpu = false;
 };
 
 class TpCudaModelRunner : public SynchronousModelRunner {
  public:
   // tp = layout.tp_size (checked with model::check_tp_size). Each rank sizes its KV cache from
   // its GPU's memory; num_blocks() is the group's smallest. make_comm is kept for the runner's
-  // life (state it captures, such as a PeerWorld, lives with it).
+  // life (state it captures, such as a PeerWorld, lives with it). on_failure, when given, wakes the
+  // ranks waiting in a collective after one rank failed outside it (RankWorkers).
   TpCudaModelRunner(const model::Bf16ModelWeights& full, const core::EngineConfig& config, TpCudaLayout layout,
-                    TpCommFactory make_comm);
+                    TpCommFactory make_comm, RankFailureHandler on_failure = {});
   ~TpCudaModelRunner() override;
   TpCudaModelRunner(const TpCudaModelRunner&) = delete;
   TpCudaModelRunner& operator=(const TpCudaModelRunner&) = delete;
