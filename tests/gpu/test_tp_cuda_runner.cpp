@@ -138,7 +138,7 @@ TEST_P(SharedGpuTpRunner, LogitsMatchTheReferenceAndEveryRankHoldsTheSame) {
 // sums of the ranks' partials round in bf16, so the two runs are not bit-equal: every sampled
 // row's logits must be within the reference tolerance of the single runner's, and the group's
 // argmax must agree on at least 90% of the rows (a wrong shard or seam agrees on almost none;
-// near-ties may flip, measured 0 to 2 of 68 rows). Then the engine serves the group: 12 greedy
+// near-ties may flip, 0 to 3 of 68 rows on the H200). Then the engine serves the group: 12 greedy
 // tokens per prompt, the same in two runs.
 TEST_P(SharedGpuTpRunner, GreedyPathFollowsTheSingleGpuRunnerAndTheEngineServesIt) {
   const TpCase& c = GetParam();
