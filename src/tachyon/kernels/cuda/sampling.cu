@@ -532,7 +532,10 @@ struct Stats {     // pass 1 over the row
 
   __device__ void add(float raw, int32_t i, bool want_logprobs) {  // ids ascend per thread
     const float x = raw_logit(raw, i);
-    const float l = processed(x, i);
+    add_values(x, processed(x, i), i, want_logprobs);
+  }
+  // x: the raw logit (sanitized, masked), l: the processed one.
+  __device__ void add_values(float x, float l, int32_t i, bool want_logprobs) {
     kept += l > -INFINITY;
     if (l > best) best = l, best_id = i;  // strict: the first (lowest id) max stays
     if (want_logprobs && x > -INFINITY) {  // online; __expf is plenty for a 1e-4 logprob
@@ -551,10 +554,69 @@ struct StatsOp {
   }
 };
 
+// The first pass of a row that has no penalized or masked id (nothing for prepare_touched to
+// mark, so its processed logits are its raw ones) over kStatsChunk ids per CTA, grid
+// [stats_chunks(vocab), rows]: one CTA walking a 128K-id row alone waited ~30 us on its loads,
+// the step's largest kernel after the LM head at batch 1. Each thread adds its ids in ascending
+// order and the partials combine with StatsOp in a fixed order, so best, best_id and kept are
+// exactly the one-CTA pass's (a max with ties to the lowest id, and a count); raw_sum, only for
+// logprobs, adds in another order (the last bits of a logprob may differ from the one-CTA pass's,
+// never between runs or batches). Rows with touched ids return at once: sampling_kernel runs
+// their pass itself.
+constexpr int kStatsThreads = 256;
+constexpr int kStatsChunk = 4096;  // ids per CTA: 16 per thread, 4 float4 loads in flight
+
+__host__ __device__ inline int32_t stats_chunks(int32_t vocab) { return (vocab + kStatsChunk - 1) / kStatsChunk; }
+
+__global__ void __launch_bounds__(kStatsThreads)
+    row_stats_kernel(Stats* partials, const float* logits, const SamplingRow* rows, int32_t vocab,
+                     const uint32_t* allowed) {
+  const SamplingRow& row = rows[blockIdx.y];
+  if (row.num_prompt_tokens + row.num_output_tokens + row.num_masked != 0) return;
+  const bool want_logprobs = row.num_logprobs >= 0;
+  const uint32_t* mask =
+      allowed != nullptr && row.allowed_row >= 0 ? allowed + static_cast<int64_t>(row.allowed_row) * ((vocab + 31) / 32) : nullptr;
+  const float* raw = logits + static_cast<int64_t>(blockIdx.y) * vocab;
+  const int32_t begin = static_cast<int32_t>(blockIdx.x) * kStatsChunk, end = min(vocab, begin + kStatsChunk);
+  Stats s{-INFINITY, INT32_MAX, 0, -INFINITY, 0.0};
+  auto add = [&](float v, int32_t i) {  // raw_logit without the shared state
+    const float x = mask != nullptr && !((__ldg(mask + (i >> 5)) >> (i & 31)) & 1u) ? -INFINITY : sanitize(v);
+    s.add_values(x, x, i, want_logprobs);
+  };
+  const int t = static_cast<int>(threadIdx.x);
+  if (vocab % 4 == 0 && reinterpret_cast<uintptr_t>(raw) % 16 == 0) {  // chunks start at multiples of 4096
+    constexpr int kLoads = kStatsChunk / 4 / kStatsThreads;
+    const float4* quads = reinterpret_cast<const float4*>(raw + begin);
+    const int32_t num_quads = (end - begin) / 4;
+    float4 v[kLoads];
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      const int32_t q = t + u * kStatsThreads;
+      v[u] = q < num_quads ? __ldg(quads + q) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      const int32_t q = t + u * kStatsThreads, i = begin + 4 * q;
+      if (q < num_quads) add(v[u].x, i), add(v[u].y, i + 1), add(v[u].z, i + 2), add(v[u].w, i + 3);
+    }
+  } else {
+    for (int32_t i = begin + t; i < end; i += kStatsThreads) add(raw[i], i);
+  }
+  for (int m = 16; m > 0; m >>= 1) s = StatsOp{}(s, shfl_xor(s, m));
+  __shared__ Stats warps[kStatsThreads / 32];
+  if ((t & 31) == 0) warps[t / 32] = s;
+  __syncthreads();
+  if (t != 0) return;
+  Stats all = warps[0];
+  for (int w = 1; w < kStatsThreads / 32; ++w) all = StatsOp{}(all, warps[w]);
+  partials[static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x] = all;
+}
+
 // One CTA per row: out[r] from logits[r] ([vocab] f32) and rows[r]; workspace: [rows, vocab] u32.
+// partials: row_stats_kernel's [rows, stats_chunks(vocab)], or null (the pass runs here).
 __global__ void __launch_bounds__(kThreads, 1)
     sampling_kernel(SampledRow* out, const float* logits, const SamplingRow* rows, const int32_t* tokens, int32_t vocab,
-                    uint32_t* workspace, const uint32_t* allowed) {
+                    uint32_t* workspace, const uint32_t* allowed, const Stats* partials) {
   const float* raw = logits + static_cast<int64_t>(blockIdx.x) * vocab;
   uint32_t* state = workspace + static_cast<int64_t>(blockIdx.x) * vocab;
   if (tid() == 0) {
@@ -571,7 +633,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const bool want_logprobs = row.num_logprobs >= 0;
 
   Stats s{-INFINITY, INT32_MAX, 0, -INFINITY, 0.0};
-  if (vocab % 4 == 0 && reinterpret_cast<uintptr_t>(raw) % 16 == 0) {  // greedy is one pass: 16-byte loads
+  if (partials != nullptr && !any_touched) {  // row_stats_kernel made the pass
+    const int32_t chunks = stats_chunks(vocab);
+    if (tid() < chunks) s = partials[static_cast<int64_t>(blockIdx.x) * chunks + tid()];
+  } else if (vocab % 4 == 0 && reinterpret_cast<uintptr_t>(raw) % 16 == 0) {  // greedy is one pass: 16-byte loads
     // kPassLoads loads in flight per thread before any is used: one CTA walks the whole row, so a
     // pass that waits for each load in turn is bound by memory latency (~31 round trips for a
     // 128K vocabulary; 35 us on an H200, a batch-1 step's largest kernel after the LM head).
@@ -644,8 +709,24 @@ __global__ void expf_kernel(float* out, const float* in, int64_t n) {
 
 }  // namespace
 
+namespace {
+
+// Rows of more than one chunk take the split first pass; their partials follow the penalty
+// state in the workspace, 16-byte aligned.
+bool split_first_pass(int32_t vocab) { return stats_chunks(vocab) > 1; }
+
+Stats* stats_partials(void* workspace, int32_t num_rows, int32_t vocab) {
+  const uintptr_t end = reinterpret_cast<uintptr_t>(workspace) +
+                        static_cast<uintptr_t>(num_rows) * static_cast<uintptr_t>(vocab) * sizeof(uint32_t);
+  return reinterpret_cast<Stats*>((end + 15) / 16 * 16);
+}
+
+}  // namespace
+
 size_t sampling_workspace_bytes(int32_t max_rows, int32_t vocab) {
-  return static_cast<size_t>(max_rows) * static_cast<size_t>(vocab) * sizeof(uint32_t);
+  const size_t state = static_cast<size_t>(max_rows) * static_cast<size_t>(vocab) * sizeof(uint32_t);
+  if (!split_first_pass(vocab)) return state;
+  return state + 16 + static_cast<size_t>(max_rows) * static_cast<size_t>(stats_chunks(vocab)) * sizeof(Stats);
 }
 
 void sample(SampledRow* out, float* logits, const SamplingRow* rows, const int32_t* tokens, int32_t num_rows,
@@ -659,8 +740,15 @@ void sample(SampledRow* out, float* logits, const SamplingRow* rows, const int32
     TACHYON_CUDA_CHECK(cudaFuncSetAttribute(sampling_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(touched_bytes)));
   }
+  Stats* partials = nullptr;
+  if (split_first_pass(vocab)) {
+    partials = stats_partials(workspace, num_rows, vocab);
+    row_stats_kernel<<<dim3(static_cast<unsigned>(stats_chunks(vocab)), static_cast<unsigned>(num_rows)), kStatsThreads,
+                       0, stream>>>(partials, logits, rows, vocab, allowed);
+    TACHYON_CUDA_CHECK_LAUNCH();
+  }
   sampling_kernel<<<num_rows, kThreads, touched_bytes, stream>>>(out, logits, rows, tokens, vocab,
-                                                                 static_cast<uint32_t*>(workspace), allowed);
+                                                                 static_cast<uint32_t*>(workspace), allowed, partials);
   TACHYON_CUDA_CHECK_LAUNCH();
 }
 
