@@ -12,6 +12,8 @@
 // Every block reduction and scan has a fixed order: a row's result is deterministic and does not
 // depend on other rows. Penalties touch few ids: a shared bitmap marks them and an int32 per id
 // in the workspace holds their flags and output counts.
+// The first pass (Stats: argmax, finite count, raw log-sum-exp) of a row with nothing touched runs
+// before this kernel, split over chunks (row_stats_kernel), and the kernel only combines it.
 // Passes over the vocabulary: greedy 1 (+2 for top-N logprobs); temperature / min-p 2.5;
 // top-k (+ top-p, min-p) 3; top-p without top-k about 7 (its exact threshold needs the masses).
 // Longer than our usual .cu (~600 lines) because the device exp must be glibc's, and the spec's

@@ -1,4 +1,6 @@
-// Next-token sampling on the GPU, one CTA per row, the whole batch in one launch. The spec is the
+// Next-token sampling on the GPU, one CTA per row, the whole batch in one launch (two for a
+// vocabulary over 4096 ids: the first pass of rows without penalized or masked ids runs split
+// over chunks in parallel CTAs first, sampling.cu's row_stats_kernel). The spec is the
 // CPU sampler (engine/sampler.h): same order of operations, same stateless draw, same token for
 // the same logits and parameters, same raw logprobs and top list. This header knows nothing of
 // engine/: the runner turns SamplingParams into SamplingRow (runner/cuda/sampling_inputs.h).
@@ -71,7 +73,8 @@ struct SampledRow {
 };
 static_assert(std::is_trivially_copyable_v<SampledRow>);
 
-// Bytes of workspace sample() needs: an int32 per (row, vocab id) for the penalty counts.
+// Bytes of workspace sample() needs: an int32 per (row, vocab id) for the penalty counts, then
+// the split first pass's partials (24 bytes per row and 4096-id chunk) when vocab > 4096.
 size_t sampling_workspace_bytes(int32_t max_rows, int32_t vocab);
 
 // out: [num_rows] SampledRow. logits: [num_rows, vocab] f32, row r sampled with rows[r]; read
