@@ -1,7 +1,7 @@
-// Shared helpers of the CUDA runner tests (test_cuda_model_runner.cpp, test_tp_cuda_runner.cpp):
-// tiny random models on disk, the f32 reference over the same bf16-rounded weights, a small
-// engine config, hand-made StepPlans over a bump block allocator, and greedy generation through
-// an engine.
+// Shared helpers of the CUDA runner tests (test_cuda_model_runner.cpp, test_tp_cuda_runner.cpp,
+// test_cuda_speculative.cpp): tiny random models on disk, the f32 reference over the same
+// bf16-rounded weights, a small engine config, TP ranks sharing one GPU, hand-made StepPlans over
+// a bump block allocator, and greedy generation through an engine.
 #pragma once
 
 #include <algorithm>
@@ -18,6 +18,7 @@
 #include "tachyon/model/dense_model.h"
 #include "tachyon/model/make_model.h"
 #include "tachyon/runner/cuda/cuda_model_runner.h"
+#include "tachyon/runner/cuda/tp_cuda_model_runner.h"
 #include "tachyon/runner/paged_attention_backend.h"
 
 namespace tachyon::runner {
@@ -69,6 +70,24 @@ inline core::EngineConfig small_config(bool eager) {
   c.scheduler.max_num_batched_tokens = 128;
   c.block_size = 16;
   return c;
+}
+
+// TP ranks sharing GPU 0 through the host-staged communicator (shared_gpu_tp_comms): eager (its
+// collectives cannot be captured) and a fixed KV size per rank (ranks sizing their caches from
+// one GPU's free memory at once would each count the others' allocations as theirs).
+inline core::EngineConfig shared_gpu_config(int tp) {
+  core::EngineConfig config = small_config(/*eager=*/true);
+  config.device.tensor_parallel_size = tp;
+  config.device.kv_cache_memory_bytes = int64_t{64} << 20;
+  return config;
+}
+
+inline std::unique_ptr<TpCudaModelRunner> shared_gpu_runner(const model::Bf16ModelWeights& weights,
+                                                            const core::EngineConfig& config, int tp) {
+  SharedGpuTpComms comms = shared_gpu_tp_comms(tp);
+  return std::make_unique<TpCudaModelRunner>(
+      weights, config, TpCudaLayout{.devices = std::vector<int>(static_cast<size_t>(tp), 0), .ranks_share_gpu = true},
+      std::move(comms.make_comm), std::move(comms.on_failure));
 }
 
 // Sequences of a hand-made plan: each has a prompt and a block table from a bump allocator.

@@ -6,7 +6,8 @@
 //     run's tokens are accepted, a wrong draft ends the list with the plain run's token, and each
 //     verify row's logits are the plain decode row's within bf16 tolerance;
 //   - forced acceptance (benchmarks) follows the keyed rule, whatever the drafts;
-//   - an EngineCore with the n-gram drafter gives the plain engine's tokens (greedy and seeded);
+//   - an EngineCore with the n-gram drafter gives the plain engine's tokens (greedy and seeded),
+//     over one runner and over 2 tensor-parallel ranks sharing the GPU;
 //   - so does one whose runner drafts with the model's MTP module on the device
 //     (cuda_mtp_drafter.h), graphs and eager, k 1 and 3, with chunked prefill and prefix hits;
 //     its acceptance on a trained module is checked by the MTP canary (scripts/gpu-test.sh).
@@ -637,14 +638,24 @@ struct EngineRun {
 };
 
 // `mtp`: the model's MTP module when speculative.method is "mtp" (the runner drafts with it).
+// shared_gpu_tp > 0: that many tensor-parallel ranks sharing the GPU (eager) instead of one runner.
 EngineRun run_engine(const model::Bf16ModelWeights& weights, const std::vector<std::vector<int32_t>>& prompts,
                      const std::vector<SamplingParams>& params, const core::SpeculativeConfig& speculative,
-                     const model::Bf16MtpModule* mtp = nullptr, bool eager = false) {
-  core::EngineConfig config = small_config(eager);
+                     const model::Bf16MtpModule* mtp = nullptr, bool eager = false, int shared_gpu_tp = 0) {
+  core::EngineConfig config = shared_gpu_tp > 0 ? shared_gpu_config(shared_gpu_tp) : small_config(eager);
   config.speculative = speculative;
-  auto runner = std::make_unique<CudaModelRunner>(weights, config, CudaTpRank{}, mtp);
-  const CudaModelRunner* raw_runner = runner.get();  // the engine owns it until the end of this function
-  config.num_blocks = runner->num_blocks();
+  std::unique_ptr<ModelRunner> runner;
+  const CudaModelRunner* raw_runner = nullptr;  // the engine owns it until the end of this function
+  if (shared_gpu_tp > 0) {
+    auto group = shared_gpu_runner(weights, config, shared_gpu_tp);
+    config.num_blocks = group->num_blocks();
+    runner = std::move(group);
+  } else {
+    auto single = std::make_unique<CudaModelRunner>(weights, config, CudaTpRank{}, mtp);
+    raw_runner = single.get();
+    config.num_blocks = single->num_blocks();
+    runner = std::move(single);
+  }
   std::unique_ptr<engine::Drafter> drafter;
   if (mtp != nullptr) drafter = std::make_unique<engine::RunnerDrafter>();
   engine::EngineCore engine(config, std::move(runner), std::move(drafter));
@@ -666,7 +677,7 @@ EngineRun run_engine(const model::Bf16ModelWeights& weights, const std::vector<s
     }
   }
   run.stats = engine.stats();
-  run.draft_graph_replays = raw_runner->draft_graph_replays();
+  run.draft_graph_replays = raw_runner != nullptr ? raw_runner->draft_graph_replays() : 0;
   return run;
 }
 
@@ -737,8 +748,9 @@ std::pair<int, int> expect_plain_up_to_near_ties(const EngineRun& plain, const E
   return {identical, near_ties};
 }
 
-// The n-gram drafter on repetitive prompts (its lookups hit from the first step).
-TEST(CudaSpeculativeEngine, NgramDraftsGiveThePlainTokensUpToNearTies) {
+// The n-gram drafter on repetitive prompts (its lookups hit from the first step), on one runner
+// or on shared_gpu_tp ranks sharing the GPU (each run against the plain run of the same kind).
+void expect_ngram_drafts_give_the_plain_tokens(int shared_gpu_tp) {
   const fs::path dir = make_tiny({"qwen3", "tiny-gpu"});
   const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
   model::SafetensorsCheckpoint checkpoint(dir);
@@ -761,7 +773,8 @@ TEST(CudaSpeculativeEngine, NgramDraftsGiveThePlainTokensUpToNearTies) {
       params.push_back(p);
     }
   }
-  const EngineRun plain = run_engine(weights, prompts, params, {});
+  const std::string kind = shared_gpu_tp > 0 ? "tp " + std::to_string(shared_gpu_tp) + " " : "";
+  const EngineRun plain = run_engine(weights, prompts, params, {}, nullptr, false, shared_gpu_tp);
   int64_t plain_tokens = 0, plain_ties = 0;  // how often the plain run's best two are that close
   for (const auto& request : plain.logprobs) {
     for (const core::SampledToken& t : request) {
@@ -775,14 +788,25 @@ TEST(CudaSpeculativeEngine, NgramDraftsGiveThePlainTokensUpToNearTies) {
   for (int32_t k : {1, 3}) {
     const core::SpeculativeConfig speculative{.method = "ngram", .num_speculative_tokens = k, .ngram_min = 1,
                                               .ngram_max = 3};
-    const EngineRun drafted = run_engine(weights, prompts, params, speculative);
-    EXPECT_GT(drafted.stats.draft_tokens_accepted, 0) << "k " << k << ": repetitive prompts must accept drafts";
-    EXPECT_GT(drafted.stats.draft_tokens, drafted.stats.draft_tokens_accepted) << "k " << k;
-    const auto [identical, near_ties] = expect_plain_up_to_near_ties(plain, drafted, params, "ngram k " + std::to_string(k));
-    std::printf("[ngram k %d] %d/%zu requests identical, %d diverge at a near tie; %lld of %lld drafts accepted\n", k,
-                identical, prompts.size(), near_ties, static_cast<long long>(drafted.stats.draft_tokens_accepted),
+    const EngineRun drafted = run_engine(weights, prompts, params, speculative, nullptr, false, shared_gpu_tp);
+    EXPECT_GT(drafted.stats.draft_tokens_accepted, 0) << kind << "k " << k << ": repetitive prompts must accept drafts";
+    EXPECT_GT(drafted.stats.draft_tokens, drafted.stats.draft_tokens_accepted) << kind << "k " << k;
+    const auto [identical, near_ties] =
+        expect_plain_up_to_near_ties(plain, drafted, params, kind + "ngram k " + std::to_string(k));
+    std::printf("[%sngram k %d] %d/%zu requests identical, %d diverge at a near tie; %lld of %lld drafts accepted\n",
+                kind.c_str(), k, identical, prompts.size(), near_ties,
+                static_cast<long long>(drafted.stats.draft_tokens_accepted),
                 static_cast<long long>(drafted.stats.draft_tokens));
   }
+}
+
+TEST(CudaSpeculativeEngine, NgramDraftsGiveThePlainTokensUpToNearTies) { expect_ngram_drafts_give_the_plain_tokens(0); }
+
+// The tensor-parallel runner verifies drafts as every rank's CudaModelRunner does, from the same
+// gathered logits, so the ranks accept alike and rank 0's tokens are the group's: 2 ranks sharing
+// the GPU through the host-staged communicator, against the same group's plain run.
+TEST(CudaSpeculativeEngine, TensorParallelRanksVerifyNgramDraftsUpToNearTies) {
+  expect_ngram_drafts_give_the_plain_tokens(2);
 }
 
 // MTP drafted on the device by the runner (cuda_mtp_drafter.h): the plain engine's tokens up to

@@ -97,23 +97,6 @@ TEST_P(TpCudaRunner, TheEngineGeneratesTheSameTokensWithGraphsAndEager) {
   EXPECT_EQ(graphs, eager) << "graph replays and eager steps of the TP runner must give the same tokens";
 }
 
-// Ranks on GPU 0: eager (the host-staged collectives cannot be captured) and a fixed KV size per
-// rank (ranks sizing their caches from one GPU's free memory at once would each count the
-// others' allocations as theirs).
-core::EngineConfig shared_gpu_config(int tp) {
-  core::EngineConfig config = tp_config(tp, /*eager=*/true);
-  config.device.kv_cache_memory_bytes = int64_t{64} << 20;
-  return config;
-}
-
-std::unique_ptr<TpCudaModelRunner> shared_gpu_runner(const model::Bf16ModelWeights& weights,
-                                                     const core::EngineConfig& config, int tp) {
-  SharedGpuTpComms comms = shared_gpu_tp_comms(tp);
-  return std::make_unique<TpCudaModelRunner>(
-      weights, config, TpCudaLayout{.devices = std::vector<int>(static_cast<size_t>(tp), 0), .ranks_share_gpu = true},
-      std::move(comms.make_comm), std::move(comms.on_failure));
-}
-
 class SharedGpuTpRunner : public ::testing::TestWithParam<TpCase> {};
 
 TEST_P(SharedGpuTpRunner, LogitsMatchTheReferenceAndEveryRankHoldsTheSame) {

@@ -101,11 +101,13 @@ TEST_F(CliSpeculativeTest, WhatIsNotBuiltOrNotVerifiedIsRefusedInOneLine) {
     EXPECT_EQ(r.output.rfind("error: " + start, 0), 0u) << r.output;
     EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << r.output;
   };
-  // The tensor-parallel GPU runner does not verify drafts yet: refused before the device is
-  // even looked at.
-  one_line_error(
-      testing::run_cli(args + " --device cuda --tp 2 --speculative-method ngram --num-speculative-tokens 3"),
-      "--speculative-method ngram on --device cuda with --tp > 1: this runner does not verify draft tokens");
+  // The tensor-parallel GPU runner verifies n-gram drafts on one node only: the rest is refused
+  // before the device is even looked at.
+  one_line_error(testing::run_cli(args + " --device cuda --tp 2 --speculative-method mtp --num-speculative-tokens 3"),
+                 "--speculative-method mtp on --device cuda with --tp > 1 is not verified by any test yet");
+  one_line_error(testing::run_cli(args + " --device cuda --tp 2 --nnodes 2 --speculative-method ngram "
+                                         "--num-speculative-tokens 3"),
+                 "--speculative-method ngram with --nnodes > 1: drafts do not travel");
   one_line_error(testing::run_cli(args + " --tp 2 --speculative-method draft --num-speculative-tokens 3 --draft-model " +
                                   dir_.string()),
                  "--speculative-method draft with --tp > 1 is not verified by any test yet");

@@ -218,17 +218,16 @@ std::optional<core::StepPlan> TpCudaModelRunner::broadcast_plan(const core::Step
 core::StepOutput TpCudaModelRunner::run(const core::StepPlan& plan) {
   if (plan.empty()) return {};
   TACHYON_CHECK(is_leader()) << "internal: run() on a follower node; it runs follow()";
-  // Its ranks could verify drafts (CudaModelRunner does), but no test shows the TP group's
-  // verified tokens equal to its plain ones yet, and drafts do not travel to other nodes
-  // (plan_wire.h): refused (DESIGN.md rule 8), as verifies_drafts() tells the engine.
-  TACHYON_CHECK(!plan.has_drafts()) << "the tensor-parallel CUDA runner does not verify draft tokens yet: use --tp 1 "
-                                    << "for speculative decoding";
+  TACHYON_CHECK(!plan.has_drafts() || verifies_drafts())
+      << "the tensor-parallel CUDA runner over several nodes does not verify draft tokens yet (drafts do not travel "
+      << "to the other nodes): use one node for speculative decoding";
   if (multi_node()) broadcast_plan(&plan);
   workers_.run([&](int r) {
     Rank& rank = ranks_[static_cast<size_t>(r)];
-    rank.sampled = rank.runner->execute(plan);
+    rank.runner->launch(plan);
+    rank.output = rank.runner->wait();
   });
-  return core::one_token_each(plan, std::move(ranks_[0].sampled));
+  return std::move(ranks_[0].output);
 }
 
 void TpCudaModelRunner::follow() {

@@ -94,8 +94,10 @@ class TpCudaModelRunner : public SynchronousModelRunner {
   const CudaModelRunner& rank_runner(int rank) const { return *ranks_[static_cast<size_t>(rank)].runner; }
 
  public:
-  // Drafts are refused (run() throws): not verified by a TP test yet (DESIGN.md rule 8).
-  bool verifies_drafts() const override { return false; }
+  // On one node every rank verifies the step's drafts from the same gathered logits, so they
+  // accept alike (tests/gpu/test_cuda_speculative.cpp, ranks sharing a GPU). Across nodes drafts
+  // do not travel with the broadcast plan (plan_wire.h): refused (DESIGN.md rule 8).
+  bool verifies_drafts() const override { return !multi_node(); }
 
  protected:
   // Every rank runs the step (CudaModelRunner::launch + wait on its worker thread); rank 0's
@@ -106,7 +108,7 @@ class TpCudaModelRunner : public SynchronousModelRunner {
   struct Rank {
     std::unique_ptr<dist::Communicator> comm;
     std::unique_ptr<CudaModelRunner> runner;
-    std::vector<core::SampledToken> sampled;
+    core::StepOutput output;  // the last step's, with its accepted drafts
     // Multi-node plan broadcast: a stream, the device receive buffer ([8-byte length | plan]) and
     // its host copy.
     cudaStream_t stream = nullptr;
