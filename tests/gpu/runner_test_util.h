@@ -72,6 +72,20 @@ inline core::EngineConfig small_config(bool eager) {
   return c;
 }
 
+// Prompts of the given lengths, uniform random ids of the model's vocabulary drawn from
+// gpu_test::rng(salt) in order.
+inline std::vector<std::vector<int32_t>> random_prompts(const model::ModelConfig& mc, std::vector<int64_t> lengths,
+                                                        uint64_t salt) {
+  auto gen = gpu_test::rng(salt);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(mc.vocab_size - 1));
+  std::vector<std::vector<int32_t>> prompts;
+  for (int64_t length : lengths) {
+    prompts.emplace_back(static_cast<size_t>(length));
+    for (int32_t& t : prompts.back()) t = token(gen);
+  }
+  return prompts;
+}
+
 // TP ranks sharing GPU 0 through the host-staged communicator (shared_gpu_tp_comms): eager (its
 // collectives cannot be captured) and a fixed KV size per rank (ranks sizing their caches from
 // one GPU's free memory at once would each count the others' allocations as theirs).

@@ -75,13 +75,7 @@ TEST_P(TpCudaRunner, TheEngineGeneratesTheSameTokensWithGraphsAndEager) {
   const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
   model::SafetensorsCheckpoint checkpoint(dir);
   const model::Bf16ModelWeights weights = model::load_weights_bf16(mc, checkpoint);
-  auto gen = gpu_test::rng(13);
-  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(mc.vocab_size - 1));
-  std::vector<std::vector<int32_t>> prompts;
-  for (int64_t length : {9, 30, 3, 64}) {
-    prompts.emplace_back(static_cast<size_t>(length));
-    for (int32_t& t : prompts.back()) t = token(gen);
-  }
+  const std::vector<std::vector<int32_t>> prompts = random_prompts(mc, {9, 30, 3, 64}, 13);
   auto run = [&](bool eager) {
     core::EngineConfig config = tp_config(c.tp, eager);
     const std::vector<int> devices = tp_devices(c.tp);
@@ -129,13 +123,7 @@ TEST_P(SharedGpuTpRunner, GreedyPathFollowsTheSingleGpuRunnerAndTheEngineServesI
   const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
   model::SafetensorsCheckpoint checkpoint(dir);
   const model::Bf16ModelWeights weights = model::load_weights_bf16(mc, checkpoint);
-  auto gen = gpu_test::rng(17);
-  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(mc.vocab_size - 1));
-  std::vector<std::vector<int32_t>> prompts;
-  for (int64_t length : {9, 30, 3, 64}) {
-    prompts.emplace_back(static_cast<size_t>(length));
-    for (int32_t& t : prompts.back()) t = token(gen);
-  }
+  const std::vector<std::vector<int32_t>> prompts = random_prompts(mc, {9, 30, 3, 64}, 17);
   const core::EngineConfig config = shared_gpu_config(c.tp);
   {
     CudaModelRunner single(weights, config);
