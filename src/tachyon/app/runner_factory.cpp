@@ -44,11 +44,10 @@ std::string cuda_unsupported_reason(const model::ModelConfig& config) { return m
 
 namespace {
 
-// Speculative decoding on a runner that cannot verify drafts (the tensor-parallel CUDA runner) is
-// refused before any weight loads (EngineCore would refuse it too, after the load).
-// The tensor-parallel CUDA runner verifies drafts on one node; n-gram drafts are what a test runs
-// through it (tests/gpu/test_cuda_speculative.cpp, ranks sharing a GPU). A draft model and MTP
-// modules are not sharded for its ranks.
+// Speculative decoding with the tensor-parallel CUDA runner, checked before any weight loads: it
+// verifies drafts on one node (over several, EngineCore would refuse the drafter after the load),
+// and n-gram drafts are what a test runs through it (tests/gpu/test_cuda_speculative.cpp, ranks
+// sharing a GPU). A draft model and MTP modules are not sharded for its ranks.
 void check_drafts_verified(const core::EngineConfig& config) {
   if (!config.speculative.enabled()) return;
   const std::string& method = config.speculative.method;

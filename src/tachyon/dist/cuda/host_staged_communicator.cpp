@@ -1,5 +1,5 @@
-// The host-staged collectives: wait for the stream, copy to host, the CPU backend's collective,
-// copy back, wait again (so the host copies may go). See the header.
+// The host-staged collectives: copy to host (stream-ordered, then waited for), the CPU backend's
+// collective, copy back, wait again (so the host copies may go). See the header.
 #include "tachyon/dist/cuda/host_staged_communicator.h"
 
 #include <cuda_runtime_api.h>
@@ -16,17 +16,17 @@ namespace {
 
 using Bytes = std::vector<std::byte>;
 
-// The stream's earlier work (which wrote the bytes this call sends) done; refused under capture.
-void finish_stream(void* stream, const char* op) {
-  cudaStream_t s = cuda::as_stream(stream);
+// A captured stream cannot be synchronized, and every call below synchronizes it.
+void refuse_capture(void* stream, const char* op) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  TACHYON_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
+  TACHYON_CUDA_CHECK(cudaStreamIsCapturing(cuda::as_stream(stream), &capture));
   TACHYON_CHECK(capture == cudaStreamCaptureStatusNone)
       << "the host-staged communicator's " << op << " was called on a stream being captured into a CUDA graph: "
       << "ranks that share a GPU wait for each other on the host, so they run eagerly (enforce_eager)";
-  TACHYON_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
+// The copies are ordered on the rank's stream, after the work that wrote the bytes sent, and
+// each waits for its own completion, so the host collective reads finished bytes.
 Bytes to_host(const void* device, size_t bytes, void* stream) {
   Bytes host(bytes);
   if (bytes > 0) {
@@ -56,7 +56,7 @@ class HostStagedCommunicator final : public Communicator {
   int size() const override { return host_.size(); }
 
   void all_reduce(const void* send, void* recv, size_t count, ReduceType type, void* stream) override {
-    finish_stream(stream, "all_reduce");
+    refuse_capture(stream, "all_reduce");
     const size_t bytes = count * reduce_type_size(type);
     const Bytes in = to_host(send, bytes, stream);
     Bytes out(bytes);
@@ -65,7 +65,7 @@ class HostStagedCommunicator final : public Communicator {
   }
 
   void all_gather(const void* send, void* recv, size_t bytes, void* stream) override {
-    finish_stream(stream, "all_gather");
+    refuse_capture(stream, "all_gather");
     const Bytes in = to_host(send, bytes, stream);
     Bytes out(bytes * static_cast<size_t>(size()));
     host_.all_gather(in.data(), out.data(), bytes, nullptr);
@@ -73,7 +73,7 @@ class HostStagedCommunicator final : public Communicator {
   }
 
   void reduce_scatter(const void* send, void* recv, size_t count, ReduceType type, void* stream) override {
-    finish_stream(stream, "reduce_scatter");
+    refuse_capture(stream, "reduce_scatter");
     const size_t bytes = count * reduce_type_size(type);
     const Bytes in = to_host(send, bytes * static_cast<size_t>(size()), stream);
     Bytes out(bytes);
@@ -82,14 +82,14 @@ class HostStagedCommunicator final : public Communicator {
   }
 
   void broadcast(void* data, size_t bytes, int root, void* stream) override {
-    finish_stream(stream, "broadcast");
+    refuse_capture(stream, "broadcast");
     Bytes host = rank() == root ? to_host(data, bytes, stream) : Bytes(bytes);
     host_.broadcast(host.data(), bytes, root, nullptr);
     if (rank() != root) to_device(data, host, stream);
   }
 
   void all_gatherv(std::span<const GatherItem> items, void* stream) override {
-    finish_stream(stream, "all_gatherv");
+    refuse_capture(stream, "all_gatherv");
     std::vector<Bytes> ins, outs;
     std::vector<GatherItem> host_items;
     ins.reserve(items.size());
@@ -104,7 +104,7 @@ class HostStagedCommunicator final : public Communicator {
   }
 
   void all_to_all_v(std::span<const AllToAllItem> items, void* stream) override {
-    finish_stream(stream, "all_to_all_v");
+    refuse_capture(stream, "all_to_all_v");
     std::vector<Bytes> ins, outs;
     std::vector<AllToAllItem> host_items;
     ins.reserve(items.size());
@@ -119,13 +119,13 @@ class HostStagedCommunicator final : public Communicator {
   }
 
   void send(const void* data, size_t bytes, int peer, void* stream) override {
-    finish_stream(stream, "send");
+    refuse_capture(stream, "send");
     const Bytes host = to_host(data, bytes, stream);
     host_.send(host.data(), bytes, peer, nullptr);
   }
 
   void recv(void* data, size_t bytes, int peer, void* stream) override {
-    finish_stream(stream, "recv");
+    refuse_capture(stream, "recv");
     Bytes host(bytes);
     host_.recv(host.data(), bytes, peer, nullptr);
     to_device(data, host, stream);
@@ -133,7 +133,7 @@ class HostStagedCommunicator final : public Communicator {
 
   void send_recv(const void* send_data, size_t send_bytes, int dst, void* recv_data, size_t recv_bytes, int src,
                  void* stream) override {
-    finish_stream(stream, "send_recv");
+    refuse_capture(stream, "send_recv");
     const Bytes out = to_host(send_data, send_bytes, stream);
     Bytes in(recv_bytes);
     host_.send_recv(out.data(), send_bytes, dst, in.data(), recv_bytes, src, nullptr);

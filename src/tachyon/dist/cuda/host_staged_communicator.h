@@ -1,8 +1,8 @@
 // HostStagedCommunicator: a Communicator for CUDA ranks that share one GPU, so that the CUDA
 // multi-rank code paths (the tensor-parallel runner's shards, all-reduces and logits gather) run
-// and are checked on a machine with one GPU. Each call waits for the rank's stream, copies the
-// rank's device bytes to host memory, runs the CPU backend's collective there, and copies the
-// result back to the device before it returns.
+// and are checked on a machine with one GPU. Each call copies the rank's device bytes to host
+// memory on the rank's stream (after the work that wrote them) and waits for the copy, runs the
+// CPU backend's collective there, and copies the result back to the device before it returns.
 // The one non-obvious decision: the ranks meet on the host, never inside a kernel. A peer or NCCL
 // kernel spins on the GPU until every rank has arrived; with ranks queued on one GPU (one
 // hardware queue may serve several streams) the spinning kernel can sit in front of the very

@@ -492,13 +492,19 @@ __device__ int32_t sample_row(const ScaledSource& src, const SamplingRow& row, i
   return filter_and_draw(src, cut, row);
 }
 
+// Whether a row has ids to mark (penalty history or min_tokens masks): only such rows' processed
+// logits differ from their raw ones, so only they need sampling_kernel's own first pass.
+__device__ inline bool touches_ids(const SamplingRow& row) {
+  return row.num_prompt_tokens + row.num_output_tokens + row.num_masked != 0;
+}
+
 // Marks the row's masked and penalized ids in `touched` and gathers their state; resets each
 // such id's state first, so the workspace needs no initialization. False when there are none.
 __device__ bool prepare_touched(const int32_t* tokens, uint32_t* state) {
   const SamplingRow& row = sh.row();
+  if (!touches_ids(row)) return false;
   const int32_t num_history = row.num_prompt_tokens + row.num_output_tokens;
   const int32_t total = num_history + row.num_masked, vocab = sh.vocab;
-  if (total == 0) return false;
   auto id_at = [&](int32_t j) {
     return j < num_history ? tokens[row.history_begin + j] : tokens[row.masked_begin + (j - num_history)];
   };
@@ -574,7 +580,7 @@ __global__ void __launch_bounds__(kStatsThreads)
     row_stats_kernel(Stats* partials, const float* logits, const SamplingRow* rows, int32_t vocab,
                      const uint32_t* allowed) {
   const SamplingRow& row = rows[blockIdx.y];
-  if (row.num_prompt_tokens + row.num_output_tokens + row.num_masked != 0) return;
+  if (touches_ids(row)) return;
   const bool want_logprobs = row.num_logprobs >= 0;
   const uint32_t* mask =
       allowed != nullptr && row.allowed_row >= 0 ? allowed + static_cast<int64_t>(row.allowed_row) * ((vocab + 31) / 32) : nullptr;
@@ -708,10 +714,6 @@ __global__ void expf_kernel(float* out, const float* in, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = expf_glibc(in[i]);
 }
-
-}  // namespace
-
-namespace {
 
 // Rows of more than one chunk take the split first pass; their partials follow the penalty
 // state in the workspace, 16-byte aligned.

@@ -59,7 +59,7 @@ SharedGpuTpComms shared_gpu_tp_comms(int tp_size);
 
 // Where this process's ranks sit in the TP group.
 struct TpCudaLayout {
-  std::vector<int> devices;  // this node's GPUs, one per local rank, all distinct
+  std::vector<int> devices;  // this node's GPUs, one per local rank, distinct unless ranks_share_gpu
   int first_rank = 0;        // global rank of devices[0]; ranks are consecutive
   int tp_size = 0;           // ranks in the whole group (0: devices.size(), a one-node group)
   // devices may repeat (tests): only with shared_gpu_tp_comms, enforce_eager (its collectives wait
