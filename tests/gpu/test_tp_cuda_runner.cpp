@@ -8,6 +8,8 @@
 // (shared_gpu_tp_comms: the ranks meet on the host), eager, so the multi-rank path of every family
 // the GPU decoder serves (dense, MoE with its experts split, latent attention with its heads split,
 // the sparse indexer replicated) runs on a one-GPU machine.
+// SharedGpuDcpRunner: the same with decode context parallelism (--dcp = --tp), against the
+// reference and against the group without it.
 // Each case runs the single-GPU runner test's schedule (prefill chunks, a cached prefix, decodes)
 // against the f32 reference; every rank must end with the same logits bit for bit (they are one
 // gather); the engine must give the same tokens with graphs and eager (production path), or the
@@ -176,6 +178,125 @@ TEST_P(SharedGpuTpRunner, GreedyPathFollowsTheSingleGpuRunnerAndTheEngineServesI
   for (const auto& tokens : first) EXPECT_EQ(tokens.size(), 12u);
   EXPECT_EQ(serve(), first) << "two runs of the group through the engine must give the same tokens";
 }
+
+// SharedGpuDcpRunner: decode context parallelism (--dcp = --tp) on ranks sharing GPU 0. Every
+// rank caches only its tokens of the latent cache (and index keys), so the group holds --dcp
+// times the blocks of the same KV bytes; attention is the group's queries over each rank's rows,
+// the partials exchanged and LSE-merged, the indexer's local top-k exchanged and merged.
+struct DcpCase {
+  Variant variant;
+  int tp = 2;
+  int interleave = 1;
+};
+
+std::string dcp_case_name(const ::testing::TestParamInfo<DcpCase>& info) {
+  std::string name = info.param.variant.arch + "_tp" + std::to_string(info.param.tp) + "_dcp" +
+                     std::to_string(info.param.tp) + "_interleave" + std::to_string(info.param.interleave);
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
+
+core::EngineConfig dcp_config(const DcpCase& c, bool split) {
+  core::EngineConfig config = shared_gpu_config(c.tp);
+  if (split) {
+    config.device.decode_context_parallel_size = c.tp;
+    config.device.dcp_kv_cache_interleave_size = c.interleave;
+  }
+  return config;
+}
+
+class SharedGpuDcpRunner : public ::testing::TestWithParam<DcpCase> {};
+
+// The single-GPU runner test's schedule (prefill chunks, a chunk after cached tokens, decodes)
+// against the f32 reference, every rank ending with the same logits bit for bit.
+TEST_P(SharedGpuDcpRunner, LogitsMatchTheReferenceAndEveryRankHoldsTheSame) {
+  const DcpCase& c = GetParam();
+  const fs::path dir = make_tiny(c.variant);
+  const core::EngineConfig config = dcp_config(c, /*split=*/true);
+  model::SafetensorsCheckpoint checkpoint(dir);
+  const auto gpu = shared_gpu_runner(model::load_weights_bf16(model::ModelConfig::from_dir(dir), checkpoint), config, c.tp);
+  expect_logits_match_reference(dir, config.block_size, *gpu, [&](int32_t rows) {
+    const std::vector<float> rank0 = gpu->rank_runner(0).last_logits(rows);
+    for (int r = 1; r < c.tp; ++r) {
+      EXPECT_TRUE(gpu->rank_runner(r).last_logits(rows) == rank0) << "rank " << r << " gathered other logits";
+    }
+    return rank0;
+  });
+}
+
+// The split group against the same group without DCP, along the unsplit group's greedy path
+// (teacher-forced): 4 prompts (9 to 64 tokens) in one prefill step, then 16 decodes. The DSA
+// variants keep 16 tokens instead of 128, so the longer contexts are sparse and the exchanged
+// top-k decides what is attended. The two differ only in how attention's sum is split (each
+// rank's partial rounded to bf16, then merged): logits within the reference tolerance, argmax
+// agreeing on at least 90% of the rows. The split group holds tp times the blocks in the same
+// bytes. Then the engine serves it: 12 greedy tokens per prompt, the same in two runs.
+TEST_P(SharedGpuDcpRunner, GreedyPathFollowsTheUnsplitGroupWithTpTimesTheBlocks) {
+  const DcpCase& c = GetParam();
+  const fs::path dir = make_tiny(c.variant);
+  model::ModelConfig mc = model::ModelConfig::from_dir(dir);
+  if (mc.index_topk > 0) mc.index_topk = 16;
+  model::SafetensorsCheckpoint checkpoint(dir);
+  const model::Bf16ModelWeights weights = model::load_weights_bf16(mc, checkpoint);
+  const std::vector<std::vector<int32_t>> prompts = random_prompts(mc, {9, 30, 3, 64}, 19);
+  {
+    const auto plain = shared_gpu_runner(weights, dcp_config(c, false), c.tp);
+    const auto split = shared_gpu_runner(weights, dcp_config(c, true), c.tp);
+    EXPECT_GE(split->num_blocks(), c.tp * plain->num_blocks()) << "each rank caches 1/" << c.tp << " of every block";
+    std::vector<PlanSequence> seqs(prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) seqs[i].tokens = prompts[i];
+    core::SamplingParams greedy;
+    greedy.temperature = 0.0f;
+    int32_t next_block = 0;
+    int rows = 0, agree = 0;
+    double worst = 0.0;
+    for (int step = 0; step < 17; ++step) {
+      std::vector<int64_t> run;
+      for (const PlanSequence& s : seqs) run.push_back(step == 0 ? static_cast<int64_t>(s.tokens.size()) : 1);
+      const core::StepPlan plan = make_plan(seqs, run, 16, next_block, greedy);
+      plain->execute(plan);
+      split->execute(plan);
+      const int32_t n = static_cast<int32_t>(plan.logits_rows.size());
+      const std::vector<float> expected = plain->rank_runner(0).last_logits(n), got = split->rank_runner(0).last_logits(n);
+      for (int r = 1; r < c.tp; ++r) EXPECT_TRUE(split->rank_runner(r).last_logits(n) == got) << "rank " << r;
+      const double error = gpu_test::relative_error(got, expected);
+      worst = std::max(worst, error);
+      EXPECT_LT(error, logits_tolerance(mc)) << "step " << step;
+      const size_t V = static_cast<size_t>(mc.vocab_size);
+      for (size_t r = 0; r < seqs.size(); ++r) {
+        auto argmax = [&](const std::vector<float>& logits) {
+          const auto row = logits.begin() + static_cast<std::ptrdiff_t>(r * V);
+          return static_cast<int32_t>(std::max_element(row, row + static_cast<std::ptrdiff_t>(V)) - row);
+        };
+        const int32_t choice = argmax(expected);
+        ++rows;
+        agree += argmax(got) == choice ? 1 : 0;
+        seqs[r].tokens.push_back(choice);
+      }
+    }
+    std::printf("[dcp %d vs tp %d] %-28s interleave %d: worst logits rel. error %.2e, argmax agrees on %d of %d rows\n",
+                c.tp, c.tp, c.variant.preset.c_str(), c.interleave, worst, agree, rows);
+    EXPECT_GE(agree * 10, rows * 9) << "the split group's greedy choice differs on " << rows - agree << " of " << rows;
+  }
+  auto serve = [&] {
+    core::EngineConfig engine_config = dcp_config(c, true);
+    auto runner = shared_gpu_runner(weights, engine_config, c.tp);
+    engine_config.num_blocks = runner->num_blocks();
+    engine::EngineCore engine(engine_config, std::move(runner));
+    return generate(engine, prompts, 12);
+  };
+  const auto first = serve();
+  for (const auto& tokens : first) EXPECT_EQ(tokens.size(), 12u);
+  EXPECT_EQ(serve(), first) << "two runs of the split group through the engine must give the same tokens";
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, SharedGpuDcpRunner,
+                         ::testing::Values(DcpCase{{"deepseek_v3", "tiny-gpu-deepseek-all"}, 2, 1},
+                                           DcpCase{{"deepseek_v3", "tiny-gpu-deepseek-all"}, 4, 2},
+                                           DcpCase{{"deepseek_v32", "tiny-gpu-dsa-all"}, 2, 1},
+                                           DcpCase{{"deepseek_v32", "tiny-gpu-dsa-all"}, 4, 1},
+                                           DcpCase{{"glm_moe_dsa", "tiny-gpu-glm-all"}, 2, 2}),
+                         dcp_case_name);
 
 std::string case_name(const ::testing::TestParamInfo<TpCase>& info) {
   std::string name = info.param.variant.arch + "_" + info.param.variant.preset + "_tp" + std::to_string(info.param.tp);

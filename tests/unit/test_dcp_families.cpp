@@ -314,7 +314,8 @@ TEST(DcpFamilies, UntestedCombinationsAreRefusedByName) {
   EXPECT_EQ(refusal([](core::EngineConfig& c) { c.device.decode_context_parallel_size = 1; }, "llama", "tiny"), "");
   EXPECT_EQ(refusal([](core::EngineConfig& c) { c.speculative.method = "ngram"; }), "");
   auto has = [](const std::string& why, const char* text) { return why.find(text) != std::string::npos; };
-  EXPECT_TRUE(has(refusal([](core::EngineConfig& c) { c.device.kind = "cuda"; }), "CPU thread ranks only")) ;
+  EXPECT_TRUE(has(refusal([](core::EngineConfig& c) { c.device.kind = "cuda"; }),
+                  "verified only with tensor-parallel ranks sharing one GPU"));
   EXPECT_TRUE(has(refusal([](core::EngineConfig& c) { c.device.decode_context_parallel_size = 3; }),
                   "--dcp 3 must divide --tp 4"));
   EXPECT_TRUE(has(refusal([](core::EngineConfig& c) { c.device.tensor_parallel_size = 6; c.device.decode_context_parallel_size = 6; c.block_size = 16; }),

@@ -16,8 +16,8 @@ std::string dcp_unsupported_reason(const core::EngineConfig& config, const model
   } else if (dcp == 1) {
     return "";
   } else if (device.kind == "cuda") {
-    why << "--dcp " << dcp << " runs on CPU thread ranks only (--device cpu): the GPU's split latent cache is not "
-        << "built";
+    why << "--dcp " << dcp << " on --device cuda is verified only with tensor-parallel ranks sharing one GPU (a test "
+        << "harness); across GPUs (NCCL) no test has run it yet: use --device cpu for now";
   } else if (device.data_parallel_size > 1) {
     why << "--dcp " << dcp << " with --dp " << device.data_parallel_size
         << " is not verified by any test yet (DCP splits the cache of one TP group's batch)";

@@ -151,7 +151,14 @@ struct ScoresArgs {
   int heads_padded;             // num_heads rounded up to kHeadChunk
   float scale;
   float weight_scale;
+  DcpLayout dcp;                // this rank's share of the keys (DsaIndexerParams::dcp)
 };
+
+// The last key column a row at global position p scores: p, or under DCP the last of the local
+// keys at or before p (-1 when there is none).
+__device__ __forceinline__ int last_visible_key(const DcpLayout& dcp, int p) {
+  return dcp.size == 1 ? p : static_cast<int>(dcp.local_count(p + 1)) - 1;
+}
 
 // Shared memory of the kernel for padded head_dim kDimP: the key tile, two q buffers (rows of
 // kDimP + 8 bf16: the 16-byte pad puts the 8 rows an ldmatrix reads in 8 bank groups), two
@@ -193,9 +200,14 @@ __global__ void __launch_bounds__(kScoreThreads) dsa_scores_kernel(const ScoresA
   const int key0 = blockIdx.y * kKeyTile;
   const int key_end = min(key0 + kKeyTile, a.max_context_len);  // columns this block writes
   const int p_lo = first_position + r0 - seq_begin, p_hi = first_position + r1 - 1 - seq_begin;
+  const int last_hi = last_visible_key(a.dcp, p_hi);  // the last column any row of the block scores
 
-  // Rows that see no key of the tile: -inf, no math.
-  const int r_active = min(r1, r0 + max(0, key0 - p_lo));
+  // Rows that see no key of the tile: -inf, no math (the last visible key grows with the row).
+  int r_active = min(r1, r0 + max(0, key0 - p_lo));
+  if (a.dcp.size > 1) {
+    r_active = r0;
+    while (r_active < r1 && last_visible_key(a.dcp, first_position + r_active - seq_begin) < key0) ++r_active;
+  }
   for (int r = r0; r < r_active; ++r) {
     for (int j = key0 + static_cast<int>(threadIdx.x); j < key_end; j += kScoreThreads) {
       a.scores[r * a.stride + j] = -INFINITY;
@@ -210,7 +222,7 @@ __global__ void __launch_bounds__(kScoreThreads) dsa_scores_kernel(const ScoresA
     for (int idx = threadIdx.x; idx < kKeyTile * kChunks; idx += kScoreThreads) {
       const int key = idx / kChunks, chunk = idx % kChunks;
       const int j = key0 + key;
-      const bool valid = j <= p_hi && chunk * 8 < head_dim;
+      const bool valid = j <= last_hi && chunk * 8 < head_dim;
       const bf16* src = a.keys.cache;
       if (valid) {
         const int64_t row = static_cast<int64_t>(table[j / bs]) * bs + j % bs;
@@ -297,7 +309,7 @@ __global__ void __launch_bounds__(kScoreThreads) dsa_scores_kernel(const ScoresA
     __syncwarp();
     const int position = first_position + r - seq_begin;
     const int j = key0 + warp * 32 + lane;
-    if (j < key_end) a.scores[r * a.stride + j] = j <= position ? warp_out[lane] : -INFINITY;
+    if (j < key_end) a.scores[r * a.stride + j] = j <= last_visible_key(a.dcp, position) ? warp_out[lane] : -INFINITY;
     cp_async_wait<0>();
     __syncthreads();  // the next row is in; this row's buffers and staging row may be rewritten
   }
@@ -368,7 +380,7 @@ void dsa_index_scores(float* scores, int64_t scores_stride, const bf16* q, const
   const ScoresArgs args{scores, scores_stride, q, weights, keys, query_starts, context_lens, num_seqs,
                         max_context_len, params.num_heads,
                         (params.num_heads + kHeadChunk - 1) / kHeadChunk * kHeadChunk, params.scale,
-                        params.weight_scale};
+                        params.weight_scale, params.dcp};
   if (head_dim <= 16) {
     launch_scores<16>(args, num_groups, key_tiles, stream);
   } else if (head_dim <= 32) {

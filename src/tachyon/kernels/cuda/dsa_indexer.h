@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "tachyon/kernels/dcp_layout.h"
 #include "tachyon/tensor/cuda/cuda_check.h"
 
 namespace tachyon::kernels::cuda {
@@ -59,6 +60,11 @@ struct DsaIndexerParams {
   int32_t topk = 0;            // index_topk
   float scale = 1.0f;          // index_head_dim^-0.5, multiplies q . k before the relu
   float weight_scale = 1.0f;   // index_n_heads^-0.5, multiplies each head weight (f32 product)
+  // Decode context parallelism (kernels/dcp_layout.h): the key cache holds only this rank's
+  // tokens, column j being local token j (at global position dcp.global_position(j)), and a row
+  // at position p scores the dcp.local_count(p + 1) local keys at or before it (-inf after).
+  // Size 1 (the default): every token, column j at position j.
+  DcpLayout dcp{};
 };
 
 // scores: [num_query_tokens, scores_stride] f32. Query rows of sequence s are
@@ -89,8 +95,11 @@ size_t dsa_topk_workspace_bytes(int32_t max_query_tokens, int32_t max_context_le
 // Rows past query_starts[num_seqs] get all -1. workspace: dsa_topk_workspace_bytes(num_query_tokens,
 // max_context_len, topk) bytes or more (checked), any contents; launches one kernel, or two when
 // the rows are split; nothing is read back, so it is graph capturable.
+// dcp: as DsaIndexerParams::dcp, so a row at position p selects among its first
+// dcp.local_count(p + 1) columns and `kept` holds local indices (default: every token).
 void dsa_select_topk(int32_t* kept, const float* scores, int64_t scores_stride, const int32_t* query_starts,
                      const int32_t* context_lens, int32_t num_seqs, int32_t num_query_tokens, int32_t max_context_len,
-                     int32_t topk, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+                     int32_t topk, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                     const DcpLayout& dcp = {});
 
 }  // namespace tachyon::kernels::cuda

@@ -369,9 +369,11 @@ struct TopkArgs {
   int chunks, chunk_len;  // the split: chunk c of a row covers columns [c * chunk_len, +chunk_len)
   uint32_t* cand_keys;   // [rows, chunks, topk] the split's candidates: keys, then
   int32_t* cand_pos;     // [rows, chunks, topk] their positions
+  DcpLayout dcp;         // this rank's share of the columns (dsa_select_topk's dcp)
 };
 
-// Candidates of row t: columns 0 .. p, 0 past query_starts[num_seqs] (graph padding).
+// Candidates of row t: columns 0 .. p (under DCP its local keys at or before p), 0 past
+// query_starts[num_seqs] (graph padding).
 __device__ int row_length(const TopkArgs& a, int t) {
   if (t < a.query_starts[0] || t >= a.query_starts[a.num_seqs]) return 0;
   int lo = 0, hi = a.num_seqs - 1;  // the last s with query_starts[s] <= t
@@ -381,7 +383,8 @@ __device__ int row_length(const TopkArgs& a, int t) {
   }
   const int rows = a.query_starts[lo + 1] - a.query_starts[lo];
   const int position = a.context_lens[lo] - rows + (t - a.query_starts[lo]);
-  return max(0, min(position + 1, a.max_context_len));
+  const int visible = a.dcp.size == 1 ? position + 1 : static_cast<int>(a.dcp.local_count(position + 1));
+  return max(0, min(visible, a.max_context_len));
 }
 
 // Writes -1 past min(topk, n); when n <= topk keeps 0 .. n-1 and returns true (row done).
@@ -485,7 +488,8 @@ size_t dsa_topk_workspace_bytes(int32_t max_query_tokens, int32_t max_context_le
 
 void dsa_select_topk(int32_t* kept, const float* scores, int64_t scores_stride, const int32_t* query_starts,
                      const int32_t* context_lens, int32_t num_seqs, int32_t num_query_tokens, int32_t max_context_len,
-                     int32_t topk, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+                     int32_t topk, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                     const DcpLayout& dcp) {
   TACHYON_CHECK(topk > 0 && num_seqs >= 0 && num_query_tokens >= 0 && max_context_len >= 0 &&
                 scores_stride >= max_context_len)
       << "dsa_select_topk: topk " << topk << ", num_seqs " << num_seqs << ", rows " << num_query_tokens
@@ -499,7 +503,7 @@ void dsa_select_topk(int32_t* kept, const float* scores, int64_t scores_stride, 
     return;
   }
   TopkArgs a{kept, scores, scores_stride, query_starts, context_lens, num_seqs, max_context_len, topk,
-             0, 1, 0, nullptr, nullptr};
+             0, 1, 0, nullptr, nullptr, dcp};
   const TopkSplit split = plan_split(num_query_tokens, max_context_len, topk, tachyon::cuda::multiprocessor_count());
   constexpr size_t kMaxSmem = kStageCap * sizeof(uint32_t);
   if (split.chunks == 1) {

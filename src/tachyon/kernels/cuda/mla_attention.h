@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "tachyon/kernels/dcp_layout.h"
 #include "tachyon/tensor/cuda/cuda_check.h"
 
 namespace tachyon::kernels::cuda {
@@ -34,6 +35,17 @@ struct PagedLatentView {
 struct MlaAttentionParams {
   int32_t num_heads = 0;  // query heads (all share the one latent row per token)
   float scale = 1.0f;     // the decompressed form's softmax scale (qk_head_dim^-0.5, times YaRN mscale^2)
+  // Decode context parallelism (kernels/dcp_layout.h): the cache holds only this rank's tokens,
+  // local token k of a sequence at block_tables[k / block_size] (the view's block size is the
+  // engine's divided by dcp.size). A query attends the local tokens whose GLOBAL position is at
+  // most its own: decode the first dcp.local_count(context_len), prefill row at position p the
+  // first dcp.local_count(p + 1); sparse lists stay global positions and keep only those this
+  // rank owns. The default (size 1) is every token, as without DCP.
+  DcpLayout dcp{};
+  // Optional: [rows] f32, rows = token * num_heads + head: the natural-log sum of exp(scaled
+  // score) over the keys the row attended (the merge weight of DCP's partial outputs), -inf for a
+  // row that attended none (its output is zeros).
+  float* lse = nullptr;
 };
 
 // --- decode: one query token per sequence, at position context_lens[s] - 1 ---

@@ -84,7 +84,20 @@ struct MlaArgs {
   int32_t num_heads;
   int32_t num_splits;           // decode, sparse: splits per item (1: no partials)
   float scale_log2;             // scale * log2(e)
+  DcpLayout dcp;                // this rank's share of the cache (MlaAttentionParams::dcp)
+  float* lse;                   // optional [rows] f32 natural-log sum-exp (MlaAttentionParams::lse)
 };
+
+constexpr float kLn2 = 0.693147180559945309f;
+
+// The global position of local key `key` (itself without DCP: no division on the common path).
+__device__ __forceinline__ int key_position(const DcpLayout& dcp, int key) {
+  return dcp.size == 1 ? key : static_cast<int>(dcp.global_position(key));
+}
+// The local keys of a sequence whose first `length` global positions are cached.
+__device__ __forceinline__ int local_keys(const DcpLayout& dcp, int length) {
+  return dcp.size == 1 ? length : static_cast<int>(dcp.local_count(length));
+}
 
 // What one CTA computes: flattened rows [row0, row0 + rows) against key indices
 // [tile_begin * kBlockN, tile_end * kBlockN) of sequence `seq`.
@@ -143,8 +156,9 @@ __device__ __forceinline__ void mla_attend(const MlaArgs& a, const MlaJob& job) 
     int token = key;
     bool valid = false;
     if constexpr (kMode == MlaMode::kSparse) {
-      token = key < a.kept_width ? __ldg(job.kept + key) : -1;
-      valid = token >= 0;
+      token = key < a.kept_width ? __ldg(job.kept + key) : -1;  // a global position
+      valid = token >= 0 && (a.dcp.size == 1 || a.dcp.owns(token));
+      if (valid && a.dcp.size > 1) token = static_cast<int>(a.dcp.local_index(token));
     } else {
       valid = key < job.ctx;
     }
@@ -257,13 +271,18 @@ __device__ __forceinline__ void mla_attend(const MlaArgs& a, const MlaJob& job) 
       for (int odd = 0; odd < 2; ++odd) {
         const int key = key0 + n * 8 + odd;
         bool exists = true;
+        int key_pos = key;  // prefill: the key's global position
         if constexpr (kMode == MlaMode::kDecode) exists = key < job.ctx;
-        if constexpr (kMode == MlaMode::kSparse) exists = key < a.kept_width && __ldg(job.kept + key) >= 0;
+        if constexpr (kMode == MlaMode::kSparse) {
+          const int position = key < a.kept_width ? __ldg(job.kept + key) : -1;
+          exists = position >= 0 && (a.dcp.size == 1 || a.dcp.owns(position));
+        }
+        if constexpr (kMode == MlaMode::kPrefill) key_pos = key_position(a.dcp, key);
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const bool visible = kMode == MlaMode::kPrefill ? key <= row_pos[mt][h] : exists;
+            const bool visible = kMode == MlaMode::kPrefill ? key_pos <= row_pos[mt][h] : exists;
             if (!visible) s[mt][n][2 * h + odd] = -INFINITY;
           }
         }
@@ -380,6 +399,8 @@ __device__ __forceinline__ void mla_attend(const MlaArgs& a, const MlaJob& job) 
       }
       if (kMode != MlaMode::kPrefill && job.partial && warp == 0 && (lane & 3) == 0)
         a.part_lse[out_row * a.num_splits + job.split] = m_run[mt][h] + log2f(l);
+      if (a.lse != nullptr && !(kMode != MlaMode::kPrefill && job.partial) && warp == 0 && (lane & 3) == 0)
+        a.lse[out_row] = l > 0.0f ? (m_run[mt][h] + log2f(l)) * kLn2 : -INFINITY;
     }
   }
 }
@@ -397,6 +418,10 @@ inline void check_mla_shapes(const PagedLatentView& cache, const MlaAttentionPar
   TACHYON_CHECK(params.num_heads >= 1) << kernel << ": num_heads must be >= 1, not " << params.num_heads;
   TACHYON_CHECK(std::isfinite(params.scale) && params.scale > 0.0f)
       << kernel << ": scale must be finite and positive, not " << params.scale;
+  TACHYON_CHECK(params.dcp.size >= 1 && params.dcp.rank >= 0 && params.dcp.rank < params.dcp.size &&
+                params.dcp.interleave >= 1)
+      << kernel << ": DCP rank " << params.dcp.rank << " of " << params.dcp.size << " with interleave "
+      << params.dcp.interleave << " is not a rank of a group";
 }
 
 }  // namespace tachyon::kernels::cuda::mla_detail

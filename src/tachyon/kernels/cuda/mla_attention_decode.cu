@@ -43,12 +43,15 @@ __global__ void __launch_bounds__(MlaTraits<kMTiles, kVDim, kDecodeWarps<kVDim>>
   job.seq = seq;
   job.row0 = seq * a.num_heads + head0;
   job.rows = min(kRows, a.num_heads - head0);
-  job.ctx = a.context_lens[seq];
-  if (job.ctx <= 0) {  // graph padding: zeros, written once
+  job.ctx = local_keys(a.dcp, a.context_lens[seq]);
+  if (job.ctx <= 0) {  // graph padding (or, under DCP, no token of the sequence here yet): zeros, written once
     if (split == 0) {
       const int rank = a.cache.kv_lora_rank;
       bf16* dst = a.out + static_cast<size_t>(job.row0) * rank;
       for (int i = threadIdx.x; i < job.rows * rank; i += T::kThreads) dst[i] = __float2bfloat16(0.0f);
+      if (a.lse != nullptr) {
+        for (int i = threadIdx.x; i < job.rows; i += T::kThreads) a.lse[job.row0 + i] = -INFINITY;
+      }
     }
     return;
   }
@@ -94,6 +97,8 @@ void mla_decode_attention(bf16* out, const bf16* q, const PagedLatentView& cache
   a.num_seqs = num_seqs;
   a.num_heads = params.num_heads;
   a.scale_log2 = params.scale * kLog2e;
+  a.dcp = params.dcp;
+  a.lse = params.lse;
   a.num_splits = best_splits(params.num_heads, num_seqs, max_context_len, tachyon::cuda::multiprocessor_count());
   bind_split_workspace(a, num_seqs, workspace, workspace_bytes, "mla_decode_attention",
                        "mla_decode_workspace_bytes for this num_seqs and max_context_len");

@@ -36,11 +36,12 @@ __global__ void __launch_bounds__(kThreads, 1) mla_prefill_kernel(const MlaArgs 
   job.seq = seq;
   job.rows = min(kRows, flat_rows - job.m0);
   job.row0 = q_begin * a.num_heads + job.m0;
-  job.ctx = a.context_lens[seq];
-  job.first_pos = job.ctx - n_rows;
+  const int ctx = a.context_lens[seq];
+  job.first_pos = ctx - n_rows;
+  job.ctx = local_keys(a.dcp, ctx);
   const int pos_hi = job.first_pos + (job.m0 + job.rows - 1) / a.num_heads;
   job.tile_begin = 0;
-  job.tile_end = pos_hi / kBlockN + 1;
+  job.tile_end = ceil_div(local_keys(a.dcp, pos_hi + 1), kBlockN);  // 0 under DCP when no key is here yet
   mla_attend<MlaMode::kPrefill, kPrefillMTiles, kVDim>(a, job);
 }
 
@@ -80,6 +81,8 @@ void mla_prefill_attention(bf16* out, const bf16* q, const PagedLatentView& cach
   a.num_seqs = num_seqs;
   a.num_heads = params.num_heads;
   a.scale_log2 = params.scale * kLog2e;
+  a.dcp = params.dcp;
+  a.lse = params.lse;
   if (vdim_for_rank(cache.kv_lora_rank) == 512) {
     launch_prefill<512>(a, max_query_len, stream);
   } else {

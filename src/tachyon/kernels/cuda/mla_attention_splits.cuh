@@ -63,10 +63,11 @@ __device__ __forceinline__ void assign_split(MlaJob& job, const MlaSplit& sp, in
 template <MlaMode kMode>
 __device__ __forceinline__ int split_keys(const MlaArgs& a, int item) {
   static_assert(kMode != MlaMode::kPrefill, "prefill is not split");
-  return kMode == MlaMode::kDecode ? a.context_lens[item] : a.kept_width;
+  return kMode == MlaMode::kDecode ? local_keys(a.dcp, a.context_lens[item]) : a.kept_width;
 }
 
-// Combines the splits of each (item, head): out = sum_z 2^(lse_z - max) o_z / sum_z 2^(lse_z - max).
+// Combines the splits of each (item, head): out = sum_z 2^(lse_z - max) o_z / sum_z 2^(lse_z - max)
+// (and, when asked, the row's log-sum-exp: max + log2(sum_z 2^(lse_z - max)), in natural log).
 // grid (num_heads, items, ceil(kv_lora_rank / kMergeCols)), one warp: lane z and z + 32 hold
 // split z's weight (n_active <= kMaxSplits = 64), then each lane sums 4 columns over the splits
 // in split order. Items that used one split (or none) were written by the split kernel.
@@ -96,6 +97,7 @@ __global__ void __launch_bounds__(32) merge_splits_kernel(const MlaArgs a) {
   for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
   s_weight[lane] = w_lo;
   s_weight[lane + 32] = w_hi;
+  if (a.lse != nullptr && blockIdx.z == 0 && lane == 0) a.lse[head_row] = sum > 0.0f ? (base + log2f(sum)) * kLn2 : -INFINITY;
   __syncwarp();
   const int d = blockIdx.z * kMergeCols + lane * 4;
   if (d >= rank) return;

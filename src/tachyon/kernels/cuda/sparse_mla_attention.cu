@@ -97,6 +97,8 @@ void sparse_mla_attention(bf16* out, const bf16* q, const PagedLatentView& cache
   a.num_seqs = num_seqs;
   a.num_heads = params.num_heads;
   a.scale_log2 = params.scale * kLog2e;
+  a.dcp = params.dcp;
+  a.lse = params.lse;
   a.num_splits = best_splits(params.num_heads, num_query_tokens, kept_width, tachyon::cuda::multiprocessor_count());
   bind_split_workspace(a, num_query_tokens, workspace, workspace_bytes, "sparse_mla_attention",
                        "sparse_mla_workspace_bytes for this num_query_tokens and kept_width");

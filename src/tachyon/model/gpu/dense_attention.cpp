@@ -13,6 +13,8 @@ namespace kc = kernels::cuda;
 DenseAttentionBlock::DenseAttentionBlock(BlockContext& context) : GpuBlock(context) {
   const std::string reason = dense_attention_gpu_unsupported(ctx_.config);
   TACHYON_CHECK(reason.empty()) << "the GPU attention block cannot serve this model: " << reason;
+  TACHYON_CHECK(ctx_.limits.dcp.size == 1)
+      << "decode context parallelism splits latent attention's cache; dense attention has no split cache";
 }
 
 LinearShape DenseAttentionBlock::qkv_shape() const {

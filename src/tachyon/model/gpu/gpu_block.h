@@ -21,6 +21,10 @@
 #include "tachyon/model/layer_plan.h"
 #include "tachyon/model/model_config.h"
 
+namespace tachyon::dist {
+class Communicator;
+}
+
 namespace tachyon::model::gpu {
 
 // What every block works with, fixed at start-up. References outlive the blocks (the decoder
@@ -38,6 +42,7 @@ struct BlockContext {
   bool row_parallel_bias = true;
   std::span<const LayerKinds> layers;  // [num_hidden_layers] layer_plan(config): each layer's block kinds
   SideStream* side = nullptr;          // for run_branches; null: branches run one after the other
+  dist::Communicator* dcp_comm = nullptr;  // the decode-context-parallel group when limits.dcp.size > 1
 };
 
 class GpuBlock {

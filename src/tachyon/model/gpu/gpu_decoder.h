@@ -29,6 +29,9 @@ struct TpSeam {
   dist::Communicator* comm = nullptr;  // the TP group (used on the decoder's stream); null: no TP
   int64_t vocab_begin = 0;             // the full-vocab rows this rank's embed / lm_head hold
   int64_t vocab_rows = 0;              // 0: the whole vocabulary
+  // Decode context parallelism: the group whose ranks split the latent cache by token (the
+  // limits' dcp says this rank's share); null without DCP.
+  dist::Communicator* dcp_comm = nullptr;
 };
 
 class GpuDecoder {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tachyon/kernels/dcp_layout.h"
 #include "tachyon/tensor/cuda/cuda_check.h"
 #include "tachyon/tensor/dtype.h"
 
@@ -55,11 +56,16 @@ struct GpuLimits {
   // --kv-cache-dtype fp8: dense attention caches K and V as E4M3 codes with one f32 factor per
   // token and KV head (kernels/cuda/rope_store_kv.h rope_store_kv_fp8).
   bool fp8_kv_cache = false;
+  // Decode context parallelism (kernels/dcp_layout.h): this rank caches only the tokens dcp deals
+  // it, block_size / dcp.size rows per engine block (latent attention only; the decoder's
+  // TpSeam::dcp_comm is the group).
+  kernels::DcpLayout dcp{};
+  int32_t kv_block_rows() const { return block_size / dcp.size; }  // cache rows per engine block
 };
 
 // One region of a layer's KV cache: what an attention block stores per token, e.g. K and V, or a
-// latent row and an index key. The runner lays out num_blocks * block_size tokens of every
-// region of every layer (layer-major, regions in order) and hands back their addresses.
+// latent row and an index key. The runner lays out num_blocks * GpuLimits::kv_block_rows() tokens
+// of every region of every layer (layer-major, regions in order) and hands back their addresses.
 struct KvRegion {
   std::string name;           // "k", "v", "latent", "index_keys"
   size_t bytes_per_token = 0;

@@ -66,6 +66,19 @@ struct Workspace {
   int32_t* kept = nullptr;            // [T, K] positions each token attends
   void* topk_scratch = nullptr;
   size_t topk_scratch_bytes = 0;
+  // Decode context parallelism over N ranks of H heads each (latent_attention.h): the group's
+  // queries, this rank's partials of every head and the partials of its own heads from the group.
+  int32_t* dcp_slots = nullptr;       // [T] this rank's cache slots of the step's tokens, -1: another rank's
+  bf16* dcp_q_gathered = nullptr;     // [N, T, H * qa] the all-gather's rank order
+  bf16* dcp_q_group = nullptr;        // [T, N * H, qa] every head of the group per token
+  bf16* dcp_attn_group = nullptr;     // [T, N * H, kv_lora_rank] partial outputs over the local rows
+  float* dcp_lse_group = nullptr;     // [T, N * H] their log-sum-exp
+  bf16* dcp_send_out = nullptr;       // [N, T, H, kv_lora_rank] rank r's heads' partials, for rank r
+  float* dcp_send_lse = nullptr;      // [N, T, H]
+  bf16* dcp_recv_out = nullptr;       // [N, T, H, kv_lora_rank] every rank's partials of this rank's heads
+  float* dcp_recv_lse = nullptr;      // [N, T, H]
+  void* dcp_candidates = nullptr;     // DSA: [T, K] this rank's top-k as (score, global position)
+  void* dcp_gathered_candidates = nullptr;  // DSA: [N, T, K] the group's
 };
 
 // Collects (pointer, bytes) pairs, then points each into one allocation, 256-byte aligned.

@@ -1,7 +1,10 @@
 #include "tachyon/model/gpu/latent_attention.h"
 
 #include <algorithm>
+#include <vector>
 
+#include "tachyon/dist/communicator.h"
+#include "tachyon/kernels/cuda/dcp_attention.h"
 #include "tachyon/kernels/cuda/mla_attention.h"
 #include "tachyon/kernels/cuda/mla_rope.h"
 #include "tachyon/kernels/cuda/rms_norm.h"
@@ -19,6 +22,11 @@ LatentAttentionBlock::LatentAttentionBlock(BlockContext& context) : GpuBlock(con
   const std::string reason = latent_attention_gpu_unsupported(c);
   TACHYON_CHECK(reason.empty()) << "the GPU latent-attention block cannot serve this model: " << reason;
   TACHYON_CHECK(!ctx_.limits.fp8_kv_cache) << "the GPU latent-attention block has no FP8 cache yet";
+  const kernels::DcpLayout& dcp = ctx_.limits.dcp;
+  TACHYON_CHECK(dcp.size == 1 || (ctx_.dcp_comm != nullptr && ctx_.limits.block_size % (dcp.size * dcp.interleave) == 0))
+      << "decode context parallelism over " << dcp.size << " ranks with interleave " << dcp.interleave
+      << " needs its group and a block size that is a multiple of " << dcp.size * dcp.interleave << ", got "
+      << ctx_.limits.block_size;
   rope_attention_scaling_ = static_cast<float>(rope_attention_scaling(c));
   softmax_scale_ = mla_attention_shape(c, 1, 0).scale;
   const bool sparse = std::any_of(ctx_.layers.begin(), ctx_.layers.end(),
@@ -46,13 +54,15 @@ void LatentAttentionBlock::plan_workspace(WorkspacePlan& plan) {
   Workspace& ws = ctx_.ws;
   const size_t T = static_cast<size_t>(ctx_.limits.max_tokens), heads = static_cast<size_t>(c.num_attention_heads);
   const size_t rank = static_cast<size_t>(c.kv_lora_rank), rope = static_cast<size_t>(c.qk_rope_head_dim);
+  // The kernels attend every head of the DCP group (the group's queries are gathered).
+  const size_t group = static_cast<size_t>(ctx_.limits.dcp.size), attended_heads = group * heads;
   // One scratch holds the larger of the two kernels' partials (sparse: steps of max_tokens
   // tokens over index_topk kept entries; the size stops growing past a few waves of tokens).
-  ws.mla_split_scratch_bytes = kc::mla_decode_workspace_bytes(ctx_.limits.max_seqs, static_cast<int32_t>(heads),
+  ws.mla_split_scratch_bytes = kc::mla_decode_workspace_bytes(ctx_.limits.max_seqs, static_cast<int32_t>(attended_heads),
                                                               static_cast<int32_t>(rank), ctx_.limits.max_model_len);
   if (selector_ != nullptr) {
     ws.mla_split_scratch_bytes = std::max(
-        ws.mla_split_scratch_bytes, kc::sparse_mla_workspace_bytes(ctx_.limits.max_tokens, static_cast<int32_t>(heads),
+        ws.mla_split_scratch_bytes, kc::sparse_mla_workspace_bytes(ctx_.limits.max_tokens, static_cast<int32_t>(attended_heads),
                                                                    static_cast<int32_t>(rank),
                                                                    static_cast<int32_t>(c.index_topk)));
   }
@@ -62,6 +72,18 @@ void LatentAttentionBlock::plan_workspace(WorkspacePlan& plan) {
   plan.add(&ws.q_absorbed, T * heads * (rank + rope) * 2);
   plan.add(&ws.attn_latent, T * heads * rank * 2);
   plan.add(&ws.mla_split_scratch, ws.mla_split_scratch_bytes);
+  if (split_cache()) {
+    const size_t qa = rank + rope;
+    plan.add(&ws.dcp_slots, T * 4);
+    plan.add(&ws.dcp_q_gathered, group * T * heads * qa * 2);
+    plan.add(&ws.dcp_q_group, group * T * heads * qa * 2);
+    plan.add(&ws.dcp_attn_group, group * T * heads * rank * 2);
+    plan.add(&ws.dcp_lse_group, group * T * heads * 4);
+    plan.add(&ws.dcp_send_out, group * T * heads * rank * 2);
+    plan.add(&ws.dcp_send_lse, group * T * heads * 4);
+    plan.add(&ws.dcp_recv_out, group * T * heads * rank * 2);
+    plan.add(&ws.dcp_recv_lse, group * T * heads * 4);
+  }
   if (selector_ != nullptr) selector_->plan_workspace(plan);
 }
 
@@ -133,6 +155,13 @@ void LatentAttentionBlock::forward(int64_t l, const GpuStep& step) {
   const float eps = kMlaLatentNormEps;  // q_a_layernorm's and kv_a_layernorm's, not the config's
 
   bf16* latent_cache = ctx_.kv->region(l, 0);
+  // Under DCP the stores see this rank's slots only (-1 for the group's other tokens).
+  GpuStep local_step = step;
+  if (split_cache()) {
+    kc::dcp_local_slots(ws.dcp_slots, m.slots, T, ctx_.limits.dcp, ctx_.limits.block_size, stream);
+    local_step.metadata.slots = ws.dcp_slots;
+  }
+  const int32_t* slots = local_step.metadata.slots;
   auto queries = [&](cudaStream_t on) {
     run_role_on(LinearRole::kMlaQA, l, T, on);  // into the q LoRA, or (no q LoRA) straight to the heads' queries
     if (!w.q_a_proj.empty()) {
@@ -149,7 +178,7 @@ void LatentAttentionBlock::forward(int64_t l, const GpuStep& step) {
   auto latents = [&](cudaStream_t on) {  // reads normed, writes kv_a and this layer's cache rows
     run_role_on(LinearRole::kMlaKvA, l, T, on);
     kc::mla_store_latent(latent_cache, ws.kv_a, w.kv_a_norm, eps, ctx_.weights.inv_freq(), rope_attention_scaling_,
-                         c.rope_interleave, m.positions, m.slots, T, static_cast<int32_t>(rank),
+                         c.rope_interleave, m.positions, slots, T, static_cast<int32_t>(rank),
                          static_cast<int32_t>(rope), on);
   };
   run_branches(ctx_.linear.stream_local(LinearRole::kMlaKvA, kv_a_shape(), w.kv_a_proj, T), latents, queries);
@@ -157,37 +186,87 @@ void LatentAttentionBlock::forward(int64_t l, const GpuStep& step) {
   const kc::PagedLatentView cache{.cache = latent_cache,
                                   .block_tables = m.block_tables,
                                   .block_table_stride = ctx_.limits.block_table_stride,
-                                  .block_size = ctx_.limits.block_size,
+                                  .block_size = ctx_.limits.kv_block_rows(),
                                   .kv_lora_rank = static_cast<int32_t>(rank),
                                   .rope_dim = static_cast<int32_t>(rope)};
-  const kc::MlaAttentionParams params{.num_heads = static_cast<int32_t>(heads), .scale = softmax_scale_};
-  if (selector_ != nullptr) {
-    // GLM-5's "shared" layers attend the kept positions the last full layer left in ws.kept.
-    if (ctx_.layers[static_cast<size_t>(l)].indexer == IndexerKind::kFull) {
-      selector_->select(l, step, ctx_.kv->region(l, 1));
-    }
-    kc::sparse_mla_attention(ws.attn_latent, ws.q_absorbed, cache, ws.kept, static_cast<int32_t>(c.index_topk),
-                             m.query_starts, shape.num_seqs, static_cast<int32_t>(T), params, ws.mla_split_scratch,
-                             ws.mla_split_scratch_bytes, stream);
+  // GLM-5's "shared" layers attend the kept positions the last full layer left in ws.kept.
+  if (selector_ != nullptr && ctx_.layers[static_cast<size_t>(l)].indexer == IndexerKind::kFull) {
+    selector_->select(l, local_step, ctx_.kv->region(l, 1));
+  }
+  if (split_cache()) {
+    attend_split(step, cache);
   } else {
-    // Decodes first (row s is sequence s), then the prefill kernel over views from the first prefill.
-    const int32_t decodes = shape.num_decode_seqs;
-    if (decodes > 0) {
-      kc::mla_decode_attention(ws.attn_latent, ws.q_absorbed, cache, m.context_lens, decodes, shape.max_context_len,
-                               params, ws.mla_split_scratch, ws.mla_split_scratch_bytes, stream);
-    }
-    if (decodes < shape.num_seqs) {
-      kc::PagedLatentView prefill_cache = cache;
-      prefill_cache.block_tables = m.block_tables + static_cast<size_t>(decodes) * ctx_.limits.block_table_stride;
-      kc::mla_prefill_attention(ws.attn_latent, ws.q_absorbed, prefill_cache, m.query_starts + decodes,
-                                m.context_lens + decodes, shape.num_seqs - decodes, static_cast<int32_t>(T),
-                                shape.max_query_len, params, stream);
-    }
+    attend(ws.attn_latent, ws.q_absorbed, static_cast<int32_t>(heads), nullptr, step, cache);
   }
   // attn[t, h, :v] = lat[t, h] @ W_uv_h^T: W_uv_h is kv_b_proj's rows h * (nope + v) + nope .. + v.
   head_gemm_.run(ws.attn, heads * v, v, {ws.attn_latent, heads * rank, rank}, {w.kv_b_proj + nope * rank, rank, kv_b_rows * rank},
                  kc::HeadGemmB::kTransposed, T, v, rank, heads, stream);
   run_role(LinearRole::kMlaO, l, T);
+}
+
+void LatentAttentionBlock::attend(bf16* out, const bf16* q, int32_t heads, float* lse, const GpuStep& step,
+                                  const kc::PagedLatentView& cache) {
+  const ForwardShape& shape = step.shape;
+  const StepMetadata& m = step.metadata;
+  Workspace& ws = ctx_.ws;
+  cudaStream_t stream = ctx_.stream;
+  const int32_t T = shape.num_tokens;
+  const kc::MlaAttentionParams params{.num_heads = heads, .scale = softmax_scale_, .dcp = ctx_.limits.dcp, .lse = lse};
+  if (selector_ != nullptr) {
+    kc::sparse_mla_attention(out, q, cache, ws.kept, static_cast<int32_t>(ctx_.config.index_topk), m.query_starts,
+                             shape.num_seqs, T, params, ws.mla_split_scratch, ws.mla_split_scratch_bytes, stream);
+    return;
+  }
+  // Decodes first (row s is sequence s), then the prefill kernel over views from the first prefill.
+  const int32_t decodes = shape.num_decode_seqs;
+  if (decodes > 0) {
+    kc::mla_decode_attention(out, q, cache, m.context_lens, decodes, shape.max_context_len, params,
+                             ws.mla_split_scratch, ws.mla_split_scratch_bytes, stream);
+  }
+  if (decodes < shape.num_seqs) {
+    // query_starts are offsets into the whole step, so q, out and lse are passed whole.
+    kc::PagedLatentView prefill_cache = cache;
+    prefill_cache.block_tables = m.block_tables + static_cast<size_t>(decodes) * ctx_.limits.block_table_stride;
+    kc::mla_prefill_attention(out, q, prefill_cache, m.query_starts + decodes, m.context_lens + decodes,
+                              shape.num_seqs - decodes, T, shape.max_query_len, params, stream);
+  }
+}
+
+void LatentAttentionBlock::attend_split(const GpuStep& step, const kc::PagedLatentView& cache) {
+  const ModelConfig& c = ctx_.config;
+  Workspace& ws = ctx_.ws;
+  cudaStream_t stream = ctx_.stream;
+  dist::Communicator& group = *ctx_.dcp_comm;
+  const size_t N = static_cast<size_t>(ctx_.limits.dcp.size), T = static_cast<size_t>(step.shape.num_tokens);
+  const size_t H = static_cast<size_t>(c.num_attention_heads), rank = static_cast<size_t>(c.kv_lora_rank);
+  const size_t qa = rank + static_cast<size_t>(c.qk_rope_head_dim);
+  const auto d2d = cudaMemcpyDeviceToDevice;
+  // The group's queries: each rank holds its TP heads and every rank's tokens are needed by all;
+  // the gather's [N, T, H, qa] regrouped to [T, N * H, qa] (rank r's heads at r * H).
+  group.all_gather(ws.q_absorbed, ws.dcp_q_gathered, T * H * qa * 2, stream);
+  for (size_t r = 0; r < N; ++r) {
+    TACHYON_CUDA_CHECK(cudaMemcpy2DAsync(ws.dcp_q_group + r * H * qa, N * H * qa * 2, ws.dcp_q_gathered + r * T * H * qa,
+                                         H * qa * 2, H * qa * 2, T, d2d, stream));
+  }
+  attend(ws.dcp_attn_group, ws.dcp_q_group, static_cast<int32_t>(N * H), ws.dcp_lse_group, step, cache);
+  // ONE all_to_all_v sends each rank only the heads it restores: the run for rank r holds this
+  // rank's partials of r's heads, [T, H, rank] and [T, H]; every rank receives the group's
+  // partials of its own heads in rank order (1/N of a gather's bytes).
+  for (size_t r = 0; r < N; ++r) {
+    TACHYON_CUDA_CHECK(cudaMemcpy2DAsync(ws.dcp_send_out + r * T * H * rank, H * rank * 2,
+                                         ws.dcp_attn_group + r * H * rank, N * H * rank * 2, H * rank * 2, T, d2d,
+                                         stream));
+    TACHYON_CUDA_CHECK(cudaMemcpy2DAsync(ws.dcp_send_lse + r * T * H, H * 4, ws.dcp_lse_group + r * H, N * H * 4, H * 4,
+                                         T, d2d, stream));
+  }
+  const std::vector<size_t> out_counts(N, T * H * rank * 2), lse_counts(N, T * H * 4);
+  const dist::AllToAllItem items[] = {
+      {ws.dcp_send_out, out_counts, ws.dcp_recv_out, out_counts},
+      {ws.dcp_send_lse, lse_counts, ws.dcp_recv_lse, lse_counts},
+  };
+  group.all_to_all_v(items, stream);
+  kc::dcp_merge_partials(ws.attn_latent, ws.dcp_recv_out, ws.dcp_recv_lse, static_cast<int32_t>(N),
+                         static_cast<int64_t>(T * H), static_cast<int32_t>(rank), stream);
 }
 
 }  // namespace tachyon::model::gpu

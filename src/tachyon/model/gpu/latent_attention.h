@@ -14,11 +14,17 @@
 // decompressed. Caches one latent row per token, and one index key with the selector. The latent
 // path (kv_a and the cache store) does not depend on the query path: where kv_a's product is
 // stream-local it runs on the side stream beside the queries (run_branches).
+// Decode context parallelism (GpuLimits::dcp, kernels/dcp_layout.h): the rank caches only its
+// tokens (latent rows and index keys at its own slots) and attends as the CPU ranks do
+// (runner/dcp_attention_backend.h): the group's queries gathered, every head over the local rows
+// with its log-sum-exp, ONE all_to_all_v sending each rank the partials of its heads, the LSE
+// merge; the indexer's local top-k exchanged and merged (sparse_selector.h).
 #pragma once
 
 #include <memory>
 
 #include "tachyon/kernels/cuda/head_gemm.h"
+#include "tachyon/kernels/cuda/mla_attention.h"
 #include "tachyon/model/gpu/gpu_block.h"
 #include "tachyon/model/gpu/sparse_selector.h"
 
@@ -36,6 +42,15 @@ class LatentAttentionBlock : public GpuBlock {
 
  private:
   void run_role_on(LinearRole role, int64_t layer, int64_t m, cudaStream_t stream);
+  // Attention of `heads` query heads q [T, heads, qa] over `cache` into out [T, heads, rank]
+  // (lse: each row's log-sum-exp, or null): the sparse kernel over Workspace::kept, or decode
+  // then prefill kernels.
+  void attend(bf16* out, const bf16* q, int32_t heads, float* lse, const GpuStep& step,
+              const kernels::cuda::PagedLatentView& cache);
+  // Decode context parallelism: the group's queries over this rank's rows, the partials of each
+  // rank's heads sent to it, and the LSE merge of this rank's heads into Workspace::attn_latent.
+  void attend_split(const GpuStep& step, const kernels::cuda::PagedLatentView& cache);
+  bool split_cache() const { return ctx_.limits.dcp.size > 1; }
   int64_t qk() const { return ctx_.config.qk_nope_head_dim + ctx_.config.qk_rope_head_dim; }
   LinearShape q_a_shape() const;  // q_a_proj, or q_proj without a q LoRA
   LinearShape q_b_shape() const;  // n == 0 without a q LoRA

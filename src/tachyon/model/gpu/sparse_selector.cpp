@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "tachyon/dist/communicator.h"
+#include "tachyon/kernels/cuda/dcp_attention.h"
 #include "tachyon/kernels/cuda/dsa_indexer.h"
 #include "tachyon/model/attention_backend.h"
 
@@ -31,6 +33,11 @@ void SparseSelector::plan_workspace(WorkspacePlan& plan) {
   plan.add(&ws.index_scores, T * max_len * 4);
   plan.add(&ws.kept, T * static_cast<size_t>(c.index_topk) * 4);
   plan.add(&ws.topk_scratch, ws.topk_scratch_bytes);
+  if (ctx_.limits.dcp.size > 1) {
+    const size_t candidates = T * static_cast<size_t>(c.index_topk) * sizeof(kc::DcpCandidate);
+    plan.add(&ws.dcp_candidates, candidates);
+    plan.add(&ws.dcp_gathered_candidates, static_cast<size_t>(ctx_.limits.dcp.size) * candidates);
+  }
 }
 
 void SparseSelector::add_gemm_problems(int64_t m, std::vector<kc::GemmProblem>& problems) const {
@@ -67,18 +74,30 @@ void SparseSelector::select(int64_t l, const GpuStep& step, bf16* key_cache) {
   const kc::PagedIndexKeyView keys{.cache = key_cache,
                                    .block_tables = m.block_tables,
                                    .block_table_stride = ctx_.limits.block_table_stride,
-                                   .block_size = ctx_.limits.block_size,
+                                   .block_size = ctx_.limits.kv_block_rows(),
                                    .head_dim = index_dim};
+  const kernels::DcpLayout& dcp = ctx_.limits.dcp;
   const kc::DsaIndexerParams params{.num_heads = index_heads,
                                     .head_dim = index_dim,
                                     .topk = topk,
                                     .scale = score_scale_,
-                                    .weight_scale = weight_scale_};
+                                    .weight_scale = weight_scale_,
+                                    .dcp = dcp};
   kc::dsa_index_scores(ws.index_scores, max_len, ws.index_q, ws.index_weights, keys, m.query_starts, m.context_lens,
                        shape.num_seqs, static_cast<int32_t>(T), shape.max_context_len, params, stream);
   kc::dsa_select_topk(ws.kept, ws.index_scores, max_len, m.query_starts, m.context_lens, shape.num_seqs,
                       static_cast<int32_t>(T), shape.max_context_len, topk, ws.topk_scratch, ws.topk_scratch_bytes,
-                      stream);
+                      stream, dcp);
+  if (dcp.size == 1) return;
+  // Under DCP the cut above is this rank's local top-k (local indices, the unsplit kernel's order
+  // over its own keys); as (score, global position) candidates, ONE all-gather over the group and
+  // the same merge on every rank give every rank the unsplit indexer's kept positions
+  // (model/dcp_topk.h says why that is exact).
+  auto* candidates = static_cast<kc::DcpCandidate*>(ws.dcp_candidates);
+  auto* gathered = static_cast<kc::DcpCandidate*>(ws.dcp_gathered_candidates);
+  kc::dcp_topk_candidates(candidates, ws.kept, ws.index_scores, max_len, static_cast<int32_t>(T), topk, dcp, stream);
+  ctx_.dcp_comm->all_gather(candidates, gathered, static_cast<size_t>(T) * topk * sizeof(kc::DcpCandidate), stream);
+  kc::dcp_merge_topk(ws.kept, gathered, dcp.size, static_cast<int32_t>(T), topk, stream);
 }
 
 }  // namespace tachyon::model::gpu

@@ -3,7 +3,9 @@
 // q LoRA, one index key per token (LayerNorm + rope) into its own KV region, per-head weights,
 // then the scores of every cached token and each new token's top-k into Workspace::kept, all on
 // the GPU (no host round trip, graph-capturable). GLM-5's "shared" layers have no indexer and
-// reuse the last full layer's selection.
+// reuse the last full layer's selection. Under decode context parallelism each rank scores its own
+// keys, keeps its local top-k, and one all-gather of (score, global position) candidates and their
+// merge give every rank the unsplit selection.
 #pragma once
 
 #include "tachyon/model/gpu/gpu_block.h"

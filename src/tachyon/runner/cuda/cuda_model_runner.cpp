@@ -6,6 +6,7 @@
 
 #include <nvtx3/nvtx3.hpp>
 
+#include "tachyon/dist/communicator.h"
 #include "tachyon/kernels/cuda/fp8.h"
 #include "tachyon/kernels/cuda/gemv.h"
 #include "tachyon/kernels/cuda/sampling.h"
@@ -123,16 +124,26 @@ void CudaModelRunner::plan_memory(const core::EngineConfig& config, const model:
     fp8_row_scales_ = cuda::DeviceBuffer(static_cast<size_t>(rows * ((k + 127) / 128)) * sizeof(float));
   }
 
+  // Decode context parallelism on GPUs splits the latent cache over the whole TP group.
+  const int dcp_size = config.device.decode_context_parallel_size;
+  TACHYON_CHECK(dcp_size == 1 || (tp_.comm != nullptr && tp_.comm->size() == dcp_size))
+      << "decode context parallelism on GPUs splits the cache over the whole tensor-parallel group: --dcp " << dcp_size
+      << " needs --tp " << dcp_size;
+  const kernels::DcpLayout dcp{.size = dcp_size,
+                               .rank = dcp_size > 1 ? tp_.comm->rank() : 0,
+                               .interleave = config.device.dcp_kv_cache_interleave_size};
   const gpu::GpuLimits limits{.max_tokens = limits_.max_tokens,
                               .max_seqs = limits_.max_seqs,
                               .max_logits_rows = limits_.max_logits_rows,
                               .max_model_len = static_cast<int32_t>(s.max_model_len),
                               .block_size = config.block_size,
                               .block_table_stride = layout_.block_table_stride,
-                              .fp8_kv_cache = config.device.kv_cache_dtype == DType::kF8E4M3};
+                              .fp8_kv_cache = config.device.kv_cache_dtype == DType::kF8E4M3,
+                              .dcp = dcp};
   gpu::LinearDispatch& dispatch = *this;  // a private base: converted here, where it is accessible
   decoder_ = std::make_unique<gpu::GpuDecoder>(weights_, dispatch, limits, stream_,
-                                               gpu::TpSeam{tp_.comm, tp_.vocab_begin, tp_.vocab_rows});
+                                               gpu::TpSeam{tp_.comm, tp_.vocab_begin, tp_.vocab_rows,
+                                                           dcp_size > 1 ? tp_.comm : nullptr});
   gpu::WorkspacePlan plan;
   decoder_->plan_workspace(plan);
   if (mtp != nullptr) {
@@ -156,9 +167,11 @@ void CudaModelRunner::allocate_kv_cache(const core::EngineConfig& config) {
   const double margin = 512.0 * (1 << 20);
   // Per layer and block: each of the attention block's regions (K and V, or MLA's latents and
   // DSA's index keys), in its order.
+  // Under decode context parallelism a rank caches block_size / dcp of each block's tokens.
   const std::vector<gpu::KvRegion> regions = decoder_->kv_regions();
+  const size_t block_rows = static_cast<size_t>(config.block_size / config.device.decode_context_parallel_size);
   size_t layer_block_bytes = 0;
-  for (const gpu::KvRegion& r : regions) layer_block_bytes += r.bytes_per_token * static_cast<size_t>(config.block_size);
+  for (const gpu::KvRegion& r : regions) layer_block_bytes += r.bytes_per_token * block_rows;
   // The MTP module's cache is one more layer of every block (its own regions).
   size_t mtp_block_bytes = 0;
   if (mtp_ != nullptr) {
@@ -180,7 +193,7 @@ void CudaModelRunner::allocate_kv_cache(const core::EngineConfig& config) {
   num_blocks_ = static_cast<int32_t>(std::min(available / static_cast<double>(block_bytes), 2.0e9));
   std::vector<size_t> region_bytes;
   for (const gpu::KvRegion& r : regions) {
-    region_bytes.push_back(static_cast<size_t>(num_blocks_) * static_cast<size_t>(config.block_size) * r.bytes_per_token);
+    region_bytes.push_back(static_cast<size_t>(num_blocks_) * block_rows * r.bytes_per_token);
   }
   kv_buffer_ = cuda::DeviceBuffer(static_cast<size_t>(num_blocks_) * main_block_bytes);
   decoder_->set_kv_cache(gpu::KvCache(static_cast<std::byte*>(kv_buffer_.data()), region_bytes));

@@ -71,6 +71,7 @@ struct StartUpInfo {
 TpCudaModelRunner::TpCudaModelRunner(const model::Bf16ModelWeights& full, const core::EngineConfig& config,
                                      TpCudaLayout layout, TpCommFactory make_comm, RankFailureHandler on_failure)
     : vocab_size_(full.config.vocab_size),
+      split_cache_(config.device.decode_context_parallel_size > 1),
       layout_(std::move(layout)),
       tp_size_(layout_.tp_size > 0 ? layout_.tp_size : static_cast<int>(layout_.devices.size())),
       make_comm_(std::move(make_comm)),
@@ -81,6 +82,13 @@ TpCudaModelRunner::TpCudaModelRunner(const model::Bf16ModelWeights& full, const 
   model::check_tp_size(full.config, tp_size_);
   const std::string unsupported = model::cuda_tp_unsupported_reason(full.config, tp_size_);
   TACHYON_CHECK(unsupported.empty()) << unsupported;
+  const int dcp = config.device.decode_context_parallel_size;
+  TACHYON_CHECK(dcp == 1 || (dcp == tp_size_ && full.config.is_mla() && tp_size_ == static_cast<int>(layout_.devices.size()) &&
+                             config.block_size % (dcp * config.device.dcp_kv_cache_interleave_size) == 0))
+      << "decode context parallelism on GPUs (--dcp " << dcp << ") splits a latent-attention model's cache over the "
+      << "whole tensor-parallel group of one node: it needs --tp " << dcp << ", an MLA model (" << full.config.architecture
+      << " is " << (full.config.is_mla() ? "one" : "not") << "), and a block size that is a multiple of --dcp x "
+      << "--dcp-kv-cache-interleave-size";
   // One GPU per rank: a peer collective waiting for a rank whose kernel queues behind it on the
   // same GPU would never finish, and NCCL refuses such groups anyway. Tests share one GPU through
   // the host-staged communicator, eagerly, each rank with a fixed KV size.

@@ -20,6 +20,8 @@
 // collective, and NCCL refuses them. The exception is for tests on a one-GPU machine:
 // shared_gpu_tp_comms, whose ranks meet on the host (dist/cuda/host_staged_communicator.h), lets
 // every rank sit on one GPU, eagerly and with a fixed KV size per rank (TpCudaLayout::ranks_share_gpu).
+// Decode context parallelism (--dcp N = --tp N, latent attention, one node): every rank caches
+// only its tokens of the latent cache and attends as model/gpu/latent_attention.h says.
 // Tests: tests/gpu/test_tp_cuda_runner.cpp, scripts/gpu-tp-test.sh. Docs: docs/parallelism.md.
 #pragma once
 
@@ -96,8 +98,9 @@ class TpCudaModelRunner : public SynchronousModelRunner {
  public:
   // On one node every rank verifies the step's drafts from the same gathered logits, so they
   // accept alike (tests/gpu/test_cuda_speculative.cpp, ranks sharing a GPU). Across nodes drafts
-  // do not travel with the broadcast plan (plan_wire.h): refused (DESIGN.md rule 8).
-  bool verifies_drafts() const override { return !multi_node(); }
+  // do not travel with the broadcast plan (plan_wire.h), and with decode context parallelism no
+  // test has run verify rows on GPUs yet: refused (DESIGN.md rule 8).
+  bool verifies_drafts() const override { return !multi_node() && !split_cache_; }
 
  protected:
   // Every rank runs the step (CudaModelRunner::launch + wait on its worker thread); rank 0's
@@ -122,6 +125,7 @@ class TpCudaModelRunner : public SynchronousModelRunner {
   void agree_on_start_up(const core::EngineConfig& config);
 
   int64_t vocab_size_;
+  bool split_cache_ = false;  // decode context parallelism (--dcp = --tp) splits the latent cache
   TpCudaLayout layout_;
   int tp_size_;
   TpCommFactory make_comm_;
