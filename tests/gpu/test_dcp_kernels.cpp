@@ -10,6 +10,7 @@
 // - the indexer's top-k: each rank's local cut (dsa_select_topk with its share), the candidates
 //   and the merge give exactly the unsplit dsa_select_topk's kept positions, ties included, and
 //   model::merge_topk_candidates's;
+// - the indexer's scores of one rank over its own keys against the unsplit kernel's, bit for bit;
 // - dcp_local_slots against DcpLayout on the host.
 // Group sizes 2, 3 and 4, interleave 1 and 2, DeepSeek's rank 512 + rope 64 and a tiny 64 + 8.
 // Outputs start poisoned (NaN / -1). Run on the GPU machine: build/tests/gpu_dcp_kernels.
@@ -317,6 +318,64 @@ TEST(DcpLocalSlots, MatchTheLayout) {
         const int32_t want =
             slots[t] >= 0 && d.owns(slots[t] % block_size) ? static_cast<int32_t>(d.local_slot(slots[t], block_size)) : -1;
         ASSERT_EQ(got[t], want) << c << " rank " << r << " slot " << slots[t];
+      }
+    }
+  }
+}
+
+// The indexer's scores of one rank over a key cache holding only its tokens equal the unsplit
+// kernel's scores of the same keys (bit for bit: the same products in the same order), local
+// column k standing for global column d.global_position(k), -inf past the row's local keys.
+TEST(DcpIndexScores, ARankScoresItsOwnKeysAsTheUnsplitKernel) {
+  auto gen = rng(450);
+  for (const DcpCase& c : kCases) {
+    SCOPED_TRACE(testing::Message() << c);
+    const int32_t heads = 16, dim = 64, context = 230, rows = 7, block_size = c.size * c.interleave * 4;
+    const int32_t blocks = (context + block_size - 1) / block_size;
+    std::vector<int32_t> table(static_cast<size_t>(blocks));
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), gen);
+    const std::vector<float> keys = random_bf16_values(gen, static_cast<size_t>(context) * dim);
+    auto paged = [&](const DcpLayout& d) {  // [blocks, block_size / size, dim], unowned slots NaN
+      const int32_t per_block = block_size / d.size;
+      std::vector<float> cache(static_cast<size_t>(blocks) * per_block * dim, NAN);
+      for (int32_t p = 0; p < context; ++p) {
+        if (!d.owns(p)) continue;
+        const int64_t local = d.local_index(p);
+        const int64_t slot = static_cast<int64_t>(table[static_cast<size_t>(local / per_block)]) * per_block + local % per_block;
+        std::copy_n(keys.data() + static_cast<size_t>(p) * dim, dim, cache.data() + slot * dim);
+      }
+      return upload_bf16(cache);
+    };
+    const DeviceArray<bf16> q = upload_bf16(random_bf16_values(gen, static_cast<size_t>(rows) * heads * dim));
+    const DeviceArray<float> weights = upload(random_floats(gen, static_cast<size_t>(rows) * heads));
+    const DeviceArray<int32_t> table_d = upload(table), starts = upload(std::vector<int32_t>{0, rows}),
+                               contexts = upload(std::vector<int32_t>{context});
+    auto scores_of = [&](const DcpLayout& d, const DeviceArray<bf16>& cache) {
+      const gpu::PagedIndexKeyView view{cache.data(), table_d.data(), blocks, block_size / d.size, dim};
+      const gpu::DsaIndexerParams params{.num_heads = heads, .head_dim = dim, .topk = 8, .scale = 0.125f,
+                                         .weight_scale = 0.25f, .dcp = d};
+      DeviceArray<float> scores(static_cast<size_t>(rows) * context);
+      gpu::dsa_index_scores(scores.data(), context, q.data(), weights.data(), view, starts.data(), contexts.data(), 1, rows,
+                            context, params, nullptr);
+      return scores.download();
+    };
+    const std::vector<float> whole = scores_of(DcpLayout{}, paged(DcpLayout{}));
+    for (int r = 0; r < c.size; ++r) {
+      const DcpLayout d{.size = c.size, .rank = r, .interleave = c.interleave};
+      const std::vector<float> local = scores_of(d, paged(d));
+      for (int32_t t = 0; t < rows; ++t) {
+        const int32_t position = context - rows + t;
+        const int64_t visible = d.local_count(position + 1);
+        for (int64_t k = 0; k < context; ++k) {
+          const float got = local[static_cast<size_t>(t) * context + k];
+          if (k >= visible) {
+            ASSERT_EQ(got, -INFINITY) << "rank " << r << " row " << t << " column " << k << " is past its keys";
+            continue;
+          }
+          const float want = whole[static_cast<size_t>(t) * context + d.global_position(k)];
+          ASSERT_EQ(got, want) << "rank " << r << " row " << t << " local key " << k;
+        }
       }
     }
   }

@@ -187,11 +187,17 @@ struct DcpCase {
   Variant variant;
   int tp = 2;
   int interleave = 1;
+  // DSA: the indexer keeps 16 instead of 128, so the prompts' contexts are sparse, and the model
+  // keeps only the layers whose selection reads the embeddings (DeepSeek-V3.2's first layer;
+  // GLM-5's first full layer and the shared one after it): the split and unsplit groups then
+  // select from bit-equal scores, and any difference in what the exchange keeps shows in the logits.
+  bool sparse = false;
 };
 
 std::string dcp_case_name(const ::testing::TestParamInfo<DcpCase>& info) {
   std::string name = info.param.variant.arch + "_tp" + std::to_string(info.param.tp) + "_dcp" +
-                     std::to_string(info.param.tp) + "_interleave" + std::to_string(info.param.interleave);
+                     std::to_string(info.param.tp) + "_interleave" + std::to_string(info.param.interleave) +
+                     (info.param.sparse ? "_sparse" : "");
   std::replace(name.begin(), name.end(), '-', '_');
   return name;
 }
@@ -225,19 +231,26 @@ TEST_P(SharedGpuDcpRunner, LogitsMatchTheReferenceAndEveryRankHoldsTheSame) {
 }
 
 // The split group against the same group without DCP, along the unsplit group's greedy path
-// (teacher-forced): 4 prompts (9 to 64 tokens) in one prefill step, then 16 decodes. The DSA
-// variants keep 16 tokens instead of 128, so the longer contexts are sparse and the exchanged
-// top-k decides what is attended. The two differ only in how attention's sum is split (each
-// rank's partial rounded to bf16, then merged): logits within the reference tolerance, argmax
-// agreeing on at least 90% of the rows. The split group holds tp times the blocks in the same
+// (teacher-forced): 4 prompts (9 to 64 tokens) in one prefill step, then 16 decodes. The two
+// differ only in how attention's sum is split (each rank's partial rounded to bf16, then
+// merged): logits within the reference tolerance, argmax agreeing on at least 90% of the rows.
+// In the sparse cases the exchanged top-k decides what is attended (see DcpCase::sparse). The split group holds tp times the blocks in the same
 // bytes. Then the engine serves it: 12 greedy tokens per prompt, the same in two runs.
 TEST_P(SharedGpuDcpRunner, GreedyPathFollowsTheUnsplitGroupWithTpTimesTheBlocks) {
   const DcpCase& c = GetParam();
   const fs::path dir = make_tiny(c.variant);
   model::ModelConfig mc = model::ModelConfig::from_dir(dir);
-  if (mc.index_topk > 0) mc.index_topk = 16;
+  const int64_t layers = mc.num_hidden_layers;
+  if (c.sparse) {  // the later layers are read as if they were MTP modules, then dropped
+    mc.index_topk = 16;
+    mc.num_hidden_layers = mc.indexer_types.empty() ? 1 : 2;
+    if (!mc.indexer_types.empty()) mc.indexer_types.resize(2);
+    mc.num_nextn_predict_layers = layers - mc.num_hidden_layers;
+  }
   model::SafetensorsCheckpoint checkpoint(dir);
-  const model::Bf16ModelWeights weights = model::load_weights_bf16(mc, checkpoint);
+  model::Bf16ModelWeights weights = model::load_weights_bf16(mc, checkpoint);
+  weights.config.num_nextn_predict_layers = 0;
+  mc = weights.config;
   const std::vector<std::vector<int32_t>> prompts = random_prompts(mc, {9, 30, 3, 64}, 19);
   {
     const auto plain = shared_gpu_runner(weights, dcp_config(c, false), c.tp);
@@ -274,8 +287,8 @@ TEST_P(SharedGpuDcpRunner, GreedyPathFollowsTheUnsplitGroupWithTpTimesTheBlocks)
         seqs[r].tokens.push_back(choice);
       }
     }
-    std::printf("[dcp %d vs tp %d] %-28s interleave %d: worst logits rel. error %.2e, argmax agrees on %d of %d rows\n",
-                c.tp, c.tp, c.variant.preset.c_str(), c.interleave, worst, agree, rows);
+    std::printf("[dcp %d vs tp %d] %-28s interleave %d%s: worst logits rel. error %.2e, argmax agrees on %d of %d rows\n",
+                c.tp, c.tp, c.variant.preset.c_str(), c.interleave, c.sparse ? " sparse" : "", worst, agree, rows);
     EXPECT_GE(agree * 10, rows * 9) << "the split group's greedy choice differs on " << rows - agree << " of " << rows;
   }
   auto serve = [&] {
@@ -295,7 +308,11 @@ INSTANTIATE_TEST_SUITE_P(Families, SharedGpuDcpRunner,
                                            DcpCase{{"deepseek_v3", "tiny-gpu-deepseek-all"}, 4, 2},
                                            DcpCase{{"deepseek_v32", "tiny-gpu-dsa-all"}, 2, 1},
                                            DcpCase{{"deepseek_v32", "tiny-gpu-dsa-all"}, 4, 1},
-                                           DcpCase{{"glm_moe_dsa", "tiny-gpu-glm-all"}, 2, 2}),
+                                           DcpCase{{"glm_moe_dsa", "tiny-gpu-glm-all"}, 2, 2},
+                                           DcpCase{{"deepseek_v32", "tiny-gpu-dsa-all"}, 2, 1, true},
+                                           DcpCase{{"deepseek_v32", "tiny-gpu-dsa-all"}, 4, 2, true},
+                                           DcpCase{{"glm_moe_dsa", "tiny-gpu-glm-all"}, 2, 1, true},
+                                           DcpCase{{"glm_moe_dsa", "tiny-gpu-glm-all"}, 4, 1, true}),
                          dcp_case_name);
 
 std::string case_name(const ::testing::TestParamInfo<TpCase>& info) {
