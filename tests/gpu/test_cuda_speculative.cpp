@@ -641,8 +641,10 @@ struct EngineRun {
 // shared_gpu_tp > 0: that many tensor-parallel ranks sharing the GPU (eager) instead of one runner.
 EngineRun run_engine(const model::Bf16ModelWeights& weights, const std::vector<std::vector<int32_t>>& prompts,
                      const std::vector<SamplingParams>& params, const core::SpeculativeConfig& speculative,
-                     const model::Bf16MtpModule* mtp = nullptr, bool eager = false, int shared_gpu_tp = 0) {
+                     const model::Bf16MtpModule* mtp = nullptr, bool eager = false, int shared_gpu_tp = 0,
+                     int dcp = 1) {
   core::EngineConfig config = shared_gpu_tp > 0 ? shared_gpu_config(shared_gpu_tp) : small_config(eager);
+  config.device.decode_context_parallel_size = dcp;
   config.speculative = speculative;
   std::unique_ptr<ModelRunner> runner;
   const CudaModelRunner* raw_runner = nullptr;  // the engine owns it until the end of this function
@@ -749,9 +751,11 @@ std::pair<int, int> expect_plain_up_to_near_ties(const EngineRun& plain, const E
 }
 
 // The n-gram drafter on repetitive prompts (its lookups hit from the first step), on one runner
-// or on shared_gpu_tp ranks sharing the GPU (each run against the plain run of the same kind).
-void expect_ngram_drafts_give_the_plain_tokens(int shared_gpu_tp) {
-  const fs::path dir = make_tiny({"qwen3", "tiny-gpu"});
+// or on shared_gpu_tp ranks sharing the GPU, with decode context parallelism over them when dcp > 1
+// (each run against the plain run of the same kind).
+void expect_ngram_drafts_give_the_plain_tokens(int shared_gpu_tp, const Variant& variant = {"qwen3", "tiny-gpu"},
+                                               int dcp = 1) {
+  const fs::path dir = make_tiny(variant);
   const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
   model::SafetensorsCheckpoint checkpoint(dir);
   const model::Bf16ModelWeights weights = model::load_weights_bf16(mc, checkpoint);
@@ -773,8 +777,9 @@ void expect_ngram_drafts_give_the_plain_tokens(int shared_gpu_tp) {
       params.push_back(p);
     }
   }
-  const std::string kind = shared_gpu_tp > 0 ? "tp " + std::to_string(shared_gpu_tp) + " " : "";
-  const EngineRun plain = run_engine(weights, prompts, params, {}, nullptr, false, shared_gpu_tp);
+  std::string kind = shared_gpu_tp > 0 ? "tp " + std::to_string(shared_gpu_tp) + " " : "";
+  if (dcp > 1) kind += "dcp " + std::to_string(dcp) + " " + variant.arch + " ";
+  const EngineRun plain = run_engine(weights, prompts, params, {}, nullptr, false, shared_gpu_tp, dcp);
   int64_t plain_tokens = 0, plain_ties = 0;  // how often the plain run's best two are that close
   for (const auto& request : plain.logprobs) {
     for (const core::SampledToken& t : request) {
@@ -788,7 +793,7 @@ void expect_ngram_drafts_give_the_plain_tokens(int shared_gpu_tp) {
   for (int32_t k : {1, 3}) {
     const core::SpeculativeConfig speculative{.method = "ngram", .num_speculative_tokens = k, .ngram_min = 1,
                                               .ngram_max = 3};
-    const EngineRun drafted = run_engine(weights, prompts, params, speculative, nullptr, false, shared_gpu_tp);
+    const EngineRun drafted = run_engine(weights, prompts, params, speculative, nullptr, false, shared_gpu_tp, dcp);
     EXPECT_GT(drafted.stats.draft_tokens_accepted, 0) << kind << "k " << k << ": repetitive prompts must accept drafts";
     EXPECT_GT(drafted.stats.draft_tokens, drafted.stats.draft_tokens_accepted) << kind << "k " << k;
     const auto [identical, near_ties] =
@@ -807,6 +812,14 @@ TEST(CudaSpeculativeEngine, NgramDraftsGiveThePlainTokensUpToNearTies) { expect_
 // the GPU through the host-staged communicator, against the same group's plain run.
 TEST(CudaSpeculativeEngine, TensorParallelRanksVerifyNgramDraftsUpToNearTies) {
   expect_ngram_drafts_give_the_plain_tokens(2);
+}
+
+// With decode context parallelism a verify step's 1 + k rows attend the split cache, each row
+// masked by its GLOBAL position (a draft must not see the drafts after it on any rank): 2 ranks
+// sharing the GPU, --dcp 2, latent attention with and without the sparse indexer.
+TEST(CudaSpeculativeEngine, DecodeContextParallelRanksVerifyNgramDraftsUpToNearTies) {
+  expect_ngram_drafts_give_the_plain_tokens(2, {"deepseek_v3", "tiny-gpu-deepseek-all"}, 2);
+  expect_ngram_drafts_give_the_plain_tokens(2, {"glm_moe_dsa", "tiny-gpu-glm-all"}, 2);
 }
 
 // MTP drafted on the device by the runner (cuda_mtp_drafter.h): the plain engine's tokens up to

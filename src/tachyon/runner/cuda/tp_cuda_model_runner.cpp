@@ -71,7 +71,6 @@ struct StartUpInfo {
 TpCudaModelRunner::TpCudaModelRunner(const model::Bf16ModelWeights& full, const core::EngineConfig& config,
                                      TpCudaLayout layout, TpCommFactory make_comm, RankFailureHandler on_failure)
     : vocab_size_(full.config.vocab_size),
-      split_cache_(config.device.decode_context_parallel_size > 1),
       layout_(std::move(layout)),
       tp_size_(layout_.tp_size > 0 ? layout_.tp_size : static_cast<int>(layout_.devices.size())),
       make_comm_(std::move(make_comm)),

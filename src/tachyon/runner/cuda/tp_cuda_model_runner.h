@@ -97,10 +97,10 @@ class TpCudaModelRunner : public SynchronousModelRunner {
 
  public:
   // On one node every rank verifies the step's drafts from the same gathered logits, so they
-  // accept alike (tests/gpu/test_cuda_speculative.cpp, ranks sharing a GPU). Across nodes drafts
-  // do not travel with the broadcast plan (plan_wire.h), and with decode context parallelism no
-  // test has run verify rows on GPUs yet: refused (DESIGN.md rule 8).
-  bool verifies_drafts() const override { return !multi_node() && !split_cache_; }
+  // accept alike (tests/gpu/test_cuda_speculative.cpp, ranks sharing a GPU; with decode context
+  // parallelism too, the verify rows masked by global position). Across nodes drafts do not
+  // travel with the broadcast plan (plan_wire.h): refused (DESIGN.md rule 8).
+  bool verifies_drafts() const override { return !multi_node(); }
 
  protected:
   // Every rank runs the step (CudaModelRunner::launch + wait on its worker thread); rank 0's
@@ -125,7 +125,6 @@ class TpCudaModelRunner : public SynchronousModelRunner {
   void agree_on_start_up(const core::EngineConfig& config);
 
   int64_t vocab_size_;
-  bool split_cache_ = false;  // decode context parallelism (--dcp = --tp) splits the latent cache
   TpCudaLayout layout_;
   int tp_size_;
   TpCommFactory make_comm_;
