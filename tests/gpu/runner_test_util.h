@@ -104,6 +104,25 @@ inline std::unique_ptr<TpCudaModelRunner> shared_gpu_runner(const model::Bf16Mod
       std::move(comms.make_comm), std::move(comms.on_failure));
 }
 
+// The weights of a tiny DSA model whose indexer keeps 16 tokens instead of its preset's 128 (so
+// the tests' contexts of up to ~80 tokens are sparse), cut to the layers whose selection reads the
+// embeddings: DeepSeek-V3.2's first layer, GLM-5's first full layer and the shared one after it.
+// Two runs that differ only in how attention's sums are split then select from bit-equal scores,
+// so any difference in what they keep shows in the logits. (The later layers are read as if they
+// were MTP modules, then dropped.)
+inline model::Bf16ModelWeights sparse_selection_weights(const fs::path& dir) {
+  model::ModelConfig mc = model::ModelConfig::from_dir(dir);
+  const int64_t layers = mc.num_hidden_layers;
+  mc.index_topk = 16;
+  mc.num_hidden_layers = mc.indexer_types.empty() ? 1 : 2;
+  if (!mc.indexer_types.empty()) mc.indexer_types.resize(2);
+  mc.num_nextn_predict_layers = layers - mc.num_hidden_layers;
+  model::SafetensorsCheckpoint checkpoint(dir);
+  model::Bf16ModelWeights weights = model::load_weights_bf16(mc, checkpoint);
+  weights.config.num_nextn_predict_layers = 0;
+  return weights;
+}
+
 // Sequences of a hand-made plan: each has a prompt and a block table from a bump allocator.
 struct PlanSequence {
   std::vector<int32_t> tokens;

@@ -187,10 +187,8 @@ struct DcpCase {
   Variant variant;
   int tp = 2;
   int interleave = 1;
-  // DSA: the indexer keeps 16 instead of 128, so the prompts' contexts are sparse, and the model
-  // keeps only the layers whose selection reads the embeddings (DeepSeek-V3.2's first layer;
-  // GLM-5's first full layer and the shared one after it): the split and unsplit groups then
-  // select from bit-equal scores, and any difference in what the exchange keeps shows in the logits.
+  // DSA: sparse_selection_weights (runner_test_util.h), so what the exchange keeps decides
+  // what is attended, from scores equal in both groups.
   bool sparse = false;
 };
 
@@ -239,18 +237,12 @@ TEST_P(SharedGpuDcpRunner, LogitsMatchTheReferenceAndEveryRankHoldsTheSame) {
 TEST_P(SharedGpuDcpRunner, GreedyPathFollowsTheUnsplitGroupWithTpTimesTheBlocks) {
   const DcpCase& c = GetParam();
   const fs::path dir = make_tiny(c.variant);
-  model::ModelConfig mc = model::ModelConfig::from_dir(dir);
-  const int64_t layers = mc.num_hidden_layers;
-  if (c.sparse) {  // the later layers are read as if they were MTP modules, then dropped
-    mc.index_topk = 16;
-    mc.num_hidden_layers = mc.indexer_types.empty() ? 1 : 2;
-    if (!mc.indexer_types.empty()) mc.indexer_types.resize(2);
-    mc.num_nextn_predict_layers = layers - mc.num_hidden_layers;
-  }
-  model::SafetensorsCheckpoint checkpoint(dir);
-  model::Bf16ModelWeights weights = model::load_weights_bf16(mc, checkpoint);
-  weights.config.num_nextn_predict_layers = 0;
-  mc = weights.config;
+  const model::Bf16ModelWeights weights = [&] {
+    if (c.sparse) return sparse_selection_weights(dir);
+    model::SafetensorsCheckpoint checkpoint(dir);
+    return model::load_weights_bf16(model::ModelConfig::from_dir(dir), checkpoint);
+  }();
+  const model::ModelConfig& mc = weights.config;
   const std::vector<std::vector<int32_t>> prompts = random_prompts(mc, {9, 30, 3, 64}, 19);
   {
     const auto plain = shared_gpu_runner(weights, dcp_config(c, false), c.tp);

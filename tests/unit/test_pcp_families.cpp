@@ -218,7 +218,8 @@ TEST(PcpFamilies, UntestedCombinationsAreRefusedByName) {
   auto has = [](const std::string& why, const char* text) { return why.find(text) != std::string::npos; };
   EXPECT_TRUE(has(refusal([](core::EngineConfig& c) { c.device.prefill_context_parallel_size = 5; }),
                   "--pcp 5 is not verified by any test (group sizes 2, 3, 4, 6 and 8 are)"));
-  EXPECT_TRUE(has(refusal([](core::EngineConfig& c) { c.device.kind = "cuda"; }), "CPU thread ranks only"));
+  EXPECT_TRUE(has(refusal([](core::EngineConfig& c) { c.device.kind = "cuda"; }),
+                  "verified only with whole-model ranks sharing one GPU"));
   EXPECT_TRUE(has(refusal([](core::EngineConfig& c) { c.device.tensor_parallel_size = 8; }), "--pcp 2 with --tp 8"));
   EXPECT_TRUE(has(refusal([](core::EngineConfig& c) { c.device.data_parallel_size = 2; }), "--pcp 2 with --dp 2"));
   EXPECT_TRUE(has(refusal([](core::EngineConfig& c) { c.device.decode_context_parallel_size = 2; }),

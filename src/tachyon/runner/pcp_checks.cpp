@@ -21,7 +21,8 @@ std::string pcp_unsupported_reason(const core::EngineConfig& config, const model
     why << flag << ": " << model.architecture << " is not verified by any test yet (dense full-attention models "
         << "such as Llama and the latent-attention models DeepSeek-V3, V3.2 and GLM-5 are)";
   } else if (device.kind == "cuda") {
-    why << flag << " runs on CPU thread ranks only (--device cpu): the GPU's grouped gather is not built";
+    why << flag << " on --device cuda is verified only with whole-model ranks sharing one GPU (a test harness; "
+        << "runner/cuda/pcp_cuda_model_runner.h); across GPUs no test has run it yet: use --device cpu for now";
   } else if (tp > 1 && !model.is_mla()) {
     why << flag << " with --tp " << tp << " is verified on the latent-attention models only (DeepSeek-V3, V3.2, "
         << "GLM-5); " << model.architecture << " is not";

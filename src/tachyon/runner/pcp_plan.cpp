@@ -40,11 +40,15 @@ PcpPlan build_pcp_plan(const core::StepPlan& plan, int size) {
         const int64_t seq = out.token_sequence[static_cast<size_t>(t)];
         const core::ScheduledSequence& s = plan.sequences[static_cast<size_t>(seq)];
         if (t == begin || out.token_sequence[static_cast<size_t>(t - 1)] != seq) {  // a new run: a new entry
-          local.sequences.push_back({.sequence_id = s.sequence_id,
-                                     .first_token = local.num_tokens(),
-                                     .num_tokens = 0,
-                                     .num_computed = s.num_computed + (t - s.first_token),
-                                     .block_table = s.block_table});
+          // The sequence's sampling inputs come along; only the run that ends at its last row
+          // (and so holds its logits row) samples.
+          core::ScheduledSequence piece = s;
+          piece.first_token = local.num_tokens();
+          piece.num_tokens = 0;
+          piece.num_computed = s.num_computed + (t - s.first_token);
+          piece.sample = s.sample && std::min(end, s.first_token + s.num_tokens) == s.first_token + s.num_tokens;
+          piece.next_token = -1;
+          local.sequences.push_back(std::move(piece));
         }
         ++local.sequences.back().num_tokens;
         mine.push_back(t);

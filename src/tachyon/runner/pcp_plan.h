@@ -37,6 +37,9 @@ struct PcpPlan {
   std::vector<int64_t> token_sequence;
   // Per rank: the local StepPlan its forward and attention run (token_ids, positions,
   // slot_mapping, logits_rows and one ScheduledSequence per non-empty piece, first_token local).
+  // A piece carries its sequence's sampling inputs, and `sample` only on the piece that ends at
+  // the sequence's last row (the one holding its logits row), so a rank can sample its own
+  // logits rows as the whole plan would (the GPU runner does; the CPU ranks gather the logits).
   std::vector<core::StepPlan> local;
   // Per rank: for each of its local logits rows, the index in plan.logits_rows it fills.
   std::vector<std::vector<int64_t>> logits_row_of;

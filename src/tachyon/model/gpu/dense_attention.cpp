@@ -13,8 +13,9 @@ namespace kc = kernels::cuda;
 DenseAttentionBlock::DenseAttentionBlock(BlockContext& context) : GpuBlock(context) {
   const std::string reason = dense_attention_gpu_unsupported(ctx_.config);
   TACHYON_CHECK(reason.empty()) << "the GPU attention block cannot serve this model: " << reason;
-  TACHYON_CHECK(ctx_.limits.dcp.size == 1)
-      << "decode context parallelism splits latent attention's cache; dense attention has no split cache";
+  TACHYON_CHECK(ctx_.limits.dcp.size == 1 && ctx_.limits.pcp_size == 1)
+      << "context parallelism on GPUs is built for latent attention (its cache split by token, its prefill rows "
+      << "split with one gather per layer); dense attention has neither yet";
 }
 
 LinearShape DenseAttentionBlock::qkv_shape() const {

@@ -43,6 +43,7 @@ struct BlockContext {
   std::span<const LayerKinds> layers;  // [num_hidden_layers] layer_plan(config): each layer's block kinds
   SideStream* side = nullptr;          // for run_branches; null: branches run one after the other
   dist::Communicator* dcp_comm = nullptr;  // the decode-context-parallel group when limits.dcp.size > 1
+  dist::Communicator* pcp_comm = nullptr;  // the prefill-context-parallel group when limits.pcp_size > 1
 };
 
 class GpuBlock {

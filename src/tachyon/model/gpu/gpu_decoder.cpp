@@ -43,7 +43,7 @@ GpuDecoder::GpuDecoder(const CudaDenseWeights& weights, LinearDispatch& linear, 
       plan_(layer_plan(weights.config())),
       side_(tp.comm == nullptr && side_stream_enabled() ? std::make_unique<SideStream>() : nullptr),
       ctx_{weights.config(), weights, ws_, linear, limits, &kv_, stream, tp.comm == nullptr || tp.comm->rank() == 0,
-           plan_, side_.get(), tp.dcp_comm} {
+           plan_, side_.get(), tp.dcp_comm, tp.pcp_comm} {
   const ModelConfig& c = config();
   const std::string reason = gpu_decoder_unsupported(c);
   TACHYON_CHECK(reason.empty()) << "the GPU decoder cannot serve " << c.architecture << ": " << reason;
@@ -54,6 +54,8 @@ GpuDecoder::GpuDecoder(const CudaDenseWeights& weights, LinearDispatch& linear, 
   TACHYON_CHECK(limits.dcp.size == 1 || (tp.dcp_comm != nullptr && tp.dcp_comm->size() == limits.dcp.size &&
                                           tp.dcp_comm->rank() == limits.dcp.rank))
       << "internal: decode context parallelism of " << limits.dcp.size << " ranks without its group";
+  TACHYON_CHECK(limits.pcp_size == 1 || (tp.pcp_comm != nullptr && tp.pcp_comm->size() == limits.pcp_size))
+      << "internal: prefill context parallelism of " << limits.pcp_size << " ranks without its group";
   // One attention block serves every layer: a family's layers share their attention kind.
   if (plan_.front().attention == AttentionKind::kLatent) {
     attention_ = std::make_unique<LatentAttentionBlock>(ctx_);

@@ -32,6 +32,9 @@ struct TpSeam {
   // Decode context parallelism: the group whose ranks split the latent cache by token (the
   // limits' dcp says this rank's share); null without DCP.
   dist::Communicator* dcp_comm = nullptr;
+  // Prefill context parallelism: the group a split step's rows are spread over (latent
+  // attention gathers each layer's rows in it: GpuStep::gathered); null without PCP.
+  dist::Communicator* pcp_comm = nullptr;
 };
 
 class GpuDecoder {

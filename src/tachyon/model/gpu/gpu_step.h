@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -38,9 +39,20 @@ struct StepMetadata {
   const int32_t* logits_rows = nullptr;   // [num_logits_rows]
 };
 
+// Prefill context parallelism: a split step runs only this rank's rows (ForwardShape and
+// StepMetadata describe those), while every rank stores every row of the step: these are all of
+// them in the group's gather order (rank 0's rows, then rank 1's, ...). Empty otherwise.
+struct GatheredRows {
+  const int32_t* positions = nullptr;  // [num_rows] device
+  const int32_t* slots = nullptr;      // [num_rows] device
+  int32_t num_rows = 0;                // rows of the whole step; 0: not a split step
+  std::span<const int32_t> rank_rows;  // [group size] host: the rows rank r computes and sends
+};
+
 struct GpuStep {
   ForwardShape shape;
   StepMetadata metadata;
+  GatheredRows gathered{};
 };
 
 // What memory was planned for; fixed at start-up.
@@ -61,6 +73,9 @@ struct GpuLimits {
   // TpSeam::dcp_comm is the group).
   kernels::DcpLayout dcp{};
   int32_t kv_block_rows() const { return block_size / dcp.size; }  // cache rows per engine block
+  // Prefill context parallelism: ranks of the group that split a prefill step's rows (the
+  // decoder's TpSeam::pcp_comm); 1: none.
+  int32_t pcp_size = 1;
 };
 
 // One region of a layer's KV cache: what an attention block stores per token, e.g. K and V, or a

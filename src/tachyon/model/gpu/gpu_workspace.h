@@ -79,6 +79,9 @@ struct Workspace {
   float* dcp_recv_lse = nullptr;      // [N, T, H]
   void* dcp_candidates = nullptr;     // DSA: [T, K] this rank's top-k as (score, global position)
   void* dcp_gathered_candidates = nullptr;  // DSA: [N, T, K] the group's
+  // Prefill context parallelism: every row of a split step, gathered in the group's rank order.
+  bf16* pcp_kv_a = nullptr;           // [T, kv_lora_rank + qk_rope] kv_a_proj_with_mqa outputs
+  bf16* pcp_index_k = nullptr;        // DSA: [T, D_I] wk outputs before their norm and rope
 };
 
 // Collects (pointer, bytes) pairs, then points each into one allocation, 256-byte aligned.

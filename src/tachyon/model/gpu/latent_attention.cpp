@@ -23,6 +23,8 @@ LatentAttentionBlock::LatentAttentionBlock(BlockContext& context) : GpuBlock(con
   TACHYON_CHECK(reason.empty()) << "the GPU latent-attention block cannot serve this model: " << reason;
   TACHYON_CHECK(!ctx_.limits.fp8_kv_cache) << "the GPU latent-attention block has no FP8 cache yet";
   const kernels::DcpLayout& dcp = ctx_.limits.dcp;
+  TACHYON_CHECK(ctx_.limits.pcp_size == 1 || (ctx_.pcp_comm != nullptr && dcp.size == 1))
+      << "prefill context parallelism on GPUs needs its group, and is not built beside decode context parallelism";
   TACHYON_CHECK(dcp.size == 1 || (ctx_.dcp_comm != nullptr && ctx_.limits.block_size % (dcp.size * dcp.interleave) == 0))
       << "decode context parallelism over " << dcp.size << " ranks with interleave " << dcp.interleave
       << " needs its group and a block size that is a multiple of " << dcp.size * dcp.interleave << ", got "
@@ -72,6 +74,7 @@ void LatentAttentionBlock::plan_workspace(WorkspacePlan& plan) {
   plan.add(&ws.q_absorbed, T * heads * (rank + rope) * 2);
   plan.add(&ws.attn_latent, T * heads * rank * 2);
   plan.add(&ws.mla_split_scratch, ws.mla_split_scratch_bytes);
+  if (ctx_.limits.pcp_size > 1) plan.add(&ws.pcp_kv_a, T * (rank + rope) * 2);
   if (split_cache()) {
     const size_t qa = rank + rope;
     plan.add(&ws.dcp_slots, T * 4);
@@ -175,13 +178,21 @@ void LatentAttentionBlock::forward(int64_t l, const GpuStep& step) {
                          c.rope_interleave, m.positions, T, static_cast<int32_t>(heads), static_cast<int32_t>(nope),
                          static_cast<int32_t>(rank), static_cast<int32_t>(rope), on);
   };
+  // A split prefill step (prefill context parallelism) stores the whole step's rows after its
+  // one gather below; otherwise each row is stored where it is projected.
+  const bool gathers = step.gathered.num_rows > 0;
+  const bool full_indexer = selector_ != nullptr && ctx_.layers[static_cast<size_t>(l)].indexer == IndexerKind::kFull;
   auto latents = [&](cudaStream_t on) {  // reads normed, writes kv_a and this layer's cache rows
     run_role_on(LinearRole::kMlaKvA, l, T, on);
+    if (gathers) return;
     kc::mla_store_latent(latent_cache, ws.kv_a, w.kv_a_norm, eps, ctx_.weights.inv_freq(), rope_attention_scaling_,
                          c.rope_interleave, m.positions, slots, T, static_cast<int32_t>(rank),
                          static_cast<int32_t>(rope), on);
   };
   run_branches(ctx_.linear.stream_local(LinearRole::kMlaKvA, kv_a_shape(), w.kv_a_proj, T), latents, queries);
+  if (gathers) {
+    gather_and_store(l, step, full_indexer);
+  }
 
   const kc::PagedLatentView cache{.cache = latent_cache,
                                   .block_tables = m.block_tables,
@@ -190,8 +201,12 @@ void LatentAttentionBlock::forward(int64_t l, const GpuStep& step) {
                                   .kv_lora_rank = static_cast<int32_t>(rank),
                                   .rope_dim = static_cast<int32_t>(rope)};
   // GLM-5's "shared" layers attend the kept positions the last full layer left in ws.kept.
-  if (selector_ != nullptr && ctx_.layers[static_cast<size_t>(l)].indexer == IndexerKind::kFull) {
-    selector_->select(l, local_step, ctx_.kv->region(l, 1));
+  if (full_indexer) {
+    if (gathers) {
+      selector_->select_stored(l, local_step, ctx_.kv->region(l, 1));
+    } else {
+      selector_->select(l, local_step, ctx_.kv->region(l, 1));
+    }
   }
   if (split_cache()) {
     attend_split(step, cache);
@@ -202,6 +217,33 @@ void LatentAttentionBlock::forward(int64_t l, const GpuStep& step) {
   head_gemm_.run(ws.attn, heads * v, v, {ws.attn_latent, heads * rank, rank}, {w.kv_b_proj + nope * rank, rank, kv_b_rows * rank},
                  kc::HeadGemmB::kTransposed, T, v, rank, heads, stream);
   run_role(LinearRole::kMlaO, l, T);
+}
+
+void LatentAttentionBlock::gather_and_store(int64_t l, const GpuStep& step, bool full_indexer) {
+  const ModelConfig& c = ctx_.config;
+  const CudaLayerWeights& w = layer_weights(l);
+  Workspace& ws = ctx_.ws;
+  const GatheredRows& g = step.gathered;
+  dist::Communicator& group = *ctx_.pcp_comm;
+  const size_t latent_row = static_cast<size_t>(c.kv_lora_rank + c.qk_rope_head_dim) * 2;
+  const size_t key_row = static_cast<size_t>(c.index_head_dim) * 2;
+  if (full_indexer) selector_->project_keys(l, step.shape.num_tokens);
+  // ONE grouped all_gatherv per layer: every rank's kv_a rows (and wk rows on a full indexer
+  // layer), each rank's run its own rows' (padding rows of an eager decode bucket stay home).
+  std::vector<size_t> latent_counts, key_counts;
+  for (int32_t rows : g.rank_rows) {
+    latent_counts.push_back(static_cast<size_t>(rows) * latent_row);
+    key_counts.push_back(static_cast<size_t>(rows) * key_row);
+  }
+  const size_t me = static_cast<size_t>(group.rank());
+  std::vector<dist::GatherItem> items = {{ws.kv_a, latent_counts[me], ws.pcp_kv_a, latent_counts}};
+  if (full_indexer) items.push_back({ws.index_k, key_counts[me], ws.pcp_index_k, key_counts});
+  group.all_gatherv(items, ctx_.stream);
+  const float eps = kMlaLatentNormEps;
+  kc::mla_store_latent(ctx_.kv->region(l, 0), ws.pcp_kv_a, w.kv_a_norm, eps, ctx_.weights.inv_freq(),
+                       rope_attention_scaling_, c.rope_interleave, g.positions, g.slots, g.num_rows,
+                       static_cast<int32_t>(c.kv_lora_rank), static_cast<int32_t>(c.qk_rope_head_dim), ctx_.stream);
+  if (full_indexer) selector_->store_keys(l, ws.pcp_index_k, g.positions, g.slots, g.num_rows, ctx_.kv->region(l, 1));
 }
 
 void LatentAttentionBlock::attend(bf16* out, const bf16* q, int32_t heads, float* lse, const GpuStep& step,

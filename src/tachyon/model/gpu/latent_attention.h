@@ -19,6 +19,9 @@
 // (runner/dcp_attention_backend.h): the group's queries gathered, every head over the local rows
 // with its log-sum-exp, ONE all_to_all_v sending each rank the partials of its heads, the LSE
 // merge; the indexer's local top-k exchanged and merged (sparse_selector.h).
+// Prefill context parallelism (GpuLimits::pcp_size, GpuStep::gathered): a rank projects only its
+// rows of a split step; the layer's one grouped all_gatherv brings every rank's kv_a (and wk) rows,
+// every rank stores the whole step in its cache, and its queries attend as usual.
 #pragma once
 
 #include <memory>
@@ -51,6 +54,9 @@ class LatentAttentionBlock : public GpuBlock {
   // rank's heads sent to it, and the LSE merge of this rank's heads into Workspace::attn_latent.
   void attend_split(const GpuStep& step, const kernels::cuda::PagedLatentView& cache);
   bool split_cache() const { return ctx_.limits.dcp.size > 1; }
+  // Prefill context parallelism: this rank's kv_a rows (and wk rows on a full indexer layer)
+  // gathered over the group in one all_gatherv, and every row of the step stored (GpuStep::gathered).
+  void gather_and_store(int64_t layer, const GpuStep& step, bool full_indexer);
   int64_t qk() const { return ctx_.config.qk_nope_head_dim + ctx_.config.qk_rope_head_dim; }
   LinearShape q_a_shape() const;  // q_a_proj, or q_proj without a q LoRA
   LinearShape q_b_shape() const;  // n == 0 without a q LoRA

@@ -33,6 +33,7 @@ void SparseSelector::plan_workspace(WorkspacePlan& plan) {
   plan.add(&ws.index_scores, T * max_len * 4);
   plan.add(&ws.kept, T * static_cast<size_t>(c.index_topk) * 4);
   plan.add(&ws.topk_scratch, ws.topk_scratch_bytes);
+  if (ctx_.limits.pcp_size > 1) plan.add(&ws.pcp_index_k, T * index_dim * 2);
   if (ctx_.limits.dcp.size > 1) {
     const size_t candidates = T * static_cast<size_t>(c.index_topk) * sizeof(kc::DcpCandidate);
     plan.add(&ws.dcp_candidates, candidates);
@@ -52,6 +53,29 @@ KvRegion SparseSelector::kv_region() const {
 }
 
 void SparseSelector::select(int64_t l, const GpuStep& step, bf16* key_cache) {
+  const int64_t T = step.shape.num_tokens;
+  project_keys(l, T);
+  store_keys(l, ctx_.ws.index_k, step.metadata.positions, step.metadata.slots, T, key_cache);
+  select_stored(l, step, key_cache);
+}
+
+void SparseSelector::project_keys(int64_t l, int64_t m) {
+  const ModelConfig& c = ctx_.config;
+  const CudaLayerWeights& w = ctx_.weights.layers()[static_cast<size_t>(l)];
+  ctx_.linear.gemm(ctx_.ws.index_k, GemmOutputType::kBF16, ctx_.ws.normed, w.indexer_wk, nullptr, m, c.index_head_dim,
+                   c.hidden_size, ctx_.stream);
+}
+
+void SparseSelector::store_keys(int64_t l, const bf16* k_raw, const int32_t* positions, const int32_t* slots, int64_t n,
+                                bf16* key_cache) {
+  const ModelConfig& c = ctx_.config;
+  const CudaLayerWeights& w = ctx_.weights.layers()[static_cast<size_t>(l)];
+  kc::dsa_store_index_keys(key_cache, k_raw, w.indexer_k_norm, w.indexer_k_norm_bias, ctx_.weights.inv_freq(),
+                           rope_attention_scaling_, positions, slots, n, static_cast<int32_t>(c.index_head_dim),
+                           static_cast<int32_t>(c.qk_rope_head_dim), ctx_.stream);
+}
+
+void SparseSelector::select_stored(int64_t l, const GpuStep& step, const bf16* key_cache) {
   const ModelConfig& c = ctx_.config;
   const CudaLayerWeights& w = ctx_.weights.layers()[static_cast<size_t>(l)];
   Workspace& ws = ctx_.ws;
@@ -66,9 +90,6 @@ void SparseSelector::select(int64_t l, const GpuStep& step, bf16* key_cache) {
                    static_cast<int64_t>(index_heads) * index_dim, c.q_lora_rank, stream);
   kc::dsa_rope_index_queries(ws.index_q, ctx_.weights.inv_freq(), rope_attention_scaling_, m.positions, T, index_heads,
                              index_dim, rope, stream);
-  ctx_.linear.gemm(ws.index_k, GemmOutputType::kBF16, ws.normed, w.indexer_wk, nullptr, T, index_dim, H, stream);
-  kc::dsa_store_index_keys(key_cache, ws.index_k, w.indexer_k_norm, w.indexer_k_norm_bias, ctx_.weights.inv_freq(),
-                           rope_attention_scaling_, m.positions, m.slots, T, index_dim, rope, stream);
   ctx_.linear.gemm(ws.index_weights, GemmOutputType::kF32, ws.normed, w.indexer_weights_proj, nullptr, T, index_heads,
                    H, stream);
   const kc::PagedIndexKeyView keys{.cache = key_cache,

@@ -21,6 +21,15 @@ class SparseSelector {
   // Writes this step's index keys into `key_cache` and each token's kept positions into
   // Workspace::kept. Reads Workspace::normed and Workspace::q_lora.
   void select(int64_t layer, const GpuStep& step, bf16* key_cache);
+  // The parts of select(), for prefill context parallelism, where every rank stores the whole
+  // step's keys from the group's gathered projections:
+  // Workspace::index_k = wk(Workspace::normed) for the step's m rows;
+  void project_keys(int64_t layer, int64_t m);
+  // n keys k_raw [n, D_I] (wk outputs) normed, roped at `positions` and stored at `slots`;
+  void store_keys(int64_t layer, const bf16* k_raw, const int32_t* positions, const int32_t* slots, int64_t n,
+                  bf16* key_cache);
+  // the step's rows' top-k over the keys already in the cache, into Workspace::kept.
+  void select_stored(int64_t layer, const GpuStep& step, const bf16* key_cache);
 
  private:
   BlockContext& ctx_;

@@ -97,6 +97,13 @@ void CudaModelRunner::plan_memory(const core::EngineConfig& config, const model:
   // offsets in the prefix every step copies (stage_mtp_inputs), so its graphs read them there.
   const size_t mtp_records_bytes = static_cast<size_t>(s.max_num_seqs) * sizeof(kc::MtpSequence);
   if (mtp != nullptr) limits_.runner_bytes = mtp_records_bytes + static_cast<size_t>(limits_.max_tokens) * sizeof(int32_t);
+  // Prefill context parallelism: a split step's gathered positions and slots, after MTP's inputs.
+  const int pcp_size = config.device.prefill_context_parallel_size;
+  TACHYON_CHECK(pcp_size == 1 || (tp_.pcp_comm != nullptr && tp_.pcp_comm->size() == pcp_size && tp_.comm == nullptr &&
+                                  mtp == nullptr && config.device.enforce_eager))
+      << "prefill context parallelism on GPUs runs whole-model ranks (--tp 1) eagerly, without MTP: --pcp " << pcp_size;
+  pcp_rows_ = limits_.runner_bytes;
+  if (pcp_size > 1) limits_.runner_bytes += 2 * static_cast<size_t>(limits_.max_tokens) * sizeof(int32_t);
   layout_ = StepInputLayout::make(limits_);
   mtp_records_ = layout_.runner;
   mtp_next_known_ = layout_.runner + mtp_records_bytes;
@@ -139,11 +146,12 @@ void CudaModelRunner::plan_memory(const core::EngineConfig& config, const model:
                               .block_size = config.block_size,
                               .block_table_stride = layout_.block_table_stride,
                               .fp8_kv_cache = config.device.kv_cache_dtype == DType::kF8E4M3,
-                              .dcp = dcp};
+                              .dcp = dcp,
+                              .pcp_size = pcp_size};
   gpu::LinearDispatch& dispatch = *this;  // a private base: converted here, where it is accessible
   decoder_ = std::make_unique<gpu::GpuDecoder>(weights_, dispatch, limits, stream_,
                                                gpu::TpSeam{tp_.comm, tp_.vocab_begin, tp_.vocab_rows,
-                                                           dcp_size > 1 ? tp_.comm : nullptr});
+                                                           dcp_size > 1 ? tp_.comm : nullptr, tp_.pcp_comm});
   gpu::WorkspacePlan plan;
   decoder_->plan_workspace(plan);
   if (mtp != nullptr) {
@@ -235,7 +243,23 @@ void CudaModelRunner::forward(const gpu::ForwardShape& shape) {
                               reinterpret_cast<const int32_t*>(staging + layout_.deferred),
                               reinterpret_cast<const int32_t*>(staging + layout_.num_deferred), shape.num_seqs, sampled_,
                               stream_);
-  decoder_->forward({shape, step_metadata()});
+  decoder_->forward({shape, step_metadata(), gathered_});
+}
+
+void CudaModelRunner::launch_split(const core::StepPlan& local, const SplitStepRows& rows) {
+  TACHYON_CHECK(tp_.pcp_comm != nullptr && static_cast<int>(rows.rank_rows.size()) == tp_.pcp_comm->size() &&
+                rows.positions.size() == rows.slots.size() &&
+                rows.positions.size() <= static_cast<size_t>(limits_.max_tokens))
+      << "internal: a split step of " << rows.positions.size() << " rows over " << rows.rank_rows.size()
+      << " ranks on a runner without that prefill-context-parallel group";
+  split_rows_ = &rows;
+  try {
+    launch(local);
+  } catch (...) {
+    split_rows_ = nullptr;
+    throw;
+  }
+  split_rows_ = nullptr;
 }
 
 void CudaModelRunner::linear(LinearRole role, LinearShape shape, void* out, kc::GemmOutputType type, const kc::bf16* in,
@@ -396,6 +420,23 @@ void CudaModelRunner::launch(const core::StepPlan& plan) {
     }
   }
   const StepInputSummary summary = fill_step_inputs(plan, layout_, limits_, staging, padded);
+  gathered_ = {};
+  if (split_rows_ != nullptr) {  // every row of the split step, where its forward stores them from
+    const size_t n = split_rows_->positions.size();
+    auto* positions = reinterpret_cast<int32_t*>(staging + layout_.runner + pcp_rows_);
+    auto* slots = positions + limits_.max_tokens;
+    for (size_t i = 0; i < n; ++i) {
+      positions[i] = static_cast<int32_t>(split_rows_->positions[i]);
+      slots[i] = static_cast<int32_t>(split_rows_->slots[i]);
+    }
+    const auto* device = reinterpret_cast<const int32_t*>(static_cast<std::byte*>(staging_device_.data()) +
+                                                          layout_.runner + pcp_rows_);
+    gathered_ = {.positions = device,
+                 .slots = device + limits_.max_tokens,
+                 .num_rows = static_cast<int32_t>(n),
+                 .rank_rows = split_rows_->rank_rows};
+    graph = nullptr;  // the captured graphs hold no gather (and PCP runs eagerly)
+  }
 
   // Sampling rows at their fixed offset; token histories (penalties only) in the variable tail.
   step.sampling = build_sampling_inputs(plan);
@@ -455,6 +496,7 @@ void CudaModelRunner::launch(const core::StepPlan& plan) {
     // different count sums in a different order (seen as graph/eager token differences).
     if (padded > 0) shape.max_context_len = static_cast<int32_t>(config_.scheduler.max_model_len);
     forward(shape);
+    gathered_ = {};
   }
 
   step.num_sampled = summary.num_sampled;

@@ -48,6 +48,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <vector>
 
 #include "tachyon/core/engine_config.h"
@@ -68,6 +69,17 @@ struct CudaTpRank {
   dist::Communicator* comm = nullptr;  // the TP group (used on the runner's stream); null: no TP
   int64_t vocab_begin = 0;             // the full-vocab rows this rank's embed / lm_head hold
   int64_t vocab_rows = 0;              // 0: the whole vocabulary
+  // Prefill context parallelism (runner/cuda/pcp_cuda_model_runner.h): the group a split step's
+  // rows are spread over; null without PCP.
+  dist::Communicator* pcp_comm = nullptr;
+};
+
+// Every row of a split prefill step (prefill context parallelism), in the group's gather order:
+// rank 0's rows, then rank 1's, ...; rank_rows[r] rows each.
+struct SplitStepRows {
+  std::span<const int64_t> positions;
+  std::span<const int64_t> slots;
+  std::span<const int32_t> rank_rows;
 };
 
 class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
@@ -92,6 +104,11 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   // scheduling) enqueues its forward only; supply_token_masks() uploads the masks and enqueues
   // the sampler and the download. Refused with MTP drafting (the engine drafts synchronously).
   void launch(const core::StepPlan& plan) override;
+  // Prefill context parallelism: launches this rank's part `local` of a split step (its rows,
+  // each sampled piece carrying its sequence's sampling inputs: runner/pcp_plan.h) whose rows are
+  // `rows`; every row of the step is stored in this rank's cache (one gather per layer), and the
+  // rank samples its own logits rows. Eager only (checked at start-up).
+  void launch_split(const core::StepPlan& local, const SplitStepRows& rows);
   bool takes_late_token_masks() const override { return true; }
   void supply_token_masks(std::span<const core::AllowedTokens> masks) override;
   core::StepOutput wait() override;
@@ -209,6 +226,12 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   void enqueue_sampling(const PendingStep& step);
   size_t allowed_words() const;  // ceil(vocab / 32): a token mask's width
   std::deque<PendingStep> pending_;
+  // Prefill context parallelism: the staging offset of a split step's gathered positions and
+  // slots ([max_tokens] each, in the runner region), the step launch_split is launching, and
+  // what the forward of that step reads (empty otherwise).
+  size_t pcp_rows_ = 0;
+  const SplitStepRows* split_rows_ = nullptr;
+  model::gpu::GatheredRows gathered_{};
   bool last_launch_had_drafts_ = false;  // the last step with work carried drafts (sampled_ holds 1 + k rows each)
   int64_t steps_launched_ = 0;  // steps with work so far
   int64_t last_waited_ = -1;    // index of the last step with work that wait() returned
