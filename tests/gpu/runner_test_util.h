@@ -180,6 +180,23 @@ inline std::vector<std::vector<int32_t>> generate(engine::EngineCore& engine, co
   return outputs;
 }
 
+// The engine over runners from make_runner() (num_blocks from the runner): `max_tokens` greedy
+// tokens for each prompt, every one, and the same in two runs.
+template <typename MakeRunner>
+void expect_engine_serves_alike(const MakeRunner& make_runner, const core::EngineConfig& config,
+                                const std::vector<std::vector<int32_t>>& prompts, int32_t max_tokens) {
+  auto serve = [&] {
+    core::EngineConfig engine_config = config;
+    auto runner = make_runner();
+    engine_config.num_blocks = runner->num_blocks();
+    engine::EngineCore engine(engine_config, std::move(runner));
+    return generate(engine, prompts, max_tokens);
+  };
+  const auto first = serve();
+  for (const auto& tokens : first) EXPECT_EQ(tokens.size(), static_cast<size_t>(max_tokens));
+  EXPECT_EQ(serve(), first) << "two runs through the engine must give the same tokens";
+}
+
 // A mixed schedule through `gpu` and the f32 reference over the same bf16 weights:
 //   step 1: all of seq 0, a chunk of 33 of seq 1, a chunk of 20 of seq 2 (mixed, not sampled);
 //   step 2: the rest of seqs 1 and 2 (their earlier chunks are read back from the cache);

@@ -163,16 +163,8 @@ TEST_P(SharedGpuPcpRunner, TheEngineServesTheGroup) {
   const model::Bf16ModelWeights weights = weights_of(c);
   std::vector<std::vector<int32_t>> prompts = random_prompts(weights.config, {150, 9, 30, 64}, 29);
   prompts.push_back(prompts[0]);  // a prefix-cache hit
-  auto serve = [&] {
-    core::EngineConfig config = pcp_config(c.pcp);
-    auto runner = counted_group(weights, config, c.pcp);
-    config.num_blocks = runner->num_blocks();
-    engine::EngineCore engine(config, std::move(runner));
-    return generate(engine, prompts, 12);
-  };
-  const auto first = serve();
-  for (const auto& tokens : first) EXPECT_EQ(tokens.size(), 12u);
-  EXPECT_EQ(serve(), first) << "two runs of the group through the engine must give the same tokens";
+  const core::EngineConfig config = pcp_config(c.pcp);
+  expect_engine_serves_alike([&] { return counted_group(weights, config, c.pcp); }, config, prompts, 12);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, SharedGpuPcpRunner,

@@ -15,6 +15,7 @@
 // gather); the engine must give the same tokens with graphs and eager (production path), or the
 // group must follow the single-GPU runner's greedy path (shared GPU).
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -40,6 +41,68 @@ core::EngineConfig tp_config(int tp, bool eager) {
   core::EngineConfig config = small_config(eager);
   config.device.tensor_parallel_size = tp;
   return config;
+}
+
+// The shared-GPU group's logits against the f32 reference on expect_logits_match_reference's
+// schedule, every rank holding the same logits bit for bit (they are one gather).
+void expect_group_matches_reference(const fs::path& dir, const core::EngineConfig& config, int tp) {
+  model::SafetensorsCheckpoint checkpoint(dir);
+  const auto gpu = shared_gpu_runner(model::load_weights_bf16(model::ModelConfig::from_dir(dir), checkpoint), config, tp);
+  ASSERT_EQ(gpu->tp_size(), tp);
+  expect_logits_match_reference(dir, config.block_size, *gpu, [&](int32_t rows) {
+    const std::vector<float> rank0 = gpu->rank_runner(0).last_logits(rows);
+    for (int r = 1; r < tp; ++r) {
+      EXPECT_TRUE(gpu->rank_runner(r).last_logits(rows) == rank0) << "rank " << r << " gathered other logits";
+    }
+    return rank0;
+  });
+}
+
+// `group` against `reference` along the reference's own greedy path: `prompts` prefilled in one
+// step, then 16 decode steps, each sequence appending the reference's argmax (teacher forcing,
+// so one flipped near-tie cannot send the two runs down different texts). Every sampled row's
+// logits within `tolerance` of the reference's, every rank of the group holding the same; returns
+// how many rows the group's argmax agrees on.
+struct GreedyPath {
+  double worst = 0.0;
+  int rows = 0;
+  int agree = 0;
+};
+GreedyPath follow_greedy_path(ModelRunner& reference, const std::function<std::vector<float>(int32_t)>& reference_logits,
+                              TpCudaModelRunner& group, const std::vector<std::vector<int32_t>>& prompts,
+                              const model::ModelConfig& mc, int32_t block_size, double tolerance) {
+  std::vector<PlanSequence> seqs(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) seqs[i].tokens = prompts[i];
+  core::SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  int32_t next_block = 0;
+  GreedyPath path;
+  const size_t V = static_cast<size_t>(mc.vocab_size);
+  for (int step = 0; step < 17; ++step) {
+    std::vector<int64_t> run;
+    for (const PlanSequence& s : seqs) run.push_back(step == 0 ? static_cast<int64_t>(s.tokens.size()) : 1);
+    const core::StepPlan plan = make_plan(seqs, run, block_size, next_block, greedy);
+    reference.execute(plan);
+    group.execute(plan);
+    const int32_t n = static_cast<int32_t>(plan.logits_rows.size());
+    EXPECT_EQ(n, static_cast<int32_t>(seqs.size()));
+    const std::vector<float> expected = reference_logits(n), got = group.rank_runner(0).last_logits(n);
+    for (int r = 1; r < group.tp_size(); ++r) EXPECT_TRUE(group.rank_runner(r).last_logits(n) == got) << "rank " << r;
+    const double error = gpu_test::relative_error(got, expected);
+    path.worst = std::max(path.worst, error);
+    EXPECT_LT(error, tolerance) << "step " << step;
+    for (size_t r = 0; r < seqs.size(); ++r) {
+      auto argmax = [&](const std::vector<float>& logits) {
+        const auto row = logits.begin() + static_cast<std::ptrdiff_t>(r * V);
+        return static_cast<int32_t>(std::max_element(row, row + static_cast<std::ptrdiff_t>(V)) - row);
+      };
+      const int32_t choice = argmax(expected);
+      ++path.rows;
+      path.agree += argmax(got) == choice ? 1 : 0;
+      seqs[r].tokens.push_back(choice);
+    }
+  }
+  return path;
 }
 
 class TpCudaRunner : public ::testing::TestWithParam<TpCase> {};
@@ -97,18 +160,7 @@ class SharedGpuTpRunner : public ::testing::TestWithParam<TpCase> {};
 
 TEST_P(SharedGpuTpRunner, LogitsMatchTheReferenceAndEveryRankHoldsTheSame) {
   const TpCase& c = GetParam();
-  const fs::path dir = make_tiny(c.variant);
-  const core::EngineConfig config = shared_gpu_config(c.tp);
-  model::SafetensorsCheckpoint checkpoint(dir);
-  const auto gpu = shared_gpu_runner(model::load_weights_bf16(model::ModelConfig::from_dir(dir), checkpoint), config, c.tp);
-  ASSERT_EQ(gpu->tp_size(), c.tp);
-  expect_logits_match_reference(dir, config.block_size, *gpu, [&](int32_t rows) {
-    const std::vector<float> rank0 = gpu->rank_runner(0).last_logits(rows);
-    for (int r = 1; r < c.tp; ++r) {
-      EXPECT_TRUE(gpu->rank_runner(r).last_logits(rows) == rank0) << "rank " << r << " gathered other logits";
-    }
-    return rank0;
-  });
+  expect_group_matches_reference(make_tiny(c.variant), shared_gpu_config(c.tp), c.tp);
 }
 
 // The group against the single-GPU runner along the single runner's own greedy path: 4 prompts
@@ -130,53 +182,15 @@ TEST_P(SharedGpuTpRunner, GreedyPathFollowsTheSingleGpuRunnerAndTheEngineServesI
   {
     CudaModelRunner single(weights, config);
     const auto group = shared_gpu_runner(weights, config, c.tp);
-    std::vector<PlanSequence> seqs(prompts.size());
-    for (size_t i = 0; i < prompts.size(); ++i) seqs[i].tokens = prompts[i];
-    core::SamplingParams greedy;
-    greedy.temperature = 0.0f;
-    int32_t next_block = 0;
-    int rows = 0, agree = 0;
-    double worst = 0.0;
-    const double tolerance = logits_tolerance(mc);
-    for (int step = 0; step < 17; ++step) {
-      std::vector<int64_t> run;
-      for (const PlanSequence& s : seqs) run.push_back(step == 0 ? static_cast<int64_t>(s.tokens.size()) : 1);
-      const core::StepPlan plan = make_plan(seqs, run, config.block_size, next_block, greedy);
-      single.execute(plan);
-      group->execute(plan);
-      const int32_t n = static_cast<int32_t>(plan.logits_rows.size());
-      ASSERT_EQ(n, static_cast<int32_t>(seqs.size()));
-      const std::vector<float> expected = single.last_logits(n), got = group->rank_runner(0).last_logits(n);
-      const double error = gpu_test::relative_error(got, expected);
-      worst = std::max(worst, error);
-      EXPECT_LT(error, tolerance) << "step " << step;
-      const size_t V = static_cast<size_t>(mc.vocab_size);
-      for (size_t r = 0; r < seqs.size(); ++r) {
-        auto argmax = [&](const std::vector<float>& logits) {
-          const auto row = logits.begin() + static_cast<std::ptrdiff_t>(r * V);
-          return static_cast<int32_t>(std::max_element(row, row + static_cast<std::ptrdiff_t>(V)) - row);
-        };
-        const int32_t choice = argmax(expected);
-        ++rows;
-        agree += argmax(got) == choice ? 1 : 0;
-        seqs[r].tokens.push_back(choice);
-      }
-    }
+    const GreedyPath path = follow_greedy_path(
+        single, [&](int32_t n) { return single.last_logits(n); }, *group, prompts, mc, config.block_size,
+        logits_tolerance(mc));
     std::printf("[tp %d vs 1 GPU] %-40s worst logits rel. error %.2e, argmax agrees on %d of %d rows\n", c.tp,
-                c.variant.preset.c_str(), worst, agree, rows);
-    EXPECT_GE(agree * 10, rows * 9) << "the group's greedy choice differs from the single runner's on "
-                                    << rows - agree << " of " << rows << " rows";
+                c.variant.preset.c_str(), path.worst, path.agree, path.rows);
+    EXPECT_GE(path.agree * 10, path.rows * 9) << "the group's greedy choice differs from the single runner's on "
+                                              << path.rows - path.agree << " of " << path.rows << " rows";
   }
-  auto serve = [&] {
-    core::EngineConfig engine_config = config;
-    auto runner = shared_gpu_runner(weights, engine_config, c.tp);
-    engine_config.num_blocks = runner->num_blocks();
-    engine::EngineCore engine(engine_config, std::move(runner));
-    return generate(engine, prompts, 12);
-  };
-  const auto first = serve();
-  for (const auto& tokens : first) EXPECT_EQ(tokens.size(), 12u);
-  EXPECT_EQ(serve(), first) << "two runs of the group through the engine must give the same tokens";
+  expect_engine_serves_alike([&] { return shared_gpu_runner(weights, config, c.tp); }, config, prompts, 12);
 }
 
 // SharedGpuDcpRunner: decode context parallelism (--dcp = --tp) on ranks sharing GPU 0. Every
@@ -215,17 +229,7 @@ class SharedGpuDcpRunner : public ::testing::TestWithParam<DcpCase> {};
 // against the f32 reference, every rank ending with the same logits bit for bit.
 TEST_P(SharedGpuDcpRunner, LogitsMatchTheReferenceAndEveryRankHoldsTheSame) {
   const DcpCase& c = GetParam();
-  const fs::path dir = make_tiny(c.variant);
-  const core::EngineConfig config = dcp_config(c, /*split=*/true);
-  model::SafetensorsCheckpoint checkpoint(dir);
-  const auto gpu = shared_gpu_runner(model::load_weights_bf16(model::ModelConfig::from_dir(dir), checkpoint), config, c.tp);
-  expect_logits_match_reference(dir, config.block_size, *gpu, [&](int32_t rows) {
-    const std::vector<float> rank0 = gpu->rank_runner(0).last_logits(rows);
-    for (int r = 1; r < c.tp; ++r) {
-      EXPECT_TRUE(gpu->rank_runner(r).last_logits(rows) == rank0) << "rank " << r << " gathered other logits";
-    }
-    return rank0;
-  });
+  expect_group_matches_reference(make_tiny(c.variant), dcp_config(c, /*split=*/true), c.tp);
 }
 
 // The split group against the same group without DCP, along the unsplit group's greedy path
@@ -248,51 +252,17 @@ TEST_P(SharedGpuDcpRunner, GreedyPathFollowsTheUnsplitGroupWithTpTimesTheBlocks)
     const auto plain = shared_gpu_runner(weights, dcp_config(c, false), c.tp);
     const auto split = shared_gpu_runner(weights, dcp_config(c, true), c.tp);
     EXPECT_GE(split->num_blocks(), c.tp * plain->num_blocks()) << "each rank caches 1/" << c.tp << " of every block";
-    std::vector<PlanSequence> seqs(prompts.size());
-    for (size_t i = 0; i < prompts.size(); ++i) seqs[i].tokens = prompts[i];
-    core::SamplingParams greedy;
-    greedy.temperature = 0.0f;
-    int32_t next_block = 0;
-    int rows = 0, agree = 0;
-    double worst = 0.0;
-    for (int step = 0; step < 17; ++step) {
-      std::vector<int64_t> run;
-      for (const PlanSequence& s : seqs) run.push_back(step == 0 ? static_cast<int64_t>(s.tokens.size()) : 1);
-      const core::StepPlan plan = make_plan(seqs, run, 16, next_block, greedy);
-      plain->execute(plan);
-      split->execute(plan);
-      const int32_t n = static_cast<int32_t>(plan.logits_rows.size());
-      const std::vector<float> expected = plain->rank_runner(0).last_logits(n), got = split->rank_runner(0).last_logits(n);
-      for (int r = 1; r < c.tp; ++r) EXPECT_TRUE(split->rank_runner(r).last_logits(n) == got) << "rank " << r;
-      const double error = gpu_test::relative_error(got, expected);
-      worst = std::max(worst, error);
-      EXPECT_LT(error, logits_tolerance(mc)) << "step " << step;
-      const size_t V = static_cast<size_t>(mc.vocab_size);
-      for (size_t r = 0; r < seqs.size(); ++r) {
-        auto argmax = [&](const std::vector<float>& logits) {
-          const auto row = logits.begin() + static_cast<std::ptrdiff_t>(r * V);
-          return static_cast<int32_t>(std::max_element(row, row + static_cast<std::ptrdiff_t>(V)) - row);
-        };
-        const int32_t choice = argmax(expected);
-        ++rows;
-        agree += argmax(got) == choice ? 1 : 0;
-        seqs[r].tokens.push_back(choice);
-      }
-    }
+    const GreedyPath path = follow_greedy_path(
+        *plain, [&](int32_t n) { return plain->rank_runner(0).last_logits(n); }, *split, prompts, mc, 16,
+        logits_tolerance(mc));
     std::printf("[dcp %d vs tp %d] %-28s interleave %d%s: worst logits rel. error %.2e, argmax agrees on %d of %d rows\n",
-                c.tp, c.tp, c.variant.preset.c_str(), c.interleave, c.sparse ? " sparse" : "", worst, agree, rows);
-    EXPECT_GE(agree * 10, rows * 9) << "the split group's greedy choice differs on " << rows - agree << " of " << rows;
+                c.tp, c.tp, c.variant.preset.c_str(), c.interleave, c.sparse ? " sparse" : "", path.worst, path.agree,
+                path.rows);
+    EXPECT_GE(path.agree * 10, path.rows * 9) << "the split group's greedy choice differs on " << path.rows - path.agree
+                                              << " of " << path.rows;
   }
-  auto serve = [&] {
-    core::EngineConfig engine_config = dcp_config(c, true);
-    auto runner = shared_gpu_runner(weights, engine_config, c.tp);
-    engine_config.num_blocks = runner->num_blocks();
-    engine::EngineCore engine(engine_config, std::move(runner));
-    return generate(engine, prompts, 12);
-  };
-  const auto first = serve();
-  for (const auto& tokens : first) EXPECT_EQ(tokens.size(), 12u);
-  EXPECT_EQ(serve(), first) << "two runs of the split group through the engine must give the same tokens";
+  expect_engine_serves_alike([&] { return shared_gpu_runner(weights, dcp_config(c, true), c.tp); }, dcp_config(c, true),
+                             prompts, 12);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, SharedGpuDcpRunner,
