@@ -2,6 +2,7 @@
 // (dense attention), DeepSeek-V3 (MLA), DeepSeek-V3.2 and GLM-5 (DSA, top-8), with a prompt
 // longer than the indexer's top-k so the sparse selection is exercised:
 //   plan    build_pcp_plan's dual-chunk split for groups of 2..8: every row on exactly one rank,
+//           the sampling inputs with every piece and `sample` on the one that ends its sequence,
 //           pieces r and 2N-1-r of the step's rows, a rank's local plan the unsplit plan's rows
 //           and positions; decodes and steps of fewer than 2N rows are not split;
 //   groups  a PCP group of 2, 3, 4 (every family) and 6, 8 (DeepSeek-V3.2) whole-model ranks
@@ -121,6 +122,46 @@ TEST(PcpPlan, DualChunkSplitCoversEveryRowOnce) {
   EXPECT_FALSE(build_pcp_plan(short_prefill, 1).split);
   EXPECT_FALSE(build_pcp_plan(short_prefill, 2).split);
   EXPECT_TRUE(build_pcp_plan(make_plan({{1, &a, 0, 4, 0}}), 2).split);
+}
+
+// A piece carries its sequence's sampling inputs, and only the piece that ends the sequence
+// samples (the GPU ranks sample their own logits rows from it: runner/cuda/pcp_cuda_model_runner.h).
+TEST(PcpPlan, OnlyThePieceEndingASampledSequenceSamplesWithItsInputs) {
+  const std::vector<int32_t> a = testing::prompt_of(40, 1), b = testing::prompt_of(40, 2);
+  core::StepPlan plan = make_plan({{1, &a, 3, 29, 0}, {2, &b, 0, 5, 4}});
+  plan.logits_rows = {28, 33};  // the last row of each sequence
+  auto params = std::make_shared<const core::SamplingParams>();
+  for (core::ScheduledSequence& s : plan.sequences) {
+    s.params = params;
+    s.seed = 100 + static_cast<uint64_t>(s.sequence_id);
+    s.num_output_tokens = s.sequence_id;
+    s.output_tokens = {7, 8};
+  }
+  plan.sequences[1].sample = true;  // sequence 1's chunk stops short of its prompt: no sample
+  for (int size : {2, 3, 4, 6, 8}) {
+    SCOPED_TRACE(size);
+    const PcpPlan pcp = build_pcp_plan(plan, size);
+    ASSERT_TRUE(pcp.split);
+    int sampled = 0;
+    for (int r = 0; r < size; ++r) {
+      const core::StepPlan& local = pcp.local[static_cast<size_t>(r)];
+      for (const core::ScheduledSequence& piece : local.sequences) {
+        const core::ScheduledSequence& whole = plan.sequences[piece.sequence_id == 1 ? 0 : 1];
+        EXPECT_EQ(piece.params, params);
+        EXPECT_EQ(piece.seed, whole.seed);
+        EXPECT_EQ(piece.num_output_tokens, whole.num_output_tokens);
+        EXPECT_EQ(piece.output_tokens, whole.output_tokens);
+        const bool ends = piece.num_computed + piece.num_tokens == whole.num_computed + whole.num_tokens;
+        EXPECT_EQ(piece.sample, ends && whole.sample) << "rank " << r << " sequence " << piece.sequence_id;
+        if (!piece.sample) continue;
+        ++sampled;
+        ASSERT_FALSE(local.logits_rows.empty());  // its last row is one of the rank's logits rows
+        const int64_t last = piece.first_token + piece.num_tokens - 1;
+        EXPECT_NE(std::find(local.logits_rows.begin(), local.logits_rows.end(), last), local.logits_rows.end());
+      }
+    }
+    EXPECT_EQ(sampled, 1) << "sequence 2 samples on exactly one rank";
+  }
 }
 
 TEST(PcpFamilies, GroupsGiveTheUnsplitLogits) {
