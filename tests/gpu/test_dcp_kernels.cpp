@@ -211,7 +211,6 @@ void check_split_attention(Mode mode, const DcpCase& c, uint64_t salt) {
   // tiles, one long enough to split across CTAs.
   const std::vector<int32_t> contexts = {1, 2 * c.size * c.interleave - 1, 150, 700};
   std::vector<QueryRow> rows;
-  std::uniform_int_distribution<int32_t> any(0, 1 << 30);
   const int kept_width = 96;
   for (size_t s = 0; s < contexts.size(); ++s) {
     // decode: the last position; prefill and sparse: the last min(ctx, 5) positions.

@@ -14,6 +14,10 @@ namespace tachyon::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kMaxSources = 64;  // ranks of a DCP group whose partials one merge weighs
+// Shared memory a top-k merge may take (as dsa_topk.cu's stages): a fixed cap, so no launch asks
+// the driver; 16,384 candidates, a group of 8 ranks at DeepSeek's top-2048.
+constexpr size_t kMaxMergeTopkSmem = 192 * 1024;
 
 __global__ void local_slots_kernel(int32_t* local, const int32_t* slots, int64_t n, DcpLayout dcp, int32_t block_size) {
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
@@ -22,24 +26,29 @@ __global__ void local_slots_kernel(int32_t* local, const int32_t* slots, int64_t
   local[t] = slot >= 0 && dcp.owns(slot % block_size) ? static_cast<int32_t>(dcp.local_slot(slot, block_size)) : -1;
 }
 
-// grid (rows), kThreads: every thread derives the same weights from the row's lse values.
+// grid (rows), kThreads: the row's weights once, in shared memory, then every column.
 __global__ void merge_partials_kernel(bf16* out, const bf16* partial_out, const float* partial_lse, int32_t sources,
                                       int64_t rows, int32_t width) {
+  __shared__ float s_weight[kMaxSources];
   const int64_t row = blockIdx.x;
-  float max_lse = -INFINITY;
-  for (int r = 0; r < sources; ++r) max_lse = fmaxf(max_lse, partial_lse[r * rows + row]);
-  float total = 0.0f;
-  for (int r = 0; r < sources; ++r) {
-    const float lse = partial_lse[r * rows + row];
-    total += lse == -INFINITY ? 0.0f : expf(lse - max_lse);
+  if (threadIdx.x == 0) {
+    float max_lse = -INFINITY;
+    for (int r = 0; r < sources; ++r) max_lse = fmaxf(max_lse, partial_lse[r * rows + row]);
+    float total = 0.0f;
+    for (int r = 0; r < sources; ++r) {
+      const float lse = partial_lse[r * rows + row];
+      s_weight[r] = lse == -INFINITY ? 0.0f : expf(lse - max_lse);
+      total += s_weight[r];
+    }
+    const float inv = total > 0.0f ? 1.0f / total : 0.0f;  // no source attended: zeros
+    for (int r = 0; r < sources; ++r) s_weight[r] *= inv;
   }
-  const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+  __syncthreads();
   for (int d = 2 * threadIdx.x; d < width; d += 2 * kThreads) {
     float x = 0.0f, y = 0.0f;
     for (int r = 0; r < sources; ++r) {
-      const float lse = partial_lse[r * rows + row];
-      if (lse == -INFINITY) continue;
-      const float w = expf(lse - max_lse) * inv;
+      const float w = s_weight[r];
+      if (w == 0.0f) continue;
       const float2 p = __bfloat1622float2(
           *reinterpret_cast<const __nv_bfloat162*>(partial_out + (r * rows + row) * width + d));
       x = fmaf(w, p.x, x);
@@ -125,9 +134,10 @@ void dcp_local_slots(int32_t* local, const int32_t* slots, int64_t num_tokens, D
 
 void dcp_merge_partials(bf16* out, const bf16* partial_out, const float* partial_lse, int32_t sources, int64_t rows,
                         int32_t width, cudaStream_t stream) {
-  TACHYON_CHECK(sources >= 1 && rows >= 0 && rows < (int64_t{1} << 31) && width >= 2 && width % 2 == 0)
+  TACHYON_CHECK(sources >= 1 && sources <= kMaxSources && rows >= 0 && rows < (int64_t{1} << 31) && width >= 2 &&
+                width % 2 == 0)
       << "dcp_merge_partials: " << sources << " sources of " << rows << " rows x " << width
-      << " (width a positive multiple of 2)";
+      << " (1 to " << kMaxSources << " sources, width a positive multiple of 2)";
   if (rows == 0) return;
   merge_partials_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(out, partial_out, partial_lse, sources,
                                                                               rows, width);
@@ -147,15 +157,12 @@ void dcp_merge_topk(int32_t* kept, const DcpCandidate* gathered, int32_t sources
                     cudaStream_t stream) {
   static_assert(sizeof(DcpCandidate) == 8, "candidates travel as 8 bytes each");
   const size_t smem = merge_topk_smem_bytes(sources, topk);
-  int device = 0, max_smem = 0;
-  TACHYON_CUDA_CHECK(cudaGetDevice(&device));
-  TACHYON_CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  TACHYON_CHECK(sources >= 1 && topk >= 1 && num_tokens >= 0 && smem + 64 <= static_cast<size_t>(max_smem))
+  TACHYON_CHECK(sources >= 1 && topk >= 1 && num_tokens >= 0 && smem <= kMaxMergeTopkSmem)
       << "dcp_merge_topk: " << sources << " sources x topk " << topk << " candidates need " << smem
-      << " bytes of shared memory, the device has " << max_smem;
+      << " bytes of shared memory, more than the " << kMaxMergeTopkSmem << " a merge may take";
   if (num_tokens == 0) return;
   static std::atomic<uint64_t> smem_raised{0};
-  attention_detail::raise_smem_limit_once(merge_topk_kernel, static_cast<size_t>(max_smem) - 64, smem_raised);
+  attention_detail::raise_smem_limit_once(merge_topk_kernel, kMaxMergeTopkSmem, smem_raised);
   merge_topk_kernel<<<static_cast<unsigned>(num_tokens), kThreads, smem, stream>>>(kept, gathered, sources, num_tokens,
                                                                                  topk);
   TACHYON_CUDA_CHECK_LAUNCH();

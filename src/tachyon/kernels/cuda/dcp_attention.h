@@ -30,7 +30,7 @@ void dcp_local_slots(int32_t* local, const int32_t* slots, int64_t num_tokens, D
 // out: [rows, width] bf16; partial_out: [sources, rows, width] bf16; partial_lse: [sources, rows]
 // f32 natural-log sum-exp, -inf for a source that attended no key (weight 0). Per row:
 //   M = max_r lse_r, w_r = exp(lse_r - M), out = sum_r w_r o_r / sum_r w_r   (sources in order)
-// A row no source attended gets zeros. width a multiple of 2.
+// A row no source attended gets zeros. 1 to 64 sources; width a multiple of 2.
 void dcp_merge_partials(bf16* out, const bf16* partial_out, const float* partial_lse, int32_t sources, int64_t rows,
                         int32_t width, cudaStream_t stream);
 
@@ -48,8 +48,8 @@ void dcp_topk_candidates(DcpCandidate* out, const int32_t* kept, const float* sc
 // kept: [num_tokens, topk]: per token t, of the valid candidates gathered[r, t, :] over the
 // sources r (gathered: [sources, num_tokens, topk]), the first min(topk, valid) in the order
 // score descending, then position ascending, written as positions ascending, -1 after. Every
-// position appears at most once among a token's candidates (each is one rank's). sources * topk
-// candidates must fit shared memory (checked: 27,000 of them on an H200).
+// position appears at most once among a token's candidates (each is one rank's). At most 16,384
+// candidates (sources * topk; checked): a group of 8 at DeepSeek's top-2048.
 void dcp_merge_topk(int32_t* kept, const DcpCandidate* gathered, int32_t sources, int32_t num_tokens, int32_t topk,
                     cudaStream_t stream);
 

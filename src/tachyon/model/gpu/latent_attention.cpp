@@ -158,10 +158,11 @@ void LatentAttentionBlock::forward(int64_t l, const GpuStep& step) {
   const float eps = kMlaLatentNormEps;  // q_a_layernorm's and kv_a_layernorm's, not the config's
 
   bf16* latent_cache = ctx_.kv->region(l, 0);
-  // Under DCP the stores see this rank's slots only (-1 for the group's other tokens).
+  // Under DCP the stores see this rank's slots only (-1 for the group's other tokens), mapped once
+  // per step by its first layer (every forward runs the layers from 0).
   GpuStep local_step = step;
   if (split_cache()) {
-    kc::dcp_local_slots(ws.dcp_slots, m.slots, T, ctx_.limits.dcp, ctx_.limits.block_size, stream);
+    if (l == 0) kc::dcp_local_slots(ws.dcp_slots, m.slots, T, ctx_.limits.dcp, ctx_.limits.block_size, stream);
     local_step.metadata.slots = ws.dcp_slots;
   }
   const int32_t* slots = local_step.metadata.slots;

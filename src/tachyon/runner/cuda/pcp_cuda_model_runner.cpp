@@ -2,6 +2,7 @@
 
 #include <set>
 #include <sstream>
+#include <unordered_map>
 
 #include "tachyon/base/check.h"
 #include "tachyon/runner/pcp_plan.h"
@@ -98,17 +99,15 @@ core::StepOutput PcpCudaModelRunner::run(const core::StepPlan& plan) {
   });
   // The sampled sequences in plan order, each from the rank whose piece holds its logits row.
   core::StepOutput output;
+  std::unordered_map<int64_t, core::SequenceOutput*> sampled;  // sequence id -> the rank's output
+  for (Rank& rank : ranks_) {
+    for (core::SequenceOutput& out : rank.output.sequences) sampled[out.sequence_id] = &out;
+  }
   for (const core::ScheduledSequence& s : plan.sequences) {
     if (!s.sample) continue;
-    bool found = false;
-    for (Rank& rank : ranks_) {
-      for (core::SequenceOutput& out : rank.output.sequences) {
-        if (out.sequence_id != s.sequence_id || found) continue;
-        output.sequences.push_back(std::move(out));
-        found = true;
-      }
-    }
-    TACHYON_CHECK(found) << "internal: no PCP rank sampled sequence " << s.sequence_id;
+    auto found = sampled.find(s.sequence_id);
+    TACHYON_CHECK(found != sampled.end()) << "internal: no PCP rank sampled sequence " << s.sequence_id;
+    output.sequences.push_back(std::move(*found->second));
   }
   return output;
 }
