@@ -1,8 +1,14 @@
 #include "tachyon/base/file_util.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <functional>
 #include <sstream>
+#include <thread>
 
 #include "tachyon/base/check.h"
 
@@ -32,6 +38,39 @@ void write_file(const std::filesystem::path& path, const std::string& bytes) {
   TACHYON_CHECK(out.good()) << "cannot create " << path.string();
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   TACHYON_CHECK(out.good()) << "cannot write " << path.string();
+}
+
+namespace {
+
+// A temporary beside `path` that no other process or thread names (tensor-parallel ranks of one
+// process write the same files), holding `bytes`.
+std::filesystem::path write_private_temporary(const std::filesystem::path& path, const std::string& bytes) {
+  std::filesystem::path temporary = path;
+  temporary += ".tmp-" + std::to_string(::getpid()) + "-" +
+               std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()));
+  write_file(temporary, bytes);
+  return temporary;
+}
+
+}  // namespace
+
+void write_file_atomically(const std::filesystem::path& path, const std::string& bytes) {
+  const std::filesystem::path temporary = write_private_temporary(path, bytes);
+  std::error_code error;
+  std::filesystem::rename(temporary, path, error);
+  if (error) std::filesystem::remove(temporary, error);
+  TACHYON_CHECK(!error) << "cannot move " << temporary.string() << " to " << path.string() << ": " << error.message();
+}
+
+bool write_file_if_absent(const std::filesystem::path& path, const std::string& bytes) {
+  const std::filesystem::path temporary = write_private_temporary(path, bytes);
+  const int linked = ::link(temporary.c_str(), path.c_str());
+  const int link_errno = errno;
+  std::error_code ignored;
+  std::filesystem::remove(temporary, ignored);
+  if (linked == 0) return true;
+  TACHYON_CHECK(link_errno == EEXIST) << "cannot create " << path.string() << ": " << std::strerror(link_errno);
+  return false;
 }
 
 std::filesystem::path user_cache_dir() {

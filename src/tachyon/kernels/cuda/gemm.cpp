@@ -15,15 +15,12 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <map>
-#include <thread>
 #include <vector>
-
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
+#include "tachyon/base/file_util.h"
 #include "tachyon/tensor/cuda/device_buffer.h"
 #include "tachyon/tensor/dtype.h"
 
@@ -413,7 +410,7 @@ void GemmRunner::tune(std::span<const GemmProblem> problems, cudaStream_t stream
   TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream));  // the buffers die here
 }
 
-void GemmRunner::save_cache(const std::string& path, const std::string& key) const {
+std::string GemmRunner::cache_text(const std::string& key) const {
   nlohmann::json entries = nlohmann::json::array();
   for (const auto& [p, plan] : impl_->plans) {
     if (!plan.tuned) continue;
@@ -424,17 +421,11 @@ void GemmRunner::save_cache(const std::string& path, const std::string& key) con
   const nlohmann::json file = {{"format", kCacheFormat},       {"format_version", kCacheFormatVersion},
                                {"key", key},                   {"cublaslt_version", cublasLtGetVersion()},
                                {"workspace_bytes", impl_->workspace.bytes()}, {"entries", entries}};
-  // A private temporary per writer: tensor-parallel ranks of one process save the same file.
-  const std::string temporary =
-      path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()));
-  {
-    std::ofstream stream(temporary);
-    stream << file.dump(1) << "\n";
-    TACHYON_CHECK(stream.good()) << "cannot write the gemm algorithm cache " << temporary;
-  }
-  std::error_code error;
-  std::filesystem::rename(temporary, path, error);
-  TACHYON_CHECK(!error) << "cannot move " << temporary << " to " << path << ": " << error.message();
+  return file.dump(1) + "\n";
+}
+
+void GemmRunner::save_cache(const std::string& path, const std::string& key) const {
+  write_file_atomically(path, cache_text(key));
 }
 
 bool GemmRunner::load_cache(const std::string& path, const std::string& key) {

@@ -86,9 +86,11 @@ class GemmRunner {
   // cache takes the free memory) and keeps the fastest. Synchronizes; not during capture.
   void tune(std::span<const GemmProblem> problems, cudaStream_t stream, const GemmTuneOptions& options = {});
 
-  // The tuned choices, as JSON at `path` (written to a temporary file, then renamed). `key` is
-  // the caller's hash of everything that changes a choice (GPU, model shapes, ...); the file
-  // also records the cuBLASLt version and the workspace size.
+  // The tuned choices as the JSON text of a cache file. `key` is the caller's hash of everything
+  // that changes a choice (GPU, model shapes, ...); the text also records the cuBLASLt version
+  // and the workspace size.
+  std::string cache_text(const std::string& key) const;
+  // cache_text(key) at `path`, written whole (base/file_util.h write_file_atomically).
   void save_cache(const std::string& path, const std::string& key) const;
   // Adopts a file written by save_cache when its key and cuBLASLt version match and cuBLASLt
   // accepts every stored algorithm for this runner's workspace. Otherwise (also: no file, bad

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 #include "tachyon/base/file_util.h"
 #include "tachyon/kernels/cuda/gemv.h"
@@ -27,15 +28,17 @@ void CudaModelRunner::tune_gemms(const core::EngineConfig& config) {
       for (const kc::GemmProblem& p : mtp_->gemm_problems(m)) problems.push_back(p);
     }
   }
-  // Tuned GEMM algorithms, one file per kernel-choice key.
+  // Tuned GEMM algorithms, one file per kernel-choice key. Where another process (or rank)
+  // timed the same key at the same moment, the first file to land is what every one of them runs.
   const std::string key = kernel_choice_key();
   const std::filesystem::path cache = user_cache_dir() / "gemm" / (key + ".json");
   if (gemm_.load_cache(cache.string(), key)) return;
   gemm_.tune(problems, stream_);
-  std::error_code ignored;
-  std::filesystem::create_directories(cache.parent_path(), ignored);
   try {
-    gemm_.save_cache(cache.string(), key);
+    const std::string text = gemm_.cache_text(key);
+    if (!write_file_if_absent(cache, text) && !gemm_.load_cache(cache.string(), key)) {
+      write_file_atomically(cache, text);  // what was there is stale (another cuBLASLt, damaged)
+    }
   } catch (const Error& e) {
     std::fprintf(stderr, "[tachyon] warning: GEMM choices not cached (%s)\n", e.what());
   }
@@ -86,24 +89,29 @@ std::string CudaModelRunner::kernel_choice_key() const {
   return keyed.plan_hash();
 }
 
+// The GEMV choices saved under `key` at `path`, or false when there are none usable (no file, another
+// key, a file from before a role was added: time them all again).
+bool CudaModelRunner::load_gemv_choices(const std::filesystem::path& path, const std::string& key) {
+  try {
+    if (!std::filesystem::exists(path)) return false;
+    const nlohmann::json saved = read_json_file(path);
+    if (saved.value("key", "") != key || saved.value("roles", 0) != model::gpu::kLinearRoleCount) return false;
+    std::map<std::pair<LinearRole, int64_t>, bool> choices;
+    for (const auto& choice : saved.at("choices")) {
+      choices[{static_cast<LinearRole>(choice.at(0).get<int>()), choice.at(1).get<int64_t>()}] = choice.at(2).get<bool>();
+    }
+    gemv_choice_ = std::move(choices);
+    return true;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "[tachyon] warning: ignoring the GEMV choices in %s (%s)\n", path.string().c_str(), e.what());
+    return false;
+  }
+}
+
 void CudaModelRunner::choose_gemv() {
   const std::string key = kernel_choice_key();
   const std::filesystem::path cache = user_cache_dir() / "gemv" / (key + ".json");
-  try {
-    if (std::filesystem::exists(cache)) {
-      const nlohmann::json saved = read_json_file(cache);
-      // "roles": choices saved before a role was added lack it; time them all again.
-      if (saved.value("key", "") == key && saved.value("roles", 0) == model::gpu::kLinearRoleCount) {
-        for (const auto& choice : saved["choices"]) {
-          gemv_choice_[{static_cast<LinearRole>(choice[0].get<int>()), choice[1].get<int64_t>()}] = choice[2].get<bool>();
-        }
-        return;
-      }
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "[tachyon] warning: ignoring the GEMV choices in %s (%s)\n", cache.string().c_str(), e.what());
-    gemv_choice_.clear();
-  }
+  if (load_gemv_choices(cache, key)) return;
   // Each role's input rows (at most 8 are read while timing) get a finite, nonzero pattern
   // (bf16 0x3C3C ~ 0.0115): timing on NaN or zeros misleads.
   const std::vector<model::gpu::RoleInfo> roles = decoder_->roles();
@@ -129,8 +137,11 @@ void CudaModelRunner::choose_gemv() {
   for (const auto& [role_m, gemv] : gemv_choice_) {
     saved["choices"].push_back({static_cast<int>(role_m.first), role_m.second, gemv});
   }
+  // As the GEMM choices: the first file to land under this key is what everyone runs.
   try {
-    write_file(cache, saved.dump());
+    if (!write_file_if_absent(cache, saved.dump()) && !load_gemv_choices(cache, key)) {
+      write_file_atomically(cache, saved.dump());
+    }
   } catch (const Error& e) {
     std::fprintf(stderr, "[tachyon] warning: GEMV choices not cached (%s)\n", e.what());
   }

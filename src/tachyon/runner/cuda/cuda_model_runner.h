@@ -44,6 +44,7 @@
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -165,6 +166,7 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   // on the loaded weights and cached on disk under kernel_choice_key().
   void tune_gemms(const core::EngineConfig& config);
   void choose_gemv();
+  bool load_gemv_choices(const std::filesystem::path& path, const std::string& key);
   std::string kernel_choice_key() const;
   float time_role(LinearRole role, int32_t m, bool gemv);
   bool use_gemv(LinearRole role, int64_t m) const;
