@@ -5,14 +5,17 @@
 //      batch 1 and 32, contexts 8K, 32K, 128K;
 //   b) DSA decode at the same points: the indexer's scores (64 heads x 128), the top-2048
 //      selection and sparse MLA over the kept rows, each part and the three in sequence;
-//   c) DeepSeek-V2-Lite shapes (16 heads): decode at batch 1 / 32 / 64, and a 2,048-token prefill.
+//   c) DeepSeek-V2-Lite shapes (16 heads): decode at batch 1 / 32 / 64, and a 2,048-token prefill;
+//   d) a) and b) over the FP8 cache (--kv-cache-dtype fp8: c_kv codes + 4 factors + bf16 k_pe, 656
+//      bytes a row; index keys as codes + one factor, 132 bytes).
 //
 // Method (docs/benchmarks.md: floors first, warm-up, median of repeats): two ceilings measured
 // in the same run (a 1 GiB device-to-device copy, bytes read + written; a bf16 8192^3 cuBLAS
 // product), and per case
 // floor = max(bytes it must read / copy bandwidth, FLOPs / GEMM rate). The byte counts: latent
 // rows x 576 x 2 for dense MLA; index keys x 128 x 2 + kept rows x 576 x 2 for DSA (the f32
-// scores row each query writes and re-reads, 8 bytes a key against 256, is left out).
+// scores row each query writes and re-reads, 8 bytes a key against 256, is left out); the FP8
+// cache's rows x 656 and keys x 132.
 // The one non-obvious decision: a case is timed as L consecutive "layers", each over its own copy
 // of the caches (identity block tables into one pool), with L chosen so the pool is >= 8x the L2
 // cache, as a model's layers are; otherwise a batch-1, 8K-context cache (9 MB) would be timed
@@ -45,8 +48,11 @@ namespace gpu = kernels::cuda;
 using gpu::bf16;
 
 constexpr int32_t kRank = 512, kRope = 64, kWidth = kRank + kRope;  // latent row [c_kv | k_pe]
+// Bytes of a latent row and an index key in each cache.
+double latent_row_bytes(bool fp8) { return fp8 ? kRank + 2.0 * kRope + 4.0 * gpu::fp8_latent_scale_stride(kRank) : 2.0 * kWidth; }
 constexpr int32_t kBlockSize = 64;
 constexpr int32_t kIndexHeads = 64, kIndexDim = 128, kTopk = 2048;  // DeepSeek-V3.2's indexer
+double index_key_bytes(bool fp8) { return fp8 ? kIndexDim + 4.0 : 2.0 * kIndexDim; }
 constexpr int kMaxLayers = 64;
 constexpr double kEagerEnqueueUs = 2000.0;  // eager launches of 64 layers take ~1 ms to enqueue
 const float kScale = 1.0f / std::sqrt(192.0f);  // qk_head_dim^-0.5 (no YaRN mscale: timing only)
@@ -57,27 +63,59 @@ using Result = LayerResult;
 // L layers of one batch's caches in one pool: latent rows and (for DSA) index keys. Layer l's
 // sequence s owns blocks (l * batch + s) * blocks_per_seq + b, b = 0 .. blocks_per_seq - 1: the
 // block tables are identity permutations, one table per layer.
+// With `fp8` the FP8 cache's planes instead: every code 0x38 (1.0; the time does not depend on
+// the values), random factors and k_pe.
 struct LayerCaches {
   int32_t layers = 1, batch = 0, blocks_per_seq = 0;
+  bool fp8 = false;
   cuda::DeviceBuffer latents;     // [layers * batch * blocks_per_seq, kBlockSize, kWidth] bf16
   cuda::DeviceBuffer index_keys;  // [same blocks, kBlockSize, kIndexDim] bf16; empty without DSA
   cuda::DeviceBuffer tables;      // [layers, batch, blocks_per_seq] int32
+  // FP8: [slots, kRank] codes, [slots, 4] factors, [slots, kRope] bf16; [slots, kIndexDim] codes, [slots] factors.
+  cuda::DeviceBuffer codes, scales, rope, key_codes, key_scales;
 
-  LayerCaches(int32_t layers_, int32_t batch_, int32_t context, bool with_index_keys)
-      : layers(layers_), batch(batch_), blocks_per_seq((context + kBlockSize - 1) / kBlockSize) {
-    const size_t blocks = size_t(layers) * batch * blocks_per_seq;
-    latents = random_bf16(blocks * kBlockSize * kWidth, 21, 1.0f);
-    if (with_index_keys) index_keys = random_bf16(blocks * kBlockSize * kIndexDim, 22, 1.0f);
+  LayerCaches(int32_t layers_, int32_t batch_, int32_t context, bool with_index_keys, bool fp8_ = false)
+      : layers(layers_), batch(batch_), blocks_per_seq((context + kBlockSize - 1) / kBlockSize), fp8(fp8_) {
+    const size_t blocks = size_t(layers) * batch * blocks_per_seq, slots = blocks * kBlockSize;
+    if (fp8) {
+      codes = cuda::DeviceBuffer(slots * kRank);
+      TACHYON_CUDA_CHECK(cudaMemset(codes.data(), 0x38, slots * kRank));
+      const size_t factors = slots * gpu::fp8_latent_scale_stride(kRank);
+      scales = cuda::DeviceBuffer(factors * sizeof(float));
+      fill_random_f32(scales.as<float>(), factors, 23, 1.0f, nullptr);
+      rope = random_bf16(slots * kRope, 24, 1.0f);
+      if (with_index_keys) {
+        key_codes = cuda::DeviceBuffer(slots * kIndexDim);
+        TACHYON_CUDA_CHECK(cudaMemset(key_codes.data(), 0x38, slots * kIndexDim));
+        key_scales = cuda::DeviceBuffer(slots * sizeof(float));
+        fill_random_f32(key_scales.as<float>(), slots, 25, 1.0f, nullptr);
+      }
+    } else {
+      latents = random_bf16(slots * kWidth, 21, 1.0f);
+      if (with_index_keys) index_keys = random_bf16(slots * kIndexDim, 22, 1.0f);
+    }
     std::vector<int32_t> ids(blocks);
     for (size_t i = 0; i < blocks; ++i) ids[i] = static_cast<int32_t>(i);
     tables = upload(ids);
   }
   const int32_t* table(int layer) const { return tables.as<int32_t>() + size_t(layer) * batch * blocks_per_seq; }
   gpu::PagedLatentView latent_view(int layer) const {
-    return gpu::PagedLatentView{latents.as<bf16>(), table(layer), blocks_per_seq, kBlockSize, kRank, kRope};
+    gpu::PagedLatentView view{fp8 ? nullptr : latents.as<bf16>(), table(layer), blocks_per_seq, kBlockSize, kRank, kRope};
+    if (fp8) {
+      view.codes = codes.as<uint8_t>();
+      view.scales = scales.as<float>();
+      view.rope = rope.as<bf16>();
+    }
+    return view;
   }
   gpu::PagedIndexKeyView key_view(int layer) const {
-    return gpu::PagedIndexKeyView{index_keys.as<bf16>(), table(layer), blocks_per_seq, kBlockSize, kIndexDim};
+    gpu::PagedIndexKeyView view{fp8 ? nullptr : index_keys.as<bf16>(), table(layer), blocks_per_seq, kBlockSize,
+                                kIndexDim};
+    if (fp8) {
+      view.codes = key_codes.as<uint8_t>();
+      view.scales = key_scales.as<float>();
+    }
+    return view;
   }
 };
 
@@ -112,11 +150,11 @@ class Bench {
   }
 
   // Dense MLA decode, one query per sequence, every sequence at `context` tokens.
-  void mla_decode(const std::string& what, int32_t heads, int32_t batch, int32_t context) {
-    const double layer_bytes = double(batch) * context * kWidth * sizeof(bf16);
+  void mla_decode(const std::string& what, int32_t heads, int32_t batch, int32_t context, bool fp8 = false) {
+    const double layer_bytes = double(batch) * context * latent_row_bytes(fp8);
     const int layers = layers_for(layer_bytes, ceilings_);
     if (!fits(layers * layer_bytes, what, batch, context)) return;
-    const LayerCaches caches(layers, batch, context, false);
+    const LayerCaches caches(layers, batch, context, false, fp8);
     const cuda::DeviceBuffer q = random_bf16(size_t(batch) * heads * kWidth, 31, 1.0f);
     const cuda::DeviceBuffer context_lens = upload(std::vector<int32_t>(batch, context));
     const cuda::DeviceBuffer out = poisoned(size_t(batch) * heads * kRank * sizeof(bf16));
@@ -137,15 +175,15 @@ class Bench {
   }
 
   // DSA decode: index scores of every cached key, top-k selection, sparse MLA over the kept rows.
-  void dsa_decode(const std::string& prefix, int32_t heads, int32_t batch, int32_t context) {
+  void dsa_decode(const std::string& prefix, int32_t heads, int32_t batch, int32_t context, bool fp8 = false) {
     const double keys = double(batch) * context;
     const double kept_rows = double(batch) * std::min(kTopk, context);
-    const double key_bytes = keys * kIndexDim * sizeof(bf16), score_bytes = keys * sizeof(float);
-    const double kept_bytes = kept_rows * kWidth * sizeof(bf16);
-    const double layer_bytes = keys * (kWidth + kIndexDim) * sizeof(bf16);
+    const double key_bytes = keys * index_key_bytes(fp8), score_bytes = keys * sizeof(float);
+    const double kept_bytes = kept_rows * latent_row_bytes(fp8);
+    const double layer_bytes = keys * (latent_row_bytes(fp8) + index_key_bytes(fp8));
     const int layers = layers_for(layer_bytes, ceilings_);
     if (!fits(layers * layer_bytes + score_bytes, prefix + "_decode", batch, context)) return;
-    const LayerCaches caches(layers, batch, context, true);
+    const LayerCaches caches(layers, batch, context, true, fp8);
     const cuda::DeviceBuffer q = random_bf16(size_t(batch) * heads * kWidth, 41, 1.0f);
     const cuda::DeviceBuffer index_q = random_bf16(size_t(batch) * kIndexHeads * kIndexDim, 42, 1.0f);
     cuda::DeviceBuffer index_weights(size_t(batch) * kIndexHeads * sizeof(float));
@@ -243,6 +281,8 @@ void run(const BenchOptions& options) {
     for (int32_t context : {8192, 32768, 131072}) {
       if (wanted(options, "v32_dense")) bench.mla_decode("v32_mla_decode", 128, batch, context);
       if (wanted(options, "v32_dsa")) bench.dsa_decode("v32_dsa", 128, batch, context);
+      if (wanted(options, "v32_dense_fp8")) bench.mla_decode("v32_mla_decode_fp8", 128, batch, context, true);
+      if (wanted(options, "v32_dsa_fp8")) bench.dsa_decode("v32_dsa_fp8", 128, batch, context, true);
     }
   }
   if (wanted(options, "v2lite_decode")) {
@@ -263,6 +303,6 @@ void run(const BenchOptions& options) {
 int main(int argc, char** argv) {
   tachyon::bench::BenchOptions options;
   CLI::App app{"bench_mla_dsa: per-layer time of DeepSeek's MLA and DSA attention kernels against their floors"};
-  tachyon::bench::add_common_options(app, options, {"v32_dense", "v32_dsa", "v2lite_decode", "v2lite_prefill"});
+  tachyon::bench::add_common_options(app, options, {"v32_dense", "v32_dsa", "v2lite_decode", "v2lite_prefill", "v32_dense_fp8", "v32_dsa_fp8"});
   return tachyon::bench::bench_main(app, options, argc, argv, [&] { tachyon::bench::run(options); });
 }

@@ -4,13 +4,14 @@
 // decode steps replayed from graphs, so both the FP8 GEMV and the dequantize + cuBLASLt path run),
 // logits within the bf16 runner's tolerance; then graphs vs eager and alone vs in a batch give
 // identical tokens, and the FP8 run holds fewer weight bytes than the bf16 run of the same model.
-// The FP8 KV cache (CudaFp8KvCache): dense attention's logits against the CPU reference's FP8
-// cache, graphs against eager, the blocks it holds, and the latent cache refused.
+// The FP8 KV cache (CudaFp8KvCache): dense and latent attention's logits (DSA's index keys too)
+// against the CPU reference's FP8 cache, graphs against eager, and the blocks it holds.
 // Run: build-*/tests/gpu_cuda_fp8 (GPU machine).
 #include <algorithm>
 #include <filesystem>
 
 #include "runner_test_util.h"
+#include "tachyon/kernels/cuda/mla_attention.h"
 #include "tachyon/model/fp8_projections.h"
 #include "tachyon/model/online_fp8.h"
 
@@ -147,6 +148,27 @@ struct Fp8KvVariant {
 
 class CudaFp8KvCache : public ::testing::TestWithParam<Fp8KvVariant> {};
 
+std::string fp8_kv_variant_name(const ::testing::TestParamInfo<Fp8KvVariant>& info) {
+  std::string name =
+      info.param.arch + "_" + info.param.preset + (info.param.online_fp8_weights ? "_fp8_weights" : "_bf16_weights");
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
+
+// A token's bytes per layer in the GPU's cache, as the layouts are specified: dense K and V (FP8:
+// codes and a factor per KV head each); MLA's latent row [c_kv | k_pe] (FP8: c_kv's codes, its
+// factors padded to 4, k_pe in bf16: kernels/cuda/mla_attention.h) and DSA's index key (FP8:
+// codes and one factor).
+double cache_bytes_per_token(const model::ModelConfig& c, bool fp8) {
+  if (!c.is_mla()) return fp8 ? 2.0 * c.kv_size() + 8.0 * c.num_key_value_heads : 4.0 * c.kv_size();
+  const double rank = static_cast<double>(c.kv_lora_rank), rope = static_cast<double>(c.qk_rope_head_dim);
+  const double index = static_cast<double>(c.index_head_dim);
+  const double latent = fp8 ? rank + 2.0 * rope + 4.0 * kernels::cuda::fp8_latent_scale_stride(c.kv_lora_rank)
+                            : 2.0 * (rank + rope);
+  const double keys = !c.has_sparse_attention() ? 0.0 : fp8 ? index + 4.0 : 2.0 * index;
+  return latent + keys;
+}
+
 fs::path make_plain_tiny(const Fp8KvVariant& v) {
   return make_fp8_tiny({v.arch, v.preset, model::WeightQuantization::kNone});
 }
@@ -189,7 +211,7 @@ TEST_P(CudaFp8KvCache, GraphsAndEagerGiveIdenticalTokensAndTheCacheHoldsMoreBloc
   };
   EXPECT_EQ(run(true), run(false)) << "CUDA graph replays and eager steps must give the same tokens";
 
-  // The same cache bytes hold 2 * head_dim / (head_dim + 4) times the blocks of a bf16 cache.
+  // The same cache bytes hold as many more blocks as a token's bf16 rows are larger.
   auto blocks = [&](DType kv) {
     core::EngineConfig config = fp8_kv_config(true, false);
     config.device.kv_cache_dtype = kv;
@@ -197,29 +219,37 @@ TEST_P(CudaFp8KvCache, GraphsAndEagerGiveIdenticalTokensAndTheCacheHoldsMoreBloc
     return fp8_kv_runner(dir, config, false)->num_blocks();
   };
   const double ratio = static_cast<double>(blocks(DType::kF8E4M3)) / blocks(DType::kBF16);
-  const double expected = 2.0 * mc.head_dim / (mc.head_dim + 4.0);
-  EXPECT_NEAR(ratio, expected, 0.01) << "head_dim " << mc.head_dim;
+  const double expected = cache_bytes_per_token(mc, false) / cache_bytes_per_token(mc, true);
+  EXPECT_NEAR(ratio, expected, 0.01) << cache_bytes_per_token(mc, false) << " vs " << cache_bytes_per_token(mc, true)
+                                     << " bytes per token and layer";
 }
 
 INSTANTIATE_TEST_SUITE_P(DenseAttention, CudaFp8KvCache,
                          ::testing::Values(Fp8KvVariant{"llama", "tiny-gpu", false},
                                            Fp8KvVariant{"qwen3", "tiny-gpu", true},
                                            Fp8KvVariant{"qwen3_moe", "tiny-gpu-moe-all", false}),
-                         [](const auto& info) {
-                           std::string name = info.param.arch + "_" + info.param.preset +
-                                              (info.param.online_fp8_weights ? "_fp8_weights" : "_bf16_weights");
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
-                         });
+                         fp8_kv_variant_name);
 
-// The latent cache has no FP8 kernels on the GPU: refused at construction, naming the reason.
-TEST(CudaFp8KvCacheRefusals, LatentAttentionIsRefused) {
-  const fs::path dir = make_fp8_tiny({"deepseek_v3", "tiny-gpu-deepseek-all", model::WeightQuantization::kNone});
+// The latent cache in FP8 (codes, factors, bf16 k_pe) and DSA's index keys in FP8, against the
+// CPU reference's FP8 cache: DeepSeek-V3 (dense latent attention), V3.2 and GLM-5 (sparse, top-128
+// of contexts up to 224, GLM-5's shared layers reusing a full layer's selection), bf16 and FP8 weights.
+INSTANTIATE_TEST_SUITE_P(LatentAttention, CudaFp8KvCache,
+                         ::testing::Values(Fp8KvVariant{"deepseek_v3", "tiny-gpu-deepseek-all", false},
+                                           Fp8KvVariant{"deepseek_v32", "tiny-gpu-dsa-all", false},
+                                           Fp8KvVariant{"glm_moe_dsa", "tiny-gpu-glm-all", true}),
+                         fp8_kv_variant_name);
+
+// The FP8 latent cache's planes of 4 bytes per token end each layer, so blocks hold a multiple of
+// 4 tokens: another block size is refused at construction, naming it.
+TEST(CudaFp8KvCacheRefusals, LatentCacheBlocksOfTokensNotAMultipleOfFourAreRefused) {
+  const fs::path dir = make_fp8_tiny({"deepseek_v32", "tiny-gpu-dsa-all", model::WeightQuantization::kNone});
+  core::EngineConfig config = fp8_kv_config(true, false);
+  config.block_size = 6;
   try {
-    fp8_kv_runner(dir, fp8_kv_config(true, false), false);
-    FAIL() << "an FP8 latent cache on the GPU was accepted";
+    fp8_kv_runner(dir, config, false);
+    FAIL() << "an FP8 latent cache with blocks of 6 tokens was accepted";
   } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("MLA"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("multiple of 4 (got 6)"), std::string::npos) << e.what();
   }
 }
 

@@ -9,24 +9,30 @@
 // The top-k also runs alone on score patterns made to break it (ties at the threshold and across
 // chunk edges, rows of zeros, one-binade and few-ulp ranges), both with rows split across CTAs
 // (few long rows) and one CTA a row (many rows), with graph-padding rows that must stay -1.
+// FP8 keys (--kv-cache-dtype fp8): the FP8 store against the CPU's cache row (fp8_block_round_trip
+// of the f32 key, one factor per key), and the scores and top-k over FP8 caches built with the
+// CPU codec against the CPU over the dequantized keys, a DCP rank's local cache included.
 // Run on the GPU machine: build/tests/gpu_dsa_kernels (TACHYON_TEST_SEED replays a run).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "gpu_test_util.h"
 #include "tachyon/kernels/cuda/dsa_indexer.h"
 #include "tachyon/kernels/dsa_indexer.h"
 #include "tachyon/kernels/rope.h"
+#include "tachyon/tensor/fp8.h"
 
 namespace tachyon::gpu_test {
 namespace {
 
 namespace cpu = kernels::cpu;
 namespace gpu = kernels::cuda;
+using kernels::DcpLayout;
 
 // Scores are f32 sums of products of bf16 values: only the summation order differs.
 constexpr double kScoreTolerance = 1e-4;
@@ -63,52 +69,77 @@ std::vector<int32_t> random_positions(std::mt19937_64& gen, size_t n) {
 
 // --- key store and query rope ---
 
-void check_store_keys(std::mt19937_64& gen, int32_t dim, int32_t rope, int64_t n) {
-  SCOPED_TRACE(testing::Message() << "head_dim " << dim << " rope " << rope << " tokens " << n);
-  const float scaling = 1.25f;
-  const std::vector<float> k_raw = random_bf16_values(gen, n * dim, 2.0f);
-  std::vector<float> weight = random_bf16_values(gen, dim, 0.5f), bias = random_bf16_values(gen, dim, 0.3f);
-  for (float& w : weight) w = bf16_to_f32(f32_to_bf16(w + 1.0f));
-  const std::vector<float> inv_freq = inv_freq_of(rope);
-  const std::vector<int32_t> positions = random_positions(gen, n);
-  const int64_t num_slots = n + 7;
-  std::vector<int32_t> order(num_slots);
+// One key-store launch: its inputs, and the CPU's keys for them.
+struct KeyStoreCase {
+  int32_t dim = 0, rope = 0;
+  int64_t n = 0, num_slots = 0;
+  float scaling = 1.25f;
+  std::vector<float> k_raw, weight, bias, inv_freq;  // [n, dim], [dim], [dim], [rope / 2]
+  std::vector<int32_t> positions, slots;             // [n]; slots shuffled, every 11th from 3 on -1
+  std::vector<float> ref;  // [n, dim]: model/dsa_indexer.cpp's LayerNorm (double statistics), then the rope
+};
+
+KeyStoreCase make_key_store_case(std::mt19937_64& gen, int32_t dim, int32_t rope, int64_t n) {
+  KeyStoreCase c{.dim = dim, .rope = rope, .n = n, .num_slots = n + 7};
+  c.k_raw = random_bf16_values(gen, n * dim, 2.0f);
+  c.weight = random_bf16_values(gen, dim, 0.5f);
+  c.bias = random_bf16_values(gen, dim, 0.3f);
+  for (float& w : c.weight) w = bf16_to_f32(f32_to_bf16(w + 1.0f));
+  c.inv_freq = inv_freq_of(rope);
+  c.positions = random_positions(gen, n);
+  std::vector<int32_t> order(c.num_slots);
   std::iota(order.begin(), order.end(), 0);
   std::shuffle(order.begin(), order.end(), gen);
-  std::vector<int32_t> slots(order.begin(), order.begin() + n);
-  for (int64_t t = 3; t < n; t += 11) slots[t] = -1;  // padding tokens write nothing
+  c.slots.assign(order.begin(), order.begin() + n);
+  for (int64_t t = 3; t < n; t += 11) c.slots[t] = -1;  // padding tokens write nothing
 
-  // Reference: model/dsa_indexer.cpp's LayerNorm (double statistics), then the leading-dims rope.
-  std::vector<float> ref = k_raw;
+  c.ref = c.k_raw;
   for (int64_t t = 0; t < n; ++t) {
-    float* v = ref.data() + t * dim;
+    float* v = c.ref.data() + t * dim;
     double mean = 0.0, variance = 0.0;
     for (int32_t d = 0; d < dim; ++d) mean += v[d];
     mean /= dim;
     for (int32_t d = 0; d < dim; ++d) variance += (v[d] - mean) * (v[d] - mean);
     variance /= dim;
     const double inv_std = 1.0 / std::sqrt(variance + 1e-6);
-    for (int32_t d = 0; d < dim; ++d) v[d] = static_cast<float>((v[d] - mean) * inv_std) * weight[d] + bias[d];
+    for (int32_t d = 0; d < dim; ++d) v[d] = static_cast<float>((v[d] - mean) * inv_std) * c.weight[d] + c.bias[d];
   }
-  rope_leading(ref.data(), positions, inv_freq, 1, dim, rope, scaling);
+  rope_leading(c.ref.data(), c.positions, c.inv_freq, 1, dim, rope, c.scaling);
+  return c;
+}
 
-  DeviceArray<bf16> cache(num_slots * dim);
-  DeviceArray<bf16> k_d = upload_bf16(k_raw), w_d = upload_bf16(weight), b_d = upload_bf16(bias);
-  DeviceArray<float> inv_freq_d = upload(inv_freq.empty() ? std::vector<float>{1.0f} : inv_freq);  // rope 0: unread
-  DeviceArray<int32_t> positions_d = upload(positions), slots_d = upload(slots);
-  gpu::dsa_store_index_keys(cache.data(), k_d.data(), w_d.data(), b_d.data(), inv_freq_d.data(), scaling,
-                            positions_d.data(), slots_d.data(), n, dim, rope, nullptr);
+// A KeyStoreCase's inputs on the device.
+struct KeyStoreInputs {
+  DeviceArray<bf16> k_raw, weight, bias;
+  DeviceArray<float> inv_freq;
+  DeviceArray<int32_t> positions, slots;
+};
+
+KeyStoreInputs upload_inputs(const KeyStoreCase& c) {
+  return {upload_bf16(c.k_raw), upload_bf16(c.weight), upload_bf16(c.bias),
+          upload(c.inv_freq.empty() ? std::vector<float>{1.0f} : c.inv_freq),  // rope 0: unread
+          upload(c.positions), upload(c.slots)};
+}
+
+void check_store_keys(std::mt19937_64& gen, int32_t dim, int32_t rope, int64_t n) {
+  SCOPED_TRACE(testing::Message() << "head_dim " << dim << " rope " << rope << " tokens " << n);
+  const KeyStoreCase c = make_key_store_case(gen, dim, rope, n);
+  const KeyStoreInputs in = upload_inputs(c);
+  DeviceArray<bf16> cache(c.num_slots * dim);
+  gpu::dsa_store_index_keys(cache.data(), in.k_raw.data(), in.weight.data(), in.bias.data(), in.inv_freq.data(),
+                            c.scaling, in.positions.data(), in.slots.data(), n, dim, rope, nullptr);
   const std::vector<float> out = download_f32(cache);
   std::vector<float> got, want;
-  std::vector<bool> written(num_slots, false);
+  std::vector<bool> written(c.num_slots, false);
   for (int64_t t = 0; t < n; ++t) {
-    if (slots[t] < 0) continue;
-    written[slots[t]] = true;
-    got.insert(got.end(), out.begin() + slots[t] * dim, out.begin() + (slots[t] + 1) * dim);
-    want.insert(want.end(), ref.begin() + t * dim, ref.begin() + (t + 1) * dim);
+    const int32_t slot = c.slots[t];
+    if (slot < 0) continue;
+    written[slot] = true;
+    got.insert(got.end(), out.begin() + slot * dim, out.begin() + (slot + 1) * dim);
+    want.insert(want.end(), c.ref.begin() + t * dim, c.ref.begin() + (t + 1) * dim);
   }
   EXPECT_LT(relative_error(got, want), kRoundTolerance);
-  for (int64_t s = 0; s < num_slots; ++s) {
+  for (int64_t s = 0; s < c.num_slots; ++s) {
     if (written[s]) continue;
     for (int32_t d = 0; d < dim; ++d) ASSERT_TRUE(std::isnan(out[s * dim + d])) << "slot " << s << " was written";
   }
@@ -120,6 +151,69 @@ TEST(DsaStoreIndexKeys, MatchesCpuLayerNormAndRope) {
   check_store_keys(gen, 128, 64, 97);   // DeepSeek-V3.2
   check_store_keys(gen, 24, 10, 17);    // awkward
   check_store_keys(gen, 128, 0, 5);     // norm only
+}
+
+// The spacing of E4M3 values at magnitude c (in code units, |x| / factor): 2^-9 among the
+// subnormals (below 2^-6), else 2^(exponent - 3).
+float e4m3_step(float c) { return c < 0x1p-6f ? 0x1p-9f : std::ldexp(1.0f, std::ilogb(c) - 3); }
+
+// The FP8 store against the CPU's FP8 cache row: fp8_block_round_trip of the f32 key with one
+// block per key (runner/paged_attention_backend.cpp's fp8_cache_rows). The GPU's f32 key differs
+// from the CPU's by a few ulps (f32 vs double LayerNorm statistics, sincosf), so its factor
+// matches to 1e-5 relative and its codes match but where an ulp crosses a rounding boundary:
+// then the value is one E4M3 step away, which the bound below allows for 2 + 0.1% of the
+// values (a few ulps against steps of 2^-4 relative: ~1e-5 of the values expected).
+void check_store_keys_fp8(std::mt19937_64& gen, int32_t dim, int32_t rope, int64_t n) {
+  SCOPED_TRACE(testing::Message() << "FP8 head_dim " << dim << " rope " << rope << " tokens " << n);
+  const KeyStoreCase c = make_key_store_case(gen, dim, rope, n);
+  const KeyStoreInputs in = upload_inputs(c);
+  DeviceArray<uint8_t> codes(c.num_slots * dim);  // poisoned: 0xFF is an E4M3 NaN
+  DeviceArray<float> scales(c.num_slots);         // poisoned: NaN
+  gpu::dsa_store_index_keys_fp8(codes.data(), scales.data(), in.k_raw.data(), in.weight.data(), in.bias.data(),
+                                in.inv_freq.data(), c.scaling, in.positions.data(), in.slots.data(), n, dim, rope,
+                                nullptr);
+  const std::vector<uint8_t> got_codes = codes.download();
+  const std::vector<float> got_scales = scales.download();
+  std::vector<bool> written(c.num_slots, false);
+  int64_t values = 0, steps_apart = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    const int32_t slot = c.slots[t];
+    if (slot < 0) continue;
+    written[slot] = true;
+    std::vector<float> want(c.ref.begin() + t * dim, c.ref.begin() + (t + 1) * dim);
+    float amax = 0.0f;
+    for (float v : want) amax = std::max(amax, std::abs(v));
+    const float factor = amax / kFp8E4m3Max;  // the CPU's (amax > 0 for these keys)
+    fp8_block_round_trip(want, 1, dim, 1, dim);
+    const float scale = got_scales[slot];
+    ASSERT_LE(std::abs(scale - factor), 1e-5f * factor) << "token " << t << ": factor " << scale << ", CPU " << factor;
+    for (int32_t d = 0; d < dim; ++d) {
+      const float got = fp8_e4m3_to_f32(got_codes[slot * dim + d]) * scale;
+      ASSERT_TRUE(std::isfinite(got)) << "token " << t << " dim " << d << " not written";
+      ++values;
+      const float diff = std::abs(got - want[d]);
+      if (diff <= 1e-5f * amax) continue;  // the same code (the factors may differ by ulps)
+      ++steps_apart;
+      const float step = e4m3_step(std::max(std::abs(got), std::abs(want[d])) / factor) * factor;
+      ASSERT_LE(diff, step * (1.0f + 1e-5f) + 1e-5f * amax)
+          << "token " << t << " dim " << d << ": " << got << ", the CPU stores " << want[d];
+    }
+  }
+  EXPECT_LE(steps_apart, 2 + values / 1000) << steps_apart << " of " << values << " values one E4M3 step apart";
+  for (int64_t s = 0; s < c.num_slots; ++s) {
+    if (written[s]) continue;
+    ASSERT_TRUE(std::isnan(got_scales[s])) << "slot " << s << "'s factor was written";
+    for (int32_t d = 0; d < dim; ++d) ASSERT_EQ(got_codes[s * dim + d], 0xFF) << "slot " << s << " was written";
+  }
+}
+
+TEST(DsaStoreIndexKeys, Fp8MatchesCpuCacheRows) {
+  auto gen = rng(710);
+  check_store_keys_fp8(gen, 16, 8, 40);
+  check_store_keys_fp8(gen, 128, 64, 97);
+  check_store_keys_fp8(gen, 128, 64, 600);  // 60k values: the one-step bound has data
+  check_store_keys_fp8(gen, 24, 10, 17);
+  check_store_keys_fp8(gen, 128, 0, 5);
 }
 
 void check_rope_queries(std::mt19937_64& gen, int32_t heads, int32_t dim, int32_t rope, int64_t n) {
@@ -155,18 +249,26 @@ struct Batch {
   std::vector<int32_t> rows;      // query rows per sequence (the last rows[s] positions)
 };
 
+// How the key cache holds its keys: bf16, or E4M3 codes with one f32 factor per key
+// (--kv-cache-dtype fp8, PagedIndexKeyView::codes).
+enum class KeyFormat { kBf16, kFp8 };
+
 struct IndexerShape {
   int32_t num_heads = 64;
   int32_t head_dim = 128;
   int32_t block_size = 64;
   int32_t topk = 2048;
+  KeyFormat keys = KeyFormat::kBf16;
 };
 
-// Index keys of several sequences in one paged cache: host f32 (bf16 values) and device bf16.
+// Index keys of several sequences in one paged cache: host f32 (the values the CPU scores) and
+// the device cache: bf16 keys, or for kFp8 the CPU codec's codes and factors of keys spread over
+// magnitudes 2^-3 .. 2^3 (so each key's factor matters), host values dequantized.
 class IndexKeyCache {
  public:
-  IndexKeyCache(std::mt19937_64& gen, const std::vector<int32_t>& contexts, int32_t block_size, int32_t dim)
-      : block_size_(block_size), dim_(dim) {
+  IndexKeyCache(std::mt19937_64& gen, const std::vector<int32_t>& contexts, int32_t block_size, int32_t dim,
+                KeyFormat format = KeyFormat::kBf16)
+      : block_size_(block_size), dim_(dim), format_(format) {
     int32_t needed = 0, longest = 0;
     for (int32_t ctx : contexts) {
       needed += (ctx + block_size - 1) / block_size;
@@ -196,21 +298,60 @@ class IndexKeyCache {
         }
       }
     }
-    keys_d_.emplace(upload_bf16(keys_));
+    if (format == KeyFormat::kFp8) {
+      quantize_rows(gen);
+    } else {
+      keys_d_.emplace(upload_bf16(keys_));
+    }
     tables_d_.emplace(upload(tables_));
   }
 
   gpu::PagedIndexKeyView view() const {
+    if (format_ == KeyFormat::kFp8) {  // no bf16 keys at all: the kernel must read the codes
+      gpu::PagedIndexKeyView view{nullptr, tables_d_->data(), stride_, block_size_, dim_};
+      view.codes = codes_d_->data();
+      view.scales = scales_d_->data();
+      return view;
+    }
     return gpu::PagedIndexKeyView{keys_d_->data(), tables_d_->data(), stride_, block_size_, dim_};
   }
   const float* keys() const { return keys_.data(); }
   const int32_t* table(size_t s) const { return tables_.data() + s * stride_; }
 
  private:
+  // Each key, scaled by 2^U(-3, 3), -> E4M3 codes and its factor by the CPU codec (as the CPU
+  // reference's FP8 cache rounds a key); keys_ becomes the dequantized key. A key holding NaN
+  // (an owned slot past the context) gets NaN codes (0x7f) and a NaN factor.
+  void quantize_rows(std::mt19937_64& gen) {
+    const size_t rows = keys_.size() / dim_;
+    std::vector<uint8_t> codes(keys_.size());
+    std::vector<float> scales(rows);
+    std::uniform_real_distribution<float> exponent(-3.0f, 3.0f);
+    for (size_t r = 0; r < rows; ++r) {
+      std::span<float> row(keys_.data() + r * dim_, dim_);
+      if (std::any_of(row.begin(), row.end(), [](float x) { return std::isnan(x); })) {
+        std::fill_n(codes.begin() + r * dim_, dim_, uint8_t{0x7f});
+        scales[r] = NAN;
+        continue;
+      }
+      const float magnitude = std::exp2(exponent(gen));
+      for (float& x : row) x *= magnitude;
+      const Fp8BlockWeight q = quantize_fp8_blocks(row, 1, dim_, 1, dim_);
+      std::copy(q.data.begin(), q.data.end(), codes.begin() + r * dim_);
+      scales[r] = q.scale_inv[0];
+      dequantize_fp8_blocks(q.data, q.scale_inv, 1, dim_, 1, dim_, row);
+    }
+    codes_d_.emplace(upload(codes));
+    scales_d_.emplace(upload(scales));
+  }
+
   int32_t block_size_, dim_, stride_ = 0;
+  KeyFormat format_;
   std::vector<float> keys_;      // [num_blocks * block_size, dim]
   std::vector<int32_t> tables_;  // [num_seqs, stride_]
-  std::optional<DeviceArray<bf16>> keys_d_;
+  std::optional<DeviceArray<bf16>> keys_d_;      // bf16 keys
+  std::optional<DeviceArray<uint8_t>> codes_d_;  // FP8 keys: [num_blocks * block_size, dim] E4M3
+  std::optional<DeviceArray<float>> scales_d_;   // and [num_blocks * block_size] f32 factors
   std::optional<DeviceArray<int32_t>> tables_d_;
 };
 
@@ -262,10 +403,11 @@ void check_topk(const std::vector<float>& scores, const DeviceArray<float>& scor
 
 // Scores of `batch` on the GPU against the CPU per sequence, then the top-k on those scores.
 void check_scores_and_topk(std::mt19937_64& gen, const Batch& batch, const IndexerShape& shape, int32_t slack = 0) {
-  SCOPED_TRACE(testing::Message() << "heads " << shape.num_heads << " head_dim " << shape.head_dim << " block "
-                                  << shape.block_size << " topk " << shape.topk << " sequences "
-                                  << batch.contexts.size() << " slack " << slack);
-  const IndexKeyCache cache(gen, batch.contexts, shape.block_size, shape.head_dim);
+  SCOPED_TRACE(testing::Message() << (shape.keys == KeyFormat::kFp8 ? "FP8 keys" : "bf16 keys") << " heads "
+                                  << shape.num_heads << " head_dim " << shape.head_dim << " block " << shape.block_size
+                                  << " topk " << shape.topk << " sequences " << batch.contexts.size() << " slack "
+                                  << slack);
+  const IndexKeyCache cache(gen, batch.contexts, shape.block_size, shape.head_dim, shape.keys);
   const std::vector<int32_t> starts = query_starts_of(batch);
   const int32_t num_rows = starts.back(), num_seqs = static_cast<int32_t>(batch.rows.size());
   const int32_t max_context_len = *std::max_element(batch.contexts.begin(), batch.contexts.end()) + slack;
@@ -347,6 +489,114 @@ TEST(DsaIndexScores, AwkwardShapes) {
 TEST(DsaIndexScores, LongContextDecode) {
   auto gen = rng(706);
   check_scores_and_topk(gen, Batch{{131072}, {1}}, IndexerShape{64, 128, 64, 2048});
+}
+
+// FP8 keys: the codes scored on the tensor cores, each dot times its key's factor, against the
+// CPU over the dequantized keys (the same f32 tolerance), and the top-k over those scores.
+TEST(DsaIndexScoresFp8, TinyModelShapes) {
+  auto gen = rng(711);
+  for (int32_t block_size : {1, 16, 64}) {
+    const IndexerShape shape{4, 16, block_size, 8, KeyFormat::kFp8};
+    check_scores_and_topk(gen, Batch{{40}, {40}}, shape);
+    check_scores_and_topk(gen, Batch{{40, 17, 3, 1, 9, 60}, {1, 5, 3, 1, 0, 23}}, shape, 5);
+  }
+}
+
+TEST(DsaIndexScoresFp8, DeepSeekV32Shapes) {
+  auto gen = rng(712);
+  const IndexerShape shape{64, 128, 64, 2048, KeyFormat::kFp8};
+  check_scores_and_topk(gen, Batch{{100, 2048, 2049, 9000, 50}, {100, 1, 33, 20, 0}}, shape);
+  check_scores_and_topk(gen, Batch{{2049, 2050, 4100}, {200, 2, 37}}, shape, 130);
+  check_scores_and_topk(gen, Batch{{131072}, {1}}, shape);
+}
+
+// Padded shapes: head_dim 48 (padded to 64) of 5 heads (padded to 16) at block size 1, head_dim 80
+// (padded to 128) of 20 heads.
+TEST(DsaIndexScoresFp8, AwkwardShapes) {
+  auto gen = rng(713);
+  check_scores_and_topk(gen, Batch{{300, 129, 77}, {37, 129, 1}}, IndexerShape{5, 48, 1, 64, KeyFormat::kFp8});
+  check_scores_and_topk(gen, Batch{{300, 129}, {17, 100}}, IndexerShape{20, 80, 16, 100, KeyFormat::kFp8}, 1);
+}
+
+// Under DCP a rank's FP8 cache holds only its tokens (kernels/dcp_layout.h): the row at global
+// position p scores local keys 0 .. local_count(p + 1) - 1, -inf after, each score the CPU's over
+// that dequantized local key, and the top-k (local indices) is the CPU's selection over the row.
+TEST(DsaIndexScoresFp8, DcpRanksScoreTheirLocalKeys) {
+  auto gen = rng(714);
+  const int32_t heads = 16, dim = 64, context = 700, rows = 9, topk = 40;
+  for (const DcpLayout group : {DcpLayout{.size = 2, .interleave = 1}, DcpLayout{.size = 4, .interleave = 2}}) {
+    for (int rank = 0; rank < group.size; ++rank) {
+      const DcpLayout d{.size = group.size, .rank = rank, .interleave = group.interleave};
+      SCOPED_TRACE(testing::Message() << "DCP size " << d.size << " rank " << d.rank << " interleave " << d.interleave);
+      const int32_t local_block = 4 * d.interleave;  // the engine's block of 4 * interleave * size tokens
+      const IndexKeyCache cache(gen, {static_cast<int32_t>(d.local_count(context))}, local_block, dim, KeyFormat::kFp8);
+      const std::vector<float> q = random_bf16_values(gen, static_cast<size_t>(rows) * heads * dim);
+      std::vector<float> weights = random_floats(gen, static_cast<size_t>(rows) * heads);
+      const gpu::DsaIndexerParams params{.num_heads = heads, .head_dim = dim, .topk = topk, .scale = 0.125f,
+                                         .weight_scale = 0.25f, .dcp = d};
+      DeviceArray<float> scores_d(static_cast<size_t>(rows) * context);
+      const DeviceArray<bf16> q_d = upload_bf16(q);
+      const DeviceArray<float> weights_d = upload(weights);
+      const DeviceArray<int32_t> starts_d = upload(std::vector<int32_t>{0, rows});
+      const DeviceArray<int32_t> contexts_d = upload(std::vector<int32_t>{context});
+      gpu::dsa_index_scores(scores_d.data(), context, q_d.data(), weights_d.data(), cache.view(), starts_d.data(),
+                            contexts_d.data(), 1, rows, context, params, nullptr);
+      DeviceArray<int32_t> kept_d(static_cast<size_t>(rows) * topk);
+      const size_t workspace_bytes = gpu::dsa_topk_workspace_bytes(rows, context, topk);
+      DeviceArray<uint8_t> workspace(std::max<size_t>(workspace_bytes, 1));
+      gpu::dsa_select_topk(kept_d.data(), scores_d.data(), context, starts_d.data(), contexts_d.data(), 1, rows,
+                           context, topk, workspace.data(), workspace_bytes, nullptr, d);
+      const std::vector<float> scores = scores_d.download();
+      const std::vector<int32_t> kept = kept_d.download();
+
+      for (float& w : weights) w *= params.weight_scale;
+      std::vector<float> got, want;
+      for (int32_t t = 0; t < rows; ++t) {
+        const int64_t visible = d.local_count(context - rows + t + 1);
+        const float* row = scores.data() + static_cast<size_t>(t) * context;
+        // The CPU twin on the local keys alone: one query at local position visible - 1.
+        const cpu::DsaIndexerShape shape{1, visible - 1, heads, dim, topk, params.scale};
+        std::vector<float> ref(static_cast<size_t>(visible));
+        cpu::paged_dsa_index_scores(ref.data(), q.data() + static_cast<size_t>(t) * heads * dim,
+                                    weights.data() + static_cast<size_t>(t) * heads, cache.keys(), cache.table(0),
+                                    local_block, shape);
+        got.insert(got.end(), row, row + visible);
+        want.insert(want.end(), ref.begin(), ref.end());
+        for (int64_t k = visible; k < context; ++k) {
+          ASSERT_EQ(row[k], -INFINITY) << "row " << t << " column " << k << " is past its " << visible << " keys";
+        }
+        std::vector<int32_t> ref_kept(topk);
+        cpu::dsa_select_topk(ref_kept.data(), row, shape);
+        const auto got_kept = kept.begin() + static_cast<int64_t>(t) * topk;
+        const auto [g, w] = std::mismatch(got_kept, got_kept + topk, ref_kept.begin());
+        ASSERT_TRUE(g == got_kept + topk) << "row " << t << ": entry " << (g - got_kept) << " is " << *g
+                                          << ", the CPU keeps " << *w;
+      }
+      EXPECT_LT(relative_error(got, want), kScoreTolerance);
+    }
+  }
+}
+
+// What the scores refuse for FP8 keys, in the words the caller reads.
+TEST(DsaIndexScoresFp8, RejectsBadKeyViews) {
+  const DeviceArray<uint8_t> codes(64 * 32);
+  const DeviceArray<float> scales(64), scores(64), weights(4);
+  const DeviceArray<bf16> q(4 * 32);
+  const DeviceArray<int32_t> table = upload(std::vector<int32_t>{0}), starts = upload(std::vector<int32_t>{0, 1}),
+                             contexts = upload(std::vector<int32_t>{1});
+  auto scores_with = [&](int32_t dim, const float* factors) {
+    gpu::PagedIndexKeyView view{nullptr, table.data(), 1, 64, dim};
+    view.codes = codes.data();
+    view.scales = factors;
+    const gpu::DsaIndexerParams params{.num_heads = 4, .head_dim = dim, .topk = 8};
+    return error_of([&] {
+      gpu::dsa_index_scores(scores.data(), 64, q.data(), weights.data(), view, starts.data(), contexts.data(), 1, 1,
+                            1, params, nullptr);
+    });
+  };
+  EXPECT_NE(scores_with(24, scales.data()).find("head_dim a multiple of 16"), std::string::npos);
+  EXPECT_NE(scores_with(32, nullptr).find("need their factors (scales)"), std::string::npos);
+  EXPECT_EQ(scores_with(32, scales.data()), "");
 }
 
 // Top-k alone on scores full of ties (few distinct values, +0 and -0 among them, whole rows of

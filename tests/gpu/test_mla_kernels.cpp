@@ -20,6 +20,7 @@
 #include "tachyon/kernels/cuda/mla_attention.h"
 #include "tachyon/kernels/mla_attention.h"
 #include "tachyon/kernels/sparse_mla_attention.h"
+#include "tachyon/tensor/fp8.h"
 
 namespace tachyon::gpu_test {
 namespace {
@@ -32,12 +33,14 @@ struct LatentShape {
   int32_t rank = 512;
   int32_t rope = 64;
   int32_t block_size = 16;
+  bool fp8 = false;  // the FP8 cache (--kv-cache-dtype fp8): codes, factors and bf16 k_pe planes
   int32_t width() const { return rank + rope; }
   float scale() const { return 1.0f / std::sqrt(static_cast<float>(rank + rope)); }
 };
 
 std::ostream& operator<<(std::ostream& os, const LatentShape& s) {
-  return os << "heads " << s.num_heads << " rank " << s.rank << " rope " << s.rope << " block " << s.block_size;
+  return os << "heads " << s.num_heads << " rank " << s.rank << " rope " << s.rope << " block " << s.block_size
+            << (s.fp8 ? " fp8" : "");
 }
 
 // Latent rows of several sequences in one paged cache, host f32 (for the reference) and device bf16.
@@ -77,13 +80,23 @@ class LatentCache {
         }
       }
     }
-    cache_d_.emplace(upload_bf16(cache_));
+    if (shape.fp8) {
+      store_fp8(static_cast<size_t>(num_blocks) * bs);
+    } else {
+      cache_d_.emplace(upload_bf16(cache_));
+    }
     tables_d_.emplace(upload(tables_));
   }
 
   gpu::PagedLatentView view() const {
-    return gpu::PagedLatentView{cache_d_->data(), tables_d_->data(), stride_, shape_.block_size, shape_.rank,
-                                shape_.rope};
+    gpu::PagedLatentView view{shape_.fp8 ? nullptr : cache_d_->data(), tables_d_->data(), stride_, shape_.block_size,
+                              shape_.rank, shape_.rope};
+    if (shape_.fp8) {
+      view.codes = codes_d_->data();
+      view.scales = scales_d_->data();
+      view.rope = rope_d_->data();
+    }
+    return view;
   }
 
   // out: [n, heads, rank]; q: [n, heads, rank + rope]: sequence s's last n positions of ctx.
@@ -103,11 +116,44 @@ class LatentCache {
     return cpu::MlaAttentionShape{n, ctx - n, shape_.num_heads, shape_.rank, shape_.rope, shape_.scale()};
   }
 
+  // The FP8 cache of `slots` rows: each c_kv quantized per 128 values as the CPU reference's FP8
+  // cache does, k_pe kept; cache_ then holds the dequantized values the reference attends. Rows
+  // of NaN (owned slots past a sequence's end) become NaN codes, factors and k_pe, and the
+  // factors' padding is NaN too: none of it may reach the math.
+  void store_fp8(size_t slots) {
+    const size_t row = shape_.width(), rank = static_cast<size_t>(shape_.rank), rope = static_cast<size_t>(shape_.rope);
+    const size_t stride = static_cast<size_t>(gpu::fp8_latent_scale_stride(shape_.rank));
+    std::vector<uint8_t> codes(slots * rank, 0x7F);  // 0x7F: E4M3 NaN
+    std::vector<float> scales(slots * stride, NAN), k_pe(slots * rope);
+    for (size_t slot = 0; slot < slots; ++slot) {
+      float* values = cache_.data() + slot * row;
+      std::copy(values + rank, values + row, k_pe.begin() + slot * rope);
+      if (std::isnan(values[0])) continue;
+      // Groups of one row at 0.5x, 1x and 2x: a factor read from the wrong group shows.
+      for (size_t i = 0; i < rank; ++i) {
+        values[i] *= std::ldexp(1.0f, static_cast<int>((slot * 7 + i / gpu::kFp8LatentGroup * 3) % 3) - 1);
+      }
+      const Fp8BlockWeight q =
+          quantize_fp8_blocks(std::span<const float>(values, rank), 1, shape_.rank, 1, gpu::kFp8LatentGroup);
+      for (size_t i = 0; i < rank; ++i) {
+        codes[slot * rank + i] = q.data[i];
+        values[i] = fp8_e4m3_to_f32(q.data[i]) * q.scale_inv[i / gpu::kFp8LatentGroup];
+      }
+      std::copy(q.scale_inv.begin(), q.scale_inv.end(), scales.begin() + slot * stride);
+    }
+    codes_d_.emplace(upload(codes));
+    scales_d_.emplace(upload(scales));
+    rope_d_.emplace(upload_bf16(k_pe));
+  }
+
   LatentShape shape_;
   int32_t stride_ = 0;
   std::vector<float> cache_;     // [num_blocks, block_size, rank + rope]
   std::vector<int32_t> tables_;  // [num_seqs, stride_]
   std::optional<DeviceArray<bf16>> cache_d_;
+  std::optional<DeviceArray<uint8_t>> codes_d_;
+  std::optional<DeviceArray<float>> scales_d_;
+  std::optional<DeviceArray<bf16>> rope_d_;
   std::optional<DeviceArray<int32_t>> tables_d_;
 };
 
@@ -394,6 +440,29 @@ TEST(SparseMlaAttention, StrictSubsetsWithPadding) {
       const std::vector<float> q = random_queries(gen, batch, shape);
       const std::vector<int32_t> kept = make_kept(gen, batch, kept_width, false);
       check_sparse(cache, batch, q, kept, kept_width, shape);
+    }
+  }
+}
+
+// The FP8 cache (LatentShape::fp8): the three kernels over the codes, factors and k_pe planes
+// against the CPU on the dequantized rows. The kernels round code * factor to bf16 once, so they
+// are held to the bf16 tolerance. DeepSeek's rank at 16, 128 and 40 heads and the tiny ranks;
+// decode with splits and a padding row, chunked prefill, sparse lists with -1 padding.
+TEST(MlaFp8Cache, DecodePrefillAndSparseMatchTheReferenceOnTheDequantizedRows) {
+  auto gen = rng(601);
+  const LatentShape shapes[] = {{16, 512, 64, 16, true}, {128, 512, 64, 64, true}, {40, 512, 64, 1, true},
+                                {4, 16, 8, 1, true},     {16, 64, 8, 16, true}};
+  const std::vector<PrefillSeq> sparse_seqs = {{0, 5}, {37, 64}, {500, 30}, {2000, 1}, {10, 0}};
+  for (const LatentShape& shape : shapes) {
+    check_decode(gen, {1, 17, 65, 1000, 0, 5000}, shape);
+    check_decode(gen, {4096}, shape);
+    check_prefill(gen, kSmallPrefillBatch, shape);
+    const PrefillBatch batch = batch_of(sparse_seqs);
+    const LatentCache cache(gen, batch.contexts, shape);
+    const std::vector<float> q = random_queries(gen, batch, shape);
+    for (int32_t kept_width : {64, 150}) {
+      SCOPED_TRACE(testing::Message() << shape << " kept_width " << kept_width);
+      check_sparse(cache, batch, q, make_kept(gen, batch, kept_width, false), kept_width, shape);
     }
   }
 }

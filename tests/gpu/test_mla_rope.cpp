@@ -10,14 +10,17 @@
 // part stay poisoned. Run on the GPU machine: build/tests/gpu_mla_rope (TACHYON_TEST_SEED
 // replays a run).
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "tachyon/kernels/cuda/mla_attention.h"
 #include "tachyon/kernels/cuda/mla_rope.h"
 #include "tachyon/model/mla.h"
 #include "tachyon/model/rope.h"
+#include "tachyon/tensor/fp8.h"
 
 namespace tachyon::gpu_test {
 namespace {
@@ -85,6 +88,60 @@ model::LayerWeights selection_weights(const model::ModelConfig& c, std::mt19937_
   return w;
 }
 
+// The FP8 cache's store (mla_store_latent_fp8, run by `store` into poisoned planes) of the rows
+// whose bf16 store gave `bf16_cache`: each token's c_kv against the CPU latent put through the
+// FP8 round trip the CPU cache applies (tensor/fp8.h, per 128 values); its factors amax / 448 of
+// the CPU's groups; k_pe bit-identical to the bf16 store's; slots no token maps to untouched.
+// The GPU quantizes its f32 values and the CPU its own, a bf16 ulp apart at most, so a value next
+// to an E4M3 rounding boundary can land one step (2^-4 .. 2^-3) away: most codes must agree
+// exactly and the row to kFp8Tolerance; a wrong group, factor or layout is O(1).
+constexpr double kFp8Tolerance = 4e-2;
+
+template <typename Store>
+void check_fp8_store(const MlaShape& s, const std::vector<float>& want_latent, const std::vector<bf16>& bf16_cache,
+                     const std::vector<int64_t>& token_of_slot, Store store) {
+  const int64_t num_slots = static_cast<int64_t>(token_of_slot.size()), width = s.rank + s.rope;
+  const int32_t stride = gpu::fp8_latent_scale_stride(s.rank), groups = (s.rank + 127) / 128;
+  DeviceArray<uint8_t> codes_d(num_slots * s.rank);
+  DeviceArray<float> scales_d(num_slots * stride);
+  DeviceArray<bf16> rope_d(num_slots * s.rope);
+  store(codes_d.data(), scales_d.data(), rope_d.data());
+  const std::vector<uint8_t> codes = codes_d.download();
+  const std::vector<float> scales = scales_d.download();
+  const std::vector<bf16> rope = rope_d.download();
+  int64_t untouched_changed = 0, rope_differs = 0, codes_differ = 0, code_count = 0;
+  for (int64_t slot = 0; slot < num_slots; ++slot) {
+    const int64_t t = token_of_slot[slot];
+    if (t < 0) {
+      for (int64_t i = 0; i < s.rank; ++i) untouched_changed += codes[slot * s.rank + i] != 0xFF;
+      for (int32_t g = 0; g < stride; ++g) untouched_changed += !std::isnan(scales[slot * stride + g]);
+      for (int64_t i = 0; i < s.rope; ++i) untouched_changed += bits_of(rope[slot * s.rope + i]) != 0xFFFF;
+      continue;
+    }
+    std::vector<float> want = slice(want_latent, t * width, s.rank);
+    std::vector<float> got(static_cast<size_t>(s.rank));
+    for (int32_t g = 0; g < groups; ++g) {
+      float amax = 0.0f;
+      for (int64_t i = g * 128; i < std::min<int64_t>(s.rank, (g + 1) * 128); ++i) amax = std::max(amax, std::fabs(want[i]));
+      const float factor = scales[slot * stride + g];
+      EXPECT_NEAR(factor, amax / kFp8E4m3Max, 1e-2 * amax / kFp8E4m3Max) << "factor of group " << g << ", token " << t;
+    }
+    fp8_block_round_trip(want, 1, s.rank, 1, 128);
+    for (int64_t i = 0; i < s.rank; ++i) {
+      got[i] = fp8_e4m3_to_f32(codes[slot * s.rank + i]) * scales[slot * stride + i / 128];
+      codes_differ += got[i] != want[i];
+      ++code_count;
+    }
+    EXPECT_LT(relative_error(got, want), kFp8Tolerance) << "c_kv of token " << t;
+    for (int64_t i = 0; i < s.rope; ++i) {
+      rope_differs += bits_of(rope[slot * s.rope + i]) != bits_of(bf16_cache[slot * width + s.rank + i]);
+    }
+  }
+  EXPECT_EQ(untouched_changed, 0) << "FP8 planes written in slots no token maps to";
+  EXPECT_EQ(rope_differs, 0) << "k_pe of the FP8 store differs from the bf16 store's";
+  EXPECT_LE(codes_differ * 10, code_count) << codes_differ << " of " << code_count << " c_kv values a step from the CPU's";
+}
+
 void check_mla_rope(const MlaShape& s, const model::ModelConfig& c, const model::LayerWeights& w, int64_t tokens,
                     std::mt19937_64& gen) {
   const int64_t latent_width = s.rank + s.rope, qk = s.nope + s.rope, q_width = s.heads * qk;
@@ -148,6 +205,11 @@ void check_mla_rope(const MlaShape& s, const model::ModelConfig& c, const model:
         << "k_pe of token " << t << " at " << positions[t];
   }
   EXPECT_EQ(untouched_changed, 0) << "elements written in cache rows no token maps to";
+  check_fp8_store(s, want.latent, cache_bits, token_of_slot, [&](uint8_t* codes, float* scales, bf16* rope) {
+    gpu::mla_store_latent_fp8(codes, scales, rope, kv_a_d.data(), norm_d.data(), model::kMlaLatentNormEps,
+                              inv_freq_d.data(), attention_scaling, c.rope_interleave, positions_d.data(),
+                              slots_d.data(), tokens, s.rank, s.rope, nullptr);
+  });
 
   // Queries: the rope part is the CPU's rotated q_pe; the nope part keeps its poison.
   const std::vector<bf16> q_bits = q_absorbed.download();
@@ -197,6 +259,9 @@ TEST(MlaRope, EmptyInputsLaunchNothingAndBadShapesThrow) {
   EXPECT_THROW(gpu::mla_store_latent(nullptr, nullptr, nullptr, 1e-6f, nullptr, 1.0f, true, nullptr, nullptr, 1, 2048,
                                      64, nullptr),
                Error);  // rank over 1024
+  EXPECT_THROW(gpu::mla_store_latent_fp8(nullptr, nullptr, nullptr, nullptr, nullptr, 1e-6f, nullptr, 1.0f, true, nullptr,
+                                         nullptr, 1, 8, 8, nullptr),
+               Error);  // FP8 codes of a rank not a multiple of 16
   EXPECT_THROW(gpu::mla_rope_queries(nullptr, nullptr, nullptr, 1.0f, true, nullptr, 1, 16, 128, 512, 63, nullptr),
                Error);  // odd rope_dim
 }

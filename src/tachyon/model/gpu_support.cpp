@@ -46,7 +46,9 @@ std::string gpu_decoder_unsupported(const ModelConfig& c) {
 }
 
 std::string fp8_kv_cache_gpu_unsupported(const ModelConfig& config, bool tensor_parallel) {
-  if (config.is_mla()) return "the latent (MLA) cache in FP8 runs on --device cpu only for now";
+  if (config.is_mla() && (config.kv_lora_rank % 16 != 0 || (config.has_sparse_attention() && config.index_head_dim % 16 != 0))) {
+    return "the GPU's FP8 latent (MLA) cache takes kv_lora_rank and index_head_dim multiples of 16";
+  }
   if (tensor_parallel) return "an FP8 KV cache over tensor-parallel GPUs is not verified by any test yet";
   return "";
 }

@@ -2,8 +2,10 @@
 // top-k selection is dsa_topk.cu). Test: tests/gpu/test_dsa_kernels.cpp.
 //
 // Key store: one warp per token, the row staged in shared memory (LayerNorm needs the whole row
-// before it writes, and the rope pairs dim i with i + rope_dim / 2). Query rope: one block per
-// token, its cos/sin table computed once in shared memory, then every head's pairs.
+// before it writes, and the rope pairs dim i with i + rope_dim / 2). The FP8 store is the same
+// kernel with another write: the warp's amax of the f32 row, then 4 codes a lane (fp8_kv.cuh).
+// Query rope: one block per token, its cos/sin table computed once in shared memory, then every
+// head's pairs.
 //
 // Scores: the work is q . k for every (row, head, key): at 128K context one decode row is
 // 64 heads x 128 dims x 128K keys = 1 GMAC, compute-bound on f32 cores, so the dots run on the
@@ -17,6 +19,10 @@
 // Groups of rows: sequence s owns groups [qs[s] / G + s, qs[s+1] / G + s] (the G-aligned windows
 // of global rows its rows touch, one spare), so a block finds its sequence by binary search and
 // the grid bound num_query_tokens / G + num_seqs is host-known.
+// FP8 keys (a template flag, so the bf16 kernel is unchanged): the tile holds the codes as bf16
+// and the dots are q . code, multiplied by the key's factor before the scale. The factors are
+// read from shared memory where they are used, not kept in registers: at head_dim 128 the bf16
+// kernel sits at ptxas's 128-register target, and four more live registers spilled.
 #include "tachyon/kernels/cuda/dsa_indexer.h"
 
 #include <algorithm>
@@ -24,6 +30,7 @@
 #include <cmath>
 
 #include "tachyon/kernels/cuda/attention_common.cuh"
+#include "tachyon/kernels/cuda/fp8_kv.cuh"
 
 namespace tachyon::kernels::cuda {
 namespace {
@@ -63,20 +70,23 @@ __device__ __forceinline__ void rope_cos_sin(float position, float inv_freq, flo
   s = __fmul_rn(s, scaling);
 }
 
-// grid: ceil(num_tokens / kStoreWarps) blocks of kStoreWarps warps, one token per warp.
-__global__ void __launch_bounds__(32 * kStoreWarps)
-    store_index_keys_kernel(bf16* __restrict__ cache, const bf16* __restrict__ k_raw, const bf16* __restrict__ weight,
-                            const bf16* __restrict__ bias, const float* __restrict__ inv_freq, float scaling,
-                            const int32_t* __restrict__ positions, const int32_t* __restrict__ slots,
-                            int64_t num_tokens, int head_dim, int rope_dim) {
-  __shared__ float s_rows[kStoreWarps][kMaxStoreDim];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t token = static_cast<int64_t>(blockIdx.x) * kStoreWarps + warp;
-  if (token >= num_tokens) return;  // warp-uniform; the block never synchronizes
-  const int64_t slot = slots[token];
-  if (slot < 0) return;
-  float* row = s_rows[warp];
-  const bf16* src = k_raw + token * head_dim;
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Where the key store writes: bf16 rows (cache), or with kFp8 E4M3 codes and one factor per key.
+struct IndexKeyRowsOut {
+  bf16* cache = nullptr;     // [num_slots, head_dim] bf16
+  uint8_t* codes = nullptr;  // [num_slots, head_dim] E4M3
+  float* scales = nullptr;   // [num_slots] f32
+};
+
+// row: [head_dim] f32 in this warp's shared memory, the raw key in, rope(LayerNorm(key)) out.
+__device__ void layer_norm_rope_row(float* row, const bf16* __restrict__ src, const bf16* __restrict__ weight,
+                                    const bf16* __restrict__ bias, const float* __restrict__ inv_freq, float scaling,
+                                    float position, int head_dim, int rope_dim, int lane) {
   float sum = 0.0f;
   for (int d = lane; d < head_dim; d += 32) {
     row[d] = __bfloat162float(src[d]);
@@ -96,15 +106,43 @@ __global__ void __launch_bounds__(32 * kStoreWarps)
   }
   __syncwarp();
   const int half = rope_dim / 2;
-  const float position = static_cast<float>(positions[token]);
   for (int i = lane; i < half; i += 32) {
     float c, s;
     rope_cos_sin(position, inv_freq[i], scaling, c, s);
     rotate_pair(row[i], row[i + half], c, s);
   }
   __syncwarp();
-  bf16* dst = cache + slot * head_dim;
-  for (int d = lane; d < head_dim; d += 32) dst[d] = __float2bfloat16_rn(row[d]);
+}
+
+// grid: ceil(num_tokens / kStoreWarps) blocks of kStoreWarps warps, one token per warp.
+template <bool kFp8>
+__global__ void __launch_bounds__(32 * kStoreWarps)
+    store_index_keys_kernel(const IndexKeyRowsOut out, const bf16* __restrict__ k_raw, const bf16* __restrict__ weight,
+                            const bf16* __restrict__ bias, const float* __restrict__ inv_freq, float scaling,
+                            const int32_t* __restrict__ positions, const int32_t* __restrict__ slots,
+                            int64_t num_tokens, int head_dim, int rope_dim) {
+  __shared__ float s_rows[kStoreWarps][kMaxStoreDim];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t token = static_cast<int64_t>(blockIdx.x) * kStoreWarps + warp;
+  if (token >= num_tokens) return;  // warp-uniform; the block never synchronizes
+  const int64_t slot = slots[token];
+  if (slot < 0) return;
+  float* row = s_rows[warp];
+  layer_norm_rope_row(row, k_raw + token * head_dim, weight, bias, inv_freq, scaling,
+                      static_cast<float>(positions[token]), head_dim, rope_dim, lane);
+  if constexpr (kFp8) {  // the f32 key is quantized, as the CPU quantizes its f32 key
+    float amax = 0.0f;
+    for (int d = lane; d < head_dim; d += 32) amax = fmaxf(amax, fabsf(row[d]));
+    const float factor = fp8_kv_factor(warp_max(amax));
+    uint8_t* dst = out.codes + slot * head_dim;
+    for (int d = 4 * lane; d < head_dim; d += 4 * 32) {
+      *reinterpret_cast<uint32_t*>(dst + d) = fp8_encode4(row + d, factor);
+    }
+    if (lane == 0) out.scales[slot] = factor;
+  } else {
+    bf16* dst = out.cache + slot * head_dim;
+    for (int d = lane; d < head_dim; d += 32) dst[d] = __float2bfloat16_rn(row[d]);
+  }
 }
 
 // grid: num_tokens blocks of kRopeThreads.
@@ -162,16 +200,76 @@ __device__ __forceinline__ int last_visible_key(const DcpLayout& dcp, int p) {
 
 // Shared memory of the kernel for padded head_dim kDimP: the key tile, two q buffers (rows of
 // kDimP + 8 bf16: the 16-byte pad puts the 8 rows an ldmatrix reads in 8 bank groups), two
-// weight vectors and the output staging row.
-template <int kDimP>
+// weight vectors, the output staging row and, for FP8 keys, the tile's factors.
+template <int kDimP, bool kFp8>
 size_t scores_smem_bytes(int heads_padded) {
   const size_t row_bytes = (kDimP + 8) * sizeof(bf16);
   return (kKeyTile + 2 * static_cast<size_t>(heads_padded)) * row_bytes +
-         (2 * static_cast<size_t>(heads_padded) + kKeyTile) * sizeof(float);
+         (2 * static_cast<size_t>(heads_padded) + kKeyTile + (kFp8 ? kKeyTile : 0)) * sizeof(float);
+}
+
+// The cache row (block * block_size + offset) of a sequence's key column j.
+__device__ __forceinline__ int64_t key_row(const int32_t* table, int block_size, int j) {
+  return static_cast<int64_t>(table[j / block_size]) * block_size + j % block_size;
+}
+
+// The bf16 key tile s_k [kKeyTile][kDimP + 8] of columns key0.. by cp.async (the caller commits
+// and waits); keys past last_hi and dims past head_dim are zero-filled, never read.
+template <int kDimP>
+__device__ __forceinline__ void load_key_tile_bf16(bf16* s_k, const PagedIndexKeyView& keys, const int32_t* table,
+                                                   int key0, int last_hi) {
+  constexpr int kStride = kDimP + 8;
+  constexpr int kChunks = kDimP / 8;  // 16-byte chunks per row
+  for (int idx = threadIdx.x; idx < kKeyTile * kChunks; idx += kScoreThreads) {
+    const int key = idx / kChunks, chunk = idx % kChunks;
+    const int j = key0 + key;
+    const bool valid = j <= last_hi && chunk * 8 < keys.head_dim;
+    const bf16* src = keys.cache;
+    if (valid) src += key_row(table, keys.block_size, j) * keys.head_dim + chunk * 8;
+    cp_async_16(smem_u32(s_k + key * kStride + chunk * 8), src, valid);
+  }
+}
+
+// The FP8 key tile: the codes into s_k as bf16 (exact: every E4M3 value is a bf16, so the tensor
+// cores see the codes themselves) and each key's factor into s_factor [kKeyTile] (0 past last_hi).
+// Plain loads, not cp.async: the codes are read once per CTA and must pass through registers to
+// be converted anyway, where cp.async would need a second staging area and a second pass over
+// shared memory. Every load of the thread is issued before the first conversion, and the caller
+// has the first q row's cp.async in flight already, so the reads overlap.
+template <int kDimP>
+__device__ __forceinline__ void load_key_tile_fp8(bf16* s_k, float* s_factor, const PagedIndexKeyView& keys,
+                                                  const int32_t* table, int key0, int last_hi) {
+  constexpr int kStride = kDimP + 8;
+  constexpr int kUnits = kDimP / 16;  // 16 codes a unit: one 16-byte load, two bf16 chunks
+  static_assert(kKeyTile * kUnits % kScoreThreads == 0);
+  constexpr int kLoads = kKeyTile * kUnits / kScoreThreads;
+  uint4 bits[kLoads];
+#pragma unroll
+  for (int i = 0; i < kLoads; ++i) {
+    const int idx = static_cast<int>(threadIdx.x) + i * kScoreThreads;
+    const int j = key0 + idx / kUnits, unit = idx % kUnits;
+    bits[i] = make_uint4(0, 0, 0, 0);  // zeros past last_hi and head_dim (head_dim % 16 == 0)
+    if (j <= last_hi && unit * 16 < keys.head_dim) {
+      bits[i] = *reinterpret_cast<const uint4*>(keys.codes + key_row(table, keys.block_size, j) * keys.head_dim +
+                                                unit * 16);
+    }
+  }
+  for (int key = threadIdx.x; key < kKeyTile; key += kScoreThreads) {
+    const int j = key0 + key;
+    s_factor[key] = j <= last_hi ? keys.scales[key_row(table, keys.block_size, j)] : 0.0f;
+  }
+#pragma unroll
+  for (int i = 0; i < kLoads; ++i) {
+    const int idx = static_cast<int>(threadIdx.x) + i * kScoreThreads;
+    uint4* dst = reinterpret_cast<uint4*>(s_k + (idx / kUnits) * kStride + (idx % kUnits) * 16);
+    dst[0] = fp8x8_to_bf16x8(make_uint2(bits[i].x, bits[i].y), 1.0f);
+    dst[1] = fp8x8_to_bf16x8(make_uint2(bits[i].z, bits[i].w), 1.0f);
+  }
 }
 
 // grid (num_query_tokens / kRowsPerGroup + num_seqs, ceil(max_context_len / kKeyTile)), kScoreThreads.
-template <int kDimP>
+// kFp8: the keys are a.keys.codes and .scales (load_key_tile_fp8), else a.keys.cache.
+template <int kDimP, bool kFp8>
 __global__ void __launch_bounds__(kScoreThreads) dsa_scores_kernel(const ScoresArgs a) {
   constexpr int kStride = kDimP + 8;  // bf16 per shared row
   constexpr int kChunks = kDimP / 8;  // 16-byte chunks per row
@@ -182,6 +280,7 @@ __global__ void __launch_bounds__(kScoreThreads) dsa_scores_kernel(const ScoresA
   bf16* s_q = s_k + kKeyTile * kStride;           // [2][hp][kStride]
   float* s_w = reinterpret_cast<float*>(s_q + 2 * hp * kStride);  // [2][hp], weight_scale folded in
   float* s_out = s_w + 2 * hp;                    // [kKeyTile]
+  float* s_factor = s_out + kKeyTile;             // [kKeyTile], FP8 keys only
 
   // The block's sequence: the last s whose first group index qs[s] / G + s is <= blockIdx.x.
   const int group = blockIdx.x;
@@ -216,21 +315,8 @@ __global__ void __launch_bounds__(kScoreThreads) dsa_scores_kernel(const ScoresA
   if (r_active >= r1) return;
 
   const int head_dim = a.keys.head_dim;
-  {  // the key tile: keys past p_hi (and dims past head_dim) are zero-filled, never read
-    const int32_t* table = a.keys.block_tables + static_cast<int64_t>(seq) * a.keys.block_table_stride;
-    const int bs = a.keys.block_size;
-    for (int idx = threadIdx.x; idx < kKeyTile * kChunks; idx += kScoreThreads) {
-      const int key = idx / kChunks, chunk = idx % kChunks;
-      const int j = key0 + key;
-      const bool valid = j <= last_hi && chunk * 8 < head_dim;
-      const bf16* src = a.keys.cache;
-      if (valid) {
-        const int64_t row = static_cast<int64_t>(table[j / bs]) * bs + j % bs;
-        src += row * head_dim + chunk * 8;
-      }
-      cp_async_16(smem_u32(s_k + key * kStride + chunk * 8), src, valid);
-    }
-  }
+  const int32_t* table = a.keys.block_tables + static_cast<int64_t>(seq) * a.keys.block_table_stride;
+  if constexpr (!kFp8) load_key_tile_bf16<kDimP>(s_k, a.keys, table, key0, last_hi);  // joins the first row's group
   const auto load_row = [&](int r, int buf) {  // q and weights of row r into buffer buf
     bf16* dst = s_q + buf * hp * kStride;
     const bf16* q_row = a.q + static_cast<int64_t>(r) * a.num_heads * head_dim;
@@ -247,6 +333,7 @@ __global__ void __launch_bounds__(kScoreThreads) dsa_scores_kernel(const ScoresA
   };
   load_row(r_active, 0);
   cp_async_commit();
+  if constexpr (kFp8) load_key_tile_fp8<kDimP>(s_k, s_factor, a.keys, table, key0, last_hi);
   cp_async_wait<0>();
   __syncthreads();
 
@@ -290,7 +377,9 @@ __global__ void __launch_bounds__(kScoreThreads) dsa_scores_kernel(const ScoresA
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const float w = w_buf[h0 + nt * 8 + c2 + (e & 1)];
-            const float relu = fmaxf(__fmul_rn(acc[mt][nt][e], a.scale), 0.0f);
+            float dot = acc[mt][nt][e];  // q . key, or for FP8 keys q . code, times the key's factor
+            if constexpr (kFp8) dot = __fmul_rn(dot, s_factor[warp * 32 + mt * 16 + (e >> 1) * 8 + g]);
+            const float relu = fmaxf(__fmul_rn(dot, a.scale), 0.0f);
             part[mt][e >> 1] = __fadd_rn(part[mt][e >> 1], __fmul_rn(w, relu));
           }
         }
@@ -315,34 +404,71 @@ __global__ void __launch_bounds__(kScoreThreads) dsa_scores_kernel(const ScoresA
   }
 }
 
-template <int kDimP>
+template <int kDimP, bool kFp8>
 void launch_scores(const ScoresArgs& args, int num_groups, int key_tiles, cudaStream_t stream) {
   static std::atomic<uint64_t> smem_raised{0};
-  const size_t smem = scores_smem_bytes<kDimP>(args.heads_padded);
+  const size_t smem = scores_smem_bytes<kDimP, kFp8>(args.heads_padded);
   // The limit is raised once for the largest head count this build supports.
-  attention_detail::raise_smem_limit_once(dsa_scores_kernel<kDimP>, scores_smem_bytes<kDimP>(kMaxHeads), smem_raised);
-  dsa_scores_kernel<kDimP><<<dim3(num_groups, key_tiles), kScoreThreads, smem, stream>>>(args);
+  attention_detail::raise_smem_limit_once(dsa_scores_kernel<kDimP, kFp8>, scores_smem_bytes<kDimP, kFp8>(kMaxHeads),
+                                          smem_raised);
+  dsa_scores_kernel<kDimP, kFp8><<<dim3(num_groups, key_tiles), kScoreThreads, smem, stream>>>(args);
   TACHYON_CUDA_CHECK_LAUNCH();
 }
 
+// head_dim padded to the next of 16, 32, 64, 128.
+template <bool kFp8>
+void launch_scores_for_dim(const ScoresArgs& args, int num_groups, int key_tiles, cudaStream_t stream) {
+  const int head_dim = args.keys.head_dim;
+  if (head_dim <= 16) {
+    launch_scores<16, kFp8>(args, num_groups, key_tiles, stream);
+  } else if (head_dim <= 32) {
+    launch_scores<32, kFp8>(args, num_groups, key_tiles, stream);
+  } else if (head_dim <= 64) {
+    launch_scores<64, kFp8>(args, num_groups, key_tiles, stream);
+  } else {
+    launch_scores<128, kFp8>(args, num_groups, key_tiles, stream);
+  }
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+template <bool kFp8>
+void launch_store_index_keys(const char* name, const IndexKeyRowsOut& out, const bf16* k_raw, const bf16* norm_weight,
+                             const bf16* norm_bias, const float* inv_freq, float attention_scaling,
+                             const int32_t* positions, const int32_t* slots, int64_t num_tokens, int32_t head_dim,
+                             int32_t rope_dim, cudaStream_t stream) {
+  TACHYON_CHECK(head_dim > 0 && head_dim % 8 == 0 && head_dim <= kMaxStoreDim)
+      << name << ": head_dim " << head_dim << " is not a multiple of 8 up to " << kMaxStoreDim;
+  TACHYON_CHECK(rope_dim >= 0 && rope_dim % 2 == 0 && rope_dim <= head_dim)
+      << name << ": rope_dim " << rope_dim << " for head_dim " << head_dim;
+  TACHYON_CHECK(num_tokens >= 0 && num_tokens <= INT32_MAX) << name << ": num_tokens " << num_tokens;
+  if (num_tokens == 0) return;
+  const auto blocks = static_cast<unsigned>((num_tokens + kStoreWarps - 1) / kStoreWarps);
+  store_index_keys_kernel<kFp8><<<blocks, 32 * kStoreWarps, 0, stream>>>(out, k_raw, norm_weight, norm_bias, inv_freq,
+                                                                          attention_scaling, positions, slots,
+                                                                          num_tokens, head_dim, rope_dim);
+  TACHYON_CUDA_CHECK_LAUNCH();
+}
 
 }  // namespace
 
 void dsa_store_index_keys(bf16* cache, const bf16* k_raw, const bf16* norm_weight, const bf16* norm_bias,
                           const float* inv_freq, float attention_scaling, const int32_t* positions, const int32_t* slots,
                           int64_t num_tokens, int32_t head_dim, int32_t rope_dim, cudaStream_t stream) {
-  TACHYON_CHECK(head_dim > 0 && head_dim % 8 == 0 && head_dim <= kMaxStoreDim)
-      << "dsa_store_index_keys: head_dim " << head_dim << " is not a multiple of 8 up to " << kMaxStoreDim;
-  TACHYON_CHECK(rope_dim >= 0 && rope_dim % 2 == 0 && rope_dim <= head_dim)
-      << "dsa_store_index_keys: rope_dim " << rope_dim << " for head_dim " << head_dim;
-  TACHYON_CHECK(num_tokens >= 0 && num_tokens <= INT32_MAX) << "dsa_store_index_keys: num_tokens " << num_tokens;
-  if (num_tokens == 0) return;
-  const auto blocks = static_cast<unsigned>((num_tokens + kStoreWarps - 1) / kStoreWarps);
-  store_index_keys_kernel<<<blocks, 32 * kStoreWarps, 0, stream>>>(cache, k_raw, norm_weight, norm_bias, inv_freq,
-                                                                    attention_scaling, positions, slots, num_tokens,
-                                                                    head_dim, rope_dim);
-  TACHYON_CUDA_CHECK_LAUNCH();
+  launch_store_index_keys<false>("dsa_store_index_keys", IndexKeyRowsOut{.cache = cache}, k_raw, norm_weight,
+                                 norm_bias, inv_freq, attention_scaling, positions, slots, num_tokens, head_dim,
+                                 rope_dim, stream);
+}
+
+void dsa_store_index_keys_fp8(uint8_t* codes, float* scales, const bf16* k_raw, const bf16* norm_weight,
+                              const bf16* norm_bias, const float* inv_freq, float attention_scaling,
+                              const int32_t* positions, const int32_t* slots, int64_t num_tokens,
+                              int32_t head_dim, int32_t rope_dim, cudaStream_t stream) {
+  TACHYON_CHECK(codes != nullptr && scales != nullptr && reinterpret_cast<uintptr_t>(codes) % 4 == 0)
+      << "dsa_store_index_keys_fp8: the codes (4-byte aligned: written 4 a word) and their factors are both needed";
+  launch_store_index_keys<true>("dsa_store_index_keys_fp8", IndexKeyRowsOut{.codes = codes, .scales = scales}, k_raw,
+                                norm_weight, norm_bias, inv_freq, attention_scaling, positions, slots, num_tokens,
+                                head_dim, rope_dim, stream);
 }
 
 void dsa_rope_index_queries(bf16* q, const float* inv_freq, float attention_scaling, const int32_t* positions,
@@ -372,7 +498,16 @@ void dsa_index_scores(float* scores, int64_t scores_stride, const bf16* q, const
                 scores_stride >= max_context_len)
       << "dsa_index_scores: block_size " << keys.block_size << ", num_seqs " << num_seqs << ", rows "
       << num_query_tokens << ", max_context_len " << max_context_len << ", stride " << scores_stride;
-  TACHYON_CHECK(aligned16(q) && aligned16(keys.cache)) << "dsa_index_scores: q and the key cache must be 16-byte aligned";
+  const bool fp8 = keys.codes != nullptr;
+  if (fp8) {
+    TACHYON_CHECK(keys.scales != nullptr) << "dsa_index_scores: FP8 index keys (codes) need their factors (scales)";
+    TACHYON_CHECK(head_dim % 16 == 0) << "dsa_index_scores: FP8 index keys need head_dim a multiple of 16 (codes are "
+                                         "read 16 a load), not "
+                                      << head_dim;
+  }
+  TACHYON_CHECK(fp8 || keys.cache != nullptr) << "dsa_index_scores: no index keys (cache or codes)";
+  TACHYON_CHECK(aligned16(q) && aligned16(fp8 ? static_cast<const void*>(keys.codes) : keys.cache))
+      << "dsa_index_scores: q and the key cache (bf16 keys or FP8 codes) must be 16-byte aligned";
   if (num_seqs == 0 || num_query_tokens == 0 || max_context_len == 0) return;
   const int key_tiles = (max_context_len + kKeyTile - 1) / kKeyTile;
   TACHYON_CHECK(key_tiles <= 65535) << "dsa_index_scores: max_context_len " << max_context_len << " too long";
@@ -381,14 +516,10 @@ void dsa_index_scores(float* scores, int64_t scores_stride, const bf16* q, const
                         max_context_len, params.num_heads,
                         (params.num_heads + kHeadChunk - 1) / kHeadChunk * kHeadChunk, params.scale,
                         params.weight_scale, params.dcp};
-  if (head_dim <= 16) {
-    launch_scores<16>(args, num_groups, key_tiles, stream);
-  } else if (head_dim <= 32) {
-    launch_scores<32>(args, num_groups, key_tiles, stream);
-  } else if (head_dim <= 64) {
-    launch_scores<64>(args, num_groups, key_tiles, stream);
+  if (fp8) {
+    launch_scores_for_dim<true>(args, num_groups, key_tiles, stream);
   } else {
-    launch_scores<128>(args, num_groups, key_tiles, stream);
+    launch_scores_for_dim<false>(args, num_groups, key_tiles, stream);
   }
 }
 

@@ -9,16 +9,21 @@
 //   accumulates in double), then ((x - mean) * inv_std) * weight + bias, rope a*c - b*s and
 //   b*c + a*s without FMA contraction, as the CPU's loops; cos/sin from accurate sincosf of the
 //   f32 angle (may differ from libm by an ulp). One rounding to bf16 at the end (the CPU keeps f32).
+//   The FP8 store quantizes those f32 values as the CPU quantizes its f32 key (fp8_kv.cuh's codec),
+//   so a code differs from the CPU's only where that ulp crosses a rounding boundary (one E4M3 step).
 // - Scores: per (row, key) sum_h (weights[t,h] * weight_scale) * max(dot * scale, 0), the same
 //   ops as the CPU loop, but the dot products run on the tensor cores (bf16 x bf16 products are
 //   exact, the f32 sum is in another order) and the head sum is in another order, so scores
 //   match to f32 rounding (~1e-6 relative), not bit for bit. -inf past the causal edge, as the CPU.
+//   FP8 keys: the codes go to the tensor cores as bf16 (exact) and each key's dot is multiplied
+//   by its factor before the scale, so the scores are the CPU's over the dequantized keys, again
+//   to f32 rounding.
 // - Selection: exact. It reads the given f32 scores and applies the CPU's rule (highest first,
 //   ties to the earlier position; +0 and -0 compare equal), so for the same scores it returns
 //   the CPU's kept arrays bit for bit. Scores must not be NaN.
 //
 // Every size that shapes a grid is a host argument; nothing reads device memory back, so all
-// four entry points are CUDA-graph capturable with bounds (num_query_tokens, max_context_len).
+// entry points are CUDA-graph capturable with bounds (num_query_tokens, max_context_len).
 // Test: tests/gpu/test_dsa_kernels.cpp.
 #pragma once
 
@@ -35,7 +40,13 @@ struct PagedIndexKeyView {
   const int32_t* block_tables = nullptr;  // [num_seqs, block_table_stride] int32 block ids
   int32_t block_table_stride = 0;
   int32_t block_size = 0;
-  int32_t head_dim = 0;  // index_head_dim: 128 in DeepSeek-V3.2, 16 in the tiny model; multiple of 8, <= 128
+  int32_t head_dim = 0;  // index_head_dim: 128 in DeepSeek-V3.2, 16 in the tiny model; multiple of 8
+                         // (of 16 for FP8 keys), <= 128
+  // --kv-cache-dtype fp8 (cache then null): [num_blocks, block_size, head_dim] E4M3 codes and
+  // [num_blocks, block_size] f32 factors, one per key (amax / 448), as the CPU reference stores them.
+  // Last, so the positional initializers of the bf16 view still compile.
+  const uint8_t* codes = nullptr;
+  const float* scales = nullptr;
 };
 
 // cache: [num_slots, head_dim] bf16 (the paged index-key cache viewed as rows, slot = block *
@@ -48,6 +59,15 @@ struct PagedIndexKeyView {
 void dsa_store_index_keys(bf16* cache, const bf16* k_raw, const bf16* norm_weight, const bf16* norm_bias,
                           const float* inv_freq, float attention_scaling, const int32_t* positions, const int32_t* slots,
                           int64_t num_tokens, int32_t head_dim, int32_t rope_dim, cudaStream_t stream);
+
+// The same key into the FP8 cache (--kv-cache-dtype fp8): codes: [num_slots, head_dim] E4M3 (4-byte
+// aligned), scales: [num_slots] f32. The key's f32 values (never rounded to bf16) are quantized
+// with one factor per key, amax / 448 (1 for an all-zero key), code = RNE(x / factor) saturated
+// at +-448: tensor/fp8.h's fp8_block_round_trip of the row, as the CPU reference stores it.
+void dsa_store_index_keys_fp8(uint8_t* codes, float* scales, const bf16* k_raw, const bf16* norm_weight,
+                              const bf16* norm_bias, const float* inv_freq, float attention_scaling,
+                              const int32_t* positions, const int32_t* slots, int64_t num_tokens,
+                              int32_t head_dim, int32_t rope_dim, cudaStream_t stream);
 
 // q: [num_tokens, num_heads, head_dim] bf16, in place: the same rope on each head's first rope_dim dims.
 void dsa_rope_index_queries(bf16* q, const float* inv_freq, float attention_scaling, const int32_t* positions,
@@ -75,7 +95,9 @@ struct DsaIndexerParams {
 // q: [num_query_tokens, num_heads, head_dim] bf16 (roped); weights: [num_query_tokens, num_heads] f32.
 // query_starts: [num_seqs + 1], context_lens: [num_seqs] int32, context_lens[s] <= max_context_len.
 // Rows past query_starts[num_seqs] (graph padding) are not written. q, the cache and
-// max_context_len <= scores_stride as the shapes say; q and the cache 16-byte aligned.
+// max_context_len <= scores_stride as the shapes say; q and the cache (or the codes) 16-byte aligned.
+// FP8 keys (keys.codes set): key[j] = factor_j * code_j; the factor multiplies the tensor-core
+// dot of q with the codes (exact bf16 products) before the scale, so no key is rounded to bf16.
 void dsa_index_scores(float* scores, int64_t scores_stride, const bf16* q, const float* weights,
                       const PagedIndexKeyView& keys, const int32_t* query_starts, const int32_t* context_lens,
                       int32_t num_seqs, int32_t num_query_tokens, int32_t max_context_len,

@@ -23,6 +23,16 @@
 
 namespace tachyon::kernels::cuda {
 
+// The FP8 latent cache (--kv-cache-dtype fp8), FlashMLA's FP8 row in three planes indexed by slot:
+// c_kv as E4M3 codes with one f32 factor per kFp8LatentGroup values (amax / 448, the CPU
+// reference's runner/paged_attention_backend.h), k_pe kept in bf16. At DeepSeek's 512 + 64 a
+// token takes 512 + 16 + 128 = 656 bytes against 1152. The factors of a token are padded to a
+// multiple of 4 so every plane's rows stay 16-byte aligned.
+constexpr int32_t kFp8LatentGroup = 128;
+TACHYON_HOST_DEVICE constexpr int32_t fp8_latent_scale_stride(int32_t kv_lora_rank) {
+  return ((kv_lora_rank + kFp8LatentGroup - 1) / kFp8LatentGroup + 3) / 4 * 4;
+}
+
 struct PagedLatentView {
   const bf16* cache = nullptr;            // [num_blocks, block_size, kv_lora_rank + rope_dim] bf16 rows [c_kv | k_pe]
   const int32_t* block_tables = nullptr;  // [num_seqs, block_table_stride] int32 block ids
@@ -30,6 +40,11 @@ struct PagedLatentView {
   int32_t block_size = 0;                 // any value >= 1
   int32_t kv_lora_rank = 0;               // multiple of 8, <= 512 (DeepSeek: 512)
   int32_t rope_dim = 0;                   // multiple of 8, <= 64 (DeepSeek: 64)
+  // An FP8 cache instead (cache then null; kv_lora_rank a multiple of 16):
+  const uint8_t* codes = nullptr;         // [num_blocks, block_size, kv_lora_rank] E4M3 codes of c_kv
+  const float* scales = nullptr;          // [num_blocks, block_size, fp8_latent_scale_stride(kv_lora_rank)] f32
+  const bf16* rope = nullptr;             // [num_blocks, block_size, rope_dim] bf16 k_pe
+  bool fp8() const { return codes != nullptr; }
 };
 
 struct MlaAttentionParams {

@@ -23,12 +23,18 @@
 // The next tile streams in during all of this (two stages, three block barriers per tile).
 // Shapes are compile-time only where registers need them: kMTiles (1 or 2), kVDim (64 or 512,
 // the instantiated value width >= kv_lora_rank) and W; the key width is a runtime k-loop.
+// An FP8 cache (kFp8, PagedLatentView::fp8): cp.async brings a tile's raw bytes (codes, k_pe,
+// factors: 656 of them per key at 512 + 64) into one of two raw stages, and at the top of each
+// tile the CTA expands the landed one into a single bf16 stage (code * factor, rounded once to
+// bf16) behind one more barrier; the MMAs then run as for a bf16 cache. The raw stages keep
+// the HBM stream as deep as the bf16 path's two stages, in about the same shared memory.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 
 #include "tachyon/kernels/cuda/attention_common.cuh"
+#include "tachyon/kernels/cuda/fp8_kv.cuh"
 #include "tachyon/kernels/cuda/mla_attention.h"
 
 namespace tachyon::kernels::cuda::mla_detail {
@@ -43,7 +49,7 @@ constexpr int kMaxRope = 64;
 
 enum class MlaMode { kDecode, kPrefill, kSparse };
 
-template <int kMTiles, int kVDim, int kCtaWarps = kWarps>
+template <int kMTiles, int kVDim, int kCtaWarps = kWarps, bool kFp8 = false>
 struct MlaTraits {
   static constexpr int kWarps = kCtaWarps;
   static constexpr int kThreads = 32 * kCtaWarps;
@@ -56,13 +62,22 @@ struct MlaTraits {
   static constexpr int kWarpCols = kVDim / kCtaWarps;     // output columns per warp
   static constexpr int kNTilesO = kWarpCols / 8;
   static constexpr int kStageElems = kBlockN * kRowElems;
+  static constexpr int kStages = kFp8 ? 1 : 2;  // bf16 stages (FP8: the raw stages double-buffer)
+  // FP8: one key's raw bytes in a raw stage: [codes (kVDim) | k_pe (kMaxRope bf16) | 4 factors].
+  static constexpr int kRawRopeOffset = kVDim;
+  static constexpr int kRawScaleOffset = kVDim + 2 * kMaxRope;
+  static constexpr int kRawKeyBytes = kRawScaleOffset + 16;
+  static constexpr int kRawChunks = kRawKeyBytes / 16;
+  static constexpr int kRawStageBytes = kFp8 ? kBlockN * kRawKeyBytes : 0;
   static constexpr size_t kSmemBytes =
-      static_cast<size_t>(kRows * kRowElems + 2 * kStageElems + kRows * kBlockN) * sizeof(bf16) +
-      2 * kCtaWarps * kRows * sizeof(float);
+      static_cast<size_t>(kRows * kRowElems + kStages * kStageElems + kRows * kBlockN) * sizeof(bf16) +
+      2 * kCtaWarps * kRows * sizeof(float) + 2 * static_cast<size_t>(kRawStageBytes);
   static_assert(kCtaWarps == 4 || kCtaWarps == 8, "a warp takes 16 or 8 keys of S");
   static_assert(kRowChunks % 8 == 0, "the swizzle permutes chunks within groups of 8");
   static_assert(kRowChunks % kKeyLanes == 0, "the lanes of a key split its chunks evenly");
   static_assert(kWarpCols % 16 == 0, "ldmatrix.trans reads 16 columns at a time");
+  static_assert(fp8_latent_scale_stride(kVDim) == 4, "a key's factors are one 16-byte chunk");
+  static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an SM has");
 };
 
 // The instantiated value width that holds kv_lora_rank (and then the whole row: rank + rope
@@ -99,6 +114,26 @@ __device__ __forceinline__ int local_keys(const DcpLayout& dcp, int length) {
   return dcp.size == 1 ? length : static_cast<int>(dcp.local_count(length));
 }
 
+// FP8 cache: the raw tile `raw` ([kBlockN][kRawKeyBytes]) into the bf16 stage `stage`, as the
+// bf16 path lays it out: [c_kv = code * factor | k_pe | zeros], swizzled. Keys that do not exist
+// were zero-filled (codes and factors 0), so they expand to zeros like the bf16 path's.
+template <typename T>
+__device__ __forceinline__ void expand_fp8_tile(bf16* stage, const unsigned char* raw, int rank, int width_chunks) {
+  const int code_chunks = rank / 8;  // 8 codes -> one 16-byte bf16 chunk
+  for (int i = threadIdx.x; i < kBlockN * T::kRowChunks; i += T::kThreads) {
+    const int key = i / T::kRowChunks, c = i % T::kRowChunks;
+    const unsigned char* key_raw = raw + key * T::kRawKeyBytes;
+    uint4 chunk = make_uint4(0, 0, 0, 0);
+    if (c < code_chunks) {
+      const float factor = reinterpret_cast<const float*>(key_raw + T::kRawScaleOffset)[c * 8 / kFp8LatentGroup];
+      chunk = fp8x8_to_bf16x8(*reinterpret_cast<const uint2*>(key_raw + c * 8), factor);
+    } else if (c < width_chunks) {
+      chunk = *reinterpret_cast<const uint4*>(key_raw + T::kRawRopeOffset + (c - code_chunks) * 16);
+    }
+    *reinterpret_cast<uint4*>(stage + swizzled<T::kRowElems>(key, c)) = chunk;
+  }
+}
+
 // What one CTA computes: flattened rows [row0, row0 + rows) against key indices
 // [tile_begin * kBlockN, tile_end * kBlockN) of sequence `seq`.
 struct MlaJob {
@@ -115,17 +150,18 @@ struct MlaJob {
   bool partial = false;           // decode, sparse: write part_out / part_lse instead of out
 };
 
-template <MlaMode kMode, int kMTiles, int kVDim, int kCtaWarps = kWarps>
+template <MlaMode kMode, int kMTiles, int kVDim, int kCtaWarps = kWarps, bool kFp8 = false>
 __device__ __forceinline__ void mla_attend(const MlaArgs& a, const MlaJob& job) {
-  using T = MlaTraits<kMTiles, kVDim, kCtaWarps>;
+  using T = MlaTraits<kMTiles, kVDim, kCtaWarps, kFp8>;
   constexpr int kRows = T::kRows, kRowElems = T::kRowElems, kRowChunks = T::kRowChunks;
   constexpr int kWarps = T::kWarps, kThreads = T::kThreads, kWarpKeys = T::kWarpKeys, kNTilesS = T::kNTilesS;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* s_q = reinterpret_cast<bf16*>(smem_raw);           // [kRows][kRowElems] swizzled
-  bf16* s_kv = s_q + kRows * kRowElems;                     // [2][kBlockN][kRowElems] swizzled
-  bf16* s_p = s_kv + 2 * T::kStageElems;                    // [kRows][kBlockN] swizzled probabilities
+  bf16* s_kv = s_q + kRows * kRowElems;                     // [kStages][kBlockN][kRowElems] swizzled
+  bf16* s_p = s_kv + T::kStages * T::kStageElems;           // [kRows][kBlockN] swizzled probabilities
   float* s_max = reinterpret_cast<float*>(s_p + kRows * kBlockN);  // [kWarps][kRows]
   float* s_sum = s_max + kWarps * kRows;                            // [kWarps][kRows]
+  unsigned char* s_raw = reinterpret_cast<unsigned char*>(s_sum + kWarps * kRows);  // FP8: [2][kBlockN][kRawKeyBytes]
 
   const int rank = a.cache.kv_lora_rank;
   const int width = rank + a.cache.rope_dim;
@@ -169,6 +205,29 @@ __device__ __forceinline__ void mla_attend(const MlaArgs& a, const MlaJob& job) 
   // Gathers this thread's part of the tile whose slot is `slot` into `stage`.
   auto issue = [&](int64_t slot, int stage) {
     const bool valid = slot >= 0;
+    if constexpr (kFp8) {  // the raw bytes: codes, then k_pe, then the factors
+      unsigned char* dst = s_raw + stage * T::kRawStageBytes + copy_row * T::kRawKeyBytes;
+      const int code_chunks = rank / 16, rope_chunks = a.cache.rope_dim / 8;
+#pragma unroll
+      for (int j = 0; j < (T::kRawChunks + T::kKeyLanes - 1) / T::kKeyLanes; ++j) {
+        const int c = copy_chunk0 + T::kKeyLanes * j;
+        if (c >= T::kRawChunks) break;
+        const void* src = a.cache.codes;
+        bool chunk_valid = false;
+        if (c < kVDim / 16) {
+          chunk_valid = valid && c < code_chunks;
+          if (chunk_valid) src = a.cache.codes + slot * rank + c * 16;
+        } else if (c < T::kRawScaleOffset / 16) {
+          chunk_valid = valid && c - kVDim / 16 < rope_chunks;
+          if (chunk_valid) src = a.cache.rope + slot * a.cache.rope_dim + (c - kVDim / 16) * 8;
+        } else {
+          chunk_valid = valid;
+          if (chunk_valid) src = a.cache.scales + slot * fp8_latent_scale_stride(rank);
+        }
+        cp_async_16(smem_u32(dst + c * 16), src, chunk_valid);
+      }
+      return;
+    }
     const bf16* src = a.cache.cache + (valid ? slot * width : 0);
     bf16* dst = s_kv + stage * T::kStageElems;
 #pragma unroll
@@ -214,6 +273,11 @@ __device__ __forceinline__ void mla_attend(const MlaArgs& a, const MlaJob& job) 
     if (tile + 1 < job.tile_end) issue(next_slot, stage ^ 1);
     cp_async_commit();
     const bf16* s_tile = s_kv + stage * T::kStageElems;
+    if constexpr (kFp8) {
+      expand_fp8_tile<T>(s_kv, s_raw + stage * T::kRawStageBytes, rank, width_chunks);
+      __syncthreads();  // the bf16 stage is whole
+      s_tile = s_kv;
+    }
 
     // S = Q K^T: all rows x this warp's kWarpKeys keys.
     float s[kMTiles][kNTilesS][4];
@@ -405,6 +469,24 @@ __device__ __forceinline__ void mla_attend(const MlaArgs& a, const MlaJob& job) 
   }
 }
 
+// Calls launch.template operator()<kMTiles, kVDim, kFp8>() for the runtime choices, kMTiles
+// being kLo or kHi (m_tiles picks), so each entry point instantiates only its own kernels.
+template <int kLo, int kHi, typename Launch>
+void dispatch_mla(int m_tiles, bool wide, bool fp8, Launch&& launch) {
+  auto by_width = [&]<int kM>() {
+    if (wide) {
+      fp8 ? launch.template operator()<kM, 512, true>() : launch.template operator()<kM, 512, false>();
+    } else {
+      fp8 ? launch.template operator()<kM, 64, true>() : launch.template operator()<kM, 64, false>();
+    }
+  };
+  if (m_tiles == kLo) {
+    by_width.template operator()<kLo>();
+  } else {
+    by_width.template operator()<kHi>();
+  }
+}
+
 // Host-side argument checks shared by the three entry points.
 inline void check_mla_shapes(const PagedLatentView& cache, const MlaAttentionParams& params, const char* kernel) {
   TACHYON_CHECK(cache.kv_lora_rank > 0 && cache.kv_lora_rank <= kMaxRank && cache.kv_lora_rank % 8 == 0)
@@ -418,6 +500,18 @@ inline void check_mla_shapes(const PagedLatentView& cache, const MlaAttentionPar
   TACHYON_CHECK(params.num_heads >= 1) << kernel << ": num_heads must be >= 1, not " << params.num_heads;
   TACHYON_CHECK(std::isfinite(params.scale) && params.scale > 0.0f)
       << kernel << ": scale must be finite and positive, not " << params.scale;
+  if (cache.fp8()) {
+    TACHYON_CHECK(cache.cache == nullptr && cache.scales != nullptr && cache.rope != nullptr)
+        << kernel << ": an FP8 cache takes codes, scales and rope (and no bf16 rows)";
+    TACHYON_CHECK(cache.kv_lora_rank % 16 == 0)
+        << kernel << ": an FP8 cache takes kv_lora_rank a multiple of 16 (16-byte code chunks), not " << cache.kv_lora_rank;
+    for (const void* p : {static_cast<const void*>(cache.codes), static_cast<const void*>(cache.scales),
+                          static_cast<const void*>(cache.rope)}) {
+      TACHYON_CHECK(reinterpret_cast<uintptr_t>(p) % 16 == 0) << kernel << ": the FP8 cache's planes must be 16-byte aligned";
+    }
+  } else {
+    TACHYON_CHECK(cache.cache != nullptr) << kernel << ": the cache must be set";
+  }
   TACHYON_CHECK(params.dcp.size >= 1 && params.dcp.rank >= 0 && params.dcp.rank < params.dcp.size &&
                 params.dcp.interleave >= 1)
       << kernel << ": DCP rank " << params.dcp.rank << " of " << params.dcp.size << " with interleave "

@@ -31,12 +31,12 @@ template <int kVDim>
 constexpr int kDecodeWarps = kVDim == 512 ? 8 : 4;
 
 // grid (ceil(num_heads / kRows), num_seqs, num_splits), MlaTraits::kThreads threads, MlaTraits::kSmemBytes.
-template <int kMTiles, int kVDim>
-__global__ void __launch_bounds__(MlaTraits<kMTiles, kVDim, kDecodeWarps<kVDim>>::kThreads, 1)
+template <int kMTiles, int kVDim, bool kFp8>
+__global__ void __launch_bounds__(MlaTraits<kMTiles, kVDim, kDecodeWarps<kVDim>, kFp8>::kThreads, 1)
     mla_decode_kernel(const MlaArgs a) {
   pdl_wait();  // launched with launch_pdl: nothing of the previous kernel is touched before this
   pdl_launch_dependents();
-  using T = MlaTraits<kMTiles, kVDim, kDecodeWarps<kVDim>>;
+  using T = MlaTraits<kMTiles, kVDim, kDecodeWarps<kVDim>, kFp8>;
   constexpr int kRows = T::kRows;
   const int head0 = blockIdx.x * kRows, seq = blockIdx.y, split = blockIdx.z;
   MlaJob job;
@@ -58,16 +58,16 @@ __global__ void __launch_bounds__(MlaTraits<kMTiles, kVDim, kDecodeWarps<kVDim>>
   const MlaSplit sp = mla_split(job.ctx, a.num_splits);
   if (split >= sp.n_active) return;
   assign_split(job, sp, split);
-  mla_attend<MlaMode::kDecode, kMTiles, kVDim, kDecodeWarps<kVDim>>(a, job);
+  mla_attend<MlaMode::kDecode, kMTiles, kVDim, kDecodeWarps<kVDim>, kFp8>(a, job);
 }
 
-template <int kMTiles, int kVDim>
+template <int kMTiles, int kVDim, bool kFp8>
 void launch_decode(const MlaArgs& a, cudaStream_t stream) {
-  using T = MlaTraits<kMTiles, kVDim, kDecodeWarps<kVDim>>;
+  using T = MlaTraits<kMTiles, kVDim, kDecodeWarps<kVDim>, kFp8>;
   static std::atomic<uint64_t> smem_raised{0};
-  raise_smem_limit_once(mla_decode_kernel<kMTiles, kVDim>, T::kSmemBytes, smem_raised);
+  raise_smem_limit_once(mla_decode_kernel<kMTiles, kVDim, kFp8>, T::kSmemBytes, smem_raised);
   const dim3 grid(ceil_div(a.num_heads, T::kRows), a.num_seqs, a.num_splits);
-  launch_pdl(mla_decode_kernel<kMTiles, kVDim>, grid, dim3(T::kThreads), T::kSmemBytes, stream, a);
+  launch_pdl(mla_decode_kernel<kMTiles, kVDim, kFp8>, grid, dim3(T::kThreads), T::kSmemBytes, stream, a);
   TACHYON_CUDA_CHECK_LAUNCH();
   launch_merge_splits<MlaMode::kDecode>(a, a.num_seqs, stream);
 }
@@ -86,7 +86,7 @@ void mla_decode_attention(bf16* out, const bf16* q, const PagedLatentView& cache
       << " must be >= 0";
   if (num_seqs == 0) return;
   check_mla_shapes(cache, params, "mla_decode_attention");
-  TACHYON_CHECK(out != nullptr && q != nullptr && cache.cache != nullptr && cache.block_tables != nullptr &&
+  TACHYON_CHECK(out != nullptr && q != nullptr && cache.block_tables != nullptr &&
                 context_lens != nullptr)
       << "mla_decode_attention: out, q, cache, block_tables and context_lens must all be set";
   MlaArgs a{};
@@ -103,11 +103,9 @@ void mla_decode_attention(bf16* out, const bf16* q, const PagedLatentView& cache
   bind_split_workspace(a, num_seqs, workspace, workspace_bytes, "mla_decode_attention",
                        "mla_decode_workspace_bytes for this num_seqs and max_context_len");
   const bool wide = vdim_for_rank(cache.kv_lora_rank) == 512;
-  if (mla_m_tiles(params.num_heads) == 1) {
-    wide ? launch_decode<1, 512>(a, stream) : launch_decode<1, 64>(a, stream);
-  } else {
-    wide ? launch_decode<2, 512>(a, stream) : launch_decode<2, 64>(a, stream);
-  }
+  dispatch_mla<1, 2>(mla_m_tiles(params.num_heads), wide, cache.fp8(), [&]<int kM, int kV, bool kF8>() {
+    launch_decode<kM, kV, kF8>(a, stream);
+  });
 }
 
 }  // namespace tachyon::kernels::cuda

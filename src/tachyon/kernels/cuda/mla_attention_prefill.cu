@@ -22,7 +22,7 @@ using namespace mla_detail;
 constexpr int kPrefillMTiles = 2;  // 32 flattened rows per CTA: 128 f32 accumulators per thread at rank 512
 
 // grid (ceil(max_query_len * num_heads / kRows), num_seqs), kThreads threads, MlaTraits::kSmemBytes.
-template <int kVDim>
+template <int kVDim, bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1) mla_prefill_kernel(const MlaArgs a) {
   constexpr int kRows = MlaTraits<kPrefillMTiles, kVDim>::kRows;
   // The latest rows (most keys) of each sequence launch first.
@@ -42,17 +42,17 @@ __global__ void __launch_bounds__(kThreads, 1) mla_prefill_kernel(const MlaArgs 
   const int pos_hi = job.first_pos + (job.m0 + job.rows - 1) / a.num_heads;
   job.tile_begin = 0;
   job.tile_end = ceil_div(local_keys(a.dcp, pos_hi + 1), kBlockN);  // 0 under DCP when no key is here yet
-  mla_attend<MlaMode::kPrefill, kPrefillMTiles, kVDim>(a, job);
+  mla_attend<MlaMode::kPrefill, kPrefillMTiles, kVDim, kWarps, kFp8>(a, job);
 }
 
-template <int kVDim>
+template <int kVDim, bool kFp8>
 void launch_prefill(const MlaArgs& a, int32_t max_query_len, cudaStream_t stream) {
-  using T = MlaTraits<kPrefillMTiles, kVDim>;
+  using T = MlaTraits<kPrefillMTiles, kVDim, kWarps, kFp8>;
   static std::atomic<uint64_t> smem_raised{0};
-  raise_smem_limit_once(mla_prefill_kernel<kVDim>, T::kSmemBytes, smem_raised);
+  raise_smem_limit_once(mla_prefill_kernel<kVDim, kFp8>, T::kSmemBytes, smem_raised);
   const int64_t flat_rows = static_cast<int64_t>(max_query_len) * a.num_heads;
   const dim3 grid(static_cast<unsigned>((flat_rows + T::kRows - 1) / T::kRows), a.num_seqs);
-  mla_prefill_kernel<kVDim><<<grid, kThreads, T::kSmemBytes, stream>>>(a);
+  mla_prefill_kernel<kVDim, kFp8><<<grid, kThreads, T::kSmemBytes, stream>>>(a);
   TACHYON_CUDA_CHECK_LAUNCH();
 }
 
@@ -69,7 +69,7 @@ void mla_prefill_attention(bf16* out, const bf16* q, const PagedLatentView& cach
   TACHYON_CHECK(static_cast<int64_t>(std::max(num_query_tokens, max_query_len)) * params.num_heads < (int64_t{1} << 31))
       << "mla_prefill_attention: " << std::max(num_query_tokens, max_query_len) << " tokens x " << params.num_heads
       << " heads overflow the int32 row index; split the step";
-  TACHYON_CHECK(out != nullptr && q != nullptr && cache.cache != nullptr && cache.block_tables != nullptr &&
+  TACHYON_CHECK(out != nullptr && q != nullptr && cache.block_tables != nullptr &&
                 query_starts != nullptr && context_lens != nullptr)
       << "mla_prefill_attention: out, q, cache, block_tables, query_starts and context_lens must all be set";
   MlaArgs a{};
@@ -83,11 +83,10 @@ void mla_prefill_attention(bf16* out, const bf16* q, const PagedLatentView& cach
   a.scale_log2 = params.scale * kLog2e;
   a.dcp = params.dcp;
   a.lse = params.lse;
-  if (vdim_for_rank(cache.kv_lora_rank) == 512) {
-    launch_prefill<512>(a, max_query_len, stream);
-  } else {
-    launch_prefill<64>(a, max_query_len, stream);
-  }
+  const bool wide = vdim_for_rank(cache.kv_lora_rank) == 512;
+  dispatch_mla<kPrefillMTiles, kPrefillMTiles>(kPrefillMTiles, wide, cache.fp8(), [&]<int kM, int kV, bool kF8>() {
+    launch_prefill<kV, kF8>(a, max_query_len, stream);
+  });
 }
 
 }  // namespace tachyon::kernels::cuda

@@ -3,6 +3,9 @@
 //     (rank <= 1024) in registers; the sum of squares is a warp reduction, and the lane scales
 //     and stores what it holds. Then lane i rotates rope pairs i, i + 32, ..., computing its own
 //     cos/sin (DeepSeek's 32 pairs: one per lane), and writes both halves of each pair.
+//     The FP8 cache's store is the same kernel: vector lane + 32k lies in quantization group
+//     (lane + 32k) / 16, so each half-warp holds one group per k and its amax is a half-warp
+//     reduction; the codes come from the f32 normalized values (what the CPU reference quantizes).
 //   rope_queries: one block per token; its cos/sin table (rope_dim / 2 angles) is computed once
 //     into shared memory, then the block's threads walk the (head, pair) items.
 // Angles are the f32 product position * inv_freq[i] with accurate sincosf, as the CPU and HF
@@ -11,10 +14,13 @@
 // Test: tests/gpu/test_mla_rope.cpp.
 #include "tachyon/kernels/cuda/mla_rope.h"
 #include "tachyon/kernels/cuda/bf16_vec.cuh"
+#include "tachyon/kernels/cuda/fp8_kv.cuh"
+#include "tachyon/kernels/cuda/mla_attention.h"
 #include "tachyon/kernels/cuda/pdl.cuh"
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 
 namespace tachyon::kernels::cuda {
 namespace {
@@ -45,8 +51,17 @@ __device__ __forceinline__ void scaled_sincos(float position, float inv_freq, fl
   *cos_i = c * attention_scaling;
 }
 
+// Where store_latent_kernel writes a token: bf16 rows [c_kv | k_pe], or the FP8 cache's planes.
+struct LatentDestination {
+  bf16* rows = nullptr;       // bf16: [slots, rank + rope_dim]
+  uint8_t* codes = nullptr;   // FP8: [slots, rank]
+  float* scales = nullptr;    // FP8: [slots, fp8_latent_scale_stride(rank)]
+  bf16* rope = nullptr;       // FP8: [slots, rope_dim]
+};
+
 // Arguments as mla_store_latent (header); blockDim.x = 32 * kWarpsPerBlock.
-__global__ void store_latent_kernel(bf16* __restrict__ cache, const bf16* __restrict__ kv_a,
+template <bool kFp8>
+__global__ void store_latent_kernel(const LatentDestination dst, const bf16* __restrict__ kv_a,
                                     const bf16* __restrict__ norm_weight, float eps, const float* __restrict__ inv_freq,
                                     float attention_scaling, bool interleave, const int32_t* __restrict__ positions,
                                     const int32_t* __restrict__ slots, int64_t num_tokens, int rank, int rope_dim) {
@@ -59,7 +74,6 @@ __global__ void store_latent_kernel(bf16* __restrict__ cache, const bf16* __rest
   if (slot < 0) return;  // padding: nothing goes to the cache
   const int row_width = rank + rope_dim;
   const bf16* in_row = kv_a + token * row_width;
-  bf16* out_row = cache + slot * row_width;
 
   // c_kv: RMSNorm over the rank values.
   const int vecs = rank / kBf16PerVec;
@@ -82,23 +96,43 @@ __global__ void store_latent_kernel(bf16* __restrict__ cache, const bf16* __rest
 #pragma unroll
   for (int k = 0; k < kMaxVecsPerLane; ++k) {
     const int vec = lane + 32 * k;
+    if (32 * k >= vecs) break;  // warp-uniform: the half-warp reductions below need every lane
+    float v[kBf16PerVec];
     if (vec < vecs) {
-      float v[kBf16PerVec], w[kBf16PerVec];
+      float w[kBf16PerVec];
       unpack8(x[k], v);
       unpack8(reinterpret_cast<const uint4*>(norm_weight)[vec], w);
 #pragma unroll
       for (int i = 0; i < kBf16PerVec; ++i) v[i] = w[i] * round_bf16(v[i] * inv_rms);
-      reinterpret_cast<uint4*>(out_row)[vec] = pack8(v);
+    }
+    if constexpr (kFp8) {
+      static_assert(kFp8LatentGroup == 16 * kBf16PerVec, "a half-warp's 16 vectors are one group");
+      float amax = 0.0f;
+      if (vec < vecs) {
+#pragma unroll
+        for (int i = 0; i < kBf16PerVec; ++i) amax = fmaxf(amax, fabsf(v[i]));
+      }
+#pragma unroll
+      for (int offset = 8; offset > 0; offset >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+      if (vec < vecs) {
+        const float factor = fp8_kv_factor(amax);
+        const uint2 codes = make_uint2(fp8_encode4(v, factor), fp8_encode4(v + 4, factor));
+        reinterpret_cast<uint2*>(dst.codes + slot * rank)[vec] = codes;
+        if (vec % 16 == 0) dst.scales[slot * fp8_latent_scale_stride(rank) + vec / 16] = factor;
+      }
+    } else {
+      if (vec < vecs) reinterpret_cast<uint4*>(dst.rows + slot * row_width)[vec] = pack8(v);
     }
   }
 
   // k_pe: rotated into the rotate_half layout.
+  bf16* rope_out = kFp8 ? dst.rope + slot * rope_dim : dst.rows + slot * row_width + rank;
   const int half = rope_dim / 2;
   const float position = static_cast<float>(positions[token]);
   for (int i = lane; i < half; i += 32) {
     float sin_i, cos_i;
     scaled_sincos(position, inv_freq[i], attention_scaling, &sin_i, &cos_i);
-    rotate_pair(out_row + rank, in_row + rank, i, half, interleave, cos_i, sin_i);
+    rotate_pair(rope_out, in_row + rank, i, half, interleave, cos_i, sin_i);
   }
 }
 
@@ -127,25 +161,54 @@ __global__ void rope_queries_kernel(bf16* __restrict__ q_absorbed, const bf16* _
 
 }  // namespace
 
+namespace {
+
+void check_store_latent(const char* kernel, const bf16* kv_a, const bf16* norm_weight, int64_t num_tokens, int32_t rank,
+                        int32_t rope_dim, std::initializer_list<const void*> destinations) {
+  TACHYON_CHECK(rank >= kBf16PerVec && rank <= kMaxRank && rank % kBf16PerVec == 0)
+      << kernel << ": rank " << rank << " must be a multiple of 8 in [8, " << kMaxRank << "]";
+  TACHYON_CHECK(rope_dim >= kBf16PerVec && rope_dim <= kMaxRopeDim && rope_dim % kBf16PerVec == 0)
+      << kernel << ": rope_dim " << rope_dim << " must be a multiple of 8 in [8, " << kMaxRopeDim << "]";
+  TACHYON_CHECK(num_tokens >= 0 && num_tokens <= INT32_MAX) << kernel << ": num_tokens " << num_tokens;
+  TACHYON_CHECK(reinterpret_cast<uintptr_t>(kv_a) % 16 == 0 && reinterpret_cast<uintptr_t>(norm_weight) % 16 == 0)
+      << kernel << ": kv_a and norm_weight must be 16-byte aligned";
+  for (const void* p : destinations) {
+    TACHYON_CHECK(reinterpret_cast<uintptr_t>(p) % 16 == 0) << kernel << ": every cache plane must be 16-byte aligned";
+  }
+}
+
+template <bool kFp8>
+void launch_store_latent(const LatentDestination& dst, const bf16* kv_a, const bf16* norm_weight, float eps,
+                         const float* inv_freq, float attention_scaling, bool interleave, const int32_t* positions,
+                         const int32_t* slots, int64_t num_tokens, int32_t rank, int32_t rope_dim,
+                         cudaStream_t stream) {
+  if (num_tokens == 0) return;
+  const auto blocks = static_cast<unsigned>((num_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  launch_pdl(store_latent_kernel<kFp8>, dim3(blocks), dim3(32 * kWarpsPerBlock), 0, stream, dst, kv_a, norm_weight,
+             eps, inv_freq, attention_scaling, interleave, positions, slots, num_tokens, static_cast<int>(rank),
+             static_cast<int>(rope_dim));
+  TACHYON_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
 void mla_store_latent(bf16* cache, const bf16* kv_a, const bf16* norm_weight, float eps, const float* inv_freq,
                       float attention_scaling, bool interleave, const int32_t* positions, const int32_t* slots,
                       int64_t num_tokens, int32_t rank, int32_t rope_dim, cudaStream_t stream) {
-  TACHYON_CHECK(rank >= kBf16PerVec && rank <= kMaxRank && rank % kBf16PerVec == 0)
-      << "mla_store_latent: rank " << rank << " must be a multiple of 8 in [8, " << kMaxRank << "]";
-  TACHYON_CHECK(rope_dim >= kBf16PerVec && rope_dim <= kMaxRopeDim && rope_dim % kBf16PerVec == 0)
-      << "mla_store_latent: rope_dim " << rope_dim << " must be a multiple of 8 in [8, " << kMaxRopeDim << "]";
-  TACHYON_CHECK(num_tokens >= 0 && num_tokens <= INT32_MAX) << "mla_store_latent: num_tokens " << num_tokens;
-  for (const void* p : {static_cast<const void*>(cache), static_cast<const void*>(kv_a),
-                        static_cast<const void*>(norm_weight)}) {
-    TACHYON_CHECK(reinterpret_cast<uintptr_t>(p) % 16 == 0)
-        << "mla_store_latent: cache, kv_a and norm_weight must be 16-byte aligned";
-  }
-  if (num_tokens == 0) return;
-  const auto blocks = static_cast<unsigned>((num_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  launch_pdl(store_latent_kernel, dim3(blocks), dim3(32 * kWarpsPerBlock), 0, stream, cache, kv_a, norm_weight, eps,
-             inv_freq, attention_scaling, interleave, positions, slots, num_tokens, static_cast<int>(rank),
-             static_cast<int>(rope_dim));
-  TACHYON_CUDA_CHECK_LAUNCH();
+  check_store_latent("mla_store_latent", kv_a, norm_weight, num_tokens, rank, rope_dim, {cache});
+  launch_store_latent<false>({.rows = cache}, kv_a, norm_weight, eps, inv_freq, attention_scaling, interleave,
+                             positions, slots, num_tokens, rank, rope_dim, stream);
+}
+
+void mla_store_latent_fp8(uint8_t* codes, float* scales, bf16* rope, const bf16* kv_a, const bf16* norm_weight,
+                          float eps, const float* inv_freq, float attention_scaling, bool interleave,
+                          const int32_t* positions, const int32_t* slots, int64_t num_tokens, int32_t rank,
+                          int32_t rope_dim, cudaStream_t stream) {
+  check_store_latent("mla_store_latent_fp8", kv_a, norm_weight, num_tokens, rank, rope_dim, {codes, scales, rope});
+  TACHYON_CHECK(rank % 16 == 0) << "mla_store_latent_fp8: rank " << rank
+                                << " must be a multiple of 16 (each token's codes start 16-byte aligned)";
+  launch_store_latent<true>({.codes = codes, .scales = scales, .rope = rope}, kv_a, norm_weight, eps, inv_freq,
+                            attention_scaling, interleave, positions, slots, num_tokens, rank, rope_dim, stream);
 }
 
 void mla_rope_queries(bf16* q_absorbed, const bf16* q, const float* inv_freq, float attention_scaling, bool interleave,

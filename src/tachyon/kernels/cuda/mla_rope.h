@@ -37,6 +37,17 @@ void mla_store_latent(bf16* cache, const bf16* kv_a, const bf16* norm_weight, fl
                       float attention_scaling, bool interleave, const int32_t* positions, const int32_t* slots,
                       int64_t num_tokens, int32_t rank, int32_t rope_dim, cudaStream_t stream);
 
+// The same row into the FP8 latent cache (--kv-cache-dtype fp8; kernels/cuda/mla_attention.h
+// PagedLatentView): c_kv's f32 values (before the bf16 rounding the bf16 cache applies) as E4M3
+// codes [num_slots, rank] with one f32 factor per 128 values (amax / 448, 1 for all zeros) in
+// scales [num_slots, fp8_latent_scale_stride(rank)], k_pe as bf16 in rope [num_slots, rope_dim].
+// rank a multiple of 16; every plane 16-byte aligned (checked). CPU twin: the FP8 rows of
+// runner/paged_attention_backend.h (tensor/fp8.h fp8_block_round_trip per 128 values).
+void mla_store_latent_fp8(uint8_t* codes, float* scales, bf16* rope, const bf16* kv_a, const bf16* norm_weight,
+                          float eps, const float* inv_freq, float attention_scaling, bool interleave,
+                          const int32_t* positions, const int32_t* slots, int64_t num_tokens, int32_t rank,
+                          int32_t rope_dim, cudaStream_t stream);
+
 // q: [num_tokens, num_heads, nope + rope_dim] bf16 (q_b_proj / q_proj output, per head
 //   [q_nope | q_pe]); q_absorbed: [num_tokens, num_heads, rank + rope_dim] bf16.
 // Writes rope(q[t, h, nope:]) to q_absorbed[t, h, rank:]; q_absorbed[t, h, :rank] is not touched

@@ -26,7 +26,7 @@ namespace {
 using namespace mla_detail;
 
 // grid (num_query_tokens, ceil(num_heads / kRows), num_splits), kThreads threads, MlaTraits::kSmemBytes.
-template <int kMTiles, int kVDim>
+template <int kMTiles, int kVDim, bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1) sparse_mla_kernel(const MlaArgs a) {
   pdl_wait();  // launched with launch_pdl: nothing of the previous kernel is touched before this
   pdl_launch_dependents();
@@ -50,16 +50,16 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_kernel(const MlaArgs a
   job.rows = min(kRows, a.num_heads - head0);
   job.kept = a.kept + static_cast<size_t>(token) * a.kept_width;
   assign_split(job, sp, split);
-  mla_attend<MlaMode::kSparse, kMTiles, kVDim>(a, job);
+  mla_attend<MlaMode::kSparse, kMTiles, kVDim, kWarps, kFp8>(a, job);
 }
 
-template <int kMTiles, int kVDim>
+template <int kMTiles, int kVDim, bool kFp8>
 void launch_sparse(const MlaArgs& a, int32_t num_query_tokens, cudaStream_t stream) {
-  using T = MlaTraits<kMTiles, kVDim>;
+  using T = MlaTraits<kMTiles, kVDim, kWarps, kFp8>;
   static std::atomic<uint64_t> smem_raised{0};
-  raise_smem_limit_once(sparse_mla_kernel<kMTiles, kVDim>, T::kSmemBytes, smem_raised);
+  raise_smem_limit_once(sparse_mla_kernel<kMTiles, kVDim, kFp8>, T::kSmemBytes, smem_raised);
   const dim3 grid(num_query_tokens, ceil_div(a.num_heads, T::kRows), a.num_splits);
-  launch_pdl(sparse_mla_kernel<kMTiles, kVDim>, grid, dim3(kThreads), T::kSmemBytes, stream, a);
+  launch_pdl(sparse_mla_kernel<kMTiles, kVDim, kFp8>, grid, dim3(kThreads), T::kSmemBytes, stream, a);
   TACHYON_CUDA_CHECK_LAUNCH();
   launch_merge_splits<MlaMode::kSparse>(a, num_query_tokens, stream);
 }
@@ -84,7 +84,7 @@ void sparse_mla_attention(bf16* out, const bf16* q, const PagedLatentView& cache
   TACHYON_CHECK(static_cast<int64_t>(num_query_tokens) * params.num_heads < (int64_t{1} << 31))
       << "sparse_mla_attention: " << num_query_tokens << " tokens x " << params.num_heads
       << " heads overflow the int32 row index; split the step";
-  TACHYON_CHECK(out != nullptr && q != nullptr && cache.cache != nullptr && cache.block_tables != nullptr &&
+  TACHYON_CHECK(out != nullptr && q != nullptr && cache.block_tables != nullptr &&
                 kept != nullptr && query_starts != nullptr)
       << "sparse_mla_attention: out, q, cache, block_tables, kept and query_starts must all be set";
   MlaArgs a{};
@@ -103,11 +103,9 @@ void sparse_mla_attention(bf16* out, const bf16* q, const PagedLatentView& cache
   bind_split_workspace(a, num_query_tokens, workspace, workspace_bytes, "sparse_mla_attention",
                        "sparse_mla_workspace_bytes for this num_query_tokens and kept_width");
   const bool wide = vdim_for_rank(cache.kv_lora_rank) == 512;
-  if (mla_m_tiles(params.num_heads) == 1) {
-    wide ? launch_sparse<1, 512>(a, num_query_tokens, stream) : launch_sparse<1, 64>(a, num_query_tokens, stream);
-  } else {
-    wide ? launch_sparse<2, 512>(a, num_query_tokens, stream) : launch_sparse<2, 64>(a, num_query_tokens, stream);
-  }
+  dispatch_mla<1, 2>(mla_m_tiles(params.num_heads), wide, cache.fp8(), [&]<int kM, int kV, bool kF8>() {
+    launch_sparse<kM, kV, kF8>(a, num_query_tokens, stream);
+  });
 }
 
 }  // namespace tachyon::kernels::cuda

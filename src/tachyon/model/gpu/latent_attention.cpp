@@ -21,7 +21,15 @@ LatentAttentionBlock::LatentAttentionBlock(BlockContext& context) : GpuBlock(con
   const ModelConfig& c = ctx_.config;
   const std::string reason = latent_attention_gpu_unsupported(c);
   TACHYON_CHECK(reason.empty()) << "the GPU latent-attention block cannot serve this model: " << reason;
-  TACHYON_CHECK(!ctx_.limits.fp8_kv_cache) << "the GPU latent-attention block has no FP8 cache yet";
+  // FP8 planes of 4 bytes per token (the index keys' factors) end a layer: the next layer's codes
+  // stay 16-byte aligned when a block holds a multiple of 4 tokens.
+  TACHYON_CHECK(!ctx_.limits.fp8_kv_cache || (ctx_.limits.dcp.size == 1 && ctx_.limits.pcp_size == 1 &&
+                                              ctx_.limits.kv_block_rows() % 4 == 0 && c.kv_lora_rank % 16 == 0 &&
+                                              c.index_head_dim % 16 == 0))
+      << "the GPU's FP8 latent cache takes one GPU's whole cache (no decode or prefill context parallelism), a block "
+         "size that is a multiple of 4 (got "
+      << ctx_.limits.block_size << "), and kv_lora_rank and index_head_dim multiples of 16 (got " << c.kv_lora_rank
+      << " and " << c.index_head_dim << ")";
   const kernels::DcpLayout& dcp = ctx_.limits.dcp;
   TACHYON_CHECK(ctx_.limits.pcp_size == 1 || (ctx_.pcp_comm != nullptr && dcp.size == 1))
       << "prefill context parallelism on GPUs needs its group, and is not built beside decode context parallelism";
@@ -139,10 +147,60 @@ void LatentAttentionBlock::run_role_on(LinearRole role, int64_t layer, int64_t m
 
 std::vector<KvRegion> LatentAttentionBlock::kv_regions() const {
   const ModelConfig& c = ctx_.config;
-  std::vector<KvRegion> regions = {
-      {"latent", static_cast<size_t>(c.kv_lora_rank + c.qk_rope_head_dim) * 2, DType::kBF16}};
-  if (selector_ != nullptr) regions.push_back(selector_->kv_region());
+  const size_t rank = static_cast<size_t>(c.kv_lora_rank), rope = static_cast<size_t>(c.qk_rope_head_dim);
+  std::vector<KvRegion> regions;
+  if (ctx_.limits.fp8_kv_cache) {  // latent_regions() planes, in latent_view's order
+    const size_t factors = static_cast<size_t>(kc::fp8_latent_scale_stride(c.kv_lora_rank)) * sizeof(float);
+    regions = {{"latent_codes", rank, DType::kF8E4M3},
+               {"latent_rope", rope * 2, DType::kBF16},
+               {"latent_scales", factors, DType::kF32}};
+  } else {
+    regions = {{"latent", (rank + rope) * 2, DType::kBF16}};
+  }
+  if (selector_ != nullptr) {
+    for (const KvRegion& r : selector_->kv_regions()) regions.push_back(r);
+  }
   return regions;
+}
+
+kc::PagedLatentView LatentAttentionBlock::latent_view(int64_t l, const StepMetadata& m) const {
+  kc::PagedLatentView view{.block_tables = m.block_tables,
+                           .block_table_stride = ctx_.limits.block_table_stride,
+                           .block_size = ctx_.limits.kv_block_rows(),
+                           .kv_lora_rank = static_cast<int32_t>(ctx_.config.kv_lora_rank),
+                           .rope_dim = static_cast<int32_t>(ctx_.config.qk_rope_head_dim)};
+  if (ctx_.limits.fp8_kv_cache) {
+    view.codes = reinterpret_cast<const uint8_t*>(ctx_.kv->bytes(l, 0));
+    view.rope = ctx_.kv->region(l, 1);
+    view.scales = reinterpret_cast<const float*>(ctx_.kv->bytes(l, 2));
+  } else {
+    view.cache = ctx_.kv->region(l, 0);
+  }
+  return view;
+}
+
+IndexKeyCache LatentAttentionBlock::index_key_cache(int64_t l) const {
+  const size_t first = latent_regions();
+  if (!ctx_.limits.fp8_kv_cache) return {.keys = ctx_.kv->region(l, first)};
+  return {.codes = reinterpret_cast<uint8_t*>(ctx_.kv->bytes(l, first)),
+          .scales = reinterpret_cast<float*>(ctx_.kv->bytes(l, first + 1))};
+}
+
+void LatentAttentionBlock::store_latent(int64_t l, const bf16* kv_a, const int32_t* positions, const int32_t* slots,
+                                        int64_t n, cudaStream_t stream) {
+  const ModelConfig& c = ctx_.config;
+  const CudaLayerWeights& w = layer_weights(l);
+  const auto rank = static_cast<int32_t>(c.kv_lora_rank), rope = static_cast<int32_t>(c.qk_rope_head_dim);
+  const float eps = kMlaLatentNormEps;
+  if (ctx_.limits.fp8_kv_cache) {
+    kc::mla_store_latent_fp8(reinterpret_cast<uint8_t*>(ctx_.kv->bytes(l, 0)),
+                             reinterpret_cast<float*>(ctx_.kv->bytes(l, 2)), ctx_.kv->region(l, 1), kv_a, w.kv_a_norm,
+                             eps, ctx_.weights.inv_freq(), rope_attention_scaling_, c.rope_interleave, positions, slots,
+                             n, rank, rope, stream);
+  } else {
+    kc::mla_store_latent(ctx_.kv->region(l, 0), kv_a, w.kv_a_norm, eps, ctx_.weights.inv_freq(),
+                         rope_attention_scaling_, c.rope_interleave, positions, slots, n, rank, rope, stream);
+  }
 }
 
 void LatentAttentionBlock::forward(int64_t l, const GpuStep& step) {
@@ -157,7 +215,6 @@ void LatentAttentionBlock::forward(int64_t l, const GpuStep& step) {
   const int64_t qa = rank + rope, kv_b_rows = nope + v;
   const float eps = kMlaLatentNormEps;  // q_a_layernorm's and kv_a_layernorm's, not the config's
 
-  bf16* latent_cache = ctx_.kv->region(l, 0);
   // Under DCP the stores see this rank's slots only (-1 for the group's other tokens), mapped once
   // per step by its first layer (every forward runs the layers from 0).
   GpuStep local_step = step;
@@ -186,27 +243,20 @@ void LatentAttentionBlock::forward(int64_t l, const GpuStep& step) {
   auto latents = [&](cudaStream_t on) {  // reads normed, writes kv_a and this layer's cache rows
     run_role_on(LinearRole::kMlaKvA, l, T, on);
     if (gathers) return;
-    kc::mla_store_latent(latent_cache, ws.kv_a, w.kv_a_norm, eps, ctx_.weights.inv_freq(), rope_attention_scaling_,
-                         c.rope_interleave, m.positions, slots, T, static_cast<int32_t>(rank),
-                         static_cast<int32_t>(rope), on);
+    store_latent(l, ws.kv_a, m.positions, slots, T, on);
   };
   run_branches(ctx_.linear.stream_local(LinearRole::kMlaKvA, kv_a_shape(), w.kv_a_proj, T), latents, queries);
   if (gathers) {
     gather_and_store(l, step, full_indexer);
   }
 
-  const kc::PagedLatentView cache{.cache = latent_cache,
-                                  .block_tables = m.block_tables,
-                                  .block_table_stride = ctx_.limits.block_table_stride,
-                                  .block_size = ctx_.limits.kv_block_rows(),
-                                  .kv_lora_rank = static_cast<int32_t>(rank),
-                                  .rope_dim = static_cast<int32_t>(rope)};
+  const kc::PagedLatentView cache = latent_view(l, m);
   // GLM-5's "shared" layers attend the kept positions the last full layer left in ws.kept.
   if (full_indexer) {
     if (gathers) {
-      selector_->select_stored(l, local_step, ctx_.kv->region(l, 1));
+      selector_->select_stored(l, local_step, index_key_cache(l));
     } else {
-      selector_->select(l, local_step, ctx_.kv->region(l, 1));
+      selector_->select(l, local_step, index_key_cache(l));
     }
   }
   if (split_cache()) {
@@ -222,7 +272,6 @@ void LatentAttentionBlock::forward(int64_t l, const GpuStep& step) {
 
 void LatentAttentionBlock::gather_and_store(int64_t l, const GpuStep& step, bool full_indexer) {
   const ModelConfig& c = ctx_.config;
-  const CudaLayerWeights& w = layer_weights(l);
   Workspace& ws = ctx_.ws;
   const GatheredRows& g = step.gathered;
   dist::Communicator& group = *ctx_.pcp_comm;
@@ -240,11 +289,8 @@ void LatentAttentionBlock::gather_and_store(int64_t l, const GpuStep& step, bool
   std::vector<dist::GatherItem> items = {{ws.kv_a, latent_counts[me], ws.pcp_kv_a, latent_counts}};
   if (full_indexer) items.push_back({ws.index_k, key_counts[me], ws.pcp_index_k, key_counts});
   group.all_gatherv(items, ctx_.stream);
-  const float eps = kMlaLatentNormEps;
-  kc::mla_store_latent(ctx_.kv->region(l, 0), ws.pcp_kv_a, w.kv_a_norm, eps, ctx_.weights.inv_freq(),
-                       rope_attention_scaling_, c.rope_interleave, g.positions, g.slots, g.num_rows,
-                       static_cast<int32_t>(c.kv_lora_rank), static_cast<int32_t>(c.qk_rope_head_dim), ctx_.stream);
-  if (full_indexer) selector_->store_keys(l, ws.pcp_index_k, g.positions, g.slots, g.num_rows, ctx_.kv->region(l, 1));
+  store_latent(l, ws.pcp_kv_a, g.positions, g.slots, g.num_rows, ctx_.stream);
+  if (full_indexer) selector_->store_keys(l, ws.pcp_index_k, g.positions, g.slots, g.num_rows, index_key_cache(l));
 }
 
 void LatentAttentionBlock::attend(bf16* out, const bf16* q, int32_t heads, float* lse, const GpuStep& step,

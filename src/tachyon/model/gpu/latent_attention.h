@@ -57,6 +57,14 @@ class LatentAttentionBlock : public GpuBlock {
   // Prefill context parallelism: this rank's kv_a rows (and wk rows on a full indexer layer)
   // gathered over the group in one all_gatherv, and every row of the step stored (GpuStep::gathered).
   void gather_and_store(int64_t layer, const GpuStep& step, bool full_indexer);
+  // Layer `layer`'s cache as the kernels take it: the latent rows (bf16, or the FP8 cache's codes,
+  // factors and k_pe planes; kernels/cuda/mla_attention.h) and the selector's index keys.
+  kernels::cuda::PagedLatentView latent_view(int64_t layer, const StepMetadata& m) const;
+  IndexKeyCache index_key_cache(int64_t layer) const;
+  // n rows of kv_a [n, rank + rope] normed, roped and stored at `slots` in layer `layer`'s cache.
+  void store_latent(int64_t layer, const bf16* kv_a, const int32_t* positions, const int32_t* slots, int64_t n,
+                    cudaStream_t stream);
+  size_t latent_regions() const { return ctx_.limits.fp8_kv_cache ? 3 : 1; }  // before the selector's
   int64_t qk() const { return ctx_.config.qk_nope_head_dim + ctx_.config.qk_rope_head_dim; }
   LinearShape q_a_shape() const;  // q_a_proj, or q_proj without a q LoRA
   LinearShape q_b_shape() const;  // n == 0 without a q LoRA

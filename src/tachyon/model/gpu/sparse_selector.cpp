@@ -48,11 +48,13 @@ void SparseSelector::add_gemm_problems(int64_t m, std::vector<kc::GemmProblem>& 
   problems.push_back({m, c.index_n_heads, c.hidden_size, kc::GemmOutputType::kF32, false});
 }
 
-KvRegion SparseSelector::kv_region() const {
-  return {"index_keys", static_cast<size_t>(ctx_.config.index_head_dim) * 2, DType::kBF16};
+std::vector<KvRegion> SparseSelector::kv_regions() const {
+  const size_t dim = static_cast<size_t>(ctx_.config.index_head_dim);
+  if (ctx_.limits.fp8_kv_cache) return {{"index_key_codes", dim, DType::kF8E4M3}, {"index_key_scales", 4, DType::kF32}};
+  return {{"index_keys", dim * 2, DType::kBF16}};
 }
 
-void SparseSelector::select(int64_t l, const GpuStep& step, bf16* key_cache) {
+void SparseSelector::select(int64_t l, const GpuStep& step, const IndexKeyCache& key_cache) {
   const int64_t T = step.shape.num_tokens;
   project_keys(l, T);
   store_keys(l, ctx_.ws.index_k, step.metadata.positions, step.metadata.slots, T, key_cache);
@@ -67,15 +69,21 @@ void SparseSelector::project_keys(int64_t l, int64_t m) {
 }
 
 void SparseSelector::store_keys(int64_t l, const bf16* k_raw, const int32_t* positions, const int32_t* slots, int64_t n,
-                                bf16* key_cache) {
+                                const IndexKeyCache& key_cache) {
   const ModelConfig& c = ctx_.config;
   const CudaLayerWeights& w = ctx_.weights.layers()[static_cast<size_t>(l)];
-  kc::dsa_store_index_keys(key_cache, k_raw, w.indexer_k_norm, w.indexer_k_norm_bias, ctx_.weights.inv_freq(),
-                           rope_attention_scaling_, positions, slots, n, static_cast<int32_t>(c.index_head_dim),
-                           static_cast<int32_t>(c.qk_rope_head_dim), ctx_.stream);
+  const auto dim = static_cast<int32_t>(c.index_head_dim), rope = static_cast<int32_t>(c.qk_rope_head_dim);
+  if (key_cache.codes != nullptr) {
+    kc::dsa_store_index_keys_fp8(key_cache.codes, key_cache.scales, k_raw, w.indexer_k_norm, w.indexer_k_norm_bias,
+                                 ctx_.weights.inv_freq(), rope_attention_scaling_, positions, slots, n, dim, rope,
+                                 ctx_.stream);
+  } else {
+    kc::dsa_store_index_keys(key_cache.keys, k_raw, w.indexer_k_norm, w.indexer_k_norm_bias, ctx_.weights.inv_freq(),
+                             rope_attention_scaling_, positions, slots, n, dim, rope, ctx_.stream);
+  }
 }
 
-void SparseSelector::select_stored(int64_t l, const GpuStep& step, const bf16* key_cache) {
+void SparseSelector::select_stored(int64_t l, const GpuStep& step, const IndexKeyCache& key_cache) {
   const ModelConfig& c = ctx_.config;
   const CudaLayerWeights& w = ctx_.weights.layers()[static_cast<size_t>(l)];
   Workspace& ws = ctx_.ws;
@@ -92,11 +100,13 @@ void SparseSelector::select_stored(int64_t l, const GpuStep& step, const bf16* k
                              index_dim, rope, stream);
   ctx_.linear.gemm(ws.index_weights, GemmOutputType::kF32, ws.normed, w.indexer_weights_proj, nullptr, T, index_heads,
                    H, stream);
-  const kc::PagedIndexKeyView keys{.cache = key_cache,
-                                   .block_tables = m.block_tables,
-                                   .block_table_stride = ctx_.limits.block_table_stride,
-                                   .block_size = ctx_.limits.kv_block_rows(),
-                                   .head_dim = index_dim};
+  kc::PagedIndexKeyView keys{.cache = key_cache.keys,
+                             .block_tables = m.block_tables,
+                             .block_table_stride = ctx_.limits.block_table_stride,
+                             .block_size = ctx_.limits.kv_block_rows(),
+                             .head_dim = index_dim};
+  keys.codes = key_cache.codes;
+  keys.scales = key_cache.scales;
   const kernels::DcpLayout& dcp = ctx_.limits.dcp;
   const kc::DsaIndexerParams params{.num_heads = index_heads,
                                     .head_dim = index_dim,
