@@ -5,7 +5,8 @@
 //     cos/sin (DeepSeek's 32 pairs: one per lane), and writes both halves of each pair.
 //     The FP8 cache's store is the same kernel: vector lane + 32k lies in quantization group
 //     (lane + 32k) / 16, so each half-warp holds one group per k and its amax is a half-warp
-//     reduction; the codes come from the f32 normalized values (what the CPU reference quantizes).
+//     reduction; the codes quantize the bf16 row the bf16 cache would hold (HF's bf16 numerics,
+//     which the CPU's f32 row differs from by those roundings), so a test can recompute them exactly.
 //   rope_queries: one block per token; its cos/sin table (rope_dim / 2 angles) is computed once
 //     into shared memory, then the block's threads walk the (head, pair) items.
 // Angles are the f32 product position * inv_freq[i] with accurate sincosf, as the CPU and HF
@@ -110,7 +111,10 @@ __global__ void store_latent_kernel(const LatentDestination dst, const bf16* __r
       float amax = 0.0f;
       if (vec < vecs) {
 #pragma unroll
-        for (int i = 0; i < kBf16PerVec; ++i) amax = fmaxf(amax, fabsf(v[i]));
+        for (int i = 0; i < kBf16PerVec; ++i) {
+          v[i] = round_bf16(v[i]);
+          amax = fmaxf(amax, fabsf(v[i]));
+        }
       }
 #pragma unroll
       for (int offset = 8; offset > 0; offset >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));

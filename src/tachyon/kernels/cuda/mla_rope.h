@@ -38,8 +38,8 @@ void mla_store_latent(bf16* cache, const bf16* kv_a, const bf16* norm_weight, fl
                       int64_t num_tokens, int32_t rank, int32_t rope_dim, cudaStream_t stream);
 
 // The same row into the FP8 latent cache (--kv-cache-dtype fp8; kernels/cuda/mla_attention.h
-// PagedLatentView): c_kv's f32 values (before the bf16 rounding the bf16 cache applies) as E4M3
-// codes [num_slots, rank] with one f32 factor per 128 values (amax / 448, 1 for all zeros) in
+// PagedLatentView): the bf16 c_kv the bf16 cache would hold, as E4M3 codes [num_slots, rank]
+// (RNE of value / factor, saturated) with one f32 factor per 128 values (amax / 448, 1 for all zeros) in
 // scales [num_slots, fp8_latent_scale_stride(rank)], k_pe as bf16 in rope [num_slots, rope_dim].
 // rank a multiple of 16; every plane 16-byte aligned (checked). CPU twin: the FP8 rows of
 // runner/paged_attention_backend.h (tensor/fp8.h fp8_block_round_trip per 128 values).
