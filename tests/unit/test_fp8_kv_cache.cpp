@@ -19,6 +19,7 @@
 #include "tachyon/runner/cpu_model_runner.h"
 #include "tachyon/runner/tp_cpu_model_runner.h"
 #include "tachyon/model/dense_model.h"
+#include "tachyon/model/gpu_support.h"
 #include "tachyon/model/make_model.h"
 #include "tachyon/runner/paged_attention_backend.h"
 #include "tachyon/tensor/fp8.h"
@@ -189,6 +190,25 @@ TEST(Fp8KvCache, TensorParallelRanksGiveTheSingleRanksTokens) {
         c.vocab_size);
     EXPECT_EQ(tp2, single);
   }
+}
+
+// Which caches one GPU holds in FP8 (model/gpu_support.h): dense K/V and, since the latent kernels
+// read the FP8 planes, DeepSeek's latent rows and DSA's index keys in 16-byte code chunks; never
+// over tensor-parallel GPUs (no test there).
+TEST(Fp8KvCache, OneGpuHoldsDenseAndLatentCachesInFp8) {
+  for (const auto& [arch, preset] : {std::pair{"qwen3", "tiny-gpu"}, std::pair{"deepseek_v3", "tiny-gpu-deepseek-all"},
+                                     std::pair{"deepseek_v32", "tiny-gpu-dsa-all"}, std::pair{"glm_moe_dsa", "tiny-gpu-glm-all"}}) {
+    SCOPED_TRACE(std::string(arch) + " " + preset);
+    const model::ModelConfig c = model::ModelConfig::from_dir(kv_fp8_model(arch, preset));
+    EXPECT_EQ(model::fp8_kv_cache_gpu_unsupported(c, false), "");
+    EXPECT_NE(model::fp8_kv_cache_gpu_unsupported(c, true).find("tensor-parallel"), std::string::npos);
+  }
+  model::ModelConfig odd = model::ModelConfig::from_dir(kv_fp8_model("deepseek_v32", "tiny-gpu-dsa-all"));
+  odd.kv_lora_rank = 24;
+  EXPECT_NE(model::fp8_kv_cache_gpu_unsupported(odd, false).find("multiples of 16"), std::string::npos);
+  odd.kv_lora_rank = 32;
+  odd.index_head_dim = 8;
+  EXPECT_NE(model::fp8_kv_cache_gpu_unsupported(odd, false).find("multiples of 16"), std::string::npos);
 }
 
 TEST(Fp8KvCache, RefusedWhereNoTestCoversItInOneLine) {
