@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The canary served with tensor parallelism on CPU thread ranks scores exactly what one rank
-# scores: each of its LIMIT completions equals the plain canary run's (server.canary_accuracy's
+# The canary served with tensor (or prefill context) parallelism on CPU thread ranks scores exactly
+# what one rank scores: each of its LIMIT completions equals the plain canary run's (server.canary_accuracy's
 # eval.json, 200 problems) on the same problem, and so do the strict and flexible scores over them.
 # A shorter run compares with the plain run's first problems: the canary task's first K test
 # problems are the same whatever its size (tools/make_canary_task.py) and the 3 shots are its
