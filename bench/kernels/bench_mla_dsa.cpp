@@ -6,7 +6,7 @@
 //   b) DSA decode at the same points: the indexer's scores (64 heads x 128), the top-2048
 //      selection and sparse MLA over the kept rows, each part and the three in sequence;
 //   c) DeepSeek-V2-Lite shapes (16 heads): decode at batch 1 / 32 / 64, and a 2,048-token prefill;
-//   d) a) and b) over the FP8 cache (--kv-cache-dtype fp8: c_kv codes + 4 factors + bf16 k_pe, 656
+//   d) a), b) and c)'s decode over the FP8 cache (--kv-cache-dtype fp8: c_kv codes + 4 factors + bf16 k_pe, 656
 //      bytes a row; index keys as codes + one factor, 132 bytes).
 //
 // Method (docs/benchmarks.md: floors first, warm-up, median of repeats): two ceilings measured
@@ -290,6 +290,11 @@ void run(const BenchOptions& options) {
       bench.mla_decode("v2lite_mla_decode", 16, batch, context);
     }
   }
+  if (wanted(options, "v2lite_decode_fp8")) {
+    for (auto [batch, context] : {std::pair{1, 4096}, std::pair{32, 4096}, std::pair{64, 2048}}) {
+      bench.mla_decode("v2lite_mla_decode_fp8", 16, batch, context, true);
+    }
+  }
   if (wanted(options, "v2lite_prefill")) bench.mla_prefill("v2lite_mla_prefill", 16, 2048);
   if (!options.json_path.empty()) {
     write_results_json(options, ceilings, layer_result_rows(bench.results()));
@@ -303,6 +308,6 @@ void run(const BenchOptions& options) {
 int main(int argc, char** argv) {
   tachyon::bench::BenchOptions options;
   CLI::App app{"bench_mla_dsa: per-layer time of DeepSeek's MLA and DSA attention kernels against their floors"};
-  tachyon::bench::add_common_options(app, options, {"v32_dense", "v32_dsa", "v2lite_decode", "v2lite_prefill", "v32_dense_fp8", "v32_dsa_fp8"});
+  tachyon::bench::add_common_options(app, options, {"v32_dense", "v32_dsa", "v2lite_decode", "v2lite_prefill", "v32_dense_fp8", "v32_dsa_fp8", "v2lite_decode_fp8"});
   return tachyon::bench::bench_main(app, options, argc, argv, [&] { tachyon::bench::run(options); });
 }
