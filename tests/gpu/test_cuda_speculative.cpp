@@ -7,7 +7,8 @@
 //     verify row's logits are the plain decode row's within bf16 tolerance;
 //   - forced acceptance (benchmarks) follows the keyed rule, whatever the drafts;
 //   - an EngineCore with the n-gram drafter gives the plain engine's tokens (greedy and seeded),
-//     over one runner and over 2 tensor-parallel ranks sharing the GPU;
+//     over one runner and over 2 tensor-parallel ranks sharing the GPU, and so does one whose
+//     draft model (a runner of its own beside the group) drafts for those 2 ranks;
 //   - so does one whose runner drafts with the model's MTP module on the device
 //     (cuda_mtp_drafter.h), graphs and eager, k 1 and 3, with chunked prefill and prefix hits;
 //     its acceptance on a trained module is checked by the MTP canary (scripts/gpu-test.sh).
@@ -24,6 +25,7 @@
 #include <random>
 
 #include "runner_test_util.h"
+#include "tachyon/engine/draft_model_drafter.h"
 #include "tachyon/engine/drafter.h"
 #include "tachyon/engine/runner_drafter.h"
 #include "tachyon/model/mtp.h"
@@ -637,15 +639,20 @@ struct EngineRun {
   int64_t draft_graph_replays = 0;  // MTP drafting served by a graph
 };
 
+using DrafterFactory = std::function<std::unique_ptr<engine::Drafter>()>;
+
 // `mtp`: the model's MTP module when speculative.method is "mtp" (the runner drafts with it).
 // shared_gpu_tp > 0: that many tensor-parallel ranks sharing the GPU (eager) instead of one runner.
+// make_drafter: the engine's drafter (a draft model's), built before the served runner as the CLI
+// loads it; null: the one speculative names (n-gram) or the MTP runner's.
 EngineRun run_engine(const model::Bf16ModelWeights& weights, const std::vector<std::vector<int32_t>>& prompts,
                      const std::vector<SamplingParams>& params, const core::SpeculativeConfig& speculative,
                      const model::Bf16MtpModule* mtp = nullptr, bool eager = false, int shared_gpu_tp = 0,
-                     int dcp = 1) {
+                     int dcp = 1, const DrafterFactory& make_drafter = nullptr) {
   core::EngineConfig config = shared_gpu_tp > 0 ? shared_gpu_config(shared_gpu_tp) : small_config(eager);
   config.device.decode_context_parallel_size = dcp;
   config.speculative = speculative;
+  std::unique_ptr<engine::Drafter> drafter = make_drafter ? make_drafter() : nullptr;
   std::unique_ptr<ModelRunner> runner;
   const CudaModelRunner* raw_runner = nullptr;  // the engine owns it until the end of this function
   if (shared_gpu_tp > 0) {
@@ -658,7 +665,6 @@ EngineRun run_engine(const model::Bf16ModelWeights& weights, const std::vector<s
     config.num_blocks = single->num_blocks();
     runner = std::move(single);
   }
-  std::unique_ptr<engine::Drafter> drafter;
   if (mtp != nullptr) drafter = std::make_unique<engine::RunnerDrafter>();
   engine::EngineCore engine(config, std::move(runner), std::move(drafter));
   std::vector<std::shared_ptr<engine::OutputChannel>> channels;
@@ -750,19 +756,16 @@ std::pair<int, int> expect_plain_up_to_near_ties(const EngineRun& plain, const E
   return {identical, near_ties};
 }
 
-// The n-gram drafter on repetitive prompts (its lookups hit from the first step), on one runner
-// or on shared_gpu_tp ranks sharing the GPU, with decode context parallelism over them when dcp > 1
-// (each run against the plain run of the same kind).
-void expect_ngram_drafts_give_the_plain_tokens(int shared_gpu_tp, const Variant& variant = {"qwen3", "tiny-gpu"},
-                                               int dcp = 1) {
-  const fs::path dir = make_tiny(variant);
-  const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
-  model::SafetensorsCheckpoint checkpoint(dir);
-  const model::Bf16ModelWeights weights = model::load_weights_bf16(mc, checkpoint);
-  auto gen = gpu_test::rng(31);
-  constexpr float kTemperature = 0.8f;
+// Six repetitive prompts (n-gram lookups hit from the first step), each greedy and seeded (top_k
+// 2, temperature 0.8), asking for 3 logprobs (expect_plain_up_to_near_ties reads the gaps).
+struct DraftedRequests {
   std::vector<std::vector<int32_t>> prompts;
   std::vector<SamplingParams> params;
+};
+DraftedRequests repetitive_requests(const model::ModelConfig& mc) {
+  auto gen = gpu_test::rng(31);
+  constexpr float kTemperature = 0.8f;
+  DraftedRequests r;
   for (int i = 0; i < 6; ++i) {
     const std::vector<int32_t> prompt = repetitive_prompt(gen, mc.vocab_size);
     for (bool seeded : {false, true}) {
@@ -773,14 +776,16 @@ void expect_ngram_drafts_give_the_plain_tokens(int shared_gpu_tp, const Variant&
       } else {
         p.temperature = 0.0f;
       }
-      prompts.push_back(prompt);
-      params.push_back(p);
+      r.prompts.push_back(prompt);
+      r.params.push_back(p);
     }
   }
-  std::string kind = shared_gpu_tp > 0 ? "tp " + std::to_string(shared_gpu_tp) + " " : "";
-  if (dcp > 1) kind += "dcp " + std::to_string(dcp) + " " + variant.arch + " ";
-  const EngineRun plain = run_engine(weights, prompts, params, {}, nullptr, false, shared_gpu_tp, dcp);
-  int64_t plain_tokens = 0, plain_ties = 0;  // how often the plain run's best two are that close
+  return r;
+}
+
+// How often the plain run's best two logits are that close (printed: the chance a bug hides).
+void print_plain_near_ties(const EngineRun& plain) {
+  int64_t plain_tokens = 0, plain_ties = 0;
   for (const auto& request : plain.logprobs) {
     for (const core::SampledToken& t : request) {
       if (t.top.size() < 2) continue;
@@ -790,6 +795,22 @@ void expect_ngram_drafts_give_the_plain_tokens(int shared_gpu_tp, const Variant&
   }
   std::printf("[plain] %lld of %lld tokens have their best two logits within %.2f\n", static_cast<long long>(plain_ties),
               static_cast<long long>(plain_tokens), kLogitTieBound);
+}
+
+// The n-gram drafter on repetitive prompts, on one runner or on shared_gpu_tp ranks sharing the
+// GPU, with decode context parallelism over them when dcp > 1 (each run against the plain run of
+// the same kind).
+void expect_ngram_drafts_give_the_plain_tokens(int shared_gpu_tp, const Variant& variant = {"qwen3", "tiny-gpu"},
+                                               int dcp = 1) {
+  const fs::path dir = make_tiny(variant);
+  const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
+  model::SafetensorsCheckpoint checkpoint(dir);
+  const model::Bf16ModelWeights weights = model::load_weights_bf16(mc, checkpoint);
+  const auto [prompts, params] = repetitive_requests(mc);
+  std::string kind = shared_gpu_tp > 0 ? "tp " + std::to_string(shared_gpu_tp) + " " : "";
+  if (dcp > 1) kind += "dcp " + std::to_string(dcp) + " " + variant.arch + " ";
+  const EngineRun plain = run_engine(weights, prompts, params, {}, nullptr, false, shared_gpu_tp, dcp);
+  print_plain_near_ties(plain);
   for (int32_t k : {1, 3}) {
     const core::SpeculativeConfig speculative{.method = "ngram", .num_speculative_tokens = k, .ngram_min = 1,
                                               .ngram_max = 3};
@@ -812,6 +833,60 @@ TEST(CudaSpeculativeEngine, NgramDraftsGiveThePlainTokensUpToNearTies) { expect_
 // the GPU through the host-staged communicator, against the same group's plain run.
 TEST(CudaSpeculativeEngine, TensorParallelRanksVerifyNgramDraftsUpToNearTies) {
   expect_ngram_drafts_give_the_plain_tokens(2);
+}
+
+// A draft model drafting for 2 tensor-parallel ranks sharing the GPU: the whole draft model on one
+// CudaModelRunner of its own beside the group (as the CLI loads it, before the served ranks, with
+// a fixed cache share), its greedy drafts verified by the group: the plain group's tokens up to near
+// ties, greedy and seeded, k 1 and 3, with another random model and with the target itself as the
+// draft (whose greedy drafts the group must mostly accept).
+TEST(CudaSpeculativeEngine, TensorParallelRanksVerifyDraftModelDraftsUpToNearTies) {
+  const fs::path dir = make_tiny({"qwen3", "tiny-gpu"});
+  const fs::path other_dir = fs::temp_directory_path() / "tachyon-gpu-qwen3-tiny-gpu-draft";
+  if (!fs::exists(other_dir / "config.json")) {
+    model::make_model({.arch = "qwen3", .preset = "tiny-gpu", .seed = 41, .out_dir = other_dir});
+  }
+  const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
+  auto load = [](const fs::path& d) {
+    model::SafetensorsCheckpoint checkpoint(d);
+    return model::load_weights_bf16(model::ModelConfig::from_dir(d), checkpoint);
+  };
+  const model::Bf16ModelWeights weights = load(dir), other = load(other_dir);
+  const auto [prompts, params] = repetitive_requests(mc);
+  const EngineRun plain = run_engine(weights, prompts, params, {}, nullptr, false, 2);
+  print_plain_near_ties(plain);
+  for (const auto& [draft, name] : {std::pair{&other, "other model"}, std::pair{&weights, "self"}}) {
+    for (int32_t k : {1, 3}) {
+      const DrafterFactory make_drafter = [&, draft = draft, k] {
+        core::EngineConfig draft_config = small_config(/*eager=*/false);
+        draft_config.device.kv_cache_memory_bytes = int64_t{32} << 20;
+        auto runner = std::make_unique<CudaModelRunner>(*draft, draft_config);
+        const int32_t blocks = runner->num_blocks();
+        return std::make_unique<engine::DraftModelDrafter>(
+            std::move(runner),
+            engine::DraftModelOptions{.num_tokens = k,
+                                      .num_blocks = blocks,
+                                      .block_size = draft_config.block_size,
+                                      .max_model_len = draft_config.scheduler.max_model_len,
+                                      .max_num_batched_tokens = draft_config.scheduler.max_num_batched_tokens,
+                                      .max_num_seqs = draft_config.scheduler.max_num_seqs},
+            mc.vocab_size);
+      };
+      const core::SpeculativeConfig speculative{.method = "draft", .num_speculative_tokens = k,
+                                                .draft_model = "(in memory)"};
+      const EngineRun drafted = run_engine(weights, prompts, params, speculative, nullptr, false, 2, 1, make_drafter);
+      const std::string what = std::string("tp 2 draft (") + name + ") k " + std::to_string(k);
+      EXPECT_GT(drafted.stats.draft_tokens, 0) << what;
+      if (draft == &weights) {
+        EXPECT_GT(drafted.stats.draft_tokens_accepted * 2, drafted.stats.draft_tokens) << what << ": self-drafts";
+      }
+      const auto [identical, near_ties] = expect_plain_up_to_near_ties(plain, drafted, params, what);
+      std::printf("[%s] %d/%zu requests identical, %d diverge at a near tie; %lld of %lld drafts accepted\n",
+                  what.c_str(), identical, prompts.size(), near_ties,
+                  static_cast<long long>(drafted.stats.draft_tokens_accepted),
+                  static_cast<long long>(drafted.stats.draft_tokens));
+    }
+  }
 }
 
 // With decode context parallelism a verify step's 1 + k rows attend the split cache, each row

@@ -90,6 +90,8 @@ inline std::vector<SpecRequest> make_requests(uint32_t seed, bool repetitive) {
 
 // Builds the drafter an engine gets (null: the one its config names, or none).
 using DrafterFactory = std::function<std::unique_ptr<Drafter>()>;
+// Builds the runner an engine gets for its config (null: one CPU runner over the suite's model).
+using RunnerFactory = std::function<std::unique_ptr<runner::ModelRunner>(const core::EngineConfig&)>;
 
 template <uint64_t Seed>
 class SpeculativeEngineSuite : public testing::TinyModelSuite<Seed> {
@@ -102,13 +104,15 @@ class SpeculativeEngineSuite : public testing::TinyModelSuite<Seed> {
   }
 
   // run() with an engine config of the test's own (cache size, prefix caching, forced acceptance,
-  // the KV cache's dtype).
+  // the KV cache's dtype), and optionally a runner of its own (tensor-parallel ranks).
   static Completions run_with(const std::vector<SpecRequest>& requests, const core::EngineConfig& c,
-                              EngineStats* stats = nullptr, const DrafterFactory& drafter = nullptr) {
+                              EngineStats* stats = nullptr, const DrafterFactory& drafter = nullptr,
+                              const RunnerFactory& runner = nullptr) {
     EngineCore engine(c,
-                      std::make_unique<runner::CpuModelRunner>(*model_, c.num_blocks, c.block_size,
-                                                               model::MlaAttentionForm::kAbsorbed,
-                                                               c.device.kv_cache_dtype == DType::kF8E4M3),
+                      runner ? runner(c)
+                             : std::make_unique<runner::CpuModelRunner>(*model_, c.num_blocks, c.block_size,
+                                                                        model::MlaAttentionForm::kAbsorbed,
+                                                                        c.device.kv_cache_dtype == DType::kF8E4M3),
                       drafter ? drafter() : nullptr);
     std::vector<std::shared_ptr<OutputChannel>> channels;
     for (const SpecRequest& r : requests) {

@@ -93,6 +93,25 @@ TEST_F(CliSpeculativeTest, DraftModelsPrintThePlainTextAndForcedAcceptanceIsRepo
   std::filesystem::remove_all(draft);
 }
 
+// Over two tensor-parallel CPU ranks (the draft model whole beside them) the drafted run prints
+// the plain tensor-parallel run's tokens. (A vocabulary of 512: the real tokenizers' do not split
+// over two ranks.)
+TEST_F(CliSpeculativeTest, DraftModelsOverTensorParallelRanksPrintThePlainTokens) {
+  ASSERT_EQ(make_model().exit_code, 0);
+  const std::filesystem::path draft = dir_.string() + "-tp-draft";
+  ASSERT_EQ(testing::run_cli("make-model --arch qwen3 --preset tiny --seed 3 --out " + draft.string()).exit_code, 0);
+  const std::string args = "generate " + dir_.string() + " --prompt-ids 5,6,7,5,6,7 --max-tokens 30 --ignore-eos "
+                           "--device cpu --tp 2";
+  CliRun plain = testing::run_cli(args);
+  CliRun drafted =
+      testing::run_cli(args + " --speculative-method draft --num-speculative-tokens 3 --draft-model " + draft.string());
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  ASSERT_EQ(drafted.exit_code, 0) << drafted.output;
+  EXPECT_EQ(text_before_summary(drafted), text_before_summary(plain));
+  EXPECT_NE(drafted.output.find("[tachyon] Speculative decoding (draft, k=3)"), std::string::npos) << drafted.output;
+  std::filesystem::remove_all(draft);
+}
+
 TEST_F(CliSpeculativeTest, WhatIsNotBuiltOrNotVerifiedIsRefusedInOneLine) {
   ASSERT_EQ(make_model().exit_code, 0);
   const std::string args = "generate " + dir_.string() + " --prompt-ids 1,2,3 --max-tokens 2";
@@ -108,9 +127,12 @@ TEST_F(CliSpeculativeTest, WhatIsNotBuiltOrNotVerifiedIsRefusedInOneLine) {
   one_line_error(testing::run_cli(args + " --device cuda --tp 2 --nnodes 2 --speculative-method ngram "
                                          "--num-speculative-tokens 3"),
                  "--speculative-method ngram with --nnodes > 1: drafts do not travel");
-  one_line_error(testing::run_cli(args + " --tp 2 --speculative-method draft --num-speculative-tokens 3 --draft-model " +
-                                  dir_.string()),
-                 "--speculative-method draft with --tp > 1 is not verified by any test yet");
+  one_line_error(testing::run_cli(args + " --device cpu --tp 2 --enable-expert-parallel --speculative-method draft "
+                                         "--num-speculative-tokens 3 --draft-model " + dir_.string()),
+                 "--speculative-method draft with --enable-expert-parallel is not verified by any test yet");
+  one_line_error(testing::run_cli(args + " --device cpu --dp 2 --speculative-method draft --num-speculative-tokens 3 "
+                                         "--draft-model " + dir_.string()),
+                 "--speculative-method draft with --dp 2: the data-parallel ranks verify no drafts");
   one_line_error(testing::run_cli(args + " --speculative-method draft --num-speculative-tokens 3"),
                  "--speculative-method draft needs --draft-model DIR");
   one_line_error(testing::run_cli(args + " --speculative-method mtp --num-speculative-tokens 3"),

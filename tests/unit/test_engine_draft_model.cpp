@@ -12,6 +12,9 @@
 
 #include "speculative_engine_suite.h"
 #include "tachyon/engine/draft_model_drafter.h"
+#include "tachyon/model/model_weights.h"
+#include "tachyon/model/safetensors.h"
+#include "tachyon/runner/tp_cpu_model_runner.h"
 
 namespace tachyon::engine::engine_draft_model_test {
 
@@ -114,6 +117,34 @@ TEST_F(EngineDraftModelTest, DraftModelsNeverChangeTheTokens) {
           EXPECT_EQ(stats.generated_tokens, plain_stats.generated_tokens) << what;
           EXPECT_GT(stats.draft_tokens, 0) << what;
           EXPECT_LE(stats.draft_tokens_accepted, stats.draft_tokens) << what;
+        }
+      }
+    }
+  }
+}
+
+// With --tp 2 the served model's CPU thread ranks verify the draft model's drafts (the draft runs
+// whole beside them) as one rank does: the suite's eight kinds of sampling give the plain
+// tensor-parallel run's tokens and logprobs exactly, for another model and the target as draft.
+TEST_F(EngineDraftModelTest, TensorParallelRanksVerifyTheDraftModelsDraftsExactly) {
+  const model::ModelWeights weights = model::load_weights(model_->config(), model::SafetensorsCheckpoint(*dir_));
+  const RunnerFactory tp2 = [&weights](const core::EngineConfig& c) -> std::unique_ptr<runner::ModelRunner> {
+    return std::make_unique<runner::TpCpuModelRunner>(weights, 2, c.num_blocks, c.block_size);
+  };
+  for (uint32_t seed : {4u, 5u}) {
+    std::vector<SpecRequest> requests = make_requests(seed, seed == 4);
+    set_stop_ids(requests);
+    const Completions plain = run_with(requests, engine_config({}), nullptr, nullptr, tp2);
+    for (int32_t k : {1, 3}) {
+      for (const model::DenseModel* draft : {draft_, model_}) {
+        EngineStats stats;
+        const Completions got = run_with(requests, engine_config(draft_config(k)), &stats, factory(*draft, k), tp2);
+        const std::string what = "tp 2 seed " + std::to_string(seed) + " k " + std::to_string(k) +
+                                 (draft == model_ ? " self-draft" : " other draft");
+        expect_same(got, plain, requests, what);
+        EXPECT_GT(stats.draft_tokens, 0) << what;
+        if (draft == model_) {
+          EXPECT_GT(stats.draft_tokens_accepted, 0) << what;
         }
       }
     }

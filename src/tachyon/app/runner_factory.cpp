@@ -46,17 +46,19 @@ namespace {
 
 // Speculative decoding with the tensor-parallel CUDA runner, checked before any weight loads: it
 // verifies drafts on one node (over several, EngineCore would refuse the drafter after the load),
-// and n-gram drafts are what a test runs through it (tests/gpu/test_cuda_speculative.cpp, ranks
-// sharing a GPU). A draft model and MTP modules are not sharded for its ranks.
+// and n-gram drafts and a draft model's (the whole draft model on the first rank's GPU, beside
+// the group) are what tests run through it (tests/gpu/test_cuda_speculative.cpp, ranks sharing a
+// GPU). The MTP modules read the served model's hidden states, which the ranks do not return.
 void check_drafts_verified(const core::EngineConfig& config) {
   if (!config.speculative.enabled()) return;
   const std::string& method = config.speculative.method;
-  TACHYON_CHECK(method == "ngram") << "--speculative-method " << method
-                                   << " on --device cuda with --tp > 1 is not verified by any test yet (n-gram drafts "
-                                      "are; or --tp 1, or --device cpu)";
+  TACHYON_CHECK(method == "ngram" || method == "draft")
+      << "--speculative-method " << method
+      << " on --device cuda with --tp > 1 is not verified by any test yet (n-gram and draft-model drafts are; or "
+         "--tp 1, or --device cpu)";
   TACHYON_CHECK(config.device.nnodes == 1)
-      << "--speculative-method ngram with --nnodes > 1: drafts do not travel to the other nodes' ranks yet; serve "
-         "from one node";
+      << "--speculative-method " << method << " with --nnodes > 1: drafts do not travel to the other nodes' ranks "
+         "yet; serve from one node";
 }
 
 engine::DraftModelOptions draft_options(const core::EngineConfig& config, int32_t num_blocks) {
@@ -175,11 +177,17 @@ void check_kv_cache_dtype(const core::EngineConfig& config, const model::ModelCo
       << " is not verified by any test yet (ngram is)";
 }
 
-// Speculation combinations no test verifies yet: refused before loading.
+// Speculation combinations no test verifies yet: refused before loading. The draft model runs
+// whole beside the served model (on its device; with --tp, beside the ranks: CPU thread ranks in
+// test_engine_draft_model.cpp, GPU ranks in tests/gpu/test_cuda_speculative.cpp), so --tp takes it;
+// expert parallelism with it has no test, and data-parallel ranks verify no drafts.
 void check_draft_model_device(const core::EngineConfig& config) {
   if (config.speculative.method != "draft") return;
-  TACHYON_CHECK(config.device.tensor_parallel_size == 1)
-      << "--speculative-method draft with --tp > 1 is not verified by any test yet; use --tp 1";
+  TACHYON_CHECK(!config.device.enable_expert_parallel)
+      << "--speculative-method draft with --enable-expert-parallel is not verified by any test yet";
+  TACHYON_CHECK(config.device.data_parallel_size == 1)
+      << "--speculative-method draft with --dp " << config.device.data_parallel_size
+      << ": the data-parallel ranks verify no drafts; use --dp 1";
 }
 
 // --speculative-method mtp drafts with the served model's own MTP modules, which read the main
@@ -304,11 +312,15 @@ static LoadedRunner load_device_runner(const std::filesystem::path& model_dir, c
       runner::TpCommFactory comms = nnodes > 1 ? runner::multi_node_tp_comm_factory(config.device.master_addr,
                                                                    config.device.master_port, tp)
                                        : runner::default_tp_comm_factory(layout.devices);
+      // A draft model loads first, whole, on the first rank's GPU (the current device), with its
+      // fixed cache share; the ranks then size their caches from what is left (the smallest wins).
+      std::unique_ptr<engine::Drafter> drafter;
+      if (config.speculative.method == "draft") drafter = load_cuda_draft_model(config, model_config);
       model::SafetensorsCheckpoint checkpoint(model_dir);
       auto runner = std::make_unique<runner::TpCudaModelRunner>(model::load_weights_bf16(model_config, checkpoint), config,
                                                         std::move(layout), std::move(comms));
       config.num_blocks = runner->num_blocks();
-      return {std::move(runner), model_config};
+      return {std::move(runner), model_config, std::move(drafter)};
     }
 #else
     TACHYON_CHECK(nnodes == 1) << "--nnodes > 1 needs a CUDA build of tachyon";
@@ -322,7 +334,9 @@ static LoadedRunner load_device_runner(const std::filesystem::path& model_dir, c
                                                              model::DcpOptions{config.device.decode_context_parallel_size,
                                                                                config.device.dcp_kv_cache_interleave_size},
                                                              runner::TboOptions{.enabled = config.device.enable_two_batch_overlap});
-    return {std::move(runner), model_config};
+    std::unique_ptr<engine::Drafter> drafter;
+    if (config.speculative.method == "draft") drafter = load_cpu_draft_model(config, model_config);
+    return {std::move(runner), model_config, std::move(drafter)};
   }
 #ifdef TACHYON_HAVE_CUDA
   if (kind == "auto") {
