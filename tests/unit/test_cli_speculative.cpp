@@ -58,6 +58,17 @@ TEST_F(CliSpeculativeTest, GeneratePrintsTheSameTextWithNgramDrafts) {
   EXPECT_EQ(text_before_summary(seeded_drafted), text_before_summary(seeded_plain));
 }
 
+// `args` with the draft model `draft` (k = 3) prints what `args` alone prints, and says it drafted.
+void expect_drafts_print_the_plain_text(const std::string& args, const std::filesystem::path& draft) {
+  CliRun plain = testing::run_cli(args);
+  CliRun drafted =
+      testing::run_cli(args + " --speculative-method draft --num-speculative-tokens 3 --draft-model " + draft.string());
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  ASSERT_EQ(drafted.exit_code, 0) << drafted.output;
+  EXPECT_EQ(text_before_summary(drafted), text_before_summary(plain));
+  EXPECT_NE(drafted.output.find("[tachyon] Speculative decoding (draft, k=3)"), std::string::npos) << drafted.output;
+}
+
 // A draft model (itself, made again under another name, so every greedy draft is accepted or
 // nearly) prints the plain text too; bench latency with forced acceptance 1 accepts every draft
 // and says the figure is forced.
@@ -69,14 +80,8 @@ TEST_F(CliSpeculativeTest, DraftModelsPrintThePlainTextAndForcedAcceptanceIsRepo
                              draft.string())
                 .exit_code,
             0);
-  const std::string args = "generate " + dir_.string() + " --prompt 'the cat sat on' --max-tokens 30 --ignore-eos";
-  CliRun plain = testing::run_cli(args);
-  CliRun drafted =
-      testing::run_cli(args + " --speculative-method draft --num-speculative-tokens 3 --draft-model " + draft.string());
-  ASSERT_EQ(plain.exit_code, 0) << plain.output;
-  ASSERT_EQ(drafted.exit_code, 0) << drafted.output;
-  EXPECT_EQ(text_before_summary(drafted), text_before_summary(plain));
-  EXPECT_NE(drafted.output.find("[tachyon] Speculative decoding (draft, k=3)"), std::string::npos) << drafted.output;
+  expect_drafts_print_the_plain_text("generate " + dir_.string() + " --prompt 'the cat sat on' --max-tokens 30 --ignore-eos",
+                                     draft);
 
   const std::string latency_json = (dir_ / "latency.json").string();
   CliRun r = testing::run_cli("bench latency " + dir_.string() +
@@ -100,15 +105,8 @@ TEST_F(CliSpeculativeTest, DraftModelsOverTensorParallelRanksPrintThePlainTokens
   ASSERT_EQ(make_model().exit_code, 0);
   const std::filesystem::path draft = dir_.string() + "-tp-draft";
   ASSERT_EQ(testing::run_cli("make-model --arch qwen3 --preset tiny --seed 3 --out " + draft.string()).exit_code, 0);
-  const std::string args = "generate " + dir_.string() + " --prompt-ids 5,6,7,5,6,7 --max-tokens 30 --ignore-eos "
-                           "--device cpu --tp 2";
-  CliRun plain = testing::run_cli(args);
-  CliRun drafted =
-      testing::run_cli(args + " --speculative-method draft --num-speculative-tokens 3 --draft-model " + draft.string());
-  ASSERT_EQ(plain.exit_code, 0) << plain.output;
-  ASSERT_EQ(drafted.exit_code, 0) << drafted.output;
-  EXPECT_EQ(text_before_summary(drafted), text_before_summary(plain));
-  EXPECT_NE(drafted.output.find("[tachyon] Speculative decoding (draft, k=3)"), std::string::npos) << drafted.output;
+  expect_drafts_print_the_plain_text(
+      "generate " + dir_.string() + " --prompt-ids 5,6,7,5,6,7 --max-tokens 30 --ignore-eos --device cpu --tp 2", draft);
   std::filesystem::remove_all(draft);
 }
 
