@@ -11,7 +11,8 @@
 //   lat    = attention over the cached latents (all earlier tokens, or the kept ones)  [T, heads, rank]
 //   out    = o_proj(lat_h @ W_uv_h^T)                                    [T, hidden]
 // Each step reads the cache's rows once per (sequence, KV split) for all heads; nothing is
-// decompressed. Caches one latent row per token, and one index key with the selector. The latent
+// decompressed. Caches one latent row per token, and one index key with the selector (with
+// --kv-cache-dtype fp8 as E4M3 planes: kernels/cuda/mla_attention.h PagedLatentView). The latent
 // path (kv_a and the cache store) does not depend on the query path: where kv_a's product is
 // stream-local it runs on the side stream beside the queries (run_branches).
 // Decode context parallelism (GpuLimits::dcp, kernels/dcp_layout.h): the rank caches only its
