@@ -49,10 +49,10 @@ using gpu::bf16;
 
 constexpr int32_t kRank = 512, kRope = 64, kWidth = kRank + kRope;  // latent row [c_kv | k_pe]
 // Bytes of a latent row and an index key in each cache.
-double latent_row_bytes(bool fp8) { return fp8 ? kRank + 2.0 * kRope + 4.0 * gpu::fp8_latent_scale_stride(kRank) : 2.0 * kWidth; }
+double latent_row_bytes(bool fp8) { return fp8 ? double(kernels::fp8_latent_row_bytes(kRank, kRope)) : 2.0 * kWidth; }
 constexpr int32_t kBlockSize = 64;
 constexpr int32_t kIndexHeads = 64, kIndexDim = 128, kTopk = 2048;  // DeepSeek-V3.2's indexer
-double index_key_bytes(bool fp8) { return fp8 ? kIndexDim + 4.0 : 2.0 * kIndexDim; }
+double index_key_bytes(bool fp8) { return fp8 ? double(kernels::fp8_index_key_bytes(kIndexDim)) : 2.0 * kIndexDim; }
 constexpr int kMaxLayers = 64;
 constexpr double kEagerEnqueueUs = 2000.0;  // eager launches of 64 layers take ~1 ms to enqueue
 const float kScale = 1.0f / std::sqrt(192.0f);  // qk_head_dim^-0.5 (no YaRN mscale: timing only)

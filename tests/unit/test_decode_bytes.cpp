@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "tachyon/model/layer_plan.h"
 #include "tachyon/model/make_model.h"
 #include "tachyon/model/model_weights.h"
 
@@ -76,19 +77,34 @@ TEST_P(DecodeBytes, Fp8RunsCountTheirProjectionsInFp8) {
   }
 }
 
-// An FP8 KV cache (dense attention on the GPU) reads head_dim bytes and a 4-byte factor per cached
-// K or V row of head_dim values: it saves batch * context * 2 * kv_size * (1 - 4 / head_dim) bytes
-// and nothing of latent attention's cache.
+// An FP8 KV cache reads head_dim bytes and a 4-byte factor per cached K or V row of head_dim
+// values: it saves batch * context * 2 * kv_size * (1 - 4 / head_dim) bytes of dense attention's
+// cache; a latent row takes rank + 2 * rope + 16 bytes (512 + 64: 656 against 1152) and an index
+// key dim + 4 (132 against 256), for the rows each step reads.
 TEST_P(DecodeBytes, AnFp8KvCacheReadsOneByteAValueAndAFactorPerRow) {
   const ModelConfig c = make_model_config({.arch = GetParam().arch, .preset = GetParam().preset});
   for (int64_t batch : {1, 32}) {
     for (bool fp8_projections : {false, true}) {
       const double saved = decode_step_min_bytes(c, batch, 1000, fp8_projections) -
                            decode_step_min_bytes(c, batch, 1000, fp8_projections, /*fp8_kv_cache=*/true);
-      const double dense_kv_values = c.is_mla() ? 0.0 : 2.0 * static_cast<double>(c.kv_size()) * batch * 1000.0 *
-                                                           static_cast<double>(c.num_hidden_layers);
-      EXPECT_NEAR(saved, dense_kv_values * (1.0 - 4.0 / static_cast<double>(c.head_dim)), 1e-6 * (1.0 + saved))
-          << GetParam().preset << " batch " << batch;
+      double expected = 0.0;
+      if (!c.is_mla()) {
+        const double dense_kv_values =
+            2.0 * static_cast<double>(c.kv_size()) * batch * 1000.0 * static_cast<double>(c.num_hidden_layers);
+        expected = dense_kv_values * (1.0 - 4.0 / static_cast<double>(c.head_dim));
+      } else {
+        ASSERT_EQ(c.kv_lora_rank, 512);
+        ASSERT_EQ(c.qk_rope_head_dim, 64);
+        // Every preset here reads all 1000 rows (index_topk >= 1000 where there is an indexer).
+        const double rows = batch * 1000.0 * static_cast<double>(c.num_hidden_layers);
+        expected = rows * (1152.0 - 656.0);
+        if (c.has_sparse_attention()) {
+          double full_layers = 0.0;
+          for (const LayerKinds& kinds : layer_plan(c)) full_layers += kinds.indexer == IndexerKind::kFull;
+          expected += batch * 1000.0 * full_layers * (2.0 * c.index_head_dim - (c.index_head_dim + 4.0));
+        }
+      }
+      EXPECT_NEAR(saved, expected, 1e-6 * (1.0 + saved)) << GetParam().preset << " batch " << batch;
     }
   }
 }

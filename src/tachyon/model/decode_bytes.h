@@ -17,9 +17,9 @@ namespace tachyon::model {
 // (MLA) reads its projections and one [c_kv | k_pe] row per cached token; with DSA the attention
 // reads only the kept rows but the indexer every index key.
 // With fp8_projections (an FP8 run on the GPU, model/fp8_projections.h) the projections it holds in
-// FP8 count 1 byte a value plus a 4-byte factor per 128. With fp8_kv_cache (--kv-cache-dtype fp8 on
-// the GPU: dense attention's K and V) a cached K or V row of head_dim values is head_dim bytes plus
-// a 4-byte factor.
+// FP8 count 1 byte a value plus a 4-byte factor per 128. With fp8_kv_cache (--kv-cache-dtype fp8)
+// a cached K or V row of head_dim values is head_dim bytes plus a 4-byte factor, a latent row and
+// an index key take kernels/fp8_latent_layout.h's bytes (656 and 132 at DeepSeek's shapes).
 double decode_step_min_bytes(const ModelConfig& config, int64_t batch, int64_t context, bool fp8_projections = false,
                              bool fp8_kv_cache = false);
 

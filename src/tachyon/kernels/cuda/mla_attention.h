@@ -19,19 +19,15 @@
 #include <cstdint>
 
 #include "tachyon/kernels/dcp_layout.h"
+#include "tachyon/kernels/fp8_latent_layout.h"
 #include "tachyon/tensor/cuda/cuda_check.h"
 
 namespace tachyon::kernels::cuda {
 
-// The FP8 latent cache (--kv-cache-dtype fp8), FlashMLA's FP8 row in three planes indexed by slot:
-// c_kv as E4M3 codes with one f32 factor per kFp8LatentGroup values (amax / 448, the CPU
-// reference's runner/paged_attention_backend.h), k_pe kept in bf16. At DeepSeek's 512 + 64 a
-// token takes 512 + 16 + 128 = 656 bytes against 1152. The factors of a token are padded to a
-// multiple of 4 so every plane's rows stay 16-byte aligned.
-constexpr int32_t kFp8LatentGroup = 128;
-TACHYON_HOST_DEVICE constexpr int32_t fp8_latent_scale_stride(int32_t kv_lora_rank) {
-  return ((kv_lora_rank + kFp8LatentGroup - 1) / kFp8LatentGroup + 3) / 4 * 4;
-}
+// The FP8 latent cache (--kv-cache-dtype fp8): the row of kernels/fp8_latent_layout.h in three
+// planes indexed by slot (codes, factors, k_pe).
+using kernels::fp8_latent_scale_stride;
+using kernels::kFp8LatentGroup;
 
 struct PagedLatentView {
   const bf16* cache = nullptr;            // [num_blocks, block_size, kv_lora_rank + rope_dim] bf16 rows [c_kv | k_pe]
