@@ -153,7 +153,7 @@ TEST_F(CliSpeculativeTest, WhatIsNotBuiltOrNotVerifiedIsRefusedInOneLine) {
 }
 
 // MTP: the tiny DeepSeek model's own module drafts; generate prints the plain tokens, greedy
-// and seeded. Where hidden states are not returned (the GPU, tensor parallelism) it is refused
+// and seeded, on one runner and on two tensor-parallel CPU ranks. What no test covers is refused
 // in one line before any weight loads.
 TEST_F(CliSpeculativeTest, MtpPrintsThePlainTextAndIsRefusedWhereNotBuilt) {
   ASSERT_EQ(testing::run_cli("make-model --arch deepseek_v3 --preset tiny-deepseek-mtp --seed 3 --out " + dir_.string())
@@ -185,7 +185,17 @@ TEST_F(CliSpeculativeTest, MtpPrintsThePlainTextAndIsRefusedWhereNotBuilt) {
   one_line_error(testing::run_cli("generate " + two.string() + " --prompt-ids 5,6 --device cuda" + mtp),
                  "--speculative-method mtp on --device cuda drafts with one MTP module");
   std::filesystem::remove_all(two);
-  one_line_error(testing::run_cli(args + mtp + " --tp 2"), "--speculative-method mtp with --tp > 1 is not built yet");
+  // Over two tensor-parallel CPU ranks (they return the hidden states the module reads): the plain
+  // tensor-parallel run's text.
+  CliRun plain_tp = testing::run_cli(args + " --device cpu --tp 2");
+  CliRun drafted_tp = testing::run_cli(args + " --device cpu --tp 2" + mtp);
+  ASSERT_EQ(plain_tp.exit_code, 0) << plain_tp.output;
+  ASSERT_EQ(drafted_tp.exit_code, 0) << drafted_tp.output;
+  EXPECT_EQ(text_before_summary(drafted_tp), text_before_summary(plain_tp));
+  EXPECT_NE(drafted_tp.output.find("[tachyon] Speculative decoding (mtp, k=2)"), std::string::npos)
+      << drafted_tp.output;
+  one_line_error(testing::run_cli(args + mtp + " --device cpu --tp 2 --enable-expert-parallel"),
+                 "--speculative-method mtp with --enable-expert-parallel is not verified by any test yet");
   one_line_error(testing::run_cli(args + mtp + " --ngram-min 2"),
                  "--ngram-min and --ngram-max are for --speculative-method ngram");
 }

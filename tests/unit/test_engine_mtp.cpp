@@ -1,7 +1,8 @@
 // MTP speculation (engine/mtp_drafter.h) on the CPU runner, with tiny-deepseek-mtp (one module)
 // and a two-module variant of it (a second module taken from another seed's model):
 // - the runner returns every row's pre-final-norm hidden state when the plan asks, equal to a
-//   single-sequence forward's, and nothing otherwise; the TP CPU runner refuses the request;
+//   single-sequence forward's, and nothing otherwise; two tensor-parallel CPU ranks return the
+//   same (within 1e-4) and their drafted runs equal their plain run; with DCP they refuse;
 // - the mechanism: every proposal the drafter makes during engine runs (chunked prefill, drafts
 //   accepted in part by forced acceptance, preemption, n = 2 forks after a prefix-cache hit,
 //   k above the number of modules) equals the drafts computed from scratch for that sequence:
@@ -290,22 +291,74 @@ TEST_F(EngineMtpTest, TheCpuRunnerReturnsEveryRowsHiddenStateWhenAsked) {
   }
 }
 
-TEST_F(EngineMtpTest, TheTensorParallelCpuRunnerRefusesToReturnHiddenStates) {
-  const std::filesystem::path dir = dir_->string() + "-qwen3";
-  model::make_model({.arch = "qwen3", .preset = "tiny", .seed = 5, .out_dir = dir});
-  const model::ModelConfig config = model::ModelConfig::from_dir(dir);
-  const model::ModelWeights weights = model::load_weights(config, model::SafetensorsCheckpoint(dir));
-  std::filesystem::remove_all(dir);
+// Two tensor-parallel CPU ranks return the hidden states the single runner returns (each rank holds
+// the whole residual stream; the partial sums add in another order: within 1e-4), and MTP drafts
+// over them never change the plain tensor-parallel run's tokens or logprobs (one module and two, k
+// 1 and 3). With two-batch overlap or DCP the ranks refuse to (no test covers those).
+TEST_F(EngineMtpTest, TensorParallelRanksReturnHiddenStatesAndVerifyMtpDraftsExactly) {
+  const model::ModelWeights weights = model::load_weights(model_->config(), model::SafetensorsCheckpoint(*dir_));
+  const RunnerFactory tp2 = [&weights](const core::EngineConfig& c) -> std::unique_ptr<runner::ModelRunner> {
+    return std::make_unique<runner::TpCpuModelRunner>(weights, 2, c.num_blocks, c.block_size);
+  };
+  std::vector<SpecRequest> requests = make_requests(6, true);
+  for (SpecRequest& r : requests) r.params.n = 1;
+  std::map<int64_t, std::map<int64_t, std::vector<float>>> rows[2];  // single runner, TP ranks
+  for (int tp : {1, 2}) {
+    const core::EngineConfig c = engine_config(mtp_config(1));  // the probe stands in for the drafter
+    auto probe = std::make_unique<HiddenStateProbe>(true);
+    HiddenStateProbe* seen = probe.get();
+    std::unique_ptr<runner::ModelRunner> runner =
+        tp == 1 ? std::make_unique<runner::CpuModelRunner>(*model_, c.num_blocks, c.block_size) : tp2(c);
+    EngineCore engine(c, std::move(runner), std::move(probe));
+    std::vector<std::shared_ptr<OutputChannel>> channels;
+    for (const SpecRequest& r : requests) {
+      channels.push_back(std::make_shared<OutputChannel>());
+      engine.submit(r.prompt, r.params, channels.back());
+    }
+    ::tachyon::testing::run_engine_to_idle(engine, channels);
+    rows[tp - 1] = seen->rows;
+  }
+  ASSERT_EQ(rows[1].size(), rows[0].size());
+  double diff = 0.0, scale = 0.0;
+  for (const auto& [sequence, positions] : rows[0]) {
+    ASSERT_EQ(rows[1][sequence].size(), positions.size()) << "sequence " << sequence;
+    for (const auto& [position, row] : positions) {
+      const std::vector<float>& tp_row = rows[1][sequence][position];
+      ASSERT_EQ(tp_row.size(), row.size());
+      for (size_t d = 0; d < row.size(); ++d) {
+        diff = std::max(diff, static_cast<double>(std::abs(tp_row[d] - row[d])));
+        scale = std::max(scale, static_cast<double>(std::abs(row[d])));
+      }
+    }
+  }
+  EXPECT_GT(scale, 0.0);
+  EXPECT_LT(diff, 1e-4 * scale);
+
+  requests = make_requests(7, true);
+  set_stop_ids(requests);
+  const Completions plain = run_with(requests, engine_config({}), nullptr, nullptr, tp2);
+  for (const auto& [modules, k] : {std::pair{one_, 1}, std::pair{one_, 3}, std::pair{two_, 3}}) {
+    const std::string what = "tp 2 k " + std::to_string(k) + " modules " + std::to_string(modules->size());
+    auto record = std::make_shared<Record>();
+    EngineStats stats;
+    expect_same(run_with(requests, engine_config(mtp_config(k)), &stats, recorded(*modules, k, record), tp2), plain,
+                requests, what);
+    EXPECT_GT(stats.draft_tokens, 0) << what;
+    EXPECT_EQ(record->sequences_left, 0) << what;
+  }
+
   const core::EngineConfig c = engine_config(mtp_config(1));
-  EngineCore engine(c, std::make_unique<runner::TpCpuModelRunner>(weights, 2, c.num_blocks, c.block_size),
-                    std::make_unique<HiddenStateProbe>(true));
+  EngineCore dcp_engine(c,
+                 std::make_unique<runner::TpCpuModelRunner>(weights, 2, c.num_blocks, c.block_size, false, false,
+                                                            model::DcpOptions{2, 1}),
+                 std::make_unique<HiddenStateProbe>(true));
   auto channel = std::make_shared<OutputChannel>();
-  engine.submit({1, 2, 3}, core::SamplingParams{}, channel);
+  dcp_engine.submit({1, 2, 3}, core::SamplingParams{}, channel);
   try {
-    engine.step();
-    FAIL() << "the TP CPU runner accepted a plan asking for hidden states";
+    dcp_engine.step();
+    FAIL() << "the TP CPU runner with DCP returned hidden states";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("does not return hidden states (MTP drafting needs --tp 1)"),
+    EXPECT_NE(std::string(e.what()).find("without two-batch overlap and decode context parallelism only"),
               std::string::npos)
         << e.what();
   }

@@ -91,6 +91,14 @@ std::unique_ptr<engine::Drafter> load_cpu_draft_model(const core::EngineConfig& 
                                                      target.vocab_size);
 }
 
+// The MTP drafter of --speculative-method mtp on the CPU: the checkpoint's modules, fed the hidden
+// states the CPU runner (or its tensor-parallel ranks) returns.
+std::unique_ptr<engine::Drafter> load_cpu_mtp_drafter(const core::EngineConfig& config,
+                                                      const std::filesystem::path& model_dir) {
+  return std::make_unique<engine::MtpDrafter>(cpu_mtp_modules(model::load_mtp_modules(model_dir)),
+                                              config.speculative.num_speculative_tokens);
+}
+
 #ifdef TACHYON_HAVE_CUDA
 // The draft model on the GPU, loaded before the served model: its KV cache takes a fixed share
 // of the GPU (kDraftKvShare of its memory), so the served model's cache is sized from what is
@@ -191,8 +199,9 @@ void check_draft_model_device(const core::EngineConfig& config) {
 }
 
 // --speculative-method mtp drafts with the served model's own MTP modules, which read the main
-// model's hidden states: the single-process CPU runner returns those (StepPlan::
-// return_hidden_states) to engine/mtp_drafter.h; the single-GPU CUDA runner drafts with the
+// model's hidden states: the CPU runner and the tensor-parallel CPU ranks return those (StepPlan::
+// return_hidden_states; every rank holds the whole residual stream) to engine/mtp_drafter.h; the
+// tensor-parallel GPU ranks do not (check_drafts_verified); the single-GPU CUDA runner drafts with the
 // module itself (runner/cuda/cuda_mtp_drafter.h), for what its tests cover: one module, bf16
 // weights (with or without the sparse indexer: DeepSeek-V3, V3.2 and GLM-5 in
 // tests/gpu/test_cuda_speculative.cpp). Refused before loading, and again once --device auto resolves.
@@ -202,9 +211,11 @@ void check_mtp(const core::EngineConfig& config, const model::ModelConfig& model
   TACHYON_CHECK(model_config.num_nextn_predict_layers > 0)
       << "--speculative-method mtp: " << model_dir.string()
       << " has no MTP modules (num_nextn_predict_layers is 0 in its config.json)";
-  TACHYON_CHECK(config.device.tensor_parallel_size == 1)
-      << "--speculative-method mtp with --tp > 1 is not built yet (the tensor-parallel runners do not return "
-         "hidden states); use --tp 1";
+  TACHYON_CHECK(!config.device.enable_expert_parallel)
+      << "--speculative-method mtp with --enable-expert-parallel is not verified by any test yet";
+  TACHYON_CHECK(config.device.data_parallel_size == 1)
+      << "--speculative-method mtp with --dp " << config.device.data_parallel_size
+      << ": the data-parallel ranks return no hidden states; use --dp 1";
   if (config.device.kind != "cuda") return;
   TACHYON_CHECK(model_config.num_nextn_predict_layers == 1)
       << "--speculative-method mtp on --device cuda drafts with one MTP module; " << model_dir.string() << " has "
@@ -336,6 +347,7 @@ static LoadedRunner load_device_runner(const std::filesystem::path& model_dir, c
                                                              runner::TboOptions{.enabled = config.device.enable_two_batch_overlap});
     std::unique_ptr<engine::Drafter> drafter;
     if (config.speculative.method == "draft") drafter = load_cpu_draft_model(config, model_config);
+    if (config.speculative.method == "mtp") drafter = load_cpu_mtp_drafter(config, model_dir);
     return {std::move(runner), model_config, std::move(drafter)};
   }
 #ifdef TACHYON_HAVE_CUDA
@@ -389,10 +401,7 @@ static LoadedRunner load_device_runner(const std::filesystem::path& model_dir, c
   LoadedRunner loaded{std::move(cpu_runner), model_config, nullptr};
   loaded.final_hidden_states = [cpu](std::span<const int32_t> tokens) { return cpu->final_hidden_states(tokens); };
   if (config.speculative.method == "draft") loaded.drafter = load_cpu_draft_model(config, model_config);
-  if (config.speculative.method == "mtp") {
-    loaded.drafter = std::make_unique<engine::MtpDrafter>(cpu_mtp_modules(model::load_mtp_modules(model_dir)),
-                                                          config.speculative.num_speculative_tokens);
-  }
+  if (config.speculative.method == "mtp") loaded.drafter = load_cpu_mtp_drafter(config, model_dir);
   return loaded;
 }
 

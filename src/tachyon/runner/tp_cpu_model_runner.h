@@ -7,8 +7,9 @@
 // rank 0's are sampled on the calling (engine) thread with the CPU runner's sampling
 // (sample_plan_rows), so tokens match CpuModelRunner's up to f32 rounding. A worker's exception
 // is rethrown on the engine thread; a rank that fails aborts the TP and DCP worlds, so its peers
-// stop waiting for it (RankWorkers). A plan asking for hidden
-// states (StepPlan::return_hidden_states, MTP drafting) is refused.
+// stop waiting for it (RankWorkers). A plan asking for hidden states (StepPlan::
+// return_hidden_states, MTP drafting) gets rank 0's (every rank holds the whole residual stream),
+// without two-batch overlap or decode context parallelism.
 // With decode context parallelism (dcp.size > 1, dcp_attention_backend.h) each DCP group of
 // dcp.size consecutive ranks splits the latent cache by token: a rank's cache holds
 // num_blocks * block_size / dcp.size rows (rank_cache) and its attention goes through a
