@@ -17,6 +17,7 @@
 #include "../tiny_model_suite.h"
 #include "tachyon/engine/engine_core.h"
 #include "tachyon/runner/cpu_model_runner.h"
+#include "tachyon/runner/tp_cpu_model_runner.h"
 
 namespace tachyon::engine::speculative_test {
 
@@ -92,6 +93,13 @@ inline std::vector<SpecRequest> make_requests(uint32_t seed, bool repetitive) {
 using DrafterFactory = std::function<std::unique_ptr<Drafter>()>;
 // Builds the runner an engine gets for its config (null: one CPU runner over the suite's model).
 using RunnerFactory = std::function<std::unique_ptr<runner::ModelRunner>(const core::EngineConfig&)>;
+
+// `tp` tensor-parallel CPU thread ranks over `weights` (which must outlive the runners).
+inline RunnerFactory tensor_parallel_ranks(const model::ModelWeights& weights, int tp) {
+  return [&weights, tp](const core::EngineConfig& c) -> std::unique_ptr<runner::ModelRunner> {
+    return std::make_unique<runner::TpCpuModelRunner>(weights, tp, c.num_blocks, c.block_size);
+  };
+}
 
 template <uint64_t Seed>
 class SpeculativeEngineSuite : public testing::TinyModelSuite<Seed> {

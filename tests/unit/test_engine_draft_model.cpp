@@ -14,7 +14,6 @@
 #include "tachyon/engine/draft_model_drafter.h"
 #include "tachyon/model/model_weights.h"
 #include "tachyon/model/safetensors.h"
-#include "tachyon/runner/tp_cpu_model_runner.h"
 
 namespace tachyon::engine::engine_draft_model_test {
 
@@ -128,9 +127,7 @@ TEST_F(EngineDraftModelTest, DraftModelsNeverChangeTheTokens) {
 // tensor-parallel run's tokens and logprobs exactly, for another model and the target as draft.
 TEST_F(EngineDraftModelTest, TensorParallelRanksVerifyTheDraftModelsDraftsExactly) {
   const model::ModelWeights weights = model::load_weights(model_->config(), model::SafetensorsCheckpoint(*dir_));
-  const RunnerFactory tp2 = [&weights](const core::EngineConfig& c) -> std::unique_ptr<runner::ModelRunner> {
-    return std::make_unique<runner::TpCpuModelRunner>(weights, 2, c.num_blocks, c.block_size);
-  };
+  const RunnerFactory tp2 = tensor_parallel_ranks(weights, 2);
   for (uint32_t seed : {4u, 5u}) {
     std::vector<SpecRequest> requests = make_requests(seed, seed == 4);
     set_stop_ids(requests);

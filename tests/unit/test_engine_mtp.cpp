@@ -297,9 +297,7 @@ TEST_F(EngineMtpTest, TheCpuRunnerReturnsEveryRowsHiddenStateWhenAsked) {
 // 1 and 3). With two-batch overlap or DCP the ranks refuse to (no test covers those).
 TEST_F(EngineMtpTest, TensorParallelRanksReturnHiddenStatesAndVerifyMtpDraftsExactly) {
   const model::ModelWeights weights = model::load_weights(model_->config(), model::SafetensorsCheckpoint(*dir_));
-  const RunnerFactory tp2 = [&weights](const core::EngineConfig& c) -> std::unique_ptr<runner::ModelRunner> {
-    return std::make_unique<runner::TpCpuModelRunner>(weights, 2, c.num_blocks, c.block_size);
-  };
+  const RunnerFactory tp2 = tensor_parallel_ranks(weights, 2);
   std::vector<SpecRequest> requests = make_requests(6, true);
   for (SpecRequest& r : requests) r.params.n = 1;
   std::map<int64_t, std::map<int64_t, std::vector<float>>> rows[2];  // single runner, TP ranks

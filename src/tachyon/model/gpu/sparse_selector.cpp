@@ -100,13 +100,13 @@ void SparseSelector::select_stored(int64_t l, const GpuStep& step, const IndexKe
                              index_dim, rope, stream);
   ctx_.linear.gemm(ws.index_weights, GemmOutputType::kF32, ws.normed, w.indexer_weights_proj, nullptr, T, index_heads,
                    H, stream);
-  kc::PagedIndexKeyView keys{.cache = key_cache.keys,
-                             .block_tables = m.block_tables,
-                             .block_table_stride = ctx_.limits.block_table_stride,
-                             .block_size = ctx_.limits.kv_block_rows(),
-                             .head_dim = index_dim};
-  keys.codes = key_cache.codes;
-  keys.scales = key_cache.scales;
+  const kc::PagedIndexKeyView keys{.cache = key_cache.keys,
+                                   .block_tables = m.block_tables,
+                                   .block_table_stride = ctx_.limits.block_table_stride,
+                                   .block_size = ctx_.limits.kv_block_rows(),
+                                   .head_dim = index_dim,
+                                   .codes = key_cache.codes,
+                                   .scales = key_cache.scales};
   const kernels::DcpLayout& dcp = ctx_.limits.dcp;
   const kc::DsaIndexerParams params{.num_heads = index_heads,
                                     .head_dim = index_dim,

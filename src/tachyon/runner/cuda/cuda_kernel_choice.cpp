@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 
 #include "tachyon/base/file_util.h"
@@ -14,6 +15,23 @@
 namespace tachyon::runner {
 
 namespace kc = kernels::cuda;
+
+namespace {
+
+// Publishes `text`, the choices timed here, at `path`; where another process (or rank) timing the
+// same key landed its file first, `adopt` loads that one (true when it is usable), so every one of
+// them runs the first file's choices. A stale file (another cuBLASLt, damaged) is replaced. A
+// failed write only costs the next start its timing.
+void publish_or_adopt(const std::filesystem::path& path, const std::string& text, const std::function<bool()>& adopt,
+                      const char* what) {
+  try {
+    if (!write_file_if_absent(path, text) && !adopt()) write_file_atomically(path, text);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "[tachyon] warning: %s choices not cached (%s)\n", what, e.what());
+  }
+}
+
+}  // namespace
 
 void CudaModelRunner::tune_gemms(const core::EngineConfig& config) {
   // The shapes the step loop issues most: every decode bucket and a full prefill step. Tuned
@@ -28,20 +46,12 @@ void CudaModelRunner::tune_gemms(const core::EngineConfig& config) {
       for (const kc::GemmProblem& p : mtp_->gemm_problems(m)) problems.push_back(p);
     }
   }
-  // Tuned GEMM algorithms, one file per kernel-choice key. Where another process (or rank)
-  // timed the same key at the same moment, the first file to land is what every one of them runs.
+  // Tuned GEMM algorithms, one file per kernel-choice key.
   const std::string key = kernel_choice_key();
   const std::filesystem::path cache = user_cache_dir() / "gemm" / (key + ".json");
   if (gemm_.load_cache(cache.string(), key)) return;
   gemm_.tune(problems, stream_);
-  try {
-    const std::string text = gemm_.cache_text(key);
-    if (!write_file_if_absent(cache, text) && !gemm_.load_cache(cache.string(), key)) {
-      write_file_atomically(cache, text);  // what was there is stale (another cuBLASLt, damaged)
-    }
-  } catch (const Error& e) {
-    std::fprintf(stderr, "[tachyon] warning: GEMM choices not cached (%s)\n", e.what());
-  }
+  publish_or_adopt(cache, gemm_.cache_text(key), [&] { return gemm_.load_cache(cache.string(), key); }, "GEMM");
 }
 
 bool CudaModelRunner::use_gemv(LinearRole role, int64_t m) const {
@@ -137,14 +147,7 @@ void CudaModelRunner::choose_gemv() {
   for (const auto& [role_m, gemv] : gemv_choice_) {
     saved["choices"].push_back({static_cast<int>(role_m.first), role_m.second, gemv});
   }
-  // As the GEMM choices: the first file to land under this key is what everyone runs.
-  try {
-    if (!write_file_if_absent(cache, saved.dump()) && !load_gemv_choices(cache, key)) {
-      write_file_atomically(cache, saved.dump());
-    }
-  } catch (const Error& e) {
-    std::fprintf(stderr, "[tachyon] warning: GEMV choices not cached (%s)\n", e.what());
-  }
+  publish_or_adopt(cache, saved.dump(), [&] { return load_gemv_choices(cache, key); }, "GEMV");
 }
 
 }  // namespace tachyon::runner
