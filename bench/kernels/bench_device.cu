@@ -37,6 +37,13 @@ void fill(T* data, size_t count, uint64_t seed, float scale, cudaStream_t stream
   TACHYON_CUDA_CHECK_LAUNCH();
 }
 
+__global__ void fill_e4m3_kernel(uint8_t* data, size_t count, uint64_t seed) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < count; i += size_t{gridDim.x} * blockDim.x) {
+    const auto code = static_cast<uint8_t>(mix(seed * 0x2545F4914F6CDD1Dull + i) >> 56);
+    data[i] = (code & 0x7f) == 0x7f ? code ^ 1 : code;
+  }
+}
+
 __global__ void spin_kernel(uint64_t nanoseconds) {
   uint64_t start = 0, now = 0;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
@@ -54,6 +61,14 @@ void fill_random_bf16(bf16* data, size_t count, uint64_t seed, float scale, cuda
 
 void fill_random_f32(float* data, size_t count, uint64_t seed, float scale, cudaStream_t stream) {
   fill(data, count, seed, scale, stream);
+}
+
+void fill_random_e4m3(uint8_t* data, size_t count, uint64_t seed, cudaStream_t stream) {
+  if (count == 0) return;
+  constexpr int kThreads = 256;
+  const size_t blocks = std::min<size_t>((count + kThreads - 1) / kThreads, size_t{1} << 16);
+  fill_e4m3_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(data, count, seed);
+  TACHYON_CUDA_CHECK_LAUNCH();
 }
 
 void spin_for_us(double microseconds, cudaStream_t stream) {

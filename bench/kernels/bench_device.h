@@ -14,6 +14,9 @@ namespace tachyon::bench {
 // data: [count] bf16 / f32, uniform in [-scale, scale) from a hash of (seed, index): finite, never NaN.
 void fill_random_bf16(kernels::cuda::bf16* data, size_t count, uint64_t seed, float scale, cudaStream_t stream);
 void fill_random_f32(float* data, size_t count, uint64_t seed, float scale, cudaStream_t stream);
+// data: [count] E4M3 bytes, each a hash of (seed, index) with the two NaN codes (0x7f, 0xff) moved
+// to their neighbours (+-448): every finite code, magnitudes spread over the format's whole range.
+void fill_random_e4m3(uint8_t* data, size_t count, uint64_t seed, cudaStream_t stream);
 
 // One thread that returns after `microseconds` of the device's global timer.
 void spin_for_us(double microseconds, cudaStream_t stream);

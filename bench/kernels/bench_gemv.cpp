@@ -4,7 +4,10 @@
 //   a) gemv against GemmRunner::linear (cuBLASLt) at m = 1 and 4 on Llama-3-8B's decode shapes
 //      (qkv, o_proj, gate_up, down, lm_head with f32 logits), then Llama-3.2-1B's;
 //   b) the decode MLP's down projection as the runner runs it, silu_and_mul then gemv, against
-//      silu_and_mul then cuBLASLt (a fused gemv_silu was measured here and removed: gemv.h says why).
+//      silu_and_mul then cuBLASLt (a fused gemv_silu was measured here and removed: gemv.h says why);
+//   c) fp8_gemv (E4M3 weights, one f32 factor per row and 128 columns: --quantization fp8 and the
+//      FP8 checkpoints) against bf16 gemv on the same shapes; each against its own floor (the FP8
+//      one counts the codes and factors).
 //
 // Method (docs/benchmarks.md: floors first, warm-up, median of repeats), as bench_mla_dsa: the
 // copy bandwidth is measured in the same run (a 1 GiB device-to-device copy, bytes read +
@@ -19,7 +22,7 @@
 // and the reported time is the median over the repeats of one replay, divided by L.
 // Inputs and weights are random bf16 (hash fill on the device); outputs start as NaN and must
 // all be finite afterwards. Accuracy is the test's job (tests/gpu/test_gemv.cpp).
-// Run (GPU machine): build-gpu/bin/bench_gemv [--json FILE] [--cases cublaslt,silu] [--m 1,4]
+// Run (GPU machine): build-gpu/bin/bench_gemv [--json FILE] [--cases cublaslt,silu,fp8] [--m 1,4]
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -57,6 +60,7 @@ struct Result {
   GemmOutputType out_type = GemmOutputType::kBF16;
   int copies = 1;  // weight copies, one launch each per graph replay
   double candidate_us = 0, baseline_us = 0, bytes = 0, floor_us = 0;
+  double baseline_bytes = 0, baseline_floor_us = 0;  // the baseline's own floor (0: the candidate's bytes)
 };
 
 size_t out_size(GemmOutputType type) { return type == GemmOutputType::kF32 ? sizeof(float) : sizeof(bf16); }
@@ -75,6 +79,28 @@ struct ColdWeights {
   const bf16* operator()(int i) const { return buffer.as<bf16>() + size_t(i) * elements; }
 };
 
+// The same for the FP8 form: [copies, n, k] E4M3 codes (every finite code) and [copies, n, k / 128]
+// f32 factors in [-0.01, 0.01).
+struct ColdFp8Weights {
+  int copies = 1;
+  size_t codes = 0, factors = 0;
+  cuda::DeviceBuffer code_buffer, factor_buffer;
+
+  ColdFp8Weights(int64_t n, int64_t k, const Ceilings& ceilings)
+      : codes(size_t(n) * k), factors(size_t(n) * ((k + 127) / 128)) {
+    const double target = 8.0 * static_cast<double>(ceilings.l2_bytes);
+    copies = static_cast<int>(std::clamp(std::ceil(target / double(codes)), 1.0, double(kMaxCopies)));
+    code_buffer = cuda::DeviceBuffer(copies * codes);
+    fill_random_e4m3(code_buffer.as<uint8_t>(), copies * codes, 64, nullptr);
+    factor_buffer = cuda::DeviceBuffer(copies * factors * sizeof(float));
+    fill_random_f32(factor_buffer.as<float>(), copies * factors, 65, 0.01f, nullptr);
+    TACHYON_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  const uint8_t* codes_of(int i) const { return code_buffer.as<uint8_t>() + size_t(i) * codes; }
+  const float* factors_of(int i) const { return factor_buffer.as<float>() + size_t(i) * factors; }
+  double bytes() const { return double(codes) + double(factors) * sizeof(float); }
+};
+
 class Bench {
  public:
   Bench(const Options& options, const Ceilings& ceilings) : options_(options), ceilings_(ceilings) {}
@@ -82,10 +108,12 @@ class Bench {
 
   void add(Result r) {
     r.floor_us = r.bytes / ceilings_.copy_bytes_per_s * 1e6;
+    if (r.baseline_bytes == 0) r.baseline_bytes = r.bytes;
+    r.baseline_floor_us = r.baseline_bytes / ceilings_.copy_bytes_per_s * 1e6;
     std::printf("%-9s %2lld %6lld %5lld %6d  %-9s %9.2f %6.2f  %-18s %9.2f %6.2f  %9.2f %7.2f\n", r.what.c_str(),
                 static_cast<long long>(r.m), static_cast<long long>(r.n), static_cast<long long>(r.k), r.copies,
                 r.candidate.c_str(), r.candidate_us, r.candidate_us / r.floor_us, r.baseline.c_str(), r.baseline_us,
-                r.baseline_us / r.floor_us, r.floor_us, r.baseline_us / r.candidate_us);
+                r.baseline_us / r.baseline_floor_us, r.floor_us, r.baseline_us / r.candidate_us);
     std::fflush(stdout);
     results_.push_back(r);
   }
@@ -118,6 +146,43 @@ class Bench {
                       weights.copies;
       check_all_finite(out, m * n, out_type == GemmOutputType::kF32, what + " cublasLt");
       r.bytes = double(n) * k * sizeof(bf16) + double(m) * k * sizeof(bf16) + double(m) * n * out_size(out_type);
+      add(r);
+    }
+  }
+
+  // fp8_gemv against bf16 gemv on one weight shape, at every m of the options.
+  void fp8_against_bf16(const std::string& what, int64_t n, int64_t k, GemmOutputType out_type) {
+    const ColdFp8Weights fp8(n, k, ceilings_);
+    const ColdWeights bf16_weights(n, k, ceilings_);
+    const cuda::DeviceBuffer in = random_bf16(kMaxRows * k, 62, 1.0f);
+    const cuda::DeviceBuffer out(kMaxRows * n * sizeof(float));
+    Stream stream;
+    for (int64_t m : options_.rows) {
+      Result r{what, "fp8_gemv", "gemv (bf16)", m, n, k, out_type, fp8.copies};
+      poison(out);
+      r.candidate_us = time_us(
+                           [&](cudaStream_t s) {
+                             for (int i = 0; i < fp8.copies; ++i) {
+                               gpu::fp8_gemv(out.data(), out_type, in.as<bf16>(), fp8.codes_of(i), fp8.factors_of(i),
+                                             nullptr, m, n, k, s);
+                             }
+                           },
+                           stream.get(), options_, 500.0 + 10.0 * fp8.copies) /
+                       fp8.copies;
+      check_all_finite(out, m * n, out_type == GemmOutputType::kF32, what + " fp8_gemv");
+      poison(out);
+      r.baseline_us = time_us(
+                          [&](cudaStream_t s) {
+                            for (int i = 0; i < bf16_weights.copies; ++i) {
+                              gpu::gemv(out.data(), out_type, in.as<bf16>(), bf16_weights(i), nullptr, m, n, k, s);
+                            }
+                          },
+                          stream.get(), options_, 500.0 + 10.0 * bf16_weights.copies) /
+                      bf16_weights.copies;
+      check_all_finite(out, m * n, out_type == GemmOutputType::kF32, what + " gemv");
+      const double io = double(m) * k * sizeof(bf16) + double(m) * n * out_size(out_type);
+      r.bytes = fp8.bytes() + io;
+      r.baseline_bytes = double(n) * k * sizeof(bf16) + io;
       add(r);
     }
   }
@@ -181,9 +246,11 @@ nlohmann::json result_rows(const std::vector<Result>& results) {
                     {"candidate_ratio_to_floor", r.candidate_us / r.floor_us},
                     {"baseline", r.baseline},
                     {"baseline_us_median", r.baseline_us},
-                    {"baseline_ratio_to_floor", r.baseline_us / r.floor_us},
+                    {"baseline_ratio_to_floor", r.baseline_us / r.baseline_floor_us},
                     {"bytes", r.bytes},
                     {"floor_us", r.floor_us},
+                    {"baseline_bytes", r.baseline_bytes},
+                    {"baseline_floor_us", r.baseline_floor_us},
                     {"baseline_over_candidate", r.baseline_us / r.candidate_us}});
   }
   return rows;
@@ -216,11 +283,15 @@ void run(const Options& options) {
               options.repeats, options.eager ? "eager runs" : "graph replays", options.warmup);
   std::printf("%-9s %2s %6s %5s %6s  %-9s %9s %6s  %-18s %9s %6s  %9s %7s\n", "what", "m", "n", "k", "copies",
               "candidate", "us median", "ratio", "baseline", "us median", "ratio", "floor us", "speedup");
+  std::printf("(each ratio is to its own floor: the fp8 rows' bf16 baseline reads twice the weight bytes)\n");
   Bench bench(options, ceilings);
   if (wanted(options, "cublaslt")) {
     for (const Shape& s : kShapes) bench.against_cublaslt(s.what, s.n, s.k, s.out_type);
   }
   if (wanted(options, "silu")) bench.after_silu(4096, 14336);  // Llama-3-8B's down projection
+  if (wanted(options, "fp8")) {
+    for (const Shape& s : kShapes) bench.fp8_against_bf16(s.what, s.n, s.k, s.out_type);
+  }
   if (!options.json_path.empty()) {
     write_results_json(options, ceilings, result_rows(bench.results()));
     std::printf("wrote %s\n", options.json_path.c_str());
@@ -233,7 +304,7 @@ void run(const Options& options) {
 int main(int argc, char** argv) {
   tachyon::bench::Options options;
   CLI::App app{"bench_gemv: per-launch time of gemv against its floor and cuBLASLt"};
-  tachyon::bench::add_common_options(app, options, {"cublaslt", "silu"});
+  tachyon::bench::add_common_options(app, options, {"cublaslt", "silu", "fp8"});
   app.add_option("--m", options.rows, "rows (tokens) per product, each 1 to 8 (default: 1,4)")
       ->delimiter(',')
       ->check(CLI::Range(int64_t{1}, tachyon::bench::kMaxRows));

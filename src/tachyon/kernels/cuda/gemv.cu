@@ -214,7 +214,12 @@ void launch(void* out, GemmOutputType out_type, const bf16* in, const void* weig
   const int64_t kx = k / kChunk;
   const int64_t scale_cols = (k + 127) / 128;
   const int64_t warps = (n + R - 1) / R;
-  const int64_t target = static_cast<int64_t>(tachyon::cuda::multiprocessor_count()) * kTargetWarpsPerSm;
+  // FP8 rows are half the bytes of bf16 ones, so at the same warp count each warp's stream is
+  // half as long and the launch's ramp and tail weigh twice as much: FP8 aims at twice the warps
+  // (Llama-3-8B's down projection at m = 1: 20.7 -> 18.2 us, the FP8 decode step 1% shorter;
+  // bench/results/2026-12-04-fp8-gemv-variants-h200.json).
+  const int64_t target = static_cast<int64_t>(tachyon::cuda::multiprocessor_count()) * kTargetWarpsPerSm *
+                         (Format::kValues == 16 ? 2 : 1);
   int split = 1;  // while the grid is thin and every lane keeps U chunks per row, split k wider
   while (split < kWarps && warps * split < target && k8 >= int64_t{32} * U * split * 2) split *= 2;
   const int64_t rows_per_block = int64_t{R} * (kWarps / split);
