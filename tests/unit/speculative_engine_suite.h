@@ -17,6 +17,7 @@
 #include "../tiny_model_suite.h"
 #include "tachyon/engine/engine_core.h"
 #include "tachyon/runner/cpu_model_runner.h"
+#include "tachyon/runner/dp_cpu_model_runner.h"
 #include "tachyon/runner/tp_cpu_model_runner.h"
 
 namespace tachyon::engine::speculative_test {
@@ -94,10 +95,19 @@ using DrafterFactory = std::function<std::unique_ptr<Drafter>()>;
 // Builds the runner an engine gets for its config (null: one CPU runner over the suite's model).
 using RunnerFactory = std::function<std::unique_ptr<runner::ModelRunner>(const core::EngineConfig&)>;
 
-// `tp` tensor-parallel CPU thread ranks over `weights` (which must outlive the runners).
-inline RunnerFactory tensor_parallel_ranks(const model::ModelWeights& weights, int tp) {
-  return [&weights, tp](const core::EngineConfig& c) -> std::unique_ptr<runner::ModelRunner> {
-    return std::make_unique<runner::TpCpuModelRunner>(weights, tp, c.num_blocks, c.block_size);
+// `tp` tensor-parallel CPU thread ranks over `weights` (which must outlive the runners), the
+// experts split by expert or by tensor.
+inline RunnerFactory tensor_parallel_ranks(const model::ModelWeights& weights, int tp, bool expert_parallel = false) {
+  return [&weights, tp, expert_parallel](const core::EngineConfig& c) -> std::unique_ptr<runner::ModelRunner> {
+    return std::make_unique<runner::TpCpuModelRunner>(weights, tp, c.num_blocks, c.block_size, expert_parallel);
+  };
+}
+
+// `dp` data-parallel attention replicas of `tp` ranks each over `weights` (an MoE model's, which
+// must outlive the runners); each replica's cache the config's num_blocks.
+inline RunnerFactory data_parallel_ranks(const model::ModelWeights& weights, int dp, int tp) {
+  return [&weights, dp, tp](const core::EngineConfig& c) -> std::unique_ptr<runner::ModelRunner> {
+    return std::make_unique<runner::DpCpuModelRunner>(weights, dp, tp, c.num_blocks, c.block_size);
   };
 }
 

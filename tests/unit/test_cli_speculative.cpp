@@ -125,12 +125,11 @@ TEST_F(CliSpeculativeTest, WhatIsNotBuiltOrNotVerifiedIsRefusedInOneLine) {
   one_line_error(testing::run_cli(args + " --device cuda --tp 2 --nnodes 2 --speculative-method ngram "
                                          "--num-speculative-tokens 3"),
                  "--speculative-method ngram with --nnodes > 1: drafts do not travel");
-  one_line_error(testing::run_cli(args + " --device cpu --tp 2 --enable-expert-parallel --speculative-method draft "
+  // Expert parallelism with a draft model is verified on CPU thread ranks (test_engine_draft_model.cpp),
+  // not on GPUs.
+  one_line_error(testing::run_cli(args + " --device cuda --tp 2 --enable-expert-parallel --speculative-method draft "
                                          "--num-speculative-tokens 3 --draft-model " + dir_.string()),
-                 "--speculative-method draft with --enable-expert-parallel is not verified by any test yet");
-  one_line_error(testing::run_cli(args + " --device cpu --dp 2 --speculative-method draft --num-speculative-tokens 3 "
-                                         "--draft-model " + dir_.string()),
-                 "--speculative-method draft with --dp 2: the data-parallel ranks verify no drafts");
+                 "--speculative-method draft with --enable-expert-parallel on GPUs is not verified by any test yet");
   one_line_error(testing::run_cli(args + " --speculative-method draft --num-speculative-tokens 3"),
                  "--speculative-method draft needs --draft-model DIR");
   one_line_error(testing::run_cli(args + " --speculative-method mtp --num-speculative-tokens 3"),
@@ -153,7 +152,8 @@ TEST_F(CliSpeculativeTest, WhatIsNotBuiltOrNotVerifiedIsRefusedInOneLine) {
 }
 
 // MTP: the tiny DeepSeek model's own module drafts; generate prints the plain tokens, greedy
-// and seeded, on one runner and on two tensor-parallel CPU ranks. What no test covers is refused
+// and seeded, on one runner, and on CPU thread ranks: tensor-parallel, expert-parallel and
+// data-parallel. What no test covers is refused
 // in one line before any weight loads.
 TEST_F(CliSpeculativeTest, MtpPrintsThePlainTextAndIsRefusedWhereNotBuilt) {
   ASSERT_EQ(testing::run_cli("make-model --arch deepseek_v3 --preset tiny-deepseek-mtp --seed 3 --out " + dir_.string())
@@ -194,8 +194,17 @@ TEST_F(CliSpeculativeTest, MtpPrintsThePlainTextAndIsRefusedWhereNotBuilt) {
   EXPECT_EQ(text_before_summary(drafted_tp), text_before_summary(plain_tp));
   EXPECT_NE(drafted_tp.output.find("[tachyon] Speculative decoding (mtp, k=2)"), std::string::npos)
       << drafted_tp.output;
-  one_line_error(testing::run_cli(args + mtp + " --device cpu --tp 2 --enable-expert-parallel"),
-                 "--speculative-method mtp with --enable-expert-parallel is not verified by any test yet");
+  // With the experts split by expert, and over two data-parallel replicas: each layout's plain text.
+  for (const std::string layout : {" --device cpu --tp 2 --enable-expert-parallel", " --device cpu --dp 2"}) {
+    CliRun plain_ranks = testing::run_cli(args + layout);
+    CliRun drafted_ranks = testing::run_cli(args + layout + mtp);
+    ASSERT_EQ(plain_ranks.exit_code, 0) << plain_ranks.output;
+    ASSERT_EQ(drafted_ranks.exit_code, 0) << drafted_ranks.output;
+    EXPECT_FALSE(text_before_summary(plain_ranks).empty()) << plain_ranks.output;
+    EXPECT_EQ(text_before_summary(drafted_ranks), text_before_summary(plain_ranks)) << layout;
+    EXPECT_NE(drafted_ranks.output.find("[tachyon] Speculative decoding (mtp, k=2)"), std::string::npos)
+        << drafted_ranks.output;
+  }
   one_line_error(testing::run_cli(args + mtp + " --ngram-min 2"),
                  "--ngram-min and --ngram-max are for --speculative-method ngram");
 }

@@ -148,6 +148,41 @@ TEST_F(EngineDraftModelTest, TensorParallelRanksVerifyTheDraftModelsDraftsExactl
   }
 }
 
+// Expert parallelism and data-parallel attention need a mixture-of-experts target: tiny-deepseek
+// (a vocabulary of 512, as the draft's). Over two tensor-parallel ranks with the experts split by
+// expert, and over two data-parallel replicas (of one rank and of two; a sequence's draft rows run
+// on its replica), another model's drafts, the target's own and n-gram drafts give the plain run of
+// the same layout exactly: the suite's eight kinds of sampling, token for token and logprob for
+// logprob.
+TEST_F(EngineDraftModelTest, ExpertAndDataParallelRanksVerifyDraftsExactly) {
+  const std::filesystem::path dir = draft_dir_->string() + "-moe-target";
+  model::make_model({.arch = "deepseek_v3", .preset = "tiny-deepseek", .seed = 43, .out_dir = dir});
+  const model::DenseModel target = model::DenseModel::load(dir);
+  const model::ModelWeights weights = model::load_weights(target.config(), model::SafetensorsCheckpoint(dir));
+  const std::vector<SpecRequest> requests = make_requests(6, true);
+  const core::SpeculativeConfig ngram{.method = "ngram", .num_speculative_tokens = 3, .ngram_min = 1, .ngram_max = 3};
+  const std::pair<RunnerFactory, std::string> layouts[] = {{tensor_parallel_ranks(weights, 2, true), "tp 2 ep"},
+                                                           {data_parallel_ranks(weights, 2, 1), "dp 2"},
+                                                           {data_parallel_ranks(weights, 2, 2), "dp 2 tp 2"}};
+  for (const auto& [ranks, layout] : layouts) {
+    const Completions plain = run_with(requests, engine_config({}), nullptr, nullptr, ranks);
+    for (const model::DenseModel* draft : {static_cast<const model::DenseModel*>(draft_), &target}) {
+      const std::string what = layout + (draft == &target ? " self-draft" : " other draft");
+      EngineStats stats;
+      expect_same(run_with(requests, engine_config(draft_config(3)), &stats, factory(*draft, 3), ranks), plain,
+                  requests, what);
+      EXPECT_GT(stats.draft_tokens, 0) << what;
+      if (draft == &target) {
+        EXPECT_GT(stats.draft_tokens_accepted, 0) << what;
+      }
+    }
+    EngineStats stats;
+    expect_same(run_with(requests, engine_config(ngram), &stats, nullptr, ranks), plain, requests, layout + " ngram");
+    EXPECT_GT(stats.draft_tokens_accepted, 0) << layout << " ngram";
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // The target as its own draft: a greedy draft is what the target draws, so nearly all are
 // accepted (a draft is computed in another step shape than its check, so float rounding may flip
 // a near tie) and the same tokens take far fewer steps. A random other model is accepted rarely.

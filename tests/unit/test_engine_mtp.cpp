@@ -218,6 +218,9 @@ class EngineMtpTest : public SpeculativeEngineSuite<37> {
     return exact * 100 / std::max<int64_t>(total, 1);
   }
 
+  // Defined below, after HiddenStateProbe.
+  static void expect_ranks_serve_mtp_exactly(const RunnerFactory& ranks, const std::string& layout);
+
   static inline Modules* one_ = nullptr;  // tiny-deepseek-mtp's module
   static inline Modules* two_ = nullptr;  // the same + a second module of other weights
 };
@@ -291,22 +294,19 @@ TEST_F(EngineMtpTest, TheCpuRunnerReturnsEveryRowsHiddenStateWhenAsked) {
   }
 }
 
-// Two tensor-parallel CPU ranks return the hidden states the single runner returns (each rank holds
-// the whole residual stream; the partial sums add in another order: within 1e-4), and MTP drafts
-// over them never change the plain tensor-parallel run's tokens or logprobs (one module and two, k
-// 1 and 3). With two-batch overlap or DCP the ranks refuse to (no test covers those).
-TEST_F(EngineMtpTest, TensorParallelRanksReturnHiddenStatesAndVerifyMtpDraftsExactly) {
-  const model::ModelWeights weights = model::load_weights(model_->config(), model::SafetensorsCheckpoint(*dir_));
-  const RunnerFactory tp2 = tensor_parallel_ranks(weights, 2);
+// Hidden states from `ranks` against the single runner's for every row of every step (a group's
+// partial sums add in another order: within 1e-4), and MTP drafts over `ranks` against the plain
+// run of the same ranks: identical tokens and logprobs (one module and two, k 1 and 3).
+void EngineMtpTest::expect_ranks_serve_mtp_exactly(const RunnerFactory& ranks, const std::string& layout) {
   std::vector<SpecRequest> requests = make_requests(6, true);
   for (SpecRequest& r : requests) r.params.n = 1;
-  std::map<int64_t, std::map<int64_t, std::vector<float>>> rows[2];  // single runner, TP ranks
-  for (int tp : {1, 2}) {
+  std::map<int64_t, std::map<int64_t, std::vector<float>>> rows[2];  // single runner, the ranks
+  for (int i : {0, 1}) {
     const core::EngineConfig c = engine_config(mtp_config(1));  // the probe stands in for the drafter
     auto probe = std::make_unique<HiddenStateProbe>(true);
     HiddenStateProbe* seen = probe.get();
     std::unique_ptr<runner::ModelRunner> runner =
-        tp == 1 ? std::make_unique<runner::CpuModelRunner>(*model_, c.num_blocks, c.block_size) : tp2(c);
+        i == 0 ? std::make_unique<runner::CpuModelRunner>(*model_, c.num_blocks, c.block_size) : ranks(c);
     EngineCore engine(c, std::move(runner), std::move(probe));
     std::vector<std::shared_ptr<OutputChannel>> channels;
     for (const SpecRequest& r : requests) {
@@ -314,36 +314,44 @@ TEST_F(EngineMtpTest, TensorParallelRanksReturnHiddenStatesAndVerifyMtpDraftsExa
       engine.submit(r.prompt, r.params, channels.back());
     }
     ::tachyon::testing::run_engine_to_idle(engine, channels);
-    rows[tp - 1] = seen->rows;
+    rows[i] = seen->rows;
   }
-  ASSERT_EQ(rows[1].size(), rows[0].size());
+  ASSERT_EQ(rows[1].size(), rows[0].size()) << layout;
   double diff = 0.0, scale = 0.0;
   for (const auto& [sequence, positions] : rows[0]) {
-    ASSERT_EQ(rows[1][sequence].size(), positions.size()) << "sequence " << sequence;
+    ASSERT_EQ(rows[1][sequence].size(), positions.size()) << layout << " sequence " << sequence;
     for (const auto& [position, row] : positions) {
-      const std::vector<float>& tp_row = rows[1][sequence][position];
-      ASSERT_EQ(tp_row.size(), row.size());
+      const std::vector<float>& ranks_row = rows[1][sequence][position];
+      ASSERT_EQ(ranks_row.size(), row.size()) << layout;
       for (size_t d = 0; d < row.size(); ++d) {
-        diff = std::max(diff, static_cast<double>(std::abs(tp_row[d] - row[d])));
+        diff = std::max(diff, static_cast<double>(std::abs(ranks_row[d] - row[d])));
         scale = std::max(scale, static_cast<double>(std::abs(row[d])));
       }
     }
   }
-  EXPECT_GT(scale, 0.0);
-  EXPECT_LT(diff, 1e-4 * scale);
+  EXPECT_GT(scale, 0.0) << layout;
+  EXPECT_LT(diff, 1e-4 * scale) << layout;
 
   requests = make_requests(7, true);
   set_stop_ids(requests);
-  const Completions plain = run_with(requests, engine_config({}), nullptr, nullptr, tp2);
+  const Completions plain = run_with(requests, engine_config({}), nullptr, nullptr, ranks);
   for (const auto& [modules, k] : {std::pair{one_, 1}, std::pair{one_, 3}, std::pair{two_, 3}}) {
-    const std::string what = "tp 2 k " + std::to_string(k) + " modules " + std::to_string(modules->size());
+    const std::string what = layout + " k " + std::to_string(k) + " modules " + std::to_string(modules->size());
     auto record = std::make_shared<Record>();
     EngineStats stats;
-    expect_same(run_with(requests, engine_config(mtp_config(k)), &stats, recorded(*modules, k, record), tp2), plain,
+    expect_same(run_with(requests, engine_config(mtp_config(k)), &stats, recorded(*modules, k, record), ranks), plain,
                 requests, what);
     EXPECT_GT(stats.draft_tokens, 0) << what;
     EXPECT_EQ(record->sequences_left, 0) << what;
   }
+}
+
+// Two tensor-parallel CPU ranks return the hidden states the single runner returns (each rank holds
+// the whole residual stream) and verify MTP drafts exactly. With two-batch overlap or DCP the
+// ranks refuse to (no test covers those).
+TEST_F(EngineMtpTest, TensorParallelRanksReturnHiddenStatesAndVerifyMtpDraftsExactly) {
+  const model::ModelWeights weights = model::load_weights(model_->config(), model::SafetensorsCheckpoint(*dir_));
+  expect_ranks_serve_mtp_exactly(tensor_parallel_ranks(weights, 2), "tp 2");
 
   const core::EngineConfig c = engine_config(mtp_config(1));
   EngineCore dcp_engine(c,
@@ -360,6 +368,17 @@ TEST_F(EngineMtpTest, TensorParallelRanksReturnHiddenStatesAndVerifyMtpDraftsExa
               std::string::npos)
         << e.what();
   }
+}
+
+// The experts split by expert over two tensor-parallel ranks, and data-parallel attention (two
+// replicas of one rank and of two, the experts over all ranks): each group's ranks hold the whole
+// residual stream of their tokens, the replicas' rows come back in the step's order, and MTP drafts
+// over them give the plain run of the same layout exactly.
+TEST_F(EngineMtpTest, ExpertAndDataParallelRanksReturnHiddenStatesAndVerifyMtpDraftsExactly) {
+  const model::ModelWeights weights = model::load_weights(model_->config(), model::SafetensorsCheckpoint(*dir_));
+  expect_ranks_serve_mtp_exactly(tensor_parallel_ranks(weights, 2, /*expert_parallel=*/true), "tp 2 ep");
+  expect_ranks_serve_mtp_exactly(data_parallel_ranks(weights, 2, 1), "dp 2");
+  expect_ranks_serve_mtp_exactly(data_parallel_ranks(weights, 2, 2), "dp 2 tp 2");
 }
 
 // Forced acceptance accepts drafts by a keyed draw, so rows of accepted drafts (and the token

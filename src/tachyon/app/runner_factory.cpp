@@ -47,8 +47,9 @@ namespace {
 // Speculative decoding with the tensor-parallel CUDA runner, checked before any weight loads: it
 // verifies drafts on one node (over several, EngineCore would refuse the drafter after the load),
 // and n-gram drafts and a draft model's (the whole draft model on the first rank's GPU, beside
-// the group) are what tests run through it (tests/gpu/test_cuda_speculative.cpp, ranks sharing a
-// GPU). The MTP modules read the served model's hidden states, which the ranks do not return.
+// the group, with dense ranks) are what tests run through it (tests/gpu/test_cuda_speculative.cpp,
+// ranks sharing a GPU). The MTP modules read the served model's hidden states, which the ranks do
+// not return.
 void check_drafts_verified(const core::EngineConfig& config) {
   if (!config.speculative.enabled()) return;
   const std::string& method = config.speculative.method;
@@ -56,6 +57,9 @@ void check_drafts_verified(const core::EngineConfig& config) {
       << "--speculative-method " << method
       << " on --device cuda with --tp > 1 is not verified by any test yet (n-gram and draft-model drafts are; or "
          "--tp 1, or --device cpu)";
+  TACHYON_CHECK(method != "draft" || !config.device.enable_expert_parallel)
+      << "--speculative-method draft with --enable-expert-parallel on GPUs is not verified by any test yet (CPU "
+         "thread ranks are: --device cpu)";
   TACHYON_CHECK(config.device.nnodes == 1)
       << "--speculative-method " << method << " with --nnodes > 1: drafts do not travel to the other nodes' ranks "
          "yet; serve from one node";
@@ -185,37 +189,22 @@ void check_kv_cache_dtype(const core::EngineConfig& config, const model::ModelCo
       << " is not verified by any test yet (ngram is)";
 }
 
-// Speculation combinations no test verifies yet: refused before loading. The draft model runs
-// whole beside the served model (on its device; with --tp, beside the ranks: CPU thread ranks in
-// test_engine_draft_model.cpp, GPU ranks in tests/gpu/test_cuda_speculative.cpp), so --tp takes it;
-// expert parallelism with it has no test, and data-parallel ranks verify no drafts.
-void check_draft_model_device(const core::EngineConfig& config) {
-  if (config.speculative.method != "draft") return;
-  TACHYON_CHECK(!config.device.enable_expert_parallel)
-      << "--speculative-method draft with --enable-expert-parallel is not verified by any test yet";
-  TACHYON_CHECK(config.device.data_parallel_size == 1)
-      << "--speculative-method draft with --dp " << config.device.data_parallel_size
-      << ": the data-parallel ranks verify no drafts; use --dp 1";
-}
-
 // --speculative-method mtp drafts with the served model's own MTP modules, which read the main
-// model's hidden states: the CPU runner and the tensor-parallel CPU ranks return those (StepPlan::
-// return_hidden_states; every rank holds the whole residual stream) to engine/mtp_drafter.h; the
+// model's hidden states: the CPU runner and the CPU thread ranks (tensor-parallel, with or without
+// expert parallelism, and data-parallel attention) return those (StepPlan::return_hidden_states;
+// every rank of a group holds the whole residual stream of its tokens) to engine/mtp_drafter.h; the
 // tensor-parallel GPU ranks do not (check_drafts_verified); the single-GPU CUDA runner drafts with the
 // module itself (runner/cuda/cuda_mtp_drafter.h), for what its tests cover: one module, bf16
 // weights (with or without the sparse indexer: DeepSeek-V3, V3.2 and GLM-5 in
 // tests/gpu/test_cuda_speculative.cpp). Refused before loading, and again once --device auto resolves.
+// (A draft model runs whole beside the served model on every CPU layout, and beside GPU ranks
+// without expert parallelism: check_drafts_verified.)
 void check_mtp(const core::EngineConfig& config, const model::ModelConfig& model_config,
                const std::filesystem::path& model_dir) {
   if (config.speculative.method != "mtp") return;
   TACHYON_CHECK(model_config.num_nextn_predict_layers > 0)
       << "--speculative-method mtp: " << model_dir.string()
       << " has no MTP modules (num_nextn_predict_layers is 0 in its config.json)";
-  TACHYON_CHECK(!config.device.enable_expert_parallel)
-      << "--speculative-method mtp with --enable-expert-parallel is not verified by any test yet";
-  TACHYON_CHECK(config.device.data_parallel_size == 1)
-      << "--speculative-method mtp with --dp " << config.device.data_parallel_size
-      << ": the data-parallel ranks return no hidden states; use --dp 1";
   if (config.device.kind != "cuda") return;
   TACHYON_CHECK(model_config.num_nextn_predict_layers == 1)
       << "--speculative-method mtp on --device cuda drafts with one MTP module; " << model_dir.string() << " has "
@@ -226,7 +215,8 @@ void check_mtp(const core::EngineConfig& config, const model::ModelConfig& model
 }
 
 // --dp N (data-parallel attention, runner/dp_cpu_model_runner.h): MoE models on CPU thread ranks,
-// with or without --tp; every other combination has no test yet and is refused before loading.
+// with or without --tp, with or without speculative decoding (the replicas' draft rows are verified
+// as one runner's); every other combination has no test yet and is refused before loading.
 LoadedRunner load_dp_runner(const std::filesystem::path& model_dir, const model::ModelConfig& model_config,
                             core::EngineConfig& config) {
   const int dp = config.device.data_parallel_size, tp = config.device.tensor_parallel_size;
@@ -237,9 +227,6 @@ LoadedRunner load_dp_runner(const std::filesystem::path& model_dir, const model:
   TACHYON_CHECK(config.device.nnodes == 1) << flag << " with --nnodes > 1 is not built yet";
   TACHYON_CHECK(config.device.decode_context_parallel_size == 1)
       << flag << " with --dcp " << config.device.decode_context_parallel_size << " is not verified by any test yet";
-  TACHYON_CHECK(!config.speculative.enabled())
-      << flag << " with --speculative-method " << config.speculative.method
-      << " is not verified by any test yet (the data-parallel runner verifies no drafts)";
   TACHYON_CHECK(!fp8_run(config, model_config) && !fp8_kv_cache(config))
       << flag << " with FP8 weights or an FP8 KV cache is not verified by any test yet";
   TACHYON_CHECK(config.device.async_scheduling != core::AsyncScheduling::kOn)
@@ -247,7 +234,10 @@ LoadedRunner load_dp_runner(const std::filesystem::path& model_dir, const model:
   config.device.kind = "cpu";  // auto resolves to the only device --dp runs on
   auto runner = std::make_unique<runner::DpCpuModelRunner>(load_cpu_weights(model_dir, model_config, config), dp, tp,
                                                            config.num_blocks, config.block_size);
-  return {std::move(runner), model_config};
+  std::unique_ptr<engine::Drafter> drafter;
+  if (config.speculative.method == "draft") drafter = load_cpu_draft_model(config, model_config);
+  if (config.speculative.method == "mtp") drafter = load_cpu_mtp_drafter(config, model_dir);
+  return {std::move(runner), model_config, std::move(drafter)};
 }
 
 }  // namespace
@@ -262,7 +252,6 @@ static LoadedRunner load_device_runner(const std::filesystem::path& model_dir, c
   if (kind == "cuda" && config.device.tensor_parallel_size > 1) check_drafts_verified(config);  // auto: where it resolves
   check_quantization_device(config, model_config, kind);  // auto: where it resolves
   check_kv_cache_dtype(config, model_config, kind);        // auto: where it resolves
-  check_draft_model_device(config);
   check_mtp(config, model_config, model_dir);
   const std::string dcp_refused = runner::dcp_unsupported_reason(config, model_config);
   TACHYON_CHECK(dcp_refused.empty()) << dcp_refused;

@@ -41,19 +41,25 @@ DpCpuModelRunner::~DpCpuModelRunner() {
 
 core::StepOutput DpCpuModelRunner::run(const core::StepPlan& plan) {
   if (plan.empty()) return {};
-  TACHYON_CHECK(!plan.return_hidden_states)
-      << "the data-parallel CPU runner does not return hidden states (MTP drafting needs --dp 1)";
   const DpStep step = split_plan(plan, placement_);
   workers_.run([&](int rank) {
     Rank& me = *ranks_[static_cast<size_t>(rank)];
     const core::StepPlan& mine = step.plans[static_cast<size_t>(rank / tp_size_)];
+    me.hidden.clear();
     if (mine.empty()) {  // nothing of this replica's runs: serve the others' tokens to our experts
       me.model.idle_forward();
       me.logits.clear();
       return;
     }
+    model::ForwardHook hook;
+    if (plan.return_hidden_states && rank % tp_size_ == 0) {
+      hook = [&me](std::string_view name, int64_t, std::span<const float> values) {
+        if (name == "final_hidden") me.hidden.assign(values.begin(), values.end());
+      };
+    }
     PagedAttentionBackend attention(me.model.config(), me.cache, mine);
-    me.logits = me.model.forward(model::ForwardBatch{mine.token_ids, mine.positions, mine.logits_rows}, attention);
+    me.logits =
+        me.model.forward(model::ForwardBatch{mine.token_ids, mine.positions, mine.logits_rows}, attention, hook);
   });
   // The replicas' logits rows (each replica's TP rank 0 holds them), back in the step's order.
   std::vector<float> logits(step.rows.size() * static_cast<size_t>(vocab_size_));  // [rows, vocab]
@@ -62,7 +68,25 @@ core::StepOutput DpCpuModelRunner::run(const core::StepPlan& plan) {
     const std::vector<float>& from = ranks_[static_cast<size_t>(replica * tp_size_)]->logits;
     std::copy_n(from.begin() + row * vocab_size_, vocab_size_, logits.begin() + static_cast<int64_t>(i) * vocab_size_);
   }
-  return sample_plan_rows(plan, logits, vocab_size_);
+  core::StepOutput output = sample_plan_rows(plan, logits, vocab_size_);
+  if (plan.return_hidden_states) output.hidden_states = gather_hidden_states(step);
+  return output;
+}
+
+// [step tokens, hidden]: each token's row from its replica's TP rank 0, in the step's order.
+std::vector<float> DpCpuModelRunner::gather_hidden_states(const DpStep& step) const {
+  const auto h = static_cast<size_t>(ranks_.front()->model.config().hidden_size);
+  std::vector<float> hidden(step.tokens.size() * h);
+  for (size_t t = 0; t < step.tokens.size(); ++t) {
+    const auto [replica, local] = step.tokens[t];
+    const std::vector<float>& from = ranks_[static_cast<size_t>(replica * tp_size_)]->hidden;
+    TACHYON_CHECK(from.size() >= (static_cast<size_t>(local) + 1) * h)
+        << "internal: replica " << replica << " returned " << from.size() / h << " hidden states, token " << local
+        << " asked";
+    std::copy_n(from.begin() + static_cast<int64_t>(local) * static_cast<int64_t>(h), h,
+                hidden.begin() + static_cast<int64_t>(t * h));
+  }
+  return hidden;
 }
 
 }  // namespace tachyon::runner

@@ -16,12 +16,15 @@
 // so the ranks agree on the step's shape with no exchange at all, and a replica with nothing to
 // run this step goes through the MoE layers with zero rows (TpDenseModel::idle_forward) to serve
 // the others' tokens. The logits rows come back in the step's order and are sampled on the
-// engine thread as the CPU runner samples them.
+// engine thread as the CPU runner samples them, draft rows included: speculative decoding
+// verifies here as on one runner. Hidden states (StepPlan::return_hidden_states, MTP drafting)
+// come from each replica's TP rank 0 (its ranks hold the whole residual stream of its tokens),
+// put back in the step's token order.
 // At destruction it reports on stderr how many sequences each replica started.
 // A rank that fails aborts every group (dist::CpuProcessGroups::abort), so the step throws its
 // error instead of leaving the other ranks waiting in the MoE layers' collectives.
-// Refused: plans with drafts (verifies_drafts() is false) or asking for hidden states.
-// Tests: tests/unit/test_dp_families.cpp.
+// Tests: tests/unit/test_dp_families.cpp; drafts and hidden states in tests/unit/test_engine_mtp.cpp
+// and tests/unit/test_engine_draft_model.cpp.
 #pragma once
 
 #include <memory>
@@ -46,7 +49,7 @@ class DpCpuModelRunner : public SynchronousModelRunner {
   DpCpuModelRunner& operator=(const DpCpuModelRunner&) = delete;
 
   int64_t vocab_size() const override { return vocab_size_; }
-  bool verifies_drafts() const override { return false; }
+  bool verifies_drafts() const override { return true; }
   int32_t kv_cache_replicas() const override { return placement_.size(); }
   int32_t kv_blocks_per_replica() const { return ranks_.front()->cache.num_blocks; }
   int dp_size() const { return placement_.size(); }
@@ -59,12 +62,15 @@ class DpCpuModelRunner : public SynchronousModelRunner {
   core::StepOutput run(const core::StepPlan& plan) override;
 
  private:
+  std::vector<float> gather_hidden_states(const DpStep& step) const;
+
   struct Rank {
     Rank(dist::ProcessGroups groups, const model::ModelWeights& full, int32_t num_blocks, int32_t block_size);
     dist::ProcessGroups groups;  // tp: the replica's ranks; ep: every rank (the experts' group)
     model::TpDenseModel model;
     PagedKvCache cache;
     std::vector<float> logits;  // the last step's logits of the replica's rows
+    std::vector<float> hidden;  // TP rank 0, when the plan asks: [replica's tokens, hidden] of the last step
   };
 
   int64_t vocab_size_;

@@ -34,8 +34,7 @@ PlanParts cut_plan_by_sequence(const core::StepPlan& plan, std::span<const int> 
     p.block_size = plan.block_size;
     p.forced_acceptance = plan.forced_acceptance;
   }
-  std::vector<int> part_of_token(static_cast<size_t>(plan.num_tokens()), -1);  // [num_tokens]
-  std::vector<int64_t> local_token(static_cast<size_t>(plan.num_tokens()), -1);  // [num_tokens]
+  out.tokens.assign(static_cast<size_t>(plan.num_tokens()), {-1, -1});
   for (size_t i = 0; i < plan.sequences.size(); ++i) {
     const int part = part_of_sequence[i];
     TACHYON_CHECK(part >= 0 && part < parts) << "internal: sequence " << i << " given part " << part << " of " << parts;
@@ -44,8 +43,7 @@ PlanParts cut_plan_by_sequence(const core::StepPlan& plan, std::span<const int> 
     core::ScheduledSequence local = s;
     local.first_token = p.num_tokens();
     for (int64_t t = s.first_token; t < s.first_token + s.num_tokens; ++t) {
-      part_of_token[static_cast<size_t>(t)] = part;
-      local_token[static_cast<size_t>(t)] = p.num_tokens();
+      out.tokens[static_cast<size_t>(t)] = {part, p.num_tokens()};
       p.token_ids.push_back(plan.token_ids[static_cast<size_t>(t)]);
       p.positions.push_back(plan.positions[static_cast<size_t>(t)]);
       p.slot_mapping.push_back(plan.slot_mapping[static_cast<size_t>(t)]);
@@ -53,10 +51,10 @@ PlanParts cut_plan_by_sequence(const core::StepPlan& plan, std::span<const int> 
     p.sequences.push_back(std::move(local));
   }
   for (int64_t row : plan.logits_rows) {
-    const int part = part_of_token[static_cast<size_t>(row)];
+    const auto [part, local] = out.tokens[static_cast<size_t>(row)];
     TACHYON_CHECK(part >= 0) << "logits row " << row << " belongs to no planned sequence";
     std::vector<int64_t>& rows = out.plans[static_cast<size_t>(part)].logits_rows;
-    rows.push_back(local_token[static_cast<size_t>(row)]);
+    rows.push_back(local);
     out.rows.push_back({part, static_cast<int64_t>(rows.size()) - 1});
   }
   return out;
@@ -64,10 +62,7 @@ PlanParts cut_plan_by_sequence(const core::StepPlan& plan, std::span<const int> 
 
 DpStep split_plan(const core::StepPlan& plan, DpPlacement& placement) {
   std::vector<int> replica_of(plan.sequences.size());  // [sequences]
-  for (size_t i = 0; i < plan.sequences.size(); ++i) {
-    TACHYON_CHECK(plan.sequences[i].draft_tokens.empty()) << "data-parallel attention does not verify draft tokens";
-    replica_of[i] = placement.place(plan.sequences[i]);
-  }
+  for (size_t i = 0; i < plan.sequences.size(); ++i) replica_of[i] = placement.place(plan.sequences[i]);
   DpStep step = cut_plan_by_sequence(plan, replica_of, placement.size());
   for (int replica = 0; replica < placement.size(); ++replica) {  // into the replica's own cache
     core::StepPlan& p = step.plans[static_cast<size_t>(replica)];

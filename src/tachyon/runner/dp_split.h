@@ -48,6 +48,8 @@ struct PlanParts {
   std::vector<core::StepPlan> plans;
   // [plan.logits_rows.size()] where each logits row of the step is: (part, row of its logits).
   std::vector<std::pair<int, int64_t>> rows;
+  // [plan.num_tokens()] where each token of the step is: (part, token of its plan).
+  std::vector<std::pair<int, int64_t>> tokens;
 };
 
 // Cuts `plan` into `parts` plans; sequence i goes to part part_of_sequence[i] (in [0, parts)).
@@ -57,7 +59,8 @@ PlanParts cut_plan_by_sequence(const core::StepPlan& plan, std::span<const int> 
 // cache (block id - d * B), and where each logits row of the step is: (replica, row).
 using DpStep = PlanParts;
 
-// Cuts `plan` by placement. Plans with draft tokens are refused (the DP runner verifies none).
+// Cuts `plan` by placement. A sequence's draft rows go with it (the replica's forward computes
+// their logits; the engine thread verifies them from the step's rows, as one runner does).
 DpStep split_plan(const core::StepPlan& plan, DpPlacement& placement);
 
 }  // namespace tachyon::runner
