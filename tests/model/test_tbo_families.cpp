@@ -268,7 +268,6 @@ TEST(TboFamilies, UntestedCombinationsAreRefusedWithTheReason) {
       {[](core::EngineConfig& c) { c.device.data_parallel_size = 2; }, "with --dp 2"},
       {[](core::EngineConfig& c) { c.device.decode_context_parallel_size = 2; }, "with --dcp 2"},
       {[](core::EngineConfig& c) { c.device.nnodes = 2; }, "--nnodes"},
-      {[](core::EngineConfig& c) { c.speculative.method = "ngram"; }, "--speculative-method ngram"},
       {[](core::EngineConfig& c) { c.device.kv_cache_dtype = DType::kF8E4M3; }, "FP8"},
       {[](core::EngineConfig& c) { c.device.quantization = "fp8"; }, "FP8"},
       {[](core::EngineConfig& c) { c.device.async_scheduling = core::AsyncScheduling::kOn; }, "--async-scheduling on"},
@@ -281,6 +280,10 @@ TEST(TboFamilies, UntestedCombinationsAreRefusedWithTheReason) {
               true)
         << why;
   }
+  // Speculative decoding over TBO is verified (tests/unit/test_engine_mtp.cpp, test_engine_draft_model.cpp).
+  EXPECT_EQ(refusal(moe, [](core::EngineConfig& c) { c.speculative.method = "ngram"; }), "");
+  EXPECT_EQ(refusal(moe, [](core::EngineConfig& c) { c.speculative.method = "draft"; }), "");
+  EXPECT_EQ(refusal(moe, [](core::EngineConfig& c) { c.speculative.method = "mtp"; }), "");
   // Off: nothing to refuse.
   EXPECT_EQ(refusal(canary, [](core::EngineConfig& c) { c.device.enable_two_batch_overlap = false; }), "");
 }

@@ -103,6 +103,16 @@ inline RunnerFactory tensor_parallel_ranks(const model::ModelWeights& weights, i
   };
 }
 
+// `tp` expert-parallel CPU thread ranks over `weights` (an MoE model's) running each step of two or
+// more sequences as two overlapped micro-batches (two-batch overlap, runner/tbo_rank_step.h).
+inline RunnerFactory two_batch_overlap_ranks(const model::ModelWeights& weights, int tp) {
+  return [&weights, tp](const core::EngineConfig& c) -> std::unique_ptr<runner::ModelRunner> {
+    return std::make_unique<runner::TpCpuModelRunner>(weights, tp, c.num_blocks, c.block_size, /*expert_parallel=*/true,
+                                                      /*fp8_kv_cache=*/false, model::DcpOptions{},
+                                                      runner::TboOptions{.enabled = true});
+  };
+}
+
 // `dp` data-parallel attention replicas of `tp` ranks each over `weights` (an MoE model's, which
 // must outlive the runners); each replica's cache the config's num_blocks.
 inline RunnerFactory data_parallel_ranks(const model::ModelWeights& weights, int dp, int tp) {

@@ -150,7 +150,8 @@ TEST_F(EngineDraftModelTest, TensorParallelRanksVerifyTheDraftModelsDraftsExactl
 
 // Expert parallelism and data-parallel attention need a mixture-of-experts target: tiny-deepseek
 // (a vocabulary of 512, as the draft's). Over two tensor-parallel ranks with the experts split by
-// expert, and over two data-parallel replicas (of one rank and of two; a sequence's draft rows run
+// expert (with and without two-batch overlap: a sequence's draft rows stay in its micro-batch), and
+// over two data-parallel replicas (of one rank and of two; a sequence's draft rows run
 // on its replica), another model's drafts, the target's own and n-gram drafts give the plain run of
 // the same layout exactly: the suite's eight kinds of sampling, token for token and logprob for
 // logprob.
@@ -162,6 +163,7 @@ TEST_F(EngineDraftModelTest, ExpertAndDataParallelRanksVerifyDraftsExactly) {
   const std::vector<SpecRequest> requests = make_requests(6, true);
   const core::SpeculativeConfig ngram{.method = "ngram", .num_speculative_tokens = 3, .ngram_min = 1, .ngram_max = 3};
   const std::pair<RunnerFactory, std::string> layouts[] = {{tensor_parallel_ranks(weights, 2, true), "tp 2 ep"},
+                                                           {two_batch_overlap_ranks(weights, 2), "tp 2 ep tbo"},
                                                            {data_parallel_ranks(weights, 2, 1), "dp 2"},
                                                            {data_parallel_ranks(weights, 2, 2), "dp 2 tp 2"}};
   for (const auto& [ranks, layout] : layouts) {

@@ -347,8 +347,8 @@ void EngineMtpTest::expect_ranks_serve_mtp_exactly(const RunnerFactory& ranks, c
 }
 
 // Two tensor-parallel CPU ranks return the hidden states the single runner returns (each rank holds
-// the whole residual stream) and verify MTP drafts exactly. With two-batch overlap or DCP the
-// ranks refuse to (no test covers those).
+// the whole residual stream) and verify MTP drafts exactly. With DCP the ranks refuse to (no test
+// covers it).
 TEST_F(EngineMtpTest, TensorParallelRanksReturnHiddenStatesAndVerifyMtpDraftsExactly) {
   const model::ModelWeights weights = model::load_weights(model_->config(), model::SafetensorsCheckpoint(*dir_));
   expect_ranks_serve_mtp_exactly(tensor_parallel_ranks(weights, 2), "tp 2");
@@ -364,19 +364,21 @@ TEST_F(EngineMtpTest, TensorParallelRanksReturnHiddenStatesAndVerifyMtpDraftsExa
     dcp_engine.step();
     FAIL() << "the TP CPU runner with DCP returned hidden states";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("without two-batch overlap and decode context parallelism only"),
+    EXPECT_NE(std::string(e.what()).find("without decode context parallelism only"),
               std::string::npos)
         << e.what();
   }
 }
 
-// The experts split by expert over two tensor-parallel ranks, and data-parallel attention (two
-// replicas of one rank and of two, the experts over all ranks): each group's ranks hold the whole
-// residual stream of their tokens, the replicas' rows come back in the step's order, and MTP drafts
-// over them give the plain run of the same layout exactly.
+// The experts split by expert over two tensor-parallel ranks, with and without two-batch overlap
+// (the micro-batches' hidden states concatenated in the step's order), and data-parallel attention
+// (two replicas of one rank and of two, the experts over all ranks): each group's ranks hold the
+// whole residual stream of their tokens, the replicas' rows come back in the step's order, and MTP
+// drafts over them give the plain run of the same layout exactly.
 TEST_F(EngineMtpTest, ExpertAndDataParallelRanksReturnHiddenStatesAndVerifyMtpDraftsExactly) {
   const model::ModelWeights weights = model::load_weights(model_->config(), model::SafetensorsCheckpoint(*dir_));
   expect_ranks_serve_mtp_exactly(tensor_parallel_ranks(weights, 2, /*expert_parallel=*/true), "tp 2 ep");
+  expect_ranks_serve_mtp_exactly(two_batch_overlap_ranks(weights, 2), "tp 2 ep tbo");
   expect_ranks_serve_mtp_exactly(data_parallel_ranks(weights, 2, 1), "dp 2");
   expect_ranks_serve_mtp_exactly(data_parallel_ranks(weights, 2, 2), "dp 2 tp 2");
 }

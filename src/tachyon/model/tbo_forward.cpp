@@ -8,7 +8,7 @@
 namespace tachyon::model {
 
 std::vector<float> forward_over(const TpDenseModel& model, dist::Communicator& group, const ForwardBatch& batch,
-                                AttentionBackend& attention) {
+                                AttentionBackend& attention, const ForwardHook& hook) {
   const TpShard& shard = model.shard();
   TACHYON_CHECK(group.rank() == shard.tp_rank && group.size() == shard.tp_size)
       << "internal: rank " << group.rank() << " of " << group.size() << " runs the shard of rank " << shard.tp_rank
@@ -20,7 +20,7 @@ std::vector<float> forward_over(const TpDenseModel& model, dist::Communicator& g
                                          .expert_begin = shard.expert_begin,
                                          .expert_count = shard.expert_count,
                                          .ep_group = shard.expert_parallel ? &group : nullptr};
-  return detail::dense_forward(shard.weights, rope_inv_freq(shard.weights.config), seams, batch, attention, nullptr);
+  return detail::dense_forward(shard.weights, rope_inv_freq(shard.weights.config), seams, batch, attention, hook);
 }
 
 }  // namespace tachyon::model

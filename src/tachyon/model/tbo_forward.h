@@ -14,8 +14,9 @@
 
 namespace tachyon::model {
 
-// group: rank and size must be the model's TP rank and size. Returns [batch.logits_rows, vocab].
+// group: rank and size must be the model's TP rank and size. Returns [batch.logits_rows, vocab];
+// hook as TpDenseModel::forward's (its "final_hidden": the micro-batch's last hidden states).
 std::vector<float> forward_over(const TpDenseModel& model, dist::Communicator& group, const ForwardBatch& batch,
-                                AttentionBackend& attention);
+                                AttentionBackend& attention, const ForwardHook& hook = nullptr);
 
 }  // namespace tachyon::model

@@ -12,7 +12,7 @@
 namespace tachyon::runner {
 
 std::vector<float> run_tbo_rank_step(const model::TpDenseModel& model, PagedKvCache& cache, dist::Communicator& group,
-                                     const TboSplit& split, const TboOptions& options) {
+                                     const TboSplit& split, const TboOptions& options, std::vector<float>* hidden) {
   const model::ModelConfig& config = model.config();
   std::array<std::unique_ptr<TboArena>, 2> arenas;  // planned up front, released after the comm stream's last event
   for (int mb = 0; mb < 2; ++mb) {
@@ -23,6 +23,7 @@ std::vector<float> run_tbo_rank_step(const model::TpDenseModel& model, PagedKvCa
   TboTrace trace;
   TboComputeStream compute;
   std::array<std::vector<float>, 2> logits;  // [mb] [rows of mb, vocab]
+  std::array<std::vector<float>, 2> hiddens;  // [mb] [tokens of mb, hidden], when asked
   std::array<std::exception_ptr, 2> errors;
   {
     TboCommStream stream;  // joined at the end of this block, before the arenas go
@@ -34,7 +35,13 @@ std::vector<float> run_tbo_rank_step(const model::TpDenseModel& model, PagedKvCa
         TboCommunicator comm(phases, mb);
         PagedAttentionBackend attention(config, cache, plan);
         const model::ForwardBatch batch{plan.token_ids, plan.positions, plan.logits_rows};
-        logits[static_cast<size_t>(mb)] = model::forward_over(model, comm, batch, attention);
+        model::ForwardHook hook;
+        if (hidden != nullptr) {
+          hook = [&hiddens, mb](std::string_view name, int64_t, std::span<const float> values) {
+            if (name == "final_hidden") hiddens[static_cast<size_t>(mb)].assign(values.begin(), values.end());
+          };
+        }
+        logits[static_cast<size_t>(mb)] = model::forward_over(model, comm, batch, attention, hook);
       } catch (...) {
         errors[static_cast<size_t>(mb)] = std::current_exception();
       }
@@ -55,6 +62,10 @@ std::vector<float> run_tbo_rank_step(const model::TpDenseModel& model, PagedKvCa
       throw TboOrderError("two-batch overlap, rank " + std::to_string(group.rank()) +
                           ": the happens-before check failed: " + violation);
     }
+  }
+  if (hidden != nullptr) {
+    *hidden = std::move(hiddens[0]);
+    hidden->insert(hidden->end(), hiddens[1].begin(), hiddens[1].end());
   }
   std::vector<float> out = std::move(logits[0]);
   out.insert(out.end(), logits[1].begin(), logits[1].end());

@@ -30,8 +30,11 @@ struct TboOptions {
 };
 
 // group: the rank's TP group (also its expert group). Returns the rank's full logits
-// [rows of both micro-batches, vocab]: the step's logits rows in plan order.
+// [rows of both micro-batches, vocab]: the step's logits rows in plan order. With `hidden`, also
+// every token's last hidden state before the final norm, [tokens of both micro-batches, hidden]:
+// the step's tokens in plan order (the split keeps them in order: tbo_split.h).
 std::vector<float> run_tbo_rank_step(const model::TpDenseModel& model, PagedKvCache& cache, dist::Communicator& group,
-                                     const TboSplit& split, const TboOptions& options);
+                                     const TboSplit& split, const TboOptions& options,
+                                     std::vector<float>* hidden = nullptr);
 
 }  // namespace tachyon::runner

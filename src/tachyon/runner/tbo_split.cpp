@@ -11,7 +11,6 @@ namespace tachyon::runner {
 TboSplit split_micro_batches(const core::StepPlan& plan) {
   const size_t count = plan.sequences.size();
   TACHYON_CHECK(count >= 2) << "internal: two-batch overlap splits a step of " << count << " sequence(s)";
-  TACHYON_CHECK(!plan.has_drafts()) << "two-batch overlap does not verify draft tokens (no test covers it)";
   TACHYON_CHECK(plan.deferred_tokens.empty()) << "internal: deferred tokens reach the TBO split unresolved";
   // The cut: micro-batch 0 takes sequences [0, cut); the one that balances the tokens best.
   size_t cut = 1;
@@ -27,6 +26,10 @@ TboSplit split_micro_batches(const core::StepPlan& plan) {
   for (size_t i = 1; i < parts.rows.size(); ++i) {
     TACHYON_CHECK(parts.rows[i].first >= parts.rows[i - 1].first)
         << "internal: logits row " << plan.logits_rows[i] << " is out of sequence order";
+  }
+  for (size_t t = 1; t < parts.tokens.size(); ++t) {
+    TACHYON_CHECK(parts.tokens[t].first >= parts.tokens[t - 1].first)
+        << "internal: token " << t << " of the step is out of sequence order";
   }
   return {std::move(parts.plans[0]), std::move(parts.plans[1])};
 }

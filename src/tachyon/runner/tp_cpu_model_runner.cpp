@@ -48,21 +48,24 @@ void TpCpuModelRunner::abort_worlds(const std::string& reason) {
 
 core::StepOutput TpCpuModelRunner::run(const core::StepPlan& plan) {
   if (plan.empty()) return {};
-  TACHYON_CHECK(!plan.return_hidden_states || (!tbo_.enabled && dcp_.size == 1))
-      << "the tensor-parallel CPU runner returns hidden states (MTP drafting) without two-batch overlap and "
-         "decode context parallelism only (the combinations its tests cover)";
+  TACHYON_CHECK(!plan.return_hidden_states || dcp_.size == 1)
+      << "the tensor-parallel CPU runner returns hidden states (MTP drafting) without decode context parallelism "
+         "only (the combinations its tests cover)";
+  // Every rank holds the whole residual stream after its all-reduces, so rank 0's last hidden state
+  // before the final norm is the model's (what an MTP drafter reads; the CPU runner's hook).
+  std::vector<float> hidden;
   if (tbo_.enabled && plan.sequences.size() >= 2) {  // one sequence: nothing to overlap, one batch
     TACHYON_CHECK(dcp_.size == 1) << "two-batch overlap with decode context parallelism is not verified by any test";
     const TboSplit split = split_micro_batches(plan);
     workers_.run([&](int rank) {
       Rank& me = *ranks_[static_cast<size_t>(rank)];
-      me.logits = run_tbo_rank_step(me.model, me.cache, me.comm, split, tbo_);
+      me.logits = run_tbo_rank_step(me.model, me.cache, me.comm, split, tbo_,
+                                    plan.return_hidden_states && rank == 0 ? &hidden : nullptr);
     });
-    return sample_plan_rows(plan, ranks_[0]->logits, vocab_size_);
+    core::StepOutput output = sample_plan_rows(plan, ranks_[0]->logits, vocab_size_);
+    output.hidden_states = std::move(hidden);
+    return output;
   }
-  // Every rank holds the whole residual stream after its all-reduces, so rank 0's last hidden state
-  // before the final norm is the model's (what an MTP drafter reads; the CPU runner's hook).
-  std::vector<float> hidden;
   workers_.run([&](int rank) {
     Rank& me = *ranks_[static_cast<size_t>(rank)];
     const model::ForwardBatch batch{plan.token_ids, plan.positions, plan.logits_rows};
