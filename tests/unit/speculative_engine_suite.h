@@ -103,6 +103,15 @@ inline RunnerFactory tensor_parallel_ranks(const model::ModelWeights& weights, i
   };
 }
 
+// `tp` tensor-parallel CPU thread ranks over `weights` (a latent-attention model's), each group of
+// `dcp` of them splitting the latent cache by token (decode context parallelism, interleave 1).
+inline RunnerFactory decode_context_parallel_ranks(const model::ModelWeights& weights, int tp, int dcp) {
+  return [&weights, tp, dcp](const core::EngineConfig& c) -> std::unique_ptr<runner::ModelRunner> {
+    return std::make_unique<runner::TpCpuModelRunner>(weights, tp, c.num_blocks, c.block_size, /*expert_parallel=*/false,
+                                                      /*fp8_kv_cache=*/false, model::DcpOptions{dcp, 1});
+  };
+}
+
 // `tp` expert-parallel CPU thread ranks over `weights` (an MoE model's) running each step of two or
 // more sequences as two overlapped micro-batches (two-batch overlap, runner/tbo_rank_step.h).
 inline RunnerFactory two_batch_overlap_ranks(const model::ModelWeights& weights, int tp) {

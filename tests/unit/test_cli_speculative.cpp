@@ -194,11 +194,11 @@ TEST_F(CliSpeculativeTest, MtpPrintsThePlainTextAndIsRefusedWhereNotBuilt) {
   EXPECT_EQ(text_before_summary(drafted_tp), text_before_summary(plain_tp));
   EXPECT_NE(drafted_tp.output.find("[tachyon] Speculative decoding (mtp, k=2)"), std::string::npos)
       << drafted_tp.output;
-  // With the experts split by expert (with and without two-batch overlap), and over two
-  // data-parallel replicas: each layout's plain text.
+  // With the experts split by expert (with and without two-batch overlap), with decode context
+  // parallelism, and over two data-parallel replicas: each layout's plain text.
   for (const std::string layout : {" --device cpu --tp 2 --enable-expert-parallel",
                                    " --device cpu --tp 2 --enable-expert-parallel --enable-two-batch-overlap",
-                                   " --device cpu --dp 2"}) {
+                                   " --device cpu --tp 2 --dcp 2", " --device cpu --dp 2"}) {
     CliRun plain_ranks = testing::run_cli(args + layout);
     CliRun drafted_ranks = testing::run_cli(args + layout + mtp);
     ASSERT_EQ(plain_ranks.exit_code, 0) << plain_ranks.output;

@@ -324,8 +324,10 @@ TEST(DcpFamilies, UntestedCombinationsAreRefusedByName) {
   EXPECT_TRUE(has(refusal([](core::EngineConfig&) {}, "llama", "tiny"), "has no latent attention"));
   EXPECT_TRUE(has(refusal([](core::EngineConfig& c) { c.device.kv_cache_dtype = DType::kF8E4M3; }),
                   "with --kv-cache-dtype fp8 is not verified"));
-  EXPECT_TRUE(has(refusal([](core::EngineConfig& c) { c.speculative.method = "mtp"; }),
-                  "--speculative-method mtp is not verified"));
+  // Every drafter is verified (n-gram here; a draft model's and MTP's in test_engine_draft_model.cpp and
+  // test_engine_mtp.cpp).
+  EXPECT_EQ(refusal([](core::EngineConfig& c) { c.speculative.method = "draft"; }), "");
+  EXPECT_EQ(refusal([](core::EngineConfig& c) { c.speculative.method = "mtp"; }), "");
   EXPECT_TRUE(has(refusal([](core::EngineConfig& c) { c.device.dcp_kv_cache_interleave_size = 16; }),
                   "x --dcp-kv-cache-interleave-size 16"));
   EXPECT_TRUE(has(refusal([](core::EngineConfig& c) { c.device.nnodes = 2; }), "--nnodes"));

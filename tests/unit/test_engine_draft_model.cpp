@@ -150,12 +150,13 @@ TEST_F(EngineDraftModelTest, TensorParallelRanksVerifyTheDraftModelsDraftsExactl
 
 // Expert parallelism and data-parallel attention need a mixture-of-experts target: tiny-deepseek
 // (a vocabulary of 512, as the draft's). Over two tensor-parallel ranks with the experts split by
-// expert (with and without two-batch overlap: a sequence's draft rows stay in its micro-batch), and
-// over two data-parallel replicas (of one rank and of two; a sequence's draft rows run
+// expert (with and without two-batch overlap: a sequence's draft rows stay in its micro-batch), with
+// decode context parallelism (its latent attention splits the cache by token), and over two
+// data-parallel replicas (of one rank and of two; a sequence's draft rows run
 // on its replica), another model's drafts, the target's own and n-gram drafts give the plain run of
 // the same layout exactly: the suite's eight kinds of sampling, token for token and logprob for
 // logprob.
-TEST_F(EngineDraftModelTest, ExpertAndDataParallelRanksVerifyDraftsExactly) {
+TEST_F(EngineDraftModelTest, ParallelRanksOfALatentMoeTargetVerifyDraftsExactly) {
   const std::filesystem::path dir = draft_dir_->string() + "-moe-target";
   model::make_model({.arch = "deepseek_v3", .preset = "tiny-deepseek", .seed = 43, .out_dir = dir});
   const model::DenseModel target = model::DenseModel::load(dir);
@@ -164,6 +165,7 @@ TEST_F(EngineDraftModelTest, ExpertAndDataParallelRanksVerifyDraftsExactly) {
   const core::SpeculativeConfig ngram{.method = "ngram", .num_speculative_tokens = 3, .ngram_min = 1, .ngram_max = 3};
   const std::pair<RunnerFactory, std::string> layouts[] = {{tensor_parallel_ranks(weights, 2, true), "tp 2 ep"},
                                                            {two_batch_overlap_ranks(weights, 2), "tp 2 ep tbo"},
+                                                           {decode_context_parallel_ranks(weights, 2, 2), "tp 2 dcp 2"},
                                                            {data_parallel_ranks(weights, 2, 1), "dp 2"},
                                                            {data_parallel_ranks(weights, 2, 2), "dp 2 tp 2"}};
   for (const auto& [ranks, layout] : layouts) {

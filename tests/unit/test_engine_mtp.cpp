@@ -346,28 +346,16 @@ void EngineMtpTest::expect_ranks_serve_mtp_exactly(const RunnerFactory& ranks, c
   }
 }
 
-// Two tensor-parallel CPU ranks return the hidden states the single runner returns (each rank holds
-// the whole residual stream) and verify MTP drafts exactly. With DCP the ranks refuse to (no test
-// covers it).
+// Two tensor-parallel CPU ranks, with and without decode context parallelism, return the hidden
+// states the single runner returns (each rank holds the whole residual stream) and verify MTP
+// drafts exactly.
 TEST_F(EngineMtpTest, TensorParallelRanksReturnHiddenStatesAndVerifyMtpDraftsExactly) {
   const model::ModelWeights weights = model::load_weights(model_->config(), model::SafetensorsCheckpoint(*dir_));
   expect_ranks_serve_mtp_exactly(tensor_parallel_ranks(weights, 2), "tp 2");
 
-  const core::EngineConfig c = engine_config(mtp_config(1));
-  EngineCore dcp_engine(c,
-                 std::make_unique<runner::TpCpuModelRunner>(weights, 2, c.num_blocks, c.block_size, false, false,
-                                                            model::DcpOptions{2, 1}),
-                 std::make_unique<HiddenStateProbe>(true));
-  auto channel = std::make_shared<OutputChannel>();
-  dcp_engine.submit({1, 2, 3}, core::SamplingParams{}, channel);
-  try {
-    dcp_engine.step();
-    FAIL() << "the TP CPU runner with DCP returned hidden states";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("without decode context parallelism only"),
-              std::string::npos)
-        << e.what();
-  }
+  // With decode context parallelism each rank attends over its share of the latent cache and the
+  // group merges them before the all-reduces: the ranks still hold the whole residual stream.
+  expect_ranks_serve_mtp_exactly(decode_context_parallel_ranks(weights, 2, 2), "tp 2 dcp 2");
 }
 
 // The experts split by expert over two tensor-parallel ranks, with and without two-batch overlap

@@ -38,9 +38,6 @@ std::string dcp_unsupported_reason(const core::EngineConfig& config, const model
     why << "--dcp " << dcp << " with --kv-cache-dtype "
         << (device.kv_cache_dtype == DType::kF8E4M3 ? "fp8" : dtype_name(device.kv_cache_dtype))
         << " is not verified by any test yet";
-  } else if (config.speculative.enabled() && config.speculative.method != "ngram") {
-    why << "--dcp " << dcp << " with --speculative-method " << config.speculative.method
-        << " is not verified by any test yet (ngram is)";
   }
   return why.str();
 }

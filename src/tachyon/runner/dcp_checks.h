@@ -2,7 +2,8 @@
 // combination without a passing equivalence test is refused here, before any weight loads, with
 // the reason (DESIGN rule 8). What is verified (tests/unit/test_dcp_families.cpp): CPU thread
 // ranks, latent-attention models (DeepSeek-V3, V3.2, GLM-5) in f32 rows, dcp dividing tp, greedy
-// decoding with and without n-gram speculation, chunked prefill and prefix-cache hits.
+// decoding with and without n-gram speculation, chunked prefill and prefix-cache hits; draft-model
+// and MTP drafts (tests/unit/test_engine_draft_model.cpp, test_engine_mtp.cpp).
 #pragma once
 
 #include <string>

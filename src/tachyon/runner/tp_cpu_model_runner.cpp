@@ -48,10 +48,8 @@ void TpCpuModelRunner::abort_worlds(const std::string& reason) {
 
 core::StepOutput TpCpuModelRunner::run(const core::StepPlan& plan) {
   if (plan.empty()) return {};
-  TACHYON_CHECK(!plan.return_hidden_states || dcp_.size == 1)
-      << "the tensor-parallel CPU runner returns hidden states (MTP drafting) without decode context parallelism "
-         "only (the combinations its tests cover)";
-  // Every rank holds the whole residual stream after its all-reduces, so rank 0's last hidden state
+  // Every rank holds the whole residual stream after its all-reduces (with DCP too: each rank's
+  // attention output is merged over its DCP group before them), so rank 0's last hidden state
   // before the final norm is the model's (what an MTP drafter reads; the CPU runner's hook).
   std::vector<float> hidden;
   if (tbo_.enabled && plan.sequences.size() >= 2) {  // one sequence: nothing to overlap, one batch
@@ -69,16 +67,16 @@ core::StepOutput TpCpuModelRunner::run(const core::StepPlan& plan) {
   workers_.run([&](int rank) {
     Rank& me = *ranks_[static_cast<size_t>(rank)];
     const model::ForwardBatch batch{plan.token_ids, plan.positions, plan.logits_rows};
-    if (me.dcp_comm) {
-      DcpAttentionBackend attention(me.model.config(), me.cache, plan, *me.dcp_comm, dcp_.interleave);
-      me.logits = me.model.forward(batch, attention);
-      return;
-    }
     model::ForwardHook hook;
     if (plan.return_hidden_states && rank == 0) {
       hook = [&hidden](std::string_view name, int64_t, std::span<const float> values) {
         if (name == "final_hidden") hidden.assign(values.begin(), values.end());
       };
+    }
+    if (me.dcp_comm) {
+      DcpAttentionBackend attention(me.model.config(), me.cache, plan, *me.dcp_comm, dcp_.interleave);
+      me.logits = me.model.forward(batch, attention, hook);
+      return;
     }
     PagedAttentionBackend attention(me.model.config(), me.cache, plan);
     me.logits = me.model.forward(batch, attention, hook);

@@ -9,7 +9,7 @@
 // is rethrown on the engine thread; a rank that fails aborts the TP and DCP worlds, so its peers
 // stop waiting for it (RankWorkers). A plan asking for hidden states (StepPlan::
 // return_hidden_states, MTP drafting) gets rank 0's (every rank holds the whole residual stream),
-// with or without two-batch overlap, not with decode context parallelism.
+// with or without two-batch overlap or decode context parallelism.
 // With decode context parallelism (dcp.size > 1, dcp_attention_backend.h) each DCP group of
 // dcp.size consecutive ranks splits the latent cache by token: a rank's cache holds
 // num_blocks * block_size / dcp.size rows (rank_cache) and its attention goes through a
