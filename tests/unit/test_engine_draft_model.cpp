@@ -187,6 +187,32 @@ TEST_F(EngineDraftModelTest, ParallelRanksOfALatentMoeTargetVerifyDraftsExactly)
   std::filesystem::remove_all(dir);
 }
 
+// Over the FP8 KV cache (--kv-cache-dtype fp8) a draft model's drafts change no token of the plain
+// FP8 run (logprobs within 1e-3: test_engine_ngram.cpp says why); the draft model keeps its own
+// cache. The FP8 run differs from the bf16 one (the cache is FP8).
+TEST_F(EngineDraftModelTest, DraftsOverAnFp8KvCacheNeverChangeTheTokens) {
+  bool differs_from_bf16 = false;
+  for (uint32_t seed = 1; seed <= 2; ++seed) {
+    const std::vector<SpecRequest> requests = make_requests(seed, seed == 1);
+    core::EngineConfig config = engine_config({});
+    config.device.kv_cache_dtype = DType::kF8E4M3;
+    const Completions plain = run_with(requests, config);
+    const Completions bf16 = run(requests, {});
+    for (size_t r = 0; r < plain.size(); ++r) {
+      differs_from_bf16 = differs_from_bf16 || plain[r][0].logprobs != bf16[r][0].logprobs;
+    }
+    const model::DenseModel* target = model_;
+    for (const model::DenseModel* draft : {static_cast<const model::DenseModel*>(draft_), target}) {
+      const std::string what = "fp8 kv seed " + std::to_string(seed) + (draft == target ? " self-draft" : " other draft");
+      config.speculative = draft_config(3);
+      EngineStats stats;
+      expect_same(run_with(requests, config, &stats, factory(*draft, 3)), plain, requests, what, 1e-3);
+      EXPECT_GT(stats.draft_tokens, 0) << what;
+    }
+  }
+  EXPECT_TRUE(differs_from_bf16) << "the FP8 cache changed no logprob (is it FP8?)";
+}
+
 // The target as its own draft: a greedy draft is what the target draws, so nearly all are
 // accepted (a draft is computed in another step shape than its check, so float rounding may flip
 // a near tie) and the same tokens take far fewer steps. A random other model is accepted rarely.

@@ -453,6 +453,35 @@ TEST_F(EngineMtpTest, MtpDraftsNeverChangeTheTokens) {
   }
 }
 
+// Over the FP8 KV cache (--kv-cache-dtype fp8) MTP drafts change no token of the plain FP8 run
+// (logprobs within 1e-3, as test_engine_ngram.cpp says why: a verify step writes the rows a plain
+// step would, up to the f32 rounding of another batch shape); the modules keep their own caches.
+// The FP8 run differs from the bf16 one (the cache is FP8).
+TEST_F(EngineMtpTest, MtpDraftsOverAnFp8KvCacheNeverChangeTheTokens) {
+  bool differs_from_bf16 = false;
+  for (uint32_t seed = 1; seed <= 2; ++seed) {
+    const std::vector<SpecRequest> requests = make_requests(seed, seed == 1);
+    core::EngineConfig config = engine_config({});
+    config.device.kv_cache_dtype = DType::kF8E4M3;
+    const Completions plain = run_with(requests, config);
+    const Completions bf16 = run(requests, {});
+    for (size_t r = 0; r < plain.size(); ++r) {
+      differs_from_bf16 = differs_from_bf16 || plain[r][0].logprobs != bf16[r][0].logprobs;
+    }
+    for (const auto& [modules, k] : {std::pair{one_, 1}, std::pair{one_, 3}, std::pair{two_, 3}}) {
+      const std::string what = "fp8 kv seed " + std::to_string(seed) + " k " + std::to_string(k) + " modules " +
+                               std::to_string(modules->size());
+      config.speculative = mtp_config(k);
+      auto record = std::make_shared<Record>();
+      EngineStats stats;
+      expect_same(run_with(requests, config, &stats, recorded(*modules, k, record)), plain, requests, what, 1e-3);
+      EXPECT_GT(stats.draft_tokens, 0) << what;
+      EXPECT_EQ(record->sequences_left, 0) << what;
+    }
+  }
+  EXPECT_TRUE(differs_from_bf16) << "the FP8 cache changed no logprob (is it FP8?)";
+}
+
 TEST_F(EngineMtpTest, PreemptionKeepsTheTokens) {
   std::vector<SpecRequest> requests = make_requests(5, true);
   core::EngineConfig c = engine_config({});

@@ -171,9 +171,9 @@ std::string cuda_fp8_kv_refusal(const core::EngineConfig& config, const model::M
   return "";
 }
 
-// The FP8 KV cache: the CPU reference (runner/paged_attention_backend.h) and, where
-// cuda_fp8_kv_refusal allows, the GPU; of the drafters only n-gram is tested over it on the CPU
-// (test_engine_ngram.cpp): the rest refused before loading.
+// The FP8 KV cache: the CPU reference (runner/paged_attention_backend.h), with every drafter
+// (test_engine_ngram.cpp, test_engine_draft_model.cpp, test_engine_mtp.cpp), and, where
+// cuda_fp8_kv_refusal allows, the GPU (without speculation).
 void check_kv_cache_dtype(const core::EngineConfig& config, const model::ModelConfig& model_config,
                           const std::string& kind) {
   const DType kv = config.device.kv_cache_dtype;
@@ -184,9 +184,6 @@ void check_kv_cache_dtype(const core::EngineConfig& config, const model::ModelCo
     const std::string why = cuda_fp8_kv_refusal(config, model_config);
     TACHYON_CHECK(why.empty()) << "--kv-cache-dtype fp8 on --device cuda: " << why;
   }
-  TACHYON_CHECK(!config.speculative.enabled() || config.speculative.method == "ngram")
-      << "--kv-cache-dtype fp8 with --speculative-method " << config.speculative.method
-      << " is not verified by any test yet (ngram is)";
 }
 
 // --speculative-method mtp drafts with the served model's own MTP modules, which read the main
