@@ -5,7 +5,8 @@
 # at once to each must get the plain server's text, and at shutdown the DP servers must report
 # the 8 sequences spread over both replicas (each new sequence goes to the replica running the
 # fewest, so 4 and 4 when all 8 overlap; the count only needs both used); with n-gram drafts
-# verified over the replicas the same text. --dp on a dense model, with --device cuda or with
+# verified over the replicas the same text; with FP8 weights and an FP8 KV cache the text of the
+# plain server with the same. --dp on a dense model, with --device cuda or with
 # --async-scheduling on is refused at start-up in one line naming why.
 #   run_dp.sh TACHYON TOKENIZERS_DIR
 set -euo pipefail
@@ -62,6 +63,9 @@ ask plain
 ask dp2 --dp 2
 ask dp2tp2 --data-parallel-size 2 --tp 2
 ask dp2ngram --dp 2 --speculative-method ngram --num-speculative-tokens 2 --ngram-min 1 --ngram-max 2
+ask fp8 --kv-cache-dtype fp8 --quantization fp8
+ask dp2fp8 --dp 2 --kv-cache-dtype fp8 --quantization fp8
+diff "$work/fp8.out" "$work/dp2fp8.out" || { echo "dp2fp8 answers differ from the plain FP8 server's"; exit 1; }
 [ "$(wc -l < "$work/plain.out")" = 8 ] && grep -qv '^""$' "$work/plain.out" || { cat "$work/plain.out"; exit 1; }
 for name in dp2 dp2tp2 dp2ngram; do
   diff "$work/plain.out" "$work/$name.out" || { echo "$name answers differ from the plain server's"; exit 1; }

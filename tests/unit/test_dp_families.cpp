@@ -11,6 +11,7 @@
 //           greedy tokens and prefix hits; each replica's cache holds the per-rank num_blocks and
 //           the engine plans D times as many, so a load that one replica's blocks cannot run at
 //           once runs at once under DP 2 (same tokens);
+//   fp8     FP8 weights and an FP8 KV cache: one rank's tokens with the same;
 //   placement and plan splitting (dp_split.h), and the refusals of check_dp_size.
 // For DP 2 and 4 (TP 1) and DP 2 x TP 2 on tiny Qwen3-MoE, Mixtral, DeepSeek-V3, V3.2 and GLM-5.
 #include <gtest/gtest.h>
@@ -30,6 +31,7 @@
 #include "tachyon/engine/engine_core.h"
 #include "tachyon/model/dense_model.h"
 #include "tachyon/model/make_model.h"
+#include "tachyon/model/online_fp8.h"
 #include "tachyon/model/tp_dense_model.h"
 #include "tachyon/model/tp_shard.h"
 #include "tachyon/runner/cpu_model_runner.h"
@@ -243,6 +245,34 @@ TEST(DpFamilies, EngineGreedyTokensMatchOneRank) {
       EXPECT_GT(*std::min_element(placed.begin(), placed.end()), 0) << layout.name();
     }
   }
+}
+
+// FP8 weights (online quantization: each matrix's E4M3 round trip, as --quantization fp8 loads them
+// on the CPU) and an FP8 KV cache (each replica's own): the engine gives one rank's greedy tokens
+// with the same weights and cache, at every layout. The FP8 cache changes tokens (it is FP8).
+TEST(DpFamilies, Fp8WeightsAndAnFp8KvCacheGiveOneRanksTokens) {
+  const core::EngineConfig c = dp_engine_config();
+  bool cache_changed_a_token = false;
+  for (const DpFamily& f : {kDpFamilies[0], kDpFamilies[2]}) {
+    SCOPED_TRACE(f.preset);
+    ModelWeights weights = dp_weights(f);
+    quantize_weights_fp8(weights);
+    const int64_t vocab = weights.config.vocab_size;
+    const auto one_rank = [&](bool fp8_kv_cache) {
+      return dp_run_engine(std::make_unique<runner::CpuModelRunner>(std::make_unique<DenseModel>(weights), c.num_blocks,
+                                                                    c.block_size, MlaAttentionForm::kAbsorbed,
+                                                                    fp8_kv_cache),
+                           vocab);
+    };
+    const auto reference = one_rank(true);
+    cache_changed_a_token = cache_changed_a_token || one_rank(false) != reference;
+    for (const DpLayout& layout : kDpLayouts) {
+      auto runner = std::make_unique<runner::DpCpuModelRunner>(weights, layout.dp, layout.tp, c.num_blocks,
+                                                               c.block_size, /*fp8_kv_cache=*/true);
+      EXPECT_EQ(dp_run_engine(std::move(runner), vocab), reference) << layout.name();
+    }
+  }
+  EXPECT_TRUE(cache_changed_a_token) << "the FP8 cache changed no token (is it FP8?)";
 }
 
 // The per-rank KV budget: each replica's cache holds num_blocks blocks, and the engine plans

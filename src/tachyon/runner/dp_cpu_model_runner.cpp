@@ -11,14 +11,14 @@
 namespace tachyon::runner {
 
 DpCpuModelRunner::Rank::Rank(dist::ProcessGroups process_groups, const model::ModelWeights& full, int32_t num_blocks,
-                             int32_t block_size)
+                             int32_t block_size, bool fp8_kv_cache)
     : groups(std::move(process_groups)),
       model(model::shard_weights(full, groups.tp->rank(), groups.tp->size(), groups.ep->rank(), groups.ep->size()),
             *groups.tp, groups.ep.get()),
-      cache(model.config(), num_blocks, block_size, model::MlaAttentionForm::kAbsorbed, /*fp8=*/false) {}
+      cache(model.config(), num_blocks, block_size, model::MlaAttentionForm::kAbsorbed, fp8_kv_cache) {}
 
 DpCpuModelRunner::DpCpuModelRunner(const model::ModelWeights& full, int dp_size, int tp_size, int32_t num_blocks,
-                                   int32_t block_size)
+                                   int32_t block_size, bool fp8_kv_cache)
     : vocab_size_(full.config.vocab_size),
       tp_size_(tp_size),
       process_groups_((model::check_dp_size(full.config, dp_size, tp_size),
@@ -27,7 +27,7 @@ DpCpuModelRunner::DpCpuModelRunner(const model::ModelWeights& full, int dp_size,
       workers_(dp_size * tp_size, [this](const std::string& reason) { process_groups_.abort(reason); }) {
   TACHYON_CHECK(dp_size >= 2) << "DpCpuModelRunner needs dp_size >= 2, got " << dp_size;
   for (int g = 0; g < dp_size * tp_size; ++g) {
-    ranks_.push_back(std::make_unique<Rank>(process_groups_.make(g), full, num_blocks, block_size));
+    ranks_.push_back(std::make_unique<Rank>(process_groups_.make(g), full, num_blocks, block_size, fp8_kv_cache));
   }
 }
 

@@ -41,9 +41,11 @@ namespace tachyon::runner {
 
 class DpCpuModelRunner : public SynchronousModelRunner {
  public:
-  // `full` (f32) over dp_size >= 2 replicas of tp_size ranks (model::check_dp_size first), each
-  // replica's cache num_blocks blocks.
-  DpCpuModelRunner(const model::ModelWeights& full, int dp_size, int tp_size, int32_t num_blocks, int32_t block_size);
+  // `full` (f32; FP8 weights come dequantized, as every CPU runner holds them) over dp_size >= 2
+  // replicas of tp_size ranks (model::check_dp_size first), each replica's cache num_blocks blocks,
+  // in FP8 (E4M3 rows with their factors, paged_attention_backend.h) when fp8_kv_cache.
+  DpCpuModelRunner(const model::ModelWeights& full, int dp_size, int tp_size, int32_t num_blocks, int32_t block_size,
+                   bool fp8_kv_cache = false);
   ~DpCpuModelRunner() override;
   DpCpuModelRunner(const DpCpuModelRunner&) = delete;
   DpCpuModelRunner& operator=(const DpCpuModelRunner&) = delete;
@@ -65,7 +67,8 @@ class DpCpuModelRunner : public SynchronousModelRunner {
   std::vector<float> gather_hidden_states(const DpStep& step) const;
 
   struct Rank {
-    Rank(dist::ProcessGroups groups, const model::ModelWeights& full, int32_t num_blocks, int32_t block_size);
+    Rank(dist::ProcessGroups groups, const model::ModelWeights& full, int32_t num_blocks, int32_t block_size,
+         bool fp8_kv_cache);
     dist::ProcessGroups groups;  // tp: the replica's ranks; ep: every rank (the experts' group)
     model::TpDenseModel model;
     PagedKvCache cache;
