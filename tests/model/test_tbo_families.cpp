@@ -8,6 +8,7 @@
 //   exact     the same, each TBO step's logits against the same ranks running the step's two
 //             micro-batches one after the other without TBO: bit-identical (same rows per
 //             call, same order of every sum), so the overlap changes no bit of what is computed;
+//   fp8       FP8 weights and an FP8 KV cache (Qwen3-MoE, DeepSeek-V3 at EP 2): the same;
 //   many      tiny Qwen3-MoE over 40 prompts at EP 2: the same greedy continuations;
 //   mutation  dropping one wait of micro-batch 1 fails the step with the checker's error;
 //   refusals  every combination no test covers is refused at start-up, with the reason (the
@@ -32,6 +33,7 @@
 #include "tachyon/app/runner_factory.h"
 #include "tachyon/engine/engine_core.h"
 #include "tachyon/model/make_model.h"
+#include "tachyon/model/online_fp8.h"
 #include "tachyon/runner/tbo_checks.h"
 #include "tachyon/runner/tbo_split.h"
 #include "tachyon/runner/tp_cpu_model_runner.h"
@@ -84,10 +86,10 @@ struct Run {
   int split_steps = 0;
 };
 
-Run run_engine(const model::ModelWeights& weights, int ranks, TboOptions tbo, int prompts) {
+Run run_engine(const model::ModelWeights& weights, int ranks, TboOptions tbo, int prompts, bool fp8_kv_cache = false) {
   const core::EngineConfig c = engine_config();
-  auto recording = std::make_unique<RecordingRunner>(
-      std::make_unique<TpCpuModelRunner>(weights, ranks, c.num_blocks, c.block_size, true, false, model::DcpOptions{}, tbo));
+  auto recording = std::make_unique<RecordingRunner>(std::make_unique<TpCpuModelRunner>(
+      weights, ranks, c.num_blocks, c.block_size, true, fp8_kv_cache, model::DcpOptions{}, tbo));
   RecordingRunner* recorder = recording.get();
   engine::EngineCore engine(c, std::move(recording));
   core::SamplingParams params;
@@ -223,6 +225,20 @@ TEST(TboFamilies, EachStepIsBitIdenticalToItsMicroBatchesRunOneAfterTheOther) {
   }
 }
 
+// FP8 weights (online quantization's E4M3 round trip, as the CPU holds them) and an FP8 KV cache
+// (both micro-batches write and read the rank's one cache): the same equivalence, and the FP8
+// cache changes the logits (it is FP8).
+TEST(TboFamilies, Fp8WeightsAndAnFp8KvCacheMatchTheRunWithoutTbo) {
+  for (const Family& f : {kFamilies[0], kFamilies[1]}) {
+    SCOPED_TRACE(f.preset);
+    model::ModelWeights weights = make_weights(f);
+    model::quantize_weights_fp8(weights);
+    const runner::Run plain = run_engine(weights, 2, {}, 8, /*fp8_kv_cache=*/true);
+    expect_equivalent(plain, run_engine(weights, 2, tbo_on(), 8, /*fp8_kv_cache=*/true));
+    EXPECT_NE(run_engine(weights, 2, {}, 8).logits, plain.logits) << "the FP8 cache changed no logit (is it FP8?)";
+  }
+}
+
 TEST(TboFamilies, ManyPromptsOfATinyMoeGiveTheSameGreedyOutputs) {
   const model::ModelWeights weights = make_weights(kFamilies[0]);
   expect_equivalent(run_engine(weights, 2, {}, 40), run_engine(weights, 2, tbo_on(), 40));
@@ -268,8 +284,6 @@ TEST(TboFamilies, UntestedCombinationsAreRefusedWithTheReason) {
       {[](core::EngineConfig& c) { c.device.data_parallel_size = 2; }, "with --dp 2"},
       {[](core::EngineConfig& c) { c.device.decode_context_parallel_size = 2; }, "with --dcp 2"},
       {[](core::EngineConfig& c) { c.device.nnodes = 2; }, "--nnodes"},
-      {[](core::EngineConfig& c) { c.device.kv_cache_dtype = DType::kF8E4M3; }, "FP8"},
-      {[](core::EngineConfig& c) { c.device.quantization = "fp8"; }, "FP8"},
       {[](core::EngineConfig& c) { c.device.async_scheduling = core::AsyncScheduling::kOn; }, "--async-scheduling on"},
   };
   for (const auto& [change, reason] : cases) {
@@ -280,6 +294,9 @@ TEST(TboFamilies, UntestedCombinationsAreRefusedWithTheReason) {
               true)
         << why;
   }
+  // FP8 weights and an FP8 KV cache are verified (Fp8WeightsAndAnFp8KvCacheMatchTheRunWithoutTbo).
+  EXPECT_EQ(refusal(moe, [](core::EngineConfig& c) { c.device.kv_cache_dtype = DType::kF8E4M3; }), "");
+  EXPECT_EQ(refusal(moe, [](core::EngineConfig& c) { c.device.quantization = "fp8"; }), "");
   // Speculative decoding over TBO is verified (tests/unit/test_engine_mtp.cpp, test_engine_draft_model.cpp).
   EXPECT_EQ(refusal(moe, [](core::EngineConfig& c) { c.speculative.method = "ngram"; }), "");
   EXPECT_EQ(refusal(moe, [](core::EngineConfig& c) { c.speculative.method = "draft"; }), "");
