@@ -9,6 +9,7 @@
 //             micro-batches one after the other without TBO: bit-identical (same rows per
 //             call, same order of every sum), so the overlap changes no bit of what is computed;
 //   fp8       FP8 weights and an FP8 KV cache (Qwen3-MoE, DeepSeek-V3 at EP 2): the same;
+//   async     asynchronous scheduling with TBO against the synchronous run without it: the same;
 //   many      tiny Qwen3-MoE over 40 prompts at EP 2: the same greedy continuations;
 //   mutation  dropping one wait of micro-batch 1 fails the step with the checker's error;
 //   refusals  every combination no test covers is refused at start-up, with the reason (the
@@ -86,8 +87,10 @@ struct Run {
   int split_steps = 0;
 };
 
-Run run_engine(const model::ModelWeights& weights, int ranks, TboOptions tbo, int prompts, bool fp8_kv_cache = false) {
-  const core::EngineConfig c = engine_config();
+Run run_engine(const model::ModelWeights& weights, int ranks, TboOptions tbo, int prompts, bool fp8_kv_cache = false,
+               core::AsyncScheduling async = core::AsyncScheduling::kOff) {
+  core::EngineConfig c = engine_config();
+  c.device.async_scheduling = async;
   auto recording = std::make_unique<RecordingRunner>(std::make_unique<TpCpuModelRunner>(
       weights, ranks, c.num_blocks, c.block_size, true, fp8_kv_cache, model::DcpOptions{}, tbo));
   RecordingRunner* recorder = recording.get();
@@ -239,6 +242,15 @@ TEST(TboFamilies, Fp8WeightsAndAnFp8KvCacheMatchTheRunWithoutTbo) {
   }
 }
 
+// Asynchronous scheduling (step n + 1 planned and launched before step n is applied; the ranks'
+// runner resolves its deferred tokens): the TBO run's tokens and logits equal the synchronous run
+// without TBO.
+TEST(TboFamilies, AsynchronousSchedulingMatchesTheSynchronousRunWithoutTbo) {
+  const model::ModelWeights weights = make_weights(kFamilies[1]);
+  expect_equivalent(run_engine(weights, 2, {}, 8),
+                    run_engine(weights, 2, tbo_on(), 8, /*fp8_kv_cache=*/false, core::AsyncScheduling::kOn));
+}
+
 TEST(TboFamilies, ManyPromptsOfATinyMoeGiveTheSameGreedyOutputs) {
   const model::ModelWeights weights = make_weights(kFamilies[0]);
   expect_equivalent(run_engine(weights, 2, {}, 40), run_engine(weights, 2, tbo_on(), 40));
@@ -284,7 +296,6 @@ TEST(TboFamilies, UntestedCombinationsAreRefusedWithTheReason) {
       {[](core::EngineConfig& c) { c.device.data_parallel_size = 2; }, "with --dp 2"},
       {[](core::EngineConfig& c) { c.device.decode_context_parallel_size = 2; }, "with --dcp 2"},
       {[](core::EngineConfig& c) { c.device.nnodes = 2; }, "--nnodes"},
-      {[](core::EngineConfig& c) { c.device.async_scheduling = core::AsyncScheduling::kOn; }, "--async-scheduling on"},
   };
   for (const auto& [change, reason] : cases) {
     const std::string why = refusal(moe, change);
@@ -294,7 +305,8 @@ TEST(TboFamilies, UntestedCombinationsAreRefusedWithTheReason) {
               true)
         << why;
   }
-  // FP8 weights and an FP8 KV cache are verified (Fp8WeightsAndAnFp8KvCacheMatchTheRunWithoutTbo).
+  // FP8 weights, an FP8 KV cache and asynchronous scheduling are verified (below).
+  EXPECT_EQ(refusal(moe, [](core::EngineConfig& c) { c.device.async_scheduling = core::AsyncScheduling::kOn; }), "");
   EXPECT_EQ(refusal(moe, [](core::EngineConfig& c) { c.device.kv_cache_dtype = DType::kF8E4M3; }), "");
   EXPECT_EQ(refusal(moe, [](core::EngineConfig& c) { c.device.quantization = "fp8"; }), "");
   // Speculative decoding over TBO is verified (tests/unit/test_engine_mtp.cpp, test_engine_draft_model.cpp).

@@ -12,6 +12,7 @@
 //           the engine plans D times as many, so a load that one replica's blocks cannot run at
 //           once runs at once under DP 2 (same tokens);
 //   fp8     FP8 weights and an FP8 KV cache: one rank's tokens with the same;
+//   async   asynchronous scheduling: one rank's synchronous tokens;
 //   placement and plan splitting (dp_split.h), and the refusals of check_dp_size.
 // For DP 2 and 4 (TP 1) and DP 2 x TP 2 on tiny Qwen3-MoE, Mixtral, DeepSeek-V3, V3.2 and GLM-5.
 #include <gtest/gtest.h>
@@ -187,9 +188,12 @@ core::EngineConfig dp_engine_config() {
 // stats: the engine's stats at the end.
 std::vector<std::vector<int32_t>> dp_run_engine(std::unique_ptr<runner::ModelRunner> runner, int64_t vocab,
                                                 std::vector<int64_t>* placed = nullptr,
-                                                engine::EngineStats* stats = nullptr) {
+                                                engine::EngineStats* stats = nullptr,
+                                                core::AsyncScheduling async = core::AsyncScheduling::kOff) {
   const auto* dp = dynamic_cast<const runner::DpCpuModelRunner*>(runner.get());
-  engine::EngineCore engine(dp_engine_config(), std::move(runner));
+  core::EngineConfig config = dp_engine_config();
+  config.device.async_scheduling = async;
+  engine::EngineCore engine(config, std::move(runner));
   core::SamplingParams params;
   params.temperature = 0.0f;
   params.max_tokens = 6;
@@ -244,6 +248,21 @@ TEST(DpFamilies, EngineGreedyTokensMatchOneRank) {
       EXPECT_EQ(total, 7) << layout.name();
       EXPECT_GT(*std::min_element(placed.begin(), placed.end()), 0) << layout.name();
     }
+  }
+}
+
+// Asynchronous scheduling (step n + 1 planned and launched before step n is applied; the runner
+// resolves its deferred tokens from step n's samples): one rank's synchronous tokens.
+TEST(DpFamilies, AsynchronousSchedulingGivesOneRanksTokens) {
+  const core::EngineConfig c = dp_engine_config();
+  const ModelWeights weights = dp_weights(kDpFamilies[2]);
+  const int64_t vocab = weights.config.vocab_size;
+  const auto reference = dp_run_engine(
+      std::make_unique<runner::CpuModelRunner>(std::make_unique<DenseModel>(weights), c.num_blocks, c.block_size), vocab);
+  for (const DpLayout& layout : kDpLayouts) {
+    auto runner = std::make_unique<runner::DpCpuModelRunner>(weights, layout.dp, layout.tp, c.num_blocks, c.block_size);
+    EXPECT_EQ(dp_run_engine(std::move(runner), vocab, nullptr, nullptr, core::AsyncScheduling::kOn), reference)
+        << layout.name();
   }
 }
 

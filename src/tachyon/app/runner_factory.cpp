@@ -213,8 +213,8 @@ void check_mtp(const core::EngineConfig& config, const model::ModelConfig& model
 
 // --dp N (data-parallel attention, runner/dp_cpu_model_runner.h): MoE models on CPU thread ranks,
 // with or without --tp, with or without speculative decoding (the replicas' draft rows are verified
-// as one runner's), FP8 weights (dequantized, as every CPU runner holds them) and an FP8 KV cache;
-// every other combination has no test yet and is refused before loading.
+// as one runner's), FP8 weights (dequantized, as every CPU runner holds them) and an FP8 KV cache,
+// asynchronous scheduling; every other combination has no test yet and is refused before loading.
 LoadedRunner load_dp_runner(const std::filesystem::path& model_dir, const model::ModelConfig& model_config,
                             core::EngineConfig& config) {
   const int dp = config.device.data_parallel_size, tp = config.device.tensor_parallel_size;
@@ -225,8 +225,6 @@ LoadedRunner load_dp_runner(const std::filesystem::path& model_dir, const model:
   TACHYON_CHECK(config.device.nnodes == 1) << flag << " with --nnodes > 1 is not built yet";
   TACHYON_CHECK(config.device.decode_context_parallel_size == 1)
       << flag << " with --dcp " << config.device.decode_context_parallel_size << " is not verified by any test yet";
-  TACHYON_CHECK(config.device.async_scheduling != core::AsyncScheduling::kOn)
-      << flag << " with --async-scheduling on is not verified by any test yet";
   config.device.kind = "cpu";  // auto resolves to the only device --dp runs on
   auto runner = std::make_unique<runner::DpCpuModelRunner>(load_cpu_weights(model_dir, model_config, config), dp, tp,
                                                            config.num_blocks, config.block_size, fp8_kv_cache(config));

@@ -24,8 +24,6 @@ std::string tbo_unsupported_reason(const core::EngineConfig& config, const model
     why << "with --dcp " << device.decode_context_parallel_size << " is not verified by any test yet";
   } else if (device.nnodes > 1) {
     why << "with --nnodes > 1 is not verified by any test yet";
-  } else if (device.async_scheduling == core::AsyncScheduling::kOn) {
-    why << "with --async-scheduling on is not verified by any test yet";
   } else {
     return "";
   }
