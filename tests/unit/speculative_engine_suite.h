@@ -172,6 +172,24 @@ class SpeculativeEngineSuite : public testing::TinyModelSuite<Seed> {
     return out;
   }
 
+  // The engine config of a run over the FP8 KV cache (--kv-cache-dtype fp8).
+  static core::EngineConfig fp8_kv_config(const core::SpeculativeConfig& speculative) {
+    core::EngineConfig c = engine_config(speculative);
+    c.device.kv_cache_dtype = DType::kF8E4M3;
+    return c;
+  }
+
+  // The plain run of `requests` over the FP8 KV cache; sets differs_from_bf16 when a completion's
+  // logprobs differ from the bf16 cache's run (so the cache is FP8).
+  static Completions plain_fp8_kv_run(const std::vector<SpecRequest>& requests, bool& differs_from_bf16) {
+    const Completions plain = run_with(requests, fp8_kv_config({}));
+    const Completions bf16 = run(requests, {});
+    for (size_t r = 0; r < plain.size(); ++r) {
+      differs_from_bf16 = differs_from_bf16 || plain[r][0].logprobs != bf16[r][0].logprobs;
+    }
+    return plain;
+  }
+
   // The stop-id request stops at a token its plain run generates (when it generates one).
   static void set_stop_ids(std::vector<SpecRequest>& requests) {
     const Completions plain = run(requests, {});

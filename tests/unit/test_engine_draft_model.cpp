@@ -194,19 +194,13 @@ TEST_F(EngineDraftModelTest, DraftsOverAnFp8KvCacheNeverChangeTheTokens) {
   bool differs_from_bf16 = false;
   for (uint32_t seed = 1; seed <= 2; ++seed) {
     const std::vector<SpecRequest> requests = make_requests(seed, seed == 1);
-    core::EngineConfig config = engine_config({});
-    config.device.kv_cache_dtype = DType::kF8E4M3;
-    const Completions plain = run_with(requests, config);
-    const Completions bf16 = run(requests, {});
-    for (size_t r = 0; r < plain.size(); ++r) {
-      differs_from_bf16 = differs_from_bf16 || plain[r][0].logprobs != bf16[r][0].logprobs;
-    }
+    const Completions plain = plain_fp8_kv_run(requests, differs_from_bf16);
     const model::DenseModel* target = model_;
     for (const model::DenseModel* draft : {static_cast<const model::DenseModel*>(draft_), target}) {
       const std::string what = "fp8 kv seed " + std::to_string(seed) + (draft == target ? " self-draft" : " other draft");
-      config.speculative = draft_config(3);
       EngineStats stats;
-      expect_same(run_with(requests, config, &stats, factory(*draft, 3)), plain, requests, what, 1e-3);
+      expect_same(run_with(requests, fp8_kv_config(draft_config(3)), &stats, factory(*draft, 3)), plain, requests, what,
+                  1e-3);
       EXPECT_GT(stats.draft_tokens, 0) << what;
     }
   }

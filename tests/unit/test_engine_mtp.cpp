@@ -461,20 +461,14 @@ TEST_F(EngineMtpTest, MtpDraftsOverAnFp8KvCacheNeverChangeTheTokens) {
   bool differs_from_bf16 = false;
   for (uint32_t seed = 1; seed <= 2; ++seed) {
     const std::vector<SpecRequest> requests = make_requests(seed, seed == 1);
-    core::EngineConfig config = engine_config({});
-    config.device.kv_cache_dtype = DType::kF8E4M3;
-    const Completions plain = run_with(requests, config);
-    const Completions bf16 = run(requests, {});
-    for (size_t r = 0; r < plain.size(); ++r) {
-      differs_from_bf16 = differs_from_bf16 || plain[r][0].logprobs != bf16[r][0].logprobs;
-    }
+    const Completions plain = plain_fp8_kv_run(requests, differs_from_bf16);
     for (const auto& [modules, k] : {std::pair{one_, 1}, std::pair{one_, 3}, std::pair{two_, 3}}) {
       const std::string what = "fp8 kv seed " + std::to_string(seed) + " k " + std::to_string(k) + " modules " +
                                std::to_string(modules->size());
-      config.speculative = mtp_config(k);
       auto record = std::make_shared<Record>();
       EngineStats stats;
-      expect_same(run_with(requests, config, &stats, recorded(*modules, k, record)), plain, requests, what, 1e-3);
+      expect_same(run_with(requests, fp8_kv_config(mtp_config(k)), &stats, recorded(*modules, k, record)), plain, requests,
+                  what, 1e-3);
       EXPECT_GT(stats.draft_tokens, 0) << what;
       EXPECT_EQ(record->sequences_left, 0) << what;
     }
