@@ -18,6 +18,7 @@
 #include "tachyon/engine/engine_core.h"
 #include "tachyon/runner/cpu_model_runner.h"
 #include "tachyon/runner/dp_cpu_model_runner.h"
+#include "tachyon/runner/pcp_cpu_model_runner.h"
 #include "tachyon/runner/tp_cpu_model_runner.h"
 
 namespace tachyon::engine::speculative_test {
@@ -119,6 +120,13 @@ inline RunnerFactory two_batch_overlap_ranks(const model::ModelWeights& weights,
     return std::make_unique<runner::TpCpuModelRunner>(weights, tp, c.num_blocks, c.block_size, /*expert_parallel=*/true,
                                                       /*fp8_kv_cache=*/false, model::DcpOptions{},
                                                       runner::TboOptions{.enabled = true});
+  };
+}
+
+// `pcp` prefill-context-parallel CPU thread ranks, each holding the whole model (a copy of `weights`).
+inline RunnerFactory prefill_context_parallel_ranks(const model::ModelWeights& weights, int pcp) {
+  return [&weights, pcp](const core::EngineConfig& c) -> std::unique_ptr<runner::ModelRunner> {
+    return std::make_unique<runner::PcpCpuModelRunner>(model::ModelWeights(weights), pcp, c.num_blocks, c.block_size);
   };
 }
 

@@ -1,8 +1,9 @@
 // The tachyon binary with prefill context parallelism on CPU thread ranks: generate with --pcp 2,
-// --prefill-context-parallel-size 3, --tp 2 --pcp 2 and --tp 2 --dcp 2 --pcp 2 prints the greedy ids of the one-rank run
-// on tiny DeepSeek-V3.2 over a prompt past its top-8 (and on tiny Llama, --tp 1); untested
-// combinations exit 1 with one line naming why (a --tp x --pcp grid no test covers, --tp on a
-// dense model, --dcp, FP8 KV, speculation, a group size no test covers).
+// --prefill-context-parallel-size 3, --tp 2 --pcp 2, --tp 2 --dcp 2 --pcp 2, --pcp 2 with n-gram
+// drafts and with --async-scheduling on prints the greedy ids of the one-rank run on tiny
+// DeepSeek-V3.2 over a prompt past its top-8 (and on tiny Llama, --tp 1); untested combinations
+// exit 1 with one line naming why (a --tp x --pcp grid no test covers, --tp on a dense model,
+// --dcp, FP8 KV, MTP drafts, a group size no test covers).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -21,7 +22,9 @@ TEST_F(CliPcpTest, PcpRanksPrintTheOneRankIds) {
     const testing::CliRun one = testing::run_cli(args);
     ASSERT_EQ(one.exit_code, 0) << one.output;
     for (const std::string flags :
-         {" --pcp 2", " --prefill-context-parallel-size 3", " --tp 2 --pcp 2", " --tp 2 --dcp 2 --pcp 2"}) {
+         {" --pcp 2", " --prefill-context-parallel-size 3", " --tp 2 --pcp 2", " --tp 2 --dcp 2 --pcp 2",
+          " --pcp 2 --speculative-method ngram --num-speculative-tokens 2 --ngram-min 1 --ngram-max 2",
+          " --pcp 2 --async-scheduling on"}) {
       if (flags.find("--tp") != std::string::npos && std::string(arch) == "llama") continue;  // refused: untested
       const testing::CliRun r = testing::run_cli(args + flags);
       ASSERT_EQ(r.exit_code, 0) << arch << flags << ": " << r.output;
@@ -36,7 +39,6 @@ TEST_F(CliPcpTest, UntestedCombinationsExitWithTheReason) {
       {" --pcp 4 --tp 2", "--pcp 4 with --tp 2 is not verified"},
       {" --pcp 3 --tp 2 --dcp 2", "--pcp 3 with --dcp 2 (--tp 2) is not verified"},
       {" --pcp 2 --kv-cache-dtype fp8", "--pcp 2 with --kv-cache-dtype fp8 is not verified"},
-      {" --pcp 2 --speculative-method ngram --num-speculative-tokens 2", "--speculative-method ngram is not verified"},
       {" --pcp 5", "--pcp 5 is not verified by any test"},
   };
   for (const auto& [flags, why] : cases) {
@@ -44,6 +46,10 @@ TEST_F(CliPcpTest, UntestedCombinationsExitWithTheReason) {
     EXPECT_EQ(r.exit_code, 1) << flags << ": " << r.output;
     EXPECT_NE(r.output.find(why), std::string::npos) << flags << ": " << r.output;
   }
+  const testing::CliRun mtp =
+      testing::run_cli(make("deepseek_v3", "tiny-deepseek-mtp") + " --pcp 2 --speculative-method mtp --num-speculative-tokens 2");
+  EXPECT_EQ(mtp.exit_code, 1) << mtp.output;
+  EXPECT_NE(mtp.output.find("--pcp 2 with --speculative-method mtp is not verified"), std::string::npos) << mtp.output;
   const testing::CliRun dense = testing::run_cli(make("llama", "tiny") + " --tp 2 --pcp 2");
   EXPECT_EQ(dense.exit_code, 1) << dense.output;
   EXPECT_NE(dense.output.find("is verified on the latent-attention models only"), std::string::npos) << dense.output;

@@ -187,6 +187,36 @@ TEST_F(EngineDraftModelTest, ParallelRanksOfALatentMoeTargetVerifyDraftsExactly)
   std::filesystem::remove_all(dir);
 }
 
+// Prefill context parallelism (2 and 3 whole-model ranks): a verify step's rows are a chunk of
+// 1 + k rows per sequence, which the dual-chunk split spreads over the ranks like a prefill chunk
+// (a step of at least 2N rows); the logits rows come back in the step's order and are verified on
+// the engine thread. Another model's drafts, the target's own and n-gram drafts give the plain run
+// of the same ranks exactly.
+TEST_F(EngineDraftModelTest, PrefillContextParallelRanksVerifyDraftsExactly) {
+  const model::ModelWeights weights = model::load_weights(model_->config(), model::SafetensorsCheckpoint(*dir_));
+  const std::vector<SpecRequest> requests = make_requests(7, true);
+  const core::SpeculativeConfig ngram{.method = "ngram", .num_speculative_tokens = 3, .ngram_min = 1, .ngram_max = 3};
+  for (int pcp : {2, 3}) {
+    const RunnerFactory ranks = prefill_context_parallel_ranks(weights, pcp);
+    const std::string layout = "pcp " + std::to_string(pcp);
+    const Completions plain = run_with(requests, engine_config({}), nullptr, nullptr, ranks);
+    const model::DenseModel* target = model_;
+    for (const model::DenseModel* draft : {static_cast<const model::DenseModel*>(draft_), target}) {
+      const std::string what = layout + (draft == target ? " self-draft" : " other draft");
+      EngineStats stats;
+      expect_same(run_with(requests, engine_config(draft_config(3)), &stats, factory(*draft, 3), ranks), plain,
+                  requests, what);
+      EXPECT_GT(stats.draft_tokens, 0) << what;
+      if (draft == target) {
+        EXPECT_GT(stats.draft_tokens_accepted, 0) << what;
+      }
+    }
+    EngineStats stats;
+    expect_same(run_with(requests, engine_config(ngram), &stats, nullptr, ranks), plain, requests, layout + " ngram");
+    EXPECT_GT(stats.draft_tokens_accepted, 0) << layout << " ngram";
+  }
+}
+
 // Over the FP8 KV cache (--kv-cache-dtype fp8) a draft model's drafts change no token of the plain
 // FP8 run (logprobs within 1e-3: test_engine_ngram.cpp says why); the draft model keeps its own
 // cache. The FP8 run differs from the bf16 one (the cache is FP8).
