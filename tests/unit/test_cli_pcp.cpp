@@ -3,7 +3,7 @@
 // drafts and with --async-scheduling on prints the greedy ids of the one-rank run on tiny
 // DeepSeek-V3.2 over a prompt past its top-8 (and on tiny Llama, --tp 1); untested combinations
 // exit 1 with one line naming why (a --tp x --pcp grid no test covers, --tp on a dense model,
-// --dcp, FP8 KV, MTP drafts, a group size no test covers).
+// --dcp, MTP drafts, a group size no test covers); FP8 weights and KV print the one rank's FP8 ids.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -38,7 +38,6 @@ TEST_F(CliPcpTest, UntestedCombinationsExitWithTheReason) {
   const std::pair<const char*, const char*> cases[] = {
       {" --pcp 4 --tp 2", "--pcp 4 with --tp 2 is not verified"},
       {" --pcp 3 --tp 2 --dcp 2", "--pcp 3 with --dcp 2 (--tp 2) is not verified"},
-      {" --pcp 2 --kv-cache-dtype fp8", "--pcp 2 with --kv-cache-dtype fp8 is not verified"},
       {" --pcp 5", "--pcp 5 is not verified by any test"},
   };
   for (const auto& [flags, why] : cases) {
@@ -46,6 +45,11 @@ TEST_F(CliPcpTest, UntestedCombinationsExitWithTheReason) {
     EXPECT_EQ(r.exit_code, 1) << flags << ": " << r.output;
     EXPECT_NE(r.output.find(why), std::string::npos) << flags << ": " << r.output;
   }
+  // FP8 weights and an FP8 KV cache: the one rank's FP8 ids.
+  const std::string fp8 = " --kv-cache-dtype fp8 --quantization fp8";
+  const testing::CliRun one_fp8 = testing::run_cli(dsa + fp8), pcp_fp8 = testing::run_cli(dsa + fp8 + " --pcp 2");
+  ASSERT_EQ(pcp_fp8.exit_code, 0) << pcp_fp8.output;
+  EXPECT_EQ(first_line(pcp_fp8), first_line(one_fp8));
   const testing::CliRun mtp =
       testing::run_cli(make("deepseek_v3", "tiny-deepseek-mtp") + " --pcp 2 --speculative-method mtp --num-speculative-tokens 2");
   EXPECT_EQ(mtp.exit_code, 1) << mtp.output;

@@ -259,7 +259,8 @@ static LoadedRunner load_device_runner(const std::filesystem::path& model_dir, c
                                                         config.device.prefill_context_parallel_size, config.num_blocks,
                                                         config.block_size, config.device.tensor_parallel_size,
                                                         model::DcpOptions{config.device.decode_context_parallel_size,
-                                                                          config.device.dcp_kv_cache_interleave_size}),
+                                                                          config.device.dcp_kv_cache_interleave_size},
+                                                        fp8_kv_cache(config)),
             model_config};
   }
   [[maybe_unused]] const bool dcp = config.device.decode_context_parallel_size > 1;  // auto: CPU thread ranks

@@ -27,6 +27,20 @@ std::vector<float> fp8_cache_rows(std::span<const float> rows, int64_t width, in
 
 }  // namespace
 
+std::span<const float> PagedKvCache::as_stored(Rows kind, std::span<const float> rows, const model::ModelConfig& config,
+                                               std::vector<float>& storage) const {
+  if (!fp8) return rows;
+  switch (kind) {
+    case Rows::kKeys: storage = fp8_cache_rows(rows, kv_size, config.head_dim); break;  // per token and KV head
+    case Rows::kValues: storage = fp8_cache_rows(rows, v_size, config.value_head_dim()); break;
+    case Rows::kLatent:  // the kv_lora_rank part per 128 values, RoPE kept
+      storage = fp8_cache_rows(rows, latent_size, 128, config.qk_rope_head_dim);
+      break;
+    case Rows::kIndexKeys: storage = fp8_cache_rows(rows, index_key_size, index_key_size); break;  // per token
+  }
+  return storage;
+}
+
 PagedKvCache::PagedKvCache(const model::ModelConfig& config, int32_t blocks, int32_t tokens_per_block,
                            model::MlaAttentionForm form, bool fp8_rows)
     : num_blocks(blocks), block_size(tokens_per_block), fp8(fp8_rows), mla_form(form) {
@@ -61,13 +75,9 @@ PagedAttentionBackend::PagedAttentionBackend(const model::ModelConfig& config, P
 void PagedAttentionBackend::store_kv(int64_t layer, std::span<const float> k, std::span<const float> v) {
   TACHYON_CHECK(!cache_.keys.empty()) << "store_kv: this paged cache holds MLA latents (the absorbed form); "
                                          "build it with MlaAttentionForm::kDecompressed to store per-head K/V";
-  std::vector<float> k_fp8, v_fp8;  // per KV head: one factor per token and head
-  if (cache_.fp8) {
-    k_fp8 = fp8_cache_rows(k, cache_.kv_size, config_.head_dim);
-    v_fp8 = fp8_cache_rows(v, cache_.v_size, config_.value_head_dim());
-    k = k_fp8;
-    v = v_fp8;
-  }
+  std::vector<float> k_fp8, v_fp8;
+  k = cache_.as_stored(PagedKvCache::Rows::kKeys, k, config_, k_fp8);
+  v = cache_.as_stored(PagedKvCache::Rows::kValues, v, config_, v_fp8);
   kernels::cpu::store_rows_paged(cache_.keys[static_cast<size_t>(layer)].data(), k.data(), plan_.slot_mapping.data(),
                                  plan_.num_tokens(), cache_.kv_size);
   kernels::cpu::store_rows_paged(cache_.values[static_cast<size_t>(layer)].data(), v.data(), plan_.slot_mapping.data(),
@@ -94,11 +104,8 @@ void PagedAttentionBackend::store_latent(int64_t layer, std::span<const float> l
   TACHYON_CHECK(static_cast<int64_t>(latent.size()) == plan_.num_tokens() * cache_.latent_size)
       << "store_latent: " << latent.size() << " values for " << plan_.num_tokens() << " tokens of width "
       << cache_.latent_size;
-  std::vector<float> latent_fp8;  // the kv_lora_rank part per 128 values, RoPE kept
-  if (cache_.fp8) {
-    latent_fp8 = fp8_cache_rows(latent, cache_.latent_size, 128, config_.qk_rope_head_dim);
-    latent = latent_fp8;
-  }
+  std::vector<float> latent_fp8;
+  latent = cache_.as_stored(PagedKvCache::Rows::kLatent, latent, config_, latent_fp8);
   kernels::cpu::store_rows_paged(cache_.latents[static_cast<size_t>(layer)].data(), latent.data(),
                                  plan_.slot_mapping.data(), plan_.num_tokens(), cache_.latent_size);
 }
@@ -121,11 +128,8 @@ void PagedAttentionBackend::store_index_keys(int64_t layer, std::span<const floa
   TACHYON_CHECK(static_cast<int64_t>(index_keys.size()) == plan_.num_tokens() * cache_.index_key_size)
       << "store_index_keys: " << index_keys.size() << " values for " << plan_.num_tokens() << " tokens of width "
       << cache_.index_key_size;
-  std::vector<float> index_fp8;  // one factor per token
-  if (cache_.fp8) {
-    index_fp8 = fp8_cache_rows(index_keys, cache_.index_key_size, cache_.index_key_size);
-    index_keys = index_fp8;
-  }
+  std::vector<float> index_fp8;
+  index_keys = cache_.as_stored(PagedKvCache::Rows::kIndexKeys, index_keys, config_, index_fp8);
   kernels::cpu::store_rows_paged(layer_keys.data(), index_keys.data(),
                                  plan_.slot_mapping.data(), plan_.num_tokens(), cache_.index_key_size);
 }

@@ -8,6 +8,7 @@
 // layers, which reuse another layer's top-k, hold none (model::index_key_storage).
 #pragma once
 
+#include <span>
 #include <vector>
 
 #include "tachyon/core/step_plan.h"
@@ -38,6 +39,13 @@ struct PagedKvCache {
   std::vector<std::vector<float>> values;   // per layer [slots, num_kv_heads, value_head_dim]
   std::vector<std::vector<float>> latents;  // per layer [slots, kv_lora_rank + qk_rope_head_dim]
   std::vector<std::vector<float>> index_keys;  // per layer [slots, index_head_dim] (DSA only; empty: shared layer)
+
+  // What a row of one kind is stored as: `rows` ([tokens, width of the kind]) themselves, or in an
+  // FP8 cache the values it holds (above), computed into `storage`, which the result then views.
+  // Every writer of the cache (this file's backend, PCP's gathered rows) stores through it.
+  enum class Rows { kKeys, kValues, kLatent, kIndexKeys };
+  std::span<const float> as_stored(Rows kind, std::span<const float> rows, const model::ModelConfig& config,
+                                   std::vector<float>& storage) const;
 };
 
 class PagedAttentionBackend : public model::AttentionBackend {

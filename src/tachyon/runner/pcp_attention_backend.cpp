@@ -37,7 +37,6 @@ PcpAttentionBackend::PcpAttentionBackend(const model::ModelConfig& config, Paged
   TACHYON_CHECK(pcp.split && pcp.size == group.size())
       << "PcpAttentionBackend runs split steps of a group of " << group.size() << " ranks (plan for " << pcp.size
       << ", split " << pcp.split << ")";
-  TACHYON_CHECK(!cache.fp8) << "prefill context parallelism runs f32 cache rows only (FP8 KV has no PCP test)";
 }
 
 void PcpAttentionBackend::keep(int64_t layer, std::span<const float> rows, int64_t width, std::vector<float>& storage) {
@@ -146,8 +145,11 @@ void PcpAttentionBackend::gather(int64_t layer) {
 
 void PcpAttentionBackend::store_kv(int64_t layer, std::span<const float> k, std::span<const float> v) {
   TACHYON_CHECK(!cache_.keys.empty()) << "store_kv: this paged cache holds MLA latents";
-  keep(layer, k, cache_.kv_size, cache_.keys[static_cast<size_t>(layer)]);
-  keep(layer, v, cache_.v_size, cache_.values[static_cast<size_t>(layer)]);
+  std::vector<float> k_fp8, v_fp8;  // each rank's rows as the cache stores them (row by row: the same on any rank)
+  keep(layer, cache_.as_stored(PagedKvCache::Rows::kKeys, k, config_, k_fp8), cache_.kv_size,
+       cache_.keys[static_cast<size_t>(layer)]);
+  keep(layer, cache_.as_stored(PagedKvCache::Rows::kValues, v, config_, v_fp8), cache_.v_size,
+       cache_.values[static_cast<size_t>(layer)]);
 }
 
 void PcpAttentionBackend::attend(int64_t layer, std::span<const float> q, std::span<float> out) {
@@ -157,7 +159,9 @@ void PcpAttentionBackend::attend(int64_t layer, std::span<const float> q, std::s
 
 void PcpAttentionBackend::store_latent(int64_t layer, std::span<const float> latent) {
   TACHYON_CHECK(!cache_.latents.empty()) << "store_latent: this paged cache holds per-head K/V";
-  keep(layer, latent, cache_.latent_size, cache_.latents[static_cast<size_t>(layer)]);
+  std::vector<float> latent_fp8;
+  keep(layer, cache_.as_stored(PagedKvCache::Rows::kLatent, latent, config_, latent_fp8), cache_.latent_size,
+       cache_.latents[static_cast<size_t>(layer)]);
 }
 
 void PcpAttentionBackend::attend_latent(int64_t layer, std::span<const float> q, std::span<float> out) {
@@ -166,7 +170,9 @@ void PcpAttentionBackend::attend_latent(int64_t layer, std::span<const float> q,
 }
 
 void PcpAttentionBackend::store_index_keys(int64_t layer, std::span<const float> index_keys) {
-  keep(layer, index_keys, cache_.index_key_size, model::layer_index_keys(config_, cache_.index_keys, layer));
+  std::vector<float> index_fp8;
+  keep(layer, cache_.as_stored(PagedKvCache::Rows::kIndexKeys, index_keys, config_, index_fp8), cache_.index_key_size,
+       model::layer_index_keys(config_, cache_.index_keys, layer));
 }
 
 void PcpAttentionBackend::select_tokens(int64_t layer, std::span<const float> q, std::span<const float> weights,

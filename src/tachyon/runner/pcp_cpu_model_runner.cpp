@@ -50,17 +50,19 @@ std::vector<float> run_pcp_rank_step(const model::DenseModel& model, PagedKvCach
 }
 
 PcpCpuModelRunner::Rank::Rank(dist::ProcessGroups process_groups, const model::ModelWeights* full,
-                              const model::ModelConfig& config, int32_t num_blocks, int32_t block_size)
+                              const model::ModelConfig& config, int32_t num_blocks, int32_t block_size,
+                              bool fp8_kv_cache)
     : groups(std::move(process_groups)),
       pcp(*groups.pcp),
       tp(*groups.tp),
       shard(full ? std::make_unique<model::TpDenseModel>(
                        model::shard_weights(*full, groups.tp->rank(), groups.tp->size()), tp)
                  : nullptr),
-      cache(shard ? shard->config() : config, num_blocks, block_size) {}
+      cache(shard ? shard->config() : config, num_blocks, block_size, model::MlaAttentionForm::kAbsorbed,
+            fp8_kv_cache) {}
 
 PcpCpuModelRunner::PcpCpuModelRunner(model::ModelWeights weights, int pcp_size, int32_t num_blocks,
-                                     int32_t block_size, int tp_size, model::DcpOptions dcp)
+                                     int32_t block_size, int tp_size, model::DcpOptions dcp, bool fp8_kv_cache)
     : config_(weights.config),
       dcp_(dcp),
       groups_((model::check_tp_size(weights.config, tp_size),
@@ -73,7 +75,7 @@ PcpCpuModelRunner::PcpCpuModelRunner(model::ModelWeights weights, int pcp_size, 
   if (tp_size == 1) whole_ = std::make_unique<model::DenseModel>(std::move(weights));
   for (int r = 0; r < pcp_size * tp_size; ++r) {  // global rank r = pcp_rank * tp + tp_rank (dist::RankLayout)
     ranks_.push_back(std::make_unique<Rank>(groups_.make(r), whole_ ? nullptr : &weights, config_, num_blocks,
-                                            block_size / dcp.size));
+                                            block_size / dcp.size, fp8_kv_cache));
   }
 }
 

@@ -65,8 +65,10 @@ class PcpCpuModelRunner : public SynchronousModelRunner {
   // tp_size > 1 shards `weights` over each PCP rank's TP group (model::check_tp_size first);
   // dcp.size > 1 (dividing tp_size) splits each rank's cache by token over its DCP group, dcp.size
   // consecutive ranks of its TP group: a cache of num_blocks blocks of block_size / dcp.size rows.
+  // fp8_kv_cache: every rank's cache holds the rows an FP8 cache would (paged_attention_backend.h),
+  // the gathered rows of a split step stored as the unsplit step would store them.
   PcpCpuModelRunner(model::ModelWeights weights, int pcp_size, int32_t num_blocks, int32_t block_size,
-                    int tp_size = 1, model::DcpOptions dcp = {});
+                    int tp_size = 1, model::DcpOptions dcp = {}, bool fp8_kv_cache = false);
   ~PcpCpuModelRunner() override;
   PcpCpuModelRunner(const PcpCpuModelRunner&) = delete;
   PcpCpuModelRunner& operator=(const PcpCpuModelRunner&) = delete;
@@ -91,7 +93,7 @@ class PcpCpuModelRunner : public SynchronousModelRunner {
   struct Rank {
     // full: the weights to shard at --tp > 1; null at --tp 1, where the cache is built from `config`.
     Rank(dist::ProcessGroups process_groups, const model::ModelWeights* full, const model::ModelConfig& config,
-         int32_t num_blocks, int32_t block_size);
+         int32_t num_blocks, int32_t block_size, bool fp8_kv_cache);
     dist::ProcessGroups groups;
     dist::CountingCommunicator pcp;  // counts groups.pcp's calls
     dist::CountingCommunicator tp;   // counts groups.tp's calls
