@@ -123,10 +123,12 @@ inline RunnerFactory two_batch_overlap_ranks(const model::ModelWeights& weights,
   };
 }
 
-// `pcp` prefill-context-parallel CPU thread ranks, each holding the whole model (a copy of `weights`).
-inline RunnerFactory prefill_context_parallel_ranks(const model::ModelWeights& weights, int pcp) {
-  return [&weights, pcp](const core::EngineConfig& c) -> std::unique_ptr<runner::ModelRunner> {
-    return std::make_unique<runner::PcpCpuModelRunner>(model::ModelWeights(weights), pcp, c.num_blocks, c.block_size);
+// `pcp` prefill-context-parallel groups of CPU thread ranks over a copy of `weights`, each PCP rank
+// the whole model (tp 1) or `tp` tensor-parallel ranks.
+inline RunnerFactory prefill_context_parallel_ranks(const model::ModelWeights& weights, int pcp, int tp = 1) {
+  return [&weights, pcp, tp](const core::EngineConfig& c) -> std::unique_ptr<runner::ModelRunner> {
+    return std::make_unique<runner::PcpCpuModelRunner>(model::ModelWeights(weights), pcp, c.num_blocks, c.block_size,
+                                                       tp);
   };
 }
 

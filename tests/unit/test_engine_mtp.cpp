@@ -371,6 +371,16 @@ TEST_F(EngineMtpTest, ExpertAndDataParallelRanksReturnHiddenStatesAndVerifyMtpDr
   expect_ranks_serve_mtp_exactly(data_parallel_ranks(weights, 2, 2), "dp 2 tp 2");
 }
 
+// Prefill context parallelism (2 and 3 whole-model ranks, and --tp 2 --pcp 2): a split step's
+// hidden states are gathered from the ranks that computed them and put back in the step's token
+// order (one more all_gatherv); MTP drafts over them give the plain run of the same ranks exactly.
+TEST_F(EngineMtpTest, PrefillContextParallelRanksReturnHiddenStatesAndVerifyMtpDraftsExactly) {
+  const model::ModelWeights weights = model::load_weights(model_->config(), model::SafetensorsCheckpoint(*dir_));
+  expect_ranks_serve_mtp_exactly(prefill_context_parallel_ranks(weights, 2), "pcp 2");
+  expect_ranks_serve_mtp_exactly(prefill_context_parallel_ranks(weights, 3), "pcp 3");
+  expect_ranks_serve_mtp_exactly(prefill_context_parallel_ranks(weights, 2, 2), "tp 2 pcp 2");
+}
+
 // Forced acceptance accepts drafts by a keyed draw, so rows of accepted drafts (and the token
 // sampled after them) feed the modules as often as rejected ones are rolled back.
 TEST_F(EngineMtpTest, ProposalsEqualDraftsComputedFromScratch) {

@@ -211,6 +211,16 @@ void check_mtp(const core::EngineConfig& config, const model::ModelConfig& model
          "test yet";
 }
 
+// The drafter a CPU layout's ranks verify: a draft model beside them, or the served model's MTP
+// modules; none for n-gram (the engine builds it from the config) or without speculation.
+std::unique_ptr<engine::Drafter> load_cpu_drafter(const core::EngineConfig& config,
+                                                  const model::ModelConfig& model_config,
+                                                  const std::filesystem::path& model_dir) {
+  if (config.speculative.method == "draft") return load_cpu_draft_model(config, model_config);
+  if (config.speculative.method == "mtp") return load_cpu_mtp_drafter(config, model_dir);
+  return nullptr;
+}
+
 // --dp N (data-parallel attention, runner/dp_cpu_model_runner.h): MoE models on CPU thread ranks,
 // with or without --tp, with or without speculative decoding (the replicas' draft rows are verified
 // as one runner's), FP8 weights (dequantized, as every CPU runner holds them) and an FP8 KV cache,
@@ -228,10 +238,7 @@ LoadedRunner load_dp_runner(const std::filesystem::path& model_dir, const model:
   config.device.kind = "cpu";  // auto resolves to the only device --dp runs on
   auto runner = std::make_unique<runner::DpCpuModelRunner>(load_cpu_weights(model_dir, model_config, config), dp, tp,
                                                            config.num_blocks, config.block_size, fp8_kv_cache(config));
-  std::unique_ptr<engine::Drafter> drafter;
-  if (config.speculative.method == "draft") drafter = load_cpu_draft_model(config, model_config);
-  if (config.speculative.method == "mtp") drafter = load_cpu_mtp_drafter(config, model_dir);
-  return {std::move(runner), model_config, std::move(drafter)};
+  return {std::move(runner), model_config, load_cpu_drafter(config, model_config, model_dir)};
 }
 
 }  // namespace
@@ -255,13 +262,12 @@ static LoadedRunner load_device_runner(const std::filesystem::path& model_dir, c
   TACHYON_CHECK(pcp_refused.empty()) << pcp_refused;
   if (config.device.prefill_context_parallel_size > 1) {  // --tp x --pcp [--dcp] CPU ranks (pcp_cpu_model_runner.h)
     config.device.kind = "cpu";  // auto resolves to the only device --pcp runs on
-    return {std::make_unique<runner::PcpCpuModelRunner>(load_cpu_weights(model_dir, model_config, config),
-                                                        config.device.prefill_context_parallel_size, config.num_blocks,
-                                                        config.block_size, config.device.tensor_parallel_size,
-                                                        model::DcpOptions{config.device.decode_context_parallel_size,
-                                                                          config.device.dcp_kv_cache_interleave_size},
-                                                        fp8_kv_cache(config)),
-            model_config};
+    auto runner = std::make_unique<runner::PcpCpuModelRunner>(
+        load_cpu_weights(model_dir, model_config, config), config.device.prefill_context_parallel_size,
+        config.num_blocks, config.block_size, config.device.tensor_parallel_size,
+        model::DcpOptions{config.device.decode_context_parallel_size, config.device.dcp_kv_cache_interleave_size},
+        fp8_kv_cache(config));
+    return {std::move(runner), model_config, load_cpu_drafter(config, model_config, model_dir)};
   }
   [[maybe_unused]] const bool dcp = config.device.decode_context_parallel_size > 1;  // auto: CPU thread ranks
   const int tp = config.device.tensor_parallel_size;
@@ -329,10 +335,7 @@ static LoadedRunner load_device_runner(const std::filesystem::path& model_dir, c
                                                              model::DcpOptions{config.device.decode_context_parallel_size,
                                                                                config.device.dcp_kv_cache_interleave_size},
                                                              runner::TboOptions{.enabled = config.device.enable_two_batch_overlap});
-    std::unique_ptr<engine::Drafter> drafter;
-    if (config.speculative.method == "draft") drafter = load_cpu_draft_model(config, model_config);
-    if (config.speculative.method == "mtp") drafter = load_cpu_mtp_drafter(config, model_dir);
-    return {std::move(runner), model_config, std::move(drafter)};
+    return {std::move(runner), model_config, load_cpu_drafter(config, model_config, model_dir)};
   }
 #ifdef TACHYON_HAVE_CUDA
   if (kind == "auto") {
@@ -384,8 +387,7 @@ static LoadedRunner load_device_runner(const std::filesystem::path& model_dir, c
   runner::CpuModelRunner* cpu = cpu_runner.get();
   LoadedRunner loaded{std::move(cpu_runner), model_config, nullptr};
   loaded.final_hidden_states = [cpu](std::span<const int32_t> tokens) { return cpu->final_hidden_states(tokens); };
-  if (config.speculative.method == "draft") loaded.drafter = load_cpu_draft_model(config, model_config);
-  if (config.speculative.method == "mtp") loaded.drafter = load_cpu_mtp_drafter(config, model_dir);
+  loaded.drafter = load_cpu_drafter(config, model_config, model_dir);
   return loaded;
 }
 

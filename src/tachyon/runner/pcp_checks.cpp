@@ -38,9 +38,6 @@ std::string pcp_unsupported_reason(const core::EngineConfig& config, const model
     why << flag << " with --nnodes > 1 is not verified by any test";
   } else if (device.enable_expert_parallel || device.enable_two_batch_overlap) {
     why << flag << " with --enable-expert-parallel or --tbo is not verified by any test yet";
-  } else if (config.speculative.method == "mtp") {
-    why << flag << " with --speculative-method mtp is not verified by any test yet (the PCP ranks return no hidden "
-        << "states; n-gram and draft-model drafts are verified)";
   }
   return why.str();
 }

@@ -3,9 +3,9 @@
 // with the reason (DESIGN rule 8). What is verified (tests/unit/test_pcp_families.cpp): CPU
 // thread ranks holding the whole model (--tp 1), groups of 2, 3, 4, 6 and 8, dense Llama and the
 // latent-attention models (DeepSeek-V3, V3.2, GLM-5) in f32 rows, greedy decoding with chunked
-// prefill and prefix-cache hits, FP8 weights and an FP8 KV cache, asynchronous scheduling, n-gram and draft-model drafts (their verify
-// rows split like a prefill chunk: test_engine_draft_model.cpp; MTP is refused, the ranks return no
-// hidden states); and over tensor-parallel ranks
+// prefill and prefix-cache hits, FP8 weights and an FP8 KV cache, asynchronous scheduling, n-gram,
+// draft-model and MTP drafts (their verify rows split like a prefill chunk; the ranks return hidden
+// states: test_engine_draft_model.cpp, test_engine_mtp.cpp); and over tensor-parallel ranks
 // (test_pcp_tp.cpp) the grids --tp 2 --pcp 2, --tp 2 --pcp 3 and --tp 4 --pcp 2 of the
 // latent-attention models, and --dcp 2 --pcp 2 with --tp 2 or 4 beside them.
 #pragma once

@@ -13,16 +13,25 @@ namespace tachyon::runner {
 
 std::vector<float> run_pcp_rank_step(const model::ModelConfig& config, const PcpRankForward& forward,
                                      PagedKvCache& cache, const core::StepPlan& plan, dist::Communicator& group,
-                                     PcpDcp dcp) {
+                                     PcpDcp dcp, std::vector<float>* hidden) {
   const PcpPlan pcp = build_pcp_plan(plan, group.size());
+  std::vector<float> mine_hidden;  // the forward's rows' last hidden states, when asked
+  model::ForwardHook hook;
+  if (hidden != nullptr) {
+    hook = [&mine_hidden](std::string_view name, int64_t, std::span<const float> values) {
+      if (name == "final_hidden") mine_hidden.assign(values.begin(), values.end());
+    };
+  }
   if (!pcp.split) {  // decode: every PCP rank runs the whole step (replicated)
     const std::unique_ptr<model::AttentionBackend> attention = pcp_local_attention(config, cache, plan, dcp);
-    return forward({plan.token_ids, plan.positions, plan.logits_rows}, *attention);
+    std::vector<float> logits = forward({plan.token_ids, plan.positions, plan.logits_rows}, *attention, hook);
+    if (hidden != nullptr) *hidden = std::move(mine_hidden);
+    return logits;
   }
   const int rank = group.rank(), size = group.size();
   const core::StepPlan& local = pcp.local[static_cast<size_t>(rank)];
   PcpAttentionBackend attention(config, cache, plan, pcp, group, dcp);
-  const std::vector<float> mine = forward({local.token_ids, local.positions, local.logits_rows}, attention);
+  const std::vector<float> mine = forward({local.token_ids, local.positions, local.logits_rows}, attention, hook);
   // Every rank's logits rows, in rank order, then back in the plan's order.
   const size_t vocab = static_cast<size_t>(config.vocab_size);
   std::vector<size_t> counts(static_cast<size_t>(size));
@@ -38,15 +47,28 @@ std::vector<float> run_pcp_rank_step(const model::ModelConfig& config, const Pcp
       ++row;
     }
   }
+  if (hidden != nullptr) {  // every rank's rows, in rank order (pcp.gathered_tokens), then in plan order
+    const auto h = static_cast<size_t>(config.hidden_size);
+    std::vector<size_t> hidden_counts(static_cast<size_t>(size));
+    for (int r = 0; r < size; ++r) {
+      hidden_counts[static_cast<size_t>(r)] = pcp.rank_tokens[static_cast<size_t>(r)].size() * h * sizeof(float);
+    }
+    std::vector<float> rows(pcp.gathered_tokens.size() * h);
+    const dist::GatherItem rows_item{mine_hidden.data(), mine_hidden.size() * sizeof(float), rows.data(), hidden_counts};
+    group.all_gatherv({&rows_item, 1}, nullptr);
+    hidden->assign(static_cast<size_t>(plan.num_tokens()) * h, 0.0f);
+    for (size_t i = 0; i < pcp.gathered_tokens.size(); ++i) {
+      std::copy_n(rows.data() + i * h, h, hidden->data() + static_cast<size_t>(pcp.gathered_tokens[i]) * h);
+    }
+  }
   return logits;
 }
 
 std::vector<float> run_pcp_rank_step(const model::DenseModel& model, PagedKvCache& cache, const core::StepPlan& plan,
-                                     dist::Communicator& group) {
-  const PcpRankForward forward = [&](const model::ForwardBatch& batch, model::AttentionBackend& attention) {
-    return model.forward(batch, attention);
-  };
-  return run_pcp_rank_step(model.config(), forward, cache, plan, group);
+                                     dist::Communicator& group, std::vector<float>* hidden) {
+  const PcpRankForward forward = [&](const model::ForwardBatch& batch, model::AttentionBackend& attention,
+                                     const model::ForwardHook& hook) { return model.forward(batch, attention, hook); };
+  return run_pcp_rank_step(model.config(), forward, cache, plan, group, {}, hidden);
 }
 
 PcpCpuModelRunner::Rank::Rank(dist::ProcessGroups process_groups, const model::ModelWeights* full,
@@ -83,23 +105,27 @@ PcpCpuModelRunner::~PcpCpuModelRunner() = default;
 
 core::StepOutput PcpCpuModelRunner::run(const core::StepPlan& plan) {
   if (plan.empty()) return {};
-  TACHYON_CHECK(!plan.return_hidden_states)
-      << "prefill context parallelism returns no hidden states (MTP drafting): untested";
   workers_.run([&](int rank) {
     Rank& me = *ranks_[static_cast<size_t>(rank)];
     me.pcp.reset();
     me.tp.reset();
+    // The PCP group of TP rank 0 (global rank 0's) gathers the hidden states: a TP group's ranks
+    // hold the same residual stream of their rows.
+    std::vector<float>* hidden = plan.return_hidden_states && rank % tp_size() == 0 ? &me.hidden : nullptr;
     if (!me.shard) {
-      me.logits = run_pcp_rank_step(*whole_, me.cache, plan, me.pcp);
+      me.logits = run_pcp_rank_step(*whole_, me.cache, plan, me.pcp, hidden);
       return;
     }
-    const PcpRankForward forward = [&](const model::ForwardBatch& batch, model::AttentionBackend& attention) {
-      return me.shard->forward(batch, attention);
+    const PcpRankForward forward = [&](const model::ForwardBatch& batch, model::AttentionBackend& attention,
+                                       const model::ForwardHook& hook) {
+      return me.shard->forward(batch, attention, hook);
     };
     const PcpDcp dcp{.group = dcp_.size > 1 ? me.groups.dcp.get() : nullptr, .interleave = dcp_.interleave};
-    me.logits = run_pcp_rank_step(me.shard->config(), forward, me.cache, plan, me.pcp, dcp);
+    me.logits = run_pcp_rank_step(me.shard->config(), forward, me.cache, plan, me.pcp, dcp, hidden);
   });
-  return sample_plan_rows(plan, ranks_[0]->logits, vocab_size());
+  core::StepOutput output = sample_plan_rows(plan, ranks_[0]->logits, vocab_size());
+  if (plan.return_hidden_states) output.hidden_states = std::move(ranks_[0]->hidden);
+  return output;
 }
 
 }  // namespace tachyon::runner

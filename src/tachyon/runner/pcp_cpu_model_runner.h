@@ -45,20 +45,25 @@
 
 namespace tachyon::runner {
 
-// A rank's forward: the whole DenseModel's, or a TP rank's TpDenseModel's (its TP collectives inside).
-using PcpRankForward = std::function<std::vector<float>(const model::ForwardBatch&, model::AttentionBackend&)>;
+// A rank's forward: the whole DenseModel's, or a TP rank's TpDenseModel's (its TP collectives
+// inside), with the model's hook (its "final_hidden": the rows' last hidden states).
+using PcpRankForward = std::function<std::vector<float>(const model::ForwardBatch&, model::AttentionBackend&,
+                                                        const model::ForwardHook&)>;
 
 // One PCP rank's step: rank group.rank()'s rows of `plan` through `forward` (of a model whose
 // config, the rank's, is `config`) over `cache` (every token), returning the logits of every
 // plan.logits_rows row in plan order. `group` is the PCP group. Split steps make one all_gatherv
 // per layer and one for the logits on it; unsplit steps none. With `dcp` the cache holds the
-// rank's DCP share (pcp_attention_backend.h) and attention runs through the DCP group.
+// rank's DCP share (pcp_attention_backend.h) and attention runs through the DCP group. With
+// `hidden` (every rank of the group or none), also every plan token's last hidden state before
+// the final norm, [plan tokens, hidden] in plan order: a split step gathers the ranks' rows in one
+// more all_gatherv (MTP drafting reads them).
 std::vector<float> run_pcp_rank_step(const model::ModelConfig& config, const PcpRankForward& forward,
                                      PagedKvCache& cache, const core::StepPlan& plan, dist::Communicator& group,
-                                     PcpDcp dcp = {});
+                                     PcpDcp dcp = {}, std::vector<float>* hidden = nullptr);
 // The same for a whole model (--tp 1).
 std::vector<float> run_pcp_rank_step(const model::DenseModel& model, PagedKvCache& cache, const core::StepPlan& plan,
-                                     dist::Communicator& group);
+                                     dist::Communicator& group, std::vector<float>* hidden = nullptr);
 
 class PcpCpuModelRunner : public SynchronousModelRunner {
  public:
@@ -100,6 +105,7 @@ class PcpCpuModelRunner : public SynchronousModelRunner {
     std::unique_ptr<model::TpDenseModel> shard;  // this rank's TP shard; null at --tp 1 (the shared whole model)
     PagedKvCache cache;
     std::vector<float> logits;
+    std::vector<float> hidden;  // TP rank 0's, when the plan asks: [plan tokens, hidden] of the last step
   };
 
   model::ModelConfig config_;                  // the whole model's
