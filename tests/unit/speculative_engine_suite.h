@@ -108,8 +108,9 @@ inline RunnerFactory tensor_parallel_ranks(const model::ModelWeights& weights, i
 // `dcp` of them splitting the latent cache by token (decode context parallelism, interleave 1).
 inline RunnerFactory decode_context_parallel_ranks(const model::ModelWeights& weights, int tp, int dcp) {
   return [&weights, tp, dcp](const core::EngineConfig& c) -> std::unique_ptr<runner::ModelRunner> {
-    return std::make_unique<runner::TpCpuModelRunner>(weights, tp, c.num_blocks, c.block_size, /*expert_parallel=*/false,
-                                                      /*fp8_kv_cache=*/false, model::DcpOptions{dcp, 1});
+    return std::make_unique<runner::TpCpuModelRunner>(weights, tp, c.num_blocks, c.block_size,
+                                                      /*expert_parallel=*/false, /*fp8_kv_cache=*/false,
+                                                      model::DcpOptions{dcp, 1});
   };
 }
 

@@ -53,8 +53,9 @@ TEST_F(CliPcpTest, UntestedCombinationsExitWithTheReason) {
   EXPECT_EQ(first_line(pcp_fp8), first_line(one_fp8));
   // MTP drafts (the ranks return the hidden states the module reads): the one rank's plain ids.
   const std::string with_mtp = make("deepseek_v3", "tiny-deepseek-mtp");
-  const testing::CliRun one_mtp = testing::run_cli(with_mtp),
-                        pcp_mtp = testing::run_cli(with_mtp + " --pcp 2 --speculative-method mtp --num-speculative-tokens 2");
+  const testing::CliRun one_mtp = testing::run_cli(with_mtp);
+  const testing::CliRun pcp_mtp =
+      testing::run_cli(with_mtp + " --pcp 2 --speculative-method mtp --num-speculative-tokens 2");
   ASSERT_EQ(pcp_mtp.exit_code, 0) << pcp_mtp.output;
   EXPECT_EQ(first_line(pcp_mtp), first_line(one_mtp));
   const testing::CliRun dense = testing::run_cli(make("llama", "tiny") + " --tp 2 --pcp 2");

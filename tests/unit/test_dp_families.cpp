@@ -258,7 +258,8 @@ TEST(DpFamilies, AsynchronousSchedulingGivesOneRanksTokens) {
   const ModelWeights weights = dp_weights(kDpFamilies[2]);
   const int64_t vocab = weights.config.vocab_size;
   const auto reference = dp_run_engine(
-      std::make_unique<runner::CpuModelRunner>(std::make_unique<DenseModel>(weights), c.num_blocks, c.block_size), vocab);
+      std::make_unique<runner::CpuModelRunner>(std::make_unique<DenseModel>(weights), c.num_blocks, c.block_size),
+      vocab);
   for (const DpLayout& layout : kDpLayouts) {
     auto runner = std::make_unique<runner::DpCpuModelRunner>(weights, layout.dp, layout.tp, c.num_blocks, c.block_size);
     EXPECT_EQ(dp_run_engine(std::move(runner), vocab, nullptr, nullptr, core::AsyncScheduling::kOn), reference)

@@ -227,7 +227,8 @@ TEST_F(EngineDraftModelTest, DraftsOverAnFp8KvCacheNeverChangeTheTokens) {
     const Completions plain = plain_fp8_kv_run(requests, differs_from_bf16);
     const model::DenseModel* target = model_;
     for (const model::DenseModel* draft : {static_cast<const model::DenseModel*>(draft_), target}) {
-      const std::string what = "fp8 kv seed " + std::to_string(seed) + (draft == target ? " self-draft" : " other draft");
+      const std::string what =
+          "fp8 kv seed " + std::to_string(seed) + (draft == target ? " self-draft" : " other draft");
       EngineStats stats;
       expect_same(run_with(requests, fp8_kv_config(draft_config(3)), &stats, factory(*draft, 3)), plain, requests, what,
                   1e-3);

@@ -477,8 +477,8 @@ TEST_F(EngineMtpTest, MtpDraftsOverAnFp8KvCacheNeverChangeTheTokens) {
                                std::to_string(modules->size());
       auto record = std::make_shared<Record>();
       EngineStats stats;
-      expect_same(run_with(requests, fp8_kv_config(mtp_config(k)), &stats, recorded(*modules, k, record)), plain, requests,
-                  what, 1e-3);
+      expect_same(run_with(requests, fp8_kv_config(mtp_config(k)), &stats, recorded(*modules, k, record)), plain,
+                  requests, what, 1e-3);
       EXPECT_GT(stats.draft_tokens, 0) << what;
       EXPECT_EQ(record->sequences_left, 0) << what;
     }

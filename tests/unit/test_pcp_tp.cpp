@@ -89,7 +89,9 @@ GridRun grid_run(const model::ModelWeights& full, const std::vector<core::StepPl
         run.cache_rows[static_cast<size_t>(r)] = static_cast<int64_t>(cache.latents[0].size()) / cache.latent_size;
         const PcpDcp split_cache{.group = grid.dcp > 1 ? &dcp : nullptr, .interleave = grid.interleave};
         const PcpRankForward forward = [&](const model::ForwardBatch& batch, model::AttentionBackend& attention,
-                                           const model::ForwardHook& hook) { return model.forward(batch, attention, hook); };
+                                           const model::ForwardHook& hook) {
+          return model.forward(batch, attention, hook);
+        };
         for (const core::StepPlan& plan : plans) {
           tp.reset();
           pcp.reset();

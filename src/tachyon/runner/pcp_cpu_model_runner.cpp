@@ -54,7 +54,8 @@ std::vector<float> run_pcp_rank_step(const model::ModelConfig& config, const Pcp
       hidden_counts[static_cast<size_t>(r)] = pcp.rank_tokens[static_cast<size_t>(r)].size() * h * sizeof(float);
     }
     std::vector<float> rows(pcp.gathered_tokens.size() * h);
-    const dist::GatherItem rows_item{mine_hidden.data(), mine_hidden.size() * sizeof(float), rows.data(), hidden_counts};
+    const dist::GatherItem rows_item{mine_hidden.data(), mine_hidden.size() * sizeof(float), rows.data(),
+                                     hidden_counts};
     group.all_gatherv({&rows_item, 1}, nullptr);
     hidden->assign(static_cast<size_t>(plan.num_tokens()) * h, 0.0f);
     for (size_t i = 0; i < pcp.gathered_tokens.size(); ++i) {
