@@ -58,7 +58,20 @@ void check_role_options(const server::ServingOptions& serving) {
   // TCP); the GPU machine's PD suite verified that (scripts/gpu-test.sh), not an FP8 cache.
   TACHYON_CHECK(engine.device.kind == "cpu" || engine.device.kv_cache_dtype == DType::kBF16)
       << "--role on cuda needs a bf16 KV cache (--kv-cache-dtype fp8 is not transferred)";
-  TACHYON_CHECK(!engine.speculative.enabled()) << "--role cannot be combined with speculative decoding (untested)";
+  // Drafts belong to decoding: a decode server on the CPU verifies n-gram and draft-model drafts
+  // over imported prompts (tests/server/pd_speculative.py). MTP modules read the prompt's hidden
+  // states, which an imported prompt does not bring; on GPUs no PD run has drafted yet.
+  if (engine.speculative.enabled()) {
+    const std::string& method = engine.speculative.method;
+    TACHYON_CHECK(serving.role == "decode")
+        << "--role " << serving.role << " with --speculative-method " << method
+        << ": drafts belong to decoding; give them to the --role decode server";
+    TACHYON_CHECK(engine.device.kind == "cpu")
+        << "--role decode with --speculative-method " << method << " on cuda is not verified by any test yet";
+    TACHYON_CHECK(method == "ngram" || method == "draft")
+        << "--role decode with --speculative-method mtp: an imported prompt brings no hidden states for the MTP "
+           "modules (n-gram and draft-model drafts are verified)";
+  }
   TACHYON_CHECK(engine.device.tensor_parallel_size == 1 && engine.device.nnodes == 1)
       << "--role cannot be combined with tensor parallelism (untested)";
   TACHYON_CHECK(engine.device.data_parallel_size == 1 && engine.device.decode_context_parallel_size == 1 &&

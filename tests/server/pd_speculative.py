@@ -1,0 +1,72 @@
+"""server.pd_speculative: a decode server that verifies drafts over imported prompts. 120 greedy
+requests (completions and chat, streamed and not, prompts of a phrase said several times so that
+n-gram lookups hit, 4 to 32 tokens out), 16 at a time, through a prefill server, the router and a
+decode server with n-gram drafts, then with a draft model (the served model itself: a random
+other model of a 151K-token vocabulary would agree with it on almost no token, and self-drafts are
+accepted only if the draft model built its own cache of the imported prompt), equal a plain
+server's answers text for text; the decode server imported every prompt and accepted drafts. Speculation on the prefill role, MTP on the decode role and drafts on a GPU
+decode server are refused in one line.
+    pd_speculative.py TACHYON TOKENIZERS_DIR"""
+import random
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+from pd_cluster import DEVICE, Cluster, metric, post
+
+if DEVICE != "cpu":
+    sys.exit(0)  # the decode role drafts on the CPU only (refused on cuda)
+tachyon, tokenizers = sys.argv[1], sys.argv[2]
+cluster = Cluster(tachyon, tokenizers)
+count = 120
+try:
+    for args in (["--device", "cpu", "--role", "prefill", "--speculative-method", "ngram", "--num-speculative-tokens", "2"],
+                 ["--device", "cpu", "--role", "decode", "--speculative-method", "mtp", "--num-speculative-tokens", "2"],
+                 ["--device", "cuda", "--role", "decode", "--speculative-method", "ngram", "--num-speculative-tokens", "2"]):
+        run = subprocess.run([tachyon, "serve", cluster.model, "--port", "0", *args],
+                             capture_output=True, text=True, timeout=60)
+        lines = (run.stdout + run.stderr).strip().splitlines()
+        if run.returncode == 0 or len(lines) != 1 or not lines[0].startswith("error: --role"):
+            sys.exit(f"serve {' '.join(args)}: expected a one-line refusal, got {run.returncode}: {lines}")
+        print(f"refused: {lines[0]}")
+    prefill = cluster.serve("prefill", "--role", "prefill")
+    plain = cluster.serve("plain")
+    rng = random.Random(5)
+    words = "the quick brown fox jumps over a lazy dog while seven tiny robots count prime numbers".split()
+
+    def request(i):
+        phrase = " ".join(rng.choice(words) for _ in range(2 + rng.randrange(5)))
+        prompt = " ".join([phrase] * (2 + rng.randrange(4)))
+        body = {"model": "tiny", "max_tokens": 4 + rng.randrange(29), "temperature": 0, "stream": i % 2 == 1}
+        if i % 3 == 0:
+            return "/v1/chat/completions", dict(body, messages=[{"role": "user", "content": prompt}])
+        return "/v1/completions", dict(body, prompt=prompt)
+
+    requests = [request(i) for i in range(count)]
+    with ThreadPoolExecutor(16) as pool:
+        want = list(pool.map(lambda r: post(plain.url, *r)[:2], requests))
+    drafters = {"ngram": ["--speculative-method", "ngram", "--num-speculative-tokens", "3", "--ngram-min", "1",
+                          "--ngram-max", "2"],
+                "draft": ["--speculative-method", "draft", "--num-speculative-tokens", "3", "--draft-model", cluster.model]}
+    for name, flags in drafters.items():
+        decode = cluster.serve("decode-" + name, "--role", "decode", "--block-size", "8", *flags)
+        router = cluster.router([prefill], [decode], name="router-" + name)
+        with ThreadPoolExecutor(16) as pool:
+            got = list(pool.map(lambda r: post(router.url, *r)[:2], requests))
+        mismatches = [i for i in range(count) if got[i] != want[i]]
+        for i in mismatches[:5]:
+            print(f"{name} request {i}: router {got[i]!r} != plain {want[i]!r}")
+        imports = metric(decode.url, "tachyon:kv_transfer_imports_total")
+        drafted = metric(decode.url, "tachyon:spec_decode_num_draft_tokens_total")
+        accepted = metric(decode.url, "tachyon:spec_decode_num_accepted_tokens_total")
+        print(f"{name}: {count - len(mismatches)} of {count} identical to the plain server; {imports:.0f} prompts "
+              f"imported; {accepted:.0f} of {drafted:.0f} draft tokens accepted")
+        if mismatches:
+            sys.exit(1)
+        if imports != count:
+            sys.exit(f"{name}: every request should decode from pulled KV")
+        if accepted <= 0:
+            sys.exit(f"{name}: the decode server accepted no draft")
+    print("pd_speculative: all checks passed")
+finally:
+    cluster.close()
