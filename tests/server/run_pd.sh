@@ -46,8 +46,7 @@ refused() {  # expected message, serve args...
 }
 refused "--role needs --device cpu or cuda" --role prefill
 refused "--role on cuda needs a bf16 KV cache" --device cuda --role prefill --kv-cache-dtype fp8
-refused "--role cannot be combined with speculative decoding" --device cpu --role decode \
-  --speculative-method ngram --num-speculative-tokens 2
+refused "drafts belong to decoding" --device cpu --role prefill --speculative-method ngram --num-speculative-tokens 2
 refused "--role cannot be combined with --dp, --dcp or --pcp" --device cpu --role prefill --dp 2
 refused "--role cannot be combined with --dp, --dcp or --pcp" --device cpu --role prefill --pcp 2
 serve prefill --role prefill
