@@ -72,8 +72,14 @@ void check_role_options(const server::ServingOptions& serving) {
         << "--role decode with --speculative-method mtp: an imported prompt brings no hidden states for the MTP "
            "modules (n-gram and draft-model drafts are verified)";
   }
-  TACHYON_CHECK(engine.device.tensor_parallel_size == 1 && engine.device.nnodes == 1)
-      << "--role cannot be combined with tensor parallelism (untested)";
+  // Tensor-parallel CPU ranks of a latent-attention model move their KV as one rank's rows
+  // (runner/replicated_kv_rows.h, tests/server/pd_tensor_parallel.py); the server refuses other
+  // models at start-up. GPU ranks and several nodes have no PD test.
+  TACHYON_CHECK(engine.device.nnodes == 1 &&
+                (engine.device.tensor_parallel_size == 1 || engine.device.kind == "cpu"))
+      << "--role with tensor parallelism runs on CPU thread ranks of one node only (untested elsewhere)";
+  TACHYON_CHECK(engine.device.tensor_parallel_size == 1 || serving.kv_transport != "ucx")
+      << "--role with --tp and --kv-transport ucx is untested (the ranks' rows move over TCP: auto)";
   TACHYON_CHECK(engine.device.data_parallel_size == 1 && engine.device.decode_context_parallel_size == 1 &&
                 engine.device.prefill_context_parallel_size == 1)
       << "--role cannot be combined with --dp, --dcp or --pcp (untested)";

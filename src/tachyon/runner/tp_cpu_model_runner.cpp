@@ -37,6 +37,11 @@ TpCpuModelRunner::TpCpuModelRunner(const model::ModelWeights& full, int tp_size,
                                             num_blocks, block_size / dcp.size, fp8_kv_cache, dcp_world,
                                             r % dcp.size));
   }
+  if (dcp.size == 1 && !ranks_.front()->cache.latents.empty()) {
+    std::vector<PagedKvCache*> caches;
+    for (const std::unique_ptr<Rank>& rank : ranks_) caches.push_back(&rank->cache);
+    kv_rows_ = std::make_unique<ReplicatedKvRowAccess>(caches);
+  }
 }
 
 TpCpuModelRunner::~TpCpuModelRunner() = default;

@@ -28,6 +28,7 @@
 #include "tachyon/model/tp_dense_model.h"
 #include "tachyon/runner/model_runner.h"
 #include "tachyon/runner/paged_attention_backend.h"
+#include "tachyon/runner/replicated_kv_rows.h"
 #include "tachyon/runner/rank_workers.h"
 #include "tachyon/runner/tbo_rank_step.h"
 
@@ -47,6 +48,10 @@ class TpCpuModelRunner : public SynchronousModelRunner {
   TpCpuModelRunner& operator=(const TpCpuModelRunner&) = delete;
 
   int64_t vocab_size() const override { return vocab_size_; }
+  // Prefill/decode disaggregation: a latent-attention model's ranks each cache the whole latent
+  // row (and index key) of every token, so its KV moves as one rank's rows (replicated_kv_rows.h);
+  // null for per-head K/V (split over the ranks) and with DCP (split by token).
+  KvRowAccess* kv_rows() override { return kv_rows_.get(); }
   int tp_size() const { return world_.size(); }
   bool two_batch_overlap() const { return tbo_.enabled; }
   // Rank r's own KV cache (its block count and rows: what DCP divides).
@@ -79,6 +84,7 @@ class TpCpuModelRunner : public SynchronousModelRunner {
   TboOptions tbo_;
   std::vector<std::unique_ptr<dist::CpuWorld>> dcp_worlds_;  // one per DCP group; before ranks_, which use them
   std::vector<std::unique_ptr<Rank>> ranks_;
+  std::unique_ptr<KvRowAccess> kv_rows_;  // see kv_rows()
   RankWorkers workers_;  // last: its threads stop before the ranks they use are destroyed
 };
 

@@ -52,7 +52,16 @@ ServingContext::ServingContext(const ServingOptions& options) {
   // Structured outputs: the vocabulary's byte trie, built once here, so no request pays for it.
   limits_.grammar_compiler = std::make_shared<structured::GrammarCompiler>(
       structured::TokenVocabulary::from_tokenizer(*tokenizer_, model_config.vocab_size));
-  if (!options.role.empty()) loaded.runner = app::with_kv_transport(std::move(loaded.runner), options.kv_transport);
+  if (!options.role.empty()) {
+    // Refused at start-up rather than on the first request: a role server exists to move KV.
+    TACHYON_CHECK(loaded.runner->kv_rows() != nullptr)
+        << "--role " << options.role << ": this runner cannot move its KV cache"
+        << (engine_config.device.tensor_parallel_size > 1
+                ? " (tensor-parallel ranks move it for latent-attention models only, whose every rank caches "
+                  "whole latent rows; " + model_config.architecture + " splits its K/V heads over the ranks)"
+                : "");
+    loaded.runner = app::with_kv_transport(std::move(loaded.runner), options.kv_transport);
+  }
   engine_ = std::make_unique<engine::EngineCore>(engine_config, std::move(loaded.runner), std::move(loaded.drafter));
   metrics_ = std::make_unique<ServerMetrics>(limits_.model_name);
   const int64_t per_client = options.max_sequences_per_client != 0
