@@ -24,6 +24,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 
 DEVICE = os.environ.get("TACHYON_PD_DEVICE", "cpu")
@@ -169,6 +170,30 @@ def metric(url, name, labels=""):
             if labels in head and head.split("{")[0] == name:
                 total += float(line.rsplit(" ", 1)[1])
     return total
+
+
+def greedy_request(i, prompt, max_tokens):
+    """Request i of a mixed greedy load: every third a chat completion, every second streamed."""
+    body = {"model": "tiny", "max_tokens": max_tokens, "temperature": 0, "stream": i % 2 == 1}
+    if i % 3 == 0:
+        return "/v1/chat/completions", dict(body, messages=[{"role": "user", "content": prompt}])
+    return "/v1/completions", dict(body, prompt=prompt)
+
+
+def answers(url, requests, at_once=16):
+    """Each request's (status, text) from the server at url, at_once of them in flight."""
+    with ThreadPoolExecutor(at_once) as pool:
+        return list(pool.map(lambda r: post(url, *r)[:2], requests))
+
+
+def expect_same_answers(name, got, want):
+    """Exits (printing the first differences) unless got equals want answer for answer."""
+    mismatches = [i for i in range(len(want)) if got[i] != want[i]]
+    for i in mismatches[:5]:
+        print(f"{name} request {i}: {got[i]!r} != plain {want[i]!r}")
+    print(f"{name}: {len(want) - len(mismatches)} of {len(want)} identical to the plain server")
+    if mismatches:
+        sys.exit(1)
 
 
 def kv_usage(server):
