@@ -65,15 +65,21 @@ struct Result {
 
 size_t out_size(GemmOutputType type) { return type == GemmOutputType::kF32 ? sizeof(float) : sizeof(bf16); }
 
-// Copies of one [n, k] bf16 weight totalling >= 8x the L2 cache (at least one), read in turn.
+// How many copies of a weight of `bytes` total >= 8x the L2 cache (at least one): read in turn, one
+// launch each, every launch reads its weight from HBM.
+int copies_past_l2(double bytes, const Ceilings& ceilings) {
+  const double target = 8.0 * static_cast<double>(ceilings.l2_bytes);
+  return static_cast<int>(std::clamp(std::ceil(target / bytes), 1.0, double(kMaxCopies)));
+}
+
+// Copies of one [n, k] bf16 weight (copies_past_l2), read in turn.
 struct ColdWeights {
   int copies = 1;
   size_t elements = 0;
   cuda::DeviceBuffer buffer;  // [copies, n, k] bf16
 
   ColdWeights(int64_t n, int64_t k, const Ceilings& ceilings) : elements(size_t(n) * k) {
-    const double target = 8.0 * static_cast<double>(ceilings.l2_bytes);
-    copies = static_cast<int>(std::clamp(std::ceil(target / (elements * sizeof(bf16))), 1.0, double(kMaxCopies)));
+    copies = copies_past_l2(double(elements * sizeof(bf16)), ceilings);
     buffer = random_bf16(copies * elements, 61, 0.05f);
   }
   const bf16* operator()(int i) const { return buffer.as<bf16>() + size_t(i) * elements; }
@@ -88,13 +94,11 @@ struct ColdFp8Weights {
 
   ColdFp8Weights(int64_t n, int64_t k, const Ceilings& ceilings)
       : codes(size_t(n) * k), factors(size_t(n) * ((k + 127) / 128)) {
-    const double target = 8.0 * static_cast<double>(ceilings.l2_bytes);
-    copies = static_cast<int>(std::clamp(std::ceil(target / double(codes)), 1.0, double(kMaxCopies)));
+    copies = copies_past_l2(double(codes), ceilings);
     code_buffer = cuda::DeviceBuffer(copies * codes);
     fill_random_e4m3(code_buffer.as<uint8_t>(), copies * codes, 64, nullptr);
     factor_buffer = cuda::DeviceBuffer(copies * factors * sizeof(float));
-    fill_random_f32(factor_buffer.as<float>(), copies * factors, 65, 0.01f, nullptr);
-    TACHYON_CUDA_CHECK(cudaDeviceSynchronize());
+    fill_random_f32(factor_buffer.as<float>(), copies * factors, 65, 0.01f, nullptr);  // before Stream's work
   }
   const uint8_t* codes_of(int i) const { return code_buffer.as<uint8_t>() + size_t(i) * codes; }
   const float* factors_of(int i) const { return factor_buffer.as<float>() + size_t(i) * factors; }

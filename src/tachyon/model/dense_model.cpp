@@ -301,6 +301,12 @@ std::vector<float> sequence_forward(const ModelConfig& config, std::span<const i
 
 }  // namespace detail
 
+ForwardHook keep_final_hidden(std::vector<float>& out) {
+  return [&out](std::string_view name, int64_t, std::span<const float> values) {
+    if (name == "final_hidden") out.assign(values.begin(), values.end());
+  };
+}
+
 DenseModel::DenseModel(ModelWeights weights) : weights_(std::move(weights)), inv_freq_(rope_inv_freq(weights_.config)) {}
 
 DenseModel DenseModel::load(const std::filesystem::path& model_dir) {
@@ -331,10 +337,7 @@ std::vector<float> DenseModel::final_hidden_states(std::span<const int32_t> toke
   std::vector<int64_t> positions(static_cast<size_t>(n));
   std::iota(positions.begin(), positions.end(), 0);
   std::vector<float> hidden;  // [n, hidden] before the final norm
-  const ForwardHook keep_final = [&hidden](std::string_view name, int64_t, std::span<const float> values) {
-    if (name == "final_hidden") hidden.assign(values.begin(), values.end());
-  };
-  forward(ForwardBatch{tokens, positions, {}}, attention, keep_final);  // no logits rows: no LM head
+  forward(ForwardBatch{tokens, positions, {}}, attention, keep_final_hidden(hidden));  // no logits rows: no LM head
   cpu::rms_norm(hidden.data(), hidden.data(), weights_.final_norm.data(), n, config().hidden_size,
                 static_cast<float>(config().rms_norm_eps));
   return hidden;

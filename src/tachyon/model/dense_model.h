@@ -41,6 +41,10 @@ struct ForwardBatch {
 // layer is -1 outside layers.
 using ForwardHook = std::function<void(std::string_view name, int64_t layer, std::span<const float> values)>;
 
+// A hook that keeps the forward's "final_hidden" rows in `out` ([n, hidden], what an MTP drafter
+// reads) and lets every other name pass; `out` must outlive the forward.
+ForwardHook keep_final_hidden(std::vector<float>& out);
+
 class DenseModel {
  public:
   explicit DenseModel(ModelWeights weights);

@@ -30,12 +30,7 @@ core::StepOutput CpuModelRunner::run(const core::StepPlan& plan) {
   PagedAttentionBackend attention(model_.config(), cache_, plan);
   // Every row's last hidden state before the final norm, when the plan asks (an MTP drafter).
   std::vector<float> hidden;
-  model::ForwardHook hook;
-  if (plan.return_hidden_states) {
-    hook = [&hidden](std::string_view name, int64_t, std::span<const float> values) {
-      if (name == "final_hidden") hidden.assign(values.begin(), values.end());
-    };
-  }
+  const model::ForwardHook hook = plan.return_hidden_states ? model::keep_final_hidden(hidden) : nullptr;
   std::vector<float> logits =
       model_.forward(model::ForwardBatch{plan.token_ids, plan.positions, plan.logits_rows}, attention, hook);
   core::StepOutput output = sample_plan_rows(plan, logits, model_.config().vocab_size);

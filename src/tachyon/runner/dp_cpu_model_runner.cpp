@@ -51,12 +51,8 @@ core::StepOutput DpCpuModelRunner::run(const core::StepPlan& plan) {
       me.logits.clear();
       return;
     }
-    model::ForwardHook hook;
-    if (plan.return_hidden_states && rank % tp_size_ == 0) {
-      hook = [&me](std::string_view name, int64_t, std::span<const float> values) {
-        if (name == "final_hidden") me.hidden.assign(values.begin(), values.end());
-      };
-    }
+    const model::ForwardHook hook =
+        plan.return_hidden_states && rank % tp_size_ == 0 ? model::keep_final_hidden(me.hidden) : nullptr;
     PagedAttentionBackend attention(me.model.config(), me.cache, mine);
     me.logits =
         me.model.forward(model::ForwardBatch{mine.token_ids, mine.positions, mine.logits_rows}, attention, hook);

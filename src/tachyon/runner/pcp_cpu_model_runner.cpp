@@ -16,12 +16,7 @@ std::vector<float> run_pcp_rank_step(const model::ModelConfig& config, const Pcp
                                      PcpDcp dcp, std::vector<float>* hidden) {
   const PcpPlan pcp = build_pcp_plan(plan, group.size());
   std::vector<float> mine_hidden;  // the forward's rows' last hidden states, when asked
-  model::ForwardHook hook;
-  if (hidden != nullptr) {
-    hook = [&mine_hidden](std::string_view name, int64_t, std::span<const float> values) {
-      if (name == "final_hidden") mine_hidden.assign(values.begin(), values.end());
-    };
-  }
+  const model::ForwardHook hook = hidden != nullptr ? model::keep_final_hidden(mine_hidden) : nullptr;
   if (!pcp.split) {  // decode: every PCP rank runs the whole step (replicated)
     const std::unique_ptr<model::AttentionBackend> attention = pcp_local_attention(config, cache, plan, dcp);
     std::vector<float> logits = forward({plan.token_ids, plan.positions, plan.logits_rows}, *attention, hook);

@@ -35,12 +35,8 @@ std::vector<float> run_tbo_rank_step(const model::TpDenseModel& model, PagedKvCa
         TboCommunicator comm(phases, mb);
         PagedAttentionBackend attention(config, cache, plan);
         const model::ForwardBatch batch{plan.token_ids, plan.positions, plan.logits_rows};
-        model::ForwardHook hook;
-        if (hidden != nullptr) {
-          hook = [&hiddens, mb](std::string_view name, int64_t, std::span<const float> values) {
-            if (name == "final_hidden") hiddens[static_cast<size_t>(mb)].assign(values.begin(), values.end());
-          };
-        }
+        const model::ForwardHook hook =
+            hidden != nullptr ? model::keep_final_hidden(hiddens[static_cast<size_t>(mb)]) : nullptr;
         logits[static_cast<size_t>(mb)] = model::forward_over(model, comm, batch, attention, hook);
       } catch (...) {
         errors[static_cast<size_t>(mb)] = std::current_exception();

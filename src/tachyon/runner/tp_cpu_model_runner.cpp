@@ -72,12 +72,7 @@ core::StepOutput TpCpuModelRunner::run(const core::StepPlan& plan) {
   workers_.run([&](int rank) {
     Rank& me = *ranks_[static_cast<size_t>(rank)];
     const model::ForwardBatch batch{plan.token_ids, plan.positions, plan.logits_rows};
-    model::ForwardHook hook;
-    if (plan.return_hidden_states && rank == 0) {
-      hook = [&hidden](std::string_view name, int64_t, std::span<const float> values) {
-        if (name == "final_hidden") hidden.assign(values.begin(), values.end());
-      };
-    }
+    const model::ForwardHook hook = plan.return_hidden_states && rank == 0 ? model::keep_final_hidden(hidden) : nullptr;
     if (me.dcp_comm) {
       DcpAttentionBackend attention(me.model.config(), me.cache, plan, *me.dcp_comm, dcp_.interleave);
       me.logits = me.model.forward(batch, attention, hook);
