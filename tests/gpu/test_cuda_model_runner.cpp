@@ -3,12 +3,15 @@
 // chunking and a prefix of cached blocks, then decode steps) through both; logits within bf16
 // tolerance. Then through the engine: graphs vs eager, asynchronous scheduling (step n+1's
 // decode inputs resolved on the device from step n's samples, inside the graphs) vs the
-// synchronous loop, and one request alone vs in a busy batch, must give identical tokens.
+// synchronous loop, and one request alone vs in a busy batch, must give identical tokens. SwiGLU
+// as the gate_up GEMV's epilogue (model/gpu/linear_dispatch.h) against silu_and_mul on its own
+// (TACHYON_SWIGLU_FUSION=0): the same logits bit for bit, bf16 and FP8 weights.
 #include <algorithm>
 #include <filesystem>
 #include <numeric>
 
 #include "runner_test_util.h"
+#include "tachyon/model/fp8_projections.h"
 
 namespace tachyon::runner {
 namespace {
@@ -55,6 +58,77 @@ TEST_P(CudaRunnerVsCpu, GraphsAndEagerAndBatchCompanyGiveIdenticalTokens) {
       << "asynchronous scheduling must give the synchronous loop's tokens (eager)";
   const auto alone = run(false, {prompts[1]});
   EXPECT_EQ(alone[0], graphs[1]) << "a request's tokens must not depend on its batch company";
+}
+
+// The same plans (three prompts prefilled in chunks, then 12 decode steps of all three, replayed
+// from graphs) through a runner with the SwiGLU epilogue and one built with
+// TACHYON_SWIGLU_FUSION=0: every sampled step's logits equal bit for bit, and the first runner did
+// fuse where it must (decode steps are at most 8 rows, where our GEMV takes the products: always
+// for FP8 weights, by timing for bf16).
+template <typename MakeRunner>
+void expect_swiglu_epilogue_changes_no_bit(const fs::path& dir, const MakeRunner& make_runner, bool must_fuse) {
+  const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
+  const core::EngineConfig config = small_config(/*eager=*/false);
+  const std::unique_ptr<CudaModelRunner> fused = make_runner(config);
+  ASSERT_EQ(setenv("TACHYON_SWIGLU_FUSION", "0", 1), 0);
+  const std::unique_ptr<CudaModelRunner> separate = make_runner(config);
+  unsetenv("TACHYON_SWIGLU_FUSION");
+  auto gen = gpu_test::rng(21);
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(mc.vocab_size - 1));
+  std::vector<PlanSequence> seqs(3);
+  const std::vector<size_t> prompt_lengths = {6, 41, 70};
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    seqs[i].tokens.resize(prompt_lengths[i]);
+    for (int32_t& t : seqs[i].tokens) t = token(gen);
+  }
+  core::SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  int32_t next_block = 0;
+  std::vector<std::vector<int64_t>> schedule = {{6, 33, 20}, {0, 8, 50}};
+  for (int step = 0; step < 12; ++step) schedule.push_back({1, 1, 1});
+  for (size_t step = 0; step < schedule.size(); ++step) {
+    if (step >= 2) {
+      for (PlanSequence& s : seqs) s.tokens.push_back(token(gen));
+    }
+    const core::StepPlan plan = make_plan(seqs, schedule[step], config.block_size, next_block, greedy);
+    fused->execute(plan);
+    separate->execute(plan);
+    if (plan.logits_rows.empty()) continue;
+    const auto rows = static_cast<int32_t>(plan.logits_rows.size());
+    const std::vector<float> a = fused->last_logits(rows), b = separate->last_logits(rows);
+    size_t differ = 0;
+    for (size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i] ? 1 : 0;
+    EXPECT_EQ(differ, 0u) << "logits that differ at step " << step << " of " << a.size();
+  }
+  EXPECT_EQ(separate->swiglu_epilogues(), 0);
+  std::printf("[swiglu epilogue] %-40s %lld fused launches\n", dir.filename().c_str(),
+              static_cast<long long>(fused->swiglu_epilogues()));
+  if (must_fuse) {
+    EXPECT_GT(fused->swiglu_epilogues(), 0) << "the fused path never ran";
+  }
+}
+
+TEST(CudaRunnerSwigluEpilogue, GivesTheLogitsOfSiluAndMulBitForBit) {
+  for (const Variant& v : {Variant{"llama", "tiny-gpu"}, Variant{"qwen3", "tiny-gpu"},
+                           Variant{"llama", "tiny-gpu-bias"}, Variant{"deepseek_v3", "tiny-gpu-deepseek-all"}}) {
+    SCOPED_TRACE(v.arch + " " + v.preset);
+    const fs::path dir = make_tiny(v);
+    const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
+    model::SafetensorsCheckpoint checkpoint(dir);
+    const model::Bf16ModelWeights bf16_weights = model::load_weights_bf16(mc, checkpoint);
+    expect_swiglu_epilogue_changes_no_bit(
+        dir, [&](const core::EngineConfig& c) { return std::make_unique<CudaModelRunner>(bf16_weights, c); },
+        /*must_fuse=*/false);
+    // Online FP8 weights: fp8_gemv serves every product of up to 8 rows, so the fused path must run.
+    const model::Fp8GpuWeights fp8_weights = model::load_fp8_gpu_weights(mc, checkpoint, /*online=*/true);
+    expect_swiglu_epilogue_changes_no_bit(
+        dir,
+        [&](core::EngineConfig c) {
+          c.device.quantization = "fp8";
+          return std::make_unique<CudaModelRunner>(fp8_weights, c);
+        },
+        /*must_fuse=*/true);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, CudaRunnerVsCpu,

@@ -3,6 +3,7 @@
 // poisoned with a guard after them:
 // - fp8_gemv (kernels/cuda/gemv.h) for every m in 1..8 on model-sized and awkward shapes, both
 //   output types, with and without bias, against dequantize + kernels::cpu::linear in f32;
+// - fp8_gemv_silu (the SwiGLU epilogue) bit for bit against fp8_gemv then silu_and_mul;
 // - fp8_dequantize (kernels/cuda/fp8.h) bit for bit against bf16(fp8 * factor);
 // - both inside CUDA graph capture; the argument checks.
 // Run: build-*/tests/gpu_fp8_kernels (GPU machine); TACHYON_TEST_SEED=<seed> replays a failure.
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "swiglu_epilogue_check.h"
 #include "tachyon/kernels/cuda/fp8.h"
 #include "tachyon/kernels/cuda/gemv.h"
 #include "tachyon/kernels/linear.h"
@@ -117,6 +119,32 @@ TEST(Fp8Gemv, MatchesDequantizedCpuLinearForEveryRowCount) {
       }
     }
   }
+}
+
+// Llama-3.2-1B's and Llama-3-8B's gate_up, then few rows (warps split k) and k not a multiple of 128.
+TEST(Fp8GemvSilu, EqualsFp8GemvThenSiluAndMulBitForBit) {
+  Stream stream;
+  uint64_t salt = 600;
+  for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{{16384, 2048}, {28672, 4096}, {80, 208}, {208, 1008}}) {
+    const Fp8Operands ops(n, k, ++salt);
+    for (int64_t m = 1; m <= kMaxRows; ++m) {
+      for (const bf16* bias : {static_cast<const bf16*>(nullptr), static_cast<const bf16*>(ops.bias_device.data())}) {
+        SCOPED_TRACE(testing::Message() << "m=" << m << " n=" << n << " k=" << k << " bias=" << (bias != nullptr));
+        gpu_test::expect_swiglu_epilogue_matches_product_then_silu(
+            m, n,
+            [&](bf16* out) {
+              fp8_gemv(out, GemmOutputType::kBF16, ops.in_device.data(), ops.weight_device.data(),
+                       ops.scale_device.data(), bias, m, n, k, stream.stream);
+            },
+            [&](bf16* act) {
+              fp8_gemv_silu(act, ops.in_device.data(), ops.weight_device.data(), ops.scale_device.data(), bias, m, n,
+                            k, stream.stream);
+            });
+      }
+    }
+  }
+  EXPECT_FALSE(fp8_gemv_silu_supports(1, 28680, 4096));
+  EXPECT_FALSE(fp8_gemv_silu_supports(1, 28672, 4104));  // k a multiple of 8, not of 16
 }
 
 TEST(Fp8Dequantize, IsBf16OfTheValueTimesItsFactor) {

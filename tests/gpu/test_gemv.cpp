@@ -1,7 +1,8 @@
 // gemv (kernels/cuda/gemv.h) against its CPU twin kernels::cpu::linear for every m in 1..8 on
 // model-sized and awkward shapes, both output types, with and without bias, outputs poisoned
 // with a guard after them; the argument checks;
-// graph capture. Their timing beside GemmRunner::linear lives in bench/kernels/bench_gemv.cpp.
+// graph capture; gemv_silu (the SwiGLU epilogue) bit for bit against gemv then silu_and_mul.
+// Their timing beside GemmRunner::linear lives in bench/kernels/bench_gemv.cpp.
 // Run: build-*/tests/gpu_gemv (GPU machine); TACHYON_TEST_SEED=<seed> replays a failure.
 #include "tachyon/kernels/cuda/gemv.h"
 
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "swiglu_epilogue_check.h"
 #include "tachyon/kernels/cuda/gemm.h"
 #include "tachyon/kernels/linear.h"
 
@@ -168,6 +170,48 @@ TEST(Gemv, RunsInsideCudaGraphCapture) {
   }
   TACHYON_CUDA_CHECK(cudaGraphExecDestroy(exec));
   TACHYON_CUDA_CHECK(cudaGraphDestroy(graph));
+}
+
+// Llama-3.2-1B's and Llama-3-8B's gate_up, then few rows (warps split k) and k not a multiple
+// of a warp's chunks.
+const std::vector<std::pair<int64_t, int64_t>> kGateUpShapes = {{16384, 2048}, {28672, 4096}, {80, 200}, {208, 1000}};
+
+TEST(GemvSilu, EqualsGemvThenSiluAndMulBitForBit) {
+  Stream stream;
+  uint64_t salt = 400;
+  for (auto [n, k] : kGateUpShapes) {
+    const Operands ops(n, k, ++salt);
+    for (int64_t m = 1; m <= kMaxRows; ++m) {
+      for (bool with_bias : {false, true}) {
+        SCOPED_TRACE(testing::Message() << "m=" << m << " n=" << n << " k=" << k << " bias=" << with_bias);
+        const bf16* bias = with_bias ? ops.bias_device.data() : nullptr;
+        gpu_test::expect_swiglu_epilogue_matches_product_then_silu(
+            m, n,
+            [&](bf16* out) {
+              gemv(out, GemmOutputType::kBF16, ops.in_device.data(), ops.weight_device.data(), bias, m, n, k,
+                   stream.stream);
+            },
+            [&](bf16* act) {
+              gemv_silu(act, ops.in_device.data(), ops.weight_device.data(), bias, m, n, k, stream.stream);
+            });
+      }
+    }
+  }
+}
+
+TEST(GemvSilu, SupportsAndRejectsWithClearMessages) {
+  EXPECT_TRUE(gemv_silu_supports(8, 28672, 4096));
+  EXPECT_FALSE(gemv_silu_supports(1, 28680, 4096));  // 14340 activations: not a multiple of 8
+  EXPECT_FALSE(gemv_silu_supports(9, 28672, 4096));
+  Operands ops(80, 200, 500);
+  DeviceArray<bf16> act(8 * 40);
+  const bf16* in = ops.in_device.data();
+  const bf16* w = ops.weight_device.data();
+  EXPECT_NE(error_of([&] { gemv_silu(act.data(), in, w, nullptr, 1, 72, 200, nullptr); }).find("n=72"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { gemv_silu(act.data(), in + 1, w, nullptr, 1, 80, 200, nullptr); }).find("in ("),
+            std::string::npos);
+  EXPECT_EQ(error_of([&] { gemv_silu(act.data(), in, w, nullptr, 2, 80, 200, nullptr); }), "");
 }
 
 }  // namespace

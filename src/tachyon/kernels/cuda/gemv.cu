@@ -11,6 +11,7 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include "tachyon/kernels/cuda/activation.cuh"
 #include "tachyon/kernels/cuda/bf16_vec.cuh"
 #include "tachyon/kernels/cuda/gemv_common.cuh"
 #include "tachyon/kernels/cuda/pdl.cuh"
@@ -105,29 +106,43 @@ __device__ __forceinline__ void accumulate(float (&acc)[M][R], const uint4 (&w)[
 __device__ __forceinline__ void store(bf16* out, float v) { *out = __float2bfloat16_rn(v); }
 __device__ __forceinline__ void store(float* out, float v) { *out = v; }
 
-// out: [M, n] OutT; in: [M, k] bf16; weight: [n, k] in Format (bf16, or E4M3 with its factors
-// [n, scale_cols]); bias: [n] bf16 or nullptr; k8: 16-byte weight chunks per row, kx: 16-byte input
-// chunks per row (k / 8); split in {1, 2, 4} warps share R rows.
-template <int M, typename OutT, typename Format>
+// out: [M, n] OutT, or (kSilu) [M, n / 2] bf16 activations; in: [M, k] bf16; weight: [n, k] in
+// Format (bf16, or E4M3 with its factors [n, scale_cols]); bias: [n] bf16 or nullptr; k8: 16-byte
+// weight chunks per row, kx: 16-byte input chunks per row (k / 8); split in {1, 2, 4} warps share
+// R rows. A warp's R rows are its row group's R consecutive rows, or with the SwiGLU epilogue
+// (kSilu: weight = [gate rows; up rows]) R / 2 gate rows and the up rows that pair with them (n / 2
+// further on), so one lane holds both sums of an activation. Either way every row's sum is taken
+// in the same order (the lane's chunks in k order, the warp's xor tree, the split warps'
+// partials in order; the split depends on n and k only), so the activations are bit for bit
+// those of this kernel without the epilogue followed by silu_and_mul.
+template <int M, typename OutT, typename Format, bool kSilu>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(OutT* __restrict__ out, const bf16* __restrict__ in,
                                                         const void* __restrict__ weight, Format format,
                                                         const bf16* __restrict__ bias, int n, int k8, int kx,
                                                         int scale_cols, int split) {
   constexpr int R = rows_per_warp<M>();
   constexpr int U = unroll<M>();
+  constexpr int kOutputs = kSilu ? R / 2 : R;  // outputs per row group and input row
   __shared__ float partial[kWarps][M * R];
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int slice = warp % split;
-  const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * (kWarps / split) + warp / split) * R;
+  const int64_t group = static_cast<int64_t>(blockIdx.x) * (kWarps / split) + warp / split;
+  const int n_out = kSilu ? n / 2 : n;
 
-  // Rows past n (the last warp of an awkward n) re-read row n - 1 and are not written.
+  // Outputs past n_out (the last warp of an awkward n) re-read the last row and are not written.
   const uint4* w_rows[R];
   int64_t scale_row[R];  // FP8: the first factor of each row
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    const int64_t row = std::min<int64_t>(row0 + r, n - 1);
+    int64_t row;
+    if constexpr (kSilu) {
+      const int64_t index = std::min<int64_t>(group * kOutputs + r % kOutputs, n_out - 1);
+      row = r >= kOutputs ? n_out + index : index;
+    } else {
+      row = std::min<int64_t>(group * R + r, n - 1);
+    }
     w_rows[r] = reinterpret_cast<const uint4*>(weight) + row * k8;
     scale_row[r] = row * scale_cols;
   }
@@ -195,19 +210,29 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(OutT* __restrict__ out, 
     }
   }
   __syncthreads();
-  if (slice != 0 || lane >= M * R) return;
-  const int m = lane / R;
-  const int64_t row = row0 + lane % R;
-  if (row >= n) return;
-  float sum = 0.0f;
-  for (int s = 0; s < split; ++s) sum += partial[warp + s][lane];
-  if (bias != nullptr) sum += __bfloat162float(bias[row]);
-  store(out + m * static_cast<int64_t>(n) + row, sum);
+  if (slice != 0 || lane >= M * kOutputs) return;
+  const int m = lane / kOutputs, i = lane % kOutputs;
+  const int64_t index = group * kOutputs + i;
+  if (index >= n_out) return;
+  float first = 0.0f, second = 0.0f;  // the sums of row `index` and (kSilu) of its up row
+  for (int s = 0; s < split; ++s) first += partial[warp + s][m * R + i];
+  if (bias != nullptr) first += __bfloat162float(bias[index]);
+  if constexpr (kSilu) {
+    for (int s = 0; s < split; ++s) second += partial[warp + s][m * R + i + kOutputs];
+    if (bias != nullptr) second += __bfloat162float(bias[n_out + index]);
+    // gate and up rounded to bf16 first, as silu_and_mul reads them from the plain product
+    const float gate = __bfloat162float(__float2bfloat16_rn(first));
+    const float up = __bfloat162float(__float2bfloat16_rn(second));
+    store(out + m * static_cast<int64_t>(n_out) + index, silu_mul(gate, up));
+  } else {
+    store(out + m * static_cast<int64_t>(n) + index, first);
+  }
 }
 
+// silu: the SwiGLU epilogue (bf16 output only).
 template <int M, typename Format>
-void launch(void* out, GemmOutputType out_type, const bf16* in, const void* weight, Format format, const bf16* bias,
-            int64_t n, int64_t k, cudaStream_t stream) {
+void launch(void* out, GemmOutputType out_type, bool silu, const bf16* in, const void* weight, Format format,
+            const bf16* bias, int64_t n, int64_t k, cudaStream_t stream) {
   constexpr int R = rows_per_warp<M>();
   constexpr int U = unroll<M>();
   const int64_t k8 = k / Format::kValues;
@@ -223,31 +248,34 @@ void launch(void* out, GemmOutputType out_type, const bf16* in, const void* weig
   int split = 1;  // while the grid is thin and every lane keeps U chunks per row, split k wider
   while (split < kWarps && warps * split < target && k8 >= int64_t{32} * U * split * 2) split *= 2;
   const int64_t rows_per_block = int64_t{R} * (kWarps / split);
-  const unsigned blocks = static_cast<unsigned>((n + rows_per_block - 1) / rows_per_block);
-  if (out_type == GemmOutputType::kBF16) {
-    launch_pdl(gemv_kernel<M, bf16, Format>, dim3(blocks), dim3(kThreads), 0, stream, static_cast<bf16*>(out), in,
-               weight, format, bias, static_cast<int>(n), static_cast<int>(k8), static_cast<int>(kx),
-               static_cast<int>(scale_cols), split);
+  const dim3 blocks(static_cast<unsigned>((n + rows_per_block - 1) / rows_per_block));
+  const int n32 = static_cast<int>(n), k8_32 = static_cast<int>(k8), kx32 = static_cast<int>(kx);
+  const int scale_cols32 = static_cast<int>(scale_cols);
+  if (silu) {
+    launch_pdl(gemv_kernel<M, bf16, Format, true>, blocks, dim3(kThreads), 0, stream, static_cast<bf16*>(out), in,
+               weight, format, bias, n32, k8_32, kx32, scale_cols32, split);
+  } else if (out_type == GemmOutputType::kBF16) {
+    launch_pdl(gemv_kernel<M, bf16, Format, false>, blocks, dim3(kThreads), 0, stream, static_cast<bf16*>(out), in,
+               weight, format, bias, n32, k8_32, kx32, scale_cols32, split);
   } else {
-    launch_pdl(gemv_kernel<M, float, Format>, dim3(blocks), dim3(kThreads), 0, stream, static_cast<float*>(out), in,
-               weight, format, bias, static_cast<int>(n), static_cast<int>(k8), static_cast<int>(kx),
-               static_cast<int>(scale_cols), split);
+    launch_pdl(gemv_kernel<M, float, Format, false>, blocks, dim3(kThreads), 0, stream, static_cast<float*>(out), in,
+               weight, format, bias, n32, k8_32, kx32, scale_cols32, split);
   }
   TACHYON_CUDA_CHECK_LAUNCH();
 }
 
 template <typename Format>
-void launch_rows(int64_t m, void* out, GemmOutputType out_type, const bf16* in, const void* weight, Format format,
-                 const bf16* bias, int64_t n, int64_t k, cudaStream_t stream) {
+void launch_rows(int64_t m, void* out, GemmOutputType out_type, bool silu, const bf16* in, const void* weight,
+                 Format format, const bf16* bias, int64_t n, int64_t k, cudaStream_t stream) {
   switch (m) {
-    case 1: return launch<1>(out, out_type, in, weight, format, bias, n, k, stream);
-    case 2: return launch<2>(out, out_type, in, weight, format, bias, n, k, stream);
-    case 3: return launch<3>(out, out_type, in, weight, format, bias, n, k, stream);
-    case 4: return launch<4>(out, out_type, in, weight, format, bias, n, k, stream);
-    case 5: return launch<5>(out, out_type, in, weight, format, bias, n, k, stream);
-    case 6: return launch<6>(out, out_type, in, weight, format, bias, n, k, stream);
-    case 7: return launch<7>(out, out_type, in, weight, format, bias, n, k, stream);
-    default: return launch<8>(out, out_type, in, weight, format, bias, n, k, stream);
+    case 1: return launch<1>(out, out_type, silu, in, weight, format, bias, n, k, stream);
+    case 2: return launch<2>(out, out_type, silu, in, weight, format, bias, n, k, stream);
+    case 3: return launch<3>(out, out_type, silu, in, weight, format, bias, n, k, stream);
+    case 4: return launch<4>(out, out_type, silu, in, weight, format, bias, n, k, stream);
+    case 5: return launch<5>(out, out_type, silu, in, weight, format, bias, n, k, stream);
+    case 6: return launch<6>(out, out_type, silu, in, weight, format, bias, n, k, stream);
+    case 7: return launch<7>(out, out_type, silu, in, weight, format, bias, n, k, stream);
+    default: return launch<8>(out, out_type, silu, in, weight, format, bias, n, k, stream);
   }
 }
 
@@ -270,7 +298,7 @@ void gemv(void* out, GemmOutputType out_type, const bf16* in, const bf16* weight
       << "gemv: a bias needs bf16 output (m=" << m << " n=" << n << " k=" << k << ")";
   TACHYON_CHECK(aligned16(in)) << "gemv: in (" << in << ") must be 16-byte aligned";
   TACHYON_CHECK(aligned16(weight)) << "gemv: weight (" << weight << ") must be 16-byte aligned";
-  launch_rows(m, out, out_type, in, weight, Bf16Weights{}, bias, n, k, stream);
+  launch_rows(m, out, out_type, /*silu=*/false, in, weight, Bf16Weights{}, bias, n, k, stream);
 }
 
 bool fp8_gemv_supports(int64_t m, int64_t n, int64_t k) {
@@ -288,7 +316,34 @@ void fp8_gemv(void* out, GemmOutputType out_type, const bf16* in, const uint8_t*
   TACHYON_CHECK(aligned16(weight)) << "fp8_gemv: weight (" << static_cast<const void*>(weight)
                                     << ") must be 16-byte aligned";
   TACHYON_CHECK(scale != nullptr) << "fp8_gemv: no factors for the FP8 weight";
-  launch_rows(m, out, out_type, in, weight, Fp8Weights{scale}, bias, n, k, stream);
+  launch_rows(m, out, out_type, /*silu=*/false, in, weight, Fp8Weights{scale}, bias, n, k, stream);
+}
+
+// n / 2 a multiple of 8, as silu_and_mul needs of the activations it would otherwise write.
+bool gemv_silu_supports(int64_t m, int64_t n, int64_t k) { return gemv_supports(m, n, k) && n % 16 == 0; }
+
+bool fp8_gemv_silu_supports(int64_t m, int64_t n, int64_t k) { return fp8_gemv_supports(m, n, k) && n % 16 == 0; }
+
+void gemv_silu(bf16* out, const bf16* in, const bf16* weight, const bf16* bias, int64_t m, int64_t n, int64_t k,
+               cudaStream_t stream) {
+  if (m == 0) return;
+  TACHYON_CHECK(gemv_silu_supports(m, n, k)) << "gemv_silu: unsupported shape m=" << m << " n=" << n << " k=" << k
+                                             << " (needs gemv's shapes and n a multiple of 16)";
+  TACHYON_CHECK(aligned16(in)) << "gemv_silu: in (" << in << ") must be 16-byte aligned";
+  TACHYON_CHECK(aligned16(weight)) << "gemv_silu: weight (" << weight << ") must be 16-byte aligned";
+  launch_rows(m, out, GemmOutputType::kBF16, /*silu=*/true, in, weight, Bf16Weights{}, bias, n, k, stream);
+}
+
+void fp8_gemv_silu(bf16* out, const bf16* in, const uint8_t* weight, const float* scale, const bf16* bias, int64_t m,
+                   int64_t n, int64_t k, cudaStream_t stream) {
+  if (m == 0) return;
+  TACHYON_CHECK(fp8_gemv_silu_supports(m, n, k)) << "fp8_gemv_silu: unsupported shape m=" << m << " n=" << n
+                                                 << " k=" << k << " (needs fp8_gemv's shapes and n a multiple of 16)";
+  TACHYON_CHECK(aligned16(in)) << "fp8_gemv_silu: in (" << in << ") must be 16-byte aligned";
+  TACHYON_CHECK(aligned16(weight)) << "fp8_gemv_silu: weight (" << static_cast<const void*>(weight)
+                                   << ") must be 16-byte aligned";
+  TACHYON_CHECK(scale != nullptr) << "fp8_gemv_silu: no factors for the FP8 weight";
+  launch_rows(m, out, GemmOutputType::kBF16, /*silu=*/true, in, weight, Fp8Weights{scale}, bias, n, k, stream);
 }
 
 }  // namespace tachyon::kernels::cuda

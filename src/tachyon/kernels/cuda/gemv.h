@@ -10,10 +10,11 @@
 // HBM busy, up to 4 warps of a block split k of the same rows and add their partial sums in
 // shared memory: no second pass, no workspace, so a launch is graph-capture safe.
 //
-// The down projection is not fused with its SwiGLU gate: a fused kernel (each warp computing
-// silu(gate) * up for its own chunks) re-read the gate_up rows from L2 once per warp and ran
-// 1.8x (m = 1) to 2.9x (m = 4) slower than silu_and_mul + gemv on an H200 at Llama-3-8B's down
-// projection (bench/results/2026-12-01-gemv-vs-cublaslt-h200.json), so callers run the two.
+// The SwiGLU gate joins the gate_up product (gemv_silu: a warp owns gate rows and the up rows
+// that pair with them, so the activation is its epilogue), not the down projection: a down
+// kernel computing silu(gate) * up for its own chunks re-read the gate_up rows from L2 once per
+// warp and ran 1.8x (m = 1) to 2.9x (m = 4) slower than silu_and_mul + gemv on an H200 at
+// Llama-3-8B's down projection (bench/results/2026-12-01-gemv-vs-cublaslt-h200.json).
 #pragma once
 
 #include <cstdint>
@@ -47,5 +48,19 @@ void gemv(void* out, GemmOutputType out_type, const bf16* in, const bf16* weight
 bool fp8_gemv_supports(int64_t m, int64_t n, int64_t k);
 void fp8_gemv(void* out, GemmOutputType out_type, const bf16* in, const uint8_t* weight, const float* scale,
               const bf16* bias, int64_t m, int64_t n, int64_t k, cudaStream_t stream);
+
+// The gate_up product with SwiGLU as its epilogue: weight [n, k] holds the n / 2 gate rows then
+// the n / 2 up rows (gate_up_proj's layout), bias [n] likewise or nullptr, and
+// out[m, n / 2] = silu(gate) * up, gate and up being the product's bf16 outputs: bit for bit
+// gemv (or fp8_gemv) into [m, n] followed by silu_and_mul (kernels/cuda/activation.h), one launch
+// and one [m, n] round trip fewer. Shapes: those of gemv (fp8_gemv) with n a multiple of 16 (the
+// activations' rows a multiple of 8, as silu_and_mul's). Test: tests/gpu/test_gemv.cpp
+// (GemvSilu.*), tests/gpu/test_fp8_kernels.cpp (Fp8GemvSilu.*).
+bool gemv_silu_supports(int64_t m, int64_t n, int64_t k);
+bool fp8_gemv_silu_supports(int64_t m, int64_t n, int64_t k);
+void gemv_silu(bf16* out, const bf16* in, const bf16* weight, const bf16* bias, int64_t m, int64_t n, int64_t k,
+               cudaStream_t stream);
+void fp8_gemv_silu(bf16* out, const bf16* in, const uint8_t* weight, const float* scale, const bf16* bias, int64_t m,
+                   int64_t n, int64_t k, cudaStream_t stream);
 
 }  // namespace tachyon::kernels::cuda

@@ -1,10 +1,26 @@
 #include "tachyon/model/gpu/dense_mlp.h"
 
+#include <cstdlib>
+#include <string_view>
+
 #include "tachyon/kernels/cuda/activation.h"
 
 namespace tachyon::model::gpu {
 
 namespace kc = kernels::cuda;
+
+namespace {
+
+// TACHYON_SWIGLU_FUSION=0 runs silu_and_mul as its own kernel after every gate_up product: to
+// time the fused epilogue against its absence with one binary, and to rule it out.
+bool swiglu_fusion_enabled() {
+  const char* value = std::getenv("TACHYON_SWIGLU_FUSION");
+  return value == nullptr || std::string_view(value) != "0";
+}
+
+}  // namespace
+
+DenseMlpBlock::DenseMlpBlock(BlockContext& context) : GpuBlock(context), fuse_swiglu_(swiglu_fusion_enabled()) {}
 
 void DenseMlpBlock::plan_workspace(WorkspacePlan& plan) {
   const size_t T = static_cast<size_t>(ctx_.limits.max_tokens), inter = static_cast<size_t>(ctx_.config.intermediate_size);
@@ -31,14 +47,27 @@ void DenseMlpBlock::run_role(LinearRole role, int64_t layer, int64_t m) {
                        m, ctx_.stream);
   } else if (role == LinearRole::kDownWithSilu) {
     kc::silu_and_mul(ws.act, ws.gate_up, m, ctx_.config.intermediate_size, ctx_.stream);
-    ctx_.linear.linear(role, down_shape(), ws.proj, GemmOutputType::kBF16, ws.act, w.down,
-                       ctx_.row_parallel_bias ? w.down_bias : nullptr, m, ctx_.stream);
+    run_down(layer, m);
   }
 }
 
+void DenseMlpBlock::run_down(int64_t layer, int64_t m) {
+  const CudaLayerWeights& w = layer_weights(layer);
+  ctx_.linear.linear(LinearRole::kDownWithSilu, down_shape(), ctx_.ws.proj, GemmOutputType::kBF16, ctx_.ws.act, w.down,
+                     ctx_.row_parallel_bias ? w.down_bias : nullptr, m, ctx_.stream);
+}
+
 void DenseMlpBlock::forward(int64_t layer, const GpuStep& step) {
-  run_role(LinearRole::kGateUp, layer, step.shape.num_tokens);
-  run_role(LinearRole::kDownWithSilu, layer, step.shape.num_tokens);
+  const int64_t m = step.shape.num_tokens;
+  const CudaLayerWeights& w = layer_weights(layer);
+  // At decode sizes the gate_up GEMV writes the activations itself (its SwiGLU epilogue).
+  if (fuse_swiglu_ && ctx_.linear.linear_silu(LinearRole::kGateUp, gate_up_shape(), ctx_.ws.act, ctx_.ws.normed,
+                                              w.gate_up, w.gate_up_bias, m, ctx_.stream)) {
+    run_down(layer, m);
+    return;
+  }
+  run_role(LinearRole::kGateUp, layer, m);
+  run_role(LinearRole::kDownWithSilu, layer, m);
 }
 
 }  // namespace tachyon::model::gpu

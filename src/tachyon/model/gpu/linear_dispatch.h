@@ -68,6 +68,18 @@ class LinearDispatch {
   // A product with no timed role (the indexer's): always cuBLASLt.
   virtual void gemm(void* out, GemmOutputType type, const bf16* in, const bf16* weight, const bf16* bias, int64_t m,
                     int64_t n, int64_t k, cudaStream_t stream) = 0;
+
+  // A gate_up product (weight = [gate rows; up rows]) with SwiGLU as its epilogue:
+  // act [m, shape.n / 2] = silu(gate) * up, bit for bit linear() then silu_and_mul, as one launch
+  // of our GEMV (kernels/cuda/gemv.h gemv_silu) where it serves the role at m rows. Returns false,
+  // having issued nothing, where it does not: the caller runs linear() and silu_and_mul.
+  bool linear_silu(LinearRole role, LinearShape shape, bf16* act, const bf16* in, const LinearWeight& weight,
+                   const bf16* bias, int64_t m, cudaStream_t stream);
+  // linear_silu calls that issued the fused launch so far (for tests: whether the path ran).
+  int64_t swiglu_epilogues() const { return swiglu_epilogues_; }
+
+ private:
+  int64_t swiglu_epilogues_ = 0;
 };
 
 }  // namespace tachyon::model::gpu
