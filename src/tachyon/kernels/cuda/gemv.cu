@@ -137,9 +137,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(OutT* __restrict__ out, 
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     int64_t row;
-    if constexpr (kSilu) {
-      const int64_t index = std::min<int64_t>(group * kOutputs + r % kOutputs, n_out - 1);
-      row = r >= kOutputs ? n_out + index : index;
+    if constexpr (kSilu) {  // n_out is a multiple of 8 (gemv_silu_supports), so no group runs past it
+      row = (r >= kOutputs ? n_out : 0) + static_cast<int>(group) * kOutputs + r % kOutputs;
     } else {
       row = std::min<int64_t>(group * R + r, n - 1);
     }
