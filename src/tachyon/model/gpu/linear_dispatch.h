@@ -71,8 +71,9 @@ class LinearDispatch {
 
   // A gate_up product (weight = [gate rows; up rows]) with SwiGLU as its epilogue:
   // act [m, shape.n / 2] = silu(gate) * up, bit for bit linear() then silu_and_mul, as one launch
-  // of our GEMV (kernels/cuda/gemv.h gemv_silu) where it serves the role at m rows. Returns false,
-  // having issued nothing, where it does not: the caller runs linear() and silu_and_mul.
+  // of our GEMV (kernels/cuda/gemv.h gemv_silu) where it serves the role at m rows and the weight
+  // rows are at most 4 KB (where it was measured to pay). Returns false, having issued nothing,
+  // otherwise: the caller runs linear() and silu_and_mul.
   bool linear_silu(LinearRole role, LinearShape shape, bf16* act, const bf16* in, const LinearWeight& weight,
                    const bf16* bias, int64_t m, cudaStream_t stream);
   // linear_silu calls that issued the fused launch so far (for tests: whether the path ran).
