@@ -1,10 +1,16 @@
-"""server.pd_tensor_parallel: prefill and decode servers of tensor-parallel CPU ranks. A tiny
+"""server.pd_tensor_parallel: prefill and decode servers of tensor-parallel CPU ranks, for a tiny
 DeepSeek-V3 (latent attention: every rank caches whole latent rows, so the KV moves as one rank's
-rows; Llama-3's tokenizer, whose vocabulary divides by --tp 2) served by a --tp 2 prefill server
-and, through two routers, a --tp 2 decode server and a one-rank decode server: 60 greedy requests
-(completions and chat, streamed and not, 1 to 120 words, 1 to 24 tokens out) equal a plain
-one-rank server's text, and each decode server imported every prompt. A dense model's ranks split
-their K/V heads: --role with --tp on it is refused at start-up in one line.
+rows) and a tiny Qwen3 (dense attention: each rank caches its K/V heads, so the rows are joined
+from and split into the ranks' heads), both with Llama-3's tokenizer (whose vocabulary divides by
+--tp 2). For each model, 60 greedy requests (completions and chat, streamed and not, 1 to 120 words, 1 to
+24 tokens out) through a router each:
+- a --tp 2 prefill server with a --tp 2 decode server equal a plain --tp 2 server's text;
+- a --tp 2 prefill server with a one-rank decode server, and a one-rank prefill server with the
+  --tp 2 decode server, equal the plain server of the decode server's ranks, but for at most 3
+  answers that part after their first half: the prompt's KV was computed by ranks whose sums are
+  ordered otherwise than the plain server's, so a late near-tie may go the other way (a decode
+  server writing only rank 0's cache agrees on about 2 of 60);
+and each decode server imported every prompt.
     pd_tensor_parallel.py TACHYON TOKENIZERS_DIR"""
 import os
 import random
@@ -24,34 +30,32 @@ try:
                         os.path.join(tokenizers, "llama3"), "--out", out], check=True, stdout=subprocess.DEVNULL)
         return out
 
-    dense = make("qwen3", "tiny", "dense")
-    run = subprocess.run([tachyon, "serve", dense, "--device", "cpu", "--port", "0", "--tp", "2", "--role", "prefill"],
-                         capture_output=True, text=True, timeout=60)
-    lines = (run.stdout + run.stderr).strip().splitlines()
-    if run.returncode == 0 or not any("this runner cannot move its KV cache" in line for line in lines):
-        sys.exit(f"--role prefill --tp 2 on a dense model: expected a refusal, got {run.returncode}: {lines}")
-    print("refused: " + next(line for line in lines if "cannot move its KV cache" in line))
-    cluster.model = make("deepseek_v3", "tiny-deepseek", "deepseek")
-    prefill = cluster.serve("prefill", "--role", "prefill", "--tp", "2")
-    decoders = {"tp2": cluster.serve("decode-tp2", "--role", "decode", "--tp", "2", "--block-size", "8"),
-                "tp1": cluster.serve("decode-tp1", "--role", "decode", "--block-size", "8")}
-    plain = cluster.serve("plain")
-    rng = random.Random(13)
-    words = "the quick brown fox jumps over a lazy dog while seven tiny robots count prime numbers".split()
+    for arch, preset, name in (("deepseek_v3", "tiny-deepseek", "deepseek"), ("qwen3", "tiny", "dense")):
+        cluster.model = make(arch, preset, name)
+        prefills = {"tp2": cluster.serve(name + "-prefill-tp2", "--role", "prefill", "--tp", "2"),
+                    "tp1": cluster.serve(name + "-prefill-tp1", "--role", "prefill")}
+        decoders = {"tp2": cluster.serve(name + "-decode-tp2", "--role", "decode", "--tp", "2", "--block-size", "8"),
+                    "tp1": cluster.serve(name + "-decode-tp1", "--role", "decode", "--block-size", "8")}
+        plains = {"tp2": cluster.serve(name + "-plain-tp2", "--tp", "2"), "tp1": cluster.serve(name + "-plain-tp1")}
+        rng = random.Random(13)
+        words = "the quick brown fox jumps over a lazy dog while seven tiny robots count prime numbers".split()
 
-    def request(i):
-        return greedy_request(i, " ".join(rng.choice(words) for _ in range(1 + rng.randrange(120))),
-                              1 + rng.randrange(24))
+        def request(i):
+            return greedy_request(i, " ".join(rng.choice(words) for _ in range(1 + rng.randrange(120))),
+                                  1 + rng.randrange(24))
 
-    requests = [request(i) for i in range(count)]
-    want = answers(plain.url, requests)
-    for name, decode in decoders.items():
-        router = cluster.router([prefill], [decode], name="router-" + name)
-        expect_same_answers(f"prefill tp2 -> decode {name}", answers(router.url, requests), want)
-        imports = metric(decode.url, "tachyon:kv_transfer_imports_total")
-        print(f"decode {name}: {imports:.0f} prompts imported")
-        if imports != count:
-            sys.exit(f"decode {name}: every request should decode from pulled KV")
+        requests = [request(i) for i in range(count)]
+        want = {ranks: answers(plain.url, requests) for ranks, plain in plains.items()}
+        for route in (("tp2", "tp2"), ("tp2", "tp1"), ("tp1", "tp2")):
+            prefill, decode = prefills[route[0]], decoders[route[1]]
+            before = metric(decode.url, "tachyon:kv_transfer_imports_total")
+            router = cluster.router([prefill], [decode], name=f"router-{name}-{route[0]}-{route[1]}")
+            expect_same_answers(f"{name}: prefill {route[0]} -> decode {route[1]}", answers(router.url, requests),
+                                want[route[1]], near_ties=0 if route[0] == route[1] else 3)
+            imports = metric(decode.url, "tachyon:kv_transfer_imports_total") - before
+            print(f"{name}: prefill {route[0]} -> decode {route[1]}: {imports:.0f} prompts imported")
+            if imports != count:
+                sys.exit(f"{name}: decode {route[1]}: every request should decode from pulled KV")
     print("pd_tensor_parallel: all checks passed")
 finally:
     cluster.close()

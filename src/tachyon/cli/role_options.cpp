@@ -72,9 +72,10 @@ void check_role_options(const server::ServingOptions& serving) {
         << "--role decode with --speculative-method mtp: an imported prompt brings no hidden states for the MTP "
            "modules (n-gram and draft-model drafts are verified)";
   }
-  // Tensor-parallel CPU ranks of a latent-attention model move their KV as one rank's rows
-  // (runner/replicated_kv_rows.h, tests/server/pd_tensor_parallel.py); the server refuses other
-  // models at start-up. GPU ranks and several nodes have no PD test.
+  // Tensor-parallel CPU ranks move their KV as one rank's rows: a latent-attention model's ranks
+  // each hold them whole (runner/replicated_kv_rows.h), a dense model's their K/V heads
+  // (runner/sharded_kv_rows.h); tests/server/pd_tensor_parallel.py. GPU ranks and several nodes
+  // have no PD test.
   TACHYON_CHECK(engine.device.nnodes == 1 &&
                 (engine.device.tensor_parallel_size == 1 || engine.device.kind == "cpu"))
       << "--role with tensor parallelism runs on CPU thread ranks of one node only (untested elsewhere)";
@@ -83,6 +84,8 @@ void check_role_options(const server::ServingOptions& serving) {
   TACHYON_CHECK(engine.device.data_parallel_size == 1 && engine.device.decode_context_parallel_size == 1 &&
                 engine.device.prefill_context_parallel_size == 1)
       << "--role cannot be combined with --dp, --dcp or --pcp (untested)";
+  TACHYON_CHECK(!engine.device.enable_expert_parallel && !engine.device.enable_two_batch_overlap)
+      << "--role cannot be combined with --enable-expert-parallel or --enable-two-batch-overlap (untested)";
   // The CUDA runner schedules asynchronously by default, and the GPU suite ran so; the CPU suite
   // ran synchronously.
   TACHYON_CHECK(engine.device.kind == "cuda" || engine.device.async_scheduling != core::AsyncScheduling::kOn)

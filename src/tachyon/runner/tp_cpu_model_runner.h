@@ -29,6 +29,7 @@
 #include "tachyon/runner/model_runner.h"
 #include "tachyon/runner/paged_attention_backend.h"
 #include "tachyon/runner/replicated_kv_rows.h"
+#include "tachyon/runner/sharded_kv_rows.h"
 #include "tachyon/runner/rank_workers.h"
 #include "tachyon/runner/tbo_rank_step.h"
 
@@ -50,7 +51,8 @@ class TpCpuModelRunner : public SynchronousModelRunner {
   int64_t vocab_size() const override { return vocab_size_; }
   // Prefill/decode disaggregation: a latent-attention model's ranks each cache the whole latent
   // row (and index key) of every token, so its KV moves as one rank's rows (replicated_kv_rows.h);
-  // null for per-head K/V (split over the ranks) and with DCP (split by token).
+  // a dense model's ranks each cache their K/V heads, so its rows are joined from and split into
+  // the ranks' heads (sharded_kv_rows.h); null with DCP (split by token).
   KvRowAccess* kv_rows() override { return kv_rows_.get(); }
   int tp_size() const { return world_.size(); }
   bool two_batch_overlap() const { return tbo_.enabled; }

@@ -55,11 +55,7 @@ ServingContext::ServingContext(const ServingOptions& options) {
   if (!options.role.empty()) {
     // Refused at start-up rather than on the first request: a role server exists to move KV.
     TACHYON_CHECK(loaded.runner->kv_rows() != nullptr)
-        << "--role " << options.role << ": this runner cannot move its KV cache"
-        << (engine_config.device.tensor_parallel_size > 1
-                ? " (tensor-parallel ranks move it for latent-attention models only, whose every rank caches "
-                  "whole latent rows; " + model_config.architecture + " splits its K/V heads over the ranks)"
-                : "");
+        << "--role " << options.role << ": this runner cannot move its KV cache";
     loaded.runner = app::with_kv_transport(std::move(loaded.runner), options.kv_transport);
   }
   engine_ = std::make_unique<engine::EngineCore>(engine_config, std::move(loaded.runner), std::move(loaded.drafter));
