@@ -1,15 +1,17 @@
 """server.pd_tensor_parallel: prefill and decode servers of tensor-parallel CPU ranks, for a tiny
 DeepSeek-V3 (latent attention: every rank caches whole latent rows, so the KV moves as one rank's
-rows) and a tiny Qwen3 (dense attention: each rank caches its K/V heads, so the rows are joined
-from and split into the ranks' heads), both with Llama-3's tokenizer (whose vocabulary divides by
---tp 2). For each model, 60 greedy requests (completions and chat, streamed and not, 1 to 120 words, 1 to
-24 tokens out) through a router each:
-- a --tp 2 prefill server with a --tp 2 decode server equal a plain --tp 2 server's text;
-- a --tp 2 prefill server with a one-rank decode server, and a one-rank prefill server with the
-  --tp 2 decode server, equal the plain server of the decode server's ranks, but for at most 3
-  answers that part after their first half: the prompt's KV was computed by ranks whose sums are
-  ordered otherwise than the plain server's, so a late near-tie may go the other way (a decode
-  server writing only rank 0's cache agrees on about 2 of 60);
+rows; with --dcp 2 each rank caches its tokens' rows, joined and split by token) and a tiny Qwen3
+(dense attention: each rank caches its K/V heads, so the rows are joined from and split into the
+ranks' heads), both with Llama-3's tokenizer (whose vocabulary divides by --tp 2). For each
+model, 60 greedy requests (completions and chat, streamed and not, 1 to 120 words, 1 to 24
+tokens out) through a router per route:
+- a prefill and a decode server of the same layout (--tp 2; DeepSeek also --tp 2 --dcp 2 with
+  interleave 2) equal a plain server of that layout;
+- a --tp 2 (or --dcp 2) prefill server with a one-rank decode server, and a one-rank prefill
+  server with the --tp 2 (or --dcp 2) decode server, equal the plain server of the decode server's
+  layout, but for at most 3 answers that part after their first half: the prompt's KV was
+  computed by ranks whose sums are ordered otherwise than the plain server's, so a late near-tie
+  may go the other way (a decode server writing only rank 0's cache agrees on about 2 of 60);
 and each decode server imported every prompt.
     pd_tensor_parallel.py TACHYON TOKENIZERS_DIR"""
 import os
@@ -30,13 +32,18 @@ try:
                         os.path.join(tokenizers, "llama3"), "--out", out], check=True, stdout=subprocess.DEVNULL)
         return out
 
-    for arch, preset, name in (("deepseek_v3", "tiny-deepseek", "deepseek"), ("qwen3", "tiny", "dense")):
+    # Each model's layouts, and the routes between them (prefill layout, decode layout).
+    dcp = ["--tp", "2", "--dcp", "2", "--dcp-kv-cache-interleave-size", "2"]
+    models = (("deepseek_v3", "tiny-deepseek", "deepseek", {"tp2": ["--tp", "2"], "tp1": [], "dcp2": dcp},
+               (("tp2", "tp2"), ("tp2", "tp1"), ("tp1", "tp2"), ("dcp2", "dcp2"), ("dcp2", "tp1"), ("tp1", "dcp2"))),
+              ("qwen3", "tiny", "dense", {"tp2": ["--tp", "2"], "tp1": []}, (("tp2", "tp2"), ("tp2", "tp1"), ("tp1", "tp2"))))
+    for arch, preset, name, layouts, routes in models:
         cluster.model = make(arch, preset, name)
-        prefills = {"tp2": cluster.serve(name + "-prefill-tp2", "--role", "prefill", "--tp", "2"),
-                    "tp1": cluster.serve(name + "-prefill-tp1", "--role", "prefill")}
-        decoders = {"tp2": cluster.serve(name + "-decode-tp2", "--role", "decode", "--tp", "2", "--block-size", "8"),
-                    "tp1": cluster.serve(name + "-decode-tp1", "--role", "decode", "--block-size", "8")}
-        plains = {"tp2": cluster.serve(name + "-plain-tp2", "--tp", "2"), "tp1": cluster.serve(name + "-plain-tp1")}
+        prefills = {ranks: cluster.serve(f"{name}-prefill-{ranks}", "--role", "prefill", *args)
+                    for ranks, args in layouts.items()}
+        decoders = {ranks: cluster.serve(f"{name}-decode-{ranks}", "--role", "decode", "--block-size", "8", *args)
+                    for ranks, args in layouts.items()}
+        plains = {ranks: cluster.serve(f"{name}-plain-{ranks}", *args) for ranks, args in layouts.items()}
         rng = random.Random(13)
         words = "the quick brown fox jumps over a lazy dog while seven tiny robots count prime numbers".split()
 
@@ -46,7 +53,7 @@ try:
 
         requests = [request(i) for i in range(count)]
         want = {ranks: answers(plain.url, requests) for ranks, plain in plains.items()}
-        for route in (("tp2", "tp2"), ("tp2", "tp1"), ("tp1", "tp2")):
+        for route in routes:
             prefill, decode = prefills[route[0]], decoders[route[1]]
             before = metric(decode.url, "tachyon:kv_transfer_imports_total")
             router = cluster.router([prefill], [decode], name=f"router-{name}-{route[0]}-{route[1]}")

@@ -39,14 +39,14 @@ TpCpuModelRunner::TpCpuModelRunner(const model::ModelWeights& full, int tp_size,
     ranks_.push_back(std::make_unique<Rank>(world_, r, std::move(shard), num_blocks, block_size / dcp.size,
                                             fp8_kv_cache, dcp_world, r % dcp.size));
   }
-  if (dcp.size == 1) {
-    std::vector<PagedKvCache*> caches;
-    for (const std::unique_ptr<Rank>& rank : ranks_) caches.push_back(&rank->cache);
-    if (!ranks_.front()->cache.latents.empty()) {
-      kv_rows_ = std::make_unique<ReplicatedKvRowAccess>(caches);
-    } else {
-      kv_rows_ = std::make_unique<ShardedKvRowAccess>(caches, kv_head_begin, full.config.num_key_value_heads);
-    }
+  std::vector<PagedKvCache*> caches;
+  for (const std::unique_ptr<Rank>& rank : ranks_) caches.push_back(&rank->cache);
+  if (dcp.size > 1) {
+    kv_rows_ = std::make_unique<DcpKvRowAccess>(caches, dcp);
+  } else if (!ranks_.front()->cache.latents.empty()) {
+    kv_rows_ = std::make_unique<ReplicatedKvRowAccess>(caches);
+  } else {
+    kv_rows_ = std::make_unique<ShardedKvRowAccess>(caches, kv_head_begin, full.config.num_key_value_heads);
   }
 }
 
