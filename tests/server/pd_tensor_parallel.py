@@ -6,7 +6,8 @@ ranks' heads), both with Llama-3's tokenizer (whose vocabulary divides by --tp 2
 model, 60 greedy requests (completions and chat, streamed and not, 1 to 120 words, 1 to 24
 tokens out) through a router per route:
 - a prefill and a decode server of the same layout (--tp 2; DeepSeek also --tp 2 --dcp 2 with
-  interleave 2) equal a plain server of that layout;
+  interleave 2) equal a plain server of that layout, also with the decode server verifying n-gram
+  drafts (--tp 2 for Qwen3, --dcp 2 for DeepSeek; some accepted);
 - a --tp 2 (or --dcp 2) prefill server with a one-rank decode server, and a one-rank prefill
   server with the --tp 2 (or --dcp 2) decode server, equal the plain server of the decode server's
   layout, but for at most 3 answers that part after their first half: the prompt's KV was
@@ -32,17 +33,24 @@ try:
                         os.path.join(tokenizers, "llama3"), "--out", out], check=True, stdout=subprocess.DEVNULL)
         return out
 
-    # Each model's layouts, and the routes between them (prefill layout, decode layout).
+    # Each model's layouts, and the routes between them (prefill layout, decode layout); a decode
+    # layout "X+ngram" is X verifying n-gram drafts, compared with the plain X server.
     dcp = ["--tp", "2", "--dcp", "2", "--dcp-kv-cache-interleave-size", "2"]
+    ngram = ["--speculative-method", "ngram", "--num-speculative-tokens", "3", "--ngram-min", "1", "--ngram-max", "2"]
     models = (("deepseek_v3", "tiny-deepseek", "deepseek", {"tp2": ["--tp", "2"], "tp1": [], "dcp2": dcp},
-               (("tp2", "tp2"), ("tp2", "tp1"), ("tp1", "tp2"), ("dcp2", "dcp2"), ("dcp2", "tp1"), ("tp1", "dcp2"))),
-              ("qwen3", "tiny", "dense", {"tp2": ["--tp", "2"], "tp1": []}, (("tp2", "tp2"), ("tp2", "tp1"), ("tp1", "tp2"))))
+               (("tp2", "tp2"), ("tp2", "tp1"), ("tp1", "tp2"), ("dcp2", "dcp2"), ("dcp2", "tp1"), ("tp1", "dcp2"),
+                ("dcp2", "dcp2+ngram"))),
+              ("qwen3", "tiny", "dense", {"tp2": ["--tp", "2"], "tp1": []},
+               (("tp2", "tp2"), ("tp2", "tp1"), ("tp1", "tp2"), ("tp2", "tp2+ngram"))))
     for arch, preset, name, layouts, routes in models:
         cluster.model = make(arch, preset, name)
         prefills = {ranks: cluster.serve(f"{name}-prefill-{ranks}", "--role", "prefill", *args)
                     for ranks, args in layouts.items()}
         decoders = {ranks: cluster.serve(f"{name}-decode-{ranks}", "--role", "decode", "--block-size", "8", *args)
                     for ranks, args in layouts.items()}
+        for ranks in {decode for _, decode in routes if decode.endswith("+ngram")}:
+            decoders[ranks] = cluster.serve(f"{name}-decode-{ranks}", "--role", "decode", "--block-size", "8",
+                                            *layouts[ranks.split("+")[0]], *ngram)
         plains = {ranks: cluster.serve(f"{name}-plain-{ranks}", *args) for ranks, args in layouts.items()}
         rng = random.Random(13)
         words = "the quick brown fox jumps over a lazy dog while seven tiny robots count prime numbers".split()
@@ -57,12 +65,18 @@ try:
             prefill, decode = prefills[route[0]], decoders[route[1]]
             before = metric(decode.url, "tachyon:kv_transfer_imports_total")
             router = cluster.router([prefill], [decode], name=f"router-{name}-{route[0]}-{route[1]}")
+            layout = route[1].split("+")[0]
             expect_same_answers(f"{name}: prefill {route[0]} -> decode {route[1]}", answers(router.url, requests),
-                                want[route[1]], near_ties=0 if route[0] == route[1] else 3)
+                                want[layout], near_ties=0 if route[0] == layout else 3)
             imports = metric(decode.url, "tachyon:kv_transfer_imports_total") - before
             print(f"{name}: prefill {route[0]} -> decode {route[1]}: {imports:.0f} prompts imported")
             if imports != count:
                 sys.exit(f"{name}: decode {route[1]}: every request should decode from pulled KV")
+            if route[1].endswith("+ngram"):
+                accepted = metric(decode.url, "tachyon:spec_decode_num_accepted_tokens_total")
+                print(f"{name}: decode {route[1]}: {accepted:.0f} draft tokens accepted")
+                if not accepted:
+                    sys.exit(f"{name}: decode {route[1]} accepted no draft token")
     print("pd_tensor_parallel: all checks passed")
 finally:
     cluster.close()
