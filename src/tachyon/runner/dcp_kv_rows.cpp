@@ -36,8 +36,7 @@ void DcpKvRowAccess::for_each_token(size_t r, int64_t num_tokens, const Copy& co
 }
 
 void DcpKvRowAccess::gather(std::span<const int32_t> block_table, int64_t num_tokens, std::span<float> out) const {
-  TACHYON_CHECK(static_cast<int64_t>(out.size()) == num_tokens * values_per_token())
-      << "a KV row buffer of " << out.size() << " values for " << num_tokens << " tokens of " << values_per_token();
+  check_row_buffer(*this, num_tokens, out.size());
   for (size_t r = 0; r < static_cast<size_t>(dcp_.size); ++r) {  // the first group holds every token once
     std::vector<float> rank_rows(static_cast<size_t>(layout(r).local_count(num_tokens) * values_per_token()));
     ranks_[r].gather(block_table, layout(r).local_count(num_tokens), rank_rows);
@@ -49,8 +48,7 @@ void DcpKvRowAccess::gather(std::span<const int32_t> block_table, int64_t num_to
 
 void DcpKvRowAccess::scatter(std::span<const int32_t> block_table, int64_t num_tokens,
                              std::span<const float> rows) {
-  TACHYON_CHECK(static_cast<int64_t>(rows.size()) == num_tokens * values_per_token())
-      << "a KV row buffer of " << rows.size() << " values for " << num_tokens << " tokens of " << values_per_token();
+  check_row_buffer(*this, num_tokens, rows.size());
   for (size_t r = 0; r < ranks_.size(); ++r) {
     std::vector<float> rank_rows(static_cast<size_t>(layout(r).local_count(num_tokens) * values_per_token()));
     for_each_token(r, num_tokens, [&](int64_t rank_at, int64_t full_at, int64_t count) {

@@ -6,6 +6,11 @@
 
 namespace tachyon::runner {
 
+void check_row_buffer(const KvRowAccess& rows, int64_t num_tokens, size_t values) {
+  TACHYON_CHECK(static_cast<int64_t>(values) == num_tokens * rows.values_per_token())
+      << "a KV row buffer of " << values << " values for " << num_tokens << " tokens of " << rows.values_per_token();
+}
+
 PagedKvRowAccess::PagedKvRowAccess(PagedKvCache& cache) : cache_(cache) {}
 
 // Every non-empty plane in a fixed order: both sides of a transfer list them the same way for
@@ -42,8 +47,7 @@ void PagedKvRowAccess::check_span(std::span<const int32_t> block_table, int64_t 
   for (int32_t block : block_table) {
     TACHYON_CHECK(block >= 0 && block < cache_.num_blocks) << "KV block " << block << " outside the cache";
   }
-  TACHYON_CHECK(static_cast<int64_t>(values) == num_tokens * values_per_token())
-      << "a KV row buffer of " << values << " values for " << num_tokens << " tokens of " << values_per_token();
+  check_row_buffer(*this, num_tokens, values);
 }
 
 void PagedKvRowAccess::gather(std::span<const int32_t> block_table, int64_t num_tokens, std::span<float> out) const {

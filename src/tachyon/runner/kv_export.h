@@ -18,6 +18,9 @@
 
 namespace tachyon::runner {
 
+// Throws Error unless a row buffer of `values` holds exactly num_tokens of `rows`' rows.
+void check_row_buffer(const KvRowAccess& rows, int64_t num_tokens, size_t values);
+
 // The CPU runner's paged cache (host memory: gather and scatter are copies).
 class PagedKvRowAccess : public KvRowAccess {
  public:

@@ -64,8 +64,7 @@ void ShardedKvRowAccess::for_each_head(size_t r, int64_t num_tokens, const Copy&
 
 void ShardedKvRowAccess::gather(std::span<const int32_t> block_table, int64_t num_tokens,
                                 std::span<float> out) const {
-  TACHYON_CHECK(static_cast<int64_t>(out.size()) == num_tokens * values_per_token())
-      << "a KV row buffer of " << out.size() << " values for " << num_tokens << " tokens of " << values_per_token();
+  check_row_buffer(*this, num_tokens, out.size());
   std::vector<float> rank_rows(static_cast<size_t>(num_tokens * ranks_.front().values_per_token()));
   for (size_t r = 0; r < ranks_.size(); ++r) {
     ranks_[r].gather(block_table, num_tokens, rank_rows);
@@ -78,8 +77,7 @@ void ShardedKvRowAccess::gather(std::span<const int32_t> block_table, int64_t nu
 
 void ShardedKvRowAccess::scatter(std::span<const int32_t> block_table, int64_t num_tokens,
                                  std::span<const float> rows) {
-  TACHYON_CHECK(static_cast<int64_t>(rows.size()) == num_tokens * values_per_token())
-      << "a KV row buffer of " << rows.size() << " values for " << num_tokens << " tokens of " << values_per_token();
+  check_row_buffer(*this, num_tokens, rows.size());
   std::vector<float> rank_rows(static_cast<size_t>(num_tokens * ranks_.front().values_per_token()));
   for (size_t r = 0; r < ranks_.size(); ++r) {
     for_each_head(r, num_tokens, [&](int64_t, int64_t rank_at, int64_t full_at, int64_t count) {
