@@ -1,15 +1,17 @@
 """server.pd_tensor_parallel: prefill and decode servers of tensor-parallel CPU ranks, for a tiny
 DeepSeek-V3 (latent attention: every rank caches whole latent rows, so the KV moves as one rank's
-rows; with --dcp 2 each rank caches its tokens' rows, joined and split by token) and a tiny Qwen3
+rows; with --dcp 2 each rank caches its tokens' rows, joined and split by token; with --dp 2 each
+replica caches its own sequences, and the decode server spreads the imported prompts over both
+replicas, checked in its placement record) and a tiny Qwen3
 (dense attention: each rank caches its K/V heads, so the rows are joined from and split into the
 ranks' heads), both with Llama-3's tokenizer (whose vocabulary divides by --tp 2). For each
 model, 60 greedy requests (completions and chat, streamed and not, 1 to 120 words, 1 to 24
 tokens out) through a router per route:
 - a prefill and a decode server of the same layout (--tp 2; DeepSeek also --tp 2 --dcp 2 with
-  interleave 2) equal a plain server of that layout, also with the decode server verifying n-gram
+  interleave 2, and --dp 2) equal a plain server of that layout, also with the decode server verifying n-gram
   drafts (--tp 2 for Qwen3, --dcp 2 for DeepSeek; some accepted);
-- a --tp 2 (or --dcp 2) prefill server with a one-rank decode server, and a one-rank prefill
-  server with the --tp 2 (or --dcp 2) decode server, equal the plain server of the decode server's
+- a --tp 2 (or --dcp 2, --dp 2) prefill server with a one-rank decode server, and a one-rank
+  prefill server with the --tp 2 (or --dcp 2, --dp 2) decode server, equal the plain server of the decode server's
   layout, but for at most 3 answers that part after their first half: the prompt's KV was
   computed by ranks whose sums are ordered otherwise than the plain server's, so a late near-tie
   may go the other way (a decode server writing only rank 0's cache agrees on about 2 of 60);
@@ -17,6 +19,8 @@ and each decode server imported every prompt.
     pd_tensor_parallel.py TACHYON TOKENIZERS_DIR"""
 import os
 import random
+import re
+import signal
 import subprocess
 import sys
 from pd_cluster import DEVICE, Cluster, answers, expect_same_answers, greedy_request, metric
@@ -37,9 +41,10 @@ try:
     # layout "X+ngram" is X verifying n-gram drafts, compared with the plain X server.
     dcp = ["--tp", "2", "--dcp", "2", "--dcp-kv-cache-interleave-size", "2"]
     ngram = ["--speculative-method", "ngram", "--num-speculative-tokens", "3", "--ngram-min", "1", "--ngram-max", "2"]
-    models = (("deepseek_v3", "tiny-deepseek", "deepseek", {"tp2": ["--tp", "2"], "tp1": [], "dcp2": dcp},
+    models = (("deepseek_v3", "tiny-deepseek", "deepseek",
+               {"tp2": ["--tp", "2"], "tp1": [], "dcp2": dcp, "dp2": ["--dp", "2"]},
                (("tp2", "tp2"), ("tp2", "tp1"), ("tp1", "tp2"), ("dcp2", "dcp2"), ("dcp2", "tp1"), ("tp1", "dcp2"),
-                ("dcp2", "dcp2+ngram"))),
+                ("dcp2", "dcp2+ngram"), ("dp2", "dp2"), ("dp2", "tp1"), ("tp1", "dp2"))),
               ("qwen3", "tiny", "dense", {"tp2": ["--tp", "2"], "tp1": []},
                (("tp2", "tp2"), ("tp2", "tp1"), ("tp1", "tp2"), ("tp2", "tp2+ngram"))))
     for arch, preset, name, layouts, routes in models:
@@ -77,6 +82,13 @@ try:
                 print(f"{name}: decode {route[1]}: {accepted:.0f} draft tokens accepted")
                 if not accepted:
                     sys.exit(f"{name}: decode {route[1]} accepted no draft token")
+        if "dp2" in decoders:  # the imported prompts were spread over both replicas
+            decoders["dp2"].kill(signal.SIGTERM)
+            log = open(decoders["dp2"].log_path).read()
+            placed = re.search(r"imported prompt tokens per replica: (\d+) (\d+)", log)
+            print(f"{name}: decode dp2: imported prompt tokens per replica: {placed and placed.groups()}")
+            if not placed or int(placed.group(1)) == 0 or int(placed.group(2)) == 0:
+                sys.exit(f"{name}: decode dp2 should import prompts into both replicas:\n{log[-2000:]}")
     print("pd_tensor_parallel: all checks passed")
 finally:
     cluster.close()

@@ -47,8 +47,7 @@ refused() {  # expected message, serve args...
 refused "--role needs --device cpu or cuda" --role prefill
 refused "--role on cuda needs a bf16 KV cache" --device cuda --role prefill --kv-cache-dtype fp8
 refused "drafts belong to decoding" --device cpu --role prefill --speculative-method ngram --num-speculative-tokens 2
-refused "--role cannot be combined with --dp or --pcp" --device cpu --role prefill --dp 2
-refused "--role cannot be combined with --dp or --pcp" --device cpu --role prefill --pcp 2
+refused "--role cannot be combined with --pcp" --device cpu --role prefill --pcp 2
 refused "--role cannot be combined with --enable-expert-parallel" --device cpu --role prefill --tp 2 --enable-expert-parallel
 refused "--role cannot be combined with --enable-expert-parallel" --device cpu --role decode --tp 2 --enable-two-batch-overlap
 serve prefill --role prefill

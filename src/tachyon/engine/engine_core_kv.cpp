@@ -212,7 +212,13 @@ void EngineCore::start_pending_imports() {
     Sequence& sequence = *it->second;
     // An import whose copy runs holds its slot as a running sequence does.
     if (scheduler_.num_running() + copies_in_flight_ >= config_.scheduler.max_num_seqs) return;
-    if (!kv_.allocate(sequence.block_table, {}, sequence.num_prompt_tokens)) return;
+    // Into the pool a fresh sequence would start in (with data-parallel replicas: the least
+    // busy one with room), so imported prompts spread over the replicas.
+    bool allocated = false;
+    for (int32_t pool : scheduler_.pool_order(sequence)) {
+      if ((allocated = kv_.allocate(sequence.block_table, {}, sequence.num_prompt_tokens, pool))) break;
+    }
+    if (!allocated) return;
     const std::shared_ptr<const KvPayload> payload = next.payload;
     pending_imports_.pop_front();
     start_imported(sequence, payload);

@@ -134,10 +134,8 @@ int64_t Scheduler::drafts_to_schedule(const Sequence& sequence, int64_t budget) 
   return std::max<int64_t>(k, 0);
 }
 
-// The KV pools (data-parallel replicas; one for a plain engine) a waiting sequence may start in,
-// best first: the pool caching the longest prefix of it (its K/V is there: a prefix hit, an
-// n > 1 sibling, a resumed sequence), then the one running the fewest sequences, then the one
-// with the most free blocks, then the lowest index. admit() takes the first where it fits.
+// The longest cached prefix first: its K/V is there (a prefix hit, an n > 1 sibling, a resumed
+// sequence); ties go to the lowest index.
 std::vector<int32_t> Scheduler::pool_order(const Sequence& sequence) const {
   const int32_t pools = kv_.num_pools();
   std::vector<int32_t> order(static_cast<size_t>(pools));

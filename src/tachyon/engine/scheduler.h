@@ -45,6 +45,11 @@ class Scheduler {
   // as if this scheduler had computed the prompt. False when that token already finishes it
   // (its blocks are then freed).
   bool add_imported(Sequence* sequence);
+  // The KV pools (data-parallel replicas; one for a plain engine) a sequence may start in, best
+  // first: the pool caching the longest prefix of it, then the one running the fewest sequences,
+  // then the one with the most free blocks. admit() takes the first where it fits; an imported
+  // prompt's blocks are allocated the same way (EngineCore::start_pending_imports).
+  std::vector<int32_t> pool_order(const Sequence& sequence) const;
   // Removes the sequence wherever it is and frees its blocks; marks it finished (abort).
   void abort(Sequence* sequence);
 
@@ -78,7 +83,6 @@ class Scheduler {
   bool allocate_or_preempt(Sequence& sequence, int64_t num_new, core::StepPlan& plan);
   Sequence* pick_victim(Sequence& asking, const core::StepPlan& plan) const;
   void preempt(Sequence& sequence, core::StepPlan& plan);
-  std::vector<int32_t> pool_order(const Sequence& sequence) const;
   bool admit(Sequence& sequence, int64_t& budget, core::StepPlan& plan);
   void append_to_plan(Sequence& sequence, int64_t num_new, core::StepPlan& plan, int64_t num_drafts = 0);
   void check_stop(Sequence& sequence);

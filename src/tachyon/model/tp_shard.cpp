@@ -156,6 +156,10 @@ std::string cuda_tp_unsupported_reason(const ModelConfig& c, int tp, bool expert
          why + "; use a smaller --tp on the GPU, or --device cpu";
 }
 
+int64_t kv_head_begin(const ModelConfig& config, int tp_rank, int tp_size) {
+  return tp_rank * config.num_key_value_heads / tp_size;
+}
+
 ModelConfig tp_rank_config(const ModelConfig& config, int tp, bool expert_parallel) {
   check_tp_size(config, tp, expert_parallel);
   ModelConfig c = config;
@@ -203,7 +207,7 @@ BasicTpShard<T> shard_with_experts(const BasicModelWeights<T>& full, int tp_rank
   const int64_t hidden = c.hidden_size, hd = c.head_dim, inter = c.intermediate_size;
   const int64_t head_begin = tp_rank * rc.num_attention_heads, vd = c.value_head_dim();
   const int64_t q_begin = head_begin * hd;  // first q row
-  shard.kv_head_begin = tp_rank * c.num_key_value_heads / tp_size;  // split, or replicated when tp > KV
+  shard.kv_head_begin = kv_head_begin(c, tp_rank, tp_size);
   const int64_t kv_begin = shard.kv_head_begin * hd;
   const int64_t i_begin = tp_rank * rc.intermediate_size;
   shard.vocab_rows = c.vocab_size / tp_size;

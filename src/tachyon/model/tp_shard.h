@@ -79,6 +79,10 @@ void check_dp_size(const ModelConfig& config, int dp, int tp);
 // and moe_intermediate_size unless expert_parallel (num_experts stays: the router's width).
 ModelConfig tp_rank_config(const ModelConfig& config, int tp_size, bool expert_parallel = false);
 
+// The first full-model K/V head tensor-parallel rank tp_rank of tp_size keeps: the heads split
+// evenly, or (more ranks than heads) one head shared by tp_size / heads consecutive ranks.
+int64_t kv_head_begin(const ModelConfig& config, int tp_rank, int tp_size);
+
 // Copies rank tp_rank's part of `full` (checked with check_tp_size first); f32 or bf16.
 template <typename T>
 BasicTpShard<T> shard_weights(const BasicModelWeights<T>& full, int tp_rank, int tp_size,

@@ -7,6 +7,7 @@
 #include "tachyon/base/check.h"
 #include "tachyon/model/tp_shard.h"
 #include "tachyon/runner/plan_sampling.h"
+#include "tachyon/runner/tp_kv_rows.h"
 
 namespace tachyon::runner {
 
@@ -29,6 +30,13 @@ DpCpuModelRunner::DpCpuModelRunner(const model::ModelWeights& full, int dp_size,
   for (int g = 0; g < dp_size * tp_size; ++g) {
     ranks_.push_back(std::make_unique<Rank>(process_groups_.make(g), full, num_blocks, block_size, fp8_kv_cache));
   }
+  std::vector<std::unique_ptr<KvRowAccess>> replicas;
+  for (int d = 0; d < dp_size; ++d) {
+    std::vector<PagedKvCache*> caches;
+    for (int t = 0; t < tp_size; ++t) caches.push_back(&ranks_[static_cast<size_t>(d * tp_size + t)]->cache);
+    replicas.push_back(make_tp_kv_rows(caches, full.config));
+  }
+  kv_rows_ = std::make_unique<PooledKvRowAccess>(std::move(replicas), num_blocks);
 }
 
 // The placement record on stderr at shutdown, beside the CLI's other reports: how the server
@@ -37,6 +45,11 @@ DpCpuModelRunner::~DpCpuModelRunner() {
   std::string counts;
   for (int64_t placed : placement_.placed()) counts += " " + std::to_string(placed);
   std::fprintf(stderr, "[tachyon] data-parallel attention: sequences started per replica:%s\n", counts.c_str());
+  std::string imported;
+  for (int64_t tokens : kv_rows_->scattered_tokens()) imported += " " + std::to_string(tokens);
+  if (imported.find_first_not_of(" 0") != std::string::npos) {
+    std::fprintf(stderr, "[tachyon] data-parallel attention: imported prompt tokens per replica:%s\n", imported.c_str());
+  }
 }
 
 core::StepOutput DpCpuModelRunner::run(const core::StepPlan& plan) {

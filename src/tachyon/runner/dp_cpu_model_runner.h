@@ -20,7 +20,8 @@
 // verifies here as on one runner. Hidden states (StepPlan::return_hidden_states, MTP drafting)
 // come from each replica's TP rank 0 (its ranks hold the whole residual stream of its tokens),
 // put back in the step's token order.
-// At destruction it reports on stderr how many sequences each replica started.
+// At destruction it reports on stderr how many sequences each replica started (and, on a decode
+// server, how many imported prompt tokens each replica received).
 // A rank that fails aborts every group (dist::CpuProcessGroups::abort), so the step throws its
 // error instead of leaving the other ranks waiting in the MoE layers' collectives.
 // Tests: tests/unit/test_dp_families.cpp; drafts and hidden states in tests/unit/test_engine_mtp.cpp
@@ -35,6 +36,7 @@
 #include "tachyon/runner/dp_split.h"
 #include "tachyon/runner/model_runner.h"
 #include "tachyon/runner/paged_attention_backend.h"
+#include "tachyon/runner/pooled_kv_rows.h"
 #include "tachyon/runner/rank_workers.h"
 
 namespace tachyon::runner {
@@ -53,6 +55,9 @@ class DpCpuModelRunner : public SynchronousModelRunner {
   int64_t vocab_size() const override { return vocab_size_; }
   bool verifies_drafts() const override { return true; }
   int32_t kv_cache_replicas() const override { return placement_.size(); }
+  // Prefill/decode disaggregation: a sequence's blocks lie in its replica's pool, so its rows are
+  // that replica's ranks' rows (pooled_kv_rows.h over tp_kv_rows.h).
+  KvRowAccess* kv_rows() override { return kv_rows_.get(); }
   int32_t kv_blocks_per_replica() const { return ranks_.front()->cache.num_blocks; }
   int dp_size() const { return placement_.size(); }
   const DpPlacement& placement() const { return placement_; }
@@ -81,6 +86,7 @@ class DpCpuModelRunner : public SynchronousModelRunner {
   dist::CpuProcessGroups process_groups_;
   std::vector<std::unique_ptr<Rank>> ranks_;  // [dp * tp], rank d * tp + t
   DpPlacement placement_;
+  std::unique_ptr<PooledKvRowAccess> kv_rows_;  // see kv_rows()
   RankWorkers workers_;  // last: its threads stop before the ranks they use are destroyed
 };
 

@@ -31,23 +31,15 @@ TpCpuModelRunner::TpCpuModelRunner(const model::ModelWeights& full, int tp_size,
       << "decode context parallel size " << dcp.size << " (interleave " << dcp.interleave << ") must divide tp "
       << tp_size << ", and dcp x interleave the block size " << block_size;
   for (int g = 0; dcp.size > 1 && g < tp_size / dcp.size; ++g) dcp_worlds_.push_back(std::make_unique<dist::CpuWorld>(dcp.size));
-  std::vector<int64_t> kv_head_begin;  // each rank's first K/V head (dense attention)
   for (int r = 0; r < tp_size; ++r) {
     dist::CpuWorld* dcp_world = dcp.size > 1 ? dcp_worlds_[static_cast<size_t>(r / dcp.size)].get() : nullptr;
-    model::TpShard shard = model::shard_weights(full, r, tp_size, expert_parallel);
-    kv_head_begin.push_back(shard.kv_head_begin);
-    ranks_.push_back(std::make_unique<Rank>(world_, r, std::move(shard), num_blocks, block_size / dcp.size,
-                                            fp8_kv_cache, dcp_world, r % dcp.size));
+    ranks_.push_back(std::make_unique<Rank>(world_, r, model::shard_weights(full, r, tp_size, expert_parallel),
+                                            num_blocks, block_size / dcp.size, fp8_kv_cache, dcp_world,
+                                            r % dcp.size));
   }
   std::vector<PagedKvCache*> caches;
   for (const std::unique_ptr<Rank>& rank : ranks_) caches.push_back(&rank->cache);
-  if (dcp.size > 1) {
-    kv_rows_ = std::make_unique<DcpKvRowAccess>(caches, dcp);
-  } else if (!ranks_.front()->cache.latents.empty()) {
-    kv_rows_ = std::make_unique<ReplicatedKvRowAccess>(caches);
-  } else {
-    kv_rows_ = std::make_unique<ShardedKvRowAccess>(caches, kv_head_begin, full.config.num_key_value_heads);
-  }
+  kv_rows_ = make_tp_kv_rows(caches, full.config, dcp);
 }
 
 TpCpuModelRunner::~TpCpuModelRunner() = default;

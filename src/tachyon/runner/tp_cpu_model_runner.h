@@ -28,11 +28,9 @@
 #include "tachyon/model/tp_dense_model.h"
 #include "tachyon/runner/model_runner.h"
 #include "tachyon/runner/paged_attention_backend.h"
-#include "tachyon/runner/dcp_kv_rows.h"
-#include "tachyon/runner/replicated_kv_rows.h"
-#include "tachyon/runner/sharded_kv_rows.h"
 #include "tachyon/runner/rank_workers.h"
 #include "tachyon/runner/tbo_rank_step.h"
+#include "tachyon/runner/tp_kv_rows.h"
 
 namespace tachyon::runner {
 
@@ -50,11 +48,9 @@ class TpCpuModelRunner : public SynchronousModelRunner {
   TpCpuModelRunner& operator=(const TpCpuModelRunner&) = delete;
 
   int64_t vocab_size() const override { return vocab_size_; }
-  // Prefill/decode disaggregation: a latent-attention model's ranks each cache the whole latent
-  // row (and index key) of every token, so its KV moves as one rank's rows (replicated_kv_rows.h);
-  // a dense model's ranks each cache their K/V heads, so its rows are joined from and split into
-  // the ranks' heads (sharded_kv_rows.h); under DCP each rank caches its tokens' rows, so they are
-  // joined from and split into the ranks' tokens (dcp_kv_rows.h).
+  // Prefill/decode disaggregation: the ranks' rows as one rank of the whole model caches them
+  // (tp_kv_rows.h: latent rows read from rank 0, K/V heads joined over the ranks, or under DCP
+  // tokens joined over the ranks).
   KvRowAccess* kv_rows() override { return kv_rows_.get(); }
   int tp_size() const { return world_.size(); }
   bool two_batch_overlap() const { return tbo_.enabled; }
