@@ -8,10 +8,11 @@ ranks' heads), both with Llama-3's tokenizer (whose vocabulary divides by --tp 2
 model, 60 greedy requests (completions and chat, streamed and not, 1 to 120 words, 1 to 24
 tokens out) through a router per route:
 - a prefill and a decode server of the same layout (--tp 2; DeepSeek also --tp 2 --dcp 2 with
-  interleave 2, and --dp 2) equal a plain server of that layout, also with the decode server verifying n-gram
+  interleave 2, --dp 2, and --tp 2 with expert parallelism and two-batch overlap) equal a plain
+  server of that layout, also with the decode server verifying n-gram
   drafts (--tp 2 for Qwen3, --dcp 2 for DeepSeek; some accepted);
-- a --tp 2 (or --dcp 2, --dp 2) prefill server with a one-rank decode server, and a one-rank
-  prefill server with the --tp 2 (or --dcp 2, --dp 2) decode server, equal the plain server of the decode server's
+- a prefill server of each of those layouts with a one-rank decode server, and a one-rank
+  prefill server with a decode server of each, equal the plain server of the decode server's
   layout, but for at most 3 answers that part after their first half: the prompt's KV was
   computed by ranks whose sums are ordered otherwise than the plain server's, so a late near-tie
   may go the other way (a decode server writing only rank 0's cache agrees on about 2 of 60);
@@ -42,9 +43,11 @@ try:
     dcp = ["--tp", "2", "--dcp", "2", "--dcp-kv-cache-interleave-size", "2"]
     ngram = ["--speculative-method", "ngram", "--num-speculative-tokens", "3", "--ngram-min", "1", "--ngram-max", "2"]
     models = (("deepseek_v3", "tiny-deepseek", "deepseek",
-               {"tp2": ["--tp", "2"], "tp1": [], "dcp2": dcp, "dp2": ["--dp", "2"]},
+               {"tp2": ["--tp", "2"], "tp1": [], "dcp2": dcp, "dp2": ["--dp", "2"],
+                "ep2": ["--tp", "2", "--enable-expert-parallel", "--enable-two-batch-overlap"]},
                (("tp2", "tp2"), ("tp2", "tp1"), ("tp1", "tp2"), ("dcp2", "dcp2"), ("dcp2", "tp1"), ("tp1", "dcp2"),
-                ("dcp2", "dcp2+ngram"), ("dp2", "dp2"), ("dp2", "tp1"), ("tp1", "dp2"))),
+                ("dcp2", "dcp2+ngram"), ("dp2", "dp2"), ("dp2", "tp1"), ("tp1", "dp2"), ("ep2", "ep2"),
+                ("ep2", "tp1"), ("tp1", "ep2"))),
               ("qwen3", "tiny", "dense", {"tp2": ["--tp", "2"], "tp1": []},
                (("tp2", "tp2"), ("tp2", "tp1"), ("tp1", "tp2"), ("tp2", "tp2+ngram"))))
     for arch, preset, name, layouts, routes in models:

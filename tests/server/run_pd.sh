@@ -48,8 +48,6 @@ refused "--role needs --device cpu or cuda" --role prefill
 refused "--role on cuda needs a bf16 KV cache" --device cuda --role prefill --kv-cache-dtype fp8
 refused "drafts belong to decoding" --device cpu --role prefill --speculative-method ngram --num-speculative-tokens 2
 refused "--role cannot be combined with --pcp" --device cpu --role prefill --pcp 2
-refused "--role cannot be combined with --enable-expert-parallel" --device cpu --role prefill --tp 2 --enable-expert-parallel
-refused "--role cannot be combined with --enable-expert-parallel" --device cpu --role decode --tp 2 --enable-two-batch-overlap
 serve prefill --role prefill
 prefill_port=$(port_of "$work/prefill.log" "serving tiny on http:\/\/127.0.0.1")
 serve decode --role decode
