@@ -8,8 +8,8 @@ ranks' heads), both with Llama-3's tokenizer (whose vocabulary divides by --tp 2
 model, 60 greedy requests (completions and chat, streamed and not, 1 to 120 words, 1 to 24
 tokens out) through a router per route:
 - a prefill and a decode server of the same layout (--tp 2; DeepSeek also --tp 2 --dcp 2 with
-  interleave 2, --dp 2, and --tp 2 with expert parallelism and two-batch overlap) equal a plain
-  server of that layout, also with the decode server verifying n-gram
+  interleave 2, --dp 2, --tp 2 with expert parallelism and two-batch overlap, --tp 2 --pcp 2; Qwen3
+  also --pcp 2) equal a plain server of that layout, also with the decode server verifying n-gram
   drafts (--tp 2 for Qwen3, --dcp 2 for DeepSeek; some accepted);
 - a prefill server of each of those layouts with a one-rank decode server, and a one-rank
   prefill server with a decode server of each, equal the plain server of the decode server's
@@ -44,12 +44,14 @@ try:
     ngram = ["--speculative-method", "ngram", "--num-speculative-tokens", "3", "--ngram-min", "1", "--ngram-max", "2"]
     models = (("deepseek_v3", "tiny-deepseek", "deepseek",
                {"tp2": ["--tp", "2"], "tp1": [], "dcp2": dcp, "dp2": ["--dp", "2"],
-                "ep2": ["--tp", "2", "--enable-expert-parallel", "--enable-two-batch-overlap"]},
+                "ep2": ["--tp", "2", "--enable-expert-parallel", "--enable-two-batch-overlap"],
+                "pcp2": ["--tp", "2", "--pcp", "2"]},
                (("tp2", "tp2"), ("tp2", "tp1"), ("tp1", "tp2"), ("dcp2", "dcp2"), ("dcp2", "tp1"), ("tp1", "dcp2"),
                 ("dcp2", "dcp2+ngram"), ("dp2", "dp2"), ("dp2", "tp1"), ("tp1", "dp2"), ("ep2", "ep2"),
-                ("ep2", "tp1"), ("tp1", "ep2"))),
-              ("qwen3", "tiny", "dense", {"tp2": ["--tp", "2"], "tp1": []},
-               (("tp2", "tp2"), ("tp2", "tp1"), ("tp1", "tp2"), ("tp2", "tp2+ngram"))))
+                ("ep2", "tp1"), ("tp1", "ep2"), ("pcp2", "pcp2"), ("pcp2", "tp1"), ("tp1", "pcp2"))),
+              ("qwen3", "tiny", "dense", {"tp2": ["--tp", "2"], "tp1": [], "pcp2": ["--pcp", "2"]},
+               (("tp2", "tp2"), ("tp2", "tp1"), ("tp1", "tp2"), ("tp2", "tp2+ngram"), ("pcp2", "pcp2"),
+                ("pcp2", "tp1"), ("tp1", "pcp2"))))
     for arch, preset, name, layouts, routes in models:
         cluster.model = make(arch, preset, name)
         prefills = {ranks: cluster.serve(f"{name}-prefill-{ranks}", "--role", "prefill", *args)
@@ -85,6 +87,11 @@ try:
                 print(f"{name}: decode {route[1]}: {accepted:.0f} draft tokens accepted")
                 if not accepted:
                     sys.exit(f"{name}: decode {route[1]} accepted no draft token")
+        if "pcp2" in decoders:  # the same prompts sent to the decode server itself hit the imported
+            # blocks in its prefix cache, and prefill the rest over both PCP groups: each group must
+            # hold the imported rows
+            expect_same_answers(f"{name}: decode pcp2 serving the imported prompts itself",
+                                answers(decoders["pcp2"].url, requests), want["pcp2"], near_ties=3)
         if "dp2" in decoders:  # the imported prompts were spread over both replicas
             decoders["dp2"].kill(signal.SIGTERM)
             log = open(decoders["dp2"].log_path).read()

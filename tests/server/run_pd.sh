@@ -47,7 +47,6 @@ refused() {  # expected message, serve args...
 refused "--role needs --device cpu or cuda" --role prefill
 refused "--role on cuda needs a bf16 KV cache" --device cuda --role prefill --kv-cache-dtype fp8
 refused "drafts belong to decoding" --device cpu --role prefill --speculative-method ngram --num-speculative-tokens 2
-refused "--role cannot be combined with --pcp" --device cpu --role prefill --pcp 2
 serve prefill --role prefill
 prefill_port=$(port_of "$work/prefill.log" "serving tiny on http:\/\/127.0.0.1")
 serve decode --role decode

@@ -75,15 +75,14 @@ void check_role_options(const server::ServingOptions& serving) {
   // Tensor-parallel CPU ranks move their KV as one rank's rows: a latent-attention model's ranks
   // each hold them whole (runner/replicated_kv_rows.h), a dense model's their K/V heads
   // (runner/sharded_kv_rows.h), ranks under --dcp their tokens' rows (runner/dcp_kv_rows.h), and
-  // --dp replicas their own sequences' (runner/pooled_kv_rows.h); expert parallelism and two-batch
-  // overlap change no cache; tests/server/pd_tensor_parallel.py. GPU ranks and several nodes have
-  // no PD test.
+  // --dp replicas their own sequences' (runner/pooled_kv_rows.h), --pcp groups every token each
+  // (runner/replicated_kv_rows.h); expert parallelism and two-batch overlap change no cache;
+  // tests/server/pd_tensor_parallel.py. GPU ranks and several nodes have no PD test.
   TACHYON_CHECK(engine.device.nnodes == 1 &&
                 (engine.device.tensor_parallel_size == 1 || engine.device.kind == "cpu"))
       << "--role with tensor parallelism runs on CPU thread ranks of one node only (untested elsewhere)";
   TACHYON_CHECK(engine.device.tensor_parallel_size == 1 || serving.kv_transport != "ucx")
       << "--role with --tp and --kv-transport ucx is untested (the ranks' rows move over TCP: auto)";
-  TACHYON_CHECK(engine.device.prefill_context_parallel_size == 1) << "--role cannot be combined with --pcp (untested)";
   // Asynchronous scheduling and online FP8 weights (with an FP8 KV cache too) on the CPU:
   // tests/server/pd_options.py; the CUDA runner schedules asynchronously by default, and the GPU
   // suite ran so. FP8 weights on the GPU have no PD run.

@@ -8,6 +8,8 @@
 #include "tachyon/runner/pcp_attention_backend.h"
 #include "tachyon/runner/pcp_plan.h"
 #include "tachyon/runner/plan_sampling.h"
+#include "tachyon/runner/replicated_kv_rows.h"
+#include "tachyon/runner/tp_kv_rows.h"
 
 namespace tachyon::runner {
 
@@ -95,6 +97,13 @@ PcpCpuModelRunner::PcpCpuModelRunner(model::ModelWeights weights, int pcp_size, 
     ranks_.push_back(std::make_unique<Rank>(groups_.make(r), whole_ ? nullptr : &weights, config_, num_blocks,
                                             block_size / dcp.size, fp8_kv_cache));
   }
+  std::vector<std::unique_ptr<KvRowAccess>> tp_groups;  // each holds every token
+  for (int p = 0; p < pcp_size; ++p) {
+    std::vector<PagedKvCache*> caches;
+    for (int t = 0; t < tp_size; ++t) caches.push_back(&ranks_[static_cast<size_t>(p * tp_size + t)]->cache);
+    tp_groups.push_back(make_tp_kv_rows(caches, config_, dcp));
+  }
+  kv_rows_ = std::make_unique<ReplicatedKvRowAccess>(std::move(tp_groups));
 }
 
 PcpCpuModelRunner::~PcpCpuModelRunner() = default;

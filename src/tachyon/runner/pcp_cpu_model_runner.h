@@ -83,6 +83,9 @@ class PcpCpuModelRunner : public SynchronousModelRunner {
   int tp_size() const { return groups_.layout().config().tp; }
   // Global rank r's collectives of the last step on its PCP group (dist::CountingCommunicator).
   const dist::CollectiveCounts& rank_counts(int rank) const { return ranks_[static_cast<size_t>(rank)]->pcp.counts(); }
+  // Prefill/decode disaggregation: every TP group holds every token, so the rows are the first
+  // group's (tp_kv_rows.h over its ranks) and go to every group (replicated_kv_rows.h).
+  KvRowAccess* kv_rows() override { return kv_rows_.get(); }
   // Global rank r's own KV cache (what DCP divides).
   const PagedKvCache& rank_cache(int rank) const { return ranks_[static_cast<size_t>(rank)]->cache; }
   // The same on its TP group (none at --tp 1).
@@ -113,6 +116,7 @@ class PcpCpuModelRunner : public SynchronousModelRunner {
   std::unique_ptr<model::DenseModel> whole_;   // at --tp 1, shared by the ranks; else null
   dist::CpuProcessGroups groups_;
   std::vector<std::unique_ptr<Rank>> ranks_;
+  std::unique_ptr<KvRowAccess> kv_rows_;  // see kv_rows()
   RankWorkers workers_;  // last: its threads stop before the ranks they use are destroyed
 };
 

@@ -5,23 +5,36 @@
 
 namespace tachyon::runner {
 
-ReplicatedKvRowAccess::ReplicatedKvRowAccess(const std::vector<PagedKvCache*>& caches) {
-  TACHYON_CHECK(!caches.empty()) << "internal: replicated KV rows need a cache";
-  for (PagedKvCache* cache : caches) replicas_.emplace_back(*cache);
-  for (const PagedKvRowAccess& replica : replicas_) {
-    TACHYON_CHECK(replica.plane_widths() == replicas_.front().plane_widths())
+namespace {
+
+std::vector<std::unique_ptr<KvRowAccess>> accesses(const std::vector<PagedKvCache*>& caches) {
+  std::vector<std::unique_ptr<KvRowAccess>> out;
+  for (PagedKvCache* cache : caches) out.push_back(std::make_unique<PagedKvRowAccess>(*cache));
+  return out;
+}
+
+}  // namespace
+
+ReplicatedKvRowAccess::ReplicatedKvRowAccess(const std::vector<PagedKvCache*>& caches)
+    : ReplicatedKvRowAccess(accesses(caches)) {}
+
+ReplicatedKvRowAccess::ReplicatedKvRowAccess(std::vector<std::unique_ptr<KvRowAccess>> replicas)
+    : replicas_(std::move(replicas)) {
+  TACHYON_CHECK(!replicas_.empty()) << "internal: replicated KV rows need a cache";
+  for (const std::unique_ptr<KvRowAccess>& replica : replicas_) {
+    TACHYON_CHECK(replica->plane_widths() == replicas_.front()->plane_widths())
         << "internal: replicated KV caches hold different planes";
   }
 }
 
 void ReplicatedKvRowAccess::gather(std::span<const int32_t> block_table, int64_t num_tokens,
                                    std::span<float> out) const {
-  replicas_.front().gather(block_table, num_tokens, out);
+  replicas_.front()->gather(block_table, num_tokens, out);
 }
 
 void ReplicatedKvRowAccess::scatter(std::span<const int32_t> block_table, int64_t num_tokens,
                                     std::span<const float> rows) {
-  for (PagedKvRowAccess& replica : replicas_) replica.scatter(block_table, num_tokens, rows);
+  for (const std::unique_ptr<KvRowAccess>& replica : replicas_) replica->scatter(block_table, num_tokens, rows);
 }
 
 }  // namespace tachyon::runner
