@@ -38,8 +38,9 @@ void DcpKvRowAccess::for_each_token(size_t r, int64_t num_tokens, const Copy& co
 void DcpKvRowAccess::gather(std::span<const int32_t> block_table, int64_t num_tokens, std::span<float> out) const {
   check_row_buffer(*this, num_tokens, out.size());
   for (size_t r = 0; r < static_cast<size_t>(dcp_.size); ++r) {  // the first group holds every token once
-    std::vector<float> rank_rows(static_cast<size_t>(layout(r).local_count(num_tokens) * values_per_token()));
-    ranks_[r].gather(block_table, layout(r).local_count(num_tokens), rank_rows);
+    const int64_t local_tokens = layout(r).local_count(num_tokens);
+    std::vector<float> rank_rows(static_cast<size_t>(local_tokens * values_per_token()));
+    ranks_[r].gather(block_table, local_tokens, rank_rows);
     for_each_token(r, num_tokens, [&](int64_t rank_at, int64_t full_at, int64_t count) {
       std::copy_n(rank_rows.begin() + rank_at, count, out.begin() + full_at);
     });
@@ -50,11 +51,12 @@ void DcpKvRowAccess::scatter(std::span<const int32_t> block_table, int64_t num_t
                              std::span<const float> rows) {
   check_row_buffer(*this, num_tokens, rows.size());
   for (size_t r = 0; r < ranks_.size(); ++r) {
-    std::vector<float> rank_rows(static_cast<size_t>(layout(r).local_count(num_tokens) * values_per_token()));
+    const int64_t local_tokens = layout(r).local_count(num_tokens);
+    std::vector<float> rank_rows(static_cast<size_t>(local_tokens * values_per_token()));
     for_each_token(r, num_tokens, [&](int64_t rank_at, int64_t full_at, int64_t count) {
       std::copy_n(rows.begin() + full_at, count, rank_rows.begin() + rank_at);
     });
-    ranks_[r].scatter(block_table, layout(r).local_count(num_tokens), rank_rows);
+    ranks_[r].scatter(block_table, local_tokens, rank_rows);
   }
 }
 

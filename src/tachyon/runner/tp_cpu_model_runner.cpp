@@ -4,6 +4,7 @@
 #include "tachyon/runner/dcp_attention_backend.h"
 #include "tachyon/model/tp_shard.h"
 #include "tachyon/runner/plan_sampling.h"
+#include "tachyon/runner/tp_kv_rows.h"
 
 namespace tachyon::runner {
 

@@ -30,7 +30,6 @@
 #include "tachyon/runner/paged_attention_backend.h"
 #include "tachyon/runner/rank_workers.h"
 #include "tachyon/runner/tbo_rank_step.h"
-#include "tachyon/runner/tp_kv_rows.h"
 
 namespace tachyon::runner {
 

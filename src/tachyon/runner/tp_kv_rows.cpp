@@ -10,6 +10,7 @@ namespace tachyon::runner {
 std::unique_ptr<KvRowAccess> make_tp_kv_rows(const std::vector<PagedKvCache*>& caches, const model::ModelConfig& full,
                                              model::DcpOptions dcp) {
   if (dcp.size > 1) return std::make_unique<DcpKvRowAccess>(caches, dcp);
+  if (caches.size() == 1) return std::make_unique<PagedKvRowAccess>(*caches.front());  // the rows as they are
   if (!caches.front()->latents.empty()) return std::make_unique<ReplicatedKvRowAccess>(caches);
   std::vector<int64_t> head_begin;
   const int tp = static_cast<int>(caches.size());

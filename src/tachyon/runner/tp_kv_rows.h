@@ -1,6 +1,7 @@
 // The KvRowAccess (runner/model_runner.h) of one tensor-parallel group of CPU ranks, chosen by
 // what each rank caches: whole latent rows (replicated_kv_rows.h), its K/V heads
-// (sharded_kv_rows.h), or under decode context parallelism its tokens' rows (dcp_kv_rows.h). A
+// (sharded_kv_rows.h), or under decode context parallelism its tokens' rows (dcp_kv_rows.h); a
+// group of one rank without DCP is its cache's own rows (kv_export.h). A
 // transfer then moves the rows one rank of the whole model caches, whatever the layout. Used by
 // TpCpuModelRunner (its one group) and DpCpuModelRunner (each replica's group, behind a
 // PooledKvRowAccess). Tests: tests/unit/test_sharded_kv_rows.cpp, test_dcp_kv_rows.cpp,
