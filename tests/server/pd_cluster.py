@@ -77,15 +77,15 @@ class Process:
 
 
 class Cluster:
-    def __init__(self, tachyon, tokenizers, max_model_len=4096, canary=False):
+    def __init__(self, tachyon, tokenizers, max_model_len=4096, canary=False, model=None):
         """canary: serve the built-in default model (the canary linked into the binary) instead of
-        a tiny make-model one."""
+        a tiny make-model one; model: serve that model directory instead."""
         self.tachyon = tachyon
         self.work = tempfile.mkdtemp(prefix="tachyon-pd-")
-        self.model = None if canary else os.path.join(self.work, "model")
+        self.model = model or (None if canary else os.path.join(self.work, "model"))
         self.max_model_len = max_model_len
         self.processes = []
-        if not canary:
+        if not canary and model is None:
             subprocess.run([tachyon, "make-model", "--arch", "qwen3", "--preset", PRESET, "--seed", "3", "--tokenizer",
                             os.path.join(tokenizers, TOKENIZER), "--out", self.model], check=True,
                            stdout=subprocess.DEVNULL)

@@ -4,8 +4,9 @@ n-gram lookups hit, 4 to 32 tokens out), 16 at a time, through a prefill server,
 decode server with n-gram drafts, then with a draft model (the served model itself: a random
 other model of a 151K-token vocabulary would agree with it on almost no token, and self-drafts are
 accepted only if the draft model built its own cache of the imported prompt), equal a plain
-server's answers text for text; the decode server imported every prompt and accepted drafts. Speculation on the prefill role, MTP on the decode role and drafts on a GPU
-decode server are refused in one line.
+server's answers text for text; the decode server imported every prompt and accepted drafts. n-gram and draft-model drafts on the prefill role
+and drafts on a GPU decode server are refused in one line (MTP across the roles:
+pd_mtp.py).
     pd_speculative.py TACHYON TOKENIZERS_DIR"""
 import random
 import subprocess
@@ -19,7 +20,7 @@ cluster = Cluster(tachyon, tokenizers)
 count = 120
 try:
     for args in (["--device", "cpu", "--role", "prefill", "--speculative-method", "ngram", "--num-speculative-tokens", "2"],
-                 ["--device", "cpu", "--role", "decode", "--speculative-method", "mtp", "--num-speculative-tokens", "2"],
+                 ["--device", "cpu", "--role", "prefill", "--speculative-method", "draft", "--num-speculative-tokens", "2"],
                  ["--device", "cuda", "--role", "decode", "--speculative-method", "ngram", "--num-speculative-tokens", "2"]):
         run = subprocess.run([tachyon, "serve", cluster.model, "--port", "0", *args],
                              capture_output=True, text=True, timeout=60)

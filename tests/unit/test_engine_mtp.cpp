@@ -5,7 +5,8 @@
 //   same (within 1e-4) and their drafted runs equal their plain run; with DCP they refuse;
 // - the mechanism: every proposal the drafter makes during engine runs (chunked prefill, drafts
 //   accepted in part by forced acceptance, preemption, n = 2 forks after a prefix-cache hit,
-//   k above the number of modules) equals the drafts computed from scratch for that sequence:
+//   k above the number of modules; a decode engine going on from a prefill engine's module rows)
+//   equals the drafts computed from scratch for that sequence:
 //   the main model over the whole sequence, each module over all its rows in a fresh cache,
 //   chained greedily. A wrong row, token or cache rollback changes them;
 // - the output: the suite's eight kinds of sampling give the plain run's tokens and logprobs
@@ -146,6 +147,11 @@ class RecordingDrafter : public Drafter {
   void release(int64_t id) override { mtp_->release(id); }
   bool needs_hidden_states() const override { return mtp_->needs_hidden_states(); }
   void observe(const core::StepPlan& plan, const core::StepOutput& output) override { mtp_->observe(plan, output); }
+  bool moves_state_with_kv() const override { return mtp_->moves_state_with_kv(); }
+  std::string export_state(int64_t id) const override { return mtp_->export_state(id); }
+  bool import_state(int64_t id, std::span<const int32_t> tokens, const std::string& state) override {
+    return mtp_->import_state(id, tokens, state);
+  }
   const MtpDrafter& mtp() const { return *mtp_; }
 
  private:
@@ -519,6 +525,156 @@ TEST_F(EngineMtpTest, AbortedSequencesReleaseTheirState) {
   engine.abort(id);
   engine.step();
   EXPECT_EQ(seen->mtp().num_sequences(), 0u);
+}
+
+// Prefill/decode disaggregation (engine/kv_transfer.h) with MTP on both sides.
+class EngineMtpDisaggregationTest : public EngineMtpTest {
+ protected:
+  // The suite's requests that disaggregation carries (n = 1, no logprobs).
+  static std::vector<SpecRequest> transferable_requests(uint32_t seed) {
+    std::vector<SpecRequest> out;
+    for (const SpecRequest& r : make_requests(seed, true)) {
+      if (r.params.n == 1 && r.params.logprobs < 0) out.push_back(r);
+    }
+    return out;
+  }
+  static std::unique_ptr<runner::ModelRunner> cpu_runner(const core::EngineConfig& c) {
+    return std::make_unique<runner::CpuModelRunner>(*model_, c.num_blocks, c.block_size);
+  }
+  static void run_idle(EngineCore& engine) {
+    for (int guard = 0; engine.has_work() && guard < 100000; ++guard) engine.step();
+  }
+  // Every request's prompt through a prefill engine whose drafter is `prefill_drafter` (null:
+  // none), its payload (rows, first token, drafter state) exported.
+  static std::vector<KvPayload> prefill(const std::vector<SpecRequest>& requests, const core::EngineConfig& c,
+                                        std::unique_ptr<Drafter> prefill_drafter) {
+    EngineCore engine(c, cpu_runner(c), std::move(prefill_drafter));
+    std::vector<int64_t> ids;
+    std::vector<std::shared_ptr<OutputChannel>> channels;
+    for (const SpecRequest& r : requests) {
+      channels.push_back(std::make_shared<OutputChannel>());
+      ids.push_back(engine.submit_prefill(r.prompt, r.params, channels.back()));
+    }
+    run_idle(engine);
+    std::vector<KvPayload> payloads;
+    for (int64_t id : ids) payloads.push_back(engine.export_kv({engine.kv_epoch(), id}));
+    return payloads;
+  }
+  // The payloads decoded by an engine with `drafter`.
+  static Completions decode(std::vector<KvPayload> payloads, const std::vector<SpecRequest>& requests,
+                            const core::EngineConfig& c, std::unique_ptr<Drafter> drafter, EngineStats& stats) {
+    EngineCore engine(c, cpu_runner(c), std::move(drafter));
+    std::vector<std::shared_ptr<OutputChannel>> channels;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      channels.push_back(std::make_shared<OutputChannel>());
+      engine.submit_imported(std::move(payloads[i]), requests[i].params, channels.back());
+    }
+    run_idle(engine);
+    Completions out(requests.size(), std::vector<SpecCompletion>(1));
+    for (size_t i = 0; i < requests.size(); ++i) {
+      while (auto delta = channels[i]->take(std::chrono::milliseconds(0))) {
+        for (const auto& d : delta->completions) {
+          out[i][0].tokens.insert(out[i][0].tokens.end(), d.token_ids.begin(), d.token_ids.end());
+        }
+      }
+    }
+    stats = engine.stats();
+    return out;
+  }
+};
+
+// The prefill engine's modules run over each prompt and their rows move with the KV
+// (KvPayload::draft_state); the decode engine's drafter goes on from them: every proposal it
+// makes, the first decode step's included, is the reference chain over the whole sequence (the
+// module context from position 0), and the tokens are the plain run's. Without the state (the
+// mutation this catches) the first step has no drafts and the context starts at the first
+// decoded token.
+TEST_F(EngineMtpDisaggregationTest, TheDecodeEngineDraftsFromThePrefillEnginesModuleRows) {
+  for (const Modules* modules : {one_, two_}) {
+    for (int32_t k : {1, 3}) {
+      const std::string what = std::to_string(modules->size()) + " modules, k " + std::to_string(k);
+      const std::vector<SpecRequest> requests = transferable_requests(11);
+      const Completions plain = run(requests, {});
+      const core::EngineConfig c = engine_config(mtp_config(k));
+      std::vector<KvPayload> payloads = prefill(requests, c, make_mtp_drafter(*modules, k));
+      for (const KvPayload& p : payloads) EXPECT_FALSE(p.draft_state.empty()) << what;
+      auto record = std::make_shared<Record>();
+      EngineStats stats;
+      const Completions got = decode(std::move(payloads), requests, c, recorded(*modules, k, record)(), stats);
+      for (size_t i = 0; i < requests.size(); ++i) {
+        EXPECT_EQ(got[i][0].tokens, plain[i][0].tokens) << what << " request " << i;
+      }
+      EXPECT_EQ(stats.draft_states_imported, static_cast<int64_t>(requests.size())) << what;
+      EXPECT_EQ(stats.draft_states_refused, 0) << what;
+      EXPECT_GT(stats.draft_tokens_accepted, 0) << what;
+      ASSERT_GT(record->proposals.size(), requests.size()) << what;
+      for (const Proposal& p : record->proposals) {
+        EXPECT_EQ(p.begin, 0) << what << ": sequence " << p.sequence_id << "'s module context starts later";
+      }
+      EXPECT_GE(expect_reference_drafts(*record, requests, *modules, k, what), 95)
+          << what << ": % of drafts exactly the reference's argmax";
+    }
+  }
+}
+
+// A prefill engine without MTP sends no state: the decode engine's drafter starts at the first
+// decoded token (no drafts for the first step), and the tokens are still the plain run's.
+TEST_F(EngineMtpDisaggregationTest, WithoutThePrefillEnginesModulesDraftsStartAtTheFirstDecodedToken) {
+  const std::vector<SpecRequest> requests = transferable_requests(12);
+  const Completions plain = run(requests, {});
+  const core::EngineConfig c = engine_config(mtp_config(2));
+  std::vector<KvPayload> payloads = prefill(requests, engine_config({}), nullptr);
+  auto record = std::make_shared<Record>();
+  EngineStats stats;
+  const Completions got = decode(std::move(payloads), requests, c, recorded(*one_, 2, record)(), stats);
+  for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(got[i][0].tokens, plain[i][0].tokens) << "request " << i;
+  EXPECT_EQ(stats.draft_states_imported, 0);
+  std::map<int64_t, int64_t> seen;  // proposals per sequence
+  for (const Proposal& p : record->proposals) {
+    const int64_t prompt = static_cast<int64_t>(requests[static_cast<size_t>(p.sequence_id)].prompt.size());
+    if (seen[p.sequence_id]++ == 0) {  // the first decode step: no module state yet
+      EXPECT_TRUE(p.drafts.empty()) << "sequence " << p.sequence_id;
+      EXPECT_EQ(p.begin, -1) << "sequence " << p.sequence_id;
+    } else {
+      EXPECT_EQ(p.begin, prompt) << "sequence " << p.sequence_id << ": the context starts at the first decoded token";
+    }
+  }
+  EXPECT_EQ(seen.size(), requests.size());
+  EXPECT_GT(stats.draft_tokens, 0);
+}
+
+// A state that does not fit the importing drafter is refused whole (nothing kept, so drafting
+// starts afresh), never thrown or half taken: damaged or cut bytes, another sequence's tokens,
+// another number of modules; drafts made for another k are dropped and the rows kept.
+TEST_F(EngineMtpDisaggregationTest, AStateThatDoesNotFitIsRefused) {
+  const std::vector<SpecRequest> requests = transferable_requests(13);
+  const core::EngineConfig c = engine_config(mtp_config(3));
+  const std::vector<KvPayload> payloads = prefill(requests, c, make_mtp_drafter(*one_, 3));
+  const KvPayload& p = payloads.front();
+  std::vector<int32_t> tokens = p.prompt;
+  tokens.push_back(p.first_token);
+  const auto import = [&](const Modules& modules, int32_t k, std::span<const int32_t> seq, const std::string& state) {
+    std::unique_ptr<MtpDrafter> drafter = make_mtp_drafter(modules, k);
+    const bool taken = drafter->import_state(7, seq, state);
+    EXPECT_EQ(drafter->num_sequences(), taken ? 1u : 0u);
+    return std::pair{taken, drafter->propose(7, seq)};
+  };
+  const auto [taken, drafts] = import(*one_, 3, tokens, p.draft_state);
+  EXPECT_TRUE(taken);
+  EXPECT_EQ(drafts.size(), 3u);
+  EXPECT_FALSE(import(*one_, 3, tokens, p.draft_state.substr(0, p.draft_state.size() - 1)).first) << "cut";
+  EXPECT_FALSE(import(*one_, 3, tokens, p.draft_state + "x").first) << "a byte too many";
+  std::string bad_magic = p.draft_state;
+  bad_magic[0] ^= 1;
+  EXPECT_FALSE(import(*one_, 3, tokens, bad_magic).first) << "magic";
+  std::vector<int32_t> longer = tokens;
+  longer.push_back(5);
+  EXPECT_FALSE(import(*one_, 3, longer, p.draft_state).first) << "another sequence's tokens";
+  EXPECT_FALSE(import(*two_, 3, tokens, p.draft_state).first) << "two modules";
+  EXPECT_FALSE(import(*one_, 3, tokens, "").first) << "empty";
+  const auto [taken_k2, drafts_k2] = import(*one_, 2, tokens, p.draft_state);
+  EXPECT_TRUE(taken_k2) << "k 2: the rows fit";
+  EXPECT_TRUE(drafts_k2.empty()) << "k 2: drafts made for k 3";
 }
 
 TEST_F(EngineMtpTest, ARunnerWithoutHiddenStatesIsRefused) {

@@ -36,6 +36,17 @@ class CpuMtpModules : public engine::MtpModules {
     return {std::move(out.logits), std::move(out.hidden)};
   }
 
+  std::vector<float> copy_rows(const Cache& cache) const override {
+    return model::copy_rows(static_cast<const RowCache&>(cache).rows, cache.length);
+  }
+
+  std::unique_ptr<Cache> cache_with_rows(int64_t module, std::span<const float> values, int64_t length) const override {
+    auto cache = std::make_unique<RowCache>(at(module).make_cache(kInitialRows));
+    if (!model::set_rows(cache->rows, values, length)) return nullptr;
+    cache->length = length;
+    return cache;
+  }
+
  private:
   struct RowCache : Cache {
     explicit RowCache(model::SequenceKvCache cache) : rows(std::move(cache)) {}

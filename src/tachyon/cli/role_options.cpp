@@ -58,19 +58,20 @@ void check_role_options(const server::ServingOptions& serving) {
   // TCP); the GPU machine's PD suite verified that (scripts/gpu-test.sh), not an FP8 cache.
   TACHYON_CHECK(engine.device.kind == "cpu" || engine.device.kv_cache_dtype == DType::kBF16)
       << "--role on cuda needs a bf16 KV cache (--kv-cache-dtype fp8 is not transferred)";
-  // Drafts belong to decoding: a decode server on the CPU verifies n-gram and draft-model drafts
-  // over imported prompts (tests/server/pd_speculative.py). MTP modules read the prompt's hidden
-  // states, which an imported prompt does not bring; on GPUs no PD run has drafted yet.
+  // Drafts belong to decoding: a decode server on the CPU verifies n-gram, draft-model and MTP
+  // drafts over imported prompts (tests/server/pd_speculative.py). MTP modules read the prompt's
+  // hidden states, so a prefill server given --speculative-method mtp runs its modules over each
+  // prompt and their rows move with the KV (engine/drafter.h); a decode server whose prefill
+  // server has no modules drafts from the first decoded token on. On GPUs no PD run has drafted.
   if (engine.speculative.enabled()) {
     const std::string& method = engine.speculative.method;
-    TACHYON_CHECK(serving.role == "decode")
+    TACHYON_CHECK(serving.role == "decode" || method == "mtp")
         << "--role " << serving.role << " with --speculative-method " << method
-        << ": drafts belong to decoding; give them to the --role decode server";
+        << ": drafts belong to decoding; give them to the --role decode server (a prefill server takes mtp "
+           "only: its modules' rows of the prompt move to the decode server)";
     TACHYON_CHECK(engine.device.kind == "cpu")
-        << "--role decode with --speculative-method " << method << " on cuda is not verified by any test yet";
-    TACHYON_CHECK(method == "ngram" || method == "draft")
-        << "--role decode with --speculative-method mtp: an imported prompt brings no hidden states for the MTP "
-           "modules (n-gram and draft-model drafts are verified)";
+        << "--role " << serving.role << " with --speculative-method " << method
+        << " on cuda is not verified by any test yet";
   }
   // Tensor-parallel CPU ranks move their KV as one rank's rows: a latent-attention model's ranks
   // each hold them whole (runner/replicated_kv_rows.h), a dense model's their K/V heads

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "tachyon/core/speculative_config.h"
@@ -45,6 +46,21 @@ class Drafter {
   // was applied: 1 + accepted tokens, trimmed at a stop; empty for a sequence nothing applied
   // to): prefill chunks, decodes with drafts, recompute after preemption.
   virtual void observe(const core::StepPlan& /*plan*/, const core::StepOutput& /*output*/) {}
+
+  // Prefill/decode disaggregation. A drafter whose state of a sequence can move with its prompt's
+  // KV (MTP: the modules' rows of the prompt and the first drafts) may run on a prefill engine,
+  // which hands the state of each prompt it ran to the lease (export_state, after observing the
+  // step that sampled the first token); a decode engine's drafter takes it up with the imported
+  // sequence (import_state: `tokens` its prompt and first token). An import that does not fit
+  // (another model, another k, damaged bytes) returns false and keeps nothing: the drafter then
+  // starts where the sequence is, as for a prompt it never saw. Either way the tokens are the
+  // target's (drafts are verified); the state only lets the first drafts see the prompt.
+  virtual bool moves_state_with_kv() const { return false; }
+  virtual std::string export_state(int64_t /*sequence_id*/) const { return {}; }
+  virtual bool import_state(int64_t /*sequence_id*/, std::span<const int32_t> /*tokens*/,
+                            const std::string& /*state*/) {
+    return false;
+  }
 };
 
 // Why a runner that cannot verify drafts refuses speculative decoding (the tensor-parallel CUDA

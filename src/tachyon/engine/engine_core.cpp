@@ -304,10 +304,11 @@ bool EngineCore::run_step() {
 // drafter sees what was applied before delivery releases the sequences that finished.
 void EngineCore::apply_step(const core::StepPlan& plan) {
   core::StepOutput output = runner_->wait();
-  lease_prefilled(plan, output);  // before update() frees a prefill-only sequence's blocks
+  std::vector<PrefilledLease> leases = lease_prefilled(plan, output);  // before update() frees their blocks
   scheduler_.update(plan, output);
   const std::vector<int64_t> refused = num_constrained_ > 0 ? advance_matchers(output, sequences_) : std::vector<int64_t>{};
   if (drafter_ != nullptr) drafter_->observe(plan, output);
+  if (!leases.empty()) grant_prefilled(std::move(leases));  // with the drafter's state of each prompt
   count_step(plan, output);
   if (step_observer_) step_observer_(plan.num_tokens());
   deliver(plan, output);

@@ -71,6 +71,10 @@ struct EngineStats {
   int64_t kv_reference_bytes = 0;
   double kv_reference_copy_seconds = 0.0;
   int64_t kv_reference_unconfirmed = 0;
+  // Decode role with a drafter whose state moves with the KV (MTP, engine/drafter.h): imports
+  // whose drafter state it took up, and those whose state did not fit (drafting started afresh).
+  int64_t draft_states_imported = 0;
+  int64_t draft_states_refused = 0;
   bool failed = false;  // a step threw: the engine serves no more requests (failure() says why)
 };
 
@@ -184,7 +188,19 @@ class EngineCore {
   void deliver_imported(Sequence& sequence, const KvPayload& payload);
   void finish_copies();  // the copier's results: start the confirmed, compute the others
   void wait_for_copies(std::chrono::milliseconds at_most);
-  void lease_prefilled(const core::StepPlan& plan, const core::StepOutput& output);
+  // A prefill-only sequence whose first token a step sampled: its prompt's blocks, retained for
+  // the lease before update() drops the sequence's own references, granted once the drafter has
+  // seen the step (so the lease carries the drafter's state of the prompt).
+  struct PrefilledLease {
+    int64_t request_id = 0;
+    int64_t sequence_id = 0;
+    std::vector<int32_t> blocks;
+    std::vector<int32_t> prompt;
+    int32_t first_token = -1;
+    uint64_t seed = 0;
+  };
+  std::vector<PrefilledLease> lease_prefilled(const core::StepPlan& plan, const core::StepOutput& output);
+  void grant_prefilled(std::vector<PrefilledLease> leases);
   void stage_prompt_rows(const Sequence& sequence, int64_t computed, bool whole);
   void release_leases();
   void publish_prefix_hashes();

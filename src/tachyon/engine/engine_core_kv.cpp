@@ -27,7 +27,9 @@ int64_t EngineCore::submit_prefill(std::vector<int32_t> prompt, const core::Samp
   TACHYON_CHECK(runner_->kv_rows() != nullptr)
       << "this runner cannot export its KV cache (a prefill role needs the CPU runner, or the CUDA runner with a bf16 "
          "cache, no MTP and one GPU)";
-  TACHYON_CHECK(drafter_ == nullptr) << "a prefill role runs without speculative decoding";
+  TACHYON_CHECK(drafter_ == nullptr || drafter_->moves_state_with_kv())
+      << "a prefill role drafts nothing: it runs without speculative decoding, or with MTP modules whose rows of "
+         "the prompt move with its KV";
   check_transferable(params);
   // One token, sampled exactly as the full request would sample its first one (min_tokens masks
   // the end-of-sequence token for it alike).
@@ -98,9 +100,11 @@ int64_t EngineCore::submit_imported(KvPayload payload, const core::SamplingParam
 // Engine thread. Stages the rows of a prefill-only sequence's prompt that this step made final
 // (engine/kv_transfer.h): every block the step completed, and once it samples the first token the
 // prompt's last rows; then its prompt's blocks get the lease's reference before update()
-// finishes the sequence and drops its own. The engine thread is the only writer of the cache, so
-// no step races these copies.
-void EngineCore::lease_prefilled(const core::StepPlan& plan, const core::StepOutput& output) {
+// finishes the sequence and drops its own, and grant_prefilled() grants the lease. The engine
+// thread is the only writer of the cache, so no step races these copies.
+std::vector<EngineCore::PrefilledLease> EngineCore::lease_prefilled(const core::StepPlan& plan,
+                                                                    const core::StepOutput& output) {
+  std::vector<PrefilledLease> leases;
   size_t next = 0;
   for (const core::ScheduledSequence& entry : plan.sequences) {
     const core::SequenceOutput* out = entry.sample ? &output.sequences[next++] : nullptr;
@@ -115,7 +119,18 @@ void EngineCore::lease_prefilled(const core::StepPlan& plan, const core::StepOut
                                 sequence.block_table.begin() + (sequence.num_prompt_tokens + block_size - 1) / block_size);
     kv_.retain(blocks);
     std::vector<int32_t> prompt(sequence.tokens.begin(), sequence.tokens.begin() + sequence.num_prompt_tokens);
-    leases_.grant(sequence.request_id, std::move(blocks), std::move(prompt), out->tokens.front().token, sequence.seed);
+    leases.push_back({sequence.request_id, sequence.id, std::move(blocks), std::move(prompt), out->tokens.front().token,
+                      sequence.seed});
+  }
+  return leases;
+}
+
+// Engine thread, after the drafter observed the step that sampled the leases' first tokens.
+void EngineCore::grant_prefilled(std::vector<PrefilledLease> leases) {
+  for (PrefilledLease& lease : leases) {
+    std::string draft_state = drafter_ != nullptr ? drafter_->export_state(lease.sequence_id) : std::string();
+    leases_.grant(lease.request_id, std::move(lease.blocks), std::move(lease.prompt), lease.first_token, lease.seed,
+                  std::move(draft_state));
   }
 }
 
@@ -296,6 +311,11 @@ void EngineCore::wait_for_copies(std::chrono::milliseconds at_most) {
 
 void EngineCore::deliver_imported(Sequence& sequence, const KvPayload& payload) {
   sequence.tokens.push_back(payload.first_token);
+  if (drafter_ != nullptr && !payload.draft_state.empty()) {  // the prefill server's drafter ran over the prompt
+    const bool taken = drafter_->import_state(sequence.id, sequence.tokens, payload.draft_state);
+    std::lock_guard lock(stats_mutex_);
+    ++(taken ? stats_.draft_states_imported : stats_.draft_states_refused);
+  }
   sequence.num_computed_tokens = sequence.num_prompt_tokens;
   scheduler_.add_imported(&sequence);
   ActiveRequest& active = active_.at(sequence.request_id);

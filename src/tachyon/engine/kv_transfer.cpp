@@ -140,13 +140,13 @@ void KvLeases::end_stream(int64_t request_id) {
 }
 
 void KvLeases::grant(int64_t request_id, std::vector<int32_t> blocks, std::vector<int32_t> prompt,
-                     int32_t first_token, uint64_t seed) {
-  grant_locked(request_id, std::move(blocks), std::move(prompt), first_token, seed);
+                     int32_t first_token, uint64_t seed, std::string draft_state) {
+  grant_locked(request_id, std::move(blocks), std::move(prompt), first_token, seed, std::move(draft_state));
   notify();
 }
 
 void KvLeases::grant_locked(int64_t request_id, std::vector<int32_t> blocks, std::vector<int32_t> prompt,
-                            int32_t first_token, uint64_t seed) {
+                            int32_t first_token, uint64_t seed, std::string draft_state) {
   std::lock_guard lock(mutex_);
   auto expected = expected_.find(request_id);
   const int64_t reserved = expected != expected_.end() ? expected->second : 0;
@@ -154,7 +154,8 @@ void KvLeases::grant_locked(int64_t request_id, std::vector<int32_t> blocks, std
   num_expected_ = static_cast<int64_t>(expected_.size());
   stats_.blocks += static_cast<int64_t>(blocks.size()) - reserved;
   ++stats_.granted;
-  Lease lease{std::move(blocks), std::move(prompt), first_token, seed, std::chrono::steady_clock::now() + timeout_};
+  Lease lease{std::move(blocks), std::move(prompt), first_token, seed, std::chrono::steady_clock::now() + timeout_,
+              std::move(draft_state)};
   auto it = leases_.insert_or_assign(request_id, std::move(lease)).first;
   ++stats_.outstanding;
   if (cancelled_.erase(request_id) > 0) {
@@ -204,6 +205,7 @@ KvPayload KvLeases::export_rows(KvLeaseKey key, const runner::KvRowAccess& rows)
   payload.prompt = std::move(lease.prompt);
   payload.first_token = lease.first_token;
   payload.seed = lease.seed;
+  payload.draft_state = std::move(lease.draft_state);
   payload.values_per_token = rows.values_per_token();
   payload.rows.resize(payload.prompt.size() * static_cast<size_t>(payload.values_per_token));
   rows.gather(lease.blocks, static_cast<int64_t>(payload.prompt.size()), payload.rows);
@@ -293,6 +295,7 @@ KvStreamRead KvLeases::read_stream(KvLeaseKey key, size_t from, bool claim, cons
   commit.prompt = std::move(lease->second.prompt);
   commit.first_token = lease->second.first_token;
   commit.seed = lease->second.seed;
+  commit.draft_state = std::move(lease->second.draft_state);
   commit.values_per_token = rows.values_per_token();
   commit.num_chunks = static_cast<int64_t>(chunks.size());
   read.commit = std::move(commit);

@@ -87,6 +87,7 @@ struct KvPayload {
   std::vector<int32_t> prompt;   // [num_prompt_tokens] the tokens whose rows these are
   int32_t first_token = -1;      // sampled from the prompt's last row
   uint64_t seed = 0;             // the seed the prefill engine sampled with (the decode side goes on with it)
+  std::string draft_state;       // the prefill engine's drafter's state of the prompt (drafter.h); empty: none
   int64_t values_per_token = 0;  // the row width over every cache plane (runner/kv_export.h)
   std::vector<float> rows;       // [planes][num_prompt_tokens][width] f32
   // Or, with `rows` empty, the rows as a stream brought them: chunks in order from token 0
@@ -116,6 +117,7 @@ struct KvCommit {
   std::vector<int32_t> prompt;
   int32_t first_token = -1;
   uint64_t seed = 0;
+  std::string draft_state;
   int64_t values_per_token = 0;
   int64_t num_chunks = 0;
 };
@@ -155,9 +157,10 @@ class KvLeases {
   bool expected(int64_t request_id);
   void forget(int64_t request_id);
   // Engine thread: the request's prompt ran; `blocks` carry a reference that is now the lease's
-  // (or go straight back when the lease was released before it was granted).
+  // (or go straight back when the lease was released before it was granted). `draft_state`
+  // travels with the rows (KvPayload).
   void grant(int64_t request_id, std::vector<int32_t> blocks, std::vector<int32_t> prompt, int32_t first_token,
-             uint64_t seed);
+             uint64_t seed, std::string draft_state = {});
   // Engine thread: block tables whose references the caller must drop (released or expired).
   std::vector<std::vector<int32_t>> take_released(std::chrono::steady_clock::time_point now);
 
@@ -200,6 +203,7 @@ class KvLeases {
     int32_t first_token = -1;
     uint64_t seed = 0;
     std::chrono::steady_clock::time_point deadline;
+    std::string draft_state;
   };
   // Prompt rows [begin, begin + num_tokens), in the pinned `blocks`.
   struct StagedChunk {
@@ -217,7 +221,7 @@ class KvLeases {
   void end_stream(int64_t request_id);                          // under mutex_: its pins go back
   void release_pins(Stream& stream);                            // under mutex_: to released_
   void grant_locked(int64_t request_id, std::vector<int32_t> blocks, std::vector<int32_t> prompt,
-                    int32_t first_token, uint64_t seed);
+                    int32_t first_token, uint64_t seed, std::string draft_state);
 
   const uint64_t epoch_;
   std::mutex mutex_;

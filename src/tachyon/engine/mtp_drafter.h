@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -69,6 +70,10 @@ class MtpModules {
   // The rows follow the cache's `length` rows and are appended to it (length grows by n).
   virtual Output forward(int64_t module, std::span<const float> hidden, std::span<const int32_t> next_tokens,
                          Cache& cache) const = 0;
+  // A cache's `length` rows as values, and a cache of `module` holding such values (nullptr when
+  // they are not `length` rows of its cache): a sequence's rows moving to another server.
+  virtual std::vector<float> copy_rows(const Cache& cache) const = 0;
+  virtual std::unique_ptr<Cache> cache_with_rows(int64_t module, std::span<const float> rows, int64_t length) const = 0;
 };
 
 class MtpDrafter : public Drafter {
@@ -80,6 +85,13 @@ class MtpDrafter : public Drafter {
   void release(int64_t sequence_id) override { states_.erase(sequence_id); }
   bool needs_hidden_states() const override { return true; }
   void observe(const core::StepPlan& plan, const core::StepOutput& output) override;
+  // A sequence's module rows, pending inputs and drafts as bytes, and back (drafter.h). An import
+  // is checked against the rows the drafter keeps for a sequence of its tokens (each module's
+  // real rows one behind the module before), so a state that passes continues exactly as the
+  // exporting drafter would have; drafts made for another k are dropped, the rows kept.
+  bool moves_state_with_kv() const override { return true; }
+  std::string export_state(int64_t sequence_id) const override;
+  bool import_state(int64_t sequence_id, std::span<const int32_t> tokens, const std::string& state) override;
 
   // Tests: sequences with module state, and where a sequence's module context starts (-1: none).
   size_t num_sequences() const { return states_.size(); }

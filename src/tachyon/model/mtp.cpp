@@ -3,6 +3,7 @@
 #include "tachyon/model/mtp.h"
 
 #include <algorithm>
+#include <array>
 #include <numeric>
 
 #include "tachyon/base/check.h"
@@ -111,6 +112,49 @@ void reserve_rows(SequenceKvCache& cache, int64_t capacity) {
     }
   }
   cache.capacity = capacity;
+}
+
+namespace {
+
+// Every per-layer array of `cache`, in copy_rows' order.
+template <typename Cache>
+auto row_arrays(Cache& cache) {
+  return std::array{&cache.keys, &cache.values, &cache.latents, &cache.index_keys};
+}
+
+}  // namespace
+
+std::vector<float> copy_rows(const SequenceKvCache& cache, int64_t length) {
+  TACHYON_CHECK(length >= 0 && length <= cache.capacity)
+      << "internal: " << length << " rows of a cache of " << cache.capacity;
+  std::vector<float> out;
+  for (const std::vector<std::vector<float>>* arrays : row_arrays(cache)) {
+    for (const std::vector<float>& rows : *arrays) {
+      const size_t width = rows.size() / static_cast<size_t>(cache.capacity);
+      out.insert(out.end(), rows.begin(), rows.begin() + static_cast<int64_t>(width) * length);
+    }
+  }
+  return out;
+}
+
+bool set_rows(SequenceKvCache& cache, std::span<const float> values, int64_t length) {
+  if (length < 0 || cache.capacity <= 0) return false;
+  size_t row_values = 0;
+  for (const std::vector<std::vector<float>>* arrays : row_arrays(cache)) {
+    for (const std::vector<float>& rows : *arrays) row_values += rows.size() / static_cast<size_t>(cache.capacity);
+  }
+  if (values.size() != row_values * static_cast<size_t>(length)) return false;
+  reserve_rows(cache, length);
+  size_t at = 0;
+  for (std::vector<std::vector<float>>* arrays : row_arrays(cache)) {
+    for (std::vector<float>& rows : *arrays) {
+      const size_t count = rows.size() / static_cast<size_t>(cache.capacity) * static_cast<size_t>(length);
+      std::copy_n(values.begin() + static_cast<int64_t>(at), count, rows.begin());
+      at += count;
+    }
+  }
+  cache.length = length;
+  return true;
 }
 
 std::vector<MtpModule> load_mtp_modules(const std::filesystem::path& model_dir) {

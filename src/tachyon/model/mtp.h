@@ -71,6 +71,13 @@ class MtpModule {
 // outer dimension of every per-layer array, so each array only gets longer.
 void reserve_rows(SequenceKvCache& cache, int64_t capacity);
 
+// The cache's rows [0, length) (length <= capacity) as one array (each per-layer array's rows in turn: keys, values,
+// latents, index keys), the form a sequence's module rows move in between servers (prefill/decode
+// disaggregation), and back: `cache` (from make_cache) holding `length` rows of that form; false,
+// the cache unchanged, when `values` do not hold exactly `length` rows of its arrays.
+std::vector<float> copy_rows(const SequenceKvCache& cache, int64_t length);
+bool set_rows(SequenceKvCache& cache, std::span<const float> values, int64_t length);
+
 // An MTP module as the GPU runs it: its decoder layer as a one-layer bf16 model (embed_tokens =
 // the module's embedding, final_norm = shared_head.norm, lm_head = shared_head.head; config =
 // mtp_layer_config), so the GPU decoder runs it as it runs any model, and the front's norms and

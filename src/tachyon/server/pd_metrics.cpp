@@ -67,6 +67,11 @@ void PdMetrics::render(std::string& out, const engine::KvLeaseStats& leases, con
   append_metric(out, "tachyon:kv_reference_unconfirmed_total", "counter",
                 "By-reference imports whose copy failed or went unconfirmed (the prompt was computed here).",
                 engine.kv_reference_unconfirmed);
+  append_family(out, "tachyon:kv_transfer_draft_states_total", "counter",
+                "Imports that brought the prefill server's MTP module rows of the prompt, by outcome (imported: "
+                "the drafter goes on from them; refused: they did not fit, drafting started at the first token).");
+  append_sample(out, "tachyon:kv_transfer_draft_states_total", "outcome=\"imported\"", engine.draft_states_imported);
+  append_sample(out, "tachyon:kv_transfer_draft_states_total", "outcome=\"refused\"", engine.draft_states_refused);
   append_family(out, "tachyon:kv_transfer_recomputes_total", "counter",
                 "Requests with a KV source whose prompt this server computed instead, by reason.");
   for (int i = 0; i < kNumRecomputeReasons; ++i) {

@@ -180,6 +180,8 @@ std::string encode_kv_commit(const engine::KvCommit& commit, uint64_t chunks_che
   put_value(body, commit.values_per_token);
   put_value(body, static_cast<uint64_t>(commit.num_chunks));
   put_value(body, chunks_checksum);
+  put_value(body, static_cast<uint64_t>(commit.draft_state.size()));
+  body.append(commit.draft_state);
   return body;
 }
 
@@ -197,6 +199,10 @@ engine::KvCommit decode_kv_commit(const std::string& body, uint64_t& chunks_chec
   commit.values_per_token = take<int64_t>(body, offset);
   commit.num_chunks = static_cast<int64_t>(take<uint64_t>(body, offset));
   chunks_checksum = take<uint64_t>(body, offset);
+  const auto draft_state_len = take<uint64_t>(body, offset);
+  if (draft_state_len > body.size() - offset) throw KvTransferError("KV commit: bad drafter state length");
+  commit.draft_state = body.substr(offset, draft_state_len);
+  offset += draft_state_len;
   if (offset != body.size()) throw KvTransferError("KV commit: " + std::to_string(body.size() - offset) + " bytes too many");
   return commit;
 }
@@ -345,6 +351,7 @@ engine::KvPayload fetch_kv(const std::string& host, int port, engine::KvLeaseKey
     payload.prompt = std::move(commit.prompt);
     payload.first_token = commit.first_token;
     payload.seed = commit.seed;
+    payload.draft_state = std::move(commit.draft_state);
     payload.values_per_token = commit.values_per_token;
     if (payload.by_reference()) {  // the connection stays open for the copy's word
       // The decode engine's copier thread waits for the answer (engine/kv_copier.h): a frozen

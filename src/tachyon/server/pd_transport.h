@@ -9,7 +9,9 @@
 // status 4, a heartbeat (empty body, while the prompt runs and no rows are ready);
 // status 3, the commit that ends it: prompt_len u64, prompt i32[], first_token i32, seed u64,
 //           values_per_token i64, num_chunks u64, chunks_xxh3 u64 (xxh3_64 over the chunks'
-//           body checksums, in order); taking it takes the lease;
+//           body checksums, in order), draft_state_len u64, draft_state (the prefill engine's
+//           drafter's state of the prompt, engine/drafter.h; empty without MTP); taking it takes
+//           the lease;
 // status 1, an error message that ends it (no such lease, aborted prompt, past the bound).
 // By reference (CUDA IPC on one GPU, runner/model_runner.h KvRowAccess::copy_by_reference), the
 // pull names its cache's fingerprint (op 3, its xxh3 after the key); a prefill server whose cache
