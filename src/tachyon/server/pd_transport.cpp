@@ -236,7 +236,8 @@ engine::KvChunk decode_kv_block_chunk(const std::string& body) {
 }
 
 int64_t kv_payload_bytes(const engine::KvPayload& payload) {
-  int64_t bytes = static_cast<int64_t>(8 + payload.prompt.size() * sizeof(int32_t) + 4 + 8 + 8 + 8 + 8);
+  int64_t bytes = static_cast<int64_t>(8 + payload.prompt.size() * sizeof(int32_t) + 4 + 8 + 8 + 8 + 8 + 8 +
+                                       payload.draft_state.size());
   for (const auto& chunk : payload.chunks) {
     bytes += static_cast<int64_t>(24 + chunk->rows.size() * sizeof(float) + chunk->blocks.size() * sizeof(int32_t));
   }
