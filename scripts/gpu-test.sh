@@ -10,11 +10,19 @@
 # CUDA kernel tests join step 1 as they land (tests/gpu/).
 #   scripts/gpu-test.sh [OUT_DIR]     OUT_DIR receives logs (default: out/gpu-test)
 #   GPU_ONLY=1 SKIP_FRESH_GOLDENS=1 scripts/gpu-test.sh OUT_DIR   the GPU tests and canaries alone
+#   GPU_PARTS="tests" / "canaries pd" / "goldens" scripts/gpu-test.sh OUT_DIR   some parts (default: all):
+#     tests = the ctest suite (with GPU_ONLY, its GPU tests) and the GPU goldens; canaries = the
+#     canaries served on the GPU; pd = the PD servers' suite on the GPU; goldens = the fresh CPU
+#     goldens. The whole script no longer fits one 10-minute call on the GPU machine: run it as two
+#     or three calls on one warm machine (each builds incrementally into the same directory).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${1:-out/gpu-test}
 mkdir -p "$OUT_DIR"
 BUILD_DIR=build-gpu
+PARTS=" ${GPU_PARTS:-tests canaries pd goldens} "
+[ -n "${SKIP_FRESH_GOLDENS:-}" ] && PARTS=${PARTS/ goldens / }
+part() { [[ "$PARTS" == *" $1 "* ]]; }
 
 scripts/gpu-machine-deps.sh install
 # GPU_ONLY=1: build and run the GPU tests alone (the binary, tests/gpu_*), when the CPU suite has
@@ -34,27 +42,32 @@ fi
 echo "== build: ok ($(grep -c 'Building' "$OUT_DIR/build.log") objects)"
 
 fresh=$(mktemp -d)
-export TACHYON_GPU_GOLDEN_MODELS="$fresh/gpu-models" TACHYON_GPU_GOLDENS="$fresh/gpu-goldens"
-TACHYON=$BUILD_DIR/bin/tachyon tools/make_golden_models.sh "$TACHYON_GPU_GOLDEN_MODELS" \
-  tests/data/goldens/gpu_manifest.json > /dev/null
-python3 tools/make_goldens.py --manifest tests/data/goldens/gpu_manifest.json --models "$TACHYON_GPU_GOLDEN_MODELS" \
-  --out "$TACHYON_GPU_GOLDENS" --dtype bfloat16 --device cuda > "$OUT_DIR/gpu-goldens.log" 2>&1 \
-  || { echo "== GPU goldens: some failed (gpu.hf_goldens will fail for them):"; tail -20 "$OUT_DIR/gpu-goldens.log"; }
-cp tests/data/goldens/gpu_manifest.json "$TACHYON_GPU_GOLDENS/"
+ctest_rc=0
+if part tests; then
+  export TACHYON_GPU_GOLDEN_MODELS="$fresh/gpu-models" TACHYON_GPU_GOLDENS="$fresh/gpu-goldens"
+  TACHYON=$BUILD_DIR/bin/tachyon tools/make_golden_models.sh "$TACHYON_GPU_GOLDEN_MODELS" \
+    tests/data/goldens/gpu_manifest.json > /dev/null
+  python3 tools/make_goldens.py --manifest tests/data/goldens/gpu_manifest.json --models "$TACHYON_GPU_GOLDEN_MODELS" \
+    --out "$TACHYON_GPU_GOLDENS" --dtype bfloat16 --device cuda > "$OUT_DIR/gpu-goldens.log" 2>&1 \
+    || { echo "== GPU goldens: some failed (gpu.hf_goldens will fail for them):"; tail -20 "$OUT_DIR/gpu-goldens.log"; }
+  cp tests/data/goldens/gpu_manifest.json "$TACHYON_GPU_GOLDENS/"
 
-set +e
-# CTEST_ARGS narrows the run (e.g. -R '^gpu\.' when the CPU suite already passed elsewhere).
-ctest --test-dir $BUILD_DIR -j "$(nproc)" --timeout "${CTEST_TIMEOUT:-600}" --output-on-failure ${CTEST_ARGS:-} \
-  > "$OUT_DIR/ctest.log" 2>&1
-ctest_rc=$?
-set -e
-grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" "$OUT_DIR/ctest.log" | tail -20
-"$BUILD_DIR/tests/gpu_hf_goldens" 2>&1 | grep "gpu golden\]"
+  set +e
+  # CTEST_ARGS narrows the run (e.g. -R '^gpu\.' when the CPU suite already passed elsewhere).
+  ctest --test-dir $BUILD_DIR -j "$(nproc)" --timeout "${CTEST_TIMEOUT:-600}" --output-on-failure ${CTEST_ARGS:-} \
+    > "$OUT_DIR/ctest.log" 2>&1
+  ctest_rc=$?
+  set -e
+  grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" "$OUT_DIR/ctest.log" | tail -20
+  "$BUILD_DIR/tests/gpu_hf_goldens" 2>&1 | grep "gpu golden\]"
+fi
 
 # The accuracy canary through `tachyon serve --device cuda` + `tachyon eval`, as ctest's
 # server.canary_accuracy runs it on the CPU (the server is built where cpp-httplib and Boost are found).
 canary_rc=0
-if "$BUILD_DIR/bin/tachyon" serve --help > /dev/null 2>&1; then
+if ! part canaries; then
+  echo "== canaries on the GPU: not run (GPU_PARTS)"
+elif "$BUILD_DIR/bin/tachyon" serve --help > /dev/null 2>&1; then
   echo "== canary on the GPU:"
   XDG_CACHE_HOME="$fresh/cache" MIN_ACCURACY=0.97 scripts/canary-eval.sh "$BUILD_DIR/bin/tachyon" - \
     "$OUT_DIR/canary" 200 --device cuda || canary_rc=1
@@ -75,21 +88,25 @@ fi
 # prefill and decode servers sharing the GPU, so the KV moves by reference (CUDA IPC). One test at
 # a time: each test's servers share the kernel choices its first server timed (one plan, one set
 # of kernels), which a test timing at the same moment could otherwise write over.
-echo "== PD suite on the GPU:"
-set +e
-TACHYON_PD_DEVICE=cuda XDG_CACHE_HOME="$fresh/pd-cache" ctest --test-dir $BUILD_DIR -j 1 --timeout 300 \
-  --output-on-failure \
-  -R '^server\.pd_(router|guards|abort|choice|faults|equivalence|least_loaded|pull_killed|serve_busy|stream_killed)$' \
-  > "$OUT_DIR/pd-gpu.log" 2>&1
-pd_rc=$?
-set -e
-grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" "$OUT_DIR/pd-gpu.log" | tail -12
-[ $pd_rc = 0 ] || canary_rc=1
+if part pd; then
+  echo "== PD suite on the GPU:"
+  set +e
+  pd_tests="router|guards|abort|choice|faults|equivalence|least_loaded|pull_killed|serve_busy|stream_killed"
+  pd_tests+="|speculative|options"
+  TACHYON_PD_DEVICE=cuda XDG_CACHE_HOME="$fresh/pd-cache" ctest --test-dir $BUILD_DIR -j 1 --timeout 300 \
+    --output-on-failure -R "^server\.pd_($pd_tests)\$" > "$OUT_DIR/pd-gpu.log" 2>&1
+  pd_rc=$?
+  set -e
+  grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" "$OUT_DIR/pd-gpu.log" | tail -12
+  [ $pd_rc = 0 ] || canary_rc=1
+else
+  echo "== PD suite on the GPU: not run (GPU_PARTS)"
+fi
 # Every family's CPU goldens again with this machine's transformers (f32 on its CPU); the fresh
 # files land in OUT_DIR/fresh-goldens too, to commit when a family's golden is new or changed.
 # SKIP_FRESH_GOLDENS=1 leaves them for a later call (they need no GPU, only the build).
-if [ -n "${SKIP_FRESH_GOLDENS:-}" ]; then
-  echo "== goldens from this machine's transformers: not run (SKIP_FRESH_GOLDENS)"
+if ! part goldens; then
+  echo "== goldens from this machine's transformers: not run (SKIP_FRESH_GOLDENS or GPU_PARTS)"
   [ $ctest_rc = 0 ] && exit $canary_rc
   exit $ctest_rc
 fi

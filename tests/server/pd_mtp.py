@@ -27,7 +27,8 @@ count, k = 24, 2
 mtp = ["--speculative-method", "mtp", "--num-speculative-tokens", str(k)]
 try:
     for args in (["--device", "cuda", "--role", "prefill", *mtp], ["--device", "cuda", "--role", "decode", *mtp]):
-        run = subprocess.run([tachyon, "serve", model, "--port", "0", *args], capture_output=True, text=True, timeout=60)
+        run = subprocess.run([tachyon, "serve", model, "--port", "0", *args], capture_output=True, text=True,
+                             timeout=60)
         lines = (run.stdout + run.stderr).strip().splitlines()
         if run.returncode == 0 or len(lines) != 1 or not lines[0].startswith("error: --role"):
             sys.exit(f"serve {' '.join(args)}: expected a one-line refusal, got {run.returncode}: {lines}")

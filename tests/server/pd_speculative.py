@@ -4,24 +4,28 @@ n-gram lookups hit, 4 to 32 tokens out), 16 at a time, through a prefill server,
 decode server with n-gram drafts, then with a draft model (the served model itself: a random
 other model of a 151K-token vocabulary would agree with it on almost no token, and self-drafts are
 accepted only if the draft model built its own cache of the imported prompt), equal a plain
-server's answers text for text; the decode server imported every prompt and accepted drafts. n-gram and draft-model drafts on the prefill role
-and drafts on a GPU decode server are refused in one line (MTP across the roles:
-pd_mtp.py).
+server's answers text for text; the decode server imported every prompt and accepted drafts. On
+the CPU, and with every server on the GPU (TACHYON_PD_DEVICE=cuda, scripts/gpu-test.sh: one
+request at a time, the prompts' KV copied by reference). n-gram and draft-model drafts on the
+prefill role and MTP on a GPU decode server are refused in one line (MTP across the roles on the
+CPU: pd_mtp.py).
     pd_speculative.py TACHYON TOKENIZERS_DIR"""
 import random
 import subprocess
 import sys
 from pd_cluster import DEVICE, Cluster, answers, expect_same_answers, greedy_request, metric
 
-if DEVICE != "cpu":
-    sys.exit(0)  # the decode role drafts on the CPU only (refused on cuda)
 tachyon, tokenizers = sys.argv[1], sys.argv[2]
+# On the GPU one request at a time: its kernels sum in a batch-dependent order (pd_equivalence.py),
+# and the decode server keeps the default block size (the cache is sized for it: gpu_cache_args).
+at_once = 1 if DEVICE == "cuda" else 16
+block_size = [] if DEVICE == "cuda" else ["--block-size", "8"]
 cluster = Cluster(tachyon, tokenizers)
 count = 120
 try:
     for args in (["--device", "cpu", "--role", "prefill", "--speculative-method", "ngram", "--num-speculative-tokens", "2"],
                  ["--device", "cpu", "--role", "prefill", "--speculative-method", "draft", "--num-speculative-tokens", "2"],
-                 ["--device", "cuda", "--role", "decode", "--speculative-method", "ngram", "--num-speculative-tokens", "2"]):
+                 ["--device", "cuda", "--role", "decode", "--speculative-method", "mtp", "--num-speculative-tokens", "2"]):
         run = subprocess.run([tachyon, "serve", cluster.model, "--port", "0", *args],
                              capture_output=True, text=True, timeout=60)
         lines = (run.stdout + run.stderr).strip().splitlines()
@@ -38,15 +42,15 @@ try:
         return greedy_request(i, " ".join([phrase] * (2 + rng.randrange(4))), 4 + rng.randrange(29))
 
     requests = [request(i) for i in range(count)]
-    want = answers(plain.url, requests)
+    want = answers(plain.url, requests, at_once)
     drafters = {"ngram": ["--speculative-method", "ngram", "--num-speculative-tokens", "3", "--ngram-min", "1",
                           "--ngram-max", "2"],
                 "draft": ["--speculative-method", "draft", "--num-speculative-tokens", "3",
                           "--draft-model", cluster.model]}
     for name, flags in drafters.items():
-        decode = cluster.serve("decode-" + name, "--role", "decode", "--block-size", "8", *flags)
+        decode = cluster.serve("decode-" + name, "--role", "decode", *block_size, *flags)
         router = cluster.router([prefill], [decode], name="router-" + name)
-        expect_same_answers(name, answers(router.url, requests), want)
+        expect_same_answers(name, answers(router.url, requests, at_once), want)
         imports = metric(decode.url, "tachyon:kv_transfer_imports_total")
         drafted = metric(decode.url, "tachyon:spec_decode_num_draft_tokens_total")
         accepted = metric(decode.url, "tachyon:spec_decode_num_accepted_tokens_total")

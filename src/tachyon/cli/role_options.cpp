@@ -58,20 +58,22 @@ void check_role_options(const server::ServingOptions& serving) {
   // TCP); the GPU machine's PD suite verified that (scripts/gpu-test.sh), not an FP8 cache.
   TACHYON_CHECK(engine.device.kind == "cpu" || engine.device.kv_cache_dtype == DType::kBF16)
       << "--role on cuda needs a bf16 KV cache (--kv-cache-dtype fp8 is not transferred)";
-  // Drafts belong to decoding: a decode server on the CPU verifies n-gram, draft-model and MTP
-  // drafts over imported prompts (tests/server/pd_speculative.py). MTP modules read the prompt's
-  // hidden states, so a prefill server given --speculative-method mtp runs its modules over each
-  // prompt and their rows move with the KV (engine/drafter.h); a decode server whose prefill
-  // server has no modules drafts from the first decoded token on. On GPUs no PD run has drafted.
+  // Drafts belong to decoding: a decode server verifies n-gram and draft-model drafts over
+  // imported prompts, on the CPU and on one GPU (tests/server/pd_speculative.py, run on the GPU by
+  // scripts/gpu-test.sh). MTP modules read the prompt's hidden states, so on the CPU a prefill
+  // server given --speculative-method mtp runs its modules over each prompt and their rows move
+  // with the KV (engine/drafter.h, tests/server/pd_mtp.py); the GPU runner drafts with its module
+  // inside itself (runner/cuda/cuda_mtp_drafter.h), whose rows no transfer carries yet.
   if (engine.speculative.enabled()) {
     const std::string& method = engine.speculative.method;
     TACHYON_CHECK(serving.role == "decode" || method == "mtp")
         << "--role " << serving.role << " with --speculative-method " << method
         << ": drafts belong to decoding; give them to the --role decode server (a prefill server takes mtp "
            "only: its modules' rows of the prompt move to the decode server)";
-    TACHYON_CHECK(engine.device.kind == "cpu")
+    TACHYON_CHECK(engine.device.kind == "cpu" || (serving.role == "decode" && method != "mtp"))
         << "--role " << serving.role << " with --speculative-method " << method
-        << " on cuda is not verified by any test yet";
+        << " on cuda is not verified by any test yet (n-gram and draft-model drafts on a decode server are; MTP "
+           "across the roles runs on the CPU)";
   }
   // Tensor-parallel CPU ranks move their KV as one rank's rows: a latent-attention model's ranks
   // each hold them whole (runner/replicated_kv_rows.h), a dense model's their K/V heads
@@ -84,11 +86,12 @@ void check_role_options(const server::ServingOptions& serving) {
       << "--role with tensor parallelism runs on CPU thread ranks of one node only (untested elsewhere)";
   TACHYON_CHECK(engine.device.tensor_parallel_size == 1 || serving.kv_transport != "ucx")
       << "--role with --tp and --kv-transport ucx is untested (the ranks' rows move over TCP: auto)";
-  // Asynchronous scheduling and online FP8 weights (with an FP8 KV cache too) on the CPU:
-  // tests/server/pd_options.py; the CUDA runner schedules asynchronously by default, and the GPU
-  // suite ran so. FP8 weights on the GPU have no PD run.
-  TACHYON_CHECK(engine.device.kind == "cpu" || engine.device.quantization.empty())
-      << "--role on cuda cannot be combined with --quantization (untested)";
+  // Asynchronous scheduling and online FP8 weights (with an FP8 KV cache too on the CPU):
+  // tests/server/pd_options.py, on the CPU and on the GPU (scripts/gpu-test.sh), where the KV
+  // stays bf16 (above).
+  TACHYON_CHECK(engine.device.kind == "cpu" || engine.device.quantization.empty() ||
+                engine.device.quantization == "fp8")
+      << "--role on cuda with --quantization " << engine.device.quantization << " is untested (fp8 is)";
 }
 
 }  // namespace tachyon::cli
