@@ -648,9 +648,10 @@ using DrafterFactory = std::function<std::unique_ptr<engine::Drafter>()>;
 EngineRun run_engine(const model::Bf16ModelWeights& weights, const std::vector<std::vector<int32_t>>& prompts,
                      const std::vector<SamplingParams>& params, const core::SpeculativeConfig& speculative,
                      const model::Bf16MtpModule* mtp = nullptr, bool eager = false, int shared_gpu_tp = 0,
-                     int dcp = 1, const DrafterFactory& make_drafter = nullptr) {
+                     int dcp = 1, const DrafterFactory& make_drafter = nullptr, DType kv_cache_dtype = DType::kBF16) {
   core::EngineConfig config = shared_gpu_tp > 0 ? shared_gpu_config(shared_gpu_tp) : small_config(eager);
   config.device.decode_context_parallel_size = dcp;
+  config.device.kv_cache_dtype = kv_cache_dtype;
   config.speculative = speculative;
   std::unique_ptr<engine::Drafter> drafter = make_drafter ? make_drafter() : nullptr;
   std::unique_ptr<ModelRunner> runner;
@@ -798,10 +799,10 @@ void print_plain_near_ties(const EngineRun& plain) {
 }
 
 // The n-gram drafter on repetitive prompts, on one runner or on shared_gpu_tp ranks sharing the
-// GPU, with decode context parallelism over them when dcp > 1 (each run against the plain run of
-// the same kind).
+// GPU, with decode context parallelism over them when dcp > 1, over a cache of `kv` (each run
+// against the plain run of the same kind).
 void expect_ngram_drafts_give_the_plain_tokens(int shared_gpu_tp, const Variant& variant = {"qwen3", "tiny-gpu"},
-                                               int dcp = 1) {
+                                               int dcp = 1, DType kv = DType::kBF16) {
   const fs::path dir = make_tiny(variant);
   const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
   model::SafetensorsCheckpoint checkpoint(dir);
@@ -809,12 +810,24 @@ void expect_ngram_drafts_give_the_plain_tokens(int shared_gpu_tp, const Variant&
   const auto [prompts, params] = repetitive_requests(mc);
   std::string kind = shared_gpu_tp > 0 ? "tp " + std::to_string(shared_gpu_tp) + " " : "";
   if (dcp > 1) kind += "dcp " + std::to_string(dcp) + " " + variant.arch + " ";
-  const EngineRun plain = run_engine(weights, prompts, params, {}, nullptr, false, shared_gpu_tp, dcp);
+  if (kv == DType::kF8E4M3) kind += "fp8 kv ";
+  const EngineRun plain = run_engine(weights, prompts, params, {}, nullptr, false, shared_gpu_tp, dcp, nullptr, kv);
   print_plain_near_ties(plain);
+  if (kv == DType::kF8E4M3) {  // the cache is FP8: its plain run's logprobs are not the bf16 cache's
+    const EngineRun bf16 = run_engine(weights, prompts, params, {}, nullptr, false, shared_gpu_tp, dcp);
+    bool differs = false;
+    for (size_t r = 0; r < plain.logprobs.size(); ++r) {
+      for (size_t j = 0; j < std::min(plain.logprobs[r].size(), bf16.logprobs[r].size()); ++j) {
+        differs = differs || plain.logprobs[r][j].logprob != bf16.logprobs[r][j].logprob;
+      }
+    }
+    EXPECT_TRUE(differs) << kind << ": the FP8 cache changed no logprob (is it FP8?)";
+  }
   for (int32_t k : {1, 3}) {
     const core::SpeculativeConfig speculative{.method = "ngram", .num_speculative_tokens = k, .ngram_min = 1,
                                               .ngram_max = 3};
-    const EngineRun drafted = run_engine(weights, prompts, params, speculative, nullptr, false, shared_gpu_tp, dcp);
+    const EngineRun drafted =
+        run_engine(weights, prompts, params, speculative, nullptr, false, shared_gpu_tp, dcp, nullptr, kv);
     EXPECT_GT(drafted.stats.draft_tokens_accepted, 0) << kind << "k " << k << ": repetitive prompts must accept drafts";
     EXPECT_GT(drafted.stats.draft_tokens, drafted.stats.draft_tokens_accepted) << kind << "k " << k;
     const auto [identical, near_ties] =
@@ -827,6 +840,13 @@ void expect_ngram_drafts_give_the_plain_tokens(int shared_gpu_tp, const Variant&
 }
 
 TEST(CudaSpeculativeEngine, NgramDraftsGiveThePlainTokensUpToNearTies) { expect_ngram_drafts_give_the_plain_tokens(0); }
+
+// Over the FP8 KV cache (--kv-cache-dtype fp8): a verify step writes the rows of its draft slots
+// as a plain step writes its one row (each row quantized on its own), and rejected slots are
+// written over later, so the drafted run gives the plain FP8 run's tokens up to near ties.
+TEST(CudaSpeculativeEngine, NgramDraftsOverAnFp8KvCacheGiveThePlainTokensUpToNearTies) {
+  expect_ngram_drafts_give_the_plain_tokens(0, {"qwen3", "tiny-gpu"}, 1, DType::kF8E4M3);
+}
 
 // The tensor-parallel runner verifies drafts as every rank's CudaModelRunner does, from the same
 // gathered logits, so the ranks accept alike and rank 0's tokens are the group's: 2 ranks sharing

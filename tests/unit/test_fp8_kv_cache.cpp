@@ -224,11 +224,13 @@ TEST(Fp8KvCache, RefusedWhereNoTestCoversItInOneLine) {
       << gpu.output;
   const testing::CliRun tp = testing::run_cli(base + " --device cpu --tp 2");
   EXPECT_EQ(tp.exit_code, 0) << tp.output;
-  // Speculation over the FP8 cache is tested on the CPU (every drafter), not on GPUs.
-  const testing::CliRun spec =
-      testing::run_cli(base + " --device cuda --speculative-method ngram --num-speculative-tokens 1");
+  // Speculation over the FP8 cache is tested on the CPU (every drafter), and on one GPU with n-gram
+  // drafts (tests/gpu/test_cuda_speculative.cpp); a draft model over it on the GPU is refused.
+  const testing::CliRun spec = testing::run_cli(base + " --device cuda --speculative-method draft --draft-model " +
+                                                dir.string() + " --num-speculative-tokens 1");
   EXPECT_EQ(spec.exit_code, 1);
-  EXPECT_NE(spec.output.find("an FP8 KV cache with speculative decoding on GPUs"), std::string::npos) << spec.output;
+  EXPECT_NE(spec.output.find("an FP8 KV cache with --speculative-method draft on GPUs"), std::string::npos)
+      << spec.output;
   const testing::CliRun ngram =
       testing::run_cli(base + " --device cpu --speculative-method ngram --num-speculative-tokens 2");
   EXPECT_EQ(ngram.exit_code, 0) << ngram.output;

@@ -160,20 +160,24 @@ void check_quantization_device(const core::EngineConfig& config, const model::Mo
 bool fp8_kv_cache(const core::EngineConfig& config) { return config.device.kv_cache_dtype == DType::kF8E4M3; }
 
 // Why this run's FP8 KV cache cannot be on GPUs ("" when it can, or when the cache is bf16): the
-// GPU's FP8 cache serves dense attention on one GPU without drafts (tests/gpu/test_cuda_fp8.cpp,
-// the FP8 canary of scripts/gpu-test.sh); the rest is untested there.
+// GPU's FP8 cache serves dense attention on one GPU (tests/gpu/test_cuda_fp8.cpp, the FP8 canary
+// of scripts/gpu-test.sh), with n-gram drafts too (test_cuda_speculative.cpp
+// NgramDraftsOverAnFp8KvCacheGiveThePlainTokensUpToNearTies); the rest is untested there.
 std::string cuda_fp8_kv_refusal(const core::EngineConfig& config, const model::ModelConfig& model_config) {
   if (!fp8_kv_cache(config)) return "";
   const std::string why = model::fp8_kv_cache_gpu_unsupported(
       model_config, config.device.tensor_parallel_size > 1 || config.device.nnodes > 1);
   if (!why.empty()) return why;
-  if (config.speculative.enabled()) return "an FP8 KV cache with speculative decoding on GPUs is not verified by any test yet";
+  if (config.speculative.enabled() && config.speculative.method != "ngram") {
+    return "an FP8 KV cache with --speculative-method " + config.speculative.method +
+           " on GPUs is not verified by any test yet (n-gram drafts are)";
+  }
   return "";
 }
 
 // The FP8 KV cache: the CPU reference (runner/paged_attention_backend.h), with every drafter
 // (test_engine_ngram.cpp, test_engine_draft_model.cpp, test_engine_mtp.cpp), and, where
-// cuda_fp8_kv_refusal allows, the GPU (without speculation).
+// cuda_fp8_kv_refusal allows, the GPU (with n-gram drafts or none).
 void check_kv_cache_dtype(const core::EngineConfig& config, const model::ModelConfig& model_config,
                           const std::string& kind) {
   const DType kv = config.device.kv_cache_dtype;
