@@ -50,7 +50,13 @@ try:
     for name, flags in drafters.items():
         decode = cluster.serve("decode-" + name, "--role", "decode", *block_size, *flags)
         router = cluster.router([prefill], [decode], name="router-" + name)
-        expect_same_answers(name, answers(router.url, requests, at_once), want)
+        # On the GPU a verify step of 1 + k rows rounds otherwise than one-row decodes: its
+        # tokens equal the plain run's up to near ties (tests/gpu/test_cuda_speculative.cpp reads
+        # the logit gaps; a PD answer carries no logprobs), so a few answers may part after their
+        # start: on the H200, 3 of 120 with the draft model (every step a 4-row verify), at 43%,
+        # 71% and 95% of the plain text; n-gram drafts 120 of 120.
+        ties = {"near_ties": 6, "agree_share": 0.25} if DEVICE == "cuda" else {}
+        expect_same_answers(name, answers(router.url, requests, at_once), want, **ties)
         imports = metric(decode.url, "tachyon:kv_transfer_imports_total")
         drafted = metric(decode.url, "tachyon:spec_decode_num_draft_tokens_total")
         accepted = metric(decode.url, "tachyon:spec_decode_num_accepted_tokens_total")
