@@ -4,13 +4,14 @@
 move with the KV, so the decode server drafts from the first decoded token on with the prompt in
 its module's context, as one server with MTP does: through the router, 24 canary problems
 (3-shot, greedy, the first 16 tokens of each answer, streamed and not) equal the plain server's
-text, every prompt is
-imported with its module rows, and the decode server drafts and accepts as many tokens as the
-single MTP server (within 1%: a prefill server chunks prompts otherwise, which can round a
-near-tie of a draft the other way). Behind a prefill server without the module the decode server's text is
-still the plain one, but it has no drafts for the first step and a module context without the
-prompt: at least 5% fewer accepted draft tokens in answers this short (191 against 213; the
-mutation of dropping the rows fails the first part). Drafts on a GPU prefill or decode server stay refused in one line.
+text, every prompt is imported with its module rows, and the decode server drafts and accepts as
+many tokens as the single MTP server (within 1%: a prefill server chunks prompts otherwise, which
+can round a near-tie of a draft the other way). Behind a prefill server without the module the
+decode server's text is still the plain one, but it has no drafts for the first step and a
+module context without the prompt: at least 5% fewer accepted draft tokens in answers this short
+(191 against 213; the mutation of dropping the rows fails the first part). The same with every
+server on two tensor-parallel CPU ranks (--tp 2: the roles against a plain and an MTP server of
+that layout). MTP on a GPU prefill or decode server stays refused in one line.
     pd_mtp.py TACHYON MODEL_DIR"""
 import json
 import os
@@ -42,38 +43,43 @@ try:
                                      "max_tokens": 16, "temperature": 0, "stop": ["Question:", "\n\n"],
                                      "stream": i % 2 == 1})
                 for i, r in enumerate(records[3:])]
-    plain = cluster.serve("plain")
-    want = answers(plain.url, requests)
-    single = cluster.serve("mtp", *mtp)
-    expect_same_answers("one server with mtp", answers(single.url, requests), want)
-
     def drafts(server):
         return (metric(server.url, "tachyon:spec_decode_num_draft_tokens_total"),
                 metric(server.url, "tachyon:spec_decode_num_accepted_tokens_total"))
 
-    single_drafted, single_accepted = drafts(single)
-    print(f"one server: {single_accepted:.0f} of {single_drafted:.0f} draft tokens accepted")
-    for name, prefill_args in (("with", mtp), ("without", [])):
-        # 3-shot prompts of ~20 blocks, 16 at once: leases may hold most of the cache.
-        prefill = cluster.serve("prefill-" + name, "--role", "prefill", "--kv-lease-max-share", "0.9", *prefill_args)
-        decode = cluster.serve("decode-" + name, "--role", "decode", *mtp)
-        router = cluster.router([prefill], [decode], name="router-" + name)
-        expect_same_answers(f"decode server, prefill server {name} mtp", answers(router.url, requests), want)
-        imports = metric(decode.url, "tachyon:kv_transfer_imports_total")
-        states = metric(decode.url, "tachyon:kv_transfer_draft_states_total", 'outcome="imported"')
-        refused = metric(decode.url, "tachyon:kv_transfer_draft_states_total", 'outcome="refused"')
-        drafted, accepted = drafts(decode)
-        print(f"prefill server {name} mtp: {imports:.0f} prompts imported, {states:.0f} with module rows "
-              f"({refused:.0f} refused); {accepted:.0f} of {drafted:.0f} draft tokens accepted")
-        if imports != count or refused != 0 or states != (count if name == "with" else 0):
-            sys.exit(f"prefill server {name} mtp: every prompt should be imported, with module rows only from mtp")
-        # The module's rows of a prompt are computed in other chunks on a prefill server (no decodes
-        # share its token budget), which can round a near-tie of a draft the other way: within 1%.
-        if name == "with" and not (abs(drafted - single_drafted) <= 0.01 * single_drafted and
-                                   abs(accepted - single_accepted) <= 0.01 * single_accepted):
-            sys.exit("the decode server should draft and accept as one server with mtp does")
-        if name == "without" and not accepted < 0.95 * single_accepted:
-            sys.exit("without the module rows the decode server should have fewer drafts accepted")
+    # One server, then the roles, with the same layout: one CPU rank, then two tensor-parallel
+    # ranks (whose groups return every row's hidden state, engine/mtp_drafter.h).
+    for layout in ([], ["--tp", "2"]):
+        tag = " ".join(layout) or "tp 1"
+        plain = cluster.serve(f"plain {tag}", *layout)
+        want = answers(plain.url, requests)
+        single = cluster.serve(f"mtp {tag}", *layout, *mtp)
+        expect_same_answers(f"{tag}: one server with mtp", answers(single.url, requests), want)
+        single_drafted, single_accepted = drafts(single)
+        print(f"{tag}: one server: {single_accepted:.0f} of {single_drafted:.0f} draft tokens accepted")
+        for name, prefill_args in (("with", mtp), ("without", [])) if not layout else (("with", mtp),):
+            # 3-shot prompts of ~20 blocks, 16 at once: leases may hold most of the cache.
+            prefill = cluster.serve(f"prefill-{name} {tag}", "--role", "prefill", "--kv-lease-max-share", "0.9",
+                                    *layout, *prefill_args)
+            decode = cluster.serve(f"decode-{name} {tag}", "--role", "decode", *layout, *mtp)
+            router = cluster.router([prefill], [decode], name=f"router-{name}-{len(layout)}")
+            what = f"{tag}: prefill server {name} mtp"
+            expect_same_answers(what, answers(router.url, requests), want)
+            imports = metric(decode.url, "tachyon:kv_transfer_imports_total")
+            states = metric(decode.url, "tachyon:kv_transfer_draft_states_total", 'outcome="imported"')
+            refused = metric(decode.url, "tachyon:kv_transfer_draft_states_total", 'outcome="refused"')
+            drafted, accepted = drafts(decode)
+            print(f"{what}: {imports:.0f} prompts imported, {states:.0f} with module rows ({refused:.0f} refused); "
+                  f"{accepted:.0f} of {drafted:.0f} draft tokens accepted")
+            if imports != count or refused != 0 or states != (count if name == "with" else 0):
+                sys.exit(f"{what}: every prompt should be imported, with module rows only from mtp")
+            # The module's rows of a prompt are computed in other chunks on a prefill server (no
+            # decodes share its token budget), which can round a near-tie of a draft the other way.
+            if name == "with" and not (abs(drafted - single_drafted) <= 0.01 * single_drafted and
+                                       abs(accepted - single_accepted) <= 0.01 * single_accepted):
+                sys.exit(f"{what}: the decode server should draft and accept as one server with mtp does (1%)")
+            if name == "without" and not accepted < 0.95 * single_accepted:
+                sys.exit(f"{what}: without the module rows the decode server should have fewer drafts accepted")
     print("pd_mtp: all checks passed")
 finally:
     cluster.close()
