@@ -16,8 +16,9 @@ tokens out) through a router per route:
   layout, but for at most 3 answers that part after their first half: the prompt's KV was
   computed by ranks whose sums are ordered otherwise than the plain server's, so a late near-tie
   may go the other way (a decode server writing only rank 0's cache agrees on about 2 of 60);
-and each decode server imported every prompt.
-    pd_tensor_parallel.py TACHYON TOKENIZERS_DIR"""
+and each decode server imported every prompt. MODEL (deepseek or dense) runs that model's routes
+alone (ctest runs the two as server.pd_tensor_parallel_latent and _dense, side by side).
+    pd_tensor_parallel.py TACHYON TOKENIZERS_DIR [MODEL]"""
 import os
 import random
 import re
@@ -29,6 +30,9 @@ from pd_cluster import DEVICE, Cluster, answers, expect_same_answers, greedy_req
 if DEVICE != "cpu":
     sys.exit(0)  # --role with --tp runs on CPU thread ranks only (refused on cuda)
 tachyon, tokenizers = sys.argv[1], sys.argv[2]
+only = sys.argv[3] if len(sys.argv) > 3 else None
+if only not in (None, "deepseek", "dense"):
+    sys.exit(f"unknown model {only!r}: deepseek or dense")
 cluster = Cluster(tachyon, tokenizers)
 count = 60
 try:
@@ -53,6 +57,8 @@ try:
                (("tp2", "tp2"), ("tp2", "tp1"), ("tp1", "tp2"), ("tp2", "tp2+ngram"), ("pcp2", "pcp2"),
                 ("pcp2", "tp1"), ("tp1", "pcp2"))))
     for arch, preset, name, layouts, routes in models:
+        if only is not None and name != only:
+            continue
         cluster.model = make(arch, preset, name)
         prefills = {ranks: cluster.serve(f"{name}-prefill-{ranks}", "--role", "prefill", *args)
                     for ranks, args in layouts.items()}
