@@ -617,6 +617,26 @@ TEST_F(EngineMtpDisaggregationTest, TheDecodeEngineDraftsFromThePrefillEnginesMo
   }
 }
 
+// A decode engine short of blocks preempts imported sequences and computes them again from
+// position 0; the imported module rows stay, the rows it shows again are skipped, and every
+// proposal is still the reference chain over the whole sequence.
+TEST_F(EngineMtpDisaggregationTest, PreemptedImportsKeepTheImportedModuleRows) {
+  const std::vector<SpecRequest> requests = transferable_requests(14);
+  const Completions plain = run(requests, {});
+  const core::EngineConfig c = engine_config(mtp_config(2));
+  core::EngineConfig tight = c;
+  tight.num_blocks = 40;  // max_model_len 160 at block size 4: the least the engine accepts
+  std::vector<KvPayload> payloads = prefill(requests, c, make_mtp_drafter(*one_, 2));
+  auto record = std::make_shared<Record>();
+  EngineStats stats;
+  const Completions got = decode(std::move(payloads), requests, tight, recorded(*one_, 2, record)(), stats);
+  for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(got[i][0].tokens, plain[i][0].tokens) << "request " << i;
+  EXPECT_GT(stats.preemptions, 0);
+  EXPECT_EQ(stats.draft_states_imported, static_cast<int64_t>(requests.size()));
+  for (const Proposal& p : record->proposals) EXPECT_EQ(p.begin, 0) << "sequence " << p.sequence_id;
+  EXPECT_GE(expect_reference_drafts(*record, requests, *one_, 2, "preempted imports"), 95);
+}
+
 // A prefill engine without MTP sends no state: the decode engine's drafter starts at the first
 // decoded token (no drafts for the first step), and the tokens are still the plain run's.
 TEST_F(EngineMtpDisaggregationTest, WithoutThePrefillEnginesModulesDraftsStartAtTheFirstDecodedToken) {
