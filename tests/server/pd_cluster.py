@@ -186,6 +186,15 @@ def answers(url, requests, at_once=16):
         return list(pool.map(lambda r: post(url, *r)[:2], requests))
 
 
+def expect_refused(tachyon, model, args):
+    """Exits unless `tachyon serve MODEL args` refuses to start with one line naming --role."""
+    run = subprocess.run([tachyon, "serve", model, "--port", "0", *args], capture_output=True, text=True, timeout=60)
+    lines = (run.stdout + run.stderr).strip().splitlines()
+    if run.returncode == 0 or len(lines) != 1 or not lines[0].startswith("error: --role"):
+        sys.exit(f"serve {' '.join(args)}: expected a one-line refusal, got {run.returncode}: {lines}")
+    print(f"refused: {lines[0]}")
+
+
 def expect_same_answers(name, got, want, near_ties=0, agree_share=0.5):
     """Exits (printing the first differences) unless got equals want answer for answer. With
     near_ties > 0, up to that many answers may differ, each only after the first agree_share of the

@@ -17,7 +17,7 @@ import json
 import os
 import subprocess
 import sys
-from pd_cluster import DEVICE, Cluster, answers, expect_same_answers, metric
+from pd_cluster import DEVICE, Cluster, answers, expect_refused, expect_same_answers, metric
 
 if DEVICE != "cpu":
     sys.exit(0)  # MTP drafting runs on the CPU decode role only (refused on cuda)
@@ -28,12 +28,7 @@ count, k = 24, 2
 mtp = ["--speculative-method", "mtp", "--num-speculative-tokens", str(k)]
 try:
     for args in (["--device", "cuda", "--role", "prefill", *mtp], ["--device", "cuda", "--role", "decode", *mtp]):
-        run = subprocess.run([tachyon, "serve", model, "--port", "0", *args], capture_output=True, text=True,
-                             timeout=60)
-        lines = (run.stdout + run.stderr).strip().splitlines()
-        if run.returncode == 0 or len(lines) != 1 or not lines[0].startswith("error: --role"):
-            sys.exit(f"serve {' '.join(args)}: expected a one-line refusal, got {run.returncode}: {lines}")
-        print(f"refused: {lines[0]}")
+        expect_refused(tachyon, model, args)
     task = os.path.join(cluster.work, "task")
     subprocess.run([sys.executable, os.path.join(root, "tools", "make_canary_task.py"), "--seed", "0", "--train", "0",
                     "--test", str(count + 3), "--out", task], check=True, stdout=subprocess.DEVNULL)

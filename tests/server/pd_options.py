@@ -7,9 +7,8 @@ every server on the GPU (TACHYON_PD_DEVICE=cuda, scripts/gpu-test.sh: one reques
 KV bf16 and copied by reference; an FP8 KV cache with --role is refused there in one line).
     pd_options.py TACHYON TOKENIZERS_DIR"""
 import random
-import subprocess
 import sys
-from pd_cluster import DEVICE, Cluster, answers, expect_same_answers, greedy_request, metric
+from pd_cluster import DEVICE, Cluster, answers, expect_refused, expect_same_answers, greedy_request, metric
 
 tachyon, tokenizers = sys.argv[1], sys.argv[2]
 cluster = Cluster(tachyon, tokenizers)
@@ -19,13 +18,7 @@ variants = [("fp8", ["--quantization", "fp8"]), ("fp8-kv", ["--quantization", "f
             ("async", ["--async-scheduling", "on"])]
 try:
     if DEVICE == "cuda":
-        args = ["--device", "cuda", "--role", "decode", "--kv-cache-dtype", "fp8"]
-        run = subprocess.run([tachyon, "serve", cluster.model, "--port", "0", *args], capture_output=True, text=True,
-                             timeout=60)
-        lines = (run.stdout + run.stderr).strip().splitlines()
-        if run.returncode == 0 or len(lines) != 1 or not lines[0].startswith("error: --role"):
-            sys.exit(f"serve {' '.join(args)}: expected a one-line refusal, got {run.returncode}: {lines}")
-        print(f"refused: {lines[0]}")
+        expect_refused(tachyon, cluster.model, ["--device", "cuda", "--role", "decode", "--kv-cache-dtype", "fp8"])
         variants = [v for v in variants if v[0] != "fp8-kv"]
     rng = random.Random(17)
     words = "the quick brown fox jumps over a lazy dog while seven tiny robots count prime numbers".split()

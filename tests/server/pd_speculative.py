@@ -11,9 +11,8 @@ prefill role and MTP on a GPU decode server are refused in one line (MTP across 
 CPU: pd_mtp.py).
     pd_speculative.py TACHYON TOKENIZERS_DIR"""
 import random
-import subprocess
 import sys
-from pd_cluster import DEVICE, Cluster, answers, expect_same_answers, greedy_request, metric
+from pd_cluster import DEVICE, Cluster, answers, expect_refused, expect_same_answers, greedy_request, metric
 
 tachyon, tokenizers = sys.argv[1], sys.argv[2]
 # On the GPU one request at a time: its kernels sum in a batch-dependent order (pd_equivalence.py),
@@ -26,12 +25,7 @@ try:
     for args in (["--device", "cpu", "--role", "prefill", "--speculative-method", "ngram", "--num-speculative-tokens", "2"],
                  ["--device", "cpu", "--role", "prefill", "--speculative-method", "draft", "--num-speculative-tokens", "2"],
                  ["--device", "cuda", "--role", "decode", "--speculative-method", "mtp", "--num-speculative-tokens", "2"]):
-        run = subprocess.run([tachyon, "serve", cluster.model, "--port", "0", *args],
-                             capture_output=True, text=True, timeout=60)
-        lines = (run.stdout + run.stderr).strip().splitlines()
-        if run.returncode == 0 or len(lines) != 1 or not lines[0].startswith("error: --role"):
-            sys.exit(f"serve {' '.join(args)}: expected a one-line refusal, got {run.returncode}: {lines}")
-        print(f"refused: {lines[0]}")
+        expect_refused(tachyon, cluster.model, args)
     prefill = cluster.serve("prefill", "--role", "prefill")
     plain = cluster.serve("plain")
     rng = random.Random(5)
