@@ -4,14 +4,15 @@
 move with the KV, so the decode server drafts from the first decoded token on with the prompt in
 its module's context, as one server with MTP does: through the router, 24 canary problems
 (3-shot, greedy, the first 16 tokens of each answer, streamed and not) equal the plain server's
-text, every prompt is imported with its module rows, and the decode server drafts and accepts as
-many tokens as the single MTP server (within 1%: a prefill server chunks prompts otherwise, which
-can round a near-tie of a draft the other way). Behind a prefill server without the module the
-decode server's text is still the plain one, but it has no drafts for the first step and a
-module context without the prompt: at least 5% fewer accepted draft tokens in answers this short
-(191 against 213; the mutation of dropping the rows fails the first part). The same with every
-server on two tensor-parallel CPU ranks (--tp 2: the roles against a plain and an MTP server of
-that layout). MTP on a GPU prefill or decode server stays refused in one line.
+text, every prompt is imported with its module rows (sent by a prefill server with k = 1 to a
+decode server with k = 2), and the decode server drafts and accepts as many tokens as the single
+MTP server (within 1%: a prefill server chunks prompts otherwise, which can round a near-tie of a
+draft the other way). Behind a prefill server without the module the decode server's text is
+still the plain one, but it has no drafts for the first step and a module context without the
+prompt: at least 5% fewer accepted draft tokens in answers this short (191 against 213; the
+mutation of dropping the rows fails the first part). The same with every server on two
+tensor-parallel CPU ranks (--tp 2: the roles against a plain and an MTP server of that layout).
+MTP on a GPU prefill or decode server stays refused in one line.
     pd_mtp.py TACHYON MODEL_DIR"""
 import json
 import os
@@ -52,7 +53,10 @@ try:
         expect_same_answers(f"{tag}: one server with mtp", answers(single.url, requests), want)
         single_drafted, single_accepted = drafts(single)
         print(f"{tag}: one server: {single_accepted:.0f} of {single_drafted:.0f} draft tokens accepted")
-        for name, prefill_args in (("with", mtp), ("without", [])) if not layout else (("with", mtp),):
+        # The prefill server's k need not be the decode server's: the decode server drafts again
+        # for its own k from the module's newest row, which travels with the rows.
+        prefill_mtp = ["--speculative-method", "mtp", "--num-speculative-tokens", "1"]
+        for name, prefill_args in (("with", prefill_mtp), ("without", [])) if not layout else (("with", prefill_mtp),):
             # 3-shot prompts of ~20 blocks, 16 at once: leases may hold most of the cache.
             prefill = cluster.serve(f"prefill-{name} {tag}", "--role", "prefill", "--kv-lease-max-share", "0.9",
                                     *layout, *prefill_args)

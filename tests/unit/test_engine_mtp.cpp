@@ -588,32 +588,40 @@ class EngineMtpDisaggregationTest : public EngineMtpTest {
 // makes, the first decode step's included, is the reference chain over the whole sequence (the
 // module context from position 0), and the tokens are the plain run's. Without the state (the
 // mutation this catches) the first step has no drafts and the context starts at the first
-// decoded token.
+// decoded token. The two engines' k may differ (the decode engine drafts again for its own).
 TEST_F(EngineMtpDisaggregationTest, TheDecodeEngineDraftsFromThePrefillEnginesModuleRows) {
-  for (const Modules* modules : {one_, two_}) {
-    for (int32_t k : {1, 3}) {
-      const std::string what = std::to_string(modules->size()) + " modules, k " + std::to_string(k);
-      const std::vector<SpecRequest> requests = transferable_requests(11);
-      const Completions plain = run(requests, {});
-      const core::EngineConfig c = engine_config(mtp_config(k));
-      std::vector<KvPayload> payloads = prefill(requests, c, make_mtp_drafter(*modules, k));
-      for (const KvPayload& p : payloads) EXPECT_FALSE(p.draft_state.empty()) << what;
-      auto record = std::make_shared<Record>();
-      EngineStats stats;
-      const Completions got = decode(std::move(payloads), requests, c, recorded(*modules, k, record)(), stats);
-      for (size_t i = 0; i < requests.size(); ++i) {
-        EXPECT_EQ(got[i][0].tokens, plain[i][0].tokens) << what << " request " << i;
-      }
-      EXPECT_EQ(stats.draft_states_imported, static_cast<int64_t>(requests.size())) << what;
-      EXPECT_EQ(stats.draft_states_refused, 0) << what;
-      EXPECT_GT(stats.draft_tokens_accepted, 0) << what;
-      ASSERT_GT(record->proposals.size(), requests.size()) << what;
-      for (const Proposal& p : record->proposals) {
-        EXPECT_EQ(p.begin, 0) << what << ": sequence " << p.sequence_id << "'s module context starts later";
-      }
-      EXPECT_GE(expect_reference_drafts(*record, requests, *modules, k, what), 95)
-          << what << ": % of drafts exactly the reference's argmax";
+  struct Case {
+    const Modules* modules;
+    int32_t prefill_k;  // the prefill engine's k (its drafts are made again for another k)
+    int32_t k;          // the decode engine's
+  };
+  for (const Case& t : {Case{one_, 1, 1}, Case{one_, 3, 3}, Case{one_, 1, 3}, Case{one_, 3, 2}, Case{two_, 1, 1},
+                      Case{two_, 3, 3}, Case{two_, 2, 3}}) {
+    const Modules* modules = t.modules;
+    const int32_t k = t.k;
+    const std::string what = std::to_string(modules->size()) + " modules, k " + std::to_string(t.prefill_k) +
+                             " -> " + std::to_string(k);
+    const std::vector<SpecRequest> requests = transferable_requests(11);
+    const Completions plain = run(requests, {});
+    const core::EngineConfig c = engine_config(mtp_config(k));
+    std::vector<KvPayload> payloads =
+        prefill(requests, engine_config(mtp_config(t.prefill_k)), make_mtp_drafter(*modules, t.prefill_k));
+    for (const KvPayload& p : payloads) EXPECT_FALSE(p.draft_state.empty()) << what;
+    auto record = std::make_shared<Record>();
+    EngineStats stats;
+    const Completions got = decode(std::move(payloads), requests, c, recorded(*modules, k, record)(), stats);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      EXPECT_EQ(got[i][0].tokens, plain[i][0].tokens) << what << " request " << i;
     }
+    EXPECT_EQ(stats.draft_states_imported, static_cast<int64_t>(requests.size())) << what;
+    EXPECT_EQ(stats.draft_states_refused, 0) << what;
+    EXPECT_GT(stats.draft_tokens_accepted, 0) << what;
+    ASSERT_GT(record->proposals.size(), requests.size()) << what;
+    for (const Proposal& p : record->proposals) {
+      EXPECT_EQ(p.begin, 0) << what << ": sequence " << p.sequence_id << "'s module context starts later";
+    }
+    EXPECT_GE(expect_reference_drafts(*record, requests, *modules, k, what), 95)
+        << what << ": % of drafts exactly the reference's argmax";
   }
 }
 
@@ -665,7 +673,7 @@ TEST_F(EngineMtpDisaggregationTest, WithoutThePrefillEnginesModulesDraftsStartAt
 
 // A state that does not fit the importing drafter is refused whole (nothing kept, so drafting
 // starts afresh), never thrown or half taken: damaged or cut bytes, another sequence's tokens,
-// another number of modules; drafts made for another k are dropped and the rows kept.
+// another number of modules; drafts made for another k are made again for this one.
 TEST_F(EngineMtpDisaggregationTest, AStateThatDoesNotFitIsRefused) {
   const std::vector<SpecRequest> requests = transferable_requests(13);
   const core::EngineConfig c = engine_config(mtp_config(3));
@@ -692,9 +700,11 @@ TEST_F(EngineMtpDisaggregationTest, AStateThatDoesNotFitIsRefused) {
   EXPECT_FALSE(import(*one_, 3, longer, p.draft_state).first) << "another sequence's tokens";
   EXPECT_FALSE(import(*two_, 3, tokens, p.draft_state).first) << "two modules";
   EXPECT_FALSE(import(*one_, 3, tokens, "").first) << "empty";
+  // Another k: the importer drafts again from module 0's newest row; with one module the chain
+  // past it depends only on the drafts before, so k 2's drafts are k 3's first two.
   const auto [taken_k2, drafts_k2] = import(*one_, 2, tokens, p.draft_state);
   EXPECT_TRUE(taken_k2) << "k 2: the rows fit";
-  EXPECT_TRUE(drafts_k2.empty()) << "k 2: drafts made for k 3";
+  EXPECT_EQ(drafts_k2, std::vector<int32_t>(drafts.begin(), drafts.begin() + 2)) << "k 2";
 }
 
 TEST_F(EngineMtpTest, ARunnerWithoutHiddenStatesIsRefused) {

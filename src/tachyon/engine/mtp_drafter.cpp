@@ -94,6 +94,7 @@ void MtpDrafter::observe_sequence(const core::StepPlan& plan, const core::Schedu
   if (newest.position != first + rows - 1) return;
   s.drafts = draft(s, newest);
   s.drafts_for = first + rows + 1;
+  s.drafted_from = newest;
 }
 
 MtpDrafter::SequenceState& MtpDrafter::state_for(int64_t sequence_id, int64_t first_position) {

@@ -88,7 +88,8 @@ class MtpDrafter : public Drafter {
   // A sequence's module rows, pending inputs and drafts as bytes, and back (drafter.h). An import
   // is checked against the rows the drafter keeps for a sequence of its tokens (each module's
   // real rows one behind the module before), so a state that passes continues exactly as the
-  // exporting drafter would have; drafts made for another k are dropped, the rows kept.
+  // exporting drafter would have; drafts made for another k are drafted again here from module
+  // 0's newest row, which travels with them (so the two servers' k need not agree).
   bool moves_state_with_kv() const override { return true; }
   std::string export_state(int64_t sequence_id) const override;
   bool import_state(int64_t sequence_id, std::span<const int32_t> tokens, const std::string& state) override;
@@ -106,18 +107,19 @@ class MtpDrafter : public Drafter {
     std::unique_ptr<MtpModules::Cache> cache;  // its real rows: row r is position begin + r
     std::vector<float> inputs;  // [n, hidden] input hidden states of the next rows (tokens not known yet)
   };
+  // Module 0's output for the newest row it ran.
+  struct NewestRow {
+    int64_t position = -1;
+    int32_t argmax = 0;          // its greedy prediction
+    std::vector<float> hidden;   // [hidden] its h'
+  };
   struct SequenceState {
     int64_t begin = 0;                // the position of every module's row 0
     std::vector<int32_t> tokens;      // the sequence's tokens from position begin, as far as known
     std::vector<ModuleRows> modules;  // [num_used_]
     std::vector<int32_t> drafts;      // proposed after the last observed step
     int64_t drafts_for = -1;          // the sequence's token count they continue
-  };
-  // Module 0's output for the newest row it ran.
-  struct NewestRow {
-    int64_t position = -1;
-    int32_t argmax = 0;          // its greedy prediction
-    std::vector<float> hidden;   // [hidden] its h'
+    NewestRow drafted_from;           // module 0's row the drafts start from (exported: another k redrafts)
   };
 
   void observe_sequence(const core::StepPlan& plan, const core::ScheduledSequence& entry,

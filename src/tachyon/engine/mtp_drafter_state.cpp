@@ -5,7 +5,8 @@
 // and the checks below guard against anything else.
 //   "TMTP" u32 | version u32 | begin i64 | tokens i64 | modules i64 |
 //   per module: length i64 | rows u64 | f32[rows] | inputs u64 | f32[inputs] |
-//   drafts_for i64 | drafts u64 | i32[drafts]
+//   drafts_for i64 | drafts u64 | i32[drafts] |
+//   drafted_from: position i64 | argmax i32 | hidden u64 | f32[hidden]
 #include <algorithm>
 #include <cstring>
 #include <optional>
@@ -18,7 +19,7 @@ namespace tachyon::engine {
 namespace {
 
 constexpr uint32_t kMagic = 0x50544d54;  // "TMTP"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 
 template <typename T>
 void put_array(std::string& out, const std::vector<T>& values) {
@@ -56,6 +57,9 @@ std::string MtpDrafter::export_state(int64_t sequence_id) const {
   }
   put_value(out, s.drafts_for);
   put_array(out, s.drafts);
+  put_value(out, s.drafted_from.position);
+  put_value(out, s.drafted_from.argmax);
+  put_array(out, s.drafted_from.hidden);
   return out;
 }
 
@@ -92,12 +96,21 @@ bool MtpDrafter::import_state(int64_t sequence_id, std::span<const int32_t> toke
   }
   const auto drafts_for = take_value<int64_t>(state, offset);
   auto drafts = take_array<int32_t>(state, offset);
-  if (!drafts_for || !drafts || offset != state.size()) return false;
+  const auto newest_position = take_value<int64_t>(state, offset);
+  const auto newest_argmax = take_value<int32_t>(state, offset);
+  auto newest_hidden = take_array<float>(state, offset);
+  if (!drafts_for || !drafts || !newest_position || !newest_argmax || !newest_hidden || offset != state.size()) {
+    return false;
+  }
   const int64_t vocab = modules_->vocab_size();
-  const bool drafts_fit = static_cast<int64_t>(drafts->size()) == num_tokens_ && *drafts_for == num_tokens &&
-                          std::all_of(drafts->begin(), drafts->end(), [&](int32_t t) { return t >= 0 && t < vocab; });
-  if (drafts_fit) {
-    s.drafts = std::move(*drafts);
+  const auto in_vocab = [&](int32_t t) { return t >= 0 && t < vocab; };
+  // Drafts continue the sequence's last token, from module 0's row just before it.
+  const bool drafted = !drafts->empty() && *drafts_for == num_tokens && *newest_position == num_tokens - 2 &&
+                       in_vocab(*newest_argmax) && static_cast<int64_t>(newest_hidden->size()) == hidden_size_ &&
+                       std::all_of(drafts->begin(), drafts->end(), in_vocab);
+  if (drafted) {
+    s.drafted_from = {*newest_position, *newest_argmax, std::move(*newest_hidden)};
+    s.drafts = static_cast<int64_t>(drafts->size()) == num_tokens_ ? std::move(*drafts) : draft(s, s.drafted_from);
     s.drafts_for = *drafts_for;
   }
   states_.insert_or_assign(sequence_id, std::move(s));
