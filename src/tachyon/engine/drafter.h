@@ -52,7 +52,7 @@ class Drafter {
   // which hands the state of each prompt it ran to the lease (export_state, after observing the
   // step that sampled the first token); a decode engine's drafter takes it up with the imported
   // sequence (import_state: `tokens` its prompt and first token). An import that does not fit
-  // (another model, another k, damaged bytes) returns false and keeps nothing: the drafter then
+  // (another model, damaged bytes) returns false and keeps nothing: the drafter then
   // starts where the sequence is, as for a prompt it never saw. Either way the tokens are the
   // target's (drafts are verified); the state only lets the first drafts see the prompt.
   virtual bool moves_state_with_kv() const { return false; }
