@@ -7,9 +7,10 @@ its module's context, as one server with MTP does: through the router, 24 canary
 text, every prompt is imported with its module rows (sent by a prefill server with k = 1 to a
 decode server with k = 2), and the decode server drafts and accepts as many tokens as the single
 MTP server (within 2% or 4 tokens: a prefill server chunks prompts otherwise, which can round a
-near-tie of a draft the other way). Behind a prefill server without the module the decode server's text is
-still the plain one, but it has no drafts for the first step and a module context without the
-prompt: at least 5% fewer accepted draft tokens in answers this short (191 against 213; the
+near-tie of a draft the other way). Behind a prefill server without the module the decode
+server's text is still the plain one, but it has no drafts for the first step and a module
+context without the prompt: at least 5% fewer accepted draft tokens in answers this short (191
+against 213; the
 mutation of dropping the rows fails the first part). The same with every server on two
 tensor-parallel CPU ranks (--tp 2: the roles against a plain and an MTP server of that layout).
 MTP on a GPU prefill or decode server stays refused in one line.
