@@ -10,10 +10,9 @@ MTP server (within 2% or 4 tokens: a prefill server chunks prompts otherwise, wh
 near-tie of a draft the other way). Behind a prefill server without the module the decode
 server's text is still the plain one, but it has no drafts for the first step and a module
 context without the prompt: at least 5% fewer accepted draft tokens in answers this short (191
-against 213; the
-mutation of dropping the rows fails the first part). The same with every server on two
-tensor-parallel CPU ranks (--tp 2: the roles against a plain and an MTP server of that layout).
-MTP on a GPU prefill or decode server stays refused in one line.
+against 213; the mutation of dropping the rows fails the first part). The same with every server
+on two tensor-parallel CPU ranks (--tp 2: the roles against a plain and an MTP server of that
+layout). MTP on a GPU prefill or decode server stays refused in one line.
     pd_mtp.py TACHYON MODEL_DIR"""
 import json
 import os
