@@ -21,11 +21,14 @@
 // Inputs are random bf16 (hash fill on the device); outputs start as NaN and must all be finite
 // afterwards, so a kernel that skipped work fails. Accuracy is the test's job, not this file's.
 // Run (GPU machine): build-gpu/bin/bench_attention [--json FILE] [--cases decode,prefill]
+//   [--decode-shapes 64x1024,256x2048] [--shuffled-blocks]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -56,13 +59,16 @@ struct LayerCaches {
   cuda::DeviceBuffer k, v;     // [layers * batch * blocks_per_seq, kBlockSize, kKvHeads, kHeadDim] bf16 each
   cuda::DeviceBuffer tables;   // [layers, batch, blocks_per_seq] int32
 
-  LayerCaches(int32_t layers_, int32_t batch_, int32_t context)
+  // shuffled: the block ids are a fixed permutation of the pool, as a server's free list hands
+  // them out after hours of traffic, instead of one contiguous run per sequence.
+  LayerCaches(int32_t layers_, int32_t batch_, int32_t context, bool shuffled)
       : layers(layers_), batch(batch_), blocks_per_seq((context + kBlockSize - 1) / kBlockSize) {
     const size_t blocks = size_t(layers) * batch * blocks_per_seq;
     k = random_bf16(blocks * kBlockSize * kKvHeads * kHeadDim, 21, 1.0f);
     v = random_bf16(blocks * kBlockSize * kKvHeads * kHeadDim, 22, 1.0f);
     std::vector<int32_t> ids(blocks);
     for (size_t i = 0; i < blocks; ++i) ids[i] = static_cast<int32_t>(i);
+    if (shuffled) std::shuffle(ids.begin(), ids.end(), std::mt19937(7));
     tables = upload(ids);
   }
   gpu::PagedKvView view(int layer) const {
@@ -79,7 +85,8 @@ int layers_for(double bytes_per_layer, const Ceilings& ceilings) {
 
 class Bench {
  public:
-  Bench(const BenchOptions& options, const Ceilings& ceilings) : options_(options), ceilings_(ceilings) {}
+  Bench(const BenchOptions& options, const Ceilings& ceilings, bool shuffled)
+      : options_(options), ceilings_(ceilings), shuffled_(shuffled) {}
   const std::vector<Result>& results() const { return results_; }
 
   void add(const std::string& what, int32_t batch, int32_t context, int layers, double us_per_replay, double bytes,
@@ -97,7 +104,7 @@ class Bench {
   void decode(int32_t batch, int32_t context) {
     const double layer_bytes = 2.0 * batch * context * kKvHeads * kHeadDim * sizeof(bf16);  // K and V
     const int layers = layers_for(layer_bytes, ceilings_);
-    const LayerCaches caches(layers, batch, context);
+    const LayerCaches caches(layers, batch, context, shuffled_);
     const cuda::DeviceBuffer q = random_bf16(size_t(batch) * kHeads * kHeadDim, 31, 1.0f);
     const cuda::DeviceBuffer context_lens = upload(std::vector<int32_t>(batch, context));
     const cuda::DeviceBuffer out = poisoned(size_t(batch) * kHeads * kHeadDim * sizeof(bf16));
@@ -122,7 +129,7 @@ class Bench {
     const double kv_bytes = 2.0 * tokens * kKvHeads * kHeadDim * sizeof(bf16);
     const double io_bytes = 2.0 * tokens * kHeads * kHeadDim * sizeof(bf16);  // q in, out
     const int layers = layers_for(kv_bytes, ceilings_);
-    const LayerCaches caches(layers, 1, tokens);
+    const LayerCaches caches(layers, 1, tokens, shuffled_);
     const cuda::DeviceBuffer q = random_bf16(size_t(tokens) * kHeads * kHeadDim, 41, 1.0f);
     const cuda::DeviceBuffer query_starts = upload({0, tokens}), context_lens = upload({tokens});
     const cuda::DeviceBuffer out = poisoned(size_t(tokens) * kHeads * kHeadDim * sizeof(bf16));
@@ -148,10 +155,25 @@ class Bench {
 
   const BenchOptions& options_;
   const Ceilings& ceilings_;
+  const bool shuffled_;
   std::vector<Result> results_;
 };
 
-void run(const BenchOptions& options) {
+// What the command line adds to the common options.
+struct AttentionOptions {
+  std::vector<std::string> decode_shapes = {"1x100", "1x5000", "16x4096", "64x1024"};  // batch x context
+  bool shuffled_blocks = false;
+};
+
+std::pair<int32_t, int32_t> parse_shape(const std::string& text) {
+  const size_t x = text.find('x');
+  TACHYON_CHECK(x != std::string::npos) << "a decode shape is BATCHxCONTEXT, not '" << text << "'";
+  const int32_t batch = std::stoi(text.substr(0, x)), context = std::stoi(text.substr(x + 1));
+  TACHYON_CHECK(batch > 0 && context > 0) << "a decode shape needs a positive batch and context: " << text;
+  return {batch, context};
+}
+
+void run(const BenchOptions& options, const AttentionOptions& extra) {
   TACHYON_CHECK(cuda::cuda_device_available()) << "bench_attention needs a CUDA device";
   const Ceilings ceilings = measure_ceilings(options, /*gemm=*/true);
   print_ceilings(ceilings);
@@ -161,16 +183,17 @@ void run(const BenchOptions& options) {
               options.warmup);
   std::printf("%-16s %6s %8s %12s %10s %7s  %-5s %9s %9s %6s\n", "what", "batch", "context", "us median", "floor us",
               "ratio", "bound", "TB/s", "TFLOP/s", "layers");
-  Bench bench(options, ceilings);
+  Bench bench(options, ceilings, extra.shuffled_blocks);
   if (wanted(options, "decode")) {
-    for (auto [batch, context] : {std::pair{1, 100}, std::pair{1, 5000}, std::pair{16, 4096}, std::pair{64, 1024}}) {
+    for (const std::string& shape : extra.decode_shapes) {
+      const auto [batch, context] = parse_shape(shape);
       bench.decode(batch, context);
     }
   }
   if (wanted(options, "prefill")) bench.prefill(2048);
   if (!options.json_path.empty()) {
     const nlohmann::json shape = {{"heads", kHeads}, {"kv_heads", kKvHeads}, {"head_dim", kHeadDim},
-                                  {"block_size", kBlockSize}};
+                                  {"block_size", kBlockSize}, {"shuffled_blocks", extra.shuffled_blocks}};
     write_results_json(options, ceilings, layer_result_rows(bench.results()), {{"shape", shape}});
     std::printf("wrote %s\n", options.json_path.c_str());
   }
@@ -183,6 +206,12 @@ int main(int argc, char** argv) {
   tachyon::bench::BenchOptions options;
   CLI::App app{"bench_attention: per-layer time of the paged decode and prefill attention kernels at Llama-3-8B "
                "shapes against their floors"};
+  tachyon::bench::AttentionOptions extra;
   tachyon::bench::add_common_options(app, options, {"decode", "prefill"});
-  return tachyon::bench::bench_main(app, options, argc, argv, [&] { tachyon::bench::run(options); });
+  app.add_option("--decode-shapes", extra.decode_shapes,
+                 "decode cases as BATCHxCONTEXT (default 1x100,1x5000,16x4096,64x1024)")
+      ->delimiter(',');
+  app.add_flag("--shuffled-blocks", extra.shuffled_blocks,
+               "block tables as a permutation of the pool, not contiguous runs");
+  return tachyon::bench::bench_main(app, options, argc, argv, [&] { tachyon::bench::run(options, extra); });
 }

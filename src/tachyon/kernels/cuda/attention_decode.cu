@@ -13,6 +13,11 @@
 //   size, the SM count), capped at kMaxSplits, so a graph captured with a large bound launches
 //   a bounded grid; each sequence then divides its own length evenly over the splits it uses,
 //   and splits past that exit at once. A sequence that uses one split writes `out` directly.
+//   A grid that fills every SM with as many CTAs as it holds at once is not split at all: at
+//   batch 64 x 1K keys on the H200 (head_dim 128, 2 CTAs per SM), two splits of 512 keys took
+//   94.0 us per layer against 89.4 unsplit, the 8B batch-64 step 7.60 -> 7.44 ms
+//   (bench/results/2026-12-04-decode-attention-splits-h200.json); splits pay off only while the
+//   grid is short of one wave (batch 16 x 4K keeps its 5).
 // - Inside a CTA each of the 4 warps streams its own 16-key tiles (tiles w, w+4, ...) through
 //   a private cp.async pipeline of kStages stages (16-byte copies, no block barriers in the
 //   loop) with its own online softmax; the 4 partial states are merged in shared memory.
@@ -41,7 +46,7 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kTileTokens = 16;     // keys per warp tile: two n8 mma tiles, one k16 step of P V
 constexpr int kSplitTokens = 256;   // fewest keys worth a split of their own
 constexpr int kMaxSplits = 64;      // bounds the grid and the workspace for any max_context_len
-constexpr int kCtasPerSmTarget = 4; // splits are added until the grid has this many CTAs per SM
+constexpr int kCtasPerSmTarget = 4; // a grid short of one wave gets splits until it has this many CTAs per SM
 
 template <int kHeadDim, bool kFp8>
 struct DecodeTraits {
@@ -402,11 +407,40 @@ int splits_for_length(int32_t max_context_len, int32_t window) {
   return std::clamp(ceil_div(std::max(visible, 1), kSplitTokens), 1, kMaxSplits);
 }
 
+// The step's share of the launch that only the kernel instance knows: how many KV splits (its
+// resident CTAs per SM decide when one split already fills the GPU) and where the partials go.
+struct SplitRequest {
+  int32_t max_context_len = 0;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
 template <int kHeadDim, bool kFp8>
-void launch_decode_cache(const DecodeArgs& a, int num_seqs, cudaStream_t stream) {
+void launch_decode_cache(DecodeArgs a, int num_seqs, const SplitRequest& request, cudaStream_t stream) {
   const size_t smem = DecodeTraits<kHeadDim, kFp8>::kSmemBytes;
   static std::atomic<uint64_t> smem_raised{0};
   raise_smem_limit_once(paged_decode_kernel<kHeadDim, kFp8>, smem, smem_raised);
+  static std::atomic<int> resident{0};  // CTAs one SM holds at once (registers and shared memory); 0: not asked yet
+  if (resident.load(std::memory_order_relaxed) == 0) {
+    int n = 0;
+    TACHYON_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, paged_decode_kernel<kHeadDim, kFp8>, kThreads, smem));
+    resident.store(std::max(n, 1), std::memory_order_relaxed);
+  }
+  const int sms = tachyon::cuda::multiprocessor_count();
+  const int ctas_per_split = a.kv.num_kv_heads * a.m_tiles * num_seqs;
+  const int by_occupancy = ctas_per_split >= resident.load(std::memory_order_relaxed) * sms
+                               ? 1
+                               : ceil_div(kCtasPerSmTarget * sms, ctas_per_split);
+  a.num_splits = std::max(1, std::min(splits_for_length(request.max_context_len, a.window), by_occupancy));
+  if (a.num_splits > 1) {
+    const size_t part_rows = static_cast<size_t>(num_seqs) * a.num_heads * a.num_splits;
+    const size_t needed = part_rows * (kHeadDim + 1) * sizeof(float);
+    TACHYON_CHECK(request.workspace != nullptr && request.workspace_bytes >= needed)
+        << "decode workspace of " << request.workspace_bytes << " bytes, " << needed << " needed";
+    a.part_out = static_cast<float*>(request.workspace);
+    a.part_lse = a.part_out + part_rows * kHeadDim;
+  }
   const dim3 grid(a.kv.num_kv_heads * a.m_tiles, num_seqs, a.num_splits);
   launch_pdl(paged_decode_kernel<kHeadDim, kFp8>, grid, dim3(kThreads), smem, stream, a);
   TACHYON_CUDA_CHECK_LAUNCH();
@@ -417,11 +451,11 @@ void launch_decode_cache(const DecodeArgs& a, int num_seqs, cudaStream_t stream)
 }
 
 template <int kHeadDim>
-void launch_decode(const DecodeArgs& a, int num_seqs, cudaStream_t stream) {
+void launch_decode(const DecodeArgs& a, int num_seqs, const SplitRequest& request, cudaStream_t stream) {
   if (a.kv.fp8.k != nullptr) {
-    launch_decode_cache<kHeadDim, true>(a, num_seqs, stream);
+    launch_decode_cache<kHeadDim, true>(a, num_seqs, request, stream);
   } else {
-    launch_decode_cache<kHeadDim, false>(a, num_seqs, stream);
+    launch_decode_cache<kHeadDim, false>(a, num_seqs, request, stream);
   }
 }
 
@@ -465,21 +499,11 @@ void paged_decode_attention(bf16* out, const bf16* q, const PagedKvView& kv, con
   a.m_tiles = ceil_div(a.group, 16);
   a.window = params.sliding_window;
   a.scale_log2 = params.scale * kLog2e;
-  const int ctas_per_split = kv.num_kv_heads * a.m_tiles * num_seqs;
-  const int by_occupancy = ceil_div(kCtasPerSmTarget * tachyon::cuda::multiprocessor_count(), ctas_per_split);
-  a.num_splits = std::max(1, std::min(splits_for_length(max_context_len, params.sliding_window), by_occupancy));
-  if (a.num_splits > 1) {
-    const size_t part_rows = static_cast<size_t>(num_seqs) * params.num_heads * a.num_splits;
-    const size_t needed = part_rows * (kv.head_dim + 1) * sizeof(float);
-    TACHYON_CHECK(workspace != nullptr && workspace_bytes >= needed)
-        << "decode workspace of " << workspace_bytes << " bytes, " << needed << " needed";
-    a.part_out = static_cast<float*>(workspace);
-    a.part_lse = a.part_out + part_rows * kv.head_dim;
-  }
+  const SplitRequest request{max_context_len, workspace, workspace_bytes};
   switch (kv.head_dim) {
-    case 64: launch_decode<64>(a, num_seqs, stream); break;
-    case 128: launch_decode<128>(a, num_seqs, stream); break;
-    default: launch_decode<256>(a, num_seqs, stream); break;
+    case 64: launch_decode<64>(a, num_seqs, request, stream); break;
+    case 128: launch_decode<128>(a, num_seqs, request, stream); break;
+    default: launch_decode<256>(a, num_seqs, request, stream); break;
   }
 }
 
