@@ -8,8 +8,10 @@ goes where the first ran. Without the router noting what it routed, it goes to t
 (less loaded) server, or either, and the test fails.
     pd_choice.py TACHYON TOKENIZERS_DIR"""
 import sys
+import urllib.error
+import urllib.request
 
-from pd_cluster import Cluster, kv_usage, metric, post, wait_until
+from pd_cluster import Cluster, get, kv_usage, metric, post, wait_until
 
 HITS, QUERIES = "tachyon:prefix_cache_hits_total", "tachyon:prefix_cache_queries_total"
 
@@ -44,6 +46,24 @@ try:
         sys.exit("the prefix policy should send every shared-prefix prompt to the server holding the prefix")
     wait_until(lambda: all(kv_usage(s) == 0 for s in (a, b, decode)), 20, "KV left in use")
     print("answers equal one server's; every KV block free")
+
+    # Bodies the servers refuse must not take the router down on the way: one nested 100,000 deep
+    # (the prefix policy rendered its messages recursively and overflowed the stack) and one whose
+    # "stream" is not a boolean (a 500 before).
+    deep = 100000
+    for what, raw in [("nested 100,000 deep", '{"model":"tiny","messages":' + "[" * deep + "]" * deep + "}"),
+                      ("a string for stream", '{"model":"tiny","prompt":"hi","stream":"yes"}')]:
+        request = urllib.request.Request(router.url + "/v1/chat/completions", raw.encode(),
+                                         {"Content-Type": "application/json"})
+        try:
+            status = urllib.request.urlopen(request, timeout=60).status
+        except urllib.error.HTTPError as e:
+            status = e.code
+        except (urllib.error.URLError, ConnectionError):
+            status = -1
+        print(f"a body {what}: {status}")
+        if status != 400 or get(router.url + "/health")[0] != 200:
+            sys.exit(f"the router should answer a body {what} with 400 and stay up")
 
     slow = cluster.router([a, b], [decode], "--policy", "prefix", "--tokenizer", cluster.model,
                           health_interval_ms=60000, name="router_slow_scrapes")

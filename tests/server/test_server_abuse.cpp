@@ -30,6 +30,42 @@ TEST_F(ServerAbuseHttp, MalformedFramingGets400WithAnErrorBody) {
   EXPECT_TRUE(health_ok(port()));
 }
 
+// A body the server would read otherwise than a proxy before it: a Transfer-Encoding that does not
+// end in chunked (RFC 9112 6.3: 400, then close; it was read by Content-Length), and a body in a
+// Content-Encoding nothing here decodes (415; it was parsed as if plain).
+TEST_F(ServerAbuseHttp, BodiesFramedOrEncodedBeyondWhatTheServerReadsAreRefused) {
+  const std::string body = R"({"prompt":"Hi","max_tokens":2})";
+  const std::string length = "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  struct Case {
+    std::string extra_headers;
+    int status;
+  };
+  for (const Case& c : {Case{"Transfer-Encoding: gzip\r\n" + length, 400},
+                        Case{"Transfer-Encoding: chunked, gzip\r\n" + length, 400},
+                        Case{"Content-Encoding: gzip\r\n" + length, 415}}) {
+    RawConnection connection(port());
+    connection.send("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
+                    c.extra_headers + "\r\n" + body);
+    RawResponse r;
+    ASSERT_EQ(connection.read_response(r, 5s), ReadResult::kResponse) << c.extra_headers;
+    EXPECT_EQ(r.status, c.status) << c.extra_headers << " -> " << printable(r.body);
+    EXPECT_TRUE(is_openai_error(r));
+    EXPECT_TRUE(connection.wait_closed(2s)) << "the unread body leaves the connection unusable";
+  }
+  RawResponse plain;  // identity is no encoding at all
+  ASSERT_EQ(exchange(port(), http_request("POST", "/v1/completions", body, "Content-Encoding: identity\r\n"), plain),
+            ReadResult::kResponse);
+  EXPECT_EQ(plain.status, 200) << printable(plain.body);
+  // JSON has no raw NUL anywhere (strings escape it as \u0000), and the parser stopped at one:
+  // whatever followed it was ignored.
+  RawResponse nul;
+  ASSERT_EQ(exchange(port(), http_request("POST", "/v1/completions", body + std::string(1, '\0') + "garbage{{{"), nul),
+            ReadResult::kResponse);
+  EXPECT_EQ(nul.status, 400) << printable(nul.body);
+  EXPECT_TRUE(is_openai_error(nul));
+  EXPECT_TRUE(health_ok(port()));
+}
+
 TEST_F(ServerAbuseHttp, UnknownRouteGets404WrongMethod405WithAllowAndModelsById) {
   for (const std::string& request : {http_request("GET", "/nope"), http_request("POST", "/v1/engines", "{}")}) {
     RawResponse r;

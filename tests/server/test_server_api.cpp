@@ -223,6 +223,12 @@ TEST_F(ServerApi, BadInputsGetClearErrorsAndTheServerKeepsServing) {
       {"/v1/chat/completions", R"({"messages":[{"role":"wizard","content":"x"}]})", 400, "role"},
       {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{"type":"number","minimum":1}}}})", 400, "'minimum'"},
       {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}", 400, "UTF-8"},
+      // The template's own check, and min_tokens past the room the prompt leaves (max_tokens not
+      // given): both once carried a developer's " (check `...` failed at file:line)".
+      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"messages":5}})",
+       400, "chat template refused"},
+      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"min_tokens":511})", 400,
+       "'min_tokens' is 511, more than the"},
   };
   for (const BadInput& c : cases) {
     auto r = post(c.path, c.body);
@@ -237,6 +243,7 @@ TEST_F(ServerApi, BadInputsGetClearErrorsAndTheServerKeepsServing) {
     std::string want = c.message_part;
     for (char& ch : want) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     EXPECT_NE(lower.find(want), std::string::npos) << c.body << " -> " << message;
+    EXPECT_EQ(message.find("(check `"), std::string::npos) << c.body << " -> " << message;
     expect_good_request_works();
   }
   // A prompt longer than the context, in tokens.

@@ -215,7 +215,7 @@ TEST(OpenaiRequest, WrongTypeOfEveryField) {
   ApiError e = completion_error(R"({"prompt":"hi","temperature":1e400})");
   EXPECT_EQ(e.status, 400);
   EXPECT_NE(e.message.find("not valid JSON"), std::string::npos) << e.message;
-  expect_400(R"("temperature":1e300)", "temperature", "temperature must be >= 0, got inf");
+  expect_400(R"("temperature":1e300)", "temperature", "'temperature' must be >= 0 as a 32-bit float");
 }
 
 // sampling_field_specs() (what `tachyon generate` offers) and the parser name the same fields:
@@ -393,7 +393,13 @@ TEST(OpenaiRequest, SharedFieldErrors) {
   expect_400(R"("min_p":1.5)", "min_p", "in [0, 1]");
   expect_400(R"("presence_penalty":2.5)", "presence_penalty", "in [-2, 2]");
   expect_400(R"("frequency_penalty":-3)", "frequency_penalty", "in [-2, 2]");
-  expect_400(R"("repetition_penalty":0)", "repetition_penalty", "> 0");
+  expect_400(R"("repetition_penalty":0)", "repetition_penalty", "in [1e-6, 1e6]");
+  // Past these bounds a logit it divides became +inf (uniform sampling) or one it multiplies -inf
+  // (with a grammar allowing one token: none left, and the engine failed).
+  expect_400(R"("repetition_penalty":1e-38)", "repetition_penalty", "in [1e-6, 1e6]");
+  expect_400(R"("repetition_penalty":3e38)", "repetition_penalty", "in [1e-6, 1e6]");
+  // A bound checked on the double alone let a value through that the float it becomes breaks.
+  expect_400(R"("temperature":1e39)", "temperature", "'temperature' must be >= 0 as a 32-bit float, but 1e+39");
   expect_400(R"("seed":"1")", "seed", "expected an integer");
   expect_400(R"("seed":1.5)", "seed", "expected an integer");
   expect_400(R"("n":0)", "n", "'n' must be between 1 and 4, but got 0");
@@ -665,6 +671,29 @@ TEST(OpenaiRequest, MutatedBodiesOnlyThrowApiErrors) {
       ADD_FAILURE() << "non-API exception for " << body << ": " << e.what();
     }
   }
+}
+
+// A schema given as a JSON string nests inside a string, where parse_body's scan does not look:
+// 100,000 levels of it overflowed the stack when the schema was dumped (a crash of the server).
+// Each field that takes one refuses nesting past the body's limit, naming the field.
+TEST(OpenaiRequest, SchemaStringsNestedPastTheLimitAreRefused) {
+  const int deep = 100000;
+  const std::string schema = nlohmann::json(std::string(deep, '[') + std::string(deep, ']')).dump();
+  ApiError e = completion_error(R"({"prompt":"hi","guided_json":)" + schema + "}");
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.param, "guided_json");
+  EXPECT_NE(e.message.find("nested more than 64 levels"), std::string::npos) << e.message;
+  e = completion_error(R"({"prompt":"hi","structured_outputs":{"json":)" + schema + "}}");
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.param, "structured_outputs.json");
+  e = chat_error(R"({"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_schema",)"
+                 R"("json_schema":{"name":"x","schema":)" + schema + "}}}");
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.param, "response_format.json_schema.schema");
+  EXPECT_NE(e.message.find("nested more than 64 levels"), std::string::npos) << e.message;
+  // Within the limit a string schema is taken (refused later here, for the missing compiler only).
+  e = completion_error(R"({"prompt":"hi","guided_json":"{\"type\":\"array\",\"items\":{\"type\":\"integer\"}}"})");
+  EXPECT_EQ(e.message.find("nested"), std::string::npos) << e.message;
 }
 
 }  // namespace

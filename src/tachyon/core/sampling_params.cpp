@@ -15,8 +15,8 @@ void SamplingParams::validate(int64_t vocab_size) const {
       << "presence_penalty must be in [-2, 2], got " << presence_penalty;
   TACHYON_CHECK(std::isfinite(frequency_penalty) && frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)
       << "frequency_penalty must be in [-2, 2], got " << frequency_penalty;
-  TACHYON_CHECK(std::isfinite(repetition_penalty) && repetition_penalty > 0.0f)
-      << "repetition_penalty must be > 0, got " << repetition_penalty;
+  TACHYON_CHECK(repetition_penalty >= kMinRepetitionPenalty && repetition_penalty <= kMaxRepetitionPenalty)
+      << "repetition_penalty must be in [1e-6, 1e6], got " << repetition_penalty;
   TACHYON_CHECK(max_tokens >= 1) << "max_tokens must be >= 1, got " << max_tokens;
   TACHYON_CHECK(min_tokens >= 0 && min_tokens <= max_tokens)
       << "min_tokens must be in [0, max_tokens], got " << min_tokens;

@@ -20,6 +20,13 @@ namespace tachyon::core {
 inline constexpr size_t kMaxStopTokenIds = 1024;
 
 struct SamplingParams {
+  // The repetition penalty divides or multiplies a logit; within these bounds the result stays a
+  // finite float for any logit under 1e32 in magnitude. Past them a tiny penalty made a logit
+  // +inf (NaN after the temperature: uniform sampling) and a huge one -inf for every allowed token
+  // (no token left: the engine failed).
+  static constexpr float kMinRepetitionPenalty = 1e-6f;
+  static constexpr float kMaxRepetitionPenalty = 1e6f;
+
   // temperature 0 means greedy (argmax); then top_k/top_p/min_p and the seed do not matter.
   float temperature = 1.0f;
   int32_t top_k = 0;        // 0: off; else keep the k most likely tokens

@@ -61,25 +61,15 @@ void check_tool_calls(Json& tool_calls, const std::string& path, int32_t max_dep
     Json& arguments = call["function"]["arguments"];
     if (arguments.is_string()) {  // templates read arguments as a mapping (vLLM parses them too)
       // The string is a JSON document of its own, nested inside the body: the body's depth limit
-      // applies to it too, or copying and rendering it would recurse without bound. The parser
-      // itself does not recurse; its callback sees each value's depth.
-      bool too_deep = false;
-      Json parsed = Json::parse(
-          arguments.get<std::string>(),
-          [&](int depth, Json::parse_event_t, Json&) {
-            too_deep = too_deep || depth >= max_depth;
-            return !too_deep;
-          },
-          false);
-      if (too_deep) {
-        fields::fail(call_path + ".function.arguments", "'" + call_path + ".function.arguments' is nested more than " +
-                                                            std::to_string(max_depth) + " levels deep.");
+      // applies to it too, or copying and rendering it would recurse without bound.
+      const std::string arguments_path = call_path + ".function.arguments";
+      std::optional<Json> parsed =
+          fields::parse_nested_document(arguments.get<std::string>(), arguments_path, max_depth);
+      if (!parsed) {
+        fields::fail(arguments_path,
+                     "'" + arguments_path + "' must be a JSON-encoded string, but it is not valid JSON.");
       }
-      if (parsed.is_discarded()) {
-        fields::fail(call_path + ".function.arguments",
-                     "'" + call_path + ".function.arguments' must be a JSON-encoded string, but it is not valid JSON.");
-      }
-      arguments = std::move(parsed);
+      arguments = std::move(*parsed);
     } else if (arguments.is_null()) {
       arguments = Json::object();
     }
@@ -258,7 +248,7 @@ ChatRequest parse_chat_request(std::string_view body_text, const ServerLimits& l
   request.params.max_tokens =
       static_cast<int32_t>(max_tokens.value_or(std::min<int64_t>(limits.max_model_len, kInt32Max)));
   // Kept as asked for: the route may apply it after the model's reasoning (chat_generation).
-  request.constraint = fields::read_structured_spec(body);
+  request.constraint = fields::read_structured_spec(body, limits);
   if (request.constraint && (request.tool_choice == ToolChoice::kRequired || request.tool_choice == ToolChoice::kFunction)) {
     fields::fail("tool_choice", "a forced tool call ('tool_choice' 'required' or naming a function) constrains the answer "
                                 "to the call, so it cannot be combined with '" + request.constraint->field + "'.");

@@ -58,10 +58,19 @@ namespace {
 // invalid JSON the count may be off, but such a body fails to parse anyway: a body that passes
 // both is valid JSON nested at most max_depth deep.
 void check_depth(std::string_view body, int32_t max_depth) {
+  if (nests_deeper_than(body, max_depth)) {
+    fail("", "The request body is nested more than " + std::to_string(max_depth) + " levels deep; at most " +
+                 std::to_string(max_depth) + " levels are allowed.");
+  }
+}
+
+}  // namespace
+
+bool nests_deeper_than(std::string_view json, int32_t max_depth) {
   int64_t depth = 0;
   bool in_string = false;
-  for (size_t i = 0; i < body.size(); ++i) {
-    const char c = body[i];
+  for (size_t i = 0; i < json.size(); ++i) {
+    const char c = json[i];
     if (in_string) {
       if (c == '\\') {
         ++i;
@@ -71,20 +80,21 @@ void check_depth(std::string_view body, int32_t max_depth) {
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) {
-        fail("", "The request body is nested more than " + std::to_string(max_depth) + " levels deep; at most " +
-                     std::to_string(max_depth) + " levels are allowed.");
-      }
+      if (++depth > max_depth) return true;
     } else if (c == ']' || c == '}') {
       --depth;
     }
   }
+  return false;
 }
-
-}  // namespace
 
 Json parse_body(std::string_view body, const ServerLimits& limits) {
   check_depth(body, limits.max_json_depth);
+  // JSON has no raw NUL (a string escapes it as \u0000), and the parser stops at one as at the
+  // end of its input: whatever followed would be ignored instead of refused.
+  if (body.find('\0') != std::string_view::npos) {
+    fail("", "The request body is not valid JSON: it contains a NUL byte (write \\u0000 inside a string).");
+  }
   Json parsed;
   try {
     parsed = Json::parse(body);
@@ -97,6 +107,20 @@ Json parse_body(std::string_view body, const ServerLimits& limits) {
     fail("", "The request body is not valid JSON: " + what);
   }
   if (!parsed.is_object()) fail("", "The request body must be a JSON object, but got " + type_name(parsed) + ".");
+  return parsed;
+}
+
+std::optional<Json> parse_nested_document(const std::string& text, const std::string& path, int32_t max_depth) {
+  bool too_deep = false;
+  Json parsed = Json::parse(
+      text,
+      [&](int depth, Json::parse_event_t, Json&) {  // the parser itself does not recurse
+        too_deep = too_deep || depth >= max_depth;
+        return !too_deep;
+      },
+      false);
+  if (too_deep) fail(path, "'" + path + "' is nested more than " + std::to_string(max_depth) + " levels deep.");
+  if (parsed.is_discarded()) return std::nullopt;
   return parsed;
 }
 
@@ -174,14 +198,22 @@ void check_model(const Json& body, const ServerLimits& limits) {
 
 namespace {
 
-// A number in [lo, hi] (open ends when lo_open / hi_open), stored as float.
+// A number in [lo, hi] (open ends when lo_open / hi_open), stored as float: checked as the float
+// it becomes too, so 1e300 (inf as a float) or 1e-50 (0) cannot slip past the bounds.
 std::optional<float> read_ranged(const Json& body, const char* name, double lo, bool lo_open, double hi, bool hi_open,
                                  const char* range_text) {
   std::optional<double> value = read_number(body, name, name);
   if (!value) return std::nullopt;
-  bool ok = (lo_open ? *value > lo : *value >= lo) && (hi_open ? *value < hi : *value <= hi);
-  if (!ok) fail(name, quoted(name) + " must be " + range_text + ", but got " + format_number(*value) + ".");
-  return static_cast<float>(*value);
+  const double stored = static_cast<float>(*value);
+  auto in_range = [&](double x) { return (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi); };
+  if (!in_range(*value)) {
+    fail(name, quoted(name) + " must be " + range_text + ", but got " + format_number(*value) + ".");
+  }
+  if (!std::isfinite(stored) || !in_range(stored)) {
+    fail(name, quoted(name) + " must be " + range_text + " as a 32-bit float, but " + format_number(*value) +
+                   " becomes " + format_number(stored) + ".");
+  }
+  return static_cast<float>(stored);
 }
 
 void read_stop(const Json& body, const ServerLimits& limits, core::SamplingParams& params) {
@@ -242,7 +274,8 @@ void read_sampling_fields(const Json& body, const ServerLimits& limits, core::Sa
     params.presence_penalty = *v;
   if (auto v = read_ranged(body, "frequency_penalty", -2.0, false, 2.0, false, "in [-2, 2]"))
     params.frequency_penalty = *v;
-  if (auto v = read_ranged(body, "repetition_penalty", 0.0, true, std::numeric_limits<double>::max(), false, "> 0")) {
+  if (auto v = read_ranged(body, "repetition_penalty", core::SamplingParams::kMinRepetitionPenalty, false,
+                           core::SamplingParams::kMaxRepetitionPenalty, false, "in [1e-6, 1e6]")) {
     params.repetition_penalty = *v;
   }
   // OpenAI's seed is an int64; a negative one is used bit for bit.
@@ -285,13 +318,18 @@ void check_sequences(int64_t num_prompts, int32_t n, const ServerLimits& limits)
   }
 }
 
+std::string user_message(const tachyon::Error& e) {
+  std::string message = e.what();
+  size_t where = message.find(" (check `");
+  if (where != std::string::npos) message.resize(where);
+  return message;
+}
+
 void validate_params(const core::SamplingParams& params, const ServerLimits& limits) {
   try {
     params.validate(limits.vocab_size > 0 ? limits.vocab_size : std::numeric_limits<int32_t>::max());
   } catch (const tachyon::Error& e) {
-    std::string message = e.what();
-    size_t where = message.find(" (check `");
-    if (where != std::string::npos) message.resize(where);
+    std::string message = user_message(e);
     // The message starts with the field name ("min_tokens must be ..."): report it as param.
     std::string param = message.substr(0, message.find_first_of(" :"));
     fail(param, message + ".");
@@ -309,7 +347,8 @@ std::vector<FieldSpec> sampling_field_specs(const ServerLimits& limits) {
       {"presence_penalty", FieldKind::kNumber, "in [-2, 2]: subtracted from the logit of every token generated so far", "0"},
       {"frequency_penalty", FieldKind::kNumber, "in [-2, 2]: subtracted per time a token was generated so far", "0"},
       {"repetition_penalty", FieldKind::kNumber,
-       "> 0: divides the positive logits (multiplies the negative ones) of tokens in the prompt or output", "1"},
+       "in [1e-6, 1e6]: divides the positive logits (multiplies the negative ones) of tokens in the prompt or output",
+       "1"},
       {"seed", FieldKind::kInteger, "an int64: the same seed samples the same tokens", "random"},
       {"n", FieldKind::kInteger, "completions of the prompt, 1 to " + max_n, "1"},
       {"stop", FieldKind::kStringList,

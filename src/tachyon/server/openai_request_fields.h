@@ -24,10 +24,25 @@ using Json = nlohmann::ordered_json;
 // "a string", "an array", ... for messages.
 std::string type_name(const Json& value);
 
+// Whether `json` nests arrays and objects deeper than max_depth (brackets inside strings do not
+// count): one linear pass, for anything that must not parse such a body (the PD router too).
+bool nests_deeper_than(std::string_view json, int32_t max_depth);
+
 // The one entry point for every request body (completions, chat, /tokenize, /detokenize): the
 // body parsed as a JSON object. 400 (param null) on nesting deeper than limits.max_json_depth,
 // checked by a linear scan before parsing, on invalid JSON, invalid UTF-8 or a non-object.
 Json parse_body(std::string_view body, const ServerLimits& limits);
+
+// A JSON document held in a string field (a tool call's arguments, a schema given as text), parsed
+// under the body's nesting limit: nesting inside a string escapes parse_body's scan, and copying or
+// dumping the parsed value recurses once per level (a 100,000-deep schema string overflowed the
+// stack). nullopt when the text is not valid JSON; a 400 on `path` when it nests deeper than
+// max_depth levels.
+std::optional<Json> parse_nested_document(const std::string& text, const std::string& path, int32_t max_depth);
+
+// A check's message as a client should read it: without the " (check `...` failed at file:line)"
+// that TACHYON_CHECK appends for developers.
+std::string user_message(const tachyon::Error& e);
 
 // The field, or nullptr when absent or null.
 const Json* find(const Json& object, std::string_view name);
@@ -62,7 +77,7 @@ void read_sampling_fields(const Json& body, const ServerLimits& limits, core::Sa
 void read_structured_fields(const Json& body, const ServerLimits& limits, core::SamplingParams& params);
 // Its two halves: the constraint the body asks for (400 on a bad or second one), and its
 // compilation (400 naming spec.field when it cannot be compiled or there is no compiler).
-std::optional<structured::ConstraintSpec> read_structured_spec(const Json& body);
+std::optional<structured::ConstraintSpec> read_structured_spec(const Json& body, const ServerLimits& limits);
 std::shared_ptr<const structured::CompiledGrammar> compile_constraint(const structured::ConstraintSpec& spec,
                                                                       const ServerLimits& limits);
 

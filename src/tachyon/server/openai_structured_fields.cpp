@@ -11,15 +11,14 @@ namespace {
 
 using structured::ConstraintSpec;
 
-// A schema given as an object, or as a string holding JSON (vLLM accepts both for guided_json).
-std::string schema_text(const Json& value, const std::string& path) {
+// A schema given as an object, or as a string holding JSON (vLLM accepts both for guided_json);
+// the string's nesting counts against the body's limit as an object's does.
+std::string schema_text(const Json& value, const std::string& path, int32_t max_depth) {
   if (value.is_object() || value.is_boolean()) return value.dump();
   if (value.is_string()) {
-    try {
-      return Json::parse(value.get<std::string>()).dump();
-    } catch (const Json::exception&) {
-      fail(path, "'" + path + "' is a string that is not valid JSON; give the schema as an object.");
-    }
+    std::optional<Json> parsed = parse_nested_document(value.get<std::string>(), path, max_depth);
+    if (!parsed) fail(path, "'" + path + "' is a string that is not valid JSON; give the schema as an object.");
+    return parsed->dump();
   }
   fail(path, "'" + path + "' must be a JSON schema (an object), but got " + type_name(value) + ".");
 }
@@ -39,7 +38,7 @@ std::vector<std::string> choice_list(const Json& value, const std::string& path)
   return out;
 }
 
-std::optional<ConstraintSpec> response_format(const Json& body) {
+std::optional<ConstraintSpec> response_format(const Json& body, int32_t max_depth) {
   const Json* format = find(body, "response_format");
   if (format == nullptr) return std::nullopt;
   if (!format->is_object()) fail("response_format", "'response_format': expected an object, but got " + type_name(*format) + ".");
@@ -62,7 +61,8 @@ std::optional<ConstraintSpec> response_format(const Json& body) {
     if (const Json* strict = find(*spec, "strict"); strict != nullptr && !strict->is_boolean()) {
       fail("response_format.json_schema.strict", "'strict' must be a boolean.");
     }
-    return ConstraintSpec{ConstraintSpec::Kind::kJsonSchema, schema_text(*schema, "response_format.json_schema.schema"),
+    return ConstraintSpec{ConstraintSpec::Kind::kJsonSchema,
+                          schema_text(*schema, "response_format.json_schema.schema", max_depth),
                           {}, "response_format.json_schema.schema"};
   }
   fail("response_format", "'response_format' of type '" + kind +
@@ -70,7 +70,7 @@ std::optional<ConstraintSpec> response_format(const Json& body) {
 }
 
 // vLLM's structured_outputs object: exactly one of json, regex, choice, grammar, json_object.
-std::optional<ConstraintSpec> structured_outputs(const Json& body) {
+std::optional<ConstraintSpec> structured_outputs(const Json& body, int32_t max_depth) {
   const Json* so = find(body, "structured_outputs");
   if (so == nullptr) return std::nullopt;
   if (!so->is_object()) fail("structured_outputs", "'structured_outputs': expected an object, but got " + type_name(*so) + ".");
@@ -82,7 +82,7 @@ std::optional<ConstraintSpec> structured_outputs(const Json& body) {
   for (const auto& [key, value] : so->items()) {
     if (value.is_null()) continue;
     const std::string path = "structured_outputs." + key;
-    if (key == "json") set({ConstraintSpec::Kind::kJsonSchema, schema_text(value, path), {}, path});
+    if (key == "json") set({ConstraintSpec::Kind::kJsonSchema, schema_text(value, path, max_depth), {}, path});
     else if (key == "regex") set({ConstraintSpec::Kind::kRegex, string_field(value, path), {}, path});
     else if (key == "choice") set({ConstraintSpec::Kind::kChoice, "", choice_list(value, path), path});
     else if (key == "grammar") set({ConstraintSpec::Kind::kGrammar, string_field(value, path), {}, path});
@@ -100,11 +100,14 @@ std::optional<ConstraintSpec> structured_outputs(const Json& body) {
 
 }  // namespace
 
-std::optional<ConstraintSpec> read_structured_spec(const Json& body) {
+std::optional<ConstraintSpec> read_structured_spec(const Json& body, const ServerLimits& limits) {
   std::vector<ConstraintSpec> specs;
-  if (auto spec = response_format(body)) specs.push_back(std::move(*spec));
-  if (auto spec = structured_outputs(body)) specs.push_back(std::move(*spec));
-  if (const Json* v = find(body, "guided_json")) specs.push_back({ConstraintSpec::Kind::kJsonSchema, schema_text(*v, "guided_json"), {}, "guided_json"});
+  if (auto spec = response_format(body, limits.max_json_depth)) specs.push_back(std::move(*spec));
+  if (auto spec = structured_outputs(body, limits.max_json_depth)) specs.push_back(std::move(*spec));
+  if (const Json* v = find(body, "guided_json")) {
+    specs.push_back(
+        {ConstraintSpec::Kind::kJsonSchema, schema_text(*v, "guided_json", limits.max_json_depth), {}, "guided_json"});
+  }
   if (const Json* v = find(body, "guided_regex")) specs.push_back({ConstraintSpec::Kind::kRegex, string_field(*v, "guided_regex"), {}, "guided_regex"});
   if (const Json* v = find(body, "guided_choice")) specs.push_back({ConstraintSpec::Kind::kChoice, "", choice_list(*v, "guided_choice"), "guided_choice"});
   if (const Json* v = find(body, "guided_grammar")) specs.push_back({ConstraintSpec::Kind::kGrammar, string_field(*v, "guided_grammar"), {}, "guided_grammar"});
@@ -131,7 +134,9 @@ std::shared_ptr<const structured::CompiledGrammar> compile_constraint(const Cons
 }
 
 void read_structured_fields(const Json& body, const ServerLimits& limits, core::SamplingParams& params) {
-  if (std::optional<ConstraintSpec> spec = read_structured_spec(body)) params.structured = compile_constraint(*spec, limits);
+  if (std::optional<ConstraintSpec> spec = read_structured_spec(body, limits)) {
+    params.structured = compile_constraint(*spec, limits);
+  }
 }
 
 }  // namespace tachyon::server::fields

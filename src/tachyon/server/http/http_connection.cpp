@@ -34,6 +34,27 @@ std::optional<ApiError> framing_error(beast::error_code ec) {
   return ApiError{400, "malformed HTTP request: " + ec.message(), "invalid_request_error", "", "bad_http"};
 }
 
+// A request whose body this server cannot read as sent. RFC 9112 6.3: a Transfer-Encoding that
+// does not end in chunked leaves the body's length unknown (read by Content-Length, it would let a
+// proxy and this server frame the stream differently): 400, then close. A Content-Encoding other
+// than identity would be decoded by nothing here: 415 (RFC 9110 15.5.16).
+template <class Head>
+std::optional<ApiError> encoding_error(const Head& head, bool chunked) {
+  if (head.find(http::field::transfer_encoding) != head.end() && !chunked) {
+    return ApiError{400, "Transfer-Encoding must end in chunked; send the body with Content-Length or chunked alone",
+                    "invalid_request_error", "", "bad_http"};
+  }
+  const auto [first, last] = head.equal_range(http::field::content_encoding);
+  for (auto it = first; it != last; ++it) {
+    if (!beast::iequals(it->value(), "identity")) {
+      return ApiError{415,
+                      "Content-Encoding '" + std::string(it->value()) + "' is not supported; send the body unencoded",
+                      "invalid_request_error", "", "unsupported_media_type"};
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 HttpConnection::HttpConnection(net::ip::tcp::socket socket, ConnectionEnv& env)
@@ -100,12 +121,18 @@ void HttpConnection::on_head(beast::error_code ec) {
   const auto& head = parser_->get();
   size_t fields = 0;
   for (auto it = head.begin(); it != head.end(); ++it) ++fields;
+  std::optional<ApiError> refused;
   if (fields > env_.options.max_header_count) {
+    refused = ApiError{431,
+                       "too many header fields (" + std::to_string(fields) + "; the limit is " +
+                           std::to_string(env_.options.max_header_count) + ")",
+                       "invalid_request_error", "", "request_header_too_large"};
+  } else {
+    refused = encoding_error(head, parser_->chunked());
+  }
+  if (refused) {  // the body is left unread, so the connection cannot go on
     keep_alive_ = false;
-    HttpResponse refusal = error_response({431,
-                                           "too many header fields (" + std::to_string(fields) + "; the limit is " +
-                                               std::to_string(env_.options.max_header_count) + ")",
-                                           "invalid_request_error", "", "request_header_too_large"});
+    HttpResponse refusal = error_response(*refused);
     refusal.close = true;
     request_ = HttpRequest{};
     request_.version = head.version();

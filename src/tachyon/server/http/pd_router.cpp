@@ -13,6 +13,8 @@
 #include "tachyon/server/http/pd_roles.h"
 #include "tachyon/server/http/pd_route_prompt.h"
 #include "tachyon/server/http/pd_upstream.h"
+#include "tachyon/server/openai_errors.h"
+#include "tachyon/server/openai_request_fields.h"
 #include "tachyon/server/pd_transport.h"
 
 namespace tachyon::server {
@@ -269,8 +271,18 @@ void PdRouter::list_models(const HttpRequest&, HttpResponse& res, const TaskSlot
 }
 
 void PdRouter::generate(const HttpRequest& req, HttpResponse& res, const TaskSlots::Slot& slot) {
+  // The servers refuse a body nested deeper than their limit, and the router must not parse one
+  // either: the prefix policy dumps its messages, one stack frame per level.
+  const int32_t max_depth = ServerLimits{}.max_json_depth;
+  if (fields::nests_deeper_than(req.body, max_depth)) {
+    const std::string limit = std::to_string(max_depth);
+    res = error_response(bad_request(
+        "", "The request body is nested more than " + limit + " levels deep; at most " + limit + " levels are allowed."));
+    return;
+  }
   const auto body = nlohmann::json::parse(req.body, nullptr, false);
-  const bool sse = body.is_object() && body.value("stream", false);
+  const auto stream = body.is_object() ? body.find("stream") : body.end();
+  const bool sse = stream != body.end() && stream->is_boolean() && stream->get<bool>();
   const bool chat = req.path == "/v1/chat/completions";
   const std::vector<int32_t> prompt = route_prompt_ != nullptr ? route_prompt_->tokens(chat, body) : std::vector<int32_t>{};
 

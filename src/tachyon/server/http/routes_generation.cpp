@@ -25,6 +25,16 @@ TokenTextFn token_text_fn(const ServingContext& context) {
   return [&tokenizer = context.tokenizer()](int32_t id) { return tokenizer.decode(std::span<const int32_t>(&id, 1)); };
 }
 
+// min_tokens against max_tokens as the request ends up with it: the context left after the prompt
+// may lower max_tokens below a min_tokens that the parser, before tokenizing, let through.
+void check_min_tokens(const core::SamplingParams& params) {
+  if (params.min_tokens <= params.max_tokens) return;
+  throw ApiException(bad_request("min_tokens", "'min_tokens' is " + std::to_string(params.min_tokens) +
+                                                   ", more than the " + std::to_string(params.max_tokens) +
+                                                   " tokens this request may generate (its max_tokens, or the "
+                                                   "context left after its prompt)."));
+}
+
 Generation completion_generation(ServingContext& context, const std::string& body) {
   CompletionRequest request = parse_completion_request(body, context.limits());
   Generation g;
@@ -47,6 +57,7 @@ Generation completion_generation(ServingContext& context, const std::string& bod
     g.params.max_tokens = std::min(g.params.max_tokens, resolve_max_tokens(static_cast<int64_t>(prompt.size()),
                                                                             request.max_tokens, context.limits()));
   }
+  check_min_tokens(g.params);
   g.id = make_request_id("cmpl");
   return g;
 }
@@ -70,7 +81,8 @@ Generation chat_generation(ServingContext& context, const ChatRequest& request) 
   try {
     rendered = context.chat_template()->render(inputs);
   } catch (const Error& e) {
-    throw ApiException(bad_request("messages", std::string("the chat template refused these messages: ") + e.what()));
+    throw ApiException(
+        bad_request("messages", "the chat template refused these messages: " + fields::user_message(e)));
   }
   Generation g;
   g.chat = true;
@@ -80,6 +92,7 @@ Generation chat_generation(ServingContext& context, const ChatRequest& request) 
   apply_chat_constraint(request, parsers, rendered, context.limits(), g.params);
   g.params.max_tokens =
       resolve_max_tokens(static_cast<int64_t>(g.prompts[0].size()), request.max_tokens, context.limits());
+  check_min_tokens(g.params);
   g.stream = request.stream;
   g.include_usage = request.include_usage;
   g.id = make_request_id("chatcmpl");
