@@ -1,5 +1,6 @@
 #include "tachyon/structured/ebnf.h"
 
+#include <cstdio>
 #include <map>
 
 #include "tachyon/structured/utf8_ranges.h"
@@ -152,6 +153,18 @@ class EbnfParser {
     return v;
   }
 
+  // \U's eight hex digits reach past Unicode, whose last code point is U+10FFFF; UTF-8 has no
+  // form for those (utf8_encode would write a byte no token holds, and nothing could match).
+  uint32_t in_unicode(uint32_t cp) const {
+    if (cp > kMaxCodepoint) fail("the code point " + code_point_name(cp) + " is beyond U+10FFFF");
+    return cp;
+  }
+  static std::string code_point_name(uint32_t cp) {
+    char buf[16];
+    std::snprintf(buf, sizeof(buf), "U+%04X", cp);
+    return buf;
+  }
+
   uint32_t codepoint() {
     if (at_end()) fail("an unterminated literal");
     const auto c = static_cast<uint8_t>(t_[i_]);
@@ -166,7 +179,7 @@ class EbnfParser {
         case '0': return 0;
         case 'x': return hex(2);
         case 'u': return hex(4);
-        case 'U': return hex(8);
+        case 'U': return in_unicode(hex(8));
         default: return static_cast<uint8_t>(e);
       }
     }
@@ -180,7 +193,14 @@ class EbnfParser {
     if (c == '"') {
       ++i_;
       std::string bytes;
-      while (!at_end() && t_[i_] != '"') bytes += utf8_encode(codepoint());
+      while (!at_end() && t_[i_] != '"') {
+        const uint32_t cp = codepoint();
+        // A class drops surrogates (normalize_ranges); a literal one would be invalid UTF-8.
+        if (cp >= 0xD800 && cp <= 0xDFFF) {
+          fail("the code point " + code_point_name(cp) + " is a surrogate, which UTF-8 cannot encode");
+        }
+        bytes += utf8_encode(cp);
+      }
       if (at_end()) fail("an unterminated string");
       ++i_;
       return g_.literal(bytes);

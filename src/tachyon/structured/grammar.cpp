@@ -14,17 +14,26 @@ int32_t Grammar::add_rule(std::string name) {
 
 void Grammar::add_alternative(int32_t rule, const Sequence& sequence) {
   TACHYON_CHECK(!finished_ && rule >= 0 && rule < num_rules()) << "internal: bad rule " << rule;
+  spend(static_cast<int64_t>(sequence.size()) + 1);
   rule_starts_[static_cast<size_t>(rule)].push_back(static_cast<int32_t>(elements_.size()));
   elements_.insert(elements_.end(), sequence.begin(), sequence.end());
   elements_.push_back(Element{Element::kEnd, rule});
 }
 
-int32_t Grammar::intern(const ByteSet& set) {
-  for (size_t i = 0; i < byte_sets_.size(); ++i) {
-    if (byte_sets_[i] == set) return static_cast<int32_t>(i);
+void Grammar::spend(int64_t n) {
+  if (n > kMaxElements - spent_) {
+    throw StructuredError("the constraint is too large: it would build more than " + std::to_string(kMaxElements) +
+                          " grammar elements (repetition counts multiply, as in a{100}{100}, or minItems times "
+                          "minLength); lower the counts or repeat a group instead of a repetition");
   }
-  byte_sets_.push_back(set);
-  return static_cast<int32_t>(byte_sets_.size()) - 1;
+  spent_ += n;
+}
+
+// A hash map, not a search: a grammar may hold tens of thousands of distinct classes.
+int32_t Grammar::intern(const ByteSet& set) {
+  const auto [it, added] = byte_set_ids_.try_emplace(set, static_cast<int32_t>(byte_sets_.size()));
+  if (added) byte_sets_.push_back(set);
+  return it->second;
 }
 
 Sequence Grammar::bytes(const ByteSet& set) {
@@ -61,7 +70,10 @@ Sequence Grammar::repeat(const Sequence& item, int64_t min, int64_t max, const s
   if (min > kMaxRepeat || max > kMaxRepeat) {
     throw StructuredError("a repetition bound above " + std::to_string(kMaxRepeat) + " is not supported");
   }
+  // Charged before the copies exist: chained repeats multiply (a{4096}{4096}{4096}).
+  spend(static_cast<int64_t>(item.size()) * min);
   Sequence out;
+  out.reserve(item.size() * static_cast<size_t>(min) + 1);
   for (int64_t i = 0; i < min; ++i) append(out, item);
   if (max < 0) {
     append(out, star(item, name));
@@ -81,30 +93,53 @@ Sequence Grammar::repeat(const Sequence& item, int64_t min, int64_t max, const s
 // The matcher expands a rule by pushing its alternatives until each stack's top is a byte set; a
 // rule that can reach itself without consuming a byte (left recursion, possibly through
 // nullable rules) would expand forever. Refused here, with the rule's name.
-void Grammar::check_left_recursion() const {
+// Which rules can match the empty string, in one pass: an alternative without byte sets waits
+// for its rule references to become nullable; each rule that does wakes the alternatives that
+// refer to it (a chain of N rules took N passes of the whole grammar before).
+std::vector<bool> Grammar::nullable_rules() const {
   const size_t n = rule_starts_.size();
   std::vector<bool> nullable(n, false);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (size_t r = 0; r < n; ++r) {
-      if (nullable[r]) continue;
-      for (int32_t start : rule_starts_[r]) {
-        bool all = true;
-        for (int32_t p = start; elements_[static_cast<size_t>(p)].kind != Element::kEnd; ++p) {
-          const Element& e = elements_[static_cast<size_t>(p)];
-          if (e.kind == Element::kBytes || !nullable[static_cast<size_t>(e.index)]) {
-            all = false;
-            break;
-          }
-        }
-        if (all) {
-          nullable[r] = true;
-          changed = true;
-          break;
-        }
+  std::vector<int32_t> waiting;                  // [alternative] rule references not yet nullable
+  std::vector<int32_t> owner;                    // [alternative] its rule
+  std::vector<std::vector<int32_t>> users(n);    // [rule] alternatives referring to it, once per reference
+  std::vector<int32_t> work;
+  auto become_nullable = [&](int32_t r) {
+    if (nullable[static_cast<size_t>(r)]) return;
+    nullable[static_cast<size_t>(r)] = true;
+    work.push_back(r);
+  };
+  for (size_t r = 0; r < n; ++r) {
+    for (int32_t start : rule_starts_[r]) {
+      const auto alt = static_cast<int32_t>(waiting.size());
+      int32_t refs = 0;
+      bool has_bytes = false;
+      for (int32_t p = start; elements_[static_cast<size_t>(p)].kind != Element::kEnd; ++p) {
+        const Element& e = elements_[static_cast<size_t>(p)];
+        if (e.kind == Element::kBytes) has_bytes = true;
+        else ++refs;
       }
+      waiting.push_back(has_bytes ? -1 : refs);  // -1: never nullable
+      owner.push_back(static_cast<int32_t>(r));
+      if (has_bytes) continue;
+      for (int32_t p = start; elements_[static_cast<size_t>(p)].kind != Element::kEnd; ++p) {
+        users[static_cast<size_t>(elements_[static_cast<size_t>(p)].index)].push_back(alt);
+      }
+      if (refs == 0) become_nullable(static_cast<int32_t>(r));
     }
   }
+  while (!work.empty()) {
+    const int32_t r = work.back();
+    work.pop_back();
+    for (int32_t alt : users[static_cast<size_t>(r)]) {
+      if (--waiting[static_cast<size_t>(alt)] == 0) become_nullable(owner[static_cast<size_t>(alt)]);
+    }
+  }
+  return nullable;
+}
+
+void Grammar::check_left_recursion() const {
+  const size_t n = rule_starts_.size();
+  const std::vector<bool> nullable = nullable_rules();
   // first[r]: the rules r may expand to before consuming a byte.
   std::vector<std::vector<int32_t>> first(n);
   for (size_t r = 0; r < n; ++r) {
@@ -153,6 +188,15 @@ void Grammar::finish() {
   }
   check_left_recursion();
   finished_ = true;
+}
+
+size_t Grammar::memory_bytes() const {
+  size_t bytes = elements_.capacity() * sizeof(Element) + byte_sets_.capacity() * sizeof(ByteSet) +
+                 byte_set_ids_.size() * (sizeof(ByteSet) + 32) + rule_starts_.capacity() * sizeof(rule_starts_[0]) +
+                 names_.capacity() * sizeof(std::string);
+  for (const auto& starts : rule_starts_) bytes += starts.capacity() * sizeof(int32_t);
+  for (const std::string& name : names_) bytes += name.capacity() > 15 ? name.capacity() + 1 : 0;
+  return bytes;
 }
 
 namespace {

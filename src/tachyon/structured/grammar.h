@@ -14,6 +14,11 @@
 // Builders (json_schema.h, regex_grammar.h, ...) call add_rule/add_alternative; finish() checks the
 // grammar (every rule has an alternative, no left recursion, which the matcher's expansion could
 // not end) and fixes it. Errors are StructuredError with a message for the user (a 400).
+//
+// Why an element budget (kMaxElements): repeats inline their copies, so chained ones multiply
+// (a{4096}{4096}{4096} is 20 bytes of regex and 68G elements), and every builder (regex, EBNF,
+// JSON schema, tool calls) ends up in repeat and add_alternative. Both charge the budget before
+// they allocate, so a request that would build too much is a 400, whoever built it.
 #pragma once
 
 #include <array>
@@ -21,6 +26,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "tachyon/base/check.h"
@@ -37,6 +43,13 @@ class StructuredError : public Error {
 // One byte out of a set of 256.
 struct ByteSet {
   std::array<uint64_t, 4> bits{};
+  struct Hash {
+    size_t operator()(const ByteSet& s) const {
+      uint64_t h = 0;
+      for (uint64_t w : s.bits) h = (h ^ w) * 0x9E3779B97F4A7C15ull + (h >> 29);
+      return static_cast<size_t>(h);
+    }
+  };
   bool test(uint8_t b) const { return (bits[b >> 6] >> (b & 63)) & 1; }
   void set(uint8_t b) { bits[b >> 6] |= uint64_t{1} << (b & 63); }
   void set_range(uint8_t lo, uint8_t hi) {
@@ -67,6 +80,13 @@ using Sequence = std::vector<Element>;
 
 class Grammar {
  public:
+  // The most elements a grammar may build: those of its rules plus the copies its repeats inline
+  // (counted when made and again when added to a rule, so the figure bounds the memory spent
+  // building as well as the grammar kept, 8 bytes each). 8M built is at most 64 MiB kept and about
+  // half a second of building. The grammars of the structured tests and the schema corpus build a
+  // few hundred; a string of maxLength 4096 builds 12K, a JSON array of 1000 strings of minLength
+  // 1000 about 2M kept (4M built). Refused past it, naming the figure (a 400).
+  static constexpr int64_t kMaxElements = int64_t{1} << 23;
   // --- Building ---
   int32_t add_rule(std::string name);  // a new rule without alternatives; names are for printing
   void add_alternative(int32_t rule, const Sequence& sequence);
@@ -94,15 +114,23 @@ class Grammar {
   const std::string& rule_name(int32_t rule) const { return names_[static_cast<size_t>(rule)]; }
   // The grammar in xgrammar's EBNF syntax (root first), for debugging and the oracle test.
   std::string to_ebnf() const;
+  // About the bytes the grammar holds (its elements, byte sets, rules and their names): what the
+  // compiler's cache (grammar_compiler.h) counts against its byte budget.
+  size_t memory_bytes() const;
 
  private:
   int32_t intern(const ByteSet& set);
+  // Counts n more elements against kMaxElements; throws StructuredError past it.
+  void spend(int64_t n);
+  std::vector<bool> nullable_rules() const;
   void check_left_recursion() const;
 
   std::vector<Element> elements_;
   std::vector<std::vector<int32_t>> rule_starts_;
   std::vector<std::string> names_;
   std::vector<ByteSet> byte_sets_;
+  std::unordered_map<ByteSet, int32_t, ByteSet::Hash> byte_set_ids_;  // byte_sets_ by content
+  int64_t spent_ = 0;  // elements built so far (kMaxElements)
   int32_t root_ = -1;
   bool finished_ = false;
 };

@@ -70,7 +70,8 @@ Grammar build_grammar(const ConstraintSpec& spec, const TokenVocabulary* vocabul
   return g;
 }
 
-GrammarCompiler::GrammarCompiler(std::shared_ptr<const TokenVocabulary> vocabulary) : vocabulary_(std::move(vocabulary)) {
+GrammarCompiler::GrammarCompiler(std::shared_ptr<const TokenVocabulary> vocabulary, size_t max_cached_bytes)
+    : vocabulary_(std::move(vocabulary)), max_cached_bytes_(max_cached_bytes) {
   TACHYON_CHECK(vocabulary_ != nullptr) << "internal: GrammarCompiler needs a vocabulary";
 }
 
@@ -80,7 +81,7 @@ std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile(const Constraint
     std::lock_guard lock(mutex_);
     if (auto it = index_.find(key); it != index_.end()) {
       lru_.splice(lru_.begin(), lru_, it->second);
-      return it->second->second;
+      return it->second->grammar;
     }
   }
   static const char* const kNames[] = {"json_object", "json_schema", "regex", "choice", "grammar", "tool_calls"};
@@ -90,14 +91,29 @@ std::shared_ptr<const CompiledGrammar> GrammarCompiler::compile(const Constraint
   // (nested too deeply to expand) is a 400 now, and the first step's mask is already cached.
   Matcher(compiled).next_mask();
   std::lock_guard lock(mutex_);
-  if (auto it = index_.find(key); it != index_.end()) return it->second->second;
-  lru_.emplace_front(key, compiled);
+  if (auto it = index_.find(key); it != index_.end()) return it->second->grammar;
+  const size_t bytes = estimated_bytes(*compiled);
+  lru_.push_front({key, compiled, bytes});
+  cached_bytes_ += bytes;
   index_.emplace(std::move(key), lru_.begin());
-  if (lru_.size() > kMaxCachedGrammars) {
-    index_.erase(lru_.back().first);
+  // The newest stays even when it alone is over the byte budget: it is in use.
+  while (lru_.size() > 1 && (lru_.size() > kMaxCachedGrammars || cached_bytes_ > max_cached_bytes_)) {
+    cached_bytes_ -= lru_.back().bytes;
+    index_.erase(lru_.back().key);
     lru_.pop_back();
   }
   return compiled;
+}
+
+// The grammar, and its mask cache as it will be when full (CompiledGrammar::kMaxCachedMasks).
+size_t GrammarCompiler::estimated_bytes(const CompiledGrammar& grammar) const {
+  const size_t mask = static_cast<size_t>(vocabulary_->num_mask_words()) * sizeof(uint32_t) + 256;
+  return sizeof(CompiledGrammar) + grammar.grammar().memory_bytes() + CompiledGrammar::kMaxCachedMasks * mask;
+}
+
+size_t GrammarCompiler::cached_bytes() const {
+  std::lock_guard lock(mutex_);
+  return cached_bytes_;
 }
 
 size_t GrammarCompiler::cached_grammars() const {

@@ -37,17 +37,31 @@ struct ConstraintSpec {
 class GrammarCompiler {
  public:
   static constexpr size_t kMaxCachedGrammars = 64;
+  // And by bytes (estimated: the grammar and its mask cache when full), so 64 grammars near the
+  // element budget (grammar.h, up to 64 MiB each) cannot pin 4 GiB; 512 MiB still holds 64 of the
+  // usual size with a 128K vocabulary (a full mask cache is 256 masks of 16 KiB: 4 MiB).
+  static constexpr size_t kMaxCachedBytes = size_t{512} << 20;
 
-  explicit GrammarCompiler(std::shared_ptr<const TokenVocabulary> vocabulary);
+  explicit GrammarCompiler(std::shared_ptr<const TokenVocabulary> vocabulary,
+                           size_t max_cached_bytes = kMaxCachedBytes);
 
   // Throws StructuredError naming what is wrong or unsupported.
   std::shared_ptr<const CompiledGrammar> compile(const ConstraintSpec& spec);
   const TokenVocabulary& vocabulary() const { return *vocabulary_; }
   size_t cached_grammars() const;
+  size_t cached_bytes() const;  // the estimates of the cached grammars
 
  private:
-  using Lru = std::list<std::pair<std::string, std::shared_ptr<const CompiledGrammar>>>;
+  struct Entry {
+    std::string key;
+    std::shared_ptr<const CompiledGrammar> grammar;
+    size_t bytes = 0;  // estimated
+  };
+  using Lru = std::list<Entry>;
+  size_t estimated_bytes(const CompiledGrammar& grammar) const;
   std::shared_ptr<const TokenVocabulary> vocabulary_;
+  size_t max_cached_bytes_;
+  size_t cached_bytes_ = 0;
   mutable std::mutex mutex_;
   Lru lru_;
   std::unordered_map<std::string, Lru::iterator> index_;

@@ -153,6 +153,9 @@ class JsonSchemaBuilder::Compiler {
              "exclusiveMaximum on integers)");
       }
     }
+    if (const auto it = s.find("nullable"); it != s.end() && !it->is_boolean()) {
+      fail(join(path, "nullable"), "'nullable' must be true or false");
+    }
     if (const auto it = s.find("$ref"); it != s.end()) {
       if (s.size() > 1 && (s.contains("type") || s.contains("properties") || s.contains("items"))) {
         fail(path, "'$ref' beside other constraining keywords is not supported");
@@ -400,6 +403,14 @@ class JsonSchemaBuilder::Compiler {
     return Grammar::ref(rule);
   }
 
+  // An array index of a JSON pointer (RFC 6901): "0" or digits without a leading zero; nullopt
+  // for any other token, and for one too large to be an index of any array.
+  static std::optional<size_t> array_index(const std::string& token) {
+    if (token.empty() || token.size() > 18 || token.find_first_not_of("0123456789") != std::string::npos) return {};
+    if (token.size() > 1 && token[0] == '0') return {};
+    return static_cast<size_t>(std::stoull(token));
+  }
+
   // The schema a local reference ("#", "#/$defs/a") points to in the document; null when none.
   const Json* pointer(const std::string& target) const {
     if (target.empty() || target[0] != '#') return nullptr;
@@ -413,11 +424,11 @@ class JsonSchemaBuilder::Compiler {
         std::string token = rest.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
         for (size_t k; (k = token.find("~1")) != std::string::npos;) token.replace(k, 2, "/");
         for (size_t k; (k = token.find("~0")) != std::string::npos;) token.replace(k, 2, "~");
-        if (node->is_object() && node->contains(token)) {
+        const std::optional<size_t> index = node->is_array() ? array_index(token) : std::nullopt;
+        if (node->is_object() && node->contains(token)) {  // an object's key may be "00"
           node = &(*node)[token];
-        } else if (node->is_array() && !token.empty() && token.find_first_not_of("0123456789") == std::string::npos &&
-                   std::stoull(token) < node->size()) {
-          node = &(*node)[std::stoull(token)];
+        } else if (index && *index < node->size()) {
+          node = &(*node)[*index];
         } else {
           return nullptr;
         }

@@ -2,7 +2,11 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <set>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
 
 namespace tachyon::structured {
 namespace {
@@ -82,6 +86,79 @@ size_t codepoints(const std::string& s) {
   return n;
 }
 
+// "nullable": true adds null; json_schema.cpp refuses a value other than true or false.
+bool nullable(const Json& s) {
+  const auto it = s.find("nullable");
+  return it != s.end() && it->is_boolean() && it->get<bool>();
+}
+
+// Equality as JSON Schema's enum and const use it: numbers by value (1 and 1.0), objects by
+// members whatever their order, true never equal to 1. Two integers compare exactly; an integer
+// and a fraction as doubles, which can only call more values equal (refuse more).
+bool same_value(const Json& a, const Json& b) {
+  if (a.is_number() && b.is_number()) {
+    if (a.is_number_integer() && b.is_number_integer()) {
+      if (a.is_number_unsigned() == b.is_number_unsigned()) return a == b;
+      const Json& s = a.is_number_unsigned() ? b : a;
+      const Json& u = a.is_number_unsigned() ? a : b;
+      return s.get<int64_t>() >= 0 && static_cast<uint64_t>(s.get<int64_t>()) == u.get<uint64_t>();
+    }
+    return a.get<double>() == b.get<double>();
+  }
+  if (a.type() != b.type()) return false;
+  if (a.is_array()) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (!same_value(a[i], b[i])) return false;
+    }
+    return true;
+  }
+  if (a.is_object()) {
+    if (a.size() != b.size()) return false;
+    for (const auto& [key, x] : a.items()) {
+      const auto it = b.find(key);
+      if (it == b.end() || !same_value(x, *it)) return false;
+    }
+    return true;
+  }
+  return a == b;
+}
+
+// Equal for values same_value calls equal: numbers hash by their double, objects' members add up.
+size_t value_hash(const Json& v) {
+  if (v.is_number()) {
+    const double x = v.get<double>();
+    return std::hash<double>{}(x == 0 ? 0.0 : x);  // -0.0 == 0
+  }
+  if (v.is_string()) return std::hash<std::string>{}(v.get_ref<const std::string&>());
+  if (v.is_array()) {
+    size_t h = 0x51ED27;
+    for (const Json& x : v) h = h * 1000003 ^ value_hash(x);
+    return h;
+  }
+  if (v.is_object()) {
+    size_t h = 0x0B1EC7;
+    for (const auto& [key, x] : v.items()) h += std::hash<std::string>{}(key) * 31 ^ value_hash(x);
+    return h;
+  }
+  return static_cast<size_t>(v.type()) * 0x9E3779B9 + (v.is_boolean() && v.get<bool>());
+}
+
+// The values of a const or an enum, in order and as a hash set: whether two enums share a value,
+// or one holds a value, costs a probe per value instead of a comparison per pair (10 oneOf
+// branches of 5000 values took 15 s pairwise).
+struct ValueSet {
+  struct Hash {
+    size_t operator()(const Json* v) const { return value_hash(*v); }
+  };
+  struct Equal {
+    bool operator()(const Json* a, const Json* b) const { return same_value(*a, *b); }
+  };
+  std::vector<const Json*> values;
+  std::unordered_set<const Json*, Hash, Equal> set;
+  bool contains(const Json& v) const { return set.count(&v) > 0; }
+};
+
 class Prover {
  public:
   explicit Prover(const SchemaResolver& resolve) : resolve_(resolve) {}
@@ -110,15 +187,26 @@ class Prover {
         return true;
       }
     }
-    if (const std::vector<Json> values = finite(*a); !values.empty()) {
-      for (const Json& v : values) {
-        if (!invalid(v, *b, depth + 1)) return false;
+    const ValueSet* a_values = finite(*a);
+    const ValueSet* b_values = finite(*b);
+    if (a_values != nullptr && b_values != nullptr) {  // both finite: disjoint sets
+      const bool a_smaller = a_values->values.size() <= b_values->values.size();
+      const ValueSet& probes = a_smaller ? *a_values : *b_values;
+      const ValueSet& other = a_smaller ? *b_values : *a_values;
+      for (const Json* v : probes.values) {
+        if (other.contains(*v)) return false;
       }
       return true;
     }
-    if (const std::vector<Json> values = finite(*b); !values.empty()) {
-      for (const Json& v : values) {  // a's grammar emits only values valid under a
-        if (!invalid(v, *a, depth + 1)) return false;
+    if (a_values != nullptr) {
+      for (const Json* v : a_values->values) {
+        if (!invalid(*v, *b, depth + 1)) return false;
+      }
+      return true;
+    }
+    if (b_values != nullptr) {
+      for (const Json* v : b_values->values) {  // a's grammar emits only values valid under a
+        if (!invalid(*v, *a, depth + 1)) return false;
       }
       return true;
     }
@@ -145,10 +233,21 @@ class Prover {
     return s != nullptr && s->is_object() ? nullptr : s;  // a reference cycle: nothing proven
   }
 
-  static std::vector<Json> finite(const Json& s) {
-    if (const auto it = s.find("const"); it != s.end()) return {*it};
-    if (const auto it = s.find("enum"); it != s.end() && it->is_array()) return std::vector<Json>(it->begin(), it->end());
-    return {};
+  // s's const or enum values (built once per schema node); null when s has neither.
+  const ValueSet* finite(const Json& s) {
+    if (const auto found = finite_.find(&s); found != finite_.end()) return found->second.get();
+    std::unique_ptr<ValueSet> out;
+    auto add = [&](const Json& v) {
+      if (!out) out = std::make_unique<ValueSet>();
+      out->values.push_back(&v);
+      out->set.insert(&v);
+    };
+    if (const auto it = s.find("const"); it != s.end()) {
+      add(*it);
+    } else if (const auto e = s.find("enum"); e != s.end() && e->is_array()) {
+      for (const Json& v : *e) add(v);
+    }
+    return finite_.emplace(&s, std::move(out)).first->second.get();
   }
 
   // The types json_schema.cpp's grammar of s writes (its type inference; "nullable" adds null).
@@ -157,7 +256,7 @@ class Prover {
     if (const auto it = s.find("type"); it != s.end()) {
       if (it->is_string()) out = type_bit(it->get<std::string>());
       for (const Json& t : it->is_array() ? *it : Json::array()) out |= t.is_string() ? type_bit(t.get<std::string>()) : kAll;
-      if (s.value("nullable", false)) out |= kNull;
+      if (nullable(s)) out |= kNull;
       return out;
     }
     if (s.contains("properties") || s.contains("additionalProperties")) return kObject;
@@ -174,7 +273,7 @@ class Prover {
     if (it == s.end()) return kAll;
     unsigned out = it->is_string() ? type_bit(it->get<std::string>()) : 0;
     for (const Json& t : it->is_array() ? *it : Json::array()) out |= t.is_string() ? type_bit(t.get<std::string>()) : kAll;
-    if (s.value("nullable", false)) out |= kNull;
+    if (nullable(s)) out |= kNull;
     return out == 0 ? kAll : out;
   }
 
@@ -229,12 +328,7 @@ class Prover {
         return true;
       }
     }
-    if (const std::vector<Json> values = finite(*s); !values.empty()) {
-      for (const Json& x : values) {
-        if (x == v) return false;
-      }
-      return true;
-    }
+    if (const ValueSet* values = finite(*s)) return !values->contains(v);
     if ((value_type(v) & valid_types(*s)) == 0) return true;
     if (v.is_number()) {
       const double x = v.get<double>();
@@ -271,6 +365,7 @@ class Prover {
 
   const SchemaResolver& resolve_;
   int steps_ = 0;
+  std::unordered_map<const Json*, std::unique_ptr<ValueSet>> finite_;  // by schema node
 };
 
 }  // namespace

@@ -7,6 +7,9 @@
 namespace tachyon::structured {
 
 std::string utf8_encode(uint32_t cp) {
+  // Past U+10FFFF utf8_append writes bytes no token holds (0xFF among them): the parsers refuse
+  // such code points with their position; this is the backstop.
+  if (cp > kMaxCodepoint) throw StructuredError("a code point is beyond U+10FFFF");
   std::string out;
   tokenizer::utf8_append(out, static_cast<char32_t>(cp));
   return out;
