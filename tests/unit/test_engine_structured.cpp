@@ -358,4 +358,89 @@ TEST_F(StructuredEngineTest, GreedyChoiceAndRegex) {
   }
 }
 
+// One completion per request, as the engine delivered it.
+struct Delivered {
+  std::vector<int32_t> tokens;
+  FinishReason finish_reason = FinishReason::kNone;
+};
+
+// Submits every (prompt, params) at once to one engine and steps it until it drains; the step
+// itself must never throw (a failed step fails every client).
+std::vector<Delivered> run_together(const std::filesystem::path& dir, core::EngineConfig c,
+                                    const std::vector<std::vector<int32_t>>& prompts,
+                                    const std::vector<core::SamplingParams>& params) {
+  app::LoadedRunner loaded = app::load_runner(dir, c);
+  c.scheduler.eos_token_id = static_cast<int32_t>(*loaded.model_config.eos_token_id);
+  EngineCore engine(c, std::move(loaded.runner));
+  std::vector<std::shared_ptr<OutputChannel>> channels;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    channels.push_back(std::make_shared<OutputChannel>());
+    engine.submit(prompts[i], params[i], channels.back());
+  }
+  std::vector<Delivered> out(prompts.size());
+  for (int guard = 0; engine.has_work() && guard < 1000; ++guard) {
+    EXPECT_NO_THROW(engine.step());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      while (auto delta = channels[i]->take(std::chrono::milliseconds(0))) {
+        EXPECT_TRUE(delta->error.empty()) << delta->error;
+        for (const auto& d : delta->completions) {
+          out[i].tokens.insert(out[i].tokens.end(), d.token_ids.begin(), d.token_ids.end());
+          if (d.finish_reason != FinishReason::kNone) out[i].finish_reason = d.finish_reason;
+        }
+      }
+    }
+  }
+  EXPECT_FALSE(engine.has_work()) << "the engine did not drain";
+  EXPECT_FALSE(engine.failure().has_value()) << *engine.failure();
+  return out;
+}
+
+core::SamplingParams greedy(int32_t max_tokens, std::shared_ptr<const structured::CompiledGrammar> grammar) {
+  core::SamplingParams p;
+  p.temperature = 0.0f;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = grammar == nullptr;
+  p.structured = std::move(grammar);
+  return p;
+}
+
+// A grammar whose parser state doubles with every byte (fuzzing found it: 16 tokens took 46 s on
+// the engine thread while every other client waited): its sequence finishes as aborted once it
+// passes the parser's budget, and the request beside it completes with the tokens it gets alone.
+TEST_F(StructuredEngineTest, ExponentiallyAmbiguousGrammarFinishesAloneAndOthersComplete) {
+  const std::vector<int32_t> prompt = tokenizer_->encode("plain text");
+  const core::SamplingParams plain = greedy(12, nullptr);
+  const std::vector<Delivered> alone = run_together(*dir_, config(), {prompt}, {plain});
+  ASSERT_EQ(alone[0].tokens.size(), 12u);
+  auto ambiguous = compiler_->compile(
+      {structured::ConstraintSpec::Kind::kGrammar, R"(root ::= "a" root "b" | "a" root "c")", {}, "guided_grammar"});
+  const auto both = run_together(*dir_, config(), {tokenizer_->encode("hi"), prompt}, {greedy(16, ambiguous), plain});
+  EXPECT_EQ(both[0].finish_reason, FinishReason::kAbort);
+  EXPECT_LT(both[0].tokens.size(), 16u);
+  EXPECT_EQ(both[1].finish_reason, FinishReason::kLength);
+  EXPECT_EQ(both[1].tokens, alone[0].tokens);
+}
+
+// A mask that allows no token at all (the grammar needs a byte no token spells) used to make
+// the sampler throw and fail the engine: the sequence finishes as aborted, the other completes.
+TEST_F(StructuredEngineTest, EmptyAllowedSetFinishesTheSequenceAlone) {
+  // The model's vocabulary without any token that holds a 'z'.
+  const structured::TokenVocabulary& full = compiler_->vocabulary();
+  std::vector<std::string> tokens;
+  for (int32_t id = 0; id < full.num_tokens(); ++id) {
+    const std::string& bytes = full.token_bytes(id);
+    tokens.push_back(bytes.find('z') == std::string::npos ? bytes : "");
+  }
+  auto no_z = std::make_shared<const structured::TokenVocabulary>(tokens, full.vocab_size());
+  structured::ConstraintSpec spec{structured::ConstraintSpec::Kind::kGrammar, R"(root ::= "z")", {}, "guided_grammar"};
+  auto needs_z = std::make_shared<const structured::CompiledGrammar>(structured::build_grammar(spec), no_z, "test");
+  const std::vector<int32_t> prompt = tokenizer_->encode("plain text");
+  const core::SamplingParams plain = greedy(12, nullptr);
+  const std::vector<Delivered> alone = run_together(*dir_, config(), {prompt}, {plain});
+  const auto both = run_together(*dir_, config(), {tokenizer_->encode("hi"), prompt}, {greedy(8, needs_z), plain});
+  EXPECT_EQ(both[0].finish_reason, FinishReason::kAbort);
+  EXPECT_EQ(both[1].finish_reason, FinishReason::kLength);
+  EXPECT_EQ(both[1].tokens, alone[0].tokens);
+}
+
 }  // namespace tachyon::engine::structured_e2e_test

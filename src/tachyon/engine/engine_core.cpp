@@ -292,9 +292,13 @@ bool EngineCore::run_step() {
       runner_->supply_token_masks(masks);
     }
   } else {
+    // Aborted before the step is applied, as the overlapped path does: their tokens, sampled
+    // without a mask, are dropped instead of delivered.
+    for (int64_t request_id : unmasked) abort_request(request_id);
+    unmasked.clear();
     apply_step(plan);
   }
-  for (int64_t request_id : unmasked) abort_request(request_id);  // sampled unconstrained: never delivered as complete
+  for (int64_t request_id : unmasked) abort_request(request_id);  // sampled unconstrained: never delivered
   waiting_snapshot_ = num_waiting();
   publish_stats();
   return true;

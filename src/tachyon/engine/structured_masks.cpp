@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "tachyon/structured/matcher.h"
 
@@ -29,6 +30,42 @@ std::shared_ptr<const std::vector<uint32_t>> plan_mask(const std::shared_ptr<con
   return words;
 }
 
+// Logs each sequence whose mask failed and marks its matcher; returns their request ids.
+std::vector<int64_t> report_failures(const std::vector<std::pair<core::ScheduledSequence*, Sequence*>>& work,
+                                     const std::vector<std::string>& failed) {
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < work.size(); ++i) {
+    if (failed[i].empty()) continue;
+    Sequence& s = *work[i].second;
+    std::fprintf(stderr, "tachyon: sequence %lld gets no token mask, finishing it: %s\n", static_cast<long long>(s.id),
+                 failed[i].c_str());
+    s.matcher->set_failure(failed[i]);
+    out.push_back(s.request_id);
+  }
+  return out;
+}
+
+// No token at all may come next: the grammar needs bytes that no token spells (and may not end,
+// or the request has no end token). Sampling from an empty set fails the whole step.
+bool allows_nothing(const structured::TokenMask& mask, const std::vector<uint32_t>& words) {
+  if (mask.any_token) return false;
+  for (uint32_t w : words) {
+    if (w != 0) return false;
+  }
+  return true;
+}
+
+// The plan's mask for one sequence; throws (a message for the log) when it has none to give.
+core::AllowedTokens sequence_mask(const std::shared_ptr<const structured::TokenMask>& mask,
+                                  const core::SamplingParams& params, std::optional<int32_t> eos) {
+  core::AllowedTokens words = plan_mask(mask, params, eos);
+  if (allows_nothing(*mask, *words)) {
+    throw structured::StructuredError("the grammar allows no token of the vocabulary at this point (it needs bytes "
+                                      "that no token spells)");
+  }
+  return words;
+}
+
 }  // namespace
 
 std::vector<int64_t> attach_token_masks(core::StepPlan& plan, const std::unordered_map<int64_t, Sequence*>& sequences,
@@ -39,35 +76,38 @@ std::vector<int64_t> attach_token_masks(core::StepPlan& plan, const std::unorder
     if (!s.sample) continue;
     auto it = sequences.find(s.sequence_id);
     if (it == sequences.end() || it->second->matcher == nullptr) continue;
-    if (auto cached = it->second->matcher->cached_next_mask()) {
-      s.allowed_tokens = plan_mask(cached, *it->second->params, eos);
-    } else {
-      work.emplace_back(&s, it->second);
-    }
+    work.emplace_back(&s, it->second);
   }
   const int64_t n = static_cast<int64_t>(work.size());
+  std::vector<std::string> failed(static_cast<size_t>(n));  // why each one's mask failed; "": it did not
+  std::vector<uint8_t> missed(static_cast<size_t>(n), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    auto [entry, sequence] = work[static_cast<size_t>(i)];
+    auto cached = sequence->matcher->cached_next_mask();
+    missed[static_cast<size_t>(i)] = cached == nullptr;
+    if (cached == nullptr) continue;
+    try {
+      entry->allowed_tokens = sequence_mask(cached, *sequence->params, eos);
+    } catch (const std::exception& e) {
+      failed[static_cast<size_t>(i)] = e.what();
+    }
+  }
   // Each matcher is touched by one thread; the grammar's cache locks itself. Threads only for
   // two misses or more: waking a team costs more than a cached step.
   // No exception may leave an OpenMP region: a failure is recorded and reported.
-  std::vector<uint8_t> failed(static_cast<size_t>(n), 0);
-#pragma omp parallel for schedule(dynamic, 1) if (n > 1)
+  int64_t misses = 0;
+  for (uint8_t m : missed) misses += m;
+#pragma omp parallel for schedule(dynamic, 1) if (misses > 1)
   for (int64_t i = 0; i < n; ++i) {
+    if (!missed[static_cast<size_t>(i)]) continue;
     auto [entry, sequence] = work[static_cast<size_t>(i)];
     try {
-      entry->allowed_tokens = plan_mask(sequence->matcher->next_mask(), *sequence->params, eos);
-    } catch (const std::exception&) {
-      failed[static_cast<size_t>(i)] = 1;
+      entry->allowed_tokens = sequence_mask(sequence->matcher->next_mask(), *sequence->params, eos);
+    } catch (const std::exception& e) {  // GrammarBudgetError, a grammar nested too deeply, no token allowed
+      failed[static_cast<size_t>(i)] = e.what();
     }
   }
-  std::vector<int64_t> out;
-  for (int64_t i = 0; i < n; ++i) {
-    if (!failed[static_cast<size_t>(i)]) continue;
-    const Sequence& s = *work[static_cast<size_t>(i)].second;
-    std::fprintf(stderr, "tachyon: the grammar of sequence %lld failed to give a mask (nested too deeply); aborting it\n",
-                 static_cast<long long>(s.id));
-    out.push_back(s.request_id);
-  }
-  return out;
+  return report_failures(work, failed);
 }
 
 bool mark_masks_follow(core::StepPlan& plan, const std::unordered_map<int64_t, Sequence*>& sequences) {
@@ -99,6 +139,7 @@ std::vector<int64_t> advance_matchers(const core::StepOutput& output,
     auto it = sequences.find(s.sequence_id);
     if (it == sequences.end() || it->second->matcher == nullptr) continue;
     Sequence& sequence = *it->second;
+    if (!sequence.matcher->failure().empty()) continue;  // sampled without a mask; being finished
     for (size_t i = 0; i < s.tokens.size(); ++i) {
       const int32_t token = s.tokens[i].token;
       // The token that finished the sequence by EOS / a stop id is not text.
@@ -106,11 +147,15 @@ std::vector<int64_t> advance_matchers(const core::StepOutput& output,
       bool accepted = false;
       try {
         accepted = sequence.matcher->accept_token(token);
-      } catch (const std::exception&) {  // a grammar nested too deeply to expand
+        if (!accepted) {
+          std::fprintf(stderr, "tachyon: internal: sequence %lld sampled token %d that its grammar refuses; aborting it\n",
+                       static_cast<long long>(sequence.id), token);
+        }
+      } catch (const std::exception& e) {  // too ambiguous (GrammarBudgetError) or nested too deeply
+        std::fprintf(stderr, "tachyon: sequence %lld cannot follow its grammar, finishing it: %s\n",
+                     static_cast<long long>(sequence.id), e.what());
       }
       if (!accepted) {
-        std::fprintf(stderr, "tachyon: internal: sequence %lld sampled token %d that its grammar refuses; aborting it\n",
-                     static_cast<long long>(sequence.id), token);
         refused.push_back(sequence.request_id);
         break;
       }

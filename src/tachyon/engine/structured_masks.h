@@ -38,8 +38,10 @@ std::shared_ptr<structured::Matcher> make_matcher(const core::SamplingParams& pa
 
 // Sets ScheduledSequence::allowed_tokens for each sampled sequence with a matcher. `eos`: the
 // model's EOS, allowed (with the request's stop_token_ids) where the grammar may end. Returns the
-// request ids whose mask failed (a grammar that nests too deeply to expand): their sequences
-// sample without a mask this step, and the caller aborts them once it is applied.
+// request ids whose mask failed (a grammar too ambiguous for the parser's budget, pda.h, or that
+// nests too deeply to expand, or a mask that allows no token at all, which the sampler cannot
+// take): their sequences sample without a mask this step, their matchers are marked failed, and
+// the caller aborts them once it is applied. The engine goes on with every other sequence.
 std::vector<int64_t> attach_token_masks(core::StepPlan& plan, const std::unordered_map<int64_t, Sequence*>& sequences,
                                         std::optional<int32_t> eos);
 
@@ -54,8 +56,9 @@ std::vector<int64_t> late_token_masks(core::StepPlan& plan, const std::unordered
                                       std::optional<int32_t> eos, std::vector<core::AllowedTokens>& masks);
 
 // Advances the matchers by the tokens `output` applied (an EOS or stop token that ended a
-// sequence is not fed). Returns the request ids whose token the grammar refused (a broken
-// invariant: the mask forbids it), for the caller to abort.
+// sequence is not fed; neither is a failed matcher's). Returns the request ids whose token the
+// grammar refused (a broken invariant: the mask forbids it) or that made the state too ambiguous
+// (GrammarBudgetError), for the caller to abort.
 std::vector<int64_t> advance_matchers(const core::StepOutput& output,
                                       const std::unordered_map<int64_t, Sequence*>& sequences);
 

@@ -1,5 +1,7 @@
 #include "tachyon/structured/compiled_grammar.h"
 
+#include <string>
+
 namespace tachyon::structured {
 
 namespace {
@@ -13,7 +15,7 @@ class LazyDfa {
   static constexpr int32_t kUnknown = -2;
   static constexpr int32_t kDead = -1;
 
-  LazyDfa(Pda& pda) : pda_(pda) {}
+  LazyDfa(Pda& pda, int64_t max_steps) : pda_(pda), max_steps_(max_steps) {}
 
   int32_t intern(const PdaState& state) {
     std::vector<int32_t> key = pda_.key(state);
@@ -31,6 +33,7 @@ class LazyDfa {
       // states_ may grow inside intern(): take the source by value first.
       const PdaState from = states_[static_cast<size_t>(state)];
       const int32_t id = pda_.advance(from, b, scratch_) ? intern(scratch_) : kDead;
+      charge(from.size() + scratch_.size());
       next_[static_cast<size_t>(state)][b] = id;
       return id;
     }
@@ -38,7 +41,18 @@ class LazyDfa {
   }
 
  private:
+  void charge(size_t stacks) {
+    steps_ += static_cast<int64_t>(stacks);
+    if (steps_ <= max_steps_) return;
+    throw GrammarBudgetError("the grammar is too ambiguous at this point: finding the tokens it allows took "
+                             "more than " + std::to_string(max_steps_) +
+                             " parser steps (the limit); rewrite it so that fewer alternatives stay open at once, e.g. "
+                             "factor out the prefix they share");
+  }
+
   Pda& pda_;
+  int64_t max_steps_;
+  int64_t steps_ = 0;  // stacks taken in and given out by the transitions computed so far
   std::vector<PdaState> states_;
   std::vector<std::array<int32_t, 256>> next_;
   std::unordered_map<std::vector<int32_t>, int32_t, CompiledGrammar::KeyHash> ids_;
@@ -47,13 +61,13 @@ class LazyDfa {
 
 }  // namespace
 
-bool fill_token_mask(Pda& pda, const PdaState& state, const TokenVocabulary& v, TokenMask& out) {
+bool fill_token_mask(Pda& pda, const PdaState& state, const TokenVocabulary& v, TokenMask& out, int64_t max_steps) {
   out.words.assign(static_cast<size_t>(v.num_mask_words()), 0u);
   out.can_end = pda.accepting(state);
   const size_t base = pda.arena().size();
   pda.clear_cut();
   {
-    LazyDfa dfa(pda);
+    LazyDfa dfa(pda, max_steps);
     // states[d]: the DFA state after the first d bytes of the current trie path.
     std::vector<int32_t> states(static_cast<size_t>(v.max_depth_) + 1);
     states[0] = dfa.intern(state);
@@ -70,6 +84,7 @@ bool fill_token_mask(Pda& pda, const PdaState& state, const TokenVocabulary& v, 
       for (int32_t t = v.node_tokens_[static_cast<size_t>(i)]; t < v.node_tokens_[static_cast<size_t>(i) + 1]; ++t) {
         const int32_t id = v.tokens_[static_cast<size_t>(t)];
         out.words[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
+        out.any_token = true;
       }
       ++i;
     }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <climits>
+#include <string>
 #include <unordered_map>
 
 namespace tachyon::structured {
@@ -24,6 +25,17 @@ constexpr int kMaxExpandDepth = 2000;
 constexpr uint64_t kRootSeed = 0x51ed27u;
 constexpr uint64_t kCutSeed = 0xc07c07c07ull;
 
+constexpr int32_t kEmptySlot = INT32_MIN;
+constexpr size_t kFirstSlots = 64;  // a power of two: most states hold a few stacks
+
+[[noreturn]] void throw_too_ambiguous() {
+  const std::string limit = std::to_string(Pda::kMaxStacks);
+  throw GrammarBudgetError("the grammar is too ambiguous at this point: more than " + limit +
+                           " parses of the output so far are still open (the limit is " + limit +
+                           "); rewrite it so that fewer alternatives stay open at once, e.g. factor out the prefix "
+                           "they share or make the recursion unambiguous");
+}
+
 }  // namespace
 
 int32_t Pda::push(int32_t position, int32_t parent) {
@@ -44,12 +56,41 @@ bool Pda::same_stack(int32_t a, int32_t b) const {
   return true;
 }
 
-void Pda::add_unique(int32_t node, PdaState& out) const {
-  for (int32_t existing : out) {
-    if (existing == node) return;
-    if (existing >= 0 && node >= 0 && same_stack(existing, node)) return;
+void Pda::begin_state(PdaState& out) {
+  out.clear();
+  slots_.assign(kFirstSlots, kEmptySlot);
+  accepted_added_ = false;
+}
+
+void Pda::add_unique(int32_t node, PdaState& out) {
+  ++steps_;
+  if (node == kAccepted) {
+    if (!accepted_added_) out.push_back(kAccepted);
+    accepted_added_ = true;
+    return;
   }
+  const size_t mask = slots_.size() - 1;
+  size_t i = arena_[static_cast<size_t>(node)].hash & mask;
+  for (; slots_[i] != kEmptySlot; i = (i + 1) & mask) {
+    ++steps_;
+    if (slots_[i] == node || same_stack(slots_[i], node)) return;
+  }
+  if (static_cast<int64_t>(out.size()) >= kMaxStacks) throw_too_ambiguous();
+  slots_[i] = node;
   out.push_back(node);
+  if (out.size() * 2 > slots_.size()) grow_slots(out);
+}
+
+// Doubles the set and puts `out`'s stacks back: O(stacks) amortized over the adds.
+void Pda::grow_slots(const PdaState& out) {
+  slots_.assign(slots_.size() * 2, kEmptySlot);
+  const size_t mask = slots_.size() - 1;
+  for (int32_t node : out) {
+    if (node < 0) continue;
+    size_t i = arena_[static_cast<size_t>(node)].hash & mask;
+    while (slots_[i] != kEmptySlot) i = (i + 1) & mask;
+    slots_[i] = node;
+  }
 }
 
 // Makes `node`'s top a byte set (or the accepted marker): a rule reference pushes the rule's
@@ -89,15 +130,17 @@ void Pda::expand(int32_t node, PdaState& out, int depth) {
 
 PdaState Pda::initial() {
   PdaState state;
+  begin_state(state);
   for (int32_t start : grammar_.alternatives(grammar_.root())) expand(push(start, -1), state, 0);
   return state;
 }
 
 bool Pda::advance(const PdaState& from, uint8_t b, PdaState& to) {
-  to.clear();
+  begin_state(to);
   const std::vector<Element>& elements = grammar_.elements();
   const std::vector<ByteSet>& sets = grammar_.byte_sets();
   for (int32_t node : from) {
+    ++steps_;
     if (node == kAccepted) continue;
     const StackNode frame = arena_[static_cast<size_t>(node)];
     const Element& e = elements[static_cast<size_t>(frame.position)];
@@ -190,6 +233,7 @@ std::vector<int32_t> Pda::key(const PdaState& state, int depth, bool* cut) const
 
 PdaState Pda::truncate(const PdaState& state, int depth) {
   PdaState out;
+  begin_state(out);
   std::vector<int32_t> positions;
   for (int32_t node : state) {
     if (node == kAccepted) {

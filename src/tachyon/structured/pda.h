@@ -12,7 +12,15 @@
 // and a state inside a long string or array repeats exactly, which the mask cache relies on.
 //
 // A state is the list of top node ids, deduplicated by content; kAccepted stands for a stack that
-// finished the root rule (the output may end here).
+// finished the root rule (the output may end here). Deduplication goes through a hash set keyed by
+// StackNode::hash (contents compared on a hash match), so a state of S stacks costs O(S) to build:
+// 50,000 enum values sharing a prefix keep 50,000 stacks alive, and a scan of the state per stack
+// took 46 s for one request.
+//
+// Why a cap on the stacks of a state (kMaxStacks): an ambiguous grammar ("a" root "b" | "a" root
+// "c") doubles its stacks with every byte, and the engine computes masks on its own thread, so
+// one such request stalled every client for minutes. Past the cap the Pda throws
+// GrammarBudgetError, which finishes that sequence alone (engine/structured_masks.h).
 //
 // Why truncated states (truncate, key with a depth): a token's bytes pop at most a few frames, so
 // the mask of a state deep in a recursive output (a tree of objects) depends only on the top
@@ -34,6 +42,13 @@ struct StackNode {
   uint64_t hash = 0;     // of the whole stack's positions, for deduplication
 };
 
+// A request's grammar needs more work than the parser allows one state or one mask: the message
+// says which limit and what to change. The engine finishes that sequence, the others go on.
+class GrammarBudgetError : public StructuredError {
+ public:
+  using StructuredError::StructuredError;
+};
+
 inline constexpr int32_t kAccepted = -1;
 inline constexpr int32_t kCut = -2;  // the parent of a truncated stack's lowest kept frame
 
@@ -41,6 +56,13 @@ using PdaState = std::vector<int32_t>;  // top node ids (or kAccepted), unique b
 
 class Pda {
  public:
+  // The most stacks one state may hold. JSON schemas and tool-call grammars stay in the tens (an
+  // object's optional properties, a union's branches; 128 tools, the OpenAI limit, keep 128
+  // alive); the existing tests reach at most 300 (measured). 65,536 still lets an enum of 50,000 values
+  // through (each value is a stack until the values part), and a state this size advances in a
+  // few milliseconds; an exponentially ambiguous grammar reaches it in 16 bytes.
+  static constexpr int kMaxStacks = 1 << 16;
+
   explicit Pda(const Grammar& grammar) : grammar_(grammar) {}
 
   std::vector<StackNode>& arena() { return arena_; }
@@ -49,7 +71,7 @@ class Pda {
   // The start state (the root's alternatives expanded), appended to the arena.
   PdaState initial();
   // `to` = the stacks of `from` whose top matches `b`, advanced and expanded. New nodes are
-  // appended to the arena. Returns !to.empty().
+  // appended to the arena. Returns !to.empty(). Throws GrammarBudgetError past kMaxStacks.
   bool advance(const PdaState& from, uint8_t b, PdaState& to);
   bool accepting(const PdaState& state) const;
   // Bytes some stack of `state` may take next.
@@ -68,16 +90,27 @@ class Pda {
   // Some expansion since clear_cut() popped into kCut.
   bool cut_reached() const { return cut_reached_; }
   void clear_cut() { cut_reached_ = false; }
+  // Work done so far: stacks examined, added and compared while building states (tests check
+  // that a state costs O(stacks)).
+  int64_t steps() const { return steps_; }
 
  private:
   int32_t push(int32_t position, int32_t parent);
   void expand(int32_t node, PdaState& out, int depth);
-  void add_unique(int32_t node, PdaState& out) const;
+  // Empties `out` and the set of its stacks; add_unique() then keeps both in step.
+  void begin_state(PdaState& out);
+  void add_unique(int32_t node, PdaState& out);
+  void grow_slots(const PdaState& out);
   bool same_stack(int32_t a, int32_t b) const;
 
   const Grammar& grammar_;
   std::vector<StackNode> arena_;
   bool cut_reached_ = false;
+  // The state being built, as an open-addressing hash set of its node ids (kEmptySlot: free),
+  // keyed by StackNode::hash; at most half full. kAccepted is a flag, not a slot.
+  std::vector<int32_t> slots_;
+  bool accepted_added_ = false;
+  int64_t steps_ = 0;
 };
 
 }  // namespace tachyon::structured
