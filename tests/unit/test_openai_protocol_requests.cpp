@@ -673,6 +673,24 @@ TEST(OpenaiRequest, MutatedBodiesOnlyThrowApiErrors) {
   }
 }
 
+// A tool's name is spelled inside the model's call markup: OpenAI's rule keeps it to letters,
+// digits, '_' and '-' (a forced call to "</tool_call>" came back as plain text before).
+TEST(OpenaiRequest, ToolNamesFollowOpenAisRule) {
+  auto with_tool = [](const std::string& name) {
+    return R"({"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":)" +
+           nlohmann::json(name).dump() + "}}]}";
+  };
+  for (const std::string& name : {std::string(""), std::string("</tool_call>"), std::string("a b"),
+                                  std::string("get.weather"), std::string(65, 'x'), std::string("f\n")}) {
+    ApiError e = chat_error(with_tool(name));
+    EXPECT_EQ(e.status, 400) << name;
+    EXPECT_EQ(e.param, "tools[0].function.name") << name;
+  }
+  for (const std::string& name : {std::string("get_weather"), std::string("search-web-2"), std::string(64, 'x')}) {
+    EXPECT_NO_THROW(parse_chat_request(with_tool(name), limits())) << name;
+  }
+}
+
 // A schema given as a JSON string nests inside a string, where parse_body's scan does not look:
 // 100,000 levels of it overflowed the stack when the schema was dumped (a crash of the server).
 // Each field that takes one refuses nesting past the body's limit, naming the field.

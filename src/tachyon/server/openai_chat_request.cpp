@@ -1,6 +1,7 @@
 // POST /v1/chat/completions body -> ChatRequest. Messages are checked role by role and their
 // content normalized to one string (text parts joined with "\n", as vLLM does) so the chat
 // template sees one shape; sampling fields are shared with completions (openai_request_fields.h).
+#include <algorithm>
 #include <limits>
 
 #include "tachyon/server/openai_protocol.h"
@@ -41,6 +42,16 @@ std::string join_text_parts(const Json& parts, const std::string& path) {
     joined += *text;
   }
   return joined;
+}
+
+// OpenAI's rule for a function's name (^[a-zA-Z0-9_-]{1,64}$). The name is spelled inside the
+// model's tool-call markup and grammar: an empty one, or one like "</tool_call>", made a forced call
+// come back as plain text.
+bool is_tool_name(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+  });
 }
 
 void check_tool_calls(Json& tool_calls, const std::string& path, int32_t max_depth) {
@@ -145,8 +156,11 @@ void read_tools(const Json& body, ChatRequest& request) {
     if (function == nullptr || !function->is_object() || type.value_or("function") != "function") {
       fields::fail(path, "'" + path + "' must be {\"type\": \"function\", \"function\": {\"name\": ...}}.");
     }
-    if (!fields::read_string(*function, "name", path + ".function.name")) {
-      fields::fail(path + ".function.name", "'" + path + ".function.name' is required.");
+    std::optional<std::string> name = fields::read_string(*function, "name", path + ".function.name");
+    if (!name) fields::fail(path + ".function.name", "'" + path + ".function.name' is required.");
+    if (!is_tool_name(*name)) {
+      fields::fail(path + ".function.name", "'" + path + ".function.name' must be 1 to 64 letters, digits, '_' or '-' "
+                                            "(OpenAI's rule), but got '" + *name + "'.");
     }
     if (const Json* parameters = fields::find(*function, "parameters"); parameters && !parameters->is_object()) {
       fields::fail(path + ".function.parameters", "Invalid type for '" + path +
