@@ -674,8 +674,9 @@ TEST(OpenaiRequest, MutatedBodiesOnlyThrowApiErrors) {
 }
 
 // A tool's name is spelled inside the model's call markup: OpenAI's rule keeps it to letters,
-// digits, '_' and '-' (a forced call to "</tool_call>" came back as plain text before).
-TEST(OpenaiRequest, ToolNamesFollowOpenAisRule) {
+// digits, '_' and '-' (a forced call to "</tool_call>" came back as plain text before); its
+// parameters describe an object.
+TEST(OpenaiRequest, ToolNamesAndParametersFollowOpenAisRules) {
   auto with_tool = [](const std::string& name) {
     return R"({"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":)" +
            nlohmann::json(name).dump() + "}}]}";
@@ -688,6 +689,20 @@ TEST(OpenaiRequest, ToolNamesFollowOpenAisRule) {
   }
   for (const std::string& name : {std::string("get_weather"), std::string("search-web-2"), std::string(64, 'x')}) {
     EXPECT_NO_THROW(parse_chat_request(with_tool(name), limits())) << name;
+  }
+  // A call's arguments are an object: parameters typed otherwise are refused; untyped ones stay.
+  auto with_parameters = [](const std::string& parameters) {
+    return R"({"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f",)"
+           R"("parameters":)" + parameters + "}}]}";
+  };
+  for (const std::string& parameters : {R"({"type":"string"})", R"({"type":["object","null"]})"}) {
+    ApiError e = chat_error(with_parameters(parameters));
+    EXPECT_EQ(e.status, 400) << parameters;
+    EXPECT_EQ(e.param, "tools[0].function.parameters") << parameters;
+    EXPECT_NE(e.message.find("must describe an object"), std::string::npos) << e.message;
+  }
+  for (const std::string& parameters : {R"({"type":"object","properties":{"a":{"type":"integer"}}})", "{}"}) {
+    EXPECT_NO_THROW(parse_chat_request(with_parameters(parameters), limits())) << parameters;
   }
 }
 

@@ -167,6 +167,13 @@ void read_tools(const Json& body, ChatRequest& request) {
                                                       ".function.parameters': expected an "
                                                       "object (a JSON schema), but got " +
                                                       fields::type_name(*parameters) + ".");
+    } else if (const Json* type = parameters != nullptr ? fields::find(*parameters, "type") : nullptr;
+               type != nullptr && *type != "object") {
+      // A call's arguments are a JSON object (OpenAI's rule): a forced call of a tool whose
+      // parameters were a string schema answered arguments that no client could read.
+      fields::fail(path + ".function.parameters",
+                   "'" + path + ".function.parameters' must describe an object (\"type\": \"object\"), but its "
+                   "type is " + type->dump() + ".");
     }
   }
   request.tools = *tools;
