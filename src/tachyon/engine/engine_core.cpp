@@ -291,14 +291,11 @@ bool EngineCore::run_step() {
       unmasked = late_token_masks(*in_flight_, sequences_, config_.scheduler.eos_token_id, masks);
       runner_->supply_token_masks(masks);
     }
-  } else {
-    // Aborted before the step is applied, as the overlapped path does: their tokens, sampled
-    // without a mask, are dropped instead of delivered.
-    for (int64_t request_id : unmasked) abort_request(request_id);
-    unmasked.clear();
-    apply_step(plan);
   }
-  for (int64_t request_id : unmasked) abort_request(request_id);  // sampled unconstrained: never delivered
+  // Sampled without a mask: aborted before their step is applied (the plan in flight, or the one
+  // applied just below), so those tokens are dropped, never delivered.
+  for (int64_t request_id : unmasked) abort_request(request_id);
+  if (!overlap_) apply_step(plan);
   waiting_snapshot_ = num_waiting();
   publish_stats();
   return true;

@@ -50,27 +50,16 @@ std::string type_name(const Json& value) {
   }
 }
 
-namespace {
-
 // Refuses nesting deeper than max_depth with one linear pass over the bytes, before anything walks
 // the JSON recursively (nlohmann's copy and dump, Value::from_json: one stack frame per level).
 // Brackets count only outside strings; inside one, a backslash skips the byte after it. On
 // invalid JSON the count may be off, but such a body fails to parse anyway: a body that passes
 // both is valid JSON nested at most max_depth deep.
-void check_depth(std::string_view body, int32_t max_depth) {
-  if (nests_deeper_than(body, max_depth)) {
-    fail("", "The request body is nested more than " + std::to_string(max_depth) + " levels deep; at most " +
-                 std::to_string(max_depth) + " levels are allowed.");
-  }
-}
-
-}  // namespace
-
-bool nests_deeper_than(std::string_view json, int32_t max_depth) {
+void check_body_depth(std::string_view body, int32_t max_depth) {
   int64_t depth = 0;
   bool in_string = false;
-  for (size_t i = 0; i < json.size(); ++i) {
-    const char c = json[i];
+  for (size_t i = 0; i < body.size(); ++i) {
+    const char c = body[i];
     if (in_string) {
       if (c == '\\') {
         ++i;
@@ -80,16 +69,18 @@ bool nests_deeper_than(std::string_view json, int32_t max_depth) {
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) return true;
+      if (++depth > max_depth) {
+        fail("", "The request body is nested more than " + std::to_string(max_depth) + " levels deep; at most " +
+                     std::to_string(max_depth) + " levels are allowed.");
+      }
     } else if (c == ']' || c == '}') {
       --depth;
     }
   }
-  return false;
 }
 
 Json parse_body(std::string_view body, const ServerLimits& limits) {
-  check_depth(body, limits.max_json_depth);
+  check_body_depth(body, limits.max_json_depth);
   // JSON has no raw NUL (a string escapes it as \u0000), and the parser stops at one as at the
   // end of its input: whatever followed would be ignored instead of refused.
   if (body.find('\0') != std::string_view::npos) {

@@ -24,9 +24,10 @@ using Json = nlohmann::ordered_json;
 // "a string", "an array", ... for messages.
 std::string type_name(const Json& value);
 
-// Whether `json` nests arrays and objects deeper than max_depth (brackets inside strings do not
-// count): one linear pass, for anything that must not parse such a body (the PD router too).
-bool nests_deeper_than(std::string_view json, int32_t max_depth);
+// A 400 (param null) when `body` nests arrays and objects deeper than max_depth (brackets inside
+// strings do not count): one linear pass, for anything that must not parse such a body (parse_body,
+// the PD router).
+void check_body_depth(std::string_view body, int32_t max_depth);
 
 // The one entry point for every request body (completions, chat, /tokenize, /detokenize): the
 // body parsed as a JSON object. 400 (param null) on nesting deeper than limits.max_json_depth,

@@ -13,7 +13,6 @@
 #include "tachyon/server/http/pd_roles.h"
 #include "tachyon/server/http/pd_route_prompt.h"
 #include "tachyon/server/http/pd_upstream.h"
-#include "tachyon/server/openai_errors.h"
 #include "tachyon/server/openai_request_fields.h"
 #include "tachyon/server/pd_transport.h"
 
@@ -273,13 +272,7 @@ void PdRouter::list_models(const HttpRequest&, HttpResponse& res, const TaskSlot
 void PdRouter::generate(const HttpRequest& req, HttpResponse& res, const TaskSlots::Slot& slot) {
   // The servers refuse a body nested deeper than their limit, and the router must not parse one
   // either: the prefix policy dumps its messages, one stack frame per level.
-  const int32_t max_depth = ServerLimits{}.max_json_depth;
-  if (fields::nests_deeper_than(req.body, max_depth)) {
-    const std::string limit = std::to_string(max_depth);
-    res = error_response(bad_request(
-        "", "The request body is nested more than " + limit + " levels deep; at most " + limit + " levels are allowed."));
-    return;
-  }
+  fields::check_body_depth(req.body, ServerLimits{}.max_json_depth);
   const auto body = nlohmann::json::parse(req.body, nullptr, false);
   const auto stream = body.is_object() ? body.find("stream") : body.end();
   const bool sse = stream != body.end() && stream->is_boolean() && stream->get<bool>();
