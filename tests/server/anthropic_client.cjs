@@ -1,7 +1,8 @@
 // The official Anthropic npm client against a running tachyon server's /v1/messages: a whole
 // message, a streamed one through the client's accumulator (finalMessage) whose text equals the
-// whole one at temperature 0, a 400 surfacing as the client's BadRequestError, and a request
-// with tools that comes back as a well-formed message.
+// whole one at temperature 0, a 400 surfacing as the client's BadRequestError, a request
+// with tools that comes back as a well-formed message, a prefill (a final assistant message)
+// continued, and a forced call the engine gives up on raising the reason, streamed or not.
 //   node tests/server/anthropic_client.cjs http://127.0.0.1:PORT/v1 MODEL
 const assert = require('node:assert/strict');
 const sdk = require('@anthropic-ai/sdk');
@@ -98,6 +99,30 @@ async function main() {
     assert.deepEqual(streamedForced.content.filter((b) => b.type === 'tool_use').map((b) => [b.name, b.input]),
                      uses.map((b) => [b.name, b.input]));
   }
+  checks++;
+
+  // A final assistant message is a prefill the answer continues (streamed as whole); the client's
+  // metadata.user_id is taken. Text ending in whitespace cannot be continued: a 400 naming it.
+  const story = [{ role: 'user', content: 'Tell me a story' }, { role: 'assistant', content: 'Once upon a time' }];
+  const prefillParams = { ...params, messages: story, metadata: { user_id: 'user-1' } };
+  const continued = await client.messages.create(prefillParams);
+  checkMessage(continued, model);
+  const streamedContinued = await client.messages.stream(prefillParams).finalMessage();
+  assert.equal(textOf(streamedContinued), textOf(continued));
+  const spaced = [story[0], { role: 'assistant', content: 'Once upon ' }];
+  await assert.rejects(client.messages.create({ ...prefillParams, messages: spaced }),
+    (e) => e instanceof Anthropic.BadRequestError && /messages\.1\.content/.test(e.message));
+  checks++;
+
+  // A forced call whose schema the engine gives up on (an item is an `a` or a `b`, both arrays:
+  // every '[' doubles the parses still open, past the parser's budget) raises the reason.
+  const array = { type: 'array', items: { anyOf: [{ $ref: '#/$defs/a' }, { $ref: '#/$defs/b' }] }, minItems: 1 };
+  const schema = { type: 'object', properties: { x: { $ref: '#/$defs/a' } }, required: ['x'], $defs: { a: array, b: array } };
+  const gaveUp = { ...params, max_tokens: 64, tools: [{ name: 'f', input_schema: schema }], tool_choice: { type: 'tool', name: 'f' } };
+  await assert.rejects(client.messages.create(gaveUp),
+    (e) => e instanceof Anthropic.BadRequestError && /too ambiguous/.test(e.message));
+  await assert.rejects(client.messages.stream(gaveUp).finalMessage(),
+    (e) => e instanceof Anthropic.APIError && /too ambiguous/.test(e.message));
   checks++;
 
   console.log(`anthropic client: ${checks} checks passed`);

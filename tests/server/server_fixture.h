@@ -49,6 +49,7 @@ struct ServerUnderTest {
   }
   static core::EngineConfig default_engine() {
     core::EngineConfig c;
+    c.scheduler.policy = core::SchedulingPolicy::kFair;  // `tachyon serve`'s default
     c.scheduler.max_model_len = 512;
     c.num_blocks = 256;
     c.block_size = 16;

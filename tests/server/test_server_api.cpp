@@ -81,6 +81,45 @@ TEST_F(ServerApi, ChatStreamedEqualsWholeAndStartsWithTheRole) {
   EXPECT_EQ(text, body["choices"][0]["message"]["content"].get<std::string>());
 }
 
+// A choice the engine ends by itself (its grammar's parses double with every token, past the
+// parser's budget) ends with finish_reason "abort" and says why in "abort_reason", on its last
+// chunk when streamed; a choice that ends otherwise has no such key.
+TEST_F(ServerApi, ChoiceTheEngineEndedSaysWhy) {
+  const std::string grammar = R"("guided_grammar":"root ::= \"a\" root \"b\" | \"a\" root \"c\"")";
+  for (const bool chat : {false, true}) {
+    const std::string path = chat ? "/v1/chat/completions" : "/v1/completions";
+    const std::string body = std::string(chat ? R"({"messages":[{"role":"user","content":"hi"}],)"
+                                                R"("chat_template_kwargs":{"enable_thinking":false},)"
+                                              : R"({"prompt":"hi",)") +
+                             R"("max_tokens":16,"temperature":0,)" + grammar;
+    auto whole = post(path, body + "}");
+    ASSERT_EQ(whole->status, 200) << whole->body;
+    const json choice = json::parse(whole->body)["choices"][0];
+    EXPECT_EQ(choice["finish_reason"], "abort") << choice.dump();
+    EXPECT_NE(choice.value("abort_reason", "").find("too ambiguous"), std::string::npos) << choice.dump();
+    auto streamed = post(path, body + R"(,"stream":true})");
+    ASSERT_EQ(streamed->status, 200) << streamed->body;
+    const std::vector<std::string> frames = sse_payloads(streamed->body);
+    ASSERT_FALSE(frames.empty());
+    EXPECT_EQ(frames.back(), "[DONE]");
+    int finished = 0;
+    for (size_t i = 0; i + 1 < frames.size(); ++i) {
+      const json c = json::parse(frames[i])["choices"][0];
+      if (c["finish_reason"].is_null()) {
+        EXPECT_FALSE(c.contains("abort_reason")) << frames[i];
+        continue;
+      }
+      ++finished;
+      EXPECT_EQ(c["finish_reason"], "abort");
+      EXPECT_EQ(c.value("abort_reason", ""), choice["abort_reason"]) << frames[i];
+    }
+    EXPECT_EQ(finished, 1) << path;
+  }
+  auto plain = post("/v1/completions", R"({"prompt":"Hello","max_tokens":3,"temperature":0})");
+  ASSERT_EQ(plain->status, 200) << plain->body;
+  EXPECT_FALSE(json::parse(plain->body)["choices"][0].contains("abort_reason")) << plain->body;
+}
+
 TEST_F(ServerApi, PromptShapesNAndLogprobs) {
   auto r = post("/v1/completions", R"({"prompt":[[1,2,3],[4,5]],"max_tokens":2,"n":2,"logprobs":3,"seed":7})");
   ASSERT_EQ(r->status, 200) << r->body;

@@ -1,7 +1,9 @@
 // One client cannot hold the engine beyond its share: the sequences (prompts x n) a client
 // address has in flight are capped (ClientQuota, default half the waiting queue); past the cap it
 // gets 429 with Retry-After while other clients are served, and its share comes back when its
-// answers are done or abandoned.
+// answers are done or abandoned. Inside the engine, the fair scheduling policy keys each request
+// by its address and `user` (fair_share_client): one client's long prompts delay another's short
+// request by a step, not by their whole prefill.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -15,6 +17,9 @@
 
 #include "server_fixture.h"
 #include "tachyon/server/http/client_quota.h"
+#include "tachyon/server/openai_protocol.h"
+#include "tachyon/server/openai_request_fields.h"
+#include "tachyon/server/openai_errors.h"
 
 namespace tachyon::server::testing {
 namespace {
@@ -112,6 +117,77 @@ TEST(ServerFairness, AClientPastItsShareGets429WhileOthersAreServed) {
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 200) << res->body;
   EXPECT_EQ(server.context->client_quota().in_flight("127.0.0.1"), 0);
+}
+
+TEST(FairShareClient, TheAddressAndTheUserMakeTheKey) {
+  const uint64_t plain = fair_share_client("10.0.0.1", "");
+  EXPECT_NE(plain, 0u);
+  EXPECT_EQ(plain, fair_share_client("10.0.0.1", ""));
+  EXPECT_NE(plain, fair_share_client("10.0.0.2", ""));
+  EXPECT_NE(plain, fair_share_client("10.0.0.1", "alice"));
+  EXPECT_NE(fair_share_client("10.0.0.1", "alice"), fair_share_client("10.0.0.1", "bob"));
+  EXPECT_NE(fair_share_client("10.0.0.1", "1"), fair_share_client("10.0.0.11", ""));
+}
+
+TEST(FairShareClient, TheUserIsReadAndBounded) {
+  ServerLimits limits;
+  limits.model_name = "m";
+  EXPECT_EQ(parse_completion_request(R"({"prompt":"a","user":"alice"})", limits).user, "alice");
+  const std::string chat = R"({"messages":[{"role":"user","content":"a"}],"safety_identifier":"bob"})";
+  EXPECT_EQ(parse_chat_request(chat, limits).user, "bob");
+  EXPECT_EQ(parse_completion_request(R"({"prompt":"a"})", limits).user, "");
+  const std::string too_long = R"({"prompt":"a","user":")" + std::string(fields::kMaxUserBytes + 1, 'u') + R"("})";
+  for (const std::string& body : {std::string(R"({"prompt":"a","user":7})"), too_long}) {
+    try {
+      parse_completion_request(body, limits);
+      ADD_FAILURE() << "accepted " << body.substr(0, 60);
+    } catch (const ApiException& e) {
+      EXPECT_EQ(e.error().status, 400);
+      EXPECT_EQ(e.error().param, "user") << e.error().message;
+    }
+  }
+}
+
+// Six 1,500-token prompts of one user, then a one-token request of another user from the same
+// address: the short request is answered while the long prompts are still being computed (16
+// tokens a step). From the same user it waits behind all of them (the same client: arrival order).
+TEST(ServerFairness, AnotherUsersLongPromptsDelayAShortRequestByAStepNotTheirRun) {
+  core::EngineConfig engine = ServerUnderTest::default_engine();
+  engine.scheduler.max_model_len = 2048;
+  engine.scheduler.max_num_batched_tokens = 16;
+  engine.num_blocks = 1200;
+  ServerUnderTest server(engine);
+  constexpr int64_t kHeavyTokens = 6 * 1500;
+  int round = 0;
+  for (const char* probe_user : {"probe", "heavy"}) {
+    ASSERT_TRUE(server.wait_idle());
+    const int64_t computed_before = server.context->engine().stats().prompt_tokens_computed;
+    nlohmann::json prompts = nlohmann::json::array();  // new ones each round: no prefix-cache hits
+    for (int p = 0; p < 6; ++p) {
+      std::vector<int32_t> ids(1500);
+      for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(100 + (i * 7 + p + 6 * round) % 800);
+      prompts.push_back(ids);
+    }
+    ++round;
+    nlohmann::json heavy = {{"prompt", prompts}, {"max_tokens", 1}, {"user", "heavy"}};
+    std::thread hog([&] {
+      auto res = server.client().Post("/v1/completions", heavy.dump(), "application/json");
+      EXPECT_TRUE(res && res->status == 200);
+    });
+    auto computed = [&] { return server.context->engine().stats().prompt_tokens_computed - computed_before; };
+    while (computed() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    nlohmann::json probe = {{"prompt", "hi"}, {"max_tokens", 1}, {"user", probe_user}};
+    auto res = server.client().Post("/v1/completions", probe.dump(), "application/json");
+    const int64_t computed_at_answer = computed();
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 200) << res->body;
+    if (std::string(probe_user) == "probe") {
+      EXPECT_LT(computed_at_answer, kHeavyTokens / 2) << "the other user's request waited for the long prompts";
+    } else {
+      EXPECT_GE(computed_at_answer, kHeavyTokens) << "one user's requests run in arrival order";
+    }
+    hog.join();
+  }
 }
 
 }  // namespace

@@ -1,12 +1,15 @@
 // POST /v1/messages (the Anthropic Messages API) over real HTTP on the tiny Qwen3 model:
-// validation errors in Anthropic's shape with the right status, a whole message, a streamed one
-// whose events follow Anthropic's order and whose text deltas concatenate to the whole text,
-// stop_sequences -> stop_reason "stop_sequence", max_tokens -> "max_tokens".
+// validation errors in Anthropic's shape with the right status, naming the fields the client sent;
+// a whole message, a streamed one whose events follow Anthropic's order and whose text deltas
+// concatenate to the whole text, stop_sequences -> stop_reason "stop_sequence", max_tokens ->
+// "max_tokens"; a final assistant message continued as a prefill; the body's nesting limit on a
+// tool_use input; metadata.user_id.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
 #include "server_fixture.h"
+#include "tachyon/server/openai_request_fields.h"
 
 namespace tachyon::server::testing {
 namespace {
@@ -56,6 +59,24 @@ class ServerMessages : public ::testing::Test {
   static json whole(const std::string& fields) {
     auto r = post(R"({"model":"tiny","messages":[{"role":"user","content":"Tell me a story"}],"temperature":0,)" +
                   fields + "}");
+    EXPECT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+    return json::parse(r->body);
+  }
+  // A 400 whose message names `field` (quoted, as the client spelled it).
+  static void expect_refused_naming(const std::string& body, const std::string& field) {
+    auto r = post(body);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << body << " -> " << r->body;
+    const std::string message = json::parse(r->body)["error"]["message"];
+    EXPECT_NE(message.find("'" + field + "'"), std::string::npos) << field << ": " << message;
+    // Never the chat body's names the request was converted into, nor its bracketed paths.
+    for (const char* chat : {"function", "parameters", "max_completion_tokens", "'stop'", "'stop.", "["}) {
+      EXPECT_EQ(message.find(chat), std::string::npos) << chat << " in: " << message;
+    }
+  }
+  static json tokenize(const json& body) {
+    auto r = server_->client().Post("/tokenize", body.dump(), "application/json");
     EXPECT_TRUE(r);
     EXPECT_EQ(r->status, 200) << r->body;
     return json::parse(r->body);
@@ -173,6 +194,184 @@ TEST_F(ServerMessages, MaxTokensAndStopSequenceStopReasons) {
   EXPECT_EQ(stopped["stop_reason"], "stop_sequence") << stopped.dump();
   EXPECT_EQ(stopped["stop_sequence"], stop);
   EXPECT_EQ(messages_text(stopped), text.substr(0, text.find(stop)));
+}
+
+// Every 400 names the field the client sent, in Anthropic's spelling ("messages.2.content.0.text"),
+// also when the chat parser that validates the converted body found it ("stop" -> "stop_sequences",
+// "tools[0].function.parameters" -> "tools.0.input_schema").
+TEST_F(ServerMessages, ErrorsNameTheFieldsTheClientSent) {
+  const std::string head = R"({"model":"tiny",)";
+  const std::string user = R"("messages":[{"role":"user","content":"hi"}])";
+  const std::string tool = R"({"name":"f","input_schema":{"type":"object"}})";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"("max_tokens":5,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"a"},)"
+       R"({"role":"user","content":[{"type":"text"}]}])", "messages.2.content.0.text"},
+      {R"("max_tokens":5,"messages":[{"role":"system","content":"x"}])", "messages.0.role"},
+      {R"("max_tokens":0,)" + user, "max_tokens"},
+      {R"("max_tokens":5,"stop_sequences":[""],)" + user, "stop_sequences"},
+      {R"("max_tokens":5,"stop_sequences":["a",1],)" + user, "stop_sequences.1"},
+      {R"("max_tokens":5,"stop_sequences":[")" + std::string(2000, 'x') + R"("],)" + user, "stop_sequences.0"},
+      {R"("max_tokens":5,"tools":[{"name":"bad name","input_schema":{"type":"object"}}],)" + user, "tools.0.name"},
+      {R"("max_tokens":5,"tools":[{"name":"f","input_schema":{"type":"string"}}],)" + user, "tools.0.input_schema"},
+      {R"("max_tokens":5,"tool_choice":{"type":"any"},)" + user, "tool_choice"},
+      {R"("max_tokens":5,"tools":[)" + tool + R"(],"tool_choice":{"type":"tool","name":"g"},)" + user,
+       "tool_choice.name"},
+      {R"("max_tokens":5,"temperature":-1,)" + user, "temperature"},
+      {R"("max_tokens":5,"thinking":{"type":"enabled","budget_tokens":0},)" + user, "thinking.budget_tokens"},
+  };
+  for (const auto& [fields, field] : cases) expect_refused_naming(head + fields + "}", field);
+}
+
+// The body may nest ServerLimits::max_json_depth levels (the body is level 1), wherever its depth
+// comes from: a tool_use input (or a tool's input_schema) that reaches the limit exactly is taken
+// (the chat body it becomes nests it one level deeper), one level more is a 400 naming it.
+TEST_F(ServerMessages, ToolInputsMayNestToTheBodyLimit) {
+  const int limit = server_->context->limits().max_json_depth;
+  const auto nested = [](int levels) {  // `levels` objects, one inside the other
+    std::string value = "1";
+    for (int i = 0; i < levels; ++i) value = R"({"a":)" + value + "}";
+    return value;
+  };
+  // The input is level 6: body, messages, message, content, block, input.
+  const auto with_input = [&](int levels) {
+    return R"({"model":"tiny","max_tokens":1,"messages":[{"role":"user","content":"hi"},)"
+           R"({"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"f","input":)" +
+           nested(levels) + R"(}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1",)"
+           R"("content":"ok"}]}]})";
+  };
+  auto at_limit = post(with_input(limit - 5));
+  ASSERT_TRUE(at_limit);
+  EXPECT_EQ(at_limit->status, 200) << at_limit->body;
+  expect_refused_naming(with_input(limit - 4), "messages.1.content.0.input");
+  // The input_schema is level 4: body, tools, tool, input_schema.
+  const auto with_schema = [&](int levels) {
+    return R"({"model":"tiny","max_tokens":1,"messages":[{"role":"user","content":"hi"}],)"
+           R"("tools":[{"name":"f","input_schema":{"type":"object","a":)" + nested(levels - 1) + "}}]}";
+  };
+  auto schema_at_limit = post(with_schema(limit - 3));
+  ASSERT_TRUE(schema_at_limit);
+  EXPECT_EQ(schema_at_limit->status, 200) << schema_at_limit->body;
+  expect_refused_naming(with_schema(limit - 2), "tools.0.input_schema");
+  // Elsewhere, the top-level field that holds the nesting.
+  expect_refused_naming(R"({"model":"tiny","max_tokens":1,"messages":[{"role":"user","content":"hi"}],"metadata":)" +
+                            nested(limit) + "}",
+                        "metadata");
+}
+
+TEST_F(ServerMessages, MetadataUserIdIsAShortString) {
+  const std::string head = R"({"model":"tiny","max_tokens":1,"messages":[{"role":"user","content":"hi"}],)";
+  expect_refused_naming(head + R"("metadata":{"user_id":5}})", "metadata.user_id");
+  expect_refused_naming(head + R"("metadata":{"user_id":")" + std::string(fields::kMaxUserBytes + 1, 'u') + R"("}})",
+                        "metadata.user_id");
+  expect_refused_naming(head + R"("metadata":"u"})", "metadata");
+  // At the limit, null, and with keys this server does not read (ignored, as other unmapped fields).
+  for (const std::string& metadata : {R"({"user_id":")" + std::string(fields::kMaxUserBytes, 'u') + R"(","x":1})",
+                                      std::string(R"({"user_id":null})"), std::string(R"({"other":[1]})")}) {
+    auto r = post(head + R"("metadata":)" + metadata + "}");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << metadata << " -> " << r->body;
+  }
+}
+
+// A final assistant message is a prefill: the prompt is the conversation before it with the
+// generation prompt, then its text, and the answer holds only the continuation. For the Qwen3
+// template with thinking off that is vLLM's continue_final_message: the conversation rendered with
+// the assistant turn, cut after its text. The continuation equals what /v1/completions gives for
+// that very prompt.
+TEST_F(ServerMessages, FinalAssistantMessageIsAPrefillTheAnswerContinues) {
+  const std::string prefill = "Once upon a time";
+  const json user = {{"role", "user"}, {"content", "Tell me a story"}};
+  const json no_thinking = {{"enable_thinking", false}};
+  std::vector<int32_t> prompt =
+      tokenize({{"messages", json::array({user})}, {"chat_template_kwargs", no_thinking}})["tokens"];
+  const std::vector<int32_t> text = tokenize({{"prompt", prefill}, {"add_special_tokens", false}})["tokens"];
+  prompt.insert(prompt.end(), text.begin(), text.end());
+  const json assistant = {{"role", "assistant"}, {"content", prefill}};
+  const std::vector<int32_t> turn = tokenize({{"messages", json::array({user, assistant})},
+                                              {"chat_template_kwargs", no_thinking},
+                                              {"add_generation_prompt", false}})["tokens"];
+  ASSERT_GT(turn.size(), prompt.size());
+  EXPECT_EQ(std::vector<int32_t>(turn.begin(), turn.begin() + static_cast<int64_t>(prompt.size())), prompt);
+
+  const json blocks = json::array({{{"type", "text"}, {"text", prefill}}});
+  const json as_blocks = {{"role", "assistant"}, {"content", blocks}};
+  const json messages = json::array({user, as_blocks});
+  auto r = post(json({{"model", "tiny"}, {"max_tokens", 8}, {"temperature", 0}, {"messages", messages}}).dump());
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json m = json::parse(r->body);
+  EXPECT_EQ(m["usage"]["input_tokens"], prompt.size());
+  auto completion = server_->client().Post(
+      "/v1/completions", json({{"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}}).dump(), "application/json");
+  ASSERT_TRUE(completion);
+  ASSERT_EQ(completion->status, 200) << completion->body;
+  const json c = json::parse(completion->body);
+  EXPECT_EQ(m["usage"]["output_tokens"], c["usage"]["completion_tokens"]);
+  EXPECT_EQ(messages_text(m), c["choices"][0]["text"].get<std::string>()) << m.dump();
+}
+
+// What cannot continue a prefill is refused, naming it: other blocks than text in it, text that
+// ends in whitespace, thinking, a forced tool call. Tools offered with tool_choice auto are fine.
+TEST_F(ServerMessages, PrefillRefusesWhatCannotContinueIt) {
+  const std::string head = R"({"model":"tiny","max_tokens":2,)";
+  const std::string user = R"({"role":"user","content":"hi"})";
+  const std::string tools = R"("tools":[{"name":"f","input_schema":{"type":"object"}}],)";
+  const auto ending_with = [&](const std::string& assistant) {
+    return R"("messages":[)" + user + R"(,{"role":"assistant","content":)" + assistant + "}]}";
+  };
+  expect_refused_naming(head + ending_with(R"([{"type":"text","text":"Sure"},)"
+                                           R"({"type":"tool_use","id":"toolu_1","name":"f","input":{}}])"),
+                        "messages.1.content.1");
+  expect_refused_naming(head + ending_with(R"([{"type":"thinking","thinking":"hm","signature":""},)"
+                                           R"({"type":"text","text":"Sure"}])"),
+                        "messages.1.content.0");
+  expect_refused_naming(head + ending_with(R"("Once upon ")"), "messages.1.content");
+  expect_refused_naming(head + R"("thinking":{"type":"enabled","budget_tokens":16},)" + ending_with(R"("Once")"),
+                        "thinking");
+  expect_refused_naming(head + tools + R"("tool_choice":{"type":"any"},)" + ending_with(R"("Once")"), "tool_choice");
+  expect_refused_naming(head + tools + R"("tool_choice":{"type":"tool","name":"f"},)" + ending_with(R"("Once")"),
+                        "tool_choice");
+  const std::string thinking_off = R"("thinking":{"type":"disabled"},)";
+  for (const std::string& fields : {tools + R"("tool_choice":{"type":"auto"},)", thinking_off}) {
+    auto r = post(head + fields + ending_with(R"("Once")"));
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << fields << " -> " << r->body;
+  }
+}
+
+// A forced tool call whose schema the engine cannot follow (every '[' doubles the parses still
+// open: an item is an `a` or a `b`, both arrays, past the parser's budget within a few tokens) is
+// answered with an error saying why, not a cut tool_use input: a 400 whole, an error event streamed.
+TEST_F(ServerMessages, AnswerTheEngineGaveUpOnIsAnErrorSayingWhy) {
+  const json items = {{"anyOf", json::array({{{"$ref", "#/$defs/a"}}, {{"$ref", "#/$defs/b"}}})}};
+  const json array = {{"type", "array"}, {"items", items}, {"minItems", 1}};
+  const json schema = {{"type", "object"},
+                       {"properties", {{"x", {{"$ref", "#/$defs/a"}}}}},
+                       {"required", json::array({"x"})},
+                       {"$defs", {{"a", array}, {"b", array}}}};
+  json body = {{"model", "tiny"},
+               {"max_tokens", 64},
+               {"temperature", 0},
+               {"thinking", {{"type", "disabled"}}},
+               {"messages", json::array({{{"role", "user"}, {"content", "hi"}}})},
+               {"tools", json::array({{{"name", "f"}, {"input_schema", schema}}})},
+               {"tool_choice", {{"type", "tool"}, {"name", "f"}}}};
+  auto whole = post(body.dump());
+  ASSERT_TRUE(whole);
+  EXPECT_EQ(whole->status, 400) << whole->body;
+  const json error = json::parse(whole->body);
+  EXPECT_EQ(error["error"]["type"], "invalid_request_error") << whole->body;
+  const std::string why = error["error"]["message"];
+  EXPECT_NE(why.find("too ambiguous"), std::string::npos) << why;
+  body["stream"] = true;
+  auto streamed = post(body.dump());
+  ASSERT_TRUE(streamed);
+  ASSERT_EQ(streamed->status, 200) << streamed->body;
+  const std::vector<MessagesSseEvent> events = messages_sse_events(streamed->body);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events.front().name, "message_start");
+  EXPECT_EQ(events.back().name, "error") << streamed->body;
+  EXPECT_EQ(events.back().data["error"]["message"], why);
 }
 
 }  // namespace

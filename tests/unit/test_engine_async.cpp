@@ -4,7 +4,8 @@
 // gives (logprobs to rounding): greedy and seeded sampling, penalties (those sequences wait for their token), min_tokens,
 // stop ids, EOS, n > 1 siblings, chunked prefills, prefix-cache hits, preemption in a cache too
 // small for the batch, and aborts. A counting runner in front of the CPU runner proves the
-// overlap happened (two steps in flight, deferred tokens resolved).
+// overlap happened (two steps in flight, deferred tokens resolved). The fair scheduling policy
+// gives the FCFS tokens in both loops.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -70,8 +71,10 @@ class EngineAsyncTest : public testing::TinyModelSuite<5> {
  protected:
   // `abort_after`: request index -> abort it once it has delivered that many tokens.
   static RunResult run(const std::vector<Request>& requests, core::AsyncScheduling mode, int32_t num_blocks,
-                       const std::map<size_t, size_t>& abort_after = {}) {
+                       const std::map<size_t, size_t>& abort_after = {},
+                       core::SchedulingPolicy policy = core::SchedulingPolicy::kFcfs) {
     core::EngineConfig c;
+    c.scheduler.policy = policy;
     c.scheduler.max_num_batched_tokens = 20;  // long prompts are chunked
     c.scheduler.max_num_seqs = 8;
     c.scheduler.max_model_len = 96;
@@ -203,6 +206,28 @@ TEST_F(EngineAsyncTest, OverlappedStepsGiveTheSynchronousTokens) {
   EXPECT_GT(deferred, 500);
   EXPECT_GT(preemptions, 5);
   EXPECT_GT(prefix_hits, 50);
+}
+
+// The fair policy changes which sequences share a step and which are preempted, never a
+// sequence's tokens: the FCFS run's, in both loops, with clients of several requests and
+// requests of their own, in a cache too small for the batch (fairness preemptions included).
+TEST_F(EngineAsyncTest, FairSchedulingGivesTheFcfsTokens) {
+  int64_t preemptions = 0;
+  for (uint32_t seed = 1; seed <= 4; ++seed) {
+    std::vector<Request> reqs = requests(seed);
+    for (size_t i = 0; i < reqs.size(); ++i) reqs[i].params.client = i % 4 == 0 ? 0 : 1 + i % 3;
+    for (int32_t num_blocks : {200, 40}) {
+      const RunResult fcfs = run(reqs, core::AsyncScheduling::kOff, num_blocks);
+      for (core::AsyncScheduling mode : {core::AsyncScheduling::kOff, core::AsyncScheduling::kOn}) {
+        const RunResult fair = run(reqs, mode, num_blocks, {}, core::SchedulingPolicy::kFair);
+        expect_same(fcfs, fair, "seed " + std::to_string(seed) + " blocks " + std::to_string(num_blocks));
+        EXPECT_EQ(fair.stats.kv_blocks_free, fair.stats.kv_blocks_total) << "every block came back";
+        preemptions += fair.stats.preemptions;
+        if (HasFailure()) return;
+      }
+    }
+  }
+  EXPECT_GT(preemptions, 5);
 }
 
 // A request aborted mid-run (its completions end early, a prefix of the plain ones) changes

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 
@@ -362,6 +363,7 @@ TEST_F(StructuredEngineTest, GreedyChoiceAndRegex) {
 struct Delivered {
   std::vector<int32_t> tokens;
   FinishReason finish_reason = FinishReason::kNone;
+  std::string abort_reason;
 };
 
 // Submits every (prompt, params) at once to one engine and steps it until it drains; the step
@@ -385,7 +387,10 @@ std::vector<Delivered> run_together(const std::filesystem::path& dir, core::Engi
         EXPECT_TRUE(delta->error.empty()) << delta->error;
         for (const auto& d : delta->completions) {
           out[i].tokens.insert(out[i].tokens.end(), d.token_ids.begin(), d.token_ids.end());
-          if (d.finish_reason != FinishReason::kNone) out[i].finish_reason = d.finish_reason;
+          if (d.finish_reason != FinishReason::kNone) {
+            out[i].finish_reason = d.finish_reason;
+            out[i].abort_reason = d.abort_reason;
+          }
         }
       }
     }
@@ -406,7 +411,8 @@ core::SamplingParams greedy(int32_t max_tokens, std::shared_ptr<const structured
 
 // A grammar whose parser state doubles with every byte (fuzzing found it: 16 tokens took 46 s on
 // the engine thread while every other client waited): its sequence finishes as aborted once it
-// passes the parser's budget, and the request beside it completes with the tokens it gets alone.
+// passes the parser's budget, saying why (the client reads it), and the request beside it completes
+// with the tokens it gets alone.
 TEST_F(StructuredEngineTest, ExponentiallyAmbiguousGrammarFinishesAloneAndOthersComplete) {
   const std::vector<int32_t> prompt = tokenizer_->encode("plain text");
   const core::SamplingParams plain = greedy(12, nullptr);
@@ -416,8 +422,11 @@ TEST_F(StructuredEngineTest, ExponentiallyAmbiguousGrammarFinishesAloneAndOthers
       {structured::ConstraintSpec::Kind::kGrammar, R"(root ::= "a" root "b" | "a" root "c")", {}, "guided_grammar"});
   const auto both = run_together(*dir_, config(), {tokenizer_->encode("hi"), prompt}, {greedy(16, ambiguous), plain});
   EXPECT_EQ(both[0].finish_reason, FinishReason::kAbort);
+  EXPECT_NE(both[0].abort_reason.find("structured-output constraint"), std::string::npos) << both[0].abort_reason;
+  EXPECT_NE(both[0].abort_reason.find("too ambiguous"), std::string::npos) << both[0].abort_reason;
   EXPECT_LT(both[0].tokens.size(), 16u);
   EXPECT_EQ(both[1].finish_reason, FinishReason::kLength);
+  EXPECT_TRUE(both[1].abort_reason.empty()) << both[1].abort_reason;
   EXPECT_EQ(both[1].tokens, alone[0].tokens);
 }
 
@@ -439,8 +448,76 @@ TEST_F(StructuredEngineTest, EmptyAllowedSetFinishesTheSequenceAlone) {
   const std::vector<Delivered> alone = run_together(*dir_, config(), {prompt}, {plain});
   const auto both = run_together(*dir_, config(), {tokenizer_->encode("hi"), prompt}, {greedy(8, needs_z), plain});
   EXPECT_EQ(both[0].finish_reason, FinishReason::kAbort);
+  EXPECT_NE(both[0].abort_reason.find("allows no token"), std::string::npos) << both[0].abort_reason;
   EXPECT_EQ(both[1].finish_reason, FinishReason::kLength);
   EXPECT_EQ(both[1].tokens, alone[0].tokens);
+}
+
+// Only the completion whose grammar failed ends (n = 2: each has its own matcher), with the reason;
+// its sibling goes on to its own end, without one. Sampled, since greedy siblings are the same:
+// seeds are tried until the first token sends one sibling to "x" (then EOS) and the other to "y"
+// (then "a"s whose open parses double past the budget). Every run checks that no completion is
+// aborted without a reason.
+TEST_F(StructuredEngineTest, OnlyTheFailedCompletionEndsWithAReason) {
+  const std::string grammar = R"(root ::= "x" | "y" a
+a ::= "a" a "b" | "a" a "c")";
+  auto ambiguous = compiler_->compile({structured::ConstraintSpec::Kind::kGrammar, grammar, {}, "guided_grammar"});
+  core::SamplingParams two = greedy(24, ambiguous);
+  two.n = 2;
+  two.temperature = 1.0f;
+  core::EngineConfig c = config();
+  app::LoadedRunner loaded = app::load_runner(*dir_, c);
+  c.scheduler.eos_token_id = static_cast<int32_t>(*loaded.model_config.eos_token_id);
+  EngineCore engine(c, std::move(loaded.runner));
+  bool mixed = false;
+  for (uint64_t seed = 1; seed <= 40 && !mixed; ++seed) {
+    two.seed = seed;
+    auto channel = std::make_shared<OutputChannel>();
+    engine.submit(tokenizer_->encode("hi"), two, channel);
+    std::map<int32_t, CompletionDelta> finished;  // by completion index
+    for (int guard = 0; engine.has_work() && guard < 1000; ++guard) {
+      EXPECT_NO_THROW(engine.step());
+      while (auto out = channel->take(std::chrono::milliseconds(0))) {
+        for (const CompletionDelta& d : out->completions) {
+          if (d.finish_reason != FinishReason::kNone) finished[d.index] = d;
+        }
+      }
+    }
+    ASSERT_EQ(finished.size(), 2u) << "seed " << seed;
+    int aborted = 0;
+    for (const auto& [index, d] : finished) {
+      const bool abort = d.finish_reason == FinishReason::kAbort;
+      EXPECT_EQ(d.abort_reason.empty(), !abort) << "seed " << seed << " completion " << index << ": " << d.abort_reason;
+      if (abort) {
+        EXPECT_NE(d.abort_reason.find("too ambiguous"), std::string::npos) << d.abort_reason;
+      }
+      aborted += abort;
+    }
+    mixed = aborted == 1;
+  }
+  EXPECT_TRUE(mixed) << "no seed gave one failed and one finished completion";
+}
+
+// An abort by the consumer is no engine decision: it carries no reason.
+TEST_F(StructuredEngineTest, AbortByTheConsumerCarriesNoReason) {
+  core::EngineConfig c = config();
+  app::LoadedRunner loaded = app::load_runner(*dir_, c);
+  EngineCore engine(c, std::move(loaded.runner));
+  auto channel = std::make_shared<OutputChannel>();
+  const int64_t id = engine.submit(tokenizer_->encode("plain text"), greedy(64, nullptr), channel);
+  std::optional<CompletionDelta> end;
+  for (int guard = 0; engine.has_work() && guard < 1000; ++guard) {
+    EXPECT_NO_THROW(engine.step());
+    if (guard == 2) engine.abort(id);
+    while (auto out = channel->take(std::chrono::milliseconds(0))) {
+      for (const CompletionDelta& d : out->completions) {
+        if (d.finish_reason != FinishReason::kNone) end = d;
+      }
+    }
+  }
+  ASSERT_TRUE(end.has_value());
+  EXPECT_EQ(end->finish_reason, FinishReason::kAbort);
+  EXPECT_TRUE(end->abort_reason.empty()) << end->abort_reason;
 }
 
 }  // namespace tachyon::engine::structured_e2e_test

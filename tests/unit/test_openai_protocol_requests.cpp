@@ -233,7 +233,7 @@ TEST(OpenaiRequest, SamplingFieldSpecsAreTheFieldsTheParserReads) {
   const std::set<std::string> request_fields = {"model",   "prompt",     "suffix",          "echo",    "stream",
                                                 "stream_options", "best_of", "logit_bias", "response_format",
                                                 "priority", "guided_json", "guided_regex", "guided_choice",
-                                                "guided_grammar", "structured_outputs"};
+                                                "guided_grammar", "structured_outputs", "user"};
   const std::set<std::string> api_fields = {
       // OpenAI
       "model", "prompt", "best_of", "echo", "frequency_penalty", "logit_bias", "logprobs", "max_tokens", "n",
@@ -535,6 +535,8 @@ TEST(OpenaiRequest, EveryChatField) {
   EXPECT_EQ(r.params.logprobs, 0);
   r = parse_chat_request("{" + messages + R"(,"logprobs":false,"top_logprobs":0})", limits());
   EXPECT_EQ(r.params.logprobs, -1);
+  // Text output asked for as OpenAI's clients may: accepted.
+  EXPECT_NO_THROW(parse_chat_request("{" + messages + R"(,"modalities":["text"],"audio":null})", limits()));
 }
 
 TEST(OpenaiRequest, BadChatFields) {
@@ -555,6 +557,12 @@ TEST(OpenaiRequest, BadChatFields) {
        "a JSON schema"},
       {R"("chat_template_kwargs":[])", "chat_template_kwargs", "expected an object"},
       {R"("add_generation_prompt":"yes")", "add_generation_prompt", "expected a boolean"},
+      // Fields OpenAI defines and this server does not serve: refused by name, never ignored.
+      {R"("functions":[{"name":"f","parameters":{"type":"object"}}])", "functions", "pass the functions as 'tools'"},
+      {R"("function_call":"auto")", "function_call", "use 'tool_choice'"},
+      {R"("modalities":["text","audio"])", "modalities", "text only"},
+      {R"("modalities":"text")", "modalities", "expected an array"},
+      {R"("audio":{"voice":"alloy","format":"mp3"})", "audio", "text only"},
   };
   for (const Case& c : cases) {
     ApiError e = chat_error(m + c.fields + "}");
@@ -727,6 +735,21 @@ TEST(OpenaiRequest, SchemaStringsNestedPastTheLimitAreRefused) {
   // Within the limit a string schema is taken (refused later here, for the missing compiler only).
   e = completion_error(R"({"prompt":"hi","guided_json":"{\"type\":\"array\",\"items\":{\"type\":\"integer\"}}"})");
   EXPECT_EQ(e.message.find("nested"), std::string::npos) << e.message;
+}
+
+// The limit counts levels as the body's does: a document of exactly max_depth levels is taken,
+// with a scalar or an empty container innermost; one more level is refused.
+TEST(OpenaiRequest, NestedDocumentsMayReachTheLimitExactly) {
+  auto nested = [](int levels, const std::string& inner) {
+    return std::string(static_cast<size_t>(levels), '[') + inner + std::string(static_cast<size_t>(levels), ']');
+  };
+  EXPECT_TRUE(fields::parse_nested_document(nested(3, "1"), "x", 3).has_value());
+  EXPECT_TRUE(fields::parse_nested_document(nested(3, ""), "x", 3).has_value());
+  EXPECT_TRUE(fields::parse_nested_document(R"({"a":{"b":{"c":1}}})", "x", 3).has_value());
+  EXPECT_THROW(fields::parse_nested_document(nested(4, "1"), "x", 3), ApiException);
+  EXPECT_THROW(fields::parse_nested_document(nested(4, ""), "x", 3), ApiException);
+  EXPECT_THROW(fields::parse_nested_document(R"({"a":{"b":{"c":{}}}})", "x", 3), ApiException);
+  EXPECT_FALSE(fields::parse_nested_document("[1,", "x", 3).has_value()) << "not JSON: nullopt";
 }
 
 }  // namespace

@@ -209,7 +209,7 @@ TEST_F(SchedulerTest, StopsAtMaxModelLen) {
 }
 
 TEST_F(SchedulerTest, PriorityOrdersTheWaitingQueue) {
-  make({.max_num_batched_tokens = 4, .priority_scheduling = true}, 64);
+  make({.max_num_batched_tokens = 4, .policy = SchedulingPolicy::kPriority}, 64);
   SamplingParams low, high;
   low.priority = 5;
   high.priority = -1;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <csignal>
 #include <filesystem>
+#include <map>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -130,6 +131,15 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-num-seqs", options->serving.engine.scheduler.max_num_seqs, "sequences per step")->default_val(256);
   cmd->add_option("--max-num-batched-tokens", options->serving.engine.scheduler.max_num_batched_tokens, "tokens per step")
       ->default_val(2048);
+  cmd->add_option("--scheduling-policy", options->serving.engine.scheduler.policy,
+                  "which work goes first after running decodes: fair (each client address, or `user` of one, gets "
+                  "an even share of prefill, admission and the KV cache), fcfs (arrival), priority (the "
+                  "requests' `priority`, then arrival)")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, core::SchedulingPolicy>{
+          {"fair", core::SchedulingPolicy::kFair}, {"fcfs", core::SchedulingPolicy::kFcfs},
+          {"priority", core::SchedulingPolicy::kPriority}}))
+      ->default_val("fair")
+      ->option_text("fair|fcfs|priority");
   cmd->add_option("--num-blocks", options->serving.engine.num_blocks,
                   "KV cache blocks, per data-parallel replica (--dp D holds D times as many)")
       ->default_val(1024);

@@ -45,6 +45,9 @@ struct SamplingParams {
   int32_t logprobs = -1;            // -1: none; N >= 0: the sampled token's logprob and the top N
   int32_t n = 1;                    // completions per prompt; they share the prompt's KV blocks
   int32_t priority = 0;             // lower runs first when the scheduler uses priorities
+  // Whose share of the engine this request counts against when the scheduler is fair
+  // (core/scheduler_config.h): requests with the same nonzero client share one; 0: its own.
+  uint64_t client = 0;
   // Structured outputs (response_format json_schema, guided_*): the grammar every completion
   // must follow, compiled at the door (server/); null: unconstrained. The engine keeps one
   // matcher per sequence and puts each step's allowed-token mask in the plan.

@@ -7,12 +7,21 @@
 
 namespace tachyon::core {
 
+// Which work the scheduler serves first once running decodes are planned (engine/scheduler.h):
+//  kFcfs      waiting sequences by arrival; a preempted one keeps its place, later arrivals wait.
+//  kPriority  waiting sequences by (SamplingParams::priority, arrival).
+//  kFair      each client (SamplingParams::client) gets an even share: prefill work and admission
+//             go to the client that has had the fewest tokens computed, and a client holding more
+//             of the KV cache than a waiting one would hold yields its latest sequence to it
+//             (engine/fair_shares.h). One client's long prompts or n = 16 cannot lock others out.
+enum class SchedulingPolicy { kFcfs, kPriority, kFair };
+
 struct SchedulerConfig {
   int64_t max_num_batched_tokens = 2048;  // tokens computed per step, all sequences together
   int64_t max_num_seqs = 256;             // sequences running at once
   int64_t max_model_len = 4096;           // prompt + output tokens of one sequence
   bool enable_chunked_prefill = true;     // a prompt may be split across steps
-  bool priority_scheduling = false;       // order waiting by (priority, arrival) instead of arrival
+  SchedulingPolicy policy = SchedulingPolicy::kFcfs;
   std::optional<int32_t> eos_token_id;
 };
 

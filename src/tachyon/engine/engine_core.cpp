@@ -156,7 +156,7 @@ void EngineCore::admit(Submission&& submission) {
   active_.emplace(submission.request_id, std::move(request));
 }
 
-void EngineCore::abort_request(int64_t request_id, std::optional<int32_t> index) {
+void EngineCore::abort_request(int64_t request_id, std::optional<int32_t> index, const std::string& reason) {
   auto it = active_.find(request_id);
   if (it == active_.end()) return;
   ActiveRequest& request = it->second;
@@ -169,6 +169,7 @@ void EngineCore::abort_request(int64_t request_id, std::optional<int32_t> index)
     CompletionDelta delta;
     delta.index = sequence->index;
     delta.finish_reason = FinishReason::kAbort;
+    delta.abort_reason = reason;
     out.completions.push_back(std::move(delta));
   }
   out.finished = request.num_unfinished == 0;
@@ -263,7 +264,7 @@ bool EngineCore::run_step() {
     in_flight_.reset();
   }
   core::StepPlan plan = scheduler_.schedule();
-  std::vector<int64_t> unmasked;
+  std::vector<ConstraintFailure> unmasked;
   bool masks_follow = false;  // the plan's masks are supplied after its launch (late masks)
   if (num_constrained_ > 0 && late_masks) {
     masks_follow = mark_masks_follow(plan, sequences_);
@@ -293,8 +294,9 @@ bool EngineCore::run_step() {
     }
   }
   // Sampled without a mask: aborted before their step is applied (the plan in flight, or the one
-  // applied just below), so those tokens are dropped, never delivered.
-  for (int64_t request_id : unmasked) abort_request(request_id);
+  // applied just below), so those tokens are dropped, never delivered. Each completion alone,
+  // with its reason for the client.
+  for (const ConstraintFailure& f : unmasked) abort_request(f.request_id, f.index, f.reason);
   if (!overlap_) apply_step(plan);
   waiting_snapshot_ = num_waiting();
   publish_stats();
@@ -307,13 +309,14 @@ void EngineCore::apply_step(const core::StepPlan& plan) {
   core::StepOutput output = runner_->wait();
   std::vector<PrefilledLease> leases = lease_prefilled(plan, output);  // before update() frees their blocks
   scheduler_.update(plan, output);
-  const std::vector<int64_t> refused = num_constrained_ > 0 ? advance_matchers(output, sequences_) : std::vector<int64_t>{};
+  const std::vector<ConstraintFailure> refused =
+      num_constrained_ > 0 ? advance_matchers(output, sequences_) : std::vector<ConstraintFailure>{};
   if (drafter_ != nullptr) drafter_->observe(plan, output);
   if (!leases.empty()) grant_prefilled(std::move(leases));  // with the drafter's state of each prompt
   count_step(plan, output);
   if (step_observer_) step_observer_(plan.num_tokens());
   deliver(plan, output);
-  for (int64_t request_id : refused) abort_request(request_id);
+  for (const ConstraintFailure& f : refused) abort_request(f.request_id, f.index, f.reason);
 }
 
 // Counts the step's work before deliver() forgets finished requests.

@@ -205,7 +205,8 @@ class EngineCore {
   void release_leases();
   void publish_prefix_hashes();
   int64_t lease_blocks(int64_t num_prompt_tokens) const;  // the blocks a prompt's lease holds
-  void abort_request(int64_t request_id, std::optional<int32_t> index = std::nullopt);
+  // `index`: only that completion; `reason`: the engine's own, for the client (CompletionDelta::abort_reason).
+  void abort_request(int64_t request_id, std::optional<int32_t> index = std::nullopt, const std::string& reason = "");
   void reap_abandoned();
   void propose_drafts();
   void apply_step(const core::StepPlan& plan);

@@ -49,6 +49,7 @@ void OutputChannel::merge(RequestOutput& into, RequestOutput&& delta) {
     if (d.finish_reason != FinishReason::kNone) {
       it->finish_reason = d.finish_reason;
       it->stop_token = d.stop_token;
+      it->abort_reason = std::move(d.abort_reason);
     }
   }
 }

@@ -29,6 +29,10 @@ struct CompletionDelta {
   std::vector<core::SampledToken> logprobs;  // parallel to token_ids when the request asked for logprobs
   FinishReason finish_reason = FinishReason::kNone;  // set once, on the delta that finishes it
   int32_t stop_token = -1;
+  // With kAbort: why the engine ended this completion by itself (its output constraint could not
+  // be followed, structured_masks.h), a sentence for the client. "" when a consumer or shutdown
+  // aborted it, or the engine failed (RequestOutput::error says why then).
+  std::string abort_reason;
 };
 
 struct RequestOutput {

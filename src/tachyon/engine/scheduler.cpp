@@ -6,14 +6,6 @@
 #include "tachyon/base/check.h"
 
 namespace tachyon::engine {
-namespace {
-
-// The KV pool a sequence's blocks are in (pool 0 before it has any).
-int32_t table_pool(const KvCacheManager& kv, const Sequence& sequence) {
-  return sequence.block_table.empty() ? 0 : kv.pool_of(sequence.block_table.front());
-}
-
-}  // namespace
 
 const char* finish_reason_name(FinishReason reason) {
   switch (reason) {
@@ -32,12 +24,17 @@ bool Scheduler::WaitingOrder::operator()(const Sequence* a, const Sequence* b) c
 }
 
 Scheduler::Scheduler(const core::SchedulerConfig& config, KvCacheManager& kv_cache)
-    : config_(config), kv_(kv_cache), waiting_(WaitingOrder{config.priority_scheduling}) {
+    : config_(config), kv_(kv_cache), waiting_(WaitingOrder{config.policy == core::SchedulingPolicy::kPriority}) {
   TACHYON_CHECK(config.max_num_batched_tokens > 0 && config.max_num_seqs > 0)
       << "max_num_batched_tokens and max_num_seqs must be positive";
   TACHYON_CHECK(config.enable_chunked_prefill || config.max_num_batched_tokens >= config.max_model_len)
       << "without chunked prefill, max_num_batched_tokens (" << config.max_num_batched_tokens
       << ") must be >= max_model_len (" << config.max_model_len << ") or long prompts could never run";
+}
+
+// The KV pool a sequence's blocks are in (pool 0 before it has any).
+int32_t Scheduler::pool_of(const Sequence& sequence) const {
+  return sequence.block_table.empty() ? 0 : kv_.pool_of(sequence.block_table.front());
 }
 
 void Scheduler::add(Sequence* sequence) {
@@ -91,26 +88,25 @@ core::StepPlan Scheduler::schedule() {
   plan.block_size = kv_.block_size();
   num_sampled_in_plan_ = 0;
   int64_t budget = config_.max_num_batched_tokens;
+  if (fair()) start_fair_step(plan);
+  const size_t num_rebalanced = plan.preempted.size();
 
-  // Decodes first, then chunked prefills still under way, both in arrival order.
+  // Decodes first, then chunked prefills still under way, both in arrival order (fair: decodes
+  // of the clients with the least service first, so that the others are the victims if the
+  // cache runs out).
   std::vector<Sequence*> order = running_;
-  std::stable_partition(order.begin(), order.end(),
-                        [](const Sequence* s) { return s->decoding(); });
-  for (Sequence* sequence : order) {
-    if (sequence->status != SequenceStatus::kRunning) continue;  // preempted earlier in this loop
-    if (!can_plan_ahead(*sequence)) continue;
-    const int64_t num_new = tokens_to_schedule(*sequence, budget);
-    if (num_new == 0) continue;
-    int64_t num_drafts = drafts_to_schedule(*sequence, budget - num_new);
-    // Lookahead slots for the drafts only where they fit as they are: drafts never preempt.
-    if (num_drafts > 0 &&
-        !kv_.allocate(sequence->block_table, {}, sequence->num_scheduled_tokens() + num_new + num_drafts)) {
-      num_drafts = 0;
-    }
-    if (!allocate_or_preempt(*sequence, num_new, plan)) continue;
-    append_to_plan(*sequence, num_new, plan, num_drafts);
-    budget -= num_new + num_drafts;
+  const auto prefills = std::stable_partition(order.begin(), order.end(),
+                                              [](const Sequence* s) { return s->decoding(); });
+  if (fair()) {
+    std::stable_sort(order.begin(), prefills,
+                     [&](const Sequence* a, const Sequence* b) { return shares_.service(*a) < shares_.service(*b); });
   }
+  for (auto it = order.begin(); it != prefills; ++it) schedule_running(**it, budget, plan);
+  if (fair()) {
+    schedule_fair_prefills(std::vector<Sequence*>(prefills, order.end()), budget, num_rebalanced, plan);
+    return plan;
+  }
+  for (auto it = prefills; it != order.end(); ++it) schedule_running(**it, budget, plan);
 
   // Waiting sequences only when nothing had to be preempted: admitting new work while evicting
   // running work would thrash.
@@ -121,6 +117,23 @@ core::StepPlan Scheduler::schedule() {
     }
   }
   return plan;
+}
+
+// A running sequence's tokens for this step, within the budget, preempting for room if it must.
+void Scheduler::schedule_running(Sequence& sequence, int64_t& budget, core::StepPlan& plan) {
+  if (sequence.status != SequenceStatus::kRunning) return;  // preempted earlier in this step
+  if (!can_plan_ahead(sequence)) return;
+  const int64_t num_new = tokens_to_schedule(sequence, budget);
+  if (num_new == 0) return;
+  int64_t num_drafts = drafts_to_schedule(sequence, budget - num_new);
+  // Lookahead slots for the drafts only where they fit as they are: drafts never preempt.
+  if (num_drafts > 0 &&
+      !kv_.allocate(sequence.block_table, {}, sequence.num_scheduled_tokens() + num_new + num_drafts)) {
+    num_drafts = 0;
+  }
+  if (!allocate_or_preempt(sequence, num_new, plan)) return;
+  append_to_plan(sequence, num_new, plan, num_drafts);
+  budget -= num_new + num_drafts;
 }
 
 // Drafts that can ride along with a decoding sequence's last known token: as many as it has,
@@ -145,7 +158,7 @@ std::vector<int32_t> Scheduler::pool_order(const Sequence& sequence) const {
     order[static_cast<size_t>(p)] = p;
     hit[static_cast<size_t>(p)] = static_cast<int64_t>(kv_.cached_prefix(sequence.block_hashes, sequence.num_tokens(), p).size());
   }
-  for (const Sequence* s : running_) ++running[static_cast<size_t>(table_pool(kv_, *s))];
+  for (const Sequence* s : running_) ++running[static_cast<size_t>(pool_of(*s))];
   std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
     const size_t i = static_cast<size_t>(a), j = static_cast<size_t>(b);
     if (hit[i] != hit[j]) return hit[i] > hit[j];
@@ -198,18 +211,24 @@ bool Scheduler::allocate_or_preempt(Sequence& sequence, int64_t num_new, core::S
 
 // The running sequence that matters least (lowest priority, then latest arrival) among those
 // not yet planned this step and holding blocks in the asking sequence's KV pool (only those free
-// room for it); the asking sequence itself when no other is left.
+// room for it); the asking sequence itself when no other is left. Fair policy: pick_fair_victim.
 Sequence* Scheduler::pick_victim(Sequence& asking, const core::StepPlan& plan) const {
+  return fair() ? pick_fair_victim(asking, plan) : pick_fcfs_victim(asking, plan);
+}
+
+Sequence* Scheduler::pick_fcfs_victim(Sequence& asking, const core::StepPlan& plan) const {
   Sequence* victim = &asking;
-  const WaitingOrder later{config_.priority_scheduling};
-  const int32_t pool = table_pool(kv_, asking);
+  const WaitingOrder later{config_.policy == core::SchedulingPolicy::kPriority};
+  const int32_t pool = pool_of(asking);
   for (Sequence* candidate : running_) {
-    if (table_pool(kv_, *candidate) != pool) continue;
-    bool planned = std::any_of(plan.sequences.begin(), plan.sequences.end(),
-                               [&](const core::ScheduledSequence& e) { return e.sequence_id == candidate->id; });
-    if (!planned && later(victim, candidate)) victim = candidate;
+    if (pool_of(*candidate) == pool && !planned(*candidate, plan) && later(victim, candidate)) victim = candidate;
   }
   return victim;
+}
+
+bool Scheduler::planned(const Sequence& sequence, const core::StepPlan& plan) {
+  return std::any_of(plan.sequences.begin(), plan.sequences.end(),
+                     [&](const core::ScheduledSequence& e) { return e.sequence_id == sequence.id; });
 }
 
 // Preemption by recompute: blocks go back (full ones stay in the prefix cache), tokens stay.
@@ -273,6 +292,7 @@ void Scheduler::append_to_plan(Sequence& sequence, int64_t num_new, core::StepPl
     entry.eos_token_id = config_.eos_token_id;
     sequence.last_sampled_row = num_sampled_in_plan_++;
   }
+  if (fair()) shares_.charge(sequence, entry.num_tokens);
   sequence.num_inflight_tokens += entry.num_tokens;
   sequence.num_pending_outputs += entry.sample;
   plan.sequences.push_back(std::move(entry));

@@ -16,16 +16,23 @@
 // sampled there, one more token that the next plan decodes as a deferred token
 // (core/step_plan.h); update() then applies the older plan. The engine never has more than one
 // plan unapplied when it schedules.
-// Tests: tests/unit/test_scheduler.cpp (fake sampled tokens, no model) and
-// tests/unit/test_scheduler_drafts.cpp (a fake verifying runner over a fake KV cache).
+// Policies (core/scheduler_config.h): FCFS and priority order the waiting queue; the fair policy
+// (scheduler_fair.cpp, engine/fair_shares.h) orders prefill work and admission by each client's
+// service and, before a step is planned, preempts for the client that waits first when another
+// client holds more of the KV cache than it would.
+// Tests: tests/unit/test_scheduler.cpp (fake sampled tokens, no model),
+// tests/unit/test_scheduler_fair.cpp (clients' shares) and tests/unit/test_scheduler_drafts.cpp
+// (a fake verifying runner over a fake KV cache).
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <optional>
 #include <set>
 #include <vector>
 
+#include "tachyon/engine/fair_shares.h"
 #include "tachyon/engine/kv_cache_manager.h"
 #include "tachyon/core/scheduler_config.h"
 #include "tachyon/engine/sequence.h"
@@ -68,6 +75,9 @@ class Scheduler {
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
   const std::vector<Sequence*>& running() const { return running_; }
+  // Clients the fair policy keeps a share for (those with a sequence waiting or running when the
+  // last plan was made); 0 under the other policies.
+  size_t num_fair_clients() const { return shares_.num_clients(); }
 
  private:
   struct WaitingOrder {
@@ -75,13 +85,18 @@ class Scheduler {
     bool operator()(const Sequence* a, const Sequence* b) const;
   };
 
+  bool fair() const { return config_.policy == core::SchedulingPolicy::kFair; }
+  int32_t pool_of(const Sequence& sequence) const;
   bool can_plan_ahead(const Sequence& sequence) const;
+  void schedule_running(Sequence& sequence, int64_t& budget, core::StepPlan& plan);
   int64_t tokens_to_schedule(const Sequence& sequence, int64_t budget) const;
   int64_t drafts_to_schedule(const Sequence& sequence, int64_t budget) const;
   void apply_output(Sequence& sequence, const core::ScheduledSequence& entry, core::SequenceOutput& out);
   void commit_computed(Sequence& sequence, int64_t num_computed);
   bool allocate_or_preempt(Sequence& sequence, int64_t num_new, core::StepPlan& plan);
   Sequence* pick_victim(Sequence& asking, const core::StepPlan& plan) const;
+  Sequence* pick_fcfs_victim(Sequence& asking, const core::StepPlan& plan) const;
+  static bool planned(const Sequence& sequence, const core::StepPlan& plan);
   void preempt(Sequence& sequence, core::StepPlan& plan);
   bool admit(Sequence& sequence, int64_t& budget, core::StepPlan& plan);
   void append_to_plan(Sequence& sequence, int64_t num_new, core::StepPlan& plan, int64_t num_drafts = 0);
@@ -89,11 +104,23 @@ class Scheduler {
   void finish(Sequence& sequence, FinishReason reason);
   void release_forks(Sequence& sequence);
 
+  // The fair policy (scheduler_fair.cpp).
+  void start_fair_step(core::StepPlan& plan);
+  Sequence* next_fair_waiting() const;
+  void make_room_for(Sequence& head, core::StepPlan& plan);
+  void schedule_fair_prefills(const std::vector<Sequence*>& prefills, int64_t& budget, size_t num_rebalanced,
+                              core::StepPlan& plan);
+  Sequence* pick_fair_victim(Sequence& asking, const core::StepPlan& plan) const;
+  Sequence* yielding_sequence(int32_t pool, const FairShares::Client& asker, int64_t asker_more,
+                              const core::StepPlan& plan) const;
+  std::map<FairShares::Client, int64_t> blocks_by_client(int32_t pool) const;
+
   core::SchedulerConfig config_;
   KvCacheManager& kv_;
   std::vector<Sequence*> running_;
   std::set<Sequence*, WaitingOrder> waiting_;
   int64_t num_sampled_in_plan_ = 0;  // sampled sequences appended to the plan being built
+  FairShares shares_;                // the fair policy's service per client
 };
 
 }  // namespace tachyon::engine

@@ -30,17 +30,23 @@ std::shared_ptr<const std::vector<uint32_t>> plan_mask(const std::shared_ptr<con
   return words;
 }
 
-// Logs each sequence whose mask failed and marks its matcher; returns their request ids.
-std::vector<int64_t> report_failures(const std::vector<std::pair<core::ScheduledSequence*, Sequence*>>& work,
-                                     const std::vector<std::string>& failed) {
-  std::vector<int64_t> out;
+// What the client reads: `why` is the grammar's own message, which says what to change.
+ConstraintFailure failure_of(const Sequence& sequence, const std::string& why) {
+  return {sequence.request_id, sequence.index,
+          "generation stopped: the output could not follow its structured-output constraint any further: " + why + "."};
+}
+
+// Logs each sequence whose mask failed and marks its matcher; returns them.
+std::vector<ConstraintFailure> report_failures(const std::vector<std::pair<core::ScheduledSequence*, Sequence*>>& work,
+                                               const std::vector<std::string>& failed) {
+  std::vector<ConstraintFailure> out;
   for (size_t i = 0; i < work.size(); ++i) {
     if (failed[i].empty()) continue;
     Sequence& s = *work[i].second;
     std::fprintf(stderr, "tachyon: sequence %lld gets no token mask, finishing it: %s\n", static_cast<long long>(s.id),
                  failed[i].c_str());
     s.matcher->set_failure(failed[i]);
-    out.push_back(s.request_id);
+    out.push_back(failure_of(s, failed[i]));
   }
   return out;
 }
@@ -68,8 +74,9 @@ core::AllowedTokens sequence_mask(const std::shared_ptr<const structured::TokenM
 
 }  // namespace
 
-std::vector<int64_t> attach_token_masks(core::StepPlan& plan, const std::unordered_map<int64_t, Sequence*>& sequences,
-                                        std::optional<int32_t> eos) {
+std::vector<ConstraintFailure> attach_token_masks(core::StepPlan& plan,
+                                                  const std::unordered_map<int64_t, Sequence*>& sequences,
+                                                  std::optional<int32_t> eos) {
   // Cache hits first, on this thread (a lookup each); only the misses need a walk.
   std::vector<std::pair<core::ScheduledSequence*, Sequence*>> work;
   for (core::ScheduledSequence& s : plan.sequences) {
@@ -121,9 +128,10 @@ bool mark_masks_follow(core::StepPlan& plan, const std::unordered_map<int64_t, S
   return marked;
 }
 
-std::vector<int64_t> late_token_masks(core::StepPlan& plan, const std::unordered_map<int64_t, Sequence*>& sequences,
-                                      std::optional<int32_t> eos, std::vector<core::AllowedTokens>& masks) {
-  std::vector<int64_t> failed = attach_token_masks(plan, sequences, eos);
+std::vector<ConstraintFailure> late_token_masks(core::StepPlan& plan,
+                                                const std::unordered_map<int64_t, Sequence*>& sequences,
+                                                std::optional<int32_t> eos, std::vector<core::AllowedTokens>& masks) {
+  std::vector<ConstraintFailure> failed = attach_token_masks(plan, sequences, eos);
   masks.clear();
   for (const core::ScheduledSequence& s : plan.sequences) {
     if (s.mask_follows) masks.push_back(s.allowed_tokens);
@@ -131,9 +139,9 @@ std::vector<int64_t> late_token_masks(core::StepPlan& plan, const std::unordered
   return failed;
 }
 
-std::vector<int64_t> advance_matchers(const core::StepOutput& output,
-                                      const std::unordered_map<int64_t, Sequence*>& sequences) {
-  std::vector<int64_t> refused;
+std::vector<ConstraintFailure> advance_matchers(const core::StepOutput& output,
+                                                const std::unordered_map<int64_t, Sequence*>& sequences) {
+  std::vector<ConstraintFailure> refused;
   for (const core::SequenceOutput& s : output.sequences) {
     if (s.tokens.empty()) continue;
     auto it = sequences.find(s.sequence_id);
@@ -145,18 +153,22 @@ std::vector<int64_t> advance_matchers(const core::StepOutput& output,
       // The token that finished the sequence by EOS / a stop id is not text.
       if (i + 1 == s.tokens.size() && sequence.finished() && sequence.stop_token == token) break;
       bool accepted = false;
+      std::string why;
       try {
         accepted = sequence.matcher->accept_token(token);
         if (!accepted) {
+          why = "internal error: the engine sampled token " + std::to_string(token) +
+                ", which the grammar refuses (please report it)";
           std::fprintf(stderr, "tachyon: internal: sequence %lld sampled token %d that its grammar refuses; aborting it\n",
                        static_cast<long long>(sequence.id), token);
         }
       } catch (const std::exception& e) {  // too ambiguous (GrammarBudgetError) or nested too deeply
+        why = e.what();
         std::fprintf(stderr, "tachyon: sequence %lld cannot follow its grammar, finishing it: %s\n",
                      static_cast<long long>(sequence.id), e.what());
       }
       if (!accepted) {
-        refused.push_back(sequence.request_id);
+        refused.push_back(failure_of(sequence, why));
         break;
       }
     }

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -33,17 +34,26 @@
 
 namespace tachyon::engine {
 
+// A constrained sequence that the engine finishes by itself, aborted: its mask failed or its grammar
+// refused its token. Only that completion ends; its request's others go on.
+struct ConstraintFailure {
+  int64_t request_id = 0;
+  int32_t index = 0;   // the completion within its request (Sequence::index)
+  std::string reason;  // for its client (CompletionDelta::abort_reason): what failed and what to change
+};
+
 // A new Matcher for a sequence whose params carry a constraint; null otherwise.
 std::shared_ptr<structured::Matcher> make_matcher(const core::SamplingParams& params);
 
 // Sets ScheduledSequence::allowed_tokens for each sampled sequence with a matcher. `eos`: the
 // model's EOS, allowed (with the request's stop_token_ids) where the grammar may end. Returns the
-// request ids whose mask failed (a grammar too ambiguous for the parser's budget, pda.h, or that
+// sequences whose mask failed (a grammar too ambiguous for the parser's budget, pda.h, or that
 // nests too deeply to expand, or a mask that allows no token at all, which the sampler cannot
-// take): their sequences sample without a mask this step, their matchers are marked failed, and
-// the caller aborts them once it is applied. The engine goes on with every other sequence.
-std::vector<int64_t> attach_token_masks(core::StepPlan& plan, const std::unordered_map<int64_t, Sequence*>& sequences,
-                                        std::optional<int32_t> eos);
+// take): they sample without a mask this step, their matchers are marked failed, and the caller
+// aborts them once it is applied. The engine goes on with every other sequence.
+std::vector<ConstraintFailure> attach_token_masks(core::StepPlan& plan,
+                                                  const std::unordered_map<int64_t, Sequence*>& sequences,
+                                                  std::optional<int32_t> eos);
 
 // Late masks: marks `mask_follows` on each sampled sequence with a matcher (never with drafts).
 // Returns whether it marked any: the plan's masks then follow its launch.
@@ -51,15 +61,16 @@ bool mark_masks_follow(core::StepPlan& plan, const std::unordered_map<int64_t, S
 // The masks of `plan`'s sequences marked mask_follows, in plan order, into `masks`: each one's
 // mask as attach_token_masks gives it now, or null (every token allowed) for a sequence that has
 // no matcher any more (its request finished or was aborted since the plan: its output is
-// dropped). Returns the request ids whose mask failed, as attach_token_masks does.
-std::vector<int64_t> late_token_masks(core::StepPlan& plan, const std::unordered_map<int64_t, Sequence*>& sequences,
-                                      std::optional<int32_t> eos, std::vector<core::AllowedTokens>& masks);
+// dropped). Returns the sequences whose mask failed, as attach_token_masks does.
+std::vector<ConstraintFailure> late_token_masks(core::StepPlan& plan,
+                                                const std::unordered_map<int64_t, Sequence*>& sequences,
+                                                std::optional<int32_t> eos, std::vector<core::AllowedTokens>& masks);
 
 // Advances the matchers by the tokens `output` applied (an EOS or stop token that ended a
-// sequence is not fed; neither is a failed matcher's). Returns the request ids whose token the
+// sequence is not fed; neither is a failed matcher's). Returns the sequences whose token the
 // grammar refused (a broken invariant: the mask forbids it) or that made the state too ambiguous
 // (GrammarBudgetError), for the caller to abort.
-std::vector<int64_t> advance_matchers(const core::StepOutput& output,
-                                      const std::unordered_map<int64_t, Sequence*>& sequences);
+std::vector<ConstraintFailure> advance_matchers(const core::StepOutput& output,
+                                                const std::unordered_map<int64_t, Sequence*>& sequences);
 
 }  // namespace tachyon::engine

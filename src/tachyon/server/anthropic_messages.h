@@ -9,15 +9,19 @@
 //  - user text blocks -> the user message's content; tool_result blocks -> tool messages (before
 //    the user's text); assistant tool_use blocks -> tool_calls, thinking blocks ->
 //    reasoning_content. image, document and any other block type: 400.
+//  - A final assistant message is a prefill: the prompt ends with its text after the generation
+//    prompt, and the answer continues it (holding only the continuation). Only text blocks, and
+//    neither thinking enabled nor a forced tool_choice with it (400s, as Anthropic's).
 //  - max_tokens is required; stop_sequences -> stop; temperature, top_p, top_k, stream as is;
-//    metadata is ignored.
+//    metadata.user_id -> user (at most fields::kMaxUserBytes); other metadata keys are ignored.
 //  - tools [{name, description, input_schema}] -> function tools; tool_choice auto / none as the
 //    chat route's, any -> "required" and tool -> the named function (a forced call, decoded under
 //    the tool-call grammar); disable_parallel_tool_use -> parallel_tool_calls false. Server tools
 //    (a "type" other than "custom") are refused.
 //  - thinking {type: enabled | disabled} -> chat_template_kwargs.enable_thinking true | false
 //    (templates that do not read it ignore it); budget_tokens is checked, not enforced.
-//  - Errors: {"type":"error","error":{"type","message"}}, the type chosen from the HTTP status.
+//  - Errors: {"type":"error","error":{"type","message"}}, the type chosen from the HTTP status;
+//    a 400 names the field as the client sent it ("messages.1.content.0.text", "stop_sequences").
 //
 // Tests: tests/server/test_server_messages.cpp (ctest -R server.*Messages) and
 // tests/server/anthropic_client.cjs with the official SDK (ctest -R anthropic_npm_client).
@@ -36,8 +40,14 @@
 
 namespace tachyon::server {
 
+// A /v1/messages request as the chat route takes it, and its prefill.
+struct AnthropicRequest {
+  ChatRequest chat;     // its messages end before the prefill
+  std::string prefill;  // the final assistant message's text, which the answer continues; "" when none
+};
+
 // Throws ApiException (400 naming the field; 404 for another model).
-ChatRequest parse_anthropic_request(std::string_view body, const ServerLimits& limits);
+AnthropicRequest parse_anthropic_request(std::string_view body, const ServerLimits& limits);
 
 // "invalid_request_error" (400, 405, 431 ...), "authentication_error" (401), "permission_error"
 // (403), "not_found_error" (404), "request_too_large" (413), "rate_limit_error" (429),

@@ -1,9 +1,12 @@
-// POST /v1/messages body -> ChatRequest: the Anthropic fields are checked and rewritten as the
+// POST /v1/messages body -> AnthropicRequest: the Anthropic fields are checked and rewritten as the
 // OpenAI chat body they mean, which parse_chat_request then validates as it does for the chat
 // route (sampling ranges, stop strings, tool arguments, the model name). Only mapped fields are
-// carried over, so OpenAI-only fields (n, logprobs ...) cannot slip in. See anthropic_messages.h.
+// carried over, so OpenAI-only fields (n, logprobs ...) cannot slip in. Every error names the
+// field as the client sent it, in Anthropic's spelling ("messages.1.content.0.text"): the chat
+// parser's are renamed (anthropic_field_paths.h). See anthropic_messages.h.
 #include <limits>
 
+#include "tachyon/server/anthropic_field_paths.h"
 #include "tachyon/server/anthropic_messages.h"
 #include "tachyon/server/openai_request_fields.h"
 
@@ -12,7 +15,7 @@ namespace {
 
 using fields::Json;
 
-std::string at(const std::string& path, size_t i) { return path + "[" + std::to_string(i) + "]"; }
+std::string at(const std::string& path, size_t i) { return path + "." + std::to_string(i); }
 
 const Json& object_at(const Json& value, const std::string& path) {
   if (!value.is_object()) {
@@ -31,6 +34,20 @@ std::string required_string(const Json& object, const std::string& name, const s
   fields::fail(path + ".type", "Content block type '" + type + "' in '" + path +
                                    "' is not supported by this server; only text, tool_use, tool_result and "
                                    "thinking blocks are.");
+}
+
+// fields::parse_body, whose nesting error names the field that nests too deep.
+Json parse_anthropic_body(std::string_view text, const ServerLimits& limits) {
+  try {
+    return fields::parse_body(text, limits);
+  } catch (const ApiException&) {
+    if (std::optional<std::string> field = anthropic_field_too_deep(text, limits.max_json_depth)) {
+      const std::string levels = std::to_string(limits.max_json_depth);
+      fields::fail(*field, "'" + *field + "' is nested too deeply: the request body may nest arrays and objects "
+                           "at most " + levels + " levels deep (the body is level 1).");
+    }
+    throw;
+  }
 }
 
 // A string, or an array of text blocks joined with "\n" (system, tool_result content).
@@ -114,7 +131,32 @@ void convert_message(const Json& message, const std::string& path, Json& out) {
   out.push_back(std::move(assistant));
 }
 
-Json convert_messages(const Json& body) {
+// Anthropic's prefill: a final assistant message is the start of the answer, which the model
+// continues (the answer holds only the continuation). Only text can be continued, so its other
+// blocks are refused; as Anthropic does, so is text ending in whitespace (it would end in a
+// token the model rarely continues from). Takes its converted message off `messages` (the route
+// puts the text after the generation prompt, routes_messages.cpp) and returns the text.
+std::string take_prefill(const Json& message, const std::string& path, Json& messages) {
+  const Json& content = message["content"];  // checked by convert_message
+  for (size_t i = 0; content.is_array() && i < content.size(); ++i) {
+    const std::string type = content[i]["type"].get<std::string>();
+    if (type == "text" || type == "redacted_thinking") continue;
+    const std::string block_path = at(path + ".content", i);
+    fields::fail(block_path, "'" + block_path + "' is a " + type + " block in the final assistant message, which is a "
+                             "prefill the model continues as text; only text blocks can be continued. End 'messages' "
+                             "with a user message (with the tool_result of a tool_use) instead.");
+  }
+  std::string text = messages.back()["content"].get<std::string>();
+  messages.erase(messages.size() - 1);
+  if (!text.empty() && std::string_view(" \t\n\r\f\v").find(text.back()) != std::string_view::npos) {
+    fields::fail(path + ".content", "'" + path + ".content': final assistant content cannot end with trailing "
+                                    "whitespace (it is a prefill the model continues).");
+  }
+  return text;
+}
+
+// The chat messages; `prefill` set when the last message is an assistant's (take_prefill).
+Json convert_messages(const Json& body, std::optional<std::string>& prefill) {
   Json messages = Json::array();
   if (const Json* system = fields::find(body, "system")) {
     messages.push_back({{"role", "system"}, {"content", text_of(*system, "system")}});
@@ -126,7 +168,29 @@ Json convert_messages(const Json& body) {
   }
   if (given->empty()) fields::fail("messages", "'messages' must contain at least one message.");
   for (size_t i = 0; i < given->size(); ++i) convert_message((*given)[i], at("messages", i), messages);
+  if (given->back()["role"] == "assistant") {
+    prefill = take_prefill(given->back(), at("messages", given->size() - 1), messages);
+  }
   return messages;
+}
+
+// What a prefill cannot go with, as Anthropic refuses it too: thinking (the model would reason
+// before the text it must continue) and a forced tool call (the call would have to start where
+// the text ends). Templates that reason by default get their reasoning closed before the text
+// (enable_thinking false), so the text is where an answer's text goes, as it is when they render
+// an assistant turn (vLLM's continue_final_message renders the same prompt).
+void fit_prefill(const std::string& path, Json& chat) {
+  if (chat.contains("chat_template_kwargs") && chat["chat_template_kwargs"]["enable_thinking"] == true) {
+    fields::fail("thinking", "'thinking' cannot be enabled when the final message ('" + path + "') is an assistant "
+                             "prefill: the model would reason before the text it must continue. Disable thinking, "
+                             "or end 'messages' with a user message.");
+  }
+  if (chat.contains("tool_choice") && chat["tool_choice"] != "auto" && chat["tool_choice"] != "none") {
+    fields::fail("tool_choice", "A forced tool call ('tool_choice' of type 'any' or 'tool') cannot follow an assistant "
+                                "prefill (the final message, '" + path + "'): the call would have to start where its "
+                                "text ends. Use 'auto', or end 'messages' with a user message.");
+  }
+  chat["chat_template_kwargs"] = {{"enable_thinking", false}};
 }
 
 Json convert_tools(const Json& tools) {
@@ -165,6 +229,9 @@ void convert_tool_choice(const Json& choice, const Json& tools, Json& chat) {
     chat["tool_choice"] = type;
     return;
   }
+  if ((type == "tool" || type == "any") && tools.empty()) {
+    fields::fail("tool_choice", "'tool_choice' of type '" + type + "' needs a non-empty 'tools' list.");
+  }
   if (type == "tool") {
     const std::string name = required_string(choice, "name", "tool_choice");
     bool known = false;
@@ -195,14 +262,29 @@ void convert_thinking(const Json& thinking, Json& chat) {
   chat["chat_template_kwargs"] = {{"enable_thinking", type == "enabled"}};
 }
 
+// metadata.user_id: the end user, as OpenAI's `user` (ChatRequest::user). Other metadata keys are
+// not read, as other fields this server does not map.
+std::string read_user_id(const Json& body) {
+  const Json* metadata = fields::find(body, "metadata");
+  if (metadata == nullptr) return "";
+  object_at(*metadata, "metadata");
+  std::optional<std::string> user = fields::read_string(*metadata, "user_id", "metadata.user_id");
+  if (user && user->size() > fields::kMaxUserBytes) {
+    fields::fail("metadata.user_id", "'metadata.user_id' is " + std::to_string(user->size()) + " bytes; at most " +
+                                         std::to_string(fields::kMaxUserBytes) + " are allowed.");
+  }
+  return user.value_or("");
+}
+
 }  // namespace
 
-ChatRequest parse_anthropic_request(std::string_view body_text, const ServerLimits& limits) {
-  Json body = fields::parse_body(body_text, limits);
+AnthropicRequest parse_anthropic_request(std::string_view body_text, const ServerLimits& limits) {
+  Json body = parse_anthropic_body(body_text, limits);
   if (!fields::read_string(body, "model", "model")) fields::fail("model", "'model' is required.");
   const Json* max_tokens = fields::find(body, "max_tokens");
   if (max_tokens == nullptr) fields::fail("max_tokens", "'max_tokens' is required.");
-  Json chat = {{"model", body["model"]}, {"max_tokens", *max_tokens}, {"messages", convert_messages(body)}};
+  std::optional<std::string> prefill;
+  Json chat = {{"model", body["model"]}, {"max_tokens", *max_tokens}, {"messages", convert_messages(body, prefill)}};
   if (const Json* stop = fields::find(body, "stop_sequences")) {
     if (!stop->is_array()) {
       fields::fail("stop_sequences",
@@ -220,7 +302,21 @@ ChatRequest parse_anthropic_request(std::string_view body_text, const ServerLimi
   }
   if (const Json* choice = fields::find(body, "tool_choice")) convert_tool_choice(*choice, tools, chat);
   if (const Json* thinking = fields::find(body, "thinking")) convert_thinking(*thinking, chat);
-  return parse_chat_request(chat.dump(), limits);
+  if (prefill) fit_prefill(at("messages", body["messages"].size() - 1), chat);
+  const std::string user = read_user_id(body);
+  // The chat body nests a tool_use input and a tool's input_schema one level deeper than the
+  // Anthropic body did (inside "function"); that body passed the limit itself, above.
+  ServerLimits converted = limits;
+  converted.max_json_depth += 1;
+  AnthropicRequest request;
+  try {
+    request.chat = parse_chat_request(chat.dump(), converted);
+  } catch (const ApiException& e) {
+    throw with_anthropic_fields(e);
+  }
+  request.chat.user = user;
+  request.prefill = prefill.value_or("");
+  return request;
 }
 
 }  // namespace tachyon::server

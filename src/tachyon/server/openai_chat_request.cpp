@@ -242,6 +242,32 @@ void read_logprobs(const Json& body, const ServerLimits& limits, ChatRequest& re
   request.params.logprobs = logprobs ? static_cast<int32_t>(top.value_or(0)) : -1;
 }
 
+// Chat fields OpenAI defines that this server does not serve: refused by name, not ignored, so
+// that a client relying on one learns it at once (the deprecated function-calling fields would
+// otherwise yield plain text where the client expects a call; audio output, no audio at all).
+void refuse_unserved_chat_fields(const Json& body) {
+  if (fields::find(body, "functions") != nullptr) {
+    fields::fail("functions", "'functions' (deprecated by OpenAI) is not supported by this server; pass the functions as "
+                              "'tools' ({\"type\": \"function\", \"function\": {...}}) instead.");
+  }
+  if (fields::find(body, "function_call") != nullptr) {
+    fields::fail("function_call", "'function_call' (deprecated by OpenAI) is not supported by this server; use "
+                                  "'tool_choice' instead.");
+  }
+  if (const Json* modalities = fields::find(body, "modalities")) {
+    if (!modalities->is_array()) {
+      fields::fail("modalities", "Invalid type for 'modalities': expected an array, but got " +
+                                     fields::type_name(*modalities) + ".");
+    }
+    for (const Json& m : *modalities) {
+      if (m != "text") fields::fail("modalities", "this server answers with text only: 'modalities' may hold \"text\".");
+    }
+  }
+  if (const Json* audio = fields::find(body, "audio"); audio != nullptr && !audio->is_null()) {
+    fields::fail("audio", "this server answers with text only: 'audio' output is not supported.");
+  }
+}
+
 }  // namespace
 
 ChatRequest parse_chat_request(std::string_view body_text, const ServerLimits& limits) {
@@ -278,6 +304,8 @@ ChatRequest parse_chat_request(std::string_view body_text, const ServerLimits& l
   fields::check_sequences(1, request.params.n, limits);
   read_logprobs(body, limits, request);
   fields::read_stream_fields(body, request.stream, request.include_usage);
+  request.user = fields::read_user(body);
+  refuse_unserved_chat_fields(body);
   fields::validate_params(request.params, limits);
   return request;
 }

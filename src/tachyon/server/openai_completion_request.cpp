@@ -102,6 +102,7 @@ CompletionRequest parse_completion_request(std::string_view body_text, const Ser
                  "drop one of them.");
   }
   fields::read_stream_fields(body, request.stream, request.include_usage);
+  request.user = fields::read_user(body);
   fields::validate_params(request.params, limits);
   return request;
 }

@@ -94,6 +94,7 @@ struct CompletionRequest {
   bool echo = false;                             // prepend the prompt to each choice's text
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  std::string user;            // OpenAI's end-user id: with the client address, whose fair share it uses
 };
 
 enum class ToolChoice { kAuto, kNone, kRequired, kFunction };
@@ -113,6 +114,7 @@ struct ChatRequest {
   core::SamplingParams params;      // validated; logprobs = top_logprobs when "logprobs": true, else -1
   bool stream = false;
   bool include_usage = false;
+  std::string user;  // OpenAI's `user` (Anthropic: metadata.user_id): see CompletionRequest::user
 };
 
 // Both throw ApiException.

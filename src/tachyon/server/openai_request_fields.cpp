@@ -105,8 +105,10 @@ std::optional<Json> parse_nested_document(const std::string& text, const std::st
   bool too_deep = false;
   Json parsed = Json::parse(
       text,
-      [&](int depth, Json::parse_event_t, Json&) {  // the parser itself does not recurse
-        too_deep = too_deep || depth >= max_depth;
+      [&](int depth, Json::parse_event_t event, Json&) {  // the parser itself does not recurse
+        // A container opened at callback depth d is level d + 1 (a scalar in it comes at d + 1 too).
+        const bool opens = event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start;
+        too_deep = too_deep || (opens && depth + 1 > max_depth);
         return !too_deep;
       },
       false);
@@ -299,6 +301,19 @@ void read_stream_fields(const Json& body, bool& stream, bool& include_usage) {
   if (!options->is_object()) wrong_type("stream_options", "an object", *options);
   if (!stream) fail("stream_options", "'stream_options' is only allowed when 'stream' is true.");
   include_usage = read_bool(*options, "include_usage", "stream_options.include_usage").value_or(false);
+}
+
+std::string read_user(const Json& body) {
+  for (const char* name : {"user", "safety_identifier"}) {
+    std::optional<std::string> user = read_string(body, name, name);
+    if (!user) continue;
+    if (user->size() > kMaxUserBytes) {
+      fail(name, "'" + std::string(name) + "' is " + std::to_string(user->size()) + " bytes; at most " +
+                     std::to_string(kMaxUserBytes) + " are allowed.");
+    }
+    return *user;
+  }
+  return "";
 }
 
 void check_sequences(int64_t num_prompts, int32_t n, const ServerLimits& limits) {

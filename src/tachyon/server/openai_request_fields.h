@@ -85,6 +85,11 @@ std::shared_ptr<const structured::CompiledGrammar> compile_constraint(const stru
 // stream, stream_options.include_usage (stream_options without stream: 400).
 void read_stream_fields(const Json& body, bool& stream, bool& include_usage);
 
+// OpenAI's end-user id: `user`, else `safety_identifier` (its newer name); "" when neither.
+// At most kMaxUserBytes bytes (400 past that): the scheduler's fair shares are keyed by it.
+inline constexpr size_t kMaxUserBytes = 256;
+std::string read_user(const Json& body);
+
 // 400 on "n" when num_prompts x n exceeds limits.max_sequences_per_request.
 void check_sequences(int64_t num_prompts, int32_t n, const ServerLimits& limits);
 

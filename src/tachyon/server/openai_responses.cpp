@@ -137,6 +137,7 @@ Json completion_response(std::string_view id, int64_t created, std::string_view 
     c["text"] = to_valid_utf8(choice.text);
     c["logprobs"] = choice.logprobs ? completion_logprobs(delta_of(choice), token_text) : Json(nullptr);
     c["finish_reason"] = string_or_null(choice.finish_reason);
+    if (!choice.abort_reason.empty()) c["abort_reason"] = to_valid_utf8(choice.abort_reason);
     list.push_back(std::move(c));
   }
   j["choices"] = std::move(list);
@@ -173,6 +174,7 @@ Json chat_response(std::string_view id, int64_t created, std::string_view model,
     c["message"] = std::move(message);
     c["logprobs"] = choice.logprobs ? chat_logprobs(delta_of(choice), token_text) : Json(nullptr);
     c["finish_reason"] = string_or_null(choice.finish_reason);
+    if (!choice.abort_reason.empty()) c["abort_reason"] = to_valid_utf8(choice.abort_reason);
     list.push_back(std::move(c));
   }
   j["choices"] = std::move(list);
@@ -231,6 +233,10 @@ Json chat_chunk(std::string_view id, int64_t created, std::string_view model, in
   c["finish_reason"] = string_or_null(finish_reason);
   j["choices"] = Json::array({std::move(c)});
   return j;
+}
+
+void add_abort_reason(Json& chunk, const std::string& reason) {
+  if (!reason.empty()) chunk["choices"][0]["abort_reason"] = to_valid_utf8(reason);
 }
 
 Json usage_chunk(std::string_view id, int64_t created, std::string_view model, bool chat, const Usage& usage) {

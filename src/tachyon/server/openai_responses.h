@@ -18,6 +18,13 @@
 //    top_logprobs the top N only (OpenAI). bytes are the UTF-8 bytes of the caller's token text.
 //  - No usage on regular stream chunks; usage_chunk carries it (choices: []).
 //  - finish_reason "" is written as null.
+//  - A choice the engine ended by itself (finish_reason "abort": its structured-output constraint
+//    could not be followed) also has "abort_reason", a sentence saying why, beside finish_reason
+//    (streamed: on the choice's last chunk). A key of tachyon's own: OpenAI's clients keep keys
+//    they do not know, and raise on an "error" only at the top level, so the answer still parses
+//    (an "error" on the choice would read as a failed request, which the other choices are not).
+//    vLLM's per-choice "stop_reason" names the stop string or token, so it is not reused. A
+//    choice aborted by its client or by shutdown has none.
 //  - Chat messages: "reasoning_content" only when there is reasoning, "tool_calls" only when
 //    there are calls; content is null when the answer holds calls and no text (OpenAI's shape).
 //    Streamed tool calls open with {index, id, type, function {name, arguments: ""}} and go on
@@ -55,6 +62,7 @@ struct CompletionChoiceResult {
   std::vector<std::string> token_texts;  // [num_tokens] text of each sampled token, parallel to logprobs
   std::optional<std::vector<core::SampledToken>> logprobs;  // [num_tokens]; nullopt: not requested -> null
   std::string finish_reason;  // "stop" | "length" | "abort"; chat also "tool_calls"
+  std::string abort_reason;   // with "abort": why the engine ended it by itself ("" leaves it out)
   std::string reasoning;              // chat: reasoning_content ("" leaves it out)
   std::vector<ToolCall> tool_calls;   // chat: the calls, in answer order
 };
@@ -113,6 +121,9 @@ nlohmann::ordered_json chat_chunk(std::string_view id, int64_t created, std::str
 nlohmann::ordered_json chat_chunk(std::string_view id, int64_t created, std::string_view model, int32_t index,
                                   const ChatDelta& delta, const LogprobsDelta* logprobs,
                                   std::optional<std::string> finish_reason, const TokenTextFn& token_text = {});
+// Adds "abort_reason" to the one choice of a chunk above when `reason` is not empty (the
+// choice's last chunk, the one with finish_reason "abort").
+void add_abort_reason(nlohmann::ordered_json& chunk, const std::string& reason);
 // The final usage chunk of a stream with include_usage: choices [] and usage.
 nlohmann::ordered_json usage_chunk(std::string_view id, int64_t created, std::string_view model, bool chat,
                                    const Usage& usage);

@@ -1,8 +1,18 @@
 #include "tachyon/server/http/client_quota.h"
 
+#include <functional>
+
 #include "tachyon/server/openai_errors.h"
 
 namespace tachyon::server {
+
+uint64_t fair_share_client(std::string_view address, std::string_view user) {
+  std::string key(address);
+  key.push_back('\0');  // no address and user pair spells another's
+  key.append(user);
+  const uint64_t hash = std::hash<std::string>{}(key);
+  return hash == 0 ? 1 : hash;
+}
 
 std::unique_ptr<ClientQuota::Ticket> ClientQuota::acquire(const std::string& client, int64_t sequences) {
   {

@@ -9,9 +9,15 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 namespace tachyon::server {
+
+// The scheduler's fair-share key (SamplingParams::client) of a request: its client address and,
+// when the body names one, its end user (a gateway forwarding many users gives each its share).
+// Never 0 (0 means "a share of its own" to the engine).
+uint64_t fair_share_client(std::string_view address, std::string_view user);
 
 class ClientQuota {
  public:

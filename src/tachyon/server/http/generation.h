@@ -27,6 +27,7 @@ struct Generation {
   std::string model;
   int64_t created = 0;
   std::string client;               // the peer address its share of the engine is counted against
+  std::string user;                 // the request's end-user id (`user`), "" when none
   ChatOutputConfig chat_output;     // chat: how answers are split into reasoning, content, calls
   bool skip_special_tokens = true;  // false when the parsers' markers are special tokens
   int64_t sequences() const { return static_cast<int64_t>(prompts.size()) * params.n; }

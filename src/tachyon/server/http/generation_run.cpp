@@ -50,7 +50,10 @@ GenerationRun::GenerationRun(ServingContext& context, const std::vector<std::vec
           Pending& pending = shared->pending[static_cast<size_t>(base + d.index)];
           pending.token_ids.insert(pending.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
           pending.logprobs.insert(pending.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
-          if (d.finish_reason != engine::FinishReason::kNone) pending.finish_reason = d.finish_reason;
+          if (d.finish_reason != engine::FinishReason::kNone) {
+            pending.finish_reason = d.finish_reason;
+            pending.abort_reason = std::move(d.abort_reason);
+          }
         }
         if (!shared->first_scheduled) shared->first_scheduled = out.first_scheduled;
         if (!out.error.empty()) shared->engine_failure = out.error;
@@ -180,6 +183,7 @@ ChoiceEvent GenerationRun::drain_choice(int32_t index, Pending& pending) {
     choice.finished = true;
     ++num_finished_;
     event.finish_reason = finish_name(reason);
+    if (reason == engine::FinishReason::kAbort) event.abort_reason = std::move(pending.abort_reason);
     record_finish(choice, reason);
   }
   return event;

@@ -28,6 +28,9 @@ struct ChoiceEvent {
   std::vector<core::SampledToken> logprobs;
   std::optional<std::string> finish_reason;  // "stop", "length" or "abort", once
   std::string stop_string;                   // with finish "stop": the stop string that ended it, else ""
+  // With finish "abort": why the engine ended the choice by itself (CompletionDelta::abort_reason);
+  // "" when the client, a stop string or shutdown aborted it.
+  std::string abort_reason;
 };
 
 class GenerationRun {
@@ -63,6 +66,7 @@ class GenerationRun {
     std::vector<int32_t> token_ids;
     std::vector<core::SampledToken> logprobs;
     engine::FinishReason finish_reason = engine::FinishReason::kNone;
+    std::string abort_reason;
   };
   struct Shared {
     std::mutex mutex;

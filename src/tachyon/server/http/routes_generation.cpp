@@ -41,6 +41,7 @@ Generation completion_generation(ServingContext& context, const std::string& bod
   g.params = request.params;
   g.stream = request.stream;
   g.include_usage = request.include_usage;
+  g.user = request.user;
   if (!request.prompt_texts.empty()) {
     for (const std::string& text : request.prompt_texts) {
       g.prompts.push_back(context.tokenizer().encode(text, /*add_special_tokens=*/true));
@@ -88,6 +89,7 @@ Generation chat_generation(ServingContext& context, const ChatRequest& request) 
   g.chat = true;
   g.prompts.push_back(context.tokenizer().encode(rendered, /*add_special_tokens=*/false));
   g.params = request.params;
+  g.user = request.user;
   // The request's constraint or a forced call, after the reasoning where the model reasons.
   apply_chat_constraint(request, parsers, rendered, context.limits(), g.params);
   g.params.max_tokens =
@@ -132,6 +134,7 @@ void accumulate(const ServingContext& context, std::vector<ChoiceEvent>&& events
     c.token_ids.insert(c.token_ids.end(), e.token_ids.begin(), e.token_ids.end());
     if (c.logprobs) c.logprobs->insert(c.logprobs->end(), e.logprobs.begin(), e.logprobs.end());
     if (e.finish_reason) c.finish_reason = *e.finish_reason;
+    if (!e.abort_reason.empty()) c.abort_reason = e.abort_reason;
   }
 }
 
@@ -261,8 +264,11 @@ class SseAnswer : public BodyStream {
         write_chat_event(e, with_logprobs ? &logprobs : nullptr, out);
         continue;
       }
-      out += sse_data(completion_chunk(g_.id, g_.created, g_.model, e.index, e.text, with_logprobs ? &logprobs : nullptr,
-                                       e.finish_reason, token_text_fn(context_)));
+      nlohmann::ordered_json chunk = completion_chunk(g_.id, g_.created, g_.model, e.index, e.text,
+                                                      with_logprobs ? &logprobs : nullptr, e.finish_reason,
+                                                      token_text_fn(context_));
+      add_abort_reason(chunk, e.abort_reason);
+      out += sse_data(chunk);
     }
     if (!run_->finished()) return false;
     ticket_.reset();  // the share comes back before the client can see the end
@@ -274,11 +280,11 @@ class SseAnswer : public BodyStream {
   }
 
   void write_chat_event(const ChoiceEvent& e, const LogprobsDelta* logprobs, std::string& out) {
-    for (const auto& chunk : chat_text_chunks(*outputs_[static_cast<size_t>(e.index)], g_.id, g_.created, g_.model,
-                                              e.index, e.text, e.token_ids, e.finish_reason, logprobs,
-                                              token_text_fn(context_))) {
-      out += sse_data(chunk);
-    }
+    std::vector<nlohmann::ordered_json> chunks =
+        chat_text_chunks(*outputs_[static_cast<size_t>(e.index)], g_.id, g_.created, g_.model, e.index, e.text,
+                         e.token_ids, e.finish_reason, logprobs, token_text_fn(context_));
+    add_abort_reason(chunks.back(), e.abort_reason);  // the finishing chunk (there is always one)
+    for (const auto& chunk : chunks) out += sse_data(chunk);
   }
 
   // Offsets count code points, as OpenAI's text_offset does.
@@ -322,6 +328,7 @@ void handle_generation(ServingContext& context, const HttpRequest& req, const Re
                       : completion_generation(context, req.body);
   g.model = context.limits().model_name;
   g.client = req.peer;
+  g.params.client = fair_share_client(g.client, g.user);
   g.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   HttpResponse res;
   if (context.role() == "prefill") {

@@ -4,8 +4,9 @@
 // Anthropic blocks by AnthropicMessage, streamed or whole. As on the chat route, everything is
 // validated before the first byte; the engine never waits on the client (a slow reader's tokens
 // coalesce in its run, and the connection pumps this body when there is news); a non-streamed
-// answer's head waits for its body (a failed engine's answer is a 500 with Anthropic's api_error);
-// a streamed one's failure after the head is an `error` event.
+// answer's head waits for its body (a failed engine's answer is a 500 with Anthropic's api_error,
+// one the engine ended by itself a 400 saying why); a streamed one's failure after the head is an
+// `error` event. A final assistant message (a prefill) is continued: its tokens end the prompt.
 // Errors are Anthropic-shaped on this route (Router::add's error body).
 #include "tachyon/server/anthropic_messages.h"
 #include "tachyon/server/http/generation.h"
@@ -59,8 +60,19 @@ class MessageAnswer : public BodyStream {
         pieces.insert(pieces.end(), std::make_move_iterator(last.begin()), std::make_move_iterator(last.end()));
         stop_reason_ = anthropic_stop_reason(output_.finish_reason(*e.finish_reason), e.stop_string);
         stop_string_ = e.stop_string;
+        abort_reason_ = e.abort_reason;
       }
       events += message_.add(pieces);
+    }
+    if (run_->finished() && !abort_reason_.empty()) {
+      // The engine gave up on the answer (its forced tool call's schema could not be followed):
+      // Anthropic has no stop_reason for that, and a cut tool_use input is no answer, so it is an
+      // error naming why; the SDK raises it, streamed (an error event) or not.
+      ticket_.reset();
+      status_ = 400;
+      const std::string error = anthropic_error_body({*status_, abort_reason_, "invalid_request_error", "", ""});
+      out += g_.stream ? events + "event: error\ndata: " + error + "\n\n" : error;
+      return true;
     }
     if (run_->finished()) {
       ticket_.reset();  // the share comes back before the client can see the end
@@ -84,14 +96,33 @@ class MessageAnswer : public BodyStream {
   bool started_ = false;
   std::string stop_reason_ = "end_turn";
   std::string stop_string_;
+  std::string abort_reason_;  // set when the engine ended the answer by itself
 };
+
+// Anthropic's prefill (anthropic_messages.h): its tokens follow the rendered conversation, which
+// ends with the generation prompt, so the answer continues the text. vLLM's continue_final_message
+// renders the final assistant turn and cuts it after its text; for the templates served here
+// (ChatML, Llama 3, DeepSeek, Qwen3 with its reasoning closed) that is the same prompt, since the
+// generation prompt is how they open an assistant turn. The text is tokenized on its own (the
+// generation prompt ends in a special token or a newline, where byte-level BPE splits anyway);
+// max_tokens and the context check are redone for the longer prompt.
+void continue_prefill(ServingContext& context, const AnthropicRequest& request, Generation& g) {
+  const std::vector<int32_t> ids = context.tokenizer().encode(request.prefill, /*add_special_tokens=*/false);
+  std::vector<int32_t>& prompt = g.prompts.at(0);
+  prompt.insert(prompt.end(), ids.begin(), ids.end());
+  g.params.max_tokens =
+      resolve_max_tokens(static_cast<int64_t>(prompt.size()), request.chat.max_tokens, context.limits());
+}
 
 void handle_messages(ServingContext& context, const HttpRequest& req, HttpResponse& res) {
   context.refuse_if_unavailable();
-  Generation g = chat_generation(context, parse_anthropic_request(req.body, context.limits()));
+  const AnthropicRequest request = parse_anthropic_request(req.body, context.limits());
+  Generation g = chat_generation(context, request.chat);
+  if (!request.prefill.empty()) continue_prefill(context, request, g);
   g.id = make_message_id();
   g.model = context.limits().model_name;
   g.client = req.peer;
+  g.params.client = fair_share_client(g.client, g.user);
   if (g.stream) {
     res.content_type = "text/event-stream";
     res.headers.emplace_back("Cache-Control", "no-cache");
