@@ -5,7 +5,8 @@ Starts `tachyon serve` (the built-in canary unless --model) once per scheduling 
 heavy request from user "heavy" (a completions body of token ids, so no tokenizer cost), waits
 until the server has begun it, then times short probes (max_tokens 1) from user "probe" one after
 another. Scenarios: `prompts` (six 4,000-token prompts in one request, 1 token each) and `n16`
-(one 4,000-token prompt with n = 16 and 200 tokens each: more than the KV cache holds). Prints one
+(one 1,000-token prompt with n = 16 and 2,000 tokens each: three times what the KV cache holds;
+the probes start once the cache is full). Prints one
 JSON object with each policy's probe latencies and the heavy request's own time.
 
   bench/heavy_client_probe.py build/bin/tachyon --port 9810 [--policies fcfs fair] [--out FILE]
@@ -20,10 +21,12 @@ import threading
 import time
 
 SCENARIOS = {
-    "prompts": {"prompt": [[10 + (i * 7 + p) % 500 for i in range(4000)] for p in range(6)], "max_tokens": 1},
-    "n16": {"prompt": [[10 + (i * 11) % 500 for i in range(4000)]], "n": 16, "max_tokens": 200,
+    "prompts": {"prompt": [[10 + (i * 7 + p) % 480 for i in range(4000)] for p in range(6)], "max_tokens": 1},
+    "n16": {"prompt": [[10 + (i * 11) % 480 for i in range(1000)]], "n": 16, "max_tokens": 2000,
             "ignore_eos": True},
 }
+# When the probes start: once the heavy request runs, and for n16 once it has filled the KV cache.
+READY = {"prompts": ("tachyon:num_requests_running", 1), "n16": ("tachyon:kv_cache_usage_perc", 0.95)}
 
 
 def post(port, body, timeout):
@@ -71,7 +74,8 @@ def run(tachyon, port, policy, scenario, model, probes, probe_timeout):
 
         thread = threading.Thread(target=hog, daemon=True)
         thread.start()
-        while metric(port, "tachyon:num_requests_running") == 0 and thread.is_alive():
+        ready_metric, ready_value = READY[scenario]
+        while metric(port, ready_metric) < ready_value and thread.is_alive():
             time.sleep(0.05)
         latencies = []
         for p in range(probes):

@@ -248,13 +248,27 @@ def kill_prefill_during(router, prefill, plain, body, ready, waiting_for):
     return status, text
 
 
-def raw_request(port, path, body):
-    """Sends a POST on a fresh socket and returns the socket unread (the caller hangs up)."""
+def raw_request(port, path, body, source="127.0.0.1", headers=()):
+    """Sends a POST on a fresh socket from `source` (any 127/8 address) with extra `headers`
+    (name, value) and returns the socket unread (the caller hangs up)."""
     data = json.dumps(body).encode()
-    s = socket.create_connection(("127.0.0.1", port))
-    s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    s = socket.create_connection(("127.0.0.1", port), source_address=(source, 0))
+    extra = "".join(f"{name}: {value}\r\n" for name, value in headers)
+    s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{extra}"
               f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
     return s
+
+
+def status_of(s):
+    """The status code of the answer on a raw_request socket (its head only is read)."""
+    s.settimeout(60)
+    head = b""
+    while b"\r\n" not in head:
+        chunk = s.recv(1)
+        if not chunk:
+            break
+        head += chunk
+    return int(head.split()[1]) if head.startswith(b"HTTP/") else 0
 
 
 def hang_up(s):

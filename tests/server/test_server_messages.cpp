@@ -310,6 +310,45 @@ TEST_F(ServerMessages, FinalAssistantMessageIsAPrefillTheAnswerContinues) {
   EXPECT_EQ(messages_text(m), c["choices"][0]["text"].get<std::string>()) << m.dump();
 }
 
+// OpenAI's chat route with vLLM's continue_final_message takes the same prompt and gives the same
+// continuation as the Anthropic prefill above; what cannot continue a text is refused, naming it.
+TEST_F(ServerMessages, ChatContinueFinalMessageIsTheSamePrefill) {
+  const std::string prefill = "Once upon a time";
+  const json user = {{"role", "user"}, {"content", "Tell me a story"}};
+  const json assistant = {{"role", "assistant"}, {"content", prefill}};
+  auto chat = [&](const json& extra) {
+    json body = {{"model", "tiny"}, {"max_tokens", 8}, {"temperature", 0}, {"messages", json::array({user, assistant})},
+                 {"continue_final_message", true}, {"add_generation_prompt", false}};
+    body.update(extra);
+    return server_->client().Post("/v1/chat/completions", body.dump(), "application/json");
+  };
+  auto r = chat(json::object());
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json c = json::parse(r->body);
+  auto m = post(json({{"model", "tiny"}, {"max_tokens", 8}, {"temperature", 0}, {"messages", json::array({user, assistant})}})
+                    .dump());
+  ASSERT_TRUE(m);
+  ASSERT_EQ(m->status, 200) << m->body;
+  const json anthropic = json::parse(m->body);
+  EXPECT_EQ(c["usage"]["prompt_tokens"], anthropic["usage"]["input_tokens"]);
+  EXPECT_EQ(c["choices"][0]["message"]["content"].get<std::string>(), messages_text(anthropic)) << c.dump();
+  const std::vector<std::pair<json, std::string>> refused = {
+      {{{"add_generation_prompt", true}}, "add_generation_prompt"},
+      {{{"chat_template_kwargs", {{"enable_thinking", true}}}}, "chat_template_kwargs"},
+      {{{"messages", json::array({user})}}, "continue_final_message"},
+      {{{"response_format", {{"type", "json_object"}}}}, "response_format"},
+      {{{"tools", json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}})}, {"tool_choice", "required"}},
+       "tool_choice"},
+  };
+  for (const auto& [extra, param] : refused) {
+    auto bad = chat(extra);
+    ASSERT_TRUE(bad);
+    EXPECT_EQ(bad->status, 400) << extra.dump() << " -> " << bad->body;
+    EXPECT_EQ(json::parse(bad->body)["error"]["param"], param) << bad->body;
+  }
+}
+
 // What cannot continue a prefill is refused, naming it: other blocks than text in it, text that
 // ends in whitespace, thinking, a forced tool call. Tools offered with tool_choice auto are fine.
 TEST_F(ServerMessages, PrefillRefusesWhatCannotContinueIt) {

@@ -537,6 +537,17 @@ TEST(OpenaiRequest, EveryChatField) {
   EXPECT_EQ(r.params.logprobs, -1);
   // Text output asked for as OpenAI's clients may: accepted.
   EXPECT_NO_THROW(parse_chat_request("{" + messages + R"(,"modalities":["text"],"audio":null})", limits()));
+  // continue_final_message: the final assistant text becomes the prefill, the rest is rendered
+  // as for an answer, with any reasoning closed.
+  r = parse_chat_request(R"({"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"Once"}],)"
+                         R"("continue_final_message":true,"add_generation_prompt":false})",
+                         limits());
+  EXPECT_EQ(r.prefill, "Once");
+  ASSERT_EQ(r.messages.size(), 1u);
+  EXPECT_EQ(r.messages[0]["role"], "user");
+  EXPECT_TRUE(r.add_generation_prompt);
+  EXPECT_EQ(r.chat_template_kwargs.dump(), R"({"enable_thinking":false})");
+  EXPECT_EQ(parse_chat_request("{" + messages + "}", limits()).prefill, "");
 }
 
 TEST(OpenaiRequest, BadChatFields) {
@@ -563,6 +574,8 @@ TEST(OpenaiRequest, BadChatFields) {
       {R"("modalities":["text","audio"])", "modalities", "text only"},
       {R"("modalities":"text")", "modalities", "expected an array"},
       {R"("audio":{"voice":"alloy","format":"mp3"})", "audio", "text only"},
+      {R"("continue_final_message":true)", "continue_final_message", "an assistant's text"},
+      {R"("continue_final_message":1)", "continue_final_message", "expected a boolean"},
   };
   for (const Case& c : cases) {
     ApiError e = chat_error(m + c.fields + "}");

@@ -76,8 +76,8 @@ void Scheduler::make_room_for(Sequence& head, core::StepPlan& plan) {
 }
 
 // Running chunked prefills and waiting sequences, a client at a time: the one with the least
-// service goes next (its running prefills before its waiting sequences; among equal clients, the
-// one whose next sequence arrived first), and every token planned is charged to it, so a client
+// service goes next (its running prefills before its waiting sequences; among equal clients, one
+// whose next sequence waits, then the one whose next sequence arrived first), and every token planned is charged to it, so a client
 // with one long prompt or many prompts shares the budget with one that sends a short one. Waiting
 // sequences are admitted while nothing was preempted for room (the fair preemptions of
 // start_fair_step aside) and none is refused for lack of blocks: later ones do not overtake it.
@@ -94,23 +94,34 @@ void Scheduler::schedule_fair_prefills(const std::vector<Sequence*>& prefills, i
     if (std::find(plan.preempted.begin(), plan.preempted.end(), s->id) != plan.preempted.end()) continue;
     work[FairShares::client_of(*s)].waiting.push_back(s);
   }
+  // Among clients of equal service (a newcomer enters level with the least served), one that has
+  // not started goes first: it has been waiting while the other was served.
   const WaitingOrder earlier{false};
+  auto goes_before = [&](int64_t service, bool started, const Sequence* next, int64_t best_service,
+                         bool best_started, const Sequence* best_next) {
+    if (service != best_service) return service < best_service;
+    if (started != best_started) return !started;
+    return earlier(next, best_next);
+  };
   bool admitting = true;
   while (budget > 0) {
     admitting = admitting && plan.preempted.size() == num_rebalanced && num_running() < config_.max_num_seqs;
     Work* best = nullptr;
     Sequence* best_next = nullptr;
     int64_t best_service = 0;
+    bool best_started = false;
     for (auto& [client, w] : work) {
-      Sequence* next = w.next_running < w.running.size() ? w.running[w.next_running]
+      const bool started = w.next_running < w.running.size();
+      Sequence* next = started ? w.running[w.next_running]
                        : admitting && w.next_waiting < w.waiting.size() ? w.waiting[w.next_waiting]
                                                                         : nullptr;
       if (next == nullptr) continue;
       const int64_t service = shares_.service(client);
-      if (best == nullptr || service < best_service || (service == best_service && earlier(next, best_next))) {
+      if (best == nullptr || goes_before(service, started, next, best_service, best_started, best_next)) {
         best = &w;
         best_next = next;
         best_service = service;
+        best_started = started;
       }
     }
     if (best == nullptr) break;

@@ -40,14 +40,10 @@
 
 namespace tachyon::server {
 
-// A /v1/messages request as the chat route takes it, and its prefill.
-struct AnthropicRequest {
-  ChatRequest chat;     // its messages end before the prefill
-  std::string prefill;  // the final assistant message's text, which the answer continues; "" when none
-};
-
 // Throws ApiException (400 naming the field; 404 for another model).
-AnthropicRequest parse_anthropic_request(std::string_view body, const ServerLimits& limits);
+// A /v1/messages request as the chat route takes it: a final assistant message becomes the
+// ChatRequest's prefill, which the answer continues.
+ChatRequest parse_anthropic_request(std::string_view body, const ServerLimits& limits);
 
 // "invalid_request_error" (400, 405, 431 ...), "authentication_error" (401), "permission_error"
 // (403), "not_found_error" (404), "request_too_large" (413), "rate_limit_error" (429),

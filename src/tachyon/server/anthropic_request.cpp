@@ -278,7 +278,7 @@ std::string read_user_id(const Json& body) {
 
 }  // namespace
 
-AnthropicRequest parse_anthropic_request(std::string_view body_text, const ServerLimits& limits) {
+ChatRequest parse_anthropic_request(std::string_view body_text, const ServerLimits& limits) {
   Json body = parse_anthropic_body(body_text, limits);
   if (!fields::read_string(body, "model", "model")) fields::fail("model", "'model' is required.");
   const Json* max_tokens = fields::find(body, "max_tokens");
@@ -308,13 +308,13 @@ AnthropicRequest parse_anthropic_request(std::string_view body_text, const Serve
   // Anthropic body did (inside "function"); that body passed the limit itself, above.
   ServerLimits converted = limits;
   converted.max_json_depth += 1;
-  AnthropicRequest request;
+  ChatRequest request;
   try {
-    request.chat = parse_chat_request(chat.dump(), converted);
+    request = parse_chat_request(chat.dump(), converted);
   } catch (const ApiException& e) {
     throw with_anthropic_fields(e);
   }
-  request.chat.user = user;
+  request.user = user;
   request.prefill = prefill.value_or("");
   return request;
 }

@@ -268,6 +268,42 @@ void refuse_unserved_chat_fields(const Json& body) {
   }
 }
 
+// continue_final_message (vLLM's): the final message must be an assistant's text, which becomes
+// the prefill the answer continues. Refused with what cannot continue a text: the template's
+// generation prompt asked for on top of it, thinking (the model would reason before the text),
+// a forced tool call or a structured-output constraint (the answer would have to start where
+// the text ends). Reasoning templates get their reasoning closed (enable_thinking false).
+void take_final_message(const Json& body, ChatRequest& request) {
+  if (!fields::read_bool(body, "continue_final_message", "continue_final_message").value_or(false)) return;
+  if (fields::read_bool(body, "add_generation_prompt", "add_generation_prompt").value_or(false)) {
+    fields::fail("add_generation_prompt",
+                 "'continue_final_message' and 'add_generation_prompt' cannot both be true: the answer continues "
+                 "the final message instead of starting a new one.");
+  }
+  const Json& last = request.messages.back();
+  if (last["role"] != "assistant" || !last["content"].is_string() || last.contains("tool_calls")) {
+    fields::fail("continue_final_message", "'continue_final_message' needs the final message to be an assistant's "
+                                           "text (no tool_calls) for the answer to continue.");
+  }
+  if (request.chat_template_kwargs.value("enable_thinking", false) == true) {
+    fields::fail("chat_template_kwargs", "'enable_thinking' cannot be true with 'continue_final_message': the model "
+                                         "would reason before the text it must continue.");
+  }
+  if (request.tool_choice == ToolChoice::kRequired || request.tool_choice == ToolChoice::kFunction) {
+    fields::fail("tool_choice", "A forced tool call cannot follow 'continue_final_message': the call would have to "
+                                "start where the final message's text ends.");
+  }
+  if (request.constraint) {
+    fields::fail(request.constraint->field, "'" + request.constraint->field + "' cannot be combined with "
+                                            "'continue_final_message': the answer would have to start where the "
+                                            "final message's text ends.");
+  }
+  request.prefill = last["content"].get<std::string>();
+  request.messages.erase(request.messages.size() - 1);
+  request.add_generation_prompt = true;  // the rest is rendered as for an answer, which the prefill starts
+  request.chat_template_kwargs["enable_thinking"] = false;
+}
+
 }  // namespace
 
 ChatRequest parse_chat_request(std::string_view body_text, const ServerLimits& limits) {
@@ -306,6 +342,7 @@ ChatRequest parse_chat_request(std::string_view body_text, const ServerLimits& l
   fields::read_stream_fields(body, request.stream, request.include_usage);
   request.user = fields::read_user(body);
   refuse_unserved_chat_fields(body);
+  take_final_message(body, request);
   fields::validate_params(request.params, limits);
   return request;
 }

@@ -115,6 +115,11 @@ struct ChatRequest {
   bool stream = false;
   bool include_usage = false;
   std::string user;  // OpenAI's `user` (Anthropic: metadata.user_id): see CompletionRequest::user
+  // Text the answer continues: the final assistant message, taken out of `messages`, with
+  // continue_final_message (vLLM's) or as Anthropic's prefill. Its tokens follow the rendered
+  // prompt (which ends with the generation prompt and, for a model that reasons, its reasoning
+  // closed); the answer holds only the continuation. "" when none.
+  std::string prefill;
 };
 
 // Both throw ApiException.

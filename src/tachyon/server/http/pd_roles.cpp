@@ -140,6 +140,15 @@ void answer_prefill(ServingContext& context, const Generation& g, HttpResponse& 
 
 bool names_kv_source(const HttpRequest& req) { return !req.header(kKvSourceHeader).empty(); }
 
+std::string client_address(const ServingContext& context, const HttpRequest& req) {
+  if (context.role().empty()) return req.peer;
+  std::string client = req.header(kClientHeader);
+  // An IPv4 or IPv6 address as the router writes it; anything else is not a router's.
+  const bool plausible = !client.empty() && client.size() <= 64 &&
+                         client.find_first_not_of("0123456789abcdefABCDEF.:%") == std::string::npos;
+  return plausible ? client : req.peer;
+}
+
 bool pull_imported(ServingContext& context, const HttpRequest& req, const Generation& g,
                    std::function<void(ImportedRows)> then) {
   std::string source = req.header(kKvSourceHeader);

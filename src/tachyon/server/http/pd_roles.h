@@ -26,6 +26,14 @@
 namespace tachyon::server {
 
 inline constexpr const char* kKvSourceHeader = "X-Tachyon-Kv";
+// The router's client's address, sent with every request it forwards. A server with a role (one
+// behind a router, trusted as X-Tachyon-Kv is) counts the request against that client's quota and
+// fair share; any other server ignores the header, so that no client can claim another's.
+inline constexpr const char* kClientHeader = "X-Tachyon-Client";
+
+// The address a request's quota and fair share are counted against: the router's client for a
+// server with a role (the header, when it is a plausible address), else the peer.
+std::string client_address(const ServingContext& context, const HttpRequest& req);
 // GET: {"block_size", "hashes": [32 hex digits each]}, the chained hashes of the blocks in this
 // server's prefix cache (as of its engine's last step), for the router's prefix policy.
 inline constexpr const char* kPrefixHashesPath = "/kv/prefix_hashes";

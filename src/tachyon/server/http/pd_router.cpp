@@ -279,13 +279,18 @@ void PdRouter::generate(const HttpRequest& req, HttpResponse& res, const TaskSlo
   const bool chat = req.path == "/v1/chat/completions";
   const std::vector<int32_t> prompt = route_prompt_ != nullptr ? route_prompt_->tokens(chat, body) : std::vector<int32_t>{};
 
+  // The client's address travels to both servers: their per-client quota and fair share are the
+  // client's, not the router's (every request would otherwise come from one client).
+  const std::vector<std::pair<std::string, std::string>> client = {{kClientHeader, req.peer}};
+
   // 1. The prompt on a prefill server.
   std::optional<Lease> lease;
   bool busy = false;     // a prefill server answered 503 (at its lease cap or queue)
   for (Backend* prefill : prefill_.order(policy_, prompt)) {
     InFlight in_flight(*prefill);
     const auto start = Clock::now();
-    UpstreamCall call({prefill->host, prefill->port, req.path, req.body, {}, std::chrono::seconds(300), "POST", &calls_});
+    UpstreamCall call({prefill->host, prefill->port, req.path, req.body, client, std::chrono::seconds(300), "POST",
+                       &calls_});
     const int status = call.wait_head();
     const std::string answer = call.wait_body();
     if (status == 0 || call.failed()) {
@@ -322,7 +327,7 @@ void PdRouter::generate(const HttpRequest& req, HttpResponse& res, const TaskSlo
   }
 
   // 2. The answer from a decode server, from the lease's rows.
-  std::vector<std::pair<std::string, std::string>> headers;
+  std::vector<std::pair<std::string, std::string>> headers = client;
   if (lease) headers.emplace_back(kKvSourceHeader, lease->header());
   const RoutePolicy decode_policy = policy_ == RoutePolicy::kRoundRobin ? policy_ : RoutePolicy::kLeastLoaded;
   for (Backend* decode : decode_.order(decode_policy)) {

@@ -88,6 +88,15 @@ Generation chat_generation(ServingContext& context, const ChatRequest& request) 
   Generation g;
   g.chat = true;
   g.prompts.push_back(context.tokenizer().encode(rendered, /*add_special_tokens=*/false));
+  if (!request.prefill.empty()) {
+    // The prefill after the generation prompt: vLLM's continue_final_message renders the final
+    // assistant turn and cuts it after its text, which for the templates served here (ChatML,
+    // Llama 3, DeepSeek, Qwen3 with its reasoning closed) is the same prompt, since the generation
+    // prompt is how they open an assistant turn. Tokenized on its own: the generation prompt ends
+    // in a special token or a newline, where byte-level BPE splits anyway.
+    const std::vector<int32_t> ids = context.tokenizer().encode(request.prefill, /*add_special_tokens=*/false);
+    g.prompts[0].insert(g.prompts[0].end(), ids.begin(), ids.end());
+  }
   g.params = request.params;
   g.user = request.user;
   // The request's constraint or a forced call, after the reasoning where the model reasons.
@@ -327,7 +336,7 @@ void handle_generation(ServingContext& context, const HttpRequest& req, const Re
   Generation g = chat ? chat_generation(context, parse_chat_request(req.body, context.limits()))
                       : completion_generation(context, req.body);
   g.model = context.limits().model_name;
-  g.client = req.peer;
+  g.client = client_address(context, req);  // a router's client behind a router
   g.params.client = fair_share_client(g.client, g.user);
   g.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   HttpResponse res;

@@ -12,6 +12,7 @@
 #include "tachyon/server/http/generation.h"
 #include "tachyon/server/http/generation_run.h"
 #include "tachyon/server/http/http_routes.h"
+#include "tachyon/server/http/pd_roles.h"
 
 namespace tachyon::server {
 namespace {
@@ -99,29 +100,12 @@ class MessageAnswer : public BodyStream {
   std::string abort_reason_;  // set when the engine ended the answer by itself
 };
 
-// Anthropic's prefill (anthropic_messages.h): its tokens follow the rendered conversation, which
-// ends with the generation prompt, so the answer continues the text. vLLM's continue_final_message
-// renders the final assistant turn and cuts it after its text; for the templates served here
-// (ChatML, Llama 3, DeepSeek, Qwen3 with its reasoning closed) that is the same prompt, since the
-// generation prompt is how they open an assistant turn. The text is tokenized on its own (the
-// generation prompt ends in a special token or a newline, where byte-level BPE splits anyway);
-// max_tokens and the context check are redone for the longer prompt.
-void continue_prefill(ServingContext& context, const AnthropicRequest& request, Generation& g) {
-  const std::vector<int32_t> ids = context.tokenizer().encode(request.prefill, /*add_special_tokens=*/false);
-  std::vector<int32_t>& prompt = g.prompts.at(0);
-  prompt.insert(prompt.end(), ids.begin(), ids.end());
-  g.params.max_tokens =
-      resolve_max_tokens(static_cast<int64_t>(prompt.size()), request.chat.max_tokens, context.limits());
-}
-
 void handle_messages(ServingContext& context, const HttpRequest& req, HttpResponse& res) {
   context.refuse_if_unavailable();
-  const AnthropicRequest request = parse_anthropic_request(req.body, context.limits());
-  Generation g = chat_generation(context, request.chat);
-  if (!request.prefill.empty()) continue_prefill(context, request, g);
+  Generation g = chat_generation(context, parse_anthropic_request(req.body, context.limits()));
   g.id = make_message_id();
   g.model = context.limits().model_name;
-  g.client = req.peer;
+  g.client = client_address(context, req);  // a router's client behind a router
   g.params.client = fair_share_client(g.client, g.user);
   if (g.stream) {
     res.content_type = "text/event-stream";
