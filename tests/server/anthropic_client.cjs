@@ -2,7 +2,8 @@
 // message, a streamed one through the client's accumulator (finalMessage) whose text equals the
 // whole one at temperature 0, a 400 surfacing as the client's BadRequestError, a request
 // with tools that comes back as a well-formed message, a prefill (a final assistant message)
-// continued, and a forced call the engine gives up on raising the reason, streamed or not.
+// continued, a forced call the engine gives up on raising the reason, streamed or not, and
+// countTokens giving the whole message's input tokens.
 //   node tests/server/anthropic_client.cjs http://127.0.0.1:PORT/v1 MODEL
 const assert = require('node:assert/strict');
 const sdk = require('@anthropic-ai/sdk');
@@ -123,6 +124,12 @@ async function main() {
     (e) => e instanceof Anthropic.BadRequestError && /too ambiguous/.test(e.message));
   await assert.rejects(client.messages.stream(gaveUp).finalMessage(),
     (e) => e instanceof Anthropic.APIError && /too ambiguous/.test(e.message));
+  checks++;
+
+  // The client's token count equals the input tokens the same messages are answered with.
+  const { model: m, system, messages, thinking } = params;
+  const counted = await client.messages.countTokens({ model: m, system, messages, thinking });
+  assert.equal(counted.input_tokens, whole.usage.input_tokens);
   checks++;
 
   console.log(`anthropic client: ${checks} checks passed`);

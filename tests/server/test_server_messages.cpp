@@ -3,8 +3,10 @@
 // a whole message, a streamed one whose events follow Anthropic's order and whose text deltas
 // concatenate to the whole text, stop_sequences -> stop_reason "stop_sequence", max_tokens ->
 // "max_tokens"; a final assistant message continued as a prefill; the body's nesting limit on a
-// tool_use input; metadata.user_id.
+// tool_use input; metadata.user_id; /v1/messages/count_tokens.
 #include <gtest/gtest.h>
+
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -347,6 +349,44 @@ TEST_F(ServerMessages, ChatContinueFinalMessageIsTheSamePrefill) {
     EXPECT_EQ(bad->status, 400) << extra.dump() << " -> " << bad->body;
     EXPECT_EQ(json::parse(bad->body)["error"]["param"], param) << bad->body;
   }
+}
+
+// count_tokens counts the prompt /v1/messages runs for the same body: system, tools and a
+// prefill included; max_tokens is not needed. Errors are Anthropic's, as on /v1/messages.
+TEST_F(ServerMessages, CountTokensIsTheInputTokensOfTheSameMessages) {
+  const json tools = json::array({{{"name", "weather"}, {"description", "Weather of a city"},
+                                   {"input_schema", {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}}}});
+  const json user = {{"role", "user"}, {"content", "What is the weather in Paris?"}};
+  const json prefill = {{"role", "assistant"}, {"content", "Let me"}};
+  const std::vector<json> bodies = {
+      {{"model", "tiny"}, {"messages", json::array({user})}},
+      {{"model", "tiny"}, {"system", "Be brief."}, {"tools", tools}, {"messages", json::array({user})}},
+      {{"model", "tiny"}, {"messages", json::array({user, prefill})}},
+  };
+  std::set<int64_t> counts;
+  for (const json& body : bodies) {
+    auto counted = server_->client().Post("/v1/messages/count_tokens", body.dump(), "application/json");
+    ASSERT_TRUE(counted);
+    ASSERT_EQ(counted->status, 200) << counted->body;
+    json answered = body;
+    answered["max_tokens"] = 2;
+    auto r = post(answered.dump());
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const int64_t input_tokens = json::parse(counted->body)["input_tokens"];
+    EXPECT_EQ(input_tokens, json::parse(r->body)["usage"]["input_tokens"].get<int64_t>()) << body.dump();
+    counts.insert(input_tokens);
+  }
+  EXPECT_EQ(counts.size(), bodies.size()) << "the system prompt, the tools and the prefill each count";
+  auto bad = server_->client().Post("/v1/messages/count_tokens", R"({"model":"tiny","messages":[]})", "application/json");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_EQ(json::parse(bad->body)["type"], "error") << bad->body;
+  EXPECT_EQ(json::parse(bad->body)["error"]["type"], "invalid_request_error") << bad->body;
+  auto other = server_->client().Post("/v1/messages/count_tokens", R"({"model":"other","messages":[)" + user.dump() + "]}",
+                                      "application/json");
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 404) << other->body;
 }
 
 // What cannot continue a prefill is refused, naming it: other blocks than text in it, text that

@@ -42,8 +42,11 @@ namespace tachyon::server {
 
 // Throws ApiException (400 naming the field; 404 for another model).
 // A /v1/messages request as the chat route takes it: a final assistant message becomes the
-// ChatRequest's prefill, which the answer continues.
-ChatRequest parse_anthropic_request(std::string_view body, const ServerLimits& limits);
+// ChatRequest's prefill, which the answer continues. /v1/messages/count_tokens takes the same
+// body without max_tokens (any given is ignored).
+enum class AnthropicRoute { kMessages, kCountTokens };
+ChatRequest parse_anthropic_request(std::string_view body, const ServerLimits& limits,
+                                    AnthropicRoute route = AnthropicRoute::kMessages);
 
 // "invalid_request_error" (400, 405, 431 ...), "authentication_error" (401), "permission_error"
 // (403), "not_found_error" (404), "request_too_large" (413), "rate_limit_error" (429),

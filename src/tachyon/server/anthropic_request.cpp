@@ -278,9 +278,11 @@ std::string read_user_id(const Json& body) {
 
 }  // namespace
 
-ChatRequest parse_anthropic_request(std::string_view body_text, const ServerLimits& limits) {
+ChatRequest parse_anthropic_request(std::string_view body_text, const ServerLimits& limits, AnthropicRoute route) {
   Json body = parse_anthropic_body(body_text, limits);
   if (!fields::read_string(body, "model", "model")) fields::fail("model", "'model' is required.");
+  // Counting tokens takes no max_tokens (Anthropic's count_tokens has none): one token of room.
+  if (route == AnthropicRoute::kCountTokens) body["max_tokens"] = 1;
   const Json* max_tokens = fields::find(body, "max_tokens");
   if (max_tokens == nullptr) fields::fail("max_tokens", "'max_tokens' is required.");
   std::optional<std::string> prefill;

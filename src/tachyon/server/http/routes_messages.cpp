@@ -117,12 +117,24 @@ void handle_messages(ServingContext& context, const HttpRequest& req, HttpRespon
   res.stream = std::make_shared<MessageAnswer>(context, std::move(g));
 }
 
+// Anthropic's token count: the prompt /v1/messages would run for the same body (template, tools,
+// prefill), {"input_tokens": N}, as that answer's usage.input_tokens; nothing is generated.
+void count_tokens(ServingContext& context, const HttpRequest& req, HttpResponse& res) {
+  const Generation g =
+      chat_generation(context, parse_anthropic_request(req.body, context.limits(), AnthropicRoute::kCountTokens));
+  res.body = nlohmann::json({{"input_tokens", g.prompts.at(0).size()}}).dump();
+}
+
 }  // namespace
 
 void add_messages_routes(Router& router, ContextAccess context) {
   router.add(
       "POST", "/v1/messages",
       [context](const HttpRequest& req, HttpResponse& res) { handle_messages(context(), req, res); },
+      /*prefix=*/false, anthropic_error_body);
+  router.add(
+      "POST", "/v1/messages/count_tokens",
+      [context](const HttpRequest& req, HttpResponse& res) { count_tokens(context(), req, res); },
       /*prefix=*/false, anthropic_error_body);
 }
 
