@@ -430,6 +430,17 @@ TEST_F(StructuredEngineTest, ExponentiallyAmbiguousGrammarFinishesAloneAndOthers
   EXPECT_EQ(both[1].tokens, alone[0].tokens);
 }
 
+// The offline API reports the reason too.
+TEST_F(StructuredEngineTest, TheOfflineApiSaysWhyTheEngineEndedACompletion) {
+  auto ambiguous = compiler_->compile(
+      {structured::ConstraintSpec::Kind::kGrammar, R"(root ::= "a" root "b" | "a" root "c")", {}, "guided_grammar"});
+  app::LLM llm(*dir_, config());
+  const std::vector<app::GenerateOutput> out = llm.generate({tokenizer_->encode("hi")}, greedy(16, ambiguous));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].outputs[0].finish_reason, FinishReason::kAbort);
+  EXPECT_NE(out[0].outputs[0].abort_reason.find("too ambiguous"), std::string::npos) << out[0].outputs[0].abort_reason;
+}
+
 // A mask that allows no token at all (the grammar needs a byte no token spells) used to make
 // the sampler throw and fail the engine: the sequence finishes as aborted, the other completes.
 TEST_F(StructuredEngineTest, EmptyAllowedSetFinishesTheSequenceAlone) {

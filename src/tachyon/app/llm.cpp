@@ -62,6 +62,7 @@ std::vector<GenerateOutput> LLM::run(const std::vector<std::vector<int32_t>>& pr
         out.token_ids.insert(out.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
         out.logprobs.insert(out.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
         if (d.finish_reason != engine::FinishReason::kNone) out.finish_reason = d.finish_reason;
+        if (!d.abort_reason.empty()) out.abort_reason = d.abort_reason;
         if (!text) continue;
         TextStream& stream = streams[static_cast<size_t>(d.index)];
         out.text += stream.push(d.token_ids);

@@ -20,6 +20,7 @@ struct CompletionOutput {
   std::vector<int32_t> token_ids;
   std::vector<core::SampledToken> logprobs;  // parallel to token_ids when requested
   engine::FinishReason finish_reason = engine::FinishReason::kNone;
+  std::string abort_reason;  // why the engine itself ended it (engine::CompletionDelta::abort_reason), else ""
 };
 
 struct GenerateOutput {
