@@ -44,9 +44,9 @@ void Router::add_inline(std::string method, std::string path, HttpHandler handle
 }
 
 void Router::add_async(std::string method, std::string path, AsyncHandler handler,
-                       std::function<bool(const HttpRequest&)> when) {
+                       std::function<bool(const HttpRequest&)> when, ErrorBodyFn error_body_fn) {
   routes_.push_back(
-      {std::move(method), std::move(path), false, nullptr, error_body, false, std::move(handler), std::move(when)});
+      {std::move(method), std::move(path), false, nullptr, error_body_fn, false, std::move(handler), std::move(when)});
 }
 
 const Router::Route* Router::find(const HttpRequest& request) const {

@@ -46,7 +46,7 @@ class Router {
   // holds for run so; the others run on a worker as any route's, and the handler must answer
   // them before it returns (a decode server's generation routes: only a KV pull answers later).
   void add_async(std::string method, std::string path, AsyncHandler handler,
-                 std::function<bool(const HttpRequest&)> when = nullptr);
+                 std::function<bool(const HttpRequest&)> when = nullptr, ErrorBodyFn error_body_fn = error_body);
   bool runs_async(const HttpRequest& request) const;  // the request's route was added so
   // Runs before any handler of a path under /v1/; an error it returns is the answer.
   void set_guard(std::function<std::optional<ApiError>(const HttpRequest&)> guard) { guard_ = std::move(guard); }

@@ -1,5 +1,6 @@
-// What `tachyon serve --role prefill|decode` changes in the generation routes (prefill/decode
-// disaggregation, docs/disaggregation.md). The router (server/router/) drives both:
+// What `tachyon serve --role prefill|decode` changes in the generation routes (completions, chat
+// and Anthropic messages; prefill/decode disaggregation, docs/disaggregation.md). The router
+// (server/router/) drives both:
 //   prefill: the request is validated and tokenized as usual, then only its prompt runs; the
 //            answer, given as soon as the prompt is queued, is {"kv_transfer": {"port", "epoch",
 //            "request_id"}} naming the KV lease its rows stream into on this server's KV port,

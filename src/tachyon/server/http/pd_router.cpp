@@ -7,6 +7,7 @@
 #include <system_error>
 
 #include "tachyon/base/check.h"
+#include "tachyon/server/anthropic_messages.h"
 #include "tachyon/server/http/http_listener.h"
 #include "tachyon/server/http/http_router.h"
 #include "tachyon/server/http/http_server.h"
@@ -18,6 +19,11 @@
 
 namespace tachyon::server {
 namespace {
+
+// The shape of the router's own errors on a path: Anthropic's on /v1/messages, else OpenAI's.
+ErrorBodyFn error_body_for(const std::string& path) {
+  return path == "/v1/messages" ? anthropic_error_body : error_body;
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -189,6 +195,11 @@ PdRouter::PdRouter(RouterOptions options)
       start_exchange(req, std::move(respond), &PdRouter::generate);
     });
   }
+  // The Anthropic Messages API the same way; the router's own errors in Anthropic's shape.
+  router_->add_async(
+      "POST", "/v1/messages",
+      [this](const HttpRequest& req, Respond respond) { start_exchange(req, std::move(respond), &PdRouter::generate); },
+      nullptr, anthropic_error_body);
   router_->add_async("GET", "/v1/models", [this](const HttpRequest& req, Respond respond) {
     start_exchange(req, std::move(respond), &PdRouter::list_models);
   });
@@ -234,7 +245,7 @@ void PdRouter::start_exchange(const HttpRequest& req, Respond respond, Step step
     try {
       (this->*step)(req, res, slot);
     } catch (...) {
-      res = exception_response();
+      res = exception_response(error_body_for(req.path));
     }
     slot.reset();  // a relay holds its own copy until its end
     respond(std::move(res));
@@ -277,7 +288,11 @@ void PdRouter::generate(const HttpRequest& req, HttpResponse& res, const TaskSlo
   const auto stream = body.is_object() ? body.find("stream") : body.end();
   const bool sse = stream != body.end() && stream->is_boolean() && stream->get<bool>();
   const bool chat = req.path == "/v1/chat/completions";
-  const std::vector<int32_t> prompt = route_prompt_ != nullptr ? route_prompt_->tokens(chat, body) : std::vector<int32_t>{};
+  // A messages body is not tokenized here (its conversion is the servers'): it routes by load.
+  const bool messages = req.path == "/v1/messages";
+  const std::vector<int32_t> prompt =
+      route_prompt_ != nullptr && !messages ? route_prompt_->tokens(chat, body) : std::vector<int32_t>{};
+  const ErrorBodyFn error_body_fn = error_body_for(req.path);
 
   // The client's address travels to both servers: their per-client quota and fair share are the
   // client's, not the router's (every request would otherwise come from one client).
@@ -322,7 +337,8 @@ void PdRouter::generate(const HttpRequest& req, HttpResponse& res, const TaskSlo
   }
   if (busy && !lease) {
     metrics_.on_outcome(RouteOutcome::kUnavailable);
-    res = error_response(unavailable("every prefill server is at its KV lease cap or queue limit; retry later"));
+    res = error_response(unavailable("every prefill server is at its KV lease cap or queue limit; retry later"),
+                         error_body_fn);
     return;
   }
 
@@ -359,7 +375,7 @@ void PdRouter::generate(const HttpRequest& req, HttpResponse& res, const TaskSlo
   }
   if (lease) lease->release();
   metrics_.on_outcome(RouteOutcome::kUnavailable);
-  res = error_response(unavailable("no decode server is healthy; retry later"));
+  res = error_response(unavailable("no decode server is healthy; retry later"), error_body_fn);
 }
 
 void PdRouter::check_health() {

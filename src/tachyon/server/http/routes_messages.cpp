@@ -19,10 +19,12 @@ namespace {
 
 class MessageAnswer : public BodyStream {
  public:
-  MessageAnswer(ServingContext& context, Generation g)
+  // `imported`: the prompt's rows a decode server pulled (http/pd_roles.h), or null.
+  MessageAnswer(ServingContext& context, Generation g, ImportedRows imported = nullptr)
       : g_(std::move(g)),
         ticket_(context.client_quota().acquire(g_.client, g_.sequences())),  // may throw: before any byte
-        run_(std::make_unique<GenerationRun>(context, g_.prompts, g_.params, g_.skip_special_tokens)),  // ditto
+        run_(std::make_unique<GenerationRun>(context, g_.prompts, g_.params, g_.skip_special_tokens,
+                                             std::move(imported))),  // ditto
         output_(g_.chat_output, make_tool_use_id), message_(g_.id, g_.model, run_->prompt_tokens()) {}
 
   void set_wakeup(std::function<void()> wakeup) override { run_->set_wakeup(std::move(wakeup)); }
@@ -100,13 +102,7 @@ class MessageAnswer : public BodyStream {
   std::string abort_reason_;  // set when the engine ended the answer by itself
 };
 
-void handle_messages(ServingContext& context, const HttpRequest& req, HttpResponse& res) {
-  context.refuse_if_unavailable();
-  Generation g = chat_generation(context, parse_anthropic_request(req.body, context.limits()));
-  g.id = make_message_id();
-  g.model = context.limits().model_name;
-  g.client = client_address(context, req);  // a router's client behind a router
-  g.params.client = fair_share_client(g.client, g.user);
+void answer_message(ServingContext& context, Generation g, ImportedRows imported, HttpResponse& res) {
   if (g.stream) {
     res.content_type = "text/event-stream";
     res.headers.emplace_back("Cache-Control", "no-cache");
@@ -114,7 +110,35 @@ void handle_messages(ServingContext& context, const HttpRequest& req, HttpRespon
     res.content_type = "application/json";
     res.head_waits_for_body = true;  // its status is known with its body: 200, or 500 from a failed engine
   }
-  res.stream = std::make_shared<MessageAnswer>(context, std::move(g));
+  res.stream = std::make_shared<MessageAnswer>(context, std::move(g), std::move(imported));
+}
+
+// As the chat route (routes_generation.cpp), roles included: a prefill server queues the prompt
+// and answers with its lease, a decode server pulls the rows the router's header names.
+void handle_messages(ServingContext& context, const HttpRequest& req, const Respond& respond) {
+  context.refuse_if_unavailable();
+  Generation g = chat_generation(context, parse_anthropic_request(req.body, context.limits()));
+  g.id = make_message_id();
+  g.model = context.limits().model_name;
+  g.client = client_address(context, req);  // a router's client behind a router
+  g.params.client = fair_share_client(g.client, g.user);
+  HttpResponse res;
+  if (context.role() == "prefill") {
+    answer_prefill(context, g, res);
+    return respond(std::move(res));
+  }
+  auto after_pull = [&context, g, respond](ImportedRows imported) mutable {
+    HttpResponse res;
+    try {  // a server that began to drain while the rows came answers 503 (GenerationRun)
+      answer_message(context, std::move(g), std::move(imported), res);
+    } catch (...) {
+      res = exception_response(anthropic_error_body);
+    }
+    respond(std::move(res));
+  };
+  if (context.role() == "decode" && pull_imported(context, req, g, std::move(after_pull))) return;
+  answer_message(context, std::move(g), nullptr, res);
+  respond(std::move(res));
 }
 
 // Anthropic's token count: the prompt /v1/messages would run for the same body (template, tools,
@@ -128,10 +152,11 @@ void count_tokens(ServingContext& context, const HttpRequest& req, HttpResponse&
 }  // namespace
 
 void add_messages_routes(Router& router, ContextAccess context) {
-  router.add(
+  // Async only for a request that names a KV source (a decode role's pull answers later).
+  router.add_async(
       "POST", "/v1/messages",
-      [context](const HttpRequest& req, HttpResponse& res) { handle_messages(context(), req, res); },
-      /*prefix=*/false, anthropic_error_body);
+      [context](const HttpRequest& req, const Respond& respond) { handle_messages(context(), req, respond); },
+      names_kv_source, anthropic_error_body);
   router.add(
       "POST", "/v1/messages/count_tokens",
       [context](const HttpRequest& req, HttpResponse& res) { count_tokens(context(), req, res); },

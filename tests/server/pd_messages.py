@@ -1,0 +1,73 @@
+"""server.pd_messages: the Anthropic Messages API through `tachyon router`: the prefill server
+computes the prompt of a /v1/messages body (system prompt, tools, a prefill), the decode server
+imports its rows and answers; greedy answers equal one plain server's, whole and streamed, every
+request is imported (no prompt recomputed on the decode server), an invalid body comes back as
+Anthropic's error, and every KV block is free afterwards.
+    pd_messages.py TACHYON TOKENIZERS_DIR"""
+import json
+import sys
+import urllib.error
+import urllib.request
+
+from pd_cluster import Cluster, kv_usage, metric, wait_until
+
+IMPORTS = "tachyon:kv_transfer_imports_total"
+
+
+def messages(base, body):
+    """(status, the answer's text or the error object)."""
+    req = urllib.request.Request(base + "/v1/messages", json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            raw = r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read().decode())
+    if not body.get("stream"):
+        answer = json.loads(raw)
+        return 200, "".join(b.get("text", "") for b in answer["content"] if b["type"] == "text")
+    text = ""
+    for line in raw.split("\n"):
+        if line.startswith("data: "):
+            event = json.loads(line[6:])
+            if event["type"] == "error":
+                return 500, event
+            if event["type"] == "content_block_delta" and event["delta"]["type"] == "text_delta":
+                text += event["delta"]["text"]
+    return 200, text
+
+
+cluster = Cluster(sys.argv[1], sys.argv[2])
+try:
+    prefill = cluster.serve("prefill", "--role", "prefill")
+    decode = cluster.serve("decode", "--role", "decode")
+    plain = cluster.serve("plain")
+    router = cluster.router([prefill], [decode])
+    tools = [{"name": "weather", "description": "The weather of a city",
+              "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]
+    bodies = []
+    for i in range(6):
+        body = {"model": "tiny", "max_tokens": 12, "temperature": 0, "stream": i % 2 == 1,
+                "messages": [{"role": "user", "content": f"question {i}: what is the weather like in Paris today?"}]}
+        if i >= 2:
+            body["system"] = "You answer in one line."
+        if i >= 4:
+            body["tools"] = tools
+            body["messages"].append({"role": "assistant", "content": "Let me think"})  # a prefill
+        bodies.append(body)
+    imported = metric(decode.url, IMPORTS)
+    for i, body in enumerate(bodies):
+        got, want = messages(router.url, body), messages(plain.url, body)
+        if got != want or got[0] != 200:
+            sys.exit(f"request {i}: through the router {got}, one server {want}")
+    imports = metric(decode.url, IMPORTS) - imported
+    print(f"{len(bodies)} messages through the router equal one server's; {imports:.0f} imported by the decode server")
+    if imports != len(bodies):
+        sys.exit("a prompt was computed on the decode server instead of moving from the prefill server")
+    status, error = messages(router.url, {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]})
+    print(f"no max_tokens through the router: {status} {json.dumps(error)}")
+    if status != 400 or error.get("type") != "error" or error["error"].get("type") != "invalid_request_error":
+        sys.exit("an invalid body did not come back as Anthropic's 400")
+    wait_until(lambda: all(kv_usage(s) == 0 for s in (prefill, decode, plain)), 20, "KV left in use")
+    print("every KV block free")
+finally:
+    cluster.close()
