@@ -716,13 +716,13 @@ TEST(OpenaiRequest, ToolNamesAndParametersFollowOpenAisRules) {
     return R"({"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f",)"
            R"("parameters":)" + parameters + "}}]}";
   };
-  for (const std::string& parameters : {R"({"type":"string"})", R"({"type":["object","null"]})"}) {
+  for (const char* parameters : {R"({"type":"string"})", R"({"type":["object","null"]})"}) {
     ApiError e = chat_error(with_parameters(parameters));
     EXPECT_EQ(e.status, 400) << parameters;
     EXPECT_EQ(e.param, "tools[0].function.parameters") << parameters;
     EXPECT_NE(e.message.find("must describe an object"), std::string::npos) << e.message;
   }
-  for (const std::string& parameters : {R"({"type":"object","properties":{"a":{"type":"integer"}}})", "{}"}) {
+  for (const char* parameters : {R"({"type":"object","properties":{"a":{"type":"integer"}}})", "{}"}) {
     EXPECT_NO_THROW(parse_chat_request(with_parameters(parameters), limits())) << parameters;
   }
 }

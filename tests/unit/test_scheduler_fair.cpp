@@ -156,6 +156,7 @@ TEST_F(FairSchedulerTest, SharesAreKeptOnlyForClientsWithWorkAndNewcomersStartLe
   make({.max_num_batched_tokens = 16, .max_model_len = 4096, .policy = SchedulingPolicy::kFair}, 4096);
   for (uint64_t client = 1; client <= 50; ++client) add(3, client, 2);
   Sequence* old_client = add(2000, /*client=*/100);
+  EXPECT_EQ(scheduler_->num_fair_clients(), 51u);
   for (int i = 0; i < 40; ++i) step();
   EXPECT_GT(old_client->num_computed_tokens, 0);
   Sequence* newcomer = add(2000, /*client=*/200);
@@ -166,9 +167,7 @@ TEST_F(FairSchedulerTest, SharesAreKeptOnlyForClientsWithWorkAndNewcomersStartLe
   EXPECT_GE(newcomer->num_computed_tokens, 16 * 20 / 2 - 16);
   for (int guard = 0; scheduler_->has_work() && guard < 2000; ++guard) step();
   EXPECT_FALSE(scheduler_->has_work());
-  EXPECT_GT(scheduler_->num_fair_clients(), 0u) << "the last plan's clients";
-  scheduler_->schedule();  // shares are refreshed when a plan is made
-  EXPECT_EQ(scheduler_->num_fair_clients(), 0u);
+  EXPECT_EQ(scheduler_->num_fair_clients(), 0u) << "a client's share goes with its last sequence";
 }
 
 // Random clients, prompts, aborts and cache sizes under the fair policy: exact block accounting
@@ -196,7 +195,6 @@ TEST_F(FairSchedulerTest, RandomRunsKeepExactAccountingAndDrain) {
     for (int guard = 0; scheduler_->has_work() && guard < 2000; ++guard) step();
     EXPECT_FALSE(scheduler_->has_work()) << "trial " << trial << " never drained";
     EXPECT_EQ(kv_->num_free_blocks(), kv_->num_blocks()) << "trial " << trial;
-    scheduler_->schedule();  // shares are refreshed when a plan is made
     EXPECT_EQ(scheduler_->num_fair_clients(), 0u) << "trial " << trial;
   }
 }

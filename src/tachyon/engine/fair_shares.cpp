@@ -10,26 +10,25 @@ FairShares::Client FairShares::client_of(const Sequence& sequence) {
   return client != 0 ? Client{client, -1} : Client{0, sequence.request_id};
 }
 
-void FairShares::refresh(const std::vector<const Sequence*>& live) {
-  std::map<Client, int64_t> next;
-  for (const Sequence* s : live) next.emplace(client_of(*s), -1);
-  int64_t least = std::numeric_limits<int64_t>::max();
-  for (auto& [client, service] : next) {
-    auto it = service_.find(client);
-    if (it == service_.end()) continue;
-    service = it->second;
-    least = std::min(least, service);
+void FairShares::join(Sequence& sequence) {
+  if (sequence.fair_share != nullptr) return;
+  auto [it, added] = shares_.try_emplace(client_of(sequence));
+  if (added) {  // O(clients) once per client's arrival, not per step
+    int64_t least = std::numeric_limits<int64_t>::max();
+    for (const auto& [client, share] : shares_) {
+      if (&share != &it->second) least = std::min(least, share.service);
+    }
+    it->second.service = least == std::numeric_limits<int64_t>::max() ? 0 : least;
   }
-  if (least == std::numeric_limits<int64_t>::max()) least = 0;
-  for (auto& [client, service] : next) {
-    if (service < 0) service = least;
-  }
-  service_.swap(next);
+  ++it->second.live;
+  sequence.fair_share = &it->second;
 }
 
-int64_t FairShares::service(const Client& client) const {
-  auto it = service_.find(client);
-  return it == service_.end() ? 0 : it->second;
+void FairShares::leave(Sequence& sequence) {
+  if (sequence.fair_share == nullptr) return;
+  sequence.fair_share = nullptr;
+  auto it = shares_.find(client_of(sequence));
+  if (it != shares_.end() && --it->second.live == 0) shares_.erase(it);
 }
 
 }  // namespace tachyon::engine

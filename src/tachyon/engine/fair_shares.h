@@ -6,35 +6,53 @@
 // after a pause, starts at the least service among the clients with work, so that no client
 // banks credit while idle and none that was idle is starved by those that were not.
 // A client is SamplingParams::client when nonzero (the server's client address and end user),
-// else the request alone. Entries exist only while a client has a sequence waiting or running:
-// nothing here grows with the clients served.
+// else the request alone. A client has an entry while it has a sequence waiting or running (the
+// scheduler joins a sequence when it first waits and makes it leave when it finishes): nothing
+// here grows with the clients served, and nothing is rebuilt per step.
 #pragma once
 
 #include <cstdint>
-#include <map>
+#include <unordered_map>
 #include <utility>
-#include <vector>
 
 #include "tachyon/engine/sequence.h"
 
 namespace tachyon::engine {
 
+// One client's entry. Node-stable (an unordered_map's value): sequences point at it.
+struct FairShare {
+  int64_t service = 0;
+  int64_t live = 0;  // its sequences that joined and have not left
+  // Scratch for one scheduling pass (Scheduler::schedule_fair_prefills): the pass's stamp when
+  // `slot` is the client's index in that pass's work list, so grouping needs no lookup.
+  uint64_t stamp = 0;
+  size_t slot = 0;
+};
+
 class FairShares {
  public:
   // (SamplingParams::client, -1), or (0, request id) for a request that is its own client.
   using Client = std::pair<uint64_t, int64_t>;
+  struct ClientHash {
+    size_t operator()(const Client& c) const { return std::hash<uint64_t>{}(c.first * 0x9e3779b97f4a7c15ull ^ c.second); }
+  };
   static Client client_of(const Sequence& sequence);
 
-  // Starts a step: forgets clients without a live sequence and enters new ones at the least
-  // service of those already entered (0 when there are none).
-  void refresh(const std::vector<const Sequence*>& live);
-  int64_t service(const Client& client) const;
-  int64_t service(const Sequence& sequence) const { return service(client_of(sequence)); }
-  void charge(const Sequence& sequence, int64_t tokens) { service_[client_of(sequence)] += tokens; }
-  size_t num_clients() const { return service_.size(); }
+  // Once per sequence, when it first waits (forks and imports included); a client new to the
+  // shares starts at the least service of those with an entry (0 when there are none).
+  void join(Sequence& sequence);
+  // When it finishes (or is aborted); its client's entry goes with its last sequence.
+  void leave(Sequence& sequence);
+  static int64_t service(const Sequence& sequence) {
+    return sequence.fair_share == nullptr ? 0 : sequence.fair_share->service;
+  }
+  static void charge(const Sequence& sequence, int64_t tokens) {
+    if (sequence.fair_share != nullptr) sequence.fair_share->service += tokens;
+  }
+  size_t num_clients() const { return shares_.size(); }
 
  private:
-  std::map<Client, int64_t> service_;
+  std::unordered_map<Client, FairShare, ClientHash> shares_;
 };
 
 }  // namespace tachyon::engine

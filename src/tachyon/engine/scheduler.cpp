@@ -38,6 +38,7 @@ int32_t Scheduler::pool_of(const Sequence& sequence) const {
 }
 
 void Scheduler::add(Sequence* sequence) {
+  if (fair()) shares_.join(*sequence);  // once: a preempted sequence has joined already
   sequence->status = SequenceStatus::kWaiting;
   waiting_.insert(sequence);
 }
@@ -49,6 +50,7 @@ bool Scheduler::add_imported(Sequence* sequence) {
       << "internal: imported sequence " << sequence->id << " has " << sequence->num_tokens() << " tokens, "
       << sequence->num_computed_tokens << " computed, " << sequence->block_table.size() << " blocks for a prompt of "
       << prompt;
+  if (fair()) shares_.join(*sequence);
   sequence->status = SequenceStatus::kRunning;
   if (!sequence->first_scheduled) sequence->first_scheduled = std::chrono::steady_clock::now();
   running_.push_back(sequence);
@@ -98,8 +100,12 @@ core::StepPlan Scheduler::schedule() {
   const auto prefills = std::stable_partition(order.begin(), order.end(),
                                               [](const Sequence* s) { return s->decoding(); });
   if (fair()) {
-    std::stable_sort(order.begin(), prefills,
-                     [&](const Sequence* a, const Sequence* b) { return shares_.service(*a) < shares_.service(*b); });
+    std::vector<std::pair<int64_t, Sequence*>> by_service;
+    by_service.reserve(static_cast<size_t>(prefills - order.begin()));
+    for (auto it = order.begin(); it != prefills; ++it) by_service.emplace_back(FairShares::service(**it), *it);
+    std::stable_sort(by_service.begin(), by_service.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (size_t i = 0; i < by_service.size(); ++i) order[i] = by_service[i].second;
   }
   for (auto it = order.begin(); it != prefills; ++it) schedule_running(**it, budget, plan);
   if (fair()) {
@@ -396,6 +402,7 @@ void Scheduler::check_stop(Sequence& sequence) {
 }
 
 void Scheduler::finish(Sequence& sequence, FinishReason reason) {
+  shares_.leave(sequence);
   running_.erase(std::remove(running_.begin(), running_.end(), &sequence), running_.end());
   kv_.free(sequence.block_table);
   sequence.status = SequenceStatus::kFinished;

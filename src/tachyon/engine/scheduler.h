@@ -27,7 +27,6 @@
 
 #include <cstdint>
 #include <deque>
-#include <map>
 #include <optional>
 #include <set>
 #include <vector>
@@ -75,8 +74,8 @@ class Scheduler {
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
   const std::vector<Sequence*>& running() const { return running_; }
-  // Clients the fair policy keeps a share for (those with a sequence waiting or running when the
-  // last plan was made); 0 under the other policies.
+  // Clients the fair policy keeps a share for (those with a sequence waiting or running); 0 under
+  // the other policies.
   size_t num_fair_clients() const { return shares_.num_clients(); }
 
  private:
@@ -113,7 +112,6 @@ class Scheduler {
   Sequence* pick_fair_victim(Sequence& asking, const core::StepPlan& plan) const;
   Sequence* yielding_sequence(int32_t pool, const FairShares::Client& asker, int64_t asker_more,
                               const core::StepPlan& plan) const;
-  std::map<FairShares::Client, int64_t> blocks_by_client(int32_t pool) const;
 
   core::SchedulerConfig config_;
   KvCacheManager& kv_;
@@ -121,6 +119,7 @@ class Scheduler {
   std::set<Sequence*, WaitingOrder> waiting_;
   int64_t num_sampled_in_plan_ = 0;  // sampled sequences appended to the plan being built
   FairShares shares_;                // the fair policy's service per client
+  uint64_t fair_pass_ = 0;           // stamps schedule_fair_prefills' grouping (FairShare::stamp)
 };
 
 }  // namespace tachyon::engine

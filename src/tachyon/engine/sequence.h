@@ -20,6 +20,8 @@ class Matcher;  // structured/matcher.h
 
 namespace tachyon::engine {
 
+struct FairShare;  // engine/fair_shares.h
+
 enum class SequenceStatus { kWaiting, kRunning, kFinished };
 enum class FinishReason { kNone, kStop, kLength, kAbort };
 
@@ -55,6 +57,9 @@ struct Sequence {
   std::vector<Sequence*> pending_forks;  // siblings (n > 1) admitted once this prompt is computed
   int64_t num_prefix_hit_tokens = 0;    // prompt tokens served from the prefix cache (last admission)
   int64_t num_preemptions = 0;
+  // Its client's share under the fair policy while it counts there (engine/fair_shares.h): the
+  // scheduler reads the client's service through it without a lookup.
+  FairShare* fair_share = nullptr;
   // Structured outputs: its position in params->structured's grammar, advanced by every token it
   // accepts (engine/structured_masks.h); null when unconstrained. Shared only so that this
   // header needs no definition of Matcher.
