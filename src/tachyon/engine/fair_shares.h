@@ -23,8 +23,9 @@ namespace tachyon::engine {
 struct FairShare {
   int64_t service = 0;
   int64_t live = 0;  // its sequences that joined and have not left
-  // Scratch for one scheduling pass (Scheduler::schedule_fair_prefills): the pass's stamp when
-  // `slot` is the client's index in that pass's work list, so grouping needs no lookup.
+  // Scratch for one pass of the scheduler over its sequences (Scheduler::start_fair_step,
+  // schedule_fair_prefills): the pass's stamp once the client was seen in it, and then `slot`, its
+  // index in that pass's work list; grouping by client needs no lookup.
   uint64_t stamp = 0;
   size_t slot = 0;
 };

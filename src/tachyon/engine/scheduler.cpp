@@ -100,12 +100,9 @@ core::StepPlan Scheduler::schedule() {
   const auto prefills = std::stable_partition(order.begin(), order.end(),
                                               [](const Sequence* s) { return s->decoding(); });
   if (fair()) {
-    std::vector<std::pair<int64_t, Sequence*>> by_service;
-    by_service.reserve(static_cast<size_t>(prefills - order.begin()));
-    for (auto it = order.begin(); it != prefills; ++it) by_service.emplace_back(FairShares::service(**it), *it);
-    std::stable_sort(by_service.begin(), by_service.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
-    for (size_t i = 0; i < by_service.size(); ++i) order[i] = by_service[i].second;
+    std::stable_sort(order.begin(), prefills, [](const Sequence* a, const Sequence* b) {
+      return FairShares::service(*a) < FairShares::service(*b);
+    });
   }
   for (auto it = order.begin(); it != prefills; ++it) schedule_running(**it, budget, plan);
   if (fair()) {

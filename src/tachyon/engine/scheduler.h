@@ -119,7 +119,7 @@ class Scheduler {
   std::set<Sequence*, WaitingOrder> waiting_;
   int64_t num_sampled_in_plan_ = 0;  // sampled sequences appended to the plan being built
   FairShares shares_;                // the fair policy's service per client
-  uint64_t fair_pass_ = 0;           // stamps schedule_fair_prefills' grouping (FairShare::stamp)
+  uint64_t fair_pass_ = 0;           // the last pass's FairShare::stamp
 };
 
 }  // namespace tachyon::engine

@@ -32,9 +32,12 @@ void Scheduler::start_fair_step(core::StepPlan& plan) {
   if (roomy) return;
   // A client can yield only a sequence beside others of its own (yielding_sequence's bound):
   // when none has two, no room can be made, and the waiting ones need not be looked at.
-  std::unordered_map<FairShares::Client, int, FairShares::ClientHash> running_per_client;
+  const uint64_t stamp = ++fair_pass_;  // marks each running client's share once
   bool some_client_has_two = false;
-  for (const Sequence* s : running_) some_client_has_two |= ++running_per_client[FairShares::client_of(*s)] > 1;
+  for (const Sequence* s : running_) {
+    some_client_has_two = some_client_has_two || s->fair_share->stamp == stamp;
+    s->fair_share->stamp = stamp;
+  }
   if (!some_client_has_two) return;
   if (Sequence* head = next_fair_waiting()) make_room_for(*head, plan);
 }

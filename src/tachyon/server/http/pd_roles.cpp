@@ -182,4 +182,25 @@ bool pull_imported(ServingContext& context, const HttpRequest& req, const Genera
   return true;
 }
 
+void answer_for_role(ServingContext& context, const HttpRequest& req, Generation g, const Respond& respond,
+                     AnswerFromRows answer, ErrorBodyFn error_body) {
+  HttpResponse res;
+  if (context.role() == "prefill") {
+    answer_prefill(context, g, res);
+    return respond(std::move(res));
+  }
+  auto after_pull = [&context, g, respond, answer, error_body](ImportedRows imported) mutable {
+    HttpResponse res;
+    try {  // a server that began to drain while the rows came answers 503 (GenerationRun)
+      answer(context, std::move(g), std::move(imported), res);
+    } catch (...) {
+      res = exception_response(error_body);
+    }
+    respond(std::move(res));
+  };
+  if (context.role() == "decode" && pull_imported(context, req, g, std::move(after_pull))) return;
+  answer(context, std::move(g), nullptr, res);
+  respond(std::move(res));
+}
+
 }  // namespace tachyon::server

@@ -23,6 +23,7 @@
 #include "tachyon/engine/kv_transfer.h"
 #include "tachyon/server/http/generation.h"
 #include "tachyon/server/http/http_message.h"
+#include "tachyon/server/http/http_router.h"
 
 namespace tachyon::server {
 
@@ -58,5 +59,13 @@ using ImportedRows = std::shared_ptr<const engine::KvPayload>;
 // `then` must not throw (it answers the request, errors included).
 bool pull_imported(ServingContext& context, const HttpRequest& req, const Generation& g,
                    std::function<void(ImportedRows)> then);
+
+// How a generation route answers from the prompt's pulled rows (null: none, computed here).
+using AnswerFromRows = std::function<void(ServingContext&, Generation, ImportedRows, HttpResponse&)>;
+// A generation route's answer for this server's role, through `respond`: a prefill server's lease
+// at once; a decode server's `answer` once the pull ended (on the pull's thread, a failure in
+// `error_body`'s shape); any other server's `answer` at once.
+void answer_for_role(ServingContext& context, const HttpRequest& req, Generation g, const Respond& respond,
+                     AnswerFromRows answer, ErrorBodyFn error_body);
 
 }  // namespace tachyon::server

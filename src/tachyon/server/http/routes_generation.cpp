@@ -339,23 +339,12 @@ void handle_generation(ServingContext& context, const HttpRequest& req, const Re
   g.client = client_address(context, req);  // a router's client behind a router
   g.params.client = fair_share_client(g.client, g.user);
   g.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  HttpResponse res;
-  if (context.role() == "prefill") {
-    answer_prefill(context, g, res);  // http/pd_roles.h
-    return respond(std::move(res));
-  }
-  auto after_pull = [&context, g, keepalive, respond](ImportedRows imported) mutable {
-    HttpResponse res;
-    try {  // a server that began to drain while the rows came answers 503 (GenerationRun)
-      answer_generation(context, std::move(g), std::move(imported), keepalive, res);
-    } catch (...) {
-      res = exception_response();
-    }
-    respond(std::move(res));
-  };
-  if (context.role() == "decode" && pull_imported(context, req, g, std::move(after_pull))) return;
-  answer_generation(context, std::move(g), nullptr, keepalive, res);
-  respond(std::move(res));
+  answer_for_role(
+      context, req, std::move(g), respond,
+      [keepalive](ServingContext& context, Generation g, ImportedRows imported, HttpResponse& res) {
+        answer_generation(context, std::move(g), std::move(imported), keepalive, res);
+      },
+      error_body);
 }
 
 }  // namespace

@@ -122,23 +122,7 @@ void handle_messages(ServingContext& context, const HttpRequest& req, const Resp
   g.model = context.limits().model_name;
   g.client = client_address(context, req);  // a router's client behind a router
   g.params.client = fair_share_client(g.client, g.user);
-  HttpResponse res;
-  if (context.role() == "prefill") {
-    answer_prefill(context, g, res);
-    return respond(std::move(res));
-  }
-  auto after_pull = [&context, g, respond](ImportedRows imported) mutable {
-    HttpResponse res;
-    try {  // a server that began to drain while the rows came answers 503 (GenerationRun)
-      answer_message(context, std::move(g), std::move(imported), res);
-    } catch (...) {
-      res = exception_response(anthropic_error_body);
-    }
-    respond(std::move(res));
-  };
-  if (context.role() == "decode" && pull_imported(context, req, g, std::move(after_pull))) return;
-  answer_message(context, std::move(g), nullptr, res);
-  respond(std::move(res));
+  answer_for_role(context, req, std::move(g), respond, answer_message, anthropic_error_body);
 }
 
 // Anthropic's token count: the prompt /v1/messages would run for the same body (template, tools,
