@@ -118,6 +118,43 @@ TEST(FixedOrderGemm, EveryInstructionSetGivesThePortableSpecsBits) {
   }
 }
 
+// The attention's batched forms (16 dot products reduced together; the weighted sum kept in
+// registers) give each lone call's bits, on every instruction set, for rows anywhere in memory.
+TEST(FixedOrderGemm, ManyDotsAndAWeightedSumAreTheLoneCallsBits) {
+  std::mt19937 rng(43);
+  std::vector<GemmIsa> isas{GemmIsa::kPortable};
+  for (GemmIsa isa : {GemmIsa::kAvx2, GemmIsa::kAvx512}) {
+    if (cpu_runs(isa)) isas.push_back(isa);
+  }
+  for (const int64_t k : {1, 7, 16, 33, 64, 100, 128, 192, 300, 576}) {
+    const std::vector<float> pool = random_values(static_cast<size_t>(64 * k), rng);
+    const std::vector<float> x = random_values(static_cast<size_t>(k), rng);
+    for (const int64_t count : {0, 1, 5, 16, 17, 40, 64}) {
+      std::vector<const float*> rows;  // scattered, repeated and out of order, as a paged cache gives them
+      std::uniform_int_distribution<int64_t> pick(0, 63);
+      for (int64_t j = 0; j < count; ++j) rows.push_back(pool.data() + pick(rng) * k);
+      std::vector<float> weights = random_values(static_cast<size_t>(count), rng);
+      const std::vector<float> start = random_values(static_cast<size_t>(k), rng);  // a sum of rows before
+      std::vector<float> lone_dots, lone_sum = start;
+      for (int64_t j = 0; j < count; ++j) {
+        lone_dots.push_back(fixed_order_dot(GemmIsa::kPortable, x.data(), rows[j], k) * 0.3f);
+        fused_axpy(GemmIsa::kPortable, lone_sum.data(), weights[j], rows[j], k);
+      }
+      for (const GemmIsa isa : isas) {
+        std::vector<float> dots(static_cast<size_t>(count) + 1, NAN), sum = start;
+        sum.push_back(NAN);
+        fixed_order_dots(isa, dots.data(), x.data(), rows.data(), count, k, 0.3f);
+        fused_weighted_sum(isa, sum.data(), weights.data(), rows.data(), count, k);
+        EXPECT_TRUE(std::isnan(dots.back()) && std::isnan(sum.back())) << "wrote past the end";
+        dots.pop_back();
+        sum.pop_back();
+        ASSERT_EQ(dots, lone_dots) << gemm_isa_name(isa) << ", " << count << " rows of " << k;
+        ASSERT_EQ(sum, lone_sum) << gemm_isa_name(isa) << ", " << count << " rows of " << k;
+      }
+    }
+  }
+}
+
 TEST(FixedOrderGemm, SumsAgreeWithDoublePrecision) {
   std::mt19937 rng(37);
   for (const ProductShape s : kShapes) {

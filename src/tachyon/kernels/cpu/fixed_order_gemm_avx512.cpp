@@ -4,8 +4,10 @@
 // cpu_runs(GemmIsa::kAvx512) says so; the build's own flags stay the generic x86-64. A bf16 weight
 // is widened in the register it is loaded into (AVX-512F's zero-extension and shift, no BF16
 // extension needed); every sum is then the f32 product's, instruction for instruction.
+#include <algorithm>
 #include <array>
 #include <utility>
+#include <vector>
 
 #include "tachyon/base/check.h"
 #include "tachyon/kernels/cpu/fixed_order_gemm.h"
@@ -112,7 +114,125 @@ void columns_512(float* out, const float* in, const W* weight, int64_t rows, int
   run_gemm_tiles(tiles, out, in, weight, rows, in_features, out_features, col_begin, col_end);
 }
 
+// The additions by halves of fixed_order_gemm.h for 16 dot products at once. Each step takes two
+// registers of partial sums and adds the upper half of every row's live lanes onto the lower half,
+// packing both registers' rows into one: the same additions as sum_by_halves_512, in a third of
+// the instructions. Step 1: lanes 0-7 = a[j] + a[j + 8], lanes 8-15 = b[j] + b[j + 8].
+// (The masked forms with every lane set are the plain instructions: see sum_by_halves_512.)
+constexpr __mmask16 kAllLanes = 0xFFFF;
+TACHYON_TARGET_AVX512 inline __m512 add_eighths(__m512 a, __m512 b) {
+  return _mm512_add_ps(_mm512_mask_shuffle_f32x4(a, kAllLanes, a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                       _mm512_mask_shuffle_f32x4(a, kAllLanes, a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+}
+// Step 2, on two results of step 1 (each 128-bit chunk then holds one row's 4 sums): j += j + 4.
+TACHYON_TARGET_AVX512 inline __m512 add_fourths(__m512 a, __m512 b) {
+  return _mm512_add_ps(_mm512_mask_shuffle_f32x4(a, kAllLanes, a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_mask_shuffle_f32x4(a, kAllLanes, a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+// Step 3 (j += j + 2 within each chunk, two rows' pairs per chunk), and step 4 (j += j + 1).
+TACHYON_TARGET_AVX512 inline __m512 add_seconds(__m512 a, __m512 b) {
+  return _mm512_add_ps(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                       _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+}
+TACHYON_TARGET_AVX512 inline __m512 add_firsts(__m512 a, __m512 b) {
+  return _mm512_add_ps(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// out[j] = dot(x, rows[j]) * scale for j < count <= 16, each dot in the fixed order. Rows past
+// count repeat rows[0] and are not stored.
+TACHYON_TARGET_AVX512 void dots_block_512(float* out, const float* x, const float* const* rows, int64_t count,
+                                          int64_t k, float scale) {
+  const float* r[kDotLanes];
+  for (int j = 0; j < kDotLanes; ++j) r[j] = rows[j < count ? j : 0];
+  __m512 sums[kDotLanes];
+#pragma GCC unroll 16
+  for (int j = 0; j < kDotLanes; ++j) sums[j] = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + kDotLanes <= k; i += kDotLanes) {
+    const __m512 xs = _mm512_loadu_ps(x + i);
+#pragma GCC unroll 16
+    for (int j = 0; j < kDotLanes; ++j) sums[j] = _mm512_fmadd_ps(xs, _mm512_loadu_ps(r[j] + i), sums[j]);
+  }
+  if (i < k) {  // the partial group, as tile_512 adds it
+    const __mmask16 lanes = static_cast<__mmask16>((1u << (k - i)) - 1);
+    const __m512 xs = _mm512_maskz_loadu_ps(lanes, x + i);
+#pragma GCC unroll 16
+    for (int j = 0; j < kDotLanes; ++j) {
+      sums[j] = _mm512_mask3_fmadd_ps(xs, _mm512_maskz_loadu_ps(lanes, r[j] + i), sums[j], lanes);
+    }
+  }
+  __m512 eighths[8], fourths[4], seconds[2];
+#pragma GCC unroll 8
+  for (int p = 0; p < 8; ++p) eighths[p] = add_eighths(sums[2 * p], sums[2 * p + 1]);
+#pragma GCC unroll 4
+  for (int p = 0; p < 4; ++p) fourths[p] = add_fourths(eighths[2 * p], eighths[2 * p + 1]);
+  seconds[0] = add_seconds(fourths[0], fourths[1]);
+  seconds[1] = add_seconds(fourths[2], fourths[3]);
+  // Lane 4c + e of the last step holds row 4e + c: put each row back in its place.
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m512 last_step = add_firsts(seconds[0], seconds[1]);
+  const __m512 totals = _mm512_mask_permutexvar_ps(last_step, kAllLanes, order, last_step);
+  const auto stored = static_cast<__mmask16>((1u << count) - 1);
+  _mm512_mask_storeu_ps(out, stored, _mm512_mul_ps(totals, _mm512_set1_ps(scale)));
+}
+
+// out[0, 16 V) (the lanes in `last` of the last register) += the fused sum over the rows.
+template <int V>
+TACHYON_TARGET_AVX512 void weighted_sum_block_512(float* out, const float* weights, const float* const* rows,
+                                                  int64_t count, __mmask16 last) {
+  __m512 sums[V];
+#pragma GCC unroll 8
+  for (int v = 0; v < V - 1; ++v) sums[v] = _mm512_loadu_ps(out + v * kDotLanes);
+  sums[V - 1] = _mm512_maskz_loadu_ps(last, out + (V - 1) * kDotLanes);
+  for (int64_t j = 0; j < count; ++j) {
+    const __m512 weight = _mm512_set1_ps(weights[j]);
+    const float* row = rows[j];
+#pragma GCC unroll 8
+    for (int v = 0; v < V - 1; ++v) sums[v] = _mm512_fmadd_ps(weight, _mm512_loadu_ps(row + v * kDotLanes), sums[v]);
+    sums[V - 1] = _mm512_fmadd_ps(weight, _mm512_maskz_loadu_ps(last, row + (V - 1) * kDotLanes), sums[V - 1]);
+  }
+#pragma GCC unroll 8
+  for (int v = 0; v < V - 1; ++v) _mm512_storeu_ps(out + v * kDotLanes, sums[v]);
+  _mm512_mask_storeu_ps(out + (V - 1) * kDotLanes, last, sums[V - 1]);
+}
+
 }  // namespace
+
+void dots_avx512(float* out, const float* x, const float* const* rows, int64_t count, int64_t k, float scale) {
+  for (int64_t j = 0; j < count; j += kDotLanes) {
+    dots_block_512(out + j, x, rows + j, std::min<int64_t>(kDotLanes, count - j), k, scale);
+  }
+}
+
+// Up to 8 registers of output at a time (the rest of the 32 hold the loads); every element's sum
+// is the same chain of fused multiply-adds in the rows' order as fused_axpy's.
+void weighted_sum_avx512(float* out, const float* weights, const float* const* rows, int64_t count, int64_t n) {
+  constexpr int64_t kBlock = 8 * kDotLanes;
+  std::vector<const float*> shifted;
+  for (int64_t d = 0; d < n; d += kBlock) {
+    const int64_t width = std::min(kBlock, n - d);
+    const int vectors = static_cast<int>((width + kDotLanes - 1) / kDotLanes);
+    const int64_t tail = width - (vectors - 1) * kDotLanes;
+    const auto last = static_cast<__mmask16>((1u << tail) - 1);
+    const float* const* block_rows = rows;
+    if (d > 0) {  // the rows from column d on
+      shifted.resize(static_cast<size_t>(count));
+      for (int64_t j = 0; j < count; ++j) shifted[static_cast<size_t>(j)] = rows[j] + d;
+      block_rows = shifted.data();
+    }
+    switch (vectors) {
+      case 1: weighted_sum_block_512<1>(out + d, weights, block_rows, count, last); break;
+      case 2: weighted_sum_block_512<2>(out + d, weights, block_rows, count, last); break;
+      case 3: weighted_sum_block_512<3>(out + d, weights, block_rows, count, last); break;
+      case 4: weighted_sum_block_512<4>(out + d, weights, block_rows, count, last); break;
+      case 5: weighted_sum_block_512<5>(out + d, weights, block_rows, count, last); break;
+      case 6: weighted_sum_block_512<6>(out + d, weights, block_rows, count, last); break;
+      case 7: weighted_sum_block_512<7>(out + d, weights, block_rows, count, last); break;
+      default: weighted_sum_block_512<8>(out + d, weights, block_rows, count, last); break;
+    }
+  }
+}
 
 void gemm_columns_avx512(float* out, const float* in, const float* weight, int64_t rows, int64_t in_features,
                          int64_t out_features, int64_t col_begin, int64_t col_end) {
@@ -160,6 +280,12 @@ float dot_avx512(const float*, const float*, int64_t) {
 }
 void axpy_avx512(float*, float, const float*, int64_t) {
   TACHYON_CHECK(false) << "internal: the AVX-512 axpy was called on a CPU that is not x86-64";
+}
+void dots_avx512(float*, const float*, const float* const*, int64_t, int64_t, float) {
+  TACHYON_CHECK(false) << "internal: the AVX-512 dot products were called on a CPU that is not x86-64";
+}
+void weighted_sum_avx512(float*, const float*, const float* const*, int64_t, int64_t) {
+  TACHYON_CHECK(false) << "internal: the AVX-512 weighted sum was called on a CPU that is not x86-64";
 }
 }  // namespace tachyon::kernels::cpu
 

@@ -4,13 +4,16 @@
 // of the value rows, visited in the scores' order. The kernels differ only in how they score and
 // where a value row lives, so both stay with them: the scores come in, `value_row(j)` finds row j.
 // Each step keeps the order and the roundings the three kernels had, so their outputs are the
-// same bits as before (tests/unit/test_attention_kernels.cpp).
+// same bits as before (tests/unit/test_attention_kernels.cpp). The dense attention calls the two
+// halves itself (softmax_in_place, then fused_weighted_sum a chunk of keys at a time); its
+// ValueSum::kFused here is the same sum in one call.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "tachyon/kernels/cpu/fixed_order_gemm.h"
 
@@ -21,28 +24,46 @@ namespace tachyon::kernels::cpu {
 // have always multiplied, rounded, then added, and keep it, so that their results do not move.
 enum class ValueSum { kFused, kMultiplyThenAdd };
 
-// out: [width] = sum_j softmax(scores)_j * value_row(j)[0, width), j in scores' order;
-// scores: [count] q.k * scale, overwritten with exp(score - max). value_row(j) -> const float*
-// [width]. count 0 leaves out all zeros. `isa` is used by ValueSum::kFused only.
-template <typename ValueRow>
-void softmax_weighted_sum(float* out, std::span<float> scores, int64_t width, ValueSum sum, GemmIsa isa,
-                          const ValueRow& value_row) {
-  float max_score = -INFINITY;
-  for (const float score : scores) max_score = std::max(max_score, score);
+// scores: [count] q.k * scale -> their softmax weights, in place: exp(score - max) summed in the
+// scores' order, each divided by that sum (the roundings every kernel has always had).
+inline void softmax_in_place(std::span<float> scores) {
+  // The largest score in 8 running maxima (the compiler's vector lanes; one chain waits on each
+  // comparison): the same value in any order, a NaN skipped in both (std::max keeps its first).
+  constexpr size_t kLanes = 8;
+  float lane_max[kLanes];
+  std::fill(lane_max, lane_max + kLanes, -INFINITY);
+  size_t j = 0;
+  for (; j + kLanes <= scores.size(); j += kLanes) {
+    for (size_t l = 0; l < kLanes; ++l) lane_max[l] = std::max(lane_max[l], scores[j + l]);
+  }
+  for (; j < scores.size(); ++j) lane_max[0] = std::max(lane_max[0], scores[j]);
+  const float max_score = *std::max_element(lane_max, lane_max + kLanes);
   float denominator = 0.0f;
   for (float& score : scores) {
     score = std::exp(score - max_score);
     denominator += score;
   }
+  for (float& score : scores) score /= denominator;  // a loop of its own: it vectorizes
+}
+
+// out: [width] = sum_j softmax(scores)_j * value_row(j)[0, width), j in scores' order;
+// scores: [count] q.k * scale, overwritten with the weights. value_row(j) -> const float*
+// [width]. count 0 leaves out all zeros. `isa` is used by ValueSum::kFused only.
+template <typename ValueRow>
+void softmax_weighted_sum(float* out, std::span<float> scores, int64_t width, ValueSum sum, GemmIsa isa,
+                          const ValueRow& value_row) {
+  softmax_in_place(scores);
+  if (sum == ValueSum::kFused) {
+    std::vector<const float*> rows(scores.size());
+    for (size_t j = 0; j < scores.size(); ++j) rows[j] = value_row(static_cast<int64_t>(j));
+    std::fill(out, out + width, 0.0f);
+    fused_weighted_sum(isa, out, scores.data(), rows.data(), static_cast<int64_t>(scores.size()), width);
+    return;
+  }
   std::fill(out, out + width, 0.0f);
   for (size_t j = 0; j < scores.size(); ++j) {
-    const float weight = scores[j] / denominator;
     const float* value = value_row(static_cast<int64_t>(j));
-    if (sum == ValueSum::kFused) {
-      fused_axpy(isa, out, weight, value, width);
-    } else {
-      for (int64_t d = 0; d < width; ++d) out[d] += weight * value[d];
-    }
+    for (int64_t d = 0; d < width; ++d) out[d] += scores[j] * value[d];
   }
 }
 
