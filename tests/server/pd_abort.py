@@ -1,6 +1,7 @@
 """server.pd_abort: a client that hangs up on the router during a non-streamed request frees the
 KV of both servers, at each stage: before the prefill server answers, while the KV moves (the
-prefill server's KV port stalls), and while the decode server generates. Each hang-up must abort
+prefill server's KV port stalls), and while the decode server generates (a completion and an
+Anthropic message). Each hang-up must abort
 the request on the decode server (its abort count rises: the long answer never ran to its end)
 and leave every KV block free on both servers, long before the leases' 60 s timeout.
     pd_abort.py TACHYON TOKENIZERS_DIR"""
@@ -24,10 +25,10 @@ try:
     long_prompt = " ".join(["seven tiny robots count prime numbers while the quick brown fox jumps"] * 150)
     body = {"model": "tiny", "prompt": long_prompt, "max_tokens": 2000, "temperature": 0, "ignore_eos": True}
 
-    def stage(name, router, wait_for_stage):
+    def stage(name, router, wait_for_stage, path="/v1/completions", body=body):
         aborted = metric(decode.url, *ABORTED)
         gone = metric(router.url, *CLIENT_GONE)
-        s = raw_request(router.port, "/v1/completions", body)
+        s = raw_request(router.port, path, body)
         wait_for_stage()
         hang_up(s)
         wait_until(lambda: metric(decode.url, *ABORTED) == aborted + 1, 30,
@@ -46,7 +47,11 @@ try:
     stage("during the transfer", stalling_router,
           lambda: wait_until(lambda: prefill_answers(stalling_router) == before + 1, 30, "no prefill answer"))
     # 3. While the decode server generates its 2,000 tokens.
-    stage("during decode", router,
-          lambda: wait_until(lambda: metric(decode.url, "tachyon:num_requests_running") == 1, 30, "no decode"))
+    decoding = lambda: wait_until(lambda: metric(decode.url, "tachyon:num_requests_running") == 1, 30, "no decode")
+    stage("during decode", router, decoding)
+    # 4. The same on the Anthropic route (its whole answer's head goes first on a decode server too).
+    message = {"model": "tiny", "max_tokens": 2000, "temperature": 0, "stop_sequences": [],
+               "messages": [{"role": "user", "content": long_prompt}]}
+    stage("during a message's decode", router, decoding, "/v1/messages", message)
 finally:
     cluster.close()

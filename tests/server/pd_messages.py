@@ -2,7 +2,8 @@
 computes the prompt of a /v1/messages body (system prompt, tools, a prefill), the decode server
 imports its rows and answers; greedy answers equal one plain server's, whole and streamed, every
 request is imported (no prompt recomputed on the decode server), an invalid body comes back as
-Anthropic's error, and every KV block is free afterwards.
+Anthropic's error, an answer the engine gave up on is the same 400 as one server's, and every KV
+block is free afterwards.
     pd_messages.py TACHYON TOKENIZERS_DIR"""
 import json
 import sys
@@ -67,6 +68,20 @@ try:
     print(f"no max_tokens through the router: {status} {json.dumps(error)}")
     if status != 400 or error.get("type") != "error" or error["error"].get("type") != "invalid_request_error":
         sys.exit("an invalid body did not come back as Anthropic's 400")
+    # An answer the decode server's engine gave up on (a forced tool call whose schema doubles the
+    # open parses with every '['): one server says 400 with why; the decode server's head went
+    # first (200, keep-alive spaces), so the router must read the status from the body.
+    items = {"anyOf": [{"$ref": "#/$defs/a"}, {"$ref": "#/$defs/b"}]}
+    array = {"type": "array", "items": items, "minItems": 1}
+    schema = {"type": "object", "properties": {"x": {"$ref": "#/$defs/a"}}, "required": ["x"],
+              "$defs": {"a": array, "b": array}}
+    gave_up = {"model": "tiny", "max_tokens": 64, "temperature": 0, "thinking": {"type": "disabled"},
+               "messages": [{"role": "user", "content": "hi"}], "tools": [{"name": "f", "input_schema": schema}],
+               "tool_choice": {"type": "tool", "name": "f"}}
+    got, want = messages(router.url, gave_up), messages(plain.url, gave_up)
+    print(f"an answer the engine gave up on: through the router {got[0]}, one server {want[0]}")
+    if got != want or got[0] != 400 or "too ambiguous" not in got[1]["error"]["message"]:
+        sys.exit(f"through the router {got}, one server {want}")
     wait_until(lambda: all(kv_usage(s) == 0 for s in (prefill, decode, plain)), 20, "KV left in use")
     print("every KV block free")
 finally:

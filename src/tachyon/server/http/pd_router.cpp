@@ -71,7 +71,8 @@ class InFlight {
 // A non-streamed answer is held until it is whole (its head waits for it: HttpResponse::
 // head_waits_for_body), so its status can say what happened: a decode server that failed gives
 // 503, and an engine failure, which a decode server reports as an error body under the 200 it
-// sent first (its keep-alive spaces need the head out), gives 500, as one server answers. One
+// sent first (its keep-alive spaces need the head out), gives 500, as one server answers (an
+// invalid_request_error body 400). One
 // larger than kRelayHeldBytes goes out as a 200 from there on, as a streamed one does.
 class RelayStream : public BodyStream {
  public:
@@ -128,11 +129,14 @@ class RelayStream : public BodyStream {
       out += failed_error();
       return true;
     }
-    // Under its 200 a decode server's body is an answer or, when its engine failed, an error.
+    // Under its 200 a decode server's body is an answer or an error: its engine failed (500), or
+    // it ended the answer by itself (an Anthropic message's forced tool call: 400).
     const auto json = nlohmann::json::parse(std::string_view(held_).substr(body), nullptr, false);
     const bool error = json.is_object() && json.contains("error");
-    if (error) status_ = 500;
-    end(error ? RouteOutcome::kUpstreamFailed : RouteOutcome::kOk);
+    const bool refused =
+        error && json["error"].is_object() && json["error"].value("type", "") == "invalid_request_error";
+    if (error) status_ = refused ? 400 : 500;
+    end(refused ? RouteOutcome::kClientError : error ? RouteOutcome::kUpstreamFailed : RouteOutcome::kOk);
     out.append(held_, body);
     return true;
   }
