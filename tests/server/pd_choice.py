@@ -1,6 +1,7 @@
 """server.pd_choice: `tachyon router --policy prefix` sends a request whose prompt shares a prefix
 with an earlier one to the prefill server that holds that prefix in its cache (learnt from the
-hashes it publishes), where round-robin or load alone would spread them over both servers. The
+hashes it publishes), where round-robin or load alone would spread them over both servers, for
+completions and Anthropic messages alike. The
 prefix-cache counters of the two servers show where each prompt ran; the answers equal one
 server's. Then a router whose scrapes come a minute apart (one at its start): it learns a prefix
 from its own routing alone, so a second prompt sharing a new prefix, sent right after the first,
@@ -46,6 +47,30 @@ try:
         sys.exit("the prefix policy should send every shared-prefix prompt to the server holding the prefix")
     wait_until(lambda: all(kv_usage(s) == 0 for s in (a, b, decode)), 20, "KV left in use")
     print("answers equal one server's; every KV block free")
+
+    # Anthropic bodies route by their prefix too (the router renders them as the servers do): a
+    # long system prompt shared by five questions. Routed by load, the two idle servers share them.
+    system = " ".join(["you are a careful assistant who explains how tiny robots sort their prime numbers"] * 20)
+
+    def message(i):
+        return {"model": "tiny", "max_tokens": 4, "temperature": 0, "system": system,
+                "messages": [{"role": "user", "content": f"question {i}: why?"}]}
+
+    queries_before = {s.name: metric(s.url, QUERIES) for s in (a, b)}
+    status, _, _ = post(router.url, "/v1/messages", message(0))
+    holder, other = (a, b) if metric(a.url, QUERIES) > queries_before["prefill_a"] else (b, a)
+    hits_before, other_before = metric(holder.url, HITS), metric(other.url, QUERIES)
+    for i in range(1, 5):
+        status, answer, _ = post(router.url, "/v1/messages", message(i))
+        if status != 200:
+            sys.exit(f"message {i}: {status} {answer}")
+    hits = metric(holder.url, HITS) - hits_before
+    strays = metric(other.url, QUERIES) - other_before
+    print(f"4 messages with a shared system prompt: {hits:.0f} prefix-cache hit tokens on {holder.name}, "
+          f"{strays:.0f} prompt tokens looked up on {other.name}")
+    if strays != 0 or hits < 4 * 16 * 10:
+        sys.exit("the prefix policy should send every message sharing the system prompt to the server holding it")
+    wait_until(lambda: all(kv_usage(s) == 0 for s in (a, b, decode)), 20, "KV left in use")
 
     # Bodies the servers refuse must not take the router down on the way: one nested 100,000 deep
     # (the prefix policy rendered its messages recursively and overflowed the stack) and one whose

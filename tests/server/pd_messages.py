@@ -2,15 +2,16 @@
 computes the prompt of a /v1/messages body (system prompt, tools, a prefill), the decode server
 imports its rows and answers; greedy answers equal one plain server's, whole and streamed, every
 request is imported (no prompt recomputed on the decode server), an invalid body comes back as
-Anthropic's error, an answer the engine gave up on is the same 400 as one server's, and every KV
-block is free afterwards.
+Anthropic's error, an answer the engine gave up on is the same 400 as one server's,
+/v1/messages/count_tokens answers through the router as one server does, and every KV block is
+free afterwards.
     pd_messages.py TACHYON TOKENIZERS_DIR"""
 import json
 import sys
 import urllib.error
 import urllib.request
 
-from pd_cluster import Cluster, kv_usage, metric, wait_until
+from pd_cluster import Cluster, kv_usage, metric, post, wait_until
 
 IMPORTS = "tachyon:kv_transfer_imports_total"
 
@@ -64,6 +65,13 @@ try:
     print(f"{len(bodies)} messages through the router equal one server's; {imports:.0f} imported by the decode server")
     if imports != len(bodies):
         sys.exit("a prompt was computed on the decode server instead of moving from the prefill server")
+    # Anthropic's token count through the router: a decode server's, equal to one server's.
+    for body in bodies:
+        count_body = {k: v for k, v in body.items() if k != "stream"}
+        counted = [post(base, "/v1/messages/count_tokens", count_body) for base in (router.url, plain.url)]
+        if counted[0][0] != 200 or counted[0][:2] != counted[1][:2]:
+            sys.exit(f"count_tokens through the router {counted[0][:2]}, one server {counted[1][:2]}")
+    print(f"count_tokens through the router equals one server's ({counted[0][1]})")
     status, error = messages(router.url, {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]})
     print(f"no max_tokens through the router: {status} {json.dumps(error)}")
     if status != 400 or error.get("type") != "error" or error["error"].get("type") != "invalid_request_error":

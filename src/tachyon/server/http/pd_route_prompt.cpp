@@ -1,6 +1,10 @@
 #include "tachyon/server/http/pd_route_prompt.h"
 
+#include <nlohmann/json.hpp>
+
 #include "tachyon/base/check.h"
+#include "tachyon/server/anthropic_messages.h"
+#include "tachyon/server/chat_prompt.h"
 
 namespace tachyon::server {
 
@@ -14,27 +18,25 @@ RoutePrompt::RoutePrompt(const std::filesystem::path& model_dir) {
   }
 }
 
-std::vector<int32_t> RoutePrompt::tokens(bool chat, const nlohmann::json& body) const {
-  if (!body.is_object()) return {};
+std::vector<int32_t> RoutePrompt::tokens(std::string_view path, std::string_view body) const {
+  // Parsed with the servers' checks but no model name or length of theirs (ServerLimits{}): the
+  // servers answer whatever those refuse.
+  const ServerLimits limits;
   try {
-    if (!chat) {
-      const auto prompt = body.find("prompt");
-      if (prompt == body.end()) return {};
+    if (path == "/v1/completions") {
+      const auto json = nlohmann::json::parse(body, nullptr, false);
+      const auto prompt = json.is_object() ? json.find("prompt") : json.end();
+      if (prompt == json.end()) return {};
       if (prompt->is_string()) return tokenizer_->encode(prompt->get<std::string>(), /*add_special_tokens=*/true);
       if (prompt->is_array() && !prompt->empty() && prompt->front().is_number_integer()) {
         return prompt->get<std::vector<int32_t>>();
       }
       return {};
     }
-    if (chat_template_ == nullptr || !body.contains("messages")) return {};
-    tokenizer::ChatTemplateInputs inputs;
-    inputs.messages = nlohmann::ordered_json::parse(body["messages"].dump());
-    if (body.contains("tools") && body.value("tool_choice", std::string("auto")) != "none") {
-      inputs.tools = nlohmann::ordered_json::parse(body["tools"].dump());
-    }
-    inputs.add_generation_prompt = body.value("add_generation_prompt", true);
-    if (body.contains("chat_template_kwargs")) inputs.extra = nlohmann::ordered_json::parse(body["chat_template_kwargs"].dump());
-    return tokenizer_->encode(chat_template_->render(inputs), /*add_special_tokens=*/false);
+    if (chat_template_ == nullptr) return {};
+    const ChatRequest request =
+        path == "/v1/messages" ? parse_anthropic_request(body, limits) : parse_chat_request(body, limits);
+    return render_chat_prompt(*chat_template_, *tokenizer_, request).tokens;
   } catch (const std::exception&) {
     return {};
   }

@@ -1,13 +1,14 @@
 // RoutePrompt: the prompt tokens of a generation request as the servers will compute them (the
-// same tokenizer.json and chat template), so that the router's prefix policy (http/pd_backends.h)
-// can hash the prompt's blocks as a prefill server's prefix cache does. A routing hint only: a
-// request it cannot tokenize (or tokenizes differently, e.g. content parts the servers flatten)
-// routes by load, and the answer is the same either way.
+// same tokenizer.json and chat template, and for chat and Anthropic bodies the same parsing and
+// rendering: server/chat_prompt.h), so that the router's prefix policy (http/pd_backends.h) can
+// hash the prompt's blocks as a prefill server's prefix cache does. A routing hint only: a request
+// it cannot tokenize (one the servers will refuse) routes by load, and the answer is the same
+// either way.
 #pragma once
 
 #include <filesystem>
 #include <memory>
-#include <nlohmann/json.hpp>
+#include <string_view>
 #include <vector>
 
 #include "tachyon/tokenizer/chat_template.h"
@@ -18,8 +19,9 @@ namespace tachyon::server {
 class RoutePrompt {
  public:
   explicit RoutePrompt(const std::filesystem::path& model_dir);  // throws Error without tokenizer.json
-  // `chat`: a /v1/chat/completions body, else /v1/completions. Empty when unknown.
-  std::vector<int32_t> tokens(bool chat, const nlohmann::json& body) const;
+  // `path`: /v1/completions, /v1/chat/completions or /v1/messages; `body` as the client sent it.
+  // Empty when unknown.
+  std::vector<int32_t> tokens(std::string_view path, std::string_view body) const;
 
  private:
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;

@@ -22,7 +22,7 @@ namespace {
 
 // The shape of the router's own errors on a path: Anthropic's on /v1/messages, else OpenAI's.
 ErrorBodyFn error_body_for(const std::string& path) {
-  return path == "/v1/messages" ? anthropic_error_body : error_body;
+  return path.starts_with("/v1/messages") ? anthropic_error_body : error_body;
 }
 
 using Clock = std::chrono::steady_clock;
@@ -204,9 +204,17 @@ PdRouter::PdRouter(RouterOptions options)
       "POST", "/v1/messages",
       [this](const HttpRequest& req, Respond respond) { start_exchange(req, std::move(respond), &PdRouter::generate); },
       nullptr, anthropic_error_body);
+  // What any server answers alike, from the first healthy decode server: the model list, and
+  // Anthropic's token count (tokenizing only; no KV involved).
   router_->add_async("GET", "/v1/models", [this](const HttpRequest& req, Respond respond) {
-    start_exchange(req, std::move(respond), &PdRouter::list_models);
+    start_exchange(req, std::move(respond), &PdRouter::forward_to_decode);
   });
+  router_->add_async(
+      "POST", "/v1/messages/count_tokens",
+      [this](const HttpRequest& req, Respond respond) {
+        start_exchange(req, std::move(respond), &PdRouter::forward_to_decode);
+      },
+      nullptr, anthropic_error_body);
   // /health and /metrics answer from memory on the I/O thread: they never wait behind the 64
   // workers, which may all be waiting on prefill and decode servers.
   router_->add_inline("GET", "/health", [this](const HttpRequest&, HttpResponse& res) {
@@ -269,19 +277,20 @@ void PdRouter::end_exchange() {
   exchanges_ended_.notify_all();
 }
 
-void PdRouter::list_models(const HttpRequest&, HttpResponse& res, const TaskSlots::Slot&) {
+void PdRouter::forward_to_decode(const HttpRequest& req, HttpResponse& res, const TaskSlots::Slot&) {
+  fields::check_body_depth(req.body, ServerLimits{}.max_json_depth);  // as generate() does
   for (Backend* decode : decode_.order(RoutePolicy::kRoundRobin)) {
-    UpstreamRequest get{decode->host, decode->port, "/v1/models", "", {}, std::chrono::seconds(10)};
-    get.method = "GET";
-    get.calls = &calls_;
-    UpstreamCall call(std::move(get));
+    UpstreamRequest call_request{decode->host, decode->port, req.path, req.body, {}, std::chrono::seconds(30)};
+    call_request.method = req.method;
+    call_request.calls = &calls_;
+    UpstreamCall call(std::move(call_request));
     const int status = call.wait_head();
     if (status == 0) continue;
     res.status = status;
     res.body = call.wait_body();
     return;
   }
-  res = error_response(unavailable("no decode server is healthy; retry later"));
+  throw ApiException(unavailable("no decode server is healthy; retry later"));
 }
 
 void PdRouter::generate(const HttpRequest& req, HttpResponse& res, const TaskSlots::Slot& slot) {
@@ -291,11 +300,8 @@ void PdRouter::generate(const HttpRequest& req, HttpResponse& res, const TaskSlo
   const auto body = nlohmann::json::parse(req.body, nullptr, false);
   const auto stream = body.is_object() ? body.find("stream") : body.end();
   const bool sse = stream != body.end() && stream->is_boolean() && stream->get<bool>();
-  const bool chat = req.path == "/v1/chat/completions";
-  // A messages body is not tokenized here (its conversion is the servers'): it routes by load.
-  const bool messages = req.path == "/v1/messages";
   const std::vector<int32_t> prompt =
-      route_prompt_ != nullptr && !messages ? route_prompt_->tokens(chat, body) : std::vector<int32_t>{};
+      route_prompt_ != nullptr ? route_prompt_->tokens(req.path, req.body) : std::vector<int32_t>{};
   const ErrorBodyFn error_body_fn = error_body_for(req.path);
 
   // The client's address travels to both servers: their per-client quota and fair share are the

@@ -78,7 +78,8 @@ class PdRouter {
   void start_exchange(const HttpRequest& req, Respond respond, Step step);
   void end_exchange();
   void generate(const HttpRequest& req, HttpResponse& res, const TaskSlots::Slot& slot);
-  void list_models(const HttpRequest& req, HttpResponse& res, const TaskSlots::Slot& slot);
+  // GET /v1/models, POST /v1/messages/count_tokens: relayed from the first decode server that answers.
+  void forward_to_decode(const HttpRequest& req, HttpResponse& res, const TaskSlots::Slot& slot);
   void check_health();
 
   RouterOptions options_;

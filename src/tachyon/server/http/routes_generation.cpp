@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "tachyon/server/chat_constraint.h"
+#include "tachyon/server/chat_prompt.h"
 #include "tachyon/server/chat_output.h"
 #include "tachyon/server/http/generation.h"
 #include "tachyon/server/http/generation_run.h"
@@ -72,31 +73,11 @@ Generation chat_generation(ServingContext& context, const ChatRequest& request) 
   const ChatParsers& parsers = context.chat_parsers();
   const bool parse_tools = request.tool_choice != ToolChoice::kNone && request.tools.is_array() &&
                            !request.tools.empty() && !parsers.tool.empty();
-  tokenizer::ChatTemplateInputs inputs;
-  inputs.messages = request.messages;
-  // tool_choice "none": the model is not told of the tools, so it cannot call them.
-  inputs.tools = request.tool_choice == ToolChoice::kNone ? nlohmann::ordered_json(nullptr) : request.tools;
-  inputs.add_generation_prompt = request.add_generation_prompt;
-  inputs.extra = request.chat_template_kwargs;
-  std::string rendered;
-  try {
-    rendered = context.chat_template()->render(inputs);
-  } catch (const Error& e) {
-    throw ApiException(
-        bad_request("messages", "the chat template refused these messages: " + fields::user_message(e)));
-  }
+  const ChatPrompt prompt = render_chat_prompt(*context.chat_template(), context.tokenizer(), request);
+  const std::string& rendered = prompt.rendered;
   Generation g;
   g.chat = true;
-  g.prompts.push_back(context.tokenizer().encode(rendered, /*add_special_tokens=*/false));
-  if (!request.prefill.empty()) {
-    // The prefill after the generation prompt: vLLM's continue_final_message renders the final
-    // assistant turn and cuts it after its text, which for the templates served here (ChatML,
-    // Llama 3, DeepSeek, Qwen3 with its reasoning closed) is the same prompt, since the generation
-    // prompt is how they open an assistant turn. Tokenized on its own: the generation prompt ends
-    // in a special token or a newline, where byte-level BPE splits anyway.
-    const std::vector<int32_t> ids = context.tokenizer().encode(request.prefill, /*add_special_tokens=*/false);
-    g.prompts[0].insert(g.prompts[0].end(), ids.begin(), ids.end());
-  }
+  g.prompts.push_back(prompt.tokens);
   g.params = request.params;
   g.user = request.user;
   // The request's constraint or a forced call, after the reasoning where the model reasons.
