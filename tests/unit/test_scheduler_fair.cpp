@@ -23,9 +23,10 @@ class FairSchedulerTest : public ::testing::Test {
   }
 
   // A sequence of `client` (0: a client of its own) with a prompt of distinct tokens.
-  Sequence* add(int prompt_len, uint64_t client, int32_t max_tokens = 1000) {
+  Sequence* add(int prompt_len, uint64_t client, int32_t max_tokens = 1000, int32_t priority = 0) {
     SamplingParams params;
     params.client = client;
+    params.priority = priority;
     params.max_tokens = max_tokens;
     params.ignore_eos = true;
     auto s = std::make_unique<Sequence>();
@@ -85,6 +86,32 @@ TEST_F(FairSchedulerTest, ManyLongPromptsOfOneClientDoNotHoldAShortRequestOff) {
     } else {
       EXPECT_GT(steps, 70) << "FCFS runs every earlier prompt first";
     }
+  }
+}
+
+// A request's priority orders its own client's requests and breaks ties between equally served
+// clients, but does not buy a larger share: client 1's three requests (priorities 3, -1, 1) run
+// most urgent first, and client 2's request (priority 5) runs after client 1's first, not after
+// all three, as the priority policy would run it.
+TEST_F(FairSchedulerTest, PriorityOrdersAClientsOwnRequestsNotTheShares) {
+  for (SchedulingPolicy policy : {SchedulingPolicy::kFair, SchedulingPolicy::kPriority, SchedulingPolicy::kFcfs}) {
+    sequences_.clear();
+    make({.max_num_batched_tokens = 8, .max_model_len = 256, .policy = policy}, 4096);
+    Sequence* low = add(8, /*client=*/1, /*max_tokens=*/1, /*priority=*/3);  // one 8-token prompt a step
+    Sequence* urgent = add(8, 1, 1, /*priority=*/-1);
+    Sequence* middle = add(8, 1, 1, /*priority=*/1);
+    Sequence* other = add(8, /*client=*/2, 1, /*priority=*/5);
+    std::vector<int64_t> order;
+    for (int i = 0; i < 4; ++i) {
+      const StepPlan plan = step();
+      ASSERT_EQ(plan.sequences.size(), 1u);
+      order.push_back(plan.sequences[0].sequence_id);
+    }
+    const std::vector<int64_t> expected =
+        policy == SchedulingPolicy::kFair       ? std::vector<int64_t>{urgent->id, other->id, middle->id, low->id}
+        : policy == SchedulingPolicy::kPriority ? std::vector<int64_t>{urgent->id, middle->id, low->id, other->id}
+                                                : std::vector<int64_t>{low->id, urgent->id, middle->id, other->id};
+    EXPECT_EQ(order, expected) << "policy " << static_cast<int>(policy);
   }
 }
 

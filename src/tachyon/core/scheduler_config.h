@@ -14,6 +14,8 @@ namespace tachyon::core {
 //             go to the client that has had the fewest tokens computed, and a client holding more
 //             of the KV cache than a waiting one would hold yields its latest sequence to it
 //             (engine/fair_shares.h). One client's long prompts or n = 16 cannot lock others out.
+//             SamplingParams::priority orders a client's own sequences (and breaks ties between
+//             equally served clients): a client cannot buy a larger share with it.
 enum class SchedulingPolicy { kFcfs, kPriority, kFair };
 
 struct SchedulerConfig {

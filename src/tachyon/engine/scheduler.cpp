@@ -24,7 +24,7 @@ bool Scheduler::WaitingOrder::operator()(const Sequence* a, const Sequence* b) c
 }
 
 Scheduler::Scheduler(const core::SchedulerConfig& config, KvCacheManager& kv_cache)
-    : config_(config), kv_(kv_cache), waiting_(WaitingOrder{config.policy == core::SchedulingPolicy::kPriority}) {
+    : config_(config), kv_(kv_cache), waiting_(WaitingOrder{config.policy != core::SchedulingPolicy::kFcfs}) {
   TACHYON_CHECK(config.max_num_batched_tokens > 0 && config.max_num_seqs > 0)
       << "max_num_batched_tokens and max_num_seqs must be positive";
   TACHYON_CHECK(config.enable_chunked_prefill || config.max_num_batched_tokens >= config.max_model_len)
@@ -221,7 +221,7 @@ Sequence* Scheduler::pick_victim(Sequence& asking, const core::StepPlan& plan) c
 
 Sequence* Scheduler::pick_fcfs_victim(Sequence& asking, const core::StepPlan& plan) const {
   Sequence* victim = &asking;
-  const WaitingOrder later{config_.policy == core::SchedulingPolicy::kPriority};
+  const WaitingOrder later{by_priority()};
   const int32_t pool = pool_of(asking);
   for (Sequence* candidate : running_) {
     if (pool_of(*candidate) == pool && !planned(*candidate, plan) && later(victim, candidate)) victim = candidate;

@@ -85,6 +85,9 @@ class Scheduler {
   };
 
   bool fair() const { return config_.policy == core::SchedulingPolicy::kFair; }
+  // Whether SamplingParams::priority orders sequences: under the priority policy, and under the
+  // fair one within a client (and between equally served clients).
+  bool by_priority() const { return config_.policy != core::SchedulingPolicy::kFcfs; }
   int32_t pool_of(const Sequence& sequence) const;
   bool can_plan_ahead(const Sequence& sequence) const;
   void schedule_running(Sequence& sequence, int64_t& budget, core::StepPlan& plan);

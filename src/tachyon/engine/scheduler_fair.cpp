@@ -42,12 +42,12 @@ void Scheduler::start_fair_step(core::StepPlan& plan) {
   if (Sequence* head = next_fair_waiting()) make_room_for(*head, plan);
 }
 
-// The waiting sequence of the client with the least service; the earliest of its sequences, and
-// of the earliest client among equals.
+// The waiting sequence of the client with the least service; the first of its sequences in the
+// waiting order (priority, then arrival), and of the first client among equals.
 Sequence* Scheduler::next_fair_waiting() const {
   Sequence* head = nullptr;
   int64_t least = 0;
-  for (Sequence* s : waiting_) {  // in arrival order
+  for (Sequence* s : waiting_) {  // in the waiting order
     const int64_t service = FairShares::service(*s);
     if (head == nullptr || service < least) {
       head = s;
@@ -88,8 +88,9 @@ void Scheduler::make_room_for(Sequence& head, core::StepPlan& plan) {
 }
 
 // Running chunked prefills and waiting sequences, a client at a time: the one with the least
-// service goes next (its running prefills before its waiting sequences; among equal clients, one
-// whose next sequence waits, then the one whose next sequence arrived first), and every token
+// service goes next (its running prefills before its waiting sequences, those by priority, then
+// arrival; among equal clients, one whose next sequence waits, then the one whose next sequence
+// comes first in that order), and every token
 // planned is charged to it, so a client with one long prompt or many prompts shares the budget
 // with one that sends a short one. Waiting sequences are admitted while nothing was preempted for
 // room (the fair preemptions of start_fair_step aside) and none is refused for lack of blocks:
@@ -119,7 +120,7 @@ void Scheduler::schedule_fair_prefills(const std::vector<Sequence*>& prefills, i
   for (Sequence* s : prefills) work_of(*s).running.push_back(s);
   bool admitting = plan.preempted.size() == num_rebalanced && num_running() < config_.max_num_seqs &&
                    kv_.num_free_blocks() > 0;
-  if (admitting) {  // each client's earliest waiting sequence: one pass, in arrival order
+  if (admitting) {  // each client's first waiting sequence: one pass, in the waiting order
     for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
       if (preempted_in(plan, **it)) continue;
       Work& w = work_of(**it);
@@ -133,8 +134,8 @@ void Scheduler::schedule_fair_prefills(const std::vector<Sequence*>& prefills, i
     return it;
   };
   // Among clients of equal service (a newcomer enters level with the least served), one that has
-  // not started goes first: it has been waiting while the other was served.
-  const WaitingOrder earlier{false};
+  // not started goes first: it has been waiting while the other was served; then the waiting order.
+  const WaitingOrder earlier = waiting_.key_comp();
   while (budget > 0) {
     admitting = admitting && plan.preempted.size() == num_rebalanced && num_running() < config_.max_num_seqs;
     Work* best = nullptr;
@@ -189,7 +190,7 @@ Sequence* Scheduler::yielding_sequence(int32_t pool, const FairShares::Client& a
   std::unordered_set<int64_t> planned_ids;
   for (const core::ScheduledSequence& e : plan.sequences) planned_ids.insert(e.sequence_id);
   std::unordered_map<FairShares::Client, Held, FairShares::ClientHash> held;
-  const WaitingOrder later{false};
+  const WaitingOrder later = waiting_.key_comp();  // a client's lowest-priority, latest sequence yields
   for (Sequence* s : running_) {
     if (pool_of(*s) != pool) continue;
     Held& h = held[FairShares::client_of(*s)];
