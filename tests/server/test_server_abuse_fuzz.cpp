@@ -1,8 +1,9 @@
 // Fuzzers of HTTP framing and of request JSON, with fixed seeds and a time bound (~10 s each;
-// TACHYON_ABUSE_FULL=1: 5 minutes each). Every answer must be well-formed, below 500, and an
-// OpenAI error body from 400 up; /health must answer within 1 s every 50 cases. A crash leaves the
+// TACHYON_ABUSE_FULL=1: 5 minutes each; TACHYON_ABUSE_SEED=N: the JSON fuzzer's cases from seed
+// N). Every answer must be well-formed, below 500, and an OpenAI error body from 400 up
+// (Anthropic's on /v1/messages); /health must answer within 1 s every 50 cases. A crash leaves the
 // last two cases in the file named at the fuzzer's start.
-//   build/tests/server_server_abuse_fuzz --gtest_filter='ServerAbuseFuzz.*'
+//   build/tests/server_tests --gtest_filter='ServerAbuseFuzz.*'
 #include "abuse_common.h"
 
 namespace tachyon::server::testing {
@@ -14,6 +15,14 @@ namespace {
 // garbage. /health must answer within a second every 50 cases and at the end.
 
 Clock::duration fuzz_budget() { return full_run() ? Clock::duration(5min) : Clock::duration(10s); }
+
+// The fixed seed, or TACHYON_ABUSE_SEED's (a campaign of other cases; the failure names it).
+uint64_t fuzz_seed(uint64_t fixed) {
+  const char* given = std::getenv("TACHYON_ABUSE_SEED");
+  const uint64_t seed = given != nullptr ? std::strtoull(given, nullptr, 10) : fixed;
+  std::printf("[fuzz] seed %llu\n", static_cast<unsigned long long>(seed));
+  return seed;
+}
 
 size_t pick(std::mt19937_64& rng, size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng); }
 
@@ -59,14 +68,22 @@ class CaseLog {
 };
 
 // The promise on one answer; empty when kept.
-std::string check_answer(const RawResponse& r) {
+// Anthropic's error body on its routes: {"type":"error","error":{"type","message"}}.
+bool is_anthropic_error(const RawResponse& r) {
+  const json body = json::parse(r.body, nullptr, false);
+  return body.is_object() && body.value("type", "") == "error" && body.contains("error") &&
+         body["error"].is_object() && body["error"].contains("type") && body["error"]["type"].is_string() &&
+         body["error"].contains("message") && body["error"]["message"].is_string();
+}
+
+// `anthropic`: the answer of a /v1/messages route (its errors in Anthropic's shape).
+std::string check_answer(const RawResponse& r, bool anthropic = false) {
   if (r.status >= 500) return "status " + std::to_string(r.status) + ": " + printable(r.body);
-  if (r.status >= 400 && !is_openai_error(r)) {
+  if (r.status >= 400 && !(anthropic ? is_anthropic_error(r) : static_cast<bool>(is_openai_error(r)))) {
     return "status " + std::to_string(r.status) + " without an error body: " + printable(r.body);
   }
-  if (r.status == 200 && r.body.find("internal_server_error") != std::string::npos) {
-    return "an internal error: " + printable(r.body);
-  }
+  const char* internal = anthropic ? "\"api_error\"" : "internal_server_error";
+  if (r.status == 200 && r.body.find(internal) != std::string::npos) return "an internal error: " + printable(r.body);
   return "";
 }
 
@@ -277,6 +294,10 @@ TEST_F(ServerAbuseFuzz, HttpFraming) {
 // Valid bodies the JSON fuzzer starts from, with their routes.
 std::vector<std::pair<std::string, json>> json_seeds() {
   const json user = {{"role", "user"}, {"content", "Hi"}};
+  const json anthropic_tool = {
+      {"name", "get_weather"},
+      {"description", "Weather in a city"},
+      {"input_schema", {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}}};
   const json tool = {
       {"type", "function"},
       {"function",
@@ -317,8 +338,48 @@ std::vector<std::pair<std::string, json>> json_seeds() {
         {"tools", {tool}},
         {"max_tokens", 2},
         {"chat_template_kwargs", {{"enable_thinking", false}}}}},
+      {"/v1/chat/completions",
+       {{"messages", {user, {{"role", "assistant"}, {"content", "The answer is"}}}},
+        {"continue_final_message", true},
+        {"add_generation_prompt", false},
+        {"max_tokens", 2}}},
+      {"/v1/chat/completions",
+       {{"messages", {user}},
+        {"max_tokens", 3},
+        {"response_format",
+         {{"type", "json_schema"},
+          {"json_schema", {{"name", "a"}, {"schema", {{"type", "object"}, {"properties", {{"x", {{"type", "integer"}}}}}}}}}}},
+        {"tools", {tool}},
+        {"tool_choice", "required"},
+        {"user", "fuzz"}}},
       {"/tokenize", {{"messages", {user}}}},
       {"/detokenize", {{"tokens", {1, 2, 3}}}},
+      {"/v1/messages", {{"model", "tiny"}, {"max_tokens", 2}, {"messages", {user}}}},
+      {"/v1/messages",
+       {{"model", "tiny"},
+        {"max_tokens", 2},
+        {"stream", true},
+        {"system", {{{"type", "text"}, {"text", "Be brief."}}}},
+        {"stop_sequences", {"x"}},
+        {"top_k", 5},
+        {"metadata", {{"user_id", "fuzz"}}},
+        {"thinking", {{"type", "disabled"}}},
+        {"tools", {anthropic_tool}},
+        {"tool_choice", {{"type", "auto"}}},
+        {"messages",
+         {user,
+          {{"role", "assistant"},
+           {"content", {{{"type", "tool_use"}, {"id", "t1"}, {"name", "get_weather"}, {"input", {{"city", "Paris"}}}}}}},
+          {{"role", "user"},
+           {"content", {{{"type", "tool_result"}, {"tool_use_id", "t1"}, {"content", "sunny"}}}}},
+          {{"role", "assistant"}, {"content", "It is"}}}}}},
+      {"/v1/messages",
+       {{"model", "tiny"},
+        {"max_tokens", 3},
+        {"tools", {anthropic_tool}},
+        {"tool_choice", {{"type", "tool"}, {"name", "get_weather"}}},
+        {"messages", {user}}}},
+      {"/v1/messages/count_tokens", {{"model", "tiny"}, {"tools", {anthropic_tool}}, {"messages", {user}}}},
   };
 }
 
@@ -392,7 +453,10 @@ std::string mutate_json(json body, std::mt19937_64& rng) {
         "prompt messages max_tokens max_completion_tokens n stream stream_options temperature top_p top_k min_p "
         "stop stop_token_ids logprobs top_logprobs echo seed tools tool_choice response_format logit_bias "
         "chat_template_kwargs model min_tokens ignore_eos priority best_of presence_penalty frequency_penalty "
-        "repetition_penalty tokens content role add_generation_prompt include_stop_str_in_output suffix user");
+        "repetition_penalty tokens content role add_generation_prompt include_stop_str_in_output suffix user "
+        "system metadata user_id stop_sequences thinking budget_tokens continue_final_message structured_outputs "
+        "guided_json guided_regex guided_choice guided_grammar json_schema schema safety_identifier functions "
+        "modalities audio input input_schema tool_use_id id name type text");
     for (std::string name; names >> name;) out.push_back(name);
     return out;
   }();
@@ -462,7 +526,8 @@ std::string mutate_json(json body, std::mt19937_64& rng) {
 
 // One JSON case on the kept-alive connection. A connection the server closed between two
 // requests is retried once on a fresh one, as clients do; a fresh one must answer.
-std::string run_json_case(int port, RawConnection& c, bool& fresh, const std::string& request, FuzzTally& tally) {
+std::string run_json_case(int port, RawConnection& c, bool& fresh, const std::string& request, FuzzTally& tally,
+                          bool anthropic) {
   RawResponse r;
   ReadResult got = ReadResult::kClosed;
   for (int attempt = 0; attempt < 2; ++attempt) {
@@ -484,9 +549,13 @@ std::string run_json_case(int port, RawConnection& c, bool& fresh, const std::st
   }
   ++tally.statuses[r.status];
   if (r.header("Connection") == "close") c.close();
-  if (std::string broken = check_answer(r); !broken.empty()) return broken;
+  if (std::string broken = check_answer(r, anthropic); !broken.empty()) return broken;
   if (r.status == 200 && r.header("Content-Type").find("text/event-stream") != std::string::npos) {
-    if (r.body.size() < 14 || r.body.substr(r.body.size() - 14) != "data: [DONE]\n\n") {
+    if (anthropic) {  // a message's stream ends with message_stop, or with an error event saying why
+      if (r.body.find("event: message_stop\n") == std::string::npos && r.body.find("event: error\n") == std::string::npos) {
+        return "a message stream without message_stop or an error event: " + printable(r.body);
+      }
+    } else if (r.body.size() < 14 || r.body.substr(r.body.size() - 14) != "data: [DONE]\n\n") {
       return "a stream without [DONE]: " + printable(r.body);
     }
   } else if (r.status == 200 && !json::parse(r.body, nullptr, false).is_object()) {
@@ -496,7 +565,7 @@ std::string run_json_case(int port, RawConnection& c, bool& fresh, const std::st
 }
 
 TEST_F(ServerAbuseFuzz, RequestJson) {
-  std::mt19937_64 rng(20240612);
+  std::mt19937_64 rng(fuzz_seed(20240612));
   const auto seeds = json_seeds();
   FuzzTally tally;
   CaseLog log("json");
@@ -508,7 +577,8 @@ TEST_F(ServerAbuseFuzz, RequestJson) {
     const std::string body = mutate_json(seed, rng);
     ++tally.cases;
     log.keep(tally.cases, "POST " + path + "\n" + body);
-    std::string broken = run_json_case(port(), c, fresh, http_request("POST", path, body), tally);
+    std::string broken =
+        run_json_case(port(), c, fresh, http_request("POST", path, body), tally, path.starts_with("/v1/messages"));
     if (broken.empty() && tally.cases % 50 == 0 && !health_ok(port())) broken = "/health did not answer 200 within 1 s";
     if (!broken.empty()) {
       tally.failure = "case " + std::to_string(tally.cases) + " (POST " + path + "): " + broken +

@@ -159,7 +159,9 @@ void expect_grid_matches(const model::ModelWeights& weights, const std::vector<c
         }
         EXPECT_EQ(std::accumulate(kept.begin(), kept.end(), int64_t{0}), n);
         const int64_t mine = kept[static_cast<size_t>(r % grid.tp % grid.dcp)];
-        if (grid.dcp > 1) EXPECT_LE(mine, n / grid.dcp + grid.interleave * static_cast<int64_t>(plan.sequences.size()));
+        if (grid.dcp > 1) {
+          EXPECT_LE(mine, n / grid.dcp + grid.interleave * static_cast<int64_t>(plan.sequences.size()));
+        }
         EXPECT_EQ(pcp.received_of(dist::CollectiveKind::kAllGatherv),
                   mine * (row_values * 4 + c.num_hidden_layers * 8) + logits * c.vocab_size * 4);
       }
