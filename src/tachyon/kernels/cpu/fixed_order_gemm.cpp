@@ -100,12 +100,14 @@ void fused_axpy(GemmIsa isa, float* y, float a, const float* x, int64_t n) {
 void fixed_order_dots(GemmIsa isa, float* out, const float* x, const float* const* rows, int64_t count, int64_t k,
                       float scale) {
   if (isa == GemmIsa::kAvx512) return dots_avx512(out, x, rows, count, k, scale);
+  if (isa == GemmIsa::kAvx2) return dots_avx2(out, x, rows, count, k, scale);
   for (int64_t j = 0; j < count; ++j) out[j] = fixed_order_dot(isa, x, rows[j], k) * scale;
 }
 
 void fused_weighted_sum(GemmIsa isa, float* out, const float* weights, const float* const* rows, int64_t count,
                         int64_t n) {
   if (isa == GemmIsa::kAvx512) return weighted_sum_avx512(out, weights, rows, count, n);
+  if (isa == GemmIsa::kAvx2) return weighted_sum_avx2(out, weights, rows, count, n);
   for (int64_t j = 0; j < count; ++j) fused_axpy(isa, out, weights[j], rows[j], n);
 }
 

@@ -57,8 +57,8 @@ void fused_axpy(GemmIsa isa, float* y, float a, const float* x, int64_t n);
 
 // out[j] = fixed_order_dot(isa, x, rows[j], k) * scale for j < count, bit for bit, many at once
 // (an attention query's scaled scores against its keys, wherever the cache holds them). On
-// AVX-512, 16 rows' running sums stay in registers and are added by halves together (two rows'
-// lanes per register: the same additions, a third of the instructions).
+// AVX-512 (AVX2), 16 (4) rows' running sums stay in registers and are added by halves together
+// (two rows' lanes per register: the same additions in fewer instructions).
 void fixed_order_dots(GemmIsa isa, float* out, const float* x, const float* const* rows, int64_t count, int64_t k,
                       float scale);
 
@@ -81,6 +81,8 @@ void gemm_columns_avx2(float* out, const float* in, const uint16_t* weight, int6
                        int64_t out_features, int64_t col_begin, int64_t col_end);
 float dot_avx2(const float* x, const float* w, int64_t k);
 void axpy_avx2(float* y, float a, const float* x, int64_t n);
+void dots_avx2(float* out, const float* x, const float* const* rows, int64_t count, int64_t k, float scale);
+void weighted_sum_avx2(float* out, const float* weights, const float* const* rows, int64_t count, int64_t n);
 void gemm_columns_avx512(float* out, const float* in, const float* weight, int64_t rows, int64_t in_features,
                          int64_t out_features, int64_t col_begin, int64_t col_end);
 void gemm_columns_avx512(float* out, const float* in, const uint16_t* weight, int64_t rows, int64_t in_features,

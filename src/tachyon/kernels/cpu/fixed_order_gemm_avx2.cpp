@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <utility>
+#include <vector>
 
 #include "tachyon/base/check.h"
 #include "tachyon/kernels/cpu/fixed_order_gemm.h"
@@ -123,7 +124,117 @@ void columns_256(float* out, const float* in, const W* weight, int64_t rows, int
   run_gemm_tiles(tiles, out, in, weight, rows, in_features, out_features, col_begin, col_end);
 }
 
+// out[j] = dot(x, rows[j]) * scale for j < count <= 4, each dot in the fixed order (tile_256's
+// sums), the four reduced by halves together: step 1 within each row, then two rows' lanes per
+// register (the same additions as sum_by_halves_256). Rows past count repeat rows[0], unstored.
+TACHYON_TARGET_AVX2 void dots_block_256(float* out, const float* x, const float* const* rows, int64_t count, int64_t k,
+                                        float scale) {
+  constexpr int kRows = 4;
+  const float* r[kRows];
+  for (int j = 0; j < kRows; ++j) r[j] = rows[j < count ? j : 0];
+  __m256 sums[2][kRows];  // [half][row]
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 4
+    for (int j = 0; j < kRows; ++j) sums[h][j] = _mm256_setzero_ps();
+  }
+  int64_t i = 0;
+  for (; i + kDotLanes <= k; i += kDotLanes) {
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256 xs = _mm256_loadu_ps(x + i + 8 * h);
+#pragma GCC unroll 4
+      for (int j = 0; j < kRows; ++j) sums[h][j] = _mm256_fmadd_ps(xs, _mm256_loadu_ps(r[j] + i + 8 * h), sums[h][j]);
+    }
+  }
+  if (i < k) {  // the partial group, as tile_256 adds it
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const int64_t lanes_count = std::min<int64_t>(8, std::max<int64_t>(0, k - i - 8 * h));
+      const __m256i lanes = lanes_below(lanes_count);
+      const __m256 keep = _mm256_castsi256_ps(lanes);
+      const __m256 xs = _mm256_maskload_ps(x + i + 8 * h, lanes);
+#pragma GCC unroll 4
+      for (int j = 0; j < kRows; ++j) {
+        const __m256 ws = _mm256_maskload_ps(r[j] + i + 8 * h, lanes);
+        sums[h][j] = _mm256_blendv_ps(sums[h][j], _mm256_fmadd_ps(xs, ws, sums[h][j]), keep);
+      }
+    }
+  }
+  __m256 eighths[kRows];  // j + (j + 8), 8 lanes a row
+#pragma GCC unroll 4
+  for (int j = 0; j < kRows; ++j) eighths[j] = _mm256_add_ps(sums[0][j], sums[1][j]);
+  // j + (j + 4): rows 0 and 1 (then 2 and 3) share a register, a 128-bit half each.
+  const __m256 fourths01 = _mm256_add_ps(_mm256_permute2f128_ps(eighths[0], eighths[1], 0x20),
+                                         _mm256_permute2f128_ps(eighths[0], eighths[1], 0x31));
+  const __m256 fourths23 = _mm256_add_ps(_mm256_permute2f128_ps(eighths[2], eighths[3], 0x20),
+                                         _mm256_permute2f128_ps(eighths[2], eighths[3], 0x31));
+  // j + (j + 2): half 0 holds rows 0 and 2 two sums each, half 1 rows 1 and 3.
+  const __m256 seconds = _mm256_add_ps(_mm256_shuffle_ps(fourths01, fourths23, _MM_SHUFFLE(1, 0, 1, 0)),
+                                       _mm256_shuffle_ps(fourths01, fourths23, _MM_SHUFFLE(3, 2, 3, 2)));
+  // 0 + 1: lanes 0, 1, 4, 5 hold rows 0, 2, 1, 3.
+  const __m256 totals = _mm256_mul_ps(_mm256_add_ps(_mm256_shuffle_ps(seconds, seconds, _MM_SHUFFLE(2, 0, 2, 0)),
+                                                    _mm256_shuffle_ps(seconds, seconds, _MM_SHUFFLE(3, 1, 3, 1))),
+                                      _mm256_set1_ps(scale));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, totals);
+  const float row_total[kRows] = {lanes[0], lanes[4], lanes[1], lanes[5]};
+  for (int64_t j = 0; j < count; ++j) out[j] = row_total[j];
+}
+
+// out[0, 8 V) (the first `tail` lanes of the last register) += the fused sum over the rows.
+template <int V>
+TACHYON_TARGET_AVX2 void weighted_sum_block_256(float* out, const float* weights, const float* const* rows,
+                                                int64_t count, int64_t tail) {
+  const __m256i last = lanes_below(tail);
+  __m256 sums[V];
+#pragma GCC unroll 8
+  for (int v = 0; v < V - 1; ++v) sums[v] = _mm256_loadu_ps(out + 8 * v);
+  sums[V - 1] = _mm256_maskload_ps(out + 8 * (V - 1), last);
+  for (int64_t j = 0; j < count; ++j) {
+    const __m256 weight = _mm256_set1_ps(weights[j]);
+    const float* row = rows[j];
+#pragma GCC unroll 8
+    for (int v = 0; v < V - 1; ++v) sums[v] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(row + 8 * v), sums[v]);
+    sums[V - 1] = _mm256_fmadd_ps(weight, _mm256_maskload_ps(row + 8 * (V - 1), last), sums[V - 1]);
+  }
+#pragma GCC unroll 8
+  for (int v = 0; v < V - 1; ++v) _mm256_storeu_ps(out + 8 * v, sums[v]);
+  _mm256_maskstore_ps(out + 8 * (V - 1), last, sums[V - 1]);
+}
+
 }  // namespace
+
+void dots_avx2(float* out, const float* x, const float* const* rows, int64_t count, int64_t k, float scale) {
+  for (int64_t j = 0; j < count; j += 4) dots_block_256(out + j, x, rows + j, std::min<int64_t>(4, count - j), k, scale);
+}
+
+// Up to 8 registers of output at a time (8 of the 16 hold the loads and the weight).
+void weighted_sum_avx2(float* out, const float* weights, const float* const* rows, int64_t count, int64_t n) {
+  constexpr int64_t kBlock = 64;
+  std::vector<const float*> shifted;
+  for (int64_t d = 0; d < n; d += kBlock) {
+    const int64_t width = std::min(kBlock, n - d);
+    const int vectors = static_cast<int>((width + 7) / 8);
+    const int64_t tail = width - (vectors - 1) * 8;
+    const float* const* block_rows = rows;
+    if (d > 0) {  // the rows from column d on
+      shifted.resize(static_cast<size_t>(count));
+      for (int64_t j = 0; j < count; ++j) shifted[static_cast<size_t>(j)] = rows[j] + d;
+      block_rows = shifted.data();
+    }
+    switch (vectors) {
+      case 1: weighted_sum_block_256<1>(out + d, weights, block_rows, count, tail); break;
+      case 2: weighted_sum_block_256<2>(out + d, weights, block_rows, count, tail); break;
+      case 3: weighted_sum_block_256<3>(out + d, weights, block_rows, count, tail); break;
+      case 4: weighted_sum_block_256<4>(out + d, weights, block_rows, count, tail); break;
+      case 5: weighted_sum_block_256<5>(out + d, weights, block_rows, count, tail); break;
+      case 6: weighted_sum_block_256<6>(out + d, weights, block_rows, count, tail); break;
+      case 7: weighted_sum_block_256<7>(out + d, weights, block_rows, count, tail); break;
+      default: weighted_sum_block_256<8>(out + d, weights, block_rows, count, tail); break;
+    }
+  }
+}
 
 void gemm_columns_avx2(float* out, const float* in, const float* weight, int64_t rows, int64_t in_features,
                        int64_t out_features, int64_t col_begin, int64_t col_end) {
@@ -167,6 +278,12 @@ float dot_avx2(const float*, const float*, int64_t) {
 }
 void axpy_avx2(float*, float, const float*, int64_t) {
   TACHYON_CHECK(false) << "internal: the AVX2 axpy was called on a CPU that is not x86-64";
+}
+void dots_avx2(float*, const float*, const float* const*, int64_t, int64_t, float) {
+  TACHYON_CHECK(false) << "internal: the AVX2 dot products were called on a CPU that is not x86-64";
+}
+void weighted_sum_avx2(float*, const float*, const float* const*, int64_t, int64_t) {
+  TACHYON_CHECK(false) << "internal: the AVX2 weighted sum was called on a CPU that is not x86-64";
 }
 }  // namespace tachyon::kernels::cpu
 
