@@ -206,7 +206,9 @@ TACHYON_TARGET_AVX2 void weighted_sum_block_256(float* out, const float* weights
 }  // namespace
 
 void dots_avx2(float* out, const float* x, const float* const* rows, int64_t count, int64_t k, float scale) {
-  for (int64_t j = 0; j < count; j += 4) dots_block_256(out + j, x, rows + j, std::min<int64_t>(4, count - j), k, scale);
+  for (int64_t j = 0; j < count; j += 4) {
+    dots_block_256(out + j, x, rows + j, std::min<int64_t>(4, count - j), k, scale);
+  }
 }
 
 // Up to 8 registers of output at a time (8 of the 16 hold the loads and the weight).
