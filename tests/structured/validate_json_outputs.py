@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Validates constrained outputs against their JSON schemas with a validator nobody here wrote:
-Python's jsonschema (Draft 2020-12, with its format checker), installed by scripts/setup.sh
+Python's jsonschema (Draft 2020-12, or the draft a schema's "$schema" names, with its format
+checker), installed by scripts/setup.sh
 (Debian's python3-jsonschema). tests/unit/test_structured_schema_corpus.cpp writes the input.
 
     python3 validate_json_outputs.py outputs.json   -> prints a JSON report; exit 0 when all valid
@@ -36,17 +37,19 @@ def formats_in(schema, found):
 def main():
     with open(sys.argv[1], encoding="utf-8") as f:
         cases = json.load(f)["cases"]
-    checker = Draft202012Validator.FORMAT_CHECKER
     report = {"checked": 0, "failures": [], "schema_errors": [], "unchecked_formats": set()}
     for case in cases:
         schema = case["schema"]
+        # The draft its "$schema" names (draft 4's tuple form, "items" as an array), else 2020-12.
+        draft = jsonschema.validators.validator_for(schema, default=Draft202012Validator)
+        checker = draft.FORMAT_CHECKER
         try:
-            Draft202012Validator.check_schema(schema)
+            draft.check_schema(schema)
         except jsonschema.SchemaError as e:
             report["schema_errors"].append({"name": case["name"], "error": e.message})
             continue
         report["unchecked_formats"] |= formats_in(schema, set()) - set(checker.checkers)
-        validator = Draft202012Validator(schema, format_checker=checker)
+        validator = draft(schema, format_checker=checker)
         for output in case["outputs"]:
             report["checked"] += 1
             try:

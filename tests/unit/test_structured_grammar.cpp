@@ -87,11 +87,54 @@ TEST(StructuredGrammar, JsonSchemaKeywords) {
   EXPECT_TRUE(matches(compile({ConstraintSpec::Kind::kJsonObject, "", {}, "response_format"}), R"({"a": [1, {"b": null}], "c": "d"})"));
 }
 
+// Tuples (prefixItems, every one written; draft 4's items array), maps (additionalProperties without properties,
+// minProperties <= 1, maxProperties), and the ipv4 / ipv6 / email formats: exactly what the schema
+// allows, in the one-line JSON form.
+TEST(StructuredGrammar, TuplesMapsAndNetworkFormats) {
+  const auto closed = compile(schema(R"({"prefixItems":[{"type":"string"},{"type":"integer"}],"items":false,"minItems":1})"));
+  EXPECT_TRUE(matches(closed, R"(["a", 1])"));
+  EXPECT_FALSE(matches(closed, R"(["a"])"));          // every prefix item is written (as xgrammar does)
+  EXPECT_FALSE(matches(closed, "[]"));
+  EXPECT_FALSE(matches(closed, R"(["a", 1, 2])"));    // items: false
+  EXPECT_FALSE(matches(closed, "[1]"));               // item 0 is a string
+  const auto rest = compile(schema(R"({"type":"array","prefixItems":[{"type":"boolean"}],"items":{"type":"integer"},"maxItems":3})"));
+  EXPECT_TRUE(matches(rest, "[true]"));
+  EXPECT_TRUE(matches(rest, "[true, 1, 2]"));
+  EXPECT_FALSE(matches(rest, R"([true, "x"])"));
+  EXPECT_FALSE(matches(rest, "[true, 1, 2, 3]"));     // maxItems
+  const auto draft4 = compile(schema(R"({"items":[{"type":"null"}],"additionalItems":{"type":"string"}})"));
+  EXPECT_TRUE(matches(draft4, R"([null, "a", "b"])"));
+  EXPECT_FALSE(matches(draft4, "[null, 1]"));
+  const auto map = compile(schema(R"({"type":"object","additionalProperties":{"type":"integer"},"minProperties":1,"maxProperties":2})"));
+  EXPECT_TRUE(matches(map, R"({"a": 1})"));
+  EXPECT_TRUE(matches(map, R"({"a": 1, "b": -2})"));
+  EXPECT_FALSE(matches(map, "{}"));                    // minProperties
+  EXPECT_FALSE(matches(map, R"({"a": 1, "b": 2, "c": 3})"));  // maxProperties
+  EXPECT_FALSE(matches(map, R"({"a": "x"})"));         // values are integers
+  const auto listed = compile(schema(R"({"type":"object","properties":{"a":{"type":"string"}},"additionalProperties":{"type":"integer"}})"));
+  EXPECT_TRUE(matches(listed, R"({"a": "x"})"));
+  EXPECT_FALSE(matches(listed, R"({"a": "x", "b": 1})"));  // beside properties, only they are written
+  EXPECT_TRUE(matches(compile(schema(R"({"type":"object","additionalProperties":false})")), "{}"));
+  const auto ipv4 = compile(schema(R"({"type":"string","format":"ipv4"})"));
+  for (const char* ok : {R"("1.2.3.4")", R"("255.255.255.255")", R"("0.0.0.0")"}) EXPECT_TRUE(matches(ipv4, ok)) << ok;
+  for (const char* bad : {R"("256.1.1.1")", R"("01.1.1.1")", R"("1.2.3")"}) EXPECT_FALSE(matches(ipv4, bad)) << bad;
+  const auto ipv6 = compile(schema(R"({"type":"string","format":"ipv6"})"));
+  for (const char* ok : {R"("::")", R"("::1")", R"("fe80::1:2")", R"("1:2:3:4:5:6:7:8")", R"("1::")"}) {
+    EXPECT_TRUE(matches(ipv6, ok)) << ok;
+  }
+  for (const char* bad : {R"("1::2::3")", R"(":::")", R"("1:2:3:4:5:6:7:8:9")", R"("12345::")"}) {
+    EXPECT_FALSE(matches(ipv6, bad)) << bad;
+  }
+  const auto email = compile(schema(R"({"type":"string","format":"email"})"));
+  EXPECT_TRUE(matches(email, R"("first.last+tag@mail.example.org")"));
+  for (const char* bad : {R"("a@b")", R"("a..b@c.de")", R"("@c.de")", R"("a@-c.de")"}) EXPECT_FALSE(matches(email, bad)) << bad;
+}
+
 TEST(StructuredGrammar, RefusesUnsupportedKeywordsByName) {
   for (const char* text : {R"({"type":"number","minimum":3})", R"({"type":"integer","multipleOf":3})",
                            R"({"minimum":3})", R"({"type":"integer","minimum":3,"maximum":2})",
-                           R"({"type":"object","properties":{"a":{"type":"string"}},"additionalProperties":true})",
-                           R"({"type":"array","uniqueItems":true})", R"({"type":"string","format":"email"})",
+                           R"({"type":"object","properties":{"a":{"type":"string"}},"maxProperties":1})",
+                           R"({"type":"array","uniqueItems":true})", R"({"type":"string","format":"hostname"})",
                            R"({"$ref":"http://example.com/s.json"})", R"({"type":"wat"})", "not json"}) {
     EXPECT_THROW(build_grammar(schema(text)), StructuredError) << text;
   }

@@ -44,6 +44,9 @@ const std::vector<Case>& cases() {
       {"json_object", "json_object", ""},
       {"ebnf", "ebnf", "root ::= \"(\" item (\", \" item)* \")\"\nitem ::= [a-z]+ | [0-9]{1,3} | \"yes\"\n"},
       {"regex", "regex", R"([A-Z][a-z]{1,8} [0-9]{2,4}(\.[0-9]+)?)"},
+      // Last, so the walks of the cases above stay the draws they were (one random stream).
+      {"map", "json_schema", R"({"type":"object","additionalProperties":{"type":"integer"}})"},
+      {"tuple", "json_schema", R"({"type":"array","prefixItems":[{"type":"string"},{"type":"boolean"}],"items":{"type":"integer"}})"},
   };
   return all;
 }

@@ -21,7 +21,7 @@ const std::set<std::string, std::less<>> kAnnotations = {
 const std::set<std::string, std::less<>> kKeywords = {
     "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "enum", "const",
     "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern", "format", "nullable", "minimum", "maximum",
-    "exclusiveMinimum", "exclusiveMaximum"};
+    "exclusiveMinimum", "exclusiveMaximum", "prefixItems", "additionalItems", "minProperties", "maxProperties"};
 const char* const kBounds[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
 
 // Regexes for the supported string formats (RFC 3339 date/time, RFC 4122 uuid). Each allows only
@@ -35,11 +35,27 @@ const std::string kLeapYear = "([0-9]{2}(0[48]|[2468][048]|[13579][26])|(0[48]|[
 const std::string kDate = "(" + kYear + "-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|" +
                           "02-(0[1-9]|1[0-9]|2[0-8]))|" + kLeapYear + "-02-29)";
 const std::string kTime = R"(([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]+)?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9]))";
+// An IPv4 address as every validator takes it: four decimal octets 0-255 without leading zeros
+// (Python's ipaddress refuses "01"). An IPv6 address in RFC 4291's text forms, full or with one
+// "::", without the embedded IPv4 and zone forms. An e-mail address: a dot-atom local part and a
+// host name of at least two labels (RFC 5321's common form; validators that check e-mail at all
+// check less), each part bounded (a local part of up to four dot-separated atoms of up to 64
+// characters, up to five labels of up to 63) so that an output always ends.
+const std::string kOctet = "(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])";
+const std::string kHex4 = "[0-9a-fA-F]{1,4}";
+const std::string kIpv6 = "((" + kHex4 + ":){7}" + kHex4 + "|(" + kHex4 + ":){1,7}:|(" + kHex4 + ":){1,6}:" + kHex4 +
+                          "|(" + kHex4 + ":){1,5}(:" + kHex4 + "){1,2}|(" + kHex4 + ":){1,4}(:" + kHex4 + "){1,3}|(" +
+                          kHex4 + ":){1,3}(:" + kHex4 + "){1,4}|(" + kHex4 + ":){1,2}(:" + kHex4 + "){1,5}|" + kHex4 +
+                          ":(:" + kHex4 + "){1,6}|:((:" + kHex4 + "){1,7}|:))";
+const std::string kLabel = "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
 const std::map<std::string, std::string, std::less<>> kFormats = {
     {"date", kDate},
     {"time", kTime},
     {"date-time", kDate + "T" + kTime},
     {"uuid", R"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"},
+    {"ipv4", kOctet + "(\\." + kOctet + "){3}"},
+    {"ipv6", kIpv6},
+    {"email", "[A-Za-z0-9_%+-]{1,64}(\\.[A-Za-z0-9_%+-]{1,64}){0,3}@" + kLabel + "(\\." + kLabel + "){1,4}"},
 };
 
 }  // namespace
@@ -148,7 +164,8 @@ class JsonSchemaBuilder::Compiler {
     for (const auto& [key, value] : s.items()) {
       if (kAnnotations.count(key) == 0 && kKeywords.count(key) == 0) {
         fail(join(path, key), "the keyword '" + key + "' is not supported (supported: type, properties, required, "
-             "additionalProperties: false, items, minItems, maxItems, enum, const, anyOf, oneOf, allOf with one "
+             "additionalProperties, minProperties and maxProperties on objects without properties, items, "
+             "prefixItems, additionalItems, minItems, maxItems, enum, const, anyOf, oneOf, allOf with one "
              "member, $ref, $defs, minLength, maxLength, pattern, format, minimum, maximum, exclusiveMinimum and "
              "exclusiveMaximum on integers)");
       }
@@ -198,9 +215,10 @@ class JsonSchemaBuilder::Compiler {
       } else {
         fail(join(path, "type"), "'type' must be a string or an array of strings");
       }
-    } else if (s.contains("properties") || s.contains("additionalProperties")) {
+    } else if (s.contains("properties") || s.contains("additionalProperties") || s.contains("minProperties") ||
+               s.contains("maxProperties")) {
       types.push_back("object");
-    } else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) {
+    } else if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") || s.contains("maxItems")) {
       types.push_back("array");
     } else if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern") || s.contains("format")) {
       types.push_back("string");
@@ -312,7 +330,8 @@ class JsonSchemaBuilder::Compiler {
         if (!format->is_string()) fail(join(path, "format"), "'format' must be a string");
         const auto f = kFormats.find(format->get<std::string>());
         if (f == kFormats.end()) {
-          fail(join(path, "format"), "the format '" + format->get<std::string>() + "' is not supported (supported: date, time, date-time, uuid)");
+          fail(join(path, "format"), "the format '" + format->get<std::string>() +
+                                         "' is not supported (supported: date, time, date-time, uuid, ipv4, ipv6, email)");
         }
         regex = f->second;
       }
@@ -326,13 +345,20 @@ class JsonSchemaBuilder::Compiler {
     const int64_t min = count(s, "minItems", path, 0);
     const int64_t max = count(s, "maxItems", path, -1);
     if (max >= 0 && max < min) fail(path, "'maxItems' is below 'minItems'");
-    Sequence item;
-    if (const auto it = s.find("items"); it != s.end()) {
-      if (it->is_array()) fail(join(path, "items"), "'items' as an array (tuple validation) is not supported; use one schema");
-      item = schema(*it, join(path, "items"), depth + 1);
-    } else {
-      item = value_any();
+    // A tuple: prefixItems (draft 2020-12) with `items` for the rest, or draft 4's `items` as an
+    // array with `additionalItems` for the rest.
+    const auto items = s.find("items"), prefix = s.find("prefixItems"), additional = s.find("additionalItems");
+    if (prefix != s.end() && items != s.end() && items->is_array()) {
+      fail(join(path, "items"), "'items' as an array beside 'prefixItems' is not supported; use 'prefixItems'");
     }
+    if (additional != s.end() && (items == s.end() || !items->is_array())) {
+      fail(join(path, "additionalItems"), "'additionalItems' is supported with 'items' as an array only");
+    }
+    if (prefix != s.end()) return tuple(*prefix, "prefixItems", items == s.end() ? nullptr : &*items, min, max, path, depth);
+    if (items != s.end() && items->is_array()) {
+      return tuple(*items, "items", additional == s.end() ? nullptr : &*additional, min, max, path, depth);
+    }
+    const Sequence item = items != s.end() ? schema(*items, join(path, "items"), depth + 1) : value_any();
     const int32_t rule = g_.add_rule("array");
     if (min == 0) g_.add_alternative(rule, g_.literal("[]"));
     if (max != 0) {
@@ -342,12 +368,37 @@ class JsonSchemaBuilder::Compiler {
     return Grammar::ref(rule);
   }
 
+  // An array whose item i < P is prefix[i] and whose later items are `rest` (null: any value;
+  // false: none), with at most max items (max < 0: unbounded). Every prefix item is written, as
+  // xgrammar (vLLM's and SGLang's engine) writes them: JSON Schema would also take a shorter
+  // array, but a tuple cut short is rarely what a caller means; the outputs are valid either way.
+  Sequence tuple(const Json& prefix, const char* prefix_key, const Json* rest, int64_t min, int64_t max,
+                 const std::string& path, int depth) {
+    if (!prefix.is_array() || prefix.empty()) fail(join(path, prefix_key), std::string("'") + prefix_key + "' must be a non-empty array of schemas");
+    const std::string rest_key = std::string(prefix_key) == "prefixItems" ? "items" : "additionalItems";
+    const auto size = static_cast<int64_t>(prefix.size());
+    if (rest != nullptr && rest->is_boolean() && !rest->get<bool>()) max = max < 0 ? size : std::min(max, size);
+    if (max >= 0 && max < min) fail(path, "'minItems' asks for more items than the tuple allows");
+    if (max >= 0 && max < size) fail(join(path, "maxItems"), "'maxItems' below the number of '" + std::string(prefix_key) + "' is not supported (every prefix item is written)");
+    Sequence out = g_.literal("[");
+    for (int64_t i = 0; i < size; ++i) {
+      if (i > 0) append(out, g_.literal(", "));
+      append(out, schema(prefix[static_cast<size_t>(i)], join(path, prefix_key) + "[" + std::to_string(i) + "]", depth + 1));
+    }
+    const int64_t more = max < 0 ? -1 : max - size;  // items past the prefix, at most
+    if (more != 0) {
+      const Sequence item = rest == nullptr ? value_any() : schema(*rest, join(path, rest_key), depth + 1);
+      append(out, g_.repeat(concat({g_.literal(", "), item}), std::max<int64_t>(min - size, 0), more, "tuple_rest"));
+    }
+    append(out, g_.literal("]"));
+    return out;
+  }
+
   Sequence object(const Json& s, const std::string& path, int depth) {
     const auto props = s.find("properties");
-    if (const auto it = s.find("additionalProperties"); it != s.end()) {
-      if (!(it->is_boolean() && !it->get<bool>())) {
-        fail(join(path, "additionalProperties"), "only 'additionalProperties': false is supported (strict structured outputs)");
-      }
+    const auto extra = s.find("additionalProperties");
+    if (extra != s.end() && !extra->is_boolean() && !extra->is_object()) {
+      fail(join(path, "additionalProperties"), "'additionalProperties' must be a boolean or a schema");
     }
     std::set<std::string> required;
     if (const auto it = s.find("required"); it != s.end()) {
@@ -360,9 +411,12 @@ class JsonSchemaBuilder::Compiler {
         required.insert(r.get<std::string>());
       }
     }
-    if (props == s.end()) {
-      if (s.contains("additionalProperties")) return g_.literal("{}");
-      return object_any();
+    if (props == s.end()) return map(s, extra == s.end() ? nullptr : &*extra, path, depth);
+    // With properties, only they are written (strict), whatever additionalProperties allows
+    // beside them: the outputs are valid either way, and the grammar cannot keep a listed key
+    // from coming again as an extra one.
+    for (const char* key : {"minProperties", "maxProperties"}) {
+      if (s.contains(key)) fail(join(path, key), std::string("'") + key + "' beside 'properties' is not supported");
     }
     if (!props->is_object()) fail(join(path, "properties"), "'properties' must be an object");
     struct Property {
@@ -387,6 +441,32 @@ class JsonSchemaBuilder::Compiler {
       }
     }
     return concat({g_.literal("{"), rest[0][1], g_.literal("}")});
+  }
+
+  // An object without properties: a map whose values are `extra` (null or true: any value;
+  // false: none), with minProperties / maxProperties members. minProperties above 1 is refused:
+  // the grammar cannot keep the keys distinct, and a key written twice counts once.
+  Sequence map(const Json& s, const Json* extra, const std::string& path, int depth) {
+    const int64_t min = count(s, "minProperties", path, 0);
+    int64_t max = count(s, "maxProperties", path, -1);
+    if (min > 1) {
+      fail(join(path, "minProperties"), "'minProperties' above 1 is not supported: the grammar cannot keep the keys "
+                                        "distinct, and a key written twice counts once");
+    }
+    if (extra != nullptr && extra->is_boolean() && !extra->get<bool>()) max = 0;
+    if (max >= 0 && max < min) fail(path, "'maxProperties' (or 'additionalProperties': false) leaves no object");
+    if (max == 0) return g_.literal("{}");
+    const bool any_value = extra == nullptr || (extra->is_boolean() && extra->get<bool>());
+    if (any_value && min == 0 && max < 0) return object_any();
+    const Sequence value = any_value ? value_any() : schema(*extra, join(path, "additionalProperties"), depth + 1);
+    const Sequence member = concat({string_any(), g_.literal(": "), value});
+    const int32_t rule = g_.add_rule("map");
+    if (min == 0) g_.add_alternative(rule, g_.literal("{}"));
+    if (max != 0) {
+      const Sequence rest = g_.repeat(concat({g_.literal(", "), member}), 0, max < 0 ? -1 : max - 1, "map_members");
+      g_.add_alternative(rule, concat({g_.literal("{"), member, rest, g_.literal("}")}));
+    }
+    return Grammar::ref(rule);
   }
 
   Sequence reference(const Json& ref, const std::string& path, int depth) {

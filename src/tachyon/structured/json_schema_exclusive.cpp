@@ -54,6 +54,12 @@ std::set<std::string> names(const Json& s, const char* key) {
   return out;
 }
 
+// A tuple: prefixItems, or draft 4's items as an array.
+bool tuple(const Json& s) {
+  const auto items = s.find("items");
+  return s.contains("prefixItems") || (items != s.end() && items->is_array());
+}
+
 bool closed(const Json& s) {
   const auto it = s.find("additionalProperties");
   return it != s.end() && it->is_boolean() && !it->get<bool>();
@@ -63,6 +69,20 @@ bool closed(const Json& s) {
 std::pair<double, double> counts(const Json& s, const char* min, const char* max) {
   const auto lo = s.find(min), hi = s.find(max);
   return {lo != s.end() && lo->is_number() ? lo->get<double>() : 0.0, hi != s.end() && hi->is_number() ? hi->get<double>() : kInf};
+}
+
+// [lo, hi] of an array's length: minItems / maxItems, and a tuple closed by `items` (or
+// `additionalItems`) false holds at most its prefix.
+std::pair<double, double> item_counts(const Json& s) {
+  auto out = counts(s, "minItems", "maxItems");
+  const auto prefix = s.find("prefixItems"), items = s.find("items");
+  const bool draft4 = prefix == s.end() && items != s.end() && items->is_array();
+  const auto tuple_items = draft4 ? items : prefix;
+  const auto rest = draft4 ? s.find("additionalItems") : items;
+  if (tuple_items != s.end() && tuple_items->is_array() && rest != s.end() && rest->is_boolean() && !rest->get<bool>()) {
+    out.second = std::min(out.second, static_cast<double>(tuple_items->size()));
+  }
+  return out;
 }
 
 // The integers in s's bounds, as json_schema.cpp rounds them (a fractional bound inward).
@@ -259,8 +279,11 @@ class Prover {
       if (nullable(s)) out |= kNull;
       return out;
     }
-    if (s.contains("properties") || s.contains("additionalProperties")) return kObject;
-    if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) return kArray;
+    if (s.contains("properties") || s.contains("additionalProperties") || s.contains("minProperties") ||
+        s.contains("maxProperties")) {
+      return kObject;
+    }
+    if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") || s.contains("maxItems")) return kArray;
     if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern") || s.contains("format")) return kString;
     return kAll;
   }
@@ -299,8 +322,9 @@ class Prover {
   }
 
   bool arrays_never_valid(const Json& a, const Json& b, int depth) {
-    const auto a_len = counts(a, "minItems", "maxItems");
-    if (disjoint(a_len, counts(b, "minItems", "maxItems"))) return true;
+    const auto a_len = item_counts(a);
+    if (disjoint(a_len, item_counts(b))) return true;
+    if (tuple(a) || tuple(b)) return false;  // their first items follow other schemas than `items`
     const auto a_items = a.find("items"), b_items = b.find("items");
     return a_len.first >= 1 && a_items != a.end() && b_items != b.end() && never_valid(*a_items, *b_items, depth + 1);
   }
@@ -342,11 +366,19 @@ class Prover {
     }
     if (v.is_array()) {
       const double n = static_cast<double>(v.size());
-      if (disjoint({n, n}, counts(*s, "minItems", "maxItems"))) return true;
-      if (const auto items = s->find("items"); items != s->end()) {
-        for (const Json& x : v) {
-          if (invalid(x, *items, depth + 1)) return true;
-        }
+      if (disjoint({n, n}, item_counts(*s))) return true;
+      // Item i's schema: a tuple's prefix schema, then its rest (items or additionalItems), or
+      // `items` for every item.
+      const auto items = s->find("items"), prefix_items = s->find("prefixItems");
+      const Json* prefix = prefix_items != s->end() && prefix_items->is_array() ? &*prefix_items
+                           : items != s->end() && items->is_array()         ? &*items
+                                                                             : nullptr;
+      const auto rest = prefix == nullptr ? items : prefix == &*items ? s->find("additionalItems") : items;
+      for (size_t i = 0; i < v.size(); ++i) {
+        const Json* item_schema = prefix != nullptr && i < prefix->size() ? &(*prefix)[i]
+                                  : rest != s->end()                       ? &*rest
+                                                                           : nullptr;
+        if (item_schema != nullptr && invalid(v[i], *item_schema, depth + 1)) return true;
       }
     }
     if (v.is_object()) {
