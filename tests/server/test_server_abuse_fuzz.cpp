@@ -1,5 +1,5 @@
 // Fuzzers of HTTP framing and of request JSON, with fixed seeds and a time bound (~10 s each;
-// TACHYON_ABUSE_FULL=1: 5 minutes each; TACHYON_ABUSE_SEED=N: the JSON fuzzer's cases from seed
+// TACHYON_ABUSE_FULL=1: 5 minutes each; TACHYON_ABUSE_SEED=N: the fuzzers' cases from seed
 // N). Every answer must be well-formed, below 500, and an OpenAI error body from 400 up
 // (Anthropic's on /v1/messages); /health must answer within 1 s every 50 cases. A crash leaves the
 // last two cases in the file named at the fuzzer's start.
@@ -264,7 +264,7 @@ std::string run_framing_case(int port, const std::string& bytes, bool well_frame
 }
 
 TEST_F(ServerAbuseFuzz, HttpFraming) {
-  std::mt19937_64 rng(20240611);
+  std::mt19937_64 rng(fuzz_seed(20240611));
   const std::vector<std::string> seeds = framing_seeds();
   FuzzTally tally;
   CaseLog log("framing");
