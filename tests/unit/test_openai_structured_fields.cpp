@@ -79,7 +79,7 @@ TEST(OpenaiStructuredFields, BadConstraintsAre400sOnTheirField) {
     std::string fields, param, fragment;
   };
   const std::vector<Case> cases = {
-      {R"("guided_json":{"type":"number","minimum":1})", "guided_json", "'minimum'"},
+      {R"("guided_json":{"type":"number","multipleOf":1})", "guided_json", "'multipleOf'"},
       {R"("guided_json":"{not json")", "guided_json", "not valid JSON"},
       {R"("guided_regex":"(a")", "guided_regex", "unterminated"},
       {R"x("guided_regex":"(?=a)")x", "guided_regex", "lookaround"},

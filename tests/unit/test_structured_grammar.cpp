@@ -131,7 +131,7 @@ TEST(StructuredGrammar, TuplesMapsAndNetworkFormats) {
 }
 
 TEST(StructuredGrammar, RefusesUnsupportedKeywordsByName) {
-  for (const char* text : {R"({"type":"number","minimum":3})", R"({"type":"integer","multipleOf":3})",
+  for (const char* text : {R"({"type":"number","minimum":3,"maximum":2})", R"({"type":"integer","multipleOf":3})",
                            R"({"minimum":3})", R"({"type":"integer","minimum":3,"maximum":2})",
                            R"({"type":"object","properties":{"a":{"type":"string"}},"maxProperties":1})",
                            R"({"type":"array","uniqueItems":true})", R"({"type":"string","format":"hostname"})",
@@ -139,10 +139,10 @@ TEST(StructuredGrammar, RefusesUnsupportedKeywordsByName) {
     EXPECT_THROW(build_grammar(schema(text)), StructuredError) << text;
   }
   try {
-    build_grammar(schema(R"({"type":"object","properties":{"n":{"type":"number","maximum":3}}})"));
+    build_grammar(schema(R"({"type":"object","properties":{"n":{"type":"number","maximum":1e300}}})"));
     FAIL();
   } catch (const StructuredError& e) {
-    EXPECT_NE(std::string(e.what()).find("'maximum'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("2^53"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("properties.n"), std::string::npos) << e.what();
   }
 }

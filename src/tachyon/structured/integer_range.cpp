@@ -75,4 +75,8 @@ Sequence integer_range(Grammar& g, std::optional<int64_t> lo, std::optional<int6
   return Grammar::ref(g.rule_of("integer_range", alternatives));
 }
 
+Sequence magnitude_range(Grammar& g, uint64_t lo, std::optional<uint64_t> hi) {
+  return RangeBuilder(g).magnitudes(lo, hi);
+}
+
 }  // namespace tachyon::structured

@@ -17,4 +17,8 @@ namespace tachyon::structured {
 // Throws StructuredError when lo > hi (no integer matches).
 Sequence integer_range(Grammar& g, std::optional<int64_t> lo, std::optional<int64_t> hi);
 
+// The unsigned decimal strings (no leading zeros) of exactly the integers in [lo, hi]; hi
+// nullopt: unbounded. lo <= hi. (The integer part of number_range.h's numbers.)
+Sequence magnitude_range(Grammar& g, uint64_t lo, std::optional<uint64_t> hi);
+
 }  // namespace tachyon::structured

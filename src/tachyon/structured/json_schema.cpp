@@ -7,6 +7,7 @@
 
 #include "tachyon/structured/integer_range.h"
 #include "tachyon/structured/json_schema_exclusive.h"
+#include "tachyon/structured/number_range.h"
 #include "tachyon/structured/regex_grammar.h"
 #include "tachyon/structured/utf8_ranges.h"
 
@@ -167,7 +168,7 @@ class JsonSchemaBuilder::Compiler {
              "additionalProperties, minProperties and maxProperties on objects without properties, items, "
              "prefixItems, additionalItems, minItems, maxItems, enum, const, anyOf, oneOf, allOf with one "
              "member, $ref, $defs, minLength, maxLength, pattern, format, minimum, maximum, exclusiveMinimum and "
-             "exclusiveMaximum on integers)");
+             "exclusiveMaximum on integers and numbers)");
       }
     }
     if (const auto it = s.find("nullable"); it != s.end() && !it->is_boolean()) {
@@ -224,7 +225,7 @@ class JsonSchemaBuilder::Compiler {
       types.push_back("string");
     } else {
       for (const char* bound : kBounds) {
-        if (s.contains(bound)) fail(join(path, bound), std::string("'") + bound + "' is supported with \"type\": \"integer\" only");
+        if (s.contains(bound)) fail(join(path, bound), std::string("'") + bound + "' is supported with \"type\": \"integer\" or \"number\" only");
       }
       return value_any();  // no type: any JSON value
     }
@@ -263,12 +264,7 @@ class JsonSchemaBuilder::Compiler {
     if (type == "array") return array(s, path, depth);
     if (type == "string") return string(s, path);
     if (type == "integer") return integer(s, path);
-    if (type == "number") {  // bounds on other types' values do not apply (JSON schema's rule)
-      for (const char* bound : kBounds) {
-        if (s.contains(bound)) fail(join(path, bound), std::string("'") + bound + "' is supported with \"type\": \"integer\" only");
-      }
-      return number_any();
-    }
+    if (type == "number") return number(s, path);
     if (type == "boolean") return Grammar::ref(g_.rule_of("boolean", {g_.literal("true"), g_.literal("false")}));
     if (type == "null") return g_.literal("null");
     fail(join(path, "type"), "unknown type '" + type + "'");
@@ -308,6 +304,33 @@ class JsonSchemaBuilder::Compiler {
     if (!lo && !hi) return integer_any();
     try {
       return integer_range(g_, lo, hi);
+    } catch (const StructuredError& e) {
+      fail(path, e.what());
+    }
+  }
+
+  // minimum / maximum / exclusiveMinimum / exclusiveMaximum (numbers) on a number: the decimals
+  // in range (number_range.h), without an exponent.
+  Sequence number(const Json& s, const std::string& path) {
+    std::optional<NumberBound> lo, hi;
+    auto bound = [&](const char* key, bool lower, bool exclusive) {
+      const auto it = s.find(key);
+      if (it == s.end()) return;
+      if (!it->is_number()) fail(join(path, key), std::string("'") + key + "' must be a number (draft 4's boolean form is not supported)");
+      const NumberBound b{it->get<double>(), exclusive};
+      std::optional<NumberBound>& end = lower ? lo : hi;
+      // The tighter of two bounds on one end (an exclusive one wins a tie).
+      const bool tighter = !end || (lower ? b.value > end->value : b.value < end->value) ||
+                           (b.value == end->value && exclusive);
+      if (tighter) end = b;
+    };
+    bound("minimum", true, false);
+    bound("exclusiveMinimum", true, true);
+    bound("maximum", false, false);
+    bound("exclusiveMaximum", false, true);
+    if (!lo && !hi) return number_any();
+    try {
+      return number_range(g_, lo, hi);
     } catch (const StructuredError& e) {
       fail(path, e.what());
     }
