@@ -352,6 +352,20 @@ std::vector<std::pair<std::string, json>> json_seeds() {
         {"tools", {tool}},
         {"tool_choice", "required"},
         {"user", "fuzz"}}},
+      {"/v1/chat/completions",
+       {{"messages", {user}},
+        {"max_tokens", 4},
+        {"response_format",
+         {{"type", "json_schema"},
+          {"json_schema",
+           {{"name", "b"},
+            {"schema",
+             {{"type", "object"},
+              {"properties",
+               {{"p", {{"type", "number"}, {"minimum", -1.5}, {"exclusiveMaximum", 2.25}}},
+                {"t", {{"type", "array"}, {"prefixItems", {{{"type", "string"}}, {{"format", "ipv4"}}}}, {"items", false}}},
+                {"m", {{"type", "object"}, {"additionalProperties", {{"type", "integer"}}}, {"maxProperties", 2}}}}},
+              {"required", {"p", "t"}}}}}}}}}},
       {"/tokenize", {{"messages", {user}}}},
       {"/detokenize", {{"tokens", {1, 2, 3}}}},
       {"/v1/messages", {{"model", "tiny"}, {"max_tokens", 2}, {"messages", {user}}}},
@@ -456,7 +470,8 @@ std::string mutate_json(json body, std::mt19937_64& rng) {
         "repetition_penalty tokens content role add_generation_prompt include_stop_str_in_output suffix user "
         "system metadata user_id stop_sequences thinking budget_tokens continue_final_message structured_outputs "
         "guided_json guided_regex guided_choice guided_grammar json_schema schema safety_identifier functions "
-        "modalities audio input input_schema tool_use_id id name type text");
+        "modalities audio input input_schema tool_use_id id name type text prefixItems additionalItems "
+        "additionalProperties minProperties maxProperties minimum maximum exclusiveMinimum exclusiveMaximum format");
     for (std::string name; names >> name;) out.push_back(name);
     return out;
   }();
