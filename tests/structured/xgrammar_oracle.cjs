@@ -10,8 +10,9 @@
 // Special tokens are given to xgrammar as "" (it leaves empty tokens out of every mask), as our
 // vocabulary leaves them out; EOS is its stop token, as ours.
 // One known difference is counted apart, not as a disagreement: xgrammar's UTF-8 decoding takes
-// the bytes C0, C1 and F5-FF as lead bytes, so inside a string it allows tokens holding them,
-// which can never be valid UTF-8 (overlong forms, code points past U+10FFFF); ours refuses them.
+// the bytes C0, C1 and F5-FF as lead bytes and does not check the second byte after E0, ED, F0
+// or F4, so inside a string it allows tokens that make the output invalid UTF-8 (overlong forms,
+// surrogates, code points past U+10FFFF); ours refuses them. The check follows the walk's bytes.
 "use strict";
 const fs = require("fs");
 const path = require("path");
@@ -52,12 +53,53 @@ const byteOfChar = (() => {
   return map;
 })();
 
-function neverUtf8(token) {
+function tokenBytes(token) {
+  const out = [];
   for (const ch of token) {
     const b = byteOfChar.get(ch);
-    if (b === 0xc0 || b === 0xc1 || (b !== undefined && b >= 0xf5)) return true;
+    if (b === undefined) return null;  // not a byte-level token (a special one)
+    out.push(b);
   }
-  return false;
+  return out;
+}
+
+// The bytes of an incomplete UTF-8 sequence at the end of `bytes` (its lead byte on), or [].
+function pendingUtf8(bytes) {
+  for (let i = bytes.length - 1, back = 0; i >= 0 && back < 4; --i, ++back) {
+    const b = bytes[i];
+    if ((b & 0xc0) === 0x80) continue;
+    const need = b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : b >= 0xc0 ? 2 : 1;
+    return bytes.length - i < need ? bytes.slice(i) : [];
+  }
+  return [];
+}
+
+// Whether `bytes` can begin valid UTF-8 (RFC 3629: no C0, C1, F5-FF; no overlong forms after
+// E0 or F0, no surrogates after ED, nothing past U+10FFFF after F4).
+function validUtf8Prefix(bytes) {
+  for (let i = 0; i < bytes.length;) {
+    const b = bytes[i];
+    if (b < 0x80) { ++i; continue; }
+    let need, lo = 0x80, hi = 0xbf;
+    if (b >= 0xc2 && b <= 0xdf) need = 1;
+    else if (b >= 0xe0 && b <= 0xef) { need = 2; if (b === 0xe0) lo = 0xa0; if (b === 0xed) hi = 0x9f; }
+    else if (b >= 0xf0 && b <= 0xf4) { need = 3; if (b === 0xf0) lo = 0x90; if (b === 0xf4) hi = 0x8f; }
+    else return false;
+    for (let k = 1; k <= need; ++k) {
+      if (i + k >= bytes.length) return true;  // cut short: a prefix
+      const c = bytes[i + k];
+      if (c < (k === 1 ? lo : 0x80) || c > (k === 1 ? hi : 0xbf)) return false;
+    }
+    i += need + 1;
+  }
+  return true;
+}
+
+// A token xgrammar allows where it would make the output invalid UTF-8, after the bytes of the
+// walk so far (`pending`: their incomplete last sequence): its UTF-8 decoding is laxer than ours.
+function neverUtf8(token, pending) {
+  const bytes = tokenBytes(token);
+  return bytes !== null && !validUtf8Prefix(pending.concat(bytes));
 }
 
 (async () => {
@@ -82,6 +124,7 @@ function neverUtf8(token) {
     }
     const matcher = await xg.GrammarMatcher.createGrammarMatcher(compiled);
     const entry = { name: c.name, steps: c.masks.length, disagreements: [] };
+    let written = [];  // the walk's bytes so far (their incomplete last UTF-8 sequence matters)
     for (let step = 0; step < c.masks.length; ++step) {
       const ours = new Uint32Array(Buffer.from(c.masks[step], "base64").buffer.slice(0));
       const theirs = new Uint32Array((await matcher.getNextTokenBitmask()).buffer);
@@ -94,7 +137,8 @@ function neverUtf8(token) {
         for (let b = 0; b < 32; ++b) if ((x >>> b) & 1) differ.push(w * 32 + b);
       }
       differ = differ.filter((id) => id < input.vocab_size);
-      const known = differ.filter((id) => !((ours[id >> 5] >>> (id & 31)) & 1) && neverUtf8(vocab[id]));
+      const pending = pendingUtf8(written);
+      const known = differ.filter((id) => !((ours[id >> 5] >>> (id & 31)) & 1) && neverUtf8(vocab[id], pending));
       report.invalid_utf8_only_xgrammar_allows += known.length;
       differ = differ.filter((id) => !known.includes(id));
       if (differ.length === 0) report.masks_equal += 1;
@@ -111,6 +155,7 @@ function neverUtf8(token) {
         entry.disagreements.push({ step, rejected_token: c.tokens[step], token: vocab[c.tokens[step]] });
         break;
       }
+      if (step < c.tokens.length) written = written.concat(tokenBytes(vocab[c.tokens[step]]) || []).slice(-8);
     }
     report.cases.push(entry);
   }
