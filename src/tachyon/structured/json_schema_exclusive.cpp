@@ -335,7 +335,39 @@ class Prover {
   }
 
   static bool numbers_never_valid(const Json& a, const Json& b) {
-    return only_integers(a) && disjoint(integer_bounds(a), integer_bounds(b));
+    if (only_integers(a) && disjoint(integer_bounds(a), integer_bounds(b))) return true;
+    // The values in a's bounds (as doubles: what its grammar writes reads as one in range) and
+    // those b's bounds allow share none.
+    const RealBounds x = real_bounds(a), y = real_bounds(b);
+    auto below = [](double hi, bool hi_open, double lo, bool lo_open) { return hi < lo || (hi == lo && (hi_open || lo_open)); };
+    return below(x.hi, x.hi_open, y.lo, y.lo_open) || below(y.hi, y.hi_open, x.lo, x.lo_open);
+  }
+
+  struct RealBounds {
+    double lo = -kInf, hi = kInf;
+    bool lo_open = false, hi_open = false;
+  };
+  // minimum / exclusiveMinimum / maximum / exclusiveMaximum as one interval (the tighter of two).
+  static RealBounds real_bounds(const Json& s) {
+    RealBounds r;
+    auto bound = [&](const char* key, bool lower, bool open) {
+      const auto it = s.find(key);
+      if (it == s.end() || !it->is_number()) return;
+      const double v = it->get<double>();
+      double& end = lower ? r.lo : r.hi;
+      bool& end_open = lower ? r.lo_open : r.hi_open;
+      if (lower ? v > end : v < end) {
+        end = v;
+        end_open = open;
+      } else if (v == end) {
+        end_open = end_open || open;
+      }
+    };
+    bound("minimum", true, false);
+    bound("exclusiveMinimum", true, true);
+    bound("maximum", false, false);
+    bound("exclusiveMaximum", false, true);
+    return r;
   }
 
   // v is provably invalid under s.
