@@ -260,7 +260,7 @@ TEST_F(ServerApi, BadInputsGetClearErrorsAndTheServerKeepsServing) {
       {"/v1/chat/completions", R"({"messages":[]})", 400, "messages"},
       {"/v1/chat/completions", R"({"max_tokens":2})", 400, "messages"},
       {"/v1/chat/completions", R"({"messages":[{"role":"wizard","content":"x"}]})", 400, "role"},
-      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{"type":"number","minimum":1}}}})", 400, "'minimum'"},
+      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{"type":"number","multipleOf":2}}}})", 400, "'multipleOf'"},
       {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}", 400, "UTF-8"},
       // The template's own check, and min_tokens past the room the prompt leaves (max_tokens not
       // given): both once carried a developer's " (check `...` failed at file:line)".
