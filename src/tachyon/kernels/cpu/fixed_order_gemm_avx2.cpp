@@ -213,29 +213,11 @@ void dots_avx2(float* out, const float* x, const float* const* rows, int64_t cou
 
 // Up to 8 registers of output at a time (8 of the 16 hold the loads and the weight).
 void weighted_sum_avx2(float* out, const float* weights, const float* const* rows, int64_t count, int64_t n) {
-  constexpr int64_t kBlock = 64;
-  std::vector<const float*> shifted;
-  for (int64_t d = 0; d < n; d += kBlock) {
-    const int64_t width = std::min(kBlock, n - d);
-    const int vectors = static_cast<int>((width + 7) / 8);
-    const int64_t tail = width - (vectors - 1) * 8;
-    const float* const* block_rows = rows;
-    if (d > 0) {  // the rows from column d on
-      shifted.resize(static_cast<size_t>(count));
-      for (int64_t j = 0; j < count; ++j) shifted[static_cast<size_t>(j)] = rows[j] + d;
-      block_rows = shifted.data();
-    }
-    switch (vectors) {
-      case 1: weighted_sum_block_256<1>(out + d, weights, block_rows, count, tail); break;
-      case 2: weighted_sum_block_256<2>(out + d, weights, block_rows, count, tail); break;
-      case 3: weighted_sum_block_256<3>(out + d, weights, block_rows, count, tail); break;
-      case 4: weighted_sum_block_256<4>(out + d, weights, block_rows, count, tail); break;
-      case 5: weighted_sum_block_256<5>(out + d, weights, block_rows, count, tail); break;
-      case 6: weighted_sum_block_256<6>(out + d, weights, block_rows, count, tail); break;
-      case 7: weighted_sum_block_256<7>(out + d, weights, block_rows, count, tail); break;
-      default: weighted_sum_block_256<8>(out + d, weights, block_rows, count, tail); break;
-    }
-  }
+  static constexpr WeightedSumBlock kBlocks[kWeightedSumMaxRegisters] = {
+      &weighted_sum_block_256<1>, &weighted_sum_block_256<2>, &weighted_sum_block_256<3>,
+      &weighted_sum_block_256<4>, &weighted_sum_block_256<5>, &weighted_sum_block_256<6>,
+      &weighted_sum_block_256<7>, &weighted_sum_block_256<8>};
+  run_weighted_sum_blocks(kBlocks, 8, out, weights, rows, count, n);
 }
 
 void gemm_columns_avx2(float* out, const float* in, const float* weight, int64_t rows, int64_t in_features,

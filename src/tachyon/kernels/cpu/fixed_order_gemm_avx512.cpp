@@ -177,10 +177,11 @@ TACHYON_TARGET_AVX512 void dots_block_512(float* out, const float* x, const floa
   _mm512_mask_storeu_ps(out, stored, _mm512_mul_ps(totals, _mm512_set1_ps(scale)));
 }
 
-// out[0, 16 V) (the lanes in `last` of the last register) += the fused sum over the rows.
+// out[0, 16 V) (the first `tail` lanes of the last register) += the fused sum over the rows.
 template <int V>
 TACHYON_TARGET_AVX512 void weighted_sum_block_512(float* out, const float* weights, const float* const* rows,
-                                                  int64_t count, __mmask16 last) {
+                                                  int64_t count, int64_t tail) {
+  const auto last = static_cast<__mmask16>((1u << tail) - 1);
   __m512 sums[V];
 #pragma GCC unroll 8
   for (int v = 0; v < V - 1; ++v) sums[v] = _mm512_loadu_ps(out + v * kDotLanes);
@@ -208,30 +209,11 @@ void dots_avx512(float* out, const float* x, const float* const* rows, int64_t c
 // Up to 8 registers of output at a time (the rest of the 32 hold the loads); every element's sum
 // is the same chain of fused multiply-adds in the rows' order as fused_axpy's.
 void weighted_sum_avx512(float* out, const float* weights, const float* const* rows, int64_t count, int64_t n) {
-  constexpr int64_t kBlock = 8 * kDotLanes;
-  std::vector<const float*> shifted;
-  for (int64_t d = 0; d < n; d += kBlock) {
-    const int64_t width = std::min(kBlock, n - d);
-    const int vectors = static_cast<int>((width + kDotLanes - 1) / kDotLanes);
-    const int64_t tail = width - (vectors - 1) * kDotLanes;
-    const auto last = static_cast<__mmask16>((1u << tail) - 1);
-    const float* const* block_rows = rows;
-    if (d > 0) {  // the rows from column d on
-      shifted.resize(static_cast<size_t>(count));
-      for (int64_t j = 0; j < count; ++j) shifted[static_cast<size_t>(j)] = rows[j] + d;
-      block_rows = shifted.data();
-    }
-    switch (vectors) {
-      case 1: weighted_sum_block_512<1>(out + d, weights, block_rows, count, last); break;
-      case 2: weighted_sum_block_512<2>(out + d, weights, block_rows, count, last); break;
-      case 3: weighted_sum_block_512<3>(out + d, weights, block_rows, count, last); break;
-      case 4: weighted_sum_block_512<4>(out + d, weights, block_rows, count, last); break;
-      case 5: weighted_sum_block_512<5>(out + d, weights, block_rows, count, last); break;
-      case 6: weighted_sum_block_512<6>(out + d, weights, block_rows, count, last); break;
-      case 7: weighted_sum_block_512<7>(out + d, weights, block_rows, count, last); break;
-      default: weighted_sum_block_512<8>(out + d, weights, block_rows, count, last); break;
-    }
-  }
+  static constexpr WeightedSumBlock kBlocks[kWeightedSumMaxRegisters] = {
+      &weighted_sum_block_512<1>, &weighted_sum_block_512<2>, &weighted_sum_block_512<3>,
+      &weighted_sum_block_512<4>, &weighted_sum_block_512<5>, &weighted_sum_block_512<6>,
+      &weighted_sum_block_512<7>, &weighted_sum_block_512<8>};
+  run_weighted_sum_blocks(kBlocks, kDotLanes, out, weights, rows, count, n);
 }
 
 void gemm_columns_avx512(float* out, const float* in, const float* weight, int64_t rows, int64_t in_features,
