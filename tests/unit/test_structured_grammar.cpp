@@ -115,6 +115,16 @@ TEST(StructuredGrammar, TuplesMapsAndNetworkFormats) {
   EXPECT_TRUE(matches(listed, R"({"a": "x"})"));
   EXPECT_FALSE(matches(listed, R"({"a": "x", "b": 1})"));  // beside properties, only they are written
   EXPECT_TRUE(matches(compile(schema(R"({"type":"object","additionalProperties":false})")), "{}"));
+  // Beside properties (written once each, so they count exactly): a required, b and c optional.
+  const auto counted = compile(schema(R"({"properties":{"a":{"type":"integer"},"b":{"type":"integer"},"c":{"type":"integer"}},"required":["a"],"minProperties":2,"maxProperties":2})"));
+  EXPECT_TRUE(matches(counted, R"({"a": 1, "b": 2})"));
+  EXPECT_TRUE(matches(counted, R"({"a": 1, "c": 3})"));
+  EXPECT_FALSE(matches(counted, R"({"a": 1})"));
+  EXPECT_FALSE(matches(counted, R"({"a": 1, "b": 2, "c": 3})"));
+  EXPECT_FALSE(matches(counted, R"({"b": 2, "c": 3})"));  // a is required
+  const auto at_most = compile(schema(R"({"properties":{"x":{"type":"null"},"y":{"type":"null"}},"maxProperties":1})"));
+  for (const char* ok : {"{}", R"({"x": null})", R"({"y": null})"}) EXPECT_TRUE(matches(at_most, ok)) << ok;
+  EXPECT_FALSE(matches(at_most, R"({"x": null, "y": null})"));
   const auto ipv4 = compile(schema(R"({"type":"string","format":"ipv4"})"));
   for (const char* ok : {R"("1.2.3.4")", R"("255.255.255.255")", R"("0.0.0.0")"}) EXPECT_TRUE(matches(ipv4, ok)) << ok;
   for (const char* bad : {R"("256.1.1.1")", R"("01.1.1.1")", R"("1.2.3")"}) EXPECT_FALSE(matches(ipv4, bad)) << bad;
@@ -133,7 +143,7 @@ TEST(StructuredGrammar, TuplesMapsAndNetworkFormats) {
 TEST(StructuredGrammar, RefusesUnsupportedKeywordsByName) {
   for (const char* text : {R"({"type":"number","minimum":3,"maximum":2})", R"({"type":"integer","multipleOf":3})",
                            R"({"minimum":3})", R"({"type":"integer","minimum":3,"maximum":2})",
-                           R"({"type":"object","properties":{"a":{"type":"string"}},"maxProperties":1})",
+                           R"({"type":"object","properties":{"a":{"type":"string"}},"minProperties":2})",
                            R"({"type":"array","uniqueItems":true})", R"({"type":"string","format":"hostname"})",
                            R"({"$ref":"http://example.com/s.json"})", R"({"type":"wat"})", "not json"}) {
     EXPECT_THROW(build_grammar(schema(text)), StructuredError) << text;

@@ -438,9 +438,6 @@ class JsonSchemaBuilder::Compiler {
     // With properties, only they are written (strict), whatever additionalProperties allows
     // beside them: the outputs are valid either way, and the grammar cannot keep a listed key
     // from coming again as an extra one.
-    for (const char* key : {"minProperties", "maxProperties"}) {
-      if (s.contains(key)) fail(join(path, key), std::string("'") + key + "' beside 'properties' is not supported");
-    }
     if (!props->is_object()) fail(join(path, "properties"), "'properties' must be an object");
     struct Property {
       Sequence member;  // "key": value
@@ -451,6 +448,7 @@ class JsonSchemaBuilder::Compiler {
       const Sequence v = schema(value, join(join(path, "properties"), key), depth + 1);
       properties.push_back({concat({g_.literal(Json(key).dump()), g_.literal(": "), v}), required.count(key) > 0});
     }
+    if (s.contains("minProperties") || s.contains("maxProperties")) return counted_members(s, properties, path);
     // rest[i][first]: the members from property i on; `first` when none was written yet (no
     // separator before the next). Built from the end; optional properties may be skipped.
     const size_t n = properties.size();
@@ -464,6 +462,40 @@ class JsonSchemaBuilder::Compiler {
       }
     }
     return concat({g_.literal("{"), rest[0][1], g_.literal("}")});
+  }
+
+  // The members with minProperties / maxProperties: the listed properties are written at most
+  // once each, so their number is the object's number of keys. State (i, c): properties i on,
+  // c written; only states from which [min, max] is still reachable get a rule.
+  template <typename Property>
+  Sequence counted_members(const Json& s, const std::vector<Property>& properties, const std::string& path) {
+    const auto n = static_cast<int64_t>(properties.size());
+    const int64_t min = count(s, "minProperties", path, 0);
+    const int64_t max = std::min(count(s, "maxProperties", path, n), n);
+    std::vector<int64_t> required_from(static_cast<size_t>(n) + 1, 0);  // required ones in [i, n)
+    for (int64_t i = n; i-- > 0;) required_from[i] = required_from[i + 1] + properties[static_cast<size_t>(i)].required;
+    if (required_from[0] > max) fail(join(path, "maxProperties"), "'maxProperties' is below the number of required properties");
+    if (min > n) fail(join(path, "minProperties"), "'minProperties' is above the number of properties (only they are written)");
+    if (max < min) fail(path, "'maxProperties' is below 'minProperties'");
+    auto feasible = [&](int64_t i, int64_t c) { return c + required_from[static_cast<size_t>(i)] <= max && c + (n - i) >= min; };
+    std::map<std::pair<int64_t, int64_t>, Sequence> rest;  // (i, c) -> the members from i on
+    for (int64_t i = n; i >= 0; --i) {
+      for (int64_t c = std::min(i, max); c >= 0; --c) {
+        if (!feasible(i, c)) continue;
+        if (i == n) {
+          rest[{i, c}] = Sequence{};
+          continue;
+        }
+        const Property& p = properties[static_cast<size_t>(i)];
+        std::vector<Sequence> alternatives;
+        if (const auto next = rest.find({i + 1, c + 1}); next != rest.end()) {
+          alternatives.push_back(concat({c == 0 ? Sequence{} : g_.literal(", "), p.member, next->second}));
+        }
+        if (const auto next = rest.find({i + 1, c}); !p.required && next != rest.end()) alternatives.push_back(next->second);
+        rest[{i, c}] = Grammar::ref(g_.rule_of("members_" + std::to_string(i) + "_" + std::to_string(c), alternatives));
+      }
+    }
+    return concat({g_.literal("{"), rest.at({0, 0}), g_.literal("}")});
   }
 
   // An object without properties: a map whose values are `extra` (null or true: any value;
