@@ -125,6 +125,11 @@ TEST(StructuredGrammar, TuplesMapsAndNetworkFormats) {
   const auto at_most = compile(schema(R"({"properties":{"x":{"type":"null"},"y":{"type":"null"}},"maxProperties":1})"));
   for (const char* ok : {"{}", R"({"x": null})", R"({"y": null})"}) EXPECT_TRUE(matches(at_most, ok)) << ok;
   EXPECT_FALSE(matches(at_most, R"({"x": null, "y": null})"));
+  const auto named = compile(schema(R"({"type":"object","propertyNames":{"pattern":"^[a-z]{1,3}$"},"additionalProperties":{"type":"integer"}})"));
+  EXPECT_TRUE(matches(named, R"({"ab": 1, "x": 2})"));
+  EXPECT_FALSE(matches(named, R"({"AB": 1})"));
+  EXPECT_FALSE(matches(named, R"({"abcd": 1})"));
+  EXPECT_TRUE(matches(compile(schema(R"({"propertyNames":{"enum":["a","b"]}})")), R"({"b": [1], "a": null})"));
   const auto ipv4 = compile(schema(R"({"type":"string","format":"ipv4"})"));
   for (const char* ok : {R"("1.2.3.4")", R"("255.255.255.255")", R"("0.0.0.0")"}) EXPECT_TRUE(matches(ipv4, ok)) << ok;
   for (const char* bad : {R"("256.1.1.1")", R"("01.1.1.1")", R"("1.2.3")"}) EXPECT_FALSE(matches(ipv4, bad)) << bad;

@@ -1,5 +1,6 @@
 #include "tachyon/structured/json_schema.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -22,7 +23,8 @@ const std::set<std::string, std::less<>> kAnnotations = {
 const std::set<std::string, std::less<>> kKeywords = {
     "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "enum", "const",
     "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern", "format", "nullable", "minimum", "maximum",
-    "exclusiveMinimum", "exclusiveMaximum", "prefixItems", "additionalItems", "minProperties", "maxProperties"};
+    "exclusiveMinimum", "exclusiveMaximum", "prefixItems", "additionalItems", "minProperties", "maxProperties",
+    "propertyNames"};
 const char* const kBounds[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
 
 // Regexes for the supported string formats (RFC 3339 date/time, RFC 4122 uuid). Each allows only
@@ -165,7 +167,7 @@ class JsonSchemaBuilder::Compiler {
     for (const auto& [key, value] : s.items()) {
       if (kAnnotations.count(key) == 0 && kKeywords.count(key) == 0) {
         fail(join(path, key), "the keyword '" + key + "' is not supported (supported: type, properties, required, "
-             "additionalProperties, minProperties and maxProperties on objects without properties, items, "
+             "additionalProperties, minProperties, maxProperties, propertyNames on maps, items, "
              "prefixItems, additionalItems, minItems, maxItems, enum, const, anyOf, oneOf, allOf with one "
              "member, $ref, $defs, minLength, maxLength, pattern, format, minimum, maximum, exclusiveMinimum and "
              "exclusiveMaximum on integers and numbers)");
@@ -217,7 +219,7 @@ class JsonSchemaBuilder::Compiler {
         fail(join(path, "type"), "'type' must be a string or an array of strings");
       }
     } else if (s.contains("properties") || s.contains("additionalProperties") || s.contains("minProperties") ||
-               s.contains("maxProperties")) {
+               s.contains("maxProperties") || s.contains("propertyNames")) {
       types.push_back("object");
     } else if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") || s.contains("maxItems")) {
       types.push_back("array");
@@ -439,6 +441,9 @@ class JsonSchemaBuilder::Compiler {
     // beside them: the outputs are valid either way, and the grammar cannot keep a listed key
     // from coming again as an extra one.
     if (!props->is_object()) fail(join(path, "properties"), "'properties' must be an object");
+    if (s.contains("propertyNames")) {
+      fail(join(path, "propertyNames"), "'propertyNames' beside 'properties' is not supported (use it on a map)");
+    }
     struct Property {
       Sequence member;  // "key": value
       bool required;
@@ -512,9 +517,9 @@ class JsonSchemaBuilder::Compiler {
     if (max >= 0 && max < min) fail(path, "'maxProperties' (or 'additionalProperties': false) leaves no object");
     if (max == 0) return g_.literal("{}");
     const bool any_value = extra == nullptr || (extra->is_boolean() && extra->get<bool>());
-    if (any_value && min == 0 && max < 0) return object_any();
+    if (any_value && min == 0 && max < 0 && !s.contains("propertyNames")) return object_any();
     const Sequence value = any_value ? value_any() : schema(*extra, join(path, "additionalProperties"), depth + 1);
-    const Sequence member = concat({string_any(), g_.literal(": "), value});
+    const Sequence member = concat({key_names(s, path, depth), g_.literal(": "), value});
     const int32_t rule = g_.add_rule("map");
     if (min == 0) g_.add_alternative(rule, g_.literal("{}"));
     if (max != 0) {
@@ -522,6 +527,32 @@ class JsonSchemaBuilder::Compiler {
       g_.add_alternative(rule, concat({g_.literal("{"), member, rest, g_.literal("}")}));
     }
     return Grammar::ref(rule);
+  }
+
+  // A map's keys: any string, or those `propertyNames` allows (a schema of strings: its pattern,
+  // format, lengths, enum or const).
+  Sequence key_names(const Json& s, const std::string& path, int depth) {
+    const auto names = s.find("propertyNames");
+    if (names == s.end()) return string_any();
+    const std::string names_path = join(path, "propertyNames");
+    const bool strings = [&] {
+      if (!names->is_object()) return false;
+      for (const char* key : {"$ref", "anyOf", "oneOf", "allOf"}) {
+        if (names->contains(key)) return false;
+      }
+      if (const auto e = names->find("enum"); e != names->end()) {
+        return e->is_array() && std::all_of(e->begin(), e->end(), [](const Json& v) { return v.is_string(); });
+      }
+      if (const auto c = names->find("const"); c != names->end()) return c->is_string();
+      if (const auto t = names->find("type"); t != names->end()) return *t == "string";
+      return names->contains("pattern") || names->contains("format") || names->contains("minLength") ||
+             names->contains("maxLength");
+    }();
+    if (!strings) {
+      fail(names_path, "'propertyNames' must be a schema of strings (type string, a pattern, a format, lengths, or "
+                       "an enum or const of strings)");
+    }
+    return schema(*names, names_path, depth + 1);
   }
 
   Sequence reference(const Json& ref, const std::string& path, int depth) {

@@ -280,7 +280,7 @@ class Prover {
       return out;
     }
     if (s.contains("properties") || s.contains("additionalProperties") || s.contains("minProperties") ||
-        s.contains("maxProperties")) {
+        s.contains("maxProperties") || s.contains("propertyNames")) {
       return kObject;
     }
     if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") || s.contains("maxItems")) return kArray;
