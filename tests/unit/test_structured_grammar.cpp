@@ -130,6 +130,11 @@ TEST(StructuredGrammar, TuplesMapsAndNetworkFormats) {
   EXPECT_FALSE(matches(named, R"({"AB": 1})"));
   EXPECT_FALSE(matches(named, R"({"abcd": 1})"));
   EXPECT_TRUE(matches(compile(schema(R"({"propertyNames":{"enum":["a","b"]}})")), R"({"b": [1], "a": null})"));
+  const auto patterned = compile(schema(R"({"patternProperties":{"^id_[0-9]+$":{"type":"boolean"}},"additionalProperties":false})"));
+  EXPECT_TRUE(matches(patterned, R"({"id_1": true, "id_22": false})"));
+  EXPECT_TRUE(matches(patterned, "{}"));
+  EXPECT_FALSE(matches(patterned, R"({"id_x": true})"));
+  EXPECT_FALSE(matches(patterned, R"({"id_1": 1})"));
   const auto ipv4 = compile(schema(R"({"type":"string","format":"ipv4"})"));
   for (const char* ok : {R"("1.2.3.4")", R"("255.255.255.255")", R"("0.0.0.0")"}) EXPECT_TRUE(matches(ipv4, ok)) << ok;
   for (const char* bad : {R"("256.1.1.1")", R"("01.1.1.1")", R"("1.2.3")"}) EXPECT_FALSE(matches(ipv4, bad)) << bad;

@@ -24,7 +24,7 @@ const std::set<std::string, std::less<>> kKeywords = {
     "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "enum", "const",
     "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern", "format", "nullable", "minimum", "maximum",
     "exclusiveMinimum", "exclusiveMaximum", "prefixItems", "additionalItems", "minProperties", "maxProperties",
-    "propertyNames"};
+    "propertyNames", "patternProperties"};
 const char* const kBounds[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
 
 // Regexes for the supported string formats (RFC 3339 date/time, RFC 4122 uuid). Each allows only
@@ -167,7 +167,7 @@ class JsonSchemaBuilder::Compiler {
     for (const auto& [key, value] : s.items()) {
       if (kAnnotations.count(key) == 0 && kKeywords.count(key) == 0) {
         fail(join(path, key), "the keyword '" + key + "' is not supported (supported: type, properties, required, "
-             "additionalProperties, minProperties, maxProperties, propertyNames on maps, items, "
+             "additionalProperties, minProperties, maxProperties, propertyNames and patternProperties on maps, items, "
              "prefixItems, additionalItems, minItems, maxItems, enum, const, anyOf, oneOf, allOf with one "
              "member, $ref, $defs, minLength, maxLength, pattern, format, minimum, maximum, exclusiveMinimum and "
              "exclusiveMaximum on integers and numbers)");
@@ -219,7 +219,7 @@ class JsonSchemaBuilder::Compiler {
         fail(join(path, "type"), "'type' must be a string or an array of strings");
       }
     } else if (s.contains("properties") || s.contains("additionalProperties") || s.contains("minProperties") ||
-               s.contains("maxProperties") || s.contains("propertyNames")) {
+               s.contains("maxProperties") || s.contains("propertyNames") || s.contains("patternProperties")) {
       types.push_back("object");
     } else if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") || s.contains("maxItems")) {
       types.push_back("array");
@@ -441,8 +441,8 @@ class JsonSchemaBuilder::Compiler {
     // beside them: the outputs are valid either way, and the grammar cannot keep a listed key
     // from coming again as an extra one.
     if (!props->is_object()) fail(join(path, "properties"), "'properties' must be an object");
-    if (s.contains("propertyNames")) {
-      fail(join(path, "propertyNames"), "'propertyNames' beside 'properties' is not supported (use it on a map)");
+    for (const char* key : {"propertyNames", "patternProperties"}) {
+      if (s.contains(key)) fail(join(path, key), std::string("'") + key + "' beside 'properties' is not supported (use it on a map)");
     }
     struct Property {
       Sequence member;  // "key": value
@@ -513,13 +513,34 @@ class JsonSchemaBuilder::Compiler {
       fail(join(path, "minProperties"), "'minProperties' above 1 is not supported: the grammar cannot keep the keys "
                                         "distinct, and a key written twice counts once");
     }
-    if (extra != nullptr && extra->is_boolean() && !extra->get<bool>()) max = 0;
+    // patternProperties: keys written by its one pattern (whole match), values by its schema; the
+    // keys never fall to additionalProperties. Two patterns are refused: a key matching both
+    // would owe both schemas.
+    const auto patterns = s.find("patternProperties");
+    if (patterns != s.end()) {
+      if (!patterns->is_object() || patterns->size() != 1) {
+        fail(join(path, "patternProperties"), "'patternProperties' with exactly one pattern is supported (a key "
+                                              "matching two patterns would owe both schemas)");
+      }
+      if (s.contains("propertyNames")) fail(join(path, "propertyNames"), "'propertyNames' beside 'patternProperties' is not supported");
+    }
+    if (patterns == s.end() && extra != nullptr && extra->is_boolean() && !extra->get<bool>()) max = 0;
     if (max >= 0 && max < min) fail(path, "'maxProperties' (or 'additionalProperties': false) leaves no object");
     if (max == 0) return g_.literal("{}");
     const bool any_value = extra == nullptr || (extra->is_boolean() && extra->get<bool>());
-    if (any_value && min == 0 && max < 0 && !s.contains("propertyNames")) return object_any();
-    const Sequence value = any_value ? value_any() : schema(*extra, join(path, "additionalProperties"), depth + 1);
-    const Sequence member = concat({key_names(s, path, depth), g_.literal(": "), value});
+    if (patterns == s.end() && any_value && min == 0 && max < 0 && !s.contains("propertyNames")) return object_any();
+    Sequence key, value;
+    if (patterns != s.end()) {
+      const auto& [regex, value_schema] = *patterns->items().begin();
+      const std::string pattern_path = join(join(path, "patternProperties"), regex);
+      key = concat({g_.literal("\""), compile_regex(g_, regex, RegexContext::kJsonString, what_ + " at '" + pattern_path + "'"),
+                    g_.literal("\"")});
+      value = schema(value_schema, pattern_path, depth + 1);
+    } else {
+      key = key_names(s, path, depth);
+      value = any_value ? value_any() : schema(*extra, join(path, "additionalProperties"), depth + 1);
+    }
+    const Sequence member = concat({key, g_.literal(": "), value});
     const int32_t rule = g_.add_rule("map");
     if (min == 0) g_.add_alternative(rule, g_.literal("{}"));
     if (max != 0) {

@@ -60,9 +60,10 @@ bool tuple(const Json& s) {
   return s.contains("prefixItems") || (items != s.end() && items->is_array());
 }
 
+// additionalProperties false, and no patternProperties (whose keys it does not refuse).
 bool closed(const Json& s) {
   const auto it = s.find("additionalProperties");
-  return it != s.end() && it->is_boolean() && !it->get<bool>();
+  return it != s.end() && it->is_boolean() && !it->get<bool>() && !s.contains("patternProperties");
 }
 
 // [lo, hi] of a count keyword pair (minItems/maxItems, minLength/maxLength).
@@ -280,7 +281,7 @@ class Prover {
       return out;
     }
     if (s.contains("properties") || s.contains("additionalProperties") || s.contains("minProperties") ||
-        s.contains("maxProperties") || s.contains("propertyNames")) {
+        s.contains("maxProperties") || s.contains("propertyNames") || s.contains("patternProperties")) {
       return kObject;
     }
     if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") || s.contains("maxItems")) return kArray;
