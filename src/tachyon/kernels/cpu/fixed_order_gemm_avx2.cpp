@@ -7,7 +7,6 @@
 #include <array>
 #include <cmath>
 #include <utility>
-#include <vector>
 
 #include "tachyon/base/check.h"
 #include "tachyon/kernels/cpu/fixed_order_gemm.h"
@@ -182,10 +181,11 @@ TACHYON_TARGET_AVX2 void dots_block_256(float* out, const float* x, const float*
   for (int64_t j = 0; j < count; ++j) out[j] = row_total[j];
 }
 
-// out[0, 8 V) (the first `tail` lanes of the last register) += the fused sum over the rows.
+// out[0, 8 V) (the first `tail` lanes of the last register) += the fused sum over the rows from
+// their column `column` on.
 template <int V>
 TACHYON_TARGET_AVX2 void weighted_sum_block_256(float* out, const float* weights, const float* const* rows,
-                                                int64_t count, int64_t tail) {
+                                                int64_t column, int64_t count, int64_t tail) {
   const __m256i last = lanes_below(tail);
   __m256 sums[V];
 #pragma GCC unroll 8
@@ -193,7 +193,7 @@ TACHYON_TARGET_AVX2 void weighted_sum_block_256(float* out, const float* weights
   sums[V - 1] = _mm256_maskload_ps(out + 8 * (V - 1), last);
   for (int64_t j = 0; j < count; ++j) {
     const __m256 weight = _mm256_set1_ps(weights[j]);
-    const float* row = rows[j];
+    const float* row = rows[j] + column;
 #pragma GCC unroll 8
     for (int v = 0; v < V - 1; ++v) sums[v] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(row + 8 * v), sums[v]);
     sums[V - 1] = _mm256_fmadd_ps(weight, _mm256_maskload_ps(row + 8 * (V - 1), last), sums[V - 1]);

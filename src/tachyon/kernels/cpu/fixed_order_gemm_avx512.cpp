@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <array>
 #include <utility>
-#include <vector>
 
 #include "tachyon/base/check.h"
 #include "tachyon/kernels/cpu/fixed_order_gemm.h"
@@ -177,10 +176,11 @@ TACHYON_TARGET_AVX512 void dots_block_512(float* out, const float* x, const floa
   _mm512_mask_storeu_ps(out, stored, _mm512_mul_ps(totals, _mm512_set1_ps(scale)));
 }
 
-// out[0, 16 V) (the first `tail` lanes of the last register) += the fused sum over the rows.
+// out[0, 16 V) (the first `tail` lanes of the last register) += the fused sum over the rows from
+// their column `column` on.
 template <int V>
 TACHYON_TARGET_AVX512 void weighted_sum_block_512(float* out, const float* weights, const float* const* rows,
-                                                  int64_t count, int64_t tail) {
+                                                  int64_t column, int64_t count, int64_t tail) {
   const auto last = static_cast<__mmask16>((1u << tail) - 1);
   __m512 sums[V];
 #pragma GCC unroll 8
@@ -188,7 +188,7 @@ TACHYON_TARGET_AVX512 void weighted_sum_block_512(float* out, const float* weigh
   sums[V - 1] = _mm512_maskz_loadu_ps(last, out + (V - 1) * kDotLanes);
   for (int64_t j = 0; j < count; ++j) {
     const __m512 weight = _mm512_set1_ps(weights[j]);
-    const float* row = rows[j];
+    const float* row = rows[j] + column;
 #pragma GCC unroll 8
     for (int v = 0; v < V - 1; ++v) sums[v] = _mm512_fmadd_ps(weight, _mm512_loadu_ps(row + v * kDotLanes), sums[v]);
     sums[V - 1] = _mm512_fmadd_ps(weight, _mm512_maskz_loadu_ps(last, row + (V - 1) * kDotLanes), sums[V - 1]);

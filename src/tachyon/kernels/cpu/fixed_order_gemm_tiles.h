@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <vector>
 
 namespace tachyon::kernels::cpu {
 
@@ -48,10 +47,11 @@ void run_gemm_tiles(const GemmTiles<W>& t, float* out, const float* in, const W*
   }
 }
 
-// out[0, V * lanes) (the first `tail` lanes of the last register) += the fused weighted sum of the
-// rows (fixed_order_gemm.h fused_weighted_sum), the output held in V registers of `lanes` floats.
-using WeightedSumBlock = void (*)(float* out, const float* weights, const float* const* rows, int64_t count,
-                                  int64_t tail);
+// out[0, V * lanes) (the first `tail` lanes of the last register) += the fused weighted sum of
+// the rows from their column `column` on (fixed_order_gemm.h fused_weighted_sum), the output
+// held in V registers of `lanes` floats.
+using WeightedSumBlock = void (*)(float* out, const float* weights, const float* const* rows, int64_t column,
+                                  int64_t count, int64_t tail);
 inline constexpr int kWeightedSumMaxRegisters = 8;
 
 // fused_weighted_sum over n columns, kWeightedSumMaxRegisters registers of output at a time:
@@ -60,17 +60,9 @@ inline void run_weighted_sum_blocks(const WeightedSumBlock (&blocks)[kWeightedSu
                                     float* out, const float* weights, const float* const* rows, int64_t count,
                                     int64_t n) {
   const int64_t block = kWeightedSumMaxRegisters * lanes;
-  std::vector<const float*> shifted;
   for (int64_t d = 0; d < n; d += block) {
-    const int64_t width = std::min(block, n - d);
-    const int64_t registers = (width + lanes - 1) / lanes;
-    const float* const* block_rows = rows;
-    if (d > 0) {  // the rows from column d on
-      shifted.resize(static_cast<size_t>(count));
-      for (int64_t j = 0; j < count; ++j) shifted[static_cast<size_t>(j)] = rows[j] + d;
-      block_rows = shifted.data();
-    }
-    blocks[registers - 1](out + d, weights, block_rows, count, width - (registers - 1) * lanes);
+    const int64_t registers = (std::min(block, n - d) + lanes - 1) / lanes;
+    blocks[registers - 1](out + d, weights, rows, d, count, std::min(block, n - d) - (registers - 1) * lanes);
   }
 }
 

@@ -53,14 +53,13 @@ template <typename ValueRow>
 void softmax_weighted_sum(float* out, std::span<float> scores, int64_t width, ValueSum sum, GemmIsa isa,
                           const ValueRow& value_row) {
   softmax_in_place(scores);
+  std::fill(out, out + width, 0.0f);
   if (sum == ValueSum::kFused) {
     std::vector<const float*> rows(scores.size());
     for (size_t j = 0; j < scores.size(); ++j) rows[j] = value_row(static_cast<int64_t>(j));
-    std::fill(out, out + width, 0.0f);
     fused_weighted_sum(isa, out, scores.data(), rows.data(), static_cast<int64_t>(scores.size()), width);
     return;
   }
-  std::fill(out, out + width, 0.0f);
   for (size_t j = 0; j < scores.size(); ++j) {
     const float* value = value_row(static_cast<int64_t>(j));
     for (int64_t d = 0; d < width; ++d) out[d] += scores[j] * value[d];
