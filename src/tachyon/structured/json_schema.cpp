@@ -8,8 +8,8 @@
 
 #include "tachyon/structured/integer_range.h"
 #include "tachyon/structured/json_schema_exclusive.h"
-#include "tachyon/structured/number_range.h"
 #include "tachyon/structured/regex_grammar.h"
+#include "tachyon/structured/schema_bounds.h"
 #include "tachyon/structured/utf8_ranges.h"
 
 namespace tachyon::structured {
@@ -25,7 +25,6 @@ const std::set<std::string, std::less<>> kKeywords = {
     "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern", "format", "nullable", "minimum", "maximum",
     "exclusiveMinimum", "exclusiveMaximum", "prefixItems", "additionalItems", "minProperties", "maxProperties",
     "propertyNames", "patternProperties"};
-const char* const kBounds[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
 
 // Regexes for the supported string formats (RFC 3339 date/time, RFC 4122 uuid). Each allows only
 // strings that every validator takes: a date is a day of the calendar (the days each month has,
@@ -226,9 +225,9 @@ class JsonSchemaBuilder::Compiler {
     } else if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern") || s.contains("format")) {
       types.push_back("string");
     } else {
-      for (const char* bound : kBounds) {
-        if (s.contains(bound)) fail(join(path, bound), std::string("'") + bound + "' is supported with \"type\": \"integer\" or \"number\" only");
-      }
+      for_each_bound(s, [&](const char* key, bool, bool, const Json&) {
+        fail(join(path, key), std::string("'") + key + "' is supported with \"type\": \"integer\" or \"number\" only");
+      });
       return value_any();  // no type: any JSON value
     }
     if (s.value("nullable", false)) types.push_back("null");
@@ -283,26 +282,20 @@ class JsonSchemaBuilder::Compiler {
   // as integer bounds; a fractional bound rounds inward.
   Sequence integer(const Json& s, const std::string& path) {
     std::optional<int64_t> lo, hi;
-    auto bound = [&](const char* key, bool lower, bool exclusive) {
-      const auto it = s.find(key);
-      if (it == s.end()) return;
-      if (!it->is_number()) fail(join(path, key), std::string("'") + key + "' must be a number (draft 4's boolean form is not supported)");
-      const double v = it->get<double>();
-      const bool too_big = it->is_number_unsigned() ? it->get<uint64_t>() > uint64_t{INT64_MAX}
-                                                    : !(v >= -9223372036854775808.0 && v < 9223372036854775808.0);
+    for_each_bound(s, [&](const char* key, bool lower, bool exclusive, const Json& value) {
+      check_bound_is_number(key, value, path);
+      const double v = value.get<double>();
+      const bool too_big = value.is_number_unsigned() ? value.get<uint64_t>() > uint64_t{INT64_MAX}
+                                                      : !(v >= -9223372036854775808.0 && v < 9223372036854775808.0);
       if (too_big) fail(join(path, key), std::string("'") + key + "' is outside the 64-bit integers");
-      int64_t b = it->is_number_integer() ? it->get<int64_t>() : static_cast<int64_t>(lower ? std::ceil(v) : std::floor(v));
-      if (exclusive && (it->is_number_integer() || static_cast<double>(b) == v)) {
+      int64_t b = value.is_number_integer() ? value.get<int64_t>() : static_cast<int64_t>(lower ? std::ceil(v) : std::floor(v));
+      if (exclusive && (value.is_number_integer() || static_cast<double>(b) == v)) {
         if (b == (lower ? INT64_MAX : INT64_MIN)) fail(join(path, key), "the bounds leave no integer");
         b += lower ? 1 : -1;
       }
       if (lower) lo = lo ? std::max(*lo, b) : b;
       else hi = hi ? std::min(*hi, b) : b;
-    };
-    bound("minimum", true, false);
-    bound("exclusiveMinimum", true, true);
-    bound("maximum", false, false);
-    bound("exclusiveMaximum", false, true);
+    });
     if (!lo && !hi) return integer_any();
     try {
       return integer_range(g_, lo, hi);
@@ -311,28 +304,24 @@ class JsonSchemaBuilder::Compiler {
     }
   }
 
+  // A JSON string whose contents match `regex` whole (`where`: the pattern's path, for errors).
+  Sequence quoted_regex(const std::string& regex, const std::string& where) {
+    return concat({g_.literal("\""), compile_regex(g_, regex, RegexContext::kJsonString, what_ + " at '" + where + "'"),
+                   g_.literal("\"")});
+  }
+
+  void check_bound_is_number(const char* key, const Json& value, const std::string& path) const {
+    if (!value.is_number()) fail(join(path, key), std::string("'") + key + "' must be a number (draft 4's boolean form is not supported)");
+  }
+
   // minimum / maximum / exclusiveMinimum / exclusiveMaximum (numbers) on a number: the decimals
   // in range (number_range.h), without an exponent.
   Sequence number(const Json& s, const std::string& path) {
-    std::optional<NumberBound> lo, hi;
-    auto bound = [&](const char* key, bool lower, bool exclusive) {
-      const auto it = s.find(key);
-      if (it == s.end()) return;
-      if (!it->is_number()) fail(join(path, key), std::string("'") + key + "' must be a number (draft 4's boolean form is not supported)");
-      const NumberBound b{it->get<double>(), exclusive};
-      std::optional<NumberBound>& end = lower ? lo : hi;
-      // The tighter of two bounds on one end (an exclusive one wins a tie).
-      const bool tighter = !end || (lower ? b.value > end->value : b.value < end->value) ||
-                           (b.value == end->value && exclusive);
-      if (tighter) end = b;
-    };
-    bound("minimum", true, false);
-    bound("exclusiveMinimum", true, true);
-    bound("maximum", false, false);
-    bound("exclusiveMaximum", false, true);
-    if (!lo && !hi) return number_any();
+    for_each_bound(s, [&](const char* key, bool, bool, const Json& value) { check_bound_is_number(key, value, path); });
+    const NumberInterval bounds = number_interval(s);
+    if (!bounds.lo && !bounds.hi) return number_any();
     try {
-      return number_range(g_, lo, hi);
+      return number_range(g_, bounds.lo, bounds.hi);
     } catch (const StructuredError& e) {
       fail(path, e.what());
     }
@@ -360,7 +349,7 @@ class JsonSchemaBuilder::Compiler {
         }
         regex = f->second;
       }
-      return concat({g_.literal("\""), compile_regex(g_, regex, RegexContext::kJsonString, what_ + " at '" + join(path, "pattern") + "'"), g_.literal("\"")});
+      return quoted_regex(regex, join(path, "pattern"));
     }
     if (min == 0 && max < 0) return string_any();
     return concat({g_.literal("\""), g_.repeat(character(), min, max, "string_chars"), g_.literal("\"")});
@@ -533,8 +522,7 @@ class JsonSchemaBuilder::Compiler {
     if (patterns != s.end()) {
       const auto& [regex, value_schema] = *patterns->items().begin();
       const std::string pattern_path = join(join(path, "patternProperties"), regex);
-      key = concat({g_.literal("\""), compile_regex(g_, regex, RegexContext::kJsonString, what_ + " at '" + pattern_path + "'"),
-                    g_.literal("\"")});
+      key = quoted_regex(regex, pattern_path);
       value = schema(value_schema, pattern_path, depth + 1);
     } else {
       key = key_names(s, path, depth);

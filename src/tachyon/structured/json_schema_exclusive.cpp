@@ -8,6 +8,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "tachyon/structured/schema_bounds.h"
+
 namespace tachyon::structured {
 namespace {
 
@@ -54,10 +56,22 @@ std::set<std::string> names(const Json& s, const char* key) {
   return out;
 }
 
-// A tuple: prefixItems, or draft 4's items as an array.
-bool tuple(const Json& s) {
-  const auto items = s.find("items");
-  return s.contains("prefixItems") || (items != s.end() && items->is_array());
+// Which schema an array's items follow: a tuple's prefix schemas (prefixItems, or draft 4's
+// items as an array) and, after them, `rest` (items, or additionalItems); with no prefix, `rest`
+// (items) is every item's. Null where absent.
+struct ItemSchemas {
+  const Json* prefix = nullptr;
+  const Json* rest = nullptr;
+};
+ItemSchemas item_schemas(const Json& s) {
+  const auto at = [&](const char* key) {
+    const auto it = s.find(key);
+    return it == s.end() ? nullptr : &*it;
+  };
+  const Json *prefix = at("prefixItems"), *items = at("items");
+  if (prefix != nullptr && prefix->is_array()) return {prefix, items};
+  if (items != nullptr && items->is_array()) return {items, at("additionalItems")};
+  return {nullptr, items};
 }
 
 // additionalProperties false, and no patternProperties (whose keys it does not refuse).
@@ -76,12 +90,9 @@ std::pair<double, double> counts(const Json& s, const char* min, const char* max
 // `additionalItems`) false holds at most its prefix.
 std::pair<double, double> item_counts(const Json& s) {
   auto out = counts(s, "minItems", "maxItems");
-  const auto prefix = s.find("prefixItems"), items = s.find("items");
-  const bool draft4 = prefix == s.end() && items != s.end() && items->is_array();
-  const auto tuple_items = draft4 ? items : prefix;
-  const auto rest = draft4 ? s.find("additionalItems") : items;
-  if (tuple_items != s.end() && tuple_items->is_array() && rest != s.end() && rest->is_boolean() && !rest->get<bool>()) {
-    out.second = std::min(out.second, static_cast<double>(tuple_items->size()));
+  const ItemSchemas items = item_schemas(s);
+  if (items.prefix != nullptr && items.rest != nullptr && items.rest->is_boolean() && !items.rest->get<bool>()) {
+    out.second = std::min(out.second, static_cast<double>(items.prefix->size()));
   }
   return out;
 }
@@ -89,13 +100,12 @@ std::pair<double, double> item_counts(const Json& s) {
 // The integers in s's bounds, as json_schema.cpp rounds them (a fractional bound inward).
 std::pair<double, double> integer_bounds(const Json& s) {
   double lo = -kInf, hi = kInf;
-  auto bound = [&](const char* key, auto apply) {
-    if (const auto it = s.find(key); it != s.end() && it->is_number()) apply(it->get<double>());
-  };
-  bound("minimum", [&](double x) { lo = std::max(lo, std::ceil(x)); });
-  bound("exclusiveMinimum", [&](double x) { lo = std::max(lo, std::floor(x) + 1); });
-  bound("maximum", [&](double x) { hi = std::min(hi, std::floor(x)); });
-  bound("exclusiveMaximum", [&](double x) { hi = std::min(hi, std::ceil(x) - 1); });
+  for_each_bound(s, [&](const char*, bool lower, bool exclusive, const Json& value) {
+    if (!value.is_number()) return;
+    const double x = value.get<double>();
+    if (lower) lo = std::max(lo, exclusive ? std::floor(x) + 1 : std::ceil(x));
+    else hi = std::min(hi, exclusive ? std::ceil(x) - 1 : std::floor(x));
+  });
   return {lo, hi};
 }
 
@@ -325,7 +335,8 @@ class Prover {
   bool arrays_never_valid(const Json& a, const Json& b, int depth) {
     const auto a_len = item_counts(a);
     if (disjoint(a_len, item_counts(b))) return true;
-    if (tuple(a) || tuple(b)) return false;  // their first items follow other schemas than `items`
+    // A tuple's first items follow other schemas than `items`.
+    if (item_schemas(a).prefix != nullptr || item_schemas(b).prefix != nullptr) return false;
     const auto a_items = a.find("items"), b_items = b.find("items");
     return a_len.first >= 1 && a_items != a.end() && b_items != b.end() && never_valid(*a_items, *b_items, depth + 1);
   }
@@ -339,36 +350,11 @@ class Prover {
     if (only_integers(a) && disjoint(integer_bounds(a), integer_bounds(b))) return true;
     // The values in a's bounds (as doubles: what its grammar writes reads as one in range) and
     // those b's bounds allow share none.
-    const RealBounds x = real_bounds(a), y = real_bounds(b);
-    auto below = [](double hi, bool hi_open, double lo, bool lo_open) { return hi < lo || (hi == lo && (hi_open || lo_open)); };
-    return below(x.hi, x.hi_open, y.lo, y.lo_open) || below(y.hi, y.hi_open, x.lo, x.lo_open);
-  }
-
-  struct RealBounds {
-    double lo = -kInf, hi = kInf;
-    bool lo_open = false, hi_open = false;
-  };
-  // minimum / exclusiveMinimum / maximum / exclusiveMaximum as one interval (the tighter of two).
-  static RealBounds real_bounds(const Json& s) {
-    RealBounds r;
-    auto bound = [&](const char* key, bool lower, bool open) {
-      const auto it = s.find(key);
-      if (it == s.end() || !it->is_number()) return;
-      const double v = it->get<double>();
-      double& end = lower ? r.lo : r.hi;
-      bool& end_open = lower ? r.lo_open : r.hi_open;
-      if (lower ? v > end : v < end) {
-        end = v;
-        end_open = open;
-      } else if (v == end) {
-        end_open = end_open || open;
-      }
+    const NumberInterval x = number_interval(a), y = number_interval(b);
+    auto below = [](const std::optional<NumberBound>& hi, const std::optional<NumberBound>& lo) {
+      return hi && lo && (hi->value < lo->value || (hi->value == lo->value && (hi->exclusive || lo->exclusive)));
     };
-    bound("minimum", true, false);
-    bound("exclusiveMinimum", true, true);
-    bound("maximum", false, false);
-    bound("exclusiveMaximum", false, true);
-    return r;
+    return below(x.hi, y.lo) || below(y.hi, x.lo);
   }
 
   // v is provably invalid under s.
@@ -400,18 +386,10 @@ class Prover {
     if (v.is_array()) {
       const double n = static_cast<double>(v.size());
       if (disjoint({n, n}, item_counts(*s))) return true;
-      // Item i's schema: a tuple's prefix schema, then its rest (items or additionalItems), or
-      // `items` for every item.
-      const auto items = s->find("items"), prefix_items = s->find("prefixItems");
-      const Json* prefix = prefix_items != s->end() && prefix_items->is_array() ? &*prefix_items
-                           : items != s->end() && items->is_array()         ? &*items
-                                                                             : nullptr;
-      const auto rest = prefix == nullptr ? items : prefix == &*items ? s->find("additionalItems") : items;
+      const ItemSchemas items = item_schemas(*s);
       for (size_t i = 0; i < v.size(); ++i) {
-        const Json* item_schema = prefix != nullptr && i < prefix->size() ? &(*prefix)[i]
-                                  : rest != s->end()                       ? &*rest
-                                                                           : nullptr;
-        if (item_schema != nullptr && invalid(v[i], *item_schema, depth + 1)) return true;
+        const Json* item = items.prefix != nullptr && i < items.prefix->size() ? &(*items.prefix)[i] : items.rest;
+        if (item != nullptr && invalid(v[i], *item, depth + 1)) return true;
       }
     }
     if (v.is_object()) {
