@@ -11,10 +11,12 @@
 #   scripts/gpu-test.sh [OUT_DIR]     OUT_DIR receives logs (default: out/gpu-test)
 #   GPU_ONLY=1 SKIP_FRESH_GOLDENS=1 scripts/gpu-test.sh OUT_DIR   the GPU tests and canaries alone
 #   GPU_PARTS="tests" / "canaries pd" / "goldens" scripts/gpu-test.sh OUT_DIR   some parts (default: all):
-#     tests = the ctest suite (with GPU_ONLY, its GPU tests) and the GPU goldens; canaries = the
-#     canaries served on the GPU; pd = the PD servers' suite on the GPU; goldens = the fresh CPU
-#     goldens. The whole script no longer fits one 10-minute call on the GPU machine: run it as two
-#     or three calls on one warm machine (each builds incrementally into the same directory).
+#     tests = the CPU ctest suite (not with GPU_ONLY), the GPU test binaries (each run once, whole:
+#     scripts/gpu-test-binaries.sh; GPU_TESTS='cuda_fp8|gemv' picks some) and the GPU goldens;
+#     canaries = the canaries served on the GPU; pd = the PD servers' suite on the GPU; goldens =
+#     the fresh CPU goldens. The whole script may not fit one 10-minute call on the GPU machine:
+#     run it as two or three calls on one warm machine (each builds incrementally into the same
+#     directory).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${1:-out/gpu-test}
@@ -34,7 +36,6 @@ if [ -n "${GPU_ONLY:-}" ]; then
   # shellcheck disable=SC2086
   cmake --build $BUILD_DIR -j "$(nproc)" --target $gpu_targets >> "$OUT_DIR/build.log" 2>&1 \
     || { tail -50 "$OUT_DIR/build.log"; exit 1; }
-  CTEST_ARGS="-R ^gpu\\. ${CTEST_ARGS:-}"
 else
   TACHYON_OFFLINE=1 BUILD_DIR=$BUILD_DIR JOBS=$(nproc) CMAKE_ARGS="-DTACHYON_CUDA=ON" scripts/setup.sh \
     > "$OUT_DIR/build.log" 2>&1 || { tail -50 "$OUT_DIR/build.log"; exit 1; }
@@ -53,13 +54,17 @@ if part tests; then
   cp tests/data/goldens/gpu_manifest.json "$TACHYON_GPU_GOLDENS/"
 
   set +e
-  # CTEST_ARGS narrows the run (e.g. -R '^gpu\.' when the CPU suite already passed elsewhere).
-  ctest --test-dir $BUILD_DIR -j "$(nproc)" --timeout "${CTEST_TIMEOUT:-600}" --output-on-failure ${CTEST_ARGS:-} \
-    > "$OUT_DIR/ctest.log" 2>&1
-  ctest_rc=$?
+  # The CPU suite through ctest (CTEST_ARGS narrows it); the GPU binaries each run once, whole
+  # (scripts/gpu-test-binaries.sh; GPU_TESTS picks binaries by name, e.g. 'cuda_fp8|gemv').
+  if [ -z "${GPU_ONLY:-}" ]; then
+    ctest --test-dir $BUILD_DIR -j "$(nproc)" --timeout "${CTEST_TIMEOUT:-600}" --output-on-failure \
+      -E '^gpu\.' ${CTEST_ARGS:-} > "$OUT_DIR/ctest.log" 2>&1
+    ctest_rc=$?
+    grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" "$OUT_DIR/ctest.log" | tail -20
+  fi
+  scripts/gpu-test-binaries.sh $BUILD_DIR "$OUT_DIR/gpu-tests" "${GPU_TESTS:-.}" || ctest_rc=1
   set -e
-  grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" "$OUT_DIR/ctest.log" | tail -20
-  "$BUILD_DIR/tests/gpu_hf_goldens" 2>&1 | grep "gpu golden\]"
+  grep -h "gpu golden\]" "$OUT_DIR"/gpu-tests/gpu_hf_goldens.log 2>/dev/null || true
 fi
 
 # The accuracy canary through `tachyon serve --device cuda` + `tachyon eval`, as ctest's
@@ -111,6 +116,8 @@ if ! part goldens; then
   exit $ctest_rc
 fi
 : > "$OUT_DIR/goldens.log"
+cmake --build $BUILD_DIR -j "$(nproc)" --target model_goldens >> "$OUT_DIR/build.log" 2>&1 \
+  || { tail -50 "$OUT_DIR/build.log"; exit 1; }
 for manifest in manifest moe_manifest deepseek_manifest dsa_manifest glm_manifest mixtral_manifest; do
   TACHYON=$BUILD_DIR/bin/tachyon tools/make_golden_models.sh "$fresh/models" "tests/data/goldens/$manifest.json" > /dev/null
   python3 tools/make_goldens.py --manifest "tests/data/goldens/$manifest.json" --models "$fresh/models" \
