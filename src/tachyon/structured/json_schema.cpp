@@ -6,10 +6,12 @@
 #include <optional>
 #include <set>
 
+#include "tachyon/structured/integer_multiples.h"
 #include "tachyon/structured/integer_range.h"
 #include "tachyon/structured/json_schema_exclusive.h"
 #include "tachyon/structured/regex_grammar.h"
 #include "tachyon/structured/schema_bounds.h"
+#include "tachyon/structured/unique_items.h"
 #include "tachyon/structured/utf8_ranges.h"
 
 namespace tachyon::structured {
@@ -24,7 +26,7 @@ const std::set<std::string, std::less<>> kKeywords = {
     "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "enum", "const",
     "anyOf", "oneOf", "allOf", "$ref", "minLength", "maxLength", "pattern", "format", "nullable", "minimum", "maximum",
     "exclusiveMinimum", "exclusiveMaximum", "prefixItems", "additionalItems", "minProperties", "maxProperties",
-    "propertyNames", "patternProperties"};
+    "propertyNames", "patternProperties", "multipleOf", "uniqueItems"};
 
 // Regexes for the supported string formats (RFC 3339 date/time, RFC 4122 uuid). Each allows only
 // strings that every validator takes: a date is a day of the calendar (the days each month has,
@@ -167,9 +169,9 @@ class JsonSchemaBuilder::Compiler {
       if (kAnnotations.count(key) == 0 && kKeywords.count(key) == 0) {
         fail(join(path, key), "the keyword '" + key + "' is not supported (supported: type, properties, required, "
              "additionalProperties, minProperties, maxProperties, propertyNames and patternProperties on maps, items, "
-             "prefixItems, additionalItems, minItems, maxItems, enum, const, anyOf, oneOf, allOf with one "
-             "member, $ref, $defs, minLength, maxLength, pattern, format, minimum, maximum, exclusiveMinimum and "
-             "exclusiveMaximum on integers and numbers)");
+             "prefixItems, additionalItems, minItems, maxItems, uniqueItems over a few values, enum, const, anyOf, "
+             "oneOf, allOf with one member, $ref, $defs, minLength, maxLength, pattern, format, minimum, maximum, "
+             "exclusiveMinimum and exclusiveMaximum on integers and numbers, multipleOf on integers)");
       }
     }
     if (const auto it = s.find("nullable"); it != s.end() && !it->is_boolean()) {
@@ -220,7 +222,8 @@ class JsonSchemaBuilder::Compiler {
     } else if (s.contains("properties") || s.contains("additionalProperties") || s.contains("minProperties") ||
                s.contains("maxProperties") || s.contains("propertyNames") || s.contains("patternProperties")) {
       types.push_back("object");
-    } else if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") || s.contains("maxItems")) {
+    } else if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") || s.contains("maxItems") ||
+               s.contains("uniqueItems")) {
       types.push_back("array");
     } else if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern") || s.contains("format")) {
       types.push_back("string");
@@ -228,6 +231,7 @@ class JsonSchemaBuilder::Compiler {
       for_each_bound(s, [&](const char* key, bool, bool, const Json&) {
         fail(join(path, key), std::string("'") + key + "' is supported with \"type\": \"integer\" or \"number\" only");
       });
+      if (s.contains("multipleOf")) fail(join(path, "multipleOf"), "'multipleOf' is supported with \"type\": \"integer\" only");
       return value_any();  // no type: any JSON value
     }
     if (s.value("nullable", false)) types.push_back("null");
@@ -296,12 +300,27 @@ class JsonSchemaBuilder::Compiler {
       if (lower) lo = lo ? std::max(*lo, b) : b;
       else hi = hi ? std::min(*hi, b) : b;
     });
-    if (!lo && !hi) return integer_any();
+    const std::optional<int64_t> k = multiple_of(s, path);
+    if (!lo && !hi && !k) return integer_any();
     try {
-      return integer_range(g_, lo, hi);
+      return k ? integer_multiples(g_, *k, lo, hi) : integer_range(g_, lo, hi);
     } catch (const StructuredError& e) {
       fail(path, e.what());
     }
+  }
+
+  // "multipleOf" on an integer: a positive whole number (a fractional one is refused: validators
+  // differ on it, 3 / 0.1 is not a whole number in floating point).
+  std::optional<int64_t> multiple_of(const Json& s, const std::string& path) const {
+    const auto it = s.find("multipleOf");
+    if (it == s.end()) return {};
+    const std::string where = join(path, "multipleOf");
+    if (!it->is_number() || !(it->get<double>() > 0)) fail(where, "'multipleOf' must be a number above 0");
+    const double v = it->get<double>();
+    if (!(v == std::floor(v)) || v > static_cast<double>(kMaxMultipleOf)) {
+      fail(where, "'multipleOf' on integers is supported for whole numbers from 1 to " + std::to_string(kMaxMultipleOf));
+    }
+    return static_cast<int64_t>(v);
   }
 
   // A JSON string whose contents match `regex` whole (`where`: the pattern's path, for errors).
@@ -317,6 +336,7 @@ class JsonSchemaBuilder::Compiler {
   // minimum / maximum / exclusiveMinimum / exclusiveMaximum (numbers) on a number: the decimals
   // in range (number_range.h), without an exponent.
   Sequence number(const Json& s, const std::string& path) {
+    if (s.contains("multipleOf")) fail(join(path, "multipleOf"), "'multipleOf' is supported with \"type\": \"integer\" only");
     for_each_bound(s, [&](const char* key, bool, bool, const Json& value) { check_bound_is_number(key, value, path); });
     const NumberInterval bounds = number_interval(s);
     if (!bounds.lo && !bounds.hi) return number_any();
@@ -368,6 +388,10 @@ class JsonSchemaBuilder::Compiler {
     if (additional != s.end() && (items == s.end() || !items->is_array())) {
       fail(join(path, "additionalItems"), "'additionalItems' is supported with 'items' as an array only");
     }
+    if (const auto unique = s.find("uniqueItems"); unique != s.end()) {
+      if (!unique->is_boolean()) fail(join(path, "uniqueItems"), "'uniqueItems' must be true or false");
+      if (unique->get<bool>() && (max < 0 || max > 1)) return unique_array(s, min, max, path);
+    }
     if (prefix != s.end()) return tuple(*prefix, "prefixItems", items == s.end() ? nullptr : &*items, min, max, path, depth);
     if (items != s.end() && items->is_array()) {
       return tuple(*items, "items", additional == s.end() ? nullptr : &*additional, min, max, path, depth);
@@ -380,6 +404,59 @@ class JsonSchemaBuilder::Compiler {
       g_.add_alternative(rule, concat({g_.literal("["), item, rest, g_.literal("]")}));
     }
     return Grammar::ref(rule);
+  }
+
+  // uniqueItems over items that are a few known values (unique_items.h); other items are refused:
+  // a grammar cannot keep strings or numbers apart.
+  Sequence unique_array(const Json& s, int64_t min, int64_t max, const std::string& path) {
+    const auto items = s.find("items");
+    std::optional<std::vector<std::string>> values;
+    if (items != s.end() && !s.contains("prefixItems") && !items->is_array()) values = finite_values(*items, 0);
+    if (!values || values->size() > kMaxUniqueValues) {
+      fail(join(path, "uniqueItems"), "'uniqueItems' is supported when 'items' allows at most " +
+           std::to_string(kMaxUniqueValues) + " values (an enum, a const or booleans) or 'maxItems' is at most 1: "
+           "a grammar cannot keep other items distinct");
+    }
+    try {
+      return unique_items(g_, *values, min, max);
+    } catch (const StructuredError& e) {
+      fail(path, e.what());
+    }
+  }
+
+  // The JSON texts of the values a schema allows, as schema() writes them, when it is a const, an
+  // enum (a "type" beside them changes nothing there; equal values once, by JSON Schema's
+  // equality: 1 and 1.0 alike, keys in any order), a boolean or null type, or a reference to one;
+  // nullopt otherwise.
+  std::optional<std::vector<std::string>> finite_values(const Json& s, int depth) const {
+    if (depth > 64 || !s.is_object()) return {};
+    if (const auto ref = s.find("$ref"); ref != s.end()) {
+      const Json* node = ref->is_string() && s.size() == 1 ? pointer(ref->get<std::string>()) : nullptr;
+      return node == nullptr ? std::nullopt : finite_values(*node, depth + 1);
+    }
+    for (const auto& [key, value] : s.items()) {
+      if (kAnnotations.count(key) == 0 && key != "const" && key != "enum" && key != "type") return {};
+    }
+    std::vector<nlohmann::json> values;
+    if (const auto it = s.find("const"); it != s.end()) {
+      values.push_back(nlohmann::json::parse(it->dump()));
+    } else if (const auto it = s.find("enum"); it != s.end()) {
+      if (!it->is_array()) return {};
+      for (const Json& v : *it) values.push_back(nlohmann::json::parse(v.dump()));
+    } else if (const auto type = s.find("type"); type != s.end() && *type == "boolean") {
+      values = {true, false};
+    } else if (type != s.end() && *type == "null") {
+      values = {nullptr};
+    } else {
+      return {};
+    }
+    std::vector<std::string> texts;
+    for (size_t i = 0; i < values.size(); ++i) {
+      const bool seen = std::any_of(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(i),
+                                    [&](const nlohmann::json& v) { return v == values[i]; });
+      if (!seen) texts.push_back(s.contains("const") ? s["const"].dump() : s.contains("enum") ? s["enum"][i].dump() : values[i].dump());
+    }
+    return texts;
   }
 
   // An array whose item i < P is prefix[i] and whose later items are `rest` (null: any value;
