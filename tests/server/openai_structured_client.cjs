@@ -73,7 +73,7 @@ async function main() {
   assert.match(completion.choices[0].text, /^[0-9]{3}-[A-Z]{2}$/);
 
   await assert.rejects(
-    client.chat.completions.create({ ...common, response_format: { type: 'json_schema', json_schema: { name: 'bad', schema: { type: 'integer', multipleOf: 3 } } } }),
+    client.chat.completions.create({ ...common, response_format: { type: 'json_schema', json_schema: { name: 'bad', schema: { type: 'integer', multipleOf: 0.5 } } } }),
     (error) => error instanceof OpenAI.BadRequestError && error.status === 400 && /'multipleOf'/.test(error.message),
   );
   console.log(`openai structured outputs: ok (${stopped} of 3 schema completions ended by EOS)`);
