@@ -14,6 +14,11 @@ listed there instead of being passed silently. Exit 2 when jsonschema is missing
 import json
 import sys
 
+# jsonschema checks some formats only when an optional module is there ("uri": rfc3987, which
+# scripts/setup.sh installs as Debian's python3-rfc3987). A python3 outside Debian's (a virtual
+# environment, pyenv) finds Debian's modules last, so its own packages still come first.
+sys.path.append("/usr/lib/python3/dist-packages")
+
 try:
     import jsonschema
     from jsonschema import Draft202012Validator

@@ -148,6 +148,16 @@ TEST(StructuredGrammar, TuplesMapsAndNetworkFormats) {
   const auto email = compile(schema(R"({"type":"string","format":"email"})"));
   EXPECT_TRUE(matches(email, R"("first.last+tag@mail.example.org")"));
   for (const char* bad : {R"("a@b")", R"("a..b@c.de")", R"("@c.de")", R"("a@-c.de")"}) EXPECT_FALSE(matches(email, bad)) << bad;
+  // Pydantic's HttpUrl: a uri of 1 to 2,083 characters (every uri written is at most 1,890).
+  const auto uri = compile(schema(R"({"type":"string","format":"uri","minLength":1,"maxLength":2083})"));
+  for (const char* good : {R"("https://example.org")", R"("http://127.0.0.1:8080/a/b%20c?x=1&y=a/b?#top")",
+                           R"("git+ssh://host.example/repo.git")", R"("https://a.b/~user/(x);p=1,2@:")"}) {
+    EXPECT_TRUE(matches(uri, good)) << good;
+  }
+  for (const char* bad : {R"("example.org")", R"("https://")", R"("https://a b")", R"("https://a/%zz")",
+                          R"("1http://a")", R"("https://a:123456")", R"("https://a/"")"}) {
+    EXPECT_FALSE(matches(uri, bad)) << bad;
+  }
 }
 
 TEST(StructuredGrammar, RefusesUnsupportedKeywordsByName) {

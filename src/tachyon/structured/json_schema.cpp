@@ -52,14 +52,31 @@ const std::string kIpv6 = "((" + kHex4 + ":){7}" + kHex4 + "|(" + kHex4 + ":){1,
                           kHex4 + ":){1,3}(:" + kHex4 + "){1,4}|(" + kHex4 + ":){1,2}(:" + kHex4 + "){1,5}|" + kHex4 +
                           ":(:" + kHex4 + "){1,6}|:((:" + kHex4 + "){1,7}|:))";
 const std::string kLabel = "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
-const std::map<std::string, std::string, std::less<>> kFormats = {
-    {"date", kDate},
-    {"time", kTime},
-    {"date-time", kDate + "T" + kTime},
-    {"uuid", R"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"},
-    {"ipv4", kOctet + "(\\." + kOctet + "){3}"},
-    {"ipv6", kIpv6},
-    {"email", "[A-Za-z0-9_%+-]{1,64}(\\.[A-Za-z0-9_%+-]{1,64}){0,3}@" + kLabel + "(\\." + kLabel + "){1,4}"},
+const std::string kHost = kLabel + "(\\." + kLabel + "){0,4}";
+// A URI (RFC 3986) in its common absolute form: scheme "://" host [":" port] path [? query]
+// [# fragment], the host a name of up to five labels (dotted IPv4 among them), path segments
+// and query of unreserved characters, sub-delims, ":" and "@", and %-escapes of two hex digits.
+// Bounded (at most 1,890 characters) so that an output ends, and so that Pydantic's HttpUrl
+// (a uri of 1 to 2,083 characters) is served.
+const std::string kPchar = "([A-Za-z0-9._~!$&'()*+,;=:@-]|%[0-9A-Fa-f]{2})";
+const std::string kUri = "[A-Za-z][A-Za-z0-9+.-]{0,15}://" + kHost + "(:[0-9]{1,5})?(/" + kPchar + "{0,48}){0,8}(\\?(" +
+                         kPchar + "|/|\\?){0,96})?(#(" + kPchar + "|/|\\?){0,32})?";
+
+// A format's regex and the lengths of its strings (max -1: unbounded), so that a schema's
+// minLength / maxLength beside it are accepted when every string of the format meets them.
+struct Format {
+  std::string regex;
+  int64_t min_length, max_length;
+};
+const std::map<std::string, Format, std::less<>> kFormats = {
+    {"date", {kDate, 10, 10}},
+    {"time", {kTime, 9, -1}},
+    {"date-time", {kDate + "T" + kTime, 20, -1}},
+    {"uuid", {R"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})", 36, 36}},
+    {"ipv4", {kOctet + "(\\." + kOctet + "){3}", 7, 15}},
+    {"ipv6", {kIpv6, 2, 39}},
+    {"email", {"[A-Za-z0-9_%+-]{1,64}(\\.[A-Za-z0-9_%+-]{1,64}){0,3}@" + kLabel + "(\\." + kLabel + "){1,4}", 5, 579}},
+    {"uri", {kUri, 5, 1890}},
 };
 
 }  // namespace
@@ -354,22 +371,26 @@ class JsonSchemaBuilder::Compiler {
     const auto pattern = s.find("pattern");
     const auto format = s.find("format");
     if (pattern != s.end() || format != s.end()) {
-      if (min > 0 || max >= 0) fail(path, "'minLength'/'maxLength' together with 'pattern' or 'format' is not supported");
       if (pattern != s.end() && format != s.end()) fail(path, "'pattern' together with 'format' is not supported");
-      std::string regex;
       if (pattern != s.end()) {
+        if (min > 0 || max >= 0) fail(path, "'minLength'/'maxLength' together with 'pattern' is not supported");
         if (!pattern->is_string()) fail(join(path, "pattern"), "'pattern' must be a string");
-        regex = pattern->get<std::string>();
-      } else {
-        if (!format->is_string()) fail(join(path, "format"), "'format' must be a string");
-        const auto f = kFormats.find(format->get<std::string>());
-        if (f == kFormats.end()) {
-          fail(join(path, "format"), "the format '" + format->get<std::string>() +
-                                         "' is not supported (supported: date, time, date-time, uuid, ipv4, ipv6, email)");
-        }
-        regex = f->second;
+        return quoted_regex(pattern->get<std::string>(), join(path, "pattern"));
       }
-      return quoted_regex(regex, join(path, "pattern"));
+      if (!format->is_string()) fail(join(path, "format"), "'format' must be a string");
+      const auto f = kFormats.find(format->get<std::string>());
+      if (f == kFormats.end()) {
+        fail(join(path, "format"), "the format '" + format->get<std::string>() +
+                                       "' is not supported (supported: date, time, date-time, uuid, ipv4, ipv6, email, uri)");
+      }
+      // Lengths beside a format: only when every string of the format meets them.
+      if (min > f->second.min_length || (max >= 0 && (f->second.max_length < 0 || max < f->second.max_length))) {
+        fail(path, "'minLength'/'maxLength' together with the format '" + f->first + "' are supported when every such "
+                   "string meets them (" + std::to_string(f->second.min_length) + " to " +
+                   (f->second.max_length < 0 ? std::string("any number of") : std::to_string(f->second.max_length)) +
+                   " characters)");
+      }
+      return quoted_regex(f->second.regex, join(path, "format"));
     }
     if (min == 0 && max < 0) return string_any();
     return concat({g_.literal("\""), g_.repeat(character(), min, max, "string_chars"), g_.literal("\"")});
