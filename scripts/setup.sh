@@ -28,8 +28,10 @@ command -v python3 >/dev/null 2>&1 || missing+=(python3)
 python3 -c 'import jinja2' >/dev/null 2>&1 || missing+=(python3-jinja2)
 # Python's jsonschema validates constrained outputs against their schemas (unit.structured_schema_corpus).
 python3 -c 'import jsonschema' >/dev/null 2>&1 || missing+=(python3-jsonschema)
-# rfc3987 lets it check the "uri" format too (without it the corpus test names the format it cannot check).
-python3 -c 'import rfc3987' >/dev/null 2>&1 || missing+=(python3-rfc3987)
+# rfc3987 lets it check the "uri" format too (without it the corpus test names the format it cannot
+# check); the validator finds Debian's modules after its python3's own, so the check does too.
+python3 -c 'import sys; sys.path.append("/usr/lib/python3/dist-packages"); import rfc3987' >/dev/null 2>&1 \
+  || missing+=(python3-rfc3987)
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 if ((${#missing[@]})) && [ "$OFFLINE" != 1 ]; then
