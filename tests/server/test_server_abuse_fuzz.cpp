@@ -364,7 +364,10 @@ std::vector<std::pair<std::string, json>> json_seeds() {
               {"properties",
                {{"p", {{"type", "number"}, {"minimum", -1.5}, {"exclusiveMaximum", 2.25}}},
                 {"t", {{"type", "array"}, {"prefixItems", {{{"type", "string"}}, {{"format", "ipv4"}}}}, {"items", false}}},
-                {"m", {{"type", "object"}, {"additionalProperties", {{"type", "integer"}}}, {"maxProperties", 2}}}}},
+                {"m", {{"type", "object"}, {"additionalProperties", {{"type", "integer"}}}, {"maxProperties", 2}}},
+                {"u", {{"type", "array"}, {"items", {{"enum", {"a", 1, true}}}}, {"uniqueItems", true}, {"minItems", 1}}},
+                {"k", {{"type", "integer"}, {"multipleOf", 15}, {"minimum", 0}}},
+                {"w", {{"type", "string"}, {"format", "uri"}, {"minLength", 1}, {"maxLength", 2083}}}}},
               {"required", {"p", "t"}}}}}}}}}},
       {"/tokenize", {{"messages", {user}}}},
       {"/detokenize", {{"tokens", {1, 2, 3}}}},
@@ -471,7 +474,8 @@ std::string mutate_json(json body, std::mt19937_64& rng) {
         "system metadata user_id stop_sequences thinking budget_tokens continue_final_message structured_outputs "
         "guided_json guided_regex guided_choice guided_grammar json_schema schema safety_identifier functions "
         "modalities audio input input_schema tool_use_id id name type text prefixItems additionalItems "
-        "additionalProperties minProperties maxProperties minimum maximum exclusiveMinimum exclusiveMaximum format");
+        "additionalProperties minProperties maxProperties minimum maximum exclusiveMinimum exclusiveMaximum format "
+        "uniqueItems multipleOf minLength maxLength enum");
     for (std::string name; names >> name;) out.push_back(name);
     return out;
   }();
