@@ -16,6 +16,8 @@ using ContextAccess = std::function<ServingContext&()>;
 void add_generation_routes(Router& router, ContextAccess context, std::chrono::milliseconds keepalive_interval);
 // POST /v1/messages (the Anthropic Messages API), its errors in Anthropic's shape.
 void add_messages_routes(Router& router, ContextAccess context, std::chrono::milliseconds keepalive_interval);
+// POST /v1/responses (OpenAI's Responses API).
+void add_responses_routes(Router& router, ContextAccess context, std::chrono::milliseconds keepalive_interval);
 // GET /v1/models, /v1/models/{id}, /health, /version, /metrics; POST /tokenize, /detokenize.
 // `loaded` says whether a model is there yet (/health answers 503 until then).
 void add_info_routes(Router& router, ContextAccess context, std::function<bool()> loaded);

@@ -36,6 +36,7 @@ HttpServer::HttpServer(HttpOptions options) : options_(std::move(options)), rout
   ContextAccess access = [this]() -> ServingContext& { return context(); };
   add_generation_routes(*router_, access, options_.keepalive_interval);
   add_messages_routes(*router_, access, options_.keepalive_interval);
+  add_responses_routes(*router_, access, options_.keepalive_interval);
   add_info_routes(*router_, access, [this] { return context_.load() != nullptr; });
   add_embeddings_routes(*router_, access);
   router_->add("GET", kPrefixHashesPath,  // http/pd_roles.h: a router's prefix policy reads it

@@ -1,0 +1,97 @@
+// OpenAI's Responses API (POST /v1/responses) over the chat route's machinery, as the Anthropic
+// Messages API is (anthropic_messages.h): a request body is converted into the ChatRequest the
+// chat route takes (templating, validation, sampling, structured outputs and the output parsers
+// are the chat route's), and the chat answer's pieces (content, reasoning, tool calls;
+// chat_output.h) are written back as Responses output items, whole or as its typed SSE events.
+// Pure functions and one builder: no sockets, no engine.
+//
+// Mapping (docs/api.md, "POST /v1/responses"):
+//  - instructions -> a leading system message; input as a string -> one user message; input
+//    items: message (user, assistant, system, developer -> system; text parts only),
+//    function_call -> the assistant turn's tool_calls, function_call_output -> a tool message,
+//    reasoning -> the next assistant turn's reasoning_content. Other items: 400.
+//  - max_output_tokens -> max_completion_tokens; temperature, top_p, stream, parallel_tool_calls,
+//    user, safety_identifier as they are; tools [{type: function, name, description, parameters,
+//    strict}] -> function tools (hosted tools: 400); tool_choice auto / none / required /
+//    {type: function, name}; text.format (text, json_object, json_schema) -> response_format;
+//    reasoning.effort -> enable_thinking (off for none / minimal); metadata is echoed.
+//  - Refused by name: previous_response_id, conversation, prompt (nothing is stored: store is
+//    read as false), background, truncation other than disabled, top_logprobs, include,
+//    max_tool_calls.
+//  - Errors are OpenAI's error bodies, with this body's field names (max_output_tokens,
+//    text.format, input).
+//
+// Tests: tests/server/test_server_responses.cpp (ctest -R ServerResponses) and
+// tests/server/openai_responses_client.cjs with the official openai client.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tachyon/server/chat_output.h"
+#include "tachyon/server/openai_protocol.h"
+
+namespace tachyon::server {
+
+struct ResponsesRequest {
+  ChatRequest chat;
+  // The request's fields the response object repeats: instructions, max_output_tokens,
+  // temperature, top_p, user, reasoning (null when not given), metadata, tools, tool_choice,
+  // parallel_tool_calls, text.
+  nlohmann::ordered_json echo = nlohmann::ordered_json::object();
+};
+
+// Throws ApiException (400 naming the field; 404 for another model).
+ResponsesRequest parse_responses_request(std::string_view body, const ServerLimits& limits);
+
+// A 400 of the chat route's parsing or prompt building (the structured-output schema compiles
+// there) with the chat body's field names rewritten as this body spells them
+// ("response_format.json_schema.schema" -> "text.format.schema", "max_completion_tokens" ->
+// "max_output_tokens", "messages" -> "input").
+ApiException with_responses_fields(const ApiException& chat_error);
+
+// "resp_" and 24 random letters and digits.
+std::string make_response_id();
+
+// One answer as a Responses response object, built from the chat output's pieces in order: a
+// reasoning item, message items (one output_text part each) and function_call items. A streamed
+// answer sends what start / add / finish return, a whole one sends response() at the end; so the
+// streamed deltas concatenate to the whole answer. Events carry sequence_number from 0.
+class ResponseBuilder {
+ public:
+  ResponseBuilder(std::string id, std::string model, int64_t created_at, nlohmann::ordered_json echo,
+                  int64_t input_tokens);
+
+  std::string start();  // SSE: response.created, response.in_progress
+  // SSE: response.output_item.added / content_part.added / output_text.delta /
+  // reasoning_text.delta / function_call_arguments.delta, and the .done events of an item closed.
+  std::string add(const std::vector<ChatPiece>& pieces);
+  // The chat finish reason ("stop", "length", "tool_calls"): "length" ends the response as
+  // incomplete (max_output_tokens). SSE: the last item's .done events, then response.completed or
+  // response.incomplete.
+  std::string finish(const std::string& finish_reason, int64_t output_tokens);
+  nlohmann::ordered_json response() const;  // the whole response object
+
+ private:
+  enum class Item { kNone, kMessage, kReasoning, kFunctionCall };
+  std::string event(nlohmann::ordered_json payload);  // numbered SSE event
+  std::string open(Item kind, const ChatPiece& piece);
+  std::string close(const char* status = "completed");  // the open item's .done events
+
+  std::string id_;
+  std::string model_;
+  int64_t created_at_ = 0;
+  nlohmann::ordered_json echo_;
+  int64_t input_tokens_ = 0;
+  int64_t output_tokens_ = 0;
+  std::string status_ = "in_progress";
+  std::string incomplete_reason_;
+  nlohmann::ordered_json output_ = nlohmann::ordered_json::array();  // closed items and the open one
+  Item open_ = Item::kNone;
+  int64_t sequence_ = 0;
+};
+
+}  // namespace tachyon::server

@@ -1,0 +1,275 @@
+// POST /v1/responses (OpenAI's Responses API) over real HTTP on the tiny Qwen3 model: the answer
+// is the chat route's for the same conversation (text and token counts, with instructions, input
+// items, function calls and their outputs), streamed events come in the API's order with
+// sequence numbers from 0 and deltas that concatenate to the whole answer, function calls and
+// JSON-schema text come out as items, a token limit makes the response incomplete, a give-up of
+// the engine is an error, and what the server cannot honour is refused naming the body's field.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "server_fixture.h"
+
+namespace tachyon::server::testing::responses_test {
+namespace {
+
+using json = nlohmann::ordered_json;  // key order as sent: a template prints tools in it
+
+struct ResponsesEvent {
+  std::string name;
+  json data;
+};
+
+std::vector<ResponsesEvent> responses_events(const std::string& body) {
+  std::vector<ResponsesEvent> events;
+  for (size_t pos = 0, end; (end = body.find("\n\n", pos)) != std::string::npos; pos = end + 2) {
+    const std::string frame = body.substr(pos, end - pos);
+    const size_t line_end = frame.find('\n');
+    EXPECT_EQ(frame.rfind("event: ", 0), 0u) << frame;
+    EXPECT_EQ(frame.compare(line_end + 1, 6, "data: "), 0) << frame;
+    ResponsesEvent event{frame.substr(7, line_end - 7), json::parse(frame.substr(line_end + 7))};
+    EXPECT_EQ(event.data["type"], event.name);
+    events.push_back(std::move(event));
+  }
+  return events;
+}
+
+// The text of a response's message items.
+std::string output_text(const json& response) {
+  std::string text;
+  for (const json& item : response["output"]) {
+    if (item["type"] != "message") continue;
+    for (const json& part : item["content"]) text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+class ServerResponses : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = new ServerUnderTest(); }
+  static void TearDownTestSuite() { delete server_; }
+  static httplib::Result post(const std::string& path, const json& body) {
+    return server_->client().Post(path, body.dump(), "application/json");
+  }
+  static json ok(const std::string& path, const json& body) {
+    auto r = post(path, body);
+    EXPECT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << body.dump() << " -> " << r->body;
+    return json::parse(r->body);
+  }
+  // A 400 whose param is `field` and whose message quotes it, never the chat body's names.
+  // `named`: what the message quotes when not the field itself (a schema's own path).
+  static void expect_refused(const json& body, const std::string& field, const std::string& named = "") {
+    auto r = post("/v1/responses", body);
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 400) << body.dump() << " -> " << r->body;
+    const json error = json::parse(r->body)["error"];
+    EXPECT_EQ(error["param"], field) << r->body;
+    const std::string message = error["message"];
+    EXPECT_NE(message.find(named.empty() ? field : named), std::string::npos) << field << ": " << message;
+    for (const char* chat : {"max_completion_tokens", "response_format", "messages"}) {
+      EXPECT_EQ(message.find(chat), std::string::npos) << chat << " in: " << message;
+    }
+  }
+  static ServerUnderTest* server_;
+};
+ServerUnderTest* ServerResponses::server_ = nullptr;
+
+const json kWeatherTools = json::array({{{"type", "function"},
+                                  {"name", "get_weather"},
+                                  {"description", "The weather in a city"},
+                                  {"parameters",
+                                   {{"type", "object"},
+                                    {"properties", {{"city", {{"type", "string"}, {"maxLength", 12}}}}},
+                                    {"required", json::array({"city"})}}}}});
+
+TEST_F(ServerResponses, TheAnswerIsTheChatRoutesForTheSameConversation) {
+  // instructions + a string input, and the same as items with a developer message, against chat.
+  const json chat_messages = json::array({{{"role", "system"}, {"content", "You are terse."}},
+                                          {{"role", "user"}, {"content", "Tell me a story"}},
+                                          {{"role", "assistant"}, {"content", "Once there was a fox."}},
+                                          {{"role", "user"}, {"content", "Go on"}}});
+  const json chat = ok("/v1/chat/completions", {{"model", "tiny"}, {"messages", chat_messages},
+                                                {"max_tokens", 24}, {"temperature", 0}});
+  const json items = json::array(
+      {{{"type", "message"}, {"role", "developer"}, {"content", "You are terse."}},
+       {{"role", "user"}, {"content", json::array({{{"type", "input_text"}, {"text", "Tell me a story"}}})}},
+       {{"type", "message"}, {"role", "assistant"},
+        {"content", json::array({{{"type", "output_text"}, {"text", "Once there was a fox."}}})}},
+       {{"role", "user"}, {"content", "Go on"}}});
+  for (const json& body : {json{{"input", items}}, json{{"instructions", "You are terse."}, {"input", items}}}) {
+    json request = body;
+    if (request.contains("instructions")) request["input"].erase(0);
+    request.update({{"model", "tiny"}, {"max_output_tokens", 24}, {"temperature", 0}});
+    const json response = ok("/v1/responses", request);
+    EXPECT_EQ(response["object"], "response");
+    EXPECT_EQ(response["id"].get<std::string>().rfind("resp_", 0), 0u);
+    EXPECT_EQ(output_text(response), chat["choices"][0]["message"]["content"]) << response.dump();
+    EXPECT_EQ(response["usage"]["input_tokens"], chat["usage"]["prompt_tokens"]);
+    EXPECT_EQ(response["usage"]["output_tokens"], chat["usage"]["completion_tokens"]);
+    EXPECT_EQ(response["usage"]["total_tokens"], chat["usage"]["total_tokens"]);
+    const bool cut = chat["choices"][0]["finish_reason"] == "length";
+    EXPECT_EQ(response["status"], cut ? "incomplete" : "completed");
+    EXPECT_EQ(response["output"].back()["status"], cut ? "incomplete" : "completed");
+    if (cut) EXPECT_EQ(response["incomplete_details"]["reason"], "max_output_tokens");
+    EXPECT_EQ(response["max_output_tokens"], 24);  // echoed
+    EXPECT_EQ(response["instructions"], request.value("instructions", json(nullptr)));
+  }
+}
+
+TEST_F(ServerResponses, StreamedEventsAreOrderedAndConcatenateToTheWholeAnswer) {
+  const json body = {{"model", "tiny"}, {"input", "Tell me a story"}, {"max_output_tokens", 16}, {"temperature", 0},
+                     {"metadata", {{"run", "a"}}}};
+  const json whole = ok("/v1/responses", body);
+  json streamed_body = body;
+  streamed_body["stream"] = true;
+  auto r = post("/v1/responses", streamed_body);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const std::vector<ResponsesEvent> events = responses_events(r->body);
+  ASSERT_GE(events.size(), 8u) << r->body;
+  for (size_t i = 0; i < events.size(); ++i) EXPECT_EQ(events[i].data["sequence_number"], i) << events[i].name;
+  EXPECT_EQ(events[0].name, "response.created");
+  EXPECT_EQ(events[0].data["response"]["status"], "in_progress");
+  EXPECT_EQ(events[1].name, "response.in_progress");
+  EXPECT_EQ(events[2].name, "response.output_item.added");
+  EXPECT_EQ(events[3].name, "response.content_part.added");
+  std::string deltas;
+  size_t i = 4;
+  for (; i < events.size() && events[i].name == "response.output_text.delta"; ++i) {
+    deltas += events[i].data["delta"].get<std::string>();
+  }
+  ASSERT_LE(i + 4, events.size()) << r->body;
+  EXPECT_EQ(events[i].name, "response.output_text.done");
+  EXPECT_EQ(events[i].data["text"], deltas);
+  EXPECT_EQ(events[i + 1].name, "response.content_part.done");
+  EXPECT_EQ(events[i + 2].name, "response.output_item.done");
+  const ResponsesEvent& last = events.back();
+  EXPECT_EQ(i + 4, events.size());
+  EXPECT_TRUE(last.name == "response.completed" || last.name == "response.incomplete") << last.name;
+  const json& final = last.data["response"];
+  EXPECT_EQ(deltas, output_text(whole));
+  EXPECT_EQ(output_text(final), deltas);
+  EXPECT_EQ(final["usage"], whole["usage"]);
+  EXPECT_EQ(final["metadata"]["run"], "a");
+  EXPECT_EQ(final["id"], events[0].data["response"]["id"]);
+}
+
+TEST_F(ServerResponses, FunctionCallsAreItemsAndTheirOutputsGoBackAsTheChatRoutesToolMessages) {
+  const json body = {{"model", "tiny"}, {"input", "Weather in Paris?"}, {"tools", kWeatherTools},
+                     {"tool_choice", "required"}, {"max_output_tokens", 200}, {"temperature", 0}};
+  const json response = ok("/v1/responses", body);
+  ASSERT_EQ(response["status"], "completed") << response.dump();
+  const json& call = response["output"].back();
+  ASSERT_EQ(call["type"], "function_call") << response.dump();
+  EXPECT_EQ(call["name"], "get_weather");
+  EXPECT_EQ(call["status"], "completed");
+  EXPECT_EQ(call["id"].get<std::string>().rfind("fc_", 0), 0u);
+  const json arguments = json::parse(call["arguments"].get<std::string>());
+  EXPECT_TRUE(arguments["city"].is_string()) << call.dump();
+  // Streamed: the argument deltas concatenate to the done event's arguments and the item's.
+  json streamed_body = body;
+  streamed_body["stream"] = true;
+  auto r = post("/v1/responses", streamed_body);
+  ASSERT_TRUE(r);
+  std::string deltas;
+  std::string done;
+  for (const ResponsesEvent& e : responses_events(r->body)) {
+    if (e.name == "response.function_call_arguments.delta") deltas += e.data["delta"].get<std::string>();
+    if (e.name == "response.function_call_arguments.done") done = e.data["arguments"];
+  }
+  EXPECT_EQ(deltas, call["arguments"]);
+  EXPECT_EQ(done, call["arguments"]);
+  // The call and its output sent back: the chat route's answer to the same conversation.
+  const json items = json::array({{{"role", "user"}, {"content", "Weather in Paris?"}},
+                                  {{"type", "function_call"}, {"call_id", "call_1"}, {"name", "get_weather"},
+                                   {"arguments", R"({"city": "Paris"})"}},
+                                  {{"type", "function_call_output"}, {"call_id", "call_1"}, {"output", "Sunny, 21 C"}}});
+  const json answer = ok("/v1/responses", {{"model", "tiny"}, {"input", items}, {"tools", kWeatherTools},
+                                           {"max_output_tokens", 20}, {"temperature", 0}});
+  const json chat_messages = json::array(
+      {{{"role", "user"}, {"content", "Weather in Paris?"}},
+       {{"role", "assistant"}, {"content", ""},
+        {"tool_calls", json::array({{{"id", "call_1"}, {"type", "function"},
+                                     {"function", {{"name", "get_weather"}, {"arguments", R"({"city": "Paris"})"}}}}})}},
+       {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "Sunny, 21 C"}}});
+  json function = kWeatherTools[0];
+  function.erase("type");
+  const json chat_tools = json::array({{{"type", "function"}, {"function", function}}});
+  const json chat = ok("/v1/chat/completions", {{"model", "tiny"}, {"messages", chat_messages},
+                                                {"tools", chat_tools}, {"max_tokens", 20},
+                                                {"temperature", 0}});
+  EXPECT_EQ(answer["usage"]["input_tokens"], chat["usage"]["prompt_tokens"]);
+  EXPECT_EQ(output_text(answer), chat["choices"][0]["message"]["content"].get<std::string>());
+}
+
+TEST_F(ServerResponses, JsonSchemaTextFormatGivesJsonOfTheSchema) {
+  const json schema = {{"type", "object"},
+                       {"properties", {{"name", {{"type", "string"}, {"maxLength", 8}}},
+                                       {"age", {{"type", "integer"}, {"minimum", 0}, {"maximum", 150}}}}},
+                       {"required", json::array({"name", "age"})}};
+  const json response = ok("/v1/responses", {{"model", "tiny"}, {"input", "A person as JSON"},
+                                             {"text", {{"format", {{"type", "json_schema"}, {"name", "person"},
+                                                                   {"schema", schema}, {"strict", true}}}}},
+                                             {"max_output_tokens", 200}, {"temperature", 0}});
+  ASSERT_EQ(response["status"], "completed") << response.dump();
+  const json value = json::parse(output_text(response));
+  EXPECT_TRUE(value["name"].is_string() && value["age"].is_number_integer()) << value.dump();
+  EXPECT_EQ(response["text"]["format"]["name"], "person");  // echoed
+}
+
+TEST_F(ServerResponses, WhatTheServerCannotHonourIsRefusedNamingTheField) {
+  const json base = {{"model", "tiny"}, {"input", "hi"}};
+  auto with = [&](const json& fields) {
+    json body = base;
+    body.update(fields);
+    return body;
+  };
+  expect_refused(with({{"previous_response_id", "resp_1"}}), "previous_response_id");
+  expect_refused(with({{"background", true}}), "background");
+  expect_refused(with({{"tools", json::array({{{"type", "web_search"}}})}}), "tools[0].type");
+  expect_refused(with({{"input", json::array({{{"role", "user"},
+                                               {"content", json::array({{{"type", "input_image"}, {"image_url", "x"}}})}}})}}),
+                 "input[0].content[0].type");
+  expect_refused(with({{"input", json::array({{{"type", "item_reference"}, {"id", "msg_1"}}})}}), "input[0].type");
+  expect_refused(with({{"max_output_tokens", 0}}), "max_output_tokens");
+  expect_refused(with({{"text", {{"format", {{"type", "json_schema"}, {"name", "n"},
+                                             {"schema", {{"type", "string"}, {"format", "hostname"}}}}}}}}),
+                 "text.format.schema", "'format'");
+  expect_refused(with({{"reasoning", {{"effort", "extreme"}}}}), "reasoning.effort");
+  expect_refused(with({{"include", json::array({"reasoning.encrypted_content"})}}), "include");
+  expect_refused(json{{"model", "tiny"}}, "input");
+  auto r = post("/v1/responses", with({{"model", "other"}}));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404) << r->body;
+}
+
+TEST_F(ServerResponses, AnAnswerTheEngineGaveUpOnIsAnError) {
+  const json items = {{"anyOf", json::array({{{"$ref", "#/$defs/a"}}, {{"$ref", "#/$defs/b"}}})}};
+  const json array = {{"type", "array"}, {"items", items}, {"minItems", 1}};
+  const json schema = {{"type", "object"},
+                       {"properties", {{"x", {{"$ref", "#/$defs/a"}}}}},
+                       {"required", json::array({"x"})},
+                       {"$defs", {{"a", array}, {"b", array}}}};
+  json body = {{"model", "tiny"}, {"input", "hi"}, {"max_output_tokens", 64}, {"temperature", 0},
+               {"reasoning", {{"effort", "minimal"}}},
+               {"tools", json::array({{{"type", "function"}, {"name", "f"}, {"parameters", schema}}})},
+               {"tool_choice", {{"type", "function"}, {"name", "f"}}}};
+  auto whole = post("/v1/responses", body);
+  ASSERT_TRUE(whole);
+  EXPECT_EQ(whole->status, 400) << whole->body;
+  const std::string why = json::parse(whole->body)["error"]["message"];
+  EXPECT_NE(why.find("too ambiguous"), std::string::npos) << why;
+  body["stream"] = true;
+  auto streamed = post("/v1/responses", body);
+  ASSERT_TRUE(streamed);
+  ASSERT_EQ(streamed->status, 200) << streamed->body;
+  const std::vector<ResponsesEvent> events = responses_events(streamed->body);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events.front().name, "response.created");
+  EXPECT_EQ(events.back().name, "error") << streamed->body;
+  EXPECT_EQ(events.back().data["message"], why);
+}
+
+}  // namespace
+}  // namespace tachyon::server::testing::responses_test
