@@ -3,8 +3,8 @@ computes the prompt of a /v1/messages body (system prompt, tools, a prefill), th
 imports its rows and answers; greedy answers equal one plain server's, whole and streamed, every
 request is imported (no prompt recomputed on the decode server), an invalid body comes back as
 Anthropic's error, an answer the engine gave up on is the same 400 as one server's,
-/v1/messages/count_tokens answers through the router as one server does, and every KV block is
-free afterwards.
+/v1/messages/count_tokens answers through the router as one server does, OpenAI's Responses API
+(/v1/responses) runs through it as /v1/messages does, and every KV block is free afterwards.
     pd_messages.py TACHYON TOKENIZERS_DIR"""
 import json
 import sys
@@ -35,6 +35,28 @@ def messages(base, body):
                 return 500, event
             if event["type"] == "content_block_delta" and event["delta"]["type"] == "text_delta":
                 text += event["delta"]["text"]
+    return 200, text
+
+
+def responses(base, body):
+    """(status, the answer's output text or the error object), from /v1/responses."""
+    req = urllib.request.Request(base + "/v1/responses", json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            raw = r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read().decode())
+    if not body.get("stream"):
+        answer = json.loads(raw)
+        return 200, "".join(p["text"] for item in answer["output"] if item["type"] == "message" for p in item["content"])
+    text = ""
+    for line in raw.split("\n"):
+        if line.startswith("data: "):
+            event = json.loads(line[6:])
+            if event["type"] == "error":
+                return 500, event
+            if event["type"] == "response.output_text.delta":
+                text += event["delta"]
     return 200, text
 
 
@@ -90,6 +112,22 @@ try:
     print(f"an answer the engine gave up on: through the router {got[0]}, one server {want[0]}")
     if got != want or got[0] != 400 or "too ambiguous" not in got[1]["error"]["message"]:
         sys.exit(f"through the router {got}, one server {want}")
+    # OpenAI's Responses API the same way: greedy answers equal one server's, every prompt imported.
+    imported = metric(decode.url, IMPORTS)
+    fn_tools = [{"type": "function", "name": "weather", "description": "The weather of a city",
+                 "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]
+    for i in range(4):
+        body = {"model": "tiny", "max_output_tokens": 12, "temperature": 0, "stream": i % 2 == 1,
+                "input": [{"role": "user", "content": f"question {i}: what is the weather like in Rome?"}]}
+        if i >= 2:
+            body.update({"instructions": "You answer in one line.", "tools": fn_tools})
+        got, want = responses(router.url, body), responses(plain.url, body)
+        if got != want or got[0] != 200:
+            sys.exit(f"response {i}: through the router {got}, one server {want}")
+    imports = metric(decode.url, IMPORTS) - imported
+    print(f"4 responses through the router equal one server's; {imports:.0f} imported by the decode server")
+    if imports != 4:
+        sys.exit("a responses prompt was computed on the decode server instead of moving from the prefill server")
     wait_until(lambda: all(kv_usage(s) == 0 for s in (prefill, decode, plain)), 20, "KV left in use")
     print("every KV block free")
 finally:

@@ -5,6 +5,7 @@
 #include "tachyon/base/check.h"
 #include "tachyon/server/anthropic_messages.h"
 #include "tachyon/server/chat_prompt.h"
+#include "tachyon/server/responses_api.h"
 
 namespace tachyon::server {
 
@@ -34,8 +35,9 @@ std::vector<int32_t> RoutePrompt::tokens(std::string_view path, std::string_view
       return {};
     }
     if (chat_template_ == nullptr) return {};
-    const ChatRequest request =
-        path == "/v1/messages" ? parse_anthropic_request(body, limits) : parse_chat_request(body, limits);
+    const ChatRequest request = path == "/v1/messages"    ? parse_anthropic_request(body, limits)
+                                : path == "/v1/responses" ? parse_responses_request(body, limits).chat
+                                                          : parse_chat_request(body, limits);
     return render_chat_prompt(*chat_template_, *tokenizer_, request).tokens;
   } catch (const std::exception&) {
     return {};

@@ -130,9 +130,10 @@ class RelayStream : public BodyStream {
       return true;
     }
     // Under its 200 a decode server's body is an answer or an error: its engine failed (500), or
-    // it ended the answer by itself (an Anthropic message's forced tool call: 400).
+    // it ended the answer by itself (an Anthropic message's forced tool call: 400). A response
+    // object of the Responses API carries "error": null.
     const auto json = nlohmann::json::parse(std::string_view(held_).substr(body), nullptr, false);
-    const bool error = json.is_object() && json.contains("error");
+    const bool error = json.is_object() && json.contains("error") && !json["error"].is_null();
     const bool refused =
         error && json["error"].is_object() && json["error"].value("type", "") == "invalid_request_error";
     if (error) status_ = refused ? 400 : 500;
@@ -194,7 +195,7 @@ PdRouter::PdRouter(RouterOptions options)
   http_options_->keepalive_interval = std::chrono::milliseconds(200);
   router_ = std::make_unique<Router>();
   // The routes that wait on upstream servers run as exchanges, on threads of their own.
-  for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
+  for (const char* path : {"/v1/completions", "/v1/chat/completions", "/v1/responses"}) {
     router_->add_async("POST", path, [this](const HttpRequest& req, Respond respond) {
       start_exchange(req, std::move(respond), &PdRouter::generate);
     });
