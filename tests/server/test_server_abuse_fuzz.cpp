@@ -397,6 +397,33 @@ std::vector<std::pair<std::string, json>> json_seeds() {
         {"tool_choice", {{"type", "tool"}, {"name", "get_weather"}}},
         {"messages", {user}}}},
       {"/v1/messages/count_tokens", {{"model", "tiny"}, {"tools", {anthropic_tool}}, {"messages", {user}}}},
+      {"/v1/responses", {{"model", "tiny"}, {"input", "hi"}, {"max_output_tokens", 2}}},
+      {"/v1/responses",
+       {{"model", "tiny"},
+        {"instructions", "Be brief."},
+        {"max_output_tokens", 3},
+        {"stream", true},
+        {"metadata", {{"k", "v"}}},
+        {"reasoning", {{"effort", "minimal"}}},
+        {"tools",
+         {{{"type", "function"},
+           {"name", "get_weather"},
+           {"parameters", {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}}}}},
+        {"tool_choice", "auto"},
+        {"input",
+         {{{"role", "user"}, {"content", {{{"type", "input_text"}, {"text", "Weather?"}}}}},
+          {{"type", "reasoning"}, {"content", {{{"type", "reasoning_text"}, {"text", "Look it up."}}}}},
+          {{"type", "function_call"}, {"call_id", "c1"}, {"name", "get_weather"}, {"arguments", "{\"city\":\"Paris\"}"}},
+          {{"type", "function_call_output"}, {"call_id", "c1"}, {"output", "sunny"}},
+          {{"type", "message"}, {"role", "assistant"}, {"content", {{{"type", "output_text"}, {"text", "It is"}}}}},
+          {{"role", "user"}, {"content", "And tomorrow?"}}}}}},
+      {"/v1/responses",
+       {{"model", "tiny"},
+        {"input", "A city"},
+        {"max_output_tokens", 4},
+        {"text", {{"format", {{"type", "json_schema"}, {"name", "c"}, {"schema", {{"type", "object"}}}}}}},
+        {"tool_choice", {{"type", "function"}, {"name", "get_weather"}}},
+        {"tools", {{{"type", "function"}, {"name", "get_weather"}}}}}},
   };
 }
 
@@ -475,7 +502,8 @@ std::string mutate_json(json body, std::mt19937_64& rng) {
         "guided_json guided_regex guided_choice guided_grammar json_schema schema safety_identifier functions "
         "modalities audio input input_schema tool_use_id id name type text prefixItems additionalItems "
         "additionalProperties minProperties maxProperties minimum maximum exclusiveMinimum exclusiveMaximum format "
-        "uniqueItems multipleOf minLength maxLength enum");
+        "uniqueItems multipleOf minLength maxLength enum input instructions max_output_tokens text effort "
+        "reasoning call_id output arguments previous_response_id background truncation include input_text");
     for (std::string name; names >> name;) out.push_back(name);
     return out;
   }();
@@ -545,8 +573,10 @@ std::string mutate_json(json body, std::mt19937_64& rng) {
 
 // One JSON case on the kept-alive connection. A connection the server closed between two
 // requests is retried once on a fresh one, as clients do; a fresh one must answer.
+// `path`: the route, which says how its errors and streams end (Anthropic's, the Responses API's).
 std::string run_json_case(int port, RawConnection& c, bool& fresh, const std::string& request, FuzzTally& tally,
-                          bool anthropic) {
+                          const std::string& path) {
+  const bool anthropic = path.starts_with("/v1/messages");
   RawResponse r;
   ReadResult got = ReadResult::kClosed;
   for (int attempt = 0; attempt < 2; ++attempt) {
@@ -574,6 +604,12 @@ std::string run_json_case(int port, RawConnection& c, bool& fresh, const std::st
       if (r.body.find("event: message_stop\n") == std::string::npos && r.body.find("event: error\n") == std::string::npos) {
         return "a message stream without message_stop or an error event: " + printable(r.body);
       }
+    } else if (path == "/v1/responses") {  // a response's stream ends with its last lifecycle event or an error
+      if (r.body.find("event: response.completed\n") == std::string::npos &&
+          r.body.find("event: response.incomplete\n") == std::string::npos &&
+          r.body.find("event: error\n") == std::string::npos) {
+        return "a response stream without response.completed / .incomplete or an error event: " + printable(r.body);
+      }
     } else if (r.body.size() < 14 || r.body.substr(r.body.size() - 14) != "data: [DONE]\n\n") {
       return "a stream without [DONE]: " + printable(r.body);
     }
@@ -597,7 +633,7 @@ TEST_F(ServerAbuseFuzz, RequestJson) {
     ++tally.cases;
     log.keep(tally.cases, "POST " + path + "\n" + body);
     std::string broken =
-        run_json_case(port(), c, fresh, http_request("POST", path, body), tally, path.starts_with("/v1/messages"));
+        run_json_case(port(), c, fresh, http_request("POST", path, body), tally, path);
     if (broken.empty() && tally.cases % 50 == 0 && !health_ok(port())) broken = "/health did not answer 200 within 1 s";
     if (!broken.empty()) {
       tally.failure = "case " + std::to_string(tally.cases) + " (POST " + path + "): " + broken +
