@@ -14,15 +14,9 @@ namespace tachyon::server {
 namespace {
 
 using fields::Json;
+using fields::object_at;
 
 std::string at(const std::string& path, size_t i) { return path + "." + std::to_string(i); }
-
-const Json& object_at(const Json& value, const std::string& path) {
-  if (!value.is_object()) {
-    fields::fail(path, "Invalid type for '" + path + "': expected an object, but got " + fields::type_name(value) + ".");
-  }
-  return value;
-}
 
 std::string required_string(const Json& object, const std::string& name, const std::string& path) {
   std::optional<std::string> value = fields::read_string(object, name, path + "." + name);

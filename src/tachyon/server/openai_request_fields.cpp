@@ -50,6 +50,13 @@ std::string type_name(const Json& value) {
   }
 }
 
+const Json& object_at(const Json& value, const std::string& path) {
+  if (!value.is_object()) {
+    fail(path, "Invalid type for '" + path + "': expected an object, but got " + type_name(value) + ".");
+  }
+  return value;
+}
+
 // Refuses nesting deeper than max_depth with one linear pass over the bytes, before anything walks
 // the JSON recursively (nlohmann's copy and dump, Value::from_json: one stack frame per level).
 // Brackets count only outside strings; inside one, a backslash skips the byte after it. On

@@ -24,6 +24,10 @@ using Json = nlohmann::ordered_json;
 // "a string", "an array", ... for messages.
 std::string type_name(const Json& value);
 
+// `value` when it is an object, else a 400 on `path` ("Invalid type for '<path>': expected an
+// object, but got ...").
+const Json& object_at(const Json& value, const std::string& path);
+
 // A 400 (param null) when `body` nests arrays and objects deeper than max_depth (brackets inside
 // strings do not count): one linear pass, for anything that must not parse such a body (parse_body,
 // the PD router).

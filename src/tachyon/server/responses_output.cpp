@@ -40,9 +40,10 @@ std::string ResponseBuilder::open(Item kind, const ChatPiece& piece) {
   output_.push_back(item);
   const size_t index = output_.size() - 1;
   std::string events = event({{"type", "response.output_item.added"}, {"output_index", index}, {"item", item}});
-  const Json empty_part = kind == Item::kMessage
-                              ? Json{{"type", "output_text"}, {"text", ""}, {"annotations", Json::array()}, {"logprobs", Json::array()}}
-                              : Json{{"type", "reasoning_text"}, {"text", ""}};
+  const Json empty_part =
+      kind == Item::kMessage
+          ? Json{{"type", "output_text"}, {"text", ""}, {"annotations", Json::array()}, {"logprobs", Json::array()}}
+          : Json{{"type", "reasoning_text"}, {"text", ""}};
   if (kind != Item::kFunctionCall) {
     output_.back()["content"].push_back(empty_part);
     events += event({{"type", "response.content_part.added"}, {"item_id", item["id"]}, {"output_index", index},
@@ -57,8 +58,8 @@ std::string ResponseBuilder::close(const char* status) {
   const size_t index = output_.size() - 1;
   std::string events;
   if (open_ == Item::kFunctionCall) {
-    events += event({{"type", "response.function_call_arguments.done"}, {"item_id", item["id"]}, {"output_index", index},
-                     {"arguments", item["arguments"]}, {"name", item["name"]}});
+    events += event({{"type", "response.function_call_arguments.done"}, {"item_id", item["id"]},
+                     {"output_index", index}, {"arguments", item["arguments"]}, {"name", item["name"]}});
   } else {
     const Json& part = item["content"][0];
     const bool message = open_ == Item::kMessage;

@@ -12,15 +12,9 @@ namespace tachyon::server {
 namespace {
 
 using fields::Json;
+using fields::object_at;
 
 std::string at(const std::string& path, size_t i) { return path + "[" + std::to_string(i) + "]"; }
-
-const Json& object_at(const Json& value, const std::string& path) {
-  if (!value.is_object()) {
-    fields::fail(path, "Invalid type for '" + path + "': expected an object, but got " + fields::type_name(value) + ".");
-  }
-  return value;
-}
 
 std::string required_string(const Json& object, const std::string& name, const std::string& path) {
   std::optional<std::string> value = fields::read_string(object, name, path + "." + name);
@@ -86,7 +80,8 @@ void convert_input(const Json& input, Json& out) {
       }
       const Json* content = fields::find(item, "content");
       if (content == nullptr) fields::fail(path + ".content", "Missing required parameter: '" + path + ".content'.");
-      Json message = {{"role", role == "developer" ? "system" : role}, {"content", content_text(*content, role, path + ".content")}};
+      Json message = {{"role", role == "developer" ? "system" : role},
+                      {"content", content_text(*content, role, path + ".content")}};
       if (role == "assistant" && !reasoning.empty()) message["reasoning_content"] = std::exchange(reasoning, "");
       out.push_back(std::move(message));
     } else if (type == "function_call") {
@@ -108,9 +103,10 @@ void convert_input(const Json& input, Json& out) {
       for (const char* key : {"content", "summary"}) {
         const Json* parts = fields::find(item, key);
         if (parts == nullptr || !reasoning.empty()) continue;
-        if (!parts->is_array()) fields::fail(path + "." + key, "Invalid type for '" + path + "." + key + "': expected an array.");
+        const std::string parts_path = path + "." + key;
+        if (!parts->is_array()) fields::fail(parts_path, "Invalid type for '" + parts_path + "': expected an array.");
         for (size_t j = 0; j < parts->size(); ++j) {
-          reasoning += required_string(object_at((*parts)[j], at(path + "." + key, j)), "text", at(path + "." + key, j));
+          reasoning += required_string(object_at((*parts)[j], at(parts_path, j)), "text", at(parts_path, j));
         }
       }
     } else if (type == "item_reference") {
@@ -205,7 +201,8 @@ void refuse_unserved_fields(const Json& body) {
     fields::fail("background", "'background' responses are not supported by this server; stream the response instead.");
   }
   if (const Json* truncation = fields::find(body, "truncation"); truncation != nullptr && *truncation != "disabled") {
-    fields::fail("truncation", "Only 'truncation': 'disabled' is supported: an input longer than the context is an error.");
+    fields::fail("truncation",
+                 "Only 'truncation': 'disabled' is supported: an input longer than the context is an error.");
   }
   if (fields::read_int(body, "top_logprobs", "top_logprobs", 0, 20).value_or(0) > 0) {
     fields::fail("top_logprobs", "'top_logprobs' is not supported on /v1/responses; use /v1/chat/completions.");

@@ -45,7 +45,9 @@ Sequence integer_multiples(Grammar& g, int64_t k, std::optional<int64_t> lo, std
   }
   if (lo && hi && last - first + 1 <= kMaxListedMultiples) {
     std::vector<Sequence> alternatives;
-    for (__int128 m = first; m <= last; ++m) alternatives.push_back(g.literal(std::to_string(static_cast<int64_t>(m * k))));
+    for (__int128 m = first; m <= last; ++m) {
+      alternatives.push_back(g.literal(std::to_string(static_cast<int64_t>(m * k))));
+    }
     return Grammar::ref(g.rule_of("multiples", alternatives));
   }
   // Bounds that only fix a sign: below, none (negatives too), "0 and up" or "1 and up" in

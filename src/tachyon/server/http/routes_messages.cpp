@@ -35,7 +35,9 @@ class AnthropicShape : public AnswerShape {
     return message_->message().dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
   }
   std::string error_body(const ApiError& error) const override { return anthropic_error_body(error); }
-  std::string error_event(const ApiError& error) override { return "event: error\ndata: " + anthropic_error_body(error) + "\n\n"; }
+  std::string error_event(const ApiError& error) override {
+    return "event: error\ndata: " + anthropic_error_body(error) + "\n\n";
+  }
   std::string tool_call_id() const override { return make_tool_use_id(); }
 
  private:

@@ -59,7 +59,8 @@ void handle_responses(ServingContext& context, const HttpRequest& req, const Res
   }
   g.id = make_response_id();
   g.model = context.limits().model_name;
-  g.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  g.created =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   g.client = client_address(context, req);  // a router's client behind a router
   g.params.client = fair_share_client(g.client, g.user);
   answer_for_role(

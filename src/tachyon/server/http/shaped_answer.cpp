@@ -25,7 +25,8 @@ class ShapedAnswer : public BodyStream {
     try {
       return step(out);
     } catch (const std::exception& e) {
-      out += shape_->error_event({500, std::string("internal error while streaming: ") + e.what(), "api_error", "", ""});
+      const std::string why = std::string("internal error while streaming: ") + e.what();
+      out += shape_->error_event({500, why, "api_error", "", ""});
       return true;
     }
   }
@@ -34,7 +35,8 @@ class ShapedAnswer : public BodyStream {
 
  private:
   // Ends the answer with an error: its body, or after the events so far when streamed.
-  bool fail(int status, const std::string& message, const std::string& type, std::string& out, const std::string& events) {
+  bool fail(int status, const std::string& message, const std::string& type, std::string& out,
+            const std::string& events) {
     ticket_.reset();
     status_ = status;
     const ApiError error{status, message, type, "", ""};
@@ -65,7 +67,9 @@ class ShapedAnswer : public BodyStream {
     }
     // The engine gave up on the answer (its forced tool call's schema could not be followed): no
     // API here has a finish for that, and a cut call is no answer, so it is an error naming why.
-    if (run_->finished() && !abort_reason_.empty()) return fail(400, abort_reason_, "invalid_request_error", out, events);
+    if (run_->finished() && !abort_reason_.empty()) {
+      return fail(400, abort_reason_, "invalid_request_error", out, events);
+    }
     if (run_->finished()) {
       ticket_.reset();  // the share comes back before the client can see the end
       events += shape_->finish(finish_reason_, stop_string_, run_->completion_tokens());
