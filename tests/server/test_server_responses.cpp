@@ -237,7 +237,14 @@ TEST_F(ServerResponses, WhatTheServerCannotHonourIsRefusedNamingTheField) {
                                              {"schema", {{"type", "string"}, {"format", "hostname"}}}}}}}}),
                  "text.format.schema", "'format'");
   expect_refused(with({{"reasoning", {{"effort", "extreme"}}}}), "reasoning.effort");
-  expect_refused(with({{"include", json::array({"reasoning.encrypted_content"})}}), "include");
+  expect_refused(with({{"include", json::array({"reasoning.encrypted_content", "message.output_text.logprobs"})}}),
+                 "include[1]", "message.output_text.logprobs");
+  // What concerns items this server never writes, or encrypted reasoning it has none of, changes nothing.
+  const json plain = ok("/v1/responses", with({{"max_output_tokens", 4}, {"temperature", 0}}));
+  const json included = ok("/v1/responses", with({{"include", json::array({"reasoning.encrypted_content"})},
+                                                  {"store", false}, {"max_output_tokens", 4}, {"temperature", 0}}));
+  EXPECT_EQ(output_text(included), output_text(plain));
+  EXPECT_EQ(included["usage"], plain["usage"]);
   expect_refused(json{{"model", "tiny"}}, "input");
   auto r = post("/v1/responses", with({{"model", "other"}}));
   ASSERT_TRUE(r);

@@ -16,7 +16,8 @@
 //    {type: function, name}; text.format (text, json_object, json_schema) -> response_format;
 //    reasoning.effort -> enable_thinking (off for none / minimal); metadata is echoed.
 //  - Refused by name: previous_response_id, conversation, prompt (nothing is stored: store is
-//    read as false), background, truncation other than disabled, top_logprobs, include,
+//    read as false), background, truncation other than disabled, top_logprobs, include of
+//    message.output_text.logprobs (its other values concern items never written here), and
 //    max_tool_calls.
 //  - Errors are OpenAI's error bodies, with this body's field names (max_output_tokens,
 //    text.format, input).

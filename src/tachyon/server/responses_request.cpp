@@ -207,9 +207,17 @@ void refuse_unserved_fields(const Json& body) {
   if (fields::read_int(body, "top_logprobs", "top_logprobs", 0, 20).value_or(0) > 0) {
     fields::fail("top_logprobs", "'top_logprobs' is not supported on /v1/responses; use /v1/chat/completions.");
   }
-  if (const Json* include = fields::find(body, "include"); include != nullptr && !include->empty()) {
-    fields::fail("include", "'include' is not supported by this server (it has no encrypted reasoning, logprobs or "
-                            "hosted tool outputs to add).");
+  // include: what would add to items this server writes is refused (logprobs); the rest concern
+  // items it never writes (hosted tools' outputs) or has nothing for (encrypted reasoning: its
+  // reasoning items carry their text instead), and ask for nothing to change.
+  if (const Json* include = fields::find(body, "include")) {
+    if (!include->is_array()) fields::fail("include", "Invalid type for 'include': expected an array of strings.");
+    for (size_t i = 0; i < include->size(); ++i) {
+      if ((*include)[i] == "message.output_text.logprobs") {
+        fields::fail(at("include", i), "'message.output_text.logprobs' in 'include' is not supported on /v1/responses; "
+                                       "use /v1/chat/completions with 'logprobs'.");
+      }
+    }
   }
   if (fields::find(body, "max_tool_calls") != nullptr) {
     fields::fail("max_tool_calls", "'max_tool_calls' is not supported by this server.");
