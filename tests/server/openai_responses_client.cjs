@@ -2,8 +2,9 @@
 // response and its output_text, the same request streamed through the client's own event
 // accumulator (responses.stream: it checks event order, output indexes and item identities) whose
 // text deltas and final response equal the whole one at temperature 0, a forced function call
-// and its output sent back as input items, a JSON-schema text format, and a refused field
-// surfacing as the client's BadRequestError.
+// and its output sent back as input items, a JSON-schema text format, a kept response continued by
+// previous_response_id (the same answer as the conversation sent again), retrieved and deleted,
+// and an unknown previous response surfacing as the client's BadRequestError.
 //   node tests/server/openai_responses_client.cjs http://127.0.0.1:PORT/v1 MODEL
 const assert = require('node:assert/strict');
 const { OpenAI } = require('openai');
@@ -78,9 +79,22 @@ async function main() {
   });
   assert.equal(typeof JSON.parse(structured.output_text).name, 'string');
 
+  // A kept response continued by id, retrieved and deleted through the client.
+  const next = await client.responses.create({ model, previous_response_id: whole.id, input: 'Go on', max_output_tokens: 8, temperature: 0 });
+  const resent = await client.responses.create({
+    model, max_output_tokens: 8, temperature: 0, store: false,
+    input: [{ role: 'user', content: 'Tell me a story' }, ...whole.output, { role: 'user', content: 'Go on' }],
+  });
+  assert.equal(next.output_text, resent.output_text);
+  assert.deepEqual(next.usage, resent.usage);
+  const retrieved = await client.responses.retrieve(whole.id);
+  assert.equal(retrieved.id, whole.id);
+  assert.equal(retrieved.output_text, whole.output_text);
+  await client.responses.delete(whole.id);
+  await assert.rejects(client.responses.retrieve(whole.id), (error) => error instanceof OpenAI.NotFoundError);
   await assert.rejects(
     client.responses.create({ model, input: 'hi', previous_response_id: 'resp_123' }),
-    (error) => error instanceof OpenAI.BadRequestError && error.status === 400 && /previous_response_id/.test(error.message),
+    (error) => error instanceof OpenAI.BadRequestError && error.status === 400 && /resp_123/.test(error.message),
   );
   console.log('openai responses client: ok');
 }

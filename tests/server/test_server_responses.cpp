@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server_fixture.h"
+#include "tachyon/server/responses_store.h"
 
 namespace tachyon::server::testing::responses_test {
 namespace {
@@ -184,14 +185,16 @@ TEST_F(ServerResponses, FunctionCallsAreItemsAndTheirOutputsGoBackAsTheChatRoute
   const json items = json::array({{{"role", "user"}, {"content", "Weather in Paris?"}},
                                   {{"type", "function_call"}, {"call_id", "call_1"}, {"name", "get_weather"},
                                    {"arguments", R"({"city": "Paris"})"}},
-                                  {{"type", "function_call_output"}, {"call_id", "call_1"}, {"output", "Sunny, 21 C"}}});
+                                  {{"type", "function_call_output"}, {"call_id", "call_1"},
+                                   {"output", "Sunny, 21 C"}}});
   const json answer = ok("/v1/responses", {{"model", "tiny"}, {"input", items}, {"tools", kWeatherTools},
                                            {"max_output_tokens", 20}, {"temperature", 0}});
   const json chat_messages = json::array(
       {{{"role", "user"}, {"content", "Weather in Paris?"}},
        {{"role", "assistant"}, {"content", ""},
         {"tool_calls", json::array({{{"id", "call_1"}, {"type", "function"},
-                                     {"function", {{"name", "get_weather"}, {"arguments", R"({"city": "Paris"})"}}}}})}},
+                                     {"function",
+                                      {{"name", "get_weather"}, {"arguments", R"({"city": "Paris"})"}}}}})}},
        {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "Sunny, 21 C"}}});
   json function = kWeatherTools[0];
   function.erase("type");
@@ -225,11 +228,11 @@ TEST_F(ServerResponses, WhatTheServerCannotHonourIsRefusedNamingTheField) {
     body.update(fields);
     return body;
   };
-  expect_refused(with({{"previous_response_id", "resp_1"}}), "previous_response_id");
+  expect_refused(with({{"previous_response_id", "resp_1"}}), "previous_response_id", "resp_1");  // never kept
   expect_refused(with({{"background", true}}), "background");
   expect_refused(with({{"tools", json::array({{{"type", "web_search"}}})}}), "tools[0].type");
-  expect_refused(with({{"input", json::array({{{"role", "user"},
-                                               {"content", json::array({{{"type", "input_image"}, {"image_url", "x"}}})}}})}}),
+  const json image = {{"type", "input_image"}, {"image_url", "x"}};
+  expect_refused(with({{"input", json::array({{{"role", "user"}, {"content", json::array({image})}}})}}),
                  "input[0].content[0].type");
   expect_refused(with({{"input", json::array({{{"type", "item_reference"}, {"id", "msg_1"}}})}}), "input[0].type");
   expect_refused(with({{"max_output_tokens", 0}}), "max_output_tokens");
@@ -249,6 +252,66 @@ TEST_F(ServerResponses, WhatTheServerCannotHonourIsRefusedNamingTheField) {
   auto r = post("/v1/responses", with({{"model", "other"}}));
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 404) << r->body;
+}
+
+TEST_F(ServerResponses, PreviousResponseIdContinuesAKeptConversation) {
+  const json first = ok("/v1/responses", {{"model", "tiny"}, {"instructions", "You are terse."},
+                                          {"input", "Tell me a story"}, {"max_output_tokens", 8}, {"temperature", 0}});
+  EXPECT_EQ(first["store"], true);
+  // Continued by id: the same answer as the whole conversation sent again (the first response's
+  // output as input items), and its instructions do not carry over.
+  const json next = ok("/v1/responses", {{"model", "tiny"}, {"previous_response_id", first["id"]},
+                                         {"input", "Go on"}, {"max_output_tokens", 8}, {"temperature", 0}});
+  json items = json::array({{{"role", "user"}, {"content", "Tell me a story"}}});
+  for (const json& item : first["output"]) items.push_back(item);
+  items.push_back({{"role", "user"}, {"content", "Go on"}});
+  const json resent = ok("/v1/responses", {{"model", "tiny"}, {"input", items}, {"max_output_tokens", 8},
+                                           {"temperature", 0}, {"store", false}});
+  EXPECT_EQ(next["previous_response_id"], first["id"]);
+  EXPECT_EQ(output_text(next), output_text(resent));
+  EXPECT_EQ(next["usage"], resent["usage"]);
+  EXPECT_EQ(resent["store"], false);
+  // Kept: GET answers the response as it was; DELETE forgets it.
+  auto got = server_->client().Get("/v1/responses/" + first["id"].get<std::string>());
+  ASSERT_TRUE(got);
+  ASSERT_EQ(got->status, 200) << got->body;
+  EXPECT_EQ(json::parse(got->body), first);
+  auto gone = server_->client().Delete("/v1/responses/" + first["id"].get<std::string>());
+  ASSERT_TRUE(gone);
+  EXPECT_EQ(gone->status, 200) << gone->body;
+  EXPECT_EQ(json::parse(gone->body)["deleted"], true);
+  for (const std::string& id : {first["id"].get<std::string>(), resent["id"].get<std::string>()}) {
+    auto missing = server_->client().Get("/v1/responses/" + id);
+    ASSERT_TRUE(missing);
+    EXPECT_EQ(missing->status, 404) << id << ": " << missing->body;
+  }
+  expect_refused({{"model", "tiny"}, {"previous_response_id", first["id"]}, {"input", "x"}}, "previous_response_id",
+                 first["id"].get<std::string>());
+}
+
+TEST(ResponsesStore, KeepsAtMostItsCapacityDroppingTheLeastRecentlyUsed) {
+  ResponsesStore store(100);
+  const auto entry = [](size_t bytes) {
+    return ResponsesStore::Entry{std::string(bytes / 2, 'r'), std::string(bytes - bytes / 2, 'i')};
+  };
+  store.put("a", entry(40));
+  store.put("b", entry(40));
+  ASSERT_TRUE(store.get("a"));  // a is now the most recently used
+  store.put("c", entry(40));    // drops b
+  EXPECT_TRUE(store.get("a") && store.get("c"));
+  EXPECT_FALSE(store.get("b"));
+  EXPECT_EQ(store.bytes(), 80u);
+  store.put("a", entry(10));  // replaced, not added
+  EXPECT_EQ(store.bytes(), 50u);
+  store.put("huge", entry(101));  // larger than the whole store: not kept, nothing dropped
+  EXPECT_FALSE(store.get("huge"));
+  EXPECT_EQ(store.size(), 2u);
+  EXPECT_TRUE(store.remove("c"));
+  EXPECT_FALSE(store.remove("c"));
+  for (int i = 0; i < 1000; ++i) {
+    store.put("k" + std::to_string(i), entry(static_cast<size_t>(1 + i % 37)));
+    ASSERT_LE(store.bytes(), 100u);
+  }
 }
 
 TEST_F(ServerResponses, AnAnswerTheEngineGaveUpOnIsAnError) {

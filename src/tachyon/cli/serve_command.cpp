@@ -158,6 +158,12 @@ void add_serve_command(CLI::App& app) {
                   "sequences (prompts x n) one client address may have in flight, 429 above (0: half of "
                   "--max-queued-requests; -1: no limit)")
       ->default_val(0);
+  cmd->add_option_function<size_t>(
+         "--responses-store-mb",
+         [options](size_t mb) { options->serving.responses_store_bytes = mb << 20; },
+         "MiB of responses kept for /v1/responses' previous_response_id and GET /v1/responses/{id}, least "
+         "recently used dropped first (0: none kept)")
+      ->default_str("64");
   cmd->add_option("--max-connections", options->http.max_connections,
                   "open connections before new ones get 503 (0: the open-file limit less a reserve)")
       ->default_val(0);

@@ -15,8 +15,9 @@
 //    strict}] -> function tools (hosted tools: 400); tool_choice auto / none / required /
 //    {type: function, name}; text.format (text, json_object, json_schema) -> response_format;
 //    reasoning.effort -> enable_thinking (off for none / minimal); metadata is echoed.
-//  - Refused by name: previous_response_id, conversation, prompt (nothing is stored: store is
-//    read as false), background, truncation other than disabled, top_logprobs, include of
+//  - previous_response_id continues a kept response (server/responses_store.h): its items come
+//    before the input, its instructions do not carry over. store false keeps nothing.
+//  - Refused by name: conversation, prompt, background, truncation other than disabled, top_logprobs, include of
 //    message.output_text.logprobs (its other values concern items never written here), and
 //    max_tool_calls.
 //  - Errors are OpenAI's error bodies, with this body's field names (max_output_tokens,
@@ -27,7 +28,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,14 +42,24 @@ namespace tachyon::server {
 
 struct ResponsesRequest {
   ChatRequest chat;
+  // The conversation's items this response answers: those of the response it continues
+  // (previous_response_id), then its own input (a string input as one user message item).
+  nlohmann::ordered_json items = nlohmann::ordered_json::array();
+  bool store = true;  // `store`: keep the response (where the server keeps any)
   // The request's fields the response object repeats: instructions, max_output_tokens,
-  // temperature, top_p, user, reasoning (null when not given), metadata, tools, tool_choice,
-  // parallel_tool_calls, text.
+  // temperature, top_p, user, reasoning, previous_response_id (null when not given), metadata,
+  // tools, tool_choice, parallel_tool_calls, text; and store (set by the route: whether kept).
   nlohmann::ordered_json echo = nlohmann::ordered_json::object();
 };
 
-// Throws ApiException (400 naming the field; 404 for another model).
-ResponsesRequest parse_responses_request(std::string_view body, const ServerLimits& limits);
+// The items a kept response ends (ResponsesStore::Entry::items), nullopt for an id not kept.
+using PreviousItems = std::function<std::optional<nlohmann::ordered_json>(const std::string& id)>;
+
+// Throws ApiException (400 naming the field; 404 for another model). `previous` finds the
+// conversation previous_response_id names; null where the server keeps no responses (the field
+// is then refused).
+ResponsesRequest parse_responses_request(std::string_view body, const ServerLimits& limits,
+                                         const PreviousItems& previous = nullptr);
 
 // A 400 of the chat route's parsing or prompt building (the structured-output schema compiles
 // there) with the chat body's field names rewritten as this body spells them
@@ -75,6 +88,7 @@ class ResponseBuilder {
   // response.incomplete.
   std::string finish(const std::string& finish_reason, int64_t output_tokens);
   nlohmann::ordered_json response() const;  // the whole response object
+  const nlohmann::ordered_json& output() const { return output_; }  // the output items so far
 
  private:
   enum class Item { kNone, kMessage, kReasoning, kFunctionCall };

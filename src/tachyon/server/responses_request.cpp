@@ -56,20 +56,12 @@ Json& assistant_turn(Json& messages) {
   return messages.back();
 }
 
-// `input`: a string (one user message) or a list of items -> chat messages appended to `out`.
-void convert_input(const Json& input, Json& out) {
-  if (input.is_string()) {
-    out.push_back({{"role", "user"}, {"content", input}});
-    return;
-  }
-  if (!input.is_array()) {
-    fields::fail("input", "Invalid type for 'input': expected a string or an array of input items, but got " +
-                              fields::type_name(input) + ".");
-  }
-  if (input.empty()) fields::fail("input", "'input' must contain at least one item.");
+// The conversation's items -> chat messages appended to `out`. Items from `first_own` on are the
+// request's input (errors name them "input[i]"); those before, a kept response's.
+void convert_items(const Json& input, size_t first_own, Json& out) {
   std::string reasoning;  // a reasoning item's text, for the assistant turn that follows it
   for (size_t i = 0; i < input.size(); ++i) {
-    const std::string path = at("input", i);
+    const std::string path = i >= first_own ? at("input", i - first_own) : "previous_response_id";
     const Json& item = object_at(input[i], path);
     const std::string type = fields::read_string(item, "type", path + ".type").value_or("message");
     if (type == "message") {
@@ -191,10 +183,11 @@ void convert_reasoning(const Json& reasoning, Json& chat) {
 // Fields that need what this server does not have: stored responses, conversations and prompts,
 // background runs, hosted tools' limits. Refused by name instead of ignored.
 void refuse_unserved_fields(const Json& body) {
-  for (const char* key : {"previous_response_id", "conversation", "prompt"}) {
+  for (const char* key : {"conversation", "prompt"}) {
     if (fields::find(body, key) != nullptr) {
-      fields::fail(key, std::string("'") + key + "' is not supported: this server keeps no responses, conversations "
-                                                 "or prompts; send the whole input with each request.");
+      fields::fail(key, std::string("'") + key + "' is not supported: this server keeps no conversations or prompts; "
+                                                 "send the input with each request, or continue a response with "
+                                                 "'previous_response_id'.");
     }
   }
   if (fields::read_bool(body, "background", "background").value_or(false)) {
@@ -239,16 +232,42 @@ ApiException with_responses_fields(const ApiException& e) {
   return ApiException(std::move(error));
 }
 
-ResponsesRequest parse_responses_request(std::string_view body_text, const ServerLimits& limits) {
+ResponsesRequest parse_responses_request(std::string_view body_text, const ServerLimits& limits,
+                                         const PreviousItems& previous) {
   const Json body = fields::parse_body(body_text, limits);
   refuse_unserved_fields(body);
+  ResponsesRequest request;
+  request.store = fields::read_bool(body, "store", "store").value_or(true);
+  // The conversation: the continued response's items (not its instructions), then the input.
+  if (std::optional<std::string> id = fields::read_string(body, "previous_response_id", "previous_response_id")) {
+    if (!previous) {
+      fields::fail("previous_response_id", "'previous_response_id' is not supported: this server keeps no responses "
+                                           "(--responses-store-mb 0, or a prefill/decode role); send the whole input.");
+    }
+    std::optional<Json> items = previous(*id);
+    if (!items) {
+      fields::fail("previous_response_id", "Previous response with id '" + *id + "' not found (never kept, deleted, "
+                                           "or dropped as the least recently used).");
+    }
+    request.items = std::move(*items);
+  }
+  const Json* input = fields::find(body, "input");
+  if (input == nullptr) fields::fail("input", "Missing required parameter: 'input'.");
+  if (input->is_string()) {
+    request.items.push_back({{"role", "user"}, {"content", *input}});
+  } else {
+    if (!input->is_array()) {
+      fields::fail("input", "Invalid type for 'input': expected a string or an array of input items, but got " +
+                                fields::type_name(*input) + ".");
+    }
+    if (input->empty()) fields::fail("input", "'input' must contain at least one item.");
+    request.items.insert(request.items.end(), input->begin(), input->end());
+  }
   Json messages = Json::array();
   if (std::optional<std::string> instructions = fields::read_string(body, "instructions", "instructions")) {
     messages.push_back({{"role", "system"}, {"content", *instructions}});
   }
-  const Json* input = fields::find(body, "input");
-  if (input == nullptr) fields::fail("input", "Missing required parameter: 'input'.");
-  convert_input(*input, messages);
+  convert_items(request.items, request.items.size() - (input->is_array() ? input->size() : 1), messages);
   Json chat = {{"messages", std::move(messages)}};
   if (const Json* model = fields::find(body, "model")) chat["model"] = *model;
   if (const Json* max = fields::find(body, "max_output_tokens")) chat["max_completion_tokens"] = *max;
@@ -274,14 +293,14 @@ ResponsesRequest parse_responses_request(std::string_view body_text, const Serve
   // The chat body nests a tool's parameters one level deeper than this body did (in "function").
   ServerLimits converted = limits;
   converted.max_json_depth += 1;
-  ResponsesRequest request;
   try {
     request.chat = parse_chat_request(chat.dump(), converted);
   } catch (const ApiException& e) {
     throw with_responses_fields(e);
   }
   // What the response object repeats of the request (null where it was not given).
-  for (const char* name : {"instructions", "max_output_tokens", "temperature", "top_p", "user", "reasoning"}) {
+  for (const char* name : {"instructions", "max_output_tokens", "temperature", "top_p", "user", "reasoning",
+                           "previous_response_id"}) {
     const Json* value = fields::find(body, name);
     request.echo[name] = value != nullptr ? *value : Json(nullptr);
   }

@@ -4,28 +4,42 @@
 // (typed SSE events) or whole, through the answer the Anthropic route shares
 // (http/shaped_answer.h). Roles as on the chat route: a prefill server queues the prompt and
 // answers with its lease, a decode server pulls the rows the router's header names. Errors are
-// OpenAI's error bodies; a streamed answer's failure after the head is an "error" event.
+// OpenAI's error bodies; a streamed answer's failure after the head is an "error" event. A server
+// without a role keeps finished responses (server/responses_store.h) for previous_response_id and
+// GET / DELETE /v1/responses/{id}.
 #include <chrono>
 
 #include "tachyon/server/http/http_routes.h"
 #include "tachyon/server/http/pd_roles.h"
 #include "tachyon/server/http/shaped_answer.h"
 #include "tachyon/server/responses_api.h"
+#include "tachyon/server/responses_store.h"
 
 namespace tachyon::server {
 namespace {
 
+using Json = nlohmann::ordered_json;
+
 class ResponsesShape : public AnswerShape {
  public:
-  ResponsesShape(std::string id, std::string model, int64_t created_at, nlohmann::ordered_json echo)
-      : id_(std::move(id)), model_(std::move(model)), created_at_(created_at), echo_(std::move(echo)) {}
+  // `store`: where the finished response and its conversation's items are kept; null: not kept.
+  ResponsesShape(std::string id, std::string model, int64_t created_at, Json echo, ResponsesStore* store, Json items)
+      : id_(std::move(id)), model_(std::move(model)), created_at_(created_at), echo_(std::move(echo)), store_(store),
+        items_(std::move(items)) {
+    echo_["store"] = store_ != nullptr;
+  }
   std::string start(int64_t input_tokens) override {
     builder_.emplace(id_, model_, created_at_, echo_, input_tokens);
     return builder_->start();
   }
   std::string add(const std::vector<ChatPiece>& pieces) override { return builder_->add(pieces); }
   std::string finish(const std::string& finish_reason, const std::string&, int64_t output_tokens) override {
-    return builder_->finish(finish_reason, output_tokens);
+    std::string events = builder_->finish(finish_reason, output_tokens);
+    if (store_ != nullptr) {  // kept before the client can see the end, so a next request finds it
+      for (const Json& item : builder_->output()) items_.push_back(item);
+      store_->put(id_, {whole(), items_.dump(-1, ' ', false, Json::error_handler_t::replace)});
+    }
+    return events;
   }
   std::string whole() const override {
     return builder_->response().dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
@@ -43,14 +57,26 @@ class ResponsesShape : public AnswerShape {
  private:
   const std::string id_, model_;
   const int64_t created_at_;
-  const nlohmann::ordered_json echo_;
+  Json echo_;
+  ResponsesStore* const store_;
+  Json items_;  // the conversation this response answers; its output joins it when kept
   std::optional<ResponseBuilder> builder_;  // from start(), which knows the prompt's length
 };
 
 void handle_responses(ServingContext& context, const HttpRequest& req, const Respond& respond,
                       std::chrono::milliseconds keepalive) {
   context.refuse_if_unavailable();
-  ResponsesRequest request = parse_responses_request(req.body, context.limits());
+  ResponsesStore* store = context.responses_store();
+  PreviousItems previous;
+  if (store != nullptr) {
+    previous = [store](const std::string& id) -> std::optional<Json> {
+      std::optional<ResponsesStore::Entry> entry = store->get(id);
+      if (!entry) return std::nullopt;
+      return Json::parse(entry->items);
+    };
+  }
+  ResponsesRequest request = parse_responses_request(req.body, context.limits(), previous);
+  if (!request.store) store = nullptr;
   Generation g;
   try {
     g = chat_generation(context, request.chat);
@@ -65,12 +91,31 @@ void handle_responses(ServingContext& context, const HttpRequest& req, const Res
   g.params.client = fair_share_client(g.client, g.user);
   answer_for_role(
       context, req, std::move(g), respond,
-      [keepalive, echo = std::move(request.echo)](ServingContext& context, Generation g, ImportedRows imported,
-                                                  HttpResponse& res) {
-        auto shape = std::make_unique<ResponsesShape>(g.id, g.model, g.created, echo);
+      [keepalive, store, echo = std::move(request.echo), items = std::move(request.items)](
+          ServingContext& context, Generation g, ImportedRows imported, HttpResponse& res) {
+        auto shape = std::make_unique<ResponsesShape>(g.id, g.model, g.created, echo, store, items);
         answer_in_shape(context, std::move(g), std::move(imported), keepalive, std::move(shape), res);
       },
       error_body);
+}
+
+// GET /v1/responses/{id}: a kept response; DELETE: forgets it. 404 for an id not kept.
+void kept_response(ServingContext& context, const HttpRequest& req, HttpResponse& res) {
+  const std::string id = req.path.substr(std::string_view("/v1/responses/").size());
+  ResponsesStore* store = context.responses_store();
+  const auto not_found = [&] {
+    throw ApiException({404, "No response with id '" + id + "' is kept (never kept, deleted, or dropped as the least "
+                             "recently used).", "invalid_request_error", "", "not_found"});
+  };
+  if (store == nullptr || id.empty() || id.find('/') != std::string::npos) not_found();
+  if (req.method == "DELETE") {
+    if (!store->remove(id)) not_found();
+    res.body = Json{{"id", id}, {"object", "response"}, {"deleted", true}}.dump();
+    return;
+  }
+  std::optional<ResponsesStore::Entry> entry = store->get(id);
+  if (!entry) not_found();
+  res.body = std::move(entry->response);
 }
 
 }  // namespace
@@ -83,6 +128,12 @@ void add_responses_routes(Router& router, ContextAccess context, std::chrono::mi
         handle_responses(context(), req, respond, keepalive_interval);
       },
       names_kv_source);
+  for (const char* method : {"GET", "DELETE"}) {
+    router.add(
+        method, "/v1/responses/",
+        [context](const HttpRequest& req, HttpResponse& res) { kept_response(context(), req, res); },
+        /*prefix=*/true);
+  }
 }
 
 }  // namespace tachyon::server

@@ -9,6 +9,7 @@
 #include "tachyon/app/kv_transport.h"
 #include "tachyon/server/http/task_slots.h"
 #include "tachyon/server/pd_metrics.h"
+#include "tachyon/server/responses_store.h"
 #include "tachyon/server/pd_transport.h"
 
 namespace tachyon::server {
@@ -69,6 +70,9 @@ ServingContext::ServingContext(const ServingOptions& options) {
   // An idle server gives the memory its last burst freed back to the system (base/heap_trim.h).
   engine_->set_loop_observer([trim = &heap_trim_](bool worked) { worked ? trim->busy() : static_cast<void>(trim->idle()); });
   role_ = options.role;
+  if (role_.empty() && options.responses_store_bytes > 0) {
+    responses_store_ = std::make_unique<ResponsesStore>(options.responses_store_bytes);
+  }
   if (!role_.empty()) {
     pd_metrics_ = std::make_unique<PdMetrics>(role_);
     metrics_->set_role_series([this](std::string& out) {

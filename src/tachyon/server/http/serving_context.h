@@ -30,6 +30,7 @@ namespace tachyon::server {
 class KvTransferServer;  // server/pd_transport.h
 class PdMetrics;         // server/pd_metrics.h
 class TaskSlots;         // http/task_slots.h
+class ResponsesStore;    // server/responses_store.h
 
 struct ServingOptions {
   std::filesystem::path model_dir;
@@ -65,6 +66,9 @@ struct ServingOptions {
   int kv_pull_max_waiting = 256;
   // Both roles: how the KV moves (auto, tcp or ucx; app/kv_transport.h).
   std::string kv_transport = "auto";
+  // The Responses API's kept responses (server/responses_store.h), at most this many bytes of
+  // JSON; 0 keeps none. A server with a role keeps none (its prefill server could not read them).
+  size_t responses_store_bytes = size_t{64} << 20;
 };
 
 
@@ -80,6 +84,8 @@ class ServingContext {
   engine::EngineCore& engine() { return *engine_; }
   ServerMetrics& metrics() { return *metrics_; }
   ClientQuota& client_quota() { return *client_quota_; }
+  // Null when responses are not kept (responses_store_bytes 0, or a role).
+  ResponsesStore* responses_store() { return responses_store_.get(); }
   int64_t created() const { return created_; }
   const ChatParsers& chat_parsers() const { return chat_parsers_; }
   // The model directory's sentence-transformers pooling config (server/pooling_config.h), if any.
@@ -116,6 +122,7 @@ class ServingContext {
   std::unique_ptr<engine::EngineCore> engine_;
   std::unique_ptr<ServerMetrics> metrics_;
   std::unique_ptr<ClientQuota> client_quota_;
+  std::unique_ptr<ResponsesStore> responses_store_;
   ServerLimits limits_;
   ChatParsers chat_parsers_;
   std::optional<PoolingConfig> pooling_;
