@@ -290,27 +290,31 @@ TEST_F(ServerResponses, PreviousResponseIdContinuesAKeptConversation) {
 }
 
 TEST(ResponsesStore, KeepsAtMostItsCapacityDroppingTheLeastRecentlyUsed) {
-  ResponsesStore store(100);
+  constexpr size_t kOverhead = ResponsesStore::kEntryOverhead;
+  ResponsesStore store(100 + 2 * kOverhead);
+  // An entry of `bytes` counted bytes (its texts and the fixed overhead per entry).
   const auto entry = [](size_t bytes) {
+    bytes -= kOverhead;
     return ResponsesStore::Entry{std::string(bytes / 2, 'r'), std::string(bytes - bytes / 2, 'i')};
   };
-  store.put("a", entry(40));
-  store.put("b", entry(40));
+  store.put("a", entry(kOverhead + 40));
+  store.put("b", entry(kOverhead + 40));
   ASSERT_TRUE(store.get("a"));  // a is now the most recently used
-  store.put("c", entry(40));    // drops b
+  store.put("c", entry(kOverhead + 40));  // drops b
   EXPECT_TRUE(store.get("a") && store.get("c"));
   EXPECT_FALSE(store.get("b"));
-  EXPECT_EQ(store.bytes(), 80u);
-  store.put("a", entry(10));  // replaced, not added
-  EXPECT_EQ(store.bytes(), 50u);
-  store.put("huge", entry(101));  // larger than the whole store: not kept, nothing dropped
+  EXPECT_EQ(store.bytes(), 2 * kOverhead + 80);
+  store.put("a", entry(kOverhead + 10));  // replaced, not added
+  EXPECT_EQ(store.bytes(), 2 * kOverhead + 50);
+  store.put("huge", entry(2 * kOverhead + 101));  // larger than the whole store: not kept, nothing dropped
   EXPECT_FALSE(store.get("huge"));
   EXPECT_EQ(store.size(), 2u);
   EXPECT_TRUE(store.remove("c"));
   EXPECT_FALSE(store.remove("c"));
-  for (int i = 0; i < 1000; ++i) {
-    store.put("k" + std::to_string(i), entry(static_cast<size_t>(1 + i % 37)));
-    ASSERT_LE(store.bytes(), 100u);
+  for (int i = 0; i < 1000; ++i) {  // many small ones: their overhead bounds how many are kept
+    store.put("k" + std::to_string(i), entry(kOverhead + static_cast<size_t>(i % 37)));
+    ASSERT_LE(store.bytes(), 100 + 2 * kOverhead);
+    ASSERT_LE(store.size(), 2u);
   }
 }
 

@@ -17,10 +17,13 @@ namespace tachyon::server {
 
 class ResponsesStore {
  public:
+  static constexpr size_t kEntryOverhead = 256;
   struct Entry {
     std::string response;  // the response object
     std::string items;     // the conversation's items, a JSON array
-    size_t bytes() const { return response.size() + items.size(); }
+    // Counted with the id and the list and index nodes (kEntryOverhead), so that many small
+    // responses stay within the capacity too.
+    size_t bytes() const { return response.size() + items.size() + kEntryOverhead; }
   };
 
   explicit ResponsesStore(size_t capacity_bytes) : capacity_(capacity_bytes) {}
