@@ -16,48 +16,39 @@ from pd_cluster import Cluster, kv_usage, metric, post, wait_until
 IMPORTS = "tachyon:kv_transfer_imports_total"
 
 
-def messages(base, body):
-    """(status, the answer's text or the error object)."""
-    req = urllib.request.Request(base + "/v1/messages", json.dumps(body).encode(), {"Content-Type": "application/json"})
+def answer(base, path, body, whole_text, delta_text):
+    """(status, the answer's text or the error object): whole_text reads a whole answer's text,
+    delta_text a streamed event's ("" for none)."""
+    req = urllib.request.Request(base + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=120) as r:
             raw = r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read().decode())
     if not body.get("stream"):
-        answer = json.loads(raw)
-        return 200, "".join(b.get("text", "") for b in answer["content"] if b["type"] == "text")
+        return 200, whole_text(json.loads(raw))
     text = ""
     for line in raw.split("\n"):
         if line.startswith("data: "):
             event = json.loads(line[6:])
             if event["type"] == "error":
                 return 500, event
-            if event["type"] == "content_block_delta" and event["delta"]["type"] == "text_delta":
-                text += event["delta"]["text"]
+            text += delta_text(event)
     return 200, text
+
+
+def messages(base, body):
+    return answer(base, "/v1/messages", body,
+                  lambda a: "".join(b.get("text", "") for b in a["content"] if b["type"] == "text"),
+                  lambda e: e["delta"]["text"] if e["type"] == "content_block_delta"
+                  and e["delta"]["type"] == "text_delta" else "")
 
 
 def responses(base, body):
-    """(status, the answer's output text or the error object), from /v1/responses."""
-    req = urllib.request.Request(base + "/v1/responses", json.dumps(body).encode(), {"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            raw = r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read().decode())
-    if not body.get("stream"):
-        answer = json.loads(raw)
-        return 200, "".join(p["text"] for item in answer["output"] if item["type"] == "message" for p in item["content"])
-    text = ""
-    for line in raw.split("\n"):
-        if line.startswith("data: "):
-            event = json.loads(line[6:])
-            if event["type"] == "error":
-                return 500, event
-            if event["type"] == "response.output_text.delta":
-                text += event["delta"]
-    return 200, text
+    return answer(base, "/v1/responses", body,
+                  lambda a: "".join(p["text"] for item in a["output"] if item["type"] == "message"
+                                    for p in item["content"]),
+                  lambda e: e["delta"] if e["type"] == "response.output_text.delta" else "")
 
 
 cluster = Cluster(sys.argv[1], sys.argv[2])

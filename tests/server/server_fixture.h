@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <httplib.h>
 #include <unistd.h>
 
@@ -89,6 +90,27 @@ inline std::vector<std::string> sse_payloads(const std::string& body) {
     pos = end;
   }
   return out;
+}
+
+// One event of an SSE body whose frames are "event: <name>\ndata: <json>" (the Anthropic Messages
+// and Responses APIs): its name and data; each frame's shape and its data's "type" = name are
+// checked as it is read.
+struct NamedSseEvent {
+  std::string name;
+  nlohmann::json data;
+};
+inline std::vector<NamedSseEvent> named_sse_events(const std::string& body) {
+  std::vector<NamedSseEvent> events;
+  for (size_t pos = 0, end; (end = body.find("\n\n", pos)) != std::string::npos; pos = end + 2) {
+    const std::string frame = body.substr(pos, end - pos);
+    const size_t line_end = frame.find('\n');
+    EXPECT_EQ(frame.rfind("event: ", 0), 0u) << frame;
+    EXPECT_EQ(frame.compare(line_end + 1, 6, "data: "), 0) << frame;
+    NamedSseEvent event{frame.substr(7, line_end - 7), nlohmann::json::parse(frame.substr(line_end + 7))};
+    EXPECT_EQ(event.data["type"], event.name);
+    events.push_back(std::move(event));
+  }
+  return events;
 }
 
 }  // namespace tachyon::server::testing

@@ -18,31 +18,6 @@ namespace {
 
 using nlohmann::json;
 
-struct MessagesSseEvent {
-  std::string name;
-  json data;
-};
-
-std::vector<MessagesSseEvent> messages_sse_events(const std::string& body) {
-  std::vector<MessagesSseEvent> events;
-  size_t pos = 0;
-  while (pos < body.size()) {
-    size_t end = body.find("\n\n", pos);
-    if (end == std::string::npos) break;
-    std::string frame = body.substr(pos, end - pos);
-    pos = end + 2;
-    MessagesSseEvent event;
-    size_t line_end = frame.find('\n');
-    EXPECT_EQ(frame.rfind("event: ", 0), 0u) << frame;
-    event.name = frame.substr(7, line_end - 7);
-    EXPECT_EQ(frame.compare(line_end + 1, 6, "data: "), 0) << frame;
-    event.data = json::parse(frame.substr(line_end + 7));
-    EXPECT_EQ(event.data["type"], event.name);
-    events.push_back(std::move(event));
-  }
-  return events;
-}
-
 std::string messages_text(const json& message) {
   std::string text;
   for (const json& block : message["content"]) {
@@ -151,7 +126,7 @@ TEST_F(ServerMessages, StreamedDeltasConcatenateToTheWholeText) {
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
   EXPECT_NE(r->get_header_value("Content-Type").find("text/event-stream"), std::string::npos);
-  std::vector<MessagesSseEvent> events = messages_sse_events(r->body);
+  std::vector<NamedSseEvent> events = named_sse_events(r->body);
   ASSERT_GE(events.size(), 3u);
   EXPECT_EQ(events.front().name, "message_start");
   EXPECT_EQ(events.front().data["message"]["id"].get<std::string>().rfind("msg_", 0), 0u);
@@ -159,7 +134,7 @@ TEST_F(ServerMessages, StreamedDeltasConcatenateToTheWholeText) {
   EXPECT_EQ(events.back().name, "message_stop");
   std::string text;
   int open = -1;
-  for (const MessagesSseEvent& e : events) {
+  for (const NamedSseEvent& e : events) {
     if (e.name == "content_block_start") {
       EXPECT_EQ(open, -1);
       open = e.data["index"];
@@ -446,7 +421,7 @@ TEST_F(ServerMessages, AnswerTheEngineGaveUpOnIsAnErrorSayingWhy) {
   auto streamed = post(body.dump());
   ASSERT_TRUE(streamed);
   ASSERT_EQ(streamed->status, 200) << streamed->body;
-  const std::vector<MessagesSseEvent> events = messages_sse_events(streamed->body);
+  const std::vector<NamedSseEvent> events = named_sse_events(streamed->body);
   ASSERT_GE(events.size(), 2u);
   EXPECT_EQ(events.front().name, "message_start");
   EXPECT_EQ(events.back().name, "error") << streamed->body;

@@ -16,25 +16,6 @@ namespace {
 
 using json = nlohmann::ordered_json;  // key order as sent: a template prints tools in it
 
-struct ResponsesEvent {
-  std::string name;
-  json data;
-};
-
-std::vector<ResponsesEvent> responses_events(const std::string& body) {
-  std::vector<ResponsesEvent> events;
-  for (size_t pos = 0, end; (end = body.find("\n\n", pos)) != std::string::npos; pos = end + 2) {
-    const std::string frame = body.substr(pos, end - pos);
-    const size_t line_end = frame.find('\n');
-    EXPECT_EQ(frame.rfind("event: ", 0), 0u) << frame;
-    EXPECT_EQ(frame.compare(line_end + 1, 6, "data: "), 0) << frame;
-    ResponsesEvent event{frame.substr(7, line_end - 7), json::parse(frame.substr(line_end + 7))};
-    EXPECT_EQ(event.data["type"], event.name);
-    events.push_back(std::move(event));
-  }
-  return events;
-}
-
 // The text of a response's message items.
 std::string output_text(const json& response) {
   std::string text;
@@ -127,7 +108,7 @@ TEST_F(ServerResponses, StreamedEventsAreOrderedAndConcatenateToTheWholeAnswer) 
   auto r = post("/v1/responses", streamed_body);
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
-  const std::vector<ResponsesEvent> events = responses_events(r->body);
+  const std::vector<NamedSseEvent> events = named_sse_events(r->body);
   ASSERT_GE(events.size(), 8u) << r->body;
   for (size_t i = 0; i < events.size(); ++i) EXPECT_EQ(events[i].data["sequence_number"], i) << events[i].name;
   EXPECT_EQ(events[0].name, "response.created");
@@ -145,7 +126,7 @@ TEST_F(ServerResponses, StreamedEventsAreOrderedAndConcatenateToTheWholeAnswer) 
   EXPECT_EQ(events[i].data["text"], deltas);
   EXPECT_EQ(events[i + 1].name, "response.content_part.done");
   EXPECT_EQ(events[i + 2].name, "response.output_item.done");
-  const ResponsesEvent& last = events.back();
+  const NamedSseEvent& last = events.back();
   EXPECT_EQ(i + 4, events.size());
   EXPECT_TRUE(last.name == "response.completed" || last.name == "response.incomplete") << last.name;
   const json& final = last.data["response"];
@@ -175,7 +156,7 @@ TEST_F(ServerResponses, FunctionCallsAreItemsAndTheirOutputsGoBackAsTheChatRoute
   ASSERT_TRUE(r);
   std::string deltas;
   std::string done;
-  for (const ResponsesEvent& e : responses_events(r->body)) {
+  for (const NamedSseEvent& e : named_sse_events(r->body)) {
     if (e.name == "response.function_call_arguments.delta") deltas += e.data["delta"].get<std::string>();
     if (e.name == "response.function_call_arguments.done") done = e.data["arguments"];
   }
@@ -338,7 +319,7 @@ TEST_F(ServerResponses, AnAnswerTheEngineGaveUpOnIsAnError) {
   auto streamed = post("/v1/responses", body);
   ASSERT_TRUE(streamed);
   ASSERT_EQ(streamed->status, 200) << streamed->body;
-  const std::vector<ResponsesEvent> events = responses_events(streamed->body);
+  const std::vector<NamedSseEvent> events = named_sse_events(streamed->body);
   ASSERT_GE(events.size(), 2u);
   EXPECT_EQ(events.front().name, "response.created");
   EXPECT_EQ(events.back().name, "error") << streamed->body;

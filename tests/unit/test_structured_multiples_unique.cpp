@@ -10,21 +10,15 @@
 #include <string>
 #include <vector>
 
-#include "tachyon/structured/grammar_compiler.h"
-#include "tachyon/structured/matcher.h"
+#include "structured_byte_grammar.h"
 
 namespace tachyon::structured::multiples_unique_test {
 
 std::shared_ptr<const CompiledGrammar> compile(const std::string& schema) {
-  std::vector<std::string> bytes;
-  for (int b = 0; b < 256; ++b) bytes.push_back(std::string(1, static_cast<char>(b)));
-  const ConstraintSpec spec{ConstraintSpec::Kind::kJsonSchema, schema, {}, "json_schema"};
-  return std::make_shared<const CompiledGrammar>(build_grammar(spec), std::make_shared<const TokenVocabulary>(bytes, 256), "test");
+  return testing::compile_schema_over_bytes(schema);
 }
-
 bool matches(const std::shared_ptr<const CompiledGrammar>& g, const std::string& text) {
-  Matcher m(g);
-  return m.accept_bytes(text) && m.can_end();
+  return testing::matches_whole(g, text);
 }
 
 using Bound = std::optional<int64_t>;

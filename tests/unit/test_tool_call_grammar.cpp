@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "chat_output_harness.h"
+#include "structured_byte_grammar.h"
 #include "tachyon/server/chat_constraint.h"
 #include "tachyon/structured/grammar_compiler.h"
 #include "tachyon/structured/matcher.h"
@@ -25,15 +26,8 @@ const Json kWeather = Json::parse(
         "days": {"type": "integer"}}, "required": ["city"]}})");
 const Json kTime = Json::parse(R"({"name": "get_time", "index": 1})");
 
-// Single bytes and nothing else: the grammar sees every string whole.
-std::shared_ptr<const structured::TokenVocabulary> byte_vocabulary() {
-  std::vector<std::string> bytes;
-  for (int b = 0; b < 256; ++b) bytes.push_back(std::string(1, static_cast<char>(b)));
-  return std::make_shared<const structured::TokenVocabulary>(bytes, 256);
-}
-
-std::shared_ptr<const structured::CompiledGrammar> compile(ConstraintSpec spec) {
-  return std::make_shared<const structured::CompiledGrammar>(structured::build_grammar(spec), byte_vocabulary(), "test");
+std::shared_ptr<const structured::CompiledGrammar> compile(const ConstraintSpec& spec) {
+  return structured::testing::compile_over_bytes(spec);
 }
 
 ConstraintSpec forced(const std::string& format, Json tools, bool parallel) {
@@ -143,7 +137,7 @@ TEST(ReasoningPrefix, TheConstraintAppliesAfterTheEndMarker) {
 
 ChatRequest chat(const std::string& fields) {
   ServerLimits limits;
-  limits.grammar_compiler = std::make_shared<structured::GrammarCompiler>(byte_vocabulary());
+  limits.grammar_compiler = std::make_shared<structured::GrammarCompiler>(structured::testing::byte_vocabulary());
   return parse_chat_request(R"({"messages": [{"role": "user", "content": "hi"}], )" + fields + "}", limits);
 }
 
