@@ -92,6 +92,19 @@ inline std::vector<std::string> sse_payloads(const std::string& body) {
   return out;
 }
 
+// A tool schema the engine cannot follow: every '[' doubles the parses still open (an item is an
+// `a` or a `b`, both arrays), past the parser's budget within a few tokens. A forced call of it is
+// an answer the engine gives up on (a 400 saying why, or an error event).
+inline nlohmann::json ambiguous_schema() {
+  using nlohmann::json;
+  const json items = {{"anyOf", json::array({{{"$ref", "#/$defs/a"}}, {{"$ref", "#/$defs/b"}}})}};
+  const json array = {{"type", "array"}, {"items", items}, {"minItems", 1}};
+  return {{"type", "object"},
+          {"properties", {{"x", {{"$ref", "#/$defs/a"}}}}},
+          {"required", json::array({"x"})},
+          {"$defs", {{"a", array}, {"b", array}}}};
+}
+
 // One event of an SSE body whose frames are "event: <name>\ndata: <json>" (the Anthropic Messages
 // and Responses APIs): its name and data; each frame's shape and its data's "type" = name are
 // checked as it is read.

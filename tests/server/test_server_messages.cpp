@@ -397,12 +397,7 @@ TEST_F(ServerMessages, PrefillRefusesWhatCannotContinueIt) {
 // open: an item is an `a` or a `b`, both arrays, past the parser's budget within a few tokens) is
 // answered with an error saying why, not a cut tool_use input: a 400 whole, an error event streamed.
 TEST_F(ServerMessages, AnswerTheEngineGaveUpOnIsAnErrorSayingWhy) {
-  const json items = {{"anyOf", json::array({{{"$ref", "#/$defs/a"}}, {{"$ref", "#/$defs/b"}}})}};
-  const json array = {{"type", "array"}, {"items", items}, {"minItems", 1}};
-  const json schema = {{"type", "object"},
-                       {"properties", {{"x", {{"$ref", "#/$defs/a"}}}}},
-                       {"required", json::array({"x"})},
-                       {"$defs", {{"a", array}, {"b", array}}}};
+  const json schema = ambiguous_schema();
   json body = {{"model", "tiny"},
                {"max_tokens", 64},
                {"temperature", 0},

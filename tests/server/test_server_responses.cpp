@@ -300,12 +300,7 @@ TEST(ResponsesStore, KeepsAtMostItsCapacityDroppingTheLeastRecentlyUsed) {
 }
 
 TEST_F(ServerResponses, AnAnswerTheEngineGaveUpOnIsAnError) {
-  const json items = {{"anyOf", json::array({{{"$ref", "#/$defs/a"}}, {{"$ref", "#/$defs/b"}}})}};
-  const json array = {{"type", "array"}, {"items", items}, {"minItems", 1}};
-  const json schema = {{"type", "object"},
-                       {"properties", {{"x", {{"$ref", "#/$defs/a"}}}}},
-                       {"required", json::array({"x"})},
-                       {"$defs", {{"a", array}, {"b", array}}}};
+  const json schema = json::parse(ambiguous_schema().dump());
   json body = {{"model", "tiny"}, {"input", "hi"}, {"max_output_tokens", 64}, {"temperature", 0},
                {"reasoning", {{"effort", "minimal"}}},
                {"tools", json::array({{{"type", "function"}, {"name", "f"}, {"parameters", schema}}})},
