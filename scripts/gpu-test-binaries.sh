@@ -11,7 +11,7 @@
 set -uo pipefail
 build=$1
 out=$2
-pick=${3:-.}
+pick=${3:-.*}
 mkdir -p "$out"
 rc=0
 for bin in "$build"/tests/gpu_*; do

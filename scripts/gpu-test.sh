@@ -62,7 +62,7 @@ if part tests; then
     ctest_rc=$?
     grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" "$OUT_DIR/ctest.log" | tail -20
   fi
-  scripts/gpu-test-binaries.sh $BUILD_DIR "$OUT_DIR/gpu-tests" "${GPU_TESTS:-.}" || ctest_rc=1
+  scripts/gpu-test-binaries.sh $BUILD_DIR "$OUT_DIR/gpu-tests" "${GPU_TESTS:-.*}" || ctest_rc=1
   set -e
   grep -h "gpu golden\]" "$OUT_DIR"/gpu-tests/gpu_hf_goldens.log 2>/dev/null || true
 fi
