@@ -102,8 +102,8 @@ void convert_items(const Json& input, size_t first_own, Json& out) {
         }
       }
     } else if (type == "item_reference") {
-      fields::fail(path + ".type", "'item_reference' items ('" + path + ".type') are not supported: this server keeps "
-                                   "no responses or items; send the items themselves.");
+      fields::fail(path + ".type", "'item_reference' items ('" + path + ".type') are not supported: send the items "
+                                   "themselves, or continue a kept response with 'previous_response_id'.");
     } else {
       fields::fail(path + ".type", "Input item type '" + type + "' in '" + path + ".type' is not supported by this "
                                    "server; message, function_call, function_call_output and reasoning items are.");
