@@ -3,6 +3,7 @@
 #include "tachyon/server/anthropic_messages.h"
 
 #include "tachyon/server/chat_output.h"
+#include "tachyon/server/openai_responses.h"
 
 namespace tachyon::server {
 
@@ -36,11 +37,6 @@ std::string anthropic_stop_reason(const std::string& finish_reason, const std::s
 
 std::string make_message_id() { return "msg_" + make_tool_call_id().substr(5); }
 std::string make_tool_use_id() { return "toolu_" + make_tool_call_id().substr(5); }
-
-std::string sse_event(const Json& payload) {
-  return "event: " + payload["type"].get<std::string>() + "\ndata: " +
-         payload.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n";
-}
 
 AnthropicMessage::AnthropicMessage(std::string id, std::string model, int64_t input_tokens)
     : id_(std::move(id)), model_(std::move(model)), input_tokens_(input_tokens) {}

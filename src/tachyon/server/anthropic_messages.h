@@ -92,7 +92,4 @@ class AnthropicMessage {
   std::string tool_arguments_;  // the open tool_use block's input, as JSON text so far
 };
 
-// "event: <type>\ndata: <compact json>\n\n"
-std::string sse_event(const nlohmann::ordered_json& payload);
-
 }  // namespace tachyon::server

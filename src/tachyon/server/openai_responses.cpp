@@ -250,6 +250,10 @@ std::string sse_data(const Json& payload) {
   return "data: " + payload.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n";
 }
 
+std::string sse_event(const Json& payload) {
+  return "event: " + payload["type"].get<std::string>() + "\n" + sse_data(payload);
+}
+
 Json models_response(std::string_view model, int64_t created, int64_t max_model_len, int64_t vocab_size) {
   Json card;
   card["id"] = to_valid_utf8(model);

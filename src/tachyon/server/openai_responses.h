@@ -134,6 +134,9 @@ nlohmann::ordered_json chat_logprobs(const LogprobsDelta& logprobs, const TokenT
 
 // "data: <compact json>\n\n"
 std::string sse_data(const nlohmann::ordered_json& payload);
+// "event: <payload's type>\ndata: <compact json>\n\n": the named events of the Anthropic Messages
+// and Responses APIs.
+std::string sse_event(const nlohmann::ordered_json& payload);
 inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
 
 // GET /v1/models: {"object":"list","data":[{id, object "model", created, owned_by "tachyon", root,

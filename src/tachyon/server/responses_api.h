@@ -46,9 +46,10 @@ struct ResponsesRequest {
   // (previous_response_id), then its own input (a string input as one user message item).
   nlohmann::ordered_json items = nlohmann::ordered_json::array();
   bool store = true;  // `store`: keep the response (where the server keeps any)
-  // The request's fields the response object repeats: instructions, max_output_tokens,
-  // temperature, top_p, user, reasoning, previous_response_id (null when not given), metadata,
-  // tools, tool_choice, parallel_tool_calls, text; and store (set by the route: whether kept).
+  // The request's fields the response object repeats, those given: instructions,
+  // max_output_tokens, temperature, top_p, user, reasoning, previous_response_id, metadata, tools,
+  // tool_choice, text (with a format); always parallel_tool_calls; and store (set by the route:
+  // whether kept). ResponseBuilder fills in the defaults of the others.
   nlohmann::ordered_json echo = nlohmann::ordered_json::object();
 };
 

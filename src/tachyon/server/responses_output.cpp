@@ -1,6 +1,7 @@
 // The Responses API's response object and its streamed events, from the chat output's pieces.
 // See responses_api.h.
 #include "tachyon/server/openai_errors.h"
+#include "tachyon/server/openai_responses.h"
 #include "tachyon/server/responses_api.h"
 
 namespace tachyon::server {
@@ -15,8 +16,7 @@ ResponseBuilder::ResponseBuilder(std::string id, std::string model, int64_t crea
 
 std::string ResponseBuilder::event(Json payload) {
   payload["sequence_number"] = sequence_++;
-  return "event: " + payload["type"].get<std::string>() + "\ndata: " +
-         payload.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n";
+  return sse_event(payload);
 }
 
 std::string ResponseBuilder::start() {

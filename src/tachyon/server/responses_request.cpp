@@ -298,21 +298,16 @@ ResponsesRequest parse_responses_request(std::string_view body_text, const Serve
   } catch (const ApiException& e) {
     throw with_responses_fields(e);
   }
-  // What the response object repeats of the request (null where it was not given).
+  // What the response object repeats of the request, where it was given (ResponseBuilder fills in
+  // the defaults); a text without a format repeats as the default one.
   for (const char* name : {"instructions", "max_output_tokens", "temperature", "top_p", "user", "reasoning",
-                           "previous_response_id"}) {
-    const Json* value = fields::find(body, name);
-    request.echo[name] = value != nullptr ? *value : Json(nullptr);
+                           "previous_response_id", "metadata", "tools", "tool_choice"}) {
+    if (const Json* value = fields::find(body, name)) request.echo[name] = *value;
   }
-  const Json* metadata = fields::find(body, "metadata");
-  request.echo["metadata"] = metadata != nullptr ? *metadata : Json::object();
-  const Json* tools = fields::find(body, "tools");
-  request.echo["tools"] = tools != nullptr ? *tools : Json::array();
-  const Json* choice = fields::find(body, "tool_choice");
-  request.echo["tool_choice"] = choice != nullptr ? *choice : Json("auto");
+  if (const Json* text = fields::find(body, "text"); text != nullptr && text->contains("format")) {
+    request.echo["text"] = *text;
+  }
   request.echo["parallel_tool_calls"] = request.chat.parallel_tool_calls;
-  const Json* text = fields::find(body, "text");
-  request.echo["text"] = text != nullptr && text->contains("format") ? *text : Json{{"format", {{"type", "text"}}}};
   return request;
 }
 

@@ -397,7 +397,7 @@ class JsonSchemaBuilder::Compiler {
   // The JSON texts of the values a schema allows, as schema() writes them, when it is a const, an
   // enum (a "type" beside them changes nothing there; equal values once, by JSON Schema's
   // equality: 1 and 1.0 alike, keys in any order), a boolean or null type, or a reference to one;
-  // nullopt otherwise.
+  // nullopt otherwise. Past kMaxUniqueValues distinct values it stops (the caller refuses).
   std::optional<std::vector<std::string>> finite_values(const Json& s, int depth) const {
     if (depth > 64 || !s.is_object()) return {};
     if (const auto ref = s.find("$ref"); ref != s.end()) {
@@ -420,11 +420,14 @@ class JsonSchemaBuilder::Compiler {
     } else {
       return {};
     }
+    // Compared with the distinct values so far, and no further than one past what uniqueItems
+    // takes: a long enum costs a pass, not a comparison of every pair.
+    std::vector<nlohmann::json> distinct;
     std::vector<std::string> texts;
-    for (size_t i = 0; i < values.size(); ++i) {
-      const bool seen = std::any_of(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(i),
-                                    [&](const nlohmann::json& v) { return v == values[i]; });
-      if (!seen) texts.push_back(s.contains("const") ? s["const"].dump() : s.contains("enum") ? s["enum"][i].dump() : values[i].dump());
+    for (size_t i = 0; i < values.size() && distinct.size() <= kMaxUniqueValues; ++i) {
+      if (std::find(distinct.begin(), distinct.end(), values[i]) != distinct.end()) continue;
+      distinct.push_back(values[i]);
+      texts.push_back(s.contains("const") ? s["const"].dump() : s.contains("enum") ? s["enum"][i].dump() : values[i].dump());
     }
     return texts;
   }

@@ -12,6 +12,7 @@
 #include "tachyon/server/http/http_routes.h"
 #include "tachyon/server/http/pd_roles.h"
 #include "tachyon/server/http/shaped_answer.h"
+#include "tachyon/server/openai_responses.h"
 #include "tachyon/server/responses_api.h"
 #include "tachyon/server/responses_store.h"
 
@@ -35,22 +36,20 @@ class ResponsesShape : public AnswerShape {
   std::string add(const std::vector<ChatPiece>& pieces) override { return builder_->add(pieces); }
   std::string finish(const std::string& finish_reason, const std::string&, int64_t output_tokens) override {
     std::string events = builder_->finish(finish_reason, output_tokens);
+    whole_ = builder_->response().dump(-1, ' ', false, Json::error_handler_t::replace);
     if (store_ != nullptr) {  // kept before the client can see the end, so a next request finds it
       for (const Json& item : builder_->output()) items_.push_back(item);
-      store_->put(id_, {whole(), items_.dump(-1, ' ', false, Json::error_handler_t::replace)});
+      store_->put(id_, {whole_, items_.dump(-1, ' ', false, Json::error_handler_t::replace)});
     }
     return events;
   }
-  std::string whole() const override {
-    return builder_->response().dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
-  }
+  std::string whole() const override { return whole_; }
   std::string error_body(const ApiError& error) const override { return server::error_body(error); }
   std::string error_event(const ApiError& error) override {
-    nlohmann::ordered_json event = {{"type", "error"},
-                                    {"code", error.code.empty() ? error.type : error.code},
-                                    {"message", to_valid_utf8(error.message)},
-                                    {"param", nullptr}};
-    return "event: error\ndata: " + event.dump() + "\n\n";
+    return sse_event({{"type", "error"},
+                      {"code", error.code.empty() ? error.type : error.code},
+                      {"message", to_valid_utf8(error.message)},
+                      {"param", nullptr}});
   }
   std::string tool_call_id() const override { return make_tool_call_id(); }
 
@@ -61,6 +60,7 @@ class ResponsesShape : public AnswerShape {
   ResponsesStore* const store_;
   Json items_;  // the conversation this response answers; its output joins it when kept
   std::optional<ResponseBuilder> builder_;  // from start(), which knows the prompt's length
+  std::string whole_;                       // the response object's text, from finish()
 };
 
 void handle_responses(ServingContext& context, const HttpRequest& req, const Respond& respond,
