@@ -161,17 +161,26 @@ inline core::StepPlan make_plan(std::vector<PlanSequence>& seqs, const std::vect
   return plan;
 }
 
+// `logprobs`: when given, each prompt's tokens with their 3 top logprobs (near_ties.h reads them).
 inline std::vector<std::vector<int32_t>> generate(engine::EngineCore& engine, const std::vector<std::vector<int32_t>>& prompts,
-                                           int32_t max_tokens) {
+                                           int32_t max_tokens,
+                                           std::vector<std::vector<core::SampledToken>>* logprobs = nullptr) {
   core::SamplingParams greedy;
   greedy.temperature = 0.0f;
   greedy.max_tokens = max_tokens;
   greedy.ignore_eos = true;
+  if (logprobs != nullptr) {
+    greedy.logprobs = 3;
+    logprobs->assign(prompts.size(), {});
+  }
   std::vector<std::vector<int32_t>> outputs(prompts.size());
   std::vector<std::shared_ptr<engine::OutputChannel>> channels;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    channels.push_back(std::make_shared<engine::OutputChannel>([&outputs, i](engine::RequestOutput&& out) {
-      for (auto& d : out.completions) outputs[i].insert(outputs[i].end(), d.token_ids.begin(), d.token_ids.end());
+    channels.push_back(std::make_shared<engine::OutputChannel>([&outputs, logprobs, i](engine::RequestOutput&& out) {
+      for (auto& d : out.completions) {
+        outputs[i].insert(outputs[i].end(), d.token_ids.begin(), d.token_ids.end());
+        if (logprobs != nullptr) (*logprobs)[i].insert((*logprobs)[i].end(), d.logprobs.begin(), d.logprobs.end());
+      }
     }));
     engine.submit(prompts[i], greedy, channels.back());
   }

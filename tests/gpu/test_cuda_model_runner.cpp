@@ -3,13 +3,15 @@
 // chunking and a prefix of cached blocks, then decode steps) through both; logits within bf16
 // tolerance. Then through the engine: graphs vs eager, asynchronous scheduling (step n+1's
 // decode inputs resolved on the device from step n's samples, inside the graphs) vs the
-// synchronous loop, and one request alone vs in a busy batch, must give identical tokens. SwiGLU
-// as the gate_up GEMV's epilogue (model/gpu/linear_dispatch.h) against silu_and_mul on its own
-// (TACHYON_SWIGLU_FUSION=0): the same logits bit for bit, bf16 and FP8 weights.
+// synchronous loop must give identical tokens; one request alone vs in a busy batch, identical up
+// to a near tie of its draw (near_ties.h). SwiGLU as the gate_up GEMV's epilogue
+// (model/gpu/linear_dispatch.h) against silu_and_mul on its own (TACHYON_SWIGLU_FUSION=0): the
+// same logits bit for bit, bf16 and FP8 weights.
 #include <algorithm>
 #include <filesystem>
 #include <numeric>
 
+#include "near_ties.h"
 #include "runner_test_util.h"
 #include "tachyon/model/fp8_projections.h"
 
@@ -27,7 +29,7 @@ TEST_P(CudaRunnerVsCpu, LogitsMatchTheReferenceOverPrefillChunksAndDecodes) {
   EXPECT_GT(gpu.graph_replays(), 0) << "decode steps of batch 3 should replay the graph of batch 4";
 }
 
-TEST_P(CudaRunnerVsCpu, GraphsAndEagerAndBatchCompanyGiveIdenticalTokens) {
+TEST_P(CudaRunnerVsCpu, GraphsEagerAndAsyncAgreeAndBatchCompanyPartsOnlyAtNearTies) {
   const fs::path dir = make_tiny(GetParam());
   const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
   model::SafetensorsCheckpoint checkpoint(dir);
@@ -39,15 +41,18 @@ TEST_P(CudaRunnerVsCpu, GraphsAndEagerAndBatchCompanyGiveIdenticalTokens) {
     prompts.emplace_back(static_cast<size_t>(length));
     for (int32_t& t : prompts.back()) t = token(gen);
   }
+  // Every run asks for 3 logprobs (the same sampling path in each; the alone run's are read).
   auto run = [&](bool eager, const std::vector<std::vector<int32_t>>& batch,
-                 core::AsyncScheduling async = core::AsyncScheduling::kAuto) {
+                 core::AsyncScheduling async = core::AsyncScheduling::kAuto,
+                 std::vector<std::vector<core::SampledToken>>* logprobs = nullptr) {
     core::EngineConfig config = small_config(eager);
     config.device.async_scheduling = async;
     auto runner = std::make_unique<CudaModelRunner>(weights, config);
     config.num_blocks = runner->num_blocks();
     engine::EngineCore engine(config, std::move(runner));
     EXPECT_EQ(engine.async_scheduling(), async != core::AsyncScheduling::kOff) << "auto is on for the CUDA runner";
-    return generate(engine, batch, 24);
+    std::vector<std::vector<core::SampledToken>> unread;
+    return generate(engine, batch, 24, logprobs != nullptr ? logprobs : &unread);
   };
   const auto graphs = run(false, prompts);
   const auto eager = run(true, prompts);
@@ -56,8 +61,16 @@ TEST_P(CudaRunnerVsCpu, GraphsAndEagerAndBatchCompanyGiveIdenticalTokens) {
       << "asynchronous scheduling must give the synchronous loop's tokens (graphs)";
   EXPECT_EQ(run(true, prompts, core::AsyncScheduling::kOff), eager)
       << "asynchronous scheduling must give the synchronous loop's tokens (eager)";
-  const auto alone = run(false, {prompts[1]});
-  EXPECT_EQ(alone[0], graphs[1]) << "a request's tokens must not depend on its batch company";
+  // Alone, the decode products have 1 row; in company 5 (and the prefill another count), which
+  // may run other kernels or round otherwise (near_ties.h): the tokens agree up to a near tie of
+  // the alone run's choice. Before this bound the assertion was equality, and it failed in 2 of 4
+  // whole-binary runs on the H200 (the GEMV-or-cuBLASLt choice per (role, m) is timed).
+  std::vector<std::vector<core::SampledToken>> alone_logprobs;
+  const auto alone = run(false, {prompts[1]}, core::AsyncScheduling::kAuto, &alone_logprobs);
+  core::SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  expect_same_up_to_near_tie(alone[0], alone_logprobs[0], graphs[1], greedy,
+                             "prompt 1 alone against a batch of 5");
 }
 
 // The same plans (three prompts prefilled in chunks, then 12 decode steps of all three, replayed

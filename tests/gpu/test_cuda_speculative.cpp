@@ -16,7 +16,7 @@
 // decode graphs, as the plain run), but its GEMMs see 1 + k rows per sequence where the plain run's
 // see one (GEMV or another GEMM shape), so bf16 may round differently and a token may flip where
 // the plain run's choice was a near tie. Where a token differs, the tests require that near tie
-// (kLogitTieBound below) instead of equality; nowhere else.
+// (kLogitTieBound, near_ties.h) instead of equality; nowhere else.
 // Needs a GPU: ctest -R gpu.cuda_speculative (scripts/gpu-test.sh).
 #include <algorithm>
 #include <cmath>
@@ -24,6 +24,7 @@
 #include <functional>
 #include <random>
 
+#include "near_ties.h"
 #include "runner_test_util.h"
 #include "tachyon/engine/draft_model_drafter.h"
 #include "tachyon/engine/drafter.h"
@@ -40,15 +41,6 @@ namespace {
 namespace kc = kernels::cuda;
 using core::SamplingParams;
 
-// A token may differ from the plain run's only where the plain run's best two logits are closer
-// than this (logit units = raw logprob units). Measured on the H200 (10 seeds, both variants):
-// verify rows lie up to 1.3e-2 (relative) from the decode rows, no logit moved by more than
-// 0.054, and the flips printed (4 seeds) were at gaps of at most 0.017. A flip needs the gap below
-// the two tokens' shifts together, so the bound is about twice the largest shift. A wrong row,
-// position or cache slot moves logits by tens of percent, and most tokens of these random models
-// are no near tie (23-30% within 0.1: the engine test prints the share), so a bug shows at a
-// token that is none.
-constexpr double kLogitTieBound = 0.1;
 // Of the rows compared (runner level), at least this fraction must give the plain run's token.
 constexpr double kMinExactRowFraction = 0.9;
 
@@ -701,57 +693,19 @@ std::vector<int32_t> repetitive_prompt(std::mt19937_64& gen, int64_t vocab) {
   return prompt;
 }
 
-// Where the drafted run's tokens first leave the plain run's (the same context up to there), the
-// plain run's draw was a near tie:
-//   greedy: its best two logprobs closer than kLogitTieBound;
-//   seeded, top_k 2, temperature T: the draw keeps the best two and picks the lower id iff
-//   u < p_low = 1 / (1 + exp((l_other - l_low) / T)) (the id-ascending inverse-CDF draw, u =
-//   uniform_for_step(seed, output count)). The difference of two logits moves by at most
-//   kLogitTieBound, which moves p_low by at most kLogitTieBound / (4 T): u lies that close to
-//   p_low, or the second and third are closer than kLogitTieBound (the kept pair changes).
-// The plain run asks for logprobs 3 to read those gaps (the drafted runs too: same params).
-// Returns (requests identical, requests that diverge at a near tie).
+// Every request of `drafted` equals `plain`'s, or parts from it at a near tie of the plain run's
+// draw (near_ties.h; the plain run asks for logprobs 3 to read the gaps, the drafted runs too:
+// same params). Returns (requests identical, requests that diverge at a near tie).
 std::pair<int, int> expect_plain_up_to_near_ties(const EngineRun& plain, const EngineRun& drafted,
                                                  const std::vector<SamplingParams>& params, const std::string& label) {
   int identical = 0, near_ties = 0;
   for (size_t r = 0; r < plain.tokens.size(); ++r) {
     const std::string what = label + " request " + std::to_string(r);
     EXPECT_EQ(plain.tokens[r].size(), static_cast<size_t>(params[r].max_tokens)) << what;
-    EXPECT_EQ(drafted.tokens[r].size(), plain.tokens[r].size()) << what;
-    EXPECT_EQ(plain.logprobs[r].size(), plain.tokens[r].size()) << what;
-    if (drafted.tokens[r].size() != plain.tokens[r].size() || plain.logprobs[r].size() != plain.tokens[r].size()) continue;
-    const auto mismatch = std::mismatch(plain.tokens[r].begin(), plain.tokens[r].end(), drafted.tokens[r].begin());
-    if (mismatch.first == plain.tokens[r].end()) {
+    if (expect_same_up_to_near_tie(plain.tokens[r], plain.logprobs[r], drafted.tokens[r], params[r], what)) {
       ++identical;
-      continue;
-    }
-    ++near_ties;
-    const size_t j = static_cast<size_t>(mismatch.first - plain.tokens[r].begin());
-    const core::SampledToken& chosen = plain.logprobs[r][j];
-    EXPECT_GE(chosen.top.size(), 3u) << what;
-    if (chosen.top.size() < 3) continue;
-    const core::TokenLogprob& a = chosen.top[0];
-    const core::TokenLogprob& b = chosen.top[1];
-    const double gap12 = static_cast<double>(a.logprob) - b.logprob;
-    const double gap23 = static_cast<double>(b.logprob) - chosen.top[2].logprob;
-    if (params[r].temperature == 0.0f) {
-      std::printf("  %s token %zu: greedy %d vs %d, plain gap %.4f\n", what.c_str(), j, *mismatch.first,
-                  *mismatch.second, gap12);
-      EXPECT_LT(gap12, kLogitTieBound) << what << " token " << j << ": greedy tokens differ (" << *mismatch.first
-                                       << " vs " << *mismatch.second << ") where the plain run's choice was no near tie";
     } else {
-      const core::TokenLogprob& low = a.token < b.token ? a : b;
-      const core::TokenLogprob& high = a.token < b.token ? b : a;
-      const float temperature = params[r].temperature;
-      const double p_low = 1.0 / (1.0 + std::exp((static_cast<double>(high.logprob) - low.logprob) / temperature));
-      const double u = kernels::cpu::uniform_for_step(*params[r].seed, j);
-      const double margin = std::abs(u - p_low);
-      std::printf("  %s token %zu: seeded %d vs %d, plain u %.4f boundary %.4f, gap of 2nd and 3rd %.4f\n",
-                  what.c_str(), j, *mismatch.first, *mismatch.second, u, p_low, gap23);
-      EXPECT_TRUE(margin < kLogitTieBound / (4.0 * temperature) || gap23 < kLogitTieBound)
-          << what << " token " << j << ": seeded tokens differ (" << *mismatch.first << " vs " << *mismatch.second
-          << ") where the plain run's draw (u " << u << ", boundary " << p_low << ", 2nd/3rd gap " << gap23
-          << ") was no near tie";
+      ++near_ties;
     }
   }
   return {identical, near_ties};
