@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# On a GPU machine with several GPUs: builds the parallel runtime's targets, runs the NCCL, peer
-# and tensor-parallel GPU tests (each under a time limit, so a hung collective cannot eat the
+# On a GPU machine with several GPUs: builds the parallel runtime's targets, runs the NCCL, peer,
+# tensor-parallel and context-parallel GPU tests (their `separate` cases are the DCP and PCP
+# groups across GPUs; each binary under a time limit, so a hung collective cannot eat the
 # run), then emulates two nodes with two processes of one GPU each (--nnodes 2, NCCL over
 # sockets only, as between hosts) and checks that the canary's greedy answer equals TP = 1's,
 # then times the batch-1 decode step of a real shape at TP = 1 and TP = N with
@@ -19,12 +20,12 @@ mkdir -p "$OUT_DIR"
 scripts/gpu-machine-deps.sh install > /dev/null
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTACHYON_CUDA=ON > "$OUT_DIR/configure.log" 2>&1
 cmake --build build-gpu -j "$(nproc)" --target tachyon_cli gpu_nccl_communicator gpu_peer_communicator \
-  gpu_tp_cuda_runner > "$OUT_DIR/build.log" 2>&1 || { tail -30 "$OUT_DIR/build.log"; exit 1; }
+  gpu_tp_cuda_runner gpu_pcp_cuda_runner > "$OUT_DIR/build.log" 2>&1 || { tail -30 "$OUT_DIR/build.log"; exit 1; }
 echo "== build: ok, $(nvidia-smi -L | wc -l) GPUs"
 
 status=0
-for test in nccl_communicator peer_communicator tp_cuda_runner; do
-  timeout 240 "build-gpu/tests/gpu_$test" > "$OUT_DIR/$test.log" 2>&1
+for test in nccl_communicator peer_communicator tp_cuda_runner pcp_cuda_runner; do
+  timeout 480 "build-gpu/tests/gpu_$test" > "$OUT_DIR/$test.log" 2>&1
   rc=$?
   [ $rc = 0 ] || status=1
   echo "== gpu.$test: rc $rc, $(grep -c '^\[       OK \]' "$OUT_DIR/$test.log") ok," \

@@ -1,6 +1,8 @@
 // Prefill context parallelism on GPUs (runner/cuda/pcp_cuda_model_runner.h): N whole-model ranks
 // sharing GPU 0 through the host-staged communicator (the one-GPU machine's harness), against
-// the single-GPU runner on the same hand-made steps.
+// the single-GPU runner on the same hand-made steps; the `separate` cases put rank r on GPU r
+// with the production communicator and are skipped, saying so, on a machine with fewer GPUs (the
+// CLI refuses PCP across GPUs until they have passed on one: pcp_checks.cpp).
 // - Split steps (prefill chunks of three prompts, then their rest after cached tokens) and
 //   replicated decodes: the group's sampled rows (each from the rank that holds it) against the
 //   single runner's, within the reference tolerance, argmax agreeing on at least 90% of the rows.
@@ -20,6 +22,7 @@
 //   same greedy tokens in two runs.
 #include <algorithm>
 #include <memory>
+#include <numeric>
 #include <string>
 
 #include "runner_test_util.h"
@@ -34,10 +37,13 @@ struct PcpCase {
   Variant variant;
   int pcp = 2;
   bool sparse = false;
+  // The production path: rank r on GPU r, the default communicator (skipped with fewer GPUs).
+  bool separate = false;
 };
 
 std::string case_name(const ::testing::TestParamInfo<PcpCase>& info) {
-  std::string name = info.param.variant.arch + "_pcp" + std::to_string(info.param.pcp) + (info.param.sparse ? "_sparse" : "");
+  std::string name = info.param.variant.arch + "_pcp" + std::to_string(info.param.pcp) +
+                     (info.param.sparse ? "_sparse" : "") + (info.param.separate ? "_separate_gpus" : "");
   std::replace(name.begin(), name.end(), '-', '_');
   return name;
 }
@@ -50,18 +56,27 @@ core::EngineConfig pcp_config(int pcp) {
 }
 
 // The group, its ranks' communicators wrapped in counters (readable through the runner).
+// On GPU 0 through the host-staged communicator, or (separate) rank r on GPU r.
 std::unique_ptr<PcpCudaModelRunner> counted_group(const model::Bf16ModelWeights& weights, const core::EngineConfig& config,
-                                                  int pcp) {
-  SharedGpuTpComms comms = shared_gpu_tp_comms(pcp);
+                                                  int pcp, bool separate = false) {
+  std::vector<int> devices(static_cast<size_t>(pcp), 0);
+  if (separate) std::iota(devices.begin(), devices.end(), 0);
+  SharedGpuTpComms comms = separate ? SharedGpuTpComms{default_tp_comm_factory(devices), {}} : shared_gpu_tp_comms(pcp);
   auto inner = std::make_shared<std::vector<std::unique_ptr<dist::Communicator>>>(static_cast<size_t>(pcp));
   TpCommFactory counting = [make = comms.make_comm, inner](int rank) -> std::unique_ptr<dist::Communicator> {
     (*inner)[static_cast<size_t>(rank)] = make(rank);
     return std::make_unique<dist::CountingCommunicator>(*(*inner)[static_cast<size_t>(rank)]);
   };
-  return std::make_unique<PcpCudaModelRunner>(
-      weights, config, TpCudaLayout{.devices = std::vector<int>(static_cast<size_t>(pcp), 0), .ranks_share_gpu = true},
-      std::move(counting), std::move(comms.on_failure));
+  return std::make_unique<PcpCudaModelRunner>(weights, config,
+                                              TpCudaLayout{.devices = devices, .ranks_share_gpu = !separate},
+                                              std::move(counting), std::move(comms.on_failure));
 }
+
+#define SKIP_WITHOUT_GPUS_FOR(c)                                                                              \
+  if ((c).separate && cuda::cuda_device_count() < (c).pcp) {                                                  \
+    GTEST_SKIP() << "PCP " << (c).pcp << " on separate GPUs needs " << (c).pcp << " GPUs, this machine has " \
+                 << cuda::cuda_device_count();                                                                \
+  }
 
 const dist::CollectiveCounts& counts(const PcpCudaModelRunner& group, int rank) {
   return static_cast<const dist::CountingCommunicator&>(group.rank_comm(rank)).counts();
@@ -78,13 +93,14 @@ class SharedGpuPcpRunner : public ::testing::TestWithParam<PcpCase> {};
 
 TEST_P(SharedGpuPcpRunner, SplitStepsFollowTheSingleRunnerWithOneGatherPerLayer) {
   const PcpCase& c = GetParam();
+  SKIP_WITHOUT_GPUS_FOR(c);
   const model::Bf16ModelWeights weights = weights_of(c);
   const model::ModelConfig& mc = weights.config;
   const core::EngineConfig config = pcp_config(c.pcp);
   core::EngineConfig single_config = config;
   single_config.device.prefill_context_parallel_size = 1;
   CudaModelRunner single(weights, single_config);
-  const auto group = counted_group(weights, config, c.pcp);
+  const auto group = counted_group(weights, config, c.pcp, c.separate);
   std::vector<PlanSequence> seqs(3);
   const std::vector<std::vector<int32_t>> prompts = random_prompts(mc, {40, 70, 90}, 23);
   for (size_t i = 0; i < seqs.size(); ++i) seqs[i].tokens = prompts[i];
@@ -160,11 +176,12 @@ TEST_P(SharedGpuPcpRunner, SplitStepsFollowTheSingleRunnerWithOneGatherPerLayer)
 
 TEST_P(SharedGpuPcpRunner, TheEngineServesTheGroup) {
   const PcpCase& c = GetParam();
+  SKIP_WITHOUT_GPUS_FOR(c);
   const model::Bf16ModelWeights weights = weights_of(c);
   std::vector<std::vector<int32_t>> prompts = random_prompts(weights.config, {150, 9, 30, 64}, 29);
   prompts.push_back(prompts[0]);  // a prefix-cache hit
   const core::EngineConfig config = pcp_config(c.pcp);
-  expect_engine_serves_alike([&] { return counted_group(weights, config, c.pcp); }, config, prompts, 12);
+  expect_engine_serves_alike([&] { return counted_group(weights, config, c.pcp, c.separate); }, config, prompts, 12);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, SharedGpuPcpRunner,
@@ -174,7 +191,11 @@ INSTANTIATE_TEST_SUITE_P(Families, SharedGpuPcpRunner,
                                            PcpCase{{"deepseek_v32", "tiny-gpu-dsa-all"}, 2},
                                            PcpCase{{"glm_moe_dsa", "tiny-gpu-glm-all"}, 3},
                                            PcpCase{{"deepseek_v32", "tiny-gpu-dsa-all"}, 2, true},
-                                           PcpCase{{"glm_moe_dsa", "tiny-gpu-glm-all"}, 4, true}),
+                                           PcpCase{{"glm_moe_dsa", "tiny-gpu-glm-all"}, 4, true},
+                                           // The production path on 2 and 4 GPUs.
+                                           PcpCase{{"deepseek_v3", "tiny-gpu-deepseek-all"}, 2, false, true},
+                                           PcpCase{{"deepseek_v32", "tiny-gpu-dsa-all"}, 4, true, true},
+                                           PcpCase{{"glm_moe_dsa", "tiny-gpu-glm-all"}, 4, true, true}),
                          case_name);
 
 TEST(PcpCudaRefusals, UntestedCombinationsAreNamed) {

@@ -9,7 +9,9 @@
 // the GPU decoder serves (dense, MoE with its experts split, latent attention with its heads split,
 // the sparse indexer replicated) runs on a one-GPU machine.
 // SharedGpuDcpRunner: the same with decode context parallelism (--dcp = --tp), against the
-// reference and against the group without it.
+// reference and against the group without it; its `separate` cases run the production path
+// (rank r on GPU r, graphs) and are skipped, saying so, on a machine with fewer GPUs. The CLI
+// refuses --dcp across GPUs until those cases have passed on such a machine (dcp_checks.cpp).
 // Each case runs the single-GPU runner test's schedule (prefill chunks, a cached prefix, decodes)
 // against the f32 reference; every rank must end with the same logits bit for bit (they are one
 // gather); the engine must give the same tokens with graphs and eager (production path), or the
@@ -43,11 +45,23 @@ core::EngineConfig tp_config(int tp, bool eager) {
   return config;
 }
 
-// The shared-GPU group's logits against the f32 reference on expect_logits_match_reference's
-// schedule, every rank holding the same logits bit for bit (they are one gather).
-void expect_group_matches_reference(const fs::path& dir, const core::EngineConfig& config, int tp) {
+// The production group: rank r on GPU r, the default communicator (peer access fronting NCCL).
+std::unique_ptr<TpCudaModelRunner> separate_gpu_runner(const model::Bf16ModelWeights& weights,
+                                                       const core::EngineConfig& config, int tp) {
+  const std::vector<int> devices = tp_devices(tp);
+  return std::make_unique<TpCudaModelRunner>(weights, config, TpCudaLayout{.devices = devices},
+                                             default_tp_comm_factory(devices));
+}
+
+using GroupFactory = std::function<std::unique_ptr<TpCudaModelRunner>(const model::Bf16ModelWeights&,
+                                                                      const core::EngineConfig&, int)>;
+
+// The group's logits against the f32 reference on expect_logits_match_reference's schedule, every
+// rank holding the same logits bit for bit (they are one gather).
+void expect_group_matches_reference(const fs::path& dir, const core::EngineConfig& config, int tp,
+                                    const GroupFactory& make_group = shared_gpu_runner) {
   model::SafetensorsCheckpoint checkpoint(dir);
-  const auto gpu = shared_gpu_runner(model::load_weights_bf16(model::ModelConfig::from_dir(dir), checkpoint), config, tp);
+  const auto gpu = make_group(model::load_weights_bf16(model::ModelConfig::from_dir(dir), checkpoint), config, tp);
   ASSERT_EQ(gpu->tp_size(), tp);
   expect_logits_match_reference(dir, config.block_size, *gpu, [&](int32_t rows) {
     const std::vector<float> rank0 = gpu->rank_runner(0).last_logits(rows);
@@ -204,18 +218,23 @@ struct DcpCase {
   // DSA: sparse_selection_weights (runner_test_util.h), so what the exchange keeps decides
   // what is attended, from scores equal in both groups.
   bool sparse = false;
+  // The production path: rank r on GPU r, graphs (skipped on a machine with fewer GPUs).
+  bool separate = false;
 };
 
 std::string dcp_case_name(const ::testing::TestParamInfo<DcpCase>& info) {
   std::string name = info.param.variant.arch + "_tp" + std::to_string(info.param.tp) + "_dcp" +
                      std::to_string(info.param.tp) + "_interleave" + std::to_string(info.param.interleave) +
-                     (info.param.sparse ? "_sparse" : "");
+                     (info.param.sparse ? "_sparse" : "") + (info.param.separate ? "_separate_gpus" : "");
   std::replace(name.begin(), name.end(), '-', '_');
   return name;
 }
 
 core::EngineConfig dcp_config(const DcpCase& c, bool split) {
-  core::EngineConfig config = shared_gpu_config(c.tp);
+  core::EngineConfig config = c.separate ? tp_config(c.tp, /*eager=*/false) : shared_gpu_config(c.tp);
+  // A fixed KV size per rank on separate GPUs too: the plain and split groups live at once, and
+  // the block counts are compared.
+  config.device.kv_cache_memory_bytes = int64_t{64} << 20;
   if (split) {
     config.device.decode_context_parallel_size = c.tp;
     config.device.dcp_kv_cache_interleave_size = c.interleave;
@@ -227,9 +246,18 @@ class SharedGpuDcpRunner : public ::testing::TestWithParam<DcpCase> {};
 
 // The single-GPU runner test's schedule (prefill chunks, a chunk after cached tokens, decodes)
 // against the f32 reference, every rank ending with the same logits bit for bit.
+GroupFactory dcp_group_factory(const DcpCase& c) { return c.separate ? separate_gpu_runner : shared_gpu_runner; }
+
+#define SKIP_WITHOUT_GPUS_FOR(c)                                                                              \
+  if ((c).separate && cuda::cuda_device_count() < (c).tp) {                                                   \
+    GTEST_SKIP() << "DCP " << (c).tp << " on separate GPUs needs " << (c).tp << " GPUs, this machine has " \
+                 << cuda::cuda_device_count();                                                                \
+  }
+
 TEST_P(SharedGpuDcpRunner, LogitsMatchTheReferenceAndEveryRankHoldsTheSame) {
   const DcpCase& c = GetParam();
-  expect_group_matches_reference(make_tiny(c.variant), dcp_config(c, /*split=*/true), c.tp);
+  SKIP_WITHOUT_GPUS_FOR(c);
+  expect_group_matches_reference(make_tiny(c.variant), dcp_config(c, /*split=*/true), c.tp, dcp_group_factory(c));
 }
 
 // The split group against the same group without DCP, along the unsplit group's greedy path
@@ -240,6 +268,8 @@ TEST_P(SharedGpuDcpRunner, LogitsMatchTheReferenceAndEveryRankHoldsTheSame) {
 // bytes. Then the engine serves it: 12 greedy tokens per prompt, the same in two runs.
 TEST_P(SharedGpuDcpRunner, GreedyPathFollowsTheUnsplitGroupWithTpTimesTheBlocks) {
   const DcpCase& c = GetParam();
+  SKIP_WITHOUT_GPUS_FOR(c);
+  const GroupFactory make_group = dcp_group_factory(c);
   const fs::path dir = make_tiny(c.variant);
   const model::Bf16ModelWeights weights = [&] {
     if (c.sparse) return sparse_selection_weights(dir);
@@ -249,8 +279,8 @@ TEST_P(SharedGpuDcpRunner, GreedyPathFollowsTheUnsplitGroupWithTpTimesTheBlocks)
   const model::ModelConfig& mc = weights.config;
   const std::vector<std::vector<int32_t>> prompts = random_prompts(mc, {9, 30, 3, 64}, 19);
   {
-    const auto plain = shared_gpu_runner(weights, dcp_config(c, false), c.tp);
-    const auto split = shared_gpu_runner(weights, dcp_config(c, true), c.tp);
+    const auto plain = make_group(weights, dcp_config(c, false), c.tp);
+    const auto split = make_group(weights, dcp_config(c, true), c.tp);
     EXPECT_GE(split->num_blocks(), c.tp * plain->num_blocks()) << "each rank caches 1/" << c.tp << " of every block";
     const GreedyPath path = follow_greedy_path(
         *plain, [&](int32_t n) { return plain->rank_runner(0).last_logits(n); }, *split, prompts, mc, 16,
@@ -261,7 +291,7 @@ TEST_P(SharedGpuDcpRunner, GreedyPathFollowsTheUnsplitGroupWithTpTimesTheBlocks)
     EXPECT_GE(path.agree * 10, path.rows * 9) << "the split group's greedy choice differs on " << path.rows - path.agree
                                               << " of " << path.rows;
   }
-  expect_engine_serves_alike([&] { return shared_gpu_runner(weights, dcp_config(c, true), c.tp); }, dcp_config(c, true),
+  expect_engine_serves_alike([&] { return make_group(weights, dcp_config(c, true), c.tp); }, dcp_config(c, true),
                              prompts, 12);
 }
 
@@ -274,7 +304,13 @@ INSTANTIATE_TEST_SUITE_P(Families, SharedGpuDcpRunner,
                                            DcpCase{{"deepseek_v32", "tiny-gpu-dsa-all"}, 2, 1, true},
                                            DcpCase{{"deepseek_v32", "tiny-gpu-dsa-all"}, 4, 2, true},
                                            DcpCase{{"glm_moe_dsa", "tiny-gpu-glm-all"}, 2, 1, true},
-                                           DcpCase{{"glm_moe_dsa", "tiny-gpu-glm-all"}, 4, 1, true}),
+                                           DcpCase{{"glm_moe_dsa", "tiny-gpu-glm-all"}, 4, 1, true},
+                                           // The production path on 2 and 4 GPUs (the tiny models have 4 heads).
+                                           DcpCase{{"deepseek_v3", "tiny-gpu-deepseek-all"}, 2, 1, false, true},
+                                           DcpCase{{"deepseek_v3", "tiny-gpu-deepseek-all"}, 4, 2, false, true},
+                                           DcpCase{{"deepseek_v32", "tiny-gpu-dsa-all"}, 2, 1, true, true},
+                                           DcpCase{{"deepseek_v32", "tiny-gpu-dsa-all"}, 4, 1, true, true},
+                                           DcpCase{{"glm_moe_dsa", "tiny-gpu-glm-all"}, 4, 1, true, true}),
                          dcp_case_name);
 
 std::string case_name(const ::testing::TestParamInfo<TpCase>& info) {
@@ -299,7 +335,15 @@ INSTANTIATE_TEST_SUITE_P(Shapes, TpCudaRunner,
                          ::testing::Values(TpCase{{"qwen3", "tiny-gpu"}, 1}, TpCase{{"qwen3", "tiny-gpu"}, 2},
                                            TpCase{{"qwen3", "tiny-gpu"}, 4}, TpCase{{"qwen2", "tiny-gpu-mqa"}, 2},
                                            TpCase{{"llama", "tiny-gpu-bias"}, 2},
-                                           TpCase{{"llama", "tiny-gpu-bias"}, 4}),
+                                           TpCase{{"llama", "tiny-gpu-bias"}, 4},
+                                           // The MoE and latent-attention families on separate GPUs (at most 4:
+                                           // the tiny models have 4 heads; 8 GPUs run the reduced real shapes).
+                                           TpCase{{"qwen3_moe", "tiny-gpu-moe-all"}, 2},
+                                           TpCase{{"mixtral", "tiny-gpu-mixtral-all"}, 2},
+                                           TpCase{{"deepseek_v3", "tiny-gpu-deepseek-all"}, 2},
+                                           TpCase{{"deepseek_v3", "tiny-gpu-deepseek-all"}, 4},
+                                           TpCase{{"deepseek_v32", "tiny-gpu-dsa-all"}, 2},
+                                           TpCase{{"glm_moe_dsa", "tiny-gpu-glm-all"}, 4}),
                          case_name);
 
 }  // namespace
