@@ -570,7 +570,10 @@ class JsonSchemaBuilder::Compiler {
     if (patterns == s.end() && any_value && min == 0 && max < 0 && !s.contains("propertyNames")) return object_any();
     Sequence key, value;
     if (patterns != s.end()) {
-      const auto& [regex, value_schema] = *patterns->items().begin();
+      // (A structured binding to *items().begin() would bind the proxy of a temporary iterator.)
+      const auto first = patterns->begin();
+      const std::string& regex = first.key();
+      const Json& value_schema = first.value();
       const std::string pattern_path = join(join(path, "patternProperties"), regex);
       key = quoted_regex(regex, pattern_path);
       value = schema(value_schema, pattern_path, depth + 1);
