@@ -131,6 +131,86 @@ TEST_F(ServerApi, PromptShapesNAndLogprobs) {
   EXPECT_EQ(json::parse(chat->body)["choices"][0]["logprobs"]["content"][0]["top_logprobs"].size(), 2u);
 }
 
+// Usage tells the prompt tokens the prefix cache served apart, on every generating route: none
+// for a prompt never seen (its first 16 tokens hold a fresh word), then, for the same prompt
+// again, every full block of it but the one holding its last token (the engine computes at least
+// one token: (P - 1) / 16 blocks of 16). OpenAI's shapes count them among the prompt tokens
+// (chat and completions: prompt_tokens_details.cached_tokens, in the streamed usage chunk too;
+// Responses: input_tokens_details.cached_tokens); Anthropic's leaves them out of input_tokens and
+// counts them as cache_read_input_tokens, in the whole message and in the stream's message_delta.
+TEST_F(ServerApi, UsageCountsThePromptTokensTheCacheServed) {
+  int round = 0;
+  // A prompt of about 60 tokens, new to the server: its first words name the route and a nonce.
+  auto fresh_text = [&](const std::string& route) {
+    std::string text = route + " cache probe " + std::to_string(::getpid()) + "-" + std::to_string(++round) + ":";
+    for (int i = 0; i < 40; ++i) text += " word" + std::to_string(i);
+    return text;
+  };
+  auto expected_hit = [](int64_t prompt_tokens) { return (prompt_tokens - 1) / 16 * 16; };
+  auto twice = [&](const std::string& path, const json& body) {
+    std::vector<json> answers;
+    for (int i = 0; i < 2; ++i) {
+      auto r = post(path, body.dump());
+      EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
+      answers.push_back(r && r->status == 200 ? json::parse(r->body) : json::object());
+    }
+    return answers;
+  };
+
+  const std::string completion_prompt = fresh_text("completions");
+  for (const auto& [path, body] : std::vector<std::pair<std::string, json>>{
+           {"/v1/completions", {{"prompt", completion_prompt}, {"max_tokens", 2}, {"temperature", 0}}},
+           {"/v1/chat/completions",
+            {{"messages", json::array({{{"role", "user"}, {"content", fresh_text("chat")}}})},
+             {"max_tokens", 2},
+             {"temperature", 0}}}}) {
+    const std::vector<json> answers = twice(path, body);
+    const json& usage = answers[1]["usage"];
+    EXPECT_GE(usage["prompt_tokens"].get<int64_t>(), 48) << path;
+    EXPECT_EQ(answers[0]["usage"]["prompt_tokens_details"]["cached_tokens"], 0) << path;
+    EXPECT_EQ(usage["prompt_tokens_details"]["cached_tokens"], expected_hit(usage["prompt_tokens"])) << path;
+    EXPECT_EQ(usage["prompt_tokens"], answers[0]["usage"]["prompt_tokens"]) << path;
+  }
+  // The streamed usage chunk of a third run of the completion prompt.
+  json streamed = {{"prompt", completion_prompt}, {"max_tokens", 2}, {"temperature", 0}, {"stream", true},
+                   {"stream_options", {{"include_usage", true}}}};
+  auto s = post("/v1/completions", streamed.dump());
+  ASSERT_TRUE(s && s->status == 200);
+  const std::vector<std::string> frames = sse_payloads(s->body);
+  ASSERT_GE(frames.size(), 2u);
+  const json usage_chunk = json::parse(frames[frames.size() - 2]);
+  EXPECT_EQ(usage_chunk["usage"]["prompt_tokens_details"]["cached_tokens"],
+            expected_hit(usage_chunk["usage"]["prompt_tokens"]));
+
+  const json response_body = {{"model", "tiny"}, {"input", fresh_text("responses")}, {"max_output_tokens", 2},
+                              {"temperature", 0}, {"store", false}};
+  const std::vector<json> responses = twice("/v1/responses", response_body);
+  EXPECT_EQ(responses[0]["usage"]["input_tokens_details"]["cached_tokens"], 0);
+  EXPECT_EQ(responses[1]["usage"]["input_tokens_details"]["cached_tokens"],
+            expected_hit(responses[1]["usage"]["input_tokens"]));
+
+  json message_body = {{"model", "tiny"}, {"max_tokens", 2}, {"temperature", 0},
+                       {"messages", json::array({{{"role", "user"}, {"content", fresh_text("messages")}}})}};
+  const std::vector<json> messages = twice("/v1/messages", message_body);
+  const json& first = messages[0]["usage"];
+  const json& second = messages[1]["usage"];
+  const int64_t prompt = first["input_tokens"].get<int64_t>();
+  EXPECT_EQ(first["cache_read_input_tokens"], 0);
+  EXPECT_EQ(first["cache_creation_input_tokens"], 0);
+  EXPECT_EQ(second["cache_read_input_tokens"], expected_hit(prompt));
+  EXPECT_EQ(second["input_tokens"], prompt - expected_hit(prompt)) << "Anthropic's input_tokens leave cache reads out";
+  message_body["stream"] = true;
+  auto m = post("/v1/messages", message_body.dump());
+  ASSERT_TRUE(m && m->status == 200);
+  const std::vector<NamedSseEvent> events = named_sse_events(m->body);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.front().data["message"]["usage"]["input_tokens"], prompt) << "message_start: before the lookup";
+  const NamedSseEvent& delta = events[events.size() - 2];
+  ASSERT_EQ(delta.name, "message_delta");
+  EXPECT_EQ(delta.data["usage"]["cache_read_input_tokens"], expected_hit(prompt));
+  EXPECT_EQ(delta.data["usage"]["input_tokens"], second["input_tokens"]);
+}
+
 // /tokenize renders messages as the chat route does: with the tools offered and the template's
 // kwargs, so its count is the prompt the chat route runs.
 TEST_F(ServerApi, TokenizeRendersToolsAndTemplateKwargsAsTheChatRouteDoes) {

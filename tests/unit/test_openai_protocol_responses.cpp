@@ -43,7 +43,8 @@ TEST(OpenaiResponse, CompletionWithoutLogprobs) {
             R"({"id":"cmpl-1","object":"text_completion","created":1700000000,"model":"tiny","choices":[)"
             R"({"index":0,"text":"Hello world","logprobs":null,"finish_reason":"length"},)"
             R"({"index":1,"text":"!","logprobs":null,"finish_reason":"stop"}],)"
-            R"("usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}})");
+            R"("usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8,)"
+            R"("prompt_tokens_details":{"cached_tokens":0}}})");
 }
 
 TEST(OpenaiResponse, CompletionLogprobs) {
@@ -62,7 +63,8 @@ TEST(OpenaiResponse, CompletionLogprobs) {
             R"("token_logprobs":[-0.1,-3.0],"top_logprobs":[{"Hello":-0.1," world":-2.5},)"
             "{\" world\":-0.5,\"!\":-1.0,\"\xC3\xA9\":-3.0}],"
             R"("text_offset":[0,5]},"finish_reason":"length"}],)"
-            R"("usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}})");
+            R"("usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3,)"
+            R"("prompt_tokens_details":{"cached_tokens":0}}})");
 }
 
 TEST(OpenaiResponse, CompletionLogprobsZeroAndEdgeValues) {
@@ -84,7 +86,8 @@ TEST(OpenaiResponse, ChatWithoutLogprobs) {
       dump(chat_response("chatcmpl-1", 1700000000, "tiny", choices, Usage{9, 2})),
       R"({"id":"chatcmpl-1","object":"chat.completion","created":1700000000,"model":"tiny","choices":[)"
       R"({"index":0,"message":{"role":"assistant","content":"Hi there"},"logprobs":null,"finish_reason":"stop"}],)"
-      R"("usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}})");
+      R"("usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11,)"
+      R"("prompt_tokens_details":{"cached_tokens":0}}})");
 }
 
 TEST(OpenaiResponse, ChatLogprobs) {
@@ -100,7 +103,8 @@ TEST(OpenaiResponse, ChatLogprobs) {
             R"({"token":"Hi","logprob":-0.5,"bytes":[72,105]},{"token":"!","logprob":-1.0,"bytes":[33]}]},)"
             "{\"token\":\"\xC3\xA9\",\"logprob\":-0.75,\"bytes\":[195,169],\"top_logprobs\":[]}]},"
             R"("finish_reason":"abort"}],)"
-            R"("usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}})");
+            R"("usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3,)"
+            R"("prompt_tokens_details":{"cached_tokens":0}}})");
 }
 
 TEST(OpenaiResponse, ChatLogprobsOfHalfCharacter) {
@@ -145,10 +149,16 @@ TEST(OpenaiResponse, ChatChunks) {
 TEST(OpenaiResponse, UsageChunks) {
   EXPECT_EQ(dump(usage_chunk("chatcmpl-4", 8, "tiny", true, Usage{3, 4})),
             R"({"id":"chatcmpl-4","object":"chat.completion.chunk","created":8,"model":"tiny","choices":[],)"
-            R"("usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}})");
+            R"("usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7,)"
+            R"("prompt_tokens_details":{"cached_tokens":0}}})");
   EXPECT_EQ(dump(usage_chunk("cmpl-4", 8, "tiny", false, Usage{3, 0})),
             R"({"id":"cmpl-4","object":"text_completion","created":8,"model":"tiny","choices":[],)"
-            R"("usage":{"prompt_tokens":3,"completion_tokens":0,"total_tokens":3}})");
+            R"("usage":{"prompt_tokens":3,"completion_tokens":0,"total_tokens":3,)"
+            R"("prompt_tokens_details":{"cached_tokens":0}}})");
+  // Prompt tokens the prefix cache served are counted among prompt_tokens, and told apart.
+  EXPECT_EQ(dump(usage_json(Usage{48, 5, 32})),
+            R"({"prompt_tokens":48,"completion_tokens":5,"total_tokens":53,)"
+            R"("prompt_tokens_details":{"cached_tokens":32}})");
 }
 
 TEST(OpenaiResponse, SseAndModels) {
@@ -167,7 +177,8 @@ TEST(OpenaiResponse, InvalidUtf8TextIsReplaced) {
   EXPECT_EQ(dump(completion_response("c", 0, "tiny", choices, Usage{})),
             "{\"id\":\"c\",\"object\":\"text_completion\",\"created\":0,\"model\":\"tiny\",\"choices\":[{\"index\":0,"
             "\"text\":\"ok\xEF\xBF\xBD\",\"logprobs\":null,\"finish_reason\":null}],"
-            "\"usage\":{\"prompt_tokens\":0,\"completion_tokens\":0,\"total_tokens\":0}}");
+            "\"usage\":{\"prompt_tokens\":0,\"completion_tokens\":0,\"total_tokens\":0,"
+            "\"prompt_tokens_details\":{\"cached_tokens\":0}}}");
 }
 
 }  // namespace

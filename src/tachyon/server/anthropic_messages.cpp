@@ -105,14 +105,15 @@ std::string AnthropicMessage::add(const std::vector<ChatPiece>& pieces) {
 }
 
 std::string AnthropicMessage::finish(const std::string& stop_reason, const std::string& stop_string,
-                                     int64_t output_tokens) {
+                                     int64_t output_tokens, int64_t cached_input_tokens) {
   std::string events = close();
   stop_reason_ = stop_reason;
   stop_string_ = stop_reason == "stop_sequence" ? stop_string : "";
   output_tokens_ = output_tokens;
+  cached_input_tokens_ = cached_input_tokens;
   Json delta = {{"stop_reason", stop_reason_}, {"stop_sequence", nullptr}};
   if (!stop_string_.empty()) delta["stop_sequence"] = stop_string_;
-  events += sse_event({{"type", "message_delta"}, {"delta", std::move(delta)}, {"usage", {{"output_tokens", output_tokens}}}});
+  events += sse_event({{"type", "message_delta"}, {"delta", std::move(delta)}, {"usage", final_usage()}});
   return events + sse_event({{"type", "message_stop"}});
 }
 
@@ -124,10 +125,17 @@ Json AnthropicMessage::message() const {
                   {"content", content_},
                   {"stop_reason", nullptr},
                   {"stop_sequence", nullptr},
-                  {"usage", {{"input_tokens", input_tokens_}, {"output_tokens", output_tokens_}}}};
+                  {"usage", final_usage()}};
   if (!stop_reason_.empty()) message["stop_reason"] = stop_reason_;
   if (!stop_string_.empty()) message["stop_sequence"] = stop_string_;
   return message;
+}
+
+Json AnthropicMessage::final_usage() const {
+  return {{"input_tokens", input_tokens_ - cached_input_tokens_},
+          {"cache_creation_input_tokens", 0},
+          {"cache_read_input_tokens", cached_input_tokens_},
+          {"output_tokens", output_tokens_}};
 }
 
 }  // namespace tachyon::server

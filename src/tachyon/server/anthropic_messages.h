@@ -72,12 +72,18 @@ class AnthropicMessage {
 
   std::string start();                                // SSE: message_start, ping
   std::string add(const std::vector<ChatPiece>& pieces);  // SSE: content_block_start / _delta / _stop
-  // SSE: the last content_block_stop, message_delta, message_stop.
-  std::string finish(const std::string& stop_reason, const std::string& stop_string, int64_t output_tokens);
+  // SSE: the last content_block_stop, message_delta, message_stop. cached_input_tokens: of the
+  // input tokens, those served from the prefix cache. As Anthropic counts them, the final usage's
+  // input_tokens leaves those out and cache_read_input_tokens holds them; message_start, sent
+  // before the engine looked up the cache, counts every input token, and message_delta's usage
+  // (which clients take over message_start's) has the final counts.
+  std::string finish(const std::string& stop_reason, const std::string& stop_string, int64_t output_tokens,
+                     int64_t cached_input_tokens = 0);
   nlohmann::ordered_json message() const;  // the whole message (after finish)
 
  private:
   enum class Block { kNone, kText, kThinking, kToolUse };
+  nlohmann::ordered_json final_usage() const;
   std::string open(Block kind, const ChatPiece& piece);
   std::string close();
 
@@ -85,6 +91,7 @@ class AnthropicMessage {
   std::string model_;
   int64_t input_tokens_ = 0;
   int64_t output_tokens_ = 0;
+  int64_t cached_input_tokens_ = 0;
   std::string stop_reason_;
   std::string stop_string_;
   nlohmann::ordered_json content_ = nlohmann::ordered_json::array();  // closed and open blocks

@@ -71,6 +71,7 @@ Json usage_json(const Usage& usage) {
   j["prompt_tokens"] = usage.prompt_tokens;
   j["completion_tokens"] = usage.completion_tokens;
   j["total_tokens"] = usage.prompt_tokens + usage.completion_tokens;
+  j["prompt_tokens_details"] = {{"cached_tokens", usage.cached_tokens}};
   return j;
 }
 

@@ -87,6 +87,7 @@ struct ChatDelta {
 struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;  // of prompt_tokens, served from the prefix cache (computed no more)
 };
 
 // Logprobs of the tokens one stream chunk carries.
@@ -96,7 +97,7 @@ struct LogprobsDelta {
   int64_t text_offset = 0;                   // completions: code points of the choice's text before this chunk
 };
 
-// {"prompt_tokens","completion_tokens","total_tokens"}
+// {"prompt_tokens","completion_tokens","total_tokens","prompt_tokens_details":{"cached_tokens"}}
 nlohmann::ordered_json usage_json(const Usage& usage);
 
 // Non-streamed. object "text_completion": choices [{index, text, logprobs, finish_reason}], usage.

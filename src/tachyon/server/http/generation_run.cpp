@@ -38,14 +38,16 @@ GenerationRun::GenerationRun(ServingContext& context, const std::vector<std::vec
   context.refuse_if_unavailable();
   const size_t num_choices = prompts.size() * static_cast<size_t>(params.n);
   shared_->pending.resize(num_choices);
+  shared_->cached.resize(prompts.size());
   choices_.resize(num_choices);
   for (size_t p = 0; p < prompts.size(); ++p) {
     const int32_t base = static_cast<int32_t>(p) * params.n;
     auto shared = shared_;
-    auto channel = std::make_shared<engine::OutputChannel>([shared, base](engine::RequestOutput&& out) {
+    auto channel = std::make_shared<engine::OutputChannel>([shared, base, p](engine::RequestOutput&& out) {
       std::function<void()> wakeup;
       {
         std::lock_guard lock(shared->mutex);
+        if (!shared->cached[p] && !out.completions.empty()) shared->cached[p] = out.num_prefix_hit_tokens;
         for (engine::CompletionDelta& d : out.completions) {
           Pending& pending = shared->pending[static_cast<size_t>(base + d.index)];
           pending.token_ids.insert(pending.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
@@ -97,6 +99,13 @@ GenerationRun::~GenerationRun() {
   if (context_.metrics().per_request_enabled()) {
     for (int64_t id : request_ids_) context_.metrics().request_ended(std::to_string(id));
   }
+}
+
+int64_t GenerationRun::cached_prompt_tokens() const {
+  std::lock_guard lock(shared_->mutex);
+  int64_t cached = 0;
+  for (const std::optional<int64_t>& c : shared_->cached) cached += c.value_or(0);
+  return cached;
 }
 
 void GenerationRun::set_wakeup(std::function<void()> wakeup) {

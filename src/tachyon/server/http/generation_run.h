@@ -59,6 +59,9 @@ class GenerationRun {
   std::optional<std::string> engine_failure() const;
   int64_t prompt_tokens() const { return prompt_tokens_; }
   int64_t completion_tokens() const { return completion_tokens_; }
+  // Of prompt_tokens(), those the engine served from its prefix cache: each prompt's count as its
+  // first output reported it (RequestOutput::num_prefix_hit_tokens); 0 before that.
+  int64_t cached_prompt_tokens() const;
   void abort();  // every unfinished choice ends with "abort" at the engine's next step
 
  private:
@@ -75,6 +78,7 @@ class GenerationRun {
     std::optional<std::chrono::steady_clock::time_point> first_scheduled;
     std::function<void()> wakeup;
     std::string engine_failure;  // RequestOutput::error of any of the run's requests
+    std::vector<std::optional<int64_t>> cached;  // [num_prompts] prefix-cache hits, from the first output
   };
   struct Choice {
     int64_t request_id = 0;

@@ -172,7 +172,7 @@ class WholeAnswer : public BodyStream {
       return false;
     }
     ticket_.reset();  // the share comes back before the client can see the answer
-    Usage usage{run_->prompt_tokens(), run_->completion_tokens()};
+    Usage usage{run_->prompt_tokens(), run_->completion_tokens(), run_->cached_prompt_tokens()};
     out = (g_.chat ? chat_response(g_.id, g_.created, g_.model, choices_, usage, token_text_fn(context_))
                    : completion_response(g_.id, g_.created, g_.model, choices_, usage, token_text_fn(context_)))
               .dump();
@@ -263,7 +263,8 @@ class SseAnswer : public BodyStream {
     if (!run_->finished()) return false;
     ticket_.reset();  // the share comes back before the client can see the end
     if (g_.include_usage) {
-      out += sse_data(usage_chunk(g_.id, g_.created, g_.model, g_.chat, {run_->prompt_tokens(), run_->completion_tokens()}));
+      const Usage usage{run_->prompt_tokens(), run_->completion_tokens(), run_->cached_prompt_tokens()};
+      out += sse_data(usage_chunk(g_.id, g_.created, g_.model, g_.chat, usage));
     }
     out += std::string(kSseDone);
     return true;

@@ -28,8 +28,9 @@ class AnthropicShape : public AnswerShape {
     return message_->start();
   }
   std::string add(const std::vector<ChatPiece>& pieces) override { return message_->add(pieces); }
-  std::string finish(const std::string& finish_reason, const std::string& stop_string, int64_t output_tokens) override {
-    return message_->finish(anthropic_stop_reason(finish_reason, stop_string), stop_string, output_tokens);
+  std::string finish(const std::string& finish_reason, const std::string& stop_string, const Usage& usage) override {
+    return message_->finish(anthropic_stop_reason(finish_reason, stop_string), stop_string, usage.completion_tokens,
+                            usage.cached_tokens);
   }
   std::string whole() const override {
     return message_->message().dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);

@@ -16,6 +16,7 @@
 #include "tachyon/server/http/generation.h"
 #include "tachyon/server/http/pd_roles.h"
 #include "tachyon/server/openai_errors.h"
+#include "tachyon/server/openai_responses.h"
 
 namespace tachyon::server {
 
@@ -24,10 +25,9 @@ class AnswerShape {
   virtual ~AnswerShape() = default;
   virtual std::string start(int64_t input_tokens) = 0;                // the stream's first events
   virtual std::string add(const std::vector<ChatPiece>& pieces) = 0;  // events for these pieces
-  // The answer's end: the chat route's finish reason ("stop", "length", "tool_calls") and the
-  // stop string that ended it ("" for none). Returns the last events.
-  virtual std::string finish(const std::string& finish_reason, const std::string& stop_string,
-                             int64_t output_tokens) = 0;
+  // The answer's end: the chat route's finish reason ("stop", "length", "tool_calls"), the stop
+  // string that ended it ("" for none) and the run's token counts. Returns the last events.
+  virtual std::string finish(const std::string& finish_reason, const std::string& stop_string, const Usage& usage) = 0;
   virtual std::string whole() const = 0;  // the non-streamed body, after finish
   virtual std::string error_body(const ApiError& error) const = 0;
   virtual std::string error_event(const ApiError& error) = 0;  // SSE
