@@ -43,7 +43,8 @@ TEST(ChatOutput, NonStreamedMessage) {
             R"("tool_calls":[{"id":"call_0","type":"function","function":{"name":"get_weather",)"
             R"("arguments":"{\"city\": \"Paris\"}"}},{"id":"call_1","type":"function","function":{"name":"now",)"
             R"("arguments":"{}"}}]},"logprobs":null,"finish_reason":"tool_calls"}],)"
-            R"("usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}})");
+            R"("usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7,)"
+            R"("prompt_tokens_details":{"cached_tokens":0}}})");
 }
 
 TEST(ChatOutput, OnlyCallsMeansNullContent) {

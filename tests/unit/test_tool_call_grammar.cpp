@@ -75,6 +75,13 @@ const std::vector<FormatCase>& format_cases() {
        "<arg_value>3</arg_value></tool_call>\n<tool_call>get_time</tool_call>",
        "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n"
        "<arg_value>three</arg_value>\n</tool_call>"},
+      {"qwen3_coder",
+       "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n"
+       "</parameter>\n</function>\n</tool_call>",
+       "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n"
+       "</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=get_time>\n</function>\n</tool_call>",
+       "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\nthree\n"
+       "</parameter>\n</function>\n</tool_call>"},
   };
   return cases;
 }
@@ -104,6 +111,42 @@ TEST(ToolCallGrammar, EachFormatAcceptsItsCanonicalCallAndTheParserReadsItBack) 
   }
 }
 
+// Qwen3-Coder's string parameters are raw text: anything (code with '<', newlines, a '</param'
+// that closes nothing) but their closing tag, which the first occurrence of ends the value.
+TEST(ToolCallGrammar, Qwen3CoderStringValuesAreAnyTextButTheirClosingTag) {
+  const auto g = compile(forced("qwen3_coder", Json::array({kWeather}), false));
+  auto call = [](const std::string& city) {
+    return "<tool_call>\n<function=get_weather>\n<parameter=city>\n" + city + "\n</parameter>\n</function>\n</tool_call>";
+  };
+  for (const std::string city : {"", "a < b", "x\n\ny", "</param", "<</parameter", "</parameter", "Zürich"}) {
+    EXPECT_TRUE(matches(g, call(city))) << city;
+  }
+  EXPECT_FALSE(matches(g, call("a</parameter>b"))) << "the closing tag inside the value";
+  // The optional parameter may be left out; an unknown one may not.
+  EXPECT_FALSE(matches(g, "<tool_call>\n<function=get_weather>\n<parameter=zip>\n1\n</parameter>\n</function>\n</tool_call>"));
+  // Without properties, any parameter names with raw values.
+  const auto open = compile(forced("qwen3_coder", Json::array({kTime}), false));
+  EXPECT_TRUE(matches(open, "<tool_call>\n<function=get_time>\n<parameter=tz>\nUTC <+0>\n</parameter>\n</function>\n</tool_call>"));
+  EXPECT_FALSE(matches(open, "<tool_call>\n<function=get_time>\n<parameter=t>z>\nx\n</parameter>\n</function>\n</tool_call>"));
+  // minLength / maxLength count characters of the raw text.
+  const Json bounded = Json::parse(
+      R"({"name": "f", "parameters": {"properties": {"s": {"type": "string", "minLength": 2, "maxLength": 4}}, "required": ["s"]}})");
+  const auto b = compile(forced("qwen3_coder", Json::array({bounded}), false));
+  auto with = [](const std::string& s) {
+    return "<tool_call>\n<function=f>\n<parameter=s>\n" + s + "\n</parameter>\n</function>\n</tool_call>";
+  };
+  for (const std::string ok : {"ab", "abcd", "a<c", "東京", "</pa", "\n\n"}) EXPECT_TRUE(matches(b, with(ok))) << ok;
+  for (const std::string no : {"a", "abcde", "東京大阪府", ""}) EXPECT_FALSE(matches(b, with(no))) << no;
+  const Json at_least = Json::parse(
+      R"({"name": "f", "parameters": {"properties": {"s": {"type": "string", "minLength": 3}}, "required": ["s"]}})");
+  const auto l = compile(forced("qwen3_coder", Json::array({at_least}), false));
+  EXPECT_FALSE(matches(l, with("ab")));
+  EXPECT_TRUE(matches(l, with("abc")));
+  EXPECT_TRUE(matches(l, with(std::string(300, 'x') + "</param<")));
+  const Json too_long = Json::parse(R"({"name": "f", "parameters": {"properties": {"s": {"type": "string", "maxLength": 5000}}}})");
+  EXPECT_THROW(structured::build_grammar(forced("qwen3_coder", Json::array({too_long}), false)), structured::StructuredError);
+}
+
 TEST(ToolCallGrammar, RefusesWhatItCannotForce) {
   EXPECT_THROW(structured::build_grammar(forced("pythonic", Json::array({kTime}), false)), structured::StructuredError);
   const Json bad = Json::parse(R"({"name": "f", "index": 3, "parameters": {"type": "object", "properties": {"x": {"type": "strin"}}}})");
@@ -115,6 +158,7 @@ TEST(ToolCallGrammar, RefusesWhatItCannotForce) {
   }
   const Json patterned = Json::parse(R"({"name": "f", "parameters": {"properties": {"x": {"type": "string", "pattern": "a+"}}}})");
   EXPECT_THROW(structured::build_grammar(forced("glm45", Json::array({patterned}), false)), structured::StructuredError);
+  EXPECT_THROW(structured::build_grammar(forced("qwen3_coder", Json::array({patterned}), false)), structured::StructuredError);
 }
 
 TEST(ReasoningPrefix, TheConstraintAppliesAfterTheEndMarker) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "chat_output_harness.h"
+#include "tachyon/server/python_literal.h"
 
 namespace tachyon::server {
 namespace {
@@ -223,6 +224,103 @@ TEST(Glm45ToolParser, NoArgumentsAndNotACall) {
                 Answer{"", "", {{"f", "{}"}}});  // cut short inside the only value: no complete pair
 }
 
+// ---- Qwen3-Coder, Qwen3.5 (XML-like tags, raw values) ----
+
+nlohmann::ordered_json coder_tools() {
+  return nlohmann::ordered_json::parse(R"([{"type": "function", "function": {"name": "write_file", "parameters":
+      {"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"},
+       "mode": {"type": ["integer", "null"]}, "append": {"type": "boolean"}, "tags": {"type": "array"},
+       "meta": {"type": "object"}, "zip": {"type": ["string", "null"]}}}}}])");
+}
+
+TEST(Qwen3CoderToolParser, OneCallWithSchemaTypes) {
+  expect_answer(tools_config("qwen3_coder", coder_tools()),
+                "I'll write it.\n<tool_call>\n<function=write_file>\n<parameter=path>\nsrc/a.py\n</parameter>\n"
+                "<parameter=mode>\n420\n</parameter>\n<parameter=append>\nFalse\n</parameter>\n"
+                "<parameter=zip>\n75001\n</parameter>\n</function>\n</tool_call>",
+                Answer{"I'll write it.", "", {{"write_file",
+                        R"({"path": "src/a.py", "mode": 420, "append": false, "zip": "75001"})"}}});
+}
+
+TEST(Qwen3CoderToolParser, StringValuesAreRawTextWithTagsAndNewlinesInside) {
+  // Code with '<', a '</param' that closes nothing, blank lines; one newline on each side is the format's.
+  const std::string code = "if (a < b) {\n  s = \"</param\";\n}\n\n";
+  expect_answer(tools_config("qwen3_coder", coder_tools()),
+                "<tool_call>\n<function=write_file>\n<parameter=content>\n" + code +
+                    "\n</parameter>\n<parameter=path>\nZürich 東京.txt\n</parameter>\n</function>\n</tool_call>",
+                Answer{"", "", {{"write_file", R"({"content": "if (a < b) {\n  s = \"</param\";\n}\n\n", )"
+                                               R"("path": "Zürich 東京.txt"})"}}});
+  // A </function> inside a value its closing tag follows is the value's.
+  expect_answer(tools_config("qwen3_coder", coder_tools()),
+                "<tool_call>\n<function=write_file>\n<parameter=content>\n<function>x</function>\n</parameter>\n"
+                "</function>\n</tool_call>",
+                Answer{"", "", {{"write_file", R"({"content": "<function>x</function>"})"}}});
+}
+
+TEST(Qwen3CoderToolParser, ParallelCallsAndPythonLiterals) {
+  expect_answer(tools_config("qwen3_coder", coder_tools()),
+                "<tool_call>\n<function=write_file>\n<parameter=tags>\n['a', \"b\", 3]\n</parameter>\n"
+                "<parameter=meta>\n{'k': {'on': True, 'off': None}, 'n': -1.5e3}\n</parameter>\n</function>\n</tool_call>\n"
+                "<tool_call>\n<function=now>\n</function>\n</tool_call>",
+                Answer{"", "", {{"write_file", R"({"tags": ["a", "b", 3], "meta": {"k": {"on": true, "off": null}, "n": -1.5e3}})"},
+                                {"now", "{}"}}});
+}
+
+TEST(Qwen3CoderToolParser, WithoutSchemaValuesAreJsonWhenTheyRead) {
+  expect_answer(tools_config("qwen3_coder"),
+                "<tool_call>\n<function=f>\n<parameter=n>\n7\n</parameter>\n<parameter=flag>\nTrue\n</parameter>\n"
+                "<parameter=obj>\n{\"a\": [1, 2]}\n</parameter>\n<parameter=text>\nhello world\n</parameter>\n"
+                "</function>\n</tool_call>",
+                Answer{"", "", {{"f", R"({"n": 7, "flag": true, "obj": {"a": [1, 2]}, "text": "hello world"})"}}});
+}
+
+TEST(Qwen3CoderToolParser, MalformedAndCutShort) {
+  const auto config = tools_config("qwen3_coder", coder_tools());
+  // No function tag: content, verbatim.
+  expect_answer(config, "<tool_call>oops</tool_call> done", Answer{"<tool_call>oops</tool_call> done", "", {}});
+  // Cut before the name is complete: content.
+  expect_answer(config, "Sure <tool_call>\n<function=wri", Answer{"Sure <tool_call>\n<function=wri", "", {}});
+  // Cut inside a string value: the call keeps what it has.
+  expect_answer(config, "<tool_call>\n<function=write_file>\n<parameter=path>\nsrc/ma",
+                Answer{"", "", {{"write_file", R"({"path": "src/ma"})"}}});
+  // A parameter whose closing tag the model forgot ends at </function>.
+  expect_answer(config, "<tool_call>\n<function=write_file>\n<parameter=path>\na.txt\n</function>\n</tool_call>",
+                Answer{"", "", {{"write_file", R"({"path": "a.txt"})"}}});
+  for (std::string text : {"a <tool_call", "x <function=f>", "<parameter=a>\n1\n</parameter>", "  \n"}) {
+    expect_answer(config, text, Answer{text, "", {}});
+  }
+}
+
+TEST(Qwen3CoderToolParser, StringArgumentsStreamAsTheyArrive) {
+  ChatOutput output(tools_config("qwen3_coder", coder_tools()), [] { return std::string("call_1"); });
+  auto pieces = output.push("<tool_call>\n<function=write_file>\n<parameter=content>\nline 1\nline", {});
+  ASSERT_EQ(pieces.size(), 2u);
+  EXPECT_EQ(pieces[0].text, "write_file");
+  EXPECT_EQ(pieces[1].text, R"({"content": "line 1\nline)");
+  pieces = output.push(" 2\n</para", {});  // the newline and a partial tag are held back
+  ASSERT_EQ(pieces.size(), 1u);
+  EXPECT_EQ(pieces[0].text, " 2");
+  pieces = output.push("meter>\n<parameter=mode>\n6", {});  // a number waits for its tag
+  ASSERT_EQ(pieces.size(), 1u);
+  EXPECT_EQ(pieces[0].text, "\"");
+  pieces = output.push("44\n</parameter>\n</function>\n</tool_call>", {});
+  ASSERT_EQ(pieces.size(), 1u);
+  EXPECT_EQ(pieces[0].text, R"(, "mode": 644})");
+}
+
+TEST(PythonLiteral, ReadsWhatJinjasStringFilterWrites) {
+  EXPECT_EQ(python_literal_as_json("{'a': [1, True, None], \"b\": (2, 3.5,), 'c': 'it\\'s\\n'}"),
+            R"({"a": [1, true, null], "b": [2, 3.5], "c": "it's\n"})");
+  EXPECT_EQ(python_literal_as_json(" [ ] "), "[]");
+  EXPECT_EQ(python_literal_as_json("'\\u00e9\\x41'"), R"("éA")");
+  for (const char* no : {"{1: 2}", "{'a' 1}", "[1, 2", "set()", "TrueX", "'open", "1 + 2", "", "{'a': nan}"}) {
+    EXPECT_EQ(python_literal_as_json(no), std::nullopt) << no;
+  }
+  std::string deep(70, '[');
+  deep += std::string(70, ']');
+  EXPECT_EQ(python_literal_as_json(deep), std::nullopt) << "nesting past 64";
+}
+
 // ---- the table ----
 
 TEST(ToolParserTable, NamesAndTemplates) {
@@ -231,6 +329,10 @@ TEST(ToolParserTable, NamesAndTemplates) {
   EXPECT_EQ(canonical_tool_parser("nonsense"), "");
   EXPECT_EQ(tool_parser_for_template("{{ '<tool_call>\\n{\"name\": ' }}"), "hermes");
   EXPECT_EQ(tool_parser_for_template("{{ '<tool_call>' + name + '<arg_key>' }}"), "glm45");
+  EXPECT_EQ(tool_parser_for_template("{{- '<tool_call>\\n<function=' + tool_call.name + '>\\n' }}"
+                                     "{{- '<parameter=' + args_name + '>\\n' }}"),
+            "qwen3_coder");
+  EXPECT_EQ(canonical_tool_parser("qwen3_xml"), "qwen3_coder");
   EXPECT_EQ(tool_parser_for_template("{{ '[TOOL_CALLS]' }}"), "mistral");
   EXPECT_EQ(tool_parser_for_template("{{- '<|python_tag|>' }}"), "llama3_json");
   EXPECT_EQ(tool_parser_for_template("{{ '<|start_header_id|>' }}"), "");

@@ -172,7 +172,7 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::Range(size_t{1024}, size_t{1} << 30));
   cmd->add_option("--tool-call-parser", options->serving.tool_call_parser,
                   "how chat answers are read for tool calls: auto (from the chat template), none, hermes, "
-                  "llama3_json, deepseek_v3, glm45, mistral")
+                  "llama3_json, deepseek_v3, glm45, mistral, qwen3_coder")
       ->default_val("auto");
   cmd->add_option("--reasoning-parser", options->serving.reasoning_parser,
                   "how chat answers are split into reasoning_content and content: auto (from the chat template), "

@@ -100,6 +100,34 @@ std::optional<std::string> ToolParser::object_arguments(std::string_view text, c
   return std::string(text.substr(scan.arguments_begin, end - scan.arguments_begin));
 }
 
+std::string ToolParser::parameter_type(const nlohmann::ordered_json& tools, std::string_view function,
+                                       std::string_view key) {
+  if (!tools.is_array()) return "";
+  for (const auto& tool : tools) {
+    const auto f = tool.find("function");
+    if (f == tool.end() || !f->is_object() || f->value("name", "") != function) continue;
+    const auto parameters = f->find("parameters");
+    if (parameters == f->end() || !parameters->is_object()) return "";
+    const auto properties = parameters->find("properties");
+    if (properties == parameters->end() || !properties->is_object()) return "";
+    const auto property = properties->find(std::string(key));
+    if (property == properties->end() || !property->is_object()) return "";
+    const auto type = property->find("type");
+    if (type == property->end()) return "";
+    if (type->is_string()) return type->get<std::string>();
+    if (!type->is_array()) return "";
+    std::string only;  // ["string", "null"]: a string unless it reads as null
+    for (const auto& t : *type) {
+      const std::string name = t.is_string() ? t.get<std::string>() : "";
+      if (name == "null") continue;
+      if (!only.empty() || name.empty()) return "";
+      only = name;
+    }
+    return only;
+  }
+  return "";
+}
+
 void ToolParser::follow_call_object(std::string_view text, const CallObjectScan& scan) {
   if (!in_call_ && scan.name) start_call(*scan.name);
   if (!in_call_) return;
@@ -114,7 +142,7 @@ struct Format {
 };
 constexpr Format kFormats[] = {{"hermes", "hermes"},   {"llama3_json", "llama3_json"}, {"deepseek_v3", "deepseek_v3"},
                                {"deepseek_v31", "deepseek_v3"}, {"glm45", "glm45"},     {"glm47", "glm45"},
-                               {"mistral", "mistral"}};
+                               {"mistral", "mistral"},  {"qwen3_coder", "qwen3_coder"}, {"qwen3_xml", "qwen3_coder"}};
 
 }  // namespace
 
@@ -136,6 +164,8 @@ bool is_tool_parser_name(std::string_view name) { return !canonical_tool_parser(
 std::string tool_parser_for_template(std::string_view t) {
   auto has = [&](std::string_view s) { return t.find(s) != std::string_view::npos; };
   if (has("<arg_key>")) return "glm45";
+  // Qwen3-Coder's and Qwen3.5's templates also say <tool_call>, around XML-like tags.
+  if (has("<function=") && has("<parameter=")) return "qwen3_coder";
   if (has("<tool_call>")) return "hermes";
   if (has("<｜tool▁call▁begin｜>")) return "deepseek_v3";
   if (has("[TOOL_CALLS]")) return "mistral";
@@ -145,7 +175,7 @@ std::string tool_parser_for_template(std::string_view t) {
 
 std::vector<std::string> tool_parser_markers(std::string_view name) {
   const std::string canonical = canonical_tool_parser(name);
-  if (canonical == "hermes") return {"<tool_call>", "</tool_call>"};
+  if (canonical == "hermes" || canonical == "qwen3_coder") return {"<tool_call>", "</tool_call>"};
   if (canonical == "glm45") return {"<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"};
   if (canonical == "deepseek_v3") {
     return {"<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"};
@@ -161,6 +191,7 @@ std::unique_ptr<ToolParser> make_tool_parser(std::string_view name, const nlohma
   if (canonical == "deepseek_v3") return make_deepseek_v3_tool_parser();
   if (canonical == "glm45") return make_glm45_tool_parser(tools);
   if (canonical == "mistral") return make_mistral_tool_parser();
+  if (canonical == "qwen3_coder") return make_qwen3_coder_tool_parser(tools);
   return nullptr;
 }
 

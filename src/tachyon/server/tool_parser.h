@@ -82,6 +82,11 @@ class ToolParser {
   // The object's final arguments (nullopt when it had none); a JSON string holding the
   // arguments, as some models write them, is unwrapped.
   static std::optional<std::string> object_arguments(std::string_view text, const CallObjectScan& scan);
+  // For formats that write each parameter as raw text (GLM, Qwen3-Coder): the JSON type the
+  // request's `tools` give parameter `key` of `function` ("string", "integer", ...; a type list of
+  // one type and "null" is that type), "" when they give none or several.
+  static std::string parameter_type(const nlohmann::ordered_json& tools, std::string_view function,
+                                    std::string_view key);
 
   std::string buffer_;  // text pushed and not yet consumed
 
@@ -94,8 +99,8 @@ class ToolParser {
   int32_t num_calls_ = 0;
 };
 
-// Format names for --tool-call-parser: hermes, llama3_json, deepseek_v3, glm45, mistral (and
-// the aliases deepseek_v31, glm47).
+// Format names for --tool-call-parser: hermes, llama3_json, deepseek_v3, glm45, mistral,
+// qwen3_coder (and the aliases deepseek_v31, glm47, qwen3_xml).
 std::vector<std::string> tool_parser_names();
 bool is_tool_parser_name(std::string_view name);
 // The canonical name for a format name or alias; "" when unknown.
@@ -105,7 +110,7 @@ std::string tool_parser_for_template(std::string_view chat_template);
 // The marker strings a format is recognized by (to check whether the tokenizer would drop them
 // as special tokens).
 std::vector<std::string> tool_parser_markers(std::string_view name);
-// tools: the request's validated tools array (GLM reads the parameter types from it).
+// tools: the request's validated tools array (GLM and Qwen3-Coder read the parameter types from it).
 std::unique_ptr<ToolParser> make_tool_parser(std::string_view name, const nlohmann::ordered_json& tools);
 
 // One factory per format file.
@@ -114,5 +119,6 @@ std::unique_ptr<ToolParser> make_llama3_json_tool_parser();
 std::unique_ptr<ToolParser> make_deepseek_v3_tool_parser();
 std::unique_ptr<ToolParser> make_glm45_tool_parser(const nlohmann::ordered_json& tools);
 std::unique_ptr<ToolParser> make_mistral_tool_parser();
+std::unique_ptr<ToolParser> make_qwen3_coder_tool_parser(const nlohmann::ordered_json& tools);
 
 }  // namespace tachyon::server

@@ -91,38 +91,10 @@ class Glm45ToolParser : public ToolParser {
     auto as_string = [&] {
       return nlohmann::json(std::string(value)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     };
-    if (parameter_is_string(key)) return as_string();
+    if (parameter_type(tools_, current_name_, key) == "string") return as_string();
     const std::string text = trim_json_whitespace(value);
     if (nlohmann::json::accept(text)) return text;
     return as_string();
-  }
-
-  bool parameter_is_string(const std::string& key) const {
-    if (!tools_.is_array()) return false;
-    for (const auto& tool : tools_) {
-      const auto function = tool.find("function");
-      if (function == tool.end() || !function->is_object() || function->value("name", "") != current_name_) continue;
-      const auto parameters = function->find("parameters");
-      if (parameters == function->end() || !parameters->is_object()) return false;
-      const auto properties = parameters->find("properties");
-      if (properties == parameters->end() || !properties->is_object()) return false;
-      const auto property = properties->find(key);
-      if (property == properties->end() || !property->is_object()) return false;
-      const auto type = property->find("type");
-      if (type == property->end()) return false;
-      if (type->is_string()) return type->get<std::string>() == "string";
-      if (type->is_array()) {  // ["string", "null"]: a string unless it reads as null
-        bool string = false, other = false;
-        for (const auto& t : *type) {
-          const std::string name = t.is_string() ? t.get<std::string>() : "";
-          string = string || name == "string";
-          other = other || (name != "string" && name != "null");
-        }
-        return string && !other;
-      }
-      return false;
-    }
-    return false;
   }
 
   const nlohmann::ordered_json tools_;

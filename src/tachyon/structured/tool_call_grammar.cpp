@@ -1,5 +1,6 @@
 #include "tachyon/structured/tool_call_grammar.h"
 
+#include <functional>
 #include <optional>
 #include <set>
 
@@ -27,7 +28,11 @@ constexpr Block kBlocks[] = {
     {"mistral", "[TOOL_CALLS]", "[", ", ", "]", ""},
     {"deepseek_v3", "<｜tool▁calls▁begin｜>", "", "\n", "", "<｜tool▁calls▁end｜>"},
     {"glm45", "", "", "\n", "", ""},
+    {"qwen3_coder", "", "", "\n", "", ""},
 };
+
+// The longest raw string parameter a bound may name (the grammar holds a rule per character).
+constexpr int64_t kMaxRawLength = 4096;
 
 const Block* find_block(const std::string& format) {
   for (const Block& b : kBlocks) {
@@ -55,6 +60,10 @@ class ToolCallBuilder {
     const std::string what = "tools[" + std::to_string(tool.value("index", 0)) + "].function.parameters";
     const Json parameters = tool.contains("parameters") && !tool["parameters"].is_null() ? tool["parameters"] : Json::object();
     if (format_ == "glm45") return concat({marker("<tool_call>"), g_.literal(name), glm_arguments(parameters, what), newline(), marker("</tool_call>")});
+    if (format_ == "qwen3_coder") {
+      return concat({marker("<tool_call>"), g_.literal("\n<function=" + name + ">\n"), qwen_parameters(parameters, what),
+                     g_.literal("</function>\n"), marker("</tool_call>")});
+    }
     const Sequence arguments = parameters.empty() ? json_.any_object() : json_.value(parameters, what);
     const std::string quoted = Json(name).dump();
     if (format_ == "hermes") {
@@ -95,7 +104,13 @@ class ToolCallBuilder {
     return true;
   }
 
-  Sequence glm_value(const Json& s, const std::string& what) {
+  // Raw text of a string parameter, `min` to `max` characters long (max < 0: any length).
+  using RawText = std::function<Sequence(int64_t min, int64_t max)>;
+
+  // A string parameter's raw text (made by `raw`), or one of its enum's strings; any other
+  // parameter's JSON. `lengths`: whether the family's raw text takes minLength / maxLength.
+  Sequence raw_or_json_value(const Json& s, const std::string& what, const RawText& raw, const char* family,
+                             bool lengths) {
     if (!is_string_schema(s)) return json_.value(s, what);
     if (const auto e = s.find("enum"); e != s.end()) {
       std::vector<Sequence> alternatives;
@@ -103,13 +118,95 @@ class ToolCallBuilder {
       return Grammar::ref(g_.rule_of("glm_enum", alternatives));
     }
     static const std::set<std::string> kPlain = {"type", "title", "description", "default", "examples"};
+    int64_t min = 0, max = -1;
     for (const auto& [key, value] : s.items()) {
-      if (kPlain.count(key) == 0) {
-        throw StructuredError(what + ": a forced GLM tool call writes string parameters raw, so '" + key +
+      if (lengths && (key == "minLength" || key == "maxLength")) {
+        if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > kMaxRawLength) {
+          throw StructuredError(what + ": '" + key + "' must be a whole number from 0 to " +
+                                std::to_string(kMaxRawLength) + " on a parameter written raw");
+        }
+        (key == "minLength" ? min : max) = value.get<int64_t>();
+      } else if (kPlain.count(key) == 0) {
+        throw StructuredError(what + ": a forced " + family + " tool call writes string parameters raw, so '" + key +
                               "' on a string parameter is not supported");
       }
     }
-    return raw_text(false);
+    if (max >= 0 && max < min) throw StructuredError(what + ": 'maxLength' is below 'minLength'");
+    return raw(min, max);
+  }
+
+  Sequence glm_value(const Json& s, const std::string& what) {
+    return raw_or_json_value(s, what, [&](int64_t, int64_t) { return raw_text(false); }, "GLM", /*lengths=*/false);
+  }
+
+  // Qwen3-Coder's raw parameter text without bounds, one rule set for every such parameter.
+  Sequence parameter_text(int64_t min = 0, int64_t max = -1) {
+    if (min > 0 || max >= 0) return text_without("</parameter>", min, max);
+    if (!parameter_text_) parameter_text_ = text_without("</parameter>", 0, -1);
+    return *parameter_text_;
+  }
+
+  // Any text of min..max characters (max < 0: no bound) in which `end` does not occur (so the
+  // first `end` after it closes it). A rule per (characters written up to the bounds, prefix of
+  // `end` matched so far), as a string-search automaton runs; past the lengths the bounds tell
+  // apart, one set of rules loops. `end` is ASCII, its first character occurring in it only there
+  // ("</parameter>").
+  Sequence text_without(std::string_view end, int64_t min, int64_t max) {
+    const size_t n = end.size();
+    const int64_t counted = max >= 0 ? max : min;
+    std::vector<std::vector<int32_t>> rules(static_cast<size_t>(counted + 1), std::vector<int32_t>(n));
+    for (auto& level : rules) {
+      for (int32_t& rule : level) rule = g_.add_rule("raw_value");
+    }
+    for (int64_t k = 0; k <= counted; ++k) {
+      const std::vector<int32_t>& here = rules[static_cast<size_t>(k)];
+      if (max >= 0 && k == max) {  // no character more
+        for (const int32_t rule : here) g_.add_alternative(rule, {});
+        continue;
+      }
+      const std::vector<int32_t>& next = rules[static_cast<size_t>(max >= 0 ? k + 1 : std::min(k + 1, counted))];
+      for (size_t i = 0; i < n; ++i) {
+        if (k >= min) g_.add_alternative(here[i], {});
+        CodepointRanges others = {{static_cast<uint32_t>(end[0]), static_cast<uint32_t>(end[0])}};
+        if (i > 0) others.push_back({static_cast<uint32_t>(end[i]), static_cast<uint32_t>(end[i])});
+        g_.add_alternative(here[i], concat({utf8_class(g_, complement_ranges(normalize_ranges(others)), "raw_char"),
+                                            Grammar::ref(next[0])}));
+        g_.add_alternative(here[i], concat({g_.literal(end.substr(0, 1)), Grammar::ref(next[1])}));
+        if (i > 0 && i + 1 < n) g_.add_alternative(here[i], concat({g_.literal(end.substr(i, 1)), Grammar::ref(next[i + 1])}));
+      }
+    }
+    return Grammar::ref(rules[0][0]);
+  }
+
+  // Qwen3-Coder's parameters, in the schema's order, optional ones may be left out:
+  // <parameter=KEY>\nVALUE\n</parameter>\n, a string's VALUE its raw text (without "</parameter>").
+  Sequence qwen_parameters(const Json& parameters, const std::string& what) {
+    auto parameter = [&](const Sequence& key, const Sequence& value) {
+      return concat({g_.literal("<parameter="), key, g_.literal(">\n"), value, g_.literal("\n</parameter>\n")});
+    };
+    const auto props = parameters.find("properties");
+    if (props == parameters.end() || !props->is_object()) {
+      const auto type = parameters.find("type");
+      if (type != parameters.end() && !(type->is_string() && *type == "object")) {
+        throw StructuredError(what + ": a tool's parameters must be an object schema");
+      }
+      const Sequence key_char = utf8_class(g_, complement_ranges({{'\n', '\n'}, {'<', '<'}, {'>', '>'}}), "key_char");
+      return g_.star(parameter(concat({key_char, g_.star(key_char, "key")}), parameter_text()), "parameters");
+    }
+    std::set<std::string> required;
+    if (const auto r = parameters.find("required"); r != parameters.end() && r->is_array()) {
+      for (const Json& name : *r) {
+        if (name.is_string()) required.insert(name.get<std::string>());
+      }
+    }
+    Sequence out;
+    for (const auto& [key, schema] : props->items()) {
+      const std::string at = what + ".properties." + key;
+      const RawText raw = [&](int64_t min, int64_t max) { return parameter_text(min, max); };
+      const Sequence p = parameter(g_.literal(key), raw_or_json_value(schema, at, raw, "Qwen3-Coder", /*lengths=*/true));
+      append(out, required.count(key) ? p : g_.optional(p, "optional_parameter"));
+    }
+    return out;
   }
 
   // The key/value pairs of the arguments object, in the schema's order; optional ones may be left out.
@@ -140,6 +237,7 @@ class ToolCallBuilder {
   JsonSchemaBuilder json_;
   std::string format_;
   const TokenVocabulary* vocabulary_;  // may be null: markers as text
+  std::optional<Sequence> parameter_text_;
 };
 
 }  // namespace

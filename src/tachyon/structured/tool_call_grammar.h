@@ -10,6 +10,9 @@
 //   glm45        <tool_call>f\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n</tool_call>, the newlines
 //                optional (GLM-4.7 and 5 leave them out); a string parameter's value is its raw
 //                text without '<' (an enum of strings: one of them), any other value is JSON.
+//   qwen3_coder  <tool_call>\n<function=f>\n<parameter=k>\nv\n</parameter>\n</function>\n</tool_call>,
+//                joined by "\n"; a string parameter's value is its raw text without "</parameter>"
+//                (so code with '<' in it can be written), any other value is JSON.
 // The one non-obvious decision: the call is the whole answer (no text before it), as OpenAI's
 // forced calls are; several calls only when parallel calls are allowed.
 // Markers (the tags above, tool_call_markers()) that the served tokenizer encodes as one token are
