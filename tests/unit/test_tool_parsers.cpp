@@ -3,6 +3,8 @@
 // all chunkings must give the same content and calls.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "chat_output_harness.h"
 #include "tachyon/server/python_literal.h"
 
@@ -319,6 +321,52 @@ TEST(PythonLiteral, ReadsWhatJinjasStringFilterWrites) {
   std::string deep(70, '[');
   deep += std::string(70, ']');
   EXPECT_EQ(python_literal_as_json(deep), std::nullopt) << "nesting past 64";
+}
+
+// ---- every format: random answers, random pieces ----
+
+// Answers glued from each format's own fragments (markers, names, values, stray '<', cut UTF-8
+// characters) parse the same whole and in random pieces: the contract at the top of
+// tool_parser.h, on texts nobody wrote by hand.
+TEST(ToolParserChunking, RandomAnswersParseAlikeInAnyPieces) {
+  const std::vector<std::string> common = {"x", " ", "\n", "<", ">", "{", "}", "\"", "é", "\xE6\x9D", "\xB1", "1", "True"};
+  const std::vector<std::pair<std::string, std::vector<std::string>>> formats = {
+      {"hermes", {"<tool_call>", "</tool_call>", "{\"name\": \"f\"", ", \"arguments\": ", "{\"a\": 1}", "}"}},
+      {"llama3_json", {"<|python_tag|>", "{\"name\": \"f\", \"parameters\": ", "{\"a\": [1]}", "}", "; "}},
+      {"mistral", {"[TOOL_CALLS]", "[", "]", "{\"name\": \"f\", \"arguments\": {}}", "f[ARGS]", ", "}},
+      {"deepseek_v3", {"<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "function<｜tool▁sep｜>f", "\n```json\n",
+                       "{\"a\": 1}", "\n```", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>"}},
+      {"glm45", {"<tool_call>", "f", "<arg_key>", "city", "</arg_key>", "<arg_value>", "Paris", "</arg_value>",
+                 "</tool_call>"}},
+      {"qwen3_coder", {"<tool_call>", "<function=write_file>", "<function=f>", "<parameter=content>", "<parameter=mode>",
+                       "<parameter=meta>", "</parameter>", "</function>", "</tool_call>", "{'k': [None]}", "</para",
+                       "</func"}},
+  };
+  std::mt19937 gen(20261205);
+  for (const auto& [format, fragments] : formats) {
+    const ChatOutputConfig config = tools_config(format, coder_tools());
+    std::vector<std::string> parts = common;
+    parts.insert(parts.end(), fragments.begin(), fragments.end());
+    std::uniform_int_distribution<size_t> part(0, parts.size() - 1);
+    for (int answer = 0; answer < 2000; ++answer) {
+      std::string text;
+      const int length = std::uniform_int_distribution<int>(1, 24)(gen);
+      for (int i = 0; i < length; ++i) text += parts[part(gen)];
+      const testing::Answer whole = testing::run_chunks(config, {text});
+      for (int chunking = 0; chunking < 3; ++chunking) {
+        std::vector<std::string> pieces;
+        for (size_t at = 0; at < text.size();) {
+          const size_t n = std::uniform_int_distribution<size_t>(1, 6)(gen);
+          pieces.push_back(text.substr(at, n));
+          at += n;
+        }
+        EXPECT_EQ(testing::run_chunks(config, pieces), whole) << format << ": " << ::testing::PrintToString(text);
+      }
+      if (whole.calls.empty()) {
+        EXPECT_EQ(whole.content, text) << format << ": an answer without calls comes back byte for byte";
+      }
+    }
+  }
 }
 
 // ---- the table ----

@@ -96,8 +96,12 @@ std::optional<std::string> ToolParser::object_arguments(std::string_view text, c
     if (!complete) return std::nullopt;
     return decode_json_string(text.substr(scan.arguments_begin, scan.arguments_end - scan.arguments_begin));
   }
-  const size_t end = complete ? scan.arguments_end : text.size();
-  return std::string(text.substr(scan.arguments_begin, end - scan.arguments_begin));
+  // Broken arguments end where the scan found them broken: what came before it was streamed as
+  // it arrived, whatever the pieces, and nothing after it ever is.
+  const size_t end = complete                                ? scan.arguments_end
+                     : scan.status == ScanStatus::kInvalid ? std::min(scan.end, text.size())
+                                                             : text.size();
+  return std::string(text.substr(scan.arguments_begin, std::max(end, scan.arguments_begin) - scan.arguments_begin));
 }
 
 std::string ToolParser::parameter_type(const nlohmann::ordered_json& tools, std::string_view function,

@@ -26,6 +26,7 @@ class DeepseekV3ToolParser : public ToolParser {
         if (!consume_to_marker(kCallsBegin, at_end)) return;
         state_ = State::kBetween;
         unclaimed_ = kCallsBegin;
+        claimed_ = false;
       }
       if (state_ == State::kBetween && !read_between(at_end)) return;
       if (state_ == State::kCall && !read_call(at_end)) return;
@@ -40,13 +41,13 @@ class DeepseekV3ToolParser : public ToolParser {
     const size_t at = skip_whitespace(buffer_, 0);
     std::string_view rest = std::string_view(buffer_).substr(at);
     if (rest.starts_with(kCallBegin)) {
-      if (!unclaimed_.empty()) unclaimed_ += buffer_.substr(0, at);
+      if (!claimed_) unclaimed_ += buffer_.substr(0, at);
       buffer_.erase(0, at + kCallBegin.size());
       state_ = State::kCall;
       return true;
     }
     if (rest.starts_with(kCallsEnd)) {
-      if (!unclaimed_.empty()) unclaimed_ += buffer_.substr(0, at + kCallsEnd.size());
+      if (!claimed_) unclaimed_ += buffer_.substr(0, at + kCallsEnd.size());
       buffer_.erase(0, at + kCallsEnd.size());
       leave_block();
       return true;
@@ -94,6 +95,7 @@ class DeepseekV3ToolParser : public ToolParser {
   }
   void commit(std::string name) {
     unclaimed_.clear();
+    claimed_ = true;
     start_call(std::move(name));
   }
 
@@ -128,7 +130,8 @@ class DeepseekV3ToolParser : public ToolParser {
   }
 
   State state_ = State::kContent;
-  std::string unclaimed_;  // the block's markers while it has made no call
+  std::string unclaimed_;  // the block's markers while it has made no call (not yet content)
+  bool claimed_ = false;   // the block has made a call: its markers are no content
 };
 
 }  // namespace

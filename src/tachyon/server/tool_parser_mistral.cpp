@@ -90,7 +90,9 @@ class MistralToolParser : public ToolParser {
     const size_t value = skip_whitespace(buffer_, pos_);
     if (value == buffer_.size()) return kWait;
     JsonValueScan scan = scan_json_value(buffer_, value);
-    const size_t end = scan.status == ScanStatus::kComplete ? scan.end : buffer_.size();
+    // Complete or broken: the value ends where the scan says (a broken one where it broke, as
+    // whatever pieces the text came in); still arriving: all of it so far.
+    const size_t end = scan.status == ScanStatus::kIncomplete ? buffer_.size() : scan.end;
     update_arguments(std::string_view(buffer_).substr(value, end - value));
     if (scan.status == ScanStatus::kIncomplete) return kWait;
     end_call();
