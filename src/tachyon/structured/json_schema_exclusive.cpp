@@ -1,5 +1,6 @@
 #include "tachyon/structured/json_schema_exclusive.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -194,6 +195,44 @@ class Prover {
  public:
   explicit Prover(const SchemaResolver& resolve) : resolve_(resolve) {}
 
+  // Every pair of `branches` exclusive, shown with one probe per branch; false: not shown so (the
+  // caller tries the pairs). Two ways: every branch finite (const or enum) and no value in two of
+  // them; or every branch writes only objects and requires one property whose schema is a const,
+  // no const in two (a discriminated union, as Pydantic writes one): branch i's outputs carry its
+  // const there, which branch j's const refuses.
+  bool exclusive_by_values(const Json& branches) {
+    std::vector<const Json*> resolved;
+    for (const Json& branch : branches) {
+      const Json* r = unwrap(&branch);
+      if (r == nullptr || !r->is_object()) return false;
+      resolved.push_back(r);
+    }
+    if (resolved.empty()) return false;
+    using Seen = std::unordered_set<const Json*, ValueSet::Hash, ValueSet::Equal>;
+    if (std::all_of(resolved.begin(), resolved.end(), [&](const Json* r) { return finite(*r) != nullptr; })) {
+      Seen seen;
+      for (const Json* r : resolved) {
+        for (const Json* v : finite(*r)->values) {
+          if (!seen.insert(v).second) return false;
+        }
+      }
+      return true;
+    }
+    for (const std::string& p : names(*resolved.front(), "required")) {
+      Seen seen;
+      bool discriminates = true;
+      for (const Json* r : resolved) {
+        const Json* value = discriminator(*r, p);
+        if (value == nullptr || !seen.insert(value).second) {
+          discriminates = false;
+          break;
+        }
+      }
+      if (discriminates) return true;
+    }
+    return false;
+  }
+
   // No output of a's grammar is valid under b.
   // Every answer "false" means "not proven", so a cut-short search only refuses more.
   bool never_valid(const Json& a_in, const Json& b_in, int depth) {
@@ -262,6 +301,20 @@ class Prover {
       }
     }
     return s != nullptr && s->is_object() ? nullptr : s;  // a reference cycle: nothing proven
+  }
+
+  // The const that s's outputs always carry under property p (s writes only objects and requires
+  // p, whose schema is a const); null when it has none.
+  const Json* discriminator(const Json& s, const std::string& p) const {
+    if (emitted_types(s) != kObject || names(s, "required").count(p) == 0) return nullptr;
+    const auto props = s.find("properties");
+    if (props == s.end() || !props->is_object()) return nullptr;
+    const auto property = props->find(p);
+    if (property == props->end()) return nullptr;
+    const Json* schema = unwrap(&*property);
+    if (schema == nullptr || !schema->is_object()) return nullptr;
+    const auto c = schema->find("const");
+    return c == schema->end() ? nullptr : &*c;
   }
 
   // s's const or enum values (built once per schema node); null when s has neither.
@@ -415,6 +468,10 @@ class Prover {
 
 bool never_valid_under(const Json& a, const Json& b, const SchemaResolver& resolve) {
   return Prover(resolve).never_valid(a, b, 0);
+}
+
+bool exclusive_by_values(const Json& branches, const SchemaResolver& resolve) {
+  return branches.is_array() && Prover(resolve).exclusive_by_values(branches);
 }
 
 }  // namespace tachyon::structured

@@ -26,4 +26,10 @@ using SchemaResolver = std::function<const nlohmann::ordered_json*(const std::st
 // True when no value the grammar of schema `a` produces is valid under schema `b`.
 bool never_valid_under(const nlohmann::ordered_json& a, const nlohmann::ordered_json& b, const SchemaResolver& resolve);
 
+// True when every pair of the oneOf `branches` is exclusive by a check of one probe per branch:
+// all finite (const / enum) with no value in two, or a discriminated union (every branch writes
+// only objects and requires one property with a const of its own). False: not shown so; the
+// pairs are then checked one by one (never_valid_under), which costs branches^2.
+bool exclusive_by_values(const nlohmann::ordered_json& branches, const SchemaResolver& resolve);
+
 }  // namespace tachyon::structured
