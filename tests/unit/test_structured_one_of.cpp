@@ -84,6 +84,10 @@ TEST(StructuredOneOf, ManyBranchesAreShownExclusiveByTheirValues) {
   };
   EXPECT_EQ(refusal(ranges(512)), "");
   EXPECT_NE(refusal(ranges(513)).find("only up to 512 branches"), std::string::npos) << refusal(ranges(513));
+  // Many such oneOfs in one schema share one budget of proof steps.
+  std::string many = R"({"type":"object","properties":{)";
+  for (int p = 0; p < 20; ++p) many += (p ? ",\"p" : "\"p") + std::to_string(p) + "\":" + ranges(500);
+  EXPECT_NE(refusal(many + "}}").find("steps"), std::string::npos) << refusal(many + "}}");
 }
 
 }  // namespace tachyon::structured::one_of_test

@@ -23,6 +23,10 @@ using Json = nlohmann::ordered_json;
 // The most oneOf branches checked for exclusivity pair by pair (about a third of a second on one
 // core); more must be shown exclusive by their values (exclusive_by_values).
 constexpr size_t kMaxPairwiseOneOf = 512;
+// The steps every pairwise proof of one grammar's schemas may take together (about half a second
+// on one core): many oneOfs of up to 512 branches each, or pairs whose proofs recurse deep, must
+// not hold a request thread for minutes.
+constexpr int64_t kMaxExclusiveSteps = 2'000'000;
 
 const std::set<std::string, std::less<>> kAnnotations = {
     "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated", "readOnly",
@@ -214,7 +218,7 @@ class JsonSchemaBuilder::Compiler {
 
   // The grammar of a oneOf is its branches' union, exact only when no output of one branch is
   // valid under another (json_schema_exclusive.h); any other oneOf is refused, naming the pair.
-  void check_exclusive(const Json& branches, const std::string& path) const {
+  void check_exclusive(const Json& branches, const std::string& path) {
     const SchemaResolver resolve = [this](const std::string& ref) { return pointer(ref); };
     if (exclusive_by_values(branches, resolve)) return;
     // Pair by pair costs branches^2 proofs (5,000 branches held a request thread for 29 s).
@@ -226,7 +230,12 @@ class JsonSchemaBuilder::Compiler {
     }
     for (size_t i = 0; i < branches.size(); ++i) {
       for (size_t j = 0; j < branches.size(); ++j) {
-        if (i == j || never_valid_under(branches[i], branches[j], resolve)) continue;
+        if (i == j || never_valid_under(branches[i], branches[j], resolve, &exclusive_steps_left_)) continue;
+        if (exclusive_steps_left_ < 0) {
+          fail(path, "proving this schema's oneOf branches exclusive took more than " +
+                         std::to_string(kMaxExclusiveSteps) + " steps; give each oneOf's branches a required property "
+                         "with a const of their own (a discriminated union), or use 'anyOf'");
+        }
         fail(path, "branches " + std::to_string(std::min(i, j)) + " and " + std::to_string(std::max(i, j)) +
                        " may both match one value, and a grammar cannot enforce that exactly one does; make the "
                        "branches exclusive (different types, different const or enum values, or a required "
@@ -683,6 +692,7 @@ class JsonSchemaBuilder::Compiler {
   const Json* root_ = nullptr;  // the document being added ("$ref" targets)
   std::string what_;            // names it in messages
   std::map<std::string, int32_t> refs_;
+  int64_t exclusive_steps_left_ = kMaxExclusiveSteps;  // check_exclusive's budget, shared by every oneOf
   int32_t char_ = -1, string_ = -1, integer_ = -1, number_ = -1, value_ = -1, object_ = -1, array_ = -1;
 };
 

@@ -193,7 +193,7 @@ struct ValueSet {
 
 class Prover {
  public:
-  explicit Prover(const SchemaResolver& resolve) : resolve_(resolve) {}
+  explicit Prover(const SchemaResolver& resolve, int64_t* steps_left = nullptr) : resolve_(resolve), steps_left_(steps_left) {}
 
   // Every pair of `branches` exclusive, shown with one probe per branch; false: not shown so (the
   // caller tries the pairs). Two ways: every branch finite (const or enum) and no value in two of
@@ -238,7 +238,7 @@ class Prover {
   bool never_valid(const Json& a_in, const Json& b_in, int depth) {
     const Json* a = unwrap(&a_in);
     const Json* b = unwrap(&b_in);
-    if (a == nullptr || b == nullptr || depth > kMaxDepth || ++steps_ > kMaxSteps) return false;
+    if (a == nullptr || b == nullptr || depth > kMaxDepth || !step()) return false;
     if (b->is_boolean()) return !b->get<bool>();
     if (!a->is_object() || !b->is_object()) return false;
     for (const char* key : {"anyOf", "oneOf"}) {
@@ -413,7 +413,7 @@ class Prover {
   // v is provably invalid under s.
   bool invalid(const Json& v, const Json& s_in, int depth) {
     const Json* s = unwrap(&s_in);
-    if (s == nullptr || depth > kMaxDepth || ++steps_ > kMaxSteps) return false;
+    if (s == nullptr || depth > kMaxDepth || !step()) return false;
     if (s->is_boolean()) return !s->get<bool>();
     if (!s->is_object()) return false;
     for (const char* key : {"anyOf", "oneOf"}) {
@@ -459,15 +459,22 @@ class Prover {
     return false;
   }
 
+  // One more step of the proof, within its own bound and the caller's budget.
+  bool step() {
+    if (steps_left_ != nullptr && --*steps_left_ < 0) return false;
+    return ++steps_ <= kMaxSteps;
+  }
+
   const SchemaResolver& resolve_;
+  int64_t* steps_left_;  // the caller's budget (may be null)
   int steps_ = 0;
   std::unordered_map<const Json*, std::unique_ptr<ValueSet>> finite_;  // by schema node
 };
 
 }  // namespace
 
-bool never_valid_under(const Json& a, const Json& b, const SchemaResolver& resolve) {
-  return Prover(resolve).never_valid(a, b, 0);
+bool never_valid_under(const Json& a, const Json& b, const SchemaResolver& resolve, int64_t* steps_left) {
+  return Prover(resolve, steps_left).never_valid(a, b, 0);
 }
 
 bool exclusive_by_values(const Json& branches, const SchemaResolver& resolve) {

@@ -14,6 +14,7 @@
 // recursion).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -23,8 +24,11 @@ namespace tachyon::structured {
 // A local "$ref" to its schema; null when it points to nothing.
 using SchemaResolver = std::function<const nlohmann::ordered_json*(const std::string& ref)>;
 
-// True when no value the grammar of schema `a` produces is valid under schema `b`.
-bool never_valid_under(const nlohmann::ordered_json& a, const nlohmann::ordered_json& b, const SchemaResolver& resolve);
+// True when no value the grammar of schema `a` produces is valid under schema `b`. `steps_left`
+// (optional): a budget the proof's steps are taken from, shared by the caller's proofs; once it
+// is spent nothing more is proven (false).
+bool never_valid_under(const nlohmann::ordered_json& a, const nlohmann::ordered_json& b, const SchemaResolver& resolve,
+                       int64_t* steps_left = nullptr);
 
 // True when every pair of the oneOf `branches` is exclusive by a check of one probe per branch:
 // all finite (const / enum) with no value in two, or a discriminated union (every branch writes
