@@ -86,8 +86,41 @@ void check_body_depth(std::string_view body, int32_t max_depth) {
   }
 }
 
+void check_object_sizes(std::string_view text, const std::string& path) {
+  constexpr int64_t kMaxComparisons = 50'000'000;
+  std::vector<int64_t> members;  // per open container: members so far (-1: an array)
+  int64_t comparisons = 0, largest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      members.push_back(c == '{' ? 0 : -1);
+    } else if (c == '}' || c == ']') {
+      if (!members.empty()) members.pop_back();
+    } else if (c == ':' && !members.empty() && members.back() >= 0) {  // a member of the open object
+      comparisons += members.back()++;
+      largest = std::max(largest, members.back());
+      if (comparisons > kMaxComparisons) {
+        fail(path, std::string(path.empty() ? "The request body" : "'" + path + "'") + " holds JSON objects too large to read " +
+                       "quickly (one of " + std::to_string(largest) + " members so far): an object's keys are read in " +
+                       "order, each compared with those before it, and the objects of one document may cost at most " +
+                       std::to_string(kMaxComparisons) + " comparisons (an object of about 10,000 members).");
+      }
+    }
+  }
+}
+
 Json parse_body(std::string_view body, const ServerLimits& limits) {
   check_body_depth(body, limits.max_json_depth);
+  check_object_sizes(body, "");
   // JSON has no raw NUL (a string escapes it as \u0000), and the parser stops at one as at the
   // end of its input: whatever followed would be ignored instead of refused.
   if (body.find('\0') != std::string_view::npos) {
@@ -109,6 +142,7 @@ Json parse_body(std::string_view body, const ServerLimits& limits) {
 }
 
 std::optional<Json> parse_nested_document(const std::string& text, const std::string& path, int32_t max_depth) {
+  check_object_sizes(text, path);
   bool too_deep = false;
   Json parsed = Json::parse(
       text,

@@ -33,6 +33,12 @@ const Json& object_at(const Json& value, const std::string& path);
 // the PD router).
 void check_body_depth(std::string_view body, int32_t max_depth);
 
+// A 400 on `path` ("" for the body) when reading `text`'s JSON objects would cost more than
+// 50,000,000 key comparisons: an ordered JSON object compares each new key with those before it,
+// so one of n members costs n^2 / 2 (a 150,000-entry object took 21 s). One linear pass before
+// parsing, as check_body_depth; the message names the largest object's member count.
+void check_object_sizes(std::string_view text, const std::string& path);
+
 // The one entry point for every request body (completions, chat, /tokenize, /detokenize): the
 // body parsed as a JSON object. 400 (param null) on nesting deeper than limits.max_json_depth,
 // checked by a linear scan before parsing, on invalid JSON, invalid UTF-8 or a non-object.
