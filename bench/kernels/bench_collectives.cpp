@@ -21,14 +21,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench_backends.h"
 #include "tachyon/base/check.h"
-#include "tachyon/dist/cuda/peer_communicator.h"
-#include "tachyon/tensor/cuda/cuda_check.h"
-#include "tachyon/runner/rank_workers.h"
 #include "tachyon/tensor/cuda/device_buffer.h"
-#ifdef TACHYON_HAVE_NCCL
-#include "tachyon/dist/nccl/nccl_communicator.h"
-#endif
 
 namespace tachyon::bench {
 namespace {
@@ -50,14 +45,6 @@ struct Row {
   Op op;
   size_t bytes;  // all_reduce: one rank's buffer; all_gather: the gathered total
   double us;
-};
-
-// One rank's buffers and stream, on its device.
-struct RankState {
-  cudaStream_t stream = nullptr;
-  cuda::DeviceBuffer send;
-  cuda::DeviceBuffer recv;
-  cudaEvent_t start = nullptr, stop = nullptr;
 };
 
 // Mean microseconds of one call of `op` over `bytes` on this rank (the caller takes the max over
@@ -94,34 +81,21 @@ int run(const Options& o) {
   TACHYON_CUDA_CHECK(cudaGetDeviceCount(&devices));
   const int n = o.world > 0 ? o.world : devices;
   TACHYON_CHECK(n >= 1 && n <= devices) << "--world " << n << ": this machine has " << devices << " GPUs";
-  std::vector<int> ranks(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) ranks[static_cast<size_t>(r)] = r;
   const std::vector<size_t> byte_sizes = sizes(o);
   const size_t largest = o.max_bytes;
 
   runner::RankWorkers workers(n);
-  std::vector<RankState> states(static_cast<size_t>(n));
+  std::vector<RankState> states = make_rank_states(workers, n, largest, largest);
   workers.run([&](int r) {
     TACHYON_CUDA_CHECK(cudaSetDevice(r));
-    RankState& s = states[static_cast<size_t>(r)];
-    TACHYON_CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
-    s.send = cuda::DeviceBuffer(largest);
-    s.recv = cuda::DeviceBuffer(largest);
-    TACHYON_CUDA_CHECK(cudaMemset(s.send.data(), 0x3C, largest));  // finite bf16 (~0.0115): no NaN/inf sums
-    TACHYON_CUDA_CHECK(cudaDeviceSynchronize());  // the memset ran on the legacy stream
-    TACHYON_CUDA_CHECK(cudaEventCreate(&s.start));
-    TACHYON_CUDA_CHECK(cudaEventCreate(&s.stop));
+    // Finite bf16 (~0.0115): no NaN/inf sums. The memset runs on the legacy stream: synchronized.
+    TACHYON_CUDA_CHECK(cudaMemset(states[static_cast<size_t>(r)].send.data(), 0x3C, largest));
+    TACHYON_CUDA_CHECK(cudaDeviceSynchronize());
   });
 
   std::vector<Row> rows;
-  // Each backend: build one communicator per rank (concurrently: construction is collective), time
-  // every op and size on every rank, keep the slowest rank's time.
-  auto measure = [&](const std::string& backend, const std::function<std::unique_ptr<dist::Communicator>(int)>& make) {
-    std::vector<std::unique_ptr<dist::Communicator>> comms(static_cast<size_t>(n));
-    workers.run([&](int r) {
-      TACHYON_CUDA_CHECK(cudaSetDevice(r));
-      comms[static_cast<size_t>(r)] = make(r);
-    });
+  // Each backend: every op and size on every rank, the slowest rank's time kept.
+  auto measure = [&](const std::string& backend, RankComms& comms) {
     for (Op op : {Op::kAllReduce, Op::kAllGather}) {
       for (size_t bytes : byte_sizes) {
         // all_gather splits the total over the ranks; keep each rank's share a multiple of 16.
@@ -141,35 +115,9 @@ int run(const Options& o) {
         std::fflush(stdout);
       }
     }
-    workers.run([&](int r) {  // destroy on the rank's thread, its streams idle
-      TACHYON_CUDA_CHECK(cudaSetDevice(r));
-      TACHYON_CUDA_CHECK(cudaStreamSynchronize(states[static_cast<size_t>(r)].stream));
-      comms[static_cast<size_t>(r)].reset();
-    });
   };
-
-  if (dist::PeerWorld::supported(ranks)) {
-    dist::PeerWorld world(ranks);
-    measure("peer", [&](int r) { return std::make_unique<dist::PeerCommunicator>(world, r); });
-  } else {
-    std::printf("peer: not measured (the GPUs have no peer access to each other)\n");
-  }
-#ifdef TACHYON_HAVE_NCCL
-  const ncclUniqueId id = dist::nccl_unique_id();
-  measure("nccl", [&](int r) { return std::make_unique<dist::NcclCommunicator>(id, n, r); });
-#else
-  std::printf("nccl: not measured (built without NCCL)\n");
-#endif
-
-  workers.run([&](int r) {
-    TACHYON_CUDA_CHECK(cudaSetDevice(r));
-    RankState& s = states[static_cast<size_t>(r)];
-    cudaEventDestroy(s.start);
-    cudaEventDestroy(s.stop);
-    cudaStreamDestroy(s.stream);
-    s.send = cuda::DeviceBuffer();
-    s.recv = cuda::DeviceBuffer();
-  });
+  for_each_backend(workers, states, measure);
+  free_rank_states(workers, states);
 
   if (!o.json_path.empty()) {
     cudaDeviceProp prop{};

@@ -24,14 +24,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench_backends.h"
 #include "tachyon/base/check.h"
-#include "tachyon/dist/cuda/peer_communicator.h"
-#include "tachyon/runner/rank_workers.h"
-#include "tachyon/tensor/cuda/cuda_check.h"
 #include "tachyon/tensor/cuda/device_buffer.h"
-#ifdef TACHYON_HAVE_NCCL
-#include "tachyon/dist/nccl/nccl_communicator.h"
-#endif
 
 namespace tachyon::bench {
 namespace {
@@ -57,14 +52,6 @@ struct Row {
 
 // The value at index i of rank r's input: distinct across ranks and positions (i < 2^24).
 int32_t input_value(int rank, size_t i) { return static_cast<int32_t>((static_cast<uint32_t>(rank) << 24) ^ i); }
-
-// One rank's buffers, stream and graph, on its device.
-struct RankState {
-  cudaStream_t stream = nullptr;
-  cuda::DeviceBuffer send;
-  cuda::DeviceBuffer recv;
-  cudaEvent_t start = nullptr, stop = nullptr;
-};
 
 // This rank's run of one row count: capture, replay and check, time. Returns (us per gather,
 // mismatched values). Every rank runs the same sequence, so the collectives match up.
@@ -95,7 +82,8 @@ std::pair<double, int64_t> run_rows(dist::Communicator& comm, RankState& s, int6
                                 cudaMemcpyDeviceToHost));
   int64_t mismatches = 0;
   for (int r = 0; r < n; ++r) {
-    for (size_t i = 0; i < values; ++i) mismatches += gathered[static_cast<size_t>(r) * values + i] != input_value(r, i);
+    const int32_t* got = gathered.data() + static_cast<size_t>(r) * values;
+    for (size_t i = 0; i < values; ++i) mismatches += got[i] != input_value(r, i) ? 1 : 0;
   }
 
   comm.barrier();  // every rank starts its timed replays together
@@ -118,29 +106,13 @@ int run(const Options& o) {
   TACHYON_CHECK(!o.rows.empty() && *std::min_element(o.rows.begin(), o.rows.end()) >= 1 &&
                 static_cast<size_t>(*std::max_element(o.rows.begin(), o.rows.end())) * kTopk < (size_t{1} << 24))
       << "--rows: each between 1 and " << ((size_t{1} << 24) / kTopk - 1);
-  std::vector<int> ranks(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) ranks[static_cast<size_t>(r)] = r;
   const size_t largest = static_cast<size_t>(*std::max_element(o.rows.begin(), o.rows.end())) * kTopk * sizeof(int32_t);
 
   runner::RankWorkers workers(n);
-  std::vector<RankState> states(static_cast<size_t>(n));
-  workers.run([&](int r) {
-    TACHYON_CUDA_CHECK(cudaSetDevice(r));
-    RankState& s = states[static_cast<size_t>(r)];
-    TACHYON_CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
-    s.send = cuda::DeviceBuffer(largest);
-    s.recv = cuda::DeviceBuffer(largest * static_cast<size_t>(n));
-    TACHYON_CUDA_CHECK(cudaEventCreate(&s.start));
-    TACHYON_CUDA_CHECK(cudaEventCreate(&s.stop));
-  });
+  std::vector<RankState> states = make_rank_states(workers, n, largest, largest * static_cast<size_t>(n));
 
   std::vector<Row> results;
-  auto measure = [&](const std::string& backend, const std::function<std::unique_ptr<dist::Communicator>(int)>& make) {
-    std::vector<std::unique_ptr<dist::Communicator>> comms(static_cast<size_t>(n));
-    workers.run([&](int r) {  // concurrently: construction is collective
-      TACHYON_CUDA_CHECK(cudaSetDevice(r));
-      comms[static_cast<size_t>(r)] = make(r);
-    });
+  auto measure = [&](const std::string& backend, RankComms& comms) {
     for (int64_t rows : o.rows) {
       std::vector<std::pair<double, int64_t>> per_rank(static_cast<size_t>(n));
       workers.run([&](int r) {
@@ -159,35 +131,9 @@ int run(const Options& o) {
                   row.mismatches == 0 ? "bit-identical on every rank" : "MISMATCH");
       std::fflush(stdout);
     }
-    workers.run([&](int r) {  // destroy on the rank's thread, its stream idle
-      TACHYON_CUDA_CHECK(cudaSetDevice(r));
-      TACHYON_CUDA_CHECK(cudaStreamSynchronize(states[static_cast<size_t>(r)].stream));
-      comms[static_cast<size_t>(r)].reset();
-    });
   };
-
-  if (dist::PeerWorld::supported(ranks)) {
-    dist::PeerWorld world(ranks);  // the default staging, as the runner's groups: larger gathers go in chunks
-    measure("peer", [&](int r) { return std::make_unique<dist::PeerCommunicator>(world, r); });
-  } else {
-    std::printf("peer: not measured (the GPUs have no peer access to each other)\n");
-  }
-#ifdef TACHYON_HAVE_NCCL
-  const ncclUniqueId id = dist::nccl_unique_id();
-  measure("nccl", [&](int r) { return std::make_unique<dist::NcclCommunicator>(id, n, r); });
-#else
-  std::printf("nccl: not measured (built without NCCL)\n");
-#endif
-
-  workers.run([&](int r) {
-    TACHYON_CUDA_CHECK(cudaSetDevice(r));
-    RankState& s = states[static_cast<size_t>(r)];
-    cudaEventDestroy(s.start);
-    cudaEventDestroy(s.stop);
-    cudaStreamDestroy(s.stream);
-    s.send = cuda::DeviceBuffer();
-    s.recv = cuda::DeviceBuffer();
-  });
+  for_each_backend(workers, states, measure);
+  free_rank_states(workers, states);
 
   int64_t mismatches = 0;
   for (const Row& row : results) mismatches += row.mismatches;

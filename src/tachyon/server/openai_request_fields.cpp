@@ -57,39 +57,12 @@ const Json& object_at(const Json& value, const std::string& path) {
   return value;
 }
 
-// Refuses nesting deeper than max_depth with one linear pass over the bytes, before anything walks
-// the JSON recursively (nlohmann's copy and dump, Value::from_json: one stack frame per level).
-// Brackets count only outside strings; inside one, a backslash skips the byte after it. On
-// invalid JSON the count may be off, but such a body fails to parse anyway: a body that passes
-// both is valid JSON nested at most max_depth deep.
-void check_body_depth(std::string_view body, int32_t max_depth) {
-  int64_t depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < body.size(); ++i) {
-    const char c = body[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) {
-        fail("", "The request body is nested more than " + std::to_string(max_depth) + " levels deep; at most " +
-                     std::to_string(max_depth) + " levels are allowed.");
-      }
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-}
+namespace {
 
-void check_object_sizes(std::string_view text, const std::string& path) {
-  constexpr int64_t kMaxComparisons = 50'000'000;
-  std::vector<int64_t> members;  // per open container: members so far (-1: an array)
-  int64_t comparisons = 0, largest = 0;
+// Calls on_byte(c) for each byte of the JSON text outside its strings (whose brackets, colons and
+// escapes are no structure): one linear pass, for the checks that must run before parsing.
+template <typename OnByte>
+void for_each_structural_byte(std::string_view text, OnByte&& on_byte) {
   bool in_string = false;
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
@@ -101,7 +74,39 @@ void check_object_sizes(std::string_view text, const std::string& path) {
       }
     } else if (c == '"') {
       in_string = true;
-    } else if (c == '{' || c == '[') {
+    } else {
+      on_byte(c);
+    }
+  }
+}
+
+}  // namespace
+
+// Refuses nesting deeper than max_depth with one linear pass over the bytes, before anything walks
+// the JSON recursively (nlohmann's copy and dump, Value::from_json: one stack frame per level).
+// Brackets count only outside strings; inside one, a backslash skips the byte after it. On
+// invalid JSON the count may be off, but such a body fails to parse anyway: a body that passes
+// both is valid JSON nested at most max_depth deep.
+void check_body_depth(std::string_view body, int32_t max_depth) {
+  int64_t depth = 0;
+  for_each_structural_byte(body, [&](char c) {
+    if (c == '[' || c == '{') {
+      if (++depth > max_depth) {
+        fail("", "The request body is nested more than " + std::to_string(max_depth) + " levels deep; at most " +
+                     std::to_string(max_depth) + " levels are allowed.");
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  });
+}
+
+void check_object_sizes(std::string_view text, const std::string& path) {
+  constexpr int64_t kMaxComparisons = 50'000'000;
+  std::vector<int64_t> members;  // per open container: members so far (-1: an array)
+  int64_t comparisons = 0, largest = 0;
+  for_each_structural_byte(text, [&](char c) {
+    if (c == '{' || c == '[') {
       members.push_back(c == '{' ? 0 : -1);
     } else if (c == '}' || c == ']') {
       if (!members.empty()) members.pop_back();
@@ -109,13 +114,14 @@ void check_object_sizes(std::string_view text, const std::string& path) {
       comparisons += members.back()++;
       largest = std::max(largest, members.back());
       if (comparisons > kMaxComparisons) {
-        fail(path, std::string(path.empty() ? "The request body" : "'" + path + "'") + " holds JSON objects too large to read " +
-                       "quickly (one of " + std::to_string(largest) + " members so far): an object's keys are read in " +
-                       "order, each compared with those before it, and the objects of one document may cost at most " +
-                       std::to_string(kMaxComparisons) + " comparisons (an object of about 10,000 members).");
+        const std::string what = path.empty() ? "The request body" : "'" + path + "'";
+        fail(path, what + " holds JSON objects too large to read quickly (one of " + std::to_string(largest) +
+                       " members so far): an object's keys are read in order, each compared with those before it, "
+                       "and the objects of one document may cost at most " + std::to_string(kMaxComparisons) +
+                       " comparisons (an object of about 10,000 members).");
       }
     }
-  }
+  });
 }
 
 Json parse_body(std::string_view body, const ServerLimits& limits) {

@@ -116,7 +116,10 @@ class LiteralReader {
     uint32_t cp = 0;
     for (int i = 0; i < digits; ++i) {
       const char h = text_[pos_++];
-      const int v = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+      const int v = h >= '0' && h <= '9'   ? h - '0'
+                    : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                    : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                           : -1;
       if (v < 0) return false;
       cp = cp * 16 + static_cast<uint32_t>(v);
     }
@@ -142,10 +145,10 @@ class LiteralReader {
   // A number as JSON writes it: Python's forms that JSON lacks (1., .5, +1, 1_000) are no literal here.
   bool number(std::string& out) {
     const size_t begin = pos_;
-    while (pos_ < text_.size() && (std::isdigit(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '-' ||
-                                   text_[pos_] == '+' || text_[pos_] == '.' || text_[pos_] == 'e' || text_[pos_] == 'E')) {
-      ++pos_;
-    }
+    auto in_number = [](char c) {
+      return std::isdigit(static_cast<unsigned char>(c)) || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E';
+    };
+    while (pos_ < text_.size() && in_number(text_[pos_])) ++pos_;
     const std::string_view n = text_.substr(begin, pos_ - begin);
     if (n.empty() || !nlohmann::json::accept(n)) return false;
     const nlohmann::json parsed = nlohmann::json::parse(n);
@@ -173,9 +176,7 @@ class LiteralReader {
   }
 
   void skip_space() {
-    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\n' || text_[pos_] == '\t' || text_[pos_] == '\r')) {
-      ++pos_;
-    }
+    while (pos_ < text_.size() && std::string_view(" \n\t\r").find(text_[pos_]) != std::string_view::npos) ++pos_;
   }
 
   std::string_view text_;

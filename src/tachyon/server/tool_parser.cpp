@@ -104,6 +104,29 @@ std::optional<std::string> ToolParser::object_arguments(std::string_view text, c
   return std::string(text.substr(scan.arguments_begin, std::max(end, scan.arguments_begin) - scan.arguments_begin));
 }
 
+void ToolParser::parse_blocks(std::string_view open, std::string_view close, bool at_end, const BlockFollower& follow) {
+  while (true) {
+    if (!in_marked_block_) {
+      if (!consume_to_marker(open, at_end)) return;
+      in_marked_block_ = true;
+    }
+    const BlockBody body = block_body(close, at_end);
+    const bool closed = body.closed();
+    const bool complete = closed || at_end;
+    std::optional<std::string> arguments = follow(body.text, complete);
+    if (!complete) return;
+    const size_t consumed = closed ? body.end + close.size() : buffer_.size();
+    if (in_call()) {
+      end_call(arguments);
+    } else {
+      emit_content(std::string(open) + buffer_.substr(0, consumed));
+    }
+    buffer_.erase(0, consumed);
+    in_marked_block_ = false;
+    if (!closed) return;
+  }
+}
+
 std::string ToolParser::parameter_type(const nlohmann::ordered_json& tools, std::string_view function,
                                        std::string_view key) {
   if (!tools.is_array()) return "";

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -82,6 +83,14 @@ class ToolParser {
   // The object's final arguments (nullopt when it had none); a JSON string holding the
   // arguments, as some models write them, is unwrapped.
   static std::optional<std::string> object_arguments(std::string_view text, const CallObjectScan& scan);
+  // For formats whose calls are blocks between two markers, `open` and `close` (Hermes, GLM,
+  // Qwen3-Coder): content up to a block; then the block's body so far through `follow`, which
+  // commits the call and streams it (update_arguments) and returns the arguments the call ends
+  // with once the block is complete (nullopt: what was streamed); a finished block ends its call,
+  // or comes back as content, markers and all, when it made none.
+  using BlockFollower = std::function<std::optional<std::string>(std::string_view body, bool complete)>;
+  void parse_blocks(std::string_view open, std::string_view close, bool at_end, const BlockFollower& follow);
+
   // For formats that write each parameter as raw text (GLM, Qwen3-Coder): the JSON type the
   // request's `tools` give parameter `key` of `function` ("string", "integer", ...; a type list of
   // one type and "null" is that type), "" when they give none or several.
@@ -95,6 +104,7 @@ class ToolParser {
   std::string held_whitespace_;  // trailing whitespace of content: dropped if a call follows
   bool after_call_ = false;      // leading whitespace after a call is dropped
   bool in_call_ = false;
+  bool in_marked_block_ = false;  // parse_blocks: inside a block
   std::string arguments_sent_;
   int32_t num_calls_ = 0;
 };

@@ -25,26 +25,10 @@ class Glm45ToolParser : public ToolParser {
 
  protected:
   void parse(bool at_end) override {
-    while (true) {
-      if (!in_block_) {
-        if (!consume_to_marker(kStart, at_end)) return;
-        in_block_ = true;
-      }
-      const BlockBody body = block_body(kEnd, at_end);
-      const bool closed = body.closed();
-      const bool complete = closed || at_end;
-      std::optional<std::string> arguments = follow(body.text, complete);
-      if (!complete) return;
-      const size_t consumed = closed ? body.end + kEnd.size() : buffer_.size();
-      if (in_call()) {
-        end_call(arguments ? std::optional<std::string>(*arguments + "}") : std::nullopt);
-      } else {
-        emit_content(std::string(kStart) + buffer_.substr(0, consumed));
-      }
-      buffer_.erase(0, consumed);
-      in_block_ = false;
-      if (!closed) return;
-    }
+    parse_blocks(kStart, kEnd, at_end, [this](std::string_view body, bool complete) {
+      const std::optional<std::string> arguments = follow(body, complete);
+      return arguments ? std::optional<std::string>(*arguments + "}") : std::nullopt;
+    });
   }
 
  private:
@@ -99,7 +83,6 @@ class Glm45ToolParser : public ToolParser {
 
   const nlohmann::ordered_json tools_;
   std::string current_name_;
-  bool in_block_ = false;
 };
 
 }  // namespace

@@ -13,30 +13,12 @@ constexpr std::string_view kEnd = "</tool_call>";
 class HermesToolParser : public ToolParser {
  protected:
   void parse(bool at_end) override {
-    while (true) {
-      if (!in_block_) {
-        if (!consume_to_marker(kStart, at_end)) return;
-        in_block_ = true;
-      }
-      const BlockBody body = block_body(kEnd, at_end);
-      const size_t open = skip_whitespace(body.text, 0);
-      CallObjectScan scan = scan_call_object(body.text, open, {"name"}, {"arguments", "parameters"});
-      follow_call_object(body.text, scan);
-      if (!body.closed() && !at_end) return;
-      const size_t consumed = body.closed() ? body.end + kEnd.size() : buffer_.size();
-      if (in_call()) {
-        end_call(scan.status == ScanStatus::kComplete ? object_arguments(body.text, scan) : std::nullopt);
-      } else {
-        emit_content(std::string(kStart) + buffer_.substr(0, consumed));
-      }
-      buffer_.erase(0, consumed);
-      in_block_ = false;
-      if (!body.closed()) return;
-    }
+    parse_blocks(kStart, kEnd, at_end, [this](std::string_view body, bool) -> std::optional<std::string> {
+      CallObjectScan scan = scan_call_object(body, skip_whitespace(body, 0), {"name"}, {"arguments", "parameters"});
+      follow_call_object(body, scan);
+      return scan.status == ScanStatus::kComplete ? object_arguments(body, scan) : std::nullopt;
+    });
   }
-
- private:
-  bool in_block_ = false;  // after <tool_call>, before </tool_call>
 };
 
 }  // namespace

@@ -48,26 +48,10 @@ class Qwen3CoderToolParser : public ToolParser {
 
  protected:
   void parse(bool at_end) override {
-    while (true) {
-      if (!in_block_) {
-        if (!consume_to_marker(kCallOpen, at_end)) return;
-        in_block_ = true;
-      }
-      const BlockBody body = block_body(kCallClose, at_end);
-      const bool closed = body.closed();
-      const bool complete = closed || at_end;
-      std::optional<std::string> arguments = follow(body.text, complete);
-      if (!complete) return;
-      const size_t consumed = closed ? body.end + kCallClose.size() : buffer_.size();
-      if (in_call()) {
-        end_call(arguments ? std::optional<std::string>(*arguments + "}") : std::nullopt);
-      } else {
-        emit_content(std::string(kCallOpen) + buffer_.substr(0, consumed));
-      }
-      buffer_.erase(0, consumed);
-      in_block_ = false;
-      if (!closed) return;
-    }
+    parse_blocks(kCallOpen, kCallClose, at_end, [this](std::string_view body, bool complete) {
+      const std::optional<std::string> arguments = follow(body, complete);
+      return arguments ? std::optional<std::string>(*arguments + "}") : std::nullopt;
+    });
   }
 
  private:
@@ -104,7 +88,8 @@ class Qwen3CoderToolParser : public ToolParser {
         break;
       }
       if (!value_closed) value_end = std::min(rest.find(kFunctionClose, value_begin), rest.size());
-      std::string_view value = rest.substr(std::min(value_begin, rest.size()), value_end - std::min(value_begin, value_end));
+      const size_t begin = std::min(value_begin, value_end);
+      std::string_view value = rest.substr(begin, value_end - begin);
       if (value.ends_with('\n')) value.remove_suffix(1);
       if (pairs > 0) arguments += ", ";
       arguments += json_string(key) + ": " + value_json(key, value);
@@ -146,7 +131,6 @@ class Qwen3CoderToolParser : public ToolParser {
 
   const nlohmann::ordered_json tools_;
   std::string current_name_;
-  bool in_block_ = false;
 };
 
 }  // namespace qwen3_coder_format

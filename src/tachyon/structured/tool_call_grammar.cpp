@@ -172,7 +172,9 @@ class ToolCallBuilder {
         g_.add_alternative(here[i], concat({utf8_class(g_, complement_ranges(normalize_ranges(others)), "raw_char"),
                                             Grammar::ref(next[0])}));
         g_.add_alternative(here[i], concat({g_.literal(end.substr(0, 1)), Grammar::ref(next[1])}));
-        if (i > 0 && i + 1 < n) g_.add_alternative(here[i], concat({g_.literal(end.substr(i, 1)), Grammar::ref(next[i + 1])}));
+        if (i > 0 && i + 1 < n) {
+          g_.add_alternative(here[i], concat({g_.literal(end.substr(i, 1)), Grammar::ref(next[i + 1])}));
+        }
       }
     }
     return Grammar::ref(rules[0][0]);
@@ -184,40 +186,40 @@ class ToolCallBuilder {
     auto parameter = [&](const Sequence& key, const Sequence& value) {
       return concat({g_.literal("<parameter="), key, g_.literal(">\n"), value, g_.literal("\n</parameter>\n")});
     };
-    const auto props = parameters.find("properties");
-    if (props == parameters.end() || !props->is_object()) {
-      const auto type = parameters.find("type");
-      if (type != parameters.end() && !(type->is_string() && *type == "object")) {
-        throw StructuredError(what + ": a tool's parameters must be an object schema");
-      }
+    const auto any = [&] {
       const Sequence key_char = utf8_class(g_, complement_ranges({{'\n', '\n'}, {'<', '<'}, {'>', '>'}}), "key_char");
       return g_.star(parameter(concat({key_char, g_.star(key_char, "key")}), parameter_text()), "parameters");
-    }
-    std::set<std::string> required;
-    if (const auto r = parameters.find("required"); r != parameters.end() && r->is_array()) {
-      for (const Json& name : *r) {
-        if (name.is_string()) required.insert(name.get<std::string>());
-      }
-    }
-    Sequence out;
-    for (const auto& [key, schema] : props->items()) {
-      const std::string at = what + ".properties." + key;
+    };
+    const auto one = [&](const std::string& key, const Json& schema, const std::string& at) {
       const RawText raw = [&](int64_t min, int64_t max) { return parameter_text(min, max); };
-      const Sequence p = parameter(g_.literal(key), raw_or_json_value(schema, at, raw, "Qwen3-Coder", /*lengths=*/true));
-      append(out, required.count(key) ? p : g_.optional(p, "optional_parameter"));
-    }
-    return out;
+      return parameter(g_.literal(key), raw_or_json_value(schema, at, raw, "Qwen3-Coder", /*lengths=*/true));
+    };
+    return raw_parameters(parameters, what, any, one, "optional_parameter");
   }
 
   // The key/value pairs of the arguments object, in the schema's order; optional ones may be left out.
   Sequence glm_arguments(const Json& parameters, const std::string& what) {
+    const auto any = [&] { return g_.star(pair(raw_text(true), raw_text(false)), "glm_pairs"); };
+    const auto one = [&](const std::string& key, const Json& schema, const std::string& at) {
+      return pair(g_.literal(key), glm_value(schema, at));
+    };
+    return raw_parameters(parameters, what, any, one, "glm_optional");
+  }
+
+  // The parameters of a family that writes each as a tag around a raw value (GLM, Qwen3-Coder):
+  // `one` per property in the schema's order, the optional ones optional; `any` for a schema
+  // without properties (any names, raw values).
+  using AnyParameters = std::function<Sequence()>;
+  using OneParameter = std::function<Sequence(const std::string& key, const Json& schema, const std::string& at)>;
+  Sequence raw_parameters(const Json& parameters, const std::string& what, const AnyParameters& any,
+                          const OneParameter& one, const char* optional_name) {
     const auto props = parameters.find("properties");
     if (props == parameters.end() || !props->is_object()) {
       const auto type = parameters.find("type");
       if (type != parameters.end() && !(type->is_string() && *type == "object")) {
         throw StructuredError(what + ": a tool's parameters must be an object schema");
       }
-      return g_.star(pair(raw_text(true), raw_text(false)), "glm_pairs");
+      return any();
     }
     std::set<std::string> required;
     if (const auto r = parameters.find("required"); r != parameters.end() && r->is_array()) {
@@ -227,8 +229,8 @@ class ToolCallBuilder {
     }
     Sequence out;
     for (const auto& [key, schema] : props->items()) {
-      const Sequence p = pair(g_.literal(key), glm_value(schema, what + ".properties." + key));
-      append(out, required.count(key) ? p : g_.optional(p, "glm_optional"));
+      const Sequence p = one(key, schema, what + ".properties." + key);
+      append(out, required.count(key) ? p : g_.optional(p, optional_name));
     }
     return out;
   }
