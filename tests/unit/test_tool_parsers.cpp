@@ -321,6 +321,17 @@ TEST(PythonLiteral, ReadsWhatJinjasStringFilterWrites) {
   std::string deep(70, '[');
   deep += std::string(70, ']');
   EXPECT_EQ(python_literal_as_json(deep), std::nullopt) << "nesting past 64";
+  // Any text: no crash, and what it reads is JSON.
+  const std::string alphabet = "{}[](),:'\"\\ TrueFalsNn0123456789.-+eExu\xC3\xA9";
+  std::mt19937 gen(11);
+  for (int i = 0; i < 20000; ++i) {
+    std::string text;
+    const int length = std::uniform_int_distribution<int>(0, 16)(gen);
+    for (int c = 0; c < length; ++c) text += alphabet[std::uniform_int_distribution<size_t>(0, alphabet.size() - 1)(gen)];
+    if (const std::optional<std::string> json = python_literal_as_json(text)) {
+      EXPECT_TRUE(nlohmann::json::accept(*json)) << ::testing::PrintToString(text) << " -> " << *json;
+    }
+  }
 }
 
 // ---- every format: random answers, random pieces ----
