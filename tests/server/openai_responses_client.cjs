@@ -92,6 +92,23 @@ async function main() {
   // The same usage but what the prefix cache served: the resent conversation is the prompt just run.
   assert.deepEqual({ ...next.usage, input_tokens_details: null }, { ...resent.usage, input_tokens_details: null });
   assert.ok(resent.usage.input_tokens_details.cached_tokens > 0);
+  // The input items of a kept response through the client's auto-paging list (pages of one).
+  const listed = [];
+  for await (const item of client.responses.inputItems.list(next.id, { order: 'asc', limit: 1 })) {
+    listed.push(item);
+  }
+  assert.equal(listed.length, 1);
+  assert.equal(listed[0].type, 'message');
+  assert.equal(listed[0].role, 'user');
+  assert.deepEqual(listed[0].content, [{ type: 'input_text', text: 'Go on' }]);
+  const three = await client.responses.create({
+    model, max_output_tokens: 2, input: [{ role: 'user', content: 'a' }, { role: 'user', content: 'b' }, { role: 'user', content: 'c' }],
+  });
+  const texts = [];
+  for await (const item of client.responses.inputItems.list(three.id, { order: 'asc', limit: 1 })) texts.push(item.content[0].text);
+  assert.deepEqual(texts, ['a', 'b', 'c']);
+  const newest = await client.responses.inputItems.list(three.id);
+  assert.deepEqual(newest.data.map((item) => item.content[0].text), ['c', 'b', 'a']);
   const retrieved = await client.responses.retrieve(whole.id);
   assert.equal(retrieved.id, whole.id);
   assert.equal(retrieved.output_text, whole.output_text);

@@ -275,6 +275,70 @@ TEST_F(ServerResponses, PreviousResponseIdContinuesAKeptConversation) {
                  first["id"].get<std::string>());
 }
 
+// GET /v1/responses/{id}/input_items: the kept response's own input (not the conversation it
+// continued), each item with an id (the given one kept), newest first by default, in pages.
+TEST_F(ServerResponses, InputItemsListTheResponsesOwnInputInPages) {
+  const json input = json::array({{{"role", "user"}, {"content", "Tell me a story"}},
+                                  {{"type", "message"}, {"id", "msg_given"}, {"role", "assistant"},
+                                   {"content", json::array({{{"type", "output_text"}, {"text", "Once"}}})}},
+                                  {{"role", "user"}, {"content", "Go on"}}});
+  const json first = ok("/v1/responses", {{"model", "tiny"}, {"input", input}, {"max_output_tokens", 4}});
+  const std::string id = first["id"].get<std::string>();
+  auto list = [&](const std::string& query) {
+    auto r = server_->client().Get("/v1/responses/" + id + "/input_items" + query);
+    EXPECT_TRUE(r && r->status == 200) << query << ": " << (r ? r->body : "no answer");
+    return r && r->status == 200 ? json::parse(r->body) : json::object();
+  };
+  const json asc = list("?order=asc");
+  ASSERT_EQ(asc["data"].size(), 3u) << asc.dump();
+  EXPECT_EQ(asc["object"], "list");
+  EXPECT_EQ(asc["has_more"], false);
+  EXPECT_EQ(asc["data"][1]["id"], "msg_given");
+  for (size_t i = 0; i < 3; ++i) {
+    const json& item = asc["data"][i];
+    EXPECT_EQ(item["type"], "message");
+    EXPECT_EQ(item["role"], input[i]["role"]);
+    EXPECT_TRUE(item["id"].is_string() && !item["id"].get<std::string>().empty());
+  }
+  EXPECT_EQ(asc["data"][0]["content"], json::parse(R"([{"type":"input_text","text":"Tell me a story"}])"));
+  EXPECT_EQ(asc["first_id"], asc["data"][0]["id"]);
+  EXPECT_EQ(asc["last_id"], asc["data"][2]["id"]);
+  const json desc = list("");
+  ASSERT_EQ(desc["data"].size(), 3u);
+  EXPECT_EQ(desc["data"][0], asc["data"][2]) << "newest first by default";
+  // Pages of one: after each last_id the next, has_more until the end.
+  json page = list("?order=asc&limit=1");
+  std::vector<json> paged;
+  for (int guard = 0; guard < 5; ++guard) {
+    ASSERT_EQ(page["data"].size(), 1u) << page.dump();
+    paged.push_back(page["data"][0]);
+    if (!page["has_more"].get<bool>()) break;
+    page = list("?order=asc&limit=1&after=" + page["last_id"].get<std::string>());
+  }
+  EXPECT_EQ(json(paged), asc["data"]);
+  // A continued response lists its own input only; the list stays as it was listed before.
+  const json next = ok("/v1/responses", {{"model", "tiny"}, {"previous_response_id", id}, {"input", "And then?"},
+                                         {"max_output_tokens", 4}});
+  auto r = server_->client().Get("/v1/responses/" + next["id"].get<std::string>() + "/input_items");
+  ASSERT_TRUE(r && r->status == 200);
+  const json own = json::parse(r->body);
+  ASSERT_EQ(own["data"].size(), 1u) << own.dump();
+  EXPECT_EQ(own["data"][0]["content"][0]["text"], "And then?");
+  EXPECT_EQ(list("?order=asc"), asc);
+  // Refusals name the parameter; an id not kept is a 404.
+  for (const auto& [query, param] : std::vector<std::pair<std::string, std::string>>{
+           {"?limit=0", "limit"}, {"?limit=101", "limit"}, {"?limit=x", "limit"}, {"?order=up", "order"},
+           {"?after=msg_nobody", "after"}}) {
+    auto bad = server_->client().Get("/v1/responses/" + id + "/input_items" + query);
+    ASSERT_TRUE(bad);
+    EXPECT_EQ(bad->status, 400) << query << ": " << bad->body;
+    EXPECT_EQ(json::parse(bad->body)["error"]["param"], param) << query;
+  }
+  auto missing = server_->client().Get("/v1/responses/resp_nobody/input_items");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+}
+
 TEST(ResponsesStore, KeepsAtMostItsCapacityDroppingTheLeastRecentlyUsed) {
   constexpr size_t kOverhead = ResponsesStore::kEntryOverhead;
   ResponsesStore store(100 + 2 * kOverhead);

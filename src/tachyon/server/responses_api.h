@@ -45,6 +45,10 @@ struct ResponsesRequest {
   // The conversation's items this response answers: those of the response it continues
   // (previous_response_id), then its own input (a string input as one user message item).
   nlohmann::ordered_json items = nlohmann::ordered_json::array();
+  // The request's own input as GET /v1/responses/{id}/input_items lists it: each item with an id
+  // (the one it was given, else a new one: msg_, fc_, fco_ or rs_ by its type), a message's text
+  // content as one part (input_text; output_text for an assistant's).
+  nlohmann::ordered_json input_items = nlohmann::ordered_json::array();
   bool store = true;  // `store`: keep the response (where the server keeps any)
   // The request's fields the response object repeats, those given: instructions,
   // max_output_tokens, temperature, top_p, user, reasoning, previous_response_id, metadata, tools,
@@ -70,6 +74,13 @@ ApiException with_responses_fields(const ApiException& chat_error);
 
 // "resp_" and 24 random letters and digits.
 std::string make_response_id();
+
+// GET /v1/responses/{id}/input_items' list object over a kept response's input items (in input
+// order): order "asc" or "desc", the items after the one with id `after` ("" from the first), at
+// most `limit`; {object: "list", data, first_id, last_id, has_more}. Throws ApiException (400)
+// naming `after` when no item has that id.
+nlohmann::ordered_json input_item_list(const nlohmann::ordered_json& items, bool ascending, const std::string& after,
+                                       int64_t limit);
 
 // One answer as a Responses response object, built from the chat output's pieces in order: a
 // reasoning item, message items (one output_text part each) and function_call items. A streamed

@@ -1,5 +1,8 @@
 // The Responses API's response object and its streamed events, from the chat output's pieces.
 // See responses_api.h.
+#include <algorithm>
+#include <vector>
+
 #include "tachyon/server/openai_errors.h"
 #include "tachyon/server/openai_responses.h"
 #include "tachyon/server/responses_api.h"
@@ -161,6 +164,31 @@ Json ResponseBuilder::response() const {
                          {"total_tokens", input_tokens_ + output_tokens_}};
   }
   return response;
+}
+
+Json input_item_list(const Json& items, bool ascending, const std::string& after, int64_t limit) {
+  std::vector<const Json*> ordered;
+  for (const Json& item : items) ordered.push_back(&item);
+  if (!ascending) std::reverse(ordered.begin(), ordered.end());
+  size_t begin = 0;
+  if (!after.empty()) {
+    const auto at = std::find_if(ordered.begin(), ordered.end(),
+                                 [&](const Json* item) { return item->is_object() && item->value("id", "") == after; });
+    if (at == ordered.end()) {
+      throw ApiException({400, "No input item with id '" + after + "' in this response.", "invalid_request_error",
+                          "after", ""});
+    }
+    begin = static_cast<size_t>(at - ordered.begin()) + 1;
+  }
+  const size_t end = std::min(ordered.size(), begin + static_cast<size_t>(std::max<int64_t>(limit, 0)));
+  Json data = Json::array();
+  for (size_t i = begin; i < end; ++i) data.push_back(*ordered[i]);
+  auto id_of = [](const Json& item) { return item.is_object() && item.contains("id") ? item["id"] : Json(nullptr); };
+  return {{"object", "list"},
+          {"data", data},
+          {"first_id", data.empty() ? Json(nullptr) : id_of(data.front())},
+          {"last_id", data.empty() ? Json(nullptr) : id_of(data.back())},
+          {"has_more", end < ordered.size()}};
 }
 
 }  // namespace tachyon::server

@@ -217,6 +217,39 @@ void refuse_unserved_fields(const Json& body) {
   }
 }
 
+// The input as GET .../input_items lists it (ResponsesRequest::input_items). Items that are not
+// objects are copied as they are: the conversion refuses them anyway.
+Json listed_input_items(const Json& input) {
+  const Json given = input.is_string() ? Json::array({{{"role", "user"}, {"content", input}}}) : input;
+  Json out = Json::array();
+  for (Json item : given) {
+    if (item.is_object()) {
+      if (!item.contains("type") && item.contains("role")) item["type"] = "message";
+      const std::string type = item.value("type", "");
+      if (type == "message") {
+        if (const auto content = item.find("content"); content != item.end() && content->is_string()) {
+          const char* part = item.value("role", "") == "assistant" ? "output_text" : "input_text";
+          *content = Json::array({{{"type", part}, {"text", *content}}});
+        }
+        if (!item.contains("status")) item["status"] = "completed";
+      }
+      if (!item.contains("id") || !item["id"].is_string()) {
+        const std::string prefix = type == "message"                ? "msg_"
+                                   : type == "function_call"        ? "fc_"
+                                   : type == "function_call_output" ? "fco_"
+                                   : type == "reasoning"            ? "rs_"
+                                                                    : "item_";
+        item.erase("id");
+        Json with_id = {{"id", prefix + make_tool_call_id().substr(5)}};
+        with_id.update(item);  // the id first, as OpenAI lists it
+        item = std::move(with_id);
+      }
+    }
+    out.push_back(std::move(item));
+  }
+  return out;
+}
+
 }  // namespace
 
 ApiException with_responses_fields(const ApiException& e) {
@@ -263,6 +296,7 @@ ResponsesRequest parse_responses_request(std::string_view body_text, const Serve
     if (input->empty()) fields::fail("input", "'input' must contain at least one item.");
     request.items.insert(request.items.end(), input->begin(), input->end());
   }
+  request.input_items = listed_input_items(*input);
   Json messages = Json::array();
   if (std::optional<std::string> instructions = fields::read_string(body, "instructions", "instructions")) {
     messages.push_back({{"role", "system"}, {"content", *instructions}});

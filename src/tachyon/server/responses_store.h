@@ -1,6 +1,7 @@
-// The responses a server keeps for the Responses API's previous_response_id and
-// GET / DELETE /v1/responses/{id}: each response object and the conversation items it ends (its
-// input, with the items of the responses it continued, then its output), as JSON text, at most
+// The responses a server keeps for the Responses API's previous_response_id,
+// GET / DELETE /v1/responses/{id} and GET /v1/responses/{id}/input_items: each response object,
+// the conversation items it ends (its input, with the items of the responses it continued, then
+// its output) and its own input items, as JSON text, at most
 // `capacity_bytes` of it together: the least recently used go first, so a server that keeps every
 // response (store defaults to true) keeps its memory flat. Kept in memory, per server: a restart
 // forgets them. Thread-safe.
@@ -19,11 +20,12 @@ class ResponsesStore {
  public:
   static constexpr size_t kEntryOverhead = 256;
   struct Entry {
-    std::string response;  // the response object
-    std::string items;     // the conversation's items, a JSON array
+    std::string response;     // the response object
+    std::string items;        // the conversation's items, a JSON array
+    std::string input_items;  // the response's own input items (with ids), a JSON array
     // Counted with the id and the list and index nodes (kEntryOverhead), so that many small
     // responses stay within the capacity too.
-    size_t bytes() const { return response.size() + items.size() + kEntryOverhead; }
+    size_t bytes() const { return response.size() + items.size() + input_items.size() + kEntryOverhead; }
   };
 
   explicit ResponsesStore(size_t capacity_bytes) : capacity_(capacity_bytes) {}

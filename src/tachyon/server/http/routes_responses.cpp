@@ -5,9 +5,12 @@
 // (http/shaped_answer.h). Roles as on the chat route: a prefill server queues the prompt and
 // answers with its lease, a decode server pulls the rows the router's header names. Errors are
 // OpenAI's error bodies; a streamed answer's failure after the head is an "error" event. A server
-// without a role keeps finished responses (server/responses_store.h) for previous_response_id and
-// GET / DELETE /v1/responses/{id}.
+// without a role keeps finished responses (server/responses_store.h) for previous_response_id,
+// GET / DELETE /v1/responses/{id} and GET /v1/responses/{id}/input_items.
+#include <algorithm>
+#include <cctype>
 #include <chrono>
+#include <map>
 
 #include "tachyon/server/http/http_routes.h"
 #include "tachyon/server/http/pd_roles.h"
@@ -24,9 +27,10 @@ using Json = nlohmann::ordered_json;
 class ResponsesShape : public AnswerShape {
  public:
   // `store`: where the finished response and its conversation's items are kept; null: not kept.
-  ResponsesShape(std::string id, std::string model, int64_t created_at, Json echo, ResponsesStore* store, Json items)
+  ResponsesShape(std::string id, std::string model, int64_t created_at, Json echo, ResponsesStore* store, Json items,
+                 Json input_items)
       : id_(std::move(id)), model_(std::move(model)), created_at_(created_at), echo_(std::move(echo)), store_(store),
-        items_(std::move(items)) {
+        items_(std::move(items)), input_items_(std::move(input_items)) {
     echo_["store"] = store_ != nullptr;
   }
   std::string start(int64_t input_tokens) override {
@@ -39,7 +43,8 @@ class ResponsesShape : public AnswerShape {
     whole_ = builder_->response().dump(-1, ' ', false, Json::error_handler_t::replace);
     if (store_ != nullptr) {  // kept before the client can see the end, so a next request finds it
       for (const Json& item : builder_->output()) items_.push_back(item);
-      store_->put(id_, {whole_, items_.dump(-1, ' ', false, Json::error_handler_t::replace)});
+      store_->put(id_, {whole_, items_.dump(-1, ' ', false, Json::error_handler_t::replace),
+                        input_items_.dump(-1, ' ', false, Json::error_handler_t::replace)});
     }
     return events;
   }
@@ -59,6 +64,7 @@ class ResponsesShape : public AnswerShape {
   Json echo_;
   ResponsesStore* const store_;
   Json items_;  // the conversation this response answers; its output joins it when kept
+  const Json input_items_;  // the request's own input items (ResponsesRequest::input_items)
   std::optional<ResponseBuilder> builder_;  // from start(), which knows the prompt's length
   std::string whole_;                       // the response object's text, from finish()
 };
@@ -91,17 +97,80 @@ void handle_responses(ServingContext& context, const HttpRequest& req, const Res
   g.params.client = fair_share_client(g.client, g.user);
   answer_for_role(
       context, req, std::move(g), respond,
-      [keepalive, store, echo = std::move(request.echo), items = std::move(request.items)](
-          ServingContext& context, Generation g, ImportedRows imported, HttpResponse& res) {
-        auto shape = std::make_unique<ResponsesShape>(g.id, g.model, g.created, echo, store, items);
+      [keepalive, store, echo = std::move(request.echo), items = std::move(request.items),
+       input_items = std::move(request.input_items)](ServingContext& context, Generation g, ImportedRows imported,
+                                                     HttpResponse& res) {
+        auto shape = std::make_unique<ResponsesShape>(g.id, g.model, g.created, echo, store, items, input_items);
         answer_in_shape(context, std::move(g), std::move(imported), keepalive, std::move(shape), res);
       },
       error_body);
 }
 
-// GET /v1/responses/{id}: a kept response; DELETE: forgets it. 404 for an id not kept.
+// The query's parameters (name=value&..., percent-decoded; a name without '=' has the value "").
+std::map<std::string, std::string> query_parameters(const std::string& query) {
+  auto decode = [](std::string_view text) {
+    std::string out;
+    for (size_t i = 0; i < text.size(); ++i) {
+      if (text[i] == '+') {
+        out += ' ';
+      } else if (text[i] == '%' && i + 2 < text.size() && std::isxdigit(static_cast<unsigned char>(text[i + 1])) &&
+                 std::isxdigit(static_cast<unsigned char>(text[i + 2]))) {
+        out += static_cast<char>(std::stoi(std::string(text.substr(i + 1, 2)), nullptr, 16));
+        i += 2;
+      } else {
+        out += text[i];
+      }
+    }
+    return out;
+  };
+  std::map<std::string, std::string> out;
+  for (size_t pos = 0; pos <= query.size();) {
+    const size_t end = std::min(query.find('&', pos), query.size());
+    const std::string_view pair = std::string_view(query).substr(pos, end - pos);
+    if (!pair.empty()) {
+      const size_t eq = pair.find('=');
+      out[decode(pair.substr(0, eq))] = eq == std::string_view::npos ? "" : decode(pair.substr(eq + 1));
+    }
+    pos = end + 1;
+  }
+  return out;
+}
+
+// GET /v1/responses/{id}/input_items: a kept response's input items, a page at a time (limit 1 to
+// 100, default 20; order asc or desc, default desc; after an item id). `include` is taken and
+// changes nothing: its values concern items this server never writes.
+std::string input_items_page(const ResponsesStore::Entry& entry, const std::string& query) {
+  const std::map<std::string, std::string> params = query_parameters(query);
+  int64_t limit = 20;
+  if (const auto it = params.find("limit"); it != params.end()) {
+    const std::string& text = it->second;
+    const bool digits = !text.empty() && text.size() <= 3 && std::all_of(text.begin(), text.end(), ::isdigit);
+    limit = digits ? std::stoll(text) : 0;
+    if (limit < 1 || limit > 100) {
+      throw ApiException({400, "'limit' must be a whole number from 1 to 100, got '" + text + "'.",
+                          "invalid_request_error", "limit", ""});
+    }
+  }
+  bool ascending = false;
+  if (const auto it = params.find("order"); it != params.end()) {
+    if (it->second != "asc" && it->second != "desc") {
+      throw ApiException({400, "'order' must be 'asc' or 'desc', got '" + it->second + "'.", "invalid_request_error",
+                          "order", ""});
+    }
+    ascending = it->second == "asc";
+  }
+  const auto after = params.find("after");
+  const Json items = Json::parse(entry.input_items);
+  return input_item_list(items, ascending, after == params.end() ? "" : after->second, limit).dump();
+}
+
+// GET /v1/responses/{id}: a kept response; DELETE: forgets it; GET /v1/responses/{id}/input_items:
+// its input items. 404 for an id not kept.
 void kept_response(ServingContext& context, const HttpRequest& req, HttpResponse& res) {
-  const std::string id = req.path.substr(std::string_view("/v1/responses/").size());
+  std::string id = req.path.substr(std::string_view("/v1/responses/").size());
+  constexpr std::string_view kInputItems = "/input_items";
+  const bool input_items = req.method == "GET" && std::string_view(id).ends_with(kInputItems);
+  if (input_items) id.resize(id.size() - kInputItems.size());
   ResponsesStore* store = context.responses_store();
   const auto not_found = [&] {
     throw ApiException({404, "No response with id '" + id + "' is kept (never kept, deleted, or dropped as the least "
@@ -115,7 +184,7 @@ void kept_response(ServingContext& context, const HttpRequest& req, HttpResponse
   }
   std::optional<ResponsesStore::Entry> entry = store->get(id);
   if (!entry) not_found();
-  res.body = std::move(entry->response);
+  res.body = input_items ? input_items_page(*entry, req.query) : std::move(entry->response);
 }
 
 }  // namespace
