@@ -216,6 +216,13 @@ TEST_F(ServerResponses, WhatTheServerCannotHonourIsRefusedNamingTheField) {
   expect_refused(with({{"input", json::array({{{"role", "user"}, {"content", json::array({image})}}})}}),
                  "input[0].content[0].type");
   expect_refused(with({{"input", json::array({{{"type", "item_reference"}, {"id", "msg_1"}}})}}), "input[0].type");
+  // Fields of the wrong type inside an item (the fuzzer's case: a 500 once input items were listed).
+  for (const json& item : {json{{"type", {{"text", 5}}}, {"name", "f"}}, json{{"role", json::array()}, {"content", "x"}},
+                           json{{"type", "message"}, {"role", "user"}, {"content", "x"}, {"id", 7}}}) {
+    auto r = post("/v1/responses", with({{"input", json::array({item})}}));
+    ASSERT_TRUE(r);
+    EXPECT_LT(r->status, 500) << item.dump() << " -> " << r->body;
+  }
   expect_refused(with({{"max_output_tokens", 0}}), "max_output_tokens");
   expect_refused(with({{"text", {{"format", {{"type", "json_schema"}, {"name", "n"},
                                              {"schema", {{"type", "string"}, {"format", "hostname"}}}}}}}}),

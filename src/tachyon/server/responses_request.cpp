@@ -217,18 +217,22 @@ void refuse_unserved_fields(const Json& body) {
   }
 }
 
-// The input as GET .../input_items lists it (ResponsesRequest::input_items). Items that are not
-// objects are copied as they are: the conversion refuses them anyway.
+// The input as GET .../input_items lists it (ResponsesRequest::input_items), once convert_items
+// took it; a field of another type than expected is read as absent all the same.
 Json listed_input_items(const Json& input) {
+  auto text_of = [](const Json& item, const char* key) {
+    const auto it = item.find(key);
+    return it != item.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
   const Json given = input.is_string() ? Json::array({{{"role", "user"}, {"content", input}}}) : input;
   Json out = Json::array();
   for (Json item : given) {
     if (item.is_object()) {
       if (!item.contains("type") && item.contains("role")) item["type"] = "message";
-      const std::string type = item.value("type", "");
+      const std::string type = text_of(item, "type");
       if (type == "message") {
         if (const auto content = item.find("content"); content != item.end() && content->is_string()) {
-          const char* part = item.value("role", "") == "assistant" ? "output_text" : "input_text";
+          const char* part = text_of(item, "role") == "assistant" ? "output_text" : "input_text";
           *content = Json::array({{{"type", part}, {"text", *content}}});
         }
         if (!item.contains("status")) item["status"] = "completed";
@@ -296,12 +300,12 @@ ResponsesRequest parse_responses_request(std::string_view body_text, const Serve
     if (input->empty()) fields::fail("input", "'input' must contain at least one item.");
     request.items.insert(request.items.end(), input->begin(), input->end());
   }
-  request.input_items = listed_input_items(*input);
   Json messages = Json::array();
   if (std::optional<std::string> instructions = fields::read_string(body, "instructions", "instructions")) {
     messages.push_back({{"role", "system"}, {"content", *instructions}});
   }
   convert_items(request.items, request.items.size() - (input->is_array() ? input->size() : 1), messages);
+  request.input_items = listed_input_items(*input);  // after convert_items refused what it cannot read
   Json chat = {{"messages", std::move(messages)}};
   if (const Json* model = fields::find(body, "model")) chat["model"] = *model;
   if (const Json* max = fields::find(body, "max_output_tokens")) chat["max_completion_tokens"] = *max;
