@@ -248,7 +248,9 @@ TEST(BenchServeStream, TimesChunksAndTakesTokensFromUsage) {
   EXPECT_TRUE(timer.on_payload(R"({"choices":[{"text":"a","finish_reason":null}]})", 0.5));
   EXPECT_TRUE(timer.on_payload(R"({"choices":[{"text":"b","finish_reason":null}]})", 0.7));
   EXPECT_TRUE(timer.on_payload(R"({"choices":[{"text":"","finish_reason":"length"}]})", 1.0));
-  EXPECT_TRUE(timer.on_payload(R"({"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":4}})", 1.1));
+  EXPECT_TRUE(timer.on_payload(
+      R"({"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":5}}})",
+      1.1));
   EXPECT_FALSE(timer.on_payload("[DONE]", 1.2));
   timer.finish(16);
   EXPECT_TRUE(o.success);
@@ -259,6 +261,7 @@ TEST(BenchServeStream, TimesChunksAndTakesTokensFromUsage) {
   EXPECT_NEAR(o.itl[1], 0.3, 1e-12);
   EXPECT_EQ(o.prompt_tokens, 9);
   EXPECT_EQ(o.output_tokens, 4);
+  EXPECT_EQ(o.cached_tokens, 5);
 
   RequestOutcome chat;  // no usage: count chunks; the role-only delta is no token
   StreamTimer chat_timer(chat);
@@ -368,7 +371,31 @@ TEST_F(BenchServeEndToEnd, ConcurrencyLimitedRunCompletesEveryRequest) {
   }
   EXPECT_NE(j["command"].get<std::string>().find("bench serve"), std::string::npos);
   EXPECT_FALSE(j.contains("spec_decode_num_drafts")) << "a server without drafts reports no speculation";
+  // 16 random ids a prompt: no full block before the last token, so nothing cached to report.
+  EXPECT_FALSE(j.contains("total_cached_input_tokens")) << j.dump().substr(0, 300);
+  EXPECT_EQ(output.find("Prefix cache hit rate"), std::string::npos) << output;
   EXPECT_EQ(output.find("Speculative Decoding"), std::string::npos) << output;
+  EXPECT_TRUE(server_->wait_idle());
+}
+
+// Prompts sharing a 48-token prefix: every request after the first four (which run at once) finds
+// its 3 full blocks cached, as the server's usage says, and the report sums them.
+TEST_F(BenchServeEndToEnd, SharedPrefixesShowAsCachedInputTokens) {
+  const std::string result = (server_->dir.parent_path() / ("bench-prefix-" + std::to_string(::getpid()) + ".json")).string();
+  auto [code, output] = run_cli("bench serve --base-url " + base_url() +
+                                " --num-prompts 12 --max-concurrency 4 --random-prefix-len 48 --random-input-len 8"
+                                " --random-output-len 2 --ignore-eos --save-result --result-filename " + result);
+  ASSERT_EQ(code, 0) << output;
+  std::ifstream in(result);
+  ASSERT_TRUE(in.good()) << result;
+  nlohmann::json j = nlohmann::json::parse(in);
+  std::filesystem::remove(result);
+  ASSERT_TRUE(j.contains("total_cached_input_tokens")) << output;
+  const int64_t cached = j["total_cached_input_tokens"].get<int64_t>();
+  EXPECT_GE(cached, 8 * 48) << "every request after the first wave hits the prefix";
+  EXPECT_LE(cached, 12 * 48);
+  EXPECT_EQ(cached % 16, 0) << "whole blocks";
+  EXPECT_NE(output.find("Prefix cache hit rate (%):"), std::string::npos) << output;
   EXPECT_TRUE(server_->wait_idle());
 }
 

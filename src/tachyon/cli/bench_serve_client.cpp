@@ -120,6 +120,8 @@ bool StreamTimer::on_payload(const std::string& payload, double t) {
     usage_seen_ = true;
     outcome_.prompt_tokens = usage->value("prompt_tokens", int64_t{0});
     outcome_.output_tokens = usage->value("completion_tokens", int64_t{0});
+    const auto details = usage->find("prompt_tokens_details");
+    if (details != usage->end() && details->is_object()) outcome_.cached_tokens = details->value("cached_tokens", int64_t{0});
   }
   return true;
 }

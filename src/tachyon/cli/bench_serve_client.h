@@ -45,6 +45,7 @@ struct RequestOutcome {
   std::vector<double> itl;       // seconds between consecutive chunks with choices
   int64_t prompt_tokens = 0;     // from usage; the dataset's length when the server gives none
   int64_t output_tokens = 0;     // from usage; the chunk count when the server gives none
+  int64_t cached_tokens = 0;     // of prompt_tokens, served from the prefix cache (usage's prompt_tokens_details)
   // The streamed text: completions' text, chat's content, and a tool call's argument
   // fragments (vLLM's generated_texts), so a constrained run's outputs can be checked.
   std::string generated_text;

@@ -104,6 +104,7 @@ BenchSummary summarize(const BenchRun& run, const std::vector<RequestOutcome>& o
     }
     ++s.completed;
     s.total_input += o.prompt_tokens;
+    s.total_cached_input += o.cached_tokens;
     s.total_output += o.output_tokens;
     ttfts.push_back(o.ttft);
     e2els.push_back(o.latency);
@@ -130,6 +131,11 @@ std::string format_table(const BenchRun& run, const BenchSummary& s, const std::
   if (!std::isinf(run.request_rate)) out += line("Request rate configured (RPS):", fixed2(run.request_rate));
   out += line("Benchmark duration (s):", fixed2(run.duration));
   out += line("Total input tokens:", std::to_string(s.total_input));
+  if (s.total_cached_input > 0) {  // a server that reports its prefix-cache hits in usage, and had some
+    out += line("Total cached input tokens:", std::to_string(s.total_cached_input));
+    out += line("Prefix cache hit rate (%):",
+                fixed2(100.0 * static_cast<double>(s.total_cached_input) / static_cast<double>(s.total_input)));
+  }
   out += line("Total generated tokens:", std::to_string(s.total_output));
   out += line("Request throughput (req/s):", fixed2(s.request_throughput));
   out += line("Output token throughput (tok/s):", fixed2(s.output_throughput));
@@ -161,6 +167,7 @@ nlohmann::ordered_json result_json(const BenchRun& run, const BenchSummary& s, c
   j["completed"] = s.completed;
   j["failed"] = s.failed;
   j["total_input_tokens"] = s.total_input;
+  if (s.total_cached_input > 0) j["total_cached_input_tokens"] = s.total_cached_input;
   j["total_output_tokens"] = s.total_output;
   j["request_throughput"] = s.request_throughput;
   j["output_throughput"] = s.output_throughput;

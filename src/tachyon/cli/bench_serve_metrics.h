@@ -44,6 +44,7 @@ struct BenchSummary {
   int64_t completed = 0;
   int64_t failed = 0;
   int64_t total_input = 0;
+  int64_t total_cached_input = 0;  // of total_input, served from the server's prefix cache
   int64_t total_output = 0;
   double request_throughput = 0;
   double output_throughput = 0;
