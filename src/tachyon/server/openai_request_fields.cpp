@@ -82,51 +82,54 @@ void for_each_structural_byte(std::string_view text, OnByte&& on_byte) {
 
 }  // namespace
 
+namespace {
+
+// Both checks that must run before a JSON text is parsed, in one linear pass: its nesting (when
+// max_depth >= 0) and the cost of reading its objects (when sizes). A nesting past max_depth fails
+// at once; objects too large to read quickly fail once the pass is done, so a text that breaks both
+// limits is refused for its nesting, as when the two were separate passes.
+void check_json_shape(std::string_view text, const std::string& path, int32_t max_depth, bool sizes) {
+  constexpr int64_t kMaxComparisons = 50'000'000;
+  int64_t depth = 0;
+  std::vector<int64_t> members;  // per open container: members so far (-1: an array)
+  int64_t comparisons = 0, largest = 0;
+  for_each_structural_byte(text, [&](char c) {
+    if (c == '[' || c == '{') {
+      if (max_depth >= 0 && ++depth > max_depth) {
+        fail("", "The request body is nested more than " + std::to_string(max_depth) + " levels deep; at most " +
+                     std::to_string(max_depth) + " levels are allowed.");
+      }
+      if (sizes) members.push_back(c == '{' ? 0 : -1);
+    } else if (c == ']' || c == '}') {
+      --depth;
+      if (!members.empty()) members.pop_back();
+    } else if (c == ':' && !members.empty() && members.back() >= 0 && comparisons <= kMaxComparisons) {
+      comparisons += members.back()++;  // a member of the open object, compared with those before it
+      largest = std::max(largest, members.back());
+    }
+  });
+  if (comparisons > kMaxComparisons) {
+    const std::string what = path.empty() ? "The request body" : "'" + path + "'";
+    fail(path, what + " holds JSON objects too large to read quickly (one of " + std::to_string(largest) +
+                   " members so far): an object's keys are read in order, each compared with those before it, "
+                   "and the objects of one document may cost at most " + std::to_string(kMaxComparisons) +
+                   " comparisons (an object of about 10,000 members).");
+  }
+}
+
+}  // namespace
+
 // Refuses nesting deeper than max_depth with one linear pass over the bytes, before anything walks
 // the JSON recursively (nlohmann's copy and dump, Value::from_json: one stack frame per level).
 // Brackets count only outside strings; inside one, a backslash skips the byte after it. On
 // invalid JSON the count may be off, but such a body fails to parse anyway: a body that passes
 // both is valid JSON nested at most max_depth deep.
-void check_body_depth(std::string_view body, int32_t max_depth) {
-  int64_t depth = 0;
-  for_each_structural_byte(body, [&](char c) {
-    if (c == '[' || c == '{') {
-      if (++depth > max_depth) {
-        fail("", "The request body is nested more than " + std::to_string(max_depth) + " levels deep; at most " +
-                     std::to_string(max_depth) + " levels are allowed.");
-      }
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  });
-}
+void check_body_depth(std::string_view body, int32_t max_depth) { check_json_shape(body, "", max_depth, false); }
 
-void check_object_sizes(std::string_view text, const std::string& path) {
-  constexpr int64_t kMaxComparisons = 50'000'000;
-  std::vector<int64_t> members;  // per open container: members so far (-1: an array)
-  int64_t comparisons = 0, largest = 0;
-  for_each_structural_byte(text, [&](char c) {
-    if (c == '{' || c == '[') {
-      members.push_back(c == '{' ? 0 : -1);
-    } else if (c == '}' || c == ']') {
-      if (!members.empty()) members.pop_back();
-    } else if (c == ':' && !members.empty() && members.back() >= 0) {  // a member of the open object
-      comparisons += members.back()++;
-      largest = std::max(largest, members.back());
-      if (comparisons > kMaxComparisons) {
-        const std::string what = path.empty() ? "The request body" : "'" + path + "'";
-        fail(path, what + " holds JSON objects too large to read quickly (one of " + std::to_string(largest) +
-                       " members so far): an object's keys are read in order, each compared with those before it, "
-                       "and the objects of one document may cost at most " + std::to_string(kMaxComparisons) +
-                       " comparisons (an object of about 10,000 members).");
-      }
-    }
-  });
-}
+void check_object_sizes(std::string_view text, const std::string& path) { check_json_shape(text, path, -1, true); }
 
 Json parse_body(std::string_view body, const ServerLimits& limits) {
-  check_body_depth(body, limits.max_json_depth);
-  check_object_sizes(body, "");
+  check_json_shape(body, "", limits.max_json_depth, /*sizes=*/true);
   // JSON has no raw NUL (a string escapes it as \u0000), and the parser stops at one as at the
   // end of its input: whatever followed would be ignored instead of refused.
   if (body.find('\0') != std::string_view::npos) {

@@ -18,6 +18,7 @@
 #include "tachyon/engine/output_channel.h"
 #include "tachyon/app/text_stream.h"
 #include "tachyon/server/http/serving_context.h"
+#include "tachyon/server/openai_responses.h"
 
 namespace tachyon::server {
 
@@ -62,6 +63,7 @@ class GenerationRun {
   // Of prompt_tokens(), those the engine served from its prefix cache: each prompt's count as its
   // first output reported it (RequestOutput::num_prefix_hit_tokens); 0 before that.
   int64_t cached_prompt_tokens() const;
+  Usage usage() const { return {prompt_tokens_, completion_tokens_, cached_prompt_tokens()}; }
   void abort();  // every unfinished choice ends with "abort" at the engine's next step
 
  private:

@@ -172,7 +172,7 @@ class WholeAnswer : public BodyStream {
       return false;
     }
     ticket_.reset();  // the share comes back before the client can see the answer
-    Usage usage{run_->prompt_tokens(), run_->completion_tokens(), run_->cached_prompt_tokens()};
+    const Usage usage = run_->usage();
     out = (g_.chat ? chat_response(g_.id, g_.created, g_.model, choices_, usage, token_text_fn(context_))
                    : completion_response(g_.id, g_.created, g_.model, choices_, usage, token_text_fn(context_)))
               .dump();
@@ -263,8 +263,7 @@ class SseAnswer : public BodyStream {
     if (!run_->finished()) return false;
     ticket_.reset();  // the share comes back before the client can see the end
     if (g_.include_usage) {
-      const Usage usage{run_->prompt_tokens(), run_->completion_tokens(), run_->cached_prompt_tokens()};
-      out += sse_data(usage_chunk(g_.id, g_.created, g_.model, g_.chat, usage));
+      out += sse_data(usage_chunk(g_.id, g_.created, g_.model, g_.chat, run_->usage()));
     }
     out += std::string(kSseDone);
     return true;

@@ -11,21 +11,6 @@ namespace {
 
 constexpr const char* kVersion = "0.1.0";
 
-// "/v1/models/a%2Fb" -> "a/b"; a malformed escape stays as sent.
-std::string percent_decoded(std::string_view text) {
-  std::string out;
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '%' && i + 2 < text.size() && std::isxdigit(static_cast<unsigned char>(text[i + 1])) &&
-        std::isxdigit(static_cast<unsigned char>(text[i + 2]))) {
-      out += static_cast<char>(std::stoi(std::string(text.substr(i + 1, 2)), nullptr, 16));
-      i += 2;
-    } else {
-      out += text[i];
-    }
-  }
-  return out;
-}
-
 void tokenize(ServingContext& context, const HttpRequest& req, HttpResponse& res) {
   fields::Json body = fields::parse_body(req.body, context.limits());
   std::vector<int32_t> tokens;

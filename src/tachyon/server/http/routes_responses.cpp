@@ -8,11 +8,11 @@
 // without a role keeps finished responses (server/responses_store.h) for previous_response_id,
 // GET / DELETE /v1/responses/{id} and GET /v1/responses/{id}/input_items.
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <map>
 
 #include "tachyon/server/http/http_routes.h"
+#include "tachyon/server/http/http_util.h"
 #include "tachyon/server/http/pd_roles.h"
 #include "tachyon/server/http/shaped_answer.h"
 #include "tachyon/server/openai_responses.h"
@@ -104,36 +104,6 @@ void handle_responses(ServingContext& context, const HttpRequest& req, const Res
         answer_in_shape(context, std::move(g), std::move(imported), keepalive, std::move(shape), res);
       },
       error_body);
-}
-
-// The query's parameters (name=value&..., percent-decoded; a name without '=' has the value "").
-std::map<std::string, std::string> query_parameters(const std::string& query) {
-  auto decode = [](std::string_view text) {
-    std::string out;
-    for (size_t i = 0; i < text.size(); ++i) {
-      if (text[i] == '+') {
-        out += ' ';
-      } else if (text[i] == '%' && i + 2 < text.size() && std::isxdigit(static_cast<unsigned char>(text[i + 1])) &&
-                 std::isxdigit(static_cast<unsigned char>(text[i + 2]))) {
-        out += static_cast<char>(std::stoi(std::string(text.substr(i + 1, 2)), nullptr, 16));
-        i += 2;
-      } else {
-        out += text[i];
-      }
-    }
-    return out;
-  };
-  std::map<std::string, std::string> out;
-  for (size_t pos = 0; pos <= query.size();) {
-    const size_t end = std::min(query.find('&', pos), query.size());
-    const std::string_view pair = std::string_view(query).substr(pos, end - pos);
-    if (!pair.empty()) {
-      const size_t eq = pair.find('=');
-      out[decode(pair.substr(0, eq))] = eq == std::string_view::npos ? "" : decode(pair.substr(eq + 1));
-    }
-    pos = end + 1;
-  }
-  return out;
 }
 
 // GET /v1/responses/{id}/input_items: a kept response's input items, a page at a time (limit 1 to

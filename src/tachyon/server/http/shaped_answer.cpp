@@ -72,8 +72,7 @@ class ShapedAnswer : public BodyStream {
     }
     if (run_->finished()) {
       ticket_.reset();  // the share comes back before the client can see the end
-      events += shape_->finish(finish_reason_, stop_string_,
-                               {run_->prompt_tokens(), run_->completion_tokens(), run_->cached_prompt_tokens()});
+      events += shape_->finish(finish_reason_, stop_string_, run_->usage());
     }
     if (g_.stream) {
       out += events;
