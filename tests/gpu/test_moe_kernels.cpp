@@ -3,8 +3,9 @@
 // itself, ids and their order exact), grouping (every pair once, in its expert's blocks, padding
 // marked), the grouped GEMM (bf16 tolerance, padding rows never written), the decode-sized
 // grouped GEMV (the same, plus: a token's rows bit-identical alone and in any batch, graph
-// capture, argument checks), the combine (with and without the shared expert's addend), and the
-// whole MoE block chained as a model runs it. Fresh random inputs every run (seed printed);
+// capture, argument checks), the combine (with and without the shared expert's addend), the
+// expert-parallel window of the grouping and the combine, and the whole MoE block chained as a
+// model runs it. Fresh random inputs every run (seed printed);
 // outputs are poisoned first, so a row the kernels should write and do not shows up as NaN.
 // Run: build-*/tests/gpu_moe_kernels (GPU machine); TACHYON_TEST_SEED=<seed> replays a failure.
 #include <algorithm>
@@ -237,6 +238,57 @@ TEST(MoeAlign, EveryPairLandsOnceInItsExpertsBlocks) {
       for (int64_t p = 0; p < rows; ++p) ASSERT_EQ(seen[p], 1) << "pair " << p;
     }
   }
+}
+
+// Expert parallelism: a window [begin, begin + count) groups only its experts' pairs, under local
+// ids, into a capacity sized for its own experts; over the G windows of a split every pair is
+// listed exactly once.
+TEST(MoeAlign, AWindowGroupsOnlyItsExpertsPairsUnderLocalIds) {
+  auto gen = rng(43);
+  for (int experts : {8, 64, 256}) {
+    for (int ranks : {2, 4}) {
+      for (int64_t rows : {1, 6, 65, 3000}) {
+        SCOPED_TRACE(testing::Message() << experts << " experts over " << ranks << " ranks, " << rows << " pairs");
+        std::vector<int32_t> ids(static_cast<size_t>(rows));
+        std::uniform_int_distribution<int32_t> pick(0, experts - 1);
+        for (int32_t& id : ids) id = pick(gen);
+        const DeviceArray<int32_t> ids_d = upload(ids);
+        std::vector<int> seen(static_cast<size_t>(rows), 0);
+        const int32_t count = experts / ranks;
+        for (int r = 0; r < ranks; ++r) {
+          const MoeExpertWindow window{r * count, count};
+          const int64_t capacity = moe_sorted_capacity(rows, count);
+          DeviceArray<int32_t> sorted(capacity), blocks(capacity / kMoeBlockM);
+          moe_align(sorted.data(), blocks.data(), ids_d.data(), rows, experts, capacity, nullptr, window);
+          const std::vector<int32_t> s = sorted.download(), b = blocks.download();
+          int last = -1;
+          for (size_t block = 0; block < b.size(); ++block) {
+            if (b[block] < 0) {
+              for (int i = 0; i < kMoeBlockM; ++i) ASSERT_EQ(s[block * kMoeBlockM + i], -1) << "block " << block;
+              continue;
+            }
+            ASSERT_LT(b[block], count) << "a local id past the window";
+            ASSERT_GE(b[block], last) << "experts out of order";
+            last = b[block];
+            for (int i = 0; i < kMoeBlockM; ++i) {
+              const int32_t pair = s[block * kMoeBlockM + i];
+              if (pair < 0) continue;
+              ASSERT_EQ(ids[pair], window.begin + b[block]) << "pair " << pair << " under another local expert";
+              ++seen[pair];
+            }
+          }
+        }
+        for (int64_t p = 0; p < rows; ++p) ASSERT_EQ(seen[p], 1) << "pair " << p << " (expert " << ids[p] << ")";
+      }
+    }
+  }
+  DeviceArray<int32_t> buffer(moe_sorted_capacity(4, 8));
+  EXPECT_THROW(moe_align(buffer.data(), buffer.data(), buffer.data(), 4, 8, moe_sorted_capacity(4, 8), nullptr,
+                         MoeExpertWindow{6, 4}),
+               Error);  // past the experts
+  EXPECT_THROW(moe_align(buffer.data(), buffer.data(), buffer.data(), 4, 8, moe_sorted_capacity(4, 8), nullptr,
+                         MoeExpertWindow{0, 4}),
+               Error);  // a capacity for 8 experts, not the window's 4
 }
 
 // out[p] = a[p / divisor] @ w[ids[p]]^T in double over the bf16 values.
@@ -678,8 +730,9 @@ struct RouteResult {
 
 // One moe_route_decode launch into poisoned outputs.
 RouteResult run_route(const RouteCase& c, const bf16* hidden, const DeviceArray<bf16>& weight, const float* bias,
-                      int64_t tokens, unsigned int* arrivals, cudaStream_t stream = nullptr) {
-  const int64_t capacity = moe_sorted_capacity(tokens * c.top_k, c.experts);
+                      int64_t tokens, unsigned int* arrivals, cudaStream_t stream = nullptr,
+                      MoeExpertWindow window = {}) {
+  const int64_t capacity = moe_sorted_capacity(tokens * c.top_k, window.count > 0 ? window.count : c.experts);
   DeviceArray<float> logits(tokens * c.experts), weights(tokens * c.top_k);
   DeviceArray<int32_t> ids(tokens * c.top_k), sorted(capacity), blocks(capacity / kMoeBlockM);
   MoeRouting routing;
@@ -690,6 +743,7 @@ RouteResult run_route(const RouteCase& c, const bf16* hidden, const DeviceArray<
   routing.n_group = c.n_group;
   routing.topk_group = c.topk_group;
   routing.routed_scaling_factor = 2.5f;
+  routing.window = window;
   moe_route_decode({logits.data(), ids.data(), weights.data(), sorted.data(), blocks.data(), capacity}, hidden,
                    weight.data(), tokens, c.hidden, c.experts, routing, arrivals, stream);
   TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -748,6 +802,21 @@ void check_route(std::mt19937_64& gen, const RouteCase& c, int64_t tokens, unsig
   moe_align(sorted_d.data(), blocks_d.data(), ids_d.data(), tokens * c.top_k, c.experts, capacity, nullptr);
   ASSERT_EQ(got.blocks, blocks_d.download());
   ASSERT_EQ(pairs_by_block(got.sorted), pairs_by_block(sorted_d.download()));
+
+  // Expert parallelism: with a window (the second half of the experts) the same ids and weights,
+  // and the grouping moe_align makes with that window.
+  if (c.experts % 2 == 0) {
+    const MoeExpertWindow window{c.experts / 2, c.experts / 2};
+    const RouteResult half = run_route(c, hidden_d.data(), weight_d, bias_ptr, tokens, arrivals, nullptr, window);
+    ASSERT_EQ(half.ids, got.ids);
+    ASSERT_EQ(std::memcmp(half.weights.data(), got.weights.data(), got.weights.size() * sizeof(float)), 0);
+    const int64_t half_capacity = moe_sorted_capacity(tokens * c.top_k, window.count);
+    DeviceArray<int32_t> half_sorted(half_capacity), half_blocks(half_capacity / kMoeBlockM);
+    moe_align(half_sorted.data(), half_blocks.data(), ids_d.data(), tokens * c.top_k, c.experts, half_capacity,
+              nullptr, window);
+    ASSERT_EQ(half.blocks, half_blocks.download());
+    ASSERT_EQ(pairs_by_block(half.sorted), pairs_by_block(half_sorted.download()));
+  }
 
   for (int64_t t = 0; t < tokens; ++t) {
     const RouteResult alone = run_route(c, hidden_d.data() + t * c.hidden, weight_d, bias_ptr, 1, arrivals);
@@ -885,6 +954,59 @@ TEST(MoeCombine, AddsTheAddendRowAfterTheRoutedSum) {
     moe_combine(no_addend.data(), rows_d.data(), weights_d.data(), nullptr, tokens, k, hidden, nullptr);
     EXPECT_TRUE(download_f32(plain) == download_f32(no_addend)) << "top " << k;
   }
+}
+
+// Expert parallelism: with a window the combine adds only the pairs of its experts, in the same
+// order, and never reads the other pairs' rows (NaN here: another rank's, never written). A
+// window holding every expert is the plain combine bit for bit.
+TEST(MoeCombine, AWindowAddsOnlyItsExpertsPairs) {
+  auto gen = rng(48);
+  const int experts = 16, k = 4;
+  const int64_t tokens = 29, hidden = 264;
+  std::vector<int32_t> ids(static_cast<size_t>(tokens * k));
+  std::uniform_int_distribution<int32_t> pick(0, experts - 1);
+  for (int32_t& id : ids) id = pick(gen);
+  const std::vector<float> rows = random_bf16_values(gen, static_cast<size_t>(tokens * k * hidden));
+  const std::vector<float> addend = random_bf16_values(gen, static_cast<size_t>(tokens * hidden));
+  const std::vector<float> weights = gpu_test::random_floats(gen, static_cast<size_t>(tokens * k), 0.5f);
+  const DeviceArray<int32_t> ids_d = upload(ids);
+  const DeviceArray<float> weights_d = upload(weights);
+  const DeviceArray<bf16> addend_d = upload_bf16(addend);
+  for (const MoeExpertWindow window : {MoeExpertWindow{0, 4}, MoeExpertWindow{4, 4}, MoeExpertWindow{8, 8}}) {
+    SCOPED_TRACE(testing::Message() << "experts [" << window.begin << ", " << window.begin + window.count << ")");
+    auto mine = [&](int64_t pair) { return ids[pair] >= window.begin && ids[pair] < window.begin + window.count; };
+    std::vector<float> poisoned = rows, want(static_cast<size_t>(tokens * hidden), 0.0f);
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t h = 0; h < hidden; ++h) {
+        float sum = 0.0f;
+        for (int j = 0; j < k; ++j) {
+          const int64_t pair = t * k + j;
+          if (mine(pair)) sum += weights[pair] * rows[pair * hidden + h];
+        }
+        want[t * hidden + h] = sum + addend[t * hidden + h];
+      }
+      for (int j = 0; j < k; ++j) {
+        if (!mine(t * k + j)) std::fill_n(poisoned.begin() + (t * k + j) * hidden, hidden, NAN);
+      }
+    }
+    const DeviceArray<bf16> rows_d = upload_bf16(poisoned);
+    DeviceArray<bf16> out(tokens * hidden);
+    moe_combine(out.data(), rows_d.data(), weights_d.data(), addend_d.data(), tokens, k, hidden, nullptr, ids_d.data(),
+                window);
+    const std::vector<float> got = download_f32(out);
+    ASSERT_TRUE(std::all_of(got.begin(), got.end(), [](float v) { return std::isfinite(v); }))
+        << "another rank's row was read";
+    EXPECT_LT(gpu_test::relative_error(got, want), 5e-3);
+  }
+  const DeviceArray<bf16> rows_d = upload_bf16(rows);
+  DeviceArray<bf16> plain(tokens * hidden), all(tokens * hidden);
+  moe_combine(plain.data(), rows_d.data(), weights_d.data(), addend_d.data(), tokens, k, hidden, nullptr);
+  moe_combine(all.data(), rows_d.data(), weights_d.data(), addend_d.data(), tokens, k, hidden, nullptr, ids_d.data(),
+              MoeExpertWindow{0, experts});
+  EXPECT_TRUE(download_f32(plain) == download_f32(all));
+  EXPECT_THROW(moe_combine(all.data(), rows_d.data(), weights_d.data(), nullptr, tokens, k, hidden, nullptr, nullptr,
+                           MoeExpertWindow{0, 4}),
+               Error);  // a window without the ids
 }
 
 // route -> align -> gate_up (gathered by token) -> SiLU -> down -> combine, as a layer runs it,

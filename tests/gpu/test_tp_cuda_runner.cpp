@@ -31,7 +31,14 @@ namespace {
 struct TpCase {
   Variant variant;
   int tp = 1;
+  bool ep = false;  // --enable-expert-parallel: rank r holds experts [r*E/tp, (r+1)*E/tp) whole
 };
+
+// The case's options on top of a base config.
+core::EngineConfig case_config(core::EngineConfig config, const TpCase& c) {
+  config.device.enable_expert_parallel = c.ep;
+  return config;
+}
 
 std::vector<int> tp_devices(int tp) {
   std::vector<int> devices(static_cast<size_t>(tp));
@@ -127,7 +134,7 @@ TEST_P(TpCudaRunner, LogitsMatchTheReferenceAndEveryRankHoldsTheSame) {
     GTEST_SKIP() << "TP = " << c.tp << " needs " << c.tp << " GPUs, this machine has " << cuda::cuda_device_count();
   }
   const fs::path dir = make_tiny(c.variant);
-  const core::EngineConfig config = tp_config(c.tp, /*eager=*/false);
+  const core::EngineConfig config = case_config(tp_config(c.tp, /*eager=*/false), c);
   model::SafetensorsCheckpoint checkpoint(dir);
   const std::vector<int> devices = tp_devices(c.tp);
   TpCudaModelRunner gpu(model::load_weights_bf16(model::ModelConfig::from_dir(dir), checkpoint), config,
@@ -156,7 +163,7 @@ TEST_P(TpCudaRunner, TheEngineGeneratesTheSameTokensWithGraphsAndEager) {
   const model::Bf16ModelWeights weights = model::load_weights_bf16(mc, checkpoint);
   const std::vector<std::vector<int32_t>> prompts = random_prompts(mc, {9, 30, 3, 64}, 13);
   auto run = [&](bool eager) {
-    core::EngineConfig config = tp_config(c.tp, eager);
+    core::EngineConfig config = case_config(tp_config(c.tp, eager), c);
     const std::vector<int> devices = tp_devices(c.tp);
     auto runner = std::make_unique<TpCudaModelRunner>(weights, config, TpCudaLayout{.devices = devices},
                                                       default_tp_comm_factory(devices));
@@ -174,7 +181,7 @@ class SharedGpuTpRunner : public ::testing::TestWithParam<TpCase> {};
 
 TEST_P(SharedGpuTpRunner, LogitsMatchTheReferenceAndEveryRankHoldsTheSame) {
   const TpCase& c = GetParam();
-  expect_group_matches_reference(make_tiny(c.variant), shared_gpu_config(c.tp), c.tp);
+  expect_group_matches_reference(make_tiny(c.variant), case_config(shared_gpu_config(c.tp), c), c.tp);
 }
 
 // The group against the single-GPU runner along the single runner's own greedy path: 4 prompts
@@ -192,15 +199,15 @@ TEST_P(SharedGpuTpRunner, GreedyPathFollowsTheSingleGpuRunnerAndTheEngineServesI
   model::SafetensorsCheckpoint checkpoint(dir);
   const model::Bf16ModelWeights weights = model::load_weights_bf16(mc, checkpoint);
   const std::vector<std::vector<int32_t>> prompts = random_prompts(mc, {9, 30, 3, 64}, 17);
-  const core::EngineConfig config = shared_gpu_config(c.tp);
+  const core::EngineConfig config = case_config(shared_gpu_config(c.tp), c);
   {
-    CudaModelRunner single(weights, config);
+    CudaModelRunner single(weights, shared_gpu_config(c.tp));
     const auto group = shared_gpu_runner(weights, config, c.tp);
     const GreedyPath path = follow_greedy_path(
         single, [&](int32_t n) { return single.last_logits(n); }, *group, prompts, mc, config.block_size,
         logits_tolerance(mc));
-    std::printf("[tp %d vs 1 GPU] %-40s worst logits rel. error %.2e, argmax agrees on %d of %d rows\n", c.tp,
-                c.variant.preset.c_str(), path.worst, path.agree, path.rows);
+    std::printf("[tp %d%s vs 1 GPU] %-40s worst logits rel. error %.2e, argmax agrees on %d of %d rows\n", c.tp,
+                c.ep ? " ep" : "", c.variant.preset.c_str(), path.worst, path.agree, path.rows);
     EXPECT_GE(path.agree * 10, path.rows * 9) << "the group's greedy choice differs from the single runner's on "
                                               << path.rows - path.agree << " of " << path.rows << " rows";
   }
@@ -314,7 +321,8 @@ INSTANTIATE_TEST_SUITE_P(Families, SharedGpuDcpRunner,
                          dcp_case_name);
 
 std::string case_name(const ::testing::TestParamInfo<TpCase>& info) {
-  std::string name = info.param.variant.arch + "_" + info.param.variant.preset + "_tp" + std::to_string(info.param.tp);
+  std::string name = info.param.variant.arch + "_" + info.param.variant.preset + "_tp" + std::to_string(info.param.tp) +
+                     (info.param.ep ? "_ep" : "");
   std::replace(name.begin(), name.end(), '-', '_');
   return name;
 }
@@ -328,7 +336,16 @@ INSTANTIATE_TEST_SUITE_P(Families, SharedGpuTpRunner,
                                            TpCase{{"deepseek_v3", "tiny-gpu-deepseek-all"}, 4},
                                            TpCase{{"deepseek_v32", "tiny-gpu-dsa-all"}, 2},
                                            TpCase{{"glm_moe_dsa", "tiny-gpu-glm-all"}, 2},
-                                           TpCase{{"glm_moe_dsa", "tiny-gpu-glm-all"}, 4}),
+                                           TpCase{{"glm_moe_dsa", "tiny-gpu-glm-all"}, 4},
+                                           // Expert parallelism: whole experts per rank, the shared
+                                           // expert added by rank 0.
+                                           TpCase{{"qwen3_moe", "tiny-gpu-moe-all"}, 2, true},
+                                           TpCase{{"qwen3_moe", "tiny-gpu-moe-all"}, 4, true},
+                                           TpCase{{"mixtral", "tiny-gpu-mixtral-all"}, 2, true},
+                                           TpCase{{"deepseek_v3", "tiny-gpu-deepseek-all"}, 2, true},
+                                           TpCase{{"deepseek_v3", "tiny-gpu-deepseek-all"}, 4, true},
+                                           TpCase{{"deepseek_v32", "tiny-gpu-dsa-all"}, 2, true},
+                                           TpCase{{"glm_moe_dsa", "tiny-gpu-glm-all"}, 4, true}),
                          case_name);
 
 INSTANTIATE_TEST_SUITE_P(Shapes, TpCudaRunner,

@@ -218,13 +218,15 @@ TEST(TpFamilies, SizesThatDoNotDivideAreRefusedByName) {
   const ModelConfig dense = make_model_config({.arch = "llama", .preset = "tiny"});
   EXPECT_NE(tp_error(dense, 2, true).find("no mixture-of-experts layer"), std::string::npos);
   EXPECT_NE(tp_error(mixtral, 3, false).find("does not divide num_attention_heads 4"), std::string::npos);
-  // The GPU's TP runner refuses EP by name, and sizes that do not divide as check_tp_size does.
-  EXPECT_NE(cuda_tp_unsupported_reason(mixtral, 2, true).find("expert parallelism (--enable-expert-parallel) on "
-                                                              "--device cuda is not built yet"),
-            std::string::npos);
+  // The GPU's TP runner refuses sizes that do not divide as check_tp_size does, with and without EP.
   const ModelConfig gpu_mixtral = make_model_config({.arch = "mixtral", .preset = "tiny-gpu-mixtral"});
   EXPECT_NE(cuda_tp_unsupported_reason(gpu_mixtral, 3).find("does not divide num_attention_heads 4"), std::string::npos);
   EXPECT_EQ(cuda_tp_unsupported_reason(gpu_mixtral, 2), "");
+  EXPECT_EQ(cuda_tp_unsupported_reason(gpu_mixtral, 2, true), "");
+  EXPECT_NE(cuda_tp_unsupported_reason(gpu_mixtral, 1, true).find("with --tp 1 there is one rank"), std::string::npos);
+  ModelConfig six = gpu_mixtral;
+  six.num_experts = 6;
+  EXPECT_NE(cuda_tp_unsupported_reason(six, 4, true).find("does not divide num_experts 6"), std::string::npos);
   EXPECT_EQ(cuda_tp_unsupported_reason(make_model_config({.arch = "llama", .preset = "tiny-gpu"}), 2), "");
 }
 

@@ -296,7 +296,8 @@ static LoadedRunner load_device_runner(const std::filesystem::path& model_dir, c
     }
     if (kind == "auto") {
       kind = gpus >= local && cuda_unsupported_reason(model_config).empty() && !fp8_run(config, model_config) &&
-                     !fp8_kv_cache(config) && !dcp && model::cuda_tp_unsupported_reason(model_config, tp, ep).empty()
+                     !fp8_kv_cache(config) && !dcp && !config.device.enable_two_batch_overlap &&
+                     model::cuda_tp_unsupported_reason(model_config, tp, ep).empty()
                  ? "cuda"
                  : "cpu";
     }

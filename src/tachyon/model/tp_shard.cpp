@@ -137,16 +137,12 @@ void check_tp_size(const ModelConfig& c, int tp, bool expert_parallel) {
 }
 
 std::string cuda_tp_unsupported_reason(const ModelConfig& c, int tp, bool expert_parallel) {
-  if (expert_parallel) {
-    return "expert parallelism (--enable-expert-parallel) on --device cuda is not built yet (it runs on CPU thread "
-           "ranks: --device cpu)";
-  }
   const std::string whole = gpu_decoder_unsupported(c);
   if (!whole.empty()) return "the GPU decoder cannot serve " + c.architecture + ": " + whole;
-  if (tp <= 1) return "";
+  if (tp <= 1 && !expert_parallel) return "";
   ModelConfig rank;
   try {
-    rank = tp_rank_config(c, tp);
+    rank = tp_rank_config(c, tp, expert_parallel);
   } catch (const Error& e) {
     return e.what();
   }

@@ -67,7 +67,7 @@ void check_tp_size(const ModelConfig& config, int tp_size, bool expert_parallel 
 // Why the tensor-parallel CUDA runner cannot serve `config` over tp_size ranks ("" when it can):
 // every family the GPU decoder serves shards as above (latent attention, the sparse indexer and
 // MoE experts included), as long as a rank's shard is within the CUDA kernels' limits
-// (gpu_decoder_unsupported of tp_rank_config); expert parallelism is built on CPU thread ranks only.
+// (gpu_decoder_unsupported of tp_rank_config, experts whole under expert_parallel).
 std::string cuda_tp_unsupported_reason(const ModelConfig& config, int tp_size, bool expert_parallel = false);
 
 // Throws Error naming the reason when `config` cannot run with data-parallel attention over dp

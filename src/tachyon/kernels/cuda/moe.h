@@ -31,6 +31,16 @@ inline constexpr int32_t kMoeBlockM = 64;
 // Most experts moe_topk_softmax and moe_align take (DeepSeek-V3 and Qwen3-MoE have 256 / 128).
 inline constexpr int32_t kMoeMaxExperts = 256;
 
+// Expert parallelism (model/gpu/moe_mlp.h): the experts [begin, begin + count) of a layer's
+// num_experts that one rank holds, whole, stacked as its local experts 0..count-1. count 0:
+// every expert (no expert parallelism). Routing still picks among all experts; the grouping
+// lists only the window's pairs, under local ids, and the combine adds only theirs (another
+// rank adds the rest: an all-reduce over the ranks sums the layer's output).
+struct MoeExpertWindow {
+  int32_t begin = 0;
+  int32_t count = 0;
+};
+
 // Length of sorted_rows for `rows` pairs over `num_experts`: every expert may waste up to
 // kMoeBlockM - 1 padding rows; a multiple of kMoeBlockM. block_expert has capacity / kMoeBlockM.
 int64_t moe_sorted_capacity(int64_t rows, int32_t num_experts);
@@ -69,8 +79,11 @@ void moe_topk_sigmoid_grouped(int32_t* topk_ids, float* topk_weights, const floa
 //                blocks past the end.
 // The order of an expert's pairs within its blocks is not fixed (atomics); the results of
 // moe_grouped_gemm and moe_combine do not depend on it. One CTA; rows <= 2^24.
+// With a window (count > 0) only its experts' pairs are grouped, expert e as local expert
+// e - begin (block_expert holds local ids: the index into the rank's stacked weights), and
+// capacity is moe_sorted_capacity(rows, window.count).
 void moe_align(int32_t* sorted_rows, int32_t* block_expert, const int32_t* topk_ids, int64_t rows,
-               int32_t num_experts, int64_t capacity, cudaStream_t stream);
+               int32_t num_experts, int64_t capacity, cudaStream_t stream, MoeExpertWindow window = {});
 
 // How an MoE layer picks its experts: moe_topk_softmax's rule, or with sigmoid_grouped
 // moe_topk_sigmoid_grouped's, with their arguments (documented there).
@@ -81,10 +94,12 @@ struct MoeRouting {
   const float* correction_bias = nullptr;  // sigmoid_grouped only, nullptr: none
   int32_t n_group = 1, topk_group = 1;     // sigmoid_grouped only
   float routed_scaling_factor = 1.0f;      // sigmoid_grouped only
+  MoeExpertWindow window;                  // the experts grouped (moe_align's window); default: all
 };
 
 // What routing writes: the router logits [tokens, E] f32, topk_ids and topk_weights [tokens,
-// top_k], and moe_align's sorted_rows [capacity] and block_expert [capacity / kMoeBlockM].
+// top_k], and moe_align's sorted_rows [capacity] and block_expert [capacity / kMoeBlockM]
+// (capacity over the routing window's experts).
 struct MoeRouteOutputs {
   float* router_logits = nullptr;
   int32_t* topk_ids = nullptr;
@@ -163,7 +178,11 @@ void moe_combine(bf16* out, const bf16* expert_out, const float* topk_weights, i
 // one rounding (the routed sum first, then the addend, as model/moe.cpp adds them).
 // addend: [tokens, hidden] bf16, 16-byte aligned, or nullptr (= the overload above); it may be
 // `out` itself (each element is read before it is written).
+// With an expert window (count > 0), pairs whose topk_ids entry lies outside it are skipped
+// (their expert_out rows are never read: moe_align did not list them); the others add in the
+// same order as without one.
 void moe_combine(bf16* out, const bf16* expert_out, const float* topk_weights, const bf16* addend, int64_t tokens,
-                 int32_t top_k, int64_t hidden, cudaStream_t stream);
+                 int32_t top_k, int64_t hidden, cudaStream_t stream, const int32_t* topk_ids = nullptr,
+                 MoeExpertWindow window = {});
 
 }  // namespace tachyon::kernels::cuda

@@ -254,15 +254,20 @@ struct AlignScratch {
   int32_t cursor[kMoeMaxExperts];
 };
 
+// Groups the pairs of experts [expert_begin, expert_begin + num_experts) as local experts 0..;
+// the others' pairs are not listed (expert parallelism: another rank computes them).
 __device__ void align_pairs(int32_t* __restrict__ sorted_rows, int32_t* __restrict__ block_expert,
-                            const int32_t* topk_ids, int32_t rows, int32_t num_experts, int32_t capacity,
-                            AlignScratch& scratch) {
+                            const int32_t* topk_ids, int32_t rows, int32_t expert_begin, int32_t num_experts,
+                            int32_t capacity, AlignScratch& scratch) {
   int32_t* count = scratch.count;
   int32_t* begin = scratch.begin;
   int32_t* cursor = scratch.cursor;
   for (int e = threadIdx.x; e < num_experts; e += blockDim.x) count[e] = 0;
   __syncthreads();
-  for (int p = threadIdx.x; p < rows; p += blockDim.x) atomicAdd(&count[topk_ids[p]], 1);
+  for (int p = threadIdx.x; p < rows; p += blockDim.x) {
+    const int32_t e = topk_ids[p] - expert_begin;
+    if (static_cast<uint32_t>(e) < static_cast<uint32_t>(num_experts)) atomicAdd(&count[e], 1);
+  }
   __syncthreads();
   if (threadIdx.x == 0) {  // at most 256 experts: a serial scan is shorter than a parallel one
     int32_t at = 0;
@@ -294,28 +299,38 @@ __device__ void align_pairs(int32_t* __restrict__ sorted_rows, int32_t* __restri
     block_expert[b] = expert;
   }
   __syncthreads();  // the -1 fill is done (and visible to the block) before pairs land
-  for (int p = threadIdx.x; p < rows; p += blockDim.x) sorted_rows[atomicAdd(&cursor[topk_ids[p]], 1)] = p;
+  for (int p = threadIdx.x; p < rows; p += blockDim.x) {
+    const int32_t e = topk_ids[p] - expert_begin;
+    if (static_cast<uint32_t>(e) < static_cast<uint32_t>(num_experts)) sorted_rows[atomicAdd(&cursor[e], 1)] = p;
+  }
 }
 
 __global__ void __launch_bounds__(kAlignThreads) align_kernel(int32_t* __restrict__ sorted_rows,
                                                               int32_t* __restrict__ block_expert,
                                                               const int32_t* __restrict__ topk_ids, int32_t rows,
-                                                              int32_t num_experts, int32_t capacity) {
+                                                              int32_t expert_begin, int32_t num_experts,
+                                                              int32_t capacity) {
   __shared__ AlignScratch scratch;
-  align_pairs(sorted_rows, block_expert, topk_ids, rows, num_experts, capacity, scratch);
+  align_pairs(sorted_rows, block_expert, topk_ids, rows, expert_begin, num_experts, capacity, scratch);
 }
 
 constexpr int kCombineThreads = 128;
 
 // out and addend may alias (no __restrict__): each thread reads its addend vector before it
 // writes the same vector of out.
+// ids: null, or (expert parallelism) the pairs' experts, of which only the window's are added.
 __global__ void combine_kernel(bf16* out, const bf16* __restrict__ expert_out, const float* __restrict__ weights,
-                               const bf16* addend, int32_t top_k, int64_t vecs_per_row) {
+                               const bf16* addend, int32_t top_k, int64_t vecs_per_row,
+                               const int32_t* __restrict__ ids, MoeExpertWindow window) {
   const int64_t token = blockIdx.x;
   const int64_t vec = static_cast<int64_t>(blockIdx.y) * kCombineThreads + threadIdx.x;
   if (vec >= vecs_per_row) return;
   float acc[kBf16PerVec] = {};
   for (int j = 0; j < top_k; ++j) {
+    if (ids != nullptr &&
+        static_cast<uint32_t>(ids[token * top_k + j] - window.begin) >= static_cast<uint32_t>(window.count)) {
+      continue;  // another rank's expert: its row here was never written
+    }
     const float w = weights[token * top_k + j];
     float v[kBf16PerVec];
     unpack8(reinterpret_cast<const uint4*>(expert_out)[(token * top_k + j) * vecs_per_row + vec], v);
@@ -353,6 +368,8 @@ struct RouteArgs {
   unsigned int* arrivals;
   int32_t k8;                // k / 8
   int32_t capacity;
+  int32_t expert_begin;      // the experts grouped: [expert_begin, expert_begin + local_experts)
+  int32_t local_experts;
   bool sigmoid_grouped;
   bool renormalize;          // softmax only (sigmoid_grouped carries its own)
   SigmoidGrouped p;          // num_experts and top_k for both rules
@@ -443,7 +460,8 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_decode_kernel(const Ro
     }
   }
   __syncthreads();  // the ids (global, written by this CTA) are visible to the whole CTA
-  align_pairs(a.sorted_rows, a.block_expert, a.topk_ids, M * a.p.top_k, num_experts, a.capacity, s_align);
+  align_pairs(a.sorted_rows, a.block_expert, a.topk_ids, M * a.p.top_k, a.expert_begin, a.local_experts, a.capacity,
+              s_align);
 }
 
 }  // namespace
@@ -479,6 +497,15 @@ SigmoidGrouped sigmoid_grouped_params(const char* name, const float* correction_
   while (groups_pow2 < n_group) groups_pow2 *= 2;
   return SigmoidGrouped{correction_bias, num_experts, top_k, n_group, topk_group, 32 / groups_pow2, renormalize,
                         routed_scaling_factor};
+}
+
+// The experts a grouping covers: the window, or all num_experts when it is empty.
+MoeExpertWindow checked_window(const char* name, MoeExpertWindow window, int32_t num_experts) {
+  if (window.count == 0) return {0, num_experts};
+  TACHYON_CHECK(window.begin >= 0 && window.count > 0 && window.begin <= num_experts - window.count)
+      << name << ": expert window [" << window.begin << ", " << window.begin + window.count << ") outside the "
+      << num_experts << " experts";
+  return window;
 }
 
 void check_align(const char* name, int64_t rows, int32_t num_experts, int64_t capacity) {
@@ -525,10 +552,11 @@ void moe_topk_sigmoid_grouped(int32_t* topk_ids, float* topk_weights, const floa
 }
 
 void moe_align(int32_t* sorted_rows, int32_t* block_expert, const int32_t* topk_ids, int64_t rows,
-               int32_t num_experts, int64_t capacity, cudaStream_t stream) {
-  check_align("moe_align", rows, num_experts, capacity);
+               int32_t num_experts, int64_t capacity, cudaStream_t stream, MoeExpertWindow window) {
+  const MoeExpertWindow grouped = checked_window("moe_align", window, num_experts);
+  check_align("moe_align", rows, grouped.count, capacity);
   align_kernel<<<1, kAlignThreads, 0, stream>>>(sorted_rows, block_expert, topk_ids, static_cast<int32_t>(rows),
-                                                num_experts, static_cast<int32_t>(capacity));
+                                                grouped.begin, grouped.count, static_cast<int32_t>(capacity));
   TACHYON_CUDA_CHECK_LAUNCH();
 }
 
@@ -551,7 +579,10 @@ void moe_route_decode(const MoeRouteOutputs& out, const bf16* hidden, const bf16
     check_softmax(name, num_experts, routing.top_k);
     args.p = SigmoidGrouped{nullptr, num_experts, routing.top_k, 1, 1, 32, false, 1.0f};
   }
-  check_align(name, tokens * routing.top_k, num_experts, out.capacity);
+  const MoeExpertWindow grouped = checked_window(name, routing.window, num_experts);
+  check_align(name, tokens * routing.top_k, grouped.count, out.capacity);
+  args.expert_begin = grouped.begin;
+  args.local_experts = grouped.count;
   args.topk_ids = out.topk_ids;
   args.topk_weights = out.topk_weights;
   args.sorted_rows = out.sorted_rows;
@@ -582,7 +613,11 @@ void moe_combine(bf16* out, const bf16* expert_out, const float* topk_weights, i
 }
 
 void moe_combine(bf16* out, const bf16* expert_out, const float* topk_weights, const bf16* addend, int64_t tokens,
-                 int32_t top_k, int64_t hidden, cudaStream_t stream) {
+                 int32_t top_k, int64_t hidden, cudaStream_t stream, const int32_t* topk_ids,
+                 MoeExpertWindow window) {
+  TACHYON_CHECK(window.count >= 0 && window.begin >= 0 && (window.count == 0 || topk_ids != nullptr))
+      << "moe_combine: an expert window [" << window.begin << ", " << window.begin + window.count
+      << ") needs the pairs' topk_ids";
   TACHYON_CHECK(hidden > 0 && hidden % kBf16PerVec == 0) << "moe_combine: hidden " << hidden << " must be a multiple of 8";
   TACHYON_CHECK(top_k >= 1) << "moe_combine: top_k " << top_k;
   TACHYON_CHECK(reinterpret_cast<uintptr_t>(out) % 16 == 0 && reinterpret_cast<uintptr_t>(expert_out) % 16 == 0 &&
@@ -592,7 +627,8 @@ void moe_combine(bf16* out, const bf16* expert_out, const float* topk_weights, c
   if (tokens == 0) return;
   const int64_t vecs = hidden / kBf16PerVec;
   const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((vecs + kCombineThreads - 1) / kCombineThreads));
-  combine_kernel<<<grid, kCombineThreads, 0, stream>>>(out, expert_out, topk_weights, addend, top_k, vecs);
+  combine_kernel<<<grid, kCombineThreads, 0, stream>>>(out, expert_out, topk_weights, addend, top_k, vecs,
+                                                       window.count > 0 ? topk_ids : nullptr, window);
   TACHYON_CUDA_CHECK_LAUNCH();
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tachyon/kernels/cuda/gemm.h"
+#include "tachyon/kernels/cuda/moe.h"
 #include "tachyon/model/gpu/gpu_step.h"
 #include "tachyon/model/gpu/gpu_weights.h"
 #include "tachyon/model/gpu/gpu_workspace.h"
@@ -44,6 +45,10 @@ struct BlockContext {
   SideStream* side = nullptr;          // for run_branches; null: branches run one after the other
   dist::Communicator* dcp_comm = nullptr;  // the decode-context-parallel group when limits.dcp.size > 1
   dist::Communicator* pcp_comm = nullptr;  // the prefill-context-parallel group when limits.pcp_size > 1
+  // Expert parallelism (TpSeam): the routed experts the MoE block's weights hold (count 0: all
+  // num_experts), and whether this rank adds the shared expert.
+  kernels::cuda::MoeExpertWindow experts = {};
+  bool adds_shared_expert = true;
 };
 
 class GpuBlock {

@@ -43,7 +43,7 @@ GpuDecoder::GpuDecoder(const CudaDenseWeights& weights, LinearDispatch& linear, 
       plan_(layer_plan(weights.config())),
       side_(tp.comm == nullptr && side_stream_enabled() ? std::make_unique<SideStream>() : nullptr),
       ctx_{weights.config(), weights, ws_, linear, limits, &kv_, stream, tp.comm == nullptr || tp.comm->rank() == 0,
-           plan_, side_.get(), tp.dcp_comm, tp.pcp_comm} {
+           plan_, side_.get(), tp.dcp_comm, tp.pcp_comm, tp.experts, tp.adds_shared_expert} {
   const ModelConfig& c = config();
   const std::string reason = gpu_decoder_unsupported(c);
   TACHYON_CHECK(reason.empty()) << "the GPU decoder cannot serve " << c.architecture << ": " << reason;

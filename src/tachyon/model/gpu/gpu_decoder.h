@@ -11,7 +11,9 @@
 // module enters through forward_from_residual (runner/cuda/cuda_mtp_drafter.h).
 // Tensor parallelism: given a TpSeam, the decoder is one rank over its shard (model/tp_shard.h):
 // vocab-parallel embedding + all-reduce, all-reduce after o_proj and after down (their biases on
-// rank 0 only), and a vocab-parallel LM head whose logits are all-gathered.
+// rank 0 only), and a vocab-parallel LM head whose logits are all-gathered. With expert
+// parallelism (TpSeam::experts) the MoE block adds only its own experts' share before the same
+// all-reduce after the MLP.
 #pragma once
 
 #include <memory>
@@ -35,6 +37,11 @@ struct TpSeam {
   // Prefill context parallelism: the group a split step's rows are spread over (latent
   // attention gathers each layer's rows in it: GpuStep::gathered); null without PCP.
   dist::Communicator* pcp_comm = nullptr;
+  // Expert parallelism over the TP group: the routed experts this rank holds whole (count 0: the
+  // weights hold every expert, or a TP slice of each), and whether it adds DeepSeek's shared
+  // expert, which every rank holds whole and one rank adds (moe_mlp.h).
+  kernels::cuda::MoeExpertWindow experts;
+  bool adds_shared_expert = true;
 };
 
 class GpuDecoder {

@@ -21,7 +21,7 @@ void MoeMlpBlock::plan_workspace(WorkspacePlan& plan) {
   const size_t T = static_cast<size_t>(ctx_.limits.max_tokens), hidden = static_cast<size_t>(c.hidden_size);
   const size_t E = static_cast<size_t>(c.num_experts), k = static_cast<size_t>(c.num_experts_per_tok);
   const size_t pairs = T * k, moe_inter = static_cast<size_t>(c.moe_intermediate_size);
-  const size_t capacity = static_cast<size_t>(kc::moe_sorted_capacity(static_cast<int64_t>(pairs), static_cast<int32_t>(E)));
+  const size_t capacity = static_cast<size_t>(kc::moe_sorted_capacity(static_cast<int64_t>(pairs), grouped_experts()));
   plan.add(&ws.router_logits, T * E * 4);
   plan.add(&ws.topk_ids, pairs * 4);
   plan.add(&ws.topk_weights, pairs * 4);
@@ -37,7 +37,7 @@ void MoeMlpBlock::plan_workspace(WorkspacePlan& plan) {
 }
 
 void MoeMlpBlock::add_gemm_problems(int64_t m, std::vector<kc::GemmProblem>& problems) const {
-  if (shared_intermediate() > 0) {
+  if (runs_shared_expert()) {
     problems.push_back({m, shared_gate_up_shape().n, shared_gate_up_shape().k, kc::GemmOutputType::kBF16, false});
     problems.push_back({m, shared_down_shape().n, shared_down_shape().k, kc::GemmOutputType::kBF16, false});
   }
@@ -46,7 +46,7 @@ void MoeMlpBlock::add_gemm_problems(int64_t m, std::vector<kc::GemmProblem>& pro
 
 std::vector<RoleInfo> MoeMlpBlock::roles() const {
   std::vector<RoleInfo> roles = {{LinearRole::kRouter, router_shape(), ctx_.ws.normed, router_shape().k}};
-  if (shared_intermediate() > 0) {
+  if (runs_shared_expert()) {
     roles.push_back({LinearRole::kSharedGateUp, shared_gate_up_shape(), ctx_.ws.normed, shared_gate_up_shape().k});
     roles.push_back(
         {LinearRole::kSharedDownWithSilu, shared_down_shape(), ctx_.ws.shared_gate_up, shared_gate_up_shape().n});
@@ -84,7 +84,7 @@ void MoeMlpBlock::routed_experts(int64_t layer, int64_t T, cudaStream_t stream) 
   Workspace& ws = ctx_.ws;
   const int64_t H = c.hidden_size, I = c.moe_intermediate_size;
   const int32_t E = static_cast<int32_t>(c.num_experts), k = static_cast<int32_t>(c.num_experts_per_tok);
-  const int64_t pairs = T * k, capacity = kc::moe_sorted_capacity(pairs, E);
+  const int64_t pairs = T * k, capacity = kc::moe_sorted_capacity(pairs, grouped_experts());
   // Up to 8 tokens (decode) no expert has more than T pairs: the grouped GEMV streams each active
   // expert's weights once at HBM bandwidth, where a 64-row tensor-core tile would be padding; the
   // routing before it is one launch, and SiLU is the gate_up product's epilogue.
@@ -97,6 +97,7 @@ void MoeMlpBlock::routed_experts(int64_t layer, int64_t T, cudaStream_t stream) 
     routing.n_group = static_cast<int32_t>(c.n_group);
     routing.topk_group = static_cast<int32_t>(c.topk_group);
     routing.routed_scaling_factor = static_cast<float>(c.routed_scaling_factor);
+    routing.window = ctx_.experts;
     const kc::MoeRouteOutputs routed{ws.router_logits, ws.topk_ids,    ws.topk_weights,
                                      ws.sorted_rows,   ws.block_expert, capacity};
     kc::moe_route_decode(routed, ws.normed, w.router, T, H, E, routing, route_arrivals_.as<unsigned int>(), stream);
@@ -115,7 +116,7 @@ void MoeMlpBlock::routed_experts(int64_t layer, int64_t T, cudaStream_t stream) 
   } else {
     kc::moe_topk_softmax(ws.topk_ids, ws.topk_weights, ws.router_logits, T, E, k, c.norm_topk_prob, stream);
   }
-  kc::moe_align(ws.sorted_rows, ws.block_expert, ws.topk_ids, pairs, E, capacity, stream);
+  kc::moe_align(ws.sorted_rows, ws.block_expert, ws.topk_ids, pairs, E, capacity, stream, ctx_.experts);
   kc::moe_grouped_gemm(ws.expert_gate_up, ws.normed, w.experts_gate_up, ws.sorted_rows, ws.block_expert, capacity, k,
                        2 * I, H, stream);
   kc::silu_and_mul(ws.expert_act, ws.expert_gate_up, pairs, I, stream);
@@ -131,7 +132,7 @@ void MoeMlpBlock::forward(int64_t layer, const GpuStep& step) {
   auto routed = [&](cudaStream_t stream) { routed_experts(layer, T, stream); };
   // DeepSeek's shared expert: a dense MLP every token runs, added in the combine's pass. It reads
   // only `normed` and writes only its own buffers, so it may overlap the routing.
-  const bool shared = !w.shared_gate_up.empty();
+  const bool shared = runs_shared_expert() && !w.shared_gate_up.empty();
   if (shared) {
     const bool concurrent =
         ctx_.linear.stream_local(LinearRole::kSharedGateUp, shared_gate_up_shape(), w.shared_gate_up, T) &&
@@ -146,7 +147,7 @@ void MoeMlpBlock::forward(int64_t layer, const GpuStep& step) {
     routed(ctx_.stream);
   }
   kc::moe_combine(ws.proj, ws.expert_down, ws.topk_weights, shared ? ws.shared_out : nullptr, T,
-                  static_cast<int32_t>(c.num_experts_per_tok), c.hidden_size, ctx_.stream);
+                  static_cast<int32_t>(c.num_experts_per_tok), c.hidden_size, ctx_.stream, ws.topk_ids, ctx_.experts);
 }
 
 }  // namespace tachyon::model::gpu

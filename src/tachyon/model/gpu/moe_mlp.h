@@ -9,6 +9,15 @@
 // routes in one launch (router product, top-k and align: moe_route_decode) and applies SiLU in the
 // gate_up product's epilogue (moe_grouped_gemv_silu): three kernels on the routed chain instead of
 // six (the measured effect is in kernels/cuda/moe.h at moe_route_decode).
+// Expert parallelism (BlockContext::experts): the weights hold the window's experts whole; every
+// rank routes every token alike (the router is replicated and its input is the same bits on every
+// rank after the attention all-reduce), groups and computes only its window's pairs, and adds only
+// those, the shared expert on one rank; the decoder's all-reduce after the MLP sums the ranks. No
+// dispatch and no count exchange, so the block stays capturable in graphs. Each rank reads only
+// its active experts' weights, whole (no expert is cut into slices narrower than the kernels'
+// tiles), and the seam is tensor parallelism's: one all-reduce of [T, hidden] per MoE layer.
+// (The all-to-all dispatch of CPU thread ranks, model/expert_dispatch.h, is what data-parallel
+// attention needs, where the ranks hold different tokens; it is not built on GPUs.)
 #pragma once
 
 #include "tachyon/model/gpu/gpu_block.h"
@@ -31,6 +40,12 @@ class MoeMlpBlock : public GpuBlock {
   // expert_down, for moe_combine.
   void routed_experts(int64_t layer, int64_t tokens, cudaStream_t stream);
   int64_t shared_intermediate() const { return ctx_.config.moe_intermediate_size * ctx_.config.n_shared_experts; }
+  // DeepSeek's shared expert, on the rank that adds it (all ranks without expert parallelism).
+  bool runs_shared_expert() const { return shared_intermediate() > 0 && ctx_.adds_shared_expert; }
+  // The experts this block's weights hold and groups pairs for: the expert-parallel window's, or all.
+  int32_t grouped_experts() const {
+    return ctx_.experts.count > 0 ? ctx_.experts.count : static_cast<int32_t>(ctx_.config.num_experts);
+  }
   LinearShape router_shape() const { return {ctx_.config.num_experts, ctx_.config.hidden_size}; }
   LinearShape shared_gate_up_shape() const { return {2 * shared_intermediate(), ctx_.config.hidden_size}; }
   LinearShape shared_down_shape() const { return {ctx_.config.hidden_size, shared_intermediate()}; }

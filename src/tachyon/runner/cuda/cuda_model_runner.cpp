@@ -150,8 +150,13 @@ void CudaModelRunner::plan_memory(const core::EngineConfig& config, const model:
                               .pcp_size = pcp_size};
   gpu::LinearDispatch& dispatch = *this;  // a private base: converted here, where it is accessible
   decoder_ = std::make_unique<gpu::GpuDecoder>(weights_, dispatch, limits, stream_,
-                                               gpu::TpSeam{tp_.comm, tp_.vocab_begin, tp_.vocab_rows,
-                                                           dcp_size > 1 ? tp_.comm : nullptr, tp_.pcp_comm});
+                                               gpu::TpSeam{.comm = tp_.comm,
+                                                           .vocab_begin = tp_.vocab_begin,
+                                                           .vocab_rows = tp_.vocab_rows,
+                                                           .dcp_comm = dcp_size > 1 ? tp_.comm : nullptr,
+                                                           .pcp_comm = tp_.pcp_comm,
+                                                           .experts = {tp_.expert_begin, tp_.expert_count},
+                                                           .adds_shared_expert = tp_.adds_shared_expert});
   gpu::WorkspacePlan plan;
   decoder_->plan_workspace(plan);
   if (mtp != nullptr) {

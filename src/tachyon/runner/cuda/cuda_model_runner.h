@@ -73,6 +73,12 @@ struct CudaTpRank {
   // Prefill context parallelism (runner/cuda/pcp_cuda_model_runner.h): the group a split step's
   // rows are spread over; null without PCP.
   dist::Communicator* pcp_comm = nullptr;
+  // Expert parallelism over the TP group (gpu::TpSeam): the routed experts this rank holds whole
+  // (expert_count 0: a slice of every expert, or the whole model), and whether it adds the
+  // replicated shared expert (one rank does).
+  int32_t expert_begin = 0;
+  int32_t expert_count = 0;
+  bool adds_shared_expert = true;
 };
 
 // Every row of a split prefill step (prefill context parallelism), in the group's gather order:

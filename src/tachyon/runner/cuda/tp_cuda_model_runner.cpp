@@ -78,10 +78,13 @@ TpCudaModelRunner::TpCudaModelRunner(const model::Bf16ModelWeights& full, const 
       workers_(static_cast<int>(layout_.devices.size()), std::move(on_failure)) {
   const std::vector<int>& devices = layout_.devices;
   TACHYON_CHECK(!devices.empty()) << "tensor parallelism needs at least one GPU on this node";
-  model::check_tp_size(full.config, tp_size_);
-  const std::string unsupported = model::cuda_tp_unsupported_reason(full.config, tp_size_);
+  const bool expert_parallel = config.device.enable_expert_parallel;
+  model::check_tp_size(full.config, tp_size_, expert_parallel);
+  const std::string unsupported = model::cuda_tp_unsupported_reason(full.config, tp_size_, expert_parallel);
   TACHYON_CHECK(unsupported.empty()) << unsupported;
   const int dcp = config.device.decode_context_parallel_size;
+  TACHYON_CHECK(!expert_parallel || (dcp == 1 && !config.device.enable_two_batch_overlap))
+      << "expert parallelism on GPUs runs without --dcp and --tbo (the combinations its tests cover)";
   TACHYON_CHECK(dcp == 1 || (dcp == tp_size_ && full.config.is_mla() && tp_size_ == static_cast<int>(layout_.devices.size()) &&
                              config.block_size % (dcp * config.device.dcp_kv_cache_interleave_size) == 0))
       << "decode context parallelism on GPUs (--dcp " << dcp << ") splits a latent-attention model's cache over the "
@@ -124,9 +127,20 @@ TpCudaModelRunner::TpCudaModelRunner(const model::Bf16ModelWeights& full, const 
       rank.runner = std::make_unique<CudaModelRunner>(full, config, part);
       return;
     }
-    model::Bf16TpShard shard = model::shard_weights(full, global, tp_size_);
+    model::Bf16TpShard shard = model::shard_weights(full, global, tp_size_, expert_parallel);
     part.vocab_begin = shard.vocab_begin;
     part.vocab_rows = shard.vocab_rows;
+    if (shard.expert_parallel) {  // the shard holds its experts whole and the shared expert replicated
+      part.expert_begin = static_cast<int32_t>(shard.expert_begin);
+      part.expert_count = static_cast<int32_t>(shard.expert_count);
+      part.adds_shared_expert = global == 0;
+      if (!part.adds_shared_expert) {  // held whole by every rank's shard, used by rank 0 alone
+        for (auto& layer : shard.weights.layers) {
+          layer.shared_gate_up = {};
+          layer.shared_down = {};
+        }
+      }
+    }
     rank.runner = std::make_unique<CudaModelRunner>(shard.weights, config, part);
   });
   num_blocks_ = ranks_[0].runner->num_blocks();

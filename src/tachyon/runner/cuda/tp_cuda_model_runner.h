@@ -22,6 +22,8 @@
 // every rank sit on one GPU, eagerly and with a fixed KV size per rank (TpCudaLayout::ranks_share_gpu).
 // Decode context parallelism (--dcp N = --tp N, latent attention, one node): every rank caches
 // only its tokens of the latent cache and attends as model/gpu/latent_attention.h says.
+// Expert parallelism (--enable-expert-parallel): rank r holds experts [r*E/N, (r+1)*E/N) whole
+// and rank 0 the shared expert's share; the MoE seam stays one all-reduce (model/gpu/moe_mlp.h).
 // Tests: tests/gpu/test_tp_cuda_runner.cpp, scripts/gpu-tp-test.sh. Docs: docs/parallelism.md.
 #pragma once
 
