@@ -133,6 +133,7 @@ void run_latency(const LatencyOptions& options) {
       {"cuda_graphs", config.device.kind == "cuda" && !config.device.enforce_eager},
       {"async_scheduling", engine.async_scheduling()},
       {"tensor_parallel_size", config.device.tensor_parallel_size},
+      {"expert_parallel", config.device.enable_expert_parallel},
       {"batch_size", options.batch_size},
       {"input_len", options.input_len},
       {"output_len", options.output_len},
