@@ -360,7 +360,12 @@ INSTANTIATE_TEST_SUITE_P(Shapes, TpCudaRunner,
                                            TpCase{{"deepseek_v3", "tiny-gpu-deepseek-all"}, 2},
                                            TpCase{{"deepseek_v3", "tiny-gpu-deepseek-all"}, 4},
                                            TpCase{{"deepseek_v32", "tiny-gpu-dsa-all"}, 2},
-                                           TpCase{{"glm_moe_dsa", "tiny-gpu-glm-all"}, 4}),
+                                           TpCase{{"glm_moe_dsa", "tiny-gpu-glm-all"}, 4},
+                                           // Expert parallelism across GPUs, with graphs.
+                                           TpCase{{"qwen3_moe", "tiny-gpu-moe-all"}, 2, true},
+                                           TpCase{{"deepseek_v3", "tiny-gpu-deepseek-all"}, 2, true},
+                                           TpCase{{"deepseek_v3", "tiny-gpu-deepseek-all"}, 4, true},
+                                           TpCase{{"glm_moe_dsa", "tiny-gpu-glm-all"}, 4, true}),
                          case_name);
 
 }  // namespace
