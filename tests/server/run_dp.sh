@@ -25,7 +25,7 @@ refused() {  # expected message, serve args...
   grep -q -- "$want" "$work/refused.log" || { echo "serve $*: no '$want' in:"; cat "$work/refused.log"; exit 1; }
 }
 refused "has no mixture-of-experts layer" "$work/dense" --dp 2
-refused "on --device cuda is not built yet" "$work/model" --dp 2 --device cuda
+refused "on --device cuda is not served yet" "$work/model" --dp 2 --device cuda
 # The 8 prompts go out together, so they share steps and the replicas run side by side.
 ask() {  # name, serve args...: writes $work/<name>.out, one answer per line, prompt order
   local name=$1; shift

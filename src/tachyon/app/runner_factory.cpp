@@ -234,8 +234,11 @@ LoadedRunner load_dp_runner(const std::filesystem::path& model_dir, const model:
   const int dp = config.device.data_parallel_size, tp = config.device.tensor_parallel_size;
   model::check_dp_size(model_config, dp, tp);
   const std::string flag = "--dp " + std::to_string(dp);
+  // The GPU runner (runner/cuda/dp_cuda_model_runner.h) is tested with its ranks sharing one GPU;
+  // served once it has run across GPUs, as --dcp and --pcp across GPUs wait for theirs.
   TACHYON_CHECK(config.device.kind != "cuda")
-      << flag << " on --device cuda is not built yet (data-parallel attention runs on CPU thread ranks: --device cpu)";
+      << flag << " on --device cuda is not served yet: its GPU runner has not run across GPUs (data-parallel "
+      << "attention runs on CPU thread ranks: --device cpu)";
   TACHYON_CHECK(config.device.nnodes == 1) << flag << " with --nnodes > 1 is not built yet";
   TACHYON_CHECK(config.device.decode_context_parallel_size == 1)
       << flag << " with --dcp " << config.device.decode_context_parallel_size << " is not verified by any test yet";

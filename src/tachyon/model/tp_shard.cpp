@@ -266,5 +266,6 @@ BasicTpShard<T> shard_weights(const BasicModelWeights<T>& full, int tp_rank, int
 template TpShard shard_weights(const ModelWeights&, int, int, bool);
 template Bf16TpShard shard_weights(const Bf16ModelWeights&, int, int, bool);
 template TpShard shard_weights(const ModelWeights&, int, int, int, int);
+template Bf16TpShard shard_weights(const Bf16ModelWeights&, int, int, int, int);
 
 }  // namespace tachyon::model

@@ -49,6 +49,9 @@ struct BlockContext {
   // num_experts), and whether this rank adds the shared expert.
   kernels::cuda::MoeExpertWindow experts = {};
   bool adds_shared_expert = true;
+  // Data-parallel attention: the group whose ranks' tokens every MoE layer serves together
+  // (GpuStep::expert_rows); null otherwise.
+  dist::Communicator* ep_comm = nullptr;
 };
 
 class GpuBlock {

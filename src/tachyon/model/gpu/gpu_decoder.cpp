@@ -43,7 +43,7 @@ GpuDecoder::GpuDecoder(const CudaDenseWeights& weights, LinearDispatch& linear, 
       plan_(layer_plan(weights.config())),
       side_(tp.comm == nullptr && side_stream_enabled() ? std::make_unique<SideStream>() : nullptr),
       ctx_{weights.config(), weights, ws_, linear, limits, &kv_, stream, tp.comm == nullptr || tp.comm->rank() == 0,
-           plan_, side_.get(), tp.dcp_comm, tp.pcp_comm, tp.experts, tp.adds_shared_expert} {
+           plan_, side_.get(), tp.dcp_comm, tp.pcp_comm, tp.experts, tp.adds_shared_expert, tp.ep_comm} {
   const ModelConfig& c = config();
   const std::string reason = gpu_decoder_unsupported(c);
   TACHYON_CHECK(reason.empty()) << "the GPU decoder cannot serve " << c.architecture << ": " << reason;
@@ -56,6 +56,8 @@ GpuDecoder::GpuDecoder(const CudaDenseWeights& weights, LinearDispatch& linear, 
       << "internal: decode context parallelism of " << limits.dcp.size << " ranks without its group";
   TACHYON_CHECK(limits.pcp_size == 1 || (tp.pcp_comm != nullptr && tp.pcp_comm->size() == limits.pcp_size))
       << "internal: prefill context parallelism of " << limits.pcp_size << " ranks without its group";
+  TACHYON_CHECK(tp.ep_comm == nullptr || (tp.comm == nullptr && tp.experts.count > 0))
+      << "internal: data-parallel attention's expert group runs whole-model ranks, each with a window of the experts";
   // One attention block serves every layer: a family's layers share their attention kind.
   if (plan_.front().attention == AttentionKind::kLatent) {
     attention_ = std::make_unique<LatentAttentionBlock>(ctx_);
@@ -203,6 +205,14 @@ void GpuDecoder::forward_from_residual(const GpuStep& step) {
   kc::embedding(ws_.selected, m.logits_rows, ws_.normed, step.shape.num_logits_rows, H, stream);
   run_lm_head(step.shape.num_logits_rows);
   if (tensor_parallel()) gather_logits(step.shape.num_logits_rows);
+}
+
+void GpuDecoder::serve_experts(const GpuStep& step) {
+  TACHYON_CHECK(tp_.ep_comm != nullptr && step.shape.num_tokens == 0 && !step.expert_rows.rank_rows.empty())
+      << "internal: serve_experts() is a data-parallel rank's step of zero rows";
+  for (int64_t l = 0; l < config().num_hidden_layers; ++l) {
+    if (mlp_of_layer_[static_cast<size_t>(l)] == moe_mlp_.get()) moe_mlp_->forward(l, step);
+  }
 }
 
 // Every rank's [rows, vocab_rows] slice is gathered ([tp][rows][vocab_rows], rank-major) and

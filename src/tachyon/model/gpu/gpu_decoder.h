@@ -42,6 +42,11 @@ struct TpSeam {
   // expert, which every rank holds whole and one rank adds (moe_mlp.h).
   kernels::cuda::MoeExpertWindow experts;
   bool adds_shared_expert = true;
+  // Data-parallel attention over whole-model ranks (runner/cuda/dp_cuda_model_runner.h): the
+  // expert group, whose ranks run their own sequences and meet in every MoE layer (moe_mlp.h);
+  // null otherwise. With it, `experts` is this rank's window and every rank adds its own tokens'
+  // shared expert.
+  dist::Communicator* ep_comm = nullptr;
 };
 
 class GpuDecoder {
@@ -71,6 +76,9 @@ class GpuDecoder {
 
   // The step's forward, logits of its logits rows into workspace().logits ([rows, vocab] f32).
   void forward(const GpuStep& step);
+  // Data-parallel attention, a rank with no sequence this step: the MoE layers' part of a forward
+  // of zero rows, which serves the other ranks' tokens (step.expert_rows) with this rank's experts.
+  void serve_experts(const GpuStep& step);
   // The same from the layers on: the caller has written the step's input rows into
   // workspace().residual ([num_tokens, hidden]) instead of the token embedding (an MTP module's
   // projected [embedding | hidden state] rows). After it, residual holds each row's last hidden

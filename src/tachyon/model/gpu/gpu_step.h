@@ -49,10 +49,19 @@ struct GatheredRows {
   std::span<const int32_t> rank_rows;  // [group size] host: the rows rank r computes and sends
 };
 
+// Data-parallel attention: each rank of the expert group (TpSeam::ep_comm) runs its own
+// sequences, and every MoE layer serves all of their tokens: rank_rows[r] is how many rank r
+// brings this step (host, known to every rank from the split plan, so nothing is exchanged
+// first). Empty otherwise.
+struct ExpertGroupRows {
+  std::span<const int32_t> rank_rows;  // [expert group size]
+};
+
 struct GpuStep {
   ForwardShape shape;
   StepMetadata metadata;
   GatheredRows gathered{};
+  ExpertGroupRows expert_rows{};
 };
 
 // What memory was planned for; fixed at start-up.

@@ -48,6 +48,11 @@ struct Workspace {
   bf16* shared_gate_up = nullptr;     // [T, 2 * I_shared]
   bf16* shared_act = nullptr;         // [T, I_shared]
   bf16* shared_out = nullptr;         // [T, hidden]
+  // Data-parallel attention (D ranks in the expert group, moe_mlp.h): the routing buffers above
+  // are sized for D * T tokens, and these hold every rank's rows.
+  bf16* expert_group_rows = nullptr;  // [D * T, hidden] every rank's MLP input rows, rank by rank
+  bf16* expert_group_sums = nullptr;  // [D * T, hidden] this rank's experts' sums, then the group's
+  float* unit_weights = nullptr;      // [T] f32 1.0: the combine that copies this rank's rows back
   // Multi-head latent attention (qk = qk_nope + qk_rope, qa = kv_lora_rank + qk_rope).
   bf16* q_lora = nullptr;             // [T, q_lora_rank] q_a_layernorm(q_a_proj(x)), normed in place
   bf16* q_full = nullptr;             // [T, heads * qk] q_b_proj / q_proj output

@@ -1,5 +1,6 @@
 #include "tachyon/model/gpu/moe_mlp.h"
 
+#include "tachyon/dist/communicator.h"
 #include "tachyon/kernels/cuda/activation.h"
 #include "tachyon/kernels/cuda/moe.h"
 #include "tachyon/model/gpu_support.h"
@@ -15,10 +16,13 @@ MoeMlpBlock::MoeMlpBlock(BlockContext& context) : GpuBlock(context), route_arriv
   TACHYON_CUDA_CHECK(cudaMemsetAsync(route_arrivals_.data(), 0, sizeof(unsigned int), ctx_.stream));
 }
 
+int64_t MoeMlpBlock::expert_group_size() const { return ctx_.ep_comm != nullptr ? ctx_.ep_comm->size() : 1; }
+
 void MoeMlpBlock::plan_workspace(WorkspacePlan& plan) {
   const ModelConfig& c = ctx_.config;
   Workspace& ws = ctx_.ws;
-  const size_t T = static_cast<size_t>(ctx_.limits.max_tokens), hidden = static_cast<size_t>(c.hidden_size);
+  const size_t own = static_cast<size_t>(ctx_.limits.max_tokens), hidden = static_cast<size_t>(c.hidden_size);
+  const size_t T = own * static_cast<size_t>(expert_group_size());  // rows the routing holds at once
   const size_t E = static_cast<size_t>(c.num_experts), k = static_cast<size_t>(c.num_experts_per_tok);
   const size_t pairs = T * k, moe_inter = static_cast<size_t>(c.moe_intermediate_size);
   const size_t capacity = static_cast<size_t>(kc::moe_sorted_capacity(static_cast<int64_t>(pairs), grouped_experts()));
@@ -31,9 +35,14 @@ void MoeMlpBlock::plan_workspace(WorkspacePlan& plan) {
   plan.add(&ws.expert_act, pairs * moe_inter * 2);
   plan.add(&ws.expert_down, pairs * hidden * 2);
   const size_t shared_inter = static_cast<size_t>(shared_intermediate());
-  plan.add(&ws.shared_gate_up, T * 2 * shared_inter * 2);
-  plan.add(&ws.shared_act, T * shared_inter * 2);
-  plan.add(&ws.shared_out, shared_inter > 0 ? T * hidden * 2 : 0);
+  plan.add(&ws.shared_gate_up, own * 2 * shared_inter * 2);
+  plan.add(&ws.shared_act, own * shared_inter * 2);
+  plan.add(&ws.shared_out, shared_inter > 0 ? own * hidden * 2 : 0);
+  if (ctx_.ep_comm != nullptr) {
+    plan.add(&ws.expert_group_rows, T * hidden * 2);
+    plan.add(&ws.expert_group_sums, T * hidden * 2);
+    plan.add(&ws.unit_weights, own * sizeof(float));
+  }
 }
 
 void MoeMlpBlock::add_gemm_problems(int64_t m, std::vector<kc::GemmProblem>& problems) const {
@@ -78,7 +87,7 @@ void MoeMlpBlock::run_role_on(LinearRole role, int64_t layer, int64_t m, cudaStr
   }
 }
 
-void MoeMlpBlock::routed_experts(int64_t layer, int64_t T, cudaStream_t stream) {
+void MoeMlpBlock::routed_experts(int64_t layer, const bf16* input, int64_t T, cudaStream_t stream) {
   const ModelConfig& c = ctx_.config;
   const CudaLayerWeights& w = layer_weights(layer);
   Workspace& ws = ctx_.ws;
@@ -100,15 +109,16 @@ void MoeMlpBlock::routed_experts(int64_t layer, int64_t T, cudaStream_t stream) 
     routing.window = ctx_.experts;
     const kc::MoeRouteOutputs routed{ws.router_logits, ws.topk_ids,    ws.topk_weights,
                                      ws.sorted_rows,   ws.block_expert, capacity};
-    kc::moe_route_decode(routed, ws.normed, w.router, T, H, E, routing, route_arrivals_.as<unsigned int>(), stream);
+    kc::moe_route_decode(routed, input, w.router, T, H, E, routing, route_arrivals_.as<unsigned int>(), stream);
     const int32_t max_pairs = static_cast<int32_t>(T);
-    kc::moe_grouped_gemv_silu(ws.expert_act, ws.normed, w.experts_gate_up, ws.sorted_rows, ws.block_expert, capacity,
+    kc::moe_grouped_gemv_silu(ws.expert_act, input, w.experts_gate_up, ws.sorted_rows, ws.block_expert, capacity,
                               k, I, H, max_pairs, stream);
     kc::moe_grouped_gemv(ws.expert_down, ws.expert_act, w.experts_down, ws.sorted_rows, ws.block_expert, capacity, 1,
                          H, I, max_pairs, stream);
     return;
   }
-  run_role_on(LinearRole::kRouter, layer, T, stream);
+  ctx_.linear.linear(LinearRole::kRouter, router_shape(), ws.router_logits, GemmOutputType::kF32, input, w.router,
+                     nullptr, T, stream);
   if (c.router == RouterKind::kSigmoidGroupLimited) {
     kc::moe_topk_sigmoid_grouped(ws.topk_ids, ws.topk_weights, ws.router_logits, w.router_bias, T, E, k,
                                  static_cast<int32_t>(c.n_group), static_cast<int32_t>(c.topk_group), c.norm_topk_prob,
@@ -117,7 +127,7 @@ void MoeMlpBlock::routed_experts(int64_t layer, int64_t T, cudaStream_t stream) 
     kc::moe_topk_softmax(ws.topk_ids, ws.topk_weights, ws.router_logits, T, E, k, c.norm_topk_prob, stream);
   }
   kc::moe_align(ws.sorted_rows, ws.block_expert, ws.topk_ids, pairs, E, capacity, stream, ctx_.experts);
-  kc::moe_grouped_gemm(ws.expert_gate_up, ws.normed, w.experts_gate_up, ws.sorted_rows, ws.block_expert, capacity, k,
+  kc::moe_grouped_gemm(ws.expert_gate_up, input, w.experts_gate_up, ws.sorted_rows, ws.block_expert, capacity, k,
                        2 * I, H, stream);
   kc::silu_and_mul(ws.expert_act, ws.expert_gate_up, pairs, I, stream);
   kc::moe_grouped_gemm(ws.expert_down, ws.expert_act, w.experts_down, ws.sorted_rows, ws.block_expert, capacity, 1,
@@ -129,7 +139,8 @@ void MoeMlpBlock::forward(int64_t layer, const GpuStep& step) {
   const CudaLayerWeights& w = layer_weights(layer);
   Workspace& ws = ctx_.ws;
   const int64_t T = step.shape.num_tokens;
-  auto routed = [&](cudaStream_t stream) { routed_experts(layer, T, stream); };
+  if (!step.expert_rows.rank_rows.empty()) return expert_group_forward(layer, step);
+  auto routed = [&](cudaStream_t stream) { routed_experts(layer, ws.normed, T, stream); };
   // DeepSeek's shared expert: a dense MLP every token runs, added in the combine's pass. It reads
   // only `normed` and writes only its own buffers, so it may overlap the routing.
   const bool shared = runs_shared_expert() && !w.shared_gate_up.empty();
@@ -148,6 +159,52 @@ void MoeMlpBlock::forward(int64_t layer, const GpuStep& step) {
   }
   kc::moe_combine(ws.proj, ws.expert_down, ws.topk_weights, shared ? ws.shared_out : nullptr, T,
                   static_cast<int32_t>(c.num_experts_per_tok), c.hidden_size, ctx_.stream, ws.topk_ids, ctx_.experts);
+}
+
+void MoeMlpBlock::expert_group_forward(int64_t layer, const GpuStep& step) {
+  const ModelConfig& c = ctx_.config;
+  Workspace& ws = ctx_.ws;
+  dist::Communicator& group = *ctx_.ep_comm;
+  const std::span<const int32_t> rank_rows = step.expert_rows.rank_rows;
+  const int me = group.rank();
+  const int64_t T = step.shape.num_tokens, H = c.hidden_size;
+  TACHYON_CHECK(static_cast<int>(rank_rows.size()) == group.size() && rank_rows[static_cast<size_t>(me)] == T)
+      << "internal: the expert group's rows (" << rank_rows.size() << " ranks) do not hold this rank's " << T;
+  const size_t row_bytes = static_cast<size_t>(H) * sizeof(bf16);
+  std::vector<size_t> counts;
+  int64_t total = 0, first = 0;
+  for (size_t r = 0; r < rank_rows.size(); ++r) {
+    TACHYON_CHECK(rank_rows[r] >= 0 && rank_rows[r] <= ctx_.limits.max_tokens)
+        << "internal: rank " << r << " brings " << rank_rows[r] << " rows, more than a step holds";
+    if (static_cast<int>(r) < me) first += rank_rows[r];
+    total += rank_rows[r];
+    counts.push_back(static_cast<size_t>(rank_rows[r]) * row_bytes);
+  }
+  if (!unit_weights_set_) {  // the copy-back's weights: 1.0 for each of this rank's rows
+    const std::vector<float> ones(static_cast<size_t>(ctx_.limits.max_tokens), 1.0f);
+    TACHYON_CUDA_CHECK(cudaMemcpyAsync(ws.unit_weights, ones.data(), ones.size() * sizeof(float),
+                                       cudaMemcpyHostToDevice, ctx_.stream));
+    TACHYON_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));  // `ones` leaves scope
+    unit_weights_set_ = true;
+  }
+  const dist::GatherItem rows{ws.normed, static_cast<size_t>(T) * row_bytes, ws.expert_group_rows, counts};
+  group.all_gatherv(std::span<const dist::GatherItem>(&rows, 1), ctx_.stream);
+  if (total == 0) return;
+  routed_experts(layer, ws.expert_group_rows, total, ctx_.stream);
+  kc::moe_combine(ws.expert_group_sums, ws.expert_down, ws.topk_weights, nullptr, total,
+                  static_cast<int32_t>(c.num_experts_per_tok), H, ctx_.stream, ws.topk_ids, ctx_.experts);
+  group.all_reduce(ws.expert_group_sums, ws.expert_group_sums, static_cast<size_t>(total * H), dist::ReduceType::kBF16,
+                   ctx_.stream);
+  if (T == 0) return;
+  const bool shared = runs_shared_expert() && !layer_weights(layer).shared_gate_up.empty();
+  if (shared) {
+    run_role_on(LinearRole::kSharedGateUp, layer, T, ctx_.stream);
+    run_role_on(LinearRole::kSharedDownWithSilu, layer, T, ctx_.stream);
+  }
+  // This rank's rows of the group's sums, plus its shared expert, into proj (a combine of one
+  // pair per row at weight 1.0: the copy is exact, the shared expert added in f32, one rounding).
+  kc::moe_combine(ws.proj, ws.expert_group_sums + first * H, ws.unit_weights, shared ? ws.shared_out : nullptr, T,
+                  1, H, ctx_.stream);
 }
 
 }  // namespace tachyon::model::gpu

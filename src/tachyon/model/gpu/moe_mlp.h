@@ -16,8 +16,14 @@
 // dispatch and no count exchange, so the block stays capturable in graphs. Each rank reads only
 // its active experts' weights, whole (no expert is cut into slices narrower than the kernels'
 // tiles), and the seam is tensor parallelism's: one all-reduce of [T, hidden] per MoE layer.
-// (The all-to-all dispatch of CPU thread ranks, model/expert_dispatch.h, is what data-parallel
-// attention needs, where the ranks hold different tokens; it is not built on GPUs.)
+// Data-parallel attention (BlockContext::ep_comm, whole-model ranks that run different sequences):
+// the ranks first all-gather their MLP inputs (every rank knows every rank's row count from the
+// step, GpuStep::expert_rows, so no count is exchanged), each runs its window's pairs of all the
+// rows, one bf16 all-reduce sums the group, and each keeps its own rows and adds its own shared
+// expert. A rank without sequences takes part with zero rows (GpuDecoder::serve_experts). The
+// step's shape then depends on the other ranks' rows: eager only. (The CPU ranks' all-to-all
+// dispatch, model/expert_dispatch.h, moves fewer bytes; this keeps the GPU path to the
+// collectives every backend has.)
 #pragma once
 
 #include "tachyon/model/gpu/gpu_block.h"
@@ -36,9 +42,14 @@ class MoeMlpBlock : public GpuBlock {
 
  private:
   void run_role_on(LinearRole role, int64_t layer, int64_t m, cudaStream_t stream);
-  // Route the step's tokens and run their experts: each (token, expert) pair's output into
-  // expert_down, for moe_combine.
-  void routed_experts(int64_t layer, int64_t tokens, cudaStream_t stream);
+  // Route `tokens` rows of `input` ([tokens, hidden]) and run their experts: each (token, expert)
+  // pair's output into expert_down, for moe_combine.
+  void routed_experts(int64_t layer, const bf16* input, int64_t tokens, cudaStream_t stream);
+  // Data-parallel attention (ctx_.ep_comm): every rank's rows gathered, this rank's experts run
+  // over all of them, the group's sums reduced, this rank's rows (plus its shared expert) kept.
+  void expert_group_forward(int64_t layer, const GpuStep& step);
+  // Ranks of the expert group whose rows the routing buffers hold at once (1 without one).
+  int64_t expert_group_size() const;
   int64_t shared_intermediate() const { return ctx_.config.moe_intermediate_size * ctx_.config.n_shared_experts; }
   // DeepSeek's shared expert, on the rank that adds it (all ranks without expert parallelism).
   bool runs_shared_expert() const { return shared_intermediate() > 0 && ctx_.adds_shared_expert; }
@@ -51,6 +62,7 @@ class MoeMlpBlock : public GpuBlock {
   LinearShape shared_down_shape() const { return {ctx_.config.hidden_size, shared_intermediate()}; }
 
   cuda::DeviceBuffer route_arrivals_;  // moe_route_decode's CTA counter (one unsigned int, 0 between launches)
+  bool unit_weights_set_ = false;      // Workspace::unit_weights written (once, after the plan is assigned)
 };
 
 }  // namespace tachyon::model::gpu

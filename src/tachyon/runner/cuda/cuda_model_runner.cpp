@@ -102,6 +102,10 @@ void CudaModelRunner::plan_memory(const core::EngineConfig& config, const model:
   TACHYON_CHECK(pcp_size == 1 || (tp_.pcp_comm != nullptr && tp_.pcp_comm->size() == pcp_size && tp_.comm == nullptr &&
                                   mtp == nullptr && config.device.enforce_eager))
       << "prefill context parallelism on GPUs runs whole-model ranks (--tp 1) eagerly, without MTP: --pcp " << pcp_size;
+  TACHYON_CHECK(tp_.ep_comm == nullptr || (tp_.comm == nullptr && tp_.pcp_comm == nullptr && mtp == nullptr &&
+                                           config.device.enforce_eager && tp_.expert_count > 0))
+      << "data-parallel attention on GPUs runs whole-model ranks (--tp 1) eagerly, without MTP, each holding a window "
+         "of the experts";
   pcp_rows_ = limits_.runner_bytes;
   if (pcp_size > 1) limits_.runner_bytes += 2 * static_cast<size_t>(limits_.max_tokens) * sizeof(int32_t);
   layout_ = StepInputLayout::make(limits_);
@@ -156,7 +160,8 @@ void CudaModelRunner::plan_memory(const core::EngineConfig& config, const model:
                                                            .dcp_comm = dcp_size > 1 ? tp_.comm : nullptr,
                                                            .pcp_comm = tp_.pcp_comm,
                                                            .experts = {tp_.expert_begin, tp_.expert_count},
-                                                           .adds_shared_expert = tp_.adds_shared_expert});
+                                                           .adds_shared_expert = tp_.adds_shared_expert,
+                                                           .ep_comm = tp_.ep_comm});
   gpu::WorkspacePlan plan;
   decoder_->plan_workspace(plan);
   if (mtp != nullptr) {
@@ -248,7 +253,7 @@ void CudaModelRunner::forward(const gpu::ForwardShape& shape) {
                               reinterpret_cast<const int32_t*>(staging + layout_.deferred),
                               reinterpret_cast<const int32_t*>(staging + layout_.num_deferred), shape.num_seqs, sampled_,
                               stream_);
-  decoder_->forward({shape, step_metadata(), gathered_});
+  decoder_->forward({shape, step_metadata(), gathered_, {expert_rows_}});
 }
 
 void CudaModelRunner::launch_split(const core::StepPlan& local, const SplitStepRows& rows) {
@@ -265,6 +270,35 @@ void CudaModelRunner::launch_split(const core::StepPlan& local, const SplitStepR
     throw;
   }
   split_rows_ = nullptr;
+}
+
+void CudaModelRunner::launch_expert_group(const core::StepPlan& plan, std::span<const int32_t> rank_rows) {
+  TACHYON_CHECK(tp_.ep_comm != nullptr && static_cast<int>(rank_rows.size()) == tp_.ep_comm->size() &&
+                !plan.empty() && rank_rows[static_cast<size_t>(tp_.ep_comm->rank())] == forward_rows(plan))
+      << "internal: an expert-group step on a runner without that group, or rows that are not this plan's";
+  expert_rows_ = rank_rows;
+  try {
+    launch(plan);
+  } catch (...) {
+    expert_rows_ = {};
+    throw;
+  }
+  expert_rows_ = {};
+}
+
+void CudaModelRunner::serve_experts(std::span<const int32_t> rank_rows) {
+  TACHYON_CHECK(tp_.ep_comm != nullptr && static_cast<int>(rank_rows.size()) == tp_.ep_comm->size() &&
+                rank_rows[static_cast<size_t>(tp_.ep_comm->rank())] == 0)
+      << "internal: serve_experts() on a runner without an expert group, or for a rank with rows";
+  decoder_->serve_experts({gpu::ForwardShape{}, gpu::StepMetadata{}, gpu::GatheredRows{}, {rank_rows}});
+  TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+int32_t CudaModelRunner::forward_rows(const core::StepPlan& plan) const {
+  const int32_t tokens = static_cast<int32_t>(plan.num_tokens());
+  if (!runs_as_decode_rows(plan)) return tokens;
+  auto bucket = std::lower_bound(graph_batch_sizes_.begin(), graph_batch_sizes_.end(), tokens);
+  return bucket != graph_batch_sizes_.end() ? *bucket : tokens;
 }
 
 void CudaModelRunner::linear(LinearRole role, LinearShape shape, void* out, kc::GemmOutputType type, const kc::bf16* in,
@@ -442,6 +476,7 @@ void CudaModelRunner::launch(const core::StepPlan& plan) {
                  .rank_rows = split_rows_->rank_rows};
     graph = nullptr;  // the captured graphs hold no gather (and PCP runs eagerly)
   }
+  if (!expert_rows_.empty()) graph = nullptr;  // the MoE layers' rows depend on the other ranks' steps
 
   // Sampling rows at their fixed offset; token histories (penalties only) in the variable tail.
   step.sampling = build_sampling_inputs(plan);

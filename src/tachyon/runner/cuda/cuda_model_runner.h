@@ -79,6 +79,9 @@ struct CudaTpRank {
   int32_t expert_begin = 0;
   int32_t expert_count = 0;
   bool adds_shared_expert = true;
+  // Data-parallel attention (runner/cuda/dp_cuda_model_runner.h): the expert group of whole-model
+  // ranks that meet in every MoE layer (gpu::TpSeam::ep_comm); null otherwise.
+  dist::Communicator* ep_comm = nullptr;
 };
 
 // Every row of a split prefill step (prefill context parallelism), in the group's gather order:
@@ -116,6 +119,15 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   // `rows`; every row of the step is stored in this rank's cache (one gather per layer), and the
   // rank samples its own logits rows. Eager only (checked at start-up).
   void launch_split(const core::StepPlan& local, const SplitStepRows& rows);
+  // Data-parallel attention: launches this rank's own `plan` whose MoE layers serve every rank's
+  // rows together (rank_rows[r]: the forward rows of rank r's step, forward_rows() of its plan;
+  // an idle rank's 0). Eager only (checked at start-up).
+  void launch_expert_group(const core::StepPlan& plan, std::span<const int32_t> rank_rows);
+  // The same for a rank with no sequence this step: the MoE layers' part of a forward of zero
+  // rows, for the other ranks' tokens; returns once it has run.
+  void serve_experts(std::span<const int32_t> rank_rows);
+  // Rows the forward of `plan` runs: its tokens, padded to a decode bucket where launch() pads.
+  int32_t forward_rows(const core::StepPlan& plan) const;
   bool takes_late_token_masks() const override { return true; }
   void supply_token_masks(std::span<const core::AllowedTokens> masks) override;
   core::StepOutput wait() override;
@@ -241,6 +253,9 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   size_t pcp_rows_ = 0;
   const SplitStepRows* split_rows_ = nullptr;
   model::gpu::GatheredRows gathered_{};
+  // Data-parallel attention: the rows every rank of the expert group brings to the step being
+  // launched (launch_expert_group); empty otherwise.
+  std::span<const int32_t> expert_rows_;
   bool last_launch_had_drafts_ = false;  // the last step with work carried drafts (sampled_ holds 1 + k rows each)
   int64_t steps_launched_ = 0;  // steps with work so far
   int64_t last_waited_ = -1;    // index of the last step with work that wait() returned
