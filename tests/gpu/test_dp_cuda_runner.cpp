@@ -72,7 +72,8 @@ TEST_P(SharedGpuDpRunner, GreedyPathFollowsTheSingleGpuRunner) {
   const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
   model::SafetensorsCheckpoint checkpoint(dir);
   const model::Bf16ModelWeights weights = model::load_weights_bf16(mc, checkpoint);
-  const std::vector<int64_t> lengths = {9, 30, 3, 64, 17, 41, 5, 22};
+  // Prefilled in one step: at most max_num_batched_tokens (128) together.
+  const std::vector<int64_t> lengths = {9, 30, 3, 40, 17, 21};
   const std::vector<std::vector<int32_t>> prompts =
       random_prompts(mc, std::vector<int64_t>(lengths.begin(), lengths.begin() + c.prompts), 19);
   const core::EngineConfig config = dp_config(c.dp);
