@@ -697,12 +697,13 @@ std::vector<int32_t> repetitive_prompt(std::mt19937_64& gen, int64_t vocab) {
 // draw (near_ties.h; the plain run asks for logprobs 3 to read the gaps, the drafted runs too:
 // same params). Returns (requests identical, requests that diverge at a near tie).
 std::pair<int, int> expect_plain_up_to_near_ties(const EngineRun& plain, const EngineRun& drafted,
-                                                 const std::vector<SamplingParams>& params, const std::string& label) {
+                                                 const std::vector<SamplingParams>& params, const std::string& label,
+                                                 double bound = kLogitTieBound) {
   int identical = 0, near_ties = 0;
   for (size_t r = 0; r < plain.tokens.size(); ++r) {
     const std::string what = label + " request " + std::to_string(r);
     EXPECT_EQ(plain.tokens[r].size(), static_cast<size_t>(params[r].max_tokens)) << what;
-    if (expect_same_up_to_near_tie(plain.tokens[r], plain.logprobs[r], drafted.tokens[r], params[r], what)) {
+    if (expect_same_up_to_near_tie(plain.tokens[r], plain.logprobs[r], drafted.tokens[r], params[r], what, bound)) {
       ++identical;
     } else {
       ++near_ties;
@@ -785,7 +786,8 @@ void expect_ngram_drafts_give_the_plain_tokens(int shared_gpu_tp, const Variant&
     EXPECT_GT(drafted.stats.draft_tokens_accepted, 0) << kind << "k " << k << ": repetitive prompts must accept drafts";
     EXPECT_GT(drafted.stats.draft_tokens, drafted.stats.draft_tokens_accepted) << kind << "k " << k;
     const auto [identical, near_ties] =
-        expect_plain_up_to_near_ties(plain, drafted, params, kind + "ngram k " + std::to_string(k));
+        expect_plain_up_to_near_ties(plain, drafted, params, kind + "ngram k " + std::to_string(k),
+                                     logit_tie_bound(mc.is_mla()));
     std::printf("[%sngram k %d] %d/%zu requests identical, %d diverge at a near tie; %lld of %lld drafts accepted\n",
                 kind.c_str(), k, identical, prompts.size(), near_ties,
                 static_cast<long long>(drafted.stats.draft_tokens_accepted),
@@ -923,7 +925,8 @@ TEST_P(CudaMtpEngine, DraftsOnTheDeviceGiveThePlainTokensUpToNearTies) {
       } else {
         EXPECT_GT(drafted.draft_graph_replays, 0) << label << ": no decode step drafted from a graph";
       }
-      const auto [identical, near_ties] = expect_plain_up_to_near_ties(plain, drafted, params, label);
+      const auto [identical, near_ties] =
+          expect_plain_up_to_near_ties(plain, drafted, params, label, logit_tie_bound(mc.is_mla()));
       std::printf("[%s] %d/%zu requests identical, %d diverge at a near tie; %lld of %lld drafts accepted\n",
                   label.c_str(), identical, prompts.size(), near_ties,
                   static_cast<long long>(drafted.stats.draft_tokens_accepted),
