@@ -8,15 +8,16 @@
 #   3. `tachyon bench serve` against `tachyon serve` at TP = 1 and TP = every GPU on the 8B shape,
 #      concurrency 1, 16 and 64 (OUT_DIR/serve-tp<N>-c<C>.json);
 #   4. the DeepSeek-family reduced real shapes (deepseek-v3-reduced, deepseek-v32-reduced,
-#      deepseek-v2-lite) at TP = 1 and every TP size, with the experts split (TP) and whole per rank
-#      (EP): batch-1 decode with a 2,048-token prefill and batch-32 decode
-#      (OUT_DIR/<preset>-tp<N>[-ep]-b<B>.json);
+#      deepseek-v2-lite) at TP = 1 and every TP size: batch-1 decode with a 2,048-token prefill
+#      and batch-32 decode (OUT_DIR/<preset>-tp<N>-b<B>.json);
 #   5. bench_topk_exchange at DCP 2, 4, 8: the sparse indexer's candidate gather, 24 per CUDA
 #      graph, rows 16-512 of [rows, 2048] int32, ours beside NCCL, bit-identity on every rank
 #      (OUT_DIR/topk-exchange-dcp<N>.json).
-# Step 1 also runs the DCP and PCP groups across GPUs (gpu_tp_cuda_runner's and
-# gpu_pcp_cuda_runner's `separate` cases); the CLI refuses --dcp and --pcp across GPUs until
-# they have passed, so their timings (DCP against TP at 8K / 32K / 128K, PCP TTFT) come after.
+# Step 1 also runs the DCP, PCP and DP groups and expert parallelism across GPUs
+# (gpu_tp_cuda_runner's `separate` and `_ep` cases, gpu_pcp_cuda_runner's and gpu_dp_cuda_runner's
+# `separate` cases); the CLI refuses --dcp, --pcp, --dp and --enable-expert-parallel across GPUs
+# until they have passed, so their timings (DCP against TP at 8K / 32K / 128K, PCP TTFT, DP and
+# EP against TP) come after.
 #   scripts/gpu-multi-runs.sh OUT_DIR
 # Needs .deps/ and third_party/tokenizers/models/llama3 carried. Multicast stays off
 # (docs/parallelism.md). Each step is time-bounded, so one hang cannot take the whole run.
@@ -51,24 +52,21 @@ for n in "${SIZES[@]}"; do
   timeout 300 build-gpu/bin/bench_topk_exchange --world "$n" --json "$OUT_DIR/topk-exchange-dcp$n.json" || status=1
 done
 
-# The DeepSeek-family layouts at their reduced real shapes: TP = 1 against every TP size, with
-# the experts split by TP and whole per rank (EP: --enable-expert-parallel).
+# The DeepSeek-family layouts at their reduced real shapes: TP = 1 against every TP size.
 for spec in deepseek_v3:deepseek-v3-reduced deepseek_v32:deepseek-v32-reduced deepseek_v3:deepseek-v2-lite; do
   arch=${spec%%:*} preset=${spec#*:}
   model=/tmp/tachyon-tp-models/$preset
   [ -f "$model/config.json" ] || build-gpu/bin/tachyon make-model --arch "$arch" --preset "$preset" --seed 0 \
     --out "$model" > /dev/null
-  for layout in 1 "${SIZES[@]}" "${SIZES[@]/%/-ep}"; do
-    tp=${layout%-ep} ep_flag=()
-    [ "$layout" != "$tp" ] && ep_flag=(--enable-expert-parallel)
+  for tp in 1 "${SIZES[@]}"; do
     for shape in "1 2048 64" "32 1024 64"; do
       read -r batch input output <<< "$shape"
-      out="$OUT_DIR/$preset-tp$layout-b$batch"
-      timeout 300 build-gpu/bin/tachyon bench latency "$model" --device cuda --tp "$tp" "${ep_flag[@]}" \
+      out="$OUT_DIR/$preset-tp$tp-b$batch"
+      timeout 300 build-gpu/bin/tachyon bench latency "$model" --device cuda --tp "$tp" \
         --batch-size "$batch" --input-len "$input" --output-len "$output" --num-iters 3 --num-iters-warmup 1 \
         --output-json "$out.json" > "$out.log" 2>&1 \
-        || { echo "$preset --tp $layout batch $batch failed:"; tail -3 "$out.log"; status=1; continue; }
-      echo "-- $preset TP $layout batch $batch:"
+        || { echo "$preset --tp $tp batch $batch failed:"; tail -3 "$out.log"; status=1; continue; }
+      echo "-- $preset TP $tp batch $batch:"
       grep -E '"(decode_step_ms_median|decode_step_floor_ms|prefill_ms_median)"' "$out.log"
     done
   done

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # On a GPU machine with several GPUs: builds the parallel runtime's targets, runs the NCCL, peer,
-# tensor-parallel and context-parallel GPU tests (their `separate` cases are the DCP and PCP
-# groups across GPUs; each binary under a time limit, so a hung collective cannot eat the
-# run), then emulates two nodes with two processes of one GPU each (--nnodes 2, NCCL over
+# tensor-, context- and data-parallel GPU tests (their `separate` and `_ep` cases are the DCP, PCP
+# and DP groups and expert parallelism across GPUs; each binary under a time limit, so a hung
+# collective cannot eat the run), then emulates two nodes with two processes of one GPU each (--nnodes 2, NCCL over
 # sockets only, as between hosts) and checks that the canary's greedy answer equals TP = 1's,
 # then times the batch-1 decode step of a real shape at TP = 1 and TP = N with
 # `tachyon bench latency`, writing OUT_DIR/tp<N>.json.
@@ -20,11 +20,11 @@ mkdir -p "$OUT_DIR"
 scripts/gpu-machine-deps.sh install > /dev/null
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTACHYON_CUDA=ON > "$OUT_DIR/configure.log" 2>&1
 cmake --build build-gpu -j "$(nproc)" --target tachyon_cli gpu_nccl_communicator gpu_peer_communicator \
-  gpu_tp_cuda_runner gpu_pcp_cuda_runner > "$OUT_DIR/build.log" 2>&1 || { tail -30 "$OUT_DIR/build.log"; exit 1; }
+  gpu_tp_cuda_runner gpu_pcp_cuda_runner gpu_dp_cuda_runner > "$OUT_DIR/build.log" 2>&1 || { tail -30 "$OUT_DIR/build.log"; exit 1; }
 echo "== build: ok, $(nvidia-smi -L | wc -l) GPUs"
 
 status=0
-for test in nccl_communicator peer_communicator tp_cuda_runner pcp_cuda_runner; do
+for test in nccl_communicator peer_communicator tp_cuda_runner pcp_cuda_runner dp_cuda_runner; do
   timeout 480 "build-gpu/tests/gpu_$test" > "$OUT_DIR/$test.log" 2>&1
   rc=$?
   [ $rc = 0 ] || status=1

@@ -12,7 +12,11 @@
 //     back in the wrong place, lands far outside both.
 //   - through the engine: greedy tokens the same in two runs, and the engine's placement puts
 //     sequences on every rank.
+// The `separate` cases put rank d on GPU d over NCCL (fronted by the peer-access communicator where
+// the GPUs reach each other), the production layout; skipped, saying so, on fewer GPUs. The CLI
+// refuses --dp on GPUs until they have passed on such a machine (runner_factory.cpp).
 #include <algorithm>
+#include <numeric>
 #include <memory>
 #include <string>
 
@@ -26,6 +30,7 @@ struct DpCase {
   Variant variant;
   int dp = 2;
   int prompts = 4;  // fewer than dp: the other ranks only serve experts
+  bool separate = false;  // rank d on GPU d (NCCL) instead of every rank on GPU 0 (host-staged)
 };
 
 core::EngineConfig dp_config(int dp) {
@@ -35,13 +40,22 @@ core::EngineConfig dp_config(int dp) {
   return config;
 }
 
-std::unique_ptr<DpCudaModelRunner> shared_gpu_dp_runner(const model::Bf16ModelWeights& weights,
-                                                        const core::EngineConfig& config, int dp) {
-  SharedGpuTpComms comms = shared_gpu_tp_comms(dp);
-  return std::make_unique<DpCudaModelRunner>(
-      weights, config, TpCudaLayout{.devices = std::vector<int>(static_cast<size_t>(dp), 0), .ranks_share_gpu = true},
-      std::move(comms.make_comm), std::move(comms.on_failure));
+// On GPU 0 through the host-staged communicator, or (separate) rank d on GPU d.
+std::unique_ptr<DpCudaModelRunner> dp_runner(const model::Bf16ModelWeights& weights, const core::EngineConfig& config,
+                                             int dp, bool separate) {
+  std::vector<int> devices(static_cast<size_t>(dp), 0);
+  if (separate) std::iota(devices.begin(), devices.end(), 0);
+  SharedGpuTpComms comms = separate ? SharedGpuTpComms{default_tp_comm_factory(devices), {}} : shared_gpu_tp_comms(dp);
+  return std::make_unique<DpCudaModelRunner>(weights, config,
+                                             TpCudaLayout{.devices = devices, .ranks_share_gpu = !separate},
+                                             std::move(comms.make_comm), std::move(comms.on_failure));
 }
+
+#define SKIP_WITHOUT_GPUS(c)                                                                              \
+  if ((c).separate && cuda::cuda_device_count() < (c).dp) {                                              \
+    GTEST_SKIP() << "DP " << (c).dp << " on separate GPUs needs " << (c).dp << " GPUs, this machine has " \
+                 << cuda::cuda_device_count();                                                            \
+  }
 
 // Each sequence's blocks, enough for its prompt and 17 more tokens: in rank (i % dp)'s pool of
 // `pool_blocks` for the group, one after another for the single runner.
@@ -59,7 +73,8 @@ void give_blocks(std::vector<PlanSequence>& seqs, int dp, int32_t pool_blocks, i
 
 std::string dp_case_name(const ::testing::TestParamInfo<DpCase>& info) {
   std::string name = info.param.variant.arch + "_" + info.param.variant.preset + "_dp" +
-                     std::to_string(info.param.dp) + "_" + std::to_string(info.param.prompts) + "prompts";
+                     std::to_string(info.param.dp) + "_" + std::to_string(info.param.prompts) + "prompts" +
+                     (info.param.separate ? "_separate_gpus" : "");
   std::replace(name.begin(), name.end(), '-', '_');
   return name;
 }
@@ -68,6 +83,7 @@ class SharedGpuDpRunner : public ::testing::TestWithParam<DpCase> {};
 
 TEST_P(SharedGpuDpRunner, GreedyPathFollowsTheSingleGpuRunner) {
   const DpCase& c = GetParam();
+  SKIP_WITHOUT_GPUS(c);
   const fs::path dir = make_tiny(c.variant);
   const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
   model::SafetensorsCheckpoint checkpoint(dir);
@@ -80,7 +96,7 @@ TEST_P(SharedGpuDpRunner, GreedyPathFollowsTheSingleGpuRunner) {
   core::EngineConfig single_config = small_config(/*eager=*/true);
   single_config.device.kv_cache_memory_bytes = config.device.kv_cache_memory_bytes;
   CudaModelRunner single(weights, single_config);
-  const auto group = shared_gpu_dp_runner(weights, config, c.dp);
+  const auto group = dp_runner(weights, config, c.dp, c.separate);
   ASSERT_EQ(group->dp_size(), c.dp);
 
   std::vector<PlanSequence> grouped(prompts.size()), alone(prompts.size());
@@ -130,6 +146,7 @@ TEST_P(SharedGpuDpRunner, GreedyPathFollowsTheSingleGpuRunner) {
 
 TEST_P(SharedGpuDpRunner, TheEngineServesItAlikeOnEveryRank) {
   const DpCase& c = GetParam();
+  SKIP_WITHOUT_GPUS(c);
   if (c.prompts < c.dp) GTEST_SKIP() << "the engine case needs a prompt per rank";
   const fs::path dir = make_tiny(c.variant);
   const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
@@ -139,7 +156,7 @@ TEST_P(SharedGpuDpRunner, TheEngineServesItAlikeOnEveryRank) {
   const core::EngineConfig config = dp_config(c.dp);
   auto serve = [&] {
     core::EngineConfig engine_config = config;
-    auto runner = shared_gpu_dp_runner(weights, config, c.dp);
+    auto runner = dp_runner(weights, config, c.dp, c.separate);
     const DpCudaModelRunner* group = runner.get();
     engine_config.num_blocks = runner->num_blocks();
     engine::EngineCore engine(engine_config, std::move(runner));
@@ -161,7 +178,11 @@ INSTANTIATE_TEST_SUITE_P(Families, SharedGpuDpRunner,
                                            DpCase{{"deepseek_v3", "tiny-gpu-deepseek-all"}, 4, 6},
                                            DpCase{{"qwen3_moe", "tiny-gpu-moe-all"}, 2, 4},
                                            DpCase{{"mixtral", "tiny-gpu-mixtral-all"}, 2, 3},
-                                           DpCase{{"glm_moe_dsa", "tiny-gpu-glm-all"}, 2, 4}),
+                                           DpCase{{"glm_moe_dsa", "tiny-gpu-glm-all"}, 2, 4},
+                                           DpCase{{"deepseek_v3", "tiny-gpu-deepseek-all"}, 2, 4, true},
+                                           DpCase{{"deepseek_v3", "tiny-gpu-deepseek-all"}, 4, 6, true},
+                                           DpCase{{"deepseek_v3", "tiny-gpu-deepseek-all"}, 4, 1, true},
+                                           DpCase{{"glm_moe_dsa", "tiny-gpu-glm-all"}, 4, 4, true}),
                          dp_case_name);
 
 }  // namespace
