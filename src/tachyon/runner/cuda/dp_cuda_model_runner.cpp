@@ -2,12 +2,11 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <set>
 #include <sstream>
-#include <unordered_map>
 
 #include "tachyon/base/check.h"
 #include "tachyon/model/tp_shard.h"
+#include "tachyon/runner/cuda/whole_model_ranks.h"
 #include "tachyon/tensor/cuda/cuda_check.h"
 
 namespace tachyon::runner {
@@ -48,23 +47,12 @@ DpCudaModelRunner::DpCudaModelRunner(const model::Bf16ModelWeights& weights, con
       ranks_(layout.devices.size()),
       workers_(static_cast<int>(layout.devices.size()), std::move(on_failure)) {
   const int size = config.device.data_parallel_size;
-  TACHYON_CHECK(size >= 2 && static_cast<int>(layout.devices.size()) == size && layout.first_rank == 0)
-      << "data-parallel attention over " << size << " ranks needs that many local ranks, got " << layout.devices.size();
+  check_whole_model_layout(layout, config, size, "data-parallel attention");
   const std::string why = cuda_dp_unsupported_reason(weights.config, config);
   TACHYON_CHECK(why.empty()) << why;
-  if (layout.ranks_share_gpu) {
-    TACHYON_CHECK(config.device.kv_cache_memory_bytes > 0)
-        << "ranks that share a GPU need kv_cache_memory_bytes set (each would count the others' caches as its own)";
-  } else {
-    TACHYON_CHECK(std::set<int>(layout.devices.begin(), layout.devices.end()).size() == layout.devices.size())
-        << "data-parallel attention needs one GPU per rank";
-  }
   workers_.run([&](int r) {
-    TACHYON_CUDA_CHECK(cudaSetDevice(layout.devices[static_cast<size_t>(r)]));
     Rank& rank = ranks_[static_cast<size_t>(r)];
-    rank.comm = make_comm_(r);
-    TACHYON_CHECK(rank.comm->size() == size && rank.comm->rank() == r)
-        << "internal: DP rank " << r << " joined a group as rank " << rank.comm->rank() << " of " << rank.comm->size();
+    rank.comm = join_rank_group(layout, make_comm_, r, size, "DP");
     // The whole model but the routed experts outside this rank's window (one TP rank of one).
     model::Bf16TpShard shard = model::shard_weights(weights, 0, 1, r, size);
     rank.runner = std::make_unique<CudaModelRunner>(shard.weights, config,
@@ -82,15 +70,7 @@ DpCudaModelRunner::~DpCudaModelRunner() {
   std::string counts;
   for (int64_t placed : placement_.placed()) counts += " " + std::to_string(placed);
   std::fprintf(stderr, "[tachyon] data-parallel attention: sequences started per replica:%s\n", counts.c_str());
-  try {  // on their own threads: a CUDA runner and a communicator end where they were made
-    workers_.run([&](int r) {
-      Rank& rank = ranks_[static_cast<size_t>(r)];
-      rank.runner.reset();
-      rank.comm.reset();
-    });
-  } catch (...) {
-    // A destructor must not throw; a failing teardown leaves nothing for the caller to do.
-  }
+  tear_down_ranks(workers_, ranks_);
 }
 
 core::StepOutput DpCudaModelRunner::run(const core::StepPlan& plan) {
@@ -115,18 +95,9 @@ core::StepOutput DpCudaModelRunner::run(const core::StepPlan& plan) {
   });
   last_rows_ = step.rows;
   // The sampled sequences in the step's order, each from the rank that ran it.
-  core::StepOutput output;
-  std::unordered_map<int64_t, core::SequenceOutput*> sampled;  // sequence id -> the rank's output
-  for (Rank& rank : ranks_) {
-    for (core::SequenceOutput& out : rank.output.sequences) sampled[out.sequence_id] = &out;
-  }
-  for (const core::ScheduledSequence& s : plan.sequences) {
-    if (!s.sample) continue;
-    auto found = sampled.find(s.sequence_id);
-    TACHYON_CHECK(found != sampled.end()) << "internal: no DP rank sampled sequence " << s.sequence_id;
-    output.sequences.push_back(std::move(*found->second));
-  }
-  return output;
+  std::vector<core::StepOutput*> outputs;
+  for (Rank& rank : ranks_) outputs.push_back(&rank.output);
+  return sampled_in_plan_order(plan, outputs, "DP");
 }
 
 std::vector<float> DpCudaModelRunner::last_logits(int32_t rows) const {

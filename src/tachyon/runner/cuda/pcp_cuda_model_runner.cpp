@@ -1,10 +1,9 @@
 #include "tachyon/runner/cuda/pcp_cuda_model_runner.h"
 
-#include <set>
 #include <sstream>
-#include <unordered_map>
 
 #include "tachyon/base/check.h"
+#include "tachyon/runner/cuda/whole_model_ranks.h"
 #include "tachyon/runner/pcp_plan.h"
 #include "tachyon/tensor/cuda/cuda_check.h"
 
@@ -37,24 +36,12 @@ PcpCudaModelRunner::PcpCudaModelRunner(const model::Bf16ModelWeights& weights, c
       ranks_(layout.devices.size()),
       workers_(static_cast<int>(layout.devices.size()), std::move(on_failure)) {
   const int size = config.device.prefill_context_parallel_size;
-  TACHYON_CHECK(size >= 2 && static_cast<int>(layout.devices.size()) == size && layout.first_rank == 0)
-      << "prefill context parallelism over " << size << " ranks needs that many local ranks, got "
-      << layout.devices.size();
+  check_whole_model_layout(layout, config, size, "prefill context parallelism");
   const std::string why = cuda_pcp_unsupported_reason(weights.config, config);
   TACHYON_CHECK(why.empty()) << why;
-  if (layout.ranks_share_gpu) {
-    TACHYON_CHECK(config.device.kv_cache_memory_bytes > 0)
-        << "ranks that share a GPU need kv_cache_memory_bytes set (each would count the others' caches as its own)";
-  } else {
-    TACHYON_CHECK(std::set<int>(layout.devices.begin(), layout.devices.end()).size() == layout.devices.size())
-        << "prefill context parallelism needs one GPU per rank";
-  }
   workers_.run([&](int r) {
-    TACHYON_CUDA_CHECK(cudaSetDevice(layout.devices[static_cast<size_t>(r)]));
     Rank& rank = ranks_[static_cast<size_t>(r)];
-    rank.comm = make_comm_(r);
-    TACHYON_CHECK(rank.comm->size() == size && rank.comm->rank() == r)
-        << "internal: PCP rank " << r << " joined a group as rank " << rank.comm->rank() << " of " << rank.comm->size();
+    rank.comm = join_rank_group(layout, make_comm_, r, size, "PCP");
     rank.runner = std::make_unique<CudaModelRunner>(weights, config, CudaTpRank{.pcp_comm = rank.comm.get()});
   });
   num_blocks_ = ranks_[0].runner->num_blocks();
@@ -62,15 +49,7 @@ PcpCudaModelRunner::PcpCudaModelRunner(const model::Bf16ModelWeights& weights, c
 }
 
 PcpCudaModelRunner::~PcpCudaModelRunner() {
-  try {  // on their own threads: a CUDA runner and a communicator end where they were made
-    workers_.run([&](int r) {
-      Rank& rank = ranks_[static_cast<size_t>(r)];
-      rank.runner.reset();
-      rank.comm.reset();
-    });
-  } catch (...) {
-    // A destructor must not throw; a failing teardown leaves nothing for the caller to do.
-  }
+  tear_down_ranks(workers_, ranks_);
 }
 
 core::StepOutput PcpCudaModelRunner::run(const core::StepPlan& plan) {
@@ -98,18 +77,9 @@ core::StepOutput PcpCudaModelRunner::run(const core::StepPlan& plan) {
     rank.output = rank.runner->wait();
   });
   // The sampled sequences in plan order, each from the rank whose piece holds its logits row.
-  core::StepOutput output;
-  std::unordered_map<int64_t, core::SequenceOutput*> sampled;  // sequence id -> the rank's output
-  for (Rank& rank : ranks_) {
-    for (core::SequenceOutput& out : rank.output.sequences) sampled[out.sequence_id] = &out;
-  }
-  for (const core::ScheduledSequence& s : plan.sequences) {
-    if (!s.sample) continue;
-    auto found = sampled.find(s.sequence_id);
-    TACHYON_CHECK(found != sampled.end()) << "internal: no PCP rank sampled sequence " << s.sequence_id;
-    output.sequences.push_back(std::move(*found->second));
-  }
-  return output;
+  std::vector<core::StepOutput*> outputs;
+  for (Rank& rank : ranks_) outputs.push_back(&rank.output);
+  return sampled_in_plan_order(plan, outputs, "PCP");
 }
 
 double PcpCudaModelRunner::last_step_device_ms() const { return ranks_[0].runner->last_step_device_ms(); }
