@@ -211,6 +211,50 @@ TEST_F(ServerApi, UsageCountsThePromptTokensTheCacheServed) {
   EXPECT_EQ(delta.data["usage"]["input_tokens"], second["input_tokens"]);
 }
 
+// usage.completion_tokens_details.reasoning_tokens on the chat route (whole and the streamed usage
+// chunk) and output_tokens_details.reasoning_tokens on the Responses API, for the tiny Qwen3 model
+// (reasoning parser qwen3). Its random weights never write </think>: with the answer prefilled
+// into an open block (continue_final_message) every token is reasoning; a plain answer opens none
+// (0); a route that parses no reasoning (completions) leaves the field out.
+TEST_F(ServerApi, UsageCountsTheReasoningsTokens) {
+  const json thinking = {{"messages", json::array({{{"role", "user"}, {"content", "What is 2 + 2?"}},
+                                                   {{"role", "assistant"}, {"content", "<think>\n"}}})},
+                         {"continue_final_message", true},
+                         {"add_generation_prompt", false},
+                         {"max_tokens", 6},
+                         {"temperature", 0},
+                         {"ignore_eos", true}};
+  auto r = post("/v1/chat/completions", thinking.dump());
+  ASSERT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
+  const json answer = json::parse(r->body);
+  EXPECT_EQ(answer["usage"]["completion_tokens"], 6);
+  EXPECT_EQ(answer["usage"]["completion_tokens_details"]["reasoning_tokens"], 6) << answer.dump();
+  EXPECT_FALSE(answer["choices"][0]["message"]["reasoning_content"].get<std::string>().empty()) << answer.dump();
+  json streamed = thinking;
+  streamed["stream"] = true;
+  streamed["stream_options"] = {{"include_usage", true}};
+  auto s = post("/v1/chat/completions", streamed.dump());
+  ASSERT_TRUE(s && s->status == 200);
+  const std::vector<std::string> frames = sse_payloads(s->body);
+  ASSERT_GE(frames.size(), 2u);
+  EXPECT_EQ(json::parse(frames[frames.size() - 2])["usage"]["completion_tokens_details"]["reasoning_tokens"], 6);
+
+  const json plain = {{"messages", json::array({{{"role", "user"}, {"content", "What is 2 + 2?"}}})},
+                      {"max_tokens", 4}, {"temperature", 0}, {"ignore_eos", true},
+                      {"chat_template_kwargs", {{"enable_thinking", false}}}};
+  auto p = post("/v1/chat/completions", plain.dump());
+  ASSERT_TRUE(p && p->status == 200);
+  EXPECT_EQ(json::parse(p->body)["usage"]["completion_tokens_details"]["reasoning_tokens"], 0) << p->body;
+  auto c = post("/v1/completions", R"({"prompt":"2 + 2 =","max_tokens":2,"temperature":0})");
+  ASSERT_TRUE(c && c->status == 200);
+  EXPECT_FALSE(json::parse(c->body)["usage"].contains("completion_tokens_details")) << c->body;
+  const json response = {{"model", "tiny"}, {"input", "What is 2 + 2?"}, {"max_output_tokens", 4}, {"temperature", 0},
+                         {"store", false}, {"chat_template_kwargs", {{"enable_thinking", false}}}};
+  auto q = post("/v1/responses", response.dump());
+  ASSERT_TRUE(q && q->status == 200) << (q ? q->body : "no answer");
+  EXPECT_EQ(json::parse(q->body)["usage"]["output_tokens_details"]["reasoning_tokens"], 0) << q->body;
+}
+
 // /tokenize renders messages as the chat route does: with the tools offered and the template's
 // kwargs, so its count is the prompt the chat route runs.
 TEST_F(ServerApi, TokenizeRendersToolsAndTemplateKwargsAsTheChatRouteDoes) {

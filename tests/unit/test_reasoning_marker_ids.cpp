@@ -3,8 +3,9 @@
 // as the server's GenerationRun sends them (whole, then one, two and three ids per delta, and with
 // a stop string that holds a marker's text back to the delta after its id) into ChatOutput. The
 // marker tokens split reasoning from content; the same characters written as ordinary tokens
-// stay text; every delivery gives the same answer. A constraint's grammar after the reasoning
-// reads the markers by id as well. ctest -R reasoning_marker_ids
+// stay text; every delivery gives the same answer, and the same count of reasoning tokens for
+// usage. A constraint's grammar after the reasoning reads the markers by id as well.
+// ctest -R reasoning_marker_ids
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -130,6 +131,70 @@ TEST_F(ReasoningMarkerIds, WithoutMarkerTokensTheTextDecides) {
   append_pieces(output.push(v3.decode(ids), ids), choice);
   append_pieces(output.finish(), choice);
   EXPECT_EQ((Answer{choice.text, choice.reasoning, {}}), (Answer{"b", "a", {}}));
+}
+
+// usage's reasoning_tokens: the tokens from the answer's start (the prompt opened the block) or its
+// start marker through the end marker, whatever the delivery; every token while the reasoning
+// runs on; none for an answer without a block. Marker text in ordinary pieces counts as the
+// reasoning's (it does not end it).
+TEST_F(ReasoningMarkerIds, ReasoningTokensCountTheBlocksTokensMarkersIncluded) {
+  struct Case {
+    bool starts_inside;
+    std::vector<std::vector<int32_t>> parts;
+    size_t reasoning_parts;  // the leading parts that are the reasoning's
+  };
+  const std::vector<Case> cases = {
+      {false, {token("<think>"), text("\nLet me think: 2 + 2.\n"), token("</think>"), text("\n\nIt is 4.")}, 3},
+      {true, {text("a"), pieces("</think>"), text(" b"), token("</think>"), text("c")}, 4},
+      {false, {text("It is 4.")}, 0},
+      {false, {token("<think>"), text("still thinking")}, 2},
+      {true, {text("still thinking")}, 1},
+      {false, {pieces("<think>"), text("x"), pieces("</think>")}, 0},
+  };
+  for (const Case& c : cases) {
+    std::vector<int32_t> ids;
+    size_t reasoning = 0;
+    for (size_t p = 0; p < c.parts.size(); ++p) {
+      ids.insert(ids.end(), c.parts[p].begin(), c.parts[p].end());
+      if (p < c.reasoning_parts) reasoning += c.parts[p].size();
+    }
+    for (size_t per_delta : {0, 1, 2, 3}) {
+      ChatOutput output(config(c.starts_inside));
+      app::TextStream stream(*tok_, {}, /*include_stop_str=*/false);
+      const size_t step = per_delta == 0 ? ids.size() : per_delta;
+      for (size_t i = 0; i < ids.size(); i += step) {
+        const std::span<const int32_t> delta(ids.data() + i, std::min(step, ids.size() - i));
+        output.push(stream.push(delta), delta);
+      }
+      output.push(stream.finish(), {});
+      output.finish();
+      EXPECT_EQ(output.reasoning_tokens(), static_cast<int64_t>(reasoning))
+          << "ids per delta " << per_delta << "; text: " << ::testing::PrintToString(tok_->decode(ids));
+    }
+  }
+  // Without a tokenizer the output cannot place tokens: it counts none.
+  ChatOutputConfig untokenized;
+  untokenized.reasoning_parser = "qwen3";
+  ChatOutput output(untokenized);
+  output.push("<think>a</think>b", text("<think>a</think>b"));
+  output.finish();
+  EXPECT_EQ(output.reasoning_tokens(), 0);
+}
+
+// By text (a tokenizer without marker tokens): the tokens whose text ends by the end marker's end.
+TEST_F(ReasoningMarkerIds, ReasoningTokensByTheMarkersText) {
+  const auto v3 = tokenizer::Tokenizer::from_dir(std::filesystem::path(TACHYON_TOKENIZERS) / "deepseek_v3");
+  ChatOutputConfig c;
+  c.reasoning_parser = "deepseek_r1";
+  c.tokenizer = &v3;
+  ChatOutput output(c);
+  const std::vector<int32_t> reasoning = v3.encode("<think>a b c</think>", false);
+  const std::vector<int32_t> content = v3.encode("\n\nThe end.", false);
+  std::vector<int32_t> ids = reasoning;
+  ids.insert(ids.end(), content.begin(), content.end());
+  output.push(v3.decode(ids), ids);
+  output.finish();
+  EXPECT_EQ(output.reasoning_tokens(), static_cast<int64_t>(reasoning.size()));
 }
 
 }  // namespace tachyon::server::reasoning_marker_ids_test

@@ -63,6 +63,11 @@ class ChatOutput {
   std::vector<ChatPiece> push(std::string_view text, std::span<const int32_t> token_ids);
   std::vector<ChatPiece> finish();  // once, at the end of the answer
   bool called_tools() const { return calls_ > 0; }
+  // Tokens of the answer so far that belong to its reasoning, its markers included (usage's
+  // reasoning_tokens): those whose text ends at or before the reasoning's end, every token while
+  // the reasoning runs on. Counted when the output parses reasoning and knows the tokenizer; else 0.
+  int64_t reasoning_tokens() const;
+  bool parses_reasoning() const { return reasoning_ != nullptr; }
   // The engine's finish reason as the client sees it: "stop" after tool calls is "tool_calls".
   std::string finish_reason(const std::string& engine_reason) const;
 
@@ -73,10 +78,12 @@ class ChatOutput {
   void note_marker_tokens(std::span<const int32_t> token_ids);
 
   std::unique_ptr<ReasoningParser> reasoning_;
-  // By id: the marker tokens, and the answer's text decoded once more to know where they sit.
+  // The answer's ids decoded once more, to know where each token's text ends: where the marker
+  // tokens sit (by id: marker_tokens_) and which tokens the reasoning spans.
   std::vector<std::pair<int32_t, std::string>> marker_tokens_;  // (id, its text)
-  std::unique_ptr<tokenizer::IncrementalDetokenizer> marker_detokenizer_;
+  std::unique_ptr<tokenizer::IncrementalDetokenizer> answer_detokenizer_;
   size_t decoded_bytes_ = 0;
+  std::vector<size_t> token_ends_;  // [tokens so far] decoded_bytes_ after each token
   std::unique_ptr<ToolParser> tools_;
   std::function<std::string()> make_id_;
   bool parallel_tool_calls_ = true;

@@ -72,6 +72,7 @@ Json usage_json(const Usage& usage) {
   j["completion_tokens"] = usage.completion_tokens;
   j["total_tokens"] = usage.prompt_tokens + usage.completion_tokens;
   j["prompt_tokens_details"] = {{"cached_tokens", usage.cached_tokens}};
+  if (usage.reasoning_tokens) j["completion_tokens_details"] = {{"reasoning_tokens", *usage.reasoning_tokens}};
   return j;
 }
 

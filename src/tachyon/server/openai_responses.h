@@ -88,7 +88,20 @@ struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;  // of prompt_tokens, served from the prefix cache (computed no more)
+  // Of completion_tokens, those of the answers' reasoning (ChatOutput::reasoning_tokens); unset when
+  // the request's answers are not parsed for reasoning (then the field is left out).
+  std::optional<int64_t> reasoning_tokens;
 };
+
+// `usage` with the reasoning tokens of a request's chat outputs (one per choice), when they parse it.
+template <typename Outputs>
+Usage with_reasoning_tokens(Usage usage, const Outputs& outputs) {
+  for (const auto& output : outputs) {
+    if (!output->parses_reasoning()) continue;
+    usage.reasoning_tokens = usage.reasoning_tokens.value_or(0) + output->reasoning_tokens();
+  }
+  return usage;
+}
 
 // Logprobs of the tokens one stream chunk carries.
 struct LogprobsDelta {

@@ -61,6 +61,7 @@ void ReasoningParser::push(std::string_view text, std::vector<ChatPiece>& out) {
 
 void ReasoningParser::finish(std::vector<ChatPiece>& out) {
   parse(/*at_end=*/true, out);
+  if (state_ == State::kStart) reasoning_end_ = 0;  // nothing but whitespace: no reasoning
   if (!buffer_.empty()) {
     out.push_back({.kind = state_ == State::kReasoning ? ChatPiece::Kind::kReasoning : ChatPiece::Kind::kContent,
                    .text = buffer_});
@@ -84,6 +85,7 @@ void ReasoningParser::parse(bool at_end, std::vector<ChatPiece>& out) {
           return;  // still may be the marker
         } else {
           state_ = State::kContent;
+          reasoning_end_ = 0;
         }
         break;
       }
@@ -95,6 +97,7 @@ void ReasoningParser::parse(bool at_end, std::vector<ChatPiece>& out) {
           return;
         }
         drop(at + end_.size());
+        reasoning_end_ = buffer_offset_;
         state_ = State::kAfter;
         break;
       }

@@ -41,6 +41,10 @@ class ReasoningParser {
   // Appends kReasoning and kContent pieces to `out`.
   void push(std::string_view text, std::vector<ChatPiece>& out);
   void finish(std::vector<ChatPiece>& out);
+  // Where the reasoning ends in the answer's text, its end marker included: 0 once the answer is
+  // known to have none, std::string::npos while it runs on (or the parser has not decided yet).
+  // usage's reasoning_tokens counts the tokens before it (ChatOutput::reasoning_tokens).
+  size_t reasoning_end() const { return reasoning_end_; }
 
  private:
   enum class State { kStart, kReasoning, kAfter, kContent };
@@ -61,6 +65,7 @@ class ReasoningParser {
   size_t buffer_offset_ = 0;               // offset of buffer_[0] in the answer's text
   std::vector<size_t> marker_offsets_;     // ascending; those before buffer_offset_ are spent
   size_t next_marker_ = 0;                 // first of marker_offsets_ not yet spent
+  size_t reasoning_end_ = std::string::npos;  // see reasoning_end()
 };
 
 // Names for --reasoning-parser: qwen3, deepseek_r1, deepseek_v3, glm45 (one format, <think>).

@@ -98,8 +98,10 @@ class ResponseBuilder {
   // The chat finish reason ("stop", "length", "tool_calls"): "length" ends the response as
   // incomplete (max_output_tokens). SSE: the last item's .done events, then response.completed or
   // response.incomplete.
-  // cached_tokens: of the input tokens, those served from the prefix cache.
-  std::string finish(const std::string& finish_reason, int64_t output_tokens, int64_t cached_tokens = 0);
+  // cached_tokens: of the input tokens, those served from the prefix cache; reasoning_tokens: of
+  // the output tokens, those of the answer's reasoning.
+  std::string finish(const std::string& finish_reason, int64_t output_tokens, int64_t cached_tokens = 0,
+                     int64_t reasoning_tokens = 0);
   nlohmann::ordered_json response() const;  // the whole response object
   const nlohmann::ordered_json& output() const { return output_; }  // the output items so far
 
@@ -116,6 +118,7 @@ class ResponseBuilder {
   int64_t input_tokens_ = 0;
   int64_t output_tokens_ = 0;
   int64_t cached_tokens_ = 0;
+  int64_t reasoning_tokens_ = 0;
   std::string status_ = "in_progress";
   std::string incomplete_reason_;
   nlohmann::ordered_json output_ = nlohmann::ordered_json::array();  // closed items and the open one

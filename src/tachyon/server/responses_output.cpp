@@ -115,11 +115,13 @@ std::string ResponseBuilder::add(const std::vector<ChatPiece>& pieces) {
   return events;
 }
 
-std::string ResponseBuilder::finish(const std::string& finish_reason, int64_t output_tokens, int64_t cached_tokens) {
+std::string ResponseBuilder::finish(const std::string& finish_reason, int64_t output_tokens, int64_t cached_tokens,
+                                    int64_t reasoning_tokens) {
   // An item the token limit cut is incomplete, as the response is.
   std::string events = close(finish_reason == "length" ? "incomplete" : "completed");
   output_tokens_ = output_tokens;
   cached_tokens_ = cached_tokens;
+  reasoning_tokens_ = reasoning_tokens;
   status_ = finish_reason == "length" ? "incomplete" : "completed";
   if (finish_reason == "length") incomplete_reason_ = "max_output_tokens";
   return events + event({{"type", status_ == "completed" ? "response.completed" : "response.incomplete"},
@@ -160,7 +162,7 @@ Json ResponseBuilder::response() const {
     response["usage"] = {{"input_tokens", input_tokens_},
                          {"input_tokens_details", {{"cached_tokens", cached_tokens_}}},
                          {"output_tokens", output_tokens_},
-                         {"output_tokens_details", {{"reasoning_tokens", 0}}},
+                         {"output_tokens_details", {{"reasoning_tokens", reasoning_tokens_}}},
                          {"total_tokens", input_tokens_ + output_tokens_}};
   }
   return response;

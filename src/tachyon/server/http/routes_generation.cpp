@@ -91,11 +91,12 @@ Generation chat_generation(ServingContext& context, const ChatRequest& request) 
   g.chat_output.tool_parser = parse_tools ? parsers.tool : "";
   g.chat_output.tools = request.tools;
   g.chat_output.reasoning_parser = parsers.reasoning;
-  g.chat_output.reasoning_starts_inside = prompt_opens_reasoning(parsers.reasoning, rendered);
+  // The answer continues the prefill (continue_final_message), which may itself open the block.
+  g.chat_output.reasoning_starts_inside = prompt_opens_reasoning(parsers.reasoning, rendered + request.prefill);
   g.chat_output.parallel_tool_calls = request.parallel_tool_calls;
   g.skip_special_tokens = !((parse_tools && parsers.tool_markers_special) ||
                             (!parsers.reasoning.empty() && parsers.reasoning_markers_special));
-  g.chat_output.tokenizer = &context.tokenizer();  // reasoning markers by their ids
+  g.chat_output.tokenizer = &context.tokenizer();  // reasoning markers by their ids, reasoning tokens
   g.chat_output.skip_special_tokens = g.skip_special_tokens;
   return g;
 }
@@ -172,7 +173,7 @@ class WholeAnswer : public BodyStream {
       return false;
     }
     ticket_.reset();  // the share comes back before the client can see the answer
-    const Usage usage = run_->usage();
+    const Usage usage = with_reasoning_tokens(run_->usage(), outputs_);
     out = (g_.chat ? chat_response(g_.id, g_.created, g_.model, choices_, usage, token_text_fn(context_))
                    : completion_response(g_.id, g_.created, g_.model, choices_, usage, token_text_fn(context_)))
               .dump();
@@ -263,7 +264,8 @@ class SseAnswer : public BodyStream {
     if (!run_->finished()) return false;
     ticket_.reset();  // the share comes back before the client can see the end
     if (g_.include_usage) {
-      out += sse_data(usage_chunk(g_.id, g_.created, g_.model, g_.chat, run_->usage()));
+      const Usage usage = with_reasoning_tokens(run_->usage(), outputs_);
+      out += sse_data(usage_chunk(g_.id, g_.created, g_.model, g_.chat, usage));
     }
     out += std::string(kSseDone);
     return true;

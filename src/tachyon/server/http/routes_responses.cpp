@@ -39,7 +39,8 @@ class ResponsesShape : public AnswerShape {
   }
   std::string add(const std::vector<ChatPiece>& pieces) override { return builder_->add(pieces); }
   std::string finish(const std::string& finish_reason, const std::string&, const Usage& usage) override {
-    std::string events = builder_->finish(finish_reason, usage.completion_tokens, usage.cached_tokens);
+    std::string events = builder_->finish(finish_reason, usage.completion_tokens, usage.cached_tokens,
+                                          usage.reasoning_tokens.value_or(0));
     whole_ = builder_->response().dump(-1, ' ', false, Json::error_handler_t::replace);
     if (store_ != nullptr) {  // kept before the client can see the end, so a next request finds it
       for (const Json& item : builder_->output()) items_.push_back(item);
