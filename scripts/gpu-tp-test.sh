@@ -20,7 +20,8 @@ mkdir -p "$OUT_DIR"
 scripts/gpu-machine-deps.sh install > /dev/null
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTACHYON_CUDA=ON > "$OUT_DIR/configure.log" 2>&1
 cmake --build build-gpu -j "$(nproc)" --target tachyon_cli gpu_nccl_communicator gpu_peer_communicator \
-  gpu_tp_cuda_runner gpu_pcp_cuda_runner gpu_dp_cuda_runner > "$OUT_DIR/build.log" 2>&1 || { tail -30 "$OUT_DIR/build.log"; exit 1; }
+  gpu_tp_cuda_runner gpu_pcp_cuda_runner gpu_dp_cuda_runner > "$OUT_DIR/build.log" 2>&1 \
+  || { tail -30 "$OUT_DIR/build.log"; exit 1; }
 echo "== build: ok, $(nvidia-smi -L | wc -l) GPUs"
 
 status=0

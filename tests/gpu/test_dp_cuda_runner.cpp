@@ -139,7 +139,8 @@ TEST_P(SharedGpuDpRunner, GreedyPathFollowsTheSingleGpuRunner) {
   EXPECT_GE(agree * 10, rows * 9) << "the group's greedy choice differs from the single runner's on " << rows - agree
                                   << " of " << rows << " rows";
   for (int d = 0; d < c.dp; ++d) {
-    EXPECT_EQ(group->placement().placed()[static_cast<size_t>(d)], d < c.prompts ? (c.prompts - d + c.dp - 1) / c.dp : 0)
+    const int64_t expected = d < c.prompts ? (c.prompts - d + c.dp - 1) / c.dp : 0;  // sequences d, d + dp, ...
+    EXPECT_EQ(group->placement().placed()[static_cast<size_t>(d)], expected)
         << "rank " << d << " started another number of sequences";
   }
 }
