@@ -175,7 +175,16 @@ TEST(ServerFairness, AnotherUsersLongPromptsDelayAShortRequestByAStepNotTheirRun
       EXPECT_TRUE(res && res->status == 200);
     });
     auto computed = [&] { return server.context->engine().stats().prompt_tokens_computed - computed_before; };
-    while (computed() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    // The probe goes once the engine holds all six long prompts and computes them: sent earlier (the
+    // route submits them one by one), it could arrive before the last ones, as it once did in CI.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (computed() == 0 || server.context->engine().stats().num_live_sequences < 6) {
+      if (std::chrono::steady_clock::now() > deadline) {  // no ASSERT: the hog thread must be joined
+        ADD_FAILURE() << "the six long prompts never ran together";
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     nlohmann::json probe = {{"prompt", "hi"}, {"max_tokens", 1}, {"user", probe_user}};
     auto res = server.client().Post("/v1/completions", probe.dump(), "application/json");
     const int64_t computed_at_answer = computed();
