@@ -102,6 +102,17 @@ void ChatOutput::note_marker_tokens(std::span<const int32_t> token_ids) {
 
 ChatOutput::~ChatOutput() = default;
 
+Usage with_reasoning_tokens(Usage usage, const ChatOutput& output) {
+  if (!output.parses_reasoning()) return usage;
+  usage.reasoning_tokens = usage.reasoning_tokens.value_or(0) + output.reasoning_tokens();
+  return usage;
+}
+
+Usage with_reasoning_tokens(Usage usage, const std::vector<std::unique_ptr<ChatOutput>>& outputs) {
+  for (const auto& output : outputs) usage = with_reasoning_tokens(usage, *output);
+  return usage;
+}
+
 int64_t ChatOutput::reasoning_tokens() const {
   if (!reasoning_ || !answer_detokenizer_) return 0;
   const size_t end = reasoning_->reasoning_end();

@@ -24,6 +24,13 @@
 
 namespace tachyon::server {
 
+class ChatOutput;
+
+// `usage` with the reasoning tokens of a request's chat outputs (one per choice), where they parse
+// reasoning (Usage::reasoning_tokens stays unset otherwise).
+Usage with_reasoning_tokens(Usage usage, const ChatOutput& output);
+Usage with_reasoning_tokens(Usage usage, const std::vector<std::unique_ptr<ChatOutput>>& outputs);
+
 // The served model's chat output parsers, resolved once at start-up.
 struct ChatParsers {
   std::string tool;       // canonical tool parser name; "": tool calls are not parsed

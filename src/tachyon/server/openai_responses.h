@@ -93,15 +93,6 @@ struct Usage {
   std::optional<int64_t> reasoning_tokens;
 };
 
-// `usage` with the reasoning tokens of a request's chat outputs (one per choice), when they parse it.
-template <typename Outputs>
-Usage with_reasoning_tokens(Usage usage, const Outputs& outputs) {
-  for (const auto& output : outputs) {
-    if (!output->parses_reasoning()) continue;
-    usage.reasoning_tokens = usage.reasoning_tokens.value_or(0) + output->reasoning_tokens();
-  }
-  return usage;
-}
 
 // Logprobs of the tokens one stream chunk carries.
 struct LogprobsDelta {

@@ -127,6 +127,10 @@ void ToolParser::parse_blocks(std::string_view open, std::string_view close, boo
   }
 }
 
+std::string ToolParser::json_string(std::string_view text) {
+  return nlohmann::json(std::string(text)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 std::string ToolParser::parameter_type(const nlohmann::ordered_json& tools, std::string_view function,
                                        std::string_view key) {
   if (!tools.is_array()) return "";

@@ -96,6 +96,8 @@ class ToolParser {
   // one type and "null" is that type), "" when they give none or several.
   static std::string parameter_type(const nlohmann::ordered_json& tools, std::string_view function,
                                     std::string_view key);
+  // `text` as a JSON string literal (invalid UTF-8 replaced): a raw parameter value or key.
+  static std::string json_string(std::string_view text);
 
   std::string buffer_;  // text pushed and not yet consumed
 

@@ -61,7 +61,7 @@ class Glm45ToolParser : public ToolParser {
       const std::string_view value =
           body.substr(value_open + kValueOpen.size(), value_close - value_open - kValueOpen.size());
       if (pairs > 0) arguments += ", ";
-      arguments += nlohmann::json(key).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      arguments += json_string(key);
       arguments += ": ";
       arguments += value_json(key, value);
       pos = value_close + kValueClose.size();
@@ -72,13 +72,10 @@ class Glm45ToolParser : public ToolParser {
 
   // A value as JSON text: a string when the schema says so or when it is no JSON.
   std::string value_json(const std::string& key, std::string_view value) const {
-    auto as_string = [&] {
-      return nlohmann::json(std::string(value)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    };
-    if (parameter_type(tools_, current_name_, key) == "string") return as_string();
+    if (parameter_type(tools_, current_name_, key) == "string") return json_string(value);
     const std::string text = trim_json_whitespace(value);
     if (nlohmann::json::accept(text)) return text;
-    return as_string();
+    return json_string(value);
   }
 
   const nlohmann::ordered_json tools_;

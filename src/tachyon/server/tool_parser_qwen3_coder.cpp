@@ -27,10 +27,6 @@ constexpr std::string_view kFunctionClose = "</function>";
 constexpr std::string_view kParameterOpen = "<parameter=";
 constexpr std::string_view kParameterClose = "</parameter>";
 
-std::string json_string(std::string_view text) {
-  return nlohmann::json(std::string(text)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
 // Bytes at the end of `text` that may be the start of a UTF-8 character still arriving.
 size_t cut_utf8_tail(std::string_view text) {
   for (size_t back = 1; back <= 3 && back <= text.size(); ++back) {

@@ -1,7 +1,5 @@
 #include "tachyon/server/http/shaped_answer.h"
 
-#include <array>
-
 #include "tachyon/server/http/generation_run.h"
 #include "tachyon/server/http/http_routes.h"
 
@@ -74,8 +72,7 @@ class ShapedAnswer : public BodyStream {
     }
     if (run_->finished()) {
       ticket_.reset();  // the share comes back before the client can see the end
-      events += shape_->finish(finish_reason_, stop_string_,
-                               with_reasoning_tokens(run_->usage(), std::array<const ChatOutput*, 1>{&output_}));
+      events += shape_->finish(finish_reason_, stop_string_, with_reasoning_tokens(run_->usage(), output_));
     }
     if (g_.stream) {
       out += events;
