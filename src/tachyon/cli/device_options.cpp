@@ -66,7 +66,7 @@ void add_device_options(CLI::App& cmd, core::DeviceConfig& device) {
       ->check(CLI::IsMember({"fp8"}));
   cmd.add_option("--kv-cache-dtype", device.kv_cache_dtype,
                  "what the KV cache stores: auto (the model's bf16), bf16, or fp8 (E4M3 with a scale per token and "
-                 "head; CPU only for now)")
+                 "head; latent attention: per 128 values of a token)")
       ->transform(CLI::CheckedTransformer(std::map<std::string, DType>{
           {"auto", DType::kBF16}, {"bf16", DType::kBF16}, {"fp8", DType::kF8E4M3}}))
       ->default_val("auto")

@@ -9,7 +9,8 @@ void add_speculative_options(CLI::App& cmd, core::SpeculativeConfig& speculative
   cmd.add_option("--speculative-method", speculative.method,
                  "propose draft tokens that the model verifies in the same step, so output is unchanged: ngram "
                  "(prompt lookup in the sequence itself), draft (a smaller model, --draft-model), mtp (the "
-                 "model's own multi-token-prediction modules, DeepSeek-V3 style; --device cpu only)")
+                 "model's own multi-token-prediction modules, DeepSeek-V3 style; on --device cuda at --tp 1 with one "
+                 "module)")
       ->check(CLI::IsMember({"ngram", "draft", "mtp"}))
       ->option_text("ngram");
   cmd.add_option("--num-speculative-tokens", speculative.num_speculative_tokens,

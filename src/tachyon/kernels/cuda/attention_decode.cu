@@ -20,7 +20,8 @@
 //   grid is short of one wave (batch 16 x 4K keeps its 5).
 // - Inside a CTA each of the 4 warps streams its own 16-key tiles (tiles w, w+4, ...) through
 //   a private cp.async pipeline of kStages stages (16-byte copies, no block barriers in the
-//   loop) with its own online softmax; the 4 partial states are merged in shared memory.
+//   loop) with its own online softmax; the 4 partial states are merged in shared memory. Each
+//   copy instruction of a warp reads whole rows (whole 128-byte lines), not a slice of 16 rows.
 // - FP8 cache: the same pipeline carries E4M3 codes and their factors (cp.async, 16 bytes of
 //   codes and one 4-byte factor at a time, kStages deep as the bf16 tiles), and right before a
 //   tile's math the warp writes its codes as bf16 code * factor into one bf16 tile of its own,
@@ -152,45 +153,59 @@ __global__ void __launch_bounds__(kThreads) paged_decode_kernel(const DecodeArgs
   const size_t row_stride = static_cast<size_t>(a.kv.num_kv_heads) * kHeadDim;
   // FP8: the warp's bf16 tile (K then V, swizzled as a bf16 stage), then its code stages.
   unsigned char* w_codes = reinterpret_cast<unsigned char*>(w_pipe + T::kStageElems);
+  // Copies tile i into its stage. Lane l looks up key (l % 16)'s slot; each copy instruction then
+  // reads whole rows, a row's lanes taking its consecutive 16-byte chunks (one key's K or V row of
+  // this head is contiguous), the slot of each row shuffled from the lane that looked it up. So a
+  // warp's request covers whole 128-byte lines: lanes that took 32 bytes of each of 16 rows made
+  // the 8B shape's batch-64 step 7% slower and its 32K-context batch-1 step 5% slower (H100,
+  // bench/results/2026-12-05-decode-attention-row-copies-h100.json). Keys past the context copy
+  // zeros (codes and factors, for FP8).
   auto issue = [&](int i) {
     const int token = sp.base + (tile_begin + warp + i * kWarps) * kTileTokens + (lane & 15);
-    const bool valid = token < ctx;
-    int64_t slot = 0;
-    if (valid) {
+    int64_t slot = -1;
+    if (token < ctx) {
       slot = static_cast<int64_t>(__ldg(table + token / a.kv.block_size)) * a.kv.block_size + token % a.kv.block_size;
     }
+    // One row is kRowChunks 16-byte chunks: bf16 values, or FP8 codes (unswizzled; a factor each).
+    constexpr int kRowChunks = kFp8 ? kHeadDim / 16 : kChunks;
+    constexpr int kLanesPerRow = kRowChunks < 32 ? kRowChunks : 32;
+    constexpr int kRowsPerCopy = 32 / kLanesPerRow;
+    const int chunk = lane % kLanesPerRow;
     if constexpr (kFp8) {
-      // Lane l copies key (l % 16): 16-byte code chunks (l / 16) + 2j of K and V, unswizzled
-      // (the lane that converts a chunk is the lane that copied it), and one factor: K's for
-      // lanes 0-15, V's for lanes 16-31. Past the context: zero codes and a zero factor.
-      const size_t head_row = static_cast<size_t>(slot) * a.kv.num_kv_heads + kv_head;
       unsigned char* stage = w_codes + (i % T::kStages) * T::kCodeStageBytes;
-      unsigned char* s_kc = stage + (lane & 15) * kHeadDim;
-      unsigned char* s_vc = s_kc + kTileTokens * kHeadDim;
 #pragma unroll
-      for (int j = 0; j < kHeadDim / 32; ++j) {
-        const int c = (lane >> 4) + 2 * j;
-        cp_async_16(smem_u32(s_kc + c * 16), a.kv.fp8.k + head_row * kHeadDim + c * 16, valid);
-        cp_async_16(smem_u32(s_vc + c * 16), a.kv.fp8.v + head_row * kHeadDim + c * 16, valid);
+      for (int j = 0; j < kTileTokens / kRowsPerCopy; ++j) {
+        const int row = lane / kLanesPerRow + j * kRowsPerCopy;
+        const int64_t row_slot = __shfl_sync(0xffffffffu, slot, row);
+        const size_t head_row = static_cast<size_t>(max(row_slot, int64_t{0})) * a.kv.num_kv_heads + kv_head;
+        unsigned char* s_kc = stage + row * kHeadDim + chunk * 16;
+        cp_async_16(smem_u32(s_kc), a.kv.fp8.k + head_row * kHeadDim + chunk * 16, row_slot >= 0);
+        cp_async_16(smem_u32(s_kc + kTileTokens * kHeadDim), a.kv.fp8.v + head_row * kHeadDim + chunk * 16,
+                    row_slot >= 0);
       }
+      // The factors: K's of key l for lanes 0-15, V's of key l - 16 for lanes 16-31.
+      const size_t head_row = static_cast<size_t>(max(slot, int64_t{0})) * a.kv.num_kv_heads + kv_head;
       float* factors = reinterpret_cast<float*>(stage + T::kStageElems);  // [K, V][16]
       const float* src = lane < 16 ? a.kv.fp8.k_scale : a.kv.fp8.v_scale;
-      cp_async_4(smem_u32(factors + lane), src + head_row, valid);
+      cp_async_4(smem_u32(factors + lane), src + head_row, slot >= 0);
       return;
     }
-    const size_t offset = static_cast<size_t>(kv_head) * kHeadDim + (valid ? static_cast<size_t>(slot) * row_stride : 0);
     bf16* s_k = w_pipe + (i % T::kStages) * T::kStageElems;
     bf16* s_v = s_k + kTileTokens * kHeadDim;
 #pragma unroll
-    for (int j = 0; j < kChunks / 2; ++j) {
-      const int c = (lane >> 4) + 2 * j;
-      const int at = swizzled<kHeadDim>(lane & 15, c);
-      cp_async_16(smem_u32(s_k + at), a.kv.k_cache + offset + c * 8, valid);
-      cp_async_16(smem_u32(s_v + at), a.kv.v_cache + offset + c * 8, valid);
+    for (int j = 0; j < kTileTokens / kRowsPerCopy; ++j) {
+      const int row = lane / kLanesPerRow + j * kRowsPerCopy;
+      const int64_t row_slot = __shfl_sync(0xffffffffu, slot, row);
+      const size_t offset =
+          static_cast<size_t>(kv_head) * kHeadDim + static_cast<size_t>(max(row_slot, int64_t{0})) * row_stride;
+      const int at = swizzled<kHeadDim>(row, chunk);
+      cp_async_16(smem_u32(s_k + at), a.kv.k_cache + offset + chunk * 8, row_slot >= 0);
+      cp_async_16(smem_u32(s_v + at), a.kv.v_cache + offset + chunk * 8, row_slot >= 0);
     }
   };
-  // FP8: tile i's codes (landed, and visible to the warp after a __syncwarp) -> the warp's bf16
-  // tile: lane l writes the chunks it copied, 16 codes = bf16 chunks 2c and 2c + 1 of key l % 16.
+  // FP8: tile i's codes (landed, and visible to the whole warp after a __syncwarp) -> the warp's
+  // bf16 tile: lane l converts code chunks (l / 16) + 2j of key l % 16, 16 codes = bf16 chunks 2c
+  // and 2c + 1.
   auto convert_fp8 = [&](int i) {
     const unsigned char* stage = w_codes + (i % T::kStages) * T::kCodeStageBytes;
     const float* factors = reinterpret_cast<const float*>(stage + T::kStageElems);
