@@ -228,8 +228,12 @@ TEST_F(ServerResponses, WhatTheServerCannotHonourIsRefusedNamingTheField) {
                                              {"schema", {{"type", "string"}, {"format", "hostname"}}}}}}}}),
                  "text.format.schema", "'format'");
   expect_refused(with({{"reasoning", {{"effort", "extreme"}}}}), "reasoning.effort");
-  expect_refused(with({{"include", json::array({"reasoning.encrypted_content", "message.output_text.logprobs"})}}),
-                 "include[1]", "message.output_text.logprobs");
+  // Logprobs beside tools (a call's tokens are no output text), and more alternatives than 20.
+  expect_refused(with({{"include", json::array({"reasoning.encrypted_content", "message.output_text.logprobs"})},
+                       {"tools", kWeatherTools}}),
+                 "include[1]", "tools");
+  expect_refused(with({{"top_logprobs", 2}, {"tools", kWeatherTools}}), "top_logprobs", "tools");
+  expect_refused(with({{"top_logprobs", 21}}), "top_logprobs");
   // What concerns items this server never writes, or encrypted reasoning it has none of, changes nothing.
   const json plain = ok("/v1/responses", with({{"max_output_tokens", 4}, {"temperature", 0}}));
   const json included = ok("/v1/responses", with({{"include", json::array({"reasoning.encrypted_content"})},
@@ -240,6 +244,61 @@ TEST_F(ServerResponses, WhatTheServerCannotHonourIsRefusedNamingTheField) {
   auto r = post("/v1/responses", with({{"model", "other"}}));
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 404) << r->body;
+}
+
+// `value` as named_sse_events parses an event's data (keys unordered), to compare with one.
+nlohmann::json unordered(const json& value) { return nlohmann::json::parse(value.dump()); }
+
+// The output text's logprobs (include "message.output_text.logprobs", top_logprobs) are the chat
+// route's for the same conversation, token for token with their alternatives; streamed, each
+// output_text delta carries its tokens' entries, which concatenate to the whole part's, and the
+// .done event repeats them all. The same server parses Qwen3's reasoning, so a reasoning block's
+// tokens would be left out (unit test ContentTokens); this model's answers open none.
+TEST_F(ServerResponses, OutputTextLogprobsAreTheChatRoutesForTheSameConversation) {
+  const json chat = ok("/v1/chat/completions",
+                       {{"model", "tiny"}, {"messages", json::array({{{"role", "user"}, {"content", "Tell me a story"}}})},
+                        {"max_tokens", 12}, {"temperature", 0}, {"logprobs", true}, {"top_logprobs", 3}});
+  const json expected = chat["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(expected.size(), chat["usage"]["completion_tokens"]) << chat.dump();
+  ASSERT_EQ(expected[0]["top_logprobs"].size(), 3u);
+  const json body = {{"model", "tiny"}, {"input", "Tell me a story"}, {"max_output_tokens", 12}, {"temperature", 0},
+                     {"include", json::array({"message.output_text.logprobs"})}, {"top_logprobs", 3}};
+  const json whole = ok("/v1/responses", body);
+  ASSERT_EQ(output_text(whole), chat["choices"][0]["message"]["content"]) << whole.dump();
+  const json& part = whole["output"].back()["content"][0];
+  EXPECT_EQ(part["logprobs"], expected) << whole.dump();
+  EXPECT_EQ(whole["top_logprobs"], 3);
+
+  json streamed_body = body;
+  streamed_body["stream"] = true;
+  auto r = post("/v1/responses", streamed_body);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  json concatenated = json::array();
+  int deltas = 0;
+  for (const NamedSseEvent& e : named_sse_events(r->body)) {
+    if (e.name == "response.output_text.delta") {
+      ++deltas;
+      for (const json& entry : e.data["logprobs"]) concatenated.push_back(entry);
+    }
+    if (e.name == "response.output_text.done") EXPECT_EQ(e.data["logprobs"], unordered(expected));
+  }
+  EXPECT_GT(deltas, 1) << r->body;
+  EXPECT_EQ(unordered(concatenated), unordered(expected));
+
+  // Without alternatives (include alone), and without logprobs asked for: empty lists.
+  json plain_body = body;
+  plain_body.erase("top_logprobs");
+  const json plain = ok("/v1/responses", plain_body);
+  const json& entries = plain["output"].back()["content"][0]["logprobs"];
+  ASSERT_EQ(entries.size(), expected.size());
+  for (size_t i = 0; i < entries.size(); ++i) {
+    EXPECT_EQ(entries[i]["token"], expected[i]["token"]);
+    EXPECT_EQ(entries[i]["logprob"], expected[i]["logprob"]);
+    EXPECT_EQ(entries[i]["top_logprobs"], json::array());
+  }
+  plain_body.erase("include");
+  EXPECT_EQ(ok("/v1/responses", plain_body)["output"].back()["content"][0]["logprobs"], json::array());
 }
 
 TEST_F(ServerResponses, PreviousResponseIdContinuesAKeptConversation) {

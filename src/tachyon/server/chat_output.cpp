@@ -113,6 +113,15 @@ Usage with_reasoning_tokens(Usage usage, const std::vector<std::unique_ptr<ChatO
   return usage;
 }
 
+std::pair<size_t, size_t> ContentTokens::next(size_t new_tokens, int64_t reasoning) {
+  tokens_ += new_tokens;
+  const size_t reasoning_so_far = std::min(static_cast<size_t>(std::max<int64_t>(reasoning, 0)), tokens_);
+  const size_t begin = std::max(released_, reasoning_so_far);
+  if (begin >= tokens_) return {tokens_, tokens_};
+  released_ = tokens_;
+  return {begin, tokens_};
+}
+
 int64_t ChatOutput::reasoning_tokens() const {
   if (!reasoning_ || !answer_detokenizer_) return 0;
   const size_t end = reasoning_->reasoning_end();

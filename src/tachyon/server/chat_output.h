@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tachyon/server/openai_responses.h"
@@ -95,6 +96,22 @@ class ChatOutput {
   std::function<std::string()> make_id_;
   bool parallel_tool_calls_ = true;
   int32_t calls_ = 0;
+};
+
+// Which of an answer's tokens belong to its output text, for logprobs reported with that text (the
+// Responses API's output_text.logprobs): the tokens after the reasoning, its markers excluded.
+// Released as ChatOutput::reasoning_tokens() allows: while the reasoning runs on (or the parser has
+// not decided) every token so far counts as reasoning and none is released; once it is known where
+// the reasoning ends, the tokens after it are, and each later token as it comes.
+class ContentTokens {
+ public:
+  // After the output took `new_tokens` more tokens; `reasoning`: its reasoning_tokens() then.
+  // Returns [begin, end): the answer's tokens released now (empty: begin == end).
+  std::pair<size_t, size_t> next(size_t new_tokens, int64_t reasoning);
+
+ private:
+  size_t tokens_ = 0;    // the answer's tokens so far
+  size_t released_ = 0;  // tokens before this are released or reasoning
 };
 
 // "call_" and 24 random letters and digits.

@@ -17,9 +17,11 @@
 //    reasoning.effort -> enable_thinking (off for none / minimal); metadata is echoed.
 //  - previous_response_id continues a kept response (server/responses_store.h): its items come
 //    before the input, its instructions do not carry over. store false keeps nothing.
-//  - Refused by name: conversation, prompt, background, truncation other than disabled, top_logprobs, include of
-//    message.output_text.logprobs (its other values concern items never written here), and
-//    max_tool_calls.
+//  - include "message.output_text.logprobs" (or top_logprobs > 0, 0 to 20 alternatives) -> the chat
+//    route's logprobs: each output_text part and delta carries the entries of its tokens, those
+//    of the reasoning left out; refused beside tools (a call's tokens are no output text).
+//  - Refused by name: conversation, prompt, background, truncation other than disabled, and
+//    max_tool_calls. include's other values concern items never written here.
 //  - Errors are OpenAI's error bodies, with this body's field names (max_output_tokens,
 //    text.format, input).
 //
@@ -94,7 +96,10 @@ class ResponseBuilder {
   std::string start();  // SSE: response.created, response.in_progress
   // SSE: response.output_item.added / content_part.added / output_text.delta /
   // reasoning_text.delta / function_call_arguments.delta, and the .done events of an item closed.
-  std::string add(const std::vector<ChatPiece>& pieces);
+  // `logprobs`: entries of output text tokens (null: none asked for); they go with the next
+  // output_text delta (this one's when it has one) and into its part, or into the message's part
+  // when it closes first.
+  std::string add(const std::vector<ChatPiece>& pieces, const nlohmann::ordered_json* logprobs = nullptr);
   // The chat finish reason ("stop", "length", "tool_calls"): "length" ends the response as
   // incomplete (max_output_tokens). SSE: the last item's .done events, then response.completed or
   // response.incomplete.
@@ -124,6 +129,7 @@ class ResponseBuilder {
   nlohmann::ordered_json output_ = nlohmann::ordered_json::array();  // closed items and the open one
   Item open_ = Item::kNone;
   int64_t sequence_ = 0;
+  nlohmann::ordered_json pending_logprobs_ = nlohmann::ordered_json::array();  // not yet with a delta
 };
 
 }  // namespace tachyon::server

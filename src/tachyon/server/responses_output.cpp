@@ -66,9 +66,13 @@ std::string ResponseBuilder::close(const char* status) {
   } else {
     const Json& part = item["content"][0];
     const bool message = open_ == Item::kMessage;
+    if (message) {  // entries whose text never came (a stop string held it back) end with the part
+      for (Json& entry : pending_logprobs_) item["content"][0]["logprobs"].push_back(std::move(entry));
+      pending_logprobs_ = Json::array();
+    }
     Json done = {{"type", message ? "response.output_text.done" : "response.reasoning_text.done"},
                  {"item_id", item["id"]}, {"output_index", index}, {"content_index", 0}, {"text", part["text"]}};
-    if (message) done["logprobs"] = Json::array();
+    if (message) done["logprobs"] = part["logprobs"];
     events += event(std::move(done));
     events += event({{"type", "response.content_part.done"}, {"item_id", item["id"]}, {"output_index", index},
                      {"content_index", 0}, {"part", part}});
@@ -78,7 +82,10 @@ std::string ResponseBuilder::close(const char* status) {
   return events + event({{"type", "response.output_item.done"}, {"output_index", index}, {"item", item}});
 }
 
-std::string ResponseBuilder::add(const std::vector<ChatPiece>& pieces) {
+std::string ResponseBuilder::add(const std::vector<ChatPiece>& pieces, const Json* logprobs) {
+  if (logprobs != nullptr) {
+    for (const Json& entry : *logprobs) pending_logprobs_.push_back(entry);
+  }
   std::string events;
   for (const ChatPiece& piece : pieces) {
     switch (piece.kind) {
@@ -96,7 +103,11 @@ std::string ResponseBuilder::add(const std::vector<ChatPiece>& pieces) {
         Json delta = {{"type", message ? "response.output_text.delta" : "response.reasoning_text.delta"},
                       {"item_id", output_.back()["id"]}, {"output_index", output_.size() - 1}, {"content_index", 0},
                       {"delta", piece.text}};
-        if (message) delta["logprobs"] = Json::array();
+        if (message) {
+          delta["logprobs"] = std::move(pending_logprobs_);
+          pending_logprobs_ = Json::array();
+          for (const Json& entry : delta["logprobs"]) part["logprobs"].push_back(entry);
+        }
         events += event(std::move(delta));
         break;
       }
@@ -152,6 +163,7 @@ Json ResponseBuilder::response() const {
                    {"text", echoed("text", Json{{"format", {{"type", "text"}}}})},
                    {"tool_choice", echoed("tool_choice", "auto")},
                    {"tools", echoed("tools", Json::array())},
+                   {"top_logprobs", echoed("top_logprobs", 0)},
                    {"top_p", echoed("top_p", 1.0)},
                    {"truncation", "disabled"},
                    {"usage", nullptr},

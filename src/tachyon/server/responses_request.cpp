@@ -197,24 +197,32 @@ void refuse_unserved_fields(const Json& body) {
     fields::fail("truncation",
                  "Only 'truncation': 'disabled' is supported: an input longer than the context is an error.");
   }
-  if (fields::read_int(body, "top_logprobs", "top_logprobs", 0, 20).value_or(0) > 0) {
-    fields::fail("top_logprobs", "'top_logprobs' is not supported on /v1/responses; use /v1/chat/completions.");
-  }
-  // include: what would add to items this server writes is refused (logprobs); the rest concern
-  // items it never writes (hosted tools' outputs) or has nothing for (encrypted reasoning: its
-  // reasoning items carry their text instead), and ask for nothing to change.
-  if (const Json* include = fields::find(body, "include")) {
-    if (!include->is_array()) fields::fail("include", "Invalid type for 'include': expected an array of strings.");
-    for (size_t i = 0; i < include->size(); ++i) {
-      if ((*include)[i] == "message.output_text.logprobs") {
-        fields::fail(at("include", i), "'message.output_text.logprobs' in 'include' is not supported on /v1/responses; "
-                                       "use /v1/chat/completions with 'logprobs'.");
-      }
-    }
-  }
   if (fields::find(body, "max_tool_calls") != nullptr) {
     fields::fail("max_tool_calls", "'max_tool_calls' is not supported by this server.");
   }
+}
+
+// Whether the output text's logprobs are asked for: "message.output_text.logprobs" in `include`,
+// or top_logprobs > 0. Not with tools: a call's tokens are no output text, and which of an
+// answer's tokens a call took is not tracked. The other values of `include` concern items this
+// server never writes (hosted tools' outputs) or has nothing for (encrypted reasoning: its
+// reasoning items carry their text instead), and ask for nothing to change.
+bool wants_logprobs(const Json& body) {
+  std::optional<size_t> asked;
+  if (const Json* include = fields::find(body, "include")) {
+    if (!include->is_array()) fields::fail("include", "Invalid type for 'include': expected an array of strings.");
+    for (size_t i = 0; i < include->size(); ++i) {
+      if ((*include)[i] == "message.output_text.logprobs") asked = i;
+    }
+  }
+  const int64_t top = fields::read_int(body, "top_logprobs", "top_logprobs", 0, 20).value_or(0);
+  const Json* tools = fields::find(body, "tools");
+  if ((asked || top > 0) && tools != nullptr && tools->is_array() && !tools->empty()) {
+    const std::string field = asked ? at("include", *asked) : "top_logprobs";
+    fields::fail(field, "Logprobs ('" + field + "') with 'tools' are not supported on /v1/responses: a tool call's "
+                        "tokens are not output text. Ask for one or the other.");
+  }
+  return asked || top > 0;
 }
 
 // The input as GET .../input_items lists it (ResponsesRequest::input_items), once convert_items
@@ -318,6 +326,10 @@ ResponsesRequest parse_responses_request(std::string_view body_text, const Serve
     if (Json format = convert_text_format(*text); !format.is_null()) chat["response_format"] = std::move(format);
   }
   if (const Json* reasoning = fields::find(body, "reasoning")) convert_reasoning(*reasoning, chat);
+  if (wants_logprobs(body)) {
+    chat["logprobs"] = true;
+    if (const Json* top = fields::find(body, "top_logprobs")) chat["top_logprobs"] = *top;
+  }
   if (const Json* metadata = fields::find(body, "metadata")) {
     object_at(*metadata, "metadata");
     if (metadata->size() > 16) fields::fail("metadata", "'metadata' may hold at most 16 keys.");
@@ -339,7 +351,7 @@ ResponsesRequest parse_responses_request(std::string_view body_text, const Serve
   // What the response object repeats of the request, where it was given (ResponseBuilder fills in
   // the defaults); a text without a format repeats as the default one.
   for (const char* name : {"instructions", "max_output_tokens", "temperature", "top_p", "user", "reasoning",
-                           "previous_response_id", "metadata", "tools", "tool_choice"}) {
+                           "previous_response_id", "metadata", "tools", "tool_choice", "top_logprobs"}) {
     if (const Json* value = fields::find(body, name)) request.echo[name] = *value;
   }
   if (const Json* text = fields::find(body, "text"); text != nullptr && text->contains("format")) {

@@ -27,7 +27,10 @@ class AnthropicShape : public AnswerShape {
     message_.emplace(id_, model_, input_tokens);
     return message_->start();
   }
-  std::string add(const std::vector<ChatPiece>& pieces) override { return message_->add(pieces); }
+  // The Messages API has no logprobs (the request cannot ask for them).
+  std::string add(const std::vector<ChatPiece>& pieces, const nlohmann::ordered_json*) override {
+    return message_->add(pieces);
+  }
   std::string finish(const std::string& finish_reason, const std::string& stop_string, const Usage& usage) override {
     return message_->finish(anthropic_stop_reason(finish_reason, stop_string), stop_string, usage.completion_tokens,
                             usage.cached_tokens);

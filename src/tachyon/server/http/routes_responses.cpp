@@ -37,7 +37,9 @@ class ResponsesShape : public AnswerShape {
     builder_.emplace(id_, model_, created_at_, echo_, input_tokens);
     return builder_->start();
   }
-  std::string add(const std::vector<ChatPiece>& pieces) override { return builder_->add(pieces); }
+  std::string add(const std::vector<ChatPiece>& pieces, const Json* logprobs) override {
+    return builder_->add(pieces, logprobs);
+  }
   std::string finish(const std::string& finish_reason, const std::string&, const Usage& usage) override {
     std::string events = builder_->finish(finish_reason, usage.completion_tokens, usage.cached_tokens,
                                           usage.reasoning_tokens.value_or(0));

@@ -1,5 +1,8 @@
 #include "tachyon/server/http/shaped_answer.h"
 
+#include <algorithm>
+#include <span>
+
 #include "tachyon/server/http/generation_run.h"
 #include "tachyon/server/http/http_routes.h"
 
@@ -16,7 +19,8 @@ class ShapedAnswer : public BodyStream {
         ticket_(context.client_quota().acquire(g_.client, g_.sequences())),  // may throw: before any byte
         run_(std::make_unique<GenerationRun>(context, g_.prompts, g_.params, g_.skip_special_tokens,
                                              std::move(imported))),  // ditto
-        shape_(std::move(shape)), output_(g_.chat_output, [this] { return shape_->tool_call_id(); }) {}
+        shape_(std::move(shape)), output_(g_.chat_output, [this] { return shape_->tool_call_id(); }),
+        tokenizer_(context.tokenizer()) {}
 
   void set_wakeup(std::function<void()> wakeup) override { run_->set_wakeup(std::move(wakeup)); }
 
@@ -63,7 +67,12 @@ class ShapedAnswer : public BodyStream {
         stop_string_ = e.stop_string;
         abort_reason_ = e.abort_reason;
       }
-      events += shape_->add(pieces);
+      if (g_.params.logprobs < 0) {
+        events += shape_->add(pieces, nullptr);
+        continue;
+      }
+      const nlohmann::ordered_json entries = released_logprobs(e);
+      events += shape_->add(pieces, &entries);
     }
     // The engine gave up on the answer (its forced tool call's schema could not be followed): no
     // API here has a finish for that, and a cut call is no answer, so it is an error naming why.
@@ -85,6 +94,25 @@ class ShapedAnswer : public BodyStream {
     return run_->finished();
   }
 
+  // The logprob entries of the output text's tokens that e (pushed into output_) releases: every
+  // token's once the answer has no reasoning before it (ContentTokens).
+  nlohmann::ordered_json released_logprobs(const ChoiceEvent& e) {
+    for (size_t i = 0; i < e.logprobs.size() && i < e.token_ids.size(); ++i) {
+      answer_logprobs_.tokens.push_back(e.logprobs[i]);
+      answer_logprobs_.texts.push_back(tokenizer_.decode(std::span<const int32_t>(&e.token_ids[i], 1)));
+    }
+    const auto [begin, end] = content_tokens_.next(e.token_ids.size(), output_.reasoning_tokens());
+    LogprobsDelta released;
+    const size_t last = std::min(end, answer_logprobs_.tokens.size());
+    for (size_t i = begin; i < last; ++i) {
+      released.tokens.push_back(answer_logprobs_.tokens[i]);
+      released.texts.push_back(answer_logprobs_.texts[i]);
+    }
+    const tokenizer::Tokenizer& tokenizer = tokenizer_;
+    return chat_logprobs(released, [&tokenizer](int32_t id) { return tokenizer.decode(std::span<const int32_t>(&id, 1)); })
+        ["content"];
+  }
+
   const Generation g_;
   const std::optional<std::chrono::milliseconds> keepalive_;  // unset: the head waits for the body
   std::chrono::steady_clock::time_point last_write_ = std::chrono::steady_clock::now();
@@ -93,6 +121,9 @@ class ShapedAnswer : public BodyStream {
   std::unique_ptr<GenerationRun> run_;
   std::unique_ptr<AnswerShape> shape_;
   ChatOutput output_;
+  const tokenizer::Tokenizer& tokenizer_;
+  LogprobsDelta answer_logprobs_;  // every token's of the answer so far, with its text (logprobs asked for)
+  ContentTokens content_tokens_;
   bool started_ = false;
   std::string finish_reason_ = "stop";
   std::string stop_string_;

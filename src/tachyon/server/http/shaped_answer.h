@@ -24,7 +24,10 @@ class AnswerShape {
  public:
   virtual ~AnswerShape() = default;
   virtual std::string start(int64_t input_tokens) = 0;                // the stream's first events
-  virtual std::string add(const std::vector<ChatPiece>& pieces) = 0;  // events for these pieces
+  // Events for these pieces. `logprobs`: when the request asked for them, the entries ({token,
+  // logprob, bytes, top_logprobs}) of the output text's tokens released with these pieces (their
+  // text may have come earlier or come later); null otherwise.
+  virtual std::string add(const std::vector<ChatPiece>& pieces, const nlohmann::ordered_json* logprobs) = 0;
   // The answer's end: the chat route's finish reason ("stop", "length", "tool_calls"), the stop
   // string that ended it ("" for none) and the run's token counts. Returns the last events.
   virtual std::string finish(const std::string& finish_reason, const std::string& stop_string, const Usage& usage) = 0;
