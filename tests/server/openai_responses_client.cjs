@@ -1,7 +1,8 @@
 // The official `openai` npm client's Responses API against a running tachyon server: a whole
 // response and its output_text, the same request streamed through the client's own event
 // accumulator (responses.stream: it checks event order, output indexes and item identities) whose
-// text deltas and final response equal the whole one at temperature 0, a forced function call
+// text deltas and final response equal the whole one at temperature 0, output-text logprobs equal
+// to the chat route's (whole and streamed), a forced function call
 // and its output sent back as input items, a JSON-schema text format, a kept response continued by
 // previous_response_id (the same answer as the conversation sent again), retrieved and deleted,
 // and an unknown previous response surfacing as the client's BadRequestError.
@@ -40,6 +41,25 @@ async function main() {
     last = event;
   }
   assert.equal(last.type, 'response.incomplete');
+
+  // Output-text logprobs: the chat route's for the same conversation, whole and streamed (the
+  // deltas' entries concatenate to the part's).
+  const withLogprobs = { ...params, include: ['message.output_text.logprobs'], top_logprobs: 2 };
+  const scored = await client.responses.create(withLogprobs);
+  const part = scored.output.find((item) => item.type === 'message').content[0];
+  const chat = await client.chat.completions.create({
+    model, max_tokens: 16, temperature: 0, logprobs: true, top_logprobs: 2,
+    messages: [{ role: 'system', content: 'You are terse.' }, { role: 'user', content: 'Tell me a story' }],
+  });
+  assert.equal(scored.output_text, chat.choices[0].message.content);
+  assert.deepEqual(part.logprobs, chat.choices[0].logprobs.content);
+  assert.equal(part.logprobs.length, 16);
+  assert.equal(part.logprobs[0].top_logprobs.length, 2);
+  const streamedEntries = [];
+  const scoredStream = client.responses.stream(withLogprobs);
+  scoredStream.on('response.output_text.delta', (event) => { streamedEntries.push(...event.logprobs); });
+  await scoredStream.finalResponse();
+  assert.deepEqual(streamedEntries, part.logprobs);
 
   const tools = [{
     type: 'function', name: 'get_weather', description: 'The weather in a city', strict: false,
