@@ -27,8 +27,12 @@ std::string join(const std::vector<std::string>& names) {
 
 ChatParsers resolve_chat_parsers(const std::string& tool_option, const std::string& reasoning_option,
                                  const tokenizer::Tokenizer& tokenizer) {
+  return resolve_chat_parsers(tool_option, reasoning_option, tokenizer, tokenizer.chat_template());
+}
+
+ChatParsers resolve_chat_parsers(const std::string& tool_option, const std::string& reasoning_option,
+                                 const tokenizer::Tokenizer& tokenizer, const std::string& chat_template) {
   ChatParsers parsers;
-  const std::string& chat_template = tokenizer.chat_template();
   if (tool_option == "auto") {
     parsers.tool = tool_parser_for_template(chat_template);
   } else if (tool_option != "none") {

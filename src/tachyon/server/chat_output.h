@@ -45,6 +45,10 @@ struct ChatParsers {
 // "auto" | "none" | a name -> the parser in use (throws Error naming the known ones).
 ChatParsers resolve_chat_parsers(const std::string& tool_option, const std::string& reasoning_option,
                                  const tokenizer::Tokenizer& tokenizer);
+// The same for a chat template other than the tokenizer's (its ChatTemplate::source(): the native
+// DeepSeek-V3.2 renderer's picks its DSML tool format and <think> reasoning).
+ChatParsers resolve_chat_parsers(const std::string& tool_option, const std::string& reasoning_option,
+                                 const tokenizer::Tokenizer& tokenizer, const std::string& template_source);
 
 // Per request, from the served model's parsers and the request.
 struct ChatOutputConfig {

@@ -1,10 +1,29 @@
 #include "tachyon/server/chat_prompt.h"
 
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
 #include "tachyon/base/check.h"
 #include "tachyon/server/openai_errors.h"
 #include "tachyon/server/openai_request_fields.h"
 
 namespace tachyon::server {
+
+std::unique_ptr<tokenizer::ChatTemplate> model_chat_template(const tokenizer::Tokenizer& tokenizer,
+                                                             const std::filesystem::path& model_dir) {
+  if (!tokenizer.chat_template().empty()) {
+    return std::make_unique<tokenizer::ChatTemplate>(tokenizer.chat_template(), tokenizer.bos_token(),
+                                                     tokenizer.eos_token());
+  }
+  std::ifstream config_file(model_dir / "config.json");
+  const nlohmann::json config = nlohmann::json::parse(config_file, nullptr, /*allow_exceptions=*/false);
+  if (config.is_object() && config.value("model_type", "") == "deepseek_v32") {
+    return std::make_unique<tokenizer::ChatTemplate>(
+        tokenizer::ChatTemplate::deepseek_v32(tokenizer.bos_token(), tokenizer.eos_token()));
+  }
+  return nullptr;
+}
 
 ChatPrompt render_chat_prompt(const tokenizer::ChatTemplate& chat_template, const tokenizer::Tokenizer& tokenizer,
                               const ChatRequest& request) {

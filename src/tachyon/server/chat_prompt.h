@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -13,6 +15,12 @@
 #include "tachyon/tokenizer/tokenizer.h"
 
 namespace tachyon::server {
+
+// The model's chat template: its tokenizer's; else, for a DeepSeek-V3.2 checkpoint (config.json
+// model_type "deepseek_v32", whose release ships no Jinja template), the native V3.2 renderer
+// (tokenizer/deepseek_v32_prompt.h); else null (the chat routes then refuse).
+std::unique_ptr<tokenizer::ChatTemplate> model_chat_template(const tokenizer::Tokenizer& tokenizer,
+                                                             const std::filesystem::path& model_dir);
 
 struct ChatPrompt {
   std::string rendered;         // the template's text (the generation prompt included, the prefill not)

@@ -2,6 +2,7 @@
 
 #include "tachyon/server/json_scan.h"
 #include "tachyon/structured/reasoning_prefix.h"
+#include "tachyon/tokenizer/deepseek_v32_prompt.h"
 
 namespace tachyon::server {
 namespace {
@@ -125,6 +126,7 @@ bool is_reasoning_parser_name(std::string_view name) {
 }
 
 std::string reasoning_parser_for_template(std::string_view chat_template) {
+  if (chat_template == tokenizer::kDeepseekV32NativeTemplate) return "deepseek_v3";
   if (chat_template.find(think_markers().end) == std::string_view::npos) return "";
   if (chat_template.find("<|im_start|>") != std::string_view::npos) return "qwen3";
   if (chat_template.find("<｜Assistant｜>") != std::string_view::npos) return "deepseek_r1";

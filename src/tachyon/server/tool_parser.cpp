@@ -3,6 +3,7 @@
 #include "tachyon/server/tool_parser.h"
 
 #include "tachyon/server/json_scan.h"
+#include "tachyon/tokenizer/deepseek_v32_prompt.h"
 
 namespace tachyon::server {
 
@@ -173,7 +174,8 @@ struct Format {
 };
 constexpr Format kFormats[] = {{"hermes", "hermes"},   {"llama3_json", "llama3_json"}, {"deepseek_v3", "deepseek_v3"},
                                {"deepseek_v31", "deepseek_v3"}, {"glm45", "glm45"},     {"glm47", "glm45"},
-                               {"mistral", "mistral"},  {"qwen3_coder", "qwen3_coder"}, {"qwen3_xml", "qwen3_coder"}};
+                               {"mistral", "mistral"},  {"qwen3_coder", "qwen3_coder"}, {"qwen3_xml", "qwen3_coder"},
+                               {"deepseek_v32", "deepseek_v32"}};
 
 }  // namespace
 
@@ -193,6 +195,7 @@ std::string canonical_tool_parser(std::string_view name) {
 bool is_tool_parser_name(std::string_view name) { return !canonical_tool_parser(name).empty(); }
 
 std::string tool_parser_for_template(std::string_view t) {
+  if (t == tokenizer::kDeepseekV32NativeTemplate) return "deepseek_v32";
   auto has = [&](std::string_view s) { return t.find(s) != std::string_view::npos; };
   if (has("<arg_key>")) return "glm45";
   // Qwen3-Coder's and Qwen3.5's templates also say <tool_call>, around XML-like tags.
@@ -212,6 +215,7 @@ std::vector<std::string> tool_parser_markers(std::string_view name) {
     return {"<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"};
   }
   if (canonical == "mistral") return {"[TOOL_CALLS]", "[ARGS]"};
+  if (canonical == "deepseek_v32") return {tokenizer::kDsmlToken};
   return {};  // llama3_json reads its JSON with or without <|python_tag|>
 }
 
@@ -223,6 +227,7 @@ std::unique_ptr<ToolParser> make_tool_parser(std::string_view name, const nlohma
   if (canonical == "glm45") return make_glm45_tool_parser(tools);
   if (canonical == "mistral") return make_mistral_tool_parser();
   if (canonical == "qwen3_coder") return make_qwen3_coder_tool_parser(tools);
+  if (canonical == "deepseek_v32") return make_deepseek_v32_tool_parser();
   return nullptr;
 }
 

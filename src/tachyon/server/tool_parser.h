@@ -111,8 +111,8 @@ class ToolParser {
   int32_t num_calls_ = 0;
 };
 
-// Format names for --tool-call-parser: hermes, llama3_json, deepseek_v3, glm45, mistral,
-// qwen3_coder (and the aliases deepseek_v31, glm47, qwen3_xml).
+// Format names for --tool-call-parser: hermes, llama3_json, deepseek_v3, deepseek_v32 (DSML), glm45,
+// mistral, qwen3_coder (and the aliases deepseek_v31, glm47, qwen3_xml).
 std::vector<std::string> tool_parser_names();
 bool is_tool_parser_name(std::string_view name);
 // The canonical name for a format name or alias; "" when unknown.
@@ -132,5 +132,6 @@ std::unique_ptr<ToolParser> make_deepseek_v3_tool_parser();
 std::unique_ptr<ToolParser> make_glm45_tool_parser(const nlohmann::ordered_json& tools);
 std::unique_ptr<ToolParser> make_mistral_tool_parser();
 std::unique_ptr<ToolParser> make_qwen3_coder_tool_parser(const nlohmann::ordered_json& tools);
+std::unique_ptr<ToolParser> make_deepseek_v32_tool_parser();
 
 }  // namespace tachyon::server

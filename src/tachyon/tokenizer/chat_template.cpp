@@ -2,6 +2,7 @@
 #include "tachyon/tokenizer/chat_template.h"
 
 #include "tachyon/base/check.h"
+#include "tachyon/tokenizer/deepseek_v32_prompt.h"
 #include "tachyon/tokenizer/jinja/template.h"
 
 namespace tachyon::tokenizer {
@@ -45,7 +46,15 @@ ChatTemplate ChatTemplate::from_tokenizer_config(const nlohmann::json& config) {
                       token_content(config, "eos_token"));
 }
 
+ChatTemplate ChatTemplate::deepseek_v32(std::string bos_token, std::string eos_token) {
+  ChatTemplate native("", std::move(bos_token), std::move(eos_token));
+  native.source_ = kDeepseekV32NativeTemplate;
+  native.template_.reset();
+  return native;
+}
+
 std::string ChatTemplate::render(const ChatTemplateInputs& inputs) const {
+  if (template_ == nullptr) return render_deepseek_v32(inputs, bos_token_, eos_token_);
   TACHYON_CHECK(inputs.messages.is_array()) << "chat messages must be a list";
   TACHYON_CHECK(inputs.tools.is_null() || inputs.tools.is_array()) << "tools must be a list or null";
   TACHYON_CHECK(inputs.extra.is_null() || inputs.extra.is_object()) << "extra template variables must be an object";

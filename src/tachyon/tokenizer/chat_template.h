@@ -40,6 +40,9 @@ class ChatTemplate {
   // From a parsed tokenizer_config.json: chat_template as a string or as a list of
   // {"name", "template"} (the one named "default"); bos/eos_token as a string or {"content"}.
   static ChatTemplate from_tokenizer_config(const nlohmann::json& config);
+  // DeepSeek-V3.2's prompt, rendered natively (deepseek_v32_prompt.h): its release has no Jinja
+  // template. source() is kDeepseekV32NativeTemplate.
+  static ChatTemplate deepseek_v32(std::string bos_token, std::string eos_token);
 
   // Throws tachyon::Error on raise_exception in the template or on runtime type errors
   // (e.g. a message without the field the template needs). Const and free of shared mutable
@@ -52,7 +55,7 @@ class ChatTemplate {
   std::string source_;
   std::string bos_token_;
   std::string eos_token_;
-  std::unique_ptr<jinja::Template> template_;
+  std::unique_ptr<jinja::Template> template_;  // null for a native renderer
 };
 
 }  // namespace tachyon::tokenizer

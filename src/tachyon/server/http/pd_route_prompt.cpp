@@ -13,10 +13,7 @@ RoutePrompt::RoutePrompt(const std::filesystem::path& model_dir) {
   TACHYON_CHECK(std::filesystem::exists(model_dir / "tokenizer.json"))
       << "--tokenizer " << model_dir.string() << " has no tokenizer.json (the prefix policy tokenizes prompts)";
   tokenizer_ = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_dir(model_dir));
-  if (!tokenizer_->chat_template().empty()) {
-    chat_template_ = std::make_unique<tokenizer::ChatTemplate>(tokenizer_->chat_template(), tokenizer_->bos_token(),
-                                                               tokenizer_->eos_token());
-  }
+  chat_template_ = model_chat_template(*tokenizer_, model_dir);
 }
 
 std::vector<int32_t> RoutePrompt::tokens(std::string_view path, std::string_view body) const {

@@ -7,6 +7,7 @@
 #include "tachyon/base/file_util.h"
 #include "tachyon/app/runner_factory.h"
 #include "tachyon/app/kv_transport.h"
+#include "tachyon/server/chat_prompt.h"
 #include "tachyon/server/http/task_slots.h"
 #include "tachyon/server/pd_metrics.h"
 #include "tachyon/server/responses_store.h"
@@ -18,11 +19,9 @@ ServingContext::ServingContext(const ServingOptions& options) {
   TACHYON_CHECK(std::filesystem::exists(options.model_dir / "tokenizer.json"))
       << options.model_dir.string() << " has no tokenizer.json; the server needs one";
   tokenizer_ = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_dir(options.model_dir));
-  if (!tokenizer_->chat_template().empty()) {
-    chat_template_ = std::make_unique<tokenizer::ChatTemplate>(tokenizer_->chat_template(), tokenizer_->bos_token(),
-                                                               tokenizer_->eos_token());
-  }
-  chat_parsers_ = resolve_chat_parsers(options.tool_call_parser, options.reasoning_parser, *tokenizer_);
+  chat_template_ = model_chat_template(*tokenizer_, options.model_dir);
+  chat_parsers_ = resolve_chat_parsers(options.tool_call_parser, options.reasoning_parser, *tokenizer_,
+                                       chat_template_ ? chat_template_->source() : "");
   pooling_ = resolve_pooling_config(options.model_dir, options.pooling, options.normalize_embeddings);
   core::EngineConfig engine_config = options.engine;
   app::LoadedRunner loaded = app::load_runner(options.model_dir, engine_config);
