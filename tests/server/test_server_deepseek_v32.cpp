@@ -34,8 +34,9 @@ class ServerDeepseekV32 : public ::testing::Test {
     nlohmann::json config = nlohmann::json::parse(std::ifstream(config_path));
     config.erase("chat_template");
     std::ofstream(config_path) << config.dump();
-    server_ = new ServerUnderTest(ServerUnderTest::default_engine(), {}, 0,
-                                  [](ServingOptions& options) { options.model_dir = *dir_; });
+    core::EngineConfig engine = ServerUnderTest::default_engine();
+    engine.scheduler.max_model_len = 2048;  // the tools block and a forced call a random model spells byte by byte
+    server_ = new ServerUnderTest(engine, {}, 0, [](ServingOptions& options) { options.model_dir = *dir_; });
   }
   static void TearDownTestSuite() {
     delete server_;
@@ -84,6 +85,27 @@ TEST_F(ServerDeepseekV32, ToolsGoIntoThePrompt) {
   // tool_choice "none" leaves them out, as for every template.
   EXPECT_EQ(chat({{"tools", tools}, {"tool_choice", "none"}})["usage"]["prompt_tokens"],
             chat(json::object())["usage"]["prompt_tokens"]);
+}
+
+// A forced call: the grammar writes DSML, and the DSML parser reads the call back.
+TEST_F(ServerDeepseekV32, AForcedCallIsWrittenInDsmlAndParsedBack) {
+  const json tools = json::array(
+      {{{"type", "function"},
+        {"function",
+         {{"name", "get_weather"},
+          {"parameters", {{"type", "object"},
+                          {"properties", {{"city", {{"type", "string"}, {"enum", {"Paris", "Rome"}}}},
+                                          {"days", {{"type", "integer"}, {"minimum", 1}, {"maximum", 9}}}}},
+                          {"required", {"city", "days"}}}}}}}});
+  const json answer = chat({{"tools", tools}, {"tool_choice", "required"}, {"max_tokens", 1000}});
+  const json& choice = answer["choices"][0];
+  ASSERT_EQ(choice["finish_reason"], "tool_calls") << answer.dump();
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u) << answer.dump();
+  const json& function = choice["message"]["tool_calls"][0]["function"];
+  EXPECT_EQ(function["name"], "get_weather");
+  const json arguments = json::parse(function["arguments"].get<std::string>());
+  EXPECT_TRUE(arguments["city"] == "Paris" || arguments["city"] == "Rome") << arguments.dump();
+  EXPECT_TRUE(arguments["days"].is_number_integer()) << arguments.dump();
 }
 
 TEST_F(ServerDeepseekV32, ThinkingModeOpensTheReasoningTheParserReads) {

@@ -29,6 +29,7 @@ constexpr Block kBlocks[] = {
     {"deepseek_v3", "<｜tool▁calls▁begin｜>", "", "\n", "", "<｜tool▁calls▁end｜>"},
     {"glm45", "", "", "\n", "", ""},
     {"qwen3_coder", "", "", "\n", "", ""},
+    {"deepseek_v32", "<｜DSML｜function_calls>", "\n", "", "", "</｜DSML｜function_calls>"},  // a call ends its line
 };
 
 // The longest raw string parameter a bound may name (the grammar holds a rule per character).
@@ -60,6 +61,10 @@ class ToolCallBuilder {
     const std::string what = "tools[" + std::to_string(tool.value("index", 0)) + "].function.parameters";
     const Json parameters = tool.contains("parameters") && !tool["parameters"].is_null() ? tool["parameters"] : Json::object();
     if (format_ == "glm45") return concat({marker("<tool_call>"), g_.literal(name), glm_arguments(parameters, what), newline(), marker("</tool_call>")});
+    if (format_ == "deepseek_v32") {
+      return concat({marker("<｜DSML｜invoke"), g_.literal(" name=\"" + name + "\">\n"), dsml_parameters(parameters, what),
+                     marker("</｜DSML｜invoke>"), g_.literal("\n")});
+    }
     if (format_ == "qwen3_coder") {
       return concat({marker("<tool_call>"), g_.literal("\n<function=" + name + ">\n"), qwen_parameters(parameters, what),
                      g_.literal("</function>\n"), marker("</tool_call>")});
@@ -197,6 +202,28 @@ class ToolCallBuilder {
     return raw_parameters(parameters, what, any, one, "optional_parameter");
   }
 
+  // DeepSeek-V3.2's parameters (DSML), in the schema's order, optional ones may be left out, each
+  // on its own line: <｜DSML｜parameter name="KEY" string="true|false">VALUE</｜DSML｜parameter>, a
+  // string's VALUE its raw text (without '<'), any other value's its JSON.
+  Sequence dsml_parameters(const Json& parameters, const std::string& what) {
+    auto parameter = [&](const Sequence& key, bool is_string, const Sequence& value) {
+      return concat({marker("<｜DSML｜parameter"), g_.literal(" name=\""), key,
+                     g_.literal(is_string ? "\" string=\"true\">" : "\" string=\"false\">"), value,
+                     marker("</｜DSML｜parameter>"), g_.literal("\n")});
+    };
+    const auto any = [&] {
+      const Sequence key_char = utf8_class(g_, complement_ranges({{'\n', '\n'}, {'"', '"'}, {'<', '<'}, {'>', '>'}}),
+                                           "key_char");
+      return g_.star(parameter(concat({key_char, g_.star(key_char, "key")}), true, raw_text(false)), "parameters");
+    };
+    const auto one = [&](const std::string& key, const Json& schema, const std::string& at) {
+      const RawText raw = [&](int64_t, int64_t) { return raw_text(false); };
+      return parameter(g_.literal(key), is_string_schema(schema),
+                       raw_or_json_value(schema, at, raw, "DeepSeek-V3.2", /*lengths=*/false));
+    };
+    return raw_parameters(parameters, what, any, one, "optional_parameter");
+  }
+
   // The key/value pairs of the arguments object, in the schema's order; optional ones may be left out.
   Sequence glm_arguments(const Json& parameters, const std::string& what) {
     const auto any = [&] { return g_.star(pair(raw_text(true), raw_text(false)), "glm_pairs"); };
@@ -250,7 +277,8 @@ const std::vector<std::string>& tool_call_markers() {
   static const std::vector<std::string> markers = {
       "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>",
       "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>", "<arg_key>", "</arg_key>", "<arg_value>",
-      "</arg_value>"};
+      "</arg_value>", "<｜DSML｜function_calls>", "</｜DSML｜function_calls>", "<｜DSML｜invoke", "</｜DSML｜invoke>",
+      "<｜DSML｜parameter", "</｜DSML｜parameter>"};
   return markers;
 }
 
