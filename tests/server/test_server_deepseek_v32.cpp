@@ -44,8 +44,10 @@ class ServerDeepseekV32 : public ::testing::Test {
     delete dir_;
   }
   static json chat(const json& extra) {
-    json body = {{"model", "tiny"}, {"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})},
-                 {"max_tokens", 6}, {"temperature", 0}};
+    json body = {{"model", "tiny"},
+                 {"messages", json::array({{{"role", "user"}, {"content", "Hi"}}})},
+                 {"max_tokens", 6},
+                 {"temperature", 0}};
     body.update(extra);
     auto r = server_->client().Post("/v1/chat/completions", body.dump(), "application/json");
     EXPECT_TRUE(r);
@@ -74,8 +76,8 @@ TEST_F(ServerDeepseekV32, ChatRendersTheNativePromptWithTheModelsBosToken) {
 }
 
 TEST_F(ServerDeepseekV32, ToolsGoIntoThePrompt) {
-  const json tools = json::array({{{"type", "function"},
-                                   {"function", {{"name", "get_weather"}, {"parameters", {{"type", "object"}}}}}}});
+  const json tools = json::array(
+      {{{"type", "function"}, {"function", {{"name", "get_weather"}, {"parameters", {{"type", "object"}}}}}}});
   const json answer = chat({{"tools", tools}});
   tokenizer::ChatTemplateInputs inputs;
   inputs.messages = json::array({{{"role", "user"}, {"content", "Hi"}}});
@@ -89,14 +91,15 @@ TEST_F(ServerDeepseekV32, ToolsGoIntoThePrompt) {
 
 // A forced call: the grammar writes DSML, and the DSML parser reads the call back.
 TEST_F(ServerDeepseekV32, AForcedCallIsWrittenInDsmlAndParsedBack) {
-  const json tools = json::array(
-      {{{"type", "function"},
-        {"function",
-         {{"name", "get_weather"},
-          {"parameters", {{"type", "object"},
-                          {"properties", {{"city", {{"type", "string"}, {"enum", {"Paris", "Rome"}}}},
-                                          {"days", {{"type", "integer"}, {"minimum", 1}, {"maximum", 9}}}}},
-                          {"required", {"city", "days"}}}}}}}});
+  const json tools = json::array({{{"type", "function"},
+                                   {"function",
+                                    {{"name", "get_weather"},
+                                     {"parameters",
+                                      {{"type", "object"},
+                                       {"properties",
+                                        {{"city", {{"type", "string"}, {"enum", {"Paris", "Rome"}}}},
+                                         {"days", {{"type", "integer"}, {"minimum", 1}, {"maximum", 9}}}}},
+                                       {"required", {"city", "days"}}}}}}}});
   const json answer = chat({{"tools", tools}, {"tool_choice", "required"}, {"max_tokens", 1000}});
   const json& choice = answer["choices"][0];
   ASSERT_EQ(choice["finish_reason"], "tool_calls") << answer.dump();

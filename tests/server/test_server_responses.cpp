@@ -255,9 +255,9 @@ nlohmann::json unordered(const json& value) { return nlohmann::json::parse(value
 // .done event repeats them all. The same server parses Qwen3's reasoning, so a reasoning block's
 // tokens would be left out (unit test ContentTokens); this model's answers open none.
 TEST_F(ServerResponses, OutputTextLogprobsAreTheChatRoutesForTheSameConversation) {
-  const json chat = ok("/v1/chat/completions",
-                       {{"model", "tiny"}, {"messages", json::array({{{"role", "user"}, {"content", "Tell me a story"}}})},
-                        {"max_tokens", 12}, {"temperature", 0}, {"logprobs", true}, {"top_logprobs", 3}});
+  const json messages = json::array({{{"role", "user"}, {"content", "Tell me a story"}}});
+  const json chat = ok("/v1/chat/completions", {{"model", "tiny"}, {"messages", messages}, {"max_tokens", 12},
+                                                {"temperature", 0}, {"logprobs", true}, {"top_logprobs", 3}});
   const json expected = chat["choices"][0]["logprobs"]["content"];
   ASSERT_EQ(expected.size(), chat["usage"]["completion_tokens"]) << chat.dump();
   ASSERT_EQ(expected[0]["top_logprobs"].size(), 3u);

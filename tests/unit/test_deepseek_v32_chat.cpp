@@ -18,11 +18,21 @@ namespace {
 using Json = nlohmann::ordered_json;
 using testing::Answer;
 
-const std::string kBos = "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>";  // <｜begin▁of▁sentence｜>
-const std::string kEos = "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>";
-const std::string kUser = "<\xEF\xBD\x9C" "User\xEF\xBD\x9C>";
-const std::string kAssistant = "<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>";
-const std::string kDsml = "\xEF\xBD\x9C" "DSML\xEF\xBD\x9C";
+const std::string kBos =
+    "<\xEF\xBD\x9C"
+    "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>";  // <｜begin▁of▁sentence｜>
+const std::string kEos =
+    "<\xEF\xBD\x9C"
+    "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>";
+const std::string kUser =
+    "<\xEF\xBD\x9C"
+    "User\xEF\xBD\x9C>";
+const std::string kAssistant =
+    "<\xEF\xBD\x9C"
+    "Assistant\xEF\xBD\x9C>";
+const std::string kDsml =
+    "\xEF\xBD\x9C"
+    "DSML\xEF\xBD\x9C";
 
 std::string render(const Json& messages, const Json& tools = nullptr, bool thinking = false) {
   tokenizer::ChatTemplateInputs inputs;
@@ -52,14 +62,16 @@ TEST(DeepseekV32Prompt, ThinkingModeOpensTheLastUserTurnAndDropsEarlierReasoning
   tokenizer::ChatTemplateInputs inputs;
   inputs.messages = Json::array({{{"role", "user"}, {"content", "Hi"}}});
   inputs.extra = {{"thinking", true}};
-  EXPECT_EQ(tokenizer::ChatTemplate::deepseek_v32(kBos, kEos).render(inputs), kBos + kUser + "Hi" + kAssistant + "<think>");
+  EXPECT_EQ(tokenizer::ChatTemplate::deepseek_v32(kBos, kEos).render(inputs),
+            kBos + kUser + "Hi" + kAssistant + "<think>");
 }
 
-const Json kTools = Json::array({{{"type", "function"},
-                                  {"function",
-                                   {{"name", "get_weather"},
-                                    {"description", "Weather"},
-                                    {"parameters", {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}}}}}});
+const Json kTools =
+    Json::array({{{"type", "function"},
+                  {"function",
+                   {{"name", "get_weather"},
+                    {"description", "Weather"},
+                    {"parameters", {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}}}}}});
 
 TEST(DeepseekV32Prompt, ToolsComeFirstAsTheirOwnSystemBlock) {
   const std::string prompt = render(Json::array({{{"role", "user"}, {"content", "Weather?"}}}), kTools);
@@ -75,7 +87,8 @@ TEST(DeepseekV32Prompt, ToolsComeFirstAsTheirOwnSystemBlock) {
 
 TEST(DeepseekV32Prompt, CallsAndTheirResults) {
   const Json calls = Json::array(
-      {{{"type", "function"}, {"function", {{"name", "get_weather"}, {"arguments", "{\"city\": \"Paris\", \"days\": 3}"}}}},
+      {{{"type", "function"},
+        {"function", {{"name", "get_weather"}, {"arguments", "{\"city\": \"Paris\", \"days\": 3}"}}}},
        {{"type", "function"}, {"function", {{"name", "get_time"}, {"arguments", {{"zones", {"CET", "UTC"}}}}}}}});
   const Json messages = Json::array({{{"role", "user"}, {"content", "Q"}},
                                      {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", calls}},
@@ -109,14 +122,16 @@ TEST(DeepseekV32Prompt, RefusesWhatTheFormatCannotHold) {
 ChatOutputConfig dsml_config() { return testing::tools_config("deepseek_v32"); }
 
 TEST(DeepseekV32ToolParser, CallsInOneBlockWholeAndInEveryChunking) {
-  const std::string text = "Let me check.\n\n<" + kDsml + "function_calls>\n<" + kDsml + "invoke name=\"get_weather\">\n<" +
-                           kDsml + "parameter name=\"city\" string=\"true\">S\xC3\xA3o \"Paulo\"</" + kDsml +
-                           "parameter>\n<" + kDsml + "parameter name=\"days\" string=\"false\">3</" + kDsml +
-                           "parameter>\n</" + kDsml + "invoke>\n<" + kDsml + "invoke name=\"get_time\">\n</" + kDsml +
-                           "invoke>\n</" + kDsml + "function_calls>";
-  testing::expect_answer(dsml_config(), text,
-                         Answer{"Let me check.", "",
-                                {{"get_weather", "{\"city\": \"S\xC3\xA3o \\\"Paulo\\\"\", \"days\": 3}"}, {"get_time", "{}"}}});
+  const std::string text =
+      "Let me check.\n\n<" + kDsml + "function_calls>\n<" + kDsml + "invoke name=\"get_weather\">\n<" + kDsml +
+      "parameter name=\"city\" string=\"true\">S\xC3\xA3o \"Paulo\"</" + kDsml + "parameter>\n<" + kDsml +
+      "parameter name=\"days\" string=\"false\">3</" + kDsml + "parameter>\n</" + kDsml + "invoke>\n<" + kDsml +
+      "invoke name=\"get_time\">\n</" + kDsml + "invoke>\n</" + kDsml + "function_calls>";
+  testing::expect_answer(
+      dsml_config(), text,
+      Answer{"Let me check.",
+             "",
+             {{"get_weather", "{\"city\": \"S\xC3\xA3o \\\"Paulo\\\"\", \"days\": 3}"}, {"get_time", "{}"}}});
 }
 
 TEST(DeepseekV32ToolParser, NonStringValuesAreJsonOrPythonLiteralsElseText) {
@@ -125,7 +140,8 @@ TEST(DeepseekV32ToolParser, NonStringValuesAreJsonOrPythonLiteralsElseText) {
                            "parameter name=\"b\" string=\"false\">True</" + kDsml + "parameter>\n<" + kDsml +
                            "parameter name=\"c\" string=\"false\">not json</" + kDsml + "parameter>\n</" + kDsml +
                            "invoke>\n</" + kDsml + "function_calls>";
-  testing::expect_answer(dsml_config(), text, Answer{"", "", {{"f", "{\"a\": [1, 2], \"b\": true, \"c\": \"not json\"}"}}});
+  testing::expect_answer(dsml_config(), text,
+                         Answer{"", "", {{"f", "{\"a\": [1, 2], \"b\": true, \"c\": \"not json\"}"}}});
 }
 
 TEST(DeepseekV32ToolParser, PlainAnswersAndNonCallsAreContent) {
@@ -144,11 +160,13 @@ TEST(DeepseekV32ToolParser, AnAnswerCutInsideACallKeepsTheCallWithItsClosedParam
 
 // Calls rendered into an assistant turn by the prompt renderer read back as the same calls.
 TEST(DeepseekV32Chat, RenderedCallsParseBackToTheConversationsCalls) {
-  const Json arguments = {{"city", "Z\xC3\xBCrich"}, {"days", 2}, {"units", {{"temp", "C"}, {"wind", nullptr}}}, {"ok", false}};
-  const Json calls = Json::array({{{"type", "function"}, {"function", {{"name", "get_weather"}, {"arguments", arguments.dump()}}}},
-                                  {{"type", "function"}, {"function", {{"name", "noop"}, {"arguments", "{}"}}}}});
-  const std::string prompt = render(Json::array({{{"role", "user"}, {"content", "Q"}},
-                                                 {{"role", "assistant"}, {"content", "On it."}, {"tool_calls", calls}}}));
+  const Json arguments = {
+      {"city", "Z\xC3\xBCrich"}, {"days", 2}, {"units", {{"temp", "C"}, {"wind", nullptr}}}, {"ok", false}};
+  const Json calls =
+      Json::array({{{"type", "function"}, {"function", {{"name", "get_weather"}, {"arguments", arguments.dump()}}}},
+                   {{"type", "function"}, {"function", {{"name", "noop"}, {"arguments", "{}"}}}}});
+  const std::string prompt = render(Json::array(
+      {{{"role", "user"}, {"content", "Q"}}, {{"role", "assistant"}, {"content", "On it."}, {"tool_calls", calls}}}));
   const std::string turn_start = kAssistant + "</think>";
   const size_t begin = prompt.find(turn_start) + turn_start.size();
   const std::string answer = prompt.substr(begin, prompt.size() - begin - kEos.size());

@@ -81,7 +81,8 @@ class DsmlToolParser : public ToolParser {
         continue;
       }
       // A marker still arriving waits; anything else is the model leaving the format: content.
-      if (!at_end && (std::string_view(kBlockClose).starts_with(rest) || std::string_view(kInvokeOpen).starts_with(rest))) {
+      if (!at_end &&
+          (std::string_view(kBlockClose).starts_with(rest) || std::string_view(kInvokeOpen).starts_with(rest))) {
         return false;
       }
       emit_content(rest);
@@ -106,7 +107,8 @@ class DsmlToolParser : public ToolParser {
       if (!invoke.substr(tag).starts_with(kParameterOpen)) break;
       const size_t tag_end = invoke.find('>', tag);
       if (tag_end == std::string_view::npos) break;
-      const std::string_view head = invoke.substr(tag + kParameterOpen.size(), tag_end - tag - kParameterOpen.size() + 1);
+      const std::string_view head =
+          invoke.substr(tag + kParameterOpen.size(), tag_end - tag - kParameterOpen.size() + 1);
       const size_t value_end = invoke.find(kParameterClose, tag_end + 1);
       if (value_end == std::string_view::npos) break;  // still arriving (or cut off: dropped)
       const std::string key = attribute(head, "name").value_or("");

@@ -62,8 +62,8 @@ class ToolCallBuilder {
     const Json parameters = tool.contains("parameters") && !tool["parameters"].is_null() ? tool["parameters"] : Json::object();
     if (format_ == "glm45") return concat({marker("<tool_call>"), g_.literal(name), glm_arguments(parameters, what), newline(), marker("</tool_call>")});
     if (format_ == "deepseek_v32") {
-      return concat({marker("<｜DSML｜invoke"), g_.literal(" name=\"" + name + "\">\n"), dsml_parameters(parameters, what),
-                     marker("</｜DSML｜invoke>"), g_.literal("\n")});
+      return concat({marker("<｜DSML｜invoke"), g_.literal(" name=\"" + name + "\">\n"),
+                     dsml_parameters(parameters, what), marker("</｜DSML｜invoke>"), g_.literal("\n")});
     }
     if (format_ == "qwen3_coder") {
       return concat({marker("<tool_call>"), g_.literal("\n<function=" + name + ">\n"), qwen_parameters(parameters, what),

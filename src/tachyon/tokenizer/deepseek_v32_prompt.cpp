@@ -13,8 +13,12 @@ namespace {
 using Json = nlohmann::ordered_json;
 
 const std::string kDsml = kDsmlToken;
-const std::string kUser = "<\xEF\xBD\x9C" "User\xEF\xBD\x9C>";            // <｜User｜>
-const std::string kAssistant = "<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>";  // <｜Assistant｜>
+const std::string kUser =
+    "<\xEF\xBD\x9C"
+    "User\xEF\xBD\x9C>";  // <｜User｜>
+const std::string kAssistant =
+    "<\xEF\xBD\x9C"
+    "Assistant\xEF\xBD\x9C>";  // <｜Assistant｜>
 const std::string kThinkStart = "<think>";
 const std::string kThinkEnd = "</think>";
 
@@ -30,18 +34,24 @@ std::string tools_block(const Json& tools) {
     schemas += python_json(tool.contains("function") ? tool["function"] : tool);
   }
   return "## Tools\n\nYou have access to a set of tools you can use to answer the user's question.\n"
-         "You can invoke functions by writing a \"<" + kDsml + "function_calls>\" block like the following as part "
-         "of your reply to the user:\n<" + kDsml + "function_calls>\n<" + kDsml + "invoke name=\"$FUNCTION_NAME\">\n<" +
-         kDsml + "parameter name=\"$PARAMETER_NAME\" string=\"true|false\">$PARAMETER_VALUE</" + kDsml +
-         "parameter>\n...\n</" + kDsml + "invoke>\n<" + kDsml + "invoke name=\"$FUNCTION_NAME2\">\n...\n</" + kDsml +
-         "invoke>\n</" + kDsml + "function_calls>\n\nString and scalar parameters should be specified as is without "
+         "You can invoke functions by writing a \"<" +
+         kDsml +
+         "function_calls>\" block like the following as part "
+         "of your reply to the user:\n<" +
+         kDsml + "function_calls>\n<" + kDsml + "invoke name=\"$FUNCTION_NAME\">\n<" + kDsml +
+         "parameter name=\"$PARAMETER_NAME\" string=\"true|false\">$PARAMETER_VALUE</" + kDsml + "parameter>\n...\n</" +
+         kDsml + "invoke>\n<" + kDsml + "invoke name=\"$FUNCTION_NAME2\">\n...\n</" + kDsml + "invoke>\n</" + kDsml +
+         "function_calls>\n\nString and scalar parameters should be specified as is without "
          "any escaping or quotes, while lists and objects should use JSON format. The \"string\" attribute should be "
          "set to \"true\" for string type parameters and \"false\" for other types (numbers, booleans, arrays, "
          "objects).\n\nIf the thinking_mode is enabled, then after function results you should strongly consider "
-         "outputting a thinking block. Here is an example:\n\n<" + kDsml + "function_calls>\n...\n</" + kDsml +
+         "outputting a thinking block. Here is an example:\n\n<" +
+         kDsml + "function_calls>\n...\n</" + kDsml +
          "function_calls>\n\n<function_results>\n...\n</function_results>\n\n" + kThinkStart +
-         "...thinking about results" + kThinkEnd + "\n\nHere are the functions available in JSONSchema format:\n"
-         "<functions>\n" + schemas + "\n</functions>\n";
+         "...thinking about results" + kThinkEnd +
+         "\n\nHere are the functions available in JSONSchema format:\n"
+         "<functions>\n" +
+         schemas + "\n</functions>\n";
 }
 
 // A message's text: a string, null, or text parts joined.
@@ -142,14 +152,17 @@ std::string render_deepseek_v32(const ChatTemplateInputs& inputs, const std::str
   bool thinking = false;
   if (inputs.extra.is_object()) {
     for (const char* key : {"thinking", "enable_thinking"}) {
-      if (inputs.extra.contains(key) && inputs.extra[key].is_boolean() && inputs.extra[key].get<bool>()) thinking = true;
+      if (inputs.extra.contains(key) && inputs.extra[key].is_boolean() && inputs.extra[key].get<bool>())
+        thinking = true;
     }
   }
   Json messages = Json::array();
-  if (inputs.tools.is_array() && !inputs.tools.empty()) messages.push_back({{"role", "system"}, {"tools", inputs.tools}});
+  if (inputs.tools.is_array() && !inputs.tools.empty())
+    messages.push_back({{"role", "system"}, {"tools", inputs.tools}});
   for (const Json& message : inputs.messages) messages.push_back(message);
   const int last_user = last_user_index(messages);
-  if (thinking) {  // the reasoning of turns before the last user turn is dropped (and, as the release does, developer turns)
+  if (thinking) {  // the reasoning of turns before the last user turn is dropped (and, as the release does, developer
+                   // turns)
     Json kept = Json::array();
     for (int i = 0; i < static_cast<int>(messages.size()); ++i) {
       Json message = messages[static_cast<size_t>(i)];

@@ -109,8 +109,10 @@ class ShapedAnswer : public BodyStream {
       released.texts.push_back(answer_logprobs_.texts[i]);
     }
     const tokenizer::Tokenizer& tokenizer = tokenizer_;
-    return chat_logprobs(released, [&tokenizer](int32_t id) { return tokenizer.decode(std::span<const int32_t>(&id, 1)); })
-        ["content"];
+    const TokenTextFn token_text = [&tokenizer](int32_t id) {
+      return tokenizer.decode(std::span<const int32_t>(&id, 1));
+    };
+    return chat_logprobs(released, token_text)["content"];
   }
 
   const Generation g_;
