@@ -46,11 +46,11 @@ ChatTemplate ChatTemplate::from_tokenizer_config(const nlohmann::json& config) {
                       token_content(config, "eos_token"));
 }
 
+ChatTemplate::ChatTemplate(Native, std::string source, std::string bos_token, std::string eos_token)
+    : source_(std::move(source)), bos_token_(std::move(bos_token)), eos_token_(std::move(eos_token)) {}
+
 ChatTemplate ChatTemplate::deepseek_v32(std::string bos_token, std::string eos_token) {
-  ChatTemplate native("", std::move(bos_token), std::move(eos_token));
-  native.source_ = kDeepseekV32NativeTemplate;
-  native.template_.reset();
-  return native;
+  return ChatTemplate(Native{}, kDeepseekV32NativeTemplate, std::move(bos_token), std::move(eos_token));
 }
 
 std::string ChatTemplate::render(const ChatTemplateInputs& inputs) const {

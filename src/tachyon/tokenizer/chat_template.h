@@ -52,6 +52,9 @@ class ChatTemplate {
   const std::string& source() const { return source_; }
 
  private:
+  struct Native {};  // deepseek_v32(): no Jinja source to parse
+  ChatTemplate(Native, std::string source, std::string bos_token, std::string eos_token);
+
   std::string source_;
   std::string bos_token_;
   std::string eos_token_;

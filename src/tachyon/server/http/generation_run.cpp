@@ -1,6 +1,7 @@
 #include "tachyon/server/http/generation_run.h"
 
 #include <algorithm>
+#include <span>
 
 #include "tachyon/server/pd_metrics.h"
 
@@ -29,6 +30,10 @@ double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::ste
 }
 
 }  // namespace
+
+TokenTextFn token_text_fn(const ServingContext& context) {
+  return [&tokenizer = context.tokenizer()](int32_t id) { return tokenizer.decode(std::span<const int32_t>(&id, 1)); };
+}
 
 GenerationRun::GenerationRun(ServingContext& context, const std::vector<std::vector<int32_t>>& prompts,
                              const core::SamplingParams& params, bool skip_special_tokens,

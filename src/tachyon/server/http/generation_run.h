@@ -34,6 +34,9 @@ struct ChoiceEvent {
   std::string abort_reason;
 };
 
+// The text of one token (a logprobs entry's `token`, a choice's token_texts): the id decoded alone.
+TokenTextFn token_text_fn(const ServingContext& context);
+
 class GenerationRun {
  public:
   // Submits every prompt; throws ApiException (503) when the queue is full or the server drains.

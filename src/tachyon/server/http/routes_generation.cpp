@@ -22,10 +22,6 @@
 namespace tachyon::server {
 namespace {
 
-TokenTextFn token_text_fn(const ServingContext& context) {
-  return [&tokenizer = context.tokenizer()](int32_t id) { return tokenizer.decode(std::span<const int32_t>(&id, 1)); };
-}
-
 // min_tokens against max_tokens as the request ends up with it: the context left after the prompt
 // may lower max_tokens below a min_tokens that the parser, before tokenizing, let through.
 void check_min_tokens(const core::SamplingParams& params) {
@@ -121,7 +117,8 @@ void accumulate(const ServingContext& context, std::vector<ChoiceEvent>&& events
       add_chat_text(*outputs[static_cast<size_t>(e.index)], e.text, e.token_ids, e.finish_reason, c);
       e.finish_reason.reset();  // mapped by add_chat_text
     }
-    for (int32_t id : e.token_ids) c.token_texts.push_back(context.tokenizer().decode(std::span<const int32_t>(&id, 1)));
+    const TokenTextFn token_text = token_text_fn(context);
+    for (int32_t id : e.token_ids) c.token_texts.push_back(token_text(id));
     c.token_ids.insert(c.token_ids.end(), e.token_ids.begin(), e.token_ids.end());
     if (c.logprobs) c.logprobs->insert(c.logprobs->end(), e.logprobs.begin(), e.logprobs.end());
     if (e.finish_reason) c.finish_reason = *e.finish_reason;
@@ -247,7 +244,8 @@ class SseAnswer : public BodyStream {
       const bool with_logprobs = g_.params.logprobs >= 0 && !e.logprobs.empty();
       if (with_logprobs) {
         logprobs.tokens = e.logprobs;
-        for (int32_t id : e.token_ids) logprobs.texts.push_back(context_.tokenizer().decode(std::span<const int32_t>(&id, 1)));
+        const TokenTextFn token_text = token_text_fn(context_);
+        for (int32_t id : e.token_ids) logprobs.texts.push_back(token_text(id));
         logprobs.text_offset = text_offsets_[static_cast<size_t>(e.index)];
       }
       text_offsets_[static_cast<size_t>(e.index)] += code_points(e.text);

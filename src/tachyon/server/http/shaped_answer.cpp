@@ -1,7 +1,6 @@
 #include "tachyon/server/http/shaped_answer.h"
 
 #include <algorithm>
-#include <span>
 
 #include "tachyon/server/http/generation_run.h"
 #include "tachyon/server/http/http_routes.h"
@@ -20,7 +19,7 @@ class ShapedAnswer : public BodyStream {
         run_(std::make_unique<GenerationRun>(context, g_.prompts, g_.params, g_.skip_special_tokens,
                                              std::move(imported))),  // ditto
         shape_(std::move(shape)), output_(g_.chat_output, [this] { return shape_->tool_call_id(); }),
-        tokenizer_(context.tokenizer()) {}
+        token_text_(token_text_fn(context)) {}
 
   void set_wakeup(std::function<void()> wakeup) override { run_->set_wakeup(std::move(wakeup)); }
 
@@ -99,7 +98,7 @@ class ShapedAnswer : public BodyStream {
   nlohmann::ordered_json released_logprobs(const ChoiceEvent& e) {
     for (size_t i = 0; i < e.logprobs.size() && i < e.token_ids.size(); ++i) {
       answer_logprobs_.tokens.push_back(e.logprobs[i]);
-      answer_logprobs_.texts.push_back(tokenizer_.decode(std::span<const int32_t>(&e.token_ids[i], 1)));
+      answer_logprobs_.texts.push_back(token_text_(e.token_ids[i]));
     }
     const auto [begin, end] = content_tokens_.next(e.token_ids.size(), output_.reasoning_tokens());
     LogprobsDelta released;
@@ -108,11 +107,7 @@ class ShapedAnswer : public BodyStream {
       released.tokens.push_back(answer_logprobs_.tokens[i]);
       released.texts.push_back(answer_logprobs_.texts[i]);
     }
-    const tokenizer::Tokenizer& tokenizer = tokenizer_;
-    const TokenTextFn token_text = [&tokenizer](int32_t id) {
-      return tokenizer.decode(std::span<const int32_t>(&id, 1));
-    };
-    return chat_logprobs(released, token_text)["content"];
+    return chat_logprobs(released, token_text_)["content"];
   }
 
   const Generation g_;
@@ -123,7 +118,7 @@ class ShapedAnswer : public BodyStream {
   std::unique_ptr<GenerationRun> run_;
   std::unique_ptr<AnswerShape> shape_;
   ChatOutput output_;
-  const tokenizer::Tokenizer& tokenizer_;
+  const TokenTextFn token_text_;
   LogprobsDelta answer_logprobs_;  // every token's of the answer so far, with its text (logprobs asked for)
   ContentTokens content_tokens_;
   bool started_ = false;
