@@ -5,9 +5,8 @@
 // decode inputs resolved on the device from step n's samples, inside the graphs) vs the
 // synchronous loop must give identical tokens; one request alone vs in a busy batch, identical up
 // to a near tie of its draw (near_ties.h). SwiGLU as the gate_up GEMV's epilogue
-// (model/gpu/linear_dispatch.h) against silu_and_mul on its own (TACHYON_SWIGLU_FUSION=0), and
-// the weight prefetches into L2 against none (TACHYON_L2_PREFETCH_MB=0): the same logits bit for
-// bit, bf16 and FP8 weights.
+// (model/gpu/linear_dispatch.h) against silu_and_mul on its own (TACHYON_SWIGLU_FUSION=0): the
+// same logits bit for bit, bf16 and FP8 weights.
 #include <algorithm>
 #include <filesystem>
 #include <numeric>
@@ -75,11 +74,12 @@ TEST_P(CudaRunnerVsCpu, GraphsEagerAndAsyncAgreeAndBatchCompanyPartsOnlyAtNearTi
 }
 
 // The same plans (three prompts prefilled in chunks, then 12 decode steps of all three, replayed
-// from graphs) through a runner built as the environment leaves it and one built with `knob`=0:
-// every sampled step's logits equal bit for bit. Returns count(runner) of each, the first first.
-template <typename MakeRunner, typename Count>
-std::pair<int64_t, int64_t> expect_knob_changes_no_bit(const fs::path& dir, const MakeRunner& make_runner,
-                                                       const char* knob, const Count& count) {
+// from graphs) through a runner with the SwiGLU epilogue and one built with
+// TACHYON_SWIGLU_FUSION=0: every sampled step's logits equal bit for bit, and the first runner did
+// fuse where it must (decode steps are at most 8 rows, where our GEMV takes the products: always
+// for FP8 weights, by timing for bf16).
+template <typename MakeRunner>
+void expect_swiglu_epilogue_changes_no_bit(const fs::path& dir, const MakeRunner& make_runner, bool must_fuse) {
   const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
   const core::EngineConfig config = small_config(/*eager=*/false);
   auto gen = gpu_test::rng(21);
@@ -103,39 +103,29 @@ std::pair<int64_t, int64_t> expect_knob_changes_no_bit(const fs::path& dir, cons
     plans.push_back(make_plan(seqs, schedule[step], config.block_size, next_block, greedy));
   }
   // One runner at a time (each takes its share of the GPU for its KV cache): every sampled
-  // step's logits, and the runner's count.
-  auto run = [&](bool on) {
-    if (!on) {
-      EXPECT_EQ(setenv(knob, "0", 1), 0);
+  // step's logits, and the fused launches it issued.
+  auto run = [&](bool fusion) {
+    if (!fusion) {
+      EXPECT_EQ(setenv("TACHYON_SWIGLU_FUSION", "0", 1), 0);
     }
     const std::unique_ptr<CudaModelRunner> runner = make_runner(config);
-    unsetenv(knob);
+    unsetenv("TACHYON_SWIGLU_FUSION");
     std::vector<std::vector<float>> logits;
     for (const core::StepPlan& plan : plans) {
       runner->execute(plan);
       if (plan.logits_rows.empty()) continue;
       logits.push_back(runner->last_logits(static_cast<int32_t>(plan.logits_rows.size())));
     }
-    return std::pair{logits, static_cast<int64_t>(count(*runner))};
+    return std::pair{logits, runner->swiglu_epilogues()};
   };
-  const auto [with, with_count] = run(true);
-  const auto [without, without_count] = run(false);
-  EXPECT_EQ(with.size(), without.size());
-  for (size_t step = 0; step < std::min(with.size(), without.size()); ++step) {
+  const auto [fused, fused_launches] = run(true);
+  const auto [separate, separate_launches] = run(false);
+  ASSERT_EQ(fused.size(), separate.size());
+  for (size_t step = 0; step < fused.size(); ++step) {
     size_t differ = 0;
-    for (size_t i = 0; i < with[step].size(); ++i) differ += with[step][i] != without[step][i] ? 1 : 0;
-    EXPECT_EQ(differ, 0u) << knob << ": logits that differ at sampled step " << step << " of " << with[step].size();
+    for (size_t i = 0; i < fused[step].size(); ++i) differ += fused[step][i] != separate[step][i] ? 1 : 0;
+    EXPECT_EQ(differ, 0u) << "logits that differ at sampled step " << step << " of " << fused[step].size();
   }
-  return {with_count, without_count};
-}
-
-// SwiGLU as the gate_up GEMV's epilogue against TACHYON_SWIGLU_FUSION=0; the first runner must
-// fuse where it has to (decode steps are at most 8 rows, where our GEMV takes the products:
-// always for FP8 weights, by timing for bf16).
-template <typename MakeRunner>
-void expect_swiglu_epilogue_changes_no_bit(const fs::path& dir, const MakeRunner& make_runner, bool must_fuse) {
-  const auto [fused_launches, separate_launches] = expect_knob_changes_no_bit(
-      dir, make_runner, "TACHYON_SWIGLU_FUSION", [](const CudaModelRunner& r) { return r.swiglu_epilogues(); });
   EXPECT_EQ(separate_launches, 0);
   std::printf("[swiglu epilogue] %-40s %lld fused launches\n", dir.filename().c_str(),
               static_cast<long long>(fused_launches));
@@ -164,35 +154,6 @@ TEST(CudaRunnerSwigluEpilogue, GivesTheLogitsOfSiluAndMulBitForBit) {
           return std::make_unique<CudaModelRunner>(fp8_weights, c);
         },
         /*must_fuse=*/true);
-  }
-}
-
-// The weight prefetches into L2 (model/gpu/l2_prefetcher.h) against TACHYON_L2_PREFETCH_MB=0:
-// the same logits bit for bit, and the first runner did prefetch (its decode steps are 3 rows);
-// a dense model and a latent/MoE one (whose blocks ask for none, but the LM head's), bf16 and FP8.
-TEST(CudaRunnerL2Prefetch, ChangesNoLogitBit) {
-  for (const Variant& v : {Variant{"llama", "tiny-gpu"}, Variant{"deepseek_v3", "tiny-gpu-deepseek-all"}}) {
-    SCOPED_TRACE(v.arch + " " + v.preset);
-    const fs::path dir = make_tiny(v);
-    const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
-    model::SafetensorsCheckpoint checkpoint(dir);
-    const model::Bf16ModelWeights bf16_weights = model::load_weights_bf16(mc, checkpoint);
-    const auto prefetches = [](const CudaModelRunner& r) { return r.l2_prefetches(); };
-    const auto [bf16_on, bf16_off] = expect_knob_changes_no_bit(
-        dir, [&](const core::EngineConfig& c) { return std::make_unique<CudaModelRunner>(bf16_weights, c); },
-        "TACHYON_L2_PREFETCH_MB", prefetches);
-    EXPECT_GT(bf16_on, 0) << "no prefetch was issued";
-    EXPECT_EQ(bf16_off, 0);
-    const model::Fp8GpuWeights fp8_weights = model::load_fp8_gpu_weights(mc, checkpoint, /*online=*/true);
-    const auto [fp8_on, fp8_off] = expect_knob_changes_no_bit(
-        dir,
-        [&](core::EngineConfig c) {
-          c.device.quantization = "fp8";
-          return std::make_unique<CudaModelRunner>(fp8_weights, c);
-        },
-        "TACHYON_L2_PREFETCH_MB", prefetches);
-    EXPECT_GT(fp8_on, 0) << "no prefetch was issued";
-    EXPECT_EQ(fp8_off, 0);
   }
 }
 

@@ -70,10 +70,6 @@ std::vector<KvRegion> DenseAttentionBlock::kv_regions() const {
   return {{"k", values * 2, DType::kBF16}, {"v", values * 2, DType::kBF16}};
 }
 
-void DenseAttentionBlock::prefetch_leading_weight(int64_t layer, int64_t rows) {
-  prefetch_weight(layer_weights(layer).qkv, qkv_shape(), rows);
-}
-
 void DenseAttentionBlock::forward(int64_t l, const GpuStep& step) {
   const ModelConfig& c = ctx_.config;
   const ForwardShape& shape = step.shape;
@@ -90,8 +86,6 @@ void DenseAttentionBlock::forward(int64_t l, const GpuStep& step) {
                                       .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
                                       .sliding_window = static_cast<int32_t>(c.sliding_window.value_or(0))};
   run_role(LinearRole::kQkv, l, T);
-  // o_proj's weight streams in while RoPE, the cache store and attention run.
-  prefetch_weight(w.o_proj, o_shape(), T);
   kc::PagedKvView kv{.block_tables = m.block_tables,
                      .block_table_stride = ctx_.limits.block_table_stride,
                      .block_size = ctx_.limits.block_size,

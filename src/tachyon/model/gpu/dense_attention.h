@@ -17,7 +17,6 @@ class DenseAttentionBlock : public GpuBlock {
   void run_role(LinearRole role, int64_t layer, int64_t m) override;
   std::vector<KvRegion> kv_regions() const override;
   void forward(int64_t layer, const GpuStep& step) override;
-  void prefetch_leading_weight(int64_t layer, int64_t rows) override;
 
  private:
   LinearShape qkv_shape() const;

@@ -57,10 +57,6 @@ void DenseMlpBlock::run_down(int64_t layer, int64_t m) {
                      ctx_.row_parallel_bias ? w.down_bias : nullptr, m, ctx_.stream);
 }
 
-void DenseMlpBlock::prefetch_leading_weight(int64_t layer, int64_t rows) {
-  prefetch_weight(layer_weights(layer).gate_up, gate_up_shape(), rows);
-}
-
 void DenseMlpBlock::forward(int64_t layer, const GpuStep& step) {
   const int64_t m = step.shape.num_tokens;
   const CudaLayerWeights& w = layer_weights(layer);

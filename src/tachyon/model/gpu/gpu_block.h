@@ -17,7 +17,6 @@
 #include "tachyon/model/gpu/gpu_step.h"
 #include "tachyon/model/gpu/gpu_weights.h"
 #include "tachyon/model/gpu/gpu_workspace.h"
-#include "tachyon/model/gpu/l2_prefetcher.h"
 #include "tachyon/model/gpu/linear_dispatch.h"
 #include "tachyon/model/gpu/side_stream.h"
 #include "tachyon/model/layer_plan.h"
@@ -44,7 +43,6 @@ struct BlockContext {
   bool row_parallel_bias = true;
   std::span<const LayerKinds> layers;  // [num_hidden_layers] layer_plan(config): each layer's block kinds
   SideStream* side = nullptr;          // for run_branches; null: branches run one after the other
-  L2Prefetcher* prefetcher = nullptr;  // the next product's weight into L2 (l2_prefetcher.h); null: off
   dist::Communicator* dcp_comm = nullptr;  // the decode-context-parallel group when limits.dcp.size > 1
   dist::Communicator* pcp_comm = nullptr;  // the prefill-context-parallel group when limits.pcp_size > 1
   // Expert parallelism (TpSeam): the routed experts the MoE block's weights hold (count 0: all
@@ -75,9 +73,6 @@ class GpuBlock {
   virtual std::vector<KvRegion> kv_regions() const { return {}; }
   // Layer `layer` for the step: Workspace::normed -> Workspace::proj.
   virtual void forward(int64_t layer, const GpuStep& step) = 0;
-  // The weight the block streams first in `layer` (dense attention: qkv; dense MLP: gate_up),
-  // which the decoder prefetches while the norm before the block runs; none by default.
-  virtual void prefetch_leading_weight(int64_t /*layer*/, int64_t /*rows*/) {}
 
  protected:
   const CudaLayerWeights& layer_weights(int64_t layer) const {
@@ -100,17 +95,6 @@ class GpuBlock {
     side(ctx_.side->stream());
     main(ctx_.stream);
     ctx_.side->join(ctx_.stream);
-  }
-  // Asks the prefetcher (if any) for the leading bytes of `weight` after what the block's stream
-  // has been given so far, when a step of `rows` rows runs its products on the GEMV.
-  void prefetch_weight(const LinearWeight& weight, LinearShape shape, int64_t rows) {
-    if (ctx_.prefetcher == nullptr || rows > L2Prefetcher::kMaxRows || weight.empty()) return;
-    const size_t values = static_cast<size_t>(shape.n) * static_cast<size_t>(shape.k);
-    if (weight.fp8 != nullptr) {
-      ctx_.prefetcher->prefetch(ctx_.stream, weight.fp8, values);
-    } else {
-      ctx_.prefetcher->prefetch(ctx_.stream, weight.values, values * sizeof(bf16));
-    }
   }
   BlockContext& ctx_;
 };

@@ -42,9 +42,8 @@ GpuDecoder::GpuDecoder(const CudaDenseWeights& weights, LinearDispatch& linear, 
       vocab_rows_(tp.vocab_rows > 0 ? tp.vocab_rows : weights.config().vocab_size),
       plan_(layer_plan(weights.config())),
       side_(tp.comm == nullptr && side_stream_enabled() ? std::make_unique<SideStream>() : nullptr),
-      prefetcher_(tp.comm == nullptr ? L2Prefetcher::from_environment() : nullptr),
       ctx_{weights.config(), weights, ws_, linear, limits, &kv_, stream, tp.comm == nullptr || tp.comm->rank() == 0,
-           plan_, side_.get(), prefetcher_.get(), tp.dcp_comm, tp.pcp_comm, tp.experts, tp.adds_shared_expert, tp.ep_comm} {
+           plan_, side_.get(), tp.dcp_comm, tp.pcp_comm, tp.experts, tp.adds_shared_expert, tp.ep_comm} {
   const ModelConfig& c = config();
   const std::string reason = gpu_decoder_unsupported(c);
   TACHYON_CHECK(reason.empty()) << "the GPU decoder cannot serve " << c.architecture << ": " << reason;
@@ -187,10 +186,7 @@ void GpuDecoder::forward_from_residual(const GpuStep& step) {
   cudaStream_t stream = ctx_.stream;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const CudaLayerWeights& w = weights_.layers()[static_cast<size_t>(l)];
-    GpuBlock* mlp = mlp_of_layer_[static_cast<size_t>(l)];
-    // Attention block: the previous MLP's output joins the residual inside the norm (while the
-    // attention's first weight streams into L2).
-    attention_->prefetch_leading_weight(l, T);
+    // Attention block: the previous MLP's output joins the residual inside the norm.
     if (l == 0) {
       kc::rms_norm(ws_.normed, ws_.residual, w.input_norm, T, H, eps, stream);
     } else {
@@ -199,20 +195,15 @@ void GpuDecoder::forward_from_residual(const GpuStep& step) {
     attention_->forward(l, step);
     all_reduce_hidden(ws_.proj, T);
     // MLP block.
-    mlp->prefetch_leading_weight(l, T);
     kc::add_rms_norm(ws_.normed, ws_.residual, ws_.proj, w.post_attention_norm, T, H, eps, stream);
-    mlp->forward(l, step);
+    mlp_of_layer_[static_cast<size_t>(l)]->forward(l, step);
     all_reduce_hidden(ws_.proj, T);
   }
   // Final norm on every row (cheap), then only the rows whose logits are wanted go through the
   // LM head: gathered by the embedding kernel, a row lookup by index.
-  if (prefetcher_ != nullptr && T <= L2Prefetcher::kMaxRows) {
-    prefetcher_->prefetch(stream, weights_.lm_head(), static_cast<size_t>(vocab_rows_) * H * sizeof(bf16));
-  }
   kc::add_rms_norm(ws_.normed, ws_.residual, ws_.proj, weights_.final_norm(), T, H, eps, stream);
   kc::embedding(ws_.selected, m.logits_rows, ws_.normed, step.shape.num_logits_rows, H, stream);
   run_lm_head(step.shape.num_logits_rows);
-  if (prefetcher_ != nullptr) prefetcher_->join(stream);
   if (tensor_parallel()) gather_logits(step.shape.num_logits_rows);
 }
 

@@ -84,8 +84,6 @@ class GpuDecoder {
   // projected [embedding | hidden state] rows). After it, residual holds each row's last hidden
   // state before the final norm (the module's h').
   void forward_from_residual(const GpuStep& step);
-  // Weight prefetches issued so far (l2_prefetcher.h): for tests, whether the path ran.
-  int64_t l2_prefetches() const { return prefetcher_ != nullptr ? prefetcher_->requests() : 0; }
 
  private:
   bool tensor_parallel() const { return tp_.comm != nullptr; }
@@ -101,7 +99,6 @@ class GpuDecoder {
   Workspace ws_;
   KvCache kv_;
   std::unique_ptr<SideStream> side_;  // the blocks' run_branches; none under TP (one stream per rank)
-  std::unique_ptr<L2Prefetcher> prefetcher_;  // none under TP, or when TACHYON_L2_PREFETCH_MB=0
   BlockContext ctx_;
   std::unique_ptr<GpuBlock> attention_;
   std::unique_ptr<GpuBlock> dense_mlp_;  // when some layer has a dense MLP

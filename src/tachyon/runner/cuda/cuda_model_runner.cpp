@@ -354,8 +354,6 @@ void CudaModelRunner::gemm(void* out, kc::GemmOutputType type, const kc::bf16* i
   gemm_.linear(out, type, in, weight, bias, m, n, k, stream);
 }
 
-int64_t CudaModelRunner::l2_prefetches() const { return decoder_->l2_prefetches(); }
-
 std::vector<float> CudaModelRunner::last_logits(int32_t rows) const {
   std::vector<float> logits(static_cast<size_t>(rows) * static_cast<size_t>(weights_.config().vocab_size));
   TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream_));

@@ -144,7 +144,6 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   size_t weight_bytes() const { return weights_.bytes(); }
   int64_t graph_replays() const { return graph_replays_; }  // decode and verify steps served by a graph
   using LinearDispatch::swiglu_epilogues;  // gate_up products that applied SwiGLU themselves
-  int64_t l2_prefetches() const;           // weight prefetches into L2 (model/gpu/l2_prefetcher.h)
   int64_t draft_graph_replays() const { return mtp_graph_replays_; }  // MTP drafting served by a graph
   const std::vector<int32_t>& graph_batch_sizes() const { return graph_batch_sizes_; }
   // Tests and debugging only: the f32 logits [rows, vocab] of the last step's first `rows`
