@@ -199,13 +199,25 @@ TEST(KvTransportCodec, RejectsBodiesWhoseLengthsDisagree) {
   EXPECT_THROW(decode_kv_chunk(body.substr(0, body.size() - 4), width), KvTransferError);
   EXPECT_THROW(decode_kv_chunk(body + "xxxx", width), KvTransferError);
   EXPECT_THROW(decode_kv_chunk(std::string(6, '\0'), width), KvTransferError);
-  engine::KvCommit commit{.prompt = {1, 2, 3}, .first_token = 4, .seed = 5, .values_per_token = 2, .num_chunks = 1};
+  engine::KvCommit commit{
+      .prompt = {1, 2, 3}, .first_token = 4, .seed = 5, .cached_tokens = 2, .values_per_token = 2, .num_chunks = 1};
   const std::string committed = encode_kv_commit(commit, 99);
   uint64_t sums = 0;
-  EXPECT_EQ(decode_kv_commit(committed, sums).prompt, commit.prompt);
+  const engine::KvCommit decoded = decode_kv_commit(committed, sums);
+  EXPECT_EQ(decoded.prompt, commit.prompt);
+  EXPECT_EQ(decoded.first_token, 4);
+  EXPECT_EQ(decoded.seed, 5u);
+  EXPECT_EQ(decoded.cached_tokens, 2);
+  EXPECT_EQ(decoded.values_per_token, 2);
   EXPECT_EQ(sums, 99u);
   EXPECT_THROW(decode_kv_commit(committed.substr(0, committed.size() - 4), sums), KvTransferError);
   EXPECT_THROW(decode_kv_commit(committed + "xxxx", sums), KvTransferError);
+  // More cached tokens than the prompt has (or fewer than none) is no commit this server wrote.
+  for (const int64_t cached : {int64_t{4}, int64_t{-1}}) {
+    engine::KvCommit bad = commit;
+    bad.cached_tokens = cached;
+    EXPECT_THROW(decode_kv_commit(encode_kv_commit(bad, 99), sums), KvTransferError) << cached;
+  }
 }
 
 // Joined chunks are the rows of one gather: [plane][token][width] over the whole prompt.

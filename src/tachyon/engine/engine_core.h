@@ -198,6 +198,7 @@ class EngineCore {
     std::vector<int32_t> prompt;
     int32_t first_token = -1;
     uint64_t seed = 0;
+    int64_t cached_tokens = 0;  // the prompt tokens the prefix cache served (the client's usage)
   };
   std::vector<PrefilledLease> lease_prefilled(const core::StepPlan& plan, const core::StepOutput& output);
   void grant_prefilled(std::vector<PrefilledLease> leases);

@@ -120,7 +120,7 @@ std::vector<EngineCore::PrefilledLease> EngineCore::lease_prefilled(const core::
     kv_.retain(blocks);
     std::vector<int32_t> prompt(sequence.tokens.begin(), sequence.tokens.begin() + sequence.num_prompt_tokens);
     leases.push_back({sequence.request_id, sequence.id, std::move(blocks), std::move(prompt), out->tokens.front().token,
-                      sequence.seed});
+                      sequence.seed, sequence.num_prefix_hit_tokens});
   }
   return leases;
 }
@@ -130,7 +130,7 @@ void EngineCore::grant_prefilled(std::vector<PrefilledLease> leases) {
   for (PrefilledLease& lease : leases) {
     std::string draft_state = drafter_ != nullptr ? drafter_->export_state(lease.sequence_id) : std::string();
     leases_.grant(lease.request_id, std::move(lease.blocks), std::move(lease.prompt), lease.first_token, lease.seed,
-                  std::move(draft_state));
+                  lease.cached_tokens, std::move(draft_state));
   }
 }
 
@@ -317,12 +317,15 @@ void EngineCore::deliver_imported(Sequence& sequence, const KvPayload& payload) 
     ++(taken ? stats_.draft_states_imported : stats_.draft_states_refused);
   }
   sequence.num_computed_tokens = sequence.num_prompt_tokens;
+  // The prompt ran on the prefill server: the tokens its prefix cache served are the client's cached ones.
+  sequence.num_prefix_hit_tokens = std::clamp<int64_t>(payload.cached_tokens, 0, sequence.num_prompt_tokens);
   scheduler_.add_imported(&sequence);
   ActiveRequest& active = active_.at(sequence.request_id);
 
   RequestOutput out;
   out.request_id = sequence.request_id;
   out.num_prompt_tokens = sequence.num_prompt_tokens;
+  out.num_prefix_hit_tokens = sequence.num_prefix_hit_tokens;
   out.first_scheduled = sequence.first_scheduled;
   CompletionDelta delta;
   delta.token_ids.push_back(payload.first_token);

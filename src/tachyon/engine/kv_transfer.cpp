@@ -140,13 +140,14 @@ void KvLeases::end_stream(int64_t request_id) {
 }
 
 void KvLeases::grant(int64_t request_id, std::vector<int32_t> blocks, std::vector<int32_t> prompt,
-                     int32_t first_token, uint64_t seed, std::string draft_state) {
-  grant_locked(request_id, std::move(blocks), std::move(prompt), first_token, seed, std::move(draft_state));
+                     int32_t first_token, uint64_t seed, int64_t cached_tokens, std::string draft_state) {
+  grant_locked(request_id, std::move(blocks), std::move(prompt), first_token, seed, cached_tokens,
+               std::move(draft_state));
   notify();
 }
 
 void KvLeases::grant_locked(int64_t request_id, std::vector<int32_t> blocks, std::vector<int32_t> prompt,
-                            int32_t first_token, uint64_t seed, std::string draft_state) {
+                            int32_t first_token, uint64_t seed, int64_t cached_tokens, std::string draft_state) {
   std::lock_guard lock(mutex_);
   auto expected = expected_.find(request_id);
   const int64_t reserved = expected != expected_.end() ? expected->second : 0;
@@ -154,8 +155,8 @@ void KvLeases::grant_locked(int64_t request_id, std::vector<int32_t> blocks, std
   num_expected_ = static_cast<int64_t>(expected_.size());
   stats_.blocks += static_cast<int64_t>(blocks.size()) - reserved;
   ++stats_.granted;
-  Lease lease{std::move(blocks), std::move(prompt), first_token, seed, std::chrono::steady_clock::now() + timeout_,
-              std::move(draft_state)};
+  Lease lease{std::move(blocks), std::move(prompt), first_token, seed,
+              std::chrono::steady_clock::now() + timeout_, std::move(draft_state), cached_tokens};
   auto it = leases_.insert_or_assign(request_id, std::move(lease)).first;
   ++stats_.outstanding;
   if (cancelled_.erase(request_id) > 0) {
@@ -205,6 +206,7 @@ KvPayload KvLeases::export_rows(KvLeaseKey key, const runner::KvRowAccess& rows)
   payload.prompt = std::move(lease.prompt);
   payload.first_token = lease.first_token;
   payload.seed = lease.seed;
+  payload.cached_tokens = lease.cached_tokens;
   payload.draft_state = std::move(lease.draft_state);
   payload.values_per_token = rows.values_per_token();
   payload.rows.resize(payload.prompt.size() * static_cast<size_t>(payload.values_per_token));
@@ -295,6 +297,7 @@ KvStreamRead KvLeases::read_stream(KvLeaseKey key, size_t from, bool claim, cons
   commit.prompt = std::move(lease->second.prompt);
   commit.first_token = lease->second.first_token;
   commit.seed = lease->second.seed;
+  commit.cached_tokens = lease->second.cached_tokens;
   commit.draft_state = std::move(lease->second.draft_state);
   commit.values_per_token = rows.values_per_token();
   commit.num_chunks = static_cast<int64_t>(chunks.size());

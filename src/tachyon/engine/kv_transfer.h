@@ -87,6 +87,7 @@ struct KvPayload {
   std::vector<int32_t> prompt;   // [num_prompt_tokens] the tokens whose rows these are
   int32_t first_token = -1;      // sampled from the prompt's last row
   uint64_t seed = 0;             // the seed the prefill engine sampled with (the decode side goes on with it)
+  int64_t cached_tokens = 0;     // prompt tokens the prefill engine's prefix cache served (its usage)
   std::string draft_state;       // the prefill engine's drafter's state of the prompt (drafter.h); empty: none
   int64_t values_per_token = 0;  // the row width over every cache plane (runner/kv_export.h)
   std::vector<float> rows;       // [planes][num_prompt_tokens][width] f32
@@ -117,6 +118,7 @@ struct KvCommit {
   std::vector<int32_t> prompt;
   int32_t first_token = -1;
   uint64_t seed = 0;
+  int64_t cached_tokens = 0;
   std::string draft_state;
   int64_t values_per_token = 0;
   int64_t num_chunks = 0;
@@ -157,10 +159,10 @@ class KvLeases {
   bool expected(int64_t request_id);
   void forget(int64_t request_id);
   // Engine thread: the request's prompt ran; `blocks` carry a reference that is now the lease's
-  // (or go straight back when the lease was released before it was granted). `draft_state`
-  // travels with the rows (KvPayload).
+  // (or go straight back when the lease was released before it was granted). `cached_tokens` (the
+  // prompt tokens its prefix cache served) and `draft_state` travel with the rows (KvPayload).
   void grant(int64_t request_id, std::vector<int32_t> blocks, std::vector<int32_t> prompt, int32_t first_token,
-             uint64_t seed, std::string draft_state = {});
+             uint64_t seed, int64_t cached_tokens = 0, std::string draft_state = {});
   // Engine thread: block tables whose references the caller must drop (released or expired).
   std::vector<std::vector<int32_t>> take_released(std::chrono::steady_clock::time_point now);
 
@@ -204,6 +206,7 @@ class KvLeases {
     uint64_t seed = 0;
     std::chrono::steady_clock::time_point deadline;
     std::string draft_state;
+    int64_t cached_tokens = 0;
   };
   // Prompt rows [begin, begin + num_tokens), in the pinned `blocks`.
   struct StagedChunk {
@@ -221,7 +224,7 @@ class KvLeases {
   void end_stream(int64_t request_id);                          // under mutex_: its pins go back
   void release_pins(Stream& stream);                            // under mutex_: to released_
   void grant_locked(int64_t request_id, std::vector<int32_t> blocks, std::vector<int32_t> prompt,
-                    int32_t first_token, uint64_t seed, std::string draft_state);
+                    int32_t first_token, uint64_t seed, int64_t cached_tokens, std::string draft_state);
 
   const uint64_t epoch_;
   std::mutex mutex_;

@@ -177,6 +177,7 @@ std::string encode_kv_commit(const engine::KvCommit& commit, uint64_t chunks_che
   body.append(reinterpret_cast<const char*>(commit.prompt.data()), commit.prompt.size() * sizeof(int32_t));
   put_value(body, commit.first_token);
   put_value(body, commit.seed);
+  put_value(body, commit.cached_tokens);
   put_value(body, commit.values_per_token);
   put_value(body, static_cast<uint64_t>(commit.num_chunks));
   put_value(body, chunks_checksum);
@@ -196,6 +197,11 @@ engine::KvCommit decode_kv_commit(const std::string& body, uint64_t& chunks_chec
   offset += prompt_len * sizeof(int32_t);
   commit.first_token = take<int32_t>(body, offset);
   commit.seed = take<uint64_t>(body, offset);
+  commit.cached_tokens = take<int64_t>(body, offset);
+  if (commit.cached_tokens < 0 || commit.cached_tokens > static_cast<int64_t>(prompt_len)) {
+    throw KvTransferError("KV commit: " + std::to_string(commit.cached_tokens) + " cached tokens of a prompt of " +
+                          std::to_string(prompt_len));
+  }
   commit.values_per_token = take<int64_t>(body, offset);
   commit.num_chunks = static_cast<int64_t>(take<uint64_t>(body, offset));
   chunks_checksum = take<uint64_t>(body, offset);
@@ -236,7 +242,7 @@ engine::KvChunk decode_kv_block_chunk(const std::string& body) {
 }
 
 int64_t kv_payload_bytes(const engine::KvPayload& payload) {
-  int64_t bytes = static_cast<int64_t>(8 + payload.prompt.size() * sizeof(int32_t) + 4 + 8 + 8 + 8 + 8 + 8 +
+  int64_t bytes = static_cast<int64_t>(8 + payload.prompt.size() * sizeof(int32_t) + 4 + 8 + 8 + 8 + 8 + 8 + 8 +
                                        payload.draft_state.size());
   for (const auto& chunk : payload.chunks) {
     bytes += static_cast<int64_t>(24 + chunk->rows.size() * sizeof(float) + chunk->blocks.size() * sizeof(int32_t));
@@ -352,6 +358,7 @@ engine::KvPayload fetch_kv(const std::string& host, int port, engine::KvLeaseKey
     payload.prompt = std::move(commit.prompt);
     payload.first_token = commit.first_token;
     payload.seed = commit.seed;
+    payload.cached_tokens = commit.cached_tokens;
     payload.draft_state = std::move(commit.draft_state);
     payload.values_per_token = commit.values_per_token;
     if (payload.by_reference()) {  // the connection stays open for the copy's word
