@@ -1,5 +1,7 @@
 #include "tachyon/model/model_weights.h"
 
+#include "tachyon/base/huge_pages.h"
+
 #include "tachyon/model/architecture.h"
 #include "tachyon/model/load_progress.h"
 
@@ -79,6 +81,7 @@ class WeightReader {
         << view.file << ": tensor '" << name << "' has shape " << shape_string(view.shape) << " but the config needs "
         << shape_string(expected->second);
     size_t offset = out.size();
+    reserve_huge(out, offset + static_cast<size_t>(view.numel()));  // before the fill touches it
     out.resize(offset + static_cast<size_t>(view.numel()));
     const size_t count = static_cast<size_t>(view.numel());
     if constexpr (std::is_same_v<T, float>) {
@@ -94,11 +97,22 @@ class WeightReader {
     progress_.add(view.numel() * static_cast<int64_t>(dtype_size(view.dtype)));
   }
 
+  // Reserves room for the parts of a fused matrix that the checkpoint holds, before their
+  // read_into calls: one allocation, advised for huge pages, and no copy as it grows.
+  template <typename T>
+  void reserve_parts(std::initializer_list<std::string> parts, std::vector<T>& out) const {
+    size_t count = 0;
+    for (const std::string& part : parts) {
+      if (checkpoint_.contains(part)) count += static_cast<size_t>(checkpoint_.at(part).numel());
+    }
+    reserve_huge(out, out.size() + count);
+  }
+
   // Reserves room for `count` more elements before a series of read_into calls, so that a large
   // fused array (a layer's experts) is allocated once instead of growing by copies.
   template <typename T>
   static void reserve_more(std::vector<T>& out, int64_t count) {
-    out.reserve(out.size() + static_cast<size_t>(count));
+    reserve_huge(out, out.size() + static_cast<size_t>(count));
   }
 
   template <typename T>
@@ -345,6 +359,11 @@ template <typename T>
 void read_attention(WeightReader& reader, const ModelConfig& config, int64_t l, BasicLayerWeights<T>& lw) {
   const auto weight = [l](const char* proj) { return layer_name(l, fmt::format("self_attn.{}.weight", proj)); };
   const bool qkv_bf16 = reader.keeps_bf16({weight("q_proj"), weight("k_proj"), weight("v_proj")});
+  if (qkv_bf16) {
+    reader.reserve_parts({weight("q_proj"), weight("k_proj"), weight("v_proj")}, lw.qkv_bf16);
+  } else {
+    reader.reserve_parts({weight("q_proj"), weight("k_proj"), weight("v_proj")}, lw.qkv);
+  }
   for (const char* proj : {"q_proj", "k_proj", "v_proj"}) {
     read_matrix_part(reader, weight(proj), qkv_bf16, lw.qkv, lw.qkv_bf16);
     if (config.qkv_bias) reader.read_into(layer_name(l, fmt::format("self_attn.{}.bias", proj).c_str()), lw.qkv_bias);
@@ -396,6 +415,11 @@ void read_layer(WeightReader& reader, const ModelConfig& config, int64_t l, Basi
   }
   const std::string gate = layer_name(l, "mlp.gate_proj.weight"), up = layer_name(l, "mlp.up_proj.weight");
   const bool gate_up_bf16 = reader.keeps_bf16({gate, up});
+  if (gate_up_bf16) {
+    reader.reserve_parts({gate, up}, lw.gate_up_bf16);
+  } else {
+    reader.reserve_parts({gate, up}, lw.gate_up);
+  }
   read_matrix_part(reader, gate, gate_up_bf16, lw.gate_up, lw.gate_up_bf16);
   read_matrix_part(reader, up, gate_up_bf16, lw.gate_up, lw.gate_up_bf16);
   read_matrix(reader, layer_name(l, "mlp.down_proj.weight"), lw.down, lw.down_bf16);

@@ -1,5 +1,7 @@
 #include "tachyon/runner/paged_attention_backend.h"
 
+#include "tachyon/base/huge_pages.h"
+
 #include <cmath>
 
 #include "tachyon/base/check.h"
@@ -49,16 +51,19 @@ PagedKvCache::PagedKvCache(const model::ModelConfig& config, int32_t blocks, int
       << config.architecture << ": sparse attention (DSA) runs in the absorbed MLA form only";
   if (config.is_mla() && form == model::MlaAttentionForm::kAbsorbed) {
     latent_size = model::kv_values_per_token(config, form);
-    latents.assign(static_cast<size_t>(config.num_hidden_layers),
-                   std::vector<float>(slots * static_cast<size_t>(latent_size)));
+    latents.resize(static_cast<size_t>(config.num_hidden_layers));
+    for (std::vector<float>& layer : latents) layer = huge_vector<float>(slots * static_cast<size_t>(latent_size));
     index_key_size = model::index_key_values_per_token(config);
     index_keys = model::index_key_storage(config, static_cast<int64_t>(slots));
     return;
   }
   kv_size = config.kv_size();
   v_size = config.v_size();
-  keys.assign(static_cast<size_t>(config.num_hidden_layers), std::vector<float>(slots * static_cast<size_t>(kv_size)));
-  values.assign(static_cast<size_t>(config.num_hidden_layers), std::vector<float>(slots * static_cast<size_t>(v_size)));
+  // Each layer's zeros faulted in once, in huge pages where offered (base/huge_pages.h).
+  keys.resize(static_cast<size_t>(config.num_hidden_layers));
+  for (std::vector<float>& layer : keys) layer = huge_vector<float>(slots * static_cast<size_t>(kv_size));
+  values.resize(static_cast<size_t>(config.num_hidden_layers));
+  for (std::vector<float>& layer : values) layer = huge_vector<float>(slots * static_cast<size_t>(v_size));
 }
 
 PagedAttentionBackend::PagedAttentionBackend(const model::ModelConfig& config, PagedKvCache& cache,
