@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "tachyon/base/check.h"
+#include "tachyon/base/huge_pages.h"
 #include "tachyon/model/online_fp8.h"
 #include "tachyon/tensor/dtype.h"
 
@@ -25,7 +26,7 @@ constexpr auto layer_tensors() {
 }
 
 std::vector<uint16_t> round_to_bf16(std::vector<float>&& values) {
-  std::vector<uint16_t> out(values.size());
+  std::vector<uint16_t> out = huge_vector<uint16_t>(values.size());
   convert_from_f32(values.data(), values.size(), DType::kBF16, out.data());
   std::vector<float>().swap(values);  // the f32 copy goes now, not with the whole model
   return out;
@@ -104,7 +105,7 @@ Fp8BlockWeight to_fp8_gpu_form(std::span<const float> weight, int64_t cols, cons
       << "FP8 blocks of " << block_cols << " columns cannot be held as factors per " << kFp8ScaleCols
       << " columns (the GPU's FP8 form); supported: multiples of " << kFp8ScaleCols << " or whole rows";
   Fp8BlockWeight out{.rows = rows, .cols = cols, .block_rows = 1, .block_cols = kFp8ScaleCols};
-  out.data.reserve(weight.size());
+  reserve_huge(out.data, weight.size());
   out.scale_inv.reserve(static_cast<size_t>(rows * out.scale_cols()));
   int64_t row0 = 0;
   for (int64_t part : part_rows) {

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "tachyon/base/check.h"
+#include "tachyon/base/huge_pages.h"
 
 namespace tachyon {
 
@@ -62,7 +63,7 @@ Fp8BlockWeight quantize_fp8_blocks(std::span<const float> weight, int64_t rows, 
                 weight.size() == static_cast<size_t>(rows * cols))
       << "FP8 block quantization of a [" << rows << ", " << cols << "] weight from " << weight.size() << " values";
   Fp8BlockWeight q{.rows = rows, .cols = cols, .block_rows = block_rows, .block_cols = block_cols};
-  q.data.resize(weight.size());
+  q.data = huge_vector<uint8_t>(weight.size());  // a real weight's codes: 2 MB pages (base/huge_pages.h)
   q.scale_inv.resize(static_cast<size_t>(q.scale_rows() * q.scale_cols()));
   // Blocks are independent: threads share them (a real model quantizes billions of values at load).
   const int64_t scale_rows = q.scale_rows(), scale_cols = q.scale_cols();
