@@ -1,7 +1,7 @@
 // Buffers a model's load fills at once (its weights: gigabytes) asked to be backed by 2 MB pages.
 // Filling fresh memory faults it in page by page; at 4 KB a page, a load spends most of its time in
-// page faults on a virtual machine (the 1B shape on the CPU: 23.1 s with 4 KB pages, 5.4 s with
-// transparent huge pages for every allocation; bench/results/2026-12-05-huge-page-weights-cpu.json).
+// page faults on a virtual machine (the 1B shape's CPU start-up: 19-23 s in 4 KB pages, ~3 s with
+// its weights and KV cache advised here; bench/results/2026-12-05-huge-page-weights-cpu.json).
 // Linux's transparent huge pages in "madvise" mode (Debian's default) back a range with them only
 // when asked, before its first touch: that is this. Only long-lived weight buffers ask, not the
 // server's request heap, whose freed pages go back to the system (base/heap_trim.h).
