@@ -97,7 +97,7 @@ if part pd; then
   echo "== PD suite on the GPU:"
   set +e
   pd_tests="router|guards|abort|choice|faults|equivalence|least_loaded|pull_killed|serve_busy|stream_killed"
-  pd_tests+="|speculative|options"
+  pd_tests+="|speculative|options|usage"
   TACHYON_PD_DEVICE=cuda XDG_CACHE_HOME="$fresh/pd-cache" ctest --test-dir $BUILD_DIR -j 1 --timeout 300 \
     --output-on-failure -R "^server\.pd_($pd_tests)\$" > "$OUT_DIR/pd-gpu.log" 2>&1
   pd_rc=$?
