@@ -44,7 +44,7 @@ struct FuzzTally {
 // Keeps the last two cases in a file: a case that crashes the process takes the test's report
 // with it, and the crash may come while the next case is being sent (a server thread trips over
 // what the previous one left). Written aside and renamed, so a crash never finds it half
-// written; removed when the fuzzer ends.
+// written; removed when the fuzzer ends, unless a case failed (keep_file: the failure names it).
 class CaseLog {
  public:
   explicit CaseLog(const char* name)
@@ -53,7 +53,14 @@ class CaseLog {
     std::printf("[%s fuzz] the last two cases are kept in %s (read it after a crash)\n", name, path_.c_str());
     std::fflush(stdout);
   }
-  ~CaseLog() { std::filesystem::remove(path_); }
+  ~CaseLog() {
+    if (!kept_) std::filesystem::remove(path_);
+  }
+  // The file stays after the fuzzer: its last case is the one that failed.
+  void keep_file() {
+    kept_ = true;
+    std::printf("[fuzz] the failing case is the last one in %s\n", path_.c_str());
+  }
   void keep(int number, std::string bytes) {
     const std::string text = previous_ + "== case " + std::to_string(number) + " ==\n" + bytes + "\n";
     const std::filesystem::path aside = path_.string() + ".new";
@@ -65,6 +72,7 @@ class CaseLog {
  private:
   std::filesystem::path path_;
   std::string previous_;
+  bool kept_ = false;
 };
 
 // The promise on one answer; empty when kept.
@@ -284,6 +292,7 @@ TEST_F(ServerAbuseFuzz, HttpFraming) {
     if (broken.empty() && tally.cases % 50 == 0 && !health_ok(port())) broken = "/health did not answer 200 within 1 s";
     if (!broken.empty()) {
       tally.failure = "case " + std::to_string(tally.cases) + ": " + broken + "\n  sent: " + printable(bytes, 600);
+      log.keep_file();
     }
   }
   tally.print("framing");
@@ -639,6 +648,7 @@ TEST_F(ServerAbuseFuzz, RequestJson) {
     if (!broken.empty()) {
       tally.failure = "case " + std::to_string(tally.cases) + " (POST " + path + "): " + broken +
                       "\n  body: " + printable(body, 600);
+      log.keep_file();
     }
   }
   tally.print("json");
