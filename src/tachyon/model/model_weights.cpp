@@ -324,6 +324,17 @@ void read_matrix_part(WeightReader& reader, const std::string& name, bool keep_b
   }
 }
 
+// Room for a fused matrix's `parts` in the vector read_matrix_part fills, before they are read.
+template <typename T>
+void reserve_matrix_parts(const WeightReader& reader, std::initializer_list<std::string> parts, bool keep_bf16,
+                          std::vector<T>& values, std::vector<uint16_t>& bf16) {
+  if (keep_bf16) {
+    reader.reserve_parts(parts, bf16);
+  } else {
+    reader.reserve_parts(parts, values);
+  }
+}
+
 // A matrix of one tensor, into `bf16` or `values` likewise.
 template <typename T>
 void read_matrix(WeightReader& reader, const std::string& name, std::vector<T>& values, std::vector<uint16_t>& bf16) {
@@ -359,11 +370,7 @@ template <typename T>
 void read_attention(WeightReader& reader, const ModelConfig& config, int64_t l, BasicLayerWeights<T>& lw) {
   const auto weight = [l](const char* proj) { return layer_name(l, fmt::format("self_attn.{}.weight", proj)); };
   const bool qkv_bf16 = reader.keeps_bf16({weight("q_proj"), weight("k_proj"), weight("v_proj")});
-  if (qkv_bf16) {
-    reader.reserve_parts({weight("q_proj"), weight("k_proj"), weight("v_proj")}, lw.qkv_bf16);
-  } else {
-    reader.reserve_parts({weight("q_proj"), weight("k_proj"), weight("v_proj")}, lw.qkv);
-  }
+  reserve_matrix_parts(reader, {weight("q_proj"), weight("k_proj"), weight("v_proj")}, qkv_bf16, lw.qkv, lw.qkv_bf16);
   for (const char* proj : {"q_proj", "k_proj", "v_proj"}) {
     read_matrix_part(reader, weight(proj), qkv_bf16, lw.qkv, lw.qkv_bf16);
     if (config.qkv_bias) reader.read_into(layer_name(l, fmt::format("self_attn.{}.bias", proj).c_str()), lw.qkv_bias);
@@ -415,11 +422,7 @@ void read_layer(WeightReader& reader, const ModelConfig& config, int64_t l, Basi
   }
   const std::string gate = layer_name(l, "mlp.gate_proj.weight"), up = layer_name(l, "mlp.up_proj.weight");
   const bool gate_up_bf16 = reader.keeps_bf16({gate, up});
-  if (gate_up_bf16) {
-    reader.reserve_parts({gate, up}, lw.gate_up_bf16);
-  } else {
-    reader.reserve_parts({gate, up}, lw.gate_up);
-  }
+  reserve_matrix_parts(reader, {gate, up}, gate_up_bf16, lw.gate_up, lw.gate_up_bf16);
   read_matrix_part(reader, gate, gate_up_bf16, lw.gate_up, lw.gate_up_bf16);
   read_matrix_part(reader, up, gate_up_bf16, lw.gate_up, lw.gate_up_bf16);
   read_matrix(reader, layer_name(l, "mlp.down_proj.weight"), lw.down, lw.down_bf16);

@@ -66,11 +66,11 @@ class DsmlToolParser : public ToolParser {
       if (rest.starts_with(kInvokeOpen)) {
         const size_t end = rest.find(kInvokeClose);
         if (end == std::string_view::npos && !at_end) {
-          follow(rest.substr(0, rest.size() - partial_marker_suffix(rest, kInvokeClose)), false);
+          follow(rest.substr(0, rest.size() - partial_marker_suffix(rest, kInvokeClose)));
           return false;
         }
         const std::string_view invoke = rest.substr(0, std::min(end, rest.size()));
-        const std::optional<std::string> arguments = follow(invoke, true);
+        const std::optional<std::string> arguments = follow(invoke);
         if (in_call()) {
           end_call(arguments);
         } else {
@@ -94,7 +94,7 @@ class DsmlToolParser : public ToolParser {
 
   // Commits the call at its name and streams the parameters that closed; returns the arguments
   // (nullopt before the name, or when the invoke has none).
-  std::optional<std::string> follow(std::string_view invoke, bool complete) {
+  std::optional<std::string> follow(std::string_view invoke) {
     const size_t head_end = invoke.find('>');
     if (head_end == std::string_view::npos) return std::nullopt;
     const std::optional<std::string> name = attribute(invoke.substr(0, head_end + 1), "name");
@@ -118,7 +118,6 @@ class DsmlToolParser : public ToolParser {
       pos = value_end + kParameterClose.size();
     }
     update_arguments(arguments);
-    (void)complete;
     return arguments + "}";
   }
 

@@ -109,6 +109,7 @@ ApiError engine_failed(const std::string& failure) {
 // outputs: chat only, one per choice (completions: empty, the text is the answer).
 void accumulate(const ServingContext& context, std::vector<ChoiceEvent>&& events, std::vector<CompletionChoiceResult>& choices,
                 std::vector<std::unique_ptr<ChatOutput>>& outputs) {
+  const TokenTextFn token_text = token_text_fn(context);
   for (ChoiceEvent& e : events) {
     CompletionChoiceResult& c = choices[static_cast<size_t>(e.index)];
     if (outputs.empty()) {
@@ -117,7 +118,6 @@ void accumulate(const ServingContext& context, std::vector<ChoiceEvent>&& events
       add_chat_text(*outputs[static_cast<size_t>(e.index)], e.text, e.token_ids, e.finish_reason, c);
       e.finish_reason.reset();  // mapped by add_chat_text
     }
-    const TokenTextFn token_text = token_text_fn(context);
     for (int32_t id : e.token_ids) c.token_texts.push_back(token_text(id));
     c.token_ids.insert(c.token_ids.end(), e.token_ids.begin(), e.token_ids.end());
     if (c.logprobs) c.logprobs->insert(c.logprobs->end(), e.logprobs.begin(), e.logprobs.end());
@@ -196,7 +196,7 @@ class WholeAnswer : public BodyStream {
 class SseAnswer : public BodyStream {
  public:
   SseAnswer(ServingContext& context, Generation g, std::shared_ptr<const engine::KvPayload> imported = nullptr)
-      : context_(context), g_(std::move(g)),
+      : token_text_(token_text_fn(context)), g_(std::move(g)),
         ticket_(context.client_quota().acquire(g_.client, g_.sequences())),      // may throw: before any byte
         run_(std::make_unique<GenerationRun>(context, g_.prompts, g_.params,
                                              g_.skip_special_tokens, std::move(imported))),  // may throw: before any byte
@@ -228,7 +228,7 @@ class SseAnswer : public BodyStream {
       } else if (!g_.echo_texts.empty()) {
         const std::string& prompt = g_.echo_texts[i / static_cast<size_t>(g_.params.n)];
         out += sse_data(completion_chunk(g_.id, g_.created, g_.model, index, prompt, nullptr, std::nullopt,
-                                         token_text_fn(context_)));
+                                         token_text_));
         text_offsets_[i] += code_points(prompt);
       }
     }
@@ -244,8 +244,7 @@ class SseAnswer : public BodyStream {
       const bool with_logprobs = g_.params.logprobs >= 0 && !e.logprobs.empty();
       if (with_logprobs) {
         logprobs.tokens = e.logprobs;
-        const TokenTextFn token_text = token_text_fn(context_);
-        for (int32_t id : e.token_ids) logprobs.texts.push_back(token_text(id));
+        for (int32_t id : e.token_ids) logprobs.texts.push_back(token_text_(id));
         logprobs.text_offset = text_offsets_[static_cast<size_t>(e.index)];
       }
       text_offsets_[static_cast<size_t>(e.index)] += code_points(e.text);
@@ -255,7 +254,7 @@ class SseAnswer : public BodyStream {
       }
       nlohmann::ordered_json chunk = completion_chunk(g_.id, g_.created, g_.model, e.index, e.text,
                                                       with_logprobs ? &logprobs : nullptr, e.finish_reason,
-                                                      token_text_fn(context_));
+                                                      token_text_);
       add_abort_reason(chunk, e.abort_reason);
       out += sse_data(chunk);
     }
@@ -272,7 +271,7 @@ class SseAnswer : public BodyStream {
   void write_chat_event(const ChoiceEvent& e, const LogprobsDelta* logprobs, std::string& out) {
     std::vector<nlohmann::ordered_json> chunks =
         chat_text_chunks(*outputs_[static_cast<size_t>(e.index)], g_.id, g_.created, g_.model, e.index, e.text,
-                         e.token_ids, e.finish_reason, logprobs, token_text_fn(context_));
+                         e.token_ids, e.finish_reason, logprobs, token_text_);
     add_abort_reason(chunks.back(), e.abort_reason);  // the finishing chunk (there is always one)
     for (const auto& chunk : chunks) out += sse_data(chunk);
   }
@@ -282,7 +281,7 @@ class SseAnswer : public BodyStream {
     return std::count_if(text.begin(), text.end(), [](char ch) { return (static_cast<unsigned char>(ch) & 0xC0) != 0x80; });
   }
 
-  ServingContext& context_;
+  const TokenTextFn token_text_;  // a token's text (logprobs, echoed prompts' chunks)
   const Generation g_;
   std::unique_ptr<ClientQuota::Ticket> ticket_;  // released when the run ends, or after it is gone
   std::unique_ptr<GenerationRun> run_;
