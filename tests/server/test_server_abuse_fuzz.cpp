@@ -1,8 +1,9 @@
 // Fuzzers of HTTP framing and of request JSON, with fixed seeds and a time bound (~10 s each;
-// TACHYON_ABUSE_FULL=1: 5 minutes each; TACHYON_ABUSE_SEED=N: the fuzzers' cases from seed
-// N). Every answer must be well-formed, below 500, and an OpenAI error body from 400 up
-// (Anthropic's on /v1/messages); /health must answer within 1 s every 50 cases. A crash leaves the
-// last two cases in the file named at the fuzzer's start.
+// TACHYON_ABUSE_FULL=1: 5 minutes each; TACHYON_ABUSE_SEED=N: the fuzzers' cases from seed N;
+// TACHYON_ABUSE_REPLAY=N: the framing fuzzer's case N, sent again and again). Every answer must be
+// well-formed, below 500, and an OpenAI error body from 400 up (Anthropic's on /v1/messages);
+// /health must answer within 1 s every 50 cases. A crash leaves the last two cases in the file
+// named at the fuzzer's start.
 //   build/tests/server_tests --gtest_filter='ServerAbuseFuzz.*'
 #include "abuse_common.h"
 
@@ -248,7 +249,8 @@ std::string run_framing_case(int port, const std::string& bytes, bool well_frame
     const ReadResult got = c.read_response(r, 60s);
     if (got == ReadResult::kClosed) break;
     if (got == ReadResult::kTimeout) {
-      return well_framed ? "no answer within 60 s" : "neither answered nor closed 60 s after the client's half-close";
+      return (well_framed ? "no answer within 60 s" : "neither answered nor closed 60 s after the client's half-close") +
+             std::string(" (after ") + std::to_string(answers) + " answers)";
     }
     if (got == ReadResult::kMalformed) return "a malformed answer: " + printable(c.pending());
     if (got == ReadResult::kTruncated) {
@@ -272,23 +274,50 @@ std::string run_framing_case(int port, const std::string& bytes, bool well_frame
   return "";
 }
 
+// One case of the framing fuzzer: 1-3 pipelined requests, mutated unless well framed.
+struct FramingCase {
+  std::string bytes;
+  int requests = 0;
+  bool well_framed = false;
+};
+
+FramingCase next_framing_case(std::mt19937_64& rng, const std::vector<std::string>& seeds) {
+  FramingCase c;
+  c.requests = 1 + static_cast<int>(pick(rng, 3));
+  for (int i = 0; i < c.requests; ++i) c.bytes += seeds[pick(rng, seeds.size())];
+  c.well_framed = pick(rng, 8) == 0;
+  if (!c.well_framed) {
+    for (size_t i = 0, n = 1 + pick(rng, 3); i < n; ++i) c.bytes = mutate_framing(std::move(c.bytes), rng);
+  }
+  return c;
+}
+
+// TACHYON_ABUSE_REPLAY=N: the framing fuzzer sends its case N (of the seed's sequence) again and
+// again for the budget, to reproduce a failure that depends on timing.
+int replayed_case() {
+  const char* given = std::getenv("TACHYON_ABUSE_REPLAY");
+  return given != nullptr ? std::atoi(given) : 0;
+}
+
 TEST_F(ServerAbuseFuzz, HttpFraming) {
   std::mt19937_64 rng(fuzz_seed(20240611));
   const std::vector<std::string> seeds = framing_seeds();
   FuzzTally tally;
   CaseLog log("framing");
+  const int replay = replayed_case();
+  FramingCase replayed;
+  for (int generated = 0; generated < replay; ++generated) replayed = next_framing_case(rng, seeds);
+  if (replay > 0) {
+    std::printf("[framing fuzz] replaying case %d (%zu bytes, %s)\n", replay, replayed.bytes.size(),
+                replayed.well_framed ? "well framed" : "then a half-close");
+  }
   const auto end = Clock::now() + fuzz_budget();
   while (Clock::now() < end && tally.failure.empty()) {
-    std::string bytes;
-    const int requests = 1 + static_cast<int>(pick(rng, 3));
-    for (int i = 0; i < requests; ++i) bytes += seeds[pick(rng, seeds.size())];
-    const bool well_framed = pick(rng, 8) == 0;
-    if (!well_framed) {
-      for (size_t i = 0, n = 1 + pick(rng, 3); i < n; ++i) bytes = mutate_framing(std::move(bytes), rng);
-    }
+    const FramingCase next = replay > 0 ? replayed : next_framing_case(rng, seeds);
+    const std::string& bytes = next.bytes;
     ++tally.cases;
     log.keep(tally.cases, bytes);
-    std::string broken = run_framing_case(port(), bytes, well_framed, requests, tally);
+    std::string broken = run_framing_case(port(), bytes, next.well_framed, next.requests, tally);
     if (broken.empty() && tally.cases % 50 == 0 && !health_ok(port())) broken = "/health did not answer 200 within 1 s";
     if (!broken.empty()) {
       tally.failure = "case " + std::to_string(tally.cases) + ": " + broken + "\n  sent: " + printable(bytes, 600);

@@ -386,7 +386,7 @@ void HttpConnection::arm_tick() {
 // Reads while the body streams: a hang-up ends the connection (and the generation) at once;
 // bytes of a pipelined next request are kept, up to one head's worth.
 void HttpConnection::watch_peer() {
-  if (buffer_.size() >= env_.options.max_header_bytes) return;
+  if (peer_gone_ || buffer_.size() >= env_.options.max_header_bytes) return;
   watching_ = true;
   stream_.socket().async_read_some(buffer_.prepare(1024), [self = shared_from_this()](beast::error_code ec, size_t n) {
     self->on_watch(ec, n);
@@ -397,6 +397,9 @@ void HttpConnection::on_watch(beast::error_code ec, size_t bytes) {
   watching_ = false;
   buffer_.commit(bytes);
   if (closed_) return;
+  // A half-close (or reset) is reported to one read only: a later read of this socket may wait
+  // forever (seen with a half-close that came as the answer ended), so it is remembered here.
+  if (ec ? ec != net::error::operation_aborted : bytes == 0) peer_gone_ = true;
   if (ending_) {
     ending_ = false;
     return next_or_close();
@@ -424,6 +427,7 @@ void HttpConnection::end_response() {
 
 void HttpConnection::next_or_close() {
   if (closed_) return;
+  if (peer_gone_) return close();  // the client said it sends nothing more, and it has its answer
   if (!keep_alive_) return graceful_close();
   wait_for_request();
 }

@@ -123,6 +123,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   bool body_done_ = false;
   net::steady_timer tick_;
   bool watching_ = false;  // a read is pending to notice a hang-up
+  bool peer_gone_ = false;  // that read saw the client's half-close or reset
   bool ending_ = false;    // the body is complete; waiting for that read to be cancelled
   bool closed_ = false;
   char discard_[4096];
