@@ -83,6 +83,53 @@ TEST(ServerReliability, NonStreamedRequestIsAbortedWhenTheClientLeaves) {
   EXPECT_LT(stats.generated_tokens, 16000);
 }
 
+// The same with more than a request head's worth of bytes (32 KB) pipelined behind the request:
+// the connection keeps only that much of them, yet still reads on, so it sees the hang-up.
+TEST(ServerReliability, NonStreamedRequestIsAbortedWhenTheClientLeavesBehindAFullPipeline) {
+  core::EngineConfig engine = ServerUnderTest::default_engine();
+  engine.scheduler.max_model_len = 16384;
+  engine.num_blocks = 1100;
+  ServerUnderTest server(engine);
+  {
+    RawConnection client(server.server->bound_port());
+    ASSERT_TRUE(
+        client.send(http_request("POST", "/v1/completions", R"({"prompt":"x","max_tokens":16000,"ignore_eos":true})")));
+    const auto generating = std::chrono::steady_clock::now() + std::chrono::seconds(8);
+    while (server.context->engine().stats().generated_tokens == 0 && std::chrono::steady_clock::now() < generating) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_GT(server.context->engine().stats().generated_tokens, 0);
+    std::string pipelined;
+    while (pipelined.size() < (64u << 10)) pipelined += http_request("GET", "/health");
+    ASSERT_TRUE(client.send(pipelined));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(8);
+  while (server.context->engine().stats().requests_aborted == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(server.wait_idle(std::chrono::seconds(8)));
+  auto stats = server.context->engine().stats();
+  EXPECT_EQ(stats.requests_aborted, 1);
+  EXPECT_LT(stats.generated_tokens, 16000);
+}
+
+// A client that pipelines more than 32 KB behind a request being answered gets that answer, with
+// "Connection: close", and the connection closes after it: the requests behind go unanswered.
+TEST(ServerReliability, APipelineBeyondAHeadsWorthEndsTheConnectionAfterTheAnswer) {
+  ServerUnderTest server;
+  RawConnection client(server.server->bound_port());
+  std::string pipelined;
+  while (pipelined.size() < (64u << 10)) pipelined += http_request("GET", "/health");
+  ASSERT_TRUE(client.send(
+      http_request("POST", "/v1/completions", R"({"prompt":"x","max_tokens":400,"ignore_eos":true})") + pipelined));
+  RawResponse r;
+  ASSERT_EQ(client.read_response(r, std::chrono::seconds(20)), ReadResult::kResponse);
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.header("Connection"), "close");
+  EXPECT_EQ(json::parse(r.body)["choices"][0]["finish_reason"], "length");
+  EXPECT_TRUE(client.wait_closed(std::chrono::seconds(10)));
+}
+
 TEST(ServerReliability, HealthSays503WhileTheModelLoads) {
   HttpOptions http;
   http.port = 0;

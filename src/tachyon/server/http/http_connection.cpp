@@ -373,29 +373,37 @@ void HttpConnection::write_out() {
   });
 }
 
-// Pumps at least every keepalive_interval: a non-streamed answer writes its space then.
+// Pumps at least every keepalive_interval: a non-streamed answer writes its space then. The wait
+// holds the connection: while the pump is idle and the watching read has stopped (the client
+// half-closed), nothing else does until the body ends or close() cancels it.
 void HttpConnection::arm_tick() {
   tick_.expires_after(env_.options.keepalive_interval);
-  std::weak_ptr<HttpConnection> weak = shared_from_this();
-  tick_.async_wait([weak](beast::error_code ec) {
-    if (ec) return;
-    if (auto self = weak.lock()) self->on_wakeup();
+  tick_.async_wait([self = shared_from_this()](beast::error_code ec) {
+    if (!ec) self->on_wakeup();
   });
 }
 
-// Reads while the body streams: a hang-up ends the connection (and the generation) at once;
-// bytes of a pipelined next request are kept, up to one head's worth.
+// Reads while an answer is made or streamed: a hang-up ends the connection (and the generation)
+// at once. The bytes of pipelined next requests are kept up to one head's worth; past that they
+// are read and dropped, so that a hang-up is still seen, and the connection ends with this answer
+// (its requests behind go unanswered: "Connection: close" where the head is still to be sent).
 void HttpConnection::watch_peer() {
-  if (peer_gone_ || buffer_.size() >= env_.options.max_header_bytes) return;
+  if (peer_gone_) return;
   watching_ = true;
-  stream_.socket().async_read_some(buffer_.prepare(1024), [self = shared_from_this()](beast::error_code ec, size_t n) {
+  const bool keep = buffer_.size() < env_.options.max_header_bytes;
+  const auto into = keep ? buffer_.prepare(1024) : net::mutable_buffer(discard_, sizeof(discard_));
+  stream_.socket().async_read_some(into, [self = shared_from_this(), keep](beast::error_code ec, size_t n) {
+    if (keep) {
+      self->buffer_.commit(n);
+    } else if (n > 0) {
+      self->keep_alive_ = false;
+    }
     self->on_watch(ec, n);
   });
 }
 
 void HttpConnection::on_watch(beast::error_code ec, size_t bytes) {
   watching_ = false;
-  buffer_.commit(bytes);
   if (closed_) return;
   // A half-close (or reset) is reported to one read only: a later read of this socket may wait
   // forever (seen with a half-close that came as the answer ended), so it is remembered here.
