@@ -405,8 +405,9 @@ void HttpConnection::watch_peer() {
 void HttpConnection::on_watch(beast::error_code ec, size_t bytes) {
   watching_ = false;
   if (closed_) return;
-  // A half-close (or reset) is reported to one read only: a later read of this socket may wait
-  // forever (seen with a half-close that came as the answer ended), so it is remembered here.
+  // A half-close (or reset) is reported to one read only: after a read of 0 bytes Asio's reactor
+  // waits for the socket's next readiness edge, which a half-close sends once, so a later read
+  // would wait forever (seen with a half-close that came as the answer ended). It is kept here.
   if (ec ? ec != net::error::operation_aborted : bytes == 0) peer_gone_ = true;
   if (ending_) {
     ending_ = false;
