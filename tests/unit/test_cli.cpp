@@ -220,6 +220,7 @@ TEST_F(CliTest, BenchLatencyWritesVllmStyleJson) {
   EXPECT_GT(result["avg_latency"].get<double>(), 0.0);
   EXPECT_GT(result["decode_step_ms_median"].get<double>(), 0.0);
   EXPECT_GT(result["prefill_ms_median"].get<double>(), 0.0);
+  EXPECT_GT(result["startup_s"].get<double>(), 0.0);
   EXPECT_NE(result["command"].get<std::string>().find("bench latency"), std::string::npos);
 }
 
@@ -233,6 +234,7 @@ TEST_F(CliTest, BenchThroughputCountsEveryToken) {
   EXPECT_EQ(result["num_requests"], 6);
   EXPECT_EQ(result["total_num_tokens"], 6 * (12 + 4));
   EXPECT_GT(result["requests_per_second"].get<double>(), 0.0);
+  EXPECT_GT(result["startup_s"].get<double>(), 0.0);
   EXPECT_GT(result["tokens_per_second"].get<double>(), result["output_tokens_per_second"].get<double>());
 }
 

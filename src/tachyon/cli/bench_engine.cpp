@@ -1,5 +1,6 @@
 #include "tachyon/cli/bench_engine.h"
 
+#include <chrono>
 #include <cstdio>
 
 #include "tachyon/app/runner_factory.h"
@@ -9,6 +10,7 @@ namespace tachyon::cli {
 BenchEngine make_bench_engine(const std::string& model_dir, const core::DeviceConfig& device,
                               const core::SpeculativeConfig& speculative, int64_t max_num_seqs, int64_t max_model_len,
                               int64_t max_num_batched_tokens) {
+  const auto start = std::chrono::steady_clock::now();
   BenchEngine bench;
   bench.config.device = device;
   bench.config.speculative = speculative;
@@ -20,6 +22,7 @@ BenchEngine make_bench_engine(const std::string& model_dir, const core::DeviceCo
   bench.model_config = loaded.model_config;
   bench.runner = loaded.runner.get();
   bench.engine = std::make_unique<engine::EngineCore>(bench.config, std::move(loaded.runner), std::move(loaded.drafter));
+  bench.startup_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return bench;
 }
 

@@ -20,6 +20,9 @@ struct BenchEngine {
   model::ModelConfig model_config;
   const runner::ModelRunner* runner = nullptr;  // owned by `engine`
   std::unique_ptr<engine::EngineCore> engine;
+  // Wall seconds from the start of the load to a ready engine: reading and converting the
+  // weights, uploading them, the KV cache and (on the GPU) the CUDA graphs' capture.
+  double startup_s = 0;
 };
 
 // An engine stepped on the calling thread (no engine thread), without prefix caching: random

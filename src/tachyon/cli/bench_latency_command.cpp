@@ -138,6 +138,7 @@ void run_latency(const LatencyOptions& options) {
       {"input_len", options.input_len},
       {"output_len", options.output_len},
       {"num_iters", options.num_iters},
+      {"startup_s", bench.startup_s},
       {"avg_latency", [&] { double s = 0; for (double t : total) s += t; return s / total.size() / 1e3; }()},
       {"latencies", nlohmann::json(total) /* ms */},
       {"percentiles", {{"50", latency_percentile(total, 50) / 1e3}, {"90", latency_percentile(total, 90) / 1e3}, {"99", latency_percentile(total, 99) / 1e3}}},

@@ -63,6 +63,7 @@ void run_throughput(const ThroughputOptions& options) {
       {"output_len", options.output_len},
       {"max_num_seqs", options.max_num_seqs},
       {"kv_blocks", bench.config.num_blocks},
+      {"startup_s", bench.startup_s},
       {"elapsed_time", seconds},
       {"num_requests", options.num_prompts},
       {"total_num_tokens", total_tokens},
