@@ -93,7 +93,9 @@ TEST_F(ServerResponses, TheAnswerIsTheChatRoutesForTheSameConversation) {
     const bool cut = chat["choices"][0]["finish_reason"] == "length";
     EXPECT_EQ(response["status"], cut ? "incomplete" : "completed");
     EXPECT_EQ(response["output"].back()["status"], cut ? "incomplete" : "completed");
-    if (cut) EXPECT_EQ(response["incomplete_details"]["reason"], "max_output_tokens");
+    if (cut) {
+      EXPECT_EQ(response["incomplete_details"]["reason"], "max_output_tokens");
+    }
     EXPECT_EQ(response["max_output_tokens"], 24);  // echoed
     EXPECT_EQ(response["instructions"], request.value("instructions", json(nullptr)));
   }
@@ -279,9 +281,11 @@ TEST_F(ServerResponses, OutputTextLogprobsAreTheChatRoutesForTheSameConversation
   for (const NamedSseEvent& e : named_sse_events(r->body)) {
     if (e.name == "response.output_text.delta") {
       ++deltas;
-      for (const json& entry : e.data["logprobs"]) concatenated.push_back(entry);
+      for (json entry : e.data["logprobs"]) concatenated.push_back(std::move(entry));
     }
-    if (e.name == "response.output_text.done") EXPECT_EQ(e.data["logprobs"], unordered(expected));
+    if (e.name == "response.output_text.done") {
+      EXPECT_EQ(e.data["logprobs"], unordered(expected));
+    }
   }
   EXPECT_GT(deltas, 1) << r->body;
   EXPECT_EQ(unordered(concatenated), unordered(expected));

@@ -130,7 +130,9 @@ TEST(StructuredNumberRange, AcceptedIsValidAndValidIsAcceptedAwayFromTheBounds) 
       ++checked;
       accepted += ok;
       ASSERT_TRUE(!ok || valid) << b.schema() << " accepted " << text;
-      if (valid && !b.near_a_bound(text)) ASSERT_TRUE(ok) << b.schema() << " refused " << text;
+      if (valid && !b.near_a_bound(text)) {
+        ASSERT_TRUE(ok) << b.schema() << " refused " << text;
+      }
     }
   }
   std::printf("number ranges: %d of %d random numbers accepted\n", accepted, checked);

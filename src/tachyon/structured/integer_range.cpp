@@ -64,7 +64,8 @@ Sequence integer_range(Grammar& g, std::optional<int64_t> lo, std::optional<int6
   // Negative numbers: "-" and a magnitude in [max(1, -hi), -lo].
   if (!lo || *lo < 0) {
     const uint64_t low = hi && *hi < 0 ? magnitude(*hi) : 1;
-    const std::optional<uint64_t> high = lo ? std::optional<uint64_t>(magnitude(*lo)) : std::nullopt;
+    std::optional<uint64_t> high;
+    if (lo) high = magnitude(*lo);
     alternatives.push_back(concat({g.literal("-"), builder.magnitudes(low, high)}));
   }
   // Zero and up: [max(0, lo), hi].
