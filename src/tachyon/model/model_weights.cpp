@@ -352,8 +352,11 @@ void read_experts(WeightReader& reader, const ModelConfig& c, int64_t l, BasicLa
     lw.router_bias = reader.template read<T>(moe_name(names, l, "gate.e_score_correction_bias"));
   }
   if (c.n_shared_experts > 0) {
-    reader.read_into(moe_name(names, l, "shared_experts.gate_proj.weight"), lw.shared_gate_up);
-    reader.read_into(moe_name(names, l, "shared_experts.up_proj.weight"), lw.shared_gate_up);
+    const std::string gate = moe_name(names, l, "shared_experts.gate_proj.weight");
+    const std::string up = moe_name(names, l, "shared_experts.up_proj.weight");
+    reader.reserve_parts({gate, up}, lw.shared_gate_up);
+    reader.read_into(gate, lw.shared_gate_up);
+    reader.read_into(up, lw.shared_gate_up);
     lw.shared_down = reader.template read<T>(moe_name(names, l, "shared_experts.down_proj.weight"));
   }
   WeightReader::reserve_more(lw.experts_gate_up, experts * 2 * moe_inter * h);

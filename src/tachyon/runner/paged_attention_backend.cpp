@@ -1,10 +1,9 @@
 #include "tachyon/runner/paged_attention_backend.h"
 
-#include "tachyon/base/huge_pages.h"
-
 #include <cmath>
 
 #include "tachyon/base/check.h"
+#include "tachyon/base/huge_pages.h"
 #include "tachyon/kernels/attention.h"
 #include "tachyon/kernels/dsa_indexer.h"
 #include "tachyon/kernels/mla_attention.h"
@@ -24,6 +23,14 @@ std::vector<float> fp8_cache_rows(std::span<const float> rows, int64_t width, in
     fp8_block_round_trip(std::span<float>(out.data() + r * width, static_cast<size_t>(quantized)), 1, quantized, 1,
                          group);
   }
+  return out;
+}
+
+// One zeroed buffer of `values` per layer, each faulted in once, in huge pages where offered
+// (base/huge_pages.h).
+std::vector<std::vector<float>> zeroed_layers(int64_t layers, size_t values) {
+  std::vector<std::vector<float>> out(static_cast<size_t>(layers));
+  for (std::vector<float>& layer : out) layer = huge_vector<float>(values);
   return out;
 }
 
@@ -51,19 +58,15 @@ PagedKvCache::PagedKvCache(const model::ModelConfig& config, int32_t blocks, int
       << config.architecture << ": sparse attention (DSA) runs in the absorbed MLA form only";
   if (config.is_mla() && form == model::MlaAttentionForm::kAbsorbed) {
     latent_size = model::kv_values_per_token(config, form);
-    latents.resize(static_cast<size_t>(config.num_hidden_layers));
-    for (std::vector<float>& layer : latents) layer = huge_vector<float>(slots * static_cast<size_t>(latent_size));
+    latents = zeroed_layers(config.num_hidden_layers, slots * static_cast<size_t>(latent_size));
     index_key_size = model::index_key_values_per_token(config);
     index_keys = model::index_key_storage(config, static_cast<int64_t>(slots));
     return;
   }
   kv_size = config.kv_size();
   v_size = config.v_size();
-  // Each layer's zeros faulted in once, in huge pages where offered (base/huge_pages.h).
-  keys.resize(static_cast<size_t>(config.num_hidden_layers));
-  for (std::vector<float>& layer : keys) layer = huge_vector<float>(slots * static_cast<size_t>(kv_size));
-  values.resize(static_cast<size_t>(config.num_hidden_layers));
-  for (std::vector<float>& layer : values) layer = huge_vector<float>(slots * static_cast<size_t>(v_size));
+  keys = zeroed_layers(config.num_hidden_layers, slots * static_cast<size_t>(kv_size));
+  values = zeroed_layers(config.num_hidden_layers, slots * static_cast<size_t>(v_size));
 }
 
 PagedAttentionBackend::PagedAttentionBackend(const model::ModelConfig& config, PagedKvCache& cache,
