@@ -173,5 +173,75 @@ TEST(Fp8Projections, CheckpointsAndOnlineFp8MatchTheCpuReference) {
   }
 }
 
+// The checkpoint's own FP8 flags, as load_fp8_gpu_weights reads them.
+StoredAsFp8 stored_as_fp8_in(const SafetensorsCheckpoint& ckpt, bool online) {
+  return [&ckpt, online](const std::string& name) {
+    return online || (ckpt.contains(name) && ckpt.at(name).dtype == DType::kF8E4M3);
+  };
+}
+
+// The loader goes layer by layer (one layer in f32 at a time); converting the whole f32 model at
+// once is the definition it must equal, bit for bit.
+TEST(Fp8Projections, TheLayerByLayerLoadEqualsTheWholeModelsConversionBitForBit) {
+  struct Case {
+    const char* arch;
+    const char* preset;
+    WeightQuantization format;  // kNone: online FP8 of the bf16 checkpoint
+  };
+  for (const Case& c : {Case{"qwen3", "tiny", WeightQuantization::kNone}, Case{"llama", "tiny", WeightQuantization::kFp8Tensor},
+                        Case{"qwen3", "tiny", WeightQuantization::kFp8Channel},
+                        Case{"deepseek_v3", "tiny-deepseek", WeightQuantization::kFp8Block},
+                        Case{"deepseek_v3", "tiny-deepseek", WeightQuantization::kNone},
+                        Case{"deepseek_v32", "tiny-dsa", WeightQuantization::kFp8Block}}) {
+    SCOPED_TRACE(std::string(c.arch) + "/" + c.preset + "/" + std::string(weight_quantization_name(c.format)));
+    const auto dir = projection_test_dir("by-layer");
+    make_model({.arch = c.arch, .preset = c.preset, .seed = 6, .dtype = DType::kBF16, .out_dir = dir,
+                .quantization = c.format});
+    const ModelConfig config = ModelConfig::from_dir(dir);
+    const SafetensorsCheckpoint ckpt(dir);
+    const bool online = c.format == WeightQuantization::kNone;
+    ModelWeights whole = load_weights(config, ckpt);
+    if (online) quantize_weights_fp8(whole);
+    const Fp8GpuWeights want = make_fp8_gpu_weights(
+        std::move(whole), online ? Fp8SourceGeometry{} : fp8_source_geometry(config.quantization),
+        stored_as_fp8_in(ckpt, online));
+    const Fp8GpuWeights got = load_fp8_gpu_weights(config, ckpt, online);
+    ASSERT_EQ(got.fp8.size(), want.fp8.size());
+    ASSERT_EQ(got.bf16.layers.size(), want.bf16.layers.size());
+    for (size_t l = 0; l < want.fp8.size(); ++l) {
+      EXPECT_TRUE(got.fp8[l] == want.fp8[l]) << "layer " << l << "'s FP8 projections";
+      EXPECT_TRUE(got.bf16.layers[l] == want.bf16.layers[l]) << "layer " << l << "'s bf16 tensors";
+    }
+    EXPECT_EQ(got.bf16.embed_tokens, want.bf16.embed_tokens);
+    EXPECT_EQ(got.bf16.final_norm, want.bf16.final_norm);
+    EXPECT_EQ(got.bf16.lm_head, want.bf16.lm_head);
+    std::filesystem::remove_all(dir);
+  }
+}
+
+TEST(WeightsByLayer, EachLayerIsHandedOverInOrderAsLoadWeightsReadsItAndNoneIsKept) {
+  for (const char* preset : {"tiny", "tiny-deepseek"}) {
+    SCOPED_TRACE(preset);
+    const auto dir = projection_test_dir("layers");
+    make_model({.arch = std::string(preset) == "tiny" ? "llama" : "deepseek_v3", .preset = preset, .seed = 2,
+                .dtype = DType::kBF16, .out_dir = dir});
+    const ModelConfig config = ModelConfig::from_dir(dir);
+    const SafetensorsCheckpoint ckpt(dir);
+    const ModelWeights whole = load_weights(config, ckpt);
+    int64_t next = 0;
+    const ModelWeights rest = load_weights_by_layer(config, ckpt, [&](int64_t l, LayerWeights&& layer) {
+      ASSERT_EQ(l, next++);
+      EXPECT_TRUE(layer == whole.layers[static_cast<size_t>(l)]) << "layer " << l;
+    });
+    EXPECT_EQ(next, config.num_hidden_layers);
+    ASSERT_EQ(rest.layers.size(), whole.layers.size());
+    for (const LayerWeights& layer : rest.layers) EXPECT_TRUE(layer == LayerWeights{}) << "a layer was kept";
+    EXPECT_EQ(rest.embed_tokens, whole.embed_tokens);
+    EXPECT_EQ(rest.final_norm, whole.final_norm);
+    EXPECT_EQ(rest.lm_head, whole.lm_head);
+    std::filesystem::remove_all(dir);
+  }
+}
+
 }  // namespace
 }  // namespace tachyon::model

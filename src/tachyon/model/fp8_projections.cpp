@@ -125,54 +125,72 @@ Fp8BlockWeight to_fp8_gpu_form(std::span<const float> weight, int64_t cols, cons
   return out;
 }
 
+BasicLayerWeights<uint16_t> to_bf16_layer(LayerWeights&& layer) {
+  BasicLayerWeights<uint16_t> out;
+  constexpr auto from = layer_tensors<float>();
+  constexpr auto to = layer_tensors<uint16_t>();
+  for (size_t t = 0; t < from.size(); ++t) out.*to[t] = round_to_bf16(std::move(layer.*from[t]));
+  return out;
+}
+
 Bf16ModelWeights to_bf16_weights(ModelWeights&& w) {
   check_f32_matrices(w, "the bf16 conversion of f32 weights");
   Bf16ModelWeights out;
   out.config = w.config;
   out.embed_tokens = round_to_bf16(std::move(w.embed_tokens));
-  out.layers.resize(w.layers.size());
-  constexpr auto from = layer_tensors<float>();
-  constexpr auto to = layer_tensors<uint16_t>();
-  for (size_t l = 0; l < w.layers.size(); ++l) {
-    for (size_t t = 0; t < from.size(); ++t) out.layers[l].*to[t] = round_to_bf16(std::move(w.layers[l].*from[t]));
-  }
+  out.layers.reserve(w.layers.size());
+  for (LayerWeights& layer : w.layers) out.layers.push_back(to_bf16_layer(std::move(layer)));
   out.final_norm = round_to_bf16(std::move(w.final_norm));
   out.lm_head = round_to_bf16(std::move(w.lm_head));
   return out;
 }
 
+Fp8LayerProjections take_fp8_projections(const ModelConfig& c, int64_t layer_index, LayerWeights& layer,
+                                         Fp8SourceGeometry geometry, const StoredAsFp8& stored_as_fp8) {
+  Fp8LayerProjections fp8;
+  for (const Fp8Projection& p : fp8_projection_list(c, layer)) {
+    bool all_fp8 = true;
+    for (const char* name : p.names) all_fp8 = all_fp8 && stored_as_fp8(layer_weight_name(layer_index, name));
+    if (!all_fp8 || (layer.*p.f32).empty()) continue;
+    const std::vector<float>& w = layer.*p.f32;
+    const std::vector<int64_t> parts = p.rows.empty() ? std::vector{static_cast<int64_t>(w.size()) / p.cols} : p.rows;
+    fp8.*p.fp8 = to_fp8_gpu_form(w, p.cols, parts, geometry);
+    std::vector<float>().swap(layer.*p.f32);  // uploaded in FP8 only
+  }
+  return fp8;
+}
+
 Fp8GpuWeights make_fp8_gpu_weights(ModelWeights&& weights, Fp8SourceGeometry geometry,
                                    const StoredAsFp8& stored_as_fp8) {
   check_f32_matrices(weights, "the FP8 projections");
-  const ModelConfig& c = weights.config;
-  std::vector<Fp8LayerProjections> fp8(weights.layers.size());
+  std::vector<Fp8LayerProjections> fp8;
+  fp8.reserve(weights.layers.size());
   for (size_t l = 0; l < weights.layers.size(); ++l) {
-    LayerWeights& layer = weights.layers[l];
-    for (const Fp8Projection& p : fp8_projection_list(c, layer)) {
-      bool all_fp8 = true;
-      for (const char* name : p.names) all_fp8 = all_fp8 && stored_as_fp8(layer_weight_name(static_cast<int64_t>(l), name));
-      if (!all_fp8 || (layer.*p.f32).empty()) continue;
-      const std::vector<float>& w = layer.*p.f32;
-      const std::vector<int64_t> parts = p.rows.empty() ? std::vector{static_cast<int64_t>(w.size()) / p.cols} : p.rows;
-      fp8[l].*p.fp8 = to_fp8_gpu_form(w, p.cols, parts, geometry);
-      std::vector<float>().swap(layer.*p.f32);  // uploaded in FP8 only
-    }
+    fp8.push_back(take_fp8_projections(weights.config, static_cast<int64_t>(l), weights.layers[l], geometry,
+                                       stored_as_fp8));
   }
   return {to_bf16_weights(std::move(weights)), std::move(fp8)};
 }
 
+// Read layer by layer (load_weights_by_layer): each layer is quantized and converted before the
+// next is read, so the host holds the model in its GPU form and one layer in f32.
 Fp8GpuWeights load_fp8_gpu_weights(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint, bool online) {
   TACHYON_CHECK(online || config.quantization.quantized())
       << "internal: FP8 GPU weights asked for a checkpoint that is not FP8, without online quantization";
-  ModelWeights weights = load_weights(config, checkpoint);
-  if (online) {
-    quantize_weights_fp8(weights);
-    return make_fp8_gpu_weights(std::move(weights), {128, 128}, [](const std::string&) { return true; });
-  }
-  return make_fp8_gpu_weights(std::move(weights), fp8_source_geometry(config.quantization),
-                              [&checkpoint](const std::string& name) {
-                                return checkpoint.contains(name) && checkpoint.at(name).dtype == DType::kF8E4M3;
-                              });
+  const Fp8SourceGeometry geometry = online ? Fp8SourceGeometry{128, 128} : fp8_source_geometry(config.quantization);
+  const StoredAsFp8 stored_as_fp8 = [&checkpoint, online](const std::string& name) {
+    return online || (checkpoint.contains(name) && checkpoint.at(name).dtype == DType::kF8E4M3);
+  };
+  std::vector<Fp8LayerProjections> fp8(static_cast<size_t>(config.num_hidden_layers));
+  std::vector<BasicLayerWeights<uint16_t>> bf16_layers(fp8.size());
+  ModelWeights rest = load_weights_by_layer(config, checkpoint, [&](int64_t l, LayerWeights&& layer) {
+    if (online) quantize_layer_fp8(config, layer);
+    fp8[static_cast<size_t>(l)] = take_fp8_projections(config, l, layer, geometry, stored_as_fp8);
+    bf16_layers[static_cast<size_t>(l)] = to_bf16_layer(std::move(layer));
+  });
+  Fp8GpuWeights out{to_bf16_weights(std::move(rest)), std::move(fp8)};  // the embeddings, final norm and head
+  out.bf16.layers = std::move(bf16_layers);
+  return out;
 }
 
 }  // namespace tachyon::model

@@ -15,7 +15,7 @@
 // back the stored E4M3 bytes and the factor to within one f32 rounding, so the GPU computes with
 // the values the CPU reference uses. The checkpoint's bytes are not carried through the loader
 // on purpose: one reader (model_weights.cpp) stays the only place stored values become the
-// model's, and the cost is host memory during the load (f32 staging), not accuracy.
+// model's, and the cost is one layer in f32 at a time during the load, not accuracy.
 //
 // FP8 on the GPU: the projections of dense attention and MLP (qkv, o, gate_up, down), latent
 // attention's q_a, q_b (or q), kv_a and o, and DeepSeek's shared experts. Kept in bf16 there
@@ -43,6 +43,7 @@ inline constexpr int64_t kFp8ScaleCols = 128;  // weight columns per factor in t
 // have or keeps in bf16.
 struct Fp8LayerProjections {
   Fp8BlockWeight qkv, o_proj, gate_up, down, shared_gate_up, shared_down, q_a_proj, q_b_proj, kv_a_proj;
+  bool operator==(const Fp8LayerProjections&) const = default;
 };
 
 // A model as an FP8 run uploads it: bf16 for everything not in `fp8` (whose bf16 fields are then
@@ -69,15 +70,24 @@ Fp8BlockWeight to_fp8_gpu_form(std::span<const float> weight, int64_t cols, cons
 // Whether the checkpoint stores the HF tensor `name` in FP8 (online FP8: always true).
 using StoredAsFp8 = std::function<bool(const std::string& name)>;
 
+// One layer's FP8 projections (layer `layer_index` of the checkpoint) in the GPU form, their f32
+// fields emptied; the projections `stored_as_fp8` does not name as FP8 stay in `layer`.
+Fp8LayerProjections take_fp8_projections(const ModelConfig& config, int64_t layer_index, LayerWeights& layer,
+                                         Fp8SourceGeometry geometry, const StoredAsFp8& stored_as_fp8);
+
 // The GPU weights of an FP8 run from the f32 weights the CPU reference computes with, consumed.
 Fp8GpuWeights make_fp8_gpu_weights(ModelWeights&& weights, Fp8SourceGeometry geometry, const StoredAsFp8& stored_as_fp8);
 
 // The GPU weights of an FP8 run, read from `checkpoint`: an FP8 checkpoint's (config.quantization
 // says its format; its FP8 projections stay FP8), or with `online` (--quantization fp8) any
-// checkpoint's, quantized at load as the CPU reference quantizes it (online_fp8.h).
+// checkpoint's, quantized at load as the CPU reference quantizes it (online_fp8.h). The same
+// weights as make_fp8_gpu_weights of the whole f32 model, made one layer at a time: the host
+// holds one layer in f32 during the load, not the model.
 Fp8GpuWeights load_fp8_gpu_weights(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint, bool online);
 
 // Every tensor of `weights` rounded to bf16 (round to nearest even), consumed layer by layer.
 Bf16ModelWeights to_bf16_weights(ModelWeights&& weights);
+// One layer's tensors rounded to bf16, consumed.
+BasicLayerWeights<uint16_t> to_bf16_layer(LayerWeights&& layer);
 
 }  // namespace tachyon::model

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <map>
 #include <type_traits>
@@ -436,16 +437,22 @@ void read_layer(WeightReader& reader, const ModelConfig& config, int64_t l, Basi
   }
 }
 
+// `take_layer`, when given, receives each layer once read; the weights then keep it empty.
 template <typename T>
 BasicModelWeights<T> load_weights_as(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
-                                     Bf16MatrixHolding holding) {
+                                     Bf16MatrixHolding holding,
+                                     const std::function<void(int64_t, BasicLayerWeights<T>&&)>& take_layer = {}) {
   WeightReader reader(config, checkpoint, holding);
   BasicModelWeights<T> w;
   w.config = config;
   w.embed_tokens = reader.template read<T>("model.embed_tokens.weight");
   w.layers.resize(static_cast<size_t>(config.num_hidden_layers));
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
-    read_layer(reader, config, l, w.layers[static_cast<size_t>(l)]);
+    BasicLayerWeights<T>& layer = w.layers[static_cast<size_t>(l)];
+    read_layer(reader, config, l, layer);
+    if (!take_layer) continue;
+    take_layer(l, std::move(layer));
+    layer = {};  // whatever the taker left behind goes now, before the next layer is read
   }
   w.final_norm = reader.template read<T>("model.norm.weight");
   if (!config.tie_word_embeddings) read_matrix(reader, "lm_head.weight", w.lm_head, w.lm_head_bf16);
@@ -484,6 +491,12 @@ std::vector<MtpWeights> load_mtp_weights(const ModelConfig& config, const Safete
 ModelWeights load_weights(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
                           Bf16MatrixHolding holding) {
   return load_weights_as<float>(config, checkpoint, holding);
+}
+
+ModelWeights load_weights_by_layer(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
+                                   const TakeLayer& take_layer) {
+  TACHYON_CHECK(take_layer) << "internal: load_weights_by_layer without a taker of layers";
+  return load_weights_as<float>(config, checkpoint, Bf16MatrixHolding::kWidenToF32, take_layer);
 }
 
 bool holds_bf16_matrices(const ModelWeights& weights) {

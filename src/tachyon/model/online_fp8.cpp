@@ -10,12 +10,12 @@ namespace tachyon::model {
 namespace {
 
 // Round-trips the [rows, cols] matrices stacked in `weight`, each of `parts` rows (in order).
-void round_trip_parts(std::vector<float>& weight, int64_t cols, std::initializer_list<int64_t> parts) {
+void round_trip_parts(std::span<float> weight, int64_t cols, std::initializer_list<int64_t> parts) {
   if (weight.empty()) return;
   int64_t offset = 0;
   for (int64_t rows : parts) {
     if (rows == 0) continue;
-    fp8_block_round_trip(std::span<float>(weight.data() + offset * cols, static_cast<size_t>(rows * cols)), rows, cols);
+    fp8_block_round_trip(weight.subspan(static_cast<size_t>(offset * cols), static_cast<size_t>(rows * cols)), rows, cols);
     offset += rows;
   }
   TACHYON_CHECK(static_cast<size_t>(offset * cols) == weight.size())
@@ -33,10 +33,7 @@ void round_trip_experts(std::vector<float>& weight, int64_t num_experts, int64_t
   if (weight.empty()) return;
   const size_t per_expert = weight.size() / static_cast<size_t>(num_experts);
   for (int64_t e = 0; e < num_experts; ++e) {
-    std::vector<float> expert(weight.begin() + static_cast<std::ptrdiff_t>(e * per_expert),
-                              weight.begin() + static_cast<std::ptrdiff_t>((e + 1) * per_expert));
-    round_trip_parts(expert, cols, parts);
-    std::copy(expert.begin(), expert.end(), weight.begin() + static_cast<std::ptrdiff_t>(e * per_expert));
+    round_trip_parts(std::span<float>(weight).subspan(static_cast<size_t>(e) * per_expert, per_expert), cols, parts);
   }
 }
 
@@ -49,31 +46,32 @@ void check_quantization_method(const std::string& method) {
 
 void quantize_weights_fp8(ModelWeights& weights) {
   check_f32_matrices(weights, "online FP8 quantization");
-  const ModelConfig& c = weights.config;
+  for (LayerWeights& layer : weights.layers) quantize_layer_fp8(weights.config, layer);
+}
+
+void quantize_layer_fp8(const ModelConfig& c, LayerWeights& l) {
   const int64_t hidden = c.hidden_size;
-  for (LayerWeights& l : weights.layers) {
-    round_trip_parts(l.qkv, hidden, {c.q_size(), c.kv_size(), c.kv_size()});
-    if (!l.o_proj.empty()) round_trip(l.o_proj, static_cast<int64_t>(l.o_proj.size()) / hidden);
-    const int64_t intermediate = static_cast<int64_t>(l.gate_up.size()) / (2 * hidden);
-    round_trip_parts(l.gate_up, hidden, {intermediate, intermediate});
-    if (!l.down.empty()) round_trip(l.down, static_cast<int64_t>(l.down.size()) / hidden);
-    if (!l.experts_gate_up.empty()) {
-      const int64_t moe = c.moe_intermediate_size;
-      round_trip_experts(l.experts_gate_up, c.num_experts, hidden, {moe, moe});
-      round_trip_experts(l.experts_down, c.num_experts, moe, {hidden});
-    }
-    const int64_t shared = static_cast<int64_t>(l.shared_gate_up.size()) / (2 * hidden);
-    round_trip_parts(l.shared_gate_up, hidden, {shared, shared});
-    if (!l.shared_down.empty()) round_trip(l.shared_down, shared);
-    // Latent attention: q_a [q_lora, hidden]; q_b [heads * qk, q_lora or hidden]; kv_a [.., hidden];
-    // kv_b [.., kv_lora].
-    round_trip(l.q_a_proj, hidden);
-    if (!l.q_b_proj.empty()) round_trip(l.q_b_proj, l.q_a_proj.empty() ? hidden : c.q_lora_rank);
-    round_trip(l.kv_a_proj, hidden);
-    if (!l.kv_b_proj.empty()) round_trip(l.kv_b_proj, c.kv_lora_rank);
-    if (!l.indexer_wq_b.empty()) round_trip(l.indexer_wq_b, c.q_lora_rank);
-    round_trip(l.indexer_wk, hidden);
+  round_trip_parts(l.qkv, hidden, {c.q_size(), c.kv_size(), c.kv_size()});
+  if (!l.o_proj.empty()) round_trip(l.o_proj, static_cast<int64_t>(l.o_proj.size()) / hidden);
+  const int64_t intermediate = static_cast<int64_t>(l.gate_up.size()) / (2 * hidden);
+  round_trip_parts(l.gate_up, hidden, {intermediate, intermediate});
+  if (!l.down.empty()) round_trip(l.down, static_cast<int64_t>(l.down.size()) / hidden);
+  if (!l.experts_gate_up.empty()) {
+    const int64_t moe = c.moe_intermediate_size;
+    round_trip_experts(l.experts_gate_up, c.num_experts, hidden, {moe, moe});
+    round_trip_experts(l.experts_down, c.num_experts, moe, {hidden});
   }
+  const int64_t shared = static_cast<int64_t>(l.shared_gate_up.size()) / (2 * hidden);
+  round_trip_parts(l.shared_gate_up, hidden, {shared, shared});
+  if (!l.shared_down.empty()) round_trip(l.shared_down, shared);
+  // Latent attention: q_a [q_lora, hidden]; q_b [heads * qk, q_lora or hidden]; kv_a [.., hidden];
+  // kv_b [.., kv_lora].
+  round_trip(l.q_a_proj, hidden);
+  if (!l.q_b_proj.empty()) round_trip(l.q_b_proj, l.q_a_proj.empty() ? hidden : c.q_lora_rank);
+  round_trip(l.kv_a_proj, hidden);
+  if (!l.kv_b_proj.empty()) round_trip(l.kv_b_proj, c.kv_lora_rank);
+  if (!l.indexer_wq_b.empty()) round_trip(l.indexer_wq_b, c.q_lora_rank);
+  round_trip(l.indexer_wk, hidden);
 }
 
 }  // namespace tachyon::model

@@ -19,5 +19,7 @@ namespace tachyon::model {
 void check_quantization_method(const std::string& method);
 
 void quantize_weights_fp8(ModelWeights& weights);
+// One layer's share of quantize_weights_fp8 (its f32 fields), for loaders that go layer by layer.
+void quantize_layer_fp8(const ModelConfig& config, LayerWeights& layer);
 
 }  // namespace tachyon::model

@@ -30,6 +30,7 @@ struct Fp8BlockWeight {
 
   int64_t scale_rows() const { return (rows + block_rows - 1) / block_rows; }
   int64_t scale_cols() const { return (cols + block_cols - 1) / block_cols; }
+  bool operator==(const Fp8BlockWeight&) const = default;
 };
 
 // Each block scaled so its largest magnitude maps to 448 (an all-zero block gets factor 1).
