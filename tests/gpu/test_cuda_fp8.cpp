@@ -3,7 +3,8 @@
 // attention tiny models. The same hand-made plans as the bf16 runner tests (prefill chunks, then
 // decode steps replayed from graphs, so both the FP8 GEMV and the dequantize + cuBLASLt path run),
 // logits within the bf16 runner's tolerance; then graphs vs eager and alone vs in a batch give
-// identical tokens, and the FP8 run holds fewer weight bytes than the bf16 run of the same model.
+// identical tokens, and the FP8 run holds fewer weight bytes than the bf16 run of the same model;
+// the MoE models with their routed experts in bf16 (the served path) and in E4M3.
 // The FP8 KV cache (CudaFp8KvCache): dense and latent attention's logits (DSA's index keys too)
 // against the CPU reference's FP8 cache, graphs against eager, and the blocks it holds.
 // Run: build-*/tests/gpu_cuda_fp8 (GPU machine).
@@ -21,6 +22,8 @@ namespace {
 struct Fp8Variant {
   std::string arch, preset;
   model::WeightQuantization format;  // kNone: --quantization fp8 of the plain checkpoint
+  // The routed experts in bf16 (the served path, app/runner_factory.cpp) or in E4M3.
+  model::Fp8RoutedExperts experts = model::Fp8RoutedExperts::kBf16;
 };
 
 fs::path make_fp8_tiny(const Fp8Variant& v) {
@@ -35,9 +38,10 @@ fs::path make_fp8_tiny(const Fp8Variant& v) {
 
 bool online(const Fp8Variant& v) { return v.format == model::WeightQuantization::kNone; }
 
-model::Fp8GpuWeights fp8_weights(const fs::path& dir, bool online_fp8) {
+model::Fp8GpuWeights fp8_weights(const fs::path& dir, bool online_fp8,
+                                 model::Fp8RoutedExperts experts = model::Fp8RoutedExperts::kBf16) {
   model::SafetensorsCheckpoint checkpoint(dir);
-  return model::load_fp8_gpu_weights(model::ModelConfig::from_dir(dir), checkpoint, online_fp8);
+  return model::load_fp8_gpu_weights(model::ModelConfig::from_dir(dir), checkpoint, online_fp8, experts);
 }
 
 // The CPU reference's weights of the FP8 run: dequantized, or round-tripped by online FP8.
@@ -60,7 +64,7 @@ TEST_P(CudaFp8VsCpu, LogitsMatchTheReferenceOnTheSameFp8Weights) {
   const fs::path dir = make_fp8_tiny(GetParam());
   const bool online_fp8 = online(GetParam());
   const core::EngineConfig config = fp8_config(/*eager=*/false, online_fp8);
-  CudaModelRunner gpu(fp8_weights(dir, online_fp8), config);
+  CudaModelRunner gpu(fp8_weights(dir, online_fp8, GetParam().experts), config);
   // The reference's weights rounded to bf16 as the bf16 tests round them: the FP8 values times
   // their factor are not all bf16 values, and the GEMV uses them unrounded (a 2^-9 difference,
   // far inside the tolerance).
@@ -75,7 +79,7 @@ TEST_P(CudaFp8VsCpu, GraphsAndEagerAndBatchCompanyGiveIdenticalTokens) {
   const fs::path dir = make_fp8_tiny(GetParam());
   const bool online_fp8 = online(GetParam());
   const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
-  const model::Fp8GpuWeights weights = fp8_weights(dir, online_fp8);
+  const model::Fp8GpuWeights weights = fp8_weights(dir, online_fp8, GetParam().experts);
   auto gen = gpu_test::rng(13);
   std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(mc.vocab_size - 1));
   std::vector<std::vector<int32_t>> prompts;
@@ -103,11 +107,11 @@ TEST_P(CudaFp8VsCpu, HoldsFewerWeightBytesThanTheBf16Run) {
   const fs::path dir = make_fp8_tiny(GetParam());
   const bool online_fp8 = online(GetParam());
   const core::EngineConfig config = fp8_config(/*eager=*/true, online_fp8);
-  const model::Fp8GpuWeights fp8 = fp8_weights(dir, online_fp8);
+  const model::Fp8GpuWeights fp8 = fp8_weights(dir, online_fp8, GetParam().experts);
   size_t fp8_values = 0;
   for (const model::Fp8LayerProjections& l : fp8.fp8) {
     for (const Fp8BlockWeight* w : {&l.qkv, &l.o_proj, &l.gate_up, &l.down, &l.shared_gate_up, &l.shared_down,
-                                    &l.q_a_proj, &l.q_b_proj, &l.kv_a_proj}) {
+                                    &l.q_a_proj, &l.q_b_proj, &l.kv_a_proj, &l.experts_gate_up, &l.experts_down}) {
       fp8_values += w->data.size();
     }
   }
@@ -256,6 +260,7 @@ TEST(CudaFp8KvCacheRefusals, LatentCacheBlocksOfTokensNotAMultipleOfFourAreRefus
 }
 
 using model::WeightQuantization;
+constexpr model::Fp8RoutedExperts kFp8Experts = model::Fp8RoutedExperts::kFp8;
 INSTANTIATE_TEST_SUITE_P(
     Formats, CudaFp8VsCpu,
     ::testing::Values(Fp8Variant{"qwen3", "tiny-gpu", WeightQuantization::kNone},
@@ -264,12 +269,20 @@ INSTANTIATE_TEST_SUITE_P(
                       Fp8Variant{"llama", "tiny-gpu-bias", WeightQuantization::kFp8Tensor},
                       Fp8Variant{"llama", "tiny-gpu", WeightQuantization::kFbgemmFp8},
                       Fp8Variant{"qwen3_moe", "tiny-gpu-moe-all", WeightQuantization::kFp8Block},
+                      Fp8Variant{"mixtral", "tiny-gpu-mixtral-all", WeightQuantization::kFp8Channel},
                       Fp8Variant{"deepseek_v3", "tiny-gpu-deepseek-all", WeightQuantization::kFp8Block},
                       Fp8Variant{"deepseek_v3", "tiny-gpu-deepseek-all", WeightQuantization::kNone},
-                      Fp8Variant{"deepseek_v32", "tiny-gpu-dsa-all", WeightQuantization::kFp8Block}),
+                      Fp8Variant{"deepseek_v32", "tiny-gpu-dsa-all", WeightQuantization::kFp8Block},
+                      // The routed experts in E4M3 (kernels/cuda/moe.h's E4M3 grouped products).
+                      Fp8Variant{"qwen3_moe", "tiny-gpu-moe-all", WeightQuantization::kFp8Block, kFp8Experts},
+                      Fp8Variant{"mixtral", "tiny-gpu-mixtral-all", WeightQuantization::kFp8Channel, kFp8Experts},
+                      Fp8Variant{"deepseek_v3", "tiny-gpu-deepseek-all", WeightQuantization::kFp8Block, kFp8Experts},
+                      Fp8Variant{"deepseek_v3", "tiny-gpu-deepseek-all", WeightQuantization::kNone, kFp8Experts},
+                      Fp8Variant{"deepseek_v32", "tiny-gpu-dsa-all", WeightQuantization::kFp8Block, kFp8Experts}),
     [](const auto& info) {
       std::string name = info.param.arch + "_" + info.param.preset + "_" +
-                         std::string(model::weight_quantization_name(info.param.format));
+                         std::string(model::weight_quantization_name(info.param.format)) +
+                         (info.param.experts == kFp8Experts ? "_fp8_experts" : "");
       std::replace(name.begin(), name.end(), '-', '_');
       return name;
     });

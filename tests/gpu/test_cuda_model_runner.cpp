@@ -146,7 +146,8 @@ TEST(CudaRunnerSwigluEpilogue, GivesTheLogitsOfSiluAndMulBitForBit) {
         dir, [&](const core::EngineConfig& c) { return std::make_unique<CudaModelRunner>(bf16_weights, c); },
         /*must_fuse=*/false);
     // Online FP8 weights: fp8_gemv serves every product of up to 8 rows, so the fused path must run.
-    const model::Fp8GpuWeights fp8_weights = model::load_fp8_gpu_weights(mc, checkpoint, /*online=*/true);
+    const model::Fp8GpuWeights fp8_weights = model::load_fp8_gpu_weights(mc, checkpoint, /*online=*/true,
+                                                                         model::Fp8RoutedExperts::kBf16);
     expect_swiglu_epilogue_changes_no_bit(
         dir,
         [&](core::EngineConfig c) {

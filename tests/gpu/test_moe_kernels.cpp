@@ -3,7 +3,8 @@
 // itself, ids and their order exact), grouping (every pair once, in its expert's blocks, padding
 // marked), the grouped GEMM (bf16 tolerance, padding rows never written), the decode-sized
 // grouped GEMV (the same, plus: a token's rows bit-identical alone and in any batch, graph
-// capture, argument checks), the combine (with and without the shared expert's addend), the
+// capture, argument checks), the same products over E4M3 experts (against the values the E4M3
+// weights stand for), the combine (with and without the shared expert's addend), the
 // expert-parallel window of the grouping and the combine, and the whole MoE block chained as a
 // model runs it. Fresh random inputs every run (seed printed);
 // outputs are poisoned first, so a row the kernels should write and do not shows up as NaN.
@@ -21,6 +22,7 @@
 #include "tachyon/kernels/cuda/activation.h"
 #include "tachyon/kernels/cuda/moe.h"
 #include "tachyon/model/moe.h"
+#include "tachyon/tensor/fp8.h"
 
 namespace tachyon::kernels::cuda {
 namespace {
@@ -435,25 +437,35 @@ std::vector<float> floats_of(const std::vector<bf16>& values) {
   return out;
 }
 
-// Groups ids with moe_align, then runs moe_grouped_gemv at max_pairs (or moe_grouped_gemm when
-// max_pairs is 0) into a poisoned [rows, n] output with a guard that must stay poisoned.
+// One grouped product into `out` [rows, n] over moe_align's grouping of the ids.
+using GroupedProduct = std::function<void(bf16* out, const int32_t* sorted, const int32_t* blocks, int64_t capacity)>;
+
+// Groups ids with moe_align, then runs `product` into a poisoned [rows, n] output with a guard
+// that must stay poisoned.
+std::vector<bf16> run_grouped_product(int experts, int64_t n, const std::vector<int32_t>& ids,
+                                      const GroupedProduct& product) {
+  const int64_t rows = static_cast<int64_t>(ids.size()), capacity = moe_sorted_capacity(rows, experts);
+  DeviceArray<int32_t> ids_d = upload(ids), sorted(capacity), blocks(capacity / kMoeBlockM);
+  moe_align(sorted.data(), blocks.data(), ids_d.data(), rows, experts, capacity, nullptr);
+  DeviceArray<bf16> out(rows * n + 8);
+  product(out.data(), sorted.data(), blocks.data(), capacity);
+  std::vector<bf16> got = out.download();
+  for (size_t i = rows * n; i < got.size(); ++i) EXPECT_TRUE(std::isnan(__bfloat162float(got[i]))) << "guard " << i;
+  got.resize(rows * n);
+  return got;
+}
+
+// moe_grouped_gemv at max_pairs (or moe_grouped_gemm when max_pairs is 0).
 std::vector<bf16> run_grouped(const ExpertWeights& w, const DeviceArray<bf16>& a, const std::vector<int32_t>& ids,
                               int64_t divisor, int32_t max_pairs) {
-  const int64_t rows = static_cast<int64_t>(ids.size()), capacity = moe_sorted_capacity(rows, w.experts);
-  DeviceArray<int32_t> ids_d = upload(ids), sorted(capacity), blocks(capacity / kMoeBlockM);
-  moe_align(sorted.data(), blocks.data(), ids_d.data(), rows, w.experts, capacity, nullptr);
-  DeviceArray<bf16> out(rows * w.n + 8);
-  if (max_pairs > 0) {
-    moe_grouped_gemv(out.data(), a.data(), w.device.data(), sorted.data(), blocks.data(), capacity, divisor, w.n, w.k,
-                     max_pairs, nullptr);
-  } else {
-    moe_grouped_gemm(out.data(), a.data(), w.device.data(), sorted.data(), blocks.data(), capacity, divisor, w.n, w.k,
-                     nullptr);
-  }
-  std::vector<bf16> got = out.download();
-  for (size_t i = rows * w.n; i < got.size(); ++i) EXPECT_TRUE(std::isnan(__bfloat162float(got[i]))) << "guard " << i;
-  got.resize(rows * w.n);
-  return got;
+  return run_grouped_product(w.experts, w.n, ids, [&](bf16* out, const int32_t* sorted, const int32_t* blocks,
+                                                      int64_t capacity) {
+    if (max_pairs > 0) {
+      moe_grouped_gemv(out, a.data(), w.device.data(), sorted, blocks, capacity, divisor, w.n, w.k, max_pairs, nullptr);
+    } else {
+      moe_grouped_gemm(out, a.data(), w.device.data(), sorted, blocks, capacity, divisor, w.n, w.k, nullptr);
+    }
+  });
 }
 
 // The GEMV on routed pairs against the CPU per pair row, and against the GEMM as a whole.
@@ -712,6 +724,147 @@ TEST(MoeGroupedGemvSilu, RejectsAnIntermediateSizeItCannotPair) {
     moe_grouped_gemv_silu(buffer.data(), buffer.data(), buffer.data(), nullptr, nullptr, 64, 1, 6, 64, 1, nullptr);
   });
   EXPECT_NE(message.find("intermediate 6"), std::string::npos) << message;
+}
+
+// --- E4M3 experts (an FP8 run, model/fp8_projections.h): the grouped GEMV, its SwiGLU form and
+// the GEMM, against the values the E4M3 weights stand for.
+
+// Experts [experts, n, k] in the GPU FP8 form (E4M3 with one factor per row and 128 columns, from
+// tensor/fp8.h's quantizer), and their values e4m3 * factor, which the reference multiplies by.
+struct Fp8Experts {
+  int experts;
+  int64_t n, k;
+  std::vector<float> values;  // [experts, n, k]
+  DeviceArray<uint8_t> data;
+  DeviceArray<float> scale;   // [experts * n, ceil(k / 128)]
+
+  Fp8Experts(std::mt19937_64& gen, int experts_, int64_t n_, int64_t k_)
+      : experts(experts_),
+        n(n_),
+        k(k_),
+        values(static_cast<size_t>(experts_ * n_ * k_)),
+        data(values.size()),
+        scale(static_cast<size_t>(experts_ * n_ * ((k_ + 127) / 128))) {
+    const std::vector<float> w = random_weight_values(gen, values.size());
+    const Fp8BlockWeight q = quantize_fp8_blocks(w, experts * n, k, 1, 128);
+    dequantize_fp8_blocks(q.data, q.scale_inv, experts * n, k, 1, 128, values);
+    data.upload(q.data);
+    scale.upload(q.scale_inv);
+  }
+  const float* row(int e, int64_t j) const { return values.data() + (e * n + j) * k; }
+};
+
+std::vector<bf16> run_fp8_grouped(const Fp8Experts& w, const DeviceArray<bf16>& a, const std::vector<int32_t>& ids,
+                                  int64_t divisor, int32_t max_pairs) {
+  return run_grouped_product(w.experts, w.n, ids, [&](bf16* out, const int32_t* sorted, const int32_t* blocks,
+                                                      int64_t capacity) {
+    if (max_pairs > 0) {
+      moe_grouped_gemv(out, a.data(), w.data.data(), w.scale.data(), sorted, blocks, capacity, divisor, w.n, w.k,
+                       max_pairs, nullptr);
+    } else {
+      moe_grouped_gemm(out, a.data(), w.data.data(), w.scale.data(), sorted, blocks, capacity, divisor, w.n, w.k,
+                       nullptr);
+    }
+  });
+}
+
+// Every pair row of the E4M3 GEMV (max_pairs > 0) or GEMM (0) against the reference in double.
+void check_fp8_routed(std::mt19937_64& gen, const Fp8Experts& w, const std::vector<int32_t>& ids, int64_t divisor,
+                      int32_t max_pairs) {
+  const int64_t rows = static_cast<int64_t>(ids.size()), n = w.n, k = w.k;
+  const std::vector<float> a = random_bf16_values(gen, static_cast<size_t>(rows / divisor * k));
+  const std::vector<float> got = floats_of(run_fp8_grouped(w, upload_bf16(a), ids, divisor, max_pairs));
+  std::vector<float> want(static_cast<size_t>(rows * n));
+  for (int64_t p = 0; p < rows; ++p) {
+    for (int64_t j = 0; j < n; ++j) want[p * n + j] = static_cast<float>(dot(a.data() + p / divisor * k, w.row(ids[p], j), k));
+  }
+  EXPECT_LT(gpu_test::relative_error(got, want), 5e-3) << (max_pairs > 0 ? "the GEMV" : "the GEMM");
+}
+
+TEST(MoeFp8Experts, GemvAndGemmMatchTheReferenceOnTheValuesTheWeightsStandFor) {
+  auto gen = rng(57);
+  struct Shape {
+    int experts, top_k;
+    int64_t n, k, divisor;
+  };
+  // V2-Lite's gate_up and down widths (8 experts, to keep the CPU quantizer quick); a k that ends
+  // 16 values into a factor block (2192 = 17 * 128 + 16); k 96 (one factor block, the GEMM's
+  // second 64-wide slice partial); k 32, the tiny DeepSeek models' expert width.
+  for (Shape sh : {Shape{8, 6, 2816, 2048, 6}, Shape{8, 6, 2048, 1408, 1}, Shape{6, 2, 40, 2192, 2},
+                   Shape{16, 4, 200, 96, 1}, Shape{16, 4, 64, 32, 4}}) {
+    const Fp8Experts w(gen, sh.experts, sh.n, sh.k);
+    for (int64_t tokens : {1, 3, 8, 130}) {
+      SCOPED_TRACE(testing::Message() << sh.experts << " experts, n " << sh.n << " k " << sh.k << ", divisor "
+                                      << sh.divisor << ", " << tokens << " tokens");
+      const std::vector<int32_t> ids = route_distinct(gen, tokens, sh.experts, sh.top_k);
+      if (tokens <= 8) check_fp8_routed(gen, w, ids, sh.divisor, static_cast<int32_t>(tokens));
+      check_fp8_routed(gen, w, ids, sh.divisor, 0);
+      if (HasFailure()) return;
+    }
+  }
+}
+
+// The SwiGLU epilogue is bit for bit the E4M3 GEMV then silu_and_mul, and a token's rows are the
+// same bits alone and in a batch that shares its experts (the bf16 kernel's determinism rule).
+TEST(MoeFp8Experts, SiluIsTheGemvThenSiluAndATokensRowsDoNotDependOnItsBatch) {
+  auto gen = rng(58);
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{2816, 2048}, {48, 2192}, {64, 32}}) {
+    SCOPED_TRACE(testing::Message() << "n " << n << " k " << k);
+    const int experts = 8, top_k = 3;
+    const Fp8Experts w(gen, experts, n, k);
+    const std::vector<int32_t> mine = route_distinct(gen, 1, experts, top_k);
+    const std::vector<float> my_a = random_bf16_values(gen, static_cast<size_t>(k));
+    const std::vector<uint16_t> alone = bits_of(run_fp8_grouped(w, upload_bf16(my_a), mine, top_k, 1));
+    for (int64_t tokens : {1, 4, 8}) {
+      const int64_t at = static_cast<int64_t>(gen() % tokens);
+      std::vector<int32_t> ids;
+      for (int64_t t = 0; t < tokens; ++t) {
+        std::vector<int32_t> theirs = mine;
+        if (t != at) std::shuffle(theirs.begin(), theirs.end(), gen);
+        ids.insert(ids.end(), theirs.begin(), theirs.end());
+      }
+      std::vector<float> a = random_bf16_values(gen, static_cast<size_t>(tokens * k));
+      std::copy(my_a.begin(), my_a.end(), a.begin() + at * k);
+      const DeviceArray<bf16> a_d = upload_bf16(a);
+      const int32_t max_pairs = static_cast<int32_t>(tokens);
+      const std::vector<uint16_t> batch = bits_of(run_fp8_grouped(w, a_d, ids, top_k, max_pairs));
+      const std::vector<uint16_t> at_rows(batch.begin() + at * top_k * n, batch.begin() + (at + 1) * top_k * n);
+      EXPECT_EQ(first_difference(at_rows, alone), -1) << "token " << at << " of " << tokens;
+
+      const int64_t rows = tokens * top_k, capacity = moe_sorted_capacity(rows, experts);
+      DeviceArray<int32_t> ids_d = upload(ids), sorted(capacity), blocks(capacity / kMoeBlockM);
+      moe_align(sorted.data(), blocks.data(), ids_d.data(), rows, experts, capacity, nullptr);
+      DeviceArray<bf16> fused(rows * n / 2), gate_up(rows * n), separate(rows * n / 2);
+      moe_grouped_gemv_silu(fused.data(), a_d.data(), w.data.data(), w.scale.data(), sorted.data(), blocks.data(),
+                            capacity, top_k, n / 2, k, max_pairs, nullptr);
+      moe_grouped_gemv(gate_up.data(), a_d.data(), w.data.data(), w.scale.data(), sorted.data(), blocks.data(),
+                       capacity, top_k, n, k, max_pairs, nullptr);
+      silu_and_mul(separate.data(), gate_up.data(), rows, n / 2, nullptr);
+      const std::vector<uint16_t> fused_bits = bits_of(fused.download());
+      ASSERT_EQ(first_difference(fused_bits, bits_of(separate.download())), -1) << tokens << " tokens";
+      for (uint16_t b : fused_bits) ASSERT_NE(b & 0x7f80u, 0x7f80u) << "a NaN or infinity: an output left unwritten";
+    }
+  }
+}
+
+TEST(MoeFp8Experts, RejectWhatTheyCannotServe) {
+  DeviceArray<bf16> buffer(4096);
+  DeviceArray<uint8_t> weight(4096);
+  DeviceArray<float> scale(64);
+  const std::string odd_k = error_of([&] {
+    moe_grouped_gemv(buffer.data(), buffer.data(), weight.data(), scale.data(), nullptr, nullptr, 64, 1, 64, 24, 1,
+                     nullptr);
+  });
+  EXPECT_NE(odd_k.find("k 24"), std::string::npos) << odd_k;
+  const std::string odd_gemm_k = error_of([&] {
+    moe_grouped_gemm(buffer.data(), buffer.data(), weight.data(), scale.data(), nullptr, nullptr, 64, 1, 64, 40,
+                     nullptr);
+  });
+  EXPECT_NE(odd_gemm_k.find("k 40"), std::string::npos) << odd_gemm_k;
+  const std::string no_factors = error_of([&] {
+    moe_grouped_gemm(buffer.data(), buffer.data(), weight.data(), nullptr, nullptr, nullptr, 64, 1, 64, 64, nullptr);
+  });
+  EXPECT_NE(no_factors.find("no factors"), std::string::npos) << no_factors;
 }
 
 // --- moe_route_decode: router product, top-k and align in one launch.

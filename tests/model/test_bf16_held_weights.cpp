@@ -164,7 +164,7 @@ TEST(Bf16HeldWeightsF32, ReadersOfF32MatricesRefuseHeldOnes) {
   expect_refused(
       [&] {
         make_fp8_gpu_weights(load_weights(config, checkpoint, Bf16MatrixHolding::kKeepBf16), Fp8SourceGeometry{},
-                             [](const std::string&) { return true; });
+                             [](const std::string&) { return true; }, Fp8RoutedExperts::kFp8);
       },
       "the FP8 projections");
 

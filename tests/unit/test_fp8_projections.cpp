@@ -103,7 +103,7 @@ std::filesystem::path projection_test_dir(const std::string& tag) {
 }
 
 // Dequantized GPU projections against the CPU reference's f32 weights; the rest bf16-rounded.
-void expect_matches_reference(const Fp8GpuWeights& gpu, const ModelWeights& reference, bool expect_experts_bf16) {
+void expect_matches_reference(const Fp8GpuWeights& gpu, const ModelWeights& reference, Fp8RoutedExperts experts) {
   ASSERT_EQ(gpu.fp8.size(), reference.layers.size());
   for (size_t l = 0; l < reference.layers.size(); ++l) {
     SCOPED_TRACE(::testing::Message() << "layer " << l);
@@ -131,14 +131,21 @@ void expect_matches_reference(const Fp8GpuWeights& gpu, const ModelWeights& refe
     check(f.q_a_proj, ref.q_a_proj, b.q_a_proj, "q_a_proj");
     check(f.q_b_proj, ref.q_b_proj, b.q_b_proj, "q_b_proj");
     check(f.kv_a_proj, ref.kv_a_proj, b.kv_a_proj, "kv_a_proj");
+    if (experts == Fp8RoutedExperts::kFp8) {
+      check(f.experts_gate_up, ref.experts_gate_up, b.experts_gate_up, "experts_gate_up");
+      check(f.experts_down, ref.experts_down, b.experts_down, "experts_down");
+    } else {
+      EXPECT_EQ(f.experts_gate_up.rows + f.experts_down.rows, 0) << "routed experts in FP8";
+      ASSERT_EQ(b.experts_down.size(), ref.experts_down.size());
+      for (size_t i = 0; i < ref.experts_down.size(); i += 97) ASSERT_EQ(b.experts_down[i], f32_to_bf16(ref.experts_down[i]));
+      ASSERT_EQ(b.experts_gate_up.size(), ref.experts_gate_up.size());
+    }
     EXPECT_GE(fp8_count, 2);
     // Kept in bf16: the reference's values rounded.
     EXPECT_EQ(b.input_norm.size(), ref.input_norm.size());
     for (size_t i = 0; i < ref.input_norm.size(); ++i) EXPECT_EQ(b.input_norm[i], f32_to_bf16(ref.input_norm[i]));
-    if (expect_experts_bf16 && !ref.experts_down.empty()) {
-      ASSERT_EQ(b.experts_down.size(), ref.experts_down.size());
-      EXPECT_EQ(b.experts_down[3], f32_to_bf16(ref.experts_down[3]));
-    }
+    ASSERT_EQ(b.router.size(), ref.router.size());
+    for (size_t i = 0; i < ref.router.size(); ++i) ASSERT_EQ(b.router[i], f32_to_bf16(ref.router[i])) << "router " << i;
     if (!ref.kv_b_proj.empty()) {
       EXPECT_EQ(b.kv_b_proj.size(), ref.kv_b_proj.size());
     }
@@ -158,7 +165,10 @@ TEST(Fp8Projections, CheckpointsAndOnlineFp8MatchTheCpuReference) {
                         Case{"llama", "tiny", WeightQuantization::kFbgemmFp8},
                         Case{"deepseek_v3", "tiny-deepseek", WeightQuantization::kFp8Block},
                         Case{"deepseek_v3", "tiny-deepseek", WeightQuantization::kNone},
-                        Case{"deepseek_v32", "tiny-dsa", WeightQuantization::kFp8Block}}) {
+                        Case{"deepseek_v32", "tiny-dsa", WeightQuantization::kFp8Block},
+                        Case{"qwen3_moe", "tiny-moe", WeightQuantization::kFp8Block},
+                        Case{"mixtral", "tiny-mixtral", WeightQuantization::kNone},
+                        Case{"mixtral", "tiny-mixtral", WeightQuantization::kFp8Channel}}) {
     SCOPED_TRACE(std::string(c.arch) + "/" + c.preset + "/" + std::string(weight_quantization_name(c.format)));
     const auto dir = projection_test_dir("model");
     make_model({.arch = c.arch, .preset = c.preset, .seed = 4, .dtype = DType::kBF16, .out_dir = dir,
@@ -168,7 +178,10 @@ TEST(Fp8Projections, CheckpointsAndOnlineFp8MatchTheCpuReference) {
     const bool online = c.format == WeightQuantization::kNone;
     ModelWeights reference = load_weights(config, ckpt);
     if (online) quantize_weights_fp8(reference);
-    expect_matches_reference(load_fp8_gpu_weights(config, ckpt, online), reference, true);
+    for (Fp8RoutedExperts experts : {Fp8RoutedExperts::kBf16, Fp8RoutedExperts::kFp8}) {
+      SCOPED_TRACE(experts == Fp8RoutedExperts::kFp8 ? "routed experts in FP8" : "routed experts in bf16");
+      expect_matches_reference(load_fp8_gpu_weights(config, ckpt, online, experts), reference, experts);
+    }
     std::filesystem::remove_all(dir);
   }
 }
@@ -192,7 +205,8 @@ TEST(Fp8Projections, TheLayerByLayerLoadEqualsTheWholeModelsConversionBitForBit)
                         Case{"qwen3", "tiny", WeightQuantization::kFp8Channel},
                         Case{"deepseek_v3", "tiny-deepseek", WeightQuantization::kFp8Block},
                         Case{"deepseek_v3", "tiny-deepseek", WeightQuantization::kNone},
-                        Case{"deepseek_v32", "tiny-dsa", WeightQuantization::kFp8Block}}) {
+                        Case{"deepseek_v32", "tiny-dsa", WeightQuantization::kFp8Block},
+                        Case{"mixtral", "tiny-mixtral", WeightQuantization::kFp8Block}}) {
     SCOPED_TRACE(std::string(c.arch) + "/" + c.preset + "/" + std::string(weight_quantization_name(c.format)));
     const auto dir = projection_test_dir("by-layer");
     make_model({.arch = c.arch, .preset = c.preset, .seed = 6, .dtype = DType::kBF16, .out_dir = dir,
@@ -204,8 +218,8 @@ TEST(Fp8Projections, TheLayerByLayerLoadEqualsTheWholeModelsConversionBitForBit)
     if (online) quantize_weights_fp8(whole);
     const Fp8GpuWeights want = make_fp8_gpu_weights(
         std::move(whole), online ? Fp8SourceGeometry{} : fp8_source_geometry(config.quantization),
-        stored_as_fp8_in(ckpt, online));
-    const Fp8GpuWeights got = load_fp8_gpu_weights(config, ckpt, online);
+        stored_as_fp8_in(ckpt, online), Fp8RoutedExperts::kFp8);
+    const Fp8GpuWeights got = load_fp8_gpu_weights(config, ckpt, online, Fp8RoutedExperts::kFp8);
     ASSERT_EQ(got.fp8.size(), want.fp8.size());
     ASSERT_EQ(got.bf16.layers.size(), want.bf16.layers.size());
     for (size_t l = 0; l < want.fp8.size(); ++l) {

@@ -7,6 +7,7 @@
 
 #include "tachyon/base/check.h"
 #include "tachyon/base/huge_pages.h"
+#include "tachyon/model/architecture.h"
 #include "tachyon/model/online_fp8.h"
 #include "tachyon/tensor/dtype.h"
 
@@ -32,7 +33,7 @@ std::vector<uint16_t> round_to_bf16(std::vector<float>&& values) {
   return out;
 }
 
-std::string layer_weight_name(int64_t layer, const char* suffix) {
+std::string layer_weight_name(int64_t layer, const std::string& suffix) {
   return fmt::format("model.layers.{}.{}.weight", layer, suffix);
 }
 
@@ -41,12 +42,12 @@ struct Fp8Projection {
   std::vector<float> LayerWeights::* f32;
   std::vector<uint16_t> BasicLayerWeights<uint16_t>::* bf16;
   Fp8BlockWeight Fp8LayerProjections::* fp8;
-  std::vector<const char*> names;  // suffixes after model.layers.{l}.
+  std::vector<std::string> names;  // suffixes after model.layers.{l}.
   std::vector<int64_t> rows;       // per part; empty: one part of all rows
   int64_t cols = 0;
 };
 
-std::vector<Fp8Projection> fp8_projection_list(const ModelConfig& c, const LayerWeights& l) {
+std::vector<Fp8Projection> fp8_projection_list(const ModelConfig& c, const LayerWeights& l, Fp8RoutedExperts experts) {
   using B = BasicLayerWeights<uint16_t>;
   using F = Fp8LayerProjections;
   const int64_t h = c.hidden_size;
@@ -70,6 +71,22 @@ std::vector<Fp8Projection> fp8_projection_list(const ModelConfig& c, const Layer
     out.push_back({&LayerWeights::gate_up, &B::gate_up, &F::gate_up, {"mlp.gate_proj", "mlp.up_proj"},
                    {inter, inter}, h});
     out.push_back({&LayerWeights::down, &B::down, &F::down, {"mlp.down_proj"}, {}, inter});
+  }
+  if (!l.experts_gate_up.empty() && experts == Fp8RoutedExperts::kFp8) {
+    // Every expert's parts stacked: [gate_e; up_e] for e = 0.., then down_e; one factor row per row.
+    const MoeTensorNames& moe = c.family().moe_names;
+    const int64_t inter = c.moe_intermediate_size;
+    Fp8Projection gate_up{&LayerWeights::experts_gate_up, &B::experts_gate_up, &F::experts_gate_up, {}, {}, h};
+    Fp8Projection down{&LayerWeights::experts_down, &B::experts_down, &F::experts_down, {}, {}, inter};
+    for (int64_t e = 0; e < c.num_experts; ++e) {
+      const std::string expert = fmt::format("{}.experts.{}.", moe.block, e);
+      gate_up.names.insert(gate_up.names.end(), {expert + moe.gate, expert + moe.up});
+      gate_up.rows.insert(gate_up.rows.end(), {inter, inter});
+      down.names.push_back(expert + moe.down);
+      down.rows.push_back(h);
+    }
+    out.push_back(std::move(gate_up));
+    out.push_back(std::move(down));
   }
   if (!l.shared_gate_up.empty()) {
     const int64_t inter = cols_of(l.shared_gate_up) / 2;
@@ -146,11 +163,12 @@ Bf16ModelWeights to_bf16_weights(ModelWeights&& w) {
 }
 
 Fp8LayerProjections take_fp8_projections(const ModelConfig& c, int64_t layer_index, LayerWeights& layer,
-                                         Fp8SourceGeometry geometry, const StoredAsFp8& stored_as_fp8) {
+                                         Fp8SourceGeometry geometry, const StoredAsFp8& stored_as_fp8,
+                                         Fp8RoutedExperts experts) {
   Fp8LayerProjections fp8;
-  for (const Fp8Projection& p : fp8_projection_list(c, layer)) {
+  for (const Fp8Projection& p : fp8_projection_list(c, layer, experts)) {
     bool all_fp8 = true;
-    for (const char* name : p.names) all_fp8 = all_fp8 && stored_as_fp8(layer_weight_name(layer_index, name));
+    for (const std::string& name : p.names) all_fp8 = all_fp8 && stored_as_fp8(layer_weight_name(layer_index, name));
     if (!all_fp8 || (layer.*p.f32).empty()) continue;
     const std::vector<float>& w = layer.*p.f32;
     const std::vector<int64_t> parts = p.rows.empty() ? std::vector{static_cast<int64_t>(w.size()) / p.cols} : p.rows;
@@ -161,20 +179,21 @@ Fp8LayerProjections take_fp8_projections(const ModelConfig& c, int64_t layer_ind
 }
 
 Fp8GpuWeights make_fp8_gpu_weights(ModelWeights&& weights, Fp8SourceGeometry geometry,
-                                   const StoredAsFp8& stored_as_fp8) {
+                                   const StoredAsFp8& stored_as_fp8, Fp8RoutedExperts experts) {
   check_f32_matrices(weights, "the FP8 projections");
   std::vector<Fp8LayerProjections> fp8;
   fp8.reserve(weights.layers.size());
   for (size_t l = 0; l < weights.layers.size(); ++l) {
     fp8.push_back(take_fp8_projections(weights.config, static_cast<int64_t>(l), weights.layers[l], geometry,
-                                       stored_as_fp8));
+                                       stored_as_fp8, experts));
   }
   return {to_bf16_weights(std::move(weights)), std::move(fp8)};
 }
 
 // Read layer by layer (load_weights_by_layer): each layer is quantized and converted before the
 // next is read, so the host holds the model in its GPU form and one layer in f32.
-Fp8GpuWeights load_fp8_gpu_weights(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint, bool online) {
+Fp8GpuWeights load_fp8_gpu_weights(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint, bool online,
+                                   Fp8RoutedExperts experts) {
   TACHYON_CHECK(online || config.quantization.quantized())
       << "internal: FP8 GPU weights asked for a checkpoint that is not FP8, without online quantization";
   const Fp8SourceGeometry geometry = online ? Fp8SourceGeometry{128, 128} : fp8_source_geometry(config.quantization);
@@ -185,7 +204,7 @@ Fp8GpuWeights load_fp8_gpu_weights(const ModelConfig& config, const SafetensorsC
   std::vector<BasicLayerWeights<uint16_t>> bf16_layers(fp8.size());
   ModelWeights rest = load_weights_by_layer(config, checkpoint, [&](int64_t l, LayerWeights&& layer) {
     if (online) quantize_layer_fp8(config, layer);
-    fp8[static_cast<size_t>(l)] = take_fp8_projections(config, l, layer, geometry, stored_as_fp8);
+    fp8[static_cast<size_t>(l)] = take_fp8_projections(config, l, layer, geometry, stored_as_fp8, experts);
     bf16_layers[static_cast<size_t>(l)] = to_bf16_layer(std::move(layer));
   });
   Fp8GpuWeights out{to_bf16_weights(std::move(rest)), std::move(fp8)};  // the embeddings, final norm and head

@@ -18,11 +18,11 @@
 // model's, and the cost is one layer in f32 at a time during the load, not accuracy.
 //
 // FP8 on the GPU: the projections of dense attention and MLP (qkv, o, gate_up, down), latent
-// attention's q_a, q_b (or q), kv_a and o, and DeepSeek's shared experts. Kept in bf16 there
-// (with the values the CPU reference uses, rounded to bf16): embeddings, the LM head, norms,
-// routers, latent attention's kv_b (absorbed into the attention kernels), the sparse indexer, and
-// the routed experts (no FP8 grouped kernel yet). A checkpoint projection stored unquantized
-// stays bf16. Tests: tests/unit/test_fp8_projections.cpp; on the GPU tests/gpu/test_cuda_fp8.cpp.
+// attention's q_a, q_b (or q), kv_a and o, DeepSeek's shared experts, and the routed experts
+// (kernels/cuda/moe.h's E4M3 grouped products). Kept in bf16 there (with the values the CPU
+// reference uses, rounded to bf16): embeddings, the LM head, norms, routers, latent attention's
+// kv_b (absorbed into the attention kernels) and the sparse indexer. A checkpoint projection
+// stored unquantized stays bf16 (the routed experts of a layer: all of them FP8, or bf16). Tests: tests/unit/test_fp8_projections.cpp; on the GPU tests/gpu/test_cuda_fp8.cpp.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +43,9 @@ inline constexpr int64_t kFp8ScaleCols = 128;  // weight columns per factor in t
 // have or keeps in bf16.
 struct Fp8LayerProjections {
   Fp8BlockWeight qkv, o_proj, gate_up, down, shared_gate_up, shared_down, q_a_proj, q_b_proj, kv_a_proj;
+  // The routed experts stacked as model_weights.h stacks them: [E * 2 * moe_intermediate, hidden]
+  // (expert e's gate rows, then its up rows) and [E * hidden, moe_intermediate].
+  Fp8BlockWeight experts_gate_up, experts_down;
   bool operator==(const Fp8LayerProjections&) const = default;
 };
 
@@ -70,20 +73,28 @@ Fp8BlockWeight to_fp8_gpu_form(std::span<const float> weight, int64_t cols, cons
 // Whether the checkpoint stores the HF tensor `name` in FP8 (online FP8: always true).
 using StoredAsFp8 = std::function<bool(const std::string& name)>;
 
+// Whether an FP8 run's routed experts go to the GPU in FP8 (kernels/cuda/moe.h's E4M3 grouped
+// products) or in bf16 (the values rounded, as before those products existed). The served path
+// takes kBf16 until the E4M3 products have passed on the GPU machine (app/runner_factory.cpp).
+enum class Fp8RoutedExperts { kBf16, kFp8 };
+
 // One layer's FP8 projections (layer `layer_index` of the checkpoint) in the GPU form, their f32
 // fields emptied; the projections `stored_as_fp8` does not name as FP8 stay in `layer`.
 Fp8LayerProjections take_fp8_projections(const ModelConfig& config, int64_t layer_index, LayerWeights& layer,
-                                         Fp8SourceGeometry geometry, const StoredAsFp8& stored_as_fp8);
+                                         Fp8SourceGeometry geometry, const StoredAsFp8& stored_as_fp8,
+                                         Fp8RoutedExperts experts);
 
 // The GPU weights of an FP8 run from the f32 weights the CPU reference computes with, consumed.
-Fp8GpuWeights make_fp8_gpu_weights(ModelWeights&& weights, Fp8SourceGeometry geometry, const StoredAsFp8& stored_as_fp8);
+Fp8GpuWeights make_fp8_gpu_weights(ModelWeights&& weights, Fp8SourceGeometry geometry, const StoredAsFp8& stored_as_fp8,
+                                   Fp8RoutedExperts experts);
 
 // The GPU weights of an FP8 run, read from `checkpoint`: an FP8 checkpoint's (config.quantization
 // says its format; its FP8 projections stay FP8), or with `online` (--quantization fp8) any
 // checkpoint's, quantized at load as the CPU reference quantizes it (online_fp8.h). The same
 // weights as make_fp8_gpu_weights of the whole f32 model, made one layer at a time: the host
 // holds one layer in f32 during the load, not the model.
-Fp8GpuWeights load_fp8_gpu_weights(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint, bool online);
+Fp8GpuWeights load_fp8_gpu_weights(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint, bool online,
+                                   Fp8RoutedExperts experts);
 
 // Every tensor of `weights` rounded to bf16 (round to nearest even), consumed layer by layer.
 Bf16ModelWeights to_bf16_weights(ModelWeights&& weights);

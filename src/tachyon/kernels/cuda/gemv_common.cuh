@@ -1,9 +1,12 @@
 // What the weight-streaming kernels share: gemv.cu (one weight, m <= 8 rows) and moe_gemv.cu
-// (each active expert's weight, up to 8 pairs). A block is 4 warps; a warp owns R weight rows
+// (each active expert's weight, up to 8 pairs), and the weight formats both stream (bf16, E4M3). A block is 4 warps; a warp owns R weight rows
 // (2 for m <= 3, 4 for m >= 4, so the m input chunks each lane reads are reused R times) and
 // keeps R * U = 8 16-byte streaming loads in flight per lane; k is split across a block's warps
 // while the grid has fewer than kTargetWarpsPerSm warps per SM.
 #pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 
@@ -33,6 +36,42 @@ __device__ __forceinline__ uint4 load_stream(const uint4* p) {
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(p));
   return v;
+}
+
+// The weight formats the kernels stream. A 16-byte weight chunk holds 8 bf16 or 16 E4M3 values;
+// FP8 rows carry one f32 factor per 128 columns (8 chunks), applied to each chunk's partial dot.
+struct Bf16Weights {
+  static constexpr int kValues = kChunk;
+  const float* scale = nullptr;  // unused
+};
+struct Fp8Weights {
+  static constexpr int kValues = 16;
+  static constexpr int kChunksPerScale = 128 / kValues;
+  const float* scale = nullptr;  // [n, scale_cols]
+};
+
+// 16 E4M3 values (byte i = element i) to f32 through the hardware's fp8x2 -> f16x2 conversion.
+__device__ __forceinline__ void unpack16_fp8(const uint4& bits, float (&v)[16]) {
+  const uint32_t words[4] = {bits.x, bits.y, bits.z, bits.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const __half2_raw raw =
+          __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(words[i] >> (16 * h)), __NV_E4M3);
+      const float2 pair = __half22float2(__half2(raw));
+      v[4 * i + 2 * h] = pair.x;
+      v[4 * i + 2 * h + 1] = pair.y;
+    }
+  }
+}
+
+// The factor of the chunk at `chunk` of the row whose factors start at `scale_row`: loaded with the
+// weight chunk itself, so it is in flight together with it (a factor loaded in accumulate would
+// stall each chunk on a second memory round trip). bf16 weights have none.
+__device__ __forceinline__ float load_factor(const Bf16Weights&, int64_t, int) { return 1.0f; }
+__device__ __forceinline__ float load_factor(const Fp8Weights& format, int64_t scale_row, int chunk) {
+  return __ldg(format.scale + scale_row + chunk / Fp8Weights::kChunksPerScale);
 }
 
 }  // namespace tachyon::kernels::cuda::gemv_detail

@@ -141,6 +141,15 @@ void moe_grouped_gemm(bf16* out, const bf16* a, const bf16* w, const int32_t* so
                       const int32_t* block_expert, int64_t capacity, int64_t a_row_divisor, int64_t n, int64_t k,
                       cudaStream_t stream);
 
+// The same with E4M3 experts (w and w_scale as moe_grouped_gemv's E4M3 overload below): the
+// weight tile is widened to bf16 on its way into shared memory (exactly: every E4M3 value is a
+// bf16 value), the tensor cores sum each 128-wide k block apart, and each block's sums are scaled
+// by their rows' factors into the f32 accumulators (the "promotion" of DeepSeek's FP8 GEMMs), so
+// no factor is rounded to bf16. k % 16 == 0.
+void moe_grouped_gemm(bf16* out, const bf16* a, const uint8_t* w, const float* w_scale, const int32_t* sorted_rows,
+                      const int32_t* block_expert, int64_t capacity, int64_t a_row_divisor, int64_t n, int64_t k,
+                      cudaStream_t stream);
+
 // The same product for decode-sized steps: every expert block of sorted_rows lists at most
 // max_pairs_per_expert (in [1, 8]) pairs before its -1 padding. It streams each active
 // expert's weight once for all its pairs at HBM rate (moe_gemv.cu), where moe_grouped_gemm's
@@ -157,6 +166,14 @@ void moe_grouped_gemv(bf16* out, const bf16* a, const bf16* w, const int32_t* so
                       const int32_t* block_expert, int64_t capacity, int64_t a_row_divisor, int64_t n, int64_t k,
                       int32_t max_pairs_per_expert, cudaStream_t stream);
 
+// The same with E4M3 experts, the GPU FP8 form of model/fp8_projections.h stacked per expert:
+// w [num_experts, n, k] E4M3 and w_scale [num_experts, n, ceil(k / 128)] f32, weight (e, r, c) =
+// e4m3 * w_scale[e, r, c / 128]. Each 16-value chunk's partial dot is scaled by its factor, in f32
+// (as fp8_gemv, kernels/cuda/gemv.h); half the bytes of the bf16 experts. k % 16 == 0.
+void moe_grouped_gemv(bf16* out, const bf16* a, const uint8_t* w, const float* w_scale, const int32_t* sorted_rows,
+                      const int32_t* block_expert, int64_t capacity, int64_t a_row_divisor, int64_t n, int64_t k,
+                      int32_t max_pairs_per_expert, cudaStream_t stream);
+
 // moe_grouped_gemv for the gate_up product with the SwiGLU gate applied on the way out:
 // act[p] = silu(gate) * up of pair p, where [gate | up] = a[p / a_row_divisor] @ w_gate_up[e]^T.
 // act: [rows, intermediate] bf16; w_gate_up: [num_experts, 2 * intermediate, k] bf16 (gate rows,
@@ -166,6 +183,11 @@ void moe_grouped_gemv(bf16* out, const bf16* a, const bf16* w, const int32_t* so
 void moe_grouped_gemv_silu(bf16* act, const bf16* a, const bf16* w_gate_up, const int32_t* sorted_rows,
                            const int32_t* block_expert, int64_t capacity, int64_t a_row_divisor,
                            int64_t intermediate, int64_t k, int32_t max_pairs_per_expert, cudaStream_t stream);
+// The same with E4M3 experts (w_gate_up and w_scale as moe_grouped_gemv's E4M3 overload).
+void moe_grouped_gemv_silu(bf16* act, const bf16* a, const uint8_t* w_gate_up, const float* w_scale,
+                           const int32_t* sorted_rows, const int32_t* block_expert, int64_t capacity,
+                           int64_t a_row_divisor, int64_t intermediate, int64_t k, int32_t max_pairs_per_expert,
+                           cudaStream_t stream);
 
 // out[t] = sum over j < top_k, in order, of topk_weights[t, j] * expert_out[t * top_k + j], in
 // f32, one rounding. out: [tokens, hidden] bf16; expert_out: [tokens * top_k, hidden] bf16.

@@ -8,7 +8,15 @@
 // Decode steps (a few pairs per expert) waste most of each 64-row tile and do not stream the
 // weights at HBM bandwidth (2.6-3.7x the byte floor at DeepSeek-V2-Lite's batch 1 on an H200):
 // steps of up to 8 tokens take moe_grouped_gemv (moe_gemv.cu) instead.
+// E4M3 experts (kFp8): the weight slice comes through registers instead of cp.async (loaded before
+// the current slice's MMAs, widened to bf16 and stored after them, so the load still overlaps the
+// math), and the MMAs of each 128-wide k block (two slices) sum into their own accumulators, which
+// are then scaled by each weight row's factor for that block and added to the output's (the
+// factor is applied in f32, never rounded into the bf16 operand).
 // Test: tests/gpu/test_moe_kernels.cpp.
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
 #include "tachyon/kernels/cuda/attention_common.cuh"
 #include "tachyon/kernels/cuda/moe.h"
 
@@ -25,14 +33,35 @@ constexpr int kTileElems = kMoeBlockM * kBlockK;  // == kBlockN * kBlockK
 struct GroupedGemmArgs {
   bf16* out;
   const bf16* a;
-  const bf16* w;
+  const void* w;        // [num_experts, n, k] bf16, or E4M3 (kFp8)
+  const float* scale;   // kFp8: [num_experts, n, scale_cols] factors
   const int32_t* sorted_rows;
   const int32_t* block_expert;
   int64_t a_row_divisor;
   int64_t n;
   int64_t k;
+  int64_t scale_cols;   // kFp8: ceil(k / 128)
 };
 
+// 16 E4M3 values to 16 bf16 (exact: every E4M3 value is a bf16 value), as two 16-byte chunks.
+__device__ __forceinline__ void widen_e4m3(const uint4& bits, uint4& lo, uint4& hi) {
+  const uint32_t words[4] = {bits.x, bits.y, bits.z, bits.w};
+  uint32_t out[8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const __half2_raw raw =
+          __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(words[i] >> (16 * h)), __NV_E4M3);
+      const float2 pair = __half22float2(__half2(raw));
+      out[2 * i + h] = pack_bf16(pair.x, pair.y);
+    }
+  }
+  lo = make_uint4(out[0], out[1], out[2], out[3]);
+  hi = make_uint4(out[4], out[5], out[6], out[7]);
+}
+
+template <bool kFp8>
 __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(const GroupedGemmArgs g) {
   const int expert = g.block_expert[blockIdx.y];
   if (expert < 0) return;
@@ -43,10 +72,12 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(const GroupedGem
   if (tid < kMoeBlockM) s_rows[tid] = g.sorted_rows[static_cast<int64_t>(blockIdx.y) * kMoeBlockM + tid];
   __syncthreads();
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBlockN;
-  const bf16* w = g.w + static_cast<int64_t>(expert) * g.n * g.k;
+  const int64_t expert_offset = static_cast<int64_t>(expert) * g.n * g.k;
+  const bf16* w = static_cast<const bf16*>(g.w) + expert_offset;          // bf16
+  const uint8_t* w8 = static_cast<const uint8_t*>(g.w) + expert_offset;   // E4M3
   const int k_tiles = static_cast<int>((g.k + kBlockK - 1) / kBlockK);
 
-  // One k slice: 64 rows x 8 chunks for A and for B, 4 chunks of each per thread.
+  // One k slice: 64 rows x 8 chunks for A (and for bf16 B), 4 chunks of each per thread.
   auto load = [&](int buffer, int tile) {
     const int64_t k0 = static_cast<int64_t>(tile) * kBlockK;
 #pragma unroll
@@ -58,20 +89,80 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(const GroupedGem
       const bool a_valid = pair >= 0 && kk < g.k;
       const bf16* a_src = g.a + (a_valid ? (pair / g.a_row_divisor) * g.k + kk : 0);
       cp_async_16(smem_u32(&s_a[buffer][swizzled<kBlockK>(r, c)]), a_src, a_valid);
-      const bool b_valid = n0 + r < g.n && kk < g.k;
-      const bf16* b_src = w + (b_valid ? (n0 + r) * g.k + kk : 0);
-      cp_async_16(smem_u32(&s_b[buffer][swizzled<kBlockK>(r, c)]), b_src, b_valid);
+      if constexpr (!kFp8) {
+        const bool b_valid = n0 + r < g.n && kk < g.k;
+        const bf16* b_src = w + (b_valid ? (n0 + r) * g.k + kk : 0);
+        cp_async_16(smem_u32(&s_b[buffer][swizzled<kBlockK>(r, c)]), b_src, b_valid);
+      }
+    }
+  };
+  // E4M3 B: 64 rows x 4 chunks of 16 values, 2 chunks per thread, through registers.
+  constexpr int kFp8ChunksPerThread = kBlockN * (kBlockK / 16) / kThreads;
+  uint4 b8[kFp8ChunksPerThread];
+  auto fetch_b8 = [&](int tile) {
+    const int64_t k0 = static_cast<int64_t>(tile) * kBlockK;
+#pragma unroll
+    for (int i = 0; i < kFp8ChunksPerThread; ++i) {
+      const int idx = tid + i * kThreads;
+      const int r = idx >> 2, c = idx & 3;
+      const int64_t kk = k0 + c * 16;
+      const bool valid = n0 + r < g.n && kk < g.k;  // k % 16 == 0: a chunk is all in or all out
+      b8[i] = valid ? __ldg(reinterpret_cast<const uint4*>(w8 + (n0 + r) * g.k + kk)) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  auto store_b8 = [&](int buffer) {
+#pragma unroll
+    for (int i = 0; i < kFp8ChunksPerThread; ++i) {
+      const int idx = tid + i * kThreads;
+      const int r = idx >> 2, c = idx & 3;
+      uint4 lo, hi;
+      widen_e4m3(b8[i], lo, hi);
+      *reinterpret_cast<uint4*>(&s_b[buffer][swizzled<kBlockK>(r, 2 * c)]) = lo;
+      *reinterpret_cast<uint4*>(&s_b[buffer][swizzled<kBlockK>(r, 2 * c + 1)]) = hi;
     }
   };
 
   const int mat = lane >> 3, r8 = lane & 7;
   const int warp_m = (warp >> 1) * 32, warp_n = (warp & 1) * 32;
+  // C fragment: rows g and g + 8 of each m16 tile, columns 2c and 2c + 1 of each n8 tile.
+  const int gr = lane >> 2, c2 = 2 * (lane & 3);
   float acc[2][4][4] = {};
+  float block_acc[2][4][4] = {};  // kFp8: the current 128-wide k block's sums
+  float (&mma_acc)[2][4][4] = kFp8 ? block_acc : acc;
+  // kFp8: the block's sums times each column's (weight row's) factor for k block `kb`, into acc.
+  auto promote = [&](int64_t kb) {
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int64_t col = n0 + warp_n + nt * 8 + c2 + j;
+        const float factor = col < g.n ? __ldg(g.scale + (static_cast<int64_t>(expert) * g.n + col) * g.scale_cols + kb)
+                                       : 0.0f;
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            acc[mt][nt][2 * half + j] = fmaf(block_acc[mt][nt][2 * half + j], factor, acc[mt][nt][2 * half + j]);
+            block_acc[mt][nt][2 * half + j] = 0.0f;
+          }
+        }
+      }
+    }
+  };
+
   load(0, 0);
   cp_async_commit();
+  if constexpr (kFp8) {
+    fetch_b8(0);
+    store_b8(0);  // visible to every warp after the first iteration's barrier
+  }
   for (int tile = 0; tile < k_tiles; ++tile) {
     const int buffer = tile & 1;
-    if (tile + 1 < k_tiles) load(buffer ^ 1, tile + 1);
+    const bool more = tile + 1 < k_tiles;
+    if (more) load(buffer ^ 1, tile + 1);
+    if constexpr (kFp8) {
+      if (more) fetch_b8(tile + 1);  // in flight during this slice's MMAs
+    }
     cp_async_commit();
     cp_async_wait<1>();  // this tile's group has landed; the next one may still be in flight
     __syncthreads();
@@ -89,16 +180,20 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(const GroupedGem
         ldmatrix_x4(b, smem_u32(&s_b[buffer][swizzled<kBlockK>(warp_n + np * 16 + (mat >> 1) * 8 + r8, 2 * ks + (mat & 1))]));
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
-          mma_bf16_16816(acc[mt][2 * np], a_frag[mt], b[0], b[1]);
-          mma_bf16_16816(acc[mt][2 * np + 1], a_frag[mt], b[2], b[3]);
+          mma_bf16_16816(mma_acc[mt][2 * np], a_frag[mt], b[0], b[1]);
+          mma_bf16_16816(mma_acc[mt][2 * np + 1], a_frag[mt], b[2], b[3]);
         }
       }
+    }
+    if constexpr (kFp8) {
+      // Two 64-wide slices make a 128-wide factor block; the last block may be shorter.
+      if (tile % 2 == 1 || !more) promote(tile / 2);
+      // buffer ^ 1 was last read in the previous iteration, which ended with a barrier.
+      if (more) store_b8(buffer ^ 1);
     }
     __syncthreads();  // every warp is done with this buffer before the next iteration refills it
   }
 
-  // C fragment: rows g and g + 8 of each m16 tile, columns 2c and 2c + 1 of each n8 tile.
-  const int gr = lane >> 2, c2 = 2 * (lane & 3);
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
@@ -116,24 +211,43 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(const GroupedGem
   }
 }
 
+void check_and_launch(const char* name, const GroupedGemmArgs& args, int64_t capacity, cudaStream_t stream) {
+  const int64_t k_multiple = args.scale == nullptr ? 8 : 16;
+  TACHYON_CHECK(args.n > 0 && args.n % 8 == 0 && args.k > 0 && args.k % k_multiple == 0)
+      << name << ": n " << args.n << " must be a positive multiple of 8 and k " << args.k << " of " << k_multiple;
+  TACHYON_CHECK(args.a_row_divisor >= 1) << name << ": a_row_divisor " << args.a_row_divisor;
+  TACHYON_CHECK(capacity >= 0 && capacity % kMoeBlockM == 0 && capacity / kMoeBlockM <= 65535)
+      << name << ": capacity " << capacity << " must be a multiple of " << kMoeBlockM << " (moe_sorted_capacity)";
+  for (const void* p : {static_cast<const void*>(args.out), static_cast<const void*>(args.a), args.w}) {
+    TACHYON_CHECK(reinterpret_cast<uintptr_t>(p) % 16 == 0) << name << ": out, a and w must be 16-byte aligned";
+  }
+  if (capacity == 0) return;
+  const dim3 grid(static_cast<unsigned>((args.n + kBlockN - 1) / kBlockN), static_cast<unsigned>(capacity / kMoeBlockM));
+  if (args.scale == nullptr) {
+    grouped_gemm_kernel<false><<<grid, kThreads, 0, stream>>>(args);
+  } else {
+    grouped_gemm_kernel<true><<<grid, kThreads, 0, stream>>>(args);
+  }
+  TACHYON_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 void moe_grouped_gemm(bf16* out, const bf16* a, const bf16* w, const int32_t* sorted_rows,
                       const int32_t* block_expert, int64_t capacity, int64_t a_row_divisor, int64_t n, int64_t k,
                       cudaStream_t stream) {
-  TACHYON_CHECK(n > 0 && n % 8 == 0 && k > 0 && k % 8 == 0)
-      << "moe_grouped_gemm: n " << n << " and k " << k << " must be positive multiples of 8";
-  TACHYON_CHECK(a_row_divisor >= 1) << "moe_grouped_gemm: a_row_divisor " << a_row_divisor;
-  TACHYON_CHECK(capacity >= 0 && capacity % kMoeBlockM == 0 && capacity / kMoeBlockM <= 65535)
-      << "moe_grouped_gemm: capacity " << capacity << " must be a multiple of " << kMoeBlockM << " (moe_sorted_capacity)";
-  for (const void* p : {static_cast<const void*>(out), static_cast<const void*>(a), static_cast<const void*>(w)}) {
-    TACHYON_CHECK(reinterpret_cast<uintptr_t>(p) % 16 == 0) << "moe_grouped_gemm: out, a and w must be 16-byte aligned";
-  }
-  if (capacity == 0) return;
-  const dim3 grid(static_cast<unsigned>((n + kBlockN - 1) / kBlockN), static_cast<unsigned>(capacity / kMoeBlockM));
-  grouped_gemm_kernel<<<grid, kThreads, 0, stream>>>(
-      GroupedGemmArgs{out, a, w, sorted_rows, block_expert, a_row_divisor, n, k});
-  TACHYON_CUDA_CHECK_LAUNCH();
+  check_and_launch("moe_grouped_gemm",
+                   GroupedGemmArgs{out, a, w, nullptr, sorted_rows, block_expert, a_row_divisor, n, k, 0}, capacity,
+                   stream);
+}
+
+void moe_grouped_gemm(bf16* out, const bf16* a, const uint8_t* w, const float* w_scale, const int32_t* sorted_rows,
+                      const int32_t* block_expert, int64_t capacity, int64_t a_row_divisor, int64_t n, int64_t k,
+                      cudaStream_t stream) {
+  TACHYON_CHECK(w_scale != nullptr) << "moe_grouped_gemm: no factors for the E4M3 experts";
+  check_and_launch("moe_grouped_gemm (E4M3)",
+                   GroupedGemmArgs{out, a, w, w_scale, sorted_rows, block_expert, a_row_divisor, n, k, (k + 127) / 128},
+                   capacity, stream);
 }
 
 }  // namespace tachyon::kernels::cuda

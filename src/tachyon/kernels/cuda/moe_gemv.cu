@@ -31,6 +31,9 @@
 // the k-split warps' partials in order; the split is chosen from n, k and the SM count only,
 // never from M, the groups or the routing, so a pair's output is bit-identical alone or in
 // any batch and at any max_pairs_per_expert.
+// FP8 experts (moe_grouped_gemv's E4M3 overloads): the same kernel streams 16 E4M3 values per
+// 16-byte chunk with one f32 factor per row and 128 columns, applied to each chunk's partial dot,
+// as gemv.cu's fp8_gemv does (the formats are gemv_common.cuh's): half the bytes per expert.
 // Test: tests/gpu/test_moe_kernels.cpp (gpu_moe_kernels).
 #include "tachyon/kernels/cuda/activation.cuh"
 #include "tachyon/kernels/cuda/bf16_vec.cuh"
@@ -53,8 +56,8 @@ constexpr int kMaxGroupsPerTeam = 8;
 
 // acc[m][r] += dot(pair m's row, weight row r) over chunk c, for the `count` real pairs.
 template <int M, int R>
-__device__ __forceinline__ void accumulate(float (&acc)[M][R], const uint4 (&w)[R], const uint4* const (&x)[M],
-                                           int count, int c) {
+__device__ __forceinline__ void accumulate(float (&acc)[M][R], const uint4 (&w)[R], const float (&)[R],
+                                           const uint4* const (&x)[M], int count, int c, const Bf16Weights&) {
   float wf[R][kChunk];
 #pragma unroll
   for (int r = 0; r < R; ++r) unpack8(w[r], wf[r]);
@@ -71,14 +74,40 @@ __device__ __forceinline__ void accumulate(float (&acc)[M][R], const uint4 (&w)[
   }
 }
 
+// The E4M3 chunk c covers input chunks 2c and 2c + 1; s: the R rows' factors for it.
+template <int M, int R>
+__device__ __forceinline__ void accumulate(float (&acc)[M][R], const uint4 (&w)[R], const float (&s)[R],
+                                           const uint4* const (&x)[M], int count, int c, const Fp8Weights&) {
+  float wf[R][16];
+#pragma unroll
+  for (int r = 0; r < R; ++r) unpack16_fp8(w[r], wf[r]);
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    if (m >= count) break;
+    float xf[16];
+    unpack8(__ldg(x[m] + 2 * c), reinterpret_cast<float(&)[8]>(xf[0]));
+    unpack8(__ldg(x[m] + 2 * c + 1), reinterpret_cast<float(&)[8]>(xf[8]));
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      float dot = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 16; ++i) dot = fmaf(xf[i], wf[r][i], dot);
+      acc[m][r] = fmaf(dot, s[r], acc[m][r]);
+    }
+  }
+}
+
 struct MoeGemvArgs {
   bf16* out;                   // [rows, n]
   const bf16* a;               // [rows / a_row_divisor, k]
-  const bf16* w;               // [num_experts, n, k]
+  const void* w;               // [num_experts, n, k] bf16 or E4M3
+  const float* scale;          // E4M3: [num_experts, n, scale_cols] factors; bf16: null
   const int32_t* sorted_rows;  // [expert_blocks * kMoeBlockM]
   const int32_t* block_expert; // [expert_blocks]
   int64_t a_row_divisor;
-  int n, k8;                   // k8 = k / 8 chunks per row
+  int n, k8;                   // k8 = 16-byte weight chunks per row (k / 8 bf16, k / 16 E4M3)
+  int kx;                      // 16-byte input chunks per row (k / 8)
+  int scale_cols;              // E4M3: ceil(k / 128)
   int expert_blocks;
   int split;                   // warps of a team, sharing R rows, taking interleaved 512-byte slices of k
   int groups;                  // row groups of R rows a team takes per expert block
@@ -112,7 +141,7 @@ __device__ __forceinline__ void store_output(const MoeGemvArgs& g, int32_t pair,
   }
 }
 
-template <int M, bool kSilu>
+template <int M, bool kSilu, typename Format>
 __global__ void __launch_bounds__(kThreads) moe_gemv_kernel(const MoeGemvArgs g) {
   constexpr int R = rows_per_warp<M>();
   constexpr int U = unroll<M>();
@@ -145,11 +174,12 @@ __global__ void __launch_bounds__(kThreads) moe_gemv_kernel(const MoeGemvArgs g)
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       const int32_t pair = __shfl_sync(0xffffffffu, slot_pair, m);
-      x[m] = reinterpret_cast<const uint4*>(g.a) + (pair >= 0 ? pair / g.a_row_divisor : 0) * g.k8;
+      x[m] = reinterpret_cast<const uint4*>(g.a) + (pair >= 0 ? pair / g.a_row_divisor : 0) * g.kx;
     }
     // Lane j < count * kOutputs writes pair j / kOutputs's output j % kOutputs of the group.
     const int32_t out_pair = __shfl_sync(0xffffffffu, slot_pair, lane / kOutputs);
-    const uint4* w_expert = reinterpret_cast<const uint4*>(g.w) + static_cast<int64_t>(expert) * g.n * g.k8;
+    const int64_t expert_row0 = static_cast<int64_t>(expert) * g.n;
+    const Format format{g.scale};
 
     for (int i = 0; i < g.groups; ++i) {
       const int group = first_group + i * group_step;
@@ -162,33 +192,47 @@ __global__ void __launch_bounds__(kThreads) moe_gemv_kernel(const MoeGemvArgs g)
       }
       if (active) {
         const uint4* w_rows[R];
+        int64_t scale_row[R];  // E4M3: the first factor of each row
 #pragma unroll
-        for (int r = 0; r < R; ++r) w_rows[r] = w_expert + weight_row<R, kSilu>(group, r, g.n) * g.k8;
+        for (int r = 0; r < R; ++r) {
+          const int64_t row = expert_row0 + weight_row<R, kSilu>(group, r, g.n);
+          w_rows[r] = reinterpret_cast<const uint4*>(g.w) + row * g.k8;
+          scale_row[r] = row * g.scale_cols;
+        }
         // Full trips (every lane's U chunks in range), all R * U loads issued before any FMA,
         // then one predicated trip for the last < U chunks of each lane. A lane adds its chunks
         // in k order either way, so the trip shape (U, R) never changes a sum.
         uint4 w[U][R];
+        float f[U][R];  // E4M3: the chunks' factors, loaded with them
         int first = slice * 32;
         for (; first + (U - 1) * stride + 31 < g.k8; first += U * stride) {
 #pragma unroll
           for (int u = 0; u < U; ++u) {
 #pragma unroll
-            for (int r = 0; r < R; ++r) w[u][r] = load_stream(w_rows[r] + first + lane + u * stride);
+            for (int r = 0; r < R; ++r) {
+              w[u][r] = load_stream(w_rows[r] + first + lane + u * stride);
+              f[u][r] = load_factor(format, scale_row[r], first + lane + u * stride);
+            }
           }
 #pragma unroll
-          for (int u = 0; u < U; ++u) accumulate<M, R>(acc, w[u], x, count, first + lane + u * stride);
+          for (int u = 0; u < U; ++u) accumulate<M, R>(acc, w[u], f[u], x, count, first + lane + u * stride, format);
         }
         if (first < g.k8) {
 #pragma unroll
           for (int u = 0; u < U; ++u) {
             if (first + lane + u * stride < g.k8) {
 #pragma unroll
-              for (int r = 0; r < R; ++r) w[u][r] = load_stream(w_rows[r] + first + lane + u * stride);
+              for (int r = 0; r < R; ++r) {
+                w[u][r] = load_stream(w_rows[r] + first + lane + u * stride);
+                f[u][r] = load_factor(format, scale_row[r], first + lane + u * stride);
+              }
             }
           }
 #pragma unroll
           for (int u = 0; u < U; ++u) {
-            if (first + lane + u * stride < g.k8) accumulate<M, R>(acc, w[u], x, count, first + lane + u * stride);
+            if (first + lane + u * stride < g.k8) {
+              accumulate<M, R>(acc, w[u], f[u], x, count, first + lane + u * stride, format);
+            }
           }
         }
 #pragma unroll
@@ -252,7 +296,7 @@ int choose_split(int64_t n, int64_t k8) {
   return split;
 }
 
-template <int M, bool kSilu>
+template <int M, bool kSilu, typename Format>
 void launch(MoeGemvArgs args, int64_t n, cudaStream_t stream) {
   constexpr int R = rows_per_warp<M>();
   const int64_t teams_per_block = kWarps / args.split;
@@ -264,23 +308,21 @@ void launch(MoeGemvArgs args, int64_t n, cudaStream_t stream) {
   const int64_t blocks_x = (row_groups + teams_per_block * groups - 1) / (teams_per_block * groups);
   args.groups = static_cast<int>((row_groups + teams_per_block * blocks_x - 1) / (teams_per_block * blocks_x));
   const int64_t blocks_y = std::min<int64_t>(args.expert_blocks, int64_t{kMaxExpertsPerToken} * M);
-  launch_pdl(moe_gemv_kernel<M, kSilu>, dim3(static_cast<unsigned>(blocks_x), static_cast<unsigned>(blocks_y)),
-             dim3(kThreads), 0, stream, args);
+  launch_pdl(moe_gemv_kernel<M, kSilu, Format>,
+             dim3(static_cast<unsigned>(blocks_x), static_cast<unsigned>(blocks_y)), dim3(kThreads), 0, stream, args);
   TACHYON_CUDA_CHECK_LAUNCH();
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-}  // namespace
-
-namespace {
-
+// The product of moe.h's grouped GEMVs; `scale` null: bf16 weights, else E4M3 with these factors.
 template <bool kSilu>
-void run(const char* name, bf16* out, const bf16* a, const bf16* w, const int32_t* sorted_rows,
+void run(const char* name, bf16* out, const bf16* a, const void* w, const float* scale, const int32_t* sorted_rows,
          const int32_t* block_expert, int64_t capacity, int64_t a_row_divisor, int64_t n, int64_t k,
          int32_t max_pairs_per_expert, cudaStream_t stream) {
-  TACHYON_CHECK(n > 0 && n % 8 == 0 && k > 0 && k % 8 == 0)
-      << name << ": n " << n << " and k " << k << " must be positive multiples of 8";
+  const int64_t k_multiple = scale == nullptr ? 8 : 16;
+  TACHYON_CHECK(n > 0 && n % 8 == 0 && k > 0 && k % k_multiple == 0)
+      << name << ": n " << n << " must be a positive multiple of 8 and k " << k << " of " << k_multiple;
   TACHYON_CHECK(n <= (int64_t{1} << 28) && k <= (int64_t{1} << 24))
       << name << ": n " << n << " or k " << k << " too large (n <= 2^28, k <= 2^24)";
   TACHYON_CHECK(a_row_divisor >= 1) << name << ": a_row_divisor " << a_row_divisor << " must be >= 1";
@@ -292,19 +334,44 @@ void run(const char* name, bf16* out, const bf16* a, const bf16* w, const int32_
   TACHYON_CHECK(aligned16(out) && aligned16(a) && aligned16(w))
       << name << ": out (" << out << "), a (" << a << ") and w (" << w << ") must be 16-byte aligned";
   if (capacity == 0) return;
-  const int64_t k8 = k / kChunk;
-  MoeGemvArgs args{out, a, w, sorted_rows, block_expert, a_row_divisor, static_cast<int>(n), static_cast<int>(k8),
-                   static_cast<int>(capacity / kMoeBlockM), choose_split(n, k8), 0};
-  switch (max_pairs_per_expert) {
-    case 1: return launch<1, kSilu>(args, n, stream);
-    case 2: return launch<2, kSilu>(args, n, stream);
-    case 3: return launch<3, kSilu>(args, n, stream);
-    case 4: return launch<4, kSilu>(args, n, stream);
-    case 5: return launch<5, kSilu>(args, n, stream);
-    case 6: return launch<6, kSilu>(args, n, stream);
-    case 7: return launch<7, kSilu>(args, n, stream);
-    default: return launch<8, kSilu>(args, n, stream);
+  const int64_t k8 = k / (scale == nullptr ? Bf16Weights::kValues : Fp8Weights::kValues);
+  MoeGemvArgs args{out,
+                   a,
+                   w,
+                   scale,
+                   sorted_rows,
+                   block_expert,
+                   a_row_divisor,
+                   static_cast<int>(n),
+                   static_cast<int>(k8),
+                   static_cast<int>(k / kChunk),
+                   static_cast<int>((k + 127) / 128),
+                   static_cast<int>(capacity / kMoeBlockM),
+                   choose_split(n, k8),
+                   0};
+  auto go = [&](auto format) {
+    using Format = decltype(format);
+    switch (max_pairs_per_expert) {
+      case 1: return launch<1, kSilu, Format>(args, n, stream);
+      case 2: return launch<2, kSilu, Format>(args, n, stream);
+      case 3: return launch<3, kSilu, Format>(args, n, stream);
+      case 4: return launch<4, kSilu, Format>(args, n, stream);
+      case 5: return launch<5, kSilu, Format>(args, n, stream);
+      case 6: return launch<6, kSilu, Format>(args, n, stream);
+      case 7: return launch<7, kSilu, Format>(args, n, stream);
+      default: return launch<8, kSilu, Format>(args, n, stream);
+    }
+  };
+  if (scale == nullptr) {
+    go(Bf16Weights{});
+  } else {
+    go(Fp8Weights{});
   }
+}
+
+void check_silu_intermediate(const char* name, int64_t intermediate) {
+  TACHYON_CHECK(intermediate > 0 && intermediate % 4 == 0)
+      << name << ": intermediate " << intermediate << " must be a positive multiple of 4";
 }
 
 }  // namespace
@@ -312,17 +379,34 @@ void run(const char* name, bf16* out, const bf16* a, const bf16* w, const int32_
 void moe_grouped_gemv(bf16* out, const bf16* a, const bf16* w, const int32_t* sorted_rows,
                       const int32_t* block_expert, int64_t capacity, int64_t a_row_divisor, int64_t n, int64_t k,
                       int32_t max_pairs_per_expert, cudaStream_t stream) {
-  run<false>("moe_grouped_gemv", out, a, w, sorted_rows, block_expert, capacity, a_row_divisor, n, k,
+  run<false>("moe_grouped_gemv", out, a, w, nullptr, sorted_rows, block_expert, capacity, a_row_divisor, n, k,
+             max_pairs_per_expert, stream);
+}
+
+void moe_grouped_gemv(bf16* out, const bf16* a, const uint8_t* w, const float* w_scale, const int32_t* sorted_rows,
+                      const int32_t* block_expert, int64_t capacity, int64_t a_row_divisor, int64_t n, int64_t k,
+                      int32_t max_pairs_per_expert, cudaStream_t stream) {
+  TACHYON_CHECK(w_scale != nullptr) << "moe_grouped_gemv: no factors for the E4M3 experts";
+  run<false>("moe_grouped_gemv (E4M3)", out, a, w, w_scale, sorted_rows, block_expert, capacity, a_row_divisor, n, k,
              max_pairs_per_expert, stream);
 }
 
 void moe_grouped_gemv_silu(bf16* act, const bf16* a, const bf16* w_gate_up, const int32_t* sorted_rows,
                            const int32_t* block_expert, int64_t capacity, int64_t a_row_divisor,
                            int64_t intermediate, int64_t k, int32_t max_pairs_per_expert, cudaStream_t stream) {
-  TACHYON_CHECK(intermediate > 0 && intermediate % 4 == 0)
-      << "moe_grouped_gemv_silu: intermediate " << intermediate << " must be a positive multiple of 4";
-  run<true>("moe_grouped_gemv_silu", act, a, w_gate_up, sorted_rows, block_expert, capacity, a_row_divisor,
+  check_silu_intermediate("moe_grouped_gemv_silu", intermediate);
+  run<true>("moe_grouped_gemv_silu", act, a, w_gate_up, nullptr, sorted_rows, block_expert, capacity, a_row_divisor,
             2 * intermediate, k, max_pairs_per_expert, stream);
+}
+
+void moe_grouped_gemv_silu(bf16* act, const bf16* a, const uint8_t* w_gate_up, const float* w_scale,
+                           const int32_t* sorted_rows, const int32_t* block_expert, int64_t capacity,
+                           int64_t a_row_divisor, int64_t intermediate, int64_t k, int32_t max_pairs_per_expert,
+                           cudaStream_t stream) {
+  check_silu_intermediate("moe_grouped_gemv_silu (E4M3)", intermediate);
+  TACHYON_CHECK(w_scale != nullptr) << "moe_grouped_gemv_silu: no factors for the E4M3 experts";
+  run<true>("moe_grouped_gemv_silu (E4M3)", act, a, w_gate_up, w_scale, sorted_rows, block_expert, capacity,
+            a_row_divisor, 2 * intermediate, k, max_pairs_per_expert, stream);
 }
 
 }  // namespace tachyon::kernels::cuda

@@ -84,8 +84,8 @@ void CudaDenseWeights::upload(const Bf16ModelWeights& w, const std::vector<float
              {&l.q_norm, &d.q_norm}, {&l.k_norm, &d.k_norm}, {&l.o_proj, &d.o_proj.values},
              {&l.o_proj_bias, &d.o_proj_bias}, {&l.post_attention_norm, &d.post_attention_norm},
              {&l.gate_up, &d.gate_up.values}, {&l.gate_up_bias, &d.gate_up_bias}, {&l.down, &d.down.values},
-             {&l.down_bias, &d.down_bias}, {&l.router, &d.router}, {&l.experts_gate_up, &d.experts_gate_up},
-             {&l.experts_down, &d.experts_down}, {&l.shared_gate_up, &d.shared_gate_up.values},
+             {&l.down_bias, &d.down_bias}, {&l.router, &d.router}, {&l.experts_gate_up, &d.experts_gate_up.values},
+             {&l.experts_down, &d.experts_down.values}, {&l.shared_gate_up, &d.shared_gate_up.values},
              {&l.shared_down, &d.shared_down.values}, {&l.q_a_proj, &d.q_a_proj.values}, {&l.q_a_norm, &d.q_a_norm},
              {&l.q_b_proj, &d.q_b_proj.values}, {&l.kv_a_proj, &d.kv_a_proj.values}, {&l.kv_a_norm, &d.kv_a_norm},
              {&l.kv_b_proj, &d.kv_b_proj}, {wq_b, &d.indexer_wq_b}, {wk, &d.indexer_wk}, {k_norm, &d.indexer_k_norm},
@@ -112,6 +112,16 @@ void CudaDenseWeights::upload(const Bf16ModelWeights& w, const std::vector<float
         place_bytes(by_block.data(), by_block.size() * sizeof(float), reinterpret_cast<const void**>(&target->scale_by_block));
         largest_fp8_projection_ = std::max(largest_fp8_projection_, q->rows * q->cols);
         largest_fp8_input_ = std::max(largest_fp8_input_, q->cols);
+      }
+      // The routed experts: only the grouped products read them (moe.h), with factors per row.
+      for (auto [q, target] : std::initializer_list<std::pair<const Fp8BlockWeight*, LinearWeight*>>{
+               {&f.experts_gate_up, &d.experts_gate_up}, {&f.experts_down, &d.experts_down}}) {
+        if (q->rows == 0) continue;
+        TACHYON_CHECK(q->block_rows == 1 && q->block_cols == kFp8ScaleCols)
+            << "internal: FP8 experts not in the GPU form ([1, 128] blocks)";
+        place_bytes(q->data.data(), q->data.size(), reinterpret_cast<const void**>(&target->fp8));
+        place_bytes(q->scale_inv.data(), q->scale_inv.size() * sizeof(float),
+                    reinterpret_cast<const void**>(&target->scale));
       }
     }
     for (uint16_t bits : l.router_bias) f32_copies[i].push_back(bf16_to_f32(bits));

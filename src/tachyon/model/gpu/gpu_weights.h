@@ -33,8 +33,9 @@ struct CudaLayerWeights {
   const bf16* down_bias = nullptr;           // [hidden] or nullptr
   // Mixture-of-experts layers (model_weights.h); the dense MLP fields above are then null.
   const bf16* router = nullptr;              // [num_experts, hidden]
-  const bf16* experts_gate_up = nullptr;     // [num_experts, 2 * moe_intermediate, hidden]
-  const bf16* experts_down = nullptr;        // [num_experts, hidden, moe_intermediate]
+  // bf16 (values), or in an FP8 run E4M3 (fp8, with scale [rows, ceil(k / 128)]; no scale_by_block).
+  LinearWeight experts_gate_up;            // [num_experts, 2 * moe_intermediate, hidden]
+  LinearWeight experts_down;               // [num_experts, hidden, moe_intermediate]
   // DeepSeek-V3's MoE extras (I_shared = moe_intermediate * n_shared_experts).
   const float* router_bias = nullptr;        // [num_experts] f32 (e_score_correction_bias)
   LinearWeight shared_gate_up;             // [2 * I_shared, hidden]

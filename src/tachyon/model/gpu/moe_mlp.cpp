@@ -87,6 +87,21 @@ void MoeMlpBlock::run_role_on(LinearRole role, int64_t layer, int64_t m, cudaStr
   }
 }
 
+namespace {
+
+// moe_grouped_gemm over a layer's experts, bf16 or E4M3 (an FP8 run, model/fp8_projections.h).
+void grouped_gemm(bf16* out, const bf16* a, const LinearWeight& w, const int32_t* sorted_rows,
+                  const int32_t* block_expert, int64_t capacity, int64_t a_row_divisor, int64_t n, int64_t k,
+                  cudaStream_t stream) {
+  if (w.fp8 != nullptr) {
+    kc::moe_grouped_gemm(out, a, w.fp8, w.scale, sorted_rows, block_expert, capacity, a_row_divisor, n, k, stream);
+  } else {
+    kc::moe_grouped_gemm(out, a, w.values, sorted_rows, block_expert, capacity, a_row_divisor, n, k, stream);
+  }
+}
+
+}  // namespace
+
 void MoeMlpBlock::routed_experts(int64_t layer, const bf16* input, int64_t T, cudaStream_t stream) {
   const ModelConfig& c = ctx_.config;
   const CudaLayerWeights& w = layer_weights(layer);
@@ -111,10 +126,22 @@ void MoeMlpBlock::routed_experts(int64_t layer, const bf16* input, int64_t T, cu
                                      ws.sorted_rows,   ws.block_expert, capacity};
     kc::moe_route_decode(routed, input, w.router, T, H, E, routing, route_arrivals_.as<unsigned int>(), stream);
     const int32_t max_pairs = static_cast<int32_t>(T);
-    kc::moe_grouped_gemv_silu(ws.expert_act, input, w.experts_gate_up, ws.sorted_rows, ws.block_expert, capacity,
-                              k, I, H, max_pairs, stream);
-    kc::moe_grouped_gemv(ws.expert_down, ws.expert_act, w.experts_down, ws.sorted_rows, ws.block_expert, capacity, 1,
-                         H, I, max_pairs, stream);
+    const LinearWeight& gate_up = w.experts_gate_up;
+    const LinearWeight& down = w.experts_down;
+    if (gate_up.fp8 != nullptr) {
+      kc::moe_grouped_gemv_silu(ws.expert_act, input, gate_up.fp8, gate_up.scale, ws.sorted_rows, ws.block_expert,
+                                capacity, k, I, H, max_pairs, stream);
+    } else {
+      kc::moe_grouped_gemv_silu(ws.expert_act, input, gate_up.values, ws.sorted_rows, ws.block_expert, capacity, k, I,
+                                H, max_pairs, stream);
+    }
+    if (down.fp8 != nullptr) {
+      kc::moe_grouped_gemv(ws.expert_down, ws.expert_act, down.fp8, down.scale, ws.sorted_rows, ws.block_expert,
+                           capacity, 1, H, I, max_pairs, stream);
+    } else {
+      kc::moe_grouped_gemv(ws.expert_down, ws.expert_act, down.values, ws.sorted_rows, ws.block_expert, capacity, 1, H,
+                           I, max_pairs, stream);
+    }
     return;
   }
   ctx_.linear.linear(LinearRole::kRouter, router_shape(), ws.router_logits, GemmOutputType::kF32, input, w.router,
@@ -127,11 +154,11 @@ void MoeMlpBlock::routed_experts(int64_t layer, const bf16* input, int64_t T, cu
     kc::moe_topk_softmax(ws.topk_ids, ws.topk_weights, ws.router_logits, T, E, k, c.norm_topk_prob, stream);
   }
   kc::moe_align(ws.sorted_rows, ws.block_expert, ws.topk_ids, pairs, E, capacity, stream, ctx_.experts);
-  kc::moe_grouped_gemm(ws.expert_gate_up, input, w.experts_gate_up, ws.sorted_rows, ws.block_expert, capacity, k,
-                       2 * I, H, stream);
+  grouped_gemm(ws.expert_gate_up, input, w.experts_gate_up, ws.sorted_rows, ws.block_expert, capacity, k, 2 * I, H,
+               stream);
   kc::silu_and_mul(ws.expert_act, ws.expert_gate_up, pairs, I, stream);
-  kc::moe_grouped_gemm(ws.expert_down, ws.expert_act, w.experts_down, ws.sorted_rows, ws.block_expert, capacity, 1,
-                       H, I, stream);
+  grouped_gemm(ws.expert_down, ws.expert_act, w.experts_down, ws.sorted_rows, ws.block_expert, capacity, 1, H, I,
+               stream);
 }
 
 void MoeMlpBlock::forward(int64_t layer, const GpuStep& step) {
