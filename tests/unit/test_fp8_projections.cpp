@@ -41,11 +41,17 @@ std::vector<float> gpu_form_values(const Fp8BlockWeight& q) {
   return out;
 }
 
-// Every value within one f32 rounding of the reference's (the factor may differ in its last bit).
-void expect_values(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+// Every value within one f32 rounding of the reference's (the factor may differ in its last bit),
+// or with `exact` the reference's own value.
+void expect_values(const std::vector<float>& got, const std::vector<float>& want, const std::string& what,
+                   bool exact = false) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < want.size(); ++i) {
-    ASSERT_NEAR(got[i], want[i], 4e-7 * std::fabs(want[i])) << what << " [" << i << "]";
+    if (exact) {
+      ASSERT_EQ(got[i], want[i]) << what << " [" << i << "]";
+    } else {
+      ASSERT_NEAR(got[i], want[i], 4e-7 * std::fabs(want[i])) << what << " [" << i << "]";
+    }
   }
 }
 
@@ -103,7 +109,9 @@ std::filesystem::path projection_test_dir(const std::string& tag) {
 }
 
 // Dequantized GPU projections against the CPU reference's f32 weights; the rest bf16-rounded.
-void expect_matches_reference(const Fp8GpuWeights& gpu, const ModelWeights& reference, Fp8RoutedExperts experts) {
+// `exact`: every FP8 value is the reference's own (online FP8, quantized once as the reference is).
+void expect_matches_reference(const Fp8GpuWeights& gpu, const ModelWeights& reference, Fp8RoutedExperts experts,
+                              bool exact) {
   ASSERT_EQ(gpu.fp8.size(), reference.layers.size());
   for (size_t l = 0; l < reference.layers.size(); ++l) {
     SCOPED_TRACE(::testing::Message() << "layer " << l);
@@ -119,7 +127,7 @@ void expect_matches_reference(const Fp8GpuWeights& gpu, const ModelWeights& refe
       }
       ASSERT_GT(q.rows, 0) << what << " is not FP8";
       EXPECT_TRUE(bf16.empty()) << what << " is uploaded twice";
-      expect_values(gpu_form_values(q), want, what);
+      expect_values(gpu_form_values(q), want, what, exact);
       ++fp8_count;
     };
     check(f.qkv, ref.qkv, b.qkv, "qkv");
@@ -180,17 +188,15 @@ TEST(Fp8Projections, CheckpointsAndOnlineFp8MatchTheCpuReference) {
     if (online) quantize_weights_fp8(reference);
     for (Fp8RoutedExperts experts : {Fp8RoutedExperts::kBf16, Fp8RoutedExperts::kFp8}) {
       SCOPED_TRACE(experts == Fp8RoutedExperts::kFp8 ? "routed experts in FP8" : "routed experts in bf16");
-      expect_matches_reference(load_fp8_gpu_weights(config, ckpt, online, experts), reference, experts);
+      expect_matches_reference(load_fp8_gpu_weights(config, ckpt, online, experts), reference, experts, online);
     }
     std::filesystem::remove_all(dir);
   }
 }
 
 // The checkpoint's own FP8 flags, as load_fp8_gpu_weights reads them.
-StoredAsFp8 stored_as_fp8_in(const SafetensorsCheckpoint& ckpt, bool online) {
-  return [&ckpt, online](const std::string& name) {
-    return online || (ckpt.contains(name) && ckpt.at(name).dtype == DType::kF8E4M3);
-  };
+StoredAsFp8 stored_as_fp8_in(const SafetensorsCheckpoint& ckpt) {
+  return [&ckpt](const std::string& name) { return ckpt.contains(name) && ckpt.at(name).dtype == DType::kF8E4M3; };
 }
 
 // The loader goes layer by layer (one layer in f32 at a time); converting the whole f32 model at
@@ -201,10 +207,11 @@ TEST(Fp8Projections, TheLayerByLayerLoadEqualsTheWholeModelsConversionBitForBit)
     const char* preset;
     WeightQuantization format;  // kNone: online FP8 of the bf16 checkpoint
   };
-  for (const Case& c : {Case{"qwen3", "tiny", WeightQuantization::kNone}, Case{"llama", "tiny", WeightQuantization::kFp8Tensor},
+  // The FP8 checkpoints (online FP8 quantizes what goes FP8 once, before the round trip of the
+  // rest, so it is held to the reference's exact values above instead).
+  for (const Case& c : {Case{"llama", "tiny", WeightQuantization::kFp8Tensor},
                         Case{"qwen3", "tiny", WeightQuantization::kFp8Channel},
                         Case{"deepseek_v3", "tiny-deepseek", WeightQuantization::kFp8Block},
-                        Case{"deepseek_v3", "tiny-deepseek", WeightQuantization::kNone},
                         Case{"deepseek_v32", "tiny-dsa", WeightQuantization::kFp8Block},
                         Case{"mixtral", "tiny-mixtral", WeightQuantization::kFp8Block}}) {
     SCOPED_TRACE(std::string(c.arch) + "/" + c.preset + "/" + std::string(weight_quantization_name(c.format)));
@@ -213,13 +220,9 @@ TEST(Fp8Projections, TheLayerByLayerLoadEqualsTheWholeModelsConversionBitForBit)
                 .quantization = c.format});
     const ModelConfig config = ModelConfig::from_dir(dir);
     const SafetensorsCheckpoint ckpt(dir);
-    const bool online = c.format == WeightQuantization::kNone;
-    ModelWeights whole = load_weights(config, ckpt);
-    if (online) quantize_weights_fp8(whole);
-    const Fp8GpuWeights want = make_fp8_gpu_weights(
-        std::move(whole), online ? Fp8SourceGeometry{} : fp8_source_geometry(config.quantization),
-        stored_as_fp8_in(ckpt, online), Fp8RoutedExperts::kFp8);
-    const Fp8GpuWeights got = load_fp8_gpu_weights(config, ckpt, online, Fp8RoutedExperts::kFp8);
+    const Fp8GpuWeights want = make_fp8_gpu_weights(load_weights(config, ckpt), fp8_source_geometry(config.quantization),
+                                                    stored_as_fp8_in(ckpt), Fp8RoutedExperts::kFp8);
+    const Fp8GpuWeights got = load_fp8_gpu_weights(config, ckpt, false, Fp8RoutedExperts::kFp8);
     ASSERT_EQ(got.fp8.size(), want.fp8.size());
     ASSERT_EQ(got.bf16.layers.size(), want.bf16.layers.size());
     for (size_t l = 0; l < want.fp8.size(); ++l) {

@@ -203,8 +203,12 @@ Fp8GpuWeights load_fp8_gpu_weights(const ModelConfig& config, const SafetensorsC
   std::vector<Fp8LayerProjections> fp8(static_cast<size_t>(config.num_hidden_layers));
   std::vector<BasicLayerWeights<uint16_t>> bf16_layers(fp8.size());
   ModelWeights rest = load_weights_by_layer(config, checkpoint, [&](int64_t l, LayerWeights&& layer) {
-    if (online) quantize_layer_fp8(config, layer);
+    // Online FP8: a projection the GPU holds in FP8 is quantized once, from the checkpoint's values
+    // with online FP8's [128, 128] blocks, part by part as quantize_layer_fp8 takes it: the codes
+    // and factors of its round trip, which the CPU reference computes with. What stays bf16 on the
+    // GPU (the f32 fields left) then takes that round trip.
     fp8[static_cast<size_t>(l)] = take_fp8_projections(config, l, layer, geometry, stored_as_fp8, experts);
+    if (online) quantize_layer_fp8(config, layer);
     bf16_layers[static_cast<size_t>(l)] = to_bf16_layer(std::move(layer));
   });
   Fp8GpuWeights out{to_bf16_weights(std::move(rest)), std::move(fp8)};  // the embeddings, final norm and head

@@ -9,13 +9,15 @@
 // 4 bytes per 128 weights (3% of the FP8 bytes).
 //
 // Where the values come from: the f32 weights the CPU reference computes with (an FP8
-// checkpoint dequantized at load, or a bf16 one round-tripped by online FP8, online_fp8.h), each
-// part quantized again with its source's own geometry. For a weight that was FP8 with factor
-// amax / 448 (DeepSeek's, GLM's and llm-compressor's quantizers, and our online FP8) that gives
-// back the stored E4M3 bytes and the factor to within one f32 rounding, so the GPU computes with
-// the values the CPU reference uses. The checkpoint's bytes are not carried through the loader
-// on purpose: one reader (model_weights.cpp) stays the only place stored values become the
-// model's, and the cost is one layer in f32 at a time during the load, not accuracy.
+// checkpoint dequantized at load), each part quantized again with its source's own geometry. For
+// a weight that was FP8 with factor amax / 448 (DeepSeek's, GLM's and llm-compressor's
+// quantizers) that gives back the stored E4M3 bytes and the factor to within one f32 rounding,
+// so the GPU computes with the values the CPU reference uses. Online FP8 (online_fp8.h)
+// quantizes each part once, from the checkpoint's values with its [128, 128] blocks: the codes
+// and factors of the round trip the CPU reference takes, exactly. The checkpoint's bytes are not
+// carried through the loader on purpose: one reader (model_weights.cpp) stays the only place
+// stored values become the model's, and the cost is one layer in f32 at a time during the load,
+// not accuracy.
 //
 // FP8 on the GPU: the projections of dense attention and MLP (qkv, o, gate_up, down), latent
 // attention's q_a, q_b (or q), kv_a and o, DeepSeek's shared experts, and the routed experts
