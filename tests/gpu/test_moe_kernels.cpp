@@ -776,7 +776,9 @@ void check_fp8_routed(std::mt19937_64& gen, const Fp8Experts& w, const std::vect
   const std::vector<float> got = floats_of(run_fp8_grouped(w, upload_bf16(a), ids, divisor, max_pairs));
   std::vector<float> want(static_cast<size_t>(rows * n));
   for (int64_t p = 0; p < rows; ++p) {
-    for (int64_t j = 0; j < n; ++j) want[p * n + j] = static_cast<float>(dot(a.data() + p / divisor * k, w.row(ids[p], j), k));
+    for (int64_t j = 0; j < n; ++j) {
+      want[p * n + j] = static_cast<float>(dot(a.data() + p / divisor * k, w.row(ids[p], j), k));
+    }
   }
   EXPECT_LT(gpu_test::relative_error(got, want), 5e-3) << (max_pairs > 0 ? "the GEMV" : "the GEMM");
 }

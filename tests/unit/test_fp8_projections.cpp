@@ -145,7 +145,9 @@ void expect_matches_reference(const Fp8GpuWeights& gpu, const ModelWeights& refe
     } else {
       EXPECT_EQ(f.experts_gate_up.rows + f.experts_down.rows, 0) << "routed experts in FP8";
       ASSERT_EQ(b.experts_down.size(), ref.experts_down.size());
-      for (size_t i = 0; i < ref.experts_down.size(); i += 97) ASSERT_EQ(b.experts_down[i], f32_to_bf16(ref.experts_down[i]));
+      for (size_t i = 0; i < ref.experts_down.size(); i += 97) {
+        ASSERT_EQ(b.experts_down[i], f32_to_bf16(ref.experts_down[i])) << "experts_down " << i;
+      }
       ASSERT_EQ(b.experts_gate_up.size(), ref.experts_gate_up.size());
     }
     EXPECT_GE(fp8_count, 2);
@@ -220,8 +222,9 @@ TEST(Fp8Projections, TheLayerByLayerLoadEqualsTheWholeModelsConversionBitForBit)
                 .quantization = c.format});
     const ModelConfig config = ModelConfig::from_dir(dir);
     const SafetensorsCheckpoint ckpt(dir);
-    const Fp8GpuWeights want = make_fp8_gpu_weights(load_weights(config, ckpt), fp8_source_geometry(config.quantization),
-                                                    stored_as_fp8_in(ckpt), Fp8RoutedExperts::kFp8);
+    const Fp8GpuWeights want = make_fp8_gpu_weights(load_weights(config, ckpt),
+                                                    fp8_source_geometry(config.quantization), stored_as_fp8_in(ckpt),
+                                                    Fp8RoutedExperts::kFp8);
     const Fp8GpuWeights got = load_fp8_gpu_weights(config, ckpt, false, Fp8RoutedExperts::kFp8);
     ASSERT_EQ(got.fp8.size(), want.fp8.size());
     ASSERT_EQ(got.bf16.layers.size(), want.bf16.layers.size());

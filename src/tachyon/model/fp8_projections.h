@@ -24,7 +24,9 @@
 // (kernels/cuda/moe.h's E4M3 grouped products). Kept in bf16 there (with the values the CPU
 // reference uses, rounded to bf16): embeddings, the LM head, norms, routers, latent attention's
 // kv_b (absorbed into the attention kernels) and the sparse indexer. A checkpoint projection
-// stored unquantized stays bf16 (the routed experts of a layer: all of them FP8, or bf16). Tests: tests/unit/test_fp8_projections.cpp; on the GPU tests/gpu/test_cuda_fp8.cpp.
+// stored unquantized stays bf16 (the routed experts of a layer: all of them FP8, or bf16).
+// Tests: tests/unit/test_fp8_projections.cpp; on the GPU tests/gpu/test_cuda_fp8.cpp and
+// tests/gpu/test_moe_kernels.cpp (MoeFp8Experts.*).
 #pragma once
 
 #include <cstdint>

@@ -15,7 +15,8 @@ void round_trip_parts(std::span<float> weight, int64_t cols, std::initializer_li
   int64_t offset = 0;
   for (int64_t rows : parts) {
     if (rows == 0) continue;
-    fp8_block_round_trip(weight.subspan(static_cast<size_t>(offset * cols), static_cast<size_t>(rows * cols)), rows, cols);
+    fp8_block_round_trip(weight.subspan(static_cast<size_t>(offset * cols), static_cast<size_t>(rows * cols)), rows,
+                         cols);
     offset += rows;
   }
   TACHYON_CHECK(static_cast<size_t>(offset * cols) == weight.size())

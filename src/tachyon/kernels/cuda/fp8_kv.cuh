@@ -1,5 +1,6 @@
 // The E4M3 codec on the GPU, shared by the FP8 KV cache's store (rope_store_kv), the attention
-// kernels that read it, and the FP8 projections' row quantizer and dequantizer (fp8.cu). The KV
+// kernels that read it, the FP8 projections' row quantizer and dequantizer (fp8.cu) and the
+// kernels that stream E4M3 weights (gemv_common.cuh, moe_gemm.cu). The KV
 // cache holds one f32 factor per token and KV head: amax / 448 (1 for an all-zero row), each code
 // RNE(x / factor) saturated at +-448, exactly as the CPU reference's fp8_block_round_trip
 // (tensor/fp8.h) rounds a row.
@@ -29,6 +30,13 @@ __device__ __forceinline__ uint32_t fp8_encode4(const float* v, float factor) {
   return word;
 }
 
+// The two E4M3 codes in bits 16h..16h+15 of `word` (the lower byte first) as f32, exactly,
+// through the hardware's fp8x2 -> f16x2 conversion.
+__device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t word, int h) {
+  const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(word >> (16 * h)), __NV_E4M3);
+  return __half22float2(__half2(raw));
+}
+
 // Eight E4M3 codes (byte i = value i) times `factor` -> eight bf16, rounded to nearest even.
 __device__ __forceinline__ uint4 fp8x8_to_bf16x8(uint2 bits, float factor) {
   const uint32_t words[2] = {bits.x, bits.y};
@@ -37,9 +45,7 @@ __device__ __forceinline__ uint4 fp8x8_to_bf16x8(uint2 bits, float factor) {
   for (int w = 0; w < 2; ++w) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const __half2_raw raw =
-          __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(words[w] >> (16 * h)), __NV_E4M3);
-      const float2 pair = __half22float2(__half2(raw));
+      const float2 pair = e4m3x2_to_float2(words[w], h);
       v[4 * w + 2 * h] = pair.x * factor;
       v[4 * w + 2 * h + 1] = pair.y * factor;
     }

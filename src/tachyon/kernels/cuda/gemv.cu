@@ -50,18 +50,7 @@ __device__ __forceinline__ void accumulate(float (&acc)[M][R], const uint4 (&w)[
 #pragma unroll
   for (int r = 0; r < R; ++r) unpack16_fp8(w[r], wf[r]);
 #pragma unroll
-  for (int m = 0; m < M; ++m) {
-    float xf[16];
-    unpack8(__ldg(x + m * kx + 2 * c), reinterpret_cast<float(&)[8]>(xf[0]));
-    unpack8(__ldg(x + m * kx + 2 * c + 1), reinterpret_cast<float(&)[8]>(xf[8]));
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      float dot = 0.0f;
-#pragma unroll
-      for (int i = 0; i < 16; ++i) dot = fmaf(xf[i], wf[r][i], dot);
-      acc[m][r] = fmaf(dot, s[r], acc[m][r]);
-    }
-  }
+  for (int m = 0; m < M; ++m) add_fp8_chunk<R>(acc[m], wf, s, x + m * kx + 2 * c);
 }
 
 __device__ __forceinline__ void store(bf16* out, float v) { *out = __float2bfloat16_rn(v); }

@@ -1,16 +1,15 @@
 // What the weight-streaming kernels share: gemv.cu (one weight, m <= 8 rows) and moe_gemv.cu
-// (each active expert's weight, up to 8 pairs), and the weight formats both stream (bf16, E4M3). A block is 4 warps; a warp owns R weight rows
-// (2 for m <= 3, 4 for m >= 4, so the m input chunks each lane reads are reused R times) and
-// keeps R * U = 8 16-byte streaming loads in flight per lane; k is split across a block's warps
-// while the grid has fewer than kTargetWarpsPerSm warps per SM.
+// (each active expert's weight, up to 8 pairs), and the weight formats both stream (bf16, E4M3).
+// A block is 4 warps; a warp owns R weight rows (2 for m <= 3, 4 for m >= 4, so the m input
+// chunks each lane reads are reused R times) and keeps R * U = 8 16-byte streaming loads in
+// flight per lane; k is split across a block's warps while the grid has fewer than
+// kTargetWarpsPerSm warps per SM.
 #pragma once
-
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
 
 #include <cstdint>
 
 #include "tachyon/kernels/cuda/bf16_vec.cuh"
+#include "tachyon/kernels/cuda/fp8_kv.cuh"
 
 namespace tachyon::kernels::cuda::gemv_detail {
 
@@ -50,19 +49,34 @@ struct Fp8Weights {
   const float* scale = nullptr;  // [n, scale_cols]
 };
 
-// 16 E4M3 values (byte i = element i) to f32 through the hardware's fp8x2 -> f16x2 conversion.
+// 16 E4M3 values (byte i = element i) to f32.
 __device__ __forceinline__ void unpack16_fp8(const uint4& bits, float (&v)[16]) {
   const uint32_t words[4] = {bits.x, bits.y, bits.z, bits.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const __half2_raw raw =
-          __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(words[i] >> (16 * h)), __NV_E4M3);
-      const float2 pair = __half22float2(__half2(raw));
+      const float2 pair = e4m3x2_to_float2(words[i], h);
       v[4 * i + 2 * h] = pair.x;
       v[4 * i + 2 * h + 1] = pair.y;
     }
+  }
+}
+
+// acc[r] += dot(16 input values, weight row r's E4M3 chunk wf[r]) * its factor s[r]: the input is
+// the two bf16 chunks at x (an E4M3 chunk covers two). The dot sums in element order, then scales.
+template <int R>
+__device__ __forceinline__ void add_fp8_chunk(float (&acc)[R], const float (&wf)[R][16], const float (&s)[R],
+                                              const uint4* x) {
+  float xf[16];
+  unpack8(__ldg(x), reinterpret_cast<float(&)[8]>(xf[0]));
+  unpack8(__ldg(x + 1), reinterpret_cast<float(&)[8]>(xf[8]));
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    float dot = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) dot = fmaf(xf[i], wf[r][i], dot);
+    acc[r] = fmaf(dot, s[r], acc[r]);
   }
 }
 

@@ -14,10 +14,8 @@
 // are then scaled by each weight row's factor for that block and added to the output's (the
 // factor is applied in f32, never rounded into the bf16 operand).
 // Test: tests/gpu/test_moe_kernels.cpp.
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
-
 #include "tachyon/kernels/cuda/attention_common.cuh"
+#include "tachyon/kernels/cuda/fp8_kv.cuh"
 #include "tachyon/kernels/cuda/moe.h"
 
 namespace tachyon::kernels::cuda {
@@ -51,9 +49,7 @@ __device__ __forceinline__ void widen_e4m3(const uint4& bits, uint4& lo, uint4& 
   for (int i = 0; i < 4; ++i) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const __half2_raw raw =
-          __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(words[i] >> (16 * h)), __NV_E4M3);
-      const float2 pair = __half22float2(__half2(raw));
+      const float2 pair = e4m3x2_to_float2(words[i], h);
       out[2 * i + h] = pack_bf16(pair.x, pair.y);
     }
   }
@@ -222,7 +218,8 @@ void check_and_launch(const char* name, const GroupedGemmArgs& args, int64_t cap
     TACHYON_CHECK(reinterpret_cast<uintptr_t>(p) % 16 == 0) << name << ": out, a and w must be 16-byte aligned";
   }
   if (capacity == 0) return;
-  const dim3 grid(static_cast<unsigned>((args.n + kBlockN - 1) / kBlockN), static_cast<unsigned>(capacity / kMoeBlockM));
+  const dim3 grid(static_cast<unsigned>((args.n + kBlockN - 1) / kBlockN),
+                  static_cast<unsigned>(capacity / kMoeBlockM));
   if (args.scale == nullptr) {
     grouped_gemm_kernel<false><<<grid, kThreads, 0, stream>>>(args);
   } else {

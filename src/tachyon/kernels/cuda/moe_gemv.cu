@@ -44,6 +44,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 namespace tachyon::kernels::cuda {
 namespace {
@@ -84,16 +85,7 @@ __device__ __forceinline__ void accumulate(float (&acc)[M][R], const uint4 (&w)[
 #pragma unroll
   for (int m = 0; m < M; ++m) {
     if (m >= count) break;
-    float xf[16];
-    unpack8(__ldg(x[m] + 2 * c), reinterpret_cast<float(&)[8]>(xf[0]));
-    unpack8(__ldg(x[m] + 2 * c + 1), reinterpret_cast<float(&)[8]>(xf[8]));
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      float dot = 0.0f;
-#pragma unroll
-      for (int i = 0; i < 16; ++i) dot = fmaf(xf[i], wf[r][i], dot);
-      acc[m][r] = fmaf(dot, s[r], acc[m][r]);
-    }
+    add_fp8_chunk<R>(acc[m], wf, s, x[m] + 2 * c);
   }
 }
 
@@ -146,6 +138,7 @@ __global__ void __launch_bounds__(kThreads) moe_gemv_kernel(const MoeGemvArgs g)
   constexpr int R = rows_per_warp<M>();
   constexpr int U = unroll<M>();
   constexpr int kOutputs = kSilu ? R / 2 : R;  // outputs per pair and row group
+  constexpr bool kFp8 = std::is_same_v<Format, Fp8Weights>;
   __shared__ float partial[kWarps][M * R];
 
   const int warp = threadIdx.x / 32;
@@ -174,11 +167,13 @@ __global__ void __launch_bounds__(kThreads) moe_gemv_kernel(const MoeGemvArgs g)
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       const int32_t pair = __shfl_sync(0xffffffffu, slot_pair, m);
-      x[m] = reinterpret_cast<const uint4*>(g.a) + (pair >= 0 ? pair / g.a_row_divisor : 0) * g.kx;
+      // bf16: the input's chunks are the weight's (k8 == kx), one value fewer to hold.
+      x[m] = reinterpret_cast<const uint4*>(g.a) + (pair >= 0 ? pair / g.a_row_divisor : 0) * (kFp8 ? g.kx : g.k8);
     }
     // Lane j < count * kOutputs writes pair j / kOutputs's output j % kOutputs of the group.
     const int32_t out_pair = __shfl_sync(0xffffffffu, slot_pair, lane / kOutputs);
-    const int64_t expert_row0 = static_cast<int64_t>(expert) * g.n;
+    const uint4* w_expert = reinterpret_cast<const uint4*>(g.w) + static_cast<int64_t>(expert) * g.n * g.k8;
+    const int64_t scale_expert = static_cast<int64_t>(expert) * g.n * g.scale_cols;  // E4M3: its first factor
     const Format format{g.scale};
 
     for (int i = 0; i < g.groups; ++i) {
@@ -192,18 +187,18 @@ __global__ void __launch_bounds__(kThreads) moe_gemv_kernel(const MoeGemvArgs g)
       }
       if (active) {
         const uint4* w_rows[R];
-        int64_t scale_row[R];  // E4M3: the first factor of each row
+        int64_t scale_row[R] = {};  // E4M3: the first factor of each row
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-          const int64_t row = expert_row0 + weight_row<R, kSilu>(group, r, g.n);
-          w_rows[r] = reinterpret_cast<const uint4*>(g.w) + row * g.k8;
-          scale_row[r] = row * g.scale_cols;
+          const int64_t row = weight_row<R, kSilu>(group, r, g.n);
+          w_rows[r] = w_expert + row * g.k8;
+          if constexpr (kFp8) scale_row[r] = scale_expert + row * g.scale_cols;
         }
         // Full trips (every lane's U chunks in range), all R * U loads issued before any FMA,
         // then one predicated trip for the last < U chunks of each lane. A lane adds its chunks
         // in k order either way, so the trip shape (U, R) never changes a sum.
         uint4 w[U][R];
-        float f[U][R];  // E4M3: the chunks' factors, loaded with them
+        float f[U][R] = {};  // E4M3: the chunks' factors, loaded with them
         int first = slice * 32;
         for (; first + (U - 1) * stride + 31 < g.k8; first += U * stride) {
 #pragma unroll
@@ -211,7 +206,7 @@ __global__ void __launch_bounds__(kThreads) moe_gemv_kernel(const MoeGemvArgs g)
 #pragma unroll
             for (int r = 0; r < R; ++r) {
               w[u][r] = load_stream(w_rows[r] + first + lane + u * stride);
-              f[u][r] = load_factor(format, scale_row[r], first + lane + u * stride);
+              if constexpr (kFp8) f[u][r] = load_factor(format, scale_row[r], first + lane + u * stride);
             }
           }
 #pragma unroll
@@ -224,7 +219,7 @@ __global__ void __launch_bounds__(kThreads) moe_gemv_kernel(const MoeGemvArgs g)
 #pragma unroll
               for (int r = 0; r < R; ++r) {
                 w[u][r] = load_stream(w_rows[r] + first + lane + u * stride);
-                f[u][r] = load_factor(format, scale_row[r], first + lane + u * stride);
+                if constexpr (kFp8) f[u][r] = load_factor(format, scale_row[r], first + lane + u * stride);
               }
             }
           }

@@ -94,35 +94,34 @@ void CudaDenseWeights::upload(const Bf16ModelWeights& w, const std::vector<float
     }
     if (fp8 != nullptr) {
       const Fp8LayerProjections& f = (*fp8)[i];
+      // Codes and factors per row; `dense` (a linear's weight) also the factors transposed, for
+      // cuBLASLt's block scaling, where the routed experts are read by the grouped products alone.
+      auto place_fp8 = [&](const Fp8BlockWeight& q, LinearWeight& target, bool dense) {
+        if (q.rows == 0) return;
+        TACHYON_CHECK(q.block_rows == 1 && q.block_cols == kFp8ScaleCols)
+            << "internal: FP8 weight not in the GPU form ([1, 128] blocks)";
+        place_bytes(q.data.data(), q.data.size(), reinterpret_cast<const void**>(&target.fp8));
+        place_bytes(q.scale_inv.data(), q.scale_inv.size() * sizeof(float),
+                    reinterpret_cast<const void**>(&target.scale));
+        if (!dense) return;
+        std::vector<float>& by_block = scale_copies.emplace_back(q.scale_inv.size());
+        const int64_t blocks = q.scale_cols();
+        for (int64_t r = 0; r < q.rows; ++r) {
+          for (int64_t b = 0; b < blocks; ++b) by_block[b * q.rows + r] = q.scale_inv[r * blocks + b];
+        }
+        place_bytes(by_block.data(), by_block.size() * sizeof(float),
+                    reinterpret_cast<const void**>(&target.scale_by_block));
+        largest_fp8_projection_ = std::max(largest_fp8_projection_, q.rows * q.cols);
+        largest_fp8_input_ = std::max(largest_fp8_input_, q.cols);
+      };
       for (auto [q, target] : std::initializer_list<std::pair<const Fp8BlockWeight*, LinearWeight*>>{
                {&f.qkv, &d.qkv}, {&f.o_proj, &d.o_proj}, {&f.gate_up, &d.gate_up}, {&f.down, &d.down},
                {&f.shared_gate_up, &d.shared_gate_up}, {&f.shared_down, &d.shared_down}, {&f.q_a_proj, &d.q_a_proj},
                {&f.q_b_proj, &d.q_b_proj}, {&f.kv_a_proj, &d.kv_a_proj}}) {
-        if (q->rows == 0) continue;
-        TACHYON_CHECK(q->block_rows == 1 && q->block_cols == kFp8ScaleCols)
-            << "internal: FP8 projection not in the GPU form ([1, 128] blocks)";
-        place_bytes(q->data.data(), q->data.size(), reinterpret_cast<const void**>(&target->fp8));
-        place_bytes(q->scale_inv.data(), q->scale_inv.size() * sizeof(float),
-                    reinterpret_cast<const void**>(&target->scale));
-        std::vector<float>& by_block = scale_copies.emplace_back(q->scale_inv.size());
-        const int64_t blocks = q->scale_cols();
-        for (int64_t r = 0; r < q->rows; ++r) {
-          for (int64_t b = 0; b < blocks; ++b) by_block[b * q->rows + r] = q->scale_inv[r * blocks + b];
-        }
-        place_bytes(by_block.data(), by_block.size() * sizeof(float), reinterpret_cast<const void**>(&target->scale_by_block));
-        largest_fp8_projection_ = std::max(largest_fp8_projection_, q->rows * q->cols);
-        largest_fp8_input_ = std::max(largest_fp8_input_, q->cols);
+        place_fp8(*q, *target, /*dense=*/true);
       }
-      // The routed experts: only the grouped products read them (moe.h), with factors per row.
-      for (auto [q, target] : std::initializer_list<std::pair<const Fp8BlockWeight*, LinearWeight*>>{
-               {&f.experts_gate_up, &d.experts_gate_up}, {&f.experts_down, &d.experts_down}}) {
-        if (q->rows == 0) continue;
-        TACHYON_CHECK(q->block_rows == 1 && q->block_cols == kFp8ScaleCols)
-            << "internal: FP8 experts not in the GPU form ([1, 128] blocks)";
-        place_bytes(q->data.data(), q->data.size(), reinterpret_cast<const void**>(&target->fp8));
-        place_bytes(q->scale_inv.data(), q->scale_inv.size() * sizeof(float),
-                    reinterpret_cast<const void**>(&target->scale));
-      }
+      place_fp8(f.experts_gate_up, d.experts_gate_up, /*dense=*/false);
+      place_fp8(f.experts_down, d.experts_down, /*dense=*/false);
     }
     for (uint16_t bits : l.router_bias) f32_copies[i].push_back(bf16_to_f32(bits));
     place_bytes(f32_copies[i].data(), f32_copies[i].size() * sizeof(float), reinterpret_cast<const void**>(&d.router_bias));
