@@ -150,6 +150,26 @@ BasicLayerWeights<uint16_t> to_bf16_layer(LayerWeights&& layer) {
   return out;
 }
 
+ModelWeights to_f32_weights(const Bf16ModelWeights& w) {
+  auto widen = [](const std::vector<uint16_t>& bits) {
+    std::vector<float> out(bits.size());
+    for (size_t i = 0; i < bits.size(); ++i) out[i] = bf16_to_f32(bits[i]);
+    return out;
+  };
+  ModelWeights out;
+  out.config = w.config;
+  out.embed_tokens = widen(w.embed_tokens);
+  constexpr auto from = layer_tensors<uint16_t>();
+  constexpr auto to = layer_tensors<float>();
+  for (const BasicLayerWeights<uint16_t>& layer : w.layers) {
+    LayerWeights& f32 = out.layers.emplace_back();
+    for (size_t t = 0; t < from.size(); ++t) f32.*to[t] = widen(layer.*from[t]);
+  }
+  out.final_norm = widen(w.final_norm);
+  out.lm_head = widen(w.lm_head);
+  return out;
+}
+
 Bf16ModelWeights to_bf16_weights(ModelWeights&& w) {
   check_f32_matrices(w, "the bf16 conversion of f32 weights");
   Bf16ModelWeights out;

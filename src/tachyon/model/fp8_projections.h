@@ -104,5 +104,7 @@ Fp8GpuWeights load_fp8_gpu_weights(const ModelConfig& config, const SafetensorsC
 Bf16ModelWeights to_bf16_weights(ModelWeights&& weights);
 // One layer's tensors rounded to bf16, consumed.
 BasicLayerWeights<uint16_t> to_bf16_layer(LayerWeights&& layer);
+// Every tensor widened back to f32 (exactly: a bf16 value is an f32 value).
+ModelWeights to_f32_weights(const Bf16ModelWeights& weights);
 
 }  // namespace tachyon::model

@@ -292,6 +292,17 @@ std::vector<ModelPreset> build_presets() {
   c.topk_group = c.n_group;
   presets.push_back(tiny("tiny-gpu-deepseek-all", "tiny-deepseek routing to all 16 experts: on the GPU", c,
                          "deepseek_v3"));
+  // FP8 on tensor-parallel GPUs cuts row-parallel weights on 128-column factor spans
+  // (fp8_tp_shard.h): at --tp 2 each rank's o_proj (2 heads of 64 values), MLP, expert and
+  // shared-expert widths are 128 here.
+  c.hidden_size = 256;
+  c.v_head_dim = 64;
+  c.qk_nope_head_dim = 64;
+  c.head_dim = 72;
+  c.intermediate_size = 256;
+  c.moe_intermediate_size = 256;
+  presets.push_back(tiny("tiny-gpu-deepseek-tp", "tiny-gpu-deepseek-all at widths --tp 2 can cut in FP8 (hidden 256)",
+                         c, "deepseek_v3"));
   c = tiny_dsa_shape();
   c.num_experts_per_tok = c.num_experts;
   c.topk_group = c.n_group;

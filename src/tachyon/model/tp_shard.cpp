@@ -26,6 +26,7 @@ std::vector<T> rows_of(const std::vector<T>& in, int64_t begin, int64_t count, i
 // Columns [begin, begin + count) of a row-major [rows, width] matrix: [rows, count].
 template <typename T>
 std::vector<T> columns_of(const std::vector<T>& in, int64_t rows, int64_t width, int64_t begin, int64_t count) {
+  if (in.empty()) return {};  // absent here (held in FP8 beside these weights: fp8_tp_shard.h)
   std::vector<T> out(static_cast<size_t>(rows * count));
   for (int64_t r = 0; r < rows; ++r) {
     std::copy_n(in.begin() + r * width + begin, count, out.begin() + r * count);
@@ -44,7 +45,7 @@ void shard_swiglu(const std::vector<T>& gate_up, const std::vector<T>& down, int
     append_rows(gate_up_out, gate_up, b * 2 * inter + begin, count, hidden);
     append_rows(gate_up_out, gate_up, b * 2 * inter + inter + begin, count, hidden);
   }
-  down_out = down.empty() ? std::vector<T>{} : columns_of(down, blocks * hidden, inter, begin, count);
+  down_out = columns_of(down, blocks * hidden, inter, begin, count);
 }
 
 // A MoE layer's experts: the router (and DeepSeek's score bias) whole on every rank, so that
