@@ -8,6 +8,7 @@
 // (shared_gpu_tp_comms: the ranks meet on the host), eager, so the multi-rank path of every family
 // the GPU decoder serves (dense, MoE with its experts split, latent attention with its heads split,
 // the sparse indexer replicated) runs on a one-GPU machine.
+// SharedGpuFp8TpRunner: the same over FP8 weights cut for the ranks (model/fp8_tp_shard.h).
 // SharedGpuDcpRunner: the same with decode context parallelism (--dcp = --tp), against the
 // reference and against the group without it; its `separate` cases run the production path
 // (rank r on GPU r, graphs) and are skipped, saying so, on a machine with fewer GPUs. The CLI
@@ -22,6 +23,8 @@
 #include <string>
 
 #include "runner_test_util.h"
+#include "tachyon/model/fp8_projections.h"
+#include "tachyon/model/make_model.h"
 #include "tachyon/tensor/cuda/device_buffer.h"
 #include "tachyon/runner/cuda/tp_cuda_model_runner.h"
 
@@ -213,6 +216,78 @@ TEST_P(SharedGpuTpRunner, GreedyPathFollowsTheSingleGpuRunnerAndTheEngineServesI
   }
   expect_engine_serves_alike([&] { return shared_gpu_runner(weights, config, c.tp); }, config, prompts, 12);
 }
+
+// SharedGpuFp8TpRunner: FP8 weights cut for the ranks (model/fp8_tp_shard.h), routed experts in
+// E4M3 too, on ranks sharing GPU 0, against the single-GPU FP8 runner along its greedy path (as
+// above: the ranks' partial sums round differently, so within the tolerance and >= 90% of the
+// argmaxes), then served by the engine alike twice.
+struct Fp8TpCase {
+  Variant variant;
+  model::WeightQuantization format;  // kNone: --quantization fp8 of the plain checkpoint
+  int tp = 2;
+  bool ep = false;
+};
+
+class SharedGpuFp8TpRunner : public ::testing::TestWithParam<Fp8TpCase> {};
+
+TEST_P(SharedGpuFp8TpRunner, GreedyPathFollowsTheSingleGpuFp8Runner) {
+  const Fp8TpCase& c = GetParam();
+  const fs::path dir = fs::temp_directory_path() / ("tachyon-gpu-fp8tp-" + c.variant.arch + "-" + c.variant.preset + "-" +
+                                                    std::string(model::weight_quantization_name(c.format)));
+  if (!fs::exists(dir / "config.json")) {
+    model::make_model({.arch = c.variant.arch, .preset = c.variant.preset, .seed = 7, .out_dir = dir,
+                       .quantization = c.format});
+  }
+  const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
+  const bool online = c.format == model::WeightQuantization::kNone;
+  model::SafetensorsCheckpoint checkpoint(dir);
+  const model::Fp8GpuWeights weights =
+      model::load_fp8_gpu_weights(mc, checkpoint, online, model::Fp8RoutedExperts::kFp8);
+  core::EngineConfig config = shared_gpu_config(c.tp);
+  config.device.enable_expert_parallel = c.ep;
+  if (online) config.device.quantization = "fp8";
+  core::EngineConfig single_config = shared_gpu_config(1);
+  single_config.device.quantization = config.device.quantization;
+  auto group = [&] {
+    SharedGpuTpComms comms = shared_gpu_tp_comms(c.tp);
+    return std::make_unique<TpCudaModelRunner>(
+        weights, config,
+        TpCudaLayout{.devices = std::vector<int>(static_cast<size_t>(c.tp), 0), .ranks_share_gpu = true},
+        std::move(comms.make_comm), std::move(comms.on_failure));
+  };
+  const std::vector<std::vector<int32_t>> prompts = random_prompts(mc, {9, 30, 3, 64}, 17);
+  {
+    CudaModelRunner single(weights, single_config);
+    const auto tp_group = group();
+    const GreedyPath path = follow_greedy_path(
+        single, [&](int32_t n) { return single.last_logits(n); }, *tp_group, prompts, mc, config.block_size,
+        logits_tolerance(mc));
+    std::printf("[fp8 tp %d%s vs 1 GPU] %-28s worst logits rel. error %.2e, argmax agrees on %d of %d rows\n", c.tp,
+                c.ep ? " ep" : "", c.variant.preset.c_str(), path.worst, path.agree, path.rows);
+    EXPECT_GE(path.agree * 10, path.rows * 9) << "the group's greedy choice differs from the single runner's on "
+                                              << path.rows - path.agree << " of " << path.rows << " rows";
+  }
+  expect_engine_serves_alike(group, config, prompts, 12);
+}
+
+std::string fp8_case_name(const ::testing::TestParamInfo<Fp8TpCase>& info) {
+  std::string name = info.param.variant.arch + "_" + info.param.variant.preset + "_" +
+                     std::string(model::weight_quantization_name(info.param.format)) + "_tp" +
+                     std::to_string(info.param.tp) + (info.param.ep ? "_ep" : "");
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Formats, SharedGpuFp8TpRunner,
+    ::testing::Values(Fp8TpCase{{"llama", "tiny-gpu"}, model::WeightQuantization::kFp8Block},
+                      Fp8TpCase{{"qwen3", "tiny-gpu"}, model::WeightQuantization::kNone},
+                      Fp8TpCase{{"llama", "tiny-gpu-bias"}, model::WeightQuantization::kFp8Tensor},
+                      Fp8TpCase{{"mixtral", "tiny-gpu-mixtral-all"}, model::WeightQuantization::kFp8Channel},
+                      Fp8TpCase{{"qwen3_moe", "tiny-gpu-moe-all"}, model::WeightQuantization::kFp8Block, 2, true},
+                      Fp8TpCase{{"deepseek_v3", "tiny-gpu-deepseek-tp"}, model::WeightQuantization::kFp8Block},
+                      Fp8TpCase{{"deepseek_v3", "tiny-gpu-deepseek-tp"}, model::WeightQuantization::kNone, 2, true}),
+    fp8_case_name);
 
 // SharedGpuDcpRunner: decode context parallelism (--dcp = --tp) on ranks sharing GPU 0. Every
 // rank caches only its tokens of the latent cache (and index keys), so the group holds --dcp

@@ -147,8 +147,10 @@ bool fp8_run(const core::EngineConfig& config, const model::ModelConfig& model_c
   return config.device.quantization == "fp8" || model_config.quantization.quantized();
 }
 
-// FP8 on GPUs runs on one GPU (model/fp8_projections.h); the tensor-parallel CUDA runner has no
-// test with FP8 weights, so it is refused before loading (auto then picks the CPU ranks).
+// FP8 on GPUs runs on one GPU (model/fp8_projections.h). The tensor-parallel CUDA runner takes
+// FP8 shards (model/fp8_tp_shard.h), but its test (tests/gpu/test_tp_cuda_runner.cpp,
+// SharedGpuFp8TpRunner) has not run on the GPU machine yet, so it is refused before loading
+// (auto then picks the CPU ranks).
 void check_quantization_device(const core::EngineConfig& config, const model::ModelConfig& model_config,
                                const std::string& kind) {
   model::check_quantization_method(config.device.quantization);

@@ -19,13 +19,22 @@ namespace tachyon::runner {
 namespace kc = kernels::cuda;
 namespace gpu = model::gpu;
 
-CudaModelRunner::CudaModelRunner(const model::Bf16ModelWeights& weights, const core::EngineConfig& config,
-                                 CudaTpRank tp, const model::Bf16MtpModule* mtp)
-    : config_(config), tp_(tp), weights_(weights, model::rope_inv_freq(weights.config)) {
+namespace {
+
+// A TP rank's embedding holds its vocab rows (the whole vocabulary without TP).
+void check_vocab_rows(const model::Bf16ModelWeights& weights, const CudaTpRank& tp) {
   const int64_t vocab_rows = tp.vocab_rows > 0 ? tp.vocab_rows : weights.config.vocab_size;
   TACHYON_CHECK(weights.embed_tokens.size() == static_cast<size_t>(vocab_rows * weights.config.hidden_size))
       << "internal: embed_tokens holds " << weights.embed_tokens.size() / weights.config.hidden_size
       << " rows, the TP rank expects " << vocab_rows;
+}
+
+}  // namespace
+
+CudaModelRunner::CudaModelRunner(const model::Bf16ModelWeights& weights, const core::EngineConfig& config,
+                                 CudaTpRank tp, const model::Bf16MtpModule* mtp)
+    : config_(config), tp_(tp), weights_(weights, model::rope_inv_freq(weights.config)) {
+  check_vocab_rows(weights, tp);
   check_cache_types(config, weights_.config(), tp_.comm != nullptr);
   TACHYON_CHECK(mtp == nullptr || (tp.comm == nullptr && config.speculative.method == "mtp" &&
                                    config.speculative.num_speculative_tokens >= 1))
@@ -33,8 +42,10 @@ CudaModelRunner::CudaModelRunner(const model::Bf16ModelWeights& weights, const c
   start(config, mtp);
 }
 
-CudaModelRunner::CudaModelRunner(const model::Fp8GpuWeights& weights, const core::EngineConfig& config)
-    : config_(config), weights_(weights, model::rope_inv_freq(weights.bf16.config)) {
+CudaModelRunner::CudaModelRunner(const model::Fp8GpuWeights& weights, const core::EngineConfig& config,
+                                 CudaTpRank tp)
+    : config_(config), tp_(tp), weights_(weights, model::rope_inv_freq(weights.bf16.config)) {
+  check_vocab_rows(weights.bf16, tp);
   check_cache_types(config, weights_.config(), tp_.comm != nullptr);
   // Before the KV cache takes the free memory.
   fp8_scratch_ = cuda::DeviceBuffer(static_cast<size_t>(weights_.largest_fp8_projection()) * sizeof(kc::bf16));

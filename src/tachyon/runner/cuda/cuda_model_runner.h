@@ -101,9 +101,10 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   // runner then drafts config.speculative.num_speculative_tokens per sequence and step).
   CudaModelRunner(const model::Bf16ModelWeights& weights, const core::EngineConfig& config, CudaTpRank tp = {},
                   const model::Bf16MtpModule* mtp = nullptr);
-  // An FP8 run on one GPU (model/fp8_projections.h): its projections in E4M3, products of up to 8
-  // rows through fp8_gemv, larger ones dequantized into a bf16 scratch for cuBLASLt.
-  CudaModelRunner(const model::Fp8GpuWeights& weights, const core::EngineConfig& config);
+  // An FP8 run (model/fp8_projections.h): its projections in E4M3, products of up to 8 rows
+  // through fp8_gemv, larger ones FP8 x FP8 on cuBLASLt (or dequantized into a bf16 scratch). A TP
+  // shard when tp.comm is set (model/fp8_tp_shard.h).
+  CudaModelRunner(const model::Fp8GpuWeights& weights, const core::EngineConfig& config, CudaTpRank tp = {});
   ~CudaModelRunner() override;
 
   // Uploads the step and enqueues its forward, sampling and token download, then returns: the

@@ -8,6 +8,7 @@
 #include "tachyon/dist/cuda/host_staged_communicator.h"
 #include "tachyon/dist/cuda/peer_communicator.h"
 #include "tachyon/tensor/cuda/cuda_check.h"
+#include "tachyon/model/fp8_tp_shard.h"
 #include "tachyon/model/tp_shard.h"
 #include "tachyon/runner/plan_wire.h"
 #ifdef TACHYON_HAVE_NCCL
@@ -66,11 +67,62 @@ struct StartUpInfo {
   int32_t pad;
 };
 
+// A shard's place in the group: its vocab rows, and under expert parallelism its experts and
+// whether it adds the shared expert (rank 0 alone: every shard holds it whole).
+CudaTpRank shard_part(const model::Bf16TpShard& shard, int global, CudaTpRank part) {
+  part.vocab_begin = shard.vocab_begin;
+  part.vocab_rows = shard.vocab_rows;
+  if (shard.expert_parallel) {
+    part.expert_begin = static_cast<int32_t>(shard.expert_begin);
+    part.expert_count = static_cast<int32_t>(shard.expert_count);
+    part.adds_shared_expert = global == 0;
+  }
+  return part;
+}
+
+template <typename Layers>
+void drop_shared_expert(Layers& layers) {  // a rank that does not add it need not hold it
+  for (auto& layer : layers) {
+    layer.shared_gate_up = {};
+    layer.shared_down = {};
+  }
+}
+
 }  // namespace
 
 TpCudaModelRunner::TpCudaModelRunner(const model::Bf16ModelWeights& full, const core::EngineConfig& config,
                                      TpCudaLayout layout, TpCommFactory make_comm, RankFailureHandler on_failure)
-    : vocab_size_(full.config.vocab_size),
+    : TpCudaModelRunner(
+          full.config,
+          [&](int global, int tp_size, bool expert_parallel, CudaTpRank part) {
+            if (tp_size == 1) return std::make_unique<CudaModelRunner>(full, config, part);  // no copy
+            model::Bf16TpShard shard = model::shard_weights(full, global, tp_size, expert_parallel);
+            part = shard_part(shard, global, part);
+            if (shard.expert_parallel && !part.adds_shared_expert) drop_shared_expert(shard.weights.layers);
+            return std::make_unique<CudaModelRunner>(shard.weights, config, part);
+          },
+          config, std::move(layout), std::move(make_comm), std::move(on_failure)) {}
+
+TpCudaModelRunner::TpCudaModelRunner(const model::Fp8GpuWeights& full, const core::EngineConfig& config,
+                                     TpCudaLayout layout, TpCommFactory make_comm, RankFailureHandler on_failure)
+    : TpCudaModelRunner(
+          full.bf16.config,
+          [&](int global, int tp_size, bool expert_parallel, CudaTpRank part) {
+            if (tp_size == 1) return std::make_unique<CudaModelRunner>(full, config, part);  // no copy
+            model::Fp8TpShard shard = model::shard_fp8_weights(full, global, tp_size, expert_parallel);
+            part = shard_part(shard.base, global, part);
+            if (shard.base.expert_parallel && !part.adds_shared_expert) {
+              drop_shared_expert(shard.base.weights.layers);
+              drop_shared_expert(shard.fp8);
+            }
+            return std::make_unique<CudaModelRunner>(shard.take_weights(), config, part);
+          },
+          config, std::move(layout), std::move(make_comm), std::move(on_failure)) {}
+
+TpCudaModelRunner::TpCudaModelRunner(const model::ModelConfig& full_config, const RankRunnerFactory& make_runner,
+                                     const core::EngineConfig& config, TpCudaLayout layout, TpCommFactory make_comm,
+                                     RankFailureHandler on_failure)
+    : vocab_size_(full_config.vocab_size),
       layout_(std::move(layout)),
       tp_size_(layout_.tp_size > 0 ? layout_.tp_size : static_cast<int>(layout_.devices.size())),
       make_comm_(std::move(make_comm)),
@@ -79,17 +131,17 @@ TpCudaModelRunner::TpCudaModelRunner(const model::Bf16ModelWeights& full, const 
   const std::vector<int>& devices = layout_.devices;
   TACHYON_CHECK(!devices.empty()) << "tensor parallelism needs at least one GPU on this node";
   const bool expert_parallel = config.device.enable_expert_parallel;
-  model::check_tp_size(full.config, tp_size_, expert_parallel);
-  const std::string unsupported = model::cuda_tp_unsupported_reason(full.config, tp_size_, expert_parallel);
+  model::check_tp_size(full_config, tp_size_, expert_parallel);
+  const std::string unsupported = model::cuda_tp_unsupported_reason(full_config, tp_size_, expert_parallel);
   TACHYON_CHECK(unsupported.empty()) << unsupported;
   const int dcp = config.device.decode_context_parallel_size;
   TACHYON_CHECK(!expert_parallel || (dcp == 1 && !config.device.enable_two_batch_overlap))
       << "expert parallelism on GPUs runs without --dcp and --tbo (the combinations its tests cover)";
-  TACHYON_CHECK(dcp == 1 || (dcp == tp_size_ && full.config.is_mla() && tp_size_ == static_cast<int>(layout_.devices.size()) &&
+  TACHYON_CHECK(dcp == 1 || (dcp == tp_size_ && full_config.is_mla() && tp_size_ == static_cast<int>(layout_.devices.size()) &&
                              config.block_size % (dcp * config.device.dcp_kv_cache_interleave_size) == 0))
       << "decode context parallelism on GPUs (--dcp " << dcp << ") splits a latent-attention model's cache over the "
-      << "whole tensor-parallel group of one node: it needs --tp " << dcp << ", an MLA model (" << full.config.architecture
-      << " is " << (full.config.is_mla() ? "one" : "not") << "), and a block size that is a multiple of --dcp x "
+      << "whole tensor-parallel group of one node: it needs --tp " << dcp << ", an MLA model (" << full_config.architecture
+      << " is " << (full_config.is_mla() ? "one" : "not") << "), and a block size that is a multiple of --dcp x "
       << "--dcp-kv-cache-interleave-size";
   // One GPU per rank: a peer collective waiting for a rank whose kernel queues behind it on the
   // same GPU would never finish, and NCCL refuses such groups anyway. Tests share one GPU through
@@ -122,26 +174,7 @@ TpCudaModelRunner::TpCudaModelRunner(const model::Bf16ModelWeights& full, const 
       rank.plan_device = cuda::DeviceBuffer(plan_capacity_);
       rank.plan_host = cuda::PinnedBuffer(plan_capacity_);
     }
-    CudaTpRank part{.comm = rank.comm.get()};
-    if (tp_size_ == 1) {  // the whole model: no copy
-      rank.runner = std::make_unique<CudaModelRunner>(full, config, part);
-      return;
-    }
-    model::Bf16TpShard shard = model::shard_weights(full, global, tp_size_, expert_parallel);
-    part.vocab_begin = shard.vocab_begin;
-    part.vocab_rows = shard.vocab_rows;
-    if (shard.expert_parallel) {  // the shard holds its experts whole and the shared expert replicated
-      part.expert_begin = static_cast<int32_t>(shard.expert_begin);
-      part.expert_count = static_cast<int32_t>(shard.expert_count);
-      part.adds_shared_expert = global == 0;
-      if (!part.adds_shared_expert) {  // held whole by every rank's shard, used by rank 0 alone
-        for (auto& layer : shard.weights.layers) {
-          layer.shared_gate_up = {};
-          layer.shared_down = {};
-        }
-      }
-    }
-    rank.runner = std::make_unique<CudaModelRunner>(shard.weights, config, part);
+    rank.runner = make_runner(global, tp_size_, expert_parallel, CudaTpRank{.comm = rank.comm.get()});
   });
   num_blocks_ = ranks_[0].runner->num_blocks();
   for (const Rank& rank : ranks_) num_blocks_ = std::min(num_blocks_, rank.runner->num_blocks());

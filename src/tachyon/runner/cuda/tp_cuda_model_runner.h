@@ -34,6 +34,7 @@
 
 #include "tachyon/dist/communicator.h"
 #include "tachyon/core/engine_config.h"
+#include "tachyon/model/fp8_projections.h"
 #include "tachyon/model/model_weights.h"
 #include "tachyon/runner/cuda/cuda_model_runner.h"
 #include "tachyon/runner/model_runner.h"
@@ -80,6 +81,10 @@ class TpCudaModelRunner : public SynchronousModelRunner {
   // ranks waiting in a collective after one rank failed outside it (RankWorkers).
   TpCudaModelRunner(const model::Bf16ModelWeights& full, const core::EngineConfig& config, TpCudaLayout layout,
                     TpCommFactory make_comm, RankFailureHandler on_failure = {});
+  // The same group over an FP8 run's weights (model/fp8_projections.h), each rank's share cut by
+  // model::shard_fp8_weights (model/fp8_tp_shard.h).
+  TpCudaModelRunner(const model::Fp8GpuWeights& full, const core::EngineConfig& config, TpCudaLayout layout,
+                    TpCommFactory make_comm, RankFailureHandler on_failure = {});
   ~TpCudaModelRunner() override;
   TpCudaModelRunner(const TpCudaModelRunner&) = delete;
   TpCudaModelRunner& operator=(const TpCudaModelRunner&) = delete;
@@ -110,6 +115,14 @@ class TpCudaModelRunner : public SynchronousModelRunner {
   core::StepOutput run(const core::StepPlan& plan) override;
 
  private:
+  // Global rank `global`'s runner over this run's weights, `part` holding its communicator: the
+  // whole model when tp_size is 1, its shard otherwise (with expert_parallel, its experts).
+  using RankRunnerFactory =
+      std::function<std::unique_ptr<CudaModelRunner>(int global, int tp_size, bool expert_parallel, CudaTpRank part)>;
+  TpCudaModelRunner(const model::ModelConfig& full_config, const RankRunnerFactory& make_runner,
+                    const core::EngineConfig& config, TpCudaLayout layout, TpCommFactory make_comm,
+                    RankFailureHandler on_failure);
+
   struct Rank {
     std::unique_ptr<dist::Communicator> comm;
     std::unique_ptr<CudaModelRunner> runner;
