@@ -210,26 +210,42 @@ Fp8GpuWeights make_fp8_gpu_weights(ModelWeights&& weights, Fp8SourceGeometry geo
   return {to_bf16_weights(std::move(weights)), std::move(fp8)};
 }
 
+Fp8LayerConverter::Fp8LayerConverter(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint, bool online,
+                                     Fp8RoutedExperts experts)
+    : config_(config),
+      geometry_(online ? Fp8SourceGeometry{128, 128} : fp8_source_geometry(config.quantization)),
+      stored_as_fp8_([&checkpoint, online](const std::string& name) {
+        return online || (checkpoint.contains(name) && checkpoint.at(name).dtype == DType::kF8E4M3);
+      }),
+      online_(online),
+      experts_(experts) {
+  TACHYON_CHECK(online || config.quantization.quantized())
+      << "internal: FP8 GPU weights asked for a checkpoint that is not FP8, without online quantization";
+}
+
+Fp8GpuLayer Fp8LayerConverter::operator()(int64_t layer_index, LayerWeights&& layer) const {
+  // Online FP8: a projection the GPU holds in FP8 is quantized once, from the checkpoint's values
+  // with online FP8's [128, 128] blocks, part by part as quantize_layer_fp8 takes it: the codes
+  // and factors of its round trip, which the CPU reference computes with. What stays bf16 on the
+  // GPU (the f32 fields left) then takes that round trip.
+  Fp8GpuLayer out;
+  out.fp8 = take_fp8_projections(config_, layer_index, layer, geometry_, stored_as_fp8_, experts_);
+  if (online_) quantize_layer_fp8(config_, layer);
+  out.bf16 = to_bf16_layer(std::move(layer));
+  return out;
+}
+
 // Read layer by layer (load_weights_by_layer): each layer is quantized and converted before the
 // next is read, so the host holds the model in its GPU form and one layer in f32.
 Fp8GpuWeights load_fp8_gpu_weights(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint, bool online,
                                    Fp8RoutedExperts experts) {
-  TACHYON_CHECK(online || config.quantization.quantized())
-      << "internal: FP8 GPU weights asked for a checkpoint that is not FP8, without online quantization";
-  const Fp8SourceGeometry geometry = online ? Fp8SourceGeometry{128, 128} : fp8_source_geometry(config.quantization);
-  const StoredAsFp8 stored_as_fp8 = [&checkpoint, online](const std::string& name) {
-    return online || (checkpoint.contains(name) && checkpoint.at(name).dtype == DType::kF8E4M3);
-  };
+  const Fp8LayerConverter convert(config, checkpoint, online, experts);
   std::vector<Fp8LayerProjections> fp8(static_cast<size_t>(config.num_hidden_layers));
   std::vector<BasicLayerWeights<uint16_t>> bf16_layers(fp8.size());
   ModelWeights rest = load_weights_by_layer(config, checkpoint, [&](int64_t l, LayerWeights&& layer) {
-    // Online FP8: a projection the GPU holds in FP8 is quantized once, from the checkpoint's values
-    // with online FP8's [128, 128] blocks, part by part as quantize_layer_fp8 takes it: the codes
-    // and factors of its round trip, which the CPU reference computes with. What stays bf16 on the
-    // GPU (the f32 fields left) then takes that round trip.
-    fp8[static_cast<size_t>(l)] = take_fp8_projections(config, l, layer, geometry, stored_as_fp8, experts);
-    if (online) quantize_layer_fp8(config, layer);
-    bf16_layers[static_cast<size_t>(l)] = to_bf16_layer(std::move(layer));
+    Fp8GpuLayer converted = convert(l, std::move(layer));
+    fp8[static_cast<size_t>(l)] = std::move(converted.fp8);
+    bf16_layers[static_cast<size_t>(l)] = std::move(converted.bf16);
   });
   Fp8GpuWeights out{to_bf16_weights(std::move(rest)), std::move(fp8)};  // the embeddings, final norm and head
   out.bf16.layers = std::move(bf16_layers);

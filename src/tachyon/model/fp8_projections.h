@@ -92,6 +92,29 @@ Fp8LayerProjections take_fp8_projections(const ModelConfig& config, int64_t laye
 Fp8GpuWeights make_fp8_gpu_weights(ModelWeights&& weights, Fp8SourceGeometry geometry, const StoredAsFp8& stored_as_fp8,
                                    Fp8RoutedExperts experts);
 
+// One decoder layer in the GPU form: its FP8 projections and its other tensors in bf16.
+struct Fp8GpuLayer {
+  BasicLayerWeights<uint16_t> bf16;
+  Fp8LayerProjections fp8;
+};
+
+// Turns a checkpoint's layers, as the f32 loader reads them, into the GPU form, one at a time
+// (load_fp8_gpu_weights, and the tensor-parallel loaders of tp_shard_loader.h).
+class Fp8LayerConverter {
+ public:
+  Fp8LayerConverter(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint, bool online,
+                    Fp8RoutedExperts experts);
+  // Layer `layer_index`'s f32 weights, consumed.
+  Fp8GpuLayer operator()(int64_t layer_index, LayerWeights&& layer) const;
+
+ private:
+  const ModelConfig& config_;
+  Fp8SourceGeometry geometry_;
+  StoredAsFp8 stored_as_fp8_;
+  bool online_;
+  Fp8RoutedExperts experts_;
+};
+
 // The GPU weights of an FP8 run, read from `checkpoint`: an FP8 checkpoint's (config.quantization
 // says its format; its FP8 projections stay FP8), or with `online` (--quantization fp8) any
 // checkpoint's, quantized at load as the CPU reference quantizes it (online_fp8.h). The same

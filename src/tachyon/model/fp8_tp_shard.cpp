@@ -61,44 +61,45 @@ void shard_fp8_swiglu(const Fp8BlockWeight& gate_up, const Fp8BlockWeight& down,
 
 }  // namespace
 
-Fp8TpShard shard_fp8_weights(const Fp8GpuWeights& full, int tp_rank, int tp_size, bool expert_parallel) {
-  Fp8TpShard out{shard_weights(full.bf16, tp_rank, tp_size, expert_parallel), {}};
-  const Bf16TpShard& shard = out.base;
-  const ModelConfig& c = full.bf16.config;
+Fp8LayerProjections shard_fp8_layer(const ModelConfig& c, const Bf16TpShard& shard, const Fp8LayerProjections& f) {
   const ModelConfig& rc = shard.weights.config;
+  const int tp_rank = shard.tp_rank;
   const int64_t hidden = c.hidden_size, vd = c.value_head_dim();
   const int64_t head_begin = tp_rank * rc.num_attention_heads;
   const int64_t kv_begin = shard.kv_head_begin * c.head_dim;
   const int64_t i_begin = tp_rank * rc.intermediate_size;
-  for (const Fp8LayerProjections& f : full.fp8) {
-    Fp8LayerProjections s;
-    // [q; k; v]: this rank's query heads and the kv heads they read, in the same layout.
-    append_fp8_rows(s.qkv, f.qkv, head_begin * c.head_dim, rc.q_size());
-    append_fp8_rows(s.qkv, f.qkv, c.q_size() + kv_begin, rc.kv_size());
-    append_fp8_rows(s.qkv, f.qkv, c.q_size() + c.kv_size() + kv_begin, rc.kv_size());
-    s.o_proj = fp8_columns(f.o_proj, head_begin * vd, rc.num_attention_heads * vd, "o_proj");
-    shard_fp8_swiglu(f.gate_up, f.down, 1, c.intermediate_size, i_begin, rc.intermediate_size, "the MLP's down_proj",
-                     s.gate_up, s.down);
-    // Latent attention: the latents whole, q_b by heads (o_proj above).
-    s.q_a_proj = f.q_a_proj;
-    s.kv_a_proj = f.kv_a_proj;
-    s.q_b_proj = fp8_rows(f.q_b_proj, head_begin * c.head_dim, rc.num_attention_heads * c.head_dim);
-    if (shard.expert_parallel) {
-      const int64_t inter = c.moe_intermediate_size;
-      s.experts_gate_up = fp8_rows(f.experts_gate_up, shard.expert_begin * 2 * inter, shard.expert_count * 2 * inter);
-      s.experts_down = fp8_rows(f.experts_down, shard.expert_begin * hidden, shard.expert_count * hidden);
-      s.shared_gate_up = f.shared_gate_up;
-      s.shared_down = f.shared_down;
-    } else {
-      const int64_t inter = c.moe_intermediate_size, per_rank = rc.moe_intermediate_size;
-      shard_fp8_swiglu(f.experts_gate_up, f.experts_down, c.num_experts, inter, tp_rank * per_rank, per_rank,
-                       "the routed experts' down_proj", s.experts_gate_up, s.experts_down);
-      const int64_t shared_per_rank = per_rank * c.n_shared_experts;
-      shard_fp8_swiglu(f.shared_gate_up, f.shared_down, 1, inter * c.n_shared_experts, tp_rank * shared_per_rank,
-                       shared_per_rank, "the shared expert's down_proj", s.shared_gate_up, s.shared_down);
-    }
-    out.fp8.push_back(std::move(s));
+  Fp8LayerProjections s;
+  // [q; k; v]: this rank's query heads and the kv heads they read, in the same layout.
+  append_fp8_rows(s.qkv, f.qkv, head_begin * c.head_dim, rc.q_size());
+  append_fp8_rows(s.qkv, f.qkv, c.q_size() + kv_begin, rc.kv_size());
+  append_fp8_rows(s.qkv, f.qkv, c.q_size() + c.kv_size() + kv_begin, rc.kv_size());
+  s.o_proj = fp8_columns(f.o_proj, head_begin * vd, rc.num_attention_heads * vd, "o_proj");
+  shard_fp8_swiglu(f.gate_up, f.down, 1, c.intermediate_size, i_begin, rc.intermediate_size, "the MLP's down_proj",
+                   s.gate_up, s.down);
+  // Latent attention: the latents whole, q_b by heads (o_proj above).
+  s.q_a_proj = f.q_a_proj;
+  s.kv_a_proj = f.kv_a_proj;
+  s.q_b_proj = fp8_rows(f.q_b_proj, head_begin * c.head_dim, rc.num_attention_heads * c.head_dim);
+  if (shard.expert_parallel) {
+    const int64_t inter = c.moe_intermediate_size;
+    s.experts_gate_up = fp8_rows(f.experts_gate_up, shard.expert_begin * 2 * inter, shard.expert_count * 2 * inter);
+    s.experts_down = fp8_rows(f.experts_down, shard.expert_begin * hidden, shard.expert_count * hidden);
+    s.shared_gate_up = f.shared_gate_up;
+    s.shared_down = f.shared_down;
+  } else {
+    const int64_t inter = c.moe_intermediate_size, per_rank = rc.moe_intermediate_size;
+    shard_fp8_swiglu(f.experts_gate_up, f.experts_down, c.num_experts, inter, tp_rank * per_rank, per_rank,
+                     "the routed experts' down_proj", s.experts_gate_up, s.experts_down);
+    const int64_t shared_per_rank = per_rank * c.n_shared_experts;
+    shard_fp8_swiglu(f.shared_gate_up, f.shared_down, 1, inter * c.n_shared_experts, tp_rank * shared_per_rank,
+                     shared_per_rank, "the shared expert's down_proj", s.shared_gate_up, s.shared_down);
   }
+  return s;
+}
+
+Fp8TpShard shard_fp8_weights(const Fp8GpuWeights& full, int tp_rank, int tp_size, bool expert_parallel) {
+  Fp8TpShard out{shard_weights(full.bf16, tp_rank, tp_size, expert_parallel), {}};
+  for (const Fp8LayerProjections& f : full.fp8) out.fp8.push_back(shard_fp8_layer(full.bf16.config, out.base, f));
   return out;
 }
 

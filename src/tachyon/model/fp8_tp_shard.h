@@ -31,5 +31,8 @@ struct Fp8TpShard {
 // them. Throws Error as shard_weights does, or naming the FP8 projection a cut would split
 // inside a factor's span.
 Fp8TpShard shard_fp8_weights(const Fp8GpuWeights& full, int tp_rank, int tp_size, bool expert_parallel);
+// One layer's FP8 projections of the full model (config) cut for `shard` (its geometry:
+// shard_geometry, tp_shard.h), for loaders that cut a model layer by layer (tp_shard_loader.h).
+Fp8LayerProjections shard_fp8_layer(const ModelConfig& config, const Bf16TpShard& shard, const Fp8LayerProjections& layer);
 
 }  // namespace tachyon::model

@@ -499,6 +499,12 @@ ModelWeights load_weights_by_layer(const ModelConfig& config, const SafetensorsC
   return load_weights_as<float>(config, checkpoint, Bf16MatrixHolding::kWidenToF32, take_layer);
 }
 
+Bf16ModelWeights load_weights_bf16_by_layer(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
+                                            const TakeBf16Layer& take_layer) {
+  TACHYON_CHECK(take_layer) << "internal: load_weights_bf16_by_layer without a taker of layers";
+  return load_weights_as<uint16_t>(config, checkpoint, Bf16MatrixHolding::kWidenToF32, take_layer);  // all bf16
+}
+
 bool holds_bf16_matrices(const ModelWeights& weights) {
   if (!weights.lm_head_bf16.empty()) return true;
   for (const LayerWeights& l : weights.layers) {

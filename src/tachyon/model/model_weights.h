@@ -140,6 +140,10 @@ ModelWeights load_weights(const ModelConfig& config, const SafetensorsCheckpoint
 using TakeLayer = std::function<void(int64_t layer, LayerWeights&& weights)>;
 ModelWeights load_weights_by_layer(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
                                    const TakeLayer& take_layer);
+// The same for load_weights_bf16: each layer in bf16 as it is read.
+using TakeBf16Layer = std::function<void(int64_t layer, BasicLayerWeights<uint16_t>&& weights)>;
+Bf16ModelWeights load_weights_bf16_by_layer(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
+                                            const TakeBf16Layer& take_layer);
 // The same checks, converting to bf16 (a bf16 checkpoint is copied as is).
 Bf16ModelWeights load_weights_bf16(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint);
 

@@ -179,13 +179,8 @@ void check_dp_size(const ModelConfig& c, int dp, int tp) {
   if (tp > 1) check_tp_size(c, tp, /*expert_parallel=*/true);
 }
 
-namespace {
-
 template <typename T>
-BasicTpShard<T> shard_with_experts(const BasicModelWeights<T>& full, int tp_rank, int tp_size, int ep_rank,
-                                   int ep_size) {
-  if constexpr (std::is_same_v<T, float>) check_f32_matrices(full, "tensor-parallel sharding");
-  const ModelConfig& c = full.config;
+BasicTpShard<T> shard_geometry(const ModelConfig& c, int tp_rank, int tp_size, int ep_rank, int ep_size) {
   const bool expert_parallel = ep_size > 0;
   TACHYON_CHECK(tp_rank >= 0 && tp_rank < tp_size) << "tensor parallel rank " << tp_rank << " outside [0, " << tp_size << ")";
   BasicTpShard<T> shard;
@@ -200,20 +195,21 @@ BasicTpShard<T> shard_with_experts(const BasicModelWeights<T>& full, int tp_rank
     shard.expert_count = c.num_experts / ep_size;
     shard.expert_begin = ep_rank * shard.expert_count;
   }
+  shard.kv_head_begin = kv_head_begin(c, tp_rank, tp_size);
+  shard.vocab_rows = c.vocab_size / tp_size;
+  shard.vocab_begin = tp_rank * shard.vocab_rows;
+  return shard;
+}
+
+template <typename T>
+BasicLayerWeights<T> shard_layer(const ModelConfig& c, const BasicTpShard<T>& shard, const BasicLayerWeights<T>& w) {
   const ModelConfig& rc = shard.weights.config;
+  const int tp_rank = shard.tp_rank;
   const int64_t hidden = c.hidden_size, hd = c.head_dim, inter = c.intermediate_size;
   const int64_t head_begin = tp_rank * rc.num_attention_heads, vd = c.value_head_dim();
   const int64_t q_begin = head_begin * hd;  // first q row
-  shard.kv_head_begin = kv_head_begin(c, tp_rank, tp_size);
   const int64_t kv_begin = shard.kv_head_begin * hd;
   const int64_t i_begin = tp_rank * rc.intermediate_size;
-  shard.vocab_rows = c.vocab_size / tp_size;
-  shard.vocab_begin = tp_rank * shard.vocab_rows;
-
-  shard.weights.embed_tokens = rows_of(full.embed_tokens, shard.vocab_begin, shard.vocab_rows, hidden);
-  shard.weights.lm_head = rows_of(full.lm_head, shard.vocab_begin, shard.vocab_rows, hidden);  // empty when tied
-  shard.weights.final_norm = full.final_norm;
-
   // Rows of the fused [q; k; v] that this rank's heads own, in the same [q; k; v] layout
   // (width = hidden for the weight, 1 for the bias).
   auto qkv_rows = [&](const std::vector<T>& in, int64_t width) {
@@ -230,24 +226,40 @@ BasicTpShard<T> shard_with_experts(const BasicModelWeights<T>& full, int tp_rank
     append_rows(out, in, inter + i_begin, rc.intermediate_size, 1);
     return out;
   };
+  BasicLayerWeights<T> s;
+  s.input_norm = w.input_norm;
+  s.post_attention_norm = w.post_attention_norm;
+  s.q_norm = w.q_norm;
+  s.k_norm = w.k_norm;
+  s.qkv = qkv_rows(w.qkv, hidden);
+  s.qkv_bias = qkv_rows(w.qkv_bias, 1);
+  shard_swiglu(w.gate_up, w.down, 1, hidden, inter, i_begin, rc.intermediate_size, s.gate_up, s.down);
+  s.gate_up_bias = gate_up_bias_rows(w.gate_up_bias);
+  s.o_proj = columns_of(w.o_proj, hidden, c.num_attention_heads * vd, head_begin * vd, rc.num_attention_heads * vd);
+  s.o_proj_bias = w.o_proj_bias;  // whole: added once, after the all-reduce
+  s.down_bias = w.down_bias;  // whole: added once, after the all-reduce
+  shard_latent_attention(c, rc, tp_rank, w, s);
+  shard_experts(c, rc, shard, w, s);
+  return s;
+}
 
-  for (const BasicLayerWeights<T>& w : full.layers) {
-    BasicLayerWeights<T> s;
-    s.input_norm = w.input_norm;
-    s.post_attention_norm = w.post_attention_norm;
-    s.q_norm = w.q_norm;
-    s.k_norm = w.k_norm;
-    s.qkv = qkv_rows(w.qkv, hidden);
-    s.qkv_bias = qkv_rows(w.qkv_bias, 1);
-    shard_swiglu(w.gate_up, w.down, 1, hidden, inter, i_begin, rc.intermediate_size, s.gate_up, s.down);
-    s.gate_up_bias = gate_up_bias_rows(w.gate_up_bias);
-    s.o_proj = columns_of(w.o_proj, hidden, c.num_attention_heads * vd, head_begin * vd, rc.num_attention_heads * vd);
-    s.o_proj_bias = w.o_proj_bias;  // whole: added once, after the all-reduce
-    s.down_bias = w.down_bias;  // whole: added once, after the all-reduce
-    shard_latent_attention(c, rc, tp_rank, w, s);
-    shard_experts(c, rc, shard, w, s);
-    shard.weights.layers.push_back(std::move(s));
-  }
+template <typename T>
+void shard_vocab(const BasicModelWeights<T>& full, BasicTpShard<T>& shard) {
+  const int64_t hidden = full.config.hidden_size;
+  shard.weights.embed_tokens = rows_of(full.embed_tokens, shard.vocab_begin, shard.vocab_rows, hidden);
+  shard.weights.lm_head = rows_of(full.lm_head, shard.vocab_begin, shard.vocab_rows, hidden);  // empty when tied
+  shard.weights.final_norm = full.final_norm;
+}
+
+namespace {
+
+template <typename T>
+BasicTpShard<T> shard_with_experts(const BasicModelWeights<T>& full, int tp_rank, int tp_size, int ep_rank,
+                                   int ep_size) {
+  if constexpr (std::is_same_v<T, float>) check_f32_matrices(full, "tensor-parallel sharding");
+  BasicTpShard<T> shard = shard_geometry<T>(full.config, tp_rank, tp_size, ep_rank, ep_size);
+  shard_vocab(full, shard);
+  for (const BasicLayerWeights<T>& w : full.layers) shard.weights.layers.push_back(shard_layer(full.config, shard, w));
   return shard;
 }
 
@@ -264,6 +276,12 @@ BasicTpShard<T> shard_weights(const BasicModelWeights<T>& full, int tp_rank, int
   return shard_with_experts(full, tp_rank, tp_size, ep_rank, ep_size);
 }
 
+template TpShard shard_geometry(const ModelConfig&, int, int, int, int);
+template Bf16TpShard shard_geometry(const ModelConfig&, int, int, int, int);
+template LayerWeights shard_layer(const ModelConfig&, const TpShard&, const LayerWeights&);
+template BasicLayerWeights<uint16_t> shard_layer(const ModelConfig&, const Bf16TpShard&, const BasicLayerWeights<uint16_t>&);
+template void shard_vocab(const ModelWeights&, TpShard&);
+template void shard_vocab(const Bf16ModelWeights&, Bf16TpShard&);
 template TpShard shard_weights(const ModelWeights&, int, int, bool);
 template Bf16TpShard shard_weights(const Bf16ModelWeights&, int, int, bool);
 template TpShard shard_weights(const ModelWeights&, int, int, int, int);

@@ -83,6 +83,18 @@ ModelConfig tp_rank_config(const ModelConfig& config, int tp_size, bool expert_p
 // evenly, or (more ranks than heads) one head shared by tp_size / heads consecutive ranks.
 int64_t kv_head_begin(const ModelConfig& config, int tp_rank, int tp_size);
 
+// The pieces shard_weights is made of, for loaders that cut a model layer by layer
+// (tp_shard_loader.h). shard_geometry: rank tp_rank's config, vocab rows, kv heads and (ep_size
+// > 0) experts, its tensors empty; shard_layer: one decoder layer of the full model cut for it;
+// shard_vocab: its embedding and LM head rows and the final norm.
+template <typename T>
+BasicTpShard<T> shard_geometry(const ModelConfig& config, int tp_rank, int tp_size, int ep_rank, int ep_size);
+template <typename T>
+BasicLayerWeights<T> shard_layer(const ModelConfig& config, const BasicTpShard<T>& shard,
+                                 const BasicLayerWeights<T>& layer);
+template <typename T>
+void shard_vocab(const BasicModelWeights<T>& full, BasicTpShard<T>& shard);
+
 // Copies rank tp_rank's part of `full` (checked with check_tp_size first); f32 or bf16.
 template <typename T>
 BasicTpShard<T> shard_weights(const BasicModelWeights<T>& full, int tp_rank, int tp_size,
