@@ -8,6 +8,8 @@
 // (shared_gpu_tp_comms: the ranks meet on the host), eager, so the multi-rank path of every family
 // the GPU decoder serves (dense, MoE with its experts split, latent attention with its heads split,
 // the sparse indexer replicated) runs on a one-GPU machine.
+// SharedGpuShardLoading: the group from shards read layer by layer, against shards cut from the
+// whole model (bit for bit).
 // SharedGpuFp8TpRunner: the same over FP8 weights cut for the ranks (model/fp8_tp_shard.h).
 // SharedGpuDcpRunner: the same with decode context parallelism (--dcp = --tp), against the
 // reference and against the group without it; its `separate` cases run the production path
@@ -25,6 +27,7 @@
 #include "runner_test_util.h"
 #include "tachyon/model/fp8_projections.h"
 #include "tachyon/model/make_model.h"
+#include "tachyon/model/tp_shard_loader.h"
 #include "tachyon/tensor/cuda/device_buffer.h"
 #include "tachyon/runner/cuda/tp_cuda_model_runner.h"
 
@@ -217,6 +220,39 @@ TEST_P(SharedGpuTpRunner, GreedyPathFollowsTheSingleGpuRunnerAndTheEngineServesI
   expect_engine_serves_alike([&] { return shared_gpu_runner(weights, config, c.tp); }, config, prompts, 12);
 }
 
+// SharedGpuShardLoading: the group built from shards read layer by layer (model/tp_shard_loader.h,
+// the served path) against the group that cuts them from the whole model: the same logits bit for
+// bit along the latter's greedy path (the shards are the same bits: tests/unit/test_tp_shard_loader.cpp).
+class SharedGpuShardLoading : public ::testing::TestWithParam<TpCase> {};
+
+TEST_P(SharedGpuShardLoading, ShardsReadLayerByLayerGiveTheWholeModelsShardsLogits) {
+  const TpCase& c = GetParam();
+  const fs::path dir = make_tiny(c.variant);
+  const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
+  model::SafetensorsCheckpoint checkpoint(dir);
+  const core::EngineConfig config = case_config(shared_gpu_config(c.tp), c);
+  const auto cut = shared_gpu_runner(model::load_weights_bf16(mc, checkpoint), config, c.tp);
+  SharedGpuTpComms comms = shared_gpu_tp_comms(c.tp);
+  TpCudaModelRunner loaded(
+      model::load_bf16_tp_shards(mc, checkpoint, {.first = 0, .count = c.tp, .tp_size = c.tp, .expert_parallel = c.ep}),
+      mc, config, TpCudaLayout{.devices = std::vector<int>(static_cast<size_t>(c.tp), 0), .ranks_share_gpu = true},
+      std::move(comms.make_comm), std::move(comms.on_failure));
+  const GreedyPath path = follow_greedy_path(
+      *cut, [&](int32_t n) { return cut->rank_runner(0).last_logits(n); }, loaded,
+      random_prompts(mc, {9, 30, 3, 64}, 19), mc, config.block_size, 1e-30);
+  EXPECT_EQ(path.worst, 0.0) << "the loaded shards' logits differ from the cut ones'";
+  EXPECT_EQ(path.agree, path.rows);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, SharedGpuShardLoading,
+                         ::testing::Values(TpCase{{"qwen3", "tiny-gpu"}, 2}, TpCase{{"mixtral", "tiny-gpu-mixtral-all"}, 2},
+                                           TpCase{{"deepseek_v3", "tiny-gpu-deepseek-all"}, 2, true}),
+                         [](const ::testing::TestParamInfo<TpCase>& info) {
+                           std::string name = info.param.variant.arch + "_tp" + std::to_string(info.param.tp) +
+                                              (info.param.ep ? "_ep" : "");
+                           return name;
+                         });
+
 // SharedGpuFp8TpRunner: FP8 weights cut for the ranks (model/fp8_tp_shard.h), routed experts in
 // E4M3 too, on ranks sharing GPU 0, against the single-GPU FP8 runner along its greedy path (as
 // above: the ranks' partial sums round differently, so within the tolerance and >= 90% of the
@@ -243,6 +279,7 @@ TEST_P(SharedGpuFp8TpRunner, GreedyPathFollowsTheSingleGpuFp8Runner) {
   model::SafetensorsCheckpoint checkpoint(dir);
   const model::Fp8GpuWeights weights =
       model::load_fp8_gpu_weights(mc, checkpoint, online, model::Fp8RoutedExperts::kFp8);
+  const model::TpRanks ranks{.first = 0, .count = c.tp, .tp_size = c.tp, .expert_parallel = c.ep};
   core::EngineConfig config = shared_gpu_config(c.tp);
   config.device.enable_expert_parallel = c.ep;
   if (online) config.device.quantization = "fp8";
@@ -250,8 +287,9 @@ TEST_P(SharedGpuFp8TpRunner, GreedyPathFollowsTheSingleGpuFp8Runner) {
   single_config.device.quantization = config.device.quantization;
   auto group = [&] {
     SharedGpuTpComms comms = shared_gpu_tp_comms(c.tp);
+    // The ranks' FP8 shards read layer by layer, as the server would read them.
     return std::make_unique<TpCudaModelRunner>(
-        weights, config,
+        model::load_fp8_tp_shards(mc, checkpoint, online, model::Fp8RoutedExperts::kFp8, ranks), mc, config,
         TpCudaLayout{.devices = std::vector<int>(static_cast<size_t>(c.tp), 0), .ranks_share_gpu = true},
         std::move(comms.make_comm), std::move(comms.on_failure));
   };

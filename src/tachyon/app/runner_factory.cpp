@@ -17,6 +17,7 @@
 #include "tachyon/model/fp8_projections.h"
 #include "tachyon/model/gpu_support.h"
 #include "tachyon/model/online_fp8.h"
+#include "tachyon/model/tp_shard_loader.h"
 #include "tachyon/model/tp_shard.h"
 #include "tachyon/runner/cpu_model_runner.h"
 #include "tachyon/runner/dp_cpu_model_runner.h"
@@ -331,9 +332,14 @@ static LoadedRunner load_device_runner(const std::filesystem::path& model_dir, c
       // fixed cache share; the ranks then size their caches from what is left (the smallest wins).
       std::unique_ptr<engine::Drafter> drafter;
       if (config.speculative.method == "draft") drafter = load_cuda_draft_model(config, model_config);
+      // This node's ranks' shards, cut layer by layer as the checkpoint is read (the whole model is
+      // never on the host beside them).
       model::SafetensorsCheckpoint checkpoint(model_dir);
-      auto runner = std::make_unique<runner::TpCudaModelRunner>(model::load_weights_bf16(model_config, checkpoint), config,
-                                                        std::move(layout), std::move(comms));
+      const model::TpRanks ranks{.first = layout.first_rank, .count = local, .tp_size = tp,
+                                 .expert_parallel = config.device.enable_expert_parallel};
+      auto runner = std::make_unique<runner::TpCudaModelRunner>(model::load_bf16_tp_shards(model_config, checkpoint, ranks),
+                                                                model_config, config, std::move(layout),
+                                                                std::move(comms));
       config.num_blocks = runner->num_blocks();
       return {std::move(runner), model_config, std::move(drafter)};
     }

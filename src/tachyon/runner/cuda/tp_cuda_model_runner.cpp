@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <set>
+#include <type_traits>
 
 #include "tachyon/base/check.h"
 #include "tachyon/dist/cuda/host_staged_communicator.h"
@@ -88,6 +89,26 @@ void drop_shared_expert(Layers& layers) {  // a rank that does not add it need n
   }
 }
 
+// Global rank `global`'s shard among a process's (each names its rank), checked against the group.
+template <typename Shard>
+Shard& rank_shard(std::vector<Shard>& shards, int global, int tp_size, bool expert_parallel) {
+  for (Shard& shard : shards) {
+    const model::Bf16TpShard& base = [&]() -> const model::Bf16TpShard& {
+      if constexpr (std::is_same_v<Shard, model::Fp8TpShard>) {
+        return shard.base;
+      } else {
+        return shard;
+      }
+    }();
+    if (base.tp_rank != global) continue;
+    TACHYON_CHECK(base.tp_size == tp_size && base.expert_parallel == (expert_parallel && tp_size > 1))
+        << "internal: rank " << global << "'s shard was cut for a group of " << base.tp_size
+        << (base.expert_parallel ? " with" : " without") << " expert parallelism";
+    return shard;
+  }
+  TACHYON_FAIL() << "internal: no shard for tensor-parallel rank " << global;
+}
+
 }  // namespace
 
 TpCudaModelRunner::TpCudaModelRunner(const model::Bf16ModelWeights& full, const core::EngineConfig& config,
@@ -103,13 +124,28 @@ TpCudaModelRunner::TpCudaModelRunner(const model::Bf16ModelWeights& full, const 
           },
           config, std::move(layout), std::move(make_comm), std::move(on_failure)) {}
 
-TpCudaModelRunner::TpCudaModelRunner(const model::Fp8GpuWeights& full, const core::EngineConfig& config,
-                                     TpCudaLayout layout, TpCommFactory make_comm, RankFailureHandler on_failure)
+TpCudaModelRunner::TpCudaModelRunner(std::vector<model::Bf16TpShard> shards, const model::ModelConfig& full_config,
+                                     const core::EngineConfig& config, TpCudaLayout layout, TpCommFactory make_comm,
+                                     RankFailureHandler on_failure)
     : TpCudaModelRunner(
-          full.bf16.config,
+          full_config,
           [&](int global, int tp_size, bool expert_parallel, CudaTpRank part) {
-            if (tp_size == 1) return std::make_unique<CudaModelRunner>(full, config, part);  // no copy
-            model::Fp8TpShard shard = model::shard_fp8_weights(full, global, tp_size, expert_parallel);
+            model::Bf16TpShard& shard = rank_shard(shards, global, tp_size, expert_parallel);
+            part = shard_part(shard, global, part);
+            if (shard.expert_parallel && !part.adds_shared_expert) drop_shared_expert(shard.weights.layers);
+            auto runner = std::make_unique<CudaModelRunner>(shard.weights, config, part);
+            shard.weights = {};  // uploaded
+            return runner;
+          },
+          config, std::move(layout), std::move(make_comm), std::move(on_failure)) {}
+
+TpCudaModelRunner::TpCudaModelRunner(std::vector<model::Fp8TpShard> shards, const model::ModelConfig& full_config,
+                                     const core::EngineConfig& config, TpCudaLayout layout, TpCommFactory make_comm,
+                                     RankFailureHandler on_failure)
+    : TpCudaModelRunner(
+          full_config,
+          [&](int global, int tp_size, bool expert_parallel, CudaTpRank part) {
+            model::Fp8TpShard& shard = rank_shard(shards, global, tp_size, expert_parallel);
             part = shard_part(shard.base, global, part);
             if (shard.base.expert_parallel && !part.adds_shared_expert) {
               drop_shared_expert(shard.base.weights.layers);

@@ -34,7 +34,7 @@
 
 #include "tachyon/dist/communicator.h"
 #include "tachyon/core/engine_config.h"
-#include "tachyon/model/fp8_projections.h"
+#include "tachyon/model/fp8_tp_shard.h"
 #include "tachyon/model/model_weights.h"
 #include "tachyon/runner/cuda/cuda_model_runner.h"
 #include "tachyon/runner/model_runner.h"
@@ -81,10 +81,16 @@ class TpCudaModelRunner : public SynchronousModelRunner {
   // ranks waiting in a collective after one rank failed outside it (RankWorkers).
   TpCudaModelRunner(const model::Bf16ModelWeights& full, const core::EngineConfig& config, TpCudaLayout layout,
                     TpCommFactory make_comm, RankFailureHandler on_failure = {});
-  // The same group over an FP8 run's weights (model/fp8_projections.h), each rank's share cut by
-  // model::shard_fp8_weights (model/fp8_tp_shard.h).
-  TpCudaModelRunner(const model::Fp8GpuWeights& full, const core::EngineConfig& config, TpCudaLayout layout,
-                    TpCommFactory make_comm, RankFailureHandler on_failure = {});
+  // The same group from the local ranks' shards, cut already (model/tp_shard_loader.h reads them
+  // layer by layer, so the whole model is never on the host beside them): one per local rank, in
+  // rank order; full_config is the whole model's. Consumed as each rank's runner uploads its own.
+  // Fp8TpShard: an FP8 run's weights (model/fp8_projections.h, model/fp8_tp_shard.h).
+  TpCudaModelRunner(std::vector<model::Bf16TpShard> shards, const model::ModelConfig& full_config,
+                    const core::EngineConfig& config, TpCudaLayout layout, TpCommFactory make_comm,
+                    RankFailureHandler on_failure = {});
+  TpCudaModelRunner(std::vector<model::Fp8TpShard> shards, const model::ModelConfig& full_config,
+                    const core::EngineConfig& config, TpCudaLayout layout, TpCommFactory make_comm,
+                    RankFailureHandler on_failure = {});
   ~TpCudaModelRunner() override;
   TpCudaModelRunner(const TpCudaModelRunner&) = delete;
   TpCudaModelRunner& operator=(const TpCudaModelRunner&) = delete;
