@@ -239,26 +239,30 @@ TEST(Fp8Projections, TheLayerByLayerLoadEqualsTheWholeModelsConversionBitForBit)
   }
 }
 
+// The layers as load_weights reads them; the rest as load_weights_bf16 does (an f32 checkpoint's
+// rounded to bf16 alike).
 TEST(WeightsByLayer, EachLayerIsHandedOverInOrderAsLoadWeightsReadsItAndNoneIsKept) {
-  for (const char* preset : {"tiny", "tiny-deepseek"}) {
+  for (auto [preset, dtype] : {std::pair{"tiny", DType::kBF16}, std::pair{"tiny-deepseek", DType::kF32}}) {
     SCOPED_TRACE(preset);
     const auto dir = projection_test_dir("layers");
     make_model({.arch = std::string(preset) == "tiny" ? "llama" : "deepseek_v3", .preset = preset, .seed = 2,
-                .dtype = DType::kBF16, .out_dir = dir});
+                .dtype = dtype, .out_dir = dir});
     const ModelConfig config = ModelConfig::from_dir(dir);
     const SafetensorsCheckpoint ckpt(dir);
     const ModelWeights whole = load_weights(config, ckpt);
+    const Bf16ModelWeights whole_bf16 = load_weights_bf16(config, ckpt);
     int64_t next = 0;
-    const ModelWeights rest = load_weights_by_layer(config, ckpt, [&](int64_t l, LayerWeights&& layer) {
+    const Bf16ModelWeights rest = load_weights_by_layer(config, ckpt, [&](int64_t l, LayerWeights&& layer) {
       ASSERT_EQ(l, next++);
       EXPECT_TRUE(layer == whole.layers[static_cast<size_t>(l)]) << "layer " << l;
     });
     EXPECT_EQ(next, config.num_hidden_layers);
     ASSERT_EQ(rest.layers.size(), whole.layers.size());
-    for (const LayerWeights& layer : rest.layers) EXPECT_TRUE(layer == LayerWeights{}) << "a layer was kept";
-    EXPECT_EQ(rest.embed_tokens, whole.embed_tokens);
-    EXPECT_EQ(rest.final_norm, whole.final_norm);
-    EXPECT_EQ(rest.lm_head, whole.lm_head);
+    for (const auto& layer : rest.layers) EXPECT_TRUE(layer == BasicLayerWeights<uint16_t>{}) << "a layer was kept";
+    EXPECT_FALSE(rest.embed_tokens.empty());
+    EXPECT_EQ(rest.embed_tokens, whole_bf16.embed_tokens);
+    EXPECT_EQ(rest.final_norm, whole_bf16.final_norm);
+    EXPECT_EQ(rest.lm_head, whole_bf16.lm_head);
     std::filesystem::remove_all(dir);
   }
 }

@@ -242,12 +242,12 @@ Fp8GpuWeights load_fp8_gpu_weights(const ModelConfig& config, const SafetensorsC
   const Fp8LayerConverter convert(config, checkpoint, online, experts);
   std::vector<Fp8LayerProjections> fp8(static_cast<size_t>(config.num_hidden_layers));
   std::vector<BasicLayerWeights<uint16_t>> bf16_layers(fp8.size());
-  ModelWeights rest = load_weights_by_layer(config, checkpoint, [&](int64_t l, LayerWeights&& layer) {
+  Bf16ModelWeights rest = load_weights_by_layer(config, checkpoint, [&](int64_t l, LayerWeights&& layer) {
     Fp8GpuLayer converted = convert(l, std::move(layer));
     fp8[static_cast<size_t>(l)] = std::move(converted.fp8);
     bf16_layers[static_cast<size_t>(l)] = std::move(converted.bf16);
   });
-  Fp8GpuWeights out{to_bf16_weights(std::move(rest)), std::move(fp8)};  // the embeddings, final norm and head
+  Fp8GpuWeights out{std::move(rest), std::move(fp8)};  // the embeddings, final norm and head
   out.bf16.layers = std::move(bf16_layers);
   return out;
 }

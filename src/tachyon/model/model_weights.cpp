@@ -437,24 +437,29 @@ void read_layer(WeightReader& reader, const ModelConfig& config, int64_t l, Basi
   }
 }
 
-// `take_layer`, when given, receives each layer once read; the weights then keep it empty.
-template <typename T>
-BasicModelWeights<T> load_weights_as(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
-                                     Bf16MatrixHolding holding,
-                                     const std::function<void(int64_t, BasicLayerWeights<T>&&)>& take_layer = {}) {
+// `take_layer`, when given, receives each layer (as T) once read, and the weights keep none; the
+// other tensors are read as Rest (the by-layer loaders' callers hold them in bf16).
+template <typename T, typename Rest = T>
+BasicModelWeights<Rest> load_weights_as(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
+                                        Bf16MatrixHolding holding,
+                                        const std::function<void(int64_t, BasicLayerWeights<T>&&)>& take_layer = {}) {
   WeightReader reader(config, checkpoint, holding);
-  BasicModelWeights<T> w;
+  BasicModelWeights<Rest> w;
   w.config = config;
-  w.embed_tokens = reader.template read<T>("model.embed_tokens.weight");
+  w.embed_tokens = reader.template read<Rest>("model.embed_tokens.weight");
   w.layers.resize(static_cast<size_t>(config.num_hidden_layers));
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
-    BasicLayerWeights<T>& layer = w.layers[static_cast<size_t>(l)];
+    if constexpr (std::is_same_v<T, Rest>) {
+      if (!take_layer) {
+        read_layer(reader, config, l, w.layers[static_cast<size_t>(l)]);
+        continue;
+      }
+    }
+    BasicLayerWeights<T> layer;  // freed before the next layer is read
     read_layer(reader, config, l, layer);
-    if (!take_layer) continue;
     take_layer(l, std::move(layer));
-    layer = {};  // whatever the taker left behind goes now, before the next layer is read
   }
-  w.final_norm = reader.template read<T>("model.norm.weight");
+  w.final_norm = reader.template read<Rest>("model.norm.weight");
   if (!config.tie_word_embeddings) read_matrix(reader, "lm_head.weight", w.lm_head, w.lm_head_bf16);
   reader.check_no_unexpected(config);
   return w;
@@ -493,10 +498,10 @@ ModelWeights load_weights(const ModelConfig& config, const SafetensorsCheckpoint
   return load_weights_as<float>(config, checkpoint, holding);
 }
 
-ModelWeights load_weights_by_layer(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
-                                   const TakeLayer& take_layer) {
+Bf16ModelWeights load_weights_by_layer(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
+                                       const TakeLayer& take_layer) {
   TACHYON_CHECK(take_layer) << "internal: load_weights_by_layer without a taker of layers";
-  return load_weights_as<float>(config, checkpoint, Bf16MatrixHolding::kWidenToF32, take_layer);
+  return load_weights_as<float, uint16_t>(config, checkpoint, Bf16MatrixHolding::kWidenToF32, take_layer);
 }
 
 Bf16ModelWeights load_weights_bf16_by_layer(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,

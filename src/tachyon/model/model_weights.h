@@ -134,12 +134,14 @@ ModelWeights load_weights(const ModelConfig& config, const SafetensorsCheckpoint
                           Bf16MatrixHolding holding = Bf16MatrixHolding::kWidenToF32);
 // The same checks and values as load_weights (kWidenToF32), read one decoder layer at a time:
 // each layer goes to `take_layer` as soon as it is read, before the next one is, and the returned
-// weights' layers are left empty. A loader that turns each layer into another form (the FP8 GPU
-// form, fp8_projections.h) so holds one layer in f32 beside what it keeps, not the whole model in
-// f32 (Llama-3.1-8B: 0.9 GB instead of 32 GB; DeepSeek-V3: 45 GB instead of 2.7 TB).
+// weights' layers are left empty; the embedding, final norm and LM head come back in bf16, as
+// load_weights_bf16 reads them (the form its callers keep them in). A loader that turns each
+// layer into another form (the FP8 GPU form, fp8_projections.h) so holds one layer in f32 beside
+// what it keeps, not the whole model in f32 (Llama-3.1-8B: 0.9 GB instead of 32 GB; DeepSeek-V3:
+// 45 GB instead of 2.7 TB).
 using TakeLayer = std::function<void(int64_t layer, LayerWeights&& weights)>;
-ModelWeights load_weights_by_layer(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
-                                   const TakeLayer& take_layer);
+Bf16ModelWeights load_weights_by_layer(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
+                                       const TakeLayer& take_layer);
 // The same for load_weights_bf16: each layer in bf16 as it is read.
 using TakeBf16Layer = std::function<void(int64_t layer, BasicLayerWeights<uint16_t>&& weights)>;
 Bf16ModelWeights load_weights_bf16_by_layer(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,

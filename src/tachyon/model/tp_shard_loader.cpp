@@ -36,15 +36,14 @@ std::vector<Fp8TpShard> load_fp8_tp_shards(const ModelConfig& config, const Safe
   std::vector<Fp8TpShard> shards;
   for (Bf16TpShard& base : empty_shards(config, ranks)) shards.push_back({std::move(base), {}});
   const Fp8LayerConverter convert(config, checkpoint, online, experts);
-  ModelWeights rest = load_weights_by_layer(config, checkpoint, [&](int64_t l, LayerWeights&& layer) {
+  const Bf16ModelWeights rest = load_weights_by_layer(config, checkpoint, [&](int64_t l, LayerWeights&& layer) {
     const Fp8GpuLayer converted = convert(l, std::move(layer));
     for (Fp8TpShard& shard : shards) {
       shard.base.weights.layers.push_back(shard_layer(config, shard.base, converted.bf16));
       shard.fp8.push_back(shard_fp8_layer(config, shard.base, converted.fp8));
     }
   });
-  const Bf16ModelWeights rest_bf16 = to_bf16_weights(std::move(rest));  // the embeddings, final norm and head
-  for (Fp8TpShard& shard : shards) shard_vocab(rest_bf16, shard.base);
+  for (Fp8TpShard& shard : shards) shard_vocab(rest, shard.base);  // the embeddings, final norm and head
   return shards;
 }
 
