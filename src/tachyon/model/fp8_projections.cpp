@@ -153,7 +153,7 @@ BasicLayerWeights<uint16_t> to_bf16_layer(LayerWeights&& layer) {
 ModelWeights to_f32_weights(const Bf16ModelWeights& w) {
   auto widen = [](const std::vector<uint16_t>& bits) {
     std::vector<float> out(bits.size());
-    for (size_t i = 0; i < bits.size(); ++i) out[i] = bf16_to_f32(bits[i]);
+    convert_to_f32(bits.data(), DType::kBF16, bits.size(), out.data());
     return out;
   };
   ModelWeights out;

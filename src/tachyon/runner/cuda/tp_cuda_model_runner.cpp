@@ -68,18 +68,9 @@ struct StartUpInfo {
   int32_t pad;
 };
 
-// A shard's place in the group: its vocab rows, and under expert parallelism its experts and
-// whether it adds the shared expert (rank 0 alone: every shard holds it whole).
-CudaTpRank shard_part(const model::Bf16TpShard& shard, int global, CudaTpRank part) {
-  part.vocab_begin = shard.vocab_begin;
-  part.vocab_rows = shard.vocab_rows;
-  if (shard.expert_parallel) {
-    part.expert_begin = static_cast<int32_t>(shard.expert_begin);
-    part.expert_count = static_cast<int32_t>(shard.expert_count);
-    part.adds_shared_expert = global == 0;
-  }
-  return part;
-}
+// What every shard type holds: the bf16 tensors and the rank's geometry.
+const model::Bf16TpShard& base_of(const model::Bf16TpShard& shard) { return shard; }
+const model::Bf16TpShard& base_of(const model::Fp8TpShard& shard) { return shard.base; }
 
 template <typename Layers>
 void drop_shared_expert(Layers& layers) {  // a rank that does not add it need not hold it
@@ -89,17 +80,40 @@ void drop_shared_expert(Layers& layers) {  // a rank that does not add it need n
   }
 }
 
+// Rank `global`'s runner over its shard, consumed: the shard's place in the group (its vocab rows,
+// and under expert parallelism its experts and whether it adds the shared expert: rank 0 alone,
+// though every shard holds it whole).
+template <typename Shard>
+std::unique_ptr<CudaModelRunner> shard_runner(Shard& shard, int global, const core::EngineConfig& config,
+                                              CudaTpRank part) {
+  const model::Bf16TpShard& base = base_of(shard);
+  part.vocab_begin = base.vocab_begin;
+  part.vocab_rows = base.vocab_rows;
+  if (base.expert_parallel) {
+    part.expert_begin = static_cast<int32_t>(base.expert_begin);
+    part.expert_count = static_cast<int32_t>(base.expert_count);
+    part.adds_shared_expert = global == 0;
+  }
+  const bool drop_shared = base.expert_parallel && !part.adds_shared_expert;
+  if constexpr (std::is_same_v<Shard, model::Fp8TpShard>) {
+    if (drop_shared) {
+      drop_shared_expert(shard.base.weights.layers);
+      drop_shared_expert(shard.fp8);
+    }
+    return std::make_unique<CudaModelRunner>(shard.take_weights(), config, part);
+  } else {
+    if (drop_shared) drop_shared_expert(shard.weights.layers);
+    auto runner = std::make_unique<CudaModelRunner>(shard.weights, config, part);
+    shard.weights = {};  // uploaded
+    return runner;
+  }
+}
+
 // Global rank `global`'s shard among a process's (each names its rank), checked against the group.
 template <typename Shard>
 Shard& rank_shard(std::vector<Shard>& shards, int global, int tp_size, bool expert_parallel) {
   for (Shard& shard : shards) {
-    const model::Bf16TpShard& base = [&]() -> const model::Bf16TpShard& {
-      if constexpr (std::is_same_v<Shard, model::Fp8TpShard>) {
-        return shard.base;
-      } else {
-        return shard;
-      }
-    }();
+    const model::Bf16TpShard& base = base_of(shard);
     if (base.tp_rank != global) continue;
     TACHYON_CHECK(base.tp_size == tp_size && base.expert_parallel == (expert_parallel && tp_size > 1))
         << "internal: rank " << global << "'s shard was cut for a group of " << base.tp_size
@@ -118,9 +132,7 @@ TpCudaModelRunner::TpCudaModelRunner(const model::Bf16ModelWeights& full, const 
           [&](int global, int tp_size, bool expert_parallel, CudaTpRank part) {
             if (tp_size == 1) return std::make_unique<CudaModelRunner>(full, config, part);  // no copy
             model::Bf16TpShard shard = model::shard_weights(full, global, tp_size, expert_parallel);
-            part = shard_part(shard, global, part);
-            if (shard.expert_parallel && !part.adds_shared_expert) drop_shared_expert(shard.weights.layers);
-            return std::make_unique<CudaModelRunner>(shard.weights, config, part);
+            return shard_runner(shard, global, config, part);
           },
           config, std::move(layout), std::move(make_comm), std::move(on_failure)) {}
 
@@ -130,12 +142,7 @@ TpCudaModelRunner::TpCudaModelRunner(std::vector<model::Bf16TpShard> shards, con
     : TpCudaModelRunner(
           full_config,
           [&](int global, int tp_size, bool expert_parallel, CudaTpRank part) {
-            model::Bf16TpShard& shard = rank_shard(shards, global, tp_size, expert_parallel);
-            part = shard_part(shard, global, part);
-            if (shard.expert_parallel && !part.adds_shared_expert) drop_shared_expert(shard.weights.layers);
-            auto runner = std::make_unique<CudaModelRunner>(shard.weights, config, part);
-            shard.weights = {};  // uploaded
-            return runner;
+            return shard_runner(rank_shard(shards, global, tp_size, expert_parallel), global, config, part);
           },
           config, std::move(layout), std::move(make_comm), std::move(on_failure)) {}
 
@@ -145,13 +152,7 @@ TpCudaModelRunner::TpCudaModelRunner(std::vector<model::Fp8TpShard> shards, cons
     : TpCudaModelRunner(
           full_config,
           [&](int global, int tp_size, bool expert_parallel, CudaTpRank part) {
-            model::Fp8TpShard& shard = rank_shard(shards, global, tp_size, expert_parallel);
-            part = shard_part(shard.base, global, part);
-            if (shard.base.expert_parallel && !part.adds_shared_expert) {
-              drop_shared_expert(shard.base.weights.layers);
-              drop_shared_expert(shard.fp8);
-            }
-            return std::make_unique<CudaModelRunner>(shard.take_weights(), config, part);
+            return shard_runner(rank_shard(shards, global, tp_size, expert_parallel), global, config, part);
           },
           config, std::move(layout), std::move(make_comm), std::move(on_failure)) {}
 
