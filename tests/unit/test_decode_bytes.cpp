@@ -77,6 +77,24 @@ TEST_P(DecodeBytes, Fp8RunsCountTheirProjectionsInFp8) {
   }
 }
 
+// Served with FP8 routed experts, an FP8 run reads each routed expert the batch picks in FP8 as well:
+// min(E, batch * k) experts of 3 * hidden * moe_intermediate values per MoE layer save 1 - 4 / 128
+// bytes a value more; a dense model saves nothing more.
+TEST_P(DecodeBytes, Fp8RoutedExpertsCountTheExpertsTheBatchReadsInFp8) {
+  const ModelConfig c = make_model_config({.arch = GetParam().arch, .preset = GetParam().preset});
+  double moe_layers = 0.0;
+  for (const LayerKinds& kinds : layer_plan(c)) moe_layers += kinds.mlp == MlpKind::kExperts;
+  for (int64_t batch : {1, 32}) {
+    const double saved = decode_step_min_bytes(c, batch, 100, true) -
+                         decode_step_min_bytes(c, batch, 100, true, false, /*fp8_routed_experts=*/true);
+    const double active = std::min<double>(static_cast<double>(c.num_experts),
+                                           static_cast<double>(batch * c.num_experts_per_tok));
+    const double values = moe_layers * active * 3.0 * c.hidden_size * c.moe_intermediate_size;
+    EXPECT_NEAR(saved, values * (1.0 - 4.0 / 128.0), 1e-6 * (1.0 + saved)) << GetParam().preset << " batch " << batch;
+    if (c.num_experts > 0) EXPECT_GT(saved, 0.0) << GetParam().preset;
+  }
+}
+
 // An FP8 KV cache reads head_dim bytes and a 4-byte factor per cached K or V row of head_dim
 // values: it saves batch * context * 2 * kv_size * (1 - 4 / head_dim) bytes of dense attention's
 // cache; a latent row takes rank + 2 * rope + 16 bytes (512 + 64: 656 against 1152) and an index

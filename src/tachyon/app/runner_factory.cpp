@@ -15,6 +15,7 @@
 #include "tachyon/model/mtp.h"
 #include "tachyon/model/dense_model.h"
 #include "tachyon/model/fp8_projections.h"
+#include "tachyon/model/fp8_served_experts.h"
 #include "tachyon/model/gpu_support.h"
 #include "tachyon/model/online_fp8.h"
 #include "tachyon/model/tp_shard_loader.h"
@@ -389,11 +390,10 @@ static LoadedRunner load_device_runner(const std::filesystem::path& model_dir, c
     // The routed experts stay bf16 until the E4M3 grouped products (kernels/cuda/moe.h) have
     // passed on the GPU machine: tests/gpu/test_moe_kernels.cpp MoeFp8Experts.* and the
     // *_fp8_experts variants of tests/gpu/test_cuda_fp8.cpp.
-    constexpr model::Fp8RoutedExperts kServedExperts = model::Fp8RoutedExperts::kBf16;
     auto runner = fp8_run(config, model_config)
                       ? std::make_unique<runner::CudaModelRunner>(
                             model::load_fp8_gpu_weights(model_config, checkpoint, config.device.quantization == "fp8",
-                                                        kServedExperts),
+                                                        model::kServedFp8RoutedExperts),
                             config)
                       : std::make_unique<runner::CudaModelRunner>(model::load_weights_bf16(model_config, checkpoint),
                                                                   config);

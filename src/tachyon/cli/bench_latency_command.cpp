@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tachyon/model/decode_bytes.h"
+#include "tachyon/model/fp8_served_experts.h"
 #include "tachyon/cli/bench_engine.h"
 #include "tachyon/cli/commands.h"
 #ifdef TACHYON_HAVE_CUDA
@@ -162,12 +163,15 @@ void run_latency(const LatencyOptions& options) {
     const int tp = config.device.tensor_parallel_size;
     const bool fp8 = config.device.quantization == "fp8" || model_config.quantization.quantized();
     const bool fp8_kv = config.device.kv_cache_dtype == DType::kF8E4M3;
+    const bool fp8_experts = fp8 && model::kServedFp8RoutedExperts == model::Fp8RoutedExperts::kFp8;
     const double bytes = model::decode_step_min_bytes(model_config, options.batch_size,
-                                                      options.input_len + options.output_len / 2, fp8, fp8_kv);
+                                                      options.input_len + options.output_len / 2, fp8, fp8_kv,
+                                                      fp8_experts);
     const double floor_ms = bytes / tp / bandwidth * 1e3;
     result["floor"] = {{"decode_bytes_per_step", bytes},
                        {"fp8_projections", fp8},
                        {"fp8_kv_cache", fp8_kv},
+                       {"fp8_routed_experts", fp8_experts},
                        {"tensor_parallel_size", tp},
                        {"copy_bandwidth_bytes_per_s", bandwidth},
                        {"decode_step_floor_ms", floor_ms},

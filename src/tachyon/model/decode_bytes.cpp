@@ -8,7 +8,7 @@
 namespace tachyon::model {
 
 double decode_step_min_bytes(const ModelConfig& c, int64_t batch, int64_t context, bool fp8_projections,
-                             bool fp8_kv_cache) {
+                             bool fp8_kv_cache, bool fp8_routed_experts) {
   const double h = static_cast<double>(c.hidden_size);
   const double tokens = static_cast<double>(context) * static_cast<double>(batch);
   double weights = static_cast<double>(c.vocab_size) * h + h;  // LM head, final norm
@@ -52,7 +52,8 @@ double decode_step_min_bytes(const ModelConfig& c, int64_t batch, int64_t contex
       const double active = std::min<double>(static_cast<double>(c.num_experts),
                                              static_cast<double>(batch) * static_cast<double>(c.num_experts_per_tok));
       const double expert = 3.0 * h * static_cast<double>(c.moe_intermediate_size);
-      weights += static_cast<double>(c.num_experts) * h + active * expert;  // router, routed experts
+      weights += static_cast<double>(c.num_experts) * h;  // router
+      (fp8_routed_experts ? projections : weights) += active * expert;
       projections += static_cast<double>(c.n_shared_experts) * expert;
     } else {
       projections += 3.0 * h * static_cast<double>(c.intermediate_size);

@@ -20,7 +20,9 @@ namespace tachyon::model {
 // FP8 count 1 byte a value plus a 4-byte factor per 128. With fp8_kv_cache (--kv-cache-dtype fp8)
 // a cached K or V row of head_dim values is head_dim bytes plus a 4-byte factor, a latent row and
 // an index key take kernels/fp8_latent_layout.h's bytes (656 and 132 at DeepSeek's shapes).
+// With fp8_routed_experts (an FP8 run serving Fp8RoutedExperts::kFp8) the routed experts it reads
+// count in FP8 too.
 double decode_step_min_bytes(const ModelConfig& config, int64_t batch, int64_t context, bool fp8_projections = false,
-                             bool fp8_kv_cache = false);
+                             bool fp8_kv_cache = false, bool fp8_routed_experts = false);
 
 }  // namespace tachyon::model

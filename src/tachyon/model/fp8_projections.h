@@ -78,8 +78,8 @@ Fp8BlockWeight to_fp8_gpu_form(std::span<const float> weight, int64_t cols, cons
 using StoredAsFp8 = std::function<bool(const std::string& name)>;
 
 // Whether an FP8 run's routed experts go to the GPU in FP8 (kernels/cuda/moe.h's E4M3 grouped
-// products) or in bf16 (the values rounded, as before those products existed). The served path
-// takes kBf16 until the E4M3 products have passed on the GPU machine (app/runner_factory.cpp).
+// products) or in bf16 (the values rounded, as before those products existed). The served form:
+// model/fp8_served_experts.h.
 enum class Fp8RoutedExperts { kBf16, kFp8 };
 
 // One layer's FP8 projections (layer `layer_index` of the checkpoint) in the GPU form, their f32
