@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "tachyon/model/make_model.h"
+#include "tachyon/model/online_fp8.h"
 #include "tachyon/model/tp_shard_loader.h"
 
 namespace tachyon::model {
@@ -21,7 +22,8 @@ std::filesystem::path loader_test_dir(const std::string& tag) {
   return dir;
 }
 
-void expect_same_shard(const Bf16TpShard& got, const Bf16TpShard& want) {
+template <typename T>
+void expect_same_shard(const BasicTpShard<T>& got, const BasicTpShard<T>& want) {
   EXPECT_EQ(got.tp_rank, want.tp_rank);
   EXPECT_EQ(got.vocab_begin, want.vocab_begin);
   EXPECT_EQ(got.vocab_rows, want.vocab_rows);
@@ -70,6 +72,34 @@ TEST(TpShardLoader, Bf16ShardsReadLayerByLayerAreTheWholeModelsShards) {
     ASSERT_EQ(last.size(), 1u);
     expect_same_shard(last[0], shard_weights(whole, c.tp - 1, c.tp, c.expert_parallel));
     std::filesystem::remove_all(dir);
+  }
+}
+
+// The CPU ranks' f32 shards: an f32 checkpoint and a bf16 one, with and without online FP8 (each
+// layer round-tripped as read against quantize_weights_fp8 of the whole model).
+TEST(TpShardLoader, F32ShardsReadLayerByLayerAreTheWholeModelsShards) {
+  for (const LoaderCase& c : {LoaderCase{"llama", "tiny", 2, false}, LoaderCase{"qwen2", "tiny-mqa", 4, false},
+                              LoaderCase{"qwen3_moe", "tiny-moe", 4, true}, LoaderCase{"deepseek_v3", "tiny-deepseek", 2, false},
+                              LoaderCase{"deepseek_v32", "tiny-dsa", 2, true}}) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      for (bool online_fp8 : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << c.arch << "/" << c.preset << " tp " << c.tp << (c.expert_parallel ? " ep" : "")
+                                          << " " << dtype_name(dtype) << (online_fp8 ? " online FP8" : ""));
+        const auto dir = loader_test_dir("f32");
+        make_model({.arch = c.arch, .preset = c.preset, .seed = 6, .dtype = dtype, .out_dir = dir});
+        const ModelConfig config = ModelConfig::from_dir(dir);
+        const SafetensorsCheckpoint ckpt(dir);
+        ModelWeights whole = load_weights(config, ckpt);
+        if (online_fp8) quantize_weights_fp8(whole);
+        const std::vector<TpShard> shards = load_f32_tp_shards(config, ckpt, {0, c.tp, c.tp, c.expert_parallel}, online_fp8);
+        ASSERT_EQ(shards.size(), static_cast<size_t>(c.tp));
+        for (int r = 0; r < c.tp; ++r) {
+          SCOPED_TRACE(::testing::Message() << "rank " << r);
+          expect_same_shard(shards[static_cast<size_t>(r)], shard_weights(whole, r, c.tp, c.expert_parallel));
+        }
+        std::filesystem::remove_all(dir);
+      }
+    }
   }
 }
 

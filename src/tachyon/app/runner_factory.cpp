@@ -350,12 +350,14 @@ static LoadedRunner load_device_runner(const std::filesystem::path& model_dir, c
     TACHYON_CHECK(kind == "cpu") << "--device cuda: this build of tachyon has no CUDA support (configure with nvcc "
                                     "on the PATH, or -DTACHYON_CUDA=ON)";
 #endif
-    auto runner = std::make_unique<runner::TpCpuModelRunner>(load_cpu_weights(model_dir, model_config, config), tp,
-                                                             config.num_blocks, config.block_size, ep,
-                                                             fp8_kv_cache(config),
-                                                             model::DcpOptions{config.device.decode_context_parallel_size,
-                                                                               config.device.dcp_kv_cache_interleave_size},
-                                                             runner::TboOptions{.enabled = config.device.enable_two_batch_overlap});
+    // The ranks' shards cut layer by layer as the checkpoint is read (never the whole model beside them).
+    const model::SafetensorsCheckpoint checkpoint(model_dir);
+    const model::TpRanks ranks{.first = 0, .count = tp, .tp_size = tp, .expert_parallel = ep};
+    auto runner = std::make_unique<runner::TpCpuModelRunner>(
+        model::load_f32_tp_shards(model_config, checkpoint, ranks, config.device.quantization == "fp8"), model_config,
+        config.num_blocks, config.block_size, ep, fp8_kv_cache(config),
+        model::DcpOptions{config.device.decode_context_parallel_size, config.device.dcp_kv_cache_interleave_size},
+        runner::TboOptions{.enabled = config.device.enable_two_batch_overlap});
     return {std::move(runner), model_config, load_cpu_drafter(config, model_config, model_dir)};
   }
 #ifdef TACHYON_HAVE_CUDA

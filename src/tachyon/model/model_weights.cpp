@@ -504,6 +504,12 @@ Bf16ModelWeights load_weights_by_layer(const ModelConfig& config, const Safetens
   return load_weights_as<float, uint16_t>(config, checkpoint, Bf16MatrixHolding::kWidenToF32, take_layer);
 }
 
+ModelWeights load_weights_f32_by_layer(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
+                                       const TakeLayer& take_layer) {
+  TACHYON_CHECK(take_layer) << "internal: load_weights_f32_by_layer without a taker of layers";
+  return load_weights_as<float>(config, checkpoint, Bf16MatrixHolding::kWidenToF32, take_layer);
+}
+
 Bf16ModelWeights load_weights_bf16_by_layer(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
                                             const TakeBf16Layer& take_layer) {
   TACHYON_CHECK(take_layer) << "internal: load_weights_bf16_by_layer without a taker of layers";

@@ -142,6 +142,10 @@ ModelWeights load_weights(const ModelConfig& config, const SafetensorsCheckpoint
 using TakeLayer = std::function<void(int64_t layer, LayerWeights&& weights)>;
 Bf16ModelWeights load_weights_by_layer(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
                                        const TakeLayer& take_layer);
+// The same with the embedding, final norm and LM head in f32 too, as load_weights reads them (the
+// CPU ranks' shards, tp_shard_loader.h).
+ModelWeights load_weights_f32_by_layer(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
+                                       const TakeLayer& take_layer);
 // The same for load_weights_bf16: each layer in bf16 as it is read.
 using TakeBf16Layer = std::function<void(int64_t layer, BasicLayerWeights<uint16_t>&& weights)>;
 Bf16ModelWeights load_weights_bf16_by_layer(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,

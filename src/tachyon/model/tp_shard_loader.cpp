@@ -2,27 +2,40 @@
 
 #include "tachyon/base/check.h"
 #include "tachyon/model/fp8_projections.h"
+#include "tachyon/model/online_fp8.h"
 
 namespace tachyon::model {
 namespace {
 
 // The ranks' shards with their geometry set and no tensors yet.
-std::vector<Bf16TpShard> empty_shards(const ModelConfig& config, const TpRanks& ranks) {
+template <typename T>
+std::vector<BasicTpShard<T>> empty_shards(const ModelConfig& config, const TpRanks& ranks) {
   TACHYON_CHECK(ranks.count >= 1 && ranks.first >= 0 && ranks.first + ranks.count <= ranks.tp_size)
       << "internal: ranks [" << ranks.first << ", " << ranks.first + ranks.count << ") of a group of "
       << ranks.tp_size;
-  std::vector<Bf16TpShard> shards;
+  std::vector<BasicTpShard<T>> shards;
   for (int r = ranks.first; r < ranks.first + ranks.count; ++r) {
-    shards.push_back(shard_geometry<uint16_t>(config, r, ranks.tp_size, r, ranks.expert_parallel ? ranks.tp_size : 0));
+    shards.push_back(shard_geometry<T>(config, r, ranks.tp_size, r, ranks.expert_parallel ? ranks.tp_size : 0));
   }
   return shards;
 }
 
 }  // namespace
 
+std::vector<TpShard> load_f32_tp_shards(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
+                                        const TpRanks& ranks, bool online_fp8) {
+  std::vector<TpShard> shards = empty_shards<float>(config, ranks);
+  const ModelWeights rest = load_weights_f32_by_layer(config, checkpoint, [&](int64_t, LayerWeights&& layer) {
+    if (online_fp8) quantize_layer_fp8(config, layer);
+    for (TpShard& shard : shards) shard.weights.layers.push_back(shard_layer(config, shard, layer));
+  });
+  for (TpShard& shard : shards) shard_vocab(rest, shard);
+  return shards;
+}
+
 std::vector<Bf16TpShard> load_bf16_tp_shards(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
                                              const TpRanks& ranks) {
-  std::vector<Bf16TpShard> shards = empty_shards(config, ranks);
+  std::vector<Bf16TpShard> shards = empty_shards<uint16_t>(config, ranks);
   const Bf16ModelWeights rest =
       load_weights_bf16_by_layer(config, checkpoint, [&](int64_t, BasicLayerWeights<uint16_t>&& layer) {
         for (Bf16TpShard& shard : shards) shard.weights.layers.push_back(shard_layer(config, shard, layer));
@@ -34,7 +47,7 @@ std::vector<Bf16TpShard> load_bf16_tp_shards(const ModelConfig& config, const Sa
 std::vector<Fp8TpShard> load_fp8_tp_shards(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
                                            bool online, Fp8RoutedExperts experts, const TpRanks& ranks) {
   std::vector<Fp8TpShard> shards;
-  for (Bf16TpShard& base : empty_shards(config, ranks)) shards.push_back({std::move(base), {}});
+  for (Bf16TpShard& base : empty_shards<uint16_t>(config, ranks)) shards.push_back({std::move(base), {}});
   const Fp8LayerConverter convert(config, checkpoint, online, experts);
   const Bf16ModelWeights rest = load_weights_by_layer(config, checkpoint, [&](int64_t l, LayerWeights&& layer) {
     const Fp8GpuLayer converted = convert(l, std::move(layer));

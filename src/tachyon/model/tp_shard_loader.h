@@ -24,6 +24,11 @@ struct TpRanks {
   bool expert_parallel = false;
 };
 
+// Each CPU rank's f32 shard, in rank order; with online_fp8 (--quantization fp8) each layer is
+// round-tripped through FP8 as read, as quantize_weights_fp8 does to the whole model.
+std::vector<TpShard> load_f32_tp_shards(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
+                                        const TpRanks& ranks, bool online_fp8);
+
 // Each rank's bf16 shard, in rank order.
 std::vector<Bf16TpShard> load_bf16_tp_shards(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
                                              const TpRanks& ranks);

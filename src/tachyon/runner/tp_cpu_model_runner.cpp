@@ -15,14 +15,34 @@ TpCpuModelRunner::Rank::Rank(dist::CpuWorld& world, int rank, model::TpShard sha
       model(std::move(shard), comm),
       cache(model.config(), num_blocks, block_size, model::MlaAttentionForm::kAbsorbed, fp8_kv_cache) {}
 
+namespace {
+
+std::vector<model::TpShard> shard_all(const model::ModelWeights& full, int tp_size, bool expert_parallel) {
+  // Checked before cutting: "tensor parallel size 3 does not divide num_attention_heads 4".
+  model::check_tp_size(full.config, tp_size, expert_parallel);
+  std::vector<model::TpShard> shards;
+  for (int r = 0; r < tp_size; ++r) shards.push_back(model::shard_weights(full, r, tp_size, expert_parallel));
+  return shards;
+}
+
+}  // namespace
+
 TpCpuModelRunner::TpCpuModelRunner(const model::ModelWeights& full, int tp_size, int32_t num_blocks,
                                    int32_t block_size, bool expert_parallel, bool fp8_kv_cache,
                                    model::DcpOptions dcp, TboOptions tbo)
-    : vocab_size_(full.config.vocab_size),
-      world_((model::check_tp_size(full.config, tp_size, expert_parallel), tp_size)),
+    : TpCpuModelRunner(shard_all(full, tp_size, expert_parallel), full.config, num_blocks, block_size,
+                       expert_parallel, fp8_kv_cache, dcp, tbo) {}
+
+TpCpuModelRunner::TpCpuModelRunner(std::vector<model::TpShard> shards, const model::ModelConfig& config,
+                                   int32_t num_blocks, int32_t block_size, bool expert_parallel, bool fp8_kv_cache,
+                                   model::DcpOptions dcp, TboOptions tbo)
+    : vocab_size_(config.vocab_size),
+      world_((model::check_tp_size(config, static_cast<int>(shards.size()), expert_parallel),
+              static_cast<int>(shards.size()))),
       dcp_(dcp),
       tbo_(tbo),
-      workers_(tp_size, [this](const std::string& reason) { abort_worlds(reason); }) {
+      workers_(static_cast<int>(shards.size()), [this](const std::string& reason) { abort_worlds(reason); }) {
+  const int tp_size = static_cast<int>(shards.size());
   TACHYON_CHECK(tp_size >= 2) << "TpCpuModelRunner needs tp_size >= 2, got " << tp_size;
   TACHYON_CHECK(!tbo.enabled || (expert_parallel && dcp.size == 1))
       << "two-batch overlap runs with expert parallelism and without --dcp only (the combinations its tests cover)";
@@ -33,14 +53,17 @@ TpCpuModelRunner::TpCpuModelRunner(const model::ModelWeights& full, int tp_size,
       << tp_size << ", and dcp x interleave the block size " << block_size;
   for (int g = 0; dcp.size > 1 && g < tp_size / dcp.size; ++g) dcp_worlds_.push_back(std::make_unique<dist::CpuWorld>(dcp.size));
   for (int r = 0; r < tp_size; ++r) {
+    const model::TpShard& shard = shards[static_cast<size_t>(r)];
+    TACHYON_CHECK(shard.tp_rank == r && shard.tp_size == tp_size && shard.expert_parallel == expert_parallel)
+        << "internal: shard " << r << " of a TP group of " << tp_size << " is rank " << shard.tp_rank << " of "
+        << shard.tp_size << (shard.expert_parallel ? " with" : " without") << " expert parallelism";
     dist::CpuWorld* dcp_world = dcp.size > 1 ? dcp_worlds_[static_cast<size_t>(r / dcp.size)].get() : nullptr;
-    ranks_.push_back(std::make_unique<Rank>(world_, r, model::shard_weights(full, r, tp_size, expert_parallel),
-                                            num_blocks, block_size / dcp.size, fp8_kv_cache, dcp_world,
-                                            r % dcp.size));
+    ranks_.push_back(std::make_unique<Rank>(world_, r, std::move(shards[static_cast<size_t>(r)]), num_blocks,
+                                            block_size / dcp.size, fp8_kv_cache, dcp_world, r % dcp.size));
   }
   std::vector<PagedKvCache*> caches;
   for (const std::unique_ptr<Rank>& rank : ranks_) caches.push_back(&rank->cache);
-  kv_rows_ = make_tp_kv_rows(caches, full.config, dcp);
+  kv_rows_ = make_tp_kv_rows(caches, config, dcp);
 }
 
 TpCpuModelRunner::~TpCpuModelRunner() = default;

@@ -42,6 +42,11 @@ class TpCpuModelRunner : public SynchronousModelRunner {
   TpCpuModelRunner(const model::ModelWeights& full, int tp_size, int32_t num_blocks, int32_t block_size,
                    bool expert_parallel = false, bool fp8_kv_cache = false, model::DcpOptions dcp = {},
                    TboOptions tbo = {});
+  // The group's shards already cut, one per rank in rank order (tp_shard_loader.h's
+  // load_f32_tp_shards reads them layer by layer: the whole model is never held beside them).
+  TpCpuModelRunner(std::vector<model::TpShard> shards, const model::ModelConfig& config, int32_t num_blocks,
+                   int32_t block_size, bool expert_parallel = false, bool fp8_kv_cache = false,
+                   model::DcpOptions dcp = {}, TboOptions tbo = {});
   ~TpCpuModelRunner() override;
   TpCpuModelRunner(const TpCpuModelRunner&) = delete;
   TpCpuModelRunner& operator=(const TpCpuModelRunner&) = delete;
