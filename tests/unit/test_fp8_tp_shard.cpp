@@ -127,5 +127,45 @@ TEST(Fp8TpShard, ACutInsideAFactorsSpanIsRefusedNamingTheProjection) {
   std::filesystem::remove_all(dir);
 }
 
+// fp8_tp_unsupported_reason (read before loading, from the shapes) refuses exactly the groups whose
+// shards shard_fp8_weights refuses, over online FP8 with the experts in E4M3 (every projection FP8).
+TEST(Fp8TpShard, TheShapeCheckRefusesExactlyTheGroupsTheCutRefuses) {
+  struct Case {
+    const char* arch;
+    const char* preset;
+  };
+  int refused = 0, accepted = 0;
+  for (const Case& c : {Case{"llama", "tiny-gpu"}, Case{"qwen3_moe", "tiny-gpu-moe"}, Case{"mixtral", "tiny-gpu-mixtral"},
+                        Case{"deepseek_v3", "tiny-gpu-deepseek-tp"}, Case{"deepseek_v3", "tiny-gpu-deepseek-all"}}) {
+    const auto dir = shard_test_dir("shapes");
+    const Fp8GpuWeights full = fp8_model({c.arch, c.preset, WeightQuantization::kNone, false}, dir);
+    const ModelConfig& config = full.bf16.config;
+    for (int tp : {2, 4}) {
+      for (bool ep : {false, true}) {
+        if (ep && config.num_experts == 0) continue;
+        try {
+          check_tp_size(config, tp, ep);
+        } catch (const Error&) {
+          continue;  // not a TP group of this model at all
+        }
+        SCOPED_TRACE(::testing::Message() << c.preset << " tp " << tp << (ep ? " ep" : ""));
+        const std::string reason = fp8_tp_unsupported_reason(config, tp, ep);
+        std::string cut_error;
+        try {
+          for (int rank = 0; rank < tp; ++rank) shard_fp8_weights(full, rank, tp, ep);
+        } catch (const Error& e) {
+          cut_error = e.what();
+        }
+        EXPECT_EQ(reason.empty(), cut_error.empty()) << "shape check: '" << reason << "'; cut: '" << cut_error << "'";
+        (reason.empty() ? accepted : refused) += 1;
+      }
+    }
+    std::filesystem::remove_all(dir);
+  }
+  EXPECT_GT(refused, 0);
+  EXPECT_GT(accepted, 0);
+  EXPECT_EQ(fp8_tp_unsupported_reason(ModelConfig{}, 1, false), "");
+}
+
 }  // namespace
 }  // namespace tachyon::model

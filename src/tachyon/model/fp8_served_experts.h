@@ -6,8 +6,9 @@
 
 namespace tachyon::model {
 
-// kBf16 until the E4M3 grouped products (kernels/cuda/moe.h) have passed on the GPU machine:
-// MoeFp8Experts.* and CudaFp8VsCpu's *_fp8_experts cases.
-inline constexpr Fp8RoutedExperts kServedFp8RoutedExperts = Fp8RoutedExperts::kBf16;
+// kFp8: the E4M3 grouped products (kernels/cuda/moe.h) pass on the GPU machine (MoeFp8Experts.*,
+// CudaFp8VsCpu's *_fp8_experts cases), an FP8 checkpoint's experts take half the memory of bf16
+// ones (DeepSeek-V3's are most of its weights), and a batch-1 decode step reads half the bytes.
+inline constexpr Fp8RoutedExperts kServedFp8RoutedExperts = Fp8RoutedExperts::kFp8;
 
 }  // namespace tachyon::model

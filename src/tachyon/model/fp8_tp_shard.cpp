@@ -2,7 +2,10 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "tachyon/base/check.h"
+#include "tachyon/model/layer_plan.h"
 
 namespace tachyon::model {
 namespace {
@@ -95,6 +98,25 @@ Fp8LayerProjections shard_fp8_layer(const ModelConfig& c, const Bf16TpShard& sha
                      shared_per_rank, "the shared expert's down_proj", s.shared_gate_up, s.shared_down);
   }
   return s;
+}
+
+std::string fp8_tp_unsupported_reason(const ModelConfig& c, int tp_size, bool expert_parallel) {
+  if (tp_size <= 1) return "";
+  bool dense_mlp = false, experts = false;
+  for (const LayerKinds& kinds : layer_plan(c)) (kinds.mlp == MlpKind::kExperts ? experts : dense_mlp) = true;
+  const std::vector<std::pair<std::string, int64_t>> cuts = {
+      {"o_proj", c.num_attention_heads * c.value_head_dim()},
+      {"the MLP's down_proj", dense_mlp ? c.intermediate_size : 0},
+      {"the routed experts' down_proj", experts && !expert_parallel ? c.moe_intermediate_size : 0},
+      {"the shared expert's down_proj",
+       experts && !expert_parallel ? c.moe_intermediate_size * c.n_shared_experts : 0}};
+  for (const auto& [name, width] : cuts) {
+    if (width == 0 || (width / tp_size) % kFp8ScaleCols == 0) continue;
+    return fmt::format("{} takes {} input columns per rank at --tp {} ({} in all), not a multiple of the {}-column "
+                       "spans of FP8 factors",
+                       name, width / tp_size, tp_size, width, kFp8ScaleCols);
+  }
+  return "";
 }
 
 Fp8TpShard shard_fp8_weights(const Fp8GpuWeights& full, int tp_rank, int tp_size, bool expert_parallel) {

@@ -12,6 +12,7 @@
 // sharding the dequantized model).
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "tachyon/model/fp8_projections.h"
@@ -34,5 +35,11 @@ Fp8TpShard shard_fp8_weights(const Fp8GpuWeights& full, int tp_rank, int tp_size
 // One layer's FP8 projections of the full model (config) cut for `shard` (its geometry:
 // shard_geometry, tp_shard.h), for loaders that cut a model layer by layer (tp_shard_loader.h).
 Fp8LayerProjections shard_fp8_layer(const ModelConfig& config, const Bf16TpShard& shard, const Fp8LayerProjections& layer);
+
+// Why an FP8 run of `config` cannot be cut for tp_size ranks ("" when it can), from the shapes
+// alone, before any weight is read: the first row-parallel projection whose per-rank input width
+// is not a multiple of the factors' 128 columns, as if every projection were held in FP8 (a
+// checkpoint that keeps one in bf16 may be refused where its cut would have held).
+std::string fp8_tp_unsupported_reason(const ModelConfig& config, int tp_size, bool expert_parallel);
 
 }  // namespace tachyon::model
