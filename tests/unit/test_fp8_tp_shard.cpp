@@ -135,8 +135,9 @@ TEST(Fp8TpShard, TheShapeCheckRefusesExactlyTheGroupsTheCutRefuses) {
     const char* preset;
   };
   int refused = 0, accepted = 0;
-  for (const Case& c : {Case{"llama", "tiny-gpu"}, Case{"qwen3_moe", "tiny-gpu-moe"}, Case{"mixtral", "tiny-gpu-mixtral"},
-                        Case{"deepseek_v3", "tiny-gpu-deepseek-tp"}, Case{"deepseek_v3", "tiny-gpu-deepseek-all"}}) {
+  for (const Case& c : {Case{"llama", "tiny-gpu"}, Case{"qwen3_moe", "tiny-gpu-moe"},
+                        Case{"mixtral", "tiny-gpu-mixtral"}, Case{"deepseek_v3", "tiny-gpu-deepseek-tp"},
+                        Case{"deepseek_v3", "tiny-gpu-deepseek-all"}}) {
     const auto dir = shard_test_dir("shapes");
     const Fp8GpuWeights full = fp8_model({c.arch, c.preset, WeightQuantization::kNone, false}, dir);
     const ModelConfig& config = full.bf16.config;

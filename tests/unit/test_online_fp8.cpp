@@ -114,17 +114,28 @@ TEST(OnlineFp8Method, UnknownMethodsAreRefused) {
 
 // FP8 runs on one GPU (model/fp8_projections.h, tests/gpu/test_cuda_fp8.cpp) and on one node's
 // tensor-parallel GPUs (tests/gpu/test_tp_cuda_runner.cpp SharedGpuFp8TpRunner); FP8 shards over
-// several nodes have no test, so --quantization fp8 with --nnodes > 1 is refused in one line before
-// loading (in any build). The GPU decoder serves FP8 checkpoints' shapes like any.
+// several nodes, and drafts verified by FP8 ranks, have no test, so --quantization fp8 with
+// --nnodes > 1, or with --tp > 1 and speculation, is refused in one line before loading (in any
+// build). The GPU decoder serves FP8 checkpoints' shapes like any.
 TEST(OnlineFp8Method, MultiNodeGpuGroupsAreRefusedInOneLine) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("tachyon-online-fp8-cli-" + std::to_string(::getpid()));
   make_model({.arch = "qwen3", .preset = "tiny-gpu", .seed = 2, .out_dir = dir});  // shapes the GPU serves
   const tachyon::testing::CliRun r = tachyon::testing::run_cli(
-      "generate " + dir.string() + " --prompt-ids 1,2,3 --max-tokens 2 --device cuda --tp 2 --nnodes 2 --quantization fp8");
+      "generate " + dir.string() +
+      " --prompt-ids 1,2,3 --max-tokens 2 --device cuda --tp 2 --nnodes 2 --quantization fp8");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_EQ(r.output.rfind("error: FP8 weights (--quantization fp8) with --nnodes > 1 are not verified", 0), 0u)
       << r.output;
+  const tachyon::testing::CliRun drafts = tachyon::testing::run_cli(
+      "generate " + dir.string() + " --prompt-ids 1,2,3 --max-tokens 2 --device cuda --tp 2 --quantization fp8 "
+      "--speculative-method ngram --num-speculative-tokens 2");
+  EXPECT_EQ(drafts.exit_code, 1) << drafts.output;
+  EXPECT_EQ(drafts.output.rfind("error: FP8 weights (--quantization fp8) with --tp > 1 and --speculative-method on "
+                                "GPUs are not verified",
+                                0),
+            0u)
+      << drafts.output;
   const tachyon::testing::CliRun cpu =
       tachyon::testing::run_cli("generate " + dir.string() + " --prompt-ids 1,2,3 --max-tokens 2 --quantization fp8");
   EXPECT_EQ(cpu.exit_code, 0) << cpu.output;
