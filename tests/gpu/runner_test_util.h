@@ -256,7 +256,9 @@ inline void expect_logits_match_reference(const model::DenseModel& reference, co
     const std::vector<float> got = last_logits(static_cast<int32_t>(plan.logits_rows.size()));
     const double error = gpu_test::relative_error(got, expected);
     worst = std::max(worst, error);
-    EXPECT_LT(error, tolerance) << "step " << step << " of " << name;
+    // The seed in the message: a failure on fresh inputs can be replayed from its line alone.
+    EXPECT_LT(error, tolerance) << "step " << step << " of " << name << " (TACHYON_TEST_SEED=" << gpu_test::test_seed()
+                                << ")";
   }
   std::printf("[runner vs cpu] %-50s worst logits rel. error %.2e (tolerance %.0e)\n", name.c_str(), worst, tolerance);
 }
