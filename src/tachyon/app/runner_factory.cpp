@@ -407,9 +407,7 @@ static LoadedRunner load_device_runner(const std::filesystem::path& model_dir, c
       config.num_blocks = runner->num_blocks();
       return {std::move(runner), model_config, std::make_unique<engine::RunnerDrafter>()};
     }
-    // The routed experts stay bf16 until the E4M3 grouped products (kernels/cuda/moe.h) have
-    // passed on the GPU machine: tests/gpu/test_moe_kernels.cpp MoeFp8Experts.* and the
-    // *_fp8_experts variants of tests/gpu/test_cuda_fp8.cpp.
+    // The routed experts in the served form (model/fp8_served_experts.h).
     auto runner = fp8_run(config, model_config)
                       ? std::make_unique<runner::CudaModelRunner>(
                             model::load_fp8_gpu_weights(model_config, checkpoint, config.device.quantization == "fp8",
