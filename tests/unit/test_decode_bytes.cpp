@@ -91,7 +91,9 @@ TEST_P(DecodeBytes, Fp8RoutedExpertsCountTheExpertsTheBatchReadsInFp8) {
                                            static_cast<double>(batch * c.num_experts_per_tok));
     const double values = moe_layers * active * 3.0 * c.hidden_size * c.moe_intermediate_size;
     EXPECT_NEAR(saved, values * (1.0 - 4.0 / 128.0), 1e-6 * (1.0 + saved)) << GetParam().preset << " batch " << batch;
-    if (c.num_experts > 0) EXPECT_GT(saved, 0.0) << GetParam().preset;
+    if (c.num_experts > 0) {
+      EXPECT_GT(saved, 0.0) << GetParam().preset;
+    }
   }
 }
 

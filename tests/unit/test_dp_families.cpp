@@ -35,6 +35,7 @@
 #include "tachyon/model/online_fp8.h"
 #include "tachyon/model/tp_dense_model.h"
 #include "tachyon/model/tp_shard.h"
+#include "tachyon/model/tp_shard_loader.h"
 #include "tachyon/runner/cpu_model_runner.h"
 #include "tachyon/runner/dp_cpu_model_runner.h"
 
@@ -368,6 +369,43 @@ core::ScheduledSequence planned(int64_t id, int64_t first_token, int64_t tokens,
   s.block_table = std::move(blocks);
   s.sample = true;
   return s;
+}
+
+// The factory's load (tp_shard_loader.h load_f32_shards at dp_shard_places): each rank's shard cut
+// layer by layer as read is, bit for bit, shard_weights of the whole model at that rank's place
+// (TP rank g % T of its replica, expert-parallel rank g of all D x T); online FP8 too.
+TEST(DpPlacement, ShardsReadLayerByLayerAreTheWholeModelsShardsAtEachRanksPlace) {
+  for (const DpFamily& f : {kDpFamilies[0], kDpFamilies[2]}) {
+    for (const auto& [dp, tp] : {std::pair{2, 1}, std::pair{2, 2}}) {
+      for (bool online_fp8 : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << f.preset << " dp " << dp << " tp " << tp << (online_fp8 ? " fp8" : ""));
+        const auto dir = std::filesystem::temp_directory_path() /
+                         ("tachyon-dp-loader-" + std::to_string(::getpid()) + "-" + f.preset);
+        make_model({.arch = f.arch, .preset = f.preset, .seed = 4, .out_dir = dir});
+        const ModelConfig config = ModelConfig::from_dir(dir);
+        const SafetensorsCheckpoint checkpoint(dir);
+        ModelWeights whole = load_weights(config, checkpoint);
+        if (online_fp8) quantize_weights_fp8(whole);
+        const std::vector<TpShard> shards =
+            load_f32_shards(config, checkpoint, runner::dp_shard_places(dp, tp), online_fp8);
+        ASSERT_EQ(shards.size(), static_cast<size_t>(dp * tp));
+        for (int g = 0; g < dp * tp; ++g) {
+          const TpShard& got = shards[static_cast<size_t>(g)];
+          const TpShard want = shard_weights(whole, g % tp, tp, g, dp * tp);
+          EXPECT_EQ(got.tp_rank, want.tp_rank) << "rank " << g;
+          EXPECT_EQ(got.expert_begin, want.expert_begin) << "rank " << g;
+          EXPECT_EQ(got.expert_count, want.expert_count) << "rank " << g;
+          ASSERT_EQ(got.weights.layers.size(), want.weights.layers.size());
+          for (size_t l = 0; l < want.weights.layers.size(); ++l) {
+            EXPECT_TRUE(got.weights.layers[l] == want.weights.layers[l]) << "rank " << g << " layer " << l;
+          }
+          EXPECT_EQ(got.weights.embed_tokens, want.weights.embed_tokens) << "rank " << g;
+          EXPECT_EQ(got.weights.lm_head, want.weights.lm_head) << "rank " << g;
+        }
+        std::filesystem::remove_all(dir);
+      }
+    }
+  }
 }
 
 TEST(DpPlacement, ASequenceRunsOnThePoolOfItsBlocks) {

@@ -255,8 +255,12 @@ LoadedRunner load_dp_runner(const std::filesystem::path& model_dir, const model:
   TACHYON_CHECK(config.device.decode_context_parallel_size == 1)
       << flag << " with --dcp " << config.device.decode_context_parallel_size << " is not verified by any test yet";
   config.device.kind = "cpu";  // auto resolves to the only device --dp runs on
-  auto runner = std::make_unique<runner::DpCpuModelRunner>(load_cpu_weights(model_dir, model_config, config), dp, tp,
-                                                           config.num_blocks, config.block_size, fp8_kv_cache(config));
+  // The ranks' shards cut layer by layer as the checkpoint is read (never the whole model beside them).
+  const model::SafetensorsCheckpoint checkpoint(model_dir);
+  auto runner = std::make_unique<runner::DpCpuModelRunner>(
+      model::load_f32_shards(model_config, checkpoint, runner::dp_shard_places(dp, tp),
+                             config.device.quantization == "fp8"),
+      model_config, dp, tp, config.num_blocks, config.block_size, fp8_kv_cache(config));
   return {std::move(runner), model_config, load_cpu_drafter(config, model_config, model_dir)};
 }
 

@@ -7,24 +7,32 @@
 namespace tachyon::model {
 namespace {
 
-// The ranks' shards with their geometry set and no tensors yet.
-template <typename T>
-std::vector<BasicTpShard<T>> empty_shards(const ModelConfig& config, const TpRanks& ranks) {
+// The places of a TP group's ranks [first, first + count).
+std::vector<ShardPlace> places_of(const TpRanks& ranks) {
   TACHYON_CHECK(ranks.count >= 1 && ranks.first >= 0 && ranks.first + ranks.count <= ranks.tp_size)
       << "internal: ranks [" << ranks.first << ", " << ranks.first + ranks.count << ") of a group of "
       << ranks.tp_size;
-  std::vector<BasicTpShard<T>> shards;
+  std::vector<ShardPlace> places;
   for (int r = ranks.first; r < ranks.first + ranks.count; ++r) {
-    shards.push_back(shard_geometry<T>(config, r, ranks.tp_size, r, ranks.expert_parallel ? ranks.tp_size : 0));
+    places.push_back({.tp_rank = r, .tp_size = ranks.tp_size, .ep_rank = r,
+                      .ep_size = ranks.expert_parallel ? ranks.tp_size : 0});
   }
+  return places;
+}
+
+// The shards with their geometry set and no tensors yet.
+template <typename T>
+std::vector<BasicTpShard<T>> empty_shards(const ModelConfig& config, const std::vector<ShardPlace>& places) {
+  std::vector<BasicTpShard<T>> shards;
+  for (const ShardPlace& p : places) shards.push_back(shard_geometry<T>(config, p.tp_rank, p.tp_size, p.ep_rank, p.ep_size));
   return shards;
 }
 
 }  // namespace
 
-std::vector<TpShard> load_f32_tp_shards(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
-                                        const TpRanks& ranks, bool online_fp8) {
-  std::vector<TpShard> shards = empty_shards<float>(config, ranks);
+std::vector<TpShard> load_f32_shards(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
+                                     const std::vector<ShardPlace>& places, bool online_fp8) {
+  std::vector<TpShard> shards = empty_shards<float>(config, places);
   const ModelWeights rest = load_weights_f32_by_layer(config, checkpoint, [&](int64_t, LayerWeights&& layer) {
     if (online_fp8) quantize_layer_fp8(config, layer);
     for (TpShard& shard : shards) shard.weights.layers.push_back(shard_layer(config, shard, layer));
@@ -33,9 +41,14 @@ std::vector<TpShard> load_f32_tp_shards(const ModelConfig& config, const Safeten
   return shards;
 }
 
+std::vector<TpShard> load_f32_tp_shards(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
+                                        const TpRanks& ranks, bool online_fp8) {
+  return load_f32_shards(config, checkpoint, places_of(ranks), online_fp8);
+}
+
 std::vector<Bf16TpShard> load_bf16_tp_shards(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
                                              const TpRanks& ranks) {
-  std::vector<Bf16TpShard> shards = empty_shards<uint16_t>(config, ranks);
+  std::vector<Bf16TpShard> shards = empty_shards<uint16_t>(config, places_of(ranks));
   const Bf16ModelWeights rest =
       load_weights_bf16_by_layer(config, checkpoint, [&](int64_t, BasicLayerWeights<uint16_t>&& layer) {
         for (Bf16TpShard& shard : shards) shard.weights.layers.push_back(shard_layer(config, shard, layer));
@@ -47,7 +60,7 @@ std::vector<Bf16TpShard> load_bf16_tp_shards(const ModelConfig& config, const Sa
 std::vector<Fp8TpShard> load_fp8_tp_shards(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
                                            bool online, Fp8RoutedExperts experts, const TpRanks& ranks) {
   std::vector<Fp8TpShard> shards;
-  for (Bf16TpShard& base : empty_shards<uint16_t>(config, ranks)) shards.push_back({std::move(base), {}});
+  for (Bf16TpShard& base : empty_shards<uint16_t>(config, places_of(ranks))) shards.push_back({std::move(base), {}});
   const Fp8LayerConverter convert(config, checkpoint, online, experts);
   const Bf16ModelWeights rest = load_weights_by_layer(config, checkpoint, [&](int64_t l, LayerWeights&& layer) {
     const Fp8GpuLayer converted = convert(l, std::move(layer));

@@ -24,8 +24,21 @@ struct TpRanks {
   bool expert_parallel = false;
 };
 
-// Each CPU rank's f32 shard, in rank order; with online_fp8 (--quantization fp8) each layer is
+// Where one shard sits: tensor-parallel rank tp_rank of tp_size and, with ep_size > 0, the routed
+// experts of expert-parallel rank ep_rank of ep_size (shard_weights' arguments, tp_shard.h).
+struct ShardPlace {
+  int tp_rank = 0;
+  int tp_size = 1;
+  int ep_rank = 0;
+  int ep_size = 0;
+};
+
+// Each CPU rank's f32 shard, in the order of `places` (data-parallel groups: their replicas' TP
+// ranks with the experts spread over all); with online_fp8 (--quantization fp8) each layer is
 // round-tripped through FP8 as read, as quantize_weights_fp8 does to the whole model.
+std::vector<TpShard> load_f32_shards(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
+                                     const std::vector<ShardPlace>& places, bool online_fp8);
+// The same for the ranks of one TP group.
 std::vector<TpShard> load_f32_tp_shards(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
                                         const TpRanks& ranks, bool online_fp8);
 

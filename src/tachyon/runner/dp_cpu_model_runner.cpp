@@ -11,30 +11,72 @@
 
 namespace tachyon::runner {
 
-DpCpuModelRunner::Rank::Rank(dist::ProcessGroups process_groups, const model::ModelWeights& full, int32_t num_blocks,
+namespace {
+
+// `shard`, checked to be the one cut for the rank `groups` place it at (dp_shard_places).
+model::TpShard placed(model::TpShard shard, const dist::ProcessGroups& groups) {
+  TACHYON_CHECK(shard.tp_rank == groups.tp->rank() && shard.tp_size == groups.tp->size() && shard.expert_parallel &&
+                shard.expert_begin == groups.ep->rank() * shard.expert_count)
+      << "internal: the shard of TP rank " << shard.tp_rank << " of " << shard.tp_size << " (experts from "
+      << shard.expert_begin << ") at TP rank " << groups.tp->rank() << " of " << groups.tp->size()
+      << ", expert-parallel rank " << groups.ep->rank() << " of " << groups.ep->size();
+  return shard;
+}
+
+}  // namespace
+
+DpCpuModelRunner::Rank::Rank(dist::ProcessGroups process_groups, model::TpShard shard, int32_t num_blocks,
                              int32_t block_size, bool fp8_kv_cache)
     : groups(std::move(process_groups)),
-      model(model::shard_weights(full, groups.tp->rank(), groups.tp->size(), groups.ep->rank(), groups.ep->size()),
-            *groups.tp, groups.ep.get()),
+      model(placed(std::move(shard), groups), *groups.tp, groups.ep.get()),
       cache(model.config(), num_blocks, block_size, model::MlaAttentionForm::kAbsorbed, fp8_kv_cache) {}
+
+std::vector<model::ShardPlace> dp_shard_places(int dp_size, int tp_size) {
+  std::vector<model::ShardPlace> places;
+  for (int g = 0; g < dp_size * tp_size; ++g) {
+    places.push_back({.tp_rank = g % tp_size, .tp_size = tp_size, .ep_rank = g, .ep_size = dp_size * tp_size});
+  }
+  return places;
+}
+
+namespace {
+
+std::vector<model::TpShard> shard_all(const model::ModelWeights& full, int dp_size, int tp_size) {
+  model::check_dp_size(full.config, dp_size, tp_size);  // before cutting
+  std::vector<model::TpShard> shards;
+  for (const model::ShardPlace& p : dp_shard_places(dp_size, tp_size)) {
+    shards.push_back(model::shard_weights(full, p.tp_rank, p.tp_size, p.ep_rank, p.ep_size));
+  }
+  return shards;
+}
+
+}  // namespace
 
 DpCpuModelRunner::DpCpuModelRunner(const model::ModelWeights& full, int dp_size, int tp_size, int32_t num_blocks,
                                    int32_t block_size, bool fp8_kv_cache)
-    : vocab_size_(full.config.vocab_size),
+    : DpCpuModelRunner(shard_all(full, dp_size, tp_size), full.config, dp_size, tp_size, num_blocks, block_size,
+                       fp8_kv_cache) {}
+
+DpCpuModelRunner::DpCpuModelRunner(std::vector<model::TpShard> shards, const model::ModelConfig& config, int dp_size,
+                                   int tp_size, int32_t num_blocks, int32_t block_size, bool fp8_kv_cache)
+    : vocab_size_(config.vocab_size),
       tp_size_(tp_size),
-      process_groups_((model::check_dp_size(full.config, dp_size, tp_size),
+      process_groups_((model::check_dp_size(config, dp_size, tp_size),
                        dist::ParallelConfig{.dp = dp_size, .tp = tp_size, .ep = dp_size * tp_size})),
       placement_(dp_size, num_blocks),
       workers_(dp_size * tp_size, [this](const std::string& reason) { process_groups_.abort(reason); }) {
   TACHYON_CHECK(dp_size >= 2) << "DpCpuModelRunner needs dp_size >= 2, got " << dp_size;
+  TACHYON_CHECK(shards.size() == static_cast<size_t>(dp_size * tp_size))
+      << "internal: " << shards.size() << " shards for " << dp_size << " x " << tp_size << " ranks";
   for (int g = 0; g < dp_size * tp_size; ++g) {
-    ranks_.push_back(std::make_unique<Rank>(process_groups_.make(g), full, num_blocks, block_size, fp8_kv_cache));
+    ranks_.push_back(std::make_unique<Rank>(process_groups_.make(g), std::move(shards[static_cast<size_t>(g)]),
+                                            num_blocks, block_size, fp8_kv_cache));
   }
   std::vector<std::unique_ptr<KvRowAccess>> replicas;
   for (int d = 0; d < dp_size; ++d) {
     std::vector<PagedKvCache*> caches;
     for (int t = 0; t < tp_size; ++t) caches.push_back(&ranks_[static_cast<size_t>(d * tp_size + t)]->cache);
-    replicas.push_back(make_tp_kv_rows(caches, full.config));
+    replicas.push_back(make_tp_kv_rows(caches, config));
   }
   kv_rows_ = std::make_unique<PooledKvRowAccess>(std::move(replicas), num_blocks);
 }

@@ -37,9 +37,14 @@
 #include "tachyon/runner/model_runner.h"
 #include "tachyon/runner/paged_attention_backend.h"
 #include "tachyon/runner/pooled_kv_rows.h"
+#include "tachyon/model/tp_shard_loader.h"
 #include "tachyon/runner/rank_workers.h"
 
 namespace tachyon::runner {
+
+// Where global rank g of dp_size replicas of tp_size ranks sits: TP rank g % tp_size of its replica
+// (TP innermost, dist::RankLayout), the routed experts of expert-parallel rank g of all the ranks.
+std::vector<model::ShardPlace> dp_shard_places(int dp_size, int tp_size);
 
 class DpCpuModelRunner : public SynchronousModelRunner {
  public:
@@ -48,6 +53,10 @@ class DpCpuModelRunner : public SynchronousModelRunner {
   // in FP8 (E4M3 rows with their factors, paged_attention_backend.h) when fp8_kv_cache.
   DpCpuModelRunner(const model::ModelWeights& full, int dp_size, int tp_size, int32_t num_blocks, int32_t block_size,
                    bool fp8_kv_cache = false);
+  // The ranks' shards already cut, in global rank order (dp_shard_places; tp_shard_loader.h's
+  // load_f32_shards reads them layer by layer, never holding the whole model beside them).
+  DpCpuModelRunner(std::vector<model::TpShard> shards, const model::ModelConfig& config, int dp_size, int tp_size,
+                   int32_t num_blocks, int32_t block_size, bool fp8_kv_cache = false);
   ~DpCpuModelRunner() override;
   DpCpuModelRunner(const DpCpuModelRunner&) = delete;
   DpCpuModelRunner& operator=(const DpCpuModelRunner&) = delete;
@@ -72,8 +81,7 @@ class DpCpuModelRunner : public SynchronousModelRunner {
   std::vector<float> gather_hidden_states(const DpStep& step) const;
 
   struct Rank {
-    Rank(dist::ProcessGroups groups, const model::ModelWeights& full, int32_t num_blocks, int32_t block_size,
-         bool fp8_kv_cache);
+    Rank(dist::ProcessGroups groups, model::TpShard shard, int32_t num_blocks, int32_t block_size, bool fp8_kv_cache);
     dist::ProcessGroups groups;  // tp: the replica's ranks; ep: every rank (the experts' group)
     model::TpDenseModel model;
     PagedKvCache cache;
