@@ -123,6 +123,14 @@ Shard& rank_shard(std::vector<Shard>& shards, int global, int tp_size, bool expe
   TACHYON_FAIL() << "internal: no shard for tensor-parallel rank " << global;
 }
 
+// The ranks' runners over shards already cut (bf16 or FP8), each consumed as its rank uploads it.
+template <typename Shard>
+auto runners_over(std::vector<Shard>& shards, const core::EngineConfig& config) {
+  return [&shards, &config](int global, int tp_size, bool expert_parallel, CudaTpRank part) {
+    return shard_runner(rank_shard(shards, global, tp_size, expert_parallel), global, config, part);
+  };
+}
+
 }  // namespace
 
 TpCudaModelRunner::TpCudaModelRunner(const model::Bf16ModelWeights& full, const core::EngineConfig& config,
@@ -139,22 +147,14 @@ TpCudaModelRunner::TpCudaModelRunner(const model::Bf16ModelWeights& full, const 
 TpCudaModelRunner::TpCudaModelRunner(std::vector<model::Bf16TpShard> shards, const model::ModelConfig& full_config,
                                      const core::EngineConfig& config, TpCudaLayout layout, TpCommFactory make_comm,
                                      RankFailureHandler on_failure)
-    : TpCudaModelRunner(
-          full_config,
-          [&](int global, int tp_size, bool expert_parallel, CudaTpRank part) {
-            return shard_runner(rank_shard(shards, global, tp_size, expert_parallel), global, config, part);
-          },
-          config, std::move(layout), std::move(make_comm), std::move(on_failure)) {}
+    : TpCudaModelRunner(full_config, runners_over(shards, config), config, std::move(layout), std::move(make_comm),
+                        std::move(on_failure)) {}
 
 TpCudaModelRunner::TpCudaModelRunner(std::vector<model::Fp8TpShard> shards, const model::ModelConfig& full_config,
                                      const core::EngineConfig& config, TpCudaLayout layout, TpCommFactory make_comm,
                                      RankFailureHandler on_failure)
-    : TpCudaModelRunner(
-          full_config,
-          [&](int global, int tp_size, bool expert_parallel, CudaTpRank part) {
-            return shard_runner(rank_shard(shards, global, tp_size, expert_parallel), global, config, part);
-          },
-          config, std::move(layout), std::move(make_comm), std::move(on_failure)) {}
+    : TpCudaModelRunner(full_config, runners_over(shards, config), config, std::move(layout), std::move(make_comm),
+                        std::move(on_failure)) {}
 
 TpCudaModelRunner::TpCudaModelRunner(const model::ModelConfig& full_config, const RankRunnerFactory& make_runner,
                                      const core::EngineConfig& config, TpCudaLayout layout, TpCommFactory make_comm,
