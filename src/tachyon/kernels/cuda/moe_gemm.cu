@@ -8,11 +8,13 @@
 // Decode steps (a few pairs per expert) waste most of each 64-row tile and do not stream the
 // weights at HBM bandwidth (2.6-3.7x the byte floor at DeepSeek-V2-Lite's batch 1 on an H200):
 // steps of up to 8 tokens take moe_grouped_gemv (moe_gemv.cu) instead.
-// E4M3 experts (kFp8): the weight slice comes through registers instead of cp.async (loaded before
-// the current slice's MMAs, widened to bf16 and stored after them, so the load still overlaps the
-// math), and the MMAs of each 128-wide k block (two slices) sum into their own accumulators, which
-// are then scaled by each weight row's factor for that block and added to the output's (the
-// factor is applied in f32, never rounded into the bf16 operand).
+// E4M3 experts (kFp8): the raw weight slices stream by cp.async through three stages and each is
+// widened to bf16 in shared memory just before its MMAs. (Loaded through registers, as this
+// kernel first did, the slice in flight cost 166 registers and one slice of prefetch, and at
+// DeepSeek-V3-reduced's batch 32 on an H100 the E4M3 step was 24% slower than the bf16 one.) The
+// MMAs of each 128-wide k block (two slices) sum into their own accumulators, which are then
+// scaled by each weight row's factor for that block and added to the output's (the factor is
+// applied in f32, never rounded into the bf16 operand).
 // Test: tests/gpu/test_moe_kernels.cpp.
 #include "tachyon/kernels/cuda/attention_common.cuh"
 #include "tachyon/kernels/cuda/fp8_kv.cuh"
@@ -61,8 +63,16 @@ template <bool kFp8>
 __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(const GroupedGemmArgs g) {
   const int expert = g.block_expert[blockIdx.y];
   if (expert < 0) return;
-  __shared__ __align__(128) bf16 s_a[2][kTileElems];
-  __shared__ __align__(128) bf16 s_b[2][kTileElems];
+  // bf16 B: each stage's weight slice lands in its own swizzled tile, read by ldmatrix. E4M3 B:
+  // the raw slice (64 rows x 64 bytes) lands in its stage, and is widened into the one bf16 tile
+  // just before its MMAs. Three stages keep two raw slices in flight while a tile is awaited and
+  // multiplied (the weights are the HBM stream; 44 KB of static shared memory).
+  constexpr int kStages = kFp8 ? 3 : 2;
+  constexpr int kBTiles = kFp8 ? 1 : kStages;
+  constexpr int kRawBytes = kFp8 ? kBlockN * kBlockK : 16;  // E4M3: one byte per value
+  __shared__ __align__(128) bf16 s_a[kStages][kTileElems];
+  __shared__ __align__(128) bf16 s_b[kBTiles][kTileElems];
+  __shared__ __align__(128) uint8_t s_b8[kFp8 ? kStages : 1][kRawBytes];
   __shared__ int32_t s_rows[kMoeBlockM];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   if (tid < kMoeBlockM) s_rows[tid] = g.sorted_rows[static_cast<int64_t>(blockIdx.y) * kMoeBlockM + tid];
@@ -73,8 +83,9 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(const GroupedGem
   const uint8_t* w8 = static_cast<const uint8_t*>(g.w) + expert_offset;   // E4M3
   const int k_tiles = static_cast<int>((g.k + kBlockK - 1) / kBlockK);
 
-  // One k slice: 64 rows x 8 chunks for A (and for bf16 B), 4 chunks of each per thread.
-  auto load = [&](int buffer, int tile) {
+  // One k slice into `stage`: 64 rows x 8 chunks for A (and for bf16 B), 4 chunks of each per
+  // thread; E4M3 B is 64 rows x 4 chunks of 16 values, 2 per thread.
+  auto load = [&](int stage, int tile) {
     const int64_t k0 = static_cast<int64_t>(tile) * kBlockK;
 #pragma unroll
     for (int i = 0; i < kMoeBlockM * 8 / kThreads; ++i) {
@@ -84,37 +95,34 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(const GroupedGem
       const int32_t pair = s_rows[r];
       const bool a_valid = pair >= 0 && kk < g.k;
       const bf16* a_src = g.a + (a_valid ? (pair / g.a_row_divisor) * g.k + kk : 0);
-      cp_async_16(smem_u32(&s_a[buffer][swizzled<kBlockK>(r, c)]), a_src, a_valid);
+      cp_async_16(smem_u32(&s_a[stage][swizzled<kBlockK>(r, c)]), a_src, a_valid);
       if constexpr (!kFp8) {
         const bool b_valid = n0 + r < g.n && kk < g.k;
         const bf16* b_src = w + (b_valid ? (n0 + r) * g.k + kk : 0);
-        cp_async_16(smem_u32(&s_b[buffer][swizzled<kBlockK>(r, c)]), b_src, b_valid);
+        cp_async_16(smem_u32(&s_b[stage][swizzled<kBlockK>(r, c)]), b_src, b_valid);
+      }
+    }
+    if constexpr (kFp8) {
+#pragma unroll
+      for (int i = 0; i < kBlockN * (kBlockK / 16) / kThreads; ++i) {
+        const int idx = tid + i * kThreads;
+        const int r = idx >> 2, c = idx & 3;
+        const int64_t kk = k0 + c * 16;
+        const bool valid = n0 + r < g.n && kk < g.k;  // k % 16 == 0: a chunk is all in or all out
+        cp_async_16(smem_u32(&s_b8[stage][idx * 16]), w8 + (valid ? (n0 + r) * g.k + kk : 0), valid);
       }
     }
   };
-  // E4M3 B: 64 rows x 4 chunks of 16 values, 2 chunks per thread, through registers.
-  constexpr int kFp8ChunksPerThread = kBlockN * (kBlockK / 16) / kThreads;
-  uint4 b8[kFp8ChunksPerThread];
-  auto fetch_b8 = [&](int tile) {
-    const int64_t k0 = static_cast<int64_t>(tile) * kBlockK;
+  // E4M3: the stage's raw slice widened into the bf16 tile, each thread the chunks it copied.
+  auto widen_b8 = [&](int stage) {
 #pragma unroll
-    for (int i = 0; i < kFp8ChunksPerThread; ++i) {
-      const int idx = tid + i * kThreads;
-      const int r = idx >> 2, c = idx & 3;
-      const int64_t kk = k0 + c * 16;
-      const bool valid = n0 + r < g.n && kk < g.k;  // k % 16 == 0: a chunk is all in or all out
-      b8[i] = valid ? __ldg(reinterpret_cast<const uint4*>(w8 + (n0 + r) * g.k + kk)) : make_uint4(0, 0, 0, 0);
-    }
-  };
-  auto store_b8 = [&](int buffer) {
-#pragma unroll
-    for (int i = 0; i < kFp8ChunksPerThread; ++i) {
+    for (int i = 0; i < kBlockN * (kBlockK / 16) / kThreads; ++i) {
       const int idx = tid + i * kThreads;
       const int r = idx >> 2, c = idx & 3;
       uint4 lo, hi;
-      widen_e4m3(b8[i], lo, hi);
-      *reinterpret_cast<uint4*>(&s_b[buffer][swizzled<kBlockK>(r, 2 * c)]) = lo;
-      *reinterpret_cast<uint4*>(&s_b[buffer][swizzled<kBlockK>(r, 2 * c + 1)]) = hi;
+      widen_e4m3(*reinterpret_cast<const uint4*>(&s_b8[stage][idx * 16]), lo, hi);
+      *reinterpret_cast<uint4*>(&s_b[0][swizzled<kBlockK>(r, 2 * c)]) = lo;
+      *reinterpret_cast<uint4*>(&s_b[0][swizzled<kBlockK>(r, 2 * c + 1)]) = hi;
     }
   };
 
@@ -146,34 +154,38 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(const GroupedGem
     }
   };
 
-  load(0, 0);
-  cp_async_commit();
-  if constexpr (kFp8) {
-    fetch_b8(0);
-    store_b8(0);  // visible to every warp after the first iteration's barrier
+  // The first kStages - 1 slices in flight; one commit group per slice (empty past the end), so
+  // "all but the kStages - 1 newest groups have landed" always means "this tile has landed".
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < k_tiles) load(s, s);
+    cp_async_commit();
   }
   for (int tile = 0; tile < k_tiles; ++tile) {
-    const int buffer = tile & 1;
-    const bool more = tile + 1 < k_tiles;
-    if (more) load(buffer ^ 1, tile + 1);
-    if constexpr (kFp8) {
-      if (more) fetch_b8(tile + 1);  // in flight during this slice's MMAs
-    }
+    const int stage = tile % kStages;
+    // The stage refilled here was read by the previous tile, which ended with a barrier.
+    const int next = tile + kStages - 1;
+    if (next < k_tiles) load(next % kStages, next);
     cp_async_commit();
-    cp_async_wait<1>();  // this tile's group has landed; the next one may still be in flight
+    cp_async_wait<kStages - 1>();
     __syncthreads();
+    if constexpr (kFp8) {
+      widen_b8(stage);  // the bf16 tile's last readers, the previous tile's MMAs, are past a barrier
+      __syncthreads();
+    }
+    const bf16* b_tile = s_b[kFp8 ? 0 : stage];
 #pragma unroll
     for (int ks = 0; ks < kBlockK / 16; ++ks) {
       uint32_t a_frag[2][4];
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
         ldmatrix_x4(a_frag[mt],
-                    smem_u32(&s_a[buffer][swizzled<kBlockK>(warp_m + mt * 16 + (mat & 1) * 8 + r8, 2 * ks + (mat >> 1))]));
+                    smem_u32(&s_a[stage][swizzled<kBlockK>(warp_m + mt * 16 + (mat & 1) * 8 + r8, 2 * ks + (mat >> 1))]));
       }
 #pragma unroll
       for (int np = 0; np < 2; ++np) {
         uint32_t b[4];
-        ldmatrix_x4(b, smem_u32(&s_b[buffer][swizzled<kBlockK>(warp_n + np * 16 + (mat >> 1) * 8 + r8, 2 * ks + (mat & 1))]));
+        ldmatrix_x4(b, smem_u32(&b_tile[swizzled<kBlockK>(warp_n + np * 16 + (mat >> 1) * 8 + r8, 2 * ks + (mat & 1))]));
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
           mma_bf16_16816(mma_acc[mt][2 * np], a_frag[mt], b[0], b[1]);
@@ -183,11 +195,9 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(const GroupedGem
     }
     if constexpr (kFp8) {
       // Two 64-wide slices make a 128-wide factor block; the last block may be shorter.
-      if (tile % 2 == 1 || !more) promote(tile / 2);
-      // buffer ^ 1 was last read in the previous iteration, which ended with a barrier.
-      if (more) store_b8(buffer ^ 1);
+      if (tile % 2 == 1 || tile + 1 == k_tiles) promote(tile / 2);
     }
-    __syncthreads();  // every warp is done with this buffer before the next iteration refills it
+    __syncthreads();  // every warp is done with this stage (and the bf16 tile) before they are refilled
   }
 
 #pragma unroll
