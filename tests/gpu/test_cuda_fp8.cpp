@@ -145,7 +145,13 @@ core::EngineConfig fp8_kv_config(bool eager, bool online_fp8) {
 // cache's tolerance (dense 5e-2 against 2e-2; latent 1e-1 against 4e-2: every head reads the one
 // latent row: 4.1e-2 for DeepSeek-V3 and 6.1e-2 for GLM-5 with FP8 weights on the H200). A cache
 // read at the wrong slot or factor lands far past it (a factor 1.25x off in the latent store fails).
-double fp8_kv_logits_tolerance(const model::ModelConfig& mc) { return 2.5 * logits_tolerance(mc); }
+// A dense-attention model with routed experts gets 4x (8e-2): the one-step differences also move
+// router scores, and near-ties send a token's row to another expert. qwen3_moe tiny with bf16
+// weights on an H100, 17 seeds: 3.0e-2 to 4.25e-2 in 16 (median 3.4e-2), 5.04e-2 in one.
+double fp8_kv_logits_tolerance(const model::ModelConfig& mc) {
+  const bool routed_dense_attention = mc.num_experts > 0 && !mc.is_mla();
+  return (routed_dense_attention ? 4.0 : 2.5) * logits_tolerance(mc);
+}
 
 struct Fp8KvVariant {
   std::string arch, preset;

@@ -75,8 +75,14 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(const GroupedGem
   __shared__ __align__(128) uint8_t s_b8[kFp8 ? kStages : 1][kRawBytes];
   __shared__ int32_t s_rows[kMoeBlockM];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  if (tid < kMoeBlockM) s_rows[tid] = g.sorted_rows[static_cast<int64_t>(blockIdx.y) * kMoeBlockM + tid];
-  __syncthreads();
+  const int32_t my_row = tid < kMoeBlockM ? g.sorted_rows[static_cast<int64_t>(blockIdx.y) * kMoeBlockM + tid] : -1;
+  if (tid < kMoeBlockM) s_rows[tid] = my_row;
+  // A block's pairs are a prefix of its 64 slots (moe_align pads with -1): m16 tiles past them
+  // are padding, whose MMAs would only fill rows nobody writes. A decode batch holds a few pairs
+  // per expert, so skipping them is most of the tensor-core work (bit-identical: a real row's
+  // sums never read a padding row). At 4 pairs and E4M3 weights the MMAs of all 64 rows took as
+  // long as the slice's bytes take to arrive.
+  const int rows_used = __syncthreads_count(my_row >= 0);
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBlockN;
   const int64_t expert_offset = static_cast<int64_t>(expert) * g.n * g.k;
   const bf16* w = static_cast<const bf16*>(g.w) + expert_offset;          // bf16
@@ -130,6 +136,7 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(const GroupedGem
   const int warp_m = (warp >> 1) * 32, warp_n = (warp & 1) * 32;
   // C fragment: rows g and g + 8 of each m16 tile, columns 2c and 2c + 1 of each n8 tile.
   const int gr = lane >> 2, c2 = 2 * (lane & 3);
+  const bool live[2] = {warp_m < rows_used, warp_m + 16 < rows_used};  // warp-uniform: the m16 tiles with pairs
   float acc[2][4][4] = {};
   float block_acc[2][4][4] = {};  // kFp8: the current 128-wide k block's sums
   float (&mma_acc)[2][4][4] = kFp8 ? block_acc : acc;
@@ -174,22 +181,27 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(const GroupedGem
       __syncthreads();
     }
     const bf16* b_tile = s_b[kFp8 ? 0 : stage];
+    if (live[0]) {  // a warp whose tiles are all padding only meets the barriers
 #pragma unroll
-    for (int ks = 0; ks < kBlockK / 16; ++ks) {
-      uint32_t a_frag[2][4];
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
-        ldmatrix_x4(a_frag[mt],
-                    smem_u32(&s_a[stage][swizzled<kBlockK>(warp_m + mt * 16 + (mat & 1) * 8 + r8, 2 * ks + (mat >> 1))]));
-      }
-#pragma unroll
-      for (int np = 0; np < 2; ++np) {
-        uint32_t b[4];
-        ldmatrix_x4(b, smem_u32(&b_tile[swizzled<kBlockK>(warp_n + np * 16 + (mat >> 1) * 8 + r8, 2 * ks + (mat & 1))]));
+      for (int ks = 0; ks < kBlockK / 16; ++ks) {
+        uint32_t a_frag[2][4];
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
-          mma_bf16_16816(mma_acc[mt][2 * np], a_frag[mt], b[0], b[1]);
-          mma_bf16_16816(mma_acc[mt][2 * np + 1], a_frag[mt], b[2], b[3]);
+          if (!live[mt]) continue;
+          const int row = warp_m + mt * 16 + (mat & 1) * 8 + r8;
+          ldmatrix_x4(a_frag[mt], smem_u32(&s_a[stage][swizzled<kBlockK>(row, 2 * ks + (mat >> 1))]));
+        }
+#pragma unroll
+        for (int np = 0; np < 2; ++np) {
+          uint32_t b[4];
+          const int row = warp_n + np * 16 + (mat >> 1) * 8 + r8;
+          ldmatrix_x4(b, smem_u32(&b_tile[swizzled<kBlockK>(row, 2 * ks + (mat & 1))]));
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) {
+            if (!live[mt]) continue;
+            mma_bf16_16816(mma_acc[mt][2 * np], a_frag[mt], b[0], b[1]);
+            mma_bf16_16816(mma_acc[mt][2 * np + 1], a_frag[mt], b[2], b[3]);
+          }
         }
       }
     }
