@@ -15,9 +15,13 @@
 //           1/dcp of the step's rows);
 //   engine  EngineCore over PcpCpuModelRunner(tp = 2, pcp = 2) gives CpuModelRunner's greedy tokens
 //           and top-5 logprobs within 1e-4 with chunked prefill and prefix-cache hits;
+//   shards  from shards read a layer at a time, TP rank t of every PCP group runs one shard, and
+//           the engine gives the tokens of the runner that cuts them from the whole model;
 //   refusals the combinations no test here covers are refused at start-up by name.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -33,6 +37,7 @@
 #include "tachyon/model/make_model.h"
 #include "tachyon/model/tp_dense_model.h"
 #include "tachyon/model/tp_shard.h"
+#include "tachyon/model/tp_shard_loader.h"
 #include "tachyon/runner/cpu_model_runner.h"
 #include "tachyon/runner/pcp_checks.h"
 #include "tachyon/runner/pcp_cpu_model_runner.h"
@@ -228,6 +233,41 @@ TEST(PcpTp, EngineGreedyTokensAndLogprobsMatchOneRank) {
                 static_cast<size_t>(c.num_blocks * c.block_size / 2 * dcp->rank_cache(3).latent_size));
       expect_same_engine_run(run_engine(std::move(dcp)), want);
     }
+  }
+}
+
+// --tp 2 --pcp 2 from the TP shards read a layer at a time (model/tp_shard_loader.h, the served
+// path) against the runner that cuts them from the whole model: TP rank t of both PCP groups runs
+// one shard (the host holds the model once, not once per PCP group), and the engine's tokens and
+// logprobs are the same.
+TEST(PcpTp, ShardsReadLayerByLayerAreSharedByThePcpGroups) {
+  const core::EngineConfig c = engine_config();
+  for (const testing::TinyFamily& f : testing::kLatentFamilies) {
+    SCOPED_TRACE(f.preset);
+    const auto dir = std::filesystem::temp_directory_path() /
+                     ("tachyon-pcp-shards-" + std::to_string(::getpid()) + "-" + f.preset);
+    std::filesystem::remove_all(dir);
+    model::make_model({.arch = f.arch, .preset = f.preset, .seed = 5, .dtype = DType::kF32, .out_dir = dir});
+    const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
+    const model::SafetensorsCheckpoint checkpoint(dir);
+    auto cut = std::make_unique<PcpCpuModelRunner>(model::load_weights(mc, checkpoint), 2, c.num_blocks,
+                                                   c.block_size, /*tp_size=*/2);
+    auto read = std::make_unique<PcpCpuModelRunner>(
+        model::load_f32_tp_shards(mc, checkpoint, {.first = 0, .count = 2, .tp_size = 2}, /*online_fp8=*/false), mc, 2,
+        c.num_blocks, c.block_size);
+    for (const PcpCpuModelRunner* runner : {cut.get(), read.get()}) {
+      ASSERT_EQ(runner->tp_size(), 2);
+      ASSERT_EQ(runner->pcp_size(), 2);
+      // Global rank = pcp_rank * tp + tp_rank: ranks 0 and 2 are TP rank 0, ranks 1 and 3 TP rank 1.
+      ASSERT_NE(runner->rank_shard(0), nullptr);
+      EXPECT_EQ(runner->rank_shard(0), runner->rank_shard(2));
+      EXPECT_EQ(runner->rank_shard(1), runner->rank_shard(3));
+      EXPECT_NE(runner->rank_shard(0), runner->rank_shard(1));
+      EXPECT_EQ(runner->rank_shard(1)->tp_rank, 1);
+    }
+    const EngineRun want = run_engine(std::move(cut));
+    expect_same_engine_run(run_engine(std::move(read)), want, 0.0);
+    std::filesystem::remove_all(dir);
   }
 }
 

@@ -285,11 +285,21 @@ static LoadedRunner load_device_runner(const std::filesystem::path& model_dir, c
   TACHYON_CHECK(pcp_refused.empty()) << pcp_refused;
   if (config.device.prefill_context_parallel_size > 1) {  // --tp x --pcp [--dcp] CPU ranks (pcp_cpu_model_runner.h)
     config.device.kind = "cpu";  // auto resolves to the only device --pcp runs on
-    auto runner = std::make_unique<runner::PcpCpuModelRunner>(
-        load_cpu_weights(model_dir, model_config, config), config.device.prefill_context_parallel_size,
-        config.num_blocks, config.block_size, config.device.tensor_parallel_size,
-        model::DcpOptions{config.device.decode_context_parallel_size, config.device.dcp_kv_cache_interleave_size},
-        fp8_kv_cache(config));
+    const int tp = config.device.tensor_parallel_size;
+    const model::DcpOptions dcp{config.device.decode_context_parallel_size,
+                                config.device.dcp_kv_cache_interleave_size};
+    const int pcp = config.device.prefill_context_parallel_size;
+    model::check_tp_size(model_config, tp);
+    // At --tp > 1 the TP ranks' shards, read a layer at a time and shared by every PCP group.
+    auto runner =
+        tp > 1 ? std::make_unique<runner::PcpCpuModelRunner>(
+                     model::load_f32_tp_shards(model_config, model::SafetensorsCheckpoint(model_dir),
+                                               {.first = 0, .count = tp, .tp_size = tp},
+                                               config.device.quantization == "fp8"),
+                     model_config, pcp, config.num_blocks, config.block_size, dcp, fp8_kv_cache(config))
+               : std::make_unique<runner::PcpCpuModelRunner>(load_cpu_weights(model_dir, model_config, config), pcp,
+                                                             config.num_blocks, config.block_size, tp, dcp,
+                                                             fp8_kv_cache(config));
     return {std::move(runner), model_config, load_cpu_drafter(config, model_config, model_dir)};
   }
   [[maybe_unused]] const bool dcp = config.device.decode_context_parallel_size > 1;  // auto: CPU thread ranks

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -31,12 +32,16 @@ class TpDenseModel {
   // An expert-parallel shard's experts are spread over `ep_group` (must outlive the model; the
   // TP group itself when null: --enable-expert-parallel without --dp).
   TpDenseModel(TpShard shard, dist::Communicator& group, dist::Communicator* ep_group = nullptr);
+  // The same over a shard several ranks hold at once (the forward only reads it): the TP rank t of
+  // every prefill-context-parallel group runs the same cut (runner/pcp_cpu_model_runner.h).
+  TpDenseModel(std::shared_ptr<const TpShard> shard, dist::Communicator& group,
+               dist::Communicator* ep_group = nullptr);
   // Shards `full` for group.rank() of group.size(), its experts whole when expert_parallel.
   TpDenseModel(const ModelWeights& full, dist::Communicator& group, bool expert_parallel = false);
 
   // The rank's config: per-rank heads, kv heads and intermediate size; the full vocab_size.
-  const ModelConfig& config() const { return shard_.weights.config; }
-  const TpShard& shard() const { return shard_; }
+  const ModelConfig& config() const { return shard_->weights.config; }
+  const TpShard& shard() const { return *shard_; }
 
   // Runs the batch; returns the full logits [batch.logits_rows.size(), vocab_size].
   std::vector<float> forward(const ForwardBatch& batch, AttentionBackend& attention,
@@ -52,7 +57,7 @@ class TpDenseModel {
   void idle_forward() const;
 
  private:
-  TpShard shard_;
+  std::shared_ptr<const TpShard> shard_;
   dist::Communicator& group_;
   dist::Communicator* ep_group_;  // the experts' group under expert parallelism, else null
   std::vector<float> inv_freq_;  // [head_dim / 2]

@@ -69,32 +69,69 @@ std::vector<float> run_pcp_rank_step(const model::DenseModel& model, PagedKvCach
   return run_pcp_rank_step(model.config(), forward, cache, plan, group, {}, hidden);
 }
 
-PcpCpuModelRunner::Rank::Rank(dist::ProcessGroups process_groups, const model::ModelWeights* full,
+PcpCpuModelRunner::Rank::Rank(dist::ProcessGroups process_groups, std::shared_ptr<const model::TpShard> tp_shard,
                               const model::ModelConfig& config, int32_t num_blocks, int32_t block_size,
                               bool fp8_kv_cache)
     : groups(std::move(process_groups)),
       pcp(*groups.pcp),
       tp(*groups.tp),
-      shard(full ? std::make_unique<model::TpDenseModel>(
-                       model::shard_weights(*full, groups.tp->rank(), groups.tp->size()), tp)
-                 : nullptr),
+      shard(tp_shard ? std::make_unique<model::TpDenseModel>(std::move(tp_shard), tp) : nullptr),
       cache(shard ? shard->config() : config, num_blocks, block_size, model::MlaAttentionForm::kAbsorbed,
             fp8_kv_cache) {}
 
+PcpCpuModelRunner::Weights PcpCpuModelRunner::Weights::of(model::ModelWeights&& weights, int tp_size) {
+  model::check_tp_size(weights.config, tp_size);
+  Weights out{.config = weights.config};
+  if (tp_size == 1) {
+    out.whole = std::make_unique<model::DenseModel>(std::move(weights));
+    return out;
+  }
+  for (int t = 0; t < tp_size; ++t) {  // cut once for every PCP group
+    out.shards.push_back(std::make_shared<const model::TpShard>(model::shard_weights(weights, t, tp_size)));
+  }
+  return out;
+}
+
+PcpCpuModelRunner::Weights PcpCpuModelRunner::Weights::of(std::vector<model::TpShard>&& shards,
+                                                          const model::ModelConfig& full_config) {
+  Weights out{.config = full_config};
+  for (model::TpShard& shard : shards) out.shards.push_back(std::make_shared<const model::TpShard>(std::move(shard)));
+  return out;
+}
+
 PcpCpuModelRunner::PcpCpuModelRunner(model::ModelWeights weights, int pcp_size, int32_t num_blocks,
                                      int32_t block_size, int tp_size, model::DcpOptions dcp, bool fp8_kv_cache)
+    : PcpCpuModelRunner(Weights::of(std::move(weights), tp_size), pcp_size, num_blocks, block_size, dcp,
+                        fp8_kv_cache) {}
+
+PcpCpuModelRunner::PcpCpuModelRunner(std::vector<model::TpShard> shards, const model::ModelConfig& full_config,
+                                     int pcp_size, int32_t num_blocks, int32_t block_size, model::DcpOptions dcp,
+                                     bool fp8_kv_cache)
+    : PcpCpuModelRunner(Weights::of(std::move(shards), full_config), pcp_size, num_blocks, block_size, dcp,
+                        fp8_kv_cache) {}
+
+PcpCpuModelRunner::PcpCpuModelRunner(Weights weights, int pcp_size, int32_t num_blocks, int32_t block_size,
+                                     model::DcpOptions dcp, bool fp8_kv_cache)
     : config_(weights.config),
       dcp_(dcp),
-      groups_((model::check_tp_size(weights.config, tp_size),
-               dist::ParallelConfig{.tp = tp_size, .pcp = pcp_size, .dcp = dcp.size})),
-      workers_(pcp_size * tp_size, [this](const std::string& reason) { groups_.abort(reason); }) {
+      whole_(std::move(weights.whole)),
+      groups_((model::check_tp_size(config_, weights.tp_size()),
+               dist::ParallelConfig{.tp = weights.tp_size(), .pcp = pcp_size, .dcp = dcp.size})),
+      workers_(pcp_size * weights.tp_size(), [this](const std::string& reason) { groups_.abort(reason); }) {
+  const std::vector<std::shared_ptr<const model::TpShard>>& shards = weights.shards;
+  const int tp_size = weights.tp_size();
   TACHYON_CHECK(pcp_size >= 2) << "PcpCpuModelRunner needs a prefill context parallel size >= 2, got " << pcp_size;
   TACHYON_CHECK(dcp.interleave >= 1 && block_size % (dcp.size * dcp.interleave) == 0)
       << "decode context parallel size " << dcp.size << " x interleave " << dcp.interleave
       << " must divide the block size " << block_size;
-  if (tp_size == 1) whole_ = std::make_unique<model::DenseModel>(std::move(weights));
+  for (int t = 0; t < static_cast<int>(shards.size()); ++t) {
+    TACHYON_CHECK(shards[static_cast<size_t>(t)]->tp_rank == t && shards[static_cast<size_t>(t)]->tp_size == tp_size)
+        << "internal: shard " << t << " was cut for rank " << shards[static_cast<size_t>(t)]->tp_rank << " of "
+        << shards[static_cast<size_t>(t)]->tp_size;
+  }
   for (int r = 0; r < pcp_size * tp_size; ++r) {  // global rank r = pcp_rank * tp + tp_rank (dist::RankLayout)
-    ranks_.push_back(std::make_unique<Rank>(groups_.make(r), whole_ ? nullptr : &weights, config_, num_blocks,
+    std::shared_ptr<const model::TpShard> shard = shards.empty() ? nullptr : shards[static_cast<size_t>(r % tp_size)];
+    ranks_.push_back(std::make_unique<Rank>(groups_.make(r), std::move(shard), config_, num_blocks,
                                             block_size / dcp.size, fp8_kv_cache));
   }
   std::vector<std::unique_ptr<KvRowAccess>> tp_groups;  // each holds every token

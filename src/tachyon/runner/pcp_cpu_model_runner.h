@@ -74,6 +74,12 @@ class PcpCpuModelRunner : public SynchronousModelRunner {
   // the gathered rows of a split step stored as the unsplit step would store them.
   PcpCpuModelRunner(model::ModelWeights weights, int pcp_size, int32_t num_blocks, int32_t block_size,
                     int tp_size = 1, model::DcpOptions dcp = {}, bool fp8_kv_cache = false);
+  // The same at --tp shards.size() (>= 2) from the TP ranks' shards, one per TP rank in rank order
+  // (model/tp_shard_loader.h reads them a layer at a time, so the whole model is never on the
+  // host); full_config is the whole model's. Every PCP group's TP rank t runs shards[t]: the
+  // host holds the model once, not once per PCP group.
+  PcpCpuModelRunner(std::vector<model::TpShard> shards, const model::ModelConfig& full_config, int pcp_size,
+                    int32_t num_blocks, int32_t block_size, model::DcpOptions dcp = {}, bool fp8_kv_cache = false);
   ~PcpCpuModelRunner() override;
   PcpCpuModelRunner(const PcpCpuModelRunner&) = delete;
   PcpCpuModelRunner& operator=(const PcpCpuModelRunner&) = delete;
@@ -86,6 +92,12 @@ class PcpCpuModelRunner : public SynchronousModelRunner {
   // Prefill/decode disaggregation: every TP group holds every token, so the rows are the first
   // group's (tp_kv_rows.h over its ranks) and go to every group (replicated_kv_rows.h).
   KvRowAccess* kv_rows() override { return kv_rows_.get(); }
+  // Global rank r's TP shard (null at --tp 1, where the ranks share the whole model): ranks of
+  // one TP rank in different PCP groups share it.
+  const model::TpShard* rank_shard(int rank) const {
+    const auto& shard = ranks_[static_cast<size_t>(rank)]->shard;
+    return shard ? &shard->shard() : nullptr;
+  }
   // Global rank r's own KV cache (what DCP divides).
   const PagedKvCache& rank_cache(int rank) const { return ranks_[static_cast<size_t>(rank)]->cache; }
   // The same on its TP group (none at --tp 1).
@@ -98,10 +110,23 @@ class PcpCpuModelRunner : public SynchronousModelRunner {
   core::StepOutput run(const core::StepPlan& plan) override;
 
  private:
+  // What the ranks compute with: the whole model (--tp 1, shared by every rank), or one shard per
+  // TP rank, each shared by that TP rank of every PCP group.
+  struct Weights {
+    model::ModelConfig config;  // the whole model's
+    std::unique_ptr<model::DenseModel> whole;
+    std::vector<std::shared_ptr<const model::TpShard>> shards;
+    int tp_size() const { return shards.empty() ? 1 : static_cast<int>(shards.size()); }
+    static Weights of(model::ModelWeights&& weights, int tp_size);  // cut once at tp_size > 1
+    static Weights of(std::vector<model::TpShard>&& shards, const model::ModelConfig& full_config);
+  };
+  PcpCpuModelRunner(Weights weights, int pcp_size, int32_t num_blocks, int32_t block_size, model::DcpOptions dcp,
+                    bool fp8_kv_cache);
+
   struct Rank {
-    // full: the weights to shard at --tp > 1; null at --tp 1, where the cache is built from `config`.
-    Rank(dist::ProcessGroups process_groups, const model::ModelWeights* full, const model::ModelConfig& config,
-         int32_t num_blocks, int32_t block_size, bool fp8_kv_cache);
+    // shard: its TP rank's at --tp > 1; null at --tp 1, where the cache is built from `config`.
+    Rank(dist::ProcessGroups process_groups, std::shared_ptr<const model::TpShard> shard,
+         const model::ModelConfig& config, int32_t num_blocks, int32_t block_size, bool fp8_kv_cache);
     dist::ProcessGroups groups;
     dist::CountingCommunicator pcp;  // counts groups.pcp's calls
     dist::CountingCommunicator tp;   // counts groups.tp's calls
