@@ -282,6 +282,13 @@ template LayerWeights shard_layer(const ModelConfig&, const TpShard&, const Laye
 template BasicLayerWeights<uint16_t> shard_layer(const ModelConfig&, const Bf16TpShard&, const BasicLayerWeights<uint16_t>&);
 template void shard_vocab(const ModelWeights&, TpShard&);
 template void shard_vocab(const Bf16ModelWeights&, Bf16TpShard&);
+std::vector<TpShard> shard_tp_group(const ModelWeights& full, int tp_size, bool expert_parallel) {
+  check_tp_size(full.config, tp_size, expert_parallel);
+  std::vector<TpShard> shards;
+  for (int r = 0; r < tp_size; ++r) shards.push_back(shard_weights(full, r, tp_size, expert_parallel));
+  return shards;
+}
+
 template TpShard shard_weights(const ModelWeights&, int, int, bool);
 template Bf16TpShard shard_weights(const Bf16ModelWeights&, int, int, bool);
 template TpShard shard_weights(const ModelWeights&, int, int, int, int);

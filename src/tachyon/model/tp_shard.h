@@ -104,4 +104,8 @@ BasicTpShard<T> shard_weights(const BasicModelWeights<T>& full, int tp_rank, int
 template <typename T>
 BasicTpShard<T> shard_weights(const BasicModelWeights<T>& full, int tp_rank, int tp_size, int ep_rank, int ep_size);
 
+// Every rank's shard of a TP group of tp_size, in rank order (checked with check_tp_size before
+// any cut, so a refusal names the field instead of a rank's cut failing).
+std::vector<TpShard> shard_tp_group(const ModelWeights& full, int tp_size, bool expert_parallel = false);
+
 }  // namespace tachyon::model

@@ -80,15 +80,10 @@ PcpCpuModelRunner::Rank::Rank(dist::ProcessGroups process_groups, std::shared_pt
             fp8_kv_cache) {}
 
 PcpCpuModelRunner::Weights PcpCpuModelRunner::Weights::of(model::ModelWeights&& weights, int tp_size) {
-  model::check_tp_size(weights.config, tp_size);
+  // --tp > 1 (refused by shard_tp_group unless it divides the model): cut once for every PCP group.
+  if (tp_size != 1) return of(model::shard_tp_group(weights, tp_size), weights.config);
   Weights out{.config = weights.config};
-  if (tp_size == 1) {
-    out.whole = std::make_unique<model::DenseModel>(std::move(weights));
-    return out;
-  }
-  for (int t = 0; t < tp_size; ++t) {  // cut once for every PCP group
-    out.shards.push_back(std::make_shared<const model::TpShard>(model::shard_weights(weights, t, tp_size)));
-  }
+  out.whole = std::make_unique<model::DenseModel>(std::move(weights));
   return out;
 }
 

@@ -15,22 +15,10 @@ TpCpuModelRunner::Rank::Rank(dist::CpuWorld& world, int rank, model::TpShard sha
       model(std::move(shard), comm),
       cache(model.config(), num_blocks, block_size, model::MlaAttentionForm::kAbsorbed, fp8_kv_cache) {}
 
-namespace {
-
-std::vector<model::TpShard> shard_all(const model::ModelWeights& full, int tp_size, bool expert_parallel) {
-  // Checked before cutting: "tensor parallel size 3 does not divide num_attention_heads 4".
-  model::check_tp_size(full.config, tp_size, expert_parallel);
-  std::vector<model::TpShard> shards;
-  for (int r = 0; r < tp_size; ++r) shards.push_back(model::shard_weights(full, r, tp_size, expert_parallel));
-  return shards;
-}
-
-}  // namespace
-
 TpCpuModelRunner::TpCpuModelRunner(const model::ModelWeights& full, int tp_size, int32_t num_blocks,
                                    int32_t block_size, bool expert_parallel, bool fp8_kv_cache,
                                    model::DcpOptions dcp, TboOptions tbo)
-    : TpCpuModelRunner(shard_all(full, tp_size, expert_parallel), full.config, num_blocks, block_size,
+    : TpCpuModelRunner(model::shard_tp_group(full, tp_size, expert_parallel), full.config, num_blocks, block_size,
                        expert_parallel, fp8_kv_cache, dcp, tbo) {}
 
 TpCpuModelRunner::TpCpuModelRunner(std::vector<model::TpShard> shards, const model::ModelConfig& config,
