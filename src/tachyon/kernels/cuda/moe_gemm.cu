@@ -63,8 +63,10 @@ __device__ __forceinline__ void widen_e4m3(const uint4& bits, uint4& lo, uint4& 
   hi = make_uint4(out[4], out[5], out[6], out[7]);
 }
 
+// Occupancy floors: the bf16 form at 5 CTAs per SM (96 registers, no spills; left free, ptxas
+// took 116 for the precomputed sources below), the E4M3 form at 4 (its 45 KB of shared memory).
 template <bool kFp8>
-__global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(const GroupedGemmArgs g) {
+__global__ void __launch_bounds__(kThreads, kFp8 ? 4 : 5) grouped_gemm_kernel(const GroupedGemmArgs g) {
   const int expert = g.block_expert[blockIdx.y];
   if (expert < 0) return;
   // bf16 B: each stage's weight slice lands in its own swizzled tile, read by ldmatrix. E4M3 B:
@@ -94,39 +96,60 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(const GroupedGem
   const int k_tiles = static_cast<int>((g.k + kBlockK - 1) / kBlockK);
 
   // One k slice into `stage`: 64 rows x 8 chunks for A (and for bf16 B), 4 chunks of each per
-  // thread; E4M3 B is 64 rows x 4 chunks of 16 values, 2 per thread.
+  // thread; E4M3 B is 64 rows x 4 chunks of 16 values, 2 per thread. A thread copies the same
+  // rows and chunk column of every slice, so their sources are worked out once: a pair's input
+  // row is a division by a_row_divisor (64-bit), which per chunk and slice cost more instructions
+  // than the slice's MMAs. Rows past the live m16 tiles are not copied at all (nothing reads them).
+  constexpr int kAChunks = kMoeBlockM * 8 / kThreads;
+  constexpr int kB8Chunks = kBlockN * (kBlockK / 16) / kThreads;
+  const int live_rows = (rows_used + 15) / 16 * 16;
+  const bf16* a_row[kAChunks];  // this thread's chunk column of its A rows; null: padding
+  const void* b_row[kFp8 ? kB8Chunks : kAChunks];  // its chunk column of its weight rows; null: past n
+#pragma unroll
+  for (int i = 0; i < kAChunks; ++i) {
+    const int r = (tid >> 3) + i * (kThreads / 8);
+    const int32_t pair = s_rows[r];
+    a_row[i] = pair >= 0 ? g.a + (pair / g.a_row_divisor) * g.k + (tid & 7) * 8 : nullptr;
+    if constexpr (!kFp8) b_row[i] = n0 + r < g.n ? w + (n0 + r) * g.k + (tid & 7) * 8 : nullptr;
+  }
+  if constexpr (kFp8) {
+#pragma unroll
+    for (int i = 0; i < kB8Chunks; ++i) {
+      const int r = (tid >> 2) + i * (kThreads / 4);
+      b_row[i] = n0 + r < g.n ? w8 + (n0 + r) * g.k + (tid & 3) * 16 : nullptr;
+    }
+  }
   auto load = [&](int stage, int tile) {
     const int64_t k0 = static_cast<int64_t>(tile) * kBlockK;
+    const bool a_in_k = k0 + (tid & 7) * 8 < g.k;  // also bf16 B's chunk
 #pragma unroll
-    for (int i = 0; i < kMoeBlockM * 8 / kThreads; ++i) {
-      const int idx = tid + i * kThreads;
-      const int r = idx >> 3, c = idx & 7;
-      const int64_t kk = k0 + c * 8;
-      const int32_t pair = s_rows[r];
-      const bool a_valid = pair >= 0 && kk < g.k;
-      const bf16* a_src = g.a + (a_valid ? (pair / g.a_row_divisor) * g.k + kk : 0);
-      cp_async_16(smem_u32(&s_a[stage][swizzled<kBlockK>(r, c)]), a_src, a_valid);
+    for (int i = 0; i < kAChunks; ++i) {
+      const int r = (tid >> 3) + i * (kThreads / 8);
+      const int c = tid & 7;
+      if (r < live_rows) {
+        const bool a_valid = a_row[i] != nullptr && a_in_k;
+        cp_async_16(smem_u32(&s_a[stage][swizzled<kBlockK>(r, c)]), a_valid ? a_row[i] + k0 : g.a, a_valid);
+      }
       if constexpr (!kFp8) {
-        const bool b_valid = n0 + r < g.n && kk < g.k;
-        const bf16* b_src = w + (b_valid ? (n0 + r) * g.k + kk : 0);
-        cp_async_16(smem_u32(&s_b[stage][swizzled<kBlockK>(r, c)]), b_src, b_valid);
+        const bf16* b = static_cast<const bf16*>(b_row[i]);
+        const bool b_valid = b != nullptr && a_in_k;
+        cp_async_16(smem_u32(&s_b[stage][swizzled<kBlockK>(r, c)]), b_valid ? b + k0 : w, b_valid);
       }
     }
     if constexpr (kFp8) {
+      const bool in_k = k0 + (tid & 3) * 16 < g.k;  // k % 16 == 0: a chunk is all in or all out
 #pragma unroll
-      for (int i = 0; i < kBlockN * (kBlockK / 16) / kThreads; ++i) {
-        const int idx = tid + i * kThreads;
-        const int r = idx >> 2, c = idx & 3;
-        const int64_t kk = k0 + c * 16;
-        const bool valid = n0 + r < g.n && kk < g.k;  // k % 16 == 0: a chunk is all in or all out
-        cp_async_16(smem_u32(&s_b8[stage][idx * 16]), w8 + (valid ? (n0 + r) * g.k + kk : 0), valid);
+      for (int i = 0; i < kB8Chunks; ++i) {
+        const uint8_t* b = static_cast<const uint8_t*>(b_row[i]);
+        const bool valid = b != nullptr && in_k;
+        cp_async_16(smem_u32(&s_b8[stage][(tid + i * kThreads) * 16]), valid ? b + k0 : w8, valid);
       }
     }
   };
   // E4M3: the stage's raw slice widened into the bf16 tile, each thread the chunks it copied.
   auto widen_b8 = [&](int stage) {
 #pragma unroll
-    for (int i = 0; i < kBlockN * (kBlockK / 16) / kThreads; ++i) {
+    for (int i = 0; i < kB8Chunks; ++i) {
       const int idx = tid + i * kThreads;
       const int r = idx >> 2, c = idx & 3;
       uint4 lo, hi;
