@@ -6,7 +6,8 @@
 // synchronous loop must give identical tokens; one request alone vs in a busy batch, identical up
 // to a near tie of its draw (near_ties.h). SwiGLU as the gate_up GEMV's epilogue
 // (model/gpu/linear_dispatch.h) against silu_and_mul on its own (TACHYON_SWIGLU_FUSION=0): the
-// same logits bit for bit, bf16 and FP8 weights.
+// same logits bit for bit, bf16 and FP8 weights. Weights streamed to the device a layer at a time
+// against the whole-model upload: the same logits bit for bit.
 #include <algorithm>
 #include <filesystem>
 #include <numeric>
@@ -14,6 +15,7 @@
 #include "near_ties.h"
 #include "runner_test_util.h"
 #include "tachyon/model/fp8_projections.h"
+#include "tachyon/model/gpu/stream_gpu_weights.h"
 
 namespace tachyon::runner {
 namespace {
@@ -73,15 +75,9 @@ TEST_P(CudaRunnerVsCpu, GraphsEagerAndAsyncAgreeAndBatchCompanyPartsOnlyAtNearTi
                              "prompt 1 alone against a batch of 5");
 }
 
-// The same plans (three prompts prefilled in chunks, then 12 decode steps of all three, replayed
-// from graphs) through a runner with the SwiGLU epilogue and one built with
-// TACHYON_SWIGLU_FUSION=0: every sampled step's logits equal bit for bit, and the first runner did
-// fuse where it must (decode steps are at most 8 rows, where our GEMV takes the products: always
-// for FP8 weights, by timing for bf16).
-template <typename MakeRunner>
-void expect_swiglu_epilogue_changes_no_bit(const fs::path& dir, const MakeRunner& make_runner, bool must_fuse) {
-  const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
-  const core::EngineConfig config = small_config(/*eager=*/false);
+// Three prompts prefilled in chunks (with a prefix of another step), then 12 decode steps of all
+// three: the plans the bit-for-bit comparisons below replay through two runners.
+std::vector<core::StepPlan> mixed_plans(const model::ModelConfig& mc, int32_t block_size) {
   auto gen = gpu_test::rng(21);
   std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(mc.vocab_size - 1));
   std::vector<PlanSequence> seqs(3);
@@ -100,8 +96,40 @@ void expect_swiglu_epilogue_changes_no_bit(const fs::path& dir, const MakeRunner
     if (step >= 2) {
       for (PlanSequence& s : seqs) s.tokens.push_back(token(gen));
     }
-    plans.push_back(make_plan(seqs, schedule[step], config.block_size, next_block, greedy));
+    plans.push_back(make_plan(seqs, schedule[step], block_size, next_block, greedy));
   }
+  return plans;
+}
+
+// Every sampled step's logits of `plans` through `runner`.
+std::vector<std::vector<float>> sampled_logits(CudaModelRunner& runner, const std::vector<core::StepPlan>& plans) {
+  std::vector<std::vector<float>> logits;
+  for (const core::StepPlan& plan : plans) {
+    runner.execute(plan);
+    if (plan.logits_rows.empty()) continue;
+    logits.push_back(runner.last_logits(static_cast<int32_t>(plan.logits_rows.size())));
+  }
+  return logits;
+}
+
+void expect_same_bits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t step = 0; step < a.size(); ++step) {
+    ASSERT_EQ(a[step].size(), b[step].size());
+    size_t differ = 0;
+    for (size_t i = 0; i < a[step].size(); ++i) differ += a[step][i] != b[step][i] ? 1 : 0;
+    EXPECT_EQ(differ, 0u) << "logits that differ at sampled step " << step << " of " << a[step].size();
+  }
+}
+
+// mixed_plans through a runner with the SwiGLU epilogue and one built with
+// TACHYON_SWIGLU_FUSION=0: every sampled step's logits equal bit for bit, and the first runner did
+// fuse where it must (decode steps are at most 8 rows, where our GEMV takes the products: always
+// for FP8 weights, by timing for bf16).
+template <typename MakeRunner>
+void expect_swiglu_epilogue_changes_no_bit(const fs::path& dir, const MakeRunner& make_runner, bool must_fuse) {
+  const core::EngineConfig config = small_config(/*eager=*/false);
+  const std::vector<core::StepPlan> plans = mixed_plans(model::ModelConfig::from_dir(dir), config.block_size);
   // One runner at a time (each takes its share of the GPU for its KV cache): every sampled
   // step's logits, and the fused launches it issued.
   auto run = [&](bool fusion) {
@@ -110,22 +138,11 @@ void expect_swiglu_epilogue_changes_no_bit(const fs::path& dir, const MakeRunner
     }
     const std::unique_ptr<CudaModelRunner> runner = make_runner(config);
     unsetenv("TACHYON_SWIGLU_FUSION");
-    std::vector<std::vector<float>> logits;
-    for (const core::StepPlan& plan : plans) {
-      runner->execute(plan);
-      if (plan.logits_rows.empty()) continue;
-      logits.push_back(runner->last_logits(static_cast<int32_t>(plan.logits_rows.size())));
-    }
-    return std::pair{logits, runner->swiglu_epilogues()};
+    return std::pair{sampled_logits(*runner, plans), runner->swiglu_epilogues()};
   };
   const auto [fused, fused_launches] = run(true);
   const auto [separate, separate_launches] = run(false);
-  ASSERT_EQ(fused.size(), separate.size());
-  for (size_t step = 0; step < fused.size(); ++step) {
-    size_t differ = 0;
-    for (size_t i = 0; i < fused[step].size(); ++i) differ += fused[step][i] != separate[step][i] ? 1 : 0;
-    EXPECT_EQ(differ, 0u) << "logits that differ at sampled step " << step << " of " << fused[step].size();
-  }
+  expect_same_bits(fused, separate);
   EXPECT_EQ(separate_launches, 0);
   std::printf("[swiglu epilogue] %-40s %lld fused launches\n", dir.filename().c_str(),
               static_cast<long long>(fused_launches));
@@ -171,6 +188,47 @@ INSTANTIATE_TEST_SUITE_P(Architectures, CudaRunnerVsCpu,
                            std::replace(name.begin(), name.end(), '-', '_');
                            return name;
                          });
+
+// Weights uploaded a layer at a time as the loader reads them (model/gpu/stream_gpu_weights.h)
+// against the whole-model loaders' weights uploaded at once: the same logits bit for bit over
+// mixed_plans, bf16 and FP8 (online, and an FP8 block checkpoint with its experts in E4M3), for
+// dense, MoE, latent attention and GLM's interleaved indexer rows (reordered per layer).
+TEST(CudaStreamedWeights, GiveTheWholeModelLoadersLogitsBitForBit) {
+  for (const Variant& v : {Variant{"llama", "tiny-gpu"}, Variant{"qwen3_moe", "tiny-gpu-moe-all"},
+                           Variant{"deepseek_v3", "tiny-gpu-deepseek-all"},
+                           Variant{"glm_moe_dsa", "tiny-gpu-glm-all"}}) {
+    SCOPED_TRACE(v.arch + " " + v.preset);
+    const fs::path dir = make_tiny(v);
+    const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
+    model::SafetensorsCheckpoint checkpoint(dir);
+    core::EngineConfig config = small_config(/*eager=*/false);
+    const std::vector<core::StepPlan> plans = mixed_plans(mc, config.block_size);
+    auto whole = [&] {
+      CudaModelRunner runner(model::load_weights_bf16(mc, checkpoint), config);
+      return sampled_logits(runner, plans);
+    }();
+    CudaModelRunner streamed_runner(model::gpu::stream_bf16_gpu_weights(mc, checkpoint), config);
+    expect_same_bits(sampled_logits(streamed_runner, plans), whole);
+  }
+  for (const Variant& v : {Variant{"qwen3", "tiny-gpu"}, Variant{"deepseek_v3", "tiny-gpu-deepseek-all"}}) {
+    SCOPED_TRACE(v.arch + " " + v.preset + " online FP8");
+    const fs::path dir = make_tiny(v);
+    const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
+    model::SafetensorsCheckpoint checkpoint(dir);
+    core::EngineConfig config = small_config(/*eager=*/false);
+    config.device.quantization = "fp8";
+    const std::vector<core::StepPlan> plans = mixed_plans(mc, config.block_size);
+    auto whole = [&] {
+      CudaModelRunner runner(
+          model::load_fp8_gpu_weights(mc, checkpoint, /*online=*/true, model::Fp8RoutedExperts::kFp8), config);
+      return sampled_logits(runner, plans);
+    }();
+    CudaModelRunner streamed_runner(
+        model::gpu::stream_fp8_gpu_weights(mc, checkpoint, /*online=*/true, model::Fp8RoutedExperts::kFp8), config);
+    EXPECT_TRUE(streamed_runner.weight_bytes() > 0);
+    expect_same_bits(sampled_logits(streamed_runner, plans), whole);
+  }
+}
 
 }  // namespace
 }  // namespace tachyon::runner

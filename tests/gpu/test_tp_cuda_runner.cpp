@@ -9,7 +9,7 @@
 // the GPU decoder serves (dense, MoE with its experts split, latent attention with its heads split,
 // the sparse indexer replicated) runs on a one-GPU machine.
 // SharedGpuShardLoading: the group from shards read layer by layer, against shards cut from the
-// whole model (bit for bit).
+// whole model (bit for bit); and from shards streamed to the GPUs, against those read to the host.
 // SharedGpuFp8TpRunner: the same over FP8 weights cut for the ranks (model/fp8_tp_shard.h).
 // SharedGpuDcpRunner: the same with decode context parallelism (--dcp = --tp), against the
 // reference and against the group without it; its `separate` cases run the production path
@@ -26,6 +26,8 @@
 
 #include "runner_test_util.h"
 #include "tachyon/model/fp8_projections.h"
+#include "tachyon/model/fp8_tp_shard.h"
+#include "tachyon/model/gpu/stream_gpu_weights.h"
 #include "tachyon/model/make_model.h"
 #include "tachyon/model/tp_shard_loader.h"
 #include "tachyon/tensor/cuda/device_buffer.h"
@@ -250,12 +252,58 @@ TEST_P(SharedGpuShardLoading, ShardsReadLayerByLayerGiveTheWholeModelsShardsLogi
   EXPECT_EQ(path.agree, path.rows);
 }
 
+// The served path since the shards stream to the GPUs (model/gpu/stream_gpu_weights.h: each
+// layer cut and uploaded before the next is read) against the shards loaded whole on the host
+// first: the same logits bit for bit, bf16 and online FP8 (the routed experts in E4M3).
+TEST_P(SharedGpuShardLoading, ShardsStreamedToTheGpusGiveTheHostShardsLogits) {
+  const TpCase& c = GetParam();
+  const fs::path dir = make_tiny(c.variant);
+  const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
+  model::SafetensorsCheckpoint checkpoint(dir);
+  const model::TpRanks ranks{.first = 0, .count = c.tp, .tp_size = c.tp, .expert_parallel = c.ep};
+  const std::vector<int> gpus(static_cast<size_t>(c.tp), 0);
+  for (bool fp8 : {false, true}) {
+    SCOPED_TRACE(fp8 ? "online FP8" : "bf16");
+    if (fp8 && !model::fp8_tp_unsupported_reason(mc, c.tp, c.ep).empty()) {
+      // Widths off the factors' 128-column spans: both loaders refuse alike (fp8_tp_shard.h).
+      EXPECT_THROW(model::load_fp8_tp_shards(mc, checkpoint, true, model::Fp8RoutedExperts::kFp8, ranks), Error);
+      EXPECT_THROW(model::gpu::stream_fp8_tp_gpu_weights(mc, checkpoint, true, model::Fp8RoutedExperts::kFp8, ranks,
+                                                         gpus),
+                   Error);
+      continue;
+    }
+    core::EngineConfig config = case_config(shared_gpu_config(c.tp), c);
+    if (fp8) config.device.quantization = "fp8";
+    const auto layout = [&] { return TpCudaLayout{.devices = gpus, .ranks_share_gpu = true}; };
+    SharedGpuTpComms host_comms = shared_gpu_tp_comms(c.tp);
+    TpCudaModelRunner host_loaded =
+        fp8 ? TpCudaModelRunner(model::load_fp8_tp_shards(mc, checkpoint, true, model::Fp8RoutedExperts::kFp8, ranks),
+                                mc, config, layout(), std::move(host_comms.make_comm),
+                                std::move(host_comms.on_failure))
+            : TpCudaModelRunner(model::load_bf16_tp_shards(mc, checkpoint, ranks), mc, config, layout(),
+                                std::move(host_comms.make_comm), std::move(host_comms.on_failure));
+    SharedGpuTpComms comms = shared_gpu_tp_comms(c.tp);
+    TpCudaModelRunner streamed(
+        fp8 ? model::gpu::stream_fp8_tp_gpu_weights(mc, checkpoint, true, model::Fp8RoutedExperts::kFp8, ranks, gpus)
+            : model::gpu::stream_bf16_tp_gpu_weights(mc, checkpoint, ranks, gpus),
+        mc, config, layout(), std::move(comms.make_comm), std::move(comms.on_failure));
+    const GreedyPath path = follow_greedy_path(
+        host_loaded, [&](int32_t n) { return host_loaded.rank_runner(0).last_logits(n); }, streamed,
+        random_prompts(mc, {9, 30, 3, 64}, 19), mc, config.block_size, 1e-30);
+    EXPECT_EQ(path.worst, 0.0) << "the streamed shards' logits differ from the host-loaded ones'";
+    EXPECT_EQ(path.agree, path.rows);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, SharedGpuShardLoading,
                          ::testing::Values(TpCase{{"qwen3", "tiny-gpu"}, 2}, TpCase{{"mixtral", "tiny-gpu-mixtral-all"}, 2},
-                                           TpCase{{"deepseek_v3", "tiny-gpu-deepseek-all"}, 2, true}),
+                                           TpCase{{"deepseek_v3", "tiny-gpu-deepseek-all"}, 2, true},
+                                           TpCase{{"deepseek_v3", "tiny-gpu-deepseek-tp"}, 2, true}),
                          [](const ::testing::TestParamInfo<TpCase>& info) {
                            std::string name = info.param.variant.arch + "_tp" + std::to_string(info.param.tp) +
                                               (info.param.ep ? "_ep" : "");
+                           // tiny-gpu-deepseek-tp: widths FP8 shards can be cut at (the other refuses)
+                           if (info.param.variant.preset == "tiny-gpu-deepseek-tp") name += "_fp8_widths";
                            return name;
                          });
 

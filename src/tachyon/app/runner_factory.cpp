@@ -29,6 +29,7 @@
 #include "tachyon/runner/tbo_checks.h"
 #include "tachyon/runner/tp_cpu_model_runner.h"
 #ifdef TACHYON_HAVE_CUDA
+#include "tachyon/model/gpu/stream_gpu_weights.h"
 #include "tachyon/runner/cuda/cuda_model_runner.h"
 #include "tachyon/runner/cuda/tp_cuda_model_runner.h"
 #include "tachyon/tensor/cuda/device_buffer.h"
@@ -360,19 +361,18 @@ static LoadedRunner load_device_runner(const std::filesystem::path& model_dir, c
       // fixed cache share; the ranks then size their caches from what is left (the smallest wins).
       std::unique_ptr<engine::Drafter> drafter;
       if (config.speculative.method == "draft") drafter = load_cuda_draft_model(config, model_config);
-      // This node's ranks' shards, cut layer by layer as the checkpoint is read (the whole model is
-      // never on the host beside them).
+      // This node's ranks' shards, cut layer by layer as the checkpoint is read and each cut sent
+      // to its rank's GPU at once (model/gpu/stream_gpu_weights.h: the host holds one layer).
       model::SafetensorsCheckpoint checkpoint(model_dir);
       const model::TpRanks ranks{.first = layout.first_rank, .count = local, .tp_size = tp,
                                  .expert_parallel = config.device.enable_expert_parallel};
-      auto runner =
+      std::vector<model::gpu::CudaDenseWeights> weights =
           fp8_run(config, model_config)
-              ? std::make_unique<runner::TpCudaModelRunner>(
-                    model::load_fp8_tp_shards(model_config, checkpoint, config.device.quantization == "fp8",
-                                              model::kServedFp8RoutedExperts, ranks),
-                    model_config, config, std::move(layout), std::move(comms))
-              : std::make_unique<runner::TpCudaModelRunner>(model::load_bf16_tp_shards(model_config, checkpoint, ranks),
-                                                            model_config, config, std::move(layout), std::move(comms));
+              ? model::gpu::stream_fp8_tp_gpu_weights(model_config, checkpoint, config.device.quantization == "fp8",
+                                                      model::kServedFp8RoutedExperts, ranks, layout.devices)
+              : model::gpu::stream_bf16_tp_gpu_weights(model_config, checkpoint, ranks, layout.devices);
+      auto runner = std::make_unique<runner::TpCudaModelRunner>(std::move(weights), model_config, config,
+                                                                std::move(layout), std::move(comms));
       config.num_blocks = runner->num_blocks();
       return {std::move(runner), model_config, std::move(drafter)};
     }
@@ -421,14 +421,14 @@ static LoadedRunner load_device_runner(const std::filesystem::path& model_dir, c
       config.num_blocks = runner->num_blocks();
       return {std::move(runner), model_config, std::make_unique<engine::RunnerDrafter>()};
     }
-    // The routed experts in the served form (model/fp8_served_experts.h).
-    auto runner = fp8_run(config, model_config)
-                      ? std::make_unique<runner::CudaModelRunner>(
-                            model::load_fp8_gpu_weights(model_config, checkpoint, config.device.quantization == "fp8",
-                                                        model::kServedFp8RoutedExperts),
-                            config)
-                      : std::make_unique<runner::CudaModelRunner>(model::load_weights_bf16(model_config, checkpoint),
-                                                                  config);
+    // Each layer goes to the GPU as it is read (model/gpu/stream_gpu_weights.h); the routed
+    // experts in the served form (model/fp8_served_experts.h).
+    auto runner = std::make_unique<runner::CudaModelRunner>(
+        fp8_run(config, model_config)
+            ? model::gpu::stream_fp8_gpu_weights(model_config, checkpoint, config.device.quantization == "fp8",
+                                                 model::kServedFp8RoutedExperts)
+            : model::gpu::stream_bf16_gpu_weights(model_config, checkpoint),
+        config);
     config.num_blocks = runner->num_blocks();
     return {std::move(runner), model_config, std::move(drafter)};
   }

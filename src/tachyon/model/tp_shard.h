@@ -57,6 +57,12 @@ struct BasicTpShard {
   int64_t expert_begin = 0;
   int64_t expert_count = 0;
 };
+// Under expert parallelism the shared expert's output is added once, by rank 0; the other ranks
+// need not hold it (the GPU ranks drop it before their upload).
+template <typename T>
+bool adds_shared_expert(const BasicTpShard<T>& shard) {
+  return !shard.expert_parallel || shard.tp_rank == 0;
+}
 using TpShard = BasicTpShard<float>;          // the CPU ranks
 using Bf16TpShard = BasicTpShard<uint16_t>;   // the GPU ranks
 

@@ -5,10 +5,8 @@
 #include "tachyon/model/online_fp8.h"
 
 namespace tachyon::model {
-namespace {
 
-// The places of a TP group's ranks [first, first + count).
-std::vector<ShardPlace> places_of(const TpRanks& ranks) {
+std::vector<ShardPlace> tp_shard_places(const TpRanks& ranks) {
   TACHYON_CHECK(ranks.count >= 1 && ranks.first >= 0 && ranks.first + ranks.count <= ranks.tp_size)
       << "internal: ranks [" << ranks.first << ", " << ranks.first + ranks.count << ") of a group of "
       << ranks.tp_size;
@@ -19,6 +17,8 @@ std::vector<ShardPlace> places_of(const TpRanks& ranks) {
   }
   return places;
 }
+
+namespace {
 
 // The shards with their geometry set and no tensors yet.
 template <typename T>
@@ -43,12 +43,12 @@ std::vector<TpShard> load_f32_shards(const ModelConfig& config, const Safetensor
 
 std::vector<TpShard> load_f32_tp_shards(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
                                         const TpRanks& ranks, bool online_fp8) {
-  return load_f32_shards(config, checkpoint, places_of(ranks), online_fp8);
+  return load_f32_shards(config, checkpoint, tp_shard_places(ranks), online_fp8);
 }
 
 std::vector<Bf16TpShard> load_bf16_tp_shards(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
                                              const TpRanks& ranks) {
-  std::vector<Bf16TpShard> shards = empty_shards<uint16_t>(config, places_of(ranks));
+  std::vector<Bf16TpShard> shards = empty_shards<uint16_t>(config, tp_shard_places(ranks));
   const Bf16ModelWeights rest =
       load_weights_bf16_by_layer(config, checkpoint, [&](int64_t, BasicLayerWeights<uint16_t>&& layer) {
         for (Bf16TpShard& shard : shards) shard.weights.layers.push_back(shard_layer(config, shard, layer));
@@ -60,7 +60,7 @@ std::vector<Bf16TpShard> load_bf16_tp_shards(const ModelConfig& config, const Sa
 std::vector<Fp8TpShard> load_fp8_tp_shards(const ModelConfig& config, const SafetensorsCheckpoint& checkpoint,
                                            bool online, Fp8RoutedExperts experts, const TpRanks& ranks) {
   std::vector<Fp8TpShard> shards;
-  for (Bf16TpShard& base : empty_shards<uint16_t>(config, places_of(ranks))) shards.push_back({std::move(base), {}});
+  for (Bf16TpShard& base : empty_shards<uint16_t>(config, tp_shard_places(ranks))) shards.push_back({std::move(base), {}});
   const Fp8LayerConverter convert(config, checkpoint, online, experts);
   const Bf16ModelWeights rest = load_weights_by_layer(config, checkpoint, [&](int64_t l, LayerWeights&& layer) {
     const Fp8GpuLayer converted = convert(l, std::move(layer));

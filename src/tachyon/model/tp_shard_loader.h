@@ -33,6 +33,10 @@ struct ShardPlace {
   int ep_size = 0;
 };
 
+// The places of a TP group's ranks [first, first + count) (experts spread over the group when
+// expert_parallel).
+std::vector<ShardPlace> tp_shard_places(const TpRanks& ranks);
+
 // Each CPU rank's f32 shard, in the order of `places` (data-parallel groups: their replicas' TP
 // ranks with the experts spread over all); with online_fp8 (--quantization fp8) each layer is
 // round-tripped through FP8 as read, as quantize_weights_fp8 does to the whole model.

@@ -1,8 +1,11 @@
 // The model's weights on the GPU: bf16 (the projections of an FP8 run in E4M3 with their
 // factors, model/fp8_projections.h), fused as the CPU reference fuses them ([q; k; v],
-// [gate; up]), in ONE device allocation carved into tensors, so loading is one cudaMalloc and
-// the forward reads plain pointers. Also holds the RoPE inverse frequencies and DeepSeek's router
-// score bias in f32 (transformers keeps that bias in f32 whatever the model's dtype).
+// [gate; up]), one device allocation per decoder layer and one for the rest, each carved into
+// tensors, so the forward reads plain pointers. A layer goes up as soon as it is given
+// (add_layer), so a loader can hand the layers over as it reads them and the host never holds
+// the model: DeepSeek-V3's FP8 shards (~680 GB) exceed an 8-GPU node's host memory
+// (model/gpu/stream_gpu_weights.h). Also holds the RoPE inverse frequencies and DeepSeek's
+// router score bias in f32 (transformers keeps that bias in f32 whatever the model's dtype).
 #pragma once
 
 #include <cstdint>
@@ -61,6 +64,21 @@ class CudaDenseWeights {
   CudaDenseWeights(const Bf16ModelWeights& weights, const std::vector<float>& inv_freq);
   // An FP8 run: `weights.fp8`'s projections in FP8, the rest from `weights.bf16`.
   CudaDenseWeights(const Fp8GpuWeights& weights, const std::vector<float>& inv_freq);
+  // Empty weights of config.num_hidden_layers layers (`fp8`: an FP8 run's), filled by add_layer
+  // for every layer and add_rest once, in any order, on the calling thread's current device.
+  CudaDenseWeights(const ModelConfig& config, bool fp8);
+  CudaDenseWeights(CudaDenseWeights&&) = default;
+  CudaDenseWeights& operator=(CudaDenseWeights&&) = default;
+  // Uploads decoder layer i (bf16; an FP8 run also its FP8 projections, whose bf16 fields are
+  // then empty). Copies synchronously: the host layer may go as soon as this returns.
+  void add_layer(int64_t i, const BasicLayerWeights<uint16_t>& layer, const Fp8LayerProjections* fp8 = nullptr);
+  // Uploads the embeddings, final norm and LM head of `rest` (its layers are not read) and the
+  // RoPE inverse frequencies.
+  void add_rest(const Bf16ModelWeights& rest, const std::vector<float>& inv_freq);
+  // Every layer and the rest are up (the runners check it before their first step).
+  bool complete() const;
+  // Rows of the embedding table (the vocabulary, or a tensor-parallel rank's share of it).
+  int64_t embed_rows() const { return embed_rows_; }
 
   const ModelConfig& config() const { return config_; }
   const std::vector<CudaLayerWeights>& layers() const { return layers_; }
@@ -68,7 +86,7 @@ class CudaDenseWeights {
   const bf16* final_norm() const { return final_norm_; }      // [hidden]
   const bf16* lm_head() const { return lm_head_; }            // [vocab, hidden] (embed_tokens when tied)
   const float* inv_freq() const { return inv_freq_; }         // [head_dim / 2]
-  size_t bytes() const { return storage_.bytes(); }
+  size_t bytes() const;
   bool fp8() const { return fp8_; }
   // The most weight values of one FP8 projection (n * k): the bf16 scratch a product of more
   // rows than fp8_gemv serves dequantizes into; 0 without FP8.
@@ -77,9 +95,14 @@ class CudaDenseWeights {
   int64_t largest_fp8_input() const { return largest_fp8_input_; }
 
  private:
+  // The whole-model constructors size the layers by their weights (an MTP module's is one).
+  CudaDenseWeights(const ModelConfig& config, bool fp8, int64_t num_layers);
+
   ModelConfig config_;
-  cuda::DeviceBuffer storage_;
+  std::vector<cuda::DeviceBuffer> layer_storage_;  // per layer; empty until its add_layer
+  cuda::DeviceBuffer rest_storage_;                // the embeddings, final norm, head, inv_freq
   std::vector<CudaLayerWeights> layers_;
+  int64_t embed_rows_ = 0;
   const bf16* embed_tokens_ = nullptr;
   const bf16* final_norm_ = nullptr;
   const bf16* lm_head_ = nullptr;
@@ -87,8 +110,6 @@ class CudaDenseWeights {
   bool fp8_ = false;
   int64_t largest_fp8_projection_ = 0;
   int64_t largest_fp8_input_ = 0;
-
-  void upload(const Bf16ModelWeights& w, const std::vector<float>& inv_freq, const std::vector<Fp8LayerProjections>* fp8);
 };
 
 }  // namespace tachyon::model::gpu

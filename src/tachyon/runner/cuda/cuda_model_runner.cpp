@@ -22,11 +22,11 @@ namespace gpu = model::gpu;
 namespace {
 
 // A TP rank's embedding holds its vocab rows (the whole vocabulary without TP).
-void check_vocab_rows(const model::Bf16ModelWeights& weights, const CudaTpRank& tp) {
-  const int64_t vocab_rows = tp.vocab_rows > 0 ? tp.vocab_rows : weights.config.vocab_size;
-  TACHYON_CHECK(weights.embed_tokens.size() == static_cast<size_t>(vocab_rows * weights.config.hidden_size))
-      << "internal: embed_tokens holds " << weights.embed_tokens.size() / weights.config.hidden_size
-      << " rows, the TP rank expects " << vocab_rows;
+void check_vocab_rows(const model::gpu::CudaDenseWeights& weights, const CudaTpRank& tp) {
+  TACHYON_CHECK(weights.complete()) << "internal: the runner's weights are not all on the device";
+  const int64_t vocab_rows = tp.vocab_rows > 0 ? tp.vocab_rows : weights.config().vocab_size;
+  TACHYON_CHECK(weights.embed_rows() == vocab_rows)
+      << "internal: embed_tokens holds " << weights.embed_rows() << " rows, the TP rank expects " << vocab_rows;
 }
 
 }  // namespace
@@ -34,7 +34,7 @@ void check_vocab_rows(const model::Bf16ModelWeights& weights, const CudaTpRank& 
 CudaModelRunner::CudaModelRunner(const model::Bf16ModelWeights& weights, const core::EngineConfig& config,
                                  CudaTpRank tp, const model::Bf16MtpModule* mtp)
     : config_(config), tp_(tp), weights_(weights, model::rope_inv_freq(weights.config)) {
-  check_vocab_rows(weights, tp);
+  check_vocab_rows(weights_, tp);
   check_cache_types(config, weights_.config(), tp_.comm != nullptr);
   TACHYON_CHECK(mtp == nullptr || (tp.comm == nullptr && config.speculative.method == "mtp" &&
                                    config.speculative.num_speculative_tokens >= 1))
@@ -45,10 +45,21 @@ CudaModelRunner::CudaModelRunner(const model::Bf16ModelWeights& weights, const c
 CudaModelRunner::CudaModelRunner(const model::Fp8GpuWeights& weights, const core::EngineConfig& config,
                                  CudaTpRank tp)
     : config_(config), tp_(tp), weights_(weights, model::rope_inv_freq(weights.bf16.config)) {
-  check_vocab_rows(weights.bf16, tp);
+  check_vocab_rows(weights_, tp);
   check_cache_types(config, weights_.config(), tp_.comm != nullptr);
   // Before the KV cache takes the free memory.
   fp8_scratch_ = cuda::DeviceBuffer(static_cast<size_t>(weights_.largest_fp8_projection()) * sizeof(kc::bf16));
+  start(config);
+}
+
+CudaModelRunner::CudaModelRunner(model::gpu::CudaDenseWeights weights, const core::EngineConfig& config,
+                                 CudaTpRank tp)
+    : config_(config), tp_(tp), weights_(std::move(weights)) {
+  check_vocab_rows(weights_, tp_);
+  check_cache_types(config, weights_.config(), tp_.comm != nullptr);
+  if (weights_.fp8()) {
+    fp8_scratch_ = cuda::DeviceBuffer(static_cast<size_t>(weights_.largest_fp8_projection()) * sizeof(kc::bf16));
+  }
   start(config);
 }
 

@@ -105,6 +105,9 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   // through fp8_gemv, larger ones FP8 x FP8 on cuBLASLt (or dequantized into a bf16 scratch). A TP
   // shard when tp.comm is set (model/fp8_tp_shard.h).
   CudaModelRunner(const model::Fp8GpuWeights& weights, const core::EngineConfig& config, CudaTpRank tp = {});
+  // Weights already on the device, uploaded layer by layer as a loader read them
+  // (model/gpu/stream_gpu_weights.h), bf16 or FP8 (weights.fp8()); a TP rank's when tp.comm is set.
+  CudaModelRunner(model::gpu::CudaDenseWeights weights, const core::EngineConfig& config, CudaTpRank tp = {});
   ~CudaModelRunner() override;
 
   // Uploads the step and enqueues its forward, sampling and token download, then returns: the

@@ -80,21 +80,26 @@ void drop_shared_expert(Layers& layers) {  // a rank that does not add it need n
   }
 }
 
-// Rank `global`'s runner over its shard, consumed: the shard's place in the group (its vocab rows,
-// and under expert parallelism its experts and whether it adds the shared expert: rank 0 alone,
-// though every shard holds it whole).
-template <typename Shard>
-std::unique_ptr<CudaModelRunner> shard_runner(Shard& shard, int global, const core::EngineConfig& config,
-                                              CudaTpRank part) {
-  const model::Bf16TpShard& base = base_of(shard);
+// A rank's place in the group from its shard's geometry: its vocab rows, and under expert
+// parallelism its experts and whether it adds the shared expert (rank 0 alone, though every shard
+// is cut with it whole).
+CudaTpRank rank_part(const model::Bf16TpShard& base, CudaTpRank part) {
   part.vocab_begin = base.vocab_begin;
   part.vocab_rows = base.vocab_rows;
   if (base.expert_parallel) {
     part.expert_begin = static_cast<int32_t>(base.expert_begin);
     part.expert_count = static_cast<int32_t>(base.expert_count);
-    part.adds_shared_expert = global == 0;
+    part.adds_shared_expert = model::adds_shared_expert(base);
   }
-  const bool drop_shared = base.expert_parallel && !part.adds_shared_expert;
+  return part;
+}
+
+// Rank `global`'s runner over its shard, consumed.
+template <typename Shard>
+std::unique_ptr<CudaModelRunner> shard_runner(Shard& shard, const core::EngineConfig& config, CudaTpRank part) {
+  const model::Bf16TpShard& base = base_of(shard);
+  part = rank_part(base, part);
+  const bool drop_shared = !model::adds_shared_expert(base);
   if constexpr (std::is_same_v<Shard, model::Fp8TpShard>) {
     if (drop_shared) {
       drop_shared_expert(shard.base.weights.layers);
@@ -127,7 +132,7 @@ Shard& rank_shard(std::vector<Shard>& shards, int global, int tp_size, bool expe
 template <typename Shard>
 auto runners_over(std::vector<Shard>& shards, const core::EngineConfig& config) {
   return [&shards, &config](int global, int tp_size, bool expert_parallel, CudaTpRank part) {
-    return shard_runner(rank_shard(shards, global, tp_size, expert_parallel), global, config, part);
+    return shard_runner(rank_shard(shards, global, tp_size, expert_parallel), config, part);
   };
 }
 
@@ -140,7 +145,7 @@ TpCudaModelRunner::TpCudaModelRunner(const model::Bf16ModelWeights& full, const 
           [&](int global, int tp_size, bool expert_parallel, CudaTpRank part) {
             if (tp_size == 1) return std::make_unique<CudaModelRunner>(full, config, part);  // no copy
             model::Bf16TpShard shard = model::shard_weights(full, global, tp_size, expert_parallel);
-            return shard_runner(shard, global, config, part);
+            return shard_runner(shard, config, part);
           },
           config, std::move(layout), std::move(make_comm), std::move(on_failure)) {}
 
@@ -155,6 +160,22 @@ TpCudaModelRunner::TpCudaModelRunner(std::vector<model::Fp8TpShard> shards, cons
                                      RankFailureHandler on_failure)
     : TpCudaModelRunner(full_config, runners_over(shards, config), config, std::move(layout), std::move(make_comm),
                         std::move(on_failure)) {}
+
+TpCudaModelRunner::TpCudaModelRunner(std::vector<model::gpu::CudaDenseWeights> weights,
+                                     const model::ModelConfig& full_config, const core::EngineConfig& config,
+                                     TpCudaLayout layout, TpCommFactory make_comm, RankFailureHandler on_failure)
+    : TpCudaModelRunner(
+          full_config,
+          [&weights, &full_config, &config, first = layout.first_rank](int global, int tp_size, bool expert_parallel,
+                                                                       CudaTpRank part) {
+            const size_t local = static_cast<size_t>(global - first);
+            TACHYON_CHECK(local < weights.size()) << "internal: no weights for tensor-parallel rank " << global;
+            // The geometry the weights were cut with (stream_*_tp_gpu_weights: tp_shard_places).
+            const model::Bf16TpShard base = model::shard_geometry<uint16_t>(
+                full_config, global, tp_size, global, expert_parallel && tp_size > 1 ? tp_size : 0);
+            return std::make_unique<CudaModelRunner>(std::move(weights[local]), config, rank_part(base, part));
+          },
+          config, std::move(layout), std::move(make_comm), std::move(on_failure)) {}
 
 TpCudaModelRunner::TpCudaModelRunner(const model::ModelConfig& full_config, const RankRunnerFactory& make_runner,
                                      const core::EngineConfig& config, TpCudaLayout layout, TpCommFactory make_comm,

@@ -91,6 +91,12 @@ class TpCudaModelRunner : public SynchronousModelRunner {
   TpCudaModelRunner(std::vector<model::Fp8TpShard> shards, const model::ModelConfig& full_config,
                     const core::EngineConfig& config, TpCudaLayout layout, TpCommFactory make_comm,
                     RankFailureHandler on_failure = {});
+  // The same from the local ranks' weights already on their GPUs (model/gpu/stream_gpu_weights.h
+  // streams them there a layer at a time), one per local rank in rank order, each on
+  // layout.devices[i]; moved into the ranks' runners.
+  TpCudaModelRunner(std::vector<model::gpu::CudaDenseWeights> weights, const model::ModelConfig& full_config,
+                    const core::EngineConfig& config, TpCudaLayout layout, TpCommFactory make_comm,
+                    RankFailureHandler on_failure = {});
   ~TpCudaModelRunner() override;
   TpCudaModelRunner(const TpCudaModelRunner&) = delete;
   TpCudaModelRunner& operator=(const TpCudaModelRunner&) = delete;
