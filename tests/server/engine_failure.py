@@ -8,6 +8,7 @@ details (streams, 503s, metrics, asynchronous scheduling): tests/server/test_ser
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -81,6 +82,7 @@ if code != 3:
 text = open(log_path).read()
 if "the engine failed: a runner fault injected by a test at launch 4" not in text:
     failures.append("the log does not name the failure")
-if failures:
-    sys.exit("\n".join(failures) + "\n--- server log:\n" + text)
+if failures:  # the work folder stays for a look
+    sys.exit("\n".join(failures) + "\n--- server log:\n" + text + f"\n--- kept: {work}")
+shutil.rmtree(work, ignore_errors=True)
 print("ok: the client got the error, the server exited 3")

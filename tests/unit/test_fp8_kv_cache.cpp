@@ -12,6 +12,8 @@
 
 #include <cmath>
 #include <numeric>
+#include <set>
+#include <system_error>
 
 #include "../cli_run.h"
 #include "../engine_run.h"
@@ -27,10 +29,23 @@
 namespace tachyon::runner {
 namespace {
 
+// The models this process wrote, removed when it exits (each test process writes its own).
+struct WrittenModels {
+  std::set<std::filesystem::path> dirs;
+  ~WrittenModels() {
+    for (const std::filesystem::path& dir : dirs) {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    }
+  }
+};
+
 std::filesystem::path kv_fp8_model(const std::string& arch, const std::string& preset) {
+  static WrittenModels written;
   auto dir = std::filesystem::temp_directory_path() /
              ("tachyon-kvfp8-" + std::to_string(::getpid()) + "-" + arch + "-" + preset);
   if (!std::filesystem::exists(dir / "config.json")) {
+    written.dirs.insert(dir);
     model::make_model({.arch = arch, .preset = preset, .seed = 5, .out_dir = dir});
   }
   return dir;
