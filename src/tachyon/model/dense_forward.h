@@ -55,10 +55,11 @@ void decoder_layer(const ModelConfig& c, const LayerKinds& kinds, const LayerWei
 
 // The forward of dense_model.h for `weights` (the full model or a shard whose config has the
 // per-rank heads and intermediate size; config.vocab_size is always the full vocabulary).
-// inv_freq: [head_dim / 2]. Returns logits [batch.logits_rows.size(), vocab_size] on every rank.
+// inv_freq: [head_dim / 2]. Returns logits [batch.logits_rows.size(), vocab_size] on every rank,
+// in recycled_logits' allocation (DenseModel::forward's).
 std::vector<float> dense_forward(const ModelWeights& weights, std::span<const float> inv_freq,
                                  const TensorParallelSeams& tp, const ForwardBatch& batch, AttentionBackend& attention,
-                                 const ForwardHook& hook);
+                                 const ForwardHook& hook, std::vector<float> recycled_logits = {});
 
 // One sequence after the cache's contents: builds positions and logits rows, runs `forward` with
 // a SequenceAttention over `cache` (built from `config`, the rank's), then advances the cache.

@@ -80,15 +80,24 @@ std::vector<float> embed(const TensorParallelSeams& tp, std::span<const int32_t>
 // (an untied head held as bf16, never sharded: tp_shard.h reads the f32 fields). Each rank computes
 // its vocab slice [rows, vocab_rows]; the all_gather stacks the slices [tp][rows][vocab_rows],
 // which are interleaved into logits [rows, vocab] (the slices are in rank = vocab order).
+// The logits take over `recycled`'s allocation (a runner hands back its previous step's): every
+// element is written, so a step no larger than an earlier one neither allocates nor zeroes
+// [rows, vocab] floats (600 MB at 1,000 rows of a 152K vocabulary).
 std::vector<float> lm_head(const TensorParallelSeams& tp, const std::vector<float>& x, const std::vector<float>& table,
-                           const std::vector<uint16_t>& table_bf16, int64_t rows, int64_t hidden, int64_t vocab) {
+                           const std::vector<uint16_t>& table_bf16, int64_t rows, int64_t hidden, int64_t vocab,
+                           std::vector<float> recycled) {
+  if (tp.group == nullptr) {
+    recycled.resize(static_cast<size_t>(rows * vocab));  // [rows, vocab]
+    if (rows > 0) linear(recycled.data(), x.data(), table, table_bf16, {}, rows, hidden, vocab);
+    return recycled;
+  }
   std::vector<float> slice(static_cast<size_t>(rows * tp.vocab_rows));  // [rows, vocab_rows]
   if (rows == 0) return slice;
   linear(slice.data(), x.data(), table, table_bf16, {}, rows, hidden, tp.vocab_rows);
-  if (tp.group == nullptr) return slice;
   std::vector<float> stacked(static_cast<size_t>(rows * vocab));  // [tp][rows][vocab_rows]
   tp.group->all_gather(slice.data(), stacked.data(), slice.size() * sizeof(float), nullptr);
-  std::vector<float> logits(static_cast<size_t>(rows * vocab));  // [rows, vocab]
+  std::vector<float>& logits = recycled;
+  logits.resize(static_cast<size_t>(rows * vocab));  // [rows, vocab]
   for (int rank = 0; rank < tp.group->size(); ++rank) {
     for (int64_t r = 0; r < rows; ++r) {
       std::copy_n(stacked.data() + (rank * rows + r) * tp.vocab_rows, tp.vocab_rows,
@@ -253,7 +262,7 @@ void decoder_layer(const ModelConfig& c, const LayerKinds& kinds, const LayerWei
 
 std::vector<float> dense_forward(const ModelWeights& weights, std::span<const float> inv_freq,
                                  const TensorParallelSeams& tp, const ForwardBatch& batch, AttentionBackend& attention,
-                                 const ForwardHook& hook) {
+                                 const ForwardHook& hook, std::vector<float> recycled_logits) {
   const ModelConfig& c = weights.config;
   const int64_t n = static_cast<int64_t>(batch.token_ids.size());
   TACHYON_CHECK(n > 0) << "forward needs at least one token";
@@ -283,7 +292,7 @@ std::vector<float> dense_forward(const ModelWeights& weights, std::span<const fl
                 static_cast<float>(c.rms_norm_eps));
   if (hook) hook("final_norm", -1, selected);
   return lm_head(tp, selected, weights.output_embedding(), weights.lm_head_bf16, rows, c.hidden_size,
-                 c.vocab_size);  // [rows, vocab]
+                 c.vocab_size, std::move(recycled_logits));  // [rows, vocab]
 }
 
 std::vector<float> sequence_forward(const ModelConfig& config, std::span<const int32_t> tokens, SequenceKvCache& cache,
@@ -315,10 +324,10 @@ DenseModel DenseModel::load(const std::filesystem::path& model_dir) {
   return DenseModel(load_weights(config, checkpoint, Bf16MatrixHolding::kKeepBf16));
 }
 
-std::vector<float> DenseModel::forward(const ForwardBatch& batch, AttentionBackend& attention,
-                                       const ForwardHook& hook) const {
+std::vector<float> DenseModel::forward(const ForwardBatch& batch, AttentionBackend& attention, const ForwardHook& hook,
+                                       std::vector<float> recycled_logits) const {
   const TensorParallelSeams unsharded{.group = nullptr, .vocab_begin = 0, .vocab_rows = config().vocab_size};
-  return detail::dense_forward(weights_, inv_freq_, unsharded, batch, attention, hook);
+  return detail::dense_forward(weights_, inv_freq_, unsharded, batch, attention, hook, std::move(recycled_logits));
 }
 
 std::vector<float> DenseModel::forward(std::span<const int32_t> tokens, SequenceKvCache& cache, bool all_logits,

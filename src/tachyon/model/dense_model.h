@@ -52,9 +52,11 @@ class DenseModel {
 
   const ModelConfig& config() const { return weights_.config; }
 
-  // Runs the batch; returns logits [batch.logits_rows.size(), vocab_size].
-  std::vector<float> forward(const ForwardBatch& batch, AttentionBackend& attention,
-                             const ForwardHook& hook = nullptr) const;
+  // Runs the batch; returns logits [batch.logits_rows.size(), vocab_size]. They take over
+  // recycled_logits' allocation (a runner's previous logits, handed back): a step no larger than
+  // an earlier one then neither allocates nor zeroes them.
+  std::vector<float> forward(const ForwardBatch& batch, AttentionBackend& attention, const ForwardHook& hook = nullptr,
+                             std::vector<float> recycled_logits = {}) const;
 
   // One sequence: runs `tokens` after the cache's current contents, appends their K/V, and
   // returns logits [tokens.size(), vocab_size] (all_logits) or [1, vocab_size] for the last.

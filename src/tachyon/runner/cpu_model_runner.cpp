@@ -31,9 +31,9 @@ core::StepOutput CpuModelRunner::run(const core::StepPlan& plan) {
   // Every row's last hidden state before the final norm, when the plan asks (an MTP drafter).
   std::vector<float> hidden;
   const model::ForwardHook hook = plan.return_hidden_states ? model::keep_final_hidden(hidden) : nullptr;
-  std::vector<float> logits =
-      model_.forward(model::ForwardBatch{plan.token_ids, plan.positions, plan.logits_rows}, attention, hook);
-  core::StepOutput output = sample_plan_rows(plan, logits, model_.config().vocab_size);
+  logits_ = model_.forward(model::ForwardBatch{plan.token_ids, plan.positions, plan.logits_rows}, attention, hook,
+                           std::move(logits_));
+  core::StepOutput output = sample_plan_rows(plan, logits_, model_.config().vocab_size);
   output.hidden_states = std::move(hidden);
   return output;
 }

@@ -45,6 +45,8 @@ class CpuModelRunner : public SynchronousModelRunner {
   PagedKvRowAccess rows_{cache_};  // after cache_, which it views
   int threads_ = 0;  // the forward's OpenMP threads (cpu_threads.h); 0: OpenMP's choice
   std::mutex forward_mutex_;  // one forward at a time: a step's or an embedding request's
+  // The last step's logits, handed back to the next forward for their allocation (under the mutex).
+  std::vector<float> logits_;
 };
 
 }  // namespace tachyon::runner
