@@ -6,6 +6,8 @@
 #   scripts/gpu-bench.sh OUT_DIR [tachyon] [hf]     (default: both)
 #   ONLY="8b-b1-decode 1b-b1-decode" scripts/gpu-bench.sh ...   runs a subset
 #   TACHYON_BENCH_ARGS="--async-scheduling off" scripts/gpu-bench.sh ...   extra flags for tachyon
+# The DeepSeek-family runs (DEEPSEEK_RUNS: DeepSeek-V2-Lite, DeepSeek-V3-reduced in bf16 and from
+# an FP8 block checkpoint) run only when ONLY names them; a model is made when a run first needs it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${1:?usage: scripts/gpu-bench.sh OUT_DIR [tachyon] [hf]}
@@ -16,11 +18,24 @@ MODELS=${MODELS:-/tmp/tachyon-bench-models}
 mkdir -p "$OUT_DIR" "$MODELS"
 export XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/tachyon-cache}
 
-make_model() {  # name arch preset
-  [ -f "$MODELS/$1/config.json" ] || "$TACHYON" make-model --arch "$2" --preset "$3" --seed 0 --out "$MODELS/$1" > /dev/null
+# name arch preset [make-model options]
+MODEL_SPECS=(
+  "llama-1b llama llama-3.2-1b"
+  "llama-8b llama llama-3.1-8b"
+  "v2-lite deepseek_v3 deepseek-v2-lite"
+  "v3r deepseek_v3 deepseek-v3-reduced"
+  "v3r-fp8 deepseek_v3 deepseek-v3-reduced --quantization-format fp8-block"
+)
+make_model() {  # name (of MODEL_SPECS), once per MODELS folder
+  local spec name arch preset extra
+  for spec in "${MODEL_SPECS[@]}"; do
+    read -r name arch preset extra <<< "$spec"
+    [ "$name" = "$1" ] || continue
+    # shellcheck disable=SC2086
+    [ -f "$MODELS/$name/config.json" ] || "$TACHYON" make-model --arch "$arch" --preset "$preset" --seed 0 $extra \
+      --out "$MODELS/$name" > /dev/null
+  done
 }
-make_model llama-1b llama llama-3.2-1b
-make_model llama-8b llama llama-3.1-8b
 
 # name model batch input output
 RUNS=(
@@ -31,9 +46,18 @@ RUNS=(
   "8b-b32-ctx8k llama-8b 32 8192 64"
   "8b-b1-ctx32k llama-8b 1 32768 64"
 )
-for run in "${RUNS[@]}"; do
+DEEPSEEK_RUNS=(
+  "v2lite-b1-decode v2-lite 1 128 128"
+  "v2lite-prefill-2048 v2-lite 1 2048 2"
+  "v3r-b32 v3r 32 128 64"
+  "v3r-fp8-b1 v3r-fp8 1 128 64"
+  "v3r-fp8-b32 v3r-fp8 32 128 64"
+)
+for run in "${RUNS[@]}" "${DEEPSEEK_RUNS[@]}"; do
   read -r name model batch input output <<< "$run"
   if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then continue; fi
+  if [ -z "${ONLY:-}" ] && [[ " ${DEEPSEEK_RUNS[*]} " == *" $name $model "* ]]; then continue; fi
+  make_model "$model"
   if [[ " $SUITES " == *" tachyon "* ]]; then
     "$TACHYON" bench latency "$MODELS/$model" --device cuda --batch-size "$batch" --input-len "$input" \
       --output-len "$output" --num-iters 3 --num-iters-warmup 1 ${TACHYON_BENCH_ARGS:-} \
