@@ -191,12 +191,9 @@ void run(const BenchOptions& options, const AttentionOptions& extra) {
     }
   }
   if (wanted(options, "prefill")) bench.prefill(2048);
-  if (!options.json_path.empty()) {
-    const nlohmann::json shape = {{"heads", kHeads}, {"kv_heads", kKvHeads}, {"head_dim", kHeadDim},
-                                  {"block_size", kBlockSize}, {"shuffled_blocks", extra.shuffled_blocks}};
-    write_results_json(options, ceilings, layer_result_rows(bench.results()), {{"shape", shape}});
-    std::printf("wrote %s\n", options.json_path.c_str());
-  }
+  const nlohmann::json shape = {{"heads", kHeads}, {"kv_heads", kKvHeads}, {"head_dim", kHeadDim},
+                                {"block_size", kBlockSize}, {"shuffled_blocks", extra.shuffled_blocks}};
+  write_results_json(options, ceilings, layer_result_rows(bench.results()), {{"shape", shape}});
 }
 
 }  // namespace

@@ -203,6 +203,7 @@ nlohmann::json layer_result_rows(const std::vector<LayerResult>& results) {
 
 void write_results_json(const BenchOptions& options, const Ceilings& ceilings, const nlohmann::json& results,
                         const nlohmann::json& extra) {
+  if (options.json_path.empty()) return;
   nlohmann::json doc = {{"gpu", cuda::current_device_name()},
                         {"copy_bandwidth_bytes_per_s", ceilings.copy_bytes_per_s},
                         {"l2_bytes", ceilings.l2_bytes},
@@ -216,6 +217,7 @@ void write_results_json(const BenchOptions& options, const Ceilings& ceilings, c
   std::ofstream file(options.json_path);
   TACHYON_CHECK(file.good()) << "cannot write " << options.json_path;
   file << doc.dump(2) << "\n";
+  std::printf("wrote %s\n", options.json_path.c_str());
 }
 
 }  // namespace tachyon::bench

@@ -103,8 +103,9 @@ LayerResult layer_result(const Ceilings& ceilings, const std::string& what, int3
                          double us_per_replay, double bytes, double flops);
 nlohmann::json layer_result_rows(const std::vector<LayerResult>& results);
 
-// Writes options.json_path: the GPU, the ceilings (the GEMM rate when measured), the timing
-// options, `results`, the command line, and the bench's own `extra` fields.
+// Writes options.json_path (nothing without --json) and says so: the GPU, the ceilings (the GEMM
+// rate when measured), the timing options, `results`, the command line, and the bench's own
+// `extra` fields.
 void write_results_json(const BenchOptions& options, const Ceilings& ceilings, const nlohmann::json& results,
                         const nlohmann::json& extra = nlohmann::json::object());
 

@@ -296,10 +296,7 @@ void run(const Options& options) {
   if (wanted(options, "fp8")) {
     for (const Shape& s : kShapes) bench.fp8_against_bf16(s.what, s.n, s.k, s.out_type);
   }
-  if (!options.json_path.empty()) {
-    write_results_json(options, ceilings, result_rows(bench.results()));
-    std::printf("wrote %s\n", options.json_path.c_str());
-  }
+  write_results_json(options, ceilings, result_rows(bench.results()));
 }
 
 }  // namespace

@@ -296,10 +296,7 @@ void run(const BenchOptions& options) {
     }
   }
   if (wanted(options, "v2lite_prefill")) bench.mla_prefill("v2lite_mla_prefill", 16, 2048);
-  if (!options.json_path.empty()) {
-    write_results_json(options, ceilings, layer_result_rows(bench.results()));
-    std::printf("wrote %s\n", options.json_path.c_str());
-  }
+  write_results_json(options, ceilings, layer_result_rows(bench.results()));
 }
 
 }  // namespace

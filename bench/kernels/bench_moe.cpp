@@ -268,10 +268,7 @@ void run(const Options& options) {
   for (const Layer& layer : kLayers) {
     if (wanted(options, layer.name)) bench.layer(layer);
   }
-  if (!options.json_path.empty()) {
-    write_results_json(options, ceilings, result_rows(bench.results()));
-    std::printf("wrote %s\n", options.json_path.c_str());
-  }
+  write_results_json(options, ceilings, result_rows(bench.results()));
 }
 
 }  // namespace

@@ -119,10 +119,10 @@ PcpCpuModelRunner::PcpCpuModelRunner(Weights weights, int pcp_size, int32_t num_
   TACHYON_CHECK(dcp.interleave >= 1 && block_size % (dcp.size * dcp.interleave) == 0)
       << "decode context parallel size " << dcp.size << " x interleave " << dcp.interleave
       << " must divide the block size " << block_size;
-  for (int t = 0; t < static_cast<int>(shards.size()); ++t) {
-    TACHYON_CHECK(shards[static_cast<size_t>(t)]->tp_rank == t && shards[static_cast<size_t>(t)]->tp_size == tp_size)
-        << "internal: shard " << t << " was cut for rank " << shards[static_cast<size_t>(t)]->tp_rank << " of "
-        << shards[static_cast<size_t>(t)]->tp_size;
+  for (size_t t = 0; t < shards.size(); ++t) {
+    const model::TpShard& shard = *shards[t];
+    TACHYON_CHECK(shard.tp_rank == static_cast<int>(t) && shard.tp_size == tp_size)
+        << "internal: shard " << t << " was cut for rank " << shard.tp_rank << " of " << shard.tp_size;
   }
   for (int r = 0; r < pcp_size * tp_size; ++r) {  // global rank r = pcp_rank * tp + tp_rank (dist::RankLayout)
     std::shared_ptr<const model::TpShard> shard = shards.empty() ? nullptr : shards[static_cast<size_t>(r % tp_size)];
