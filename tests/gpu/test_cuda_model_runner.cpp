@@ -191,8 +191,8 @@ INSTANTIATE_TEST_SUITE_P(Architectures, CudaRunnerVsCpu,
 
 // Weights uploaded a layer at a time as the loader reads them (model/gpu/stream_gpu_weights.h)
 // against the whole-model loaders' weights uploaded at once: the same logits bit for bit over
-// mixed_plans, bf16 and FP8 (online, and an FP8 block checkpoint with its experts in E4M3), for
-// dense, MoE, latent attention and GLM's interleaved indexer rows (reordered per layer).
+// mixed_plans, bf16 and online FP8 (the routed experts in E4M3), for dense, MoE, latent attention
+// and GLM's interleaved indexer rows (reordered per layer; bf16 only).
 TEST(CudaStreamedWeights, GiveTheWholeModelLoadersLogitsBitForBit) {
   for (const Variant& v : {Variant{"llama", "tiny-gpu"}, Variant{"qwen3_moe", "tiny-gpu-moe-all"},
                            Variant{"deepseek_v3", "tiny-gpu-deepseek-all"},
