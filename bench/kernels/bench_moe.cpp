@@ -5,6 +5,8 @@
 //   gate_up: at T <= 8 tokens moe_grouped_gemv_silu (the SwiGLU in its epilogue, as the model
 //            runs it), above moe_grouped_gemm ([pairs, 2I]; the model's silu_and_mul after it is
 //            not timed); down: moe_grouped_gemv at T <= 8, above moe_grouped_gemm.
+//   Above 8 tokens the E4M3 experts are also timed with E4M3 inputs (format e4m3xe4m3): each
+//   launch quantizes the input rows (fp8_quantize_rows) and runs moe_grouped_gemm_fp8 (wgmma).
 // Routing: each token picks top_k distinct experts uniformly at random (seeded), grouped once by
 // moe_align outside the timing; only the experts the step routes to are read, so the floor counts
 // their weight bytes (E4M3: codes and f32 factors), the input rows and the output rows over the
@@ -29,6 +31,7 @@
 
 #include "bench_common.h"
 #include "tachyon/base/check.h"
+#include "tachyon/kernels/cuda/fp8.h"
 #include "tachyon/kernels/cuda/moe.h"
 #include "tachyon/tensor/cuda/device_buffer.h"
 
@@ -151,13 +154,18 @@ class Bench {
                                                      std::max(1.0, std::floor(kCopySetBytes / set_bf16))));
       for (bool fp8 : {false, true}) {
         const ExpertCopies w(fp8, layer.experts, p.n, p.k, copies);
-        for (const Routing& r : routings) time_product(layer, p, r, w);
+        for (const Routing& r : routings) {
+          time_product(layer, p, r, w, /*fp8_inputs=*/false);
+          if (fp8 && r.tokens > kMaxGemvTokens) time_product(layer, p, r, w, /*fp8_inputs=*/true);
+        }
       }
     }
   }
 
  private:
-  void time_product(const Layer& layer, const Product& p, const Routing& r, const ExpertCopies& w) {
+  // fp8_inputs: the GEMM on the FP8 tensor cores, its inputs quantized in each launch as the model
+  // would (fp8_quantize_rows, then moe_grouped_gemm_fp8), timed together.
+  void time_product(const Layer& layer, const Product& p, const Routing& r, const ExpertCopies& w, bool fp8_inputs) {
     const bool gemv = r.tokens <= kMaxGemvTokens;
     const int64_t a_rows = p.gate_up ? r.tokens : r.pairs;
     const int64_t out_cols = p.gate_up && gemv ? p.n / 2 : p.n;
@@ -167,10 +175,17 @@ class Bench {
     const auto* rows = r.sorted_rows.as<int32_t>();
     const auto* blocks = r.block_expert.as<int32_t>();
     const auto max_pairs = static_cast<int32_t>(std::min(r.tokens, kMaxGemvTokens));
+    const cuda::DeviceBuffer a8(fp8_inputs ? size_t(a_rows) * p.k : 0);
+    const cuda::DeviceBuffer a_scale(fp8_inputs ? size_t(a_rows) * ((p.k + 127) / 128) * sizeof(float) : 0);
     auto launch = [&](int i, cudaStream_t s) {
       bf16* o = out.as<bf16>();
       const bf16* in = a.as<bf16>();
-      if (w.fp8) {
+      if (fp8_inputs) {
+        gpu::fp8_quantize_rows(a8.as<uint8_t>(), a_scale.as<float>(), in, a_rows, p.k, s);
+        gpu::moe_grouped_gemm_fp8(o, a8.as<uint8_t>(), a_scale.as<float>(), a_rows,
+                                  static_cast<const uint8_t*>(w.weight(i)), w.scale(i), rows, blocks, r.capacity,
+                                  divisor, p.n, p.k, s);
+      } else if (w.fp8) {
         const auto* codes = static_cast<const uint8_t*>(w.weight(i));
         if (!gemv) {
           gpu::moe_grouped_gemm(o, in, codes, w.scale(i), rows, blocks, r.capacity, divisor, p.n, p.k, s);
@@ -192,8 +207,10 @@ class Bench {
       }
     };
     Stream stream;
-    Result res{layer.name, p.name, w.fp8 ? "e4m3" : "bf16",
-               gemv ? (p.gate_up ? "moe_grouped_gemv_silu" : "moe_grouped_gemv") : "moe_grouped_gemm"};
+    Result res{layer.name, p.name, fp8_inputs ? "e4m3xe4m3" : w.fp8 ? "e4m3" : "bf16",
+               fp8_inputs ? "moe_grouped_gemm_fp8"
+               : gemv     ? (p.gate_up ? "moe_grouped_gemv_silu" : "moe_grouped_gemv")
+                          : "moe_grouped_gemm"};
     res.tokens = r.tokens;
     res.pairs = r.pairs;
     res.active_experts = r.active_experts;
@@ -213,7 +230,7 @@ class Bench {
     res.flops = 2.0 * double(r.pairs) * p.n * p.k;
     res.floor_bytes_us = res.bytes / ceilings_.copy_bytes_per_s * 1e6;
     res.floor_flops_us = ceilings_.gemm_flops_per_s > 0 ? res.flops / ceilings_.gemm_flops_per_s * 1e6 : 0.0;
-    std::printf("%-7s %-8s %4lld %5lld %3lld  %-5s %-22s %6d %10.2f %9.2f %6.2f %7.0f\n", res.layer.c_str(),
+    std::printf("%-7s %-8s %4lld %5lld %3lld  %-9s %-22s %6d %10.2f %9.2f %6.2f %7.0f\n", res.layer.c_str(),
                 res.product.c_str(), static_cast<long long>(res.tokens), static_cast<long long>(res.pairs),
                 static_cast<long long>(res.active_experts), res.format.c_str(), res.kernel.c_str(), res.copies, res.us,
                 res.floor_us(), res.us / res.floor_us(), res.bytes / res.us * 1e-3);
@@ -262,7 +279,7 @@ void run(const Options& options) {
   std::printf("per launch: median of %d %s after %d warm-up, over expert copies whose routed bytes are >= 8x L2; "
               "floor = max(bytes / copy, FLOPs / GEMM rate)\n",
               options.repeats, options.eager ? "eager runs" : "graph replays", options.warmup);
-  std::printf("%-7s %-8s %4s %5s %3s  %-5s %-22s %6s %10s %9s %6s %7s\n", "layer", "product", "T", "pairs", "E",
+  std::printf("%-7s %-8s %4s %5s %3s  %-9s %-22s %6s %10s %9s %6s %7s\n", "layer", "product", "T", "pairs", "E",
               "fmt", "kernel", "copies", "us median", "floor us", "ratio", "GB/s");
   Bench bench(options, ceilings);
   for (const Layer& layer : kLayers) {

@@ -20,6 +20,7 @@
 
 #include "gpu_test_util.h"
 #include "tachyon/kernels/cuda/activation.h"
+#include "tachyon/kernels/cuda/fp8.h"
 #include "tachyon/kernels/cuda/moe.h"
 #include "tachyon/model/moe.h"
 #include "tachyon/tensor/fp8.h"
@@ -847,6 +848,72 @@ TEST(MoeFp8Experts, SiluIsTheGemvThenSiluAndATokensRowsDoNotDependOnItsBatch) {
       for (uint16_t b : fused_bits) ASSERT_NE(b & 0x7f80u, 0x7f80u) << "a NaN or infinity: an output left unwritten";
     }
   }
+}
+
+// moe_grouped_gemm_fp8: the inputs quantized per row and 128 columns on the GPU
+// (fp8_quantize_rows, byte for byte the CPU quantizer) times the E4M3 experts, against the
+// reference in double over the values both operands stand for. The error left is the output's
+// bf16 rounding; a product that kept the bf16 inputs (or lost a factor) is an FP8 rounding or more
+// away, several times the bound.
+std::vector<bf16> run_fp8_by_fp8(const Fp8Experts& w, const std::vector<float>& a, int64_t a_rows,
+                                 const std::vector<int32_t>& ids, int64_t divisor) {
+  const DeviceArray<bf16> a_d = upload_bf16(a);
+  DeviceArray<uint8_t> a8(static_cast<size_t>(a_rows * w.k));
+  DeviceArray<float> a_scale(static_cast<size_t>(a_rows * ((w.k + 127) / 128)));
+  fp8_quantize_rows(a8.data(), a_scale.data(), a_d.data(), a_rows, w.k, nullptr);
+  return run_grouped_product(w.experts, w.n, ids, [&](bf16* out, const int32_t* sorted, const int32_t* blocks,
+                                                      int64_t capacity) {
+    moe_grouped_gemm_fp8(out, a8.data(), a_scale.data(), a_rows, w.data.data(), w.scale.data(), sorted, blocks,
+                         capacity, divisor, w.n, w.k, nullptr);
+  });
+}
+
+TEST(MoeFp8ByFp8Gemm, MatchesTheReferenceOnTheValuesBothOperandsStandFor) {
+  auto gen = rng(59);
+  struct Shape {
+    int experts, top_k;
+    int64_t n, k, divisor;
+  };
+  // As MoeFp8Experts' shapes, plus n 264 (a third 128-column tile with 8 columns) and k 256.
+  for (Shape sh : {Shape{8, 6, 2816, 2048, 6}, Shape{8, 6, 2048, 1408, 1}, Shape{6, 2, 40, 2192, 2},
+                   Shape{16, 4, 200, 96, 1}, Shape{16, 4, 64, 32, 4}, Shape{4, 2, 264, 256, 2}}) {
+    const Fp8Experts w(gen, sh.experts, sh.n, sh.k);
+    for (int64_t tokens : {1, 9, 130}) {
+      SCOPED_TRACE(testing::Message() << sh.experts << " experts, n " << sh.n << " k " << sh.k << ", divisor "
+                                      << sh.divisor << ", " << tokens << " tokens");
+      const std::vector<int32_t> ids = route_distinct(gen, tokens, sh.experts, sh.top_k);
+      const int64_t rows = static_cast<int64_t>(ids.size()), a_rows = rows / sh.divisor, n = sh.n, k = sh.k;
+      const std::vector<float> a = random_bf16_values(gen, static_cast<size_t>(a_rows * k));
+      std::vector<float> a_values(a.size());
+      const Fp8BlockWeight q = quantize_fp8_blocks(a, a_rows, k, 1, 128);
+      dequantize_fp8_blocks(q.data, q.scale_inv, a_rows, k, 1, 128, a_values);
+      const std::vector<float> got = floats_of(run_fp8_by_fp8(w, a, a_rows, ids, sh.divisor));
+      std::vector<float> want(static_cast<size_t>(rows * n));
+      for (int64_t p = 0; p < rows; ++p) {
+        for (int64_t j = 0; j < n; ++j) {
+          want[p * n + j] = static_cast<float>(dot(a_values.data() + p / sh.divisor * k, w.row(ids[p], j), k));
+        }
+      }
+      EXPECT_LT(gpu_test::relative_error(got, want), 5e-3);
+      if (HasFailure()) return;
+    }
+  }
+}
+
+TEST(MoeFp8ByFp8Gemm, RejectsWhatItCannotServe) {
+  DeviceArray<bf16> out(4096);
+  DeviceArray<uint8_t> bytes(4096);
+  DeviceArray<float> scale(64);
+  const std::string odd_k = error_of([&] {
+    moe_grouped_gemm_fp8(out.data(), bytes.data(), scale.data(), 8, bytes.data(), scale.data(), nullptr, nullptr, 64,
+                         1, 64, 40, nullptr);
+  });
+  EXPECT_NE(odd_k.find("k 40"), std::string::npos) << odd_k;
+  const std::string no_factors = error_of([&] {
+    moe_grouped_gemm_fp8(out.data(), bytes.data(), nullptr, 8, bytes.data(), scale.data(), nullptr, nullptr, 64, 1,
+                         64, 64, nullptr);
+  });
+  EXPECT_NE(no_factors.find("no factors"), std::string::npos) << no_factors;
 }
 
 TEST(MoeFp8Experts, RejectWhatTheyCannotServe) {

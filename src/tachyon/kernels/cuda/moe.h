@@ -150,6 +150,18 @@ void moe_grouped_gemm(bf16* out, const bf16* a, const uint8_t* w, const float* w
                       const int32_t* block_expert, int64_t capacity, int64_t a_row_divisor, int64_t n, int64_t k,
                       cudaStream_t stream);
 
+// The same product with the inputs in E4M3 too, on Hopper's FP8 tensor cores (wgmma,
+// moe_gemm_fp8.cu): a [a_rows, k] E4M3 and a_scale [ceil(k / 128), a_rows] f32 as
+// fp8_quantize_rows (kernels/cuda/fp8.h) writes them from the bf16 inputs; w and w_scale as the
+// E4M3 overload above. out[p, j] = sum over 128-wide k blocks b of (a codes . w codes over b) *
+// a_scale[b, p / a_row_divisor] * w_scale[e, j, b], each block's sum scaled in f32. Against the
+// overload above it adds one FP8 rounding of the inputs (as the dense FP8 products of more than
+// 8 rows do) and reaches the FP8 tensor cores. k % 16 == 0, n % 8 == 0, out, a and w 16-byte
+// aligned; sorted_rows, block_expert, capacity and a_row_divisor as above.
+void moe_grouped_gemm_fp8(bf16* out, const uint8_t* a, const float* a_scale, int64_t a_rows, const uint8_t* w,
+                          const float* w_scale, const int32_t* sorted_rows, const int32_t* block_expert,
+                          int64_t capacity, int64_t a_row_divisor, int64_t n, int64_t k, cudaStream_t stream);
+
 // The same product for decode-sized steps: every expert block of sorted_rows lists at most
 // max_pairs_per_expert (in [1, 8]) pairs before its -1 padding. It streams each active
 // expert's weight once for all its pairs at HBM rate (moe_gemv.cu), where moe_grouped_gemm's
