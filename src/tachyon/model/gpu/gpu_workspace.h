@@ -44,6 +44,11 @@ struct Workspace {
   bf16* expert_gate_up = nullptr;     // [T * k, 2 * moe_intermediate]
   bf16* expert_act = nullptr;         // [T * k, moe_intermediate]
   bf16* expert_down = nullptr;        // [T * k, hidden]
+  // E4M3 routed experts above the decode sizes (moe_grouped_gemm_fp8): the GEMM's input rows in
+  // E4M3 with their factors per row and 128 columns (the tokens' rows for gate_up, then the pairs'
+  // activations for down); FP8 runs only.
+  uint8_t* expert_in_fp8 = nullptr;   // [max(T * hidden, T * k * moe_intermediate)]
+  float* expert_in_scale = nullptr;   // [max(T * ceil(hidden / 128), T * k * ceil(moe_intermediate / 128))]
   // DeepSeek's shared expert (I_shared = moe_intermediate * n_shared_experts).
   bf16* shared_gate_up = nullptr;     // [T, 2 * I_shared]
   bf16* shared_act = nullptr;         // [T, I_shared]

@@ -1,7 +1,10 @@
 #include "tachyon/model/gpu/moe_mlp.h"
 
+#include <algorithm>
+
 #include "tachyon/dist/communicator.h"
 #include "tachyon/kernels/cuda/activation.h"
+#include "tachyon/kernels/cuda/fp8.h"
 #include "tachyon/kernels/cuda/moe.h"
 #include "tachyon/model/gpu_support.h"
 
@@ -34,6 +37,11 @@ void MoeMlpBlock::plan_workspace(WorkspacePlan& plan) {
   plan.add(&ws.expert_gate_up, pairs * 2 * moe_inter * 2);
   plan.add(&ws.expert_act, pairs * moe_inter * 2);
   plan.add(&ws.expert_down, pairs * hidden * 2);
+  if (ctx_.weights.fp8()) {
+    const auto blocks = [](size_t width) { return (width + 127) / 128; };
+    plan.add(&ws.expert_in_fp8, std::max(T * hidden, pairs * moe_inter));
+    plan.add(&ws.expert_in_scale, std::max(T * blocks(hidden), pairs * blocks(moe_inter)) * sizeof(float));
+  }
   const size_t shared_inter = static_cast<size_t>(shared_intermediate());
   plan.add(&ws.shared_gate_up, own * 2 * shared_inter * 2);
   plan.add(&ws.shared_act, own * shared_inter * 2);
@@ -154,6 +162,20 @@ void MoeMlpBlock::routed_experts(int64_t layer, const bf16* input, int64_t T, cu
     kc::moe_topk_softmax(ws.topk_ids, ws.topk_weights, ws.router_logits, T, E, k, c.norm_topk_prob, stream);
   }
   kc::moe_align(ws.sorted_rows, ws.block_expert, ws.topk_ids, pairs, E, capacity, stream, ctx_.experts);
+  if (w.experts_gate_up.fp8 != nullptr) {
+    // E4M3 experts: the inputs quantized per row and 128 columns, as the dense FP8 products of
+    // more than 8 rows take them, and both products on the FP8 tensor cores.
+    const LinearWeight& gate_up = w.experts_gate_up;
+    const LinearWeight& down = w.experts_down;
+    kc::fp8_quantize_rows(ws.expert_in_fp8, ws.expert_in_scale, input, T, H, stream);
+    kc::moe_grouped_gemm_fp8(ws.expert_gate_up, ws.expert_in_fp8, ws.expert_in_scale, T, gate_up.fp8, gate_up.scale,
+                             ws.sorted_rows, ws.block_expert, capacity, k, 2 * I, H, stream);
+    kc::silu_and_mul(ws.expert_act, ws.expert_gate_up, pairs, I, stream);
+    kc::fp8_quantize_rows(ws.expert_in_fp8, ws.expert_in_scale, ws.expert_act, pairs, I, stream);
+    kc::moe_grouped_gemm_fp8(ws.expert_down, ws.expert_in_fp8, ws.expert_in_scale, pairs, down.fp8, down.scale,
+                             ws.sorted_rows, ws.block_expert, capacity, 1, H, I, stream);
+    return;
+  }
   grouped_gemm(ws.expert_gate_up, input, w.experts_gate_up, ws.sorted_rows, ws.block_expert, capacity, k, 2 * I, H,
                stream);
   kc::silu_and_mul(ws.expert_act, ws.expert_gate_up, pairs, I, stream);
