@@ -72,6 +72,13 @@ __device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_grou
 // cp.async wrote the tiles through the generic proxy; wgmma reads them through the async proxy.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
+// Keeps the compiler from moving reads or writes of the accumulators across the wgmma fences
+// (the registers belong to the asynchronous wgmma between its issue and its wait).
+__device__ __forceinline__ void fence_operands(float (&d)[kAccumulators]) {
+#pragma unroll
+  for (int i = 0; i < kAccumulators; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
 // d (+)= A[64 x 32] . B[128 x 32]^T, E4M3 in, f32 out; accumulate = false overwrites d.
 __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[kAccumulators], uint64_t a, uint64_t b,
                                                       bool accumulate) {
@@ -176,6 +183,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_fp8_kernel(const Fp8
     __syncthreads();
     const uint64_t a_desc = smem_descriptor(smem_u32(s.a[stage]));
     const uint64_t b_desc = smem_descriptor(smem_u32(s.b[stage]));
+    fence_operands(block_sum);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBlockK / 32; ++kk) {  // 32 bytes further along the swizzled rows
@@ -183,6 +191,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_fp8_kernel(const Fp8
     }
     wgmma_commit();
     wgmma_wait_all();
+    fence_operands(block_sum);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float a_factor = s.a_scale[stage][frag_row + 8 * h];
