@@ -12,6 +12,8 @@
 // cores, in f32 (the FP8 tensor cores sum with fewer bits than f32: a block of 128 products at a
 // time keeps that error at one block's).
 // Test: tests/gpu/test_moe_kernels.cpp (MoeFp8ByFp8Gemm).
+#include <atomic>
+
 #include "tachyon/kernels/cuda/attention_common.cuh"
 #include "tachyon/kernels/cuda/moe.h"
 
@@ -238,14 +240,10 @@ void moe_grouped_gemm_fp8(bf16* out, const uint8_t* a, const float* a_scale, int
     TACHYON_CHECK(reinterpret_cast<uintptr_t>(p) % 16 == 0) << kName << ": out, a and w must be 16-byte aligned";
   }
   if (capacity == 0) return;
-  // Above the 48 KB a kernel gets without asking; set once per process (not a stream operation,
-  // so it is allowed while a graph is being captured).
-  static const bool attribute_set = [] {
-    TACHYON_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(kSmemBytes)));
-    return true;
-  }();
-  (void)attribute_set;
+  // Above the 48 KB a kernel gets without asking: raised once per device (tensor-parallel ranks
+  // launch it on several).
+  static std::atomic<uint64_t> smem_raised{0};
+  attention_detail::raise_smem_limit_once(grouped_gemm_fp8_kernel, kSmemBytes, smem_raised);
   const dim3 grid(static_cast<unsigned>((n + kBlockN - 1) / kBlockN), static_cast<unsigned>(capacity / kMoeBlockM));
   grouped_gemm_fp8_kernel<<<grid, kThreads, kSmemBytes, stream>>>(Fp8GemmArgs{
       out, a, a_scale, w, w_scale, sorted_rows, block_expert, a_rows, a_row_divisor, n, k, (k + kBlockK - 1) / kBlockK});
