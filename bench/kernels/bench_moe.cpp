@@ -5,8 +5,9 @@
 //   gate_up: at T <= 8 tokens moe_grouped_gemv_silu (the SwiGLU in its epilogue, as the model
 //            runs it), above moe_grouped_gemm ([pairs, 2I]; the model's silu_and_mul after it is
 //            not timed); down: moe_grouped_gemv at T <= 8, above moe_grouped_gemm.
-//   Above 8 tokens the E4M3 experts are also timed with E4M3 inputs (format e4m3xe4m3): each
-//   launch quantizes the input rows (fp8_quantize_rows) and runs moe_grouped_gemm_fp8 (wgmma).
+//   Above 8 tokens each format is also timed on wgmma (kernels/cuda/moe_gemm_wgmma.cu): bf16 as
+//   moe_grouped_gemm_wgmma, E4M3 experts with E4M3 inputs (format e4m3xe4m3: each launch quantizes
+//   the input rows with fp8_quantize_rows and runs moe_grouped_gemm_fp8).
 // Routing: each token picks top_k distinct experts uniformly at random (seeded), grouped once by
 // moe_align outside the timing; only the experts the step routes to are read, so the floor counts
 // their weight bytes (E4M3: codes and f32 factors), the input rows and the output rows over the
@@ -155,17 +156,19 @@ class Bench {
       for (bool fp8 : {false, true}) {
         const ExpertCopies w(fp8, layer.experts, p.n, p.k, copies);
         for (const Routing& r : routings) {
-          time_product(layer, p, r, w, /*fp8_inputs=*/false);
-          if (fp8 && r.tokens > kMaxGemvTokens) time_product(layer, p, r, w, /*fp8_inputs=*/true);
+          time_product(layer, p, r, w, /*wgmma=*/false);
+          if (r.tokens > kMaxGemvTokens) time_product(layer, p, r, w, /*wgmma=*/true);
         }
       }
     }
   }
 
  private:
-  // fp8_inputs: the GEMM on the FP8 tensor cores, its inputs quantized in each launch as the model
-  // would (fp8_quantize_rows, then moe_grouped_gemm_fp8), timed together.
-  void time_product(const Layer& layer, const Product& p, const Routing& r, const ExpertCopies& w, bool fp8_inputs) {
+  // wgmma: the GEMM of moe_gemm_wgmma.cu: bf16 (moe_grouped_gemm_wgmma), or for E4M3 experts on the
+  // FP8 tensor cores with the inputs quantized in each launch as the model would (fp8_quantize_rows,
+  // then moe_grouped_gemm_fp8), timed together.
+  void time_product(const Layer& layer, const Product& p, const Routing& r, const ExpertCopies& w, bool wgmma) {
+    const bool fp8_inputs = wgmma && w.fp8;
     const bool gemv = r.tokens <= kMaxGemvTokens;
     const int64_t a_rows = p.gate_up ? r.tokens : r.pairs;
     const int64_t out_cols = p.gate_up && gemv ? p.n / 2 : p.n;
@@ -180,7 +183,10 @@ class Bench {
     auto launch = [&](int i, cudaStream_t s) {
       bf16* o = out.as<bf16>();
       const bf16* in = a.as<bf16>();
-      if (fp8_inputs) {
+      if (wgmma && !w.fp8) {
+        gpu::moe_grouped_gemm_wgmma(o, in, a_rows, static_cast<const bf16*>(w.weight(i)), rows, blocks, r.capacity,
+                                    divisor, p.n, p.k, s);
+      } else if (fp8_inputs) {
         gpu::fp8_quantize_rows(a8.as<uint8_t>(), a_scale.as<float>(), in, a_rows, p.k, s);
         gpu::moe_grouped_gemm_fp8(o, a8.as<uint8_t>(), a_scale.as<float>(), a_rows,
                                   static_cast<const uint8_t*>(w.weight(i)), w.scale(i), rows, blocks, r.capacity,
@@ -209,6 +215,7 @@ class Bench {
     Stream stream;
     Result res{layer.name, p.name, fp8_inputs ? "e4m3xe4m3" : w.fp8 ? "e4m3" : "bf16",
                fp8_inputs ? "moe_grouped_gemm_fp8"
+               : wgmma    ? "moe_grouped_gemm_wgmma"
                : gemv     ? (p.gate_up ? "moe_grouped_gemv_silu" : "moe_grouped_gemv")
                           : "moe_grouped_gemm"};
     res.tokens = r.tokens;
@@ -246,10 +253,13 @@ class Bench {
 nlohmann::json result_rows(const std::vector<Result>& results) {
   nlohmann::json rows = nlohmann::json::array();
   for (const Result& r : results) {
-    // The same product in bf16, for the E4M3 rows' speed-up.
+    // The same product in bf16 on the default kernel, for the other rows' speed-up.
     double bf16_us = 0;
     for (const Result& o : results) {
-      if (o.format == "bf16" && o.layer == r.layer && o.product == r.product && o.tokens == r.tokens) bf16_us = o.us;
+      if (o.format == "bf16" && o.kernel != "moe_grouped_gemm_wgmma" && o.layer == r.layer && o.product == r.product &&
+          o.tokens == r.tokens) {
+        bf16_us = o.us;
+      }
     }
     rows.push_back({{"layer", r.layer},
                     {"product", r.product},

@@ -310,8 +310,12 @@ std::vector<float> grouped_reference(const std::vector<float>& a, const std::vec
   return out;
 }
 
-TEST(MoeGroupedGemm, MatchesTheReferenceAndWritesOnlyListedRows) {
-  auto gen = rng(43);
+// A bf16 grouped GEMM (moe_grouped_gemm or moe_grouped_gemm_wgmma) against the reference over
+// random routings, odd shapes and both a_row_divisors; the 8 elements past the rows stay poisoned.
+using BlockGemm = std::function<void(bf16* out, const bf16* a, int64_t a_rows, const bf16* w, const int32_t* sorted,
+                                     const int32_t* blocks, int64_t capacity, int64_t divisor, int64_t n, int64_t k)>;
+
+void check_grouped_gemm(std::mt19937_64& gen, const BlockGemm& gemm) {
   struct Shape {
     int experts, top_k;
     int64_t tokens, n, k;
@@ -334,14 +338,31 @@ TEST(MoeGroupedGemm, MatchesTheReferenceAndWritesOnlyListedRows) {
       moe_align(sorted.data(), blocks.data(), ids_d.data(), rows, sh.experts, capacity, nullptr);
       DeviceArray<bf16> a_d = upload_bf16(a), w_d = upload_bf16(w);
       DeviceArray<bf16> out(rows * sh.n + 8);  // 8 guard elements past the end stay poisoned
-      moe_grouped_gemm(out.data(), a_d.data(), w_d.data(), sorted.data(), blocks.data(), capacity, divisor, sh.n, sh.k,
-                       nullptr);
+      gemm(out.data(), a_d.data(), rows / divisor, w_d.data(), sorted.data(), blocks.data(), capacity, divisor, sh.n,
+           sh.k);
       std::vector<float> got = download_f32(out);
       for (size_t i = rows * sh.n; i < got.size(); ++i) ASSERT_TRUE(std::isnan(got[i])) << "guard element " << i;
       got.resize(rows * sh.n);
       EXPECT_LT(gpu_test::relative_error(got, grouped_reference(a, w, ids, divisor, sh.n, sh.k)), 5e-3);
     }
   }
+}
+
+TEST(MoeGroupedGemm, MatchesTheReferenceAndWritesOnlyListedRows) {
+  auto gen = rng(43);
+  check_grouped_gemm(gen, [](bf16* out, const bf16* a, int64_t, const bf16* w, const int32_t* sorted,
+                             const int32_t* blocks, int64_t capacity, int64_t divisor, int64_t n, int64_t k) {
+    moe_grouped_gemm(out, a, w, sorted, blocks, capacity, divisor, n, k, nullptr);
+  });
+}
+
+// The same product on wgmma (moe_gemm_wgmma.cu).
+TEST(MoeWgmmaGemm, MatchesTheReferenceAndWritesOnlyListedRows) {
+  auto gen = rng(60);
+  check_grouped_gemm(gen, [](bf16* out, const bf16* a, int64_t a_rows, const bf16* w, const int32_t* sorted,
+                             const int32_t* blocks, int64_t capacity, int64_t divisor, int64_t n, int64_t k) {
+    moe_grouped_gemm_wgmma(out, a, a_rows, w, sorted, blocks, capacity, divisor, n, k, nullptr);
+  });
 }
 
 // --- moe_grouped_gemv: the same product for decode-sized steps (<= 8 pairs per expert).

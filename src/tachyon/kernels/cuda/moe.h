@@ -151,7 +151,7 @@ void moe_grouped_gemm(bf16* out, const bf16* a, const uint8_t* w, const float* w
                       cudaStream_t stream);
 
 // The same product with the inputs in E4M3 too, on Hopper's FP8 tensor cores (wgmma,
-// moe_gemm_fp8.cu): a [a_rows, k] E4M3 and a_scale [ceil(k / 128), a_rows] f32 as
+// moe_gemm_wgmma.cu): a [a_rows, k] E4M3 and a_scale [ceil(k / 128), a_rows] f32 as
 // fp8_quantize_rows (kernels/cuda/fp8.h) writes them from the bf16 inputs; w and w_scale as the
 // E4M3 overload above. out[p, j] = sum over 128-wide k blocks b of (a codes . w codes over b) *
 // a_scale[b, p / a_row_divisor] * w_scale[e, j, b], each block's sum scaled in f32. Against the
@@ -161,6 +161,12 @@ void moe_grouped_gemm(bf16* out, const bf16* a, const uint8_t* w, const float* w
 void moe_grouped_gemm_fp8(bf16* out, const uint8_t* a, const float* a_scale, int64_t a_rows, const uint8_t* w,
                           const float* w_scale, const int32_t* sorted_rows, const int32_t* block_expert,
                           int64_t capacity, int64_t a_row_divisor, int64_t n, int64_t k, cudaStream_t stream);
+// The bf16 product of moe_grouped_gemm on wgmma (moe_gemm_wgmma.cu) instead of mma.sync: the same
+// result to f32 summation order (not bit for bit). a has a_rows rows; k % 8 == 0; the rest as
+// moe_grouped_gemm's.
+void moe_grouped_gemm_wgmma(bf16* out, const bf16* a, int64_t a_rows, const bf16* w, const int32_t* sorted_rows,
+                            const int32_t* block_expert, int64_t capacity, int64_t a_row_divisor, int64_t n, int64_t k,
+                            cudaStream_t stream);
 
 // The same product for decode-sized steps: every expert block of sorted_rows lists at most
 // max_pairs_per_expert (in [1, 8]) pairs before its -1 padding. It streams each active
