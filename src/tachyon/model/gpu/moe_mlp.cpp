@@ -97,15 +97,12 @@ void MoeMlpBlock::run_role_on(LinearRole role, int64_t layer, int64_t m, cudaStr
 
 namespace {
 
-// moe_grouped_gemm over a layer's experts, bf16 or E4M3 (an FP8 run, model/fp8_projections.h).
-void grouped_gemm(bf16* out, const bf16* a, const LinearWeight& w, const int32_t* sorted_rows,
+// The grouped GEMM over a layer's bf16 experts (a has a_rows rows), on wgmma.
+void grouped_gemm(bf16* out, const bf16* a, int64_t a_rows, const LinearWeight& w, const int32_t* sorted_rows,
                   const int32_t* block_expert, int64_t capacity, int64_t a_row_divisor, int64_t n, int64_t k,
                   cudaStream_t stream) {
-  if (w.fp8 != nullptr) {
-    kc::moe_grouped_gemm(out, a, w.fp8, w.scale, sorted_rows, block_expert, capacity, a_row_divisor, n, k, stream);
-  } else {
-    kc::moe_grouped_gemm(out, a, w.values, sorted_rows, block_expert, capacity, a_row_divisor, n, k, stream);
-  }
+  kc::moe_grouped_gemm_wgmma(out, a, a_rows, w.values, sorted_rows, block_expert, capacity, a_row_divisor, n, k,
+                             stream);
 }
 
 }  // namespace
@@ -176,11 +173,11 @@ void MoeMlpBlock::routed_experts(int64_t layer, const bf16* input, int64_t T, cu
                              ws.sorted_rows, ws.block_expert, capacity, 1, H, I, stream);
     return;
   }
-  grouped_gemm(ws.expert_gate_up, input, w.experts_gate_up, ws.sorted_rows, ws.block_expert, capacity, k, 2 * I, H,
-               stream);
+  grouped_gemm(ws.expert_gate_up, input, T, w.experts_gate_up, ws.sorted_rows, ws.block_expert, capacity, k, 2 * I,
+               H, stream);
   kc::silu_and_mul(ws.expert_act, ws.expert_gate_up, pairs, I, stream);
-  grouped_gemm(ws.expert_down, ws.expert_act, w.experts_down, ws.sorted_rows, ws.block_expert, capacity, 1, H, I,
-               stream);
+  grouped_gemm(ws.expert_down, ws.expert_act, pairs, w.experts_down, ws.sorted_rows, ws.block_expert, capacity, 1, H,
+               I, stream);
 }
 
 void MoeMlpBlock::forward(int64_t layer, const GpuStep& step) {
