@@ -18,7 +18,7 @@
 // Why not E4M3 MMAs: mma.sync's m16n8k32 E4M3 form is Ada's; on Hopper (sm_90a) ptxas emulates
 // it by widening to f16 for the f16 tensor cores (a variant written here took 238 registers).
 // Hopper's FP8 tensor cores are reached through wgmma only, with operands in shared memory:
-// that kernel (and quantized inputs, as the dense FP8 products take) is the way past this one.
+// moe_gemm_wgmma.cu (with inputs quantized as the dense FP8 products take them) is that kernel.
 // Test: tests/gpu/test_moe_kernels.cpp.
 #include "tachyon/kernels/cuda/attention_common.cuh"
 #include "tachyon/kernels/cuda/fp8_kv.cuh"
