@@ -63,6 +63,12 @@ template <typename T>
 bool adds_shared_expert(const BasicTpShard<T>& shard) {
   return !shard.expert_parallel || shard.tp_rank == 0;
 }
+// Empties one layer's shared expert, its bf16 weights or its FP8 projections alike.
+template <typename Layer>
+void drop_shared_expert(Layer& layer) {
+  layer.shared_gate_up = {};
+  layer.shared_down = {};
+}
 using TpShard = BasicTpShard<float>;          // the CPU ranks
 using Bf16TpShard = BasicTpShard<uint16_t>;   // the GPU ranks
 

@@ -1,5 +1,7 @@
 #include "tachyon/model/gpu/stream_gpu_weights.h"
 
+#include <optional>
+
 #include "tachyon/base/check.h"
 #include "tachyon/model/fp8_tp_shard.h"
 #include "tachyon/model/rope.h"
@@ -19,12 +21,6 @@ void on_device(int device, const Body& body) {
   TACHYON_CUDA_CHECK(cudaSetDevice(previous));
 }
 
-template <typename Layer>
-void drop_shared_expert(Layer& layer) {
-  layer.shared_gate_up = {};
-  layer.shared_down = {};
-}
-
 // The ranks' shard geometries (no tensors) and their empty device weights, each on its GPU.
 struct TpStream {
   std::vector<Bf16TpShard> shards;
@@ -37,6 +33,21 @@ struct TpStream {
     for (const ShardPlace& p : tp_shard_places(ranks)) {
       shards.push_back(shard_geometry<uint16_t>(config, p.tp_rank, p.tp_size, p.ep_rank, p.ep_size));
       weights.emplace_back(shards.back().weights.config, fp8);
+    }
+  }
+  // Layer l cut for every rank and uploaded to its GPU (an FP8 run: with `fp8`, its projections);
+  // a rank that does not add the shared expert gets none.
+  void add_layer(const ModelConfig& config, int64_t l, const BasicLayerWeights<uint16_t>& layer,
+                 const Fp8LayerProjections* fp8) {
+    for (size_t i = 0; i < shards.size(); ++i) {
+      BasicLayerWeights<uint16_t> cut = shard_layer(config, shards[i], layer);
+      std::optional<Fp8LayerProjections> fp8_cut;
+      if (fp8 != nullptr) fp8_cut = shard_fp8_layer(config, shards[i], *fp8);
+      if (!adds_shared_expert(shards[i])) {
+        drop_shared_expert(cut);
+        if (fp8_cut) drop_shared_expert(*fp8_cut);
+      }
+      on_device(devices[i], [&] { weights[i].add_layer(l, cut, fp8_cut ? &*fp8_cut : nullptr); });
     }
   }
   // The embeddings, final norm and head, each rank's rows of them.
@@ -79,11 +90,7 @@ std::vector<CudaDenseWeights> stream_bf16_tp_gpu_weights(const ModelConfig& conf
   TpStream stream(config, ranks, devices, /*fp8=*/false);
   const Bf16ModelWeights rest =
       load_weights_bf16_by_layer(config, checkpoint, [&](int64_t l, BasicLayerWeights<uint16_t>&& layer) {
-        for (size_t i = 0; i < stream.shards.size(); ++i) {
-          BasicLayerWeights<uint16_t> cut = shard_layer(config, stream.shards[i], layer);
-          if (!adds_shared_expert(stream.shards[i])) drop_shared_expert(cut);
-          on_device(devices[i], [&] { stream.weights[i].add_layer(l, cut); });
-        }
+        stream.add_layer(config, l, layer, nullptr);
       });
   stream.finish(rest);
   return std::move(stream.weights);
@@ -97,15 +104,7 @@ std::vector<CudaDenseWeights> stream_fp8_tp_gpu_weights(const ModelConfig& confi
   const Fp8LayerConverter convert(config, checkpoint, online, experts);
   const Bf16ModelWeights rest = load_weights_by_layer(config, checkpoint, [&](int64_t l, LayerWeights&& layer) {
     const Fp8GpuLayer converted = convert(l, std::move(layer));
-    for (size_t i = 0; i < stream.shards.size(); ++i) {
-      BasicLayerWeights<uint16_t> cut = shard_layer(config, stream.shards[i], converted.bf16);
-      Fp8LayerProjections fp8 = shard_fp8_layer(config, stream.shards[i], converted.fp8);
-      if (!adds_shared_expert(stream.shards[i])) {
-        drop_shared_expert(cut);
-        drop_shared_expert(fp8);
-      }
-      on_device(devices[i], [&] { stream.weights[i].add_layer(l, cut, &fp8); });
-    }
+    stream.add_layer(config, l, converted.bf16, &converted.fp8);
   });
   stream.finish(rest);
   return std::move(stream.weights);

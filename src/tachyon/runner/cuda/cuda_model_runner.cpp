@@ -44,20 +44,14 @@ CudaModelRunner::CudaModelRunner(const model::Bf16ModelWeights& weights, const c
 
 CudaModelRunner::CudaModelRunner(const model::Fp8GpuWeights& weights, const core::EngineConfig& config,
                                  CudaTpRank tp)
-    : config_(config), tp_(tp), weights_(weights, model::rope_inv_freq(weights.bf16.config)) {
-  check_vocab_rows(weights_, tp);
-  check_cache_types(config, weights_.config(), tp_.comm != nullptr);
-  // Before the KV cache takes the free memory.
-  fp8_scratch_ = cuda::DeviceBuffer(static_cast<size_t>(weights_.largest_fp8_projection()) * sizeof(kc::bf16));
-  start(config);
-}
+    : CudaModelRunner(model::gpu::CudaDenseWeights(weights, model::rope_inv_freq(weights.bf16.config)), config, tp) {}
 
 CudaModelRunner::CudaModelRunner(model::gpu::CudaDenseWeights weights, const core::EngineConfig& config,
                                  CudaTpRank tp)
     : config_(config), tp_(tp), weights_(std::move(weights)) {
   check_vocab_rows(weights_, tp_);
   check_cache_types(config, weights_.config(), tp_.comm != nullptr);
-  if (weights_.fp8()) {
+  if (weights_.fp8()) {  // before the KV cache takes the free memory
     fp8_scratch_ = cuda::DeviceBuffer(static_cast<size_t>(weights_.largest_fp8_projection()) * sizeof(kc::bf16));
   }
   start(config);

@@ -73,11 +73,8 @@ const model::Bf16TpShard& base_of(const model::Bf16TpShard& shard) { return shar
 const model::Bf16TpShard& base_of(const model::Fp8TpShard& shard) { return shard.base; }
 
 template <typename Layers>
-void drop_shared_expert(Layers& layers) {  // a rank that does not add it need not hold it
-  for (auto& layer : layers) {
-    layer.shared_gate_up = {};
-    layer.shared_down = {};
-  }
+void drop_shared_experts(Layers& layers) {  // a rank that does not add it need not hold it
+  for (auto& layer : layers) model::drop_shared_expert(layer);
 }
 
 // A rank's place in the group from its shard's geometry: its vocab rows, and under expert
@@ -102,12 +99,12 @@ std::unique_ptr<CudaModelRunner> shard_runner(Shard& shard, const core::EngineCo
   const bool drop_shared = !model::adds_shared_expert(base);
   if constexpr (std::is_same_v<Shard, model::Fp8TpShard>) {
     if (drop_shared) {
-      drop_shared_expert(shard.base.weights.layers);
-      drop_shared_expert(shard.fp8);
+      drop_shared_experts(shard.base.weights.layers);
+      drop_shared_experts(shard.fp8);
     }
     return std::make_unique<CudaModelRunner>(shard.take_weights(), config, part);
   } else {
-    if (drop_shared) drop_shared_expert(shard.weights.layers);
+    if (drop_shared) drop_shared_experts(shard.weights.layers);
     auto runner = std::make_unique<CudaModelRunner>(shard.weights, config, part);
     shard.weights = {};  // uploaded
     return runner;
