@@ -4,7 +4,7 @@
 // decode steps replayed from graphs, so both the FP8 GEMV and the dequantize + cuBLASLt path run),
 // logits within the bf16 runner's tolerance; then graphs vs eager and alone vs in a batch give
 // identical tokens, and the FP8 run holds fewer weight bytes than the bf16 run of the same model;
-// the MoE models with their routed experts in bf16 (the served path) and in E4M3.
+// the MoE models with their routed experts in bf16 and in E4M3 (the served form).
 // The FP8 KV cache (CudaFp8KvCache): dense and latent attention's logits (DSA's index keys too)
 // against the CPU reference's FP8 cache, graphs against eager, and the blocks it holds.
 // Run: build-*/tests/gpu_cuda_fp8 (GPU machine).
@@ -22,7 +22,7 @@ namespace {
 struct Fp8Variant {
   std::string arch, preset;
   model::WeightQuantization format;  // kNone: --quantization fp8 of the plain checkpoint
-  // The routed experts in bf16 (the served path, app/runner_factory.cpp) or in E4M3.
+  // The routed experts in bf16 or in E4M3 (the served form, model/fp8_served_experts.h).
   model::Fp8RoutedExperts experts = model::Fp8RoutedExperts::kBf16;
 };
 
@@ -60,6 +60,17 @@ core::EngineConfig fp8_config(bool eager, bool online_fp8) {
 
 class CudaFp8VsCpu : public ::testing::TestWithParam<Fp8Variant> {};
 
+// E4M3 experts run more than 8 tokens as E4M3 x E4M3 (moe_grouped_gemm_fp8): their inputs take one
+// FP8 rounding the reference does not make. A dense-attention model with routed experts gets 4x
+// the bf16 tolerance, as an FP8 KV cache's rounding does (fp8_kv_logits_tolerance below): the
+// rounding also moves router scores, and near-ties send a token's row to another expert. On an
+// H100 mixtral tiny (FP8 channel) gave 3.18e-2 and qwen3_moe tiny (FP8 block) 1.70e-2; the kernel
+// itself is held to 5e-3 over the quantized operands (MoeFp8ByFp8Gemm in test_moe_kernels.cpp).
+double fp8_weights_logits_tolerance(const model::ModelConfig& mc, model::Fp8RoutedExperts experts) {
+  const bool quantized_expert_inputs = experts == model::Fp8RoutedExperts::kFp8 && mc.num_experts > 0;
+  return (quantized_expert_inputs && !mc.is_mla() ? 4.0 : 1.0) * logits_tolerance(mc);
+}
+
 TEST_P(CudaFp8VsCpu, LogitsMatchTheReferenceOnTheSameFp8Weights) {
   const fs::path dir = make_fp8_tiny(GetParam());
   const bool online_fp8 = online(GetParam());
@@ -71,7 +82,7 @@ TEST_P(CudaFp8VsCpu, LogitsMatchTheReferenceOnTheSameFp8Weights) {
   const model::DenseModel reference = reference_model(reference_weights(dir, online_fp8));
   expect_logits_match_reference(reference, dir.filename().string(), config.block_size, gpu,
                                 [&](int32_t rows) { return gpu.last_logits(rows); },
-                                logits_tolerance(reference.config()));
+                                fp8_weights_logits_tolerance(reference.config(), GetParam().experts));
   EXPECT_GT(gpu.graph_replays(), 0);
 }
 
