@@ -174,7 +174,8 @@ void moe_grouped_gemm_wgmma(bf16* out, const bf16* a, int64_t a_rows, const bf16
 // 64-row tiles are mostly padding: on an H200 at DeepSeek-V2-Lite's layer and T = 1 the GEMM
 // took 43 us (gate_up) and 30 us (down) against weight-byte floors of 16.5 and 8.2 us.
 // Use it when the step has T <= 8 tokens, with max_pairs_per_expert = T (a token has each
-// expert at most once); moe_grouped_gemm above that. A pair's output does not depend on the
+// expert at most once); the wgmma GEMMs above that (moe_grouped_gemm_wgmma for bf16 experts,
+// moe_grouped_gemm_fp8 for E4M3 ones; moe_grouped_gemm is the tests' and bench_moe's comparison). A pair's output does not depend on the
 // other pairs of its expert or on max_pairs_per_expert (bit for bit), so a token gets the same
 // result alone or in a batch. Arguments and checks as moe_grouped_gemm's, plus the range of
 // max_pairs_per_expert; block_expert as moe_align writes it (its -1 blocks only after the last
