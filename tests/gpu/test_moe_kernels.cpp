@@ -367,6 +367,12 @@ TEST(MoeWgmmaGemm, MatchesTheReferenceAndWritesOnlyListedRows) {
 
 // --- moe_grouped_gemv: the same product for decode-sized steps (<= 8 pairs per expert).
 
+// A layer's experts (experts, top_k, n x k each) read by pairs whose input row is pair / divisor.
+struct ExpertsShape {
+  int experts, top_k;
+  int64_t n, k, divisor;
+};
+
 // bf16 values with full 8-bit significands (so f32 sums round, and a changed sum order shows),
 // magnitudes in [2^-6, 2^-2), four per draw: V2-Lite's experts hold 370M weights.
 std::vector<float> random_weight_values(std::mt19937_64& gen, size_t count) {
@@ -566,12 +572,9 @@ TEST(MoeGroupedGemv, MatchesTheReferenceOnAwkwardShapes) {
 // V2-Lite's shapes and at one where warps split k.
 TEST(MoeGroupedGemv, ATokensRowsDoNotDependOnItsBatch) {
   auto gen = rng(50);
-  struct Shape {
-    int experts, top_k;
-    int64_t n, k, divisor;
-  };
-  for (Shape sh : {Shape{64, 6, 2816, 2048, 6}, Shape{64, 6, 2048, 1408, 1}, Shape{8, 3, 64, 4096, 3},
-                   Shape{8, 3, 64, 4096, 1}}) {
+  const ExpertsShape shapes[] = {{64, 6, 2816, 2048, 6}, {64, 6, 2048, 1408, 1}, {8, 3, 64, 4096, 3},
+                                 {8, 3, 64, 4096, 1}};
+  for (const ExpertsShape& sh : shapes) {
     SCOPED_TRACE(testing::Message() << "n " << sh.n << " k " << sh.k << " divisor " << sh.divisor);
     const ExpertWeights w(gen, sh.experts, sh.n, sh.k);
     const int64_t a_rows_per_token = sh.top_k / sh.divisor, row = a_rows_per_token * sh.k;
@@ -807,15 +810,12 @@ void check_fp8_routed(std::mt19937_64& gen, const Fp8Experts& w, const std::vect
 
 TEST(MoeFp8Experts, GemvAndGemmMatchTheReferenceOnTheValuesTheWeightsStandFor) {
   auto gen = rng(57);
-  struct Shape {
-    int experts, top_k;
-    int64_t n, k, divisor;
-  };
   // V2-Lite's gate_up and down widths (8 experts, to keep the CPU quantizer quick); a k that ends
   // 16 values into a factor block (2192 = 17 * 128 + 16); k 96 (one factor block, the GEMM's
   // second 64-wide slice partial); k 32, the tiny DeepSeek models' expert width.
-  for (Shape sh : {Shape{8, 6, 2816, 2048, 6}, Shape{8, 6, 2048, 1408, 1}, Shape{6, 2, 40, 2192, 2},
-                   Shape{16, 4, 200, 96, 1}, Shape{16, 4, 64, 32, 4}}) {
+  const ExpertsShape shapes[] = {{8, 6, 2816, 2048, 6}, {8, 6, 2048, 1408, 1}, {6, 2, 40, 2192, 2}, {16, 4, 200, 96, 1},
+                                 {16, 4, 64, 32, 4}};
+  for (const ExpertsShape& sh : shapes) {
     const Fp8Experts w(gen, sh.experts, sh.n, sh.k);
     for (int64_t tokens : {1, 3, 8, 130}) {
       SCOPED_TRACE(testing::Message() << sh.experts << " experts, n " << sh.n << " k " << sh.k << ", divisor "
@@ -891,13 +891,10 @@ std::vector<bf16> run_fp8_by_fp8(const Fp8Experts& w, const std::vector<float>& 
 
 TEST(MoeFp8ByFp8Gemm, MatchesTheReferenceOnTheValuesBothOperandsStandFor) {
   auto gen = rng(59);
-  struct Shape {
-    int experts, top_k;
-    int64_t n, k, divisor;
-  };
   // As MoeFp8Experts' shapes, plus n 264 (a third 128-column tile with 8 columns) and k 256.
-  for (Shape sh : {Shape{8, 6, 2816, 2048, 6}, Shape{8, 6, 2048, 1408, 1}, Shape{6, 2, 40, 2192, 2},
-                   Shape{16, 4, 200, 96, 1}, Shape{16, 4, 64, 32, 4}, Shape{4, 2, 264, 256, 2}}) {
+  const ExpertsShape shapes[] = {{8, 6, 2816, 2048, 6}, {8, 6, 2048, 1408, 1}, {6, 2, 40, 2192, 2}, {16, 4, 200, 96, 1},
+                                 {16, 4, 64, 32, 4}, {4, 2, 264, 256, 2}};
+  for (const ExpertsShape& sh : shapes) {
     const Fp8Experts w(gen, sh.experts, sh.n, sh.k);
     for (int64_t tokens : {1, 9, 130}) {
       SCOPED_TRACE(testing::Message() << sh.experts << " experts, n " << sh.n << " k " << sh.k << ", divisor "
