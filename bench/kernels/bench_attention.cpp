@@ -4,12 +4,15 @@
 // tests/gpu/test_attention_kernels.cpp (tests check correctness; time is measured here):
 //   a) decode, one query per sequence, at (batch, context) = (64, 1024), (1, 100), (1, 5000),
 //      (16, 4096);
-//   b) prefill of one 2,048-token causal prompt (no cached prefix).
+//   b) prefill of one 2,048-token causal prompt (no cached prefix);
+//   c) a)'s decode over an FP8 cache (--kv-cache-dtype fp8: E4M3 codes, one f32 factor per
+//      token and KV head: 128 + 4 bytes a row instead of 256).
 //
 // Method (docs/benchmarks.md: floors first, warm-up, median of repeats), as bench_mla_dsa: two
 // ceilings measured in the same run (a 1 GiB device-to-device copy, bytes read + written; a
 // bf16 8192^3 cuBLAS product), and per case floor = max(bytes / copy bandwidth, FLOPs / GEMM
-// rate). Decode bytes are the K and V rows it must read (batch x context x 8 x 128 x 2 x 2);
+// rate). Decode bytes are the K and V rows it must read (batch x context x 8 x 128 x 2 x 2, or
+// x 2 x 132 over an FP8 cache);
 // prefill bytes add q and out, and its FLOPs are QK^T and PV over the causal triangle
 // (4 x 128 x 32 x n(n+1)/2).
 // The one non-obvious decision: a case is timed as L consecutive "layers", each over its own
@@ -20,7 +23,7 @@
 // over the repeats of one replay, divided by L.
 // Inputs are random bf16 (hash fill on the device); outputs start as NaN and must all be finite
 // afterwards, so a kernel that skipped work fails. Accuracy is the test's job, not this file's.
-// Run (GPU machine): build-gpu/bin/bench_attention [--json FILE] [--cases decode,prefill]
+// Run (GPU machine): build-gpu/bin/bench_attention [--json FILE] [--cases decode,prefill,decode_fp8]
 //   [--decode-shapes 64x1024,256x2048] [--shuffled-blocks]
 #include <algorithm>
 #include <cmath>
@@ -35,6 +38,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_common.h"
+#include "bench_device.h"
 #include "tachyon/base/check.h"
 #include "tachyon/kernels/cuda/attention.h"
 #include "tachyon/tensor/cuda/device_buffer.h"
@@ -54,18 +58,34 @@ using Result = LayerResult;
 
 // L layers of one batch's K/V caches in one pool. Layer l's sequence s owns blocks
 // (l * batch + s) * blocks_per_seq + b, b = 0 .. blocks_per_seq - 1: identity block tables.
+// With `fp8` the FP8 cache's arrays instead: random finite codes, every factor 0x3c3c3c3c (0.0115:
+// positive, as amax / 448 is; the time does not depend on the values).
 struct LayerCaches {
   int32_t layers = 1, batch = 0, blocks_per_seq = 0;
-  cuda::DeviceBuffer k, v;     // [layers * batch * blocks_per_seq, kBlockSize, kKvHeads, kHeadDim] bf16 each
+  bool fp8 = false;
+  cuda::DeviceBuffer k, v;     // [layers * batch * blocks_per_seq, kBlockSize, kKvHeads, kHeadDim] bf16 or E4M3 each
+  cuda::DeviceBuffer k_scale, v_scale;  // FP8: [slots, kKvHeads] f32
   cuda::DeviceBuffer tables;   // [layers, batch, blocks_per_seq] int32
 
   // shuffled: the block ids are a fixed permutation of the pool, as a server's free list hands
   // them out after hours of traffic, instead of one contiguous run per sequence.
-  LayerCaches(int32_t layers_, int32_t batch_, int32_t context, bool shuffled)
-      : layers(layers_), batch(batch_), blocks_per_seq((context + kBlockSize - 1) / kBlockSize) {
+  LayerCaches(int32_t layers_, int32_t batch_, int32_t context, bool shuffled, bool fp8_ = false)
+      : layers(layers_), batch(batch_), blocks_per_seq((context + kBlockSize - 1) / kBlockSize), fp8(fp8_) {
     const size_t blocks = size_t(layers) * batch * blocks_per_seq;
-    k = random_bf16(blocks * kBlockSize * kKvHeads * kHeadDim, 21, 1.0f);
-    v = random_bf16(blocks * kBlockSize * kKvHeads * kHeadDim, 22, 1.0f);
+    const size_t values = blocks * kBlockSize * kKvHeads * kHeadDim, rows = blocks * kBlockSize * kKvHeads;
+    if (fp8) {
+      k = cuda::DeviceBuffer(values);
+      v = cuda::DeviceBuffer(values);
+      fill_random_e4m3(k.as<uint8_t>(), values, 21, nullptr);
+      fill_random_e4m3(v.as<uint8_t>(), values, 22, nullptr);
+      k_scale = cuda::DeviceBuffer(rows * sizeof(float));
+      v_scale = cuda::DeviceBuffer(rows * sizeof(float));
+      TACHYON_CUDA_CHECK(cudaMemset(k_scale.data(), 0x3c, rows * sizeof(float)));
+      TACHYON_CUDA_CHECK(cudaMemset(v_scale.data(), 0x3c, rows * sizeof(float)));
+    } else {
+      k = random_bf16(values, 21, 1.0f);
+      v = random_bf16(values, 22, 1.0f);
+    }
     std::vector<int32_t> ids(blocks);
     for (size_t i = 0; i < blocks; ++i) ids[i] = static_cast<int32_t>(i);
     if (shuffled) std::shuffle(ids.begin(), ids.end(), std::mt19937(7));
@@ -73,7 +93,10 @@ struct LayerCaches {
   }
   gpu::PagedKvView view(int layer) const {
     const int32_t* table = tables.as<int32_t>() + size_t(layer) * batch * blocks_per_seq;
-    return gpu::PagedKvView{k.as<bf16>(), v.as<bf16>(), table, blocks_per_seq, kBlockSize, kKvHeads, kHeadDim};
+    if (!fp8) return gpu::PagedKvView{k.as<bf16>(), v.as<bf16>(), table, blocks_per_seq, kBlockSize, kKvHeads, kHeadDim};
+    gpu::PagedKvView view{nullptr, nullptr, table, blocks_per_seq, kBlockSize, kKvHeads, kHeadDim};
+    view.fp8 = {k.as<uint8_t>(), v.as<uint8_t>(), k_scale.as<float>(), v_scale.as<float>()};
+    return view;
   }
 };
 
@@ -100,11 +123,12 @@ class Bench {
     results_.push_back(r);
   }
 
-  // Decode: one query per sequence, every sequence at `context` tokens.
-  void decode(int32_t batch, int32_t context) {
-    const double layer_bytes = 2.0 * batch * context * kKvHeads * kHeadDim * sizeof(bf16);  // K and V
+  // Decode: one query per sequence, every sequence at `context` tokens (over an FP8 cache with `fp8`).
+  void decode(int32_t batch, int32_t context, bool fp8 = false) {
+    const double row_bytes = fp8 ? kHeadDim + sizeof(float) : kHeadDim * sizeof(bf16);  // one K or V row
+    const double layer_bytes = 2.0 * batch * context * kKvHeads * row_bytes;
     const int layers = layers_for(layer_bytes, ceilings_);
-    const LayerCaches caches(layers, batch, context, shuffled_);
+    const LayerCaches caches(layers, batch, context, shuffled_, fp8);
     const cuda::DeviceBuffer q = random_bf16(size_t(batch) * kHeads * kHeadDim, 31, 1.0f);
     const cuda::DeviceBuffer context_lens = upload(std::vector<int32_t>(batch, context));
     const cuda::DeviceBuffer out = poisoned(size_t(batch) * kHeads * kHeadDim * sizeof(bf16));
@@ -120,8 +144,9 @@ class Bench {
           }
         },
         stream.get(), options_, /*eager_enqueue_us=*/500.0 + 10.0 * layers);
-    check_all_finite(out, "decode");
-    add("decode", batch, context, layers, us, layer_bytes, 4.0 * batch * kHeads * double(context) * kHeadDim);
+    const std::string what = fp8 ? "decode_fp8" : "decode";
+    check_all_finite(out, what.c_str());
+    add(what, batch, context, layers, us, layer_bytes, 4.0 * batch * kHeads * double(context) * kHeadDim);
   }
 
   // Causal prefill of one `tokens`-long prompt (no cached prefix).
@@ -190,6 +215,12 @@ void run(const BenchOptions& options, const AttentionOptions& extra) {
       bench.decode(batch, context);
     }
   }
+  if (wanted(options, "decode_fp8")) {
+    for (const std::string& shape : extra.decode_shapes) {
+      const auto [batch, context] = parse_shape(shape);
+      bench.decode(batch, context, /*fp8=*/true);
+    }
+  }
   if (wanted(options, "prefill")) bench.prefill(2048);
   const nlohmann::json shape = {{"heads", kHeads}, {"kv_heads", kKvHeads}, {"head_dim", kHeadDim},
                                 {"block_size", kBlockSize}, {"shuffled_blocks", extra.shuffled_blocks}};
@@ -204,7 +235,7 @@ int main(int argc, char** argv) {
   CLI::App app{"bench_attention: per-layer time of the paged decode and prefill attention kernels at Llama-3-8B "
                "shapes against their floors"};
   tachyon::bench::AttentionOptions extra;
-  tachyon::bench::add_common_options(app, options, {"decode", "prefill"});
+  tachyon::bench::add_common_options(app, options, {"decode", "prefill", "decode_fp8"});
   app.add_option("--decode-shapes", extra.decode_shapes,
                  "decode cases as BATCHxCONTEXT (default 1x100,1x5000,16x4096,64x1024)")
       ->delimiter(',');
