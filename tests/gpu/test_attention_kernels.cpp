@@ -7,7 +7,8 @@
 // bench/kernels/bench_attention.cpp (tests check correctness only).
 // FP8 caches (--kv-cache-dtype fp8): the same caches quantized per (slot, kv head) by the CPU's
 // codec (tensor/fp8.h, as the CPU reference's FP8 cache rounds a row); the CPU attends over the
-// dequantized f32 values, the kernels over bf16(code * factor); NaN rows carry NaN codes and
+// dequantized f32 values, the prefill kernel over bf16(code * factor), the decode kernel over the
+// codes in f16 with the factors applied outside the products; NaN rows carry NaN codes and
 // factors. The same tolerance holds.
 // Run on the GPU machine: build/tests/gpu_attention_kernels (TACHYON_TEST_SEED replays a run).
 #include <algorithm>
@@ -34,6 +35,7 @@ struct HeadShape {
   int32_t block_size = 16;
   int32_t window = 0;
   bool fp8 = false;  // an FP8 cache (PagedKvView::fp8)
+  int32_t row_spread_log2 = 0;  // each K and V row (slot, kv head) scaled by 2^k, k uniform in [-this, this]
 };
 
 // K/V of several sequences in one paged cache, host f32 (for the reference) and device bf16.
@@ -69,7 +71,8 @@ class PagedCache {
         tables_[s * stride_ + b] = b < blocks ? pool[next++] : pool[needed + (s + b) % garbage];
       }
       for (int32_t b = 0; b < blocks; ++b) {
-        const std::vector<float> k = random_bf16_values(gen, block_elems), v = random_bf16_values(gen, block_elems);
+        std::vector<float> k = random_bf16_values(gen, block_elems), v = random_bf16_values(gen, block_elems);
+        if (shape.row_spread_log2 > 0) spread_rows(gen, shape, k, v);
         const size_t at = static_cast<size_t>(tables_[s * stride_ + b]) * block_elems;
         for (size_t i = 0; i < block_elems; ++i) {
           const bool owned = b * bs + static_cast<int32_t>(i / row) < contexts[s];
@@ -108,6 +111,17 @@ class PagedCache {
   int32_t stride() const { return stride_; }
 
  private:
+  // Scales each head_dim row of k and of v by its own power of two (exact in bf16).
+  static void spread_rows(std::mt19937_64& gen, const HeadShape& shape, std::vector<float>& k, std::vector<float>& v) {
+    std::uniform_int_distribution<int> exponent(-shape.row_spread_log2, shape.row_spread_log2);
+    for (std::vector<float>* values : {&k, &v}) {
+      for (size_t r = 0; r < values->size() / shape.head_dim; ++r) {
+        const float scale = std::ldexp(1.0f, exponent(gen));
+        for (int32_t d = 0; d < shape.head_dim; ++d) (*values)[r * shape.head_dim + d] *= scale;
+      }
+    }
+  }
+
   // Each head_dim row of `values` -> E4M3 codes and its factor (the CPU codec); `values` becomes
   // the dequantized row, what the reference attends over. A row holding NaN gets NaN codes (0x7f)
   // and a NaN factor, so a kernel that reads it shows an infinite error.
@@ -157,13 +171,14 @@ struct DecodeRun {
   std::vector<float> ref;
 };
 
-// One decode step over `contexts` (max_context_len = `bound`, or the longest when 0).
+// One decode step over `contexts` (max_context_len = `bound`, or the longest when 0), the queries
+// drawn with standard deviation q_scale.
 DecodeRun run_decode(std::mt19937_64& gen, const std::vector<int32_t>& contexts, const HeadShape& shape,
-                     int32_t bound = 0) {
+                     int32_t bound = 0, float q_scale = 1.5f) {
   const PagedCache cache(gen, contexts, shape);
   const int32_t num_seqs = static_cast<int32_t>(contexts.size());
   const size_t head_elems = static_cast<size_t>(shape.num_heads) * shape.head_dim;
-  const std::vector<float> q = random_bf16_values(gen, num_seqs * head_elems, 1.5f);
+  const std::vector<float> q = random_bf16_values(gen, num_seqs * head_elems, q_scale);
   const gpu::AttentionParams params = params_of(shape);
   DecodeRun run;
   run.ref.assign(num_seqs * head_elems, 0.0f);
@@ -197,11 +212,12 @@ void expect_decode_close(const std::vector<int32_t>& contexts, const HeadShape& 
 }
 
 void check_decode(std::mt19937_64& gen, const std::vector<int32_t>& contexts, const HeadShape& shape,
-                  int32_t bound = 0) {
+                  int32_t bound = 0, float q_scale = 1.5f) {
   SCOPED_TRACE(testing::Message() << "heads " << shape.num_heads << "/" << shape.num_kv_heads << " head_dim "
                                   << shape.head_dim << " block " << shape.block_size << " window " << shape.window
-                                  << (shape.fp8 ? " fp8" : "") << " batch " << contexts.size() << " bound " << bound);
-  expect_decode_close(contexts, shape, run_decode(gen, contexts, shape, bound));
+                                  << (shape.fp8 ? " fp8" : "") << " row spread 2^" << shape.row_spread_log2
+                                  << " batch " << contexts.size() << " bound " << bound << " q scale " << q_scale);
+  expect_decode_close(contexts, shape, run_decode(gen, contexts, shape, bound, q_scale));
 }
 
 const std::vector<int32_t> kDecodeContexts = {1, 2, 15, 16, 17, 100, 1000, 5000};
@@ -427,6 +443,31 @@ TEST(PagedDecodeAttentionFp8, LengthsHeadDimsBatchesAndWindows) {
   check_decode(gen, {9, 0, 2999, 300, 1}, HeadShape{40, 2, 128, 16, 0, true});
   check_decode(gen, {1, 17, 999, 5000, 0}, HeadShape{28, 4, 128, 16, 100, true});
   check_decode(gen, {5, 0, 300}, HeadShape{32, 8, 128, 16, 0, true}, 32768);
+}
+
+// The FP8 cache's decode products run in f16 (attention_decode_fp8.cuh): queries far past f16's
+// range (drawn with deviation 2e4, values up to about 1e5) and far below its normal range (1e-6)
+// give the reference's output. Each Q row is scaled by a power of two first; unscaled, the first
+// would be infinite in f16 and the second would keep few of its bits.
+TEST(PagedDecodeAttentionFp8, QueriesOfAnyMagnitude) {
+  auto gen = rng(303);
+  for (float q_scale : {2.0e4f, 1.0e-6f}) {
+    check_decode(gen, {1, 17, 300, 2000}, HeadShape{32, 8, 128, 16, 0, true}, 0, q_scale);
+    check_decode(gen, {40, 1000}, HeadShape{8, 8, 64, 16, 0, true}, 0, q_scale);
+    check_decode(gen, {700}, HeadShape{16, 8, 256, 32, 0, true}, 0, q_scale);
+  }
+}
+
+// Cache rows of very different sizes side by side (each K and V row scaled by 2^-6 .. 2^6, so the
+// factors of one 16-key tile differ up to 4,096-fold): the decode kernel applies K's factors to S
+// and V's to P relative to the tile's largest, and must still match the reference (a kernel that
+// took every V factor for the tile's largest would be off up to 4,096-fold in some rows).
+TEST(PagedDecodeAttentionFp8, RowsOfMixedMagnitude) {
+  auto gen = rng(304);
+  for (int32_t head_dim : {64, 128, 256}) {
+    check_decode(gen, {1, 17, 300, 2000}, HeadShape{32, 8, head_dim, 16, 0, true, 6});
+    check_decode(gen, {5, 999}, HeadShape{28, 4, head_dim, 32, 100, true, 6});
+  }
 }
 
 TEST(PagedPrefillAttentionFp8, RaggedBatchesHeadDimsAndWindows) {

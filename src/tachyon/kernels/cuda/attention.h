@@ -26,8 +26,9 @@ struct PagedKvView {
   int32_t head_dim = 0;              // 64, 128 or 256
   // An FP8 cache (--kv-cache-dtype fp8) when fp8.k is set: k_cache and v_cache are then unused,
   // fp8.k and fp8.v hold E4M3 codes in their layout and fp8.k_scale / fp8.v_scale one f32 factor
-  // per (slot, kv head) ([num_blocks * block_size, num_kv_heads]); a key's value is code * factor,
-  // rounded to bf16 as the tile is loaded (the tensor cores then run as for a bf16 cache).
+  // per (slot, kv head) ([num_blocks * block_size, num_kv_heads]); a key's value is code * factor.
+  // Prefill rounds it to bf16 as the tile is loaded; decode runs the codes through the tensor
+  // cores in f16 (exact) and applies the factors to S and P (attention_decode_fp8.cuh).
   struct Fp8 {
     const uint8_t* k = nullptr;
     const uint8_t* v = nullptr;

@@ -22,95 +22,43 @@
 //   a private cp.async pipeline of kStages stages (16-byte copies, no block barriers in the
 //   loop) with its own online softmax; the 4 partial states are merged in shared memory. Each
 //   copy instruction of a warp reads whole rows (whole 128-byte lines), not a slice of 16 rows.
-// - FP8 cache: the same pipeline carries E4M3 codes and their factors (cp.async, 16 bytes of
-//   codes and one 4-byte factor at a time, kStages deep as the bf16 tiles), and right before a
-//   tile's math the warp writes its codes as bf16 code * factor into one bf16 tile of its own,
-//   which the tensor-core math reads as it reads a bf16 stage. So as many bytes are in flight
-//   as for the bf16 cache (it was one tile in registers before: 13% slower than bf16 on the
-//   8B shape at batch 64), and the shared memory per warp is one bf16 tile plus the code stages.
+// - FP8 cache: attention_decode_fp8.cuh, the same grid, splits, warp tiles and pipeline over
+//   the codes and their factors, with the codes converted straight into tensor-core fragments.
 #include <algorithm>
 #include <cmath>
 
 #include "tachyon/kernels/cuda/attention.h"
+#include "tachyon/kernels/cuda/attention_common.cuh"
+#include "tachyon/kernels/cuda/attention_decode_common.cuh"
+#include "tachyon/kernels/cuda/attention_decode_fp8.cuh"
 #include "tachyon/kernels/cuda/pdl.cuh"
 #include "tachyon/tensor/cuda/device_buffer.h"
-#include "tachyon/kernels/cuda/attention_common.cuh"
-#include "tachyon/kernels/cuda/fp8_kv.cuh"
 
 namespace tachyon::kernels::cuda {
 namespace {
 
 using namespace attention_detail;
+using namespace decode_detail;
 
-constexpr int kWarps = 4;
-constexpr int kThreads = 32 * kWarps;
-constexpr int kTileTokens = 16;     // keys per warp tile: two n8 mma tiles, one k16 step of P V
-constexpr int kSplitTokens = 256;   // fewest keys worth a split of their own
-constexpr int kMaxSplits = 64;      // bounds the grid and the workspace for any max_context_len
-constexpr int kCtasPerSmTarget = 4; // a grid short of one wave gets splits until it has this many CTAs per SM
-
-template <int kHeadDim, bool kFp8>
+template <int kHeadDim>
 struct DecodeTraits {
   static constexpr int kStages = kHeadDim == 64 ? 4 : 3;
   static constexpr int kStageElems = 2 * kTileTokens * kHeadDim;  // K tile then V tile
   static constexpr bool kQInRegisters = kHeadDim <= 128;          // 256 reloads Q from smem
   static constexpr int kOStride = kHeadDim + 8;                   // f32 row of the merge buffer
-  // FP8: a stage is K codes, V codes (one byte a value), then K and V factors (f32 per key).
-  static constexpr int kCodeStageBytes = kStageElems + 2 * kTileTokens * static_cast<int>(sizeof(float));
-  // One warp's part of the pipeline: kStages bf16 stages, or (FP8) one bf16 tile + kStages code stages.
-  static constexpr size_t kWarpPipeBytes = kFp8 ? kStageElems * sizeof(bf16) + kStages * kCodeStageBytes
-                                                : kStages * kStageElems * sizeof(bf16);
+  static constexpr size_t kWarpPipeBytes = kStages * kStageElems * sizeof(bf16);  // one warp's stages
   static constexpr size_t kSmemBytes = 16 * kHeadDim * sizeof(bf16) + kWarps * kWarpPipeBytes;
   static_assert(kWarps * 16 * kOStride * sizeof(float) <= kWarps * kWarpPipeBytes,
                 "the cross-warp merge buffer reuses the pipeline stages");
-  static_assert(kWarpPipeBytes % 16 == 0 && kCodeStageBytes % 16 == 0, "16-byte cp.async destinations");
+  static_assert(kWarpPipeBytes % 16 == 0, "16-byte cp.async destinations");
 };
-
-struct DecodeArgs {
-  bf16* out;                   // [num_seqs, num_heads, head_dim] bf16
-  const bf16* q;               // [num_seqs, num_heads, head_dim] bf16
-  PagedKvView kv;
-  const int32_t* context_lens; // [num_seqs] int32
-  float* part_out;             // [num_seqs, num_heads, num_splits, head_dim] f32, normalized
-  float* part_lse;             // [num_seqs, num_heads, num_splits] f32, log2(sum exp2) of each split
-  int32_t num_heads;
-  int32_t group;               // query heads per kv head
-  int32_t m_tiles;             // CTAs per kv head: ceil(group / 16)
-  int32_t num_splits;
-  int32_t window;
-  float scale_log2;            // scale * log2(e)
-};
-
-// How one sequence's keys are split: tiles of kTileTokens keys start at `base` (key_lo rounded
-// down, so tiles align to 16 absolute positions), split z covers tiles
-// [z * tiles_per_split, (z + 1) * tiles_per_split) of n_tiles, for z < n_active.
-struct DecodeSplit {
-  int key_lo = 0;  // first visible key (sliding window), keys [key_lo, ctx) are attended
-  int base = 0;
-  int n_tiles = 0;
-  int tiles_per_split = 1;
-  int n_active = 0;  // 0 for an empty sequence
-};
-
-__device__ __forceinline__ DecodeSplit decode_split(int ctx, int window, int num_splits) {
-  DecodeSplit sp;
-  if (ctx <= 0) return sp;
-  sp.key_lo = window > 0 ? max(0, ctx - window) : 0;
-  sp.base = sp.key_lo & ~(kTileTokens - 1);
-  sp.n_tiles = ceil_div(ctx - sp.base, kTileTokens);
-  const int wanted = min(num_splits, ceil_div(ctx - sp.key_lo, kSplitTokens));
-  sp.tiles_per_split = ceil_div(sp.n_tiles, wanted);
-  sp.n_active = ceil_div(sp.n_tiles, sp.tiles_per_split);
-  return sp;
-}
 
 // grid (num_kv_heads * m_tiles, num_seqs, num_splits), kThreads threads, DecodeTraits::kSmemBytes.
-// kFp8: the cache is FP8 (PagedKvView::fp8).
-template <int kHeadDim, bool kFp8>
+template <int kHeadDim>
 __global__ void __launch_bounds__(kThreads) paged_decode_kernel(const DecodeArgs a) {
   pdl_wait();  // launched with launch_pdl: nothing of the previous kernel is touched before this
   pdl_launch_dependents();
-  using T = DecodeTraits<kHeadDim, kFp8>;
+  using T = DecodeTraits<kHeadDim>;
   constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
   constexpr int kKSteps = kHeadDim / 16;
   constexpr int kNTiles = kHeadDim / 8;  // n8 tiles of the output
@@ -120,28 +68,23 @@ __global__ void __launch_bounds__(kThreads) paged_decode_kernel(const DecodeArgs
   __shared__ float s_m[kWarps][16], s_l[kWarps][16];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int kv_head = blockIdx.x / a.m_tiles, m_tile = blockIdx.x % a.m_tiles;
-  const int seq = blockIdx.y, split = blockIdx.z;
-  const int ctx = a.context_lens[seq];
-  const int head0 = kv_head * a.group + m_tile * 16;
-  const int rows = min(16, a.group - m_tile * 16);
-  const DecodeSplit sp = decode_split(ctx, a.window, a.num_splits);
-  if (ctx <= 0) {  // graph padding: zeros, written once
-    if (split == 0) {
-      bf16* dst = a.out + (static_cast<size_t>(seq) * a.num_heads + head0) * kHeadDim;
-      for (int i = threadIdx.x; i < rows * kHeadDim; i += kThreads) dst[i] = __float2bfloat16(0.0f);
-    }
+  const DecodeCta cta = decode_cta(a);
+  const int kv_head = cta.kv_head, seq = cta.seq, ctx = cta.ctx;
+  const DecodeSplit& sp = cta.sp;
+  if (ctx <= 0) {
+    write_empty_rows<kHeadDim>(a, cta);
     return;
   }
-  if (split >= sp.n_active) return;
-  const int tile_begin = split * sp.tiles_per_split;
+  if (cta.split >= sp.n_active) return;
+  const int tile_begin = cta.split * sp.tiles_per_split;
   const int tile_end = min(sp.n_tiles, tile_begin + sp.tiles_per_split);
 
   // Q rows of this CTA's heads (rows past the group are zero).
-  const bf16* q_src = a.q + (static_cast<size_t>(seq) * a.num_heads + head0) * kHeadDim;
+  const bf16* q_src = a.q + (static_cast<size_t>(seq) * a.num_heads + cta.head0) * kHeadDim;
   for (int i = threadIdx.x; i < 16 * kChunks; i += kThreads) {
     const int r = i / kChunks, c = i % kChunks;
-    cp_async_16(smem_u32(s_q + swizzled<kHeadDim>(r, c)), q_src + (r < rows ? r : 0) * kHeadDim + c * 8, r < rows);
+    cp_async_16(smem_u32(s_q + swizzled<kHeadDim>(r, c)), q_src + (r < cta.rows ? r : 0) * kHeadDim + c * 8,
+                r < cta.rows);
   }
   cp_async_commit();
 
@@ -151,45 +94,23 @@ __global__ void __launch_bounds__(kThreads) paged_decode_kernel(const DecodeArgs
   const int my_tiles = max(0, ceil_div(tile_end - tile_begin - warp, kWarps));
   const int32_t* table = a.kv.block_tables + static_cast<size_t>(seq) * a.kv.block_table_stride;
   const size_t row_stride = static_cast<size_t>(a.kv.num_kv_heads) * kHeadDim;
-  // FP8: the warp's bf16 tile (K then V, swizzled as a bf16 stage), then its code stages.
-  unsigned char* w_codes = reinterpret_cast<unsigned char*>(w_pipe + T::kStageElems);
   // Copies tile i into its stage. Lane l looks up key (l % 16)'s slot; each copy instruction then
   // reads whole rows, a row's lanes taking its consecutive 16-byte chunks (one key's K or V row of
   // this head is contiguous), the slot of each row shuffled from the lane that looked it up. So a
   // warp's request covers whole 128-byte lines: lanes that took 32 bytes of each of 16 rows made
   // the 8B shape's batch-64 step 7% slower and its 32K-context batch-1 step 5% slower (H100,
   // bench/results/2026-12-05-decode-attention-row-copies-h100.json). Keys past the context copy
-  // zeros (codes and factors, for FP8).
+  // zeros.
   auto issue = [&](int i) {
     const int token = sp.base + (tile_begin + warp + i * kWarps) * kTileTokens + (lane & 15);
     int64_t slot = -1;
     if (token < ctx) {
       slot = static_cast<int64_t>(__ldg(table + token / a.kv.block_size)) * a.kv.block_size + token % a.kv.block_size;
     }
-    // One row is kRowChunks 16-byte chunks: bf16 values, or FP8 codes (unswizzled; a factor each).
-    constexpr int kRowChunks = kFp8 ? kHeadDim / 16 : kChunks;
-    constexpr int kLanesPerRow = kRowChunks < 32 ? kRowChunks : 32;
+    // One row is kChunks 16-byte chunks.
+    constexpr int kLanesPerRow = kChunks < 32 ? kChunks : 32;
     constexpr int kRowsPerCopy = 32 / kLanesPerRow;
     const int chunk = lane % kLanesPerRow;
-    if constexpr (kFp8) {
-      unsigned char* stage = w_codes + (i % T::kStages) * T::kCodeStageBytes;
-#pragma unroll
-      for (int j = 0; j < kTileTokens / kRowsPerCopy; ++j) {
-        const int row = lane / kLanesPerRow + j * kRowsPerCopy;
-        const int64_t row_slot = __shfl_sync(0xffffffffu, slot, row);
-        const size_t head_row = static_cast<size_t>(max(row_slot, int64_t{0})) * a.kv.num_kv_heads + kv_head;
-        unsigned char* s_kc = stage + row * kHeadDim + chunk * 16;
-        cp_async_16(smem_u32(s_kc), a.kv.fp8.k + head_row * kHeadDim + chunk * 16, row_slot >= 0);
-        cp_async_16(smem_u32(s_kc + kTileTokens * kHeadDim), a.kv.fp8.v + head_row * kHeadDim + chunk * 16,
-                    row_slot >= 0);
-      }
-      // The factors: K's of key l for lanes 0-15, V's of key l - 16 for lanes 16-31.
-      const size_t head_row = static_cast<size_t>(max(slot, int64_t{0})) * a.kv.num_kv_heads + kv_head;
-      float* factors = reinterpret_cast<float*>(stage + T::kStageElems);  // [K, V][16]
-      const float* src = lane < 16 ? a.kv.fp8.k_scale : a.kv.fp8.v_scale;
-      cp_async_4(smem_u32(factors + lane), src + head_row, slot >= 0);
-      return;
-    }
     bf16* s_k = w_pipe + (i % T::kStages) * T::kStageElems;
     bf16* s_v = s_k + kTileTokens * kHeadDim;
 #pragma unroll
@@ -201,29 +122,6 @@ __global__ void __launch_bounds__(kThreads) paged_decode_kernel(const DecodeArgs
       const int at = swizzled<kHeadDim>(row, chunk);
       cp_async_16(smem_u32(s_k + at), a.kv.k_cache + offset + chunk * 8, row_slot >= 0);
       cp_async_16(smem_u32(s_v + at), a.kv.v_cache + offset + chunk * 8, row_slot >= 0);
-    }
-  };
-  // FP8: tile i's codes (landed, and visible to the whole warp after a __syncwarp) -> the warp's
-  // bf16 tile: lane l converts code chunks (l / 16) + 2j of key l % 16, 16 codes = bf16 chunks 2c
-  // and 2c + 1.
-  auto convert_fp8 = [&](int i) {
-    const unsigned char* stage = w_codes + (i % T::kStages) * T::kCodeStageBytes;
-    const float* factors = reinterpret_cast<const float*>(stage + T::kStageElems);
-    const int key = lane & 15;
-    const float k_factor = factors[key], v_factor = factors[kTileTokens + key];
-    const unsigned char* s_kc = stage + key * kHeadDim;
-    const unsigned char* s_vc = s_kc + kTileTokens * kHeadDim;
-    bf16* s_k = w_pipe;
-    bf16* s_v = s_k + kTileTokens * kHeadDim;
-#pragma unroll
-    for (int j = 0; j < kHeadDim / 32; ++j) {
-      const int c = (lane >> 4) + 2 * j;
-      const uint4 kc = *reinterpret_cast<const uint4*>(s_kc + c * 16);
-      const uint4 vc = *reinterpret_cast<const uint4*>(s_vc + c * 16);
-      *reinterpret_cast<uint4*>(s_k + swizzled<kHeadDim>(key, 2 * c)) = fp8x8_to_bf16x8(make_uint2(kc.x, kc.y), k_factor);
-      *reinterpret_cast<uint4*>(s_k + swizzled<kHeadDim>(key, 2 * c + 1)) = fp8x8_to_bf16x8(make_uint2(kc.z, kc.w), k_factor);
-      *reinterpret_cast<uint4*>(s_v + swizzled<kHeadDim>(key, 2 * c)) = fp8x8_to_bf16x8(make_uint2(vc.x, vc.y), v_factor);
-      *reinterpret_cast<uint4*>(s_v + swizzled<kHeadDim>(key, 2 * c + 1)) = fp8x8_to_bf16x8(make_uint2(vc.z, vc.w), v_factor);
     }
   };
 #pragma unroll
@@ -256,11 +154,7 @@ __global__ void __launch_bounds__(kThreads) paged_decode_kernel(const DecodeArgs
     cp_async_commit();
     cp_async_wait<T::kStages - 1>();
     __syncwarp();
-    if constexpr (kFp8) {
-      convert_fp8(i);  // into the warp's bf16 tile, which the previous tile's math is done with
-      __syncwarp();
-    }
-    const bf16* s_k = kFp8 ? w_pipe : w_pipe + (i % T::kStages) * T::kStageElems;
+    const bf16* s_k = w_pipe + (i % T::kStages) * T::kStageElems;
     const bf16* s_v = s_k + kTileTokens * kHeadDim;
 
     // S = Q K^T for 16 heads x 16 keys.
@@ -352,36 +246,7 @@ __global__ void __launch_bounds__(kThreads) paged_decode_kernel(const DecodeArgs
     s_l[warp][g + 8] = l_run[1];
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < rows * (kHeadDim / 4); idx += kThreads) {
-    const int r = idx / (kHeadDim / 4), d = (idx % (kHeadDim / 4)) * 4;
-    float mx = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, s_m[w][r]);
-    float sum = 0.0f;
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const float weight = fast_exp2(s_m[w][r] - mx);  // 0 for a warp that had no tile
-      const float4 part = *reinterpret_cast<const float4*>(s_o + (w * 16 + r) * T::kOStride + d);
-      sum += weight * s_l[w][r];
-      acc.x += weight * part.x;
-      acc.y += weight * part.y;
-      acc.z += weight * part.z;
-      acc.w += weight * part.w;
-    }
-    const float inv = 1.0f / sum;
-    const size_t head_row = static_cast<size_t>(seq) * a.num_heads + head0 + r;
-    if (sp.n_active == 1) {
-      __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(a.out + head_row * kHeadDim + d);
-      dst[0] = __floats2bfloat162_rn(acc.x * inv, acc.y * inv);
-      dst[1] = __floats2bfloat162_rn(acc.z * inv, acc.w * inv);
-    } else {
-      const size_t part_row = head_row * a.num_splits + split;
-      *reinterpret_cast<float4*>(a.part_out + part_row * kHeadDim + d) =
-          make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
-      if (d == 0) a.part_lse[part_row] = mx + log2f(sum);
-    }
-  }
+  merge_warps_and_store<kHeadDim>(a, cta, s_o, T::kOStride, s_m, s_l);
 }
 
 // Combines the splits of each (sequence, head): out = sum_z 2^(lse_z - max) o_z / sum_z 2^(lse_z - max).
@@ -430,16 +295,18 @@ struct SplitRequest {
   size_t workspace_bytes = 0;
 };
 
+// kFp8: the cache is FP8 (PagedKvView::fp8), read by attention_decode_fp8.cuh's kernel.
 template <int kHeadDim, bool kFp8>
 void launch_decode_cache(DecodeArgs a, int num_seqs, const SplitRequest& request, cudaStream_t stream) {
-  const size_t smem = DecodeTraits<kHeadDim, kFp8>::kSmemBytes;
+  constexpr auto kernel = kFp8 ? &paged_decode_fp8_kernel<kHeadDim> : &paged_decode_kernel<kHeadDim>;
+  const size_t smem = kFp8 ? Fp8DecodeTraits<kHeadDim>::kSmemBytes : DecodeTraits<kHeadDim>::kSmemBytes;
   static std::atomic<uint64_t> smem_raised{0};
-  raise_smem_limit_once(paged_decode_kernel<kHeadDim, kFp8>, smem, smem_raised);
+  raise_smem_limit_once(kernel, smem, smem_raised);
   static std::atomic<int> resident{0};  // CTAs one SM holds at once (registers and shared memory); 0: not asked yet
   if (resident.load(std::memory_order_relaxed) == 0) {
     int n = 0;
     TACHYON_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, paged_decode_kernel<kHeadDim, kFp8>, kThreads, smem));
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, smem));
     resident.store(std::max(n, 1), std::memory_order_relaxed);
   }
   const int sms = tachyon::cuda::multiprocessor_count();
@@ -457,7 +324,7 @@ void launch_decode_cache(DecodeArgs a, int num_seqs, const SplitRequest& request
     a.part_lse = a.part_out + part_rows * kHeadDim;
   }
   const dim3 grid(a.kv.num_kv_heads * a.m_tiles, num_seqs, a.num_splits);
-  launch_pdl(paged_decode_kernel<kHeadDim, kFp8>, grid, dim3(kThreads), smem, stream, a);
+  launch_pdl(kernel, grid, dim3(kThreads), smem, stream, a);
   TACHYON_CUDA_CHECK_LAUNCH();
   if (a.num_splits > 1) {
     launch_pdl(merge_splits_kernel<kHeadDim>, dim3(a.num_heads, num_seqs), dim3(kHeadDim / 4), 0, stream, a);

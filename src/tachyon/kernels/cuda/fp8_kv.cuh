@@ -53,4 +53,16 @@ __device__ __forceinline__ uint4 fp8x8_to_bf16x8(uint2 bits, float factor) {
   return pack8(v);
 }
 
+// Four E4M3 codes (byte i = value i) -> two registers of two f16 each, exactly (every E4M3 value
+// is an f16 value), one hardware conversion per register: bytes 0 and 1 in .x (byte 0 in its
+// low half), bytes 2 and 3 in .y.
+__device__ __forceinline__ uint2 e4m3x4_to_f16x4(uint32_t word) {
+  uint2 r;
+  asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %2;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n"
+      " cvt.rn.f16x2.e4m3x2 %1, hi;\n}\n"
+      : "=r"(r.x), "=r"(r.y)
+      : "r"(word));
+  return r;
+}
+
 }  // namespace tachyon::kernels::cuda
