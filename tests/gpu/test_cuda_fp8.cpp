@@ -153,9 +153,14 @@ core::EngineConfig fp8_kv_config(bool eager, bool online_fp8) {
 // A dense-attention model with routed experts gets 4x (8e-2): the one-step differences also move
 // router scores, and near-ties send a token's row to another expert. qwen3_moe tiny with bf16
 // weights on an H100, 17 seeds: 3.0e-2 to 4.25e-2 in 16 (median 3.4e-2), 5.04e-2 in one.
-double fp8_kv_logits_tolerance(const model::ModelConfig& mc) {
-  const bool routed_dense_attention = mc.num_experts > 0 && !mc.is_mla();
-  return (routed_dense_attention ? 4.0 : 2.5) * logits_tolerance(mc);
+// A latent-attention model with routed experts in E4M3 (FP8 weights) gets 4x too (1.6e-1): its
+// experts' inputs also take an FP8 rounding the reference does not make (runner_test_util.h,
+// fp8_expert_inputs_logits_tolerance), which moves router scores the same way. GLM-5 tiny with
+// FP8 weights on an H100: seeds 1-6 4.91e-2 to 6.69e-2, one run 1.09e-1 (TACHYON_TEST_SEED=517417024).
+// The bf16-weight variants keep 2.5x, where the wrong-factor check above was made.
+double fp8_kv_logits_tolerance(const model::ModelConfig& mc, bool fp8_weights) {
+  const bool routed_rows_move = mc.num_experts > 0 && (!mc.is_mla() || fp8_weights);
+  return (routed_rows_move ? 4.0 : 2.5) * logits_tolerance(mc);
 }
 
 struct Fp8KvVariant {
@@ -203,7 +208,8 @@ TEST_P(CudaFp8KvCache, LogitsMatchTheReferencesFp8Cache) {
   auto gpu = fp8_kv_runner(dir, config, v.online_fp8_weights);
   const model::DenseModel reference = reference_model(reference_weights(dir, v.online_fp8_weights));
   expect_logits_match_reference(reference, dir.filename().string() + " fp8 kv", config.block_size, *gpu,
-                                [&](int32_t rows) { return gpu->last_logits(rows); }, fp8_kv_logits_tolerance(reference.config()),
+                                [&](int32_t rows) { return gpu->last_logits(rows); },
+                                fp8_kv_logits_tolerance(reference.config(), v.online_fp8_weights),
                                 /*fp8_kv_cache=*/true);
   EXPECT_GT(gpu->graph_replays(), 0);
 }
