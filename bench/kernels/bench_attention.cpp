@@ -93,9 +93,13 @@ struct LayerCaches {
   }
   gpu::PagedKvView view(int layer) const {
     const int32_t* table = tables.as<int32_t>() + size_t(layer) * batch * blocks_per_seq;
-    if (!fp8) return gpu::PagedKvView{k.as<bf16>(), v.as<bf16>(), table, blocks_per_seq, kBlockSize, kKvHeads, kHeadDim};
     gpu::PagedKvView view{nullptr, nullptr, table, blocks_per_seq, kBlockSize, kKvHeads, kHeadDim};
-    view.fp8 = {k.as<uint8_t>(), v.as<uint8_t>(), k_scale.as<float>(), v_scale.as<float>()};
+    if (fp8) {
+      view.fp8 = {k.as<uint8_t>(), v.as<uint8_t>(), k_scale.as<float>(), v_scale.as<float>()};
+    } else {
+      view.k_cache = k.as<bf16>();
+      view.v_cache = v.as<bf16>();
+    }
     return view;
   }
 };
