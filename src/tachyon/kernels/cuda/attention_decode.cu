@@ -185,31 +185,7 @@ __global__ void __launch_bounds__(kThreads) paged_decode_kernel(const DecodeArgs
       }
     }
 
-    // Online softmax; every tile holds at least one visible key, so the max is finite.
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m_run[h], mx * a.scale_log2);
-      const float alpha = fast_exp2(m_run[h] - m_new);
-      m_run[h] = m_new;
-      float sum = 0.0f;
-#pragma unroll
-      for (int n = 0; n < 2; ++n) {
-#pragma unroll
-        for (int e = 2 * h; e < 2 * h + 2; ++e) {
-          s[n][e] = fast_exp2(fmaf(s[n][e], a.scale_log2, -m_new));
-          sum += s[n][e];
-        }
-      }
-      l_run[h] = l_run[h] * alpha + sum;
-#pragma unroll
-      for (int n = 0; n < kNTiles; ++n) {
-        o[n][2 * h] *= alpha;
-        o[n][2 * h + 1] *= alpha;
-      }
-    }
+    online_softmax_tile(s, m_run, l_run, o, a.scale_log2, 1.0f);
 
     // O += P V, P straight from the S registers.
     const uint32_t pa[4] = {pack_bf16(s[0][0], s[0][1]), pack_bf16(s[0][2], s[0][3]), pack_bf16(s[1][0], s[1][1]),
@@ -222,12 +198,6 @@ __global__ void __launch_bounds__(kThreads) paged_decode_kernel(const DecodeArgs
       mma_bf16_16816(o[2 * d + 1], pa, b[2], b[3]);
     }
   }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
-    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
-  }
-
   // Merge the 4 warps' states in shared memory (the pipeline stages are free now).
   cp_async_wait<0>();
   __syncthreads();
@@ -239,12 +209,7 @@ __global__ void __launch_bounds__(kThreads) paged_decode_kernel(const DecodeArgs
     *reinterpret_cast<float2*>(w_o + g * T::kOStride + n * 8 + c2) = make_float2(o[n][0], o[n][1]);
     *reinterpret_cast<float2*>(w_o + (g + 8) * T::kOStride + n * 8 + c2) = make_float2(o[n][2], o[n][3]);
   }
-  if ((lane & 3) == 0) {
-    s_m[warp][g] = m_run[0];
-    s_m[warp][g + 8] = m_run[1];
-    s_l[warp][g] = l_run[0];
-    s_l[warp][g + 8] = l_run[1];
-  }
+  publish_warp_state(m_run, l_run, s_m, s_l, warp, lane);
   __syncthreads();
   merge_warps_and_store<kHeadDim>(a, cta, s_o, T::kOStride, s_m, s_l);
 }

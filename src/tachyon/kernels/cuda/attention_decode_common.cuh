@@ -90,6 +90,58 @@ __device__ __forceinline__ void write_empty_rows(const DecodeArgs& a, const Deco
   for (int i = threadIdx.x; i < c.rows * kHeadDim; i += kThreads) dst[i] = __float2bfloat16(0.0f);
 }
 
+// The online softmax over one warp tile (16 rows x 16 keys, S in the m16n8 C layout: s[n][e] is
+// row g = lane / 4 for e < 2, g + 8 for e >= 2): scores times `scale` are log2-domain logits; the
+// running max and sum of both rows move on, s becomes P, and the accumulators are multiplied by
+// alpha times `o_rescale`. Every tile holds at least one visible key, so the max is finite.
+template <int kNTiles>
+__device__ __forceinline__ void online_softmax_tile(float (&s)[2][4], float (&m_run)[2], float (&l_run)[2],
+                                                    float (&o)[kNTiles][4], float scale, float o_rescale) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mx = fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m_run[h], mx * scale);
+    const float alpha = fast_exp2(m_run[h] - m_new);
+    m_run[h] = m_new;
+    float sum = 0.0f;
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+#pragma unroll
+      for (int e = 2 * h; e < 2 * h + 2; ++e) {
+        s[n][e] = fast_exp2(fmaf(s[n][e], scale, -m_new));
+        sum += s[n][e];
+      }
+    }
+    l_run[h] = l_run[h] * alpha + sum;
+    const float o_scale = alpha * o_rescale;
+#pragma unroll
+    for (int n = 0; n < kNTiles; ++n) {
+      o[n][2 * h] *= o_scale;
+      o[n][2 * h + 1] *= o_scale;
+    }
+  }
+}
+
+// A warp's softmax state once its last tile is done: the row sums completed over the four lanes
+// of each row, and both rows' max and sum published to s_m / s_l for the merge below.
+__device__ __forceinline__ void publish_warp_state(float (&m_run)[2], float (&l_run)[2], float (&s_m)[kWarps][16],
+                                                   float (&s_l)[kWarps][16], int warp, int lane) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+  }
+  if ((lane & 3) == 0) {
+    const int g = lane >> 2;
+    s_m[warp][g] = m_run[0];
+    s_m[warp][g + 8] = m_run[1];
+    s_l[warp][g] = l_run[0];
+    s_l[warp][g + 8] = l_run[1];
+  }
+}
+
 // The end of a CTA, after every warp wrote its unnormalized output rows to s_o
 // ([kWarps][16][o_stride] f32, head_dim columns in order), its running max (log2 domain) to
 // s_m and its sum of exp2 to s_l, and a __syncthreads: the warps' states merged, normalized, and

@@ -266,32 +266,7 @@ __global__ void __launch_bounds__(kThreads) paged_decode_fp8_kernel(const Decode
     const float unit_ratio = unit / tile_unit, inv_unit = 1.0f / tile_unit;
     unit = tile_unit;
 
-    // Online softmax (S is in the log2 domain already); every tile holds a visible key.
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = fmaxf(fmaxf(s[0][2 * h], s[0][2 * h + 1]), fmaxf(s[1][2 * h], s[1][2 * h + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m_run[h], mx);
-      const float alpha = fast_exp2(m_run[h] - m_new);
-      m_run[h] = m_new;
-      float sum = 0.0f;
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-#pragma unroll
-        for (int e = 2 * h; e < 2 * h + 2; ++e) {
-          s[j][e] = fast_exp2(s[j][e] - m_new);
-          sum += s[j][e];
-        }
-      }
-      l_run[h] = l_run[h] * alpha + sum;
-      const float o_scale = alpha * unit_ratio;
-#pragma unroll
-      for (int n = 0; n < kNTiles; ++n) {
-        o[n][2 * h] *= o_scale;
-        o[n][2 * h + 1] *= o_scale;
-      }
-    }
+    online_softmax_tile(s, m_run, l_run, o, 1.0f, unit_ratio);  // S is in the log2 domain already
 
     // O += P' V with P' = P f / u (A fragment straight from the S registers) and V's codes.
     const float2 v_rel[2] = {make_float2(v_factor[0].x * inv_unit, v_factor[0].y * inv_unit),
@@ -333,12 +308,6 @@ __global__ void __launch_bounds__(kThreads) paged_decode_fp8_kernel(const Decode
       }
     }
   }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
-    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
-  }
-
   // Merge the 4 warps' states in shared memory (the pipeline stages are free now), the
   // accumulators back in head_dim order and units.
   cp_async_wait<0>();
@@ -353,12 +322,7 @@ __global__ void __launch_bounds__(kThreads) paged_decode_fp8_kernel(const Decode
       w_o[(g + 8 * (e >> 1)) * T::kOStride + column] = o[n][e] * unit;
     }
   }
-  if (t == 0) {
-    s_m[warp][g] = m_run[0];
-    s_m[warp][g + 8] = m_run[1];
-    s_l[warp][g] = l_run[0];
-    s_l[warp][g + 8] = l_run[1];
-  }
+  publish_warp_state(m_run, l_run, s_m, s_l, warp, lane);
   __syncthreads();
   merge_warps_and_store<kHeadDim>(a, c, s_o, T::kOStride, s_m, s_l);
 }
