@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Per-kernel device times of one decode step, from two Nsight Compute runs.
+"""Per-kernel device times of one decode step (or one prefill), from two Nsight Compute runs.
 
 scripts/gpu-profile.sh runs `tachyon bench latency` under ncu twice, with N and N + 1 output
 tokens (eager, one iteration, no warm-up). The second run launches exactly one more decode step,
@@ -56,7 +56,7 @@ def short_name(name):
 def one_step(short_rows, long_rows):
     if len(long_rows) <= len(short_rows):
         raise ValueError(f"the longer run launched {len(long_rows)} kernels, the shorter {len(short_rows)}: "
-                         "give the second run one more output token")
+                         "give the second run one more output token (a prefill: one more iteration)")
     head = [r[0] for r in long_rows[: len(short_rows)]]
     if head != [r[0] for r in short_rows]:
         raise ValueError("the two runs launched different kernels before the extra step")
@@ -80,9 +80,11 @@ def main(argv):
     parser.add_argument("long_csv")
     parser.add_argument("--json", help="also write the summary here")
     parser.add_argument("--top", type=int, default=0, help="print only the N costliest kernel names")
+    parser.add_argument("--what", default="one decode step",
+                        help="what the longer run's extra kernels are (the summary's first words)")
     args = parser.parse_args(argv)
     summary = summarize(one_step(load(args.short_csv), load(args.long_csv)))
-    print(f"one decode step: {len(summary['kernels'])} kernels, {summary['total_us']:.1f} us of device time (serialized)")
+    print(f"{args.what}: {len(summary['kernels'])} kernels, {summary['total_us']:.1f} us of device time (serialized)")
     if args.top == 0:
         for k in summary["kernels"]:
             print(f"{k['us']:9.2f} us  {k['kernel']:<60} grid {k['grid']} block {k['block']}")

@@ -31,6 +31,12 @@ class KernelProfileTest(unittest.TestCase):
         self.assertEqual(step["by_name"][0]["kernel"], names[0])  # costliest first
         self.assertIn("one decode step: 4 kernels, 37.4 us", run.stdout)
 
+    def test_the_summary_says_what_the_extra_kernels_are(self):
+        run = subprocess.run([sys.executable, TOOL, os.path.join(DATA, "short.csv"), os.path.join(DATA, "long.csv"),
+                              "--what", "one 2048-token prefill", "--top", "1"], capture_output=True, text=True,
+                             check=True)
+        self.assertTrue(run.stdout.startswith("one 2048-token prefill: 4 kernels, 37.4 us"), run.stdout)
+
     def test_names_lose_namespaces_arguments_and_return_types(self):
         self.assertEqual(kernel_profile.short_name(
             "void tachyon::kernels::cuda::(anonymous namespace)::gemv_kernel<1, __nv_bfloat16, "
