@@ -213,16 +213,11 @@ void run(const BenchOptions& options, const AttentionOptions& extra) {
   std::printf("%-16s %6s %8s %12s %10s %7s  %-5s %9s %9s %6s\n", "what", "batch", "context", "us median", "floor us",
               "ratio", "bound", "TB/s", "TFLOP/s", "layers");
   Bench bench(options, ceilings, extra.shuffled_blocks);
-  if (wanted(options, "decode")) {
+  for (const bool fp8 : {false, true}) {  // the bf16 cache's decode cases, then the FP8 cache's
+    if (!wanted(options, fp8 ? "decode_fp8" : "decode")) continue;
     for (const std::string& shape : extra.decode_shapes) {
       const auto [batch, context] = parse_shape(shape);
-      bench.decode(batch, context);
-    }
-  }
-  if (wanted(options, "decode_fp8")) {
-    for (const std::string& shape : extra.decode_shapes) {
-      const auto [batch, context] = parse_shape(shape);
-      bench.decode(batch, context, /*fp8=*/true);
+      bench.decode(batch, context, fp8);
     }
   }
   if (wanted(options, "prefill")) bench.prefill(2048);
