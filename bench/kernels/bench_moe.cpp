@@ -187,7 +187,7 @@ class Bench {
         gpu::moe_grouped_gemm_wgmma(o, in, a_rows, static_cast<const bf16*>(w.weight(i)), rows, blocks, r.capacity,
                                     divisor, p.n, p.k, s);
       } else if (fp8_inputs) {
-        gpu::fp8_quantize_rows(a8.as<uint8_t>(), a_scale.as<float>(), in, a_rows, p.k, s);
+        gpu::fp8_quantize_rows(a8.as<uint8_t>(), a_scale.as<float>(), in, a_rows, a_rows, p.k, s);
         gpu::moe_grouped_gemm_fp8(o, a8.as<uint8_t>(), a_scale.as<float>(), a_rows,
                                   static_cast<const uint8_t*>(w.weight(i)), w.scale(i), rows, blocks, r.capacity,
                                   divisor, p.n, p.k, s);

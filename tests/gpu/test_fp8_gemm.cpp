@@ -6,10 +6,12 @@
 //   dequantized quantized inputs and weights, with and without bias, on model shapes (which must
 //   have a cuBLASLt algorithm on the GPU machine) and awkward ones (which may answer "no
 //   algorithm", and must then leave the output untouched);
-// - both inside CUDA graph capture; the argument checks.
+// - tune() over FP8 products and its cache; both inside CUDA graph capture; the argument checks.
 // Run: build-*/tests/gpu_fp8_gemm (GPU machine); TACHYON_TEST_SEED=<seed> replays a failure.
 #include <array>
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -74,7 +76,7 @@ TEST(Fp8QuantizeRows, EqualsTheCpuQuantizerByteForByte) {
     const DeviceArray<bf16> in_device = gpu_test::upload_bf16(in);
     DeviceArray<uint8_t> out(static_cast<size_t>(m * k) + kGuard);
     DeviceArray<float> scales(cpu_scales.size() + kGuard);
-    fp8_quantize_rows(out.data(), scales.data(), in_device.data(), m, k, stream.stream);
+    fp8_quantize_rows(out.data(), scales.data(), in_device.data(), m, m, k, stream.stream);
     TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream.stream));
     const std::vector<uint8_t> got = out.download();
     const std::vector<float> got_scales = scales.download();
@@ -87,6 +89,42 @@ TEST(Fp8QuantizeRows, EqualsTheCpuQuantizerByteForByte) {
     // Past the outputs, the poison stays (0xFF bytes are E4M3 NaN; NaN factors).
     for (size_t i = cpu.data.size(); i < got.size(); ++i) ASSERT_EQ(got[i], 0xFF) << "guard byte " << i;
     for (size_t i = cpu_scales.size(); i < got_scales.size(); ++i) ASSERT_TRUE(std::isnan(got_scales[i]));
+  }
+}
+
+// Padded to more rows (the runner's products of row counts cuBLASLt refuses): the real rows as
+// without padding, in the padded layout [ceil(k / 128), padded_m]; the padding rows zero codes
+// with factor 1; nothing written past them.
+TEST(Fp8QuantizeRows, PadsWithZeroRowsOfFactorOne) {
+  Stream stream;
+  uint64_t salt = 50;
+  for (auto [m, padded_m, k] : std::vector<std::array<int64_t, 3>>{{281, 288, 4096}, {5, 16, 208}, {17, 48, 1040}}) {
+    std::mt19937_64 gen = gpu_test::rng(++salt);
+    const std::vector<float> in = spread_values(gen, m, k, 2.0f);
+    const Fp8BlockWeight cpu = quantize_fp8_blocks(in, m, k, 1, 128);
+    const int64_t blocks = blocks_of(k);
+    const DeviceArray<bf16> in_device = gpu_test::upload_bf16(in);
+    DeviceArray<uint8_t> out(static_cast<size_t>(padded_m * k) + kGuard);
+    DeviceArray<float> scales(static_cast<size_t>(padded_m * blocks) + kGuard);
+    fp8_quantize_rows(out.data(), scales.data(), in_device.data(), m, padded_m, k, stream.stream);
+    TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream.stream));
+    const std::vector<uint8_t> got = out.download();
+    const std::vector<float> got_scales = scales.download();
+    const std::string shape = "m=" + std::to_string(m) + " padded to " + std::to_string(padded_m);
+    size_t byte_mismatches = 0;
+    for (size_t i = 0; i < cpu.data.size(); ++i) byte_mismatches += got[i] != cpu.data[i];
+    EXPECT_EQ(byte_mismatches, 0u) << shape;
+    for (size_t i = cpu.data.size(); i < static_cast<size_t>(padded_m * k); ++i) ASSERT_EQ(got[i], 0) << shape;
+    for (size_t i = static_cast<size_t>(padded_m * k); i < got.size(); ++i) ASSERT_EQ(got[i], 0xFF) << shape;
+    for (int64_t b = 0; b < blocks; ++b) {
+      for (int64_t r = 0; r < padded_m; ++r) {
+        const float want = r < m ? cpu.scale_inv[static_cast<size_t>(r * blocks + b)] : 1.0f;
+        ASSERT_EQ(got_scales[static_cast<size_t>(b * padded_m + r)], want) << shape << " row " << r << " block " << b;
+      }
+    }
+    for (size_t i = static_cast<size_t>(padded_m * blocks); i < got_scales.size(); ++i) {
+      ASSERT_TRUE(std::isnan(got_scales[i])) << shape;
+    }
   }
 }
 
@@ -186,6 +224,46 @@ TEST(Fp8Gemm, MatchesTheCpuProductOfTheDequantizedOperands) {
   }
 }
 
+// tune() times FP8 products too (the runner tunes an FP8 run's projections so): the chosen
+// algorithms give the same product, a refused shape is remembered instead of failing, and the
+// cache round trip keeps the FP8 entries apart from bf16 ones of the same shape.
+TEST(Fp8Gemm, TunedProductsStayCorrectAndCached) {
+  Stream stream;
+  const std::vector<GemmProblem> problems = {
+      {.m = 64, .n = 6144, .k = 4096, .fp8 = true},
+      {.m = 100, .n = 4096, .k = 14336, .has_bias = true, .fp8 = true},
+      {.m = 64, .n = 6144, .k = 4096},  // the same shape in bf16: its own entry
+      {.m = 17, .n = 208, .k = 1040, .fp8 = true}};  // awkward: may be refused
+  GemmRunner tuned;
+  tuned.tune(problems, stream.stream, {.candidates = 8, .warmup = 1, .repeats = 3});
+  const std::string summary = tuned.algo_summary();
+  std::printf("%s", summary.c_str());
+  const bool awkward_refused = !tuned.fp8_refusal(17, 208, 1040, false).empty();
+  int tuned_lines = 0;
+  for (size_t at = summary.find("tuned"); at != std::string::npos; at = summary.find("tuned", at + 1)) ++tuned_lines;
+  EXPECT_EQ(tuned_lines, awkward_refused ? 3 : 4);
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("tachyon_fp8_gemm_cache_" + std::to_string(gpu_test::test_seed()) + ".json"))
+                               .string();
+  tuned.save_cache(path, "key");
+  GemmRunner loaded;
+  ASSERT_TRUE(loaded.load_cache(path, "key"));
+  std::filesystem::remove(path);
+  EXPECT_EQ(loaded.algo_summary(), summary);
+  uint64_t salt = 400;
+  for (GemmRunner* gemm : {&tuned, &loaded}) {
+    for (const GemmProblem& p : problems) {
+      if (!p.fp8 || (p.n == 208 && awkward_refused)) continue;
+      const Fp8Product product(p.m, p.n, p.k, gpu_test::rng(++salt));
+      DeviceArray<bf16> out(static_cast<size_t>(p.m * p.n));
+      ASSERT_TRUE(product.run(*gemm, out, p.has_bias, stream.stream)) << to_string(p);
+      TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream.stream));
+      EXPECT_LT(gpu_test::relative_error(gpu_test::download_f32(out), product.reference(p.has_bias)), kBf16Tolerance)
+          << to_string(p);
+    }
+  }
+}
+
 TEST(Fp8Gemm, QuantizeAndProductRunInsideCudaGraphCapture) {
   Stream stream;
   GemmRunner gemm;
@@ -198,7 +276,7 @@ TEST(Fp8Gemm, QuantizeAndProductRunInsideCudaGraphCapture) {
   DeviceArray<float> row_scales(static_cast<size_t>(m * blocks_of(k)));
   DeviceArray<bf16> out(static_cast<size_t>(m * n));
   auto issue = [&] {
-    fp8_quantize_rows(rows.data(), row_scales.data(), in_device.data(), m, k, stream.stream);
+    fp8_quantize_rows(rows.data(), row_scales.data(), in_device.data(), m, m, k, stream.stream);
     return gemm.linear_fp8(out.data(), rows.data(), row_scales.data(), product.weight_device.data(),
                            product.weight_scale.data(), product.bias_device.data(), m, n, k, stream.stream);
   };
@@ -239,11 +317,15 @@ TEST(Fp8Gemm, RejectsBadArgumentsWithClearMessages) {
   EXPECT_NE(product_error(64, 40, product.weight_device.data()).find("multiples of 16"), std::string::npos);
   EXPECT_NE(product_error(40, 64, product.weight_device.data()).find("n=40"), std::string::npos);
   EXPECT_NE(product_error(64, 64, product.weight_device.data() + 8).find("weight ("), std::string::npos);
-  EXPECT_NE(gpu_test::error_of([&] { fp8_quantize_rows(rows.data(), scales.data(), in.data(), 16, 40, nullptr); })
+  EXPECT_NE(gpu_test::error_of([&] { fp8_quantize_rows(rows.data(), scales.data(), in.data(), 16, 16, 40, nullptr); })
                 .find("multiple of 16"),
             std::string::npos);
-  EXPECT_NE(gpu_test::error_of([&] { fp8_quantize_rows(rows.data() + 4, scales.data(), in.data(), 16, 64, nullptr); })
-                .find("16-byte aligned"),
+  EXPECT_NE(gpu_test::error_of([&] {
+              fp8_quantize_rows(rows.data() + 4, scales.data(), in.data(), 16, 16, 64, nullptr);
+            }).find("16-byte aligned"),
+            std::string::npos);
+  EXPECT_NE(gpu_test::error_of([&] { fp8_quantize_rows(rows.data(), scales.data(), in.data(), 16, 15, 64, nullptr); })
+                .find("padded_m at least m"),
             std::string::npos);
 }
 

@@ -881,7 +881,7 @@ std::vector<bf16> run_fp8_by_fp8(const Fp8Experts& w, const std::vector<float>& 
   const DeviceArray<bf16> a_d = upload_bf16(a);
   DeviceArray<uint8_t> a8(static_cast<size_t>(a_rows * w.k));
   DeviceArray<float> a_scale(static_cast<size_t>(a_rows * ((w.k + 127) / 128)));
-  fp8_quantize_rows(a8.data(), a_scale.data(), a_d.data(), a_rows, w.k, nullptr);
+  fp8_quantize_rows(a8.data(), a_scale.data(), a_d.data(), a_rows, a_rows, w.k, nullptr);
   return run_grouped_product(w.experts, w.n, ids, [&](bf16* out, const int32_t* sorted, const int32_t* blocks,
                                                       int64_t capacity) {
     moe_grouped_gemm_fp8(out, a8.data(), a_scale.data(), a_rows, w.data.data(), w.scale.data(), sorted, blocks,

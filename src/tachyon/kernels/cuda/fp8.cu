@@ -20,15 +20,16 @@ __global__ void fp8_dequantize_kernel(uint4* __restrict__ out, const uint2* __re
 }
 
 __global__ void fp8_quantize_rows_kernel(uint32_t* __restrict__ out, float* __restrict__ scale,
-                                         const uint2* __restrict__ in, int64_t m, int64_t k, int64_t blocks_per_row) {
+                                         const uint2* __restrict__ in, int64_t m, int64_t padded_m, int64_t k,
+                                         int64_t blocks_per_row) {
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x % 32);
-  if (warp >= m * blocks_per_row) return;  // whole warps leave together
+  if (warp >= padded_m * blocks_per_row) return;  // whole warps leave together
   const int64_t row = warp / blocks_per_row, block = warp % blocks_per_row;
   const int64_t column = block * 128 + lane * 4;
   const bool active = column < k;  // k is a multiple of 16: a lane has all four values or none
-  float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  if (active) {
+  float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // a padding row stays zero: factor 1, codes 0
+  if (active && row < m) {
     const uint2 bits = __ldg(in + (row * k + column) / 4);
     v[0] = __uint_as_float(bits.x << 16), v[1] = __uint_as_float(bits.x & 0xFFFF0000u);
     v[2] = __uint_as_float(bits.y << 16), v[3] = __uint_as_float(bits.y & 0xFFFF0000u);
@@ -39,7 +40,7 @@ __global__ void fp8_quantize_rows_kernel(uint32_t* __restrict__ out, float* __re
   // The CPU's quantize_fp8_blocks: the same factor, an IEEE division, RNE with saturation (the
   // KV cache's codec, fp8_kv.cuh).
   const float factor = fp8_kv_factor(amax);
-  if (lane == 0) scale[block * m + row] = factor;
+  if (lane == 0) scale[block * padded_m + row] = factor;
   if (!active) return;
   out[(row * k + column) / 4] = fp8_encode4(v, factor);
 }
@@ -61,17 +62,19 @@ void fp8_dequantize(bf16* out, const uint8_t* weight, const float* scale, int64_
   TACHYON_CUDA_CHECK_LAUNCH();
 }
 
-void fp8_quantize_rows(uint8_t* out, float* scale, const bf16* in, int64_t m, int64_t k, cudaStream_t stream) {
-  TACHYON_CHECK(m >= 0 && k > 0 && k % 16 == 0) << "fp8_quantize_rows: [" << m << ", " << k
-                                                << "] (k must be a positive multiple of 16)";
+void fp8_quantize_rows(uint8_t* out, float* scale, const bf16* in, int64_t m, int64_t padded_m, int64_t k,
+                       cudaStream_t stream) {
+  TACHYON_CHECK(m >= 0 && padded_m >= m && k > 0 && k % 16 == 0)
+      << "fp8_quantize_rows: [" << m << ", " << k << "] padded to " << padded_m
+      << " rows (k must be a positive multiple of 16, padded_m at least m)";
   TACHYON_CHECK(aligned16(out) && aligned16(in) && reinterpret_cast<uintptr_t>(scale) % 4 == 0)
       << "fp8_quantize_rows: out and in must be 16-byte aligned";
   const int64_t blocks_per_row = (k + 127) / 128;
-  const int64_t threads = m * blocks_per_row * 32;
+  const int64_t threads = padded_m * blocks_per_row * 32;
   if (threads == 0) return;
   constexpr int kThreads = 256;
   fp8_quantize_rows_kernel<<<static_cast<unsigned>((threads + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-      reinterpret_cast<uint32_t*>(out), scale, reinterpret_cast<const uint2*>(in), m, k, blocks_per_row);
+      reinterpret_cast<uint32_t*>(out), scale, reinterpret_cast<const uint2*>(in), m, padded_m, k, blocks_per_row);
   TACHYON_CUDA_CHECK_LAUNCH();
 }
 

@@ -25,11 +25,13 @@ namespace tachyon::kernels::cuda {
 // 8-byte aligned (checked). No allocation, no synchronization: graph-capture safe.
 void fp8_dequantize(bf16* out, const uint8_t* weight, const float* scale, int64_t n, int64_t k, cudaStream_t stream);
 
-// in [m, k] bf16 -> out [m, k] E4M3 and scale [ceil(k / 128), m] f32 (the row index fastest: the
-// layout cuBLASLt's 128-wide block scaling reads), per row and 128 columns exactly as the CPU's
-// quantize_fp8_blocks(in, m, k, 1, 128) (tensor/fp8.h): factor amax / 448 (1 for an all-zero
-// block), value RNE(x / factor) saturated at +-448. k a positive multiple of 16 and out 16-byte
-// aligned (checked). Graph-capture safe.
-void fp8_quantize_rows(uint8_t* out, float* scale, const bf16* in, int64_t m, int64_t k, cudaStream_t stream);
+// in [m, k] bf16 -> out [padded_m, k] E4M3 and scale [ceil(k / 128), padded_m] f32 (the row
+// index fastest: the layout cuBLASLt's 128-wide block scaling reads), per row and 128 columns
+// exactly as the CPU's quantize_fp8_blocks(in, m, k, 1, 128) (tensor/fp8.h): factor amax / 448
+// (1 for an all-zero block), value RNE(x / factor) saturated at +-448. Rows m..padded_m-1 are
+// zero rows (codes 0, factor 1): a product of padded_m rows gives zeros there. padded_m >= m,
+// k a positive multiple of 16 and out 16-byte aligned (checked). Graph-capture safe.
+void fp8_quantize_rows(uint8_t* out, float* scale, const bf16* in, int64_t m, int64_t padded_m, int64_t k,
+                       cudaStream_t stream);
 
 }  // namespace tachyon::kernels::cuda

@@ -44,7 +44,7 @@ constexpr uint64_t kAlignmentBytes = 16;
 const void* const kBiasAlignmentProbe = reinterpret_cast<const void*>(uintptr_t{kAlignmentBytes});
 
 constexpr const char* kCacheFormat = "tachyon-gemm-algos";
-constexpr int kCacheFormatVersion = 1;
+constexpr int kCacheFormatVersion = 2;  // 2: FP8 products tuned too ("fp8" per entry)
 constexpr float kTuneSampleUs = 200.0f;  // a timed sample repeats the launch to last about this long
 constexpr size_t kWeightPoolBytes = size_t{512} << 20;  // weights tuned from a pool ~10x the H200 L2
 
@@ -252,11 +252,11 @@ struct GemmRunner::Impl {
   // Median microseconds of one launch of `algo`; NAN when cuBLASLt refuses to run it.
   // Launch i reads weight copy i % copies: together the copies are several times the L2, so a
   // decode-sized product is timed reading cold weights, as the forward does.
-  float time_algo(const Plan& plan, const cublasLtMatmulAlgo_t& algo, void* out, const bf16* in, const bf16* weights,
-                  int64_t copies, int64_t copy_elems, const GemmTuneOptions& options, cudaStream_t stream) {
+  float time_algo(const Plan& plan, const cublasLtMatmulAlgo_t& algo, void* out, const void* in, const void* weights,
+                  int64_t copies, int64_t copy_bytes, const GemmTuneOptions& options, cudaStream_t stream) {
     int64_t next = 0;
-    auto weight_at = [&]() { return weights + (next++ % copies) * copy_elems; };
-    const bf16* weight = weights;
+    auto weight_at = [&]() { return static_cast<const char*>(weights) + (next++ % copies) * copy_bytes; };
+    const void* weight = weights;
     if (run(plan, algo, out, in, weight, stream) != CUBLAS_STATUS_SUCCESS) {
       cudaGetLastError();  // a refused launch must not be blamed on the next call
       return NAN;
@@ -282,11 +282,16 @@ struct GemmRunner::Impl {
     return samples[samples.size() / 2];
   }
 
-  void tune_one(const GemmProblem& p, void* out, const bf16* in, const bf16* weight, size_t weight_pool_bytes,
-                const bf16* bias, const GemmTuneOptions& options, cudaStream_t stream) {
-    const int64_t copy_elems = p.n * p.k;
-    const int64_t copies = std::max<int64_t>(1, static_cast<int64_t>(weight_pool_bytes / (copy_elems * 2)));
-    Plan& plan = plan_for(p);
+  // `scales` (FP8 problems): the input's and the weight's factors, any finite values.
+  void tune_one(const GemmProblem& p, void* out, const void* in, const void* weight, size_t weight_pool_bytes,
+                const bf16* bias, std::pair<const float*, const float*> scales, const GemmTuneOptions& options,
+                cudaStream_t stream) {
+    const int64_t copy_bytes = p.n * p.k * (p.fp8 ? 1 : 2);
+    const int64_t copies = std::max<int64_t>(1, static_cast<int64_t>(weight_pool_bytes) / copy_bytes);
+    Plan& plan = plan_for(p, [&](Plan& fresh) {
+      if (p.fp8) set_scales(fresh, scales.first, scales.second, p);
+    });
+    if (p.fp8) set_scales(plan, scales.first, scales.second, p);  // a plan linear_fp8 made points at its own
     std::vector<cublasLtMatmulHeuristicResult_t> results(options.candidates);
     const int returned = heuristics(plan, p, results.data(), options.candidates);
     if (p.has_bias) set_bias(plan, bias, p);
@@ -294,7 +299,7 @@ struct GemmRunner::Impl {
     float best_us = INFINITY, first_us = NAN;
     for (int i = 0; i < returned; ++i) {
       if (results[i].state != CUBLAS_STATUS_SUCCESS || results[i].workspaceSize > workspace.bytes()) continue;
-      const float us = time_algo(plan, results[i].algo, out, in, weight, copies, copy_elems, options, stream);
+      const float us = time_algo(plan, results[i].algo, out, in, weight, copies, copy_bytes, options, stream);
       if (i == 0) first_us = us;
       if (us < best_us) best_us = us, best = i;  // false for NAN
     }
@@ -386,26 +391,39 @@ std::string GemmRunner::fp8_refusal(int64_t m, int64_t n, int64_t k, bool has_bi
 void GemmRunner::tune(std::span<const GemmProblem> problems, cudaStream_t stream, const GemmTuneOptions& options) {
   TACHYON_CHECK(options.candidates >= 1 && options.warmup >= 0 && options.repeats >= 1)
       << "gemm tuning needs candidates >= 1, warmup >= 0 and repeats >= 1";
-  for (const GemmProblem& p : problems) {
-    TACHYON_CHECK(!p.fp8) << "gemm " << to_string(p) << ": tuning times bf16 products only";
-  }
   if (problems.empty()) return;
-  size_t in_bytes = 0, weight_bytes = 0, bias_bytes = 0, out_bytes = 0;
+  size_t in_bytes = 0, weight_bytes = 0, bias_bytes = 0, out_bytes = 0, scale_bytes = 16;
   for (const GemmProblem& p : problems) {
     check_shape(p);
-    in_bytes = std::max<size_t>(in_bytes, p.m * p.k * 2);
-    weight_bytes = std::max<size_t>(weight_bytes, p.n * p.k * 2);
+    TACHYON_CHECK(!p.fp8 || (p.out_type == GemmOutputType::kBF16 && p.n % 16 == 0 && p.k % 16 == 0))
+        << "gemm " << to_string(p) << ": an FP8 product has bf16 output and n and k multiples of 16";
+    const size_t value_bytes = p.fp8 ? 1 : 2;
+    in_bytes = std::max<size_t>(in_bytes, p.m * p.k * value_bytes);
+    weight_bytes = std::max<size_t>(weight_bytes, p.n * p.k * value_bytes);
     bias_bytes = std::max<size_t>(bias_bytes, p.n * 2);
     out_bytes = std::max<size_t>(out_bytes, p.m * p.n * type_bytes(p.out_type));
+    if (p.fp8) scale_bytes = std::max<size_t>(scale_bytes, std::max(p.m, p.n) * ((p.k + 127) / 128) * sizeof(float));
   }
   weight_bytes = std::max(weight_bytes, kWeightPoolBytes);  // several L2s: see time_algo
   tachyon::cuda::DeviceBuffer in(in_bytes), weight(weight_bytes), bias(bias_bytes), out(out_bytes);
+  tachyon::cuda::DeviceBuffer in_scale(scale_bytes), weight_scale(scale_bytes);
+  // Random bf16 bits serve FP8 codes too (a code's value does not change a product's time) and,
+  // read as f32, finite factors (each f32's upper half is a finite bf16).
   fill_random_bf16(in.data(), in_bytes, 1);
   fill_random_bf16(weight.data(), weight_bytes, 2);
   fill_random_bf16(bias.data(), bias_bytes, 3);
+  fill_random_bf16(in_scale.data(), scale_bytes, 4);
+  fill_random_bf16(weight_scale.data(), scale_bytes, 5);
   TACHYON_CUDA_CHECK(cudaDeviceSynchronize());  // pageable copies may still be in flight; `stream` may not wait
   for (const GemmProblem& p : problems) {
-    impl_->tune_one(p, out.data(), in.as<bf16>(), weight.as<bf16>(), weight_bytes, bias.as<bf16>(), options, stream);
+    if (p.fp8 && impl_->unsupported.contains(p)) continue;
+    try {
+      impl_->tune_one(p, out.data(), in.data(), weight.data(), weight_bytes, bias.as<bf16>(),
+                      {in_scale.as<float>(), weight_scale.as<float>()}, options, stream);
+    } catch (const std::exception& error) {
+      if (!p.fp8) throw;
+      impl_->unsupported.emplace(p, error.what());  // linear_fp8 answers false for it, as untuned
+    }
   }
   TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream));  // the buffers die here
 }
@@ -415,6 +433,7 @@ std::string GemmRunner::cache_text(const std::string& key) const {
   for (const auto& [p, plan] : impl_->plans) {
     if (!plan.tuned) continue;
     entries.push_back({{"m", p.m}, {"n", p.n}, {"k", p.k}, {"out", type_name(p.out_type)}, {"bias", p.has_bias},
+                       {"fp8", p.fp8},
                        {"algo", algo_to_hex(plan.algo)}, {"describe", describe(plan.algo)},
                        {"tuned_us", plan.tuned_us}, {"heuristic_us", std::isnan(plan.heuristic_us) ? -1.0f : plan.heuristic_us}});
   }
@@ -445,10 +464,13 @@ bool GemmRunner::load_cache(const std::string& path, const std::string& key) {
       const GemmProblem p{.m = entry.at("m").get<int64_t>(), .n = entry.at("n").get<int64_t>(),
                           .k = entry.at("k").get<int64_t>(),
                           .out_type = out == "f32" ? GemmOutputType::kF32 : GemmOutputType::kBF16,
-                          .has_bias = entry.at("bias").get<bool>()};
+                          .has_bias = entry.at("bias").get<bool>(), .fp8 = entry.at("fp8").get<bool>()};
       cublasLtMatmulAlgo_t algo{};
       if (!shape_supported(p) || !algo_from_hex(entry.at("algo").get<std::string>(), &algo)) return false;
-      Plan& plan = impl_->plan_for(p);
+      Plan& plan = impl_->plan_for(p, [&](Plan& fresh) {  // factor pointers: probes, as the bias's
+        const auto* probe = static_cast<const float*>(kBiasAlignmentProbe);
+        if (p.fp8) impl_->set_scales(fresh, probe, probe, p);
+      });
       if (p.has_bias) impl_->set_bias(plan, kBiasAlignmentProbe, p);
       cublasLtMatmulHeuristicResult_t check{};
       if (cublasLtMatmulAlgoCheck(impl_->handle, plan.desc, plan.a, plan.b, plan.d, plan.d, &algo, &check) !=

@@ -81,9 +81,11 @@ class GemmRunner {
   // Why linear_fp8 answered false for a shape (cuBLASLt's words); "" when it did not.
   std::string fp8_refusal(int64_t m, int64_t n, int64_t k, bool has_bias) const;
 
-  // Times the top heuristic candidates of each (bf16) problem on `stream` with CUDA events (on random
-  // data in temporary device buffers sized for the largest problem: call it before the KV
-  // cache takes the free memory) and keeps the fastest. Synchronizes; not during capture.
+  // Times the top heuristic candidates of each problem (bf16, or FP8 as linear_fp8 runs it: bf16
+  // output, n and k multiples of 16) on `stream` with CUDA events (on random data in temporary
+  // device buffers sized for the largest problem: call it before the KV cache takes the free
+  // memory) and keeps the fastest. An FP8 problem cuBLASLt has no algorithm for is remembered
+  // as linear_fp8 would (it then answers false), not an error. Synchronizes; not during capture.
   void tune(std::span<const GemmProblem> problems, cudaStream_t stream, const GemmTuneOptions& options = {});
 
   // The tuned choices as the JSON text of a cache file. `key` is the caller's hash of everything

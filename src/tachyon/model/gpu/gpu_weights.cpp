@@ -165,6 +165,7 @@ void CudaDenseWeights::add_layer(int64_t i, const BasicLayerWeights<uint16_t>& l
                  reinterpret_cast<const void**>(&target.scale_by_block));
       largest_fp8_projection_ = std::max(largest_fp8_projection_, q.rows * q.cols);
       largest_fp8_input_ = std::max(largest_fp8_input_, q.cols);
+      largest_fp8_output_ = std::max(largest_fp8_output_, q.rows);
     };
     for (auto [q, target] : std::initializer_list<std::pair<const Fp8BlockWeight*, LinearWeight*>>{
              {&f.qkv, &d.qkv}, {&f.o_proj, &d.o_proj}, {&f.gate_up, &d.gate_up}, {&f.down, &d.down},

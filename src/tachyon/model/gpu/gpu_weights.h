@@ -93,6 +93,8 @@ class CudaDenseWeights {
   int64_t largest_fp8_projection() const { return largest_fp8_projection_; }
   // The widest input (k) of an FP8 projection: the row width its quantized activations take.
   int64_t largest_fp8_input() const { return largest_fp8_input_; }
+  // The most outputs (n) of an FP8 projection: the row width of a padded product's staged output.
+  int64_t largest_fp8_output() const { return largest_fp8_output_; }
 
  private:
   // The whole-model constructors size the layers by their weights (an MTP module's is one).
@@ -110,6 +112,7 @@ class CudaDenseWeights {
   bool fp8_ = false;
   int64_t largest_fp8_projection_ = 0;
   int64_t largest_fp8_input_ = 0;
+  int64_t largest_fp8_output_ = 0;
 };
 
 }  // namespace tachyon::model::gpu

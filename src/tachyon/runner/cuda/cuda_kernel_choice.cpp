@@ -40,10 +40,19 @@ void CudaModelRunner::tune_gemms(const core::EngineConfig& config) {
   for (int32_t b : cuda_graph_batch_sizes(config)) rows.push_back(b);
   rows.push_back(limits_.max_tokens);
   std::vector<kc::GemmProblem> problems;
+  auto add = [&](const kc::GemmProblem& p) {
+    problems.push_back(p);
+    // An FP8 run's projections of more rows than fp8_gemv serves are FP8 products (linear()):
+    // tuned as those too. Which of a model's projections stayed bf16 is the checkpoint's, so
+    // both forms are tuned (once per kernel-choice key: the choices are cached).
+    const bool fp8_product = weights_.fp8() && p.out_type == kc::GemmOutputType::kBF16 && p.n % 16 == 0 &&
+                             p.k % 16 == 0 && !kc::fp8_gemv_supports(p.m, p.n, p.k);
+    if (fp8_product) problems.push_back({.m = p.m, .n = p.n, .k = p.k, .has_bias = p.has_bias, .fp8 = true});
+  };
   for (int64_t m : rows) {
-    for (const kc::GemmProblem& p : decoder_->gemm_problems(m)) problems.push_back(p);
+    for (const kc::GemmProblem& p : decoder_->gemm_problems(m)) add(p);
     if (mtp_ != nullptr) {
-      for (const kc::GemmProblem& p : mtp_->gemm_problems(m)) problems.push_back(p);
+      for (const kc::GemmProblem& p : mtp_->gemm_problems(m)) add(p);
     }
   }
   // Tuned GEMM algorithms, one file per kernel-choice key.

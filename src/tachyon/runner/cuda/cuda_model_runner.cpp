@@ -29,6 +29,9 @@ void check_vocab_rows(const model::gpu::CudaDenseWeights& weights, const CudaTpR
       << "internal: embed_tokens holds " << weights.embed_rows() << " rows, the TP rank expects " << vocab_rows;
 }
 
+// The rows of an FP8 product padded for cuBLASLt (linear_fp8()): a multiple of 16.
+int64_t padded_fp8_rows(int64_t m) { return (m + 15) / 16 * 16; }
+
 }  // namespace
 
 CudaModelRunner::CudaModelRunner(const model::Bf16ModelWeights& weights, const core::EngineConfig& config,
@@ -145,10 +148,13 @@ void CudaModelRunner::plan_memory(const core::EngineConfig& config, const model:
   }
   staging_device_ = cuda::DeviceBuffer(staging_bytes_);
   if (weights_.fp8()) {
-    // A product of more rows than fp8_gemv serves quantizes its input rows here (linear()).
-    const int64_t k = weights_.largest_fp8_input(), rows = limits_.max_tokens;
+    // A product of more rows than fp8_gemv serves quantizes its input rows here, padded to a
+    // multiple of 16 where cuBLASLt refuses the row count (linear_fp8()).
+    const int64_t k = weights_.largest_fp8_input(), rows = padded_fp8_rows(limits_.max_tokens);
     fp8_rows_ = cuda::DeviceBuffer(static_cast<size_t>(rows * k));
     fp8_row_scales_ = cuda::DeviceBuffer(static_cast<size_t>(rows * ((k + 127) / 128)) * sizeof(float));
+    fp8_padded_out_ =
+        cuda::DeviceBuffer(static_cast<size_t>(rows * weights_.largest_fp8_output()) * sizeof(kc::bf16));
   }
 
   // Decode context parallelism on GPUs splits the latent cache over the whole TP group.
@@ -331,22 +337,13 @@ void CudaModelRunner::linear(LinearRole role, LinearShape shape, void* out, kc::
     // FP8 x FP8 on the tensor cores (kernels/cuda/fp8.h says what that adds); the bf16
     // product of a dequantized copy where cuBLASLt has no block-scaled algorithm.
     if (type == kc::GemmOutputType::kBF16 && shape.n % 16 == 0 && shape.k % 16 == 0) {
-      auto* rows = static_cast<uint8_t*>(fp8_rows_.data());
-      auto* row_scales = static_cast<float*>(fp8_row_scales_.data());
-      kc::fp8_quantize_rows(rows, row_scales, in, m, shape.k, stream);
-      if (gemm_.linear_fp8(static_cast<kc::bf16*>(out), rows, row_scales, weight.fp8, weight.scale_by_block, bias, m,
-                           shape.n, shape.k, stream)) {
-        return;
-      }
-      // Where cuBLASLt has no algorithm for m rows (281 on every Llama-3-8B projection; 57 and 58
-      // on the tiny test shapes), the bf16 product below runs. Splitting m into a multiple of 16
-      // on the FP8 tensor cores plus GEMV rows was tried: it quantizes the activations of rows the
-      // model tests expect in bf16 (their tolerance assumes bf16 activations on those shapes), so
-      // it waits for a reference that models the activation rounding.
+      if (linear_fp8(static_cast<kc::bf16*>(out), in, weight, bias, m, shape, stream)) return;
       if (fp8_fallbacks_logged_.insert({m, shape.n, shape.k}).second) {
-        std::fprintf(stderr, "tachyon: FP8 product m=%lld n=%lld k=%lld runs dequantized in bf16: %s\n",
-                     static_cast<long long>(m), static_cast<long long>(shape.n), static_cast<long long>(shape.k),
-                     gemm_.fp8_refusal(m, shape.n, shape.k, bias != nullptr).c_str());
+        const int64_t padded_m = padded_fp8_rows(m);
+        std::fprintf(stderr, "tachyon: FP8 product m=%lld (padded %lld) n=%lld k=%lld runs dequantized: %s %s\n",
+                     static_cast<long long>(m), static_cast<long long>(padded_m), static_cast<long long>(shape.n),
+                     static_cast<long long>(shape.k), gemm_.fp8_refusal(m, shape.n, shape.k, bias != nullptr).c_str(),
+                     gemm_.fp8_refusal(padded_m, shape.n, shape.k, bias != nullptr).c_str());
       }
     }
     auto* scratch = static_cast<kc::bf16*>(fp8_scratch_.data());
@@ -355,6 +352,31 @@ void CudaModelRunner::linear(LinearRole role, LinearShape shape, void* out, kc::
     return;
   }
   gemm_.linear(out, type, in, weight.values, bias, m, shape.n, shape.k, stream);
+}
+
+// cuBLASLt has no block-scaled algorithm for some row counts (281 on every Llama-3-8B projection
+// on the H200; 57 and 58 on the tiny test shapes; which ones depends on the GPU and the library):
+// a serving step's rows are any count, and the dequantized bf16 fallback costs a full-width copy
+// of the weight per product. Those run instead as a product of the rows padded with zero rows to
+// a multiple of 16 (fp8_quantize_rows), into a staging buffer whose m real rows are then copied
+// out: the same rounding as a product of m rows (each output row depends on its own input row
+// only), at the cost of a copy of the output.
+bool CudaModelRunner::linear_fp8(kc::bf16* out, const kc::bf16* in, const gpu::LinearWeight& weight,
+                                 const kc::bf16* bias, int64_t m, LinearShape shape, cudaStream_t stream) {
+  auto* rows = static_cast<uint8_t*>(fp8_rows_.data());
+  auto* row_scales = static_cast<float*>(fp8_row_scales_.data());
+  auto product = [&](kc::bf16* to, int64_t padded_m) {
+    kc::fp8_quantize_rows(rows, row_scales, in, m, padded_m, shape.k, stream);
+    return gemm_.linear_fp8(to, rows, row_scales, weight.fp8, weight.scale_by_block, bias, padded_m, shape.n,
+                            shape.k, stream);
+  };
+  if (gemm_.fp8_refusal(m, shape.n, shape.k, bias != nullptr).empty() && product(out, m)) return true;
+  const int64_t padded_m = padded_fp8_rows(m);
+  auto* staged = static_cast<kc::bf16*>(fp8_padded_out_.data());
+  if (padded_m == m || !product(staged, padded_m)) return false;
+  TACHYON_CUDA_CHECK(cudaMemcpyAsync(out, staged, static_cast<size_t>(m * shape.n) * sizeof(kc::bf16),
+                                     cudaMemcpyDeviceToDevice, stream));
+  return true;
 }
 
 // Whether linear() runs our GEMV kernels (linear() asks this first): they are stateless, while

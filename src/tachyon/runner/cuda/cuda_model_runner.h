@@ -167,6 +167,10 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   void gemm(void* out, kernels::cuda::GemmOutputType type, const kernels::cuda::bf16* in,
             const kernels::cuda::bf16* weight, const kernels::cuda::bf16* bias, int64_t m, int64_t n, int64_t k,
             cudaStream_t stream) override;
+  // linear() of an FP8 weight on the FP8 tensor cores (bf16 out, n and k multiples of 16); false,
+  // having written nothing to `out`, where cuBLASLt has no algorithm for m rows even padded.
+  bool linear_fp8(kernels::cuda::bf16* out, const kernels::cuda::bf16* in, const model::gpu::LinearWeight& weight,
+                  const kernels::cuda::bf16* bias, int64_t m, LinearShape shape, cudaStream_t stream);
 
   void start(const core::EngineConfig& config, const model::Bf16MtpModule* mtp = nullptr);  // after the upload
   static void check_cache_types(const core::EngineConfig& config, const model::ModelConfig& model, bool tensor_parallel);
@@ -202,6 +206,7 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   cuda::DeviceBuffer fp8_scratch_;  // FP8 runs: one projection dequantized to bf16 (kernels/cuda/fp8.h)
   cuda::DeviceBuffer fp8_rows_;        // FP8 runs: a product's input rows in E4M3 ...
   cuda::DeviceBuffer fp8_row_scales_;  // ... and their factors (kernels/cuda/fp8.h fp8_quantize_rows)
+  cuda::DeviceBuffer fp8_padded_out_;  // ... and a padded product's output, its real rows copied out
   std::set<std::array<int64_t, 3>> fp8_fallbacks_logged_;  // (m, n, k) told once each on stderr
   StepInputLimits limits_;
   StepInputLayout layout_;
