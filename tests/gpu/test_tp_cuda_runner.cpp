@@ -353,7 +353,7 @@ TEST_P(SharedGpuFp8TpRunner, GreedyPathFollowsTheSingleGpuFp8Runner) {
     const auto tp_group = group();
     const GreedyPath path = follow_greedy_path(
         single, [&](int32_t n) { return single.last_logits(n); }, *tp_group, prompts, mc, config.block_size,
-        fp8_expert_inputs_logits_tolerance(mc));
+        fp8_inputs_logits_tolerance(mc));
     expect_mostly_agrees(path, "fp8 tp " + std::to_string(c.tp) + (c.ep ? " ep" : ""), c.variant.preset);
   }
   expect_engine_serves_alike(group, config, prompts, 12);
