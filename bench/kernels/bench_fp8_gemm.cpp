@@ -7,10 +7,11 @@
 //   b) tuned: GemmRunner::tune on the FP8 products (and on the bf16 products of the same shapes,
 //      the bf16 run's) at prefill and batch row counts: the heuristic's first choice against the
 //      fastest of its top candidates, each as TFLOP/s against the measured bf16 GEMM rate.
-//   c) padded: at each refused count of a), up to --padded-cases of them, the padded product
+//   c) padded: at each refused count of a), up to --padded-cases of them (or at --padded-rows),
+//      the padded product
 //      (quantize the rows padded with zero rows, the product, the copy of the real rows) against
 //      the dequantized fallback (the weight dequantized to bf16, a bf16 product) and against the
-//      exact product of the next count below that has an algorithm.
+//      exact product of the largest count at or below it that has an algorithm.
 // Method (docs/benchmarks.md): the GEMM rate measured in the same run, warm-up, median of repeats
 // of one CUDA graph per timed call. Inputs and weights are random (every finite E4M3 code).
 // Correctness is the tests' job (tests/gpu/test_fp8_gemm.cpp).
@@ -38,6 +39,7 @@ using gpu::GemmProblem;
 struct Options : BenchOptions {
   int64_t min_rows = 9, max_rows = 2304;
   int padded_cases = 3;
+  std::vector<int64_t> padded_rows;  // c) at these counts instead of the first refused ones
   std::vector<int64_t> tuned_rows{64, 256, 1024, 2048};
 };
 
@@ -159,12 +161,14 @@ nlohmann::json padded_costs(const Options& options,
                             const std::vector<std::pair<Shape, std::vector<int64_t>>>& refused) {
   nlohmann::json rows = nlohmann::json::array();
   Stream stream;
-  for (const auto& [s, counts] : refused) {
+  for (const auto& [s, refused_counts] : refused) {
+    const std::vector<int64_t>& counts = options.padded_rows.empty() ? refused_counts : options.padded_rows;
     const Operands ops(options.max_rows, s);
     gpu::GemmRunner gemm;
-    for (size_t i = 0; i < counts.size() && i < static_cast<size_t>(options.padded_cases); ++i) {
+    for (size_t i = 0; i < counts.size() && (!options.padded_rows.empty() || i < size_t(options.padded_cases)); ++i) {
       const int64_t m = counts[i];
-      int64_t below = m - 1;
+      TACHYON_CHECK(m <= options.max_rows) << "--padded-rows past --max-rows";
+      int64_t below = m;
       while (below > 0 && !ops.product(gemm, ops.out.as<bf16>(), below, stream.get())) --below;
       const double padded_us = time_us(
           [&](cudaStream_t st) {
@@ -207,7 +211,11 @@ void run(const Options& options) {
   print_ceilings(ceilings);
   nlohmann::json results = nlohmann::json::object();
   std::vector<std::pair<Shape, std::vector<int64_t>>> refused;
-  if (wanted(options, "refusals") || wanted(options, "padded")) results["refusals"] = refusals(options, refused);
+  if (wanted(options, "refusals") || (wanted(options, "padded") && options.padded_rows.empty())) {
+    results["refusals"] = refusals(options, refused);
+  } else {
+    for (const Shape& s : kShapes) refused.emplace_back(s, std::vector<int64_t>{});
+  }
   if (wanted(options, "tuned")) results["tuned"] = tuned(options, ceilings);
   if (wanted(options, "padded")) results["padded"] = padded_costs(options, refused);
   write_results_json(options, ceilings, results);
@@ -223,6 +231,8 @@ int main(int argc, char** argv) {
   app.add_option("--min-rows", options.min_rows, "first row count of the refusal sweep (default 9)");
   app.add_option("--max-rows", options.max_rows, "last row count of the refusal sweep (default 2304)");
   app.add_option("--padded-cases", options.padded_cases, "refused counts timed per projection (default 3)");
+  app.add_option("--padded-rows", options.padded_rows, "row counts the padded case times (default: refused ones)")
+      ->delimiter(',');
   app.add_option("--tuned-rows", options.tuned_rows, "row counts tuned (default 64,256,1024,2048)")->delimiter(',');
   return tachyon::bench::bench_main(app, options, argc, argv, [&] { tachyon::bench::run(options); });
 }
