@@ -79,7 +79,7 @@ AddedVocabulary::AddedVocabulary(std::vector<AddedToken> tokens, const Normalize
   for (std::size_t i : order) {
     const AddedToken& t = tokens_[i];
     index_by_id_.emplace(t.id, i);
-    id_by_content_.emplace(t.content, t.id);
+    id_by_content_.insert(t.content, t.id);
     if (t.normalized) {
       normalized_.insert(normalizer ? normalizer->normalize(t.content) : t.content, static_cast<int32_t>(i));
     } else {
@@ -145,9 +145,7 @@ const AddedToken* AddedVocabulary::find(int32_t id) const {
 }
 
 std::optional<int32_t> AddedVocabulary::token_to_id(std::string_view content) const {
-  const auto it = id_by_content_.find(content);
-  if (it == id_by_content_.end()) return std::nullopt;
-  return it->second;
+  return id_by_content_.find(content);
 }
 
 int32_t AddedVocabulary::max_id() const {

@@ -15,6 +15,7 @@
 
 #include "tachyon/tokenizer/bpe_model.h"
 #include "tachyon/tokenizer/normalizer.h"
+#include "tachyon/tokenizer/token_index.h"
 
 namespace tachyon::tokenizer {
 
@@ -67,7 +68,7 @@ class AddedVocabulary {
 
   std::vector<AddedToken> tokens_;
   std::unordered_map<int32_t, std::size_t> index_by_id_;
-  TokenMap id_by_content_;
+  TokenIndex id_by_content_;
   Trie raw_;
   Trie normalized_;
 };

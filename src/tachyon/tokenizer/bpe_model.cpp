@@ -21,11 +21,11 @@ BpeModel BpeModel::from_json(const nlohmann::json& model, const std::string& sou
   for (const auto& [token, id] : vocab.items()) {
     const auto value = id.get<int32_t>();
     TACHYON_CHECK(value >= 0) << "negative id for token '" << token << "' in " << source;
-    m.vocab_.emplace(token, value);
+    m.vocab_.insert(token, value);
     max_id = std::max(max_id, value);
   }
   m.id_to_token_.resize(static_cast<std::size_t>(max_id + 1));
-  for (const auto& [token, id] : m.vocab_) m.id_to_token_[id] = token;
+  m.vocab_.for_each([&](const std::string& token, int32_t id) { m.id_to_token_[static_cast<size_t>(id)] = token; });
 
   auto opt_string = [&](const char* key) {
     return model.contains(key) && model[key].is_string() ? model[key].get<std::string>() : std::string();
@@ -49,42 +49,39 @@ BpeModel BpeModel::from_json(const nlohmann::json& model, const std::string& sou
   const auto& merges = model.at("merges");
   m.merges_.reserve(merges.size());
   const std::size_t prefix_len = m.continuing_subword_prefix_.size();
+  std::string merged;  // reused: no allocation per merge once it has grown
   for (std::size_t rank = 0; rank < merges.size(); ++rank) {
     const auto& entry = merges[rank];
-    std::string left, right;
+    std::string_view left, right;  // views into the JSON's strings
     if (entry.is_string()) {
-      const std::string line = entry.get<std::string>();
+      const std::string_view line = entry.get_ref<const std::string&>();
       const std::size_t space = line.find(' ');
-      TACHYON_CHECK(space != std::string::npos && line.find(' ', space + 1) == std::string::npos)
+      TACHYON_CHECK(space != std::string_view::npos && line.find(' ', space + 1) == std::string_view::npos)
           << "merge " << rank << " '" << line << "' is not two tokens in " << source;
       left = line.substr(0, space);
       right = line.substr(space + 1);
     } else {
-      TACHYON_CHECK(entry.is_array() && entry.size() == 2) << "merge " << rank << " is not a pair in " << source;
-      left = entry[0].get<std::string>();
-      right = entry[1].get<std::string>();
+      TACHYON_CHECK(entry.is_array() && entry.size() == 2 && entry[0].is_string() && entry[1].is_string())
+          << "merge " << rank << " is not a pair in " << source;
+      left = entry[0].get_ref<const std::string&>();
+      right = entry[1].get_ref<const std::string&>();
     }
     const auto left_id = m.token_to_id(left);
     const auto right_id = m.token_to_id(right);
     TACHYON_CHECK(left_id && right_id) << "merge " << rank << " ('" << left << "', '" << right
                                        << "') uses a token missing from the vocabulary of " << source;
     // With a continuing-subword prefix the right part carries it, the merged token does not repeat it.
-    std::string merged = left;
-    merged += prefix_len > 0 && right.compare(0, prefix_len, m.continuing_subword_prefix_) == 0
-                  ? right.substr(prefix_len)
-                  : right;
+    merged.assign(left);
+    merged += prefix_len > 0 && right.substr(0, prefix_len) == m.continuing_subword_prefix_ ? right.substr(prefix_len)
+                                                                                           : right;
     const auto new_id = m.token_to_id(merged);
     TACHYON_CHECK(new_id.has_value()) << "merge " << rank << " result '" << merged << "' is not in the vocabulary of " << source;
-    m.merges_.insert_or_assign(pair_key(*left_id, *right_id), Merge{static_cast<int32_t>(rank), *new_id});
+    m.merges_.insert_or_assign(*left_id, *right_id, {.rank = static_cast<int32_t>(rank), .new_id = *new_id});
   }
   return m;
 }
 
-std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
-  const auto it = vocab_.find(token);
-  if (it == vocab_.end()) return std::nullopt;
-  return it->second;
-}
+std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const { return vocab_.find(token); }
 
 const std::string* BpeModel::id_to_token(int32_t id) const {
   if (id < 0 || id >= static_cast<int32_t>(id_to_token_.size())) return nullptr;
@@ -151,8 +148,8 @@ void BpeModel::merge_all(std::vector<Symbol>& symbols) const {
   auto push_pair = [&](int32_t pos) {
     const int32_t next = symbols[pos].next;
     if (next < 0) return;
-    const auto it = merges_.find(pair_key(symbols[pos].id, symbols[next].id));
-    if (it != merges_.end()) queue.emplace(it->second.rank, pos, it->second.new_id);
+    const MergeTable::Merge* merge = merges_.find(symbols[pos].id, symbols[next].id);
+    if (merge != nullptr) queue.emplace(merge->rank, pos, merge->new_id);
   };
   for (int32_t i = 0; i + 1 < static_cast<int32_t>(symbols.size()); ++i) push_pair(i);
 
@@ -162,8 +159,8 @@ void BpeModel::merge_all(std::vector<Symbol>& symbols) const {
     Symbol& left = symbols[pos];
     if (left.len == 0 || left.next < 0) continue;
     const int32_t right_pos = left.next;
-    const auto it = merges_.find(pair_key(left.id, symbols[right_pos].id));
-    if (it == merges_.end() || it->second.new_id != new_id) continue;  // stale entry
+    const MergeTable::Merge* merge = merges_.find(left.id, symbols[right_pos].id);
+    if (merge == nullptr || merge->new_id != new_id) continue;  // stale entry
     Symbol& right = symbols[right_pos];
     left.id = new_id;
     left.len += right.len;

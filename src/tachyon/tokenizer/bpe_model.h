@@ -8,19 +8,14 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "tachyon/tokenizer/token_index.h"
+
 namespace tachyon::tokenizer {
 
-// Hash that lets unordered_map<std::string, ...> be searched with a string_view (no copy).
-struct StringHash {
-  using is_transparent = void;
-  std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-using TokenMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
 class BpeModel {
  public:
@@ -37,13 +32,6 @@ class BpeModel {
   int32_t max_id() const { return static_cast<int32_t>(id_to_token_.size()) - 1; }
 
  private:
-  struct Merge {
-    int32_t rank;
-    int32_t new_id;
-  };
-  static uint64_t pair_key(int32_t left, int32_t right) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
-  }
 
   struct Symbol {
     int32_t id;
@@ -54,9 +42,9 @@ class BpeModel {
   std::vector<Symbol> initial_symbols(std::string_view piece) const;
   void merge_all(std::vector<Symbol>& symbols) const;
 
-  TokenMap vocab_;
+  TokenIndex vocab_;
   std::vector<std::string> id_to_token_;
-  std::unordered_map<uint64_t, Merge> merges_;
+  MergeTable merges_;
   std::optional<int32_t> unk_id_;
   bool fuse_unk_ = false;
   bool byte_fallback_ = false;
