@@ -1,7 +1,11 @@
 // Tokenizer API on the real tokenizers: tokenizer_config.json fields, id lookups, special ids,
 // invalid UTF-8 input, speed on long inputs, and the errors for broken or unsupported files.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 #include <map>
 #include <string>
@@ -185,6 +189,71 @@ TEST(TokenizerApi, BrokenFilesThrowErrors) {
   json bad_regex = minimal_json();
   bad_regex["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(["}}}, {"behavior", "Isolated"}, {"invert", false}};
   EXPECT_THROW(Tokenizer::from_json(bad_regex), Error);
+}
+
+// A directory holding `tokenizer_json` as its tokenizer.json, removed with the object.
+struct TokenizerDir {
+  std::filesystem::path path;
+  explicit TokenizerDir(const std::string& text)
+      : path(std::filesystem::temp_directory_path() / ("tachyon-tokenizer-api-" + std::to_string(::getpid()))) {
+    std::filesystem::create_directories(path);
+    std::ofstream(path / "tokenizer.json") << text;
+  }
+  ~TokenizerDir() { std::filesystem::remove_all(path); }
+};
+
+// from_dir reads tokenizer.json with the vocabulary and merges moved out of the parse as it goes
+// (tokenizer.cpp): the same tokenizer as from_json on the whole file, merges as "a b" strings and
+// as ["a", "b"] pairs (a pair may hold a space), unk and byte fallback options kept.
+TEST(TokenizerApi, ADirectoryReadsAsItsJsonDoes) {
+  json j = json{{"model",
+                 {{"type", "BPE"},
+                  {"vocab", {{"a", 0}, {"b", 1}, {"ab", 2}, {" ", 3}, {"a ", 4}, {"<unk>", 5}, {"abab", 6}}},
+                  {"merges", json::array({"a b", json::array({"a", " "}), "ab ab"})},
+                  {"unk_token", "<unk>"},
+                  {"fuse_unk", true}}}};
+  const TokenizerDir dir(j.dump());
+  const Tokenizer streamed = Tokenizer::from_dir(dir.path), whole = Tokenizer::from_json(j);
+  EXPECT_EQ(streamed.vocab_size(), whole.vocab_size());
+  for (const char* text : {"ab", "a b", "abab", "a zz b", "ba a ", ""}) {
+    EXPECT_EQ(streamed.encode(text), whole.encode(text)) << text;
+  }
+  EXPECT_EQ(streamed.encode("abab"), (Ids{6}));
+  EXPECT_EQ(streamed.encode("a "), (Ids{4}));
+  for (int32_t id = 0; id < whole.vocab_size(); ++id) EXPECT_EQ(streamed.id_to_token(id), whole.id_to_token(id));
+  // And a real one, whole.
+  const std::string dir_llama3 = std::string(TACHYON_TOKENIZERS) + "/llama3";
+  std::ifstream file(dir_llama3 + "/tokenizer.json");
+  const Tokenizer llama3_whole = Tokenizer::from_json(json::parse(file));
+  const Tokenizer& llama3 = real("llama3");
+  EXPECT_EQ(llama3.vocab_size(), llama3_whole.vocab_size());
+  for (int32_t id = 0; id < llama3.vocab_size(); id += 997) EXPECT_EQ(llama3.id_to_token(id), llama3_whole.id_to_token(id));
+  const std::string text = "Streaming the merges out of the parse: 12,345 tokens\n\t— ünïcödé, emoji 🙂.";
+  EXPECT_EQ(llama3.encode(text), llama3_whole.encode(text));
+}
+
+TEST(TokenizerApi, BrokenDirectoriesThrowErrorsNamingTheFile) {
+  auto load_error = [](const json& j) {
+    const TokenizerDir dir(j.dump());
+    return error_of([&] { Tokenizer::from_dir(dir.path); });
+  };
+  json unknown_part = minimal_json();
+  unknown_part["model"]["merges"] = {"a zz"};
+  json object_merge = minimal_json();
+  object_merge["model"]["merges"] = json::array({json{{"left", "a"}}});
+  json text_id = minimal_json();
+  text_id["model"]["vocab"]["c"] = "three";
+  json vocab_text = minimal_json();
+  vocab_text["model"]["vocab"] = "not an object";
+  json no_merges = minimal_json();
+  no_merges["model"].erase("merges");
+  for (const json& j : {unknown_part, object_merge, text_id, vocab_text, no_merges}) {
+    const std::string message = load_error(j);
+    EXPECT_NE(message.find("tokenizer.json"), std::string::npos) << j.dump() << ": " << message;
+  }
+  EXPECT_NE(load_error(object_merge).find("is not a pair"), std::string::npos);
+  const TokenizerDir not_json("{\"model\": ");
+  EXPECT_NE(error_of([&] { Tokenizer::from_dir(not_json.path); }).find("malformed tokenizer JSON"), std::string::npos);
 }
 
 }  // namespace

@@ -13,13 +13,38 @@
 
 namespace tachyon::tokenizer {
 
-BpeModel BpeModel::from_json(const nlohmann::json& model, const std::string& source) {
-  BpeModel m;
+std::pair<std::string, std::string> BpeTables::merge_of(const nlohmann::json& entry, size_t rank,
+                                                       const std::string& source) {
+  if (entry.is_string()) {
+    const std::string& line = entry.get_ref<const std::string&>();
+    const std::size_t space = line.find(' ');
+    TACHYON_CHECK(space != std::string::npos && line.find(' ', space + 1) == std::string::npos)
+        << "merge " << rank << " '" << line << "' is not two tokens in " << source;
+    return {line.substr(0, space), line.substr(space + 1)};
+  }
+  TACHYON_CHECK(entry.is_array() && entry.size() == 2 && entry[0].is_string() && entry[1].is_string())
+      << "merge " << rank << " is not a pair in " << source;
+  return {entry[0].get<std::string>(), entry[1].get<std::string>()};
+}
+
+BpeTables BpeTables::from_json(const nlohmann::json& model, const std::string& source) {
+  BpeTables tables;
   const auto& vocab = model.at("vocab");
+  tables.vocab.reserve(vocab.size());
+  for (const auto& [token, id] : vocab.items()) tables.vocab.emplace_back(token, id.get<int32_t>());
+  const auto& merges = model.at("merges");
+  tables.merges.reserve(merges.size());
+  for (std::size_t rank = 0; rank < merges.size(); ++rank) {
+    tables.merges.push_back(merge_of(merges[rank], rank, source));
+  }
+  return tables;
+}
+
+BpeModel BpeModel::from_tables(const nlohmann::json& model, const BpeTables& tables, const std::string& source) {
+  BpeModel m;
   int32_t max_id = -1;
-  m.vocab_.reserve(vocab.size());
-  for (const auto& [token, id] : vocab.items()) {
-    const auto value = id.get<int32_t>();
+  m.vocab_.reserve(tables.vocab.size());
+  for (const auto& [token, value] : tables.vocab) {
     TACHYON_CHECK(value >= 0) << "negative id for token '" << token << "' in " << source;
     m.vocab_.insert(token, value);
     max_id = std::max(max_id, value);
@@ -46,26 +71,11 @@ BpeModel BpeModel::from_json(const nlohmann::json& model, const std::string& sou
     m.byte_ids_[b] = m.token_to_id(name).value_or(-1);
   }
 
-  const auto& merges = model.at("merges");
-  m.merges_.reserve(merges.size());
+  m.merges_.reserve(tables.merges.size());
   const std::size_t prefix_len = m.continuing_subword_prefix_.size();
   std::string merged;  // reused: no allocation per merge once it has grown
-  for (std::size_t rank = 0; rank < merges.size(); ++rank) {
-    const auto& entry = merges[rank];
-    std::string_view left, right;  // views into the JSON's strings
-    if (entry.is_string()) {
-      const std::string_view line = entry.get_ref<const std::string&>();
-      const std::size_t space = line.find(' ');
-      TACHYON_CHECK(space != std::string_view::npos && line.find(' ', space + 1) == std::string_view::npos)
-          << "merge " << rank << " '" << line << "' is not two tokens in " << source;
-      left = line.substr(0, space);
-      right = line.substr(space + 1);
-    } else {
-      TACHYON_CHECK(entry.is_array() && entry.size() == 2 && entry[0].is_string() && entry[1].is_string())
-          << "merge " << rank << " is not a pair in " << source;
-      left = entry[0].get_ref<const std::string&>();
-      right = entry[1].get_ref<const std::string&>();
-    }
+  for (std::size_t rank = 0; rank < tables.merges.size(); ++rank) {
+    const std::string_view left = tables.merges[rank].first, right = tables.merges[rank].second;
     const auto left_id = m.token_to_id(left);
     const auto right_id = m.token_to_id(right);
     TACHYON_CHECK(left_id && right_id) << "merge " << rank << " ('" << left << "', '" << right
@@ -75,7 +85,8 @@ BpeModel BpeModel::from_json(const nlohmann::json& model, const std::string& sou
     merged += prefix_len > 0 && right.substr(0, prefix_len) == m.continuing_subword_prefix_ ? right.substr(prefix_len)
                                                                                            : right;
     const auto new_id = m.token_to_id(merged);
-    TACHYON_CHECK(new_id.has_value()) << "merge " << rank << " result '" << merged << "' is not in the vocabulary of " << source;
+    TACHYON_CHECK(new_id.has_value()) << "merge " << rank << " result '" << merged
+                                      << "' is not in the vocabulary of " << source;
     m.merges_.insert_or_assign(*left_id, *right_id, {.rank = static_cast<int32_t>(rank), .new_id = *new_id});
   }
   return m;

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -16,12 +17,29 @@
 
 namespace tachyon::tokenizer {
 
+// The "model" object's vocabulary and merges, apart from the rest of it: Tokenizer::from_dir
+// streams them out of the parse of tokenizer.json (as JSON values they were half of it).
+struct BpeTables {
+  std::vector<std::pair<std::string, int32_t>> vocab;       // (token, id) in the file's order
+  std::vector<std::pair<std::string, std::string>> merges;  // (left, right) in rank order
+
+  // One merges entry: an "a b" string or an ["a", "b"] pair; `rank` and `source` name it in errors.
+  static std::pair<std::string, std::string> merge_of(const nlohmann::json& entry, size_t rank,
+                                                      const std::string& source);
+  // The tables of a model object held whole.
+  static BpeTables from_json(const nlohmann::json& model, const std::string& source);
+};
 
 class BpeModel {
  public:
   // Reads vocab and merges (either "a b" strings or ["a", "b"] pairs) from the "model" object.
   // Throws tachyon::Error naming `source` when a merge refers to a token not in the vocabulary.
-  static BpeModel from_json(const nlohmann::json& model, const std::string& source);
+  static BpeModel from_json(const nlohmann::json& model, const std::string& source) {
+    return from_tables(model, BpeTables::from_json(model, source), source);
+  }
+  // The same from `tables`, the options (unk_token, byte_fallback, ...) from `model`, whose own
+  // vocab and merges are not read.
+  static BpeModel from_tables(const nlohmann::json& model, const BpeTables& tables, const std::string& source);
 
   // Ids of one pre-tokenized piece (already byte-mapped for byte-level vocabularies).
   std::vector<int32_t> tokenize(std::string_view piece) const;

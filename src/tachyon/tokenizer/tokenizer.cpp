@@ -76,20 +76,63 @@ std::string config_chat_template(const nlohmann::json& config) {
   return "";
 }
 
+// tokenizer.json parsed with the entries of model.vocab and the elements of model.merges moved
+// into `tables` as the parser reads them, not into the DOM (whose model object keeps an empty
+// "vocab" and "merges"): as JSON values they were half of the parse of Llama-3's 9 MB file (a map
+// node per token, a string per merge).
+nlohmann::json parse_moving_bpe_tables(const std::string& text, BpeTables& tables, const std::string& source) {
+  std::string top_key, model_key;  // the keys being read at depth 1 and, inside "model", depth 2
+  auto filter = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using Event = nlohmann::json::parse_event_t;
+    if (event == Event::key) {
+      if (depth == 1) top_key = parsed.get<std::string>();
+      if (depth == 2 && top_key == "model") model_key = parsed.get<std::string>();
+      if (depth == 3 && top_key == "model" && model_key == "vocab") {
+        tables.vocab.emplace_back(std::move(parsed.get_ref<std::string&>()), -1);
+        return false;  // the pair stays out of the DOM; its value is still read, below
+      }
+      return true;
+    }
+    if (depth != 3 || top_key != "model") return true;
+    if (model_key == "vocab" && event == Event::value) {
+      tables.vocab.back().second = parsed.get<int32_t>();
+      return false;
+    }
+    const bool element = event == Event::value || event == Event::array_end || event == Event::object_end;
+    if (model_key == "merges" && element) {
+      tables.merges.push_back(BpeTables::merge_of(parsed, tables.merges.size(), source));  // throws for an object
+      return false;
+    }
+    return true;
+  };
+  return nlohmann::json::parse(text, filter);
+}
+
 }  // namespace
 
 Tokenizer Tokenizer::from_dir(const std::filesystem::path& dir) {
   const auto json_path = dir / "tokenizer.json";
   TACHYON_CHECK(std::filesystem::exists(json_path)) << "no tokenizer.json in " << dir.string();
-  const nlohmann::json tokenizer_json = read_json_file(json_path);
+  BpeTables tables;
+  nlohmann::json tokenizer_json;
+  try {
+    tokenizer_json = parse_moving_bpe_tables(read_file(json_path), tables, json_path.string());
+  } catch (const nlohmann::json::exception& e) {
+    TACHYON_FAIL() << "malformed tokenizer JSON " << json_path.string() << ": " << e.what();
+  }
   const auto config_path = dir / "tokenizer_config.json";
   const nlohmann::json config =
       std::filesystem::exists(config_path) ? read_json_file(config_path) : nlohmann::json::object();
-  return from_json(tokenizer_json, config, json_path.string());
+  return assemble(tokenizer_json, config, &tables, json_path.string());
 }
 
 Tokenizer Tokenizer::from_json(const nlohmann::json& tokenizer_json, const nlohmann::json& tokenizer_config,
                                const std::string& source) {
+  return assemble(tokenizer_json, tokenizer_config, nullptr, source);
+}
+
+Tokenizer Tokenizer::assemble(const nlohmann::json& tokenizer_json, const nlohmann::json& tokenizer_config,
+                              const BpeTables* streamed, const std::string& source) {
   auto state = std::make_shared<State>();
   try {
     TACHYON_CHECK(tokenizer_json.is_object() && tokenizer_json.contains("model")) << "no \"model\" in " << source;
@@ -99,7 +142,13 @@ Tokenizer Tokenizer::from_json(const nlohmann::json& tokenizer_json, const nlohm
     auto get = [&](const char* key) { return tokenizer_json.contains(key) ? tokenizer_json.at(key) : nlohmann::json(); };
     state->normalizer = make_normalizer(get("normalizer"), source);
     state->pre_tokenizer = make_pre_tokenizer(get("pre_tokenizer"), source);
-    state->model = BpeModel::from_json(model, source);
+    if (streamed != nullptr) {  // what from_json's reads of model.vocab and model.merges require
+      TACHYON_CHECK(model.contains("vocab") && model.at("vocab").is_object() && model.contains("merges") &&
+                    model.at("merges").is_array())
+          << "the model's \"vocab\" must be an object and its \"merges\" an array in " << source;
+    }
+    state->model =
+        streamed != nullptr ? BpeModel::from_tables(model, *streamed, source) : BpeModel::from_json(model, source);
     state->added = AddedVocabulary(AddedVocabulary::parse(get("added_tokens")), state->normalizer.get());
     state->post_processor = make_post_processor(get("post_processor"), source);
     state->decoder = make_decoder(get("decoder"), source);

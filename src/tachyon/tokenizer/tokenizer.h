@@ -19,6 +19,8 @@
 
 namespace tachyon::tokenizer {
 
+struct BpeTables;  // bpe_model.h
+
 class Tokenizer {
  public:
   // `dir` holds tokenizer.json and optionally tokenizer_config.json (bos/eos token, chat template).
@@ -50,6 +52,10 @@ class Tokenizer {
  private:
   struct State;
   explicit Tokenizer(std::shared_ptr<const State> state) : state_(std::move(state)) {}
+  // from_json with the BPE model's vocabulary and merges taken from `streamed` when not null
+  // (from_dir's parse moved them out of tokenizer_json; bpe_model.h BpeTables).
+  static Tokenizer assemble(const nlohmann::json& tokenizer_json, const nlohmann::json& tokenizer_config,
+                            const BpeTables* streamed, const std::string& source);
   std::shared_ptr<const State> state_;
 };
 
