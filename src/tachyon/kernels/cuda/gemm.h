@@ -73,8 +73,8 @@ class GemmRunner {
   // E4M3 with weight_scale [ceil(k / 128), n]: one f32 factor per row and 128 values of k, the
   // row index fastest (cuBLASLt's VEC128_32F block scaling; Hopper, CUDA 12.9 or later;
   // fp8.h fp8_quantize_rows writes it). k and n multiples of 16, pointers 16-byte aligned
-  // (checked). Returns false, doing nothing, when cuBLASLt has no algorithm for the shape (the
-  // caller falls back to a bf16 product); the answer is kept per shape, and a shape is first
+  // (checked). Returns false, doing nothing, when cuBLASLt has no algorithm for the shape (every
+  // m % 4 != 0 on the H100: the runner pads those rows, CudaModelRunner::linear_fp8); the answer is kept per shape, and a shape is first
   // asked outside graph capture as for linear().
   bool linear_fp8(bf16* out, const uint8_t* in, const float* in_scale, const uint8_t* weight, const float* weight_scale,
                   const bf16* bias, int64_t m, int64_t n, int64_t k, cudaStream_t stream);

@@ -354,8 +354,8 @@ void CudaModelRunner::linear(LinearRole role, LinearShape shape, void* out, kc::
   gemm_.linear(out, type, in, weight.values, bias, m, shape.n, shape.k, stream);
 }
 
-// cuBLASLt has no block-scaled algorithm for some row counts (281 on every Llama-3-8B projection
-// on the H200; 57 and 58 on the tiny test shapes; which ones depends on the GPU and the library):
+// cuBLASLt has no block-scaled algorithm for some row counts (every m % 4 != 0 from 9 to 2,304 on
+// the H100, bench_fp8_gemm; 281 seen on the H200; which ones depends on the GPU and the library):
 // a serving step's rows are any count, and the dequantized bf16 fallback costs a full-width copy
 // of the weight per product. Those run instead as a product of the rows padded with zero rows to
 // a multiple of 16 (fp8_quantize_rows), into a staging buffer whose m real rows are then copied
