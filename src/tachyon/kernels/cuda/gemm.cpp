@@ -361,25 +361,32 @@ bool GemmRunner::linear_fp8(bf16* out, const uint8_t* in, const float* in_scale,
   check_aligned(in, "in", p);
   check_aligned(weight, "weight", p);
   if (bias != nullptr) check_aligned(bias, "bias", p);
+  if (!fp8_serves(m, n, k, bias != nullptr, in_scale, weight_scale, stream)) return false;
+  Plan& plan = impl_->plan_for(p);
+  impl_->set_scales(plan, in_scale, weight_scale, p);
+  if (bias != nullptr) impl_->set_bias(plan, bias, p);
+  TACHYON_CUBLAS_CHECK(impl_->run(plan, plan.algo, out, in, weight, stream), to_string(p));
+  return true;
+}
+
+bool GemmRunner::fp8_serves(int64_t m, int64_t n, int64_t k, bool has_bias, const float* in_scale,
+                            const float* weight_scale, cudaStream_t stream) {
+  const GemmProblem p{.m = m, .n = n, .k = k, .has_bias = has_bias, .fp8 = true};
+  if (m == 0) return true;
   if (impl_->unsupported.contains(p)) return false;
-  Plan* plan = nullptr;
+  if (impl_->plans.contains(p)) return true;
   try {
-    if (!impl_->plans.contains(p)) {
-      // A new shape: the heuristic is asked with the operands' factor pointers in place and the
-      // stream drained (outside capture), since cuBLASLt answered INVALID_VALUE on the GPU
-      // machine for a shape it served in the same process when asked right after a launch.
-      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-      TACHYON_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-      if (capture == cudaStreamCaptureStatusNone) TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream));
-    }
-    plan = &impl_->plan_for(p, [&](Plan& fresh) { impl_->set_scales(fresh, in_scale, weight_scale, p); });
+    // A new shape: the heuristic is asked with the operands' factor pointers in place and the
+    // stream drained (outside capture), since cuBLASLt answered INVALID_VALUE on the GPU
+    // machine for a shape it served in the same process when asked right after a launch.
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    TACHYON_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    if (capture == cudaStreamCaptureStatusNone) TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream));
+    impl_->plan_for(p, [&](Plan& fresh) { impl_->set_scales(fresh, in_scale, weight_scale, p); });
   } catch (const std::exception& error) {  // no block-scaled algorithm for this shape on this GPU
     impl_->unsupported.emplace(p, error.what());
     return false;
   }
-  impl_->set_scales(*plan, in_scale, weight_scale, p);
-  if (bias != nullptr) impl_->set_bias(*plan, bias, p);
-  TACHYON_CUBLAS_CHECK(impl_->run(*plan, plan->algo, out, in, weight, stream), to_string(p));
   return true;
 }
 

@@ -78,6 +78,10 @@ class GemmRunner {
   // asked outside graph capture as for linear().
   bool linear_fp8(bf16* out, const uint8_t* in, const float* in_scale, const uint8_t* weight, const float* weight_scale,
                   const bf16* bias, int64_t m, int64_t n, int64_t k, cudaStream_t stream);
+  // Whether linear_fp8 runs this shape (it would answer true), without running it: a new shape is
+  // asked of cuBLASLt here as linear_fp8 asks it (the same factor pointers), and the answer kept.
+  bool fp8_serves(int64_t m, int64_t n, int64_t k, bool has_bias, const float* in_scale, const float* weight_scale,
+                  cudaStream_t stream);
   // Why linear_fp8 answered false for a shape (cuBLASLt's words); "" when it did not.
   std::string fp8_refusal(int64_t m, int64_t n, int64_t k, bool has_bias) const;
 

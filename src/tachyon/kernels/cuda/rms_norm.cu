@@ -12,6 +12,7 @@
 // Test: tests/gpu/test_elementwise_kernels.cpp (RmsNorm.*, AddRmsNorm.*).
 #include "tachyon/kernels/cuda/rms_norm.h"
 #include "tachyon/kernels/cuda/bf16_vec.cuh"
+#include "tachyon/kernels/cuda/fp8_rows.cuh"
 #include "tachyon/kernels/cuda/pdl.cuh"
 
 #include <algorithm>
@@ -40,30 +41,52 @@ __device__ inline float block_sum(float value) {
   return value;  // every warp reduced the same partials, so no second barrier is needed
 }
 
-// Writes y = bf16(w * bf16(x * inv_rms)) for the vectors this thread holds.
-template <int kVecs>
+// Writes y = bf16(w * bf16(x * inv_rms)) for the vectors this thread holds, and with kFp8 their
+// E4M3 copy (fp8_rows.cuh: every lane takes part, active or not).
+template <int kVecs, bool kFp8>
 __device__ inline void scale_and_store(bf16* out_row, const bf16* weight, const uint4 (&x)[kVecs], int vecs,
-                                       float inv_rms) {
+                                       float inv_rms, const Fp8Rows& q, int64_t row) {
 #pragma unroll
   for (int k = 0; k < kVecs; ++k) {
     const int vec = threadIdx.x + k * blockDim.x;
+    float v[kVecElems] = {};
     if (vec < vecs) {
-      float v[kVecElems], w[kVecElems];
+      float w[kVecElems];
       unpack8(x[k], v);
       unpack8(reinterpret_cast<const uint4*>(weight)[vec], w);
 #pragma unroll
       for (int i = 0; i < kVecElems; ++i) v[i] = w[i] * __bfloat162float(__float2bfloat16_rn(v[i] * inv_rms));
-      reinterpret_cast<uint4*>(out_row)[vec] = pack8(v);
+      const uint4 y = pack8(v);
+      reinterpret_cast<uint4*>(out_row)[vec] = y;
+      if constexpr (kFp8) unpack8(y, v);  // the values as stored: what fp8_quantize_rows would read
     }
+    if constexpr (kFp8) store_fp8_vec8(q, row, vecs, vec, v, vec < vecs);
+  }
+}
+
+// A zero row of the E4M3 copy past the producer's rows (codes 0, factor 1), as fp8_quantize_rows pads.
+template <int kVecs>
+__device__ inline void store_fp8_padding_row(const Fp8Rows& q, int64_t row, int vecs) {
+  const float zeros[kVecElems] = {};
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    const int vec = threadIdx.x + k * blockDim.x;
+    store_fp8_vec8(q, row, vecs, vec, zeros, vec < vecs);
   }
 }
 
 // out, in: [rows, dim] bf16 (may alias: each thread rewrites only what it read); weight: [dim] bf16.
-template <int kVecs>
-__global__ void rms_norm_kernel(bf16* out, const bf16* in, const bf16* __restrict__ weight, int vecs, float eps) {
+// kFp8: also the rows' E4M3 copy `q`; blocks past `rows` write its padding rows only.
+template <int kVecs, bool kFp8>
+__global__ void rms_norm_kernel(bf16* out, const bf16* in, const bf16* __restrict__ weight, int vecs, float eps,
+                                Fp8Rows q, int64_t rows) {
   pdl_wait();  // launched with launch_pdl: nothing of the previous kernel is touched before this
   pdl_launch_dependents();
   const int64_t row = blockIdx.x;
+  if (kFp8 && row >= rows) {
+    store_fp8_padding_row<kVecs>(q, row, vecs);
+    return;
+  }
   const uint4* in_row = reinterpret_cast<const uint4*>(in) + row * vecs;
   uint4 x[kVecs];
   float sum_squares = 0.0f;
@@ -79,17 +102,22 @@ __global__ void rms_norm_kernel(bf16* out, const bf16* in, const bf16* __restric
     }
   }
   const float inv_rms = rsqrtf(block_sum(sum_squares) / static_cast<float>(vecs * kVecElems) + eps);
-  scale_and_store(out + row * vecs * kVecElems, weight, x, vecs, inv_rms);
+  scale_and_store<kVecs, kFp8>(out + row * vecs * kVecElems, weight, x, vecs, inv_rms, q, row);
 }
 
 // residual <- bf16(residual + in); out = rms_norm(residual) * weight.
 // out, residual, in: [rows, dim] bf16, pairwise distinct; weight: [dim] bf16.
-template <int kVecs>
+// kFp8 and `q`, `rows`: as rms_norm_kernel.
+template <int kVecs, bool kFp8>
 __global__ void add_rms_norm_kernel(bf16* __restrict__ out, bf16* __restrict__ residual, const bf16* __restrict__ in,
-                                    const bf16* __restrict__ weight, int vecs, float eps) {
+                                    const bf16* __restrict__ weight, int vecs, float eps, Fp8Rows q, int64_t rows) {
   pdl_wait();  // launched with launch_pdl: nothing of the previous kernel is touched before this
   pdl_launch_dependents();
   const int64_t row = blockIdx.x;
+  if (kFp8 && row >= rows) {
+    store_fp8_padding_row<kVecs>(q, row, vecs);
+    return;
+  }
   uint4* residual_row = reinterpret_cast<uint4*>(residual) + row * vecs;
   const uint4* in_row = reinterpret_cast<const uint4*>(in) + row * vecs;
   uint4 x[kVecs], addend[kVecs];
@@ -120,7 +148,7 @@ __global__ void add_rms_norm_kernel(bf16* __restrict__ out, bf16* __restrict__ r
     }
   }
   const float inv_rms = rsqrtf(block_sum(sum_squares) / static_cast<float>(vecs * kVecElems) + eps);
-  scale_and_store(out + row * vecs * kVecElems, weight, x, vecs, inv_rms);
+  scale_and_store<kVecs, kFp8>(out + row * vecs * kVecElems, weight, x, vecs, inv_rms, q, row);
 }
 
 // The launch shape of a row of `vecs` vectors: kVecs, the fewest vectors per thread (a power
@@ -146,42 +174,78 @@ void check_shape(const char* op, int64_t rows, int64_t dim, const void* a, const
   }
 }
 
-}  // namespace
+// The E4M3 copy's checks (fp8_rows.h), and the grid: the padded rows when there is a copy.
+unsigned norm_grid(const char* op, int64_t rows, int64_t dim, const Fp8Rows& q) {
+  if (q.empty()) return static_cast<unsigned>(rows);
+  TACHYON_CHECK(dim % 128 == 0 && q.padded_rows >= rows && q.padded_rows <= INT32_MAX && q.scale != nullptr &&
+                reinterpret_cast<uintptr_t>(q.values) % 16 == 0)
+      << op << ": an E4M3 copy needs dim % 128 == 0 (dim " << dim << "), padded_rows >= rows (" << q.padded_rows
+      << " < " << rows << ") and 16-byte aligned codes";
+  return static_cast<unsigned>(q.padded_rows);
+}
 
-void rms_norm(bf16* out, const bf16* in, const bf16* weight, int64_t rows, int64_t dim, float eps,
-              cudaStream_t stream) {
-  check_shape("rms_norm", rows, dim, out, in, weight);
-  if (rows == 0) return;
-  const int vecs = static_cast<int>(dim / kVecElems);
+// One launch of `kernel<kVecs, kFp8>` for the row shape: kVecs the fewest vectors per thread that
+// fit (row_launch), kFp8 whether there is an E4M3 copy.
+template <template <int, bool> class Launch, typename... Args>
+void launch_norm(int vecs, unsigned grid, bool fp8, cudaStream_t stream, Args... args) {
   const RowLaunch launch = row_launch(vecs);
-  const auto grid = static_cast<unsigned>(rows);
-  switch (launch.vecs_per_thread) {
-    case 1: launch_pdl(rms_norm_kernel<1>, grid, dim3(launch.threads), 0, stream, out, in, weight, vecs, eps); break;
-    case 2: launch_pdl(rms_norm_kernel<2>, grid, dim3(launch.threads), 0, stream, out, in, weight, vecs, eps); break;
-    case 4: launch_pdl(rms_norm_kernel<4>, grid, dim3(launch.threads), 0, stream, out, in, weight, vecs, eps); break;
-    default: launch_pdl(rms_norm_kernel<kMaxVecs>, grid, dim3(launch.threads), 0, stream, out, in, weight, vecs, eps); break;
+  const dim3 block(launch.threads);
+  switch (launch.vecs_per_thread * 2 + (fp8 ? 1 : 0)) {
+    case 2: Launch<1, false>::run(grid, block, stream, args...); break;
+    case 3: Launch<1, true>::run(grid, block, stream, args...); break;
+    case 4: Launch<2, false>::run(grid, block, stream, args...); break;
+    case 5: Launch<2, true>::run(grid, block, stream, args...); break;
+    case 8: Launch<4, false>::run(grid, block, stream, args...); break;
+    case 9: Launch<4, true>::run(grid, block, stream, args...); break;
+    default:
+      if (fp8) {
+        Launch<kMaxVecs, true>::run(grid, block, stream, args...);
+      } else {
+        Launch<kMaxVecs, false>::run(grid, block, stream, args...);
+      }
+      break;
   }
   TACHYON_CUDA_CHECK_LAUNCH();
 }
 
+template <int kVecs, bool kFp8>
+struct RmsNormLaunch {
+  static void run(unsigned grid, dim3 block, cudaStream_t stream, bf16* out, const bf16* in, const bf16* weight,
+                  int vecs, float eps, Fp8Rows q, int64_t rows) {
+    launch_pdl(rms_norm_kernel<kVecs, kFp8>, grid, block, 0, stream, out, in, weight, vecs, eps, q, rows);
+  }
+};
+
+template <int kVecs, bool kFp8>
+struct AddRmsNormLaunch {
+  static void run(unsigned grid, dim3 block, cudaStream_t stream, bf16* out, bf16* residual, const bf16* in,
+                  const bf16* weight, int vecs, float eps, Fp8Rows q, int64_t rows) {
+    launch_pdl(add_rms_norm_kernel<kVecs, kFp8>, grid, block, 0, stream, out, residual, in, weight, vecs, eps, q,
+               rows);
+  }
+};
+
+}  // namespace
+
+void rms_norm(bf16* out, const bf16* in, const bf16* weight, int64_t rows, int64_t dim, float eps,
+              cudaStream_t stream, Fp8Rows fp8) {
+  check_shape("rms_norm", rows, dim, out, in, weight);
+  const unsigned grid = norm_grid("rms_norm", rows, dim, fp8);
+  if (grid == 0) return;
+  launch_norm<RmsNormLaunch>(static_cast<int>(dim / kVecElems), grid, !fp8.empty(), stream, out, in, weight,
+                             static_cast<int>(dim / kVecElems), eps, fp8, rows);
+}
+
 void add_rms_norm(bf16* out, bf16* residual, const bf16* in, const bf16* weight, int64_t rows, int64_t dim,
-                  float eps, cudaStream_t stream) {
+                  float eps, cudaStream_t stream, Fp8Rows fp8) {
   check_shape("add_rms_norm", rows, dim, out, residual, in);
   check_shape("add_rms_norm", rows, dim, weight, weight, weight);
   TACHYON_CHECK(rows == 0 || (out != residual && out != in && residual != static_cast<const bf16*>(in)))
       << "add_rms_norm: out, residual and in must be distinct";
-  if (rows == 0) return;
-  const int vecs = static_cast<int>(dim / kVecElems);
-  const RowLaunch launch = row_launch(vecs);
-  const auto grid = static_cast<unsigned>(rows);
-  const int threads = launch.threads;
-  switch (launch.vecs_per_thread) {
-    case 1: launch_pdl(add_rms_norm_kernel<1>, grid, dim3(threads), 0, stream, out, residual, in, weight, vecs, eps); break;
-    case 2: launch_pdl(add_rms_norm_kernel<2>, grid, dim3(threads), 0, stream, out, residual, in, weight, vecs, eps); break;
-    case 4: launch_pdl(add_rms_norm_kernel<4>, grid, dim3(threads), 0, stream, out, residual, in, weight, vecs, eps); break;
-    default: launch_pdl(add_rms_norm_kernel<kMaxVecs>, grid, dim3(threads), 0, stream, out, residual, in, weight, vecs, eps); break;
-  }
-  TACHYON_CUDA_CHECK_LAUNCH();
+  const unsigned grid = norm_grid("add_rms_norm", rows, dim, fp8);
+  if (grid == 0) return;
+  launch_norm<AddRmsNormLaunch>(static_cast<int>(dim / kVecElems), grid, !fp8.empty(), stream, out, residual, in,
+                                weight, static_cast<int>(dim / kVecElems), eps, fp8, rows);
 }
 
 }  // namespace tachyon::kernels::cuda

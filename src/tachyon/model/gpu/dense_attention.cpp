@@ -58,6 +58,11 @@ void DenseAttentionBlock::run_role(LinearRole role, int64_t layer, int64_t m) {
   }
 }
 
+std::optional<NormedProduct> DenseAttentionBlock::normed_product(int64_t layer) const {
+  const CudaLayerWeights& w = layer_weights(layer);
+  return NormedProduct{LinearRole::kQkv, qkv_shape(), w.qkv, w.qkv_bias, ctx_.ws.qkv};
+}
+
 std::vector<KvRegion> DenseAttentionBlock::kv_regions() const {
   const size_t values = static_cast<size_t>(ctx_.config.kv_size());
   if (ctx_.limits.fp8_kv_cache) {  // codes first: every layer's codes then stay 16-byte aligned (blocks of >= 2 tokens)
@@ -85,7 +90,7 @@ void DenseAttentionBlock::forward(int64_t l, const GpuStep& step) {
   const kc::AttentionParams attention{.num_heads = static_cast<int32_t>(c.num_attention_heads),
                                       .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
                                       .sliding_window = static_cast<int32_t>(c.sliding_window.value_or(0))};
-  run_role(LinearRole::kQkv, l, T);
+  run_normed_product(*normed_product(l), T);
   kc::PagedKvView kv{.block_tables = m.block_tables,
                      .block_table_stride = ctx_.limits.block_table_stride,
                      .block_size = ctx_.limits.block_size,

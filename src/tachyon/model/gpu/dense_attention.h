@@ -17,6 +17,7 @@ class DenseAttentionBlock : public GpuBlock {
   void run_role(LinearRole role, int64_t layer, int64_t m) override;
   std::vector<KvRegion> kv_regions() const override;
   void forward(int64_t layer, const GpuStep& step) override;
+  std::optional<NormedProduct> normed_product(int64_t layer) const override;
 
  private:
   LinearShape qkv_shape() const;

@@ -57,6 +57,11 @@ void DenseMlpBlock::run_down(int64_t layer, int64_t m) {
                      ctx_.row_parallel_bias ? w.down_bias : nullptr, m, ctx_.stream);
 }
 
+std::optional<NormedProduct> DenseMlpBlock::normed_product(int64_t layer) const {
+  const CudaLayerWeights& w = layer_weights(layer);
+  return NormedProduct{LinearRole::kGateUp, gate_up_shape(), w.gate_up, w.gate_up_bias, ctx_.ws.gate_up};
+}
+
 void DenseMlpBlock::forward(int64_t layer, const GpuStep& step) {
   const int64_t m = step.shape.num_tokens;
   const CudaLayerWeights& w = layer_weights(layer);
@@ -66,8 +71,17 @@ void DenseMlpBlock::forward(int64_t layer, const GpuStep& step) {
     run_down(layer, m);
     return;
   }
-  run_role(LinearRole::kGateUp, layer, m);
-  run_role(LinearRole::kDownWithSilu, layer, m);
+  run_normed_product(*normed_product(layer), m);
+  // Where down runs as an E4M3 product, SwiGLU writes its E4M3 input rows (and no bf16 ones).
+  const bf16* down_bias = ctx_.row_parallel_bias ? w.down_bias : nullptr;
+  const kc::Fp8Rows down_rows = ctx_.linear.fp8_input(LinearRole::kDownWithSilu, down_shape(), w.down, down_bias, m);
+  if (down_rows.empty()) {
+    run_role(LinearRole::kDownWithSilu, layer, m);
+    return;
+  }
+  kc::silu_and_mul(nullptr, ctx_.ws.gate_up, m, ctx_.config.intermediate_size, ctx_.stream, down_rows);
+  ctx_.linear.linear_quantized(LinearRole::kDownWithSilu, down_shape(), ctx_.ws.proj, w.down, down_bias, m,
+                               ctx_.stream);
 }
 
 }  // namespace tachyon::model::gpu

@@ -16,6 +16,7 @@ class DenseMlpBlock : public GpuBlock {
   std::vector<RoleInfo> roles() const override;
   void run_role(LinearRole role, int64_t layer, int64_t m) override;
   void forward(int64_t layer, const GpuStep& step) override;
+  std::optional<NormedProduct> normed_product(int64_t layer) const override;
 
  private:
   LinearShape gate_up_shape() const { return {2 * ctx_.config.intermediate_size, ctx_.config.hidden_size}; }

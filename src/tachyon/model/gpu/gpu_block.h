@@ -9,6 +9,7 @@
 
 #include <cuda_runtime.h>
 
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -54,6 +55,17 @@ struct BlockContext {
   dist::Communicator* ep_comm = nullptr;
 };
 
+// The product a block's forward() applies first to Workspace::normed, and nothing else reads
+// normed: the norm before the block may then write that product's E4M3 input rows itself
+// (LinearDispatch::fp8_input; GpuDecoder asks).
+struct NormedProduct {
+  LinearRole role = LinearRole::kQkv;
+  LinearShape shape;
+  LinearWeight weight;
+  const bf16* bias = nullptr;
+  bf16* out = nullptr;
+};
+
 class GpuBlock {
  public:
   explicit GpuBlock(BlockContext& context) : ctx_(context) {}
@@ -73,10 +85,27 @@ class GpuBlock {
   virtual std::vector<KvRegion> kv_regions() const { return {}; }
   // Layer `layer` for the step: Workspace::normed -> Workspace::proj.
   virtual void forward(int64_t layer, const GpuStep& step) = 0;
+  // The block's NormedProduct for `layer`, where it has one; none by default.
+  virtual std::optional<NormedProduct> normed_product(int64_t /*layer*/) const { return std::nullopt; }
+  // The E4M3 rows the norm before this block writes for m rows of `layer` (empty: none).
+  kernels::cuda::Fp8Rows normed_fp8_rows(int64_t layer, int64_t m) const {
+    const std::optional<NormedProduct> p = normed_product(layer);
+    return p ? ctx_.linear.fp8_input(p->role, p->shape, p->weight, p->bias, m) : kernels::cuda::Fp8Rows{};
+  }
 
  protected:
   const CudaLayerWeights& layer_weights(int64_t layer) const {
     return ctx_.weights.layers()[static_cast<size_t>(layer)];
+  }
+  // forward()'s product `p` (normed_product) of m rows: of the E4M3 rows the norm wrote where
+  // normed_fp8_rows answered, else of normed's bf16 rows.
+  void run_normed_product(const NormedProduct& p, int64_t m) {
+    if (!ctx_.linear.fp8_input(p.role, p.shape, p.weight, p.bias, m).empty()) {
+      ctx_.linear.linear_quantized(p.role, p.shape, p.out, p.weight, p.bias, m, ctx_.stream);
+    } else {
+      ctx_.linear.linear(p.role, p.shape, p.out, GemmOutputType::kBF16, ctx_.ws.normed, p.weight, p.bias, m,
+                         ctx_.stream);
+    }
   }
   // Two independent parts of a layer, each a callable issuing its kernels on the stream it is
   // given: with `concurrent` (and a side stream) `side` runs on the side stream while `main` runs

@@ -186,17 +186,22 @@ void GpuDecoder::forward_from_residual(const GpuStep& step) {
   cudaStream_t stream = ctx_.stream;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const CudaLayerWeights& w = weights_.layers()[static_cast<size_t>(l)];
-    // Attention block: the previous MLP's output joins the residual inside the norm.
+    // Attention block: the previous MLP's output joins the residual inside the norm. Each norm
+    // also writes the E4M3 input rows of the block's first product where that runs on them
+    // (GpuBlock::normed_fp8_rows; empty in bf16 runs).
     if (l == 0) {
-      kc::rms_norm(ws_.normed, ws_.residual, w.input_norm, T, H, eps, stream);
+      kc::rms_norm(ws_.normed, ws_.residual, w.input_norm, T, H, eps, stream, attention_->normed_fp8_rows(l, T));
     } else {
-      kc::add_rms_norm(ws_.normed, ws_.residual, ws_.proj, w.input_norm, T, H, eps, stream);
+      kc::add_rms_norm(ws_.normed, ws_.residual, ws_.proj, w.input_norm, T, H, eps, stream,
+                       attention_->normed_fp8_rows(l, T));
     }
     attention_->forward(l, step);
     all_reduce_hidden(ws_.proj, T);
     // MLP block.
-    kc::add_rms_norm(ws_.normed, ws_.residual, ws_.proj, w.post_attention_norm, T, H, eps, stream);
-    mlp_of_layer_[static_cast<size_t>(l)]->forward(l, step);
+    GpuBlock& mlp = *mlp_of_layer_[static_cast<size_t>(l)];
+    kc::add_rms_norm(ws_.normed, ws_.residual, ws_.proj, w.post_attention_norm, T, H, eps, stream,
+                     mlp.normed_fp8_rows(l, T));
+    mlp.forward(l, step);
     all_reduce_hidden(ws_.proj, T);
   }
   // Final norm on every row (cheap), then only the rows whose logits are wanted go through the

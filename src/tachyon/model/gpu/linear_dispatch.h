@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "tachyon/kernels/cuda/fp8_rows.h"
 #include "tachyon/kernels/cuda/gemm.h"
 #include "tachyon/tensor/cuda/cuda_check.h"
 
@@ -65,6 +66,18 @@ class LinearDispatch {
   // kernels, not cuBLASLt's workspace or the FP8 staging buffers), so that it may run on a side
   // stream beside the block's (GpuBlock::run_branches). Fixed once the runner's choices are made.
   virtual bool stream_local(LinearRole role, LinearShape shape, const LinearWeight& weight, int64_t m) const = 0;
+  // FP8 runs: the E4M3 rows (kernels/cuda/fp8_rows.h) the product of `role` at m rows reads when
+  // it runs as an E4M3 x E4M3 product (not our GEMV, not the dequantized fallback); empty
+  // otherwise, and in every bf16 run. The kernel producing that input may write them itself
+  // (rms_norm.h, activation.h take an Fp8Rows) and call linear_quantized instead of linear():
+  // the launch linear() spends quantizing its bf16 input is saved. Stable for the same
+  // arguments once the runner's choices are made, so a producer and its consumer that ask apart
+  // get the same answer.
+  virtual kernels::cuda::Fp8Rows fp8_input(LinearRole role, LinearShape shape, const LinearWeight& weight,
+                                           const bf16* bias, int64_t m) = 0;
+  // linear() (bf16 out) of the input a producer wrote into fp8_input(role, shape, weight, bias, m).
+  virtual void linear_quantized(LinearRole role, LinearShape shape, bf16* out, const LinearWeight& weight,
+                                const bf16* bias, int64_t m, cudaStream_t stream) = 0;
   // A product with no timed role (the indexer's): always cuBLASLt.
   virtual void gemm(void* out, GemmOutputType type, const bf16* in, const bf16* weight, const bf16* bias, int64_t m,
                     int64_t n, int64_t k, cudaStream_t stream) = 0;

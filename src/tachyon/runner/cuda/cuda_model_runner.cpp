@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <string_view>
 
 #include <nvtx3/nvtx3.hpp>
 
@@ -31,6 +33,13 @@ void check_vocab_rows(const model::gpu::CudaDenseWeights& weights, const CudaTpR
 
 // The rows of an FP8 product padded for cuBLASLt (linear_fp8()): a multiple of 16.
 int64_t padded_fp8_rows(int64_t m) { return (m + 15) / 16 * 16; }
+
+// TACHYON_FP8_FUSED_QUANTIZE=0: every FP8 product quantizes its input in a launch of its own
+// (fp8_input() answers empty), to time the fused producers against it and compare their output.
+bool fp8_fused_quantize_enabled() {
+  const char* value = std::getenv("TACHYON_FP8_FUSED_QUANTIZE");
+  return value == nullptr || std::string_view(value) != "0";
+}
 
 }  // namespace
 
@@ -73,6 +82,7 @@ void CudaModelRunner::check_cache_types(const core::EngineConfig& config, const 
 }
 
 void CudaModelRunner::start(const core::EngineConfig& config, const model::Bf16MtpModule* mtp) {
+  fp8_fused_quantize_ = fp8_fused_quantize_enabled();
   TACHYON_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   for (StepEvents& e : events_) {
     TACHYON_CUDA_CHECK(cudaEventCreate(&e.begin));
@@ -363,20 +373,59 @@ void CudaModelRunner::linear(LinearRole role, LinearShape shape, void* out, kc::
 // only), at the cost of a copy of the output.
 bool CudaModelRunner::linear_fp8(kc::bf16* out, const kc::bf16* in, const gpu::LinearWeight& weight,
                                  const kc::bf16* bias, int64_t m, LinearShape shape, cudaStream_t stream) {
-  auto* rows = static_cast<uint8_t*>(fp8_rows_.data());
-  auto* row_scales = static_cast<float*>(fp8_row_scales_.data());
-  auto product = [&](kc::bf16* to, int64_t padded_m) {
-    kc::fp8_quantize_rows(rows, row_scales, in, m, padded_m, shape.k, stream);
-    return gemm_.linear_fp8(to, rows, row_scales, weight.fp8, weight.scale_by_block, bias, padded_m, shape.n,
-                            shape.k, stream);
-  };
-  if (gemm_.fp8_refusal(m, shape.n, shape.k, bias != nullptr).empty() && product(out, m)) return true;
-  const int64_t padded_m = padded_fp8_rows(m);
-  auto* staged = static_cast<kc::bf16*>(fp8_padded_out_.data());
-  if (padded_m == m || !product(staged, padded_m)) return false;
-  TACHYON_CUDA_CHECK(cudaMemcpyAsync(out, staged, static_cast<size_t>(m * shape.n) * sizeof(kc::bf16),
-                                     cudaMemcpyDeviceToDevice, stream));
+  const int64_t rows = fp8_product_rows(weight, bias, m, shape, stream);
+  if (rows == 0) return false;
+  kc::fp8_quantize_rows(static_cast<uint8_t*>(fp8_rows_.data()), static_cast<float*>(fp8_row_scales_.data()), in, m,
+                        rows, shape.k, stream);
+  run_fp8_rows(out, weight, bias, m, rows, shape, stream);
   return true;
+}
+
+int64_t CudaModelRunner::fp8_product_rows(const gpu::LinearWeight& weight, const kc::bf16* bias, int64_t m,
+                                          LinearShape shape, cudaStream_t stream) {
+  const auto* row_scales = static_cast<const float*>(fp8_row_scales_.data());
+  for (const int64_t rows : {m, padded_fp8_rows(m)}) {
+    if (gemm_.fp8_serves(rows, shape.n, shape.k, bias != nullptr, row_scales, weight.scale_by_block, stream)) {
+      return rows;
+    }
+  }
+  return 0;
+}
+
+void CudaModelRunner::run_fp8_rows(kc::bf16* out, const gpu::LinearWeight& weight, const kc::bf16* bias, int64_t m,
+                                   int64_t rows, LinearShape shape, cudaStream_t stream) {
+  kc::bf16* to = rows == m ? out : static_cast<kc::bf16*>(fp8_padded_out_.data());
+  TACHYON_CHECK(gemm_.linear_fp8(to, static_cast<const uint8_t*>(fp8_rows_.data()),
+                                 static_cast<const float*>(fp8_row_scales_.data()), weight.fp8, weight.scale_by_block,
+                                 bias, rows, shape.n, shape.k, stream))
+      << "internal: cuBLASLt refused an FP8 product of " << rows << " rows it had served";
+  if (rows == m) return;
+  TACHYON_CUDA_CHECK(cudaMemcpyAsync(out, to, static_cast<size_t>(m * shape.n) * sizeof(kc::bf16),
+                                     cudaMemcpyDeviceToDevice, stream));
+}
+
+// A producer writes the rows itself only where they are exactly what linear() would quantize:
+// an E4M3 product (not the GEMV, which reads bf16; not the dequantized fallback), k a multiple of
+// 128 (the producers' 16-lane blocks), and rows that fit the staging buffers.
+kc::Fp8Rows CudaModelRunner::fp8_input(LinearRole role, LinearShape shape, const gpu::LinearWeight& weight,
+                                       const kc::bf16* bias, int64_t m) {
+  if (!fp8_fused_quantize_ || weight.fp8 == nullptr || m <= 0 || m > limits_.max_tokens ||
+      stream_local(role, shape, weight, m) || shape.n % 16 != 0 || shape.k % 128 != 0 ||
+      shape.k > weights_.largest_fp8_input()) {
+    return {};
+  }
+  const int64_t rows = fp8_product_rows(weight, bias, m, shape, stream_);
+  if (rows == 0) return {};
+  return {static_cast<uint8_t*>(fp8_rows_.data()), static_cast<float*>(fp8_row_scales_.data()), rows};
+}
+
+void CudaModelRunner::linear_quantized(LinearRole role, LinearShape shape, kc::bf16* out,
+                                       const gpu::LinearWeight& weight, const kc::bf16* bias, int64_t m,
+                                       cudaStream_t stream) {
+  const kc::Fp8Rows rows = fp8_input(role, shape, weight, bias, m);
+  TACHYON_CHECK(!rows.empty()) << "internal: linear_quantized() where fp8_input() is empty";
+  run_fp8_rows(out, weight, bias, m, rows.padded_rows, shape, stream);
+  ++fused_fp8_products_;
 }
 
 // Whether linear() runs our GEMV kernels (linear() asks this first): they are stateless, while

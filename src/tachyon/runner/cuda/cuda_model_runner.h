@@ -149,6 +149,8 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   int64_t graph_replays() const { return graph_replays_; }  // decode and verify steps served by a graph
   using LinearDispatch::swiglu_epilogues;  // gate_up products that applied SwiGLU themselves
   int64_t draft_graph_replays() const { return mtp_graph_replays_; }  // MTP drafting served by a graph
+  // FP8 products issued on E4M3 rows their producer wrote (LinearDispatch::linear_quantized).
+  int64_t fused_fp8_products() const { return fused_fp8_products_; }
   const std::vector<int32_t>& graph_batch_sizes() const { return graph_batch_sizes_; }
   // Tests and debugging only: the f32 logits [rows, vocab] of the last step's first `rows`
   // logits rows, drafts' rows included (a D2H copy outside the step path).
@@ -167,10 +169,22 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   void gemm(void* out, kernels::cuda::GemmOutputType type, const kernels::cuda::bf16* in,
             const kernels::cuda::bf16* weight, const kernels::cuda::bf16* bias, int64_t m, int64_t n, int64_t k,
             cudaStream_t stream) override;
+  kernels::cuda::Fp8Rows fp8_input(LinearRole role, LinearShape shape, const model::gpu::LinearWeight& weight,
+                                   const kernels::cuda::bf16* bias, int64_t m) override;
+  void linear_quantized(LinearRole role, LinearShape shape, kernels::cuda::bf16* out,
+                        const model::gpu::LinearWeight& weight, const kernels::cuda::bf16* bias, int64_t m,
+                        cudaStream_t stream) override;
   // linear() of an FP8 weight on the FP8 tensor cores (bf16 out, n and k multiples of 16); false,
   // having written nothing to `out`, where cuBLASLt has no algorithm for m rows even padded.
   bool linear_fp8(kernels::cuda::bf16* out, const kernels::cuda::bf16* in, const model::gpu::LinearWeight& weight,
                   const kernels::cuda::bf16* bias, int64_t m, LinearShape shape, cudaStream_t stream);
+  // The rows the E4M3 product of m input rows runs with: m, or m padded to a multiple of 16 where
+  // cuBLASLt serves only that; 0 where it serves neither (linear() then dequantizes).
+  int64_t fp8_product_rows(const model::gpu::LinearWeight& weight, const kernels::cuda::bf16* bias, int64_t m,
+                           LinearShape shape, cudaStream_t stream);
+  // The product of the E4M3 rows in fp8_rows_ (`rows` of them, fp8_product_rows) into out's m rows.
+  void run_fp8_rows(kernels::cuda::bf16* out, const model::gpu::LinearWeight& weight, const kernels::cuda::bf16* bias,
+                    int64_t m, int64_t rows, LinearShape shape, cudaStream_t stream);
 
   void start(const core::EngineConfig& config, const model::Bf16MtpModule* mtp = nullptr);  // after the upload
   static void check_cache_types(const core::EngineConfig& config, const model::ModelConfig& model, bool tensor_parallel);
@@ -208,6 +222,10 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   cuda::DeviceBuffer fp8_row_scales_;  // ... and their factors (kernels/cuda/fp8.h fp8_quantize_rows)
   cuda::DeviceBuffer fp8_padded_out_;  // ... and a padded product's output, its real rows copied out
   std::set<std::array<int64_t, 3>> fp8_fallbacks_logged_;  // (m, n, k) told once each on stderr
+  // fp8_input() answers (producers quantize for the FP8 products): TACHYON_FP8_FUSED_QUANTIZE=0
+  // turns it off, so one binary times and compares both.
+  bool fp8_fused_quantize_ = true;
+  int64_t fused_fp8_products_ = 0;
   StepInputLimits limits_;
   StepInputLayout layout_;
   size_t staging_bytes_ = 0;

@@ -1,0 +1,33 @@
+// The producer side of fp8_rows.h: a thread's eight consecutive values of a row, within a
+// 128-column block held by 16 consecutive lanes of one warp (lanes 16j .. 16j + 15, each with 8
+// columns), quantized as fp8_quantize_rows quantizes them.
+#pragma once
+
+#include <cstdint>
+
+#include "tachyon/kernels/cuda/fp8_kv.cuh"
+#include "tachyon/kernels/cuda/fp8_rows.h"
+
+namespace tachyon::kernels::cuda {
+
+// Every lane of the warp calls this (the amax is exchanged with shuffles); `active` lanes hold
+// values of the row (an inactive lane's group of 16 is wholly inactive: the row's width is a
+// multiple of 128). `v` are the values as the bf16 output holds them (already rounded to bf16);
+// `vec` is the thread's 8-column vector index in the row.
+__device__ __forceinline__ void store_fp8_vec8(const Fp8Rows& q, int64_t row, int64_t row_vecs, int64_t vec,
+                                               const float (&v)[8], bool active) {
+  float amax = 0.0f;
+  if (active) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
+  }
+#pragma unroll
+  for (int offset = 8; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, offset));
+  if (!active) return;
+  const float factor = fp8_kv_factor(amax);
+  if (vec % 16 == 0) q.scale[(vec / 16) * q.padded_rows + row] = factor;
+  const uint2 codes = {fp8_encode4(v, factor), fp8_encode4(v + 4, factor)};
+  reinterpret_cast<uint2*>(q.values)[row * row_vecs + vec] = codes;
+}
+
+}  // namespace tachyon::kernels::cuda
