@@ -55,7 +55,7 @@ __global__ void silu_and_mul_kernel(bf16* __restrict__ out, const bf16* __restri
 void silu_and_mul(bf16* out, const bf16* gate_up, int64_t rows, int64_t dim, cudaStream_t stream, Fp8Rows fp8) {
   TACHYON_CHECK(rows >= 0 && rows <= INT32_MAX) << "silu_and_mul: rows " << rows << " out of range";
   TACHYON_CHECK(dim > 0 && dim % kVecElems == 0) << "silu_and_mul: dim " << dim << " must be a positive multiple of 8";
-  TACHYON_CHECK((out != nullptr || !fp8.empty()) && reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
+  TACHYON_CHECK((rows == 0 || out != nullptr || !fp8.empty()) && reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
                 reinterpret_cast<uintptr_t>(gate_up) % 16 == 0)
       << "silu_and_mul: out (null only with an E4M3 copy) and gate_up must be 16-byte aligned";
   const int64_t vecs_per_row = dim / kVecElems;
