@@ -146,4 +146,14 @@ inline std::string error_of(const std::function<void()>& call) {
   return "";
 }
 
+// A stream of the test's own (blocking: it orders with the legacy default stream, as the tests'
+// synchronous copies expect), destroyed with the test.
+struct Stream {
+  cudaStream_t stream = nullptr;
+  Stream() { TACHYON_CUDA_CHECK(cudaStreamCreate(&stream)); }
+  ~Stream() { cudaStreamDestroy(stream); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+};
+
 }  // namespace tachyon::gpu_test

@@ -30,11 +30,7 @@ using gpu_test::kBf16Tolerance;
 
 constexpr size_t kGuard = 64;
 
-struct Stream {
-  cudaStream_t stream = nullptr;
-  Stream() { TACHYON_CUDA_CHECK(cudaStreamCreate(&stream)); }
-  ~Stream() { cudaStreamDestroy(stream); }
-};
+using gpu_test::Stream;
 
 int64_t blocks_of(int64_t k) { return (k + 127) / 128; }
 

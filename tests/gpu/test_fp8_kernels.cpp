@@ -28,11 +28,7 @@ constexpr double kF32Tolerance = 1e-4;  // the weights are exact in f32 on both 
 constexpr size_t kGuard = 64;
 constexpr int64_t kMaxRows = 8;
 
-struct Stream {
-  cudaStream_t stream = nullptr;
-  Stream() { TACHYON_CUDA_CHECK(cudaStreamCreate(&stream)); }
-  ~Stream() { cudaStreamDestroy(stream); }
-};
+using gpu_test::Stream;
 
 // An FP8 weight [n, k] in the GPU form with 8 bf16 input rows; `dequantized` is what the CPU
 // reference multiplies by.

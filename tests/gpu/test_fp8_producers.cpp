@@ -24,11 +24,7 @@ using gpu_test::DeviceArray;
 constexpr size_t kGuard = 64;
 constexpr float kEps = 1e-5f;
 
-struct Stream {
-  cudaStream_t stream = nullptr;
-  Stream() { TACHYON_CUDA_CHECK(cudaStreamCreate(&stream)); }
-  ~Stream() { cudaStreamDestroy(stream); }
-};
+using gpu_test::Stream;
 
 struct Shape {
   int64_t rows, padded_rows, dim;

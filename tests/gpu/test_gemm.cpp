@@ -29,11 +29,7 @@ constexpr double kF32Tolerance = 1e-4;
 constexpr size_t kGuard = 64;  // poisoned elements after each output that must stay poisoned
 
 // A blocking stream: it waits for the legacy-stream memsets that poison DeviceArrays.
-struct Stream {
-  cudaStream_t stream = nullptr;
-  Stream() { TACHYON_CUDA_CHECK(cudaStreamCreate(&stream)); }
-  ~Stream() { cudaStreamDestroy(stream); }
-};
+using gpu_test::Stream;
 
 // One product's operands on the host (bf16-representable f32) and on the device.
 struct Operands {

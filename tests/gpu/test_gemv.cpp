@@ -27,11 +27,7 @@ constexpr size_t kGuard = 64;           // poisoned elements after each output t
 constexpr int64_t kMaxRows = 8;
 
 // A blocking stream: it waits for the legacy-stream memsets that poison DeviceArrays.
-struct Stream {
-  cudaStream_t stream = nullptr;
-  Stream() { TACHYON_CUDA_CHECK(cudaStreamCreate(&stream)); }
-  ~Stream() { cudaStreamDestroy(stream); }
-};
+using gpu_test::Stream;
 
 // One weight with 8 input rows; a product with m rows uses the first m (bf16-representable f32
 // on the host, bf16 on the device).
