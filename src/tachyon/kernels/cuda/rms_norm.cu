@@ -184,26 +184,26 @@ unsigned norm_grid(const char* op, int64_t rows, int64_t dim, const Fp8Rows& q) 
   return static_cast<unsigned>(q.padded_rows);
 }
 
-// One launch of `kernel<kVecs, kFp8>` for the row shape: kVecs the fewest vectors per thread that
+// One launch of `Launch<kVecs, kFp8>` for the row shape: kVecs the fewest vectors per thread that
 // fit (row_launch), kFp8 whether there is an E4M3 copy.
+template <template <int, bool> class Launch, bool kFp8, typename... Args>
+void launch_norm_vecs(int vecs_per_thread, unsigned grid, dim3 block, cudaStream_t stream, Args... args) {
+  switch (vecs_per_thread) {
+    case 1: Launch<1, kFp8>::run(grid, block, stream, args...); break;
+    case 2: Launch<2, kFp8>::run(grid, block, stream, args...); break;
+    case 4: Launch<4, kFp8>::run(grid, block, stream, args...); break;
+    default: Launch<kMaxVecs, kFp8>::run(grid, block, stream, args...); break;
+  }
+}
+
 template <template <int, bool> class Launch, typename... Args>
 void launch_norm(int vecs, unsigned grid, bool fp8, cudaStream_t stream, Args... args) {
   const RowLaunch launch = row_launch(vecs);
   const dim3 block(launch.threads);
-  switch (launch.vecs_per_thread * 2 + (fp8 ? 1 : 0)) {
-    case 2: Launch<1, false>::run(grid, block, stream, args...); break;
-    case 3: Launch<1, true>::run(grid, block, stream, args...); break;
-    case 4: Launch<2, false>::run(grid, block, stream, args...); break;
-    case 5: Launch<2, true>::run(grid, block, stream, args...); break;
-    case 8: Launch<4, false>::run(grid, block, stream, args...); break;
-    case 9: Launch<4, true>::run(grid, block, stream, args...); break;
-    default:
-      if (fp8) {
-        Launch<kMaxVecs, true>::run(grid, block, stream, args...);
-      } else {
-        Launch<kMaxVecs, false>::run(grid, block, stream, args...);
-      }
-      break;
+  if (fp8) {
+    launch_norm_vecs<Launch, true>(launch.vecs_per_thread, grid, block, stream, args...);
+  } else {
+    launch_norm_vecs<Launch, false>(launch.vecs_per_thread, grid, block, stream, args...);
   }
   TACHYON_CUDA_CHECK_LAUNCH();
 }

@@ -80,8 +80,7 @@ void DenseMlpBlock::forward(int64_t layer, const GpuStep& step) {
     return;
   }
   kc::silu_and_mul(nullptr, ctx_.ws.gate_up, m, ctx_.config.intermediate_size, ctx_.stream, down_rows);
-  ctx_.linear.linear_quantized(LinearRole::kDownWithSilu, down_shape(), ctx_.ws.proj, w.down, down_bias, m,
-                               ctx_.stream);
+  ctx_.linear.linear_quantized(down_shape(), ctx_.ws.proj, w.down, down_bias, m, down_rows, ctx_.stream);
 }
 
 }  // namespace tachyon::model::gpu

@@ -100,8 +100,9 @@ class GpuBlock {
   // forward()'s product `p` (normed_product) of m rows: of the E4M3 rows the norm wrote where
   // normed_fp8_rows answered, else of normed's bf16 rows.
   void run_normed_product(const NormedProduct& p, int64_t m) {
-    if (!ctx_.linear.fp8_input(p.role, p.shape, p.weight, p.bias, m).empty()) {
-      ctx_.linear.linear_quantized(p.role, p.shape, p.out, p.weight, p.bias, m, ctx_.stream);
+    if (const kernels::cuda::Fp8Rows rows = ctx_.linear.fp8_input(p.role, p.shape, p.weight, p.bias, m);
+        !rows.empty()) {
+      ctx_.linear.linear_quantized(p.shape, p.out, p.weight, p.bias, m, rows, ctx_.stream);
     } else {
       ctx_.linear.linear(p.role, p.shape, p.out, GemmOutputType::kBF16, ctx_.ws.normed, p.weight, p.bias, m,
                          ctx_.stream);

@@ -75,9 +75,11 @@ class LinearDispatch {
   // get the same answer.
   virtual kernels::cuda::Fp8Rows fp8_input(LinearRole role, LinearShape shape, const LinearWeight& weight,
                                            const bf16* bias, int64_t m) = 0;
-  // linear() (bf16 out) of the input a producer wrote into fp8_input(role, shape, weight, bias, m).
-  virtual void linear_quantized(LinearRole role, LinearShape shape, bf16* out, const LinearWeight& weight,
-                                const bf16* bias, int64_t m, cudaStream_t stream) = 0;
+  // linear() (bf16 out) of the input a producer wrote into `rows`, what fp8_input(role, shape,
+  // weight, bias, m) answered.
+  virtual void linear_quantized(LinearShape shape, bf16* out, const LinearWeight& weight,
+                                const bf16* bias, int64_t m, const kernels::cuda::Fp8Rows& rows,
+                                cudaStream_t stream) = 0;
   // A product with no timed role (the indexer's): always cuBLASLt.
   virtual void gemm(void* out, GemmOutputType type, const bf16* in, const bf16* weight, const bf16* bias, int64_t m,
                     int64_t n, int64_t k, cudaStream_t stream) = 0;

@@ -419,11 +419,11 @@ kc::Fp8Rows CudaModelRunner::fp8_input(LinearRole role, LinearShape shape, const
   return {static_cast<uint8_t*>(fp8_rows_.data()), static_cast<float*>(fp8_row_scales_.data()), rows};
 }
 
-void CudaModelRunner::linear_quantized(LinearRole role, LinearShape shape, kc::bf16* out,
+void CudaModelRunner::linear_quantized(LinearShape shape, kc::bf16* out,
                                        const gpu::LinearWeight& weight, const kc::bf16* bias, int64_t m,
-                                       cudaStream_t stream) {
-  const kc::Fp8Rows rows = fp8_input(role, shape, weight, bias, m);
-  TACHYON_CHECK(!rows.empty()) << "internal: linear_quantized() where fp8_input() is empty";
+                                       const kc::Fp8Rows& rows, cudaStream_t stream) {
+  TACHYON_CHECK(!rows.empty() && rows.values == fp8_rows_.data())
+      << "internal: linear_quantized() of rows fp8_input() did not answer";
   run_fp8_rows(out, weight, bias, m, rows.padded_rows, shape, stream);
   ++fused_fp8_products_;
 }

@@ -171,9 +171,9 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
             cudaStream_t stream) override;
   kernels::cuda::Fp8Rows fp8_input(LinearRole role, LinearShape shape, const model::gpu::LinearWeight& weight,
                                    const kernels::cuda::bf16* bias, int64_t m) override;
-  void linear_quantized(LinearRole role, LinearShape shape, kernels::cuda::bf16* out,
+  void linear_quantized(LinearShape shape, kernels::cuda::bf16* out,
                         const model::gpu::LinearWeight& weight, const kernels::cuda::bf16* bias, int64_t m,
-                        cudaStream_t stream) override;
+                        const kernels::cuda::Fp8Rows& rows, cudaStream_t stream) override;
   // linear() of an FP8 weight on the FP8 tensor cores (bf16 out, n and k multiples of 16); false,
   // having written nothing to `out`, where cuBLASLt has no algorithm for m rows even padded.
   bool linear_fp8(kernels::cuda::bf16* out, const kernels::cuda::bf16* in, const model::gpu::LinearWeight& weight,
