@@ -50,6 +50,10 @@ struct LinearWeight {
   const uint8_t* fp8 = nullptr;
   const float* scale = nullptr;           // [n, ceil(k / 128)]
   const float* scale_by_block = nullptr;  // the same factors, [ceil(k / 128), n]
+  // Where every row's factors are one (per-channel and per-tensor checkpoints): that factor per
+  // row, [n]. Its products of more rows than fp8_gemv serves quantize the input per token and run
+  // cuBLASLt's per-row scaling (GemmRunner::linear_fp8_per_row), faster than the block scaling.
+  const float* scale_by_row = nullptr;
 
   LinearWeight() = default;
   LinearWeight(const bf16* weight) : values(weight) {}  // NOLINT: implicit on purpose
