@@ -418,21 +418,22 @@ void CudaModelRunner::run_fp8_rows(kc::bf16* out, const gpu::LinearWeight& weigh
 }
 
 // A producer writes the rows itself only where they are exactly what linear() would quantize:
-// an E4M3 product (not the GEMV, which reads bf16; not the dequantized fallback) of factors per
-// 128 columns (a per-row-scaled product takes one factor per token, which the producers do not
-// write yet), k a multiple of 128 (the producers' 16-lane blocks), and rows that fit the staging
-// buffers.
+// an E4M3 product (not the GEMV, which reads bf16; not the dequantized fallback), k a multiple of
+// 128 (the producers' 16-lane blocks), and rows that fit the staging buffers; per token where the
+// weight has one factor per row (the per-row-scaled product reads that form).
 kc::Fp8Rows CudaModelRunner::fp8_input(LinearRole role, LinearShape shape, const gpu::LinearWeight& weight,
                                        const kc::bf16* bias, int64_t m) {
-  if (!fp8_fused_quantize_ || weight.fp8 == nullptr || weight.scale_by_row != nullptr || m <= 0 ||
-      m > limits_.max_tokens ||
+  if (!fp8_fused_quantize_ || weight.fp8 == nullptr || m <= 0 || m > limits_.max_tokens ||
       stream_local(role, shape, weight, m) || shape.n % 16 != 0 || shape.k % 128 != 0 ||
       shape.k > weights_.largest_fp8_input()) {
     return {};
   }
   const int64_t rows = fp8_product_rows(weight, bias, m, shape, stream_);
   if (rows == 0) return {};
-  return {static_cast<uint8_t*>(fp8_rows_.data()), static_cast<float*>(fp8_row_scales_.data()), rows};
+  return {.values = static_cast<uint8_t*>(fp8_rows_.data()),
+          .scale = static_cast<float*>(fp8_row_scales_.data()),
+          .padded_rows = rows,
+          .per_token = weight.scale_by_row != nullptr};
 }
 
 void CudaModelRunner::linear_quantized(LinearShape shape, kc::bf16* out,
