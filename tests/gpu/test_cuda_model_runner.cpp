@@ -189,6 +189,14 @@ TEST(CudaRunnerFp8FusedQuantize, GivesTheLogitsOfTheSeparateQuantizeBitForBit) {
     config.device.quantization = "fp8";
     expect_fused_quantize_changes_no_bit(dir, weights, config);
   }
+  // E4M3 routed experts whose SwiGLU writes the down products' rows (moe_intermediate 256).
+  const fs::path dir = make_tiny({"deepseek_v3", "tiny-gpu-deepseek-tp"});
+  model::SafetensorsCheckpoint checkpoint(dir);
+  const model::Fp8GpuWeights weights = model::load_fp8_gpu_weights(model::ModelConfig::from_dir(dir), checkpoint,
+                                                                   /*online=*/true, model::Fp8RoutedExperts::kFp8);
+  core::EngineConfig config = small_config(/*eager=*/false);
+  config.device.quantization = "fp8";
+  expect_fused_quantize_changes_no_bit(dir, weights, config);
 }
 
 // A per-channel checkpoint (one factor per weight row: per-row-scaled products on per-token

@@ -79,6 +79,9 @@ class LinearDispatch {
   // get the same answer.
   virtual kernels::cuda::Fp8Rows fp8_input(LinearRole role, LinearShape shape, const LinearWeight& weight,
                                            const bf16* bias, int64_t m) = 0;
+  // Whether producers may quantize for the FP8 products at all (TACHYON_FP8_FUSED_QUANTIZE=0: no),
+  // for those outside linear() (the MoE block's E4M3 expert products).
+  virtual bool fuses_fp8_quantize() const = 0;
   // linear() (bf16 out) of the input a producer wrote into `rows`, what fp8_input(role, shape,
   // weight, bias, m) answered.
   virtual void linear_quantized(LinearShape shape, bf16* out, const LinearWeight& weight,
