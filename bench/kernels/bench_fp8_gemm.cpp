@@ -4,9 +4,10 @@
 //      algorithm for, per projection, and whether the count padded to a multiple of 16 has one
 //      (the runner's padded product, runner/cuda/cuda_model_runner.cpp linear_fp8). A serving
 //      step's rows are any count: each refusal is a step that would run dequantized.
-//   b) tuned: GemmRunner::tune on the FP8 products (and on the bf16 products of the same shapes,
-//      the bf16 run's) at prefill and batch row counts: the heuristic's first choice against the
-//      fastest of its top candidates, each as TFLOP/s against the measured bf16 GEMM rate.
+//   b) tuned: GemmRunner::tune on the FP8 products, block-scaled and per-row-scaled (and on the
+//      bf16 products of the same shapes, the bf16 run's) at prefill and batch row counts: the
+//      heuristic's first choice against the fastest of its top candidates, each as TFLOP/s against
+//      the measured bf16 GEMM rate.
 //   c) padded: at each refused count of a), up to --padded-cases of them (or at --padded-rows),
 //      the padded product
 //      (quantize the rows padded with zero rows, the product, the copy of the real rows) against
@@ -19,6 +20,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -124,9 +126,13 @@ nlohmann::json tuned(const Options& options, const Ceilings& ceilings) {
   nlohmann::json rows = nlohmann::json::array();
   Stream stream;
   for (const Shape& s : kShapes) {
-    for (bool fp8 : {false, true}) {
+    // bf16, FP8 block-scaled (linear_fp8), FP8 per-row-scaled (linear_fp8_per_row).
+    for (const char* form : {"bf16", "fp8", "fp8-row"}) {
+      const bool fp8 = std::string_view(form) != "bf16", per_row = std::string_view(form) == "fp8-row";
       std::vector<GemmProblem> problems;
-      for (int64_t m : options.tuned_rows) problems.push_back({.m = m, .n = s.n, .k = s.k, .fp8 = fp8});
+      for (int64_t m : options.tuned_rows) {
+        problems.push_back({.m = m, .n = s.n, .k = s.k, .fp8 = fp8, .fp8_per_row = per_row});
+      }
       gpu::GemmRunner gemm;
       gemm.tune(problems, stream.get(), {.candidates = 8, .warmup = options.warmup, .repeats = options.repeats});
       // algo_summary: one line per shape, "... tuned X us (heuristic's first Y us)".
@@ -143,12 +149,12 @@ nlohmann::json tuned(const Options& options, const Ceilings& ceilings) {
         }
         const double flops = 2.0 * double(p.m) * double(p.n) * double(p.k);
         const double rate = ceilings.gemm_flops_per_s;
-        std::printf("%-8s %-4s m=%-5lld heuristic %9.1f us %6.0f TFLOP/s  tuned %9.1f us %6.0f TFLOP/s  "
+        std::printf("%-8s %-7s m=%-5lld heuristic %9.1f us %6.0f TFLOP/s  tuned %9.1f us %6.0f TFLOP/s  "
                     "(%.2fx the bf16 GEMM rate)\n",
-                    s.what, fp8 ? "fp8" : "bf16", static_cast<long long>(p.m), heuristic_us,
+                    s.what, form, static_cast<long long>(p.m), heuristic_us,
                     flops / heuristic_us * 1e-6, tuned_us, flops / tuned_us * 1e-6, flops / (tuned_us * 1e-6) / rate);
         std::fflush(stdout);
-        rows.push_back({{"what", s.what}, {"dtype", fp8 ? "fp8" : "bf16"}, {"m", p.m}, {"n", p.n}, {"k", p.k},
+        rows.push_back({{"what", s.what}, {"dtype", form}, {"m", p.m}, {"n", p.n}, {"k", p.k},
                         {"heuristic_us", heuristic_us}, {"tuned_us", tuned_us},
                         {"tuned_over_bf16_gemm_rate", flops / (tuned_us * 1e-6) / rate}, {"line", line}});
       }

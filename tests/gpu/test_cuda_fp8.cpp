@@ -14,7 +14,9 @@
 #include "runner_test_util.h"
 #include "tachyon/kernels/cuda/mla_attention.h"
 #include "tachyon/model/fp8_projections.h"
+#include "tachyon/model/gpu/gpu_weights.h"
 #include "tachyon/model/online_fp8.h"
+#include "tachyon/model/rope.h"
 
 namespace tachyon::runner {
 namespace {
@@ -103,6 +105,31 @@ TEST_P(CudaFp8VsCpu, GraphsAndEagerAndBatchCompanyGiveIdenticalTokens) {
   // within 8.
   const std::vector<std::vector<int32_t>> five(prompts.begin(), prompts.begin() + 5);
   EXPECT_EQ(run(false, {prompts[1]})[0], run(false, five)[1]) << "a request alone must get its tokens in a batch of 5";
+}
+
+// Per-channel and per-tensor checkpoints (one factor per weight row) get the per-row factors
+// their products of more than 8 rows use (LinearWeight::scale_by_row: per-token inputs, cuBLASLt's
+// per-row scaling); the block formats and online FP8 keep factors per 128 columns. The logits
+// test above then holds each form to the reference.
+TEST_P(CudaFp8VsCpu, PerChannelWeightsTakeThePerRowScaledProduct) {
+  const Fp8Variant& v = GetParam();
+  const model::Fp8GpuWeights fp8 = fp8_weights(make_fp8_tiny(v), online(v), v.experts);
+  const model::gpu::CudaDenseWeights weights(fp8, model::rope_inv_freq(fp8.bf16.config));
+  const bool per_channel = v.format == model::WeightQuantization::kFp8Channel ||
+                           v.format == model::WeightQuantization::kFp8Tensor ||
+                           v.format == model::WeightQuantization::kFbgemmFp8;
+  // (A block-format projection of one 128-column span has one factor per row too, and takes the
+  // per-row product: the same rounding of weight and input either way.)
+  if (per_channel) {
+    EXPECT_TRUE(weights.fp8_per_row());
+    EXPECT_FALSE(weights.fp8_by_block());
+  } else {
+    EXPECT_TRUE(weights.fp8_by_block());
+  }
+  const model::gpu::LinearWeight& qkv = weights.layers()[0].qkv;
+  if (qkv.fp8 != nullptr && fp8.bf16.config.hidden_size > 128) {
+    EXPECT_EQ(qkv.scale_by_row != nullptr, per_channel);
+  }
 }
 
 TEST_P(CudaFp8VsCpu, HoldsFewerWeightBytesThanTheBf16Run) {

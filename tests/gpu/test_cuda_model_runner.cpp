@@ -151,39 +151,66 @@ void expect_swiglu_epilogue_changes_no_bit(const fs::path& dir, const MakeRunner
   }
 }
 
-// mixed_plans (prefill steps of 59 and 58 rows: E4M3 products, padded to 64) through an online
-// FP8 runner whose norms and SwiGLU write the products' E4M3 input rows, and one built with
-// TACHYON_FP8_FUSED_QUANTIZE=0 (fp8_quantize_rows before every product): every sampled step's
-// logits equal bit for bit, and the first runner did issue products on the fused rows (the
-// DeepSeek variant: its dense first layer; hidden 256, as the producers need k % 128 == 0).
+// mixed_plans (prefill steps of 59 and 58 rows: E4M3 products, padded to 64) through an FP8
+// runner whose norms and SwiGLU write the products' E4M3 input rows, and one built with
+// TACHYON_FP8_FUSED_QUANTIZE=0 (a quantizing launch before every product): every sampled step's
+// logits equal bit for bit, and the first runner did issue products on the fused rows.
+void expect_fused_quantize_changes_no_bit(const fs::path& dir, const model::Fp8GpuWeights& weights,
+                                          const core::EngineConfig& config) {
+  const std::vector<core::StepPlan> plans = mixed_plans(model::ModelConfig::from_dir(dir), config.block_size);
+  auto run = [&](bool fused) {
+    if (!fused) {
+      EXPECT_EQ(setenv("TACHYON_FP8_FUSED_QUANTIZE", "0", 1), 0);
+    }
+    const auto runner = std::make_unique<CudaModelRunner>(weights, config);
+    unsetenv("TACHYON_FP8_FUSED_QUANTIZE");
+    return std::pair{sampled_logits(*runner, plans), runner->fused_fp8_products()};
+  };
+  const auto [fused, fused_products] = run(true);
+  const auto [separate, separate_products] = run(false);
+  expect_same_bits(fused, separate);
+  EXPECT_EQ(separate_products, 0);
+  EXPECT_GT(fused_products, 0) << "no product ran on rows its producer quantized";
+  std::printf("[fp8 fused quantize] %-48s %lld products on fused rows\n", dir.filename().c_str(),
+              static_cast<long long>(fused_products));
+}
+
+// Online FP8 (factors per 128 columns: norms and SwiGLU write them); the DeepSeek variant through
+// its dense first layer (hidden 256, as the producers need k % 128 == 0).
 TEST(CudaRunnerFp8FusedQuantize, GivesTheLogitsOfTheSeparateQuantizeBitForBit) {
   for (const Variant& v : {Variant{"llama", "tiny-gpu"}, Variant{"qwen3", "tiny-gpu"},
                            Variant{"llama", "tiny-gpu-bias"}, Variant{"deepseek_v3", "tiny-gpu-deepseek-tp"}}) {
     SCOPED_TRACE(v.arch + " " + v.preset);
     const fs::path dir = make_tiny(v);
-    const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
     model::SafetensorsCheckpoint checkpoint(dir);
-    const model::Fp8GpuWeights weights = model::load_fp8_gpu_weights(mc, checkpoint, /*online=*/true,
-                                                                     model::Fp8RoutedExperts::kBf16);
+    const model::Fp8GpuWeights weights = model::load_fp8_gpu_weights(model::ModelConfig::from_dir(dir), checkpoint,
+                                                                     /*online=*/true, model::Fp8RoutedExperts::kBf16);
     core::EngineConfig config = small_config(/*eager=*/false);
     config.device.quantization = "fp8";
-    const std::vector<core::StepPlan> plans = mixed_plans(mc, config.block_size);
-    auto run = [&](bool fused) {
-      if (!fused) {
-        EXPECT_EQ(setenv("TACHYON_FP8_FUSED_QUANTIZE", "0", 1), 0);
-      }
-      const auto runner = std::make_unique<CudaModelRunner>(weights, config);
-      unsetenv("TACHYON_FP8_FUSED_QUANTIZE");
-      return std::pair{sampled_logits(*runner, plans), runner->fused_fp8_products()};
-    };
-    const auto [fused, fused_products] = run(true);
-    const auto [separate, separate_products] = run(false);
-    expect_same_bits(fused, separate);
-    EXPECT_EQ(separate_products, 0);
-    EXPECT_GT(fused_products, 0) << "no product ran on rows its producer quantized";
-    std::printf("[fp8 fused quantize] %-40s %lld products on fused rows\n", dir.filename().c_str(),
-                static_cast<long long>(fused_products));
+    expect_fused_quantize_changes_no_bit(dir, weights, config);
   }
+  // E4M3 routed experts whose SwiGLU writes the down products' rows (moe_intermediate 256).
+  const fs::path dir = make_tiny({"deepseek_v3", "tiny-gpu-deepseek-tp"});
+  model::SafetensorsCheckpoint checkpoint(dir);
+  const model::Fp8GpuWeights weights = model::load_fp8_gpu_weights(model::ModelConfig::from_dir(dir), checkpoint,
+                                                                   /*online=*/true, model::Fp8RoutedExperts::kFp8);
+  core::EngineConfig config = small_config(/*eager=*/false);
+  config.device.quantization = "fp8";
+  expect_fused_quantize_changes_no_bit(dir, weights, config);
+}
+
+// A per-channel checkpoint (one factor per weight row: per-row-scaled products on per-token
+// inputs): the norms write one factor per token; SwiGLU's rows stay a launch of their own.
+TEST(CudaRunnerFp8FusedQuantize, PerTokenRowsGiveTheLogitsOfTheSeparateQuantizeBitForBit) {
+  const fs::path dir = fs::temp_directory_path() / "tachyon-gpu-fused-llama-tiny-gpu-fp8-channel";
+  if (!fs::exists(dir / "config.json")) {
+    model::make_model({.arch = "llama", .preset = "tiny-gpu", .seed = 7, .out_dir = dir,
+                       .quantization = model::WeightQuantization::kFp8Channel});
+  }
+  model::SafetensorsCheckpoint checkpoint(dir);
+  const model::Fp8GpuWeights weights = model::load_fp8_gpu_weights(model::ModelConfig::from_dir(dir), checkpoint,
+                                                                   /*online=*/false, model::Fp8RoutedExperts::kBf16);
+  expect_fused_quantize_changes_no_bit(dir, weights, small_config(/*eager=*/false));
 }
 
 TEST(CudaRunnerSwigluEpilogue, GivesTheLogitsOfSiluAndMulBitForBit) {

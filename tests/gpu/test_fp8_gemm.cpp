@@ -133,12 +133,15 @@ struct Fp8Product {
   DeviceArray<uint8_t> in_device, weight_device;
   DeviceArray<float> in_scale, weight_scale;
 
-  Fp8Product(int64_t m_, int64_t n_, int64_t k_, std::mt19937_64 gen)
-      : m(m_), n(n_), k(k_), in_q(quantize_fp8_blocks(spread_values(gen, m_, k_, 1.0f), m_, k_, 1, 128)),
-        weight_q(quantize_fp8_blocks(spread_values(gen, n_, k_, 0.05f), n_, k_, 1, 128)),
+  bool per_row;  // one factor per row of each operand (linear_fp8_per_row) instead of per 128 columns
+
+  Fp8Product(int64_t m_, int64_t n_, int64_t k_, std::mt19937_64 gen, bool per_row_ = false)
+      : m(m_), n(n_), k(k_), in_q(quantize_fp8_blocks(spread_values(gen, m_, k_, 1.0f), m_, k_, 1, per_row_ ? k_ : 128)),
+        weight_q(quantize_fp8_blocks(spread_values(gen, n_, k_, 0.05f), n_, k_, 1, per_row_ ? k_ : 128)),
         bias(gpu_test::random_bf16_values(gen, static_cast<size_t>(n_))), bias_device(gpu_test::upload_bf16(bias)),
         in_device(gpu_test::upload(in_q.data)), weight_device(gpu_test::upload(weight_q.data)),
-        in_scale(gpu_test::upload(by_block(in_q))), weight_scale(gpu_test::upload(by_block(weight_q))) {}
+        in_scale(gpu_test::upload(by_block(in_q))), weight_scale(gpu_test::upload(by_block(weight_q))),
+        per_row(per_row_) {}
 
   // dequant(in) @ dequant(weight)^T (+ bias) in f32, with the factors looked up by `factor`
   // (operand rows, row, block): the layout under test, or another one for the failure message.
@@ -148,7 +151,7 @@ struct Fp8Product {
       std::vector<float> out(q.data.size());
       for (int64_t r = 0; r < q.rows; ++r) {
         for (int64_t c = 0; c < q.cols; ++c) {
-          out[r * q.cols + c] = fp8_e4m3_to_f32(q.data[r * q.cols + c]) * factor(q, r, c / 128);
+          out[r * q.cols + c] = fp8_e4m3_to_f32(q.data[r * q.cols + c]) * factor(q, r, c / q.block_cols);
         }
       }
       return out;
@@ -174,7 +177,8 @@ struct Fp8Product {
   }
 
   bool run(GemmRunner& gemm, DeviceArray<bf16>& out, bool with_bias, cudaStream_t stream) const {
-    return gemm.linear_fp8(out.data(), in_device.data(), in_scale.data(), weight_device.data(), weight_scale.data(),
+    const auto product = per_row ? &GemmRunner::linear_fp8_per_row : &GemmRunner::linear_fp8;
+    return (gemm.*product)(out.data(), in_device.data(), in_scale.data(), weight_device.data(), weight_scale.data(),
                            with_bias ? bias_device.data() : nullptr, m, n, k, stream);
   }
 };
@@ -192,8 +196,9 @@ const std::vector<std::array<int64_t, 3>> kAwkwardShapes = {{17, 208, 1040}, {9,
 
 // The product of one shape against the CPU, with and without bias; false (output untouched) where
 // cuBLASLt has no algorithm for it.
-bool product_matches_the_cpu(GemmRunner& gemm, int64_t m, int64_t n, int64_t k, uint64_t salt, cudaStream_t stream) {
-  const Fp8Product product(m, n, k, gpu_test::rng(salt));
+bool product_matches_the_cpu(GemmRunner& gemm, int64_t m, int64_t n, int64_t k, uint64_t salt, cudaStream_t stream,
+                             bool per_row = false) {
+  const Fp8Product product(m, n, k, gpu_test::rng(salt), per_row);
   bool ran_every_time = true;
   for (bool with_bias : {false, true}) {
     DeviceArray<bf16> out(static_cast<size_t>(m * n) + kGuard);
@@ -201,7 +206,8 @@ bool product_matches_the_cpu(GemmRunner& gemm, int64_t m, int64_t n, int64_t k, 
     TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream));
     std::vector<float> got = gpu_test::download_f32(out);
     const std::string shape =
-        "m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) + (with_bias ? " bias" : "");
+        "m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) + (with_bias ? " bias" : "") +
+        (per_row ? " per-row factors" : "");
     for (size_t i = static_cast<size_t>(m * n); i < got.size(); ++i) EXPECT_TRUE(std::isnan(got[i])) << shape;
     got.resize(static_cast<size_t>(m * n));
     if (!ran) {
@@ -230,6 +236,54 @@ TEST(Fp8Gemm, MatchesTheCpuProductOfTheDequantizedOperands) {
         << gemm.fp8_refusal(m, n, k, false);
   }
   for (auto [m, n, k] : kAwkwardShapes) product_matches_the_cpu(gemm, m, n, k, ++salt, stream.stream);
+}
+
+// linear_fp8_per_row: per-channel weights and per-token inputs (one factor per row of each) on the
+// model shapes against the CPU, as given or padded to 16 rows; the awkward ones may have no
+// algorithm and must then leave the output untouched.
+TEST(Fp8GemmPerRow, MatchesTheCpuProductOfTheDequantizedOperands) {
+  Stream stream;
+  GemmRunner gemm;
+  uint64_t salt = 400;
+  for (auto [m, n, k] : kModelShapes) {
+    if (product_matches_the_cpu(gemm, m, n, k, ++salt, stream.stream, /*per_row=*/true)) continue;
+    const int64_t padded_m = (m + 15) / 16 * 16;
+    EXPECT_TRUE(padded_m != m && product_matches_the_cpu(gemm, padded_m, n, k, ++salt, stream.stream, true))
+        << "cuBLASLt has no per-row-scaled FP8 algorithm for a model shape, m=" << m << " n=" << n << " k=" << k;
+  }
+  for (auto [m, n, k] : kAwkwardShapes) product_matches_the_cpu(gemm, m, n, k, ++salt, stream.stream, true);
+}
+
+// One factor per row over all k, as the CPU's quantize_fp8_blocks(in, m, k, 1, k): codes and
+// factors, padding rows of zero codes and factor 1, nothing written past them.
+TEST(Fp8QuantizeRowsPerToken, EqualsTheCpuQuantizerAndPadsWithZeroRows) {
+  Stream stream;
+  uint64_t salt = 500;
+  for (auto [m, padded_m, k] : std::vector<std::array<int64_t, 3>>{
+           {1, 1, 4096}, {37, 48, 14336}, {5, 16, 208}, {300, 304, 1040}, {3, 16, 16}, {2048, 2048, 4096}}) {
+    std::mt19937_64 gen = gpu_test::rng(++salt);
+    const std::vector<float> in = spread_values(gen, m, k, 2.0f);
+    const Fp8BlockWeight cpu = quantize_fp8_blocks(in, m, k, 1, k);
+    const DeviceArray<bf16> in_device = gpu_test::upload_bf16(in);
+    DeviceArray<uint8_t> out(static_cast<size_t>(padded_m * k) + kGuard);
+    DeviceArray<float> scales(static_cast<size_t>(padded_m) + kGuard);
+    fp8_quantize_rows_per_token(out.data(), scales.data(), in_device.data(), m, padded_m, k, stream.stream);
+    TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream.stream));
+    const std::vector<uint8_t> got = out.download();
+    const std::vector<float> got_scales = scales.download();
+    const std::string shape = "m=" + std::to_string(m) + " padded to " + std::to_string(padded_m) +
+                              " k=" + std::to_string(k);
+    size_t byte_mismatches = 0;
+    for (size_t i = 0; i < cpu.data.size(); ++i) byte_mismatches += got[i] != cpu.data[i];
+    EXPECT_EQ(byte_mismatches, 0u) << shape;
+    for (size_t i = cpu.data.size(); i < static_cast<size_t>(padded_m * k); ++i) ASSERT_EQ(got[i], 0) << shape;
+    for (size_t i = static_cast<size_t>(padded_m * k); i < got.size(); ++i) ASSERT_EQ(got[i], 0xFF) << shape;
+    for (int64_t r = 0; r < padded_m; ++r) {
+      ASSERT_EQ(got_scales[static_cast<size_t>(r)], r < m ? cpu.scale_inv[static_cast<size_t>(r)] : 1.0f)
+          << shape << " row " << r;
+    }
+    for (size_t i = static_cast<size_t>(padded_m); i < got_scales.size(); ++i) ASSERT_TRUE(std::isnan(got_scales[i]));
+  }
 }
 
 // tune() times FP8 products too (the runner tunes an FP8 run's projections so): the chosen

@@ -1,7 +1,8 @@
 // The kernels that write an FP8 product's E4M3 input rows themselves (kernels/cuda/fp8_rows.h):
 // rms_norm, add_rms_norm and silu_and_mul given an Fp8Rows, on fresh random inputs with every
 // output poisoned first, bit for bit against the same kernel without one followed by
-// fp8_quantize_rows (kernels/cuda/fp8.h; itself tested against the CPU in test_fp8_gemm.cpp):
+// fp8_quantize_rows (the norms' per-token form: fp8_quantize_rows_per_token; kernels/cuda/fp8.h,
+// both tested against the CPU in test_fp8_gemm.cpp):
 // the bf16 output, the residual, the codes and the factors, the padding rows (zero codes, factor
 // 1) included, and nothing written past them; every vectors-per-thread form of the norms.
 // Run: build-*/tests/gpu_fp8_producers (GPU machine); TACHYON_TEST_SEED=<seed> replays a failure.
@@ -50,17 +51,23 @@ struct Fp8Copy {
   DeviceArray<float> scales;
   int64_t padded_rows;
 
-  explicit Fp8Copy(const Shape& s)
+  bool per_token;
+
+  explicit Fp8Copy(const Shape& s, bool per_token_ = false)
       : codes(static_cast<size_t>(s.padded_rows * s.dim) + kGuard),
-        scales(static_cast<size_t>(s.padded_rows * (s.dim / 128)) + kGuard), padded_rows(s.padded_rows) {}
-  Fp8Rows rows() const { return {codes.data(), scales.data(), padded_rows}; }
+        scales(static_cast<size_t>(s.padded_rows * std::max<int64_t>(1, s.dim / 128)) + kGuard),
+        padded_rows(s.padded_rows), per_token(per_token_) {}
+  Fp8Rows rows() const {
+    return {.values = codes.data(), .scale = scales.data(), .padded_rows = padded_rows, .per_token = per_token};
+  }
 };
 
 // The fused copy against fp8_quantize_rows of the reference kernel's bf16 output, guards included.
 void expect_same_copy(const Fp8Copy& fused, const bf16* reference_out, const Shape& s, Stream& stream,
                       const std::string& what) {
-  Fp8Copy want(s);
-  fp8_quantize_rows(want.codes.data(), want.scales.data(), reference_out, s.rows, s.padded_rows, s.dim, stream.stream);
+  Fp8Copy want(s, fused.per_token);
+  const auto quantize = fused.per_token ? &fp8_quantize_rows_per_token : &fp8_quantize_rows;
+  quantize(want.codes.data(), want.scales.data(), reference_out, s.rows, s.padded_rows, s.dim, stream.stream);
   TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream.stream));
   const std::vector<uint8_t> got_codes = fused.codes.download(), want_codes = want.codes.download();
   const std::vector<float> got_scales = fused.scales.download(), want_scales = want.scales.download();
@@ -127,6 +134,31 @@ TEST(Fp8Producers, AddRmsNormWritesTheRowsFp8QuantizeRowsWrites) {
   }
 }
 
+// The norms' per-token form (one factor per row over all dim, for the per-row-scaled product).
+TEST(Fp8Producers, NormsWriteThePerTokenRowsFp8QuantizeRowsPerTokenWrites) {
+  Stream stream;
+  uint64_t salt = 40;
+  for (const Shape& s : kNormShapes) {
+    std::mt19937_64 gen = gpu_test::rng(++salt);
+    const std::vector<float> residual = spread_rows(gen, s.rows, s.dim);
+    const DeviceArray<bf16> in = gpu_test::upload_bf16(spread_rows(gen, s.rows, s.dim));
+    const DeviceArray<bf16> weight = gpu_test::upload_bf16(gpu_test::random_bf16_values(gen, s.dim));
+    DeviceArray<bf16> want(static_cast<size_t>(s.rows * s.dim)), got(static_cast<size_t>(s.rows * s.dim));
+    Fp8Copy copy(s, /*per_token=*/true);
+    rms_norm(want.data(), in.data(), weight.data(), s.rows, s.dim, kEps, stream.stream);
+    rms_norm(got.data(), in.data(), weight.data(), s.rows, s.dim, kEps, stream.stream, copy.rows());
+    expect_same_bits(got, want, name("rms_norm per token", s) + ": bf16 output");
+    expect_same_copy(copy, want.data(), s, stream, name("rms_norm per token", s));
+    DeviceArray<bf16> want_residual = gpu_test::upload_bf16(residual), got_residual = gpu_test::upload_bf16(residual);
+    Fp8Copy add_copy(s, /*per_token=*/true);
+    add_rms_norm(want.data(), want_residual.data(), in.data(), weight.data(), s.rows, s.dim, kEps, stream.stream);
+    add_rms_norm(got.data(), got_residual.data(), in.data(), weight.data(), s.rows, s.dim, kEps, stream.stream,
+                 add_copy.rows());
+    expect_same_bits(got, want, name("add_rms_norm per token", s) + ": bf16 output");
+    expect_same_copy(add_copy, want.data(), s, stream, name("add_rms_norm per token", s));
+  }
+}
+
 // With its bf16 output and without (out null: only the copy), over dims of one to several
 // 1,024-column blocks of the grid, the last one partly filled (1,152 and 14,336).
 TEST(Fp8Producers, SiluAndMulWritesTheRowsFp8QuantizeRowsWrites) {
@@ -161,6 +193,10 @@ TEST(Fp8Producers, RefuseCopiesTheyCannotWrite) {
   EXPECT_THROW(rms_norm(out2.data(), in2.data(), weight2.data(), 20, 256, kEps, stream.stream, too_few.rows()),
                std::exception);
   EXPECT_THROW(silu_and_mul(nullptr, gate_up.data(), s.rows, s.dim, stream.stream), std::exception);
+  const Shape wide{4, 16, 256};  // SwiGLU cannot write one factor per token (a row spans several blocks)
+  Fp8Copy per_token(wide, /*per_token=*/true);
+  DeviceArray<bf16> gate_up_wide(4 * 2 * 256);
+  EXPECT_THROW(silu_and_mul(nullptr, gate_up_wide.data(), 4, 256, stream.stream, per_token.rows()), std::exception);
 }
 
 }  // namespace

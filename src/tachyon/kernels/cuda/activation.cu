@@ -60,10 +60,11 @@ void silu_and_mul(bf16* out, const bf16* gate_up, int64_t rows, int64_t dim, cud
       << "silu_and_mul: out (null only with an E4M3 copy) and gate_up must be 16-byte aligned";
   const int64_t vecs_per_row = dim / kVecElems;
   TACHYON_CHECK((vecs_per_row + kThreads - 1) / kThreads <= 65535) << "silu_and_mul: dim " << dim << " too large";
-  TACHYON_CHECK(fp8.empty() || (dim % 128 == 0 && fp8.padded_rows >= rows && fp8.padded_rows <= INT32_MAX &&
+  TACHYON_CHECK(fp8.empty() || (!fp8.per_token && dim % 128 == 0 && fp8.padded_rows >= rows &&
+                                fp8.padded_rows <= INT32_MAX &&
                                 fp8.scale != nullptr && reinterpret_cast<uintptr_t>(fp8.values) % 16 == 0))
-      << "silu_and_mul: an E4M3 copy needs dim % 128 == 0 (dim " << dim << "), padded_rows >= rows and 16-byte "
-      << "aligned codes";
+      << "silu_and_mul: an E4M3 copy needs factors per 128 columns (not per token), dim % 128 == 0 (dim " << dim
+      << "), padded_rows >= rows and 16-byte aligned codes";
   const int64_t grid_rows = fp8.empty() ? rows : fp8.padded_rows;
   if (grid_rows == 0) return;
   const dim3 grid(static_cast<unsigned>(grid_rows), static_cast<unsigned>((vecs_per_row + kThreads - 1) / kThreads));

@@ -2,6 +2,8 @@
 // store (8-value chunks, so any k that is a multiple of 8 works, as for the bf16 products).
 // fp8_quantize_rows: one warp per row and 128 columns, four values per lane; the block's amax by
 // shuffles, then each lane writes its four codes as one 4-byte store.
+// fp8_quantize_rows_per_token: one block per row; the row's amax over 8-value vectors (a block
+// reduction), then a second pass over the same vectors (from L1/L2) writes 8 codes per store.
 #include "tachyon/kernels/cuda/fp8.h"
 
 #include "tachyon/kernels/cuda/fp8_kv.cuh"
@@ -45,6 +47,38 @@ __global__ void fp8_quantize_rows_kernel(uint32_t* __restrict__ out, float* __re
   out[(row * k + column) / 4] = fp8_encode4(v, factor);
 }
 
+constexpr int kPerTokenThreads = 256;
+
+__global__ void fp8_quantize_rows_per_token_kernel(uint2* __restrict__ out, float* __restrict__ scale,
+                                                   const uint4* __restrict__ in, int64_t m, int64_t vecs_per_row) {
+  __shared__ float warp_amax[kPerTokenThreads / 32];
+  const int64_t row = blockIdx.x;
+  const bool real = row < m;  // rows past m: zero codes, factor 1
+  float amax = 0.0f;
+  if (real) {
+    for (int64_t v = threadIdx.x; v < vecs_per_row; v += blockDim.x) {
+      float x[8];
+      unpack8(__ldg(in + row * vecs_per_row + v), x);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(x[i]));
+    }
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, offset));
+  if (threadIdx.x % 32 == 0) warp_amax[threadIdx.x / 32] = amax;
+  __syncthreads();
+  amax = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kPerTokenThreads / 32; ++w) amax = fmaxf(amax, warp_amax[w]);
+  const float factor = fp8_kv_factor(amax);  // the CPU's quantize_fp8_blocks(in, m, k, 1, k)
+  if (threadIdx.x == 0) scale[row] = factor;
+  for (int64_t v = threadIdx.x; v < vecs_per_row; v += blockDim.x) {
+    float x[8] = {};
+    if (real) unpack8(__ldg(in + row * vecs_per_row + v), x);
+    out[row * vecs_per_row + v] = uint2{fp8_encode4(x, factor), fp8_encode4(x + 4, factor)};
+  }
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
@@ -75,6 +109,19 @@ void fp8_quantize_rows(uint8_t* out, float* scale, const bf16* in, int64_t m, in
   constexpr int kThreads = 256;
   fp8_quantize_rows_kernel<<<static_cast<unsigned>((threads + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
       reinterpret_cast<uint32_t*>(out), scale, reinterpret_cast<const uint2*>(in), m, padded_m, k, blocks_per_row);
+  TACHYON_CUDA_CHECK_LAUNCH();
+}
+
+void fp8_quantize_rows_per_token(uint8_t* out, float* scale, const bf16* in, int64_t m, int64_t padded_m, int64_t k,
+                                 cudaStream_t stream) {
+  TACHYON_CHECK(m >= 0 && padded_m >= m && padded_m <= INT32_MAX && k > 0 && k % 16 == 0)
+      << "fp8_quantize_rows_per_token: [" << m << ", " << k << "] padded to " << padded_m
+      << " rows (k must be a positive multiple of 16, padded_m at least m)";
+  TACHYON_CHECK(aligned16(out) && aligned16(in) && reinterpret_cast<uintptr_t>(scale) % 4 == 0)
+      << "fp8_quantize_rows_per_token: out and in must be 16-byte aligned";
+  if (padded_m == 0) return;
+  fp8_quantize_rows_per_token_kernel<<<static_cast<unsigned>(padded_m), kPerTokenThreads, 0, stream>>>(
+      reinterpret_cast<uint2*>(out), scale, reinterpret_cast<const uint4*>(in), m, k / 8);
   TACHYON_CUDA_CHECK_LAUNCH();
 }
 

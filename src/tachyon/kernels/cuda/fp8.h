@@ -34,4 +34,11 @@ void fp8_dequantize(bf16* out, const uint8_t* weight, const float* scale, int64_
 void fp8_quantize_rows(uint8_t* out, float* scale, const bf16* in, int64_t m, int64_t padded_m, int64_t k,
                        cudaStream_t stream);
 
+// fp8_quantize_rows with one factor per row (over all k) instead of per 128 columns: scale
+// [padded_m], as the CPU's quantize_fp8_blocks(in, m, k, 1, k); the input form of
+// GemmRunner::linear_fp8_per_row (per-token activations, as per-channel FP8 checkpoints specify).
+// Padding rows, checks and graph-capture safety as fp8_quantize_rows.
+void fp8_quantize_rows_per_token(uint8_t* out, float* scale, const bf16* in, int64_t m, int64_t padded_m, int64_t k,
+                                 cudaStream_t stream);
+
 }  // namespace tachyon::kernels::cuda

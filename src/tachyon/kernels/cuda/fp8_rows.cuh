@@ -30,4 +30,11 @@ __device__ __forceinline__ void store_fp8_vec8(const Fp8Rows& q, int64_t row, in
   reinterpret_cast<uint2*>(q.values)[row * row_vecs + vec] = codes;
 }
 
+// A thread's eight values of row `row` with the row's one factor (Fp8Rows::per_token).
+__device__ __forceinline__ void store_fp8_vec8_per_token(const Fp8Rows& q, int64_t row, int64_t row_vecs, int64_t vec,
+                                                         const float (&v)[8], float factor) {
+  const uint2 codes = {fp8_encode4(v, factor), fp8_encode4(v + 4, factor)};
+  reinterpret_cast<uint2*>(q.values)[row * row_vecs + vec] = codes;
+}
+
 }  // namespace tachyon::kernels::cuda

@@ -44,7 +44,7 @@ constexpr uint64_t kAlignmentBytes = 16;
 const void* const kBiasAlignmentProbe = reinterpret_cast<const void*>(uintptr_t{kAlignmentBytes});
 
 constexpr const char* kCacheFormat = "tachyon-gemm-algos";
-constexpr int kCacheFormatVersion = 2;  // 2: FP8 products tuned too ("fp8" per entry)
+constexpr int kCacheFormatVersion = 3;  // 2: FP8 products tuned too ("fp8" per entry); 3: "fp8_per_row"
 constexpr float kTuneSampleUs = 200.0f;  // a timed sample repeats the launch to last about this long
 constexpr size_t kWeightPoolBytes = size_t{512} << 20;  // weights tuned from a pool ~10x the H200 L2
 
@@ -147,7 +147,7 @@ struct Event {
 
 std::string to_string(const GemmProblem& p) {
   return fmt::format("m={} n={} k={} out={} bias={}{}", p.m, p.n, p.k, type_name(p.out_type), p.has_bias ? "bf16" : "no",
-                     p.fp8 ? " in=e4m3" : "");
+                     p.fp8 ? (p.fp8_per_row ? " in=e4m3 scale=row" : " in=e4m3") : "");
 }
 
 struct GemmRunner::Impl {
@@ -203,8 +203,10 @@ struct GemmRunner::Impl {
     }
     const cudaDataType_t in_type = p.fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
     if (p.fp8) {
-      // One f32 factor per 128 values of k for both operands (A = weight, B = in).
-      const cublasLtMatmulMatrixScale_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+      // One f32 factor per 128 values of k for both operands (A = weight, B = in), or one per
+      // row of each (per_row: OUTER_VEC_32F, a vector along the dimension that is not k).
+      const cublasLtMatmulMatrixScale_t mode =
+          p.fp8_per_row ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
       for (auto attribute : {CUBLASLT_MATMUL_DESC_A_SCALE_MODE, CUBLASLT_MATMUL_DESC_B_SCALE_MODE}) {
         TACHYON_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, attribute, &mode, sizeof(mode)), shape);
       }
@@ -352,7 +354,19 @@ void GemmRunner::linear(void* out, GemmOutputType out_type, const bf16* in, cons
 bool GemmRunner::linear_fp8(bf16* out, const uint8_t* in, const float* in_scale, const uint8_t* weight,
                             const float* weight_scale, const bf16* bias, int64_t m, int64_t n, int64_t k,
                             cudaStream_t stream) {
-  const GemmProblem p{.m = m, .n = n, .k = k, .has_bias = bias != nullptr, .fp8 = true};
+  return run_fp8(out, in, in_scale, weight, weight_scale, bias, m, n, k, stream, /*per_row=*/false);
+}
+
+bool GemmRunner::linear_fp8_per_row(bf16* out, const uint8_t* in, const float* in_scale, const uint8_t* weight,
+                                    const float* weight_scale, const bf16* bias, int64_t m, int64_t n, int64_t k,
+                                    cudaStream_t stream) {
+  return run_fp8(out, in, in_scale, weight, weight_scale, bias, m, n, k, stream, /*per_row=*/true);
+}
+
+bool GemmRunner::run_fp8(bf16* out, const uint8_t* in, const float* in_scale, const uint8_t* weight,
+                         const float* weight_scale, const bf16* bias, int64_t m, int64_t n, int64_t k,
+                         cudaStream_t stream, bool per_row) {
+  const GemmProblem p{.m = m, .n = n, .k = k, .has_bias = bias != nullptr, .fp8 = true, .fp8_per_row = per_row};
   TACHYON_CHECK(m >= 0) << "gemm " << to_string(p) << ": negative m";
   if (m == 0) return true;
   TACHYON_CHECK(n > 0 && k > 0 && n % 16 == 0 && k % 16 == 0)
@@ -361,7 +375,7 @@ bool GemmRunner::linear_fp8(bf16* out, const uint8_t* in, const float* in_scale,
   check_aligned(in, "in", p);
   check_aligned(weight, "weight", p);
   if (bias != nullptr) check_aligned(bias, "bias", p);
-  if (!fp8_serves(m, n, k, bias != nullptr, in_scale, weight_scale, stream)) return false;
+  if (!fp8_serves(m, n, k, bias != nullptr, in_scale, weight_scale, stream, per_row)) return false;
   Plan& plan = impl_->plan_for(p);
   impl_->set_scales(plan, in_scale, weight_scale, p);
   if (bias != nullptr) impl_->set_bias(plan, bias, p);
@@ -370,8 +384,8 @@ bool GemmRunner::linear_fp8(bf16* out, const uint8_t* in, const float* in_scale,
 }
 
 bool GemmRunner::fp8_serves(int64_t m, int64_t n, int64_t k, bool has_bias, const float* in_scale,
-                            const float* weight_scale, cudaStream_t stream) {
-  const GemmProblem p{.m = m, .n = n, .k = k, .has_bias = has_bias, .fp8 = true};
+                            const float* weight_scale, cudaStream_t stream, bool per_row) {
+  const GemmProblem p{.m = m, .n = n, .k = k, .has_bias = has_bias, .fp8 = true, .fp8_per_row = per_row};
   if (m == 0) return true;
   if (impl_->unsupported.contains(p)) return false;
   if (impl_->plans.contains(p)) return true;
@@ -383,15 +397,16 @@ bool GemmRunner::fp8_serves(int64_t m, int64_t n, int64_t k, bool has_bias, cons
     TACHYON_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
     if (capture == cudaStreamCaptureStatusNone) TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream));
     impl_->plan_for(p, [&](Plan& fresh) { impl_->set_scales(fresh, in_scale, weight_scale, p); });
-  } catch (const std::exception& error) {  // no block-scaled algorithm for this shape on this GPU
+  } catch (const std::exception& error) {  // no algorithm with this scaling for this shape on this GPU
     impl_->unsupported.emplace(p, error.what());
     return false;
   }
   return true;
 }
 
-std::string GemmRunner::fp8_refusal(int64_t m, int64_t n, int64_t k, bool has_bias) const {
-  const auto it = impl_->unsupported.find({.m = m, .n = n, .k = k, .has_bias = has_bias, .fp8 = true});
+std::string GemmRunner::fp8_refusal(int64_t m, int64_t n, int64_t k, bool has_bias, bool per_row) const {
+  const auto it =
+      impl_->unsupported.find({.m = m, .n = n, .k = k, .has_bias = has_bias, .fp8 = true, .fp8_per_row = per_row});
   return it == impl_->unsupported.end() ? std::string() : it->second;
 }
 
@@ -440,7 +455,7 @@ std::string GemmRunner::cache_text(const std::string& key) const {
   for (const auto& [p, plan] : impl_->plans) {
     if (!plan.tuned) continue;
     entries.push_back({{"m", p.m}, {"n", p.n}, {"k", p.k}, {"out", type_name(p.out_type)}, {"bias", p.has_bias},
-                       {"fp8", p.fp8},
+                       {"fp8", p.fp8}, {"fp8_per_row", p.fp8_per_row},
                        {"algo", algo_to_hex(plan.algo)}, {"describe", describe(plan.algo)},
                        {"tuned_us", plan.tuned_us}, {"heuristic_us", std::isnan(plan.heuristic_us) ? -1.0f : plan.heuristic_us}});
   }
@@ -471,7 +486,8 @@ bool GemmRunner::load_cache(const std::string& path, const std::string& key) {
       const GemmProblem p{.m = entry.at("m").get<int64_t>(), .n = entry.at("n").get<int64_t>(),
                           .k = entry.at("k").get<int64_t>(),
                           .out_type = out == "f32" ? GemmOutputType::kF32 : GemmOutputType::kBF16,
-                          .has_bias = entry.at("bias").get<bool>(), .fp8 = entry.at("fp8").get<bool>()};
+                          .has_bias = entry.at("bias").get<bool>(), .fp8 = entry.at("fp8").get<bool>(),
+                          .fp8_per_row = entry.at("fp8_per_row").get<bool>()};
       cublasLtMatmulAlgo_t algo{};
       if (!shape_supported(p) || !algo_from_hex(entry.at("algo").get<std::string>(), &algo)) return false;
       Plan& plan = impl_->plan_for(p, [&](Plan& fresh) {  // factor pointers: probes, as the bias's

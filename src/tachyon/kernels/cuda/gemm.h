@@ -39,11 +39,13 @@ struct GemmProblem {
   GemmOutputType out_type = GemmOutputType::kBF16;
   bool has_bias = false;
   bool fp8 = false;  // linear_fp8: E4M3 in and weight with 128-wide block factors
+  bool fp8_per_row = false;  // with fp8: one factor per row of in and per row of weight (linear_fp8_per_row)
 
   auto operator<=>(const GemmProblem&) const = default;
 };
 
-// "m=17 n=4096 k=4096 out=bf16 bias=no" (" in=e4m3" for linear_fp8): the shape as every message and report names it.
+// "m=17 n=4096 k=4096 out=bf16 bias=no" (" in=e4m3" for linear_fp8, " in=e4m3 scale=row" for
+// linear_fp8_per_row): the shape as every message and report names it.
 std::string to_string(const GemmProblem& problem);
 
 struct GemmTuneOptions {
@@ -78,12 +80,21 @@ class GemmRunner {
   // asked outside graph capture as for linear().
   bool linear_fp8(bf16* out, const uint8_t* in, const float* in_scale, const uint8_t* weight, const float* weight_scale,
                   const bf16* bias, int64_t m, int64_t n, int64_t k, cudaStream_t stream);
-  // Whether linear_fp8 runs this shape (it would answer true), without running it: a new shape is
-  // asked of cuBLASLt here as linear_fp8 asks it (the same factor pointers), and the answer kept.
+  // linear_fp8 with one factor per row of each operand instead of per 128 values of k (cuBLASLt's
+  // OUTER_VEC_32F scaling: in_scale [m], weight_scale [n]), the form of per-channel FP8
+  // checkpoints with per-token activations (fp8.h fp8_quantize_rows_per_token writes in_scale):
+  // 1.27-1.39x faster than the block-scaled product at 1,024-2,048 rows on the H100's 8B shapes
+  // (bench/results/2026-12-06-fp8-skinny-rounding-profiles-h100.json). Otherwise as linear_fp8.
+  bool linear_fp8_per_row(bf16* out, const uint8_t* in, const float* in_scale, const uint8_t* weight,
+                          const float* weight_scale, const bf16* bias, int64_t m, int64_t n, int64_t k,
+                          cudaStream_t stream);
+  // Whether linear_fp8 (per_row: linear_fp8_per_row) runs this shape (it would answer true),
+  // without running it: a new shape is asked of cuBLASLt here as linear_fp8 asks it (the same
+  // factor pointers), and the answer kept.
   bool fp8_serves(int64_t m, int64_t n, int64_t k, bool has_bias, const float* in_scale, const float* weight_scale,
-                  cudaStream_t stream);
+                  cudaStream_t stream, bool per_row = false);
   // Why linear_fp8 answered false for a shape (cuBLASLt's words); "" when it did not.
-  std::string fp8_refusal(int64_t m, int64_t n, int64_t k, bool has_bias) const;
+  std::string fp8_refusal(int64_t m, int64_t n, int64_t k, bool has_bias, bool per_row = false) const;
 
   // Times the top heuristic candidates of each problem (bf16, or FP8 as linear_fp8 runs it: bf16
   // output, n and k multiples of 16) on `stream` with CUDA events (on random data in temporary
@@ -110,6 +121,9 @@ class GemmRunner {
   size_t workspace_bytes() const;
 
  private:
+  bool run_fp8(bf16* out, const uint8_t* in, const float* in_scale, const uint8_t* weight, const float* weight_scale,
+               const bf16* bias, int64_t m, int64_t n, int64_t k, cudaStream_t stream, bool per_row);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -41,11 +41,29 @@ __device__ inline float block_sum(float value) {
   return value;  // every warp reduced the same partials, so no second barrier is needed
 }
 
+// Largest `value` over the block, returned to every thread (its own shared slots: block_sum's
+// may still be read). blockDim.x is a multiple of 32.
+__device__ inline float block_max(float value) {
+  __shared__ float warp_maxes[32];
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) warp_maxes[warp] = value;
+  __syncthreads();
+  value = lane < static_cast<int>(blockDim.x / 32) ? warp_maxes[lane] : 0.0f;
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  return value;
+}
+
 // Writes y = bf16(w * bf16(x * inv_rms)) for the vectors this thread holds, and with kFp8 their
-// E4M3 copy (fp8_rows.cuh: every lane takes part, active or not).
+// E4M3 copy (fp8_rows.cuh: every lane takes part, active or not): per 128 columns as each vector
+// is written, or (q.per_token) with the row's one factor once the block has the row's amax.
 template <int kVecs, bool kFp8>
 __device__ inline void scale_and_store(bf16* out_row, const bf16* weight, const uint4 (&x)[kVecs], int vecs,
                                        float inv_rms, const Fp8Rows& q, int64_t row) {
+  [[maybe_unused]] uint4 stored[kVecs];
+  [[maybe_unused]] float row_amax = 0.0f;
 #pragma unroll
   for (int k = 0; k < kVecs; ++k) {
     const int vec = threadIdx.x + k * blockDim.x;
@@ -58,9 +76,29 @@ __device__ inline void scale_and_store(bf16* out_row, const bf16* weight, const 
       for (int i = 0; i < kVecElems; ++i) v[i] = w[i] * __bfloat162float(__float2bfloat16_rn(v[i] * inv_rms));
       const uint4 y = pack8(v);
       reinterpret_cast<uint4*>(out_row)[vec] = y;
-      if constexpr (kFp8) unpack8(y, v);  // the values as stored: what fp8_quantize_rows would read
+      if constexpr (kFp8) {
+        unpack8(y, v);  // the values as stored: what fp8_quantize_rows would read
+        stored[k] = y;
+#pragma unroll
+        for (int i = 0; i < kVecElems; ++i) row_amax = fmaxf(row_amax, fabsf(v[i]));
+      }
     }
-    if constexpr (kFp8) store_fp8_vec8(q, row, vecs, vec, v, vec < vecs);
+    if constexpr (kFp8) {
+      if (!q.per_token) store_fp8_vec8(q, row, vecs, vec, v, vec < vecs);
+    }
+  }
+  if constexpr (kFp8) {
+    if (!q.per_token) return;
+    const float factor = fp8_kv_factor(block_max(row_amax));
+    if (threadIdx.x == 0) q.scale[row] = factor;
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      const int vec = threadIdx.x + k * blockDim.x;
+      if (vec >= vecs) continue;
+      float v[kVecElems];
+      unpack8(stored[k], v);
+      store_fp8_vec8_per_token(q, row, vecs, vec, v, factor);
+    }
   }
 }
 
@@ -68,14 +106,18 @@ __device__ inline void scale_and_store(bf16* out_row, const bf16* weight, const 
 template <int kVecs>
 __device__ inline void store_fp8_padding_row(const Fp8Rows& q, int64_t row, int vecs) {
   const float zeros[kVecElems] = {};
+  if (q.per_token && threadIdx.x == 0) q.scale[row] = 1.0f;
 #pragma unroll
   for (int k = 0; k < kVecs; ++k) {
     const int vec = threadIdx.x + k * blockDim.x;
-    store_fp8_vec8(q, row, vecs, vec, zeros, vec < vecs);
+    if (q.per_token) {
+      if (vec < vecs) store_fp8_vec8_per_token(q, row, vecs, vec, zeros, 1.0f);
+    } else {
+      store_fp8_vec8(q, row, vecs, vec, zeros, vec < vecs);
+    }
   }
 }
 
-// out, in: [rows, dim] bf16 (may alias: each thread rewrites only what it read); weight: [dim] bf16.
 // kFp8: also the rows' E4M3 copy `q`; blocks past `rows` write its padding rows only.
 template <int kVecs, bool kFp8>
 __global__ void rms_norm_kernel(bf16* out, const bf16* in, const bf16* __restrict__ weight, int vecs, float eps,
@@ -177,10 +219,10 @@ void check_shape(const char* op, int64_t rows, int64_t dim, const void* a, const
 // The E4M3 copy's checks (fp8_rows.h), and the grid: the padded rows when there is a copy.
 unsigned norm_grid(const char* op, int64_t rows, int64_t dim, const Fp8Rows& q) {
   if (q.empty()) return static_cast<unsigned>(rows);
-  TACHYON_CHECK(dim % 128 == 0 && q.padded_rows >= rows && q.padded_rows <= INT32_MAX && q.scale != nullptr &&
-                reinterpret_cast<uintptr_t>(q.values) % 16 == 0)
-      << op << ": an E4M3 copy needs dim % 128 == 0 (dim " << dim << "), padded_rows >= rows (" << q.padded_rows
-      << " < " << rows << ") and 16-byte aligned codes";
+  TACHYON_CHECK((q.per_token || dim % 128 == 0) && q.padded_rows >= rows && q.padded_rows <= INT32_MAX &&
+                q.scale != nullptr && reinterpret_cast<uintptr_t>(q.values) % 16 == 0)
+      << op << ": an E4M3 copy needs dim % 128 == 0 (factors per 128 columns; dim " << dim
+      << "), padded_rows >= rows (" << q.padded_rows << " < " << rows << ") and 16-byte aligned codes";
   return static_cast<unsigned>(q.padded_rows);
 }
 

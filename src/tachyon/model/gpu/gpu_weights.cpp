@@ -1,8 +1,10 @@
 #include "tachyon/model/gpu/gpu_weights.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <string_view>
 #include <type_traits>
 
 #include "tachyon/model/dsa_indexer.h"
@@ -10,6 +12,13 @@
 
 namespace tachyon::model::gpu {
 namespace {
+
+// TACHYON_FP8_PER_ROW=0: per-channel weights keep only their factors per 128 columns, so their
+// products run block-scaled as the block formats' do (to time the per-row product against it).
+bool fp8_per_row_enabled() {
+  const char* value = std::getenv("TACHYON_FP8_PER_ROW");
+  return value == nullptr || std::string_view(value) != "0";
+}
 
 constexpr size_t kAlign = 256;
 
@@ -163,6 +172,18 @@ void CudaDenseWeights::add_layer(int64_t i, const BasicLayerWeights<uint16_t>& l
       }
       pieces.add(by_block.data(), by_block.size() * sizeof(float),
                  reinterpret_cast<const void**>(&target.scale_by_block));
+      // One factor per row (every 128-column span of a row alike: per-channel and per-tensor
+      // checkpoints): also [n], for the per-row-scaled product (LinearWeight::scale_by_row).
+      bool per_row = fp8_per_row_enabled();
+      for (int64_t r = 0; r < q.rows && per_row; ++r) {
+        for (int64_t b = 1; b < blocks && per_row; ++b) per_row = q.scale_inv[r * blocks + b] == q.scale_inv[r * blocks];
+      }
+      if (per_row) {
+        std::vector<float>& by_row = pieces.keep(std::vector<float>(static_cast<size_t>(q.rows)));
+        for (int64_t r = 0; r < q.rows; ++r) by_row[r] = q.scale_inv[r * blocks];
+        pieces.add(by_row.data(), by_row.size() * sizeof(float), reinterpret_cast<const void**>(&target.scale_by_row));
+      }
+      (per_row ? fp8_per_row_ : fp8_by_block_) = true;
       largest_fp8_projection_ = std::max(largest_fp8_projection_, q.rows * q.cols);
       largest_fp8_input_ = std::max(largest_fp8_input_, q.cols);
       largest_fp8_output_ = std::max(largest_fp8_output_, q.rows);

@@ -95,6 +95,11 @@ class CudaDenseWeights {
   int64_t largest_fp8_input() const { return largest_fp8_input_; }
   // The most outputs (n) of an FP8 projection: the row width of a padded product's staged output.
   int64_t largest_fp8_output() const { return largest_fp8_output_; }
+  // Whether some dense FP8 projection has one factor per row (LinearWeight::scale_by_row: per-channel
+  // and per-tensor checkpoints), and whether some has factors per 128 columns (the block formats,
+  // online FP8): which forms of FP8 product start-up tunes.
+  bool fp8_per_row() const { return fp8_per_row_; }
+  bool fp8_by_block() const { return fp8_by_block_; }
 
  private:
   // The whole-model constructors size the layers by their weights (an MTP module's is one).
@@ -113,6 +118,8 @@ class CudaDenseWeights {
   int64_t largest_fp8_projection_ = 0;
   int64_t largest_fp8_input_ = 0;
   int64_t largest_fp8_output_ = 0;
+  bool fp8_per_row_ = false;
+  bool fp8_by_block_ = false;
 };
 
 }  // namespace tachyon::model::gpu

@@ -50,6 +50,10 @@ struct LinearWeight {
   const uint8_t* fp8 = nullptr;
   const float* scale = nullptr;           // [n, ceil(k / 128)]
   const float* scale_by_block = nullptr;  // the same factors, [ceil(k / 128), n]
+  // Where every row's factors are one (per-channel and per-tensor checkpoints): that factor per
+  // row, [n]. Its products of more rows than fp8_gemv serves quantize the input per token and run
+  // cuBLASLt's per-row scaling (GemmRunner::linear_fp8_per_row), faster than the block scaling.
+  const float* scale_by_row = nullptr;
 
   LinearWeight() = default;
   LinearWeight(const bf16* weight) : values(weight) {}  // NOLINT: implicit on purpose
@@ -75,6 +79,9 @@ class LinearDispatch {
   // get the same answer.
   virtual kernels::cuda::Fp8Rows fp8_input(LinearRole role, LinearShape shape, const LinearWeight& weight,
                                            const bf16* bias, int64_t m) = 0;
+  // Whether producers may quantize for the FP8 products at all (TACHYON_FP8_FUSED_QUANTIZE=0: no),
+  // for those outside linear() (the MoE block's E4M3 expert products).
+  virtual bool fuses_fp8_quantize() const = 0;
   // linear() (bf16 out) of the input a producer wrote into `rows`, what fp8_input(role, shape,
   // weight, bias, m) answered.
   virtual void linear_quantized(LinearShape shape, bf16* out, const LinearWeight& weight,

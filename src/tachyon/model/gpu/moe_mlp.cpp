@@ -167,8 +167,13 @@ void MoeMlpBlock::routed_experts(int64_t layer, const bf16* input, int64_t T, cu
     kc::fp8_quantize_rows(ws.expert_in_fp8, ws.expert_in_scale, input, T, T, H, stream);
     kc::moe_grouped_gemm_fp8(ws.expert_gate_up, ws.expert_in_fp8, ws.expert_in_scale, T, gate_up.fp8, gate_up.scale,
                              ws.sorted_rows, ws.block_expert, capacity, k, 2 * I, H, stream);
-    kc::silu_and_mul(ws.expert_act, ws.expert_gate_up, pairs, I, stream);
-    kc::fp8_quantize_rows(ws.expert_in_fp8, ws.expert_in_scale, ws.expert_act, pairs, pairs, I, stream);
+    if (I % 128 == 0 && ctx_.linear.fuses_fp8_quantize()) {  // SwiGLU writes down's E4M3 rows (fp8_rows.h)
+      kc::silu_and_mul(nullptr, ws.expert_gate_up, pairs, I, stream,
+                       kc::Fp8Rows{.values = ws.expert_in_fp8, .scale = ws.expert_in_scale, .padded_rows = pairs});
+    } else {
+      kc::silu_and_mul(ws.expert_act, ws.expert_gate_up, pairs, I, stream);
+      kc::fp8_quantize_rows(ws.expert_in_fp8, ws.expert_in_scale, ws.expert_act, pairs, pairs, I, stream);
+    }
     kc::moe_grouped_gemm_fp8(ws.expert_down, ws.expert_in_fp8, ws.expert_in_scale, pairs, down.fp8, down.scale,
                              ws.sorted_rows, ws.block_expert, capacity, 1, H, I, stream);
     return;

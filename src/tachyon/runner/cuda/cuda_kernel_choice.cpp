@@ -44,10 +44,16 @@ void CudaModelRunner::tune_gemms(const core::EngineConfig& config) {
     problems.push_back(p);
     // An FP8 run's projections of more rows than fp8_gemv serves are FP8 products (linear()):
     // tuned as those too. Which of a model's projections stayed bf16 is the checkpoint's, so
-    // both forms are tuned (once per kernel-choice key: the choices are cached).
+    // both forms are tuned (once per kernel-choice key: the choices are cached), the FP8 one with
+    // the weights' scaling (per row, per 128 columns, or both where the model has both).
     const bool fp8_product = weights_.fp8() && p.out_type == kc::GemmOutputType::kBF16 && p.n % 16 == 0 &&
                              p.k % 16 == 0 && !kc::fp8_gemv_supports(p.m, p.n, p.k);
-    if (fp8_product) problems.push_back({.m = p.m, .n = p.n, .k = p.k, .has_bias = p.has_bias, .fp8 = true});
+    if (!fp8_product) return;
+    for (const bool per_row : {false, true}) {
+      if (per_row ? weights_.fp8_per_row() : weights_.fp8_by_block()) {
+        problems.push_back({.m = p.m, .n = p.n, .k = p.k, .has_bias = p.has_bias, .fp8 = true, .fp8_per_row = per_row});
+      }
+    }
   };
   for (int64_t m : rows) {
     for (const kc::GemmProblem& p : decoder_->gemm_problems(m)) add(p);

@@ -350,10 +350,12 @@ void CudaModelRunner::linear(LinearRole role, LinearShape shape, void* out, kc::
       if (linear_fp8(static_cast<kc::bf16*>(out), in, weight, bias, m, shape, stream)) return;
       if (fp8_fallbacks_logged_.insert({m, shape.n, shape.k}).second) {
         const int64_t padded_m = padded_fp8_rows(m);
+        const bool per_row = weight.scale_by_row != nullptr;
         std::fprintf(stderr, "tachyon: FP8 product m=%lld (padded %lld) n=%lld k=%lld runs dequantized: %s %s\n",
                      static_cast<long long>(m), static_cast<long long>(padded_m), static_cast<long long>(shape.n),
-                     static_cast<long long>(shape.k), gemm_.fp8_refusal(m, shape.n, shape.k, bias != nullptr).c_str(),
-                     gemm_.fp8_refusal(padded_m, shape.n, shape.k, bias != nullptr).c_str());
+                     static_cast<long long>(shape.k),
+                     gemm_.fp8_refusal(m, shape.n, shape.k, bias != nullptr, per_row).c_str(),
+                     gemm_.fp8_refusal(padded_m, shape.n, shape.k, bias != nullptr, per_row).c_str());
       }
     }
     auto* scratch = static_cast<kc::bf16*>(fp8_scratch_.data());
@@ -375,8 +377,13 @@ bool CudaModelRunner::linear_fp8(kc::bf16* out, const kc::bf16* in, const gpu::L
                                  const kc::bf16* bias, int64_t m, LinearShape shape, cudaStream_t stream) {
   const int64_t rows = fp8_product_rows(weight, bias, m, shape, stream);
   if (rows == 0) return false;
-  kc::fp8_quantize_rows(static_cast<uint8_t*>(fp8_rows_.data()), static_cast<float*>(fp8_row_scales_.data()), in, m,
-                        rows, shape.k, stream);
+  auto* codes = static_cast<uint8_t*>(fp8_rows_.data());
+  auto* factors = static_cast<float*>(fp8_row_scales_.data());
+  if (weight.scale_by_row != nullptr) {  // per-channel weight: per-token inputs
+    kc::fp8_quantize_rows_per_token(codes, factors, in, m, rows, shape.k, stream);
+  } else {
+    kc::fp8_quantize_rows(codes, factors, in, m, rows, shape.k, stream);
+  }
   run_fp8_rows(out, weight, bias, m, rows, shape, stream);
   return true;
 }
@@ -384,8 +391,10 @@ bool CudaModelRunner::linear_fp8(kc::bf16* out, const kc::bf16* in, const gpu::L
 int64_t CudaModelRunner::fp8_product_rows(const gpu::LinearWeight& weight, const kc::bf16* bias, int64_t m,
                                           LinearShape shape, cudaStream_t stream) {
   const auto* row_scales = static_cast<const float*>(fp8_row_scales_.data());
+  const bool per_row = weight.scale_by_row != nullptr;
+  const float* weight_scales = per_row ? weight.scale_by_row : weight.scale_by_block;
   for (const int64_t rows : {m, padded_fp8_rows(m)}) {
-    if (gemm_.fp8_serves(rows, shape.n, shape.k, bias != nullptr, row_scales, weight.scale_by_block, stream)) {
+    if (gemm_.fp8_serves(rows, shape.n, shape.k, bias != nullptr, row_scales, weight_scales, stream, per_row)) {
       return rows;
     }
   }
@@ -395,10 +404,14 @@ int64_t CudaModelRunner::fp8_product_rows(const gpu::LinearWeight& weight, const
 void CudaModelRunner::run_fp8_rows(kc::bf16* out, const gpu::LinearWeight& weight, const kc::bf16* bias, int64_t m,
                                    int64_t rows, LinearShape shape, cudaStream_t stream) {
   kc::bf16* to = rows == m ? out : static_cast<kc::bf16*>(fp8_padded_out_.data());
-  TACHYON_CHECK(gemm_.linear_fp8(to, static_cast<const uint8_t*>(fp8_rows_.data()),
-                                 static_cast<const float*>(fp8_row_scales_.data()), weight.fp8, weight.scale_by_block,
-                                 bias, rows, shape.n, shape.k, stream))
-      << "internal: cuBLASLt refused an FP8 product of " << rows << " rows it had served";
+  const auto* codes = static_cast<const uint8_t*>(fp8_rows_.data());
+  const auto* factors = static_cast<const float*>(fp8_row_scales_.data());
+  const bool ran = weight.scale_by_row != nullptr
+                       ? gemm_.linear_fp8_per_row(to, codes, factors, weight.fp8, weight.scale_by_row, bias, rows,
+                                                  shape.n, shape.k, stream)
+                       : gemm_.linear_fp8(to, codes, factors, weight.fp8, weight.scale_by_block, bias, rows, shape.n,
+                                          shape.k, stream);
+  TACHYON_CHECK(ran) << "internal: cuBLASLt refused an FP8 product of " << rows << " rows it had served";
   if (rows == m) return;
   TACHYON_CUDA_CHECK(cudaMemcpyAsync(out, to, static_cast<size_t>(m * shape.n) * sizeof(kc::bf16),
                                      cudaMemcpyDeviceToDevice, stream));
@@ -406,7 +419,8 @@ void CudaModelRunner::run_fp8_rows(kc::bf16* out, const gpu::LinearWeight& weigh
 
 // A producer writes the rows itself only where they are exactly what linear() would quantize:
 // an E4M3 product (not the GEMV, which reads bf16; not the dequantized fallback), k a multiple of
-// 128 (the producers' 16-lane blocks), and rows that fit the staging buffers.
+// 128 (the producers' 16-lane blocks), and rows that fit the staging buffers; per token where the
+// weight has one factor per row (the per-row-scaled product reads that form).
 kc::Fp8Rows CudaModelRunner::fp8_input(LinearRole role, LinearShape shape, const gpu::LinearWeight& weight,
                                        const kc::bf16* bias, int64_t m) {
   if (!fp8_fused_quantize_ || weight.fp8 == nullptr || m <= 0 || m > limits_.max_tokens ||
@@ -416,7 +430,10 @@ kc::Fp8Rows CudaModelRunner::fp8_input(LinearRole role, LinearShape shape, const
   }
   const int64_t rows = fp8_product_rows(weight, bias, m, shape, stream_);
   if (rows == 0) return {};
-  return {static_cast<uint8_t*>(fp8_rows_.data()), static_cast<float*>(fp8_row_scales_.data()), rows};
+  return {.values = static_cast<uint8_t*>(fp8_rows_.data()),
+          .scale = static_cast<float*>(fp8_row_scales_.data()),
+          .padded_rows = rows,
+          .per_token = weight.scale_by_row != nullptr};
 }
 
 void CudaModelRunner::linear_quantized(LinearShape shape, kc::bf16* out,

@@ -171,6 +171,7 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
             cudaStream_t stream) override;
   kernels::cuda::Fp8Rows fp8_input(LinearRole role, LinearShape shape, const model::gpu::LinearWeight& weight,
                                    const kernels::cuda::bf16* bias, int64_t m) override;
+  bool fuses_fp8_quantize() const override { return fp8_fused_quantize_; }
   void linear_quantized(LinearShape shape, kernels::cuda::bf16* out,
                         const model::gpu::LinearWeight& weight, const kernels::cuda::bf16* bias, int64_t m,
                         const kernels::cuda::Fp8Rows& rows, cudaStream_t stream) override;
