@@ -122,28 +122,37 @@ void expect_same_bits(const std::vector<std::vector<float>>& a, const std::vecto
   }
 }
 
-// mixed_plans through a runner with the SwiGLU epilogue and one built with
-// TACHYON_SWIGLU_FUSION=0: every sampled step's logits equal bit for bit, and the first runner did
-// fuse where it must (decode steps are at most 8 rows, where our GEMV takes the products: always
-// for FP8 weights, by timing for bf16).
-template <typename MakeRunner>
-void expect_swiglu_epilogue_changes_no_bit(const fs::path& dir, const MakeRunner& make_runner, bool must_fuse) {
-  const core::EngineConfig config = small_config(/*eager=*/false);
+// mixed_plans through a runner built as is and one built with the environment switch `env` set to
+// "0" (read when a runner is made): every sampled step's logits equal bit for bit, and the second
+// never used the mechanism. Returns how often the first used it (`uses(runner)`).
+template <typename MakeRunner, typename Uses>
+int64_t expect_switch_changes_no_bit(const fs::path& dir, const core::EngineConfig& config, const char* env,
+                                     const MakeRunner& make_runner, const Uses& uses) {
   const std::vector<core::StepPlan> plans = mixed_plans(model::ModelConfig::from_dir(dir), config.block_size);
-  // One runner at a time (each takes its share of the GPU for its KV cache): every sampled
-  // step's logits, and the fused launches it issued.
-  auto run = [&](bool fusion) {
-    if (!fusion) {
-      EXPECT_EQ(setenv("TACHYON_SWIGLU_FUSION", "0", 1), 0);
+  // One runner at a time (each takes its share of the GPU for its KV cache).
+  auto run = [&](bool on) {
+    if (!on) {
+      EXPECT_EQ(setenv(env, "0", 1), 0);
     }
     const std::unique_ptr<CudaModelRunner> runner = make_runner(config);
-    unsetenv("TACHYON_SWIGLU_FUSION");
-    return std::pair{sampled_logits(*runner, plans), runner->swiglu_epilogues()};
+    unsetenv(env);
+    return std::pair{sampled_logits(*runner, plans), uses(*runner)};
   };
-  const auto [fused, fused_launches] = run(true);
-  const auto [separate, separate_launches] = run(false);
-  expect_same_bits(fused, separate);
-  EXPECT_EQ(separate_launches, 0);
+  const auto [with_mechanism, used] = run(true);
+  const auto [without, used_when_off] = run(false);
+  expect_same_bits(with_mechanism, without);
+  EXPECT_EQ(used_when_off, 0) << env << "=0";
+  return used;
+}
+
+// The SwiGLU epilogue against TACHYON_SWIGLU_FUSION=0; the first runner must fuse where
+// `must_fuse` (decode steps are at most 8 rows, where our GEMV takes the products: always for FP8
+// weights, by timing for bf16).
+template <typename MakeRunner>
+void expect_swiglu_epilogue_changes_no_bit(const fs::path& dir, const MakeRunner& make_runner, bool must_fuse) {
+  const int64_t fused_launches =
+      expect_switch_changes_no_bit(dir, small_config(/*eager=*/false), "TACHYON_SWIGLU_FUSION", make_runner,
+                                   [](const CudaModelRunner& runner) { return runner.swiglu_epilogues(); });
   std::printf("[swiglu epilogue] %-40s %lld fused launches\n", dir.filename().c_str(),
               static_cast<long long>(fused_launches));
   if (must_fuse) {
@@ -152,24 +161,15 @@ void expect_swiglu_epilogue_changes_no_bit(const fs::path& dir, const MakeRunner
 }
 
 // mixed_plans (prefill steps of 59 and 58 rows: E4M3 products, padded to 64) through an FP8
-// runner whose norms and SwiGLU write the products' E4M3 input rows, and one built with
-// TACHYON_FP8_FUSED_QUANTIZE=0 (a quantizing launch before every product): every sampled step's
-// logits equal bit for bit, and the first runner did issue products on the fused rows.
+// runner whose norms and SwiGLU write the products' E4M3 input rows against
+// TACHYON_FP8_FUSED_QUANTIZE=0 (a quantizing launch before every product); the first runner must
+// have issued products on the fused rows.
 void expect_fused_quantize_changes_no_bit(const fs::path& dir, const model::Fp8GpuWeights& weights,
                                           const core::EngineConfig& config) {
-  const std::vector<core::StepPlan> plans = mixed_plans(model::ModelConfig::from_dir(dir), config.block_size);
-  auto run = [&](bool fused) {
-    if (!fused) {
-      EXPECT_EQ(setenv("TACHYON_FP8_FUSED_QUANTIZE", "0", 1), 0);
-    }
-    const auto runner = std::make_unique<CudaModelRunner>(weights, config);
-    unsetenv("TACHYON_FP8_FUSED_QUANTIZE");
-    return std::pair{sampled_logits(*runner, plans), runner->fused_fp8_products()};
-  };
-  const auto [fused, fused_products] = run(true);
-  const auto [separate, separate_products] = run(false);
-  expect_same_bits(fused, separate);
-  EXPECT_EQ(separate_products, 0);
+  const int64_t fused_products = expect_switch_changes_no_bit(
+      dir, config, "TACHYON_FP8_FUSED_QUANTIZE",
+      [&](const core::EngineConfig& c) { return std::make_unique<CudaModelRunner>(weights, c); },
+      [](const CudaModelRunner& runner) { return runner.fused_fp8_products(); });
   EXPECT_GT(fused_products, 0) << "no product ran on rows its producer quantized";
   std::printf("[fp8 fused quantize] %-48s %lld products on fused rows\n", dir.filename().c_str(),
               static_cast<long long>(fused_products));

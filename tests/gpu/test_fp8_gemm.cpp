@@ -88,39 +88,50 @@ TEST(Fp8QuantizeRows, EqualsTheCpuQuantizerByteForByte) {
   }
 }
 
+// `quantize` (fp8_quantize_rows or its per-token form) of [m, k] spread values into padded_m rows
+// against the CPU's quantize_fp8_blocks(in, m, k, 1, block_cols): the real rows' codes and
+// factors (laid out [ceil(k / block_cols), padded_m]), the padding rows' zero codes with factor 1,
+// nothing written past them (the guards keep their poison).
+template <typename Quantize>
+void expect_quantized_rows(int64_t m, int64_t padded_m, int64_t k, int64_t block_cols, uint64_t salt,
+                           const Quantize& quantize) {
+  Stream stream;
+  std::mt19937_64 gen = gpu_test::rng(salt);
+  const std::vector<float> in = spread_values(gen, m, k, 2.0f);
+  const Fp8BlockWeight cpu = quantize_fp8_blocks(in, m, k, 1, block_cols);
+  const int64_t blocks = (k + block_cols - 1) / block_cols;
+  const DeviceArray<bf16> in_device = gpu_test::upload_bf16(in);
+  DeviceArray<uint8_t> out(static_cast<size_t>(padded_m * k) + kGuard);
+  DeviceArray<float> scales(static_cast<size_t>(padded_m * blocks) + kGuard);
+  quantize(out.data(), scales.data(), in_device.data(), m, padded_m, k, stream.stream);
+  TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream.stream));
+  const std::vector<uint8_t> got = out.download();
+  const std::vector<float> got_scales = scales.download();
+  const std::string shape = "m=" + std::to_string(m) + " padded to " + std::to_string(padded_m) +
+                            " k=" + std::to_string(k) + " factors per " + std::to_string(block_cols);
+  size_t byte_mismatches = 0;
+  for (size_t i = 0; i < cpu.data.size(); ++i) byte_mismatches += got[i] != cpu.data[i];
+  EXPECT_EQ(byte_mismatches, 0u) << shape;
+  for (size_t i = cpu.data.size(); i < static_cast<size_t>(padded_m * k); ++i) ASSERT_EQ(got[i], 0) << shape;
+  for (size_t i = static_cast<size_t>(padded_m * k); i < got.size(); ++i) ASSERT_EQ(got[i], 0xFF) << shape;
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int64_t r = 0; r < padded_m; ++r) {
+      const float want = r < m ? cpu.scale_inv[static_cast<size_t>(r * blocks + b)] : 1.0f;
+      ASSERT_EQ(got_scales[static_cast<size_t>(b * padded_m + r)], want) << shape << " row " << r << " block " << b;
+    }
+  }
+  for (size_t i = static_cast<size_t>(padded_m * blocks); i < got_scales.size(); ++i) {
+    ASSERT_TRUE(std::isnan(got_scales[i])) << shape;
+  }
+}
+
 // Padded to more rows (the runner's products of row counts cuBLASLt refuses): the real rows as
 // without padding, in the padded layout [ceil(k / 128), padded_m]; the padding rows zero codes
 // with factor 1; nothing written past them.
 TEST(Fp8QuantizeRows, PadsWithZeroRowsOfFactorOne) {
-  Stream stream;
   uint64_t salt = 50;
   for (auto [m, padded_m, k] : std::vector<std::array<int64_t, 3>>{{281, 288, 4096}, {5, 16, 208}, {17, 48, 1040}}) {
-    std::mt19937_64 gen = gpu_test::rng(++salt);
-    const std::vector<float> in = spread_values(gen, m, k, 2.0f);
-    const Fp8BlockWeight cpu = quantize_fp8_blocks(in, m, k, 1, 128);
-    const int64_t blocks = blocks_of(k);
-    const DeviceArray<bf16> in_device = gpu_test::upload_bf16(in);
-    DeviceArray<uint8_t> out(static_cast<size_t>(padded_m * k) + kGuard);
-    DeviceArray<float> scales(static_cast<size_t>(padded_m * blocks) + kGuard);
-    fp8_quantize_rows(out.data(), scales.data(), in_device.data(), m, padded_m, k, stream.stream);
-    TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream.stream));
-    const std::vector<uint8_t> got = out.download();
-    const std::vector<float> got_scales = scales.download();
-    const std::string shape = "m=" + std::to_string(m) + " padded to " + std::to_string(padded_m);
-    size_t byte_mismatches = 0;
-    for (size_t i = 0; i < cpu.data.size(); ++i) byte_mismatches += got[i] != cpu.data[i];
-    EXPECT_EQ(byte_mismatches, 0u) << shape;
-    for (size_t i = cpu.data.size(); i < static_cast<size_t>(padded_m * k); ++i) ASSERT_EQ(got[i], 0) << shape;
-    for (size_t i = static_cast<size_t>(padded_m * k); i < got.size(); ++i) ASSERT_EQ(got[i], 0xFF) << shape;
-    for (int64_t b = 0; b < blocks; ++b) {
-      for (int64_t r = 0; r < padded_m; ++r) {
-        const float want = r < m ? cpu.scale_inv[static_cast<size_t>(r * blocks + b)] : 1.0f;
-        ASSERT_EQ(got_scales[static_cast<size_t>(b * padded_m + r)], want) << shape << " row " << r << " block " << b;
-      }
-    }
-    for (size_t i = static_cast<size_t>(padded_m * blocks); i < got_scales.size(); ++i) {
-      ASSERT_TRUE(std::isnan(got_scales[i])) << shape;
-    }
+    expect_quantized_rows(m, padded_m, k, 128, ++salt, fp8_quantize_rows);
   }
 }
 
@@ -257,32 +268,10 @@ TEST(Fp8GemmPerRow, MatchesTheCpuProductOfTheDequantizedOperands) {
 // One factor per row over all k, as the CPU's quantize_fp8_blocks(in, m, k, 1, k): codes and
 // factors, padding rows of zero codes and factor 1, nothing written past them.
 TEST(Fp8QuantizeRowsPerToken, EqualsTheCpuQuantizerAndPadsWithZeroRows) {
-  Stream stream;
   uint64_t salt = 500;
   for (auto [m, padded_m, k] : std::vector<std::array<int64_t, 3>>{
            {1, 1, 4096}, {37, 48, 14336}, {5, 16, 208}, {300, 304, 1040}, {3, 16, 16}, {2048, 2048, 4096}}) {
-    std::mt19937_64 gen = gpu_test::rng(++salt);
-    const std::vector<float> in = spread_values(gen, m, k, 2.0f);
-    const Fp8BlockWeight cpu = quantize_fp8_blocks(in, m, k, 1, k);
-    const DeviceArray<bf16> in_device = gpu_test::upload_bf16(in);
-    DeviceArray<uint8_t> out(static_cast<size_t>(padded_m * k) + kGuard);
-    DeviceArray<float> scales(static_cast<size_t>(padded_m) + kGuard);
-    fp8_quantize_rows_per_token(out.data(), scales.data(), in_device.data(), m, padded_m, k, stream.stream);
-    TACHYON_CUDA_CHECK(cudaStreamSynchronize(stream.stream));
-    const std::vector<uint8_t> got = out.download();
-    const std::vector<float> got_scales = scales.download();
-    const std::string shape = "m=" + std::to_string(m) + " padded to " + std::to_string(padded_m) +
-                              " k=" + std::to_string(k);
-    size_t byte_mismatches = 0;
-    for (size_t i = 0; i < cpu.data.size(); ++i) byte_mismatches += got[i] != cpu.data[i];
-    EXPECT_EQ(byte_mismatches, 0u) << shape;
-    for (size_t i = cpu.data.size(); i < static_cast<size_t>(padded_m * k); ++i) ASSERT_EQ(got[i], 0) << shape;
-    for (size_t i = static_cast<size_t>(padded_m * k); i < got.size(); ++i) ASSERT_EQ(got[i], 0xFF) << shape;
-    for (int64_t r = 0; r < padded_m; ++r) {
-      ASSERT_EQ(got_scales[static_cast<size_t>(r)], r < m ? cpu.scale_inv[static_cast<size_t>(r)] : 1.0f)
-          << shape << " row " << r;
-    }
-    for (size_t i = static_cast<size_t>(padded_m); i < got_scales.size(); ++i) ASSERT_TRUE(std::isnan(got_scales[i]));
+    expect_quantized_rows(m, padded_m, k, k, ++salt, fp8_quantize_rows_per_token);
   }
 }
 

@@ -89,8 +89,8 @@ void expect_same_bits(const DeviceArray<bf16>& got, const DeviceArray<bf16>& wan
   EXPECT_EQ(differ, 0u) << what << " of " << a.size();
 }
 
-std::string name(const char* op, const Shape& s) {
-  return std::string(op) + " rows=" + std::to_string(s.rows) + " padded=" + std::to_string(s.padded_rows) +
+std::string name(const std::string& op, const Shape& s) {
+  return op + " rows=" + std::to_string(s.rows) + " padded=" + std::to_string(s.padded_rows) +
          " dim=" + std::to_string(s.dim);
 }
 
@@ -98,65 +98,38 @@ std::string name(const char* op, const Shape& s) {
 const std::vector<Shape> kNormShapes = {{1, 16, 256},  {5, 16, 4096},   {37, 48, 4096},
                                         {16, 16, 8192}, {3, 16, 16384}, {2, 16, 32768}};
 
-TEST(Fp8Producers, RmsNormWritesTheRowsFp8QuantizeRowsWrites) {
+// rms_norm and add_rms_norm writing the E4M3 copy of their output (per 128 columns, or with
+// per_token one factor per row) against the kernels without it, then fp8_quantize_rows(_per_token).
+void expect_norms_write_the_rows(uint64_t salt, bool per_token) {
   Stream stream;
-  uint64_t salt = 10;
-  for (const Shape& s : kNormShapes) {
-    std::mt19937_64 gen = gpu_test::rng(++salt);
-    const DeviceArray<bf16> in = gpu_test::upload_bf16(spread_rows(gen, s.rows, s.dim));
-    const DeviceArray<bf16> weight = gpu_test::upload_bf16(gpu_test::random_bf16_values(gen, s.dim));
-    DeviceArray<bf16> want(static_cast<size_t>(s.rows * s.dim)), got(static_cast<size_t>(s.rows * s.dim));
-    Fp8Copy copy(s);
-    rms_norm(want.data(), in.data(), weight.data(), s.rows, s.dim, kEps, stream.stream);
-    rms_norm(got.data(), in.data(), weight.data(), s.rows, s.dim, kEps, stream.stream, copy.rows());
-    expect_same_bits(got, want, name("rms_norm", s) + ": bf16 output");
-    expect_same_copy(copy, want.data(), s, stream, name("rms_norm", s));
-  }
-}
-
-TEST(Fp8Producers, AddRmsNormWritesTheRowsFp8QuantizeRowsWrites) {
-  Stream stream;
-  uint64_t salt = 20;
-  for (const Shape& s : kNormShapes) {
-    std::mt19937_64 gen = gpu_test::rng(++salt);
-    const std::vector<float> residual = spread_rows(gen, s.rows, s.dim);
-    const DeviceArray<bf16> in = gpu_test::upload_bf16(spread_rows(gen, s.rows, s.dim));
-    const DeviceArray<bf16> weight = gpu_test::upload_bf16(gpu_test::random_bf16_values(gen, s.dim));
-    DeviceArray<bf16> want_residual = gpu_test::upload_bf16(residual), got_residual = gpu_test::upload_bf16(residual);
-    DeviceArray<bf16> want(static_cast<size_t>(s.rows * s.dim)), got(static_cast<size_t>(s.rows * s.dim));
-    Fp8Copy copy(s);
-    add_rms_norm(want.data(), want_residual.data(), in.data(), weight.data(), s.rows, s.dim, kEps, stream.stream);
-    add_rms_norm(got.data(), got_residual.data(), in.data(), weight.data(), s.rows, s.dim, kEps, stream.stream,
-                 copy.rows());
-    expect_same_bits(got, want, name("add_rms_norm", s) + ": bf16 output");
-    expect_same_bits(got_residual, want_residual, name("add_rms_norm", s) + ": residual");
-    expect_same_copy(copy, want.data(), s, stream, name("add_rms_norm", s));
-  }
-}
-
-// The norms' per-token form (one factor per row over all dim, for the per-row-scaled product).
-TEST(Fp8Producers, NormsWriteThePerTokenRowsFp8QuantizeRowsPerTokenWrites) {
-  Stream stream;
-  uint64_t salt = 40;
+  const std::string form = per_token ? " per token" : "";
   for (const Shape& s : kNormShapes) {
     std::mt19937_64 gen = gpu_test::rng(++salt);
     const std::vector<float> residual = spread_rows(gen, s.rows, s.dim);
     const DeviceArray<bf16> in = gpu_test::upload_bf16(spread_rows(gen, s.rows, s.dim));
     const DeviceArray<bf16> weight = gpu_test::upload_bf16(gpu_test::random_bf16_values(gen, s.dim));
     DeviceArray<bf16> want(static_cast<size_t>(s.rows * s.dim)), got(static_cast<size_t>(s.rows * s.dim));
-    Fp8Copy copy(s, /*per_token=*/true);
+    Fp8Copy copy(s, per_token);
     rms_norm(want.data(), in.data(), weight.data(), s.rows, s.dim, kEps, stream.stream);
     rms_norm(got.data(), in.data(), weight.data(), s.rows, s.dim, kEps, stream.stream, copy.rows());
-    expect_same_bits(got, want, name("rms_norm per token", s) + ": bf16 output");
-    expect_same_copy(copy, want.data(), s, stream, name("rms_norm per token", s));
+    expect_same_bits(got, want, name("rms_norm" + form, s) + ": bf16 output");
+    expect_same_copy(copy, want.data(), s, stream, name("rms_norm" + form, s));
     DeviceArray<bf16> want_residual = gpu_test::upload_bf16(residual), got_residual = gpu_test::upload_bf16(residual);
-    Fp8Copy add_copy(s, /*per_token=*/true);
+    Fp8Copy add_copy(s, per_token);
     add_rms_norm(want.data(), want_residual.data(), in.data(), weight.data(), s.rows, s.dim, kEps, stream.stream);
     add_rms_norm(got.data(), got_residual.data(), in.data(), weight.data(), s.rows, s.dim, kEps, stream.stream,
                  add_copy.rows());
-    expect_same_bits(got, want, name("add_rms_norm per token", s) + ": bf16 output");
-    expect_same_copy(add_copy, want.data(), s, stream, name("add_rms_norm per token", s));
+    expect_same_bits(got, want, name("add_rms_norm" + form, s) + ": bf16 output");
+    expect_same_bits(got_residual, want_residual, name("add_rms_norm" + form, s) + ": residual");
+    expect_same_copy(add_copy, want.data(), s, stream, name("add_rms_norm" + form, s));
   }
+}
+
+TEST(Fp8Producers, NormsWriteTheRowsFp8QuantizeRowsWrites) { expect_norms_write_the_rows(10, /*per_token=*/false); }
+
+// The per-token form feeds the per-row-scaled product (per-channel FP8 weights).
+TEST(Fp8Producers, NormsWriteThePerTokenRowsFp8QuantizeRowsPerTokenWrites) {
+  expect_norms_write_the_rows(40, /*per_token=*/true);
 }
 
 // With its bf16 output and without (out null: only the copy), over dims of one to several
