@@ -147,7 +147,8 @@ struct Fp8Product {
   bool per_row;  // one factor per row of each operand (linear_fp8_per_row) instead of per 128 columns
 
   Fp8Product(int64_t m_, int64_t n_, int64_t k_, std::mt19937_64 gen, bool per_row_ = false)
-      : m(m_), n(n_), k(k_), in_q(quantize_fp8_blocks(spread_values(gen, m_, k_, 1.0f), m_, k_, 1, per_row_ ? k_ : 128)),
+      : m(m_), n(n_), k(k_),
+        in_q(quantize_fp8_blocks(spread_values(gen, m_, k_, 1.0f), m_, k_, 1, per_row_ ? k_ : 128)),
         weight_q(quantize_fp8_blocks(spread_values(gen, n_, k_, 0.05f), n_, k_, 1, per_row_ ? k_ : 128)),
         bias(gpu_test::random_bf16_values(gen, static_cast<size_t>(n_))), bias_device(gpu_test::upload_bf16(bias)),
         in_device(gpu_test::upload(in_q.data)), weight_device(gpu_test::upload(weight_q.data)),

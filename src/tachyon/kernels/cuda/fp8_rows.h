@@ -1,8 +1,9 @@
 // An E4M3 copy of a producer kernel's bf16 output rows, for the FP8 product that reads them:
 // the layout and rounding of fp8.h fp8_quantize_rows (one f32 factor per row and 128 columns,
-// amax / 448, RNE with saturation; or fp8_quantize_rows_per_token's, one per row), so that the producer (rms_norm.h, activation.h) writes bit
-// for bit what that separate launch would have written from its bf16 output, and the launch is
-// saved (model/gpu/linear_dispatch.h LinearDispatch::fp8_input says where and when).
+// amax / 448, RNE with saturation; or fp8_quantize_rows_per_token's, one per row), so that the
+// producer (rms_norm.h, activation.h) writes bit for bit what that separate launch would have
+// written from its bf16 output, and the launch is saved (model/gpu/linear_dispatch.h
+// LinearDispatch::fp8_input says where and when).
 #pragma once
 
 #include <cstdint>

@@ -118,6 +118,7 @@ __device__ inline void store_fp8_padding_row(const Fp8Rows& q, int64_t row, int 
   }
 }
 
+// out, in: [rows, dim] bf16 (may alias: each thread rewrites only what it read); weight: [dim] bf16.
 // kFp8: also the rows' E4M3 copy `q`; blocks past `rows` write its padding rows only.
 template <int kVecs, bool kFp8>
 __global__ void rms_norm_kernel(bf16* out, const bf16* in, const bf16* __restrict__ weight, int vecs, float eps,

@@ -176,7 +176,8 @@ void CudaDenseWeights::add_layer(int64_t i, const BasicLayerWeights<uint16_t>& l
       // checkpoints): also [n], for the per-row-scaled product (LinearWeight::scale_by_row).
       bool per_row = fp8_per_row_enabled();
       for (int64_t r = 0; r < q.rows && per_row; ++r) {
-        for (int64_t b = 1; b < blocks && per_row; ++b) per_row = q.scale_inv[r * blocks + b] == q.scale_inv[r * blocks];
+        const float first = q.scale_inv[r * blocks];
+        for (int64_t b = 1; b < blocks && per_row; ++b) per_row = q.scale_inv[r * blocks + b] == first;
       }
       if (per_row) {
         std::vector<float>& by_row = pieces.keep(std::vector<float>(static_cast<size_t>(q.rows)));
