@@ -72,6 +72,21 @@ inline core::EngineConfig small_config(bool eager) {
   return c;
 }
 
+// An environment switch set for a scope (a runner reads its switches when it is made), unset
+// after it.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    EXPECT_EQ(setenv(name, value.c_str(), 1), 0) << name;
+  }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
 // Prompts of the given lengths, uniform random ids of the model's vocabulary drawn from
 // gpu_test::rng(salt) in order.
 inline std::vector<std::vector<int32_t>> random_prompts(const model::ModelConfig& mc, std::vector<int64_t> lengths,

@@ -10,6 +10,7 @@
 // Run: build-*/tests/gpu_cuda_fp8 (GPU machine).
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 
 #include "runner_test_util.h"
 #include "tachyon/kernels/cuda/mla_attention.h"
@@ -63,19 +64,35 @@ core::EngineConfig fp8_config(bool eager, bool online_fp8) {
 class CudaFp8VsCpu : public ::testing::TestWithParam<Fp8Variant> {};
 
 
+bool per_channel(const Fp8Variant& v) {
+  return v.format == model::WeightQuantization::kFp8Channel || v.format == model::WeightQuantization::kFp8Tensor ||
+         v.format == model::WeightQuantization::kFbgemmFp8;
+}
+
+// Per-channel weights twice: block-scaled below the per-row threshold (the prompts here), then
+// per-row scaled on per-token inputs from 9 rows (TACHYON_FP8_PER_ROW_MIN_ROWS).
 TEST_P(CudaFp8VsCpu, LogitsMatchTheReferenceOnTheSameFp8Weights) {
   const fs::path dir = make_fp8_tiny(GetParam());
   const bool online_fp8 = online(GetParam());
   const core::EngineConfig config = fp8_config(/*eager=*/false, online_fp8);
-  CudaModelRunner gpu(fp8_weights(dir, online_fp8, GetParam().experts), config);
+  const model::Fp8GpuWeights weights = fp8_weights(dir, online_fp8, GetParam().experts);
   // The reference's weights rounded to bf16 as the bf16 tests round them: the FP8 values times
   // their factor are not all bf16 values, and the GEMV uses them unrounded (a 2^-9 difference,
   // far inside the tolerance).
   const model::DenseModel reference = reference_model(reference_weights(dir, online_fp8));
-  expect_logits_match_reference(reference, dir.filename().string(), config.block_size, gpu,
-                                [&](int32_t rows) { return gpu.last_logits(rows); },
-                                fp8_inputs_logits_tolerance(reference.config()));
-  EXPECT_GT(gpu.graph_replays(), 0);
+  for (const bool per_row : {false, true}) {
+    if (per_row && !per_channel(GetParam())) continue;
+    std::optional<ScopedEnv> per_row_from_9_rows;
+    if (per_row) per_row_from_9_rows.emplace("TACHYON_FP8_PER_ROW_MIN_ROWS", "9");
+    CudaModelRunner gpu(weights, config);
+    expect_logits_match_reference(reference, dir.filename().string() + (per_row ? " per-row" : ""),
+                                  config.block_size, gpu, [&](int32_t rows) { return gpu.last_logits(rows); },
+                                  fp8_inputs_logits_tolerance(reference.config()));
+    EXPECT_GT(gpu.graph_replays(), 0);
+    if (per_row && reference.config().hidden_size > 128) {
+      EXPECT_GT(gpu.per_row_fp8_products(), 0);
+    }
+  }
 }
 
 TEST_P(CudaFp8VsCpu, GraphsAndEagerAndBatchCompanyGiveIdenticalTokens) {
@@ -108,27 +125,24 @@ TEST_P(CudaFp8VsCpu, GraphsAndEagerAndBatchCompanyGiveIdenticalTokens) {
 }
 
 // Per-channel and per-tensor checkpoints (one factor per weight row) get the per-row factors
-// their products of more than 8 rows use (LinearWeight::scale_by_row: per-token inputs, cuBLASLt's
-// per-row scaling); the block formats and online FP8 keep factors per 128 columns. The logits
+// their products of many rows use (LinearWeight::scale_by_row: per-token inputs, cuBLASLt's
+// per-row scaling); the block formats and online FP8 keep factors per 128 columns, as does a
+// projection of one 128-column span (its block form already has one factor per row). The logits
 // test above then holds each form to the reference.
 TEST_P(CudaFp8VsCpu, PerChannelWeightsTakeThePerRowScaledProduct) {
   const Fp8Variant& v = GetParam();
   const model::Fp8GpuWeights fp8 = fp8_weights(make_fp8_tiny(v), online(v), v.experts);
   const model::gpu::CudaDenseWeights weights(fp8, model::rope_inv_freq(fp8.bf16.config));
-  const bool per_channel = v.format == model::WeightQuantization::kFp8Channel ||
-                           v.format == model::WeightQuantization::kFp8Tensor ||
-                           v.format == model::WeightQuantization::kFbgemmFp8;
-  // (A block-format projection of one 128-column span has one factor per row too, and takes the
-  // per-row product: the same rounding of weight and input either way.)
-  if (per_channel) {
-    EXPECT_TRUE(weights.fp8_per_row());
-    EXPECT_FALSE(weights.fp8_by_block());
+  const bool wide = fp8.bf16.config.hidden_size > 128;  // qkv's input: more than one span
+  if (per_channel(v)) {
+    EXPECT_EQ(weights.fp8_per_row(), wide);
   } else {
+    EXPECT_FALSE(weights.fp8_per_row());
     EXPECT_TRUE(weights.fp8_by_block());
   }
   const model::gpu::LinearWeight& qkv = weights.layers()[0].qkv;
-  if (qkv.fp8 != nullptr && fp8.bf16.config.hidden_size > 128) {
-    EXPECT_EQ(qkv.scale_by_row != nullptr, per_channel);
+  if (qkv.fp8 != nullptr && wide) {
+    EXPECT_EQ(qkv.scale_by_row != nullptr, per_channel(v));
   }
 }
 

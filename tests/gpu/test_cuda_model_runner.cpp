@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <numeric>
+#include <optional>
 
 #include "near_ties.h"
 #include "runner_test_util.h"
@@ -131,11 +132,9 @@ int64_t expect_switch_changes_no_bit(const fs::path& dir, const core::EngineConf
   const std::vector<core::StepPlan> plans = mixed_plans(model::ModelConfig::from_dir(dir), config.block_size);
   // One runner at a time (each takes its share of the GPU for its KV cache).
   auto run = [&](bool on) {
-    if (!on) {
-      EXPECT_EQ(setenv(env, "0", 1), 0);
-    }
+    std::optional<ScopedEnv> off;
+    if (!on) off.emplace(env, "0");
     const std::unique_ptr<CudaModelRunner> runner = make_runner(config);
-    unsetenv(env);
     return std::pair{sampled_logits(*runner, plans), uses(*runner)};
   };
   const auto [with_mechanism, used] = run(true);
@@ -199,18 +198,45 @@ TEST(CudaRunnerFp8FusedQuantize, GivesTheLogitsOfTheSeparateQuantizeBitForBit) {
   expect_fused_quantize_changes_no_bit(dir, weights, config);
 }
 
-// A per-channel checkpoint (one factor per weight row: per-row-scaled products on per-token
-// inputs): the norms write one factor per token; SwiGLU's rows stay a launch of their own.
-TEST(CudaRunnerFp8FusedQuantize, PerTokenRowsGiveTheLogitsOfTheSeparateQuantizeBitForBit) {
+fs::path make_tiny_fp8_channel() {
   const fs::path dir = fs::temp_directory_path() / "tachyon-gpu-fused-llama-tiny-gpu-fp8-channel";
   if (!fs::exists(dir / "config.json")) {
     model::make_model({.arch = "llama", .preset = "tiny-gpu", .seed = 7, .out_dir = dir,
                        .quantization = model::WeightQuantization::kFp8Channel});
   }
+  return dir;
+}
+
+model::Fp8GpuWeights checkpoint_fp8_weights(const fs::path& dir) {
   model::SafetensorsCheckpoint checkpoint(dir);
-  const model::Fp8GpuWeights weights = model::load_fp8_gpu_weights(model::ModelConfig::from_dir(dir), checkpoint,
-                                                                   /*online=*/false, model::Fp8RoutedExperts::kBf16);
+  return model::load_fp8_gpu_weights(model::ModelConfig::from_dir(dir), checkpoint, /*online=*/false,
+                                     model::Fp8RoutedExperts::kBf16);
+}
+
+// A per-channel checkpoint (one factor per weight row) whose products of mixed_plans' 58 and 59
+// rows run per-row scaled on per-token inputs (TACHYON_FP8_PER_ROW_MIN_ROWS=9; by default only
+// from 1,024 rows): the norms write one factor per token; SwiGLU's rows stay a launch of their own.
+TEST(CudaRunnerFp8FusedQuantize, PerTokenRowsGiveTheLogitsOfTheSeparateQuantizeBitForBit) {
+  const fs::path dir = make_tiny_fp8_channel();
+  const model::Fp8GpuWeights weights = checkpoint_fp8_weights(dir);
+  const ScopedEnv per_row_from_9_rows("TACHYON_FP8_PER_ROW_MIN_ROWS", "9");
   expect_fused_quantize_changes_no_bit(dir, weights, small_config(/*eager=*/false));
+}
+
+// Per-channel weights run block-scaled below TACHYON_FP8_PER_ROW_MIN_ROWS (default 1,024: the
+// per-row scaling is slower at decode row counts): mixed_plans' logits are those of
+// TACHYON_FP8_PER_ROW=0 bit for bit, with no per-row product; from 9 rows on they do run per row.
+TEST(CudaRunnerFp8PerRow, SmallProductsStayBlockScaledBelowTheThreshold) {
+  const fs::path dir = make_tiny_fp8_channel();
+  const model::Fp8GpuWeights weights = checkpoint_fp8_weights(dir);
+  auto make = [&](const core::EngineConfig& c) { return std::make_unique<CudaModelRunner>(weights, c); };
+  auto per_row_products = [](const CudaModelRunner& runner) { return runner.per_row_fp8_products(); };
+  const core::EngineConfig config = small_config(/*eager=*/false);
+  EXPECT_EQ(expect_switch_changes_no_bit(dir, config, "TACHYON_FP8_PER_ROW", make, per_row_products), 0);
+  const ScopedEnv per_row_from_9_rows("TACHYON_FP8_PER_ROW_MIN_ROWS", "9");
+  const std::unique_ptr<CudaModelRunner> runner = make(config);
+  sampled_logits(*runner, mixed_plans(model::ModelConfig::from_dir(dir), config.block_size));
+  EXPECT_GT(per_row_products(*runner), 0);
 }
 
 TEST(CudaRunnerSwigluEpilogue, GivesTheLogitsOfSiluAndMulBitForBit) {

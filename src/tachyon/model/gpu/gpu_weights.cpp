@@ -173,8 +173,9 @@ void CudaDenseWeights::add_layer(int64_t i, const BasicLayerWeights<uint16_t>& l
       pieces.add(by_block.data(), by_block.size() * sizeof(float),
                  reinterpret_cast<const void**>(&target.scale_by_block));
       // One factor per row (every 128-column span of a row alike: per-channel and per-tensor
-      // checkpoints): also [n], for the per-row-scaled product (LinearWeight::scale_by_row).
-      bool per_row = fp8_per_row_enabled();
+      // checkpoints): also [n], for the per-row-scaled product (LinearWeight::scale_by_row). Not
+      // for rows of one span, whose block form already has one factor per row and input row.
+      bool per_row = fp8_per_row_enabled() && blocks > 1;
       for (int64_t r = 0; r < q.rows && per_row; ++r) {
         const float first = q.scale_inv[r * blocks];
         for (int64_t b = 1; b < blocks && per_row; ++b) per_row = q.scale_inv[r * blocks + b] == first;

@@ -45,12 +45,15 @@ void CudaModelRunner::tune_gemms(const core::EngineConfig& config) {
     // An FP8 run's projections of more rows than fp8_gemv serves are FP8 products (linear()):
     // tuned as those too. Which of a model's projections stayed bf16 is the checkpoint's, so
     // both forms are tuned (once per kernel-choice key: the choices are cached), the FP8 one with
-    // the weights' scaling (per row, per 128 columns, or both where the model has both).
+    // the scaling its products of p.m rows use (per_row_product(): per row, per 128 columns, or
+    // both where the model has both).
     const bool fp8_product = weights_.fp8() && p.out_type == kc::GemmOutputType::kBF16 && p.n % 16 == 0 &&
                              p.k % 16 == 0 && !kc::fp8_gemv_supports(p.m, p.n, p.k);
     if (!fp8_product) return;
+    const bool per_row_rows = weights_.fp8_per_row() && p.m >= fp8_per_row_min_rows_;
+    const bool by_block_rows = weights_.fp8_by_block() || (weights_.fp8_per_row() && !per_row_rows);
     for (const bool per_row : {false, true}) {
-      if (per_row ? weights_.fp8_per_row() : weights_.fp8_by_block()) {
+      if (per_row ? per_row_rows : by_block_rows) {
         problems.push_back({.m = p.m, .n = p.n, .k = p.k, .has_bias = p.has_bias, .fp8 = true, .fp8_per_row = per_row});
       }
     }

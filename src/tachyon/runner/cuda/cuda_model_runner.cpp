@@ -41,6 +41,22 @@ bool fp8_fused_quantize_enabled() {
   return value == nullptr || std::string_view(value) != "0";
 }
 
+// Per-channel weights' products of at least this many rows run per-row scaled (per_row_product()).
+// cuBLASLt's per-row scaling is 1.27-1.39x faster than its block scaling at 1,024-2,048 rows (the
+// 8B 2K prefill 39.9 -> 35.9 ms) but slower at decode counts (a 64-row step 4.75 -> 5.51 ms), both
+// on the H100 (bench/results/2026-12-06-fp8-per-row-h100.json). TACHYON_FP8_PER_ROW_MIN_ROWS=N
+// moves the threshold (tests run the per-row product on small prompts with it).
+int64_t fp8_per_row_min_rows() {
+  constexpr int64_t kDefault = 1024;
+  const char* value = std::getenv("TACHYON_FP8_PER_ROW_MIN_ROWS");
+  if (value == nullptr) return kDefault;
+  char* end = nullptr;
+  const long long rows = std::strtoll(value, &end, 10);
+  TACHYON_CHECK(end != value && *end == '\0' && rows > 0)
+      << "TACHYON_FP8_PER_ROW_MIN_ROWS: expected a positive row count, got '" << value << "'";
+  return rows;
+}
+
 }  // namespace
 
 CudaModelRunner::CudaModelRunner(const model::Bf16ModelWeights& weights, const core::EngineConfig& config,
@@ -83,6 +99,7 @@ void CudaModelRunner::check_cache_types(const core::EngineConfig& config, const 
 
 void CudaModelRunner::start(const core::EngineConfig& config, const model::Bf16MtpModule* mtp) {
   fp8_fused_quantize_ = fp8_fused_quantize_enabled();
+  fp8_per_row_min_rows_ = fp8_per_row_min_rows();
   TACHYON_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   for (StepEvents& e : events_) {
     TACHYON_CUDA_CHECK(cudaEventCreate(&e.begin));
@@ -350,7 +367,7 @@ void CudaModelRunner::linear(LinearRole role, LinearShape shape, void* out, kc::
       if (linear_fp8(static_cast<kc::bf16*>(out), in, weight, bias, m, shape, stream)) return;
       if (fp8_fallbacks_logged_.insert({m, shape.n, shape.k}).second) {
         const int64_t padded_m = padded_fp8_rows(m);
-        const bool per_row = weight.scale_by_row != nullptr;
+        const bool per_row = per_row_product(weight, m);
         std::fprintf(stderr, "tachyon: FP8 product m=%lld (padded %lld) n=%lld k=%lld runs dequantized: %s %s\n",
                      static_cast<long long>(m), static_cast<long long>(padded_m), static_cast<long long>(shape.n),
                      static_cast<long long>(shape.k),
@@ -379,7 +396,7 @@ bool CudaModelRunner::linear_fp8(kc::bf16* out, const kc::bf16* in, const gpu::L
   if (rows == 0) return false;
   auto* codes = static_cast<uint8_t*>(fp8_rows_.data());
   auto* factors = static_cast<float*>(fp8_row_scales_.data());
-  if (weight.scale_by_row != nullptr) {  // per-channel weight: per-token inputs
+  if (per_row_product(weight, m)) {  // per-token inputs
     kc::fp8_quantize_rows_per_token(codes, factors, in, m, rows, shape.k, stream);
   } else {
     kc::fp8_quantize_rows(codes, factors, in, m, rows, shape.k, stream);
@@ -391,7 +408,7 @@ bool CudaModelRunner::linear_fp8(kc::bf16* out, const kc::bf16* in, const gpu::L
 int64_t CudaModelRunner::fp8_product_rows(const gpu::LinearWeight& weight, const kc::bf16* bias, int64_t m,
                                           LinearShape shape, cudaStream_t stream) {
   const auto* row_scales = static_cast<const float*>(fp8_row_scales_.data());
-  const bool per_row = weight.scale_by_row != nullptr;
+  const bool per_row = per_row_product(weight, m);
   const float* weight_scales = per_row ? weight.scale_by_row : weight.scale_by_block;
   for (const int64_t rows : {m, padded_fp8_rows(m)}) {
     if (gemm_.fp8_serves(rows, shape.n, shape.k, bias != nullptr, row_scales, weight_scales, stream, per_row)) {
@@ -406,7 +423,9 @@ void CudaModelRunner::run_fp8_rows(kc::bf16* out, const gpu::LinearWeight& weigh
   kc::bf16* to = rows == m ? out : static_cast<kc::bf16*>(fp8_padded_out_.data());
   const auto* codes = static_cast<const uint8_t*>(fp8_rows_.data());
   const auto* factors = static_cast<const float*>(fp8_row_scales_.data());
-  const bool ran = weight.scale_by_row != nullptr
+  const bool per_row = per_row_product(weight, m);
+  per_row_fp8_products_ += per_row ? 1 : 0;
+  const bool ran = per_row
                        ? gemm_.linear_fp8_per_row(to, codes, factors, weight.fp8, weight.scale_by_row, bias, rows,
                                                   shape.n, shape.k, stream)
                        : gemm_.linear_fp8(to, codes, factors, weight.fp8, weight.scale_by_block, bias, rows, shape.n,
@@ -420,7 +439,7 @@ void CudaModelRunner::run_fp8_rows(kc::bf16* out, const gpu::LinearWeight& weigh
 // A producer writes the rows itself only where they are exactly what linear() would quantize:
 // an E4M3 product (not the GEMV, which reads bf16; not the dequantized fallback), k a multiple of
 // 128 (the producers' 16-lane blocks), and rows that fit the staging buffers; per token where the
-// weight has one factor per row (the per-row-scaled product reads that form).
+// product runs per-row scaled (per_row_product(): it reads that form).
 kc::Fp8Rows CudaModelRunner::fp8_input(LinearRole role, LinearShape shape, const gpu::LinearWeight& weight,
                                        const kc::bf16* bias, int64_t m) {
   if (!fp8_fused_quantize_ || weight.fp8 == nullptr || m <= 0 || m > limits_.max_tokens ||
@@ -433,7 +452,7 @@ kc::Fp8Rows CudaModelRunner::fp8_input(LinearRole role, LinearShape shape, const
   return {.values = static_cast<uint8_t*>(fp8_rows_.data()),
           .scale = static_cast<float*>(fp8_row_scales_.data()),
           .padded_rows = rows,
-          .per_token = weight.scale_by_row != nullptr};
+          .per_token = per_row_product(weight, m)};
 }
 
 void CudaModelRunner::linear_quantized(LinearShape shape, kc::bf16* out,

@@ -151,6 +151,8 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   int64_t draft_graph_replays() const { return mtp_graph_replays_; }  // MTP drafting served by a graph
   // FP8 products issued on E4M3 rows their producer wrote (LinearDispatch::linear_quantized).
   int64_t fused_fp8_products() const { return fused_fp8_products_; }
+  // E4M3 products issued per-row scaled (per_row_product()), for tests.
+  int64_t per_row_fp8_products() const { return per_row_fp8_products_; }
   const std::vector<int32_t>& graph_batch_sizes() const { return graph_batch_sizes_; }
   // Tests and debugging only: the f32 logits [rows, vocab] of the last step's first `rows`
   // logits rows, drafts' rows included (a D2H copy outside the step path).
@@ -179,6 +181,12 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   // having written nothing to `out`, where cuBLASLt has no algorithm for m rows even padded.
   bool linear_fp8(kernels::cuda::bf16* out, const kernels::cuda::bf16* in, const model::gpu::LinearWeight& weight,
                   const kernels::cuda::bf16* bias, int64_t m, LinearShape shape, cudaStream_t stream);
+  // Whether the E4M3 product of m rows of `weight` is per-row scaled (per-token inputs, cuBLASLt's
+  // per-row scaling): per-channel weights (LinearWeight::scale_by_row) at fp8_per_row_min_rows_
+  // rows or more; otherwise block-scaled.
+  bool per_row_product(const model::gpu::LinearWeight& weight, int64_t m) const {
+    return weight.scale_by_row != nullptr && m >= fp8_per_row_min_rows_;
+  }
   // The rows the E4M3 product of m input rows runs with: m, or m padded to a multiple of 16 where
   // cuBLASLt serves only that; 0 where it serves neither (linear() then dequantizes).
   int64_t fp8_product_rows(const model::gpu::LinearWeight& weight, const kernels::cuda::bf16* bias, int64_t m,
@@ -226,7 +234,9 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   // fp8_input() answers (producers quantize for the FP8 products): TACHYON_FP8_FUSED_QUANTIZE=0
   // turns it off, so one binary times and compares both.
   bool fp8_fused_quantize_ = true;
+  int64_t fp8_per_row_min_rows_ = 1024;  // TACHYON_FP8_PER_ROW_MIN_ROWS (fp8_per_row_min_rows())
   int64_t fused_fp8_products_ = 0;
+  int64_t per_row_fp8_products_ = 0;
   StepInputLimits limits_;
   StepInputLayout layout_;
   size_t staging_bytes_ = 0;
