@@ -194,9 +194,13 @@ core::EngineConfig fp8_kv_config(bool eager, bool online_fp8) {
 // With FP8 weights the products of more than 8 rows also round their inputs to E4M3, which the
 // reference does not (runner_test_util.h, fp8_inputs_logits_tolerance): that tolerance (1.6e-1)
 // covers both roundings (qwen3 tiny 1.06e-1; GLM-5 tiny with FP8 experts alone, seeds 1-6 4.91e-2
-// to 6.69e-2, one run 1.09e-1, TACHYON_TEST_SEED=517417024, on an H100). The bf16-weight variants
-// keep 2.5x / 4x, where the wrong-factor check above was made.
+// to 6.69e-2, one run 1.09e-1, TACHYON_TEST_SEED=517417024, on an H100), except latent attention
+// with online FP8 weights, whose one latent row all heads read carries both roundings: GLM-5 tiny
+// 1.83e-1 with TACHYON_TEST_SEED=1390963394 (H100; the same on a tree whose products for this
+// model are main's block-scaled ones), so 6x latent's bf16 tolerance (2.4e-1) there. The
+// bf16-weight variants keep 2.5x / 4x, where the wrong-factor check above was made.
 double fp8_kv_logits_tolerance(const model::ModelConfig& mc, bool fp8_weights) {
+  if (fp8_weights && mc.is_mla()) return 6.0 * logits_tolerance(mc);
   if (fp8_weights) return fp8_inputs_logits_tolerance(mc);
   return (mc.num_experts > 0 && !mc.is_mla() ? 4.0 : 2.5) * logits_tolerance(mc);
 }
