@@ -10,6 +10,13 @@
 
 namespace tachyon::kernels::cuda {
 
+// A thread's eight values of row `row` (its 8-column vector `vec`) encoded with `factor`.
+__device__ __forceinline__ void store_fp8_codes8(const Fp8Rows& q, int64_t row, int64_t row_vecs, int64_t vec,
+                                                 const float (&v)[8], float factor) {
+  const uint2 codes = {fp8_encode4(v, factor), fp8_encode4(v + 4, factor)};
+  reinterpret_cast<uint2*>(q.values)[row * row_vecs + vec] = codes;
+}
+
 // Every lane of the warp calls this (the amax is exchanged with shuffles); `active` lanes hold
 // values of the row (an inactive lane's group of 16 is wholly inactive: the row's width is a
 // multiple of 128). `v` are the values as the bf16 output holds them (already rounded to bf16);
@@ -26,15 +33,7 @@ __device__ __forceinline__ void store_fp8_vec8(const Fp8Rows& q, int64_t row, in
   if (!active) return;
   const float factor = fp8_kv_factor(amax);
   if (vec % 16 == 0) q.scale[(vec / 16) * q.padded_rows + row] = factor;
-  const uint2 codes = {fp8_encode4(v, factor), fp8_encode4(v + 4, factor)};
-  reinterpret_cast<uint2*>(q.values)[row * row_vecs + vec] = codes;
-}
-
-// A thread's eight values of row `row` with the row's one factor (Fp8Rows::per_token).
-__device__ __forceinline__ void store_fp8_vec8_per_token(const Fp8Rows& q, int64_t row, int64_t row_vecs, int64_t vec,
-                                                         const float (&v)[8], float factor) {
-  const uint2 codes = {fp8_encode4(v, factor), fp8_encode4(v + 4, factor)};
-  reinterpret_cast<uint2*>(q.values)[row * row_vecs + vec] = codes;
+  store_fp8_codes8(q, row, row_vecs, vec, v, factor);
 }
 
 }  // namespace tachyon::kernels::cuda

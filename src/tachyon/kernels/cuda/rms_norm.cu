@@ -78,9 +78,11 @@ __device__ inline void scale_and_store(bf16* out_row, const bf16* weight, const 
       reinterpret_cast<uint4*>(out_row)[vec] = y;
       if constexpr (kFp8) {
         unpack8(y, v);  // the values as stored: what fp8_quantize_rows would read
-        stored[k] = y;
+        if (q.per_token) {
+          stored[k] = y;
 #pragma unroll
-        for (int i = 0; i < kVecElems; ++i) row_amax = fmaxf(row_amax, fabsf(v[i]));
+          for (int i = 0; i < kVecElems; ++i) row_amax = fmaxf(row_amax, fabsf(v[i]));
+        }
       }
     }
     if constexpr (kFp8) {
@@ -97,7 +99,7 @@ __device__ inline void scale_and_store(bf16* out_row, const bf16* weight, const 
       if (vec >= vecs) continue;
       float v[kVecElems];
       unpack8(stored[k], v);
-      store_fp8_vec8_per_token(q, row, vecs, vec, v, factor);
+      store_fp8_codes8(q, row, vecs, vec, v, factor);
     }
   }
 }
@@ -111,7 +113,7 @@ __device__ inline void store_fp8_padding_row(const Fp8Rows& q, int64_t row, int 
   for (int k = 0; k < kVecs; ++k) {
     const int vec = threadIdx.x + k * blockDim.x;
     if (q.per_token) {
-      if (vec < vecs) store_fp8_vec8_per_token(q, row, vecs, vec, zeros, 1.0f);
+      if (vec < vecs) store_fp8_codes8(q, row, vecs, vec, zeros, 1.0f);
     } else {
       store_fp8_vec8(q, row, vecs, vec, zeros, vec < vecs);
     }

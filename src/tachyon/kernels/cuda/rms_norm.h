@@ -12,8 +12,8 @@ namespace tachyon::kernels::cuda {
 
 // Both: dim % 8 == 0 and dim <= 32768, every pointer 16-byte aligned (rows are loaded as 8-bf16
 // vectors into registers), checked on the host; rows == 0 launches nothing. With `fp8` (not
-// empty; dim % 128 == 0) the kernel also writes its output's E4M3 copy for the FP8 product that
-// reads it (fp8_rows.h), its padding rows included, in the same launch.
+// empty; dim % 128 == 0 unless fp8.per_token) the kernel also writes its output's E4M3 copy for
+// the FP8 product that reads it (fp8_rows.h), its padding rows included, in the same launch.
 
 // out, in: [rows, dim] bf16 (may alias); weight: [dim] bf16.
 void rms_norm(bf16* out, const bf16* in, const bf16* weight, int64_t rows, int64_t dim, float eps,

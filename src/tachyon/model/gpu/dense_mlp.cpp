@@ -1,8 +1,6 @@
 #include "tachyon/model/gpu/dense_mlp.h"
 
-#include <cstdlib>
-#include <string_view>
-
+#include "tachyon/base/env_switch.h"
 #include "tachyon/kernels/cuda/activation.h"
 
 namespace tachyon::model::gpu {
@@ -13,10 +11,7 @@ namespace {
 
 // TACHYON_SWIGLU_FUSION=0 runs silu_and_mul as its own kernel after every gate_up product: to
 // time the fused epilogue against its absence with one binary, and to rule it out.
-bool swiglu_fusion_enabled() {
-  const char* value = std::getenv("TACHYON_SWIGLU_FUSION");
-  return value == nullptr || std::string_view(value) != "0";
-}
+bool swiglu_fusion_enabled() { return env_switch_on("TACHYON_SWIGLU_FUSION"); }
 
 }  // namespace
 

@@ -1,9 +1,8 @@
 #include "tachyon/model/gpu/gpu_decoder.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <string_view>
 
+#include "tachyon/base/env_switch.h"
 #include "tachyon/dist/communicator.h"
 #include "tachyon/kernels/cuda/embedding.h"
 #include "tachyon/kernels/cuda/rms_norm.h"
@@ -28,10 +27,7 @@ namespace {
 
 // TACHYON_SIDE_STREAM=0 runs every block's branches one after the other on the decoder's stream:
 // to time the overlap against its absence with one binary, and to rule it out when debugging.
-bool side_stream_enabled() {
-  const char* value = std::getenv("TACHYON_SIDE_STREAM");
-  return value == nullptr || std::string_view(value) != "0";
-}
+bool side_stream_enabled() { return env_switch_on("TACHYON_SIDE_STREAM"); }
 
 }  // namespace
 

@@ -1,12 +1,11 @@
 #include "tachyon/model/gpu/gpu_weights.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <string_view>
 #include <type_traits>
 
+#include "tachyon/base/env_switch.h"
 #include "tachyon/model/dsa_indexer.h"
 #include "tachyon/tensor/dtype.h"
 
@@ -15,10 +14,7 @@ namespace {
 
 // TACHYON_FP8_PER_ROW=0: per-channel weights keep only their factors per 128 columns, so their
 // products run block-scaled as the block formats' do (to time the per-row product against it).
-bool fp8_per_row_enabled() {
-  const char* value = std::getenv("TACHYON_FP8_PER_ROW");
-  return value == nullptr || std::string_view(value) != "0";
-}
+bool fp8_per_row_enabled() { return env_switch_on("TACHYON_FP8_PER_ROW"); }
 
 constexpr size_t kAlign = 256;
 

@@ -4,10 +4,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <string_view>
 
 #include <nvtx3/nvtx3.hpp>
 
+#include "tachyon/base/env_switch.h"
 #include "tachyon/dist/communicator.h"
 #include "tachyon/kernels/cuda/fp8.h"
 #include "tachyon/kernels/cuda/gemv.h"
@@ -36,10 +36,7 @@ int64_t padded_fp8_rows(int64_t m) { return (m + 15) / 16 * 16; }
 
 // TACHYON_FP8_FUSED_QUANTIZE=0: every FP8 product quantizes its input in a launch of its own
 // (fp8_input() answers empty), to time the fused producers against it and compare their output.
-bool fp8_fused_quantize_enabled() {
-  const char* value = std::getenv("TACHYON_FP8_FUSED_QUANTIZE");
-  return value == nullptr || std::string_view(value) != "0";
-}
+bool fp8_fused_quantize_enabled() { return env_switch_on("TACHYON_FP8_FUSED_QUANTIZE"); }
 
 // Per-channel weights' products of at least this many rows run per-row scaled (per_row_product()).
 // cuBLASLt's per-row scaling is 1.27-1.39x faster than its block scaling at 1,024-2,048 rows (the
