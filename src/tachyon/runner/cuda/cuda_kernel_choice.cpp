@@ -50,10 +50,10 @@ void CudaModelRunner::tune_gemms(const core::EngineConfig& config) {
     const bool fp8_product = weights_.fp8() && p.out_type == kc::GemmOutputType::kBF16 && p.n % 16 == 0 &&
                              p.k % 16 == 0 && !kc::fp8_gemv_supports(p.m, p.n, p.k);
     if (!fp8_product) return;
-    const bool per_row_rows = weights_.fp8_per_row() && p.m >= fp8_per_row_min_rows_;
-    const bool by_block_rows = weights_.fp8_by_block() || (weights_.fp8_per_row() && !per_row_rows);
+    const bool per_row_form = weights_.fp8_per_row() && per_row_rows(p.m);
+    const bool block_form = weights_.fp8_by_block() || (weights_.fp8_per_row() && !per_row_form);
     for (const bool per_row : {false, true}) {
-      if (per_row ? per_row_rows : by_block_rows) {
+      if (per_row ? per_row_form : block_form) {
         problems.push_back({.m = p.m, .n = p.n, .k = p.k, .has_bias = p.has_bias, .fp8 = true, .fp8_per_row = per_row});
       }
     }

@@ -43,10 +43,9 @@ bool fp8_fused_quantize_enabled() { return env_switch_on("TACHYON_FP8_FUSED_QUAN
 // 8B 2K prefill 39.9 -> 35.9 ms) but slower at decode counts (a 64-row step 4.75 -> 5.51 ms), both
 // on the H100 (bench/results/2026-12-06-fp8-per-row-h100.json). TACHYON_FP8_PER_ROW_MIN_ROWS=N
 // moves the threshold (tests run the per-row product on small prompts with it).
-int64_t fp8_per_row_min_rows() {
-  constexpr int64_t kDefault = 1024;
+int64_t fp8_per_row_min_rows(int64_t default_rows) {
   const char* value = std::getenv("TACHYON_FP8_PER_ROW_MIN_ROWS");
-  if (value == nullptr) return kDefault;
+  if (value == nullptr) return default_rows;
   char* end = nullptr;
   const long long rows = std::strtoll(value, &end, 10);
   TACHYON_CHECK(end != value && *end == '\0' && rows > 0)
@@ -96,7 +95,7 @@ void CudaModelRunner::check_cache_types(const core::EngineConfig& config, const 
 
 void CudaModelRunner::start(const core::EngineConfig& config, const model::Bf16MtpModule* mtp) {
   fp8_fused_quantize_ = fp8_fused_quantize_enabled();
-  fp8_per_row_min_rows_ = fp8_per_row_min_rows();
+  fp8_per_row_min_rows_ = fp8_per_row_min_rows(kFp8PerRowMinRows);
   TACHYON_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   for (StepEvents& e : events_) {
     TACHYON_CUDA_CHECK(cudaEventCreate(&e.begin));

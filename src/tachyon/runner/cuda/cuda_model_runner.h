@@ -185,8 +185,10 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   // per-row scaling): per-channel weights (LinearWeight::scale_by_row) at fp8_per_row_min_rows_
   // rows or more; otherwise block-scaled.
   bool per_row_product(const model::gpu::LinearWeight& weight, int64_t m) const {
-    return weight.scale_by_row != nullptr && m >= fp8_per_row_min_rows_;
+    return weight.scale_by_row != nullptr && per_row_rows(m);
   }
+  // Whether products of m rows are past the per-row threshold (per_row_product(), tune_gemms()).
+  bool per_row_rows(int64_t m) const { return m >= fp8_per_row_min_rows_; }
   // The rows the E4M3 product of m input rows runs with: m, or m padded to a multiple of 16 where
   // cuBLASLt serves only that; 0 where it serves neither (linear() then dequantizes).
   int64_t fp8_product_rows(const model::gpu::LinearWeight& weight, const kernels::cuda::bf16* bias, int64_t m,
@@ -234,7 +236,8 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   // fp8_input() answers (producers quantize for the FP8 products): TACHYON_FP8_FUSED_QUANTIZE=0
   // turns it off, so one binary times and compares both.
   bool fp8_fused_quantize_ = true;
-  int64_t fp8_per_row_min_rows_ = 1024;  // TACHYON_FP8_PER_ROW_MIN_ROWS (fp8_per_row_min_rows())
+  static constexpr int64_t kFp8PerRowMinRows = 1024;  // the default of TACHYON_FP8_PER_ROW_MIN_ROWS
+  int64_t fp8_per_row_min_rows_ = kFp8PerRowMinRows;   // read at start (fp8_per_row_min_rows())
   int64_t fused_fp8_products_ = 0;
   int64_t per_row_fp8_products_ = 0;
   StepInputLimits limits_;
