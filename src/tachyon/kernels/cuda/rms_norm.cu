@@ -14,47 +14,16 @@
 #include "tachyon/kernels/cuda/bf16_vec.cuh"
 #include "tachyon/kernels/cuda/fp8_rows.cuh"
 #include "tachyon/kernels/cuda/pdl.cuh"
+#include "tachyon/kernels/cuda/row_block.cuh"
 
-#include <algorithm>
 #include <cstdint>
 
 namespace tachyon::kernels::cuda {
 namespace {
 
 constexpr int kVecElems = kBf16PerVec;
-constexpr int kMaxVecs = 8;      // uint4 registers per thread at most
-constexpr int kMaxThreads = 512;
-
-
-// Sum of `value` over the block, returned to every thread. blockDim.x is a multiple of 32.
-__device__ inline float block_sum(float value) {
-  __shared__ float warp_sums[32];
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) warp_sums[warp] = value;
-  __syncthreads();
-  const int num_warps = blockDim.x / 32;
-  value = lane < num_warps ? warp_sums[lane] : 0.0f;
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
-  return value;  // every warp reduced the same partials, so no second barrier is needed
-}
-
-// Largest `value` over the block, returned to every thread (its own shared slots: block_sum's
-// may still be read). blockDim.x is a multiple of 32.
-__device__ inline float block_max(float value) {
-  __shared__ float warp_maxes[32];
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) warp_maxes[warp] = value;
-  __syncthreads();
-  value = lane < static_cast<int>(blockDim.x / 32) ? warp_maxes[lane] : 0.0f;
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
-  return value;
-}
+constexpr int kMaxVecs = kRowMaxVecs;
+constexpr int kMaxThreads = kRowMaxThreads;
 
 // Writes y = bf16(w * bf16(x * inv_rms)) for the vectors this thread holds, and with kFp8 their
 // E4M3 copy (fp8_rows.cuh: every lane takes part, active or not): per 128 columns as each vector
@@ -194,20 +163,6 @@ __global__ void add_rms_norm_kernel(bf16* __restrict__ out, bf16* __restrict__ r
   }
   const float inv_rms = rsqrtf(block_sum(sum_squares) / static_cast<float>(vecs * kVecElems) + eps);
   scale_and_store<kVecs, kFp8>(out + row * vecs * kVecElems, weight, x, vecs, inv_rms, q, row);
-}
-
-// The launch shape of a row of `vecs` vectors: kVecs, the fewest vectors per thread (a power
-// of two) that fit kMaxThreads threads, and the threads that then cover the row.
-struct RowLaunch {
-  int vecs_per_thread;
-  int threads;
-};
-
-RowLaunch row_launch(int vecs) {
-  int per_thread = 1;
-  while (per_thread * kMaxThreads < vecs) per_thread *= 2;
-  const int threads = (vecs + per_thread - 1) / per_thread;
-  return {per_thread, std::max(32, (threads + 31) / 32 * 32)};
 }
 
 void check_shape(const char* op, int64_t rows, int64_t dim, const void* a, const void* b, const void* c) {
