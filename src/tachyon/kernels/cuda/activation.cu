@@ -86,16 +86,7 @@ __global__ void silu_and_mul_per_token_kernel(bf16* __restrict__ out, const bf16
       for (int i = 0; i < kVecElems; ++i) amax = fmaxf(amax, fabsf(v[i]));
     }
   }
-  const float factor = fp8_kv_factor(block_max(amax));  // 1 for a padding row, as the separate launch
-  if (threadIdx.x == 0) q.scale[row] = factor;
-#pragma unroll
-  for (int k = 0; k < kVecs; ++k) {
-    const int vec = threadIdx.x + k * blockDim.x;
-    if (vec >= vecs_per_row) continue;
-    float v[kVecElems];
-    unpack8(y[k], v);
-    store_fp8_codes8(q, row, vecs_per_row, vec, v, factor);
-  }
+  store_fp8_row_per_token<kVecs>(q, row, vecs_per_row, y, amax);  // a padding row: factor 1, as the separate launch
 }
 
 void launch_per_token(bf16* out, const bf16* gate_up, int vecs_per_row, const Fp8Rows& q, int64_t rows,

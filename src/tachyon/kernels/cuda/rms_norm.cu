@@ -60,16 +60,7 @@ __device__ inline void scale_and_store(bf16* out_row, const bf16* weight, const 
   }
   if constexpr (kFp8) {
     if (!q.per_token) return;
-    const float factor = fp8_kv_factor(block_max(row_amax));
-    if (threadIdx.x == 0) q.scale[row] = factor;
-#pragma unroll
-    for (int k = 0; k < kVecs; ++k) {
-      const int vec = threadIdx.x + k * blockDim.x;
-      if (vec >= vecs) continue;
-      float v[kVecElems];
-      unpack8(stored[k], v);
-      store_fp8_codes8(q, row, vecs, vec, v, factor);
-    }
+    store_fp8_row_per_token<kVecs>(q, row, vecs, stored, row_amax);
   }
 }
 
