@@ -22,8 +22,6 @@ namespace tachyon::kernels::cuda {
 namespace {
 
 constexpr int kVecElems = kBf16PerVec;
-constexpr int kMaxVecs = kRowMaxVecs;
-constexpr int kMaxThreads = kRowMaxThreads;
 
 // Writes y = bf16(w * bf16(x * inv_rms)) for the vectors this thread holds, and with kFp8 their
 // E4M3 copy (fp8_rows.cuh: every lane takes part, active or not): per 128 columns as each vector
@@ -158,7 +156,7 @@ __global__ void add_rms_norm_kernel(bf16* __restrict__ out, bf16* __restrict__ r
 
 void check_shape(const char* op, int64_t rows, int64_t dim, const void* a, const void* b, const void* c) {
   TACHYON_CHECK(rows >= 0 && rows <= INT32_MAX) << op << ": rows " << rows << " out of range";
-  TACHYON_CHECK(dim > 0 && dim % kVecElems == 0 && dim <= int64_t{kMaxThreads} * kMaxVecs * kVecElems)
+  TACHYON_CHECK(dim > 0 && dim % kVecElems == 0 && dim <= int64_t{kRowMaxThreads} * kRowMaxVecs * kVecElems)
       << op << ": dim " << dim << " must be a multiple of 8 in [8, 32768]";
   for (const void* p : {a, b, c}) {
     TACHYON_CHECK(reinterpret_cast<uintptr_t>(p) % 16 == 0) << op << ": pointers must be 16-byte aligned";
@@ -183,7 +181,7 @@ void launch_norm_vecs(int vecs_per_thread, unsigned grid, dim3 block, cudaStream
     case 1: Launch<1, kFp8>::run(grid, block, stream, args...); break;
     case 2: Launch<2, kFp8>::run(grid, block, stream, args...); break;
     case 4: Launch<4, kFp8>::run(grid, block, stream, args...); break;
-    default: Launch<kMaxVecs, kFp8>::run(grid, block, stream, args...); break;
+    default: Launch<kRowMaxVecs, kFp8>::run(grid, block, stream, args...); break;
   }
 }
 
