@@ -43,7 +43,6 @@ struct Options : BenchOptions {
   int padded_cases = 3;
   std::vector<int64_t> padded_rows;  // c) at these counts instead of the first refused ones
   std::vector<int64_t> tuned_rows{64, 256, 1024, 2048};
-  int split_k_candidates = gpu::GemmTuneOptions{}.split_k_candidates;
 };
 
 struct Shape {
@@ -135,9 +134,7 @@ nlohmann::json tuned(const Options& options, const Ceilings& ceilings) {
         problems.push_back({.m = m, .n = s.n, .k = s.k, .fp8 = fp8, .fp8_per_row = per_row});
       }
       gpu::GemmRunner gemm;
-      gemm.tune(problems, stream.get(),
-                {.candidates = 8, .warmup = options.warmup, .repeats = options.repeats,
-                 .split_k_candidates = options.split_k_candidates});
+      gemm.tune(problems, stream.get(), {.candidates = 8, .warmup = options.warmup, .repeats = options.repeats});
       // algo_summary: one line per shape, "... tuned X us (heuristic's first Y us)".
       const std::string summary = gemm.algo_summary();
       size_t line_start = 0;
@@ -243,7 +240,5 @@ int main(int argc, char** argv) {
   app.add_option("--padded-rows", options.padded_rows, "row counts the padded case times (default: refused ones)")
       ->delimiter(',');
   app.add_option("--tuned-rows", options.tuned_rows, "row counts tuned (default 64,256,1024,2048)")->delimiter(',');
-  app.add_option("--split-k-candidates", options.split_k_candidates,
-                 "tuned: split-K forms of this many heuristic candidates at <= 256 rows (0: none; default 2)");
   return tachyon::bench::bench_main(app, options, argc, argv, [&] { tachyon::bench::run(options); });
 }

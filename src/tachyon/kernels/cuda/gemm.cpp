@@ -44,7 +44,7 @@ constexpr uint64_t kAlignmentBytes = 16;
 const void* const kBiasAlignmentProbe = reinterpret_cast<const void*>(uintptr_t{kAlignmentBytes});
 
 constexpr const char* kCacheFormat = "tachyon-gemm-algos";
-constexpr int kCacheFormatVersion = 4;  // 2: FP8 products tuned too; 3: "fp8_per_row"; 4: split-K forms timed
+constexpr int kCacheFormatVersion = 3;  // 2: FP8 products tuned too ("fp8" per entry); 3: "fp8_per_row"
 constexpr float kTuneSampleUs = 200.0f;  // a timed sample repeats the launch to last about this long
 constexpr size_t kWeightPoolBytes = size_t{512} << 20;  // weights tuned from a pool ~10x the H200 L2
 
@@ -284,44 +284,6 @@ struct GemmRunner::Impl {
     return samples[samples.size() / 2];
   }
 
-  // Split-K forms of `algo` (2 and 4 ways) that cuBLASLt accepts for the plan within the
-  // workspace. A product of few rows has few output tiles (an 8B o_proj at 64 rows: n / 128 = 32
-  // on 132 SMs), so most SMs idle while the weight streams; splitting k gives each a share of it.
-  // The partial sums are reduced in f32 in the workspace by a kernel of their own
-  // (REDUCTION_SCHEME_COMPUTE_TYPE: a fixed order, so every run gives the same bits), never in the
-  // bf16 output in place.
-  std::vector<cublasLtMatmulAlgo_t> split_k_forms(const Plan& plan, const GemmProblem& p,
-                                                  const cublasLtMatmulAlgo_t& algo) {
-    std::vector<cublasLtMatmulAlgo_t> forms;
-    int32_t split_k_support = 0;
-    uint32_t schemes = 0;
-    size_t written = 0;
-    if (algo_attribute<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) > 1 ||
-        cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &split_k_support,
-                                          sizeof(split_k_support), &written) != CUBLAS_STATUS_SUCCESS ||
-        cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes),
-                                          &written) != CUBLAS_STATUS_SUCCESS ||
-        split_k_support == 0 || (schemes & CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE) == 0) {
-      return forms;
-    }
-    const uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-    for (const int32_t splits : {2, 4}) {
-      if (p.k / splits < 512) break;  // shorter slices: the reduction costs more than it spreads
-      cublasLtMatmulAlgo_t form = algo;
-      cublasLtMatmulHeuristicResult_t check{};
-      if (cublasLtMatmulAlgoConfigSetAttribute(&form, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits)) ==
-              CUBLAS_STATUS_SUCCESS &&
-          cublasLtMatmulAlgoConfigSetAttribute(&form, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
-                                               sizeof(scheme)) == CUBLAS_STATUS_SUCCESS &&
-          cublasLtMatmulAlgoCheck(handle, plan.desc, plan.a, plan.b, plan.d, plan.d, &form, &check) ==
-              CUBLAS_STATUS_SUCCESS &&
-          check.workspaceSize <= workspace.bytes()) {
-        forms.push_back(form);
-      }
-    }
-    return forms;
-  }
-
   // `scales` (FP8 problems): the input's and the weight's factors, any finite values.
   void tune_one(const GemmProblem& p, void* out, const void* in, const void* weight, size_t weight_pool_bytes,
                 const bf16* bias, std::pair<const float*, const float*> scales, const GemmTuneOptions& options,
@@ -335,32 +297,16 @@ struct GemmRunner::Impl {
     std::vector<cublasLtMatmulHeuristicResult_t> results(options.candidates);
     const int returned = heuristics(plan, p, results.data(), options.candidates);
     if (p.has_bias) set_bias(plan, bias, p);
-    std::vector<cublasLtMatmulAlgo_t> candidates;
-    bool first_runs = false;  // the heuristic's first choice is candidates[0]
-    for (int i = 0; i < returned; ++i) {
-      if (results[i].state != CUBLAS_STATUS_SUCCESS || results[i].workspaceSize > workspace.bytes()) continue;
-      first_runs = first_runs || i == 0;
-      candidates.push_back(results[i].algo);
-    }
-    const size_t heuristic_candidates = candidates.size();
-    if (p.m <= GemmTuneOptions::kSplitKMaxRows) {
-      for (size_t i = 0; i < heuristic_candidates && i < static_cast<size_t>(options.split_k_candidates); ++i) {
-        for (const cublasLtMatmulAlgo_t& form : split_k_forms(plan, p, candidates[i])) candidates.push_back(form);
-      }
-    }
-    if (options.split_k_only && candidates.size() > heuristic_candidates) {
-      candidates.erase(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(heuristic_candidates));
-      first_runs = false;
-    }
     int best = -1;
     float best_us = INFINITY, first_us = NAN;
-    for (size_t i = 0; i < candidates.size(); ++i) {
-      const float us = time_algo(plan, candidates[i], out, in, weight, copies, copy_bytes, options, stream);
-      if (i == 0 && first_runs) first_us = us;
-      if (us < best_us) best_us = us, best = static_cast<int>(i);  // false for NAN
+    for (int i = 0; i < returned; ++i) {
+      if (results[i].state != CUBLAS_STATUS_SUCCESS || results[i].workspaceSize > workspace.bytes()) continue;
+      const float us = time_algo(plan, results[i].algo, out, in, weight, copies, copy_bytes, options, stream);
+      if (i == 0) first_us = us;
+      if (us < best_us) best_us = us, best = i;  // false for NAN
     }
     TACHYON_CHECK(best >= 0) << "gemm " << to_string(p) << ": none of " << returned << " cuBLASLt candidates ran";
-    plan.algo = candidates[static_cast<size_t>(best)];
+    plan.algo = results[best].algo;
     plan.tuned = true;
     plan.tuned_us = best_us;
     plan.heuristic_us = first_us;

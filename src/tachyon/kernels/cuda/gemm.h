@@ -52,11 +52,6 @@ struct GemmTuneOptions {
   int candidates = 8;  // heuristic results timed per problem
   int warmup = 3;      // untimed runs per candidate
   int repeats = 9;     // timed samples per candidate; the median decides
-  // Products of at most kSplitKMaxRows rows also time the split-K forms (2 and 4 ways) of this many
-  // of the heuristic's first candidates (0: none).
-  int split_k_candidates = 2;
-  bool split_k_only = false;  // tests: where a problem has split-K forms, time those alone
-  static constexpr int64_t kSplitKMaxRows = 256;
 };
 
 class GemmRunner {
@@ -102,8 +97,7 @@ class GemmRunner {
   std::string fp8_refusal(int64_t m, int64_t n, int64_t k, bool has_bias, bool per_row = false) const;
 
   // Times the top heuristic candidates of each problem (bf16, or FP8 as linear_fp8 runs it: bf16
-  // output, n and k multiples of 16), and for few rows their split-K forms (GemmTuneOptions), on
-  // `stream` with CUDA events (on random data in temporary
+  // output, n and k multiples of 16) on `stream` with CUDA events (on random data in temporary
   // device buffers sized for the largest problem: call it before the KV cache takes the free
   // memory) and keeps the fastest. An FP8 problem cuBLASLt has no algorithm for is remembered
   // as linear_fp8 would (it then answers false), not an error. Synchronizes; not during capture.
