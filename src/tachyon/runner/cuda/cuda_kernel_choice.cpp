@@ -8,7 +8,6 @@
 #include <functional>
 #include <map>
 
-#include "tachyon/base/env_switch.h"
 #include "tachyon/base/file_util.h"
 #include "tachyon/kernels/cuda/gemv.h"
 #include "tachyon/runner/cuda/cuda_model_runner.h"
@@ -65,15 +64,11 @@ void CudaModelRunner::tune_gemms(const core::EngineConfig& config) {
       for (const kc::GemmProblem& p : mtp_->gemm_problems(m)) add(p);
     }
   }
-  // Tuned GEMM algorithms, one file per kernel-choice key. TACHYON_GEMM_SPLIT_K=0 times no
-  // split-K forms (the baseline of their measurement), its choices cached under a key of their own.
-  kc::GemmTuneOptions options;
-  const bool split_k = env_switch_on("TACHYON_GEMM_SPLIT_K");
-  if (!split_k) options.split_k_candidates = 0;
-  const std::string key = kernel_choice_key() + (split_k ? "" : "-no-split-k");
+  // Tuned GEMM algorithms, one file per kernel-choice key.
+  const std::string key = kernel_choice_key();
   const std::filesystem::path cache = user_cache_dir() / "gemm" / (key + ".json");
   if (gemm_.load_cache(cache.string(), key)) return;
-  gemm_.tune(problems, stream_, options);
+  gemm_.tune(problems, stream_);
   publish_or_adopt(cache, gemm_.cache_text(key), [&] { return gemm_.load_cache(cache.string(), key); }, "GEMM");
 }
 
