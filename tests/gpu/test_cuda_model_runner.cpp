@@ -215,7 +215,7 @@ model::Fp8GpuWeights checkpoint_fp8_weights(const fs::path& dir) {
 
 // A per-channel checkpoint (one factor per weight row) whose products of mixed_plans' 58 and 59
 // rows run per-row scaled on per-token inputs (TACHYON_FP8_PER_ROW_MIN_ROWS=9; by default only
-// from 1,024 rows): the norms write one factor per token; SwiGLU's rows stay a launch of their own.
+// from 1,024 rows): the norms and SwiGLU write one factor per token.
 TEST(CudaRunnerFp8FusedQuantize, PerTokenRowsGiveTheLogitsOfTheSeparateQuantizeBitForBit) {
   const fs::path dir = make_tiny_fp8_channel();
   const model::Fp8GpuWeights weights = checkpoint_fp8_weights(dir);

@@ -1,10 +1,11 @@
 // The kernels that write an FP8 product's E4M3 input rows themselves (kernels/cuda/fp8_rows.h):
 // rms_norm, add_rms_norm and silu_and_mul given an Fp8Rows, on fresh random inputs with every
 // output poisoned first, bit for bit against the same kernel without one followed by
-// fp8_quantize_rows (the norms' per-token form: fp8_quantize_rows_per_token; kernels/cuda/fp8.h,
+// fp8_quantize_rows (the per-token forms: fp8_quantize_rows_per_token; kernels/cuda/fp8.h,
 // both tested against the CPU in test_fp8_gemm.cpp):
 // the bf16 output, the residual, the codes and the factors, the padding rows (zero codes, factor
-// 1) included, and nothing written past them; every vectors-per-thread form of the norms.
+// 1) included, and nothing written past them; every vectors-per-thread form of the one-block-per-row
+// kernels (the norms, per-token SwiGLU).
 // Run: build-*/tests/gpu_fp8_producers (GPU machine); TACHYON_TEST_SEED=<seed> replays a failure.
 #include <algorithm>
 #include <cmath>
@@ -132,23 +133,38 @@ TEST(Fp8Producers, NormsWriteThePerTokenRowsFp8QuantizeRowsPerTokenWrites) {
   expect_norms_write_the_rows(40, /*per_token=*/true);
 }
 
-// With its bf16 output and without (out null: only the copy), over dims of one to several
-// 1,024-column blocks of the grid, the last one partly filled (1,152 and 14,336).
-TEST(Fp8Producers, SiluAndMulWritesTheRowsFp8QuantizeRowsWrites) {
+// silu_and_mul with its bf16 output and without (out null: only the copy), against the kernel
+// without a copy, then fp8_quantize_rows (per_token: fp8_quantize_rows_per_token).
+void expect_silu_and_mul_writes_the_rows(uint64_t salt, bool per_token, const std::vector<Shape>& shapes) {
   Stream stream;
-  uint64_t salt = 30;
-  for (const Shape& s : std::vector<Shape>{{1, 16, 128}, {7, 16, 1152}, {33, 48, 14336}, {16, 16, 512}}) {
+  const std::string op = per_token ? "silu_and_mul per token" : "silu_and_mul";
+  for (const Shape& s : shapes) {
     std::mt19937_64 gen = gpu_test::rng(++salt);
     const DeviceArray<bf16> gate_up = gpu_test::upload_bf16(spread_rows(gen, s.rows, 2 * s.dim));
     DeviceArray<bf16> want(static_cast<size_t>(s.rows * s.dim)), got(static_cast<size_t>(s.rows * s.dim));
-    Fp8Copy with_out(s), copy_only(s);
+    Fp8Copy with_out(s, per_token), copy_only(s, per_token);
     silu_and_mul(want.data(), gate_up.data(), s.rows, s.dim, stream.stream);
     silu_and_mul(got.data(), gate_up.data(), s.rows, s.dim, stream.stream, with_out.rows());
     silu_and_mul(nullptr, gate_up.data(), s.rows, s.dim, stream.stream, copy_only.rows());
-    expect_same_bits(got, want, name("silu_and_mul", s) + ": bf16 output");
-    expect_same_copy(with_out, want.data(), s, stream, name("silu_and_mul", s));
-    expect_same_copy(copy_only, want.data(), s, stream, name("silu_and_mul (copy only)", s));
+    expect_same_bits(got, want, name(op, s) + ": bf16 output");
+    expect_same_copy(with_out, want.data(), s, stream, name(op, s));
+    expect_same_copy(copy_only, want.data(), s, stream, name(op + " (copy only)", s));
   }
+}
+
+// Over dims of one to several 1,024-column blocks of the grid, the last one partly filled (1,152
+// and 14,336).
+TEST(Fp8Producers, SiluAndMulWritesTheRowsFp8QuantizeRowsWrites) {
+  expect_silu_and_mul_writes_the_rows(30, /*per_token=*/false,
+                                      {{1, 16, 128}, {7, 16, 1152}, {33, 48, 14336}, {16, 16, 512}});
+}
+
+// One block per row: every vectors-per-thread form (dims 48 and 4,096: one vector per thread;
+// 8,192, 14,336 (the 8B's intermediate size), 32,768: 2, 4 and 8), and a dim of 16-column rows
+// that no 128-column block divides.
+TEST(Fp8Producers, SiluAndMulWritesThePerTokenRowsFp8QuantizeRowsPerTokenWrites) {
+  expect_silu_and_mul_writes_the_rows(
+      60, /*per_token=*/true, {{1, 16, 48}, {5, 16, 4096}, {37, 48, 8192}, {33, 48, 14336}, {2, 16, 32768}});
 }
 
 TEST(Fp8Producers, RefuseCopiesTheyCannotWrite) {
@@ -166,10 +182,14 @@ TEST(Fp8Producers, RefuseCopiesTheyCannotWrite) {
   EXPECT_THROW(rms_norm(out2.data(), in2.data(), weight2.data(), 20, 256, kEps, stream.stream, too_few.rows()),
                std::exception);
   EXPECT_THROW(silu_and_mul(nullptr, gate_up.data(), s.rows, s.dim, stream.stream), std::exception);
-  const Shape wide{4, 16, 256};  // SwiGLU cannot write one factor per token (a row spans several blocks)
-  Fp8Copy per_token(wide, /*per_token=*/true);
-  DeviceArray<bf16> gate_up_wide(4 * 2 * 256);
-  EXPECT_THROW(silu_and_mul(nullptr, gate_up_wide.data(), 4, 256, stream.stream, per_token.rows()), std::exception);
+  // One factor per row: dim % 16 == 0 (as fp8_quantize_rows_per_token) and at most 32,768 (one block).
+  for (const int64_t dim : {40, 32768 + 16}) {
+    const Shape per_token_shape{4, 16, dim};
+    Fp8Copy per_token(per_token_shape, /*per_token=*/true);
+    DeviceArray<bf16> gate_up_rows(static_cast<size_t>(4 * 2 * dim));
+    EXPECT_THROW(silu_and_mul(nullptr, gate_up_rows.data(), 4, dim, stream.stream, per_token.rows()), std::exception)
+        << "dim " << dim;
+  }
 }
 
 }  // namespace

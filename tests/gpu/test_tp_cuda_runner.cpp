@@ -134,14 +134,23 @@ GreedyPath follow_greedy_path(ModelRunner& reference, const std::function<std::v
   return path;
 }
 
-// The group's path against the single runner's, printed; its argmax must agree on at least 90% of
-// the rows (a wrong shard or seam agrees on almost none; near-ties may flip).
-void expect_mostly_agrees(const GreedyPath& path, const std::string& group, const std::string& preset) {
+// The group's path against the single runner's, printed; its argmax must agree on at least
+// `min_percent` of the rows (a wrong shard or seam agrees on almost none; near-ties may flip).
+void expect_mostly_agrees(const GreedyPath& path, const std::string& group, const std::string& preset,
+                          int min_percent = 90) {
   std::printf("[%s vs 1 GPU] %-40s worst logits rel. error %.2e, argmax agrees on %d of %d rows\n", group.c_str(),
               preset.c_str(), path.worst, path.agree, path.rows);
-  EXPECT_GE(path.agree * 10, path.rows * 9) << "the group's greedy choice differs from the single runner's on "
-                                            << path.rows - path.agree << " of " << path.rows << " rows";
+  EXPECT_GE(path.agree * 100, path.rows * min_percent)
+      << "the group's greedy choice differs from the single runner's on " << path.rows - path.agree << " of "
+      << path.rows << " rows";
 }
+
+// FP8 groups quantize each rank's activations after a sum in another order, so near-ties flip more
+// often than in bf16: in 44 runs of the FP8 cases on an H100 (fresh random inputs each) the 68
+// rows agreed on 65.1 on average (sd 1.7), 60 at the least, about 4% flips a row. At 90% (6 flips
+// at most) 2 of the 44 failed; 85% allows 10, four standard deviations above the mean (binomial
+// tail ~1e-4 a case), and a wrong shard or seam still agrees on almost none.
+constexpr int kFp8MinAgreePercent = 85;
 
 class TpCudaRunner : public ::testing::TestWithParam<TpCase> {};
 
@@ -354,7 +363,8 @@ TEST_P(SharedGpuFp8TpRunner, GreedyPathFollowsTheSingleGpuFp8Runner) {
     const GreedyPath path = follow_greedy_path(
         single, [&](int32_t n) { return single.last_logits(n); }, *tp_group, prompts, mc, config.block_size,
         fp8_inputs_logits_tolerance(mc));
-    expect_mostly_agrees(path, "fp8 tp " + std::to_string(c.tp) + (c.ep ? " ep" : ""), c.variant.preset);
+    expect_mostly_agrees(path, "fp8 tp " + std::to_string(c.tp) + (c.ep ? " ep" : ""), c.variant.preset,
+                         kFp8MinAgreePercent);
   }
   expect_engine_serves_alike(group, config, prompts, 12);
 }

@@ -5,8 +5,10 @@
 
 #include <cstdint>
 
+#include "tachyon/kernels/cuda/bf16_vec.cuh"
 #include "tachyon/kernels/cuda/fp8_kv.cuh"
 #include "tachyon/kernels/cuda/fp8_rows.h"
+#include "tachyon/kernels/cuda/row_block.cuh"
 
 namespace tachyon::kernels::cuda {
 
@@ -34,6 +36,24 @@ __device__ __forceinline__ void store_fp8_vec8(const Fp8Rows& q, int64_t row, in
   const float factor = fp8_kv_factor(amax);
   if (vec % 16 == 0) q.scale[(vec / 16) * q.padded_rows + row] = factor;
   store_fp8_codes8(q, row, row_vecs, vec, v, factor);
+}
+
+// The per-token form (q.per_token) of a one-block-per-row producer (row_block.cuh): every thread
+// of the block calls this with the bf16 vectors it holds (`y`, vector threadIdx.x + k * blockDim.x
+// of the row) and the amax of those it holds; the block's amax gives the row's factor.
+template <int kVecs>
+__device__ inline void store_fp8_row_per_token(const Fp8Rows& q, int64_t row, int vecs, const uint4 (&y)[kVecs],
+                                               float amax) {
+  const float factor = fp8_kv_factor(block_max(amax));  // 1 for a zero (padding) row
+  if (threadIdx.x == 0) q.scale[row] = factor;
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    const int vec = threadIdx.x + k * blockDim.x;
+    if (vec >= vecs) continue;
+    float v[kBf16PerVec];
+    unpack8(y[k], v);
+    store_fp8_codes8(q, row, vecs, vec, v, factor);
+  }
 }
 
 }  // namespace tachyon::kernels::cuda

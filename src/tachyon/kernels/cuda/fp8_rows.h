@@ -15,8 +15,8 @@ struct Fp8Rows {
   float* scale = nullptr;     // [dim / 128, padded_rows] f32, the row index fastest (cuBLASLt's layout)
   int64_t padded_rows = 0;    // >= the producer's rows; rows past them are zero codes of factor 1
   // One factor per row over all dim instead (scale [padded_rows]): fp8_quantize_rows_per_token's
-  // form, for the per-row-scaled product (GemmRunner::linear_fp8_per_row). The norms write it;
-  // silu_and_mul (a row spread over several blocks) refuses it.
+  // form, for the per-row-scaled product (GemmRunner::linear_fp8_per_row). The norms and
+  // silu_and_mul write it (the latter with a launch shape of one block per row).
   bool per_token = false;
 
   bool empty() const { return values == nullptr; }

@@ -14,47 +14,14 @@
 #include "tachyon/kernels/cuda/bf16_vec.cuh"
 #include "tachyon/kernels/cuda/fp8_rows.cuh"
 #include "tachyon/kernels/cuda/pdl.cuh"
+#include "tachyon/kernels/cuda/row_block.cuh"
 
-#include <algorithm>
 #include <cstdint>
 
 namespace tachyon::kernels::cuda {
 namespace {
 
 constexpr int kVecElems = kBf16PerVec;
-constexpr int kMaxVecs = 8;      // uint4 registers per thread at most
-constexpr int kMaxThreads = 512;
-
-
-// Sum of `value` over the block, returned to every thread. blockDim.x is a multiple of 32.
-__device__ inline float block_sum(float value) {
-  __shared__ float warp_sums[32];
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) warp_sums[warp] = value;
-  __syncthreads();
-  const int num_warps = blockDim.x / 32;
-  value = lane < num_warps ? warp_sums[lane] : 0.0f;
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
-  return value;  // every warp reduced the same partials, so no second barrier is needed
-}
-
-// Largest `value` over the block, returned to every thread (its own shared slots: block_sum's
-// may still be read). blockDim.x is a multiple of 32.
-__device__ inline float block_max(float value) {
-  __shared__ float warp_maxes[32];
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) warp_maxes[warp] = value;
-  __syncthreads();
-  value = lane < static_cast<int>(blockDim.x / 32) ? warp_maxes[lane] : 0.0f;
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
-  return value;
-}
 
 // Writes y = bf16(w * bf16(x * inv_rms)) for the vectors this thread holds, and with kFp8 their
 // E4M3 copy (fp8_rows.cuh: every lane takes part, active or not): per 128 columns as each vector
@@ -91,16 +58,7 @@ __device__ inline void scale_and_store(bf16* out_row, const bf16* weight, const 
   }
   if constexpr (kFp8) {
     if (!q.per_token) return;
-    const float factor = fp8_kv_factor(block_max(row_amax));
-    if (threadIdx.x == 0) q.scale[row] = factor;
-#pragma unroll
-    for (int k = 0; k < kVecs; ++k) {
-      const int vec = threadIdx.x + k * blockDim.x;
-      if (vec >= vecs) continue;
-      float v[kVecElems];
-      unpack8(stored[k], v);
-      store_fp8_codes8(q, row, vecs, vec, v, factor);
-    }
+    store_fp8_row_per_token<kVecs>(q, row, vecs, stored, row_amax);
   }
 }
 
@@ -196,23 +154,9 @@ __global__ void add_rms_norm_kernel(bf16* __restrict__ out, bf16* __restrict__ r
   scale_and_store<kVecs, kFp8>(out + row * vecs * kVecElems, weight, x, vecs, inv_rms, q, row);
 }
 
-// The launch shape of a row of `vecs` vectors: kVecs, the fewest vectors per thread (a power
-// of two) that fit kMaxThreads threads, and the threads that then cover the row.
-struct RowLaunch {
-  int vecs_per_thread;
-  int threads;
-};
-
-RowLaunch row_launch(int vecs) {
-  int per_thread = 1;
-  while (per_thread * kMaxThreads < vecs) per_thread *= 2;
-  const int threads = (vecs + per_thread - 1) / per_thread;
-  return {per_thread, std::max(32, (threads + 31) / 32 * 32)};
-}
-
 void check_shape(const char* op, int64_t rows, int64_t dim, const void* a, const void* b, const void* c) {
   TACHYON_CHECK(rows >= 0 && rows <= INT32_MAX) << op << ": rows " << rows << " out of range";
-  TACHYON_CHECK(dim > 0 && dim % kVecElems == 0 && dim <= int64_t{kMaxThreads} * kMaxVecs * kVecElems)
+  TACHYON_CHECK(dim > 0 && dim % kVecElems == 0 && dim <= int64_t{kRowMaxThreads} * kRowMaxVecs * kVecElems)
       << op << ": dim " << dim << " must be a multiple of 8 in [8, 32768]";
   for (const void* p : {a, b, c}) {
     TACHYON_CHECK(reinterpret_cast<uintptr_t>(p) % 16 == 0) << op << ": pointers must be 16-byte aligned";
@@ -237,7 +181,7 @@ void launch_norm_vecs(int vecs_per_thread, unsigned grid, dim3 block, cudaStream
     case 1: Launch<1, kFp8>::run(grid, block, stream, args...); break;
     case 2: Launch<2, kFp8>::run(grid, block, stream, args...); break;
     case 4: Launch<4, kFp8>::run(grid, block, stream, args...); break;
-    default: Launch<kMaxVecs, kFp8>::run(grid, block, stream, args...); break;
+    default: Launch<kRowMaxVecs, kFp8>::run(grid, block, stream, args...); break;
   }
 }
 

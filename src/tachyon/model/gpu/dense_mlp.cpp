@@ -67,11 +67,11 @@ void DenseMlpBlock::forward(int64_t layer, const GpuStep& step) {
     return;
   }
   run_normed_product(*normed_product(layer), m);
-  // Where down runs as an E4M3 product of factors per 128 columns, SwiGLU writes its E4M3 input
-  // rows (and no bf16 ones); one factor per token it cannot (a row spans several of its blocks).
+  // Where down runs as an E4M3 product, SwiGLU writes its E4M3 input rows (and no bf16 ones),
+  // with factors per 128 columns or one per token, as the product takes them.
   const bf16* down_bias = ctx_.row_parallel_bias ? w.down_bias : nullptr;
   const kc::Fp8Rows down_rows = ctx_.linear.fp8_input(LinearRole::kDownWithSilu, down_shape(), w.down, down_bias, m);
-  if (down_rows.empty() || down_rows.per_token) {
+  if (down_rows.empty()) {
     run_role(LinearRole::kDownWithSilu, layer, m);
     return;
   }
