@@ -93,18 +93,9 @@ void launch_per_token(bf16* out, const bf16* gate_up, int vecs_per_row, const Fp
                       cudaStream_t stream) {
   const RowLaunch launch = row_launch(vecs_per_row);
   const dim3 grid(static_cast<unsigned>(q.padded_rows)), block(launch.threads);
-  switch (launch.vecs_per_thread) {
-    case 1: launch_pdl(silu_and_mul_per_token_kernel<1>, grid, block, 0, stream, out, gate_up, vecs_per_row, q, rows);
-      break;
-    case 2: launch_pdl(silu_and_mul_per_token_kernel<2>, grid, block, 0, stream, out, gate_up, vecs_per_row, q, rows);
-      break;
-    case 4: launch_pdl(silu_and_mul_per_token_kernel<4>, grid, block, 0, stream, out, gate_up, vecs_per_row, q, rows);
-      break;
-    default:
-      launch_pdl(silu_and_mul_per_token_kernel<kRowMaxVecs>, grid, block, 0, stream, out, gate_up, vecs_per_row, q,
-                 rows);
-      break;
-  }
+  with_row_vecs(launch.vecs_per_thread, [&]<int kVecs>() {
+    launch_pdl(silu_and_mul_per_token_kernel<kVecs>, grid, block, 0, stream, out, gate_up, vecs_per_row, q, rows);
+  });
 }
 
 }  // namespace

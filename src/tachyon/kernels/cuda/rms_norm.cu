@@ -177,12 +177,7 @@ unsigned norm_grid(const char* op, int64_t rows, int64_t dim, const Fp8Rows& q) 
 // fit (row_launch), kFp8 whether there is an E4M3 copy.
 template <template <int, bool> class Launch, bool kFp8, typename... Args>
 void launch_norm_vecs(int vecs_per_thread, unsigned grid, dim3 block, cudaStream_t stream, Args... args) {
-  switch (vecs_per_thread) {
-    case 1: Launch<1, kFp8>::run(grid, block, stream, args...); break;
-    case 2: Launch<2, kFp8>::run(grid, block, stream, args...); break;
-    case 4: Launch<4, kFp8>::run(grid, block, stream, args...); break;
-    default: Launch<kRowMaxVecs, kFp8>::run(grid, block, stream, args...); break;
-  }
+  with_row_vecs(vecs_per_thread, [&]<int kVecs>() { Launch<kVecs, kFp8>::run(grid, block, stream, args...); });
 }
 
 template <template <int, bool> class Launch, typename... Args>

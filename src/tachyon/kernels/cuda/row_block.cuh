@@ -57,4 +57,16 @@ inline RowLaunch row_launch(int vecs) {
   return {per_thread, std::max(32, (threads + 31) / 32 * 32)};
 }
 
+// Calls f.template operator()<kVecs>() with row_launch's vecs_per_thread as a constant: the one
+// place that maps its powers of two (1, 2, 4, kRowMaxVecs) to kernel instances.
+template <typename F>
+void with_row_vecs(int vecs_per_thread, F&& f) {
+  switch (vecs_per_thread) {
+    case 1: f.template operator()<1>(); break;
+    case 2: f.template operator()<2>(); break;
+    case 4: f.template operator()<4>(); break;
+    default: f.template operator()<kRowMaxVecs>(); break;
+  }
+}
+
 }  // namespace tachyon::kernels::cuda
