@@ -4,7 +4,8 @@
 # one result JSON per concurrency plus the server's /metrics after each, then a table.
 #   bench/serve_sweep.sh TACHYON OUT_DIR [serve options, e.g. --quantization fp8]
 # Environment: PRESET (llama-3.1-8b), CONCURRENCIES ("1 16 64 128 256"), WAVES (2: prompts per
-# concurrency = WAVES x concurrency, at least 4), INPUT_LEN / OUTPUT_LEN (1024), LABEL (serve).
+# concurrency = WAVES x concurrency, at least 4), INPUT_LEN / OUTPUT_LEN (1024), LABEL (serve),
+# MAX_NUM_SEQS (256: the server's sequences a step; raise it with a concurrency above 256).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TACHYON=${1:?usage: bench/serve_sweep.sh TACHYON OUT_DIR [serve options]}
@@ -25,7 +26,8 @@ mkdir -p "$OUT_DIR"
 [ -f "$MODEL/tokenizer.json" ] || cp third_party/tokenizers/models/llama3/tokenizer*.json "$MODEL"/
 
 max_len=$((INPUT_LEN + OUTPUT_LEN + 64))
-"$TACHYON" serve "$MODEL" --port "$PORT" --device cuda --max-model-len "$max_len" --max-num-seqs 256 "$@" \
+"$TACHYON" serve "$MODEL" --port "$PORT" --device cuda --max-model-len "$max_len" \
+  --max-num-seqs "${MAX_NUM_SEQS:-256}" "$@" \
   > "$OUT_DIR/$LABEL-server.log" 2>&1 &
 server=$!
 trap 'kill -TERM $server 2> /dev/null; wait $server 2> /dev/null || true' EXIT
