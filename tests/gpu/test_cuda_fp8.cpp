@@ -66,7 +66,7 @@ class CudaFp8VsCpu : public ::testing::TestWithParam<Fp8Variant> {};
 
 bool per_channel(const Fp8Variant& v) {
   return v.format == model::WeightQuantization::kFp8Channel || v.format == model::WeightQuantization::kFp8Tensor ||
-         v.format == model::WeightQuantization::kFbgemmFp8;
+         v.format == model::WeightQuantization::kFbgemmFp8 || v.format == model::WeightQuantization::kModeloptFp8;
 }
 
 // Per-channel weights twice: block-scaled below the per-row threshold (the prompts here), then
@@ -327,6 +327,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Fp8Variant{"qwen3", "tiny-gpu", WeightQuantization::kFp8Channel},
                       Fp8Variant{"llama", "tiny-gpu-bias", WeightQuantization::kFp8Tensor},
                       Fp8Variant{"llama", "tiny-gpu", WeightQuantization::kFbgemmFp8},
+                      Fp8Variant{"llama", "tiny-gpu", WeightQuantization::kModeloptFp8},
                       Fp8Variant{"qwen3_moe", "tiny-gpu-moe-all", WeightQuantization::kFp8Block},
                       Fp8Variant{"mixtral", "tiny-gpu-mixtral-all", WeightQuantization::kFp8Channel},
                       Fp8Variant{"deepseek_v3", "tiny-gpu-deepseek-all", WeightQuantization::kFp8Block},

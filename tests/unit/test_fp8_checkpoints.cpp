@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "tachyon/base/check.h"
+#include "tachyon/base/file_util.h"
 #include "tachyon/model/dense_model.h"
 #include "tachyon/model/make_model.h"
 #include "tachyon/model/model_weights.h"
@@ -58,7 +59,8 @@ std::vector<float> dequantize_by_hand(const SafetensorsCheckpoint& ckpt, const s
       float factor = 0.0f;
       switch (format) {
         case WeightQuantization::kFp8Block: factor = s[(r / 128) * ((cols + 127) / 128) + c / 128]; break;
-        case WeightQuantization::kFp8Tensor: factor = s[0]; break;
+        case WeightQuantization::kFp8Tensor:
+        case WeightQuantization::kModeloptFp8: factor = s[0]; break;
         default: factor = s[r]; break;  // per channel: [out, 1]
       }
       out[r * cols + c] = fp8_e4m3_to_f32(q[r * cols + c]) * factor;
@@ -74,7 +76,8 @@ std::vector<float> round_trip_by_hand(std::vector<float> w, int64_t rows, int64_
     fp8_block_round_trip(w, rows, cols);
     return w;
   }
-  const int64_t groups = format == WeightQuantization::kFp8Tensor ? 1 : rows, size = rows * cols / groups;
+  const bool per_tensor = format == WeightQuantization::kFp8Tensor || format == WeightQuantization::kModeloptFp8;
+  const int64_t groups = per_tensor ? 1 : rows, size = rows * cols / groups;
   for (int64_t g = 0; g < groups; ++g) {
     float amax = 0.0f;
     for (int64_t i = g * size; i < (g + 1) * size; ++i) amax = std::max(amax, std::fabs(w[i]));
@@ -98,7 +101,8 @@ std::vector<float> prompt_logits(const ModelWeights& weights) {
 }
 
 // Measured (seed 3, the 16-token prompt above): relative L2 error of all logits, top-1 agreement.
-//   qwen3 tiny                fp8-block 8.5% 13/16, fp8-tensor 8.9% 13/16, fp8-channel and fbgemm 8.1% 13/16
+//   qwen3 tiny                fp8-block 8.5% 13/16, fp8-tensor and modelopt 8.9% 13/16, fp8-channel and
+//                             fbgemm 8.1% 13/16
 //   deepseek_v3 tiny-deepseek fp8-block and fp8-tensor 31% 11/16, fp8-channel and fbgemm 34% 9/16
 //   deepseek_v32 tiny-dsa     fp8-block 43% 9/16
 //   mixtral tiny-mixtral      fp8-channel 19% 12/16
@@ -115,6 +119,7 @@ TEST(Fp8Checkpoints, LoadedWeightsAreTheFormatsDequantizationAndLogitsStayClose)
       {"qwen3", "tiny", WeightQuantization::kFp8Tensor, 0.12, 12},
       {"qwen3", "tiny", WeightQuantization::kFp8Channel, 0.12, 12},
       {"qwen3", "tiny", WeightQuantization::kFbgemmFp8, 0.12, 12},
+      {"qwen3", "tiny", WeightQuantization::kModeloptFp8, 0.12, 12},
       {"deepseek_v3", "tiny-deepseek", WeightQuantization::kFp8Block, 0.45, 8},
       {"deepseek_v3", "tiny-deepseek", WeightQuantization::kFp8Tensor, 0.45, 8},
       {"deepseek_v3", "tiny-deepseek", WeightQuantization::kFp8Channel, 0.45, 8},
@@ -194,6 +199,76 @@ TEST(Fp8Checkpoints, LoadedWeightsAreTheFormatsDequantizationAndLogitsStayClose)
   }
 }
 
+std::vector<float> all_logits(const std::filesystem::path& dir) {
+  return prompt_logits(load_weights(ModelConfig::from_dir(dir), SafetensorsCheckpoint(dir)));
+}
+
+// NVIDIA's ModelOpt FP8 is per-tensor FP8 in another container: the same seed's fp8-tensor and
+// modelopt-fp8 checkpoints hold the same codes and factors, so their logits agree bit for bit, read
+// from config.json or, as older exports have it, from hf_quant_config.json alone. The calibrated
+// input and KV-cache scales are skipped only while the config declares them.
+TEST(Fp8Checkpoints, ModeloptFp8IsPerTensorFp8InNvidiasContainer) {
+  const auto tensor_dir = temp_dir("tensor"), modelopt_dir = temp_dir("modelopt");
+  make_model({.arch = "llama", .preset = "tiny", .seed = 5, .out_dir = tensor_dir,
+              .quantization = WeightQuantization::kFp8Tensor});
+  make_model({.arch = "llama", .preset = "tiny", .seed = 5, .out_dir = modelopt_dir,
+              .quantization = WeightQuantization::kModeloptFp8});
+  {
+    const SafetensorsCheckpoint ckpt(modelopt_dir);
+    const std::string q = "model.layers.1.self_attn.q_proj.";
+    EXPECT_EQ(ckpt.at(q + "weight").dtype, DType::kF8E4M3);
+    EXPECT_EQ(ckpt.at(q + "weight_scale").shape, std::vector<int64_t>{});  // a scalar, as ModelOpt writes it
+    EXPECT_EQ(ckpt.at(q + "input_scale").dtype, DType::kF32);
+    EXPECT_TRUE(ckpt.contains("model.layers.1.self_attn.k_proj.k_scale"));
+    EXPECT_TRUE(ckpt.contains("model.layers.1.self_attn.v_proj.v_scale"));
+    EXPECT_EQ(ckpt.at("lm_head.weight").dtype, DType::kF32);
+  }
+  const nlohmann::json config = read_json_file(modelopt_dir / "config.json");
+  EXPECT_EQ(config["quantization_config"]["quant_method"], "modelopt");
+  EXPECT_EQ(config["quantization_config"]["quant_algo"], "FP8");
+  EXPECT_EQ(config["quantization_config"]["kv_cache_quant_algo"], "FP8");
+  const nlohmann::json side = read_json_file(modelopt_dir / kModeloptSideFile);
+  EXPECT_EQ(side["producer"]["name"], "modelopt");
+  EXPECT_EQ(side["quantization"]["exclude_modules"], nlohmann::json::array({"lm_head"}));
+
+  const std::vector<float> want = all_logits(tensor_dir);
+  EXPECT_EQ(all_logits(modelopt_dir), want);
+
+  nlohmann::json older = config;  // the side file alone says how the weights are quantized
+  older.erase("quantization_config");
+  write_file(modelopt_dir / "config.json", older.dump(2));
+  EXPECT_EQ(ModelConfig::from_dir(modelopt_dir).quantization.format, WeightQuantization::kModeloptFp8);
+  EXPECT_TRUE(ModelConfig::from_dir(modelopt_dir).quantization.kv_cache_scales);
+  EXPECT_EQ(all_logits(modelopt_dir), want);
+
+  nlohmann::json undeclared = config;  // KV-cache scales in the files, none in the config: refused by name
+  undeclared["quantization_config"]["kv_cache_quant_algo"] = nullptr;
+  write_file(modelopt_dir / "config.json", undeclared.dump(2));
+  try {
+    all_logits(modelopt_dir);
+    FAIL() << "loaded KV-cache scales the config does not declare";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("_scale'"), std::string::npos) << e.what();
+  }
+
+  std::filesystem::remove(modelopt_dir / "config.json");  // a side file that is not ModelOpt's is refused
+  write_file(modelopt_dir / "config.json", older.dump(2));
+  write_file(modelopt_dir / kModeloptSideFile,
+             R"({"producer": {"name": "other"}, "quantization": {"quant_algo": "FP8"}})");
+  EXPECT_THROW(ModelConfig::from_dir(modelopt_dir), Error);
+  write_file(modelopt_dir / kModeloptSideFile,
+             R"({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4"}})");
+  try {
+    ModelConfig::from_dir(modelopt_dir);
+    FAIL() << "accepted NVFP4";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("quant_algo 'NVFP4'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(kModeloptSideFile), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(tensor_dir);
+  std::filesystem::remove_all(modelopt_dir);
+}
+
 TEST(Fp8Checkpoints, FileHoldsFp8LinearsAndScalesOnly) {
   const auto dir = temp_dir("names");
   make_model({.arch = "deepseek_v3", .preset = "tiny-deepseek", .out_dir = dir,
@@ -247,7 +322,7 @@ void expect_refused(nlohmann::json quantization, const std::vector<std::string>&
 }
 
 TEST(Fp8Checkpoints, UnsupportedQuantizationIsRefusedNamingIt) {
-  const std::string supported = "fbgemm_fp8";  // the end of the supported list every refusal carries
+  const std::string supported = "modelopt with quant_algo FP8";  // the supported list every refusal carries
   using nlohmann::json;
   expect_refused(json::parse(R"({"quant_method": "awq", "bits": 4})"), {"quant_method 'awq'", supported});
   expect_refused(json::parse(R"({"quant_method": "gptq", "bits": 4})"), {"'gptq'", supported});
@@ -262,9 +337,17 @@ TEST(Fp8Checkpoints, UnsupportedQuantizationIsRefusedNamingIt) {
                                  "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "float",
                                                                            "strategy": "group"}}}})"),
                  {"strategy 'group'", supported});
+  expect_refused(json::parse(R"({"quant_method": "modelopt", "quant_algo": "NVFP4"})"),
+                 {"'modelopt'", "quant_algo 'NVFP4'", supported});
+  expect_refused(json::parse(R"({"quant_method": "modelopt", "quant_algo": "FP8_PER_CHANNEL_PER_TOKEN"})"),
+                 {"quant_algo 'FP8_PER_CHANNEL_PER_TOKEN'", supported});
+  expect_refused(json::parse(R"({"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "NVFP4"})"),
+                 {"kv_cache_quant_algo 'NVFP4'", supported});
+  expect_refused(json::parse(R"({"quant_method": "modelopt"})"), {"no quant_algo", supported});
   // Each supported format round-trips through config.json.
   for (WeightQuantization f : {WeightQuantization::kFp8Block, WeightQuantization::kFp8Tensor,
-                               WeightQuantization::kFp8Channel, WeightQuantization::kFbgemmFp8}) {
+                               WeightQuantization::kFp8Channel, WeightQuantization::kFbgemmFp8,
+                               WeightQuantization::kModeloptFp8}) {
     const ModelConfig c = make_model_config({.arch = "qwen3", .preset = "tiny", .quantization = f});
     EXPECT_EQ(ModelConfig::from_json(c.to_json()).quantization.format, f);
   }

@@ -173,6 +173,7 @@ TEST(Fp8Projections, CheckpointsAndOnlineFp8MatchTheCpuReference) {
                         Case{"llama", "tiny", WeightQuantization::kFp8Tensor},
                         Case{"qwen3", "tiny", WeightQuantization::kFp8Channel},
                         Case{"llama", "tiny", WeightQuantization::kFbgemmFp8},
+                        Case{"llama", "tiny", WeightQuantization::kModeloptFp8},
                         Case{"deepseek_v3", "tiny-deepseek", WeightQuantization::kFp8Block},
                         Case{"deepseek_v3", "tiny-deepseek", WeightQuantization::kNone},
                         Case{"deepseek_v32", "tiny-dsa", WeightQuantization::kFp8Block},

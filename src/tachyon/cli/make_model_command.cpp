@@ -25,8 +25,8 @@ void add_make_model_command(CLI::App& app) {
   cmd->add_option("--shard-size", options->shard_bytes, "bytes per safetensors shard (0: preset default)");
   cmd->add_option("--num-layers", options->num_layers, "keep only the preset's first N layers (default: all)");
   cmd->add_option("--quantization-format", *quantization,
-                  "fp8-block | fp8-tensor | fp8-channel | fbgemm-fp8: write the linear weights as an FP8 checkpoint "
-                  "of that format (default: unquantized)");
+                  "fp8-block | fp8-tensor | fp8-channel | fbgemm-fp8 | modelopt-fp8: write the linear weights "
+                  "as an FP8 checkpoint of that format (default: unquantized)");
   cmd->add_flag("--list", *list, "list presets and exit");
   cmd->callback([options, dtype, tokenizer, list, quantization] {
     if (*list) {
@@ -49,7 +49,7 @@ void add_make_model_command(CLI::App& app) {
     if (!quantization->empty()) {
       options->quantization = model::weight_quantization_from_name(*quantization);
       if (options->quantization == model::WeightQuantization::kNone) {
-        throw CLI::ValidationError("--quantization-format", "must be fp8-block, fp8-tensor, fp8-channel or fbgemm-fp8");
+        throw CLI::ValidationError("--quantization-format", "must be fp8-block, fp8-tensor, fp8-channel, fbgemm-fp8 or modelopt-fp8");
       }
     }
     model::ModelConfig config = model::make_model(*options);

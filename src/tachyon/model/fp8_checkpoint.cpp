@@ -14,7 +14,8 @@ namespace {
 
 constexpr const char* kSupported =
     "supported: quant_method fp8 with fmt e4m3 and weight_block_size [128, 128]; compressed-tensors with format "
-    "float-quantized and 8-bit float weights, strategy tensor or channel; fbgemm_fp8";
+    "float-quantized and 8-bit float weights, strategy tensor or channel; fbgemm_fp8; modelopt with quant_algo FP8 "
+    "(kv_cache_quant_algo FP8 or none)";
 
 // Throws; every refusal names the quant_method and what of it is unsupported, and lists what is.
 void refuse(const std::string& source, const std::string& method, const std::string& what) {
@@ -74,6 +75,29 @@ void parse_compressed_tensors(const nlohmann::json& j, const std::string& source
   q.not_quantized = string_list(j, "ignore");
 }
 
+// NVIDIA Model Optimizer's per-tensor FP8: config.json's flat form ({"quant_method": "modelopt",
+// "quant_algo": "FP8", ...}) or the side file's, {"quantization": {"quant_algo": ...}}.
+void parse_modelopt(const nlohmann::json& j, const std::string& source, QuantizationConfig& q) {
+  const std::string method = "modelopt";
+  const nlohmann::json& body = j.contains("quantization") && j["quantization"].is_object() ? j["quantization"] : j;
+  const auto text = [](const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+  const std::string algo = body.contains("quant_algo") ? text(body["quant_algo"]) : "";
+  if (algo != "FP8") refuse(source, method, algo.empty() ? "no quant_algo" : fmt::format("quant_algo '{}'", algo));
+  if (body.contains("kv_cache_quant_algo") && !body["kv_cache_quant_algo"].is_null()) {
+    const std::string kv = text(body["kv_cache_quant_algo"]);
+    if (kv != "FP8") refuse(source, method, fmt::format("kv_cache_quant_algo '{}'", kv));
+    q.kv_cache_scales = true;
+  }
+  q.format = WeightQuantization::kModeloptFp8;
+  q.static_activation_scales = true;  // ModelOpt's FP8 calibrates X.input_scale
+  q.not_quantized = string_list(body, "exclude_modules");
+}
+
+// One factor for the whole weight.
+bool per_tensor(WeightQuantization format) {
+  return format == WeightQuantization::kFp8Tensor || format == WeightQuantization::kModeloptFp8;
+}
+
 std::string scale_shape_string(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
 }  // namespace
@@ -89,17 +113,19 @@ std::string_view weight_quantization_name(WeightQuantization format) {
     case WeightQuantization::kFp8Tensor: return "fp8-tensor";
     case WeightQuantization::kFp8Channel: return "fp8-channel";
     case WeightQuantization::kFbgemmFp8: return "fbgemm-fp8";
+    case WeightQuantization::kModeloptFp8: return "modelopt-fp8";
   }
   TACHYON_FAIL() << "unknown weight quantization";
 }
 
 WeightQuantization weight_quantization_from_name(std::string_view name) {
   for (WeightQuantization f : {WeightQuantization::kNone, WeightQuantization::kFp8Block, WeightQuantization::kFp8Tensor,
-                               WeightQuantization::kFp8Channel, WeightQuantization::kFbgemmFp8}) {
+                               WeightQuantization::kFp8Channel, WeightQuantization::kFbgemmFp8,
+                               WeightQuantization::kModeloptFp8}) {
     if (weight_quantization_name(f) == name) return f;
   }
   TACHYON_FAIL() << "unknown quantization format '" << name << "' (supported: fp8-block, fp8-tensor, fp8-channel, "
-                 << "fbgemm-fp8)";
+                 << "fbgemm-fp8, modelopt-fp8)";
 }
 
 QuantizationConfig parse_quantization_config(const nlohmann::json& config_json, const std::string& source) {
@@ -115,6 +141,8 @@ QuantizationConfig parse_quantization_config(const nlohmann::json& config_json, 
   } else if (method == "fbgemm_fp8") {
     q.format = WeightQuantization::kFbgemmFp8;
     q.not_quantized = string_list(j, "modules_to_not_convert");
+  } else if (method == "modelopt") {
+    parse_modelopt(j, source, q);
   } else {
     TACHYON_FAIL() << source << ": quantization_config quant_method '" << method << "' is not supported ("
                    << kSupported << ")";
@@ -148,8 +176,33 @@ nlohmann::json quantization_config_to_json(const QuantizationConfig& q) {
     }
     case WeightQuantization::kFbgemmFp8:
       return {{"quant_method", "fbgemm_fp8"}, {"activation_scale_ub", 1200.0}, {"modules_to_not_convert", q.not_quantized}};
+    case WeightQuantization::kModeloptFp8:
+      return {{"quant_method", "modelopt"},
+              {"quant_algo", "FP8"},
+              {"kv_cache_quant_algo", q.kv_cache_scales ? nlohmann::json("FP8") : nlohmann::json(nullptr)},
+              {"exclude_modules", q.not_quantized}};
   }
   TACHYON_FAIL() << "unknown weight quantization";
+}
+
+nlohmann::json quantization_config_from_side_file(const nlohmann::json& side_file, const std::string& source) {
+  TACHYON_CHECK(side_file.is_object() && side_file.contains("quantization") && side_file["quantization"].is_object())
+      << source << ": no 'quantization' object (ModelOpt's " << kModeloptSideFile << " has one)";
+  if (side_file.contains("producer") && side_file["producer"].is_object()) {
+    const nlohmann::json& name = side_file["producer"].value("name", nlohmann::json("modelopt"));
+    TACHYON_CHECK(name == "modelopt") << source << ": producer " << name.dump() << " is not supported (" << kSupported
+                                      << ")";
+  }
+  nlohmann::json q = side_file["quantization"];
+  q["quant_method"] = "modelopt";
+  return q;
+}
+
+nlohmann::json modelopt_side_file(const QuantizationConfig& q) {
+  TACHYON_CHECK(q.format == WeightQuantization::kModeloptFp8) << "internal: a side file for a ModelOpt checkpoint only";
+  nlohmann::json body = quantization_config_to_json(q);
+  body.erase("quant_method");
+  return {{"producer", {{"name", "modelopt"}}}, {"quantization", body}};
 }
 
 std::vector<int64_t> fp8_scale_shape(const QuantizationConfig& q, int64_t rows, int64_t cols) {
@@ -157,6 +210,7 @@ std::vector<int64_t> fp8_scale_shape(const QuantizationConfig& q, int64_t rows, 
     case WeightQuantization::kFp8Block:
       return {(rows + q.block_rows - 1) / q.block_rows, (cols + q.block_cols - 1) / q.block_cols};
     case WeightQuantization::kFp8Tensor: return {1};
+    case WeightQuantization::kModeloptFp8: return {};  // a scalar, as ModelOpt writes it
     case WeightQuantization::kFp8Channel:
     case WeightQuantization::kFbgemmFp8: return {rows, 1};
     case WeightQuantization::kNone: break;
@@ -165,7 +219,9 @@ std::vector<int64_t> fp8_scale_shape(const QuantizationConfig& q, int64_t rows, 
 }
 
 bool is_ignorable_quantization_tensor(const QuantizationConfig& q, const std::string& name) {
-  return q.quantized() && name.ends_with(".input_scale");
+  if (!q.quantized()) return false;
+  if (name.ends_with(".input_scale")) return true;
+  return q.kv_cache_scales && (name.ends_with(".k_scale") || name.ends_with(".v_scale"));
 }
 
 void dequantize_fp8_weight(const QuantizationConfig& q, const TensorView& weight, const TensorView& scale, float* out) {
@@ -182,6 +238,7 @@ void dequantize_fp8_weight(const QuantizationConfig& q, const TensorView& weight
   const std::vector<int64_t> want = fp8_scale_shape(q, rows, cols);
   std::vector<int64_t> alt = want;
   if (q.format == WeightQuantization::kFp8Tensor) alt = {};
+  if (q.format == WeightQuantization::kModeloptFp8) alt = {1};
   if (q.format == WeightQuantization::kFp8Channel || q.format == WeightQuantization::kFbgemmFp8) alt = {rows};
   TACHYON_CHECK(scale.shape == want || scale.shape == alt)
       << scale.file << ": scale '" << scale.name << "' of weight '" << weight.name << "' " << scale_shape_string(weight.shape)
@@ -191,7 +248,7 @@ void dequantize_fp8_weight(const QuantizationConfig& q, const TensorView& weight
     dequantize_fp8_blocks(fp8, s, rows, cols, q.block_rows, q.block_cols, std::span<float>(out, fp8.size()));
     return;
   }
-  const bool per_row = q.format != WeightQuantization::kFp8Tensor;
+  const bool per_row = !per_tensor(q.format);
   for (int64_t r = 0; r < rows; ++r) {
     const float factor = s[per_row ? static_cast<size_t>(r) : 0];
     for (int64_t c = 0; c < cols; ++c) {
@@ -215,7 +272,7 @@ Fp8QuantizedWeight quantize_fp8_weight(const QuantizationConfig& q, std::span<co
   }
   TACHYON_CHECK(q.quantized()) << "FP8 quantization without a format";
   // One scale over the whole weight (tensor) or per output row (channel, fbgemm): amax / 448.
-  const int64_t groups = q.format == WeightQuantization::kFp8Tensor ? 1 : rows;
+  const int64_t groups = per_tensor(q.format) ? 1 : rows;
   const int64_t group_size = rows * cols / groups;
   out.scale_shape = fp8_scale_shape(q, rows, cols);
   out.data.resize(weight.size());

@@ -11,10 +11,15 @@
 //                weights, strategy tensor
 //   kFp8Channel  the same, strategy channel                       F8_E4M3   X.weight_scale f32 [out, 1] fp8 * s[r]
 //   kFbgemmFp8   quant_method fbgemm_fp8                          F8_E4M3   X.weight_scale f32 [out, 1] fp8 * s[r]
+//   kModeloptFp8 quant_method modelopt, quant_algo FP8 (NVIDIA    F8_E4M3   X.weight_scale f32 [] / [1] fp8 * s
+//                Model Optimizer; in config.json or, from older
+//                exports, hf_quant_config.json beside it)
 //
 // A tensor stored in another dtype (norms, embeddings, lm_head, routers, whatever the format keeps
 // unquantized) has no scale and loads as usual. Activation scales (X.input_scale, static schemes)
-// are ignored: how activations are quantized is the compute side's concern, not the weights'.
+// are ignored: how activations are quantized is the compute side's concern, not the weights'. So
+// are ModelOpt's calibrated KV-cache scales (kv_cache_quant_algo FP8: X.k_scale, X.v_scale): the
+// FP8 KV cache (--kv-cache-dtype fp8) keeps a scale per cached row of its own.
 // Tests: tests/unit/test_fp8_checkpoints.cpp.
 #pragma once
 
@@ -30,7 +35,7 @@ namespace tachyon::model {
 
 struct TensorView;
 
-enum class WeightQuantization { kNone, kFp8Block, kFp8Tensor, kFp8Channel, kFbgemmFp8 };
+enum class WeightQuantization { kNone, kFp8Block, kFp8Tensor, kFp8Channel, kFbgemmFp8, kModeloptFp8 };
 
 struct QuantizationConfig {
   WeightQuantization format = WeightQuantization::kNone;
@@ -39,13 +44,15 @@ struct QuantizationConfig {
   // informative: the loader goes by each tensor's dtype.
   std::vector<std::string> not_quantized;
   bool static_activation_scales = false;  // the checkpoint carries X.input_scale (ignored on load)
+  bool kv_cache_scales = false;           // kModeloptFp8 with kv_cache_quant_algo FP8: X.k_scale / X.v_scale
 
   bool quantized() const { return format != WeightQuantization::kNone; }
   // "X.weight_scale_inv" (kFp8Block) or "X.weight_scale" for weight "X.weight".
   std::string scale_name(const std::string& weight_name) const;
 };
 
-// make-model's names: "fp8-block", "fp8-tensor", "fp8-channel", "fbgemm-fp8" ("none" for kNone).
+// make-model's names: "fp8-block", "fp8-tensor", "fp8-channel", "fbgemm-fp8", "modelopt-fp8" ("none"
+// for kNone).
 std::string_view weight_quantization_name(WeightQuantization format);
 // The inverse; throws Error listing the names otherwise.
 WeightQuantization weight_quantization_from_name(std::string_view name);
@@ -56,10 +63,19 @@ QuantizationConfig parse_quantization_config(const nlohmann::json& config_json, 
 // The "quantization_config" object a checkpoint of this format carries (inverse of the parse).
 nlohmann::json quantization_config_to_json(const QuantizationConfig& q);
 
+// ModelOpt's side file: older exports leave config.json without a quantization_config and write
+// hf_quant_config.json ({"producer": {"name": "modelopt", ...}, "quantization": {"quant_algo": ...}})
+// beside it. The file's name, the quantization_config it stands for (refused like any other when
+// it is not one we load), and the file a ModelOpt checkpoint gets from make-model.
+inline constexpr const char* kModeloptSideFile = "hf_quant_config.json";
+nlohmann::json quantization_config_from_side_file(const nlohmann::json& side_file, const std::string& source);
+nlohmann::json modelopt_side_file(const QuantizationConfig& q);
+
 // The shape of a [rows, cols] weight's scale tensor as the format writes it.
 std::vector<int64_t> fp8_scale_shape(const QuantizationConfig& q, int64_t rows, int64_t cols);
 
-// A checkpoint's tensors the loader may skip when quantized (activation scales).
+// A checkpoint's tensors the loader may skip when quantized (activation scales; ModelOpt's KV-cache
+// scales when its config declares them).
 bool is_ignorable_quantization_tensor(const QuantizationConfig& q, const std::string& name);
 
 // weight: [rows, cols] F8_E4M3; scale: the companion named by scale_name, any float dtype.

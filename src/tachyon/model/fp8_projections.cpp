@@ -104,7 +104,8 @@ Fp8SourceGeometry fp8_source_geometry(const QuantizationConfig& q) {
   switch (q.format) {
     case WeightQuantization::kNone: return {128, 128};
     case WeightQuantization::kFp8Block: return {q.block_rows, q.block_cols};
-    case WeightQuantization::kFp8Tensor: return {0, 0};
+    case WeightQuantization::kFp8Tensor:
+    case WeightQuantization::kModeloptFp8: return {0, 0};
     case WeightQuantization::kFp8Channel:
     case WeightQuantization::kFbgemmFp8: return {1, 0};
   }

@@ -93,6 +93,8 @@ QuantizationConfig quantization_for(WeightQuantization format) {
   QuantizationConfig q;
   q.format = format;
   if (format != WeightQuantization::kFp8Block && format != WeightQuantization::kNone) q.not_quantized = {"lm_head"};
+  // As NVIDIA's ModelOpt releases come: calibrated activation and KV-cache scales beside the weights.
+  q.static_activation_scales = q.kv_cache_scales = format == WeightQuantization::kModeloptFp8;
   return q;
 }
 
@@ -221,6 +223,10 @@ ModelConfig make_model(const MakeModelOptions& options) {
   const DType dtype = options.dtype.value_or(preset.dtype);
   std::filesystem::create_directories(options.out_dir);
   write_file(options.out_dir / "config.json", config.to_json().dump(2) + "\n");
+  std::filesystem::remove(options.out_dir / kModeloptSideFile);
+  if (config.quantization.format == WeightQuantization::kModeloptFp8) {
+    write_file(options.out_dir / kModeloptSideFile, modelopt_side_file(config.quantization).dump(2) + "\n");
+  }
 
   std::map<std::string, TensorSource> tensors;
   for (auto& [name, shape] : expected_tensors(config)) {
@@ -249,6 +255,20 @@ ModelConfig make_model(const MakeModelOptions& options) {
                                      const Fp8QuantizedWeight w = quantize();
                                      std::memcpy(out, w.scale.data(), w.scale.size() * sizeof(float));
                                    }});
+      // The scales the loader skips (fp8_checkpoint.h): a scalar each, of no consequence here.
+      const std::string module = name.substr(0, name.size() - std::string_view("weight").size());
+      std::vector<std::string> skipped;
+      if (config.quantization.static_activation_scales) skipped.push_back(module + "input_scale");
+      if (config.quantization.kv_cache_scales) {
+        if (module.ends_with("self_attn.k_proj.")) skipped.push_back(module + "k_scale");
+        if (module.ends_with("self_attn.v_proj.")) skipped.push_back(module + "v_scale");
+      }
+      for (const std::string& scale : skipped) {
+        tensors.emplace(scale, TensorSource{DType::kF32, {}, [](std::byte* out) {
+                                              const float one = 1.0f;
+                                              std::memcpy(out, &one, sizeof(one));
+                                            }});
+      }
       continue;
     }
     tensors.emplace(name, TensorSource{dtype, shape, [draw, dtype](std::byte* out) {
