@@ -269,6 +269,36 @@ TEST(Fp8Checkpoints, ModeloptFp8IsPerTensorFp8InNvidiasContainer) {
   std::filesystem::remove_all(modelopt_dir);
 }
 
+// llm-compressor's FP8-KV exports: an 8-bit float kv_cache_scheme with calibrated scales on the
+// attention (self_attn.k_scale; older ones k_proj.output_scale), skipped while declared; the
+// logits are those of the same checkpoint without them.
+TEST(Fp8Checkpoints, CompressedTensorsKvCacheScalesAreSkippedWhileDeclared) {
+  const auto plain_dir = temp_dir("ct"), kv_dir = temp_dir("ct-kv");
+  make_model({.arch = "qwen3", .preset = "tiny", .seed = 7, .out_dir = plain_dir,
+              .quantization = WeightQuantization::kFp8Channel});
+  make_model({.arch = "qwen3", .preset = "tiny", .seed = 7, .out_dir = kv_dir,
+              .quantization = WeightQuantization::kFp8Channel, .kv_cache_scales = true});
+  {
+    const SafetensorsCheckpoint ckpt(kv_dir);
+    EXPECT_TRUE(ckpt.contains("model.layers.0.self_attn.k_scale"));
+    EXPECT_TRUE(ckpt.contains("model.layers.1.self_attn.v_scale"));
+  }
+  const nlohmann::json config = read_json_file(kv_dir / "config.json");
+  EXPECT_EQ(config["quantization_config"]["kv_cache_scheme"]["num_bits"], 8);
+  EXPECT_TRUE(ModelConfig::from_dir(kv_dir).quantization.kv_cache_scales);
+  EXPECT_EQ(all_logits(kv_dir), all_logits(plain_dir));
+
+  nlohmann::json undeclared = config;
+  undeclared["quantization_config"].erase("kv_cache_scheme");
+  write_file(kv_dir / "config.json", undeclared.dump(2));
+  EXPECT_THROW(all_logits(kv_dir), Error);
+  EXPECT_THROW(make_model({.arch = "qwen3", .preset = "tiny", .out_dir = kv_dir,
+                           .quantization = WeightQuantization::kFp8Block, .kv_cache_scales = true}),
+               Error);
+  std::filesystem::remove_all(plain_dir);
+  std::filesystem::remove_all(kv_dir);
+}
+
 TEST(Fp8Checkpoints, FileHoldsFp8LinearsAndScalesOnly) {
   const auto dir = temp_dir("names");
   make_model({.arch = "deepseek_v3", .preset = "tiny-deepseek", .out_dir = dir,
@@ -337,6 +367,11 @@ TEST(Fp8Checkpoints, UnsupportedQuantizationIsRefusedNamingIt) {
                                  "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "float",
                                                                            "strategy": "group"}}}})"),
                  {"strategy 'group'", supported});
+  expect_refused(json::parse(R"({"quant_method": "compressed-tensors", "format": "float-quantized",
+                                 "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "float",
+                                                                           "strategy": "tensor"}}},
+                                 "kv_cache_scheme": {"num_bits": 8, "type": "int"}})"),
+                 {"kv_cache_scheme of 8-bit int values", supported});
   expect_refused(json::parse(R"({"quant_method": "modelopt", "quant_algo": "NVFP4"})"),
                  {"'modelopt'", "quant_algo 'NVFP4'", supported});
   expect_refused(json::parse(R"({"quant_method": "modelopt", "quant_algo": "FP8_PER_CHANNEL_PER_TOKEN"})"),

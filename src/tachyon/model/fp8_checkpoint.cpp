@@ -15,7 +15,7 @@ namespace {
 constexpr const char* kSupported =
     "supported: quant_method fp8 with fmt e4m3 and weight_block_size [128, 128]; compressed-tensors with format "
     "float-quantized and 8-bit float weights, strategy tensor or channel; fbgemm_fp8; modelopt with quant_algo FP8 "
-    "(kv_cache_quant_algo FP8 or none)";
+    "(kv_cache_quant_algo FP8 or none); KV-cache scales of 8-bit float KV caches (skipped)";
 
 // Throws; every refusal names the quant_method and what of it is unsupported, and lists what is.
 void refuse(const std::string& source, const std::string& method, const std::string& what) {
@@ -51,7 +51,13 @@ void parse_compressed_tensors(const nlohmann::json& j, const std::string& source
   const std::string method = "compressed-tensors";
   const std::string format = j.value("format", "");
   if (format != "float-quantized") refuse(source, method, fmt::format("format '{}'", format));
-  if (j.contains("kv_cache_scheme") && !j["kv_cache_scheme"].is_null()) refuse(source, method, "kv_cache_scheme");
+  if (j.contains("kv_cache_scheme") && !j["kv_cache_scheme"].is_null()) {
+    const nlohmann::json& kv = j["kv_cache_scheme"];
+    const int64_t bits = kv.is_object() ? kv.value("num_bits", int64_t{0}) : 0;
+    const std::string type = kv.is_object() ? kv.value("type", "") : "";
+    if (bits != 8 || type != "float") refuse(source, method, fmt::format("kv_cache_scheme of {}-bit {} values", bits, type));
+    q.kv_cache_scales = true;
+  }
   TACHYON_CHECK(j.contains("config_groups") && j["config_groups"].is_object() && !j["config_groups"].empty())
       << source << ": quantization_config (compressed-tensors) has no config_groups";
   std::string strategy;
@@ -168,11 +174,17 @@ nlohmann::json quantization_config_to_json(const QuantizationConfig& q) {
                                 {"symmetric", true}, {"dynamic", false}};
       nlohmann::json inputs = {{"num_bits", 8}, {"type", "float"}, {"strategy", tensor ? "tensor" : "token"},
                                {"symmetric", true}, {"dynamic", !q.static_activation_scales}};
-      return {{"quant_method", "compressed-tensors"},
-              {"format", "float-quantized"},
-              {"quantization_status", "compressed"},
-              {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}, {"input_activations", inputs}}}}},
-              {"ignore", q.not_quantized}};
+      nlohmann::json j = {
+          {"quant_method", "compressed-tensors"},
+          {"format", "float-quantized"},
+          {"quantization_status", "compressed"},
+          {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}, {"input_activations", inputs}}}}},
+          {"ignore", q.not_quantized}};
+      if (q.kv_cache_scales) {
+        j["kv_cache_scheme"] = {{"num_bits", 8}, {"type", "float"}, {"strategy", "tensor"}, {"dynamic", false},
+                                {"symmetric", true}};
+      }
+      return j;
     }
     case WeightQuantization::kFbgemmFp8:
       return {{"quant_method", "fbgemm_fp8"}, {"activation_scale_ub", 1200.0}, {"modules_to_not_convert", q.not_quantized}};
@@ -221,7 +233,9 @@ std::vector<int64_t> fp8_scale_shape(const QuantizationConfig& q, int64_t rows, 
 bool is_ignorable_quantization_tensor(const QuantizationConfig& q, const std::string& name) {
   if (!q.quantized()) return false;
   if (name.ends_with(".input_scale")) return true;
-  return q.kv_cache_scales && (name.ends_with(".k_scale") || name.ends_with(".v_scale"));
+  // ModelOpt's k_proj.k_scale, llm-compressor's self_attn.k_scale, its older k_proj.output_scale
+  return q.kv_cache_scales && (name.ends_with(".k_scale") || name.ends_with(".v_scale") ||
+                               name.ends_with(".k_proj.output_scale") || name.ends_with(".v_proj.output_scale"));
 }
 
 void dequantize_fp8_weight(const QuantizationConfig& q, const TensorView& weight, const TensorView& scale, float* out) {

@@ -18,8 +18,8 @@
 // A tensor stored in another dtype (norms, embeddings, lm_head, routers, whatever the format keeps
 // unquantized) has no scale and loads as usual. Activation scales (X.input_scale, static schemes)
 // are ignored: how activations are quantized is the compute side's concern, not the weights'. So
-// are ModelOpt's calibrated KV-cache scales (kv_cache_quant_algo FP8: X.k_scale, X.v_scale): the
-// FP8 KV cache (--kv-cache-dtype fp8) keeps a scale per cached row of its own.
+// are calibrated KV-cache scales (ModelOpt's kv_cache_quant_algo FP8, compressed-tensors' 8-bit
+// float kv_cache_scheme): the FP8 KV cache (--kv-cache-dtype fp8) keeps a scale per cached row.
 // Tests: tests/unit/test_fp8_checkpoints.cpp.
 #pragma once
 
@@ -44,7 +44,10 @@ struct QuantizationConfig {
   // informative: the loader goes by each tensor's dtype.
   std::vector<std::string> not_quantized;
   bool static_activation_scales = false;  // the checkpoint carries X.input_scale (ignored on load)
-  bool kv_cache_scales = false;           // kModeloptFp8 with kv_cache_quant_algo FP8: X.k_scale / X.v_scale
+  // Calibrated KV-cache scales in the checkpoint, skipped on load: ModelOpt's kv_cache_quant_algo
+  // FP8 (X.k_proj.k_scale), compressed-tensors' 8-bit float kv_cache_scheme (X.self_attn.k_scale;
+  // older exports X.k_proj.output_scale).
+  bool kv_cache_scales = false;
 
   bool quantized() const { return format != WeightQuantization::kNone; }
   // "X.weight_scale_inv" (kFp8Block) or "X.weight_scale" for weight "X.weight".

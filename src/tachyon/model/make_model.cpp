@@ -1,5 +1,6 @@
 #include "tachyon/model/make_model.h"
 
+#include <fmt/format.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -89,12 +90,18 @@ bool is_quantized_linear(const std::string& name, const std::vector<int64_t>& sh
 }
 
 // The quantization_config make-model writes for `format`.
-QuantizationConfig quantization_for(WeightQuantization format) {
+QuantizationConfig quantization_for(WeightQuantization format, bool kv_cache_scales) {
   QuantizationConfig q;
   q.format = format;
   if (format != WeightQuantization::kFp8Block && format != WeightQuantization::kNone) q.not_quantized = {"lm_head"};
   // As NVIDIA's ModelOpt releases come: calibrated activation and KV-cache scales beside the weights.
-  q.static_activation_scales = q.kv_cache_scales = format == WeightQuantization::kModeloptFp8;
+  const bool modelopt = format == WeightQuantization::kModeloptFp8;
+  q.static_activation_scales = modelopt;
+  const bool compressed = format == WeightQuantization::kFp8Tensor || format == WeightQuantization::kFp8Channel;
+  TACHYON_CHECK(!kv_cache_scales || compressed || modelopt)
+      << "make-model: KV-cache scales go with fp8-tensor, fp8-channel or modelopt-fp8, not "
+      << weight_quantization_name(format);
+  q.kv_cache_scales = modelopt || kv_cache_scales;
   return q;
 }
 
@@ -211,7 +218,7 @@ ModelConfig make_model_config(const MakeModelOptions& options) {
     if (facts.bos_id) c.bos_token_id = facts.bos_id;
     if (facts.eos_id) c.eos_token_id = facts.eos_id;
   }
-  c.quantization = quantization_for(options.quantization);
+  c.quantization = quantization_for(options.quantization, options.kv_cache_scales);
   // Round-trip through JSON so that what we write is exactly what a loader reads back.
   return ModelConfig::from_json(c.to_json(), "make-model config");
 }
@@ -259,9 +266,11 @@ ModelConfig make_model(const MakeModelOptions& options) {
       const std::string module = name.substr(0, name.size() - std::string_view("weight").size());
       std::vector<std::string> skipped;
       if (config.quantization.static_activation_scales) skipped.push_back(module + "input_scale");
-      if (config.quantization.kv_cache_scales) {
-        if (module.ends_with("self_attn.k_proj.")) skipped.push_back(module + "k_scale");
-        if (module.ends_with("self_attn.v_proj.")) skipped.push_back(module + "v_scale");
+      for (const char* kv : {"k", "v"}) {  // ModelOpt's beside the projection, llm-compressor's on the attention
+        const std::string proj = fmt::format("self_attn.{}_proj.", kv);
+        if (!config.quantization.kv_cache_scales || !module.ends_with(proj)) continue;
+        const bool modelopt = config.quantization.format == WeightQuantization::kModeloptFp8;
+        skipped.push_back((modelopt ? module : module.substr(0, module.size() - 7)) + kv + "_scale");
       }
       for (const std::string& scale : skipped) {
         tensors.emplace(scale, TensorSource{DType::kF32, {}, [](std::byte* out) {

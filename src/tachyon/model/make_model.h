@@ -31,6 +31,10 @@ struct MakeModelOptions {
   // quantization_config (fp8_checkpoint.h), quantized from the same random f32 values the plain
   // model has; embeddings, lm_head, norms, routers and biases keep `dtype`.
   WeightQuantization quantization = WeightQuantization::kNone;
+  // With fp8-tensor or fp8-channel: an 8-bit float kv_cache_scheme and its calibrated scales
+  // (self_attn.k_scale / v_scale), as llm-compressor's FP8-KV exports have; modelopt-fp8 always
+  // writes ModelOpt's (k_proj.k_scale / v_proj.v_scale), as NVIDIA's releases have.
+  bool kv_cache_scales = false;
 };
 
 struct ModelPreset {
