@@ -7,6 +7,7 @@
 #include <cstring>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <numbers>
 #include <set>
 
@@ -247,20 +248,30 @@ ModelConfig make_model(const MakeModelOptions& options) {
       return values;
     };
     if (config.quantization.quantized() && is_quantized_linear(name, shape)) {
-      // The weight and its scale are separate tensors written at different times; each draws and
-      // quantizes the values again rather than holding them in between.
-      auto quantize = [draw, q = config.quantization, shape = shape] {
-        return quantize_fp8_weight(q, draw(), shape[0], shape[1]);
+      // The weight and its scale are separate tensors, written one after the other (names sort
+      // "X.weight" before "X.weight_scale"): whichever is written first draws and quantizes, the
+      // other takes the result, and the second releases it (drawing is most of make-model's time).
+      struct Parts {
+        std::optional<Fp8QuantizedWeight> weight;
+        int written = 0;
       };
-      tensors.emplace(name, TensorSource{DType::kF8E4M3, shape, [quantize](std::byte* out) {
-                                           const Fp8QuantizedWeight w = quantize();
-                                           std::memcpy(out, w.data.data(), w.data.size());
+      auto parts = std::make_shared<Parts>();
+      auto write_part = [parts, draw, q = config.quantization, shape = shape](auto&& copy) {
+        if (!parts->weight) parts->weight = quantize_fp8_weight(q, draw(), shape[0], shape[1]);
+        copy(*parts->weight);
+        if (++parts->written % 2 == 0) parts->weight.reset();
+      };
+      tensors.emplace(name, TensorSource{DType::kF8E4M3, shape, [write_part](std::byte* out) {
+                                           write_part([out](const Fp8QuantizedWeight& w) {
+                                             std::memcpy(out, w.data.data(), w.data.size());
+                                           });
                                          }});
       const std::vector<int64_t> scale_shape = fp8_scale_shape(config.quantization, shape[0], shape[1]);
       tensors.emplace(config.quantization.scale_name(name),
-                      TensorSource{DType::kF32, scale_shape, [quantize](std::byte* out) {
-                                     const Fp8QuantizedWeight w = quantize();
-                                     std::memcpy(out, w.scale.data(), w.scale.size() * sizeof(float));
+                      TensorSource{DType::kF32, scale_shape, [write_part](std::byte* out) {
+                                     write_part([out](const Fp8QuantizedWeight& w) {
+                                       std::memcpy(out, w.scale.data(), w.scale.size() * sizeof(float));
+                                     });
                                    }});
       // The scales the loader skips (fp8_checkpoint.h): a scalar each, of no consequence here.
       const std::string module = name.substr(0, name.size() - std::string_view("weight").size());
