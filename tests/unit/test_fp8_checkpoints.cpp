@@ -379,6 +379,10 @@ TEST(Fp8Checkpoints, UnsupportedQuantizationIsRefusedNamingIt) {
   expect_refused(json::parse(R"({"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "NVFP4"})"),
                  {"kv_cache_quant_algo 'NVFP4'", supported});
   expect_refused(json::parse(R"({"quant_method": "modelopt"})"), {"no quant_algo", supported});
+  // A value of the wrong JSON type is an error naming the config, not a bare JSON library message.
+  expect_refused(json::parse(R"({"quant_method": "compressed-tensors", "format": "float-quantized",
+                                 "config_groups": {"group_0": {"weights": {"num_bits": "8", "type": "float"}}}})"),
+                 {"config.json: quantization_config has a value of the wrong type", "type must be number"});
   // Each supported format round-trips through config.json.
   for (WeightQuantization f : {WeightQuantization::kFp8Block, WeightQuantization::kFp8Tensor,
                                WeightQuantization::kFp8Channel, WeightQuantization::kFbgemmFp8,

@@ -139,19 +139,23 @@ QuantizationConfig parse_quantization_config(const nlohmann::json& config_json, 
   if (!config_json.contains("quantization_config") || config_json["quantization_config"].is_null()) return q;
   const nlohmann::json& j = config_json["quantization_config"];
   TACHYON_CHECK(j.is_object()) << source << ": field 'quantization_config' must be an object";
-  const std::string method = j.value("quant_method", "");
-  if (method == "fp8") {
-    parse_block_fp8(j, source, q);
-  } else if (method == "compressed-tensors") {
-    parse_compressed_tensors(j, source, q);
-  } else if (method == "fbgemm_fp8") {
-    q.format = WeightQuantization::kFbgemmFp8;
-    q.not_quantized = string_list(j, "modules_to_not_convert");
-  } else if (method == "modelopt") {
-    parse_modelopt(j, source, q);
-  } else {
-    TACHYON_FAIL() << source << ": quantization_config quant_method '" << method << "' is not supported ("
-                   << kSupported << ")";
+  try {  // the parsers read fields with their JSON types; a value of another type throws
+    const std::string method = j.value("quant_method", "");
+    if (method == "fp8") {
+      parse_block_fp8(j, source, q);
+    } else if (method == "compressed-tensors") {
+      parse_compressed_tensors(j, source, q);
+    } else if (method == "fbgemm_fp8") {
+      q.format = WeightQuantization::kFbgemmFp8;
+      q.not_quantized = string_list(j, "modules_to_not_convert");
+    } else if (method == "modelopt") {
+      parse_modelopt(j, source, q);
+    } else {
+      TACHYON_FAIL() << source << ": quantization_config quant_method '" << method << "' is not supported ("
+                     << kSupported << ")";
+    }
+  } catch (const nlohmann::json::exception& e) {
+    TACHYON_FAIL() << source << ": quantization_config has a value of the wrong type (" << e.what() << ")";
   }
   return q;
 }
