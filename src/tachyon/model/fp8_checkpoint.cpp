@@ -242,6 +242,20 @@ bool is_ignorable_quantization_tensor(const QuantizationConfig& q, const std::st
                                name.ends_with(".k_proj.output_scale") || name.ends_with(".v_proj.output_scale"));
 }
 
+std::vector<std::string> calibration_scale_names(const QuantizationConfig& q, const std::string& weight_name) {
+  const std::string module = weight_name.substr(0, weight_name.size() - std::string_view("weight").size());
+  std::vector<std::string> names;
+  if (q.static_activation_scales) names.push_back(module + "input_scale");
+  for (const std::string kv : {"k", "v"}) {
+    const std::string proj = "self_attn." + kv + "_proj.";
+    if (!q.kv_cache_scales || !module.ends_with(proj)) continue;
+    const bool on_projection = q.format == WeightQuantization::kModeloptFp8;
+    const std::string owner = on_projection ? module : module.substr(0, module.size() - (kv + "_proj.").size());
+    names.push_back(owner + kv + "_scale");
+  }
+  return names;
+}
+
 void dequantize_fp8_weight(const QuantizationConfig& q, const TensorView& weight, const TensorView& scale, float* out) {
   TACHYON_CHECK(q.quantized()) << weight.file << ": tensor '" << weight.name << "' is F8_E4M3 but config.json has "
                                << "no quantization_config saying how it is scaled";

@@ -77,9 +77,14 @@ nlohmann::json modelopt_side_file(const QuantizationConfig& q);
 // The shape of a [rows, cols] weight's scale tensor as the format writes it.
 std::vector<int64_t> fp8_scale_shape(const QuantizationConfig& q, int64_t rows, int64_t cols);
 
-// A checkpoint's tensors the loader may skip when quantized (activation scales; ModelOpt's KV-cache
-// scales when its config declares them).
+// A checkpoint's tensors the loader may skip when quantized (activation scales; KV-cache scales
+// when its config declares them).
 bool is_ignorable_quantization_tensor(const QuantizationConfig& q, const std::string& name);
+// The calibrated scales a checkpoint of this format stores for linear weight `weight_name`
+// ("X.weight"), all of which the loader skips: X.input_scale (static activation scales) and, for a
+// k_proj / v_proj with declared KV-cache scales, ModelOpt's X.k_scale on the projection or
+// compressed-tensors' k_scale on the attention module. make-model writes them.
+std::vector<std::string> calibration_scale_names(const QuantizationConfig& q, const std::string& weight_name);
 
 // weight: [rows, cols] F8_E4M3; scale: the companion named by scale_name, any float dtype.
 // Writes the dequantized [rows, cols] weight into `out`; errors name both tensors and the file.

@@ -1,6 +1,5 @@
 #include "tachyon/model/make_model.h"
 
-#include <fmt/format.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -273,17 +272,8 @@ ModelConfig make_model(const MakeModelOptions& options) {
                                        std::memcpy(out, w.scale.data(), w.scale.size() * sizeof(float));
                                      });
                                    }});
-      // The scales the loader skips (fp8_checkpoint.h): a scalar each, of no consequence here.
-      const std::string module = name.substr(0, name.size() - std::string_view("weight").size());
-      std::vector<std::string> skipped;
-      if (config.quantization.static_activation_scales) skipped.push_back(module + "input_scale");
-      for (const char* kv : {"k", "v"}) {  // ModelOpt's beside the projection, llm-compressor's on the attention
-        const std::string proj = fmt::format("self_attn.{}_proj.", kv);
-        if (!config.quantization.kv_cache_scales || !module.ends_with(proj)) continue;
-        const bool modelopt = config.quantization.format == WeightQuantization::kModeloptFp8;
-        skipped.push_back((modelopt ? module : module.substr(0, module.size() - 7)) + kv + "_scale");
-      }
-      for (const std::string& scale : skipped) {
+      // The calibrated scales the loader skips: a scalar each, of no consequence here.
+      for (const std::string& scale : calibration_scale_names(config.quantization, name)) {
         tensors.emplace(scale, TensorSource{DType::kF32, {}, [](std::byte* out) {
                                               const float one = 1.0f;
                                               std::memcpy(out, &one, sizeof(one));

@@ -544,14 +544,15 @@ ModelConfig ModelConfig::from_dir(const std::filesystem::path& model_dir) {
   auto path = model_dir / "config.json";
   TACHYON_CHECK(std::filesystem::exists(path)) << "no config.json in " << model_dir.string();
   nlohmann::json json = read_json_file(path);
+  std::string source = path.string();
   // ModelOpt's older exports say how they are quantized in a file of their own (fp8_checkpoint.h).
   const auto side_file = model_dir / kModeloptSideFile;
   if ((!json.contains("quantization_config") || json["quantization_config"].is_null()) &&
       std::filesystem::exists(side_file)) {
     json["quantization_config"] = quantization_config_from_side_file(read_json_file(side_file), side_file.string());
-    return from_json(json, path.string() + " with " + side_file.string());
+    source += " with " + side_file.string();
   }
-  return from_json(json, path.string());
+  return from_json(json, source);
 }
 
 nlohmann::json ModelConfig::to_json() const {
