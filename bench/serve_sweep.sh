@@ -5,7 +5,8 @@
 #   bench/serve_sweep.sh TACHYON OUT_DIR [serve options, e.g. --quantization fp8]
 # Environment: PRESET (llama-3.1-8b), CONCURRENCIES ("1 16 64 128 256"), WAVES (2: prompts per
 # concurrency = WAVES x concurrency, at least 4), INPUT_LEN / OUTPUT_LEN (1024), LABEL (serve),
-# MAX_NUM_SEQS (256: the server's sequences a step; raise it with a concurrency above 256).
+# MAX_NUM_SEQS (256: the server's sequences a step; raise it with a concurrency above 256), DEVICE
+# (cuda; cpu with a tiny PRESET checks the script).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TACHYON=${1:?usage: bench/serve_sweep.sh TACHYON OUT_DIR [serve options]}
@@ -26,7 +27,7 @@ mkdir -p "$OUT_DIR"
 [ -f "$MODEL/tokenizer.json" ] || cp third_party/tokenizers/models/llama3/tokenizer*.json "$MODEL"/
 
 max_len=$((INPUT_LEN + OUTPUT_LEN + 64))
-"$TACHYON" serve "$MODEL" --port "$PORT" --device cuda --max-model-len "$max_len" \
+"$TACHYON" serve "$MODEL" --port "$PORT" --device "${DEVICE:-cuda}" --max-model-len "$max_len" \
   --max-num-seqs "${MAX_NUM_SEQS:-256}" "$@" \
   > "$OUT_DIR/$LABEL-server.log" 2>&1 &
 server=$!
