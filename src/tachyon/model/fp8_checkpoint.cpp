@@ -246,12 +246,13 @@ std::vector<std::string> calibration_scale_names(const QuantizationConfig& q, co
   const std::string module = weight_name.substr(0, weight_name.size() - std::string_view("weight").size());
   std::vector<std::string> names;
   if (q.static_activation_scales) names.push_back(module + "input_scale");
+  if (!q.kv_cache_scales) return names;
   for (const std::string kv : {"k", "v"}) {
-    const std::string proj = "self_attn." + kv + "_proj.";
-    if (!q.kv_cache_scales || !module.ends_with(proj)) continue;
+    const std::string proj = kv + "_proj.";
+    if (!module.ends_with("self_attn." + proj)) continue;
+    // ModelOpt keeps the scale on the projection, compressed-tensors on the attention module.
     const bool on_projection = q.format == WeightQuantization::kModeloptFp8;
-    const std::string owner = on_projection ? module : module.substr(0, module.size() - (kv + "_proj.").size());
-    names.push_back(owner + kv + "_scale");
+    names.push_back((on_projection ? module : module.substr(0, module.size() - proj.size())) + kv + "_scale");
   }
   return names;
 }
