@@ -174,6 +174,43 @@ void expect_fused_quantize_changes_no_bit(const fs::path& dir, const model::Fp8G
               static_cast<long long>(fused_products));
 }
 
+// Latent attention's prefill in the expanded form (kernels/cuda/mla_expand.h) against the absorbed
+// form (TACHYON_MLA_EXPANDED_PREFILL=0) over mixed_plans: fresh prompts, then chunks over cached
+// context, then decodes, whose cache rows the expanded prefill's layers wrote. Different
+// arithmetic (per-head keys and values rounded to bf16), so the logits agree within the model's
+// tolerance against the CPU, not bit for bit; the first runner must have expanded and the second not.
+TEST(CudaRunnerMlaExpandedPrefill, FollowsTheAbsorbedForm) {
+  for (const Variant& v : {Variant{"deepseek_v3", "tiny-gpu-deepseek-all"}, Variant{"deepseek_v3", "tiny-gpu-deepseek-tp"}}) {
+    SCOPED_TRACE(v.arch + " " + v.preset);
+    const fs::path dir = make_tiny(v);
+    const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
+    model::SafetensorsCheckpoint checkpoint(dir);
+    const model::Bf16ModelWeights weights = model::load_weights_bf16(mc, checkpoint);
+    const core::EngineConfig config = small_config(/*eager=*/false);
+    const std::vector<core::StepPlan> plans = mixed_plans(mc, config.block_size);
+    auto run = [&](bool expanded) {
+      std::optional<ScopedEnv> off;
+      if (!expanded) off.emplace("TACHYON_MLA_EXPANDED_PREFILL", "0");
+      CudaModelRunner runner(weights, config);
+      std::vector<std::vector<float>> logits = sampled_logits(runner, plans);
+      return std::pair{std::move(logits), runner.expanded_prefill_layers()};
+    };
+    const auto [expanded, layers] = run(true);
+    const auto [absorbed, layers_when_off] = run(false);
+    EXPECT_EQ(layers, 2 * mc.num_hidden_layers) << "both prefill steps, every layer";
+    EXPECT_EQ(layers_when_off, 0);
+    ASSERT_EQ(expanded.size(), absorbed.size());
+    double worst = 0.0;
+    for (size_t step = 0; step < expanded.size(); ++step) {
+      const double error = gpu_test::relative_error(expanded[step], absorbed[step]);
+      worst = std::max(worst, error);
+      EXPECT_LT(error, logits_tolerance(mc)) << "sampled step " << step;
+    }
+    std::printf("[mla expanded prefill] %-32s worst logits rel. error %.2e against the absorbed form\n",
+                v.preset.c_str(), worst);
+  }
+}
+
 // Online FP8 (factors per 128 columns: norms and SwiGLU write them); the DeepSeek variant through
 // its dense first layer (hidden 256, as the producers need k % 128 == 0).
 TEST(CudaRunnerFp8FusedQuantize, GivesTheLogitsOfTheSeparateQuantizeBitForBit) {

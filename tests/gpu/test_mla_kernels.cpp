@@ -8,7 +8,8 @@
 // sparse split their keys across CTAs: the split tests leave whole splits without a key, run
 // each launch twice for the same bits, and run a prefill-sized sparse step without a workspace.
 // Outputs must be within kBf16Tolerance overall and per sequence, and start poisoned (NaN), as
-// does the split workspace. Their timing lives in bench/kernels/bench_mla_dsa.cpp.
+// does the split workspace. The expanded prefill (mla_expand.h) runs whole: gathered contexts,
+// per-head decompression by random kv_b_proj rows, the dense prefill kernel, the output copy. Their timing lives in bench/kernels/bench_mla_dsa.cpp.
 // Run on the GPU machine: build/tests/gpu_mla_kernels (TACHYON_TEST_SEED replays a run).
 #include <algorithm>
 #include <cmath>
@@ -17,7 +18,10 @@
 #include <vector>
 
 #include "gpu_test_util.h"
+#include "tachyon/kernels/cuda/attention.h"
+#include "tachyon/kernels/cuda/head_gemm.h"
 #include "tachyon/kernels/cuda/mla_attention.h"
+#include "tachyon/kernels/cuda/mla_expand.h"
 #include "tachyon/kernels/mla_attention.h"
 #include "tachyon/kernels/sparse_mla_attention.h"
 #include "tachyon/tensor/fp8.h"
@@ -662,6 +666,139 @@ TEST(MlaPrefillAttention, DeepSeekLiteLongPrompt) {
     EXPECT_LT(relative_error(slice(out, first * row_elems, rows * row_elems), ref), kBf16Tolerance)
         << "rows from " << first;
   }
+}
+
+// The expanded prefill end to end against the CPU's absorbed attention of the same inputs:
+//   q_abs = [q_nope @ W_uk_h | q_pe]; out[t, h] = paged_mla_attention(q_abs)[t, h] @ W_uv_h^T,
+// W_uk_h and W_uv_h the row blocks of a random kv_b_proj [heads * (nope + v), rank]. The first
+// `decodes` sequences (one row each) are the step's decodes: their rows of the output stay
+// poisoned, and the gather and attention see only the prefill sequences after them.
+void check_expanded(std::mt19937_64& gen, const std::vector<PrefillSeq>& seqs, int32_t decodes, const LatentShape& shape,
+                    int32_t nope, int32_t v) {
+  SCOPED_TRACE(testing::Message() << shape << " nope " << nope << " v " << v << " decodes " << decodes);
+  const PrefillBatch batch = batch_of(seqs);
+  const LatentCache cache(gen, batch.contexts, shape);
+  const int32_t H = shape.num_heads, rank = shape.rank, rope = shape.rope, T = batch.tokens();
+  const int32_t S = static_cast<int32_t>(seqs.size()), prefills = S - decodes, kv_b_rows = nope + v;
+  const int32_t E = gpu::kMlaExpandedHeadDim;
+  const std::vector<float> q = random_bf16_values(gen, static_cast<size_t>(T) * H * (nope + rope), 1.5f);
+  const std::vector<float> w = random_bf16_values(gen, static_cast<size_t>(H) * kv_b_rows * rank,
+                                                  1.0f / std::sqrt(static_cast<float>(rank)));
+  // The absorbed queries: the reference's in f32; the device's holds only the rope part (its
+  // absorbed columns are NaN: the expanded path must not read them).
+  std::vector<float> q_abs(static_cast<size_t>(T) * H * (rank + rope)), q_abs_device(q_abs.size(), NAN);
+  for (int32_t t = 0; t < T; ++t) {
+    for (int32_t h = 0; h < H; ++h) {
+      const float* qh = q.data() + (static_cast<size_t>(t) * H + h) * (nope + rope);
+      const size_t at = (static_cast<size_t>(t) * H + h) * (rank + rope);
+      for (int32_t j = 0; j < rank; ++j) {
+        float sum = 0.0f;
+        for (int32_t d = 0; d < nope; ++d) sum += qh[d] * w[(static_cast<size_t>(h) * kv_b_rows + d) * rank + j];
+        q_abs[at + j] = sum;
+      }
+      for (int32_t d = 0; d < rope; ++d) q_abs[at + rank + d] = q_abs_device[at + rank + d] = qh[nope + d];
+    }
+  }
+  const std::vector<float> latent = prefill_reference(cache, batch, q_abs, shape);  // [T, H, rank]
+  std::vector<float> ref(static_cast<size_t>(T) * H * v);
+  for (int32_t t = 0; t < T; ++t) {
+    for (int32_t h = 0; h < H; ++h) {
+      const float* lat = latent.data() + (static_cast<size_t>(t) * H + h) * rank;
+      for (int32_t j = 0; j < v; ++j) {
+        const float* row = w.data() + (static_cast<size_t>(h) * kv_b_rows + nope + j) * rank;
+        float sum = 0.0f;
+        for (int32_t i = 0; i < rank; ++i) sum += lat[i] * row[i];
+        ref[(static_cast<size_t>(t) * H + h) * v + j] = sum;
+      }
+    }
+  }
+
+  int64_t context_tokens = 0;
+  int32_t longest = 1;
+  for (int32_t s = decodes; s < S; ++s) {
+    context_tokens += batch.contexts[s];
+    longest = std::max(longest, batch.contexts[s]);
+  }
+  const int64_t bound = gpu::mla_expanded_rows_bound(context_tokens, prefills);
+  const int32_t rows = static_cast<int32_t>((bound + gpu::kMlaExpandedBlock - 1) / gpu::kMlaExpandedBlock *
+                                            gpu::kMlaExpandedBlock);
+  const int32_t stride = gpu::mla_expanded_table_stride(longest);
+  DeviceArray<int32_t> starts_d = upload(batch.starts), contexts_d = upload(batch.contexts);
+  DeviceArray<bf16> q_d = upload_bf16(q), q_abs_d = upload_bf16(q_abs_device), w_d = upload_bf16(w);
+  DeviceArray<bf16> latent_rows(std::max<size_t>(static_cast<size_t>(rows) * (rank + rope), 1));
+  DeviceArray<bf16> k_d(std::max<size_t>(static_cast<size_t>(rows) * H * E, 1)), v_d(k_d.size());
+  DeviceArray<int32_t> tables(static_cast<size_t>(std::max(prefills, 1)) * stride);
+  DeviceArray<bf16> q_exp(static_cast<size_t>(T) * H * E), out_exp(q_exp.size());
+  DeviceArray<bf16> attn(static_cast<size_t>(T) * H * v);
+  gpu::PagedLatentView view = cache.view();
+  view.block_tables += static_cast<size_t>(decodes) * view.block_table_stride;
+  gpu::mla_expanded_gather(latent_rows.data(), k_d.data(), v_d.data(), tables.data(), stride, view,
+                           contexts_d.data() + decodes, prefills, rows, H, nope, v, nullptr);
+  gpu::HeadGemm head_gemm;
+  const gpu::HeadMatrix a{latent_rows.data(), rank + rope, 0};
+  head_gemm.run(k_d.data(), int64_t{H} * E, E, a, {w_d.data(), rank, int64_t{kv_b_rows} * rank},
+                gpu::HeadGemmB::kTransposed, rows, nope, rank, H, nullptr);
+  head_gemm.run(v_d.data(), int64_t{H} * E, E, a, {w_d.data() + int64_t{nope} * rank, rank, int64_t{kv_b_rows} * rank},
+                gpu::HeadGemmB::kTransposed, rows, v, rank, H, nullptr);
+  gpu::mla_expanded_queries(q_exp.data(), q_d.data(), q_abs_d.data(), decodes, T, H, nope, rope, rank, nullptr);
+  const gpu::PagedKvView kv{.k_cache = k_d.data(), .v_cache = v_d.data(), .block_tables = tables.data(),
+                            .block_table_stride = stride, .block_size = gpu::kMlaExpandedBlock, .num_kv_heads = H,
+                            .head_dim = E};
+  gpu::paged_prefill_attention(out_exp.data(), q_exp.data(), kv, starts_d.data() + decodes, contexts_d.data() + decodes,
+                               prefills, T, batch.max_rows, {.num_heads = H, .scale = shape.scale()}, nullptr);
+  gpu::mla_expanded_output(attn.data(), out_exp.data(), decodes, T, H, v, nullptr);
+  const std::vector<float> out = download_f32(attn);
+
+  const size_t row = static_cast<size_t>(H) * v;
+  const size_t first = static_cast<size_t>(batch.starts[decodes]);
+  for (size_t i = 0; i < first * row; ++i) {
+    ASSERT_TRUE(std::isnan(out[i])) << "decode row " << i / row << " was written";
+  }
+  for (int32_t s = decodes; s < S; ++s) {
+    const size_t count = static_cast<size_t>(batch.starts[s + 1] - batch.starts[s]) * row;
+    if (count == 0) continue;
+    EXPECT_LT(relative_error(slice(out, batch.starts[s] * row, count), slice(ref, batch.starts[s] * row, count)),
+              kBf16Tolerance)
+        << "sequence " << s << " context " << batch.contexts[s];
+  }
+  EXPECT_LT(relative_error(slice(out, first * row, (T - first) * row), slice(ref, first * row, (T - first) * row)),
+            kBf16Tolerance);
+}
+
+TEST(MlaExpandedPrefill, MatchesTheAbsorbedAttentionTimesWuv) {
+  auto gen = rng(701);
+  // Two decodes, then the chunked, prefix-cached and empty prompts of kPrefillBatch.
+  std::vector<PrefillSeq> seqs = {{30, 1}, {5, 1}};
+  seqs.insert(seqs.end(), kPrefillBatch.begin(), kPrefillBatch.end());
+  check_expanded(gen, seqs, 2, LatentShape{16, 512, 64, 16}, 128, 128);  // DeepSeek-V2-Lite / V3 heads
+  check_expanded(gen, kPrefillBatch, 0, LatentShape{16, 512, 64, 64}, 128, 128);
+  check_expanded(gen, kSmallPrefillBatch, 0, LatentShape{16, 512, 64, 1}, 128, 128);
+  check_expanded(gen, kSmallPrefillBatch, 1, LatentShape{4, 16, 8, 1}, 16, 16);  // the tiny test models
+  check_expanded(gen, {{0, 100}, {64, 30}}, 0, LatentShape{128, 512, 64, 64}, 128, 128);  // DeepSeek-V3's 128 heads
+  check_expanded(gen, {{0, 130}}, 0, LatentShape{8, 512, 64, 16}, 192, 256);  // widths up to the padded 256
+}
+
+TEST(MlaExpandedPrefill, RefusesWhatTheDenseKernelCannotHold) {
+  DeviceArray<bf16> buf(1024);
+  DeviceArray<int32_t> ints(16);
+  gpu::PagedLatentView view{buf.data(), ints.data(), 1, 16, 512, 64};
+  auto gather = [&](const gpu::PagedLatentView& v, int32_t rows, int32_t nope, int32_t v_dim) {
+    return error_of([&] {
+      gpu::mla_expanded_gather(buf.data(), buf.data(), buf.data(), ints.data(), 1, v, ints.data(), 1, rows, 2, nope,
+                               v_dim, nullptr);
+    });
+  };
+  EXPECT_NE(gather(view, 64, 200, 128), "") << "nope + rope past 256";
+  EXPECT_NE(gather(view, 64, 128, 264), "") << "v past 256";
+  EXPECT_NE(gather(view, 60, 128, 128), "") << "rows not a multiple of the scratch block";
+  gpu::PagedLatentView fp8 = view;
+  fp8.cache = nullptr;
+  fp8.codes = reinterpret_cast<const uint8_t*>(buf.data());
+  EXPECT_NE(gather(fp8, 64, 128, 128), "") << "the FP8 cache";
+  EXPECT_EQ(gather(view, 0, 128, 128), "") << "no rows: nothing to do";
+  EXPECT_NE(error_of([&] { gpu::mla_expanded_queries(buf.data(), buf.data(), buf.data(), 0, 1, 2, 200, 64, 512, nullptr); }),
+            "");
+  EXPECT_NE(error_of([&] { gpu::mla_expanded_output(buf.data(), buf.data(), 0, 1, 2, 260, nullptr); }), "");
 }
 
 }  // namespace

@@ -79,6 +79,7 @@ TEST(StepInputs, FillsEveryArrayFromThePlan) {
   EXPECT_EQ(s.max_context_len, 21);
   EXPECT_FALSE(s.decode_only);
   EXPECT_EQ(s.num_decode_seqs, 1) << "the leading one-token sequence goes to the decode kernel";
+  EXPECT_EQ(s.prefill_context_tokens, 3) << "the prefill sequence's context; the decode's 21 do not count";
   EXPECT_EQ(std::vector<int32_t>(at(staging, layout.token_ids), at(staging, layout.token_ids) + 4),
             (std::vector<int32_t>{7, 1, 2, 3}));
   EXPECT_EQ(std::vector<int32_t>(at(staging, layout.positions), at(staging, layout.positions) + 4),
@@ -131,6 +132,7 @@ TEST(StepInputs, DecodeStepsPadToTheGraphBatchWithRowsThatWriteNothing) {
   const StepInputSummary s = fill_step_inputs(plan, layout, l, staging.data(), /*padded_seqs=*/4);
   EXPECT_TRUE(s.decode_only);
   EXPECT_EQ(s.num_decode_seqs, 4);
+  EXPECT_EQ(s.prefill_context_tokens, 0);
   EXPECT_EQ(s.num_tokens, 4);
   EXPECT_EQ(s.num_seqs, 4);
   EXPECT_EQ(s.num_sampled, 2);

@@ -139,6 +139,7 @@ StepInputSummary fill_step_inputs(const core::StepPlan& plan, const StepInputLay
       if (leading) summary.num_decode_seqs = s + 1;
       attention_sequence(s, seq.first_token, seq.num_tokens, seq.num_computed + seq.num_tokens, seq.block_table,
                          seq.block_table.size());
+      if (!leading) summary.prefill_context_tokens += seq.num_computed + seq.num_tokens;
     }
   }
   for (int32_t p = 0; p < padding; ++p) {

@@ -56,6 +56,7 @@ struct StepInputSummary {
   int32_t max_query_len = 0;
   int32_t max_context_len = 0;
   int32_t num_decode_seqs = 0;  // leading sequences that run one token (the scheduler puts decodes first)
+  int64_t prefill_context_tokens = 0;  // context tokens of the sequences after those (earlier chunks included)
   int32_t num_deferred = 0;     // tokens the runner takes from the previous step's sampled rows
   bool decode_only = false;     // every attention sequence runs one token and samples it (verify rows too)
   size_t bytes_used = 0;        // prefix of the staging buffer to copy (before the variable tail)

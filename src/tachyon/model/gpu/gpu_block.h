@@ -85,6 +85,9 @@ class GpuBlock {
   virtual std::vector<KvRegion> kv_regions() const { return {}; }
   // Layer `layer` for the step: Workspace::normed -> Workspace::proj.
   virtual void forward(int64_t layer, const GpuStep& step) = 0;
+  // Layers whose prefill sequences attended in latent attention's expanded form (latent_attention.h),
+  // for tests; 0 for every other block.
+  virtual int64_t expanded_prefill_layers() const { return 0; }
   // The block's NormedProduct for `layer`, where it has one; none by default.
   virtual std::optional<NormedProduct> normed_product(int64_t /*layer*/) const { return std::nullopt; }
   // The E4M3 rows the norm before this block writes for m rows of `layer` (empty: none).

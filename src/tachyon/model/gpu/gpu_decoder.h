@@ -72,6 +72,7 @@ class GpuDecoder {
   // (-1: the LM head); run_role runs it on its workspace buffers.
   std::vector<RoleInfo> roles() const;
   bool role_runs_on(LinearRole role, int64_t layer) const;
+  int64_t expanded_prefill_layers() const { return attention_->expanded_prefill_layers(); }
   void run_role(LinearRole role, int64_t layer, int64_t m);
 
   // The step's forward, logits of its logits rows into workspace().logits ([rows, vocab] f32).

@@ -26,6 +26,9 @@ struct ForwardShape {
   int32_t max_query_len = 0;
   int32_t max_context_len = 0;
   int32_t num_decode_seqs = 0;  // leading one-token sequences: the split-KV decode kernels; the rest: prefill
+  // Context tokens of the prefill sequences (the rest), earlier chunks included; 0 where the step's
+  // maker does not count them, which keeps latent attention's prefill in the absorbed form.
+  int64_t prefill_context_tokens = 0;
 };
 
 // Device views of one step's metadata, int32 throughout.

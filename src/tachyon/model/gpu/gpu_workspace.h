@@ -64,6 +64,13 @@ struct Workspace {
   bf16* kv_a = nullptr;               // [T, kv_lora_rank + qk_rope] kv_a_proj_with_mqa output
   bf16* q_absorbed = nullptr;         // [T, heads * qa] [q_nope @ W_uk | rope(q_pe)]
   bf16* attn_latent = nullptr;        // [T, heads * kv_lora_rank] attended latents
+  // Prefill in the expanded form (kernels/cuda/mla_expand.h; E = kMlaExpandedHeadDim, R scratch rows).
+  bf16* mla_expanded_q = nullptr;        // [T, heads, E] [q_nope | rope(q_pe) | 0]
+  bf16* mla_expanded_out = nullptr;      // [T, heads, E] the dense prefill kernel's output
+  bf16* mla_expanded_rows = nullptr;     // [R, kv_lora_rank + qk_rope] the contexts' latent rows
+  bf16* mla_expanded_k = nullptr;        // [R, heads, E] [W_uk c_kv | k_pe | 0]
+  bf16* mla_expanded_v = nullptr;        // [R, heads, E] [W_uv c_kv | 0]
+  int32_t* mla_expanded_tables = nullptr;  // [max_seqs, mla_expanded_table_stride(max_model_len)]
   // f32 partials of the split latent-attention kernels: dense decode and DSA's sparse attention
   // (one buffer: each launch checks its own size, and they run one after another on one stream).
   void* mla_split_scratch = nullptr;

@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <vector>
 
+#include "tachyon/base/env_switch.h"
 #include "tachyon/dist/communicator.h"
+#include "tachyon/kernels/cuda/attention.h"
 #include "tachyon/kernels/cuda/dcp_attention.h"
 #include "tachyon/kernels/cuda/mla_attention.h"
+#include "tachyon/kernels/cuda/mla_expand.h"
 #include "tachyon/kernels/cuda/mla_rope.h"
 #include "tachyon/kernels/cuda/rms_norm.h"
 #include "tachyon/model/attention_backend.h"
@@ -16,6 +19,30 @@
 namespace tachyon::model::gpu {
 
 namespace kc = kernels::cuda;
+
+namespace {
+
+// The expanded prefill's scratch (Q, output, the contexts' K and V, their latent rows) stays under
+// this; a model whose heads and step size need more keeps the absorbed form.
+constexpr int64_t kExpandedScratchCap = int64_t{2} << 30;
+
+// Scratch rows of the expanded prefill: twice a step's tokens (a chunk and as much earlier
+// context), or 0 where it does not run: DSA's sparse attention, context parallelism (split
+// caches and gathered rows), the FP8 latent cache, heads wider than the dense kernel's 256,
+// TACHYON_MLA_EXPANDED_PREFILL=0, or scratch past kExpandedScratchCap.
+int32_t expanded_prefill_rows(const ModelConfig& c, const GpuLimits& limits, bool sparse) {
+  const int64_t nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim, v = c.v_head_dim, rank = c.kv_lora_rank;
+  if (sparse || limits.dcp.size > 1 || limits.pcp_size > 1 || limits.fp8_kv_cache) return 0;
+  if (nope + rope > kc::kMlaExpandedHeadDim || v > kc::kMlaExpandedHeadDim || nope % 8 != 0 || v % 8 != 0) return 0;
+  if (!env_switch_on("TACHYON_MLA_EXPANDED_PREFILL")) return 0;
+  const int64_t block = kc::kMlaExpandedBlock, T = limits.max_tokens;
+  const int64_t rows = (2 * T + block - 1) / block * block;
+  const int64_t head_row = static_cast<int64_t>(c.num_attention_heads) * kc::kMlaExpandedHeadDim * 2;
+  const int64_t bytes = 2 * (T + rows) * head_row + rows * (rank + rope) * 2;
+  return bytes <= kExpandedScratchCap ? static_cast<int32_t>(rows) : 0;
+}
+
+}  // namespace
 
 LatentAttentionBlock::LatentAttentionBlock(BlockContext& context) : GpuBlock(context) {
   const ModelConfig& c = ctx_.config;
@@ -42,6 +69,7 @@ LatentAttentionBlock::LatentAttentionBlock(BlockContext& context) : GpuBlock(con
   const bool sparse = std::any_of(ctx_.layers.begin(), ctx_.layers.end(),
                                   [](const LayerKinds& kinds) { return kinds.indexer != IndexerKind::kNone; });
   if (sparse) selector_ = std::make_unique<SparseSelector>(ctx_, rope_attention_scaling_);
+  expanded_rows_ = expanded_prefill_rows(c, ctx_.limits, sparse);
 }
 
 LinearShape LatentAttentionBlock::q_a_shape() const {
@@ -83,6 +111,16 @@ void LatentAttentionBlock::plan_workspace(WorkspacePlan& plan) {
   plan.add(&ws.attn_latent, T * heads * rank * 2);
   plan.add(&ws.mla_split_scratch, ws.mla_split_scratch_bytes);
   if (ctx_.limits.pcp_size > 1) plan.add(&ws.pcp_kv_a, T * (rank + rope) * 2);
+  if (expanded_rows_ > 0) {
+    const size_t R = static_cast<size_t>(expanded_rows_), head_row = heads * kc::kMlaExpandedHeadDim * 2;
+    plan.add(&ws.mla_expanded_q, T * head_row);
+    plan.add(&ws.mla_expanded_out, T * head_row);
+    plan.add(&ws.mla_expanded_rows, R * (rank + rope) * 2);
+    plan.add(&ws.mla_expanded_k, R * head_row);
+    plan.add(&ws.mla_expanded_v, R * head_row);
+    plan.add(&ws.mla_expanded_tables, static_cast<size_t>(ctx_.limits.max_seqs) *
+                                          static_cast<size_t>(kc::mla_expanded_table_stride(ctx_.limits.max_model_len)) * 4);
+  }
   if (split_cache()) {
     const size_t qa = rank + rope;
     plan.add(&ws.dcp_slots, T * 4);
@@ -223,6 +261,9 @@ void LatentAttentionBlock::forward(int64_t l, const GpuStep& step) {
     local_step.metadata.slots = ws.dcp_slots;
   }
   const int32_t* slots = local_step.metadata.slots;
+  // Prefill sequences in the expanded form read q_full and the roped q_pe; only the decode rows
+  // need the absorbed W_uk product then.
+  const bool expanded = !split_cache() && expands(shape);
   auto queries = [&](cudaStream_t on) {
     run_role_on(LinearRole::kMlaQA, l, T, on);  // into the q LoRA, or (no q LoRA) straight to the heads' queries
     if (!w.q_a_proj.empty()) {
@@ -231,7 +272,8 @@ void LatentAttentionBlock::forward(int64_t l, const GpuStep& step) {
     }
     // q_abs[t, h, :rank] = q[t, h, :nope] @ W_uk_h: W_uk_h is kv_b_proj's rows h * (nope + v) .. + nope.
     head_gemm_.run(ws.q_absorbed, heads * qa, qa, {ws.q_full, heads * qk(), qk()},
-                   {w.kv_b_proj, rank, kv_b_rows * rank}, kc::HeadGemmB::kNone, T, rank, nope, heads, on);
+                   {w.kv_b_proj, rank, kv_b_rows * rank}, kc::HeadGemmB::kNone, expanded ? shape.num_decode_seqs : T,
+                   rank, nope, heads, on);
     kc::mla_rope_queries(ws.q_absorbed, ws.q_full, ctx_.weights.inv_freq(), rope_attention_scaling_,
                          c.rope_interleave, m.positions, T, static_cast<int32_t>(heads), static_cast<int32_t>(nope),
                          static_cast<int32_t>(rank), static_cast<int32_t>(rope), on);
@@ -262,11 +304,13 @@ void LatentAttentionBlock::forward(int64_t l, const GpuStep& step) {
   if (split_cache()) {
     attend_split(step, cache);
   } else {
-    attend(ws.attn_latent, ws.q_absorbed, static_cast<int32_t>(heads), nullptr, step, cache);
+    attend(ws.attn_latent, ws.q_absorbed, static_cast<int32_t>(heads), nullptr, step, cache, /*prefill=*/!expanded);
   }
-  // attn[t, h, :v] = lat[t, h] @ W_uv_h^T: W_uv_h is kv_b_proj's rows h * (nope + v) + nope .. + v.
+  if (expanded) attend_expanded(l, step, cache);
+  // attn[t, h, :v] = lat[t, h] @ W_uv_h^T: W_uv_h is kv_b_proj's rows h * (nope + v) + nope .. + v
+  // (the decode rows only when the prefill rows attended in the expanded form).
   head_gemm_.run(ws.attn, heads * v, v, {ws.attn_latent, heads * rank, rank}, {w.kv_b_proj + nope * rank, rank, kv_b_rows * rank},
-                 kc::HeadGemmB::kTransposed, T, v, rank, heads, stream);
+                 kc::HeadGemmB::kTransposed, expanded ? shape.num_decode_seqs : T, v, rank, heads, stream);
   run_role(LinearRole::kMlaO, l, T);
 }
 
@@ -294,7 +338,7 @@ void LatentAttentionBlock::gather_and_store(int64_t l, const GpuStep& step, bool
 }
 
 void LatentAttentionBlock::attend(bf16* out, const bf16* q, int32_t heads, float* lse, const GpuStep& step,
-                                  const kc::PagedLatentView& cache) {
+                                  const kc::PagedLatentView& cache, bool prefill) {
   const ForwardShape& shape = step.shape;
   const StepMetadata& m = step.metadata;
   Workspace& ws = ctx_.ws;
@@ -312,13 +356,63 @@ void LatentAttentionBlock::attend(bf16* out, const bf16* q, int32_t heads, float
     kc::mla_decode_attention(out, q, cache, m.context_lens, decodes, shape.max_context_len, params,
                              ws.mla_split_scratch, ws.mla_split_scratch_bytes, stream);
   }
-  if (decodes < shape.num_seqs) {
+  if (prefill && decodes < shape.num_seqs) {
     // query_starts are offsets into the whole step, so q, out and lse are passed whole.
     kc::PagedLatentView prefill_cache = cache;
     prefill_cache.block_tables = m.block_tables + static_cast<size_t>(decodes) * ctx_.limits.block_table_stride;
     kc::mla_prefill_attention(out, q, prefill_cache, m.query_starts + decodes, m.context_lens + decodes,
                               shape.num_seqs - decodes, T, shape.max_query_len, params, stream);
   }
+}
+
+bool LatentAttentionBlock::expands(const ForwardShape& shape) const {
+  const int64_t prefills = shape.num_seqs - shape.num_decode_seqs;
+  return expanded_rows_ > 0 && prefills > 0 && shape.prefill_context_tokens > 0 &&
+         kc::mla_expanded_rows_bound(shape.prefill_context_tokens, prefills) <= expanded_rows_;
+}
+
+void LatentAttentionBlock::attend_expanded(int64_t l, const GpuStep& step, const kc::PagedLatentView& cache) {
+  const ModelConfig& c = ctx_.config;
+  const CudaLayerWeights& w = layer_weights(l);
+  Workspace& ws = ctx_.ws;
+  const ForwardShape& shape = step.shape;
+  const StepMetadata& m = step.metadata;
+  cudaStream_t stream = ctx_.stream;
+  const int32_t heads = static_cast<int32_t>(c.num_attention_heads), nope = static_cast<int32_t>(c.qk_nope_head_dim);
+  const int32_t rope = static_cast<int32_t>(c.qk_rope_head_dim), rank = static_cast<int32_t>(c.kv_lora_rank);
+  const int32_t v = static_cast<int32_t>(c.v_head_dim), E = kc::kMlaExpandedHeadDim, block = kc::kMlaExpandedBlock;
+  const int32_t decodes = shape.num_decode_seqs, prefills = shape.num_seqs - decodes;
+  const int32_t table_stride = kc::mla_expanded_table_stride(ctx_.limits.max_model_len);
+  const int64_t bound = kc::mla_expanded_rows_bound(shape.prefill_context_tokens, prefills);
+  const int32_t rows = static_cast<int32_t>((bound + block - 1) / block * block);
+  // The prefill sequences' contexts into scratch blocks: their latent rows, each head's k_pe.
+  kc::PagedLatentView prefill_cache = cache;
+  prefill_cache.block_tables = m.block_tables + static_cast<size_t>(decodes) * ctx_.limits.block_table_stride;
+  kc::mla_expanded_gather(ws.mla_expanded_rows, ws.mla_expanded_k, ws.mla_expanded_v, ws.mla_expanded_tables,
+                          table_stride, prefill_cache, m.context_lens + decodes, prefills, rows, heads, nope, v, stream);
+  // k[r, h, :nope] = c_kv[r] @ W_uk_h^T and v[r, h, :v] = c_kv[r] @ W_uv_h^T (kv_b_proj's row blocks;
+  // every head reads the same latent row: a head stride of 0).
+  const int64_t kv_b_rows = nope + v;
+  const kc::HeadMatrix latent{ws.mla_expanded_rows, rank + rope, 0};
+  head_gemm_.run(ws.mla_expanded_k, int64_t{heads} * E, E, latent, {w.kv_b_proj, rank, kv_b_rows * rank},
+                 kc::HeadGemmB::kTransposed, rows, nope, rank, heads, stream);
+  head_gemm_.run(ws.mla_expanded_v, int64_t{heads} * E, E, latent, {w.kv_b_proj + int64_t{nope} * rank, rank, kv_b_rows * rank},
+                 kc::HeadGemmB::kTransposed, rows, v, rank, heads, stream);
+  // The queries' rows of the prefill sequences (decode rows come first, one each).
+  kc::mla_expanded_queries(ws.mla_expanded_q, ws.q_full, ws.q_absorbed, decodes, shape.num_tokens, heads, nope, rope,
+                           rank, stream);
+  const kc::PagedKvView kv{.k_cache = ws.mla_expanded_k,
+                           .v_cache = ws.mla_expanded_v,
+                           .block_tables = ws.mla_expanded_tables,
+                           .block_table_stride = table_stride,
+                           .block_size = block,
+                           .num_kv_heads = heads,
+                           .head_dim = E};
+  kc::paged_prefill_attention(ws.mla_expanded_out, ws.mla_expanded_q, kv, m.query_starts + decodes,
+                              m.context_lens + decodes, prefills, shape.num_tokens, shape.max_query_len,
+                              {.num_heads = heads, .scale = softmax_scale_}, stream);
+  kc::mla_expanded_output(ws.attn, ws.mla_expanded_out, decodes, shape.num_tokens, heads, v, stream);
+  ++expanded_prefill_layers_;
 }
 
 void LatentAttentionBlock::attend_split(const GpuStep& step, const kc::PagedLatentView& cache) {

@@ -11,7 +11,10 @@
 //   lat    = attention over the cached latents (all earlier tokens, or the kept ones)  [T, heads, rank]
 //   out    = o_proj(lat_h @ W_uv_h^T)                                    [T, hidden]
 // Each step reads the cache's rows once per (sequence, KV split) for all heads; nothing is
-// decompressed. Caches one latent row per token, and one index key with the selector (with
+// decompressed, except by a prefill in the expanded form (kernels/cuda/mla_expand.h): the prompt
+// sequences' contexts decompressed into per-head keys and values, and the dense prefill kernel
+// over them, where that scratch fits (expanded_rows_; dense attention only, one GPU's whole
+// cache, the bf16 cache; TACHYON_MLA_EXPANDED_PREFILL=0 keeps the absorbed form). Caches one latent row per token, and one index key with the selector (with
 // --kv-cache-dtype fp8 as E4M3 planes: kernels/cuda/mla_attention.h PagedLatentView). The latent
 // path (kv_a and the cache store) does not depend on the query path: where kv_a's product is
 // stream-local it runs on the side stream beside the queries (run_branches).
@@ -43,14 +46,19 @@ class LatentAttentionBlock : public GpuBlock {
   void run_role(LinearRole role, int64_t layer, int64_t m) override;
   std::vector<KvRegion> kv_regions() const override;
   void forward(int64_t layer, const GpuStep& step) override;
+  int64_t expanded_prefill_layers() const override { return expanded_prefill_layers_; }
 
  private:
   void run_role_on(LinearRole role, int64_t layer, int64_t m, cudaStream_t stream);
   // Attention of `heads` query heads q [T, heads, qa] over `cache` into out [T, heads, rank]
   // (lse: each row's log-sum-exp, or null): the sparse kernel over Workspace::kept, or decode
-  // then prefill kernels.
+  // then prefill kernels (the prefill one unless `prefill` is false).
   void attend(bf16* out, const bf16* q, int32_t heads, float* lse, const GpuStep& step,
-              const kernels::cuda::PagedLatentView& cache);
+              const kernels::cuda::PagedLatentView& cache, bool prefill = true);
+  // Prefill sequences (those after the step's decodes) in the expanded form, into Workspace::attn's
+  // rows of those sequences; expands() says whether a step runs it.
+  void attend_expanded(int64_t layer, const GpuStep& step, const kernels::cuda::PagedLatentView& cache);
+  bool expands(const ForwardShape& shape) const;
   // Decode context parallelism: the group's queries over this rank's rows, the partials of each
   // rank's heads sent to it, and the LSE merge of this rank's heads into Workspace::attn_latent.
   void attend_split(const GpuStep& step, const kernels::cuda::PagedLatentView& cache);
@@ -75,6 +83,8 @@ class LatentAttentionBlock : public GpuBlock {
   kernels::cuda::HeadGemm head_gemm_;          // the per-head absorbed products
   float rope_attention_scaling_ = 1.0f;        // cos/sin factor (YaRN's mscale)
   float softmax_scale_ = 1.0f;                 // qk_head_dim^-0.5 times YaRN's mscale^2
+  int32_t expanded_rows_ = 0;                  // scratch rows of the expanded prefill; 0: never expanded
+  int64_t expanded_prefill_layers_ = 0;
   std::unique_ptr<SparseSelector> selector_;   // DSA models only
 };
 

@@ -649,7 +649,8 @@ void CudaModelRunner::launch(const core::StepPlan& plan) {
     ++graph_replays_;
   } else {
     gpu::ForwardShape shape{summary.num_tokens,    summary.num_seqs,        summary.num_logits_rows,
-                       summary.max_query_len, summary.max_context_len, summary.num_decode_seqs};
+                            summary.max_query_len, summary.max_context_len, summary.num_decode_seqs,
+                            summary.prefill_context_tokens};
     // A padded decode step (--enforce-eager, or a bucket without a graph) runs with the context
     // bound its graph is captured with: that bound sets the decode kernels' KV split count, and a
     // different count sums in a different order (seen as graph/eager token differences).
@@ -676,7 +677,8 @@ void CudaModelRunner::launch(const core::StepPlan& plan) {
       ++mtp_graph_replays_;
     } else {
       gpu::ForwardShape shape{summary.num_tokens,    summary.num_seqs,        summary.num_logits_rows,
-                              summary.max_query_len, summary.max_context_len, summary.num_decode_seqs};
+                              summary.max_query_len, summary.max_context_len, summary.num_decode_seqs,
+                              summary.prefill_context_tokens};
       if (padded > 0) shape.max_context_len = static_cast<int32_t>(config_.scheduler.max_model_len);
       mtp_->draft(mtp_draft_inputs(shape, mtp_sequences));
     }

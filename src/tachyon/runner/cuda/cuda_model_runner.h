@@ -151,6 +151,8 @@ class CudaModelRunner : public ModelRunner, private model::gpu::LinearDispatch {
   int64_t draft_graph_replays() const { return mtp_graph_replays_; }  // MTP drafting served by a graph
   // FP8 products issued on E4M3 rows their producer wrote (LinearDispatch::linear_quantized).
   int64_t fused_fp8_products() const { return fused_fp8_products_; }
+  // Layers of latent attention that prefilled in the expanded form (model/gpu/latent_attention.h), for tests.
+  int64_t expanded_prefill_layers() const { return decoder_->expanded_prefill_layers(); }
   // E4M3 products issued per-row scaled (per_row_product()), for tests.
   int64_t per_row_fp8_products() const { return per_row_fp8_products_; }
   const std::vector<int32_t>& graph_batch_sizes() const { return graph_batch_sizes_; }

@@ -1,0 +1,140 @@
+// The expanded form's data movement (mla_expand.h): one warp per scratch row (gather), per
+// (token, head) of the queries, and per (token, head) of the output; lanes move 16-byte vectors.
+// The gather's warp finds its row's sequence by walking the sequences' rounded contexts (a
+// prefill step has few sequences; each lane reads the same context_lens, served by L1), so no
+// offsets are staged on the host and the launch needs only the bound of rows.
+#include "tachyon/kernels/cuda/mla_expand.h"
+
+#include <cstdint>
+
+namespace tachyon::kernels::cuda {
+namespace {
+
+constexpr int kWarpsPerBlock = 8;
+constexpr int kBf16PerVec = 8;  // 16 bytes
+
+__device__ __forceinline__ uint4 zero_vec() { return make_uint4(0, 0, 0, 0); }
+
+__global__ void expanded_gather_kernel(bf16* rows, bf16* k, bf16* v, int32_t* scratch_tables, int32_t scratch_stride,
+                                       PagedLatentView cache, const int32_t* context_lens, int32_t num_seqs,
+                                       int32_t max_rows, int32_t heads, int32_t nope, int32_t v_dim) {
+  const int lane = threadIdx.x % 32;
+  const int32_t r = static_cast<int32_t>(blockIdx.x) * kWarpsPerBlock + static_cast<int32_t>(threadIdx.x / 32);
+  if (r >= max_rows) return;
+  // The sequence whose scratch blocks hold row r, and the row's token index in it.
+  int32_t slot = -1, base = 0;
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    const int32_t context = context_lens[s];
+    const int32_t rounded = (context + kMlaExpandedBlock - 1) / kMlaExpandedBlock * kMlaExpandedBlock;
+    if (r < base + rounded) {
+      const int32_t i = r - base;
+      if (i < context) {
+        const int32_t block = cache.block_tables[static_cast<size_t>(s) * cache.block_table_stride + i / cache.block_size];
+        slot = block * cache.block_size + i % cache.block_size;
+      }
+      if (i % kMlaExpandedBlock == 0 && lane == 0) {
+        scratch_tables[static_cast<size_t>(s) * scratch_stride + i / kMlaExpandedBlock] = r / kMlaExpandedBlock;
+      }
+      break;
+    }
+    base += rounded;
+  }
+  const int width = cache.kv_lora_rank + cache.rope_dim;
+  const uint4* src = slot >= 0 ? reinterpret_cast<const uint4*>(cache.cache + static_cast<size_t>(slot) * width) : nullptr;
+  uint4* dst = reinterpret_cast<uint4*>(rows + static_cast<size_t>(r) * width);
+  for (int c = lane; c < width / kBf16PerVec; c += 32) dst[c] = src != nullptr ? src[c] : zero_vec();
+  // Each head's k_pe and zero padding of K, and the zero padding of V.
+  const int rope_vecs = cache.rope_dim / kBf16PerVec, k_tail = (kMlaExpandedHeadDim - nope) / kBf16PerVec;
+  const int v_tail = (kMlaExpandedHeadDim - v_dim) / kBf16PerVec;
+  const uint4* k_pe = src != nullptr ? src + cache.kv_lora_rank / kBf16PerVec : nullptr;
+  const size_t head_row = static_cast<size_t>(r) * heads * kMlaExpandedHeadDim;
+  for (int item = lane; item < heads * k_tail; item += 32) {
+    const int h = item / k_tail, c = item % k_tail;
+    uint4* out = reinterpret_cast<uint4*>(k + head_row + static_cast<size_t>(h) * kMlaExpandedHeadDim + nope);
+    out[c] = c < rope_vecs && k_pe != nullptr ? k_pe[c] : zero_vec();
+  }
+  for (int item = lane; item < heads * v_tail; item += 32) {
+    const int h = item / v_tail, c = item % v_tail;
+    reinterpret_cast<uint4*>(v + head_row + static_cast<size_t>(h) * kMlaExpandedHeadDim + v_dim)[c] = zero_vec();
+  }
+}
+
+__global__ void expanded_queries_kernel(bf16* q_expanded, const bf16* q, const bf16* q_absorbed, int32_t first_row,
+                                        int32_t num_rows, int32_t heads, int32_t nope, int32_t rope, int32_t rank) {
+  const int lane = threadIdx.x % 32;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;  // (row, head)
+  const int64_t t = first_row + item / heads, h = item % heads;
+  if (t >= num_rows) return;
+  const int nope_vecs = nope / kBf16PerVec, rope_vecs = rope / kBf16PerVec;
+  const uint4* q_nope = reinterpret_cast<const uint4*>(q + (t * heads + h) * (nope + rope));
+  const uint4* q_pe = reinterpret_cast<const uint4*>(q_absorbed + (t * heads + h) * (rank + rope) + rank);
+  uint4* out = reinterpret_cast<uint4*>(q_expanded + (t * heads + h) * kMlaExpandedHeadDim);
+  for (int c = lane; c < kMlaExpandedHeadDim / kBf16PerVec; c += 32) {
+    out[c] = c < nope_vecs ? q_nope[c] : c < nope_vecs + rope_vecs ? q_pe[c - nope_vecs] : zero_vec();
+  }
+}
+
+__global__ void expanded_output_kernel(bf16* attn, const bf16* out, int32_t first_row, int32_t num_rows, int32_t heads,
+                                       int32_t v_dim) {
+  const int lane = threadIdx.x % 32;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const int64_t t = first_row + item / heads, h = item % heads;
+  if (t >= num_rows) return;
+  const uint4* src = reinterpret_cast<const uint4*>(out + (t * heads + h) * kMlaExpandedHeadDim);
+  uint4* dst = reinterpret_cast<uint4*>(attn + (t * heads + h) * v_dim);
+  for (int c = lane; c < v_dim / kBf16PerVec; c += 32) dst[c] = src[c];
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+unsigned warp_blocks(int64_t items) { return static_cast<unsigned>((items + kWarpsPerBlock - 1) / kWarpsPerBlock); }
+
+}  // namespace
+
+void mla_expanded_gather(bf16* rows, bf16* k, bf16* v, int32_t* scratch_tables, int32_t scratch_stride,
+                         const PagedLatentView& cache, const int32_t* context_lens, int32_t num_seqs,
+                         int32_t max_rows, int32_t heads, int32_t nope, int32_t v_dim, cudaStream_t stream) {
+  TACHYON_CHECK(!cache.fp8() && cache.cache != nullptr) << "mla_expanded_gather: reads a bf16 latent cache";
+  TACHYON_CHECK(cache.kv_lora_rank % kBf16PerVec == 0 && cache.rope_dim % kBf16PerVec == 0 && nope % kBf16PerVec == 0 &&
+                v_dim % kBf16PerVec == 0 && nope + cache.rope_dim <= kMlaExpandedHeadDim && v_dim <= kMlaExpandedHeadDim)
+      << "mla_expanded_gather: rank " << cache.kv_lora_rank << ", rope " << cache.rope_dim << ", nope " << nope << ", v "
+      << v_dim << " (multiples of 8; nope + rope and v at most " << kMlaExpandedHeadDim << ")";
+  TACHYON_CHECK(max_rows >= 0 && max_rows % kMlaExpandedBlock == 0 && num_seqs >= 0 && heads >= 1 && scratch_stride >= 1)
+      << "mla_expanded_gather: max_rows " << max_rows << " (a multiple of " << kMlaExpandedBlock << "), num_seqs "
+      << num_seqs << ", heads " << heads << ", scratch_stride " << scratch_stride;
+  TACHYON_CHECK(aligned16(rows) && aligned16(k) && aligned16(v) && aligned16(cache.cache))
+      << "mla_expanded_gather: rows, k, v and the cache must be 16-byte aligned";
+  if (max_rows == 0) return;
+  expanded_gather_kernel<<<warp_blocks(max_rows), kWarpsPerBlock * 32, 0, stream>>>(
+      rows, k, v, scratch_tables, scratch_stride, cache, context_lens, num_seqs, max_rows, heads, nope, v_dim);
+  TACHYON_CUDA_CHECK_LAUNCH();
+}
+
+void mla_expanded_queries(bf16* q_expanded, const bf16* q, const bf16* q_absorbed, int32_t first_row, int32_t num_rows,
+                          int32_t heads, int32_t nope, int32_t rope, int32_t rank, cudaStream_t stream) {
+  TACHYON_CHECK(nope % kBf16PerVec == 0 && rope % kBf16PerVec == 0 && rank % kBf16PerVec == 0 &&
+                nope + rope <= kMlaExpandedHeadDim && heads >= 1 && first_row >= 0)
+      << "mla_expanded_queries: nope " << nope << ", rope " << rope << ", rank " << rank << ", heads " << heads
+      << ", first_row " << first_row;
+  TACHYON_CHECK(aligned16(q_expanded) && aligned16(q) && aligned16(q_absorbed))
+      << "mla_expanded_queries: buffers must be 16-byte aligned";
+  if (num_rows <= first_row) return;
+  const int64_t items = static_cast<int64_t>(num_rows - first_row) * heads;
+  expanded_queries_kernel<<<warp_blocks(items), kWarpsPerBlock * 32, 0, stream>>>(q_expanded, q, q_absorbed, first_row,
+                                                                                  num_rows, heads, nope, rope, rank);
+  TACHYON_CUDA_CHECK_LAUNCH();
+}
+
+void mla_expanded_output(bf16* attn, const bf16* out, int32_t first_row, int32_t num_rows, int32_t heads,
+                         int32_t v_dim, cudaStream_t stream) {
+  TACHYON_CHECK(v_dim % kBf16PerVec == 0 && v_dim <= kMlaExpandedHeadDim && heads >= 1 && first_row >= 0)
+      << "mla_expanded_output: v " << v_dim << ", heads " << heads << ", first_row " << first_row;
+  TACHYON_CHECK(aligned16(attn) && aligned16(out)) << "mla_expanded_output: buffers must be 16-byte aligned";
+  if (num_rows <= first_row) return;
+  const int64_t items = static_cast<int64_t>(num_rows - first_row) * heads;
+  expanded_output_kernel<<<warp_blocks(items), kWarpsPerBlock * 32, 0, stream>>>(attn, out, first_row, num_rows, heads,
+                                                                                 v_dim);
+  TACHYON_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tachyon::kernels::cuda
