@@ -373,10 +373,10 @@ bool LatentAttentionBlock::expands(const ForwardShape& shape) const {
 
 void LatentAttentionBlock::attend_expanded(int64_t l, const GpuStep& step, const kc::PagedLatentView& cache) {
   const ModelConfig& c = ctx_.config;
-  const CudaLayerWeights& w = layer_weights(l);
-  Workspace& ws = ctx_.ws;
+  const bf16* kv_b = layer_weights(l).kv_b_proj;  // [heads * (nope + v), rank]: W_uk_h then W_uv_h per head
   const ForwardShape& shape = step.shape;
   const StepMetadata& m = step.metadata;
+  Workspace& ws = ctx_.ws;
   cudaStream_t stream = ctx_.stream;
   const int32_t heads = static_cast<int32_t>(c.num_attention_heads), nope = static_cast<int32_t>(c.qk_nope_head_dim);
   const int32_t rope = static_cast<int32_t>(c.qk_rope_head_dim), rank = static_cast<int32_t>(c.kv_lora_rank);
@@ -394,9 +394,9 @@ void LatentAttentionBlock::attend_expanded(int64_t l, const GpuStep& step, const
   // every head reads the same latent row: a head stride of 0).
   const int64_t kv_b_rows = nope + v;
   const kc::HeadMatrix latent{ws.mla_expanded_rows, rank + rope, 0};
-  head_gemm_.run(ws.mla_expanded_k, int64_t{heads} * E, E, latent, {w.kv_b_proj, rank, kv_b_rows * rank},
+  head_gemm_.run(ws.mla_expanded_k, int64_t{heads} * E, E, latent, {kv_b, rank, kv_b_rows * rank},
                  kc::HeadGemmB::kTransposed, rows, nope, rank, heads, stream);
-  head_gemm_.run(ws.mla_expanded_v, int64_t{heads} * E, E, latent, {w.kv_b_proj + int64_t{nope} * rank, rank, kv_b_rows * rank},
+  head_gemm_.run(ws.mla_expanded_v, int64_t{heads} * E, E, latent, {kv_b + int64_t{nope} * rank, rank, kv_b_rows * rank},
                  kc::HeadGemmB::kTransposed, rows, v, rank, heads, stream);
   // The queries' rows of the prefill sequences (decode rows come first, one each).
   kc::mla_expanded_queries(ws.mla_expanded_q, ws.q_full, ws.q_absorbed, decodes, shape.num_tokens, heads, nope, rope,
