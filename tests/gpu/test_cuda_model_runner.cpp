@@ -179,14 +179,18 @@ void expect_fused_quantize_changes_no_bit(const fs::path& dir, const model::Fp8G
 // context, then decodes, whose cache rows the expanded prefill's layers wrote. Different
 // arithmetic (per-head keys and values rounded to bf16), so the logits agree within the model's
 // tolerance against the CPU, not bit for bit; the first runner must have expanded and the second not.
+// With the FP8 latent cache too (both forms read the same codes).
 TEST(CudaRunnerMlaExpandedPrefill, FollowsTheAbsorbedForm) {
-  for (const Variant& v : {Variant{"deepseek_v3", "tiny-gpu-deepseek-all"}, Variant{"deepseek_v3", "tiny-gpu-deepseek-tp"}}) {
-    SCOPED_TRACE(v.arch + " " + v.preset);
+  for (const auto& [v, kv] : {std::pair{Variant{"deepseek_v3", "tiny-gpu-deepseek-all"}, DType::kBF16},
+                              std::pair{Variant{"deepseek_v3", "tiny-gpu-deepseek-tp"}, DType::kBF16},
+                              std::pair{Variant{"deepseek_v3", "tiny-gpu-deepseek-all"}, DType::kF8E4M3}}) {
+    SCOPED_TRACE(v.arch + " " + v.preset + (kv == DType::kF8E4M3 ? " fp8 cache" : ""));
     const fs::path dir = make_tiny(v);
     const model::ModelConfig mc = model::ModelConfig::from_dir(dir);
     model::SafetensorsCheckpoint checkpoint(dir);
     const model::Bf16ModelWeights weights = model::load_weights_bf16(mc, checkpoint);
-    const core::EngineConfig config = small_config(/*eager=*/false);
+    core::EngineConfig config = small_config(/*eager=*/false);
+    config.device.kv_cache_dtype = kv;
     const std::vector<core::StepPlan> plans = mixed_plans(mc, config.block_size);
     auto run = [&](bool expanded) {
       std::optional<ScopedEnv> off;
@@ -206,8 +210,8 @@ TEST(CudaRunnerMlaExpandedPrefill, FollowsTheAbsorbedForm) {
       worst = std::max(worst, error);
       EXPECT_LT(error, logits_tolerance(mc)) << "sampled step " << step;
     }
-    std::printf("[mla expanded prefill] %-32s worst logits rel. error %.2e against the absorbed form\n",
-                v.preset.c_str(), worst);
+    std::printf("[mla expanded prefill] %-32s %s worst logits rel. error %.2e against the absorbed form\n",
+                v.preset.c_str(), kv == DType::kF8E4M3 ? "fp8 cache" : "bf16 cache", worst);
   }
 }
 

@@ -776,6 +776,9 @@ TEST(MlaExpandedPrefill, MatchesTheAbsorbedAttentionTimesWuv) {
   check_expanded(gen, kSmallPrefillBatch, 1, LatentShape{4, 16, 8, 1}, 16, 16);  // the tiny test models
   check_expanded(gen, {{0, 100}, {64, 30}}, 0, LatentShape{128, 512, 64, 64}, 128, 128);  // DeepSeek-V3's 128 heads
   check_expanded(gen, {{0, 130}}, 0, LatentShape{8, 512, 64, 16}, 192, 256);  // widths up to the padded 256
+  // The FP8 cache (codes x factor per 128 values, bf16 k_pe; the reference attends the dequantized rows).
+  check_expanded(gen, seqs, 2, LatentShape{16, 512, 64, 16, /*fp8=*/true}, 128, 128);
+  check_expanded(gen, kSmallPrefillBatch, 1, LatentShape{4, 16, 8, 1, /*fp8=*/true}, 16, 16);
 }
 
 TEST(MlaExpandedPrefill, RefusesWhatTheDenseKernelCannotHold) {
@@ -794,7 +797,7 @@ TEST(MlaExpandedPrefill, RefusesWhatTheDenseKernelCannotHold) {
   gpu::PagedLatentView fp8 = view;
   fp8.cache = nullptr;
   fp8.codes = reinterpret_cast<const uint8_t*>(buf.data());
-  EXPECT_NE(gather(fp8, 64, 128, 128), "") << "the FP8 cache";
+  EXPECT_NE(gather(fp8, 64, 128, 128), "") << "an FP8 cache without its factor and k_pe planes";
   EXPECT_EQ(gather(view, 0, 128, 128), "") << "no rows: nothing to do";
   EXPECT_NE(error_of([&] { gpu::mla_expanded_queries(buf.data(), buf.data(), buf.data(), 0, 1, 2, 200, 64, 512, nullptr); }),
             "");

@@ -7,11 +7,13 @@
 
 #include <cstdint>
 
+#include "tachyon/kernels/cuda/bf16_vec.cuh"
+#include "tachyon/kernels/cuda/fp8_kv.cuh"
+
 namespace tachyon::kernels::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
-constexpr int kBf16PerVec = 8;  // 16 bytes
 
 __device__ __forceinline__ uint4 zero_vec() { return make_uint4(0, 0, 0, 0); }
 
@@ -39,14 +41,28 @@ __global__ void expanded_gather_kernel(bf16* rows, bf16* k, bf16* v, int32_t* sc
     }
     base += rounded;
   }
-  const int width = cache.kv_lora_rank + cache.rope_dim;
-  const uint4* src = slot >= 0 ? reinterpret_cast<const uint4*>(cache.cache + static_cast<size_t>(slot) * width) : nullptr;
+  const int rank = cache.kv_lora_rank, width = rank + cache.rope_dim, rank_vecs = rank / kBf16PerVec;
   uint4* dst = reinterpret_cast<uint4*>(rows + static_cast<size_t>(r) * width);
-  for (int c = lane; c < width / kBf16PerVec; c += 32) dst[c] = src != nullptr ? src[c] : zero_vec();
+  // The row's k_pe (bf16 in both caches), and its c_kv: copied, or the FP8 codes times their
+  // group's factor rounded to bf16 (as the absorbed kernels expand an FP8 tile).
+  const uint4* k_pe = nullptr;
+  if (slot < 0) {
+    for (int c = lane; c < width / kBf16PerVec; c += 32) dst[c] = zero_vec();
+  } else if (cache.codes != nullptr) {  // the FP8 cache (PagedLatentView::fp8, a host function)
+    const uint2* codes = reinterpret_cast<const uint2*>(cache.codes + static_cast<size_t>(slot) * rank);
+    const float* factors = cache.scales + static_cast<size_t>(slot) * fp8_latent_scale_stride(rank);
+    k_pe = reinterpret_cast<const uint4*>(cache.rope + static_cast<size_t>(slot) * cache.rope_dim);
+    for (int c = lane; c < width / kBf16PerVec; c += 32) {
+      dst[c] = c < rank_vecs ? fp8x8_to_bf16x8(codes[c], factors[c * kBf16PerVec / kFp8LatentGroup]) : k_pe[c - rank_vecs];
+    }
+  } else {
+    const uint4* src = reinterpret_cast<const uint4*>(cache.cache + static_cast<size_t>(slot) * width);
+    for (int c = lane; c < width / kBf16PerVec; c += 32) dst[c] = src[c];
+    k_pe = src + rank_vecs;
+  }
   // Each head's k_pe and zero padding of K, and the zero padding of V.
   const int rope_vecs = cache.rope_dim / kBf16PerVec, k_tail = (kMlaExpandedHeadDim - nope) / kBf16PerVec;
   const int v_tail = (kMlaExpandedHeadDim - v_dim) / kBf16PerVec;
-  const uint4* k_pe = src != nullptr ? src + cache.kv_lora_rank / kBf16PerVec : nullptr;
   const size_t head_row = static_cast<size_t>(r) * heads * kMlaExpandedHeadDim;
   for (int item = lane; item < heads * k_tail; item += 32) {
     const int h = item / k_tail, c = item % k_tail;
@@ -94,7 +110,16 @@ unsigned warp_blocks(int64_t items) { return static_cast<unsigned>((items + kWar
 void mla_expanded_gather(bf16* rows, bf16* k, bf16* v, int32_t* scratch_tables, int32_t scratch_stride,
                          const PagedLatentView& cache, const int32_t* context_lens, int32_t num_seqs,
                          int32_t max_rows, int32_t heads, int32_t nope, int32_t v_dim, cudaStream_t stream) {
-  TACHYON_CHECK(!cache.fp8() && cache.cache != nullptr) << "mla_expanded_gather: reads a bf16 latent cache";
+  if (cache.fp8()) {
+    TACHYON_CHECK(cache.cache == nullptr && cache.scales != nullptr && cache.rope != nullptr &&
+                  cache.kv_lora_rank % 16 == 0 && aligned16(cache.codes) && aligned16(cache.rope))
+        << "mla_expanded_gather: an FP8 latent cache takes codes, factors and k_pe planes (16-byte aligned) and a "
+           "rank that is a multiple of 16, got rank "
+        << cache.kv_lora_rank;
+  } else {
+    TACHYON_CHECK(cache.cache != nullptr && aligned16(cache.cache))
+        << "mla_expanded_gather: a bf16 latent cache must be given, 16-byte aligned";
+  }
   TACHYON_CHECK(cache.kv_lora_rank % kBf16PerVec == 0 && cache.rope_dim % kBf16PerVec == 0 && nope % kBf16PerVec == 0 &&
                 v_dim % kBf16PerVec == 0 && nope + cache.rope_dim <= kMlaExpandedHeadDim && v_dim <= kMlaExpandedHeadDim)
       << "mla_expanded_gather: rank " << cache.kv_lora_rank << ", rope " << cache.rope_dim << ", nope " << nope << ", v "
@@ -102,8 +127,8 @@ void mla_expanded_gather(bf16* rows, bf16* k, bf16* v, int32_t* scratch_tables, 
   TACHYON_CHECK(max_rows >= 0 && max_rows % kMlaExpandedBlock == 0 && num_seqs >= 0 && heads >= 1 && scratch_stride >= 1)
       << "mla_expanded_gather: max_rows " << max_rows << " (a multiple of " << kMlaExpandedBlock << "), num_seqs "
       << num_seqs << ", heads " << heads << ", scratch_stride " << scratch_stride;
-  TACHYON_CHECK(aligned16(rows) && aligned16(k) && aligned16(v) && aligned16(cache.cache))
-      << "mla_expanded_gather: rows, k, v and the cache must be 16-byte aligned";
+  TACHYON_CHECK(aligned16(rows) && aligned16(k) && aligned16(v))
+      << "mla_expanded_gather: rows, k and v must be 16-byte aligned";
   if (max_rows == 0) return;
   expanded_gather_kernel<<<warp_blocks(max_rows), kWarpsPerBlock * 32, 0, stream>>>(
       rows, k, v, scratch_tables, scratch_stride, cache, context_lens, num_seqs, max_rows, heads, nope, v_dim);

@@ -37,9 +37,9 @@ inline int32_t mla_expanded_table_stride(int32_t max_context_len) {
   return (max_context_len + kMlaExpandedBlock - 1) / kMlaExpandedBlock;
 }
 
-// Copies the context rows of sequences 0 .. num_seqs - 1 of `cache` (a bf16 latent cache; its
-// block_tables and context_lens already offset to the first of them) into `rows` [max_rows,
-// rank + rope], sequence s from row base_s = the sum of the earlier sequences' contexts, each
+// Copies the context rows of sequences 0 .. num_seqs - 1 of `cache` (its block_tables and
+// context_lens already offset to the first of them; an FP8 cache's c_kv as code x factor rounded
+// to bf16, as the absorbed kernels expand it) into `rows` [max_rows, rank + rope], sequence s from row base_s = the sum of the earlier sequences' contexts, each
 // rounded up to kMlaExpandedBlock; rows past a context and past the last sequence are zeros.
 // Writes scratch_tables[s * scratch_stride + i] = base_s / kMlaExpandedBlock + i for each of s's
 // blocks, and for every row r < max_rows its head slices of k and v past the GEMMs' columns:

@@ -28,11 +28,11 @@ constexpr int64_t kExpandedScratchCap = int64_t{2} << 30;
 
 // Scratch rows of the expanded prefill: twice a step's tokens (a chunk and as much earlier
 // context), or 0 where it does not run: DSA's sparse attention, context parallelism (split
-// caches and gathered rows), the FP8 latent cache, heads wider than the dense kernel's 256,
+// caches and gathered rows), heads wider than the dense kernel's 256,
 // TACHYON_MLA_EXPANDED_PREFILL=0, or scratch past kExpandedScratchCap.
 int32_t expanded_prefill_rows(const ModelConfig& c, const GpuLimits& limits, bool sparse) {
   const int64_t nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim, v = c.v_head_dim, rank = c.kv_lora_rank;
-  if (sparse || limits.dcp.size > 1 || limits.pcp_size > 1 || limits.fp8_kv_cache) return 0;
+  if (sparse || limits.dcp.size > 1 || limits.pcp_size > 1) return 0;
   if (nope + rope > kc::kMlaExpandedHeadDim || v > kc::kMlaExpandedHeadDim || nope % 8 != 0 || v % 8 != 0) return 0;
   if (!env_switch_on("TACHYON_MLA_EXPANDED_PREFILL")) return 0;
   const int64_t block = kc::kMlaExpandedBlock, T = limits.max_tokens;
