@@ -390,6 +390,10 @@ TEST(PagedPrefillAttention, RaggedBatchEveryHeadDim) {
   check_prefill(gen, kPrefillBatch, HeadShape{8, 8, 64, 16, 0});
   check_prefill(gen, kPrefillBatch, HeadShape{28, 4, 64, 32, 0});
   check_prefill(gen, kPrefillBatch, HeadShape{16, 8, 256, 16, 0});
+  // 192: the prefill-only width of latent attention's expanded form (kernels/cuda/mla_expand.h),
+  // as it runs there (one KV head per query head), and with GQA.
+  check_prefill(gen, kPrefillBatch, HeadShape{16, 16, 192, 16, 0});
+  check_prefill(gen, kPrefillBatch, HeadShape{16, 4, 192, 32, 0});
 }
 
 TEST(PagedPrefillAttention, SlidingWindow) {

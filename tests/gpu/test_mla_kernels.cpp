@@ -675,12 +675,14 @@ TEST(MlaPrefillAttention, DeepSeekLiteLongPrompt) {
 // poisoned, and the gather and attention see only the prefill sequences after them.
 void check_expanded(std::mt19937_64& gen, const std::vector<PrefillSeq>& seqs, int32_t decodes, const LatentShape& shape,
                     int32_t nope, int32_t v) {
-  SCOPED_TRACE(testing::Message() << shape << " nope " << nope << " v " << v << " decodes " << decodes);
+  SCOPED_TRACE(testing::Message() << shape << " nope " << nope << " v " << v << " decodes " << decodes << " head width "
+                                  << gpu::mla_expanded_head_dim(nope, shape.rope, v));
   const PrefillBatch batch = batch_of(seqs);
   const LatentCache cache(gen, batch.contexts, shape);
   const int32_t H = shape.num_heads, rank = shape.rank, rope = shape.rope, T = batch.tokens();
   const int32_t S = static_cast<int32_t>(seqs.size()), prefills = S - decodes, kv_b_rows = nope + v;
-  const int32_t E = gpu::kMlaExpandedHeadDim;
+  const int32_t E = gpu::mla_expanded_head_dim(nope, rope, v);
+  ASSERT_GT(E, 0);
   const std::vector<float> q = random_bf16_values(gen, static_cast<size_t>(T) * H * (nope + rope), 1.5f);
   const std::vector<float> w = random_bf16_values(gen, static_cast<size_t>(H) * kv_b_rows * rank,
                                                   1.0f / std::sqrt(static_cast<float>(rank)));
@@ -733,20 +735,20 @@ void check_expanded(std::mt19937_64& gen, const std::vector<PrefillSeq>& seqs, i
   gpu::PagedLatentView view = cache.view();
   view.block_tables += static_cast<size_t>(decodes) * view.block_table_stride;
   gpu::mla_expanded_gather(latent_rows.data(), k_d.data(), v_d.data(), tables.data(), stride, view,
-                           contexts_d.data() + decodes, prefills, rows, H, nope, v, nullptr);
+                           contexts_d.data() + decodes, prefills, rows, H, nope, v, E, nullptr);
   gpu::HeadGemm head_gemm;
   const gpu::HeadMatrix a{latent_rows.data(), rank + rope, 0};
   head_gemm.run(k_d.data(), int64_t{H} * E, E, a, {w_d.data(), rank, int64_t{kv_b_rows} * rank},
                 gpu::HeadGemmB::kTransposed, rows, nope, rank, H, nullptr);
   head_gemm.run(v_d.data(), int64_t{H} * E, E, a, {w_d.data() + int64_t{nope} * rank, rank, int64_t{kv_b_rows} * rank},
                 gpu::HeadGemmB::kTransposed, rows, v, rank, H, nullptr);
-  gpu::mla_expanded_queries(q_exp.data(), q_d.data(), q_abs_d.data(), decodes, T, H, nope, rope, rank, nullptr);
+  gpu::mla_expanded_queries(q_exp.data(), q_d.data(), q_abs_d.data(), decodes, T, H, nope, rope, rank, E, nullptr);
   const gpu::PagedKvView kv{.k_cache = k_d.data(), .v_cache = v_d.data(), .block_tables = tables.data(),
                             .block_table_stride = stride, .block_size = gpu::kMlaExpandedBlock, .num_kv_heads = H,
                             .head_dim = E};
   gpu::paged_prefill_attention(out_exp.data(), q_exp.data(), kv, starts_d.data() + decodes, contexts_d.data() + decodes,
                                prefills, T, batch.max_rows, {.num_heads = H, .scale = shape.scale()}, nullptr);
-  gpu::mla_expanded_output(attn.data(), out_exp.data(), decodes, T, H, v, nullptr);
+  gpu::mla_expanded_output(attn.data(), out_exp.data(), decodes, T, H, v, E, nullptr);
   const std::vector<float> out = download_f32(attn);
 
   const size_t row = static_cast<size_t>(H) * v;
@@ -788,7 +790,7 @@ TEST(MlaExpandedPrefill, RefusesWhatTheDenseKernelCannotHold) {
   auto gather = [&](const gpu::PagedLatentView& v, int32_t rows, int32_t nope, int32_t v_dim) {
     return error_of([&] {
       gpu::mla_expanded_gather(buf.data(), buf.data(), buf.data(), ints.data(), 1, v, ints.data(), 1, rows, 2, nope,
-                               v_dim, nullptr);
+                               v_dim, gpu::mla_expanded_head_dim(nope, v.rope_dim, v_dim), nullptr);
     });
   };
   EXPECT_NE(gather(view, 64, 200, 128), "") << "nope + rope past 256";
@@ -799,9 +801,17 @@ TEST(MlaExpandedPrefill, RefusesWhatTheDenseKernelCannotHold) {
   fp8.codes = reinterpret_cast<const uint8_t*>(buf.data());
   EXPECT_NE(gather(fp8, 64, 128, 128), "") << "an FP8 cache without its factor and k_pe planes";
   EXPECT_EQ(gather(view, 0, 128, 128), "") << "no rows: nothing to do";
-  EXPECT_NE(error_of([&] { gpu::mla_expanded_queries(buf.data(), buf.data(), buf.data(), 0, 1, 2, 200, 64, 512, nullptr); }),
-            "");
-  EXPECT_NE(error_of([&] { gpu::mla_expanded_output(buf.data(), buf.data(), 0, 1, 2, 260, nullptr); }), "");
+  EXPECT_EQ(gpu::mla_expanded_head_dim(128, 64, 128), 192) << "DeepSeek's widths";
+  EXPECT_EQ(gpu::mla_expanded_head_dim(192, 64, 256), 256) << "GLM-5's";
+  EXPECT_EQ(gpu::mla_expanded_head_dim(16, 8, 16), 64) << "the tiny test models'";
+  EXPECT_EQ(gpu::mla_expanded_head_dim(200, 64, 128), 0) << "past 256";
+  EXPECT_NE(error_of([&] { gpu::mla_expanded_queries(buf.data(), buf.data(), buf.data(), 0, 1, 2, 200, 64, 512, 256,
+                                                     nullptr); }),
+            "") << "nope + rope past the head width";
+  EXPECT_NE(error_of([&] { gpu::mla_expanded_queries(buf.data(), buf.data(), buf.data(), 0, 1, 2, 128, 64, 512, 160,
+                                                     nullptr); }),
+            "") << "a width the dense kernel does not have";
+  EXPECT_NE(error_of([&] { gpu::mla_expanded_output(buf.data(), buf.data(), 0, 1, 2, 264, 256, nullptr); }), "");
 }
 
 }  // namespace

@@ -23,7 +23,7 @@ struct PagedKvView {
   int32_t block_table_stride = 0;    // entries per row (>= blocks of the longest sequence)
   int32_t block_size = 0;
   int32_t num_kv_heads = 0;
-  int32_t head_dim = 0;              // 64, 128 or 256
+  int32_t head_dim = 0;              // 64, 128 or 256 (prefill also 192: latent attention expanded)
   // An FP8 cache (--kv-cache-dtype fp8) when fp8.k is set: k_cache and v_cache are then unused,
   // fp8.k and fp8.v hold E4M3 codes in their layout and fp8.k_scale / fp8.v_scale one f32 factor
   // per (slot, kv head) ([num_blocks * block_size, num_kv_heads]); a key's value is code * factor.
@@ -65,7 +65,8 @@ void paged_decode_attention(bf16* out, const bf16* q, const PagedKvView& kv, con
 // query_starts: [num_seqs + 1] int32 prefix offsets of each sequence's rows in q.
 // context_lens: [num_seqs] int32, tokens in the cache for the sequence including this step's;
 // its query row i sits at position context_lens[s] - (query_starts[s+1] - query_starts[s]) + i.
-// max_query_len >= every sequence's row count (host-known; shapes the grid).
+// max_query_len >= every sequence's row count (host-known; shapes the grid). head_dim 64, 128,
+// 192 (the expanded form of latent attention, mla_expand.h) or 256.
 void paged_prefill_attention(bf16* out, const bf16* q, const PagedKvView& kv, const int32_t* query_starts,
                              const int32_t* context_lens, int32_t num_seqs, int32_t num_query_tokens,
                              int32_t max_query_len, const AttentionParams& params, cudaStream_t stream);

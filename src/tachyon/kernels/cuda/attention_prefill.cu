@@ -33,7 +33,7 @@ constexpr int kBlockN = 64;  // keys per K/V tile
 template <int kHeadDim>
 struct PrefillTraits {
   static constexpr int kMTiles = kHeadDim <= 128 ? 2 : 1;  // m16 tiles per warp
-  static constexpr int kBlockM = 16 * kMTiles * kWarps;     // query rows per CTA: 128, or 64 for 256
+  static constexpr int kBlockM = 16 * kMTiles * kWarps;     // query rows per CTA: 128, or 64 past 128
   static constexpr size_t kSmemBytes = static_cast<size_t>(kBlockM + 2 * kBlockN) * kHeadDim * sizeof(bf16);
 };
 
@@ -324,8 +324,8 @@ void launch_prefill(const PrefillArgs& a, int num_seqs, int max_query_len, cudaS
 void paged_prefill_attention(bf16* out, const bf16* q, const PagedKvView& kv, const int32_t* query_starts,
                              const int32_t* context_lens, int32_t num_seqs, int32_t num_query_tokens,
                              int32_t max_query_len, const AttentionParams& params, cudaStream_t stream) {
-  TACHYON_CHECK(kv.head_dim == 64 || kv.head_dim == 128 || kv.head_dim == 256)
-      << "prefill attention supports head_dim 64, 128 and 256, not " << kv.head_dim;
+  TACHYON_CHECK(kv.head_dim == 64 || kv.head_dim == 128 || kv.head_dim == 192 || kv.head_dim == 256)
+      << "prefill attention supports head_dim 64, 128, 192 and 256, not " << kv.head_dim;
   TACHYON_CHECK(kv.num_kv_heads > 0 && params.num_heads % kv.num_kv_heads == 0)
       << params.num_heads << " query heads over " << kv.num_kv_heads << " kv heads";
   TACHYON_CHECK(kv.block_size > 0 && num_seqs >= 0 && max_query_len >= 0 && num_query_tokens >= 0)
@@ -345,6 +345,7 @@ void paged_prefill_attention(bf16* out, const bf16* q, const PagedKvView& kv, co
   switch (kv.head_dim) {
     case 64: launch_prefill<64>(a, num_seqs, max_query_len, stream); break;
     case 128: launch_prefill<128>(a, num_seqs, max_query_len, stream); break;
+    case 192: launch_prefill<192>(a, num_seqs, max_query_len, stream); break;  // latent attention expanded (mla_expand.h)
     default: launch_prefill<256>(a, num_seqs, max_query_len, stream); break;
   }
 }

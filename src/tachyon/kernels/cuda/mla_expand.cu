@@ -19,7 +19,7 @@ __device__ __forceinline__ uint4 zero_vec() { return make_uint4(0, 0, 0, 0); }
 
 __global__ void expanded_gather_kernel(bf16* rows, bf16* k, bf16* v, int32_t* scratch_tables, int32_t scratch_stride,
                                        PagedLatentView cache, const int32_t* context_lens, int32_t num_seqs,
-                                       int32_t max_rows, int32_t heads, int32_t nope, int32_t v_dim) {
+                                       int32_t max_rows, int32_t heads, int32_t nope, int32_t v_dim, int32_t E) {
   const int lane = threadIdx.x % 32;
   const int32_t r = static_cast<int32_t>(blockIdx.x) * kWarpsPerBlock + static_cast<int32_t>(threadIdx.x / 32);
   if (r >= max_rows) return;
@@ -61,22 +61,23 @@ __global__ void expanded_gather_kernel(bf16* rows, bf16* k, bf16* v, int32_t* sc
     k_pe = src + rank_vecs;
   }
   // Each head's k_pe and zero padding of K, and the zero padding of V.
-  const int rope_vecs = cache.rope_dim / kBf16PerVec, k_tail = (kMlaExpandedHeadDim - nope) / kBf16PerVec;
-  const int v_tail = (kMlaExpandedHeadDim - v_dim) / kBf16PerVec;
-  const size_t head_row = static_cast<size_t>(r) * heads * kMlaExpandedHeadDim;
+  const int rope_vecs = cache.rope_dim / kBf16PerVec, k_tail = (E - nope) / kBf16PerVec;
+  const int v_tail = (E - v_dim) / kBf16PerVec;
+  const size_t head_row = static_cast<size_t>(r) * heads * E;
   for (int item = lane; item < heads * k_tail; item += 32) {
     const int h = item / k_tail, c = item % k_tail;
-    uint4* out = reinterpret_cast<uint4*>(k + head_row + static_cast<size_t>(h) * kMlaExpandedHeadDim + nope);
+    uint4* out = reinterpret_cast<uint4*>(k + head_row + static_cast<size_t>(h) * E + nope);
     out[c] = c < rope_vecs && k_pe != nullptr ? k_pe[c] : zero_vec();
   }
   for (int item = lane; item < heads * v_tail; item += 32) {
     const int h = item / v_tail, c = item % v_tail;
-    reinterpret_cast<uint4*>(v + head_row + static_cast<size_t>(h) * kMlaExpandedHeadDim + v_dim)[c] = zero_vec();
+    reinterpret_cast<uint4*>(v + head_row + static_cast<size_t>(h) * E + v_dim)[c] = zero_vec();
   }
 }
 
 __global__ void expanded_queries_kernel(bf16* q_expanded, const bf16* q, const bf16* q_absorbed, int32_t first_row,
-                                        int32_t num_rows, int32_t heads, int32_t nope, int32_t rope, int32_t rank) {
+                                        int32_t num_rows, int32_t heads, int32_t nope, int32_t rope, int32_t rank,
+                                        int32_t E) {
   const int lane = threadIdx.x % 32;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;  // (row, head)
   const int64_t t = first_row + item / heads, h = item % heads;
@@ -84,24 +85,27 @@ __global__ void expanded_queries_kernel(bf16* q_expanded, const bf16* q, const b
   const int nope_vecs = nope / kBf16PerVec, rope_vecs = rope / kBf16PerVec;
   const uint4* q_nope = reinterpret_cast<const uint4*>(q + (t * heads + h) * (nope + rope));
   const uint4* q_pe = reinterpret_cast<const uint4*>(q_absorbed + (t * heads + h) * (rank + rope) + rank);
-  uint4* out = reinterpret_cast<uint4*>(q_expanded + (t * heads + h) * kMlaExpandedHeadDim);
-  for (int c = lane; c < kMlaExpandedHeadDim / kBf16PerVec; c += 32) {
+  uint4* out = reinterpret_cast<uint4*>(q_expanded + (t * heads + h) * E);
+  for (int c = lane; c < E / kBf16PerVec; c += 32) {
     out[c] = c < nope_vecs ? q_nope[c] : c < nope_vecs + rope_vecs ? q_pe[c - nope_vecs] : zero_vec();
   }
 }
 
 __global__ void expanded_output_kernel(bf16* attn, const bf16* out, int32_t first_row, int32_t num_rows, int32_t heads,
-                                       int32_t v_dim) {
+                                       int32_t v_dim, int32_t E) {
   const int lane = threadIdx.x % 32;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const int64_t t = first_row + item / heads, h = item % heads;
   if (t >= num_rows) return;
-  const uint4* src = reinterpret_cast<const uint4*>(out + (t * heads + h) * kMlaExpandedHeadDim);
+  const uint4* src = reinterpret_cast<const uint4*>(out + (t * heads + h) * E);
   uint4* dst = reinterpret_cast<uint4*>(attn + (t * heads + h) * v_dim);
   for (int c = lane; c < v_dim / kBf16PerVec; c += 32) dst[c] = src[c];
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// A head width the dense prefill kernel has (paged_prefill_attention).
+bool dense_width(int32_t width) { return width == 64 || width == 128 || width == 192 || width == 256; }
 
 unsigned warp_blocks(int64_t items) { return static_cast<unsigned>((items + kWarpsPerBlock - 1) / kWarpsPerBlock); }
 
@@ -109,7 +113,8 @@ unsigned warp_blocks(int64_t items) { return static_cast<unsigned>((items + kWar
 
 void mla_expanded_gather(bf16* rows, bf16* k, bf16* v, int32_t* scratch_tables, int32_t scratch_stride,
                          const PagedLatentView& cache, const int32_t* context_lens, int32_t num_seqs,
-                         int32_t max_rows, int32_t heads, int32_t nope, int32_t v_dim, cudaStream_t stream) {
+                         int32_t max_rows, int32_t heads, int32_t nope, int32_t v_dim, int32_t head_dim,
+                         cudaStream_t stream) {
   if (cache.fp8()) {
     TACHYON_CHECK(cache.cache == nullptr && cache.scales != nullptr && cache.rope != nullptr &&
                   cache.kv_lora_rank % 16 == 0 && aligned16(cache.codes) && aligned16(cache.rope))
@@ -120,10 +125,10 @@ void mla_expanded_gather(bf16* rows, bf16* k, bf16* v, int32_t* scratch_tables, 
     TACHYON_CHECK(cache.cache != nullptr && aligned16(cache.cache))
         << "mla_expanded_gather: a bf16 latent cache must be given, 16-byte aligned";
   }
-  TACHYON_CHECK(cache.kv_lora_rank % kBf16PerVec == 0 && cache.rope_dim % kBf16PerVec == 0 && nope % kBf16PerVec == 0 &&
-                v_dim % kBf16PerVec == 0 && nope + cache.rope_dim <= kMlaExpandedHeadDim && v_dim <= kMlaExpandedHeadDim)
+  TACHYON_CHECK(cache.kv_lora_rank % kBf16PerVec == 0 && head_dim >= 8 &&
+                head_dim == mla_expanded_head_dim(nope, cache.rope_dim, v_dim))
       << "mla_expanded_gather: rank " << cache.kv_lora_rank << ", rope " << cache.rope_dim << ", nope " << nope << ", v "
-      << v_dim << " (multiples of 8; nope + rope and v at most " << kMlaExpandedHeadDim << ")";
+      << v_dim << ", head_dim " << head_dim << " (multiples of 8; head_dim mla_expanded_head_dim's)";
   TACHYON_CHECK(max_rows >= 0 && max_rows % kMlaExpandedBlock == 0 && num_seqs >= 0 && heads >= 1 && scratch_stride >= 1)
       << "mla_expanded_gather: max_rows " << max_rows << " (a multiple of " << kMlaExpandedBlock << "), num_seqs "
       << num_seqs << ", heads " << heads << ", scratch_stride " << scratch_stride;
@@ -131,34 +136,38 @@ void mla_expanded_gather(bf16* rows, bf16* k, bf16* v, int32_t* scratch_tables, 
       << "mla_expanded_gather: rows, k and v must be 16-byte aligned";
   if (max_rows == 0) return;
   expanded_gather_kernel<<<warp_blocks(max_rows), kWarpsPerBlock * 32, 0, stream>>>(
-      rows, k, v, scratch_tables, scratch_stride, cache, context_lens, num_seqs, max_rows, heads, nope, v_dim);
+      rows, k, v, scratch_tables, scratch_stride, cache, context_lens, num_seqs, max_rows, heads, nope, v_dim, head_dim);
   TACHYON_CUDA_CHECK_LAUNCH();
 }
 
 void mla_expanded_queries(bf16* q_expanded, const bf16* q, const bf16* q_absorbed, int32_t first_row, int32_t num_rows,
-                          int32_t heads, int32_t nope, int32_t rope, int32_t rank, cudaStream_t stream) {
+                          int32_t heads, int32_t nope, int32_t rope, int32_t rank, int32_t head_dim,
+                          cudaStream_t stream) {
   TACHYON_CHECK(nope % kBf16PerVec == 0 && rope % kBf16PerVec == 0 && rank % kBf16PerVec == 0 &&
-                nope + rope <= kMlaExpandedHeadDim && heads >= 1 && first_row >= 0)
-      << "mla_expanded_queries: nope " << nope << ", rope " << rope << ", rank " << rank << ", heads " << heads
-      << ", first_row " << first_row;
+                dense_width(head_dim) && nope + rope <= head_dim && heads >= 1 && first_row >= 0)
+      << "mla_expanded_queries: nope " << nope << ", rope " << rope << ", rank " << rank << ", head_dim " << head_dim
+      << ", heads " << heads << ", first_row " << first_row;
   TACHYON_CHECK(aligned16(q_expanded) && aligned16(q) && aligned16(q_absorbed))
       << "mla_expanded_queries: buffers must be 16-byte aligned";
   if (num_rows <= first_row) return;
   const int64_t items = static_cast<int64_t>(num_rows - first_row) * heads;
   expanded_queries_kernel<<<warp_blocks(items), kWarpsPerBlock * 32, 0, stream>>>(q_expanded, q, q_absorbed, first_row,
-                                                                                  num_rows, heads, nope, rope, rank);
+                                                                                  num_rows, heads, nope, rope, rank,
+                                                                                  head_dim);
   TACHYON_CUDA_CHECK_LAUNCH();
 }
 
 void mla_expanded_output(bf16* attn, const bf16* out, int32_t first_row, int32_t num_rows, int32_t heads,
-                         int32_t v_dim, cudaStream_t stream) {
-  TACHYON_CHECK(v_dim % kBf16PerVec == 0 && v_dim <= kMlaExpandedHeadDim && heads >= 1 && first_row >= 0)
-      << "mla_expanded_output: v " << v_dim << ", heads " << heads << ", first_row " << first_row;
+                         int32_t v_dim, int32_t head_dim, cudaStream_t stream) {
+  TACHYON_CHECK(v_dim % kBf16PerVec == 0 && dense_width(head_dim) && v_dim <= head_dim && heads >= 1 &&
+                first_row >= 0)
+      << "mla_expanded_output: v " << v_dim << ", head_dim " << head_dim << ", heads " << heads << ", first_row "
+      << first_row;
   TACHYON_CHECK(aligned16(attn) && aligned16(out)) << "mla_expanded_output: buffers must be 16-byte aligned";
   if (num_rows <= first_row) return;
   const int64_t items = static_cast<int64_t>(num_rows - first_row) * heads;
   expanded_output_kernel<<<warp_blocks(items), kWarpsPerBlock * 32, 0, stream>>>(attn, out, first_row, num_rows, heads,
-                                                                                 v_dim);
+                                                                                 v_dim, head_dim);
   TACHYON_CUDA_CHECK_LAUNCH();
 }
 

@@ -64,7 +64,7 @@ struct Workspace {
   bf16* kv_a = nullptr;               // [T, kv_lora_rank + qk_rope] kv_a_proj_with_mqa output
   bf16* q_absorbed = nullptr;         // [T, heads * qa] [q_nope @ W_uk | rope(q_pe)]
   bf16* attn_latent = nullptr;        // [T, heads * kv_lora_rank] attended latents
-  // Prefill in the expanded form (kernels/cuda/mla_expand.h; E = kMlaExpandedHeadDim, R scratch rows).
+  // Prefill in the expanded form (kernels/cuda/mla_expand.h; E its padded head width, R scratch rows).
   bf16* mla_expanded_q = nullptr;        // [T, heads, E] [q_nope | rope(q_pe) | 0]
   bf16* mla_expanded_out = nullptr;      // [T, heads, E] the dense prefill kernel's output
   bf16* mla_expanded_rows = nullptr;     // [R, kv_lora_rank + qk_rope] the contexts' latent rows

@@ -28,16 +28,18 @@ constexpr int64_t kExpandedScratchCap = int64_t{2} << 30;
 
 // Scratch rows of the expanded prefill: twice a step's tokens (a chunk and as much earlier
 // context), or 0 where it does not run: DSA's sparse attention, context parallelism (split
-// caches and gathered rows), heads wider than the dense kernel's 256,
+// caches and gathered rows), heads wider than the dense kernel's 256 (mla_expanded_head_dim),
 // TACHYON_MLA_EXPANDED_PREFILL=0, or scratch past kExpandedScratchCap.
 int32_t expanded_prefill_rows(const ModelConfig& c, const GpuLimits& limits, bool sparse) {
   const int64_t nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim, v = c.v_head_dim, rank = c.kv_lora_rank;
   if (sparse || limits.dcp.size > 1 || limits.pcp_size > 1) return 0;
-  if (nope + rope > kc::kMlaExpandedHeadDim || v > kc::kMlaExpandedHeadDim || nope % 8 != 0 || v % 8 != 0) return 0;
+  const int64_t E = kc::mla_expanded_head_dim(static_cast<int32_t>(nope), static_cast<int32_t>(rope),
+                                              static_cast<int32_t>(v));
+  if (E == 0) return 0;
   if (!env_switch_on("TACHYON_MLA_EXPANDED_PREFILL")) return 0;
   const int64_t block = kc::kMlaExpandedBlock, T = limits.max_tokens;
   const int64_t rows = (2 * T + block - 1) / block * block;
-  const int64_t head_row = static_cast<int64_t>(c.num_attention_heads) * kc::kMlaExpandedHeadDim * 2;
+  const int64_t head_row = static_cast<int64_t>(c.num_attention_heads) * E * 2;
   const int64_t bytes = 2 * (T + rows) * head_row + rows * (rank + rope) * 2;
   return bytes <= kExpandedScratchCap ? static_cast<int32_t>(rows) : 0;
 }
@@ -112,7 +114,7 @@ void LatentAttentionBlock::plan_workspace(WorkspacePlan& plan) {
   plan.add(&ws.mla_split_scratch, ws.mla_split_scratch_bytes);
   if (ctx_.limits.pcp_size > 1) plan.add(&ws.pcp_kv_a, T * (rank + rope) * 2);
   if (expanded_rows_ > 0) {
-    const size_t R = static_cast<size_t>(expanded_rows_), head_row = heads * kc::kMlaExpandedHeadDim * 2;
+    const size_t R = static_cast<size_t>(expanded_rows_), head_row = heads * static_cast<size_t>(expanded_head_dim()) * 2;
     plan.add(&ws.mla_expanded_q, T * head_row);
     plan.add(&ws.mla_expanded_out, T * head_row);
     plan.add(&ws.mla_expanded_rows, R * (rank + rope) * 2);
@@ -380,7 +382,7 @@ void LatentAttentionBlock::attend_expanded(int64_t l, const GpuStep& step, const
   cudaStream_t stream = ctx_.stream;
   const int32_t heads = static_cast<int32_t>(c.num_attention_heads), nope = static_cast<int32_t>(c.qk_nope_head_dim);
   const int32_t rope = static_cast<int32_t>(c.qk_rope_head_dim), rank = static_cast<int32_t>(c.kv_lora_rank);
-  const int32_t v = static_cast<int32_t>(c.v_head_dim), E = kc::kMlaExpandedHeadDim, block = kc::kMlaExpandedBlock;
+  const int32_t v = static_cast<int32_t>(c.v_head_dim), E = expanded_head_dim(), block = kc::kMlaExpandedBlock;
   const int32_t decodes = shape.num_decode_seqs, prefills = shape.num_seqs - decodes;
   const int32_t table_stride = kc::mla_expanded_table_stride(ctx_.limits.max_model_len);
   const int64_t bound = kc::mla_expanded_rows_bound(shape.prefill_context_tokens, prefills);
@@ -389,7 +391,8 @@ void LatentAttentionBlock::attend_expanded(int64_t l, const GpuStep& step, const
   kc::PagedLatentView prefill_cache = cache;
   prefill_cache.block_tables = m.block_tables + static_cast<size_t>(decodes) * ctx_.limits.block_table_stride;
   kc::mla_expanded_gather(ws.mla_expanded_rows, ws.mla_expanded_k, ws.mla_expanded_v, ws.mla_expanded_tables,
-                          table_stride, prefill_cache, m.context_lens + decodes, prefills, rows, heads, nope, v, stream);
+                          table_stride, prefill_cache, m.context_lens + decodes, prefills, rows, heads, nope, v, E,
+                          stream);
   // k[r, h, :nope] = c_kv[r] @ W_uk_h^T and v[r, h, :v] = c_kv[r] @ W_uv_h^T (kv_b_proj's row blocks;
   // every head reads the same latent row: a head stride of 0).
   const int64_t kv_b_rows = nope + v;
@@ -400,7 +403,7 @@ void LatentAttentionBlock::attend_expanded(int64_t l, const GpuStep& step, const
                  kc::HeadGemmB::kTransposed, rows, v, rank, heads, stream);
   // The queries' rows of the prefill sequences (decode rows come first, one each).
   kc::mla_expanded_queries(ws.mla_expanded_q, ws.q_full, ws.q_absorbed, decodes, shape.num_tokens, heads, nope, rope,
-                           rank, stream);
+                           rank, E, stream);
   const kc::PagedKvView kv{.k_cache = ws.mla_expanded_k,
                            .v_cache = ws.mla_expanded_v,
                            .block_tables = ws.mla_expanded_tables,
@@ -411,7 +414,7 @@ void LatentAttentionBlock::attend_expanded(int64_t l, const GpuStep& step, const
   kc::paged_prefill_attention(ws.mla_expanded_out, ws.mla_expanded_q, kv, m.query_starts + decodes,
                               m.context_lens + decodes, prefills, shape.num_tokens, shape.max_query_len,
                               {.num_heads = heads, .scale = softmax_scale_}, stream);
-  kc::mla_expanded_output(ws.attn, ws.mla_expanded_out, decodes, shape.num_tokens, heads, v, stream);
+  kc::mla_expanded_output(ws.attn, ws.mla_expanded_out, decodes, shape.num_tokens, heads, v, E, stream);
   ++expanded_prefill_layers_;
 }
 

@@ -32,6 +32,7 @@
 
 #include "tachyon/kernels/cuda/head_gemm.h"
 #include "tachyon/kernels/cuda/mla_attention.h"
+#include "tachyon/kernels/cuda/mla_expand.h"
 #include "tachyon/model/gpu/gpu_block.h"
 #include "tachyon/model/gpu/sparse_selector.h"
 
@@ -75,6 +76,11 @@ class LatentAttentionBlock : public GpuBlock {
                     cudaStream_t stream);
   size_t latent_regions() const { return ctx_.limits.fp8_kv_cache ? 3 : 1; }  // before the selector's
   int64_t qk() const { return ctx_.config.qk_nope_head_dim + ctx_.config.qk_rope_head_dim; }
+  int32_t expanded_head_dim() const {  // the expanded prefill's padded head width (mla_expand.h)
+    return kernels::cuda::mla_expanded_head_dim(static_cast<int32_t>(ctx_.config.qk_nope_head_dim),
+                                                static_cast<int32_t>(ctx_.config.qk_rope_head_dim),
+                                                static_cast<int32_t>(ctx_.config.v_head_dim));
+  }
   LinearShape q_a_shape() const;  // q_a_proj, or q_proj without a q LoRA
   LinearShape q_b_shape() const;  // n == 0 without a q LoRA
   LinearShape kv_a_shape() const;
