@@ -26,10 +26,10 @@ namespace {
 // this; a model whose heads and step size need more keeps the absorbed form.
 constexpr int64_t kExpandedScratchCap = int64_t{2} << 30;
 
-// Scratch rows of the expanded prefill: twice a step's tokens (a chunk and as much earlier
+// Scratch rows of the expanded prefill: up to twice a step's tokens (a chunk and as much earlier
 // context), or 0 where it does not run: DSA's sparse attention, context parallelism (split
 // caches and gathered rows), heads wider than the dense kernel's 256 (mla_expanded_head_dim),
-// TACHYON_MLA_EXPANDED_PREFILL=0, or scratch past kExpandedScratchCap.
+// TACHYON_MLA_EXPANDED_PREFILL=0, or no room under kExpandedScratchCap for a step's tokens.
 int32_t expanded_prefill_rows(const ModelConfig& c, const GpuLimits& limits, bool sparse) {
   const int64_t nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim, v = c.v_head_dim, rank = c.kv_lora_rank;
   if (sparse || limits.dcp.size > 1 || limits.pcp_size > 1) return 0;
@@ -37,11 +37,14 @@ int32_t expanded_prefill_rows(const ModelConfig& c, const GpuLimits& limits, boo
                                               static_cast<int32_t>(v));
   if (E == 0) return 0;
   if (!env_switch_on("TACHYON_MLA_EXPANDED_PREFILL")) return 0;
+  // Q and the output take T rows; each context row its K, V and latent row. Twice T context rows
+  // where they fit the cap, else as many as fit down to a step's tokens and one block.
   const int64_t block = kc::kMlaExpandedBlock, T = limits.max_tokens;
-  const int64_t rows = (2 * T + block - 1) / block * block;
   const int64_t head_row = static_cast<int64_t>(c.num_attention_heads) * E * 2;
-  const int64_t bytes = 2 * (T + rows) * head_row + rows * (rank + rope) * 2;
-  return bytes <= kExpandedScratchCap ? static_cast<int32_t>(rows) : 0;
+  const int64_t context_row = 2 * head_row + (rank + rope) * 2;
+  const int64_t fit = (kExpandedScratchCap - 2 * T * head_row) / context_row / block * block;
+  const int64_t rows = std::min((2 * T + block - 1) / block * block, fit);
+  return rows >= T + block ? static_cast<int32_t>(rows) : 0;
 }
 
 }  // namespace
