@@ -6,7 +6,10 @@
 #      step against its floor (the bytes a step reads / the measured copy bandwidth), for each;
 #   2. bench/serve_sweep.sh, 1K in / 1K out: bf16 at BF16_CONCURRENCIES ("64"), FP8 at
 #      FP8_CONCURRENCIES ("64 256 512", with MAX_NUM_SEQS 512);
-#   3. OUT_DIR/fp8-table.json: every figure, the ratios to the floor, FP8 over bf16 at each
+#   3. last, a DeepSeek-V3 shape (DEEPSEEK_PRESET, deepseek-v3-reduced; empty for none) in bf16 and
+#      as a block-scaled FP8 checkpoint: `bench latency` at batch 1 (DEEPSEEK_INPUT_LEN, 128, tokens
+#      in), the decode step against its floor;
+#   4. OUT_DIR/fp8-table.json: every figure, the ratios to the floor, FP8 over bf16 at each
 #      concurrency both ran and the best FP8 concurrency; the same as a table on stdout.
 #   bench/fp8_table.sh TACHYON OUT_DIR
 # The models are made first, each timed, on /dev/shm where it has room (writing 24 GB to a slow
@@ -25,6 +28,8 @@ LATENCY_INPUT_LEN=${LATENCY_INPUT_LEN:-2048}
 BF16_CONCURRENCIES=${BF16_CONCURRENCIES:-64}
 FP8_CONCURRENCIES=${FP8_CONCURRENCIES:-64 256 512}
 MAX_NUM_SEQS=${MAX_NUM_SEQS:-512}
+DEEPSEEK_PRESET=${DEEPSEEK_PRESET-deepseek-v3-reduced}
+DEEPSEEK_INPUT_LEN=${DEEPSEEK_INPUT_LEN:-128}
 TOKENIZER=third_party/tokenizers/models/llama3
 mkdir -p "$OUT_DIR"
 started=$(date +%s)
@@ -42,24 +47,26 @@ if [ -z "${MODELS:-}" ]; then
 fi
 BF16_MODEL=$MODELS/tachyon-fp8-table-$PRESET-bf16
 FP8_MODEL=$MODELS/tachyon-fp8-table-$PRESET-$FORMAT
+DEEPSEEK_BF16_MODEL=$MODELS/tachyon-fp8-table-$DEEPSEEK_PRESET-bf16
+DEEPSEEK_FP8_MODEL=$MODELS/tachyon-fp8-table-$DEEPSEEK_PRESET-fp8-block
 
-make_model() {  # DIR [make-model options]
-  local dir=$1 t0
-  shift
+make_model() {  # DIR ARCH PRESET [make-model options]
+  local dir=$1 arch=$2 preset=$3 t0
+  shift 3
   t0=$(date +%s)
   if [ -f "$dir/config.json" ]; then
     echo "model $dir: kept from an earlier run"
     return
   fi
-  "$TACHYON" make-model --arch llama --preset "$PRESET" --seed 0 --tokenizer "$TOKENIZER" --out "$dir" "$@" > /dev/null
+  "$TACHYON" make-model --arch "$arch" --preset "$preset" --seed 0 --tokenizer "$TOKENIZER" --out "$dir" "$@" > /dev/null
   echo "{\"dir\": \"$dir\", \"seconds\": $(($(date +%s) - t0))}" > "$OUT_DIR/model-$(basename "$dir").json"
   echo "model $dir: made in $(($(date +%s) - t0)) s"
 }
-latency() {  # LABEL DIR [bench latency options]
-  local label=$1 dir=$2
-  shift 2
+latency() {  # LABEL DIR INPUT_LEN [bench latency options]
+  local label=$1 dir=$2 input_len=$3
+  shift 3
   in_time 60 "latency $label" || return 0
-  "$TACHYON" bench latency "$dir" --device "$DEVICE" --batch-size 1 --input-len "$LATENCY_INPUT_LEN" --output-len 128 \
+  "$TACHYON" bench latency "$dir" --device "$DEVICE" --batch-size 1 --input-len "$input_len" --output-len 128 \
     --num-iters 5 --num-iters-warmup 2 --output-json "$OUT_DIR/latency-$label.json" "$@" \
     > "$OUT_DIR/latency-$label.log" 2>&1 || { echo "latency $label failed:"; tail -3 "$OUT_DIR/latency-$label.log"; }
 }
@@ -72,29 +79,38 @@ sweep() {  # LABEL DIR CONCURRENCIES [serve options]
     "${limit[@]}" bench/serve_sweep.sh "$TACHYON" "$OUT_DIR" "$@" || echo "serve $label stopped early"
 }
 
-make_model "$BF16_MODEL"
-make_model "$FP8_MODEL" --quantization-format "$FORMAT"
-latency bf16 "$BF16_MODEL"
-latency fp8-kv8 "$FP8_MODEL" --kv-cache-dtype fp8
+make_model "$BF16_MODEL" llama "$PRESET"
+make_model "$FP8_MODEL" llama "$PRESET" --quantization-format "$FORMAT"
+latency bf16 "$BF16_MODEL" "$LATENCY_INPUT_LEN"
+latency fp8-kv8 "$FP8_MODEL" "$LATENCY_INPUT_LEN" --kv-cache-dtype fp8
 sweep bf16 "$BF16_MODEL" "$BF16_CONCURRENCIES"
 sweep fp8-kv8 "$FP8_MODEL" "$FP8_CONCURRENCIES" --kv-cache-dtype fp8
+# The DeepSeek rows last: the serve sweeps are the table's main figures. Its models are made only
+# with time left for both latencies after them.
+if [ -n "$DEEPSEEK_PRESET" ] && in_time 180 "the $DEEPSEEK_PRESET rows"; then
+  make_model "$DEEPSEEK_BF16_MODEL" deepseek_v3 "$DEEPSEEK_PRESET"
+  make_model "$DEEPSEEK_FP8_MODEL" deepseek_v3 "$DEEPSEEK_PRESET" --quantization-format fp8-block
+  latency deepseek-bf16 "$DEEPSEEK_BF16_MODEL" "$DEEPSEEK_INPUT_LEN"
+  latency deepseek-fp8 "$DEEPSEEK_FP8_MODEL" "$DEEPSEEK_INPUT_LEN"
+fi
 
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2> /dev/null | head -1 || true)
-python3 - "$OUT_DIR" "${gpu:-$DEVICE}" "$PRESET" "$FORMAT" <<'PY'
+python3 - "$OUT_DIR" "${gpu:-$DEVICE}" "$PRESET" "$FORMAT" "$DEEPSEEK_PRESET" <<'PY'
 import glob, json, os, re, sys
-out, device, preset, fmt = sys.argv[1:5]
-table = {"device": device, "preset": preset, "fp8_format": fmt, "make_model_seconds": {}, "latency": {}, "serve": {}}
+out, device, preset, fmt, deepseek_preset = sys.argv[1:6]
+table = {"device": device, "preset": preset, "fp8_format": fmt, "deepseek_preset": deepseek_preset,
+         "make_model_seconds": {}, "latency": {}, "serve": {}}
 for path in glob.glob(f"{out}/model-*.json"):
     m = json.load(open(path))
     table["make_model_seconds"][os.path.basename(m["dir"])] = m["seconds"]
-for label in ("bf16", "fp8-kv8"):
+for label in ("bf16", "fp8-kv8", "deepseek-bf16", "deepseek-fp8"):
     try:
         r = json.load(open(f"{out}/latency-{label}.json"))
     except (OSError, ValueError):
         continue
     floor = r.get("floor", {})
     table["latency"][label] = {
-        "prefill_ms": r["prefill_ms_median"], "decode_step_ms": r["decode_step_ms_median"],
+        "input_len": r["input_len"], "prefill_ms": r["prefill_ms_median"], "decode_step_ms": r["decode_step_ms_median"],
         "decode_step_floor_ms": floor.get("decode_step_floor_ms"),
         "decode_step_ratio_to_floor": floor.get("decode_step_ratio_to_floor"),
         "copy_bandwidth_bytes_per_s": floor.get("copy_bandwidth_bytes_per_s")}
@@ -113,10 +129,11 @@ if fp8:
     table["fp8_best"] = {"concurrency": best, "output_throughput": fp8[best]["output_throughput"]}
 json.dump(table, open(f"{out}/fp8-table.json", "w"), indent=1, sort_keys=True)
 
-print(f"== {preset} on {device}: bf16 against {fmt} + FP8 KV")
+print(f"== {preset} on {device}: bf16 against {fmt} + FP8 KV" + (f"; {deepseek_preset}: bf16 against fp8-block"
+                                                                   if deepseek_preset else ""))
 for label, r in table["latency"].items():
     ratio = r["decode_step_ratio_to_floor"]
-    print(f"latency {label:8} prefill {r['prefill_ms']:9.2f} ms   batch-1 step {r['decode_step_ms']:8.3f} ms"
+    print(f"latency {label:13} prefill of {r['input_len']:5} {r['prefill_ms']:9.2f} ms   batch-1 step {r['decode_step_ms']:8.3f} ms"
           + (f" ({ratio:.3f}x its floor {r['decode_step_floor_ms']:.3f} ms)" if ratio else ""))
 for label in ("bf16", "fp8-kv8"):
     for c, r in sorted(table["serve"].get(label, {}).items()):
