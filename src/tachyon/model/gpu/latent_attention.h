@@ -14,8 +14,9 @@
 // decompressed, except by a prefill in the expanded form (kernels/cuda/mla_expand.h): the prompt
 // sequences' contexts decompressed into per-head keys and values, and the dense prefill kernel
 // over them, where that scratch fits (expanded_rows_; dense attention on one GPU's whole cache,
-// bf16 or FP8; TACHYON_MLA_EXPANDED_PREFILL=0 keeps the absorbed form). Caches one latent row per token, and one index key with the selector (with
-// --kv-cache-dtype fp8 as E4M3 planes: kernels/cuda/mla_attention.h PagedLatentView). The latent
+// bf16 or FP8; TACHYON_MLA_EXPANDED_PREFILL=0 keeps the absorbed form). Caches one latent row per
+// token, and one index key with the selector (with --kv-cache-dtype fp8 as E4M3 planes:
+// kernels/cuda/mla_attention.h PagedLatentView). The latent
 // path (kv_a and the cache store) does not depend on the query path: where kv_a's product is
 // stream-local it runs on the side stream beside the queries (run_branches).
 // Decode context parallelism (GpuLimits::dcp, kernels/dcp_layout.h): the rank caches only its
