@@ -16,6 +16,16 @@
 
 namespace tachyon::kernels::cuda {
 
+// The head widths the prefill kernel is built for (paged_prefill_attention), narrowest first; 192
+// serves latent attention's expanded form (mla_expand.h).
+inline constexpr int32_t kPrefillHeadDims[] = {64, 128, 192, 256};
+inline bool prefill_head_dim_supported(int32_t head_dim) {
+  for (int32_t width : kPrefillHeadDims) {
+    if (width == head_dim) return true;
+  }
+  return false;
+}
+
 struct PagedKvView {
   const bf16* k_cache = nullptr;     // [num_blocks, block_size, num_kv_heads, head_dim] bf16
   const bf16* v_cache = nullptr;     // same layout

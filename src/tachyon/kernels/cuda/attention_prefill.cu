@@ -324,7 +324,7 @@ void launch_prefill(const PrefillArgs& a, int num_seqs, int max_query_len, cudaS
 void paged_prefill_attention(bf16* out, const bf16* q, const PagedKvView& kv, const int32_t* query_starts,
                              const int32_t* context_lens, int32_t num_seqs, int32_t num_query_tokens,
                              int32_t max_query_len, const AttentionParams& params, cudaStream_t stream) {
-  TACHYON_CHECK(kv.head_dim == 64 || kv.head_dim == 128 || kv.head_dim == 192 || kv.head_dim == 256)
+  TACHYON_CHECK(prefill_head_dim_supported(kv.head_dim))
       << "prefill attention supports head_dim 64, 128, 192 and 256, not " << kv.head_dim;
   TACHYON_CHECK(kv.num_kv_heads > 0 && params.num_heads % kv.num_kv_heads == 0)
       << params.num_heads << " query heads over " << kv.num_kv_heads << " kv heads";

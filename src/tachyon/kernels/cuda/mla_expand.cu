@@ -104,9 +104,6 @@ __global__ void expanded_output_kernel(bf16* attn, const bf16* out, int32_t firs
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// A head width the dense prefill kernel has (paged_prefill_attention).
-bool dense_width(int32_t width) { return width == 64 || width == 128 || width == 192 || width == 256; }
-
 unsigned warp_blocks(int64_t items) { return static_cast<unsigned>((items + kWarpsPerBlock - 1) / kWarpsPerBlock); }
 
 }  // namespace
@@ -144,7 +141,7 @@ void mla_expanded_queries(bf16* q_expanded, const bf16* q, const bf16* q_absorbe
                           int32_t heads, int32_t nope, int32_t rope, int32_t rank, int32_t head_dim,
                           cudaStream_t stream) {
   TACHYON_CHECK(nope % kBf16PerVec == 0 && rope % kBf16PerVec == 0 && rank % kBf16PerVec == 0 &&
-                dense_width(head_dim) && nope + rope <= head_dim && heads >= 1 && first_row >= 0)
+                prefill_head_dim_supported(head_dim) && nope + rope <= head_dim && heads >= 1 && first_row >= 0)
       << "mla_expanded_queries: nope " << nope << ", rope " << rope << ", rank " << rank << ", head_dim " << head_dim
       << ", heads " << heads << ", first_row " << first_row;
   TACHYON_CHECK(aligned16(q_expanded) && aligned16(q) && aligned16(q_absorbed))
@@ -159,7 +156,7 @@ void mla_expanded_queries(bf16* q_expanded, const bf16* q, const bf16* q_absorbe
 
 void mla_expanded_output(bf16* attn, const bf16* out, int32_t first_row, int32_t num_rows, int32_t heads,
                          int32_t v_dim, int32_t head_dim, cudaStream_t stream) {
-  TACHYON_CHECK(v_dim % kBf16PerVec == 0 && dense_width(head_dim) && v_dim <= head_dim && heads >= 1 &&
+  TACHYON_CHECK(v_dim % kBf16PerVec == 0 && prefill_head_dim_supported(head_dim) && v_dim <= head_dim && heads >= 1 &&
                 first_row >= 0)
       << "mla_expanded_output: v " << v_dim << ", head_dim " << head_dim << ", heads " << heads << ", first_row "
       << first_row;

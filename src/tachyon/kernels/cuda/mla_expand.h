@@ -21,8 +21,8 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <initializer_list>
 
+#include "tachyon/kernels/cuda/attention.h"
 #include "tachyon/kernels/cuda/mla_attention.h"
 #include "tachyon/tensor/cuda/cuda_check.h"
 
@@ -31,12 +31,12 @@ namespace tachyon::kernels::cuda {
 inline constexpr int32_t kMlaExpandedBlock = 64;  // rows per scratch block
 
 // The padded head width E of Q, K, V and the output: the dense prefill kernel's narrowest width
-// (64, 128, 192 or 256) that holds nope + rope and v (DeepSeek's 128 + 64 and 128: 192); 0 where
+// (kPrefillHeadDims) that holds nope + rope and v (DeepSeek's 128 + 64 and 128: 192); 0 where
 // they do not fit 256 or are not multiples of 8.
 inline int32_t mla_expanded_head_dim(int32_t nope, int32_t rope, int32_t v) {
   if (nope % 8 != 0 || rope % 8 != 0 || v % 8 != 0) return 0;
   const int32_t widest = std::max(nope + rope, v);
-  for (int32_t width : {64, 128, 192, 256}) {
+  for (int32_t width : kPrefillHeadDims) {
     if (widest <= width) return width;
   }
   return 0;

@@ -644,17 +644,18 @@ void CudaModelRunner::launch(const core::StepPlan& plan) {
   TACHYON_CUDA_CHECK(cudaEventRecord(events.begin, stream_));
   TACHYON_CUDA_CHECK(cudaMemcpyAsync(staging_device_.data(), staging, upload, cudaMemcpyHostToDevice, stream_));
 
+  // The shape of an eager forward and of eager MTP drafting. A padded decode step
+  // (--enforce-eager, or a bucket without a graph) runs with the context bound its graph is
+  // captured with: that bound sets the decode kernels' KV split count, and a different count sums
+  // in a different order (seen as graph/eager token differences).
+  gpu::ForwardShape shape{summary.num_tokens,    summary.num_seqs,        summary.num_logits_rows,
+                          summary.max_query_len, summary.max_context_len, summary.num_decode_seqs,
+                          summary.prefill_context_tokens};
+  if (padded > 0) shape.max_context_len = static_cast<int32_t>(config_.scheduler.max_model_len);
   if (graph != nullptr) {
     TACHYON_CUDA_CHECK(cudaGraphLaunch(graph, stream_));
     ++graph_replays_;
   } else {
-    gpu::ForwardShape shape{summary.num_tokens,    summary.num_seqs,        summary.num_logits_rows,
-                            summary.max_query_len, summary.max_context_len, summary.num_decode_seqs,
-                            summary.prefill_context_tokens};
-    // A padded decode step (--enforce-eager, or a bucket without a graph) runs with the context
-    // bound its graph is captured with: that bound sets the decode kernels' KV split count, and a
-    // different count sums in a different order (seen as graph/eager token differences).
-    if (padded > 0) shape.max_context_len = static_cast<int32_t>(config_.scheduler.max_model_len);
     forward(shape);
     gathered_ = {};
   }
@@ -676,10 +677,6 @@ void CudaModelRunner::launch(const core::StepPlan& plan) {
       TACHYON_CUDA_CHECK(cudaGraphLaunch(drafting->second, stream_));
       ++mtp_graph_replays_;
     } else {
-      gpu::ForwardShape shape{summary.num_tokens,    summary.num_seqs,        summary.num_logits_rows,
-                              summary.max_query_len, summary.max_context_len, summary.num_decode_seqs,
-                              summary.prefill_context_tokens};
-      if (padded > 0) shape.max_context_len = static_cast<int32_t>(config_.scheduler.max_model_len);
       mtp_->draft(mtp_draft_inputs(shape, mtp_sequences));
     }
     if (num_sampled_sequences > 0) {
