@@ -51,16 +51,17 @@ DEEPSEEK_BF16_MODEL=$MODELS/tachyon-fp8-table-$DEEPSEEK_PRESET-bf16
 DEEPSEEK_FP8_MODEL=$MODELS/tachyon-fp8-table-$DEEPSEEK_PRESET-fp8-block
 
 make_model() {  # DIR ARCH PRESET [make-model options]
-  local dir=$1 arch=$2 preset=$3 t0
+  local dir=$1 arch=$2 preset=$3 t0 seconds
   shift 3
-  t0=$(date +%s)
   if [ -f "$dir/config.json" ]; then
     echo "model $dir: kept from an earlier run"
     return
   fi
-  "$TACHYON" make-model --arch "$arch" --preset "$preset" --seed 0 --tokenizer "$TOKENIZER" --out "$dir" "$@" > /dev/null
-  echo "{\"dir\": \"$dir\", \"seconds\": $(($(date +%s) - t0))}" > "$OUT_DIR/model-$(basename "$dir").json"
-  echo "model $dir: made in $(($(date +%s) - t0)) s"
+  t0=$(date +%s)
+  "$TACHYON" make-model --arch "$arch" --preset "$preset" --seed 0 --out "$dir" "$@" > /dev/null
+  seconds=$(($(date +%s) - t0))
+  echo "{\"dir\": \"$dir\", \"seconds\": $seconds}" > "$OUT_DIR/model-$(basename "$dir").json"
+  echo "model $dir: made in $seconds s"
 }
 latency() {  # LABEL DIR INPUT_LEN [bench latency options]
   local label=$1 dir=$2 input_len=$3
@@ -79,8 +80,10 @@ sweep() {  # LABEL DIR CONCURRENCIES [serve options]
     "${limit[@]}" bench/serve_sweep.sh "$TACHYON" "$OUT_DIR" "$@" || echo "serve $label stopped early"
 }
 
-make_model "$BF16_MODEL" llama "$PRESET"
-make_model "$FP8_MODEL" llama "$PRESET" --quantization-format "$FORMAT"
+# The served models carry the tokenizer; the DeepSeek ones keep their preset's vocabulary (bench
+# latency needs no tokenizer).
+make_model "$BF16_MODEL" llama "$PRESET" --tokenizer "$TOKENIZER"
+make_model "$FP8_MODEL" llama "$PRESET" --tokenizer "$TOKENIZER" --quantization-format "$FORMAT"
 latency bf16 "$BF16_MODEL" "$LATENCY_INPUT_LEN"
 latency fp8-kv8 "$FP8_MODEL" "$LATENCY_INPUT_LEN" --kv-cache-dtype fp8
 sweep bf16 "$BF16_MODEL" "$BF16_CONCURRENCIES"
